@@ -1,0 +1,44 @@
+# Tether developer commands. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt requirements-dev.txt setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+venv: $(STAMP) ## create .venv with the pinned requirements and tether installed (editable)
+
+controlplane: ## build (or reuse the cached) etcd, kube-apiserver and kubectl from Go modules
+	bash hack/build-controlplane.sh
+
+lint: $(STAMP) ## ruff and mypy (strict on the product packages)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+unit: $(STAMP) ## fast tests of pure logic only
+	$(VENV)/bin/pytest -m "not slow" tests/unit
+
+test: $(STAMP) controlplane lint ## everything CI runs: lint, type checks, all tests on real control planes
+	$(VENV)/bin/pytest
+
+demo: $(STAMP) controlplane ## run the whole system locally (two planes, all parts)
+	$(VENV)/bin/tether demo
+
+planes: $(STAMP) controlplane ## only start local SKR and KCP planes and print their kubeconfigs
+	$(VENV)/bin/tether controlplane
+
+clean: ## remove the venv and caches (not the control plane cache)
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
+
+.PHONY: help venv controlplane lint unit test demo planes clean

@@ -1,0 +1,47 @@
+"""The ``tether`` command: one subcommand per part.
+
+    tether webhook ...      admission webhook + forwarder (SKR)
+    tether listener ...     change listener (KCP)
+    tether poller ...       polling fallback (SKR)
+    tether compass ...      Compass registration scheduler (KCP)
+    tether controlplane     start local SKR and KCP planes and print their kubeconfigs
+
+Each part's entry point is ``<part>.main:main(argv) -> int``; it builds its settings,
+clients and app, and nothing else does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+PARTS = {
+    "webhook": "webhook.main",
+    "listener": "listener.main",
+    "poller": "poller.main",
+    "compass": "compass.main",
+    "controlplane": "common.controlplane_cli",
+}
+
+
+def usage() -> str:
+    return "usage: tether {" + ",".join(PARTS) + "} [options]  (tether PART --help)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        print(usage())
+        return 0 if args else 2
+    part, rest = args[0], args[1:]
+    if part not in PARTS:
+        print(f"tether: unknown part {part!r}; {usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(PARTS[part])
+    rc: int = module.main(rest)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

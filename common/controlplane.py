@@ -1,0 +1,409 @@
+"""A local Kubernetes control plane: a real etcd and a real kube-apiserver.
+
+Started the way controller-runtime's envtest starts them: binaries built once from Go
+modules (``hack/build-controlplane.sh``, cached outside the checkout), free loopback ports,
+a temporary folder holding the data, serving certificates, a client CA, an admin client
+certificate in ``system:masters`` and a kubeconfig. RBAC authorization is on. There is no
+controller-manager and no scheduler: objects are stored and served, nothing reconciles
+them (a deleted namespace stays Terminating).
+
+Used by the tests (one SKR plane, one KCP plane) and the local demo.
+
+    plane = ControlPlane("skr")
+    plane.start()
+    api = plane.api_client()        # kubernetes.client.ApiClient
+    ...
+    plane.stop()                    # kills processes, removes the folder
+
+Environment:
+    TETHER_CONTROLPLANE_BIN    folder holding etcd, kube-apiserver, kubectl (skips the build)
+    TETHER_CONTROLPLANE_CACHE  cache root of the build script
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import dataclasses
+import logging
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import IO, Any
+
+from cryptography.hazmat.primitives import serialization
+
+from common import certs
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+BUILD_SCRIPT = REPO_ROOT / "hack" / "build-controlplane.sh"
+VERSIONS_FILE = REPO_ROOT / "hack" / "controlplane-versions.env"
+START_TIMEOUT = 90.0
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built or started."""
+
+
+def pinned_versions() -> dict[str, str]:
+    """The pins of hack/controlplane-versions.env."""
+    out: dict[str, str] = {}
+    for line in VERSIONS_FILE.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+_bin_lock = threading.Lock()
+_bin_dir: pathlib.Path | None = None
+
+
+def binaries() -> pathlib.Path:
+    """The folder holding etcd, kube-apiserver and kubectl; builds them if not cached."""
+    global _bin_dir
+    with _bin_lock:
+        if _bin_dir is not None:
+            return _bin_dir
+        explicit = os.environ.get("TETHER_CONTROLPLANE_BIN")
+        if explicit:
+            path = pathlib.Path(explicit)
+        else:
+            if not BUILD_SCRIPT.exists():
+                raise ControlPlaneError(
+                    f"{BUILD_SCRIPT} not found; set TETHER_CONTROLPLANE_BIN to a folder "
+                    "holding etcd, kube-apiserver and kubectl"
+                )
+            proc = subprocess.run(
+                ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False
+            )
+            if proc.returncode != 0:
+                raise ControlPlaneError(
+                    f"building the control plane failed (exit {proc.returncode}); "
+                    f"run {BUILD_SCRIPT} to see why"
+                )
+            path = pathlib.Path(proc.stdout.strip().splitlines()[-1])
+        for b in ("etcd", "kube-apiserver", "kubectl"):
+            if not os.access(path / b, os.X_OK):
+                raise ControlPlaneError(f"{path / b} is missing or not executable")
+        _bin_dir = path
+        return path
+
+
+def kube_apiserver_version() -> str:
+    """What the built kube-apiserver says of its version (e.g. 'Kubernetes v1.37.2')."""
+    out = subprocess.run(
+        [str(binaries() / "kube-apiserver"), "--version"],
+        stdout=subprocess.PIPE, text=True, check=True,
+    )
+    return out.stdout.strip()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child before exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+@dataclasses.dataclass
+class _Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    logfile: IO[bytes]
+    logpath: pathlib.Path
+
+
+_live: set[ControlPlane] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for plane in list(_live):
+        plane.stop()
+
+
+class ControlPlane:
+    """One independent etcd + kube-apiserver on loopback."""
+
+    def __init__(self, name: str, *, workdir: pathlib.Path | None = None) -> None:
+        self.name = name
+        self._own_dir = workdir is None
+        self.dir = workdir or pathlib.Path(tempfile.mkdtemp(prefix=f"tether-{name}-"))
+        self.etcd_port = free_port()
+        self.etcd_peer_port = free_port()
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self._etcd: _Proc | None = None
+        self._apiserver: _Proc | None = None
+        self._pki = self.dir / "pki"
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.ca_file = self._pki / "serving-ca.crt"
+        self.client_ca: certs.CertificateAuthority | None = None
+        self.start_seconds: float | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> ControlPlane:
+        t0 = time.monotonic()
+        bins = binaries()
+        self._write_pki()
+        _live.add(self)
+        try:
+            self._start_etcd(bins)
+            self.start_apiserver()
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - t0
+        log.info("control plane %s ready at %s in %.1fs", self.name, self.url, self.start_seconds)
+        return self
+
+    def start_apiserver(self) -> None:
+        """Start (or restart after ``stop_apiserver``) the kube-apiserver on the same port."""
+        if self._apiserver is not None:
+            raise ControlPlaneError(f"{self.name}: kube-apiserver already running")
+        p = self._pki
+        args = [
+            str(binaries() / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            f"--etcd-prefix=/{self.name}",
+            "--advertise-address=127.0.0.1",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.port}",
+            f"--cert-dir={self.dir / 'apiserver-certs'}",
+            f"--tls-cert-file={p / 'serving.crt'}",
+            f"--tls-private-key-file={p / 'serving.key'}",
+            f"--client-ca-file={p / 'client-ca.crt'}",
+            "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            "--disable-admission-plugins=ServiceAccount",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={p / 'sa.pub'}",
+            f"--service-account-signing-key-file={p / 'sa.key'}",
+            "--endpoint-reconciler-type=none",
+            "--v=1",
+        ]
+        self._apiserver = self._spawn("kube-apiserver", args)
+        self._wait_ready()
+
+    def stop_apiserver(self) -> None:
+        """Stop only the kube-apiserver (etcd keeps the data); for outage tests."""
+        if self._apiserver is not None:
+            self._terminate(self._apiserver)
+            self._apiserver = None
+
+    def stop(self) -> None:
+        """Stop both processes and remove the folder. Safe to call twice."""
+        self.stop_apiserver()
+        if self._etcd is not None:
+            self._terminate(self._etcd)
+            self._etcd = None
+        _live.discard(self)
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def api_client(self) -> Any:
+        """A new ``kubernetes.client.ApiClient`` for the admin user (system:masters)."""
+        from common import kube
+
+        return kube.api_client(str(self.kubeconfig))
+
+    def issue_client_cert(
+        self, user: str, groups: tuple[str, ...] = (), *, dest: pathlib.Path | None = None
+    ) -> pathlib.Path:
+        """Write a kubeconfig for another user (certificate CN=user, O=groups)."""
+        assert self.client_ca is not None
+        dest = dest or self.dir / f"kubeconfig-{user.replace(':', '_')}"
+        pair = self.client_ca.issue(user, organizations=groups, client=True)
+        return self._write_kubeconfig(dest, pair, user)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _write_pki(self) -> None:
+        self._pki.mkdir(parents=True, exist_ok=True)
+        serving_ca = certs.CertificateAuthority.create(f"tether-{self.name}-serving-ca")
+        serving_ca.write(self.ca_file, self._pki / "serving-ca.key")
+        serving = serving_ca.issue(
+            "kube-apiserver",
+            dns_names=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+            ip_addresses=["127.0.0.1", "10.0.0.1"],
+            server=True,
+        )
+        serving.write(self._pki / "serving.crt", self._pki / "serving.key")
+        self.client_ca = certs.CertificateAuthority.create(f"tether-{self.name}-client-ca")
+        self.client_ca.write(self._pki / "client-ca.crt", self._pki / "client-ca.key")
+        sa = serving_ca.issue("service-accounts")
+        (self._pki / "sa.pub").write_bytes(
+            sa.cert.public_key().public_bytes(
+                serialization.Encoding.PEM,
+                serialization.PublicFormat.SubjectPublicKeyInfo,
+            )
+        )
+        sa.write(self._pki / "sa.crt", self._pki / "sa.key")
+        admin = self.client_ca.issue("tether-admin", organizations=["system:masters"], client=True)
+        self._admin_cert = self._pki / "admin.crt"
+        self._admin_key = self._pki / "admin.key"
+        admin.write(self._admin_cert, self._admin_key)
+        self._write_kubeconfig(self.kubeconfig, admin, "tether-admin")
+
+    def _write_kubeconfig(self, dest: pathlib.Path, pair: certs.KeyPair, user: str) -> pathlib.Path:
+        import base64
+        import json
+
+        def b64(b: bytes) -> str:
+            return base64.b64encode(b).decode()
+
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": self.name, "cluster": {
+                "server": self.url,
+                "certificate-authority-data": b64(self.ca_file.read_bytes()),
+            }}],
+            "users": [{"name": user, "user": {
+                "client-certificate-data": b64(pair.cert_pem),
+                "client-key-data": b64(pair.key_pem),
+            }}],
+            "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": user}}],
+            "current-context": self.name,
+        }
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(cfg, f, indent=1)  # JSON is YAML; kubectl and the client read it
+        return dest
+
+    def _start_etcd(self, bins: pathlib.Path) -> None:
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        client = f"http://127.0.0.1:{self.etcd_port}"
+        args = [
+            str(bins / "etcd"),
+            "--name=default",
+            f"--data-dir={self.dir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=default={peer}",
+            "--unsafe-no-fsync=true",  # a test/demo plane: speed over power-loss durability
+            "--log-level=warn",
+        ]
+        self._etcd = self._spawn("etcd", args)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            self._check_alive(self._etcd)
+            try:
+                with urllib.request.urlopen(f"{client}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise ControlPlaneError(f"{self.name}: etcd not healthy in {START_TIMEOUT}s")
+
+    def _spawn(self, name: str, args: list[str]) -> _Proc:
+        logpath = self.dir / f"{name}.log"
+        logfile = open(logpath, "ab")  # noqa: SIM115 - closed in _terminate
+        popen = subprocess.Popen(
+            args, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent,  # noqa: PLW1509
+        )
+        return _Proc(name, popen, logfile, logpath)
+
+    def _check_alive(self, proc: _Proc) -> None:
+        if proc.popen.poll() is not None:
+            tail = proc.logpath.read_text(errors="replace")[-3000:]
+            raise ControlPlaneError(
+                f"{self.name}: {proc.name} exited with {proc.popen.returncode}; log tail:\n{tail}"
+            )
+
+    def _wait_ready(self) -> None:
+        assert self._apiserver is not None
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        ctx.load_cert_chain(str(self._admin_cert), str(self._admin_key))
+        deadline = time.monotonic() + START_TIMEOUT
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive(self._apiserver)
+            try:
+                with urllib.request.urlopen(f"{self.url}/readyz", context=ctx, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except urllib.error.HTTPError as e:
+                last = f"HTTP {e.code}"
+            except (urllib.error.URLError, OSError) as e:
+                last = str(e)
+            time.sleep(0.2)
+        raise ControlPlaneError(f"{self.name}: kube-apiserver not ready in {START_TIMEOUT}s ({last})")
+
+    @staticmethod
+    def _terminate(proc: _Proc) -> None:
+        if proc.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGTERM)
+            try:
+                proc.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.popen.pid, signal.SIGKILL)
+                proc.popen.wait(timeout=10)
+        proc.logfile.close()
+
+
+@contextlib.contextmanager
+def planes(*names: str) -> Iterator[dict[str, ControlPlane]]:
+    """Start several independent planes (in parallel threads), stop them all on exit."""
+    started: dict[str, ControlPlane] = {}
+    errors: list[BaseException] = []
+
+    def run(n: str) -> None:
+        try:
+            started[n] = ControlPlane(n).start()
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    binaries()  # build once, before the threads
+    threads = [threading.Thread(target=run, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        if errors:
+            raise errors[0]
+        yield started
+    finally:
+        for p in started.values():
+            p.stop()

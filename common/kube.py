@@ -1,0 +1,48 @@
+"""Kubernetes client factory: the one place that builds ``kubernetes`` API clients.
+
+Clients are built in entry points and passed down; nothing is cached at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+
+
+class KubeConfigError(ValueError):
+    """A kubeconfig could not be loaded; the message says which and why."""
+
+
+def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> client.ApiClient:
+    """An ApiClient from a kubeconfig file, else from the in-cluster service account.
+
+    ``kubeconfig`` None means: $KUBECONFIG if set, else in-cluster."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    try:
+        if path:
+            made: client.ApiClient = config.new_client_from_config(config_file=path, context=context)
+            return made
+        cfg = client.Configuration()
+        config.load_incluster_config(client_configuration=cfg)
+        return client.ApiClient(configuration=cfg)
+    except config.ConfigException as e:
+        where = path or "in-cluster service account"
+        raise KubeConfigError(f"cannot load Kubernetes configuration from {where}: {e}") from None
+
+
+def api_client_from_kubeconfig_bytes(data: bytes | str) -> client.ApiClient:
+    """An ApiClient from kubeconfig content (e.g. a runtime's kubeconfig Secret)."""
+    try:
+        loaded: Any = yaml.safe_load(data)
+    except yaml.YAMLError:
+        raise KubeConfigError("kubeconfig content is not valid YAML") from None
+    if not isinstance(loaded, dict):
+        raise KubeConfigError("kubeconfig content is not a mapping")
+    try:
+        made: client.ApiClient = config.new_client_from_config_dict(loaded)
+        return made
+    except (config.ConfigException, KeyError, TypeError) as e:
+        raise KubeConfigError(f"kubeconfig content is unusable: {type(e).__name__}") from None

@@ -1,0 +1,82 @@
+"""Logging: JSON lines for operators, a separate audit stream, bounded messages.
+
+Secrets, tokens, keys and ConfigMap data never go into a log record: callers log keys
+(namespace/name, resourceVersion), never values. ``bounded`` cuts foreign text (a peer's
+error body) before it reaches a log line.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import sys
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+AUDIT_LOGGER = "tether.audit"
+_STD_ATTRS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+def bounded(text: object, limit: int = 300) -> str:
+    s = str(text)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and any ``extra`` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for k, v in vars(record).items():
+            if k not in _STD_ATTRS and not k.startswith("_"):
+                doc[k] = v
+        if record.exc_info and record.levelno >= logging.ERROR:
+            doc["exception"] = bounded(self.formatException(record.exc_info), 4000)
+        return json.dumps(doc, default=str, separators=(",", ":"))
+
+
+def configure(level: str = "INFO", fmt: str = "json") -> None:
+    """Configure the root logger once, in an entry point."""
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JSONFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def audit_logger(destination: str = "stdout") -> logging.Logger:
+    """The audit logger: JSON lines on stdout or appended to a file, never propagated to
+    the operational log. Configure once per process."""
+    logger = logging.getLogger(AUDIT_LOGGER)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    if destination == "stdout":
+        handler: logging.Handler = logging.StreamHandler(sys.stdout)
+    else:
+        handler = logging.FileHandler(destination, encoding="utf-8")
+    handler.setFormatter(JSONFormatter())
+    logger.handlers[:] = [handler]
+    return logger
+
+
+def audit(logger: logging.Logger, event: str, **fields: Any) -> None:
+    """Write one audit event. Pass keys and outcomes only, never secrets or data."""
+    logger.info(event, extra={"audit": True, "event": event, **fields})
+
+
+class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
+    """Puts an object reference (e.g. namespace/name, runtime) on every record."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        extra: Mapping[str, Any] = self.extra or {}
+        kwargs["extra"] = {**extra, **kwargs.get("extra", {})}
+        return msg, kwargs
