@@ -76,3 +76,31 @@ def namespace(skr_api: client.ApiClient) -> Iterator[str]:
 def kcp_namespace(kcp_api: client.ApiClient) -> Iterator[str]:
     """A fresh namespace in the KCP plane."""
     yield from _fresh_namespace(kcp_api, "k")
+
+
+KYMA_CRD = controlplane.REPO_ROOT / "hack" / "crds" / "operator.kyma-project.io_kymas.yaml"
+
+
+@pytest.fixture(scope="session")
+def kyma_crd(kcp_api: client.ApiClient) -> str:
+    """Installs the stand-in Kyma CRD (operator.kyma-project.io/v1beta2) in the KCP plane
+    and waits until it is served. Returns the CRD name."""
+    import time
+
+    import yaml
+
+    body = yaml.safe_load(KYMA_CRD.read_text())
+    ext = client.ApiextensionsV1Api(kcp_api)
+    try:
+        ext.create_custom_resource_definition(body)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
+        conds = {c.type: c.status for c in (crd.status.conditions or [])}
+        if conds.get("Established") == "True":
+            return str(body["metadata"]["name"])
+        time.sleep(0.2)
+    raise AssertionError("Kyma CRD not established within 30s")
