@@ -1,0 +1,37 @@
+"""Fixtures of the webhook tests: a runtime client certificate and the recording receiver."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+from common import certs
+from tests.webhook import receiver as receiver_mod
+
+RUNTIME_ID = "rt-4a1f"
+
+
+@dataclasses.dataclass
+class RuntimeCert:
+    ca: certs.CertificateAuthority
+    cert_file: pathlib.Path
+    key_file: pathlib.Path
+
+
+@pytest.fixture
+def runtime_cert(tmp_path: pathlib.Path) -> RuntimeCert:
+    ca = certs.CertificateAuthority.create("kcp-runtime-ca")
+    pair = ca.issue(RUNTIME_ID, dns_names=["c-4a1f.kyma.example.com"], client=True)
+    cert, key = tmp_path / "runtime.crt", tmp_path / "runtime.key"
+    pair.write(cert, key)
+    return RuntimeCert(ca, cert, key)
+
+
+@pytest.fixture
+def receiver(tmp_path: pathlib.Path, runtime_cert: RuntimeCert) -> Iterator[receiver_mod.Receiver]:
+    r = receiver_mod.Receiver(tmp_path, runtime_cert.ca).start()
+    yield r
+    r.stop()
