@@ -1,0 +1,152 @@
+"""Per-runtime (SKR) API clients from the kubeconfig Secrets in the KCP.
+
+Each runtime's admin kubeconfig is a Secret in the KCP namespace labelled
+``operator.kyma-project.io/kyma-name=<kyma>``, key ``config`` (as lifecycle-manager keeps
+it). ``SkrClients.get(kyma)`` returns an ``ApiClient`` for that runtime, built once per
+Secret resourceVersion and reused until the Secret changes (rotated credentials give a
+new client, the old one is closed). ``refresh()`` lists all such Secrets in one call
+(paginated) so that a run over thousands of runtimes does not read them one by one.
+
+Kubeconfig content never reaches a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from common import kube
+
+KYMA_NAME_LABEL = "operator.kyma-project.io/kyma-name"
+KUBECONFIG_KEY = "config"
+
+
+class SkrClientError(Exception):
+    """No usable kubeconfig Secret for a runtime; the message says why (no content)."""
+
+
+class _Entry(NamedTuple):
+    secret_name: str
+    resource_version: str
+    api: client.ApiClient | None  # built lazily
+
+
+class SkrClients:
+    """Thread-safe cache: kyma name -> (Secret resourceVersion, ApiClient)."""
+
+    def __init__(self, kcp: client.ApiClient, namespace: str, *, page_size: int = 500) -> None:
+        self._core = client.CoreV1Api(kcp)
+        self.namespace = namespace
+        self._page = page_size
+        self._lock = threading.Lock()
+        self._index: dict[str, tuple[str, str, bytes]] = {}  # kyma -> (secret, rv, content)
+        self._clients: dict[str, _Entry] = {}
+        self.builds = 0  # ApiClients built (for tests of the cache)
+
+    # -- reading Secrets -------------------------------------------------------------------------
+
+    def _secrets(self, selector: str) -> Iterator[Any]:
+        cont: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"label_selector": selector, "limit": self._page}
+            if cont:
+                kwargs["_continue"] = cont
+            page: Any = self._core.list_namespaced_secret(self.namespace, **kwargs)
+            yield from page.items
+            cont = page.metadata._continue if page.metadata else None
+            if not cont:
+                return
+
+    @staticmethod
+    def _content(secret: Any) -> bytes | None:
+        raw = (secret.data or {}).get(KUBECONFIG_KEY)
+        if not raw:
+            return None
+        try:
+            return base64.b64decode(raw)
+        except ValueError:
+            return None
+
+    def refresh(self) -> int:
+        """Re-read every runtime kubeconfig Secret (one paginated list). Returns the count."""
+        index: dict[str, tuple[str, str, bytes]] = {}
+        for s in self._secrets(KYMA_NAME_LABEL):
+            kyma = (s.metadata.labels or {}).get(KYMA_NAME_LABEL)
+            content = self._content(s)
+            if kyma and content is not None:
+                index[kyma] = (s.metadata.name, s.metadata.resource_version, content)
+        with self._lock:
+            self._index = index
+            for gone in set(self._clients) - set(index):
+                self._close(self._clients.pop(gone))
+        return len(index)
+
+    def _read_one(self, kyma: str) -> tuple[str, str, bytes]:
+        try:
+            found = list(self._secrets(f"{KYMA_NAME_LABEL}={kyma}"))
+        except ApiException as e:
+            raise SkrClientError(f"reading the kubeconfig Secret of {kyma}: HTTP {e.status}") from None
+        usable = [(s.metadata.name, s.metadata.resource_version, self._content(s)) for s in found]
+        usable = [u for u in usable if u[2] is not None]
+        if not usable:
+            raise SkrClientError(
+                f"no Secret labelled {KYMA_NAME_LABEL}={kyma} with key {KUBECONFIG_KEY!r} "
+                f"in {self.namespace}")
+        name, rv, content = sorted(usable)[0]
+        assert content is not None
+        return name, rv, content
+
+    # -- clients ----------------------------------------------------------------------------------
+
+    def get(self, kyma: str, *, fresh: bool = False) -> client.ApiClient:
+        """The runtime's ApiClient. Uses the index of the last ``refresh`` unless
+        ``fresh`` or the runtime is not in it; then reads its Secret."""
+        with self._lock:
+            known = None if fresh else self._index.get(kyma)
+        if known is None:
+            known = self._read_one(kyma)
+            with self._lock:
+                self._index[kyma] = known
+        name, rv, content = known
+        with self._lock:
+            entry = self._clients.get(kyma)
+            if entry is not None and entry.resource_version == rv and entry.api is not None:
+                return entry.api
+        try:
+            api = kube.api_client_from_kubeconfig_bytes(content)
+        except kube.KubeConfigError as e:
+            raise SkrClientError(f"kubeconfig Secret {name} of {kyma}: {e}") from None
+        with self._lock:
+            self.builds += 1
+            old = self._clients.get(kyma)
+            self._clients[kyma] = _Entry(name, rv, api)
+        if old is not None and old.api is not None and old.api is not api:
+            self._close(old)
+        return api
+
+    def forget(self, kyma: str) -> None:
+        with self._lock:
+            self._index.pop(kyma, None)
+            entry = self._clients.pop(kyma, None)
+        if entry is not None:
+            self._close(entry)
+
+    def close(self) -> None:
+        with self._lock:
+            entries = list(self._clients.values())
+            self._clients.clear()
+        for e in entries:
+            self._close(e)
+
+    @staticmethod
+    def _close(entry: _Entry) -> None:
+        if entry.api is not None:
+            try:
+                entry.api.close()
+            except Exception:  # noqa: BLE001 - closing a pool must not fail a run
+                pass

@@ -1,0 +1,208 @@
+"""The reconcile decision for one Kyma CR: a pure function of plain data.
+
+``decide(facts, policy)`` answers the one next action given what is known so far: the
+Kyma CR, its mapping, and what this pass has learnt from the Director and the runtime.
+The reconciler does the action, adds what it learnt to the facts and asks again, until
+``done`` (or ``wait`` while a runtime backs off). Nothing here does I/O.
+
+Idempotency: the mapping is created (with the ``registering`` annotation and a
+finalizer) before the first ``registerRuntime``; a later pass that finds the annotation
+without a runtime ID looks the runtime up (label filter) before registering again, so a
+crash between register and mapping write never makes a duplicate.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Mapping
+from typing import Any, Literal, NamedTuple
+
+from compass import model
+
+SecretState = Literal["unknown", "missing", "matches", "differs"]
+ActionKind = Literal[
+    "done", "wait", "skip",
+    "create_mapping", "report_invalid", "mark_registering", "lookup", "adopt", "register",
+    "forget_runtime", "read_secret", "fetch_runtime", "issue_token", "mark_connected",
+    "mark_ready", "unregister", "delete_mapping", "remove_finalizer",
+]
+NAME_RE = re.compile(r"^[a-z][a-z0-9.-]{0,35}$")
+
+
+class Policy(NamedTuple):
+    managed_by: str = "tether"
+    only_app_connector: bool = False
+
+
+class Facts(NamedTuple):
+    kyma: model.Kyma | None
+    mapping: model.MappingView | None
+    now: datetime.datetime
+    full: bool = False                 # full resync: also ask the Director about Ready ones
+    created_now: bool = False          # the mapping was created in this pass
+    registered_now: bool = False       # registerRuntime succeeded in this pass
+    looked_up: bool = False
+    found_runtime_id: str | None = None
+    fetched: bool = False              # runtime(id:) asked in this pass
+    runtime_condition: str | None = None  # its status condition; None: Director lacks it
+    secret: SecretState = "unknown"
+    unregistered: bool = False
+
+
+class Action(NamedTuple):
+    kind: ActionKind
+    reason: str = ""
+    message: str = ""
+    runtime_id: str | None = None
+
+
+DONE = Action("done")
+
+
+def problems(kyma: model.Kyma) -> tuple[str, str] | None:
+    """(reason, message) when the Kyma CR cannot be registered, else None."""
+    missing = [k for k in model.REQUIRED_LABELS if not kyma.labels.get(k)]
+    if missing:
+        return "MissingLabel", "Kyma CR lacks required label(s): " + ", ".join(missing)
+    if runtime_name(kyma) is None:
+        return "InvalidLabel", (f"label {model.SHOOT_NAME} does not give a valid Director runtime "
+                                "name (lower case letters, digits, '-', '.', up to 36, a letter first)")
+    return None
+
+
+def runtime_name(kyma: model.Kyma) -> str | None:
+    name = kyma.labels.get(model.SHOOT_NAME, "").strip().lower()
+    return name if NAME_RE.match(name) else None
+
+
+def kyma_ref(kyma_namespace: str, kyma_name: str) -> str:
+    return f"{kyma_namespace}.{kyma_name}"
+
+
+def register_input(kyma: model.Kyma, policy: Policy) -> dict[str, Any]:
+    """The ``RuntimeRegisterInput`` for a valid Kyma CR (see ``problems``)."""
+    lab = kyma.labels
+    labels: dict[str, Any] = {
+        model.MANAGED_BY: policy.managed_by,
+        model.KYMA_REF: kyma_ref(kyma.namespace, kyma.name),
+        "gardenerClusterName": lab[model.SHOOT_NAME],
+        "global_subaccount_id": lab[model.SUBACCOUNT],
+        "global_account_id": lab[model.GLOBAL_ACCOUNT],
+    }
+    for key, source in (("broker_instance_id", model.INSTANCE_ID),
+                        ("broker_plan_id", model.PLAN_ID),
+                        ("broker_plan_name", model.PLAN_NAME)):
+        if lab.get(source):
+            labels[key] = lab[source]
+    return {"name": runtime_name(kyma), "description": f"Kyma runtime {kyma.namespace}/{kyma.name}",
+            "labels": labels}
+
+
+def mapping_labels(kyma: model.Kyma) -> dict[str, str]:
+    out = {model.KYMA_NAME: kyma.name}
+    if kyma.labels.get(model.GLOBAL_ACCOUNT):
+        out[model.MAPPING_GLOBAL_ACCOUNT] = kyma.labels[model.GLOBAL_ACCOUNT]
+    if kyma.labels.get(model.SUBACCOUNT):
+        out[model.MAPPING_SUBACCOUNT] = kyma.labels[model.SUBACCOUNT]
+    return out
+
+
+def _due(status: Mapping[str, Any], now: datetime.datetime) -> bool:
+    nxt = model.parse_time(status.get("nextAttemptAt"))
+    return nxt is None or now >= nxt
+
+
+def _token_expired(status: Mapping[str, Any], now: datetime.datetime) -> bool:
+    exp = model.parse_time(status.get("tokenExpiresAt"))
+    return exp is not None and now >= exp
+
+
+def decide(f: Facts, policy: Policy) -> Action:
+    k, m = f.kyma, f.mapping
+    if m is not None and not f.created_now and not _due(m.status, f.now):
+        return Action("wait")
+    if k is None or k.deleting or (m is not None and m.deleting):
+        return _teardown(f)
+    if policy.only_app_connector and model.APP_CONNECTOR_MODULE not in k.modules:
+        return Action("skip", "ModuleNotEnabled") if m is None or m.runtime_id is None else DONE
+    bad = problems(k)
+    if m is None:
+        return Action("create_mapping", *(bad or ("", "")))
+    if bad is not None:
+        st = m.status
+        same = st.get("state") == "Failed" and _condition(st, "Registered").get("reason") == bad[0] \
+            and _condition(st, "Registered").get("message") == bad[1]
+        return DONE if same else Action("report_invalid", *bad)
+    rid = m.runtime_id
+    if rid is None:
+        return _register(f, m)
+    return _registered(f, m, rid)
+
+
+def _register(f: Facts, m: model.MappingView) -> Action:
+    if not m.registering:
+        return Action("mark_registering")
+    if not f.created_now and not f.looked_up:
+        return Action("lookup")
+    if f.found_runtime_id:
+        return Action("adopt", runtime_id=f.found_runtime_id)
+    return Action("register")
+
+
+def _registered(f: Facts, m: model.MappingView, rid: str) -> Action:
+    st = m.status
+    if f.fetched and f.runtime_condition is None:
+        return Action("forget_runtime", "RuntimeNotFound",
+                      "the Director no longer knows the runtime; registering it again",
+                      runtime_id=rid)
+    if st.get("runtimeConnected") is True:
+        if f.full and not f.fetched:
+            return Action("fetch_runtime", runtime_id=rid)
+        return Action("mark_ready") if not _is_ready(st) else DONE
+    if f.fetched and f.runtime_condition == "CONNECTED":
+        return Action("mark_connected", runtime_id=rid)
+    if f.secret == "unknown":
+        return Action("read_secret", runtime_id=rid)
+    need = f.secret != "matches" or _token_expired(st, f.now) or not st.get("configured")
+    if need:
+        if not f.fetched and not f.registered_now:
+            return Action("fetch_runtime", runtime_id=rid)
+        reason = ("SecretMissing" if f.secret == "missing" else
+                  "SecretAltered" if f.secret == "differs" else
+                  "TokenExpired" if _token_expired(st, f.now) else "NotConfigured")
+        return Action("issue_token", reason, runtime_id=rid)
+    if f.full and not f.fetched:
+        return Action("fetch_runtime", runtime_id=rid)
+    return DONE if _is_ready(st) else Action("mark_ready")
+
+
+def _teardown(f: Facts) -> Action:
+    m = f.mapping
+    if m is None:
+        return DONE
+    if not f.unregistered:
+        if m.runtime_id is not None:
+            return Action("unregister", runtime_id=m.runtime_id)
+        if m.registering:
+            if not f.looked_up:
+                return Action("lookup")
+            if f.found_runtime_id:
+                return Action("unregister", runtime_id=f.found_runtime_id)
+    if not m.deleting:
+        return Action("delete_mapping")
+    if model.FINALIZER in m.finalizers:
+        return Action("remove_finalizer")
+    return DONE
+
+
+def _condition(status: Mapping[str, Any], ctype: str) -> Mapping[str, Any]:
+    for c in status.get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == ctype:
+            return c
+    return {}
+
+
+def _is_ready(status: Mapping[str, Any]) -> bool:
+    return (status.get("state") == "Ready" and status.get("registered") is True
+            and status.get("configured") is True and not status.get("failures"))

@@ -1,0 +1,117 @@
+"""The Director client: GraphQL over HTTPS with OAuth2 client credentials, the ``Tenant``
+header (the global account ID), timeouts, a circuit breaker and typed errors.
+
+Retries are not done here: a failed call fails the runtime's step, which the reconciler
+retries with that runtime's persisted backoff; the breaker keeps an outage cheap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import requests
+
+from compass import breaker as breaker_mod
+from compass import errors, metrics, queries
+from compass import oauth as oauth_mod
+
+
+class DirectorClient:
+    def __init__(self, *, graphql_url: str, tokens: oauth_mod.TokenSource,
+                 session: requests.Session, verify: str | bool, timeout: float,
+                 breaker: breaker_mod.CircuitBreaker, stats: metrics.Metrics,
+                 page_size: int = 100, clock: Callable[[], float] = time.monotonic) -> None:
+        self._url = graphql_url
+        self._tokens = tokens
+        self._session = session
+        self._verify = verify
+        self._timeout = timeout
+        self.breaker = breaker
+        self._metrics = stats
+        self._page = page_size
+        self._clock = clock
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def find_runtime(self, tenant: str, managed_by: str, kyma_ref: str) -> queries.Runtime | None:
+        """A runtime this instance registered for this Kyma CR (label filter), if any.
+        Several (should never happen): the oldest, as the Director lists them."""
+        filt = [
+            {"key": "director_connection_managed_by", "query": queries.label_query(managed_by)},
+            {"key": "tether_kyma", "query": queries.label_query(kyma_ref)},
+        ]
+        res = self._call("find_runtimes", tenant, {"filter": filt, "first": self._page})
+        data = res.get("data") if isinstance(res, dict) else None
+        if not data:
+            return None
+        return queries.runtime_of(data[0])
+
+    def get_runtime(self, tenant: str, runtime_id: str) -> queries.Runtime | None:
+        try:
+            res = self._call("get_runtime", tenant, {"id": runtime_id})
+        except errors.NotFound:
+            return None
+        return None if res is None else queries.runtime_of(res)
+
+    def register(self, tenant: str, register_input: dict[str, Any]) -> queries.Runtime:
+        return queries.runtime_of(self._call("register_runtime", tenant, {"in": register_input}))
+
+    def unregister(self, tenant: str, runtime_id: str) -> bool:
+        """True if unregistered now, False if the Director did not know it (idempotent)."""
+        try:
+            self._call("unregister_runtime", tenant, {"id": runtime_id})
+        except errors.NotFound:
+            return False
+        return True
+
+    def request_token(self, tenant: str, runtime_id: str) -> queries.OneTimeToken:
+        return queries.token_of(self._call("request_token", tenant, {"id": runtime_id}))
+
+    # -- transport ------------------------------------------------------------------------------
+
+    def _call(self, operation: str, tenant: str, variables: dict[str, Any]) -> Any:
+        if not self.breaker.allow():
+            self._metrics.director_errors.labels(operation, "circuit_open").inc()
+            raise errors.CircuitOpen("Director circuit breaker is open")
+        t0 = self._clock()
+        try:
+            result = self._send(operation, tenant, variables)
+        except errors.Unavailable as e:
+            self.breaker.failure()
+            self._metrics.director_errors.labels(operation, e.kind).inc()
+            raise
+        except errors.DirectorError as e:
+            self.breaker.neutral()
+            self._metrics.director_errors.labels(operation, e.kind).inc()
+            raise
+        finally:
+            self._metrics.director_latency.labels(operation).observe(self._clock() - t0)
+        self.breaker.success()
+        return result
+
+    def _send(self, operation: str, tenant: str, variables: dict[str, Any]) -> Any:
+        for attempt in (1, 2):
+            token = self._tokens.get()
+            try:
+                resp = self._session.post(
+                    self._url, json=queries.body(operation, variables),
+                    headers={"Authorization": f"Bearer {token}", "Tenant": tenant},
+                    verify=self._verify, timeout=self._timeout,
+                )
+            except requests.Timeout:
+                raise errors.Unavailable(f"Director {operation}: timed out") from None
+            except requests.RequestException as e:
+                raise errors.Unavailable(f"Director {operation}: {type(e).__name__}") from None
+            if resp.status_code == 401 and attempt == 1:
+                self._tokens.invalidate()  # expired or revoked early: one fresh token
+                continue
+            if resp.status_code != 200:
+                raise errors.from_http_status(resp.status_code, f"Director {operation}")
+            try:
+                doc = resp.json()
+            except ValueError:
+                raise errors.Unavailable(f"Director {operation}: response is not JSON") from None
+            return queries.result_of(doc)
+        raise errors.Unauthorized(f"Director {operation}: HTTP 401 with a fresh token")

@@ -1,0 +1,88 @@
+"""Compass's error tree: what the Director (or the way to it) answered, as types.
+
+    DirectorError
+    ├── NotFound          the Director does not know the object (GraphQL NotFound)
+    ├── InvalidInput      the request was refused as invalid (InvalidData, NotUnique, ...)
+    ├── Unauthorized      credentials or scopes refused (HTTP 401/403, Unauthorized)
+    └── Unavailable       5xx, 429, timeouts, connection errors, InternalError
+        └── CircuitOpen   not even tried: the circuit breaker is open
+
+Messages are bounded and never hold tokens or credentials.
+"""
+
+from __future__ import annotations
+
+from common import logs
+
+
+class DirectorError(Exception):
+    kind = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(logs.bounded(message, 300))
+
+
+class NotFound(DirectorError):
+    kind = "not_found"
+
+
+class InvalidInput(DirectorError):
+    kind = "invalid_input"
+
+
+class Unauthorized(DirectorError):
+    kind = "unauthorized"
+
+
+class Unavailable(DirectorError):
+    kind = "unavailable"
+
+
+class CircuitOpen(Unavailable):
+    kind = "circuit_open"
+
+
+class RuntimeUnreachable(Exception):
+    """The runtime's API (through its kubeconfig Secret) could not be used."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(logs.bounded(message, 300))
+
+
+# Director apperrors codes (components/director/pkg/apperrors/consts.go)
+_BY_CODE: dict[int, type[DirectorError]] = {
+    10: Unavailable,   # InternalError
+    11: Unavailable,   # UnknownError
+    20: NotFound,
+    21: InvalidInput,  # NotUnique
+    22: InvalidInput,  # InvalidData
+    23: Unauthorized,  # InsufficientScopes
+    24: InvalidInput,  # TenantRequired
+    25: InvalidInput,  # TenantNotFound
+    26: Unauthorized,
+    27: InvalidInput,  # InvalidOperation
+    28: Unavailable,   # OperationTimeout
+    29: InvalidInput,  # EmptyData
+    30: InvalidInput,  # InconsistentData
+}
+
+
+def from_graphql_error(err: object) -> DirectorError:
+    """The error type for one entry of a GraphQL response's ``errors``."""
+    if not isinstance(err, dict):
+        return InvalidInput("malformed GraphQL error")
+    ext = err.get("extensions") or {}
+    code = ext.get("error_code") if isinstance(ext, dict) else None
+    message = str(err.get("message") or "GraphQL error")
+    cls = _BY_CODE.get(code, InvalidInput) if isinstance(code, int) else InvalidInput
+    return cls(message)
+
+
+def from_http_status(status: int, what: str) -> DirectorError:
+    if status in (401, 403):
+        return Unauthorized(f"{what}: HTTP {status}")
+    if status == 404:
+        return Unavailable(f"{what}: HTTP 404 (endpoint missing)")
+    if status in (408, 429) or status >= 500:
+        return Unavailable(f"{what}: HTTP {status}")
+    return InvalidInput(f"{what}: HTTP {status}")

@@ -1,0 +1,98 @@
+"""A run over every Kyma CR and mapping in the namespace, with bounded concurrency.
+
+``Job.run(full=False)`` is what the scheduler calls: the interval run (cheap: a Kyma CR
+that is Ready and connected costs no request outside the KCP) and, with ``full=True``,
+the cron full resync (re-reads every kubeconfig Secret and asks the Director about
+every runtime). Runs never overlap: a run that finds one in progress returns at once.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from typing import NamedTuple
+
+from kubernetes.client.exceptions import ApiException
+
+from common import skr_clients
+from compass import decide, metrics, model
+from compass import mappings as mappings_mod
+from compass import reconcile as reconcile_mod
+
+log = logging.getLogger(__name__)
+STATES = ("Ready", "Processing", "Failed", "Deleting", "None")
+
+
+class Summary(NamedTuple):
+    kymas: int
+    states: dict[str, int]
+    seconds: float
+    skipped: bool = False
+
+
+def state_of(f: decide.Facts) -> str:
+    if f.mapping is None:
+        return "None"
+    if f.kyma is None or f.kyma.deleting or f.mapping.deleting:
+        return "Deleting"
+    st = f.mapping.status.get("state")
+    return st if st in ("Ready", "Processing", "Failed") else "Processing"
+
+
+class Job:
+    def __init__(self, reconciler: reconcile_mod.Reconciler, kcp: mappings_mod.Kcp,
+                 skr: skr_clients.SkrClients, stats: metrics.Metrics, *, concurrency: int) -> None:
+        self.reconciler = reconciler
+        self.kcp = kcp
+        self.skr = skr
+        self.metrics = stats
+        self._pool = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="compass")
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def run(self, full: bool = False) -> Summary:
+        if not self._lock.acquire(blocking=False):
+            log.info("a run is still in progress; skipping this one")
+            return Summary(0, {}, 0.0, skipped=True)
+        try:
+            return self._run(full)
+        finally:
+            self._lock.release()
+
+    def _run(self, full: bool) -> Summary:
+        kind = "full" if full else "interval"
+        t0 = time.monotonic()
+        try:
+            kymas = {k.name: k for k in self.kcp.kymas()}
+            maps = {m.name: m for m in self.kcp.mappings()}
+            if full:
+                self.skr.refresh()
+        except ApiException as e:
+            log.warning("%s run: listing in the KCP failed: HTTP %s", kind, e.status)
+            return Summary(0, {}, time.monotonic() - t0)
+        names = sorted(set(kymas) | set(maps))
+        futures = [self._pool.submit(self._one, kymas.get(n), maps.get(n), full) for n in names]
+        states: collections.Counter[str] = collections.Counter()
+        for fut in futures:
+            states[fut.result()] += 1
+        for s in STATES:
+            self.metrics.runtimes.labels(s).set(states.get(s, 0))
+        seconds = time.monotonic() - t0
+        self.metrics.run_seconds.labels(kind).observe(seconds)
+        self.metrics.last_run.labels(kind).set(time.time())
+        log.info("%s run over %d Kyma CRs in %.1fs: %s", kind, len(kymas), seconds, dict(states))
+        return Summary(len(kymas), dict(states), seconds)
+
+    def _one(self, kyma: model.Kyma | None, mapping: model.MappingView | None, full: bool) -> str:
+        try:
+            return state_of(self.reconciler.reconcile(kyma, mapping, full=full))
+        except Exception as e:  # noqa: BLE001 - one runtime's bug must not stop the others
+            name = kyma.name if kyma else mapping.name if mapping else "?"
+            log.error("reconciling %s: unexpected %s", name, type(e).__name__, exc_info=True)
+            self.metrics.actions.labels("reconcile", "error").inc()
+            return "Processing"

@@ -1,0 +1,112 @@
+"""Plain-data views of what compass reads (Kyma CR, mapping) and the names it uses.
+
+``kyma_from`` and ``mapping_from`` turn API objects (dicts as served, camelCase) into
+immutable views; everything downstream (``decide``) works on these only.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+# Kyma CR (lifecycle-manager) ---------------------------------------------------------------
+KYMA_GROUP, KYMA_VERSION, KYMA_PLURAL = "operator.kyma-project.io", "v1beta2", "kymas"
+GLOBAL_ACCOUNT = "kyma-project.io/global-account-id"
+SUBACCOUNT = "kyma-project.io/subaccount-id"
+SHOOT_NAME = "kyma-project.io/shoot-name"
+INSTANCE_ID = "kyma-project.io/instance-id"
+PLAN_ID = "kyma-project.io/broker-plan-id"
+PLAN_NAME = "kyma-project.io/broker-plan-name"
+REQUIRED_LABELS = (GLOBAL_ACCOUNT, SUBACCOUNT, SHOOT_NAME)
+APP_CONNECTOR_MODULE = "application-connector"
+
+# CompassManagerMapping (compatible with compass-manager) -----------------------------------
+MAPPING_GROUP, MAPPING_VERSION = "operator.kyma-project.io", "v1beta1"
+MAPPING_PLURAL, MAPPING_KIND = "compassmanagermappings", "CompassManagerMapping"
+KYMA_NAME = "operator.kyma-project.io/kyma-name"
+COMPASS_RUNTIME_ID = "kyma-project.io/compass-runtime-id"
+MAPPING_GLOBAL_ACCOUNT = "kyma-project.io/global-account-id"
+MAPPING_SUBACCOUNT = "kyma-project.io/subaccount-id"
+FINALIZER = "tether.kyma-project.io/compass-registration"
+# Written before the first registerRuntime call: a later run that finds it without a
+# runtime ID looks the runtime up in the Director before registering again.
+REGISTERING = "tether.kyma-project.io/registering"
+
+# Director labels on a registered runtime ---------------------------------------------------
+MANAGED_BY = "director_connection_managed_by"
+KYMA_REF = "tether_kyma"  # "<namespace>.<name>": the per-Kyma key of the idempotency lookup
+
+# Secret in the runtime ------------------------------------------------------------------
+AGENT_SECRET_KEYS = ("CONNECTOR_URL", "RUNTIME_ID", "TENANT", "TOKEN")
+
+
+class Kyma(NamedTuple):
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    modules: tuple[str, ...]
+    deleting: bool
+
+
+class MappingView(NamedTuple):
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    finalizers: tuple[str, ...]
+    deleting: bool
+    status: Mapping[str, Any]
+
+    @property
+    def runtime_id(self) -> str | None:
+        return self.labels.get(COMPASS_RUNTIME_ID) or None
+
+    @property
+    def tenant(self) -> str | None:
+        return self.labels.get(MAPPING_GLOBAL_ACCOUNT) or None
+
+    @property
+    def registering(self) -> bool:
+        return self.annotations.get(REGISTERING) == "true"
+
+
+def kyma_from(obj: Mapping[str, Any]) -> Kyma:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    modules = tuple(str(m.get("name")) for m in spec.get("modules") or []
+                    if isinstance(m, Mapping) and m.get("name"))
+    return Kyma(
+        namespace=meta.get("namespace", ""),
+        name=meta["name"],
+        labels=dict(meta.get("labels") or {}),
+        modules=modules,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def mapping_from(obj: Mapping[str, Any]) -> MappingView:
+    meta = obj.get("metadata") or {}
+    return MappingView(
+        namespace=meta.get("namespace", ""),
+        name=meta["name"],
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        finalizers=tuple(meta.get("finalizers") or ()),
+        deleting=bool(meta.get("deletionTimestamp")),
+        status=dict(obj.get("status") or {}),
+    )
+
+
+def format_time(ts: datetime.datetime) -> str:
+    return ts.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: object) -> datetime.datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        ts = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return ts if ts.tzinfo else ts.replace(tzinfo=datetime.UTC)

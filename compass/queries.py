@@ -1,0 +1,101 @@
+"""The GraphQL documents Tether sends to the Director, and the pure parts around them:
+building a request body (every argument a variable, never formatted into the text) and
+turning a response into data or a typed error."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from compass import errors
+
+RUNTIME_FIELDS = "id name labels status { condition timestamp }"
+
+FIND_RUNTIMES = f"""query FindRuntimes($filter: [LabelFilter!], $first: Int, $after: PageCursor) {{
+  result: runtimes(filter: $filter, first: $first, after: $after) {{
+    data {{ {RUNTIME_FIELDS} }}
+    pageInfo {{ endCursor hasNextPage }}
+    totalCount
+  }}
+}}"""
+
+GET_RUNTIME = f"""query GetRuntime($id: ID!) {{
+  result: runtime(id: $id) {{ {RUNTIME_FIELDS} }}
+}}"""
+
+REGISTER_RUNTIME = f"""mutation RegisterRuntime($in: RuntimeRegisterInput!) {{
+  result: registerRuntime(in: $in) {{ {RUNTIME_FIELDS} }}
+}}"""
+
+UNREGISTER_RUNTIME = """mutation UnregisterRuntime($id: ID!) {
+  result: unregisterRuntime(id: $id) { id }
+}"""
+
+REQUEST_TOKEN = """mutation RequestOneTimeToken($id: ID!) {
+  result: requestOneTimeTokenForRuntime(id: $id) { token connectorURL expiresAt }
+}"""
+
+# operation label (bounded) -> document
+OPERATIONS = {
+    "find_runtimes": FIND_RUNTIMES,
+    "get_runtime": GET_RUNTIME,
+    "register_runtime": REGISTER_RUNTIME,
+    "unregister_runtime": UNREGISTER_RUNTIME,
+    "request_token": REQUEST_TOKEN,
+}
+
+
+class Runtime(NamedTuple):
+    id: str
+    name: str
+    labels: dict[str, Any]
+    condition: str
+
+
+class OneTimeToken(NamedTuple):
+    token: str
+    connector_url: str
+    expires_at: str
+
+    def __repr__(self) -> str:  # never show the token
+        return f"OneTimeToken(connector_url={self.connector_url!r}, expires_at={self.expires_at!r})"
+
+
+def label_query(value: str) -> str:
+    """The Director's SQL/JSON path filter for an exact label value. The value is a
+    variable's content (JSON-escaped), not part of the document."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'$[*] ? (@ == "{escaped}")'
+
+
+def body(operation: str, variables: dict[str, Any]) -> dict[str, Any]:
+    return {"query": OPERATIONS[operation], "variables": variables}
+
+
+def result_of(doc: object) -> Any:
+    """The ``result`` field of a GraphQL response, or the mapped error."""
+    if not isinstance(doc, dict):
+        raise errors.Unavailable("Director answered something that is not a JSON object")
+    errs = doc.get("errors")
+    if errs:
+        raise errors.from_graphql_error(errs[0] if isinstance(errs, list) else errs)
+    data = doc.get("data")
+    if not isinstance(data, dict) or "result" not in data:
+        raise errors.Unavailable("Director response has no data")
+    return data["result"]
+
+
+def runtime_of(raw: object) -> Runtime:
+    if not isinstance(raw, dict) or not raw.get("id"):
+        raise errors.Unavailable("Director returned a runtime without id")
+    status = raw.get("status") or {}
+    return Runtime(
+        id=str(raw["id"]), name=str(raw.get("name") or ""),
+        labels=dict(raw.get("labels") or {}),
+        condition=str(status.get("condition") or "INITIAL") if isinstance(status, dict) else "INITIAL",
+    )
+
+
+def token_of(raw: object) -> OneTimeToken:
+    if not isinstance(raw, dict) or not raw.get("token") or not raw.get("connectorURL"):
+        raise errors.Unavailable("Director returned an incomplete one-time token")
+    return OneTimeToken(str(raw["token"]), str(raw["connectorURL"]), str(raw.get("expiresAt") or ""))

@@ -1,0 +1,82 @@
+"""Wiring: settings -> Director client, reconciler, job, scheduler. Used by the entry
+point, the tests and the benchmark (so they run exactly what production runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+
+import requests
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+from kubernetes import client
+
+from common import skr_clients
+from compass import breaker as breaker_mod
+from compass import decide, metrics
+from compass import director as director_mod
+from compass import job as job_mod
+from compass import mappings as mappings_mod
+from compass import oauth as oauth_mod
+from compass import reconcile as reconcile_mod
+from compass import settings as settings_mod
+
+
+@dataclasses.dataclass
+class Service:
+    settings: settings_mod.Settings
+    metrics: metrics.Metrics
+    director: director_mod.DirectorClient
+    tokens: oauth_mod.TokenSource
+    skr: skr_clients.SkrClients
+    kcp: mappings_mod.Kcp
+    reconciler: reconcile_mod.Reconciler
+    job: job_mod.Job
+    session: requests.Session
+
+    def close(self) -> None:
+        self.job.close()
+        self.skr.close()
+        self.session.close()
+
+
+def build(s: settings_mod.Settings, kcp_api: client.ApiClient, stats: metrics.Metrics,
+          audit: logging.Logger) -> Service:
+    session = requests.Session()
+    session.trust_env = False  # no proxy/CA settings from the environment: verify as configured
+    adapter = requests.adapters.HTTPAdapter(pool_connections=2, pool_maxsize=s.concurrency + 2)
+    session.mount("https://", adapter)
+    verify: str | bool = s.director_ca_file or True
+    tokens = oauth_mod.TokenSource(session, s.token_url, s.client_id, s.client_secret,
+                                   verify=verify, timeout=s.director_timeout)
+    br = breaker_mod.CircuitBreaker(
+        s.breaker_threshold, s.breaker_open_seconds, s.breaker_max_open_seconds,
+        on_change=lambda st: stats.circuit.set(breaker_mod.STATE_VALUE[st]))
+    director = director_mod.DirectorClient(
+        graphql_url=s.director_url, tokens=tokens, session=session, verify=verify,
+        timeout=s.director_timeout, breaker=br, stats=stats)
+    skr = skr_clients.SkrClients(kcp_api, s.namespace)
+    kcp = mappings_mod.Kcp(kcp_api, s.namespace)
+    tuning = reconcile_mod.Tuning(
+        policy=decide.Policy(managed_by=s.managed_by, only_app_connector=s.only_app_connector),
+        secret_namespace=s.secret_namespace, secret_name=s.secret_name, skr_timeout=s.skr_timeout,
+        backoff_base=s.backoff_base, backoff_cap=s.backoff_cap)
+    rec = reconcile_mod.Reconciler(tuning, kcp, director, skr, stats, audit)
+    job = job_mod.Job(rec, kcp, skr, stats, concurrency=s.concurrency)
+    return Service(s, stats, director, tokens, skr, kcp, rec, job, session)
+
+
+def scheduler(svc: Service) -> BackgroundScheduler:
+    """A paused scheduler with the interval run and the cron full resync; the leader
+    elector resumes it while this process holds the Lease."""
+    s = svc.settings
+    sched = BackgroundScheduler(timezone=datetime.UTC, job_defaults={
+        "coalesce": True, "max_instances": 1, "misfire_grace_time": None})
+    sched.add_job(svc.job.run, IntervalTrigger(seconds=s.interval), kwargs={"full": False},
+                  id="interval", next_run_time=datetime.datetime.now(datetime.UTC))
+    sched.add_job(svc.job.run, CronTrigger.from_crontab(s.resync_cron, timezone=datetime.UTC),
+                  kwargs={"full": True}, id="resync")
+    sched.start(paused=True)
+    return sched

@@ -1,0 +1,94 @@
+"""Compass settings: one dataclass, built once in the entry point from the environment
+(``from_env``). A bad value stops the process with ``config.SettingError`` naming it."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping
+
+from apscheduler.triggers.cron import CronTrigger
+
+from common import config
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    director_url: str                      # GraphQL endpoint
+    token_url: str                         # OAuth2 token endpoint
+    client_id: str
+    client_secret: str = dataclasses.field(repr=False)
+    director_ca_file: str | None = None    # None: system trust store
+    namespace: str = "kcp-system"          # Kyma CRs, mappings and kubeconfig Secrets
+    managed_by: str = "tether"             # director_connection_managed_by label value
+    only_app_connector: bool = False
+    interval: float = 60.0
+    resync_cron: str = "17 * * * *"
+    concurrency: int = 8
+    director_timeout: float = 10.0
+    skr_timeout: float = 10.0
+    backoff_base: float = 5.0
+    backoff_cap: float = 300.0
+    breaker_threshold: int = 5
+    breaker_open_seconds: float = 15.0
+    breaker_max_open_seconds: float = 120.0
+    secret_namespace: str = "kyma-system"
+    secret_name: str = "compass-agent-configuration"
+    lease_namespace: str = "tether-system"
+    lease_name: str = "tether-compass"
+    metrics_port: int = 8080
+    log_level: str = "INFO"
+    log_format: str = "json"
+    audit_destination: str = "stdout"
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    secret_file = config.optional("COMPASS_OAUTH_CLIENT_SECRET_FILE", env=env)
+    if secret_file:
+        path = pathlib.Path(secret_file)
+        if not path.is_file():
+            raise config.SettingError(f"COMPASS_OAUTH_CLIENT_SECRET_FILE={secret_file} is not a file")
+        secret = path.read_text().strip()
+    else:
+        secret = config.string("COMPASS_OAUTH_CLIENT_SECRET", env=env)
+    ca = config.optional("COMPASS_DIRECTOR_CA_FILE", env=env)
+    if ca is not None:
+        ca = config.existing_file("COMPASS_DIRECTOR_CA_FILE", env=env)
+    cron = config.string("COMPASS_RESYNC_CRON", "17 * * * *", env=env)
+    try:
+        CronTrigger.from_crontab(cron)
+    except ValueError as e:
+        raise config.SettingError(f"COMPASS_RESYNC_CRON={cron!r} is not a crontab expression: {e}") from None
+    url = config.string("COMPASS_DIRECTOR_URL", env=env)
+    token_url = config.string("COMPASS_OAUTH_TOKEN_URL", env=env)
+    for name, value in (("COMPASS_DIRECTOR_URL", url), ("COMPASS_OAUTH_TOKEN_URL", token_url)):
+        if not value.startswith("https://"):
+            raise config.SettingError(f"{name}={value} must be an https:// URL")
+    return Settings(
+        director_url=url,
+        token_url=token_url,
+        client_id=config.string("COMPASS_OAUTH_CLIENT_ID", env=env),
+        client_secret=secret,
+        director_ca_file=ca,
+        namespace=config.string("TETHER_KCP_NAMESPACE", "kcp-system", env=env),
+        managed_by=config.string("COMPASS_MANAGED_BY", "tether", env=env),
+        only_app_connector=config.boolean("COMPASS_ONLY_APPLICATION_CONNECTOR", False, env=env),
+        interval=config.number("COMPASS_INTERVAL_SECONDS", 60.0, minimum=1.0, env=env),
+        resync_cron=cron,
+        concurrency=config.integer("COMPASS_CONCURRENCY", 8, minimum=1, maximum=64, env=env),
+        director_timeout=config.number("COMPASS_DIRECTOR_TIMEOUT_SECONDS", 10.0, minimum=0.1, env=env),
+        skr_timeout=config.number("COMPASS_SKR_TIMEOUT_SECONDS", 10.0, minimum=0.1, env=env),
+        backoff_base=config.number("COMPASS_BACKOFF_BASE_SECONDS", 5.0, minimum=0.0, env=env),
+        backoff_cap=config.number("COMPASS_BACKOFF_CAP_SECONDS", 300.0, minimum=0.0, env=env),
+        breaker_threshold=config.integer("COMPASS_BREAKER_THRESHOLD", 5, minimum=1, env=env),
+        breaker_open_seconds=config.number("COMPASS_BREAKER_OPEN_SECONDS", 15.0, minimum=0.1, env=env),
+        breaker_max_open_seconds=config.number("COMPASS_BREAKER_MAX_OPEN_SECONDS", 120.0, minimum=0.1, env=env),
+        secret_namespace=config.string("COMPASS_AGENT_SECRET_NAMESPACE", "kyma-system", env=env),
+        secret_name=config.string("COMPASS_AGENT_SECRET_NAME", "compass-agent-configuration", env=env),
+        lease_namespace=config.string("TETHER_LEASE_NAMESPACE", "tether-system", env=env),
+        lease_name=config.string("COMPASS_LEASE_NAME", "tether-compass", env=env),
+        metrics_port=config.integer("COMPASS_METRICS_PORT", 8080, minimum=0, maximum=65535, env=env),
+        log_level=config.string("TETHER_LOG_LEVEL", "INFO", env=env),
+        log_format=config.string("TETHER_LOG_FORMAT", "json", env=env),
+        audit_destination=config.string("TETHER_AUDIT_LOG", "stdout", env=env),
+    )

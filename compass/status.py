@@ -1,0 +1,139 @@
+"""The mapping's status as pure functions of the previous status (plain dicts).
+
+Fields (compatible with compass-manager's ``registered``, ``configured``, ``state``):
+``registered``, ``configured``, ``state`` (Ready/Processing/Failed), ``conditions``
+(types ``Registered`` and ``Configured`` with reason and message), and Tether's own
+``runtimeConnected``, ``tokenExpiresAt``, ``secretDigest`` (SHA-256 of the delivered
+Secret's data, never the token), ``failures`` and ``nextAttemptAt`` (the per-runtime
+backoff, persisted so a restart keeps it).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from compass import model
+
+REGISTERED, CONFIGURED = "Registered", "Configured"
+
+
+def backoff_delay(failures: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Exponential backoff with jitter: between half and all of min(cap, base*2^(n-1))."""
+    n = max(1, failures)
+    ceiling = min(cap, base * (2.0 ** min(n - 1, 30)))
+    r = float((rng or random).random())
+    return ceiling / 2 + r * ceiling / 2
+
+
+def digest(data: Mapping[str, str]) -> str:
+    """SHA-256 over the Secret's keys and values (base64 strings as stored)."""
+    h = hashlib.sha256()
+    for k in sorted(data):
+        h.update(k.encode() + b"\0" + str(data[k]).encode() + b"\0")
+    return h.hexdigest()
+
+
+def _set_condition(conds: list[dict[str, Any]], ctype: str, ok: bool, reason: str, message: str,
+                   now: datetime.datetime) -> list[dict[str, Any]]:
+    out = [dict(c) for c in conds if c.get("type") != ctype]
+    prev = next((c for c in conds if c.get("type") == ctype), None)
+    status = "True" if ok else "False"
+    changed = prev is None or prev.get("status") != status
+    out.append({
+        "type": ctype, "status": status, "reason": reason, "message": message[:1000],
+        "lastTransitionTime": model.format_time(now) if changed
+        else prev.get("lastTransitionTime", model.format_time(now)),  # type: ignore[union-attr]
+    })
+    return sorted(out, key=lambda c: str(c["type"]))
+
+
+def _base(prev: Mapping[str, Any]) -> dict[str, Any]:
+    st = dict(prev)
+    st.setdefault("registered", False)
+    st.setdefault("configured", False)
+    st["conditions"] = list(prev.get("conditions") or [])
+    return st
+
+
+def _overall(st: dict[str, Any]) -> str:
+    return "Ready" if st.get("registered") and st.get("configured") else "Processing"
+
+
+def processing(prev: Mapping[str, Any], now: datetime.datetime, reason: str, message: str) -> dict[str, Any]:
+    st = _base(prev)
+    st["state"] = "Processing"
+    st["conditions"] = _set_condition(st["conditions"], REGISTERED, bool(st["registered"]), reason,
+                                      message, now)
+    return st
+
+
+def invalid(prev: Mapping[str, Any], now: datetime.datetime, reason: str, message: str) -> dict[str, Any]:
+    st = _base(prev)
+    st["state"] = "Failed"
+    st["conditions"] = _set_condition(st["conditions"], REGISTERED, False, reason, message, now)
+    return st
+
+
+def registered(prev: Mapping[str, Any], now: datetime.datetime, runtime_id: str, adopted: bool) -> dict[str, Any]:
+    st = _base(prev)
+    st["registered"] = True
+    st["failures"], st["nextAttemptAt"] = 0, None
+    how = "found in the Director (registered earlier)" if adopted else "registered in the Director"
+    st["conditions"] = _set_condition(st["conditions"], REGISTERED, True, "Registered",
+                                      f"runtime {runtime_id} {how}", now)
+    st["state"] = _overall(st)
+    return st
+
+
+def forgotten(prev: Mapping[str, Any], now: datetime.datetime, reason: str, message: str) -> dict[str, Any]:
+    st = _base(prev)
+    st.update(registered=False, configured=False, runtimeConnected=False, tokenExpiresAt=None,
+              secretDigest=None, state="Processing")
+    st["conditions"] = _set_condition(st["conditions"], REGISTERED, False, reason, message, now)
+    return st
+
+
+def configured(prev: Mapping[str, Any], now: datetime.datetime, *, token_expires_at: str,
+               secret_digest: str, reason: str) -> dict[str, Any]:
+    st = _base(prev)
+    st.update(configured=True, tokenExpiresAt=token_expires_at, secretDigest=secret_digest,
+              failures=0, nextAttemptAt=None)
+    why = f" ({reason})" if reason and reason != "NotConfigured" else ""
+    st["conditions"] = _set_condition(st["conditions"], CONFIGURED, True, "TokenDelivered",
+                                      f"one-time token delivered to the runtime{why}", now)
+    st["state"] = _overall(st)
+    return st
+
+
+def connected(prev: Mapping[str, Any], now: datetime.datetime) -> dict[str, Any]:
+    st = _base(prev)
+    st.update(runtimeConnected=True, registered=True, configured=True, failures=0, nextAttemptAt=None)
+    st["conditions"] = _set_condition(st["conditions"], CONFIGURED, True, "RuntimeConnected",
+                                      "the runtime agent connected to Compass", now)
+    st["state"] = "Ready"
+    return st
+
+
+def ready(prev: Mapping[str, Any], now: datetime.datetime) -> dict[str, Any]:
+    st = _base(prev)
+    st.update(failures=0, nextAttemptAt=None)
+    st["state"] = _overall(st)
+    return st
+
+
+def failure(prev: Mapping[str, Any], now: datetime.datetime, *, ctype: str, reason: str,
+            message: str, permanent: bool, delay: float) -> dict[str, Any]:
+    """A failed step: condition with the reason, backoff counted up. Transient failures
+    (Director unavailable, runtime unreachable) keep ``Processing``; errors that need a
+    person (invalid input, unauthorized) are ``Failed``; both are retried."""
+    st = _base(prev)
+    st["failures"] = int(prev.get("failures") or 0) + 1
+    st["nextAttemptAt"] = model.format_time(now + datetime.timedelta(seconds=delay))
+    ok = bool(st.get("registered")) if ctype == REGISTERED else False
+    st["conditions"] = _set_condition(st["conditions"], ctype, ok, reason, message, now)
+    st["state"] = "Failed" if permanent else "Processing"
+    return st
