@@ -123,6 +123,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:  # runs in the child before exec
+    # PDEATHSIG follows the spawning *thread*; _spawn only asks for it from the main thread
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except OSError:
@@ -338,7 +339,8 @@ class ControlPlane:
         logfile = open(logpath, "ab")  # noqa: SIM115 - closed in _terminate
         popen = subprocess.Popen(
             args, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent,  # noqa: PLW1509
+            start_new_session=True,
+            preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
         )
         return _Proc(name, popen, logfile, logpath)
 
@@ -384,25 +386,14 @@ class ControlPlane:
 
 @contextlib.contextmanager
 def planes(*names: str) -> Iterator[dict[str, ControlPlane]]:
-    """Start several independent planes (in parallel threads), stop them all on exit."""
+    """Start several independent planes, stop them all on exit.
+
+    Sequential on purpose: a child's PR_SET_PDEATHSIG fires when the *thread* that
+    spawned it ends, so planes are spawned from the caller's thread (~3 s each)."""
     started: dict[str, ControlPlane] = {}
-    errors: list[BaseException] = []
-
-    def run(n: str) -> None:
-        try:
-            started[n] = ControlPlane(n).start()
-        except BaseException as e:  # noqa: BLE001 - re-raised below
-            errors.append(e)
-
-    binaries()  # build once, before the threads
-    threads = [threading.Thread(target=run, args=(n,)) for n in names]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
     try:
-        if errors:
-            raise errors[0]
+        for n in names:
+            started[n] = ControlPlane(n).start()
         yield started
     finally:
         for p in started.values():
