@@ -1,0 +1,195 @@
+"""The webhook's Flask app: ``POST /validate``, ``/healthz``, ``/readyz``, ``/metrics``.
+
+The handler parses the AdmissionReview, decides (``admission.decide``), puts the object
+key into the coalescing queue and answers ``allowed: true``; it never does network I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import flask
+import werkzeug.exceptions
+from prometheus_client import CollectorRegistry
+from prometheus_flask_exporter import PrometheusMetrics
+from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
+
+from common import changes, kube, sender, tlsreload
+from webhook import admission, forwarder, keyqueue, metrics, readback
+from webhook import settings as settings_mod
+
+log = logging.getLogger(__name__)
+JSON = "application/json"
+
+
+@dataclasses.dataclass
+class Parts:
+    """What the app uses; built by ``build_parts`` in each gunicorn worker."""
+
+    settings: settings_mod.Settings
+    queue: keyqueue.KeyQueue
+    metrics: metrics.Metrics
+    registry: CollectorRegistry | None
+    forwarder: forwarder.Forwarder | None = None
+    serving: tlsreload.Watched[ssl.SSLContext] | None = None
+    overflow_log: OverflowLog = dataclasses.field(default_factory=lambda: OverflowLog(60.0))
+
+
+class OverflowLog:
+    """Logs queue overflow at most once per interval, with the count since the last line."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval, self._clock = interval, clock
+        self._last = float("-inf")
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def hit(self) -> int | None:
+        """The count to log now, or None (not yet time)."""
+        with self._lock:
+            self._count += 1
+            now = self._clock()
+            if now - self._last < self.interval:
+                return None
+            self._last, count, self._count = now, self._count, 0
+            return count
+
+
+def multiprocess() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+def build_parts(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] | None = None) -> Parts:
+    """Queue, metrics, runtime API reader, listener client and forwarder (not started)."""
+    registry = None if multiprocess() else CollectorRegistry()
+    m = metrics.build(registry)
+    queue = keyqueue.KeyQueue(s.queue_size, s.forwarder.coalesce_seconds)
+    reader = readback.Reader(kube.api_client(s.kubeconfig))
+    client = sender.ListenerClient(s.listener)
+    fwd = forwarder.Forwarder(s.forwarder, s.runtime_id, queue, reader, client, m)
+    return Parts(s, queue, m, registry, fwd, serving, OverflowLog(s.overflow_log_seconds))
+
+
+def _error(status: int, error: str, details: Any = None) -> flask.Response:
+    body = json.dumps({"error": error, "details": details})
+    return flask.Response(body, status=status, mimetype=JSON)
+
+
+def _too_large(limit: int) -> flask.Response:
+    return _error(413, "request too large",
+                  f"the body exceeds {limit} bytes (TETHER_WEBHOOK_MAX_BODY_BYTES)")
+
+
+def _discard(length: int, limit: int) -> None:
+    """Read and drop a moderately oversized body so the client gets to read the 413
+    (closing on a client still sending resets the connection); far larger ones are not
+    read: the connection closes."""
+    if length > 4 * limit:
+        return
+    stream = flask.request.environ.get("wsgi.input")
+    left = length
+    while stream is not None and left > 0:
+        chunk = stream.read(min(left, 256 * 1024))
+        if not chunk:
+            break
+        left -= len(chunk)
+
+
+def _handle_validate(parts: Parts) -> flask.Response:
+    t0 = time.perf_counter()
+    m = parts.metrics
+    operation = "unknown"
+    try:
+        if flask.request.mimetype != JSON:
+            m.admissions.labels(operation, "invalid").inc()
+            return _error(415, "unsupported media type", "Content-Type must be application/json")
+        length = flask.request.content_length
+        if length is not None and length > parts.settings.server.max_body_bytes:
+            m.admissions.labels(operation, "invalid").inc()
+            _discard(length, parts.settings.server.max_body_bytes)
+            return _too_large(parts.settings.server.max_body_bytes)
+        try:
+            doc = json.loads(flask.request.get_data(cache=False))
+        except (ValueError, UnicodeDecodeError):
+            m.admissions.labels(operation, "invalid").inc()
+            return _error(400, "invalid JSON", "the body is not valid JSON")
+        try:
+            req = admission.parse(doc)
+        except admission.ReviewError as e:
+            m.admissions.labels(operation, "invalid").inc()
+            return _error(400, "invalid AdmissionReview", e.details)
+        operation = req.operation if req.operation in admission.OPERATIONS else "other"
+        outcome: str | None = admission.decide(req, parts.settings.filter)
+        if outcome is None:
+            outcome = parts.queue.put(admission.item_of(req, changes.now()))
+            if outcome == "coalesced":
+                m.coalesced.inc()
+            elif outcome == "overflowed":
+                m.overflowed.inc()
+                count = parts.overflow_log.hit()
+                if count is not None:
+                    log.warning("queue full (%d keys): %d admissions not queued since the last "
+                                "report; the poller will pick them up", parts.queue.maxsize, count)
+            m.queue_depth.set(len(parts.queue))
+        m.admissions.labels(operation, outcome).inc()
+        return flask.Response(json.dumps(admission.response(req.uid)), mimetype=JSON)
+    finally:
+        m.handler_seconds.observe(time.perf_counter() - t0)
+
+
+def create_app(s: settings_mod.Settings, parts: Parts | None = None) -> flask.Flask:
+    parts = parts or build_parts(s)
+    app = flask.Flask("webhook")
+    app.config["MAX_CONTENT_LENGTH"] = s.server.max_body_bytes
+    app.extensions["tether.webhook"] = parts
+    excluded = ["^/validate$", "^/healthz$", "^/readyz$"]
+    if parts.registry is None:
+        GunicornInternalPrometheusMetrics(app, group_by="endpoint", defaults_prefix="tether_webhook_http",
+                                          excluded_paths=excluded)
+    else:
+        PrometheusMetrics(app, registry=parts.registry, group_by="endpoint",
+                          defaults_prefix="tether_webhook_http", excluded_paths=excluded)
+
+    @app.post("/validate")
+    def validate() -> flask.Response:
+        return _handle_validate(parts)
+
+    @app.get("/healthz")
+    def healthz() -> flask.Response:
+        return flask.Response('{"status":"ok"}', mimetype=JSON)
+
+    @app.get("/readyz")
+    def readyz() -> flask.Response:
+        problems = []
+        if parts.serving is not None and not parts.serving.loaded():
+            problems.append("serving certificate not loaded")
+        fwd = parts.forwarder
+        if fwd is None or not fwd.alive():
+            problems.append("forwarder not running")
+        elif not fwd.client.certs_loaded():
+            problems.append("client certificate not loaded")
+        if problems:
+            return _error(503, "not ready", problems)
+        return flask.Response('{"status":"ready"}', mimetype=JSON)
+
+    @app.errorhandler(werkzeug.exceptions.HTTPException)
+    def http_error(e: werkzeug.exceptions.HTTPException) -> flask.Response:
+        status = e.code or 500
+        if status == 413:
+            return _too_large(s.server.max_body_bytes)
+        return _error(status, (e.name or "error").lower(), e.description)
+
+    @app.errorhandler(Exception)
+    def unexpected(e: Exception) -> flask.Response:
+        log.error("unexpected error in %s: %s", flask.request.path, type(e).__name__, exc_info=e)
+        return _error(500, "internal error", "see the webhook's log")
+
+    return app

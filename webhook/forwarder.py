@@ -1,0 +1,197 @@
+"""Forwarder threads: read back what the admission handler queued and send it to the listener.
+
+Each thread takes up to ``max_batch`` keys (several when the queue is deep), reads every
+object back (``readback``), builds change records and POSTs them in batches. Keys whose
+write is not visible yet stay pending in the thread (re-read every ``poll`` seconds until
+``readback_seconds`` after admission); runtime API errors are retried the same way for up
+to ``read_error_seconds``. Sending retries retryable outcomes with exponential backoff and
+full jitter, at least the listener's ``Retry-After``; a permanent outcome (4xx other than
+408/429) is logged with the listener's error and dropped (a rejected batch is retried
+record by record so one bad record does not sink the others). ``stop`` drains what can be
+sent within the grace period, then closes connections.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from common import changes, logs, sender
+from webhook import keyqueue, metrics, readback
+from webhook import settings as settings_mod
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Pending:
+    item: keyqueue.Item
+    next_try: float
+    first_error: float | None = None
+
+
+class Forwarder:
+    def __init__(self, settings: settings_mod.ForwarderSettings, runtime_id: str, queue: keyqueue.KeyQueue,
+                 reader: readback.Reader, client: sender.ListenerClient, m: metrics.Metrics) -> None:
+        self.settings = settings
+        self.runtime_id = runtime_id
+        self.queue = queue
+        self.reader = reader
+        self.client = client
+        self.metrics = m
+        self._stop = threading.Event()
+        self._deadline = float("inf")
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        for i in range(self.settings.threads):
+            t = threading.Thread(target=self._run, name=f"forwarder-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def alive(self) -> bool:
+        return bool(self._threads) and all(t.is_alive() for t in self._threads)
+
+    def stop(self, grace: float | None = None) -> None:
+        """Drain within ``grace`` seconds (default ``drain_seconds``), then close."""
+        grace = self.settings.drain_seconds if grace is None else grace
+        self._deadline = time.monotonic() + grace
+        self._stop.set()
+        self.queue.close()
+        for t in self._threads:
+            t.join(max(0.0, self._deadline - time.monotonic()) + 1.0)
+        left = len(self.queue)
+        if left:
+            log.warning("forwarder stopped with %d keys unsent (left to the poller)", left)
+        self.client.close()
+
+    def _time_left(self) -> float:
+        return self._deadline - time.monotonic()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        pending: list[_Pending] = []
+        while True:
+            if self._stop.is_set() and self._time_left() <= 0:
+                return
+            room = self.settings.max_batch - len(pending)
+            new = self.queue.take(max(room, 0), self.settings.poll if pending else 0.5) if room > 0 else []
+            if not new and not pending and self.queue.closed:
+                return
+            self.metrics.queue_depth.set(len(self.queue))
+            now = time.monotonic()
+            work = [_Pending(i, now) for i in new] + pending
+            pending = []
+            records: list[changes.ChangeRecord] = []
+            for p in work:
+                if p.next_try > now:
+                    pending.append(p)
+                    continue
+                rec = self._resolve(p)
+                if rec is None:
+                    continue
+                if isinstance(rec, _Pending):
+                    pending.append(rec)
+                else:
+                    records.append(rec)
+            if records:
+                for chunk in sender.split_batches(records, max_items=self.settings.max_batch):
+                    self._deliver(chunk)
+            elif pending and not new:
+                time.sleep(self.settings.poll)
+
+    def _resolve(self, p: _Pending) -> changes.ChangeRecord | _Pending | None:
+        item = p.item
+        now = time.monotonic()
+        expired = now - item.admitted >= self.settings.readback_seconds or (
+            self._stop.is_set() and self._time_left() <= 0)
+        try:
+            found = self.reader.get(item.namespace, item.name)
+            verdict = readback.judge(item, found, expired)
+            observed = changes.now()
+            if verdict.result == "tombstone":
+                rv, again = self.reader.absent_at(item.namespace, item.name)
+                if again is not None:
+                    verdict = readback.judge(item, again, expired)
+                else:
+                    self.metrics.readbacks.labels("tombstone").inc()
+                    return changes.tombstone(
+                        runtime_id=self.runtime_id, namespace=item.namespace, name=item.name,
+                        uid=item.uid, resource_version=_not_below(rv, item.old_resource_version),
+                        source="webhook", observed_at=observed)
+        except readback.ReadError as e:
+            first = p.first_error or now
+            if now - first >= self.settings.read_error_seconds or self._time_left() <= 0:
+                self.metrics.readbacks.labels("read-error").inc()
+                log.warning("dropping %s/%s after runtime API errors (left to the poller): %s",
+                            item.namespace, item.name, e)
+                return None
+            return _Pending(item, now + min(1.0, self.settings.poll * 4), first)
+        if verdict.result == "live":
+            assert verdict.obj is not None
+            self.metrics.readbacks.labels("live").inc()
+            return changes.from_configmap(verdict.obj, runtime_id=self.runtime_id,
+                                          source="webhook", observed_at=observed)
+        if verdict.result == "wait":
+            return _Pending(item, now + self.settings.poll)
+        self.metrics.readbacks.labels(verdict.result).inc()
+        log.info("not forwarding %s/%s: %s", item.namespace, item.name, verdict.result)
+        return None
+
+    def _deliver(self, records: Sequence[changes.ChangeRecord]) -> None:
+        attempt = 0
+        while True:
+            timeout = None
+            if self._stop.is_set():
+                left = self._time_left()
+                if left <= 0.05:
+                    self.metrics.forwards.labels("abandoned", "shutdown").inc()
+                    log.warning("shutdown: %d records unsent (left to the poller)", len(records))
+                    return
+                timeout = (min(3.0, left), left)
+            t0 = time.monotonic()
+            outcome = self.client.send(records, timeout)
+            self.metrics.forward_seconds.observe(time.monotonic() - t0)
+            self.metrics.forwards.labels(outcome.verdict, outcome.reason).inc()
+            if outcome.verdict == "ok":
+                self.metrics.last_success.set(time.time())
+                for r in outcome.results:
+                    self.metrics.forwarded_records.labels(str(r.get("outcome", "unknown"))[:20]).inc()
+                return
+            if outcome.verdict == "permanent":
+                if len(records) > 1:
+                    for rec in records:  # isolate the record the listener refuses
+                        self._deliver([rec])
+                    return
+                rec = records[0]
+                log.error("listener refused %s/%s rv=%s: %s %s %s", rec["namespace"], rec["name"],
+                          rec["resourceVersion"], outcome.status, outcome.error,
+                          logs.bounded(outcome.details, 300))
+                return
+            delay = sender.retry_delay(outcome, attempt, base=self.settings.retry_base,
+                                       cap=self.settings.retry_cap)
+            attempt += 1
+            if attempt == 1 or attempt % 10 == 0:
+                log.warning("listener call failed (%s %s), attempt %d, retrying in %.2fs",
+                            outcome.reason, outcome.error, attempt, delay)
+            if self._stop.is_set():
+                if delay >= self._time_left():
+                    self.metrics.forwards.labels("abandoned", "shutdown").inc()
+                    log.warning("shutdown: %d records unsent (left to the poller)", len(records))
+                    return
+                time.sleep(delay)
+            else:
+                self._stop.wait(delay)
+
+
+def _not_below(list_rv: str, own_rv: str) -> str:
+    """The collection resourceVersion, never below the deleted object's own."""
+    if list_rv.isdigit() and own_rv.isdigit():
+        return str(max(int(list_rv), int(own_rv)))
+    return list_rv or own_rv or "0"

@@ -1,0 +1,58 @@
+"""The webhook's Prometheus metrics (no per-object labels).
+
+Built once per app with ``build(registry)``. In gunicorn every worker writes its values to
+``PROMETHEUS_MULTIPROC_DIR`` and ``/metrics`` aggregates all workers (prometheus-flask-exporter
+multiprocess mode); gauges say how they aggregate (queue depth: sum over live workers,
+last success: max over live workers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "tether_webhook"
+HANDLER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+FORWARD_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    admissions: Counter  # operation, outcome
+    handler_seconds: Histogram
+    queue_depth: Gauge
+    coalesced: Counter
+    overflowed: Counter
+    readbacks: Counter  # result
+    forwards: Counter  # result, reason
+    forwarded_records: Counter  # outcome (listener's per-item outcome)
+    forward_seconds: Histogram
+    last_success: Gauge
+
+
+def build(registry: CollectorRegistry | None) -> Metrics:
+    """``registry`` None: not registered (multiprocess mode reads the value files)."""
+    r = registry
+    return Metrics(
+        admissions=Counter(f"{PREFIX}_admission_requests", "AdmissionReviews answered, by operation and outcome",
+                           ["operation", "outcome"], registry=r),
+        handler_seconds=Histogram(f"{PREFIX}_admission_handler_seconds",
+                                  "Time spent in the /validate handler", buckets=HANDLER_BUCKETS, registry=r),
+        queue_depth=Gauge(f"{PREFIX}_queue_depth", "Object keys waiting for the forwarder",
+                          multiprocess_mode="livesum", registry=r),
+        coalesced=Counter(f"{PREFIX}_queue_coalesced", "Admissions merged into a waiting entry", registry=r),
+        overflowed=Counter(f"{PREFIX}_queue_overflowed",
+                           "Admissions refused by a full queue (left to the poller)", registry=r),
+        readbacks=Counter(f"{PREFIX}_readbacks", "Objects read back from the runtime API, by result",
+                          ["result"], registry=r),
+        forwards=Counter(f"{PREFIX}_forwards", "POSTs to the listener, by result and reason",
+                         ["result", "reason"], registry=r),
+        forwarded_records=Counter(f"{PREFIX}_forwarded_records",
+                                  "Records acknowledged by the listener, by its outcome", ["outcome"], registry=r),
+        forward_seconds=Histogram(f"{PREFIX}_forward_seconds", "Duration of one POST to the listener",
+                                  buckets=FORWARD_BUCKETS, registry=r),
+        last_success=Gauge(f"{PREFIX}_last_forward_success_timestamp_seconds",
+                           "Unix time of the last successful POST to the listener",
+                           multiprocess_mode="livemax", registry=r),
+    )

@@ -1,0 +1,99 @@
+"""Running the webhook app under gunicorn: gthread workers over TLS with keep-alive.
+
+Each worker builds its own app (queue, forwarder threads, clients) after the fork; the
+forwarder starts in ``post_worker_init`` and drains in ``worker_exit`` (within
+``TETHER_DRAIN_SECONDS``, below gunicorn's graceful timeout). The serving certificate is
+an ``ssl.SSLContext`` kept per worker and rebuilt when the files change.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
+
+from common import logs, tlsreload
+from webhook import app as app_mod
+from webhook import settings as settings_mod
+
+log = logging.getLogger(__name__)
+
+
+def gunicorn_options(s: settings_mod.Settings) -> dict[str, Any]:
+    sv = s.server
+    return {
+        "bind": [sv.bind],
+        "workers": sv.workers,
+        "worker_class": "gthread",
+        "threads": sv.threads,
+        "keepalive": sv.keepalive,
+        "graceful_timeout": sv.graceful_timeout,
+        "timeout": 30,
+        "certfile": sv.cert_file,
+        "keyfile": sv.key_file,
+        "preload_app": False,
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": s.log_level.lower(),
+        "proc_name": "tether-webhook",
+        "worker_tmp_dir": "/dev/shm" if _exists("/dev/shm") else None,
+    }
+
+
+def _exists(path: str) -> bool:
+    import os
+
+    return os.path.isdir(path)
+
+
+class WebhookServer(BaseApplication):  # type: ignore[misc]
+    def __init__(self, s: settings_mod.Settings) -> None:
+        self.settings = s
+        self.serving = tlsreload.Watched(
+            (s.server.cert_file, s.server.key_file),
+            lambda: tlsreload.server_context(s.server.cert_file, s.server.key_file),
+            check_interval=s.listener.reload_check_seconds,
+        )
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in gunicorn_options(self.settings).items():
+            if value is not None:
+                self.cfg.set(key, value)
+        self.cfg.set("ssl_context", self._ssl_context)
+        self.cfg.set("post_worker_init", self._post_worker_init)
+        self.cfg.set("worker_exit", self._worker_exit)
+        self.cfg.set("child_exit", self._child_exit)
+
+    def load(self) -> Any:
+        logs.configure(self.settings.log_level, self.settings.log_format)
+        parts = app_mod.build_parts(self.settings, self.serving)
+        return app_mod.create_app(self.settings, parts)
+
+    # -- hooks (run in the worker, except child_exit in the arbiter) -------------------------
+
+    def _ssl_context(self, conf: Any, default_factory: Any) -> ssl.SSLContext:
+        return self.serving.get()
+
+    @staticmethod
+    def _parts(worker: Any) -> app_mod.Parts | None:
+        wsgi = getattr(worker, "wsgi", None)
+        parts = getattr(wsgi, "extensions", {}).get("tether.webhook")
+        return parts if isinstance(parts, app_mod.Parts) else None
+
+    def _post_worker_init(self, worker: Any) -> None:
+        parts = self._parts(worker)
+        if parts is not None and parts.forwarder is not None:
+            parts.forwarder.start()
+
+    def _worker_exit(self, server: Any, worker: Any) -> None:
+        parts = self._parts(worker)
+        if parts is not None and parts.forwarder is not None:
+            parts.forwarder.stop()
+
+    @staticmethod
+    def _child_exit(server: Any, worker: Any) -> None:
+        GunicornInternalPrometheusMetrics.mark_process_dead_on_child_exit(worker.pid)
