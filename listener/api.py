@@ -1,0 +1,198 @@
+"""The runtime API (v1): POST changes, GET the state digest.
+
+Each request goes through the same steps, cheapest first, and stops at the first refusal
+(audited, counted, nothing persisted):
+
+    in-flight cap (429) -> client certificate (401) -> CN / Kyma CR / SAN (403)
+    -> [POST] media type (415) -> size (413) -> JSON (400) -> schema (400)
+       -> record runtimeId (403) -> record size (413)
+    -> per-runtime rate (429) -> heartbeat -> persist / list (503 when the KCP fails)
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any
+
+import urllib3
+from flask import Blueprint, Response, request
+from kubernetes.client import exceptions
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from common import certs, changes, logs
+from listener import auth, peer, ratelimit, records, responses, services, store, validation
+
+bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
+DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
+
+
+def _refuse(svc: services.Services, runtime_id: str, status: int, reason: str, message: str,
+            cert: Any = None) -> Response:
+    svc.metrics.auth_refusals.labels(reason).inc()
+    fields: dict[str, Any] = {"runtime": logs.bounded(runtime_id, 80), "reason": reason,
+                              "status": status, "remote": request.remote_addr,
+                              "route": request.method + " " + str(request.url_rule)}
+    if cert is not None:
+        fields["cn"] = logs.bounded(certs.common_name(cert) or "", 80)
+        fields["serial"] = format(cert.serial_number, "x")
+    svc.audit_event("refused", **fields)
+    return responses.error(status, "unauthorized" if status == 401 else "forbidden",
+                           {"reason": reason, "message": message})
+
+
+def _unavailable(svc: services.Services, operation: str, e: Exception) -> Response:
+    svc.metrics.kcp_unavailable.labels(operation).inc()
+    return responses.error(503, "KCP API unavailable", logs.bounded(e, 200),
+                           retry_after=svc.settings.retry_after)
+
+
+def _authenticate(svc: services.Services, runtime_id: str) -> Response | None:
+    """None when the caller may act for ``runtime_id``, else the refusal."""
+    try:
+        p = peer.from_environ(request.environ, trusted_proxies=svc.settings.xfcc_trusted_proxies,
+                              cas=svc.cas.get(), now=datetime.datetime.now(datetime.UTC))
+    except peer.NoCertificate as e:
+        return _refuse(svc, runtime_id, 401, e.reason, "a valid client certificate is required")
+    cn = certs.common_name(p.cert)
+    if cn != runtime_id:
+        refusal = auth.authorize(cn, [], runtime_id, [])
+        assert refusal is not None
+        return _refuse(svc, runtime_id, refusal.status, refusal.reason, refusal.message, p.cert)
+    try:
+        kymas = svc.kymas.lookup(runtime_id)
+    except ValueError:  # not a label value: no Kyma CR can carry it
+        return _refuse(svc, runtime_id, 403, "unknown_runtime", "invalid runtime ID", p.cert)
+    except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+        return _unavailable(svc, "kyma_lookup", store.unavailable_or_raise(e, "kyma lookup"))
+    refusal = auth.authorize(cn, certs.dns_sans(p.cert), runtime_id, kymas)
+    if refusal is not None:
+        return _refuse(svc, runtime_id, refusal.status, refusal.reason, refusal.message, p.cert)
+    return None
+
+
+def _rate(svc: services.Services, runtime_id: str, cost: int) -> Response | None:
+    wait = svc.buckets.take(runtime_id, cost)
+    if wait <= 0:
+        return None
+    svc.metrics.rate_limited.labels("runtime").inc()
+    svc.audit_event("rate_limited", runtime=runtime_id, limit="runtime", cost=cost)
+    return responses.error(429, "rate limited", "per-runtime rate exceeded",
+                           retry_after=ratelimit.retry_after(wait))
+
+
+def _invalid(svc: services.Services, runtime_id: str, problem: validation.Problem) -> Response:
+    svc.metrics.validation_failures.labels(problem.reason).inc()
+    svc.audit_event("refused", runtime=runtime_id, reason=problem.reason, status=problem.status,
+                    remote=request.remote_addr, route="POST changes")
+    return responses.error(problem.status, problem.error, problem.details)
+
+
+def _guarded(handler: Any) -> Any:
+    """Apply the in-flight cap and authentication around a handler."""
+    def wrapper(runtime_id: str) -> Response:
+        svc = services.of()
+        if not svc.in_flight.acquire():
+            svc.metrics.rate_limited.labels("in_flight").inc()
+            return responses.error(429, "too many requests in flight", None, retry_after=1)
+        try:
+            refused = _authenticate(svc, runtime_id)
+            if refused is not None:
+                return refused
+            result: Response = handler(svc, runtime_id)
+            return result
+        finally:
+            svc.in_flight.release()
+    wrapper.__name__ = handler.__name__
+    return wrapper
+
+
+def _read_body(svc: services.Services) -> bytes | validation.Problem:
+    cap = svc.settings.max_body_bytes
+    if request.content_length is not None and request.content_length > cap:
+        return validation.Problem(413, "request too large", f"the limit is {cap} bytes", "too_large")
+    try:
+        return request.get_data(cache=False)
+    except RequestEntityTooLarge:
+        return validation.Problem(413, "request too large", f"the limit is {cap} bytes", "too_large")
+
+
+@bp.post("/<runtime_id>/changes")
+@_guarded
+def post_changes(svc: services.Services, runtime_id: str) -> Response:
+    if not validation.media_type_ok(request.headers.get("Content-Type")):
+        return _invalid(svc, runtime_id, validation.Problem(
+            415, "unsupported media type", "Content-Type must be application/json", "media_type"))
+    raw = _read_body(svc)
+    if isinstance(raw, validation.Problem):
+        return _invalid(svc, runtime_id, raw)
+    doc = validation.parse_json(raw)
+    if isinstance(doc, validation.Problem):
+        return _invalid(svc, runtime_id, doc)
+    recs = validation.records(doc, runtime_id)
+    if isinstance(recs, validation.Problem):
+        return _invalid(svc, runtime_id, recs)
+    limited = _rate(svc, runtime_id, len(recs))
+    if limited is not None:
+        return limited
+    results = []
+    try:
+        svc.beats.seen(runtime_id)
+        for rec in recs:
+            outcome = _persist_one(svc, rec)
+            results.append({"namespace": rec["namespace"], "name": rec["name"],
+                            "resourceVersion": rec["resourceVersion"], "outcome": outcome})
+    except store.Unavailable as e:
+        return _unavailable(svc, "persist", e)
+    except store.Rejected as e:
+        svc.metrics.validation_failures.labels("kcp_rejected").inc()
+        return responses.error(400, "rejected by the KCP API", str(e))
+    return responses.ok({"results": results})
+
+
+def _persist_one(svc: services.Services, rec: changes.ChangeRecord) -> store.Outcome:
+    t0 = time.perf_counter()
+    try:
+        outcome = svc.store.persist(rec)
+    except (store.Unavailable, store.Rejected):
+        svc.metrics.persist_seconds.labels("error").observe(time.perf_counter() - t0)
+        svc.metrics.records.labels("error").inc()
+        raise
+    svc.metrics.persist_seconds.labels(outcome).observe(time.perf_counter() - t0)
+    svc.metrics.records.labels(outcome).inc()
+    svc.audit_event("change", runtime=rec["runtimeId"],
+                    object=f"{rec['namespace']}/{rec['name']}", resourceVersion=rec["resourceVersion"],
+                    deleted=rec["deleted"], source=rec["source"], outcome=outcome)
+    return outcome
+
+
+def _query_limit(raw: str | None) -> int | None:
+    if raw is None or raw == "":
+        return DEFAULT_LIMIT
+    if not raw.isdigit() or len(raw) > 6:
+        return None
+    value = int(raw)
+    return value if 1 <= value <= MAX_LIMIT else None
+
+
+@bp.get("/<runtime_id>/state")
+@_guarded
+def get_state(svc: services.Services, runtime_id: str) -> Response:
+    limit = _query_limit(request.args.get("limit"))
+    if limit is None:
+        return responses.error(400, "invalid query", [
+            {"path": "limit", "message": f"must be an integer from 1 to {MAX_LIMIT}"}])
+    try:
+        after = records.decode_continue(request.args.get("continue", ""))
+    except ValueError as e:
+        return responses.error(400, "invalid query", [{"path": "continue", "message": str(e)}])
+    limited = _rate(svc, runtime_id, 1)
+    if limited is not None:
+        return limited
+    try:
+        svc.beats.seen(runtime_id)
+        items = svc.store.digest(runtime_id)
+    except store.Unavailable as e:
+        return _unavailable(svc, "state", e)
+    chunk, position = records.page(items, after, limit)
+    return responses.ok({"items": chunk, "continue": records.encode_continue(position)})

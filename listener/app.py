@@ -1,0 +1,104 @@
+"""The Flask application factory of the listener.
+
+    gunicorn 'listener.app:create_app()'        # settings from TETHER_LISTENER_* variables
+    tether listener                             # the same, with TLS set up (listener.server)
+
+Routes: the runtime API (``listener.api``), ``/healthz`` (the process serves), ``/readyz``
+(client CA loaded and the KCP API answering an authorized list), ``/metrics``,
+``/openapi.json``. Every error answer is JSON; an unexpected exception is logged and
+answered 500 without details (no client input is meant to reach that).
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import time
+
+from flask import Flask, Response, g, request
+from kubernetes import client
+from werkzeug.exceptions import HTTPException
+
+from common import kube
+from listener import api, responses, services, settings, store
+
+log = logging.getLogger(__name__)
+OPENAPI_FILE = pathlib.Path(__file__).with_name("openapi.json")
+READY_CACHE_SECONDS = 2.0
+
+
+def create_app(
+    config: settings.Settings | None = None, *, kcp: client.ApiClient | None = None
+) -> Flask:
+    s = config or settings.from_env()
+    kcp = kcp or kube.api_client(s.kubeconfig)
+    kcp.configuration.connection_pool_maxsize = max(4, s.threads)
+    app = Flask("listener")
+    app.config["MAX_CONTENT_LENGTH"] = s.max_body_bytes
+    svc = services.build(s, kcp)
+    app.extensions[services.KEY] = svc
+    svc.cas.get()
+    app.register_blueprint(api.bp)
+    _register_operations(app, svc)
+    _register_hooks(app, svc)
+    return app
+
+
+def _register_operations(app: Flask, svc: services.Services) -> None:
+    openapi = OPENAPI_FILE.read_bytes()
+    ready_until = [0.0]
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return responses.ok({"status": "ok"})
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        problems = []
+        if not svc.cas.get() or svc.cas.error:
+            problems.append({"check": "client-ca", "message": svc.cas.error or "no CA loaded"})
+        if time.monotonic() >= ready_until[0]:
+            try:
+                svc.store.ping()
+                ready_until[0] = time.monotonic() + READY_CACHE_SECONDS
+            except store.Unavailable as e:
+                problems.append({"check": "kcp-api", "message": str(e)})
+        if problems:
+            return responses.error(503, "not ready", problems, retry_after=svc.settings.retry_after)
+        return responses.ok({"status": "ready"})
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(svc.metrics.render([svc.silent]),
+                        mimetype="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/openapi.json")
+    def openapi_json() -> Response:
+        return Response(openapi, mimetype="application/json")
+
+
+def _register_hooks(app: Flask, svc: services.Services) -> None:
+    @app.before_request
+    def start_timer() -> None:
+        g.started = time.perf_counter()
+
+    @app.after_request
+    def count(resp: Response) -> Response:
+        route = str(request.url_rule) if request.url_rule is not None else "unmatched"
+        svc.metrics.requests.labels(route, request.method if route != "unmatched" else "other",
+                                    str(resp.status_code)).inc()
+        started = g.get("started")
+        if started is not None:
+            svc.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+        resp.headers.setdefault("Cache-Control", "no-store")
+        return resp
+
+    @app.errorhandler(HTTPException)
+    def http_error(e: HTTPException) -> Response:
+        code = e.code or 500
+        return responses.error(code, (e.name or "error").lower(), e.description)
+
+    @app.errorhandler(Exception)
+    def unexpected(e: Exception) -> Response:
+        log.error("unexpected error in %s %s", request.method, request.url_rule, exc_info=e)
+        return responses.error(500, "internal error", None)

@@ -1,0 +1,122 @@
+"""When each runtime was last seen: one ``coordination.k8s.io/v1`` Lease per runtime.
+
+Like the kubelet's node heartbeats: the Lease ``tether-rt-<hash>`` in the KCP namespace,
+labelled with the runtime ID, ``spec.holderIdentity`` = runtime ID, ``spec.renewTime`` =
+when a request of that runtime (a POST of changes or a GET of its state) was last
+authenticated. Durable and shared by all replicas. A replica writes a runtime's Lease at
+most once per ``interval`` (remembered in a bounded in-memory map; losing it on restart
+only costs one extra write), so the write rate is bounded by runtimes / interval.
+
+``silent_counts`` (pure) turns the renew times into bounded metrics: how many runtimes
+have been silent longer than each threshold, no series per runtime.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client import exceptions
+
+from common import changes
+from listener import records, store
+
+LABEL = "tether.kyma-project.io/heartbeat"
+MAX_REMEMBERED = 50_000
+
+
+def lease_name(runtime_id: str) -> str:
+    return "tether-rt-" + hashlib.sha256(runtime_id.encode()).hexdigest()[:40]
+
+
+def silent_counts(
+    renew_times: Iterable[datetime.datetime], now: datetime.datetime, thresholds: Sequence[int]
+) -> dict[int, int]:
+    """For each threshold (seconds), how many runtimes were last seen longer ago."""
+    ages = [(now - t).total_seconds() for t in renew_times]
+    return {th: sum(1 for a in ages if a > th) for th in thresholds}
+
+
+class Heartbeats:
+    def __init__(
+        self, api: client.ApiClient, namespace: str, interval: float, timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._leases = client.CoordinationV1Api(api)
+        self._namespace = namespace
+        self._interval = interval
+        self._timeout = timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._written: OrderedDict[str, float] = OrderedDict()
+
+    def _due(self, runtime_id: str, now: float) -> bool:
+        with self._lock:
+            last = self._written.get(runtime_id)
+            return last is None or now - last >= self._interval
+
+    def _remember(self, runtime_id: str, now: float) -> None:
+        with self._lock:
+            self._written[runtime_id] = now
+            self._written.move_to_end(runtime_id)
+            while len(self._written) > MAX_REMEMBERED:
+                self._written.popitem(last=False)
+
+    def seen(self, runtime_id: str) -> bool:
+        """Record that the runtime was seen now (if due); True when a write was made.
+        Raises ``store.Unavailable`` when the KCP API fails."""
+        mono = self._clock()
+        if not self._due(runtime_id, mono):
+            return False
+        now = datetime.datetime.now(datetime.UTC)
+        name = lease_name(runtime_id)
+        spec = {"holderIdentity": runtime_id, "renewTime": changes.format_time(now)}
+        try:
+            try:
+                self._leases.patch_namespaced_lease(
+                    name, self._namespace, {"spec": spec}, _request_timeout=self._timeout)
+            except exceptions.ApiException as e:
+                if e.status != 404:
+                    raise
+                body = client.V1Lease(
+                    metadata=client.V1ObjectMeta(name=name, namespace=self._namespace, labels={
+                        LABEL: "true", records.RUNTIME_LABEL: runtime_id,
+                        records.MANAGED_BY_LABEL: records.MANAGED_BY}),
+                    spec=client.V1LeaseSpec(holder_identity=runtime_id, renew_time=now),
+                )
+                try:
+                    self._leases.create_namespaced_lease(
+                        self._namespace, body, _request_timeout=self._timeout)
+                except exceptions.ApiException as e2:
+                    if e2.status != 409:  # another replica created it just now: fine
+                        raise
+        except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            raise store.unavailable_or_raise(e, "heartbeat") from None
+        self._remember(runtime_id, mono)
+        return True
+
+    def renew_times(self) -> list[datetime.datetime]:
+        """The last-seen time of every runtime with a heartbeat Lease (paginated list)."""
+        out: list[datetime.datetime] = []
+        token: str | None = None
+        try:
+            while True:
+                resp: Any = self._leases.list_namespaced_lease(
+                    self._namespace, label_selector=f"{LABEL}=true", limit=500,
+                    _continue=token, _request_timeout=self._timeout)
+                for lease in resp.items or []:
+                    t = lease.spec.renew_time if lease.spec else None
+                    if isinstance(t, datetime.datetime):
+                        out.append(t if t.tzinfo else t.replace(tzinfo=datetime.UTC))
+                token = resp.metadata._continue if resp.metadata else None
+                if not token:
+                    return out
+        except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            raise store.unavailable_or_raise(e, "heartbeat list") from None

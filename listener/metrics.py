@@ -1,0 +1,122 @@
+"""Prometheus metrics of the listener (names and meanings in docs/listener.md).
+
+Labels are bounded: routes are URL rules (``/v1/runtimes/<runtime_id>/changes``, never a
+runtime ID), reasons and outcomes are fixed code sets. Per-runtime liveness is exposed as
+counts of runtimes silent longer than each configured threshold, computed at scrape time
+from the heartbeat Leases in the KCP (cached briefly), so every replica reports the same
+cluster-wide numbers: alert on ``max`` over replicas.
+
+With several gunicorn workers, set ``PROMETHEUS_MULTIPROC_DIR`` (an empty folder per pod):
+counters and histograms are then shared through files and ``/metrics`` aggregates them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import multiprocess as prom_multiprocess
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from listener import heartbeat, store
+
+log = logging.getLogger(__name__)
+NS = "tether_listener"
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(f"{NS}_requests", "HTTP requests by route, method and status code",
+                                ["route", "method", "code"], registry=r)
+        self.request_seconds = Histogram(f"{NS}_request_seconds", "HTTP request duration by route",
+                                         ["route"], buckets=LATENCY_BUCKETS, registry=r)
+        self.auth_refusals = Counter(f"{NS}_auth_refusals", "Refused callers by reason",
+                                     ["reason"], registry=r)
+        self.tls_refusals = Counter(f"{NS}_tls_handshake_refusals",
+                                    "TLS handshakes refused (invalid client certificate) by reason",
+                                    ["reason"], registry=r)
+        self.validation_failures = Counter(f"{NS}_validation_failures",
+                                           "Refused request bodies by reason", ["reason"], registry=r)
+        self.rate_limited = Counter(f"{NS}_rate_limited", "Requests answered 429 by limit",
+                                    ["limit"], registry=r)
+        self.records = Counter(f"{NS}_records", "Change records by outcome", ["outcome"], registry=r)
+        self.persist_seconds = Histogram(f"{NS}_persist_seconds",
+                                         "Time to persist one record in the KCP (read, compare, write)",
+                                         ["outcome"], buckets=LATENCY_BUCKETS, registry=r)
+        self.kcp_unavailable = Counter(f"{NS}_kcp_unavailable",
+                                       "Requests answered 503 because the KCP API failed",
+                                       ["operation"], registry=r)
+
+    def scrape_registry(self, extra: Sequence[Collector] = ()) -> CollectorRegistry:
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            reg = CollectorRegistry()
+            prom_multiprocess.MultiProcessCollector(reg)  # type: ignore[no-untyped-call]
+        else:
+            reg = self.registry
+        for c in extra:
+            try:
+                reg.register(c)
+            except ValueError:
+                pass  # already registered (the single-process registry is reused)
+        return reg
+
+    def render(self, extra: Sequence[Collector] = ()) -> bytes:
+        return generate_latest(self.scrape_registry(extra))
+
+
+class SilentRuntimes(Collector):
+    """``tether_listener_runtimes_silent{threshold_seconds}`` and
+    ``tether_listener_runtimes_seen`` from the heartbeat Leases, cached ``ttl`` seconds."""
+
+    def __init__(self, beats: heartbeat.Heartbeats, thresholds: Sequence[int], ttl: float = 15.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._beats = beats
+        self._thresholds = tuple(thresholds)
+        self._ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[datetime.datetime]] | None = None
+
+    def _times(self) -> list[datetime.datetime] | None:
+        now = self._clock()
+        with self._lock:
+            if self._cached is not None and now - self._cached[0] < self._ttl:
+                return self._cached[1]
+        try:
+            times = self._beats.renew_times()
+        except store.Unavailable as e:
+            log.warning("cannot list heartbeats for metrics: %s", e)
+            return None
+        with self._lock:
+            self._cached = (now, times)
+        return times
+
+    def collect(self) -> Iterator[Metric]:
+        times = self._times()
+        if times is None:
+            return
+        counts = heartbeat.silent_counts(times, datetime.datetime.now(datetime.UTC),
+                                         self._thresholds)
+        seen = GaugeMetricFamily(f"{NS}_runtimes_seen",
+                                 "Runtimes that have ever been seen (have a heartbeat Lease)")
+        seen.add_metric([], len(times))
+        yield seen
+        silent = GaugeMetricFamily(f"{NS}_runtimes_silent",
+                                   "Runtimes not seen for longer than threshold_seconds",
+                                   labels=["threshold_seconds"])
+        for th, n in counts.items():
+            silent.add_metric([str(th)], n)
+        yield silent
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())

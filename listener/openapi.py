@@ -1,0 +1,182 @@
+"""The OpenAPI 3.1 document of the listener, generated from the shared JSON Schemas.
+
+The record and batch schemas are read from ``common/schemas/`` (the single source); their
+``$defs`` are hoisted into ``components/schemas`` and every ``$ref`` rewritten to point
+there, so OpenAPI tools need not resolve ``$id``. The rest (answers, errors) is defined
+here. ``listener/openapi.json`` is this document, committed and served at
+``/openapi.json``; a test checks that it is up to date. Regenerate with:
+
+    .venv/bin/python -m listener.openapi > listener/openapi.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from common import changes
+
+RECORD_FILE, BATCH_FILE = "change-record.v1.json", "change-batch.v1.json"
+REF = "#/components/schemas/"
+
+
+def _pascal(name: str) -> str:
+    return name[:1].upper() + name[1:]
+
+
+def _rewrite(node: Any, refs: dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k in ("$schema", "$id", "$defs"):
+                continue
+            out[k] = refs[v] if k == "$ref" and v in refs else _rewrite(v, refs)
+        return out
+    if isinstance(node, list):
+        return [_rewrite(v, refs) for v in node]
+    return node
+
+
+def shared_schemas() -> dict[str, Any]:
+    """The shared schemas as OpenAPI components (generated, never edited by hand)."""
+    record = changes.load_schema(RECORD_FILE)
+    batch = changes.load_schema(BATCH_FILE)
+    refs = {f"#/$defs/{d}": REF + _pascal(d) for d in record.get("$defs", {})}
+    refs[RECORD_FILE] = refs[record["$id"]] = REF + "ConfigMapChange"
+    out = {_pascal(d): _rewrite(s, refs) for d, s in record.get("$defs", {}).items()}
+    out["ConfigMapChange"] = _rewrite(record, refs)
+    out["ConfigMapChangeList"] = _rewrite(batch, refs)
+    return out
+
+
+def _error(description: str, retry_after: bool = False) -> dict[str, Any]:
+    resp: dict[str, Any] = {"description": description, "content": {
+        "application/json": {"schema": {"$ref": REF + "Error"}}}}
+    if retry_after:
+        resp["headers"] = {"Retry-After": {"description": "Seconds to wait before retrying",
+                                           "schema": {"type": "integer", "minimum": 1}}}
+    return resp
+
+
+def _own_schemas() -> dict[str, Any]:
+    rv = {"type": "string"}
+    return {
+        "Error": {"type": "object", "required": ["error", "details"], "properties": {
+            "error": {"type": "string", "description": "Short, code-like text"},
+            "details": {"description": "Null, a text, an object with reason and message, or "
+                                       "a list of {path, message} (validation)"}}},
+        "ChangeRequest": {"oneOf": [{"$ref": REF + "ConfigMapChange"},
+                                    {"$ref": REF + "ConfigMapChangeList"}]},
+        "ChangeResult": {"type": "object", "required": ["namespace", "name", "resourceVersion",
+                                                        "outcome"], "properties": {
+            "namespace": {"type": "string"}, "name": {"type": "string"}, "resourceVersion": rv,
+            "outcome": {"enum": ["persisted", "duplicate", "stale"]}}},
+        "ChangeResults": {"type": "object", "required": ["results"], "properties": {
+            "results": {"type": "array", "items": {"$ref": REF + "ChangeResult"},
+                        "description": "One per record, in the order of the request"}}},
+        "DigestItem": {"type": "object", "required": ["namespace", "name", "uid",
+                                                      "resourceVersion", "observedAt", "deleted"],
+                       "properties": {"namespace": {"type": "string"}, "name": {"type": "string"},
+                                      "uid": {"type": "string"}, "resourceVersion": rv,
+                                      "observedAt": {"type": "string"},
+                                      "deleted": {"type": "boolean"}}},
+        "StateDigest": {"type": "object", "required": ["items", "continue"], "properties": {
+            "items": {"type": "array", "items": {"$ref": REF + "DigestItem"}},
+            "continue": {"type": "string", "description": "Token of the next page; empty at the end"}}},
+        "Status": {"type": "object", "properties": {"status": {"type": "string"}}},
+    }
+
+
+def _runtime_param() -> dict[str, Any]:
+    return {"name": "runtimeId", "in": "path", "required": True,
+            "description": "The runtime ID: the CN of the client certificate and the "
+                           "kyma-project.io/runtime-id label of the runtime's Kyma CR",
+            "schema": {"$ref": REF + "RuntimeId"}}
+
+
+def _refusals() -> dict[str, Any]:
+    return {
+        "401": _error("No valid client certificate"),
+        "403": _error("Certificate CN/SAN does not match the runtime, unknown runtime, Kyma CR "
+                      "being deleted, or a record's runtimeId differs from the path"),
+        "429": _error("Rate limited (per runtime, or too many requests in flight)", True),
+        "503": _error("KCP API unavailable; nothing was acknowledged that is not persisted", True),
+    }
+
+
+def document() -> dict[str, Any]:
+    schemas = {**shared_schemas(), **_own_schemas()}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Tether listener", "version": "1.0.0",
+                 "description": "Receives ConfigMap change records from runtimes (SKR) over "
+                                "mutual TLS and persists them in the KCP. Generated by "
+                                "listener/openapi.py from common/schemas/."},
+        "security": [{"runtimeCertificate": []}],
+        "paths": {
+            "/v1/runtimes/{runtimeId}/changes": {"post": {
+                "operationId": "postChanges",
+                "summary": "Persist one change record or a batch (each applied only if newer)",
+                "parameters": [_runtime_param()],
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": REF + "ChangeRequest"}}}},
+                "responses": {
+                    "200": {"description": "Every record persisted, or already stored "
+                                           "(duplicate), or older than the stored one (stale)",
+                            "content": {"application/json": {"schema": {
+                                "$ref": REF + "ChangeResults"}}}},
+                    "400": _error("Invalid JSON or schema violation (details: list of "
+                                  "{path, message})"),
+                    **_refusals(),
+                    "413": _error("Body over the size cap (default 3 MiB), or a record's data "
+                                  "over 1 MiB"),
+                    "415": _error("Content-Type is not application/json"),
+                }}},
+            "/v1/runtimes/{runtimeId}/state": {"get": {
+                "operationId": "getState",
+                "summary": "The stored state digest of the runtime, ordered by (namespace, "
+                           "name); every call counts as the runtime's heartbeat",
+                "parameters": [
+                    _runtime_param(),
+                    {"name": "limit", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 500}},
+                    {"name": "continue", "in": "query", "required": False,
+                     "schema": {"type": "string", "maxLength": 1024}},
+                ],
+                "responses": {
+                    "200": {"description": "One page of the digest", "content": {
+                        "application/json": {"schema": {"$ref": REF + "StateDigest"}}}},
+                    "400": _error("Invalid limit or continue token"),
+                    **_refusals(),
+                }}},
+            "/healthz": {"get": {"operationId": "healthz", "security": [], "summary": "Liveness",
+                                 "responses": {"200": {"description": "The process serves"}}}},
+            "/readyz": {"get": {"operationId": "readyz", "security": [],
+                                "summary": "Readiness: client CA loaded, KCP API reachable",
+                                "responses": {"200": {"description": "Ready"},
+                                              "503": _error("Not ready", True)}}},
+            "/metrics": {"get": {"operationId": "metrics", "security": [],
+                                 "summary": "Prometheus metrics", "responses": {"200": {
+                                     "description": "Text exposition format",
+                                     "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+            "/openapi.json": {"get": {"operationId": "openapi", "security": [],
+                                      "summary": "This document", "responses": {"200": {
+                                          "description": "OpenAPI 3.1 document"}}}},
+        },
+        "components": {
+            "securitySchemes": {"runtimeCertificate": {
+                "type": "mutualTLS",
+                "description": "A client certificate issued by the KCP runtime CA: CN = runtime "
+                               "ID, a DNS SAN = the skr-domain annotation of the Kyma CR"}},
+            "schemas": schemas,
+        },
+    }
+
+
+def render() -> str:
+    return json.dumps(document(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

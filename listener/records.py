@@ -1,0 +1,153 @@
+"""The stored form of a change record: the ``RuntimeConfigMap`` custom resource (pure).
+
+One object per (runtime, namespace, name) in the KCP namespace, named by a hash of the
+three (names of runtime objects are up to 253 characters, too long to join), labelled by
+runtime ID and namespace. ``spec`` holds the latest record; annotations repeat the few
+fields of the state digest so ``GET .../state`` can list metadata only
+(``PartialObjectMetadataList``) instead of every object's data.
+
+CRD: ``manifests/kcp/crds/tether.kyma-project.io_runtimeconfigmaps.yaml``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple, TypedDict
+
+from common import changes, kyma
+
+GROUP = "tether.kyma-project.io"
+VERSION = "v1"
+PLURAL = "runtimeconfigmaps"
+KIND = "RuntimeConfigMap"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+RUNTIME_LABEL = kyma.RUNTIME_ID_LABEL
+NAMESPACE_LABEL = "tether.kyma-project.io/namespace"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "tether-listener"
+A = "tether.kyma-project.io/"
+ANN_NAMESPACE, ANN_NAME, ANN_UID = A + "namespace", A + "name", A + "uid"
+ANN_RV, ANN_OBSERVED, ANN_DELETED = A + "resource-version", A + "observed-at", A + "deleted"
+
+_SPEC_FIELDS = ("runtimeId", "namespace", "name", "uid", "resourceVersion", "observedAt",
+                "deleted", "source", "labels", "annotations", "data", "binaryData")
+
+
+class DigestItem(TypedDict):
+    namespace: str
+    name: str
+    uid: str
+    resourceVersion: str
+    observedAt: str
+    deleted: bool
+
+
+class Key(NamedTuple):
+    runtime_id: str
+    namespace: str
+    name: str
+
+
+def key_of(record: Mapping[str, Any]) -> Key:
+    return Key(str(record["runtimeId"]), str(record["namespace"]), str(record["name"]))
+
+
+def object_name(key: Key) -> str:
+    """``rcm-`` + 40 hex digits of SHA-256 over the key (a valid DNS subdomain)."""
+    digest = hashlib.sha256("\x00".join(key).encode()).hexdigest()
+    return f"rcm-{digest[:40]}"
+
+
+def body(record: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """A new custom resource holding ``record``."""
+    key = key_of(record)
+    meta: dict[str, Any] = {
+        "name": object_name(key),
+        "namespace": namespace,
+        "labels": {RUNTIME_LABEL: key.runtime_id, NAMESPACE_LABEL: key.namespace,
+                   MANAGED_BY_LABEL: MANAGED_BY},
+        "annotations": {
+            ANN_NAMESPACE: key.namespace, ANN_NAME: key.name,
+            ANN_UID: str(record.get("uid", "")),
+            ANN_RV: str(record["resourceVersion"]),
+            ANN_OBSERVED: str(record["observedAt"]),
+            ANN_DELETED: "true" if record["deleted"] else "false",
+        },
+    }
+    spec = {f: record[f] for f in _SPEC_FIELDS if f in record}
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": spec}
+
+
+def updated(stored: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored object with ``record`` in place of its spec. Its metadata is kept
+    (resourceVersion for optimistic concurrency, finalizers, owner references, labels and
+    annotations of others); our labels and annotations are set over it."""
+    new = body(record, str((stored.get("metadata") or {}).get("namespace", "")))
+    meta = dict(stored.get("metadata") or {})
+    meta.pop("managedFields", None)
+    meta["labels"] = {**(meta.get("labels") or {}), **new["metadata"]["labels"]}
+    meta["annotations"] = {**(meta.get("annotations") or {}), **new["metadata"]["annotations"]}
+    return {**new, "metadata": meta}
+
+
+def matches(obj: Mapping[str, Any], key: Key) -> bool:
+    """Whether a stored object holds ``key`` (guards against a hash collision)."""
+    spec = obj.get("spec") or {}
+    return (spec.get("runtimeId"), spec.get("namespace"), spec.get("name")) == tuple(key)
+
+
+def stored_version(obj: Mapping[str, Any]) -> changes.Version:
+    return changes.version_of(obj.get("spec") or {})
+
+
+def digest_item(meta: Mapping[str, Any]) -> DigestItem | None:
+    """A state digest entry from an object's metadata; None if it is not ours."""
+    ann = meta.get("annotations") or {}
+    try:
+        return DigestItem(
+            namespace=ann[ANN_NAMESPACE], name=ann[ANN_NAME], uid=ann.get(ANN_UID, ""),
+            resourceVersion=ann[ANN_RV], observedAt=ann[ANN_OBSERVED],
+            deleted=ann.get(ANN_DELETED) == "true",
+        )
+    except KeyError:
+        return None
+
+
+def page(items: list[DigestItem], after: tuple[str, str] | None,
+         limit: int) -> tuple[list[DigestItem], tuple[str, str] | None]:
+    """One page of the digest ordered by (namespace, name), starting after ``after``;
+    returns the page and the position to continue from (None at the end)."""
+    ordered = sorted(items, key=lambda i: (i["namespace"], i["name"]))
+    if after is not None:
+        ordered = [i for i in ordered if (i["namespace"], i["name"]) > after]
+    chunk = ordered[:limit]
+    more = len(ordered) > limit
+    return chunk, ((chunk[-1]["namespace"], chunk[-1]["name"]) if more and chunk else None)
+
+
+def encode_continue(position: tuple[str, str] | None) -> str:
+    if position is None:
+        return ""
+    raw = json.dumps(list(position), separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_continue(token: str) -> tuple[str, str] | None:
+    """The position of a continue token; raises ``ValueError`` when it is not one of ours."""
+    if not token:
+        return None
+    if len(token) > 1024:
+        raise ValueError("continue token too long")
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("continue token is malformed") from None
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(v, str) for v in value)):
+        raise ValueError("continue token is malformed")
+    return value[0], value[1]

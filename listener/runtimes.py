@@ -1,0 +1,51 @@
+"""The Kyma CR of a runtime, looked up by label and cached briefly.
+
+Requests of one runtime come in bursts (a forwarder batch, a poller resync); a short TTL
+(``kyma_cache_seconds``, default 10 s) saves a list call per request while a deleted or
+re-labelled Kyma CR takes effect within that time. Unknown runtimes are cached too (so a
+stranger cannot make every request a KCP list) and the cache is bounded.
+API errors are not cached and propagate to the caller (503).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from kubernetes import client
+
+from common import kyma
+
+MAX_ENTRIES = 20_000
+
+
+class KymaCache:
+    def __init__(
+        self, api: client.ApiClient, namespace: str, ttl: float, timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._api = api
+        self._namespace = namespace
+        self._ttl = ttl
+        self._timeout = timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[float, list[kyma.KymaView]]] = OrderedDict()
+
+    def lookup(self, runtime_id: str) -> list[kyma.KymaView]:
+        now = self._clock()
+        with self._lock:
+            hit = self._entries.get(runtime_id)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        views = kyma.list_by_runtime_id(self._api, self._namespace, runtime_id,
+                                        timeout=self._timeout)
+        if self._ttl > 0:
+            with self._lock:
+                self._entries[runtime_id] = (now + self._ttl, views)
+                self._entries.move_to_end(runtime_id)
+                while len(self._entries) > MAX_ENTRIES:
+                    self._entries.popitem(last=False)
+        return views

@@ -1,0 +1,123 @@
+"""The listener's settings: one frozen dataclass, built once in the entry point.
+
+Every setting is an environment variable (``TETHER_LISTENER_*``); ``docs/listener.md``
+lists them with their defaults. A bad value stops the process at start with a
+``config.SettingError`` naming the variable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+from collections.abc import Mapping
+
+from common import config
+
+P = "TETHER_LISTENER_"
+MIB = 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    # server
+    bind: str = "0.0.0.0:8443"
+    workers: int = 1
+    threads: int = 16
+    tls_cert_file: str | None = None  # None: plain HTTP (only allowed behind a trusted proxy)
+    tls_key_file: str | None = None
+    client_ca_file: str = ""
+    xfcc_trusted_proxies: tuple[str, ...] = ()  # CIDRs; empty = X-Forwarded-Client-Cert off
+    # KCP
+    kubeconfig: str | None = None  # None: in-cluster service account
+    namespace: str = "kcp-system"
+    kcp_timeout: float = 10.0
+    retry_after: int = 5
+    kyma_cache_seconds: float = 10.0
+    heartbeat_interval: float = 30.0
+    silent_thresholds: tuple[int, ...] = (60, 300, 900, 3600)
+    # limits
+    max_body_bytes: int = 3 * MIB
+    rate_per_second: float = 200.0
+    rate_burst: int = 1000
+    max_in_flight: int = 8
+    # logging
+    audit_log: str = "stdout"
+    log_level: str = "INFO"
+    log_format: str = "json"
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
+
+
+def _cidrs(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    for v in values:
+        try:
+            ipaddress.ip_network(v, strict=False)
+        except ValueError:
+            raise config.SettingError(f"{name}: {v!r} is not an IP address or CIDR") from None
+    return values
+
+
+def _thresholds(name: str, values: tuple[str, ...]) -> tuple[int, ...]:
+    try:
+        out = tuple(sorted({int(v) for v in values}))
+    except ValueError:
+        raise config.SettingError(f"{name}: thresholds must be integers (seconds)") from None
+    if not out or out[0] <= 0 or len(out) > 10:
+        raise config.SettingError(f"{name}: give 1 to 10 positive thresholds in seconds")
+    return out
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from the environment (``env`` for tests; default ``os.environ``)."""
+    e = os.environ if env is None else env
+    d = Settings()
+    cert = config.optional(P + "TLS_CERT_FILE", env=e)
+    key = config.optional(P + "TLS_KEY_FILE", env=e)
+    if (cert is None) != (key is None):
+        raise config.SettingError(f"{P}TLS_CERT_FILE and {P}TLS_KEY_FILE go together")
+    for name, path in ((P + "TLS_CERT_FILE", cert), (P + "TLS_KEY_FILE", key)):
+        if path is not None and not os.path.isfile(path):
+            raise config.SettingError(f"{name}={path} does not exist or is not a file")
+    proxies = _cidrs(P + "XFCC_TRUSTED_PROXIES",
+                     config.string_list(P + "XFCC_TRUSTED_PROXIES", env=e))
+    if cert is None and not proxies:
+        raise config.SettingError(
+            f"{P}TLS_CERT_FILE is required (plain HTTP only with {P}XFCC_TRUSTED_PROXIES)")
+    burst = config.integer(P + "RATE_BURST", d.rate_burst, minimum=500, maximum=1_000_000, env=e)
+    threads = config.integer(P + "THREADS", d.threads, minimum=1, maximum=256, env=e)
+    return Settings(
+        bind=config.string(P + "BIND", d.bind, env=e),
+        workers=config.integer(P + "WORKERS", d.workers, minimum=1, maximum=64, env=e),
+        threads=threads,
+        tls_cert_file=cert,
+        tls_key_file=key,
+        client_ca_file=config.existing_file(P + "CLIENT_CA_FILE", env=e),
+        xfcc_trusted_proxies=proxies,
+        kubeconfig=config.optional(P + "KUBECONFIG", env=e) or config.optional("KUBECONFIG", env=e),
+        namespace=config.string(P + "NAMESPACE", d.namespace, env=e),
+        kcp_timeout=config.number(P + "KCP_TIMEOUT_SECONDS", d.kcp_timeout, minimum=0.5,
+                                  maximum=120, env=e),
+        retry_after=config.integer(P + "RETRY_AFTER_SECONDS", d.retry_after, minimum=1,
+                                   maximum=600, env=e),
+        kyma_cache_seconds=config.number(P + "KYMA_CACHE_SECONDS", d.kyma_cache_seconds,
+                                         minimum=0, maximum=600, env=e),
+        heartbeat_interval=config.number(P + "HEARTBEAT_INTERVAL_SECONDS", d.heartbeat_interval,
+                                         minimum=0, maximum=3600, env=e),
+        silent_thresholds=_thresholds(
+            P + "SILENT_THRESHOLDS_SECONDS",
+            config.string_list(P + "SILENT_THRESHOLDS_SECONDS",
+                               tuple(str(t) for t in d.silent_thresholds), env=e)),
+        max_body_bytes=config.integer(P + "MAX_BODY_BYTES", d.max_body_bytes, minimum=MIB + MIB // 2,
+                                      maximum=64 * MIB, env=e),
+        rate_per_second=config.number(P + "RATE_PER_SECOND", d.rate_per_second, minimum=0.01,
+                                      maximum=1e6, env=e),
+        rate_burst=burst,
+        max_in_flight=config.integer(P + "MAX_IN_FLIGHT", min(d.max_in_flight, threads),
+                                     minimum=1, maximum=threads, env=e),
+        audit_log=config.string(P + "AUDIT_LOG", d.audit_log, env=e),
+        log_level=config.string(P + "LOG_LEVEL", d.log_level, env=e),
+        log_format=config.string(P + "LOG_FORMAT", d.log_format, env=e),
+    )

@@ -1,0 +1,160 @@
+"""Persistence in the KCP: change records as ``RuntimeConfigMap`` objects (the I/O).
+
+``persist`` applies the ordering rule (``common.changes.compare``) against the stored
+object and writes only a newer record, with the stored object's resourceVersion
+(optimistic concurrency): when another replica wrote in between, the API answers 409 and
+the record is compared again with the fresh object. A call returns only after the API
+server has acknowledged the write (stored in etcd), so "persisted" means durable.
+
+Errors: ``Unavailable`` when the KCP API cannot be used (down, timing out, 5xx, 429, or
+refusing this listener; the client gets 503 and retries), ``Rejected`` when the API
+refuses the object itself (the client gets 400).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import urllib3
+from kubernetes import client
+from kubernetes.client import exceptions
+
+from common import changes, logs
+from listener import records
+
+Outcome = Literal["persisted", "duplicate", "stale"]
+MAX_ATTEMPTS = 12
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+LIST_PAGE = 500
+
+
+class Unavailable(Exception):
+    """The KCP API could not be used; retry later."""
+
+
+class Rejected(Exception):
+    """The KCP API refused the object (e.g. too large for etcd); the message is bounded."""
+
+
+def unavailable_or_raise(e: Exception, what: str) -> Exception:
+    """The exception to raise for a failed API call."""
+    if isinstance(e, exceptions.ApiException):
+        if e.status in (400, 413, 422):
+            return Rejected(f"{what}: KCP API answered {e.status}: {_message(e)}")
+        return Unavailable(f"{what}: KCP API answered {e.status}")
+    if isinstance(e, urllib3.exceptions.HTTPError | OSError):
+        return Unavailable(f"{what}: KCP API unreachable ({type(e).__name__})")
+    return e
+
+
+def _message(e: exceptions.ApiException) -> str:
+    try:
+        doc = json.loads(e.body or "")
+        return logs.bounded(doc.get("message", ""), 300)
+    except (ValueError, AttributeError):
+        return ""
+
+
+class Store:
+    def __init__(self, api: client.ApiClient, namespace: str, timeout: float) -> None:
+        self._api = api
+        self._objects = client.CustomObjectsApi(api)
+        self.namespace = namespace
+        self._timeout = timeout
+
+    # -- records -----------------------------------------------------------------------------
+
+    def _get(self, name: str) -> dict[str, Any] | None:
+        try:
+            obj: Any = self._objects.get_namespaced_custom_object(
+                records.GROUP, records.VERSION, self.namespace, records.PLURAL, name,
+                _request_timeout=self._timeout)
+            return dict(obj)
+        except exceptions.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def persist(self, record: Mapping[str, Any]) -> Outcome:
+        """Store ``record`` if it is newer than the stored one; the outcome."""
+        try:
+            return self._persist(record)
+        except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            raise unavailable_or_raise(e, "persist") from None
+
+    def _persist(self, record: Mapping[str, Any]) -> Outcome:
+        key = records.key_of(record)
+        name = records.object_name(key)
+        incoming = changes.version_of(record)
+        for attempt in range(MAX_ATTEMPTS):
+            stored = self._get(name)
+            if stored is not None and not records.matches(stored, key):
+                raise Rejected("object name collision; refusing to overwrite another key")
+            verdict = changes.compare(
+                None if stored is None else records.stored_version(stored), incoming)
+            if verdict != "newer":
+                return verdict
+            try:
+                if stored is None:
+                    self._objects.create_namespaced_custom_object(
+                        records.GROUP, records.VERSION, self.namespace, records.PLURAL,
+                        records.body(record, self.namespace), _request_timeout=self._timeout)
+                else:
+                    self._objects.replace_namespaced_custom_object(
+                        records.GROUP, records.VERSION, self.namespace, records.PLURAL, name,
+                        records.updated(stored, record), _request_timeout=self._timeout)
+                return "persisted"
+            except exceptions.ApiException as e:
+                if e.status != 409:
+                    raise
+            # another writer won: back off a little (jittered) and compare again
+            time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
+        raise Unavailable("persist: too many concurrent writers on one object")
+
+    def digest(self, runtime_id: str) -> list[records.DigestItem]:
+        """Every stored object of the runtime (metadata only), unordered."""
+        items: list[records.DigestItem] = []
+        token = ""
+        try:
+            while True:
+                query: list[tuple[str, str]] = [
+                    ("labelSelector", f"{records.RUNTIME_LABEL}={runtime_id}"),
+                    ("limit", str(LIST_PAGE))]
+                if token:
+                    query.append(("continue", token))
+                doc = self._raw_get(
+                    f"/apis/{records.GROUP}/{records.VERSION}/namespaces/{self.namespace}/"
+                    f"{records.PLURAL}", query, METADATA_LIST)
+                for obj in doc.get("items") or []:
+                    item = records.digest_item(obj.get("metadata") or {})
+                    if item is not None:
+                        items.append(item)
+                token = (doc.get("metadata") or {}).get("continue") or ""
+                if not token:
+                    return items
+        except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            raise unavailable_or_raise(e, "digest") from None
+
+    def _raw_get(self, path: str, query: list[tuple[str, str]], accept: str) -> dict[str, Any]:
+        method, url, headers, body, post = self._api.param_serialize(
+            "GET", path, query_params=query, header_params={"Accept": accept},
+            auth_settings=["BearerToken"])
+        resp = self._api.call_api(method, url, headers, _request_timeout=self._timeout)
+        resp.read()
+        if not 200 <= resp.status <= 299:
+            raise exceptions.ApiException(http_resp=resp)
+        doc: dict[str, Any] = json.loads(resp.data or b"{}")
+        return doc
+
+    def ping(self) -> None:
+        """One cheap authorized call (for /readyz); raises ``Unavailable``."""
+        try:
+            self._raw_get(
+                f"/apis/{records.GROUP}/{records.VERSION}/namespaces/{self.namespace}/"
+                f"{records.PLURAL}", [("limit", "1")], METADATA_LIST)
+        except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            raise unavailable_or_raise(e, "ping") from None

@@ -1,0 +1,306 @@
+"""Fixtures of the listener tests: a real listener under gunicorn against the KCP plane.
+
+* ``listener_env``: PKI (runtime client CA, serving certificate, a foreign CA), the
+  RuntimeConfigMap CRD, a fresh KCP namespace holding Kyma CRs and records, and a
+  kubeconfig of a user bound only to the listener's Role from ``manifests/kcp/listener``
+  (so the tests also prove that least-privilege RBAC suffices).
+* ``listener``: one listener process (gunicorn, gthread, mTLS) for the session.
+* ``runtime``: a factory creating a Kyma CR and a matching client certificate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from kubernetes import client
+
+from common import certs, changes, controlplane, kyma
+from listener import records
+
+REPO = controlplane.REPO_ROOT
+CRD_FILE = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeconfigmaps.yaml"
+RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "rbac.yaml"
+LISTENER_USER = "tether-listener-test"
+
+
+@dataclasses.dataclass
+class Env:
+    dir: pathlib.Path
+    namespace: str
+    kcp: controlplane.ControlPlane
+    api: client.ApiClient
+    runtime_ca: certs.CertificateAuthority
+    foreign_ca: certs.CertificateAuthority
+    client_ca_file: pathlib.Path
+    server_ca_file: pathlib.Path
+    server_cert: pathlib.Path
+    server_key: pathlib.Path
+    kubeconfig: pathlib.Path  # least-privilege listener user
+
+    def stored(self, runtime_id: str) -> list[dict[str, Any]]:
+        resp: Any = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
+            records.GROUP, records.VERSION, self.namespace, records.PLURAL,
+            label_selector=f"{records.RUNTIME_LABEL}={runtime_id}")
+        return list(resp["items"])
+
+    def stored_one(self, runtime_id: str, ns: str, name: str) -> dict[str, Any] | None:
+        key = records.Key(runtime_id, ns, name)
+        try:
+            obj: Any = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                records.GROUP, records.VERSION, self.namespace, records.PLURAL,
+                records.object_name(key))
+            return dict(obj)
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+
+def _wait_crd(api: client.ApiClient, name: str) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        crd = ext.read_custom_resource_definition(name)
+        conds = {c.type: c.status for c in (crd.status.conditions or [])}
+        if conds.get("Established") == "True":
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"CRD {name} not established within 30s")
+
+
+def install_crd(api: client.ApiClient) -> None:
+    body = yaml.safe_load(CRD_FILE.read_text())
+    try:
+        client.ApiextensionsV1Api(api).create_custom_resource_definition(body)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    _wait_crd(api, body["metadata"]["name"])
+
+
+def bind_listener_role(api: client.ApiClient, namespace: str) -> None:
+    """The manifests' Role and RoleBinding, in ``namespace``, bound to the test user."""
+    role, binding = list(yaml.safe_load_all(RBAC_FILE.read_text()))
+    role["metadata"]["namespace"] = namespace
+    binding["metadata"]["namespace"] = namespace
+    binding["subjects"] = [{"kind": "User", "name": LISTENER_USER,
+                            "apiGroup": "rbac.authorization.k8s.io"}]
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(namespace, role)
+    rbac.create_namespaced_role_binding(namespace, binding)
+
+
+@pytest.fixture(scope="session")
+def listener_env(
+    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient, kyma_crd: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Env]:
+    d = tmp_path_factory.mktemp("listener")
+    install_crd(kcp_api)
+    ns = f"kl-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(kcp_api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    bind_listener_role(kcp_api, ns)
+    runtime_ca = certs.CertificateAuthority.create("tether-runtime-ca")
+    foreign_ca = certs.CertificateAuthority.create("someone-else-ca")
+    server_ca = certs.CertificateAuthority.create("tether-listener-serving-ca")
+    runtime_ca.write(d / "client-ca.crt", d / "client-ca.key")
+    server_ca.write(d / "server-ca.crt", d / "server-ca.key")
+    serving = server_ca.issue("tether-listener", dns_names=["localhost"],
+                              ip_addresses=["127.0.0.1"], server=True)
+    serving.write(d / "tls.crt", d / "tls.key")
+    kubeconfig = kcp.issue_client_cert(LISTENER_USER, dest=d / "kubeconfig-listener")
+    yield Env(d, ns, kcp, kcp_api, runtime_ca, foreign_ca, d / "client-ca.crt",
+              d / "server-ca.crt", d / "tls.crt", d / "tls.key", kubeconfig)
+    objects = client.CustomObjectsApi(kcp_api)
+    for plural, group, version in ((records.PLURAL, records.GROUP, records.VERSION),
+                                   (kyma.PLURAL, kyma.GROUP, kyma.VERSION)):
+        objects.delete_collection_namespaced_custom_object(group, version, ns, plural)
+    client.CoreV1Api(kcp_api).delete_namespace(ns)
+
+
+class ListenerProcess:
+    """``python -m listener.main`` (gunicorn) as a subprocess on a free port."""
+
+    def __init__(self, env: Env, name: str, **overrides: str) -> None:
+        self.port = controlplane.free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.audit_file = env.dir / f"audit-{name}-{self.port}.jsonl"
+        self.log_file = env.dir / f"listener-{name}-{self.port}.log"
+        self.env = env
+        vars_ = {
+            "TETHER_LISTENER_BIND": f"127.0.0.1:{self.port}",
+            "TETHER_LISTENER_TLS_CERT_FILE": str(env.server_cert),
+            "TETHER_LISTENER_TLS_KEY_FILE": str(env.server_key),
+            "TETHER_LISTENER_CLIENT_CA_FILE": str(env.client_ca_file),
+            "TETHER_LISTENER_KUBECONFIG": str(env.kubeconfig),
+            "TETHER_LISTENER_NAMESPACE": env.namespace,
+            "TETHER_LISTENER_AUDIT_LOG": str(self.audit_file),
+            "TETHER_LISTENER_THREADS": "8",
+            "TETHER_LISTENER_RATE_PER_SECOND": "100000",
+            "TETHER_LISTENER_RATE_BURST": "100000",
+            "TETHER_LISTENER_KCP_TIMEOUT_SECONDS": "5",
+            "TETHER_LISTENER_RETRY_AFTER_SECONDS": "2",
+        }
+        vars_.update(overrides)
+        self.scheme = "https" if vars_.get("TETHER_LISTENER_TLS_CERT_FILE") else "http"
+        self.url = f"{self.scheme}://127.0.0.1:{self.port}"
+        environ = {k: v for k, v in os.environ.items()
+                   if not k.startswith("TETHER_LISTENER_") and k != "KUBECONFIG"}
+        environ.update({k: v for k, v in vars_.items() if v != ""})
+        self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "listener.main"], cwd=REPO, env=environ,
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._wait()
+
+    def _wait(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"listener exited: {self.log_file.read_text()[-3000:]}")
+            try:
+                r = requests.get(f"{self.url}/healthz", verify=str(self.env.server_ca_file),
+                                 timeout=2)
+                if r.status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"listener not healthy: {self.log_file.read_text()[-3000:]}")
+
+    def audit(self) -> list[dict[str, Any]]:
+        import json
+
+        if not self.audit_file.exists():
+            return []
+        return [json.loads(line) for line in self.audit_file.read_text().splitlines() if line]
+
+    def metrics(self) -> str:
+        r = requests.get(f"{self.url}/metrics", verify=str(self.env.server_ca_file), timeout=10)
+        assert r.status_code == 200
+        return r.text
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in a Prometheus text exposition (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        series, value = line.rsplit(" ", 1)
+        sname, _, lbl = series.partition("{")
+        if sname != name:
+            continue
+        got = ",".join(sorted(p for p in lbl.rstrip("}").split(",") if p))
+        if got == want:
+            return float(value)
+    return 0.0
+
+
+@pytest.fixture(scope="session")
+def listener(listener_env: Env) -> Iterator[ListenerProcess]:
+    p = ListenerProcess(listener_env, "main", TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0")
+    yield p
+    p.stop()
+
+
+@dataclasses.dataclass
+class Runtime:
+    id: str
+    domain: str
+    cert_file: pathlib.Path
+    key_file: pathlib.Path
+    env: Env
+
+    def session(self, cert: tuple[pathlib.Path, pathlib.Path] | None | bool = True
+                ) -> requests.Session:
+        s = requests.Session()
+        s.trust_env = False  # else REQUESTS_CA_BUNDLE in the environment overrides s.verify
+        s.verify = str(self.env.server_ca_file)
+        if cert is True:
+            s.cert = (str(self.cert_file), str(self.key_file))
+        elif isinstance(cert, tuple):
+            s.cert = (str(cert[0]), str(cert[1]))
+        return s
+
+    def record(self, name: str, rv: int | str, *, ns: str = "team-a", deleted: bool = False,
+               data: dict[str, str] | None = None, observed_at: str | None = None,
+               source: changes.Source = "webhook") -> dict[str, Any]:
+        if deleted:
+            rec = changes.tombstone(runtime_id=self.id, namespace=ns, name=name, uid="u-" + name,
+                                    resource_version=str(rv), source=source,
+                                    observed_at=observed_at)
+        else:
+            rec = changes.from_configmap(
+                {"metadata": {"namespace": ns, "name": name, "uid": "u-" + name,
+                              "resourceVersion": str(rv)},
+                 "data": data if data is not None else {"v": str(rv)}},
+                runtime_id=self.id, source=source, observed_at=observed_at)
+        return dict(rec)
+
+    def issue(self, ca: certs.CertificateAuthority | None = None, *, cn: str | None = None,
+              dns: list[str] | None = None, **kw: Any) -> tuple[pathlib.Path, pathlib.Path]:
+        """Another client certificate (files) for refusal tests."""
+        pair = (ca or self.env.runtime_ca).issue(cn or self.id, dns_names=dns or [self.domain],
+                                                 client=True, **kw)
+        tag = uuid.uuid4().hex[:8]
+        c, k = self.env.dir / f"x-{tag}.crt", self.env.dir / f"x-{tag}.key"
+        pair.write(c, k)
+        return c, k
+
+
+def create_kyma(api: client.ApiClient, namespace: str, runtime_id: str, domain: str | None,
+                *, finalizers: list[str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": f"kyma-{runtime_id.lower()}"[:60], "namespace": namespace,
+                            "labels": {kyma.RUNTIME_ID_LABEL: runtime_id}}
+    if domain is not None:
+        meta["annotations"] = {kyma.DOMAIN_ANNOTATION: domain}
+    if finalizers:
+        meta["finalizers"] = finalizers
+    body = {"apiVersion": f"{kyma.GROUP}/{kyma.VERSION}", "kind": kyma.KIND, "metadata": meta,
+            "spec": {"channel": "regular"}}
+    obj: Any = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        kyma.GROUP, kyma.VERSION, namespace, kyma.PLURAL, body)
+    return dict(obj)
+
+
+@pytest.fixture
+def runtime(listener_env: Env) -> Callable[..., Runtime]:
+    def make(*, kyma_cr: bool = True, domain: str | None = None) -> Runtime:
+        rid = f"rt-{uuid.uuid4().hex[:12]}"
+        dom = domain or f"c-{rid[3:9]}.kyma.example.com"
+        if kyma_cr:
+            create_kyma(listener_env.api, listener_env.namespace, rid, dom)
+        pair = listener_env.runtime_ca.issue(rid, dns_names=[dom], client=True)
+        c, k = listener_env.dir / f"{rid}.crt", listener_env.dir / f"{rid}.key"
+        pair.write(c, k)
+        return Runtime(rid, dom, c, k, listener_env)
+    return make
+
+
+def expired(days: int = 2) -> dict[str, Any]:
+    start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=days)
+    return {"not_before": start, "validity": datetime.timedelta(days=1)}
