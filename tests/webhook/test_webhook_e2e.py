@@ -180,6 +180,9 @@ def test_dry_run_ignored_namespace_and_no_op_update_give_no_record(wh: Stack) ->
     _marker(wh, "after-quiet")
     assert wh.of("dry") == [] and wh.of("elsewhere") == []
     assert len(wh.of("quiet")) == 1
+    # dry-run and no-op writes never reached the handler: the manifest's matchConditions cut them
+    for outcome in ("dry-run", "no-change"):
+        assert wh.webhook.metric("tether_webhook_admission_requests_total", outcome=outcome) == 0
     # the ignored namespace reached the webhook and was refused by its filter
     assert wh.webhook.metric("tether_webhook_admission_requests_total",
                              outcome="ignored-namespace") == ignored_before + 2

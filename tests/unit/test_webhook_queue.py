@@ -1,0 +1,64 @@
+"""The coalescing key queue and the read-back decision (pure / in-process)."""
+
+from __future__ import annotations
+
+import threading
+
+from webhook import keyqueue, readback
+
+
+def item(name: str, op: keyqueue.Operation = "UPDATE", rv: str = "1", uid: str = "u",
+         admitted: float = 0.0) -> keyqueue.Item:
+    return keyqueue.Item("ns", name, uid, op, rv, "2026-11-30T10:00:00.000000Z", admitted=admitted)
+
+
+def test_coalesces_by_key_and_keeps_arrival_order() -> None:
+    q = keyqueue.KeyQueue(10)
+    assert q.put(item("a", rv="1")) == "enqueued"
+    assert q.put(item("b")) == "enqueued"
+    assert q.put(item("a", "DELETE", rv="2", uid="u2")) == "coalesced"
+    got = q.take(10, 0)
+    assert [i.name for i in got] == ["a", "b"]
+    a = got[0]
+    assert (a.operation, a.old_resource_version, a.uid, a.merged) == ("DELETE", "1", "u2", 2)
+    assert len(q) == 0
+
+
+def test_bounded() -> None:
+    q = keyqueue.KeyQueue(2)
+    assert [q.put(item(n)) for n in "abc"] == ["enqueued", "enqueued", "overflowed"]
+    assert q.put(item("a")) == "coalesced"  # a waiting key still merges when full
+    assert [i.name for i in q.take(1, 0)] == ["a"]
+    assert q.put(item("c")) == "enqueued"
+
+
+def test_settle_holds_fresh_items_until_closed() -> None:
+    q = keyqueue.KeyQueue(10, settle=3600)
+    q.put(keyqueue.Item("ns", "a", "u", "CREATE", "", "t"))
+    assert q.take(10, 0.01) == []
+    q.close()
+    assert [i.name for i in q.take(10, 0.01)] == ["a"]  # drain ignores settle
+    assert q.take(10, 5) == []  # closed and empty: returns at once
+
+
+def test_take_wakes_on_put() -> None:
+    q = keyqueue.KeyQueue(10)
+    got: list[keyqueue.Item] = []
+    t = threading.Thread(target=lambda: got.extend(q.take(5, 10)))
+    t.start()
+    q.put(item("a"))
+    t.join(10)
+    assert [i.name for i in got] == ["a"]
+
+
+def test_readback_judgement() -> None:
+    cm = {"metadata": {"resourceVersion": "5"}}
+    assert readback.judge(item("a", rv="4"), cm, False).result == "live"
+    assert readback.judge(item("a", rv="5"), cm, False).result == "wait"
+    assert readback.judge(item("a", rv="5"), cm, True).result == "unchanged"
+    assert readback.judge(item("a", "CREATE", rv=""), None, False).result == "wait"
+    assert readback.judge(item("a", "CREATE", rv=""), None, True).result == "rejected"
+    assert readback.judge(item("a", "CREATE", rv=""), cm, False).result == "live"
+    assert readback.judge(item("a", "DELETE", rv="5"), None, False).result == "tombstone"
+    assert readback.judge(item("a", "UPDATE", rv="5"), None, False).result == "tombstone"
+    assert readback.judge(item("a", "DELETE", rv="5"), cm, True).result == "unchanged"
