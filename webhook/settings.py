@@ -111,6 +111,10 @@ def from_env(env: Mapping[str, str]) -> Settings:
         drain_seconds=drain,
         coalesce_seconds=config.number("TETHER_COALESCE_SECONDS", 0.1, minimum=0, maximum=10, env=env),
     )
+    if fwd.coalesce_seconds >= fwd.readback_seconds:
+        raise config.SettingError(
+            f"TETHER_COALESCE_SECONDS={fwd.coalesce_seconds} must be below "
+            f"TETHER_READBACK_SECONDS={fwd.readback_seconds}")
     return Settings(
         runtime_id=runtime_id,
         listener=listener,

@@ -127,6 +127,7 @@ def test_settings_from_env(tmp_path: pathlib.Path) -> None:
     ("TETHER_LABEL_SELECTOR", "a in (b"),
     ("TETHER_LOG_LEVEL", "loud"),
     ("TETHER_DRAIN_SECONDS", "30"),
+    ("TETHER_COALESCE_SECONDS", "9"),
 ])
 def test_bad_settings_name_the_variable(tmp_path: pathlib.Path, var: str, value: str) -> None:
     with pytest.raises(config.SettingError, match=var):

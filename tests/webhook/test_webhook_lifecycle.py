@@ -1,0 +1,98 @@
+"""The webhook process itself: two workers with aggregated metrics, serving certificate
+reload, and the drain on shutdown (no apiserver registration: reviews are POSTed directly,
+the objects live in the real SKR plane)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import ssl
+import time
+
+import pytest
+from kubernetes import client
+
+from common import certs, controlplane
+from tests.webhook import conftest, stack
+from tests.webhook.receiver import Receiver
+
+pytestmark = pytest.mark.slow
+
+
+def _review(ns: str, cm: client.V1ConfigMap, old_rv: str) -> bytes:
+    obj = client.ApiClient().sanitize_for_serialization(cm)
+    old = json.loads(json.dumps(obj))
+    old["metadata"]["resourceVersion"] = old_rv
+    old["data"] = {"k": "before"}
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-" + cm.metadata.name, "operation": "UPDATE",
+        "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "namespace": ns, "name": cm.metadata.name, "object": obj, "oldObject": old}}).encode()
+
+
+def _serving_cert_issuer(port: int, ca_file: pathlib.Path) -> str | None:
+    """CN of the serving certificate's issuer when it verifies against ``ca_file``."""
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+                ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            cert = tls.getpeercert()
+    except ssl.SSLError:
+        return None
+    return dict(x[0] for x in cert["issuer"])["commonName"]
+
+
+def test_two_workers_reload_and_drain(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
+                                      namespace: str, receiver: Receiver,
+                                      runtime_cert: conftest.RuntimeCert, tmp_path: pathlib.Path) -> None:
+    core = client.CoreV1Api(skr_api)
+    proc = stack.WebhookProcess(tmp_path, {
+        "TETHER_RUNTIME_ID": conftest.RUNTIME_ID,
+        "TETHER_LISTENER_URL": receiver.url,
+        "TETHER_LISTENER_CA_FILE": str(receiver.ca_file),
+        "TETHER_CLIENT_CERT_FILE": str(runtime_cert.cert_file),
+        "TETHER_CLIENT_KEY_FILE": str(runtime_cert.key_file),
+        "TETHER_KUBECONFIG": str(skr.kubeconfig),
+        "TETHER_WEBHOOK_WORKERS": "2",
+        "TETHER_CERT_RELOAD_SECONDS": "0.2",
+        "TETHER_COALESCE_SECONDS": "10",  # keys wait in the queue until the drain takes them
+        "TETHER_READBACK_SECONDS": "15",
+    }).start()
+    try:
+        cms = [core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=f"drain-{i}"), data={"k": f"v{i}"})) for i in range(6)]
+        for cm in cms:
+            status, body = proc.post("/validate", _review(namespace, cm, "1"))
+            assert status == 200 and json.loads(body)["response"]["allowed"] is True
+        # both workers' counters are aggregated on /metrics, whichever worker answers
+        assert proc.metric("tether_webhook_admission_requests_total", operation="UPDATE",
+                           outcome="enqueued") == 6
+        assert receiver.records() == []
+
+        # a rotated serving certificate is served on new connections
+        new_ca = certs.CertificateAuthority.create("rotated-serving-ca")
+        new_ca_file = tmp_path / "rotated-ca.crt"
+        new_ca_file.write_bytes(new_ca.cert_pem)
+        assert _serving_cert_issuer(proc.port, proc.ca_file) == "webhook-serving-ca"
+        pair = new_ca.issue("tether-webhook", ip_addresses=["127.0.0.1"], server=True)
+        pair.write(proc.cert_file, proc.key_file)
+        st = os.stat(proc.cert_file)
+        os.utime(proc.cert_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+        deadline = time.monotonic() + 20
+        issuers: set[str | None] = set()
+        while len(issuers) < 1 or None in issuers or issuers != {"rotated-serving-ca"}:
+            assert time.monotonic() < deadline, issuers
+            issuers = {_serving_cert_issuer(proc.port, new_ca_file) for _ in range(6)}  # both workers
+            time.sleep(0.1)
+    finally:
+        rc = proc.stop()
+    assert rc == 0, proc.log()
+    # SIGTERM drained every queued key within the grace period
+    recs = receiver.records()
+    assert sorted(r["name"] for r in recs) == [f"drain-{i}" for i in range(6)]
+    by_name = {r["name"]: r for r in recs}
+    for i, cm in enumerate(cms):
+        assert by_name[f"drain-{i}"]["resourceVersion"] == cm.metadata.resource_version
+        assert by_name[f"drain-{i}"]["data"] == {"k": f"v{i}"}
