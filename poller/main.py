@@ -1,0 +1,110 @@
+"""``tether poller``: build settings and clients, elect a leader, schedule runs, serve probes.
+
+Wiring only: the decisions live in ``poller.diff``/``poller.pacing``, one run in
+``poller.run``, scheduling and leadership in ``poller.service``, the HTTP endpoints in
+``poller.app``. SIGTERM/SIGINT: stop the elector (releasing the Lease so the other
+replica takes over at once), let a run in progress stop at its next page, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+from common import config, kube, leader, logs, sender
+from poller import app, metrics, run, scan, service
+from poller import settings as settings_mod
+
+log = logging.getLogger(__name__)
+
+
+def parse_flags(argv: list[str]) -> dict[str, str]:
+    """Flags override the environment; returns the merged environment."""
+    parser = argparse.ArgumentParser(
+        prog="tether poller",
+        description="Polling fallback: reconciles the runtime's ConfigMaps with the listener's "
+                    "state. Every flag has an environment variable; see docs/poller.md.")
+    for flag, var in settings_mod.FLAGS.items():
+        parser.add_argument(flag, dest=var, metavar="VALUE", help=f"(env {var})")
+    args = parser.parse_args(argv)
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in vars(args).items() if v is not None})
+    return env
+
+
+class _Status:
+    def __init__(self, svc: service.Service, elector: leader.LeaderElector,
+                 client: sender.ListenerClient, m: metrics.Metrics) -> None:
+        self.svc, self.elector, self.client, self.metrics = svc, elector, client, m
+
+    def healthy(self) -> tuple[bool, str]:
+        if not self.svc.running():
+            return False, "scheduler not running"
+        thread = getattr(self.elector, "_thread", None)
+        if thread is None or not thread.is_alive():
+            return False, "leader election not running"
+        return True, ""
+
+    def ready(self) -> tuple[bool, str]:
+        ok, why = self.healthy()
+        if ok and not self.client.certs_loaded():
+            return False, "runtime client certificate cannot be loaded"
+        return ok, why
+
+    def exposition(self) -> bytes:
+        return self.metrics.exposition()
+
+
+def main(argv: list[str]) -> int:
+    env = parse_flags(argv)
+    try:
+        s = settings_mod.from_env(env)
+        api = kube.api_client(s.kubeconfig)
+    except (config.SettingError, kube.KubeConfigError) as e:
+        print(f"tether poller: {e}", file=sys.stderr)
+        return 2
+    logs.configure(s.log_level, s.log_format)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    m = metrics.Metrics()
+    client = sender.ListenerClient(s.listener)
+    lister = scan.Lister(api, s.filter, page_size=s.run.page_size, timeout=s.list_timeout,
+                         on_request=m.apiserver_requests.inc)
+    runner = run.Runner(s.runtime_id, s.run, s.filter, lister, client, m)
+    svc = service.Service(s.schedule, runner, m)
+    elector = leader.LeaderElector(api, s.lease, on_started=svc.on_started,
+                                   on_stopped=svc.on_stopped)
+    try:
+        server = app.Server(app.create_app(s, _Status(svc, elector, client, m)), s.bind)
+    except OSError as e:
+        print(f"tether poller: cannot listen on {s.bind}: {e}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+
+    def stop(signum: int, _: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        done.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    svc.start()
+    server.start()
+    elector.start()
+    log.info("poller for runtime %s: lease %s/%s as %s, probes on %s", s.runtime_id,
+             s.lease.namespace, s.lease.name, s.lease.identity, s.bind)
+    done.wait()
+    elector.stop()  # releases the Lease; on_stopped pauses the scheduler
+    svc.shutdown()
+    server.stop()
+    client.close()
+    api.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

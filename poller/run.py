@@ -1,0 +1,260 @@
+"""One anti-entropy run: digest in, ConfigMaps listed page by page, differences sent.
+
+    GET state pages (the heartbeat)  -> dict key -> (rv, observedAt, deleted, uid)
+    LIST configmaps page by page     -> judge each object, pop its key, buffer records
+    what is left live in the digest  -> tombstones at the listing's resourceVersion
+    buffer full / end                -> POST a batch through the per-run Pacer
+
+Memory holds the digest entries (no data), one page of objects and one batch of records.
+Requests: digest pages + list pages + batches of differences; equal objects cost nothing.
+
+The run stops early (``Stop``) when the listener fails (after ``send_attempts`` tries of a
+batch), refuses the runtime, when the apiserver cannot be listed, and when ``keep_going``
+turns false (the Lease was lost). A 410 Gone restarts the run from the digest (records
+already sent are in it by then, so they are not sent again), at most ``max_restarts``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple, Protocol
+
+from common import changes, filters, logs, sender
+from poller import diff, metrics, pacing, scan
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    page_size: int = 500
+    state_page_size: int = 5000
+    batch_items: int = 100
+    batch_bytes: int = sender.DEFAULT_MAX_BATCH_BYTES
+    rate: float = 200.0  # records per second within a run
+    burst: int = 200
+    send_attempts: int = 3
+    retry_base: float = 0.5
+    retry_cap: float = 5.0
+    max_restarts: int = 3
+
+
+class Result(NamedTuple):
+    outcome: str  # one of metrics.OUTCOMES
+    scanned: int = 0
+    digest_entries: int = 0
+    differences: dict[str, int] = {}
+    sent: int = 0
+    retry_after: float | None = None
+    detail: str = ""
+
+
+class PageSource(Protocol):
+    """``scan.Lister`` (the runtime's apiserver)."""
+
+    def pages(self) -> Iterator[scan.Page]: ...
+
+
+class Listener(Protocol):
+    """``common.sender.ListenerClient``."""
+
+    def state_page(self, limit: int = 500, token: str = "") -> sender.StatePage: ...
+
+    def send(self, records: Sequence[changes.ChangeRecord],
+             timeout: tuple[float, float] | None = None) -> sender.Outcome: ...
+
+
+class Stop(Exception):
+    def __init__(self, outcome: str, detail: str = "", retry_after: float | None = None) -> None:
+        super().__init__(f"{outcome}: {detail}")
+        self.outcome, self.detail, self.retry_after = outcome, detail, retry_after
+
+
+class _Restart(Exception):
+    pass
+
+
+class Runner:
+    def __init__(self, runtime_id: str, settings: RunSettings, flt: filters.ConfigMapFilter,
+                 lister: PageSource, client: Listener, m: metrics.Metrics, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.runtime_id = runtime_id
+        self.settings = settings
+        self.filter = flt
+        self.lister = lister
+        self.client = client
+        self.metrics = m
+        self._clock = clock
+        self._sleep = sleep
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def run(self, *, full: bool = False, keep_going: Callable[[], bool] = lambda: True) -> Result:
+        """One run; ``full`` sends every listed object the listener does not hold as newer
+        (a resync that does not trust the digest's resourceVersions)."""
+        state = _RunState(pacing.Pacer(self.settings.rate, self.settings.burst, self._clock()))
+        for attempt in range(self.settings.max_restarts + 1):
+            try:
+                self._once(state, full, keep_going)
+                return state.result("ok")
+            except _Restart:
+                self.metrics.list_restarts.inc()
+                log.info("listing expired (410 Gone), restarting the run (%d)", attempt + 1)
+            except Stop as e:
+                return state.result(e.outcome, e.detail, e.retry_after)
+        return state.result("gone", f"410 Gone {self.settings.max_restarts + 1} times")
+
+    def _once(self, state: _RunState, full: bool, keep_going: Callable[[], bool]) -> None:
+        digest = diff.load(self._state_items())
+        state.digest_entries = len(digest)
+        self.metrics.digest_entries.set(len(digest))
+        buffer = _Buffer(self, state, keep_going)
+        listed_at = changes.now()
+        list_rv = ""
+        scanned = state.scanned = 0
+        try:
+            for page in self.lister.pages():
+                if not keep_going():
+                    raise Stop("aborted", "leadership lost")
+                observed = changes.now()
+                list_rv = page.resource_version or list_rv
+                for obj in page.items:
+                    key = diff.key_of(obj)
+                    labels = (obj.get("metadata") or {}).get("labels")
+                    if filters.rejection(self.filter, key[0], labels) is not None:
+                        continue  # the apiserver filtered already; kept for safety
+                    scanned += 1
+                    entry = digest.pop(key, None)
+                    rv = diff.resource_version_of(obj)
+                    kind = diff.judge(entry, rv, observed)
+                    if kind is not None:
+                        state.count(kind)
+                        self.metrics.differences.labels(kind).inc()
+                    elif not (full and diff.resend(entry, rv, observed)):
+                        continue
+                    buffer.add(changes.from_configmap(obj, runtime_id=self.runtime_id,
+                                                      source="poller", observed_at=observed))
+                self.metrics.scanned.inc(scanned - state.scanned)
+                state.scanned = scanned
+        except scan.Gone:
+            buffer.flush()
+            raise _Restart() from None
+        except scan.ListError as e:
+            buffer.flush()
+            raise Stop("apiserver-failed", str(e)) from None
+        for (ns, name), entry in digest.items():
+            tomb_rv = diff.leftover(entry, list_rv, listed_at)
+            if tomb_rv is None:
+                continue
+            state.count("deleted")
+            self.metrics.differences.labels("deleted").inc()
+            buffer.add(changes.tombstone(runtime_id=self.runtime_id, namespace=ns, name=name,
+                                         uid=entry.uid, resource_version=tomb_rv, source="poller",
+                                         observed_at=listed_at))
+        buffer.flush()
+        self.metrics.last_scanned.set(scanned)
+
+    def _state_items(self) -> Iterator[sender.StateItem]:
+        token = ""
+        while True:
+            self.metrics.listener_requests.labels("state").inc()
+            try:
+                page = self.client.state_page(self.settings.state_page_size, token)
+            except sender.ListenerError as e:
+                raise _stop_for(e.outcome, "state") from None
+            yield from page.items
+            if not page.continue_token:
+                return
+            token = page.continue_token
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send(self, records: list[changes.ChangeRecord], state: _RunState) -> None:
+        """Send one batch (paced, retried); raises ``Stop`` when the listener fails."""
+        wait = state.pacer.wait_for(len(records), self._clock())
+        if wait > 0:
+            self._sleep(wait)
+        attempt = 0
+        while True:
+            self.metrics.listener_requests.labels("changes").inc()
+            outcome = self.client.send(records)
+            if outcome.verdict == "ok":
+                for r in outcome.results:
+                    got = str(r.get("outcome", "unknown"))
+                    self.metrics.sent.labels(got if got in metrics.SENT_OUTCOMES else "unknown").inc()
+                state.sent += len(records)
+                return
+            if outcome.verdict == "permanent":
+                if len(records) > 1 and outcome.status in (400, 413):
+                    for rec in records:  # isolate the record the listener refuses
+                        self.send([rec], state)
+                    return
+                if outcome.status in (400, 413):
+                    rec = records[0]
+                    self.metrics.sent.labels("refused").inc()
+                    log.error("listener refused %s/%s rv=%s: %s %s %s", rec["namespace"],
+                              rec["name"], rec["resourceVersion"], outcome.status,
+                              outcome.error, logs.bounded(outcome.details, 300))
+                    return
+                raise _stop_for(outcome, "changes")
+            attempt += 1
+            delay = sender.retry_delay(outcome, attempt - 1, base=self.settings.retry_base,
+                                       cap=self.settings.retry_cap)
+            if attempt >= self.settings.send_attempts or delay > self.settings.retry_cap:
+                raise _stop_for(outcome, "changes")
+            self._sleep(delay)
+
+
+def _stop_for(outcome: sender.Outcome, call: str) -> Stop:
+    detail = f"{call}: {outcome.reason} {outcome.error}".strip()
+    if outcome.verdict == "permanent":
+        return Stop("listener-refused", detail)
+    return Stop("listener-failed", detail, outcome.retry_after)
+
+
+class _RunState:
+    def __init__(self, pacer: pacing.Pacer) -> None:
+        self.pacer = pacer
+        self.scanned = 0
+        self.digest_entries = 0
+        self.sent = 0
+        self.differences = dict.fromkeys(metrics.DIFF_TYPES, 0)
+
+    def count(self, kind: str) -> None:
+        self.differences[kind] += 1
+
+    def result(self, outcome: str, detail: str = "", retry_after: float | None = None) -> Result:
+        return Result(outcome, self.scanned, self.digest_entries, dict(self.differences),
+                      self.sent, retry_after, detail)
+
+
+class _Buffer:
+    """Records waiting for a batch: at most ``batch_items`` and about ``batch_bytes``."""
+
+    def __init__(self, runner: Runner, state: _RunState, keep_going: Callable[[], bool]) -> None:
+        self._runner = runner
+        self._state = state
+        self._keep_going = keep_going
+        self._records: list[changes.ChangeRecord] = []
+        self._bytes = 0
+
+    def add(self, record: changes.ChangeRecord) -> None:
+        self._records.append(record)
+        self._bytes += sender.record_size(record)
+        s = self._runner.settings
+        if len(self._records) >= s.batch_items or self._bytes >= s.batch_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._records:
+            return
+        if not self._keep_going():
+            raise Stop("aborted", "leadership lost")
+        records, self._records, self._bytes = self._records, [], 0
+        s = self._runner.settings
+        for chunk in sender.split_batches(records, max_items=s.batch_items, max_bytes=s.batch_bytes):
+            self._runner.send(chunk, self._state)
