@@ -18,7 +18,6 @@ from typing import Any
 import urllib3
 from flask import Blueprint, Response, request
 from kubernetes.client import exceptions
-from werkzeug.exceptions import RequestEntityTooLarge
 
 from common import certs, changes, logs
 from listener import auth, peer, ratelimit, records, responses, services, store, validation
@@ -112,9 +111,14 @@ def _read_body(svc: services.Services) -> bytes | validation.Problem:
     if request.content_length is not None and request.content_length > cap:
         return validation.Problem(413, "request too large", f"the limit is {cap} bytes", "too_large")
     try:
-        return request.get_data(cache=False)
-    except RequestEntityTooLarge:
+        # gunicorn's wsgi.input ends at Content-Length or the last chunk; read one byte
+        # over the cap to tell a body of exactly the cap from a longer one
+        raw: bytes = request.environ["wsgi.input"].read(cap + 1)
+    except Exception:  # noqa: BLE001 - a broken chunked body or a peer gone: the client's fault
+        return validation.Problem(400, "invalid body", "the body could not be read", "unreadable")
+    if len(raw) > cap:
         return validation.Problem(413, "request too large", f"the limit is {cap} bytes", "too_large")
+    return raw
 
 
 @bp.post("/<runtime_id>/changes")

@@ -1,0 +1,66 @@
+"""KCP apiserver stopped: the listener answers 503 with Retry-After and acknowledges
+nothing; after the restart the same records are persisted. The plane is always restored."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from common import controlplane
+from tests.listener.conftest import ListenerProcess, Runtime
+
+
+class Outage:
+    def __init__(self, kcp: controlplane.ControlPlane) -> None:
+        self.kcp = kcp
+        self.down = False
+
+    def begin(self) -> None:
+        self.kcp.stop_apiserver()
+        self.down = True
+
+    def end(self) -> None:
+        if self.down:
+            self.kcp.start_apiserver()
+            self.down = False
+
+
+@pytest.fixture
+def outage(kcp: controlplane.ControlPlane) -> Iterator[Outage]:
+    o = Outage(kcp)
+    yield o
+    o.end()  # restores the shared plane even when the test failed
+
+
+def test_kcp_down_gives_503_then_writes_succeed(
+    listener: ListenerProcess, runtime: Callable[..., Runtime], outage: Outage,
+) -> None:
+    seen, fresh = runtime(), runtime()
+    url = f"{listener.url}/v1/runtimes/{seen.id}/changes"
+    s = seen.session()
+    assert s.post(url, json=seen.record("a", 1), timeout=10).json()["results"][0]["outcome"] == \
+        "persisted"
+
+    outage.begin()
+    pending = seen.record("a", 2)
+    for resp in (
+        s.post(url, json=pending, timeout=30),                       # Kyma CR cached: write fails
+        s.get(f"{listener.url}/v1/runtimes/{seen.id}/state", timeout=30),
+        fresh.session().post(f"{listener.url}/v1/runtimes/{fresh.id}/changes",  # lookup fails
+                             json=fresh.record("b", 1), timeout=30),
+        s.get(f"{listener.url}/readyz", timeout=30),
+    ):
+        assert resp.status_code == 503, resp.text
+        assert resp.headers["Retry-After"] == "2"
+        assert resp.json()["error"] in ("KCP API unavailable", "not ready")
+    assert s.get(f"{listener.url}/healthz", timeout=10).status_code == 200
+
+    outage.end()
+    assert s.post(url, json=pending, timeout=30).json()["results"][0]["outcome"] == "persisted"
+    stored = seen.env.stored_one(seen.id, "team-a", "a")
+    assert stored is not None and stored["spec"]["resourceVersion"] == "2"
+    r = fresh.session().post(f"{listener.url}/v1/runtimes/{fresh.id}/changes",
+                             json=fresh.record("b", 1), timeout=30)
+    assert r.status_code == 200 and r.json()["results"][0]["outcome"] == "persisted"
+    assert "tether_listener_kcp_unavailable_total" in listener.metrics()
