@@ -12,7 +12,6 @@ answered 500 without details (no client input is meant to reach that).
 from __future__ import annotations
 
 import logging
-import pathlib
 import time
 
 from flask import Flask, Response, g, request
@@ -20,10 +19,9 @@ from kubernetes import client
 from werkzeug.exceptions import HTTPException
 
 from common import kube
-from listener import api, responses, services, settings, store
+from listener import api, openapi, responses, services, settings, store
 
 log = logging.getLogger(__name__)
-OPENAPI_FILE = pathlib.Path(__file__).with_name("openapi.json")
 READY_CACHE_SECONDS = 2.0
 
 
@@ -45,7 +43,7 @@ def create_app(
 
 
 def _register_operations(app: Flask, svc: services.Services) -> None:
-    openapi = OPENAPI_FILE.read_bytes()
+    openapi_doc = openapi.OPENAPI_FILE.read_bytes()
     ready_until = [0.0]
 
     @app.get("/healthz")
@@ -74,7 +72,7 @@ def _register_operations(app: Flask, svc: services.Services) -> None:
 
     @app.get("/openapi.json")
     def openapi_json() -> Response:
-        return Response(openapi, mimetype="application/json")
+        return Response(openapi_doc, mimetype="application/json")
 
 
 def _register_hooks(app: Flask, svc: services.Services) -> None:

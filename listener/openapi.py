@@ -12,11 +12,13 @@ here. ``listener/openapi.json`` is this document, committed and served at
 from __future__ import annotations
 
 import json
+import pathlib
 import sys
 from typing import Any
 
 from common import changes
 
+OPENAPI_FILE = pathlib.Path(__file__).with_name("openapi.json")
 RECORD_FILE, BATCH_FILE = "change-record.v1.json", "change-batch.v1.json"
 REF = "#/components/schemas/"
 

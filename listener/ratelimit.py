@@ -3,8 +3,9 @@
 Both live in the memory of one worker process (no shared state, nothing needed across
 restarts): with R replicas of W workers a runtime may reach R*W times the configured rate,
 which is what the settings are sized for (see docs/listener.md). A POST costs one token
-per record, a GET of the state one token; a bucket's capacity (burst) is at least a full
-batch (500). The bucket map is bounded (least recently used dropped, i.e. refilled).
+per record, a GET of the state one token; a batch larger than the bucket's capacity
+(burst) costs the whole bucket, so it is never refused forever. The bucket map is bounded
+(least recently used dropped, i.e. refilled).
 """
 
 from __future__ import annotations

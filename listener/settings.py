@@ -86,7 +86,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     if cert is None and not proxies:
         raise config.SettingError(
             f"{P}TLS_CERT_FILE is required (plain HTTP only with {P}XFCC_TRUSTED_PROXIES)")
-    burst = config.integer(P + "RATE_BURST", d.rate_burst, minimum=500, maximum=1_000_000, env=e)
+    burst = config.integer(P + "RATE_BURST", d.rate_burst, minimum=1, maximum=1_000_000, env=e)
     threads = config.integer(P + "THREADS", d.threads, minimum=1, maximum=256, env=e)
     return Settings(
         bind=config.string(P + "BIND", d.bind, env=e),
