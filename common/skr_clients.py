@@ -5,7 +5,9 @@ Each runtime's admin kubeconfig is a Secret in the KCP namespace labelled
 it). ``SkrClients.get(kyma)`` returns an ``ApiClient`` for that runtime, built once per
 Secret resourceVersion and reused until the Secret changes (rotated credentials give a
 new client, the old one is closed). ``refresh()`` lists all such Secrets in one call
-(paginated) so that a run over thousands of runtimes does not read them one by one.
+(paginated) so that a run over thousands of runtimes does not read them one by one; a
+``get`` for a runtime missing from the index triggers such a refresh (at most once per
+``min_refresh_seconds``) before it falls back to reading that runtime's Secret alone.
 
 Kubeconfig content never reaches a log line or an error message.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -39,10 +42,14 @@ class _Entry(NamedTuple):
 class SkrClients:
     """Thread-safe cache: kyma name -> (Secret resourceVersion, ApiClient)."""
 
-    def __init__(self, kcp: client.ApiClient, namespace: str, *, page_size: int = 500) -> None:
+    def __init__(self, kcp: client.ApiClient, namespace: str, *, page_size: int = 500,
+                 min_refresh_seconds: float = 10.0) -> None:
         self._core = client.CoreV1Api(kcp)
         self.namespace = namespace
         self._page = page_size
+        self._min_refresh = min_refresh_seconds
+        self._last_refresh = float("-inf")
+        self._refresh_lock = threading.Lock()
         self._lock = threading.Lock()
         self._index: dict[str, tuple[str, str, bytes]] = {}  # kyma -> (secret, rv, content)
         self._clients: dict[str, _Entry] = {}
@@ -75,6 +82,7 @@ class SkrClients:
     def refresh(self) -> int:
         """Re-read every runtime kubeconfig Secret (one paginated list). Returns the count."""
         index: dict[str, tuple[str, str, bytes]] = {}
+        self._last_refresh = time.monotonic()
         for s in self._secrets(KYMA_NAME_LABEL):
             kyma = (s.metadata.labels or {}).get(KYMA_NAME_LABEL)
             content = self._content(s)
@@ -108,6 +116,14 @@ class SkrClients:
         ``fresh`` or the runtime is not in it; then reads its Secret."""
         with self._lock:
             known = None if fresh else self._index.get(kyma)
+        if known is None and not fresh:
+            with self._refresh_lock:  # concurrent misses wait for one refresh
+                with self._lock:
+                    known = self._index.get(kyma)
+                if known is None and time.monotonic() - self._last_refresh >= self._min_refresh:
+                    self.refresh()
+                    with self._lock:
+                        known = self._index.get(kyma)
         if known is None:
             known = self._read_one(kyma)
             with self._lock:

@@ -202,6 +202,15 @@ def create_app(store: store_mod.Store) -> flask.Flask:
         store.set_faults(f)
         return flask.jsonify(dataclasses.asdict(f))
 
+    @app.get("/admin/requests")
+    def request_counts() -> flask.Response:
+        counts: dict[str, int] = {}
+        for r in list(store.requests):
+            key = f"{r.operation}:{r.outcome}"
+            counts[key] = counts.get(key, 0) + 1
+        return flask.jsonify({"total": len(store.requests), "by_operation": counts,
+                              "runtimes": len(store.all_runtimes())})
+
     @app.get("/admin/runtimes")
     def list_runtimes() -> flask.Response:
         return flask.jsonify([{"id": r.id, "tenant": r.tenant, "name": r.name, "labels": r.labels,
