@@ -71,7 +71,8 @@ def build_parts(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLCont
     """Queue, metrics, runtime API reader, listener client and forwarder (not started)."""
     registry = None if multiprocess() else CollectorRegistry()
     m = metrics.build(registry)
-    queue = keyqueue.KeyQueue(s.queue_size, s.forwarder.coalesce_seconds)
+    queue = keyqueue.KeyQueue(s.queue_size, s.forwarder.coalesce_seconds, s.forwarder.hot_key_seconds,
+                              s.forwarder.hot_key_seconds / 4)
     reader = readback.Reader(kube.api_client(s.kubeconfig))
     client = sender.ListenerClient(s.listener)
     fwd = forwarder.Forwarder(s.forwarder, s.runtime_id, queue, reader, client, m)

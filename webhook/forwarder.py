@@ -24,6 +24,7 @@ from webhook import keyqueue, metrics, readback
 from webhook import settings as settings_mod
 
 log = logging.getLogger(__name__)
+_OUTCOMES = ("persisted", "duplicate", "stale")
 
 
 @dataclasses.dataclass
@@ -162,7 +163,8 @@ class Forwarder:
             if outcome.verdict == "ok":
                 self.metrics.last_success.set(time.time())
                 for r in outcome.results:
-                    self.metrics.forwarded_records.labels(str(r.get("outcome", "unknown"))[:20]).inc()
+                    got = r.get("outcome")
+                    self.metrics.forwarded_records.labels(got if got in _OUTCOMES else "other").inc()
                 return
             if outcome.verdict == "permanent":
                 if len(records) > 1:

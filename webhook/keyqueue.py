@@ -5,13 +5,16 @@ in arrival order. A key already waiting is merged, not added (a burst on one Con
 becomes one entry): the entry keeps the earliest old resourceVersion and observedAt (the
 forwarder waits until the persisted version differs from it) and the latest operation
 and uid. A full queue refuses the item ("overflowed"): the poller will find the change.
-Entries are handed out ``settle`` seconds after their first admission at the earliest.
+Entries are handed out ``settle`` seconds after their first admission at the earliest,
+and a key at most once per ``min_interval`` (hot keys are debounced; the record sent is
+read back, so it always carries the latest state).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import threading
 import time
 from typing import Literal
@@ -45,10 +48,22 @@ def merge(waiting: Item, new: Item) -> Item:
 
 
 class KeyQueue:
-    def __init__(self, maxsize: int, settle: float = 0.0) -> None:
+    """``settle``: an entry is handed out at the earliest that long after its first
+    admission. ``min_interval``: a key handed out less than that ago waits until then
+    (a key under constant churn yields at most one entry per interval). ``lookahead``:
+    once one entry is ready, entries held back only by ``min_interval`` that would be ready
+    within that time join it (fewer, larger batches; never before ``settle``)."""
+
+    def __init__(self, maxsize: int, settle: float = 0.0, min_interval: float = 0.0,
+                 lookahead: float = 0.0) -> None:
         self.maxsize = maxsize
+        self.lookahead = lookahead
         self.settle = settle
-        self._items: collections.OrderedDict[tuple[str, str], Item] = collections.OrderedDict()
+        self.min_interval = min_interval
+        self._items: dict[tuple[str, str], Item] = {}
+        self._heap: list[tuple[float, int, tuple[str, str]]] = []  # (ready_at, seq, key)
+        self._seq = 0
+        self._last: collections.OrderedDict[tuple[str, str], float] = collections.OrderedDict()
         self._cond = threading.Condition()
         self._closed = False
 
@@ -60,37 +75,46 @@ class KeyQueue:
                 return "coalesced"
             if len(self._items) >= self.maxsize:
                 return "overflowed"
+            ready_at = max(item.admitted + self.settle,
+                           self._last.get(item.key, float("-inf")) + self.min_interval)
             self._items[item.key] = item
+            self._seq += 1
+            heapq.heappush(self._heap, (ready_at, self._seq, item.key))
             self._cond.notify()
             return "enqueued"
 
     def take(self, max_items: int, timeout: float) -> list[Item]:
-        """Up to ``max_items`` in arrival order, each at least ``settle`` seconds after its
-        first admission (so a burst coalesces and the write is persisted); waits up to
-        ``timeout`` for the first. Once closed, returns at once (possibly empty) and
-        ignores ``settle`` (drain)."""
+        """Up to ``max_items`` ready entries, earliest first; waits up to ``timeout`` for
+        the first. Once closed, returns at once (possibly empty) with everything waiting,
+        ready or not (drain)."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while not self._closed:
                 now = time.monotonic()
-                if self._items:
-                    head = next(iter(self._items.values()))
-                    ready_at = head.admitted + self.settle
-                    if ready_at <= now:
-                        break
-                    wait = min(ready_at, deadline) - now
-                else:
-                    wait = deadline - now
-                if wait <= 0 or now >= deadline:
-                    return []
-                self._cond.wait(wait)
-            out: list[Item] = []
-            now = time.monotonic()
-            while self._items and len(out) < max_items:
-                head = next(iter(self._items.values()))
-                if not self._closed and head.admitted + self.settle > now:
+                if self._heap and self._heap[0][0] <= now:
                     break
-                out.append(self._items.popitem(last=False)[1])
+                until = min(self._heap[0][0], deadline) if self._heap else deadline
+                if now >= deadline:
+                    return []
+                self._cond.wait(max(until - now, 0.0005))
+            out: list[Item] = []
+            early: list[tuple[float, int, tuple[str, str]]] = []
+            now = time.monotonic()
+            while self._heap and len(out) < max_items:
+                if not self._closed and self._heap[0][0] > now + (self.lookahead if out else 0.0):
+                    break
+                entry = heapq.heappop(self._heap)
+                item = self._items[entry[2]]
+                if not self._closed and item.admitted + self.settle > now:
+                    early.append(entry)  # not settled yet: stays
+                    continue
+                out.append(self._items.pop(entry[2]))
+                self._last[entry[2]] = now
+                self._last.move_to_end(entry[2])
+            for entry in early:
+                heapq.heappush(self._heap, entry)
+            while self._last and next(iter(self._last.values())) < now - self.min_interval:
+                self._last.popitem(last=False)
             return out
 
     def __len__(self) -> int:

@@ -70,6 +70,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         logs.configure(self.settings.log_level, self.settings.log_format)
+
         parts = app_mod.build_parts(self.settings, self.serving)
         return app_mod.create_app(self.settings, parts)
 

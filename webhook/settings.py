@@ -25,6 +25,7 @@ class ForwarderSettings:
     retry_cap: float = 30.0
     drain_seconds: float = 10.0
     coalesce_seconds: float = 0.1
+    hot_key_seconds: float = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,11 +111,12 @@ def from_env(env: Mapping[str, str]) -> Settings:
         retry_cap=config.number("TETHER_RETRY_CAP_SECONDS", 30.0, minimum=0.1, maximum=3600, env=env),
         drain_seconds=drain,
         coalesce_seconds=config.number("TETHER_COALESCE_SECONDS", 0.1, minimum=0, maximum=10, env=env),
+        hot_key_seconds=config.number("TETHER_HOT_KEY_SECONDS", 0.5, minimum=0, maximum=60, env=env),
     )
-    if fwd.coalesce_seconds >= fwd.readback_seconds:
+    if fwd.coalesce_seconds + fwd.hot_key_seconds >= fwd.readback_seconds:
         raise config.SettingError(
-            f"TETHER_COALESCE_SECONDS={fwd.coalesce_seconds} must be below "
-            f"TETHER_READBACK_SECONDS={fwd.readback_seconds}")
+            f"TETHER_COALESCE_SECONDS={fwd.coalesce_seconds} plus TETHER_HOT_KEY_SECONDS="
+            f"{fwd.hot_key_seconds} must be below TETHER_READBACK_SECONDS={fwd.readback_seconds}")
     return Settings(
         runtime_id=runtime_id,
         listener=listener,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from webhook import keyqueue, readback
 
@@ -62,3 +63,32 @@ def test_readback_judgement() -> None:
     assert readback.judge(item("a", "DELETE", rv="5"), None, False).result == "tombstone"
     assert readback.judge(item("a", "UPDATE", rv="5"), None, False).result == "tombstone"
     assert readback.judge(item("a", "DELETE", rv="5"), cm, True).result == "unchanged"
+
+
+def test_hot_keys_wait_for_the_min_interval_others_do_not() -> None:
+    q = keyqueue.KeyQueue(10, settle=0.0, min_interval=3600)
+    q.put(keyqueue.Item("ns", "hot", "u", "UPDATE", "1", "t"))
+    assert [i.name for i in q.take(10, 0)] == ["hot"]
+    q.put(keyqueue.Item("ns", "hot", "u", "UPDATE", "2", "t"))   # just handed out: held back
+    q.put(keyqueue.Item("ns", "cold", "u", "UPDATE", "1", "t"))
+    assert [i.name for i in q.take(10, 0.01)] == ["cold"]
+    assert q.take(10, 0.01) == []
+    assert len(q) == 1
+    q.close()
+    assert [i.name for i in q.take(10, 0)] == ["hot"]
+
+
+def test_lookahead_batches_hot_keys_but_never_before_settle() -> None:
+    q = keyqueue.KeyQueue(10, settle=0.0, min_interval=0.2, lookahead=3600)
+    for n in ("a", "b"):
+        q.put(keyqueue.Item("ns", n, "u", "UPDATE", "1", "t"))
+    assert len(q.take(10, 0)) == 2
+    q.put(keyqueue.Item("ns", "a", "u", "UPDATE", "2", "t"))  # held back by min_interval
+    q.put(keyqueue.Item("ns", "b", "u", "UPDATE", "2", "t"))
+    q.put(keyqueue.Item("ns", "c", "u", "UPDATE", "1", "t"))  # ready now
+    assert sorted(i.name for i in q.take(10, 0)) == ["a", "b", "c"]  # a and b pulled early
+    s = keyqueue.KeyQueue(10, settle=3600, lookahead=3600)
+    s.put(keyqueue.Item("ns", "x", "u", "UPDATE", "1", "t", admitted=time.monotonic() - 7200))
+    s.put(keyqueue.Item("ns", "y", "u", "UPDATE", "1", "t"))  # admitted now: must settle
+    assert [i.name for i in s.take(10, 0)] == ["x"]
+    assert len(s) == 1

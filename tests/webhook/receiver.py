@@ -10,6 +10,7 @@ in the path (403 otherwise), like the real listener.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import pathlib
 import socket
@@ -18,6 +19,8 @@ import threading
 import time
 from http import server
 from typing import Any
+
+from cryptography import x509
 
 from common import certs
 
@@ -167,3 +170,25 @@ class Receiver:
         for sock in open_now:  # kept-alive connections go down too
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.webhook.receiver WORKDIR CLIENT_CA_PEM``: serve in this process
+    (e.g. for a benchmark), print the port, stop when stdin closes; then print the number
+    of records received."""
+    import sys
+
+    workdir, ca_pem = pathlib.Path(argv[0]), pathlib.Path(argv[1]).read_bytes()
+    ca = certs.CertificateAuthority.create("unused")
+    r = Receiver(workdir, dataclasses.replace(ca, cert=x509.load_pem_x509_certificate(ca_pem))).start()
+    print(r.port, flush=True)
+    sys.stdin.read()
+    print(len(r.records()), flush=True)
+    r.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -52,6 +52,7 @@ class WebhookProcess:
             **env,
         }
         self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        self.command = [sys.executable, "-m", "common.cli", "webhook"]
         self.log_path = workdir / "webhook.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -65,7 +66,7 @@ class WebhookProcess:
     def start(self, timeout: float = 30.0) -> WebhookProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "common.cli", "webhook"], env=self.env, cwd=REPO,
+            self.command, env=self.env, cwd=REPO,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout

@@ -1,0 +1,198 @@
+"""Benchmark: admission handling of the webhook vs a no-op Flask endpoint, same gunicorn
+settings (gthread workers, TLS, keep-alive), same run.
+
+Starts one real SKR control plane (the forwarder reads objects back), the recording mTLS
+receiver as the listener, then alternately the real webhook (`tether webhook`) and the
+no-op baseline (bench/webhook_noop_server.py) with identical settings, and drives each
+with CONNECTIONS keep-alive HTTPS connections POSTing realistic ConfigMap UPDATE reviews
+(about 1 KiB of data, object and oldObject) over KEYS ConfigMaps. Prints a table and writes
+bench/results/webhook_admission.json.
+
+    .venv/bin/python bench/webhook_admission.py [--seconds 6] [--rounds 3] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import http.client
+import json
+import os
+import pathlib
+import platform
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kubernetes import client  # noqa: E402
+
+from common import certs, controlplane  # noqa: E402
+from tests.webhook import stack  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "webhook_admission.json"
+NAMESPACE = "bench"
+
+
+def review(name: str, i: int) -> bytes:
+    data = {f"key-{k}": f"value-{i}-{k}-" + "x" * 40 for k in range(16)}
+    meta = {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}", "resourceVersion": "",
+            "labels": {"app": "bench"}, "annotations": {"owner": "team-a"}}
+    old = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {**meta, "resourceVersion": "1"},
+           "data": {**data, "key-0": "old"}}
+    new = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": f"req-{i}", "operation": "UPDATE", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+        "namespace": NAMESPACE, "name": name, "dryRun": False, "object": new, "oldObject": old,
+        "userInfo": {"username": "bench"}}}).encode()
+
+
+def drive(port: int, ca_file: pathlib.Path, bodies: list[bytes], connections: int,
+          seconds: float) -> dict[str, Any]:
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    latencies: list[list[float]] = [[] for _ in range(connections)]
+    errors = [0] * connections
+    stop = time.monotonic() + seconds
+    handshakes = [0] * connections
+
+    def run(n: int) -> None:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+        handshakes[n] += 1
+        i = n
+        while time.monotonic() < stop:
+            body = bodies[i % len(bodies)]
+            i += connections
+            t0 = time.perf_counter()
+            try:
+                conn.request("POST", "/validate", body, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                resp.read()
+                ok = resp.status == 200
+            except (OSError, http.client.HTTPException):
+                ok = False
+                conn.close()
+                conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+                handshakes[n] += 1
+            latencies[n].append(time.perf_counter() - t0)
+            if not ok:
+                errors[n] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(connections)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - t0
+    lat = sorted(x for xs in latencies for x in xs)
+    return {"requests": len(lat), "errors": sum(errors), "seconds": elapsed,
+            "throughput": len(lat) / elapsed,
+            "p50_ms": 1000 * lat[len(lat) // 2], "p99_ms": 1000 * lat[int(len(lat) * 0.99)],
+            "connections_opened": sum(handshakes)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=6.0, help="per measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating webhook/baseline rounds")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--connections", type=int, default=8)
+    ap.add_argument("--keys", type=int, default=50, help="distinct ConfigMaps in the reviews")
+    args = ap.parse_args()
+
+    work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-webhook-"))
+    plane = controlplane.ControlPlane("bench").start()
+    rec = None
+    try:
+        core = client.CoreV1Api(plane.api_client())
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+        names = [f"cm-{k}" for k in range(args.keys)]
+        for n in names:
+            core.create_namespaced_config_map(NAMESPACE, client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=n), data={"k": "v"}))
+        bodies = [review(names[i % len(names)], i) for i in range(1000)]
+        runtime_ca = certs.CertificateAuthority.create("bench-runtime-ca")
+        runtime_ca.issue("rt-bench", client=True).write(work / "rt.crt", work / "rt.key")
+        (work / "runtime-ca.crt").write_bytes(runtime_ca.cert_pem)
+        # the stand-in listener runs in its own process (not competing for this one's GIL)
+        rec = subprocess.Popen([sys.executable, "-m", "tests.webhook.receiver", str(work),
+                                str(work / "runtime-ca.crt")], cwd=REPO, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+        assert rec.stdout is not None and rec.stdin is not None
+        port = int(rec.stdout.readline())
+        env = {
+            "TETHER_RUNTIME_ID": "rt-bench", "TETHER_LISTENER_URL": f"https://127.0.0.1:{port}",
+            "TETHER_LISTENER_CA_FILE": str(work / "receiver-ca.crt"), "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"),
+            "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"), "TETHER_KUBECONFIG": str(plane.kubeconfig),
+            "TETHER_WEBHOOK_WORKERS": str(args.workers), "TETHER_WEBHOOK_THREADS": str(args.threads),
+            "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO),
+        }
+        results: dict[str, list[dict[str, Any]]] = {"webhook": [], "baseline": []}
+        for r in range(args.rounds):
+            for target in ("webhook", "baseline"):
+                d = work / f"{target}-{r}"
+                d.mkdir()
+                proc = stack.WebhookProcess(d, env)
+                if target == "baseline":
+                    proc.command = [sys.executable, str(REPO / "bench" / "webhook_noop_server.py")]
+                proc.start()
+                try:
+                    drive(proc.port, proc.ca_file, bodies, args.connections, 1.0)  # warm-up
+                    res = drive(proc.port, proc.ca_file, bodies, args.connections, args.seconds)
+                finally:
+                    proc.stop()
+                results[target].append(res)
+                print(f"round {r + 1} {target:8s} {res['throughput']:8.0f} req/s  "
+                      f"p50 {res['p50_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  errors {res['errors']}",
+                      flush=True)
+        summary = {}
+        for target, rs in results.items():
+            summary[target] = {
+                "throughput": statistics.median(x["throughput"] for x in rs),
+                "p50_ms": statistics.median(x["p50_ms"] for x in rs),
+                "p99_ms": statistics.median(x["p99_ms"] for x in rs),
+                "errors": sum(x["errors"] for x in rs),
+                "connections_opened": sum(x["connections_opened"] for x in rs),
+            }
+        ratio = summary["webhook"]["throughput"] / summary["baseline"]["throughput"]
+        print()
+        print(f"{'':10s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'errors':>7s}")
+        for target in ("baseline", "webhook"):
+            s = summary[target]
+            print(f"{target:10s} {s['throughput']:9.0f} {s['p50_ms']:8.2f} {s['p99_ms']:8.2f} {s['errors']:7d}")
+        print(f"\nthroughput ratio webhook/baseline: {ratio:.3f} (goal >= 0.9)")
+        rec.stdin.close()
+        forwarded = int(rec.stdout.readline())
+        rec.wait(10)
+        rec = None
+        print(f"records received by the stand-in listener: {forwarded}")
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps({
+            "benchmark": "webhook_admission",
+            "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "command": "python bench/webhook_admission.py " + " ".join(sys.argv[1:]),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "settings": vars(args), "rounds": results, "summary": summary,
+            "throughput_ratio": ratio, "goal": 0.9,
+            "records_forwarded": forwarded,
+        }, indent=2) + "\n")
+        return 0
+    finally:
+        if rec is not None:
+            rec.kill()
+        plane.stop()
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
