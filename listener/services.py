@@ -79,7 +79,7 @@ def build(s: settings.Settings, api: client.ApiClient) -> Services:
         buckets=ratelimit.TokenBuckets(s.rate_per_second, s.rate_burst),
         in_flight=ratelimit.InFlight(s.max_in_flight),
         metrics=listener_metrics.Metrics(),
-        silent=listener_metrics.SilentRuntimes(beats, s.silent_thresholds),
+        silent=listener_metrics.SilentRuntimes(beats, s.silent_thresholds, s.silent_cache_seconds),
         audit=logs.audit_logger(s.audit_log),
         cas=CABundle(s.client_ca_file),
     )

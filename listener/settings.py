@@ -36,6 +36,7 @@ class Settings:
     kyma_cache_seconds: float = 10.0
     heartbeat_interval: float = 30.0
     silent_thresholds: tuple[int, ...] = (60, 300, 900, 3600)
+    silent_cache_seconds: float = 15.0
     # limits
     max_body_bytes: int = 3 * MIB
     rate_per_second: float = 200.0
@@ -110,6 +111,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
             P + "SILENT_THRESHOLDS_SECONDS",
             config.string_list(P + "SILENT_THRESHOLDS_SECONDS",
                                tuple(str(t) for t in d.silent_thresholds), env=e)),
+        silent_cache_seconds=config.number(P + "SILENT_CACHE_SECONDS", d.silent_cache_seconds,
+                                           minimum=0, maximum=3600, env=e),
         max_body_bytes=config.integer(P + "MAX_BODY_BYTES", d.max_body_bytes, minimum=MIB + MIB // 2,
                                       maximum=64 * MIB, env=e),
         rate_per_second=config.number(P + "RATE_PER_SECOND", d.rate_per_second, minimum=0.01,

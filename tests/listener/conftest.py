@@ -222,7 +222,8 @@ def metric_value(text: str, name: str, **labels: str) -> float:
 
 @pytest.fixture(scope="session")
 def listener(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "main", TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0")
+    p = ListenerProcess(listener_env, "main", TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0",
+                        TETHER_LISTENER_SILENT_CACHE_SECONDS="0")
     yield p
     p.stop()
 

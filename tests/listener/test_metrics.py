@@ -1,0 +1,41 @@
+"""Metrics and the OpenAPI document served by a running listener."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import requests
+
+from listener import openapi
+from tests.listener.conftest import ListenerProcess, Runtime, metric_value
+
+
+def test_metrics_after_traffic(listener: ListenerProcess, runtime: Callable[..., Runtime]) -> None:
+    rt = runtime()
+    s = rt.session()
+    route = "/v1/runtimes/<runtime_id>/changes"
+    before = listener.metrics()
+    r = s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes", json=rt.record("m", 3), timeout=10)
+    assert r.status_code == 200
+    assert s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", timeout=10).status_code == 200
+    after = listener.metrics()
+    name = "tether_listener_requests_total"
+    assert metric_value(after, name, route=route, method="POST", code="200") == \
+        metric_value(before, name, route=route, method="POST", code="200") + 1
+    assert metric_value(after, "tether_listener_records_total", outcome="persisted") >= 1
+    assert metric_value(after, "tether_listener_persist_seconds_count", outcome="persisted") >= 1
+    # liveness from the heartbeat Leases, bounded: one series per threshold
+    assert metric_value(after, "tether_listener_runtimes_seen") >= 1
+    for th in ("60", "300", "900", "3600"):
+        assert f'tether_listener_runtimes_silent{{threshold_seconds="{th}"}}' in after
+    assert rt.id not in after
+
+
+def test_health_readiness_and_openapi(listener: ListenerProcess) -> None:
+    ca = str(listener.env.server_ca_file)
+    assert requests.get(f"{listener.url}/healthz", verify=ca, timeout=10).json() == {"status": "ok"}
+    r = requests.get(f"{listener.url}/readyz", verify=ca, timeout=10)
+    assert r.status_code == 200 and r.json() == {"status": "ready"}
+    doc = requests.get(f"{listener.url}/openapi.json", verify=ca, timeout=10).json()
+    assert doc == json.loads(openapi.render())
