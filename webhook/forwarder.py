@@ -79,33 +79,44 @@ class Forwarder:
     def _run(self) -> None:
         pending: list[_Pending] = []
         while True:
-            if self._stop.is_set() and self._time_left() <= 0:
-                return
-            room = self.settings.max_batch - len(pending)
-            new = self.queue.take(max(room, 0), self.settings.poll if pending else 0.5) if room > 0 else []
-            if not new and not pending and self.queue.closed:
-                return
-            self.metrics.queue_depth.set(len(self.queue))
-            now = time.monotonic()
-            work = [_Pending(i, now) for i in new] + pending
-            pending = []
-            records: list[changes.ChangeRecord] = []
-            for p in work:
-                if p.next_try > now:
-                    pending.append(p)
-                    continue
-                rec = self._resolve(p)
-                if rec is None:
-                    continue
-                if isinstance(rec, _Pending):
-                    pending.append(rec)
-                else:
-                    records.append(rec)
-            if records:
-                for chunk in sender.split_batches(records, max_items=self.settings.max_batch):
-                    self._deliver(chunk)
-            elif pending and not new:
+            try:
+                if not self._step(pending):
+                    return
+            except Exception:  # a bug must not silently stop forwarding: log, go on
+                log.exception("forwarder step failed; keys of this step are left to the poller")
+                pending.clear()
                 time.sleep(self.settings.poll)
+
+    def _step(self, pending: list[_Pending]) -> bool:
+        """One round: take, read back, send. False when stopped and drained."""
+        if self._stop.is_set() and self._time_left() <= 0:
+            return False
+        room = self.settings.max_batch - len(pending)
+        new = self.queue.take(max(room, 0), self.settings.poll if pending else 0.5) if room > 0 else []
+        if not new and not pending and self.queue.closed:
+            return False
+        self.metrics.queue_depth.set(len(self.queue))
+        now = time.monotonic()
+        work = [_Pending(i, now) for i in new] + pending
+        pending.clear()
+        records: list[changes.ChangeRecord] = []
+        for p in work:
+            if p.next_try > now:
+                pending.append(p)
+                continue
+            rec = self._resolve(p)
+            if rec is None:
+                continue
+            if isinstance(rec, _Pending):
+                pending.append(rec)
+            else:
+                records.append(rec)
+        if records:
+            for chunk in sender.split_batches(records, max_items=self.settings.max_batch):
+                self._deliver(chunk)
+        elif pending and not new:
+            time.sleep(self.settings.poll)
+        return True
 
     def _resolve(self, p: _Pending) -> changes.ChangeRecord | _Pending | None:
         item = p.item
