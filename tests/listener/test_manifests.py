@@ -1,0 +1,75 @@
+"""manifests/kcp (the listener's part) applied to the real KCP apiserver with server-side
+dry run; the Role is the one the other listener tests run under."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+from kubernetes import client
+
+from common import controlplane
+
+KCP = controlplane.REPO_ROOT / "manifests" / "kcp"
+
+
+def _kubectl(plane: controlplane.ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(controlplane.binaries() / "kubectl"),
+                           f"--kubeconfig={plane.kubeconfig}", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPlane) -> None:
+    out = _kubectl(kcp, "kustomize", str(KCP / "listener"))
+    assert out.returncode == 0, out.stderr
+    docs = list(yaml.safe_load_all(out.stdout))
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    for expected in [("Namespace", "tether-system"), ("ServiceAccount", "tether-listener"),
+                     ("Role", "tether-listener"), ("RoleBinding", "tether-listener"),
+                     ("Deployment", "tether-listener"), ("Service", "tether-listener"),
+                     ("PodDisruptionBudget", "tether-listener"),
+                     ("NetworkPolicy", "tether-listener")]:
+        assert expected in by
+    assert not any(d["kind"].startswith("Cluster") for d in docs)  # nothing cluster-wide
+    role = by[("Role", "tether-listener")]
+    assert role["metadata"]["namespace"] == "kcp-system"
+    verbs = {v for r in role["rules"] for v in r["verbs"]}
+    assert verbs <= {"get", "list", "create", "update", "patch"}  # no delete, no watch
+    assert all(r["resources"] != ["secrets"] for r in role["rules"])
+    dep = by[("Deployment", "tether-listener")]["spec"]
+    assert dep["replicas"] >= 2
+    pod = dep["template"]["spec"]
+    c = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert {"livenessProbe", "readinessProbe", "startupProbe"} <= set(c)
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_whole_kcp_kustomization_builds(kcp: controlplane.ControlPlane) -> None:
+    out = _kubectl(kcp, "kustomize", str(KCP))
+    assert out.returncode == 0, out.stderr
+    names = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out.stdout) if d}
+    assert ("CustomResourceDefinition", "runtimeconfigmaps.tether.kyma-project.io") in names
+    assert ("Deployment", "tether-listener") in names
+
+
+def test_server_side_dry_run_accepts_the_listener_objects(
+    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient
+) -> None:
+    core = client.CoreV1Api(kcp_api)
+    for ns in ("tether-system", "kcp-system"):  # namespaced objects need their namespace
+        try:
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+    for base in ("crds", "listener"):
+        out = _kubectl(kcp, "apply", "-k", str(KCP / base), "--dry-run=server",
+                       "--server-side", "--field-manager=tether-test", "--force-conflicts")
+        assert out.returncode == 0, out.stderr
+        assert "(server dry run)" in out.stdout
+    with pytest.raises(client.ApiException) as err:
+        client.AppsV1Api(kcp_api).read_namespaced_deployment("tether-listener", "tether-system")
+    assert err.value.status == 404
