@@ -7,10 +7,19 @@ Settings come from ``TETHER_LISTENER_*`` environment variables (docs/listener.md
 from __future__ import annotations
 
 import argparse
+import os
+import pathlib
 import sys
 
 from common import config, logs
 from listener import server, settings
+
+
+def _clear_multiprocess_dir(path: str | None) -> None:
+    """Remove metric files of earlier processes (the folder survives container restarts)."""
+    if path and os.path.isdir(path):
+        for f in pathlib.Path(path).glob("*.db"):
+            f.unlink(missing_ok=True)
 
 
 def main(argv: list[str]) -> int:
@@ -26,6 +35,7 @@ def main(argv: list[str]) -> int:
         print("settings ok")
         return 0
     logs.configure(s.log_level, s.log_format)
+    _clear_multiprocess_dir(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     server.Server(s).run()
     return 0
 

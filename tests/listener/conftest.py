@@ -68,7 +68,7 @@ class Env:
             raise
 
 
-def _wait_crd(api: client.ApiClient, name: str) -> None:
+def wait_crd(api: client.ApiClient, name: str) -> None:
     ext = client.ApiextensionsV1Api(api)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -87,7 +87,7 @@ def install_crd(api: client.ApiClient) -> None:
     except client.ApiException as e:
         if e.status != 409:
             raise
-    _wait_crd(api, body["metadata"]["name"])
+    wait_crd(api, body["metadata"]["name"])
 
 
 def bind_listener_role(api: client.ApiClient, namespace: str) -> None:

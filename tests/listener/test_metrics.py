@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import pathlib
 from collections.abc import Callable
+from typing import Any
 
 import requests
 
@@ -39,3 +41,23 @@ def test_health_readiness_and_openapi(listener: ListenerProcess) -> None:
     assert r.status_code == 200 and r.json() == {"status": "ready"}
     doc = requests.get(f"{listener.url}/openapi.json", verify=ca, timeout=10).json()
     assert doc == json.loads(openapi.render())
+
+
+def test_two_workers_share_metrics_in_multiprocess_mode(
+    listener_env: Any, runtime: Callable[..., Runtime], tmp_path: pathlib.Path
+) -> None:
+    p = ListenerProcess(listener_env, "multi", TETHER_LISTENER_WORKERS="2",
+                        PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    try:
+        rt = runtime()
+        s = rt.session()
+        for i in range(6):  # new connections: the kernel spreads them over both workers
+            s.close()
+            r = s.post(f"{p.url}/v1/runtimes/{rt.id}/changes", json=rt.record(f"o{i}", 1),
+                       timeout=10)
+            assert r.status_code == 200
+        text = p.metrics()
+        assert metric_value(text, "tether_listener_records_total", outcome="persisted") == 6
+        assert len(list(tmp_path.glob("counter_*.db"))) == 2  # one file per worker pid
+    finally:
+        p.stop()

@@ -1,0 +1,184 @@
+"""Benchmark: records persisted per second through the listener into a real KCP apiserver,
+against direct writes of the same objects with the kubernetes client, same run.
+
+Starts one KCP control plane, installs the Kyma stand-in and RuntimeConfigMap CRDs, a
+Kyma CR, and the listener (`python -m listener.main`: gunicorn gthread, mTLS, the
+least-privilege Role). Then, with THREADS concurrent senders each:
+
+  create   N new objects   direct: one POST per object (kubernetes client, admin)
+                           listener: batches of BATCH records (GET + create per record)
+  update   N newer records direct: one PUT per object with its known resourceVersion
+                           listener: batches of BATCH (GET + compare + PUT per record)
+  single   N newer records listener, one record per request (the webhook forwarder's case)
+  resend   N same records  listener, batches (duplicates: GET + compare, no write)
+
+The direct writes go to a second namespace (same names and bodies). Prints a table and
+writes bench/results/listener_throughput.json.
+
+    .venv/bin/python bench/listener_throughput.py [--objects 400] [--threads 8] [--batch 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import json
+import pathlib
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+from kubernetes import client  # noqa: E402
+
+from common import certs, changes, controlplane  # noqa: E402
+from listener import records  # noqa: E402
+from tests.listener import conftest as lt  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "listener_throughput.json"
+
+
+def make_records(rid: str, n: int, rv: int) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        data = {f"key-{k}": f"value-{rv}-{k}-" + "x" * 40 for k in range(16)}
+        out.append(dict(changes.from_configmap(
+            {"metadata": {"namespace": "team-a", "name": f"cm-{i:05d}", "uid": f"u-{i}",
+                          "resourceVersion": str(rv + i), "labels": {"app": "bench"}},
+             "data": data}, runtime_id=rid, source="webhook")))
+    return out
+
+
+def timed(fn: Callable[[list[Any]], None], chunks: list[list[Any]], threads: int) -> float:
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fn, chunks))
+    return time.perf_counter() - t0
+
+
+def split(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--objects", type=int, default=400)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=25)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    n, threads, batch = args.objects, args.threads, args.batch
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
+            controlplane.ControlPlane("kcp") as kcp:
+        d = pathlib.Path(tmp)
+        api = kcp.api_client()
+        objects = client.CustomObjectsApi(api)
+        api_ext = yaml.safe_load((REPO / "hack" / "crds" / "operator.kyma-project.io_kymas.yaml")
+                                 .read_text())
+        client.ApiextensionsV1Api(api).create_custom_resource_definition(api_ext)
+        lt.install_crd(api)
+        lt.wait_crd(api, api_ext["metadata"]["name"])
+        core = client.CoreV1Api(api)
+        for ns in ("bench", "bench-direct"):
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        lt.bind_listener_role(api, "bench")
+        runtime_ca = certs.CertificateAuthority.create("bench-runtime-ca")
+        server_ca = certs.CertificateAuthority.create("bench-serving-ca")
+        runtime_ca.write(d / "client-ca.crt", d / "client-ca.key")
+        server_ca.write(d / "server-ca.crt", d / "server-ca.key")
+        server_ca.issue("listener", ip_addresses=["127.0.0.1"], server=True).write(
+            d / "tls.crt", d / "tls.key")
+        env = lt.Env(d, "bench", kcp, api, runtime_ca, runtime_ca, d / "client-ca.crt",
+                     d / "server-ca.crt", d / "tls.crt", d / "tls.key",
+                     kcp.issue_client_cert(lt.LISTENER_USER, dest=d / "kubeconfig-listener"))
+        rid, dom = "rt-bench", "c-bench.kyma.example.com"
+        lt.create_kyma(api, "bench", rid, dom)
+        runtime_ca.issue(rid, dns_names=[dom], client=True).write(d / "rt.crt", d / "rt.key")
+        rt = lt.Runtime(rid, dom, d / "rt.crt", d / "rt.key", env)
+        proc = lt.ListenerProcess(env, "bench", TETHER_LISTENER_WORKERS=str(args.workers),
+                                  TETHER_LISTENER_THREADS=str(threads),
+                                  TETHER_LISTENER_MAX_IN_FLIGHT=str(threads),
+                                  TETHER_LISTENER_AUDIT_LOG=str(d / "audit.jsonl"),
+                                  PROMETHEUS_MULTIPROC_DIR=str(d))
+        sessions = [rt.session() for _ in range(threads)]
+        url = f"{proc.url}/v1/runtimes/{rid}/changes"
+        counter = iter(range(10**9))
+
+        def via_listener(chunk: list[dict[str, Any]]) -> None:
+            s = sessions[next(counter) % threads]
+            body: Any = chunk[0] if len(chunk) == 1 else changes.batch(chunk)  # type: ignore[arg-type]
+            r = s.post(url, json=body, timeout=120)
+            assert r.status_code == 200, r.text
+
+        stored_rv: dict[str, str] = {}
+
+        def direct_create(chunk: list[dict[str, Any]]) -> None:
+            for rec in chunk:
+                obj: Any = objects.create_namespaced_custom_object(
+                    records.GROUP, records.VERSION, "bench-direct", records.PLURAL,
+                    records.body(rec, "bench-direct"))
+                stored_rv[obj["metadata"]["name"]] = obj["metadata"]["resourceVersion"]
+
+        def direct_update(chunk: list[dict[str, Any]]) -> None:
+            for rec in chunk:
+                body = records.body(rec, "bench-direct")
+                body["metadata"]["resourceVersion"] = stored_rv[body["metadata"]["name"]]
+                objects.replace_namespaced_custom_object(
+                    records.GROUP, records.VERSION, "bench-direct", records.PLURAL,
+                    body["metadata"]["name"], body)
+
+        v1, v2, v3 = make_records(rid, n, 1000), make_records(rid, n, 100000), \
+            make_records(rid, n, 200000)
+        rows = []
+        for phase, direct_fn, recs in (("create", direct_create, v1),
+                                       ("update", direct_update, v2)):
+            t_direct = timed(direct_fn, split(recs, 1), threads)
+            t_listener = timed(via_listener, split(recs, batch), threads)
+            rows.append({"phase": phase, "records": n, "direct_per_s": n / t_direct,
+                         "listener_per_s": n / t_listener, "ratio": t_direct / t_listener,
+                         "listener_batch": batch})
+        t_single = timed(via_listener, split(v3, 1), threads)
+        rows.append({"phase": "single", "records": n, "direct_per_s": rows[1]["direct_per_s"],
+                     "listener_per_s": n / t_single,
+                     "ratio": rows[1]["direct_per_s"] and (n / t_single) / rows[1]["direct_per_s"],
+                     "listener_batch": 1})
+        t_resend = timed(via_listener, split(v3, batch), threads)
+        rows.append({"phase": "resend", "records": n, "direct_per_s": None,
+                     "listener_per_s": n / t_resend, "ratio": None, "listener_batch": batch})
+        assert len(env.stored(rid)) == n
+        for s in sessions:
+            s.close()
+        proc.stop()
+        api.close()
+
+    print(f"{'phase':8} {'records':>7} {'batch':>5} {'direct/s':>9} {'listener/s':>10} {'ratio':>6}")
+    for r in rows:
+        direct = f"{r['direct_per_s']:9.0f}" if r["direct_per_s"] else f"{'-':>9}"
+        ratio = f"{r['ratio']:6.2f}" if r["ratio"] else f"{'-':>6}"
+        print(f"{r['phase']:8} {r['records']:7d} {r['listener_batch']:5d} {direct} "
+              f"{r['listener_per_s']:10.0f} {ratio}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "benchmark": "listener_throughput",
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count(),
+                    "kube_apiserver": controlplane.kube_apiserver_version()},
+        "settings": {"objects": n, "threads": threads, "batch": batch, "workers": args.workers,
+                     "data": "16 keys, ~1 KiB per ConfigMap"},
+        "rows": rows,
+        "seconds_total": round(time.monotonic() - started, 1),
+        "command": "python bench/listener_throughput.py " + " ".join(sys.argv[1:]),
+    }, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
