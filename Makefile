@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .DEFAULT_GOAL := help
 
@@ -22,6 +23,11 @@ venv: $(STAMP) ## create .venv with the pinned requirements and tether installed
 controlplane: ## build (or reuse the cached) etcd, kube-apiserver and kubectl from Go modules
 	bash hack/build-controlplane.sh
 
+promtool: ## install promtool (Debian's prometheus package) if missing; checks the alert rules
+	@command -v promtool >/dev/null || { \
+	  echo "installing promtool (Debian package prometheus)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
 lint: $(STAMP) ## ruff and mypy (strict on the product packages)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -29,11 +35,11 @@ lint: $(STAMP) ## ruff and mypy (strict on the product packages)
 unit: $(STAMP) ## fast tests of pure logic only
 	$(VENV)/bin/pytest -m "not slow" tests/unit
 
-test: $(STAMP) controlplane lint ## everything CI runs: lint, type checks, all tests on real control planes
+test: $(STAMP) controlplane promtool lint ## everything CI runs: lint, type checks, all tests on real control planes
 	$(VENV)/bin/pytest
 
 demo: $(STAMP) controlplane ## run the whole system locally (two planes, all parts)
-	$(VENV)/bin/tether demo
+	$(PY) hack/demo.py
 
 planes: $(STAMP) controlplane ## only start local SKR and KCP planes and print their kubeconfigs
 	$(VENV)/bin/tether controlplane
@@ -41,4 +47,5 @@ planes: $(STAMP) controlplane ## only start local SKR and KCP planes and print t
 clean: ## remove the venv and caches (not the control plane cache)
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
 
-.PHONY: help venv controlplane lint unit test demo planes clean
+
+.PHONY: help venv controlplane promtool lint unit test demo planes clean
