@@ -71,6 +71,11 @@ def _thresholds(name: str, values: tuple[str, ...]) -> tuple[int, ...]:
     return out
 
 
+def _shared(name: str, shared: str, default: str, e: Mapping[str, str]) -> str:
+    """The part's own variable, else the one shared by all parts (e.g. TETHER_KCP_NAMESPACE)."""
+    return config.optional(name, env=e) or config.string(shared, default, env=e)
+
+
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
     """Settings from the environment (``env`` for tests; default ``os.environ``)."""
     e = os.environ if env is None else env
@@ -88,6 +93,12 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         raise config.SettingError(
             f"{P}TLS_CERT_FILE is required (plain HTTP only with {P}XFCC_TRUSTED_PROXIES)")
     burst = config.integer(P + "RATE_BURST", d.rate_burst, minimum=1, maximum=1_000_000, env=e)
+    level = _shared(P + "LOG_LEVEL", "TETHER_LOG_LEVEL", d.log_level, e).upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise config.SettingError(f"{P}LOG_LEVEL={level!r} is not DEBUG, INFO, WARNING or ERROR")
+    fmt = _shared(P + "LOG_FORMAT", "TETHER_LOG_FORMAT", d.log_format, e).lower()
+    if fmt not in ("json", "text"):
+        raise config.SettingError(f"{P}LOG_FORMAT={fmt!r} is not json or text")
     threads = config.integer(P + "THREADS", d.threads, minimum=1, maximum=256, env=e)
     return Settings(
         bind=config.string(P + "BIND", d.bind, env=e),
@@ -98,7 +109,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         client_ca_file=config.existing_file(P + "CLIENT_CA_FILE", env=e),
         xfcc_trusted_proxies=proxies,
         kubeconfig=config.optional(P + "KUBECONFIG", env=e) or config.optional("KUBECONFIG", env=e),
-        namespace=config.string(P + "NAMESPACE", d.namespace, env=e),
+        namespace=_shared(P + "NAMESPACE", "TETHER_KCP_NAMESPACE", d.namespace, e),
         kcp_timeout=config.number(P + "KCP_TIMEOUT_SECONDS", d.kcp_timeout, minimum=0.5,
                                   maximum=120, env=e),
         retry_after=config.integer(P + "RETRY_AFTER_SECONDS", d.retry_after, minimum=1,
@@ -120,7 +131,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         rate_burst=burst,
         max_in_flight=config.integer(P + "MAX_IN_FLIGHT", min(d.max_in_flight, threads),
                                      minimum=1, maximum=threads, env=e),
-        audit_log=config.string(P + "AUDIT_LOG", d.audit_log, env=e),
-        log_level=config.string(P + "LOG_LEVEL", d.log_level, env=e),
-        log_format=config.string(P + "LOG_FORMAT", d.log_format, env=e),
+        audit_log=_shared(P + "AUDIT_LOG", "TETHER_AUDIT_LOG", d.audit_log, e),
+        log_level=level,
+        log_format=fmt,
     )

@@ -44,6 +44,17 @@ def test_bad_values_name_the_variable(files: dict[str, str], extra: dict[str, st
         settings.from_env({**files, **extra})
 
 
+def test_shared_variables_are_fallbacks(files: dict[str, str]) -> None:
+    s = settings.from_env({**files, "TETHER_KCP_NAMESPACE": "kcp-x", "TETHER_AUDIT_LOG": "/a",
+                           "TETHER_LOG_LEVEL": "debug"})
+    assert (s.namespace, s.audit_log, s.log_level) == ("kcp-x", "/a", "DEBUG")
+    s = settings.from_env({**files, "TETHER_KCP_NAMESPACE": "kcp-x",
+                           "TETHER_LISTENER_NAMESPACE": "own"})
+    assert s.namespace == "own"
+    with pytest.raises(config.SettingError, match="LOG_FORMAT"):
+        settings.from_env({**files, "TETHER_LOG_FORMAT": "xml"})
+
+
 def test_plain_http_only_behind_a_trusted_proxy(files: dict[str, str]) -> None:
     base = {"TETHER_LISTENER_CLIENT_CA_FILE": files["TETHER_LISTENER_CLIENT_CA_FILE"]}
     with pytest.raises(config.SettingError, match="TLS_CERT_FILE is required"):
