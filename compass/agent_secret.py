@@ -48,30 +48,45 @@ def read_state(api: client.ApiClient, namespace: str, name: str, expected_digest
 
 
 def write(api: client.ApiClient, namespace: str, name: str, data: dict[str, str],
-          timeout: float) -> None:
+          timeout: float, *, exists: bool = True) -> None:
+    """Create or replace the Secret (creating its namespace if needed). ``exists`` says
+    which to try first (one request in the usual case)."""
     core = client.CoreV1Api(api)
     body = client.V1Secret(
         metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=dict(MANAGED_LABELS)),
         type="Opaque", data=dict[str, bytes | str](data),
     )
-    try:
+
+    def replace() -> bool:
         try:
             core.replace_namespaced_secret(name, namespace, body, _request_timeout=timeout)
-            return
+            return True
         except ApiException as e:
             if e.status != 404:
                 raise
+            return False
+
+    def create() -> bool:
         try:
             core.create_namespaced_secret(namespace, body, _request_timeout=timeout)
+            return True
         except ApiException as e:
-            if e.status != 404:  # the namespace itself is missing
+            if e.status == 409:
+                return False
+            if e.status != 404:  # 404: the namespace itself is missing
                 raise
-            ns = client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
-            try:
-                core.create_namespace(ns, _request_timeout=timeout)
-            except ApiException as e2:
-                if e2.status != 409:
-                    raise
-            core.create_namespaced_secret(namespace, body, _request_timeout=timeout)
+        ns = client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
+        try:
+            core.create_namespace(ns, _request_timeout=timeout)
+        except ApiException as e2:
+            if e2.status != 409:
+                raise
+        core.create_namespaced_secret(namespace, body, _request_timeout=timeout)
+        return True
+
+    try:
+        done = (replace() or create()) if exists else (create() or replace())
+        if not done:
+            raise errors.RuntimeUnreachable("writing the agent Secret: it changed meanwhile")
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
         raise _unreachable("writing the agent Secret", e) from None

@@ -203,7 +203,7 @@ class Reconciler:
             self._hook(kind)
             data = agent_secret.data_for(tok, rid, tenant)
             agent_secret.write(api, self.t.secret_namespace, self._secret_name(k.name), data,
-                               self.t.skr_timeout)
+                               self.t.skr_timeout, exists=f.secret != "missing")
             self._audit("compass.token_issued", f, runtimeId=rid, tenant=tenant,
                         reason=a.reason, expiresAt=tok.expires_at)
             m = self.kcp.patch_status(m.name, status.configured(
