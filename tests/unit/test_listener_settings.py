@@ -99,3 +99,12 @@ def test_openapi_schemas_accept_and_reject_like_the_shared_ones() -> None:
         shared = not (changes.validate_batch(s) if isinstance(s, dict) and s.get("kind") ==
                       changes.LIST_KIND else changes.validate_record(s))
         assert validator.is_valid(s) == shared, s
+
+
+def test_api_reference_is_generated_from_the_openapi_document() -> None:
+    from listener import apidoc
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "api.md"
+    assert path.read_text() == apidoc.render(), (
+        "docs/api.md is stale: .venv/bin/python -m listener.apidoc > docs/api.md")
+    assert "`POST /v1/runtimes/{runtimeId}/changes`" in path.read_text()
