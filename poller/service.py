@@ -83,7 +83,8 @@ class Service:
         log.info("not leading: poll runs paused")
 
     def shutdown(self) -> None:
-        self.on_stopped()
+        if self.leading.is_set():
+            self.on_stopped()
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
 
