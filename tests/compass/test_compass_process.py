@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
 import time
 
+import requests
 from kubernetes import client
 
 from common import controlplane, leader
@@ -79,3 +86,52 @@ def test_http_surface() -> None:
     r = c.get("/nope")
     assert r.status_code == 404 and r.get_json()["error"] == "not found"
     assert c.post("/healthz").status_code == 405
+
+
+def test_tether_compass_process_end_to_end(
+    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient, kcp_namespace: str,
+    mapping_crd: str, clean_director: h.Director, skr: controlplane.ControlPlane,
+    tmp_path: pathlib.Path,
+) -> None:
+    """The real entry point as a process: settings from the environment, Lease, scheduler,
+    /readyz and /metrics, audit on stdout without tokens, clean stop on SIGTERM."""
+    ns, d = kcp_namespace, clean_director
+    h.create_kubeconfig_secret(kcp_api, ns, "proc-00", skr)
+    h.create_kyma(kcp_api, ns, "proc-00", h.kyma_labels("ga-proc", "proc-shoot-0"))
+    secret_file = tmp_path / "client_secret"
+    secret_file.write_text(d.store.client_secret)
+    port = controlplane.free_port()
+    env = {**os.environ, "KUBECONFIG": str(kcp.kubeconfig), "TETHER_KCP_NAMESPACE": ns,
+           "COMPASS_DIRECTOR_URL": d.graphql_url, "COMPASS_OAUTH_TOKEN_URL": d.token_url,
+           "COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
+           "COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
+           "COMPASS_DIRECTOR_CA_FILE": str(d.ca_file), "COMPASS_INTERVAL_SECONDS": "1",
+           "TETHER_LEASE_NAMESPACE": ns, "COMPASS_METRICS_PORT": str(port)}
+    proc = subprocess.Popen([sys.executable, "-m", "common.cli", "compass"], env=env,
+                            cwd=controlplane.REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            m = h.get_mapping(kcp_api, ns, "proc-00")
+            if m and (m.get("status") or {}).get("state") == "Ready":
+                break
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.3)
+        assert (h.get_mapping(kcp_api, ns, "proc-00") or {})["status"]["state"] == "Ready"
+        assert requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert "tether_compass_leader 1.0" in text
+        assert 'tether_compass_actions_total{action="register",result="ok"} 1.0' in text
+        lease = client.CoordinationV1Api(kcp_api).read_namespaced_lease("tether-compass", ns)
+        assert lease.spec.holder_identity
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-2000:]
+    token = (h.agent_secret(skr) or {}).get("TOKEN")
+    assert token and token not in out and token not in err
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert {"compass.runtime_registered", "compass.token_issued"} <= {e.get("event") for e in events}
+    lease = client.CoordinationV1Api(kcp_api).read_namespaced_lease("tether-compass", ns)
+    assert not lease.spec.holder_identity  # released on SIGTERM
