@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_flask_exporter import PrometheusMetrics
 from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
 
-from common import changes, kube, sender, tlsreload
+from common import kube, sender, tlsreload
 from webhook import admission, forwarder, keyqueue, metrics, readback
 from webhook import settings as settings_mod
 
@@ -41,6 +41,14 @@ class Parts:
     forwarder: forwarder.Forwarder | None = None
     serving: tlsreload.Watched[ssl.SSLContext] | None = None
     overflow_log: OverflowLog = dataclasses.field(default_factory=lambda: OverflowLog(60.0))
+    _children: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
+
+    def count(self, operation: str, outcome: str) -> None:
+        """admission_requests_total{operation, outcome} += 1 (label children cached)."""
+        child = self._children.get((operation, outcome))
+        if child is None:
+            child = self._children[(operation, outcome)] = self.metrics.admissions.labels(operation, outcome)
+        child.inc()
 
 
 class OverflowLog:
@@ -110,27 +118,27 @@ def _handle_validate(parts: Parts) -> flask.Response:
     operation = "unknown"
     try:
         if flask.request.mimetype != JSON:
-            m.admissions.labels(operation, "invalid").inc()
+            parts.count(operation, "invalid")
             return _error(415, "unsupported media type", "Content-Type must be application/json")
         length = flask.request.content_length
         if length is not None and length > parts.settings.server.max_body_bytes:
-            m.admissions.labels(operation, "invalid").inc()
+            parts.count(operation, "invalid")
             _discard(length, parts.settings.server.max_body_bytes)
             return _too_large(parts.settings.server.max_body_bytes)
         try:
             doc = json.loads(flask.request.get_data(cache=False))
         except (ValueError, UnicodeDecodeError):
-            m.admissions.labels(operation, "invalid").inc()
+            parts.count(operation, "invalid")
             return _error(400, "invalid JSON", "the body is not valid JSON")
         try:
             req = admission.parse(doc)
         except admission.ReviewError as e:
-            m.admissions.labels(operation, "invalid").inc()
+            parts.count(operation, "invalid")
             return _error(400, "invalid AdmissionReview", e.details)
         operation = req.operation if req.operation in admission.OPERATIONS else "other"
         outcome: str | None = admission.decide(req, parts.settings.filter)
         if outcome is None:
-            outcome = parts.queue.put(admission.item_of(req, changes.now()))
+            outcome = parts.queue.put(admission.item_of(req, time.time()))
             if outcome == "coalesced":
                 m.coalesced.inc()
             elif outcome == "overflowed":
@@ -139,9 +147,8 @@ def _handle_validate(parts: Parts) -> flask.Response:
                 if count is not None:
                     log.warning("queue full (%d keys): %d admissions not queued since the last "
                                 "report; the poller will pick them up", parts.queue.maxsize, count)
-            m.queue_depth.set(len(parts.queue))
-        m.admissions.labels(operation, outcome).inc()
-        return flask.Response(json.dumps(admission.response(req.uid)), mimetype=JSON)
+        parts.count(operation, outcome)
+        return flask.Response(admission.response_bytes(req.uid), mimetype=JSON)
     finally:
         m.handler_seconds.observe(time.perf_counter() - t0)
 
@@ -151,13 +158,12 @@ def create_app(s: settings_mod.Settings, parts: Parts | None = None) -> flask.Fl
     app = flask.Flask("webhook")
     app.config["MAX_CONTENT_LENGTH"] = s.server.max_body_bytes
     app.extensions["tether.webhook"] = parts
-    excluded = ["^/validate$", "^/healthz$", "^/readyz$"]
+    # Only /metrics from the exporter: the handler has its own latency histogram, and the
+    # exporter's per-request hooks would cost every admission a little.
     if parts.registry is None:
-        GunicornInternalPrometheusMetrics(app, group_by="endpoint", defaults_prefix="tether_webhook_http",
-                                          excluded_paths=excluded)
+        GunicornInternalPrometheusMetrics(app, export_defaults=False)
     else:
-        PrometheusMetrics(app, registry=parts.registry, group_by="endpoint",
-                          defaults_prefix="tether_webhook_http", excluded_paths=excluded)
+        PrometheusMetrics(app, registry=parts.registry, export_defaults=False)
 
     @app.post("/validate")
     def validate() -> flask.Response:

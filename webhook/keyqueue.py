@@ -30,7 +30,7 @@ class Item:
     uid: str
     operation: Operation
     old_resource_version: str  # "" for CREATE
-    observed_at: str  # admission time, UTC (changes.now())
+    observed_at: float  # admission time, Unix seconds (formatted only when needed)
     admitted: float = dataclasses.field(default_factory=time.monotonic)
     merged: int = 1  # how many admissions this entry stands for
 

@@ -36,11 +36,11 @@ def test_forward_update_create_delete() -> None:
 
 
 def test_queue_item_carries_the_old_resource_version() -> None:
-    item = admission.item_of(admission.parse(review("UPDATE")), "2026-11-30T10:00:00.000000Z")
+    item = admission.item_of(admission.parse(review("UPDATE")), 1.5)
     assert (item.namespace, item.name, item.uid, item.operation) == ("team-a", "cfg", "u-1", "UPDATE")
     assert item.old_resource_version == "41"
-    assert admission.item_of(admission.parse(review("CREATE")), "t").old_resource_version == ""
-    assert admission.item_of(admission.parse(review("DELETE")), "t").old_resource_version == "41"
+    assert admission.item_of(admission.parse(review("CREATE")), 0.0).old_resource_version == ""
+    assert admission.item_of(admission.parse(review("DELETE")), 0.0).old_resource_version == "41"
 
 
 @pytest.mark.parametrize(("doc", "reason"), [
@@ -112,3 +112,10 @@ def test_malformed_reviews_name_the_problem(doc: Any, needle: str) -> None:
 def test_response_allows_with_the_uid() -> None:
     assert admission.response("abc") == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                                          "response": {"uid": "abc", "allowed": True}}
+
+
+def test_response_bytes_is_the_serialized_response() -> None:
+    import json
+
+    for uid in ("abc", 'we"ird\\uid', "ünï"):
+        assert json.loads(admission.response_bytes(uid)) == admission.response(uid)

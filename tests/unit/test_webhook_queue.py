@@ -10,7 +10,7 @@ from webhook import keyqueue, readback
 
 def item(name: str, op: keyqueue.Operation = "UPDATE", rv: str = "1", uid: str = "u",
          admitted: float = 0.0) -> keyqueue.Item:
-    return keyqueue.Item("ns", name, uid, op, rv, "2026-11-30T10:00:00.000000Z", admitted=admitted)
+    return keyqueue.Item("ns", name, uid, op, rv, 0.0, admitted=admitted)
 
 
 def test_coalesces_by_key_and_keeps_arrival_order() -> None:
@@ -35,7 +35,7 @@ def test_bounded() -> None:
 
 def test_settle_holds_fresh_items_until_closed() -> None:
     q = keyqueue.KeyQueue(10, settle=3600)
-    q.put(keyqueue.Item("ns", "a", "u", "CREATE", "", "t"))
+    q.put(keyqueue.Item("ns", "a", "u", "CREATE", "", 0.0))
     assert q.take(10, 0.01) == []
     q.close()
     assert [i.name for i in q.take(10, 0.01)] == ["a"]  # drain ignores settle
@@ -67,10 +67,10 @@ def test_readback_judgement() -> None:
 
 def test_hot_keys_wait_for_the_min_interval_others_do_not() -> None:
     q = keyqueue.KeyQueue(10, settle=0.0, min_interval=3600)
-    q.put(keyqueue.Item("ns", "hot", "u", "UPDATE", "1", "t"))
+    q.put(keyqueue.Item("ns", "hot", "u", "UPDATE", "1", 0.0))
     assert [i.name for i in q.take(10, 0)] == ["hot"]
-    q.put(keyqueue.Item("ns", "hot", "u", "UPDATE", "2", "t"))   # just handed out: held back
-    q.put(keyqueue.Item("ns", "cold", "u", "UPDATE", "1", "t"))
+    q.put(keyqueue.Item("ns", "hot", "u", "UPDATE", "2", 0.0))   # just handed out: held back
+    q.put(keyqueue.Item("ns", "cold", "u", "UPDATE", "1", 0.0))
     assert [i.name for i in q.take(10, 0.01)] == ["cold"]
     assert q.take(10, 0.01) == []
     assert len(q) == 1
@@ -81,14 +81,14 @@ def test_hot_keys_wait_for_the_min_interval_others_do_not() -> None:
 def test_lookahead_batches_hot_keys_but_never_before_settle() -> None:
     q = keyqueue.KeyQueue(10, settle=0.0, min_interval=0.2, lookahead=3600)
     for n in ("a", "b"):
-        q.put(keyqueue.Item("ns", n, "u", "UPDATE", "1", "t"))
+        q.put(keyqueue.Item("ns", n, "u", "UPDATE", "1", 0.0))
     assert len(q.take(10, 0)) == 2
-    q.put(keyqueue.Item("ns", "a", "u", "UPDATE", "2", "t"))  # held back by min_interval
-    q.put(keyqueue.Item("ns", "b", "u", "UPDATE", "2", "t"))
-    q.put(keyqueue.Item("ns", "c", "u", "UPDATE", "1", "t"))  # ready now
+    q.put(keyqueue.Item("ns", "a", "u", "UPDATE", "2", 0.0))  # held back by min_interval
+    q.put(keyqueue.Item("ns", "b", "u", "UPDATE", "2", 0.0))
+    q.put(keyqueue.Item("ns", "c", "u", "UPDATE", "1", 0.0))  # ready now
     assert sorted(i.name for i in q.take(10, 0)) == ["a", "b", "c"]  # a and b pulled early
     s = keyqueue.KeyQueue(10, settle=3600, lookahead=3600)
-    s.put(keyqueue.Item("ns", "x", "u", "UPDATE", "1", "t", admitted=time.monotonic() - 7200))
-    s.put(keyqueue.Item("ns", "y", "u", "UPDATE", "1", "t"))  # admitted now: must settle
+    s.put(keyqueue.Item("ns", "x", "u", "UPDATE", "1", 0.0, admitted=time.monotonic() - 7200))
+    s.put(keyqueue.Item("ns", "y", "u", "UPDATE", "1", 0.0))  # admitted now: must settle
     assert [i.name for i in s.take(10, 0)] == ["x"]
     assert len(s) == 1
