@@ -261,3 +261,18 @@ def test_metrics_are_exposed_without_object_labels(wh: Stack) -> None:
         assert name in body, name
     assert wh.ns not in body and "life" not in body
     assert wh.webhook.metric("tether_webhook_last_forward_success_timestamp_seconds") > 0
+
+
+def test_a_permanent_refusal_is_not_retried(wh: Stack) -> None:
+    wh.receiver.mode, wh.receiver.status = "error", 422
+    before = wh.webhook.metric("tether_webhook_forwards_total", result="permanent", reason="http-422")
+    wh.cm("refused", {"k": "v"})
+    wh.receiver.wait_for(lambda _: wh.webhook.metric(
+        "tether_webhook_forwards_total", result="permanent", reason="http-422") > before)
+    wh.receiver.mode = "ok"
+    _marker(wh, "after-refused")  # the forwarder went on; the refused record was dropped
+    tries = [r for r in wh.receiver.requests if r["body"].get("name") == "refused"
+             or any(i.get("name") == "refused" for i in r["body"].get("items", []))]
+    assert len(tries) == 1 and tries[0]["answered"] == 422
+    assert wh.of("refused") == []
+    assert "listener refused" in wh.webhook.log() and "injected" in wh.webhook.log()
