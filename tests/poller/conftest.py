@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 from kubernetes import client
 
 from common import changes, controlplane, filters, sender
@@ -35,6 +36,37 @@ from tests.listener.conftest import (  # noqa: F401 - fixtures reused from the l
 REPO = controlplane.REPO_ROOT
 TETHER = REPO / ".venv" / "bin" / "tether"
 LABEL = "tether-test.kyma-project.io/case"
+
+
+SKR_RBAC = REPO / "manifests" / "skr" / "rbac.yaml"
+SA_USER = "system:serviceaccount:tether-system:tether"
+
+
+@pytest.fixture(scope="session")
+def least_privilege(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
+                    tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A kubeconfig of the ``tether`` ServiceAccount's identity (a client certificate with
+    its user name) holding only what ``manifests/skr/rbac.yaml`` grants; Leases must then
+    live in ``tether-system``."""
+    core, rbac = client.CoreV1Api(skr_api), client.RbacAuthorizationV1Api(skr_api)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="tether-system")))
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    creators = {"ClusterRole": lambda b: rbac.create_cluster_role(b),
+                "ClusterRoleBinding": lambda b: rbac.create_cluster_role_binding(b),
+                "Role": lambda b: rbac.create_namespaced_role(b["metadata"]["namespace"], b),
+                "RoleBinding": lambda b: rbac.create_namespaced_role_binding(b["metadata"]["namespace"], b)}
+    for doc in yaml.safe_load_all(SKR_RBAC.read_text()):
+        try:
+            creators[doc["kind"]](doc)
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+    dest = tmp_path_factory.mktemp("poller-rbac") / "kubeconfig"
+    return skr.issue_client_cert(SA_USER, ("system:serviceaccounts", "system:serviceaccounts:tether-system"),
+                                 dest=dest)
 
 
 def unique_selector() -> tuple[dict[str, str], str]:

@@ -44,11 +44,14 @@ def runs(p: PollerProcess, outcome: str | None = None) -> float:
 
 def test_only_the_lease_holder_runs_jobs_and_the_other_takes_over_when_it_dies(
     listener: ListenerProcess, runtime: Callable[..., Runtime], skr: controlplane.ControlPlane,
-    skr_api: client.ApiClient, namespace: str, pollers: Pollers,
+    skr_api: client.ApiClient, least_privilege: pathlib.Path, pollers: Pollers,
 ) -> None:
+    """With only the RBAC of manifests/skr (as the tether ServiceAccount), Lease in tether-system."""
     rt = runtime()
     _, selector = unique_selector()
+    namespace = "tether-system"
     env = poller_env(rt, listener.url, skr, selector, namespace,
+                     TETHER_KUBECONFIG=str(least_privilege),
                      TETHER_POLLER_INTERVAL_SECONDS="0.5", TETHER_POLLER_JITTER_SECONDS="0",
                      TETHER_POLLER_LEASE_DURATION_SECONDS="3",
                      TETHER_POLLER_RENEW_DEADLINE_SECONDS="2",
