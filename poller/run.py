@@ -50,6 +50,7 @@ class Result(NamedTuple):
     sent: int = 0
     retry_after: float | None = None
     detail: str = ""
+    digest_seconds: float = 0.0  # of the run's duration: loading the listener's digest
 
 
 class PageSource(Protocol):
@@ -109,7 +110,9 @@ class Runner:
         return state.result("gone", f"410 Gone {self.settings.max_restarts + 1} times")
 
     def _once(self, state: _RunState, full: bool, keep_going: Callable[[], bool]) -> None:
+        t0 = self._clock()
         digest = diff.load(self._state_items())
+        state.digest_seconds += self._clock() - t0
         state.digest_entries = len(digest)
         self.metrics.digest_entries.set(len(digest))
         buffer = _Buffer(self, state, keep_going)
@@ -222,6 +225,7 @@ class _RunState:
         self.scanned = 0
         self.digest_entries = 0
         self.sent = 0
+        self.digest_seconds = 0.0
         self.differences = dict.fromkeys(metrics.DIFF_TYPES, 0)
 
     def count(self, kind: str) -> None:
@@ -229,7 +233,7 @@ class _RunState:
 
     def result(self, outcome: str, detail: str = "", retry_after: float | None = None) -> Result:
         return Result(outcome, self.scanned, self.digest_entries, dict(self.differences),
-                      self.sent, retry_after, detail)
+                      self.sent, retry_after, detail, self.digest_seconds)
 
 
 class _Buffer:
