@@ -5,15 +5,18 @@ Starts one KCP control plane, installs the Kyma stand-in and RuntimeConfigMap CR
 Kyma CR, and the listener (`python -m listener.main`: gunicorn gthread, mTLS, the
 least-privilege Role). Then, with THREADS concurrent senders each:
 
-  create   N new objects   direct: one POST per object (kubernetes client, admin)
-                           listener: batches of BATCH records (GET + create per record)
-  update   N newer records direct: one PUT per object with its known resourceVersion
-                           listener: batches of BATCH (GET + compare + PUT per record)
-  single   N newer records listener, one record per request (the webhook forwarder's case)
-  resend   N same records  listener, batches (duplicates: GET + compare, no write)
+  create    N new objects   direct: one POST per object (kubernetes client, admin)
+                            listener: batches of BATCH records (GET + create per record)
+  update    N newer records direct: one PUT per object with its known resourceVersion
+                            listener: batches of BATCH (GET + compare + PUT per record)
+  update-1  N newer records direct: GET + PUT per object (what a safe writer does)
+                            listener: one record per request (the webhook forwarder's case)
+  resend    N same records  listener, batches (duplicates: GET + compare, no write)
 
-The direct writes go to a second namespace (same names and bodies). Prints a table and
-writes bench/results/listener_throughput.json.
+The direct writes go to a second namespace (same names and bodies). Direct and listener
+runs alternate over ROUNDS slices of the objects so that load drift on a shared machine
+hits both alike. ratio = listener records/s / direct records/s. Prints a table and writes
+bench/results/listener_throughput.json.
 
     .venv/bin/python bench/listener_throughput.py [--objects 400] [--threads 8] [--batch 25]
 """
@@ -24,6 +27,7 @@ import argparse
 import concurrent.futures
 import datetime
 import json
+import os
 import pathlib
 import platform
 import sys
@@ -43,6 +47,7 @@ from listener import records  # noqa: E402
 from tests.listener import conftest as lt  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "listener_throughput.json"
+ROUNDS = 4
 
 
 def make_records(rid: str, n: int, rv: int) -> list[dict[str, Any]]:
@@ -76,6 +81,7 @@ def main() -> int:
     args = ap.parse_args()
     n, threads, batch = args.objects, args.threads, args.batch
     started = time.monotonic()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
             controlplane.ControlPlane("kcp") as kcp:
         d = pathlib.Path(tmp)
@@ -135,42 +141,57 @@ def main() -> int:
                     records.GROUP, records.VERSION, "bench-direct", records.PLURAL,
                     body["metadata"]["name"], body)
 
+        def direct_read_update(chunk: list[dict[str, Any]]) -> None:
+            for rec in chunk:
+                name = records.body(rec, "bench-direct")["metadata"]["name"]
+                stored: Any = objects.get_namespaced_custom_object(
+                    records.GROUP, records.VERSION, "bench-direct", records.PLURAL, name)
+                objects.replace_namespaced_custom_object(
+                    records.GROUP, records.VERSION, "bench-direct", records.PLURAL, name,
+                    records.updated(stored, rec))
+
+        def compare(phase: str, direct_fn: Callable[[list[Any]], None] | None,
+                    recs: list[dict[str, Any]], size: int, baseline: str) -> dict[str, Any]:
+            """Direct and listener alternate over ROUNDS slices, so load drift hits both."""
+            t_direct = t_listener = 0.0
+            for part in split(recs, -(-len(recs) // ROUNDS)):
+                if direct_fn is not None:
+                    t_direct += timed(direct_fn, split(part, 1), threads)
+                t_listener += timed(via_listener, split(part, size), threads)
+            return {"phase": phase, "records": len(recs), "listener_batch": size,
+                    "baseline": baseline,
+                    "direct_per_s": len(recs) / t_direct if direct_fn else None,
+                    "listener_per_s": len(recs) / t_listener,
+                    "ratio": t_direct / t_listener if direct_fn else None}
+
         v1, v2, v3 = make_records(rid, n, 1000), make_records(rid, n, 100000), \
             make_records(rid, n, 200000)
-        rows = []
-        for phase, direct_fn, recs in (("create", direct_create, v1),
-                                       ("update", direct_update, v2)):
-            t_direct = timed(direct_fn, split(recs, 1), threads)
-            t_listener = timed(via_listener, split(recs, batch), threads)
-            rows.append({"phase": phase, "records": n, "direct_per_s": n / t_direct,
-                         "listener_per_s": n / t_listener, "ratio": t_direct / t_listener,
-                         "listener_batch": batch})
-        t_single = timed(via_listener, split(v3, 1), threads)
-        rows.append({"phase": "single", "records": n, "direct_per_s": rows[1]["direct_per_s"],
-                     "listener_per_s": n / t_single,
-                     "ratio": rows[1]["direct_per_s"] and (n / t_single) / rows[1]["direct_per_s"],
-                     "listener_batch": 1})
-        t_resend = timed(via_listener, split(v3, batch), threads)
-        rows.append({"phase": "resend", "records": n, "direct_per_s": None,
-                     "listener_per_s": n / t_resend, "ratio": None, "listener_batch": batch})
+        rows = [
+            compare("create", direct_create, v1, batch, "POST per object"),
+            compare("update", direct_update, v2, batch, "PUT per object, known resourceVersion"),
+            compare("update-1", direct_read_update, v3, 1, "GET + PUT per object"),
+            compare("resend", None, v3, batch, "-"),
+        ]
         assert len(env.stored(rid)) == n
         for s in sessions:
             s.close()
         proc.stop()
         api.close()
 
-    print(f"{'phase':8} {'records':>7} {'batch':>5} {'direct/s':>9} {'listener/s':>10} {'ratio':>6}")
+    print(f"{'phase':9} {'records':>7} {'batch':>5} {'direct/s':>9} {'listener/s':>10} "
+          f"{'ratio':>6}  baseline")
     for r in rows:
         direct = f"{r['direct_per_s']:9.0f}" if r["direct_per_s"] else f"{'-':>9}"
         ratio = f"{r['ratio']:6.2f}" if r["ratio"] else f"{'-':>6}"
-        print(f"{r['phase']:8} {r['records']:7d} {r['listener_batch']:5d} {direct} "
-              f"{r['listener_per_s']:10.0f} {ratio}")
+        print(f"{r['phase']:9} {r['records']:7d} {r['listener_batch']:5d} {direct} "
+              f"{r['listener_per_s']:10.0f} {ratio}  {r['baseline']}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "benchmark": "listener_throughput",
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count(),
-                    "kube_apiserver": controlplane.kube_apiserver_version()},
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                    "kube_apiserver": controlplane.kube_apiserver_version(),
+                    "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)]},
         "settings": {"objects": n, "threads": threads, "batch": batch, "workers": args.workers,
                      "data": "16 keys, ~1 KiB per ConfigMap"},
         "rows": rows,
