@@ -11,7 +11,7 @@ agent Secret has a fixed name, the bench sets ``COMPASS_AGENT_SECRET_NAME`` to
 ``compass-agent-{kyma}`` so that the N Secrets do not overwrite each other (the requests
 are otherwise those of production: one SKR read and one SKR write per runtime).
 
-    .venv/bin/python bench/compass_ready.py [--kymas 1000] [--baseline 100] [--concurrency 16]
+    .venv/bin/python bench/compass_ready.py [--kymas 1000] [--baseline 50] [--concurrency 16]
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def measure(kcp_api: client.ApiClient, d: Director, ns: str, names: list[str],
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--kymas", type=int, default=1000)
-    p.add_argument("--baseline", type=int, default=100)
+    p.add_argument("--baseline", type=int, default=50)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--latency-ms", type=float, default=50.0)
     args = p.parse_args(argv)

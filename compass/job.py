@@ -13,6 +13,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from kubernetes.client.exceptions import ApiException
@@ -44,8 +45,12 @@ def state_of(f: decide.Facts) -> str:
 
 class Job:
     def __init__(self, reconciler: reconcile_mod.Reconciler, kcp: mappings_mod.Kcp,
-                 skr: skr_clients.SkrClients, stats: metrics.Metrics, *, concurrency: int) -> None:
+                 skr: skr_clients.SkrClients, stats: metrics.Metrics, *, concurrency: int,
+                 active: Callable[[], bool] = lambda: True) -> None:
         self.reconciler = reconciler
+        # False once this process lost the Lease: the run stops taking up runtimes, so
+        # that it does not overlap with the new holder's runs (beyond those in flight).
+        self.active = active
         self.kcp = kcp
         self.skr = skr
         self.metrics = stats
@@ -89,6 +94,8 @@ class Job:
         return Summary(len(kymas), dict(states), seconds)
 
     def _one(self, kyma: model.Kyma | None, mapping: model.MappingView | None, full: bool) -> str:
+        if not self.active():
+            return "None"
         try:
             return state_of(self.reconciler.reconcile(kyma, mapping, full=full))
         except Exception as e:  # noqa: BLE001 - one runtime's bug must not stop the others

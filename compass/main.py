@@ -61,6 +61,7 @@ def main(argv: list[str]) -> int:
     elector = leader.LeaderElector(
         kcp_api, leader.LeaseSettings(namespace=s.lease_namespace, name=s.lease_name),
         on_started=started, on_stopped=stopped)
+    svc.job.active = lambda: elector.is_leader
     http = serving.make_server("0.0.0.0", s.metrics_port,  # noqa: S104 - probes and scrapes
                                app_mod.create_app(stats, ready=lambda: sched.running),
                                threaded=True)

@@ -87,7 +87,10 @@ class Reconciler:
                 return facts
             except ApiException as e:
                 self.metrics.actions.labels(action.kind, "kcp_error").inc()
-                olog.warning("%s: KCP API error %s", action.kind, e.status)
+                if e.status == 409:
+                    olog.info("%s: changed meanwhile; left for the next run", action.kind)
+                else:
+                    olog.warning("%s: KCP API error %s", action.kind, e.status)
                 return facts
             self.metrics.actions.labels(action.kind, "ok").inc()
         olog.warning("no convergence within %d steps", MAX_STEPS)
@@ -134,14 +137,11 @@ class Reconciler:
         k, m, kind = f.kyma, f.mapping, a.kind
         if kind == "create_mapping":
             assert k is not None
-            try:
-                m = self.kcp.create_mapping(k, registering=not a.reason)
-                created = True
-            except ApiException as e:
-                if e.status != 409:
-                    raise
-                m, created = self.kcp.get_mapping(k.name), False
-            if a.reason and m is not None:
+            # A 409 (someone else created it since our list: another replica in a leader
+            # hand-over) ends the pass; the next run starts from what is stored.
+            m = self.kcp.create_mapping(k, registering=not a.reason)
+            created = True
+            if a.reason:
                 m = self.kcp.patch_status(m.name, status.invalid(m.status, f.now, a.reason, a.message))
             return f._replace(mapping=m, created_now=created)
         assert m is not None
