@@ -91,10 +91,21 @@ def runtime_planes(skr: controlplane.ControlPlane) -> Iterator[list[controlplane
     """20 runtime planes: the session's SKR plane and 19 more, started 4 at a time
     (about 330 MB and a few CPU-seconds each), stopped after the module."""
     started: list[controlplane.ControlPlane] = []
+
+    def start(i: int) -> controlplane.ControlPlane:
+        # the harness picks free ports before the processes bind them; on a busy machine
+        # another process may take one in between ("address already in use"): retry
+        for attempt in range(3):
+            try:
+                return controlplane.ControlPlane(f"rt{i}").start()
+            except controlplane.ControlPlaneError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
     try:
         with concurrent.futures.ThreadPoolExecutor(4) as ex:
-            futs = [ex.submit(lambda i=i: controlplane.ControlPlane(f"rt{i}").start())
-                    for i in range(EXTRA_PLANES)]
+            futs = [ex.submit(start, i) for i in range(EXTRA_PLANES)]
             for f in futs:
                 started.append(f.result())
         yield [skr, *started]

@@ -152,8 +152,18 @@ def test_director_outage_then_recovery_converges_without_duplicates(
             reasons = {c["reason"] for c in st.get("conditions", [])}
             assert reasons & {"DirectorUnavailable", "DirectorCircuitOpen"}, reasons
         assert h.get_mapping(kcp_api, ns, names[0]) is not None  # not unregistered yet
-        # recovery
+        # then the Director is gone altogether (connections refused) for a few intervals
         d.store.set_faults(store_mod.Faults())
+        d.server.stop()
+        try:
+            for _ in range(4):
+                svc.job.run()
+                time.sleep(0.5)
+        finally:
+            d.server.start()
+        st = (h.get_mapping(kcp_api, ns, names[3]) or {})["status"]
+        assert st["state"] == "Processing" and not st["registered"]
+        # recovery
         live = names[1:]
         h.run_until(svc, lambda: all_ready(kcp_api, ns, live)
                     and h.get_mapping(kcp_api, ns, names[0]) is None, runs=20, pause=0.5)
