@@ -3,6 +3,7 @@ client certificate for that user) and gets a Kyma CR to Ready, Lease included.""
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 
@@ -61,3 +62,23 @@ def test_compass_runs_with_only_its_manifest_rbac(
         sched.shutdown(wait=True)
         svc.close()
         sa_api.close()
+
+
+def test_manifests_apply_server_side_dry_run(kcp: controlplane.ControlPlane,
+                                             kcp_api: client.ApiClient, mapping_crd: str) -> None:
+    for ns in ("kcp-system", "tether-system"):
+        try:
+            client.CoreV1Api(kcp_api).create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+    kubectl = controlplane.binaries() / "kubectl"
+    out = subprocess.run(
+        [str(kubectl), "--kubeconfig", str(kcp.kubeconfig), "apply", "--dry-run=server",
+         "-k", str(controlplane.REPO_ROOT / "manifests" / "kcp" / "compass")],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    for kind in ("customresourcedefinition", "deployment.apps/tether-compass",
+                 "role.rbac.authorization.k8s.io/tether-compass", "serviceaccount/tether-compass"):
+        assert kind in out.stdout
