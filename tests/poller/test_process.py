@@ -136,7 +136,7 @@ def test_with_the_webhook_configuration_deleted_the_poller_alone_propagates_chan
         wait_until(webhook_no_longer_called, 30, "the apiserver to stop calling the webhook")
         calls = admitted()
 
-        cm("created-later", {"v": "1"})
+        cm("created-later", {"v": "1", "secret": "s3cr3t-value-never-logged"})
         core.patch_namespaced_config_map("kept", namespace, {"data": {"v": "final"}})
         core.delete_namespaced_config_map("to-delete", namespace)
         at_change = runs(p, "ok")
@@ -152,6 +152,7 @@ def test_with_the_webhook_configuration_deleted_the_poller_alone_propagates_chan
         assert admitted() == calls  # the webhook saw none of it
         assert p.metric("tether_poller_differences_total", type="deleted") >= 1
         assert p.metric("tether_poller_records_sent_total", outcome="persisted") >= 3
+        assert "s3cr3t-value-never-logged" not in p.log_path.read_text()  # data never logged
     finally:
         if registered:
             stack.unregister(skr_api, vwc["metadata"]["name"])
