@@ -154,10 +154,9 @@ class ControlPlane:
         self.name = name
         self._own_dir = workdir is None
         self.dir = workdir or pathlib.Path(tempfile.mkdtemp(prefix=f"tether-{name}-"))
-        self.etcd_port = free_port()
-        self.etcd_peer_port = free_port()
-        self.port = free_port()
-        self.url = f"https://127.0.0.1:{self.port}"
+        self.etcd_port = self.etcd_peer_port = self.port = 0
+        self.url = ""
+        self._pick_ports()
         self._etcd: _Proc | None = None
         self._apiserver: _Proc | None = None
         self._pki = self.dir / "pki"
@@ -168,20 +167,41 @@ class ControlPlane:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> ControlPlane:
+    def start(self, attempts: int = 3) -> ControlPlane:
+        """Start etcd and kube-apiserver and wait until ready. Ports are picked free but
+        another process may take one before the server binds it; such a start is retried
+        on fresh ports."""
         t0 = time.monotonic()
         bins = binaries()
-        self._write_pki()
         _live.add(self)
-        try:
-            self._start_etcd(bins)
-            self.start_apiserver()
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(1, attempts + 1):
+            try:
+                self._write_pki()
+                self._start_etcd(bins)
+                self.start_apiserver()
+                break
+            except ControlPlaneError as e:
+                self._stop_processes()
+                if "address already in use" not in str(e) or attempt == attempts:
+                    self.stop()
+                    raise
+                log.info("control plane %s: port taken, retrying on fresh ports", self.name)
+                shutil.rmtree(self.dir / "etcd", ignore_errors=True)
+                for old_log in self.dir.glob("*.log"):
+                    old_log.unlink()
+                self._pick_ports()
+            except BaseException:
+                self.stop()
+                raise
         self.start_seconds = time.monotonic() - t0
         log.info("control plane %s ready at %s in %.1fs", self.name, self.url, self.start_seconds)
         return self
+
+    def _pick_ports(self) -> None:
+        self.etcd_port = free_port()
+        self.etcd_peer_port = free_port()
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
 
     def start_apiserver(self) -> None:
         """Start (or restart after ``stop_apiserver``) the kube-apiserver on the same port."""
@@ -220,13 +240,16 @@ class ControlPlane:
 
     def stop(self) -> None:
         """Stop both processes and remove the folder. Safe to call twice."""
+        self._stop_processes()
+        _live.discard(self)
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _stop_processes(self) -> None:
         self.stop_apiserver()
         if self._etcd is not None:
             self._terminate(self._etcd)
             self._etcd = None
-        _live.discard(self)
-        if self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> ControlPlane:
         return self.start()

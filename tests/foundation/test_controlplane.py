@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import pathlib
+import socket
 import subprocess
 
 import pytest
@@ -169,5 +170,19 @@ def test_apiserver_restart_keeps_data(skr: controlplane.ControlPlane) -> None:
         plane.start_apiserver()
         assert core.read_namespace("kept").metadata.name == "kept"
         api.close()
+    finally:
+        plane.stop()
+
+
+def test_start_retries_when_a_port_is_taken() -> None:
+    plane = controlplane.ControlPlane("portrace")
+    taken = plane.port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        plane.start()
+    try:
+        assert plane.port != taken
+        assert client.CoreV1Api(plane.api_client()).list_namespace().items
     finally:
         plane.stop()
