@@ -83,7 +83,7 @@ def _rate(svc: services.Services, runtime_id: str, cost: int) -> Response | None
 def _invalid(svc: services.Services, runtime_id: str, problem: validation.Problem) -> Response:
     svc.metrics.validation_failures.labels(problem.reason).inc()
     svc.audit_event("refused", runtime=runtime_id, reason=problem.reason, status=problem.status,
-                    remote=request.remote_addr, route="POST changes")
+                    remote=request.remote_addr, route=request.method + " " + str(request.url_rule))
     return responses.error(problem.status, problem.error, problem.details)
 
 
@@ -93,6 +93,7 @@ def _guarded(handler: Any) -> Any:
         svc = services.of()
         if not svc.in_flight.acquire():
             svc.metrics.rate_limited.labels("in_flight").inc()
+            svc.audit_event("rate_limited", runtime=logs.bounded(runtime_id, 80), limit="in_flight")
             return responses.error(429, "too many requests in flight", None, retry_after=1)
         try:
             refused = _authenticate(svc, runtime_id)
@@ -149,8 +150,8 @@ def post_changes(svc: services.Services, runtime_id: str) -> Response:
     except store.Unavailable as e:
         return _unavailable(svc, "persist", e)
     except store.Rejected as e:
-        svc.metrics.validation_failures.labels("kcp_rejected").inc()
-        return responses.error(400, "rejected by the KCP API", str(e))
+        return _invalid(svc, runtime_id, validation.Problem(
+            400, "rejected by the KCP API", str(e), "kcp_rejected"))
     return responses.ok({"results": results})
 
 
@@ -184,12 +185,13 @@ def _query_limit(raw: str | None) -> int | None:
 def get_state(svc: services.Services, runtime_id: str) -> Response:
     limit = _query_limit(request.args.get("limit"))
     if limit is None:
-        return responses.error(400, "invalid query", [
-            {"path": "limit", "message": f"must be an integer from 1 to {MAX_LIMIT}"}])
+        return _invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
+            {"path": "limit", "message": f"must be an integer from 1 to {MAX_LIMIT}"}], "query"))
     try:
         after = records.decode_continue(request.args.get("continue", ""))
     except ValueError as e:
-        return responses.error(400, "invalid query", [{"path": "continue", "message": str(e)}])
+        return _invalid(svc, runtime_id, validation.Problem(
+            400, "invalid query", [{"path": "continue", "message": str(e)}], "query"))
     limited = _rate(svc, runtime_id, 1)
     if limited is not None:
         return limited

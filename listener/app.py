@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from flask import Flask, Response, g, request
 from kubernetes import client
@@ -75,6 +76,28 @@ def _register_operations(app: Flask, svc: services.Services) -> None:
         return Response(openapi_doc, mimetype="application/json")
 
 
+def _drain(environ: dict[str, Any], limit: int) -> bool:
+    """Read what is left of the request body (at most ``limit`` bytes) before answering.
+
+    A client sends its whole body before it reads the answer; when a request is refused
+    before its body was read (401/403/413/415...), gunicorn would discard at most 64 KiB and
+    then close the connection, and the client would see a broken connection instead of the
+    refusal. False when the body was longer than ``limit`` (the connection then closes)."""
+    stream = environ.get("wsgi.input")
+    if stream is None:
+        return True
+    drained = 0
+    try:
+        while drained <= limit:
+            chunk = stream.read(64 * 1024)
+            if not chunk:
+                return True
+            drained += len(chunk)
+    except Exception:  # noqa: BLE001 - a broken body or a peer gone: just close
+        return False
+    return False
+
+
 def _register_hooks(app: Flask, svc: services.Services) -> None:
     @app.before_request
     def start_timer() -> None:
@@ -89,6 +112,8 @@ def _register_hooks(app: Flask, svc: services.Services) -> None:
         if started is not None:
             svc.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
         resp.headers.setdefault("Cache-Control", "no-store")
+        if not _drain(request.environ, svc.settings.max_body_bytes):
+            resp.headers["Connection"] = "close"
         return resp
 
     @app.errorhandler(HTTPException)

@@ -215,3 +215,22 @@ def test_unknown_routes_and_methods_are_json(listener: ListenerProcess,
     s = rt.session()
     assert_refused(s.get(f"{listener.url}/v2/nothing", timeout=10), 404, "not found")
     assert_refused(s.delete(changes_url(listener, rt.id), timeout=10), 405, "method not allowed")
+
+
+def test_refusals_of_large_bodies_reach_the_client(
+    listener: ListenerProcess, runtime: Callable[..., Runtime]
+) -> None:
+    """A refused request whose body was never read is still answered (the listener reads
+    the rest of the body first), so a sender sees 401/403/415, not a broken connection."""
+    rt = runtime()
+    big: Any = changes.batch([rt.record(f"big{i}", 1, data={"k": "x" * (900 * 1024)})  # type: ignore[misc]
+                              for i in range(3)])  # 2.7 MiB: under the cap, over socket buffers
+    for _ in range(3):
+        assert_refused(rt.session(cert=None).post(changes_url(listener, rt.id), json=big,
+                                                  timeout=30), 401, "unauthorized")
+        assert_refused(rt.session(cert=rt.issue(dns=["elsewhere.example.com"])).post(
+            changes_url(listener, rt.id), json=big, timeout=30), 403, "forbidden", "san_mismatch")
+        assert_refused(rt.session().post(changes_url(listener, rt.id), data=json.dumps(big),
+                                         headers={"Content-Type": "text/plain"}, timeout=30),
+                       415, "unsupported media type")
+    assert rt.env.stored(rt.id) == []
