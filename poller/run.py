@@ -34,8 +34,8 @@ class RunSettings:
     state_page_size: int = 5000
     batch_items: int = 100
     batch_bytes: int = sender.DEFAULT_MAX_BATCH_BYTES
-    rate: float = 200.0  # records per second within a run
-    burst: int = 200
+    rate: float = 100.0  # records per second within a run
+    burst: int = 100
     send_attempts: int = 3
     retry_base: float = 0.5
     retry_cap: float = 5.0

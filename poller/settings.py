@@ -110,7 +110,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
     )
     batch_items = config.integer("TETHER_POLLER_BATCH_ITEMS", 100, minimum=1,
                                  maximum=sender.MAX_BATCH_ITEMS, env=env)
-    rate = config.number("TETHER_POLLER_RATE", 200.0, minimum=0.1, maximum=100_000, env=env)
+    rate = config.number("TETHER_POLLER_RATE", 100.0, minimum=0.1, maximum=100_000, env=env)
     runs = run.RunSettings(
         page_size=config.integer("TETHER_POLLER_PAGE_SIZE", 500, minimum=1, maximum=10_000, env=env),
         state_page_size=config.integer("TETHER_POLLER_STATE_PAGE_SIZE", 5000, minimum=1, maximum=5000, env=env),

@@ -24,7 +24,7 @@ def test_defaults(env: dict[str, str]) -> None:
     s = settings.from_env(env)
     assert s.listener.base_url == "https://listener.example.com"
     assert (s.schedule.interval, s.schedule.jitter, s.schedule.resync_cron) == (60.0, 6.0, "17 3 * * *")
-    assert (s.run.page_size, s.run.state_page_size, s.run.batch_items, s.run.rate) == (500, 5000, 100, 200.0)
+    assert (s.run.page_size, s.run.state_page_size, s.run.batch_items, s.run.rate) == (500, 5000, 100, 100.0)
     assert (s.lease.namespace, s.lease.name, s.lease.lease_duration) == ("tether-system", "tether-poller", 15.0)
     assert s.filter.ignored_namespaces == frozenset({"kube-system", "tether-system"})
     assert s.bind == "0.0.0.0:8080"
