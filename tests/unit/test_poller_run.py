@@ -260,3 +260,30 @@ def test_service_backs_off_after_listener_failure_and_skips_when_not_leading() -
     assert svc.tick().outcome == "ok"
     assert sample(m, "tether_poller_runs_total", kind="interval", outcome="skipped-backoff") == 1
     assert sample(m, "tether_poller_last_success_timestamp_seconds") > 0
+
+
+def test_scheduler_runs_only_while_leading_with_both_jobs() -> None:
+    import time
+
+    lst = Listener()
+    r, m, _ = runner(Pages([cm("a", "x", 1)], 5), lst)
+    sched = settings_mod.ScheduleSettings(interval=3600, jitter=0, resync_cron="*/5 * * * *")
+    svc = service.Service(sched, r, m)
+    svc.start()
+    try:
+        assert {j.id for j in svc.scheduler.get_jobs()} == {service.INTERVAL_JOB, service.RESYNC_JOB}
+        time.sleep(0.3)
+        assert lst.state_calls == 0  # started paused: a follower runs nothing
+        svc.on_started()
+        deadline = time.monotonic() + 10
+        while sample(m, "tether_poller_runs_total", kind="interval", outcome="ok") < 1:
+            assert time.monotonic() < deadline, "no run after becoming leader"
+            time.sleep(0.05)
+        assert sample(m, "tether_poller_leader") == 1
+        resync = svc.scheduler.get_job(service.RESYNC_JOB)
+        assert resync.next_run_time is not None and resync.next_run_time.minute % 5 == 0
+        svc.on_stopped()
+        assert sample(m, "tether_poller_leader") == 0 and not svc.leading.is_set()
+    finally:
+        svc.shutdown()
+    assert not svc.running()
