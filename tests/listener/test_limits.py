@@ -7,9 +7,12 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from kubernetes import client
 
+from listener import heartbeat
 from tests.listener.conftest import Env, ListenerProcess, Runtime, metric_value
 
 
@@ -70,3 +73,17 @@ def test_in_flight_cap(limited: ListenerProcess, runtime: Callable[..., Runtime]
         held.close()
     assert metric_value(limited.metrics(), "tether_listener_rate_limited_total",
                         limit="in_flight") >= 1
+
+
+def test_heartbeat_writes_are_throttled(limited: ListenerProcess,
+                                        runtime: Callable[..., Runtime]) -> None:
+    """With the default interval (30 s) a second call soon after does not rewrite the Lease."""
+    rt = runtime()
+    s = rt.session()
+    assert s.get(f"{limited.url}/v1/runtimes/{rt.id}/state", timeout=10).status_code == 200
+    leases = client.CoordinationV1Api(rt.env.api)
+    first: Any = leases.read_namespaced_lease(heartbeat.lease_name(rt.id), rt.env.namespace)
+    assert s.get(f"{limited.url}/v1/runtimes/{rt.id}/state", timeout=10).status_code == 200
+    again: Any = leases.read_namespaced_lease(heartbeat.lease_name(rt.id), rt.env.namespace)
+    assert again.metadata.resource_version == first.metadata.resource_version
+    assert again.spec.holder_identity == rt.id
