@@ -157,6 +157,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--latency-ms", type=float, default=50.0)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    load_start = os.getloadavg()[0]
     d = Director()
     try:
         d.admin("PUT", "/admin/faults", {"latency": args.latency_ms / 1000})
@@ -177,7 +178,8 @@ def main(argv: list[str]) -> int:
     ratio = base_run["ms_per_runtime"] / main_run["ms_per_runtime"]
     result = {
         "bench": "compass_ready", "date": datetime.datetime.now(datetime.UTC).isoformat(),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_1m": [round(load_start, 1), round(os.getloadavg()[0], 1)]},
         "director_latency_ms": args.latency_ms, "setup_seconds": round(setup_s, 1),
         "measured": main_run, "baseline": base_run,
         "speedup_per_runtime_vs_baseline": round(ratio, 2),
@@ -187,7 +189,8 @@ def main(argv: list[str]) -> int:
     for label, r in (("measured", main_run), ("baseline", base_run)):
         print(f"{label:<10} {r['kymas']:>6} {r['concurrency']:>5} {r['seconds_to_ready']:>11} "
               f"{r['ms_per_runtime']:>11} {r['director_requests']:>13} {r['requests_per_runtime']:>12}")
-    print(f"speed-up per runtime vs baseline: {ratio:.1f}x  (set-up {setup_s:.0f}s)")
+    print(f"speed-up per runtime vs baseline: {ratio:.1f}x  (set-up {setup_s:.0f}s, load average "
+          f"{load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
     return 0

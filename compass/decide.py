@@ -41,7 +41,7 @@ class Facts(NamedTuple):
     now: datetime.datetime
     full: bool = False                 # full resync: also ask the Director about Ready ones
     created_now: bool = False          # the mapping was created in this pass
-    registered_now: bool = False       # registerRuntime succeeded in this pass
+    registered_now: bool = False       # registered (or adopted) in this pass, no token yet
     looked_up: bool = False
     found_runtime_id: str | None = None
     fetched: bool = False              # runtime(id:) asked in this pass
@@ -162,11 +162,13 @@ def _registered(f: Facts, m: model.MappingView, rid: str) -> Action:
         return Action("mark_ready") if not _is_ready(st) else DONE
     if f.fetched and f.runtime_condition == "CONNECTED":
         return Action("mark_connected", runtime_id=rid)
+    if f.registered_now:  # whatever Secret the runtime holds is not for this registration
+        return Action("issue_token", "Registered", runtime_id=rid)
     if f.secret == "unknown":
         return Action("read_secret", runtime_id=rid)
     need = f.secret != "matches" or _token_expired(st, f.now) or not st.get("configured")
     if need:
-        if not f.fetched and not f.registered_now:
+        if not f.fetched:
             return Action("fetch_runtime", runtime_id=rid)
         reason = ("SecretMissing" if f.secret == "missing" else
                   "SecretAltered" if f.secret == "differs" else

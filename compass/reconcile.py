@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 MAX_STEPS = 16
 FINAL = ("done", "wait", "skip")
 _CONFIGURED_STEP = ("read_secret", "issue_token", "mark_connected")
+_DEFERS_STATUS = ("register", "adopt")
+_WRITES_STATUS = ("create_mapping", "report_invalid", "mark_registering", "forget_runtime",
+                  "issue_token", "mark_connected", "mark_ready")
 
 
 class Tuning(NamedTuple):
@@ -64,14 +67,23 @@ class Reconciler:
         facts = decide.Facts(kyma=kyma, mapping=mapping, now=self.clock(), full=full)
         name = kyma.name if kyma is not None else mapping.name if mapping is not None else "?"
         olog = logs.ObjectLogger(log, {"kyma": f"{self.kcp.namespace}/{name}"})
+        return self._steps(facts, olog)
+
+    def _steps(self, facts: decide.Facts, olog: logging.LoggerAdapter[logging.Logger]) -> decide.Facts:
+        # The status after register/adopt is kept in ``facts.mapping`` and written with
+        # the next status write of the pass (or at its end): one request less per runtime.
+        pending = False
         for _ in range(MAX_STEPS):
             action = decide.decide(facts, self.t.policy)
             if action.kind in FINAL:
                 if action.kind == "skip":
                     self.metrics.actions.labels("skip", action.reason or "ok").inc()
+                if pending:
+                    self._flush(facts, olog)
                 return facts
             try:
                 facts = self._act(action, facts)
+                pending = action.kind in _DEFERS_STATUS or (pending and action.kind not in _WRITES_STATUS)
             except errors.DirectorError as e:
                 self.metrics.actions.labels(action.kind, e.kind).inc()
                 olog.info("%s failed: %s", action.kind, e)
@@ -91,10 +103,22 @@ class Reconciler:
                     olog.info("%s: changed meanwhile; left for the next run", action.kind)
                 else:
                     olog.warning("%s: KCP API error %s", action.kind, e.status)
+                if pending:
+                    self._flush(facts, olog)
                 return facts
             self.metrics.actions.labels(action.kind, "ok").inc()
         olog.warning("no convergence within %d steps", MAX_STEPS)
+        if pending:
+            self._flush(facts, olog)
         return facts
+
+    def _flush(self, f: decide.Facts, olog: logging.LoggerAdapter[logging.Logger]) -> None:
+        if f.mapping is None:
+            return
+        try:
+            self.kcp.patch_status(f.mapping.name, dict(f.mapping.status))
+        except ApiException as e:
+            olog.warning("writing the mapping status: KCP API error %s", e.status)
 
     # -- failure ------------------------------------------------------------------------------
 
@@ -178,7 +202,7 @@ class Reconciler:
                 self._audit("compass.runtime_adopted", f, runtimeId=rid, tenant=tenant)
             m = self.kcp.patch_meta(m.name, labels={model.COMPASS_RUNTIME_ID: rid,
                                                     model.MAPPING_GLOBAL_ACCOUNT: tenant})
-            m = self.kcp.patch_status(m.name, status.registered(m.status, f.now, rid, kind == "adopt"))
+            m = m._replace(status=status.registered(m.status, f.now, rid, kind == "adopt"))
             return f._replace(mapping=m, registered_now=True, fetched=True, runtime_condition=cond)
         if kind == "forget_runtime":
             m = self.kcp.patch_meta(m.name, labels={model.COMPASS_RUNTIME_ID: None},
@@ -203,13 +227,13 @@ class Reconciler:
             self._hook(kind)
             data = agent_secret.data_for(tok, rid, tenant)
             agent_secret.write(api, self.t.secret_namespace, self._secret_name(k.name), data,
-                               self.t.skr_timeout, exists=f.secret != "missing")
+                               self.t.skr_timeout, exists=f.secret in ("matches", "differs"))
             self._audit("compass.token_issued", f, runtimeId=rid, tenant=tenant,
                         reason=a.reason, expiresAt=tok.expires_at)
             m = self.kcp.patch_status(m.name, status.configured(
                 m.status, f.now, token_expires_at=tok.expires_at, secret_digest=status.digest(data),
                 reason=a.reason))
-            return f._replace(mapping=m, secret="matches")
+            return f._replace(mapping=m, secret="matches", registered_now=False)
         if kind == "mark_connected":
             return f._replace(mapping=self.kcp.patch_status(m.name, status.connected(m.status, f.now)))
         if kind == "mark_ready":
