@@ -73,7 +73,7 @@ def build(s: settings.Settings, api: client.ApiClient) -> Services:
     return Services(
         settings=s,
         api=api,
-        store=store.Store(api, s.namespace, s.kcp_timeout),
+        store=store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries),
         kymas=runtimes.KymaCache(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
         beats=beats,
         buckets=ratelimit.TokenBuckets(s.rate_per_second, s.rate_burst),

@@ -42,6 +42,7 @@ class Settings:
     rate_per_second: float = 200.0
     rate_burst: int = 1000
     max_in_flight: int = 8
+    write_cache_entries: int = 10_000
     # logging
     audit_log: str = "stdout"
     log_level: str = "INFO"
@@ -131,6 +132,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         rate_burst=burst,
         max_in_flight=config.integer(P + "MAX_IN_FLIGHT", min(d.max_in_flight, threads),
                                      minimum=1, maximum=threads, env=e),
+        write_cache_entries=config.integer(P + "WRITE_CACHE_ENTRIES", d.write_cache_entries,
+                                           minimum=0, maximum=1_000_000, env=e),
         audit_log=_shared(P + "AUDIT_LOG", "TETHER_AUDIT_LOG", d.audit_log, e),
         log_level=level,
         log_format=fmt,

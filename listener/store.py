@@ -3,8 +3,9 @@
 ``persist`` applies the ordering rule (``common.changes.compare``) against the stored
 object and writes only a newer record, with the stored object's resourceVersion
 (optimistic concurrency): when another replica wrote in between, the API answers 409 and
-the record is compared again with the fresh object. A call returns only after the API
-server has acknowledged the write (stored in etcd), so "persisted" means durable.
+the record is compared again with the fresh object. An update of an object this worker
+has seen recently skips the read (``listener.writecache``). A call returns only after the
+API server has acknowledged the write (stored in etcd), so "persisted" means durable.
 
 Errors: ``Unavailable`` when the KCP API cannot be used (down, timing out, 5xx, 429, or
 refusing this listener; the client gets 503 and retries), ``Rejected`` when the API
@@ -24,7 +25,7 @@ from kubernetes import client
 from kubernetes.client import exceptions
 
 from common import changes, logs
-from listener import records
+from listener import records, writecache
 
 Outcome = Literal["persisted", "duplicate", "stale"]
 MAX_ATTEMPTS = 12
@@ -60,11 +61,13 @@ def _message(e: exceptions.ApiException) -> str:
 
 
 class Store:
-    def __init__(self, api: client.ApiClient, namespace: str, timeout: float) -> None:
+    def __init__(self, api: client.ApiClient, namespace: str, timeout: float,
+                 cache_entries: int = 10_000) -> None:
         self._api = api
         self._objects = client.CustomObjectsApi(api)
         self.namespace = namespace
         self._timeout = timeout
+        self._cache = writecache.WriteCache(cache_entries)
 
     # -- records -----------------------------------------------------------------------------
 
@@ -90,23 +93,28 @@ class Store:
         key = records.key_of(record)
         name = records.object_name(key)
         incoming = changes.version_of(record)
+        if self._write_from_cache(name, record, incoming):
+            return "persisted"
         for attempt in range(MAX_ATTEMPTS):
             stored = self._get(name)
             if stored is not None and not records.matches(stored, key):
                 raise Rejected("object name collision; refusing to overwrite another key")
+            if stored is not None:
+                self._cache.remember(stored)
             verdict = changes.compare(
                 None if stored is None else records.stored_version(stored), incoming)
             if verdict != "newer":
                 return verdict
             try:
                 if stored is None:
-                    self._objects.create_namespaced_custom_object(
+                    written: Any = self._objects.create_namespaced_custom_object(
                         records.GROUP, records.VERSION, self.namespace, records.PLURAL,
                         records.body(record, self.namespace), _request_timeout=self._timeout)
                 else:
-                    self._objects.replace_namespaced_custom_object(
+                    written = self._objects.replace_namespaced_custom_object(
                         records.GROUP, records.VERSION, self.namespace, records.PLURAL, name,
                         records.updated(stored, record), _request_timeout=self._timeout)
+                self._cache.remember(written)
                 return "persisted"
             except exceptions.ApiException as e:
                 if e.status != 409:
@@ -114,6 +122,26 @@ class Store:
             # another writer won: back off a little (jittered) and compare again
             time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
         raise Unavailable("persist: too many concurrent writers on one object")
+
+    def _write_from_cache(self, name: str, record: Mapping[str, Any],
+                          incoming: changes.Version) -> bool:
+        """Write without reading first when the remembered version is older (see
+        ``listener.writecache``); False when the normal path must run."""
+        entry = self._cache.get(name)
+        if entry is None or changes.compare(entry.version, incoming) != "newer":
+            return False
+        try:
+            written: Any = self._objects.replace_namespaced_custom_object(
+                records.GROUP, records.VERSION, self.namespace, records.PLURAL, name,
+                records.updated({"metadata": entry.metadata}, record),
+                _request_timeout=self._timeout)
+        except exceptions.ApiException as e:
+            if e.status not in (404, 409):
+                raise
+            self._cache.drop(name)
+            return False
+        self._cache.remember(written)
+        return True
 
     def digest(self, runtime_id: str) -> list[records.DigestItem]:
         """Every stored object of the runtime (metadata only), unordered."""

@@ -145,3 +145,35 @@ def test_state_rejects_bad_query(listener: ListenerProcess, runtime: Callable[..
         r = s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", params=params, timeout=30)
         assert r.status_code == 400, (params, r.text)
         assert r.json()["error"] == "invalid query"
+
+
+def test_updates_after_foreign_writes_and_deletion(
+    listener: ListenerProcess, runtime: Callable[..., Runtime]
+) -> None:
+    """The worker remembers what it wrote (to skip the read before the next update); a
+    consumer's write in between or a deletion must not be lost or overwritten."""
+    rt = runtime()
+    env = rt.env
+    objects = client.CustomObjectsApi(env.api)
+    assert outcomes(post(listener, rt, rt.record("w", 10))) == ["persisted"]
+    name = records.object_name(records.Key(rt.id, "team-a", "w"))
+    objects.patch_namespaced_custom_object(
+        records.GROUP, records.VERSION, env.namespace, records.PLURAL, name,
+        {"metadata": {"labels": {"consumer": "seen"}, "finalizers": ["consumer.example/hold"]}},
+        _content_type="application/merge-patch+json")
+    assert outcomes(post(listener, rt, rt.record("w", 11))) == ["persisted"]
+    obj = env.stored_one(rt.id, "team-a", "w")
+    assert obj is not None and obj["spec"]["resourceVersion"] == "11"
+    assert obj["metadata"]["labels"]["consumer"] == "seen"
+    assert obj["metadata"]["finalizers"] == ["consumer.example/hold"]
+    objects.patch_namespaced_custom_object(
+        records.GROUP, records.VERSION, env.namespace, records.PLURAL, name,
+        {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json")
+    objects.delete_namespaced_custom_object(records.GROUP, records.VERSION, env.namespace,
+                                            records.PLURAL, name)
+    assert env.stored_one(rt.id, "team-a", "w") is None
+    assert outcomes(post(listener, rt, rt.record("w", 12))) == ["persisted"]
+    obj = env.stored_one(rt.id, "team-a", "w")
+    assert obj is not None and obj["spec"]["resourceVersion"] == "12"
+    # the same record again is a duplicate, decided by reading the stored object
+    assert outcomes(post(listener, rt, rt.record("w", 12))) == ["duplicate"]

@@ -127,3 +127,26 @@ def test_silent_counts() -> None:
     times = [now - datetime.timedelta(seconds=s) for s in (5, 70, 400, 4000)]
     assert heartbeat.silent_counts(times, now, (60, 300, 3600)) == {60: 3, 300: 2, 3600: 1}
     assert heartbeat.lease_name("Rt_1.x") != heartbeat.lease_name("rt_1.x")
+
+
+def test_write_cache_keeps_metadata_and_version_bounded() -> None:
+    from listener import writecache
+
+    cache = writecache.WriteCache(2)
+    objs = []
+    for i in range(3):
+        b = records.body(rec(name=f"o{i}", rv=str(10 + i)), "kcp-system")
+        b["metadata"].update(resourceVersion=str(500 + i), managedFields=[{"x": 1}])
+        objs.append(b)
+        cache.remember(b)
+    first = records.object_name(records.Key("rt-1", "ns", "o0"))
+    last = records.object_name(records.Key("rt-1", "ns", "o2"))
+    assert cache.get(first) is None  # least recently used dropped
+    entry = cache.get(last)
+    assert entry is not None and entry.version.resource_version == "12"
+    assert entry.metadata["resourceVersion"] == "502" and "managedFields" not in entry.metadata
+    cache.drop(last)
+    assert cache.get(last) is None
+    off = writecache.WriteCache(0)
+    off.remember(objs[0])
+    assert off.get(objs[0]["metadata"]["name"]) is None
