@@ -59,7 +59,8 @@ def install_crd(api: client.ApiClient, path: pathlib.Path) -> None:
     ext.create_custom_resource_definition(body)
     for _ in range(150):
         crd = ext.read_custom_resource_definition(body["metadata"]["name"])
-        if any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or []):
+        conds = (crd.status.conditions if crd.status else None) or []
+        if any(c.type == "Established" and c.status == "True" for c in conds):
             return
         time.sleep(0.2)
     raise RuntimeError("CRD not established")

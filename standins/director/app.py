@@ -67,7 +67,7 @@ class Root:
 
     def runtimes(self, info: Any, filter: list[dict[str, Any]] | None = None,
                  first: int = 200, after: str | None = None) -> dict[str, Any]:
-        page, total, end, more = self._call(self._store.list, self._tenant, filter, first, after)
+        page, total, end, more = self._call(self._store.find, self._tenant, filter, first, after)
         return {
             "data": [RuntimeView(r) for r in page],
             "totalCount": total,

@@ -39,7 +39,6 @@ class DirectorServer:
         self._server = serving.make_server(
             self.host, self.port, app_mod.create_app(self.store), threaded=True, ssl_context=ctx,
         )
-        self._server.daemon_threads = True
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, name="director",
                                         daemon=True)

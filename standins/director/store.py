@@ -204,7 +204,7 @@ class Store:
                 del self._tokens[t]
         return rt
 
-    def list(self, tenant: str, filters: list[dict[str, Any]] | None, first: int,
+    def find(self, tenant: str, filters: list[dict[str, Any]] | None, first: int,
              after: str | None) -> tuple[list[Runtime], int, str, bool]:
         if first < 1 or first > 200:
             raise DirectorError("InvalidData", "first must be between 1 and 200")
@@ -272,7 +272,7 @@ class Store:
 
 
 def _matcher(f: dict[str, Any]) -> Any:
-    key = f.get("key")
+    key = str(f.get("key"))
     query = f.get("query")
     if query is None:
         return lambda labels: key in labels

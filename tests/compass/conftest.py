@@ -44,7 +44,8 @@ def mapping_crd(kcp_api: client.ApiClient, kyma_crd: str) -> str:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         crd = ext.read_custom_resource_definition(body["metadata"]["name"])
-        if any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or []):
+        conds = (crd.status.conditions if crd.status else None) or []
+        if any(c.type == "Established" and c.status == "True" for c in conds):
             return str(body["metadata"]["name"])
         time.sleep(0.2)
     raise AssertionError("mapping CRD not established within 30s")
@@ -169,9 +170,9 @@ def agent_secret(plane: controlplane.ControlPlane) -> dict[str, str] | None:
 
 def get_mapping(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        obj: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
             model.MAPPING_GROUP, model.MAPPING_VERSION, namespace, model.MAPPING_PLURAL, name)
-        return obj
+        return dict(obj)
     except client.ApiException as e:
         if e.status == 404:
             return None
