@@ -1,6 +1,7 @@
 """``tether poller`` processes against the real planes: leadership over a Lease (only the
-holder runs jobs; kill it and the other takes over) and the poller alone propagating
-changes once the webhook's configuration is deleted from the runtime."""
+holder runs jobs; kill it and the other takes over), the poller alone propagating changes
+once the webhook's configuration is deleted from the runtime, and a listener outage ridden
+out by the process (failed runs, backoff, then the exact state)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import requests
 from kubernetes import client
 
 from common import controlplane
@@ -36,6 +38,18 @@ def lease_holder(api: client.ApiClient, namespace: str, name: str) -> tuple[str 
             return None, 0
         raise
     return lease.spec.holder_identity, lease.spec.lease_transitions or 0
+
+
+class _SamePortListener(ListenerProcess):
+    """A listener restarted on the port of a stopped one (the poller keeps its URL)."""
+
+    def __init__(self, env: Env, name: str, port: int) -> None:
+        self._fixed = port
+        super().__init__(env, name, TETHER_LISTENER_BIND=f"127.0.0.1:{port}")
+
+    def _wait(self) -> None:
+        self.port, self.url = self._fixed, f"https://127.0.0.1:{self._fixed}"
+        super()._wait()
 
 
 def runs(p: PollerProcess, outcome: str | None = None) -> float:
@@ -157,3 +171,55 @@ def test_with_the_webhook_configuration_deleted_the_poller_alone_propagates_chan
         if registered:
             stack.unregister(skr_api, vwc["metadata"]["name"])
         assert wh.stop() == 0, wh.log()
+
+
+def test_the_poller_process_rides_out_a_listener_outage_and_then_restores_the_state(
+    listener_env: Env, runtime: Callable[..., Runtime], skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient, namespace: str, pollers: Pollers,
+) -> None:
+    rt = runtime()
+    core = client.CoreV1Api(skr_api)
+    labels, selector = unique_selector()
+    for i in range(10):
+        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=f"o-{i}", labels=labels), data={"v": "0"}))
+    lp = ListenerProcess(listener_env, "poller-proc-outage")
+    restarted: ListenerProcess | None = None
+    try:
+        p = pollers("poller-outage", poller_env(
+            rt, lp.url, skr, selector, namespace, TETHER_POLLER_INTERVAL_SECONDS="0.5",
+            TETHER_POLLER_JITTER_SECONDS="0", TETHER_POLLER_LEASE_DURATION_SECONDS="3",
+            TETHER_POLLER_BACKOFF_BASE_SECONDS="1", TETHER_POLLER_BACKOFF_CAP_SECONDS="2",
+            TETHER_POLLER_SEND_ATTEMPTS="1", TETHER_LISTENER_TIMEOUT="2"))
+        wait_until(lambda: kcp_state(listener_env, rt.id, namespace)[0]
+                   == runtime_state(core, namespace, selector), 30, "the first runs to deliver")
+        lp.stop()
+        for i in range(10, 15):
+            core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=f"o-{i}", labels=labels), data={"v": "1"}))
+        for i in range(0, 5):
+            core.patch_namespaced_config_map(f"o-{i}", namespace, {"data": {"v": "2"}})
+        for i in range(5, 8):
+            core.delete_namespaced_config_map(f"o-{i}", namespace)
+        wait_until(lambda: runs(p, "listener-failed") >= 2, 30, "runs failing while the listener is down")
+        assert p.proc is not None and p.proc.poll() is None  # still running
+        assert requests_ok(p)
+        restarted = _SamePortListener(listener_env, "poller-proc-outage-2", lp.port)
+
+        def restored() -> bool:
+            live, dead = kcp_state(listener_env, rt.id, namespace)
+            return live == runtime_state(core, namespace, selector) and sorted(dead) == [
+                (namespace, f"o-{i}") for i in range(5, 8)]
+
+        wait_until(restored, 60, "the exact runtime state, tombstones included, after the outage")
+        assert p.metric("tether_poller_differences_total", type="changed") >= 5
+        assert p.metric("tether_poller_differences_total", type="deleted") >= 3
+    finally:
+        if restarted is not None:
+            restarted.stop()
+        lp.stop()
+
+
+def requests_ok(p: PollerProcess) -> bool:
+    """Probes stay up while runs fail: the process is alive, only its peer is not."""
+    return all(requests.get(p.url + path, timeout=5).status_code == 200 for path in ("/healthz", "/readyz"))
