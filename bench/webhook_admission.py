@@ -77,6 +77,48 @@ def cpu_seconds(root: int) -> float:
     return total
 
 
+def wsgi_costs(bodies: list[bytes], metrics_dir: pathlib.Path) -> dict[str, float]:
+    """Microseconds per request of each app called in-process through WSGI (no TLS, no
+    gunicorn: only what differs between the two), best of 7 repeats: robust to load."""
+    import io
+    import timeit
+
+    metrics_dir.mkdir(exist_ok=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)  # as in gunicorn; before the import
+    from werkzeug.test import EnvironBuilder
+
+    from common import filters, sender
+    from webhook import app as app_mod
+    from webhook import keyqueue, metrics
+    from webhook import settings as settings_mod
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import webhook_noop_server
+
+    s = settings_mod.Settings(
+        runtime_id="rt", listener=sender.ClientSettings("https://l", "rt", "ca", "c", "k"),
+        server=settings_mod.ServerSettings(), forwarder=settings_mod.ForwarderSettings(),
+        filter=filters.ConfigMapFilter(), queue_size=1_000_000)
+    fw = s.forwarder
+    parts = app_mod.Parts(s, keyqueue.KeyQueue(s.queue_size, fw.coalesce_seconds, fw.hot_key_seconds),
+                          metrics.build(None), None)
+    apps = {"webhook": app_mod.create_app(s, parts), "baseline": webhook_noop_server.create_app()}
+    environs = [EnvironBuilder(method="POST", path="/validate", data=b,
+                               content_type="application/json").get_environ() for b in bodies[:200]]
+
+    def run(app: Any) -> None:
+        for env, body in zip(environs, bodies, strict=False):
+            e = dict(env)
+            e["wsgi.input"] = io.BytesIO(body)
+            b"".join(app(e, lambda *a: None))
+
+    out = {}
+    for name, app in apps.items():
+        run(app)
+        out[name] = min(timeit.repeat(lambda a=app: run(a), number=5, repeat=7)) / (5 * len(environs)) * 1e6
+    return out
+
+
 def drive(port: int, ca_file: pathlib.Path, bodies: list[bytes], connections: int,
           seconds: float) -> dict[str, Any]:
     ctx = ssl.create_default_context(cafile=str(ca_file))
@@ -216,6 +258,10 @@ def main() -> int:
         rec.wait(10)
         rec = None
         print(f"records received by the stand-in listener: {forwarded}")
+        wsgi = wsgi_costs(bodies, work / "wsgi-metrics")
+        wsgi_ratio = wsgi["baseline"] / wsgi["webhook"]
+        print(f"in-process WSGI cost per request: webhook {wsgi['webhook']:.0f} us, "
+              f"no-op {wsgi['baseline']:.0f} us, ratio {wsgi_ratio:.3f} (handler only, no forwarder)")
         results_file = RESULTS_DIR / f"webhook_admission_keys{args.keys}.json"
         results_file.parent.mkdir(parents=True, exist_ok=True)
         results_file.write_text(json.dumps({
@@ -226,6 +272,7 @@ def main() -> int:
             "settings": vars(args), "rounds": results, "summary": summary,
             "throughput_ratio": ratio, "cpu_efficiency_ratio": cpu_ratio, "goal": 0.9,
             "records_forwarded": forwarded,
+            "wsgi_us_per_request": wsgi, "wsgi_ratio": wsgi_ratio,
         }, indent=2) + "\n")
         return 0
     finally:

@@ -80,6 +80,8 @@ class Receiver:
 
         class Handler(server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            wbufsize = 64 * 1024  # one write per response (flushed after each request)
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 pass
