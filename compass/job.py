@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import hashlib
 import logging
 import threading
 import time
@@ -25,6 +26,15 @@ from compass import reconcile as reconcile_mod
 
 log = logging.getLogger(__name__)
 STATES = ("Ready", "Processing", "Failed", "Deleting", "None")
+
+
+def in_shard(name: str, index: int, count: int) -> bool:
+    """Whether the Kyma CR ``name`` (lifecycle-manager names it by the runtime ID) belongs
+    to shard ``index`` of ``count``: a stable hash, the same in every process."""
+    if count <= 1:
+        return True
+    digest = hashlib.sha256(name.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % count == index
 
 
 class Summary(NamedTuple):
@@ -46,8 +56,9 @@ def state_of(f: decide.Facts) -> str:
 class Job:
     def __init__(self, reconciler: reconcile_mod.Reconciler, kcp: mappings_mod.Kcp,
                  skr: skr_clients.SkrClients, stats: metrics.Metrics, *, concurrency: int,
-                 active: Callable[[], bool] = lambda: True) -> None:
+                 active: Callable[[], bool] = lambda: True, shard: tuple[int, int] = (0, 1)) -> None:
         self.reconciler = reconciler
+        self.shard = shard
         # False once this process lost the Lease: the run stops taking up runtimes, so
         # that it does not overlap with the new holder's runs (beyond those in flight).
         self.active = active
@@ -80,7 +91,8 @@ class Job:
         except ApiException as e:
             log.warning("%s run: listing in the KCP failed: HTTP %s", kind, e.status)
             return Summary(0, {}, time.monotonic() - t0)
-        names = sorted(set(kymas) | set(maps))
+        names = sorted(n for n in set(kymas) | set(maps) if in_shard(n, *self.shard))
+        kymas = {n: k for n, k in kymas.items() if in_shard(n, *self.shard)}
         futures = [self._pool.submit(self._one, kymas.get(n), maps.get(n), full) for n in names]
         states: collections.Counter[str] = collections.Counter()
         for fut in futures:

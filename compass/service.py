@@ -64,7 +64,8 @@ def build(s: settings_mod.Settings, kcp_api: client.ApiClient, stats: metrics.Me
         secret_namespace=s.secret_namespace, secret_name=s.secret_name, skr_timeout=s.skr_timeout,
         backoff_base=s.backoff_base, backoff_cap=s.backoff_cap)
     rec = reconcile_mod.Reconciler(tuning, kcp, director, skr, stats, audit)
-    job = job_mod.Job(rec, kcp, skr, stats, concurrency=s.concurrency)
+    job = job_mod.Job(rec, kcp, skr, stats, concurrency=s.concurrency,
+                      shard=(s.shard_index, s.shard_count))
     return Service(s, stats, director, tokens, skr, kcp, rec, job, session)
 
 

@@ -36,6 +36,8 @@ class Settings:
     secret_name: str = "compass-agent-configuration"
     lease_namespace: str = "tether-system"
     lease_name: str = "tether-compass"
+    shard_index: int = 0                   # this instance's shard of the Kyma CRs
+    shard_count: int = 1
     metrics_port: int = 8080
     log_level: str = "INFO"
     log_format: str = "json"
@@ -59,6 +61,14 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         CronTrigger.from_crontab(cron)
     except ValueError as e:
         raise config.SettingError(f"COMPASS_RESYNC_CRON={cron!r} is not a crontab expression: {e}") from None
+    shard_count = config.integer("COMPASS_SHARD_COUNT", 1, minimum=1, maximum=1024, env=env)
+    shard_index = config.integer("COMPASS_SHARD_INDEX", 0, minimum=0, env=env)
+    if shard_index >= shard_count:
+        raise config.SettingError(
+            f"COMPASS_SHARD_INDEX={shard_index} must be below COMPASS_SHARD_COUNT={shard_count}")
+    lease_name = config.string("COMPASS_LEASE_NAME", "tether-compass", env=env)
+    if shard_count > 1 and config.optional("COMPASS_LEASE_NAME", env=env) is None:
+        lease_name = f"tether-compass-{shard_index}"  # one Lease (one leader) per shard
     url = config.string("COMPASS_DIRECTOR_URL", env=env)
     token_url = config.string("COMPASS_OAUTH_TOKEN_URL", env=env)
     for name, value in (("COMPASS_DIRECTOR_URL", url), ("COMPASS_OAUTH_TOKEN_URL", token_url)):
@@ -86,7 +96,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         secret_namespace=config.string("COMPASS_AGENT_SECRET_NAMESPACE", "kyma-system", env=env),
         secret_name=config.string("COMPASS_AGENT_SECRET_NAME", "compass-agent-configuration", env=env),
         lease_namespace=config.string("TETHER_LEASE_NAMESPACE", "tether-system", env=env),
-        lease_name=config.string("COMPASS_LEASE_NAME", "tether-compass", env=env),
+        lease_name=lease_name,
+        shard_index=shard_index,
+        shard_count=shard_count,
         metrics_port=config.integer("COMPASS_METRICS_PORT", 8080, minimum=0, maximum=65535, env=env),
         log_level=config.string("TETHER_LOG_LEVEL", "INFO", env=env),
         log_format=config.string("TETHER_LOG_FORMAT", "json", env=env),

@@ -382,3 +382,34 @@ def test_missing_label_is_reported_and_module_setting_filters(
         assert_delivered(d, kcp_api, ns, "lab-00", runtime_planes[15], tenant)
     finally:
         svc.close()
+
+
+def test_two_shards_share_the_kyma_crs_without_overlap(
+    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
+    clean_director: h.Director, runtime_planes: list[controlplane.ControlPlane],
+) -> None:
+    from compass import job
+
+    d, ns, tenant = clean_director, kcp_namespace, "ga-shards"
+    # one Kyma CR per shard (names chosen by the shard function itself)
+    candidates = [f"shard-{i:02d}" for i in range(50)]
+    names = [next(n for n in candidates if job.in_shard(n, s, 2)) for s in (0, 1)]
+    for name, plane in zip(names, runtime_planes[18:20], strict=True):
+        h.create_kubeconfig_secret(kcp_api, ns, name, plane)
+        h.create_kyma(kcp_api, ns, name, h.kyma_labels(tenant, f"{name}-shoot"))
+    svcs = [h.make_service(kcp_api, h.make_settings(d, ns, shard_index=i, shard_count=2))
+            for i in (0, 1)]
+    try:
+        for _ in range(5):
+            for svc, _a in svcs:
+                svc.job.run()
+            if all_ready(kcp_api, ns, names):
+                break
+        for name, plane in zip(names, runtime_planes[18:20], strict=True):
+            assert_delivered(d, kcp_api, ns, name, plane, tenant)
+        for (_svc, audit), mine in zip(svcs, names, strict=True):
+            kymas = {e["kyma"] for e in audit.events}
+            assert kymas == {f"{ns}/{mine}"}, kymas
+    finally:
+        for svc, _a in svcs:
+            svc.close()

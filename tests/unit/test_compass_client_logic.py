@@ -158,3 +158,24 @@ def test_settings_from_env_and_clear_errors() -> None:
         settings_mod.from_env({k: v for k, v in ENV.items() if k != "COMPASS_OAUTH_CLIENT_SECRET"})
     with pytest.raises(config.SettingError, match="COMPASS_CONCURRENCY"):
         settings_mod.from_env({**ENV, "COMPASS_CONCURRENCY": "0"})
+
+
+def test_sharding_simulation_every_kyma_in_exactly_one_shard_and_balanced() -> None:
+    from compass import job
+
+    names = [f"{i:08x}-runtime" for i in range(3000)]
+    for count in (1, 3, 7):
+        owners = [[i for i in range(count) if job.in_shard(n, i, count)] for n in names]
+        assert all(len(o) == 1 for o in owners)
+        sizes = [sum(1 for o in owners if o == [i]) for i in range(count)]
+        assert min(sizes) > 0.8 * len(names) / count, sizes
+    # stable across processes: a fixed value, not Python's salted hash()
+    assert [job.in_shard("kyma-1", i, 4) for i in range(4)].count(True) == 1
+    assert job.in_shard("kyma-1", 0, 4)  # first 8 bytes of sha256("kyma-1") mod 4 == 0
+
+
+def test_shard_settings() -> None:
+    s = settings_mod.from_env({**ENV, "COMPASS_SHARD_COUNT": "3", "COMPASS_SHARD_INDEX": "2"})
+    assert (s.shard_index, s.shard_count, s.lease_name) == (2, 3, "tether-compass-2")
+    with pytest.raises(config.SettingError, match="COMPASS_SHARD_INDEX=3"):
+        settings_mod.from_env({**ENV, "COMPASS_SHARD_COUNT": "3", "COMPASS_SHARD_INDEX": "3"})
