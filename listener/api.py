@@ -54,9 +54,8 @@ def _authenticate(svc: services.Services, runtime_id: str) -> Response | None:
     except peer.NoCertificate as e:
         return _refuse(svc, runtime_id, 401, e.reason, "a valid client certificate is required")
     cn = certs.common_name(p.cert)
-    if cn != runtime_id:
-        refusal = auth.authorize(cn, [], runtime_id, [])
-        assert refusal is not None
+    refusal = auth.check_cn(cn, runtime_id)
+    if refusal is not None:
         return _refuse(svc, runtime_id, refusal.status, refusal.reason, refusal.message, p.cert)
     try:
         kymas = svc.kymas.lookup(runtime_id)

@@ -34,12 +34,20 @@ def _dns(name: str) -> str:
     return name.strip().rstrip(".").lower()
 
 
+def check_cn(cn: str | None, runtime_id: str) -> Refusal | None:
+    """The first check, before any lookup: the certificate names this runtime."""
+    if cn != runtime_id:
+        return Refusal(403, "cn_mismatch", "certificate CN does not match the runtime ID")
+    return None
+
+
 def authorize(
     cn: str | None, dns_sans: Sequence[str], runtime_id: str, kymas: Sequence[kyma.KymaView]
 ) -> Refusal | None:
     """None when the certificate may act for ``runtime_id``, else the refusal."""
-    if cn != runtime_id:
-        return Refusal(403, "cn_mismatch", "certificate CN does not match the runtime ID")
+    refusal = check_cn(cn, runtime_id)
+    if refusal is not None:
+        return refusal
     if not kymas:
         return Refusal(403, "unknown_runtime", "no Kyma resource for this runtime ID")
     if len(kymas) > 1:
