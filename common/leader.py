@@ -90,6 +90,10 @@ class LeaderElector:
     def is_leader(self) -> bool:
         return self._leading
 
+    def alive(self) -> bool:
+        """The election thread is running (for liveness probes)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
         self._thread.start()

@@ -45,8 +45,7 @@ class _Status:
     def healthy(self) -> tuple[bool, str]:
         if not self.svc.running():
             return False, "scheduler not running"
-        thread = getattr(self.elector, "_thread", None)
-        if thread is None or not thread.is_alive():
+        if not self.elector.alive():
             return False, "leader election not running"
         return True, ""
 
