@@ -117,7 +117,8 @@ def _handle_validate(parts: Parts) -> flask.Response:
     m = parts.metrics
     operation = "unknown"
     try:
-        if flask.request.mimetype != JSON:
+        environ = flask.request.environ
+        if environ.get("CONTENT_TYPE", "").partition(";")[0].strip().lower() != JSON:
             parts.count(operation, "invalid")
             return _error(415, "unsupported media type", "Content-Type must be application/json")
         length = flask.request.content_length
@@ -126,7 +127,11 @@ def _handle_validate(parts: Parts) -> flask.Response:
             _discard(length, parts.settings.server.max_body_bytes)
             return _too_large(parts.settings.server.max_body_bytes)
         try:
-            doc = json.loads(flask.request.get_data(cache=False))
+            # a known length within the cap: read it directly (the hot path); else
+            # werkzeug's stream enforces the cap (chunked bodies)
+            raw = (environ["wsgi.input"].read(length) if length is not None
+                   else flask.request.get_data(cache=False))
+            doc = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             parts.count(operation, "invalid")
             return _error(400, "invalid JSON", "the body is not valid JSON")
