@@ -25,6 +25,7 @@ from webhook import settings as settings_mod
 
 log = logging.getLogger(__name__)
 _OUTCOMES = ("persisted", "duplicate", "stale")
+_PER_RECORD = frozenset({400, 413, 422})  # refusals that may concern one record of a batch
 
 
 @dataclasses.dataclass
@@ -178,14 +179,14 @@ class Forwarder:
                     self.metrics.forwarded_records.labels(got if got in _OUTCOMES else "other").inc()
                 return
             if outcome.verdict == "permanent":
-                if len(records) > 1:
+                if len(records) > 1 and outcome.status in _PER_RECORD:
                     for rec in records:  # isolate the record the listener refuses
                         self._deliver([rec])
                     return
                 rec = records[0]
-                log.error("listener refused %s/%s rv=%s: %s %s %s", rec["namespace"], rec["name"],
-                          rec["resourceVersion"], outcome.status, outcome.error,
-                          logs.bounded(outcome.details, 300))
+                log.error("listener refused %d record(s) (first %s/%s rv=%s): %s %s %s", len(records),
+                          rec["namespace"], rec["name"], rec["resourceVersion"], outcome.status,
+                          outcome.error, logs.bounded(outcome.details, 300))
                 return
             delay = sender.retry_delay(outcome, attempt, base=self.settings.retry_base,
                                        cap=self.settings.retry_cap)
