@@ -38,7 +38,13 @@ def prepare_metrics_dir(configured: str | None) -> str:
         path = configured
     else:
         path = tempfile.mkdtemp(prefix="tether-webhook-metrics-")
-        atexit.register(shutil.rmtree, path, True)
+        owner = os.getpid()
+
+        def remove() -> None:  # gunicorn workers are forks and run atexit too: master only
+            if os.getpid() == owner:
+                shutil.rmtree(path, True)
+
+        atexit.register(remove)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
     return path
 
