@@ -41,6 +41,13 @@ class Tuning(NamedTuple):
     backoff_cap: float = 300.0
 
 
+def _reports_outage(m: model.MappingView | None) -> bool:
+    if m is None:
+        return False
+    reasons = {c.get("reason") for c in m.status.get("conditions") or [] if isinstance(c, dict)}
+    return bool(reasons & {"DirectorUnavailable", "DirectorCircuitOpen"})
+
+
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
@@ -87,6 +94,13 @@ class Reconciler:
             except errors.DirectorError as e:
                 self.metrics.actions.labels(action.kind, e.kind).inc()
                 olog.info("%s failed: %s", action.kind, e)
+                if isinstance(e, errors.CircuitOpen) and _reports_outage(facts.mapping):
+                    # No request was made and the outage is already on the mapping: no
+                    # write, no backoff growth; retried at the next run, so recovery
+                    # follows the breaker rather than each runtime's backoff.
+                    if pending:
+                        self._flush(facts, olog)
+                    return facts
                 self._fail(facts, action, "Director" + type(e).__name__, str(e),
                            permanent=isinstance(e, errors.InvalidInput | errors.Unauthorized))
                 return facts

@@ -179,3 +179,17 @@ def test_shard_settings() -> None:
     assert (s.shard_index, s.shard_count, s.lease_name) == (2, 3, "tether-compass-2")
     with pytest.raises(config.SettingError, match="COMPASS_SHARD_INDEX=3"):
         settings_mod.from_env({**ENV, "COMPASS_SHARD_COUNT": "3", "COMPASS_SHARD_INDEX": "3"})
+
+
+def test_circuit_open_is_not_written_again_once_the_outage_is_reported() -> None:
+    from compass import model, reconcile
+
+    def m(reason: str | None) -> model.MappingView:
+        conds = [{"type": "Registered", "status": "False", "reason": reason}] if reason else []
+        return model.MappingView("ns", "k", {}, {}, (), False, {"conditions": conds})
+
+    assert reconcile._reports_outage(m("DirectorUnavailable"))
+    assert reconcile._reports_outage(m("DirectorCircuitOpen"))
+    assert not reconcile._reports_outage(m("MissingLabel"))
+    assert not reconcile._reports_outage(m(None))
+    assert not reconcile._reports_outage(None)

@@ -1,0 +1,129 @@
+"""Benchmark: Director requests during an outage, and time to all Ready after it.
+
+N Kyma CRs (default 100) arrive while the stand-in Director answers every request with
+503 for ``--outage`` seconds (default 15), the interval run going every second; then the
+Director recovers. Three configurations in the same invocation:
+
+- ``tether``: circuit breaker (threshold 5, open 2 s doubling to 8 s) and per-runtime
+  backoff (base 1 s, cap 8 s), as in production but with short times;
+- ``backoff only``: the breaker off (threshold 10^9), backoff as above;
+- ``naive`` (baseline): neither (every run retries every runtime at once).
+
+Reported: Director requests per second during the outage, ratio baseline ÷ measured,
+and seconds from recovery to all Ready (no duplicates checked).
+
+    .venv/bin/python bench/compass_outage.py [--kymas 100] [--outage 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+from compass_ready import REPO, Director, install_crd, setup
+
+sys.path.insert(0, str(REPO))
+
+from common import controlplane  # noqa: E402
+from compass import metrics, service  # noqa: E402
+from compass import settings as settings_mod  # noqa: E402
+from tests.compass.conftest import CRD_FILE  # noqa: E402
+from tests.conftest import KYMA_CRD  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "compass_outage.json"
+CONFIGS: dict[str, dict[str, Any]] = {
+    "tether": dict(breaker_threshold=5, breaker_open_seconds=2.0, breaker_max_open_seconds=8.0,
+                   backoff_base=1.0, backoff_cap=8.0),
+    "backoff only": dict(breaker_threshold=10**9, backoff_base=1.0, backoff_cap=8.0),
+    "naive": dict(breaker_threshold=10**9, backoff_base=0.0, backoff_cap=0.0),
+}
+
+
+def one(kcp_api: Any, d: Director, skr: controlplane.ControlPlane, label: str,
+        over: dict[str, Any], n: int, outage: float) -> dict[str, Any]:
+    ns = "bench-" + label.replace(" ", "-")
+    s = settings_mod.Settings(
+        director_url=d.info["graphql_url"], token_url=d.info["token_url"],
+        client_id=d.info["client_id"], client_secret=d.info["client_secret"],
+        director_ca_file=d.info["ca_file"], namespace=ns, concurrency=16,
+        secret_name="compass-agent-{kyma}", **over)
+    audit = logging.getLogger("tether.audit.bench")
+    audit.propagate = False
+    audit.addHandler(logging.NullHandler())
+    svc = service.build(s, kcp_api, metrics.Metrics(), audit)
+    try:
+        svc.tokens.get()  # the OAuth token is not part of the outage
+        d.admin("PUT", "/admin/faults", {"http_status": 503})
+        setup(kcp_api, ns, n, skr, f"ga-{label.replace(' ', '-')}")
+        before = d.admin("GET", "/admin/requests")["total"]
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < outage:
+            start = time.monotonic()
+            svc.job.run()
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
+        during = d.admin("GET", "/admin/requests")["total"] - before
+        seconds = time.monotonic() - t0
+        d.admin("PUT", "/admin/faults", {})
+        t1 = time.monotonic()
+        for _ in range(120):
+            start = time.monotonic()
+            if svc.job.run().states.get("Ready", 0) == n:
+                break
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - start)))
+        recovery = time.monotonic() - t1
+        runtimes = d.admin("GET", "/admin/runtimes")
+        tenant = f"ga-{label.replace(' ', '-')}"
+        mine = [r for r in runtimes if r["tenant"] == tenant]
+        refs = [r["labels"].get("tether_kyma") for r in mine]
+        assert len(refs) == len(set(refs)) == n, (len(refs), len(set(refs)))
+    finally:
+        svc.close()
+    return {"kymas": n, "outage_seconds": round(seconds, 1), "requests_during_outage": during,
+            "requests_per_second": round(during / seconds, 2),
+            "seconds_to_ready_after_recovery": round(recovery, 1), "duplicates": 0}
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--kymas", type=int, default=100)
+    p.add_argument("--outage", type=float, default=15.0)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    load_start = os.getloadavg()[0]
+    d = Director()
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        with controlplane.planes("kcp", "skr") as planes:
+            kcp_api = planes["kcp"].api_client()
+            kcp_api.rest_client.pool_manager.connection_pool_kw["maxsize"] = 24
+            install_crd(kcp_api, KYMA_CRD)
+            install_crd(kcp_api, CRD_FILE)
+            for label, over in CONFIGS.items():
+                out[label] = one(kcp_api, d, planes["skr"], label, over, args.kymas, args.outage)
+            kcp_api.close()
+    finally:
+        d.stop()
+    base = out["naive"]["requests_per_second"]
+    print(f"{'config':<14} {'req during outage':>18} {'req/s':>8} {'vs naive':>9} {'s to Ready after':>17}")
+    for label, r in out.items():
+        ratio = r["requests_per_second"] / base if base else float("nan")
+        r["ratio_vs_naive"] = round(ratio, 3)
+        print(f"{label:<14} {r['requests_during_outage']:>18} {r['requests_per_second']:>8} "
+              f"{ratio:>9.3f} {r['seconds_to_ready_after_recovery']:>17}")
+    result = {"bench": "compass_outage", "date": datetime.datetime.now(datetime.UTC).isoformat(),
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "load_average_1m": [round(load_start, 1), round(os.getloadavg()[0], 1)]},
+              "results": out}
+    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
