@@ -6,10 +6,11 @@ import argparse
 import atexit
 import os
 import shutil
+import ssl
 import sys
 import tempfile
 
-from common import config, logs
+from common import certs, config, kube, logs, tlsreload
 from webhook import settings as settings_mod
 
 
@@ -49,12 +50,39 @@ def prepare_metrics_dir(configured: str | None) -> str:
     return path
 
 
+def check_start(s: settings_mod.Settings) -> str:
+    """What cannot work, found before gunicorn starts (workers would only fail to boot):
+    certificate files that do not load or do not match their key, an unusable kubeconfig.
+    Empty when all is well."""
+    try:
+        tlsreload.server_context(s.server.cert_file, s.server.key_file)
+    except (OSError, ssl.SSLError) as e:
+        return (f"TETHER_WEBHOOK_CERT_FILE/TETHER_WEBHOOK_KEY_FILE: cannot load the serving "
+                f"certificate: {type(e).__name__}: {e}")
+    try:
+        certs.client_context(s.listener.ca_file, s.listener.cert_file, s.listener.key_file)
+    except (OSError, ssl.SSLError) as e:
+        return (f"TETHER_LISTENER_CA_FILE/TETHER_CLIENT_CERT_FILE/TETHER_CLIENT_KEY_FILE: cannot "
+                f"load the client certificate or CA: {type(e).__name__}: {e}")
+    try:
+        kube.api_client(s.kubeconfig).close()
+    except kube.KubeConfigError as e:
+        return f"TETHER_KUBECONFIG: {e}"
+    except Exception as e:  # noqa: BLE001 - the client raises TypeError etc. for odd files
+        return f"TETHER_KUBECONFIG: cannot load {s.kubeconfig or 'the in-cluster configuration'}: {type(e).__name__}"
+    return ""
+
+
 def main(argv: list[str]) -> int:
     env = parse_flags(argv)
     try:
         s = settings_mod.from_env(env)
     except config.SettingError as e:
         print(f"tether webhook: {e}", file=sys.stderr)
+        return 2
+    problem = check_start(s)
+    if problem:
+        print(f"tether webhook: {problem}", file=sys.stderr)
         return 2
     logs.configure(s.log_level, s.log_format)
     prepare_metrics_dir(s.server.metrics_dir)

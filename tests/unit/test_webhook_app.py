@@ -149,3 +149,25 @@ def test_main_stops_with_a_clear_error(tmp_path: pathlib.Path, capsys: pytest.Ca
         monkeypatch.setenv(k, v)
     assert main.main(["--listener-url", "ftp://x"]) == 2
     assert "TETHER_LISTENER_URL='ftp://x' must be an https:// URL" in capsys.readouterr().err
+
+
+def test_main_refuses_certificates_that_do_not_load(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from common import certs
+    from webhook import main
+
+    for k, v in _env(tmp_path).items():  # the files exist but hold no PEM
+        monkeypatch.setenv(k, v)
+    assert main.main([]) == 2
+    assert "TETHER_WEBHOOK_CERT_FILE/TETHER_WEBHOOK_KEY_FILE: cannot load" in capsys.readouterr().err
+    ca = certs.CertificateAuthority.create("t")
+    ca.issue("s", server=True).write(tmp_path / "scrt", tmp_path / "skey")
+    ca.issue("other", client=True).write(tmp_path / "crt", tmp_path / "other.key")
+    ca.issue("c", client=True).write(tmp_path / "unused.crt", tmp_path / "key")  # key of another cert
+    (tmp_path / "ca").write_bytes(ca.cert_pem)
+    assert main.main([]) == 2
+    assert "TETHER_CLIENT_KEY_FILE: cannot load" in capsys.readouterr().err
+    ca.issue("c", client=True).write(tmp_path / "crt", tmp_path / "key")
+    monkeypatch.setenv("TETHER_KUBECONFIG", str(tmp_path / "ca"))  # not a kubeconfig
+    assert main.main([]) == 2
+    assert "TETHER_KUBECONFIG" in capsys.readouterr().err
