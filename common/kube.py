@@ -6,10 +6,16 @@ Clients are built in entry points and passed down; nothing is cached at import t
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import yaml
 from kubernetes import client, config
+
+# The kubernetes client writes certificate data of a kubeconfig to shared temporary files and
+# hands the file name to other loads of the same content before the write has finished;
+# concurrent loads then fail TLS with "PEM lib". Every load here is serialized.
+_LOAD_LOCK = threading.Lock()
 
 
 class KubeConfigError(ValueError):
@@ -23,7 +29,8 @@ def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> 
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
         if path:
-            made: client.ApiClient = config.new_client_from_config(config_file=path, context=context)
+            with _LOAD_LOCK:
+                    made: client.ApiClient = config.new_client_from_config(config_file=path, context=context)
             return made
         cfg = client.Configuration()
         config.load_incluster_config(client_configuration=cfg)
@@ -42,7 +49,8 @@ def api_client_from_kubeconfig_bytes(data: bytes | str) -> client.ApiClient:
     if not isinstance(loaded, dict):
         raise KubeConfigError("kubeconfig content is not a mapping")
     try:
-        made: client.ApiClient = config.new_client_from_config_dict(loaded)
+        with _LOAD_LOCK:
+            made: client.ApiClient = config.new_client_from_config_dict(loaded)
         return made
     except (config.ConfigException, KeyError, TypeError) as e:
         raise KubeConfigError(f"kubeconfig content is unusable: {type(e).__name__}") from None

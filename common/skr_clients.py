@@ -27,10 +27,7 @@ from common import kube
 
 KYMA_NAME_LABEL = "operator.kyma-project.io/kyma-name"
 KUBECONFIG_KEY = "config"
-# The kubernetes client writes certificate data to shared temporary files while loading a
-# kubeconfig, and hands the file name to other loads of the same content before the write
-# finished; concurrent builds then fail TLS with "PEM lib". Builds are serialized.
-_BUILD_LOCK = threading.Lock()
+# Concurrent kubeconfig loads are serialized in common.kube (a race in the client).
 
 
 class SkrClientError(Exception):
@@ -138,8 +135,7 @@ class SkrClients:
             if entry is not None and entry.resource_version == rv and entry.api is not None:
                 return entry.api
         try:
-            with _BUILD_LOCK:
-                api = kube.api_client_from_kubeconfig_bytes(content)
+            api = kube.api_client_from_kubeconfig_bytes(content)
         except kube.KubeConfigError as e:
             raise SkrClientError(f"kubeconfig Secret {name} of {kyma}: {e}") from None
         with self._lock:

@@ -91,16 +91,27 @@ def kyma_crd(kcp_api: client.ApiClient) -> str:
 
     body = yaml.safe_load(KYMA_CRD.read_text())
     ext = client.ApiextensionsV1Api(kcp_api)
-    try:
-        ext.create_custom_resource_definition(body)
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
+    while True:  # a freshly started, busy apiserver may answer 5xx for a moment
+        try:
+            ext.create_custom_resource_definition(body)
+            break
+        except client.ApiException as e:
+            if e.status == 409:
+                break
+            if e.status < 500 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     while time.monotonic() < deadline:
-        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
+        try:
+            crd = ext.read_custom_resource_definition(body["metadata"]["name"])
+        except client.ApiException as e:
+            if e.status < 500:
+                raise
+            time.sleep(0.5)
+            continue
         conds = {c.type: c.status for c in (crd.status.conditions or [])}
         if conds.get("Established") == "True":
             return str(body["metadata"]["name"])
         time.sleep(0.2)
-    raise AssertionError("Kyma CRD not established within 30s")
+    raise AssertionError("Kyma CRD not established within 60s")
