@@ -164,7 +164,11 @@ class ListenerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "listener.main"], cwd=REPO, env=environ,
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self._wait()
+        try:
+            self._wait()
+        except BaseException:
+            self.stop()  # never leave a half-started gunicorn behind
+            raise
 
     def _wait(self) -> None:
         deadline = time.monotonic() + 60
