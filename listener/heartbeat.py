@@ -3,7 +3,7 @@
 Like the kubelet's node heartbeats: the Lease ``tether-rt-<hash>`` in the KCP namespace,
 labelled with the runtime ID, ``spec.holderIdentity`` = runtime ID, ``spec.renewTime`` =
 when a request of that runtime (a POST of changes or a GET of its state) was last
-authenticated. Durable and shared by all replicas. A replica writes a runtime's Lease at
+authenticated. Durable and shared by all replicas. A worker process writes a runtime's Lease at
 most once per ``interval`` (remembered in a bounded in-memory map; losing it on restart
 only costs one extra write), so the write rate is bounded by runtimes / interval.
 
