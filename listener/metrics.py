@@ -53,6 +53,10 @@ class Metrics:
         self.persist_seconds = Histogram(f"{NS}_persist_seconds",
                                          "Time to persist one record in the KCP (read, compare, write)",
                                          ["outcome"], buckets=LATENCY_BUCKETS, registry=r)
+        self.write_conflicts = Counter(f"{NS}_write_conflicts",
+                                       "Writes refused by optimistic concurrency (409) or on a "
+                                       "vanished object (404), then retried after a fresh read",
+                                       ["path"], registry=r)
         self.kcp_unavailable = Counter(f"{NS}_kcp_unavailable",
                                        "Requests answered 503 because the KCP API failed",
                                        ["operation"], registry=r)

@@ -70,15 +70,17 @@ class Services:
 
 def build(s: settings.Settings, api: client.ApiClient) -> Services:
     beats = heartbeat.Heartbeats(api, s.namespace, s.heartbeat_interval, s.kcp_timeout)
+    meters = listener_metrics.Metrics()
     return Services(
         settings=s,
         api=api,
-        store=store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries),
+        store=store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries,
+                          on_conflict=lambda path: meters.write_conflicts.labels(path).inc()),
         kymas=runtimes.KymaCache(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
         beats=beats,
         buckets=ratelimit.TokenBuckets(s.rate_per_second, s.rate_burst),
         in_flight=ratelimit.InFlight(s.max_in_flight),
-        metrics=listener_metrics.Metrics(),
+        metrics=meters,
         silent=listener_metrics.SilentRuntimes(beats, s.silent_thresholds, s.silent_cache_seconds),
         audit=logs.audit_logger(s.audit_log),
         cas=CABundle(s.client_ca_file),

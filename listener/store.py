@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import urllib3
@@ -62,12 +62,14 @@ def _message(e: exceptions.ApiException) -> str:
 
 class Store:
     def __init__(self, api: client.ApiClient, namespace: str, timeout: float,
-                 cache_entries: int = 10_000) -> None:
+                 cache_entries: int = 10_000,
+                 on_conflict: Callable[[str], None] = lambda path: None) -> None:
         self._api = api
         self._objects = client.CustomObjectsApi(api)
         self.namespace = namespace
         self._timeout = timeout
         self._cache = writecache.WriteCache(cache_entries)
+        self._on_conflict = on_conflict  # metric hook: "cached" or "read" write lost a race
 
     # -- records -----------------------------------------------------------------------------
 
@@ -119,6 +121,7 @@ class Store:
             except exceptions.ApiException as e:
                 if e.status != 409:
                     raise
+                self._on_conflict("read")
             # another writer won: back off a little (jittered) and compare again
             time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
         raise Unavailable("persist: too many concurrent writers on one object")
@@ -139,6 +142,7 @@ class Store:
             if e.status not in (404, 409):
                 raise
             self._cache.drop(name)
+            self._on_conflict("cached")
             return False
         self._cache.remember(written)
         return True

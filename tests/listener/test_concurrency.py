@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from common import changes
-from tests.listener.conftest import Env, ListenerProcess, Runtime
+from tests.listener.conftest import Env, ListenerProcess, Runtime, metric_value
 
 OBJECTS = 6
 VERSIONS = 30
@@ -103,3 +103,6 @@ def test_concurrent_out_of_order_senders_end_with_newest_state(
         assert got["deleted"] == want["deleted"]
         assert got.get("data", {}) == want.get("data", {})
         assert got["observedAt"] == want["observedAt"]
+    conflicts = sum(metric_value(p.metrics(), "tether_listener_write_conflicts_total", path=path)
+                    for p in (listener, second_listener) for path in ("cached", "read"))
+    print(f"outcomes {dict(outcomes)}, statuses {dict(statuses)}, write conflicts {conflicts}")

@@ -11,7 +11,7 @@ from kubernetes import client
 
 from common import changes
 from listener import heartbeat, records
-from tests.listener.conftest import ListenerProcess, Runtime
+from tests.listener.conftest import ListenerProcess, Runtime, metric_value
 
 
 def post(listener: ListenerProcess, rt: Runtime, body: Any) -> Any:
@@ -155,6 +155,8 @@ def test_updates_after_foreign_writes_and_deletion(
     rt = runtime()
     env = rt.env
     objects = client.CustomObjectsApi(env.api)
+    before = metric_value(listener.metrics(), "tether_listener_write_conflicts_total",
+                          path="cached")
     assert outcomes(post(listener, rt, rt.record("w", 10))) == ["persisted"]
     name = records.object_name(records.Key(rt.id, "team-a", "w"))
     objects.patch_namespaced_custom_object(
@@ -177,3 +179,7 @@ def test_updates_after_foreign_writes_and_deletion(
     assert obj is not None and obj["spec"]["resourceVersion"] == "12"
     # the same record again is a duplicate, decided by reading the stored object
     assert outcomes(post(listener, rt, rt.record("w", 12))) == ["duplicate"]
+    # both foreign changes were noticed by the write without a read (409, then 404)
+    after = metric_value(listener.metrics(), "tether_listener_write_conflicts_total",
+                         path="cached")
+    assert after == before + 2
