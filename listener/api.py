@@ -196,8 +196,8 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
         return limited
     try:
         svc.beats.seen(runtime_id)
-        items = svc.store.digest(runtime_id)
+        chunk, position = svc.digests.page(runtime_id, after, limit,
+                                           lambda: svc.store.digest(runtime_id))
     except store.Unavailable as e:
         return _unavailable(svc, "state", e)
-    chunk, position = records.page(items, after, limit)
     return responses.ok({"items": chunk, "continue": records.encode_continue(position)})

@@ -17,7 +17,7 @@ from flask import Flask, current_app
 from kubernetes import client
 
 from common import logs
-from listener import heartbeat, peer, ratelimit, runtimes, settings, store
+from listener import digestcache, heartbeat, peer, ratelimit, runtimes, settings, store
 from listener import metrics as listener_metrics
 
 KEY = "tether.listener"
@@ -63,6 +63,8 @@ class Services:
     silent: listener_metrics.SilentRuntimes
     audit: logging.Logger
     cas: CABundle
+    digests: digestcache.DigestSnapshots = dataclasses.field(
+        default_factory=digestcache.DigestSnapshots)
 
     def audit_event(self, event: str, **fields: object) -> None:
         logs.audit(self.audit, event, **fields)
