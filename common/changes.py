@@ -52,6 +52,18 @@ class ChangeRecord(TypedDict):
     binaryData: NotRequired[dict[str, str]]
 
 
+class DigestItem(TypedDict):
+    """One entry of a runtime's state digest (``GET /v1/runtimes/{id}/state``): what the
+    listener holds of an object, without its data."""
+
+    namespace: str
+    name: str
+    uid: str
+    resourceVersion: str
+    observedAt: str
+    deleted: bool
+
+
 class Version(NamedTuple):
     """What the ordering rule needs of a record (stored or incoming)."""
 

@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, NamedTuple, TypedDict
+from typing import Any, Literal, NamedTuple
 
 import requests
 import requests.adapters
@@ -49,13 +49,7 @@ class Outcome(NamedTuple):
     results: tuple[dict[str, Any], ...] = ()
 
 
-class StateItem(TypedDict):
-    namespace: str
-    name: str
-    uid: str
-    resourceVersion: str
-    observedAt: str
-    deleted: bool
+StateItem = changes.DigestItem
 
 
 class StatePage(NamedTuple):

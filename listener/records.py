@@ -15,7 +15,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple
 
 from common import changes, kyma
 
@@ -37,13 +37,7 @@ _SPEC_FIELDS = ("runtimeId", "namespace", "name", "uid", "resourceVersion", "obs
                 "deleted", "source", "labels", "annotations", "data", "binaryData")
 
 
-class DigestItem(TypedDict):
-    namespace: str
-    name: str
-    uid: str
-    resourceVersion: str
-    observedAt: str
-    deleted: bool
+DigestItem = changes.DigestItem
 
 
 class Key(NamedTuple):
