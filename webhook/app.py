@@ -6,85 +6,22 @@ key into the coalescing queue and answers ``allowed: true``; it never does netwo
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
-import os
-import ssl
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import flask
 import werkzeug.exceptions
-from prometheus_client import CollectorRegistry
 from prometheus_flask_exporter import PrometheusMetrics
 from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
 
-from common import kube, sender, tlsreload
-from webhook import admission, forwarder, keyqueue, metrics, readback
+from webhook import admission
+from webhook import parts as parts_mod
 from webhook import settings as settings_mod
 
 log = logging.getLogger(__name__)
 JSON = "application/json"
-
-
-@dataclasses.dataclass
-class Parts:
-    """What the app uses; built by ``build_parts`` in each gunicorn worker."""
-
-    settings: settings_mod.Settings
-    queue: keyqueue.KeyQueue
-    metrics: metrics.Metrics
-    registry: CollectorRegistry | None
-    forwarder: forwarder.Forwarder | None = None
-    serving: tlsreload.Watched[ssl.SSLContext] | None = None
-    overflow_log: OverflowLog = dataclasses.field(default_factory=lambda: OverflowLog(60.0))
-    _children: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
-
-    def count(self, operation: str, outcome: str) -> None:
-        """admission_requests_total{operation, outcome} += 1 (label children cached)."""
-        child = self._children.get((operation, outcome))
-        if child is None:
-            child = self._children[(operation, outcome)] = self.metrics.admissions.labels(operation, outcome)
-        child.inc()
-
-
-class OverflowLog:
-    """Logs queue overflow at most once per interval, with the count since the last line."""
-
-    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.interval, self._clock = interval, clock
-        self._last = float("-inf")
-        self._count = 0
-        self._lock = threading.Lock()
-
-    def hit(self) -> int | None:
-        """The count to log now, or None (not yet time)."""
-        with self._lock:
-            self._count += 1
-            now = self._clock()
-            if now - self._last < self.interval:
-                return None
-            self._last, count, self._count = now, self._count, 0
-            return count
-
-
-def multiprocess() -> bool:
-    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-
-
-def build_parts(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] | None = None) -> Parts:
-    """Queue, metrics, runtime API reader, listener client and forwarder (not started)."""
-    registry = None if multiprocess() else CollectorRegistry()
-    m = metrics.build(registry)
-    queue = keyqueue.KeyQueue(s.queue_size, s.forwarder.coalesce_seconds, s.forwarder.hot_key_seconds,
-                              s.forwarder.hot_key_seconds / 4)
-    reader = readback.Reader(kube.api_client(s.kubeconfig))
-    client = sender.ListenerClient(s.listener)
-    fwd = forwarder.Forwarder(s.forwarder, s.runtime_id, queue, reader, client, m)
-    return Parts(s, queue, m, registry, fwd, serving, OverflowLog(s.overflow_log_seconds))
 
 
 def _error(status: int, error: str, details: Any = None) -> flask.Response:
@@ -112,7 +49,7 @@ def _discard(length: int, limit: int) -> None:
         left -= len(chunk)
 
 
-def _handle_validate(parts: Parts) -> flask.Response:
+def _handle_validate(parts: parts_mod.Parts) -> flask.Response:
     t0 = time.perf_counter()
     m = parts.metrics
     operation = "unknown"
@@ -158,8 +95,8 @@ def _handle_validate(parts: Parts) -> flask.Response:
         m.handler_seconds.observe(time.perf_counter() - t0)
 
 
-def create_app(s: settings_mod.Settings, parts: Parts | None = None) -> flask.Flask:
-    parts = parts or build_parts(s)
+def create_app(s: settings_mod.Settings, parts: parts_mod.Parts | None = None) -> flask.Flask:
+    parts = parts or parts_mod.build(s)
     app = flask.Flask("webhook")
     app.config["MAX_CONTENT_LENGTH"] = s.server.max_body_bytes
     app.extensions["tether.webhook"] = parts

@@ -62,14 +62,19 @@ class Forwarder:
     def stop(self, grace: float | None = None) -> None:
         """Drain within ``grace`` seconds (default ``drain_seconds``), then close."""
         grace = self.settings.drain_seconds if grace is None else grace
+        log.info("forwarder stopping: %d keys queued, draining for up to %.1fs", len(self.queue), grace)
         self._deadline = time.monotonic() + grace
         self._stop.set()
         self.queue.close()
         for t in self._threads:
             t.join(max(0.0, self._deadline - time.monotonic()) + 1.0)
         left = len(self.queue)
-        if left:
-            log.warning("forwarder stopped with %d keys unsent (left to the poller)", left)
+        alive = sum(t.is_alive() for t in self._threads)
+        if left or alive:
+            log.warning("forwarder stopped with %d keys unsent (left to the poller), %d threads "
+                        "still busy", left, alive)
+        else:
+            log.info("forwarder stopped, queue drained")
         self.client.close()
 
     def _time_left(self) -> float:
@@ -91,6 +96,9 @@ class Forwarder:
     def _step(self, pending: list[_Pending]) -> bool:
         """One round: take, read back, send. False when stopped and drained."""
         if self._stop.is_set() and self._time_left() <= 0:
+            if pending:
+                log.warning("shutdown: %d keys still being read back, not sent (left to the poller)",
+                            len(pending))
             return False
         room = self.settings.max_batch - len(pending)
         new = self.queue.take(max(room, 0), self.settings.poll if pending else 0.5) if room > 0 else []
@@ -139,6 +147,8 @@ class Forwarder:
                         uid=item.uid, resource_version=_not_below(rv, item.old_resource_version),
                         source="webhook", observed_at=observed)
         except readback.ReadError as e:
+            if p.first_error is None:
+                log.info("reading %s/%s back failed, retrying: %s", item.namespace, item.name, e)
             first = p.first_error or now
             if now - first >= self.settings.read_error_seconds or self._time_left() <= 0:
                 self.metrics.readbacks.labels("read-error").inc()

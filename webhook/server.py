@@ -18,6 +18,7 @@ from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMet
 
 from common import logs, tlsreload
 from webhook import app as app_mod
+from webhook import parts as parts_mod
 from webhook import settings as settings_mod
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
     def load(self) -> Any:
         logs.configure(self.settings.log_level, self.settings.log_format)
 
-        parts = app_mod.build_parts(self.settings, self.serving)
+        parts = parts_mod.build(self.settings, self.serving)
         return app_mod.create_app(self.settings, parts)
 
     # -- hooks (run in the worker, except child_exit in the arbiter) -------------------------
@@ -81,10 +82,10 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         return self.serving.get()
 
     @staticmethod
-    def _parts(worker: Any) -> app_mod.Parts | None:
+    def _parts(worker: Any) -> parts_mod.Parts | None:
         wsgi = getattr(worker, "wsgi", None)
         parts = getattr(wsgi, "extensions", {}).get("tether.webhook")
-        return parts if isinstance(parts, app_mod.Parts) else None
+        return parts if isinstance(parts, parts_mod.Parts) else None
 
     def _post_worker_init(self, worker: Any) -> None:
         # The app, the Kubernetes client and their modules are long-lived: move them out of

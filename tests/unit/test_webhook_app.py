@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from common import config, filters, sender
 from tests.unit.test_webhook_admission import review
 from webhook import app, keyqueue, metrics
+from webhook import parts as parts_mod
 from webhook import settings as settings_mod
 
 
@@ -22,10 +23,10 @@ def _settings(max_body: int = 64 * 1024) -> settings_mod.Settings:
         forwarder=settings_mod.ForwarderSettings(), filter=filters.ConfigMapFilter(), queue_size=2)
 
 
-def _app() -> tuple[Any, app.Parts]:
+def _app() -> tuple[Any, parts_mod.Parts]:
     s = _settings()
     registry = CollectorRegistry()
-    parts = app.Parts(s, keyqueue.KeyQueue(s.queue_size), metrics.build(registry), registry)
+    parts = parts_mod.Parts(s, keyqueue.KeyQueue(s.queue_size), metrics.build(registry), registry)
     return app.create_app(s, parts).test_client(), parts
 
 
@@ -94,7 +95,7 @@ def test_readyz_needs_a_running_forwarder() -> None:
 
 def test_overflow_log_is_rate_limited() -> None:
     now = [0.0]
-    ol = app.OverflowLog(60, clock=lambda: now[0])
+    ol = parts_mod.OverflowLog(60, clock=lambda: now[0])
     assert ol.hit() == 1
     assert ol.hit() is None and ol.hit() is None
     now[0] = 61

@@ -121,7 +121,9 @@ def test_two_workers_reload_and_drain(skr: controlplane.ControlPlane, skr_api: c
     # SIGTERM drained every queued key within the grace period (the replaced worker's at
     # its exit, the others' at shutdown)
     recs = receiver.records()
-    assert sorted({r["name"] for r in recs}) == [f"drain-{i}" for i in range(6)]
+    assert sorted({r["name"] for r in recs}) == [f"drain-{i}" for i in range(6)], (
+        [(r["answered"], r["body"].get("name"), len(r["body"].get("items", []))) for r in receiver.requests],
+        proc.log())
     by_name = {r["name"]: r for r in recs}
     for i, cm in enumerate(cms):
         assert by_name[f"drain-{i}"]["resourceVersion"] == cm.metadata.resource_version
