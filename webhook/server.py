@@ -41,6 +41,9 @@ def gunicorn_options(s: settings_mod.Settings) -> dict[str, Any]:
         "errorlog": "-",
         "loglevel": s.log_level.lower(),
         "proc_name": "tether-webhook",
+        # gunicorn >= 25 opens a management socket at one path per user ($HOME/.gunicorn):
+        # shared by every gunicorn of the user, needs a writable home; not used here
+        "control_socket_disable": True,
         "worker_tmp_dir": "/dev/shm" if _exists("/dev/shm") else None,
     }
 
