@@ -38,6 +38,10 @@ def api_client(kubeconfig: str | None = None, *, context: str | None = None) -> 
     except config.ConfigException as e:
         where = path or "in-cluster service account"
         raise KubeConfigError(f"cannot load Kubernetes configuration from {where}: {e}") from None
+    except (TypeError, KeyError, AttributeError) as e:  # valid YAML, not a kubeconfig
+        raise KubeConfigError(
+            f"cannot load Kubernetes configuration from {path}: not a kubeconfig "
+            f"({type(e).__name__})") from None
 
 
 def api_client_from_kubeconfig_bytes(data: bytes | str) -> client.ApiClient:

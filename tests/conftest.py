@@ -56,9 +56,21 @@ def kcp_api(kcp: controlplane.ControlPlane) -> Iterator[client.ApiClient]:
 
 
 def _fresh_namespace(api: client.ApiClient, prefix: str) -> Iterator[str]:
+    import time
+
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    deadline = time.monotonic() + 60
+    while True:  # a freshly started apiserver on a busy machine may answer 5xx for a moment
+        try:
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+            break
+        except client.ApiException as e:
+            if e.status == 409:
+                break
+            if e.status < 500 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     yield name
     # No namespace controller runs in a test plane: delete what tests leave, then the
     # namespace (it stays Terminating, which is harmless).
