@@ -7,8 +7,14 @@ the variable and what is wrong, so the process stops at start with one clear lin
 
 from __future__ import annotations
 
+import argparse
 import os
-from collections.abc import Mapping
+import re
+import urllib.parse
+from collections.abc import Mapping, Sequence
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_RUNTIME_ID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 class SettingError(ValueError):
@@ -95,3 +101,42 @@ def existing_file(name: str, default: str | None = None, *, env: Mapping[str, st
     if not os.path.isfile(path):
         raise SettingError(f"{name}={path} does not exist or is not a file")
     return path
+
+
+def https_url(name: str, default: str | None = None, *, env: Mapping[str, str] | None = None) -> str:
+    """An ``https://`` URL with a host, without a trailing slash."""
+    value = string(name, default, env=env)
+    parsed = urllib.parse.urlsplit(value)
+    if parsed.scheme != "https" or not parsed.hostname:
+        raise SettingError(f"{name}={value!r} must be an https:// URL with a host")
+    return value.rstrip("/")
+
+
+def log_level(name: str = "TETHER_LOG_LEVEL", *, env: Mapping[str, str] | None = None) -> str:
+    level = string(name, "INFO", env=env).upper()
+    if level not in LOG_LEVELS:
+        raise SettingError(f"{name}={level!r} is not DEBUG, INFO, WARNING or ERROR")
+    return level
+
+
+def runtime_id(name: str = "TETHER_RUNTIME_ID", *, env: Mapping[str, str] | None = None) -> str:
+    """A runtime ID as the change record schema and Kubernetes label values admit it."""
+    value = string(name, env=env)
+    if len(value) > 63 or not _RUNTIME_ID.fullmatch(value):
+        raise SettingError(f"{name}={value!r} is not a valid runtime ID "
+                           "(1-63 of [A-Za-z0-9-_.], alphanumeric at both ends)")
+    return value
+
+
+def env_with_flags(argv: Sequence[str], flags: Mapping[str, str], *, prog: str,
+                   description: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Parse ``--flag VALUE`` options, each standing for an environment variable
+    (``flags``: flag -> variable), and return the environment with the given flags
+    overriding it. ``--help`` lists every flag with its variable."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    for flag, var in flags.items():
+        parser.add_argument(flag, dest=var, metavar="VALUE", help=f"(env {var})")
+    args = parser.parse_args(list(argv))
+    merged = dict(os.environ if env is None else env)
+    merged.update({k: str(v) for k, v in vars(args).items() if v is not None})
+    return merged

@@ -27,7 +27,7 @@ from typing import Any, Literal, NamedTuple
 import requests
 import requests.adapters
 
-from common import certs, changes, logs, tlsreload
+from common import certs, changes, config, logs, tlsreload
 
 Verdict = Literal["ok", "retryable", "permanent"]
 RETRYABLE_STATUS = frozenset({408, 429})
@@ -200,6 +200,28 @@ class ClientSettings:
     read_timeout: float = 10.0
     pool_size: int = 4
     reload_check_seconds: float = 1.0
+
+
+def client_settings_from_env(env: Mapping[str, str], runtime_id: str, *,
+                             read_timeout: float = 10.0, pool_size: int = 4) -> ClientSettings:
+    """The listener client's settings, shared by the webhook and the poller:
+    ``TETHER_LISTENER_URL``, ``TETHER_LISTENER_CA_FILE``, ``TETHER_CLIENT_CERT_FILE``,
+    ``TETHER_CLIENT_KEY_FILE``, ``TETHER_LISTENER_CONNECT_TIMEOUT``,
+    ``TETHER_LISTENER_TIMEOUT`` (default ``read_timeout``), ``TETHER_CERT_RELOAD_SECONDS``."""
+    return ClientSettings(
+        base_url=config.https_url("TETHER_LISTENER_URL", env=env),
+        runtime_id=runtime_id,
+        ca_file=config.existing_file("TETHER_LISTENER_CA_FILE", env=env),
+        cert_file=config.existing_file("TETHER_CLIENT_CERT_FILE", env=env),
+        key_file=config.existing_file("TETHER_CLIENT_KEY_FILE", env=env),
+        connect_timeout=config.number("TETHER_LISTENER_CONNECT_TIMEOUT", 3.0, minimum=0.1,
+                                      maximum=60, env=env),
+        read_timeout=config.number("TETHER_LISTENER_TIMEOUT", read_timeout, minimum=0.1,
+                                   maximum=300, env=env),
+        reload_check_seconds=config.number("TETHER_CERT_RELOAD_SECONDS", 5.0, minimum=0,
+                                           maximum=3600, env=env),
+        pool_size=pool_size,
+    )
 
 
 class _ContextAdapter(requests.adapters.HTTPAdapter):

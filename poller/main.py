@@ -8,9 +8,7 @@ replica takes over at once), let a run in progress stop at its next page, exit 0
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import signal
 import sys
 import threading
@@ -25,16 +23,10 @@ log = logging.getLogger(__name__)
 
 def parse_flags(argv: list[str]) -> dict[str, str]:
     """Flags override the environment; returns the merged environment."""
-    parser = argparse.ArgumentParser(
-        prog="tether poller",
+    return config.env_with_flags(
+        argv, settings_mod.FLAGS, prog="tether poller",
         description="Polling fallback: reconciles the runtime's ConfigMaps with the listener's "
                     "state. Every flag has an environment variable; see docs/poller.md.")
-    for flag, var in settings_mod.FLAGS.items():
-        parser.add_argument(flag, dest=var, metavar="VALUE", help=f"(env {var})")
-    args = parser.parse_args(argv)
-    env = dict(os.environ)
-    env.update({k: str(v) for k, v in vars(args).items() if v is not None})
-    return env
 
 
 class _Status:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import socket
-import urllib.parse
 from collections.abc import Mapping
 
 from apscheduler.triggers.cron import CronTrigger
@@ -49,23 +47,6 @@ class Settings:
     log_format: str = "json"
 
 
-def _url(name: str, env: Mapping[str, str]) -> str:
-    value = config.string(name, env=env)
-    parsed = urllib.parse.urlsplit(value)
-    if parsed.scheme != "https" or not parsed.hostname:
-        raise config.SettingError(f"{name}={value!r} must be an https:// URL with a host")
-    return value.rstrip("/")
-
-
-def _runtime_id(env: Mapping[str, str]) -> str:
-    value = config.string("TETHER_RUNTIME_ID", env=env)
-    if len(value) > 63 or not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", value):
-        raise config.SettingError(
-            f"TETHER_RUNTIME_ID={value!r} is not a valid runtime ID "
-            "(1-63 of [A-Za-z0-9-_.], alphanumeric at both ends)")
-    return value
-
-
 def _cron(env: Mapping[str, str]) -> str:
     raw = env.get("TETHER_POLLER_RESYNC_CRON")
     value = DEFAULT_RESYNC_CRON if raw is None else raw.strip()
@@ -79,13 +60,6 @@ def _cron(env: Mapping[str, str]) -> str:
     return value
 
 
-def _level(env: Mapping[str, str]) -> str:
-    level = config.string("TETHER_LOG_LEVEL", "INFO", env=env).upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise config.SettingError(f"TETHER_LOG_LEVEL={level!r} is not DEBUG, INFO, WARNING or ERROR")
-    return level
-
-
 def _bind(env: Mapping[str, str]) -> str:
     value = config.string("TETHER_POLLER_BIND", "0.0.0.0:8080", env=env)
     host, _, port = value.rpartition(":")
@@ -96,18 +70,8 @@ def _bind(env: Mapping[str, str]) -> str:
 
 def from_env(env: Mapping[str, str]) -> Settings:
     """Raises ``config.SettingError`` naming the first bad variable."""
-    runtime_id = _runtime_id(env)
-    listener = sender.ClientSettings(
-        base_url=_url("TETHER_LISTENER_URL", env),
-        runtime_id=runtime_id,
-        ca_file=config.existing_file("TETHER_LISTENER_CA_FILE", env=env),
-        cert_file=config.existing_file("TETHER_CLIENT_CERT_FILE", env=env),
-        key_file=config.existing_file("TETHER_CLIENT_KEY_FILE", env=env),
-        connect_timeout=config.number("TETHER_LISTENER_CONNECT_TIMEOUT", 3.0, minimum=0.1, maximum=60, env=env),
-        read_timeout=config.number("TETHER_LISTENER_TIMEOUT", 30.0, minimum=0.1, maximum=300, env=env),
-        reload_check_seconds=config.number("TETHER_CERT_RELOAD_SECONDS", 5.0, minimum=0, maximum=3600, env=env),
-        pool_size=2,
-    )
+    runtime_id = config.runtime_id(env=env)
+    listener = sender.client_settings_from_env(env, runtime_id, read_timeout=30.0, pool_size=2)
     batch_items = config.integer("TETHER_POLLER_BATCH_ITEMS", 100, minimum=1,
                                  maximum=sender.MAX_BATCH_ITEMS, env=env)
     rate = config.number("TETHER_POLLER_RATE", 100.0, minimum=0.1, maximum=100_000, env=env)
@@ -151,7 +115,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         schedule=schedule, lease=lease, bind=_bind(env),
         list_timeout=config.number("TETHER_POLLER_LIST_TIMEOUT", 30.0, minimum=1, maximum=600, env=env),
         kubeconfig=config.optional("TETHER_KUBECONFIG", env=env) or config.optional("KUBECONFIG", env=env),
-        log_level=_level(env), log_format=config.string("TETHER_LOG_FORMAT", "json", env=env),
+        log_level=config.log_level(env=env), log_format=config.string("TETHER_LOG_FORMAT", "json", env=env),
     )
 
 

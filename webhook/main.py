@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import os
 import pathlib
@@ -19,16 +18,10 @@ from webhook import settings as settings_mod
 
 def parse_flags(argv: list[str]) -> dict[str, str]:
     """Flags override the environment; returns the merged environment."""
-    parser = argparse.ArgumentParser(
-        prog="tether webhook",
+    return config.env_with_flags(
+        argv, settings_mod.FLAGS, prog="tether webhook",
         description="Validating admission webhook for ConfigMaps and its forwarder. "
                     "Every flag has an environment variable; see docs/webhook.md.")
-    for flag, var in settings_mod.FLAGS.items():
-        parser.add_argument(flag, dest=var, metavar="VALUE", help=f"(env {var})")
-    args = parser.parse_args(argv)
-    env = dict(os.environ)
-    env.update({k: str(v) for k, v in vars(args).items() if v is not None})
-    return env
 
 
 def prepare_metrics_dir(configured: str | None) -> str:

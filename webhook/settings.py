@@ -8,7 +8,6 @@ name without ``TETHER_``/``TETHER_WEBHOOK_``, lower case, dashes). See docs/webh
 from __future__ import annotations
 
 import dataclasses
-import urllib.parse
 from collections.abc import Mapping
 
 from common import config, filters, sender
@@ -55,37 +54,10 @@ class Settings:
     overflow_log_seconds: float = 60.0
 
 
-def _url(name: str, env: Mapping[str, str]) -> str:
-    value = config.string(name, env=env)
-    parsed = urllib.parse.urlsplit(value)
-    if parsed.scheme != "https" or not parsed.hostname:
-        raise config.SettingError(f"{name}={value!r} must be an https:// URL with a host")
-    return value.rstrip("/")
-
-
-def _level(env: Mapping[str, str]) -> str:
-    level = config.string("TETHER_LOG_LEVEL", "INFO", env=env).upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise config.SettingError(f"TETHER_LOG_LEVEL={level!r} is not DEBUG, INFO, WARNING or ERROR")
-    return level
-
-
 def from_env(env: Mapping[str, str]) -> Settings:
     """Raises ``config.SettingError`` naming the first bad variable."""
-    runtime_id = config.string("TETHER_RUNTIME_ID", env=env)
-    if changes_violations := _runtime_id_problem(runtime_id):
-        raise config.SettingError(f"TETHER_RUNTIME_ID={runtime_id!r} {changes_violations}")
-    read_timeout = config.number("TETHER_LISTENER_TIMEOUT", 10.0, minimum=0.1, maximum=300, env=env)
-    listener = sender.ClientSettings(
-        base_url=_url("TETHER_LISTENER_URL", env),
-        runtime_id=runtime_id,
-        ca_file=config.existing_file("TETHER_LISTENER_CA_FILE", env=env),
-        cert_file=config.existing_file("TETHER_CLIENT_CERT_FILE", env=env),
-        key_file=config.existing_file("TETHER_CLIENT_KEY_FILE", env=env),
-        connect_timeout=config.number("TETHER_LISTENER_CONNECT_TIMEOUT", 3.0, minimum=0.1, maximum=60, env=env),
-        read_timeout=read_timeout,
-        reload_check_seconds=config.number("TETHER_CERT_RELOAD_SECONDS", 5.0, minimum=0, maximum=3600, env=env),
-    )
+    runtime_id = config.runtime_id(env=env)
+    listener = sender.client_settings_from_env(env, runtime_id, read_timeout=10.0)
     workers = config.integer("TETHER_WEBHOOK_WORKERS", 2, minimum=1, maximum=64, env=env)
     server = ServerSettings(
         bind=config.string("TETHER_WEBHOOK_BIND", "0.0.0.0:8443", env=env),
@@ -125,17 +97,10 @@ def from_env(env: Mapping[str, str]) -> Settings:
         filter=filters.from_env(env),
         queue_size=config.integer("TETHER_QUEUE_SIZE", 10000, minimum=1, maximum=1_000_000, env=env),
         kubeconfig=config.optional("TETHER_KUBECONFIG", env=env) or config.optional("KUBECONFIG", env=env),
-        log_level=_level(env),
+        log_level=config.log_level(env=env),
         log_format=config.string("TETHER_LOG_FORMAT", "json", env=env),
     )
 
-
-def _runtime_id_problem(runtime_id: str) -> str:
-    import re
-
-    if len(runtime_id) > 63 or not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", runtime_id):
-        return "is not a valid runtime ID (1-63 of [A-Za-z0-9-_.], alphanumeric at both ends)"
-    return ""
 
 
 FLAGS = {

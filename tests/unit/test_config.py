@@ -37,3 +37,30 @@ def test_values() -> None:
 def test_existing_file(tmp_path: object) -> None:
     with pytest.raises(config.SettingError, match="does not exist"):
         config.existing_file("P", env={"P": "/nonexistent/file"})
+
+
+@pytest.mark.parametrize("raw", ["http://x", "https://", "listener:8443", "ftp://h"])
+def test_https_url_refused(raw: str) -> None:
+    with pytest.raises(config.SettingError, match="must be an https:// URL with a host"):
+        config.https_url("U", env={"U": raw})
+
+
+def test_https_url_and_level() -> None:
+    assert config.https_url("U", env={"U": "https://l.example:8443/"}) == "https://l.example:8443"
+    assert config.log_level(env={"TETHER_LOG_LEVEL": "debug"}) == "DEBUG"
+    with pytest.raises(config.SettingError, match="TETHER_LOG_LEVEL='LOUD'"):
+        config.log_level(env={"TETHER_LOG_LEVEL": "loud"})
+
+
+@pytest.mark.parametrize("raw", ["-rt", "rt-", "a" * 64, "rt/1", "r t"])
+def test_runtime_id_refused(raw: str) -> None:
+    with pytest.raises(config.SettingError, match="is not a valid runtime ID"):
+        config.runtime_id(env={"TETHER_RUNTIME_ID": raw})
+
+
+def test_runtime_id_ok_and_flags() -> None:
+    assert config.runtime_id(env={"TETHER_RUNTIME_ID": "4a1f-B_c.9"}) == "4a1f-B_c.9"
+    merged = config.env_with_flags(["--queue-size", "7"], {"--queue-size": "TETHER_QUEUE_SIZE",
+                                                            "--x": "TETHER_X"},
+                                   prog="p", description="d", env={"TETHER_X": "keep"})
+    assert merged == {"TETHER_X": "keep", "TETHER_QUEUE_SIZE": "7"}
