@@ -70,7 +70,8 @@ class Director:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "standins.director", "--port", "0"], cwd=REPO,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            preexec_fn=controlplane.die_with_parent())
         assert self.proc.stdout is not None
         lines = []
         while True:

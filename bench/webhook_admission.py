@@ -192,7 +192,8 @@ def main() -> int:
         # the stand-in listener runs in its own process (not competing for this one's GIL)
         rec = subprocess.Popen([sys.executable, "-m", "tests.webhook.receiver", str(work),
                                 str(work / "runtime-ca.crt")], cwd=REPO, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, text=True,
+                               preexec_fn=controlplane.die_with_parent())
         assert rec.stdout is not None and rec.stdin is not None
         port = int(rec.stdout.readline())
         env = {

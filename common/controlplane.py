@@ -39,7 +39,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from cryptography.hazmat.primitives import serialization
@@ -122,12 +122,20 @@ def free_port() -> int:
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # runs in the child before exec
-    # PDEATHSIG follows the spawning *thread*; _spawn only asks for it from the main thread
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for ``subprocess.Popen`` that sends the child ``sig`` when this
+    process dies (even by SIGKILL), so no server outlives a killed test or demo. The signal
+    follows the spawning *thread*, so it is only used from the main thread (None else)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def preexec() -> None:  # runs in the child before exec
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig))
+        except OSError:
+            pass
+
+    return preexec
 
 
 @dataclasses.dataclass
@@ -363,7 +371,8 @@ class ControlPlane:
         popen = subprocess.Popen(
             args, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
+            # SIGKILL: kube-apiserver may hang in graceful shutdown when etcd dies with it
+            preexec_fn=die_with_parent(signal.SIGKILL),
         )
         return _Proc(name, popen, logfile, logpath)
 

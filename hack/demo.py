@@ -77,7 +77,8 @@ class Proc:
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(args, env={**os.environ, **env}, cwd=REPO, stdout=out,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          start_new_session=True)
+                                          start_new_session=True,
+                                          preexec_fn=controlplane.die_with_parent())
 
     def alive(self) -> None:
         if self.popen.poll() is not None:

@@ -109,7 +109,8 @@ def test_tether_compass_process_end_to_end(
            "TETHER_LEASE_NAMESPACE": ns, "COMPASS_METRICS_PORT": str(port)}
     proc = subprocess.Popen([sys.executable, "-m", "common.cli", "compass"], env=env,
                             cwd=controlplane.REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=controlplane.die_with_parent())
     try:
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:

@@ -186,3 +186,37 @@ def test_start_retries_when_a_port_is_taken() -> None:
         assert client.CoreV1Api(plane.api_client()).list_namespace().items
     finally:
         plane.stop()
+
+
+def test_processes_die_with_a_killed_parent() -> None:
+    """Interrupted hard (SIGKILL, no atexit), the plane's processes still go away."""
+    script = (f"import sys; sys.path.insert(0, {str(controlplane.REPO_ROOT)!r})\n"
+              "from common import controlplane\n"
+              "p = controlplane.ControlPlane('orphan').start()\n"
+              "print(p._etcd.popen.pid, p._apiserver.popen.pid, flush=True)\n"
+              "import time; time.sleep(600)\n")
+    import signal
+    import sys
+    import time
+
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pids = [int(x) for x in parent.stdout.readline().split()]
+    assert len(pids) == 2
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    parent.stdout.close()
+    deadline = time.monotonic() + 20
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().split()[2] != "Z":
+                        alive.append(pid)
+            except (ProcessLookupError, FileNotFoundError):
+                pass
+        time.sleep(0.2)
+    assert alive == [], f"still running after the parent was killed: {alive}"

@@ -163,7 +163,8 @@ class ListenerProcess:
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "listener.main"], cwd=REPO, env=environ,
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=controlplane.die_with_parent())
         try:
             self._wait()
         except BaseException:

@@ -124,7 +124,8 @@ class PollerProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([str(TETHER), "poller"], env=self.env, cwd=REPO, stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         preexec_fn=controlplane.die_with_parent())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

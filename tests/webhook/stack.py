@@ -67,7 +67,8 @@ class WebhookProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
             self.command, env=self.env, cwd=REPO,
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=controlplane.die_with_parent())
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
