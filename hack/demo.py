@@ -280,8 +280,8 @@ def run(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pa
     if once:
         say("scenario done (--once): stopping")
         return
-    say("try: KUBECONFIG=<skr_kubeconfig> kubectl -n demo create configmap x --from-literal=a=b")
-    say(f"then: KUBECONFIG=<kcp_kubeconfig> kubectl -n {KCP_NS} get runtimeconfigmaps")
+    say(f"try:  {kubectl} --kubeconfig {skr.kubeconfig} -n demo create configmap x --from-literal=a=b")
+    say(f"then: {kubectl} --kubeconfig {kcp.kubeconfig} -n {KCP_NS} get runtimeconfigmaps")
     say("Ctrl-C stops everything")
     stop = False
 
