@@ -7,7 +7,7 @@ the time per runtime.
 
 Starts its own KCP and SKR planes and the stand-in Director in a separate process
 (``python -m standins.director``). All N Kyma CRs point at the one SKR plane; since the
-agent Secret has a fixed name, the bench sets ``COMPASS_AGENT_SECRET_NAME`` to
+agent Secret has a fixed name, the bench sets ``TETHER_COMPASS_AGENT_SECRET_NAME`` to
 ``compass-agent-{kyma}`` so that the N Secrets do not overwrite each other (the requests
 are otherwise those of production: one SKR read and one SKR write per runtime).
 

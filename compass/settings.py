@@ -45,61 +45,61 @@ class Settings:
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
-    secret_file = config.optional("COMPASS_OAUTH_CLIENT_SECRET_FILE", env=env)
+    secret_file = config.optional("TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE", env=env)
     if secret_file:
         path = pathlib.Path(secret_file)
         if not path.is_file():
-            raise config.SettingError(f"COMPASS_OAUTH_CLIENT_SECRET_FILE={secret_file} is not a file")
+            raise config.SettingError(f"TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE={secret_file} is not a file")
         secret = path.read_text().strip()
     else:
-        secret = config.string("COMPASS_OAUTH_CLIENT_SECRET", env=env)
-    ca = config.optional("COMPASS_DIRECTOR_CA_FILE", env=env)
+        secret = config.string("TETHER_COMPASS_OAUTH_CLIENT_SECRET", env=env)
+    ca = config.optional("TETHER_COMPASS_DIRECTOR_CA_FILE", env=env)
     if ca is not None:
-        ca = config.existing_file("COMPASS_DIRECTOR_CA_FILE", env=env)
-    cron = config.string("COMPASS_RESYNC_CRON", "17 * * * *", env=env)
+        ca = config.existing_file("TETHER_COMPASS_DIRECTOR_CA_FILE", env=env)
+    cron = config.string("TETHER_COMPASS_RESYNC_CRON", "17 * * * *", env=env)
     try:
         CronTrigger.from_crontab(cron)
     except ValueError as e:
-        raise config.SettingError(f"COMPASS_RESYNC_CRON={cron!r} is not a crontab expression: {e}") from None
-    shard_count = config.integer("COMPASS_SHARD_COUNT", 1, minimum=1, maximum=1024, env=env)
-    shard_index = config.integer("COMPASS_SHARD_INDEX", 0, minimum=0, env=env)
+        raise config.SettingError(f"TETHER_COMPASS_RESYNC_CRON={cron!r} is not a crontab expression: {e}") from None
+    shard_count = config.integer("TETHER_COMPASS_SHARD_COUNT", 1, minimum=1, maximum=1024, env=env)
+    shard_index = config.integer("TETHER_COMPASS_SHARD_INDEX", 0, minimum=0, env=env)
     if shard_index >= shard_count:
         raise config.SettingError(
-            f"COMPASS_SHARD_INDEX={shard_index} must be below COMPASS_SHARD_COUNT={shard_count}")
-    lease_name = config.string("COMPASS_LEASE_NAME", "tether-compass", env=env)
-    if shard_count > 1 and config.optional("COMPASS_LEASE_NAME", env=env) is None:
+            f"TETHER_COMPASS_SHARD_INDEX={shard_index} must be below TETHER_COMPASS_SHARD_COUNT={shard_count}")
+    lease_name = config.string("TETHER_COMPASS_LEASE_NAME", "tether-compass", env=env)
+    if shard_count > 1 and config.optional("TETHER_COMPASS_LEASE_NAME", env=env) is None:
         lease_name = f"tether-compass-{shard_index}"  # one Lease (one leader) per shard
-    url = config.string("COMPASS_DIRECTOR_URL", env=env)
-    token_url = config.string("COMPASS_OAUTH_TOKEN_URL", env=env)
-    for name, value in (("COMPASS_DIRECTOR_URL", url), ("COMPASS_OAUTH_TOKEN_URL", token_url)):
+    url = config.string("TETHER_COMPASS_DIRECTOR_URL", env=env)
+    token_url = config.string("TETHER_COMPASS_OAUTH_TOKEN_URL", env=env)
+    for name, value in (("TETHER_COMPASS_DIRECTOR_URL", url), ("TETHER_COMPASS_OAUTH_TOKEN_URL", token_url)):
         if not value.startswith("https://"):
             raise config.SettingError(f"{name}={value} must be an https:// URL")
     return Settings(
         director_url=url,
         token_url=token_url,
-        client_id=config.string("COMPASS_OAUTH_CLIENT_ID", env=env),
+        client_id=config.string("TETHER_COMPASS_OAUTH_CLIENT_ID", env=env),
         client_secret=secret,
         director_ca_file=ca,
         namespace=config.string("TETHER_KCP_NAMESPACE", "kcp-system", env=env),
-        managed_by=config.string("COMPASS_MANAGED_BY", "tether", env=env),
-        only_app_connector=config.boolean("COMPASS_ONLY_APPLICATION_CONNECTOR", False, env=env),
-        interval=config.number("COMPASS_INTERVAL_SECONDS", 60.0, minimum=1.0, env=env),
+        managed_by=config.string("TETHER_COMPASS_MANAGED_BY", "tether", env=env),
+        only_app_connector=config.boolean("TETHER_COMPASS_ONLY_APPLICATION_CONNECTOR", False, env=env),
+        interval=config.number("TETHER_COMPASS_INTERVAL_SECONDS", 60.0, minimum=1.0, env=env),
         resync_cron=cron,
-        concurrency=config.integer("COMPASS_CONCURRENCY", 8, minimum=1, maximum=64, env=env),
-        director_timeout=config.number("COMPASS_DIRECTOR_TIMEOUT_SECONDS", 10.0, minimum=0.1, env=env),
-        skr_timeout=config.number("COMPASS_SKR_TIMEOUT_SECONDS", 10.0, minimum=0.1, env=env),
-        backoff_base=config.number("COMPASS_BACKOFF_BASE_SECONDS", 5.0, minimum=0.0, env=env),
-        backoff_cap=config.number("COMPASS_BACKOFF_CAP_SECONDS", 300.0, minimum=0.0, env=env),
-        breaker_threshold=config.integer("COMPASS_BREAKER_THRESHOLD", 5, minimum=1, env=env),
-        breaker_open_seconds=config.number("COMPASS_BREAKER_OPEN_SECONDS", 15.0, minimum=0.1, env=env),
-        breaker_max_open_seconds=config.number("COMPASS_BREAKER_MAX_OPEN_SECONDS", 120.0, minimum=0.1, env=env),
-        secret_namespace=config.string("COMPASS_AGENT_SECRET_NAMESPACE", "kyma-system", env=env),
-        secret_name=config.string("COMPASS_AGENT_SECRET_NAME", "compass-agent-configuration", env=env),
+        concurrency=config.integer("TETHER_COMPASS_CONCURRENCY", 8, minimum=1, maximum=64, env=env),
+        director_timeout=config.number("TETHER_COMPASS_DIRECTOR_TIMEOUT_SECONDS", 10.0, minimum=0.1, env=env),
+        skr_timeout=config.number("TETHER_COMPASS_SKR_TIMEOUT_SECONDS", 10.0, minimum=0.1, env=env),
+        backoff_base=config.number("TETHER_COMPASS_BACKOFF_BASE_SECONDS", 5.0, minimum=0.0, env=env),
+        backoff_cap=config.number("TETHER_COMPASS_BACKOFF_CAP_SECONDS", 300.0, minimum=0.0, env=env),
+        breaker_threshold=config.integer("TETHER_COMPASS_BREAKER_THRESHOLD", 5, minimum=1, env=env),
+        breaker_open_seconds=config.number("TETHER_COMPASS_BREAKER_OPEN_SECONDS", 15.0, minimum=0.1, env=env),
+        breaker_max_open_seconds=config.number("TETHER_COMPASS_BREAKER_MAX_OPEN_SECONDS", 120.0, minimum=0.1, env=env),
+        secret_namespace=config.string("TETHER_COMPASS_AGENT_SECRET_NAMESPACE", "kyma-system", env=env),
+        secret_name=config.string("TETHER_COMPASS_AGENT_SECRET_NAME", "compass-agent-configuration", env=env),
         lease_namespace=config.string("TETHER_LEASE_NAMESPACE", "tether-system", env=env),
         lease_name=lease_name,
         shard_index=shard_index,
         shard_count=shard_count,
-        metrics_port=config.integer("COMPASS_METRICS_PORT", 8080, minimum=0, maximum=65535, env=env),
+        metrics_port=config.integer("TETHER_COMPASS_METRICS_PORT", 8080, minimum=0, maximum=65535, env=env),
         log_level=config.string("TETHER_LOG_LEVEL", "INFO", env=env),
         log_format=config.string("TETHER_LOG_FORMAT", "json", env=env),
         audit_destination=config.string("TETHER_AUDIT_LOG", "stdout", env=env),

@@ -227,11 +227,11 @@ def run(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pa
         "TETHER_POLLER_INTERVAL_SECONDS": "20", "TETHER_POLLER_JITTER_SECONDS": "2"}, work))
     cport = controlplane.free_port()
     procs.append(Proc("compass", [*tether("compass"), "--kubeconfig", str(kcp.kubeconfig)], {
-        "COMPASS_DIRECTOR_URL": f"{director_url}/graphql",
-        "COMPASS_OAUTH_TOKEN_URL": f"{director_url}/oauth2/token",
-        "COMPASS_OAUTH_CLIENT_ID": "tether", "COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
-        "COMPASS_DIRECTOR_CA_FILE": str(work / "kcp-ca.crt"), "TETHER_KCP_NAMESPACE": KCP_NS,
-        "COMPASS_INTERVAL_SECONDS": "5", "COMPASS_METRICS_PORT": str(cport),
+        "TETHER_COMPASS_DIRECTOR_URL": f"{director_url}/graphql",
+        "TETHER_COMPASS_OAUTH_TOKEN_URL": f"{director_url}/oauth2/token",
+        "TETHER_COMPASS_OAUTH_CLIENT_ID": "tether", "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
+        "TETHER_COMPASS_DIRECTOR_CA_FILE": str(work / "kcp-ca.crt"), "TETHER_KCP_NAMESPACE": KCP_NS,
+        "TETHER_COMPASS_INTERVAL_SECONDS": "5", "TETHER_COMPASS_METRICS_PORT": str(cport),
         "TETHER_LOG_FORMAT": "text", "TETHER_AUDIT_LOG": str(work / "compass-audit.log")}, work))
     say(f"poller (probes/metrics http://127.0.0.1:{pport}) and compass (http://127.0.0.1:{cport}) started")
 

@@ -102,11 +102,11 @@ def test_tether_compass_process_end_to_end(
     secret_file.write_text(d.store.client_secret)
     port = controlplane.free_port()
     env = {**os.environ, "KUBECONFIG": str(kcp.kubeconfig), "TETHER_KCP_NAMESPACE": ns,
-           "COMPASS_DIRECTOR_URL": d.graphql_url, "COMPASS_OAUTH_TOKEN_URL": d.token_url,
-           "COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
-           "COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
-           "COMPASS_DIRECTOR_CA_FILE": str(d.ca_file), "COMPASS_INTERVAL_SECONDS": "1",
-           "TETHER_LEASE_NAMESPACE": ns, "COMPASS_METRICS_PORT": str(port)}
+           "TETHER_COMPASS_DIRECTOR_URL": d.graphql_url, "TETHER_COMPASS_OAUTH_TOKEN_URL": d.token_url,
+           "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
+           "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
+           "TETHER_COMPASS_DIRECTOR_CA_FILE": str(d.ca_file), "TETHER_COMPASS_INTERVAL_SECONDS": "1",
+           "TETHER_LEASE_NAMESPACE": ns, "TETHER_COMPASS_METRICS_PORT": str(port)}
     proc = subprocess.Popen([sys.executable, "-m", "common.cli", "compass"], env=env,
                             cwd=controlplane.REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,

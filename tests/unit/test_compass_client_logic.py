@@ -142,22 +142,22 @@ def test_digest_depends_on_every_value() -> None:
     assert a != status.digest({"TOKEN": "b", "RUNTIME_ID": "r"})
 
 
-ENV = {"COMPASS_DIRECTOR_URL": "https://d/graphql", "COMPASS_OAUTH_TOKEN_URL": "https://d/token",
-       "COMPASS_OAUTH_CLIENT_ID": "id", "COMPASS_OAUTH_CLIENT_SECRET": "very-secret-value"}
+ENV = {"TETHER_COMPASS_DIRECTOR_URL": "https://d/graphql", "TETHER_COMPASS_OAUTH_TOKEN_URL": "https://d/token",
+       "TETHER_COMPASS_OAUTH_CLIENT_ID": "id", "TETHER_COMPASS_OAUTH_CLIENT_SECRET": "very-secret-value"}
 
 
 def test_settings_from_env_and_clear_errors() -> None:
     s = settings_mod.from_env(ENV)
     assert s.namespace == "kcp-system" and s.interval == 60
     assert s.client_secret == "very-secret-value" and "very-secret-value" not in repr(s)
-    with pytest.raises(config.SettingError, match="COMPASS_DIRECTOR_URL"):
-        settings_mod.from_env({**ENV, "COMPASS_DIRECTOR_URL": "http://plain"})
-    with pytest.raises(config.SettingError, match="COMPASS_RESYNC_CRON"):
-        settings_mod.from_env({**ENV, "COMPASS_RESYNC_CRON": "every hour"})
-    with pytest.raises(config.SettingError, match="COMPASS_OAUTH_CLIENT_SECRET"):
-        settings_mod.from_env({k: v for k, v in ENV.items() if k != "COMPASS_OAUTH_CLIENT_SECRET"})
-    with pytest.raises(config.SettingError, match="COMPASS_CONCURRENCY"):
-        settings_mod.from_env({**ENV, "COMPASS_CONCURRENCY": "0"})
+    with pytest.raises(config.SettingError, match="TETHER_COMPASS_DIRECTOR_URL"):
+        settings_mod.from_env({**ENV, "TETHER_COMPASS_DIRECTOR_URL": "http://plain"})
+    with pytest.raises(config.SettingError, match="TETHER_COMPASS_RESYNC_CRON"):
+        settings_mod.from_env({**ENV, "TETHER_COMPASS_RESYNC_CRON": "every hour"})
+    with pytest.raises(config.SettingError, match="TETHER_COMPASS_OAUTH_CLIENT_SECRET"):
+        settings_mod.from_env({k: v for k, v in ENV.items() if k != "TETHER_COMPASS_OAUTH_CLIENT_SECRET"})
+    with pytest.raises(config.SettingError, match="TETHER_COMPASS_CONCURRENCY"):
+        settings_mod.from_env({**ENV, "TETHER_COMPASS_CONCURRENCY": "0"})
 
 
 def test_sharding_simulation_every_kyma_in_exactly_one_shard_and_balanced() -> None:
@@ -175,10 +175,10 @@ def test_sharding_simulation_every_kyma_in_exactly_one_shard_and_balanced() -> N
 
 
 def test_shard_settings() -> None:
-    s = settings_mod.from_env({**ENV, "COMPASS_SHARD_COUNT": "3", "COMPASS_SHARD_INDEX": "2"})
+    s = settings_mod.from_env({**ENV, "TETHER_COMPASS_SHARD_COUNT": "3", "TETHER_COMPASS_SHARD_INDEX": "2"})
     assert (s.shard_index, s.shard_count, s.lease_name) == (2, 3, "tether-compass-2")
-    with pytest.raises(config.SettingError, match="COMPASS_SHARD_INDEX=3"):
-        settings_mod.from_env({**ENV, "COMPASS_SHARD_COUNT": "3", "COMPASS_SHARD_INDEX": "3"})
+    with pytest.raises(config.SettingError, match="TETHER_COMPASS_SHARD_INDEX=3"):
+        settings_mod.from_env({**ENV, "TETHER_COMPASS_SHARD_COUNT": "3", "TETHER_COMPASS_SHARD_INDEX": "3"})
 
 
 def test_circuit_open_is_not_written_again_once_the_outage_is_reported() -> None:
