@@ -138,6 +138,21 @@ def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] 
     return preexec
 
 
+def stop_group(popen: subprocess.Popen[Any], timeout: float = 30.0) -> int | None:
+    """Stop a child started with ``start_new_session=True`` and everything in its process
+    group: SIGTERM, then SIGKILL after ``timeout`` seconds. Returns its exit code."""
+    if popen.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGTERM)
+        try:
+            popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait(timeout=10)
+    return popen.returncode
+
+
 @dataclasses.dataclass
 class _Proc:
     name: str
@@ -404,15 +419,7 @@ class ControlPlane:
 
     @staticmethod
     def _terminate(proc: _Proc) -> None:
-        if proc.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.popen.pid, signal.SIGTERM)
-            try:
-                proc.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.popen.pid, signal.SIGKILL)
-                proc.popen.wait(timeout=10)
+        stop_group(proc.popen, timeout=10)
         proc.logfile.close()
 
 

@@ -86,13 +86,7 @@ class Proc:
             raise SystemExit(f"[demo] {self.name} exited with {self.popen.returncode}:\n{tail}")
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(5)
+        controlplane.stop_group(self.popen, timeout=20)
 
 
 def https_ok(url: str, ctx: ssl.SSLContext) -> bool:

@@ -161,13 +161,7 @@ class PollerProcess:
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc is None:
             return 0
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        controlplane.stop_group(self.proc, timeout)
         return self.proc.returncode
 
 

@@ -13,7 +13,6 @@ import base64
 import copy
 import os
 import pathlib
-import signal
 import ssl
 import subprocess
 import sys
@@ -116,13 +115,7 @@ class WebhookProcess:
 
     def stop(self, timeout: float = 30.0) -> int:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        controlplane.stop_group(self.proc, timeout)
         return self.proc.returncode
 
 
