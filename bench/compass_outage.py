@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from compass_ready import REPO, Director, install_crd, setup
+from compass_ready import REPO, Director, setup
 
 sys.path.insert(0, str(REPO))
 
@@ -35,7 +35,6 @@ from common import controlplane  # noqa: E402
 from compass import metrics, service  # noqa: E402
 from compass import settings as settings_mod  # noqa: E402
 from tests.compass.conftest import CRD_FILE  # noqa: E402
-from tests.conftest import KYMA_CRD  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "compass_outage.json"
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -103,8 +102,7 @@ def main(argv: list[str]) -> int:
         with controlplane.planes("kcp", "skr") as planes:
             kcp_api = planes["kcp"].api_client()
             kcp_api.rest_client.pool_manager.connection_pool_kw["maxsize"] = 24
-            install_crd(kcp_api, KYMA_CRD)
-            install_crd(kcp_api, CRD_FILE)
+            controlplane.install_crds(kcp_api, controlplane.KYMA_CRD, CRD_FILE)
             for label, over in CONFIGS.items():
                 out[label] = one(kcp_api, d, planes["skr"], label, over, args.kymas, args.outage)
             kcp_api.close()

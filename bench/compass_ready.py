@@ -35,14 +35,12 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
-import yaml  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from common import controlplane  # noqa: E402
 from compass import metrics, model, service  # noqa: E402
 from compass import settings as settings_mod  # noqa: E402
 from tests.compass.conftest import CRD_FILE, kyma_labels  # noqa: E402
-from tests.conftest import KYMA_CRD  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "compass_ready.json"
 
@@ -51,19 +49,6 @@ def parallel(fn: Callable[[Any], Any], items: Iterable[Any], threads: int = 8) -
     with concurrent.futures.ThreadPoolExecutor(threads) as ex:
         for f in [ex.submit(fn, i) for i in items]:
             f.result()
-
-
-def install_crd(api: client.ApiClient, path: pathlib.Path) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    body = yaml.safe_load(path.read_text())
-    ext.create_custom_resource_definition(body)
-    for _ in range(150):
-        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
-        conds = (crd.status.conditions if crd.status else None) or []
-        if any(c.type == "Established" and c.status == "True" for c in conds):
-            return
-        time.sleep(0.2)
-    raise RuntimeError("CRD not established")
 
 
 class Director:
@@ -166,8 +151,7 @@ def main(argv: list[str]) -> int:
         with controlplane.planes("kcp", "skr") as planes:
             kcp_api = planes["kcp"].api_client()
             kcp_api.rest_client.pool_manager.connection_pool_kw["maxsize"] = args.concurrency + 8
-            install_crd(kcp_api, KYMA_CRD)
-            install_crd(kcp_api, CRD_FILE)
+            controlplane.install_crds(kcp_api, controlplane.KYMA_CRD, CRD_FILE)
             t0 = time.monotonic()
             names = setup(kcp_api, "bench-main", args.kymas, planes["skr"], "ga-bench")
             base_names = setup(kcp_api, "bench-base", args.baseline, planes["skr"], "ga-base")

@@ -39,7 +39,6 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from common import certs, changes, controlplane  # noqa: E402
@@ -87,11 +86,7 @@ def main() -> int:
         d = pathlib.Path(tmp)
         api = kcp.api_client()
         objects = client.CustomObjectsApi(api)
-        api_ext = yaml.safe_load((REPO / "hack" / "crds" / "operator.kyma-project.io_kymas.yaml")
-                                 .read_text())
-        client.ApiextensionsV1Api(api).create_custom_resource_definition(api_ext)
-        lt.install_crd(api)
-        lt.wait_crd(api, api_ext["metadata"]["name"])
+        controlplane.install_crds(api, controlplane.KYMA_CRD, lt.CRD_FILE)
         core = client.CoreV1Api(api)
         for ns in ("bench", "bench-direct"):
             core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))

@@ -34,13 +34,11 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from common import certs, changes, controlplane, filters, sender  # noqa: E402
 from listener import records  # noqa: E402
 from poller import metrics, run, scan  # noqa: E402
-from tests.conftest import KYMA_CRD  # noqa: E402
 from tests.listener import conftest as lc  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "poller_run.json"
@@ -63,10 +61,7 @@ def api_client(plane: controlplane.ControlPlane, pool: int) -> client.ApiClient:
 
 def listener_env(kcp: controlplane.ControlPlane, api: client.ApiClient, d: pathlib.Path) -> lc.Env:
     """What the listener tests' ``listener_env`` fixture sets up (reused helpers)."""
-    ext = client.ApiextensionsV1Api(api)
-    ext.create_custom_resource_definition(yaml.safe_load(KYMA_CRD.read_text()))
-    lc.wait_crd(api, yaml.safe_load(KYMA_CRD.read_text())["metadata"]["name"])
-    lc.install_crd(api)
+    controlplane.install_crds(api, controlplane.KYMA_CRD, lc.CRD_FILE)
     ns = f"kl-{uuid.uuid4().hex[:8]}"
     client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     lc.bind_listener_role(api, ns)

@@ -26,6 +26,7 @@ import atexit
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import logging
 import os
 import pathlib
@@ -40,7 +41,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from cryptography.hazmat.primitives import serialization
 
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-controlplane.sh"
 VERSIONS_FILE = REPO_ROOT / "hack" / "controlplane-versions.env"
+# the stand-in Kyma CRD of local planes (lifecycle-manager installs the real one)
+KYMA_CRD = REPO_ROOT / "hack" / "crds" / "operator.kyma-project.io_kymas.yaml"
 START_TIMEOUT = 90.0
 
 
@@ -421,6 +424,55 @@ class ControlPlane:
     def _terminate(proc: _Proc) -> None:
         stop_group(proc.popen, timeout=10)
         proc.logfile.close()
+
+
+T = TypeVar("T")
+
+
+def retry_busy(call: Callable[[], T], timeout: float = 60.0) -> T:
+    """``call()``, retried while the apiserver answers 5xx: a freshly started plane on a
+    busy machine may time out requests (504) for a moment."""
+    from kubernetes.client.exceptions import ApiException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except ApiException as e:
+            if e.status is None or e.status < 500 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def install_crds(api: Any, *paths: pathlib.Path, timeout: float = 60.0) -> list[str]:
+    """Create the CustomResourceDefinitions in ``paths`` (an existing one is kept) and wait
+    until each is Established. ``api`` is a ``kubernetes.client.ApiClient``. Returns the
+    CRD names."""
+    import yaml
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    ext = client.ApiextensionsV1Api(api)
+    names = []
+    for path in paths:
+        body = yaml.safe_load(path.read_text())
+        try:
+            retry_busy(functools.partial(ext.create_custom_resource_definition, body), timeout)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        names.append(str(body["metadata"]["name"]))
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while True:
+            crd = retry_busy(functools.partial(ext.read_custom_resource_definition, name), timeout)
+            conds = (crd.status.conditions if crd.status else None) or []
+            if any(c.type == "Established" and c.status == "True" for c in conds):
+                break
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"CRD {name} not established within {timeout:.0f}s")
+            time.sleep(0.2)
+    return names
 
 
 @contextlib.contextmanager

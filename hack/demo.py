@@ -46,7 +46,7 @@ KCP_NS = "kcp-system"
 RUNTIME_ID = "demo-runtime-1"
 DOMAIN = "c-demo1.kyma.local"
 KYMA = "demo-kyma"
-CRDS = [REPO / "hack" / "crds" / "operator.kyma-project.io_kymas.yaml",
+CRDS = [controlplane.KYMA_CRD,
         REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeconfigmaps.yaml",
         REPO / "manifests" / "kcp" / "compass" / "crd.yaml"]
 VWC = REPO / "manifests" / "skr" / "webhook" / "validatingwebhookconfiguration.yaml"
@@ -132,11 +132,7 @@ def run(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pa
     custom = client.CustomObjectsApi(kcp_api)
 
     # -- the management plane: CRDs, namespaces, the Kyma CR and the runtime's kubeconfig
-    for crd in CRDS:
-        subprocess.run([kubectl, "--kubeconfig", str(kcp.kubeconfig), "apply", "--server-side",
-                        "-f", str(crd)], check=True, capture_output=True)
-    subprocess.run([kubectl, "--kubeconfig", str(kcp.kubeconfig), "wait", "--for=condition=Established",
-                    "--timeout=60s", "crd", "--all"], check=True, capture_output=True)
+    controlplane.install_crds(kcp_api, *CRDS)
     for ns in (KCP_NS, "tether-system"):
         kcore.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     for ns in ("tether-system", "kyma-system", "demo"):

@@ -56,21 +56,14 @@ def kcp_api(kcp: controlplane.ControlPlane) -> Iterator[client.ApiClient]:
 
 
 def _fresh_namespace(api: client.ApiClient, prefix: str) -> Iterator[str]:
-    import time
-
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(api)
-    deadline = time.monotonic() + 60
-    while True:  # a freshly started apiserver on a busy machine may answer 5xx for a moment
-        try:
-            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-            break
-        except client.ApiException as e:
-            if e.status == 409:
-                break
-            if e.status < 500 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    try:
+        controlplane.retry_busy(lambda: core.create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=name))))
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
     yield name
     # No namespace controller runs in a test plane: delete what tests leave, then the
     # namespace (it stays Terminating, which is harmless).
@@ -90,40 +83,8 @@ def kcp_namespace(kcp_api: client.ApiClient) -> Iterator[str]:
     yield from _fresh_namespace(kcp_api, "k")
 
 
-KYMA_CRD = controlplane.REPO_ROOT / "hack" / "crds" / "operator.kyma-project.io_kymas.yaml"
-
-
 @pytest.fixture(scope="session")
 def kyma_crd(kcp_api: client.ApiClient) -> str:
     """Installs the stand-in Kyma CRD (operator.kyma-project.io/v1beta2) in the KCP plane
     and waits until it is served. Returns the CRD name."""
-    import time
-
-    import yaml
-
-    body = yaml.safe_load(KYMA_CRD.read_text())
-    ext = client.ApiextensionsV1Api(kcp_api)
-    deadline = time.monotonic() + 60
-    while True:  # a freshly started, busy apiserver may answer 5xx for a moment
-        try:
-            ext.create_custom_resource_definition(body)
-            break
-        except client.ApiException as e:
-            if e.status == 409:
-                break
-            if e.status < 500 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-    while time.monotonic() < deadline:
-        try:
-            crd = ext.read_custom_resource_definition(body["metadata"]["name"])
-        except client.ApiException as e:
-            if e.status < 500:
-                raise
-            time.sleep(0.5)
-            continue
-        conds = {c.type: c.status for c in (crd.status.conditions or [])}
-        if conds.get("Established") == "True":
-            return str(body["metadata"]["name"])
-        time.sleep(0.2)
-    raise AssertionError("Kyma CRD not established within 60s")
+    return controlplane.install_crds(kcp_api, controlplane.KYMA_CRD)[0]

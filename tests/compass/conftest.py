@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from common import controlplane
@@ -29,26 +28,7 @@ EXTRA_PLANES = 19  # with the session's skr plane: one runtime plane per Kyma CR
 
 @pytest.fixture(scope="session")
 def mapping_crd(kcp_api: client.ApiClient, kyma_crd: str) -> str:
-    body = yaml.safe_load(CRD_FILE.read_text())
-    ext = client.ApiextensionsV1Api(kcp_api)
-    for attempt in range(5):  # a freshly started, busy apiserver may answer 504 once
-        try:
-            ext.create_custom_resource_definition(body)
-            break
-        except client.ApiException as e:
-            if e.status == 409:
-                break
-            if e.status < 500 or attempt == 4:
-                raise
-            time.sleep(2)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        crd = ext.read_custom_resource_definition(body["metadata"]["name"])
-        conds = (crd.status.conditions if crd.status else None) or []
-        if any(c.type == "Established" and c.status == "True" for c in conds):
-            return str(body["metadata"]["name"])
-        time.sleep(0.2)
-    raise AssertionError("mapping CRD not established within 30s")
+    return controlplane.install_crds(kcp_api, CRD_FILE)[0]
 
 
 class Director:

@@ -68,26 +68,9 @@ class Env:
             raise
 
 
-def wait_crd(api: client.ApiClient, name: str) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        crd = ext.read_custom_resource_definition(name)
-        conds = {c.type: c.status for c in (crd.status.conditions or [])}
-        if conds.get("Established") == "True":
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"CRD {name} not established within 30s")
-
-
 def install_crd(api: client.ApiClient) -> None:
-    body = yaml.safe_load(CRD_FILE.read_text())
-    try:
-        client.ApiextensionsV1Api(api).create_custom_resource_definition(body)
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-    wait_crd(api, body["metadata"]["name"])
+    """The RuntimeConfigMap CRD of manifests/kcp/crds, established."""
+    controlplane.install_crds(api, CRD_FILE)
 
 
 def bind_listener_role(api: client.ApiClient, namespace: str) -> None:
