@@ -291,6 +291,12 @@ class ControlPlane:
 
         return kube.api_client(str(self.kubeconfig))
 
+    def kubectl(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run the built kubectl against this plane as admin; the caller checks returncode."""
+        return subprocess.run(
+            [str(binaries() / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True, text=True, timeout=timeout, check=False)
+
     def issue_client_cert(
         self, user: str, groups: tuple[str, ...] = (), *, dest: pathlib.Path | None = None
     ) -> pathlib.Path:

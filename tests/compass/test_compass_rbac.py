@@ -3,7 +3,6 @@ client certificate for that user) and gets a Kyma CR to Ready, Lease included.""
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
 
@@ -73,11 +72,8 @@ def test_manifests_apply_server_side_dry_run(kcp: controlplane.ControlPlane,
         except client.ApiException as e:
             if e.status != 409:
                 raise
-    kubectl = controlplane.binaries() / "kubectl"
-    out = subprocess.run(
-        [str(kubectl), "--kubeconfig", str(kcp.kubeconfig), "apply", "--dry-run=server",
-         "-k", str(controlplane.REPO_ROOT / "manifests" / "kcp" / "compass")],
-        capture_output=True, text=True, timeout=120, check=False)
+    out = kcp.kubectl("apply", "--dry-run=server",
+                      "-k", str(controlplane.REPO_ROOT / "manifests" / "kcp" / "compass"))
     assert out.returncode == 0, out.stderr
     for kind in ("customresourcedefinition", "deployment.apps/tether-compass",
                  "role.rbac.authorization.k8s.io/tether-compass", "serviceaccount/tether-compass"):

@@ -138,11 +138,9 @@ def test_rbac_is_enforced(skr: controlplane.ControlPlane, namespace: str) -> Non
 
 
 def test_kubectl_uses_the_kubeconfig(skr: controlplane.ControlPlane, namespace: str) -> None:
-    kubectl = controlplane.binaries() / "kubectl"
-    out = subprocess.run(
-        [str(kubectl), "--kubeconfig", str(skr.kubeconfig), "-n", namespace, "create",
-         "configmap", "from-kubectl", "--from-literal=a=b", "-o", "json"],
-        capture_output=True, text=True, check=True)
+    out = skr.kubectl("-n", namespace, "create", "configmap", "from-kubectl",
+                      "--from-literal=a=b", "-o", "json")
+    assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["data"] == {"a": "b"}
 
 

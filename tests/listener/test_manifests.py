@@ -3,8 +3,6 @@ dry run; the Role is the one the other listener tests run under."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import yaml
 from kubernetes import client
@@ -14,14 +12,9 @@ from common import controlplane
 KCP = controlplane.REPO_ROOT / "manifests" / "kcp"
 
 
-def _kubectl(plane: controlplane.ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(controlplane.binaries() / "kubectl"),
-                           f"--kubeconfig={plane.kubeconfig}", *args],
-                          capture_output=True, text=True, timeout=120, check=False)
-
 
 def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPlane) -> None:
-    out = _kubectl(kcp, "kustomize", str(KCP / "listener"))
+    out = kcp.kubectl("kustomize", str(KCP / "listener"))
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
@@ -48,7 +41,7 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
 
 
 def test_whole_kcp_kustomization_builds(kcp: controlplane.ControlPlane) -> None:
-    out = _kubectl(kcp, "kustomize", str(KCP))
+    out = kcp.kubectl("kustomize", str(KCP))
     assert out.returncode == 0, out.stderr
     names = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out.stdout) if d}
     assert ("CustomResourceDefinition", "runtimeconfigmaps.tether.kyma-project.io") in names
@@ -66,7 +59,7 @@ def test_server_side_dry_run_accepts_the_listener_objects(
             if e.status != 409:
                 raise
     for base in ("crds", "listener"):
-        out = _kubectl(kcp, "apply", "-k", str(KCP / base), "--dry-run=server",
+        out = kcp.kubectl("apply", "-k", str(KCP / base), "--dry-run=server",
                        "--server-side", "--field-manager=tether-test", "--force-conflicts")
         assert out.returncode == 0, out.stderr
         assert "(server dry run)" in out.stdout

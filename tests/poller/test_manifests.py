@@ -1,15 +1,14 @@
-"""manifests/skr/poller: rendered by kustomize and accepted by the real SKR apiserver
-(server-side dry run); its environment is one the poller's settings accept."""
+"""manifests/skr/poller: rendered by kustomize; its environment is one the poller's settings
+accept. The server-side dry run of all of manifests/skr, poller included, is
+tests/webhook/test_manifests.py."""
 
 from __future__ import annotations
 
 import pathlib
-import subprocess
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
 
 from common import controlplane
 from poller import settings
@@ -18,13 +17,9 @@ pytestmark = pytest.mark.slow
 SKR = controlplane.REPO_ROOT / "manifests" / "skr"
 
 
-def _kubectl(plane: controlplane.ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(controlplane.binaries() / "kubectl"), f"--kubeconfig={plane.kubeconfig}", *args],
-                          capture_output=True, text=True, timeout=120, check=False)
-
 
 def _poller_docs(skr: controlplane.ControlPlane) -> dict[str, dict[str, Any]]:
-    out = _kubectl(skr, "kustomize", str(SKR))
+    out = skr.kubectl("kustomize", str(SKR))
     assert out.returncode == 0, out.stderr
     return {d["kind"]: d for d in yaml.safe_load_all(out.stdout) if d["metadata"]["name"] == "tether-poller"}
 
@@ -57,21 +52,3 @@ def test_the_deployment_runs_two_replicas_with_settings_the_poller_accepts(
     assert s.bind.endswith(":8080")
     port = c["ports"][0]["containerPort"]
     assert port == 8080 and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-
-
-def test_server_side_dry_run_accepts_the_poller(skr: controlplane.ControlPlane, skr_api: client.ApiClient) -> None:
-    try:
-        client.CoreV1Api(skr_api).create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name="tether-system")))
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-    out = _kubectl(skr, "apply", "-k", str(SKR), "--dry-run=server", "--server-side",
-                   "--field-manager=tether-poller-test")
-    assert out.returncode == 0, out.stderr
-    for name in ("deployment.apps/tether-poller", "service/tether-poller",
-                 "poddisruptionbudget.policy/tether-poller", "networkpolicy.networking.k8s.io/tether-poller"):
-        assert name in out.stdout, out.stdout
-    with pytest.raises(client.ApiException) as err:
-        client.AppsV1Api(skr_api).read_namespaced_deployment("tether-poller", "tether-system")
-    assert err.value.status == 404

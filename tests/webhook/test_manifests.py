@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import yaml
 from kubernetes import client
@@ -14,13 +12,9 @@ pytestmark = pytest.mark.slow
 SKR = controlplane.REPO_ROOT / "manifests" / "skr"
 
 
-def _kubectl(plane: controlplane.ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(controlplane.binaries() / "kubectl"), f"--kubeconfig={plane.kubeconfig}", *args],
-                          capture_output=True, text=True, timeout=120, check=False)
-
 
 def test_kustomize_renders_the_expected_objects(skr: controlplane.ControlPlane) -> None:
-    out = _kubectl(skr, "kustomize", str(SKR))
+    out = skr.kubectl("kustomize", str(SKR))
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
@@ -30,7 +24,7 @@ def test_kustomize_renders_the_expected_objects(skr: controlplane.ControlPlane) 
                      ("PodDisruptionBudget", "tether-webhook"), ("NetworkPolicy", "tether-webhook"),
                      ("ValidatingWebhookConfiguration", "tether-configmaps")]:
         assert expected in kinds
-    by_kind = {d["kind"]: d for d in docs}
+    by_kind = {d["kind"]: d for d in docs if d["metadata"]["name"] != "tether-poller"}
     rules = by_kind["ClusterRole"]["rules"]
     assert rules == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]
     dep = by_kind["Deployment"]["spec"]
@@ -45,19 +39,26 @@ def test_kustomize_renders_the_expected_objects(skr: controlplane.ControlPlane) 
 
 
 def test_server_side_dry_run_accepts_everything(skr: controlplane.ControlPlane, skr_api: client.ApiClient) -> None:
+    """The whole of manifests/skr: the shared objects, the webhook and the poller."""
     core = client.CoreV1Api(skr_api)
     try:  # namespaced objects are dry-run into Tether's own namespace, which must exist
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="tether-system")))
     except client.ApiException as e:
         if e.status != 409:
             raise
-    out = _kubectl(skr, "apply", "-k", str(SKR), "--dry-run=server", "--server-side",
+    out = skr.kubectl("apply", "-k", str(SKR), "--dry-run=server", "--server-side",
                    "--field-manager=tether-test")
     assert out.returncode == 0, out.stderr
     for name in ("deployment.apps/tether-webhook", "validatingwebhookconfiguration.admissionregistration.k8s.io/tether-configmaps",
                  "networkpolicy.networking.k8s.io/tether-webhook", "poddisruptionbudget.policy/tether-webhook"):
         assert name in out.stdout, out.stdout
+    for name in ("deployment.apps/tether-poller", "service/tether-poller",
+                 "poddisruptionbudget.policy/tether-poller", "networkpolicy.networking.k8s.io/tether-poller"):
+        assert name in out.stdout, out.stdout
     # nothing was created by the dry run
     with pytest.raises(client.ApiException) as err:
         client.AdmissionregistrationV1Api(skr_api).read_validating_webhook_configuration("tether-configmaps")
+    assert err.value.status == 404
+    with pytest.raises(client.ApiException) as err:
+        client.AppsV1Api(skr_api).read_namespaced_deployment("tether-poller", "tether-system")
     assert err.value.status == 404
