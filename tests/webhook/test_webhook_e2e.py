@@ -49,14 +49,9 @@ class Stack:
 
 def _namespace(core: client.CoreV1Api, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    for attempt in range(3):  # a just-started plane on a loaded machine may answer 504 once
-        try:
-            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-            return name
-        except client.ApiException as e:
-            if e.status != 504 or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    controlplane.retry_busy(lambda: core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))))
+    return name
 
 
 @pytest.fixture(scope="module")
