@@ -171,7 +171,7 @@ def run(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pa
     os.close(fd)
     director = Proc("director", [sys.executable, "-m", "standins.director", "--port", str(director_port),
                                  "--cert", str(work / "director.crt"), "--key", str(work / "director.key"),
-                                 "--client-secret", secret], {}, work)
+                                 f"--client-secret={secret}"], {}, work)
     procs.append(director)
     director_url = f"https://127.0.0.1:{director_port}"
     wait_for("the Director stand-in", lambda: director.alive() or https_ok(director_url + "/healthz", ctx) or
