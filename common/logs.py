@@ -11,6 +11,8 @@ import datetime
 import json
 import logging
 import sys
+import threading
+import time
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -80,3 +82,52 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
         extra: Mapping[str, Any] = self.extra or {}
         kwargs["extra"] = {**extra, **kwargs.get("extra", {})}
         return msg, kwargs
+
+
+class Aggregated:
+    """Counts repeated audit events and writes one line per key per interval instead of a
+    line each (refusals of unauthenticated callers can arrive by the thousand).
+
+    ``record(key, **fields)`` counts; the first event of a key in an interval is written at
+    once (with ``count: 1``), the rest are summed and written as one ``<event>_aggregated``
+    line with the count when the interval has passed (on the next ``record`` or ``flush``).
+    Keys must come from a bounded set (reason codes), never from client input.
+    """
+
+    def __init__(self, logger: logging.Logger, event: str, interval: float = 60.0,
+                 clock: Any = None) -> None:
+        self._logger = logger
+        self._event = event
+        self._interval = interval
+        self._clock = clock or time.monotonic
+        self._lock = threading.Lock()
+        self._pending: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._window_start: dict[str, float] = {}
+
+    def record(self, key: str, **fields: Any) -> None:
+        now = self._clock()
+        first = False
+        due: list[tuple[str, int, dict[str, Any]]] = []
+        with self._lock:
+            start = self._window_start.get(key)
+            if start is None or now - start >= self._interval:
+                count, last = self._pending.pop(key, (0, {}))
+                if count:
+                    due.append((key, count, last))
+                self._window_start[key] = now
+                first = True
+            else:
+                count, _ = self._pending.get(key, (0, {}))
+                self._pending[key] = (count + 1, fields)
+        for k, n, last in due:
+            audit(self._logger, self._event + "_aggregated", key=k, count=n, **last)
+        if first:
+            audit(self._logger, self._event, key=key, count=1, **fields)
+
+    def flush(self) -> None:
+        """Write what has been counted and not written yet."""
+        with self._lock:
+            due = [(k, n, last) for k, (n, last) in self._pending.items() if n]
+            self._pending.clear()
+        for k, n, last in due:
+            audit(self._logger, self._event + "_aggregated", key=k, count=n, **last)

@@ -1,0 +1,23 @@
+"""The one way to read a number from a string a client or a stored object gave us (pure).
+
+``str.isdigit`` and ``int`` accept far more than Kubernetes writes: superscripts
+(``'²'.isdigit()`` is True but ``int('²')`` raises), Arabic-Indic and full-width digits,
+signs, underscores and surrounding whitespace. Kubernetes numbers (resourceVersions,
+limits, counts) are plain ASCII digits; anything else is "not a number" here, never an
+exception.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def ascii_int(text: object, max_digits: int = 20) -> int | None:
+    """``text`` as a non-negative integer when it is 1..``max_digits`` ASCII digits, else None."""
+    if not isinstance(text, str) or not 0 < len(text) <= max_digits:
+        return None
+    if _DIGITS.fullmatch(text) is None:
+        return None
+    return int(text)
