@@ -11,6 +11,11 @@ live record is newer (the deletion of that version); a live record with the reso
 of a stored tombstone is stale. Senders should give a tombstone the resourceVersion of a
 list made after the deletion (a collection resourceVersion), which is never below the
 deleted object's own.
+
+``compare`` is total: a stored version that cannot be interpreted (written by an older
+version under a looser schema, or by hand: a resourceVersion of ``'²'``, an observedAt of
+``2026-13-45...``) never raises; any interpretable incoming record replaces it, so the
+KCP converges. ``uninterpretable`` names the field, for the caller to report.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import datetime
 import functools
 import json
 import pathlib
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
-import jsonschema
-from jsonschema import Draft202012Validator
+from jsonschema.protocols import Validator
 from referencing import Registry, Resource
+
+from common import numbers, schemacheck
 
 API_VERSION = "tether.kyma-project.io/v1"
 KIND = "ConfigMapChange"
@@ -72,11 +79,10 @@ class Version(NamedTuple):
     deleted: bool
 
 
-class SchemaViolation(NamedTuple):
-    """One failure: a JSON path into the document and the reason."""
-
-    path: str
-    message: str
+SchemaViolation = schemacheck.Violation
+MAX_VIOLATIONS = 20  # per document
+MAX_ITEM_VIOLATIONS = 5  # per item of a batch, so that one bad item does not hide the others
+_RV_DIGITS = 64  # the schema's maxLength of resourceVersion
 
 
 def load_schema(name: str) -> dict[str, Any]:
@@ -84,8 +90,15 @@ def load_schema(name: str) -> dict[str, Any]:
     return schema
 
 
+class _Validators(NamedTuple):
+    record: Validator
+    envelope: Validator  # the batch without its items' schema: items are checked one by one
+    max_items: int
+    fields: Mapping[str, Callable[[object], bool]]  # the record's string properties
+
+
 @functools.cache
-def _validators() -> tuple[Draft202012Validator, Draft202012Validator]:
+def _validators() -> _Validators:
     record = load_schema("change-record.v1.json")
     batch = load_schema("change-batch.v1.json")
     registry: Registry[Any] = Registry().with_resources(
@@ -94,36 +107,46 @@ def _validators() -> tuple[Draft202012Validator, Draft202012Validator]:
             (record["$id"], Resource.from_contents(record)),
         ]
     )
-    return (
-        Draft202012Validator(record, registry=registry),
-        Draft202012Validator(batch, registry=registry),
-    )
-
-
-def _violations(validator: Draft202012Validator, doc: object) -> list[SchemaViolation]:
-    out = []
-    for err in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path)):
-        out.append(SchemaViolation(err.json_path, _short(err)))
-        if len(out) >= 20:
-            break
-    return out
-
-
-def _short(err: jsonschema.ValidationError) -> str:
-    # Messages quote the offending instance; keep them bounded (values may be large
-    # and must not echo ConfigMap data at length).
-    msg = err.message
-    return msg if len(msg) <= 200 else msg[:197] + "..."
+    items = batch["properties"]["items"]
+    envelope = {**batch, "properties": {**batch["properties"], "items": {
+        k: v for k, v in items.items() if k != "items"}}}
+    fields = {name: schemacheck.string_check(record["properties"][name], parse_time)
+              for name in ("namespace", "name", "uid", "resourceVersion", "observedAt")}
+    return _Validators(schemacheck.make(record, registry, parse_time),
+                       schemacheck.make(envelope, registry, parse_time),
+                       int(items["maxItems"]), fields)
 
 
 def validate_record(doc: object) -> list[SchemaViolation]:
-    """Schema violations of one record; empty when valid."""
-    return _violations(_validators()[0], doc)
+    """Schema violations of one record (at most ``MAX_VIOLATIONS``); empty when valid."""
+    return schemacheck.violations(_validators().record, doc, MAX_VIOLATIONS)
 
 
 def validate_batch(doc: object) -> list[SchemaViolation]:
-    """Schema violations of a batch (``kind: ConfigMapChangeList``); empty when valid."""
-    return _violations(_validators()[1], doc)
+    """Schema violations of a batch (``kind: ConfigMapChangeList``); empty when valid.
+
+    The envelope first (an ``items`` list longer than ``maxItems`` is refused before any
+    item is looked at), then item by item, at most ``MAX_ITEM_VIOLATIONS`` per item and
+    ``MAX_VIOLATIONS`` in all: the cost is bounded by the size of the body, never by the
+    number of errors it could produce."""
+    v = _validators()
+    out = schemacheck.violations(v.envelope, doc, MAX_VIOLATIONS)
+    if out or not isinstance(doc, dict):
+        return out
+    for i, item in enumerate(doc["items"]):
+        left = MAX_VIOLATIONS - len(out)
+        if left <= 0:
+            break
+        out += schemacheck.violations(v.record, item, min(left, MAX_ITEM_VIOLATIONS),
+                                      prefix=f"$.items[{i}]")
+    return out
+
+
+def field_ok(name: str, value: object) -> bool:
+    """Whether ``value`` is valid for the record's string property ``name`` (namespace,
+    name, uid, resourceVersion, observedAt); the schema decides, by a check compiled from
+    its keywords."""
+    return _validators().fields[name](value)
 
 
 def records_of(doc: Mapping[str, Any]) -> Iterator[ChangeRecord]:
@@ -135,34 +158,64 @@ def records_of(doc: Mapping[str, Any]) -> Iterator[ChangeRecord]:
 
 
 def version_of(record: Mapping[str, Any]) -> Version:
-    return Version(str(record["resourceVersion"]), str(record["observedAt"]), bool(record["deleted"]))
+    """The version of a record, also of a stored one that may hold anything: a field that
+    is missing or not of its type becomes ``""`` / False (``uninterpretable`` says so)."""
+    rv, ts = record.get("resourceVersion"), record.get("observedAt")
+    return Version(rv if isinstance(rv, str) else "", ts if isinstance(ts, str) else "",
+                   record.get("deleted") is True)
 
 
-def _as_int(rv: str) -> int | None:
-    return int(rv) if rv.isdigit() else None
+_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
+                   r"(?:\.([0-9]{1,9}))?Z")
 
 
-def _parse_time(ts: str) -> datetime.datetime:
-    # fromisoformat accepts up to 6 fractional digits; cut nanoseconds if any
-    if "." in ts:
-        head, frac = ts[:-1].split(".", 1)
-        ts = f"{head}.{frac[:6].ljust(6, '0')}Z"
-    return datetime.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+def parse_time(ts: object) -> datetime.datetime | None:
+    """An observedAt as a UTC datetime (nanoseconds cut to microseconds); None when it is
+    not one or not a real date and time (``2026-13-45T...``, ``2026-02-30T...``)."""
+    if not isinstance(ts, str) or len(ts) > 40:
+        return None
+    m = _TIME.fullmatch(ts)
+    if m is None:
+        return None
+    y, mo, d, h, mi, s, frac = m.groups()
+    try:
+        return datetime.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s),
+                                 int((frac or "0")[:6].ljust(6, "0")), tzinfo=datetime.UTC)
+    except ValueError:
+        return None
+
+
+def uninterpretable(v: Version) -> str | None:
+    """The field of ``v`` that the ordering rule cannot use (``resourceVersion`` or
+    ``observedAt``), or None when both are valid by the schema."""
+    if not field_ok("resourceVersion", v.resource_version):
+        return "resourceVersion"
+    if not field_ok("observedAt", v.observed_at):
+        return "observedAt"
+    return None
 
 
 def compare(stored: Version | None, incoming: Version) -> Verdict:
-    """Whether ``incoming`` replaces ``stored`` (pure; see the module docstring)."""
+    """Whether ``incoming`` replaces ``stored`` (pure, total; see the module docstring).
+
+    An uninterpretable stored version is replaced by any interpretable incoming one; an
+    uninterpretable incoming version never replaces anything stored."""
     if stored is None:
+        return "newer"
+    if uninterpretable(incoming) is not None:
+        return "stale"
+    if uninterpretable(stored) is not None:
         return "newer"
     if incoming.resource_version == stored.resource_version:
         if incoming.deleted == stored.deleted:
             return "duplicate"
         return "newer" if incoming.deleted else "stale"
-    a, b = _as_int(incoming.resource_version), _as_int(stored.resource_version)
+    a = numbers.ascii_int(incoming.resource_version, _RV_DIGITS)
+    b = numbers.ascii_int(stored.resource_version, _RV_DIGITS)
     if a is not None and b is not None:
         return "newer" if a > b else "stale"
-    ta, tb = _parse_time(incoming.observed_at), _parse_time(stored.observed_at)
-    if ta == tb:
+    ta, tb = parse_time(incoming.observed_at), parse_time(stored.observed_at)
+    if ta is None or tb is None or ta == tb:  # None: not reached (both interpretable)
         return "duplicate"
     return "newer" if ta > tb else "stale"
 

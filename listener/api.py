@@ -19,7 +19,7 @@ import urllib3
 from flask import Blueprint, Response, request
 from kubernetes.client import exceptions
 
-from common import certs, changes, logs
+from common import certs, changes, logs, numbers
 from listener import auth, peer, ratelimit, records, responses, services, store, validation
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
@@ -173,10 +173,8 @@ def _persist_one(svc: services.Services, rec: changes.ChangeRecord) -> store.Out
 def _query_limit(raw: str | None) -> int | None:
     if raw is None or raw == "":
         return DEFAULT_LIMIT
-    if not raw.isdigit() or len(raw) > 6:
-        return None
-    value = int(raw)
-    return value if 1 <= value <= MAX_LIMIT else None
+    value = numbers.ascii_int(raw, max_digits=6)  # '٣' or '²' is not a limit: 400, never 500
+    return value if value is not None and 1 <= value <= MAX_LIMIT else None
 
 
 @bp.get("/<runtime_id>/state")

@@ -7,6 +7,12 @@ fields of the state digest so ``GET .../state`` can list metadata only
 (``PartialObjectMetadataList``) instead of every object's data.
 
 CRD: ``manifests/kcp/crds/tether.kyma-project.io_runtimeconfigmaps.yaml``.
+
+Stored objects are read as they are: an object written by an older version (a looser
+schema) or by hand may hold values the ordering rule cannot use. ``stored_version`` and
+``digest_item`` never raise on them; such a version is replaced by the next valid record
+for the key (``common.changes.compare``), and ``stored_version`` reports it with one
+warning naming the object and field (the one side effect here).
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from common import changes, kyma
+from common import changes, kyma, logs
 
 GROUP = "tether.kyma-project.io"
 VERSION = "v1"
@@ -38,6 +45,7 @@ _SPEC_FIELDS = ("runtimeId", "namespace", "name", "uid", "resourceVersion", "obs
 
 
 DigestItem = changes.DigestItem
+log = logging.getLogger(__name__)
 
 
 class Key(NamedTuple):
@@ -95,20 +103,38 @@ def matches(obj: Mapping[str, Any], key: Key) -> bool:
 
 
 def stored_version(obj: Mapping[str, Any]) -> changes.Version:
-    return changes.version_of(obj.get("spec") or {})
+    """The version of a stored object, whatever it holds (never raises). When the ordering
+    rule cannot use it, a warning names the object and the field: the next valid record
+    replaces it."""
+    spec = obj.get("spec")
+    version = changes.version_of(spec if isinstance(spec, dict) else {})
+    field = changes.uninterpretable(version)
+    if field is not None:
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        log.warning("stored record %s has an uninterpretable %s (%s); the next valid record "
+                    "for its key replaces it", logs.bounded(name, 80), field,
+                    logs.bounded(repr(getattr(version, _ATTR[field])), 80))
+    return version
+
+
+_ATTR = {"resourceVersion": "resource_version", "observedAt": "observed_at"}
 
 
 def digest_item(meta: Mapping[str, Any]) -> DigestItem | None:
-    """A state digest entry from an object's metadata; None if it is not ours."""
-    ann = meta.get("annotations") or {}
-    try:
-        return DigestItem(
-            namespace=ann[ANN_NAMESPACE], name=ann[ANN_NAME], uid=ann.get(ANN_UID, ""),
-            resourceVersion=ann[ANN_RV], observedAt=ann[ANN_OBSERVED],
-            deleted=ann.get(ANN_DELETED) == "true",
-        )
-    except KeyError:
+    """A state digest entry from an object's metadata; None if it is not ours. Values are
+    passed on as stored (also ones the ordering rule cannot use: the poller treats those
+    as differences to repair); a value that is not a string becomes ``""``."""
+    ann = meta.get("annotations")
+    if not isinstance(ann, dict) or ANN_NAMESPACE not in ann or ANN_NAME not in ann:
         return None
+
+    def text(key: str) -> str:
+        value = ann.get(key, "")
+        return value if isinstance(value, str) else ""
+    return DigestItem(namespace=text(ANN_NAMESPACE), name=text(ANN_NAME), uid=text(ANN_UID),
+                      resourceVersion=text(ANN_RV), observedAt=text(ANN_OBSERVED),
+                      deleted=ann.get(ANN_DELETED) == "true")
 
 
 def page(items: list[DigestItem], after: tuple[str, str] | None,

@@ -10,14 +10,22 @@ resourceVersion (the snapshot's, which is above the object's own).
 Both use ``common.changes.compare`` (resourceVersions as integers where both parse, else
 ``observedAt``), so a record the listener already holds as newer (e.g. one the webhook
 sent while the poller was scanning) is never resent.
+
+The digest is foreign input (records stored by older listeners may hold anything): ``load``
+never raises. An entry whose resourceVersion or observedAt cannot be interpreted is kept and
+compares as older than any real record, so the object is resent (or a tombstone sent) and
+the listener replaces it; an entry whose key cannot be a ConfigMap's (not a string, not a
+valid namespace or name) is dropped, since nothing the poller could send for it would be
+accepted. ``load`` counts both, for the run to report.
 """
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
-from common import changes, sender
+from common import changes
 
 DiffType = Literal["missing", "changed", "deleted"]
 Key = tuple[str, str]  # (namespace, name)
@@ -38,14 +46,40 @@ class Entry(NamedTuple):
 Digest = dict[Key, Entry]
 
 
-def load(items: Iterable[sender.StateItem]) -> Digest:
-    """The digest as a dict; a later item for the same key wins (pages never repeat keys)."""
+def load(items: Iterable[object], problems: collections.Counter[str] | None = None,
+         bad_keys: list[str] | None = None) -> Digest:
+    """The digest as a dict; a later item for the same key wins (pages never repeat keys).
+    Total: ``problems`` counts entries by what could not be interpreted (``key``,
+    ``resourceVersion``, ``observedAt``); ``bad_keys`` receives a few of their keys."""
     out: Digest = {}
     for it in items:
-        out[(it["namespace"], it["name"])] = Entry(
-            str(it["resourceVersion"]), str(it["observedAt"]), bool(it["deleted"]),
-            str(it.get("uid") or ""))
+        field, key, entry = _entry(it)
+        if field is not None:
+            if problems is not None:
+                problems[field] += 1
+            if bad_keys is not None and len(bad_keys) < 5:
+                bad_keys.append(key)
+        if entry is not None:
+            out[entry[0]] = entry[1]
     return out
+
+
+def _text(item: Mapping[str, Any], name: str) -> str:
+    value = item.get(name)
+    return value if isinstance(value, str) else ""
+
+
+def _entry(it: object) -> tuple[str | None, str, tuple[Key, Entry] | None]:
+    """(the field that cannot be interpreted or None, the key as text, the entry or None)."""
+    if not isinstance(it, Mapping):
+        return "key", repr(it)[:80], None
+    ns, name = _text(it, "namespace"), _text(it, "name")
+    shown = f"{ns!r}/{name!r}"[:160]
+    if not (changes.field_ok("namespace", ns) and changes.field_ok("name", name)):
+        return "key", shown, None
+    entry = Entry(_text(it, "resourceVersion"), _text(it, "observedAt"),
+                  it.get("deleted") is True, _text(it, "uid"))
+    return changes.uninterpretable(entry.version()), shown, ((ns, name), entry)
 
 
 def judge(entry: Entry | None, resource_version: str, observed_at: str) -> DiffType | None:

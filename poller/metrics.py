@@ -11,6 +11,7 @@ KINDS = ("interval", "resync")
 DIFF_TYPES = ("missing", "changed", "deleted")
 SENT_OUTCOMES = ("persisted", "duplicate", "stale", "refused", "unknown")
 CALLS = ("state", "changes")
+UNINTERPRETABLE = ("key", "resourceVersion", "observedAt")
 
 
 class Metrics:
@@ -40,6 +41,10 @@ class Metrics:
         self.listener_requests = prom.Counter("tether_poller_listener_requests",
                                               "Requests to the listener, by call", ["call"],
                                               registry=r)
+        self.digest_uninterpretable = prom.Counter(
+            "tether_poller_digest_uninterpretable",
+            "Digest entries the poller could not interpret, by field: resourceVersion and "
+            "observedAt are repaired (resent), key entries are dropped", ["field"], registry=r)
         self.list_restarts = prom.Counter("tether_poller_list_restarts",
                                           "Listings restarted after 410 Gone", registry=r)
         self.last_success = prom.Gauge("tether_poller_last_success_timestamp_seconds",
@@ -59,6 +64,8 @@ class Metrics:
             self.sent.labels(o)
         for c in CALLS:
             self.listener_requests.labels(c)
+        for f in UNINTERPRETABLE:
+            self.digest_uninterpretable.labels(f)
 
     def exposition(self) -> bytes:
         return prom.generate_latest(self.registry)

@@ -16,6 +16,7 @@ already sent are in it by then, so they are not sent again), at most ``max_resta
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import time
@@ -111,8 +112,17 @@ class Runner:
 
     def _once(self, state: _RunState, full: bool, keep_going: Callable[[], bool]) -> None:
         t0 = self._clock()
-        digest = diff.load(self._state_items())
+        problems: collections.Counter[str] = collections.Counter()
+        bad_keys: list[str] = []
+        digest = diff.load(self._state_items(), problems, bad_keys)
         state.digest_seconds += self._clock() - t0
+        if problems:
+            for field, n in problems.items():
+                self.metrics.digest_uninterpretable.labels(field).inc(n)
+            log.warning("listener digest: %s uninterpretable entries (%s), e.g. %s; "
+                        "resent or dropped", sum(problems.values()),
+                        ", ".join(f"{f}: {n}" for f, n in sorted(problems.items())),
+                        ", ".join(bad_keys))
         state.digest_entries = len(digest)
         self.metrics.digest_entries.set(len(digest))
         buffer = _Buffer(self, state, keep_going)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from apscheduler.triggers.cron import CronTrigger
 
-from common import config, filters, leader, sender
+from common import config, filters, leader, numbers, sender
 from poller import run
 
 DEFAULT_RESYNC_CRON = "17 3 * * *"  # daily, off the hour
@@ -63,7 +63,8 @@ def _cron(env: Mapping[str, str]) -> str:
 def _bind(env: Mapping[str, str]) -> str:
     value = config.string("TETHER_POLLER_BIND", "0.0.0.0:8080", env=env)
     host, _, port = value.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    number = numbers.ascii_int(port, 5)
+    if not host or number is None or not 0 < number < 65536:
         raise config.SettingError(f"TETHER_POLLER_BIND={value!r} is not HOST:PORT")
     return value
 

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from common import changes, logs, sender
+from common import changes, logs, numbers, sender
 from webhook import keyqueue, metrics, readback
 from webhook import settings as settings_mod
 
@@ -216,6 +216,7 @@ class Forwarder:
 
 def _not_below(list_rv: str, own_rv: str) -> str:
     """The collection resourceVersion, never below the deleted object's own."""
-    if list_rv.isdigit() and own_rv.isdigit():
-        return str(max(int(list_rv), int(own_rv)))
+    a, b = numbers.ascii_int(list_rv, 64), numbers.ascii_int(own_rv, 64)
+    if a is not None and b is not None:
+        return str(max(a, b))
     return list_rv or own_rv or "0"
