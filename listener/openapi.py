@@ -102,8 +102,13 @@ def _refusals() -> dict[str, Any]:
         "401": _error("No valid client certificate"),
         "403": _error("Certificate CN/SAN does not match the runtime, unknown runtime, Kyma CR "
                       "being deleted, or a record's runtimeId differs from the path"),
+        "414": {"description": "Request line over the server's limit (4094 bytes, gunicorn's "
+                               "limit_request_line), e.g. a long continue token; a plain "
+                               "text or HTML answer of the HTTP server",
+                "content": {"text/html": {"schema": {"type": "string"}}}},
         "429": _error("Rate limited (per runtime, or too many requests in flight)", True),
-        "503": _error("KCP API unavailable; nothing was acknowledged that is not persisted", True),
+        "503": _error("KCP API unavailable, or the listener's parse memory budget is spent; "
+                      "nothing was acknowledged that is not persisted", True),
     }
 
 
@@ -127,10 +132,16 @@ def document() -> dict[str, Any]:
                     "200": {"description": "Every record persisted, or already stored "
                                            "(duplicate), or older than the stored one (stale)",
                             "content": {"application/json": {"schema": {
-                                "$ref": REF + "ChangeResults"}}}},
+                                "$ref": REF + "ChangeResults"}}},
+                            "links": {"GetState": {
+                                "operationId": "getState",
+                                "parameters": {"runtimeId": "$request.path.runtimeId"},
+                                "description": "The runtime's state digest now holds these "
+                                               "records (or newer ones)"}}},
                     "400": _error("Invalid JSON or schema violation (details: list of "
                                   "{path, message})"),
                     **_refusals(),
+                    "408": _error("The body did not arrive within the body deadline"),
                     "413": _error("Body over the size cap (default 3 MiB), or a record's data "
                                   "over 1 MiB"),
                     "415": _error("Content-Type is not application/json"),
