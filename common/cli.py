@@ -4,6 +4,7 @@
     tether listener ...     change listener (KCP)
     tether poller ...       polling fallback (SKR)
     tether compass ...      Compass registration scheduler (KCP)
+    tether janitor ...      the listener's storage janitor: tombstones, orphaned runtimes (KCP)
     tether controlplane     start local SKR and KCP planes and print their kubeconfigs
 
 Each part's entry point is ``<part>.main:main(argv) -> int``; it builds its settings,
@@ -20,6 +21,7 @@ PARTS = {
     "listener": "listener.main",
     "poller": "poller.main",
     "compass": "compass.main",
+    "janitor": "listener.janitor_main",
     "controlplane": "common.controlplane_cli",
 }
 

@@ -20,7 +20,7 @@ from flask import Blueprint, Response, request
 from kubernetes.client import exceptions
 
 from common import certs, changes, logs, numbers
-from listener import auth, peer, ratelimit, records, responses, services, store, validation
+from listener import auth, peer, quota, ratelimit, records, responses, services, store, validation
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
 DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
@@ -151,7 +151,23 @@ def post_changes(svc: services.Services, runtime_id: str) -> Response:
     except store.Rejected as e:
         return _invalid(svc, runtime_id, validation.Problem(
             400, "rejected by the KCP API", str(e), "kcp_rejected"))
+    except quota.Exceeded as e:
+        return _over_quota(svc, runtime_id, e)
     return responses.ok({"results": results})
+
+
+def _over_quota(svc: services.Services, runtime_id: str, e: quota.Exceeded) -> Response:
+    """413 for a record that does not fit the runtime's storage quota: the senders drop it
+    with an error (a batch is re-sent record by record first) and the poller offers it again
+    at its next run, so it is stored once there is room (docs/listener.md, Storage quota)."""
+    r = e.refusal
+    svc.metrics.quota_refusals.labels(r.limit).inc()
+    svc.audit_event("refused", runtime=runtime_id, reason="quota_" + r.limit, status=413,
+                    object=e.object, records=r.used.records, bytes=r.used.bytes,
+                    route=request.method + " " + str(request.url_rule))
+    return responses.error(413, "exceeded quota", {
+        "reason": "quota_" + r.limit, "message": r.message(), "object": e.object,
+        "used": r.used._asdict(), "limits": r.limits._asdict()})
 
 
 def _persist_one(svc: services.Services, rec: changes.ChangeRecord) -> store.Outcome:

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as prom_multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -57,6 +57,10 @@ class Metrics:
                                        "Writes refused by optimistic concurrency (409) or on a "
                                        "vanished object (404), then retried after a fresh read",
                                        ["path"], registry=r)
+        self.quota_refusals = Counter(f"{NS}_quota_refusals",
+                                      "Records refused (413) because the runtime's storage quota "
+                                      "is reached, by limit (records, bytes)", ["limit"],
+                                      registry=r)
         self.kcp_unavailable = Counter(f"{NS}_kcp_unavailable",
                                        "Requests answered 503 because the KCP API failed",
                                        ["operation"], registry=r)
@@ -124,3 +128,32 @@ class SilentRuntimes(Collector):
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
+
+
+class JanitorMetrics:
+    """Metrics of ``tether janitor`` (one process, its own registry; docs/listener.md)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.leader = Gauge(f"{NS}_janitor_leader", "1 while this process holds the janitor Lease",
+                            registry=r)
+        self.runs = Counter(f"{NS}_janitor_runs", "Janitor runs by outcome (ok, failed)", ["outcome"],
+                            registry=r)
+        self.run_seconds = Histogram(f"{NS}_janitor_run_seconds", "Duration of a janitor run",
+                                     buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 1800), registry=r)
+        self.last_success = Gauge(f"{NS}_janitor_last_success_timestamp_seconds",
+                                  "When the last janitor run completed (Unix time)", registry=r)
+        self.tombstones_deleted = Counter(f"{NS}_janitor_tombstones_deleted",
+                                          "Tombstones deleted after the retention", registry=r)
+        self.orphan_records_deleted = Counter(f"{NS}_janitor_orphan_records_deleted",
+                                              "Records deleted of runtimes whose Kyma CR is gone",
+                                              registry=r)
+        self.orphan_leases_deleted = Counter(f"{NS}_janitor_orphan_leases_deleted",
+                                             "Heartbeat Leases deleted of runtimes whose Kyma CR "
+                                             "is gone", registry=r)
+        self.orphans = Gauge(f"{NS}_janitor_orphaned_runtimes",
+                             "Runtimes without a Kyma CR whose records wait for the grace period",
+                             registry=r)
+        self.errors = Counter(f"{NS}_janitor_errors", "KCP API calls of the janitor that failed, by step",
+                              ["step"], registry=r)

@@ -19,6 +19,7 @@ from kubernetes import client
 from common import logs
 from listener import digestcache, heartbeat, peer, ratelimit, runtimes, settings, store
 from listener import metrics as listener_metrics
+from listener import quota as listener_quota
 
 KEY = "tether.listener"
 
@@ -77,7 +78,10 @@ def build(s: settings.Settings, api: client.ApiClient) -> Services:
         settings=s,
         api=api,
         store=store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries,
-                          on_conflict=lambda path: meters.write_conflicts.labels(path).inc()),
+                          on_conflict=lambda path: meters.write_conflicts.labels(path).inc(),
+                          limits=listener_quota.Limits(s.storage.quota_records, s.storage.quota_bytes),
+                          quota_ttl=s.storage.quota_cache_seconds,
+                          tombstone_retention=s.storage.tombstone_retention),
         kymas=runtimes.KymaCache(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
         beats=beats,
         buckets=ratelimit.TokenBuckets(s.rate_per_second, s.rate_burst),

@@ -10,12 +10,24 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 
 from common import config
 
 P = "TETHER_LISTENER_"
 MIB = 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Storage:
+    """What one runtime may keep in the KCP and for how long (``listener.quota``,
+    ``listener.retention``); the listener and its janitor read the same variables."""
+
+    quota_records: int = 20_000
+    quota_bytes: int = 256 * MIB
+    quota_cache_seconds: float = 10.0
+    tombstone_retention: float = 7 * 86400.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +55,7 @@ class Settings:
     rate_burst: int = 1000
     max_in_flight: int = 8
     write_cache_entries: int = 10_000
+    storage: Storage = dataclasses.field(default_factory=Storage)
     # logging
     audit_log: str = "stdout"
     log_level: str = "INFO"
@@ -132,9 +145,94 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         rate_burst=burst,
         max_in_flight=config.integer(P + "MAX_IN_FLIGHT", min(d.max_in_flight, threads),
                                      minimum=1, maximum=threads, env=e),
+        storage=storage_from_env(e),
         write_cache_entries=config.integer(P + "WRITE_CACHE_ENTRIES", d.write_cache_entries,
                                            minimum=0, maximum=1_000_000, env=e),
         audit_log=_shared(P + "AUDIT_LOG", "TETHER_AUDIT_LOG", d.audit_log, e),
         log_level=level,
         log_format=fmt,
     )
+
+
+def storage_from_env(e: Mapping[str, str]) -> Storage:
+    """The storage quota and the tombstone retention (``TETHER_LISTENER_QUOTA_*``,
+    ``TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS``)."""
+    d = Storage()
+    return Storage(
+        quota_records=config.integer(P + "QUOTA_RECORDS", d.quota_records, minimum=1,
+                                     maximum=10_000_000, env=e),
+        # a full ConfigMap (1 MiB of binaryData is ~1.4 MiB as a record) must always fit
+        quota_bytes=config.integer(P + "QUOTA_BYTES", d.quota_bytes, minimum=2 * MIB,
+                                   maximum=1024 * 1024 * MIB, env=e),
+        quota_cache_seconds=config.number(P + "QUOTA_CACHE_SECONDS", d.quota_cache_seconds,
+                                          minimum=0, maximum=600, env=e),
+        tombstone_retention=config.number(P + "TOMBSTONE_RETENTION_SECONDS",
+                                          d.tombstone_retention, minimum=1,
+                                          maximum=10 * 365 * 86400, env=e),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class JanitorSettings:
+    """``tether janitor``: prunes tombstones and orphaned runtimes (``listener.janitor``)."""
+
+    kubeconfig: str | None = None
+    namespace: str = "kcp-system"
+    kcp_timeout: float = 30.0
+    storage: Storage = dataclasses.field(default_factory=Storage)
+    orphan_grace: float = 86400.0
+    interval: float = 600.0
+    lease_name: str = "tether-listener-janitor"
+    lease_duration: float = 15.0
+    http_host: str = "0.0.0.0"  # noqa: S104 - probes and scrapes
+    http_port: int = 9091
+    audit_log: str = "stdout"
+    log_level: str = "INFO"
+    log_format: str = "json"
+
+
+def _host_port(name: str, value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isascii() or not port.isdigit() \
+            or not 0 < int(port) < 65536:
+        raise config.SettingError(f"{name}={value!r} is not host:port")
+    return host, int(port)
+
+
+def janitor_from_env(env: Mapping[str, str] | None = None) -> JanitorSettings:
+    """The janitor's settings (``env`` for tests; default ``os.environ``)."""
+    e = os.environ if env is None else env
+    d = JanitorSettings()
+    level = _shared(P + "LOG_LEVEL", "TETHER_LOG_LEVEL", d.log_level, e).upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise config.SettingError(f"{P}LOG_LEVEL={level!r} is not DEBUG, INFO, WARNING or ERROR")
+    fmt = _shared(P + "LOG_FORMAT", "TETHER_LOG_FORMAT", d.log_format, e).lower()
+    if fmt not in ("json", "text"):
+        raise config.SettingError(f"{P}LOG_FORMAT={fmt!r} is not json or text")
+    name = config.string(P + "JANITOR_LEASE", d.lease_name, env=e)
+    if len(name) > 253 or not _DNS_NAME.fullmatch(name):
+        raise config.SettingError(f"{P}JANITOR_LEASE={name!r} is not a valid object name")
+    host, port = _host_port(P + "JANITOR_BIND", config.string(
+        P + "JANITOR_BIND", f"{d.http_host}:{d.http_port}", env=e))
+    return JanitorSettings(
+        kubeconfig=config.optional(P + "KUBECONFIG", env=e) or config.optional("KUBECONFIG", env=e),
+        namespace=_shared(P + "NAMESPACE", "TETHER_KCP_NAMESPACE", d.namespace, e),
+        kcp_timeout=config.number(P + "KCP_TIMEOUT_SECONDS", d.kcp_timeout, minimum=0.5,
+                                  maximum=300, env=e),
+        storage=storage_from_env(e),
+        orphan_grace=config.number(P + "ORPHAN_GRACE_SECONDS", d.orphan_grace, minimum=1,
+                                   maximum=365 * 86400, env=e),
+        interval=config.number(P + "JANITOR_INTERVAL_SECONDS", d.interval, minimum=0.1,
+                               maximum=86400, env=e),
+        lease_name=name,
+        lease_duration=config.number(P + "JANITOR_LEASE_SECONDS", d.lease_duration, minimum=2,
+                                     maximum=600, env=e),
+        http_host=host,
+        http_port=port,
+        audit_log=_shared(P + "AUDIT_LOG", "TETHER_AUDIT_LOG", d.audit_log, e),
+        log_level=level,
+        log_format=fmt,
+    )
+
+
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")

@@ -7,6 +7,11 @@ the record is compared again with the fresh object. An update of an object this 
 has seen recently skips the read (``listener.writecache``). A call returns only after the
 API server has acknowledged the write (stored in etcd), so "persisted" means durable.
 
+Storage limits (``listener.quota``, ``listener.retention``): a write that does not fit the
+runtime's quota raises ``quota.Exceeded`` (the client gets 413); a record for a key that is
+not stored whose ``observedAt`` is older than the tombstone retention is ``stale`` (it
+might be older than a pruned tombstone). Every written object carries its size annotation.
+
 Errors: ``Unavailable`` when the KCP API cannot be used (down, timing out, 5xx, 429, or
 refusing this listener; the client gets 503 and retries), ``Rejected`` when the API
 refuses the object itself (the client gets 400).
@@ -14,10 +19,11 @@ refuses the object itself (the client gets 400).
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import urllib3
@@ -25,7 +31,7 @@ from kubernetes import client
 from kubernetes.client import exceptions
 
 from common import changes, logs
-from listener import records, writecache
+from listener import quota, records, retention, writecache
 
 Outcome = Literal["persisted", "duplicate", "stale"]
 MAX_ATTEMPTS = 12
@@ -52,6 +58,20 @@ def unavailable_or_raise(e: Exception, what: str) -> Exception:
     return e
 
 
+def raw_get(api: client.ApiClient, path: str, query: list[tuple[str, str]], accept: str,
+            timeout: float) -> dict[str, Any]:
+    """A GET with a chosen ``Accept`` (e.g. ``METADATA_LIST``), the JSON answer as a dict."""
+    method, url, headers, _, _ = api.param_serialize(
+        "GET", path, query_params=query, header_params={"Accept": accept},
+        auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, headers, _request_timeout=timeout)
+    resp.read()
+    if not 200 <= resp.status <= 299:
+        raise exceptions.ApiException(http_resp=resp)
+    doc: dict[str, Any] = json.loads(resp.data or b"{}")
+    return doc
+
+
 def _message(e: exceptions.ApiException) -> str:
     try:
         doc = json.loads(e.body or "")
@@ -60,16 +80,26 @@ def _message(e: exceptions.ApiException) -> str:
         return ""
 
 
+NO_QUOTA = quota.Limits(10**12, 10**15)
+
+
 class Store:
     def __init__(self, api: client.ApiClient, namespace: str, timeout: float,
                  cache_entries: int = 10_000,
-                 on_conflict: Callable[[str], None] = lambda path: None) -> None:
+                 on_conflict: Callable[[str], None] = lambda path: None, *,
+                 limits: quota.Limits = NO_QUOTA, quota_ttl: float = 10.0,
+                 tombstone_retention: float = 7 * 86400.0,
+                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(
+                     datetime.UTC)) -> None:
         self._api = api
         self._objects = client.CustomObjectsApi(api)
         self.namespace = namespace
         self._timeout = timeout
         self._cache = writecache.WriteCache(cache_entries)
         self._on_conflict = on_conflict  # metric hook: "cached" or "read" write lost a race
+        self.usage = quota.Usage(limits, quota_ttl, self._usage)
+        self._retention = tombstone_retention
+        self._now = now
 
     # -- records -----------------------------------------------------------------------------
 
@@ -103,25 +133,47 @@ class Store:
                 raise Rejected("object name collision; refusing to overwrite another key")
             if stored is not None:
                 self._cache.remember(stored)
+            elif retention.too_old_for_new_key(incoming.observed_at, self._now(),
+                                               self._retention):
+                return "stale"  # maybe older than a pruned tombstone (listener.retention)
             verdict = changes.compare(
                 None if stored is None else records.stored_version(stored), incoming)
             if verdict != "newer":
                 return verdict
+            if stored is None:
+                new = records.body(record, self.namespace)
+                old_size = None
+            else:
+                new = records.updated(stored, record)
+                old_size = quota.stored_size(stored.get("metadata") or {})
+            size = quota.annotate(new)
+            try:
+                admitted = self.usage.reserve(key.runtime_id, old_size, size)
+            except quota.Exceeded as e:
+                e.object = f"{key.namespace}/{key.name}"
+                raise
             try:
                 if stored is None:
                     written: Any = self._objects.create_namespaced_custom_object(
                         records.GROUP, records.VERSION, self.namespace, records.PLURAL,
-                        records.body(record, self.namespace), _request_timeout=self._timeout)
+                        new, _request_timeout=self._timeout)
                 else:
                     written = self._objects.replace_namespaced_custom_object(
                         records.GROUP, records.VERSION, self.namespace, records.PLURAL, name,
-                        records.updated(stored, record), _request_timeout=self._timeout)
+                        new, _request_timeout=self._timeout)
+                admitted.commit()
                 self._cache.remember(written)
                 return "persisted"
             except exceptions.ApiException as e:
-                if e.status != 409:
+                admitted.cancel()
+                # 409: another writer won; 404 on an update: the object was deleted (a
+                # pruned tombstone, an orphan's records) since it was read
+                if e.status != 409 and not (e.status == 404 and stored is not None):
                     raise
                 self._on_conflict("read")
+            except BaseException:
+                admitted.cancel()
+                raise
             # another writer won: back off a little (jittered) and compare again
             time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
         raise Unavailable("persist: too many concurrent writers on one object")
@@ -133,54 +185,73 @@ class Store:
         entry = self._cache.get(name)
         if entry is None or changes.compare(entry.version, incoming) != "newer":
             return False
+        new = records.updated({"metadata": entry.metadata}, record)
+        size = quota.annotate(new)
+        try:
+            admitted = self.usage.reserve(str(record["runtimeId"]),
+                                          quota.stored_size(entry.metadata), size)
+        except quota.Exceeded:
+            return False  # the remembered size may be outdated: decide on a fresh read
         try:
             written: Any = self._objects.replace_namespaced_custom_object(
                 records.GROUP, records.VERSION, self.namespace, records.PLURAL, name,
-                records.updated({"metadata": entry.metadata}, record),
-                _request_timeout=self._timeout)
+                new, _request_timeout=self._timeout)
         except exceptions.ApiException as e:
+            admitted.cancel()
             if e.status not in (404, 409):
                 raise
             self._cache.drop(name)
             self._on_conflict("cached")
             return False
+        except BaseException:
+            admitted.cancel()
+            raise
+        admitted.commit()
         self._cache.remember(written)
         return True
 
     def digest(self, runtime_id: str) -> list[records.DigestItem]:
-        """Every stored object of the runtime (metadata only), unordered."""
+        """Every stored object of the runtime (metadata only), unordered. The same list
+        refreshes this worker's view of the runtime's quota usage."""
         items: list[records.DigestItem] = []
-        token = ""
+        snap = self.usage.begin(runtime_id)
+        count = size = 0
         try:
-            while True:
-                query: list[tuple[str, str]] = [
-                    ("labelSelector", f"{records.RUNTIME_LABEL}={runtime_id}"),
-                    ("limit", str(LIST_PAGE))]
-                if token:
-                    query.append(("continue", token))
-                doc = self._raw_get(
-                    f"/apis/{records.GROUP}/{records.VERSION}/namespaces/{self.namespace}/"
-                    f"{records.PLURAL}", query, METADATA_LIST)
-                for obj in doc.get("items") or []:
-                    item = records.digest_item(obj.get("metadata") or {})
-                    if item is not None:
-                        items.append(item)
-                token = (doc.get("metadata") or {}).get("continue") or ""
-                if not token:
-                    return items
+            for meta in self._metadata(runtime_id):
+                count += 1
+                size += quota.stored_size(meta)
+                item = records.digest_item(meta)
+                if item is not None:
+                    items.append(item)
         except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
             raise unavailable_or_raise(e, "digest") from None
+        self.usage.observe(runtime_id, quota.Used(count, size), snap)
+        return items
+
+    def _usage(self, runtime_id: str) -> quota.Used:
+        """Records and bytes the runtime keeps (a metadata-only list; for ``quota.Usage``)."""
+        return quota.usage_of(self._metadata(runtime_id))
+
+    def _metadata(self, runtime_id: str) -> Iterator[dict[str, Any]]:
+        """The metadata of every stored object of the runtime (paginated, label-selected)."""
+        token = ""
+        while True:
+            query: list[tuple[str, str]] = [
+                ("labelSelector", f"{records.RUNTIME_LABEL}={runtime_id}"),
+                ("limit", str(LIST_PAGE))]
+            if token:
+                query.append(("continue", token))
+            doc = self._raw_get(
+                f"/apis/{records.GROUP}/{records.VERSION}/namespaces/{self.namespace}/"
+                f"{records.PLURAL}", query, METADATA_LIST)
+            for obj in doc.get("items") or []:
+                yield obj.get("metadata") or {}
+            token = (doc.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
 
     def _raw_get(self, path: str, query: list[tuple[str, str]], accept: str) -> dict[str, Any]:
-        method, url, headers, body, post = self._api.param_serialize(
-            "GET", path, query_params=query, header_params={"Accept": accept},
-            auth_settings=["BearerToken"])
-        resp = self._api.call_api(method, url, headers, _request_timeout=self._timeout)
-        resp.read()
-        if not 200 <= resp.status <= 299:
-            raise exceptions.ApiException(http_resp=resp)
-        doc: dict[str, Any] = json.loads(resp.data or b"{}")
-        return doc
+        return raw_get(self._api, path, query, accept, self._timeout)
 
     def ping(self) -> None:
         """One cheap authorized call (for /readyz); raises ``Unavailable``."""

@@ -27,8 +27,15 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
     assert not any(d["kind"].startswith("Cluster") for d in docs)  # nothing cluster-wide
     role = by[("Role", "tether-listener")]
     assert role["metadata"]["namespace"] == "kcp-system"
-    verbs = {v for r in role["rules"] for v in r["verbs"]}
-    assert verbs <= {"get", "list", "create", "update", "patch"}  # no delete, no watch
+    rules = {(r["apiGroups"][0], r["resources"][0], tuple(r.get("resourceNames", ()))):
+             set(r["verbs"]) for r in role["rules"]}
+    assert rules == {  # exactly what the listener and its janitor need (rbac.yaml)
+        ("operator.kyma-project.io", "kymas", ()): {"list"},
+        ("tether.kyma-project.io", "runtimeconfigmaps", ()):
+            {"get", "list", "create", "update", "delete", "deletecollection"},
+        ("coordination.k8s.io", "leases", ()): {"list", "create", "patch", "delete"},
+        ("coordination.k8s.io", "leases", ("tether-listener-janitor",)): {"get", "update"},
+    }
     assert all(r["resources"] != ["secrets"] for r in role["rules"])
     dep = by[("Deployment", "tether-listener")]["spec"]
     assert dep["replicas"] >= 2
@@ -38,6 +45,14 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert {"livenessProbe", "readinessProbe", "startupProbe"} <= set(c)
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+    # the janitor: a second container, same image, one retention value for both
+    janitor = {c["name"]: c for c in pod["containers"]}["janitor"]
+    assert janitor["command"] == ["tether", "janitor"] and janitor["image"] == c["image"]
+    assert {"livenessProbe", "readinessProbe"} <= set(janitor)
+    retention = [{e["name"]: e.get("value") for e in x["env"]}
+                 ["TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS"] for x in (c, janitor)]
+    assert retention[0] == retention[1]
 
 
 def test_whole_kcp_kustomization_builds(kcp: controlplane.ControlPlane) -> None:

@@ -1,0 +1,333 @@
+"""The listener's janitor: prunes tombstones and removes what runtimes left behind.
+
+One run (``Janitor.run``, an APScheduler interval job of ``tether janitor``, only in the
+holder of the janitor Lease; gunicorn workers never run it):
+
+1. list every ``RuntimeConfigMap`` of the listener (metadata only, paginated): count the
+   records of each runtime and collect the tombstones whose retention has passed
+   (``retention.tombstone_due``, at most ``MAX_TOMBSTONES`` per run);
+2. delete those tombstones, each only if unchanged since listed (``preconditions``: a
+   newer record written meanwhile is never deleted);
+3. list the heartbeat Leases and the Kyma CRs (metadata only) and decide per runtime
+   (``retention.orphan_actions``): mark a runtime without a Kyma CR on its heartbeat Lease
+   (``orphaned-since``, created when the runtime has records but no Lease), clear the mark
+   when the Kyma CR is back, and once the grace period has passed delete its records
+   (deletecollection by label) and then its Lease, after asking for its Kyma CR once more.
+
+The decisions are pure (``listener.retention``); this module does the I/O. A run that
+cannot list something does nothing it would need that list for; every step is idempotent,
+so a run interrupted at any point is completed by the next.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import urllib3
+from kubernetes import client
+from kubernetes.client import exceptions
+
+from common import changes, kyma, logs
+from listener import heartbeat, records, retention, store
+from listener import metrics as listener_metrics
+from listener import settings as settings_mod
+
+log = logging.getLogger(__name__)
+MAX_TOMBSTONES = 5000  # deletions per run; the rest waits for the next run
+PAGE = 500
+OWN_RECORDS = f"{records.MANAGED_BY_LABEL}={records.MANAGED_BY}"
+API_ERRORS = (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+class LeaseFacts(NamedTuple):
+    name: str
+    runtime_id: str
+    orphaned_since: str | None
+
+
+class Summary(NamedTuple):
+    ok: bool
+    tombstones_deleted: int = 0
+    orphan_records_deleted: int = 0
+    orphan_leases_deleted: int = 0
+    orphans_waiting: int = 0
+    skipped: bool = False
+
+
+class Kcp:
+    """The janitor's calls to the KCP API (namespace-scoped, what the listener's Role allows)."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, timeout: float) -> None:
+        self._api = api
+        self._objects = client.CustomObjectsApi(api)
+        self._leases = client.CoordinationV1Api(api)
+        self.namespace = namespace
+        self._timeout = timeout
+
+    def _metadata_list(self, group: str, version: str, plural: str,
+                       selector: str) -> Iterator[dict[str, Any]]:
+        token = ""
+        while True:
+            query = [("labelSelector", selector), ("limit", str(PAGE))]
+            if token:
+                query.append(("continue", token))
+            doc = store.raw_get(self._api, f"/apis/{group}/{version}/namespaces/"
+                                f"{self.namespace}/{plural}", query, store.METADATA_LIST,
+                                self._timeout)
+            for obj in doc.get("items") or []:
+                yield obj.get("metadata") or {}
+            token = (doc.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
+
+    def record_metadata(self) -> Iterator[dict[str, Any]]:
+        """Metadata of every record the listener wrote in the namespace."""
+        return self._metadata_list(records.GROUP, records.VERSION, records.PLURAL, OWN_RECORDS)
+
+    def kyma_runtime_ids(self) -> set[str]:
+        """The runtime IDs that have a Kyma CR (label ``kyma-project.io/runtime-id``)."""
+        out: set[str] = set()
+        for meta in self._metadata_list(kyma.GROUP, kyma.VERSION, kyma.PLURAL,
+                                        kyma.RUNTIME_ID_LABEL):
+            rid = (meta.get("labels") or {}).get(kyma.RUNTIME_ID_LABEL)
+            if isinstance(rid, str):
+                out.add(rid)
+        return out
+
+    def has_kyma(self, runtime_id: str) -> bool:
+        return bool(kyma.list_by_runtime_id(self._api, self.namespace, runtime_id,
+                                            timeout=self._timeout))
+
+    def heartbeat_leases(self) -> dict[str, LeaseFacts]:
+        out: dict[str, LeaseFacts] = {}
+        token: str | None = None
+        while True:
+            resp: Any = self._leases.list_namespaced_lease(
+                self.namespace, label_selector=f"{heartbeat.LABEL}=true", limit=PAGE,
+                _continue=token, _request_timeout=self._timeout)
+            for lease in resp.items or []:
+                meta = lease.metadata
+                rid = (meta.labels or {}).get(records.RUNTIME_LABEL) or (
+                    lease.spec.holder_identity if lease.spec else None)
+                if rid:
+                    out[rid] = LeaseFacts(meta.name, rid, (meta.annotations or {}).get(
+                        retention.ORPHANED_SINCE))
+            token = resp.metadata._continue if resp.metadata else None
+            if not token:
+                return out
+
+    def delete_tombstone(self, t: retention.Tombstone) -> bool:
+        """Delete one tombstone if it is unchanged since listed; False when it changed or
+        is gone already."""
+        try:
+            self._objects.delete_namespaced_custom_object(
+                records.GROUP, records.VERSION, self.namespace, records.PLURAL, t.name,
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(
+                    resource_version=t.resource_version, uid=t.uid)),
+                _request_timeout=self._timeout)
+        except exceptions.ApiException as e:
+            if e.status in (404, 409):
+                return False
+            raise
+        return True
+
+    def delete_runtime_records(self, runtime_id: str) -> int | None:
+        """Delete every record of a runtime; how many when the API says."""
+        resp: Any = self._objects.delete_collection_namespaced_custom_object(
+            records.GROUP, records.VERSION, self.namespace, records.PLURAL,
+            label_selector=f"{records.RUNTIME_LABEL}={runtime_id},{OWN_RECORDS}",
+            _request_timeout=self._timeout)
+        items = resp.get("items") if isinstance(resp, dict) else None
+        return len(items) if isinstance(items, list) else None
+
+    def has_records(self, runtime_id: str) -> bool:
+        query = [("labelSelector", f"{records.RUNTIME_LABEL}={runtime_id},{OWN_RECORDS}"),
+                 ("limit", "1")]
+        doc = store.raw_get(self._api, f"/apis/{records.GROUP}/{records.VERSION}/namespaces/"
+                            f"{self.namespace}/{records.PLURAL}", query, store.METADATA_LIST,
+                            self._timeout)
+        return bool(doc.get("items"))
+
+    def mark(self, runtime_id: str, lease: LeaseFacts | None, since: datetime.datetime) -> None:
+        value = changes.format_time(since)
+        if lease is not None:
+            self._leases.patch_namespaced_lease(
+                lease.name, self.namespace,
+                {"metadata": {"annotations": {retention.ORPHANED_SINCE: value}}},
+                _request_timeout=self._timeout)
+            return
+        body = client.V1Lease(  # records without a Lease: the mark needs a durable home
+            metadata=client.V1ObjectMeta(
+                name=heartbeat.lease_name(runtime_id), namespace=self.namespace,
+                labels={heartbeat.LABEL: "true", records.RUNTIME_LABEL: runtime_id,
+                        records.MANAGED_BY_LABEL: records.MANAGED_BY},
+                annotations={retention.ORPHANED_SINCE: value}),
+            spec=client.V1LeaseSpec(holder_identity=runtime_id))
+        try:
+            self._leases.create_namespaced_lease(self.namespace, body,
+                                                 _request_timeout=self._timeout)
+        except exceptions.ApiException as e:
+            if e.status != 409:  # the listener created it just now: marked next run
+                raise
+
+    def unmark(self, lease: LeaseFacts) -> None:
+        self._leases.patch_namespaced_lease(
+            lease.name, self.namespace,
+            {"metadata": {"annotations": {retention.ORPHANED_SINCE: None}}},
+            _request_timeout=self._timeout)
+
+    def delete_lease(self, runtime_id: str) -> bool:
+        try:
+            self._leases.delete_namespaced_lease(heartbeat.lease_name(runtime_id),
+                                                 self.namespace, _request_timeout=self._timeout)
+        except exceptions.ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class Janitor:
+    def __init__(self, kcp: Kcp, settings: settings_mod.JanitorSettings,
+                 meters: listener_metrics.JanitorMetrics, audit: logging.Logger, *,
+                 active: Callable[[], bool] = lambda: True,
+                 now: Callable[[], datetime.datetime] = _now) -> None:
+        self.kcp = kcp
+        self.settings = settings
+        self.metrics = meters
+        self.audit = audit
+        self.active = active  # False once the Lease is lost: stop between deletions
+        self._now = now
+        self._lock = threading.Lock()
+
+    def run(self) -> Summary:
+        if not self._lock.acquire(blocking=False):
+            log.info("a janitor run is still in progress; skipping this one")
+            return Summary(True, skipped=True)
+        t0 = time.monotonic()
+        try:
+            summary = self._run()
+        except Exception as e:  # noqa: BLE001 - the scheduler must keep running
+            log.error("janitor run failed: %s", logs.bounded(e, 300), exc_info=True)
+            summary = Summary(False)
+        finally:
+            self._lock.release()
+        self.metrics.run_seconds.observe(time.monotonic() - t0)
+        self.metrics.runs.labels("ok" if summary.ok else "failed").inc()
+        if summary.ok:
+            self.metrics.last_success.set(time.time())
+        return summary
+
+    def _run(self) -> Summary:
+        s = self.settings
+        now = self._now()
+        counts: collections.Counter[str] = collections.Counter()
+        due: list[retention.Tombstone] = []
+        try:
+            for meta in self.kcp.record_metadata():
+                rid = (meta.get("labels") or {}).get(records.RUNTIME_LABEL)
+                if isinstance(rid, str):
+                    counts[rid] += 1
+                if len(due) < MAX_TOMBSTONES:
+                    t = retention.tombstone_due(meta, now, s.storage.tombstone_retention,
+                                                records.ANN_DELETED, records.ANN_OBSERVED)
+                    if t is not None:
+                        due.append(t)
+        except API_ERRORS as e:
+            return self._failed("list_records", e)
+        pruned = self._prune(due)
+        try:
+            leases = self.kcp.heartbeat_leases()
+            with_kyma = self.kcp.kyma_runtime_ids()
+        except API_ERRORS as e:
+            self._failed("list_runtimes", e)
+            return Summary(False, pruned)
+        steps = retention.orphan_actions(
+            set(counts) | set(leases), {r: lf.orphaned_since for r, lf in leases.items()},
+            with_kyma, now, s.orphan_grace)
+        ok, records_deleted, leases_deleted, waiting = True, 0, 0, 0
+        for step in steps:
+            if not self.active():
+                log.info("janitor Lease lost; the run stops")
+                break
+            try:
+                if step.step == "mark":
+                    self.kcp.mark(step.runtime_id, leases.get(step.runtime_id), now)
+                    waiting += 1
+                    logs.audit(self.audit, "orphan_marked", runtime=step.runtime_id,
+                               since=changes.format_time(now), records=counts[step.runtime_id])
+                    log.info("runtime %s has no Kyma CR; its %d records are removed after %.0fs",
+                             step.runtime_id, counts[step.runtime_id], s.orphan_grace)
+                elif step.step == "unmark":
+                    self.kcp.unmark(leases[step.runtime_id])
+                    logs.audit(self.audit, "orphan_unmarked", runtime=step.runtime_id)
+                elif step.step == "wait":
+                    waiting += 1
+                else:
+                    n, gone = self._remove(step, counts[step.runtime_id], leases)
+                    records_deleted += n
+                    leases_deleted += gone
+            except API_ERRORS as e:
+                self._failed(f"orphan_{step.step}", e)
+                ok = False
+        self.metrics.orphans.set(waiting)
+        return Summary(ok, pruned, records_deleted, leases_deleted, waiting)
+
+    def _prune(self, due: list[retention.Tombstone]) -> int:
+        deleted = 0
+        for t in due:
+            if not self.active():
+                break
+            try:
+                if self.kcp.delete_tombstone(t):
+                    deleted += 1
+                    self.metrics.tombstones_deleted.inc()
+            except API_ERRORS as e:
+                self._failed("delete_tombstone", e)
+                break
+        if deleted:
+            logs.audit(self.audit, "tombstones_pruned", count=deleted,
+                       retention_seconds=self.settings.storage.tombstone_retention)
+            log.info("pruned %d tombstones older than the retention", deleted)
+        return deleted
+
+    def _remove(self, step: retention.Orphan, listed: int,
+                leases: dict[str, LeaseFacts]) -> tuple[int, int]:
+        """Delete an orphan's records, then its Lease; (records, leases) deleted."""
+        rid = step.runtime_id
+        if self.kcp.has_kyma(rid):  # back since the list: keep everything
+            lease = leases.get(rid)
+            if lease is not None:
+                self.kcp.unmark(lease)
+            return 0, 0
+        n = 0
+        if listed:
+            got = self.kcp.delete_runtime_records(rid)
+            n = listed if got is None else got
+            self.metrics.orphan_records_deleted.inc(n)
+        if self.kcp.has_records(rid):
+            return n, 0  # not all gone yet: the Lease (and its mark) stays for the next run
+        gone = 1 if self.kcp.delete_lease(rid) else 0
+        self.metrics.orphan_leases_deleted.inc(gone)
+        since = changes.format_time(step.since) if step.since else ""
+        logs.audit(self.audit, "orphan_removed", runtime=rid, records=n, lease=bool(gone),
+                   orphaned_since=since)
+        log.info("runtime %s: no Kyma CR since %s; deleted %d records and its heartbeat Lease",
+                 rid, since, n)
+        return n, gone
+
+    def _failed(self, step: str, e: BaseException) -> Summary:
+        self.metrics.errors.labels(step).inc()
+        reason = f"HTTP {e.status}" if isinstance(e, exceptions.ApiException) else type(e).__name__
+        log.warning("janitor %s failed: %s", step, reason)
+        return Summary(False)
