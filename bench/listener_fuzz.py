@@ -1,0 +1,117 @@
+"""Longer stateful schemathesis run against the listener (the test suite's is short).
+
+Starts one KCP control plane, the RuntimeConfigMap and Kyma stand-in CRDs, a Kyma CR and
+the listener (gunicorn, mTLS, the least-privilege Role), then runs the state machine of
+``tests/listener/test_schemathesis.py`` (POST changes, then GET state through the
+document's link; checks: not_a_server_error, status_code_conformance,
+content_type_conformance, response_schema_conformance) for ``--examples`` scenarios of up
+to ``--steps`` calls each. Prints a table of answers by operation and status and writes
+bench/results/listener_fuzz.json. Exits 1 when schemathesis found a failure.
+
+    .venv/bin/python bench/listener_fuzz.py [--examples 300] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import sys
+import tempfile
+import time
+import traceback
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kubernetes import client  # noqa: E402
+
+from common import certs, controlplane  # noqa: E402
+from tests.listener import conftest as lt  # noqa: E402
+from tests.listener import test_schemathesis as st  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "listener_fuzz.json"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--examples", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=10)
+    args = ap.parse_args()
+    started = time.monotonic()
+    load_before = os.getloadavg()[0]
+    failure = ""
+    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
+            controlplane.ControlPlane("kcp") as kcp:
+        d = pathlib.Path(tmp)
+        api = kcp.api_client()
+        controlplane.install_crds(api, controlplane.KYMA_CRD, lt.CRD_FILE)
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name="bench")))
+        lt.bind_listener_role(api, "bench")
+        runtime_ca = certs.CertificateAuthority.create("bench-runtime-ca")
+        server_ca = certs.CertificateAuthority.create("bench-serving-ca")
+        runtime_ca.write(d / "client-ca.crt", d / "client-ca.key")
+        server_ca.write(d / "server-ca.crt", d / "server-ca.key")
+        server_ca.issue("listener", ip_addresses=["127.0.0.1"], server=True).write(
+            d / "tls.crt", d / "tls.key")
+        env = lt.Env(d, "bench", kcp, api, runtime_ca, runtime_ca, d / "client-ca.crt",
+                     d / "server-ca.crt", d / "tls.crt", d / "tls.key",
+                     kcp.issue_client_cert(lt.LISTENER_USER, dest=d / "kubeconfig-listener"))
+        rid, dom = "rt-fuzz", "c-fuzz.kyma.example.com"
+        lt.create_kyma(api, "bench", rid, dom)
+        runtime_ca.issue(rid, dns_names=[dom], client=True).write(d / "rt.crt", d / "rt.key")
+        rt = lt.Runtime(rid, dom, d / "rt.crt", d / "rt.key", env)
+        proc = lt.ListenerProcess(env, "fuzz", TETHER_LISTENER_AUDIT_LOG=str(d / "audit.jsonl"))
+        statuses: dict[str, int] = {}
+        t0 = time.monotonic()
+        try:
+            statuses = run_counting(proc, rt, args.examples, args.steps, statuses)
+        except Exception as e:  # noqa: BLE001 - schemathesis' FailureGroup and friends: reported
+            failure = "".join(traceback.format_exception_only(type(e), e))[-4000:]
+        seconds = time.monotonic() - t0
+        unexpected = "unexpected error" in proc.log_file.read_text()
+        proc.stop()
+    calls = sum(statuses.values())
+    server_errors = sum(n for k, n in statuses.items() if int(k.rsplit(" ", 1)[1]) >= 500)
+    print(f"{'operation':<45} {'status':>6} {'answers':>8}")
+    for key in sorted(statuses):
+        op, status = key.rsplit(" ", 1)
+        print(f"{op:<45} {status:>6} {statuses[key]:>8}")
+    print(f"{'total':<45} {'':>6} {calls:>8}")
+    print(f"examples {args.examples}, steps <= {args.steps}, {seconds:.0f} s, 5xx {server_errors}, "
+          f"failure: {failure.splitlines()[0] if failure else 'none'}")
+    RESULTS.write_text(json.dumps({
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_before": round(load_before, 2)},
+        "examples": args.examples, "max_steps": args.steps, "calls": calls,
+        "seconds": round(seconds, 1), "total_seconds": round(time.monotonic() - started, 1),
+        "checks": [c.__name__ for c in st.CHECKS], "statuses": dict(sorted(statuses.items())),
+        "server_errors": server_errors, "unexpected_errors_logged": unexpected,
+        "failure": failure,
+    }, indent=2) + "\n")
+    return 1 if failure or server_errors or unexpected else 0
+
+
+def run_counting(proc: lt.ListenerProcess, rt: lt.Runtime, examples: int, steps: int,
+                 statuses: dict[str, int]) -> dict[str, int]:
+    """``test_schemathesis.run`` that keeps the counts made before a failure."""
+    import hypothesis
+
+    session = rt.session()
+    try:
+        machine = st.state_machine(proc.url, rt, session, statuses)
+        machine.run(settings=hypothesis.settings(
+            max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
+            suppress_health_check=list(hypothesis.HealthCheck), derandomize=True))
+    finally:
+        session.close()
+    return statuses
+
+
+if __name__ == "__main__":
+    sys.exit(main())
