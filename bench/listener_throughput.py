@@ -106,7 +106,7 @@ def main() -> int:
         rt = lt.Runtime(rid, dom, d / "rt.crt", d / "rt.key", env)
         proc = lt.ListenerProcess(env, "bench", TETHER_LISTENER_WORKERS=str(args.workers),
                                   TETHER_LISTENER_THREADS=str(threads),
-                                  TETHER_LISTENER_MAX_IN_FLIGHT=str(threads),
+                                  TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME=str(threads),
                                   TETHER_LISTENER_AUDIT_LOG=str(d / "audit.jsonl"),
                                   PROMETHEUS_MULTIPROC_DIR=str(d))
         sessions = [rt.session() for _ in range(threads)]

@@ -97,6 +97,14 @@ def https_ok(url: str, ctx: ssl.SSLContext) -> bool:
         return False
 
 
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def tether(part: str) -> list[str]:
     return [sys.executable, "-m", "common.cli", part]
 
@@ -178,18 +186,20 @@ def run(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pa
              _port_open(director_port))
 
     # -- the listener (KCP)
-    lport = controlplane.free_port()
+    lport, lops = controlplane.free_port(), controlplane.free_port()
     listener_url = f"https://127.0.0.1:{lport}"
     procs.append(Proc("listener", tether("listener"), {
         "TETHER_LISTENER_BIND": f"127.0.0.1:{lport}", "TETHER_LISTENER_WORKERS": "2",
+        "TETHER_LISTENER_OPS_BIND": f"127.0.0.1:{lops}",
         "TETHER_LISTENER_TLS_CERT_FILE": str(work / "listener.crt"),
         "TETHER_LISTENER_TLS_KEY_FILE": str(work / "listener.key"),
         "TETHER_LISTENER_CLIENT_CA_FILE": str(work / "kcp-ca.crt"),
         "TETHER_LISTENER_KUBECONFIG": str(kcp.kubeconfig), "TETHER_LISTENER_NAMESPACE": KCP_NS,
         "TETHER_LISTENER_LOG_FORMAT": "text",
         "TETHER_LISTENER_AUDIT_LOG": str(work / "listener-audit.log")}, work))
-    wait_for("the listener", lambda: procs[-1].alive() or https_ok(listener_url + "/readyz", ctx))
-    say(f"listener ready: {listener_url} (mTLS; audit log {work / 'listener-audit.log'})")
+    wait_for("the listener", lambda: procs[-1].alive() or http_ok(f"http://127.0.0.1:{lops}/readyz"))
+    say(f"listener ready: {listener_url} (mTLS; health, readiness, metrics "
+        f"http://127.0.0.1:{lops}; audit log {work / 'listener-audit.log'})")
 
     # -- the webhook (SKR), registered with the runtime's apiserver
     runtime_env = {"TETHER_RUNTIME_ID": RUNTIME_ID, "TETHER_LISTENER_URL": listener_url,

@@ -3,8 +3,9 @@
 Each request goes through the same steps, cheapest first, and stops at the first refusal
 (audited, counted, nothing persisted):
 
-    in-flight cap (429) -> client certificate (401) -> CN / Kyma CR / SAN (403)
-    -> [POST] media type (415) -> size (413) -> JSON (400) -> schema (400)
+    client certificate (401) -> CN / Kyma CR / SAN (403) -> runtime's in-flight cap (429)
+    -> [POST] media type (415) -> runtime's rate, one token (429) -> size (413)
+       -> body within its deadline (408) -> parse memory budget (503) -> JSON (400) -> schema (400)
        -> record runtimeId (403) -> record size (413)
     -> per-runtime rate (429) -> heartbeat -> persist / list (503 when the KCP fails)
 """
@@ -21,6 +22,7 @@ from kubernetes.client import exceptions
 
 from common import certs, changes, logs, numbers
 from listener import auth, peer, quota, ratelimit, records, responses, services, store, validation
+from listener import settings as listener_settings
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
 DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
@@ -83,27 +85,45 @@ def _invalid(svc: services.Services, runtime_id: str, problem: validation.Proble
     svc.metrics.validation_failures.labels(problem.reason).inc()
     svc.audit_event("refused", runtime=runtime_id, reason=problem.reason, status=problem.status,
                     remote=request.remote_addr, route=request.method + " " + str(request.url_rule))
-    return responses.error(problem.status, problem.error, problem.details)
+    retry = svc.settings.retry_after if problem.status == 503 else None
+    return responses.error(problem.status, problem.error, problem.details, retry_after=retry)
 
 
 def _guarded(handler: Any) -> Any:
-    """Apply the in-flight cap and authentication around a handler."""
+    """Authenticate, then apply the runtime's in-flight cap around a handler.
+
+    Authentication first: the cap is per runtime, and an unauthenticated caller must not
+    be able to spend another runtime's share by naming it in the URL. Both run before the
+    body is read (common.httpworker gives a thread only to a complete request head)."""
     def wrapper(runtime_id: str) -> Response:
         svc = services.of()
-        if not svc.in_flight.acquire():
+        refused = _authenticate(svc, runtime_id)
+        if refused is not None:
+            return refused
+        if not svc.in_flight.acquire(runtime_id):
             svc.metrics.rate_limited.labels("in_flight").inc()
-            svc.audit_event("rate_limited", runtime=logs.bounded(runtime_id, 80), limit="in_flight")
-            return responses.error(429, "too many requests in flight", None, retry_after=1)
+            svc.audit_event("rate_limited", runtime=runtime_id, limit="in_flight")
+            return responses.error(429, "too many requests in flight",
+                                   f"at most {svc.in_flight.limit} requests of one runtime "
+                                   "are served at once", retry_after=1)
         try:
-            refused = _authenticate(svc, runtime_id)
-            if refused is not None:
-                return refused
             result: Response = handler(svc, runtime_id)
             return result
         finally:
-            svc.in_flight.release()
+            svc.in_flight.release(runtime_id)
     wrapper.__name__ = handler.__name__
     return wrapper
+
+
+def _rate_before_body(svc: services.Services, runtime_id: str) -> Response | None:
+    """429 before anything is read when the runtime's bucket is empty."""
+    wait = svc.buckets.empty(runtime_id)
+    if wait <= 0:
+        return None
+    svc.metrics.rate_limited.labels("runtime").inc()
+    svc.audit_event("rate_limited", runtime=runtime_id, limit="runtime", cost=1)
+    return responses.error(429, "rate limited", "per-runtime rate exceeded",
+                           retry_after=ratelimit.retry_after(wait))
 
 
 def _read_body(svc: services.Services) -> bytes | validation.Problem:
@@ -112,13 +132,34 @@ def _read_body(svc: services.Services) -> bytes | validation.Problem:
         return validation.Problem(413, "request too large", f"the limit is {cap} bytes", "too_large")
     try:
         # gunicorn's wsgi.input ends at Content-Length or the last chunk; read one byte
-        # over the cap to tell a body of exactly the cap from a longer one
+        # over the cap to tell a body of exactly the cap from a longer one. Every read is
+        # bounded by the worker's idle timeout and body deadline (common.httpworker).
         raw: bytes = request.environ["wsgi.input"].read(cap + 1)
+    except TimeoutError:
+        return validation.Problem(
+            408, "request timeout",
+            f"the body did not arrive within {svc.settings.body_timeout:g} s", "body_timeout")
     except Exception:  # noqa: BLE001 - a broken chunked body or a peer gone: the client's fault
         return validation.Problem(400, "invalid body", "the body could not be read", "unreadable")
     if len(raw) > cap:
         return validation.Problem(413, "request too large", f"the limit is {cap} bytes", "too_large")
     return raw
+
+
+def _parse(svc: services.Services, runtime_id: str, raw: bytes) -> Any:
+    """The parsed body, within the worker's parse memory budget (``listener.budget``);
+    a ``Problem`` when it is not JSON or the budget stayed spent for ``parse_wait``."""
+    t0 = time.perf_counter()
+    held = svc.budget.acquire(runtime_id, len(raw) * listener_settings.PARSE_AMPLIFICATION,
+                              svc.settings.parse_wait)
+    svc.metrics.parse_wait_seconds.observe(time.perf_counter() - t0)
+    if held is None:
+        return validation.Problem(503, "busy", "the parse memory budget is spent; retry later",
+                                  "parse_budget")
+    try:
+        return validation.parse_json(raw)
+    finally:
+        svc.budget.release(runtime_id, held)
 
 
 @bp.post("/<runtime_id>/changes")
@@ -127,10 +168,13 @@ def post_changes(svc: services.Services, runtime_id: str) -> Response:
     if not validation.media_type_ok(request.headers.get("Content-Type")):
         return _invalid(svc, runtime_id, validation.Problem(
             415, "unsupported media type", "Content-Type must be application/json", "media_type"))
+    limited = _rate_before_body(svc, runtime_id)
+    if limited is not None:
+        return limited
     raw = _read_body(svc)
     if isinstance(raw, validation.Problem):
         return _invalid(svc, runtime_id, raw)
-    doc = validation.parse_json(raw)
+    doc = _parse(svc, runtime_id, raw)
     if isinstance(doc, validation.Problem):
         return _invalid(svc, runtime_id, doc)
     recs = validation.records(doc, runtime_id)

@@ -3,9 +3,9 @@
     gunicorn 'listener.app:create_app()'        # settings from TETHER_LISTENER_* variables
     tether listener                             # the same, with TLS set up (listener.server)
 
-Routes: the runtime API (``listener.api``), ``/healthz`` (the process serves), ``/readyz``
-(client CA loaded and the KCP API answering an authorized list), ``/metrics``,
-``/openapi.json``. Every error answer is JSON; an unexpected exception is logged and
+Routes: the runtime API (``listener.api``) and ``/openapi.json`` on the data port;
+``/readyz`` (client CA loaded and the KCP API answering an authorized list, cached 2 s
+whatever the result) and ``/metrics`` on the operations port only; ``/healthz`` on both. Every error answer is JSON; an unexpected exception is logged and
 answered 500 without details (no client input is meant to reach that).
 """
 
@@ -24,6 +24,7 @@ from listener import api, openapi, responses, services, settings, store
 
 log = logging.getLogger(__name__)
 READY_CACHE_SECONDS = 2.0
+DRAIN_BYTES = 64 * 1024  # a refused body longer than this is not read: the connection closes
 
 
 def create_app(
@@ -43,9 +44,27 @@ def create_app(
     return app
 
 
+def _port(bind: str) -> str:
+    return bind.rpartition(":")[2]
+
+
 def _register_operations(app: Flask, svc: services.Services) -> None:
+    """``/healthz`` on both ports; ``/readyz`` and ``/metrics`` only on the operations port
+    (``ops_bind``), never on the data port the internet reaches; the runtime API only on
+    the data port."""
     openapi_doc = openapi.OPENAPI_FILE.read_bytes()
-    ready_until = [0.0]
+    ops_port = _port(svc.settings.ops_bind)
+    ready: list[Any] = [0.0, []]  # until, problems: failures are cached like successes
+
+    @app.before_request
+    def ports() -> Response | None:
+        on_ops = str(request.environ.get("SERVER_PORT", "")) == ops_port
+        rule = str(request.url_rule) if request.url_rule is not None else ""
+        if rule in ("/readyz", "/metrics") and not on_ops:
+            return responses.error(404, "not found", f"served on the operations port {ops_port}")
+        if rule.startswith("/v1/") and on_ops:
+            return responses.error(404, "not found", "the runtime API is on the data port")
+        return None
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -53,17 +72,17 @@ def _register_operations(app: Flask, svc: services.Services) -> None:
 
     @app.get("/readyz")
     def readyz() -> Response:
-        problems = []
-        if not svc.cas.get() or svc.cas.error:
-            problems.append({"check": "client-ca", "message": svc.cas.error or "no CA loaded"})
-        if time.monotonic() >= ready_until[0]:
+        if time.monotonic() >= ready[0]:
+            problems = []
+            if not svc.cas.get() or svc.cas.error:
+                problems.append({"check": "client-ca", "message": svc.cas.error or "no CA loaded"})
             try:
                 svc.store.ping()
-                ready_until[0] = time.monotonic() + READY_CACHE_SECONDS
             except store.Unavailable as e:
                 problems.append({"check": "kcp-api", "message": str(e)})
-        if problems:
-            return responses.error(503, "not ready", problems, retry_after=svc.settings.retry_after)
+            ready[:] = [time.monotonic() + READY_CACHE_SECONDS, problems]
+        if ready[1]:
+            return responses.error(503, "not ready", ready[1], retry_after=svc.settings.retry_after)
         return responses.ok({"status": "ready"})
 
     @app.get("/metrics")
@@ -112,7 +131,7 @@ def _register_hooks(app: Flask, svc: services.Services) -> None:
         if started is not None:
             svc.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
         resp.headers.setdefault("Cache-Control", "no-store")
-        if not _drain(request.environ, svc.settings.max_body_bytes):
+        if not _drain(request.environ, DRAIN_BYTES):
             resp.headers["Connection"] = "close"
         return resp
 

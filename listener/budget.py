@@ -4,9 +4,9 @@ A parsed JSON body takes up to ``settings.PARSE_AMPLIFICATION`` times its size i
 objects. Before parsing, a request reserves ``len(body) * amplification`` bytes from the
 worker's budget and releases them when the request ends; when the budget is spent it waits
 (at most ``parse_wait``) and is then answered 503 with ``Retry-After``. One runtime may
-hold at most half of the budget, so a runtime sending maximum-size bodies on every
-connection leaves the other half to everyone else: a small body (a few KiB, the common
-case) never waits behind it. A reservation larger than the budget is cut to it (it then
+hold at most half of the budget beyond its first reservation, so a runtime sending
+maximum-size bodies on every connection leaves the rest to everyone else: a small body (a
+few KiB, the common case) does not wait behind it. A reservation larger than the budget is cut to it (it then
 runs alone), so every body within the size cap can be parsed.
 """
 
@@ -35,8 +35,10 @@ class MemoryBudget:
     def _fits(self, key: str, amount: int) -> bool:
         if self._used + amount > self.limit:
             return False
-        # a runtime's own share; a lone holder may use the whole budget
-        return self._by_key[key] + amount <= self.share or self._used == 0
+        # a runtime's first reservation always fits when the total does; more of them only
+        # within its share, so no runtime starves the others nor is starved by them
+        held = self._by_key.get(key, 0)
+        return held == 0 or held + amount <= self.share
 
     def acquire(self, key: str, amount: int, timeout: float) -> int | None:
         """Reserve ``amount`` bytes for ``key``; the amount reserved (to ``release``), or None

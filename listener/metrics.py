@@ -57,6 +57,18 @@ class Metrics:
                                        "Writes refused by optimistic concurrency (409) or on a "
                                        "vanished object (404), then retried after a fresh read",
                                        ["path"], registry=r)
+        self.connection_refusals = Counter(
+            f"{NS}_connection_refusals",
+            "Connections closed by a limit before a request was served, by reason "
+            "(connection_cap, peer_connection_cap, handshake_timeout, head_timeout, "
+            "head_too_large, tls_refused)", ["reason"], registry=r)
+        self.limits = Gauge(f"{NS}_limit",
+                            "Effective limits of one worker process (see docs/listener.md for how "
+                            "they add up across workers and replicas)", ["name"],
+                            multiprocess_mode="max", registry=r)
+        self.parse_wait_seconds = Histogram(
+            f"{NS}_parse_budget_wait_seconds",
+            "Time a body waited for the parse memory budget", buckets=LATENCY_BUCKETS, registry=r)
         self.quota_refusals = Counter(f"{NS}_quota_refusals",
                                       "Records refused (413) because the runtime's storage quota "
                                       "is reached, by limit (records, bytes)", ["limit"],
@@ -64,6 +76,10 @@ class Metrics:
         self.kcp_unavailable = Counter(f"{NS}_kcp_unavailable",
                                        "Requests answered 503 because the KCP API failed",
                                        ["operation"], registry=r)
+
+    def export_limits(self, values: dict[str, float]) -> None:
+        for name, value in values.items():
+            self.limits.labels(name).set(value)
 
     def scrape_registry(self, extra: Sequence[Collector] = ()) -> CollectorRegistry:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

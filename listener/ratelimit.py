@@ -1,6 +1,6 @@
 """Rate limiting: a token bucket per runtime and a cap on requests in flight.
 
-Both live in the memory of one worker process (no shared state, nothing needed across
+Both are kept per runtime and live in the memory of one worker process (no shared state, nothing needed across
 restarts): with R replicas of W workers a runtime may reach R*W times the configured rate,
 which is what the settings are sized for (see docs/listener.md). A POST costs one token
 per record, a GET of the state one token; a batch larger than the bucket's capacity
@@ -29,6 +29,15 @@ class TokenBuckets:
         self._lock = threading.Lock()
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # tokens, at
 
+    def empty(self, key: str) -> float:
+        """0.0 when ``key`` has at least one token (nothing taken), else the seconds until it
+        has one: checked before a body is read, so an exhausted runtime costs no read."""
+        now = self._clock()
+        with self._lock:
+            tokens, at = self._buckets.get(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.rate)
+        return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+
     def take(self, key: str, cost: int) -> float:
         """Take ``cost`` tokens; 0.0 when allowed, else the seconds to wait (nothing taken)."""
         cost = min(cost, self.burst)
@@ -54,13 +63,27 @@ def retry_after(wait: float) -> int:
 
 
 class InFlight:
-    """A non-blocking cap on concurrent requests (a request over the cap gets 429)."""
+    """A non-blocking cap on the concurrent requests of each runtime (one over it gets
+    429): one runtime never holds more than ``limit`` of a worker's threads, whatever the
+    others do. The map holds only runtimes with a request in flight."""
 
     def __init__(self, limit: int) -> None:
-        self._sem = threading.BoundedSemaphore(limit)
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
 
-    def acquire(self) -> bool:
-        return self._sem.acquire(blocking=False)
+    def acquire(self, key: str) -> bool:
+        with self._lock:
+            n = self._counts.get(key, 0)
+            if n >= self.limit:
+                return False
+            self._counts[key] = n + 1
+            return True
 
-    def release(self) -> None:
-        self._sem.release()
+    def release(self, key: str) -> None:
+        with self._lock:
+            n = self._counts.get(key, 0) - 1
+            if n <= 0:
+                self._counts.pop(key, None)
+            else:
+                self._counts[key] = n

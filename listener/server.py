@@ -1,13 +1,15 @@
-"""gunicorn (gthread) with TLS for the listener.
+"""gunicorn with TLS for the listener (a bounded gthread worker, ``common.httpworker``).
 
 The TLS context asks for a client certificate but does not require one
 (``ssl.CERT_OPTIONAL`` with the client CA bundle loaded): OpenSSL verifies any presented
 certificate during the handshake (chain to the bundle, validity period, clientAuth
 purpose) and aborts the handshake when it is invalid, so a forged, foreign or expired
 certificate never reaches the application; a connection without a certificate is served
-and the runtime API answers it 401 with a JSON body (health, readiness and metrics stay
-reachable for probes and Prometheus). Handshake refusals are counted and audited by
-``listener.worker``. The context is rebuilt when the certificate, key or CA files change
+and the runtime API answers it 401 with a JSON body. Handshakes, request heads and bodies
+run under the deadlines and connection caps of ``common.httpworker`` (settings
+``TETHER_LISTENER_*_TIMEOUT_SECONDS``, ``MAX_CONNECTIONS*``); refusals are counted and
+audited by ``listener.worker``. The operations port (``OPS_BIND``: health, readiness,
+metrics) is plain HTTP. The context is rebuilt when the certificate, key or CA files change
 (rotation without restart); TLS 1.2 is the minimum.
 """
 
@@ -21,8 +23,11 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from listener import app, settings
+from common import httpworker
+from listener import app, settings, worker
 
+# one XFCC header (32 KiB) fits; 1,000 connections' heads stay within 64 MiB
+_FIELD_SIZE, _HEAD_FIELDS, _MAX_HEAD = 32768, 32, 64 * 1024
 _lock = threading.Lock()
 _cache: dict[tuple[Any, ...], ssl.SSLContext] = {}
 
@@ -55,15 +60,22 @@ def tls_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
 
 
 def gunicorn_options(s: settings.Settings) -> dict[str, Any]:
+    limits = httpworker.Limits(
+        handshake_seconds=s.handshake_timeout, head_seconds=s.head_timeout,
+        body_seconds=s.body_timeout, idle_seconds=s.idle_timeout,
+        max_connections=s.max_connections, max_connections_per_peer=s.max_connections_per_runtime,
+        max_busy_per_peer=s.max_in_flight_per_runtime,
+        max_head_bytes=_MAX_HEAD, linger_bytes=s.max_body_bytes + _MAX_HEAD)
     opts: dict[str, Any] = {
-        "bind": [s.bind],
+        "bind": [s.bind, s.ops_bind],  # the first is the data port (TLS), then operations
         "workers": s.workers,
         "threads": s.threads,
-        "worker_class": "listener.worker.ListenerWorker",
+        "worker_class": httpworker.worker_class(worker.ListenerWorker, limits),
         "keepalive": 75,  # longer than the senders' idle pool timeout
         "timeout": 60,
         "graceful_timeout": 25,
-        "limit_request_field_size": 32768,  # room for an X-Forwarded-Client-Cert header
+        "limit_request_field_size": _FIELD_SIZE,  # room for an X-Forwarded-Client-Cert header
+        "limit_request_fields": _HEAD_FIELDS,
         "accesslog": None,
         "proc_name": "tether-listener",
         "control_socket_disable": True,  # one gunicorn per pod; no shared $HOME socket

@@ -17,7 +17,7 @@ from flask import Flask, current_app
 from kubernetes import client
 
 from common import logs
-from listener import digestcache, heartbeat, peer, ratelimit, runtimes, settings, store
+from listener import budget, digestcache, heartbeat, peer, ratelimit, runtimes, settings, store
 from listener import metrics as listener_metrics
 from listener import quota as listener_quota
 
@@ -60,6 +60,7 @@ class Services:
     beats: heartbeat.Heartbeats
     buckets: ratelimit.TokenBuckets
     in_flight: ratelimit.InFlight
+    budget: budget.MemoryBudget
     metrics: listener_metrics.Metrics
     silent: listener_metrics.SilentRuntimes
     audit: logging.Logger
@@ -85,7 +86,8 @@ def build(s: settings.Settings, api: client.ApiClient) -> Services:
         kymas=runtimes.KymaCache(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
         beats=beats,
         buckets=ratelimit.TokenBuckets(s.rate_per_second, s.rate_burst),
-        in_flight=ratelimit.InFlight(s.max_in_flight),
+        in_flight=ratelimit.InFlight(s.max_in_flight_per_runtime),
+        budget=budget.MemoryBudget(s.parse_budget_bytes),
         metrics=meters,
         silent=listener_metrics.SilentRuntimes(beats, s.silent_thresholds, s.silent_cache_seconds),
         audit=logs.audit_logger(s.audit_log),

@@ -17,6 +17,10 @@ from common import config
 
 P = "TETHER_LISTENER_"
 MIB = 1024 * 1024
+# Python objects of a parsed JSON body take at most ~15x its size once objects, arrays and
+# keys per object are capped while parsing (listener.validation.parse_json; shapes measured
+# in docs/performance.md); the parse budget is reserved at this rate
+PARSE_AMPLIFICATION = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +37,8 @@ class Storage:
 @dataclasses.dataclass(frozen=True)
 class Settings:
     # server
-    bind: str = "0.0.0.0:8443"
+    bind: str = "0.0.0.0:8443"  # plain HTTP (XFCC mode): 127.0.0.1:8443 unless set
+    ops_bind: str = "0.0.0.0:9090"  # health, readiness, metrics: never on the data port
     workers: int = 1
     threads: int = 16
     tls_cert_file: str | None = None  # None: plain HTTP (only allowed behind a trusted proxy)
@@ -53,7 +58,17 @@ class Settings:
     max_body_bytes: int = 3 * MIB
     rate_per_second: float = 200.0
     rate_burst: int = 1000
-    max_in_flight: int = 8
+    max_in_flight_per_runtime: int = 4
+    parse_budget_bytes: int = 128 * MIB
+    parse_wait: float = 5.0
+    # connections (per worker; common.httpworker)
+    handshake_timeout: float = 5.0
+    head_timeout: float = 10.0
+    body_timeout: float = 30.0
+    idle_timeout: float = 10.0
+    max_connections: int = 1000
+    max_connections_per_runtime: int = 64
+    refusal_audit_interval: float = 60.0
     write_cache_entries: int = 10_000
     storage: Storage = dataclasses.field(default_factory=Storage)
     # logging
@@ -114,8 +129,17 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     if fmt not in ("json", "text"):
         raise config.SettingError(f"{P}LOG_FORMAT={fmt!r} is not json or text")
     threads = config.integer(P + "THREADS", d.threads, minimum=1, maximum=256, env=e)
+    if config.optional(P + "MAX_IN_FLIGHT", env=e) is not None:
+        raise config.SettingError(f"{P}MAX_IN_FLIGHT was renamed {P}MAX_IN_FLIGHT_PER_RUNTIME "
+                                  "(requests of one runtime served at once per worker)")
+    bind = config.optional(P + "BIND", env=e) or (d.bind if cert else "127.0.0.1:8443")
+    max_body = config.integer(P + "MAX_BODY_BYTES", d.max_body_bytes, minimum=MIB + MIB // 2,
+                              maximum=64 * MIB, env=e)
+    max_conns = config.integer(P + "MAX_CONNECTIONS", d.max_connections, minimum=threads,
+                               maximum=100_000, env=e)
     return Settings(
-        bind=config.string(P + "BIND", d.bind, env=e),
+        bind=bind,
+        ops_bind=config.string(P + "OPS_BIND", d.ops_bind, env=e),
         workers=config.integer(P + "WORKERS", d.workers, minimum=1, maximum=64, env=e),
         threads=threads,
         tls_cert_file=cert,
@@ -138,13 +162,34 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
                                tuple(str(t) for t in d.silent_thresholds), env=e)),
         silent_cache_seconds=config.number(P + "SILENT_CACHE_SECONDS", d.silent_cache_seconds,
                                            minimum=0, maximum=3600, env=e),
-        max_body_bytes=config.integer(P + "MAX_BODY_BYTES", d.max_body_bytes, minimum=MIB + MIB // 2,
-                                      maximum=64 * MIB, env=e),
+        max_body_bytes=max_body,
         rate_per_second=config.number(P + "RATE_PER_SECOND", d.rate_per_second, minimum=0.01,
                                       maximum=1e6, env=e),
         rate_burst=burst,
-        max_in_flight=config.integer(P + "MAX_IN_FLIGHT", min(d.max_in_flight, threads),
-                                     minimum=1, maximum=threads, env=e),
+        max_in_flight_per_runtime=config.integer(
+            P + "MAX_IN_FLIGHT_PER_RUNTIME", min(d.max_in_flight_per_runtime, threads),
+            minimum=1, maximum=threads, env=e),
+        parse_budget_bytes=config.integer(
+            P + "PARSE_BUDGET_BYTES", max(d.parse_budget_bytes, max_body * PARSE_AMPLIFICATION),
+            minimum=max_body * PARSE_AMPLIFICATION,
+            maximum=16 * 1024 * MIB, env=e),
+        parse_wait=config.number(P + "PARSE_WAIT_SECONDS", d.parse_wait, minimum=0.1,
+                                 maximum=120, env=e),
+        handshake_timeout=config.number(P + "HANDSHAKE_TIMEOUT_SECONDS", d.handshake_timeout,
+                                        minimum=0.1, maximum=120, env=e),
+        head_timeout=config.number(P + "HEAD_TIMEOUT_SECONDS", d.head_timeout, minimum=0.1,
+                                   maximum=300, env=e),
+        body_timeout=config.number(P + "BODY_TIMEOUT_SECONDS", d.body_timeout, minimum=0.1,
+                                   maximum=600, env=e),
+        idle_timeout=config.number(P + "IDLE_TIMEOUT_SECONDS", d.idle_timeout, minimum=0.1,
+                                   maximum=300, env=e),
+        max_connections=max_conns,
+        max_connections_per_runtime=config.integer(
+            P + "MAX_CONNECTIONS_PER_RUNTIME", min(d.max_connections_per_runtime, max_conns),
+            minimum=1, maximum=max_conns, env=e),
+        refusal_audit_interval=config.number(P + "REFUSAL_AUDIT_INTERVAL_SECONDS",
+                                             d.refusal_audit_interval, minimum=0, maximum=3600,
+                                             env=e),
         storage=storage_from_env(e),
         write_cache_entries=config.integer(P + "WRITE_CACHE_ENTRIES", d.write_cache_entries,
                                            minimum=0, maximum=1_000_000, env=e),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -18,6 +19,10 @@ from common import changes
 # A ConfigMap's data + binaryData may hold at most 1 MiB (the API server's limit).
 MAX_CONFIGMAP_BYTES = 1024 * 1024
 MAX_DEPTH = 32
+MAX_BATCH_ITEMS = 500  # the batch schema's maxItems
+MAX_OBJECTS = 5 * MAX_BATCH_ITEMS + 16
+MAX_ARRAYS = 16
+MAX_KEYS = 10_000  # the schema's maxProperties of a map
 
 
 class Problem(NamedTuple):
@@ -46,23 +51,76 @@ def _reject_constant(name: str) -> Any:
 
 
 def _depth(doc: Any, limit: int) -> bool:
-    """Whether nesting stays within ``limit`` (iterative; no recursion on hostile input)."""
-    stack = [(doc, 1)]
+    """Whether nesting stays within ``limit`` (iterative, one iterator per level: memory
+    grows with the depth, never with the number of elements)."""
+    stack = [iter((doc,))]
     while stack:
-        node, d = stack.pop()
-        if d > limit:
-            return False
-        if isinstance(node, dict):
-            stack.extend((v, d + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, d + 1) for v in node)
+        node = next(stack[-1], _END)
+        if node is _END:
+            stack.pop()
+        elif isinstance(node, dict | list):
+            if len(stack) >= limit:
+                return False
+            stack.append(iter(node.values() if isinstance(node, dict) else node))
     return True
 
 
+_END = object()
+# possessive repeats: a long string is one scan in constant memory (no backtracking state)
+_TOKENS = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"|\[')
+
+
+def _arrays_within(raw: bytes, limit: int) -> bool:
+    """Whether the body has at most ``limit`` JSON arrays (a valid body has one: a batch's
+    ``items``). Checked on the bytes before parsing: a body of empty arrays would make a
+    million lists (~25x its size). Brackets inside strings do not count; the exact scan
+    runs only when the plain count of ``[`` is over the limit."""
+    if raw.count(b"[") <= limit:
+        return True
+    arrays = 0
+    for m in _TOKENS.finditer(raw):
+        if m.group() == b"[":
+            arrays += 1
+            if arrays > limit:
+                return False
+    return True
+
+
+class _TooManyObjects(Exception):
+    pass
+
+
+def _counting_pairs_hook(limit: int) -> Any:
+    """An ``object_pairs_hook`` that stops the parse at the ``limit``-th JSON object: a
+    valid body holds at most 5 objects per record (record, labels, annotations, data,
+    binaryData), while a body of empty objects would make a million dicts (~25x its size)."""
+    count = [0]
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        count[0] += 1
+        if count[0] > limit or len(pairs) > MAX_KEYS:
+            raise _TooManyObjects
+        return dict(pairs)
+    return hook
+
+
 def parse_json(raw: bytes) -> Any | Problem:
+    """The parsed body or a Problem. Memory: the caller reserves ``len(raw)`` times
+    ``settings.PARSE_AMPLIFICATION`` first (``listener.budget``); objects are counted while
+    parsing (``MAX_OBJECTS``) and nesting is bounded (``MAX_DEPTH``)."""
+    if not _arrays_within(raw, MAX_ARRAYS):
+        return Problem(400, "schema violation", [
+            {"path": "$", "message": f"more than {MAX_ARRAYS} JSON arrays (only a batch's "
+                                     "items is an array)"}], "schema")
     try:
         text = raw.decode("utf-8")
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = json.loads(text, parse_constant=_reject_constant,
+                         object_pairs_hook=_counting_pairs_hook(MAX_OBJECTS))
+    except _TooManyObjects:
+        return Problem(400, "schema violation", [
+            {"path": "$", "message": f"more than {MAX_OBJECTS} JSON objects (a batch holds at "
+                                     f"most {MAX_BATCH_ITEMS} records) or more than "
+                                     f"{MAX_KEYS} keys in one"}], "schema")
     except UnicodeDecodeError:
         return Problem(400, "invalid JSON", [{"path": "$", "message": "body is not UTF-8"}],
                        "invalid_json")

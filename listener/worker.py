@@ -1,11 +1,13 @@
-"""The gunicorn worker of the listener: gthread, plus accounting of refused handshakes.
+"""The gunicorn worker of the listener: ``common.httpworker.BoundedWorker``, plus accounting.
 
-An invalid client certificate makes the TLS handshake fail inside gunicorn, before any
-HTTP request exists; gunicorn reports it to ``handle_error``. Here it is counted
-(``tether_listener_tls_handshake_refusals_total{reason}``) and audited (reason and peer
-address only: no certificate content is available or logged), then gunicorn's own
-handling closes the connection. gunicorn's 501 for an unsupported Transfer-Encoding is
-answered 400 instead (a client's mistake is never a 5xx).
+Every connection a limit closes (stalled handshake or head, too many connections, an
+invalid client certificate) is counted in ``tether_listener_connection_refusals_total
+{reason}`` (TLS refusals also in ``tether_listener_tls_handshake_refusals_total{reason}``)
+and audited through one ``logs.Aggregated`` per worker: the first refusal of a reason in an
+interval is written at once, the rest as one ``refused_aggregated`` line with the count, so a
+flood from the internet cannot flood the audit log. No certificate content is logged.
+gunicorn's 501 for an unsupported Transfer-Encoding is answered 400 instead (a client's
+mistake is never a 5xx).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from typing import Any
 
 from gunicorn import util
 from gunicorn.http import errors as http_errors
-from gunicorn.workers import gthread
 
+from common import httpworker, logs
 from listener import services
 
 # OpenSSL verify/alert texts -> bounded reason codes
@@ -31,7 +33,7 @@ _REASONS = (
 )
 
 
-def tls_reason(exc: ssl.SSLError) -> str:
+def tls_reason(exc: BaseException) -> str:
     """A short code for a failed handshake (a fixed set, fit for a metric label)."""
     text = f"{getattr(exc, 'verify_message', '') or ''} {getattr(exc, 'reason', '') or ''}".lower()
     for needle, code in _REASONS:
@@ -44,7 +46,41 @@ def tls_reason(exc: ssl.SSLError) -> str:
     return "handshake_failed"
 
 
-class ListenerWorker(gthread.ThreadWorker):  # type: ignore[misc]
+class ListenerWorker(httpworker.BoundedWorker):
+    _aggregated: logs.Aggregated | None = None
+
+    def _services(self) -> services.Services | None:
+        try:
+            return services.of(self.wsgi)
+        except (AttributeError, KeyError, TypeError, RuntimeError):
+            return None
+
+    def run(self) -> None:
+        svc = self._services()
+        if svc is not None:
+            svc.metrics.export_limits(self.export_limits())
+        try:
+            super().run()
+        finally:
+            if self._aggregated is not None:
+                self._aggregated.flush()
+
+    def on_refused(self, reason: str, peer: str, exc: BaseException | None = None) -> None:
+        svc = self._services()
+        if svc is None:
+            return
+        svc.metrics.connection_refusals.labels(reason).inc()
+        detail = reason
+        if reason == "tls_refused" and exc is not None:
+            detail = tls_reason(exc)
+            svc.metrics.tls_refusals.labels(detail).inc()
+        if self._aggregated is None:
+            self._aggregated = logs.Aggregated(svc.audit, "refused",
+                                               svc.settings.refusal_audit_interval)
+        self._aggregated.record(reason if reason != "tls_refused" else "tls_" + detail,
+                                reason=("tls_" + detail) if reason == "tls_refused" else reason,
+                                status=None, remote=peer, route="connection")
+
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         if isinstance(exc, http_errors.UnsupportedTransferCoding):
             try:
@@ -53,16 +89,6 @@ class ListenerWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 pass
             return
         if isinstance(exc, ssl.SSLError) and req is None:
-            self._count_tls_refusal(exc, addr)
-        super().handle_error(req, client, addr, exc)
-
-    def _count_tls_refusal(self, exc: ssl.SSLError, addr: Any) -> None:
-        try:
-            svc = services.of(self.wsgi)
-        except (AttributeError, KeyError, TypeError):
+            self.on_refused("tls_refused", httpworker.peer_address(addr), exc)
             return
-        reason = tls_reason(exc)
-        svc.metrics.tls_refusals.labels(reason).inc()
-        peer_addr = addr[0] if isinstance(addr, tuple) and addr else str(addr)
-        svc.audit_event("refused", reason="tls_" + reason, status=None, remote=peer_addr,
-                        route="tls handshake")
+        super().handle_error(req, client, addr, exc)

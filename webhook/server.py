@@ -1,5 +1,9 @@
 """Running the webhook app under gunicorn: gthread workers over TLS with keep-alive.
 
+The worker is ``common.httpworker.BoundedWorker``: handshakes, request heads and bodies have
+deadlines (``TETHER_WEBHOOK_*_TIMEOUT_SECONDS``) and connections are capped per worker and
+per client address, so no pod of the runtime can hold the threads the API server needs.
+
 Each worker builds its own app (queue, forwarder threads, clients) after the fork; the
 forwarder starts in ``post_worker_init`` and drains in ``worker_exit`` (within
 ``TETHER_DRAIN_SECONDS``, below gunicorn's graceful timeout). The serving certificate is
@@ -16,7 +20,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
 
-from common import logs, tlsreload
+from common import httpworker, logs, tlsreload
 from webhook import app as app_mod
 from webhook import parts as parts_mod
 from webhook import settings as settings_mod
@@ -26,10 +30,17 @@ log = logging.getLogger(__name__)
 
 def gunicorn_options(s: settings_mod.Settings) -> dict[str, Any]:
     sv = s.server
+    limits = httpworker.Limits(
+        handshake_seconds=sv.handshake_timeout, head_seconds=sv.head_timeout,
+        body_seconds=sv.body_timeout, idle_seconds=sv.idle_timeout,
+        max_connections=sv.max_connections, max_connections_per_peer=sv.max_connections_per_peer,
+        # the API server is one peer and sends every admission review: it may use every
+        # thread; other peers (pods) are served round-robin beside it
+        max_busy_per_peer=sv.threads)
     return {
         "bind": [sv.bind],
         "workers": sv.workers,
-        "worker_class": "gthread",
+        "worker_class": httpworker.worker_class(httpworker.BoundedWorker, limits),
         "threads": sv.threads,
         "keepalive": sv.keepalive,
         "graceful_timeout": sv.graceful_timeout,

@@ -37,6 +37,14 @@ class ServerSettings:
     keepalive: int = 75
     graceful_timeout: int = 20
     max_body_bytes: int = 8 * 1024 * 1024
+    # connections (per worker; common.httpworker): every pod of the runtime can reach the
+    # server, so handshakes, heads and bodies have deadlines and connections are capped
+    handshake_timeout: float = 5.0
+    head_timeout: float = 10.0
+    body_timeout: float = 10.0
+    idle_timeout: float = 10.0
+    max_connections: int = 1000
+    max_connections_per_peer: int = 256  # per client address (the API server is one)
     metrics_dir: str | None = None  # PROMETHEUS_MULTIPROC_DIR; a temp dir per start if unset
 
 
@@ -69,6 +77,18 @@ def from_env(env: Mapping[str, str]) -> Settings:
         graceful_timeout=config.integer("TETHER_WEBHOOK_GRACEFUL_TIMEOUT", 20, minimum=1, maximum=600, env=env),
         max_body_bytes=config.integer("TETHER_WEBHOOK_MAX_BODY_BYTES", 8 * 1024 * 1024,
                                       minimum=64 * 1024, maximum=64 * 1024 * 1024, env=env),
+        handshake_timeout=config.number("TETHER_WEBHOOK_HANDSHAKE_TIMEOUT_SECONDS", 5.0,
+                                        minimum=0.1, maximum=120, env=env),
+        head_timeout=config.number("TETHER_WEBHOOK_HEAD_TIMEOUT_SECONDS", 10.0, minimum=0.1,
+                                   maximum=300, env=env),
+        body_timeout=config.number("TETHER_WEBHOOK_BODY_TIMEOUT_SECONDS", 10.0, minimum=0.1,
+                                   maximum=600, env=env),
+        idle_timeout=config.number("TETHER_WEBHOOK_IDLE_TIMEOUT_SECONDS", 10.0, minimum=0.1,
+                                   maximum=300, env=env),
+        max_connections=config.integer("TETHER_WEBHOOK_MAX_CONNECTIONS", 1000, minimum=1,
+                                       maximum=100_000, env=env),
+        max_connections_per_peer=config.integer("TETHER_WEBHOOK_MAX_CONNECTIONS_PER_PEER", 256,
+                                                minimum=1, maximum=100_000, env=env),
         metrics_dir=config.optional("PROMETHEUS_MULTIPROC_DIR", env=env),
     )
     drain = config.number("TETHER_DRAIN_SECONDS", 10.0, minimum=0, maximum=600, env=env)

@@ -119,12 +119,14 @@ class ListenerProcess:
 
     def __init__(self, env: Env, name: str, **overrides: str) -> None:
         self.port = controlplane.free_port()
-        self.url = f"https://127.0.0.1:{self.port}"
+        self.ops_port = controlplane.free_port()
+        self.ops_url = f"http://127.0.0.1:{self.ops_port}"  # health, readiness, metrics
         self.audit_file = env.dir / f"audit-{name}-{self.port}.jsonl"
         self.log_file = env.dir / f"listener-{name}-{self.port}.log"
         self.env = env
         vars_ = {
             "TETHER_LISTENER_BIND": f"127.0.0.1:{self.port}",
+            "TETHER_LISTENER_OPS_BIND": f"127.0.0.1:{self.ops_port}",
             "TETHER_LISTENER_TLS_CERT_FILE": str(env.server_cert),
             "TETHER_LISTENER_TLS_KEY_FILE": str(env.server_key),
             "TETHER_LISTENER_CLIENT_CA_FILE": str(env.client_ca_file),
@@ -160,8 +162,7 @@ class ListenerProcess:
             if self.proc.poll() is not None:
                 raise AssertionError(f"listener exited: {self.log_file.read_text()[-3000:]}")
             try:
-                r = requests.get(f"{self.url}/healthz", verify=str(self.env.server_ca_file),
-                                 timeout=2)
+                r = requests.get(f"{self.ops_url}/healthz", timeout=2)
                 if r.status_code == 200:
                     return
             except requests.RequestException:
@@ -177,7 +178,7 @@ class ListenerProcess:
         return [json.loads(line) for line in self.audit_file.read_text().splitlines() if line]
 
     def metrics(self) -> str:
-        r = requests.get(f"{self.url}/metrics", verify=str(self.env.server_ca_file), timeout=10)
+        r = requests.get(f"{self.ops_url}/metrics", timeout=10)
         assert r.status_code == 200
         return r.text
 

@@ -44,7 +44,11 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert {"livenessProbe", "readinessProbe", "startupProbe"} <= set(c)
-    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "ops"}
+    # the data port is admitted only from the ingress, the operations port from monitoring
+    policy = by[("NetworkPolicy", "tether-listener")]["spec"]
+    rules = {r["ports"][0]["port"]: r["from"] for r in policy["ingress"]}
+    assert set(rules) == {8443, 9090} and all(rules.values())
 
     # the janitor: a second container, same image, one retention value for both
     janitor = {c["name"]: c for c in pod["containers"]}["janitor"]

@@ -37,8 +37,13 @@ def test_metrics_after_traffic(listener: ListenerProcess, runtime: Callable[...,
 def test_health_readiness_and_openapi(listener: ListenerProcess) -> None:
     ca = str(listener.env.server_ca_file)
     assert requests.get(f"{listener.url}/healthz", verify=ca, timeout=10).json() == {"status": "ok"}
-    r = requests.get(f"{listener.url}/readyz", verify=ca, timeout=10)
+    r = requests.get(f"{listener.ops_url}/readyz", timeout=10)
     assert r.status_code == 200 and r.json() == {"status": "ready"}
+    # readiness and metrics are not served to the internet on the data port
+    for path in ("/readyz", "/metrics"):
+        r = requests.get(f"{listener.url}{path}", verify=ca, timeout=10)
+        assert r.status_code == 404 and "operations port" in r.json()["details"]
+    assert requests.get(f"{listener.ops_url}/healthz", timeout=10).status_code == 200
     doc = requests.get(f"{listener.url}/openapi.json", verify=ca, timeout=10).json()
     assert doc == json.loads(openapi.render())
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+import requests
 
 from common import controlplane
 from tests.listener.conftest import ListenerProcess, Runtime
@@ -49,7 +50,7 @@ def test_kcp_down_gives_503_then_writes_succeed(
         s.get(f"{listener.url}/v1/runtimes/{seen.id}/state", timeout=30),
         fresh.session().post(f"{listener.url}/v1/runtimes/{fresh.id}/changes",  # lookup fails
                              json=fresh.record("b", 1), timeout=30),
-        s.get(f"{listener.url}/readyz", timeout=30),
+        requests.get(f"{listener.ops_url}/readyz", timeout=30),
     ):
         assert resp.status_code == 503, resp.text
         assert resp.headers["Retry-After"] == "2"

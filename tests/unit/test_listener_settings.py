@@ -26,7 +26,18 @@ def test_defaults(files: dict[str, str]) -> None:
     s = settings.from_env(files)
     assert (s.namespace, s.max_body_bytes, s.rate_burst, s.tls) == ("kcp-system", 3 * 1024 * 1024,
                                                                     1000, True)
-    assert s.max_in_flight == 8 and s.silent_thresholds == (60, 300, 900, 3600)
+    assert s.max_in_flight_per_runtime == 4 and s.silent_thresholds == (60, 300, 900, 3600)
+    assert (s.bind, s.ops_bind) == ("0.0.0.0:8443", "0.0.0.0:9090")
+    assert (s.handshake_timeout, s.head_timeout, s.body_timeout) == (5.0, 10.0, 30.0)
+    assert s.parse_budget_bytes >= s.max_body_bytes * settings.PARSE_AMPLIFICATION
+
+
+def test_plain_http_binds_loopback_unless_told(files: dict[str, str]) -> None:
+    xfcc = {"TETHER_LISTENER_CLIENT_CA_FILE": files["TETHER_LISTENER_CLIENT_CA_FILE"],
+            "TETHER_LISTENER_XFCC_TRUSTED_PROXIES": "127.0.0.1/32"}
+    assert settings.from_env(xfcc).bind == "127.0.0.1:8443"
+    told = {**xfcc, "TETHER_LISTENER_BIND": "0.0.0.0:8080"}
+    assert settings.from_env(told).bind == "0.0.0.0:8080"
 
 
 @pytest.mark.parametrize(("extra", "needle"), [
@@ -36,7 +47,11 @@ def test_defaults(files: dict[str, str]) -> None:
     ({"TETHER_LISTENER_SILENT_THRESHOLDS_SECONDS": "a,b"}, "TETHER_LISTENER_SILENT_THRESHOLDS"),
     ({"TETHER_LISTENER_TLS_KEY_FILE": ""}, "go together"),
     ({"TETHER_LISTENER_CLIENT_CA_FILE": "/nope"}, "TETHER_LISTENER_CLIENT_CA_FILE"),
-    ({"TETHER_LISTENER_MAX_IN_FLIGHT": "99"}, "TETHER_LISTENER_MAX_IN_FLIGHT"),
+    ({"TETHER_LISTENER_MAX_IN_FLIGHT": "4"}, "renamed TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME"),
+    ({"TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME": "99"}, "TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME"),
+    ({"TETHER_LISTENER_PARSE_BUDGET_BYTES": "1000"}, "TETHER_LISTENER_PARSE_BUDGET_BYTES"),
+    ({"TETHER_LISTENER_MAX_CONNECTIONS": "2"}, "TETHER_LISTENER_MAX_CONNECTIONS"),
+    ({"TETHER_LISTENER_HEAD_TIMEOUT_SECONDS": "0"}, "TETHER_LISTENER_HEAD_TIMEOUT_SECONDS"),
 ])
 def test_bad_values_name_the_variable(files: dict[str, str], extra: dict[str, str],
                                       needle: str) -> None:

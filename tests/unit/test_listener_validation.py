@@ -31,10 +31,20 @@ def test_media_type(ct: str | None, ok: bool) -> None:
 
 def test_parse_json() -> None:
     assert validation.parse_json(b'{"a": [1, 2]}') == {"a": [1, 2]}
-    for bad in (b"", b"{", b"\xff", b"NaN", b"[-Infinity]", b"[" * 5000 + b"]" * 5000,
-                b"[" * 40 + b"]" * 40):
+    for bad in (b"", b"{", b"\xff", b"NaN", b"[-Infinity]", b'{"a":' * 40 + b"1" + b"}" * 40,
+                b'{"a":' * 5000 + b"1" + b"}" * 5000):
         p = validation.parse_json(bad)
         assert isinstance(p, validation.Problem) and p.status == 400 and p.reason == "invalid_json"
+    # structure caps, checked before or while parsing (bounded memory whatever the shape)
+    for bad, needle in ((b"[" * 5000 + b"]" * 5000, "arrays"), (b"[" + b"[]," * 100 + b"[]]", "arrays"),
+                        (b"[" + b"{}," * 3000 + b"{}]", "objects"),
+                        (b"{" + b",".join(b'"k%d":""' % i for i in range(10_001)) + b"}", "keys")):
+        p = validation.parse_json(bad)
+        assert isinstance(p, validation.Problem) and (p.status, p.reason) == (400, "schema")
+        assert needle in p.details[0]["message"]
+    # brackets inside strings are not arrays
+    assert validation.parse_json(b'{"data": {"k": "' + b"[" * 100_000 + b'"}}') == \
+        {"data": {"k": "[" * 100_000}}
 
 
 def test_records_checks_in_order() -> None:
@@ -117,9 +127,9 @@ def test_token_bucket() -> None:
     assert b.take("rt", 20) == 0.0
     assert b.take("rt", 10_000) > 0  # capped at the burst, never impossible
     cap = ratelimit.InFlight(1)
-    assert cap.acquire() and not cap.acquire()
-    cap.release()
-    assert cap.acquire()
+    assert cap.acquire("rt") and not cap.acquire("rt")
+    cap.release("rt")
+    assert cap.acquire("rt")
 
 
 def test_silent_counts() -> None:
