@@ -266,3 +266,16 @@ def test_batches_are_checked_item_by_item() -> None:
     assert got[0] == "$.items[1].namespace" and "$.items[3].namespace" in got
     assert sum(p == "$.items[2]" for p in got) == changes.MAX_ITEM_VIOLATIONS
     assert all(re.fullmatch(r"\$\.items\[[123]\](\.namespace)?", p) for p in got)
+
+
+def test_tombstone_version_and_poller_port_read_ascii_digits_only() -> None:
+    from common import config
+    from poller import settings as poller_settings
+    from webhook import forwarder
+
+    assert forwarder._not_below("12", "9") == "12" and forwarder._not_below("9", "12") == "12"
+    assert forwarder._not_below("²", "5") == "²"  # not a number: the collection's, no crash
+    assert poller_settings._bind({"TETHER_POLLER_BIND": "0.0.0.0:8080"}) == "0.0.0.0:8080"
+    for port in ("²", "٣٣", "+80", "99999"):
+        with pytest.raises(config.SettingError):
+            poller_settings._bind({"TETHER_POLLER_BIND": f"0.0.0.0:{port}"})
