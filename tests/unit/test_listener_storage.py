@@ -4,6 +4,7 @@ the per-worker usage view with a fake list, and the storage and janitor settings
 from __future__ import annotations
 
 import datetime
+import pathlib
 import threading
 
 import pytest
@@ -236,3 +237,17 @@ def test_a_bad_setting_is_one_line_naming_the_variable(name: str, value: str) ->
     with pytest.raises(config.SettingError) as e:
         settings.janitor_from_env({name: value})
     assert name in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_listener_validates_the_same_storage_settings(tmp_path: pathlib.Path) -> None:
+    for n in ("ca.crt", "tls.crt", "tls.key"):
+        (tmp_path / n).write_text("x")
+    env = {"TETHER_LISTENER_CLIENT_CA_FILE": str(tmp_path / "ca.crt"),
+           "TETHER_LISTENER_TLS_CERT_FILE": str(tmp_path / "tls.crt"),
+           "TETHER_LISTENER_TLS_KEY_FILE": str(tmp_path / "tls.key")}
+    s = settings.from_env({**env, "TETHER_LISTENER_QUOTA_RECORDS": "7",
+                           "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": "60"})
+    assert (s.storage.quota_records, s.storage.tombstone_retention) == (7, 60.0)
+    assert settings.from_env(env).storage == settings.Storage()
+    with pytest.raises(config.SettingError, match="TETHER_LISTENER_QUOTA_BYTES"):
+        settings.from_env({**env, "TETHER_LISTENER_QUOTA_BYTES": "lots"})
