@@ -49,6 +49,8 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
     policy = by[("NetworkPolicy", "tether-listener")]["spec"]
     rules = {r["ports"][0]["port"]: r["from"] for r in policy["ingress"]}
     assert set(rules) == {8443, 9090} and all(rules.values())
+    monitoring = [r for r in policy["ingress"] if r["ports"][0]["port"] == 9090][0]
+    assert {p["port"] for p in monitoring["ports"]} == {9090, 9091}  # 9091: the janitor
 
     # the janitor: a second container, same image, one retention value for both
     janitor = {c["name"]: c for c in pod["containers"]}["janitor"]
