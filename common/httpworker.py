@@ -10,7 +10,8 @@ request head, and gives threads out fairly:
     accept ── over max_connections? close the oldest connection that has no verified
     │          certificate yet (still handshaking, or anonymous), else close the new one
     ├─ TLS handshake    non-blocking, ``handshake_seconds`` from accept
-    ├─ request head     non-blocking, ``head_seconds``, at most ``max_head_bytes``
+    ├─ request head     non-blocking, ``head_seconds``, at most ``max_head_bytes``; a body
+    │                   of known length up to ``prebuffer_bytes`` is read here too
     ├─ queue per peer   peer = the client certificate's CN, else the address; a peer already
     │                   holding ``max_connections_per_peer`` connections is closed here
     ├─ thread           round-robin over peers, at most ``max_busy_per_peer`` threads each
@@ -36,6 +37,7 @@ import dataclasses
 import errno
 import heapq
 import itertools
+import re
 import selectors
 import socket
 import ssl
@@ -52,6 +54,8 @@ REASONS = ("connection_cap", "peer_connection_cap", "handshake_timeout", "head_t
            "head_too_large", "tls_refused")
 HANDSHAKE, HEAD, READY, BUSY, KEEPALIVE, LINGER, CLOSED = range(7)
 _HEAD_END = b"\r\n\r\n"
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,12})[ \t]*\r\n",
+                             re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +74,10 @@ class Limits:
     # refused body) is read and discarded in the main loop, undecrypted, so that the peer
     # sees the answer instead of a reset: at most this much, within idle_seconds
     linger_bytes: int = 4 * 1024 * 1024
+    # a body of known length up to this size is read in the main loop too, before a thread
+    # takes the request (0: off), while the worker's prebuffered bytes stay within the budget
+    prebuffer_bytes: int = 64 * 1024
+    prebuffer_budget: int = 16 * 1024 * 1024
 
 
 class DeadlineExceeded(TimeoutError):
@@ -138,6 +146,8 @@ class Conn(gthread.TConn):  # type: ignore[misc]
         self.buf = bytearray()
         self.data_ready = True  # gthread.handle must not wait for data: the head is here
         self.lingered = 0
+        self.want: int | None = None  # bytes the buffer must hold before a thread takes it
+        self.prebuffer = 0  # of them, body bytes counted against the worker's budget
 
 
 def peer_address(addr: Any) -> str:
@@ -174,6 +184,7 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         self._peers: collections.Counter[str] = collections.Counter()
         self._busy_by_peer: collections.Counter[str] = collections.Counter()
         self._busy = 0
+        self._prebuffered = 0
         self._tls_index = 0 if self.cfg.is_ssl else -1
 
     # -- hooks for subclasses ------------------------------------------------------------
@@ -293,7 +304,7 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 return
             self._peers[key] += 1
             conn.key = key
-        while _HEAD_END not in conn.buf:
+        while not self._complete(conn):
             try:
                 data = conn.sock.recv(65536)
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
@@ -310,13 +321,39 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 self._answer_and_drop(conn, 431, "Request Header Fields Too Large")
                 return
         self._unwatch(conn)
+        self._release_prebuffer(conn)
         if conn.parser is None:
             conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         conn.parser.unreader.unread(bytes(conn.buf))
         conn.buf = bytearray()
+        conn.want = None
         conn.phase = READY
         self._ready.setdefault(conn.key, collections.deque()).append(conn)
         self._dispatch()
+
+    def _complete(self, conn: Conn) -> bool:
+        """Whether the buffer holds what the request needs before a thread takes it: the
+        head, and a small body of known length too (``prebuffer_bytes``, within the worker's
+        ``prebuffer_budget``), so a client that stalls in a small body holds no thread."""
+        if conn.want is not None:
+            return len(conn.buf) >= conn.want
+        end = conn.buf.find(_HEAD_END)
+        if end < 0:
+            return False
+        conn.want = end + len(_HEAD_END)
+        limit = self.limits.prebuffer_bytes
+        if limit:
+            m = _CONTENT_LENGTH.search(conn.buf, 0, conn.want)
+            length = int(m.group(1)) if m is not None else 0
+            if 0 < length <= limit and self._prebuffered + length <= self.limits.prebuffer_budget:
+                conn.want += length
+                conn.prebuffer = length
+                self._prebuffered += length
+        return len(conn.buf) >= conn.want
+
+    def _release_prebuffer(self, conn: Conn) -> None:
+        self._prebuffered -= conn.prebuffer
+        conn.prebuffer = 0
 
     def _unwatch(self, conn: Conn) -> None:
         try:
@@ -387,6 +424,7 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
             pending = conn.parser.unreader.take_buffered()
             if conn.anonymous:
                 self._waiting[conn] = None
+            conn.want = None
             if pending:  # the client pipelined its next request
                 conn.buf = bytearray(pending)
                 conn.phase, conn.deadline = HEAD, time.monotonic() + self.limits.head_seconds
@@ -418,6 +456,7 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
             if not queue:
                 del self._ready[conn.key]
         self._waiting.pop(conn, None)
+        self._release_prebuffer(conn)
         if conn.key is not None:
             self._peers[conn.key] -= 1
             if self._peers[conn.key] <= 0:

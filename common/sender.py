@@ -27,7 +27,7 @@ from typing import Any, Literal, NamedTuple
 import requests
 import requests.adapters
 
-from common import certs, changes, config, logs, tlsreload
+from common import certs, changes, config, logs, numbers, tlsreload
 
 Verdict = Literal["ok", "retryable", "permanent"]
 RETRYABLE_STATUS = frozenset({408, 429})
@@ -74,9 +74,10 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     if value is None or not value.strip():
         return None
     raw = value.strip()
-    try:
-        seconds = float(raw)
-    except ValueError:
+    digits = numbers.ascii_int(raw, max_digits=9)  # delta-seconds: ASCII digits only
+    if digits is not None:
+        seconds = float(digits)
+    else:
         try:
             when = email.utils.parsedate_to_datetime(raw)
         except (TypeError, ValueError):

@@ -106,6 +106,8 @@ def _refusals() -> dict[str, Any]:
                                "limit_request_line), e.g. a long continue token; a plain "
                                "text or HTML answer of the HTTP server",
                 "content": {"text/html": {"schema": {"type": "string"}}}},
+        "431": {"description": "Request head over the server's limit (64 KiB, "
+                               "common.httpworker); an empty answer, then the connection closes"},
         "429": _error("Rate limited (per runtime, or too many requests in flight)", True),
         "503": _error("KCP API unavailable, or the listener's parse memory budget is spent; "
                       "nothing was acknowledged that is not persisted", True),
@@ -142,8 +144,9 @@ def document() -> dict[str, Any]:
                                   "{path, message})"),
                     **_refusals(),
                     "408": _error("The body did not arrive within the body deadline"),
-                    "413": _error("Body over the size cap (default 3 MiB), or a record's data "
-                                  "over 1 MiB"),
+                    "413": _error("Body over the size cap (default 3 MiB), a record's data "
+                                  "over 1 MiB, or a new record over the runtime's storage "
+                                  "quota (error 'exceeded quota')"),
                     "415": _error("Content-Type is not application/json"),
                 }}},
             "/v1/runtimes/{runtimeId}/state": {"get": {
@@ -165,14 +168,6 @@ def document() -> dict[str, Any]:
                 }}},
             "/healthz": {"get": {"operationId": "healthz", "security": [], "summary": "Liveness",
                                  "responses": {"200": {"description": "The process serves"}}}},
-            "/readyz": {"get": {"operationId": "readyz", "security": [],
-                                "summary": "Readiness: client CA loaded, KCP API reachable",
-                                "responses": {"200": {"description": "Ready"},
-                                              "503": _error("Not ready", True)}}},
-            "/metrics": {"get": {"operationId": "metrics", "security": [],
-                                 "summary": "Prometheus metrics", "responses": {"200": {
-                                     "description": "Text exposition format",
-                                     "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
             "/openapi.json": {"get": {"operationId": "openapi", "security": [],
                                       "summary": "This document", "responses": {"200": {
                                           "description": "OpenAPI 3.1 document"}}}},

@@ -60,12 +60,18 @@ def tls_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
 
 
 def gunicorn_options(s: settings.Settings) -> dict[str, Any]:
+    # with mTLS the worker's peer is the runtime (its certificate's CN); behind a proxy
+    # (XFCC mode) every runtime arrives from the proxy's address, so the per-peer caps are
+    # left to the application's per-runtime in-flight cap (429) instead
+    per_peer = s.tls
     limits = httpworker.Limits(
         handshake_seconds=s.handshake_timeout, head_seconds=s.head_timeout,
         body_seconds=s.body_timeout, idle_seconds=s.idle_timeout,
-        max_connections=s.max_connections, max_connections_per_peer=s.max_connections_per_runtime,
-        max_busy_per_peer=s.max_in_flight_per_runtime,
-        max_head_bytes=_MAX_HEAD, linger_bytes=s.max_body_bytes + _MAX_HEAD)
+        max_connections=s.max_connections,
+        max_connections_per_peer=s.max_connections_per_runtime if per_peer else s.max_connections,
+        max_busy_per_peer=s.max_in_flight_per_runtime if per_peer else s.threads,
+        max_head_bytes=_MAX_HEAD, linger_bytes=s.max_body_bytes + _MAX_HEAD,
+        prebuffer_bytes=64 * 1024, prebuffer_budget=16 * 1024 * 1024)
     opts: dict[str, Any] = {
         "bind": [s.bind, s.ops_bind],  # the first is the data port (TLS), then operations
         "workers": s.workers,

@@ -34,9 +34,11 @@ def gunicorn_options(s: settings_mod.Settings) -> dict[str, Any]:
         handshake_seconds=sv.handshake_timeout, head_seconds=sv.head_timeout,
         body_seconds=sv.body_timeout, idle_seconds=sv.idle_timeout,
         max_connections=sv.max_connections, max_connections_per_peer=sv.max_connections_per_peer,
-        # the API server is one peer and sends every admission review: it may use every
-        # thread; other peers (pods) are served round-robin beside it
-        max_busy_per_peer=sv.threads)
+        # peers are client addresses: the API server (one per replica) and any pod; each may
+        # hold half the threads (a review takes microseconds), the rest is served round-robin.
+        # Reviews up to 1 MiB are read whole before a thread takes them
+        max_busy_per_peer=max(1, sv.threads // 2),
+        prebuffer_bytes=1024 * 1024, prebuffer_budget=32 * 1024 * 1024)
     return {
         "bind": [sv.bind],
         "workers": sv.workers,

@@ -49,7 +49,8 @@ def test_error_text_is_bounded() -> None:
 
 def test_retry_after_forms() -> None:
     assert sender.parse_retry_after("5") == 5.0
-    assert sender.parse_retry_after("-1") == 0.0
+    for bad in ("-1", "٣", "inf", "nan", "1e3", " 5 5"):  # delta-seconds is ASCII digits only
+        assert sender.parse_retry_after(bad) is None, bad
     assert sender.parse_retry_after("99999") == sender.MAX_RETRY_AFTER
     assert sender.parse_retry_after("soon") is None
     assert sender.parse_retry_after(None) is None

@@ -1,0 +1,89 @@
+"""The webhook's /validate server against stalled clients (every pod of the runtime can
+reach it): stalled TLS handshakes and half-sent heads and bodies hold no thread past their
+deadlines, and an admission review is answered meanwhile (a real webhook process, reviews
+POSTed directly, the objects in the real SKR plane)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import socket
+import ssl
+import time
+
+import pytest
+from kubernetes import client
+
+from common import controlplane
+from tests.webhook import conftest, stack
+from tests.webhook.receiver import Receiver
+
+pytestmark = pytest.mark.slow
+
+
+def _review(ns: str, cm: client.V1ConfigMap) -> bytes:
+    obj = client.ApiClient().sanitize_for_serialization(cm)
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-" + cm.metadata.name, "operation": "CREATE",
+        "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "namespace": ns, "name": cm.metadata.name, "object": obj}}).encode()
+
+
+def _closed(sock: socket.socket, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            if not sock.recv(65536):
+                return True
+        except (ConnectionResetError, ssl.SSLError):
+            return True
+        except TimeoutError:
+            return False
+    return False
+
+
+def test_stalled_clients_leave_admission_served(
+    skr: controlplane.ControlPlane, skr_api: client.ApiClient, namespace: str,
+    receiver: Receiver, runtime_cert: conftest.RuntimeCert, tmp_path: pathlib.Path,
+) -> None:
+    proc = stack.WebhookProcess(tmp_path, {
+        "TETHER_RUNTIME_ID": conftest.RUNTIME_ID,
+        "TETHER_LISTENER_URL": receiver.url,
+        "TETHER_LISTENER_CA_FILE": str(receiver.ca_file),
+        "TETHER_CLIENT_CERT_FILE": str(runtime_cert.cert_file),
+        "TETHER_CLIENT_KEY_FILE": str(runtime_cert.key_file),
+        "TETHER_KUBECONFIG": str(skr.kubeconfig),
+        "TETHER_WEBHOOK_THREADS": "2",
+        "TETHER_WEBHOOK_HANDSHAKE_TIMEOUT_SECONDS": "2",
+        "TETHER_WEBHOOK_HEAD_TIMEOUT_SECONDS": "2",
+        "TETHER_WEBHOOK_BODY_TIMEOUT_SECONDS": "2",
+    }).start()
+    held: list[socket.socket] = []
+    try:
+        for _ in range(200):  # stalled handshakes
+            s = socket.create_connection(("127.0.0.1", proc.port), timeout=10)
+            s.sendall(b"\x16\x03\x01\x02\x00\x01")
+            held.append(s)
+        ctx = proc.context()
+        for _ in range(8):  # 4x the threads: half heads and half bodies over TLS
+            for partial in (b"POST /validate HTTP/1.1\r\nHost: x\r\n",
+                            b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                            b"\r\nContent-Length: 5000\r\n\r\n{\"apiVersion\""):
+                t = ctx.wrap_socket(socket.create_connection(("127.0.0.1", proc.port), timeout=10),
+                                    server_hostname="127.0.0.1")
+                t.sendall(partial)
+                held.append(t)
+        cm = client.CoreV1Api(skr_api).create_namespaced_config_map(namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="beside-stalled"), data={"k": "v"}))
+        t0 = time.monotonic()
+        status, body = proc.post("/validate", _review(namespace, cm))
+        assert status == 200 and json.loads(body)["response"]["allowed"] is True
+        assert time.monotonic() - t0 < 5, "an admission review waited behind stalled clients"
+        # every stalled connection is closed by its deadline (2 s), none held forever
+        assert all(_closed(s, 15) for s in held)
+    finally:
+        for s in held:
+            s.close()
+        rc = proc.stop()
+    assert rc == 0, proc.log()
