@@ -16,6 +16,9 @@ from collections.abc import Mapping, Sequence
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _RUNTIME_ID = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
+_NUMBER = re.compile(r"-?[0-9]{1,18}(\.[0-9]{1,18})?")
+
 
 class SettingError(ValueError):
     """A setting is missing or invalid; the message names it."""
@@ -46,10 +49,9 @@ def integer(
     raw = _get(env, name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SettingError(f"{name}={raw!r} is not an integer") from None
+    if _INTEGER.fullmatch(raw) is None:  # int() would take '٣', '1_000' and ' 5 '
+        raise SettingError(f"{name}={raw!r} is not an integer")
+    value = int(raw)
     if minimum is not None and value < minimum:
         raise SettingError(f"{name}={value} is below the minimum {minimum}")
     if maximum is not None and value > maximum:
@@ -64,10 +66,9 @@ def number(
     raw = _get(env, name)
     if raw is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SettingError(f"{name}={raw!r} is not a number") from None
+    if _NUMBER.fullmatch(raw) is None:  # float() would take '٣', 'inf' and '1_0'
+        raise SettingError(f"{name}={raw!r} is not a number")
+    value = float(raw)
     if value != value or (minimum is not None and value < minimum):
         raise SettingError(f"{name}={raw} is below the minimum {minimum}")
     if maximum is not None and value > maximum:

@@ -201,6 +201,15 @@ def run(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pa
     say(f"listener ready: {listener_url} (mTLS; health, readiness, metrics "
         f"http://127.0.0.1:{lops}; audit log {work / 'listener-audit.log'})")
 
+    # -- the listener's janitor (KCP, leader-elected): tombstone retention, orphaned runtimes
+    jport = controlplane.free_port()
+    procs.append(Proc("janitor", tether("janitor"), {
+        "TETHER_LISTENER_KUBECONFIG": str(kcp.kubeconfig), "TETHER_LISTENER_NAMESPACE": KCP_NS,
+        "TETHER_LISTENER_JANITOR_BIND": f"127.0.0.1:{jport}", "TETHER_LISTENER_LOG_FORMAT": "text",
+        "TETHER_LISTENER_AUDIT_LOG": str(work / "janitor-audit.log")}, work))
+    wait_for("the janitor", lambda: procs[-1].alive() or http_ok(f"http://127.0.0.1:{jport}/healthz"))
+    say(f"janitor started (probes/metrics http://127.0.0.1:{jport})")
+
     # -- the webhook (SKR), registered with the runtime's apiserver
     runtime_env = {"TETHER_RUNTIME_ID": RUNTIME_ID, "TETHER_LISTENER_URL": listener_url,
                    "TETHER_LISTENER_CA_FILE": str(work / "kcp-ca.crt"),

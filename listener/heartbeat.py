@@ -26,7 +26,7 @@ from kubernetes import client
 from kubernetes.client import exceptions
 
 from common import changes
-from listener import records, store
+from listener import records, retention, store
 
 LABEL = "tether.kyma-project.io/heartbeat"
 MAX_REMEMBERED = 50_000
@@ -103,7 +103,9 @@ class Heartbeats:
         return True
 
     def renew_times(self) -> list[datetime.datetime]:
-        """The last-seen time of every runtime with a heartbeat Lease (paginated list)."""
+        """The last-seen time of every runtime with a heartbeat Lease (paginated list), except
+        runtimes whose Kyma CR is gone (the janitor marked their Lease ``orphaned-since``):
+        a deprovisioned runtime is not a silent one."""
         out: list[datetime.datetime] = []
         token: str | None = None
         try:
@@ -112,6 +114,9 @@ class Heartbeats:
                     self._namespace, label_selector=f"{LABEL}=true", limit=500,
                     _continue=token, _request_timeout=self._timeout)
                 for lease in resp.items or []:
+                    if retention.ORPHANED_SINCE in ((lease.metadata.annotations or {})
+                                                    if lease.metadata else {}):
+                        continue
                     t = lease.spec.renew_time if lease.spec else None
                     if isinstance(t, datetime.datetime):
                         out.append(t if t.tzinfo else t.replace(tzinfo=datetime.UTC))

@@ -29,6 +29,7 @@ class Metrics:
     forwarded_records: Counter  # outcome (listener's per-item outcome)
     forward_seconds: Histogram
     last_success: Gauge
+    connection_refusals: Counter  # reason (common.httpworker.REASONS)
 
 
 def build(registry: CollectorRegistry | None) -> Metrics:
@@ -55,4 +56,8 @@ def build(registry: CollectorRegistry | None) -> Metrics:
         last_success=Gauge(f"{PREFIX}_last_forward_success_timestamp_seconds",
                            "Unix time of the last successful POST to the listener",
                            multiprocess_mode="livemax", registry=r),
+        connection_refusals=Counter(
+            f"{PREFIX}_connection_refusals",
+            "Connections closed by a limit before a request was served (stalled handshake or "
+            "head, connection caps, refused TLS), by reason", ["reason"], registry=r),
     )

@@ -42,7 +42,7 @@ def gunicorn_options(s: settings_mod.Settings) -> dict[str, Any]:
     return {
         "bind": [sv.bind],
         "workers": sv.workers,
-        "worker_class": httpworker.worker_class(httpworker.BoundedWorker, limits),
+        "worker_class": httpworker.worker_class(WebhookWorker, limits),
         "threads": sv.threads,
         "keepalive": sv.keepalive,
         "graceful_timeout": sv.graceful_timeout,
@@ -59,6 +59,15 @@ def gunicorn_options(s: settings_mod.Settings) -> dict[str, Any]:
         "control_socket_disable": True,
         "worker_tmp_dir": "/dev/shm" if _exists("/dev/shm") else None,
     }
+
+
+class WebhookWorker(httpworker.BoundedWorker):
+    """Counts the connections its limits close (``tether_webhook_connection_refusals_total``)."""
+
+    def on_refused(self, reason: str, peer: str, exc: BaseException | None = None) -> None:
+        parts = WebhookServer._parts(self)
+        if parts is not None:
+            parts.metrics.connection_refusals.labels(reason).inc()
 
 
 def _exists(path: str) -> bool:

@@ -145,8 +145,13 @@ def test_payload_refusals(listener: ListenerProcess, runtime: Callable[..., Runt
                           timeout=10), 415, "unsupported media type")
 
     js = {"Content-Type": "application/json"}
-    for bad in (b"{", b"[1,", b"\xff\xfe", b"NaN", b'{"a": Infinity}', b"[" * 100 + b"]" * 100):
+    for bad in (b"{", b"[1,", b"\xff\xfe", b"NaN", b'{"a": Infinity}',
+                b'{"a":' * 100 + b"1" + b"}" * 100):
         body = assert_refused(s.post(url, data=bad, headers=js, timeout=10), 400, "invalid JSON")
+        assert body["details"][0]["path"] == "$"
+    # structure caps while parsing: arrays (only a batch's items is one), objects, keys
+    for bad in (b"[" * 100 + b"]" * 100, b"[" + b"{}," * 3000 + b"{}]"):
+        body = assert_refused(s.post(url, data=bad, headers=js, timeout=10), 400, "schema violation")
         assert body["details"][0]["path"] == "$"
 
     violations: list[tuple[dict[str, Any] | list[Any], str]] = [

@@ -328,12 +328,16 @@ def test_an_orphaned_runtimes_records_and_lease_are_removed_after_the_grace(
         assert outcomes(post(listener_a, rt, rt.record("a", 1), rt.record("b", 1))) \
             == ["persisted", "persisted"]
         assert lease(env, rt.id) is not None
+    beats = heartbeat.Heartbeats(env.api, env.namespace, 30, 10)
+    seen_before = len(beats.renew_times())
     client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
         kyma.GROUP, kyma.VERSION, env.namespace, kyma.PLURAL, f"kyma-{gone.id.lower()}"[:60])
     marked = eventually(lambda: (lambda le: le is not None and (le.metadata.annotations or {})
                                  .get(retention.ORPHANED_SINCE))(lease(env, gone.id)),
                         "orphan marked on its Lease", timeout=30)
     assert retention.parse_time(marked) is not None
+    # a deprovisioned runtime no longer counts among the silent ones (marked or removed)
+    assert len(beats.renew_times()) == seen_before - 1
     eventually(lambda: not env.stored(gone.id) and lease(env, gone.id) is None,
                "orphan's records and Lease removed", timeout=60)
     assert len(env.stored(kept.id)) == 2  # a runtime with its Kyma CR is untouched

@@ -64,3 +64,16 @@ def test_runtime_id_ok_and_flags() -> None:
                                                             "--x": "TETHER_X"},
                                    prog="p", description="d", env={"TETHER_X": "keep"})
     assert merged == {"TETHER_X": "keep", "TETHER_QUEUE_SIZE": "7"}
+
+
+@pytest.mark.parametrize("raw", ["٣", "1_000", "²", "inf", "nan", "1e3", "0x10", "5 5"])
+def test_numbers_are_plain_ascii(raw: str) -> None:
+    with pytest.raises(config.SettingError, match="N="):
+        config.integer("N", 1, env={"N": raw})
+    with pytest.raises(config.SettingError, match="N="):
+        config.number("N", 1.0, env={"N": raw})
+
+
+def test_plain_numbers_still_parse() -> None:
+    assert config.integer("N", 1, env={"N": "-3"}) == -3
+    assert config.number("N", 1.0, env={"N": "0.25"}) == 0.25

@@ -82,6 +82,10 @@ def test_stalled_clients_leave_admission_served(
         assert time.monotonic() - t0 < 5, "an admission review waited behind stalled clients"
         # every stalled connection is closed by its deadline (2 s), none held forever
         assert all(_closed(s, 15) for s in held)
+        assert proc.metric("tether_webhook_connection_refusals_total",
+                           reason="handshake_timeout") >= 200
+        assert proc.metric("tether_webhook_connection_refusals_total",
+                           reason="head_timeout") >= 16
     finally:
         for s in held:
             s.close()
