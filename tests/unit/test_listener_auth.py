@@ -11,7 +11,11 @@ from cryptography.x509 import verification
 from common import certs, kyma
 from listener import auth, peer
 
-NOW = datetime.datetime.now(datetime.UTC)
+
+def now() -> datetime.datetime:
+    """The time of the call (certificates below are issued just before it; a module-level
+    time taken at collection would be minutes old when a long suite reaches these tests)."""
+    return datetime.datetime.now(datetime.UTC)
 
 
 def view(runtime_id: str = "rt-1", domain: str | None = "c-1.kyma.example.com",
@@ -74,15 +78,15 @@ def test_xfcc_certificate_verification() -> None:
     good = ca.issue("rt-1", dns_names=["c-1.kyma.example.com"], client=True)
     leaf, chain = peer.xfcc_certificates(peer.parse_xfcc(_xfcc(good, chain=good.cert_pem)))
     assert leaf == good.cert and chain == []
-    peer.verify_chain(leaf, chain, [ca.cert], NOW)
+    peer.verify_chain(leaf, chain, [ca.cert], now())
     with pytest.raises(verification.VerificationError):
         peer.verify_chain(other.issue("rt-1", dns_names=["c-1.kyma.example.com"],
-                                      client=True).cert, [], [ca.cert], NOW)
-    start = NOW - datetime.timedelta(days=3)
+                                      client=True).cert, [], [ca.cert], now())
+    start = now() - datetime.timedelta(days=3)
     old = ca.issue("rt-1", dns_names=["c"], client=True, not_before=start,
                    validity=datetime.timedelta(days=1))
     with pytest.raises(verification.VerificationError):
-        peer.verify_chain(old.cert, [], [ca.cert], NOW)
+        peer.verify_chain(old.cert, [], [ca.cert], now())
     with pytest.raises(ValueError):
         peer.xfcc_certificates({"cert": "not-a-pem"})
 
@@ -94,7 +98,7 @@ def test_from_environ_without_tls_peer() -> None:
 
     def source(environ: dict[str, object], proxies: tuple[str, ...]) -> str:
         try:
-            return peer.from_environ(environ, trusted_proxies=proxies, cas=[ca.cert], now=NOW).source
+            return peer.from_environ(environ, trusted_proxies=proxies, cas=[ca.cert], now=now()).source
         except peer.NoCertificate as e:
             return e.reason
 
