@@ -1,0 +1,669 @@
+"""Benchmark: the listener under abuse (issue 9), memory and fairness, ratios in one run.
+
+Starts one KCP control plane and real listeners (`python -m listener.main`: gunicorn,
+the bounded worker, mTLS, the least-privilege Role), with the Deployment's settings
+(2 workers x 16 threads, 4 requests in flight per runtime) unless the flags say otherwise.
+
+1. Memory per body shape. For each hostile shape a fresh listener (so that each worker's
+   VmHWM, a process-lifetime high-water mark, belongs to that shape alone) gets RUNTIMES x
+   CONNS concurrent connections (default 16 runtimes x 4 = 64, twice the 2 x 16 threads,
+   so every thread of both workers serves a worst-case body at once) from separate
+   processes, each posting a ~3 MiB body of the shape on keep-alive for SECONDS. Peak
+   memory per worker (VmHWM at the end; VmRSS and Pss sampled every 50 ms by a separate
+   process) and for the pod (the arbiter plus its workers) against the 768 MiB limit,
+   the answers seen, and a legitimate request after each shape.
+2. A legitimate runtime's latency. One listener with a low rate limit (RATE per second,
+   burst BURST, per worker) so that a noisy runtime is 100x above it. A legitimate
+   client in this process posts REQUESTS small records sequentially at LEGIT_RATE
+   requests/s, round-robin over LEGIT runtimes (each far below its limit), in four
+   conditions: alone; next to STALLED TCP connections that send the first bytes of a TLS
+   ClientHello and wait (kept at STALLED by reopening what the listener closes at its
+   handshake deadline); next to a noisy runtime sending small records from many threads
+   as fast as it can (over 100x its limit); next to a runtime sending 3 MiB valid
+   batches on every connection it may open. The conditions alternate over ROUNDS slices
+   (load drift on a shared machine hits all alike). p50/p99 and their ratio to "alone",
+   429s of the legitimate runtimes (must be 0) and of the noisy ones.
+
+Load generators run in their own processes (spawn), so the legitimate client's timing is
+not distorted by their GIL. Prints a table; writes bench/results/listener_abuse.json.
+
+    .venv/bin/python bench/listener_abuse.py [--short] [--workers 2] [--threads 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import multiprocessing
+import os
+import pathlib
+import platform
+import queue
+import selectors
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.synchronize import Barrier as BarrierT
+from multiprocessing.synchronize import Event as EventT
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import requests  # noqa: E402
+from kubernetes import client  # noqa: E402
+
+from common import certs, changes, controlplane  # noqa: E402
+from tests.listener import conftest as lt  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "listener_abuse.json"
+MIB = 1024 * 1024
+LIMIT_MIB = 768  # the Deployment's memory limit of the listener container (2 workers)
+BODY = 3 * MIB - 4096  # just under the default 3 MiB body cap
+CLIENT_HELLO_START = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"  # a TLS record, cut short
+SHAPES = ("empty_objects", "empty_arrays", "many_keys", "short_strings", "big_string",
+          "valid_batch", "brackets_in_string", "deep_nesting")
+SPAWN = multiprocessing.get_context("spawn")
+
+
+# -- bodies (pure) ----------------------------------------------------------------------
+
+
+def _record(rid: str, name: str, rv: int, data: dict[str, str]) -> dict[str, Any]:
+    return dict(changes.from_configmap(
+        {"metadata": {"namespace": "team-a", "name": name, "uid": "u-" + name,
+                      "resourceVersion": str(rv)}, "data": data},
+        runtime_id=rid, source="webhook"))
+
+
+def _batch_of(items: bytes) -> bytes:
+    head = json.dumps({"apiVersion": changes.API_VERSION, "kind": changes.LIST_KIND})[:-1]
+    return head.encode() + b', "items": [' + items + b"]}"
+
+
+def _repeat(item: bytes, room: int) -> bytes:
+    return b",".join([item] * (room // (len(item) + 1)))
+
+
+def _record_with_data(rid: str, data: bytes) -> bytes:
+    rec = _record(rid, "hostile", 1, {})
+    del rec["data"]
+    return json.dumps(rec)[:-1].encode() + b', "data": {' + data + b"}}"
+
+
+def body(shape: str, rid: str, size: int = BODY) -> bytes:
+    """A body of about ``size`` bytes (never over it) of ``shape`` for runtime ``rid``."""
+    room = size - 400
+    if shape == "empty_objects":  # ~1 million {} in a batch's items
+        return _batch_of(_repeat(b"{}", room))
+    if shape == "empty_arrays":
+        return _batch_of(_repeat(b"[]", room))
+    if shape == "many_keys":  # one record whose data has ~240,000 distinct keys
+        return _record_with_data(rid, b",".join(
+            b'"k%07d":""' % i for i in range(room // 14)))
+    if shape == "short_strings":  # ~630,000 distinct 2-character strings in items
+        return _batch_of(_repeat(b'"ab"', room))
+    if shape == "big_string":  # one data value of ~3 MiB
+        return _record_with_data(rid, b'"k":"' + b"x" * (room - 8) + b'"')
+    if shape == "brackets_in_string":  # three data values of ~1 MiB of "[" each
+        third = room // 3 - 12
+        return _record_with_data(rid, b",".join(
+            b'"k%d":"' % i + b"[" * third + b'"' for i in range(3)))
+    if shape == "deep_nesting":  # objects nested ~520,000 deep
+        depth = room // 6
+        return b'{"a":' * depth + b"1" + b"}" * depth
+    if shape == "valid_batch":  # 500 records of ~6 KiB of data: a full, valid batch
+        return valid_batch(rid, "full", 1, size)
+    raise ValueError(shape)
+
+
+def valid_batch(rid: str, prefix: str, rv: int, size: int = BODY) -> bytes:
+    """The largest valid batch within ``size``: 500 records, 12 data values each."""
+    length = size // 500 // 12
+    while True:
+        recs = [_record(rid, f"{prefix}-{i:03d}", rv,
+                        {f"key-{k:02d}": "v" * length for k in range(12)}) for i in range(500)]
+        raw = json.dumps(changes.batch(recs)).encode()  # type: ignore[arg-type]
+        if len(raw) <= size:
+            return raw
+        length -= max(1, (len(raw) - size) // 6000 + 1)
+
+
+# -- load generators (each runs in its own process) --------------------------------------
+
+
+def _session(rt: dict[str, str]) -> requests.Session:
+    s = requests.Session()
+    s.trust_env = False
+    s.verify = rt["server_ca"]
+    s.cert = (rt["cert"], rt["key"])
+    return s
+
+
+def _post(s: requests.Session, url: str, data: bytes, stats: collections.Counter[str],
+          times: list[float] | None = None) -> None:
+    t0 = time.perf_counter()
+    try:
+        r = s.post(url, data=data, headers={"Content-Type": "application/json"}, timeout=900)
+        stats[str(r.status_code)] += 1
+    except requests.RequestException as e:
+        stats["error:" + type(e).__name__] += 1
+        s.close()  # reconnect
+    if times is not None:
+        times.append(time.perf_counter() - t0)
+
+
+def hammer(base_url: str, jobs: list[tuple[dict[str, str], str]], seconds: float,
+           barrier: BarrierT, stop: EventT, out: Any) -> None:
+    """One thread per (runtime, body kind): post that body on one keep-alive connection,
+    for ``seconds`` (> 0) or until ``stop`` is set. Body kinds: a SHAPE, "small" (one
+    small record, a new resourceVersion each time) or "valid" (the runtime's 3 MiB batch).
+    Puts {statuses, count, seconds, latencies} on ``out``."""
+    bodies: dict[tuple[str, str], bytes] = {}
+    for rt, kind in jobs:
+        if kind in SHAPES and (rt["id"], kind) not in bodies:
+            bodies[(rt["id"], kind)] = body(kind, rt["id"])
+        elif kind == "valid" and (rt["id"], kind) not in bodies:
+            bodies[(rt["id"], kind)] = valid_batch(rt["id"], "noisy", 1)
+    stats: collections.Counter[str] = collections.Counter()
+    times: list[float] = []
+    lock = threading.Lock()
+    barrier.wait(timeout=120)
+    t_start = time.monotonic()
+    end = t_start + seconds if seconds > 0 else float("inf")
+
+    def run(n: int, rt: dict[str, str], kind: str) -> None:
+        s = _session(rt)
+        url = f"{base_url}/v1/runtimes/{rt['id']}/changes"
+        mine: collections.Counter[str] = collections.Counter()
+        lat: list[float] = []
+        rv = n * 10**9 + int(time.time() * 1000)
+        while time.monotonic() < end and not stop.is_set():
+            if kind == "small":
+                rv += 1
+                data = json.dumps(_record(rt["id"], f"noisy-{n % 50}", rv, {"v": "1"})).encode()
+            else:
+                data = bodies[(rt["id"], kind)]
+            _post(s, url, data, mine, lat)
+        s.close()
+        with lock:
+            stats.update(mine)
+            times.extend(lat)
+
+    threads = [threading.Thread(target=run, args=(i, rt, kind), daemon=True)
+               for i, (rt, kind) in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.put({"statuses": dict(stats), "count": sum(stats.values()),
+             "seconds": time.monotonic() - t_start, "latencies": times})
+
+
+def stall(port: int, target: int, barrier: BarrierT, stop: EventT, out: Any) -> None:
+    """Keep ``target`` TCP connections open that sent the start of a ClientHello and wait;
+    reopen each one the server closes. Puts {opened, closed_by_server, open_at_end}."""
+    sel = selectors.DefaultSelector()
+    opened = closed = 0
+
+    def open_one() -> None:
+        nonlocal opened
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(CLIENT_HELLO_START)
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ)
+            opened += 1
+        except OSError:
+            time.sleep(0.01)
+
+    barrier.wait(timeout=120)
+    while len(sel.get_map()) < target and not stop.is_set():
+        open_one()
+    while not stop.is_set():
+        for key, _ in sel.select(timeout=0.2):
+            s = key.fileobj
+            assert isinstance(s, socket.socket)
+            try:
+                gone = not s.recv(4096)
+            except BlockingIOError:
+                gone = False
+            except OSError:
+                gone = True
+            if gone:
+                sel.unregister(s)
+                s.close()
+                closed += 1
+        while len(sel.get_map()) < target and not stop.is_set():
+            open_one()
+    n_open = len(sel.get_map())
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()  # type: ignore[union-attr]
+    out.put({"opened": opened, "closed_by_server": closed, "open_at_end": n_open})
+
+
+def _proc_status(pid: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                out[k] = int(v.split()[0]) * 1024
+            elif k == "Threads":
+                out[k] = int(v)
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                out["Pss"] = int(line.split()[1]) * 1024
+    return out
+
+
+def sample(pids: list[int], interval: float, barrier: BarrierT, stop: EventT,
+           out: Any) -> None:
+    """Every ``interval`` s: VmRSS and Pss of each pid; the peak of each and of their sum."""
+    peak: dict[int, dict[str, int]] = {p: {"VmRSS": 0, "Pss": 0, "Threads": 0} for p in pids}
+    pod_rss = pod_pss = samples = 0
+    barrier.wait(timeout=120)
+    while not stop.is_set():
+        rss = pss = 0
+        for p in pids:
+            try:
+                st = _proc_status(p)
+            except OSError:
+                continue
+            for k in ("VmRSS", "Pss", "Threads"):
+                peak[p][k] = max(peak[p][k], st.get(k, 0))
+            rss += st.get("VmRSS", 0)
+            pss += st.get("Pss", 0)
+        pod_rss, pod_pss = max(pod_rss, rss), max(pod_pss, pss)
+        samples += 1
+        stop.wait(interval)
+    out.put({"per_pid": peak, "pod_rss": pod_rss, "pod_pss": pod_pss, "samples": samples})
+
+
+class Background:
+    """Processes started together behind one barrier, stopped by one event."""
+
+    def __init__(self, targets: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:
+        self.stop = SPAWN.Event()
+        self.out: Any = SPAWN.Queue()
+        barrier = SPAWN.Barrier(len(targets) + 1)
+        self.procs = [SPAWN.Process(target=fn, args=(*args, barrier, self.stop, self.out),
+                                    daemon=True) for fn, args in targets]
+        for p in self.procs:
+            p.start()
+        barrier.wait(timeout=90)
+        self.started = time.monotonic()
+
+    def finish(self, timeout: float = 300, stop: bool = True) -> list[dict[str, Any]]:
+        """The processes' results; ``stop=False`` lets them end by themselves."""
+        if stop:
+            self.stop.set()
+        results = []
+        deadline = time.monotonic() + timeout
+        for _ in self.procs:
+            try:
+                results.append(self.out.get(timeout=max(1.0, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+        for p in self.procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+        return results
+
+
+def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    stats: collections.Counter[str] = collections.Counter()
+    lat: list[float] = []
+    for r in results:
+        stats.update(r["statuses"])
+        lat.extend(r["latencies"])
+    secs = max((r["seconds"] for r in results), default=0.0)
+    return {"statuses": dict(sorted(stats.items())), "requests": sum(stats.values()),
+            "seconds": round(secs, 1),
+            "per_s": round(sum(stats.values()) / secs, 1) if secs else 0.0,
+            "latency_p50_ms": round(pct(lat, 50) * 1000, 1) if lat else None,
+            "latency_max_ms": round(max(lat) * 1000, 1) if lat else None}
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))]
+
+
+# -- the listener ------------------------------------------------------------------------
+
+
+def workers_of(pid: int) -> list[int]:
+    try:
+        text = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return sorted(int(p) for p in text.split())
+
+
+def start_listener(env: lt.Env, name: str, args: argparse.Namespace,
+                   **extra: str) -> tuple[lt.ListenerProcess, list[int]]:
+    prom = env.dir / f"prom-{name}"
+    prom.mkdir()
+    proc = lt.ListenerProcess(
+        env, name, TETHER_LISTENER_WORKERS=str(args.workers),
+        TETHER_LISTENER_THREADS=str(args.threads),
+        TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME=str(args.in_flight),
+        # the test fixture's overrides back to the product's defaults
+        TETHER_LISTENER_KCP_TIMEOUT_SECONDS="", TETHER_LISTENER_RETRY_AFTER_SECONDS="",
+        PROMETHEUS_MULTIPROC_DIR=str(prom), **extra)
+    deadline = time.monotonic() + 30
+    pids = workers_of(proc.proc.pid)
+    while len(pids) < args.workers and time.monotonic() < deadline:
+        time.sleep(0.2)
+        pids = workers_of(proc.proc.pid)
+    return proc, pids
+
+
+def log_findings(proc: lt.ListenerProcess, workers: int) -> dict[str, Any]:
+    text = proc.log_file.read_text(errors="replace")
+    lines = text.splitlines()
+    bad = [ln[:300] for ln in lines if "Traceback" in ln or "WORKER TIMEOUT" in ln
+           or "was sent" in ln or '"status": 500' in ln
+           or "Exception" in ln]
+    boots = sum("Booting worker" in ln for ln in lines)
+    return {"worker_boots": boots, "worker_restarts": max(0, boots - workers),
+            "suspicious_log_lines": bad[:20]}
+
+
+def probe(proc: lt.ListenerProcess, rt: lt.Runtime, name: str) -> dict[str, Any]:
+    """One legitimate POST (new connection): status and seconds."""
+    s = rt.session()
+    t0 = time.perf_counter()
+    try:
+        r = s.post(f"{proc.url}/v1/runtimes/{rt.id}/changes", json=rt.record(name, 1),
+                   timeout=60)
+        status: int | str = r.status_code
+    except requests.RequestException as e:
+        status = "error:" + type(e).__name__
+    finally:
+        s.close()
+    return {"status": status, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def rt_spec(rt: lt.Runtime) -> dict[str, str]:
+    return {"id": rt.id, "cert": str(rt.cert_file), "key": str(rt.key_file),
+            "server_ca": str(rt.env.server_ca_file)}
+
+
+def split(jobs: list[Any], parts: int) -> list[list[Any]]:
+    return [p for p in (jobs[i::parts] for i in range(parts)) if p]
+
+
+def memory_shape(env: lt.Env, args: argparse.Namespace, shape: str,
+                 attackers: list[lt.Runtime], legit: lt.Runtime) -> dict[str, Any]:
+    proc, pids = start_listener(env, f"mem-{shape}", args,
+                                TETHER_LISTENER_RATE_PER_SECOND="100000",
+                                TETHER_LISTENER_RATE_BURST="100000")
+    try:
+        all_pids = [proc.proc.pid, *pids]
+        sampler = Background([(sample, (all_pids, 0.05))])
+        jobs = [(rt_spec(rt), shape) for rt in attackers for _ in range(args.conns)]
+        load = Background([(hammer, (proc.url, part, args.seconds))
+                           for part in split(jobs, args.procs)])
+        attack = merge(load.finish(timeout=args.shape_timeout, stop=False))
+        after = probe(proc, legit, "after-" + shape.replace("_", "-"))
+        peaks = sampler.finish()[0]
+        hwm = {}
+        for p in pids:
+            try:
+                hwm[p] = _proc_status(p)
+            except OSError:
+                hwm[p] = {}
+        alive = proc.proc.poll() is None
+        still = workers_of(proc.proc.pid)
+    finally:
+        proc.stop()
+    per_worker = []
+    for p in pids:
+        pk = peaks["per_pid"].get(p, {})
+        per_worker.append({
+            "pid": p, "vm_hwm_mib": round(hwm[p].get("VmHWM", 0) / MIB, 1),
+            "rss_peak_sampled_mib": round(pk.get("VmRSS", 0) / MIB, 1),
+            "pss_peak_sampled_mib": round(pk.get("Pss", 0) / MIB, 1),
+            "threads_at_end": hwm[p].get("Threads")})
+    arbiter = peaks["per_pid"].get(proc.proc.pid, {})
+    hwm_sum = sum(w["vm_hwm_mib"] for w in per_worker) + arbiter.get("VmRSS", 0) / MIB
+    return {"shape": shape, "body_bytes": len(body(shape, attackers[0].id)),
+            "connections": len(jobs), "attack": attack, "legit_after": after,
+            "workers": per_worker,
+            "arbiter_rss_mib": round(arbiter.get("VmRSS", 0) / MIB, 1),
+            "pod_hwm_sum_mib": round(hwm_sum, 1),
+            "pod_rss_peak_sampled_mib": round(peaks["pod_rss"] / MIB, 1),
+            "pod_pss_peak_sampled_mib": round(peaks["pod_pss"] / MIB, 1),
+            "pod_vs_limit": round(hwm_sum / LIMIT_MIB, 3),
+            "samples": peaks["samples"],
+            "listener_alive": alive, "workers_replaced": sorted(set(still) - set(pids)),
+            **log_findings(proc, args.workers)}
+
+
+def legit_run(proc: lt.ListenerProcess, pool: list[lt.Runtime], sessions: list[requests.Session],
+              tag: str, n: int, rate: float, lat: list[float],
+              stats: collections.Counter[str]) -> None:
+    """``n`` sequential POSTs of one small record, paced at ``rate``/s, round-robin over the
+    legitimate runtimes; latencies and statuses are added to ``lat`` and ``stats``."""
+    interval = 1.0 / rate
+    nxt = time.monotonic()
+    for i in range(n):
+        rt, s = pool[i % len(pool)], sessions[i % len(pool)]
+        rec = json.dumps(rt.record(f"legit-{tag}-{i}", 1)).encode()
+        _post(s, f"{proc.url}/v1/runtimes/{rt.id}/changes", rec, stats, lat)
+        nxt += interval
+        time.sleep(max(0.0, nxt - time.monotonic()))
+
+
+def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], noisy: lt.Runtime,
+             greedy: lt.Runtime) -> dict[str, Any]:
+    """The conditions alternate over ROUNDS slices of the legitimate requests (alone,
+    stalled, noisy, greedy, alone, stalled, ...), so that drift of the shared machine's
+    load hits all of them alike."""
+    proc, pids = start_listener(env, "fairness", args,
+                                TETHER_LISTENER_RATE_PER_SECOND=str(args.rate),
+                                TETHER_LISTENER_RATE_BURST=str(args.burst))
+    noisy_jobs = [(rt_spec(noisy), "small")] * args.noisy_threads
+    greedy_jobs = [(rt_spec(greedy), "valid")] * args.greedy_conns
+    conditions: list[tuple[str, str, Callable[[], Background | None], float]] = [
+        ("alone", "alone", lambda: None, 0.0),
+        ("stalled", f"{args.stalled} stalled handshakes",
+         lambda: Background([(stall, (proc.port, args.stalled))]), 1.0),
+        ("noisy-rate", f"noisy: {args.noisy_threads} threads of small records",
+         lambda: Background([(hammer, (proc.url, part, 0))
+                             for part in split(noisy_jobs, 3)]), 1.0),
+        ("noisy-bodies", f"noisy: 3 MiB batches on {args.greedy_conns} connections",
+         lambda: Background([(hammer, (proc.url, part, 0))
+                             for part in split(greedy_jobs, 4)]), 2.0),
+    ]
+    lat: dict[str, list[float]] = {c[0]: [] for c in conditions}
+    rounds_p99: dict[str, list[float]] = {c[0]: [] for c in conditions}
+    stats: dict[str, collections.Counter[str]] = {c[0]: collections.Counter() for c in conditions}
+    background: dict[str, list[dict[str, Any]]] = {c[0]: [] for c in conditions}
+    per_slice = max(1, args.requests // args.rounds)
+    try:
+        sampler = Background([(sample, ([proc.proc.pid, *pids], 0.2))])
+        sessions = [rt.session() for rt in pool]
+        for i, (rt, s) in enumerate(zip(pool, sessions, strict=True)):  # connect
+            s.post(f"{proc.url}/v1/runtimes/{rt.id}/changes", json=rt.record(f"warm-{i}", 1),
+                   timeout=60).raise_for_status()
+        legit_run(proc, pool, sessions, "warm", 2 * len(pool), args.legit_rate, [],
+                  collections.Counter())
+        for rnd in range(args.rounds):
+            for key, _, start, settle in conditions:
+                bg = start()
+                time.sleep(settle)
+                mine: list[float] = []
+                legit_run(proc, pool, sessions, f"{key}-{rnd}", per_slice, args.legit_rate,
+                          mine, stats[key])
+                lat[key].extend(mine)
+                rounds_p99[key].append(round(pct(mine, 99) * 1000, 1))
+                if bg is not None:
+                    res = bg.finish()
+                    background[key].append(res[0] if key == "stalled" else merge(res))
+                print(f"  round {rnd} {key}: p50 {pct(mine, 50) * 1000:.1f} ms "
+                      f"p99 {pct(mine, 99) * 1000:.1f} ms", flush=True)
+        for s in sessions:
+            s.close()
+        peaks = sampler.finish()[0]
+    finally:
+        proc.stop()
+    rows: list[dict[str, Any]] = []
+    for key, label, _, _ in conditions:
+        v = lat[key]
+        row: dict[str, Any] = {
+            "condition": label, "key": key, "requests": len(v),
+            "statuses": dict(sorted(stats[key].items())),
+            "p50_ms": round(pct(v, 50) * 1000, 2), "p99_ms": round(pct(v, 99) * 1000, 2),
+            "mean_ms": round(statistics.fmean(v) * 1000, 2), "max_ms": round(max(v) * 1000, 2),
+            "p99_ms_per_round": rounds_p99[key], "legit_429": stats[key].get("429", 0)}
+        bgs = background[key]
+        if key == "stalled":
+            row["background"] = {k: sum(b[k] for b in bgs) for k in
+                                 ("opened", "closed_by_server")}
+            row["background"]["open_at_end"] = [b["open_at_end"] for b in bgs]
+        elif bgs:
+            st: collections.Counter[str] = collections.Counter()
+            for b in bgs:
+                st.update(b["statuses"])
+            secs = sum(b["seconds"] for b in bgs)
+            per_s = round(sum(st.values()) / secs, 1)
+            row["background"] = {"statuses": dict(sorted(st.items())), "seconds": round(secs, 1),
+                                 "per_s": per_s,
+                                 "times_its_limit": round(per_s / (args.rate * args.workers), 1)}
+        rows.append(row)
+    base = rows[0]
+    for r in rows:
+        r["p50_ratio"] = round(r["p50_ms"] / base["p50_ms"], 2)
+        r["p99_ratio"] = round(r["p99_ms"] / base["p99_ms"], 2)
+    return {"rows": rows, "rounds": args.rounds,
+            "pod_rss_peak_sampled_mib": round(peaks["pod_rss"] / MIB, 1),
+            "pod_pss_peak_sampled_mib": round(peaks["pod_pss"] / MIB, 1),
+            **log_findings(proc, args.workers)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--short", action="store_true",
+                    help="a quick check: 2 s per shape, 100 legitimate requests")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--in-flight", type=int, default=4, help="MAX_IN_FLIGHT_PER_RUNTIME")
+    ap.add_argument("--runtimes", type=int, default=16, help="attacking runtimes per shape")
+    ap.add_argument("--conns", type=int, default=4, help="connections per attacking runtime")
+    ap.add_argument("--seconds", type=float, default=6.0, help="attack per shape")
+    ap.add_argument("--shape-timeout", type=float, default=900.0)
+    ap.add_argument("--procs", type=int, default=4, help="load generator processes")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--requests", type=int, default=300, help="legitimate, per condition")
+    ap.add_argument("--rounds", type=int, default=3, help="slices the conditions alternate over")
+    ap.add_argument("--legit", type=int, default=20, help="legitimate runtimes, round-robin")
+    ap.add_argument("--legit-rate", type=float, default=10.0, help="legitimate requests/s")
+    ap.add_argument("--rate", type=float, default=2.0, help="RATE_PER_SECOND (fairness)")
+    ap.add_argument("--burst", type=int, default=4, help="RATE_BURST (fairness)")
+    ap.add_argument("--stalled", type=int, default=500)
+    ap.add_argument("--noisy-threads", type=int, default=24)
+    ap.add_argument("--greedy-conns", type=int, default=128,
+                    help="MAX_CONNECTIONS_PER_RUNTIME (64) x workers")
+    args = ap.parse_args()
+    if args.short:
+        args.seconds, args.requests = 2.0, 100
+    shapes = [s for s in args.shapes.split(",") if s]
+    started = time.monotonic()
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="tether-abuse-") as tmp, \
+            controlplane.ControlPlane("kcp") as kcp:
+        d = pathlib.Path(tmp)
+        api = kcp.api_client()
+        controlplane.install_crds(api, controlplane.KYMA_CRD, lt.CRD_FILE)
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name="abuse")))
+        lt.bind_listener_role(api, "abuse")
+        runtime_ca = certs.CertificateAuthority.create("abuse-runtime-ca")
+        server_ca = certs.CertificateAuthority.create("abuse-serving-ca")
+        runtime_ca.write(d / "client-ca.crt", d / "client-ca.key")
+        server_ca.write(d / "server-ca.crt", d / "server-ca.key")
+        server_ca.issue("listener", ip_addresses=["127.0.0.1"], server=True).write(
+            d / "tls.crt", d / "tls.key")
+        env = lt.Env(d, "abuse", kcp, api, runtime_ca, runtime_ca, d / "client-ca.crt",
+                     d / "server-ca.crt", d / "tls.crt", d / "tls.key",
+                     kcp.issue_client_cert(lt.LISTENER_USER, dest=d / "kubeconfig-listener"))
+
+        def runtime(rid: str) -> lt.Runtime:
+            dom = f"c-{rid}.kyma.example.com"
+            lt.create_kyma(api, "abuse", rid, dom)
+            runtime_ca.issue(rid, dns_names=[dom], client=True).write(
+                d / f"{rid}.crt", d / f"{rid}.key")
+            return lt.Runtime(rid, dom, d / f"{rid}.crt", d / f"{rid}.key", env)
+
+        attackers = [runtime(f"rt-attack-{i:02d}") for i in range(args.runtimes)]
+        pool = [runtime(f"rt-legit-{i:02d}") for i in range(args.legit)]
+        noisy, greedy = runtime("rt-noisy"), runtime("rt-greedy")
+        fair = fairness(env, args, pool, noisy, greedy)  # first: on a KCP no shape has loaded
+        memory = []
+        for shape in shapes:
+            t0 = time.monotonic()
+            memory.append(memory_shape(env, args, shape, attackers, pool[0]))
+            memory[-1]["seconds_total"] = round(time.monotonic() - t0, 1)
+            print(f"  {shape}: {memory[-1]['attack']['statuses']} "
+                  f"pod {memory[-1]['pod_hwm_sum_mib']} MiB", flush=True)
+        api.close()
+
+    print(f"\nMemory per body shape ({args.workers} workers x {args.threads} threads; "
+          f"{args.runtimes} runtimes x {args.conns} connections; limit {LIMIT_MIB} MiB)")
+    print(f"{'shape':20} {'body MiB':>8} {'requests':>8} {'p50 ms':>7}  {'answers':32} "
+          f"{'worker HWM MiB':>16} {'pod MiB':>8} {'/limit':>6} {'pod Pss':>7} {'after':>6}")
+    for m in memory:
+        hw = "/".join(f"{w['vm_hwm_mib']:.0f}" for w in m["workers"])
+        ans = " ".join(f"{k}:{v}" for k, v in m["attack"]["statuses"].items())
+        print(f"{m['shape']:20} {m['body_bytes'] / MIB:8.2f} {m['attack']['requests']:8d} "
+              f"{m['attack']['latency_p50_ms'] or 0:7.0f}  {ans:32} {hw:>16} "
+              f"{m['pod_hwm_sum_mib']:8.0f} {m['pod_vs_limit']:6.2f} "
+              f"{m['pod_pss_peak_sampled_mib']:7.0f} "
+              f"{m['legit_after']['status']!s:>6}")
+    print(f"\nA legitimate runtime's latency ({args.requests} sequential POSTs at "
+          f"{args.legit_rate:g}/s over {args.legit} runtimes; rate limit {args.rate:g}/s, "
+          f"burst {args.burst} per worker)")
+    print(f"{'condition':42} {'p50 ms':>7} {'p99 ms':>7} {'p50 x':>6} {'p99 x':>6} "
+          f"{'429':>4}  background")
+    for r in fair["rows"]:
+        bgd = r.get("background", {})
+        note = ""
+        if "statuses" in bgd:
+            note = f"{bgd['per_s']}/s " + " ".join(f"{k}:{v}" for k, v in bgd["statuses"].items())
+        elif bgd:
+            note = f"reopened {bgd['opened']}, closed by server {bgd['closed_by_server']}"
+        print(f"{r['condition']:42} {r['p50_ms']:7.1f} {r['p99_ms']:7.1f} {r['p50_ratio']:6.2f} "
+              f"{r['p99_ratio']:6.2f} {r['legit_429']:4d}  {note}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "benchmark": "listener_abuse",
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                    "kube_apiserver": controlplane.kube_apiserver_version(),
+                    "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)]},
+        "settings": {**{k: v for k, v in vars(args).items()}, "limit_mib": LIMIT_MIB,
+                     "body_bytes": BODY,
+                     "memory_phase_rate": "100000/s, burst 100000 (rate never refuses)",
+                     "memory_sampling": "VmHWM per worker at the end (fresh listener per "
+                                        "shape); VmRSS and Pss every 50 ms"},
+        "memory": memory,
+        "fairness": fair,
+        "seconds_total": round(time.monotonic() - started, 1),
+        "command": "python bench/listener_abuse.py " + " ".join(sys.argv[1:]),
+    }, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
