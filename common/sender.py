@@ -49,11 +49,8 @@ class Outcome(NamedTuple):
     results: tuple[dict[str, Any], ...] = ()
 
 
-StateItem = changes.DigestItem
-
-
 class StatePage(NamedTuple):
-    items: list[StateItem]
+    items: list[changes.DigestItem]
     continue_token: str
 
 
@@ -314,7 +311,7 @@ class ListenerClient:
             raise ListenerError(outcome._replace(verdict="retryable", reason="bad-response")) from None
         return StatePage(items, token_out)
 
-    def iter_state(self, limit: int = 500) -> Iterator[StateItem]:
+    def iter_state(self, limit: int = 500) -> Iterator[changes.DigestItem]:
         """Every item of the runtime's state digest, page by page."""
         token = ""
         while True:

@@ -56,7 +56,7 @@ class Services:
     settings: settings.Settings
     api: client.ApiClient
     store: store.Store
-    kymas: runtimes.KymaCache
+    kymas: runtimes.KymaLRU
     beats: heartbeat.Heartbeats
     buckets: ratelimit.TokenBuckets
     in_flight: ratelimit.InFlight
@@ -83,7 +83,7 @@ def build(s: settings.Settings, api: client.ApiClient) -> Services:
                           limits=listener_quota.Limits(s.storage.quota_records, s.storage.quota_bytes),
                           quota_ttl=s.storage.quota_cache_seconds,
                           tombstone_retention=s.storage.tombstone_retention),
-        kymas=runtimes.KymaCache(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
+        kymas=runtimes.KymaLRU(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
         beats=beats,
         buckets=ratelimit.TokenBuckets(s.rate_per_second, s.rate_burst),
         in_flight=ratelimit.InFlight(s.max_in_flight_per_runtime),

@@ -210,10 +210,10 @@ class Store:
         self._cache.remember(written)
         return True
 
-    def digest(self, runtime_id: str) -> list[records.DigestItem]:
+    def digest(self, runtime_id: str) -> list[changes.DigestItem]:
         """Every stored object of the runtime (metadata only), unordered. The same list
         refreshes this worker's view of the runtime's quota usage."""
-        items: list[records.DigestItem] = []
+        items: list[changes.DigestItem] = []
         snap = self.usage.begin(runtime_id)
         count = size = 0
         try:

@@ -18,7 +18,7 @@ from prometheus_flask_exporter import PrometheusMetrics
 from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
 
 from webhook import admission
-from webhook import parts as parts_mod
+from webhook import services as services_mod
 from webhook import settings as settings_mod
 
 log = logging.getLogger(__name__)
@@ -50,20 +50,20 @@ def _discard(length: int, limit: int) -> None:
         left -= len(chunk)
 
 
-def _handle_validate(parts: parts_mod.Parts) -> flask.Response:
+def _handle_validate(svc: services_mod.Services) -> flask.Response:
     t0 = time.perf_counter()
-    m = parts.metrics
+    m = svc.metrics
     operation = "unknown"
     try:
         environ = flask.request.environ
         if environ.get("CONTENT_TYPE", "").partition(";")[0].strip().lower() != JSON:
-            parts.count(operation, "invalid")
+            svc.count(operation, "invalid")
             return _error(415, "unsupported media type", "Content-Type must be application/json")
         length = flask.request.content_length
-        if length is not None and length > parts.settings.server.max_body_bytes:
-            parts.count(operation, "invalid")
-            _discard(length, parts.settings.server.max_body_bytes)
-            return _too_large(parts.settings.server.max_body_bytes)
+        if length is not None and length > svc.settings.server.max_body_bytes:
+            svc.count(operation, "invalid")
+            _discard(length, svc.settings.server.max_body_bytes)
+            return _too_large(svc.settings.server.max_body_bytes)
         try:
             # a known length within the cap: read it directly (the hot path); else
             # werkzeug's stream enforces the cap (chunked bodies)
@@ -71,46 +71,46 @@ def _handle_validate(parts: parts_mod.Parts) -> flask.Response:
                    else flask.request.get_data(cache=False))
             doc = orjson.loads(raw)  # ~11 us for a 2.8 KB review, json.loads ~36 us
         except (ValueError, UnicodeDecodeError):
-            parts.count(operation, "invalid")
+            svc.count(operation, "invalid")
             return _error(400, "invalid JSON", "the body is not valid JSON")
         try:
             req = admission.parse(doc)
         except admission.ReviewError as e:
-            parts.count(operation, "invalid")
+            svc.count(operation, "invalid")
             return _error(400, "invalid AdmissionReview", e.details)
         operation = req.operation if req.operation in admission.OPERATIONS else "other"
-        outcome: str | None = admission.decide(req, parts.settings.filter)
+        outcome: str | None = admission.decide(req, svc.settings.filter)
         if outcome is None:
-            outcome = parts.queue.put(admission.item_of(req, time.time()))
+            outcome = svc.queue.put(admission.item_of(req, time.time()))
             if outcome == "coalesced":
                 m.coalesced.inc()
             elif outcome == "overflowed":
                 m.overflowed.inc()
-                count = parts.overflow_log.hit()
+                count = svc.overflow_log.hit()
                 if count is not None:
                     log.warning("queue full (%d keys): %d admissions not queued since the last "
-                                "report; the poller will pick them up", parts.queue.maxsize, count)
-        parts.count(operation, outcome)
+                                "report; the poller will pick them up", svc.queue.maxsize, count)
+        svc.count(operation, outcome)
         return flask.Response(admission.response_bytes(req.uid), mimetype=JSON)
     finally:
         m.handler_seconds.observe(time.perf_counter() - t0)
 
 
-def create_app(s: settings_mod.Settings, parts: parts_mod.Parts | None = None) -> flask.Flask:
-    parts = parts or parts_mod.build(s)
+def create_app(s: settings_mod.Settings, svc: services_mod.Services | None = None) -> flask.Flask:
+    svc = svc or services_mod.build(s)
     app = flask.Flask("webhook")
     app.config["MAX_CONTENT_LENGTH"] = s.server.max_body_bytes
-    app.extensions["tether.webhook"] = parts
+    app.extensions["tether.webhook"] = svc
     # Only /metrics from the exporter: the handler has its own latency histogram, and the
     # exporter's per-request hooks would cost every admission a little.
-    if parts.registry is None:
+    if svc.registry is None:
         GunicornInternalPrometheusMetrics(app, export_defaults=False)
     else:
-        PrometheusMetrics(app, registry=parts.registry, export_defaults=False)
+        PrometheusMetrics(app, registry=svc.registry, export_defaults=False)
 
     @app.post("/validate")
     def validate() -> flask.Response:
-        return _handle_validate(parts)
+        return _handle_validate(svc)
 
     @app.get("/healthz")
     def healthz() -> flask.Response:
@@ -119,9 +119,9 @@ def create_app(s: settings_mod.Settings, parts: parts_mod.Parts | None = None) -
     @app.get("/readyz")
     def readyz() -> flask.Response:
         problems = []
-        if parts.serving is not None and not parts.serving.loaded():
+        if svc.serving is not None and not svc.serving.loaded():
             problems.append("serving certificate not loaded")
-        fwd = parts.forwarder
+        fwd = svc.forwarder
         if fwd is None or not fwd.alive():
             problems.append("forwarder not running")
         elif not fwd.client.certs_loaded():

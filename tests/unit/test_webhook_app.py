@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from common import config, filters, sender
 from tests.unit.test_webhook_admission import review
 from webhook import app, keyqueue, metrics
-from webhook import parts as parts_mod
+from webhook import services as services_mod
 from webhook import settings as settings_mod
 
 
@@ -23,11 +23,11 @@ def _settings(max_body: int = 64 * 1024) -> settings_mod.Settings:
         forwarder=settings_mod.ForwarderSettings(), filter=filters.ConfigMapFilter(), queue_size=2)
 
 
-def _app() -> tuple[Any, parts_mod.Parts]:
+def _app() -> tuple[Any, services_mod.Services]:
     s = _settings()
     registry = CollectorRegistry()
-    parts = parts_mod.Parts(s, keyqueue.KeyQueue(s.queue_size), metrics.build(registry), registry)
-    return app.create_app(s, parts).test_client(), parts
+    svc = services_mod.Services(s, keyqueue.KeyQueue(s.queue_size), metrics.build(registry), registry)
+    return app.create_app(s, svc).test_client(), svc
 
 
 def _post(c: Any, doc: Any) -> Any:
@@ -35,33 +35,33 @@ def _post(c: Any, doc: Any) -> Any:
 
 
 def test_allows_and_enqueues() -> None:
-    c, parts = _app()
+    c, svc = _app()
     r = _post(c, review("UPDATE"))
     assert r.status_code == 200
     assert r.get_json() == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                             "response": {"uid": "req-1", "allowed": True}}
-    assert len(parts.queue) == 1
+    assert len(svc.queue) == 1
     _post(c, review("UPDATE"))
-    assert len(parts.queue) == 1
-    assert parts.metrics.coalesced._value.get() == 1
+    assert len(svc.queue) == 1
+    assert svc.metrics.coalesced._value.get() == 1
 
 
 def test_skipped_requests_are_still_allowed_and_counted() -> None:
-    c, parts = _app()
+    c, svc = _app()
     for doc in (review(dry_run=True), review(ns="kube-system")):
         assert _post(c, doc).get_json()["response"]["allowed"] is True
-    assert len(parts.queue) == 0
+    assert len(svc.queue) == 0
     text = c.get("/metrics").get_data(as_text=True)
     assert 'tether_webhook_admission_requests_total{operation="UPDATE",outcome="dry-run"} 1.0' in text
     assert 'outcome="ignored-namespace"} 1.0' in text
 
 
 def test_overflow_is_counted_and_still_allowed() -> None:
-    c, parts = _app()
+    c, svc = _app()
     for name in ("a", "b", "c", "d"):
         assert _post(c, review(name=name)).status_code == 200
-    assert len(parts.queue) == 2
-    assert parts.metrics.overflowed._value.get() == 2
+    assert len(svc.queue) == 2
+    assert svc.metrics.overflowed._value.get() == 2
 
 
 @pytest.mark.parametrize(("body", "ctype", "status", "error"), [
@@ -95,7 +95,7 @@ def test_readyz_needs_a_running_forwarder() -> None:
 
 def test_overflow_log_is_rate_limited() -> None:
     now = [0.0]
-    ol = parts_mod.OverflowLog(60, clock=lambda: now[0])
+    ol = services_mod.OverflowLog(60, clock=lambda: now[0])
     assert ol.hit() == 1
     assert ol.hit() is None and ol.hit() is None
     now[0] = 61

@@ -1,5 +1,6 @@
-"""What the webhook app uses in one gunicorn worker: queue, metrics, forwarder, serving
-certificate; built once per worker after the fork (``build``)."""
+"""The webhook's dependency bag (``Services``, as in ``listener.services``): what the app
+uses in one gunicorn worker: queue, metrics, forwarder, serving certificate; built once per
+worker after the fork (``build``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from webhook import settings as settings_mod
 
 
 @dataclasses.dataclass
-class Parts:
+class Services:
     """What the app uses; built by ``build`` in each gunicorn worker."""
 
     settings: settings_mod.Settings
@@ -63,7 +64,7 @@ def multiprocess() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
-def build(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] | None = None) -> Parts:
+def build(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] | None = None) -> Services:
     """Queue, metrics, runtime API reader, listener client and forwarder (not started)."""
     registry = None if multiprocess() else CollectorRegistry()
     m = metrics.build(registry)
@@ -72,4 +73,4 @@ def build(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] |
     reader = readback.Reader(kube.api_client(s.kubeconfig))
     client = sender.ListenerClient(s.listener)
     fwd = forwarder.Forwarder(s.forwarder, s.runtime_id, queue, reader, client, m)
-    return Parts(s, queue, m, registry, fwd, serving, OverflowLog(s.overflow_log_seconds))
+    return Services(s, queue, m, registry, fwd, serving, OverflowLog(s.overflow_log_seconds))
