@@ -1,4 +1,5 @@
-"""The webhook's Flask app: ``POST /validate``, ``/healthz``, ``/readyz``, ``/metrics``.
+"""The webhook's Flask app: ``POST /validate`` and the operations surface (``common.ops``:
+``/healthz``, ``/readyz``, ``/metrics``, JSON errors, request log) on the same TLS port.
 
 The handler parses the AdmissionReview, decides (``admission.decide``), puts the object
 key into the coalescing queue and answers ``allowed: true``; it never does network I/O.
@@ -6,17 +7,14 @@ key into the coalescing queue and answers ``allowed: true``; it never does netwo
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
 import flask
 import orjson
-import werkzeug.exceptions
-from prometheus_flask_exporter import PrometheusMetrics
-from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
 
+from common import ops
 from webhook import admission
 from webhook import services as services_mod
 from webhook import settings as settings_mod
@@ -26,8 +24,7 @@ JSON = "application/json"
 
 
 def _error(status: int, error: str, details: Any = None) -> flask.Response:
-    body = json.dumps({"error": error, "details": details})
-    return flask.Response(body, status=status, mimetype=JSON)
+    return ops.error(status, error, details)
 
 
 def _too_large(limit: int) -> flask.Response:
@@ -96,50 +93,38 @@ def _handle_validate(svc: services_mod.Services) -> flask.Response:
         m.handler_seconds.observe(time.perf_counter() - t0)
 
 
+def _serving_problem(svc: services_mod.Services) -> str | None:
+    if svc.serving is not None and not svc.serving.loaded():
+        return svc.serving.last_error or "serving certificate not loaded"
+    return None
+
+
+def _forwarder_problem(svc: services_mod.Services) -> str | None:
+    fwd = svc.forwarder
+    if fwd is None or not fwd.alive():
+        return "forwarder not running"
+    if not fwd.client.certs_loaded():
+        return "client certificate not loaded"
+    return None
+
+
 def create_app(s: settings_mod.Settings, svc: services_mod.Services | None = None) -> flask.Flask:
     svc = svc or services_mod.build(s)
     app = flask.Flask("webhook")
     app.config["MAX_CONTENT_LENGTH"] = s.server.max_body_bytes
     app.extensions["tether.webhook"] = svc
-    # Only /metrics from the exporter: the handler has its own latency histogram, and the
-    # exporter's per-request hooks would cost every admission a little.
-    if svc.registry is None:
-        GunicornInternalPrometheusMetrics(app, export_defaults=False)
-    else:
-        PrometheusMetrics(app, registry=svc.registry, export_defaults=False)
+    probes = (ops.Probes()
+              .ready("serving-certificate", lambda: _serving_problem(svc))
+              .ready("forwarder", lambda: _forwarder_problem(svc)))
+    # the handler has its own latency histogram: no per-request metric hooks on /validate
+    ops.init_app(app, probes, ops.Exposition(svc.registry).render)
 
     @app.post("/validate")
     def validate() -> flask.Response:
         return _handle_validate(svc)
 
-    @app.get("/healthz")
-    def healthz() -> flask.Response:
-        return flask.Response('{"status":"ok"}', mimetype=JSON)
-
-    @app.get("/readyz")
-    def readyz() -> flask.Response:
-        problems = []
-        if svc.serving is not None and not svc.serving.loaded():
-            problems.append("serving certificate not loaded")
-        fwd = svc.forwarder
-        if fwd is None or not fwd.alive():
-            problems.append("forwarder not running")
-        elif not fwd.client.certs_loaded():
-            problems.append("client certificate not loaded")
-        if problems:
-            return _error(503, "not ready", problems)
-        return flask.Response('{"status":"ready"}', mimetype=JSON)
-
-    @app.errorhandler(werkzeug.exceptions.HTTPException)
-    def http_error(e: werkzeug.exceptions.HTTPException) -> flask.Response:
-        status = e.code or 500
-        if status == 413:
-            return _too_large(s.server.max_body_bytes)
-        return _error(status, (e.name or "error").lower(), e.description)
-
-    @app.errorhandler(Exception)
-    def unexpected(e: Exception) -> flask.Response:
-        log.error("unexpected error in %s: %s", flask.request.path, type(e).__name__, exc_info=e)
-        return _error(500, "internal error", "see the webhook's log")
+    @app.errorhandler(413)
+    def too_large(_: Exception) -> flask.Response:
+        return _too_large(s.server.max_body_bytes)
 
     return app

@@ -6,7 +6,7 @@ per client address, so no pod of the runtime can hold the threads the API server
 
 Each worker builds its own app (queue, forwarder threads, clients) after the fork; the
 forwarder starts in ``post_worker_init`` and drains in ``worker_exit`` (within
-``TETHER_DRAIN_SECONDS``, below gunicorn's graceful timeout). The serving certificate is
+``TETHER_WEBHOOK_DRAIN_SECONDS``, below gunicorn's graceful timeout). The serving certificate is
 an ``ssl.SSLContext`` kept per worker and rebuilt when the files change.
 """
 
@@ -18,9 +18,8 @@ import ssl
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
-from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
 
-from common import httpworker, logs, tlsreload
+from common import httpworker, logs, ops, tlsreload
 from webhook import app as app_mod
 from webhook import services as services_mod
 from webhook import settings as settings_mod
@@ -128,4 +127,4 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
 
     @staticmethod
     def _child_exit(server: Any, worker: Any) -> None:
-        GunicornInternalPrometheusMetrics.mark_process_dead_on_child_exit(worker.pid)
+        ops.mark_worker_dead(worker.pid)
