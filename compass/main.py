@@ -1,21 +1,20 @@
 """``tether compass``: the Compass registration scheduler on the KCP.
 
-Builds settings (environment, see docs/compass.md), the KCP client, the service, a
+Builds settings (environment, ``tether compass --help``, docs/compass.md; a bad one, or a
+kubeconfig that does not load, stops it with one line before anything starts), the KCP client, the service, a
 paused scheduler and the Lease elector that resumes it; serves /healthz, /readyz and
 /metrics; stops cleanly on SIGTERM (releasing the Lease).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
-import sys
 import threading
 
 from werkzeug import serving
 
-from common import config, kube, leader, logs
+from common import config, gateway, leader, logs
 from compass import app as app_mod
 from compass import metrics, service
 from compass import settings as settings_mod
@@ -24,23 +23,16 @@ log = logging.getLogger("compass")
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="tether compass", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kubeconfig", help="KCP kubeconfig (default: $KUBECONFIG, else in-cluster)")
-    p.add_argument("--once", action="store_true", help="one full run, no election, then exit")
-    args = p.parse_args(argv)
+    s, args = config.load(
+        settings_mod.SPEC, argv, settings_mod.build,
+        options=lambda p: p.add_argument("--once", action="store_true",
+                                         help="one full run, no election, then exit"))
     try:
-        s = settings_mod.from_env()
-    except config.SettingError as e:
-        print(f"tether compass: {e}", file=sys.stderr)
-        return 2
+        kcp_api = gateway.from_kubeconfig(s.kubeconfig)
+    except gateway.KubeConfigError as e:
+        config.fail("compass", f"TETHER_COMPASS_KUBECONFIG: {e}")
     logs.configure(s.log_level, s.log_format)
     audit = logs.audit_logger(s.audit_destination)
-    try:
-        kcp_api = kube.api_client(args.kubeconfig)
-    except kube.KubeConfigError as e:
-        print(f"tether compass: {e}", file=sys.stderr)
-        return 2
     stats = metrics.Metrics()
     svc = service.build(s, kcp_api, stats, audit)
     if args.once:

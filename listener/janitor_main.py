@@ -1,7 +1,8 @@
 """``tether janitor``: the listener's storage janitor on the KCP (``listener.janitor``).
 
-Settings come from ``TETHER_LISTENER_*`` environment variables (docs/listener.md); a bad
-one stops the process with one line before anything starts (``--check`` only validates).
+Settings come from ``TETHER_LISTENER_*`` environment variables (``tether janitor --help``,
+docs/listener.md); a bad one, or a kubeconfig that does not load, stops the process with one
+line before anything starts (``--check`` only checks).
 Builds the KCP client, a paused APScheduler interval job and the Lease elector that resumes
 it (``common.leader``); serves /healthz, /readyz and /metrics on ``JANITOR_BIND``; stops
 cleanly on SIGTERM (releasing the Lease).
@@ -12,7 +13,6 @@ processes, and workers must never run schedulers.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import logging
 import signal
@@ -21,12 +21,10 @@ import threading
 from collections.abc import Callable
 
 import flask
-import prometheus_client as prom
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
-from werkzeug import serving
 
-from common import config, kube, leader, logs
+from common import config, gateway, leader, logs, ops
 from listener import janitor
 from listener import metrics as listener_metrics
 from listener import settings as settings_mod
@@ -34,26 +32,13 @@ from listener import settings as settings_mod
 log = logging.getLogger("janitor")
 
 
-def create_app(meters: listener_metrics.JanitorMetrics, ready: Callable[[], bool]) -> flask.Flask:
-    app = flask.Flask("janitor")
-
-    @app.get("/healthz")
-    def healthz() -> flask.Response:
-        return flask.jsonify({"status": "ok"})
-
-    @app.get("/readyz")
-    def readyz() -> flask.Response:
-        ok = ready()
-        resp = flask.jsonify({"status": "ok" if ok else "starting"})
-        resp.status_code = 200 if ok else 503
-        return resp
-
-    @app.get("/metrics")
-    def metrics_endpoint() -> flask.Response:
-        return flask.Response(prom.generate_latest(meters.registry),
-                              mimetype=prom.CONTENT_TYPE_LATEST)
-
-    return app
+def create_app(meters: listener_metrics.JanitorMetrics, ready: Callable[[], bool], *,
+               cache_seconds: float = ops.READY_CACHE_SECONDS) -> flask.Flask:
+    """The operations surface (``common.ops``): /healthz, /readyz (leading or standing by:
+    the elector and the scheduler run), /metrics."""
+    probes = ops.Probes(cache_seconds=cache_seconds).ready(
+        "scheduler", lambda: None if ready() else "elector or scheduler not running")
+    return ops.create_app("janitor", probes, ops.Exposition(meters.registry).render)
 
 
 def scheduler(job: janitor.Janitor, interval: float) -> BackgroundScheduler:
@@ -67,25 +52,15 @@ def scheduler(job: janitor.Janitor, interval: float) -> BackgroundScheduler:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="tether janitor", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", action="store_true", help="validate the settings and exit")
-    p.add_argument("--once", action="store_true", help="one run, no election, then exit")
-    args = p.parse_args(argv)
+    s, args = config.load(
+        settings_mod.JANITOR_SPEC, argv, settings_mod.janitor_build,
+        options=lambda p: p.add_argument("--once", action="store_true",
+                                         help="one run, no election, then exit"))
     try:
-        s = settings_mod.janitor_from_env()
-    except config.SettingError as e:
-        print(f"tether janitor: {e}", file=sys.stderr)
-        return 2
-    if args.check:
-        print("settings ok")
-        return 0
+        api = gateway.from_kubeconfig(s.kubeconfig)
+    except gateway.KubeConfigError as e:
+        config.fail("janitor", f"TETHER_LISTENER_KUBECONFIG: {e}")
     logs.configure(s.log_level, s.log_format)
-    try:
-        api = kube.api_client(s.kubeconfig)
-    except kube.KubeConfigError as e:
-        print(f"tether janitor: {e}", file=sys.stderr)
-        return 2
     meters = listener_metrics.JanitorMetrics()
     job = janitor.Janitor(janitor.Kcp(api, s.namespace, s.kcp_timeout), s, meters,
                           logs.audit_logger(s.audit_log))
@@ -110,10 +85,8 @@ def main(argv: list[str]) -> int:
                                   retry_period=max(0.5, s.lease_duration / 7)),
         on_started=started, on_stopped=stopped)
     job.active = lambda: elector.is_leader
-    http = serving.make_server(s.http_host, s.http_port,
-                               create_app(meters, ready=lambda: elector.alive() and sched.running),
-                               threaded=True)
-    threading.Thread(target=http.serve_forever, name="http", daemon=True).start()
+    http = ops.Server(create_app(meters, ready=lambda: elector.alive() and sched.running),
+                      f"{s.http_host}:{s.http_port}").start()
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -125,7 +98,7 @@ def main(argv: list[str]) -> int:
     log.info("janitor stopping")
     elector.stop()
     sched.shutdown(wait=True)
-    http.shutdown()
+    http.stop()
     return 0
 
 
