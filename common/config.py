@@ -370,6 +370,19 @@ class Spec:
                 f"{old} -> {new}" for old, new in self.renamed.items()))
         return "\n".join(lines)
 
+    def markdown(self) -> str:
+        """The settings table of docs/<part>.md (a test keeps the docs equal to it)."""
+        rows = ["| variable | default | meaning |", "|---|---|---|"]
+        for o in self.options:
+            name = f"`{o.name}`" + (f" (`{o.flag}`)" if o.flag else "")
+            bounds = f"{o.bounds}{' s' if o.duration and o.bounds else ''}"
+            extra = f" ({bounds})" if bounds else (" (seconds)" if o.duration else "")
+            default = o.default_text().replace("|", "\\|")
+            rows.append(f"| {name} | `{default}` | {o.meaning}{extra.replace('|', ', ')} |")
+        for old, new in self.renamed.items():
+            rows.append(f"| ~~`{old}`~~ | refused | renamed `{new}` |")
+        return "\n".join(rows)
+
     def parser(self) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(
             prog=f"tether {self.part}", description=self.summary, epilog=self.help_text(),

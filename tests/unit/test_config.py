@@ -204,3 +204,13 @@ def test_kubeconfig_check_accepts_a_kubeconfig(tmp_path: pathlib.Path) -> None:
                     "users: [{name: u, user: {token: t}}]\n"
                     "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n")
     config.check_kubeconfig("KC", str(path))
+
+
+@pytest.mark.parametrize(("part", "doc"), [("webhook", "webhook"), ("listener", "listener"),
+                                           ("janitor", "listener"), ("poller", "poller"),
+                                           ("compass", "compass")])
+def test_docs_settings_tables_equal_the_declarations(part: str, doc: str) -> None:
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / f"{doc}.md").read_text()
+    start = text.index(f"<!-- settings:{part} ")
+    body = text[text.index("\n", start) + 1:text.index(f"<!-- /settings:{part} -->")]
+    assert body.strip() == SPECS[part].markdown(), f"regenerate the table in docs/{doc}.md"
