@@ -23,7 +23,7 @@ request head, and gives threads out fairly:
 Unauthenticated connections therefore never hold a thread while they stall: a thread only
 ever gets a connection whose request head is complete, and the application refuses them
 before reading a body. Refusals are reported to ``on_refused(reason, peer)`` (subclasses
-count and audit them); the reasons are the fixed set ``REASONS``.
+count and audit them); the reasons are the fixed set ``common.httpconn.REASONS``.
 
 The first bind address is the data port (TLS when gunicorn is configured with a
 certificate); further bind addresses are served in plain HTTP (operations port: health,
@@ -48,7 +48,7 @@ from gunicorn import http, util
 from gunicorn.workers import gthread
 
 from common import fairqueue
-from common.httpconn import (  # noqa: F401 - Limits, REASONS, peer_address: the worker's interface
+from common.httpconn import (
     BUSY,
     CLOSED,
     HANDSHAKE,
@@ -56,11 +56,8 @@ from common.httpconn import (  # noqa: F401 - Limits, REASONS, peer_address: the
     KEEPALIVE,
     LINGER,
     READY,
-    REASONS,
     BoundedSocket,
-    BoundedSSLSocket,
     Conn,
-    DeadlineExceeded,
     Limits,
     certificate_cn,
     content_length,

@@ -23,7 +23,7 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from common import httpworker, tlsreload
+from common import httpconn, httpworker, tlsreload
 from listener import app, settings, worker
 
 # one XFCC header (32 KiB) fits; 1,000 connections' heads stay within 64 MiB
@@ -57,7 +57,7 @@ def gunicorn_options(s: settings.Settings,
     # (XFCC mode) every runtime arrives from the proxy's address, so the per-peer caps are
     # left to the application's per-runtime in-flight cap (429) instead
     per_peer = s.tls
-    limits = httpworker.Limits(
+    limits = httpconn.Limits(
         handshake_seconds=s.handshake_timeout, head_seconds=s.head_timeout,
         body_seconds=s.body_timeout, idle_seconds=s.idle_timeout,
         max_connections=s.max_connections,

@@ -19,7 +19,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from common import httpworker, logs, ops, tlsreload
+from common import httpconn, httpworker, logs, ops, tlsreload
 from webhook import app as app_mod
 from webhook import services as services_mod
 from webhook import settings as settings_mod
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def gunicorn_options(s: settings_mod.Settings) -> dict[str, Any]:
     sv = s.server
-    limits = httpworker.Limits(
+    limits = httpconn.Limits(
         handshake_seconds=sv.handshake_timeout, head_seconds=sv.head_timeout,
         body_seconds=sv.body_timeout, idle_seconds=sv.idle_timeout,
         max_connections=sv.max_connections, max_connections_per_peer=sv.max_connections_per_peer,
