@@ -15,9 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from kubernetes import client
-
-from common import kyma
+from common import gateway, kyma
 
 MAX_ENTRIES = 20_000
 
@@ -27,10 +25,10 @@ class KymaLRU:
     evicted beyond ``MAX_ENTRIES``."""
 
     def __init__(
-        self, api: client.ApiClient, namespace: str, ttl: float, timeout: float,
+        self, kcp: gateway.Kube, namespace: str, ttl: float, timeout: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._api = api
+        self._kcp = kcp
         self._namespace = namespace
         self._ttl = ttl
         self._timeout = timeout
@@ -45,7 +43,7 @@ class KymaLRU:
             if hit is not None and hit[0] > now:
                 self._entries.move_to_end(runtime_id)
                 return hit[1]
-        views = kyma.list_by_runtime_id(self._api, self._namespace, runtime_id,
+        views = kyma.list_by_runtime_id(self._kcp, self._namespace, runtime_id,
                                         timeout=self._timeout)
         if self._ttl > 0:
             with self._lock:
