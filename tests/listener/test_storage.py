@@ -357,8 +357,8 @@ def test_the_janitor_refuses_a_bad_setting_with_one_line(env: Env) -> None:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "TETHER_LISTENER_ORPHAN_GRACE_SECONDS='soon'" in lines[0], out.stderr
+    assert len(lines) == 1 and lines[0].startswith("tether janitor: TETHER_LISTENER_ORPHAN_GRACE_SECONDS: "), out.stderr
     out = subprocess.run([sys.executable, "-m", "common.cli", "janitor", "--check"],
                          cwd=controlplane.REPO_ROOT, env=base, capture_output=True, text=True,
                          timeout=60)
-    assert out.returncode == 0 and out.stdout.strip() == "settings ok"
+    assert out.returncode == 0 and out.stdout.strip() == "tether janitor: settings ok"
