@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from common import certs, config, filters, sender
+from common import certs, config, filechecks, filters, sender
 from compass import settings as compass_settings
 from listener import settings as listener_settings
 from poller import settings as poller_settings
@@ -173,13 +173,13 @@ def test_file_checks(tmp_path: pathlib.Path) -> None:
     ca.issue("a", server=True).write(tmp_path / "a.crt", tmp_path / "a.key")
     ca.issue("b", server=True).write(tmp_path / "b.crt", tmp_path / "b.key")
     (tmp_path / "junk").write_text("not pem")
-    config.check_pair("C", str(tmp_path / "a.crt"), "K", str(tmp_path / "a.key"))
+    filechecks.check_pair("C", str(tmp_path / "a.crt"), "K", str(tmp_path / "a.key"))
     with pytest.raises(config.SettingError, match="^K: .* does not match the certificate of C"):
-        config.check_pair("C", str(tmp_path / "a.crt"), "K", str(tmp_path / "b.key"))
+        filechecks.check_pair("C", str(tmp_path / "a.crt"), "K", str(tmp_path / "b.key"))
     with pytest.raises(config.SettingError, match="^C: .* holds no PEM certificate"):
-        config.check_certificates("C", str(tmp_path / "junk"))
+        filechecks.check_certificates("C", str(tmp_path / "junk"))
     with pytest.raises(config.SettingError, match="^K: .* is not an unencrypted PEM private key"):
-        config.check_key("K", str(tmp_path / "a.crt"))
+        filechecks.check_key("K", str(tmp_path / "a.crt"))
 
 
 @pytest.mark.parametrize(("content", "problem"), [
@@ -195,7 +195,7 @@ def test_kubeconfig_check(tmp_path: pathlib.Path, content: str, problem: str) ->
     path = tmp_path / "kc"
     path.write_text(content)
     with pytest.raises(config.SettingError, match=f"^KC: .*{problem}"):
-        config.check_kubeconfig("KC", str(path))
+        filechecks.check_kubeconfig("KC", str(path))
 
 
 def test_kubeconfig_check_accepts_a_kubeconfig(tmp_path: pathlib.Path) -> None:
@@ -203,7 +203,7 @@ def test_kubeconfig_check_accepts_a_kubeconfig(tmp_path: pathlib.Path) -> None:
     path.write_text("clusters: [{name: c, cluster: {server: 'https://x'}}]\n"
                     "users: [{name: u, user: {token: t}}]\n"
                     "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n")
-    config.check_kubeconfig("KC", str(path))
+    filechecks.check_kubeconfig("KC", str(path))
 
 
 @pytest.mark.parametrize(("part", "doc"), [("webhook", "webhook"), ("listener", "listener"),
