@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import datetime
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable
 
 import flask
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from common import config, gateway, leader, logs, ops
+from common import elected, leader, logs, ops
 from listener import janitor
 from listener import metrics as listener_metrics
 from listener import settings as settings_mod
@@ -52,15 +50,9 @@ def scheduler(job: janitor.Janitor, interval: float) -> BackgroundScheduler:
 
 
 def main(argv: list[str]) -> int:
-    s, args = config.load(
-        settings_mod.JANITOR_SPEC, argv, settings_mod.janitor_build,
-        options=lambda p: p.add_argument("--once", action="store_true",
-                                         help="one run, no election, then exit"))
-    try:
-        api = gateway.from_kubeconfig(s.kubeconfig)
-    except gateway.KubeConfigError as e:
-        config.fail("janitor", f"TETHER_LISTENER_KUBECONFIG: {e}")
-    logs.configure(s.log_level, s.log_format)
+    s, args, api = elected.start(settings_mod.JANITOR_SPEC, argv, settings_mod.janitor_build,
+                                 kubeconfig_variable="TETHER_LISTENER_KUBECONFIG",
+                                 once="one run, no election, then exit")
     meters = listener_metrics.JanitorMetrics()
     job = janitor.Janitor(janitor.Kcp(api, s.namespace, s.kcp_timeout), s, meters,
                           logs.audit_logger(s.audit_log))
@@ -69,36 +61,19 @@ def main(argv: list[str]) -> int:
         print(summary)
         return 0 if summary.ok else 1
     sched = scheduler(job, s.interval)
-
-    def started() -> None:
-        meters.leader.set(1)
-        sched.resume()
-
-    def stopped() -> None:
-        meters.leader.set(0)
-        sched.pause()
-
-    elector = leader.LeaderElector(
+    elector = elected.elector(
         api, leader.LeaseSettings(namespace=s.namespace, name=s.lease_name,
                                   lease_duration=s.lease_duration,
                                   renew_deadline=s.lease_duration * 2 / 3,
                                   retry_period=max(0.5, s.lease_duration / 7)),
-        on_started=started, on_stopped=stopped)
+        sched, meters.leader)
     job.active = lambda: elector.is_leader
     http = ops.Server(create_app(meters, ready=lambda: elector.alive() and sched.running),
                       f"{s.http_host}:{s.http_port}").start()
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    elector.start()
-    log.info("janitor started: namespace %s, interval %.0fs, tombstone retention %.0fs, "
-             "orphan grace %.0fs", s.namespace, s.interval, s.storage.tombstone_retention,
-             s.orphan_grace)
-    done.wait()
-    log.info("janitor stopping")
-    elector.stop()
-    sched.shutdown(wait=True)
-    http.stop()
+    elected.run(log, elector, sched, stop=http.stop, announce=lambda: log.info(
+        "janitor started: namespace %s, interval %.0fs, tombstone retention %.0fs, "
+        "orphan grace %.0fs", s.namespace, s.interval, s.storage.tombstone_retention,
+        s.orphan_grace))
     return 0
 
 

@@ -14,7 +14,7 @@ import sys
 import threading
 from types import FrameType
 
-from common import config, gateway, leader, logs, sender
+from common import config, elected, leader, sender
 from poller import app, metrics, run, scan, service
 from poller import settings as settings_mod
 
@@ -44,12 +44,8 @@ class _Status:
 
 
 def main(argv: list[str]) -> int:
-    s, _ = config.load(settings_mod.SPEC, argv, settings_mod.build)
-    try:
-        api = gateway.from_kubeconfig(s.kubeconfig)
-    except gateway.KubeConfigError as e:
-        config.fail("poller", f"TETHER_KUBECONFIG: {e}")
-    logs.configure(s.log_level, s.log_format)
+    s, _, api = elected.start(settings_mod.SPEC, argv, settings_mod.build,
+                              kubeconfig_variable="TETHER_KUBECONFIG")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     m = metrics.Metrics()
