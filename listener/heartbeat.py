@@ -44,11 +44,8 @@ class Heartbeats:
         self, kcp: gateway.Kube, namespace: str, interval: float, timeout: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._kcp = kcp
-        self._namespace = namespace
-        self._interval = interval
-        self._timeout = timeout
-        self._clock = clock
+        self._kcp, self._namespace, self._clock = kcp, namespace, clock
+        self._interval, self._timeout = interval, timeout
         self._lock = threading.Lock()
         self._written: OrderedDict[str, float] = OrderedDict()
 

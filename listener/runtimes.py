@@ -28,11 +28,8 @@ class KymaLRU:
         self, kcp: gateway.Kube, namespace: str, ttl: float, timeout: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._kcp = kcp
-        self._namespace = namespace
-        self._ttl = ttl
-        self._timeout = timeout
-        self._clock = clock
+        self._kcp, self._namespace, self._clock = kcp, namespace, clock
+        self._ttl, self._timeout = ttl, timeout
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, tuple[float, list[kyma.KymaView]]] = OrderedDict()
 
