@@ -4,13 +4,14 @@
 # (Not built in CI here: these machines have no container engine.)
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY requirements.txt setup.cfg pyproject.toml README.md ./
+COPY requirements.txt constraints.txt setup.cfg pyproject.toml README.md ./
 COPY common common
 COPY webhook webhook
 COPY listener listener
 COPY poller poller
 COPY compass compass
-RUN pip install --no-cache-dir --prefix=/install -r requirements.txt \
+# constraints.txt: the indirect versions CI tested (make constraints)
+RUN pip install --no-cache-dir --prefix=/install -c constraints.txt -r requirements.txt \
  && pip install --no-cache-dir --prefix=/install --no-deps .
 
 FROM python:3.11-slim

@@ -11,14 +11,18 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.txt requirements-dev.txt setup.cfg pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv with the pinned requirements and tether installed (editable)
+
+constraints: $(STAMP) ## rewrite constraints.txt from the venv (after changing requirements*.txt)
+	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 controlplane: ## build (or reuse the cached) etcd, kube-apiserver and kubectl from Go modules
 	bash hack/build-controlplane.sh
@@ -28,9 +32,10 @@ promtool: ## install promtool (Debian's prometheus package) if missing; checks t
 	  echo "installing promtool (Debian package prometheus)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
-lint: $(STAMP) ## ruff and mypy (strict on the product packages)
+lint: $(STAMP) ## ruff, mypy (strict on the product packages) and the import contracts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 unit: $(STAMP) ## fast tests of pure logic only
 	$(VENV)/bin/pytest -m "not slow" tests/unit
@@ -48,4 +53,4 @@ clean: ## remove the venv and caches (not the control plane cache)
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
 
 
-.PHONY: help venv controlplane promtool lint unit test demo planes clean
+.PHONY: help venv constraints controlplane promtool lint unit test demo planes clean

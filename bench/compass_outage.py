@@ -31,7 +31,7 @@ from compass_ready import REPO, Director, setup
 
 sys.path.insert(0, str(REPO))
 
-from common import controlplane  # noqa: E402
+from common import controlplane, gateway  # noqa: E402
 from compass import metrics, service  # noqa: E402
 from compass import settings as settings_mod  # noqa: E402
 from tests.compass.conftest import CRD_FILE  # noqa: E402
@@ -56,7 +56,7 @@ def one(kcp_api: Any, d: Director, skr: controlplane.ControlPlane, label: str,
     audit = logging.getLogger("tether.audit.bench")
     audit.propagate = False
     audit.addHandler(logging.NullHandler())
-    svc = service.build(s, kcp_api, metrics.Metrics(), audit)
+    svc = service.build(s, gateway.Kube(kcp_api), metrics.Metrics(), audit)
     try:
         svc.tokens.get()  # the OAuth token is not part of the outage
         d.admin("PUT", "/admin/faults", {"http_status": 503})

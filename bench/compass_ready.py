@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 import requests  # noqa: E402
 from kubernetes import client  # noqa: E402
 
-from common import controlplane  # noqa: E402
+from common import controlplane, gateway  # noqa: E402
 from compass import metrics, model, service  # noqa: E402
 from compass import settings as settings_mod  # noqa: E402
 from tests.compass.conftest import CRD_FILE, kyma_labels  # noqa: E402
@@ -113,7 +113,7 @@ def measure(kcp_api: client.ApiClient, d: Director, ns: str, names: list[str],
     audit = logging.getLogger("tether.audit.bench")
     audit.propagate = False
     audit.addHandler(logging.NullHandler())
-    svc = service.build(s, kcp_api, metrics.Metrics(), audit)
+    svc = service.build(s, gateway.Kube(kcp_api), metrics.Metrics(), audit)
     before = d.admin("GET", "/admin/requests")["total"]
     t0 = time.monotonic()
     runs = 0

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from common import certs, changes, controlplane, filters, sender  # noqa: E402
+from common import certs, changes, controlplane, filters, gateway, sender  # noqa: E402
 from listener import records  # noqa: E402
 from poller import metrics, run, scan  # noqa: E402
 from tests.listener import conftest as lc  # noqa: E402
@@ -103,7 +103,7 @@ class Poller:
         flt = filters.ConfigMapFilter.build(filters.DEFAULT_IGNORED_NAMESPACES, SELECTOR)
         self.client = sender.ListenerClient(sender.ClientSettings(
             url, rt_id, str(env.server_ca_file), str(cert), str(key), read_timeout=120))
-        lister = scan.Lister(skr_api, flt, page_size=page_size, timeout=120,
+        lister = scan.Lister(gateway.Kube(skr_api), flt, page_size=page_size, timeout=120,
                              on_request=self.metrics.apiserver_requests.inc)
         self.runner = run.Runner(rt_id, run.RunSettings(page_size=page_size, rate=10_000, burst=10_000),
                                  flt, lister, self.client, self.metrics)

@@ -90,7 +90,7 @@ def wsgi_costs(bodies: list[bytes], metrics_dir: pathlib.Path) -> dict[str, floa
     from common import filters, sender
     from webhook import app as app_mod
     from webhook import keyqueue, metrics
-    from webhook import parts as parts_mod
+    from webhook import services as services_mod
     from webhook import settings as settings_mod
 
     sys.path.insert(0, str(REPO / "bench"))
@@ -101,9 +101,9 @@ def wsgi_costs(bodies: list[bytes], metrics_dir: pathlib.Path) -> dict[str, floa
         server=settings_mod.ServerSettings(), forwarder=settings_mod.ForwarderSettings(),
         filter=filters.ConfigMapFilter(), queue_size=1_000_000)
     fw = s.forwarder
-    parts = parts_mod.Parts(s, keyqueue.KeyQueue(s.queue_size, fw.coalesce_seconds, fw.hot_key_seconds),
+    svc = services_mod.Services(s, keyqueue.KeyQueue(s.queue_size, fw.coalesce_seconds, fw.hot_key_seconds),
                           metrics.build(None), None)
-    apps = {"webhook": app_mod.create_app(s, parts), "baseline": webhook_noop_server.create_app()}
+    apps = {"webhook": app_mod.create_app(s, svc), "baseline": webhook_noop_server.create_app()}
     environs = [EnvironBuilder(method="POST", path="/validate", data=b,
                                content_type="application/json").get_environ() for b in bodies[:200]]
 

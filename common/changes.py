@@ -42,23 +42,6 @@ Source = Literal["webhook", "poller"]
 Verdict = Literal["newer", "duplicate", "stale"]
 
 
-class ChangeRecord(TypedDict):
-    apiVersion: str
-    kind: str
-    runtimeId: str
-    namespace: str
-    name: str
-    uid: str
-    resourceVersion: str
-    observedAt: str
-    deleted: bool
-    source: Source
-    labels: NotRequired[dict[str, str]]
-    annotations: NotRequired[dict[str, str]]
-    data: NotRequired[dict[str, str]]
-    binaryData: NotRequired[dict[str, str]]
-
-
 class DigestItem(TypedDict):
     """One entry of a runtime's state digest (``GET /v1/runtimes/{id}/state``): what the
     listener holds of an object, without its data."""
@@ -69,6 +52,20 @@ class DigestItem(TypedDict):
     resourceVersion: str
     observedAt: str
     deleted: bool
+
+
+class ChangeRecord(DigestItem):
+    """A change record (v1): the digest's fields of the object, plus where it comes from
+    and, unless a tombstone, its content."""
+
+    apiVersion: str
+    kind: str
+    runtimeId: str
+    source: Source
+    labels: NotRequired[dict[str, str]]
+    annotations: NotRequired[dict[str, str]]
+    data: NotRequired[dict[str, str]]
+    binaryData: NotRequired[dict[str, str]]
 
 
 class Version(NamedTuple):

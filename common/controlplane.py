@@ -287,9 +287,9 @@ class ControlPlane:
 
     def api_client(self) -> Any:
         """A new ``kubernetes.client.ApiClient`` for the admin user (system:masters)."""
-        from common import kube
+        from common import gateway
 
-        return kube.api_client(str(self.kubeconfig))
+        return gateway.from_kubeconfig(str(self.kubeconfig)).api_client
 
     def kubectl(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         """Run the built kubectl against this plane as admin; the caller checks returncode."""

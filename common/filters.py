@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from common import config
 
@@ -155,18 +155,34 @@ def watched(flt: ConfigMapFilter, namespace: str, *labels: Mapping[str, str] | N
     return rejection(flt, namespace, *labels) is None
 
 
+def _namespaces(name: str, raw: str) -> tuple[str, ...]:
+    return () if raw == "-" else tuple(x.strip() for x in raw.split(",") if x.strip())
+
+
+def _selector(name: str, raw: str) -> str:
+    try:
+        parse_selector(raw)
+    except SelectorError as e:
+        raise config.SettingError(f"{name}: {e}") from None
+    return raw
+
+
+OPTIONS = (
+    config.custom(ENV_IGNORED_NAMESPACES, DEFAULT_IGNORED_NAMESPACES,
+                  "namespaces whose ConfigMaps are never watched, comma-separated ('-': none)",
+                  _namespaces, flag="--ignored-namespaces"),
+    config.custom(ENV_LABEL_SELECTOR, "",
+                  "label selector a watched ConfigMap matches (Kubernetes syntax; empty: all)",
+                  _selector, flag="--label-selector"),
+)
+
+
+def from_values(v: Mapping[str, Any]) -> ConfigMapFilter:
+    """The filter from the values of ``OPTIONS``."""
+    return ConfigMapFilter.build(v[ENV_IGNORED_NAMESPACES], v[ENV_LABEL_SELECTOR])
+
+
 def from_env(env: Mapping[str, str] | None = None) -> ConfigMapFilter:
     """``TETHER_IGNORED_NAMESPACES`` (comma-separated; ``-`` for none) and
     ``TETHER_LABEL_SELECTOR``; a bad selector raises ``SettingError`` naming the variable."""
-    raw_ns = config.optional(ENV_IGNORED_NAMESPACES, env=env)
-    if raw_ns is None:
-        namespaces: tuple[str, ...] = DEFAULT_IGNORED_NAMESPACES
-    elif raw_ns == "-":
-        namespaces = ()
-    else:
-        namespaces = config.string_list(ENV_IGNORED_NAMESPACES, env=env)
-    text = config.optional(ENV_LABEL_SELECTOR, env=env) or ""
-    try:
-        return ConfigMapFilter.build(namespaces, text)
-    except SelectorError as e:
-        raise config.SettingError(f"{ENV_LABEL_SELECTOR}: {e}") from None
+    return from_values(config.Spec("filter", "", OPTIONS).read(env))

@@ -3,7 +3,7 @@
 One Kyma CR in the KCP represents one runtime (SKR). Tether reads it, never writes it:
 the listener matches a runtime's client certificate against it, compass registers it.
 
-    views = kyma.list_by_runtime_id(api, "kcp-system", "4a1f...")   # label-selected list
+    views = kyma.list_by_runtime_id(kcp, "kcp-system", "4a1f...")   # label-selected list
     v = views[0]; v.domain, v.deleting
 
 ``view`` is pure (a plain dict in, a ``KymaView`` out); ``list_by_runtime_id`` is the only
@@ -17,12 +17,13 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from kubernetes import client
+from common import gateway
 
 GROUP = "operator.kyma-project.io"
 VERSION = "v1beta2"
 PLURAL = "kymas"
 KIND = "Kyma"
+RESOURCE = gateway.Resource(GROUP, VERSION, PLURAL)
 
 RUNTIME_ID_LABEL = "kyma-project.io/runtime-id"
 DOMAIN_ANNOTATION = "skr-domain"
@@ -72,17 +73,14 @@ def view(obj: Mapping[str, Any]) -> KymaView:
 
 
 def list_by_runtime_id(
-    api: client.ApiClient, namespace: str, runtime_id: str, *, timeout: float = 10.0
+    kcp: gateway.Kube, namespace: str, runtime_id: str, *, timeout: float | None = None
 ) -> list[KymaView]:
     """The Kyma CRs in ``namespace`` labelled with ``runtime_id`` (normally one).
 
-    Raises ``ValueError`` for a runtime ID that is not a valid label value and
-    ``kubernetes.client.ApiException`` (or a urllib3 error) when the API fails."""
+    Raises ``ValueError`` for a runtime ID that is not a valid label value and a
+    ``gateway.GatewayError`` when the API fails."""
     if not valid_runtime_id(runtime_id):
         raise ValueError("runtime ID is not a valid label value")
-    resp: Any = client.CustomObjectsApi(api).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL,
-        label_selector=f"{RUNTIME_ID_LABEL}={runtime_id}",
-        _request_timeout=timeout,
-    )
+    resp = kcp.list(RESOURCE, namespace, label_selector=f"{RUNTIME_ID_LABEL}={runtime_id}",
+                    timeout=timeout)
     return [view(item) for item in resp.get("items") or []]

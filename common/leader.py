@@ -3,7 +3,7 @@
 Schedulers (poller, compass) run only in the Lease holder. The decision what to do with a
 Lease is pure (``decide``); ``LeaderElector`` does the I/O in one daemon thread:
 
-    elector = LeaderElector(api, LeaseSettings(namespace="tether-system", name="poller"),
+    elector = LeaderElector(kube, LeaseSettings(namespace="tether-system", name="poller"),
                             on_started=scheduler.resume, on_stopped=scheduler.pause)
     elector.start()            # returns at once
     ...
@@ -24,8 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from common import changes, gateway
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +70,13 @@ def _now() -> datetime.datetime:
 class LeaderElector:
     def __init__(
         self,
-        api: client.ApiClient,
+        kube: gateway.Kube,
         settings: LeaseSettings,
         *,
         on_started: Callable[[], None],
         on_stopped: Callable[[], None],
     ) -> None:
-        self._api = client.CoordinationV1Api(api)
+        self._kube = kube
         self.settings = settings
         self._on_started = on_started
         self._on_stopped = on_stopped
@@ -116,8 +115,8 @@ class LeaderElector:
             ok = False
             try:
                 ok = self._try_acquire_or_renew()
-            except ApiException as e:
-                log.warning("lease %s/%s: API error %s", s.namespace, s.name, e.status)
+            except gateway.GatewayError as e:
+                log.warning("lease %s/%s: API error %s", s.namespace, s.name, e)
             except Exception as e:  # noqa: BLE001 - keep electing whatever the API does
                 log.warning("lease %s/%s: %s", s.namespace, s.name, type(e).__name__)
             now = time.monotonic()
@@ -144,62 +143,59 @@ class LeaderElector:
     def _try_acquire_or_renew(self) -> bool:
         s = self.settings
         now = _now()
-        try:
-            lease: Any = self._api.read_namespaced_lease(s.name, s.namespace)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            lease = None
+        lease = self._kube.get_or_none(gateway.LEASES, s.namespace, s.name)
         if lease is None:
-            body = client.V1Lease(
-                metadata=client.V1ObjectMeta(name=s.name, namespace=s.namespace),
-                spec=self._spec(now, acquire_time=now, transitions=0),
-            )
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": s.name, "namespace": s.namespace},
+                    "spec": self._spec(now, acquire_time=changes.format_time(now),
+                                       transitions=0)}
             try:
-                self._api.create_namespaced_lease(s.namespace, body)
-            except ApiException as e:
-                if e.status == 409:
-                    return False
-                raise
+                self._kube.create(gateway.LEASES, s.namespace, body)
+            except gateway.Conflict:
+                return False
             return True
-        spec = lease.spec or client.V1LeaseSpec()
-        view = LeaseView(spec.holder_identity, spec.renew_time, spec.lease_duration_seconds)
+        spec = lease.get("spec") or {}
+        duration = spec.get("leaseDurationSeconds")
+        view = LeaseView(spec.get("holderIdentity"), changes.parse_time(spec.get("renewTime")),
+                         duration if isinstance(duration, int) else None)
         action = decide(view, s.identity, now)
         if action == "wait":
             return False
-        transitions = spec.lease_transitions or 0
+        transitions = spec.get("leaseTransitions") or 0
         if action == "acquire":
-            lease.spec = self._spec(now, acquire_time=now, transitions=transitions + 1)
+            lease["spec"] = self._spec(now, acquire_time=changes.format_time(now),
+                                       transitions=transitions + 1)
         else:
-            lease.spec = self._spec(now, acquire_time=spec.acquire_time, transitions=transitions)
-        try:
-            self._api.replace_namespaced_lease(s.name, s.namespace, lease)
-        except ApiException as e:
-            if e.status == 409:  # someone else wrote first
-                return False
-            raise
+            lease["spec"] = self._spec(now, acquire_time=spec.get("acquireTime"),
+                                       transitions=transitions)
+        try:  # with the read resourceVersion: of two writers, one gets 409
+            self._kube.replace(gateway.LEASES, s.namespace, s.name, lease)
+        except gateway.Conflict:  # someone else wrote first
+            return False
         return True
 
-    def _spec(
-        self, now: datetime.datetime, *, acquire_time: datetime.datetime | None, transitions: int
-    ) -> client.V1LeaseSpec:
-        return client.V1LeaseSpec(
-            holder_identity=self.settings.identity,
-            lease_duration_seconds=max(1, int(self.settings.lease_duration)),
-            acquire_time=acquire_time,
-            renew_time=now,
-            lease_transitions=transitions,
-        )
+    def _spec(self, now: datetime.datetime, *, acquire_time: str | None,
+              transitions: int) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "holderIdentity": self.settings.identity,
+            "leaseDurationSeconds": max(1, int(self.settings.lease_duration)),
+            "renewTime": changes.format_time(now),
+            "leaseTransitions": transitions,
+        }
+        if acquire_time:
+            spec["acquireTime"] = acquire_time
+        return spec
 
     def _release(self) -> None:
         s = self.settings
         try:
-            lease: Any = self._api.read_namespaced_lease(s.name, s.namespace)
-            if lease.spec is None or lease.spec.holder_identity != s.identity:
+            lease = self._kube.get(gateway.LEASES, s.namespace, s.name)
+            spec = lease.get("spec")
+            if not spec or spec.get("holderIdentity") != s.identity:
                 return
-            lease.spec.holder_identity = None
-            lease.spec.lease_duration_seconds = 1
-            self._api.replace_namespaced_lease(s.name, s.namespace, lease)
+            spec.pop("holderIdentity", None)
+            spec["leaseDurationSeconds"] = 1
+            self._kube.replace(gateway.LEASES, s.namespace, s.name, lease)
         except Exception as e:  # noqa: BLE001 - best effort; the Lease expires anyway
             log.info("lease %s/%s: release failed (%s); it will expire", s.namespace, s.name,
                      type(e).__name__)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any, NamedTuple
 
 import jsonschema
@@ -132,16 +132,12 @@ def _enum(v: Any, enums: list[Any], instance: Any, schema: Mapping[str, Any]
         yield ValidationError(f"{brief(instance)} is not one of {enums!r}")
 
 
-def _max_items(v: Any, limit: int, instance: Any, schema: Mapping[str, Any]
-               ) -> Iterator[ValidationError]:
-    if isinstance(instance, list) and len(instance) > limit:
-        yield ValidationError(f"{brief(instance)}: at most {limit} are allowed")
-
-
-def _max_properties(v: Any, limit: int, instance: Any, schema: Mapping[str, Any]
-                    ) -> Iterator[ValidationError]:
-    if isinstance(instance, dict) and len(instance) > limit:
-        yield ValidationError(f"{brief(instance)}: at most {limit} are allowed")
+def _max_count(kind: type[Sized]) -> Callable[[Any, int, Any, Mapping[str, Any]], Iterator[ValidationError]]:
+    """``maxItems`` (kind list) and ``maxProperties`` (kind dict)."""
+    def check(v: Any, limit: int, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+        if isinstance(instance, kind) and len(instance) > limit:
+            yield ValidationError(f"{brief(instance)}: at most {limit} are allowed")
+    return check
 
 
 def _oversized(instance: Any, schema: Mapping[str, Any]) -> bool:
@@ -202,8 +198,8 @@ _KEYWORDS: dict[str, Callable[..., Iterator[ValidationError]]] = {
     "maxLength": _max_length,
     "type": _type,
     "enum": _enum,
-    "maxItems": _max_items,
-    "maxProperties": _max_properties,
+    "maxItems": _max_count(list),
+    "maxProperties": _max_count(dict),
     "additionalProperties": _additional,
     "format": _format,
     "items": _unless_oversized(Draft202012Validator.VALIDATORS["items"]),

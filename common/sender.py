@@ -49,11 +49,8 @@ class Outcome(NamedTuple):
     results: tuple[dict[str, Any], ...] = ()
 
 
-StateItem = changes.DigestItem
-
-
 class StatePage(NamedTuple):
-    items: list[StateItem]
+    items: list[changes.DigestItem]
     continue_token: str
 
 
@@ -203,24 +200,47 @@ class ClientSettings:
     reload_check_seconds: float = 1.0
 
 
-def client_settings_from_env(env: Mapping[str, str], runtime_id: str, *,
-                             read_timeout: float = 10.0, pool_size: int = 4) -> ClientSettings:
-    """The listener client's settings, shared by the webhook and the poller:
-    ``TETHER_LISTENER_URL``, ``TETHER_LISTENER_CA_FILE``, ``TETHER_CLIENT_CERT_FILE``,
-    ``TETHER_CLIENT_KEY_FILE``, ``TETHER_LISTENER_CONNECT_TIMEOUT``,
-    ``TETHER_LISTENER_TIMEOUT`` (default ``read_timeout``), ``TETHER_CERT_RELOAD_SECONDS``."""
+def client_options(read_timeout: float) -> tuple[config.Option, ...]:
+    """The listener client's options, shared by the webhook and the poller (one Secret and
+    ConfigMap configure both); ``read_timeout`` is the part's default."""
+    return (
+        config.https_url("TETHER_LISTENER_URL", config.REQUIRED,
+                         "the listener's base URL (https://HOST[:PORT])", flag="--listener-url"),
+        config.file("TETHER_LISTENER_CA_FILE", config.REQUIRED,
+                    "CA bundle that signs the listener's serving certificate (PEM)",
+                    "certificate", flag="--listener-ca-file"),
+        config.file("TETHER_CLIENT_CERT_FILE", config.REQUIRED,
+                    "this runtime's client certificate (PEM; CN = runtime ID)", "certificate",
+                    flag="--client-cert-file"),
+        config.file("TETHER_CLIENT_KEY_FILE", config.REQUIRED,
+                    "the client certificate's private key (PEM)", "key", flag="--client-key-file"),
+        config.seconds("TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS", 3.0,
+                       "connect timeout of a request to the listener", minimum=0.1, maximum=60),
+        config.seconds("TETHER_LISTENER_TIMEOUT_SECONDS", read_timeout,
+                       "read timeout of a request to the listener", minimum=0.1, maximum=300,
+                       flag="--listener-timeout"),
+        config.seconds("TETHER_CERT_RELOAD_SECONDS", 5.0,
+                       "how often the client certificate files are checked for a change "
+                       "(0: every request)", minimum=0, maximum=3600),
+    )
+
+
+CLIENT_PAIRS = (("TETHER_CLIENT_CERT_FILE", "TETHER_CLIENT_KEY_FILE"),)
+CLIENT_RENAMED = {"TETHER_LISTENER_TIMEOUT": "TETHER_LISTENER_TIMEOUT_SECONDS",
+                  "TETHER_LISTENER_CONNECT_TIMEOUT": "TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS"}
+
+
+def client_settings(v: Mapping[str, Any], runtime_id: str, *, pool_size: int = 4) -> ClientSettings:
+    """The listener client's settings from the values of ``client_options``."""
     return ClientSettings(
-        base_url=config.https_url("TETHER_LISTENER_URL", env=env),
+        base_url=v["TETHER_LISTENER_URL"],
         runtime_id=runtime_id,
-        ca_file=config.existing_file("TETHER_LISTENER_CA_FILE", env=env),
-        cert_file=config.existing_file("TETHER_CLIENT_CERT_FILE", env=env),
-        key_file=config.existing_file("TETHER_CLIENT_KEY_FILE", env=env),
-        connect_timeout=config.number("TETHER_LISTENER_CONNECT_TIMEOUT", 3.0, minimum=0.1,
-                                      maximum=60, env=env),
-        read_timeout=config.number("TETHER_LISTENER_TIMEOUT", read_timeout, minimum=0.1,
-                                   maximum=300, env=env),
-        reload_check_seconds=config.number("TETHER_CERT_RELOAD_SECONDS", 5.0, minimum=0,
-                                           maximum=3600, env=env),
+        ca_file=v["TETHER_LISTENER_CA_FILE"],
+        cert_file=v["TETHER_CLIENT_CERT_FILE"],
+        key_file=v["TETHER_CLIENT_KEY_FILE"],
+        connect_timeout=v["TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS"],
+        read_timeout=v["TETHER_LISTENER_TIMEOUT_SECONDS"],
+        reload_check_seconds=v["TETHER_CERT_RELOAD_SECONDS"],
         pool_size=pool_size,
     )
 
@@ -314,7 +334,7 @@ class ListenerClient:
             raise ListenerError(outcome._replace(verdict="retryable", reason="bad-response")) from None
         return StatePage(items, token_out)
 
-    def iter_state(self, limit: int = 500) -> Iterator[StateItem]:
+    def iter_state(self, limit: int = 500) -> Iterator[changes.DigestItem]:
         """Every item of the runtime's state digest, page by page."""
         token = ""
         while True:

@@ -2,7 +2,7 @@
 
 Each runtime's admin kubeconfig is a Secret in the KCP namespace labelled
 ``operator.kyma-project.io/kyma-name=<kyma>``, key ``config`` (as lifecycle-manager keeps
-it). ``SkrClients.get(kyma)`` returns an ``ApiClient`` for that runtime, built once per
+it). ``SkrClients.get(kyma)`` returns a gateway (``gateway.Kube``) for that runtime, built once per
 Secret resourceVersion and reused until the Secret changes (rotated credentials give a
 new client, the old one is closed). ``refresh()`` lists all such Secrets in one call
 (paginated) so that a run over thousands of runtimes does not read them one by one; a
@@ -20,14 +20,11 @@ import time
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from common import kube
+from common import gateway
 
 KYMA_NAME_LABEL = "operator.kyma-project.io/kyma-name"
 KUBECONFIG_KEY = "config"
-# Concurrent kubeconfig loads are serialized in common.kube (a race in the client).
+# Concurrent kubeconfig loads are serialized in common.gateway (a race in the client).
 
 
 class SkrClientError(Exception):
@@ -37,15 +34,15 @@ class SkrClientError(Exception):
 class _Entry(NamedTuple):
     secret_name: str
     resource_version: str
-    api: client.ApiClient | None  # built lazily
+    api: gateway.Kube | None  # built lazily
 
 
 class SkrClients:
-    """Thread-safe cache: kyma name -> (Secret resourceVersion, ApiClient)."""
+    """Thread-safe cache: kyma name -> (Secret resourceVersion, gateway)."""
 
-    def __init__(self, kcp: client.ApiClient, namespace: str, *, page_size: int = 500,
+    def __init__(self, kcp: gateway.Kube, namespace: str, *, page_size: int = 500,
                  min_refresh_seconds: float = 10.0) -> None:
-        self._core = client.CoreV1Api(kcp)
+        self._kcp = kcp
         self.namespace = namespace
         self._page = page_size
         self._min_refresh = min_refresh_seconds
@@ -54,25 +51,22 @@ class SkrClients:
         self._lock = threading.Lock()
         self._index: dict[str, tuple[str, str, bytes]] = {}  # kyma -> (secret, rv, content)
         self._clients: dict[str, _Entry] = {}
-        self.builds = 0  # ApiClients built (for tests of the cache)
+        self.builds = 0  # gateways built (for tests of the cache)
 
     # -- reading Secrets -------------------------------------------------------------------------
 
-    def _secrets(self, selector: str) -> Iterator[Any]:
-        cont: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"label_selector": selector, "limit": self._page}
-            if cont:
-                kwargs["_continue"] = cont
-            page: Any = self._core.list_namespaced_secret(self.namespace, **kwargs)
-            yield from page.items
-            cont = page.metadata._continue if page.metadata else None
-            if not cont:
-                return
+    def _secrets(self, selector: str) -> Iterator[dict[str, Any]]:
+        return self._kcp.list_items(gateway.SECRETS, self.namespace, label_selector=selector,
+                                    page_size=self._page)
 
     @staticmethod
-    def _content(secret: Any) -> bytes | None:
-        raw = (secret.data or {}).get(KUBECONFIG_KEY)
+    def _meta(secret: dict[str, Any]) -> tuple[str, str]:
+        meta = secret.get("metadata") or {}
+        return str(meta.get("name") or ""), str(meta.get("resourceVersion") or "")
+
+    @staticmethod
+    def _content(secret: dict[str, Any]) -> bytes | None:
+        raw = (secret.get("data") or {}).get(KUBECONFIG_KEY)
         if not raw:
             return None
         try:
@@ -85,10 +79,10 @@ class SkrClients:
         index: dict[str, tuple[str, str, bytes]] = {}
         self._last_refresh = time.monotonic()
         for s in self._secrets(KYMA_NAME_LABEL):
-            kyma = (s.metadata.labels or {}).get(KYMA_NAME_LABEL)
+            kyma = ((s.get("metadata") or {}).get("labels") or {}).get(KYMA_NAME_LABEL)
             content = self._content(s)
             if kyma and content is not None:
-                index[kyma] = (s.metadata.name, s.metadata.resource_version, content)
+                index[kyma] = (*self._meta(s), content)
         with self._lock:
             self._index = index
             for gone in set(self._clients) - set(index):
@@ -98,9 +92,9 @@ class SkrClients:
     def _read_one(self, kyma: str) -> tuple[str, str, bytes]:
         try:
             found = list(self._secrets(f"{KYMA_NAME_LABEL}={kyma}"))
-        except ApiException as e:
-            raise SkrClientError(f"reading the kubeconfig Secret of {kyma}: HTTP {e.status}") from None
-        usable = [(s.metadata.name, s.metadata.resource_version, self._content(s)) for s in found]
+        except gateway.GatewayError as e:
+            raise SkrClientError(f"reading the kubeconfig Secret of {kyma}: {e}") from e
+        usable = [(*self._meta(s), self._content(s)) for s in found]
         usable = [u for u in usable if u[2] is not None]
         if not usable:
             raise SkrClientError(
@@ -112,8 +106,8 @@ class SkrClients:
 
     # -- clients ----------------------------------------------------------------------------------
 
-    def get(self, kyma: str, *, fresh: bool = False) -> client.ApiClient:
-        """The runtime's ApiClient. Uses the index of the last ``refresh`` unless
+    def get(self, kyma: str, *, fresh: bool = False) -> gateway.Kube:
+        """The runtime's gateway. Uses the index of the last ``refresh`` unless
         ``fresh`` or the runtime is not in it; then reads its Secret."""
         with self._lock:
             known = None if fresh else self._index.get(kyma)
@@ -135,8 +129,8 @@ class SkrClients:
             if entry is not None and entry.resource_version == rv and entry.api is not None:
                 return entry.api
         try:
-            api = kube.api_client_from_kubeconfig_bytes(content)
-        except kube.KubeConfigError as e:
+            api = gateway.from_kubeconfig_bytes(content)
+        except gateway.KubeConfigError as e:
             raise SkrClientError(f"kubeconfig Secret {name} of {kyma}: {e}") from None
         with self._lock:
             self.builds += 1

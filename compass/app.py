@@ -1,8 +1,9 @@
-"""The compass process's small HTTP surface: ``/healthz``, ``/readyz``, ``/metrics``.
+"""The compass process's operations surface (``common.ops``): ``/healthz``, ``/readyz``,
+``/metrics``.
 
 Compass serves no API; this app only lets the kubelet and Prometheus look in. It runs in
-one thread of the leader-elected process (werkzeug), not under gunicorn: schedulers must
-not be forked into workers.
+one thread of the leader-elected process (werkzeug, ``common.ops.Server``), not under
+gunicorn: schedulers must not be forked into workers.
 """
 
 from __future__ import annotations
@@ -10,35 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import flask
-import prometheus_client as prom
 
+from common import ops
 from compass import metrics
 
 
-def create_app(stats: metrics.Metrics, ready: Callable[[], bool]) -> flask.Flask:
-    app = flask.Flask("compass")
-
-    @app.get("/healthz")
-    def healthz() -> flask.Response:
-        return flask.jsonify({"status": "ok"})
-
-    @app.get("/readyz")
-    def readyz() -> flask.Response:
-        ok = ready()
-        resp = flask.jsonify({"status": "ok" if ok else "starting"})
-        resp.status_code = 200 if ok else 503
-        return resp
-
-    @app.get("/metrics")
-    def metrics_endpoint() -> flask.Response:
-        return flask.Response(prom.generate_latest(stats.registry), mimetype=prom.CONTENT_TYPE_LATEST)
-
-    @app.errorhandler(404)
-    def not_found(_: Exception) -> tuple[flask.Response, int]:
-        return flask.jsonify({"error": "not found", "details": flask.request.path}), 404
-
-    @app.errorhandler(405)
-    def not_allowed(_: Exception) -> tuple[flask.Response, int]:
-        return flask.jsonify({"error": "method not allowed", "details": flask.request.method}), 405
-
-    return app
+def create_app(stats: metrics.Metrics, ready: Callable[[], bool], *,
+               cache_seconds: float = ops.READY_CACHE_SECONDS) -> flask.Flask:
+    probes = ops.Probes(cache_seconds=cache_seconds).ready(
+        "scheduler", lambda: None if ready() else "scheduler not started")
+    return ops.create_app("compass", probes, ops.Exposition(stats.registry).render)

@@ -23,11 +23,9 @@ class CircuitBreaker:
                  max_open_seconds: float = 120.0,
                  clock: Callable[[], float] = time.monotonic,
                  on_change: Callable[[State], None] | None = None) -> None:
-        self.threshold = threshold
-        self.open_seconds = open_seconds
+        self.threshold, self.open_seconds = threshold, open_seconds
         self.max_open_seconds = max_open_seconds
-        self._clock = clock
-        self._on_change = on_change
+        self._clock, self._on_change = clock, on_change
         self._lock = threading.Lock()
         self._state: State = "closed"
         self._failures = 0

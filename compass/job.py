@@ -17,9 +17,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from kubernetes.client.exceptions import ApiException
-
-from common import skr_clients
+from common import gateway, skr_clients
 from compass import decide, metrics, model
 from compass import mappings as mappings_mod
 from compass import reconcile as reconcile_mod
@@ -88,8 +86,8 @@ class Job:
             maps = {m.name: m for m in self.kcp.mappings()}
             if full:
                 self.skr.refresh()
-        except ApiException as e:
-            log.warning("%s run: listing in the KCP failed: HTTP %s", kind, e.status)
+        except gateway.GatewayError as e:
+            log.warning("%s run: listing in the KCP failed: %s", kind, e)
             return Summary(0, {}, time.monotonic() - t0)
         names = sorted(n for n in set(kymas) | set(maps) if in_shard(n, *self.shard))
         kymas = {n: k for n, k in kymas.items() if in_shard(n, *self.shard)}

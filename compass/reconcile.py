@@ -14,9 +14,7 @@ import random
 from collections.abc import Callable
 from typing import NamedTuple
 
-from kubernetes.client.exceptions import ApiException
-
-from common import logs, skr_clients
+from common import gateway, logs, skr_clients
 from compass import agent_secret, decide, errors, metrics, model, status
 from compass import director as director_mod
 from compass import mappings as mappings_mod
@@ -111,12 +109,12 @@ class Reconciler:
                     self.skr.forget(facts.kyma.name)
                 self._fail(facts, action, "RuntimeUnreachable", str(e), permanent=False)
                 return facts
-            except ApiException as e:
+            except gateway.GatewayError as e:
                 self.metrics.actions.labels(action.kind, "kcp_error").inc()
-                if e.status == 409:
+                if isinstance(e, gateway.Conflict):
                     olog.info("%s: changed meanwhile; left for the next run", action.kind)
                 else:
-                    olog.warning("%s: KCP API error %s", action.kind, e.status)
+                    olog.warning("%s: KCP API error: %s", action.kind, e)
                 if pending:
                     self._flush(facts, olog)
                 return facts
@@ -131,8 +129,8 @@ class Reconciler:
             return
         try:
             self.kcp.patch_status(f.mapping.name, dict(f.mapping.status))
-        except ApiException as e:
-            olog.warning("writing the mapping status: KCP API error %s", e.status)
+        except gateway.GatewayError as e:
+            olog.warning("writing the mapping status: KCP API error: %s", e)
 
     # -- failure ------------------------------------------------------------------------------
 
@@ -148,8 +146,8 @@ class Reconciler:
                             message=f"{action.kind}: {message}", permanent=permanent, delay=delay)
         try:
             self.kcp.patch_status(m.name, st)
-        except ApiException as e:
-            log.warning("recording a failure on mapping %s: KCP API error %s", m.name, e.status)
+        except gateway.GatewayError as e:
+            log.warning("recording a failure on mapping %s: KCP API error: %s", m.name, e)
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -171,97 +169,144 @@ class Reconciler:
     def _secret_name(self, kyma: str) -> str:
         return self.t.secret_name.replace("{kyma}", kyma)
 
-    def _act(self, a: decide.Action, f: decide.Facts) -> decide.Facts:  # noqa: C901 - a dispatch
-        k, m, kind = f.kyma, f.mapping, a.kind
-        if kind == "create_mapping":
-            assert k is not None
-            # A 409 (someone else created it since our list: another replica in a leader
-            # hand-over) ends the pass; the next run starts from what is stored.
-            m = self.kcp.create_mapping(k, registering=not a.reason)
-            created = True
-            if a.reason:
-                m = self.kcp.patch_status(m.name, status.invalid(m.status, f.now, a.reason, a.message))
-            return f._replace(mapping=m, created_now=created)
-        assert m is not None
-        if kind == "report_invalid":
-            return f._replace(mapping=self.kcp.patch_status(
-                m.name, status.invalid(m.status, f.now, a.reason, a.message)))
-        if kind == "mark_registering":
-            assert k is not None
-            m = self.kcp.patch_meta(m.name, labels=dict(decide.mapping_labels(k)),
-                                    annotations={model.REGISTERING: "true"})
-            m = self.kcp.patch_status(m.name, status.processing(
-                m.status, f.now, "Registering", "registering the runtime in the Director"))
-            return f._replace(mapping=m)
-        if kind == "lookup":
-            assert k is not None or m is not None
-            ref = decide.kyma_ref(self.kcp.namespace, m.name)
-            rt = self.director.find_runtime(self._tenant(f), self.t.policy.managed_by, ref)
-            self._hook(kind)
-            if rt is None:
-                return f._replace(looked_up=True)
-            return f._replace(looked_up=True, found_runtime_id=rt.id, fetched=True,
-                              runtime_condition=rt.condition)
-        if kind in ("register", "adopt"):
-            tenant = self._tenant(f)
-            cond: str | None
-            if kind == "register":
-                assert k is not None
-                rt = self.director.register(tenant, decide.register_input(k, self.t.policy))
-                rid, cond = rt.id, rt.condition
-                self._hook(kind)
-                self._audit("compass.runtime_registered", f, runtimeId=rid, tenant=tenant)
-            else:
-                rid, cond = str(a.runtime_id), f.runtime_condition
-                self._audit("compass.runtime_adopted", f, runtimeId=rid, tenant=tenant)
-            m = self.kcp.patch_meta(m.name, labels={model.COMPASS_RUNTIME_ID: rid,
-                                                    model.MAPPING_GLOBAL_ACCOUNT: tenant})
-            m = m._replace(status=status.registered(m.status, f.now, rid, kind == "adopt"))
-            return f._replace(mapping=m, registered_now=True, fetched=True, runtime_condition=cond)
-        if kind == "forget_runtime":
-            m = self.kcp.patch_meta(m.name, labels={model.COMPASS_RUNTIME_ID: None},
-                                    annotations={model.REGISTERING: "true"})
-            m = self.kcp.patch_status(m.name, status.forgotten(m.status, f.now, a.reason, a.message))
-            return f._replace(mapping=m, fetched=False, runtime_condition=None, looked_up=False,
-                              found_runtime_id=None, secret="unknown")
-        if kind == "fetch_runtime":
-            rt = self.director.get_runtime(self._tenant(f), str(a.runtime_id))
-            return f._replace(fetched=True, runtime_condition=None if rt is None else rt.condition)
-        if kind == "read_secret":
-            assert k is not None
-            api = self.skr.get(k.name)
-            state = agent_secret.read_state(api, self.t.secret_namespace, self._secret_name(k.name),
-                                            m.status.get("secretDigest"), self.t.skr_timeout)
-            return f._replace(secret=state)
-        if kind == "issue_token":
-            assert k is not None
-            tenant, rid = self._tenant(f), str(a.runtime_id)
-            api = self.skr.get(k.name)  # before the token: no token wasted on a missing kubeconfig
-            tok = self.director.request_token(tenant, rid)
-            self._hook(kind)
-            data = agent_secret.data_for(tok, rid, tenant)
-            agent_secret.write(api, self.t.secret_namespace, self._secret_name(k.name), data,
-                               self.t.skr_timeout, exists=f.secret in ("matches", "differs"))
-            self._audit("compass.token_issued", f, runtimeId=rid, tenant=tenant,
-                        reason=a.reason, expiresAt=tok.expires_at)
-            m = self.kcp.patch_status(m.name, status.configured(
-                m.status, f.now, token_expires_at=tok.expires_at, secret_digest=status.digest(data),
-                reason=a.reason))
-            return f._replace(mapping=m, secret="matches", registered_now=False)
-        if kind == "mark_connected":
-            return f._replace(mapping=self.kcp.patch_status(m.name, status.connected(m.status, f.now)))
-        if kind == "mark_ready":
-            return f._replace(mapping=self.kcp.patch_status(m.name, status.ready(m.status, f.now)))
-        if kind == "unregister":
-            tenant, rid = self._tenant(f), str(a.runtime_id)
-            existed = self.director.unregister(tenant, rid)
-            self._hook(kind)
-            self._audit("compass.runtime_unregistered", f, runtimeId=rid, tenant=tenant,
-                        directorKnewIt=existed)
-            return f._replace(unregistered=True)
-        if kind == "delete_mapping":
-            return f._replace(mapping=self.kcp.delete_mapping(m.name))
-        if kind == "remove_finalizer":
-            self.kcp.remove_finalizer(m)
-            return f._replace(mapping=None)
-        raise AssertionError(f"unknown action {kind}")
+    def _act(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        """Carry out one action of ``decide``: one method per action kind (``_ACTIONS``)."""
+        act = _ACTIONS.get(a.kind)
+        if act is None:
+            raise AssertionError(f"unknown action {a.kind}")
+        return act(self, a, f)
+
+    def _create_mapping(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        # A 409 (someone else created it since our list: another replica in a leader
+        # hand-over) ends the pass; the next run starts from what is stored.
+        m = self.kcp.create_mapping(_kyma(f), registering=not a.reason)
+        if a.reason:
+            m = self.kcp.patch_status(m.name, status.invalid(m.status, f.now, a.reason, a.message))
+        return f._replace(mapping=m, created_now=True)
+
+    def _report_invalid(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        m = _mapping(f)
+        return f._replace(mapping=self.kcp.patch_status(
+            m.name, status.invalid(m.status, f.now, a.reason, a.message)))
+
+    def _mark_registering(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        m = self.kcp.patch_meta(_mapping(f).name, labels=dict(decide.mapping_labels(_kyma(f))),
+                                annotations={model.REGISTERING: "true"})
+        m = self.kcp.patch_status(m.name, status.processing(
+            m.status, f.now, "Registering", "registering the runtime in the Director"))
+        return f._replace(mapping=m)
+
+    def _lookup(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        ref = decide.kyma_ref(self.kcp.namespace, _mapping(f).name)
+        rt = self.director.find_runtime(self._tenant(f), self.t.policy.managed_by, ref)
+        self._hook(a.kind)
+        if rt is None:
+            return f._replace(looked_up=True)
+        return f._replace(looked_up=True, found_runtime_id=rt.id, fetched=True,
+                          runtime_condition=rt.condition)
+
+    def _register(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        tenant = self._tenant(f)
+        rt = self.director.register(tenant, decide.register_input(_kyma(f), self.t.policy))
+        self._hook(a.kind)
+        self._audit("compass.runtime_registered", f, runtimeId=rt.id, tenant=tenant)
+        return self._registered(f, tenant, rt.id, rt.condition, adopted=False)
+
+    def _adopt(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        tenant, rid = self._tenant(f), str(a.runtime_id)
+        self._audit("compass.runtime_adopted", f, runtimeId=rid, tenant=tenant)
+        return self._registered(f, tenant, rid, f.runtime_condition, adopted=True)
+
+    def _registered(self, f: decide.Facts, tenant: str, rid: str, cond: str | None, *,
+                    adopted: bool) -> decide.Facts:
+        m = self.kcp.patch_meta(_mapping(f).name, labels={model.COMPASS_RUNTIME_ID: rid,
+                                                          model.MAPPING_GLOBAL_ACCOUNT: tenant})
+        m = m._replace(status=status.registered(m.status, f.now, rid, adopted))
+        return f._replace(mapping=m, registered_now=True, fetched=True, runtime_condition=cond)
+
+    def _forget_runtime(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        m = self.kcp.patch_meta(_mapping(f).name, labels={model.COMPASS_RUNTIME_ID: None},
+                                annotations={model.REGISTERING: "true"})
+        m = self.kcp.patch_status(m.name, status.forgotten(m.status, f.now, a.reason, a.message))
+        return f._replace(mapping=m, fetched=False, runtime_condition=None, looked_up=False,
+                          found_runtime_id=None, secret="unknown")
+
+    def _fetch_runtime(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        rt = self.director.get_runtime(self._tenant(f), str(a.runtime_id))
+        return f._replace(fetched=True, runtime_condition=None if rt is None else rt.condition)
+
+    def _read_secret(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        k = _kyma(f)
+        state = agent_secret.read_state(self.skr.get(k.name), self.t.secret_namespace,
+                                        self._secret_name(k.name),
+                                        _mapping(f).status.get("secretDigest"), self.t.skr_timeout)
+        return f._replace(secret=state)
+
+    def _issue_token(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        k, m = _kyma(f), _mapping(f)
+        tenant, rid = self._tenant(f), str(a.runtime_id)
+        api = self.skr.get(k.name)  # before the token: no token wasted on a missing kubeconfig
+        tok = self.director.request_token(tenant, rid)
+        self._hook(a.kind)
+        data = agent_secret.data_for(tok, rid, tenant)
+        agent_secret.write(api, self.t.secret_namespace, self._secret_name(k.name), data,
+                           self.t.skr_timeout, exists=f.secret in ("matches", "differs"))
+        self._audit("compass.token_issued", f, runtimeId=rid, tenant=tenant,
+                    reason=a.reason, expiresAt=tok.expires_at)
+        m = self.kcp.patch_status(m.name, status.configured(
+            m.status, f.now, token_expires_at=tok.expires_at, secret_digest=status.digest(data),
+            reason=a.reason))
+        return f._replace(mapping=m, secret="matches", registered_now=False)
+
+    def _mark_connected(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        m = _mapping(f)
+        return f._replace(mapping=self.kcp.patch_status(m.name, status.connected(m.status, f.now)))
+
+    def _mark_ready(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        m = _mapping(f)
+        return f._replace(mapping=self.kcp.patch_status(m.name, status.ready(m.status, f.now)))
+
+    def _unregister(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        tenant, rid = self._tenant(f), str(a.runtime_id)
+        existed = self.director.unregister(tenant, rid)
+        self._hook(a.kind)
+        self._audit("compass.runtime_unregistered", f, runtimeId=rid, tenant=tenant,
+                    directorKnewIt=existed)
+        return f._replace(unregistered=True)
+
+    def _delete_mapping(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        return f._replace(mapping=self.kcp.delete_mapping(_mapping(f).name))
+
+    def _remove_finalizer(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        self.kcp.remove_finalizer(_mapping(f))
+        return f._replace(mapping=None)
+
+
+def _kyma(f: decide.Facts) -> model.Kyma:
+    assert f.kyma is not None, "decide chose an action that needs the Kyma CR"
+    return f.kyma
+
+
+def _mapping(f: decide.Facts) -> model.MappingView:
+    assert f.mapping is not None, "decide chose an action that needs the mapping"
+    return f.mapping
+
+
+_Act = Callable[[Reconciler, decide.Action, decide.Facts], decide.Facts]
+_ACTIONS: dict[str, _Act] = {
+    "create_mapping": Reconciler._create_mapping,
+    "report_invalid": Reconciler._report_invalid,
+    "mark_registering": Reconciler._mark_registering,
+    "lookup": Reconciler._lookup,
+    "register": Reconciler._register,
+    "adopt": Reconciler._adopt,
+    "forget_runtime": Reconciler._forget_runtime,
+    "fetch_runtime": Reconciler._fetch_runtime,
+    "read_secret": Reconciler._read_secret,
+    "issue_token": Reconciler._issue_token,
+    "mark_connected": Reconciler._mark_connected,
+    "mark_ready": Reconciler._mark_ready,
+    "unregister": Reconciler._unregister,
+    "delete_mapping": Reconciler._delete_mapping,
+    "remove_finalizer": Reconciler._remove_finalizer,
+}

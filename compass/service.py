@@ -11,9 +11,8 @@ import requests
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from kubernetes import client
 
-from common import skr_clients
+from common import gateway, skr_clients
 from compass import breaker as breaker_mod
 from compass import decide, metrics
 from compass import director as director_mod
@@ -42,7 +41,7 @@ class Service:
         self.session.close()
 
 
-def build(s: settings_mod.Settings, kcp_api: client.ApiClient, stats: metrics.Metrics,
+def build(s: settings_mod.Settings, kcp_api: gateway.Kube, stats: metrics.Metrics,
           audit: logging.Logger) -> Service:
     session = requests.Session()
     session.trust_env = False  # no proxy/CA settings from the environment: verify as configured

@@ -1,5 +1,6 @@
-"""Compass settings: one dataclass, built once in the entry point from the environment
-(``from_env``). A bad value stops the process with ``config.SettingError`` naming it."""
+"""Compass settings: one dataclass, built once in the entry point from the options declared
+in ``SPEC`` (``common.config``: variable, default, bounds, meaning; ``tether compass --help``
+and docs/compass.md list them). A bad value stops the process with one line naming it."""
 
 from __future__ import annotations
 
@@ -42,65 +43,135 @@ class Settings:
     log_level: str = "INFO"
     log_format: str = "json"
     audit_destination: str = "stdout"
+    kubeconfig: str | None = None          # None: $KUBECONFIG, else in-cluster
 
 
-def from_env(env: Mapping[str, str] | None = None) -> Settings:
-    secret_file = config.optional("TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE", env=env)
-    if secret_file:
-        path = pathlib.Path(secret_file)
-        if not path.is_file():
-            raise config.SettingError(f"TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE={secret_file} is not a file")
-        secret = path.read_text().strip()
-    else:
-        secret = config.string("TETHER_COMPASS_OAUTH_CLIENT_SECRET", env=env)
-    ca = config.optional("TETHER_COMPASS_DIRECTOR_CA_FILE", env=env)
-    if ca is not None:
-        ca = config.existing_file("TETHER_COMPASS_DIRECTOR_CA_FILE", env=env)
-    cron = config.string("TETHER_COMPASS_RESYNC_CRON", "17 * * * *", env=env)
+def _cron(name: str, raw: str) -> str:
     try:
-        CronTrigger.from_crontab(cron)
+        CronTrigger.from_crontab(raw)
     except ValueError as e:
-        raise config.SettingError(f"TETHER_COMPASS_RESYNC_CRON={cron!r} is not a crontab expression: {e}") from None
-    shard_count = config.integer("TETHER_COMPASS_SHARD_COUNT", 1, minimum=1, maximum=1024, env=env)
-    shard_index = config.integer("TETHER_COMPASS_SHARD_INDEX", 0, minimum=0, env=env)
+        raise config.SettingError(f"{name}: {raw!r} is not a crontab expression: {e}") from None
+    return raw
+
+
+C = "TETHER_COMPASS_"
+SPEC = config.Spec(
+    part="compass",
+    summary="Compass registration scheduler (KCP).",
+    options=(
+        config.https_url(C + "DIRECTOR_URL", config.REQUIRED, "Director GraphQL endpoint"),
+        config.https_url(C + "OAUTH_TOKEN_URL", config.REQUIRED, "OAuth2 token endpoint"),
+        config.text(C + "OAUTH_CLIENT_ID", config.REQUIRED, "OAuth2 client ID"),
+        config.file(C + "OAUTH_CLIENT_SECRET_FILE", None,
+                    "file holding the OAuth2 client secret (preferred to the variable)"),
+        config.text(C + "OAUTH_CLIENT_SECRET", None,
+                    "the OAuth2 client secret (one of the two is required)"),
+        config.file(C + "DIRECTOR_CA_FILE", None,
+                    "CA bundle for the Director and the token endpoint (unset: system trust "
+                    "store)", "certificate"),
+        config.kubeconfig(C + "KUBECONFIG", "kubeconfig of the KCP (unset: $KUBECONFIG, else "
+                          "the in-cluster service account)", flag="--kubeconfig"),
+        config.text("TETHER_KCP_NAMESPACE", "kcp-system",
+                    "KCP namespace of the Kyma CRs, mappings and kubeconfig Secrets"),
+        config.text(C + "MANAGED_BY", "tether",
+                    "value of director_connection_managed_by; give each KCP (shard) its own"),
+        config.boolean(C + "ONLY_APPLICATION_CONNECTOR", False,
+                       "only Kyma CRs enabling application-connector"),
+        config.seconds(C + "INTERVAL_SECONDS", 60.0, "time between interval runs", minimum=1,
+                       maximum=86_400),
+        config.custom(C + "RESYNC_CRON", "17 * * * *", "full resync (crontab, UTC)", _cron),
+        config.integer(C + "CONCURRENCY", 8, "runtimes reconciled at once", minimum=1,
+                       maximum=64),
+        config.seconds(C + "DIRECTOR_TIMEOUT_SECONDS", 10.0, "per Director/OAuth request",
+                       minimum=0.1, maximum=300),
+        config.seconds(C + "SKR_TIMEOUT_SECONDS", 10.0, "per runtime API request",
+                       minimum=0.1, maximum=300),
+        config.seconds(C + "BACKOFF_BASE_SECONDS", 5.0, "first per-runtime backoff",
+                       minimum=0, maximum=86_400),
+        config.seconds(C + "BACKOFF_CAP_SECONDS", 300.0, "longest per-runtime backoff",
+                       minimum=0, maximum=86_400),
+        config.integer(C + "BREAKER_THRESHOLD", 5,
+                       "consecutive unavailability errors that open the breaker", minimum=1,
+                       maximum=10_000),
+        config.seconds(C + "BREAKER_OPEN_SECONDS", 15.0,
+                       "open period, doubled per failed probe", minimum=0.1, maximum=86_400),
+        config.seconds(C + "BREAKER_MAX_OPEN_SECONDS", 120.0, "longest open period",
+                       minimum=0.1, maximum=86_400),
+        config.text(C + "AGENT_SECRET_NAMESPACE", "kyma-system",
+                    "namespace of the token Secret in the runtime"),
+        config.text(C + "AGENT_SECRET_NAME", "compass-agent-configuration",
+                    "name of the token Secret in the runtime ({kyma}: the Kyma CR's name)"),
+        config.object_name(C + "LEASE_NAMESPACE", "tether-system", "namespace of the Lease"),
+        config.object_name(C + "LEASE_NAME", None, "the Lease's name",
+                           shown="tether-compass; tether-compass-INDEX with shards"),
+        config.integer(C + "SHARD_COUNT", 1, "instances the Kyma CRs are split across",
+                       minimum=1, maximum=1024),
+        config.integer(C + "SHARD_INDEX", 0, "this instance's shard (below SHARD_COUNT)",
+                       minimum=0, maximum=1023),
+        config.integer(C + "METRICS_PORT", 8080, "port of /healthz, /readyz and /metrics",
+                       minimum=0, maximum=65535),
+        config.log_level(),
+        config.log_format(),
+        config.text("TETHER_AUDIT_LOG", "stdout", "stdout or a file path for the audit lines"),
+    ),
+    renamed={"TETHER_LEASE_NAMESPACE": C + "LEASE_NAMESPACE"},
+)
+
+
+def build(v: config.Values) -> Settings:
+    """The settings from the options' values, with the checks between them."""
+    secret_file = v[C + "OAUTH_CLIENT_SECRET_FILE"]
+    if secret_file:
+        try:
+            secret = pathlib.Path(secret_file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise config.SettingError(f"{C}OAUTH_CLIENT_SECRET_FILE: cannot read {secret_file}: "
+                                      f"{type(e).__name__}") from None
+    elif v[C + "OAUTH_CLIENT_SECRET"]:
+        secret = v[C + "OAUTH_CLIENT_SECRET"]
+    else:
+        raise config.SettingError(f"{C}OAUTH_CLIENT_SECRET: not set (required, or "
+                                  f"{C}OAUTH_CLIENT_SECRET_FILE)")
+    shard_count, shard_index = v[C + "SHARD_COUNT"], v[C + "SHARD_INDEX"]
     if shard_index >= shard_count:
-        raise config.SettingError(
-            f"TETHER_COMPASS_SHARD_INDEX={shard_index} must be below TETHER_COMPASS_SHARD_COUNT={shard_count}")
-    lease_name = config.string("TETHER_COMPASS_LEASE_NAME", "tether-compass", env=env)
-    if shard_count > 1 and config.optional("TETHER_COMPASS_LEASE_NAME", env=env) is None:
-        lease_name = f"tether-compass-{shard_index}"  # one Lease (one leader) per shard
-    url = config.string("TETHER_COMPASS_DIRECTOR_URL", env=env)
-    token_url = config.string("TETHER_COMPASS_OAUTH_TOKEN_URL", env=env)
-    for name, value in (("TETHER_COMPASS_DIRECTOR_URL", url), ("TETHER_COMPASS_OAUTH_TOKEN_URL", token_url)):
-        if not value.startswith("https://"):
-            raise config.SettingError(f"{name}={value} must be an https:// URL")
+        raise config.SettingError(f"{C}SHARD_INDEX: {shard_index} must be below "
+                                  f"{C}SHARD_COUNT ({shard_count})")
+    lease_name = v[C + "LEASE_NAME"] or (
+        f"tether-compass-{shard_index}" if shard_count > 1 else "tether-compass")
     return Settings(
-        director_url=url,
-        token_url=token_url,
-        client_id=config.string("TETHER_COMPASS_OAUTH_CLIENT_ID", env=env),
+        director_url=v[C + "DIRECTOR_URL"],
+        token_url=v[C + "OAUTH_TOKEN_URL"],
+        client_id=v[C + "OAUTH_CLIENT_ID"],
         client_secret=secret,
-        director_ca_file=ca,
-        namespace=config.string("TETHER_KCP_NAMESPACE", "kcp-system", env=env),
-        managed_by=config.string("TETHER_COMPASS_MANAGED_BY", "tether", env=env),
-        only_app_connector=config.boolean("TETHER_COMPASS_ONLY_APPLICATION_CONNECTOR", False, env=env),
-        interval=config.number("TETHER_COMPASS_INTERVAL_SECONDS", 60.0, minimum=1.0, env=env),
-        resync_cron=cron,
-        concurrency=config.integer("TETHER_COMPASS_CONCURRENCY", 8, minimum=1, maximum=64, env=env),
-        director_timeout=config.number("TETHER_COMPASS_DIRECTOR_TIMEOUT_SECONDS", 10.0, minimum=0.1, env=env),
-        skr_timeout=config.number("TETHER_COMPASS_SKR_TIMEOUT_SECONDS", 10.0, minimum=0.1, env=env),
-        backoff_base=config.number("TETHER_COMPASS_BACKOFF_BASE_SECONDS", 5.0, minimum=0.0, env=env),
-        backoff_cap=config.number("TETHER_COMPASS_BACKOFF_CAP_SECONDS", 300.0, minimum=0.0, env=env),
-        breaker_threshold=config.integer("TETHER_COMPASS_BREAKER_THRESHOLD", 5, minimum=1, env=env),
-        breaker_open_seconds=config.number("TETHER_COMPASS_BREAKER_OPEN_SECONDS", 15.0, minimum=0.1, env=env),
-        breaker_max_open_seconds=config.number("TETHER_COMPASS_BREAKER_MAX_OPEN_SECONDS", 120.0, minimum=0.1, env=env),
-        secret_namespace=config.string("TETHER_COMPASS_AGENT_SECRET_NAMESPACE", "kyma-system", env=env),
-        secret_name=config.string("TETHER_COMPASS_AGENT_SECRET_NAME", "compass-agent-configuration", env=env),
-        lease_namespace=config.string("TETHER_LEASE_NAMESPACE", "tether-system", env=env),
+        director_ca_file=v[C + "DIRECTOR_CA_FILE"],
+        namespace=v["TETHER_KCP_NAMESPACE"],
+        managed_by=v[C + "MANAGED_BY"],
+        only_app_connector=v[C + "ONLY_APPLICATION_CONNECTOR"],
+        interval=v[C + "INTERVAL_SECONDS"],
+        resync_cron=v[C + "RESYNC_CRON"],
+        concurrency=v[C + "CONCURRENCY"],
+        director_timeout=v[C + "DIRECTOR_TIMEOUT_SECONDS"],
+        skr_timeout=v[C + "SKR_TIMEOUT_SECONDS"],
+        backoff_base=v[C + "BACKOFF_BASE_SECONDS"],
+        backoff_cap=v[C + "BACKOFF_CAP_SECONDS"],
+        breaker_threshold=v[C + "BREAKER_THRESHOLD"],
+        breaker_open_seconds=v[C + "BREAKER_OPEN_SECONDS"],
+        breaker_max_open_seconds=v[C + "BREAKER_MAX_OPEN_SECONDS"],
+        secret_namespace=v[C + "AGENT_SECRET_NAMESPACE"],
+        secret_name=v[C + "AGENT_SECRET_NAME"],
+        lease_namespace=v[C + "LEASE_NAMESPACE"],
         lease_name=lease_name,
         shard_index=shard_index,
         shard_count=shard_count,
-        metrics_port=config.integer("TETHER_COMPASS_METRICS_PORT", 8080, minimum=0, maximum=65535, env=env),
-        log_level=config.string("TETHER_LOG_LEVEL", "INFO", env=env),
-        log_format=config.string("TETHER_LOG_FORMAT", "json", env=env),
-        audit_destination=config.string("TETHER_AUDIT_LOG", "stdout", env=env),
+        metrics_port=v[C + "METRICS_PORT"],
+        log_level=v["TETHER_LOG_LEVEL"],
+        log_format=v["TETHER_LOG_FORMAT"],
+        audit_destination=v["TETHER_AUDIT_LOG"],
+        kubeconfig=v[C + "KUBECONFIG"],
     )
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Raises ``config.SettingError`` naming the first bad variable (``env`` for tests;
+    default ``os.environ``)."""
+    return build(SPEC.read(env))

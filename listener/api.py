@@ -16,11 +16,9 @@ import datetime
 import time
 from typing import Any
 
-import urllib3
 from flask import Blueprint, Response, request
-from kubernetes.client import exceptions
 
-from common import certs, changes, logs, numbers
+from common import certs, changes, gateway, logs, numbers
 from listener import auth, peer, quota, ratelimit, records, responses, services, store, validation
 from listener import settings as listener_settings
 
@@ -63,8 +61,8 @@ def _authenticate(svc: services.Services, runtime_id: str) -> Response | None:
         kymas = svc.kymas.lookup(runtime_id)
     except ValueError:  # not a label value: no Kyma CR can carry it
         return _refuse(svc, runtime_id, 403, "unknown_runtime", "invalid runtime ID", p.cert)
-    except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
-        return _unavailable(svc, "kyma_lookup", store.unavailable_or_raise(e, "kyma lookup"))
+    except gateway.GatewayError as e:
+        return _unavailable(svc, "kyma_lookup", e)
     refusal = auth.authorize(cn, certs.dns_sans(p.cert), runtime_id, kymas)
     if refusal is not None:
         return _refuse(svc, runtime_id, refusal.status, refusal.reason, refusal.message, p.cert)
@@ -190,11 +188,11 @@ def post_changes(svc: services.Services, runtime_id: str) -> Response:
             outcome = _persist_one(svc, rec)
             results.append({"namespace": rec["namespace"], "name": rec["name"],
                             "resourceVersion": rec["resourceVersion"], "outcome": outcome})
-    except store.Unavailable as e:
-        return _unavailable(svc, "persist", e)
-    except store.Rejected as e:
+    except gateway.Rejected as e:
         return _invalid(svc, runtime_id, validation.Problem(
             400, "rejected by the KCP API", str(e), "kcp_rejected"))
+    except gateway.GatewayError as e:  # Unavailable, Forbidden, or unexpected: retry later
+        return _unavailable(svc, "persist", e)
     except quota.Exceeded as e:
         return _over_quota(svc, runtime_id, e)
     return responses.ok({"results": results})
@@ -218,7 +216,7 @@ def _persist_one(svc: services.Services, rec: changes.ChangeRecord) -> store.Out
     t0 = time.perf_counter()
     try:
         outcome = svc.store.persist(rec)
-    except (store.Unavailable, store.Rejected):
+    except gateway.GatewayError:
         svc.metrics.persist_seconds.labels("error").observe(time.perf_counter() - t0)
         svc.metrics.records.labels("error").inc()
         raise
@@ -256,6 +254,6 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
         svc.beats.seen(runtime_id)
         chunk, position = svc.digests.page(runtime_id, after, limit,
                                            lambda: svc.store.digest(runtime_id))
-    except store.Unavailable as e:
+    except gateway.GatewayError as e:
         return _unavailable(svc, "state", e)
     return responses.ok({"items": chunk, "continue": records.encode_continue(position)})

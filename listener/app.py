@@ -3,10 +3,18 @@
     gunicorn 'listener.app:create_app()'        # settings from TETHER_LISTENER_* variables
     tether listener                             # the same, with TLS set up (listener.server)
 
-Routes: the runtime API (``listener.api``) and ``/openapi.json`` on the data port;
-``/readyz`` (client CA loaded and the KCP API answering an authorized list, cached 2 s
-whatever the result) and ``/metrics`` on the operations port only; ``/healthz`` on both. Every error answer is JSON; an unexpected exception is logged and
-answered 500 without details (no client input is meant to reach that).
+Routes: the runtime API (``listener.api``) and ``/openapi.json`` on the data port; the
+operations surface (``common.ops``) with ``/readyz`` (serving certificate and client CA
+loaded, their last reload good, and the KCP API answering an authorized list; cached 2 s
+whatever the result) and ``/metrics`` on the operations port only; ``/healthz`` on both.
+Every error answer is JSON; an unexpected exception is logged and answered 500 without
+details (no client input is meant to reach that).
+
+The request metrics (``tether_listener_requests_total{route,method,code}``,
+``tether_listener_request_seconds{route}``) are counted here, not by
+prometheus-flask-exporter: its multiprocess ``/metrics`` builds a registry of the value
+files only, which would drop the scrape-time collector of silent runtimes, and its default
+counter has no route label (alerts and dashboards select by route).
 """
 
 from __future__ import annotations
@@ -16,30 +24,29 @@ import time
 from typing import Any
 
 from flask import Flask, Response, g, request
-from kubernetes import client
-from werkzeug.exceptions import HTTPException
 
-from common import kube
-from listener import api, openapi, responses, services, settings, store
+from common import gateway, ops, tlsreload
+from listener import api, openapi, responses, services, settings
 
 log = logging.getLogger(__name__)
-READY_CACHE_SECONDS = 2.0
 DRAIN_BYTES = 64 * 1024  # a refused body longer than this is not read: the connection closes
 
 
 def create_app(
-    config: settings.Settings | None = None, *, kcp: client.ApiClient | None = None
+    config: settings.Settings | None = None, *, kcp: gateway.Kube | None = None,
+    serving: tlsreload.Watched[Any] | None = None,
 ) -> Flask:
+    """``serving``: the TLS context the server hands to gunicorn (``listener.server``), so
+    that a failed reload of it shows in readiness."""
     s = config or settings.from_env()
-    kcp = kcp or kube.api_client(s.kubeconfig)
-    kcp.configuration.connection_pool_maxsize = max(4, s.threads)
+    kcp = kcp or gateway.from_kubeconfig(s.kubeconfig, pool_size=max(4, s.threads))
     app = Flask("listener")
     app.config["MAX_CONTENT_LENGTH"] = s.max_body_bytes
     svc = services.build(s, kcp)
     app.extensions[services.KEY] = svc
-    svc.cas.get()
+    svc.cas.get()  # a CA bundle that cannot be loaded stops the worker here (LoadError)
     app.register_blueprint(api.bp)
-    _register_operations(app, svc)
+    _register_operations(app, svc, serving)
     _register_hooks(app, svc)
     return app
 
@@ -48,13 +55,33 @@ def _port(bind: str) -> str:
     return bind.rpartition(":")[2]
 
 
-def _register_operations(app: Flask, svc: services.Services) -> None:
+def _reload_problem(watched: tlsreload.Watched[Any]) -> str | None:
+    if not watched.loaded():
+        return watched.last_error or "not loaded"
+    return watched.last_error or None  # a reload failed: the previous files are still used
+
+
+def _kcp_problem(svc: services.Services) -> str | None:
+    try:
+        svc.store.ping()
+    except gateway.GatewayError as e:
+        return str(e)
+    return None
+
+
+def _register_operations(app: Flask, svc: services.Services,
+                         serving: tlsreload.Watched[Any] | None) -> None:
     """``/healthz`` on both ports; ``/readyz`` and ``/metrics`` only on the operations port
     (``ops_bind``), never on the data port the internet reaches; the runtime API only on
     the data port."""
     openapi_doc = openapi.OPENAPI_FILE.read_bytes()
     ops_port = _port(svc.settings.ops_bind)
-    ready: list[Any] = [0.0, []]  # until, problems: failures are cached like successes
+    probes = ops.Probes(retry_after=svc.settings.retry_after)
+    if serving is not None:
+        probes.ready("serving-certificate", lambda: _reload_problem(serving))
+    probes.ready("client-ca", lambda: _reload_problem(svc.cas))
+    probes.ready("kcp-api", lambda: _kcp_problem(svc))
+    ops.init_app(app, probes, ops.Exposition(svc.metrics.registry, [svc.silent]).render)
 
     @app.before_request
     def ports() -> Response | None:
@@ -65,30 +92,6 @@ def _register_operations(app: Flask, svc: services.Services) -> None:
         if rule.startswith("/v1/") and on_ops:
             return responses.error(404, "not found", "the runtime API is on the data port")
         return None
-
-    @app.get("/healthz")
-    def healthz() -> Response:
-        return responses.ok({"status": "ok"})
-
-    @app.get("/readyz")
-    def readyz() -> Response:
-        if time.monotonic() >= ready[0]:
-            problems = []
-            if not svc.cas.get() or svc.cas.error:
-                problems.append({"check": "client-ca", "message": svc.cas.error or "no CA loaded"})
-            try:
-                svc.store.ping()
-            except store.Unavailable as e:
-                problems.append({"check": "kcp-api", "message": str(e)})
-            ready[:] = [time.monotonic() + READY_CACHE_SECONDS, problems]
-        if ready[1]:
-            return responses.error(503, "not ready", ready[1], retry_after=svc.settings.retry_after)
-        return responses.ok({"status": "ready"})
-
-    @app.get("/metrics")
-    def metrics() -> Response:
-        return Response(svc.metrics.render([svc.silent]),
-                        mimetype="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/openapi.json")
     def openapi_json() -> Response:
@@ -134,13 +137,3 @@ def _register_hooks(app: Flask, svc: services.Services) -> None:
         if not _drain(request.environ, DRAIN_BYTES):
             resp.headers["Connection"] = "close"
         return resp
-
-    @app.errorhandler(HTTPException)
-    def http_error(e: HTTPException) -> Response:
-        code = e.code or 500
-        return responses.error(code, (e.name or "error").lower(), e.description)
-
-    @app.errorhandler(Exception)
-    def unexpected(e: Exception) -> Response:
-        log.error("unexpected error in %s %s", request.method, request.url_rule, exc_info=e)
-        return responses.error(500, "internal error", None)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from listener import records
+from common import changes
 
 DEFAULT_TTL = 60.0
 DEFAULT_MAX_RUNTIMES = 64
@@ -27,7 +27,7 @@ DEFAULT_MAX_RUNTIMES = 64
 class _Snapshot:
     __slots__ = ("at", "items", "keys")
 
-    def __init__(self, at: float, items: list[records.DigestItem]) -> None:
+    def __init__(self, at: float, items: list[changes.DigestItem]) -> None:
         self.at = at
         self.items = sorted(items, key=lambda i: (i["namespace"], i["name"]))
         self.keys = [(i["namespace"], i["name"]) for i in self.items]
@@ -42,8 +42,8 @@ class DigestSnapshots:
         self.loads = 0
 
     def page(self, runtime_id: str, after: tuple[str, str] | None, limit: int,
-             load: Callable[[], list[records.DigestItem]],
-             ) -> tuple[list[records.DigestItem], tuple[str, str] | None]:
+             load: Callable[[], list[changes.DigestItem]],
+             ) -> tuple[list[changes.DigestItem], tuple[str, str] | None]:
         """One page ordered by (namespace, name) after ``after``, and the position to
         continue from (None at the end); same contract as ``records.page``."""
         snap = None if after is None else self._fresh(runtime_id)

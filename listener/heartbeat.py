@@ -19,14 +19,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
-import urllib3
-from kubernetes import client
-from kubernetes.client import exceptions
-
-from common import changes
-from listener import records, retention, store
+from common import changes, gateway
+from listener import records, retention
 
 LABEL = "tether.kyma-project.io/heartbeat"
 MAX_REMEMBERED = 50_000
@@ -46,14 +41,11 @@ def silent_counts(
 
 class Heartbeats:
     def __init__(
-        self, api: client.ApiClient, namespace: str, interval: float, timeout: float,
+        self, kcp: gateway.Kube, namespace: str, interval: float, timeout: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._leases = client.CoordinationV1Api(api)
-        self._namespace = namespace
-        self._interval = interval
-        self._timeout = timeout
-        self._clock = clock
+        self._kcp, self._namespace, self._clock = kcp, namespace, clock
+        self._interval, self._timeout = interval, timeout
         self._lock = threading.Lock()
         self._written: OrderedDict[str, float] = OrderedDict()
 
@@ -71,7 +63,7 @@ class Heartbeats:
 
     def seen(self, runtime_id: str) -> bool:
         """Record that the runtime was seen now (if due); True when a write was made.
-        Raises ``store.Unavailable`` when the KCP API fails."""
+        Raises a ``gateway.GatewayError`` when the KCP API fails."""
         mono = self._clock()
         if not self._due(runtime_id, mono):
             return False
@@ -79,26 +71,18 @@ class Heartbeats:
         name = lease_name(runtime_id)
         spec = {"holderIdentity": runtime_id, "renewTime": changes.format_time(now)}
         try:
-            try:
-                self._leases.patch_namespaced_lease(
-                    name, self._namespace, {"spec": spec}, _request_timeout=self._timeout)
-            except exceptions.ApiException as e:
-                if e.status != 404:
-                    raise
-                body = client.V1Lease(
-                    metadata=client.V1ObjectMeta(name=name, namespace=self._namespace, labels={
+            self._kcp.patch(gateway.LEASES, self._namespace, name, {"spec": spec},
+                            strategic=True, timeout=self._timeout)
+        except gateway.NotFound:
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": name, "namespace": self._namespace, "labels": {
                         LABEL: "true", records.RUNTIME_LABEL: runtime_id,
-                        records.MANAGED_BY_LABEL: records.MANAGED_BY}),
-                    spec=client.V1LeaseSpec(holder_identity=runtime_id, renew_time=now),
-                )
-                try:
-                    self._leases.create_namespaced_lease(
-                        self._namespace, body, _request_timeout=self._timeout)
-                except exceptions.ApiException as e2:
-                    if e2.status != 409:  # another replica created it just now: fine
-                        raise
-        except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
-            raise store.unavailable_or_raise(e, "heartbeat") from None
+                        records.MANAGED_BY_LABEL: records.MANAGED_BY}},
+                    "spec": spec}
+            try:
+                self._kcp.create(gateway.LEASES, self._namespace, body, timeout=self._timeout)
+            except gateway.Conflict:  # another replica created it just now: fine
+                pass
         self._remember(runtime_id, mono)
         return True
 
@@ -107,21 +91,13 @@ class Heartbeats:
         runtimes whose Kyma CR is gone (the janitor marked their Lease ``orphaned-since``):
         a deprovisioned runtime is not a silent one."""
         out: list[datetime.datetime] = []
-        token: str | None = None
-        try:
-            while True:
-                resp: Any = self._leases.list_namespaced_lease(
-                    self._namespace, label_selector=f"{LABEL}=true", limit=500,
-                    _continue=token, _request_timeout=self._timeout)
-                for lease in resp.items or []:
-                    if retention.ORPHANED_SINCE in ((lease.metadata.annotations or {})
-                                                    if lease.metadata else {}):
-                        continue
-                    t = lease.spec.renew_time if lease.spec else None
-                    if isinstance(t, datetime.datetime):
-                        out.append(t if t.tzinfo else t.replace(tzinfo=datetime.UTC))
-                token = resp.metadata._continue if resp.metadata else None
-                if not token:
-                    return out
-        except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
-            raise store.unavailable_or_raise(e, "heartbeat list") from None
+        for lease in self._kcp.list_items(gateway.LEASES, self._namespace,
+                                          label_selector=f"{LABEL}=true", page_size=500,
+                                          timeout=self._timeout):
+            if retention.ORPHANED_SINCE in ((lease.get("metadata") or {}).get("annotations")
+                                            or {}):
+                continue
+            t = changes.parse_time((lease.get("spec") or {}).get("renewTime"))
+            if t is not None:
+                out.append(t)
+        return out

@@ -29,11 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-import urllib3
-from kubernetes import client
-from kubernetes.client import exceptions
-
-from common import changes, kyma, logs
+from common import changes, gateway, kyma, logs
 from listener import heartbeat, records, retention, store
 from listener import metrics as listener_metrics
 from listener import settings as settings_mod
@@ -42,7 +38,7 @@ log = logging.getLogger(__name__)
 MAX_TOMBSTONES = 5000  # deletions per run; the rest waits for the next run
 PAGE = 500
 OWN_RECORDS = f"{records.MANAGED_BY_LABEL}={records.MANAGED_BY}"
-API_ERRORS = (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError)
+API_ERRORS = gateway.GatewayError
 
 
 class LeaseFacts(NamedTuple):
@@ -63,133 +59,103 @@ class Summary(NamedTuple):
 class Kcp:
     """The janitor's calls to the KCP API (namespace-scoped, what the listener's Role allows)."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, timeout: float) -> None:
-        self._api = api
-        self._objects = client.CustomObjectsApi(api)
-        self._leases = client.CoordinationV1Api(api)
+    def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float) -> None:
+        self._kcp = kcp
         self.namespace = namespace
         self._timeout = timeout
 
-    def _metadata_list(self, group: str, version: str, plural: str,
-                       selector: str) -> Iterator[dict[str, Any]]:
-        token = ""
-        while True:
-            query = [("labelSelector", selector), ("limit", str(PAGE))]
-            if token:
-                query.append(("continue", token))
-            doc = store.raw_get(self._api, f"/apis/{group}/{version}/namespaces/"
-                                f"{self.namespace}/{plural}", query, store.METADATA_LIST,
-                                self._timeout)
-            for obj in doc.get("items") or []:
-                yield obj.get("metadata") or {}
-            token = (doc.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return
+    def _metadata_list(self, res: gateway.Resource, selector: str) -> Iterator[dict[str, Any]]:
+        for obj in self._kcp.list_items(res, self.namespace, label_selector=selector,
+                                        page_size=PAGE, metadata_only=True,
+                                        timeout=self._timeout):
+            yield obj.get("metadata") or {}
 
     def record_metadata(self) -> Iterator[dict[str, Any]]:
         """Metadata of every record the listener wrote in the namespace."""
-        return self._metadata_list(records.GROUP, records.VERSION, records.PLURAL, OWN_RECORDS)
+        return self._metadata_list(store.RECORDS, OWN_RECORDS)
 
     def kyma_runtime_ids(self) -> set[str]:
         """The runtime IDs that have a Kyma CR (label ``kyma-project.io/runtime-id``)."""
         out: set[str] = set()
-        for meta in self._metadata_list(kyma.GROUP, kyma.VERSION, kyma.PLURAL,
-                                        kyma.RUNTIME_ID_LABEL):
+        for meta in self._metadata_list(kyma.RESOURCE, kyma.RUNTIME_ID_LABEL):
             rid = (meta.get("labels") or {}).get(kyma.RUNTIME_ID_LABEL)
             if isinstance(rid, str):
                 out.add(rid)
         return out
 
     def has_kyma(self, runtime_id: str) -> bool:
-        return bool(kyma.list_by_runtime_id(self._api, self.namespace, runtime_id,
+        return bool(kyma.list_by_runtime_id(self._kcp, self.namespace, runtime_id,
                                             timeout=self._timeout))
 
     def heartbeat_leases(self) -> dict[str, LeaseFacts]:
         out: dict[str, LeaseFacts] = {}
-        token: str | None = None
-        while True:
-            resp: Any = self._leases.list_namespaced_lease(
-                self.namespace, label_selector=f"{heartbeat.LABEL}=true", limit=PAGE,
-                _continue=token, _request_timeout=self._timeout)
-            for lease in resp.items or []:
-                meta = lease.metadata
-                rid = (meta.labels or {}).get(records.RUNTIME_LABEL) or (
-                    lease.spec.holder_identity if lease.spec else None)
-                if rid:
-                    out[rid] = LeaseFacts(meta.name, rid, (meta.annotations or {}).get(
-                        retention.ORPHANED_SINCE))
-            token = resp.metadata._continue if resp.metadata else None
-            if not token:
-                return out
+        for lease in self._kcp.list_items(gateway.LEASES, self.namespace,
+                                          label_selector=f"{heartbeat.LABEL}=true",
+                                          page_size=PAGE, timeout=self._timeout):
+            meta = lease.get("metadata") or {}
+            rid = (meta.get("labels") or {}).get(records.RUNTIME_LABEL) or (
+                (lease.get("spec") or {}).get("holderIdentity"))
+            if rid:
+                out[rid] = LeaseFacts(str(meta.get("name") or ""), rid, (
+                    meta.get("annotations") or {}).get(retention.ORPHANED_SINCE))
+        return out
 
     def delete_tombstone(self, t: retention.Tombstone) -> bool:
         """Delete one tombstone if it is unchanged since listed; False when it changed or
         is gone already."""
         try:
-            self._objects.delete_namespaced_custom_object(
-                records.GROUP, records.VERSION, self.namespace, records.PLURAL, t.name,
-                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(
-                    resource_version=t.resource_version, uid=t.uid)),
-                _request_timeout=self._timeout)
-        except exceptions.ApiException as e:
-            if e.status in (404, 409):
-                return False
-            raise
+            self._kcp.delete(store.RECORDS, self.namespace, t.name, preconditions={
+                "resourceVersion": t.resource_version, "uid": t.uid}, timeout=self._timeout)
+        except (gateway.NotFound, gateway.Conflict):
+            return False
         return True
 
     def delete_runtime_records(self, runtime_id: str) -> int | None:
         """Delete every record of a runtime; how many when the API says."""
-        resp: Any = self._objects.delete_collection_namespaced_custom_object(
-            records.GROUP, records.VERSION, self.namespace, records.PLURAL,
+        resp = self._kcp.delete_collection(
+            store.RECORDS, self.namespace,
             label_selector=f"{records.RUNTIME_LABEL}={runtime_id},{OWN_RECORDS}",
-            _request_timeout=self._timeout)
-        items = resp.get("items") if isinstance(resp, dict) else None
+            timeout=self._timeout)
+        items = resp.get("items")
         return len(items) if isinstance(items, list) else None
 
     def has_records(self, runtime_id: str) -> bool:
-        query = [("labelSelector", f"{records.RUNTIME_LABEL}={runtime_id},{OWN_RECORDS}"),
-                 ("limit", "1")]
-        doc = store.raw_get(self._api, f"/apis/{records.GROUP}/{records.VERSION}/namespaces/"
-                            f"{self.namespace}/{records.PLURAL}", query, store.METADATA_LIST,
-                            self._timeout)
+        doc = self._kcp.list(store.RECORDS, self.namespace, limit=1, metadata_only=True,
+                             label_selector=f"{records.RUNTIME_LABEL}={runtime_id},{OWN_RECORDS}",
+                             timeout=self._timeout)
         return bool(doc.get("items"))
 
     def mark(self, runtime_id: str, lease: LeaseFacts | None, since: datetime.datetime) -> None:
         value = changes.format_time(since)
         if lease is not None:
-            self._leases.patch_namespaced_lease(
-                lease.name, self.namespace,
-                {"metadata": {"annotations": {retention.ORPHANED_SINCE: value}}},
-                _request_timeout=self._timeout)
+            self._kcp.patch(gateway.LEASES, self.namespace, lease.name,
+                            {"metadata": {"annotations": {retention.ORPHANED_SINCE: value}}},
+                            strategic=True, timeout=self._timeout)
             return
-        body = client.V1Lease(  # records without a Lease: the mark needs a durable home
-            metadata=client.V1ObjectMeta(
-                name=heartbeat.lease_name(runtime_id), namespace=self.namespace,
-                labels={heartbeat.LABEL: "true", records.RUNTIME_LABEL: runtime_id,
-                        records.MANAGED_BY_LABEL: records.MANAGED_BY},
-                annotations={retention.ORPHANED_SINCE: value}),
-            spec=client.V1LeaseSpec(holder_identity=runtime_id))
+        body = {  # records without a Lease: the mark needs a durable home
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {
+                "name": heartbeat.lease_name(runtime_id), "namespace": self.namespace,
+                "labels": {heartbeat.LABEL: "true", records.RUNTIME_LABEL: runtime_id,
+                           records.MANAGED_BY_LABEL: records.MANAGED_BY},
+                "annotations": {retention.ORPHANED_SINCE: value}},
+            "spec": {"holderIdentity": runtime_id}}
         try:
-            self._leases.create_namespaced_lease(self.namespace, body,
-                                                 _request_timeout=self._timeout)
-        except exceptions.ApiException as e:
-            if e.status != 409:  # the listener created it just now: marked next run
-                raise
+            self._kcp.create(gateway.LEASES, self.namespace, body, timeout=self._timeout)
+        except gateway.Conflict:  # the listener created it just now: marked next run
+            pass
 
     def unmark(self, lease: LeaseFacts) -> None:
-        self._leases.patch_namespaced_lease(
-            lease.name, self.namespace,
-            {"metadata": {"annotations": {retention.ORPHANED_SINCE: None}}},
-            _request_timeout=self._timeout)
+        self._kcp.patch(gateway.LEASES, self.namespace, lease.name,
+                        {"metadata": {"annotations": {retention.ORPHANED_SINCE: None}}},
+                        strategic=True, timeout=self._timeout)
 
     def delete_lease(self, runtime_id: str) -> bool:
         try:
-            self._leases.delete_namespaced_lease(heartbeat.lease_name(runtime_id),
-                                                 self.namespace, _request_timeout=self._timeout)
-        except exceptions.ApiException as e:
-            if e.status == 404:
-                return False
-            raise
+            self._kcp.delete(gateway.LEASES, self.namespace, heartbeat.lease_name(runtime_id),
+                             timeout=self._timeout)
+        except gateway.NotFound:
+            return False
         return True
 
 
@@ -328,6 +294,7 @@ class Janitor:
 
     def _failed(self, step: str, e: BaseException) -> Summary:
         self.metrics.errors.labels(step).inc()
-        reason = f"HTTP {e.status}" if isinstance(e, exceptions.ApiException) else type(e).__name__
+        reason = (f"HTTP {e.status}" if isinstance(e, gateway.GatewayError) and e.status
+                  else type(e).__name__)
         log.warning("janitor %s failed: %s", step, reason)
         return Summary(False)

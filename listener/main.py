@@ -1,12 +1,12 @@
 """``tether listener``: serve the listener under gunicorn (gthread) with mTLS.
 
-Settings come from ``TETHER_LISTENER_*`` environment variables (docs/listener.md);
-``--check`` only validates them and exits.
+Settings come from ``TETHER_LISTENER_*`` environment variables (``tether listener --help``,
+docs/listener.md). Every setting, certificate and the kubeconfig is checked before gunicorn
+starts (a bad one: one line, exit 2); ``--check`` only checks them and exits.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 import sys
@@ -23,17 +23,7 @@ def _clear_multiprocess_dir(path: str | None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="tether listener", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="validate the settings and exit")
-    args = parser.parse_args(argv)
-    try:
-        s = settings.from_env()
-    except config.SettingError as e:
-        print(f"tether listener: {e}", file=sys.stderr)
-        return 2
-    if args.check:
-        print("settings ok")
-        return 0
+    s, _ = config.load(settings.SPEC, argv, settings.build)
     logs.configure(s.log_level, s.log_format)
     _clear_multiprocess_dir(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     server.Server(s).run()

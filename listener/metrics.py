@@ -7,25 +7,25 @@ from the heartbeat Leases in the KCP (cached briefly), so every replica reports 
 cluster-wide numbers: alert on ``max`` over replicas.
 
 With several gunicorn workers, set ``PROMETHEUS_MULTIPROC_DIR`` (an empty folder per pod):
-counters and histograms are then shared through files and ``/metrics`` aggregates them.
+counters and histograms are then shared through files and ``/metrics`` aggregates them
+(``common.ops.Exposition``, which also adds ``SilentRuntimes`` at scrape time).
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client import multiprocess as prom_multiprocess
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from listener import heartbeat, store
+from common import gateway
+from listener import heartbeat
 
 log = logging.getLogger(__name__)
 NS = "tether_listener"
@@ -81,22 +81,6 @@ class Metrics:
         for name, value in values.items():
             self.limits.labels(name).set(value)
 
-    def scrape_registry(self, extra: Sequence[Collector] = ()) -> CollectorRegistry:
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            reg = CollectorRegistry()
-            prom_multiprocess.MultiProcessCollector(reg)  # type: ignore[no-untyped-call]
-        else:
-            reg = self.registry
-        for c in extra:
-            try:
-                reg.register(c)
-            except ValueError:
-                pass  # already registered (the single-process registry is reused)
-        return reg
-
-    def render(self, extra: Sequence[Collector] = ()) -> bytes:
-        return generate_latest(self.scrape_registry(extra))
-
 
 class SilentRuntimes(Collector):
     """``tether_listener_runtimes_silent{threshold_seconds}`` and
@@ -118,7 +102,7 @@ class SilentRuntimes(Collector):
                 return self._cached[1]
         try:
             times = self._beats.renew_times()
-        except store.Unavailable as e:
+        except gateway.GatewayError as e:
             log.warning("cannot list heartbeats for metrics: %s", e)
             return None
         with self._lock:

@@ -181,10 +181,7 @@ class Usage:
                  clock: Callable[[], float] = time.monotonic,
                  max_runtimes: int = MAX_RUNTIMES) -> None:
         self.limits = limits
-        self._ttl = ttl
-        self._load = load
-        self._clock = clock
-        self._max = max_runtimes
+        self._ttl, self._load, self._clock, self._max = ttl, load, clock, max_runtimes
         self._lock = threading.Lock()
         self._views: OrderedDict[str, _View] = OrderedDict()
 

@@ -44,7 +44,6 @@ _SPEC_FIELDS = ("runtimeId", "namespace", "name", "uid", "resourceVersion", "obs
                 "deleted", "source", "labels", "annotations", "data", "binaryData")
 
 
-DigestItem = changes.DigestItem
 log = logging.getLogger(__name__)
 
 
@@ -121,7 +120,7 @@ def stored_version(obj: Mapping[str, Any]) -> changes.Version:
 _ATTR = {"resourceVersion": "resource_version", "observedAt": "observed_at"}
 
 
-def digest_item(meta: Mapping[str, Any]) -> DigestItem | None:
+def digest_item(meta: Mapping[str, Any]) -> changes.DigestItem | None:
     """A state digest entry from an object's metadata; None if it is not ours. Values are
     passed on as stored (also ones the ordering rule cannot use: the poller treats those
     as differences to repair); a value that is not a string becomes ``""``."""
@@ -132,13 +131,13 @@ def digest_item(meta: Mapping[str, Any]) -> DigestItem | None:
     def text(key: str) -> str:
         value = ann.get(key, "")
         return value if isinstance(value, str) else ""
-    return DigestItem(namespace=text(ANN_NAMESPACE), name=text(ANN_NAME), uid=text(ANN_UID),
+    return changes.DigestItem(namespace=text(ANN_NAMESPACE), name=text(ANN_NAME), uid=text(ANN_UID),
                       resourceVersion=text(ANN_RV), observedAt=text(ANN_OBSERVED),
                       deleted=ann.get(ANN_DELETED) == "true")
 
 
-def page(items: list[DigestItem], after: tuple[str, str] | None,
-         limit: int) -> tuple[list[DigestItem], tuple[str, str] | None]:
+def page(items: list[changes.DigestItem], after: tuple[str, str] | None,
+         limit: int) -> tuple[list[changes.DigestItem], tuple[str, str] | None]:
     """One page of the digest ordered by (namespace, name), starting after ``after``;
     returns the page and the position to continue from (None at the end)."""
     ordered = sorted(items, key=lambda i: (i["namespace"], i["name"]))

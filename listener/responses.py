@@ -1,22 +1,9 @@
-"""JSON answers: every error is ``{"error": <short text>, "details": <any>}``."""
+"""JSON answers of the listener: every error is ``{"error": <short text>, "details": <any>}``
+(the shapes of every part, ``common.ops``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from common import ops
 
-from flask import Response, jsonify
-
-
-def error(status: int, text: str, details: Any = None, *,
-          retry_after: int | None = None) -> Response:
-    resp = jsonify({"error": text, "details": details})
-    resp.status_code = status
-    if retry_after is not None:
-        resp.headers["Retry-After"] = str(retry_after)
-    return resp
-
-
-def ok(body: Any) -> Response:
-    resp = jsonify(body)
-    resp.status_code = 200
-    return resp
+error = ops.error
+ok = ops.ok

@@ -9,62 +9,55 @@ and the runtime API answers it 401 with a JSON body. Handshakes, request heads a
 run under the deadlines and connection caps of ``common.httpworker`` (settings
 ``TETHER_LISTENER_*_TIMEOUT_SECONDS``, ``MAX_CONNECTIONS*``); refusals are counted and
 audited by ``listener.worker``. The operations port (``OPS_BIND``: health, readiness,
-metrics) is plain HTTP. The context is rebuilt when the certificate, key or CA files change
-(rotation without restart); TLS 1.2 is the minimum.
+metrics) is plain HTTP. The context is a ``common.tlsreload.Watched`` like the webhook's:
+rebuilt when the certificate, key or CA files change (rotation without restart), the
+previous one kept when a rebuild fails, which ``/readyz`` then reports; TLS 1.2 is the
+minimum.
 """
 
 from __future__ import annotations
 
-import os
 import ssl
-import threading
 from typing import Any
 
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from common import httpworker
+from common import httpconn, httpworker, tlsreload
 from listener import app, settings, worker
 
 # one XFCC header (32 KiB) fits; 1,000 connections' heads stay within 64 MiB
 _FIELD_SIZE, _HEAD_FIELDS, _MAX_HEAD = 32768, 32, 64 * 1024
-_lock = threading.Lock()
-_cache: dict[tuple[Any, ...], ssl.SSLContext] = {}
 
 
-def _stamp(*paths: str | None) -> tuple[Any, ...]:
-    out: list[Any] = []
-    for p in paths:
-        try:
-            st = os.stat(p) if p else None
-        except OSError:
-            st = None
-        out.append((p, st.st_mtime_ns if st else None, st.st_size if st else None))
-    return tuple(out)
+def server_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
+    """TLS 1.2+, a client certificate asked for, verified when presented (CERT_OPTIONAL)
+    against ``ca_file`` only (no system CAs)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.load_verify_locations(cafile=ca_file)
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
 
 
-def tls_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
-    """The server context (cached until one of the files changes)."""
-    key = _stamp(cert_file, key_file, ca_file)
-    with _lock:
-        ctx = _cache.get(key)
-        if ctx is None:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-            ctx.load_cert_chain(cert_file, key_file)
-            ctx.load_verify_locations(cafile=ca_file)
-            ctx.verify_mode = ssl.CERT_OPTIONAL
-            _cache.clear()
-            _cache[key] = ctx
-        return ctx
+def serving(s: settings.Settings) -> tlsreload.Watched[ssl.SSLContext] | None:
+    """The serving context, rebuilt when the certificate, key or CA file changes (None
+    without TLS: behind a proxy in XFCC mode)."""
+    if not s.tls:
+        return None
+    cert, key, ca = s.tls_cert_file, s.tls_key_file, s.client_ca_file
+    assert cert is not None and key is not None
+    return tlsreload.Watched((cert, key, ca), lambda: server_context(cert, key, ca))
 
 
-def gunicorn_options(s: settings.Settings) -> dict[str, Any]:
+def gunicorn_options(s: settings.Settings,
+                     watched: tlsreload.Watched[ssl.SSLContext] | None = None) -> dict[str, Any]:
     # with mTLS the worker's peer is the runtime (its certificate's CN); behind a proxy
     # (XFCC mode) every runtime arrives from the proxy's address, so the per-peer caps are
     # left to the application's per-runtime in-flight cap (429) instead
     per_peer = s.tls
-    limits = httpworker.Limits(
+    limits = httpconn.Limits(
         handshake_seconds=s.handshake_timeout, head_seconds=s.head_timeout,
         body_seconds=s.body_timeout, idle_seconds=s.idle_timeout,
         max_connections=s.max_connections,
@@ -87,11 +80,11 @@ def gunicorn_options(s: settings.Settings) -> dict[str, Any]:
         "control_socket_disable": True,  # one gunicorn per pod; no shared $HOME socket
     }
     if s.tls:
-        cert, key, ca = s.tls_cert_file, s.tls_key_file, s.client_ca_file
-        assert cert is not None and key is not None
+        ctx = watched or serving(s)
+        assert ctx is not None
         opts.update({
-            "certfile": cert, "keyfile": key, "ca_certs": ca, "cert_reqs": ssl.CERT_OPTIONAL,
-            "ssl_context": lambda conf, default: tls_context(cert, key, ca),
+            "certfile": s.tls_cert_file, "keyfile": s.tls_key_file, "ca_certs": s.client_ca_file,
+            "cert_reqs": ssl.CERT_OPTIONAL, "ssl_context": lambda conf, default: ctx.get(),
         })
     return opts
 
@@ -99,11 +92,12 @@ def gunicorn_options(s: settings.Settings) -> dict[str, Any]:
 class Server(BaseApplication):  # type: ignore[misc]
     def __init__(self, s: settings.Settings) -> None:
         self.settings = s
+        self.serving = serving(s)
         super().__init__()
 
     def load_config(self) -> None:
-        for k, v in gunicorn_options(self.settings).items():
+        for k, v in gunicorn_options(self.settings, self.serving).items():
             self.cfg.set(k, v)
 
     def load(self) -> Flask:
-        return app.create_app(self.settings)
+        return app.create_app(self.settings, serving=self.serving)

@@ -2,21 +2,19 @@
 
 Kept on ``app.extensions[KEY]`` (no module globals): the KCP client and store, the Kyma
 lookup cache, heartbeats, rate limits, metrics, the audit logger and the client CA bundle
-(reloaded when its file changes, for the X-Forwarded-Client-Cert mode and /readyz).
+(``common.tlsreload``: reloaded when its file changes, for the X-Forwarded-Client-Cert mode
+and /readyz).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import threading
 
 from cryptography import x509
 from flask import Flask, current_app
-from kubernetes import client
 
-from common import logs
+from common import gateway, logs, tlsreload
 from listener import budget, digestcache, heartbeat, peer, ratelimit, runtimes, settings, store
 from listener import metrics as listener_metrics
 from listener import quota as listener_quota
@@ -24,39 +22,18 @@ from listener import quota as listener_quota
 KEY = "tether.listener"
 
 
-class CABundle:
-    """The client CA certificates, re-read when the file's mtime changes."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._mtime = -1.0
-        self._cas: list[x509.Certificate] = []
-        self.error: str | None = None
-
-    def get(self) -> list[x509.Certificate]:
-        try:
-            mtime = os.stat(self.path).st_mtime
-        except OSError as e:
-            self.error = f"cannot read {self.path}: {e.strerror}"
-            return self._cas
-        with self._lock:
-            if mtime != self._mtime:
-                try:
-                    self._cas = peer.load_ca_bundle(self.path)
-                    self.error = None
-                except (OSError, ValueError) as e:
-                    self.error = f"cannot load {self.path}: {type(e).__name__}"
-                self._mtime = mtime
-            return self._cas
+def ca_bundle(path: str, check_interval: float = 1.0) -> tlsreload.Watched[list[x509.Certificate]]:
+    """The client CA certificates, re-read when the file changes (``common.tlsreload``: a
+    bad new file keeps the previous certificates and shows in ``last_error``)."""
+    return tlsreload.Watched((path,), lambda: peer.load_ca_bundle(path), check_interval=check_interval)
 
 
 @dataclasses.dataclass
 class Services:
     settings: settings.Settings
-    api: client.ApiClient
+    api: gateway.Kube
     store: store.Store
-    kymas: runtimes.KymaCache
+    kymas: runtimes.KymaLRU
     beats: heartbeat.Heartbeats
     buckets: ratelimit.TokenBuckets
     in_flight: ratelimit.InFlight
@@ -64,7 +41,7 @@ class Services:
     metrics: listener_metrics.Metrics
     silent: listener_metrics.SilentRuntimes
     audit: logging.Logger
-    cas: CABundle
+    cas: tlsreload.Watched[list[x509.Certificate]]
     digests: digestcache.DigestSnapshots = dataclasses.field(
         default_factory=digestcache.DigestSnapshots)
 
@@ -72,7 +49,7 @@ class Services:
         logs.audit(self.audit, event, **fields)
 
 
-def build(s: settings.Settings, api: client.ApiClient) -> Services:
+def build(s: settings.Settings, api: gateway.Kube) -> Services:
     beats = heartbeat.Heartbeats(api, s.namespace, s.heartbeat_interval, s.kcp_timeout)
     meters = listener_metrics.Metrics()
     return Services(
@@ -83,7 +60,7 @@ def build(s: settings.Settings, api: client.ApiClient) -> Services:
                           limits=listener_quota.Limits(s.storage.quota_records, s.storage.quota_bytes),
                           quota_ttl=s.storage.quota_cache_seconds,
                           tombstone_retention=s.storage.tombstone_retention),
-        kymas=runtimes.KymaCache(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
+        kymas=runtimes.KymaLRU(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
         beats=beats,
         buckets=ratelimit.TokenBuckets(s.rate_per_second, s.rate_burst),
         in_flight=ratelimit.InFlight(s.max_in_flight_per_runtime),
@@ -91,7 +68,7 @@ def build(s: settings.Settings, api: client.ApiClient) -> Services:
         metrics=meters,
         silent=listener_metrics.SilentRuntimes(beats, s.silent_thresholds, s.silent_cache_seconds),
         audit=logs.audit_logger(s.audit_log),
-        cas=CABundle(s.client_ca_file),
+        cas=ca_bundle(s.client_ca_file),
     )
 
 

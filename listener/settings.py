@@ -1,19 +1,18 @@
 """The listener's settings: one frozen dataclass, built once in the entry point.
 
-Every setting is an environment variable (``TETHER_LISTENER_*``); ``docs/listener.md``
-lists them with their defaults. A bad value stops the process at start with a
-``config.SettingError`` naming the variable.
+Every option is declared once in ``SPEC`` (the janitor's in ``JANITOR_SPEC``; both read
+the storage options): its environment variable (``TETHER_LISTENER_*``), default, bounds and
+meaning. ``tether listener --help`` and docs/listener.md list them. A bad value stops the
+process at start with one line naming the variable (``common.config.load``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import os
-import re
 from collections.abc import Mapping
 
-from common import config
+from common import config, numbers
 
 P = "TETHER_LISTENER_"
 MIB = 1024 * 1024
@@ -81,7 +80,8 @@ class Settings:
         return self.tls_cert_file is not None
 
 
-def _cidrs(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
+def _cidrs(name: str, raw: str) -> tuple[str, ...]:
+    values = tuple(x.strip() for x in raw.split(",") if x.strip())
     for v in values:
         try:
             ipaddress.ip_network(v, strict=False)
@@ -90,130 +90,218 @@ def _cidrs(name: str, values: tuple[str, ...]) -> tuple[str, ...]:
     return values
 
 
-def _thresholds(name: str, values: tuple[str, ...]) -> tuple[int, ...]:
-    try:
-        out = tuple(sorted({int(v) for v in values}))
-    except ValueError:
-        raise config.SettingError(f"{name}: thresholds must be integers (seconds)") from None
-    if not out or out[0] <= 0 or len(out) > 10:
-        raise config.SettingError(f"{name}: give 1 to 10 positive thresholds in seconds")
+def _thresholds(name: str, raw: str) -> tuple[int, ...]:
+    values = [x.strip() for x in raw.split(",") if x.strip()]
+    out = tuple(sorted({n for n in (numbers.ascii_int(v, 9) for v in values) if n is not None}))
+    if len(out) != len(set(values)) or not out or out[0] <= 0 or len(out) > 10:
+        raise config.SettingError(f"{name}: {raw!r}: give 1 to 10 positive integers (seconds)")
     return out
 
 
-def _shared(name: str, shared: str, default: str, e: Mapping[str, str]) -> str:
-    """The part's own variable, else the one shared by all parts (e.g. TETHER_KCP_NAMESPACE)."""
-    return config.optional(name, env=e) or config.string(shared, default, env=e)
+def _shared(name: str, shared: str, default: str, meaning: str) -> config.Option:
+    """The part's own variable, else the one all parts share (e.g. TETHER_KCP_NAMESPACE)."""
+    return config.text(name, default, meaning, fallback=shared)
 
 
-def from_env(env: Mapping[str, str] | None = None) -> Settings:
-    """Settings from the environment (``env`` for tests; default ``os.environ``)."""
-    e = os.environ if env is None else env
+KUBE = (
+    config.kubeconfig(P + "KUBECONFIG", "kubeconfig of the KCP (unset: $KUBECONFIG, else the "
+                      "in-cluster service account)"),
+    _shared(P + "NAMESPACE", "TETHER_KCP_NAMESPACE", "kcp-system",
+            "KCP namespace of the Kyma CRs, the RuntimeConfigMaps and the heartbeat Leases"),
+)
+LOGGING = (
+    _shared(P + "AUDIT_LOG", "TETHER_AUDIT_LOG", "stdout",
+            "stdout or a file path for the audit JSON lines"),
+    config.log_level(P + "LOG_LEVEL", fallback="TETHER_LOG_LEVEL"),
+    config.log_format(P + "LOG_FORMAT", fallback="TETHER_LOG_FORMAT"),
+)
+STORAGE = (
+    config.integer(P + "QUOTA_RECORDS", 20_000,
+                   "records (tombstones included) one runtime may keep in the KCP", minimum=1,
+                   maximum=10_000_000),
+    # a full ConfigMap (1 MiB of binaryData is ~1.4 MiB as a record) must always fit
+    config.integer(P + "QUOTA_BYTES", 256 * MIB,
+                   "bytes (the records' JSON size) one runtime may keep", minimum=2 * MIB,
+                   maximum=1024 * 1024 * MIB),
+    config.seconds(P + "QUOTA_CACHE_SECONDS", 10.0,
+                   "how long a worker trusts its list of a runtime's usage", minimum=0,
+                   maximum=600),
+    config.seconds(P + "TOMBSTONE_RETENTION_SECONDS", 7 * 86400.0,
+                   "tombstones are pruned after it (listener and janitor must agree)",
+                   minimum=1, maximum=10 * 365 * 86400),
+)
+
+SPEC = config.Spec(
+    part="listener",
+    summary="Change listener (KCP): authenticates runtimes, persists their change records.",
+    options=(
+        config.host_port(P + "BIND", None, "address:port of the runtime API",
+                         shown="0.0.0.0:8443; 127.0.0.1:8443 in plain HTTP (XFCC mode)"),
+        config.host_port(P + "OPS_BIND", "0.0.0.0:9090",
+                         "operations port (plain HTTP): /healthz, /readyz, /metrics"),
+        config.integer(P + "WORKERS", 1, "gunicorn worker processes", minimum=1, maximum=64),
+        config.integer(P + "THREADS", 16, "threads per worker", minimum=1, maximum=256),
+        config.file(P + "TLS_CERT_FILE", None, "serving certificate (PEM); required unless "
+                    "XFCC_TRUSTED_PROXIES is set", "certificate"),
+        config.file(P + "TLS_KEY_FILE", None, "serving certificate's key (PEM)", "key"),
+        config.file(P + "CLIENT_CA_FILE", config.REQUIRED,
+                    "CA bundle that issued the runtime client certificates (PEM)",
+                    "certificate"),
+        config.custom(P + "XFCC_TRUSTED_PROXIES", (),
+                      "comma-separated IPs/CIDRs whose X-Forwarded-Client-Cert is trusted "
+                      "(empty: off)", _cidrs),
+        *KUBE,
+        config.seconds(P + "KCP_TIMEOUT_SECONDS", 10.0, "timeout of each KCP API call",
+                       minimum=0.5, maximum=120),
+        config.integer(P + "RETRY_AFTER_SECONDS", 5, "Retry-After of 503 answers", minimum=1,
+                       maximum=600, duration=True),
+        config.seconds(P + "KYMA_CACHE_SECONDS", 10.0,
+                       "how long a Kyma CR lookup (also 'unknown') is cached", minimum=0,
+                       maximum=600),
+        config.seconds(P + "HEARTBEAT_INTERVAL_SECONDS", 30.0,
+                       "a replica writes a runtime's heartbeat Lease at most this often",
+                       minimum=0, maximum=3600),
+        config.custom(P + "SILENT_THRESHOLDS_SECONDS", (60, 300, 900, 3600),
+                      "thresholds of tether_listener_runtimes_silent (1 to 10 values)",
+                      _thresholds, duration=True),
+        config.seconds(P + "SILENT_CACHE_SECONDS", 15.0,
+                       "how long the Lease list behind that metric is cached", minimum=0,
+                       maximum=3600),
+        config.integer(P + "MAX_BODY_BYTES", 3 * MIB,
+                       "body cap (a full 1 MiB ConfigMap always fits)", minimum=MIB + MIB // 2,
+                       maximum=64 * MIB),
+        config.number(P + "RATE_PER_SECOND", 200.0,
+                      "per-runtime token refill: records (POST) or requests (GET) per second",
+                      minimum=0.01, maximum=1e6),
+        config.integer(P + "RATE_BURST", 1000, "per-runtime bucket size", minimum=1,
+                       maximum=1_000_000),
+        config.integer(P + "MAX_IN_FLIGHT_PER_RUNTIME", None,
+                       "threads one runtime may hold in a worker at once", minimum=1,
+                       shown="min(4, THREADS); at most THREADS"),
+        config.integer(P + "PARSE_BUDGET_BYTES", None,
+                       "memory reserved for parsing bodies per worker (16 x each body)",
+                       maximum=16 * 1024 * MIB,
+                       shown="max(128 MiB, 16 x MAX_BODY_BYTES); at least 16 x MAX_BODY_BYTES"),
+        config.seconds(P + "PARSE_WAIT_SECONDS", 5.0,
+                       "how long a body waits for the parse budget before 503", minimum=0.1,
+                       maximum=120),
+        config.seconds(P + "HANDSHAKE_TIMEOUT_SECONDS", 5.0,
+                       "a TLS handshake completes within this time after accept",
+                       minimum=0.1, maximum=120),
+        config.seconds(P + "HEAD_TIMEOUT_SECONDS", 10.0,
+                       "a request head arrives within this time", minimum=0.1, maximum=300),
+        config.seconds(P + "BODY_TIMEOUT_SECONDS", 30.0,
+                       "all reads of one request's body (408 after it)", minimum=0.1,
+                       maximum=600),
+        config.seconds(P + "IDLE_TIMEOUT_SECONDS", 10.0,
+                       "one read or write that makes no progress", minimum=0.1, maximum=300),
+        config.integer(P + "MAX_CONNECTIONS", 1000,
+                       "connections per worker (at least THREADS)", minimum=1,
+                       maximum=100_000),
+        config.integer(P + "MAX_CONNECTIONS_PER_RUNTIME", None,
+                       "connections one runtime may hold per worker", minimum=1,
+                       shown="min(64, MAX_CONNECTIONS); at most MAX_CONNECTIONS"),
+        config.seconds(P + "REFUSAL_AUDIT_INTERVAL_SECONDS", 60.0,
+                       "connection refusals are audited once per reason and interval "
+                       "(0: a line each)", minimum=0, maximum=3600),
+        config.integer(P + "WRITE_CACHE_ENTRIES", 10_000,
+                       "objects per worker whose last seen version is remembered (0: off)",
+                       minimum=0, maximum=1_000_000),
+        *STORAGE,
+        *LOGGING,
+    ),
+    renamed={P + "MAX_IN_FLIGHT": P + "MAX_IN_FLIGHT_PER_RUNTIME",
+             P + "SILENT_THRESHOLDS": P + "SILENT_THRESHOLDS_SECONDS"},
+    pairs=((P + "TLS_CERT_FILE", P + "TLS_KEY_FILE"),),
+)
+
+
+def _at_most(name: str, value: int, limit: int, what: str) -> int:
+    if value > limit:
+        raise config.SettingError(f"{name}: {value} is above the maximum {limit} ({what})")
+    return value
+
+
+def build(v: config.Values) -> Settings:
+    """The settings from the options' values, with the checks between them."""
     d = Settings()
-    cert = config.optional(P + "TLS_CERT_FILE", env=e)
-    key = config.optional(P + "TLS_KEY_FILE", env=e)
+    cert, key = v[P + "TLS_CERT_FILE"], v[P + "TLS_KEY_FILE"]
     if (cert is None) != (key is None):
-        raise config.SettingError(f"{P}TLS_CERT_FILE and {P}TLS_KEY_FILE go together")
-    for name, path in ((P + "TLS_CERT_FILE", cert), (P + "TLS_KEY_FILE", key)):
-        if path is not None and not os.path.isfile(path):
-            raise config.SettingError(f"{name}={path} does not exist or is not a file")
-    proxies = _cidrs(P + "XFCC_TRUSTED_PROXIES",
-                     config.string_list(P + "XFCC_TRUSTED_PROXIES", env=e))
+        raise config.SettingError(f"{P}TLS_KEY_FILE: {P}TLS_CERT_FILE and {P}TLS_KEY_FILE "
+                                  "go together")
+    proxies = v[P + "XFCC_TRUSTED_PROXIES"]
     if cert is None and not proxies:
         raise config.SettingError(
-            f"{P}TLS_CERT_FILE is required (plain HTTP only with {P}XFCC_TRUSTED_PROXIES)")
-    burst = config.integer(P + "RATE_BURST", d.rate_burst, minimum=1, maximum=1_000_000, env=e)
-    level = _shared(P + "LOG_LEVEL", "TETHER_LOG_LEVEL", d.log_level, e).upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise config.SettingError(f"{P}LOG_LEVEL={level!r} is not DEBUG, INFO, WARNING or ERROR")
-    fmt = _shared(P + "LOG_FORMAT", "TETHER_LOG_FORMAT", d.log_format, e).lower()
-    if fmt not in ("json", "text"):
-        raise config.SettingError(f"{P}LOG_FORMAT={fmt!r} is not json or text")
-    threads = config.integer(P + "THREADS", d.threads, minimum=1, maximum=256, env=e)
-    if config.optional(P + "MAX_IN_FLIGHT", env=e) is not None:
-        raise config.SettingError(f"{P}MAX_IN_FLIGHT was renamed {P}MAX_IN_FLIGHT_PER_RUNTIME "
-                                  "(requests of one runtime served at once per worker)")
-    bind = config.optional(P + "BIND", env=e) or (d.bind if cert else "127.0.0.1:8443")
-    max_body = config.integer(P + "MAX_BODY_BYTES", d.max_body_bytes, minimum=MIB + MIB // 2,
-                              maximum=64 * MIB, env=e)
-    max_conns = config.integer(P + "MAX_CONNECTIONS", d.max_connections, minimum=threads,
-                               maximum=100_000, env=e)
+            f"{P}TLS_CERT_FILE: not set; it is required (plain HTTP only with "
+            f"{P}XFCC_TRUSTED_PROXIES)")
+    threads = v[P + "THREADS"]
+    max_body = v[P + "MAX_BODY_BYTES"]
+    max_conns = v[P + "MAX_CONNECTIONS"]
+    if max_conns < threads:
+        raise config.SettingError(f"{P}MAX_CONNECTIONS: {max_conns} is below the minimum "
+                                  f"{threads} ({P}THREADS)")
+    in_flight = v[P + "MAX_IN_FLIGHT_PER_RUNTIME"]
+    budget = v[P + "PARSE_BUDGET_BYTES"]
+    if budget is not None and budget < max_body * PARSE_AMPLIFICATION:
+        raise config.SettingError(f"{P}PARSE_BUDGET_BYTES: {budget} is below the minimum "
+                                  f"{max_body * PARSE_AMPLIFICATION} (16 x {P}MAX_BODY_BYTES)")
+    per_runtime = v[P + "MAX_CONNECTIONS_PER_RUNTIME"]
     return Settings(
-        bind=bind,
-        ops_bind=config.string(P + "OPS_BIND", d.ops_bind, env=e),
-        workers=config.integer(P + "WORKERS", d.workers, minimum=1, maximum=64, env=e),
+        bind=v[P + "BIND"] or (d.bind if cert else "127.0.0.1:8443"),
+        ops_bind=v[P + "OPS_BIND"],
+        workers=v[P + "WORKERS"],
         threads=threads,
         tls_cert_file=cert,
         tls_key_file=key,
-        client_ca_file=config.existing_file(P + "CLIENT_CA_FILE", env=e),
+        client_ca_file=v[P + "CLIENT_CA_FILE"],
         xfcc_trusted_proxies=proxies,
-        kubeconfig=config.optional(P + "KUBECONFIG", env=e) or config.optional("KUBECONFIG", env=e),
-        namespace=_shared(P + "NAMESPACE", "TETHER_KCP_NAMESPACE", d.namespace, e),
-        kcp_timeout=config.number(P + "KCP_TIMEOUT_SECONDS", d.kcp_timeout, minimum=0.5,
-                                  maximum=120, env=e),
-        retry_after=config.integer(P + "RETRY_AFTER_SECONDS", d.retry_after, minimum=1,
-                                   maximum=600, env=e),
-        kyma_cache_seconds=config.number(P + "KYMA_CACHE_SECONDS", d.kyma_cache_seconds,
-                                         minimum=0, maximum=600, env=e),
-        heartbeat_interval=config.number(P + "HEARTBEAT_INTERVAL_SECONDS", d.heartbeat_interval,
-                                         minimum=0, maximum=3600, env=e),
-        silent_thresholds=_thresholds(
-            P + "SILENT_THRESHOLDS_SECONDS",
-            config.string_list(P + "SILENT_THRESHOLDS_SECONDS",
-                               tuple(str(t) for t in d.silent_thresholds), env=e)),
-        silent_cache_seconds=config.number(P + "SILENT_CACHE_SECONDS", d.silent_cache_seconds,
-                                           minimum=0, maximum=3600, env=e),
+        kubeconfig=v[P + "KUBECONFIG"],
+        namespace=v[P + "NAMESPACE"],
+        kcp_timeout=v[P + "KCP_TIMEOUT_SECONDS"],
+        retry_after=v[P + "RETRY_AFTER_SECONDS"],
+        kyma_cache_seconds=v[P + "KYMA_CACHE_SECONDS"],
+        heartbeat_interval=v[P + "HEARTBEAT_INTERVAL_SECONDS"],
+        silent_thresholds=v[P + "SILENT_THRESHOLDS_SECONDS"],
+        silent_cache_seconds=v[P + "SILENT_CACHE_SECONDS"],
         max_body_bytes=max_body,
-        rate_per_second=config.number(P + "RATE_PER_SECOND", d.rate_per_second, minimum=0.01,
-                                      maximum=1e6, env=e),
-        rate_burst=burst,
-        max_in_flight_per_runtime=config.integer(
-            P + "MAX_IN_FLIGHT_PER_RUNTIME", min(d.max_in_flight_per_runtime, threads),
-            minimum=1, maximum=threads, env=e),
-        parse_budget_bytes=config.integer(
-            P + "PARSE_BUDGET_BYTES", max(d.parse_budget_bytes, max_body * PARSE_AMPLIFICATION),
-            minimum=max_body * PARSE_AMPLIFICATION,
-            maximum=16 * 1024 * MIB, env=e),
-        parse_wait=config.number(P + "PARSE_WAIT_SECONDS", d.parse_wait, minimum=0.1,
-                                 maximum=120, env=e),
-        handshake_timeout=config.number(P + "HANDSHAKE_TIMEOUT_SECONDS", d.handshake_timeout,
-                                        minimum=0.1, maximum=120, env=e),
-        head_timeout=config.number(P + "HEAD_TIMEOUT_SECONDS", d.head_timeout, minimum=0.1,
-                                   maximum=300, env=e),
-        body_timeout=config.number(P + "BODY_TIMEOUT_SECONDS", d.body_timeout, minimum=0.1,
-                                   maximum=600, env=e),
-        idle_timeout=config.number(P + "IDLE_TIMEOUT_SECONDS", d.idle_timeout, minimum=0.1,
-                                   maximum=300, env=e),
+        rate_per_second=v[P + "RATE_PER_SECOND"],
+        rate_burst=v[P + "RATE_BURST"],
+        max_in_flight_per_runtime=min(d.max_in_flight_per_runtime, threads) if in_flight is None
+        else _at_most(P + "MAX_IN_FLIGHT_PER_RUNTIME", in_flight, threads, f"{P}THREADS"),
+        parse_budget_bytes=max(d.parse_budget_bytes, max_body * PARSE_AMPLIFICATION)
+        if budget is None else budget,
+        parse_wait=v[P + "PARSE_WAIT_SECONDS"],
+        handshake_timeout=v[P + "HANDSHAKE_TIMEOUT_SECONDS"],
+        head_timeout=v[P + "HEAD_TIMEOUT_SECONDS"],
+        body_timeout=v[P + "BODY_TIMEOUT_SECONDS"],
+        idle_timeout=v[P + "IDLE_TIMEOUT_SECONDS"],
         max_connections=max_conns,
-        max_connections_per_runtime=config.integer(
-            P + "MAX_CONNECTIONS_PER_RUNTIME", min(d.max_connections_per_runtime, max_conns),
-            minimum=1, maximum=max_conns, env=e),
-        refusal_audit_interval=config.number(P + "REFUSAL_AUDIT_INTERVAL_SECONDS",
-                                             d.refusal_audit_interval, minimum=0, maximum=3600,
-                                             env=e),
-        storage=storage_from_env(e),
-        write_cache_entries=config.integer(P + "WRITE_CACHE_ENTRIES", d.write_cache_entries,
-                                           minimum=0, maximum=1_000_000, env=e),
-        audit_log=_shared(P + "AUDIT_LOG", "TETHER_AUDIT_LOG", d.audit_log, e),
-        log_level=level,
-        log_format=fmt,
+        max_connections_per_runtime=min(d.max_connections_per_runtime, max_conns)
+        if per_runtime is None
+        else _at_most(P + "MAX_CONNECTIONS_PER_RUNTIME", per_runtime, max_conns,
+                      f"{P}MAX_CONNECTIONS"),
+        refusal_audit_interval=v[P + "REFUSAL_AUDIT_INTERVAL_SECONDS"],
+        storage=storage(v),
+        write_cache_entries=v[P + "WRITE_CACHE_ENTRIES"],
+        audit_log=v[P + "AUDIT_LOG"],
+        log_level=v[P + "LOG_LEVEL"],
+        log_format=v[P + "LOG_FORMAT"],
     )
 
 
-def storage_from_env(e: Mapping[str, str]) -> Storage:
-    """The storage quota and the tombstone retention (``TETHER_LISTENER_QUOTA_*``,
-    ``TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS``)."""
-    d = Storage()
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from the environment (``env`` for tests; default ``os.environ``). Files are
+    only checked to exist here (their content: ``SPEC.check_files``)."""
+    return build(SPEC.read(env))
+
+
+def storage(v: config.Values) -> Storage:
+    """The storage quota and the tombstone retention (``STORAGE``)."""
     return Storage(
-        quota_records=config.integer(P + "QUOTA_RECORDS", d.quota_records, minimum=1,
-                                     maximum=10_000_000, env=e),
-        # a full ConfigMap (1 MiB of binaryData is ~1.4 MiB as a record) must always fit
-        quota_bytes=config.integer(P + "QUOTA_BYTES", d.quota_bytes, minimum=2 * MIB,
-                                   maximum=1024 * 1024 * MIB, env=e),
-        quota_cache_seconds=config.number(P + "QUOTA_CACHE_SECONDS", d.quota_cache_seconds,
-                                          minimum=0, maximum=600, env=e),
-        tombstone_retention=config.number(P + "TOMBSTONE_RETENTION_SECONDS",
-                                          d.tombstone_retention, minimum=1,
-                                          maximum=10 * 365 * 86400, env=e),
+        quota_records=v[P + "QUOTA_RECORDS"],
+        quota_bytes=v[P + "QUOTA_BYTES"],
+        quota_cache_seconds=v[P + "QUOTA_CACHE_SECONDS"],
+        tombstone_retention=v[P + "TOMBSTONE_RETENTION_SECONDS"],
     )
 
 
@@ -236,48 +324,49 @@ class JanitorSettings:
     log_format: str = "json"
 
 
-def _host_port(name: str, value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isascii() or not port.isdigit() \
-            or not 0 < int(port) < 65536:
-        raise config.SettingError(f"{name}={value!r} is not host:port")
-    return host, int(port)
+JANITOR_SPEC = config.Spec(
+    part="janitor",
+    summary="The listener's storage janitor (KCP): prunes tombstones and orphaned runtimes.",
+    options=(
+        *KUBE,
+        config.seconds(P + "KCP_TIMEOUT_SECONDS", 30.0, "timeout of each KCP API call",
+                       minimum=0.5, maximum=300),
+        *STORAGE,
+        config.seconds(P + "ORPHAN_GRACE_SECONDS", 86400.0,
+                       "how long after a runtime's Kyma CR is gone its records and Lease are "
+                       "removed", minimum=1, maximum=365 * 86400),
+        config.seconds(P + "JANITOR_INTERVAL_SECONDS", 600.0, "time between runs",
+                       minimum=0.1, maximum=86400),
+        config.object_name(P + "JANITOR_LEASE", "tether-listener-janitor",
+                           "election Lease (in the listener's namespace)"),
+        config.seconds(P + "JANITOR_LEASE_SECONDS", 15.0, "the election Lease's duration",
+                       minimum=2, maximum=600),
+        config.host_port(P + "JANITOR_BIND", "0.0.0.0:9091",
+                         "host:port of /healthz, /readyz, /metrics"),
+        *LOGGING,
+    ),
+)
+
+
+def janitor_build(v: config.Values) -> JanitorSettings:
+    host, _, port = v[P + "JANITOR_BIND"].rpartition(":")
+    return JanitorSettings(
+        kubeconfig=v[P + "KUBECONFIG"],
+        namespace=v[P + "NAMESPACE"],
+        kcp_timeout=v[P + "KCP_TIMEOUT_SECONDS"],
+        storage=storage(v),
+        orphan_grace=v[P + "ORPHAN_GRACE_SECONDS"],
+        interval=v[P + "JANITOR_INTERVAL_SECONDS"],
+        lease_name=v[P + "JANITOR_LEASE"],
+        lease_duration=v[P + "JANITOR_LEASE_SECONDS"],
+        http_host=host,
+        http_port=int(port),
+        audit_log=v[P + "AUDIT_LOG"],
+        log_level=v[P + "LOG_LEVEL"],
+        log_format=v[P + "LOG_FORMAT"],
+    )
 
 
 def janitor_from_env(env: Mapping[str, str] | None = None) -> JanitorSettings:
     """The janitor's settings (``env`` for tests; default ``os.environ``)."""
-    e = os.environ if env is None else env
-    d = JanitorSettings()
-    level = _shared(P + "LOG_LEVEL", "TETHER_LOG_LEVEL", d.log_level, e).upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise config.SettingError(f"{P}LOG_LEVEL={level!r} is not DEBUG, INFO, WARNING or ERROR")
-    fmt = _shared(P + "LOG_FORMAT", "TETHER_LOG_FORMAT", d.log_format, e).lower()
-    if fmt not in ("json", "text"):
-        raise config.SettingError(f"{P}LOG_FORMAT={fmt!r} is not json or text")
-    name = config.string(P + "JANITOR_LEASE", d.lease_name, env=e)
-    if len(name) > 253 or not _DNS_NAME.fullmatch(name):
-        raise config.SettingError(f"{P}JANITOR_LEASE={name!r} is not a valid object name")
-    host, port = _host_port(P + "JANITOR_BIND", config.string(
-        P + "JANITOR_BIND", f"{d.http_host}:{d.http_port}", env=e))
-    return JanitorSettings(
-        kubeconfig=config.optional(P + "KUBECONFIG", env=e) or config.optional("KUBECONFIG", env=e),
-        namespace=_shared(P + "NAMESPACE", "TETHER_KCP_NAMESPACE", d.namespace, e),
-        kcp_timeout=config.number(P + "KCP_TIMEOUT_SECONDS", d.kcp_timeout, minimum=0.5,
-                                  maximum=300, env=e),
-        storage=storage_from_env(e),
-        orphan_grace=config.number(P + "ORPHAN_GRACE_SECONDS", d.orphan_grace, minimum=1,
-                                   maximum=365 * 86400, env=e),
-        interval=config.number(P + "JANITOR_INTERVAL_SECONDS", d.interval, minimum=0.1,
-                               maximum=86400, env=e),
-        lease_name=name,
-        lease_duration=config.number(P + "JANITOR_LEASE_SECONDS", d.lease_duration, minimum=2,
-                                     maximum=600, env=e),
-        http_host=host,
-        http_port=port,
-        audit_log=_shared(P + "AUDIT_LOG", "TETHER_AUDIT_LOG", d.audit_log, e),
-        log_level=level,
-        log_format=fmt,
-    )
-
-
-_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+    return janitor_build(JANITOR_SPEC.read(env))

@@ -12,87 +12,41 @@ runtime's quota raises ``quota.Exceeded`` (the client gets 413); a record for a 
 not stored whose ``observedAt`` is older than the tombstone retention is ``stale`` (it
 might be older than a pruned tombstone). Every written object carries its size annotation.
 
-Errors: ``Unavailable`` when the KCP API cannot be used (down, timing out, 5xx, 429, or
-refusing this listener; the client gets 503 and retries), ``Rejected`` when the API
-refuses the object itself (the client gets 400).
+Errors are the gateway's (``common.gateway``): ``gateway.Rejected`` when the API refuses the
+object itself (the client gets 400), any other ``gateway.GatewayError`` when the KCP API
+cannot be used (down, timing out, 5xx, 429, or refusing this listener: ``Forbidden``; the
+client gets 503 and retries).
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
-import urllib3
-from kubernetes import client
-from kubernetes.client import exceptions
-
-from common import changes, logs
+from common import changes, gateway
 from listener import quota, records, retention, writecache
 
 Outcome = Literal["persisted", "duplicate", "stale"]
 MAX_ATTEMPTS = 12
-METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 LIST_PAGE = 500
-
-
-class Unavailable(Exception):
-    """The KCP API could not be used; retry later."""
-
-
-class Rejected(Exception):
-    """The KCP API refused the object (e.g. too large for etcd); the message is bounded."""
-
-
-def unavailable_or_raise(e: Exception, what: str) -> Exception:
-    """The exception to raise for a failed API call."""
-    if isinstance(e, exceptions.ApiException):
-        if e.status in (400, 413, 422):
-            return Rejected(f"{what}: KCP API answered {e.status}: {_message(e)}")
-        return Unavailable(f"{what}: KCP API answered {e.status}")
-    if isinstance(e, urllib3.exceptions.HTTPError | OSError):
-        return Unavailable(f"{what}: KCP API unreachable ({type(e).__name__})")
-    return e
-
-
-def raw_get(api: client.ApiClient, path: str, query: list[tuple[str, str]], accept: str,
-            timeout: float) -> dict[str, Any]:
-    """A GET with a chosen ``Accept`` (e.g. ``METADATA_LIST``), the JSON answer as a dict."""
-    method, url, headers, _, _ = api.param_serialize(
-        "GET", path, query_params=query, header_params={"Accept": accept},
-        auth_settings=["BearerToken"])
-    resp = api.call_api(method, url, headers, _request_timeout=timeout)
-    resp.read()
-    if not 200 <= resp.status <= 299:
-        raise exceptions.ApiException(http_resp=resp)
-    doc: dict[str, Any] = json.loads(resp.data or b"{}")
-    return doc
-
-
-def _message(e: exceptions.ApiException) -> str:
-    try:
-        doc = json.loads(e.body or "")
-        return logs.bounded(doc.get("message", ""), 300)
-    except (ValueError, AttributeError):
-        return ""
+RECORDS = gateway.Resource(records.GROUP, records.VERSION, records.PLURAL)
 
 
 NO_QUOTA = quota.Limits(10**12, 10**15)
 
 
 class Store:
-    def __init__(self, api: client.ApiClient, namespace: str, timeout: float,
+    def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float,
                  cache_entries: int = 10_000,
                  on_conflict: Callable[[str], None] = lambda path: None, *,
                  limits: quota.Limits = NO_QUOTA, quota_ttl: float = 10.0,
                  tombstone_retention: float = 7 * 86400.0,
                  now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(
                      datetime.UTC)) -> None:
-        self._api = api
-        self._objects = client.CustomObjectsApi(api)
+        self._kcp = kcp
         self.namespace = namespace
         self._timeout = timeout
         self._cache = writecache.WriteCache(cache_entries)
@@ -104,24 +58,11 @@ class Store:
     # -- records -----------------------------------------------------------------------------
 
     def _get(self, name: str) -> dict[str, Any] | None:
-        try:
-            obj: Any = self._objects.get_namespaced_custom_object(
-                records.GROUP, records.VERSION, self.namespace, records.PLURAL, name,
-                _request_timeout=self._timeout)
-            return dict(obj)
-        except exceptions.ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return self._kcp.get_or_none(RECORDS, self.namespace, name, timeout=self._timeout)
 
     def persist(self, record: Mapping[str, Any]) -> Outcome:
-        """Store ``record`` if it is newer than the stored one; the outcome."""
-        try:
-            return self._persist(record)
-        except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
-            raise unavailable_or_raise(e, "persist") from None
-
-    def _persist(self, record: Mapping[str, Any]) -> Outcome:
+        """Store ``record`` if it is newer than the stored one; the outcome. Raises
+        ``quota.Exceeded`` or a ``gateway.GatewayError``."""
         key = records.key_of(record)
         name = records.object_name(key)
         incoming = changes.version_of(record)
@@ -130,7 +71,7 @@ class Store:
         for attempt in range(MAX_ATTEMPTS):
             stored = self._get(name)
             if stored is not None and not records.matches(stored, key):
-                raise Rejected("object name collision; refusing to overwrite another key")
+                raise gateway.Rejected("object name collision; refusing to overwrite another key")
             if stored is not None:
                 self._cache.remember(stored)
             elif retention.too_old_for_new_key(incoming.observed_at, self._now(),
@@ -154,21 +95,19 @@ class Store:
                 raise
             try:
                 if stored is None:
-                    written: Any = self._objects.create_namespaced_custom_object(
-                        records.GROUP, records.VERSION, self.namespace, records.PLURAL,
-                        new, _request_timeout=self._timeout)
+                    written = self._kcp.create(RECORDS, self.namespace, new,
+                                               timeout=self._timeout)
                 else:
-                    written = self._objects.replace_namespaced_custom_object(
-                        records.GROUP, records.VERSION, self.namespace, records.PLURAL, name,
-                        new, _request_timeout=self._timeout)
+                    written = self._kcp.replace(RECORDS, self.namespace, name, new,
+                                                timeout=self._timeout)
                 admitted.commit()
                 self._cache.remember(written)
                 return "persisted"
-            except exceptions.ApiException as e:
+            except (gateway.Conflict, gateway.NotFound) as e:
                 admitted.cancel()
                 # 409: another writer won; 404 on an update: the object was deleted (a
                 # pruned tombstone, an orphan's records) since it was read
-                if e.status != 409 and not (e.status == 404 and stored is not None):
+                if isinstance(e, gateway.NotFound) and stored is None:
                     raise
                 self._on_conflict("read")
             except BaseException:
@@ -176,7 +115,7 @@ class Store:
                 raise
             # another writer won: back off a little (jittered) and compare again
             time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
-        raise Unavailable("persist: too many concurrent writers on one object")
+        raise gateway.Unavailable("persist: too many concurrent writers on one object")
 
     def _write_from_cache(self, name: str, record: Mapping[str, Any],
                           incoming: changes.Version) -> bool:
@@ -193,13 +132,10 @@ class Store:
         except quota.Exceeded:
             return False  # the remembered size may be outdated: decide on a fresh read
         try:
-            written: Any = self._objects.replace_namespaced_custom_object(
-                records.GROUP, records.VERSION, self.namespace, records.PLURAL, name,
-                new, _request_timeout=self._timeout)
-        except exceptions.ApiException as e:
+            written = self._kcp.replace(RECORDS, self.namespace, name, new,
+                                        timeout=self._timeout)
+        except (gateway.Conflict, gateway.NotFound):
             admitted.cancel()
-            if e.status not in (404, 409):
-                raise
             self._cache.drop(name)
             self._on_conflict("cached")
             return False
@@ -210,21 +146,18 @@ class Store:
         self._cache.remember(written)
         return True
 
-    def digest(self, runtime_id: str) -> list[records.DigestItem]:
+    def digest(self, runtime_id: str) -> list[changes.DigestItem]:
         """Every stored object of the runtime (metadata only), unordered. The same list
         refreshes this worker's view of the runtime's quota usage."""
-        items: list[records.DigestItem] = []
+        items: list[changes.DigestItem] = []
         snap = self.usage.begin(runtime_id)
         count = size = 0
-        try:
-            for meta in self._metadata(runtime_id):
-                count += 1
-                size += quota.stored_size(meta)
-                item = records.digest_item(meta)
-                if item is not None:
-                    items.append(item)
-        except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
-            raise unavailable_or_raise(e, "digest") from None
+        for meta in self._metadata(runtime_id):
+            count += 1
+            size += quota.stored_size(meta)
+            item = records.digest_item(meta)
+            if item is not None:
+                items.append(item)
         self.usage.observe(runtime_id, quota.Used(count, size), snap)
         return items
 
@@ -234,30 +167,12 @@ class Store:
 
     def _metadata(self, runtime_id: str) -> Iterator[dict[str, Any]]:
         """The metadata of every stored object of the runtime (paginated, label-selected)."""
-        token = ""
-        while True:
-            query: list[tuple[str, str]] = [
-                ("labelSelector", f"{records.RUNTIME_LABEL}={runtime_id}"),
-                ("limit", str(LIST_PAGE))]
-            if token:
-                query.append(("continue", token))
-            doc = self._raw_get(
-                f"/apis/{records.GROUP}/{records.VERSION}/namespaces/{self.namespace}/"
-                f"{records.PLURAL}", query, METADATA_LIST)
-            for obj in doc.get("items") or []:
-                yield obj.get("metadata") or {}
-            token = (doc.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return
-
-    def _raw_get(self, path: str, query: list[tuple[str, str]], accept: str) -> dict[str, Any]:
-        return raw_get(self._api, path, query, accept, self._timeout)
+        for obj in self._kcp.list_items(
+                RECORDS, self.namespace, label_selector=f"{records.RUNTIME_LABEL}={runtime_id}",
+                page_size=LIST_PAGE, metadata_only=True, timeout=self._timeout):
+            yield obj.get("metadata") or {}
 
     def ping(self) -> None:
-        """One cheap authorized call (for /readyz); raises ``Unavailable``."""
-        try:
-            self._raw_get(
-                f"/apis/{records.GROUP}/{records.VERSION}/namespaces/{self.namespace}/"
-                f"{records.PLURAL}", [("limit", "1")], METADATA_LIST)
-        except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
-            raise unavailable_or_raise(e, "ping") from None
+        """One cheap authorized call (for /readyz); raises a ``gateway.GatewayError``."""
+        self._kcp.list(RECORDS, self.namespace, limit=1, metadata_only=True,
+                       timeout=self._timeout)

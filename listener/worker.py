@@ -18,7 +18,7 @@ from typing import Any
 from gunicorn import util
 from gunicorn.http import errors as http_errors
 
-from common import httpworker, logs
+from common import httpconn, httpworker, logs
 from listener import services
 
 # OpenSSL verify/alert texts -> bounded reason codes
@@ -89,6 +89,6 @@ class ListenerWorker(httpworker.BoundedWorker):
                 pass
             return
         if isinstance(exc, ssl.SSLError) and req is None:
-            self.on_refused("tls_refused", httpworker.peer_address(addr), exc)
+            self.on_refused("tls_refused", httpconn.peer_address(addr), exc)
             return
         super().handle_error(req, client, addr, exc)

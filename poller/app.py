@@ -1,24 +1,21 @@
-"""Health, readiness and metrics over plain HTTP (probes and Prometheus inside the pod).
+"""The poller's operations surface (``common.ops``) over plain HTTP, in a thread.
 
-``create_app(settings, status)`` is a Flask app served by werkzeug's threaded WSGI server
-in a daemon thread (``serve``): one process, three cheap endpoints, no gunicorn needed.
-
-* ``/healthz``: 200 while the scheduler and the leader election thread run, else 503.
-* ``/readyz``: 200 when healthy and the runtime client certificate loads, else 503.
-* ``/metrics``: Prometheus text format (``poller.metrics``).
+``create_app(settings, status)`` binds ``/healthz`` (the scheduler and the leader election
+thread run), ``/readyz`` (also: the runtime client certificate loads) and ``/metrics``
+(``poller.metrics``); ``Server`` runs it with werkzeug in a daemon thread: one process,
+leader-elected, its scheduler never forked into workers.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Protocol
 
-import werkzeug.serving
-from flask import Flask, Response, jsonify
+from flask import Flask
 
+from common import ops
 from poller import settings as settings_mod
 
-EXTENSION = "tether_poller"
+Server = ops.Server
 
 
 class Status(Protocol):
@@ -30,50 +27,12 @@ class Status(Protocol):
 
 
 def create_app(settings: settings_mod.Settings, status: Status) -> Flask:
-    app = Flask("poller")
-    app.extensions[EXTENSION] = status
-
-    def answer(result: tuple[bool, str]) -> Response:
+    def check(result: tuple[bool, str]) -> str | None:
         ok, why = result
-        resp = jsonify({"status": "ok"} if ok else {"error": "unavailable", "details": why})
-        resp.status_code = 200 if ok else 503
-        return resp
+        return None if ok else why or "failed"
 
-    @app.get("/healthz")
-    def healthz() -> Response:
-        return answer(status.healthy())
-
-    @app.get("/readyz")
-    def readyz() -> Response:
-        return answer(status.ready())
-
-    @app.get("/metrics")
-    def metrics() -> Response:
-        return Response(status.exposition(), mimetype="text/plain; version=0.0.4")
-
-    @app.errorhandler(404)
-    def not_found(_: Exception) -> tuple[Response, int]:
-        return jsonify({"error": "not found", "details": "try /healthz, /readyz or /metrics"}), 404
-
-    @app.errorhandler(405)
-    def not_allowed(_: Exception) -> tuple[Response, int]:
-        return jsonify({"error": "method not allowed", "details": "only GET"}), 405
-
-    return app
-
-
-class Server:
-    def __init__(self, app: Flask, bind: str) -> None:
-        host, _, port = bind.rpartition(":")
-        self._server = werkzeug.serving.make_server(host.strip("[]"), int(port), app, threaded=True)
-        self.port = self._server.server_port
-        self._thread = threading.Thread(target=self._server.serve_forever, name="http",
-                                        daemon=True)
-
-    def start(self) -> Server:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._thread.join(5)
+    probes = (ops.Probes()
+              .live("threads", lambda: check(status.healthy()))
+              .ready("client-certificate",
+                     lambda: check(status.ready()) if status.healthy()[0] else None))
+    return ops.create_app("poller", probes, status.exposition)

@@ -14,19 +14,11 @@ import sys
 import threading
 from types import FrameType
 
-from common import config, kube, leader, logs, sender
+from common import config, elected, leader, sender
 from poller import app, metrics, run, scan, service
 from poller import settings as settings_mod
 
 log = logging.getLogger(__name__)
-
-
-def parse_flags(argv: list[str]) -> dict[str, str]:
-    """Flags override the environment; returns the merged environment."""
-    return config.env_with_flags(
-        argv, settings_mod.FLAGS, prog="tether poller",
-        description="Polling fallback: reconciles the runtime's ConfigMaps with the listener's "
-                    "state. Every flag has an environment variable; see docs/poller.md.")
 
 
 class _Status:
@@ -52,14 +44,8 @@ class _Status:
 
 
 def main(argv: list[str]) -> int:
-    env = parse_flags(argv)
-    try:
-        s = settings_mod.from_env(env)
-        api = kube.api_client(s.kubeconfig)
-    except (config.SettingError, kube.KubeConfigError) as e:
-        print(f"tether poller: {e}", file=sys.stderr)
-        return 2
-    logs.configure(s.log_level, s.log_format)
+    s, _, api = elected.start(settings_mod.SPEC, argv, settings_mod.build,
+                              kubeconfig_variable="TETHER_KUBECONFIG")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     m = metrics.Metrics()
@@ -73,8 +59,7 @@ def main(argv: list[str]) -> int:
     try:
         server = app.Server(app.create_app(s, _Status(svc, elector, client, m)), s.bind)
     except OSError as e:
-        print(f"tether poller: cannot listen on {s.bind}: {e}", file=sys.stderr)
-        return 2
+        config.fail("poller", f"TETHER_POLLER_BIND: cannot listen on {s.bind}: {e.strerror or e}")
     done = threading.Event()
 
     def stop(signum: int, _: FrameType | None) -> None:

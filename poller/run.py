@@ -171,7 +171,7 @@ class Runner:
         buffer.flush()
         self.metrics.last_scanned.set(scanned)
 
-    def _state_items(self) -> Iterator[sender.StateItem]:
+    def _state_items(self) -> Iterator[changes.DigestItem]:
         token = ""
         while True:
             self.metrics.listener_requests.labels("state").inc()

@@ -10,14 +10,10 @@ compacted its revision) gives 410 Gone: ``Gone`` is raised and the caller restar
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-import urllib3
-from kubernetes import client
-
-from common import filters
+from common import filters, gateway
 
 
 class Page(NamedTuple):
@@ -42,36 +38,26 @@ def field_selector(flt: filters.ConfigMapFilter) -> str:
 class Lister:
     """Pages of ConfigMaps as plain JSON dicts (camelCase, as served)."""
 
-    def __init__(self, api: client.ApiClient, flt: filters.ConfigMapFilter, *, page_size: int,
+    def __init__(self, skr: gateway.Kube, flt: filters.ConfigMapFilter, *, page_size: int,
                  timeout: float, on_request: Callable[[], None] = lambda: None) -> None:
-        self._core = client.CoreV1Api(api)
+        self._skr = skr
         self._filter = flt
         self._page_size = page_size
         self._timeout = timeout
         self._on_request = on_request
 
     def page(self, token: str = "") -> Page:
-        kwargs: dict[str, Any] = {"limit": self._page_size, "_preload_content": False,
-                                  "_request_timeout": self._timeout}
-        if token:
-            kwargs["_continue"] = token
-        if fs := field_selector(self._filter):
-            kwargs["field_selector"] = fs
-        if self._filter.selector_text:
-            kwargs["label_selector"] = self._filter.selector_text
         self._on_request()
         try:
-            resp: Any = self._core.list_config_map_for_all_namespaces(**kwargs)
-            try:
-                doc = json.loads(resp.data)
-            finally:
-                resp.release_conn()
-        except client.ApiException as e:
-            if e.status == 410:
-                raise Gone("list configmaps: 410 Gone (continue token expired)") from None
-            raise ListError(f"list configmaps: HTTP {e.status}") from None
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
-            raise ListError(f"list configmaps: {type(e).__name__}") from None
+            doc = self._skr.list(gateway.CONFIGMAPS, None, limit=self._page_size,
+                                 continue_token=token or None,
+                                 field_selector=field_selector(self._filter) or None,
+                                 label_selector=self._filter.selector_text or None,
+                                 timeout=self._timeout)
+        except gateway.Gone as e:
+            raise Gone("list configmaps: 410 Gone (continue token expired)") from e
+        except gateway.GatewayError as e:
+            raise ListError(str(e)) from e
         meta = doc.get("metadata") or {}
         return Page(list(doc.get("items") or []), str(meta.get("continue") or ""),
                     str(meta.get("resourceVersion") or ""))

@@ -1,7 +1,7 @@
 """The poller's settings: one dataclass, built once in the entry point.
 
-Every setting is an environment variable; flags of ``tether poller`` override them (see
-``FLAGS``). The listener client and the ConfigMap filter use the same variables as the
+Every option is declared once in ``SPEC`` (``common.config``): variable, default, bounds,
+meaning; some have a flag of ``tether poller`` that overrides the variable (``--help``). The listener client and the ConfigMap filter use the same variables as the
 webhook (``TETHER_LISTENER_*``, ``TETHER_CLIENT_*``, ``TETHER_IGNORED_NAMESPACES``,
 ``TETHER_LABEL_SELECTOR``), so one Secret/ConfigMap configures both. See docs/poller.md.
 """
@@ -47,99 +47,155 @@ class Settings:
     log_format: str = "json"
 
 
-def _cron(env: Mapping[str, str]) -> str:
-    raw = env.get("TETHER_POLLER_RESYNC_CRON")
-    value = DEFAULT_RESYNC_CRON if raw is None else raw.strip()
-    if value.lower() in OFF:
+def _cron(name: str, raw: str) -> str:
+    if raw.lower() in OFF:
         return ""
     try:
-        CronTrigger.from_crontab(value, timezone="UTC")
+        CronTrigger.from_crontab(raw, timezone="UTC")
     except ValueError as e:
-        raise config.SettingError(f"TETHER_POLLER_RESYNC_CRON={value!r} is not a crontab "
-                                  f"expression (minute hour day month weekday): {e}") from None
-    return value
+        raise config.SettingError(f"{name}: {raw!r} is not a crontab expression "
+                                  f"(minute hour day month weekday): {e}") from None
+    return raw
 
 
-def _bind(env: Mapping[str, str]) -> str:
-    value = config.string("TETHER_POLLER_BIND", "0.0.0.0:8080", env=env)
-    host, _, port = value.rpartition(":")
+def _bind(name: str, raw: str) -> str:
+    host, _, port = raw.rpartition(":")
     number = numbers.ascii_int(port, 5)
     if not host or number is None or not 0 < number < 65536:
-        raise config.SettingError(f"TETHER_POLLER_BIND={value!r} is not HOST:PORT")
-    return value
+        raise config.SettingError(f"{name}: {raw!r} is not HOST:PORT")
+    return raw
 
 
-def from_env(env: Mapping[str, str]) -> Settings:
-    """Raises ``config.SettingError`` naming the first bad variable."""
-    runtime_id = config.runtime_id(env=env)
-    listener = sender.client_settings_from_env(env, runtime_id, read_timeout=30.0, pool_size=2)
-    batch_items = config.integer("TETHER_POLLER_BATCH_ITEMS", 100, minimum=1,
-                                 maximum=sender.MAX_BATCH_ITEMS, env=env)
-    rate = config.number("TETHER_POLLER_RATE", 100.0, minimum=0.1, maximum=100_000, env=env)
+SPEC = config.Spec(
+    part="poller",
+    summary="Polling fallback (SKR): reconciles the runtime's ConfigMaps with the listener's "
+            "state.",
+    options=(
+        config.runtime_id(flag="--runtime-id"),
+        *sender.client_options(read_timeout=30.0),
+        config.integer("TETHER_POLLER_BATCH_ITEMS", 100,
+                       "records per POST (batches also stay below ~2 MiB)", minimum=1,
+                       maximum=sender.MAX_BATCH_ITEMS, flag="--batch-items"),
+        config.number("TETHER_POLLER_RATE", 100.0, "records sent per second (token bucket)",
+                      minimum=0.1, maximum=100_000, flag="--rate"),
+        config.integer("TETHER_POLLER_BURST", None, "token bucket size", minimum=1,
+                       maximum=1_000_000, shown="max(BATCH_ITEMS, RATE)"),
+        config.integer("TETHER_POLLER_PAGE_SIZE", 500,
+                       "ConfigMaps per list request (memory: one page)", minimum=1,
+                       maximum=10_000, flag="--page-size"),
+        config.integer("TETHER_POLLER_STATE_PAGE_SIZE", 5000,
+                       "digest entries per state GET (the listener's maximum)", minimum=1,
+                       maximum=5000),
+        config.integer("TETHER_POLLER_SEND_ATTEMPTS", 3,
+                       "tries of one batch before the run stops", minimum=1, maximum=20),
+        config.seconds("TETHER_POLLER_RETRY_BASE_SECONDS", 0.5,
+                       "first backoff between tries within a run", minimum=0.01, maximum=60),
+        config.seconds("TETHER_POLLER_RETRY_CAP_SECONDS", 5.0,
+                       "longest backoff between tries within a run", minimum=0.01,
+                       maximum=300),
+        config.integer("TETHER_POLLER_MAX_RESTARTS", 3, "restarts of a run after 410 Gone",
+                       minimum=0, maximum=100),
+        config.seconds("TETHER_POLLER_INTERVAL_SECONDS", 60.0,
+                       "interval of the anti-entropy run", minimum=0.5, maximum=86_400,
+                       flag="--interval"),
+        config.seconds("TETHER_POLLER_JITTER_SECONDS", None,
+                       "random delay added to each interval run (at most the interval)",
+                       minimum=0, shown="INTERVAL / 10", flag="--jitter"),
+        config.custom("TETHER_POLLER_RESYNC_CRON", DEFAULT_RESYNC_CRON,
+                      "crontab (UTC) of the full resync; off disables it", _cron,
+                      flag="--resync-cron"),
+        config.boolean("TETHER_POLLER_RUN_ON_START", True, "run at once when becoming leader"),
+        config.seconds("TETHER_POLLER_BACKOFF_BASE_SECONDS", 5.0,
+                       "first backoff of the next runs after the listener failed",
+                       minimum=0.01, maximum=3600),
+        config.seconds("TETHER_POLLER_BACKOFF_CAP_SECONDS", 600.0,
+                       "longest backoff of the next runs after the listener failed",
+                       minimum=0.01, maximum=86_400),
+        config.seconds("TETHER_POLLER_LEASE_DURATION_SECONDS", 15.0, "Lease duration",
+                       minimum=1, maximum=3600, flag="--lease-duration"),
+        config.seconds("TETHER_POLLER_RENEW_DEADLINE_SECONDS", None,
+                       "the holder steps down when it could not renew for this long",
+                       minimum=0.1, shown="min(10, 2/3 LEASE_DURATION)"),
+        config.seconds("TETHER_POLLER_RETRY_PERIOD_SECONDS", None,
+                       "election loop period (RETRY_PERIOD < RENEW_DEADLINE < LEASE_DURATION)",
+                       minimum=0.05, shown="min(2, RENEW_DEADLINE / 2)"),
+        config.text("TETHER_POLLER_IDENTITY", None,
+                    "Lease holder identity (the Deployment passes the pod name)",
+                    shown="HOSTNAME_PID", flag="--identity"),
+        config.object_name("TETHER_POLLER_LEASE_NAMESPACE", "tether-system",
+                           "namespace of the Lease", flag="--lease-namespace"),
+        config.object_name("TETHER_POLLER_LEASE_NAME", "tether-poller", "the Lease's name",
+                           flag="--lease-name"),
+        config.custom("TETHER_POLLER_BIND", "0.0.0.0:8080", "HOST:PORT of probes and metrics",
+                      _bind, flag="--bind"),
+        config.seconds("TETHER_POLLER_LIST_TIMEOUT_SECONDS", 30.0,
+                       "timeout of one ConfigMap list request", minimum=1, maximum=600),
+        *filters.OPTIONS,
+        config.kubeconfig("TETHER_KUBECONFIG", flag="--kubeconfig"),
+        config.log_level(flag="--log-level"),
+        config.log_format(),
+    ),
+    renamed={**sender.CLIENT_RENAMED,
+             "TETHER_POLLER_LIST_TIMEOUT": "TETHER_POLLER_LIST_TIMEOUT_SECONDS"},
+    pairs=sender.CLIENT_PAIRS,
+)
+
+
+def build(v: config.Values) -> Settings:
+    """The settings from the options' values, with the checks between them."""
+    runtime_id = v["TETHER_RUNTIME_ID"]
+    batch_items, rate = v["TETHER_POLLER_BATCH_ITEMS"], v["TETHER_POLLER_RATE"]
+    burst = v["TETHER_POLLER_BURST"]
     runs = run.RunSettings(
-        page_size=config.integer("TETHER_POLLER_PAGE_SIZE", 500, minimum=1, maximum=10_000, env=env),
-        state_page_size=config.integer("TETHER_POLLER_STATE_PAGE_SIZE", 5000, minimum=1, maximum=5000, env=env),
+        page_size=v["TETHER_POLLER_PAGE_SIZE"],
+        state_page_size=v["TETHER_POLLER_STATE_PAGE_SIZE"],
         batch_items=batch_items,
         rate=rate,
-        burst=config.integer("TETHER_POLLER_BURST", max(batch_items, int(rate)), minimum=1,
-                             maximum=1_000_000, env=env),
-        send_attempts=config.integer("TETHER_POLLER_SEND_ATTEMPTS", 3, minimum=1, maximum=20, env=env),
-        retry_base=config.number("TETHER_POLLER_RETRY_BASE_SECONDS", 0.5, minimum=0.01, maximum=60, env=env),
-        retry_cap=config.number("TETHER_POLLER_RETRY_CAP_SECONDS", 5.0, minimum=0.01, maximum=300, env=env),
-        max_restarts=config.integer("TETHER_POLLER_MAX_RESTARTS", 3, minimum=0, maximum=100, env=env),
+        burst=max(batch_items, int(rate)) if burst is None else burst,
+        send_attempts=v["TETHER_POLLER_SEND_ATTEMPTS"],
+        retry_base=v["TETHER_POLLER_RETRY_BASE_SECONDS"],
+        retry_cap=v["TETHER_POLLER_RETRY_CAP_SECONDS"],
+        max_restarts=v["TETHER_POLLER_MAX_RESTARTS"],
     )
-    interval = config.number("TETHER_POLLER_INTERVAL_SECONDS", 60.0, minimum=0.5, maximum=86_400, env=env)
+    interval = v["TETHER_POLLER_INTERVAL_SECONDS"]
+    jitter = v["TETHER_POLLER_JITTER_SECONDS"]
+    if jitter is not None and jitter > interval:
+        raise config.SettingError(f"TETHER_POLLER_JITTER_SECONDS: {jitter:g} is above the "
+                                  f"maximum {interval:g} (TETHER_POLLER_INTERVAL_SECONDS)")
     schedule = ScheduleSettings(
         interval=interval,
-        jitter=config.number("TETHER_POLLER_JITTER_SECONDS", round(interval / 10, 3), minimum=0,
-                             maximum=interval, env=env),
-        resync_cron=_cron(env),
-        run_on_start=config.boolean("TETHER_POLLER_RUN_ON_START", True, env=env),
-        backoff_base=config.number("TETHER_POLLER_BACKOFF_BASE_SECONDS", 5.0, minimum=0.01, maximum=3600, env=env),
-        backoff_cap=config.number("TETHER_POLLER_BACKOFF_CAP_SECONDS", 600.0, minimum=0.01, maximum=86_400, env=env),
+        jitter=round(interval / 10, 3) if jitter is None else jitter,
+        resync_cron=v["TETHER_POLLER_RESYNC_CRON"],
+        run_on_start=v["TETHER_POLLER_RUN_ON_START"],
+        backoff_base=v["TETHER_POLLER_BACKOFF_BASE_SECONDS"],
+        backoff_cap=v["TETHER_POLLER_BACKOFF_CAP_SECONDS"],
     )
-    duration = config.number("TETHER_POLLER_LEASE_DURATION_SECONDS", 15.0, minimum=1, maximum=3600, env=env)
-    deadline = config.number("TETHER_POLLER_RENEW_DEADLINE_SECONDS", min(10.0, duration * 2 / 3),
-                             minimum=0.1, env=env)
-    retry = config.number("TETHER_POLLER_RETRY_PERIOD_SECONDS", min(2.0, deadline / 2), minimum=0.05, env=env)
+    duration = v["TETHER_POLLER_LEASE_DURATION_SECONDS"]
+    deadline = v["TETHER_POLLER_RENEW_DEADLINE_SECONDS"]
+    deadline = min(10.0, duration * 2 / 3) if deadline is None else deadline
+    retry = v["TETHER_POLLER_RETRY_PERIOD_SECONDS"]
+    retry = min(2.0, deadline / 2) if retry is None else retry
     if not retry < deadline < duration:
         raise config.SettingError(
-            "TETHER_POLLER_RETRY_PERIOD_SECONDS < TETHER_POLLER_RENEW_DEADLINE_SECONDS < "
-            f"TETHER_POLLER_LEASE_DURATION_SECONDS must hold (got {retry} < {deadline} < {duration})")
-    identity = config.string("TETHER_POLLER_IDENTITY", f"{socket.gethostname()}_{os.getpid()}", env=env)
+            "TETHER_POLLER_RENEW_DEADLINE_SECONDS: TETHER_POLLER_RETRY_PERIOD_SECONDS < "
+            "TETHER_POLLER_RENEW_DEADLINE_SECONDS < TETHER_POLLER_LEASE_DURATION_SECONDS "
+            f"must hold (got {retry:g} < {deadline:g} < {duration:g})")
     lease = leader.LeaseSettings(
-        namespace=config.string("TETHER_POLLER_LEASE_NAMESPACE", "tether-system", env=env),
-        name=config.string("TETHER_POLLER_LEASE_NAME", "tether-poller", env=env),
-        identity=identity, lease_duration=duration, renew_deadline=deadline, retry_period=retry)
+        namespace=v["TETHER_POLLER_LEASE_NAMESPACE"], name=v["TETHER_POLLER_LEASE_NAME"],
+        identity=v["TETHER_POLLER_IDENTITY"] or f"{socket.gethostname()}_{os.getpid()}",
+        lease_duration=duration, renew_deadline=deadline, retry_period=retry)
     return Settings(
-        runtime_id=runtime_id, listener=listener, filter=filters.from_env(env), run=runs,
-        schedule=schedule, lease=lease, bind=_bind(env),
-        list_timeout=config.number("TETHER_POLLER_LIST_TIMEOUT", 30.0, minimum=1, maximum=600, env=env),
-        kubeconfig=config.optional("TETHER_KUBECONFIG", env=env) or config.optional("KUBECONFIG", env=env),
-        log_level=config.log_level(env=env), log_format=config.string("TETHER_LOG_FORMAT", "json", env=env),
+        runtime_id=runtime_id,
+        listener=sender.client_settings(v, runtime_id, pool_size=2),
+        filter=filters.from_values(v), run=runs, schedule=schedule, lease=lease,
+        bind=v["TETHER_POLLER_BIND"],
+        list_timeout=v["TETHER_POLLER_LIST_TIMEOUT_SECONDS"],
+        kubeconfig=v["TETHER_KUBECONFIG"],
+        log_level=v["TETHER_LOG_LEVEL"], log_format=v["TETHER_LOG_FORMAT"],
     )
 
 
-FLAGS = {
-    # flag -> variable
-    "--runtime-id": "TETHER_RUNTIME_ID",
-    "--listener-url": "TETHER_LISTENER_URL",
-    "--listener-ca-file": "TETHER_LISTENER_CA_FILE",
-    "--client-cert-file": "TETHER_CLIENT_CERT_FILE",
-    "--client-key-file": "TETHER_CLIENT_KEY_FILE",
-    "--interval": "TETHER_POLLER_INTERVAL_SECONDS",
-    "--jitter": "TETHER_POLLER_JITTER_SECONDS",
-    "--resync-cron": "TETHER_POLLER_RESYNC_CRON",
-    "--page-size": "TETHER_POLLER_PAGE_SIZE",
-    "--batch-items": "TETHER_POLLER_BATCH_ITEMS",
-    "--rate": "TETHER_POLLER_RATE",
-    "--ignored-namespaces": "TETHER_IGNORED_NAMESPACES",
-    "--label-selector": "TETHER_LABEL_SELECTOR",
-    "--lease-namespace": "TETHER_POLLER_LEASE_NAMESPACE",
-    "--lease-name": "TETHER_POLLER_LEASE_NAME",
-    "--lease-duration": "TETHER_POLLER_LEASE_DURATION_SECONDS",
-    "--identity": "TETHER_POLLER_IDENTITY",
-    "--bind": "TETHER_POLLER_BIND",
-    "--kubeconfig": "TETHER_KUBECONFIG",
-    "--log-level": "TETHER_LOG_LEVEL",
-}
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Raises ``config.SettingError`` naming the first bad variable (``env`` for tests;
+    default ``os.environ``). Files are only checked to exist here (``SPEC.check_files``)."""
+    return build(SPEC.read(env))

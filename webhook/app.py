@@ -1,4 +1,5 @@
-"""The webhook's Flask app: ``POST /validate``, ``/healthz``, ``/readyz``, ``/metrics``.
+"""The webhook's Flask app: ``POST /validate`` and the operations surface (``common.ops``:
+``/healthz``, ``/readyz``, ``/metrics``, JSON errors, request log) on the same TLS port.
 
 The handler parses the AdmissionReview, decides (``admission.decide``), puts the object
 key into the coalescing queue and answers ``allowed: true``; it never does network I/O.
@@ -6,19 +7,16 @@ key into the coalescing queue and answers ``allowed: true``; it never does netwo
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
 import flask
 import orjson
-import werkzeug.exceptions
-from prometheus_flask_exporter import PrometheusMetrics
-from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
 
+from common import ops
 from webhook import admission
-from webhook import parts as parts_mod
+from webhook import services as services_mod
 from webhook import settings as settings_mod
 
 log = logging.getLogger(__name__)
@@ -26,8 +24,7 @@ JSON = "application/json"
 
 
 def _error(status: int, error: str, details: Any = None) -> flask.Response:
-    body = json.dumps({"error": error, "details": details})
-    return flask.Response(body, status=status, mimetype=JSON)
+    return ops.error(status, error, details)
 
 
 def _too_large(limit: int) -> flask.Response:
@@ -50,20 +47,20 @@ def _discard(length: int, limit: int) -> None:
         left -= len(chunk)
 
 
-def _handle_validate(parts: parts_mod.Parts) -> flask.Response:
+def _handle_validate(svc: services_mod.Services) -> flask.Response:
     t0 = time.perf_counter()
-    m = parts.metrics
+    m = svc.metrics
     operation = "unknown"
     try:
         environ = flask.request.environ
         if environ.get("CONTENT_TYPE", "").partition(";")[0].strip().lower() != JSON:
-            parts.count(operation, "invalid")
+            svc.count(operation, "invalid")
             return _error(415, "unsupported media type", "Content-Type must be application/json")
         length = flask.request.content_length
-        if length is not None and length > parts.settings.server.max_body_bytes:
-            parts.count(operation, "invalid")
-            _discard(length, parts.settings.server.max_body_bytes)
-            return _too_large(parts.settings.server.max_body_bytes)
+        if length is not None and length > svc.settings.server.max_body_bytes:
+            svc.count(operation, "invalid")
+            _discard(length, svc.settings.server.max_body_bytes)
+            return _too_large(svc.settings.server.max_body_bytes)
         try:
             # a known length within the cap: read it directly (the hot path); else
             # werkzeug's stream enforces the cap (chunked bodies)
@@ -71,75 +68,63 @@ def _handle_validate(parts: parts_mod.Parts) -> flask.Response:
                    else flask.request.get_data(cache=False))
             doc = orjson.loads(raw)  # ~11 us for a 2.8 KB review, json.loads ~36 us
         except (ValueError, UnicodeDecodeError):
-            parts.count(operation, "invalid")
+            svc.count(operation, "invalid")
             return _error(400, "invalid JSON", "the body is not valid JSON")
         try:
             req = admission.parse(doc)
         except admission.ReviewError as e:
-            parts.count(operation, "invalid")
+            svc.count(operation, "invalid")
             return _error(400, "invalid AdmissionReview", e.details)
         operation = req.operation if req.operation in admission.OPERATIONS else "other"
-        outcome: str | None = admission.decide(req, parts.settings.filter)
+        outcome: str | None = admission.decide(req, svc.settings.filter)
         if outcome is None:
-            outcome = parts.queue.put(admission.item_of(req, time.time()))
+            outcome = svc.queue.put(admission.item_of(req, time.time()))
             if outcome == "coalesced":
                 m.coalesced.inc()
             elif outcome == "overflowed":
                 m.overflowed.inc()
-                count = parts.overflow_log.hit()
+                count = svc.overflow_log.hit()
                 if count is not None:
                     log.warning("queue full (%d keys): %d admissions not queued since the last "
-                                "report; the poller will pick them up", parts.queue.maxsize, count)
-        parts.count(operation, outcome)
+                                "report; the poller will pick them up", svc.queue.maxsize, count)
+        svc.count(operation, outcome)
         return flask.Response(admission.response_bytes(req.uid), mimetype=JSON)
     finally:
         m.handler_seconds.observe(time.perf_counter() - t0)
 
 
-def create_app(s: settings_mod.Settings, parts: parts_mod.Parts | None = None) -> flask.Flask:
-    parts = parts or parts_mod.build(s)
+def _serving_problem(svc: services_mod.Services) -> str | None:
+    if svc.serving is not None and not svc.serving.loaded():
+        return svc.serving.last_error or "serving certificate not loaded"
+    return None
+
+
+def _forwarder_problem(svc: services_mod.Services) -> str | None:
+    fwd = svc.forwarder
+    if fwd is None or not fwd.alive():
+        return "forwarder not running"
+    if not fwd.client.certs_loaded():
+        return "client certificate not loaded"
+    return None
+
+
+def create_app(s: settings_mod.Settings, svc: services_mod.Services | None = None) -> flask.Flask:
+    svc = svc or services_mod.build(s)
     app = flask.Flask("webhook")
     app.config["MAX_CONTENT_LENGTH"] = s.server.max_body_bytes
-    app.extensions["tether.webhook"] = parts
-    # Only /metrics from the exporter: the handler has its own latency histogram, and the
-    # exporter's per-request hooks would cost every admission a little.
-    if parts.registry is None:
-        GunicornInternalPrometheusMetrics(app, export_defaults=False)
-    else:
-        PrometheusMetrics(app, registry=parts.registry, export_defaults=False)
+    app.extensions["tether.webhook"] = svc
+    probes = (ops.Probes()
+              .ready("serving-certificate", lambda: _serving_problem(svc))
+              .ready("forwarder", lambda: _forwarder_problem(svc)))
+    # the handler has its own latency histogram: no per-request metric hooks on /validate
+    ops.init_app(app, probes, ops.Exposition(svc.registry).render)
 
     @app.post("/validate")
     def validate() -> flask.Response:
-        return _handle_validate(parts)
+        return _handle_validate(svc)
 
-    @app.get("/healthz")
-    def healthz() -> flask.Response:
-        return flask.Response('{"status":"ok"}', mimetype=JSON)
-
-    @app.get("/readyz")
-    def readyz() -> flask.Response:
-        problems = []
-        if parts.serving is not None and not parts.serving.loaded():
-            problems.append("serving certificate not loaded")
-        fwd = parts.forwarder
-        if fwd is None or not fwd.alive():
-            problems.append("forwarder not running")
-        elif not fwd.client.certs_loaded():
-            problems.append("client certificate not loaded")
-        if problems:
-            return _error(503, "not ready", problems)
-        return flask.Response('{"status":"ready"}', mimetype=JSON)
-
-    @app.errorhandler(werkzeug.exceptions.HTTPException)
-    def http_error(e: werkzeug.exceptions.HTTPException) -> flask.Response:
-        status = e.code or 500
-        if status == 413:
-            return _too_large(s.server.max_body_bytes)
-        return _error(status, (e.name or "error").lower(), e.description)
-
-    @app.errorhandler(Exception)
-    def unexpected(e: Exception) -> flask.Response:
-        log.error("unexpected error in %s: %s", flask.request.path, type(e).__name__, exc_info=e)
-        return _error(500, "internal error", "see the webhook's log")
+    @app.errorhandler(413)
+    def too_large(_: Exception) -> flask.Response:
+        return _too_large(s.server.max_body_bytes)
 
     return app

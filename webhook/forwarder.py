@@ -38,12 +38,8 @@ class _Pending:
 class Forwarder:
     def __init__(self, settings: settings_mod.ForwarderSettings, runtime_id: str, queue: keyqueue.KeyQueue,
                  reader: readback.Reader, client: sender.ListenerClient, m: metrics.Metrics) -> None:
-        self.settings = settings
-        self.runtime_id = runtime_id
-        self.queue = queue
-        self.reader = reader
-        self.client = client
-        self.metrics = m
+        self.settings, self.runtime_id = settings, runtime_id
+        self.queue, self.reader, self.client, self.metrics = queue, reader, client, m
         self._stop = threading.Event()
         self._deadline = float("inf")
         self._threads: list[threading.Thread] = []

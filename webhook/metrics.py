@@ -29,7 +29,7 @@ class Metrics:
     forwarded_records: Counter  # outcome (listener's per-item outcome)
     forward_seconds: Histogram
     last_success: Gauge
-    connection_refusals: Counter  # reason (common.httpworker.REASONS)
+    connection_refusals: Counter  # reason (common.httpconn.REASONS)
 
 
 def build(registry: CollectorRegistry | None) -> Metrics:

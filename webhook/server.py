@@ -6,7 +6,7 @@ per client address, so no pod of the runtime can hold the threads the API server
 
 Each worker builds its own app (queue, forwarder threads, clients) after the fork; the
 forwarder starts in ``post_worker_init`` and drains in ``worker_exit`` (within
-``TETHER_DRAIN_SECONDS``, below gunicorn's graceful timeout). The serving certificate is
+``TETHER_WEBHOOK_DRAIN_SECONDS``, below gunicorn's graceful timeout). The serving certificate is
 an ``ssl.SSLContext`` kept per worker and rebuilt when the files change.
 """
 
@@ -18,11 +18,10 @@ import ssl
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
-from prometheus_flask_exporter.multiprocess import GunicornInternalPrometheusMetrics
 
-from common import httpworker, logs, tlsreload
+from common import httpconn, httpworker, logs, ops, tlsreload
 from webhook import app as app_mod
-from webhook import parts as parts_mod
+from webhook import services as services_mod
 from webhook import settings as settings_mod
 
 log = logging.getLogger(__name__)
@@ -30,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def gunicorn_options(s: settings_mod.Settings) -> dict[str, Any]:
     sv = s.server
-    limits = httpworker.Limits(
+    limits = httpconn.Limits(
         handshake_seconds=sv.handshake_timeout, head_seconds=sv.head_timeout,
         body_seconds=sv.body_timeout, idle_seconds=sv.idle_timeout,
         max_connections=sv.max_connections, max_connections_per_peer=sv.max_connections_per_peer,
@@ -65,9 +64,9 @@ class WebhookWorker(httpworker.BoundedWorker):
     """Counts the connections its limits close (``tether_webhook_connection_refusals_total``)."""
 
     def on_refused(self, reason: str, peer: str, exc: BaseException | None = None) -> None:
-        parts = WebhookServer._parts(self)
-        if parts is not None:
-            parts.metrics.connection_refusals.labels(reason).inc()
+        svc = WebhookServer._services(self)
+        if svc is not None:
+            svc.metrics.connection_refusals.labels(reason).inc()
 
 
 def _exists(path: str) -> bool:
@@ -98,8 +97,8 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
     def load(self) -> Any:
         logs.configure(self.settings.log_level, self.settings.log_format)
 
-        parts = parts_mod.build(self.settings, self.serving)
-        return app_mod.create_app(self.settings, parts)
+        svc = services_mod.build(self.settings, self.serving)
+        return app_mod.create_app(self.settings, svc)
 
     # -- hooks (run in the worker, except child_exit in the arbiter) -------------------------
 
@@ -107,25 +106,25 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         return self.serving.get()
 
     @staticmethod
-    def _parts(worker: Any) -> parts_mod.Parts | None:
+    def _services(worker: Any) -> services_mod.Services | None:
         wsgi = getattr(worker, "wsgi", None)
-        parts = getattr(wsgi, "extensions", {}).get("tether.webhook")
-        return parts if isinstance(parts, parts_mod.Parts) else None
+        svc = getattr(wsgi, "extensions", {}).get("tether.webhook")
+        return svc if isinstance(svc, services_mod.Services) else None
 
     def _post_worker_init(self, worker: Any) -> None:
         # The app, the Kubernetes client and their modules are long-lived: move them out of
         # the cyclic collector's reach, so full collections stay cheap on the request path.
         gc.collect()
         gc.freeze()
-        parts = self._parts(worker)
-        if parts is not None and parts.forwarder is not None:
-            parts.forwarder.start()
+        svc = self._services(worker)
+        if svc is not None and svc.forwarder is not None:
+            svc.forwarder.start()
 
     def _worker_exit(self, server: Any, worker: Any) -> None:
-        parts = self._parts(worker)
-        if parts is not None and parts.forwarder is not None:
-            parts.forwarder.stop()
+        svc = self._services(worker)
+        if svc is not None and svc.forwarder is not None:
+            svc.forwarder.stop()
 
     @staticmethod
     def _child_exit(server: Any, worker: Any) -> None:
-        GunicornInternalPrometheusMetrics.mark_process_dead_on_child_exit(worker.pid)
+        ops.mark_worker_dead(worker.pid)

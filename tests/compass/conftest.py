@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from common import controlplane
+from common import controlplane, gateway
 from compass import metrics, model, service
 from compass import settings as settings_mod
 from standins.director import server as server_mod
@@ -175,13 +175,15 @@ class AuditCapture(logging.Handler):
                                      "directorKnewIt", "expiresAt")} | {"message": record.getMessage()})
 
 
-def make_service(kcp_api: client.ApiClient, s: settings_mod.Settings) -> tuple[service.Service, AuditCapture]:
+def make_service(kcp_api: client.ApiClient | gateway.Kube,
+                 s: settings_mod.Settings) -> tuple[service.Service, AuditCapture]:
     audit = logging.getLogger(f"tether.audit.test.{uuid.uuid4().hex[:6]}")
     audit.propagate = False
     cap = AuditCapture()
     audit.addHandler(cap)
     audit.setLevel(logging.INFO)
-    return service.build(s, kcp_api, metrics.Metrics(), audit), cap
+    kcp = kcp_api if isinstance(kcp_api, gateway.Kube) else gateway.Kube(kcp_api)
+    return service.build(s, kcp, metrics.Metrics(), audit), cap
 
 
 def run_until(svc: service.Service, predicate: Any, *, runs: int = 30, pause: float = 0.3,

@@ -13,7 +13,7 @@ import time
 import requests
 from kubernetes import client
 
-from common import controlplane, leader
+from common import controlplane, gateway, leader
 from compass import app as app_mod
 from compass import metrics, service
 from tests.compass import conftest as h
@@ -33,7 +33,7 @@ def test_scheduler_runs_only_in_the_lease_holder(
             svc, _ = h.make_service(kcp_api, s)
             sched = service.scheduler(svc)
             el = leader.LeaderElector(
-                kcp_api, leader.LeaseSettings(namespace=ns, name=s.lease_name, identity=ident,
+                gateway.Kube(kcp_api), leader.LeaseSettings(namespace=ns, name=s.lease_name, identity=ident,
                                               lease_duration=3, renew_deadline=2, retry_period=0.3),
                 on_started=sched.resume, on_stopped=sched.pause)
             svcs.append(svc)
@@ -76,7 +76,7 @@ def test_http_surface() -> None:
     stats = metrics.Metrics()
     stats.actions.labels("register", "ok").inc()
     ready = {"v": False}
-    c = app_mod.create_app(stats, ready=lambda: ready["v"]).test_client()
+    c = app_mod.create_app(stats, ready=lambda: ready["v"], cache_seconds=0).test_client()
     assert c.get("/healthz").status_code == 200
     assert c.get("/readyz").status_code == 503
     ready["v"] = True
@@ -106,7 +106,7 @@ def test_tether_compass_process_end_to_end(
            "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
            "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
            "TETHER_COMPASS_DIRECTOR_CA_FILE": str(d.ca_file), "TETHER_COMPASS_INTERVAL_SECONDS": "1",
-           "TETHER_LEASE_NAMESPACE": ns, "TETHER_COMPASS_METRICS_PORT": str(port)}
+           "TETHER_COMPASS_LEASE_NAMESPACE": ns, "TETHER_COMPASS_METRICS_PORT": str(port)}
     proc = subprocess.Popen([sys.executable, "-m", "common.cli", "compass"], env=env,
                             cwd=controlplane.REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,

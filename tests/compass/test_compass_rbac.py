@@ -9,7 +9,7 @@ import uuid
 import yaml
 from kubernetes import client, utils
 
-from common import controlplane, kube, leader
+from common import controlplane, gateway, leader
 from compass import service
 from tests.compass import conftest as h
 
@@ -33,7 +33,7 @@ def test_compass_runs_with_only_its_manifest_rbac(
     utils.create_from_yaml(kcp_api, yaml_objects=docs)
     h.create_kubeconfig_secret(kcp_api, ns, "rbac-00", skr)
     h.create_kyma(kcp_api, ns, "rbac-00", h.kyma_labels("ga-rbac", "rbac-shoot-0"))
-    sa_api = kube.api_client(str(kcp.issue_client_cert(SA_USER, ("system:serviceaccounts",))))
+    sa_api = gateway.from_kubeconfig(str(kcp.issue_client_cert(SA_USER, ("system:serviceaccounts",))))
     s = h.make_settings(clean_director, ns, lease_namespace=lease_ns)
     svc, _ = h.make_service(sa_api, s)
     sched = service.scheduler(svc)

@@ -128,9 +128,9 @@ def test_planes_are_independent(skr_api: client.ApiClient, kcp_api: client.ApiCl
 
 def test_rbac_is_enforced(skr: controlplane.ControlPlane, namespace: str) -> None:
     kubeconfig = skr.issue_client_cert("jane")
-    from common import kube
+    from common import gateway
 
-    api = kube.api_client(str(kubeconfig))
+    api = gateway.from_kubeconfig(str(kubeconfig)).api_client
     with pytest.raises(client.ApiException) as e:
         client.CoreV1Api(api).list_namespaced_config_map(namespace)
     assert e.value.status == 403

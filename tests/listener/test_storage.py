@@ -22,7 +22,7 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import changes, controlplane, kyma
+from common import changes, controlplane, gateway, kyma
 from listener import heartbeat, quota, records, retention
 from tests.listener.conftest import (
     Env,
@@ -328,7 +328,7 @@ def test_an_orphaned_runtimes_records_and_lease_are_removed_after_the_grace(
         assert outcomes(post(listener_a, rt, rt.record("a", 1), rt.record("b", 1))) \
             == ["persisted", "persisted"]
         assert lease(env, rt.id) is not None
-    beats = heartbeat.Heartbeats(env.api, env.namespace, 30, 10)
+    beats = heartbeat.Heartbeats(gateway.Kube(env.api), env.namespace, 30, 10)
     seen_before = len(beats.renew_times())
     client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
         kyma.GROUP, kyma.VERSION, env.namespace, kyma.PLURAL, f"kyma-{gone.id.lower()}"[:60])
@@ -357,8 +357,8 @@ def test_the_janitor_refuses_a_bad_setting_with_one_line(env: Env) -> None:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "TETHER_LISTENER_ORPHAN_GRACE_SECONDS='soon'" in lines[0], out.stderr
+    assert len(lines) == 1 and lines[0].startswith("tether janitor: TETHER_LISTENER_ORPHAN_GRACE_SECONDS: "), out.stderr
     out = subprocess.run([sys.executable, "-m", "common.cli", "janitor", "--check"],
                          cwd=controlplane.REPO_ROOT, env=base, capture_output=True, text=True,
                          timeout=60)
-    assert out.returncode == 0 and out.stdout.strip() == "settings ok"
+    assert out.returncode == 0 and out.stdout.strip() == "tether janitor: settings ok"

@@ -22,7 +22,7 @@ import requests
 import yaml
 from kubernetes import client
 
-from common import changes, controlplane, filters, sender
+from common import changes, controlplane, filters, gateway, sender
 from poller import metrics, run, scan
 from tests.listener.conftest import (  # noqa: F401 - fixtures reused from the listener tests
     Env,
@@ -90,7 +90,7 @@ class InProcess:
         self.metrics = metrics.Metrics()
         self.filter = filters.ConfigMapFilter.build(filters.DEFAULT_IGNORED_NAMESPACES, selector)
         self.client = sender.ListenerClient(client_settings(rt, url))
-        self.lister = scan.Lister(skr_api, self.filter, page_size=run_kw.pop("page_size", 500),
+        self.lister = scan.Lister(gateway.Kube(skr_api), self.filter, page_size=run_kw.pop("page_size", 500),
                                   timeout=30, on_request=self.metrics.apiserver_requests.inc)
         self.runner = run.Runner(rt.id, run.RunSettings(**run_kw), self.filter, lister(self.lister),
                                  self.client, self.metrics)

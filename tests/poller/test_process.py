@@ -107,7 +107,7 @@ def test_with_the_webhook_configuration_deleted_the_poller_alone_propagates_chan
         "TETHER_LISTENER_CA_FILE": str(listener_env.server_ca_file),
         "TETHER_CLIENT_CERT_FILE": str(rt.cert_file), "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
         "TETHER_KUBECONFIG": str(skr.kubeconfig), "TETHER_LABEL_SELECTOR": selector,
-        "TETHER_READBACK_SECONDS": "2",
+        "TETHER_WEBHOOK_READBACK_SECONDS": "2",
     }).start()
     vwc = stack.vwc_body(f"tether-poller-only-{namespace}", wh.url + "/validate", wh.ca.cert_pem, namespace)
     stack.register(skr_api, vwc)
@@ -190,7 +190,7 @@ def test_the_poller_process_rides_out_a_listener_outage_and_then_restores_the_st
             rt, lp.url, skr, selector, namespace, TETHER_POLLER_INTERVAL_SECONDS="0.5",
             TETHER_POLLER_JITTER_SECONDS="0", TETHER_POLLER_LEASE_DURATION_SECONDS="3",
             TETHER_POLLER_BACKOFF_BASE_SECONDS="1", TETHER_POLLER_BACKOFF_CAP_SECONDS="2",
-            TETHER_POLLER_SEND_ATTEMPTS="1", TETHER_LISTENER_TIMEOUT="2"))
+            TETHER_POLLER_SEND_ATTEMPTS="1", TETHER_LISTENER_TIMEOUT_SECONDS="2"))
         wait_until(lambda: kcp_state(listener_env, rt.id, namespace)[0]
                    == runtime_state(core, namespace, selector), 30, "the first runs to deliver")
         lp.stop()

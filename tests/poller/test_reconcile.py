@@ -117,7 +117,7 @@ def test_a_poller_record_never_overwrites_a_newer_webhook_record_that_raced_it(
         "TETHER_RUNTIME_ID": rt.id, "TETHER_LISTENER_URL": listener.url,
         "TETHER_LISTENER_CA_FILE": str(listener_env.server_ca_file),
         "TETHER_CLIENT_CERT_FILE": str(rt.cert_file), "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
-        "TETHER_KUBECONFIG": str(skr.kubeconfig), "TETHER_READBACK_SECONDS": "2",
+        "TETHER_KUBECONFIG": str(skr.kubeconfig), "TETHER_WEBHOOK_READBACK_SECONDS": "2",
         "TETHER_LABEL_SELECTOR": selector,  # the same filter as the poller's
     }).start()
     vwc = stack.vwc_body(f"tether-poller-race-{namespace}", wh.url + "/validate", wh.ca.cert_pem, namespace)

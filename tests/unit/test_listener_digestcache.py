@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from common import changes
 from listener import digestcache, records
 
 
-def item(ns: str, name: str, rv: str = "1") -> records.DigestItem:
+def item(ns: str, name: str, rv: str = "1") -> changes.DigestItem:
     return {"namespace": ns, "name": name, "uid": "", "resourceVersion": rv,
             "observedAt": "2026-11-30T10:00:00.000000Z", "deleted": False}
 
@@ -22,7 +23,7 @@ class Clock:
 
 
 def walk(cache: digestcache.DigestSnapshots, rid: str, limit: int,
-         load: object) -> list[records.DigestItem]:
+         load: object) -> list[changes.DigestItem]:
     out, after = [], None
     while True:
         chunk, after = cache.page(rid, after, limit, load)  # type: ignore[arg-type]

@@ -72,7 +72,7 @@ def test_shared_variables_are_fallbacks(files: dict[str, str]) -> None:
 
 def test_plain_http_only_behind_a_trusted_proxy(files: dict[str, str]) -> None:
     base = {"TETHER_LISTENER_CLIENT_CA_FILE": files["TETHER_LISTENER_CLIENT_CA_FILE"]}
-    with pytest.raises(config.SettingError, match="TLS_CERT_FILE is required"):
+    with pytest.raises(config.SettingError, match="TLS_CERT_FILE: not set; it is required"):
         settings.from_env(base)
     s = settings.from_env({**base, "TETHER_LISTENER_XFCC_TRUSTED_PROXIES": "127.0.0.6/32,::1"})
     assert not s.tls and s.xfcc_trusted_proxies == ("127.0.0.6/32", "::1")

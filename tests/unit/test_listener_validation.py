@@ -97,7 +97,7 @@ def test_updated_keeps_foreign_metadata() -> None:
 
 
 def test_page_and_continue_tokens() -> None:
-    items = [records.DigestItem(namespace=ns, name=n, uid="", resourceVersion="1",
+    items = [changes.DigestItem(namespace=ns, name=n, uid="", resourceVersion="1",
                                 observedAt="t", deleted=False)
              for ns in ("b", "a") for n in ("y", "x", "z")]
     seen, pos = [], None

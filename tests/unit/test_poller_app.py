@@ -40,7 +40,8 @@ def test_probes_answer_json_with_the_reason(tmp_path: pathlib.Path) -> None:
     st.readiness = (False, "runtime client certificate cannot be loaded")
     r = c.get("/readyz")
     assert r.status_code == 503
-    assert r.json == {"error": "unavailable", "details": "runtime client certificate cannot be loaded"}
+    assert r.json == {"error": "not ready", "details": [
+        {"check": "client-certificate", "message": "runtime client certificate cannot be loaded"}]}
     r = c.get("/nope")
     assert r.status_code == 404 and r.json["error"] == "not found"
     assert c.post("/healthz").status_code == 405

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common import filters, sender
+from common import changes, filters
 from poller import diff, scan
 
 T0, T1, T2 = "2026-11-30T10:00:00.000000Z", "2026-11-30T10:00:01.000000Z", "2026-11-30T10:00:02.000000Z"
@@ -13,7 +13,7 @@ def entry(rv: str, deleted: bool = False, at: str = T1) -> diff.Entry:
 
 
 def test_load_builds_a_dict_of_small_entries() -> None:
-    items: list[sender.StateItem] = [
+    items: list[changes.DigestItem] = [
         {"namespace": "a", "name": "x", "uid": "u1", "resourceVersion": "5", "observedAt": T0, "deleted": False},
         {"namespace": "b", "name": "x", "uid": "u2", "resourceVersion": "7", "observedAt": T1, "deleted": True},
     ]

@@ -54,7 +54,7 @@ class Listener:
         keys = sorted(self.stored)
         start = int(token or 0)
         chunk = keys[start:start + limit]
-        items: list[sender.StateItem] = [{
+        items: list[changes.DigestItem] = [{
             "namespace": k[0], "name": k[1], "uid": self.stored[k]["uid"],
             "resourceVersion": self.stored[k]["resourceVersion"],
             "observedAt": self.stored[k]["observedAt"], "deleted": self.stored[k]["deleted"]}

@@ -275,7 +275,7 @@ def test_tombstone_version_and_poller_port_read_ascii_digits_only() -> None:
 
     assert forwarder._not_below("12", "9") == "12" and forwarder._not_below("9", "12") == "12"
     assert forwarder._not_below("²", "5") == "²"  # not a number: the collection's, no crash
-    assert poller_settings._bind({"TETHER_POLLER_BIND": "0.0.0.0:8080"}) == "0.0.0.0:8080"
+    assert poller_settings._bind("TETHER_POLLER_BIND", "0.0.0.0:8080") == "0.0.0.0:8080"
     for port in ("²", "٣٣", "+80", "99999"):
         with pytest.raises(config.SettingError):
-            poller_settings._bind({"TETHER_POLLER_BIND": f"0.0.0.0:{port}"})
+            poller_settings._bind("TETHER_POLLER_BIND", f"0.0.0.0:{port}")

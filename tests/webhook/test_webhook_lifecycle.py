@@ -71,8 +71,8 @@ def test_two_workers_reload_and_drain(skr: controlplane.ControlPlane, skr_api: c
         "TETHER_KUBECONFIG": str(skr.kubeconfig),
         "TETHER_WEBHOOK_WORKERS": "2",
         "TETHER_CERT_RELOAD_SECONDS": "0.2",
-        "TETHER_COALESCE_SECONDS": "10",  # keys wait in the queue until the drain takes them
-        "TETHER_READBACK_SECONDS": "15",
+        "TETHER_WEBHOOK_COALESCE_SECONDS": "10",  # keys wait in the queue until the drain takes them
+        "TETHER_WEBHOOK_READBACK_SECONDS": "15",
     }).start()
     try:
         cms = [core.create_namespaced_config_map(namespace, client.V1ConfigMap(

@@ -1,10 +1,10 @@
-"""What the webhook app uses in one gunicorn worker: queue, metrics, forwarder, serving
-certificate; built once per worker after the fork (``build``)."""
+"""The webhook's dependency bag (``Services``, as in ``listener.services``): what the app
+uses in one gunicorn worker: queue, metrics, forwarder, serving certificate; built once per
+worker after the fork (``build``)."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import ssl
 import threading
 import time
@@ -13,13 +13,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from common import kube, sender, tlsreload
+from common import gateway, ops, sender, tlsreload
 from webhook import forwarder, keyqueue, metrics, readback
 from webhook import settings as settings_mod
 
 
 @dataclasses.dataclass
-class Parts:
+class Services:
     """What the app uses; built by ``build`` in each gunicorn worker."""
 
     settings: settings_mod.Settings
@@ -59,17 +59,13 @@ class OverflowLog:
             return count
 
 
-def multiprocess() -> bool:
-    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-
-
-def build(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] | None = None) -> Parts:
+def build(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] | None = None) -> Services:
     """Queue, metrics, runtime API reader, listener client and forwarder (not started)."""
-    registry = None if multiprocess() else CollectorRegistry()
+    registry = None if ops.multiprocess() else CollectorRegistry()
     m = metrics.build(registry)
     queue = keyqueue.KeyQueue(s.queue_size, s.forwarder.coalesce_seconds, s.forwarder.hot_key_seconds,
                               s.forwarder.hot_key_seconds / 4)
-    reader = readback.Reader(kube.api_client(s.kubeconfig))
+    reader = readback.Reader(gateway.from_kubeconfig(s.kubeconfig))
     client = sender.ListenerClient(s.listener)
     fwd = forwarder.Forwarder(s.forwarder, s.runtime_id, queue, reader, client, m)
-    return Parts(s, queue, m, registry, fwd, serving, OverflowLog(s.overflow_log_seconds))
+    return Services(s, queue, m, registry, fwd, serving, OverflowLog(s.overflow_log_seconds))

@@ -1,0 +1,30 @@
+"""The Kubernetes gateway: the only product code that imports ``kubernetes`` (and urllib3).
+
+    from common import gateway
+    k = gateway.from_kubeconfig(path)                 # or from_kubeconfig_bytes(content)
+    try:
+        cm = k.get(gateway.CONFIGMAPS, "team-a", "app-config")
+    except gateway.NotFound: ...
+    except gateway.Unavailable: ...                    # retry later (Forbidden: RBAC)
+
+``kube`` holds the calls (``Kube``, resource types), ``connect`` builds gateways from
+kubeconfigs, ``errors`` the error tree. Results are plain dicts, as served.
+"""
+
+from common.gateway.connect import KubeConfigError, from_kubeconfig, from_kubeconfig_bytes
+from common.gateway.errors import (
+    Conflict,
+    Forbidden,
+    GatewayError,
+    Gone,
+    NotFound,
+    Rejected,
+    Unavailable,
+)
+from common.gateway.kube import CONFIGMAPS, LEASES, NAMESPACES, SECRETS, Kube, Resource
+
+__all__ = [
+    "CONFIGMAPS", "LEASES", "NAMESPACES", "SECRETS", "Conflict", "Forbidden", "GatewayError",
+    "Gone", "Kube", "KubeConfigError", "NotFound", "Rejected", "Resource", "Unavailable",
+    "from_kubeconfig", "from_kubeconfig_bytes",
+]
