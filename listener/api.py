@@ -144,9 +144,10 @@ def _read_body(svc: services.Services) -> bytes | validation.Problem:
     return raw
 
 
-def _parse(svc: services.Services, runtime_id: str, raw: bytes) -> Any:
-    """The parsed body, within the worker's parse memory budget (``listener.budget``);
-    a ``Problem`` when it is not JSON or the budget stayed spent for ``parse_wait``."""
+def _reserve(svc: services.Services, runtime_id: str, raw: bytes) -> int | validation.Problem:
+    """Reserve the body's memory (``listener.budget``) for as long as its parsed form lives:
+    the parse, the validation and the persisting of its records; a ``Problem`` (503) when
+    the budget stayed spent for ``parse_wait``."""
     t0 = time.perf_counter()
     held = svc.budget.acquire(runtime_id, len(raw) * listener_settings.PARSE_AMPLIFICATION,
                               svc.settings.parse_wait)
@@ -154,10 +155,7 @@ def _parse(svc: services.Services, runtime_id: str, raw: bytes) -> Any:
     if held is None:
         return validation.Problem(503, "busy", "the parse memory budget is spent; retry later",
                                   "parse_budget")
-    try:
-        return validation.parse_json(raw)
-    finally:
-        svc.budget.release(runtime_id, held)
+    return held
 
 
 @bp.post("/<runtime_id>/changes")
@@ -172,7 +170,17 @@ def post_changes(svc: services.Services, runtime_id: str) -> Response:
     raw = _read_body(svc)
     if isinstance(raw, validation.Problem):
         return _invalid(svc, runtime_id, raw)
-    doc = _parse(svc, runtime_id, raw)
+    held = _reserve(svc, runtime_id, raw)
+    if isinstance(held, validation.Problem):
+        return _invalid(svc, runtime_id, held)
+    try:
+        return _post_parsed(svc, runtime_id, raw)
+    finally:
+        svc.budget.release(runtime_id, held)
+
+
+def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Response:
+    doc = validation.parse_json(raw)
     if isinstance(doc, validation.Problem):
         return _invalid(svc, runtime_id, doc)
     recs = validation.records(doc, runtime_id)

@@ -2,7 +2,8 @@
 
 A parsed JSON body takes up to ``settings.PARSE_AMPLIFICATION`` times its size in Python
 objects. Before parsing, a request reserves ``len(body) * amplification`` bytes from the
-worker's budget and releases them when the request ends; when the budget is spent it waits
+worker's budget and releases them when the request ends (its parsed records live until
+they are persisted, so the reservation covers that too); when the budget is spent it waits
 (at most ``parse_wait``) and is then answered 503 with ``Retry-After``. One runtime may
 hold at most half of the budget beyond its first reservation, so a runtime sending
 maximum-size bodies on every connection leaves the rest to everyone else: a small body (a
