@@ -153,6 +153,32 @@ def content_length(buf: bytes | bytearray, head: int) -> int:
     return int(m.group(1)) if m is not None else 0
 
 
+_CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:", re.IGNORECASE)
+
+
+def whole_request(conn: Conn) -> bool:
+    """Whether the buffer holds the complete request: its head and all of its body (none,
+    or a prebuffered one of known length), so it can be answered without reading more."""
+    head = head_length(conn.buf)
+    if head is None or _CHUNKED.search(conn.buf, 0, head):
+        return False
+    return content_length(conn.buf, head) == 0 or conn.prebuffer > 0
+
+
+def answer_bytes(head: bytes, body: bytes, keep_alive: bool) -> bytes:
+    """An HTTP/1.1 answer: ``head`` is the status line and headers (each ending in CRLF)."""
+    return (head + b"Content-Length: %d\r\n" % len(body)
+            + (b"" if keep_alive else b"Connection: close\r\n") + b"\r\n" + body)
+
+
+def send_now(conn: Conn, data: bytes) -> bool:
+    """Send a small answer from the main loop without blocking; False if it did not fit."""
+    try:
+        return bool(conn.sock.send(data) == len(data))
+    except (OSError, ValueError):  # includes ssl.SSLWantWriteError
+        return False
+
+
 def half_close(conn: Conn) -> bool:
     """Shut the writing side down, for lingering; False when the socket is gone."""
     try:

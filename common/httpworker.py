@@ -1,11 +1,9 @@
 """A gunicorn gthread worker that bounds what one client can hold: time, threads, connections.
 
-gunicorn's own gthread worker hands each accepted connection to a thread, which then does
-the TLS handshake and reads the request head with blocking calls: a client that sends half
-a ClientHello, or half a request head, holds a thread as long as it likes (200 such
-connections froze the listener; 32 half-sent heads blocked all threads). This worker keeps
-every connection in its main loop, non-blocking, until the connection has a complete
-request head, and gives threads out fairly:
+gunicorn's gthread worker does the TLS handshake and reads the request head in a thread, with
+blocking calls, so a client sending half of either holds a thread as long as it likes. This
+worker keeps every connection in its main loop, non-blocking, until the request is complete,
+and gives threads out fairly (connection details in ``common.httpconn``):
 
     accept ── over max_connections? close the oldest connection that has no verified
     │          certificate yet (still handshaking, or anonymous), else close the new one
@@ -47,40 +45,21 @@ from typing import Any
 from gunicorn import http, util
 from gunicorn.workers import gthread
 
-from common import fairqueue
-from common.httpconn import (
-    BUSY,
-    CLOSED,
-    HANDSHAKE,
-    HEAD,
-    KEEPALIVE,
-    LINGER,
-    READY,
-    BoundedSocket,
-    Conn,
-    Limits,
-    certificate_cn,
-    content_length,
-    drain,
-    half_close,
-    handshake,
-    head_length,
-    peer_address,
-    tls_conn,
-)
+from common import fairqueue, httpconn
+from common.httpconn import BUSY, CLOSED, HANDSHAKE, HEAD, KEEPALIVE, LINGER, READY
 
 
 class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
-    limits: Limits = Limits()
+    limits: httpconn.Limits = httpconn.Limits()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.worker_connections = sys.maxsize  # accept always: refusals are ours, and cheap
-        self._waiting: collections.OrderedDict[Conn, None] = collections.OrderedDict()
-        self._timers: list[tuple[float, int, Conn]] = []
+        self._waiting: collections.OrderedDict[httpconn.Conn, None] = collections.OrderedDict()
+        self._timers: list[tuple[float, int, httpconn.Conn]] = []
         self._seq = itertools.count()
         self._peers: collections.Counter[str] = collections.Counter()
-        self._fair: fairqueue.FairQueue[Conn] = fairqueue.FairQueue(self.limits.max_busy_per_peer)
+        self._fair: fairqueue.FairQueue[httpconn.Conn] = fairqueue.FairQueue(self.limits.max_busy_per_peer)
         self._prebuffered = 0
         self._tls_index = 0 if self.cfg.is_ssl else -1
 
@@ -101,17 +80,17 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 raise
             return
         if self.nr_conns >= self.limits.max_connections and not self._evict_one():
-            self.on_refused("connection_cap", peer_address(addr))
+            self.on_refused("connection_cap", httpconn.peer_address(addr))
             util.close(client)
             return
         self.nr_conns += 1
         client.setblocking(False)
         try:
             if self.sockets.index(listener) == self._tls_index:
-                conn = tls_conn(self.cfg, client, addr, listener.getsockname())
+                conn = httpconn.tls_conn(self.cfg, client, addr, listener.getsockname())
                 phase, seconds = HANDSHAKE, self.limits.handshake_seconds
             else:
-                conn = Conn(self.cfg, BoundedSocket.adopt(client), addr, listener.getsockname())
+                conn = httpconn.Conn(self.cfg, httpconn.BoundedSocket.adopt(client), addr, listener.getsockname())
                 phase, seconds = HEAD, self.limits.head_seconds
         except (OSError, ValueError):
             self.nr_conns -= 1
@@ -124,21 +103,21 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         """Close the oldest connection without a verified identity to make room."""
         for conn in self._waiting:
             if conn.anonymous:
-                self.on_refused("connection_cap", peer_address(conn.client))
+                self.on_refused("connection_cap", httpconn.peer_address(conn.client))
                 self._drop(conn)
                 return True
         return False
 
-    def _watch(self, conn: Conn, events: int) -> None:
+    def _watch(self, conn: httpconn.Conn, events: int) -> None:
         try:
             self.poller.register(conn.sock, events, partial(self._on_event, conn))
         except KeyError:
             self.poller.modify(conn.sock, events, partial(self._on_event, conn))
 
-    def _timer(self, conn: Conn) -> None:
+    def _timer(self, conn: httpconn.Conn) -> None:
         heapq.heappush(self._timers, (conn.deadline, next(self._seq), conn))
 
-    def _on_event(self, conn: Conn, _fileobj: Any) -> None:
+    def _on_event(self, conn: httpconn.Conn, _fileobj: Any) -> None:
         if conn.phase == HANDSHAKE:
             self._handshake(conn)
         elif conn.phase == KEEPALIVE:
@@ -150,18 +129,18 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         elif conn.phase == LINGER:
             self._linger(conn)
 
-    def _handshake(self, conn: Conn) -> None:
-        step = handshake(conn)
+    def _handshake(self, conn: httpconn.Conn) -> None:
+        step = httpconn.handshake(conn)
         if isinstance(step, int):  # wants to read or write again
             self._watch(conn, step)
             return
         if step is not None:  # failed; an SSLError is a refusal, unless the peer just left
             if isinstance(step, ssl.SSLError):
-                self.on_refused("tls_refused", peer_address(conn.client), step)
+                self.on_refused("tls_refused", httpconn.peer_address(conn.client), step)
             self._drop(conn)
             return
-        cn = certificate_cn(conn.sock)
-        if not self._admit(conn, f"cn:{cn}" if cn is not None else f"ip:{peer_address(conn.client)}"):
+        cn = httpconn.certificate_cn(conn.sock)
+        if not self._admit(conn, f"cn:{cn}" if cn is not None else f"ip:{httpconn.peer_address(conn.client)}"):
             return
         if cn is not None:
             conn.anonymous = False
@@ -169,25 +148,25 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         self._await(conn, HEAD, self.limits.head_seconds)
         self._read_head(conn)  # the request may already sit in the TLS buffer
 
-    def _await(self, conn: Conn, phase: int, seconds: float) -> None:
+    def _await(self, conn: httpconn.Conn, phase: int, seconds: float) -> None:
         """Wait in the main loop for the peer to send, at most ``seconds``."""
         conn.phase, conn.deadline = phase, time.monotonic() + seconds
         self._watch(conn, selectors.EVENT_READ)
         self._timer(conn)
 
-    def _admit(self, conn: Conn, key: str) -> bool:
+    def _admit(self, conn: httpconn.Conn, key: str) -> bool:
         """Count the connection to its peer, or close it when the peer is at its cap."""
         if self._peers[key] >= self.limits.max_connections_per_peer:
-            self.on_refused("peer_connection_cap", peer_address(conn.client))
+            self.on_refused("peer_connection_cap", httpconn.peer_address(conn.client))
             self._drop(conn)
             return False
         self._peers[key] += 1
         conn.key = key
         return True
 
-    def _read_head(self, conn: Conn) -> None:
+    def _read_head(self, conn: httpconn.Conn) -> None:
         # plain HTTP: the peer is its address
-        if conn.key is None and not self._admit(conn, f"ip:{peer_address(conn.client)}"):
+        if conn.key is None and not self._admit(conn, f"ip:{httpconn.peer_address(conn.client)}"):
             return
         while not self._complete(conn):
             try:
@@ -201,10 +180,12 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 self._drop(conn)
                 return
             conn.buf += data
-            if len(conn.buf) > self.limits.max_head_bytes and head_length(conn.buf) is None:
-                self.on_refused("head_too_large", peer_address(conn.client))
+            if len(conn.buf) > self.limits.max_head_bytes and httpconn.head_length(conn.buf) is None:
+                self.on_refused("head_too_large", httpconn.peer_address(conn.client))
                 self._answer_and_drop(conn, 431, "Request Header Fields Too Large")
                 return
+        if self._answered_early(conn):
+            return
         self._unwatch(conn)
         self._release_prebuffer(conn)
         if conn.parser is None:
@@ -217,16 +198,40 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         self._fair.put(conn.key, conn)
         self._dispatch()
 
-    def _complete(self, conn: Conn) -> bool:
+    def early_answer(self, conn: httpconn.Conn) -> tuple[bytes, bytes] | None:
+        """A subclass's answer (status line and headers, body) to a complete request head
+        in ``conn.buf``, given in the main loop without a thread: a cheap refusal."""
+        return None
+
+    def _answered_early(self, conn: httpconn.Conn) -> bool:
+        answer = self.early_answer(conn)
+        if answer is None:
+            return False
+        keep = self.alive and httpconn.whole_request(conn)
+        if not httpconn.send_now(conn, httpconn.answer_bytes(*answer, keep_alive=keep)):
+            self._drop(conn)
+        elif not keep:  # the rest of the body is discarded while lingering
+            self._drop(conn, graceful=True)
+        else:
+            self._release_prebuffer(conn)
+            assert conn.want is not None
+            conn.buf, conn.want = conn.buf[conn.want:], None
+            self._await(conn, HEAD if conn.buf else KEEPALIVE,
+                        self.limits.head_seconds if conn.buf else self.cfg.keepalive)
+            if conn.buf:  # pipelined: the next request is already here
+                self._read_head(conn)
+        return True
+
+    def _complete(self, conn: httpconn.Conn) -> bool:
         """Whether the buffer holds what the request needs before a thread takes it: the
         head, and a small body of known length too (``prebuffer_bytes``, within the worker's
         ``prebuffer_budget``), so a client that stalls in a small body holds no thread."""
         if conn.want is None:
-            head = head_length(conn.buf)
+            head = httpconn.head_length(conn.buf)
             if head is None:
                 return False
             conn.want = head
-            length = content_length(conn.buf, head)
+            length = httpconn.content_length(conn.buf, head)
             if (0 < length <= self.limits.prebuffer_bytes
                     and self._prebuffered + length <= self.limits.prebuffer_budget):
                 conn.want += length
@@ -234,17 +239,17 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 self._prebuffered += length
         return len(conn.buf) >= conn.want
 
-    def _release_prebuffer(self, conn: Conn) -> None:
+    def _release_prebuffer(self, conn: httpconn.Conn) -> None:
         self._prebuffered -= conn.prebuffer
         conn.prebuffer = 0
 
-    def _unwatch(self, conn: Conn) -> None:
+    def _unwatch(self, conn: httpconn.Conn) -> None:
         try:
             self.poller.unregister(conn.sock)
         except (KeyError, ValueError, OSError):
             pass
 
-    def _answer_and_drop(self, conn: Conn, status: int, text: str) -> None:
+    def _answer_and_drop(self, conn: httpconn.Conn, status: int, text: str) -> None:
         try:
             conn.sock.send(f"HTTP/1.1 {status} {text}\r\nConnection: close\r\n"
                            "Content-Length: 0\r\n\r\n".encode())
@@ -273,7 +278,7 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         except TimeoutError:  # a body or a write stalled past its bound: close quietly
             return False
 
-    def _finished(self, conn: Conn, fut: Any) -> None:
+    def _finished(self, conn: httpconn.Conn, fut: Any) -> None:
         self._fair.done(conn.key)
         try:
             keep = bool(fut.result()) if not fut.cancelled() else False
@@ -302,7 +307,7 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
 
     # -- closing -------------------------------------------------------------------------
 
-    def _drop(self, conn: Conn, graceful: bool = False) -> None:
+    def _drop(self, conn: httpconn.Conn, graceful: bool = False) -> None:
         if conn.phase == CLOSED:
             return
         if conn.phase != BUSY:
@@ -322,20 +327,20 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         self.nr_conns -= 1
         util.close(conn.sock)
 
-    def _start_linger(self, conn: Conn) -> bool:
+    def _start_linger(self, conn: httpconn.Conn) -> bool:
         """Half-close and read what the peer still sends, in the main loop, without
         blocking it (RFC 9112 9.6: a full close with unread data would reset the
         connection and cut the last answer)."""
-        if not half_close(conn):
+        if not httpconn.half_close(conn):
             return False
         self._await(conn, LINGER, self.limits.idle_seconds)
         return True
 
-    def _linger(self, conn: Conn) -> None:
-        if drain(conn, self.limits.linger_bytes):
+    def _linger(self, conn: httpconn.Conn) -> None:
+        if httpconn.drain(conn, self.limits.linger_bytes):
             self._close_lingering(conn)
 
-    def _close_lingering(self, conn: Conn) -> None:
+    def _close_lingering(self, conn: httpconn.Conn) -> None:
         self._unwatch(conn)
         conn.phase = CLOSED
         self.nr_conns -= 1
@@ -351,9 +356,9 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 self._close_lingering(conn)
                 continue
             if conn.phase == HANDSHAKE:
-                self.on_refused("handshake_timeout", peer_address(conn.client))
+                self.on_refused("handshake_timeout", httpconn.peer_address(conn.client))
             elif conn.phase == HEAD:
-                self.on_refused("head_timeout", peer_address(conn.client))
+                self.on_refused("head_timeout", httpconn.peer_address(conn.client))
             self._drop(conn)
 
     def _timeout(self) -> float:
@@ -389,7 +394,7 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
             s.close()
 
 
-def worker_class(base: type[BoundedWorker], limits: Limits) -> type[BoundedWorker]:
+def worker_class(base: type[BoundedWorker], limits: httpconn.Limits) -> type[BoundedWorker]:
     """``base`` with ``limits`` (for gunicorn's ``worker_class`` setting)."""
     return type(base.__name__, (base,), {"limits": limits, "__module__": base.__module__})
 

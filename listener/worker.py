@@ -12,6 +12,7 @@ mistake is never a 5xx).
 
 from __future__ import annotations
 
+import re
 import ssl
 from typing import Any
 
@@ -19,7 +20,7 @@ from gunicorn import util
 from gunicorn.http import errors as http_errors
 
 from common import httpconn, httpworker, logs
-from listener import services
+from listener import ratelimit, services
 
 # OpenSSL verify/alert texts -> bounded reason codes
 _REASONS = (
@@ -46,8 +47,17 @@ def tls_reason(exc: BaseException) -> str:
     return "handshake_failed"
 
 
+_RUNTIME_REQUEST = re.compile(rb"(POST|GET) /v1/runtimes/([A-Za-z0-9_.-]{1,63})/(changes|state)[ ?]")
+_RATE_LIMITED_HEAD = (b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                      b"Cache-Control: no-store\r\nRetry-After: %d\r\n")
+_RATE_LIMITED_BODY = b'{"details":"per-runtime rate exceeded","error":"rate limited"}\n'
+
+
 class ListenerWorker(httpworker.BoundedWorker):
-    _aggregated: logs.Aggregated | None = None
+    """Also answers a runtime over its rate in the main loop (429, no thread, no Flask), so a
+    runtime sending far above its limit costs little more than its TLS records."""
+
+    _aggregated: dict[str, logs.Aggregated] | None = None  # by audit event
 
     def _services(self) -> services.Services | None:
         try:
@@ -62,8 +72,42 @@ class ListenerWorker(httpworker.BoundedWorker):
         try:
             super().run()
         finally:
-            if self._aggregated is not None:
-                self._aggregated.flush()
+            for aggregated in (self._aggregated or {}).values():
+                aggregated.flush()
+
+    def early_answer(self, conn: Any) -> tuple[bytes, bytes] | None:
+        key = conn.key or ""
+        if not key.startswith("cn:"):  # only a verified runtime's own bucket is consulted
+            return None
+        m = _RUNTIME_REQUEST.match(conn.buf)
+        if m is None or m.group(2).decode() != key[3:]:
+            return None  # another runtime's path: the application answers it 403
+        svc = self._services()
+        runtime_id = key[3:]
+        wait = svc.buckets.empty(runtime_id) if svc is not None else 0.0
+        if svc is None or wait <= 0:
+            return None
+        method = m.group(1).decode()
+        svc.metrics.rate_limited.labels("runtime").inc()
+        svc.metrics.requests.labels(f"/v1/runtimes/<runtime_id>/{m.group(3).decode()}",
+                                    method, "429").inc()
+        # keyed by runtime (a verified CN whose bucket it drained: bounded by the fleet), so
+        # each runtime's first refusal in an interval is written at once
+        self._audit("rate_limited", runtime_id, runtime=runtime_id, limit="runtime",
+                    route=method + " early")
+        return _RATE_LIMITED_HEAD % ratelimit.retry_after(wait), _RATE_LIMITED_BODY
+
+    def _audit(self, event: str, key: str, **fields: Any) -> None:
+        """One audit line per event, key and interval, with a count (logs.Aggregated)."""
+        svc = self._services()
+        if svc is None:
+            return
+        if self._aggregated is None:
+            self._aggregated = {}
+        if event not in self._aggregated:
+            self._aggregated[event] = logs.Aggregated(svc.audit, event,
+                                                      svc.settings.refusal_audit_interval)
+        self._aggregated[event].record(key, **fields)
 
     def on_refused(self, reason: str, peer: str, exc: BaseException | None = None) -> None:
         svc = self._services()
@@ -74,12 +118,8 @@ class ListenerWorker(httpworker.BoundedWorker):
         if reason == "tls_refused" and exc is not None:
             detail = tls_reason(exc)
             svc.metrics.tls_refusals.labels(detail).inc()
-        if self._aggregated is None:
-            self._aggregated = logs.Aggregated(svc.audit, "refused",
-                                               svc.settings.refusal_audit_interval)
-        self._aggregated.record(reason if reason != "tls_refused" else "tls_" + detail,
-                                reason=("tls_" + detail) if reason == "tls_refused" else reason,
-                                status=None, remote=peer, route="connection")
+        code = "tls_" + detail if reason == "tls_refused" else reason
+        self._audit("refused", code, reason=code, status=None, remote=peer, route="connection")
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         if isinstance(exc, http_errors.UnsupportedTransferCoding):

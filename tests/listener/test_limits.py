@@ -56,3 +56,35 @@ def test_heartbeat_writes_are_throttled(limited: ListenerProcess,
     again: Any = leases.read_namespaced_lease(heartbeat.lease_name(rt.id), rt.env.namespace)
     assert again.metadata.resource_version == first.metadata.resource_version
     assert again.spec.holder_identity == rt.id
+
+
+def test_a_runtime_over_its_rate_is_refused_in_the_main_loop_on_a_kept_connection(
+    limited: ListenerProcess, runtime: Callable[..., Runtime]
+) -> None:
+    """Once its bucket is empty, a runtime's requests are answered 429 by the worker before
+    any thread or parse (common.httpworker early answer): the connection stays usable, the
+    429s are counted, audited in aggregate, and another runtime's path is still refused 403
+    by the application."""
+    rt = runtime()
+    s = rt.session()
+    url = f"{limited.url}/v1/runtimes/{rt.id}/changes"
+    batch = {"apiVersion": "tether.kyma-project.io/v1", "kind": "ConfigMapChangeList",
+             "items": [rt.record(n, 1) for n in ("a", "b", "c")]}
+    assert s.post(url, json=batch, timeout=10).status_code == 200  # the whole burst (3)
+    before = metric_value(limited.metrics(), "tether_listener_rate_limited_total",
+                          limit="runtime")
+    for i in range(20):  # one kept-alive connection (requests' pool), each answered 429
+        r = s.post(url, json=rt.record(f"x{i}", 1), timeout=10)
+        assert r.status_code == 429 and r.json()["error"] == "rate limited", r.text
+        assert int(r.headers["Retry-After"]) >= 1
+    assert s.get(f"{limited.url}/v1/runtimes/{rt.id}/state", timeout=10).status_code == 429
+    other = runtime()
+    r = s.get(f"{limited.url}/v1/runtimes/{other.id}/state", timeout=10)
+    assert r.status_code == 403  # the early path answers only a runtime's own path
+    after = metric_value(limited.metrics(), "tether_listener_rate_limited_total",
+                         limit="runtime")
+    assert after - before >= 21
+    lines = [e for e in limited.audit() if e.get("event") == "rate_limited"
+             and e.get("runtime") == rt.id]
+    assert 1 <= len(lines) <= 2  # aggregated: not a line per refusal
+    assert all(rt.env.stored_one(rt.id, "team-a", f"x{i}") is None for i in range(20))
