@@ -57,9 +57,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
-from kubernetes import client  # noqa: E402
 
-from common import certs, changes, controlplane  # noqa: E402
+from common import changes, controlplane  # noqa: E402
 from tests.listener import conftest as lt  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "listener_abuse.json"
@@ -586,25 +585,10 @@ def main() -> int:
         d = pathlib.Path(tmp)
         api = kcp.api_client()
         controlplane.install_crds(api, controlplane.KYMA_CRD, lt.CRD_FILE)
-        client.CoreV1Api(api).create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name="abuse")))
-        lt.bind_listener_role(api, "abuse")
-        runtime_ca = certs.CertificateAuthority.create("abuse-runtime-ca")
-        server_ca = certs.CertificateAuthority.create("abuse-serving-ca")
-        runtime_ca.write(d / "client-ca.crt", d / "client-ca.key")
-        server_ca.write(d / "server-ca.crt", d / "server-ca.key")
-        server_ca.issue("listener", ip_addresses=["127.0.0.1"], server=True).write(
-            d / "tls.crt", d / "tls.key")
-        env = lt.Env(d, "abuse", kcp, api, runtime_ca, runtime_ca, d / "client-ca.crt",
-                     d / "server-ca.crt", d / "tls.crt", d / "tls.key",
-                     kcp.issue_client_cert(lt.LISTENER_USER, dest=d / "kubeconfig-listener"))
+        env = lt.make_env(kcp, api, d, "abuse")
 
         def runtime(rid: str) -> lt.Runtime:
-            dom = f"c-{rid}.kyma.example.com"
-            lt.create_kyma(api, "abuse", rid, dom)
-            runtime_ca.issue(rid, dns_names=[dom], client=True).write(
-                d / f"{rid}.crt", d / f"{rid}.key")
-            return lt.Runtime(rid, dom, d / f"{rid}.crt", d / f"{rid}.key", env)
+            return lt.add_runtime(env, rid)
 
         attackers = [runtime(f"rt-attack-{i:02d}") for i in range(args.runtimes)]
         pool = [runtime(f"rt-legit-{i:02d}") for i in range(args.legit)]

@@ -27,9 +27,8 @@ import traceback
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kubernetes import client  # noqa: E402
 
-from common import certs, controlplane  # noqa: E402
+from common import controlplane  # noqa: E402
 from tests.listener import conftest as lt  # noqa: E402
 from tests.listener import test_schemathesis as st  # noqa: E402
 
@@ -49,27 +48,13 @@ def main() -> int:
         d = pathlib.Path(tmp)
         api = kcp.api_client()
         controlplane.install_crds(api, controlplane.KYMA_CRD, lt.CRD_FILE)
-        client.CoreV1Api(api).create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name="bench")))
-        lt.bind_listener_role(api, "bench")
-        runtime_ca = certs.CertificateAuthority.create("bench-runtime-ca")
-        server_ca = certs.CertificateAuthority.create("bench-serving-ca")
-        runtime_ca.write(d / "client-ca.crt", d / "client-ca.key")
-        server_ca.write(d / "server-ca.crt", d / "server-ca.key")
-        server_ca.issue("listener", ip_addresses=["127.0.0.1"], server=True).write(
-            d / "tls.crt", d / "tls.key")
-        env = lt.Env(d, "bench", kcp, api, runtime_ca, runtime_ca, d / "client-ca.crt",
-                     d / "server-ca.crt", d / "tls.crt", d / "tls.key",
-                     kcp.issue_client_cert(lt.LISTENER_USER, dest=d / "kubeconfig-listener"))
-        rid, dom = "rt-fuzz", "c-fuzz.kyma.example.com"
-        lt.create_kyma(api, "bench", rid, dom)
-        runtime_ca.issue(rid, dns_names=[dom], client=True).write(d / "rt.crt", d / "rt.key")
-        rt = lt.Runtime(rid, dom, d / "rt.crt", d / "rt.key", env)
+        env = lt.make_env(kcp, api, d, "bench")
+        rt = lt.add_runtime(env, "rt-fuzz", "c-fuzz.kyma.example.com")
         proc = lt.ListenerProcess(env, "fuzz", TETHER_LISTENER_AUDIT_LOG=str(d / "audit.jsonl"))
         statuses: dict[str, int] = {}
         t0 = time.monotonic()
         try:
-            statuses = run_counting(proc, rt, args.examples, args.steps, statuses)
+            statuses = st.run(proc, rt, args.examples, args.steps, statuses)
         except Exception as e:  # noqa: BLE001 - schemathesis' FailureGroup and friends: reported
             failure = "".join(traceback.format_exception_only(type(e), e))[-4000:]
         seconds = time.monotonic() - t0
@@ -95,22 +80,6 @@ def main() -> int:
         "failure": failure,
     }, indent=2) + "\n")
     return 1 if failure or server_errors or unexpected else 0
-
-
-def run_counting(proc: lt.ListenerProcess, rt: lt.Runtime, examples: int, steps: int,
-                 statuses: dict[str, int]) -> dict[str, int]:
-    """``test_schemathesis.run`` that keeps the counts made before a failure."""
-    import hypothesis
-
-    session = rt.session()
-    try:
-        machine = st.state_machine(proc.url, rt, session, statuses)
-        machine.run(settings=hypothesis.settings(
-            max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
-            suppress_health_check=list(hypothesis.HealthCheck), derandomize=True))
-    finally:
-        session.close()
-    return statuses
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from common import certs, changes, controlplane  # noqa: E402
+from common import changes, controlplane  # noqa: E402
 from listener import records  # noqa: E402
 from tests.listener import conftest as lt  # noqa: E402
 
@@ -87,23 +87,11 @@ def main() -> int:
         api = kcp.api_client()
         objects = client.CustomObjectsApi(api)
         controlplane.install_crds(api, controlplane.KYMA_CRD, lt.CRD_FILE)
-        core = client.CoreV1Api(api)
-        for ns in ("bench", "bench-direct"):
-            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-        lt.bind_listener_role(api, "bench")
-        runtime_ca = certs.CertificateAuthority.create("bench-runtime-ca")
-        server_ca = certs.CertificateAuthority.create("bench-serving-ca")
-        runtime_ca.write(d / "client-ca.crt", d / "client-ca.key")
-        server_ca.write(d / "server-ca.crt", d / "server-ca.key")
-        server_ca.issue("listener", ip_addresses=["127.0.0.1"], server=True).write(
-            d / "tls.crt", d / "tls.key")
-        env = lt.Env(d, "bench", kcp, api, runtime_ca, runtime_ca, d / "client-ca.crt",
-                     d / "server-ca.crt", d / "tls.crt", d / "tls.key",
-                     kcp.issue_client_cert(lt.LISTENER_USER, dest=d / "kubeconfig-listener"))
-        rid, dom = "rt-bench", "c-bench.kyma.example.com"
-        lt.create_kyma(api, "bench", rid, dom)
-        runtime_ca.issue(rid, dns_names=[dom], client=True).write(d / "rt.crt", d / "rt.key")
-        rt = lt.Runtime(rid, dom, d / "rt.crt", d / "rt.key", env)
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name="bench-direct")))
+        env = lt.make_env(kcp, api, d, "bench")
+        rid = "rt-bench"
+        rt = lt.add_runtime(env, rid, "c-bench.kyma.example.com")
         proc = lt.ListenerProcess(env, "bench", TETHER_LISTENER_WORKERS=str(args.workers),
                                   TETHER_LISTENER_THREADS=str(threads),
                                   TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME=str(threads),

@@ -85,19 +85,17 @@ def bind_listener_role(api: client.ApiClient, namespace: str) -> None:
     rbac.create_namespaced_role_binding(namespace, binding)
 
 
-@pytest.fixture(scope="session")
-def listener_env(
-    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient, kyma_crd: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Env]:
-    d = tmp_path_factory.mktemp("listener")
-    install_crd(kcp_api)
-    ns = f"kl-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(kcp_api).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    bind_listener_role(kcp_api, ns)
+def make_env(kcp: controlplane.ControlPlane, api: client.ApiClient, d: pathlib.Path,
+             namespace: str, *, foreign: bool = False) -> Env:
+    """A KCP namespace with the manifests' listener Role bound to the test user, the PKI
+    (runtime client CA, listener serving certificate for localhost/127.0.0.1, a foreign CA
+    when ``foreign``, else the runtime CA stands in) and the listener user's kubeconfig,
+    files in ``d``. The CRDs are the caller's (``install_crd``)."""
+    client.CoreV1Api(api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    bind_listener_role(api, namespace)
     runtime_ca = certs.CertificateAuthority.create("tether-runtime-ca")
-    foreign_ca = certs.CertificateAuthority.create("someone-else-ca")
+    foreign_ca = certs.CertificateAuthority.create("someone-else-ca") if foreign else runtime_ca
     server_ca = certs.CertificateAuthority.create("tether-listener-serving-ca")
     runtime_ca.write(d / "client-ca.crt", d / "client-ca.key")
     server_ca.write(d / "server-ca.crt", d / "server-ca.key")
@@ -105,8 +103,29 @@ def listener_env(
                               ip_addresses=["127.0.0.1"], server=True)
     serving.write(d / "tls.crt", d / "tls.key")
     kubeconfig = kcp.issue_client_cert(LISTENER_USER, dest=d / "kubeconfig-listener")
-    yield Env(d, ns, kcp, kcp_api, runtime_ca, foreign_ca, d / "client-ca.crt",
-              d / "server-ca.crt", d / "tls.crt", d / "tls.key", kubeconfig)
+    return Env(d, namespace, kcp, api, runtime_ca, foreign_ca, d / "client-ca.crt",
+               d / "server-ca.crt", d / "tls.crt", d / "tls.key", kubeconfig)
+
+
+def add_runtime(env: Env, runtime_id: str, domain: str | None = None) -> Runtime:
+    """A Kyma CR for ``runtime_id`` in ``env`` and a matching client certificate."""
+    dom = domain or f"c-{runtime_id}.kyma.example.com"
+    create_kyma(env.api, env.namespace, runtime_id, dom)
+    c, k = env.dir / f"{runtime_id}.crt", env.dir / f"{runtime_id}.key"
+    env.runtime_ca.issue(runtime_id, dns_names=[dom], client=True).write(c, k)
+    return Runtime(runtime_id, dom, c, k, env)
+
+
+@pytest.fixture(scope="session")
+def listener_env(
+    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient, kyma_crd: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Env]:
+    d = tmp_path_factory.mktemp("listener")
+    install_crd(kcp_api)
+    env = make_env(kcp, kcp_api, d, f"kl-{uuid.uuid4().hex[:8]}", foreign=True)
+    ns = env.namespace
+    yield env
     objects = client.CustomObjectsApi(kcp_api)
     for plural, group, version in ((records.PLURAL, records.GROUP, records.VERSION),
                                    (kyma.PLURAL, kyma.GROUP, kyma.VERSION)):

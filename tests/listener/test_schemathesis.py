@@ -69,9 +69,11 @@ def state_machine(base_url: str, rt: Runtime, session: requests.Session,
     return Machine
 
 
-def run(listener: ListenerProcess, rt: Runtime, examples: int, steps: int
-        ) -> dict[str, int]:
-    statuses: dict[str, int] = {}
+def run(listener: ListenerProcess, rt: Runtime, examples: int, steps: int,
+        statuses: dict[str, int] | None = None) -> dict[str, int]:
+    """Run the state machine; ``statuses`` (given by the caller) keeps the counts made
+    before a failure."""
+    statuses = {} if statuses is None else statuses
     session = rt.session()
     try:
         machine = state_machine(listener.url, rt, session, statuses)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.listener.conftest import Env, ListenerProcess, Runtime, metric_value
+from tests.sockets import closed_by_server
 
 THREADS = 4
 STALLED = 200
@@ -41,22 +42,6 @@ def tls_connect(listener: ListenerProcess, rt: Runtime | None) -> ssl.SSLSocket:
         ctx.load_cert_chain(str(rt.cert_file), str(rt.key_file))
     raw = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
     return ctx.wrap_socket(raw, server_hostname="127.0.0.1")
-
-
-def closed_by_server(sock: socket.socket, within: float) -> bool:
-    """Whether the server closes ``sock`` (EOF or reset) within ``within`` seconds; any
-    answer bytes before the close are read and ignored."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        sock.settimeout(max(0.05, deadline - time.monotonic()))
-        try:
-            if not sock.recv(65536):
-                return True
-        except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
-            return True
-        except TimeoutError:
-            return False
-    return False
 
 
 def legit_post(listener: ListenerProcess, rt: Runtime, name: str, rv: int) -> None:

@@ -246,6 +246,7 @@ class Janitor:
         self.proc = subprocess.Popen([sys.executable, "-m", "common.cli", "janitor"],
                                      cwd=controlplane.REPO_ROOT, env=environ, stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True,
                                      preexec_fn=controlplane.die_with_parent())
         eventually(self._ready, "janitor ready")
 
@@ -267,13 +268,7 @@ class Janitor:
         return [json.loads(line) for line in self.audit_file.read_text().splitlines() if line]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        controlplane.stop_group(self.proc)
         self._log.close()
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import pathlib
 import socket
-import ssl
 import time
 
 import pytest
 from kubernetes import client
 
 from common import controlplane
+from tests.sockets import closed_by_server
 from tests.webhook import conftest, stack
 from tests.webhook.receiver import Receiver
 
@@ -27,20 +27,6 @@ def _review(ns: str, cm: client.V1ConfigMap) -> bytes:
         "uid": "u-" + cm.metadata.name, "operation": "CREATE",
         "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
         "namespace": ns, "name": cm.metadata.name, "object": obj}}).encode()
-
-
-def _closed(sock: socket.socket, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        sock.settimeout(max(0.05, deadline - time.monotonic()))
-        try:
-            if not sock.recv(65536):
-                return True
-        except (ConnectionResetError, ssl.SSLError):
-            return True
-        except TimeoutError:
-            return False
-    return False
 
 
 def test_stalled_clients_leave_admission_served(
@@ -81,7 +67,7 @@ def test_stalled_clients_leave_admission_served(
         assert status == 200 and json.loads(body)["response"]["allowed"] is True
         assert time.monotonic() - t0 < 5, "an admission review waited behind stalled clients"
         # every stalled connection is closed by its deadline (2 s), none held forever
-        assert all(_closed(s, 15) for s in held)
+        assert all(closed_by_server(s, 15) for s in held)
         assert proc.metric("tether_webhook_connection_refusals_total",
                            reason="handshake_timeout") >= 200
         assert proc.metric("tether_webhook_connection_refusals_total",
