@@ -37,10 +37,11 @@ sys.path.insert(0, str(REPO))
 import requests  # noqa: E402
 from kubernetes import client  # noqa: E402
 
-from common import controlplane, gateway  # noqa: E402
+from common import gateway  # noqa: E402
 from compass import metrics, model, service  # noqa: E402
 from compass import settings as settings_mod  # noqa: E402
-from tests.compass.conftest import CRD_FILE, kyma_labels  # noqa: E402
+from testing import controlplane  # noqa: E402
+from testing.compassenv import CRD_FILE, kyma_labels  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "compass_ready.json"
 

@@ -58,8 +58,9 @@ sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
 
-from common import changes, controlplane  # noqa: E402
-from tests.listener import conftest as lt  # noqa: E402
+from common import changes  # noqa: E402
+from testing import controlplane  # noqa: E402
+from testing import listenerenv as lt  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "listener_abuse.json"
 MIB = 1024 * 1024

@@ -28,9 +28,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-from common import controlplane  # noqa: E402
-from tests.listener import conftest as lt  # noqa: E402
-from tests.listener import test_schemathesis as st  # noqa: E402
+from testing import controlplane  # noqa: E402
+from testing import listenerenv as lt  # noqa: E402
+from testing import schemafuzz as st  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "listener_fuzz.json"
 

@@ -41,9 +41,10 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from common import changes, controlplane  # noqa: E402
+from common import changes  # noqa: E402
 from listener import records  # noqa: E402
-from tests.listener import conftest as lt  # noqa: E402
+from testing import controlplane  # noqa: E402
+from testing import listenerenv as lt  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "listener_throughput.json"
 ROUNDS = 4

@@ -39,8 +39,9 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from common import certs, controlplane  # noqa: E402
-from tests.webhook import stack  # noqa: E402
+from common import certs  # noqa: E402
+from testing import controlplane  # noqa: E402
+from testing import webhookstack as stack  # noqa: E402
 
 RESULTS_DIR = REPO / "bench" / "results"
 NAMESPACE = "bench"
@@ -190,7 +191,7 @@ def main() -> int:
         runtime_ca.issue("rt-bench", client=True).write(work / "rt.crt", work / "rt.key")
         (work / "runtime-ca.crt").write_bytes(runtime_ca.cert_pem)
         # the stand-in listener runs in its own process (not competing for this one's GIL)
-        rec = subprocess.Popen([sys.executable, "-m", "tests.webhook.receiver", str(work),
+        rec = subprocess.Popen([sys.executable, "-m", "testing.receiver", str(work),
                                 str(work / "runtime-ca.crt")], cwd=REPO, stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True,
                                preexec_fn=controlplane.die_with_parent())

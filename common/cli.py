@@ -6,6 +6,8 @@
     tether compass ...      Compass registration scheduler (KCP)
     tether janitor ...      the listener's storage janitor: tombstones, orphaned runtimes (KCP)
     tether controlplane     start local SKR and KCP planes and print their kubeconfigs
+                            (a developer command: needs a checkout's testing/ package,
+                            which the image does not hold)
 
 Each part's entry point is ``<part>.main:main(argv) -> int``; it builds its settings
 (``common.config.load``: every setting, certificate and kubeconfig checked before anything
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import pathlib
 import sys
 
 PARTS = {
@@ -25,8 +28,9 @@ PARTS = {
     "poller": "poller.main",
     "compass": "compass.main",
     "janitor": "listener.janitor_main",
-    "controlplane": "common.controlplane_cli",
+    "controlplane": "testing.controlplane_cli",
 }
+DEVELOPER = {"controlplane"}  # in a checkout only: testing/ is not in the image
 
 
 def usage() -> str:
@@ -39,6 +43,14 @@ def version() -> str:
         return importlib.metadata.version("tether")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _add_checkout() -> None:
+    """Make a checkout's testing/ importable for a developer command (an editable install
+    maps only the product packages)."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    if (root / "testing" / "__init__.py").is_file() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +66,16 @@ def main(argv: list[str] | None = None) -> int:
     if part not in PARTS:
         print(f"tether: unknown part {part!r}; {usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(PARTS[part])
+    if part in DEVELOPER:
+        _add_checkout()
+    try:
+        module = importlib.import_module(PARTS[part])
+    except ModuleNotFoundError as e:
+        if part not in DEVELOPER or not (e.name or "").startswith("testing"):
+            raise
+        print(f"tether: {part} is a developer command and needs a checkout of Tether "
+              "(its testing/ package is not installed here)", file=sys.stderr)
+        return 2
     rc: int = module.main(rest)
     return rc
 

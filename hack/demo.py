@@ -38,9 +38,10 @@ from kubernetes import client
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import certs, controlplane  # noqa: E402
+from common import certs  # noqa: E402
 from compass import model  # noqa: E402
 from listener import records  # noqa: E402
+from testing import controlplane  # noqa: E402
 
 KCP_NS = "kcp-system"
 RUNTIME_ID = "demo-runtime-1"

@@ -1,4 +1,8 @@
-"""Shared fixtures: real control planes (session-scoped) and a fresh namespace per test.
+"""Shared fixtures: real control planes (session-scoped), a fresh namespace per test, and the
+listener (used by the listener, poller and webhook tests): ``listener_env`` (PKI, the
+RuntimeConfigMap CRD, a KCP namespace, a least-privilege kubeconfig; see
+``testing.listenerenv``), ``listener`` (one gunicorn listener for the session) and ``runtime``
+(a factory of Kyma CRs with matching client certificates).
 
 The planes are started only when a test asks for one; the first start builds the binaries
 if they are not cached (several minutes, printed by hack/build-controlplane.sh).
@@ -7,12 +11,15 @@ if they are not cached (several minutes, printed by hack/build-controlplane.sh).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from kubernetes import client
 
-from common import controlplane
+from common import kyma
+from listener import records
+from testing import controlplane
+from testing.listenerenv import Env, ListenerProcess, Runtime, create_kyma, install_crd, make_env
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -88,3 +95,47 @@ def kyma_crd(kcp_api: client.ApiClient) -> str:
     """Installs the stand-in Kyma CRD (operator.kyma-project.io/v1beta2) in the KCP plane
     and waits until it is served. Returns the CRD name."""
     return controlplane.install_crds(kcp_api, controlplane.KYMA_CRD)[0]
+
+
+# -- the listener ---------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def listener_env(
+    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient, kyma_crd: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Env]:
+    d = tmp_path_factory.mktemp("listener")
+    install_crd(kcp_api)
+    env = make_env(kcp, kcp_api, d, f"kl-{uuid.uuid4().hex[:8]}", foreign=True)
+    ns = env.namespace
+    yield env
+    objects = client.CustomObjectsApi(kcp_api)
+    for plural, group, version in ((records.PLURAL, records.GROUP, records.VERSION),
+                                   (kyma.PLURAL, kyma.GROUP, kyma.VERSION)):
+        objects.delete_collection_namespaced_custom_object(group, version, ns, plural)
+    client.CoreV1Api(kcp_api).delete_namespace(ns)
+
+
+
+@pytest.fixture(scope="session")
+def listener(listener_env: Env) -> Iterator[ListenerProcess]:
+    p = ListenerProcess(listener_env, "main", TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0",
+                        TETHER_LISTENER_SILENT_CACHE_SECONDS="0")
+    yield p
+    p.stop()
+
+
+
+@pytest.fixture
+def runtime(listener_env: Env) -> Callable[..., Runtime]:
+    def make(*, kyma_cr: bool = True, domain: str | None = None) -> Runtime:
+        rid = f"rt-{uuid.uuid4().hex[:12]}"
+        dom = domain or f"c-{rid[3:9]}.kyma.example.com"
+        if kyma_cr:
+            create_kyma(listener_env.api, listener_env.namespace, rid, dom)
+        pair = listener_env.runtime_ca.issue(rid, dns_names=[dom], client=True)
+        c, k = listener_env.dir / f"{rid}.crt", listener_env.dir / f"{rid}.key"
+        pair.write(c, k)
+        return Runtime(rid, dom, c, k, listener_env)
+    return make
+

@@ -11,7 +11,7 @@ import requests
 
 from compass import errors, metrics, service
 from standins.director import store as store_mod
-from tests.compass import conftest as h
+from testing import compassenv as h
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import controlplane
 from compass import model
 from standins.director import store as store_mod
-from tests.compass import conftest as h
+from testing import compassenv as h
+from testing import controlplane
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,11 @@ import time
 import requests
 from kubernetes import client
 
-from common import controlplane, gateway, leader
+from common import gateway, leader
 from compass import app as app_mod
 from compass import metrics, service
-from tests.compass import conftest as h
+from testing import compassenv as h
+from testing import controlplane
 
 
 def test_scheduler_runs_only_in_the_lease_holder(

@@ -9,9 +9,10 @@ import uuid
 import yaml
 from kubernetes import client, utils
 
-from common import controlplane, gateway, leader
+from common import gateway, leader
 from compass import service
-from tests.compass import conftest as h
+from testing import compassenv as h
+from testing import controlplane
 
 RBAC = controlplane.REPO_ROOT / "manifests" / "kcp" / "compass" / "rbac.yaml"
 SA_USER = "system:serviceaccount:tether-system:tether-compass"

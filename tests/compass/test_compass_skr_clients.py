@@ -7,8 +7,9 @@ import base64
 import pytest
 from kubernetes import client
 
-from common import controlplane, gateway, skr_clients
-from tests.compass import conftest as h
+from common import gateway, skr_clients
+from testing import compassenv as h
+from testing import controlplane
 
 
 def test_client_per_kubeconfig_secret_cached_per_resource_version(

@@ -13,7 +13,8 @@ import subprocess
 import pytest
 from kubernetes import client
 
-from common import certs, controlplane
+from common import certs
+from testing import controlplane
 
 pytestmark = pytest.mark.slow
 
@@ -189,7 +190,7 @@ def test_start_retries_when_a_port_is_taken() -> None:
 def test_processes_die_with_a_killed_parent() -> None:
     """Interrupted hard (SIGKILL, no atexit), the plane's processes still go away."""
     script = (f"import sys; sys.path.insert(0, {str(controlplane.REPO_ROOT)!r})\n"
-              "from common import controlplane\n"
+              "from testing import controlplane\n"
               "p = controlplane.ControlPlane('orphan').start()\n"
               "print(p._etcd.popen.pid, p._apiserver.popen.pid, flush=True)\n"
               "import time; time.sleep(600)\n")

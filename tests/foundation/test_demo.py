@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from common import controlplane
+from testing import controlplane
 
 pytestmark = pytest.mark.slow
 

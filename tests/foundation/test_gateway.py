@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from common import controlplane, gateway, kyma
+from common import gateway, kyma
+from testing import controlplane
 
 KYMAS = kyma.RESOURCE
 

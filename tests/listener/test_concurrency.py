@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from common import changes
-from tests.listener.conftest import Env, ListenerProcess, Runtime, metric_value
+from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
 
 OBJECTS = 6
 VERSIONS = 30

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import requests
 
-from tests.listener.conftest import Env, ListenerProcess, Runtime
+from testing.listenerenv import Env, ListenerProcess, Runtime
 
 MIB = 1024 * 1024
 POD_LIMIT = 768 * MIB

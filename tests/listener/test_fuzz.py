@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from common import changes
 from listener import records
-from tests.listener.conftest import Env, ListenerProcess, Runtime, create_kyma
+from testing.listenerenv import Env, ListenerProcess, Runtime, create_kyma
 
 EXAMPLES = 2000
 

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from listener import heartbeat
-from tests.listener.conftest import Env, ListenerProcess, Runtime, metric_value
+from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from common import controlplane
+from testing import controlplane
 
 KCP = controlplane.REPO_ROOT / "manifests" / "kcp"
 

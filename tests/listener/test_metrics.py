@@ -10,7 +10,7 @@ from typing import Any
 import requests
 
 from listener import openapi
-from tests.listener.conftest import ListenerProcess, Runtime, metric_value
+from testing.listenerenv import ListenerProcess, Runtime, metric_value
 
 
 def test_metrics_after_traffic(listener: ListenerProcess, runtime: Callable[..., Runtime]) -> None:

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import requests
 
-from common import controlplane
-from tests.listener.conftest import ListenerProcess, Runtime
+from testing import controlplane
+from testing.listenerenv import ListenerProcess, Runtime
 
 
 class Outage:

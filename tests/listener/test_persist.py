@@ -11,7 +11,7 @@ from kubernetes import client
 
 from common import changes
 from listener import heartbeat, records
-from tests.listener.conftest import ListenerProcess, Runtime, metric_value
+from testing.listenerenv import ListenerProcess, Runtime, metric_value
 
 
 def post(listener: ListenerProcess, rt: Runtime, body: Any) -> Any:

@@ -11,13 +11,7 @@ import requests
 from kubernetes import client
 
 from common import changes, kyma
-from tests.listener.conftest import (
-    ListenerProcess,
-    Runtime,
-    create_kyma,
-    expired,
-    metric_value,
-)
+from testing.listenerenv import ListenerProcess, Runtime, create_kyma, expired, metric_value
 
 
 def changes_url(listener: ListenerProcess, runtime_id: str) -> str:

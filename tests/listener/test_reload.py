@@ -13,7 +13,7 @@ from typing import Any
 
 import requests
 
-from tests.listener.conftest import Env, ListenerProcess
+from testing.listenerenv import Env, ListenerProcess
 
 
 def _readyz(p: ListenerProcess) -> tuple[int, Any]:

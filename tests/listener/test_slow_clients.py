@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.listener.conftest import Env, ListenerProcess, Runtime, metric_value
-from tests.sockets import closed_by_server
+from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
+from testing.sockets import closed_by_server
 
 THREADS = 4
 STALLED = 200

@@ -22,9 +22,10 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import changes, controlplane, gateway, kyma
+from common import changes, gateway, kyma
 from listener import heartbeat, quota, records, retention
-from tests.listener.conftest import (
+from testing import controlplane
+from testing.listenerenv import (
     Env,
     ListenerProcess,
     Runtime,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import requests
 
-from tests.listener.conftest import Env, ListenerProcess, Runtime, expired
+from testing.listenerenv import Env, ListenerProcess, Runtime, expired
 
 
 def xfcc(cert_file: object) -> str:

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 import yaml
 
-from common import controlplane
+from testing import controlplane
 
 REPO = controlplane.REPO_ROOT
 MON = REPO / "manifests" / "monitoring"

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from common import controlplane
 from poller import settings
+from testing import controlplane
 
 pytestmark = pytest.mark.slow
 SKR = controlplane.REPO_ROOT / "manifests" / "skr"

@@ -14,8 +14,8 @@ from kubernetes import client
 
 from common import changes
 from listener import records
-from tests.listener.conftest import Env, ListenerProcess, Runtime
-from tests.poller.conftest import InProcess, unique_selector
+from testing.listenerenv import Env, ListenerProcess, Runtime
+from testing.pollerenv import InProcess, unique_selector
 
 # field overrides of a stored record, each accepted by the old schema or the old code path
 POISON: dict[str, dict[str, str]] = {

@@ -13,9 +13,10 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import controlplane
-from tests.listener.conftest import ListenerProcess, Runtime
-from tests.poller.conftest import (
+from testing import controlplane
+from testing import webhookstack as stack
+from testing.listenerenv import ListenerProcess, Runtime
+from testing.pollerenv import (
     Env,
     PollerProcess,
     kcp_state,
@@ -24,7 +25,6 @@ from tests.poller.conftest import (
     unique_selector,
     wait_until,
 )
-from tests.webhook import stack
 
 pytestmark = pytest.mark.slow
 Pollers = Callable[[str, dict[str, str]], PollerProcess]

@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes import client
 
-from common import controlplane
 from poller import scan
-from tests.listener.conftest import ListenerProcess, Runtime
-from tests.poller.conftest import (
+from testing import controlplane
+from testing import webhookstack as stack
+from testing.listenerenv import ListenerProcess, Runtime
+from testing.pollerenv import (
     Env,
     InProcess,
     kcp_state,
@@ -21,7 +22,6 @@ from tests.poller.conftest import (
     unique_selector,
     wait_until,
 )
-from tests.webhook import stack
 
 pytestmark = pytest.mark.slow
 

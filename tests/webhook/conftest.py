@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 from collections.abc import Iterator
 
 import pytest
 
 from common import certs
-from tests.webhook import receiver as receiver_mod
-
-RUNTIME_ID = "rt-4a1f"
-
-
-@dataclasses.dataclass
-class RuntimeCert:
-    ca: certs.CertificateAuthority
-    cert_file: pathlib.Path
-    key_file: pathlib.Path
+from testing import receiver as receiver_mod
+from testing.receiver import RUNTIME_ID, RuntimeCert
 
 
 @pytest.fixture
@@ -30,8 +21,10 @@ def runtime_cert(tmp_path: pathlib.Path) -> RuntimeCert:
     return RuntimeCert(ca, cert, key)
 
 
+
 @pytest.fixture
 def receiver(tmp_path: pathlib.Path, runtime_cert: RuntimeCert) -> Iterator[receiver_mod.Receiver]:
     r = receiver_mod.Receiver(tmp_path, runtime_cert.ca).start()
     yield r
     r.stop()
+

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from common import controlplane
+from testing import controlplane
 
 pytestmark = pytest.mark.slow
 SKR = controlplane.REPO_ROOT / "manifests" / "skr"

@@ -9,17 +9,17 @@ import time
 import pytest
 
 from common import certs, changes, sender
-from tests.webhook import conftest
-from tests.webhook.receiver import Receiver
+from testing import receiver as receiver_mod
+from testing.receiver import Receiver
 
 
 def _rec(name: str) -> changes.ChangeRecord:
     return changes.from_configmap(
         {"metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": "7"},
-         "data": {"k": "v"}}, runtime_id=conftest.RUNTIME_ID, source="poller")
+         "data": {"k": "v"}}, runtime_id=receiver_mod.RUNTIME_ID, source="poller")
 
 
-def _client(receiver: Receiver, rc: conftest.RuntimeCert, runtime_id: str = conftest.RUNTIME_ID,
+def _client(receiver: Receiver, rc: receiver_mod.RuntimeCert, runtime_id: str = receiver_mod.RUNTIME_ID,
             reload_check: float = 0.0) -> sender.ListenerClient:
     return sender.ListenerClient(sender.ClientSettings(
         base_url=receiver.url, runtime_id=runtime_id, ca_file=str(receiver.ca_file),
@@ -27,7 +27,7 @@ def _client(receiver: Receiver, rc: conftest.RuntimeCert, runtime_id: str = conf
         reload_check_seconds=reload_check))
 
 
-def test_send_single_and_batch_over_one_connection(receiver: Receiver, runtime_cert: conftest.RuntimeCert) -> None:
+def test_send_single_and_batch_over_one_connection(receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert) -> None:
     client = _client(receiver, runtime_cert)
     try:
         out = client.send([_rec("a")])
@@ -37,11 +37,11 @@ def test_send_single_and_batch_over_one_connection(receiver: Receiver, runtime_c
     finally:
         client.close()
     assert [r["name"] for r in receiver.records()] == ["a", "b", "c"]
-    assert {r["cn"] for r in receiver.requests} == {conftest.RUNTIME_ID}
+    assert {r["cn"] for r in receiver.requests} == {receiver_mod.RUNTIME_ID}
     assert receiver.connections == 1  # keep-alive
 
 
-def test_errors_are_classified(receiver: Receiver, runtime_cert: conftest.RuntimeCert) -> None:
+def test_errors_are_classified(receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert) -> None:
     client = _client(receiver, runtime_cert)
     try:
         receiver.mode, receiver.status, receiver.retry_after = "error", 429, "4"
@@ -63,12 +63,12 @@ def test_errors_are_classified(receiver: Receiver, runtime_cert: conftest.Runtim
         client.close()
 
 
-def test_untrusted_server_is_a_tls_failure(receiver: Receiver, runtime_cert: conftest.RuntimeCert,
+def test_untrusted_server_is_a_tls_failure(receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert,
                                            tmp_path: pathlib.Path) -> None:
     other = tmp_path / "other-ca.crt"
     other.write_bytes(certs.CertificateAuthority.create("other").cert_pem)
     client = sender.ListenerClient(sender.ClientSettings(
-        base_url=receiver.url, runtime_id=conftest.RUNTIME_ID, ca_file=str(other),
+        base_url=receiver.url, runtime_id=receiver_mod.RUNTIME_ID, ca_file=str(other),
         cert_file=str(runtime_cert.cert_file), key_file=str(runtime_cert.key_file)))
     try:
         assert client.send([_rec("a")]).reason == "tls"
@@ -77,7 +77,7 @@ def test_untrusted_server_is_a_tls_failure(receiver: Receiver, runtime_cert: con
     assert receiver.records() == []
 
 
-def test_state_pages(receiver: Receiver, runtime_cert: conftest.RuntimeCert) -> None:
+def test_state_pages(receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert) -> None:
     receiver.state_items = [
         {"namespace": "ns", "name": f"n{i}", "uid": "u", "resourceVersion": str(i),
          "observedAt": "2026-11-30T10:00:00.000000Z", "deleted": False} for i in range(5)]
@@ -88,7 +88,7 @@ def test_state_pages(receiver: Receiver, runtime_cert: conftest.RuntimeCert) -> 
         client.close()
 
 
-def test_certificate_rotation_is_picked_up(receiver: Receiver, runtime_cert: conftest.RuntimeCert) -> None:
+def test_certificate_rotation_is_picked_up(receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert) -> None:
     client = _client(receiver, runtime_cert)
     try:
         assert client.send([_rec("a")]).verdict == "ok"

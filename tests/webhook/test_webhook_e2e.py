@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from common import certs, controlplane
-from tests.webhook import conftest, denier, stack
-from tests.webhook.receiver import Receiver
+from common import certs
+from testing import controlplane, denier
+from testing import receiver as receiver_mod
+from testing import webhookstack as stack
+from testing.receiver import Receiver
 
 pytestmark = pytest.mark.slow
 
@@ -61,11 +63,11 @@ def wh(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
     core = client.CoreV1Api(skr_api)
     ns, ignored = _namespace(core, "wh"), _namespace(core, "whi")
     ca = certs.CertificateAuthority.create("kcp-runtime-ca")
-    pair = ca.issue(conftest.RUNTIME_ID, dns_names=["c-4a1f.kyma.example.com"], client=True)
+    pair = ca.issue(receiver_mod.RUNTIME_ID, dns_names=["c-4a1f.kyma.example.com"], client=True)
     pair.write(work / "runtime.crt", work / "runtime.key")
     receiver = Receiver(work, ca).start()
     proc = stack.WebhookProcess(work, {
-        "TETHER_RUNTIME_ID": conftest.RUNTIME_ID,
+        "TETHER_RUNTIME_ID": receiver_mod.RUNTIME_ID,
         "TETHER_LISTENER_URL": receiver.url,
         "TETHER_LISTENER_CA_FILE": str(receiver.ca_file),
         "TETHER_CLIENT_CERT_FILE": str(work / "runtime.crt"),
@@ -114,7 +116,7 @@ def test_create_update_delete_each_arrive_as_one_record(wh: Stack) -> None:
     rec = wh.wait("life", lambda r: len(r) >= 1)[0]
     assert rec["resourceVersion"] == created.metadata.resource_version
     assert (rec["data"], rec["labels"], rec["deleted"]) == ({"k": "v1"}, {"team": "a"}, False)
-    assert (rec["runtimeId"], rec["uid"], rec["source"]) == (conftest.RUNTIME_ID, created.metadata.uid, "webhook")
+    assert (rec["runtimeId"], rec["uid"], rec["source"]) == (receiver_mod.RUNTIME_ID, created.metadata.uid, "webhook")
 
     updated = wh.patch("life", {"k": "v2"})
     rec = wh.wait("life", lambda r: len(r) >= 2)[1]
@@ -127,7 +129,7 @@ def test_create_update_delete_each_arrive_as_one_record(wh: Stack) -> None:
     assert tomb["uid"] == created.metadata.uid
     assert int(tomb["resourceVersion"]) >= int(updated.metadata.resource_version)
     assert len(recs) == 3
-    assert all(r["cn"] == conftest.RUNTIME_ID for r in wh.receiver.requests)
+    assert all(r["cn"] == receiver_mod.RUNTIME_ID for r in wh.receiver.requests)
 
 
 @pytest.mark.parametrize("mode", ["down", "slow", "error"])

@@ -15,9 +15,11 @@ import time
 import pytest
 from kubernetes import client
 
-from common import certs, controlplane
-from tests.webhook import conftest, stack
-from tests.webhook.receiver import Receiver
+from common import certs
+from testing import controlplane
+from testing import receiver as receiver_mod
+from testing import webhookstack as stack
+from testing.receiver import Receiver
 
 pytestmark = pytest.mark.slow
 
@@ -60,10 +62,10 @@ def _serving_cert_issuer(port: int, ca_file: pathlib.Path) -> str | None:
 
 def test_two_workers_reload_and_drain(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
                                       namespace: str, receiver: Receiver,
-                                      runtime_cert: conftest.RuntimeCert, tmp_path: pathlib.Path) -> None:
+                                      runtime_cert: receiver_mod.RuntimeCert, tmp_path: pathlib.Path) -> None:
     core = client.CoreV1Api(skr_api)
     proc = stack.WebhookProcess(tmp_path, {
-        "TETHER_RUNTIME_ID": conftest.RUNTIME_ID,
+        "TETHER_RUNTIME_ID": receiver_mod.RUNTIME_ID,
         "TETHER_LISTENER_URL": receiver.url,
         "TETHER_LISTENER_CA_FILE": str(receiver.ca_file),
         "TETHER_CLIENT_CERT_FILE": str(runtime_cert.cert_file),

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from common import controlplane
-from tests.listener.conftest import Env, ListenerProcess, Runtime, listener, listener_env, runtime  # noqa: F401
-from tests.webhook import stack
+from testing import controlplane
+from testing import webhookstack as stack
+from testing.listenerenv import Env, ListenerProcess, Runtime
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,11 @@ import time
 import pytest
 from kubernetes import client
 
-from common import controlplane
-from tests.sockets import closed_by_server
-from tests.webhook import conftest, stack
-from tests.webhook.receiver import Receiver
+from testing import controlplane
+from testing import receiver as receiver_mod
+from testing import webhookstack as stack
+from testing.receiver import Receiver
+from testing.sockets import closed_by_server
 
 pytestmark = pytest.mark.slow
 
@@ -31,10 +32,10 @@ def _review(ns: str, cm: client.V1ConfigMap) -> bytes:
 
 def test_stalled_clients_leave_admission_served(
     skr: controlplane.ControlPlane, skr_api: client.ApiClient, namespace: str,
-    receiver: Receiver, runtime_cert: conftest.RuntimeCert, tmp_path: pathlib.Path,
+    receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert, tmp_path: pathlib.Path,
 ) -> None:
     proc = stack.WebhookProcess(tmp_path, {
-        "TETHER_RUNTIME_ID": conftest.RUNTIME_ID,
+        "TETHER_RUNTIME_ID": receiver_mod.RUNTIME_ID,
         "TETHER_LISTENER_URL": receiver.url,
         "TETHER_LISTENER_CA_FILE": str(receiver.ca_file),
         "TETHER_CLIENT_CERT_FILE": str(runtime_cert.cert_file),

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from common import controlplane
+from testing import controlplane
 
 
 def main(argv: list[str]) -> int:

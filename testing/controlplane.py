@@ -30,6 +30,7 @@ import functools
 import logging
 import os
 import pathlib
+import random
 import shutil
 import signal
 import socket
@@ -123,6 +124,21 @@ def free_port() -> int:
 
 
 _PR_SET_PDEATHSIG = 1
+_cidrs_lock = threading.Lock()
+_cidrs_used: set[str] = set()
+
+
+def _service_cidr() -> str:
+    """A loopback /16 (127.64.0.0 to 127.127.0.0) for a plane's ClusterIPs, unique in this
+    process and random across processes: pods of different planes reach each other's
+    Services on one machine (``testing.podrunner`` binds its proxies there)."""
+    with _cidrs_lock:
+        free = [n for n in range(64, 128) if f"127.{n}.0.0/16" not in _cidrs_used]
+        if not free:
+            raise ControlPlaneError("no free loopback range for ClusterIPs (64 planes running)")
+        cidr = f"127.{random.choice(free)}.0.0/16"
+        _cidrs_used.add(cidr)
+        return cidr
 
 
 def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
@@ -183,6 +199,7 @@ class ControlPlane:
         self.etcd_port = self.etcd_peer_port = self.port = 0
         self.url = ""
         self._pick_ports()
+        self.service_cidr = _service_cidr()
         self._etcd: _Proc | None = None
         self._apiserver: _Proc | None = None
         self._pki = self.dir / "pki"
@@ -246,7 +263,8 @@ class ControlPlane:
             f"--tls-private-key-file={p / 'serving.key'}",
             f"--client-ca-file={p / 'client-ca.crt'}",
             "--authorization-mode=RBAC",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            # on loopback, so that the pod runner's proxies can serve ClusterIPs
+            f"--service-cluster-ip-range={self.service_cidr}",
             "--allow-privileged=true",
             "--disable-admission-plugins=ServiceAccount",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

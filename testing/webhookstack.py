@@ -24,7 +24,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from common import certs, controlplane
+from common import certs
+from testing import controlplane
 
 REPO = controlplane.REPO_ROOT
 VWC_FILE = REPO / "manifests" / "skr" / "webhook" / "validatingwebhookconfiguration.yaml"
@@ -121,7 +122,7 @@ class WebhookProcess:
 
 def vwc_body(name: str, url: str, ca_pem: bytes, namespace: str) -> dict[str, Any]:
     """The manifest's configuration, pointed at ``url`` and scoped to ``namespace``."""
-    body = copy.deepcopy(yaml.safe_load(VWC_FILE.read_text()))
+    body: dict[str, Any] = copy.deepcopy(yaml.safe_load(VWC_FILE.read_text()))
     body["metadata"] = {"name": name}
     for hook in body["webhooks"]:
         hook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca_pem).decode()}
@@ -130,7 +131,7 @@ def vwc_body(name: str, url: str, ca_pem: bytes, namespace: str) -> dict[str, An
 
 
 def register(api: client.ApiClient, body: dict[str, Any]) -> None:
-    client.AdmissionregistrationV1Api(api).create_validating_webhook_configuration(body)
+    client.AdmissionregistrationV1Api(api).create_validating_webhook_configuration(body)  # type: ignore[arg-type]
 
 
 def unregister(api: client.ApiClient, name: str) -> None:

@@ -1,12 +1,4 @@
-"""Fixtures of the listener tests: a real listener under gunicorn against the KCP plane.
-
-* ``listener_env``: PKI (runtime client CA, serving certificate, a foreign CA), the
-  RuntimeConfigMap CRD, a fresh KCP namespace holding Kyma CRs and records, and a
-  kubeconfig of a user bound only to the listener's Role from ``manifests/kcp/listener``
-  (so the tests also prove that least-privilege RBAC suffices).
-* ``listener``: one listener process (gunicorn, gthread, mTLS) for the session.
-* ``runtime``: a factory creating a Kyma CR and a matching client certificate.
-"""
+"""The listener's test environment: PKI, the RuntimeConfigMap CRD, a KCP namespace with Kyma CRs, a least-privilege kubeconfig, the listener under gunicorn as a subprocess, and runtimes with client certificates. Used by the listener, poller and webhook tests and by the benchmarks."""
 
 from __future__ import annotations
 
@@ -18,20 +10,25 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from typing import Any
 
-import pytest
 import requests
 import yaml
 from kubernetes import client
 
-from common import certs, changes, controlplane, kyma
+from common import certs, changes, kyma
 from listener import records
+from testing import controlplane
 
 REPO = controlplane.REPO_ROOT
+
+
 CRD_FILE = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeconfigmaps.yaml"
+
+
 RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "rbac.yaml"
+
+
 LISTENER_USER = "tether-listener-test"
 
 
@@ -114,23 +111,6 @@ def add_runtime(env: Env, runtime_id: str, domain: str | None = None) -> Runtime
     c, k = env.dir / f"{runtime_id}.crt", env.dir / f"{runtime_id}.key"
     env.runtime_ca.issue(runtime_id, dns_names=[dom], client=True).write(c, k)
     return Runtime(runtime_id, dom, c, k, env)
-
-
-@pytest.fixture(scope="session")
-def listener_env(
-    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient, kyma_crd: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Env]:
-    d = tmp_path_factory.mktemp("listener")
-    install_crd(kcp_api)
-    env = make_env(kcp, kcp_api, d, f"kl-{uuid.uuid4().hex[:8]}", foreign=True)
-    ns = env.namespace
-    yield env
-    objects = client.CustomObjectsApi(kcp_api)
-    for plural, group, version in ((records.PLURAL, records.GROUP, records.VERSION),
-                                   (kyma.PLURAL, kyma.GROUP, kyma.VERSION)):
-        objects.delete_collection_namespaced_custom_object(group, version, ns, plural)
-    client.CoreV1Api(kcp_api).delete_namespace(ns)
 
 
 class ListenerProcess:
@@ -228,14 +208,6 @@ def metric_value(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-@pytest.fixture(scope="session")
-def listener(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "main", TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0",
-                        TETHER_LISTENER_SILENT_CACHE_SECONDS="0")
-    yield p
-    p.stop()
-
-
 @dataclasses.dataclass
 class Runtime:
     id: str
@@ -296,20 +268,7 @@ def create_kyma(api: client.ApiClient, namespace: str, runtime_id: str, domain: 
     return dict(obj)
 
 
-@pytest.fixture
-def runtime(listener_env: Env) -> Callable[..., Runtime]:
-    def make(*, kyma_cr: bool = True, domain: str | None = None) -> Runtime:
-        rid = f"rt-{uuid.uuid4().hex[:12]}"
-        dom = domain or f"c-{rid[3:9]}.kyma.example.com"
-        if kyma_cr:
-            create_kyma(listener_env.api, listener_env.namespace, rid, dom)
-        pair = listener_env.runtime_ca.issue(rid, dns_names=[dom], client=True)
-        c, k = listener_env.dir / f"{rid}.crt", listener_env.dir / f"{rid}.key"
-        pair.write(c, k)
-        return Runtime(rid, dom, c, k, listener_env)
-    return make
-
-
 def expired(days: int = 2) -> dict[str, Any]:
     start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=days)
     return {"not_before": start, "validity": datetime.timedelta(days=1)}
+

@@ -53,7 +53,7 @@ class Receiver:
 
     def records(self) -> list[dict[str, Any]]:
         """Every record received with 200, in arrival order (batches flattened)."""
-        out = []
+        out: list[dict[str, Any]] = []
         with self.lock:
             for r in self.requests:
                 if r["answered"] != 200:
@@ -108,7 +108,7 @@ class Receiver:
                 self.wfile.write(body)
 
             def _cn(self) -> str:
-                peer = self.connection.getpeercert()  # type: ignore[attr-defined]
+                peer = self.connection.getpeercert()
                 for rdn in peer.get("subject", ()):
                     for k, v in rdn:
                         if k == "commonName":
@@ -175,7 +175,7 @@ class Receiver:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m tests.webhook.receiver WORKDIR CLIENT_CA_PEM``: serve in this process
+    """``python -m testing.receiver WORKDIR CLIENT_CA_PEM``: serve in this process
     (e.g. for a benchmark), print the port, stop when stdin closes; then print the number
     of records received."""
     import sys
@@ -194,3 +194,14 @@ if __name__ == "__main__":
     import sys
 
     sys.exit(main(sys.argv[1:]))
+
+
+RUNTIME_ID = "rt-4a1f"  # the webhook tests' runtime
+
+
+@dataclasses.dataclass
+class RuntimeCert:
+    """A runtime's client certificate and the CA that issued it."""
+    ca: certs.CertificateAuthority
+    cert_file: pathlib.Path
+    key_file: pathlib.Path

@@ -1,0 +1,151 @@
+"""The compass scheduler's test environment: the Director stand-in as a process, Kyma CRs and their kubeconfig Secrets, mappings, settings and services wired to a plane."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import pathlib
+import time
+import uuid
+from typing import Any
+
+from kubernetes import client
+
+from common import gateway
+from compass import metrics, model, service
+from compass import settings as settings_mod
+from standins.director import server as server_mod
+from testing import controlplane
+
+CRD_FILE = controlplane.REPO_ROOT / "manifests" / "kcp" / "compass" / "crd.yaml"
+
+
+EXTRA_PLANES = 19  # with the session's skr plane: one runtime plane per Kyma CR of the 20-CR test
+
+
+class Director:
+    """The running stand-in: ``store`` (state, faults, request log) and URLs."""
+
+    def __init__(self, srv: server_mod.DirectorServer, ca_file: pathlib.Path) -> None:
+        self.server = srv
+        self.store = srv.store
+        self.ca_file = ca_file
+
+    @property
+    def graphql_url(self) -> str:
+        return f"{self.server.url}/graphql"
+
+    @property
+    def token_url(self) -> str:
+        return f"{self.server.url}/oauth2/token"
+
+
+def kyma_labels(tenant: str, shoot: str, **extra: str) -> dict[str, str]:
+    labels = {
+        model.GLOBAL_ACCOUNT: tenant,
+        model.SUBACCOUNT: f"sa-{shoot}",
+        model.SHOOT_NAME: shoot,
+        model.INSTANCE_ID: f"inst-{shoot}",
+        model.PLAN_ID: "plan-azure",
+        model.PLAN_NAME: "azure",
+        "kyma-project.io/runtime-id": f"rt-{shoot}",
+    }
+    labels.update(extra)
+    return labels
+
+
+def create_kyma(api: client.ApiClient, namespace: str, name: str, labels: dict[str, str],
+                modules: tuple[str, ...] = ()) -> None:
+    body = {"apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"channel": "regular", "modules": [{"name": m} for m in modules]}}
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        model.KYMA_GROUP, model.KYMA_VERSION, namespace, model.KYMA_PLURAL, body)
+
+
+def delete_kyma(api: client.ApiClient, namespace: str, name: str) -> None:
+    client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        model.KYMA_GROUP, model.KYMA_VERSION, namespace, model.KYMA_PLURAL, name)
+
+
+def create_kubeconfig_secret(api: client.ApiClient, namespace: str, kyma: str,
+                             plane: controlplane.ControlPlane) -> None:
+    """The runtime's admin kubeconfig as lifecycle-manager keeps it in the KCP."""
+    body = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=f"kubeconfig-{kyma}", namespace=namespace,
+                                     labels={"operator.kyma-project.io/kyma-name": kyma}),
+        data={"config": base64.b64encode(plane.kubeconfig.read_bytes()).decode()},
+    )
+    client.CoreV1Api(api).create_namespaced_secret(namespace, body)
+
+
+def agent_secret(plane: controlplane.ControlPlane) -> dict[str, str] | None:
+    api = plane.api_client()
+    try:
+        sec: Any = client.CoreV1Api(api).read_namespaced_secret(
+            "compass-agent-configuration", "kyma-system")
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    finally:
+        api.close()
+    return {k: base64.b64decode(v).decode() for k, v in (sec.data or {}).items()}
+
+
+def get_mapping(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            model.MAPPING_GROUP, model.MAPPING_VERSION, namespace, model.MAPPING_PLURAL, name)
+        return dict(obj)
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def make_settings(director: Director, namespace: str, **over: Any) -> settings_mod.Settings:
+    base: dict[str, Any] = dict(
+        director_url=director.graphql_url, token_url=director.token_url,
+        client_id=director.store.client_id, client_secret=director.store.client_secret,
+        director_ca_file=str(director.ca_file), namespace=namespace, concurrency=4,
+        director_timeout=2.0, skr_timeout=5.0, backoff_base=0.2, backoff_cap=1.0,
+        breaker_threshold=3, breaker_open_seconds=0.5, breaker_max_open_seconds=1.0,
+        interval=0.5, lease_namespace=namespace, lease_name=f"compass-{uuid.uuid4().hex[:6]}",
+    )
+    base.update(over)
+    return settings_mod.Settings(**base)
+
+
+class AuditCapture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.events.append({k: v for k, v in vars(record).items()
+                            if k in ("event", "kyma", "runtimeId", "tenant", "reason",
+                                     "directorKnewIt", "expiresAt")} | {"message": record.getMessage()})
+
+
+def make_service(kcp_api: client.ApiClient | gateway.Kube,
+                 s: settings_mod.Settings) -> tuple[service.Service, AuditCapture]:
+    audit = logging.getLogger(f"tether.audit.test.{uuid.uuid4().hex[:6]}")
+    audit.propagate = False
+    cap = AuditCapture()
+    audit.addHandler(cap)
+    audit.setLevel(logging.INFO)
+    kcp = kcp_api if isinstance(kcp_api, gateway.Kube) else gateway.Kube(kcp_api)
+    return service.build(s, kcp, metrics.Metrics(), audit), cap
+
+
+def run_until(svc: service.Service, predicate: Any, *, runs: int = 30, pause: float = 0.3,
+              full: bool = False) -> int:
+    """Run the job until ``predicate()`` holds; returns the number of runs. Bounded."""
+    for i in range(1, runs + 1):
+        svc.job.run(full=full)
+        if predicate():
+            return i
+        time.sleep(pause)
+    raise AssertionError(f"not converged within {runs} runs")
+
