@@ -1,24 +1,45 @@
 # The tether image used by manifests/skr and manifests/kcp (image: tether:0.1.0):
+#   make image          (hack/build-image.sh: buildah, no Docker engine needed)
 #   docker build -t tether:0.1.0 .
-# One image, one command per part: `tether webhook|listener|poller|compass`.
-# (Not built in CI here: these machines have no container engine.)
-FROM python:3.11-slim AS build
+# One image, one command per part: `tether webhook|listener|janitor|poller|compass`. The
+# ENTRYPOINT is empty, so a Pod's `command: ["tether", "webhook"]` or
+# `args: ["tether", "compass"]` is the whole command line. tests/foundation/test_image.py
+# builds it and checks its config and layers (docs/development.md "The image").
+#
+# BASE_IMAGE: the official python:3.11-slim. Where no container registry is reachable,
+# hack/build-image.sh passes a stand-in built from Debian's packages (bookworm + its
+# python3.11). Both stages use the same base, so the virtualenv's interpreter path holds.
+ARG BASE_IMAGE=python:3.11-slim
+
+FROM ${BASE_IMAGE} AS build
+# How pip reaches PyPI where the machine needs more than the default: hack/build-image.sh
+# bind-mounts a pip.conf (index, CA file) into the RUN steps and passes its path. Build
+# stage only: neither the file nor its settings reach the final image.
+ARG PIP_CONFIG_FILE
+RUN python3 -m venv /opt/tether
 WORKDIR /src
-COPY requirements.txt constraints.txt setup.cfg pyproject.toml README.md ./
+# the pinned runtime dependencies first: this layer is reused while only the code changes
+# (constraints.txt: the indirect versions CI tested, `make constraints`)
+COPY requirements.txt constraints.txt ./
+RUN /opt/tether/bin/pip install --no-cache-dir -q -c constraints.txt -r requirements.txt
+# the product packages only (setup.cfg [options.packages.find]); .dockerignore keeps the
+# test harness (testing/), tests/, bench/, hack/ and standins/ out of the context anyway
+COPY setup.cfg pyproject.toml README.md ./
 COPY common common
 COPY webhook webhook
 COPY listener listener
 COPY poller poller
 COPY compass compass
-# constraints.txt: the indirect versions CI tested (make constraints)
-RUN pip install --no-cache-dir --prefix=/install -c constraints.txt -r requirements.txt \
- && pip install --no-cache-dir --prefix=/install --no-deps .
+# then the virtualenv's own installer goes: the image installs nothing at run time
+RUN /opt/tether/bin/pip install --no-cache-dir -q -c constraints.txt --no-deps . \
+ && /opt/tether/bin/pip uninstall -q -y pip setuptools
 
-FROM python:3.11-slim
-COPY --from=build /install /usr/local
+FROM ${BASE_IMAGE}
+COPY --from=build /opt/tether /opt/tether
 # non-root, matching runAsUser/runAsGroup 65532 in the manifests; the root filesystem is
 # read-only there, so nothing is written outside mounted volumes and /tmp
 USER 65532:65532
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+ENV PATH=/opt/tether/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 ENTRYPOINT []
 CMD ["tether", "--help"]

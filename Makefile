@@ -32,6 +32,12 @@ promtool: ## install promtool (Debian's prometheus package) if missing; checks t
 	  echo "installing promtool (Debian package prometheus)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+image-tools: ## install buildah, podman, runc and debootstrap (Debian packages) if missing
+	bash hack/install-image-tools.sh
+
+image: image-tools ## build the product image tether:<setup.cfg version> with buildah (no Docker engine)
+	bash hack/build-image.sh
+
 lint: $(STAMP) ## ruff, mypy (strict on the product packages) and the import contracts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -40,7 +46,7 @@ lint: $(STAMP) ## ruff, mypy (strict on the product packages) and the import con
 unit: $(STAMP) ## fast tests of pure logic only
 	$(VENV)/bin/pytest -m "not slow" tests/unit
 
-test: $(STAMP) controlplane promtool lint ## everything CI runs: lint, type checks, all tests on real control planes
+test: $(STAMP) controlplane promtool image-tools lint ## everything CI runs: lint, type checks, all tests on real control planes
 	$(VENV)/bin/pytest
 
 demo: $(STAMP) controlplane ## run the whole system locally (two planes, all parts)
@@ -53,4 +59,4 @@ clean: ## remove the venv and caches (not the control plane cache)
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
 
 
-.PHONY: help venv constraints controlplane promtool lint unit test demo planes clean
+.PHONY: help venv constraints controlplane promtool image-tools image lint unit test demo planes clean
