@@ -38,7 +38,8 @@ def main(argv: list[str]) -> int:
         kcp_api, leader.LeaseSettings(namespace=s.lease_namespace, name=s.lease_name),
         sched, stats.leader)
     svc.job.active = lambda: elector.is_leader
-    http = serving.make_server("0.0.0.0", s.metrics_port,  # noqa: S104 - probes and scrapes
+    host, _, port = s.bind.rpartition(":")
+    http = serving.make_server(host, int(port),
                                app_mod.create_app(stats, ready=lambda: sched.running),
                                threaded=True)
     threading.Thread(target=http.serve_forever, name="http", daemon=True).start()

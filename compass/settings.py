@@ -39,7 +39,7 @@ class Settings:
     lease_name: str = "tether-compass"
     shard_index: int = 0                   # this instance's shard of the Kyma CRs
     shard_count: int = 1
-    metrics_port: int = 8080
+    bind: str = "0.0.0.0:8080"
     log_level: str = "INFO"
     log_format: str = "json"
     audit_destination: str = "stdout"
@@ -108,13 +108,12 @@ SPEC = config.Spec(
                        minimum=1, maximum=1024),
         config.integer(C + "SHARD_INDEX", 0, "this instance's shard (below SHARD_COUNT)",
                        minimum=0, maximum=1023),
-        config.integer(C + "METRICS_PORT", 8080, "port of /healthz, /readyz and /metrics",
-                       minimum=0, maximum=65535),
+        config.host_port(C + "BIND", "0.0.0.0:8080", "HOST:PORT of /healthz, /readyz and /metrics"),
         config.log_level(),
         config.log_format(),
         config.text("TETHER_AUDIT_LOG", "stdout", "stdout or a file path for the audit lines"),
     ),
-    renamed={"TETHER_LEASE_NAMESPACE": C + "LEASE_NAMESPACE"},
+    renamed={"TETHER_LEASE_NAMESPACE": C + "LEASE_NAMESPACE", C + "METRICS_PORT": C + "BIND"},
 )
 
 
@@ -163,7 +162,7 @@ def build(v: config.Values) -> Settings:
         lease_name=lease_name,
         shard_index=shard_index,
         shard_count=shard_count,
-        metrics_port=v[C + "METRICS_PORT"],
+        bind=v[C + "BIND"],
         log_level=v["TETHER_LOG_LEVEL"],
         log_format=v["TETHER_LOG_FORMAT"],
         audit_destination=v["TETHER_AUDIT_LOG"],

@@ -13,6 +13,7 @@ Each request goes through the same steps, cheapest first, and stops at the first
 from __future__ import annotations
 
 import datetime
+import logging
 import time
 from typing import Any
 
@@ -40,8 +41,21 @@ def _refuse(svc: services.Services, runtime_id: str, status: int, reason: str, m
                            {"reason": reason, "message": message})
 
 
+_log = logging.getLogger("tether.listener")
+_last_logged: dict[tuple[str, str], float] = {}
+_LOG_EVERY = 30.0  # seconds: one line per operation and kind, however many requests fail
+
+
 def _unavailable(svc: services.Services, operation: str, e: Exception) -> Response:
     svc.metrics.kcp_unavailable.labels(operation).inc()
+    # Forbidden is the listener's own RBAC (a Role missing a verb): say so, it will not heal
+    kind = "forbidden" if isinstance(e, gateway.Forbidden) else "unavailable"
+    now = time.monotonic()
+    if now - _last_logged.get((operation, kind), -_LOG_EVERY) >= _LOG_EVERY:
+        _last_logged[(operation, kind)] = now
+        (_log.error if kind == "forbidden" else _log.warning)(
+            "KCP API %s during %s (answered 503, the runtime retries): %s%s", kind, operation,
+            logs.bounded(e, 300), "; check the listener's Role in its namespace" if kind == "forbidden" else "")
     return responses.error(503, "KCP API unavailable", logs.bounded(e, 200),
                            retry_after=svc.settings.retry_after)
 

@@ -16,8 +16,11 @@ from listener import server, settings
 
 
 def _clear_multiprocess_dir(path: str | None) -> None:
-    """Remove metric files of earlier processes (the folder survives container restarts)."""
-    if path and os.path.isdir(path):
+    """Create the folder (an emptyDir mounted at /tmp starts empty: the workers failed to
+    boot on a missing /tmp/metrics, found by running the manifests with the pod runner) and
+    remove metric files of earlier processes (the folder survives container restarts)."""
+    if path:
+        os.makedirs(path, mode=0o700, exist_ok=True)
         for f in pathlib.Path(path).glob("*.db"):
             f.unlink(missing_ok=True)
 

@@ -29,10 +29,10 @@ TETHER = REPO / ".venv" / "bin" / "tether"
 LABEL = "tether-test.kyma-project.io/case"
 
 
-SKR_RBAC = REPO / "manifests" / "skr" / "rbac.yaml"
+SKR_RBAC = REPO / "manifests" / "skr" / "poller" / "rbac.yaml"
 
 
-SA_USER = "system:serviceaccount:tether-system:tether"
+SA_USER = "system:serviceaccount:tether-system:tether-poller"
 
 
 def unique_selector() -> tuple[dict[str, str], str]:

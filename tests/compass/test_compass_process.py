@@ -107,7 +107,7 @@ def test_tether_compass_process_end_to_end(
            "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
            "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
            "TETHER_COMPASS_DIRECTOR_CA_FILE": str(d.ca_file), "TETHER_COMPASS_INTERVAL_SECONDS": "1",
-           "TETHER_COMPASS_LEASE_NAMESPACE": ns, "TETHER_COMPASS_METRICS_PORT": str(port)}
+           "TETHER_COMPASS_LEASE_NAMESPACE": ns, "TETHER_COMPASS_BIND": f"127.0.0.1:{port}"}
     proc = subprocess.Popen([sys.executable, "-m", "common.cli", "compass"], env=env,
                             cwd=controlplane.REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,

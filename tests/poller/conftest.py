@@ -25,8 +25,8 @@ from testing.pollerenv import (
 @pytest.fixture(scope="session")
 def least_privilege(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
                     tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A kubeconfig of the ``tether`` ServiceAccount's identity (a client certificate with
-    its user name) holding only what ``manifests/skr/rbac.yaml`` grants; Leases must then
+    """A kubeconfig of the ``tether-poller`` ServiceAccount's identity (a client certificate with
+    its user name) holding only what ``manifests/skr/poller/rbac.yaml`` grants; Leases must then
     live in ``tether-system``."""
     core, rbac = client.CoreV1Api(skr_api), client.RbacAuthorizationV1Api(skr_api)
     try:
@@ -34,7 +34,8 @@ def least_privilege(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
     except client.ApiException as e:
         if e.status != 409:
             raise
-    creators = {"ClusterRole": lambda b: rbac.create_cluster_role(b),
+    creators = {"ServiceAccount": lambda b: core.create_namespaced_service_account(b["metadata"]["namespace"], b),
+                "ClusterRole": lambda b: rbac.create_cluster_role(b),
                 "ClusterRoleBinding": lambda b: rbac.create_cluster_role_binding(b),
                 "Role": lambda b: rbac.create_namespaced_role(b["metadata"]["namespace"], b),
                 "RoleBinding": lambda b: rbac.create_namespaced_role_binding(b["metadata"]["namespace"], b)}

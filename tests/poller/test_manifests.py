@@ -28,13 +28,14 @@ def test_the_deployment_runs_two_replicas_with_settings_the_poller_accepts(
     skr: controlplane.ControlPlane, tmp_path: pathlib.Path,
 ) -> None:
     docs = _poller_docs(skr)
-    assert set(docs) == {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"}
+    assert set(docs) == {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ServiceAccount",
+                         "ClusterRole", "ClusterRoleBinding"}
     spec = docs["Deployment"]["spec"]
     assert spec["replicas"] == 2
     pod = spec["template"]["spec"]
     c = pod["containers"][0]
     assert c["command"] == ["tether", "poller"]
-    assert pod["serviceAccountName"] == "tether"
+    assert pod["serviceAccountName"] == "tether-poller"
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     env: dict[str, str] = {}
     for var in c["env"]:

@@ -74,7 +74,7 @@ def valid_env(part: str, f: dict[str, str]) -> dict[str, str]:
             "TETHER_COMPASS_OAUTH_TOKEN_URL": "https://127.0.0.1:1/token",
             "TETHER_COMPASS_OAUTH_CLIENT_ID": "id", "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": f["secret"],
             "TETHER_COMPASS_DIRECTOR_CA_FILE": f["ca.crt"], "TETHER_COMPASS_KUBECONFIG": f["kubeconfig"],
-            "TETHER_COMPASS_METRICS_PORT": port}
+            "TETHER_COMPASS_BIND": f"127.0.0.1:{port}"}
 
 
 def run(part: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

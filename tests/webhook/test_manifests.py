@@ -18,8 +18,9 @@ def test_kustomize_renders_the_expected_objects(skr: controlplane.ControlPlane) 
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
-    for expected in [("Namespace", "tether-system"), ("ServiceAccount", "tether"),
-                     ("ClusterRole", "tether-configmap-reader"), ("Role", "tether-leases"),
+    for expected in [("Namespace", "tether-system"), ("ServiceAccount", "tether-webhook"),
+                     ("ClusterRole", "tether-webhook"), ("ServiceAccount", "tether-poller"),
+                     ("ClusterRole", "tether-poller"), ("Role", "tether-poller-leases"),
                      ("Deployment", "tether-webhook"), ("Service", "tether-webhook"),
                      ("PodDisruptionBudget", "tether-webhook"), ("NetworkPolicy", "tether-webhook"),
                      ("ValidatingWebhookConfiguration", "tether-configmaps")]:

@@ -1,0 +1,162 @@
+"""Tether installed the way an operator installs it, on two local planes: ``kubectl apply
+-k`` of the local overlays (``testing.overlays``) of ``manifests/kcp`` and
+``manifests/skr``, every Deployment run by the pod runner (``testing.podrunner``), the
+Director stand-in as the one external system. Used by the operational test
+(``tests/deployed``) and by ``make demo``.
+
+What lifecycle-manager and KEB would have created is created first, as they would: the
+Kyma CRD (the stand-in copy), the ``kcp-system`` namespace, one Kyma CR with its
+``skr-domain`` and the runtime's kubeconfig Secret; in the runtime, ``kyma-system``.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+import pathlib
+import secrets
+import subprocess
+import sys
+import time
+from typing import Any
+
+from kubernetes import client
+
+from common import certs
+from compass import model
+from testing import controlplane, overlays, podrunner
+
+KCP_NS = "kcp-system"
+RUNTIME_ID = "rt-local-1"
+DOMAIN = "c-local1.kyma.local"
+KYMA = "kyma-local-1"
+WEBHOOK_DNS = "tether-webhook.tether-system.svc"
+
+
+@dataclasses.dataclass
+class Fleet:
+    skr: controlplane.ControlPlane
+    kcp: controlplane.ControlPlane
+    work: pathlib.Path
+    kcp_pods: podrunner.PodRunner
+    skr_pods: podrunner.PodRunner
+    director: subprocess.Popen[bytes]
+    director_url: str
+    applied: dict[str, str]  # plane -> kubectl apply output
+
+    def stop(self) -> None:
+        self.skr_pods.stop()
+        self.kcp_pods.stop()
+        controlplane.stop_group(self.director, timeout=10)
+
+
+def kubectl(plane: controlplane.ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = plane.kubectl(*args)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} on {plane.name}: {done.stderr.strip()}")
+    return done
+
+
+def prepare_kcp(kcp: controlplane.ControlPlane, skr: controlplane.ControlPlane) -> None:
+    """What lifecycle-manager keeps in the KCP for one runtime."""
+    api = kcp.api_client()
+    try:
+        controlplane.install_crds(api, controlplane.KYMA_CRD)
+        core = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=KCP_NS)))
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            model.KYMA_GROUP, model.KYMA_VERSION, KCP_NS, model.KYMA_PLURAL, {
+                "apiVersion": f"{model.KYMA_GROUP}/{model.KYMA_VERSION}", "kind": "Kyma",
+                "metadata": {"name": KYMA, "annotations": {"skr-domain": DOMAIN}, "labels": {
+                    "kyma-project.io/runtime-id": RUNTIME_ID, model.GLOBAL_ACCOUNT: "ga-local",
+                    model.SUBACCOUNT: "sa-local", model.SHOOT_NAME: "c-local1",
+                    model.INSTANCE_ID: "inst-local", model.PLAN_ID: "plan-local",
+                    model.PLAN_NAME: "azure"}},
+                "spec": {"channel": "regular", "modules": [{"name": "application-connector"}]}})
+        core.create_namespaced_secret(KCP_NS, client.V1Secret(
+            metadata=client.V1ObjectMeta(name=f"kubeconfig-{KYMA}", labels={model.KYMA_NAME: KYMA}),
+            data={"config": base64.b64encode(skr.kubeconfig.read_bytes()).decode()}))
+    finally:
+        api.close()
+    sapi = skr.api_client()
+    try:
+        client.CoreV1Api(sapi).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="kyma-system")))
+    finally:
+        sapi.close()
+
+
+def start_director(work: pathlib.Path, ca: certs.CertificateAuthority, secret: str) -> tuple[subprocess.Popen[bytes], str]:
+    ca.issue("director", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True).write(
+        work / "director.crt", work / "director.key")
+    port = controlplane.free_port()
+    with open(work / "director.log", "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "standins.director", "--port", str(port), "--cert", str(work / "director.crt"),
+             "--key", str(work / "director.key"), f"--client-secret={secret}"],
+            cwd=controlplane.REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=controlplane.die_with_parent())
+    url = f"https://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not _port_open(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"Director stand-in did not start: {(work / 'director.log').read_text()[-2000:]}")
+        time.sleep(0.1)
+    return proc, url
+
+
+def _port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pathlib.Path, *,
+            timeout: float = 180.0, say: Any = None, **runner_kw: Any) -> Fleet:
+    """Prepare both planes, apply the overlays, run every Deployment; returns when all are
+    available (``TimeoutError`` with the runner's table and the failing logs otherwise)."""
+    say = say or (lambda msg: None)
+    work.mkdir(parents=True, exist_ok=True)
+    prepare_kcp(kcp, skr)
+    ca = certs.CertificateAuthority.create("tether-local-kcp-ca")
+    runtime_ca = certs.CertificateAuthority.create("tether-local-runtime-ca")
+    webhook_ca = certs.CertificateAuthority.create("tether-local-webhook-ca")
+    listener = ca.issue("tether-listener", dns_names=[overlays.LISTENER_HOST], server=True)
+    runtime = runtime_ca.issue(RUNTIME_ID, dns_names=[DOMAIN], client=True)
+    webhook = webhook_ca.issue("tether-webhook", dns_names=[WEBHOOK_DNS, "tether-webhook.tether-system"],
+                               server=True)
+    oauth_secret = secrets.token_urlsafe(24)
+    director, director_url = start_director(work, ca, oauth_secret)
+    kcp_pods = skr_pods = None
+    try:
+        kdir = overlays.render_kcp(work / "overlay-kcp", overlays.KcpInputs(
+            listener_cert=listener.cert_pem, listener_key=listener.key_pem, runtime_ca=runtime_ca.cert_pem,
+            director_url=f"{director_url}/graphql", token_url=f"{director_url}/oauth2/token",
+            director_ca=ca.cert_pem, oauth_client_id="tether", oauth_client_secret=oauth_secret))
+        applied = {"kcp": kubectl(kcp, "apply", "-k", str(kdir)).stdout}
+        say(f"KCP: kubectl apply -k {kdir}")
+        kcp_pods = podrunner.PodRunner(kcp, overlays.NAMESPACE, work, **runner_kw).start()
+        kcp_pods.wait_available(timeout)
+        listener_ip, listener_port = kcp_pods.service_address("tether-listener", "https")
+        sdir = overlays.render_skr(work / "overlay-skr", overlays.SkrInputs(
+            runtime_id=RUNTIME_ID, listener_url=f"https://{overlays.LISTENER_HOST}:{listener_port}",
+            listener_ca=ca.cert_pem, client_cert=runtime.cert_pem, client_key=runtime.key_pem,
+            webhook_cert=webhook.cert_pem, webhook_key=webhook.key_pem, webhook_ca=webhook_ca.cert_pem))
+        applied["skr"] = kubectl(skr, "apply", "-k", str(sdir)).stdout
+        say(f"SKR: kubectl apply -k {sdir}")
+        skr_pods = podrunner.PodRunner(skr, overlays.NAMESPACE, work,
+                                       hosts={overlays.LISTENER_HOST: listener_ip}, **runner_kw).start()
+        skr_pods.wait_available(timeout)
+    except BaseException:
+        for r in (skr_pods, kcp_pods):
+            if r is not None:
+                r.stop()
+        controlplane.stop_group(director, timeout=10)
+        raise
+    return Fleet(skr, kcp, work, kcp_pods, skr_pods, director, director_url, applied)
+
+
+def environ_without_tether() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}

@@ -1,0 +1,175 @@
+"""The operational test: Tether as a cluster would run it. ``kubectl apply -k`` of the local
+overlays of ``manifests/kcp`` (on a KCP plane) and ``manifests/skr`` (on an SKR plane),
+every Deployment run by the pod runner under its manifest's ServiceAccount (tokens from the
+TokenRequest API), security context, probes and mounted Secrets; then a customer's
+ConfigMap change made with kubectl arrives in the KCP through the installed webhook, and
+compass registers the runtime with the Director stand-in.
+
+Own planes (module scope): the installed webhook configuration intercepts every ConfigMap
+write of its plane, which the other suites' shared SKR plane must not see.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from listener import records
+from testing import controlplane, deployed, overlays, podrunner
+
+pytestmark = pytest.mark.slow
+
+CUSTOMER_NS = "shop"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
+    with controlplane.planes("deployed-skr", "deployed-kcp") as planes:
+        f = deployed.install(planes["deployed-skr"], planes["deployed-kcp"],
+                             tmp_path_factory.mktemp("deployed"), timeout=180, backoff_seconds=1.0)
+        try:
+            deployed.kubectl(f.skr, "create", "namespace", CUSTOMER_NS)
+            yield f
+        finally:
+            f.stop()
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, fleet: deployed.Fleet | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.3)
+    extra = f"\n{fleet.kcp_pods.table()}\n{fleet.skr_pods.table()}" if fleet else ""
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r}){extra}")
+
+
+def stored(fleet: deployed.Fleet, namespace: str, name: str) -> dict[str, Any] | None:
+    done = deployed.kubectl(fleet.kcp, "get", records.PLURAL, "-n", deployed.KCP_NS, "-o", "json",
+                            records.object_name(records.Key(deployed.RUNTIME_ID, namespace, name)),
+                            check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def test_every_deployment_runs_ready_under_its_own_service_account(fleet: deployed.Fleet) -> None:
+    for plane, runner, names in ((fleet.kcp, fleet.kcp_pods, ["tether-listener", "tether-compass"]),
+                                 (fleet.skr, fleet.skr_pods, ["tether-webhook", "tether-poller"])):
+        # the status the runner wrote back is what kubectl waits on
+        done = deployed.kubectl(plane, "wait", "--for=condition=Available", "deployment", "--all",
+                                "-n", overlays.NAMESPACE, "--timeout=60s")
+        assert all(f"deployment.apps/{n} condition met" in done.stdout for n in names), done.stdout
+        accounts = set()
+        for name in names:
+            dep = json.loads(deployed.kubectl(plane, "get", "deployment", name, "-n", overlays.NAMESPACE,
+                                              "-o", "json").stdout)
+            assert dep["status"]["readyReplicas"] == dep["spec"]["replicas"] == 2
+            sa = dep["spec"]["template"]["spec"]["serviceAccountName"]
+            pods = runner.pods_of(name)
+            assert len(pods) == 2 and {p.facts.service_account for p in pods} == {sa}
+            accounts.add(sa)
+            # the mounted token is the TokenRequest API's, for exactly that ServiceAccount
+            token = (pods[0].dir / "volumes" / "kube-api-access" / "token").read_text()
+            review = client.AuthenticationV1Api(plane.api_client()).create_token_review(
+                client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token)))
+            assert review.status.authenticated
+            assert review.status.user.username == f"system:serviceaccount:{overlays.NAMESPACE}:{sa}"
+        assert len(accounts) == len(names)  # each part its own
+    table = fleet.kcp_pods.table() + fleet.skr_pods.table()
+    assert "note: deployment tether-webhook container 'webhook'.resources: not enforced" in table
+
+
+def test_a_configmap_change_made_with_kubectl_arrives_in_the_kcp(fleet: deployed.Fleet,
+                                                                 tmp_path: pathlib.Path) -> None:
+    deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "create", "configmap", "checkout",
+                     "--from-literal=currency=EUR")
+    rec = wait_for("the record in the KCP", lambda: stored(fleet, CUSTOMER_NS, "checkout"), fleet=fleet)
+    assert rec["spec"]["data"] == {"currency": "EUR"} and rec["spec"]["source"] == "webhook"
+    manifest = tmp_path / "cm.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
+                                        "metadata": {"name": "checkout", "namespace": CUSTOMER_NS},
+                                        "data": {"currency": "CHF"}}))
+    deployed.kubectl(fleet.skr, "apply", "-f", str(manifest))
+    wait_for("the update in the KCP",
+             lambda: (r := stored(fleet, CUSTOMER_NS, "checkout")) and r["spec"]["data"] == {"currency": "CHF"},
+             fleet=fleet)
+    deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "delete", "configmap", "checkout")
+    wait_for("the tombstone in the KCP",
+             lambda: (r := stored(fleet, CUSTOMER_NS, "checkout")) and r["spec"]["deleted"], fleet=fleet)
+
+
+def test_compass_registers_the_runtime_with_the_director(fleet: deployed.Fleet) -> None:
+    def ready() -> bool:
+        done = deployed.kubectl(fleet.kcp, "get", "compassmanagermappings", deployed.KYMA, "-n",
+                                deployed.KCP_NS, "-o", "json", check=False)
+        return done.returncode == 0 and (json.loads(done.stdout).get("status") or {}).get("state") == "Ready"
+    wait_for("the Compass mapping Ready", ready, timeout=90, fleet=fleet)
+    secret = json.loads(deployed.kubectl(fleet.skr, "get", "secret", "compass-agent-configuration", "-n",
+                                         "kyma-system", "-o", "json").stdout)
+    assert base64.b64decode(secret["data"]["RUNTIME_ID"]).decode()
+    # exactly one compass replica holds the Lease and acts
+    lease = json.loads(deployed.kubectl(fleet.kcp, "get", "lease", "tether-compass", "-n", overlays.NAMESPACE,
+                                        "-o", "json").stdout)
+    holders = {p.name for p in fleet.kcp_pods.pods_of("tether-compass")}
+    assert lease["spec"]["holderIdentity"].rsplit("_", 1)[0] in holders  # HOSTNAME_PID: a pod's name
+
+
+def test_a_verb_removed_from_the_listeners_role_fails_the_delivery_until_restored(
+        fleet: deployed.Fleet) -> None:
+    """Without ``create`` on runtimeconfigmaps the listener cannot persist a new object: the
+    runtime's delivery is refused with 503 (retried), nothing is stored; restored, the
+    webhook's retry lands it."""
+    role = json.loads(deployed.kubectl(fleet.kcp, "get", "role", "tether-listener", "-n", deployed.KCP_NS,
+                                       "-o", "json").stdout)
+    rules = role["rules"]
+    crd_rule = next(r for r in rules if r["resources"] == ["runtimeconfigmaps"])
+    assert "create" in crd_rule["verbs"]
+    crd_rule["verbs"] = [v for v in crd_rule["verbs"] if v != "create"]
+    patch = json.dumps({"rules": rules})
+    deployed.kubectl(fleet.kcp, "patch", "role", "tether-listener", "-n", deployed.KCP_NS, "--type=merge",
+                     "-p", patch)
+    try:
+        deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "create", "configmap", "denied",
+                         "--from-literal=k=v")
+        wait_for("the listener's refusal in its log",
+                 lambda: "KCP API forbidden during persist" in fleet.kcp_pods.logs("tether-listener", "listener"),
+                 fleet=fleet)
+        assert stored(fleet, CUSTOMER_NS, "denied") is None
+    finally:
+        crd_rule["verbs"].append("create")
+        deployed.kubectl(fleet.kcp, "patch", "role", "tether-listener", "-n", deployed.KCP_NS,
+                         "--type=merge", "-p", json.dumps({"rules": rules}))
+    wait_for("the retried delivery after the verb is back",
+             lambda: stored(fleet, CUSTOMER_NS, "denied"), timeout=90, fleet=fleet)
+
+
+def test_a_crashed_container_is_restarted_and_ready_again(fleet: deployed.Fleet) -> None:
+    pod = fleet.skr_pods.pods_of("tether-webhook")[0]
+    before = pod.containers[0].restarts
+    fleet.skr_pods.kill("tether-webhook", "webhook", signal.SIGKILL)
+    wait_for("the restart", lambda: pod.containers[0].restarts > before, fleet=fleet)
+    wait_for("the webhook ready again", lambda: pod.ready, timeout=90, fleet=fleet)
+    fleet.skr_pods.wait_available(60)
+
+
+def test_the_pod_runner_refuses_what_it_cannot_honour(fleet: deployed.Fleet) -> None:
+    """A manifest field outside the runner's support is an error naming it, never skipped."""
+    body = {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "odd", "namespace": "default"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "odd"}},
+                     "template": {"metadata": {"labels": {"app": "odd"}},
+                                  "spec": {"hostNetwork": True,
+                                           "containers": [{"name": "c", "image": "tether:0.1.0"}]}}}}
+    client.AppsV1Api(fleet.skr.api_client()).create_namespaced_deployment("default", body)
+    with pytest.raises(podrunner.podspec.Unsupported, match=r"deployment odd\.spec\.hostNetwork is not supported"):
+        podrunner.PodRunner(fleet.skr, "default", fleet.work).start()
