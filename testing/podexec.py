@@ -77,7 +77,8 @@ def main(path: str) -> None:
     # the image's files (interpreter, venv, checkout) readable by the pod's user, as they
     # are in the image: a closed folder above one is replaced by an empty tmpfs holding
     # only that path (the rest of the folder is hidden, as it is from a container)
-    exposed = [(p, _held(p)) for p in spec.get("expose", []) if spec["uid"] and _closed_ancestor(p)]
+    all_exposed = [(p, _held(p)) for p in spec.get("expose", [])]
+    exposed = [(p, held) for p, held in all_exposed if spec["uid"] and _closed_ancestor(p)]
     sources = [(m, _held(m["source"])) for m in spec["mounts"]]
     hosts = _held(spec["hosts"]) if spec.get("hosts") else None
     covered: set[str] = set()
@@ -96,6 +97,12 @@ def main(path: str) -> None:
     if hosts:
         _bind(hosts, "/etc/hosts", read_only=True)
         mounted.append("/etc/hosts")
+    # the image's files stay visible under a volume mounted above them (an emptyDir at /tmp
+    # over a checkout in /tmp): bound again inside the volume's mount
+    for p, held in all_exposed:  # descriptors opened before any mount: the original folders
+        if any(p == t or p.startswith(t.rstrip("/") + "/") for t in mounted):
+            os.makedirs(p, exist_ok=True)
+            _bind(held, p, read_only=True)
     if spec["readOnlyRoot"]:
         for point in _mount_points():
             if point in mounted or point.startswith(_SKIP_READONLY):
