@@ -5,6 +5,8 @@
     tether poller ...       polling fallback (SKR)
     tether compass ...      Compass registration scheduler (KCP)
     tether janitor ...      the listener's storage janitor: tombstones, orphaned runtimes (KCP)
+    tether certs ...        the watcher CA and its certificates, by hand: create-ca, issue,
+                            serving, inspect, check (an operator command)
     tether controlplane     start local SKR and KCP planes and print their kubeconfigs
                             (a developer command: needs a checkout's testing/ package,
                             which the image does not hold)
@@ -28,6 +30,7 @@ PARTS = {
     "poller": "poller.main",
     "compass": "compass.main",
     "janitor": "listener.janitor_main",
+    "certs": "enroller.certs_cli",
     "controlplane": "testing.controlplane_cli",
 }
 DEVELOPER = {"controlplane"}  # in a checkout only: testing/ is not in the image
