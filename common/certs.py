@@ -67,10 +67,11 @@ class CertificateAuthority(KeyPair):
 
     @classmethod
     def create(
-        cls, common_name: str, validity: datetime.timedelta = DEFAULT_VALIDITY
+        cls, common_name: str, validity: datetime.timedelta = DEFAULT_VALIDITY,
+        now: datetime.datetime | None = None,
     ) -> CertificateAuthority:
         key = ec.generate_private_key(ec.SECP256R1())
-        now = _now()
+        now = now or _now()
         name = _name(common_name)
         cert = (
             x509.CertificateBuilder()

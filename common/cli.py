@@ -5,6 +5,7 @@
     tether poller ...       polling fallback (SKR)
     tether compass ...      Compass registration scheduler (KCP)
     tether janitor ...      the listener's storage janitor: tombstones, orphaned runtimes (KCP)
+    tether enroller ...     certificates and Tether's installation in every runtime (KCP)
     tether certs ...        the watcher CA and its certificates, by hand: create-ca, issue,
                             serving, inspect, check (an operator command)
     tether controlplane     start local SKR and KCP planes and print their kubeconfigs
@@ -30,6 +31,7 @@ PARTS = {
     "poller": "poller.main",
     "compass": "compass.main",
     "janitor": "listener.janitor_main",
+    "enroller": "enroller.main",
     "certs": "enroller.certs_cli",
     "controlplane": "testing.controlplane_cli",
 }

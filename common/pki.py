@@ -111,7 +111,7 @@ def dns_name(what: str, raw: str) -> str:
 
 def _span(ca: certs.CertificateAuthority, lifetime: datetime.timedelta,
           now: datetime.datetime) -> tuple[datetime.datetime, datetime.timedelta]:
-    """(not_before, validity) of a leaf: from ``now - BACKDATE`` to ``now + lifetime``,
+    """(not_before, validity) of a leaf: from ``now - min(BACKDATE, lifetime/10)`` to ``now + lifetime``,
     cut at the CA's own end; a CA that has expired issues nothing."""
     _aware(now)
     if lifetime <= datetime.timedelta(0):
@@ -119,7 +119,9 @@ def _span(ca: certs.CertificateAuthority, lifetime: datetime.timedelta,
     ca_end = ca.cert.not_valid_after_utc
     if ca_end <= now:
         raise PKIError(f"the CA {certs.common_name(ca.cert)!r} expired at {_iso(ca_end)}")
-    start = now - BACKDATE
+    # backdated for clock skew, but by at most a tenth of the lifetime: a short lifetime
+    # must not start its life already past renew_at
+    start = now - min(BACKDATE, lifetime / 10)
     return start, min(now + lifetime, ca_end) - start
 
 

@@ -1,7 +1,9 @@
 """Tether installed the way an operator installs it, on two local planes: ``kubectl apply
--k`` of the local overlays (``testing.overlays``) of ``manifests/kcp`` and
-``manifests/skr``, every Deployment run by the pod runner (``testing.podrunner``), the
-Director stand-in as the one external system. Used by the operational test
+-k`` of the local overlay (``testing.overlays``) of ``manifests/kcp``, every Deployment run
+by the pod runner (``testing.podrunner``); the enroller among them installs Tether into the
+runtime (server-side apply of the bundle rendered from the local overlay of
+``manifests/skr``) and the runner runs what it installed; the Director stand-in is the one
+external system. Used by the operational test
 (``tests/deployed``) and by ``make demo``.
 
 What lifecycle-manager and KEB would have created is created first, as they would: the
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 import os
 import pathlib
 import secrets
@@ -113,42 +116,62 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def enrollment(kcp: controlplane.ControlPlane, name: str = KYMA) -> dict[str, Any] | None:
+    done = kubectl(kcp, "get", "runtimeenrollment", name, "-n", KCP_NS, "-o", "json", check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> str | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == kind:
+            return str(c["status"])
+    return None
+
+
 def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pathlib.Path, *,
             timeout: float = 180.0, say: Any = None, **runner_kw: Any) -> Fleet:
-    """Prepare both planes, apply the overlays, run every Deployment; returns when all are
-    available (``TimeoutError`` with the runner's table and the failing logs otherwise)."""
+    """Prepare both planes, apply the KCP overlay, run its Deployments; the enroller then
+    installs Tether into the runtime, whose Deployments the runner runs too. Returns when
+    all are available and the runtime's RuntimeEnrollment is Ready (``TimeoutError`` with
+    the runner's table and the failing logs otherwise)."""
     say = say or (lambda msg: None)
     work.mkdir(parents=True, exist_ok=True)
     prepare_kcp(kcp, skr)
     ca = certs.CertificateAuthority.create("tether-local-kcp-ca")
-    runtime_ca = certs.CertificateAuthority.create("tether-local-runtime-ca")
-    webhook_ca = certs.CertificateAuthority.create("tether-local-webhook-ca")
     listener = ca.issue("tether-listener", dns_names=[overlays.LISTENER_HOST], server=True)
-    runtime = runtime_ca.issue(RUNTIME_ID, dns_names=[DOMAIN], client=True)
-    webhook = webhook_ca.issue("tether-webhook", dns_names=[WEBHOOK_DNS, "tether-webhook.tether-system"],
-                               server=True)
     oauth_secret = secrets.token_urlsafe(24)
     director, director_url = start_director(work, ca, oauth_secret)
     kcp_pods = skr_pods = None
     try:
+        bundle = kubectl(kcp, "kustomize", str(overlays.render_skr_bundle(work / "overlay-skr-bundle"))).stdout
+        # the listener Service's port as runtimes reach it (its ingress name resolves to it)
         kdir = overlays.render_kcp(work / "overlay-kcp", overlays.KcpInputs(
-            listener_cert=listener.cert_pem, listener_key=listener.key_pem, runtime_ca=runtime_ca.cert_pem,
+            listener_cert=listener.cert_pem, listener_key=listener.key_pem, listener_ca=ca.cert_pem,
+            listener_url=f"https://{overlays.LISTENER_HOST}:443", skr_bundle=bundle,
             director_url=f"{director_url}/graphql", token_url=f"{director_url}/oauth2/token",
             director_ca=ca.cert_pem, oauth_client_id="tether", oauth_client_secret=oauth_secret))
         applied = {"kcp": kubectl(kcp, "apply", "-k", str(kdir)).stdout}
         say(f"KCP: kubectl apply -k {kdir}")
         kcp_pods = podrunner.PodRunner(kcp, overlays.NAMESPACE, work, **runner_kw).start()
         kcp_pods.wait_available(timeout)
-        listener_ip, listener_port = kcp_pods.service_address("tether-listener", "https")
-        sdir = overlays.render_skr(work / "overlay-skr", overlays.SkrInputs(
-            runtime_id=RUNTIME_ID, listener_url=f"https://{overlays.LISTENER_HOST}:{listener_port}",
-            listener_ca=ca.cert_pem, client_cert=runtime.cert_pem, client_key=runtime.key_pem,
-            webhook_cert=webhook.cert_pem, webhook_key=webhook.key_pem, webhook_ca=webhook_ca.cert_pem))
-        applied["skr"] = kubectl(skr, "apply", "-k", str(sdir)).stdout
-        say(f"SKR: kubectl apply -k {sdir}")
+        listener_ip, _ = kcp_pods.service_address("tether-listener", "https")
+        deadline = time.monotonic() + timeout
+        while condition(enrollment(kcp), "Enrolled") != "True":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the runtime was not enrolled within {timeout:.0f}s: "
+                                   f"{json.dumps((enrollment(kcp) or {}).get('status'))}\n"
+                                   f"{kcp_pods.logs('tether-enroller')[-3000:]}")
+            time.sleep(0.5)
+        say(f"KCP: the enroller installed Tether into the runtime (RuntimeEnrollment {KCP_NS}/{KYMA})")
         skr_pods = podrunner.PodRunner(skr, overlays.NAMESPACE, work,
                                        hosts={overlays.LISTENER_HOST: listener_ip}, **runner_kw).start()
         skr_pods.wait_available(timeout)
+        while condition(enrollment(kcp), "Ready") != "True":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the runtime's enrollment is not Ready: "
+                                   f"{json.dumps((enrollment(kcp) or {}).get('status'))}")
+            time.sleep(0.5)
+        say(f"KCP: RuntimeEnrollment {KCP_NS}/{KYMA} Ready")
     except BaseException:
         for r in (skr_pods, kcp_pods):
             if r is not None:

@@ -5,14 +5,16 @@ overlay would hold, for one machine. They swap only what a local machine must:
   instead of ``0.0.0.0``, since all pods share this machine's network; compass's Director
   and token URLs point at the Director stand-in; the runtime's listener URL is the KCP
   listener's ingress name (resolved by the pod runner's hosts file);
-* **certificate Secrets** (which operators create out of band): the listener's serving
-  certificate and the runtime CA, the runtime's client certificate, the webhook's serving
-  certificate with the webhook configuration's caBundle, compass's OAuth client and the
-  Director stand-in's CA (the real Director has a public certificate);
-* nothing else: images, replicas, probes, RBAC and security contexts are the base's.
+* **what operators create out of band**: the listener's serving certificate and its CA,
+  the listener's URL for the enroller, compass's OAuth client and the Director stand-in's CA
+  (the real Director has a public certificate), and the SKR bundle the enroller installs
+  (``kubectl kustomize`` of ``render_skr_bundle``: the base with the pod-IP binds);
+* nothing else: images, replicas, probes, RBAC and security contexts are the base's. The
+  runtimes' certificates, the webhook's caBundle and the trust bundle the listener mounts
+  are the enroller's.
 
-``render_kcp``/``render_skr`` write the overlay folder (kustomization.yaml and the files
-its generators read) and return it for ``kubectl apply -k``.
+``render_kcp``/``render_skr_bundle`` write the overlay folder (kustomization.yaml and the
+files its generators read) and return it for ``kubectl apply -k``/``kubectl kustomize``.
 """
 
 from __future__ import annotations
@@ -35,24 +37,14 @@ LISTENER_HOST = "listener.kcp.local"  # the KCP listener's ingress name in local
 class KcpInputs:
     listener_cert: bytes
     listener_key: bytes
-    runtime_ca: bytes         # the CA of the runtimes' client certificates
+    listener_ca: bytes        # the CA of the listener's serving certificate (given to runtimes)
+    listener_url: str         # the listener as runtimes reach it
+    skr_bundle: str           # what the enroller installs (kubectl kustomize of render_skr_bundle)
     director_url: str         # .../graphql
     token_url: str
     director_ca: bytes
     oauth_client_id: str
     oauth_client_secret: str
-
-
-@dataclasses.dataclass
-class SkrInputs:
-    runtime_id: str
-    listener_url: str
-    listener_ca: bytes        # the CA of the listener's serving certificate
-    client_cert: bytes
-    client_key: bytes
-    webhook_cert: bytes       # for tether-webhook.tether-system.svc
-    webhook_key: bytes
-    webhook_ca: bytes         # the webhook configuration's caBundle
 
 
 def _pod_ip_bind(deployment: str, containers: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
@@ -116,6 +108,15 @@ def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
     _smp_env(listener, _names(MANIFESTS / "kcp" / "listener" / "deployment.yaml"))
     compass = _pod_ip_bind("tether-compass", {0: {"TETHER_COMPASS_BIND": "8080"}})
     _smp_env(compass, _names(MANIFESTS / "kcp" / "compass" / "deployment.yaml"))
+    enroller = _pod_ip_bind("tether-enroller", {0: {"TETHER_ENROLLER_BIND": "8080"}})
+    _smp_env(enroller, _names(MANIFESTS / "kcp" / "enroller" / "deployment.yaml"))
+    enroller.append(_json6902("Deployment", "tether-enroller", [
+        {"op": "add", "path": "/spec/template/spec/containers/0/env/-",
+         "value": {"name": "TETHER_ENROLLER_BUNDLE_FILE", "value": "/etc/tether/bundle/skr-bundle.yaml"}},
+        {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+         "value": {"name": "bundle", "mountPath": "/etc/tether/bundle", "readOnly": True}},
+        {"op": "add", "path": "/spec/template/spec/volumes/-",
+         "value": {"name": "bundle", "configMap": {"name": "tether-enroller-bundle"}}}]))
     director_trust = _json6902("Deployment", "tether-compass", [
         {"op": "add", "path": "/spec/template/spec/containers/0/env/-",
          "value": {"name": "TETHER_COMPASS_DIRECTOR_CA_FILE", "value": "/etc/tether/director-ca/ca.crt"}},
@@ -128,8 +129,8 @@ def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
                                      "metadata": {"name": "tether-compass", "namespace": NAMESPACE},
                                      "data": {"director-url": i.director_url, "token-url": i.token_url}})}
     files = {"listener.crt": i.listener_cert, "listener.key": i.listener_key,
-             "runtime-ca.crt": i.runtime_ca, "director-ca.crt": i.director_ca,
-             "client_secret": i.oauth_client_secret.encode()}
+             "listener-ca.crt": i.listener_ca, "director-ca.crt": i.director_ca,
+             "skr-bundle.yaml": i.skr_bundle.encode(), "client_secret": i.oauth_client_secret.encode()}
     return _write(folder, files, {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [_base(folder, "kcp")],
@@ -141,35 +142,25 @@ def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
              "files": ["client_secret"], "literals": [f"client_id={i.oauth_client_id}"]},
             {"name": "tether-director-ca", "namespace": NAMESPACE, "files": ["ca.crt=director-ca.crt"]},
         ],
-        "configMapGenerator": [
-            {"name": "tether-runtime-ca", "namespace": NAMESPACE, "files": ["ca.crt=runtime-ca.crt"]},
+        "configMapGenerator": [  # tether-runtime-ca (the runtimes' CAs) is the enroller's
+            {"name": "tether-listener-ca", "namespace": NAMESPACE, "files": ["ca.crt=listener-ca.crt"]},
+            {"name": "tether-enroller", "namespace": NAMESPACE, "literals": [f"listener-url={i.listener_url}"]},
+            {"name": "tether-enroller-bundle", "namespace": NAMESPACE, "files": ["skr-bundle.yaml"]},
         ],
-        "patches": [*listener, *compass, director_trust, urls],
+        "patches": [*listener, *compass, *enroller, director_trust, urls],
     })
 
 
-def render_skr(folder: pathlib.Path, i: SkrInputs) -> pathlib.Path:
-    import base64
-
+def render_skr_bundle(folder: pathlib.Path) -> pathlib.Path:
+    """The SKR overlay the enroller's bundle is rendered from (``kubectl kustomize``): the
+    base with each part binding its pod IP. Certificates, the caBundle and the runtime's
+    identity are the enroller's to fill in, per runtime."""
     webhook = _pod_ip_bind("tether-webhook", {0: {"TETHER_WEBHOOK_BIND": "8443"}})
     _smp_env(webhook, _names(MANIFESTS / "skr" / "webhook" / "deployment.yaml"))
     poller = _pod_ip_bind("tether-poller", {0: {"TETHER_POLLER_BIND": "8080"}})
     _smp_env(poller, _names(MANIFESTS / "skr" / "poller" / "deployment.yaml"))
-    ca_bundle = _json6902("ValidatingWebhookConfiguration", "tether-configmaps", [
-        {"op": "add", "path": "/webhooks/0/clientConfig/caBundle",
-         "value": base64.b64encode(i.webhook_ca).decode()}])
-    files = {"client.crt": i.client_cert, "client.key": i.client_key, "listener-ca.crt": i.listener_ca,
-             "webhook.crt": i.webhook_cert, "webhook.key": i.webhook_key}
-    return _write(folder, files, {
+    return _write(folder, {}, {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [_base(folder, "skr")],
-        "generatorOptions": {"disableNameSuffixHash": True},
-        "secretGenerator": [
-            {"name": "tether-runtime-client", "namespace": NAMESPACE,
-             "files": ["tls.crt=client.crt", "tls.key=client.key", "ca.crt=listener-ca.crt"],
-             "literals": [f"runtime-id={i.runtime_id}", f"listener-url={i.listener_url}"]},
-            {"name": "tether-webhook-serving", "namespace": NAMESPACE, "type": "kubernetes.io/tls",
-             "files": ["tls.crt=webhook.crt", "tls.key=webhook.key"]},
-        ],
-        "patches": [*webhook, *poller, ca_bundle],
+        "patches": [*webhook, *poller],
     })

@@ -340,7 +340,12 @@ class PodRunner:
                 for c in pod.containers:
                     self._container(pod, c, look)
                 if refresh:
-                    self._refresh_volumes(pod, look)
+                    try:
+                        self._refresh_volumes(pod, look)
+                    except podspec.Invalid as e:  # a kubelet keeps what runs, reports the rest
+                        for c in pod.containers:
+                            if not c.running:
+                                c.waiting = f"CreateContainerConfigError: {e}"
             for d in deployments:
                 self._write_status(d)
             self._write_endpoints()

@@ -30,6 +30,7 @@ JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply; JSON is YAML
 
 
 class Resource(NamedTuple):
@@ -195,6 +196,14 @@ class Kube:
         return self.request("PATCH", res.path(namespace, name, subresource), body=patch,
                             content_type=STRATEGIC_PATCH if strategic else MERGE_PATCH,
                             timeout=timeout, what=f"patch {res.plural}")
+
+    def apply(self, res: Resource, namespace: str | None, name: str, body: Mapping[str, Any], *,
+              field_manager: str, force: bool = True, timeout: float | None = None) -> dict[str, Any]:
+        """Server-side apply of ``body`` (the whole intent of ``field_manager``); ``force``
+        takes over fields another manager set (an operator's ``kubectl edit``)."""
+        query = [("fieldManager", field_manager)] + ([("force", "true")] if force else [])
+        return self.request("PATCH", res.path(namespace, name), query=query, body=body,
+                            content_type=APPLY_PATCH, timeout=timeout, what=f"apply {res.plural}")
 
     def delete(self, res: Resource, namespace: str | None, name: str, *,
                preconditions: Mapping[str, str] | None = None,

@@ -63,7 +63,7 @@ def stored(fleet: deployed.Fleet, namespace: str, name: str) -> dict[str, Any] |
 
 
 def test_every_deployment_runs_ready_under_its_own_service_account(fleet: deployed.Fleet) -> None:
-    for plane, runner, names in ((fleet.kcp, fleet.kcp_pods, ["tether-listener", "tether-compass"]),
+    for plane, runner, names in ((fleet.kcp, fleet.kcp_pods, ["tether-listener", "tether-compass", "tether-enroller"]),
                                  (fleet.skr, fleet.skr_pods, ["tether-webhook", "tether-poller"])):
         # the status the runner wrote back is what kubectl waits on
         done = deployed.kubectl(plane, "wait", "--for=condition=Available", "deployment", "--all",

@@ -1,0 +1,102 @@
+"""The watcher CA, kept in a KCP Secret (layout: ``common.pki``), and the trust bundle the
+listener mounts (a ConfigMap, key ``ca.crt``).
+
+``ensure`` creates the CA on first use, starts a rollover when the CA has used two thirds
+of its life (a new CA issues from then on; the old certificate stays in ``previous.crt`` and
+in the trust bundle), and keeps the ConfigMap equal to the bundle. ``finish_rollover`` drops
+the old CA once every runtime holds a certificate from the new one. Every change is an
+audit line; key material never leaves the Secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cryptography import x509
+
+from common import certs, changes, gateway, logs, pki
+
+
+@dataclasses.dataclass(frozen=True)
+class CA:
+    current: certs.CertificateAuthority
+    previous: x509.Certificate | None
+    bundle: bytes  # what verifiers trust: current, then previous during a rollover
+
+
+class CAStore:
+    def __init__(self, kcp: gateway.Kube, namespace: str, secret: str, config_map: str,
+                 lifetime: datetime.timedelta, audit: logging.Logger,
+                 now: Callable[[], datetime.datetime]) -> None:
+        self.kcp, self.namespace, self.secret, self.config_map = kcp, namespace, secret, config_map
+        self.lifetime, self.audit, self.now = lifetime, audit, now
+        self._lock = threading.Lock()
+
+    def ensure(self) -> CA:
+        with self._lock:
+            doc = self.kcp.get_or_none(gateway.SECRETS, self.namespace, self.secret)
+            if doc is None:
+                current = certs.CertificateAuthority.create("tether-watcher-ca", self.lifetime, self.now())
+                self._write(None, current, None)
+                self._audit("ca_created", current)
+                previous = None
+            else:
+                data = {k: base64.b64decode(v) for k, v in (doc.get("data") or {}).items()}
+                current, previous = pki.load_ca_secret(data)
+                if previous is None and pki.ca_needs_rollover(current.cert, self.now()):
+                    previous, current = current.cert, certs.CertificateAuthority.create(
+                        "tether-watcher-ca", self.lifetime, self.now())
+                    self._write(doc, current, previous)
+                    self._audit("ca_rollover_started", current)
+            ca = CA(current, previous, pki.trust_bundle(current.cert, previous))
+            self._publish(ca.bundle)
+            return ca
+
+    def finish_rollover(self, ca: CA, holders: Mapping[str, bytes | None]) -> CA:
+        """Drop the previous CA once no runtime holds a certificate of it."""
+        if ca.previous is None or not pki.rollover_complete(holders, ca.current):
+            return ca
+        with self._lock:
+            doc = self.kcp.get(gateway.SECRETS, self.namespace, self.secret)
+            self._write(doc, ca.current, None)
+            done = CA(ca.current, None, pki.trust_bundle(ca.current.cert, None))
+            self._publish(done.bundle)
+            self._audit("ca_rollover_finished", ca.current, dropped=format(ca.previous.serial_number, "x"))
+            return done
+
+    def _write(self, doc: Mapping[str, Any] | None, current: certs.CertificateAuthority,
+               previous: x509.Certificate | None) -> None:
+        data = {k: base64.b64encode(v).decode() for k, v in pki.ca_secret_data(current, previous).items()}
+        meta: dict[str, Any] = {"name": self.secret, "namespace": self.namespace,
+                "labels": {"app.kubernetes.io/part-of": "tether", "app.kubernetes.io/managed-by": "tether-enroller"}}
+        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta, "data": data}
+        if doc is None:
+            self.kcp.create(gateway.SECRETS, self.namespace, body)
+        else:
+            meta["resourceVersion"] = (doc.get("metadata") or {}).get("resourceVersion")
+            self.kcp.replace(gateway.SECRETS, self.namespace, self.secret, body)
+
+    def _publish(self, bundle: bytes) -> None:
+        doc = self.kcp.get_or_none(gateway.CONFIGMAPS, self.namespace, self.config_map)
+        if doc is not None and (doc.get("data") or {}).get("ca.crt") == bundle.decode():
+            return
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": self.config_map, "namespace": self.namespace,
+                             "labels": {"app.kubernetes.io/part-of": "tether",
+                                        "app.kubernetes.io/managed-by": "tether-enroller"}},
+                "data": {"ca.crt": bundle.decode()}}
+        if doc is None:
+            self.kcp.create(gateway.CONFIGMAPS, self.namespace, body)
+        else:
+            body["metadata"]["resourceVersion"] = doc["metadata"]["resourceVersion"]
+            self.kcp.replace(gateway.CONFIGMAPS, self.namespace, self.config_map, body)
+
+    def _audit(self, event: str, ca: certs.CertificateAuthority, **extra: str) -> None:
+        logs.audit(self.audit, event, serial=format(ca.cert.serial_number, "x"),
+                   not_after=changes.format_time(certs.not_after(ca.cert)), **extra)

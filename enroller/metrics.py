@@ -1,0 +1,60 @@
+"""Enroller metrics, on a registry of their own. Labels are bounded: states, reasons,
+expiry bands, verbs; never a runtime or Kyma name."""
+
+from __future__ import annotations
+
+import prometheus_client as prom
+
+STATES = ("Ready", "Failed", "Removing")
+EXPIRY_BANDS = ("expired", "lt1d", "lt7d", "lt30d", "ge30d")
+
+
+class Metrics:
+    def __init__(self, registry: prom.CollectorRegistry | None = None) -> None:
+        self.registry = registry or prom.CollectorRegistry()
+        r = self.registry
+        self.runtimes = prom.Gauge(
+            "tether_enroller_runtimes", "Kyma CRs by enrollment state at the end of the last run",
+            ["state"], registry=r)
+        self.failures = prom.Counter(
+            "tether_enroller_failures_total", "Failed enrollments by reason", ["reason"], registry=r)
+        self.certificates = prom.Gauge(
+            "tether_enroller_certificates", "Runtime client certificates by days to expiry",
+            ["expiry"], registry=r)
+        self.issued = prom.Counter(
+            "tether_enroller_certificates_issued_total", "Certificates issued, by kind and cause",
+            ["kind", "cause"], registry=r)
+        self.applies = prom.Counter(
+            "tether_enroller_applies_total", "Full applies of a runtime's objects, by cause",
+            ["cause"], registry=r)
+        self.requests = prom.Counter(
+            "tether_enroller_runtime_requests_total", "Requests to runtime API servers by verb",
+            ["verb"], registry=r)
+        self.run_seconds = prom.Histogram(
+            "tether_enroller_run_seconds", "Duration of a run over all Kyma CRs",
+            buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 900), registry=r)
+        self.last_success = prom.Gauge(
+            "tether_enroller_last_success_timestamp_seconds",
+            "End of the last run in which no runtime failed for a reason of the enroller's own "
+            "(the CA or the KCP)", registry=r)
+        self.ca_not_after = prom.Gauge(
+            "tether_enroller_ca_not_after_timestamp_seconds", "Expiry of the current watcher CA",
+            registry=r)
+        self.leader = prom.Gauge(
+            "tether_enroller_leader", "1 while this process holds the Lease", registry=r)
+        for s in STATES:
+            self.runtimes.labels(s)
+        for b in EXPIRY_BANDS:
+            self.certificates.labels(b)
+
+
+def expiry_band(days_left: float) -> str:
+    if days_left <= 0:
+        return "expired"
+    if days_left < 1:
+        return "lt1d"
+    if days_left < 7:
+        return "lt7d"
+    if days_left < 30:
+        return "lt30d"
+    return "ge30d"

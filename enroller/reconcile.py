@@ -1,0 +1,511 @@
+"""One enroller run: every Kyma CR's runtime connected, or its failure reported.
+
+For each Kyma CR in the KCP namespace (also a bring-your-own cluster: only its kubeconfig
+Secret is needed):
+
+1. its runtime ID (label) and ``skr-domain`` (annotation) are read; a finalizer
+   (``tether.kyma-project.io/enroller``) is put on it so that its deletion waits for
+   Tether's removal from the runtime (at most ``REMOVAL_TIMEOUT_SECONDS``);
+2. through its kubeconfig Secret, **two reads**: the runtime's client Secret and the
+   webhook configuration. Their annotations name the installed bundle's digest and the
+   certificates' serials; when both match what would be installed now, the certificates
+   are far from expiry and the last full apply is younger than ``RESYNC_SECONDS``, nothing
+   is written (the steady state);
+3. otherwise every object of the rendered bundle (``enroller.render``) is server-side
+   applied (field manager ``tether-enroller``, forced): a first install, a renewal (client
+   certificate at two thirds of its lifetime, serving certificate likewise, both when the
+   watcher CA changed), a repair (a deleted or edited object), a rollout (a new image or
+   bundle), or the periodic resync;
+4. the runtime's ``RuntimeEnrollment`` in the KCP gets conditions (``Ready`` summary with
+   ``observedGeneration``; ``Enrolled``, ``CertificateValid``, ``WebhookServing``,
+   ``Heartbeat``), written only when they change, and an Event for each transition.
+
+A failing runtime (no kubeconfig, unreachable or forbidding API, no ``skr-domain``) is
+reported in its status, counted by reason, and retried with its own backoff; the others go
+on. Work runs ``CONCURRENCY`` runtimes at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import dataclasses
+import datetime
+import logging
+import math
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cryptography import x509
+
+from common import certs, changes, gateway, kyma, logs, pki, skr_clients
+from enroller import castore, metrics, render
+from enroller import settings as settings_mod
+
+log = logging.getLogger("tether.enroller")
+
+KYMAS = gateway.Resource("operator.kyma-project.io", "v1beta2", "kymas")
+ENROLLMENTS = gateway.Resource("tether.kyma-project.io", "v1alpha1", "runtimeenrollments")
+EVENTS = gateway.Resource("", "v1", "events")
+FINALIZER = "tether.kyma-project.io/enroller"
+HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"  # the listener's per-runtime Leases
+CA_SERIAL = "tether.kyma-project.io/ca-serial"
+HEARTBEAT_STALE = datetime.timedelta(minutes=10)
+
+
+class Failure(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+@dataclasses.dataclass
+class Memory:
+    """What the enroller keeps per runtime between runs (lost on restart: the first run
+    then re-applies everything once)."""
+    failures: int = 0
+    next_attempt: float = 0.0
+    last_full: float = -math.inf
+    status: dict[str, Any] | None = None
+    resource_version: str = ""
+    webhook_serving: bool | None = None
+    not_after: datetime.datetime | None = None
+    client_pem: bytes | None = None  # for the CA rollover's "every runtime renewed" check
+
+
+@dataclasses.dataclass
+class Result:
+    runtime_id: str
+    applied: str | None        # the cause of a full apply, None when nothing was written
+    renewed: list[str]         # "client", "serving"
+    not_after: datetime.datetime
+    webhook_serving: bool | None
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class Enroller:
+    def __init__(self, s: settings_mod.Settings, kcp: gateway.Kube, skrs: skr_clients.SkrClients,
+                 stats: metrics.Metrics, audit: logging.Logger, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 now: Callable[[], datetime.datetime] = _utcnow) -> None:
+        self.s, self.kcp, self.skrs, self.stats, self.audit = s, kcp, skrs, stats, audit
+        self.clock, self.now = clock, now
+        self.bundle = render.load_bundle(s.bundle_text())
+        self.cas = castore.CAStore(kcp, s.namespace, s.ca_secret, s.trust_config_map, s.ca_lifetime,
+                                   audit, now)
+        self.memory: dict[str, Memory] = {}
+        self._lock = threading.Lock()
+        self.active: Callable[[], bool] = lambda: True
+        self.identity = socket.gethostname()
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def run(self, only: set[str] | None = None) -> dict[str, int]:
+        """Every Kyma CR (or the named ones); the count of runtimes by state."""
+        if not self.active():
+            return {}
+        t0 = time.monotonic()
+        ca = self.cas.ensure()
+        self.stats.ca_not_after.set(certs.not_after(ca.current.cert).timestamp())
+        kymas = list(self.kcp.list_items(KYMAS, self.s.kcp_namespace))
+        enrollments = {e["metadata"]["name"]: e for e in self.kcp.list_items(ENROLLMENTS, self.s.kcp_namespace)}
+        beats = self._heartbeats()
+        targets = [k for k in kymas if only is None or k["metadata"]["name"] in only]
+        with concurrent.futures.ThreadPoolExecutor(self.s.concurrency, thread_name_prefix="enroll") as ex:
+            states = list(ex.map(lambda k: self.one(k, ca, enrollments.get(k["metadata"]["name"]), beats),
+                                 targets))
+        counts = Counter(states)
+        if only is None:
+            names = {k["metadata"]["name"] for k in kymas}
+            with self._lock:
+                for gone in set(self.memory) - names:
+                    del self.memory[gone]
+            for name in enrollments:  # its Kyma CR went without us (no finalizer)
+                if name not in names:
+                    self._delete_enrollment(name)
+            for state in metrics.STATES:
+                self.stats.runtimes.labels(state).set(counts.get(state, 0))
+            bands = Counter(metrics.expiry_band((m.not_after - self.now()).total_seconds() / 86_400)
+                            for m in self.memory.values() if m.not_after is not None)
+            for band in metrics.EXPIRY_BANDS:
+                self.stats.certificates.labels(band).set(bands.get(band, 0))
+            holders = {n: m.client_pem for n, m in self.memory.items()}
+            if ca.previous is not None and not counts.get("Failed"):
+                self.cas.finish_rollover(ca, holders)
+            self.stats.last_success.set(time.time())
+            self.stats.run_seconds.observe(time.monotonic() - t0)
+        return dict(counts)
+
+    def react(self) -> dict[str, int]:
+        """The Kyma CRs that changed since they were last seen (new, edited, being deleted)
+        and those enrolled whose webhook does not serve yet: one list of their metadata,
+        then a run over those only."""
+        if not self.active():
+            return {}
+        changed = set()
+        for k in self.kcp.list_items(KYMAS, self.s.kcp_namespace, metadata_only=True):
+            meta = k["metadata"]
+            mem = self._mem(meta["name"])
+            # changed, or enrolled and waiting for its webhook to serve (Ready within seconds)
+            if mem.resource_version != meta.get("resourceVersion") or mem.webhook_serving is False:
+                changed.add(meta["name"])
+        return self.run(changed) if changed else {}
+
+    def _mem(self, name: str) -> Memory:
+        with self._lock:
+            return self.memory.setdefault(name, Memory())
+
+    def _heartbeats(self) -> dict[str, datetime.datetime]:
+        out: dict[str, datetime.datetime] = {}
+        try:
+            for lease in self.kcp.list_items(gateway.LEASES, self.s.kcp_namespace,
+                                             label_selector=f"{HEARTBEAT_LABEL}=true"):
+                rid = (lease["metadata"].get("labels") or {}).get(kyma.RUNTIME_ID_LABEL)
+                t = changes.parse_time((lease.get("spec") or {}).get("renewTime"))
+                if rid and t is not None:
+                    out[rid] = t
+        except gateway.GatewayError as e:
+            log.warning("heartbeat Leases not readable: %s", logs.bounded(e, 200))
+        return out
+
+    # -- one runtime ---------------------------------------------------------------------
+
+    def one(self, obj: Mapping[str, Any], ca: castore.CA, enrollment: Mapping[str, Any] | None,
+            beats: Mapping[str, datetime.datetime]) -> str:
+        meta = obj["metadata"]
+        name = meta["name"]
+        mem = self._mem(name)
+        mem.resource_version = str(meta.get("resourceVersion", ""))
+        if meta.get("deletionTimestamp"):
+            return self.remove(obj, enrollment)
+        if self.clock() < mem.next_attempt:
+            return "Failed"
+        view = kyma.view(obj)
+        try:
+            self._ensure_finalizer(obj)
+            result = self._enroll(view, ca, mem)
+        except Failure as f:
+            mem.failures += 1
+            mem.next_attempt = self.clock() + min(self.s.backoff_cap, self.s.backoff_base * 2 ** (mem.failures - 1))
+            self.stats.failures.labels(f.reason).inc()
+            log.warning("runtime of Kyma %s: %s: %s (retry in %.0fs)", name, f.reason, f.message,
+                        mem.next_attempt - self.clock())
+            self._write_status(obj, view, enrollment, mem, failure=f, result=None,
+                               beat=beats.get(view.runtime_id or ""))
+            return "Failed"
+        mem.failures, mem.next_attempt = 0, 0.0
+        mem.not_after = result.not_after
+        self._write_status(obj, view, enrollment, mem, failure=None, result=result,
+                           beat=beats.get(result.runtime_id))
+        return "Ready"
+
+    def _ensure_finalizer(self, obj: Mapping[str, Any]) -> None:
+        meta = obj["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if FINALIZER in finalizers:
+            return
+        try:
+            self.kcp.patch(KYMAS, self.s.kcp_namespace, meta["name"], {"metadata": {
+                "finalizers": [*finalizers, FINALIZER], "resourceVersion": meta["resourceVersion"]}})
+        except gateway.Conflict:
+            raise Failure("KymaChanged", "the Kyma CR changed while adding the finalizer; next run") from None
+        except gateway.GatewayError as e:
+            raise Failure("KcpUnavailable", f"adding the finalizer: {logs.bounded(e, 200)}") from None
+
+    def _read(self, skr: gateway.Kube, res: gateway.Resource, namespace: str | None,
+              name: str) -> dict[str, Any] | None:
+        self.stats.requests.labels("read").inc()
+        try:
+            return skr.get_or_none(res, namespace, name, timeout=self.s.skr_timeout)
+        except gateway.Forbidden as e:
+            raise Failure("Forbidden", f"the runtime's API refuses the kubeconfig: {logs.bounded(e, 200)}") from None
+        except gateway.GatewayError as e:
+            raise Failure("Unreachable", f"the runtime's API: {logs.bounded(e, 200)}") from None
+
+    def _enroll(self, view: kyma.KymaView, ca: castore.CA, mem: Memory) -> Result:
+        if not view.runtime_id or not kyma.valid_runtime_id(view.runtime_id):
+            raise Failure("RuntimeIdMissing", f"the Kyma CR has no valid {kyma.RUNTIME_ID_LABEL} label")
+        if not view.domain:
+            raise Failure("DomainMissing", f"the Kyma CR has no {kyma.DOMAIN_ANNOTATION} annotation")
+        try:
+            skr = self.skrs.get(view.name)
+        except skr_clients.SkrClientError as e:
+            raise Failure("KubeconfigMissing", str(e)) from None
+        now = self.now()
+        client_secret = self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET)
+        hook = self._read(skr, render.WEBHOOK_CONFIGS, None, render.WEBHOOK_CONFIG)
+        notes = ((client_secret or {}).get("metadata") or {}).get("annotations") or {}
+        data = (client_secret or {}).get("data") or {}
+        client_pem = base64.b64decode(data["tls.crt"]) if "tls.crt" in data else None
+        ca_serial = format(ca.current.cert.serial_number, "x")
+        renewed: list[str] = []
+        reason = pki.needs_renewal(client_pem, ca.current, now, runtime_id=view.runtime_id, domain=view.domain)
+        if reason is None and "tls.key" in data and client_pem is not None:
+            client_cert, client_key = client_pem, base64.b64decode(data["tls.key"])
+        else:
+            try:
+                pair = pki.client_certificate(ca.current, view.runtime_id, view.domain, self.s.cert_lifetime, now)
+            except pki.PKIError as e:
+                raise Failure("InvalidDomain", str(e)) from None
+            client_cert, client_key = pair.cert_pem, pair.key_pem
+            renewed.append("client")
+            self._issued("client", view, pair, reason or "missing_key")
+        parsed = x509.load_pem_x509_certificate(client_cert)
+        mem.client_pem = client_cert
+        serving_not_after = changes.parse_time(notes.get(render.SERVING_NOT_AFTER, ""))
+        serving_renew_at = changes.parse_time(notes.get(render.SERVING_RENEW_AT, ""))
+        serving_reason = None
+        if notes.get(CA_SERIAL) != ca_serial:
+            serving_reason = "ca_changed" if notes.get(CA_SERIAL) else "missing"
+        elif serving_renew_at is None or now >= serving_renew_at:
+            serving_reason = "expiring"
+        serving_cert = serving_key = b""
+        serving_serial = notes.get(render.SERVING_SERIAL, "")
+        if serving_reason is not None:
+            spair = pki.serving_certificate(ca.current, list(render.WEBHOOK_SERVICE_NAMES), self.s.cert_lifetime, now)
+            serving_cert, serving_key = spair.cert_pem, spair.key_pem
+            serving_serial = format(spair.cert.serial_number, "x")
+            serving_not_after = certs.not_after(spair.cert)
+            serving_renew_at = pki.renew_at(spair.cert)
+            renewed.append("serving")
+            self._issued("serving", view, spair, serving_reason)
+        inputs = render.Inputs(
+            runtime_id=view.runtime_id, listener_url=self.s.listener_url, listener_ca=self.s.listener_ca,
+            client_cert=client_cert, client_key=client_key, client_serial=format(parsed.serial_number, "x"),
+            serving_cert=serving_cert, serving_key=serving_key, serving_serial=serving_serial,
+            serving_not_after=changes.format_time(serving_not_after) if serving_not_after else "",
+            serving_renew_at=changes.format_time(serving_renew_at) if serving_renew_at else "",
+            ca_bundle=ca.bundle, image=self.s.image)
+        objs = render.render(self.bundle, inputs)
+        want = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"]["annotations"][render.DIGEST]
+        have = (((hook or {}).get("metadata") or {}).get("annotations") or {}).get(render.DIGEST)
+        stale = self.clock() - mem.last_full >= self.s.resync
+        missing = client_secret is None or hook is None
+        first = client_secret is None and hook is None and mem.last_full == -math.inf
+        cause = ("installed" if first else "repaired" if missing
+                 else "renewed" if renewed
+                 else "repaired" if have != want or notes.get(render.DIGEST) != want
+                 else "resync" if stale else None)
+        if cause is not None:
+            if not serving_cert:  # kept: its Secret is needed for the apply
+                serving = self._read(skr, gateway.SECRETS, render.NAMESPACE, render.SERVING_SECRET)
+                sdata = (serving or {}).get("data") or {}
+                if "tls.crt" in sdata and "tls.key" in sdata:
+                    inputs = dataclasses.replace(inputs, serving_cert=base64.b64decode(sdata["tls.crt"]),
+                                                 serving_key=base64.b64decode(sdata["tls.key"]))
+                else:  # deleted while the notes call it current: a new one
+                    spair = pki.serving_certificate(ca.current, list(render.WEBHOOK_SERVICE_NAMES),
+                                                    self.s.cert_lifetime, now)
+                    renewed.append("serving")
+                    self._issued("serving", view, spair, "missing")
+                    inputs = dataclasses.replace(
+                        inputs, serving_cert=spair.cert_pem, serving_key=spair.key_pem,
+                        serving_serial=format(spair.cert.serial_number, "x"),
+                        serving_not_after=changes.format_time(certs.not_after(spair.cert)),
+                        serving_renew_at=changes.format_time(pki.renew_at(spair.cert)))
+                objs = render.render(self.bundle, inputs)
+            for o in objs:
+                if o["kind"] == "Secret" and o["metadata"]["name"] == render.CLIENT_SECRET:
+                    o["metadata"]["annotations"][CA_SERIAL] = ca_serial
+            self._apply(skr, objs)
+            mem.last_full = self.clock()
+            self.stats.applies.labels(cause).inc()
+            log.info("runtime %s (Kyma %s): applied %d objects (%s)", view.runtime_id, view.name, len(objs), cause)
+        if cause is not None or mem.webhook_serving is not True:
+            dep = self._read(skr, render.DEPLOYMENTS, render.NAMESPACE, "tether-webhook")
+            mem.webhook_serving = bool(dep and ((dep.get("status") or {}).get("availableReplicas") or 0) > 0)
+        return Result(view.runtime_id, cause, renewed, certs.not_after(parsed), mem.webhook_serving)
+
+    def _issued(self, kind: str, view: kyma.KymaView, pair: certs.KeyPair, cause: str) -> None:
+        self.stats.issued.labels(kind, cause).inc()
+        logs.audit(self.audit, "certificate_issued", kind=kind, runtime=view.runtime_id, kyma=view.name,
+                   serial=format(pair.cert.serial_number, "x"),
+                   not_after=changes.format_time(certs.not_after(pair.cert)), cause=cause)
+
+    def _apply(self, skr: gateway.Kube, objs: list[dict[str, Any]]) -> None:
+        for o in objs:
+            res = render.resource(o)
+            meta = o["metadata"]
+            self.stats.requests.labels("write").inc()
+            try:
+                skr.apply(res, meta.get("namespace"), meta["name"], o, field_manager=render.MANAGER,
+                          timeout=self.s.skr_timeout)
+            except gateway.Forbidden as e:
+                raise Failure("Forbidden", f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}") from None
+            except gateway.Rejected as e:
+                raise Failure("Rejected", f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}") from None
+            except gateway.GatewayError as e:
+                raise Failure("Unreachable", f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}") from None
+
+    # -- removal -------------------------------------------------------------------------
+
+    def remove(self, obj: Mapping[str, Any], enrollment: Mapping[str, Any] | None) -> str:
+        meta = obj["metadata"]
+        name = meta["name"]
+        view = kyma.view(obj)
+        if FINALIZER not in (meta.get("finalizers") or []):
+            self._delete_enrollment(name)
+            return "Removing"
+        since = changes.parse_time(meta.get("deletionTimestamp", "")) or self.now()
+        timed_out = self.now() - since >= datetime.timedelta(seconds=self.s.removal_timeout)
+        problem = None
+        try:
+            skr = self.skrs.get(name)
+            for o in reversed(render.render(self.bundle, _placeholder(view.runtime_id or ""))):
+                res = render.resource(o)
+                self.stats.requests.labels("write").inc()
+                try:
+                    skr.delete(res, o["metadata"].get("namespace"), o["metadata"]["name"], timeout=self.s.skr_timeout)
+                except gateway.NotFound:
+                    pass
+        except (skr_clients.SkrClientError, gateway.GatewayError) as e:
+            problem = logs.bounded(e, 200)
+        if problem is not None and not timed_out:
+            log.warning("Kyma %s deleted: removing Tether from its runtime failed (%s); retried until "
+                        "the %ds timeout", name, problem, self.s.removal_timeout)
+            return "Removing"
+        try:
+            self.kcp.patch(KYMAS, self.s.kcp_namespace, name, {"metadata": {
+                "finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
+                "resourceVersion": meta["resourceVersion"]}})
+        except gateway.GatewayError as e:
+            log.warning("Kyma %s: releasing the finalizer failed: %s", name, logs.bounded(e, 200))
+            return "Removing"
+        outcome = "removed" if problem is None else "removal_timed_out"
+        logs.audit(self.audit, "runtime_removed", runtime=view.runtime_id, kyma=name, outcome=outcome)
+        self._event(obj, "Kyma", "Removed" if problem is None else "RemovalTimedOut",
+                    "Tether removed from the runtime" if problem is None else
+                    f"the runtime was not reachable for {self.s.removal_timeout:.0f}s: {problem}",
+                    warning=problem is not None, api_version=f"{KYMAS.group}/{KYMAS.version}")
+        self._delete_enrollment(name)
+        self.skrs.forget(name)
+        return "Removing"
+
+    def _delete_enrollment(self, name: str) -> None:
+        try:
+            self.kcp.delete(ENROLLMENTS, self.s.kcp_namespace, name)
+        except gateway.NotFound:
+            pass
+        except gateway.GatewayError as e:
+            log.warning("RuntimeEnrollment %s: delete failed: %s", name, logs.bounded(e, 200))
+
+    # -- status --------------------------------------------------------------------------
+
+    def _write_status(self, obj: Mapping[str, Any], view: kyma.KymaView, enrollment: Mapping[str, Any] | None,
+                      mem: Memory, *, failure: Failure | None, result: Result | None,
+                      beat: datetime.datetime | None) -> None:
+        name = view.name
+        now = self.now()
+        previous = {c["type"]: c for c in ((enrollment or {}).get("status") or {}).get("conditions") or []}
+        if mem.status is not None:
+            previous = {c["type"]: c for c in mem.status.get("conditions") or []}
+        gen = int(((enrollment or {}).get("metadata") or {}).get("generation") or 1)
+
+        def cond(kind: str, ok: bool | None, reason: str, message: str) -> dict[str, Any]:
+            status = "Unknown" if ok is None else "True" if ok else "False"
+            old = previous.get(kind)
+            since = old["lastTransitionTime"] if old and old.get("status") == status else changes.format_time(now)
+            return {"type": kind, "status": status, "reason": reason, "message": message[:1000],
+                    "observedGeneration": gen, "lastTransitionTime": since}
+
+        if failure is not None:
+            enrolled = cond("Enrolled", False, failure.reason, failure.message)
+            old_cert = previous.get("CertificateValid")
+            cert = old_cert or cond("CertificateValid", None, "Unknown", "not enrolled yet")
+            hook = previous.get("WebhookServing") or cond("WebhookServing", None, "Unknown", "not enrolled yet")
+        else:
+            assert result is not None
+            enrolled = cond("Enrolled", True, "Installed", "Tether's objects are installed in the runtime")
+            left = result.not_after - now
+            cert = cond("CertificateValid", left.total_seconds() > 0, "Valid" if left.total_seconds() > 0 else "Expired",
+                        f"client certificate valid until {changes.format_time(result.not_after)}")
+            hook = cond("WebhookServing", result.webhook_serving,
+                        "Available" if result.webhook_serving else "NoAvailableReplicas",
+                        "the webhook Deployment has available replicas" if result.webhook_serving
+                        else "the webhook Deployment has no available replica")
+        fresh = beat is not None and now - beat <= HEARTBEAT_STALE
+        heart = cond("Heartbeat", fresh if beat is not None else None,
+                     "Recent" if fresh else "Stale" if beat is not None else "None",
+                     f"last delivery {changes.format_time(beat)}" if beat is not None else "no delivery seen yet")
+        ready_ok = failure is None and all(c["status"] == "True" for c in (enrolled, cert, hook))
+        why = failure.reason if failure else next((c["reason"] for c in (cert, hook) if c["status"] != "True"), "Ready")
+        ready = cond("Ready", ready_ok, "Ready" if ready_ok else why,
+                     "the runtime is connected" if ready_ok else (failure.message if failure else f"{why}"))
+        status: dict[str, Any] = {"observedGeneration": gen, "conditions": [ready, enrolled, cert, hook, heart]}
+        if result is not None:
+            status["certificate"] = {"notAfter": changes.format_time(result.not_after)}
+        elif enrollment and (enrollment.get("status") or {}).get("certificate"):
+            status["certificate"] = enrollment["status"]["certificate"]
+        status["version"] = self.s.image or "bundle"
+        if mem.status == status:
+            return
+        if enrollment is None and mem.status is None:
+            body = {"apiVersion": f"{ENROLLMENTS.group}/{ENROLLMENTS.version}", "kind": "RuntimeEnrollment",
+                    "metadata": {"name": name, "namespace": self.s.kcp_namespace,
+                                 "labels": {kyma.RUNTIME_ID_LABEL: view.runtime_id or "",
+                                            **render.MANAGED_BY} if view.runtime_id and kyma.valid_runtime_id(view.runtime_id)
+                                 else dict(render.MANAGED_BY)},
+                    "spec": {"kymaName": name, "runtimeId": view.runtime_id or ""}}
+            try:
+                self.kcp.create(ENROLLMENTS, self.s.kcp_namespace, body)
+            except gateway.Conflict:
+                pass
+            except gateway.GatewayError as e:
+                log.warning("RuntimeEnrollment %s: create failed: %s", name, logs.bounded(e, 200))
+                return
+        try:
+            self.kcp.patch(ENROLLMENTS, self.s.kcp_namespace, name, {"status": status}, subresource="status")
+        except gateway.GatewayError as e:
+            log.warning("RuntimeEnrollment %s: status not written: %s", name, logs.bounded(e, 200))
+            return
+        was = (mem.status or {}).get("conditions") or []
+        was_ready = next((c for c in was if c["type"] == "Ready"), None)
+        mem.status = status
+        self._events(obj, view, was_ready, ready, failure, result)
+
+    def _events(self, obj: Mapping[str, Any], view: kyma.KymaView, was: Mapping[str, Any] | None,
+                ready: Mapping[str, Any], failure: Failure | None, result: Result | None) -> None:
+        target = {"metadata": {"name": view.name, "namespace": self.s.kcp_namespace, "uid": ""}}
+        if failure is not None:
+            if was is None or was.get("reason") != failure.reason:
+                self._event(target, "RuntimeEnrollment", "Failed", f"{failure.reason}: {failure.message}", warning=True)
+            return
+        assert result is not None
+        if result.applied == "installed":
+            self._event(target, "RuntimeEnrollment", "Enrolled", f"Tether installed in runtime {view.runtime_id}")
+        elif result.applied == "repaired":
+            self._event(target, "RuntimeEnrollment", "Repaired", "drifted objects restored in the runtime")
+        if result.renewed:
+            self._event(target, "RuntimeEnrollment", "Renewed", f"certificates renewed: {', '.join(result.renewed)}")
+        if ready.get("status") == "True" and (was is None or was.get("status") != "True"):
+            self._event(target, "RuntimeEnrollment", "Ready", "the runtime is connected")
+
+    def _event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, *, warning: bool = False,
+               api_version: str = f"{ENROLLMENTS.group}/{ENROLLMENTS.version}") -> None:
+        meta = obj["metadata"]
+        stamp = changes.format_time(self.now())
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": self.s.kcp_namespace},
+                "involvedObject": {"apiVersion": api_version, "kind": kind, "name": meta["name"],
+                                   "namespace": self.s.kcp_namespace, **({"uid": meta["uid"]} if meta.get("uid") else {})},
+                "reason": reason, "message": message[:1000], "type": "Warning" if warning else "Normal",
+                "source": {"component": "tether-enroller"}, "reportingComponent": "tether-enroller",
+                "reportingInstance": self.identity[:128], "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
+        try:
+            self.kcp.create(EVENTS, self.s.kcp_namespace, body)
+        except gateway.GatewayError as e:
+            log.warning("event %s on %s not written: %s", reason, meta["name"], logs.bounded(e, 200))
+
+
+def _placeholder(runtime_id: str) -> render.Inputs:
+    """Inputs enough to name the objects to delete (no certificate is needed for that)."""
+    return render.Inputs(runtime_id=runtime_id, listener_url="", listener_ca=b"", client_cert=b"", client_key=b"",
+                         client_serial="", serving_cert=b"", serving_key=b"", serving_serial="",
+                         serving_not_after="", ca_bundle=b"")

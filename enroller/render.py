@@ -1,0 +1,169 @@
+"""The SKR objects of one runtime: Tether's SKR bundle (``kubectl kustomize manifests/skr``,
+kept as ``enroller/skr-bundle.yaml``, or an operator's own rendering given as a file) with
+what belongs to that runtime filled in:
+
+* the ``tether-runtime-client`` Secret: runtime ID, listener URL and CA, client certificate;
+* the ``tether-webhook-serving`` Secret: the webhook's serving certificate;
+* the webhook configuration's ``caBundle`` (the watcher CA, old and new during a rollover);
+* the image of every Tether container (``TETHER_ENROLLER_IMAGE``), for rollouts;
+* ``app.kubernetes.io/managed-by: tether-enroller`` on every object, and on the webhook
+  configuration and the client Secret the bundle's digest and the certificates' serials,
+  which let one read tell the enroller that nothing changed.
+
+No I/O: ``render`` takes plain data and returns plain dicts in apply order.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import dataclasses
+import hashlib
+import json
+import pathlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from common import gateway
+
+BUNDLE_FILE = pathlib.Path(__file__).with_name("skr-bundle.yaml")
+NAMESPACE = "tether-system"
+CLIENT_SECRET = "tether-runtime-client"
+SERVING_SECRET = "tether-webhook-serving"
+WEBHOOK_CONFIG = "tether-configmaps"
+WEBHOOK_SERVICE_NAMES = ("tether-webhook.tether-system.svc", "tether-webhook.tether-system")
+MANAGER = "tether-enroller"
+MANAGED_BY = {"app.kubernetes.io/managed-by": MANAGER}
+DIGEST = "tether.kyma-project.io/bundle-digest"
+CLIENT_SERIAL = "tether.kyma-project.io/client-serial"
+SERVING_SERIAL = "tether.kyma-project.io/serving-serial"
+SERVING_NOT_AFTER = "tether.kyma-project.io/serving-not-after"
+SERVING_RENEW_AT = "tether.kyma-project.io/serving-renew-at"
+
+RESOURCES: dict[tuple[str, str], gateway.Resource] = {
+    ("v1", "Namespace"): gateway.NAMESPACES,
+    ("v1", "ServiceAccount"): gateway.Resource("", "v1", "serviceaccounts"),
+    ("v1", "ConfigMap"): gateway.CONFIGMAPS,
+    ("v1", "Secret"): gateway.SECRETS,
+    ("v1", "Service"): gateway.Resource("", "v1", "services"),
+    ("apps/v1", "Deployment"): gateway.Resource("apps", "v1", "deployments"),
+    ("rbac.authorization.k8s.io/v1", "Role"): gateway.Resource("rbac.authorization.k8s.io", "v1", "roles"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"):
+        gateway.Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"):
+        gateway.Resource("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"):
+        gateway.Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False),
+    ("policy/v1", "PodDisruptionBudget"): gateway.Resource("policy", "v1", "poddisruptionbudgets"),
+    ("networking.k8s.io/v1", "NetworkPolicy"): gateway.Resource("networking.k8s.io", "v1", "networkpolicies"),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"):
+        gateway.Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+                         namespaced=False),
+}
+# apply order: what others refer to first, the webhook registration last
+ORDER = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+         "ConfigMap", "Secret", "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy",
+         "ValidatingWebhookConfiguration"]
+WEBHOOK_CONFIGS = RESOURCES[("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration")]
+DEPLOYMENTS = RESOURCES[("apps/v1", "Deployment")]
+
+
+class BundleError(ValueError):
+    """The SKR bundle cannot be used (not YAML, an unknown kind, no webhook configuration)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    runtime_id: str
+    listener_url: str
+    listener_ca: bytes
+    client_cert: bytes
+    client_key: bytes
+    client_serial: str
+    serving_cert: bytes
+    serving_key: bytes
+    serving_serial: str
+    serving_not_after: str
+    ca_bundle: bytes
+    serving_renew_at: str = ""
+    image: str | None = None
+
+
+def resource(obj: Mapping[str, Any]) -> gateway.Resource:
+    try:
+        return RESOURCES[(obj["apiVersion"], obj["kind"])]
+    except KeyError:
+        raise BundleError(f"{obj.get('apiVersion')} {obj.get('kind')} is not a kind the enroller "
+                          "installs") from None
+
+
+def load_bundle(text: str) -> list[dict[str, Any]]:
+    """The bundle's objects; every kind known, exactly one webhook configuration."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as e:
+        raise BundleError(f"not YAML: {str(e).splitlines()[0]}") from None
+    for d in docs:
+        if not isinstance(d, dict) or "metadata" not in d:
+            raise BundleError("every document must be a Kubernetes object")
+        resource(d)
+        if d["kind"] == "Secret":
+            raise BundleError(f"the bundle must not hold Secrets ({d['metadata'].get('name')}): the "
+                              "enroller writes the runtime's own")
+    hooks = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    if [h["metadata"]["name"] for h in hooks] != [WEBHOOK_CONFIG]:
+        raise BundleError(f"the bundle must hold the ValidatingWebhookConfiguration {WEBHOOK_CONFIG}")
+    return docs
+
+
+def digest(objects: Iterable[Mapping[str, Any]], client_serial: str, serving_serial: str) -> str:
+    """What identifies an installed state: the non-secret objects and the certificates'
+    serials (never key material)."""
+    h = hashlib.sha256()
+    for o in objects:
+        if o["kind"] != "Secret":
+            h.update(json.dumps(o, sort_keys=True).encode())
+    h.update(f"{client_serial}/{serving_serial}".encode())
+    return h.hexdigest()[:32]
+
+
+def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
+    objs = copy.deepcopy(bundle)
+    for o in objs:
+        meta = o.setdefault("metadata", {})
+        meta["labels"] = {**(meta.get("labels") or {}), **MANAGED_BY}
+        if o["kind"] == "Deployment" and i.image:
+            for c in o["spec"]["template"]["spec"].get("containers") or []:
+                if c.get("image", "").rsplit(":", 1)[0].rsplit("/", 1)[-1] == "tether":
+                    c["image"] = i.image
+        if o["kind"] == "ValidatingWebhookConfiguration":
+            for hook in o.get("webhooks") or []:
+                hook.setdefault("clientConfig", {})["caBundle"] = base64.b64encode(i.ca_bundle).decode()
+    d = digest(objs, i.client_serial, i.serving_serial)
+    notes = {DIGEST: d, CLIENT_SERIAL: i.client_serial, SERVING_SERIAL: i.serving_serial,
+             SERVING_NOT_AFTER: i.serving_not_after, SERVING_RENEW_AT: i.serving_renew_at}
+    for o in objs:
+        if o["kind"] == "ValidatingWebhookConfiguration":
+            o["metadata"]["annotations"] = {**(o["metadata"].get("annotations") or {}), **notes}
+
+    def b64(b: bytes) -> str:
+        return base64.b64encode(b).decode()
+
+    objs.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                 "metadata": {"name": CLIENT_SECRET, "namespace": NAMESPACE,
+                              "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY},
+                              "annotations": notes},
+                 "data": {"runtime-id": b64(i.runtime_id.encode()), "listener-url": b64(i.listener_url.encode()),
+                          "ca.crt": b64(i.listener_ca), "tls.crt": b64(i.client_cert), "tls.key": b64(i.client_key)}})
+    objs.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                 "metadata": {"name": SERVING_SECRET, "namespace": NAMESPACE,
+                              "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
+                 "data": {"tls.crt": b64(i.serving_cert), "tls.key": b64(i.serving_key)}})
+    return sorted(objs, key=lambda o: ORDER.index(o["kind"]))
+
+
+def cluster_scoped(objs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """What removing Tether must delete besides its namespace."""
+    return [o for o in objs if not resource(o).namespaced and o["kind"] != "Namespace"]

@@ -1,0 +1,136 @@
+"""Enroller settings: one dataclass, built once in the entry point from the options declared
+in ``SPEC`` (``tether enroller --help``, docs/enroller.md). A bad value stops the process
+with one line naming it."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import pathlib
+
+from common import config
+from enroller import render
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    listener_url: str                      # what runtimes send to (the listener's ingress)
+    listener_ca: bytes = dataclasses.field(repr=False)  # CA of the listener's serving certificate
+    kcp_namespace: str = "kcp-system"      # Kyma CRs, kubeconfig Secrets, RuntimeEnrollments
+    namespace: str = "tether-system"       # the watcher CA Secret, the trust bundle, the Lease
+    ca_secret: str = "tether-enroller-ca"
+    trust_config_map: str = "tether-runtime-ca"  # what the listener mounts
+    cert_lifetime: datetime.timedelta = datetime.timedelta(days=7)
+    ca_lifetime: datetime.timedelta = datetime.timedelta(days=365)
+    image: str | None = None               # None: the bundle's images
+    bundle_file: str | None = None         # None: the packaged bundle (manifests/skr)
+    interval: float = 60.0
+    react_seconds: float = 5.0             # Kyma CR changes are noticed this fast
+    resync: float = 3600.0                 # a full apply per runtime at least this often
+    concurrency: int = 8
+    skr_timeout: float = 10.0
+    backoff_base: float = 10.0
+    backoff_cap: float = 600.0
+    removal_timeout: float = 300.0
+    lease_name: str = "tether-enroller"
+    bind: str = "0.0.0.0:8080"
+    log_level: str = "INFO"
+    log_format: str = "json"
+    audit_destination: str = "stdout"
+    kubeconfig: str | None = None
+
+    def bundle_text(self) -> str:
+        return pathlib.Path(self.bundle_file or render.BUNDLE_FILE).read_text()
+
+
+E = "TETHER_ENROLLER_"
+SPEC = config.Spec(
+    part="enroller",
+    summary="Enroller (KCP): certificates and Tether's installation in every runtime.",
+    options=(
+        config.https_url(E + "LISTENER_URL", config.REQUIRED,
+                         "the listener's URL as runtimes reach it (its ingress)"),
+        config.file(E + "LISTENER_CA_FILE", config.REQUIRED,
+                    "CA of the listener's serving certificate, given to runtimes", "certificate"),
+        config.kubeconfig(E + "KUBECONFIG", "kubeconfig of the KCP (unset: $KUBECONFIG, else "
+                          "the in-cluster service account)", flag="--kubeconfig"),
+        config.object_name("TETHER_KCP_NAMESPACE", "kcp-system",
+                           "KCP namespace of the Kyma CRs, kubeconfig Secrets and RuntimeEnrollments"),
+        config.object_name(E + "NAMESPACE", "tether-system",
+                           "KCP namespace of the watcher CA Secret, the trust bundle and the Lease"),
+        config.object_name(E + "CA_SECRET", "tether-enroller-ca", "Secret holding the watcher CA"),
+        config.object_name(E + "TRUST_CONFIGMAP", "tether-runtime-ca",
+                           "ConfigMap of the CAs the listener trusts (key ca.crt)"),
+        config.seconds(E + "CERT_LIFETIME_SECONDS", 7 * 86_400.0,
+                       "lifetime of runtime certificates (renewed at two thirds)", minimum=60,
+                       maximum=397 * 86_400),
+        config.seconds(E + "CA_LIFETIME_SECONDS", 365 * 86_400.0,
+                       "lifetime of a new watcher CA (rolled over at two thirds)", minimum=600,
+                       maximum=20 * 365 * 86_400),
+        config.text(E + "IMAGE", None, "image of Tether's SKR containers (unset: the bundle's)"),
+        config.file(E + "BUNDLE_FILE", None,
+                    "the SKR bundle (kubectl kustomize of an overlay of manifests/skr; unset: "
+                    "the packaged manifests/skr)"),
+        config.seconds(E + "INTERVAL_SECONDS", 60.0, "time between runs over every runtime",
+                       minimum=1, maximum=86_400),
+        config.seconds(E + "REACT_SECONDS", 5.0, "how often Kyma CRs are listed for changes",
+                       minimum=0.5, maximum=3600),
+        config.seconds(E + "RESYNC_SECONDS", 3600.0,
+                       "a full apply per runtime at least this often (repairs any drift)",
+                       minimum=10, maximum=7 * 86_400),
+        config.integer(E + "CONCURRENCY", 8, "runtimes worked on at once", minimum=1, maximum=64),
+        config.seconds(E + "SKR_TIMEOUT_SECONDS", 10.0, "per runtime API request", minimum=0.1,
+                       maximum=300),
+        config.seconds(E + "BACKOFF_BASE_SECONDS", 10.0, "first per-runtime backoff", minimum=0,
+                       maximum=86_400),
+        config.seconds(E + "BACKOFF_CAP_SECONDS", 600.0, "longest per-runtime backoff", minimum=0,
+                       maximum=86_400),
+        config.seconds(E + "REMOVAL_TIMEOUT_SECONDS", 300.0,
+                       "longest a Kyma CR's deletion waits for Tether's removal from its runtime",
+                       minimum=0, maximum=86_400),
+        config.object_name(E + "LEASE_NAME", "tether-enroller", "the Lease's name"),
+        config.host_port(E + "BIND", "0.0.0.0:8080", "HOST:PORT of /healthz, /readyz and /metrics"),
+        config.log_level(),
+        config.log_format(),
+        config.text("TETHER_AUDIT_LOG", "stdout", "stdout or a file path for the audit lines"),
+    ),
+)
+
+
+def build(v: config.Values) -> Settings:
+    ca_file = v[E + "LISTENER_CA_FILE"]
+    try:
+        listener_ca = pathlib.Path(ca_file).read_bytes()
+    except OSError as e:
+        raise config.SettingError(f"{E}LISTENER_CA_FILE: cannot read {ca_file}: {type(e).__name__}") from None
+    bundle = v[E + "BUNDLE_FILE"]
+    try:
+        render.load_bundle(pathlib.Path(bundle or render.BUNDLE_FILE).read_text())
+    except (OSError, render.BundleError) as e:
+        raise config.SettingError(f"{E}BUNDLE_FILE: {bundle or render.BUNDLE_FILE}: {e}") from None
+    return Settings(
+        listener_url=v[E + "LISTENER_URL"],
+        listener_ca=listener_ca,
+        kcp_namespace=v["TETHER_KCP_NAMESPACE"],
+        namespace=v[E + "NAMESPACE"],
+        ca_secret=v[E + "CA_SECRET"],
+        trust_config_map=v[E + "TRUST_CONFIGMAP"],
+        cert_lifetime=datetime.timedelta(seconds=v[E + "CERT_LIFETIME_SECONDS"]),
+        ca_lifetime=datetime.timedelta(seconds=v[E + "CA_LIFETIME_SECONDS"]),
+        image=v[E + "IMAGE"],
+        bundle_file=bundle,
+        interval=v[E + "INTERVAL_SECONDS"],
+        react_seconds=v[E + "REACT_SECONDS"],
+        resync=v[E + "RESYNC_SECONDS"],
+        concurrency=v[E + "CONCURRENCY"],
+        skr_timeout=v[E + "SKR_TIMEOUT_SECONDS"],
+        backoff_base=v[E + "BACKOFF_BASE_SECONDS"],
+        backoff_cap=v[E + "BACKOFF_CAP_SECONDS"],
+        removal_timeout=v[E + "REMOVAL_TIMEOUT_SECONDS"],
+        lease_name=v[E + "LEASE_NAME"],
+        bind=v[E + "BIND"],
+        log_level=v["TETHER_LOG_LEVEL"],
+        log_format=v["TETHER_LOG_FORMAT"],
+        audit_destination=v["TETHER_AUDIT_LOG"],
+        kubeconfig=v[E + "KUBECONFIG"],
+    )

@@ -1,0 +1,314 @@
+"""The enroller against real planes: the KCP (session plane, own namespace) and two runtime
+planes of its own (an installed webhook configuration intercepts its plane's ConfigMaps).
+The enroller runs in-process (``reconcile.Enroller``: exactly what ``tether enroller``
+schedules), one run at a time, its clock shifted where a test needs time to pass."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import io
+import logging
+import pathlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cryptography import x509
+from kubernetes import client
+
+from common import certs, gateway, pki, skr_clients
+from enroller import metrics, reconcile, render
+from enroller import settings as settings_mod
+from testing import compassenv, controlplane
+
+pytestmark = pytest.mark.slow
+CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "enroller" / "crd.yaml"
+
+
+@pytest.fixture(scope="module")
+def runtimes() -> Iterator[list[controlplane.ControlPlane]]:
+    with controlplane.planes("enr-a", "enr-b") as p:
+        yield [p["enr-a"], p["enr-b"]]
+
+
+@pytest.fixture(scope="module")
+def enrollment_crd(kcp_api: client.ApiClient) -> None:
+    controlplane.install_crds(kcp_api, CRD)
+
+
+class Env:
+    def __init__(self, kcp: controlplane.ControlPlane, ns: str, tmp: pathlib.Path) -> None:
+        self.kcp, self.ns, self.tmp = kcp, ns, tmp
+        self.api = kcp.api_client()
+        self.gw = gateway.from_kubeconfig(str(kcp.kubeconfig))
+        self.offset = datetime.timedelta()
+        self.audit_text = io.StringIO()
+        self.listener_ca = certs.CertificateAuthority.create("listener-ca")
+
+    def settings(self, **over: Any) -> settings_mod.Settings:
+        base = dict(listener_url="https://listener.kcp.example.com", listener_ca=self.listener_ca.cert_pem,
+                    kcp_namespace=self.ns, namespace=self.ns, backoff_base=0.0, concurrency=4)
+        base.update(over)
+        return settings_mod.Settings(**base)  # type: ignore[arg-type]
+
+    def enroller(self, **over: Any) -> reconcile.Enroller:
+        audit = logging.getLogger(f"test.enroller.audit.{uuid.uuid4().hex[:6]}")
+        audit.setLevel(logging.INFO)
+        audit.propagate = False
+        handler = logging.StreamHandler(self.audit_text)
+        handler.setFormatter(logging.Formatter("%(message)s %(kind)s %(cause)s",
+                                               defaults={"kind": "-", "cause": "-"}))
+        audit.addHandler(handler)
+        s = self.settings(**over)
+        return reconcile.Enroller(s, self.gw, skr_clients.SkrClients(self.gw, self.ns), metrics.Metrics(), audit,
+                                  now=lambda: datetime.datetime.now(datetime.UTC) + self.offset)
+
+    def kyma(self, name: str, plane: controlplane.ControlPlane | None, *, domain: str | None = "auto",
+             runtime_id: str | None = None) -> str:
+        rid = runtime_id or f"rt-{name}"
+        labels = compassenv.kyma_labels("ga", name, **{"kyma-project.io/runtime-id": rid})
+        body = {"apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma",
+                "metadata": {"name": name, "namespace": self.ns, "labels": labels,
+                             "annotations": {} if domain is None else
+                             {"skr-domain": f"{name}.kyma.example.com" if domain == "auto" else domain}},
+                "spec": {"channel": "regular"}}
+        client.CustomObjectsApi(self.api).create_namespaced_custom_object(
+            "operator.kyma-project.io", "v1beta2", self.ns, "kymas", body)
+        if plane is not None:
+            compassenv.create_kubeconfig_secret(self.api, self.ns, name, plane)
+        return rid
+
+    def enrollment(self, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                "tether.kyma-project.io", "v1alpha1", self.ns, "runtimeenrollments", name)
+            return obj
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def condition(self, name: str, kind: str) -> dict[str, Any]:
+        e = self.enrollment(name)
+        assert e is not None, f"no RuntimeEnrollment {name}"
+        return next(c for c in e["status"]["conditions"] if c["type"] == kind)
+
+    def events(self, name: str) -> list[str]:
+        evs = client.CoreV1Api(self.api).list_namespaced_event(self.ns).items
+        return [e.reason for e in evs if e.involved_object.name == name]
+
+
+@pytest.fixture
+def env(kcp: controlplane.ControlPlane, kcp_namespace: str, kyma_crd: str, enrollment_crd: None,
+        tmp_path: pathlib.Path) -> Iterator[Env]:
+    e = Env(kcp, kcp_namespace, tmp_path)
+    yield e
+    # release finalizers so the namespace's Kyma CRs can go
+    custom = client.CustomObjectsApi(e.api)
+    for k in custom.list_namespaced_custom_object("operator.kyma-project.io", "v1beta2", e.ns, "kymas")["items"]:
+        custom.patch_namespaced_custom_object("operator.kyma-project.io", "v1beta2", e.ns, "kymas",
+                                              k["metadata"]["name"], {"metadata": {"finalizers": None}})
+    e.gw.close()
+    e.api.close()
+
+
+def runtime_objects(plane: controlplane.ControlPlane) -> dict[str, Any]:
+    api = plane.api_client()
+    try:
+        core = client.CoreV1Api(api)
+        out: dict[str, Any] = {}
+        for name in (render.CLIENT_SECRET, render.SERVING_SECRET):
+            try:
+                out[name] = core.read_namespaced_secret(name, render.NAMESPACE)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+        try:
+            out["vwc"] = client.AdmissionregistrationV1Api(api).read_validating_webhook_configuration(
+                render.WEBHOOK_CONFIG)
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+        out["deployments"] = sorted(d.metadata.name for d in
+                                    client.AppsV1Api(api).list_namespaced_deployment(render.NAMESPACE).items)
+        out["clusterroles"] = sorted(r.metadata.name for r in client.RbacAuthorizationV1Api(api).list_cluster_role(
+            label_selector="app.kubernetes.io/managed-by=tether-enroller").items)
+        return out
+    finally:
+        api.close()
+
+
+def _pem(secret: Any, key: str) -> bytes:
+    return base64.b64decode(secret.data[key])
+
+
+def writes(e: reconcile.Enroller) -> float:
+    return e.stats.requests.labels("write")._value.get()  # type: ignore[no-any-return]
+
+
+def reads(e: reconcile.Enroller) -> float:
+    return e.stats.requests.labels("read")._value.get()  # type: ignore[no-any-return]
+
+
+def test_a_kyma_cr_gets_its_runtime_enrolled_and_nothing_is_written_when_nothing_changed(
+        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    rid = env.kyma("alpha", runtimes[0])
+    e = env.enroller()
+    assert e.run() == {"Ready": 1}
+    got = runtime_objects(runtimes[0])
+    assert got["deployments"] == ["tether-poller", "tether-webhook"]
+    assert got["clusterroles"] == ["tether-poller", "tether-webhook"]
+    client_cert = x509.load_pem_x509_certificate(_pem(got[render.CLIENT_SECRET], "tls.crt"))
+    assert certs.common_name(client_cert) == rid and certs.dns_sans(client_cert) == ["alpha.kyma.example.com"]
+    assert base64.b64decode(got[render.CLIENT_SECRET].data["listener-url"]) == b"https://listener.kcp.example.com"
+    # the webhook configuration's caBundle verifies the serving certificate
+    bundle = pki.load_certificates(base64.b64decode(got["vwc"].webhooks[0].client_config.ca_bundle))
+    serving = x509.load_pem_x509_certificate(_pem(got[render.SERVING_SECRET], "tls.crt"))
+    assert pki.issued_by(serving, bundle) and pki.issued_by(client_cert, bundle)
+    assert "tether-webhook.tether-system.svc" in certs.dns_sans(serving)
+    # the listener's trust bundle is published next to the CA
+    trust = client.CoreV1Api(env.api).read_namespaced_config_map("tether-runtime-ca", env.ns).data["ca.crt"]
+    assert pki.issued_by(client_cert, pki.load_certificates(trust.encode()))
+    kyma = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
+        "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "alpha")
+    assert reconcile.FINALIZER in kyma["metadata"]["finalizers"]
+    assert env.condition("alpha", "Enrolled")["status"] == "True"
+    assert env.condition("alpha", "CertificateValid")["status"] == "True"
+    ready = env.condition("alpha", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NoAvailableReplicas")  # no pods run here
+    assert "Enrolled" in env.events("alpha")
+    assert "certificate_issued" in env.audit_text.getvalue() and "PRIVATE" not in env.audit_text.getvalue()
+
+    before_w, before_r = writes(e), reads(e)
+    rv = env.enrollment("alpha")["metadata"]["resourceVersion"]  # type: ignore[index]
+    assert e.run() == {"Ready": 1}
+    assert writes(e) == before_w  # nothing changed: nothing written in the runtime
+    assert reads(e) - before_r == 3  # client Secret, webhook configuration, webhook Deployment (not serving)
+    assert env.enrollment("alpha")["metadata"]["resourceVersion"] == rv  # nor in the KCP
+
+
+def test_deleted_objects_in_the_runtime_are_restored_in_one_run(
+        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env.kyma("beta", runtimes[1])
+    e = env.enroller()
+    e.run()
+    serial = x509.load_pem_x509_certificate(
+        _pem(runtime_objects(runtimes[1])[render.CLIENT_SECRET], "tls.crt")).serial_number
+    api = runtimes[1].api_client()
+    client.AdmissionregistrationV1Api(api).delete_validating_webhook_configuration(render.WEBHOOK_CONFIG)
+    client.CoreV1Api(api).delete_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE)
+    api.close()
+    assert e.run() == {"Ready": 1}
+    got = runtime_objects(runtimes[1])
+    assert "vwc" in got and render.CLIENT_SECRET in got
+    assert e.stats.applies.labels("repaired")._value.get() == 1
+    # a lost client Secret means a new certificate (its key is gone with it)
+    assert x509.load_pem_x509_certificate(_pem(got[render.CLIENT_SECRET], "tls.crt")).serial_number != serial
+    assert "Renewed" in env.events("beta")
+
+
+def test_certificates_are_renewed_at_two_thirds_of_their_lifetime(
+        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env.kyma("gamma", runtimes[0], runtime_id="rt-gamma")
+    e = env.enroller(cert_lifetime=datetime.timedelta(seconds=90))
+    e.run()
+    first = runtime_objects(runtimes[0])
+    c1 = x509.load_pem_x509_certificate(_pem(first[render.CLIENT_SECRET], "tls.crt"))
+    env.offset = datetime.timedelta(seconds=10)
+    e.run()
+    assert x509.load_pem_x509_certificate(
+        _pem(runtime_objects(runtimes[0])[render.CLIENT_SECRET], "tls.crt")).serial_number == c1.serial_number
+    env.offset = pki.renew_at(c1) - datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)
+    e.run()
+    second = runtime_objects(runtimes[0])
+    c2 = x509.load_pem_x509_certificate(_pem(second[render.CLIENT_SECRET], "tls.crt"))
+    s2 = x509.load_pem_x509_certificate(_pem(second[render.SERVING_SECRET], "tls.crt"))
+    assert c2.serial_number != c1.serial_number and certs.common_name(c2) == "rt-gamma"
+    assert s2.serial_number != x509.load_pem_x509_certificate(_pem(first[render.SERVING_SECRET], "tls.crt")).serial_number
+    assert "Renewed" in env.events("gamma")
+    assert "certificate_issued client expiring" in env.audit_text.getvalue()
+
+
+def test_a_ca_rollover_reissues_every_runtime_and_then_drops_the_old_ca(
+        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env.kyma("delta", runtimes[1], runtime_id="rt-delta")
+    e = env.enroller(ca_lifetime=datetime.timedelta(seconds=900))
+    e.run()
+    old_ca = e.cas.ensure().current.cert
+    env.offset = datetime.timedelta(seconds=700)  # past two thirds of the CA's life
+    assert e.run() == {"Ready": 1}
+    ca = e.cas.ensure()
+    assert ca.current.cert != old_ca and ca.previous is None  # rolled over and finished in one run
+    got = runtime_objects(runtimes[1])
+    cert = x509.load_pem_x509_certificate(_pem(got[render.CLIENT_SECRET], "tls.crt"))
+    assert pki.issued_by(cert, [ca.current.cert]) and not pki.issued_by(cert, [old_ca])
+    trust = client.CoreV1Api(env.api).read_namespaced_config_map("tether-runtime-ca", env.ns).data["ca.crt"]
+    assert pki.load_certificates(trust.encode()) == [ca.current.cert]
+    audit = env.audit_text.getvalue()
+    assert "ca_rollover_started" in audit and "ca_rollover_finished" in audit
+    assert "certificate_issued client foreign_issuer" in audit
+
+
+def test_a_broken_runtime_is_reported_and_the_others_are_enrolled(
+        env: Env, runtimes: list[controlplane.ControlPlane], tmp_path: pathlib.Path) -> None:
+    env.kyma("good", runtimes[0], runtime_id="rt-good")
+    env.kyma("nokubeconfig", None)
+    env.kyma("nodomain", runtimes[0], domain=None)
+    dead = controlplane.ControlPlane("dead")  # a kubeconfig whose API server never runs
+    try:
+        dead._write_pki()
+        env.kyma("unreachable", dead)
+        e = env.enroller()
+        assert e.run() == {"Ready": 1, "Failed": 3}
+    finally:
+        dead.stop()
+    reasons = {n: env.condition(n, "Ready")["reason"] for n in ("nokubeconfig", "nodomain", "unreachable")}
+    assert reasons == {"nokubeconfig": "KubeconfigMissing", "nodomain": "DomainMissing",
+                       "unreachable": "Unreachable"}
+    assert env.condition("good", "Enrolled")["status"] == "True"
+    assert e.stats.failures.labels("Unreachable")._value.get() == 1
+    assert "Failed" in env.events("nodomain")
+    assert not any("PRIVATE" in c["message"] or "client-key-data" in c["message"]
+                   for n in reasons for c in env.enrollment(n)["status"]["conditions"])  # type: ignore[index]
+
+
+def test_a_deleted_kyma_cr_leaves_a_clean_runtime(env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env.kyma("epsilon", runtimes[1], runtime_id="rt-epsilon")
+    e = env.enroller()
+    e.run()
+    assert runtime_objects(runtimes[1])["deployments"]
+    custom = client.CustomObjectsApi(env.api)
+    custom.delete_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas", "epsilon")
+    # the finalizer holds it until Tether is gone from the runtime
+    assert custom.get_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas",
+                                               "epsilon")["metadata"]["deletionTimestamp"]
+    e.react()
+    got = runtime_objects(runtimes[1])
+    assert got["deployments"] == [] and got["clusterroles"] == [] and "vwc" not in got
+    assert render.CLIENT_SECRET not in got
+    with pytest.raises(client.ApiException) as gone:
+        custom.get_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas", "epsilon")
+    assert gone.value.status == 404
+    assert env.enrollment("epsilon") is None
+    assert "runtime_removed" in env.audit_text.getvalue()
+
+
+def test_an_unreachable_runtime_does_not_block_the_deletion_past_the_timeout(env: Env) -> None:
+    dead = controlplane.ControlPlane("dead2")
+    try:
+        dead._write_pki()
+        env.kyma("zeta", dead)
+        e = env.enroller(removal_timeout=0.0)
+        e.run()
+        client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
+            "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "zeta")
+        e.run()
+    finally:
+        dead.stop()
+    with pytest.raises(client.ApiException) as gone:
+        client.CustomObjectsApi(env.api).get_namespaced_custom_object(
+            "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "zeta")
+    assert gone.value.status == 404
+    assert "RemovalTimedOut" in env.events("zeta")

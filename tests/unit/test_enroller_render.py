@@ -1,0 +1,57 @@
+"""What the enroller installs in one runtime (``enroller.render``), with plain data."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+
+import pytest
+
+from enroller import render
+
+BUNDLE = render.load_bundle(render.BUNDLE_FILE.read_text())
+INPUTS = render.Inputs(runtime_id="rt-1", listener_url="https://l.example.com", listener_ca=b"LCA",
+                       client_cert=b"CERT", client_key=b"KEY-SECRET", client_serial="a1",
+                       serving_cert=b"SCERT", serving_key=b"SKEY-SECRET", serving_serial="b2",
+                       serving_not_after="2027-01-01T00:00:00Z", ca_bundle=b"CA", image="reg.example.com/tether:9.9")
+
+
+def test_the_runtime_gets_its_secrets_ca_bundle_and_image() -> None:
+    objs = render.render(BUNDLE, INPUTS)
+    kinds = [o["kind"] for o in objs]
+    assert kinds[0] == "Namespace" and kinds[-1] == "ValidatingWebhookConfiguration"  # registered last
+    secrets = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Secret"}
+    client = {k: base64.b64decode(v) for k, v in secrets[render.CLIENT_SECRET]["data"].items()}
+    assert client == {"runtime-id": b"rt-1", "listener-url": b"https://l.example.com", "ca.crt": b"LCA",
+                      "tls.crt": b"CERT", "tls.key": b"KEY-SECRET"}
+    assert secrets[render.SERVING_SECRET]["type"] == "kubernetes.io/tls"
+    hook = objs[-1]
+    assert base64.b64decode(hook["webhooks"][0]["clientConfig"]["caBundle"]) == b"CA"
+    images = {c["image"] for o in objs if o["kind"] == "Deployment"
+              for c in o["spec"]["template"]["spec"]["containers"]}
+    assert images == {"reg.example.com/tether:9.9"}
+    assert all(o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tether-enroller" for o in objs)
+    assert BUNDLE[0]["metadata"].get("labels", {}).get("app.kubernetes.io/managed-by") is None  # not mutated
+
+
+def test_the_digest_follows_objects_and_serials_never_keys() -> None:
+    d = render.render(BUNDLE, INPUTS)[-1]["metadata"]["annotations"][render.DIGEST]
+    other_keys = dataclasses.replace(INPUTS, client_key=b"OTHER", serving_key=b"OTHER")
+    assert render.render(BUNDLE, other_keys)[-1]["metadata"]["annotations"][render.DIGEST] == d
+    renewed = dataclasses.replace(INPUTS, client_serial="ff")
+    assert render.render(BUNDLE, renewed)[-1]["metadata"]["annotations"][render.DIGEST] != d
+    rollout = dataclasses.replace(INPUTS, image="reg.example.com/tether:10.0")
+    assert render.render(BUNDLE, rollout)[-1]["metadata"]["annotations"][render.DIGEST] != d
+    notes = render.render(BUNDLE, INPUTS)[-1]["metadata"]["annotations"]
+    assert "SECRET" not in str(notes)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a: [", "not YAML"),
+    ("apiVersion: v1\nkind: Secret\nmetadata: {name: x}\n", "must not hold Secrets"),
+    ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n", "not a kind the enroller installs"),
+    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "must hold the ValidatingWebhookConfiguration"),
+])
+def test_an_unusable_bundle_is_refused_with_why(text: str, message: str) -> None:
+    with pytest.raises(render.BundleError, match=message):
+        render.load_bundle(text)
