@@ -255,11 +255,57 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def add_render(commands: Commands) -> None:
-    """The hook for ``tether certs render RUNTIME_ID ...``: the enroller's render module
-    adds it here (``enroller.render.render_for_cli``), as one more subparser with a
-    ``run`` handler ``(args) -> int``, imported inside the handler so that the other
-    commands do not load it. Until then nothing is added and ``render`` is an unknown
-    command."""
+    """``tether certs render RUNTIME_ID``: the SKR objects for one runtime, as the enroller
+    would install them, to stdout for ``kubectl apply -f -`` (the manual path for a runtime
+    the KCP cannot reach). Fresh client and serving certificates from the CA in
+    ``--ca-dir``; the Secrets hold the keys, so the output is as secret as they are."""
+    p = commands.add_parser("render", help="the SKR objects of one runtime, for kubectl apply -f -",
+                            description=add_render.__doc__)
+    p.add_argument("runtime_id", metavar="RUNTIME_ID")
+    p.add_argument("--domain", required=True, help="the Kyma CR's skr-domain")
+    p.add_argument("--ca-dir", type=pathlib.Path, required=True, help="folder with ca.crt and ca.key")
+    p.add_argument("--listener-url", required=True, help="the listener's URL as the runtime reaches it")
+    p.add_argument("--listener-ca", type=pathlib.Path, required=True,
+                   help="CA file of the listener's serving certificate")
+    p.add_argument("--image", default=None, help="image of Tether's SKR containers (default: the bundle's)")
+    p.add_argument("--bundle", type=pathlib.Path, default=None,
+                   help="the SKR bundle (default: the packaged manifests/skr)")
+    p.add_argument("--hours", type=_count("hours", 397 * 24), default=int(pki.DEFAULT_CLIENT_LIFETIME.total_seconds() // 3600),
+                   help="lifetime of both certificates")
+    p.set_defaults(run=_render)
+
+
+def _render(args: argparse.Namespace) -> int:
+    import yaml
+
+    from common import changes
+    from enroller import render
+
+    if not args.listener_url.startswith("https://"):
+        raise Problem(f"--listener-url: {args.listener_url!r} is not an https:// URL")
+    ca = _read_ca(args.ca_dir)
+    listener_ca = _read(args.listener_ca)
+    pki.load_certificates(listener_ca, str(args.listener_ca))
+    try:
+        bundle = render.load_bundle(_read(args.bundle or render.BUNDLE_FILE).decode())
+    except (render.BundleError, UnicodeDecodeError) as e:
+        raise Problem(f"--bundle: {e}") from None
+    now, life = _now(), datetime.timedelta(hours=args.hours)
+    client = pki.client_certificate(ca, args.runtime_id, args.domain, life, now)
+    serving = pki.serving_certificate(ca, list(render.WEBHOOK_SERVICE_NAMES), life, now)
+    objs = render.render(bundle, render.Inputs(
+        runtime_id=args.runtime_id, listener_url=args.listener_url, listener_ca=listener_ca,
+        client_cert=client.cert_pem, client_key=client.key_pem,
+        client_serial=format(client.cert.serial_number, "x"), serving_cert=serving.cert_pem,
+        serving_key=serving.key_pem, serving_serial=format(serving.cert.serial_number, "x"),
+        serving_not_after=changes.format_time(certs.not_after(serving.cert)),
+        serving_renew_at=changes.format_time(pki.renew_at(serving.cert)),
+        ca_bundle=ca.cert_pem, image=args.image))
+    sys.stdout.write(yaml.safe_dump_all(objs, sort_keys=False))
+    print(f"tether certs: rendered {len(objs)} objects for {args.runtime_id} (client certificate valid "
+          f"until {changes.format_time(certs.not_after(client.cert))}); the output holds private keys",
+          file=sys.stderr)
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:

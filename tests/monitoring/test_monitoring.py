@@ -17,7 +17,7 @@ from testing import controlplane
 
 REPO = controlplane.REPO_ROOT
 MON = REPO / "manifests" / "monitoring"
-PARTS = ("webhook", "listener", "poller", "compass")
+PARTS = ("webhook", "listener", "poller", "compass", "enroller")
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 
 
