@@ -15,6 +15,8 @@ import base64
 import json
 import pathlib
 import signal
+import socket
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -173,3 +175,40 @@ def test_the_pod_runner_refuses_what_it_cannot_honour(fleet: deployed.Fleet) -> 
     client.AppsV1Api(fleet.skr.api_client()).create_namespaced_deployment("default", body)
     with pytest.raises(podrunner.podspec.Unsupported, match=r"deployment odd\.spec\.hostNetwork is not supported"):
         podrunner.PodRunner(fleet.skr, "default", fleet.work).start()
+
+
+def test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener_refuses(
+        fleet: deployed.Fleet, tmp_path: pathlib.Path) -> None:
+    """Last in this module: the runtime is unenrolled."""
+    secret = json.loads(deployed.kubectl(fleet.skr, "get", "secret", "tether-runtime-client", "-n",
+                                         overlays.NAMESPACE, "-o", "json").stdout)
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
+    key.write_bytes(base64.b64decode(secret["data"]["tls.key"]))
+    listener_ca = json.loads(deployed.kubectl(fleet.kcp, "get", "configmap", "tether-listener-ca", "-n",
+                                              overlays.NAMESPACE, "-o", "json").stdout)["data"]["ca.crt"]
+    ip, port = fleet.kcp_pods.service_address("tether-listener", "https")
+
+    def post() -> int:
+        ctx = ssl.create_default_context(cadata=listener_ca)
+        ctx.load_cert_chain(cert, key)
+        with socket.create_connection((ip, port), timeout=10) as raw, \
+                ctx.wrap_socket(raw, server_hostname=overlays.LISTENER_HOST) as s:
+            body = b'{"items": []}'
+            s.sendall(b"POST /v1/runtimes/" + deployed.RUNTIME_ID.encode() + b"/changes HTTP/1.1\r\nHost: "
+                      + overlays.LISTENER_HOST.encode() + b"\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+            return int(s.recv(64).split(b" ")[1])
+
+    assert post() == 400  # authenticated: only the empty batch is wrong
+    deployed.kubectl(fleet.kcp, "delete", "kyma", deployed.KYMA, "-n", deployed.KCP_NS, "--wait=false")
+    wait_for("the Kyma CR gone (its finalizer released after the removal)",
+             lambda: deployed.kubectl(fleet.kcp, "get", "kyma", deployed.KYMA, "-n", deployed.KCP_NS,
+                                      check=False).returncode != 0, timeout=90, fleet=fleet)
+    left = deployed.kubectl(fleet.skr, "get", "deployments,secrets,serviceaccounts", "-n", overlays.NAMESPACE,
+                            "-l", "app.kubernetes.io/managed-by=tether-enroller", "-o", "name").stdout
+    assert left.strip() == ""
+    hooks = deployed.kubectl(fleet.skr, "get", "validatingwebhookconfigurations", "-o", "name").stdout
+    assert "tether-configmaps" not in hooks
+    assert deployed.enrollment(fleet.kcp) is None
+    assert post() == 403  # no Kyma CR carries the runtime ID any more
