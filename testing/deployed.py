@@ -129,7 +129,8 @@ def condition(obj: dict[str, Any] | None, kind: str) -> str | None:
 
 
 def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pathlib.Path, *,
-            timeout: float = 180.0, say: Any = None, **runner_kw: Any) -> Fleet:
+            timeout: float = 180.0, say: Any = None, enroller_env: dict[str, str] | None = None,
+            **runner_kw: Any) -> Fleet:
     """Prepare both planes, apply the KCP overlay, run its Deployments; the enroller then
     installs Tether into the runtime, whose Deployments the runner runs too. Returns when
     all are available and the runtime's RuntimeEnrollment is Ready (``TimeoutError`` with
@@ -149,7 +150,8 @@ def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work
             listener_cert=listener.cert_pem, listener_key=listener.key_pem, listener_ca=ca.cert_pem,
             listener_url=f"https://{overlays.LISTENER_HOST}:443", skr_bundle=bundle,
             director_url=f"{director_url}/graphql", token_url=f"{director_url}/oauth2/token",
-            director_ca=ca.cert_pem, oauth_client_id="tether", oauth_client_secret=oauth_secret))
+            director_ca=ca.cert_pem, oauth_client_id="tether", oauth_client_secret=oauth_secret,
+            enroller_env=dict(enroller_env or {})))
         applied = {"kcp": kubectl(kcp, "apply", "-k", str(kdir)).stdout}
         say(f"KCP: kubectl apply -k {kdir}")
         kcp_pods = podrunner.PodRunner(kcp, overlays.NAMESPACE, work, **runner_kw).start()

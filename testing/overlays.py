@@ -45,6 +45,7 @@ class KcpInputs:
     director_ca: bytes
     oauth_client_id: str
     oauth_client_secret: str
+    enroller_env: dict[str, str] = dataclasses.field(default_factory=dict)  # a test's knobs
 
 
 def _pod_ip_bind(deployment: str, containers: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
@@ -116,7 +117,9 @@ def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
         {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
          "value": {"name": "bundle", "mountPath": "/etc/tether/bundle", "readOnly": True}},
         {"op": "add", "path": "/spec/template/spec/volumes/-",
-         "value": {"name": "bundle", "configMap": {"name": "tether-enroller-bundle"}}}]))
+         "value": {"name": "bundle", "configMap": {"name": "tether-enroller-bundle"}}},
+        *({"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": {"name": k, "value": v}}
+          for k, v in sorted(i.enroller_env.items()))]))
     director_trust = _json6902("Deployment", "tether-compass", [
         {"op": "add", "path": "/spec/template/spec/containers/0/env/-",
          "value": {"name": "TETHER_COMPASS_DIRECTOR_CA_FILE", "value": "/etc/tether/director-ca/ca.crt"}},

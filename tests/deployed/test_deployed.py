@@ -31,13 +31,17 @@ from testing import controlplane, deployed, overlays, podrunner
 pytestmark = pytest.mark.slow
 
 CUSTOMER_NS = "shop"
+CERT_SECONDS = 90  # renewed at two thirds: 60 s after issue
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
     with controlplane.planes("deployed-skr", "deployed-kcp") as planes:
+        # short certificate lifetimes, so that a renewal happens while the module runs
         f = deployed.install(planes["deployed-skr"], planes["deployed-kcp"],
-                             tmp_path_factory.mktemp("deployed"), timeout=180, backoff_seconds=1.0)
+                             tmp_path_factory.mktemp("deployed"), timeout=180, backoff_seconds=1.0,
+                             enroller_env={"TETHER_ENROLLER_CERT_LIFETIME_SECONDS": str(CERT_SECONDS),
+                                           "TETHER_ENROLLER_INTERVAL_SECONDS": "5"})
         try:
             deployed.kubectl(f.skr, "create", "namespace", CUSTOMER_NS)
             yield f
@@ -175,6 +179,34 @@ def test_the_pod_runner_refuses_what_it_cannot_honour(fleet: deployed.Fleet) -> 
     client.AppsV1Api(fleet.skr.api_client()).create_namespaced_deployment("default", body)
     with pytest.raises(podrunner.podspec.Unsupported, match=r"deployment odd\.spec\.hostNetwork is not supported"):
         podrunner.PodRunner(fleet.skr, "default", fleet.work).start()
+
+
+def test_changes_keep_arriving_while_the_certificates_are_renewed(fleet: deployed.Fleet) -> None:
+    """Changes made every two seconds across a renewal of both certificates (lifetime 90 s):
+    each arrives in the KCP, none later than one retry."""
+    def serial() -> str:
+        s = json.loads(deployed.kubectl(fleet.skr, "get", "secret", "tether-runtime-client", "-n",
+                                        overlays.NAMESPACE, "-o", "json").stdout)
+        return str(s["metadata"]["annotations"]["tether.kyma-project.io/client-serial"])
+
+    first = serial()
+    lags: list[float] = []
+    deadline = time.monotonic() + CERT_SECONDS + 20
+    i = 0
+    while time.monotonic() < deadline and (serial() == first or i < 5):
+        i += 1
+        name = f"flow-{i}"
+        t0 = time.monotonic()
+        deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "create", "configmap", name, f"--from-literal=n={i}")
+        wait_for(f"{name} in the KCP", lambda n=name: stored(fleet, CUSTOMER_NS, n), timeout=30, fleet=fleet)
+        lags.append(time.monotonic() - t0)
+        time.sleep(max(0.0, 2.0 - (time.monotonic() - t0)))
+    assert serial() != first, "no renewal happened"
+    assert "Renewed" in deployed.kubectl(fleet.kcp, "get", "events", "-n", deployed.KCP_NS).stdout
+    # one retry of the webhook's forwarder is at most a few seconds; the poller (60 s) never needed
+    assert max(lags) < 15, lags
+    assert all(stored(fleet, CUSTOMER_NS, f"flow-{n}")["spec"]["source"] == "webhook"  # type: ignore[index]
+               for n in range(1, i + 1))
 
 
 def test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener_refuses(
