@@ -3,7 +3,7 @@ listener mounts (a ConfigMap, key ``ca.crt``).
 
 ``ensure`` creates the CA on first use, starts a rollover when the CA has used two thirds
 of its life (a new CA issues from then on; the old certificate stays in ``previous.crt`` and
-in the trust bundle), and keeps the ConfigMap equal to the bundle. ``finish_rollover`` drops
+in the trust bundle; the Secret records when), and keeps the ConfigMap equal to the bundle. ``finish_rollover`` drops
 the old CA once every runtime holds a certificate from the new one. Every change is an
 audit line; key material never leaves the Secret.
 """
@@ -22,12 +22,21 @@ from cryptography import x509
 
 from common import certs, changes, gateway, logs, pki
 
+ROLLOVER_STARTED = "tether.kyma-project.io/rollover-started"
+
 
 @dataclasses.dataclass(frozen=True)
 class CA:
     current: certs.CertificateAuthority
     previous: x509.Certificate | None
     bundle: bytes  # what verifiers trust: current, then previous during a rollover
+    rollover_started: datetime.datetime | None = None
+
+    def trusted_everywhere(self, now: datetime.datetime, propagation: datetime.timedelta) -> bool:
+        """Whether every verifier has had the time to load the bundle with the current CA
+        (a mounted ConfigMap takes up to a minute or two to change in a pod): before that,
+        certificates of the previous CA are kept, so that no runtime holds one nobody trusts."""
+        return self.previous is None or self.rollover_started is None or now >= self.rollover_started + propagation
 
 
 class CAStore:
@@ -46,15 +55,20 @@ class CAStore:
                 self._write(None, current, None)
                 self._audit("ca_created", current)
                 previous = None
-            else:
+            started = None
+            if doc is not None:
                 data = {k: base64.b64decode(v) for k, v in (doc.get("data") or {}).items()}
                 current, previous = pki.load_ca_secret(data)
+                started = changes.parse_time(((doc.get("metadata") or {}).get("annotations") or {})
+                                             .get(ROLLOVER_STARTED, ""))
                 if previous is None and pki.ca_needs_rollover(current.cert, self.now()):
                     previous, current = current.cert, certs.CertificateAuthority.create(
                         "tether-watcher-ca", self.lifetime, self.now())
-                    self._write(doc, current, previous)
+                    started = self.now()
+                    self._write(doc, current, previous, started)
                     self._audit("ca_rollover_started", current)
-            ca = CA(current, previous, pki.trust_bundle(current.cert, previous))
+            ca = CA(current, previous, pki.trust_bundle(current.cert, previous),
+                    started if previous is not None else None)
             self._publish(ca.bundle)
             return ca
 
@@ -65,16 +79,17 @@ class CAStore:
         with self._lock:
             doc = self.kcp.get(gateway.SECRETS, self.namespace, self.secret)
             self._write(doc, ca.current, None)
-            done = CA(ca.current, None, pki.trust_bundle(ca.current.cert, None))
+            done = CA(ca.current, None, pki.trust_bundle(ca.current.cert, None), None)
             self._publish(done.bundle)
             self._audit("ca_rollover_finished", ca.current, dropped=format(ca.previous.serial_number, "x"))
             return done
 
     def _write(self, doc: Mapping[str, Any] | None, current: certs.CertificateAuthority,
-               previous: x509.Certificate | None) -> None:
+               previous: x509.Certificate | None, started: datetime.datetime | None = None) -> None:
         data = {k: base64.b64encode(v).decode() for k, v in pki.ca_secret_data(current, previous).items()}
         meta: dict[str, Any] = {"name": self.secret, "namespace": self.namespace,
-                "labels": {"app.kubernetes.io/part-of": "tether", "app.kubernetes.io/managed-by": "tether-enroller"}}
+                "labels": {"app.kubernetes.io/part-of": "tether", "app.kubernetes.io/managed-by": "tether-enroller"},
+                "annotations": {ROLLOVER_STARTED: changes.format_time(started)} if started else {}}
         body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta, "data": data}
         if doc is None:
             self.kcp.create(gateway.SECRETS, self.namespace, body)

@@ -137,7 +137,8 @@ class Enroller:
             for band in metrics.EXPIRY_BANDS:
                 self.stats.certificates.labels(band).set(bands.get(band, 0))
             holders = {n: m.client_pem for n, m in self.memory.items()}
-            if ca.previous is not None and not counts.get("Failed"):
+            if ca.previous is not None and not counts.get("Failed") and \
+                    ca.trusted_everywhere(self.now(), self.s.rollover_propagation):
                 self.cas.finish_rollover(ca, holders)
             self.stats.last_success.set(time.time())
             self.stats.run_seconds.observe(time.monotonic() - t0)
@@ -247,6 +248,10 @@ class Enroller:
         ca_serial = format(ca.current.cert.serial_number, "x")
         renewed: list[str] = []
         reason = pki.needs_renewal(client_pem, ca.current, now, runtime_id=view.runtime_id, domain=view.domain)
+        settled = ca.trusted_everywhere(now, self.s.rollover_propagation)
+        if reason == "foreign_issuer" and not settled and ca.previous is not None and client_pem and \
+                pki.needs_renewal(client_pem, [ca.previous], now, runtime_id=view.runtime_id, domain=view.domain) is None:
+            reason = None  # a rollover in progress: the old CA's certificate stays until the new CA is trusted
         if reason is None and "tls.key" in data and client_pem is not None:
             client_cert, client_key = client_pem, base64.b64decode(data["tls.key"])
         else:
@@ -262,8 +267,12 @@ class Enroller:
         serving_not_after = changes.parse_time(notes.get(render.SERVING_NOT_AFTER, ""))
         serving_renew_at = changes.parse_time(notes.get(render.SERVING_RENEW_AT, ""))
         serving_reason = None
-        if notes.get(CA_SERIAL) != ca_serial:
-            serving_reason = "ca_changed" if notes.get(CA_SERIAL) else "missing"
+        serving_ca_serial = notes.get(CA_SERIAL, "")
+        previous_serial = format(ca.previous.serial_number, "x") if ca.previous is not None else None
+        if serving_ca_serial == previous_serial and not settled:
+            pass  # a rollover in progress: kept until the new CA is trusted
+        elif serving_ca_serial != ca_serial:
+            serving_reason = "ca_changed" if serving_ca_serial else "missing"
         elif serving_renew_at is None or now >= serving_renew_at:
             serving_reason = "expiring"
         serving_cert = serving_key = b""
@@ -274,6 +283,7 @@ class Enroller:
             serving_serial = format(spair.cert.serial_number, "x")
             serving_not_after = certs.not_after(spair.cert)
             serving_renew_at = pki.renew_at(spair.cert)
+            serving_ca_serial = ca_serial
             renewed.append("serving")
             self._issued("serving", view, spair, serving_reason)
         inputs = render.Inputs(
@@ -303,6 +313,7 @@ class Enroller:
                 else:  # deleted while the notes call it current: a new one
                     spair = pki.serving_certificate(ca.current, list(render.WEBHOOK_SERVICE_NAMES),
                                                     self.s.cert_lifetime, now)
+                    serving_ca_serial = ca_serial
                     renewed.append("serving")
                     self._issued("serving", view, spair, "missing")
                     inputs = dataclasses.replace(
@@ -313,7 +324,7 @@ class Enroller:
                 objs = render.render(self.bundle, inputs)
             for o in objs:
                 if o["kind"] == "Secret" and o["metadata"]["name"] == render.CLIENT_SECRET:
-                    o["metadata"]["annotations"][CA_SERIAL] = ca_serial
+                    o["metadata"]["annotations"][CA_SERIAL] = serving_ca_serial  # the serving certificate's issuer
             self._apply(skr, objs)
             mem.last_full = self.clock()
             self.stats.applies.labels(cause).inc()

@@ -22,6 +22,7 @@ class Settings:
     trust_config_map: str = "tether-runtime-ca"  # what the listener mounts
     cert_lifetime: datetime.timedelta = datetime.timedelta(days=7)
     ca_lifetime: datetime.timedelta = datetime.timedelta(days=365)
+    rollover_propagation: datetime.timedelta = datetime.timedelta(minutes=3)
     image: str | None = None               # None: the bundle's images
     bundle_file: str | None = None         # None: the packaged bundle (manifests/skr)
     interval: float = 60.0
@@ -67,6 +68,9 @@ SPEC = config.Spec(
         config.seconds(E + "CA_LIFETIME_SECONDS", 365 * 86_400.0,
                        "lifetime of a new watcher CA (rolled over at two thirds)", minimum=600,
                        maximum=20 * 365 * 86_400),
+        config.seconds(E + "ROLLOVER_PROPAGATION_SECONDS", 180.0,
+                       "after a CA rollover starts, how long certificates of the old CA are kept "
+                       "(until every listener trusts the new one)", minimum=0, maximum=86_400),
         config.text(E + "IMAGE", None, "image of Tether's SKR containers (unset: the bundle's)"),
         config.file(E + "BUNDLE_FILE", None,
                     "the SKR bundle (kubectl kustomize of an overlay of manifests/skr; unset: "
@@ -117,6 +121,7 @@ def build(v: config.Values) -> Settings:
         trust_config_map=v[E + "TRUST_CONFIGMAP"],
         cert_lifetime=datetime.timedelta(seconds=v[E + "CERT_LIFETIME_SECONDS"]),
         ca_lifetime=datetime.timedelta(seconds=v[E + "CA_LIFETIME_SECONDS"]),
+        rollover_propagation=datetime.timedelta(seconds=v[E + "ROLLOVER_PROPAGATION_SECONDS"]),
         image=v[E + "IMAGE"],
         bundle_file=bundle,
         interval=v[E + "INTERVAL_SECONDS"],

@@ -234,18 +234,36 @@ def test_certificates_are_renewed_at_two_thirds_of_their_lifetime(
 def test_a_ca_rollover_reissues_every_runtime_and_then_drops_the_old_ca(
         env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
     env.kyma("delta", runtimes[1], runtime_id="rt-delta")
-    e = env.enroller(ca_lifetime=datetime.timedelta(seconds=900))
+    # a CA of 6000 s rolls over at two thirds of its life (~3900 s in); certificates of 600 s
+    e = env.enroller(ca_lifetime=datetime.timedelta(seconds=6000), cert_lifetime=datetime.timedelta(seconds=600),
+                     rollover_propagation=datetime.timedelta(seconds=60))
     e.run()
     old_ca = e.cas.ensure().current.cert
-    env.offset = datetime.timedelta(seconds=700)  # past two thirds of the CA's life
+    env.offset = datetime.timedelta(seconds=3800)  # renewed (expired), still from the old CA
+    e.run()
+
+    def client_cert() -> x509.Certificate:
+        return x509.load_pem_x509_certificate(_pem(runtime_objects(runtimes[1])[render.CLIENT_SECRET], "tls.crt"))
+
+    def trusted() -> list[x509.Certificate]:
+        pem = client.CoreV1Api(env.api).read_namespaced_config_map("tether-runtime-ca", env.ns).data["ca.crt"]
+        return pki.load_certificates(pem.encode())
+
+    env.offset = datetime.timedelta(seconds=3950)  # past two thirds of the CA's life
     assert e.run() == {"Ready": 1}
     ca = e.cas.ensure()
-    assert ca.current.cert != old_ca and ca.previous is None  # rolled over and finished in one run
-    got = runtime_objects(runtimes[1])
-    cert = x509.load_pem_x509_certificate(_pem(got[render.CLIENT_SECRET], "tls.crt"))
-    assert pki.issued_by(cert, [ca.current.cert]) and not pki.issued_by(cert, [old_ca])
-    trust = client.CoreV1Api(env.api).read_namespaced_config_map("tether-runtime-ca", env.ns).data["ca.crt"]
-    assert pki.load_certificates(trust.encode()) == [ca.current.cert]
+    assert ca.current.cert != old_ca and ca.previous == old_ca
+    assert trusted() == [ca.current.cert, old_ca]  # both trusted while the runtimes move over
+    # not yet: the listener may not have loaded the new bundle; the old certificate stays
+    assert pki.issued_by(client_cert(), [old_ca])
+    env.offset = datetime.timedelta(seconds=3950 + 61)  # past the propagation time
+    assert e.run() == {"Ready": 1}
+    ca = e.cas.ensure()
+    assert ca.previous is None  # every runtime reissued: the old CA is dropped
+    assert pki.issued_by(client_cert(), [ca.current.cert]) and not pki.issued_by(client_cert(), [old_ca])
+    serving = x509.load_pem_x509_certificate(_pem(runtime_objects(runtimes[1])[render.SERVING_SECRET], "tls.crt"))
+    assert pki.issued_by(serving, [ca.current.cert])
+    assert trusted() == [ca.current.cert]
     audit = env.audit_text.getvalue()
     assert "ca_rollover_started" in audit and "ca_rollover_finished" in audit
     assert "certificate_issued client foreign_issuer" in audit

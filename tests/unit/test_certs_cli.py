@@ -149,7 +149,7 @@ def test_ca_key_that_does_not_match(ca_dir: pathlib.Path, tmp_path: pathlib.Path
 
 @pytest.mark.parametrize("argv, problem", [
     ([], "the following arguments are required: COMMAND"),
-    (["render", "rt-1"], "invalid choice: 'render'"),
+    (["frobnicate", "rt-1"], "invalid choice: 'frobnicate'"),
     (["issue", "rt-1", "--ca-dir", "x", "--out", "y"], "issue: the following arguments are "
      "required: --domain"),
     (["issue", "rt-1", "--domain", "a.example.com", "--ca-dir", "x", "--out", "y",
