@@ -301,7 +301,7 @@ class Enroller:
         first = client_secret is None and hook is None and mem.last_full == -math.inf
         cause = ("installed" if first else "repaired" if missing
                  else "renewed" if renewed
-                 else "repaired" if have != want or notes.get(render.DIGEST) != want
+                 else "updated" if have != want or notes.get(render.DIGEST) != want
                  else "resync" if stale else None)
         if cause is not None:
             if not serving_cert:  # kept: its Secret is needed for the apply
@@ -492,7 +492,10 @@ class Enroller:
         if result.applied == "installed":
             self._event(target, "RuntimeEnrollment", "Enrolled", f"Tether installed in runtime {view.runtime_id}")
         elif result.applied == "repaired":
-            self._event(target, "RuntimeEnrollment", "Repaired", "drifted objects restored in the runtime")
+            self._event(target, "RuntimeEnrollment", "Repaired", "missing objects restored in the runtime")
+        elif result.applied == "updated":
+            self._event(target, "RuntimeEnrollment", "Updated", "the runtime's objects updated (a new image or "
+                        "bundle, or an edited webhook configuration)")
         if result.renewed:
             self._event(target, "RuntimeEnrollment", "Renewed", f"certificates renewed: {', '.join(result.renewed)}")
         if ready.get("status") == "True" and (was is None or was.get("status") != "True"):

@@ -91,6 +91,11 @@ def test_every_deployment_runs_ready_under_its_own_service_account(fleet: deploy
             assert review.status.authenticated
             assert review.status.user.username == f"system:serviceaccount:{overlays.NAMESPACE}:{sa}"
         assert len(accounts) == len(names)  # each part its own
+    done = deployed.kubectl(fleet.kcp, "wait", "--for=condition=Ready", f"runtimeenrollment/{deployed.KYMA}",
+                            "-n", deployed.KCP_NS, "--timeout=60s")
+    assert "condition met" in done.stdout
+    row = deployed.kubectl(fleet.kcp, "get", "runtimeenrollments", "-n", deployed.KCP_NS).stdout
+    assert deployed.RUNTIME_ID in row and "True" in row  # the printer columns
     table = fleet.kcp_pods.table() + fleet.skr_pods.table()
     assert "note: deployment tether-webhook container 'webhook'.resources: not enforced" in table
 

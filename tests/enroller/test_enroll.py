@@ -209,6 +209,20 @@ def test_deleted_objects_in_the_runtime_are_restored_in_one_run(
     assert "Renewed" in env.events("beta")
 
 
+def test_a_new_image_is_rolled_out_to_every_runtime(env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env.kyma("eta", runtimes[0], runtime_id="rt-eta")
+    env.enroller().run()
+    e = env.enroller(image="registry.example.com/tether:0.2.0")  # a new release, a new enroller
+    assert e.run() == {"Ready": 1}
+    api = runtimes[0].api_client()
+    images = {c.image for d in client.AppsV1Api(api).list_namespaced_deployment(render.NAMESPACE).items
+              for c in d.spec.template.spec.containers}
+    api.close()
+    assert images == {"registry.example.com/tether:0.2.0"}
+    assert e.stats.applies.labels("updated")._value.get() == 1
+    assert env.enrollment("eta")["status"]["version"] == "registry.example.com/tether:0.2.0"  # type: ignore[index]
+
+
 def test_certificates_are_renewed_at_two_thirds_of_their_lifetime(
         env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
     env.kyma("gamma", runtimes[0], runtime_id="rt-gamma")
