@@ -66,7 +66,7 @@ SPEC = config.Spec(
                        "lifetime of runtime certificates (renewed at two thirds)", minimum=60,
                        maximum=397 * 86_400),
         config.seconds(E + "CA_LIFETIME_SECONDS", 365 * 86_400.0,
-                       "lifetime of a new watcher CA (rolled over at two thirds)", minimum=600,
+                       "lifetime of a new watcher CA (rolled over at two thirds)", minimum=60,
                        maximum=20 * 365 * 86_400),
         config.seconds(E + "ROLLOVER_PROPAGATION_SECONDS", 180.0,
                        "after a CA rollover starts, how long certificates of the old CA are kept "

@@ -23,8 +23,10 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 from kubernetes import client
 
+from common import pki
 from listener import records
 from testing import controlplane, deployed, overlays, podrunner
 
@@ -32,6 +34,7 @@ pytestmark = pytest.mark.slow
 
 CUSTOMER_NS = "shop"
 CERT_SECONDS = 90  # renewed at two thirds: 60 s after issue
+CA_SECONDS = 450  # backdated 5 min, rolled over at two thirds: ~200 s after the KCP starts
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +44,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
         f = deployed.install(planes["deployed-skr"], planes["deployed-kcp"],
                              tmp_path_factory.mktemp("deployed"), timeout=180, backoff_seconds=1.0,
                              enroller_env={"TETHER_ENROLLER_CERT_LIFETIME_SECONDS": str(CERT_SECONDS),
+                                           "TETHER_ENROLLER_CA_LIFETIME_SECONDS": str(CA_SECONDS),
+                                           "TETHER_ENROLLER_ROLLOVER_PROPAGATION_SECONDS": "20",
                                            "TETHER_ENROLLER_INTERVAL_SECONDS": "5"})
         try:
             deployed.kubectl(f.skr, "create", "namespace", CUSTOMER_NS)
@@ -214,6 +219,42 @@ def test_changes_keep_arriving_while_the_certificates_are_renewed(fleet: deploye
                for n in range(1, i + 1))
 
 
+def test_changes_keep_arriving_through_a_ca_rollover(fleet: deployed.Fleet) -> None:
+    """The watcher CA rolls over (a short CA lifetime): the listener trusts old and new, the
+    runtime is reissued from the new CA after the propagation time, the old CA is dropped;
+    changes made every two seconds meanwhile all arrive, none later than one retry."""
+    def ca_secret() -> dict[str, Any]:
+        return dict(json.loads(deployed.kubectl(fleet.kcp, "get", "secret", "tether-enroller-ca", "-n",
+                                                overlays.NAMESPACE, "-o", "json").stdout))
+
+    first = ca_secret()["data"]["tls.crt"]
+    lags: list[float] = []
+    saw_both = False
+    deadline = time.monotonic() + CA_SECONDS
+    i = 0
+    while time.monotonic() < deadline:
+        doc = ca_secret()
+        saw_both = saw_both or "previous.crt" in doc["data"]
+        if doc["data"]["tls.crt"] != first and "previous.crt" not in doc["data"] and i >= 5:
+            break
+        i += 1
+        name = f"roll-{i}"
+        t0 = time.monotonic()
+        deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "create", "configmap", name, f"--from-literal=n={i}")
+        wait_for(f"{name} in the KCP", lambda n=name: stored(fleet, CUSTOMER_NS, n), timeout=30, fleet=fleet)
+        lags.append(time.monotonic() - t0)
+        time.sleep(max(0.0, 2.0 - (time.monotonic() - t0)))
+    doc = ca_secret()
+    assert doc["data"]["tls.crt"] != first and "previous.crt" not in doc["data"], "the rollover did not finish"
+    assert saw_both, "the old and the new CA were never trusted together"
+    new_ca = x509.load_pem_x509_certificate(base64.b64decode(doc["data"]["tls.crt"]))
+    client_secret = json.loads(deployed.kubectl(fleet.skr, "get", "secret", "tether-runtime-client", "-n",
+                                                overlays.NAMESPACE, "-o", "json").stdout)
+    cert = x509.load_pem_x509_certificate(base64.b64decode(client_secret["data"]["tls.crt"]))
+    assert pki.issued_by(cert, [new_ca])
+    assert max(lags) < 15, lags
+
+
 def test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener_refuses(
         fleet: deployed.Fleet, tmp_path: pathlib.Path) -> None:
     """Last in this module: the runtime is unenrolled."""
@@ -248,4 +289,5 @@ def test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener
     hooks = deployed.kubectl(fleet.skr, "get", "validatingwebhookconfigurations", "-o", "name").stdout
     assert "tether-configmaps" not in hooks
     assert deployed.enrollment(fleet.kcp) is None
-    assert post() == 403  # no Kyma CR carries the runtime ID any more
+    # no Kyma CR carries the runtime ID any more (the listener caches lookups for 10 s)
+    wait_for("the listener's 403", lambda: post() == 403, timeout=30, fleet=fleet)
