@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from common import certs, changes, gateway, kyma, logs, pki, skr_clients
 from enroller import castore, metrics, render
@@ -247,12 +248,15 @@ class Enroller:
         client_pem = base64.b64decode(data["tls.crt"]) if "tls.crt" in data else None
         ca_serial = format(ca.current.cert.serial_number, "x")
         renewed: list[str] = []
-        reason = pki.needs_renewal(client_pem, ca.current, now, runtime_id=view.runtime_id, domain=view.domain)
+        reason: str | None = pki.needs_renewal(client_pem, ca.current, now, runtime_id=view.runtime_id,
+                                               domain=view.domain)
         settled = ca.trusted_everywhere(now, self.s.rollover_propagation)
         if reason == "foreign_issuer" and not settled and ca.previous is not None and client_pem and \
                 pki.needs_renewal(client_pem, [ca.previous], now, runtime_id=view.runtime_id, domain=view.domain) is None:
             reason = None  # a rollover in progress: the old CA's certificate stays until the new CA is trusted
-        if reason is None and "tls.key" in data and client_pem is not None:
+        if reason is None and (client_pem is None or not _key_matches(client_pem, data.get("tls.key"))):
+            reason = "key_mismatch"  # an edited or half-written Secret: the pair is reissued
+        if reason is None and client_pem is not None:
             client_cert, client_key = client_pem, base64.b64decode(data["tls.key"])
         else:
             try:
@@ -516,6 +520,19 @@ class Enroller:
             self.kcp.create(EVENTS, self.s.kcp_namespace, body)
         except gateway.GatewayError as e:
             log.warning("event %s on %s not written: %s", reason, meta["name"], logs.bounded(e, 200))
+
+
+def _key_matches(cert_pem: bytes, key_b64: str | None) -> bool:
+    """Whether the Secret's key is the certificate's (never logged, only compared)."""
+    if not key_b64:
+        return False
+    try:
+        key = serialization.load_pem_private_key(base64.b64decode(key_b64), password=None)
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except (ValueError, TypeError):
+        return False
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    return bool(key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki))
 
 
 def _placeholder(runtime_id: str) -> render.Inputs:

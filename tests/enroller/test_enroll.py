@@ -207,6 +207,16 @@ def test_deleted_objects_in_the_runtime_are_restored_in_one_run(
     # a lost client Secret means a new certificate (its key is gone with it)
     assert x509.load_pem_x509_certificate(_pem(got[render.CLIENT_SECRET], "tls.crt")).serial_number != serial
     assert "Renewed" in env.events("beta")
+    # a client Secret whose key is not its certificate's (edited by hand) is reissued
+    api = runtimes[1].api_client()
+    other = certs.CertificateAuthority.create("x").issue("x", client=True)
+    client.CoreV1Api(api).patch_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE, {
+        "data": {"tls.key": base64.b64encode(other.key_pem).decode()}})
+    api.close()
+    e.run()
+    fixed = runtime_objects(runtimes[1])[render.CLIENT_SECRET]
+    assert reconcile._key_matches(_pem(fixed, "tls.crt"), fixed.data["tls.key"])
+    assert "certificate_issued client key_mismatch" in env.audit_text.getvalue()
 
 
 def test_a_new_image_is_rolled_out_to_every_runtime(env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
