@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import os
 import pathlib
 import secrets
 import subprocess
@@ -181,7 +180,3 @@ def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work
         controlplane.stop_group(director, timeout=10)
         raise
     return Fleet(skr, kcp, work, kcp_pods, skr_pods, director, director_url, applied)
-
-
-def environ_without_tether() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}

@@ -139,6 +139,7 @@ class Pod:
     deleting: bool = False
     token_at: float = 0.0
     hosts_file: pathlib.Path | None = None
+    automount: bool | None = None  # decided once, as at admission
 
     @property
     def ready(self) -> bool:
@@ -549,15 +550,20 @@ class PodRunner:
                 "expose": [sys.base_prefix, sys.prefix, str(REPO)]}
 
     def _automount(self, pod: Pod) -> bool:
-        if "automountServiceAccountToken" in pod.spec:
-            return bool(pod.spec["automountServiceAccountToken"])
-        try:
-            sa = self.core.read_namespaced_service_account(pod.facts.service_account, self.namespace)
-        except client.ApiException as e:
-            if e.status == 404:
-                raise podspec.Invalid(f"serviceaccount {pod.facts.service_account!r} not found") from None
-            raise
-        return sa.automount_service_account_token is not False
+        """Whether the pod gets its ServiceAccount's token: read once per pod (the
+        ServiceAccount admission plugin decides when a pod is created), not per refresh."""
+        if pod.automount is None:
+            if "automountServiceAccountToken" in pod.spec:
+                pod.automount = bool(pod.spec["automountServiceAccountToken"])
+            else:
+                try:
+                    sa = self.core.read_namespaced_service_account(pod.facts.service_account, self.namespace)
+                except client.ApiException as e:
+                    if e.status == 404:
+                        raise podspec.Invalid(f"serviceaccount {pod.facts.service_account!r} not found") from None
+                    raise
+                pod.automount = sa.automount_service_account_token is not False
+        return pod.automount
 
     # -- volumes ------------------------------------------------------------------------
 
