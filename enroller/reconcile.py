@@ -104,6 +104,8 @@ class Enroller:
         self.memory: dict[str, Memory] = {}
         self._lock = threading.Lock()
         self.active: Callable[[], bool] = lambda: True
+        self._ca: castore.CA | None = None  # of the last full run
+        self._beats: dict[str, datetime.datetime] = {}  # of the last full run
         self.identity = socket.gethostname()
 
     # -- runs ----------------------------------------------------------------------------
@@ -113,12 +115,21 @@ class Enroller:
         if not self.active():
             return {}
         t0 = time.monotonic()
-        ca = self.cas.ensure()
-        self.stats.ca_not_after.set(certs.not_after(ca.current.cert).timestamp())
-        kymas = list(self.kcp.list_items(KYMAS, self.s.kcp_namespace))
-        enrollments = {e["metadata"]["name"]: e for e in self.kcp.list_items(ENROLLMENTS, self.s.kcp_namespace)}
-        beats = self._heartbeats()
-        targets = [k for k in kymas if only is None or k["metadata"]["name"] in only]
+        ns = self.s.kcp_namespace
+        if only is None or self._ca is None:
+            ca = self._ca = self.cas.ensure()  # a rollover starts and ends in full runs only
+            self.stats.ca_not_after.set(certs.not_after(ca.current.cert).timestamp())
+        else:
+            ca = self._ca
+        if only is None:  # the fleet: one list each
+            kymas = list(self.kcp.list_items(KYMAS, ns))
+            enrollments = {e["metadata"]["name"]: e for e in self.kcp.list_items(ENROLLMENTS, ns)}
+            beats = self._beats = self._heartbeats()
+        else:  # a reaction to a few Kyma CRs: read those, not the fleet
+            kymas = [k for n in sorted(only) if (k := self.kcp.get_or_none(KYMAS, ns, n)) is not None]
+            enrollments = {n: e for n in only if (e := self.kcp.get_or_none(ENROLLMENTS, ns, n)) is not None}
+            beats = self._beats
+        targets = kymas
         with concurrent.futures.ThreadPoolExecutor(self.s.concurrency, thread_name_prefix="enroll") as ex:
             states = list(ex.map(lambda k: self.one(k, ca, enrollments.get(k["metadata"]["name"]), beats),
                                  targets))
