@@ -48,9 +48,12 @@ class KcpInputs:
     enroller_env: dict[str, str] = dataclasses.field(default_factory=dict)  # a test's knobs
 
 
-def _pod_ip_bind(deployment: str, containers: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
+def _pod_ip_bind(part: str, deployment: str, containers: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
     """Patches that put POD_IP first in each container's env and set its bind variables to
-    ``$(POD_IP):PORT`` (``containers``: index -> variable -> port)."""
+    ``$(POD_IP):PORT`` (``containers``: index -> variable -> port) in the Deployment of
+    ``manifests/<part>``. A strategic merge patch addresses containers by name, a JSON patch
+    by index: the names are read from the manifest."""
+    names = _names(MANIFESTS / part / "deployment.yaml")
     ops: list[dict[str, Any]] = []
     for index in containers:
         ops.append({"op": "add", "path": f"/spec/template/spec/containers/{index}/env/0",
@@ -58,7 +61,7 @@ def _pod_ip_bind(deployment: str, containers: dict[int, dict[str, str]]) -> list
     patches: list[dict[str, Any]] = []
     smp_containers = []
     for index, binds in containers.items():
-        smp_containers.append({"$index": index,
+        smp_containers.append({"name": names[index],
                                "env": [{"name": k, "value": f"$(POD_IP):{port}"} for k, port in binds.items()]})
     patches.append({"target": {"kind": "Deployment", "name": deployment},
                     "patch": yaml.safe_dump({"apiVersion": "apps/v1", "kind": "Deployment",
@@ -78,16 +81,6 @@ def _names(deployment: pathlib.Path) -> list[str]:
     return [c["name"] for c in doc["spec"]["template"]["spec"]["containers"]]
 
 
-def _smp_env(patches: list[dict[str, Any]], containers: list[str]) -> None:
-    """Strategic merge patches address containers by name: resolve the ``$index`` markers."""
-    for p in patches:
-        doc = yaml.safe_load(p["patch"])
-        if isinstance(doc, dict):
-            for c in doc["spec"]["template"]["spec"]["containers"]:
-                c["name"] = containers[c.pop("$index")]
-            p["patch"] = yaml.safe_dump(doc)
-
-
 def _write(folder: pathlib.Path, files: dict[str, bytes], kustomization: dict[str, Any]) -> pathlib.Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
@@ -103,14 +96,11 @@ def _base(folder: pathlib.Path, part: str) -> str:
 
 
 def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
-    listener = _pod_ip_bind("tether-listener", {
+    listener = _pod_ip_bind("kcp/listener", "tether-listener", {
         0: {"TETHER_LISTENER_BIND": "8443", "TETHER_LISTENER_OPS_BIND": "9090"},
         1: {"TETHER_LISTENER_JANITOR_BIND": "9091"}})
-    _smp_env(listener, _names(MANIFESTS / "kcp" / "listener" / "deployment.yaml"))
-    compass = _pod_ip_bind("tether-compass", {0: {"TETHER_COMPASS_BIND": "8080"}})
-    _smp_env(compass, _names(MANIFESTS / "kcp" / "compass" / "deployment.yaml"))
-    enroller = _pod_ip_bind("tether-enroller", {0: {"TETHER_ENROLLER_BIND": "8080"}})
-    _smp_env(enroller, _names(MANIFESTS / "kcp" / "enroller" / "deployment.yaml"))
+    compass = _pod_ip_bind("kcp/compass", "tether-compass", {0: {"TETHER_COMPASS_BIND": "8080"}})
+    enroller = _pod_ip_bind("kcp/enroller", "tether-enroller", {0: {"TETHER_ENROLLER_BIND": "8080"}})
     enroller.append(_json6902("Deployment", "tether-enroller", [
         {"op": "add", "path": "/spec/template/spec/containers/0/env/-",
          "value": {"name": "TETHER_ENROLLER_BUNDLE_FILE", "value": "/etc/tether/bundle/skr-bundle.yaml"}},
@@ -158,10 +148,8 @@ def render_skr_bundle(folder: pathlib.Path) -> pathlib.Path:
     """The SKR overlay the enroller's bundle is rendered from (``kubectl kustomize``): the
     base with each part binding its pod IP. Certificates, the caBundle and the runtime's
     identity are the enroller's to fill in, per runtime."""
-    webhook = _pod_ip_bind("tether-webhook", {0: {"TETHER_WEBHOOK_BIND": "8443"}})
-    _smp_env(webhook, _names(MANIFESTS / "skr" / "webhook" / "deployment.yaml"))
-    poller = _pod_ip_bind("tether-poller", {0: {"TETHER_POLLER_BIND": "8080"}})
-    _smp_env(poller, _names(MANIFESTS / "skr" / "poller" / "deployment.yaml"))
+    webhook = _pod_ip_bind("skr/webhook", "tether-webhook", {0: {"TETHER_WEBHOOK_BIND": "8443"}})
+    poller = _pod_ip_bind("skr/poller", "tether-poller", {0: {"TETHER_POLLER_BIND": "8080"}})
     return _write(folder, {}, {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [_base(folder, "skr")],
