@@ -392,7 +392,7 @@ class PodRunner:
                 return
         replicas = d["spec"].get("replicas", 1)
         template = d["spec"]["template"]
-        h = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
+        h = _template_hash(d)
         pods = [p for p in self.pods.values() if p.deployment == name and not p.deleting]
         current = [p for p in pods if p.template_hash == h]
         old = [p for p in pods if p.template_hash != h]
@@ -673,7 +673,7 @@ class PodRunner:
         name = d["metadata"]["name"]
         replicas = d["spec"].get("replicas", 1)
         pods = [p for p in self.pods.values() if p.deployment == name and not p.deleting]
-        h = hashlib.sha256(json.dumps(d["spec"]["template"], sort_keys=True).encode()).hexdigest()[:10]
+        h = _template_hash(d)
         ready = sum(p.ready for p in pods)
         updated = sum(p.template_hash == h for p in pods)
         _, unavailable = _rolling(d["spec"], replicas)
@@ -739,6 +739,11 @@ class PodRunner:
         for sp in svc.spec.ports:
             if (ip, sp.port) not in self.proxies:
                 self.proxies[(ip, sp.port)] = serviceproxy.Proxy(svc.metadata.name, ip, int(sp.port))
+
+
+def _template_hash(d: Mapping[str, Any]) -> str:
+    """Names a Deployment's pod template (pod-template-hash): pods of another are replaced."""
+    return hashlib.sha256(json.dumps(d["spec"]["template"], sort_keys=True).encode()).hexdigest()[:10]
 
 
 def _rolling(spec: Mapping[str, Any], replicas: int) -> tuple[int, int]:
