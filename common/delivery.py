@@ -30,6 +30,7 @@ named like its heartbeat Lease)::
 from __future__ import annotations
 
 import datetime
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -157,16 +158,73 @@ def _int(v: object) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT else 0
 
 
+def _add(a: int, b: int) -> int:
+    """A sum of counts, saturated at ``MAX_COUNT`` (a larger stored value would read as 0)."""
+    return min(MAX_COUNT, a + b)
+
+
+def _fold(into: dict[str, int], reason: str, n: int) -> None:
+    """Add ``n`` refusals of ``reason``: at most ``MAX_REASONS`` reasons, the rest ``other``
+    (so a bucket holds at most ``MAX_REASONS`` + 1 keys, however often it is merged)."""
+    if reason not in into and len(into) >= MAX_REASONS:
+        reason = "other"
+    into[reason] = _add(into.get(reason, 0), n)
+
+
+_SCAN = 64  # entries of a stored map or list looked at (the CRD allows far fewer)
+
+
 def _minute_from(raw: Mapping[str, Any]) -> Minute:
     lag = raw.get("lag")
-    lags = [_int(x) for x in lag][:N_LAG] if isinstance(lag, list) else []
+    lags = [_int(x) for x in lag[:N_LAG]] if isinstance(lag, list) else []
     refused = raw.get("refused")
     m = Minute(webhook=_int(raw.get("webhook")), poller=_int(raw.get("poller")),
                lag=lags + [0] * (N_LAG - len(lags)), throttled=_int(raw.get("throttled")))
     if isinstance(refused, Mapping):
-        for reason, n in list(refused.items())[:MAX_REASONS]:
-            m.refused[_cut(reason, 40)] = _int(n)
+        for reason, n in itertools.islice(refused.items(), _SCAN):
+            _fold(m.refused, _cut(reason, 40), _int(n))
     return m
+
+
+def _add_minute(into: Minute, m: Minute) -> None:
+    into.webhook = _add(into.webhook, m.webhook)
+    into.poller = _add(into.poller, m.poller)
+    into.lag = [_add(a, b) for a, b in zip(into.lag, m.lag, strict=True)]
+    into.throttled = _add(into.throttled, m.throttled)
+    for reason, n in m.refused.items():
+        _fold(into.refused, reason, n)
+
+
+_OUTCOMES = ("persisted", "duplicate", "stale", "refused")
+
+
+def _recent_from(raw: object) -> list[dict[str, Any]]:
+    """The stored ``recent`` list, each entry reduced to its known fields with bounded
+    values (an entry written by hand or by an older version cannot grow the object)."""
+    out: list[dict[str, Any]] = []
+    for r in itertools.islice(raw if isinstance(raw, list) else [], _SCAN):
+        if not isinstance(r, Mapping) or (at := parse(r.get("at"))) is None:
+            continue
+        lag = r.get("lagSeconds")
+        if not isinstance(lag, int | float) or isinstance(lag, bool) or not 0 <= lag < 1e12:
+            lag = None  # also NaN
+        outcome = r.get("outcome")
+        out.append({"at": fmt(at), "namespace": _cut(r.get("namespace", "")),
+                    "name": _cut(r.get("name", "")),
+                    "source": "poller" if r.get("source") == "poller" else "webhook",
+                    "lagSeconds": None if lag is None else round(float(lag), 6),
+                    "outcome": outcome if outcome in _OUTCOMES else "refused"})
+    return out[-RECENT:]
+
+
+def _stored_from(raw: object) -> dict[str, int] | None:
+    if not isinstance(raw, Mapping):
+        return None
+    return {k: _int(raw.get(k)) for k in ("records", "bytes", "recordLimit", "byteLimit")}
+
+
+def _mapping(status: object) -> Mapping[str, Any]:
+    return status if isinstance(status, Mapping) else {}
 
 
 def _minute_to(start: datetime.datetime, m: Minute) -> dict[str, Any]:
@@ -177,10 +235,10 @@ def _minute_to(start: datetime.datetime, m: Minute) -> dict[str, Any]:
 
 def minutes_of(status: Mapping[str, Any] | None) -> dict[datetime.datetime, Minute]:
     out: dict[datetime.datetime, Minute] = {}
-    raw = (status or {}).get("minutes")
-    for item in raw if isinstance(raw, list) else []:
+    raw = _mapping(status).get("minutes")
+    for item in itertools.islice(raw if isinstance(raw, list) else [], WINDOW_MINUTES * 2):
         if isinstance(item, Mapping) and (start := parse(item.get("start"))) is not None:
-            out[minute_of(start)] = _minute_from(item)
+            _add_minute(out.setdefault(minute_of(start), Minute()), _minute_from(item))
     return out
 
 
@@ -188,23 +246,14 @@ def merge(status: Mapping[str, Any] | None, delta: Delta, runtime_id: str,
           now: datetime.datetime) -> dict[str, Any]:
     """The new status: ``status`` (what the KCP holds, maybe written by an older version or by
     hand: anything unusable is dropped) plus ``delta``, minutes outside the window dropped."""
-    old = status or {}
+    old = _mapping(status)
     minutes = minutes_of(old)
     for start, m in delta.minutes.items():
-        into = minutes.setdefault(start, Minute())
-        into.webhook += m.webhook
-        into.poller += m.poller
-        into.lag = [a + b for a, b in zip(into.lag, m.lag, strict=True)]
-        into.throttled += m.throttled
-        for reason, n in m.refused.items():
-            key = reason if reason in into.refused or len(into.refused) < MAX_REASONS else "other"
-            into.refused[key] = into.refused.get(key, 0) + n
+        _add_minute(minutes.setdefault(minute_of(start), Minute()), m)
     horizon = minute_of(now) - datetime.timedelta(minutes=WINDOW_MINUTES - 1)
-    kept = sorted((s, m) for s, m in minutes.items() if s >= horizon)
-    old_recent = old.get("recent")
-    recent = [r for r in (old_recent if isinstance(old_recent, list) else [])
-              if isinstance(r, Mapping)] + delta.recent
-    recent.sort(key=lambda r: str(r.get("at", "")))
+    kept = sorted(((s, m) for s, m in minutes.items() if s >= horizon), key=lambda sm: sm[0])
+    recent = _recent_from(old.get("recent")) + _recent_from(delta.recent)
+    recent.sort(key=lambda r: str(r["at"]))
     last = parse(old.get("lastChangeAt"))
     if delta.last_change is not None and (last is None or delta.last_change > last):
         last = delta.last_change
@@ -213,10 +262,9 @@ def merge(status: Mapping[str, Any] | None, delta: Delta, runtime_id: str,
         "minutes": [_minute_to(s, m) for s, m in kept], "recent": recent[-RECENT:]}
     if last is not None:
         out["lastChangeAt"] = fmt(last)
-    stored = delta.stored if delta.stored is not None else old.get("stored")
-    if isinstance(stored, Mapping):
-        out["stored"] = {k: _int(stored.get(k)) for k in
-                         ("records", "bytes", "recordLimit", "byteLimit")}
+    stored = _stored_from(delta.stored if delta.stored is not None else old.get("stored"))
+    if stored is not None:
+        out["stored"] = stored
     return out
 
 
@@ -243,6 +291,8 @@ class Point(NamedTuple):
     records: int
     p50: float | None
     p99: float | None
+    webhook: int = 0
+    poller: int = 0
 
 
 class Summary(NamedTuple):
@@ -274,30 +324,28 @@ class Summary(NamedTuple):
 
 def summarize(status: Mapping[str, Any] | None, now: datetime.datetime) -> Summary:
     """The last hour of a runtime's delivery, from its object's status (never raises)."""
+    status = _mapping(status)
     horizon = minute_of(now) - datetime.timedelta(minutes=WINDOW_MINUTES - 1)
-    minutes = sorted((s, m) for s, m in minutes_of(status).items() if s >= horizon)
+    minutes = sorted(((s, m) for s, m in minutes_of(status).items() if s >= horizon),
+                     key=lambda sm: sm[0])
     lag = [0] * N_LAG
     refused: dict[str, int] = {}
     series: list[Point] = []
     for start, m in minutes:
-        lag = [a + b for a, b in zip(lag, m.lag, strict=True)]
+        lag = [_add(a, b) for a, b in zip(lag, m.lag, strict=True)]
         for reason, n in m.refused.items():
-            refused[reason] = refused.get(reason, 0) + n
+            _fold(refused, reason, n)
         series.append(Point(start, m.webhook + m.poller, quantile(m.lag, 0.5),
-                            quantile(m.lag, 0.99)))
-    raw_recent = (status or {}).get("recent")
-    recent = [dict(r) for r in (raw_recent if isinstance(raw_recent, list) else [])
-              if isinstance(r, Mapping)][-RECENT:]
-    stored_raw = (status or {}).get("stored")
-    stored = ({k: _int(v) for k, v in stored_raw.items()} if isinstance(stored_raw, Mapping)
-              else {})
+                            quantile(m.lag, 0.99), m.webhook, m.poller))
+    recent = _recent_from(status.get("recent"))
+    stored = _stored_from(status.get("stored")) or {}
     return Summary(
         webhook=sum(m.webhook for _, m in minutes), poller=sum(m.poller for _, m in minutes),
         lag_p50=quantile(lag, 0.5), lag_p99=quantile(lag, 0.99), refused=refused,
         throttled=sum(m.throttled for _, m in minutes),
-        last_change=parse((status or {}).get("lastChangeAt")), stored=stored,
+        last_change=parse(status.get("lastChangeAt")), stored=stored,
         recent=list(reversed(recent)), series=series,
-        updated=parse((status or {}).get("updatedAt")))
+        updated=parse(status.get("updatedAt")))
 
 
 def body(name: str, namespace: str, runtime_id: str, labels: Mapping[str, str]) -> dict[str, Any]:
