@@ -11,6 +11,11 @@ Lease is pure (``decide``); ``LeaderElector`` does the I/O in one daemon thread:
 
 Writes use the Lease's resourceVersion (optimistic concurrency): of two candidates that
 see an expired Lease, one update wins and the other gets 409 and keeps waiting.
+
+What the holder publishes for the admin pages (the last run, compass's breaker) goes on the
+Lease as annotations (``annotate``): they ride on the elector's next write of the Lease (its
+renewal, every ``retry_period``, or the release), so publishing costs no request of its own,
+never writes a Lease this process does not hold and never races the elector's own writes.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
 from common import changes, gateway
@@ -84,6 +89,9 @@ class LeaderElector:
         self._thread: threading.Thread | None = None
         self._leading = False
         self._last_renew: float = 0.0
+        self._notes_lock = threading.Lock()
+        self._pending: dict[str, str] = {}  # to write with the next write of the Lease
+        self._kept: dict[str, str] = {}     # written again at every acquisition
 
     @property
     def is_leader(self) -> bool:
@@ -92,6 +100,34 @@ class LeaderElector:
     def alive(self) -> bool:
         """The election thread is running (for liveness probes)."""
         return self._thread is not None and self._thread.is_alive()
+
+    def annotate(self, values: Mapping[str, str], *, keep: bool = False) -> None:
+        """Publish ``values`` as annotations of the Lease with its next write (at most one
+        ``retry_period`` later). Values given while not leading are dropped, and so are
+        those not yet written when this process steps down: only the holder writes, and a
+        later holder's values are never overwritten with older ones. ``keep``: the value
+        describes this process's current state (compass's breaker): written again at every
+        acquisition of the Lease."""
+        with self._notes_lock:
+            if keep:
+                self._kept.update(values)
+            if self._leading:
+                self._pending.update(values)
+
+    def _notes(self, acquiring: bool) -> dict[str, str]:
+        with self._notes_lock:
+            return {**self._kept, **self._pending} if acquiring else dict(self._pending)
+
+    def _written(self, notes: Mapping[str, str]) -> None:
+        with self._notes_lock:
+            for k, v in notes.items():
+                if self._pending.get(k) == v:
+                    del self._pending[k]
+
+    @staticmethod
+    def _with_notes(meta: dict[str, Any], notes: Mapping[str, str]) -> None:
+        if notes:
+            meta["annotations"] = {**(meta.get("annotations") or {}), **notes}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
@@ -102,8 +138,9 @@ class LeaderElector:
         if self._thread is not None:
             self._thread.join(timeout=self.settings.retry_period * 3)
         if self._leading:
+            notes = self._notes(acquiring=False)
             self._set_leading(False)
-            self._release()
+            self._release(notes)
 
     # -- loop ------------------------------------------------------------------------------
 
@@ -131,7 +168,10 @@ class LeaderElector:
             self._stop.wait(s.retry_period)
 
     def _set_leading(self, leading: bool) -> None:
-        self._leading = leading
+        with self._notes_lock:
+            self._leading = leading
+            if not leading:
+                self._pending.clear()
         s = self.settings
         if leading:
             log.info("lease %s/%s acquired by %s", s.namespace, s.name, s.identity)
@@ -145,14 +185,17 @@ class LeaderElector:
         now = _now()
         lease = self._kube.get_or_none(gateway.LEASES, s.namespace, s.name)
         if lease is None:
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": s.name, "namespace": s.namespace},
+            notes = self._notes(acquiring=True)
+            meta: dict[str, Any] = {"name": s.name, "namespace": s.namespace}
+            self._with_notes(meta, notes)
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
                     "spec": self._spec(now, acquire_time=changes.format_time(now),
                                        transitions=0)}
             try:
                 self._kube.create(gateway.LEASES, s.namespace, body)
             except gateway.Conflict:
                 return False
+            self._written(notes)
             return True
         spec = lease.get("spec") or {}
         duration = spec.get("leaseDurationSeconds")
@@ -162,6 +205,8 @@ class LeaderElector:
         if action == "wait":
             return False
         transitions = spec.get("leaseTransitions") or 0
+        notes = self._notes(acquiring=action == "acquire" or not self._leading)
+        self._with_notes(lease.setdefault("metadata", {}), notes)
         if action == "acquire":
             lease["spec"] = self._spec(now, acquire_time=changes.format_time(now),
                                        transitions=transitions + 1)
@@ -172,6 +217,7 @@ class LeaderElector:
             self._kube.replace(gateway.LEASES, s.namespace, s.name, lease)
         except gateway.Conflict:  # someone else wrote first
             return False
+        self._written(notes)
         return True
 
     def _spec(self, now: datetime.datetime, *, acquire_time: str | None,
@@ -186,7 +232,8 @@ class LeaderElector:
             spec["acquireTime"] = acquire_time
         return spec
 
-    def _release(self) -> None:
+    def _release(self, notes: Mapping[str, str]) -> None:
+        """Hand the Lease over, with what was still to publish (the last run's result)."""
         s = self.settings
         try:
             lease = self._kube.get(gateway.LEASES, s.namespace, s.name)
@@ -195,6 +242,7 @@ class LeaderElector:
                 return
             spec.pop("holderIdentity", None)
             spec["leaseDurationSeconds"] = 1
+            self._with_notes(lease.setdefault("metadata", {}), notes)
             self._kube.replace(gateway.LEASES, s.namespace, s.name, lease)
         except Exception as e:  # noqa: BLE001 - best effort; the Lease expires anyway
             log.info("lease %s/%s: release failed (%s); it will expire", s.namespace, s.name,

@@ -22,7 +22,8 @@ class DirectorClient:
     def __init__(self, *, graphql_url: str, tokens: oauth_mod.TokenSource,
                  session: requests.Session, verify: str | bool, timeout: float,
                  breaker: breaker_mod.CircuitBreaker, stats: metrics.Metrics,
-                 page_size: int = 100, clock: Callable[[], float] = time.monotonic) -> None:
+                 page_size: int = 100, clock: Callable[[], float] = time.monotonic,
+                 on_error: Callable[[str, errors.DirectorError], None] | None = None) -> None:
         self._url = graphql_url
         self._tokens = tokens
         self._session = session
@@ -32,6 +33,9 @@ class DirectorClient:
         self._metrics = stats
         self._page = page_size
         self._clock = clock
+        # Told of every error the Director (or the way to it) answered; not of NotFound
+        # (an expected answer) nor of calls the open breaker refused (no request was made).
+        self.on_error = on_error
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -81,15 +85,22 @@ class DirectorClient:
         except errors.Unavailable as e:
             self.breaker.failure()
             self._metrics.director_errors.labels(operation, e.kind).inc()
+            self._told(operation, e)
             raise
         except errors.DirectorError as e:
             self.breaker.neutral()
             self._metrics.director_errors.labels(operation, e.kind).inc()
+            if not isinstance(e, errors.NotFound):
+                self._told(operation, e)
             raise
         finally:
             self._metrics.director_latency.labels(operation).observe(self._clock() - t0)
         self.breaker.success()
         return result
+
+    def _told(self, operation: str, e: errors.DirectorError) -> None:
+        if self.on_error is not None:
+            self.on_error(operation, e)
 
     def _send(self, operation: str, tenant: str, variables: dict[str, Any]) -> Any:
         for attempt in (1, 2):
@@ -113,5 +124,5 @@ class DirectorClient:
                 doc = resp.json()
             except ValueError:
                 raise errors.Unavailable(f"Director {operation}: response is not JSON") from None
-            return queries.result_of(doc)
+            return queries.result_of(doc, self._tokens.secrets())
         raise errors.Unauthorized(f"Director {operation}: HTTP 401 with a fresh token")

@@ -7,19 +7,44 @@
     └── Unavailable       5xx, 429, timeouts, connection errors, InternalError
         └── CircuitOpen   not even tried: the circuit breaker is open
 
-Messages are bounded and never hold tokens or credentials.
+Messages are bounded and never hold tokens or credentials: the Director's own text (a
+GraphQL error message) is scrubbed (``scrub``) before it is kept, so what reaches a log
+line, the mapping status, an Event or the Lease cannot carry the client secret, the access
+token, a bearer or JWT-shaped string, or a ``token=...``/``secret: ...`` value.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 from common import logs
+
+REDACTED = "[redacted]"
+_PATTERNS = (
+    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"),
+    re.compile(r"\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*(\.[A-Za-z0-9_-]*)?"),  # JWT
+    re.compile(r"(?i)\b([a-z_-]*(token|secret|password|passwd|credential|authorization|api[_-]?key)"
+               r"[a-z_-]*)([\"']?\s*[:=]\s*[\"']?)[^\s,;&'\"}\[][^\s,;&'\"}]*"),
+    re.compile(r"[A-Za-z0-9+/_=-]*[A-Za-z0-9+/_][A-Za-z0-9+/_=]{39,}"),  # long opaque strings
+)
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` without the given secret values and without what looks like a credential."""
+    for value in sorted((v for v in secrets if v and len(v) >= 4), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    text = _PATTERNS[0].sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _PATTERNS[1].sub(REDACTED, text)
+    text = _PATTERNS[2].sub(lambda m: f"{m.group(1)}{m.group(3)}{REDACTED}", text)
+    return _PATTERNS[3].sub(REDACTED, text)
 
 
 class DirectorError(Exception):
     kind = "error"
 
-    def __init__(self, message: str) -> None:
-        super().__init__(logs.bounded(message, 300))
+    def __init__(self, message: str, *, secrets: Iterable[str] = ()) -> None:
+        super().__init__(logs.bounded(scrub(message, secrets), 300))
 
 
 class NotFound(DirectorError):
@@ -67,15 +92,16 @@ _BY_CODE: dict[int, type[DirectorError]] = {
 }
 
 
-def from_graphql_error(err: object) -> DirectorError:
-    """The error type for one entry of a GraphQL response's ``errors``."""
+def from_graphql_error(err: object, secrets: Iterable[str] = ()) -> DirectorError:
+    """The error type for one entry of a GraphQL response's ``errors``; ``secrets``: values
+    to remove from the Director's message (the access token, the client secret)."""
     if not isinstance(err, dict):
         return InvalidInput("malformed GraphQL error")
     ext = err.get("extensions") or {}
     code = ext.get("error_code") if isinstance(ext, dict) else None
-    message = str(err.get("message") or "GraphQL error")
+    message = str(err.get("message") or "GraphQL error")[:4096]
     cls = _BY_CODE.get(code, InvalidInput) if isinstance(code, int) else InvalidInput
-    return cls(message)
+    return cls(message, secrets=secrets)
 
 
 def from_http_status(status: int, what: str) -> DirectorError:

@@ -39,7 +39,8 @@ class Summary(NamedTuple):
     kymas: int
     states: dict[str, int]
     seconds: float
-    skipped: bool = False
+    skipped: bool = False  # another run was in progress: not a run
+    ok: bool = True        # False: the run could not list the KCP (last-run-result failed)
 
 
 def state_of(f: decide.Facts) -> str:
@@ -54,7 +55,8 @@ def state_of(f: decide.Facts) -> str:
 class Job:
     def __init__(self, reconciler: reconcile_mod.Reconciler, kcp: mappings_mod.Kcp,
                  skr: skr_clients.SkrClients, stats: metrics.Metrics, *, concurrency: int,
-                 active: Callable[[], bool] = lambda: True, shard: tuple[int, int] = (0, 1)) -> None:
+                 active: Callable[[], bool] = lambda: True, shard: tuple[int, int] = (0, 1),
+                 after_run: Callable[[], None] = lambda: None) -> None:
         self.reconciler = reconciler
         self.shard = shard
         # False once this process lost the Lease: the run stops taking up runtimes, so
@@ -63,6 +65,7 @@ class Job:
         self.kcp = kcp
         self.skr = skr
         self.metrics = stats
+        self.after_run = after_run  # e.g. send the breaker's queued Events
         self._pool = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="compass")
         self._lock = threading.Lock()
 
@@ -77,6 +80,10 @@ class Job:
             return self._run(full)
         finally:
             self._lock.release()
+            try:
+                self.after_run()
+            except Exception as e:  # noqa: BLE001 - never fails the run
+                log.warning("after the run: %s", type(e).__name__)
 
     def _run(self, full: bool) -> Summary:
         kind = "full" if full else "interval"
@@ -88,7 +95,7 @@ class Job:
                 self.skr.refresh()
         except gateway.GatewayError as e:
             log.warning("%s run: listing in the KCP failed: %s", kind, e)
-            return Summary(0, {}, time.monotonic() - t0)
+            return Summary(0, {}, time.monotonic() - t0, ok=False)
         names = sorted(n for n in set(kymas) | set(maps) if in_shard(n, *self.shard))
         kymas = {n: k for n, k in kymas.items() if in_shard(n, *self.shard)}
         futures = [self._pool.submit(self._one, kymas.get(n), maps.get(n), full) for n in names]

@@ -38,6 +38,7 @@ def main(argv: list[str]) -> int:
         kcp_api, leader.LeaseSettings(namespace=s.lease_namespace, name=s.lease_name),
         sched, stats.leader)
     svc.job.active = lambda: elector.is_leader
+    svc.notes.attach(elector.annotate)  # breaker and Director errors on the Lease
     host, _, port = s.bind.rpartition(":")
     http = serving.make_server(host, int(port),
                                app_mod.create_app(stats, ready=lambda: sched.running),

@@ -57,6 +57,8 @@ class MappingView(NamedTuple):
     finalizers: tuple[str, ...]
     deleting: bool
     status: Mapping[str, Any]
+    uid: str = ""
+    generation: int = 1
 
     @property
     def runtime_id(self) -> str | None:
@@ -95,6 +97,8 @@ def mapping_from(obj: Mapping[str, Any]) -> MappingView:
         finalizers=tuple(meta.get("finalizers") or ()),
         deleting=bool(meta.get("deletionTimestamp")),
         status=dict(obj.get("status") or {}),
+        uid=str(meta.get("uid") or ""),
+        generation=int(meta.get("generation") or 1),
     )
 
 

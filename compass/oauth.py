@@ -40,6 +40,11 @@ class TokenSource:
                 return self._token
             return self._fetch()
 
+    def secrets(self) -> tuple[str, ...]:
+        """The values no message may show (``errors.scrub``): client secret, access token."""
+        with self._lock:
+            return tuple(v for v in (self._auth[1], self._token) if v)
+
     def invalidate(self) -> None:
         with self._lock:
             self._token = None

@@ -4,6 +4,7 @@ turning a response into data or a typed error."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from compass import errors
@@ -71,13 +72,14 @@ def body(operation: str, variables: dict[str, Any]) -> dict[str, Any]:
     return {"query": OPERATIONS[operation], "variables": variables}
 
 
-def result_of(doc: object) -> Any:
-    """The ``result`` field of a GraphQL response, or the mapped error."""
+def result_of(doc: object, secrets: Iterable[str] = ()) -> Any:
+    """The ``result`` field of a GraphQL response, or the mapped error (its message
+    scrubbed of ``secrets``, ``errors.scrub``)."""
     if not isinstance(doc, dict):
         raise errors.Unavailable("Director answered something that is not a JSON object")
     errs = doc.get("errors")
     if errs:
-        raise errors.from_graphql_error(errs[0] if isinstance(errs, list) else errs)
+        raise errors.from_graphql_error(errs[0] if isinstance(errs, list) else errs, secrets)
     data = doc.get("data")
     if not isinstance(data, dict) or "result" not in data:
         raise errors.Unavailable("Director response has no data")

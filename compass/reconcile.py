@@ -4,6 +4,10 @@ The I/O of each action is a few lines here; the choice of action is ``decide.dec
 A failed step is written to the mapping (condition reason and message, failures,
 ``nextAttemptAt`` from the per-runtime backoff) and ends the pass; the next run retries
 when the backoff is due.
+
+Events on the mapping for what an operator wants to see (``common.events``): ``Registered``,
+``Unregistered``, ``TokenDelivered``, ``TokenRefreshed``, and a Warning ``Failing`` once a
+runtime's step has failed ``FAILING_AFTER`` times in a row (retried with backoff in between).
 """
 
 from __future__ import annotations
@@ -11,16 +15,18 @@ from __future__ import annotations
 import datetime
 import logging
 import random
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
-from common import gateway, logs, skr_clients
+from common import events, gateway, logs, skr_clients
 from compass import agent_secret, decide, errors, metrics, model, status
 from compass import director as director_mod
 from compass import mappings as mappings_mod
 
 log = logging.getLogger(__name__)
 MAX_STEPS = 16
+FAILING_AFTER = 3  # consecutive failures of a runtime before its Warning Event
+_FIRST_TOKEN = ("Registered", "NotConfigured")  # issue_token reasons of a first delivery
 FINAL = ("done", "wait", "skip")
 _CONFIGURED_STEP = ("read_secret", "issue_token", "mark_connected")
 _DEFERS_STATUS = ("register", "adopt")
@@ -54,7 +60,7 @@ class Reconciler:
     def __init__(self, tuning: Tuning, kcp: mappings_mod.Kcp, director: director_mod.DirectorClient,
                  skr: skr_clients.SkrClients, stats: metrics.Metrics, audit: logging.Logger, *,
                  clock: Callable[[], datetime.datetime] = _utcnow,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, recorder: events.Recorder | None = None) -> None:
         self.t = tuning
         self.kcp = kcp
         self.director = director
@@ -63,6 +69,7 @@ class Reconciler:
         self.audit = audit
         self.clock = clock
         self.rng = rng or random.Random()
+        self.events = recorder
         # Test hook: called with the action kind right after its Director call, before
         # the result is written to the KCP (to inject a crash at that point).
         self.after_director_call: Callable[[str], None] | None = None
@@ -124,11 +131,25 @@ class Reconciler:
             self._flush(facts, olog)
         return facts
 
+    def _write(self, m: model.MappingView, now: datetime.datetime,
+               st: Mapping[str, Any]) -> model.MappingView:
+        """Every status write: with the Ready condition and the generations (``status.finish``)."""
+        return self.kcp.patch_status(m.name, status.finish(st, m.generation, now))
+
+    def _event(self, f: decide.Facts, reason: str, message: str, *, warning: bool = False) -> None:
+        m = f.mapping
+        name = m.name if m is not None else f.kyma.name if f.kyma is not None else ""
+        if self.events is None or not name:
+            return
+        ref = events.Ref(f"{model.MAPPING_GROUP}/{model.MAPPING_VERSION}", model.MAPPING_KIND,
+                         self.kcp.namespace, name, m.uid if m is not None else "")
+        self.events.emit(ref, reason, message, warning=warning)
+
     def _flush(self, f: decide.Facts, olog: logging.LoggerAdapter[logging.Logger]) -> None:
         if f.mapping is None:
             return
         try:
-            self.kcp.patch_status(f.mapping.name, dict(f.mapping.status))
+            self._write(f.mapping, f.now, f.mapping.status)
         except gateway.GatewayError as e:
             olog.warning("writing the mapping status: KCP API error: %s", e)
 
@@ -145,9 +166,13 @@ class Reconciler:
         st = status.failure(m.status, f.now, ctype=ctype, reason=reason,
                             message=f"{action.kind}: {message}", permanent=permanent, delay=delay)
         try:
-            self.kcp.patch_status(m.name, st)
+            self._write(m, f.now, st)
         except gateway.GatewayError as e:
             log.warning("recording a failure on mapping %s: KCP API error: %s", m.name, e)
+            return
+        if failures == FAILING_AFTER:
+            self._event(f, "Failing", f"{action.kind} failed {failures} times in a row, retried with "
+                        f"backoff: {reason}: {message}", warning=True)
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -181,18 +206,18 @@ class Reconciler:
         # hand-over) ends the pass; the next run starts from what is stored.
         m = self.kcp.create_mapping(_kyma(f), registering=not a.reason)
         if a.reason:
-            m = self.kcp.patch_status(m.name, status.invalid(m.status, f.now, a.reason, a.message))
+            m = self._write(m, f.now, status.invalid(m.status, f.now, a.reason, a.message))
         return f._replace(mapping=m, created_now=True)
 
     def _report_invalid(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         m = _mapping(f)
-        return f._replace(mapping=self.kcp.patch_status(
-            m.name, status.invalid(m.status, f.now, a.reason, a.message)))
+        return f._replace(mapping=self._write(
+            m, f.now, status.invalid(m.status, f.now, a.reason, a.message)))
 
     def _mark_registering(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         m = self.kcp.patch_meta(_mapping(f).name, labels=dict(decide.mapping_labels(_kyma(f))),
                                 annotations={model.REGISTERING: "true"})
-        m = self.kcp.patch_status(m.name, status.processing(
+        m = self._write(m, f.now, status.processing(
             m.status, f.now, "Registering", "registering the runtime in the Director"))
         return f._replace(mapping=m)
 
@@ -222,12 +247,15 @@ class Reconciler:
         m = self.kcp.patch_meta(_mapping(f).name, labels={model.COMPASS_RUNTIME_ID: rid,
                                                           model.MAPPING_GLOBAL_ACCOUNT: tenant})
         m = m._replace(status=status.registered(m.status, f.now, rid, adopted))
+        self._event(f._replace(mapping=m), "Registered",
+                    f"runtime {rid} found in the Director (registered earlier)" if adopted
+                    else f"runtime {rid} registered in the Director")
         return f._replace(mapping=m, registered_now=True, fetched=True, runtime_condition=cond)
 
     def _forget_runtime(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         m = self.kcp.patch_meta(_mapping(f).name, labels={model.COMPASS_RUNTIME_ID: None},
                                 annotations={model.REGISTERING: "true"})
-        m = self.kcp.patch_status(m.name, status.forgotten(m.status, f.now, a.reason, a.message))
+        m = self._write(m, f.now, status.forgotten(m.status, f.now, a.reason, a.message))
         return f._replace(mapping=m, fetched=False, runtime_condition=None, looked_up=False,
                           found_runtime_id=None, secret="unknown")
 
@@ -253,18 +281,25 @@ class Reconciler:
                            self.t.skr_timeout, exists=f.secret in ("matches", "differs"))
         self._audit("compass.token_issued", f, runtimeId=rid, tenant=tenant,
                     reason=a.reason, expiresAt=tok.expires_at)
-        m = self.kcp.patch_status(m.name, status.configured(
+        m = self._write(m, f.now, status.configured(
             m.status, f.now, token_expires_at=tok.expires_at, secret_digest=status.digest(data),
             reason=a.reason))
+        where = f"{self.t.secret_namespace}/{self._secret_name(k.name)}"
+        if a.reason in _FIRST_TOKEN:
+            self._event(f._replace(mapping=m), "TokenDelivered",
+                        f"one-time token for runtime {rid} delivered to {where} in the runtime")
+        else:
+            self._event(f._replace(mapping=m), "TokenRefreshed",
+                        f"a new one-time token for runtime {rid} delivered to {where} ({a.reason})")
         return f._replace(mapping=m, secret="matches", registered_now=False)
 
     def _mark_connected(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         m = _mapping(f)
-        return f._replace(mapping=self.kcp.patch_status(m.name, status.connected(m.status, f.now)))
+        return f._replace(mapping=self._write(m, f.now, status.connected(m.status, f.now)))
 
     def _mark_ready(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         m = _mapping(f)
-        return f._replace(mapping=self.kcp.patch_status(m.name, status.ready(m.status, f.now)))
+        return f._replace(mapping=self._write(m, f.now, status.ready(m.status, f.now)))
 
     def _unregister(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         tenant, rid = self._tenant(f), str(a.runtime_id)
@@ -272,6 +307,8 @@ class Reconciler:
         self._hook(a.kind)
         self._audit("compass.runtime_unregistered", f, runtimeId=rid, tenant=tenant,
                     directorKnewIt=existed)
+        self._event(f, "Unregistered", f"runtime {rid} unregistered from the Director" if existed
+                    else f"runtime {rid} was not known to the Director any more")
         return f._replace(unregistered=True)
 
     def _delete_mapping(self, a: decide.Action, f: decide.Facts) -> decide.Facts:

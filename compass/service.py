@@ -6,15 +6,16 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import socket
 
 import requests
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from common import gateway, skr_clients
+from common import events, gateway, skr_clients
 from compass import breaker as breaker_mod
-from compass import decide, metrics
+from compass import decide, lease_notes, metrics
 from compass import director as director_mod
 from compass import job as job_mod
 from compass import mappings as mappings_mod
@@ -34,6 +35,7 @@ class Service:
     reconciler: reconcile_mod.Reconciler
     job: job_mod.Job
     session: requests.Session
+    notes: lease_notes.LeaseNotes  # breaker and Director errors for the Lease (attach the elector)
 
     def close(self) -> None:
         self.job.close()
@@ -50,22 +52,30 @@ def build(s: settings_mod.Settings, kcp_api: gateway.Kube, stats: metrics.Metric
     verify: str | bool = s.director_ca_file or True
     tokens = oauth_mod.TokenSource(session, s.token_url, s.client_id, s.client_secret,
                                    verify=verify, timeout=s.director_timeout)
+    recorder = events.Recorder(kcp_api, "tether-compass", socket.gethostname())
+    notes = lease_notes.LeaseNotes(recorder, events.Ref(
+        "coordination.k8s.io/v1", "Lease", s.lease_namespace, s.lease_name))
+
+    def breaker_changed(st: breaker_mod.State) -> None:
+        stats.circuit.set(breaker_mod.STATE_VALUE[st])
+        notes.breaker_changed(st)
+
     br = breaker_mod.CircuitBreaker(
         s.breaker_threshold, s.breaker_open_seconds, s.breaker_max_open_seconds,
-        on_change=lambda st: stats.circuit.set(breaker_mod.STATE_VALUE[st]))
+        on_change=breaker_changed)
     director = director_mod.DirectorClient(
         graphql_url=s.director_url, tokens=tokens, session=session, verify=verify,
-        timeout=s.director_timeout, breaker=br, stats=stats)
+        timeout=s.director_timeout, breaker=br, stats=stats, on_error=notes.director_error)
     skr = skr_clients.SkrClients(kcp_api, s.namespace)
     kcp = mappings_mod.Kcp(kcp_api, s.namespace)
     tuning = reconcile_mod.Tuning(
         policy=decide.Policy(managed_by=s.managed_by, only_app_connector=s.only_app_connector),
         secret_namespace=s.secret_namespace, secret_name=s.secret_name, skr_timeout=s.skr_timeout,
         backoff_base=s.backoff_base, backoff_cap=s.backoff_cap)
-    rec = reconcile_mod.Reconciler(tuning, kcp, director, skr, stats, audit)
+    rec = reconcile_mod.Reconciler(tuning, kcp, director, skr, stats, audit, recorder=recorder)
     job = job_mod.Job(rec, kcp, skr, stats, concurrency=s.concurrency,
-                      shard=(s.shard_index, s.shard_count))
-    return Service(s, stats, director, tokens, skr, kcp, rec, job, session)
+                      shard=(s.shard_index, s.shard_count), after_run=notes.flush)
+    return Service(s, stats, director, tokens, skr, kcp, rec, job, session, notes)
 
 
 def scheduler(svc: Service) -> BackgroundScheduler:

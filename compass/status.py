@@ -2,10 +2,14 @@
 
 Fields (compatible with compass-manager's ``registered``, ``configured``, ``state``):
 ``registered``, ``configured``, ``state`` (Ready/Processing/Failed), ``conditions``
-(types ``Registered`` and ``Configured`` with reason and message), and Tether's own
-``runtimeConnected``, ``tokenExpiresAt``, ``secretDigest`` (SHA-256 of the delivered
-Secret's data, never the token), ``failures`` and ``nextAttemptAt`` (the per-runtime
-backoff, persisted so a restart keeps it).
+(``metav1.Condition``: types ``Registered``, ``Configured`` and the summary ``Ready``, each
+with status True/False/Unknown, observedGeneration, lastTransitionTime (moved only when the
+status changes), a CamelCase reason and a bounded message), ``observedGeneration``, and
+Tether's own ``runtimeConnected``, ``tokenExpiresAt``, ``secretDigest`` (SHA-256 of the
+delivered Secret's data, never the token), ``failures`` and ``nextAttemptAt`` (the
+per-runtime backoff, persisted so a restart keeps it).
+
+Every status written passes through ``finish`` (the ``Ready`` condition, the generations).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from typing import Any
 
 from compass import model
 
-REGISTERED, CONFIGURED = "Registered", "Configured"
+REGISTERED, CONFIGURED, READY = "Registered", "Configured", "Ready"
+MESSAGE_LIMIT = 1000
+_GOOD_REASONS = ("Registered", "TokenDelivered", "RuntimeConnected")
 
 
 def backoff_delay(failures: int, base: float, cap: float, rng: random.Random | None = None) -> float:
@@ -44,7 +50,8 @@ def _set_condition(conds: list[dict[str, Any]], ctype: str, ok: bool, reason: st
     status = "True" if ok else "False"
     changed = prev is None or prev.get("status") != status
     out.append({
-        "type": ctype, "status": status, "reason": reason, "message": message[:1000],
+        "type": ctype, "status": status, "reason": reason or "Unknown",
+        "message": message[:MESSAGE_LIMIT],
         "lastTransitionTime": model.format_time(now) if changed
         else prev.get("lastTransitionTime", model.format_time(now)),  # type: ignore[union-attr]
     })
@@ -136,4 +143,35 @@ def failure(prev: Mapping[str, Any], now: datetime.datetime, *, ctype: str, reas
     ok = bool(st.get("registered")) if ctype == REGISTERED else False
     st["conditions"] = _set_condition(st["conditions"], ctype, ok, reason, message, now)
     st["state"] = "Failed" if permanent else "Processing"
+    return st
+
+
+def _ready_condition(st: Mapping[str, Any]) -> tuple[bool, str, str]:
+    """(ok, reason, message) of the summary: True when ``state`` is Ready; else the reason
+    of the first condition that is not True, or of one that reports a failure."""
+    if st.get("state") == "Ready":
+        how = ("the runtime agent connected to Compass" if st.get("runtimeConnected")
+               else "registered in Compass, one-time token delivered to the runtime")
+        return True, "Ready", how
+    conds = {c.get("type"): c for c in st.get("conditions") or [] if isinstance(c, Mapping)}
+    ordered = [conds[t] for t in (REGISTERED, CONFIGURED) if t in conds]
+    bad = next((c for c in ordered if c.get("status") != "True"), None) or \
+        next((c for c in ordered if c.get("reason") not in _GOOD_REASONS), None)
+    if bad is not None:
+        return False, str(bad.get("reason") or "Processing"), str(bad.get("message") or "")
+    if not st.get("registered"):
+        return False, "Registering", "not registered in the Director yet"
+    return False, "Configuring", "no one-time token delivered to the runtime yet"
+
+
+def finish(prev: Mapping[str, Any], generation: int, now: datetime.datetime) -> dict[str, Any]:
+    """The status as written: the ``Ready`` summary condition set from the others, and
+    ``observedGeneration`` on the status and on every condition (each pass evaluates the
+    whole mapping). Pure; idempotent."""
+    st = _base(prev)
+    ok, reason, message = _ready_condition(st)
+    conds = _set_condition([dict(c) for c in st["conditions"] if isinstance(c, Mapping)], READY, ok,
+                           reason, message, now)
+    st["conditions"] = [{**c, "observedGeneration": generation} for c in conds]
+    st["observedGeneration"] = generation
     return st

@@ -43,7 +43,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from common import certs, changes, gateway, kyma, logs, pki, skr_clients
+from common import certs, changes, events, gateway, kyma, logs, pki, skr_clients
 from enroller import castore, metrics, render
 from enroller import settings as settings_mod
 
@@ -51,7 +51,6 @@ log = logging.getLogger("tether.enroller")
 
 KYMAS = gateway.Resource("operator.kyma-project.io", "v1beta2", "kymas")
 ENROLLMENTS = gateway.Resource("tether.kyma-project.io", "v1alpha1", "runtimeenrollments")
-EVENTS = gateway.Resource("", "v1", "events")
 FINALIZER = "tether.kyma-project.io/enroller"
 HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"  # the listener's per-runtime Leases
 CA_SERIAL = "tether.kyma-project.io/ca-serial"
@@ -107,6 +106,7 @@ class Enroller:
         self._ca: castore.CA | None = None  # of the last full run
         self._beats: dict[str, datetime.datetime] = {}  # of the last full run
         self.identity = socket.gethostname()
+        self.events = events.Recorder(kcp, "tether-enroller", self.identity, now=now)
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -441,11 +441,18 @@ class Enroller:
             return {"type": kind, "status": status, "reason": reason, "message": message[:1000],
                     "observedGeneration": gen, "lastTransitionTime": since}
 
+        def kept(kind: str) -> dict[str, Any]:
+            """A condition this pass could not evaluate: as it was (metav1.Condition fields
+            completed, e.g. one written before observedGeneration was), else Unknown."""
+            old = previous.get(kind)
+            if not old:
+                return cond(kind, None, "Unknown", "not enrolled yet")
+            return {"observedGeneration": gen, "reason": "Unknown", "message": "",
+                    "lastTransitionTime": changes.format_time(now), **old}
+
         if failure is not None:
             enrolled = cond("Enrolled", False, failure.reason, failure.message)
-            old_cert = previous.get("CertificateValid")
-            cert = old_cert or cond("CertificateValid", None, "Unknown", "not enrolled yet")
-            hook = previous.get("WebhookServing") or cond("WebhookServing", None, "Unknown", "not enrolled yet")
+            cert, hook = kept("CertificateValid"), kept("WebhookServing")
         else:
             assert result is not None
             enrolled = cond("Enrolled", True, "Installed", "Tether's objects are installed in the runtime")
@@ -519,18 +526,8 @@ class Enroller:
     def _event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, *, warning: bool = False,
                api_version: str = f"{ENROLLMENTS.group}/{ENROLLMENTS.version}") -> None:
         meta = obj["metadata"]
-        stamp = changes.format_time(self.now())
-        body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{meta['name']}.", "namespace": self.s.kcp_namespace},
-                "involvedObject": {"apiVersion": api_version, "kind": kind, "name": meta["name"],
-                                   "namespace": self.s.kcp_namespace, **({"uid": meta["uid"]} if meta.get("uid") else {})},
-                "reason": reason, "message": message[:1000], "type": "Warning" if warning else "Normal",
-                "source": {"component": "tether-enroller"}, "reportingComponent": "tether-enroller",
-                "reportingInstance": self.identity[:128], "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
-        try:
-            self.kcp.create(EVENTS, self.s.kcp_namespace, body)
-        except gateway.GatewayError as e:
-            log.warning("event %s on %s not written: %s", reason, meta["name"], logs.bounded(e, 200))
+        self.events.emit(events.Ref(api_version, kind, self.s.kcp_namespace, meta["name"], meta.get("uid") or ""),
+                         reason, message, warning=warning)
 
 
 def _key_matches(cert_pem: bytes, key_b64: str | None) -> bool:

@@ -69,6 +69,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     svc.start()
+    elected.record_runs(svc.scheduler, elector)  # each run's result on the Lease
     server.start()
     elector.start()
     log.info("poller for runtime %s: lease %s/%s as %s, probes on %s", s.runtime_id,

@@ -53,6 +53,16 @@ class Result(NamedTuple):
     detail: str = ""
     digest_seconds: float = 0.0  # of the run's duration: loading the listener's digest
 
+    @property
+    def ok(self) -> bool:
+        """For the last-run annotations of the Lease (``common.elected.record_runs``)."""
+        return self.outcome == "ok"
+
+    @property
+    def skipped(self) -> bool:
+        """Not a run: not leading, in backoff, or another run in progress."""
+        return self.outcome in ("aborted", "skipped-backoff", "skipped-busy")
+
 
 class PageSource(Protocol):
     """``scan.Lister`` (the runtime's apiserver)."""
