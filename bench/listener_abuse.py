@@ -585,7 +585,7 @@ def main() -> int:
             controlplane.ControlPlane("kcp") as kcp:
         d = pathlib.Path(tmp)
         api = kcp.api_client()
-        controlplane.install_crds(api, controlplane.KYMA_CRD, lt.CRD_FILE)
+        controlplane.install_crds(api, controlplane.KYMA_CRD, *lt.CRD_FILES)
         env = lt.make_env(kcp, api, d, "abuse")
 
         def runtime(rid: str) -> lt.Runtime:

@@ -47,7 +47,7 @@ def main() -> int:
             controlplane.ControlPlane("kcp") as kcp:
         d = pathlib.Path(tmp)
         api = kcp.api_client()
-        controlplane.install_crds(api, controlplane.KYMA_CRD, lt.CRD_FILE)
+        controlplane.install_crds(api, controlplane.KYMA_CRD, *lt.CRD_FILES)
         env = lt.make_env(kcp, api, d, "bench")
         rt = lt.add_runtime(env, "rt-fuzz", "c-fuzz.kyma.example.com")
         proc = lt.ListenerProcess(env, "fuzz", TETHER_LISTENER_AUDIT_LOG=str(d / "audit.jsonl"))

@@ -87,7 +87,7 @@ def main() -> int:
         d = pathlib.Path(tmp)
         api = kcp.api_client()
         objects = client.CustomObjectsApi(api)
-        controlplane.install_crds(api, controlplane.KYMA_CRD, lt.CRD_FILE)
+        controlplane.install_crds(api, controlplane.KYMA_CRD, *lt.CRD_FILES)
         client.CoreV1Api(api).create_namespace(
             client.V1Namespace(metadata=client.V1ObjectMeta(name="bench-direct")))
         env = lt.make_env(kcp, api, d, "bench")

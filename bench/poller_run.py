@@ -62,7 +62,7 @@ def api_client(plane: controlplane.ControlPlane, pool: int) -> client.ApiClient:
 
 def listener_env(kcp: controlplane.ControlPlane, api: client.ApiClient, d: pathlib.Path) -> lc.Env:
     """What the listener tests' ``listener_env`` fixture sets up (reused helpers)."""
-    controlplane.install_crds(api, controlplane.KYMA_CRD, lc.CRD_FILE)
+    controlplane.install_crds(api, controlplane.KYMA_CRD, *lc.CRD_FILES)
     ns = f"kl-{uuid.uuid4().hex[:8]}"
     client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     lc.bind_listener_role(api, ns)

@@ -8,6 +8,10 @@ Each request goes through the same steps, cheapest first, and stops at the first
        -> body within its deadline (408) -> parse memory budget (503) -> JSON (400) -> schema (400)
        -> record runtimeId (403) -> record size (413)
     -> per-runtime rate (429) -> heartbeat -> persist / list (503 when the KCP fails)
+
+Once a runtime is authenticated, what happens to its records and refusals is counted per
+runtime (``listener.deliveries``) and merged into its ``RuntimeDelivery`` object after the
+answer was sent (``Response.call_on_close``).
 """
 
 from __future__ import annotations
@@ -46,8 +50,11 @@ _last_logged: dict[tuple[str, str], float] = {}
 _LOG_EVERY = 30.0  # seconds: one line per operation and kind, however many requests fail
 
 
-def _unavailable(svc: services.Services, operation: str, e: Exception) -> Response:
+def _unavailable(svc: services.Services, operation: str, e: Exception,
+                 runtime_id: str | None = None) -> Response:
     svc.metrics.kcp_unavailable.labels(operation).inc()
+    if runtime_id is not None:  # an authenticated runtime's request
+        svc.deliveries.refuse(runtime_id, "kcp_unavailable", 503)
     # Forbidden is the listener's own RBAC (a Role missing a verb): say so, it will not heal
     kind = "forbidden" if isinstance(e, gateway.Forbidden) else "unavailable"
     now = time.monotonic()
@@ -88,13 +95,20 @@ def _rate(svc: services.Services, runtime_id: str, cost: int) -> Response | None
     if wait <= 0:
         return None
     svc.metrics.rate_limited.labels("runtime").inc()
+    svc.deliveries.refuse(runtime_id, "rate", 429)
     svc.audit_event("rate_limited", runtime=runtime_id, limit="runtime", cost=cost)
     return responses.error(429, "rate limited", "per-runtime rate exceeded",
                            retry_after=ratelimit.retry_after(wait))
 
 
-def _invalid(svc: services.Services, runtime_id: str, problem: validation.Problem) -> Response:
+def _invalid(svc: services.Services, runtime_id: str, problem: validation.Problem,
+             rec: changes.ChangeRecord | None = None) -> Response:
+    """A refused request (``rec``: the one record it refuses)."""
     svc.metrics.validation_failures.labels(problem.reason).inc()
+    if rec is None:
+        svc.deliveries.refuse(runtime_id, problem.reason, problem.status)
+    else:
+        svc.deliveries.record(runtime_id, rec, "refused", problem.reason, problem.status)
     svc.audit_event("refused", runtime=runtime_id, reason=problem.reason, status=problem.status,
                     remote=request.remote_addr, route=request.method + " " + str(request.url_rule))
     retry = svc.settings.retry_after if problem.status == 503 else None
@@ -112,19 +126,28 @@ def _guarded(handler: Any) -> Any:
         refused = _authenticate(svc, runtime_id)
         if refused is not None:
             return refused
-        if not svc.in_flight.acquire(runtime_id):
-            svc.metrics.rate_limited.labels("in_flight").inc()
-            svc.audit_event("rate_limited", runtime=runtime_id, limit="in_flight")
-            return responses.error(429, "too many requests in flight",
-                                   f"at most {svc.in_flight.limit} requests of one runtime "
-                                   "are served at once", retry_after=1)
-        try:
-            result: Response = handler(svc, runtime_id)
-            return result
-        finally:
-            svc.in_flight.release(runtime_id)
+        result = _in_flight(svc, runtime_id, handler)
+        # the runtime's delivery counts go to the KCP once the answer is sent: no client
+        # waits for that write (at most once per DELIVERY_FLUSH_SECONDS per worker)
+        result.call_on_close(lambda: svc.deliveries.flush_if_due(runtime_id))
+        return result
     wrapper.__name__ = handler.__name__
     return wrapper
+
+
+def _in_flight(svc: services.Services, runtime_id: str, handler: Any) -> Response:
+    if not svc.in_flight.acquire(runtime_id):
+        svc.metrics.rate_limited.labels("in_flight").inc()
+        svc.deliveries.refuse(runtime_id, "in_flight", 429)
+        svc.audit_event("rate_limited", runtime=runtime_id, limit="in_flight")
+        return responses.error(429, "too many requests in flight",
+                               f"at most {svc.in_flight.limit} requests of one runtime "
+                               "are served at once", retry_after=1)
+    try:
+        result: Response = handler(svc, runtime_id)
+        return result
+    finally:
+        svc.in_flight.release(runtime_id)
 
 
 def _rate_before_body(svc: services.Services, runtime_id: str) -> Response | None:
@@ -133,6 +156,7 @@ def _rate_before_body(svc: services.Services, runtime_id: str) -> Response | Non
     if wait <= 0:
         return None
     svc.metrics.rate_limited.labels("runtime").inc()
+    svc.deliveries.refuse(runtime_id, "rate", 429)
     svc.audit_event("rate_limited", runtime=runtime_id, limit="runtime", cost=1)
     return responses.error(429, "rate limited", "per-runtime rate exceeded",
                            retry_after=ratelimit.retry_after(wait))
@@ -204,28 +228,32 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
     if limited is not None:
         return limited
     results = []
+    current: changes.ChangeRecord | None = None
     try:
         svc.beats.seen(runtime_id)
-        for rec in recs:
-            outcome = _persist_one(svc, rec)
-            results.append({"namespace": rec["namespace"], "name": rec["name"],
-                            "resourceVersion": rec["resourceVersion"], "outcome": outcome})
+        for current in recs:
+            outcome = _persist_one(svc, current)
+            results.append({"namespace": current["namespace"], "name": current["name"],
+                            "resourceVersion": current["resourceVersion"], "outcome": outcome})
     except gateway.Rejected as e:
         return _invalid(svc, runtime_id, validation.Problem(
-            400, "rejected by the KCP API", str(e), "kcp_rejected"))
+            400, "rejected by the KCP API", str(e), "kcp_rejected"), current)
     except gateway.GatewayError as e:  # Unavailable, Forbidden, or unexpected: retry later
-        return _unavailable(svc, "persist", e)
+        return _unavailable(svc, "persist", e, runtime_id)
     except quota.Exceeded as e:
-        return _over_quota(svc, runtime_id, e)
+        return _over_quota(svc, runtime_id, e, current)
     return responses.ok({"results": results})
 
 
-def _over_quota(svc: services.Services, runtime_id: str, e: quota.Exceeded) -> Response:
+def _over_quota(svc: services.Services, runtime_id: str, e: quota.Exceeded,
+                rec: changes.ChangeRecord | None) -> Response:
     """413 for a record that does not fit the runtime's storage quota: the senders drop it
     with an error (a batch is re-sent record by record first) and the poller offers it again
     at its next run, so it is stored once there is room (docs/listener.md, Storage quota)."""
     r = e.refusal
     svc.metrics.quota_refusals.labels(r.limit).inc()
+    if rec is not None:
+        svc.deliveries.record(runtime_id, rec, "refused", "quota_" + r.limit, 413)
     svc.audit_event("refused", runtime=runtime_id, reason="quota_" + r.limit, status=413,
                     object=e.object, records=r.used.records, bytes=r.used.bytes,
                     route=request.method + " " + str(request.url_rule))
@@ -244,6 +272,7 @@ def _persist_one(svc: services.Services, rec: changes.ChangeRecord) -> store.Out
         raise
     svc.metrics.persist_seconds.labels(outcome).observe(time.perf_counter() - t0)
     svc.metrics.records.labels(outcome).inc()
+    svc.deliveries.record(rec["runtimeId"], rec, outcome)
     svc.audit_event("change", runtime=rec["runtimeId"],
                     object=f"{rec['namespace']}/{rec['name']}", resourceVersion=rec["resourceVersion"],
                     deleted=rec["deleted"], source=rec["source"], outcome=outcome)
@@ -277,5 +306,5 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
         chunk, position = svc.digests.page(runtime_id, after, limit,
                                            lambda: svc.store.digest(runtime_id))
     except gateway.GatewayError as e:
-        return _unavailable(svc, "state", e)
+        return _unavailable(svc, "state", e, runtime_id)
     return responses.ok({"items": chunk, "continue": records.encode_continue(position)})

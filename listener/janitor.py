@@ -10,9 +10,10 @@ holder of the janitor Lease; gunicorn workers never run it):
    newer record written meanwhile is never deleted);
 3. list the heartbeat Leases and the Kyma CRs (metadata only) and decide per runtime
    (``retention.orphan_actions``): mark a runtime without a Kyma CR on its heartbeat Lease
-   (``orphaned-since``, created when the runtime has records but no Lease), clear the mark
-   when the Kyma CR is back, and once the grace period has passed delete its records
-   (deletecollection by label) and then its Lease, after asking for its Kyma CR once more.
+   (``orphaned-since``, created when the runtime has records or a ``RuntimeDelivery`` but
+   no Lease), clear the mark when the Kyma CR is back, and once the grace period has passed
+   delete its records (deletecollection by label), its ``RuntimeDelivery`` and then its
+   Lease, after asking for its Kyma CR once more.
 
 The decisions are pure (``listener.retention``); this module does the I/O. A run that
 cannot list something does nothing it would need that list for; every step is idempotent,
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from common import changes, gateway, kyma, logs
-from listener import heartbeat, records, retention, store
+from listener import deliveries, heartbeat, records, retention, store
 from listener import metrics as listener_metrics
 from listener import settings as settings_mod
 
@@ -118,6 +119,24 @@ class Kcp:
             timeout=self._timeout)
         items = resp.get("items")
         return len(items) if isinstance(items, list) else None
+
+    def delivery_runtime_ids(self) -> set[str]:
+        """The runtimes that have a ``RuntimeDelivery`` the listener wrote."""
+        out: set[str] = set()
+        for meta in self._metadata_list(deliveries.RESOURCE, OWN_RECORDS):
+            rid = (meta.get("labels") or {}).get(records.RUNTIME_LABEL)
+            if isinstance(rid, str):
+                out.add(rid)
+        return out
+
+    def delete_delivery(self, runtime_id: str) -> bool:
+        """Delete the runtime's ``RuntimeDelivery``; False when there is none."""
+        try:
+            self._kcp.delete(deliveries.RESOURCE, self.namespace,
+                             heartbeat.lease_name(runtime_id), timeout=self._timeout)
+        except gateway.NotFound:
+            return False
+        return True
 
     def has_records(self, runtime_id: str) -> bool:
         doc = self._kcp.list(store.RECORDS, self.namespace, limit=1, metadata_only=True,
@@ -214,13 +233,14 @@ class Janitor:
         pruned = self._prune(due)
         try:
             leases = self.kcp.heartbeat_leases()
+            with_delivery = self.kcp.delivery_runtime_ids()
             with_kyma = self.kcp.kyma_runtime_ids()
         except API_ERRORS as e:
             self._failed("list_runtimes", e)
             return Summary(False, pruned)
         steps = retention.orphan_actions(
-            set(counts) | set(leases), {r: lf.orphaned_since for r, lf in leases.items()},
-            with_kyma, now, s.orphan_grace)
+            set(counts) | set(leases) | with_delivery,
+            {r: lf.orphaned_since for r, lf in leases.items()}, with_kyma, now, s.orphan_grace)
         ok, records_deleted, leases_deleted, waiting = True, 0, 0, 0
         for step in steps:
             if not self.active():
@@ -283,12 +303,15 @@ class Janitor:
             self.metrics.orphan_records_deleted.inc(n)
         if self.kcp.has_records(rid):
             return n, 0  # not all gone yet: the Lease (and its mark) stays for the next run
+        if self.kcp.delete_delivery(rid):  # before the Lease, which holds the mark
+            self.metrics.orphan_deliveries_deleted.inc()
         gone = 1 if self.kcp.delete_lease(rid) else 0
         self.metrics.orphan_leases_deleted.inc(gone)
         since = changes.format_time(step.since) if step.since else ""
         logs.audit(self.audit, "orphan_removed", runtime=rid, records=n, lease=bool(gone),
                    orphaned_since=since)
-        log.info("runtime %s: no Kyma CR since %s; deleted %d records and its heartbeat Lease",
+        log.info("runtime %s: no Kyma CR since %s; deleted %d records, its RuntimeDelivery and "
+                 "its heartbeat Lease",
                  rid, since, n)
         return n, gone
 

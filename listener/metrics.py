@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from common import gateway
+from common import delivery, gateway
 from listener import heartbeat
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,24 @@ class Metrics:
         self.kcp_unavailable = Counter(f"{NS}_kcp_unavailable",
                                        "Requests answered 503 because the KCP API failed",
                                        ["operation"], registry=r)
+        # delivery health (listener.deliveries): bounded labels, never a runtime
+        self.records_by_source = Counter(
+            f"{NS}_records_by_source", "Change records handled, by the sender (webhook, poller) "
+            "and outcome (persisted, duplicate, stale, refused)", ["source", "outcome"],
+            registry=r)
+        self.delivery_lag = Histogram(
+            f"{NS}_delivery_lag_seconds", "Persist time minus the record's observedAt, by the "
+            "sender (clock skew below 0 counts as 0)", ["source"],
+            buckets=delivery.LAG_BOUNDS, registry=r)
+        self.delivery_flushes = Counter(
+            f"{NS}_delivery_flushes", "Merges of a runtime's delivery counts into its "
+            "RuntimeDelivery object that the KCP accepted", registry=r)
+        self.delivery_flush_errors = Counter(
+            f"{NS}_delivery_flush_errors", "Merges into a RuntimeDelivery that failed (the "
+            "counts are kept for the next one), by reason", ["reason"], registry=r)
+        self.delivery_dropped = Counter(
+            f"{NS}_delivery_dropped", "Delivery events not counted because the worker already "
+            "holds the counts of its maximum of runtimes", registry=r)
 
     def export_limits(self, values: dict[str, float]) -> None:
         for name, value in values.items():
@@ -152,6 +170,9 @@ class JanitorMetrics:
         self.orphan_leases_deleted = Counter(f"{NS}_janitor_orphan_leases_deleted",
                                              "Heartbeat Leases deleted of runtimes whose Kyma CR "
                                              "is gone", registry=r)
+        self.orphan_deliveries_deleted = Counter(
+            f"{NS}_janitor_orphan_deliveries_deleted", "RuntimeDelivery objects deleted of "
+            "runtimes whose Kyma CR is gone", registry=r)
         self.orphans = Gauge(f"{NS}_janitor_orphaned_runtimes",
                              "Runtimes without a Kyma CR whose records wait for the grace period",
                              registry=r)

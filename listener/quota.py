@@ -214,6 +214,13 @@ class Usage:
         with self._lock:
             return self._view(runtime_id).used()
 
+    def known(self, runtime_id: str) -> Used | None:
+        """``current`` when this worker has listed the runtime's objects at least once, else
+        None (nothing is remembered for it; unlike ``current`` this keeps no new view)."""
+        with self._lock:
+            view = self._views.get(runtime_id)
+            return None if view is None or view.loaded_at is None else view.used()
+
     def reserve(self, runtime_id: str, old_size: int | None, new_size: int) -> Reservation:
         """Admit a write or raise ``Exceeded``. Lists the runtime's objects (``load``) first
         when its view is older than ``ttl`` and the write would grow the usage."""

@@ -1,7 +1,8 @@
 """What the request handlers use, built once per worker process by ``app.create_app``.
 
 Kept on ``app.extensions[KEY]`` (no module globals): the KCP client and store, the Kyma
-lookup cache, heartbeats, rate limits, metrics, the audit logger and the client CA bundle
+lookup cache, heartbeats, rate limits, metrics, the per-runtime delivery counts
+(``listener.deliveries``), the audit logger and the client CA bundle
 (``common.tlsreload``: reloaded when its file changes, for the X-Forwarded-Client-Cert mode
 and /readyz).
 """
@@ -15,7 +16,17 @@ from cryptography import x509
 from flask import Flask, current_app
 
 from common import gateway, logs, tlsreload
-from listener import budget, digestcache, heartbeat, peer, ratelimit, runtimes, settings, store
+from listener import (
+    budget,
+    deliveries,
+    digestcache,
+    heartbeat,
+    peer,
+    ratelimit,
+    runtimes,
+    settings,
+    store,
+)
 from listener import metrics as listener_metrics
 from listener import quota as listener_quota
 
@@ -42,6 +53,7 @@ class Services:
     silent: listener_metrics.SilentRuntimes
     audit: logging.Logger
     cas: tlsreload.Watched[list[x509.Certificate]]
+    deliveries: deliveries.Deliveries
     digests: digestcache.DigestSnapshots = dataclasses.field(
         default_factory=digestcache.DigestSnapshots)
 
@@ -52,14 +64,15 @@ class Services:
 def build(s: settings.Settings, api: gateway.Kube) -> Services:
     beats = heartbeat.Heartbeats(api, s.namespace, s.heartbeat_interval, s.kcp_timeout)
     meters = listener_metrics.Metrics()
-    return Services(
-        settings=s,
-        api=api,
-        store=store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries,
+    records = store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries,
                           on_conflict=lambda path: meters.write_conflicts.labels(path).inc(),
                           limits=listener_quota.Limits(s.storage.quota_records, s.storage.quota_bytes),
                           quota_ttl=s.storage.quota_cache_seconds,
-                          tombstone_retention=s.storage.tombstone_retention),
+                          tombstone_retention=s.storage.tombstone_retention)
+    return Services(
+        settings=s,
+        api=api,
+        store=records,
         kymas=runtimes.KymaLRU(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
         beats=beats,
         buckets=ratelimit.TokenBuckets(s.rate_per_second, s.rate_burst),
@@ -69,6 +82,8 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         silent=listener_metrics.SilentRuntimes(beats, s.silent_thresholds, s.silent_cache_seconds),
         audit=logs.audit_logger(s.audit_log),
         cas=ca_bundle(s.client_ca_file),
+        deliveries=deliveries.Deliveries(api, s.namespace, s.kcp_timeout,
+                                         s.delivery_flush_seconds, meters, records.usage),
     )
 
 

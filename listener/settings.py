@@ -69,6 +69,7 @@ class Settings:
     max_connections_per_runtime: int = 64
     refusal_audit_interval: float = 60.0
     write_cache_entries: int = 10_000
+    delivery_flush_seconds: float = 15.0
     storage: Storage = dataclasses.field(default_factory=Storage)
     # logging
     audit_log: str = "stdout"
@@ -207,6 +208,9 @@ SPEC = config.Spec(
         config.integer(P + "WRITE_CACHE_ENTRIES", 10_000,
                        "objects per worker whose last seen version is remembered (0: off)",
                        minimum=0, maximum=1_000_000),
+        config.seconds(P + "DELIVERY_FLUSH_SECONDS", 15.0,
+                       "a worker merges a runtime's delivery counts into its RuntimeDelivery "
+                       "at most this often (0: after every request)", minimum=0, maximum=3600),
         *STORAGE,
         *LOGGING,
     ),
@@ -283,6 +287,7 @@ def build(v: config.Values) -> Settings:
         refusal_audit_interval=v[P + "REFUSAL_AUDIT_INTERVAL_SECONDS"],
         storage=storage(v),
         write_cache_entries=v[P + "WRITE_CACHE_ENTRIES"],
+        delivery_flush_seconds=v[P + "DELIVERY_FLUSH_SECONDS"],
         audit_log=v[P + "AUDIT_LOG"],
         log_level=v[P + "LOG_LEVEL"],
         log_format=v[P + "LOG_FORMAT"],

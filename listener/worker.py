@@ -7,7 +7,8 @@ and audited through one ``logs.Aggregated`` per worker: the first refusal of a r
 interval is written at once, the rest as one ``refused_aggregated`` line with the count, so a
 flood from the internet cannot flood the audit log. No certificate content is logged.
 gunicorn's 501 for an unsupported Transfer-Encoding is answered 400 instead (a client's
-mistake is never a 5xx).
+mistake is never a 5xx). A 429 answered in the main loop counts as throttled in the
+runtime's delivery counts (``listener.deliveries``), which the worker flushes at exit.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ _RUNTIME_REQUEST = re.compile(rb"(POST|GET) /v1/runtimes/([A-Za-z0-9_.-]{1,63})/
 _RATE_LIMITED_HEAD = (b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
                       b"Cache-Control: no-store\r\nRetry-After: %d\r\n")
 _RATE_LIMITED_BODY = b'{"details":"per-runtime rate exceeded","error":"rate limited"}\n'
+EXIT_FLUSH_SECONDS = 5.0  # delivery counts still in memory at worker exit (listener.deliveries)
 
 
 class ListenerWorker(httpworker.BoundedWorker):
@@ -74,6 +76,8 @@ class ListenerWorker(httpworker.BoundedWorker):
         finally:
             for aggregated in (self._aggregated or {}).values():
                 aggregated.flush()
+            if svc is not None:  # best effort, within gunicorn's graceful timeout
+                svc.deliveries.flush_all(min(EXIT_FLUSH_SECONDS, self.cfg.graceful_timeout / 2))
 
     def early_answer(self, conn: Any) -> tuple[bytes, bytes] | None:
         key = conn.key or ""
@@ -89,6 +93,7 @@ class ListenerWorker(httpworker.BoundedWorker):
             return None
         method = m.group(1).decode()
         svc.metrics.rate_limited.labels("runtime").inc()
+        svc.deliveries.refuse(runtime_id, "rate", 429)  # in memory; flushed at a later request
         svc.metrics.requests.labels(f"/v1/runtimes/<runtime_id>/{m.group(3).decode()}",
                                     method, "429").inc()
         # keyed by runtime (a verified CN whose bucket it drained: bounded by the fleet), so

@@ -1,4 +1,4 @@
-"""The listener's test environment: PKI, the RuntimeConfigMap CRD, a KCP namespace with Kyma CRs, a least-privilege kubeconfig, the listener under gunicorn as a subprocess, and runtimes with client certificates. Used by the listener, poller and webhook tests and by the benchmarks."""
+"""The listener's test environment: PKI, the RuntimeConfigMap and RuntimeDelivery CRDs, a KCP namespace with Kyma CRs, a least-privilege kubeconfig, the listener under gunicorn as a subprocess, and runtimes with client certificates. Used by the listener, poller and webhook tests and by the benchmarks."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ REPO = controlplane.REPO_ROOT
 
 
 CRD_FILE = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeconfigmaps.yaml"
+DELIVERY_CRD_FILE = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimedeliveries.yaml"
+CRD_FILES = (CRD_FILE, DELIVERY_CRD_FILE)  # what the listener writes (manifests/kcp/crds)
 
 
 RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "rbac.yaml"
@@ -66,8 +68,9 @@ class Env:
 
 
 def install_crd(api: client.ApiClient) -> None:
-    """The RuntimeConfigMap CRD of manifests/kcp/crds, established."""
-    controlplane.install_crds(api, CRD_FILE)
+    """The listener's CRDs of manifests/kcp/crds (RuntimeConfigMap, RuntimeDelivery),
+    established."""
+    controlplane.install_crds(api, *CRD_FILES)
 
 
 def bind_listener_role(api: client.ApiClient, namespace: str) -> None:

@@ -33,6 +33,8 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
         ("operator.kyma-project.io", "kymas", ()): {"list"},
         ("tether.kyma-project.io", "runtimeconfigmaps", ()):
             {"get", "list", "create", "update", "delete", "deletecollection"},
+        ("tether.kyma-project.io", "runtimedeliveries", ()): {"get", "list", "create", "delete"},
+        ("tether.kyma-project.io", "runtimedeliveries/status", ()): {"update"},
         ("coordination.k8s.io", "leases", ()): {"list", "create", "patch", "delete"},
         ("coordination.k8s.io", "leases", ("tether-listener-janitor",)): {"get", "update"},
     }
@@ -66,6 +68,7 @@ def test_whole_kcp_kustomization_builds(kcp: controlplane.ControlPlane) -> None:
     assert out.returncode == 0, out.stderr
     names = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(out.stdout) if d}
     assert ("CustomResourceDefinition", "runtimeconfigmaps.tether.kyma-project.io") in names
+    assert ("CustomResourceDefinition", "runtimedeliveries.tether.kyma-project.io") in names
     assert ("Deployment", "tether-listener") in names
 
 
