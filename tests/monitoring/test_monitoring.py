@@ -1,5 +1,8 @@
-"""Alert rules and dashboards: valid for promtool, tested with promtool, and naming only
-metrics that the parts really export."""
+"""Monitoring: alert rules valid for promtool and tested with it, naming only metrics the
+parts really export; runbook links absolute, on one configurable base, to sections that
+exist; PodMonitors that scrape the ports the Deployments really name, with the job labels
+the rules select by; the SKR monitors kept out of the enroller's bundle; dashboards
+generated, with cluster and runtime variables."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+from typing import Any
 
 import pytest
 import yaml
@@ -17,8 +21,17 @@ from testing import controlplane
 
 REPO = controlplane.REPO_ROOT
 MON = REPO / "manifests" / "monitoring"
-PARTS = ("webhook", "listener", "poller", "compass", "enroller")
+PARTS = ("webhook", "listener", "poller", "compass", "enroller", "admin")
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
+RULES = {"kcp": MON / "kcp" / "prometheusrule.yaml", "skr": MON / "skr" / "prometheusrule.yaml"}
+# Metrics fixed by contract (issue 13) for code other engineers are writing: the admin
+# part's fleet metrics and the delivery-lag histograms. Accepted until the code exports them.
+CONTRACT = {"tether_fleet_runtimes", "tether_fleet_runtime_problems", "tether_fleet_runtime_problem",
+            "tether_fleet_runtime_problems_omitted", "tether_fleet_snapshot_age_seconds",
+            "tether_listener_delivery_lag_seconds", "tether_webhook_delivery_seconds"}
+# job label of every part: what the monitors give it and the rules select by
+JOBS = {"tether-listener", "tether-janitor", "tether-compass", "tether-enroller", "tether-admin",
+        "tether-webhook", "tether-poller"}
 
 
 def promtool() -> str:
@@ -28,16 +41,30 @@ def promtool() -> str:
     return path
 
 
+def kustomize(path: pathlib.Path) -> list[dict[str, Any]]:
+    kubectl = controlplane.binaries() / "kubectl"
+    out = subprocess.run([str(kubectl), "kustomize", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def alerting_rules() -> list[dict[str, Any]]:
+    return [r for p in RULES.values() for g in yaml.safe_load(p.read_text())["spec"]["groups"]
+            for r in g["rules"] if "alert" in r]
+
+
 @pytest.fixture
 def rules_dir(tmp_path: pathlib.Path) -> pathlib.Path:
-    rule = yaml.safe_load((MON / "prometheusrule.yaml").read_text())
-    (tmp_path / "tether.rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    for plane, path in RULES.items():
+        rule = yaml.safe_load(path.read_text())
+        (tmp_path / f"tether-{plane}.rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     shutil.copy(MON / "tests" / "rules.test.yaml", tmp_path / "rules.test.yaml")
     return tmp_path
 
 
-def test_promtool_check_rules(rules_dir: pathlib.Path) -> None:
-    out = subprocess.run([promtool(), "check", "rules", str(rules_dir / "tether.rules.yaml")],
+@pytest.mark.parametrize("plane", sorted(RULES))
+def test_promtool_check_rules(rules_dir: pathlib.Path, plane: str) -> None:
+    out = subprocess.run([promtool(), "check", "rules", str(rules_dir / f"tether-{plane}.rules.yaml")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
@@ -75,7 +102,8 @@ def used_metric_names(text: str) -> set[str]:
 
 def test_rules_and_dashboards_name_real_metrics() -> None:
     exported = exported_metric_names() | {n.removesuffix("_total") for n in exported_metric_names()}
-    texts = [(MON / "prometheusrule.yaml").read_text()]
+    exported |= CONTRACT
+    texts = [p.read_text() for p in RULES.values()]
     texts += [p.read_text() for p in (MON / "dashboards").glob("*.json")]
     used = set().union(*(used_metric_names(t) for t in texts))
     assert used, "no metric referenced"
@@ -83,16 +111,43 @@ def test_rules_and_dashboards_name_real_metrics() -> None:
     assert unknown == [], f"metrics referenced but not exported: {unknown}"
 
 
-def test_every_alert_has_a_runbook_section() -> None:
-    rule = yaml.safe_load((MON / "prometheusrule.yaml").read_text())
+def runbook_base(root: pathlib.Path = MON) -> str:
+    base: str = yaml.safe_load((root / "runbooks" / "runbook-base.yaml").read_text())["data"]["base"]
+    return base
+
+
+def operations_anchors() -> set[str]:
     ops = (REPO / "docs" / "operations.md").read_text()
-    anchors = {re.sub(r"[^a-z0-9-]", "", h.strip().lower().replace(" ", "-"))
-               for h in re.findall(r"^#+ (.+)$", ops, re.M)}
-    for group in rule["spec"]["groups"]:
-        for r in group["rules"]:
-            url = r["annotations"]["runbook_url"]
-            assert url == f"docs/operations.md#{r['alert'].lower()}"
-            assert r["alert"].lower() in anchors, f"docs/operations.md lacks a section {r['alert']}"
+    return {re.sub(r"[^a-z0-9-]", "", h.strip().lower().replace(" ", "-"))
+            for h in re.findall(r"^#+ (.+)$", ops, re.M)}
+
+
+def test_every_alert_has_a_runbook_section() -> None:
+    """In the rule files and in what kustomize renders from them: absolute, on the configured
+    base, to a heading of docs/operations.md; every alert name once."""
+    base = runbook_base()
+    assert re.fullmatch(r"https://[^\s#]+[^/]", base), base
+    anchors = operations_anchors()
+    rendered = [r for d in kustomize(MON) + kustomize(MON / "skr") if d["kind"] == "PrometheusRule"
+                for g in d["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    names = [r["alert"] for r in alerting_rules()]
+    assert len(names) == len(set(names)), "an alert name is used twice"
+    assert sorted(r["alert"] for r in rendered) == sorted(names)
+    for r in alerting_rules() + rendered:
+        anchor = r["alert"].lower()
+        assert r["annotations"]["runbook_url"] == f"{base}/docs/operations.md#{anchor}", r["alert"]
+        assert anchor in anchors, f"docs/operations.md lacks a section {r['alert']}"
+
+
+def test_runbook_base_is_changed_in_one_place(tmp_path: pathlib.Path) -> None:
+    """Changing runbooks/runbook-base.yaml moves every rendered runbook_url, KCP and SKR."""
+    copy = tmp_path / "monitoring"
+    shutil.copytree(MON, copy)
+    f = copy / "runbooks" / "runbook-base.yaml"
+    f.write_text(f.read_text().replace(runbook_base(), "https://docs.example.internal/tether"))
+    urls = [r["annotations"]["runbook_url"] for d in kustomize(copy) + kustomize(copy / "skr")
+            if d["kind"] == "PrometheusRule" for g in d["spec"]["groups"] for r in g["rules"]]
+    assert urls and all(u.startswith("https://docs.example.internal/tether/docs/operations.md#") for u in urls)
 
 
 def test_dashboards_are_generated_and_valid() -> None:
@@ -112,8 +167,70 @@ def test_dashboards_are_generated_and_valid() -> None:
 
 
 def test_kustomize_renders() -> None:
-    kubectl = controlplane.binaries() / "kubectl"
-    out = subprocess.run([str(kubectl), "kustomize", str(MON)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    kinds = [d["kind"] for d in yaml.safe_load_all(out.stdout)]
-    assert sorted(kinds) == ["ConfigMap", "PrometheusRule"]
+    """manifests/monitoring: the KCP monitors, rules and dashboards; skr/: the runtime's."""
+    kcp = kustomize(MON)
+    assert sorted(d["kind"] for d in kcp) == ["ConfigMap"] + ["PodMonitor"] * 5 + ["PrometheusRule"]
+    assert kustomize(MON / "kcp") == [d for d in kcp if d["kind"] != "ConfigMap"]
+    skr = kustomize(MON / "skr")
+    assert sorted(d["kind"] for d in skr) == ["PodMonitor"] * 2 + ["PrometheusRule"]
+    assert {d["metadata"]["namespace"] for d in kcp + skr} == {"tether-system"}
+
+
+def monitor_job(pm: dict[str, Any], pod_labels: dict[str, str]) -> str:
+    """The job label the Prometheus Operator gives a PodMonitor's targets: the value of the
+    pod label `jobLabel` names, else `<namespace>/<name>`; then our relabelings."""
+    spec = pm["spec"]
+    job = pod_labels[spec["jobLabel"]] if "jobLabel" in spec else f"{pm['metadata']['namespace']}/{pm['metadata']['name']}"
+    for r in spec["podMetricsEndpoints"][0].get("relabelings") or []:
+        if r.get("targetLabel") == "job" and not r.get("sourceLabels"):
+            job = r["replacement"]
+    return job
+
+
+def deployments(*paths: pathlib.Path) -> list[dict[str, Any]]:
+    return [d for p in paths for d in kustomize(p) if d["kind"] == "Deployment"]
+
+
+def test_monitors_scrape_named_ports_with_the_rules_jobs() -> None:
+    """Every PodMonitor selects a Deployment's pods and names one of their container ports;
+    the jobs are the ones the rules select by; HTTPS only where the port serves TLS."""
+    kcp_parts = [REPO / "manifests" / "kcp" / p for p in ("listener", "compass", "enroller", "admin")
+                 if (REPO / "manifests" / "kcp" / p).is_dir()]
+    deps = deployments(*kcp_parts, REPO / "manifests" / "skr")
+    monitors = [d for d in kustomize(MON) + kustomize(MON / "skr") if d["kind"] == "PodMonitor"]
+    jobs = set()
+    for pm in monitors:
+        sel = pm["spec"]["selector"]["matchLabels"]
+        [ep] = pm["spec"]["podMetricsEndpoints"]
+        matching = [d for d in deps if sel.items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+        if not matching and sel == {"app.kubernetes.io/name": "tether-admin"}:
+            jobs.add(monitor_job(pm, sel))  # manifests/kcp/admin not written yet: the contract
+            continue
+        [dep] = matching
+        pod = dep["spec"]["template"]
+        ports = {p["name"]: (c, p) for c in pod["spec"]["containers"] for p in c.get("ports") or []}
+        assert ep["port"] in ports, f"{pm['metadata']['name']}: no container port {ep['port']}"
+        container, _ = ports[ep["port"]]
+        probe = (container.get("readinessProbe") or {}).get("httpGet") or {}
+        if probe.get("port") == ep["port"]:
+            assert ep.get("scheme", "http") == probe.get("scheme", "HTTP").lower(), pm["metadata"]["name"]
+        if ep.get("scheme") == "https":
+            assert ep["tlsConfig"]["serverName"] and ep["tlsConfig"]["ca"]["secret"]["name"]
+        jobs.add(monitor_job(pm, pod["metadata"]["labels"]))
+    assert jobs == JOBS
+
+
+def test_rules_select_the_monitors_jobs() -> None:
+    used = set()
+    for path in RULES.values():
+        used |= set(re.findall(r'job="([^"]+)"', path.read_text()))
+    assert used == JOBS - {"tether-janitor"} and used <= JOBS
+    assert {m for r in alerting_rules() for m in re.findall(r'absent\(up\{job="([^"]+)"\} == 1\)', r["expr"])} \
+        == JOBS - {"tether-janitor"}
+
+
+def test_skr_monitors_are_not_in_the_enrollers_bundle() -> None:
+    """A runtime without the Prometheus Operator's CRDs must still install Tether."""
+    bundle = [d for d in yaml.safe_load_all((REPO / "enroller" / "skr-bundle.yaml").read_text()) if d]
+    assert bundle and not [d for d in bundle if d["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert not [d for d in kustomize(REPO / "manifests" / "skr") if d["apiVersion"].startswith("monitoring.coreos.com/")]
