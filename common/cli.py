@@ -8,6 +8,9 @@
     tether enroller ...     certificates and Tether's installation in every runtime (KCP)
     tether certs ...        the watcher CA and its certificates, by hand: create-ca, issue,
                             serving, inspect, check (an operator command)
+    tether admin ...        the admin pages: fleet, runtime, Compass, parts (KCP)
+    tether status [RUNTIME] the fleet in the terminal, as a table or -o json (an operator
+                            command, with the operator's kubeconfig)
     tether controlplane     start local SKR and KCP planes and print their kubeconfigs
                             (a developer command: needs a checkout's testing/ package,
                             which the image does not hold)
@@ -33,6 +36,8 @@ PARTS = {
     "janitor": "listener.janitor_main",
     "enroller": "enroller.main",
     "certs": "enroller.certs_cli",
+    "admin": "admin.main",
+    "status": "admin.status_cli",
     "controlplane": "testing.controlplane_cli",
 }
 DEVELOPER = {"controlplane"}  # in a checkout only: testing/ is not in the image

@@ -1,0 +1,133 @@
+"""Who may see the admin pages: the KCP decides, as kube-rbac-proxy does.
+
+A request carries a bearer token (``Authorization: Bearer ...``, or the sign-in cookie that
+holds the same token). ``Authorizer.identify`` asks the KCP's TokenReview API who it is;
+``Authorizer.allowed`` asks SubjectAccessReview whether that user may ``get`` the page, a
+resource attribute::
+
+    group: tether.kyma-project.io   resource: adminpages   name: fleet|runtime|compass|parts
+
+so access is whatever RBAC grants (``manifests/kcp/admin/rbac.yaml`` has a ClusterRole
+``tether-admin-viewer`` for all pages). Answers are cached ``cache_seconds`` (denials
+and unknown tokens for at most 5 s), keyed by a SHA-256 of the token: the token itself is
+kept only for the duration of the request, never logged, never in an error.
+
+Bounded: tokens longer than ``MAX_TOKEN`` bytes are refused before the KCP is asked; the
+cache holds at most ``MAX_ENTRIES`` answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from common import gateway
+
+TOKEN_REVIEWS = gateway.Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
+ACCESS_REVIEWS = gateway.Resource("authorization.k8s.io", "v1", "subjectaccessreviews",
+                                  namespaced=False)
+GROUP, RESOURCE = "tether.kyma-project.io", "adminpages"
+PAGES = ("fleet", "runtime", "compass", "parts")
+MAX_TOKEN = 16 * 1024
+MAX_ENTRIES = 4096
+NEGATIVE_SECONDS = 5.0
+
+
+class Identity(NamedTuple):
+    user: str
+    uid: str
+    groups: tuple[str, ...]
+    extra: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def token_key(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def review_body(token: str) -> dict[str, Any]:
+    return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": token}}
+
+
+def identity_of(review: dict[str, Any]) -> Identity | None:
+    status = review.get("status") or {}
+    if not status.get("authenticated"):
+        return None
+    user = status.get("user") or {}
+    extra = user.get("extra") or {}
+    return Identity(user=str(user.get("username", "")), uid=str(user.get("uid", "")),
+                    groups=tuple(str(g) for g in user.get("groups") or []),
+                    extra=tuple(sorted((str(k), tuple(str(x) for x in v))
+                                       for k, v in extra.items() if isinstance(v, list))))
+
+
+def access_body(who: Identity, page: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "user": who.user, "groups": list(who.groups),
+        "resourceAttributes": {"group": GROUP, "resource": RESOURCE, "name": page,
+                               "verb": "get"}}
+    if who.uid:
+        spec["uid"] = who.uid
+    if who.extra:
+        spec["extra"] = {k: list(v) for k, v in who.extra}
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+
+
+class _Cache:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str], tuple[float, Any]] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> tuple[bool, Any]:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None or hit[0] < self._clock():
+                return False, None
+            return True, hit[1]
+
+    def put(self, key: tuple[str, str], value: Any, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        with self._lock:
+            self._entries[key] = (self._clock() + seconds, value)
+            self._entries.move_to_end(key)
+            while len(self._entries) > MAX_ENTRIES:
+                self._entries.popitem(last=False)
+
+
+class Authorizer:
+    """Raises ``gateway.GatewayError`` when the KCP cannot answer (the page answers 503)."""
+
+    def __init__(self, kcp: gateway.Kube, cache_seconds: float, timeout: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._kcp, self._seconds, self._timeout = kcp, cache_seconds, timeout
+        self._cache = _Cache(clock)
+
+    def identify(self, token: str) -> Identity | None:
+        if not token or len(token) > MAX_TOKEN or not token.isascii() or not token.isprintable():
+            return None
+        key = ("id", token_key(token))
+        hit, who = self._cache.get(key)
+        if hit:
+            return who  # type: ignore[no-any-return]
+        review = self._kcp.create(TOKEN_REVIEWS, None, review_body(token), timeout=self._timeout)
+        found = identity_of(review)
+        self._cache.put(key, found, self._seconds if found else min(self._seconds,
+                                                                     NEGATIVE_SECONDS))
+        return found
+
+    def allowed(self, who: Identity, page: str) -> bool:
+        key = ("sar:" + page, repr(who))
+        hit, ok = self._cache.get(key)
+        if hit:
+            return bool(ok)
+        review = self._kcp.create(ACCESS_REVIEWS, None, access_body(who, page),
+                                  timeout=self._timeout)
+        ok = bool((review.get("status") or {}).get("allowed"))
+        self._cache.put(key, ok, self._seconds if ok else min(self._seconds, NEGATIVE_SECONDS))
+        return ok

@@ -1,0 +1,15 @@
+"""``tether admin``: the admin pages (KCP). Settings: ``tether admin --help``, docs/admin.md;
+a bad one stops the process with one line naming it."""
+
+from __future__ import annotations
+
+from admin import server
+from admin import settings as settings_mod
+from common import config, logs
+
+
+def main(argv: list[str]) -> int:
+    s, _ = config.load(settings_mod.SPEC, argv, settings_mod.build)
+    logs.configure(s.log_level, s.log_format)
+    server.Server(s).run()
+    return 0

@@ -1,0 +1,106 @@
+"""``tether status [RUNTIME]``: the admin pages' facts in the terminal.
+
+    tether status                      # every runtime, worst first, as a table
+    tether status 4a1f... -o json      # one runtime, as JSON
+    tether status --problem silent     # only runtimes with that problem
+
+It lists the same objects as the admin pages (``admin.snapshot.load``) with the operator's
+own kubeconfig (``--kubeconfig``, else ``$KUBECONFIG``, else in-cluster), so it shows what
+RBAC lets them read. Exit status: 0; 1 when a runtime was asked for and not found or
+(``--fail-on-problems``) any shown runtime has a problem; 2 for a usage error or when the KCP
+cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from admin import fleet, snapshot, views
+from admin import settings as settings_mod
+from common import gateway, logs
+
+COLUMNS = ("RUNTIME", "PROBLEMS", "ENROLLED", "CERT-EXPIRY", "HEARTBEAT", "LAST-CHANGE",
+           "LAG-P50", "LAG-P99", "POLLER-ONLY", "REFUSED", "429", "STORED", "COMPASS")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tether status", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runtime", nargs="?", help="one runtime ID (default: every runtime)")
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.add_argument("--problem", choices=fleet.PROBLEMS, help="only runtimes with this problem")
+    p.add_argument("--kubeconfig", help="kubeconfig of the KCP (default: $KUBECONFIG, else "
+                   "in-cluster)")
+    p.add_argument("--namespace", default=os.environ.get("TETHER_KCP_NAMESPACE", "kcp-system"),
+                   help="KCP namespace of the Kyma CRs and Tether's records (default "
+                   "kcp-system, or $TETHER_KCP_NAMESPACE)")
+    p.add_argument("--tether-namespace", default="tether-system",
+                   help="namespace of Tether's Deployments and Leases")
+    p.add_argument("--fail-on-problems", action="store_true",
+                   help="exit 1 when any shown runtime has a problem")
+    return p
+
+
+def table(rows: Sequence[fleet.Row], now: datetime.datetime) -> list[list[str]]:
+    out = []
+    for r in rows:
+        d = r.delivery
+        out.append([r.runtime_id, ",".join(r.problems) or "-",
+                    "Ready" if r.enrolled == "True" else r.enrollment_reason or r.enrolled,
+                    views.until(r.certificate_not_after, now), views.ago(r.heartbeat, now),
+                    views.ago(d.last_change, now), views.seconds(d.lag_p50),
+                    views.seconds(d.lag_p99), views.share(d.poller_share), str(d.refusals),
+                    str(d.throttled), str(r.stored_records), r.compass_state or "-"])
+    return out
+
+
+def render_table(rows: Sequence[fleet.Row], now: datetime.datetime, out: TextIO) -> None:
+    cells = [list(COLUMNS), *table(rows, now)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    for row in cells:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    s = settings_mod.Settings(tls_cert_file="", tls_key_file="", kcp_namespace=args.namespace,
+                              namespace=args.tether_namespace, kubeconfig=args.kubeconfig)
+    try:
+        kcp = gateway.from_kubeconfig(args.kubeconfig)
+    except gateway.KubeConfigError as e:
+        print(f"tether status: --kubeconfig: {e}", file=sys.stderr)
+        return 2
+    try:
+        snap = snapshot.load(kcp, s)
+    except gateway.GatewayError as e:
+        print(f"tether status: cannot read the KCP: {logs.bounded(e, 300)}", file=sys.stderr)
+        return 2
+    finally:
+        kcp.close()
+    rows = snap.rows
+    if args.runtime is not None:
+        rows = [r for r in rows if r.runtime_id == args.runtime]
+        if not rows:
+            print(f"tether status: no Kyma CR in {args.namespace} carries runtime ID "
+                  f"{logs.bounded(args.runtime, 80)}", file=sys.stderr)
+            return 1
+    if args.problem:
+        rows = [r for r in rows if args.problem in r.problems]
+    if args.output == "json":
+        runtimes = [fleet.as_json(r) for r in rows]
+        doc = {"listedAt": snap.taken.strftime("%Y-%m-%dT%H:%M:%SZ"),
+               "missing": list(snap.missing), "counts": fleet.counts(snap.rows),
+               "runtimes": runtimes}
+        json.dump(doc if args.runtime is None else runtimes[0], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_table(rows, snap.taken, sys.stdout)
+        if snap.missing:
+            print(f"(not served by the KCP: {', '.join(snap.missing)})", file=sys.stderr)
+    return 1 if args.fail_on_problems and any(r.problems for r in rows) else 0
