@@ -164,6 +164,36 @@ def test_dashboards_are_generated_and_valid() -> None:
         for p in doc["panels"]:
             if p["type"] != "row":
                 assert p["targets"] and all(t["expr"] for t in p["targets"])
+        variables = {v["name"]: v for v in doc["templating"]["list"]}
+        assert {"cluster", "runtime"} <= variables.keys(), name
+        assert all(variables[v]["allValue"] == ".*" for v in ("cluster", "runtime"))
+
+
+def dashboard_exprs() -> list[str]:
+    return [t["expr"] for p in sorted((MON / "dashboards").glob("*.json"))
+            for panel in json.loads(p.read_text())["panels"] for t in panel.get("targets") or []]
+
+
+def test_dashboard_queries_parse(tmp_path: pathlib.Path) -> None:
+    """Every panel query is valid PromQL (promtool parses them as recording rules), and every
+    one filters by the cluster variable."""
+    exprs = dashboard_exprs()
+    assert exprs and all('cluster=~"$cluster"' in e for e in exprs)
+    rules = [{"record": f"dashboard:q{i}", "expr": e.replace("$cluster", ".*").replace("$runtime", ".*")}
+             for i, e in enumerate(exprs)]
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump({"groups": [{"name": "q", "rules": rules}]}))
+    out = subprocess.run([promtool(), "check", "rules", str(tmp_path / "q.yaml")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dashboards_show_the_apiservers_calls_of_tethers_webhook() -> None:
+    vwc = yaml.safe_load((REPO / "manifests" / "skr" / "webhook" / "validatingwebhookconfiguration.yaml").read_text())
+    [hook] = vwc["webhooks"]
+    exprs = [e for e in dashboard_exprs() if "apiserver_admission_webhook_" in e]
+    for metric in ("apiserver_admission_webhook_admission_duration_seconds", "apiserver_admission_webhook_request_total",
+                   "apiserver_admission_webhook_rejection_count", "apiserver_admission_webhook_fail_open_count"):
+        assert any(metric in e for e in exprs), metric
+    assert all(f'name="{hook["name"]}"' in e and 'runtime_id=~"$runtime"' in e for e in exprs)
 
 
 def test_kustomize_renders() -> None:
