@@ -157,7 +157,8 @@ def create_app(store: store_mod.Store) -> flask.Flask:
             return bad(401, "unauthorized", "a valid bearer token is required")
         if fault is not None and fault.graphql_error:
             store.record(op, tenant, f"error:{fault.graphql_error}")
-            err = _error(fault.graphql_error, f"injected {fault.graphql_error}")
+            text = (fault.message or f"injected {fault.graphql_error}").replace("{bearer}", authz[7:])
+            err = _error(fault.graphql_error, text)
             return flask.jsonify({"data": None, "errors": [err.formatted]})
         if not tenant:
             store.record(op, tenant, "error:TenantRequired")

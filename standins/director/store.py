@@ -84,6 +84,9 @@ class Faults:
     http_status: int | None = None  # answer GraphQL requests with this status (e.g. 503)
     hang: float = 0.0             # sleep this long before answering (client timeouts)
     graphql_error: str | None = None  # an ERROR_CODES key, answered as a GraphQL error
+    # the GraphQL error's message (default "injected <kind>"); "{bearer}" is replaced by the
+    # request's bearer token, as a careless server might echo a credential
+    message: str | None = None
     operations: tuple[str, ...] = ()  # limit the fault to these operations (empty: all)
     remaining: int | None = None
 
