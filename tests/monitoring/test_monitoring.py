@@ -264,3 +264,9 @@ def test_skr_monitors_are_not_in_the_enrollers_bundle() -> None:
     bundle = [d for d in yaml.safe_load_all((REPO / "enroller" / "skr-bundle.yaml").read_text()) if d]
     assert bundle and not [d for d in bundle if d["apiVersion"].startswith("monitoring.coreos.com/")]
     assert not [d for d in kustomize(REPO / "manifests" / "skr") if d["apiVersion"].startswith("monitoring.coreos.com/")]
+
+
+def test_every_alert_has_a_firing_promtool_test() -> None:
+    tests = yaml.safe_load((MON / "tests" / "rules.test.yaml").read_text())["tests"]
+    fired = {c["alertname"] for t in tests for c in t["alert_rule_test"] if c["exp_alerts"]}
+    assert sorted(r["alert"] for r in alerting_rules() if r["alert"] not in fired) == []
