@@ -9,6 +9,10 @@ full jitter, at least the listener's ``Retry-After``; a permanent outcome (4xx o
 408/429) is logged with the listener's error and dropped (a rejected batch is retried
 record by record so one bad record does not sink the others). ``stop`` drains what can be
 sent within the grace period, then closes connections.
+
+``tether_webhook_delivery_seconds{outcome}`` measures, for every record the listener
+acknowledged (2xx), the time from the admission that first enqueued its key's entry to
+that acknowledgement: settling, read-back, batching, retries and the POST.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from common import changes, logs, numbers, sender
 from webhook import keyqueue, metrics, readback
@@ -105,6 +109,7 @@ class Forwarder:
         work = [_Pending(i, now) for i in new] + pending
         pending.clear()
         records: list[changes.ChangeRecord] = []
+        admitted: dict[tuple[str, str], float] = {}  # key -> first admission of its entry
         for p in work:
             if p.next_try > now:
                 pending.append(p)
@@ -116,9 +121,10 @@ class Forwarder:
                 pending.append(rec)
             else:
                 records.append(rec)
+                admitted[p.item.key] = min(p.item.admitted, admitted.get(p.item.key, p.item.admitted))
         if records:
             for chunk in sender.split_batches(records, max_items=self.settings.max_batch):
-                self._deliver(chunk)
+                self._deliver(chunk, admitted)
         elif pending and not new:
             time.sleep(self.settings.poll)
         return True
@@ -163,7 +169,11 @@ class Forwarder:
         log.info("not forwarding %s/%s: %s", item.namespace, item.name, verdict.result)
         return None
 
-    def _deliver(self, records: Sequence[changes.ChangeRecord]) -> None:
+    def _deliver(self, records: Sequence[changes.ChangeRecord],
+                 admitted: Mapping[tuple[str, str], float]) -> None:
+        """Send until acknowledged, permanently refused or shut down; ``admitted``: the
+        admission (monotonic) that first enqueued each record's key, for
+        ``tether_webhook_delivery_seconds``."""
         attempt = 0
         while True:
             timeout = None
@@ -180,14 +190,19 @@ class Forwarder:
             self.metrics.forwards.labels(outcome.verdict, outcome.reason).inc()
             if outcome.verdict == "ok":
                 self.metrics.last_success.set(time.time())
+                acked = time.monotonic()
                 for r in outcome.results:
                     got = r.get("outcome")
-                    self.metrics.forwarded_records.labels(got if got in _OUTCOMES else "other").inc()
+                    label = got if got in _OUTCOMES else "other"
+                    self.metrics.forwarded_records.labels(label).inc()
+                    since = admitted.get((str(r.get("namespace")), str(r.get("name"))))
+                    if since is not None:
+                        self.metrics.delivery_seconds.labels(label).observe(max(0.0, acked - since))
                 return
             if outcome.verdict == "permanent":
                 if len(records) > 1 and outcome.status in _PER_RECORD:
                     for rec in records:  # isolate the record the listener refuses
-                        self._deliver([rec])
+                        self._deliver([rec], admitted)
                     return
                 rec = records[0]
                 log.error("listener refused %d record(s) (first %s/%s rv=%s): %s %s %s", len(records),

@@ -12,6 +12,8 @@ import dataclasses
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from common import delivery
+
 PREFIX = "tether_webhook"
 HANDLER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 FORWARD_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -28,6 +30,7 @@ class Metrics:
     forwards: Counter  # result, reason
     forwarded_records: Counter  # outcome (listener's per-item outcome)
     forward_seconds: Histogram
+    delivery_seconds: Histogram  # outcome (listener's per-item outcome)
     last_success: Gauge
     connection_refusals: Counter  # reason (common.httpconn.REASONS)
 
@@ -53,6 +56,10 @@ def build(registry: CollectorRegistry | None) -> Metrics:
                                   "Records acknowledged by the listener, by its outcome", ["outcome"], registry=r),
         forward_seconds=Histogram(f"{PREFIX}_forward_seconds", "Duration of one POST to the listener",
                                   buckets=FORWARD_BUCKETS, registry=r),
+        delivery_seconds=Histogram(
+            f"{PREFIX}_delivery_seconds", "From the admission that first enqueued a key to the "
+            "listener's acknowledgement (2xx) of its record, by the listener's outcome",
+            ["outcome"], buckets=delivery.LAG_BOUNDS, registry=r),
         last_success=Gauge(f"{PREFIX}_last_forward_success_timestamp_seconds",
                            "Unix time of the last successful POST to the listener",
                            multiprocess_mode="livemax", registry=r),
