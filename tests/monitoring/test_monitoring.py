@@ -270,3 +270,34 @@ def test_every_alert_has_a_firing_promtool_test() -> None:
     tests = yaml.safe_load((MON / "tests" / "rules.test.yaml").read_text())["tests"]
     fired = {c["alertname"] for t in tests for c in t["alert_rule_test"] if c["exp_alerts"]}
     assert sorted(r["alert"] for r in alerting_rules() if r["alert"] not in fired) == []
+
+
+def test_plain_scrape_config_matches_the_monitors(tmp_path: pathlib.Path) -> None:
+    """prometheus/scrape-config.yaml scrapes what the PodMonitors scrape, under the same jobs.
+    Debian's promtool is built without Kubernetes service discovery, so it checks a copy
+    whose kubernetes_sd_configs are replaced by a static target."""
+    config = yaml.safe_load((MON / "prometheus" / "scrape-config.yaml").read_text())
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    assert set(jobs) == JOBS
+    monitors = [d for d in kustomize(MON) + kustomize(MON / "skr") if d["kind"] == "PodMonitor"]
+    for pm in monitors:
+        sel = pm["spec"]["selector"]["matchLabels"]
+        [ep] = pm["spec"]["podMetricsEndpoints"]
+        job = jobs[monitor_job(pm, sel)]
+        [sd] = job["kubernetes_sd_configs"]
+        assert sd["role"] == "pod" and sd["namespaces"]["names"] == [pm["metadata"]["namespace"]]
+        assert sd["selectors"] == [{"role": "pod", "label": ",".join(f"{k}={v}" for k, v in sel.items())}]
+        assert {"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+                "regex": ep["port"]} in job["relabel_configs"]
+        assert (job["scheme"], job["metrics_path"]) == (ep["scheme"], ep["path"])
+        if ep["scheme"] == "https":
+            assert job["tls_config"]["server_name"] == ep["tlsConfig"]["serverName"]
+            assert job["tls_config"]["ca_file"].endswith("/{name}/{key}".format(**ep["tlsConfig"]["ca"]["secret"]))
+        runtime = [r for r in job["relabel_configs"] if r.get("target_label") == "runtime_id"]
+        assert len(runtime) == len([r for r in ep.get("relabelings") or [] if r.get("targetLabel") == "runtime_id"])
+    for j in config["scrape_configs"]:
+        j.pop("kubernetes_sd_configs")
+        j["static_configs"] = [{"targets": ["127.0.0.1:9"]}]
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(config))
+    out = subprocess.run([promtool(), "check", "config", str(tmp_path / "p.yaml")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
