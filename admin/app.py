@@ -66,8 +66,10 @@ def create_app(s: settings_mod.Settings, *, kcp: gateway.Kube | None = None,
         refresher = snapshot.Refresher(lambda: snapshot.load(api, s), s.refresh)
     if start:
         refresher.start()
-    svc = Services(s, kcp, refresher, auth.Authorizer(kcp, s.auth_cache, s.request_timeout),
-                   metrics.Metrics(refresher, s), logs.audit_logger(s.audit_destination))
+    m = metrics.Metrics(refresher, s)
+    authorizer = auth.Authorizer(kcp, s.auth_cache, s.request_timeout,
+                                 on_review=lambda kind: m.reviews.labels(kind).inc())
+    svc = Services(s, kcp, refresher, authorizer, m, logs.audit_logger(s.audit_destination))
     app = Flask("admin")
     app.config["MAX_CONTENT_LENGTH"] = MAX_FORM
     app.jinja_env.autoescape = True
@@ -230,6 +232,12 @@ def _pages(app: Flask) -> None:
     def css() -> Answer:
         return flask.send_from_directory(app.root_path + "/static", "admin.css",
                                          mimetype="text/css", max_age=3600)
+
+    @app.get("/static/favicon.svg")
+    def icon() -> Answer:
+        # linked by every page, so browsers do not ask for /favicon.ico (a 404 each time)
+        return flask.send_from_directory(app.root_path + "/static", "favicon.svg",
+                                         mimetype="image/svg+xml", max_age=86400)
 
     @app.get("/login")
     def login_form() -> Answer:

@@ -104,9 +104,11 @@ class Authorizer:
     """Raises ``gateway.GatewayError`` when the KCP cannot answer (the page answers 503)."""
 
     def __init__(self, kcp: gateway.Kube, cache_seconds: float, timeout: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_review: Callable[[str], None] = lambda kind: None) -> None:
         self._kcp, self._seconds, self._timeout = kcp, cache_seconds, timeout
         self._cache = _Cache(clock)
+        self._on_review = on_review  # "token" or "access": one review sent to the KCP
 
     def identify(self, token: str) -> Identity | None:
         if not token or len(token) > MAX_TOKEN or not token.isascii() or not token.isprintable():
@@ -115,6 +117,7 @@ class Authorizer:
         hit, who = self._cache.get(key)
         if hit:
             return who  # type: ignore[no-any-return]
+        self._on_review("token")
         review = self._kcp.create(TOKEN_REVIEWS, None, review_body(token), timeout=self._timeout)
         found = identity_of(review)
         self._cache.put(key, found, self._seconds if found else min(self._seconds,
@@ -126,6 +129,7 @@ class Authorizer:
         hit, ok = self._cache.get(key)
         if hit:
             return bool(ok)
+        self._on_review("access")
         review = self._kcp.create(ACCESS_REVIEWS, None, access_body(who, page),
                                   timeout=self._timeout)
         ok = bool((review.get("status") or {}).get("allowed"))

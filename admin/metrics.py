@@ -32,6 +32,9 @@ class Metrics(Collector):
         self.auth = prom.Counter("tether_admin_auth_total", "Authentication and authorization "
                                  "outcomes (no_token, unauthenticated, denied, allowed, error)",
                                  ["outcome"], registry=self.registry)
+        self.reviews = prom.Counter("tether_admin_reviews_total", "TokenReviews and "
+                                    "SubjectAccessReviews sent to the KCP (not cached)", ["kind"],
+                                    registry=self.registry)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         snap = self._refresher.get()

@@ -132,6 +132,21 @@ def scenario(fleet: deployed.Fleet) -> None:
         f"kyma-system/compass-agent-configuration in the runtime has {keys} (token not shown)")
     skr_api.close()
     kcp_api.close()
+    token = deployed.operator_token(fleet.kcp)
+    ip, port = deployed.admin_address(fleet)
+    host, ca = deployed.ADMIN_HOST, fleet.work / "kcp-ca.crt"
+    token_file = fleet.work / "operator.token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    say(f"admin pages: https://{host}:{port}/fleet (served at {ip}:{port}; CA {ca})")
+    say(f"  operator token (ServiceAccount tether-system/tether-operator, ClusterRole "
+        f"tether-admin-viewer) in {token_file}:")
+    print(token, flush=True)
+    say(f"  curl --cacert {ca} --resolve {host}:{port}:{ip} -H \"Authorization: Bearer $(cat "
+        f"{token_file})\" https://{host}:{port}/fleet")
+    say(f"  browser: chromium --host-resolver-rules='MAP {host} {ip}' "
+        f"--ignore-certificate-errors https://{host}:{port}/login  (paste the token)")
+    say(f"  terminal: tether status --kubeconfig {fleet.kcp.kubeconfig}")
     kubectl = str(controlplane.binaries() / "kubectl")
     print(json.dumps({"skr_kubeconfig": str(fleet.skr.kubeconfig), "kcp_kubeconfig": str(fleet.kcp.kubeconfig),
                       "kubectl": kubectl, "director": fleet.director_url, "work": str(fleet.work)},

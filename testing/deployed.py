@@ -34,6 +34,7 @@ RUNTIME_ID = "rt-local-1"
 DOMAIN = "c-local1.kyma.local"
 KYMA = "kyma-local-1"
 WEBHOOK_DNS = "tether-webhook.tether-system.svc"
+ADMIN_HOST = "admin.kcp.local"  # the admin pages' name in the local overlay's certificate
 
 
 @dataclasses.dataclass
@@ -139,6 +140,8 @@ def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work
     prepare_kcp(kcp, skr)
     ca = certs.CertificateAuthority.create("tether-local-kcp-ca")
     listener = ca.issue("tether-listener", dns_names=[overlays.LISTENER_HOST], server=True)
+    admin = ca.issue("tether-admin", dns_names=[ADMIN_HOST], server=True)
+    ca.write(work / "kcp-ca.crt", work / "kcp-ca.key")
     oauth_secret = secrets.token_urlsafe(24)
     director, director_url = start_director(work, ca, oauth_secret)
     kcp_pods = skr_pods = None
@@ -150,6 +153,7 @@ def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work
             listener_url=f"https://{overlays.LISTENER_HOST}:443", skr_bundle=bundle,
             director_url=f"{director_url}/graphql", token_url=f"{director_url}/oauth2/token",
             director_ca=ca.cert_pem, oauth_client_id="tether", oauth_client_secret=oauth_secret,
+            admin_cert=admin.cert_pem, admin_key=admin.key_pem,
             enroller_env=dict(enroller_env or {})))
         applied = {"kcp": kubectl(kcp, "apply", "-k", str(kdir)).stdout}
         say(f"KCP: kubectl apply -k {kdir}")
@@ -180,3 +184,39 @@ def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work
         controlplane.stop_group(director, timeout=10)
         raise
     return Fleet(skr, kcp, work, kcp_pods, skr_pods, director, director_url, applied)
+
+
+def operator_token(kcp: controlplane.ControlPlane, name: str = "tether-operator",
+                   seconds: int = 8 * 3600) -> str:
+    """A ServiceAccount ``tether-system/<name>`` bound to the manifests' ClusterRole
+    ``tether-admin-viewer`` (every admin page), and a bearer token for it (TokenRequest):
+    what an operator would get with ``kubectl create token``."""
+    api = kcp.api_client()
+    try:
+        core: Any = client.CoreV1Api(api)
+        rbac: Any = client.RbacAuthorizationV1Api(api)
+        try:
+            core.create_namespaced_service_account(overlays.NAMESPACE, client.V1ServiceAccount(
+                metadata=client.V1ObjectMeta(name=name)))
+            rbac.create_cluster_role_binding({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"{name}-admin-viewer"},
+                "subjects": [{"kind": "ServiceAccount", "name": name,
+                              "namespace": overlays.NAMESPACE}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "tether-admin-viewer"}})
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+        tr: Any = core.create_namespaced_service_account_token(
+            name, overlays.NAMESPACE, client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds)))
+        return str(tr.status.token)
+    finally:
+        api.close()
+
+
+def admin_address(fleet: Fleet) -> tuple[str, int]:
+    """The admin pages' Service (HTTPS) as this machine reaches it; its certificate names
+    ``ADMIN_HOST`` and is signed by ``work/kcp-ca.crt``."""
+    return fleet.kcp_pods.service_address("tether-admin", "https")

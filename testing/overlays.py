@@ -45,6 +45,8 @@ class KcpInputs:
     director_ca: bytes
     oauth_client_id: str
     oauth_client_secret: str
+    admin_cert: bytes = b""   # the admin pages' serving certificate (Secret tether-admin-tls)
+    admin_key: bytes = b""
     enroller_env: dict[str, str] = dataclasses.field(default_factory=dict)  # a test's knobs
 
 
@@ -101,6 +103,8 @@ def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
         1: {"TETHER_LISTENER_JANITOR_BIND": "9091"}})
     compass = _pod_ip_bind("kcp/compass", "tether-compass", {0: {"TETHER_COMPASS_BIND": "8080"}})
     enroller = _pod_ip_bind("kcp/enroller", "tether-enroller", {0: {"TETHER_ENROLLER_BIND": "8080"}})
+    admin = _pod_ip_bind("kcp/admin", "tether-admin", {
+        0: {"TETHER_ADMIN_BIND": "8443", "TETHER_ADMIN_OPS_BIND": "9090"}})
     enroller.append(_json6902("Deployment", "tether-enroller", [
         {"op": "add", "path": "/spec/template/spec/containers/0/env/-",
          "value": {"name": "TETHER_ENROLLER_BUNDLE_FILE", "value": "/etc/tether/bundle/skr-bundle.yaml"}},
@@ -123,7 +127,8 @@ def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
                                      "data": {"director-url": i.director_url, "token-url": i.token_url}})}
     files = {"listener.crt": i.listener_cert, "listener.key": i.listener_key,
              "listener-ca.crt": i.listener_ca, "director-ca.crt": i.director_ca,
-             "skr-bundle.yaml": i.skr_bundle.encode(), "client_secret": i.oauth_client_secret.encode()}
+             "skr-bundle.yaml": i.skr_bundle.encode(), "client_secret": i.oauth_client_secret.encode(),
+             "admin.crt": i.admin_cert, "admin.key": i.admin_key}
     return _write(folder, files, {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [_base(folder, "kcp")],
@@ -131,6 +136,8 @@ def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
         "secretGenerator": [
             {"name": "tether-listener-tls", "namespace": NAMESPACE, "type": "kubernetes.io/tls",
              "files": ["tls.crt=listener.crt", "tls.key=listener.key"]},
+            {"name": "tether-admin-tls", "namespace": NAMESPACE, "type": "kubernetes.io/tls",
+             "files": ["tls.crt=admin.crt", "tls.key=admin.key"]},
             {"name": "tether-compass-oauth", "namespace": NAMESPACE,
              "files": ["client_secret"], "literals": [f"client_id={i.oauth_client_id}"]},
             {"name": "tether-director-ca", "namespace": NAMESPACE, "files": ["ca.crt=director-ca.crt"]},
@@ -140,7 +147,7 @@ def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
             {"name": "tether-enroller", "namespace": NAMESPACE, "literals": [f"listener-url={i.listener_url}"]},
             {"name": "tether-enroller-bundle", "namespace": NAMESPACE, "files": ["skr-bundle.yaml"]},
         ],
-        "patches": [*listener, *compass, *enroller, director_trust, urls],
+        "patches": [*listener, *compass, *enroller, *admin, director_trust, urls],
     })
 
 

@@ -124,6 +124,55 @@ def test_a_configmap_change_made_with_kubectl_arrives_in_the_kcp(fleet: deployed
              lambda: (r := stored(fleet, CUSTOMER_NS, "checkout")) and r["spec"]["deleted"], fleet=fleet)
 
 
+def admin_get(fleet: deployed.Fleet, path: str, token: str | None) -> tuple[int, dict[str, str], str]:
+    """GET a page of the admin Service, its certificate verified for its name (the local
+    overlay's CA), as a browser on this machine would reach it."""
+    ip, port = deployed.admin_address(fleet)
+    ctx = ssl.create_default_context(cafile=str(fleet.work / "kcp-ca.crt"))
+    with socket.create_connection((ip, port), timeout=10) as raw, \
+            ctx.wrap_socket(raw, server_hostname=deployed.ADMIN_HOST) as tls:
+        auth = f"Authorization: Bearer {token}\r\n" if token else ""
+        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {deployed.ADMIN_HOST}\r\n{auth}"
+                    "Connection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+    return int(lines[0].split()[1]), headers, body.decode(errors="replace")
+
+
+def test_the_admin_pages_show_the_runtime_to_an_operator_and_refuse_others(
+        fleet: deployed.Fleet) -> None:
+    token = deployed.operator_token(fleet.kcp)
+    status, headers, _ = admin_get(fleet, "/fleet", None)
+    assert status == 303 and headers["location"].startswith("/login")
+    # a valid token whose ServiceAccount RBAC does not grant the pages: 403
+    other = deployed.operator_token(fleet.kcp, "someone-else")
+    deployed.kubectl(fleet.kcp, "delete", "clusterrolebinding", "someone-else-admin-viewer")
+    deadline = time.monotonic() + 60
+    while (status := admin_get(fleet, "/fleet", other)[0]) != 403 and time.monotonic() < deadline:
+        time.sleep(1)  # the admin part reuses an allowed answer for up to 30 s
+    assert status == 403
+    deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "create", "configmap", "seen-by-admin",
+                     "--from-literal=k=v")
+
+    def runtime_page() -> str | None:
+        code, _, body = admin_get(fleet, f"/runtimes/{deployed.RUNTIME_ID}", token)
+        return body if code == 200 and "seen-by-admin" in body else None
+    # the listener merges the record into the runtime's RuntimeDelivery, the admin part lists it
+    body = wait_for("the record on the runtime page", runtime_page, timeout=90, fleet=fleet)
+    assert "<polyline" in body or "<circle" in body  # the lag chart has a point
+    code, _, page = admin_get(fleet, "/fleet", token)
+    assert code == 200 and deployed.RUNTIME_ID in page
+    row = page.split(f'data-runtime="{deployed.RUNTIME_ID}"', 1)[1].split("</tr>", 1)[0]
+    assert "<td>Ready</td>" in row and "never" not in row.split("</td>")[4]  # heartbeat seen
+    code, _, parts_page = admin_get(fleet, "/parts", token)
+    assert code == 200 and 'data-part="tether-listener"' in parts_page
+    assert "2/2" in parts_page.split('data-part="tether-listener"', 1)[1].split("</tr>", 1)[0]
+
+
 def test_compass_registers_the_runtime_with_the_director(fleet: deployed.Fleet) -> None:
     def ready() -> bool:
         done = deployed.kubectl(fleet.kcp, "get", "compassmanagermappings", deployed.KYMA, "-n",

@@ -1,0 +1,256 @@
+"""The admin pages over HTTPS against the session's KCP plane: sign-in with real bearer
+tokens (TokenReview), access by RBAC (SubjectAccessReview), the facts of a scenario made in
+the KCP as the other parts write them, bounds on hostile input, the fleet metrics, and
+``tether status`` on the same objects."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from testing import adminenv
+from testing.listenerenv import metric_value
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def scene(admin_env: adminenv.Env) -> dict[str, str]:
+    env = admin_env
+    ids = {
+        "healthy": env.runtime("healthy", webhook=30, poller=1),
+        "failing": env.runtime("failing", webhook=3, poller=40, lag=2.0),
+        "unenrolled": env.runtime("unenrolled", ready=False, webhook=0),
+        "silent": env.runtime("silent", beat_age=3600, webhook=5),
+        "refused": env.runtime("refused", webhook=10, refused={"quota_records": 7}, throttled=3,
+                               names=["<script>alert(1)</script>", "ok"]),
+    }
+    env.mapping("healthy", "Ready")
+    env.mapping("failing", "Failed", "RegistrationFailed", "the Director answered 500")
+    env.deployment("tether-listener", 2, 2)
+    env.deployment("tether-compass", 0, 1)
+    env.leader_lease("tether-compass", "tether-compass-abc_7", {
+        "tether.kyma-project.io/breaker": "open",
+        "tether.kyma-project.io/director-errors": json.dumps(
+            [{"at": "2026-12-02T01:00:00Z", "operation": "registerRuntime",
+              "message": "HTTP 503 <b>from</b> the Director"}]),
+        "tether.kyma-project.io/last-run-at": adminenv.stamp(adminenv.now()),
+        "tether.kyma-project.io/last-run-result": "failed",
+        "tether.kyma-project.io/last-run-seconds": "0.42"})
+    return ids
+
+
+@pytest.fixture(scope="module")
+def tokens(admin_env: adminenv.Env) -> dict[str, str]:
+    return {"operator": admin_env.operator("operator", None),
+            "fleet-only": admin_env.operator("fleet-only", ("fleet",)),
+            "nobody": admin_env.operator("nobody", ())}
+
+
+@pytest.fixture(scope="module")
+def ready(admin: adminenv.AdminProcess, scene: dict[str, str],
+          tokens: dict[str, str]) -> Iterator[adminenv.AdminProcess]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the snapshot refreshes every second here
+        r = admin.get("/fleet", tokens["operator"])
+        if r.status_code == 200 and all(f'data-runtime="{rid}"' in r.text for rid in scene.values()):
+            break
+        time.sleep(0.5)
+    yield admin
+
+
+def rows(html: str) -> list[str]:
+    return re.findall(r'<tr class="(?:bad|ok)" data-runtime="([^"]+)"', html)
+
+
+def test_without_a_token_a_browser_is_sent_to_sign_in_and_a_client_gets_401_json(
+        ready: adminenv.AdminProcess) -> None:
+    r = ready.get("/runtimes/rt-failing?x=1")
+    assert r.status_code == 303 and r.headers["Location"] == "/login?next=/runtimes/rt-failing?x=1"
+    r = ready.get("/fleet", headers={"Accept": "application/json"})
+    assert r.status_code == 401 and r.json()["error"] == "unauthorized"
+    page = ready.get("/login?next=//evil.example/x")
+    assert page.status_code == 200 and 'name="next" value="/fleet"' in page.text
+
+
+@pytest.mark.parametrize("page", ["/fleet", "/runtimes/rt-healthy", "/compass", "/parts"])
+def test_each_page_follows_rbac(ready: adminenv.AdminProcess, tokens: dict[str, str],
+                                page: str) -> None:
+    assert ready.get(page, tokens["operator"]).status_code == 200
+    denied = ready.get(page, tokens["nobody"])
+    assert denied.status_code == 403 and "may not get adminpages/" in denied.text
+    assert "system:serviceaccount:" in denied.text  # who was refused, never the token
+    fleet_only = ready.get(page, tokens["fleet-only"]).status_code
+    assert fleet_only == (200 if page == "/fleet" else 403)
+    assert ready.get(page, "not-a-token").status_code == 401
+
+
+def test_the_fleet_page_sorts_the_worst_first_searches_and_filters(
+        ready: adminenv.AdminProcess, tokens: dict[str, str], scene: dict[str, str]) -> None:
+    html = ready.get("/fleet", tokens["operator"]).text
+    order = [rid for rid in rows(html) if rid in scene.values()]
+    assert order[0] == scene["unenrolled"]  # not enrolled and never delivered: the worst
+    assert order[-1] == scene["healthy"]
+    failing = html.split(f'data-runtime="{scene["failing"]}"', 1)[1].split("</tr>", 1)[0]
+    assert "webhook_path_failing" in failing and "compass_failed" not in html.split(
+        f'data-runtime="{scene["healthy"]}"', 1)[1].split("</tr>", 1)[0]
+    assert "93%" in failing  # 40 of 43 records only by the poller
+    assert rows(ready.get("/fleet?q=FAIL", tokens["operator"]).text) == [scene["failing"]]
+    silent = rows(ready.get("/fleet?problem=silent", tokens["operator"]).text)
+    assert silent == [scene["silent"]]
+    bad = ready.get("/fleet?page=x1", tokens["operator"])
+    assert bad.status_code == 400 and "page must be" in bad.text
+    bad = ready.get("/fleet?problem=nope", headers={"Accept": "application/json",
+                                                    "Authorization": f"Bearer {tokens['operator']}"})
+    assert bad.status_code == 400 and "problem must be one of" in bad.json()["details"]
+
+
+def test_the_fleet_is_paginated(admin_env: adminenv.Env, scene: dict[str, str],
+                                tokens: dict[str, str]) -> None:
+    for i in range(4):  # 9 runtimes: two pages of five
+        admin_env.runtime(f"page-{i}")
+    p = adminenv.AdminProcess(admin_env, TETHER_ADMIN_PAGE_SIZE="5")
+    try:
+        time.sleep(1.5)
+        first = p.get("/fleet", tokens["operator"]).text
+        second = p.get("/fleet?page=2", tokens["operator"]).text
+        far = p.get("/fleet?page=999", tokens["operator"]).text  # clamped to the last page
+        assert len(rows(first)) == 5 and rows(second) and not set(rows(first)) & set(rows(second))
+        assert 'rel="next" href="/fleet?q=&amp;problem=&amp;page=2"' in first
+        assert rows(far) == rows(second)
+    finally:
+        p.stop()
+
+
+def test_the_runtime_page_shows_its_delivery_and_escapes_what_it_shows(
+        ready: adminenv.AdminProcess, tokens: dict[str, str], scene: dict[str, str]) -> None:
+    html = ready.get(f"/runtimes/{scene['refused']}", tokens["operator"]).text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>" not in html
+    assert "<td>quota_records</td><td>7</td>" in html and "3 answered 429" in html
+    chart = ready.get(f"/runtimes/{scene['failing']}", tokens["operator"]).text
+    lag = chart.split('id="lag-chart"', 1)[1].split("</figure>", 1)[0]
+    assert "<polyline" in lag and "lag p99" in lag
+    assert "RegistrationFailed" in chart and "the Director answered 500" in chart
+    assert ready.get("/runtimes/rt-nope", tokens["operator"]).status_code == 404
+    r = ready.get("/runtimes/rt-healthy", tokens["operator"])
+    assert r.headers["Content-Security-Policy"].startswith("default-src 'none'")
+    assert r.headers["Cache-Control"] == "no-store" and r.headers["X-Frame-Options"] == "DENY"
+
+
+def test_the_compass_and_parts_pages(ready: adminenv.AdminProcess,
+                                     tokens: dict[str, str]) -> None:
+    compass = ready.get("/compass", tokens["operator"]).text
+    assert re.search(r'id="breaker" class="bad">open<', compass)
+    assert "HTTP 503 &lt;b&gt;from&lt;/b&gt; the Director" in compass
+    assert "Failed: 1" in compass and "Ready: 1" in compass
+    parts = ready.get("/parts", tokens["operator"]).text
+    compass_row = parts.split('data-part="tether-compass"', 1)[1].split("</tr>", 1)[0]
+    assert "0/1" in compass_row and "tether-compass-abc_7" in compass_row and "failed" in compass_row
+    assert 'class="bad" data-part="tether-compass"' in parts
+    assert 'class="ok" data-part="tether-listener"' in parts
+
+
+def test_sign_in_sets_a_strict_cookie_and_refuses_foreign_origins(
+        ready: adminenv.AdminProcess, tokens: dict[str, str]) -> None:
+    s = requests.Session()
+    s.trust_env = False  # a REQUESTS_CA_BUNDLE would override the session's CA
+    s.verify = str(ready.env.ca_file)
+    r = s.post(ready.url + "/login", data={"token": tokens["operator"], "next": "/compass"},
+               allow_redirects=False, timeout=10)
+    assert r.status_code == 303 and r.headers["Location"] == "/compass"
+    cookie = r.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "Secure" in cookie and "SameSite=Strict" in cookie
+    assert s.get(ready.url + "/compass", allow_redirects=False, timeout=10).status_code == 200
+    assert s.post(ready.url + "/logout", allow_redirects=False, timeout=10).status_code == 303
+    assert s.get(ready.url + "/compass", allow_redirects=False, timeout=10).status_code == 303
+    wrong = s.post(ready.url + "/login", data={"token": "forged"}, allow_redirects=False,
+                   timeout=10)
+    assert wrong.status_code == 401 and "did not accept" in wrong.text
+    foreign = s.post(ready.url + "/login", data={"token": tokens["operator"]},
+                     headers={"Origin": "https://evil.example"}, allow_redirects=False,
+                     timeout=10)
+    assert foreign.status_code == 403 and "Set-Cookie" not in foreign.headers
+
+
+def test_hostile_input_is_bounded_before_the_kcp_is_asked(
+        ready: adminenv.AdminProcess, tokens: dict[str, str]) -> None:
+    before = metric_value(ready.metrics(), "tether_admin_reviews_total", kind="token")
+    assert ready.get("/fleet", "x" * 10_000).status_code == 431  # a header field over 8 KiB
+    form = requests.post(ready.url + "/login", data={"token": "z" * 20_000}, timeout=10,
+                         verify=str(ready.env.ca_file), allow_redirects=False)
+    assert form.status_code == 401  # over MAX_TOKEN: refused without asking the KCP
+    try:  # a head over 64 KiB: answered 431 or closed by the worker while it is still sent
+        assert ready.get("/fleet", "x" * 100_000).status_code == 431
+    except requests.ConnectionError:
+        pass
+    body = requests.post(ready.url + "/login", data={"token": "y" * 40_000}, timeout=10,
+                         verify=str(ready.env.ca_file), allow_redirects=False)
+    assert body.status_code == 413
+    assert ready.get("/fleet?q=" + "a" * 3000, tokens["operator"]).status_code == 200
+    assert ready.get("/fleet?q=" + "a" * 5000, tokens["operator"]).status_code == 414  # line cap
+    assert ready.get("/fleet", tokens["operator"]).status_code == 200  # still serving
+    after = metric_value(ready.metrics(), "tether_admin_reviews_total", kind="token")
+    assert after == before  # the long tokens never reached the KCP; the operator's was cached
+
+
+def test_tokens_never_reach_the_logs_and_sign_ins_are_audited(
+        ready: adminenv.AdminProcess, tokens: dict[str, str]) -> None:
+    s = requests.post(ready.url + "/login", data={"token": tokens["fleet-only"]}, timeout=10,
+                      verify=str(ready.env.ca_file), allow_redirects=False)
+    assert s.status_code == 303
+    time.sleep(0.5)
+    text = ready.log() + ready.audit_file.read_text()
+    for token in tokens.values():
+        assert token not in text and token[-24:] not in text
+    events = {e.get("event") for e in ready.audit()}
+    assert {"admin_sign_in", "admin_denied"} <= events
+
+
+def test_the_fleet_metrics_name_the_runtimes_with_a_problem_and_are_capped(
+        ready: adminenv.AdminProcess, admin_env: adminenv.Env, scene: dict[str, str]) -> None:
+    text = ready.metrics()
+    assert metric_value(text, "tether_fleet_runtime_problem", runtime_id=scene["failing"],
+                        problem="webhook_path_failing") == 1
+    assert metric_value(text, "tether_fleet_runtime_problem", runtime_id=scene["healthy"],
+                        problem="webhook_path_failing") == 0
+    assert metric_value(text, "tether_fleet_runtime_problems", problem="silent") >= 1
+    assert metric_value(text, "tether_fleet_runtimes") >= len(scene)
+    capped = adminenv.AdminProcess(admin_env, TETHER_ADMIN_PROBLEM_SERIES="2")
+    try:
+        time.sleep(1.5)
+        t = capped.metrics()
+        assert len(re.findall(r"^tether_fleet_runtime_problem\{", t, re.M)) == 2
+        assert metric_value(t, "tether_fleet_runtime_problems_omitted") >= 3
+    finally:
+        capped.stop()
+
+
+def test_tether_status_prints_the_same_facts(admin_env: adminenv.Env, scene: dict[str, str],
+                                             ready: adminenv.AdminProcess) -> None:
+    def status(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "common.cli", "status", "--kubeconfig",
+             str(admin_env.kubeconfig), "--namespace", admin_env.kcp_ns, "--tether-namespace",
+             admin_env.tether_ns, *args], capture_output=True, text=True, timeout=60,
+            check=False)
+    table = status()
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:3] == ["RUNTIME", "PROBLEMS", "ENROLLED"]
+    ours = [ln.split()[0] for ln in lines[1:] if ln.split()[0] in scene.values()]
+    assert ours[0] == scene["unenrolled"] and ours[-1] == scene["healthy"]
+    one = status(scene["failing"], "-o", "json")
+    doc = json.loads(one.stdout)
+    assert doc["runtimeId"] == scene["failing"] and "webhook_path_failing" in doc["problems"]
+    assert doc["lastHour"]["poller"] == 40 and doc["compass"]["state"] == "Failed"
+    assert status("rt-nope").returncode == 1
+    assert status("--problem", "silent", "--fail-on-problems").returncode == 1
+    bad = status("--kubeconfig", "/nonexistent")
+    assert bad.returncode == 2 and "--kubeconfig" in bad.stderr and "Traceback" not in bad.stderr
