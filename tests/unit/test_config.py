@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from admin import settings as admin_settings
 from common import certs, config, filechecks, filters, sender
 from compass import settings as compass_settings
 from enroller import settings as enroller_settings
@@ -22,11 +23,12 @@ SPECS = {
     "poller": poller_settings.SPEC,
     "compass": compass_settings.SPEC,
     "enroller": enroller_settings.SPEC,
+    "admin": admin_settings.SPEC,
 }
 # the prefix of each part's own variables (the janitor is the listener's)
 PREFIX = {"webhook": "TETHER_WEBHOOK_", "listener": "TETHER_LISTENER_",
           "janitor": "TETHER_LISTENER_", "poller": "TETHER_POLLER_", "compass": "TETHER_COMPASS_",
-          "enroller": "TETHER_ENROLLER_"}
+          "enroller": "TETHER_ENROLLER_", "admin": "TETHER_ADMIN_"}
 # read by two or more parts, so without a part prefix (the listener client's are named for
 # what they point to: the listener, whose own settings do not include them)
 SHARED = {"TETHER_RUNTIME_ID", "TETHER_LISTENER_URL", "TETHER_LISTENER_CA_FILE",
@@ -211,7 +213,8 @@ def test_kubeconfig_check_accepts_a_kubeconfig(tmp_path: pathlib.Path) -> None:
 
 @pytest.mark.parametrize(("part", "doc"), [("webhook", "webhook"), ("listener", "listener"),
                                            ("janitor", "listener"), ("poller", "poller"),
-                                           ("compass", "compass"), ("enroller", "enroller")])
+                                           ("compass", "compass"), ("enroller", "enroller"),
+                                           ("admin", "admin")])
 def test_docs_settings_tables_equal_the_declarations(part: str, doc: str) -> None:
     text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / f"{doc}.md").read_text()
     start = text.index(f"<!-- settings:{part} ")
