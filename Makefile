@@ -35,6 +35,9 @@ promtool: ## install promtool (Debian's prometheus package) if missing; checks t
 image-tools: ## install buildah, podman, runc and debootstrap (Debian packages) if missing
 	bash hack/install-image-tools.sh
 
+browser: ## install headless Chromium, its chromedriver and certutil (Debian packages) if missing
+	bash hack/install-browser.sh
+
 image: image-tools ## build the product image tether:<setup.cfg version> with buildah (no Docker engine)
 	bash hack/build-image.sh
 
@@ -52,7 +55,7 @@ lint: $(STAMP) ## ruff, mypy (strict on the product packages) and the import con
 unit: $(STAMP) ## fast tests of pure logic only
 	$(VENV)/bin/pytest -m "not slow" tests/unit
 
-test: $(STAMP) controlplane promtool image-tools lint ## everything CI runs: lint, type checks, all tests on real control planes
+test: $(STAMP) controlplane promtool image-tools browser lint ## everything CI runs: lint, type checks, all tests on real control planes
 	$(VENV)/bin/pytest
 
 demo: $(STAMP) controlplane ## run the whole system locally (two planes, all parts)
@@ -65,4 +68,4 @@ clean: ## remove the venv and caches (not the control plane cache)
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
 
 
-.PHONY: bundle help venv constraints controlplane promtool image-tools image lint unit test demo planes clean
+.PHONY: bundle help venv constraints controlplane promtool image-tools browser image lint unit test demo planes clean

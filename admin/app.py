@@ -109,7 +109,9 @@ def _operations(app: Flask, svc: Services, serving: tlsreload.Watched[Any] | Non
     def headers(resp: Response) -> Response:
         resp.headers.setdefault("Cache-Control", "no-store")
         resp.headers["X-Content-Type-Options"] = "nosniff"
-        resp.headers["Referrer-Policy"] = "no-referrer"
+        # not no-referrer: under it browsers send "Origin: null" with the sign-in form's POST,
+        # which the Origin check below must refuse; same-origin keeps it, tells no other site
+        resp.headers["Referrer-Policy"] = "same-origin"
         resp.headers["X-Frame-Options"] = "DENY"
         if resp.mimetype == "text/html":
             resp.headers["Content-Security-Policy"] = CSP
