@@ -14,13 +14,14 @@ def _fmt(v: float) -> str:
 
 
 def line_chart(series: Sequence[tuple[str, str, Sequence[float | None]]], *, width: int = 480,
-               height: int = 120, unit: str = "s", title: str = "") -> str:
+               height: int = 134, unit: str = "s", title: str = "",
+               x_labels: tuple[str, str] = ("-60 min", "now")) -> str:
     """One polyline per ``(css class, legend, values)``; ``None`` values break the line.
     All series share the x axis (one point per slot) and a y axis from 0 to the maximum."""
     slots = max((len(v) for _, _, v in series), default=0)
     peak = max((x for _, _, v in series for x in v if x is not None), default=0.0)
     top = peak if peak > 0 else 1.0
-    pad_l, pad_b, pad_t = 44, 16, 8
+    pad_l, pad_b, pad_t = 44, 30, 8
     w, h = width - pad_l - 4, height - pad_b - pad_t
 
     def xy(i: int, v: float) -> str:
@@ -37,6 +38,9 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[float | None]]], *, wid
     parts.append(f'<text class="tick" x="{pad_l - 4}" y="{pad_t + 8}" text-anchor="end">'
                  f"{_number(top)}{_escape(unit)}</text>")
     parts.append(f'<text class="tick" x="{pad_l - 4}" y="{pad_t + h}" text-anchor="end">0</text>')
+    parts.append(f'<text class="tick" x="{pad_l}" y="{pad_t + h + 11}">{_escape(x_labels[0])}</text>')
+    parts.append(f'<text class="tick" x="{pad_l + w}" y="{pad_t + h + 11}" text-anchor="end">'
+                 f"{_escape(x_labels[1])}</text>")
     for css, _legend, values in series:
         run: list[str] = []
         for i, v in enumerate(values):
