@@ -55,8 +55,9 @@ class Metrics:
                                          ["outcome"], buckets=LATENCY_BUCKETS, registry=r)
         self.write_conflicts = Counter(f"{NS}_write_conflicts",
                                        "Writes refused by optimistic concurrency (409) or on a "
-                                       "vanished object (404), then retried after a fresh read",
-                                       ["path"], registry=r)
+                                       "vanished object (404), then retried after a fresh read; "
+                                       "path create: a create without a read found the key "
+                                       "stored", ["path"], registry=r)
         self.connection_refusals = Counter(
             f"{NS}_connection_refusals",
             "Connections closed by a limit before a request was served, by reason "

@@ -3,14 +3,29 @@
 ``persist`` applies the ordering rule (``common.changes.compare``) against the stored
 object and writes only a newer record, with the stored object's resourceVersion
 (optimistic concurrency): when another replica wrote in between, the API answers 409 and
-the record is compared again with the fresh object. An update of an object this worker
-has seen recently skips the read (``listener.writecache``). A call returns only after the
-API server has acknowledged the write (stored in etcd), so "persisted" means durable.
+the record is compared again with the fresh object. Two writes go without a read first,
+and the API itself checks what they assume:
+
+* a key this worker does not know (not in ``listener.writecache``) is created at once:
+  a create succeeds only if no object of that name exists, which proves the record newer
+  than anything stored (nothing is); on 409 (the key is stored after all) the record
+  takes the read path. One request for a new key, where a read first cost two;
+* an update of an object this worker has seen recently is written with the remembered
+  resourceVersion (``listener.writecache``); on 409 or 404 the record takes the read path.
+
+The read path: read the stored object, compare, write with its resourceVersion, up to
+``MAX_ATTEMPTS`` times. A call returns only after the API server has acknowledged the
+write (stored in etcd), so "persisted" means durable.
 
 Storage limits (``listener.quota``, ``listener.retention``): a write that does not fit the
 runtime's quota raises ``quota.Exceeded`` (the client gets 413); a record for a key that is
 not stored whose ``observedAt`` is older than the tombstone retention is ``stale`` (it
-might be older than a pruned tombstone). Every written object carries its size annotation.
+might be older than a pruned tombstone). The create without a read is tried only for a
+record that would be accepted if the key were new (not too old, admitted by the quota as
+a new record); anything else takes the read path, which decides on the stored object, so
+the outcome never depends on which path ran. A create reserves a new record in the quota;
+on 409 the reservation is cancelled and the read path reserves the update's growth
+instead. Every written object carries its size annotation.
 
 Errors are the gateway's (``common.gateway``): ``gateway.Rejected`` when the API refuses the
 object itself (the client gets 400), any other ``gateway.GatewayError`` when the KCP API
@@ -50,7 +65,8 @@ class Store:
         self.namespace = namespace
         self._timeout = timeout
         self._cache = writecache.WriteCache(cache_entries)
-        self._on_conflict = on_conflict  # metric hook: "cached" or "read" write lost a race
+        # metric hook: a "create", "cached" or "read" write lost a race
+        self._on_conflict = on_conflict
         self.usage = quota.Usage(limits, quota_ttl, self._usage)
         self._retention = tombstone_retention
         self._now = now
@@ -66,7 +82,11 @@ class Store:
         key = records.key_of(record)
         name = records.object_name(key)
         incoming = changes.version_of(record)
-        if self._write_from_cache(name, record, incoming):
+        entry = self._cache.get(name)
+        if entry is None:
+            if self._create_first(key, record, incoming):
+                return "persisted"
+        elif self._write_from_cache(name, entry, record, incoming):
             return "persisted"
         for attempt in range(MAX_ATTEMPTS):
             stored = self._get(name)
@@ -117,12 +137,40 @@ class Store:
             time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
         raise gateway.Unavailable("persist: too many concurrent writers on one object")
 
-    def _write_from_cache(self, name: str, record: Mapping[str, Any],
+    def _create_first(self, key: records.Key, record: Mapping[str, Any],
+                      incoming: changes.Version) -> bool:
+        """Create the object without reading first, for a key this worker does not know;
+        False when the read path must decide: the record would not be accepted as a new key
+        (too old for the retention rule, not newer than nothing, over the quota as a new
+        record: it may be an update of a stored key) or the key is stored (409)."""
+        if retention.too_old_for_new_key(incoming.observed_at, self._now(), self._retention):
+            return False  # stale only if the key is not stored: the read path decides
+        if changes.compare(None, incoming) != "newer":
+            return False
+        new = records.body(record, self.namespace)
+        size = quota.annotate(new)
+        try:
+            admitted = self.usage.reserve(key.runtime_id, None, size)
+        except quota.Exceeded:
+            return False  # a stored key's update may still fit: decide on a fresh read
+        try:
+            written = self._kcp.create(RECORDS, self.namespace, new, timeout=self._timeout)
+        except gateway.Conflict:
+            admitted.cancel()  # the read path reserves the update's growth instead
+            self._on_conflict("create")
+            return False
+        except BaseException:
+            admitted.cancel()
+            raise
+        admitted.commit()
+        self._cache.remember(written)
+        return True
+
+    def _write_from_cache(self, name: str, entry: writecache.Entry, record: Mapping[str, Any],
                           incoming: changes.Version) -> bool:
         """Write without reading first when the remembered version is older (see
-        ``listener.writecache``); False when the normal path must run."""
-        entry = self._cache.get(name)
-        if entry is None or changes.compare(entry.version, incoming) != "newer":
+        ``listener.writecache``); False when the read path must run."""
+        if changes.compare(entry.version, incoming) != "newer":
             return False
         new = records.updated({"metadata": entry.metadata}, record)
         size = quota.annotate(new)

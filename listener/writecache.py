@@ -1,4 +1,4 @@
-"""What this worker last saw of each stored object, to skip the read before an update.
+"""What this worker last saw of each stored object, to skip the read before a write.
 
 The stored version of an object only ever grows (the ordering rule), so a remembered
 version is a lower bound of the stored one. When an incoming record is newer than the
@@ -7,7 +7,10 @@ remembered version, the listener writes at once with the remembered
 since then, which proves the record newer than what is stored; on 409 (someone else wrote)
 or 404 (the object was deleted) the entry is dropped and the normal read-compare-write
 path runs. Duplicates and stale records always take the normal path, so an answer never
-rests on the cache alone. Bounded (least recently used dropped); losing it costs one read.
+rests on the cache alone. A key missing here is taken for a new one: the store creates it
+without a read (``listener.store``), and that create fails with 409 if the key is stored
+after all. Bounded (least recently used dropped); losing an entry costs the next update of
+that object a refused create and a read.
 """
 
 from __future__ import annotations
