@@ -326,7 +326,8 @@ def _pages(app: Flask) -> None:
         return _render("runtime.html", snap=snap, row=row, events=events,
                        events_error=events_error, mapping=mapping,
                        lag_chart=markupsafe.Markup(views.lag_chart(row.delivery, now)),
-                       records_chart=markupsafe.Markup(views.records_chart(row.delivery, now)))
+                       records_chart=markupsafe.Markup(views.records_chart(row.delivery, now)),
+                       beats_chart=markupsafe.Markup(views.beats_chart(row.delivery, now)))
 
     @app.get("/compass")
     def compass_page() -> Answer:

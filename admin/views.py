@@ -72,6 +72,16 @@ def lag_chart(summary: delivery.Summary, now: datetime.datetime) -> str:
                              title="delivery lag per minute, last hour", unit="s")
 
 
+def beats_chart(summary: delivery.Summary, now: datetime.datetime) -> str:
+    """Authenticated requests of the runtime per minute over the last hour (its heartbeats,
+    state requests and deliveries): a gap is a silence."""
+    by = {p.start: p for p in summary.series}
+    slots = _slots(summary.series, now)
+    beats = [float(by[s].beats) if s in by else 0.0 for s in slots]
+    return charts.line_chart([("beats", "requests seen", beats)],
+                             title="requests of the runtime per minute, last hour", unit="")
+
+
 def records_chart(summary: delivery.Summary, now: datetime.datetime) -> str:
     """Records per minute by source over the last hour (webhook, poller)."""
     by = {p.start: p for p in summary.series}

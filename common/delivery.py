@@ -94,6 +94,7 @@ class Minute:
     lag: list[int] = field(default_factory=lambda: [0] * N_LAG)
     refused: dict[str, int] = field(default_factory=dict)
     throttled: int = 0
+    beats: int = 0  # authenticated requests of the runtime (heartbeats, deliveries, state)
 
     def refuse(self, reason: str) -> None:
         reason = _cut(reason, 40)
@@ -150,6 +151,15 @@ class Delta:
         else:
             bucket.refuse(reason)
 
+    def seen(self, now: datetime.datetime) -> None:
+        """One authenticated request of the runtime (its heartbeat history)."""
+        self._minute(now).beats += 1
+
+    def eventful(self) -> bool:
+        """Whether it holds more than requests seen (records, refusals, 429s, usage)."""
+        return bool(self.recent or self.stored is not None or any(
+            m.webhook or m.poller or m.refused or m.throttled for m in self.minutes.values()))
+
     def empty(self) -> bool:
         return not self.minutes and not self.recent and self.stored is None
 
@@ -179,7 +189,8 @@ def _minute_from(raw: Mapping[str, Any]) -> Minute:
     lags = [_int(x) for x in lag[:N_LAG]] if isinstance(lag, list) else []
     refused = raw.get("refused")
     m = Minute(webhook=_int(raw.get("webhook")), poller=_int(raw.get("poller")),
-               lag=lags + [0] * (N_LAG - len(lags)), throttled=_int(raw.get("throttled")))
+               lag=lags + [0] * (N_LAG - len(lags)), throttled=_int(raw.get("throttled")),
+               beats=_int(raw.get("beats")))
     if isinstance(refused, Mapping):
         for reason, n in itertools.islice(refused.items(), _SCAN):
             _fold(m.refused, _cut(reason, 40), _int(n))
@@ -191,6 +202,7 @@ def _add_minute(into: Minute, m: Minute) -> None:
     into.poller = _add(into.poller, m.poller)
     into.lag = [_add(a, b) for a, b in zip(into.lag, m.lag, strict=True)]
     into.throttled = _add(into.throttled, m.throttled)
+    into.beats = _add(into.beats, m.beats)
     for reason, n in m.refused.items():
         _fold(into.refused, reason, n)
 
@@ -230,7 +242,7 @@ def _mapping(status: object) -> Mapping[str, Any]:
 def _minute_to(start: datetime.datetime, m: Minute) -> dict[str, Any]:
     return {"start": start.strftime("%Y-%m-%dT%H:%M:%SZ"), "webhook": m.webhook,
             "poller": m.poller, "lag": list(m.lag), "refused": dict(m.refused),
-            "throttled": m.throttled}
+            "throttled": m.throttled, "beats": m.beats}
 
 
 def minutes_of(status: Mapping[str, Any] | None) -> dict[datetime.datetime, Minute]:
@@ -293,6 +305,7 @@ class Point(NamedTuple):
     p99: float | None
     webhook: int = 0
     poller: int = 0
+    beats: int = 0
 
 
 class Summary(NamedTuple):
@@ -336,7 +349,7 @@ def summarize(status: Mapping[str, Any] | None, now: datetime.datetime) -> Summa
         for reason, n in m.refused.items():
             _fold(refused, reason, n)
         series.append(Point(start, m.webhook + m.poller, quantile(m.lag, 0.5),
-                            quantile(m.lag, 0.99), m.webhook, m.poller))
+                            quantile(m.lag, 0.99), m.webhook, m.poller, m.beats))
     recent = _recent_from(status.get("recent"))
     stored = _stored_from(status.get("stored")) or {}
     return Summary(

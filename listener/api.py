@@ -231,6 +231,7 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
     current: changes.ChangeRecord | None = None
     try:
         svc.beats.seen(runtime_id)
+        svc.deliveries.seen(runtime_id)
         for current in recs:
             outcome = _persist_one(svc, current)
             results.append({"namespace": current["namespace"], "name": current["name"],
@@ -303,6 +304,7 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
         return limited
     try:
         svc.beats.seen(runtime_id)
+        svc.deliveries.seen(runtime_id)
         chunk, position = svc.digests.page(runtime_id, after, limit,
                                            lambda: svc.store.digest(runtime_id))
     except gateway.GatewayError as e:

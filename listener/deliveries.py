@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 RESOURCE = gateway.Resource(delivery.GROUP, delivery.VERSION, delivery.PLURAL)
 MAX_RUNTIMES = 10_000  # runtimes with unsent counts per worker
 MAX_REMEMBERED = 50_000  # last flush times kept (forgetting one only flushes it earlier)
+BEATS_FLUSH_SECONDS = 600.0  # a delta of requests seen only waits this long to be merged
 MAX_ATTEMPTS = 4
 LOG_EVERY = 30.0
 LABELS = {records.MANAGED_BY_LABEL: records.MANAGED_BY}
@@ -82,6 +83,7 @@ class Deliveries:
         self._pending: dict[str, delivery.Delta] = {}
         self._flushed: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._busy: set[str] = set()  # being flushed by a thread of this worker
+        self._since: dict[str, float] = {}  # when each pending delta began (monotonic)
         self._last_log = -LOG_EVERY
 
     # -- recording (cheap: a lock and a few dict operations; also from the main loop) --------
@@ -93,6 +95,7 @@ class Deliveries:
                 self._metrics.delivery_dropped.inc()
                 return None
             d = self._pending[runtime_id] = delivery.Delta()
+            self._since[runtime_id] = self._clock()
         return d
 
     def record(self, runtime_id: str, rec: Mapping[str, Any], outcome: delivery.Outcome,
@@ -123,6 +126,16 @@ class Deliveries:
             if d is not None:
                 d.refuse(now, reason, status)
 
+    def seen(self, runtime_id: str) -> None:
+        """An authenticated request of the runtime (its heartbeat history). Requests alone
+        are merged at most every ``BEATS_FLUSH_SECONDS`` (with anything else sooner), so a
+        quiet runtime costs the KCP one merge per ten minutes, not one per heartbeat."""
+        now = self._now()
+        with self._lock:
+            d = self._delta(runtime_id)
+            if d is not None:
+                d.seen(now)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._pending)
@@ -133,7 +146,11 @@ class Deliveries:
         if runtime_id in self._busy or runtime_id not in self._pending:
             return False
         last = self._flushed.get(runtime_id)
-        return last is None or mono - last >= self._interval
+        if self._pending[runtime_id].eventful():
+            return last is None or mono - last >= self._interval
+        # requests seen only: merged with the next counts, or after BEATS_FLUSH_SECONDS
+        start = last if last is not None else self._since.get(runtime_id, mono)
+        return mono - start >= max(self._interval, BEATS_FLUSH_SECONDS)
 
     def _take(self, runtime_id: str, mono: float) -> delivery.Delta:
         self._busy.add(runtime_id)
@@ -141,6 +158,7 @@ class Deliveries:
         self._flushed.move_to_end(runtime_id)
         while len(self._flushed) > MAX_REMEMBERED:
             self._flushed.popitem(last=False)
+        self._since.pop(runtime_id, None)
         return self._pending.pop(runtime_id)
 
     def flush_if_due(self, runtime_id: str) -> bool:
@@ -203,6 +221,7 @@ class Deliveries:
             self._pending[runtime_id] = combined(delta, newer, runtime_id, self._now())
         elif len(self._pending) < self._max:
             self._pending[runtime_id] = delta
+            self._since.setdefault(runtime_id, self._clock())
         else:
             self._metrics.delivery_dropped.inc()
 

@@ -189,6 +189,9 @@ class Env:
                 d.refuse(at, reason, 413)
         for _ in range(throttled):
             d.refuse(at, "rate", 429)
+        for i in range(minutes):  # a heartbeat and a state request a minute
+            for _ in range(2):
+                d.seen(at - datetime.timedelta(minutes=i))
         d.stored = {"records": webhook + poller, "bytes": 2048 * (webhook + poller),
                     "recordLimit": 10_000, "byteLimit": 50 << 20}
         name = "tether-rt-" + uuid.uuid5(uuid.NAMESPACE_URL, runtime_id).hex
