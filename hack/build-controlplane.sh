@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kubectl and etcd from Go modules into a version-keyed cache
-# folder outside the checkout. A second run with the same pins is a no-op.
+# Build kube-apiserver, kubectl and etcd (and etcd's snapshot tools etcdctl and etcdutl)
+# from Go modules into a version-keyed cache folder outside the checkout. A second run
+# with the same pins is a no-op; a cache folder that lacks some binaries (e.g. one made
+# before the snapshot tools were added) gets only the missing groups built.
 #
 #   TETHER_CONTROLPLANE_CACHE  cache root (default ~/.cache/tether/controlplane)
 #
@@ -13,20 +15,19 @@ source "$here/controlplane-versions.env"
 
 cache_root="${TETHER_CONTROLPLANE_CACHE:-$HOME/.cache/tether/controlplane}"
 out="$cache_root/kubernetes-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}"
-bins=(kube-apiserver kubectl etcd)
+bins=(kube-apiserver kubectl etcd etcdctl etcdutl)
 
 log() { printf '[build-controlplane] %s\n' "$*" >&2; }
+missing() { for b in "$@"; do [[ -x "$out/bin/$b" ]] || return 0; done; return 1; }
 
-complete=1
-for b in "${bins[@]}"; do [[ -x "$out/bin/$b" ]] || complete=0; done
-if [[ $complete == 1 && -f "$out/VERSIONS" ]]; then
+if ! missing "${bins[@]}" && [[ -f "$out/VERSIONS" ]]; then
   log "cached: $out (nothing to do)"
   echo "$out/bin"
   exit 0
 fi
 
 command -v go >/dev/null || { log "ERROR: the go command is missing; install Go >= 1.26"; exit 1; }
-log "building kube-apiserver+kubectl $KUBERNETES_VERSION and etcd $ETCD_VERSION into $out"
+log "building what $out lacks (kube-apiserver+kubectl $KUBERNETES_VERSION, etcd $ETCD_VERSION and its snapshot tools)"
 log "first build takes several minutes on 2 cores; later runs reuse the cache"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/tether-cp-build.XXXXXX")"
@@ -35,6 +36,7 @@ mkdir -p "$out/bin"
 export GOFLAGS="${GOFLAGS:-} -mod=mod" CGO_ENABLED=0
 
 # --- kube-apiserver and kubectl ------------------------------------------------------
+if missing kube-apiserver kubectl; then
 # k8s.io/kubernetes replaces every staging module k8s.io/X with ./staging/src/k8s.io/X,
 # which does not exist for a consumer. Read that list from the module's own go.mod and
 # replace each with the published k8s.io/X v0.N.M instead.
@@ -74,8 +76,10 @@ for b in kube-apiserver kubectl; do
   log "compiling $b (go build)"
   go build -trimpath -ldflags "$ldflags" -o "$out/bin/$b" "k8s.io/kubernetes/cmd/$b"
 done
+fi
 
 # --- etcd ------------------------------------------------------------------------------
+if missing etcd; then
 mkdir -p "$work/etcd"
 cd "$work/etcd"
 go mod init tether.local/etcd >/dev/null 2>&1
@@ -95,6 +99,29 @@ log "resolving etcd modules"
 go mod tidy >"$work/tidy-etcd.log" 2>&1 || { cat "$work/tidy-etcd.log" >&2; log "ERROR: go mod tidy (etcd) failed"; exit 1; }
 log "compiling etcd (go build)"
 go build -trimpath -ldflags "-s -w" -o "$out/bin/etcd" .
+fi
+
+# --- etcdctl (snapshot save) and etcdutl (snapshot restore) -------------------------------
+# Each is its own module of the etcd repository at the same tag; built from the module's
+# main package like any tool (the tests snapshot and restore a plane's etcd with them).
+for tool in etcdctl etcdutl; do
+  missing "$tool" || continue
+  mkdir -p "$work/$tool"
+  cd "$work/$tool"
+  go mod init "tether.local/$tool" >/dev/null 2>&1
+  cat > tools.go <<GO
+//go:build tools
+
+package tools
+
+import _ "go.etcd.io/etcd/$tool/v3"
+GO
+  go mod edit -require="go.etcd.io/etcd/$tool/v3@$ETCD_VERSION"
+  log "resolving $tool modules"
+  go mod tidy >"$work/tidy-$tool.log" 2>&1 || { cat "$work/tidy-$tool.log" >&2; log "ERROR: go mod tidy ($tool) failed"; exit 1; }
+  log "compiling $tool (go build)"
+  go build -trimpath -ldflags "-s -w" -o "$out/bin/$tool" "go.etcd.io/etcd/$tool/v3"
+done
 
 printf 'KUBERNETES_VERSION=%s\nETCD_VERSION=%s\n' "$KUBERNETES_VERSION" "$ETCD_VERSION" > "$out/VERSIONS"
 log "done: $("$out/bin/kube-apiserver" --version), etcd $ETCD_VERSION"
