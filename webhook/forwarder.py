@@ -1,18 +1,24 @@
 """Forwarder threads: read back what the admission handler queued and send it to the listener.
 
 Each thread takes up to ``max_batch`` keys (several when the queue is deep), reads every
-object back (``readback``), builds change records and POSTs them in batches. Keys whose
-write is not visible yet stay pending in the thread (re-read every ``poll`` seconds until
-``readback_seconds`` after admission); runtime API errors are retried the same way for up
-to ``read_error_seconds``. Sending retries retryable outcomes with exponential backoff and
+object back (``readback``), builds change records and POSTs them in batches; then it tells
+the queue the keys are ``done`` (acknowledged, refused, dropped or abandoned), which
+releases what was admitted for them meanwhile (``keyqueue``: leading edge, coalescing while
+in flight). Keys whose write is not visible yet stay pending in the thread, re-read after
+``reread_first`` seconds, doubling up to ``poll``, until ``readback_seconds`` after
+admission (a key is handed out at its admission, usually before the apiserver has
+persisted the write: the first re-reads come quickly so that the record leaves as soon as
+the object is readable); runtime API errors are retried the same way for up to
+``read_error_seconds``. Sending retries retryable outcomes with exponential backoff and
 full jitter, at least the listener's ``Retry-After``; a permanent outcome (4xx other than
 408/429) is logged with the listener's error and dropped (a rejected batch is retried
 record by record so one bad record does not sink the others). ``stop`` drains what can be
 sent within the grace period, then closes connections.
 
-``tether_webhook_delivery_seconds{outcome}`` measures, for every record the listener
-acknowledged (2xx), the time from the admission that first enqueued its key's entry to
-that acknowledgement: settling, read-back, batching, retries and the POST.
+``tether_webhook_dispatch_seconds`` measures, for every record, the time from the admission
+that first enqueued its key's entry to the start of its first POST (queueing and
+read-back); ``tether_webhook_delivery_seconds{outcome}``, for every record the listener
+acknowledged (2xx), the time to that acknowledgement (also batching, retries and the POST).
 """
 
 from __future__ import annotations
@@ -37,6 +43,13 @@ class _Pending:
     item: keyqueue.Item
     next_try: float
     first_error: float | None = None
+    rereads: int = 0  # "wait" verdicts so far (the re-read delay doubles)
+
+
+def reread_delay(first: float, cap: float, rereads: int) -> float:
+    """Delay before the next read of an object not visible yet (pure): ``first``,
+    doubling, at most ``cap``."""
+    return min(cap, first * (1 << min(rereads, 30)))
 
 
 class Forwarder:
@@ -84,16 +97,23 @@ class Forwarder:
 
     def _run(self) -> None:
         pending: list[_Pending] = []
+        taken: set[keyqueue.Key] = set()  # keys this thread holds in flight
         while True:
             try:
-                if not self._step(pending):
+                if not self._step(pending, taken):
                     return
             except Exception:  # a bug must not silently stop forwarding: log, go on
                 log.exception("forwarder step failed; keys of this step are left to the poller")
                 pending.clear()
+                self.queue.done(taken)
+                taken.clear()
                 time.sleep(self.settings.poll)
 
-    def _step(self, pending: list[_Pending]) -> bool:
+    def _finish(self, keys: list[keyqueue.Key], taken: set[keyqueue.Key]) -> None:
+        self.queue.done(keys)
+        taken.difference_update(keys)
+
+    def _step(self, pending: list[_Pending], taken: set[keyqueue.Key]) -> bool:
         """One round: take, read back, send. False when stopped and drained."""
         if self._stop.is_set() and self._time_left() <= 0:
             if pending:
@@ -101,32 +121,47 @@ class Forwarder:
                             len(pending))
             return False
         room = self.settings.max_batch - len(pending)
-        new = self.queue.take(max(room, 0), self.settings.poll if pending else 0.5) if room > 0 else []
+        wait = 0.5  # nothing pending: wake up now and then (shutdown)
+        if pending:
+            wait = max(0.0, min(p.next_try for p in pending) - time.monotonic())
+        if room > 0:
+            new = self.queue.take(room, wait)
+        else:
+            new = []
+            time.sleep(min(wait, self.settings.poll))
         if not new and not pending and self.queue.closed:
             return False
         self.metrics.queue_depth.set(len(self.queue))
         now = time.monotonic()
+        taken.update(i.key for i in new)
         work = [_Pending(i, now) for i in new] + pending
         pending.clear()
         records: list[changes.ChangeRecord] = []
-        admitted: dict[tuple[str, str], float] = {}  # key -> first admission of its entry
+        admitted: dict[keyqueue.Key, float] = {}  # key -> first admission of its entry
+        dropped: list[keyqueue.Key] = []
         for p in work:
             if p.next_try > now:
                 pending.append(p)
                 continue
             rec = self._resolve(p)
             if rec is None:
-                continue
-            if isinstance(rec, _Pending):
+                dropped.append(p.item.key)
+            elif isinstance(rec, _Pending):
                 pending.append(rec)
             else:
                 records.append(rec)
                 admitted[p.item.key] = min(p.item.admitted, admitted.get(p.item.key, p.item.admitted))
-        if records:
-            for chunk in sender.split_batches(records, max_items=self.settings.max_batch):
+        if dropped:
+            self._finish(dropped, taken)
+        for chunk in sender.split_batches(records, max_items=self.settings.max_batch) if records else ():
+            keys = [(r["namespace"], r["name"]) for r in chunk]
+            started = time.monotonic()
+            for key in keys:
+                self.metrics.dispatch_seconds.observe(max(0.0, started - admitted.get(key, started)))
+            try:
                 self._deliver(chunk, admitted)
-        elif pending and not new:
-            time.sleep(self.settings.poll)
+            finally:
+                self._finish(keys, taken)
         return True
 
     def _resolve(self, p: _Pending) -> changes.ChangeRecord | _Pending | None:
@@ -164,7 +199,8 @@ class Forwarder:
             return changes.from_configmap(verdict.obj, runtime_id=self.runtime_id,
                                           source="webhook", observed_at=observed)
         if verdict.result == "wait":
-            return _Pending(item, now + self.settings.poll)
+            delay = reread_delay(self.settings.reread_first, self.settings.poll, p.rereads)
+            return _Pending(item, now + delay, rereads=p.rereads + 1)
         self.metrics.readbacks.labels(verdict.result).inc()
         log.info("not forwarding %s/%s: %s", item.namespace, item.name, verdict.result)
         return None

@@ -1,13 +1,24 @@
-"""A bounded queue of object keys that coalesces by key.
+"""A bounded queue of object keys that coalesces by key, with leading-edge hand-out.
 
 The admission handler puts an ``Item`` and returns at once; forwarder threads take items
-in arrival order. A key already waiting is merged, not added (a burst on one ConfigMap
-becomes one entry): the entry keeps the earliest old resourceVersion and observedAt (the
-forwarder waits until the persisted version differs from it) and the latest operation
-and uid. A full queue refuses the item ("overflowed"): the poller will find the change.
-Entries are handed out ``settle`` seconds after their first admission at the earliest,
-and a key at most once per ``min_interval`` (hot keys are debounced; the record sent is
-read back, so it always carries the latest state).
+in arrival order and report each key ``done`` when its send is over (acknowledged,
+refused, dropped or abandoned). The decisions, per key:
+
+* **idle** (not waiting, not in flight, not handed out within ``min_interval``): the
+  entry is ready at once (leading edge; ``settle`` after the admission if set, 0 by
+  default: the forwarder's read-back retries briefly until the write is visible);
+* **waiting**: a further admission merges into the entry (a burst on one ConfigMap becomes
+  one entry): it keeps the earliest old resourceVersion and admission time (the forwarder
+  waits until the persisted version differs from it) and the latest operation and uid;
+* **in flight** (taken, not done): a further admission becomes one held entry (merging all
+  that follow) that is ready when the send is done, not before the interval below;
+* **hot** (handed out less than ``min_interval`` ago): the entry waits until then, so a key
+  under constant churn yields at most one entry per interval. The record sent is read
+  back, so it always carries the latest state.
+
+A full queue refuses a new key ("overflowed"; a waiting key still merges): the poller
+will find the change. ``close`` makes everything waiting, ready or not, takeable (drain).
+``clock`` is injectable (tests use a fake one).
 """
 
 from __future__ import annotations
@@ -17,10 +28,12 @@ import dataclasses
 import heapq
 import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 Operation = Literal["CREATE", "UPDATE", "DELETE"]
 PutResult = Literal["enqueued", "coalesced", "overflowed"]
+Key = tuple[str, str]
 
 
 @dataclasses.dataclass
@@ -35,7 +48,7 @@ class Item:
     merged: int = 1  # how many admissions this entry stands for
 
     @property
-    def key(self) -> tuple[str, str]:
+    def key(self) -> Key:
         return (self.namespace, self.name)
 
 
@@ -49,23 +62,34 @@ def merge(waiting: Item, new: Item) -> Item:
 
 class KeyQueue:
     """``settle``: an entry is handed out at the earliest that long after its first
-    admission. ``min_interval``: a key handed out less than that ago waits until then
-    (a key under constant churn yields at most one entry per interval). ``lookahead``:
-    once one entry is ready, entries held back only by ``min_interval`` that would be ready
-    within that time join it (fewer, larger batches; never before ``settle``)."""
+    admission (0: leading edge). ``min_interval``: a key handed out less than that ago
+    waits until then. ``lookahead``: once one entry is ready, entries held back only by
+    ``min_interval`` that would be ready within that time join it (fewer, larger batches;
+    never before ``settle``, never while in flight)."""
 
     def __init__(self, maxsize: int, settle: float = 0.0, min_interval: float = 0.0,
-                 lookahead: float = 0.0) -> None:
+                 lookahead: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.maxsize = maxsize
         self.lookahead = lookahead
         self.settle = settle
         self.min_interval = min_interval
-        self._items: dict[tuple[str, str], Item] = {}
-        self._heap: list[tuple[float, int, tuple[str, str]]] = []  # (ready_at, seq, key)
+        self._clock = clock
+        self._items: dict[Key, Item] = {}  # waiting entries (in the heap or held)
+        self._heap: list[tuple[float, int, Key]] = []  # (ready_at, seq, key)
+        self._held: set[Key] = set()  # waiting entries of keys in flight (not in the heap)
+        self._inflight: set[Key] = set()  # handed out, not done
         self._seq = 0
-        self._last: collections.OrderedDict[tuple[str, str], float] = collections.OrderedDict()
+        self._last: collections.OrderedDict[Key, float] = collections.OrderedDict()  # hand-outs
         self._cond = threading.Condition()
         self._closed = False
+
+    def _ready_at(self, item: Item) -> float:
+        return max(item.admitted + self.settle,
+                   self._last.get(item.key, float("-inf")) + self.min_interval)
+
+    def _push(self, item: Item) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (self._ready_at(item), self._seq, item.key))
 
     def put(self, item: Item) -> PutResult:
         with self._cond:
@@ -75,22 +99,36 @@ class KeyQueue:
                 return "coalesced"
             if len(self._items) >= self.maxsize:
                 return "overflowed"
-            ready_at = max(item.admitted + self.settle,
-                           self._last.get(item.key, float("-inf")) + self.min_interval)
             self._items[item.key] = item
-            self._seq += 1
-            heapq.heappush(self._heap, (ready_at, self._seq, item.key))
+            if item.key in self._inflight and not self._closed:
+                self._held.add(item.key)  # ready when its key's send is done
+                return "enqueued"
+            self._push(item)
             self._cond.notify()
             return "enqueued"
 
+    def done(self, keys: Iterable[Key]) -> None:
+        """The sends of ``keys`` are over: their held entries (if any) become ready
+        (not before ``min_interval`` after the hand-out)."""
+        with self._cond:
+            woke = False
+            for key in keys:
+                self._inflight.discard(key)
+                if key in self._held:
+                    self._held.discard(key)
+                    self._push(self._items[key])
+                    woke = True
+            if woke:
+                self._cond.notify_all()
+
     def take(self, max_items: int, timeout: float) -> list[Item]:
         """Up to ``max_items`` ready entries, earliest first; waits up to ``timeout`` for
-        the first. Once closed, returns at once (possibly empty) with everything waiting,
-        ready or not (drain)."""
-        deadline = time.monotonic() + timeout
+        the first. Their keys are in flight until ``done``. Once closed, returns at once
+        (possibly empty) with everything waiting, ready or not (drain)."""
+        deadline = self._clock() + timeout
         with self._cond:
             while not self._closed:
-                now = time.monotonic()
+                now = self._clock()
                 if self._heap and self._heap[0][0] <= now:
                     break
                 until = min(self._heap[0][0], deadline) if self._heap else deadline
@@ -98,8 +136,8 @@ class KeyQueue:
                     return []
                 self._cond.wait(max(until - now, 0.0005))
             out: list[Item] = []
-            early: list[tuple[float, int, tuple[str, str]]] = []
-            now = time.monotonic()
+            early: list[tuple[float, int, Key]] = []
+            now = self._clock()
             while self._heap and len(out) < max_items:
                 if not self._closed and self._heap[0][0] > now + (self.lookahead if out else 0.0):
                     break
@@ -109,6 +147,7 @@ class KeyQueue:
                     early.append(entry)  # not settled yet: stays
                     continue
                 out.append(self._items.pop(entry[2]))
+                self._inflight.add(entry[2])
                 self._last[entry[2]] = now
                 self._last.move_to_end(entry[2])
             for entry in early:
@@ -121,10 +160,17 @@ class KeyQueue:
         with self._cond:
             return len(self._items)
 
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._inflight)
+
     def close(self) -> None:
-        """Wake all takers; items still waiting can be taken (drain)."""
+        """Wake all takers; items still waiting (held ones too) can be taken (drain)."""
         with self._cond:
             self._closed = True
+            for key in self._held:
+                self._push(self._items[key])
+            self._held.clear()
             self._cond.notify_all()
 
     @property

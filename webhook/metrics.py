@@ -30,6 +30,7 @@ class Metrics:
     forwards: Counter  # result, reason
     forwarded_records: Counter  # outcome (listener's per-item outcome)
     forward_seconds: Histogram
+    dispatch_seconds: Histogram
     delivery_seconds: Histogram  # outcome (listener's per-item outcome)
     last_success: Gauge
     connection_refusals: Counter  # reason (common.httpconn.REASONS)
@@ -56,6 +57,10 @@ def build(registry: CollectorRegistry | None) -> Metrics:
                                   "Records acknowledged by the listener, by its outcome", ["outcome"], registry=r),
         forward_seconds=Histogram(f"{PREFIX}_forward_seconds", "Duration of one POST to the listener",
                                   buckets=FORWARD_BUCKETS, registry=r),
+        dispatch_seconds=Histogram(
+            f"{PREFIX}_dispatch_seconds", "From the admission that first enqueued a key to the "
+            "start of the first POST carrying its record (queueing and read-back)",
+            buckets=FORWARD_BUCKETS, registry=r),
         delivery_seconds=Histogram(
             f"{PREFIX}_delivery_seconds", "From the admission that first enqueued a key to the "
             "listener's acknowledgement (2xx) of its record, by the listener's outcome",

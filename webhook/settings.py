@@ -19,12 +19,13 @@ class ForwarderSettings:
     max_batch: int = 50
     readback_seconds: float = 5.0
     read_error_seconds: float = 60.0
-    poll: float = 0.05
+    poll: float = 0.05  # longest pause between two reads of an object not visible yet
+    reread_first: float = 0.005  # the first such pause (doubling up to ``poll``)
     retry_base: float = 0.2
     retry_cap: float = 30.0
     drain_seconds: float = 10.0
-    coalesce_seconds: float = 0.1
-    hot_key_seconds: float = 0.5
+    coalesce_seconds: float = 0.0
+    hot_key_seconds: float = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,10 +123,13 @@ SPEC = config.Spec(
                        "first backoff of a failed send", minimum=0.01, maximum=60),
         config.seconds("TETHER_WEBHOOK_RETRY_CAP_SECONDS", 30.0,
                        "longest backoff of a failed send", minimum=0.1, maximum=3600),
-        config.seconds("TETHER_WEBHOOK_COALESCE_SECONDS", 0.1,
-                       "minimum wait after a key's first admission", minimum=0, maximum=10),
-        config.seconds("TETHER_WEBHOOK_HOT_KEY_SECONDS", 0.5,
-                       "minimum interval between two hand-outs of the same key", minimum=0,
+        config.seconds("TETHER_WEBHOOK_COALESCE_SECONDS", 0.0,
+                       "minimum wait after a key's first admission before it is handed out "
+                       "(0: at once, leading edge; 0.1: the trailing window of earlier "
+                       "versions)", minimum=0, maximum=10),
+        config.seconds("TETHER_WEBHOOK_HOT_KEY_SECONDS", 0.25,
+                       "minimum interval between two hand-outs of the same key (changes "
+                       "within it coalesce; 0.5 before leading-edge delivery)", minimum=0,
                        maximum=60),
         config.integer("TETHER_WEBHOOK_QUEUE_SIZE", 10000,
                        "keys waiting per worker before overflow", minimum=1, maximum=1_000_000,

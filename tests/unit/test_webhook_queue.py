@@ -1,11 +1,25 @@
-"""The coalescing key queue and the read-back decision (pure / in-process)."""
+"""The coalescing key queue and the read-back decision (pure / in-process; the queue's
+decisions with a fake clock)."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from webhook import keyqueue, readback
+from webhook import forwarder, keyqueue, readback
+
+
+class Clock:
+    """A fake monotonic clock: time moves only when told."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def item(name: str, op: keyqueue.Operation = "UPDATE", rv: str = "1", uid: str = "u",
@@ -83,6 +97,7 @@ def test_lookahead_batches_hot_keys_but_never_before_settle() -> None:
     for n in ("a", "b"):
         q.put(keyqueue.Item("ns", n, "u", "UPDATE", "1", 0.0))
     assert len(q.take(10, 0)) == 2
+    q.done([("ns", "a"), ("ns", "b")])  # sent (else they would be held as in flight)
     q.put(keyqueue.Item("ns", "a", "u", "UPDATE", "2", 0.0))  # held back by min_interval
     q.put(keyqueue.Item("ns", "b", "u", "UPDATE", "2", 0.0))
     q.put(keyqueue.Item("ns", "c", "u", "UPDATE", "1", 0.0))  # ready now
@@ -92,3 +107,141 @@ def test_lookahead_batches_hot_keys_but_never_before_settle() -> None:
     s.put(keyqueue.Item("ns", "y", "u", "UPDATE", "1", 0.0))  # admitted now: must settle
     assert [i.name for i in s.take(10, 0)] == ["x"]
     assert len(s) == 1
+
+
+# -- leading edge, in flight, hot keys (fake clock) ----------------------------------------
+
+
+def queue(clock: Clock, maxsize: int = 100, settle: float = 0.0,
+          min_interval: float = 0.5) -> keyqueue.KeyQueue:
+    return keyqueue.KeyQueue(maxsize, settle, min_interval, min_interval / 4, clock=clock)
+
+
+def at(clock: Clock, name: str, rv: str = "1", op: keyqueue.Operation = "UPDATE") -> keyqueue.Item:
+    return keyqueue.Item("ns", name, "u", op, rv, 0.0, admitted=clock())
+
+
+def test_a_first_admission_is_ready_at_once() -> None:
+    c = Clock()
+    q = queue(c)
+    assert q.put(at(c, "a", op="CREATE", rv="")) == "enqueued"
+    got = q.take(10, 0)  # no time has passed: leading edge, no window
+    assert [(i.name, i.operation) for i in got] == [("a", "CREATE")]
+    assert q.in_flight() == 1 and len(q) == 0
+
+
+def test_an_admission_while_in_flight_coalesces_and_is_ready_after_the_finish() -> None:
+    c = Clock()
+    q = queue(c, min_interval=0.0)
+    q.put(at(c, "a", rv="1"))
+    assert len(q.take(10, 0)) == 1
+    c.advance(0.01)
+    assert q.put(at(c, "a", rv="2")) == "enqueued"  # one held entry ...
+    assert q.put(at(c, "a", rv="3")) == "coalesced"  # ... standing for all that follow
+    c.advance(10)
+    assert q.take(10, 0) == []  # however long the send takes: not while it is in flight
+    q.done([("ns", "a")])
+    got = q.take(10, 0)
+    assert [(i.old_resource_version, i.merged) for i in got] == [("2", 2)]
+
+
+def test_the_held_entry_waits_for_the_hot_key_interval_after_a_quick_send() -> None:
+    c = Clock()
+    q = queue(c, min_interval=0.5)
+    q.put(at(c, "a"))
+    q.take(10, 0)
+    c.advance(0.01)
+    q.put(at(c, "a", rv="2"))
+    c.advance(0.02)
+    q.done([("ns", "a")])  # the send took 30 ms
+    assert q.take(10, 0) == []  # handed out 30 ms ago: hot
+    c.advance(0.5 - 0.03 - 0.001)
+    assert q.take(10, 0) == []
+    c.advance(0.002)
+    assert [i.old_resource_version for i in q.take(10, 0)] == ["2"]
+
+
+def test_a_burst_of_1000_on_one_key_ends_in_at_most_3_sends_with_the_final_state() -> None:
+    c = Clock()
+    q = queue(c, min_interval=0.5)
+    sends: list[keyqueue.Item] = []
+    state = 0  # the persisted version; a send reads it back when it is handed out
+    read: list[int] = []
+    for i in range(1000):
+        state = i + 1
+        q.put(at(c, "burst", rv=str(i)))
+        c.advance(0.0005)  # 2,000 admissions/s: 0.5 s in all
+        for it in q.take(10, 0):
+            sends.append(it)
+            read.append(state)
+            q.done([it.key])
+    while len(q) or q.in_flight():
+        c.advance(0.05)
+        for it in q.take(10, 0):
+            sends.append(it)
+            read.append(state)
+            q.done([it.key])
+    assert 2 <= len(sends) <= 3, [(i.old_resource_version, i.merged) for i in sends]
+    assert sum(i.merged for i in sends) == 1000  # every admission is accounted for
+    assert read[-1] == 1000  # the last send reads the final state
+    assert sends[0].merged == 1  # the first went out alone, at once
+
+
+def test_a_cold_key_is_not_delayed_by_a_hot_one() -> None:
+    c = Clock()
+    q = queue(c, min_interval=0.5)
+    q.put(at(c, "hot"))
+    q.take(10, 0)
+    q.done([("ns", "hot")])
+    c.advance(0.1)
+    q.put(at(c, "hot", rv="2"))  # handed out 0.1 s ago: waits until 0.5
+    q.put(at(c, "cold"))
+    assert [i.name for i in q.take(10, 0)] == ["cold"]
+    c.advance(0.4)
+    assert [i.name for i in q.take(10, 0)] == ["hot"]
+    q.done([("ns", "hot"), ("ns", "cold")])
+    c.advance(0.6)  # quiet for longer than the interval: leading edge again
+    q.put(at(c, "hot", rv="3"))
+    assert [i.name for i in q.take(10, 0)] == ["hot"]
+
+
+def test_overflow_is_bounded_and_held_entries_count() -> None:
+    c = Clock()
+    q = queue(c, maxsize=2)
+    q.put(at(c, "a"))
+    q.take(10, 0)  # a in flight, nothing waiting
+    assert q.put(at(c, "a", rv="2")) == "enqueued"  # held: counts against the bound
+    assert q.put(at(c, "b")) == "enqueued"
+    assert q.put(at(c, "c")) == "overflowed"
+    assert q.put(at(c, "a", rv="3")) == "coalesced"  # a waiting key still merges when full
+    assert q.put(at(c, "b", rv="2")) == "coalesced"
+    assert len(q) == 2
+    assert [i.name for i in q.take(10, 0)] == ["b"]  # a is still in flight
+    assert q.put(at(c, "c")) == "enqueued"
+
+
+def test_close_drains_held_entries_too() -> None:
+    c = Clock()
+    q = queue(c)
+    q.put(at(c, "a"))
+    q.take(10, 0)
+    q.put(at(c, "a", rv="2"))  # held behind the send in flight
+    q.close()
+    assert [i.old_resource_version for i in q.take(10, 0)] == ["2"]
+
+
+def test_settle_restores_the_trailing_window() -> None:
+    c = Clock()
+    q = queue(c, settle=0.1, min_interval=0.5)
+    q.put(at(c, "a", rv="1"))
+    c.advance(0.05)
+    assert q.put(at(c, "a", rv="2")) == "coalesced"
+    assert q.take(10, 0) == []
+    c.advance(0.051)
+    assert [(i.old_resource_version, i.merged) for i in q.take(10, 0)] == [("1", 2)]
+
+
+def test_reread_delay_starts_small_and_doubles_to_the_poll_interval() -> None:
+    delays = [forwarder.reread_delay(0.005, 0.05, n) for n in range(6)]
+    assert delays == [0.005, 0.01, 0.02, 0.04, 0.05, 0.05]
+    assert forwarder.reread_delay(0.005, 0.05, 10_000) == 0.05
