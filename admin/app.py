@@ -49,6 +49,7 @@ class Services(NamedTuple):
     authorizer: auth.Authorizer
     metrics: metrics.Metrics
     audit: logging.Logger
+    events: snapshot.Events
 
 
 def services() -> Services:
@@ -69,7 +70,8 @@ def create_app(s: settings_mod.Settings, *, kcp: gateway.Kube | None = None,
     m = metrics.Metrics(refresher, s)
     authorizer = auth.Authorizer(kcp, s.auth_cache, s.request_timeout,
                                  on_review=lambda kind: m.reviews.labels(kind).inc())
-    svc = Services(s, kcp, refresher, authorizer, m, logs.audit_logger(s.audit_destination))
+    svc = Services(s, kcp, refresher, authorizer, m, logs.audit_logger(s.audit_destination),
+                   snapshot.Events(kcp, s))
     app = Flask("admin")
     app.config["MAX_CONTENT_LENGTH"] = MAX_FORM
     app.jinja_env.autoescape = True
@@ -316,13 +318,19 @@ def _pages(app: Flask) -> None:
                           "(as of the last listing)")
         svc = services()
         events: list[parts.Event] = []
-        events_error = ""
-        try:
-            events = snapshot.events(svc.kcp, svc.settings, row.kyma.partition("/")[2])
-        except gateway.GatewayError as e:
-            events_error = "Events could not be read: " + logs.bounded(e, 160)
+        problems: list[str] = []
         now = datetime.datetime.now(datetime.UTC)
-        mapping = next((m for m in snap.mappings if m.kyma == row.kyma.partition("/")[2]), None)
+        try:
+            row = row._replace(delivery=snapshot.delivery_of(svc.kcp, svc.settings, row, now))
+        except gateway.GatewayError as e:
+            problems.append("the runtime's RuntimeDelivery could not be read (totals of the "
+                            "last listing shown): " + logs.bounded(e, 160))
+        try:
+            events = svc.events.get(row.kyma.partition("/")[2])
+        except gateway.GatewayError as e:
+            problems.append("Events could not be read: " + logs.bounded(e, 160))
+        events_error = "; ".join(problems)
+        mapping = snap.mapping_by_kyma.get(row.kyma.partition("/")[2])
         return _render("runtime.html", snap=snap, row=row, events=events,
                        events_error=events_error, mapping=mapping,
                        lag_chart=markupsafe.Markup(views.lag_chart(row.delivery, now)),

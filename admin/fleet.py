@@ -63,6 +63,7 @@ class Row(NamedTuple):
     compass_reason: str
     delivery: delivery.Summary
     problems: tuple[str, ...]
+    delivery_object: str = ""                # name of its RuntimeDelivery ("" without one)
 
     @property
     def score(self) -> int:
@@ -100,35 +101,6 @@ def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | N
     return None
 
 
-def _by_runtime(objs: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    out: dict[str, Mapping[str, Any]] = {}
-    for o in objs:
-        rid = _labels(o).get(kyma.RUNTIME_ID_LABEL)
-        if isinstance(rid, str) and rid:
-            out[rid] = o
-    return out
-
-
-def _enrollments_by_kyma(objs: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    out: dict[str, Mapping[str, Any]] = {}
-    for o in objs:
-        spec = o.get("spec")
-        name = spec.get("kymaName") if isinstance(spec, Mapping) else None
-        name = name or _meta(o).get("name")
-        if isinstance(name, str) and name:
-            out[name] = o
-    return out
-
-
-def _mappings_by_kyma(objs: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    out: dict[str, Mapping[str, Any]] = {}
-    for o in objs:
-        name = _labels(o).get(MAPPING_KYMA_LABEL)
-        if isinstance(name, str) and name:
-            out[name] = o
-    return out
-
-
 MAPPING_KYMA_LABEL = "operator.kyma-project.io/kyma-name"
 
 
@@ -155,44 +127,106 @@ def problems_of(row: Row, t: Thresholds, now: datetime.datetime) -> tuple[str, .
     return tuple(found)
 
 
-def build(objs: Objects, t: Thresholds, now: datetime.datetime) -> list[Row]:
-    """One row per Kyma CR with a runtime ID, worst first (then by runtime ID)."""
-    enrollments = _enrollments_by_kyma(objs.enrollments)
-    beats = _by_runtime(objs.heartbeats)
-    deliveries = _by_runtime(objs.deliveries)
-    mappings = _mappings_by_kyma(objs.mappings)
-    rows: list[Row] = []
-    for k in objs.kymas:
+class EnrollmentView(NamedTuple):
+    ready: str
+    reason: str
+    message: str
+    not_after: datetime.datetime | None
+
+
+class Index:
+    """What the rows need of each kind, kept small and added one object at a time, so a
+    listing of thousands of runtimes never holds more than one page of raw objects."""
+
+    def __init__(self, now: datetime.datetime) -> None:
+        self.now = now
+        self.enrollments: dict[str, EnrollmentView] = {}
+        self.beats: dict[str, datetime.datetime | None] = {}
+        self.deliveries: dict[str, tuple[delivery.Summary, str]] = {}
+        self.mappings: dict[str, tuple[str, str]] = {}
+
+    def add_enrollment(self, o: Mapping[str, Any]) -> None:
+        spec = o.get("spec")
+        name = spec.get("kymaName") if isinstance(spec, Mapping) else None
+        name = name or _meta(o).get("name")
+        if not isinstance(name, str) or not name:
+            return
+        ready = condition(o, "Ready")
+        cert = _status(o).get("certificate")
+        self.enrollments[name] = EnrollmentView(
+            ready=str(ready.get("status", "Unknown")) if ready else "Unknown",
+            reason=str(ready.get("reason", ""))[:80] if ready else "NoCondition",
+            message=str(ready.get("message", ""))[:300] if ready else "",
+            not_after=delivery.parse(cert.get("notAfter")) if isinstance(cert, Mapping) else None)
+
+    def add_heartbeat(self, o: Mapping[str, Any]) -> None:
+        rid = _labels(o).get(kyma.RUNTIME_ID_LABEL)
+        if isinstance(rid, str) and rid:
+            spec = o.get("spec")
+            self.beats[rid] = delivery.parse(spec.get("renewTime")) if isinstance(
+                spec, Mapping) else None
+
+    def add_delivery(self, o: Mapping[str, Any], lean: bool = False) -> None:
+        """``lean``: the per-minute series and recent records are dropped (the runtime
+        page reads them fresh); the totals of the hour are kept."""
+        rid = _labels(o).get(kyma.RUNTIME_ID_LABEL)
+        if not isinstance(rid, str) or not rid:
+            return
+        summary = delivery.summarize(_status(o), self.now)
+        if lean:
+            summary = summary._replace(series=[], recent=[])
+        self.deliveries[rid] = (summary, str(_meta(o).get("name", ""))[:253])
+
+    def add_mapping(self, o: Mapping[str, Any]) -> None:
+        name = _labels(o).get(MAPPING_KYMA_LABEL)
+        if isinstance(name, str) and name:
+            ready = condition(o, "Ready")
+            self.mappings[name] = (str(_status(o).get("state", ""))[:40],
+                                   str((ready or {}).get("reason", ""))[:80])
+
+    def row(self, k: Mapping[str, Any], t: Thresholds) -> Row | None:
         meta = _meta(k)
         rid = _labels(k).get(kyma.RUNTIME_ID_LABEL)
         name = meta.get("name")
         if not isinstance(rid, str) or not rid or not isinstance(name, str):
-            continue
-        enr = enrollments.get(name)
-        ready = condition(enr, "Ready")
-        cert = _status(enr).get("certificate")
-        lease = beats.get(rid)
-        mapping = mappings.get(name)
-        mstatus = _status(mapping)
-        mready = condition(mapping, "Ready")
+            return None
+        enr = self.enrollments.get(name)
+        summary, object_name = self.deliveries.get(rid, (EMPTY, ""))
+        state, reason = self.mappings.get(name, ("", ""))
         row = Row(
             runtime_id=rid, kyma=f"{meta.get('namespace', '')}/{name}",
             created=delivery.parse(meta.get("creationTimestamp")),
             deleting=bool(meta.get("deletionTimestamp")),
-            enrolled=str(ready.get("status", "Unknown")) if ready else "Unknown",
-            enrollment_reason=str(ready.get("reason", "")) if ready else "NoEnrollment",
-            enrollment_message=str(ready.get("message", ""))[:300] if ready else "",
-            certificate_not_after=delivery.parse(cert.get("notAfter"))
-            if isinstance(cert, Mapping) else None,
-            heartbeat=delivery.parse(((lease or {}).get("spec") or {}).get("renewTime")),
-            compass_state=str(mstatus.get("state", "")) if mapping else "",
-            compass_reason=str((mready or {}).get("reason", "")) if mapping else "",
-            delivery=delivery.summarize(_status(deliveries.get(rid)), now),
-            problems=(),
-        )
-        rows.append(row._replace(problems=problems_of(row, t, now)))
+            enrolled=enr.ready if enr else "Unknown",
+            enrollment_reason=enr.reason if enr else "NoEnrollment",
+            enrollment_message=enr.message if enr else "",
+            certificate_not_after=enr.not_after if enr else None,
+            heartbeat=self.beats.get(rid), compass_state=state, compass_reason=reason,
+            delivery=summary, problems=(), delivery_object=object_name)
+        return row._replace(problems=problems_of(row, t, self.now))
+
+
+EMPTY = delivery.summarize(None, datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC))
+
+
+def ordered(rows: list[Row]) -> list[Row]:
+    """Worst first, then by the share of poller-only records, then by runtime ID."""
     rows.sort(key=lambda r: (-r.score, -(r.delivery.poller_share or 0.0), r.runtime_id))
     return rows
+
+
+def build(objs: Objects, t: Thresholds, now: datetime.datetime) -> list[Row]:
+    """One row per Kyma CR with a runtime ID, worst first (then by runtime ID)."""
+    index = Index(now)
+    for o in objs.enrollments:
+        index.add_enrollment(o)
+    for o in objs.heartbeats:
+        index.add_heartbeat(o)
+    for o in objs.deliveries:
+        index.add_delivery(o)
+    for o in objs.mappings:
+        index.add_mapping(o)
+    return ordered([r for k in objs.kymas if (r := index.row(k, t)) is not None])
 
 
 class Page(NamedTuple):

@@ -122,25 +122,30 @@ def parts_of(deployments: Iterable[Mapping[str, Any]],
     return out
 
 
-def mappings_of(objs: Iterable[Mapping[str, Any]]) -> list[CompassMapping]:
-    out: list[CompassMapping] = []
-    for o in objs:
-        meta, status = _m(o, "metadata"), _m(o, "status")
-        labels = _m(meta, "labels")
-        conds = status.get("conditions") or []
-        ready = next((c for c in conds if isinstance(c, Mapping) and c.get("type") == "Ready"),
-                     None)
-        worst = ready or next((c for c in conds if isinstance(c, Mapping)
-                               and c.get("status") != "True"), None) or {}
-        out.append(CompassMapping(kyma=_cut(labels.get("operator.kyma-project.io/kyma-name")
-                                     or meta.get("name"), 253),
-                           runtime=_cut(labels.get("kyma-project.io/compass-runtime-id"), 64),
-                           state=_cut(status.get("state") or "Unknown", 40),
-                           reason=_cut(worst.get("reason"), 80),
-                           message=_cut(worst.get("message"), 300)))
+def mapping_of(o: Mapping[str, Any]) -> CompassMapping:
+    meta, status = _m(o, "metadata"), _m(o, "status")
+    labels = _m(meta, "labels")
+    conds = status.get("conditions") or []
+    ready = next((c for c in conds if isinstance(c, Mapping) and c.get("type") == "Ready"),
+                 None)
+    worst = ready or next((c for c in conds if isinstance(c, Mapping)
+                           and c.get("status") != "True"), None) or {}
+    return CompassMapping(kyma=_cut(labels.get("operator.kyma-project.io/kyma-name")
+                                    or meta.get("name"), 253),
+                          runtime=_cut(labels.get("kyma-project.io/compass-runtime-id"), 64),
+                          state=_cut(status.get("state") or "Unknown", 40),
+                          reason=_cut(worst.get("reason"), 80),
+                          message=_cut(worst.get("message"), 300))
+
+
+def ordered_mappings(mappings: list[CompassMapping]) -> list[CompassMapping]:
     order = {"Failed": 0, "Processing": 1, "Unknown": 2, "Ready": 3}
-    out.sort(key=lambda m: (order.get(m.state, 2), m.kyma))
-    return out
+    mappings.sort(key=lambda m: (order.get(m.state, 2), m.kyma))
+    return mappings
+
+
+def mappings_of(objs: Iterable[Mapping[str, Any]]) -> list[CompassMapping]:
+    return ordered_mappings([mapping_of(o) for o in objs])
 
 
 def states(mappings: Sequence[CompassMapping]) -> dict[str, int]:

@@ -4,12 +4,16 @@
 only), RuntimeEnrollments, heartbeat Leases, RuntimeDeliveries and CompassManagerMappings of
 the KCP namespace, Tether's Deployments and the leader Leases, and builds the rows
 (``admin.fleet``) and the parts (``admin.parts``) once. Pages read the last ``Snapshot``:
-a page costs no KCP request, whatever the fleet's size (Events of one runtime are the
-exception: ``events`` reads them when its page is opened).
+a page costs no KCP request, whatever the fleet's size. A runtime's page is the exception:
+it reads that runtime's RuntimeDelivery (``delivery_of``: the snapshot keeps only the hour's
+totals, not the per-minute series and recent records, so 5,000 runtimes fit in little
+memory) and its Events (``Events``: one list, cached 10 s per runtime).
 
 ``Refresher`` keeps one snapshot per process, renewed every ``refresh`` seconds by a
-daemon thread; a failed listing keeps the previous snapshot (its age shows in readiness and
-in ``tether_fleet_snapshot_age_seconds``).
+daemon thread, and never sooner than twice the last listing's duration after it ended (a
+slow listing of a large fleet cannot take more than a third of the process's time from the
+pages); a failed listing keeps the previous snapshot (its age shows in readiness and in
+``tether_fleet_snapshot_age_seconds``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from admin import fleet, parts, settings
@@ -44,6 +48,7 @@ class Snapshot(NamedTuple):
     by_id: dict[str, fleet.Row]
     parts: list[parts.Part]
     mappings: list[parts.CompassMapping]
+    mapping_by_kyma: dict[str, parts.CompassMapping]
     compass: parts.Compass
     missing: tuple[str, ...]             # kinds that could not be listed (e.g. CRD absent)
 
@@ -63,41 +68,54 @@ def _items(kcp: gateway.Kube, res: gateway.Resource, namespace: str, *, timeout:
         missing.append(res.plural)
 
 
-def _slim_delivery(obj: Mapping[str, Any]) -> dict[str, Any]:
-    return {"metadata": {"labels": (obj.get("metadata") or {}).get("labels") or {}},
-            "status": obj.get("status") or {}}
-
-
 def load(kcp: gateway.Kube, s: settings.Settings,
          now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
          ) -> Snapshot:
-    """One listing of everything the pages show. Raises ``gateway.GatewayError``."""
+    """One listing of everything the pages show, one page of raw objects at a time (each
+    object is reduced to what the rows need as it arrives). Raises ``gateway.GatewayError``."""
     t0 = time.perf_counter()
     ns, to = s.kcp_namespace, s.request_timeout
     missing: list[str] = []
-    kymas = list(_items(kcp, kyma.RESOURCE, ns, timeout=to, metadata_only=True, missing=missing))
-    enrollments = list(_items(kcp, ENROLLMENTS, ns, timeout=to, missing=missing))
-    beats = list(_items(kcp, gateway.LEASES, ns, timeout=to, missing=missing,
-                        label_selector=f"{HEARTBEAT_LABEL}=true"))
-    deliveries = [_slim_delivery(o) for o in _items(kcp, DELIVERIES, ns, timeout=to,
-                                                    missing=missing)]
-    raw_mappings = list(_items(kcp, MAPPINGS, ns, timeout=to, missing=missing))
+    index = fleet.Index(now())
+    for o in _items(kcp, ENROLLMENTS, ns, timeout=to, missing=missing):
+        index.add_enrollment(o)
+    for o in _items(kcp, gateway.LEASES, ns, timeout=to, missing=missing,
+                    label_selector=f"{HEARTBEAT_LABEL}=true"):
+        index.add_heartbeat(o)
+    for o in _items(kcp, DELIVERIES, ns, timeout=to, missing=missing):
+        index.add_delivery(o, lean=True)
+    mappings: list[parts.CompassMapping] = []
+    for o in _items(kcp, MAPPINGS, ns, timeout=to, missing=missing):
+        index.add_mapping(o)
+        mappings.append(parts.mapping_of(o))
+    rows = fleet.ordered([r for k in _items(kcp, kyma.RESOURCE, ns, timeout=to,
+                                            metadata_only=True, missing=missing)
+                          if (r := index.row(k, s.thresholds)) is not None])
     deployments = list(_items(kcp, DEPLOYMENTS, s.namespace, timeout=to, missing=missing))
     leases = list(_items(kcp, gateway.LEASES, s.namespace, timeout=to, missing=missing,
                          label_selector=f"!{HEARTBEAT_LABEL}"))
     if s.namespace != ns:
         leases += list(_items(kcp, gateway.LEASES, ns, timeout=to, missing=missing,
                               label_selector=f"!{HEARTBEAT_LABEL}"))
-    at = now()
-    rows = fleet.build(fleet.Objects(kymas, enrollments, beats, deliveries, raw_mappings),
-                       s.thresholds, at)
+    ordered = parts.ordered_mappings(mappings)
     return Snapshot(
-        taken=at, seconds=time.perf_counter() - t0, rows=rows,
+        taken=index.now, seconds=time.perf_counter() - t0, rows=rows,
         by_id={r.runtime_id: r for r in rows},
         parts=parts.parts_of(deployments, leases),
-        mappings=parts.mappings_of(raw_mappings),
+        mappings=ordered, mapping_by_kyma={m.kyma: m for m in ordered},
         compass=parts.compass_of(leases),
         missing=tuple(sorted(set(missing))))
+
+
+def delivery_of(kcp: gateway.Kube, s: settings.Settings, row: fleet.Row,
+                now: datetime.datetime) -> delivery.Summary:
+    """A runtime's whole delivery summary (per-minute series, recent records), read when
+    its page is opened: the snapshot keeps only the hour's totals."""
+    if not row.delivery_object:
+        return row.delivery
+    obj = kcp.get_or_none(DELIVERIES, s.kcp_namespace, row.delivery_object,
+                          timeout=s.request_timeout)
+    return row.delivery if obj is None else delivery.summarize(obj.get("status"), now)
 
 
 def events(kcp: gateway.Kube, s: settings.Settings, kyma_name: str,
@@ -109,6 +127,30 @@ def events(kcp: gateway.Kube, s: settings.Settings, kyma_name: str,
     page = kcp.list(EVENTS, s.kcp_namespace, field_selector=f"involvedObject.name={kyma_name}",
                     limit=200, timeout=s.request_timeout)
     return parts.events_of(page.get("items") or [])[:limit]
+
+
+class Events:
+    """``events`` cached ``seconds`` per Kyma CR (at most ``entries``): a reloaded runtime
+    page costs the KCP one list per ten seconds, not one per view."""
+
+    def __init__(self, kcp: gateway.Kube, s: settings.Settings, seconds: float = 10.0,
+                 entries: int = 256, clock: Callable[[], float] = time.monotonic) -> None:
+        self._kcp, self._s, self._seconds, self._entries, self._clock = kcp, s, seconds, entries, clock
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, list[parts.Event]]] = {}
+
+    def get(self, kyma_name: str) -> list[parts.Event]:
+        now = self._clock()
+        with self._lock:
+            hit = self._cache.get(kyma_name)
+            if hit is not None and now - hit[0] < self._seconds:
+                return hit[1]
+        found = events(self._kcp, self._s, kyma_name)
+        with self._lock:
+            self._cache[kyma_name] = (now, found)
+            if len(self._cache) > self._entries:
+                del self._cache[min(self._cache, key=lambda k: self._cache[k][0])]
+        return found
 
 
 class Refresher:
@@ -156,4 +198,5 @@ class Refresher:
         while not self._stop.is_set():
             started = time.monotonic()
             self.refresh()
-            self._stop.wait(max(0.5, self._interval - (time.monotonic() - started)))
+            took = time.monotonic() - started
+            self._stop.wait(max(0.5, self._interval - took, 2 * took))
