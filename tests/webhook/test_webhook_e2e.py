@@ -251,7 +251,8 @@ def test_an_isolated_write_is_sent_before_the_old_coalescing_window(wh: Stack) -
             below = wh.webhook.metric(DISPATCH + "_bucket", le="0.1")
             time.sleep(0.3)  # past the hot-key interval: an isolated UPDATE
             wh.patch(name, {"k": "v2"})
-        recs = wh.wait(name, lambda r: bool(r) and r[-1]["data"] == {"k": "v2" if i % 2 else "v"})
+        want = {"k": "v2" if i % 2 else "v"}
+        recs = wh.wait(name, lambda r, want=want: bool(r) and r[-1]["data"] == want)
         assert recs[-1]["source"] == "webhook"
         deadline = time.monotonic() + 5
         while wh.webhook.metric(DISPATCH + "_count") < count + 1:  # observed before the POST
