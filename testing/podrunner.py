@@ -27,7 +27,14 @@ changes) and for each container of a pod one process:
 * startup, liveness and readiness probes (httpGet, tcpSocket) polled on their periods; a
   failed liveness or startup probe restarts the container, an exit restarts it with the
   kubelet's backoff (``backoff_seconds`` doubling, at most 300 s);
-* the Deployment's status written back (replicas, ready, available, conditions).
+* the Deployment's status written back (replicas, ready, available, conditions);
+* a Pod object per running pod, as a kubelet keeps one: created from the template with
+  ``nodeName`` set, its status written (phase, the loopback pod IP, the Ready and
+  ContainersReady conditions from the readiness probes, container states) when it changes,
+  deleted when the pod stops. So a Prometheus with ``kubernetes_sd_configs`` role pod
+  discovers the pods as in a cluster (the API accepts loopback pod IPs, unlike
+  Endpoints). Publishing is best effort: a refusal (PodSecurity, say) is logged and noted
+  in ``notes``, the processes run regardless.
 
 Each Service with a selector gets a TCP proxy on its ClusterIP (the local planes allocate
 ClusterIPs on loopback) to its ready pods, which is what the kube-apiserver dials for a
@@ -137,6 +144,8 @@ class Pod:
     spec: dict[str, Any]
     containers: list[Container]
     deleting: bool = False
+    published: bool = False  # its Pod object exists in the API
+    status: dict[str, Any] | None = None  # the Pod status last written
     token_at: float = 0.0
     hosts_file: pathlib.Path | None = None
     automount: bool | None = None  # decided once, as at admission
@@ -349,6 +358,8 @@ class PodRunner:
                                 c.waiting = f"CreateContainerConfigError: {e}"
             for d in deployments:
                 self._write_status(d)
+            for pod in list(self.pods.values()):
+                self._publish_status(pod)
             self._write_endpoints()
 
     def _lookups(self) -> podspec.Lookups:
@@ -432,6 +443,7 @@ class PodRunner:
         pod = Pod(pod_name, name, h, ip, pdir, facts, spec, containers)
         self.pods[pod_name] = pod
         log.info("pod runner: %s/%s created (%s)", self.namespace, pod_name, ip)
+        self._publish(pod, d)
         try:
             self._refresh_volumes(pod, look)
         except (podspec.Invalid, client.ApiException) as e:
@@ -464,6 +476,53 @@ class PodRunner:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(c.popen.pid, signal.SIGKILL)
                 c.popen.wait(timeout=10)
+        self._unpublish(pod)
+
+    # -- the Pod objects ----------------------------------------------------------------
+
+    def _publish(self, pod: Pod, d: Mapping[str, Any]) -> None:
+        """Create the pod's Pod object (what the scheduler and kubelet leave in the API)."""
+        body: Any = pod_object(pod, d)
+        try:
+            self.core.create_namespaced_pod(self.namespace, body)
+            pod.published = True
+        except client.ApiException as e:
+            if e.status == 409:  # a leftover of an earlier run under the same (random) name
+                pod.published = True
+                return
+            reason = _api_reason(e)
+            self.notes.setdefault(pod.deployment, [])
+            note = f"Pod objects not published: {reason}"
+            if note not in self.notes[pod.deployment]:
+                self.notes[pod.deployment].append(note)
+            log.warning("pod runner: %s/%s: Pod object refused: %s", self.namespace, pod.name, reason)
+
+    def _publish_status(self, pod: Pod) -> None:
+        if not pod.published or pod.deleting:
+            return
+        status = pod_status(pod)
+        if status == pod.status:
+            return
+        try:
+            self.core.patch_namespaced_pod_status(pod.name, self.namespace, {"status": status})
+            pod.status = status
+        except client.ApiException as e:
+            if e.status == 404:  # deleted by someone else: a kubelet would recreate it; so do we
+                pod.published = False
+                return
+            log.warning("pod runner: %s/%s: Pod status refused: %s", self.namespace, pod.name, _api_reason(e))
+
+    def _unpublish(self, pod: Pod) -> None:
+        if not pod.published:
+            return
+        pod.published = False
+        try:
+            self.core.delete_namespaced_pod(pod.name, self.namespace, grace_period_seconds=0)
+        except client.ApiException as e:
+            if e.status != 404:
+                log.warning("pod runner: %s/%s: Pod delete failed: %s", self.namespace, pod.name, _api_reason(e))
+        except (OSError, urllib3.exceptions.HTTPError) as e:  # the plane is already gone
+            log.warning("pod runner: %s/%s: Pod delete failed: %s", self.namespace, pod.name, str(e)[:200])
 
     # -- one container ------------------------------------------------------------------
 
@@ -739,6 +798,52 @@ class PodRunner:
         for sp in svc.spec.ports:
             if (ip, sp.port) not in self.proxies:
                 self.proxies[(ip, sp.port)] = serviceproxy.Proxy(svc.metadata.name, ip, int(sp.port))
+
+
+def pod_object(pod: Pod, d: Mapping[str, Any]) -> dict[str, Any]:
+    """The Pod object of a running pod: the Deployment's template, bound to the node."""
+    template = d["spec"]["template"]
+    meta = d["metadata"]
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": pod.name, "namespace": pod.facts.namespace,
+            "labels": {**(template["metadata"].get("labels") or {}), "pod-template-hash": pod.template_hash[:10]},
+            "annotations": dict(template["metadata"].get("annotations") or {}),
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"],
+                                 "uid": meta["uid"], "controller": True}] if meta.get("uid") else [],
+        },
+        "spec": {**pod.spec, "nodeName": NODE},
+    }
+
+
+def pod_status(pod: Pod) -> dict[str, Any]:
+    """What a kubelet reports: phase, IPs, conditions, one status per container (no times:
+    a status is written only when it changes)."""
+    running = [c for c in pod.containers if c.running]
+    ready = pod.ready
+    containers = []
+    for c in pod.containers:
+        state: dict[str, Any] = ({"running": {}} if c.running else {"waiting": {"reason": c.waiting.split(":")[0].split(" ")[0]}})
+        containers.append({"name": c.name, "image": c.spec.get("image", ""), "imageID": "",
+                           "ready": c.ready, "started": c.started, "restartCount": c.restarts, "state": state})
+    def cond(kind: str, ok: bool) -> dict[str, str]:
+        return {"type": kind, "status": "True" if ok else "False"}
+    return {
+        "phase": "Running" if running else "Pending",
+        "hostIP": pod.facts.host_ip, "hostIPs": [{"ip": pod.facts.host_ip}],
+        "podIP": pod.ip, "podIPs": [{"ip": pod.ip}],
+        "conditions": [cond("PodScheduled", True), cond("Initialized", True),
+                       cond("ContainersReady", ready), cond("Ready", ready)],
+        "containerStatuses": containers,
+    }
+
+
+def _api_reason(e: client.ApiException) -> str:
+    try:
+        return str(json.loads(e.body or "{}").get("message") or e.reason)[:300]
+    except ValueError:
+        return f"{e.status} {e.reason}"
 
 
 def _template_hash(d: Mapping[str, Any]) -> str:
