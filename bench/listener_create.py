@@ -1,0 +1,238 @@
+"""Benchmark: creates of new records through the listener into a real KCP apiserver, against
+direct creates of the same objects with the same concurrency, same run; and the listener
+before create-first (read, then create) as a second baseline, same run.
+
+Starts one KCP control plane, installs the Kyma stand-in and the listener's CRDs, two Kyma
+CRs and two listeners (`python -m listener.main`: gunicorn gthread, mTLS, the least-privilege
+Role, WORKERS x THREADS), each from a `git archive` of a commit, so that uncommitted work in
+the checkout is not measured: NEW_REF (default HEAD; its CRDs and Role are installed), and
+OLD_REF (the commit before create-first: every new key costs a GET 404, then a POST). Then, with THREADS
+concurrent senders, N new objects per variant:
+
+  direct      one POST per object (kubernetes client, admin) into a namespace of its own
+  listener    batches of BATCH new records (create-first: one POST per record)
+  listener-1  one new record per request (the webhook forwarder's case)
+  old, old-1  the same through the OLD_REF listener (GET 404 + POST per record)
+
+Variants alternate over ROUNDS slices of the objects (their order rotating) so that load
+drift on a shared machine hits all alike. ratio = listener records/s / direct records/s.
+The KCP apiserver's own request count (``apiserver_request_total`` on RuntimeConfigMaps,
+scraped around each slice) gives the requests per record. Prints a table and writes
+bench/results/listener_create.json.
+
+    .venv/bin/python bench/listener_create.py [--objects 400] [--threads 8] [--batch 25]
+        [--new-ref HEAD] [--old-ref d34caf0^]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import datetime
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kubernetes import client  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from common import changes  # noqa: E402
+from listener import records  # noqa: E402
+from testing import controlplane  # noqa: E402
+from testing import listenerenv as lt  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "listener_create.json"
+ROUNDS = 4
+OLD_REF = "d34caf0^"  # the commit before "create a key this worker does not know without a read"
+
+
+def make_records(rid: str, prefix: str, n: int) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        data = {f"key-{k}": f"value-{i}-{k}-" + "x" * 40 for k in range(16)}
+        out.append(dict(changes.from_configmap(
+            {"metadata": {"namespace": "team-a", "name": f"{prefix}-{i:05d}", "uid": f"u-{i}",
+                          "resourceVersion": str(1000 + i), "labels": {"app": "bench"}},
+             "data": data}, runtime_id=rid, source="webhook")))
+    return out
+
+
+def split(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def kcp_requests(api: Any) -> collections.Counter[str]:
+    """RuntimeConfigMap requests the apiserver served so far, by verb (its own count)."""
+    r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics",
+                                             timeout=30)
+    counts: collections.Counter[str] = collections.Counter()
+    for family in text_string_to_metric_families(r.data.decode()):
+        for s in family.samples:
+            if (s.name == "apiserver_request_total" and s.labels.get("group") == records.GROUP
+                    and s.labels.get("resource") == records.PLURAL):
+                counts[s.labels["verb"]] += int(s.value)
+    return counts
+
+
+def old_tree(ref: str, dest: pathlib.Path) -> str:
+    """The checkout of ``ref`` (git archive) in ``dest``; its full commit."""
+    commit = subprocess.run(["git", "rev-parse", ref], cwd=REPO, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    dest.mkdir()
+    archive = subprocess.Popen(["git", "archive", commit], cwd=REPO, stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
+    assert archive.wait() == 0
+    return commit
+
+
+def start_listener(env: lt.Env, name: str, tree: pathlib.Path, args: argparse.Namespace,
+                   d: pathlib.Path) -> lt.ListenerProcess:
+    """A listener whose code is ``tree`` (``python -m listener.main`` runs in its folder, so
+    its packages come first on the path)."""
+    saved = lt.REPO
+    lt.REPO = tree
+    try:
+        multiproc = d / f"prom-{name}"
+        multiproc.mkdir()
+        return lt.ListenerProcess(env, name, TETHER_LISTENER_WORKERS=str(args.workers),
+                                  TETHER_LISTENER_THREADS=str(args.threads),
+                                  TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME=str(args.threads),
+                                  TETHER_LISTENER_AUDIT_LOG=str(d / f"audit-{name}.jsonl"),
+                                  PROMETHEUS_MULTIPROC_DIR=str(multiproc))
+    finally:
+        lt.REPO = saved
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--objects", type=int, default=400)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=25)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--new-ref", default="HEAD")
+    ap.add_argument("--old-ref", default=OLD_REF)
+    args = ap.parse_args()
+    n, threads, batch = args.objects, args.threads, args.batch
+    started = time.monotonic()
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
+            controlplane.ControlPlane("kcp") as kcp:
+        d = pathlib.Path(tmp)
+        new_commit = old_tree(args.new_ref, d / "new")
+        old_commit = old_tree(args.old_ref, d / "old")
+        api = kcp.api_client()
+        objects = client.CustomObjectsApi(api)
+        controlplane.install_crds(api, controlplane.KYMA_CRD,
+                                  *sorted((d / "new" / "manifests" / "kcp" / "crds").glob(
+                                      "tether.kyma-project.io_*.yaml")))
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name="bench-direct")))
+        lt.RBAC_FILE = d / "new" / lt.RBAC_FILE.relative_to(REPO)  # the measured commit's Role
+        env = lt.make_env(kcp, api, d, "bench")
+        rt_new = lt.add_runtime(env, "rt-new", "c-new.kyma.example.com")
+        rt_old = lt.add_runtime(env, "rt-old", "c-old.kyma.example.com")
+        procs = {"new": start_listener(env, "new", d / "new", args, d),
+                 "old": start_listener(env, "old", d / "old", args, d)}
+        sessions = {"new": [rt_new.session() for _ in range(threads)],
+                    "old": [rt_old.session() for _ in range(threads)]}
+        counter = iter(range(10**9))
+
+        def via(which: str, rt: lt.Runtime) -> Callable[[list[dict[str, Any]]], None]:
+            url = f"{procs[which].url}/v1/runtimes/{rt.id}/changes"
+
+            def send(chunk: list[dict[str, Any]]) -> None:
+                s = sessions[which][next(counter) % threads]
+                body: Any = chunk[0] if len(chunk) == 1 else changes.batch(chunk)  # type: ignore[arg-type]
+                r = s.post(url, json=body, timeout=120)
+                assert r.status_code == 200, r.text
+                assert {i["outcome"] for i in r.json()["results"]} == {"persisted"}, r.text
+            return send
+
+        def direct(chunk: list[dict[str, Any]]) -> None:
+            for rec in chunk:
+                objects.create_namespaced_custom_object(
+                    records.GROUP, records.VERSION, "bench-direct", records.PLURAL,
+                    records.body(rec, "bench-direct"))
+
+        # variant -> (send one chunk, records (rid, prefix), chunk size)
+        variants: dict[str, tuple[Callable[[list[Any]], None], list[dict[str, Any]], int]] = {
+            "direct": (direct, make_records("rt-direct", "d", n), 1),
+            "listener": (via("new", rt_new), make_records(rt_new.id, "b", n), batch),
+            "old": (via("old", rt_old), make_records(rt_old.id, "b", n), batch),
+            "direct-1": (direct, make_records("rt-direct", "d1", n), 1),
+            "listener-1": (via("new", rt_new), make_records(rt_new.id, "s", n), 1),
+            "old-1": (via("old", rt_old), make_records(rt_old.id, "s", n), 1),
+        }
+        seconds: dict[str, float] = collections.defaultdict(float)
+        verbs: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        for group in (("direct", "listener", "old"), ("direct-1", "listener-1", "old-1")):
+            for rnd in range(ROUNDS):
+                order = group[rnd % 3:] + group[:rnd % 3]
+                for name in order:
+                    fn, recs, size = variants[name]
+                    part = split(recs, -(-n // ROUNDS))[rnd]
+                    before = kcp_requests(api)
+                    t0 = time.perf_counter()
+                    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+                        list(pool.map(fn, split(part, size)))
+                    seconds[name] += time.perf_counter() - t0
+                    time.sleep(0.3)  # the apiserver counts a request just after answering
+                    after = kcp_requests(api)
+                    verbs[name].update({v: after[v] - before[v] for v in after})
+        assert len(env.stored(rt_new.id)) == 2 * n and len(env.stored(rt_old.id)) == 2 * n
+        for ss in sessions.values():
+            for s in ss:
+                s.close()
+        for p in procs.values():
+            p.stop()
+        api.close()
+
+    rows = []
+    for name in variants:
+        base = "direct-1" if name.endswith("-1") else "direct"
+        size = variants[name][2]
+        rows.append({
+            "variant": name, "records": n, "listener_batch": None if "direct" in name else size,
+            "per_s": n / seconds[name],
+            "ratio": None if "direct" in name else seconds[base] / seconds[name],
+            "kcp_requests_per_record": {v: round(c / n, 2) for v, c in sorted(verbs[name].items())
+                                        if c},
+        })
+    print(f"{'variant':10} {'records':>7} {'batch':>5} {'records/s':>9} {'ratio':>6}  "
+          "KCP requests per record")
+    for r in rows:
+        ratio = f"{r['ratio']:6.2f}" if r["ratio"] else f"{'-':>6}"
+        b = str(r["listener_batch"] or "-")
+        reqs = ", ".join(f"{v} {c}" for v, c in r["kcp_requests_per_record"].items())
+        print(f"{r['variant']:10} {r['records']:7d} {b:>5} {r['per_s']:9.0f} {ratio}  {reqs}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "benchmark": "listener_create",
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                    "kube_apiserver": controlplane.kube_apiserver_version(),
+                    "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)]},
+        "settings": {"objects": n, "threads": threads, "batch": batch, "workers": args.workers,
+                     "new": {"ref": args.new_ref, "commit": new_commit},
+                     "old": {"ref": args.old_ref, "commit": old_commit},
+                     "data": "16 keys, ~1 KiB per ConfigMap"},
+        "rows": rows,
+        "seconds_total": round(time.monotonic() - started, 1),
+        "command": "python bench/listener_create.py " + " ".join(sys.argv[1:]),
+    }, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
