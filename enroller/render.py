@@ -36,6 +36,7 @@ WEBHOOK_CONFIG = "tether-configmaps"
 WEBHOOK_SERVICE_NAMES = ("tether-webhook.tether-system.svc", "tether-webhook.tether-system")
 MANAGER = "tether-enroller"
 MANAGED_BY = {"app.kubernetes.io/managed-by": MANAGER}
+RUNTIME_LABEL = "kyma-project.io/runtime-id"  # on the pods, so their series name the runtime
 DIGEST = "tether.kyma-project.io/bundle-digest"
 CLIENT_SERIAL = "tether.kyma-project.io/client-serial"
 SERVING_SERIAL = "tether.kyma-project.io/serving-serial"
@@ -134,6 +135,10 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
     for o in objs:
         meta = o.setdefault("metadata", {})
         meta["labels"] = {**(meta.get("labels") or {}), **MANAGED_BY}
+        if o["kind"] == "Deployment":
+            # the runtime's series carry its ID (the PodMonitors copy this pod label)
+            template = o["spec"]["template"].setdefault("metadata", {})
+            template["labels"] = {**(template.get("labels") or {}), RUNTIME_LABEL: i.runtime_id}
         if o["kind"] == "Deployment" and i.image:
             for c in o["spec"]["template"]["spec"].get("containers") or []:
                 if c.get("image", "").rsplit(":", 1)[0].rsplit("/", 1)[-1] == "tether":
@@ -160,7 +165,9 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
     objs.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                  "metadata": {"name": SERVING_SECRET, "namespace": NAMESPACE,
                               "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
-                 "data": {"tls.crt": b64(i.serving_cert), "tls.key": b64(i.serving_key)}})
+                 # ca.crt: the watcher CA, so a scraper can verify the webhook's metrics port
+                 "data": {"tls.crt": b64(i.serving_cert), "tls.key": b64(i.serving_key),
+                          "ca.crt": b64(i.ca_bundle)}})
     return sorted(objs, key=lambda o: ORDER.index(o["kind"]))
 
 
