@@ -184,6 +184,14 @@ def state_path(runtime_id: str, limit: int, token: str) -> str:
     return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state?{query}"
 
 
+def summary_path(runtime_id: str) -> str:
+    return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state/summary"
+
+
+def bucket_path(runtime_id: str, bucket: int) -> str:
+    return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state/buckets/{bucket}"
+
+
 # -- I/O -----------------------------------------------------------------------------------
 
 
@@ -333,6 +341,36 @@ class ListenerClient:
         except (ValueError, KeyError, TypeError):
             raise ListenerError(outcome._replace(verdict="retryable", reason="bad-response")) from None
         return StatePage(items, token_out)
+
+    def _get_json(self, path: str) -> dict[str, Any]:
+        outcome, content = self._call("GET", path)
+        if outcome.verdict != "ok":
+            raise ListenerError(outcome)
+        try:
+            doc = json.loads(content)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            raise ListenerError(outcome._replace(verdict="retryable", reason="bad-response"))
+        return doc
+
+    def state_summary(self) -> dict[str, Any] | None:
+        """The runtime's state summary (``common.statehash.parse_summary`` reads it); None
+        when the listener has no such route (404: a listener older than summaries)."""
+        try:
+            return self._get_json(summary_path(self.settings.runtime_id))
+        except ListenerError as e:
+            if e.outcome.status == 404:
+                return None
+            raise
+
+    def state_bucket(self, bucket: int) -> list[changes.DigestItem]:
+        """The digest items of one bucket of the runtime's state summary."""
+        doc = self._get_json(bucket_path(self.settings.runtime_id, bucket))
+        items = doc.get("items")
+        if not isinstance(items, list):
+            raise ListenerError(Outcome("retryable", 200, "bad-response"))
+        return items
 
     def iter_state(self, limit: int = 500) -> Iterator[changes.DigestItem]:
         """Every item of the runtime's state digest, page by page."""

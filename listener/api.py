@@ -146,6 +146,9 @@ def _in_flight(svc: services.Services, runtime_id: str, handler: Any) -> Respons
     try:
         result: Response = handler(svc, runtime_id)
         return result
+        summaries = svc.summaries
+        if summaries is not None:  # what its writes changed in the state summary
+            result.call_on_close(lambda: summaries.flush_if_due(runtime_id))
     finally:
         svc.in_flight.release(runtime_id)
 

@@ -26,7 +26,7 @@ from typing import Any
 from flask import Flask, Response, g, request
 
 from common import gateway, ops, tlsreload
-from listener import api, openapi, responses, services, settings
+from listener import api, openapi, responses, services, settings, stateapi
 
 log = logging.getLogger(__name__)
 DRAIN_BYTES = 64 * 1024  # a refused body longer than this is not read: the connection closes
@@ -46,6 +46,7 @@ def create_app(
     app.extensions[services.KEY] = svc
     svc.cas.get()  # a CA bundle that cannot be loaded stops the worker here (LoadError)
     app.register_blueprint(api.bp)
+    app.register_blueprint(stateapi.bp)
     _register_operations(app, svc, serving)
     _register_hooks(app, svc)
     return app

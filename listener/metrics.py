@@ -58,6 +58,16 @@ class Metrics:
                                        "vanished object (404), then retried after a fresh read; "
                                        "path create: a create without a read found the key "
                                        "stored", ["path"], registry=r)
+        self.summary_corrections = Counter(
+            f"{NS}_state_summary_corrections", "Buckets of a RuntimeStateSummary corrected "
+            "from a listing of their records (a merge was lost, or raced the listing)",
+            registry=r)
+        self.summary_flush_errors = Counter(
+            f"{NS}_state_summary_flush_errors", "Merges into a RuntimeStateSummary that "
+            "failed (kept for the next merge unless rejected)", registry=r)
+        self.summary_dropped = Counter(
+            f"{NS}_state_summary_dropped", "Bucket changes not kept: the worker holds "
+            "its maximum of pending changes (the buckets heal when listed)", registry=r)
         self.connection_refusals = Counter(
             f"{NS}_connection_refusals",
             "Connections closed by a limit before a request was served, by reason "

@@ -87,6 +87,35 @@ def _own_schemas() -> dict[str, Any]:
             "items": {"type": "array", "items": {"$ref": REF + "DigestItem"}},
             "continue": {"type": "string", "description": "Token of the next page; empty at the end"}}},
         "Status": {"type": "object", "properties": {"status": {"type": "string"}}},
+        "Hash64": {"type": "string", "pattern": "^[0-9a-f]{16}$",
+                   "description": "A 64-bit hash as 16 lower-case hex digits (common/statehash.py)"},
+        "StateSummary": {
+            "type": "object", "required": ["bucketCount", "hashes", "counts"],
+            "description": "The runtime's stored records folded into buckets: bucket = first 4 "
+                           "bytes of SHA-256(namespace NUL name) mod bucketCount; a bucket's "
+                           "hash is the XOR of the first 8 bytes of SHA-256(namespace NUL name "
+                           "NUL resourceVersion NUL epoch) over its live records (tombstones "
+                           "count as absent)",
+            "properties": {
+                "bucketCount": {"type": "integer", "const": 256},
+                "epoch": {"type": "integer", "minimum": 0,
+                          "description": "The runtime's current epoch, which the poller "
+                                         "hashes its objects with"},
+                "hashes": {"type": "array", "items": {"$ref": REF + "Hash64"},
+                           "minItems": 256, "maxItems": 256},
+                "counts": {"type": "array", "minItems": 256, "maxItems": 256,
+                           "items": {"type": "integer", "minimum": -1},
+                           "description": "Live records per bucket; -1: not known, list the "
+                                          "bucket"}}},
+        "StateBucket": {
+            "type": "object", "required": ["bucket", "hash", "count", "items"],
+            "properties": {
+                "bucket": {"type": "integer", "minimum": 0, "maximum": 255},
+                "hash": {"$ref": REF + "Hash64"},
+                "count": {"type": "integer", "minimum": 0},
+                "items": {"type": "array", "items": {"$ref": REF + "DigestItem"},
+                          "description": "Every stored record of the bucket (tombstones too), "
+                                         "ordered by (namespace, name)"}}},
     }
 
 
@@ -164,6 +193,31 @@ def document() -> dict[str, Any]:
                     "200": {"description": "One page of the digest", "content": {
                         "application/json": {"schema": {"$ref": REF + "StateDigest"}}}},
                     "400": _error("Invalid limit or continue token"),
+                    **_refusals(),
+                }}},
+            "/v1/runtimes/{runtimeId}/state/summary": {"get": {
+                "operationId": "getStateSummary",
+                "summary": "The runtime's stored state as 256 bucket hashes (one KCP read); "
+                           "counts as the runtime's heartbeat",
+                "parameters": [_runtime_param()],
+                "responses": {
+                    "200": {"description": "The summary", "content": {
+                        "application/json": {"schema": {"$ref": REF + "StateSummary"}}}},
+                    **_refusals(),
+                }}},
+            "/v1/runtimes/{runtimeId}/state/buckets/{bucket}": {"get": {
+                "operationId": "getStateBucket",
+                "summary": "The state digest of one bucket, listed from the KCP (a summary "
+                           "that disagrees is corrected); counts as the runtime's heartbeat",
+                "parameters": [
+                    _runtime_param(),
+                    {"name": "bucket", "in": "path", "required": True,
+                     "schema": {"type": "integer", "minimum": 0, "maximum": 255}},
+                ],
+                "responses": {
+                    "200": {"description": "The bucket's digest", "content": {
+                        "application/json": {"schema": {"$ref": REF + "StateBucket"}}}},
+                    "400": _error("Not a bucket number"),
                     **_refusals(),
                 }}},
             "/healthz": {"get": {"operationId": "healthz", "security": [], "summary": "Liveness",

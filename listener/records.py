@@ -24,7 +24,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from common import changes, kyma, logs
+from common import changes, kyma, logs, statehash
 
 GROUP = "tether.kyma-project.io"
 VERSION = "v1"
@@ -37,6 +37,9 @@ NAMESPACE_LABEL = "tether.kyma-project.io/namespace"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "tether-listener"
 A = "tether.kyma-project.io/"
+# the key's bucket of the state summary (common.statehash), so one bucket is one label-selected
+# list (listener.statesummary); objects written before it have none until their next write
+BUCKET_LABEL = "tether.kyma-project.io/bucket"
 ANN_NAMESPACE, ANN_NAME, ANN_UID = A + "namespace", A + "name", A + "uid"
 ANN_RV, ANN_OBSERVED, ANN_DELETED = A + "resource-version", A + "observed-at", A + "deleted"
 
@@ -70,7 +73,8 @@ def body(record: Mapping[str, Any], namespace: str) -> dict[str, Any]:
         "name": object_name(key),
         "namespace": namespace,
         "labels": {RUNTIME_LABEL: key.runtime_id, NAMESPACE_LABEL: key.namespace,
-                   MANAGED_BY_LABEL: MANAGED_BY},
+                   MANAGED_BY_LABEL: MANAGED_BY,
+                   BUCKET_LABEL: str(statehash.bucket_of(key.namespace, key.name))},
         "annotations": {
             ANN_NAMESPACE: key.namespace, ANN_NAME: key.name,
             ANN_UID: str(record.get("uid", "")),

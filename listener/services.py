@@ -25,6 +25,7 @@ from listener import (
     ratelimit,
     runtimes,
     settings,
+    statesummary,
     store,
 )
 from listener import metrics as listener_metrics
@@ -56,6 +57,7 @@ class Services:
     deliveries: deliveries.Deliveries
     digests: digestcache.DigestSnapshots = dataclasses.field(
         default_factory=digestcache.DigestSnapshots)
+    summaries: statesummary.Summaries | None = None  # None: tests that build Services by hand
 
     def audit_event(self, event: str, **fields: object) -> None:
         logs.audit(self.audit, event, **fields)
@@ -64,11 +66,17 @@ class Services:
 def build(s: settings.Settings, api: gateway.Kube) -> Services:
     beats = heartbeat.Heartbeats(api, s.namespace, s.heartbeat_interval, s.kcp_timeout)
     meters = listener_metrics.Metrics()
+    summaries = statesummary.Summaries(api, s.namespace, s.kcp_timeout, hooks=statesummary.Hooks(
+        conflict=lambda: meters.write_conflicts.labels("summary").inc(),
+        corrected=lambda n: meters.summary_corrections.inc(),
+        flush_error=lambda reason: meters.summary_flush_errors.inc(),
+        dropped=meters.summary_dropped.inc))
     records = store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries,
                           on_conflict=lambda path: meters.write_conflicts.labels(path).inc(),
                           limits=listener_quota.Limits(s.storage.quota_records, s.storage.quota_bytes),
                           quota_ttl=s.storage.quota_cache_seconds,
-                          tombstone_retention=s.storage.tombstone_retention)
+                          tombstone_retention=s.storage.tombstone_retention,
+                          on_written=summaries.written)
     return Services(
         settings=s,
         api=api,
@@ -84,6 +92,7 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         cas=ca_bundle(s.client_ca_file),
         deliveries=deliveries.Deliveries(api, s.namespace, s.kcp_timeout,
                                          s.delivery_flush_seconds, meters, records.usage),
+        summaries=summaries,
     )
 
 

@@ -60,7 +60,9 @@ class Store:
                  limits: quota.Limits = NO_QUOTA, quota_ttl: float = 10.0,
                  tombstone_retention: float = 7 * 86400.0,
                  now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(
-                     datetime.UTC)) -> None:
+                     datetime.UTC),
+                 on_written: Callable[[str, Mapping[str, Any] | None, Mapping[str, Any] | None,
+                                       Mapping[str, Any]], None] | None = None) -> None:
         self._kcp = kcp
         self.namespace = namespace
         self._timeout = timeout
@@ -70,6 +72,9 @@ class Store:
         self.usage = quota.Usage(limits, quota_ttl, self._usage)
         self._retention = tombstone_retention
         self._now = now
+        # after each persisted record: (runtime, old metadata or None, written metadata or
+        # None when unknown, record); listener.statesummary keeps the state summary by it
+        self._on_written = on_written
 
     # -- records -----------------------------------------------------------------------------
 
@@ -85,9 +90,9 @@ class Store:
         entry = self._cache.get(name)
         if entry is None:
             if self._create_first(key, record, incoming):
-                return "persisted"
+                return self._persisted(key, None, None, record)
         elif self._write_from_cache(name, entry, record, incoming):
-            return "persisted"
+            return self._persisted(key, entry.metadata, None, record)
         for attempt in range(MAX_ATTEMPTS):
             stored = self._get(name)
             if stored is not None and not records.matches(stored, key):
@@ -122,7 +127,8 @@ class Store:
                                                 timeout=self._timeout)
                 admitted.commit()
                 self._cache.remember(written)
-                return "persisted"
+                return self._persisted(key, None if stored is None else stored.get("metadata"),
+                                       written.get("metadata"), record)
             except (gateway.Conflict, gateway.NotFound) as e:
                 admitted.cancel()
                 # 409: another writer won; 404 on an update: the object was deleted (a
@@ -136,6 +142,17 @@ class Store:
             # another writer won: back off a little (jittered) and compare again
             time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
         raise gateway.Unavailable("persist: too many concurrent writers on one object")
+
+    def _persisted(self, key: records.Key, old: Mapping[str, Any] | None,
+                   new: Mapping[str, Any] | None, record: Mapping[str, Any]) -> Outcome:
+        """The outcome of a write, after telling ``on_written`` (the written metadata from
+        the write cache when the path did not keep it)."""
+        if self._on_written is not None:
+            if new is None:
+                cached = self._cache.get(records.object_name(key))
+                new = None if cached is None else cached.metadata
+            self._on_written(key.runtime_id, old, new, record)
+        return "persisted"
 
     def _create_first(self, key: records.Key, record: Mapping[str, Any],
                       incoming: changes.Version) -> bool:

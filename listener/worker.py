@@ -78,6 +78,8 @@ class ListenerWorker(httpworker.BoundedWorker):
                 aggregated.flush()
             if svc is not None:  # best effort, within gunicorn's graceful timeout
                 svc.deliveries.flush_all(min(EXIT_FLUSH_SECONDS, self.cfg.graceful_timeout / 2))
+                if svc.summaries is not None:  # what is lost heals when its bucket is listed
+                    svc.summaries.flush_all(min(EXIT_FLUSH_SECONDS, self.cfg.graceful_timeout / 4))
 
     def early_answer(self, conn: Any) -> tuple[bytes, bytes] | None:
         key = conn.key or ""

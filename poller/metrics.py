@@ -40,6 +40,10 @@ class Metrics:
                                           "List requests to the runtime's apiserver")
         self.listener_requests = counter("tether_poller_listener_requests",
                                          "Requests to the listener, by call", ["call"])
+        self.buckets_listed = counter(
+            "tether_poller_buckets_listed",
+            "Buckets of the state summary whose hashes differed and whose digests were "
+            "listed (poller.buckets)", [])
         self.digest_uninterpretable = counter(
             "tether_poller_digest_uninterpretable",
             "Digest entries the poller could not interpret, by field: resourceVersion and "

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from common import changes, filters, logs, sender
-from poller import diff, metrics, pacing, scan
+from poller import buckets, diff, metrics, pacing, scan
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class RunSettings:
     retry_base: float = 0.5
     retry_cap: float = 5.0
     max_restarts: int = 3
+    buckets: bool = False  # compare the listener's state summary first (poller.buckets)
 
 
 class Result(NamedTuple):
@@ -121,6 +122,8 @@ class Runner:
         return state.result("gone", f"410 Gone {self.settings.max_restarts + 1} times")
 
     def _once(self, state: _RunState, full: bool, keep_going: Callable[[], bool]) -> None:
+        if not full and self.settings.buckets and self._by_buckets(state, keep_going):
+            return
         t0 = self._clock()
         problems: collections.Counter[str] = collections.Counter()
         bad_keys: list[str] = []
@@ -180,6 +183,42 @@ class Runner:
                                          observed_at=listed_at))
         buffer.flush()
         self.metrics.last_scanned.set(scanned)
+
+    def _by_buckets(self, state: _RunState, keep_going: Callable[[], bool]) -> bool:
+        """The run by buckets (``poller.buckets``); False when the full digest must run."""
+        if not buckets.supported(self.client, self.lister):
+            return False
+        t0 = self._clock()
+        buffer = _Buffer(self, state, keep_going)
+
+        def differ(kind: str) -> None:
+            state.count(kind)
+            self.metrics.differences.labels(kind).inc()
+
+        br = buckets.BucketRun(
+            self.runtime_id, self.filter, self.lister, self.client,  # type: ignore[arg-type]
+            add=buffer.add, differ=differ, keep_going=keep_going,
+            request=lambda call: self.metrics.listener_requests.labels(call).inc(),
+            stop=lambda: Stop("aborted", "leadership lost"))
+        try:
+            out = br.run()
+        except scan.Gone:
+            buffer.flush()
+            raise _Restart() from None
+        except scan.ListError as e:
+            buffer.flush()
+            raise Stop("apiserver-failed", str(e)) from None
+        except sender.ListenerError as e:
+            raise _stop_for(e.outcome, "state") from None
+        buffer.flush()
+        state.digest_seconds += self._clock() - t0
+        if out == buckets.FALLBACK:
+            return False
+        state.scanned, state.digest_entries = out.scanned, out.digest_entries
+        self.metrics.scanned.inc(out.scanned)
+        self.metrics.last_scanned.set(out.scanned)
+        self.metrics.buckets_listed.inc(out.buckets_listed)
+        return True
 
     def _state_items(self) -> Iterator[changes.DigestItem]:
         token = ""

@@ -6,6 +6,8 @@ unchanged), so only watched objects travel and memory holds one page at a time. 
 one listing are one consistent snapshot; its collection resourceVersion (``Page.resource_version``,
 the same on every page) is what tombstones carry. A continue token that expired (etcd
 compacted its revision) gives 410 Gone: ``Gone`` is raised and the caller restarts.
+A run by buckets (``poller.buckets``) lists metadata only and reads the few objects it
+sends one by one (``get``).
 """
 
 from __future__ import annotations
@@ -46,14 +48,15 @@ class Lister:
         self._timeout = timeout
         self._on_request = on_request
 
-    def page(self, token: str = "") -> Page:
+    def page(self, token: str = "", metadata_only: bool = False) -> Page:
+        """One page; ``metadata_only``: a ``PartialObjectMetadataList`` (no data)."""
         self._on_request()
         try:
             doc = self._skr.list(gateway.CONFIGMAPS, None, limit=self._page_size,
                                  continue_token=token or None,
                                  field_selector=field_selector(self._filter) or None,
                                  label_selector=self._filter.selector_text or None,
-                                 timeout=self._timeout)
+                                 metadata_only=metadata_only, timeout=self._timeout)
         except gateway.Gone as e:
             raise Gone("list configmaps: 410 Gone (continue token expired)") from e
         except gateway.GatewayError as e:
@@ -62,12 +65,21 @@ class Lister:
         return Page(list(doc.get("items") or []), str(meta.get("continue") or ""),
                     str(meta.get("resourceVersion") or ""))
 
-    def pages(self) -> Iterator[Page]:
+    def pages(self, metadata_only: bool = False) -> Iterator[Page]:
         """Every page of one listing (one snapshot); raises ``Gone``/``ListError``."""
         token = ""
         while True:
-            page = self.page(token)
+            page = self.page(token, metadata_only)
             yield page
             if not page.continue_token:
                 return
             token = page.continue_token
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One ConfigMap with its data (None: gone); raises ``ListError``."""
+        self._on_request()
+        try:
+            return self._skr.get_or_none(gateway.CONFIGMAPS, namespace, name,
+                                         timeout=self._timeout)
+        except gateway.GatewayError as e:
+            raise ListError(str(e)) from e

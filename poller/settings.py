@@ -147,6 +147,7 @@ def build(v: config.Values) -> Settings:
     batch_items, rate = v["TETHER_POLLER_BATCH_ITEMS"], v["TETHER_POLLER_RATE"]
     burst = v["TETHER_POLLER_BURST"]
     runs = run.RunSettings(
+        buckets=True,
         page_size=v["TETHER_POLLER_PAGE_SIZE"],
         state_page_size=v["TETHER_POLLER_STATE_PAGE_SIZE"],
         batch_items=batch_items,

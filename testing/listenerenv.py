@@ -25,7 +25,8 @@ REPO = controlplane.REPO_ROOT
 
 CRD_FILE = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeconfigmaps.yaml"
 DELIVERY_CRD_FILE = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimedeliveries.yaml"
-CRD_FILES = (CRD_FILE, DELIVERY_CRD_FILE)  # what the listener writes (manifests/kcp/crds)
+SUMMARY_CRD_FILE = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimestatesummaries.yaml"
+CRD_FILES = (CRD_FILE, DELIVERY_CRD_FILE, SUMMARY_CRD_FILE)  # what the listener writes (manifests/kcp/crds)
 
 
 RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "rbac.yaml"

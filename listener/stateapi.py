@@ -1,0 +1,81 @@
+"""The state summary API (v1): a runtime's bucket hashes, and one bucket's digest.
+
+    GET /v1/runtimes/{id}/state/summary        -> {bucketCount, hashes[B], counts[B]}
+    GET /v1/runtimes/{id}/state/buckets/{n}    -> {bucket, hash, count, items[DigestItem]}
+
+The poller compares its own bucket hashes (``common.statehash``) with the summary and asks
+only for the buckets that differ; a runtime in sync costs one summary GET, which is one
+KCP read (``listener.statesummary``). Both count as the runtime's heartbeat, cost one token
+of its rate, and go through the same authentication and in-flight cap as the other runtime
+routes (``listener.api``). The full digest (``GET .../state``) stays as it was, for pollers
+that do not know buckets and for the daily full resync. Records found without their bucket
+label are labelled after the answer was sent.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+
+from common import gateway, numbers, statehash
+from listener import api, responses, services, validation
+
+bp = Blueprint("state_summary", __name__, url_prefix="/v1/runtimes")
+
+
+def _label_after(resp: Response, svc: services.Services, unlabelled: list[tuple[str, int]]) -> None:
+    summaries = svc.summaries
+    if unlabelled and summaries is not None:
+        resp.call_on_close(lambda: summaries.label(unlabelled))
+
+
+@bp.get("/<runtime_id>/state/summary")
+@api._guarded
+def get_summary(svc: services.Services, runtime_id: str) -> Response:
+    limited = api._rate(svc, runtime_id, 1)
+    if limited is not None:
+        return limited
+    if svc.summaries is None:
+        return responses.error(404, "not found", "no state summaries in this listener")
+    try:
+        svc.beats.seen(runtime_id)
+        stored, unlabelled = svc.summaries.read(runtime_id)
+        doc = statehash.wire_of(stored)
+        epochs = getattr(svc, "epochs", None)  # listener.epochs: the hashes are of this epoch
+        if epochs is not None:
+            doc["epoch"] = epochs.current(runtime_id)
+    except gateway.GatewayError as e:
+        return api._unavailable(svc, "state", e, runtime_id)
+    resp = responses.ok(doc)
+    _label_after(resp, svc, unlabelled)
+    return resp
+
+
+@bp.get("/<runtime_id>/state/buckets/<bucket>")
+def get_bucket(runtime_id: str, bucket: str) -> Response:
+    def handler(svc: services.Services, rid: str) -> Response:
+        return _bucket(svc, rid, bucket)
+    handler.__name__ = "get_bucket"
+    result: Response = api._guarded(handler)(runtime_id)
+    return result
+
+
+def _bucket(svc: services.Services, runtime_id: str, bucket: str) -> Response:
+    n = numbers.ascii_int(bucket, 5)
+    if n is None or n >= statehash.BUCKETS:
+        return api._invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
+            {"path": "bucket", "message": f"must be an integer from 0 to {statehash.BUCKETS - 1}"}],
+            "query"))
+    limited = api._rate(svc, runtime_id, 1)
+    if limited is not None:
+        return limited
+    if svc.summaries is None:
+        return responses.error(404, "not found", "no state summaries in this listener")
+    try:
+        svc.beats.seen(runtime_id)
+        listed, unlabelled = svc.summaries.bucket(runtime_id, n)
+    except gateway.GatewayError as e:
+        return api._unavailable(svc, "state", e, runtime_id)
+    resp = responses.ok({"bucket": n, "hash": statehash.hex16(listed.hash), "count": listed.live,
+                         "items": listed.items})
+    _label_after(resp, svc, unlabelled)
+    return resp

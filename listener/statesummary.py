@@ -1,0 +1,406 @@
+"""Each runtime's state summary in the KCP: the ``RuntimeStateSummary`` object (the I/O).
+
+The summary folds a runtime's stored records into ``common.statehash.BUCKETS`` buckets (a
+64-bit XOR and a count of live records each), so that a poll run of a runtime in sync
+costs the KCP one read (``read``) instead of a listing of all of its records, and a
+difference costs a listing of its bucket only (``bucket``). How it stays right:
+
+* **Writes.** After every persisted record the store calls ``written`` (old and new
+  metadata): the change of its bucket (``statehash.change_of``, with the write's KCP
+  resourceVersion) is added to this worker's pending changes of the runtime (bounded:
+  ``MAX_PENDING`` buckets over all runtimes; one over it is dropped and counted, and heals
+  as below). ``flush_if_due`` (after the response, like ``listener.deliveries``) merges
+  them into the object at most once per ``interval`` per runtime and worker: GET, merge
+  (``statehash.merge``), PUT of the status subresource with the object's resourceVersion;
+  409: read and merge again. A failed merge keeps the changes for the next one.
+* **Healing.** A pending change lost (a worker killed, the cap, a failed merge dropped)
+  leaves the summary with a state the runtime has left behind, so the poller's hash of
+  that bucket differs and it asks for the bucket; listing a bucket recomputes its hash
+  from the records, and a summary that disagrees is corrected (``statehash.corrected``,
+  the bucket's revision set to the listing's KCP resourceVersion). A change pending while
+  its bucket is corrected is skipped at its merge when the listing already held its
+  writes, or applied and the bucket marked unknown when it straddles the listing (the
+  next run lists it again). Records deleted or edited outside the listener (by hand) are
+  found by the daily full resync (the full digest rebuilds the summary of a runtime whose
+  summary is damaged) rather than by the buckets; docs/listener.md says so.
+* **Bootstrap.** A runtime without a summary (new, or stored before summaries) gets one
+  built from a full metadata listing of its records at its first ``read`` (the cost of one
+  old-style state digest, once), then kept by its writes.
+* **Migration.** Records carry their bucket as a label (``records.BUCKET_LABEL``) since
+  this version; older ones get it at their next write, or from the labelling that runs
+  after a bootstrap or bucket listing answered (``label``, within ``LABEL_SECONDS``). A
+  bucket listing also lists the runtime's records without the label (empty once migrated:
+  one request, no object), so the answer is exact during the migration too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple
+
+from common import changes, gateway, logs, numbers, statehash
+from listener import heartbeat, records
+
+log = logging.getLogger(__name__)
+GROUP, VERSION, PLURAL, KIND = ("tether.kyma-project.io", "v1alpha1", "runtimestatesummaries",
+                                "RuntimeStateSummary")
+RESOURCE = gateway.Resource(GROUP, VERSION, PLURAL)
+RECORDS = gateway.Resource(records.GROUP, records.VERSION, records.PLURAL)
+FLUSH_SECONDS = 1.0
+MAX_PENDING = 100_000  # pending bucket changes per worker, over all runtimes
+MAX_REMEMBERED = 50_000
+MAX_ATTEMPTS = 6
+MAX_UNLABELLED = 100_000  # records to label kept from one listing
+LABEL_SECONDS = 10.0  # labelling after one answer
+LIST_PAGE = 500
+LOG_EVERY = 30.0
+
+
+def name_of(runtime_id: str) -> str:
+    """Named like the runtime's heartbeat Lease and RuntimeDelivery."""
+    return heartbeat.lease_name(runtime_id)
+
+
+def _revision(meta: Mapping[str, Any] | None) -> int | None:
+    rv = None if meta is None else meta.get("resourceVersion")
+    return numbers.ascii_int(rv, 32) if isinstance(rv, str) else None
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Bucket(NamedTuple):
+    """One bucket as listed from the records."""
+
+    items: list[changes.DigestItem]
+    hash: int
+    live: int
+    revision: int
+    corrected: bool
+
+
+class Hooks(NamedTuple):
+    """Metric hooks (``listener.metrics``)."""
+
+    conflict: Callable[[], None] = lambda: None
+    corrected: Callable[[int], None] = lambda n: None
+    flush_error: Callable[[str], None] = lambda reason: None
+    dropped: Callable[[], None] = lambda: None
+
+
+class Summaries:
+    def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float, *,
+                 interval: float = FLUSH_SECONDS, hooks: Hooks | None = None,
+                 max_pending: int = MAX_PENDING,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._kcp, self._namespace, self._timeout = kcp, namespace, timeout
+        self._interval, self._max, self._clock = interval, max_pending, clock
+        self._hooks = hooks or Hooks()
+        self._lock = threading.Lock()
+        self._pending: dict[str, dict[int, statehash.Pending]] = {}
+        self._size = 0
+        self._flushed: dict[str, float] = {}
+        self._busy: set[str] = set()
+        self._last_log = -LOG_EVERY
+
+    # -- recording (the store's hook; cheap) ----------------------------------------------------
+
+    def written(self, runtime_id: str, old: Mapping[str, Any] | None,
+                new: Mapping[str, Any] | None, record: Mapping[str, Any]) -> None:
+        """A record was persisted: ``old`` the metadata of the object it replaced (None: a
+        new key), ``new`` the written object's metadata (None when unknown)."""
+        old_item = None if old is None else records.digest_item(old)
+        new_item: Mapping[str, Any] | None = None if new is None else records.digest_item(new)
+        if new_item is None:
+            new_item = record
+        change = statehash.change_of(old_item, new_item, _revision(new))
+        if change is None:
+            return
+        with self._lock:
+            buckets = self._pending.get(runtime_id)
+            if buckets is None or change.bucket not in buckets:
+                if self._size >= self._max:
+                    self._hooks.dropped()
+                    return
+                self._size += 1
+            p = self._pending.setdefault(runtime_id, {}).setdefault(change.bucket,
+                                                                    statehash.Pending())
+            p.add(change)
+
+    def pending(self, runtime_id: str) -> int:
+        with self._lock:
+            return len(self._pending.get(runtime_id, {}))
+
+    # -- merging -----------------------------------------------------------------------------
+
+    def _take(self, runtime_id: str, due_only: bool) -> dict[int, statehash.Pending] | None:
+        with self._lock:
+            if runtime_id in self._busy or runtime_id not in self._pending:
+                return None
+            mono = self._clock()
+            last = self._flushed.get(runtime_id)
+            if due_only and last is not None and mono - last < self._interval:
+                return None
+            self._busy.add(runtime_id)
+            self._flushed[runtime_id] = mono
+            if len(self._flushed) > MAX_REMEMBERED:
+                self._flushed.pop(next(iter(self._flushed)))
+            taken = self._pending.pop(runtime_id)
+            self._size -= len(taken)
+            return taken
+
+    def _give_back(self, runtime_id: str, taken: dict[int, statehash.Pending]) -> None:
+        with self._lock:
+            into = self._pending.setdefault(runtime_id, {})
+            for b, p in taken.items():
+                if b in into:
+                    p.combine(into[b])
+                elif self._size >= self._max:
+                    self._hooks.dropped()
+                    continue
+                else:
+                    self._size += 1
+                into[b] = p
+
+    def flush_if_due(self, runtime_id: str) -> bool:
+        """Merge the runtime's pending changes if its last merge in this worker is
+        ``interval`` ago; never raises (runs after the response)."""
+        return self._flush(runtime_id, due_only=True) is not None
+
+    def flush(self, runtime_id: str) -> dict[str, Any] | None:
+        """Merge the runtime's pending changes now; the object written (None: nothing
+        pending, no object, or the merge failed)."""
+        return self._flush(runtime_id, due_only=False)
+
+    def flush_all(self, budget: float) -> int:
+        deadline = self._clock() + budget
+        with self._lock:
+            waiting = list(self._pending)
+        done = 0
+        for runtime_id in waiting:
+            if self._clock() >= deadline:
+                break
+            done += self._flush(runtime_id, due_only=False) is not None
+        return done
+
+    def _flush(self, runtime_id: str, due_only: bool) -> dict[str, Any] | None:
+        taken = self._take(runtime_id, due_only)
+        if taken is None:
+            return None
+        keep = False
+        try:
+            return self._merge(runtime_id, taken)
+        except gateway.GatewayError as e:
+            keep = not isinstance(e, gateway.Rejected)
+            self._failed(e, keep)
+        except Exception as e:  # noqa: BLE001 - runs after the response; never break the worker
+            self._failed(e, False)
+        finally:
+            with self._lock:
+                self._busy.discard(runtime_id)
+            if keep:
+                self._give_back(runtime_id, taken)
+        return None
+
+    def _failed(self, e: BaseException, kept: bool) -> None:
+        reason = type(e).__name__.lower() if isinstance(e, gateway.GatewayError) else "other"
+        self._hooks.flush_error(reason)
+        now = self._clock()
+        with self._lock:
+            if now - self._last_log < LOG_EVERY:
+                return
+            self._last_log = now
+        log.warning("cannot merge into a RuntimeStateSummary: %s; %s", logs.bounded(e, 300),
+                    "kept for the next merge" if kept else "dropped (the summary heals when "
+                    "the bucket is listed)")
+
+    def _merge(self, runtime_id: str, taken: Mapping[int, statehash.Pending]) -> dict[str, Any] | None:
+        for attempt in range(MAX_ATTEMPTS):
+            obj = self._get(runtime_id)
+            stored = None if obj is None else statehash.stored_of(obj.get("status"))
+            if obj is None or stored is None:
+                return None  # built from a listing at its next read, which holds these writes
+            try:
+                return self._put(runtime_id, obj, statehash.merge(stored, taken))
+            except gateway.Conflict:
+                self._hooks.conflict()
+                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
+        raise gateway.Unavailable(f"{PLURAL}: {MAX_ATTEMPTS} conflicts in a row")
+
+    # -- the object --------------------------------------------------------------------------
+
+    def _get(self, runtime_id: str) -> dict[str, Any] | None:
+        obj = self._kcp.get_or_none(RESOURCE, self._namespace, name_of(runtime_id),
+                                    timeout=self._timeout)
+        if obj is not None and (obj.get("spec") or {}).get("runtimeId") != runtime_id:
+            raise gateway.Rejected(f"{PLURAL}/{name_of(runtime_id)} belongs to another runtime")
+        return obj
+
+    def _put(self, runtime_id: str, obj: dict[str, Any], s: statehash.Stored) -> dict[str, Any]:
+        obj = dict(obj)
+        obj["status"] = {"runtimeId": runtime_id, "updatedAt": _now(), **statehash.status_of(s)}
+        return self._kcp.request("PUT", RESOURCE.path(self._namespace, name_of(runtime_id),
+                                                      "status"),
+                                 body=obj, timeout=self._timeout, what=f"update {PLURAL}/status")
+
+    def _create(self, runtime_id: str) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+                "metadata": {"name": name_of(runtime_id), "namespace": self._namespace,
+                             "labels": {records.RUNTIME_LABEL: runtime_id,
+                                        records.MANAGED_BY_LABEL: records.MANAGED_BY}},
+                "spec": {"runtimeId": runtime_id}}
+        try:
+            return self._kcp.create(RESOURCE, self._namespace, body, timeout=self._timeout)
+        except gateway.Conflict:  # another worker created it just now
+            obj = self._get(runtime_id)
+            if obj is None:
+                raise gateway.Unavailable(f"{PLURAL}: created and gone") from None
+            return obj
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read(self, runtime_id: str) -> tuple[statehash.Stored, list[tuple[str, int]]]:
+        """The runtime's summary (one KCP read, after merging this worker's pending changes
+        of the runtime); built from a full listing when there is none. Also the records
+        found without their bucket label (for ``label``, after the answer)."""
+        obj = self.flush(runtime_id) or self._get(runtime_id)
+        stored = None if obj is None else statehash.stored_of(obj.get("status"))
+        if obj is not None and stored is not None:
+            return stored, []
+        return self._bootstrap(runtime_id, obj)
+
+    def _bootstrap(self, runtime_id: str, obj: dict[str, Any] | None,
+                   ) -> tuple[statehash.Stored, list[tuple[str, int]]]:
+        folded = statehash.Buckets()
+        unlabelled: list[tuple[str, int]] = []
+        revision = 0
+        for meta, rev in self._list(f"{records.RUNTIME_LABEL}={runtime_id}"):
+            revision = max(revision, rev)
+            item = records.digest_item(meta)
+            if item is None:
+                continue
+            live = statehash.live_item(item)
+            if live is not None:
+                folded.add(live)
+            self._note_unlabelled(meta, item, unlabelled)
+        built = statehash.Stored.listed(folded, revision)
+        for attempt in range(MAX_ATTEMPTS):
+            if obj is None:
+                obj = self._create(runtime_id)
+            current = statehash.stored_of(obj.get("status"))
+            if current is not None:
+                return current, unlabelled  # another worker built it meanwhile
+            try:
+                self._put(runtime_id, obj, built)
+                log.info("built the state summary of runtime %s from %d records",
+                         logs.bounded(runtime_id, 80), sum(built.counts))
+                return built, unlabelled
+            except gateway.Conflict:
+                self._hooks.conflict()
+                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
+                obj = self._get(runtime_id)
+        raise gateway.Unavailable(f"{PLURAL}: {MAX_ATTEMPTS} conflicts in a row")
+
+    @staticmethod
+    def _note_unlabelled(meta: Mapping[str, Any], item: Mapping[str, Any],
+                         out: list[tuple[str, int]]) -> None:
+        labels = meta.get("labels")
+        if isinstance(labels, dict) and records.BUCKET_LABEL in labels:
+            return
+        if len(out) < MAX_UNLABELLED:
+            out.append((str(meta.get("name", "")),
+                        statehash.bucket_of(str(item["namespace"]), str(item["name"]))))
+
+    def _list(self, selector: str) -> Iterator[tuple[dict[str, Any], int]]:
+        """Metadata of the records ``selector`` picks, each with the listing's KCP revision."""
+        token = ""
+        while True:
+            page = self._kcp.list(RECORDS, self._namespace, label_selector=selector,
+                                  limit=LIST_PAGE, continue_token=token or None,
+                                  metadata_only=True, timeout=self._timeout)
+            pmeta = page.get("metadata") or {}
+            rev = _revision(pmeta) or 0
+            for obj in page.get("items") or []:
+                yield obj.get("metadata") or {}, rev
+            token = pmeta.get("continue") or ""
+            if not token:
+                return
+
+    def bucket(self, runtime_id: str, n: int) -> tuple[Bucket, list[tuple[str, int]]]:
+        """The digest items of bucket ``n`` (metadata lists of the KCP: the runtime's records
+        without a bucket label, then those labelled ``n``), and the summary corrected when it
+        disagrees. Also the unlabelled records found (for ``label``)."""
+        obj = self._get(runtime_id)
+        found: dict[str, changes.DigestItem] = {}
+        unlabelled: list[tuple[str, int]] = []
+        # unlabelled first: a record labelled in between shows up in the second list
+        for meta, _ in self._list(f"{records.RUNTIME_LABEL}={runtime_id},!{records.BUCKET_LABEL}"):
+            item = records.digest_item(meta)
+            if item is None:
+                continue
+            self._note_unlabelled(meta, item, unlabelled)
+            if statehash.bucket_of(item["namespace"], item["name"]) == n:
+                found[str(meta.get("name", ""))] = item
+        revision = 0
+        for meta, rev in self._list(f"{records.RUNTIME_LABEL}={runtime_id},"
+                                    f"{records.BUCKET_LABEL}={n}"):
+            revision = max(revision, rev)
+            item = records.digest_item(meta)
+            if item is not None and statehash.bucket_of(item["namespace"], item["name"]) == n:
+                found[str(meta.get("name", ""))] = item
+        items = sorted(found.values(), key=lambda i: (i["namespace"], i["name"]))
+        h, count = statehash.bucket_hash(items)
+        fixed = obj is not None and revision > 0 and self._correct(runtime_id, obj, n, h, count,
+                                                                   revision)
+        return Bucket(items, h, count, revision, fixed), unlabelled
+
+    def _correct(self, runtime_id: str, obj: dict[str, Any] | None, n: int, h: int, count: int,
+                 revision: int) -> bool:
+        for attempt in range(MAX_ATTEMPTS):
+            if obj is None:
+                return False
+            stored = statehash.stored_of(obj.get("status"))
+            if stored is None:
+                return False  # rebuilt at the next read
+            new = statehash.corrected(stored, n, h, count, revision)
+            if new is None:
+                return False
+            try:
+                self._put(runtime_id, obj, new)
+                self._hooks.corrected(n)
+                log.info("state summary of runtime %s: bucket %d corrected from its records",
+                         logs.bounded(runtime_id, 80), n)
+                return True
+            except gateway.Conflict:
+                self._hooks.conflict()
+                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
+                obj = self._get(runtime_id)
+        return False
+
+    # -- migration ---------------------------------------------------------------------------
+
+    def label(self, unlabelled: list[tuple[str, int]], budget: float = LABEL_SECONDS) -> int:
+        """Add the bucket label to records written before it (a merge patch each, within
+        ``budget`` seconds; the rest at a later listing); how many. Never raises."""
+        deadline = self._clock() + budget
+        done = 0
+        for name, b in unlabelled:
+            if self._clock() >= deadline:
+                break
+            try:
+                self._kcp.patch(RECORDS, self._namespace, name,
+                                {"metadata": {"labels": {records.BUCKET_LABEL: str(b)}}},
+                                timeout=self._timeout)
+                done += 1
+            except gateway.NotFound:
+                continue
+            except Exception as e:  # noqa: BLE001 - after the answer: next listing retries
+                self._failed(e, False)
+                break
+        return done
