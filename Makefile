@@ -55,7 +55,10 @@ lint: $(STAMP) ## ruff, mypy (strict on the product packages) and the import con
 unit: $(STAMP) ## fast tests of pure logic only
 	$(VENV)/bin/pytest -m "not slow" tests/unit
 
-test: $(STAMP) controlplane promtool image-tools browser lint ## everything CI runs: lint, type checks, all tests on real control planes
+prometheus-server: ## build (or reuse the cached) upstream Prometheus server from its Go module (the monitoring test)
+	bash hack/build-prometheus.sh >/dev/null
+
+test: $(STAMP) controlplane promtool prometheus-server image-tools browser lint ## everything CI runs: lint, type checks, all tests on real control planes
 	$(VENV)/bin/pytest
 
 demo: $(STAMP) controlplane ## run the whole system locally (two planes, all parts)
@@ -68,4 +71,4 @@ clean: ## remove the venv and caches (not the control plane cache)
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
 
 
-.PHONY: bundle help venv constraints controlplane promtool image-tools browser image lint unit test demo planes clean
+.PHONY: bundle help venv constraints controlplane promtool prometheus-server image-tools browser image lint unit test demo planes clean
