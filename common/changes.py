@@ -4,9 +4,13 @@ The JSON Schemas in ``common/schemas/`` are the single source of the format; the
 the poller, the listener and the OpenAPI document all read them from here.
 
 Ordering (pure decision, see ``compare``): a record replaces the stored one only if it is
-newer. Equal resourceVersion and equal ``deleted``: duplicate. Otherwise resourceVersions
-are compared as integers where both parse (comparable for built-in types since Kubernetes
-1.35, KEP-5504), else ``observedAt``. A tombstone with the same resourceVersion as a stored
+newer. Epochs first: a runtime's history can go back (etcd restored from a backup, the
+cluster rebuilt under the same runtime ID), and its resourceVersions are comparable only
+within one epoch, which the KCP starts (``listener.epochs``); a record of a higher epoch is
+newer, one of a lower epoch stale, whatever the resourceVersions. Within an epoch: equal
+resourceVersion and equal ``deleted``: duplicate. Otherwise resourceVersions are compared
+as integers where both parse (comparable for built-in types since Kubernetes 1.35,
+KEP-5504), else ``observedAt``. A tombstone with the same resourceVersion as a stored
 live record is newer (the deletion of that version); a live record with the resourceVersion
 of a stored tombstone is stale. Senders should give a tombstone the resourceVersion of a
 list made after the deletion (a collection resourceVersion), which is never below the
@@ -25,7 +29,7 @@ import functools
 import json
 import pathlib
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 from jsonschema.protocols import Validator
@@ -52,6 +56,7 @@ class DigestItem(TypedDict):
     resourceVersion: str
     observedAt: str
     deleted: bool
+    epoch: NotRequired[int]  # the stored record's epoch (absent from listeners before epochs)
 
 
 class ChangeRecord(DigestItem):
@@ -74,12 +79,14 @@ class Version(NamedTuple):
     resource_version: str
     observed_at: str
     deleted: bool
+    epoch: int = 0
 
 
 SchemaViolation = schemacheck.Violation
 MAX_VIOLATIONS = 20  # per document
 MAX_ITEM_VIOLATIONS = 5  # per item of a batch, so that one bad item does not hide the others
 _RV_DIGITS = 64  # the schema's maxLength of resourceVersion
+MAX_EPOCH = 2**53 - 1  # the schema's maximum of epoch (exact in every JSON implementation)
 
 
 def load_schema(name: str) -> dict[str, Any]:
@@ -154,12 +161,26 @@ def records_of(doc: Mapping[str, Any]) -> Iterator[ChangeRecord]:
         yield doc  # type: ignore[misc]
 
 
+def epoch_of(value: object) -> int:
+    """An epoch as stored or sent: a non-negative integer (an annotation's decimal text
+    too); anything else is epoch 0, the runtime's first, where records written before
+    epochs existed belong."""
+    if isinstance(value, str):
+        value = numbers.ascii_int(value, 16)
+    elif isinstance(value, float) and value.is_integer():  # JSON's 1.0 is an integer too
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_EPOCH:
+        return value
+    return 0
+
+
 def version_of(record: Mapping[str, Any]) -> Version:
     """The version of a record, also of a stored one that may hold anything: a field that
-    is missing or not of its type becomes ``""`` / False (``uninterpretable`` says so)."""
+    is missing or not of its type becomes ``""`` / False (``uninterpretable`` says so), an
+    epoch that is missing or not an integer 0 (``epoch_of``)."""
     rv, ts = record.get("resourceVersion"), record.get("observedAt")
     return Version(rv if isinstance(rv, str) else "", ts if isinstance(ts, str) else "",
-                   record.get("deleted") is True)
+                   record.get("deleted") is True, epoch_of(record.get("epoch")))
 
 
 _TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
@@ -195,12 +216,15 @@ def uninterpretable(v: Version) -> str | None:
 def compare(stored: Version | None, incoming: Version) -> Verdict:
     """Whether ``incoming`` replaces ``stored`` (pure, total; see the module docstring).
 
-    An uninterpretable stored version is replaced by any interpretable incoming one; an
-    uninterpretable incoming version never replaces anything stored."""
+    The higher epoch wins; within one epoch an uninterpretable stored version is replaced
+    by any interpretable incoming one, and an uninterpretable incoming version never
+    replaces anything stored."""
     if stored is None:
         return "newer"
     if uninterpretable(incoming) is not None:
         return "stale"
+    if incoming.epoch != stored.epoch:
+        return "newer" if incoming.epoch > stored.epoch else "stale"
     if uninterpretable(stored) is not None:
         return "newer"
     if incoming.resource_version == stored.resource_version:
@@ -217,6 +241,26 @@ def compare(stored: Version | None, incoming: Version) -> Verdict:
     return "newer" if ta > tb else "stale"
 
 
+def high_water(versions: Iterable[tuple[object, int]], epoch: int) -> int | None:
+    """The highest resourceVersion (as an integer) among ``(resourceVersion, epoch)`` pairs
+    of ``epoch``; None when none parses. With ``went_back``: the test that a runtime's
+    history went back (``listener.epochs``)."""
+    best: int | None = None
+    for rv, e in versions:
+        n = numbers.ascii_int(rv, _RV_DIGITS) if e == epoch else None
+        if n is not None and (best is None or n > best):
+            best = n
+    return best
+
+
+def went_back(collection_rv: object, mark: int | None) -> bool:
+    """Whether a listing at ``collection_rv``, made after reading records of one epoch
+    whose highest resourceVersion is ``mark``, shows that the runtime's history went back:
+    a runtime going forward never lists below a resourceVersion it wrote before."""
+    rv = numbers.ascii_int(collection_rv, _RV_DIGITS)
+    return rv is not None and mark is not None and rv < mark
+
+
 def format_time(ts: datetime.datetime) -> str:
     """observedAt format: UTC, microseconds, 'Z'."""
     return ts.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -227,10 +271,13 @@ def now() -> str:
 
 
 def from_configmap(
-    obj: Mapping[str, Any], *, runtime_id: str, source: Source, observed_at: str | None = None
+    obj: Mapping[str, Any], *, runtime_id: str, source: Source, observed_at: str | None = None,
+    epoch: int | None = None,
 ) -> ChangeRecord:
     """A live record from a ConfigMap as served by the API (a plain dict, camelCase keys,
-    e.g. ``ApiClient.sanitize_for_serialization(cm)`` or a raw JSON response)."""
+    e.g. ``ApiClient.sanitize_for_serialization(cm)`` or a raw JSON response); ``epoch``:
+    the runtime's epoch the sender learned from the listener before it read the object
+    (None: not sent, the listener's current epoch applies)."""
     meta = obj.get("metadata") or {}
     rec: ChangeRecord = {
         "apiVersion": API_VERSION,
@@ -248,16 +295,18 @@ def from_configmap(
         "data": dict(obj.get("data") or {}),
         "binaryData": dict(obj.get("binaryData") or {}),
     }
+    if epoch is not None:
+        rec["epoch"] = epoch
     return rec
 
 
 def tombstone(
     *, runtime_id: str, namespace: str, name: str, uid: str, resource_version: str,
-    source: Source, observed_at: str | None = None,
+    source: Source, observed_at: str | None = None, epoch: int | None = None,
 ) -> ChangeRecord:
     """A record for an object that is gone. ``resource_version`` should be a collection
     resourceVersion read after the deletion (see the module docstring)."""
-    return {
+    rec: ChangeRecord = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "runtimeId": runtime_id,
@@ -269,6 +318,9 @@ def tombstone(
         "deleted": True,
         "source": source,
     }
+    if epoch is not None:
+        rec["epoch"] = epoch
+    return rec
 
 
 def batch(records: list[ChangeRecord]) -> dict[str, Any]:

@@ -47,11 +47,23 @@ class Outcome(NamedTuple):
     error: str = ""
     details: str = ""
     results: tuple[dict[str, Any], ...] = ()
+    epoch: int | None = None  # the runtime's current epoch, as the listener answered it
 
 
 class StatePage(NamedTuple):
     items: list[changes.DigestItem]
     continue_token: str
+    epoch: int | None = None  # None: a listener before epochs
+
+
+class EpochReport(NamedTuple):
+    """What the poller reports with the first page of a state listing (``listener.epochs``):
+    its cluster's identity, and, when it found its history went back, the epoch whose
+    digest it read and the collection resourceVersion it listed at afterwards."""
+
+    identity: str = ""
+    epoch: int | None = None
+    collection_rv: str = ""
 
 
 class ListenerError(RuntimeError):
@@ -107,7 +119,8 @@ def classify(status: int, headers: Mapping[str, str], body: bytes) -> Outcome:
             return Outcome("ok", status, "bad-response")
         results = doc.get("results") if isinstance(doc, dict) else None
         items = tuple(r for r in results if isinstance(r, dict)) if isinstance(results, list) else ()
-        return Outcome("ok", status, "ok", results=items)
+        return Outcome("ok", status, "ok", results=items,
+                       epoch=epoch_in(doc.get("epoch") if isinstance(doc, dict) else None))
     error, details = _error_of(body)
     reason = f"http-{status}"
     if status in RETRYABLE_STATUS or status >= 500:
@@ -179,8 +192,26 @@ def changes_path(runtime_id: str) -> str:
     return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/changes"
 
 
-def state_path(runtime_id: str, limit: int, token: str) -> str:
-    query = urllib.parse.urlencode({"limit": limit, **({"continue": token} if token else {})})
+def epoch_in(value: object) -> int | None:
+    """An epoch in a listener's answer; None when absent or not one."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= changes.MAX_EPOCH:
+        return value
+    return None
+
+
+def state_path(runtime_id: str, limit: int, token: str,
+               report: EpochReport | None = None) -> str:
+    """The state listing's path; the report goes with the first page only."""
+    params: dict[str, str | int] = {"limit": limit}
+    if token:
+        params["continue"] = token
+    elif report is not None:
+        if report.identity:
+            params["identity"] = report.identity
+        if report.epoch is not None and report.collection_rv:
+            params["epoch"] = report.epoch
+            params["collectionResourceVersion"] = report.collection_rv
+    query = urllib.parse.urlencode(params)
     return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state?{query}"
 
 
@@ -328,8 +359,10 @@ class ListenerClient:
         outcome, _ = self._call("POST", changes_path(self.settings.runtime_id), body, timeout)
         return outcome
 
-    def state_page(self, limit: int = 500, token: str = "") -> StatePage:
-        outcome, content = self._call("GET", state_path(self.settings.runtime_id, limit, token))
+    def state_page(self, limit: int = 500, token: str = "",
+                   report: EpochReport | None = None) -> StatePage:
+        outcome, content = self._call("GET", state_path(self.settings.runtime_id, limit, token,
+                                                        report))
         if outcome.verdict != "ok":
             raise ListenerError(outcome)
         try:
@@ -340,7 +373,7 @@ class ListenerClient:
                 raise TypeError("items/continue")
         except (ValueError, KeyError, TypeError):
             raise ListenerError(outcome._replace(verdict="retryable", reason="bad-response")) from None
-        return StatePage(items, token_out)
+        return StatePage(items, token_out, epoch_in(doc.get("epoch")))
 
     def _get_json(self, path: str) -> dict[str, Any]:
         outcome, content = self._call("GET", path)

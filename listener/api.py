@@ -7,7 +7,12 @@ Each request goes through the same steps, cheapest first, and stops at the first
     -> [POST] media type (415) -> runtime's rate, one token (429) -> size (413)
        -> body within its deadline (408) -> parse memory budget (503) -> JSON (400) -> schema (400)
        -> record runtimeId (403) -> record size (413)
-    -> per-runtime rate (429) -> heartbeat -> persist / list (503 when the KCP fails)
+    -> per-runtime rate (429) -> heartbeat -> [POST] record epochs (409) -> persist / list
+       (503 when the KCP fails) -> [GET, a listing's first page] the poller's epoch report
+
+Epochs (``listener.epochs``): a record without one is given the runtime's current epoch;
+the answers carry it (``epoch``), so senders learn it; a poller's report on the first page
+of a state listing may start the next one.
 
 Once a runtime is authenticated, what happens to its records and refusals is counted per
 runtime (``listener.deliveries``) and merged into its ``RuntimeDelivery`` object after the
@@ -24,7 +29,18 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from common import certs, changes, gateway, logs, numbers
-from listener import auth, peer, quota, ratelimit, records, responses, services, store, validation
+from listener import (
+    auth,
+    epochs,
+    peer,
+    quota,
+    ratelimit,
+    records,
+    responses,
+    services,
+    store,
+    validation,
+)
 from listener import settings as listener_settings
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
@@ -235,6 +251,9 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
     try:
         svc.beats.seen(runtime_id)
         svc.deliveries.seen(runtime_id)
+        epoch = _tag_epochs(svc, recs)
+        if isinstance(epoch, validation.Problem):
+            return _invalid(svc, runtime_id, epoch)
         for current in recs:
             outcome = _persist_one(svc, current)
             results.append({"namespace": current["namespace"], "name": current["name"],
@@ -246,7 +265,26 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
         return _unavailable(svc, "persist", e, runtime_id)
     except quota.Exceeded as e:
         return _over_quota(svc, runtime_id, e, current)
-    return responses.ok({"results": results})
+    return responses.ok({"results": results, "epoch": epoch})
+
+
+def _tag_epochs(svc: services.Services, recs: list[changes.ChangeRecord]
+                ) -> int | validation.Problem:
+    """The runtime's current epoch, given to every record that carries none (one Lease
+    read per worker and ``heartbeat.EPOCH_TTL`` at most); a ``Problem`` (409) when a
+    record names an epoch the KCP has not started (only the KCP starts epochs)."""
+    runtime_id = recs[0]["runtimeId"]
+    ahead = max((changes.epoch_of(r.get("epoch")) for r in recs if "epoch" in r), default=0)
+    epoch = svc.epochs.current(runtime_id, at_least=ahead)
+    if ahead > epoch:
+        return validation.Problem(409, "epoch not started", {
+            "reason": "future_epoch", "epoch": epoch,
+            "message": f"a record names epoch {ahead}; the runtime's current epoch is {epoch} "
+                       "(only the listener starts epochs: take it from its answers)"},
+            "future_epoch")
+    for r in recs:
+        r.setdefault("epoch", epoch)
+    return epoch
 
 
 def _over_quota(svc: services.Services, runtime_id: str, e: quota.Exceeded,
@@ -302,14 +340,28 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
     except ValueError as e:
         return _invalid(svc, runtime_id, validation.Problem(
             400, "invalid query", [{"path": "continue", "message": str(e)}], "query"))
+    report = epochs.report_of(request.args)
+    if isinstance(report, str):
+        return _invalid(svc, runtime_id, validation.Problem(
+            400, "invalid query", [{"path": report.split(":")[0], "message": report}], "query"))
     limited = _rate(svc, runtime_id, 1)
     if limited is not None:
         return limited
+    loaded: list[list[changes.DigestItem]] = []
+
+    def load() -> list[changes.DigestItem]:
+        loaded.append(svc.store.digest(runtime_id))
+        return loaded[-1]
     try:
         svc.beats.seen(runtime_id)
         svc.deliveries.seen(runtime_id)
-        chunk, position = svc.digests.page(runtime_id, after, limit,
-                                           lambda: svc.store.digest(runtime_id))
+        chunk, position = svc.digests.page(runtime_id, after, limit, load)
+        if after is None and loaded:  # a listing's first page: the poller's report
+            epoch = svc.epochs.settle(runtime_id, report,
+                                      lambda e: epochs.high_water(loaded[-1], e))
+        else:
+            epoch = svc.epochs.current(runtime_id)
     except gateway.GatewayError as e:
         return _unavailable(svc, "state", e, runtime_id)
-    return responses.ok({"items": chunk, "continue": records.encode_continue(position)})
+    return responses.ok({"items": chunk, "continue": records.encode_continue(position),
+                         "epoch": epoch})

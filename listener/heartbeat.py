@@ -9,26 +9,48 @@ only costs one extra write), so the write rate is bounded by runtimes / interval
 
 ``silent_counts`` (pure) turns the renew times into bounded metrics: how many runtimes
 have been silent longer than each threshold, no series per runtime.
+
+The same Lease keeps the runtime's epoch and identity (``listener.epochs``) as annotations:
+``Epochs`` reads them (cached per worker for ``EPOCH_TTL`` seconds, so the POST path costs
+no KCP request per record) and writes a decision with the Lease's resourceVersion, so of
+two replicas deciding at once only one starts the next epoch; the other re-reads and finds
+nothing left to do. A worker whose cache still holds the previous epoch for a moment tags
+records without an epoch with it: they lose to the new epoch's records (safe), and the
+poller repairs what they missed. A record of an epoch above the cached one makes the
+worker read the Lease again before it refuses it.
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from common import changes, gateway
-from listener import records, retention
+from common import changes, gateway, logs
+from listener import epochs, records, retention
 
 LABEL = "tether.kyma-project.io/heartbeat"
+ANN_EPOCH = "tether.kyma-project.io/epoch"
+ANN_IDENTITY = "tether.kyma-project.io/runtime-identity"
 MAX_REMEMBERED = 50_000
+EPOCH_TTL = 10.0  # seconds a worker trusts its cached epoch of a runtime
+EPOCH_ATTEMPTS = 5  # optimistic writes of one decision before giving up (503)
+
+log = logging.getLogger(__name__)
 
 
 def lease_name(runtime_id: str) -> str:
     return "tether-rt-" + hashlib.sha256(runtime_id.encode()).hexdigest()[:40]
+
+
+def _spec(runtime_id: str) -> dict[str, str]:
+    now = datetime.datetime.now(datetime.UTC)
+    return {"holderIdentity": runtime_id, "renewTime": changes.format_time(now)}
 
 
 def silent_counts(
@@ -67,24 +89,59 @@ class Heartbeats:
         mono = self._clock()
         if not self._due(runtime_id, mono):
             return False
-        now = datetime.datetime.now(datetime.UTC)
         name = lease_name(runtime_id)
-        spec = {"holderIdentity": runtime_id, "renewTime": changes.format_time(now)}
         try:
-            self._kcp.patch(gateway.LEASES, self._namespace, name, {"spec": spec},
+            self._kcp.patch(gateway.LEASES, self._namespace, name, {"spec": _spec(runtime_id)},
                             strategic=True, timeout=self._timeout)
         except gateway.NotFound:
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": name, "namespace": self._namespace, "labels": {
-                        LABEL: "true", records.RUNTIME_LABEL: runtime_id,
-                        records.MANAGED_BY_LABEL: records.MANAGED_BY}},
-                    "spec": spec}
             try:
-                self._kcp.create(gateway.LEASES, self._namespace, body, timeout=self._timeout)
+                self._kcp.create(gateway.LEASES, self._namespace,
+                                 self._new_lease(runtime_id, {}), timeout=self._timeout)
             except gateway.Conflict:  # another replica created it just now: fine
                 pass
         self._remember(runtime_id, mono)
         return True
+
+    def _new_lease(self, runtime_id: str, annotations: dict[str, str]) -> dict[str, Any]:
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": lease_name(runtime_id), "namespace": self._namespace,
+                             "labels": {LABEL: "true", records.RUNTIME_LABEL: runtime_id,
+                                        records.MANAGED_BY_LABEL: records.MANAGED_BY},
+                             "annotations": annotations},
+                "spec": _spec(runtime_id)}
+
+    # -- epochs ----------------------------------------------------------------------------
+
+    def epoch_state(self, runtime_id: str) -> epochs.State:
+        """The runtime's epoch and identity as its Lease holds them (no Lease: epoch 0)."""
+        # a list by name, not a get: the listener's Role lists Leases (silent runtimes)
+        found = self._kcp.list(gateway.LEASES, self._namespace,
+                               field_selector=f"metadata.name={lease_name(runtime_id)}",
+                               timeout=self._timeout).get("items") or []
+        if not found:
+            return epochs.State(0, "")
+        lease = found[0]
+        meta = lease.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        identity = ann.get(ANN_IDENTITY)
+        return epochs.State(changes.epoch_of(ann.get(ANN_EPOCH)),
+                            identity if isinstance(identity, str) else "",
+                            str(meta.get("resourceVersion") or ""))
+
+    def write_epoch(self, runtime_id: str, state: epochs.State, decision: epochs.Decision) -> None:
+        """Write ``decision`` over ``state`` (read before): ``gateway.Conflict`` when the
+        Lease changed since (or was created meanwhile)."""
+        ann = {ANN_EPOCH: str(decision.epoch), ANN_IDENTITY: decision.identity}
+        if not state.lease_version:
+            self._kcp.create(gateway.LEASES, self._namespace, self._new_lease(runtime_id, ann),
+                             timeout=self._timeout)
+            return
+        try:
+            self._kcp.patch(gateway.LEASES, self._namespace, lease_name(runtime_id),
+                            {"metadata": {"resourceVersion": state.lease_version,
+                                          "annotations": ann}}, timeout=self._timeout)
+        except gateway.NotFound:  # deleted since it was read: as if changed
+            raise gateway.Conflict("heartbeat Lease deleted meanwhile") from None
 
     def renew_times(self) -> list[datetime.datetime]:
         """The last-seen time of every runtime with a heartbeat Lease (paginated list), except
@@ -101,3 +158,67 @@ class Heartbeats:
             if t is not None:
                 out.append(t)
         return out
+
+
+class Epochs:
+    """Each runtime's current epoch for this worker: cached ``EPOCH_TTL`` seconds, bounded;
+    decisions (``listener.epochs.decide``) written with optimistic concurrency."""
+
+    def __init__(self, beats: Heartbeats, ttl: float = EPOCH_TTL,
+                 clock: Callable[[], float] = time.monotonic,
+                 on_new_epoch: Callable[[str, int, str], None] = lambda rt, e, why: None) -> None:
+        self._beats, self._ttl, self._clock = beats, ttl, clock
+        self._on_new_epoch = on_new_epoch
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, tuple[float, epochs.State]] = OrderedDict()
+
+    def _keep(self, runtime_id: str, state: epochs.State) -> None:
+        with self._lock:
+            self._cache[runtime_id] = (self._clock(), state)
+            self._cache.move_to_end(runtime_id)
+            while len(self._cache) > MAX_REMEMBERED:
+                self._cache.popitem(last=False)
+
+    def state(self, runtime_id: str, *, fresh: bool = False) -> epochs.State:
+        """The runtime's state, from the cache unless ``fresh`` or older than the TTL.
+        Raises a ``gateway.GatewayError``."""
+        if not fresh:
+            with self._lock:
+                hit = self._cache.get(runtime_id)
+            if hit is not None and self._clock() - hit[0] < self._ttl:
+                return hit[1]
+        state = self._beats.epoch_state(runtime_id)
+        self._keep(runtime_id, state)
+        return state
+
+    def current(self, runtime_id: str, at_least: int = 0) -> int:
+        """The current epoch; read afresh when the cached one is below ``at_least`` (a
+        record of a newer epoch, started by another replica)."""
+        epoch = self.state(runtime_id).epoch
+        if epoch < at_least:
+            epoch = self.state(runtime_id, fresh=True).epoch
+        return epoch
+
+    def settle(self, runtime_id: str, report: epochs.Report,
+               mark: Callable[[int], int | None]) -> int:
+        """Apply a poller's report (``listener.epochs``); the current epoch after it.
+        ``mark(epoch)``: the highest resourceVersion of the stored records of ``epoch``."""
+        if report.empty:
+            return self.current(runtime_id)
+        state = self.state(runtime_id)
+        for _ in range(EPOCH_ATTEMPTS):
+            decision = epochs.decide(state, report, mark(state.epoch))
+            if decision is None:
+                return state.epoch
+            try:
+                self._beats.write_epoch(runtime_id, state, decision)
+            except gateway.Conflict:  # changed since read (a heartbeat, another replica)
+                state = self.state(runtime_id, fresh=True)
+                continue
+            self._keep(runtime_id, epochs.State(decision.epoch, decision.identity, ""))
+            if decision.epoch != state.epoch:
+                log.warning("runtime %s: epoch %d started (%s)", logs.bounded(runtime_id, 80),
+                            decision.epoch, decision.reason)
+                self._on_new_epoch(runtime_id, decision.epoch, decision.reason)
+            return decision.epoch
+        raise gateway.Unavailable("epoch: too many concurrent writers of the heartbeat Lease")

@@ -63,6 +63,9 @@ def _error(description: str, retry_after: bool = False) -> dict[str, Any]:
 
 def _own_schemas() -> dict[str, Any]:
     rv = {"type": "string"}
+
+    def epoch(description: str) -> dict[str, Any]:
+        return {"type": "integer", "minimum": 0, "description": description}
     return {
         "Error": {"type": "object", "required": ["error", "details"], "properties": {
             "error": {"type": "string", "description": "Short, code-like text"},
@@ -76,16 +79,23 @@ def _own_schemas() -> dict[str, Any]:
             "outcome": {"enum": ["persisted", "duplicate", "stale"]}}},
         "ChangeResults": {"type": "object", "required": ["results"], "properties": {
             "results": {"type": "array", "items": {"$ref": REF + "ChangeResult"},
-                        "description": "One per record, in the order of the request"}}},
+                        "description": "One per record, in the order of the request"},
+            "epoch": epoch("The runtime's current epoch, as this listener knew it (records "
+                           "without an epoch were given it); senders tag later records "
+                           "with it")}},
         "DigestItem": {"type": "object", "required": ["namespace", "name", "uid",
                                                       "resourceVersion", "observedAt", "deleted"],
                        "properties": {"namespace": {"type": "string"}, "name": {"type": "string"},
                                       "uid": {"type": "string"}, "resourceVersion": rv,
                                       "observedAt": {"type": "string"},
-                                      "deleted": {"type": "boolean"}}},
+                                      "deleted": {"type": "boolean"},
+                                      "epoch": epoch("The stored record's epoch (0 for "
+                                                     "records stored before epochs)")}},
         "StateDigest": {"type": "object", "required": ["items", "continue"], "properties": {
             "items": {"type": "array", "items": {"$ref": REF + "DigestItem"}},
-            "continue": {"type": "string", "description": "Token of the next page; empty at the end"}}},
+            "continue": {"type": "string", "description": "Token of the next page; empty at the end"},
+            "epoch": epoch("The runtime's current epoch (after the report of a first page): "
+                           "records of a lower epoch lose to any of this one")}},
         "Status": {"type": "object", "properties": {"status": {"type": "string"}}},
         "Hash64": {"type": "string", "pattern": "^[0-9a-f]{16}$",
                    "description": "A 64-bit hash as 16 lower-case hex digits (common/statehash.py)"},
@@ -176,6 +186,9 @@ def document() -> dict[str, Any]:
                     "413": _error("Body over the size cap (default 3 MiB), a record's data "
                                   "over 1 MiB, or a new record over the runtime's storage "
                                   "quota (error 'exceeded quota')"),
+                    "409": _error("A record names an epoch above the runtime's current one "
+                                  "(details: reason 'future_epoch', message, epoch: the "
+                                  "current one); only the listener starts epochs"),
                     "415": _error("Content-Type is not application/json"),
                 }}},
             "/v1/runtimes/{runtimeId}/state": {"get": {
@@ -188,11 +201,27 @@ def document() -> dict[str, Any]:
                      "schema": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 500}},
                     {"name": "continue", "in": "query", "required": False,
                      "schema": {"type": "string", "maxLength": 1024}},
+                    {"name": "identity", "in": "query", "required": False,
+                     "description": "First page only: the runtime's identity (the UID of its "
+                                    "kube-system Namespace). A different one than recorded "
+                                    "starts a new epoch (the cluster was rebuilt)",
+                     "schema": {"type": "string", "maxLength": 128, "pattern": "^[!-~]*$"}},
+                    {"name": "epoch", "in": "query", "required": False,
+                     "description": "First page only, with collectionResourceVersion: the "
+                                    "claim that the runtime's history went back (after reading "
+                                    "this epoch's digest, a listing came below the highest "
+                                    "resourceVersion of its records); starts the next epoch "
+                                    "if this is the current one and the claim holds",
+                     "schema": {"type": "integer", "minimum": 0}},
+                    {"name": "collectionResourceVersion", "in": "query", "required": False,
+                     "description": "The collection resourceVersion of that listing",
+                     "schema": {"type": "string", "maxLength": 64, "pattern": "^[0-9]+$"}},
                 ],
                 "responses": {
                     "200": {"description": "One page of the digest", "content": {
                         "application/json": {"schema": {"$ref": REF + "StateDigest"}}}},
-                    "400": _error("Invalid limit or continue token"),
+                    "400": _error("Invalid limit, continue token, identity, epoch or "
+                                  "collectionResourceVersion"),
                     **_refusals(),
                 }}},
             "/v1/runtimes/{runtimeId}/state/summary": {"get": {

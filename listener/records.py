@@ -4,7 +4,10 @@ One object per (runtime, namespace, name) in the KCP namespace, named by a hash 
 three (names of runtime objects are up to 253 characters, too long to join), labelled by
 runtime ID and namespace. ``spec`` holds the latest record; annotations repeat the few
 fields of the state digest so ``GET .../state`` can list metadata only
-(``PartialObjectMetadataList``) instead of every object's data.
+(``PartialObjectMetadataList``) instead of every object's data. The record's epoch
+(``common.changes``, ``listener.epochs``) is ``spec.epoch`` and the annotation
+``tether.kyma-project.io/epoch``; an object without them (written before epochs) is of
+epoch 0.
 
 CRD: ``manifests/kcp/crds/tether.kyma-project.io_runtimeconfigmaps.yaml``.
 
@@ -34,17 +37,18 @@ API_VERSION = f"{GROUP}/{VERSION}"
 
 RUNTIME_LABEL = kyma.RUNTIME_ID_LABEL
 NAMESPACE_LABEL = "tether.kyma-project.io/namespace"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "tether-listener"
-A = "tether.kyma-project.io/"
 # the key's bucket of the state summary (common.statehash), so one bucket is one label-selected
 # list (listener.statesummary); objects written before it have none until their next write
 BUCKET_LABEL = "tether.kyma-project.io/bucket"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "tether-listener"
+A = "tether.kyma-project.io/"
 ANN_NAMESPACE, ANN_NAME, ANN_UID = A + "namespace", A + "name", A + "uid"
 ANN_RV, ANN_OBSERVED, ANN_DELETED = A + "resource-version", A + "observed-at", A + "deleted"
+ANN_EPOCH = A + "epoch"
 
 _SPEC_FIELDS = ("runtimeId", "namespace", "name", "uid", "resourceVersion", "observedAt",
-                "deleted", "source", "labels", "annotations", "data", "binaryData")
+                "deleted", "source", "epoch", "labels", "annotations", "data", "binaryData")
 
 
 log = logging.getLogger(__name__)
@@ -81,6 +85,7 @@ def body(record: Mapping[str, Any], namespace: str) -> dict[str, Any]:
             ANN_RV: str(record["resourceVersion"]),
             ANN_OBSERVED: str(record["observedAt"]),
             ANN_DELETED: "true" if record["deleted"] else "false",
+            ANN_EPOCH: str(changes.epoch_of(record.get("epoch"))),
         },
     }
     spec = {f: record[f] for f in _SPEC_FIELDS if f in record}
@@ -137,7 +142,8 @@ def digest_item(meta: Mapping[str, Any]) -> changes.DigestItem | None:
         return value if isinstance(value, str) else ""
     return changes.DigestItem(namespace=text(ANN_NAMESPACE), name=text(ANN_NAME), uid=text(ANN_UID),
                       resourceVersion=text(ANN_RV), observedAt=text(ANN_OBSERVED),
-                      deleted=ann.get(ANN_DELETED) == "true")
+                      deleted=ann.get(ANN_DELETED) == "true",
+                      epoch=changes.epoch_of(ann.get(ANN_EPOCH)))
 
 
 def page(items: list[changes.DigestItem], after: tuple[str, str] | None,

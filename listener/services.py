@@ -47,6 +47,7 @@ class Services:
     store: store.Store
     kymas: runtimes.KymaLRU
     beats: heartbeat.Heartbeats
+    epochs: heartbeat.Epochs
     buckets: ratelimit.TokenBuckets
     in_flight: ratelimit.InFlight
     budget: budget.MemoryBudget
@@ -83,6 +84,7 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         store=records,
         kymas=runtimes.KymaLRU(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
         beats=beats,
+        epochs=heartbeat.Epochs(beats),
         buckets=ratelimit.TokenBuckets(s.rate_per_second, s.rate_burst),
         in_flight=ratelimit.InFlight(s.max_in_flight_per_runtime),
         budget=budget.MemoryBudget(s.parse_budget_bytes),

@@ -7,9 +7,14 @@ entry of an object the runtime no longer shows (deleted, or no longer selected b
 filter) becomes a tombstone whose resourceVersion is the list's collection
 resourceVersion (the snapshot's, which is above the object's own).
 
-Both use ``common.changes.compare`` (resourceVersions as integers where both parse, else
-``observedAt``), so a record the listener already holds as newer (e.g. one the webhook
-sent while the poller was scanning) is never resent.
+Both use ``common.changes.compare`` (epochs first, then resourceVersions as integers where
+both parse, else ``observedAt``), so a record the listener already holds as newer (e.g. one
+the webhook sent while the poller was scanning) is never resent. The poller's records are
+of the epoch the listener answered (``epoch``); after a new epoch started every entry of
+an older one is older than anything the poller sends: every listed object is resent and
+every live entry it did not list gets a tombstone, so the KCP holds the runtime's state
+after that one run. ``high_water`` and ``went_back`` tell that the runtime's history went
+back (``common.changes.went_back``, ``listener.epochs``).
 
 The digest is foreign input (records stored by older listeners may hold anything): ``load``
 never raises. An entry whose resourceVersion or observedAt cannot be interpreted is kept and
@@ -38,9 +43,11 @@ class Entry(NamedTuple):
     observed_at: str
     deleted: bool
     uid: str
+    epoch: int = 0
 
     def version(self) -> changes.Version:
-        return changes.Version(self.resource_version, self.observed_at, self.deleted)
+        return changes.Version(self.resource_version, self.observed_at, self.deleted,
+                               self.epoch)
 
 
 Digest = dict[Key, Entry]
@@ -78,15 +85,17 @@ def _entry(it: object) -> tuple[str | None, str, tuple[Key, Entry] | None]:
     if not (changes.field_ok("namespace", ns) and changes.field_ok("name", name)):
         return "key", shown, None
     entry = Entry(_text(it, "resourceVersion"), _text(it, "observedAt"),
-                  it.get("deleted") is True, _text(it, "uid"))
+                  it.get("deleted") is True, _text(it, "uid"), changes.epoch_of(it.get("epoch")))
     return changes.uninterpretable(entry.version()), shown, ((ns, name), entry)
 
 
-def judge(entry: Entry | None, resource_version: str, observed_at: str) -> DiffType | None:
-    """The difference a live object at ``resource_version`` makes, or None when the
-    listener holds it already (duplicate) or holds something newer (stale)."""
+def judge(entry: Entry | None, resource_version: str, observed_at: str,
+          epoch: int = 0) -> DiffType | None:
+    """The difference a live object at ``resource_version`` (read in ``epoch``) makes, or
+    None when the listener holds it already (duplicate) or holds something newer (stale)."""
     stored = None if entry is None else entry.version()
-    verdict = changes.compare(stored, changes.Version(resource_version, observed_at, False))
+    verdict = changes.compare(stored, changes.Version(resource_version, observed_at, False,
+                                                      epoch))
     if verdict != "newer":
         return None
     if entry is None or entry.deleted:
@@ -94,13 +103,20 @@ def judge(entry: Entry | None, resource_version: str, observed_at: str) -> DiffT
     return "changed"
 
 
-def resend(entry: Entry | None, resource_version: str, observed_at: str) -> bool:
+def resend(entry: Entry | None, resource_version: str, observed_at: str,
+           epoch: int = 0) -> bool:
     """In a full resync: send unless the listener holds a newer record (equal ones too)."""
     stored = None if entry is None else entry.version()
-    return changes.compare(stored, changes.Version(resource_version, observed_at, False)) != "stale"
+    return changes.compare(stored, changes.Version(resource_version, observed_at, False,
+                                                   epoch)) != "stale"
 
 
-def leftover(entry: Entry, list_rv: str, listed_at: str) -> str | None:
+def high_water(digest: Digest, epoch: int) -> int | None:
+    """The highest resourceVersion (an integer) of the digest's records of ``epoch``."""
+    return changes.high_water(((e.resource_version, e.epoch) for e in digest.values()), epoch)
+
+
+def leftover(entry: Entry, list_rv: str, listed_at: str, epoch: int = 0) -> str | None:
     """For an entry whose object a complete listing (a snapshot at ``list_rv``, started at
     ``listed_at``) did not show: the tombstone's resourceVersion (``list_rv``), or None
     when nothing is to be sent: the entry is a tombstone already, or the listener holds a
@@ -108,7 +124,7 @@ def leftover(entry: Entry, list_rv: str, listed_at: str) -> str | None:
     nothing about it. Never below the object's own resourceVersion."""
     if entry.deleted or not list_rv:
         return None
-    verdict = changes.compare(entry.version(), changes.Version(list_rv, listed_at, True))
+    verdict = changes.compare(entry.version(), changes.Version(list_rv, listed_at, True, epoch))
     return list_rv if verdict == "newer" else None
 
 

@@ -52,7 +52,8 @@ def main(argv: list[str]) -> int:
     client = sender.ListenerClient(s.listener)
     lister = scan.Lister(api, s.filter, page_size=s.run.page_size, timeout=s.list_timeout,
                          on_request=m.apiserver_requests.inc)
-    runner = run.Runner(s.runtime_id, s.run, s.filter, lister, client, m)
+    runner = run.Runner(s.runtime_id, s.run, s.filter, lister, client, m,
+                        identity=lister.identity)
     svc = service.Service(s.schedule, runner, m)
     elector = leader.LeaderElector(api, s.lease, on_started=svc.on_started,
                                    on_stopped=svc.on_stopped)

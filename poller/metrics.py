@@ -50,6 +50,12 @@ class Metrics:
             "observedAt are repaired (resent), key entries are dropped", ["field"])
         self.list_restarts = counter("tether_poller_list_restarts",
                                      "Listings restarted after 410 Gone")
+        self.went_back = counter("tether_poller_history_went_back",
+                                 "Runs whose listing came below the listener's records of the "
+                                 "current epoch (the runtime's history went back): each "
+                                 "claimed a new epoch")
+        self.epoch = gauge("tether_poller_epoch",
+                           "The runtime's epoch the listener answered in the last run")
         self.last_success = gauge("tether_poller_last_success_timestamp_seconds",
                                   "Unix time of the last successful run")
         self.leader = gauge("tether_poller_leader", "1 while this process holds the Lease")

@@ -12,6 +12,14 @@ The run stops early (``Stop``) when the listener fails (after ``send_attempts`` 
 batch), refuses the runtime, when the apiserver cannot be listed, and when ``keep_going``
 turns false (the Lease was lost). A 410 Gone restarts the run from the digest (records
 already sent are in it by then, so they are not sent again), at most ``max_restarts``.
+
+Epochs (``listener.epochs``): the first state page reports the runtime's identity and
+answers the current epoch, which every record of the run carries. When the listing's first
+page comes below the highest resourceVersion of the digest's records of that epoch
+(``common.changes.went_back``: the runtime's history went back), the run restarts once before
+sending anything, and its first state page claims it; the listener starts the next epoch,
+and the restarted run, comparing by epoch first, resends every listed object and
+tombstones every other live key: the KCP holds the runtime's state after this one run.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ class Result(NamedTuple):
     retry_after: float | None = None
     detail: str = ""
     digest_seconds: float = 0.0  # of the run's duration: loading the listener's digest
+    epoch: int | None = None  # the runtime's epoch the run's records carried
 
     @property
     def ok(self) -> bool:
@@ -74,7 +83,8 @@ class PageSource(Protocol):
 class Listener(Protocol):
     """``common.sender.ListenerClient``."""
 
-    def state_page(self, limit: int = 500, token: str = "") -> sender.StatePage: ...
+    def state_page(self, limit: int = 500, token: str = "",
+                   report: sender.EpochReport | None = None) -> sender.StatePage: ...
 
     def send(self, records: Sequence[changes.ChangeRecord],
              timeout: tuple[float, float] | None = None) -> sender.Outcome: ...
@@ -90,12 +100,22 @@ class _Restart(Exception):
     pass
 
 
+class _WentBack(Exception):
+    """The listing came below the digest's records of its epoch: claim it, run again."""
+
+    def __init__(self, epoch: int, collection_rv: str, mark: int) -> None:
+        super().__init__(f"epoch {epoch}: listed at {collection_rv}, records up to {mark}")
+        self.epoch, self.collection_rv, self.mark = epoch, collection_rv, mark
+
+
 class Runner:
     def __init__(self, runtime_id: str, settings: RunSettings, flt: filters.ConfigMapFilter,
                  lister: PageSource, client: Listener, m: metrics.Metrics, *,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 identity: Callable[[], str] = lambda: "") -> None:
         self.runtime_id = runtime_id
+        self._identity = identity
         self.settings = settings
         self.filter = flt
         self.lister = lister
@@ -110,25 +130,39 @@ class Runner:
         """One run; ``full`` sends every listed object the listener does not hold as newer
         (a resync that does not trust the digest's resourceVersions)."""
         state = _RunState(pacing.Pacer(self.settings.rate, self.settings.burst, self._clock()))
-        for attempt in range(self.settings.max_restarts + 1):
+        report = sender.EpochReport(self._identity())
+        gone = 0
+        while gone <= self.settings.max_restarts:
             try:
-                self._once(state, full, keep_going)
+                self._once(state, full, keep_going, report)
                 return state.result("ok")
             except _Restart:
+                gone += 1
                 self.metrics.list_restarts.inc()
-                log.info("listing expired (410 Gone), restarting the run (%d)", attempt + 1)
+                log.info("listing expired (410 Gone), restarting the run (%d)", gone)
+            except _WentBack as e:  # once: the claim is sent, and then never raised again
+                self.metrics.went_back.inc()
+                log.warning("the runtime's history went back (%s): claiming a new epoch", e)
+                report = report._replace(epoch=e.epoch, collection_rv=e.collection_rv)
             except Stop as e:
                 return state.result(e.outcome, e.detail, e.retry_after)
         return state.result("gone", f"410 Gone {self.settings.max_restarts + 1} times")
 
-    def _once(self, state: _RunState, full: bool, keep_going: Callable[[], bool]) -> None:
+    def _once(self, state: _RunState, full: bool, keep_going: Callable[[], bool],
+              report: sender.EpochReport) -> None:
         if not full and self.settings.buckets and self._by_buckets(state, keep_going):
             return
         t0 = self._clock()
         problems: collections.Counter[str] = collections.Counter()
         bad_keys: list[str] = []
-        digest = diff.load(self._state_items(), problems, bad_keys)
+        state.epoch = None
+        digest = diff.load(self._state_items(state, report), problems, bad_keys)
         state.digest_seconds += self._clock() - t0
+        epoch = state.epoch  # None: a listener before epochs (records carry none)
+        if epoch is not None:
+            self.metrics.epoch.set(epoch)
+        cmp_epoch = epoch or 0
+        mark = None if epoch is None else diff.high_water(digest, epoch)
         if problems:
             for field, n in problems.items():
                 self.metrics.digest_uninterpretable.labels(field).inc(n)
@@ -148,6 +182,13 @@ class Runner:
                     raise Stop("aborted", "leadership lost")
                 observed = changes.now()
                 list_rv = page.resource_version or list_rv
+                if epoch is not None and mark is not None and changes.went_back(list_rv, mark):
+                    if report.epoch is None:
+                        raise _WentBack(epoch, list_rv, mark)
+                    if report.epoch == epoch:  # claimed, yet no new epoch: compare as before
+                        log.warning("listed at %s below records of epoch %d up to %d, and the "
+                                    "listener started no new epoch", list_rv, epoch, mark)
+                    mark = None
                 for obj in page.items:
                     key = diff.key_of(obj)
                     labels = (obj.get("metadata") or {}).get("labels")
@@ -156,14 +197,15 @@ class Runner:
                     scanned += 1
                     entry = digest.pop(key, None)
                     rv = diff.resource_version_of(obj)
-                    kind = diff.judge(entry, rv, observed)
+                    kind = diff.judge(entry, rv, observed, cmp_epoch)
                     if kind is not None:
                         state.count(kind)
                         self.metrics.differences.labels(kind).inc()
-                    elif not (full and diff.resend(entry, rv, observed)):
+                    elif not (full and diff.resend(entry, rv, observed, cmp_epoch)):
                         continue
                     buffer.add(changes.from_configmap(obj, runtime_id=self.runtime_id,
-                                                      source="poller", observed_at=observed))
+                                                      source="poller", observed_at=observed,
+                                                      epoch=epoch))
                 self.metrics.scanned.inc(scanned - state.scanned)
                 state.scanned = scanned
         except scan.Gone:
@@ -173,14 +215,14 @@ class Runner:
             buffer.flush()
             raise Stop("apiserver-failed", str(e)) from None
         for (ns, name), entry in digest.items():
-            tomb_rv = diff.leftover(entry, list_rv, listed_at)
+            tomb_rv = diff.leftover(entry, list_rv, listed_at, cmp_epoch)
             if tomb_rv is None:
                 continue
             state.count("deleted")
             self.metrics.differences.labels("deleted").inc()
             buffer.add(changes.tombstone(runtime_id=self.runtime_id, namespace=ns, name=name,
                                          uid=entry.uid, resource_version=tomb_rv, source="poller",
-                                         observed_at=listed_at))
+                                         observed_at=listed_at, epoch=epoch))
         buffer.flush()
         self.metrics.last_scanned.set(scanned)
 
@@ -220,14 +262,18 @@ class Runner:
         self.metrics.buckets_listed.inc(out.buckets_listed)
         return True
 
-    def _state_items(self) -> Iterator[changes.DigestItem]:
+    def _state_items(self, state: _RunState, report: sender.EpochReport
+                     ) -> Iterator[changes.DigestItem]:
         token = ""
         while True:
             self.metrics.listener_requests.labels("state").inc()
             try:
-                page = self.client.state_page(self.settings.state_page_size, token)
+                page = self.client.state_page(self.settings.state_page_size, token,
+                                              None if token else report)
             except sender.ListenerError as e:
                 raise _stop_for(e.outcome, "state") from None
+            if not token:
+                state.epoch = page.epoch  # the first page's: the report was settled there
             yield from page.items
             if not page.continue_token:
                 return
@@ -285,6 +331,7 @@ class _RunState:
         self.digest_entries = 0
         self.sent = 0
         self.digest_seconds = 0.0
+        self.epoch: int | None = None
         self.differences = dict.fromkeys(metrics.DIFF_TYPES, 0)
 
     def count(self, kind: str) -> None:
@@ -292,7 +339,7 @@ class _RunState:
 
     def result(self, outcome: str, detail: str = "", retry_after: float | None = None) -> Result:
         return Result(outcome, self.scanned, self.digest_entries, dict(self.differences),
-                      self.sent, retry_after, detail, self.digest_seconds)
+                      self.sent, retry_after, detail, self.digest_seconds, self.epoch)
 
 
 class _Buffer:

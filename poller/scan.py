@@ -6,16 +6,21 @@ unchanged), so only watched objects travel and memory holds one page at a time. 
 one listing are one consistent snapshot; its collection resourceVersion (``Page.resource_version``,
 the same on every page) is what tombstones carry. A continue token that expired (etcd
 compacted its revision) gives 410 Gone: ``Gone`` is raised and the caller restarts.
-A run by buckets (``poller.buckets``) lists metadata only and reads the few objects it
-sends one by one (``get``).
+
+``identity`` reads the runtime's identity for the listener's epochs (``listener.epochs``):
+the UID of the ``kube-system`` Namespace, which a rebuilt cluster has anew.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from common import filters, gateway
+
+log = logging.getLogger(__name__)
+IDENTITY_NAMESPACE = "kube-system"
 
 
 class Page(NamedTuple):
@@ -47,6 +52,7 @@ class Lister:
         self._page_size = page_size
         self._timeout = timeout
         self._on_request = on_request
+        self._identity_failed = False
 
     def page(self, token: str = "", metadata_only: bool = False) -> Page:
         """One page; ``metadata_only``: a ``PartialObjectMetadataList`` (no data)."""
@@ -64,6 +70,22 @@ class Lister:
         meta = doc.get("metadata") or {}
         return Page(list(doc.get("items") or []), str(meta.get("continue") or ""),
                     str(meta.get("resourceVersion") or ""))
+
+    def identity(self) -> str:
+        """The runtime's identity (the ``kube-system`` Namespace's UID); "" when it cannot be
+        read (then only a listing below the stored records starts a new epoch)."""
+        try:
+            ns = self._skr.get(gateway.NAMESPACES, None, IDENTITY_NAMESPACE, timeout=self._timeout)
+        except gateway.GatewayError as e:
+            if not self._identity_failed:
+                log.warning("cannot read the %s Namespace's uid (the runtime's identity for "
+                            "epochs; needs get on namespaces/%s): %s", IDENTITY_NAMESPACE,
+                            IDENTITY_NAMESPACE, e)
+            self._identity_failed = True
+            return ""
+        self._identity_failed = False
+        uid = (ns.get("metadata") or {}).get("uid")
+        return uid if isinstance(uid, str) else ""
 
     def pages(self, metadata_only: bool = False) -> Iterator[Page]:
         """Every page of one listing (one snapshot); raises ``Gone``/``ListError``."""

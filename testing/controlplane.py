@@ -15,8 +15,15 @@ Used by the tests (one SKR plane, one KCP plane) and the local demo.
     ...
     plane.stop()                    # kills processes, removes the folder
 
+etcd's history of a running plane can be saved and put back, to test a runtime restored
+from a backup (the same PKI, ports and kubeconfig, so clients keep working):
+
+    snap = plane.snapshot(path)     # etcdctl snapshot save
+    plane.restore(snap)             # stop, etcdutl snapshot restore, start again
+
 Environment:
-    TETHER_CONTROLPLANE_BIN    folder holding etcd, kube-apiserver, kubectl (skips the build)
+    TETHER_CONTROLPLANE_BIN    folder holding etcd, kube-apiserver, kubectl (skips the build;
+                               etcdctl and etcdutl too for snapshot and restore)
     TETHER_CONTROLPLANE_CACHE  cache root of the build script
 """
 
@@ -106,6 +113,14 @@ def binaries() -> pathlib.Path:
                 raise ControlPlaneError(f"{path / b} is missing or not executable")
         _bin_dir = path
         return path
+
+
+def _tool(name: str) -> pathlib.Path:
+    """One of etcd's snapshot tools (etcdctl, etcdutl) beside the other binaries."""
+    path = binaries() / name
+    if not os.access(path, os.X_OK):
+        raise ControlPlaneError(f"{path} is missing: run {BUILD_SCRIPT} (it adds it to the cache)")
+    return path
 
 
 def kube_apiserver_version() -> str:
@@ -275,6 +290,39 @@ class ControlPlane:
         ]
         self._apiserver = self._spawn("kube-apiserver", args)
         self._wait_ready()
+
+    def snapshot(self, dest: pathlib.Path) -> pathlib.Path:
+        """Save etcd's current state to ``dest`` (``etcdctl snapshot save``, the backup an
+        operator takes of a running cluster)."""
+        tool = _tool("etcdctl")
+        proc = subprocess.run(
+            [str(tool), f"--endpoints=http://127.0.0.1:{self.etcd_port}", "snapshot", "save",
+             str(dest)], capture_output=True, text=True, timeout=120, check=False)
+        if proc.returncode != 0:
+            raise ControlPlaneError(f"{self.name}: etcdctl snapshot save failed: {proc.stderr[-2000:]}")
+        return dest
+
+    def restore(self, snapshot: pathlib.Path) -> None:
+        """Restart the plane from ``snapshot`` as an operator restores a backup: stop the
+        kube-apiserver and etcd, replace etcd's data by ``etcdutl snapshot restore``, start
+        both again on the same ports with the same PKI (clients keep working)."""
+        tool = _tool("etcdutl")
+        self.stop_apiserver()
+        if self._etcd is not None:
+            self._terminate(self._etcd)
+            self._etcd = None
+        data = self.dir / "etcd"
+        shutil.rmtree(data, ignore_errors=True)
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        proc = subprocess.run(
+            [str(tool), "snapshot", "restore", str(snapshot), f"--data-dir={data}",
+             "--name=default", f"--initial-cluster=default={peer}",
+             f"--initial-advertise-peer-urls={peer}"],
+            capture_output=True, text=True, timeout=120, check=False)
+        if proc.returncode != 0:
+            raise ControlPlaneError(f"{self.name}: etcdutl snapshot restore failed: {proc.stderr[-2000:]}")
+        self._start_etcd(binaries())
+        self.start_apiserver()
 
     def stop_apiserver(self) -> None:
         """Stop only the kube-apiserver (etcd keeps the data); for outage tests."""

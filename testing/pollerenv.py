@@ -59,7 +59,7 @@ class InProcess:
         self.lister = scan.Lister(gateway.Kube(skr_api), self.filter, page_size=run_kw.pop("page_size", 500),
                                   timeout=30, on_request=self.metrics.apiserver_requests.inc)
         self.runner = run.Runner(rt.id, run.RunSettings(**run_kw), self.filter, lister(self.lister),
-                                 self.client, self.metrics)
+                                 self.client, self.metrics, identity=self.lister.identity)
 
     def run(self, **kw: Any) -> run.Result:
         return self.runner.run(**kw)

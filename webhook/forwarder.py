@@ -60,6 +60,7 @@ class Forwarder:
         self._stop = threading.Event()
         self._deadline = float("inf")
         self._threads: list[threading.Thread] = []
+        self._epoch: int | None = None  # the runtime's epoch, as the listener last answered
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -169,6 +170,7 @@ class Forwarder:
         now = time.monotonic()
         expired = now - item.admitted >= self.settings.readback_seconds or (
             self._stop.is_set() and self._time_left() <= 0)
+        epoch = self._epoch  # learned before the read: a read of a lost history loses
         try:
             found = self.reader.get(item.namespace, item.name)
             verdict = readback.judge(item, found, expired)
@@ -182,7 +184,7 @@ class Forwarder:
                     return changes.tombstone(
                         runtime_id=self.runtime_id, namespace=item.namespace, name=item.name,
                         uid=item.uid, resource_version=_not_below(rv, item.old_resource_version),
-                        source="webhook", observed_at=observed)
+                        source="webhook", observed_at=observed, epoch=epoch)
         except readback.ReadError as e:
             if p.first_error is None:
                 log.info("reading %s/%s back failed, retrying: %s", item.namespace, item.name, e)
@@ -197,7 +199,7 @@ class Forwarder:
             assert verdict.obj is not None
             self.metrics.readbacks.labels("live").inc()
             return changes.from_configmap(verdict.obj, runtime_id=self.runtime_id,
-                                          source="webhook", observed_at=observed)
+                                          source="webhook", observed_at=observed, epoch=epoch)
         if verdict.result == "wait":
             delay = reread_delay(self.settings.reread_first, self.settings.poll, p.rereads)
             return _Pending(item, now + delay, rereads=p.rereads + 1)
@@ -206,10 +208,11 @@ class Forwarder:
         return None
 
     def _deliver(self, records: Sequence[changes.ChangeRecord],
-                 admitted: Mapping[tuple[str, str], float]) -> None:
+                 admitted: Mapping[tuple[str, str], float], again: bool = True) -> None:
         """Send until acknowledged, permanently refused or shut down; ``admitted``: the
         admission (monotonic) that first enqueued each record's key, for
-        ``tether_webhook_delivery_seconds``."""
+        ``tether_webhook_delivery_seconds``. A record refused as stale because a new epoch
+        started since its epoch was learned is read again and sent once more (``again``)."""
         attempt = 0
         while True:
             timeout = None
@@ -234,11 +237,16 @@ class Forwarder:
                     since = admitted.get((str(r.get("namespace")), str(r.get("name"))))
                     if since is not None:
                         self.metrics.delivery_seconds.labels(label).observe(max(0.0, acked - since))
+                if outcome.epoch is not None:
+                    self._epoch = max(outcome.epoch, self._epoch or 0)
+                    stale = _stale_by_epoch(records, outcome.results, outcome.epoch)
+                    if stale and again:
+                        self._send_again(stale, admitted)
                 return
             if outcome.verdict == "permanent":
                 if len(records) > 1 and outcome.status in _PER_RECORD:
                     for rec in records:  # isolate the record the listener refuses
-                        self._deliver([rec], admitted)
+                        self._deliver([rec], admitted, again)
                     return
                 rec = records[0]
                 log.error("listener refused %d record(s) (first %s/%s rv=%s): %s %s %s", len(records),
@@ -259,6 +267,45 @@ class Forwarder:
                 time.sleep(delay)
             else:
                 self._stop.wait(delay)
+
+    def _send_again(self, stale: Sequence[changes.ChangeRecord],
+                    admitted: Mapping[tuple[str, str], float]) -> None:
+        """Read ``stale`` records' objects again (now: after the new epoch started, so of
+        the runtime's current history) and send them once with the epoch just learned; a
+        read error leaves the key to the poller."""
+        epoch, fresh = self._epoch, []
+        for rec in stale:
+            ns, name = rec["namespace"], rec["name"]
+            try:
+                found = self.reader.get(ns, name)
+                observed = changes.now()
+                if found is None:
+                    rv, found = self.reader.absent_at(ns, name)
+                if found is None:
+                    fresh.append(changes.tombstone(
+                        runtime_id=self.runtime_id, namespace=ns, name=name, uid=rec["uid"],
+                        resource_version=rv or "0", source="webhook", observed_at=observed,
+                        epoch=epoch))
+                else:
+                    fresh.append(changes.from_configmap(found, runtime_id=self.runtime_id,
+                                                        source="webhook", observed_at=observed,
+                                                        epoch=epoch))
+            except readback.ReadError as e:
+                log.info("re-reading %s/%s for epoch %s failed (left to the poller): %s", ns,
+                         name, epoch, e)
+        self.metrics.readbacks.labels("epoch").inc(len(stale))
+        log.info("%d record(s) of an older epoch refused as stale; sent again in epoch %s",
+                 len(stale), epoch)
+        if fresh:
+            self._deliver(fresh, admitted, again=False)
+
+
+def _stale_by_epoch(records: Sequence[changes.ChangeRecord],
+                    results: Sequence[Mapping[str, object]], epoch: int) -> list[changes.ChangeRecord]:
+    """The records the listener found stale that were of an older epoch than ``epoch``
+    (results are in the order of the records)."""
+    return [rec for rec, r in zip(records, results, strict=False)
+            if r.get("outcome") == "stale" and rec.get("epoch", epoch) < epoch]
 
 
 def _not_below(list_rv: str, own_rv: str) -> str:

@@ -78,7 +78,8 @@ def test_object_name_and_body() -> None:
     assert b["spec"]["data"] == {"k": "v"} and "apiVersion" not in b["spec"]
     item = records.digest_item(b["metadata"])
     assert item == {"namespace": "ns", "name": "a", "uid": "u", "resourceVersion": "1",
-                    "observedAt": b["spec"]["observedAt"], "deleted": False}
+                    "observedAt": b["spec"]["observedAt"], "deleted": False,
+                    "epoch": 0}
     assert records.digest_item({"annotations": {}}) is None
 
 

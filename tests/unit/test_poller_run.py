@@ -47,7 +47,8 @@ class Listener:
         self.fail: sender.Outcome | None = None
         self.refuse_names: set[str] = set()
 
-    def state_page(self, limit: int = 500, token: str = "") -> sender.StatePage:
+    def state_page(self, limit: int = 500, token: str = "",
+                   report: sender.EpochReport | None = None) -> sender.StatePage:
         self.state_calls += 1
         if self.fail is not None:
             raise sender.ListenerError(self.fail)

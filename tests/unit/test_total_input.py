@@ -215,7 +215,7 @@ class TestStoredObjects:
         assert records.digest_item({"annotations": {records.ANN_NAMESPACE: "a",
                                                     records.ANN_NAME: "b"}}) == {
             "namespace": "a", "name": "b", "uid": "", "resourceVersion": "", "observedAt": "",
-            "deleted": False}
+            "deleted": False, "epoch": 0}
         assert records.digest_item({"annotations": "x"}) is None
 
 
