@@ -2,9 +2,11 @@
 leading-edge delivery against the trailing coalescing window it replaced, same run.
 
 Starts one real SKR control plane, a recording mTLS receiver standing in for the listener
-(in this process: it stamps each request on arrival), and one real webhook (`tether
-webhook`, gunicorn, default workers) per configuration, each registered with the
-apiserver (the manifest's ValidatingWebhookConfiguration) for its own namespace:
+(``testing.receiver``, in its own process so that the load generator's threads do not delay
+it: it stamps each request on arrival with the system-wide monotonic clock, which this
+process reads too), and one real webhook (`tether webhook`, gunicorn, default workers) per
+configuration, each registered with the apiserver (the manifest's
+ValidatingWebhookConfiguration) for its own namespace:
 
 * ``trailing``: the previous defaults, ``TETHER_WEBHOOK_COALESCE_SECONDS=0.1`` and
   ``TETHER_WEBHOOK_HOT_KEY_SECONDS=0.5`` (every key waits 100 ms after its first
@@ -39,8 +41,10 @@ import os
 import pathlib
 import platform
 import random
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -69,11 +73,12 @@ class Stamped(list[dict[str, Any]]):
         super().append(entry)
 
 
-def arrivals(rec: receiver.Receiver) -> dict[tuple[str, str], list[tuple[int, float]]]:
+Arrivals = dict[tuple[str, str], list[tuple[int, float]]]
+
+
+def arrivals_of(entries: list[dict[str, Any]]) -> Arrivals:
     """(namespace, name) -> [(resourceVersion, arrival)] of every acknowledged record."""
-    out: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    with rec.lock:
-        entries = list(rec.requests)
+    out: Arrivals = {}
     for e in entries:
         if e["answered"] != 200:
             continue
@@ -83,13 +88,65 @@ def arrivals(rec: receiver.Receiver) -> dict[tuple[str, str], list[tuple[int, fl
     return out
 
 
-def latencies(writes: list[tuple[str, str, int, float]], rec: receiver.Receiver,
+def serve(workdir: str, ca_file: str) -> int:
+    """The receiver process: prints its port, then answers each line on stdin with one line
+    of JSON: the arrivals so far (``[[namespace, name, resourceVersion, at], ...]``)."""
+    import dataclasses
+
+    from cryptography import x509
+
+    ca = certs.CertificateAuthority.create("unused")
+    ca = dataclasses.replace(ca, cert=x509.load_pem_x509_certificate(pathlib.Path(ca_file).read_bytes()))
+    rec = receiver.Receiver(pathlib.Path(workdir), ca)
+    rec.requests = Stamped()
+    rec.start()
+    print(rec.port, flush=True)
+    for _ in sys.stdin:
+        with rec.lock:
+            entries = list(rec.requests)
+        print(json.dumps([[ns, name, rv, at] for (ns, name), xs in arrivals_of(entries).items()
+                          for rv, at in xs]), flush=True)
+    rec.stop()
+    return 0
+
+
+class RemoteReceiver:
+    """The receiver process, seen from the benchmark."""
+
+    def __init__(self, work: pathlib.Path, ca_file: pathlib.Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve-receiver", str(work), str(ca_file)], cwd=REPO,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            preexec_fn=controlplane.die_with_parent())
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.url = f"https://127.0.0.1:{int(self.proc.stdout.readline())}"
+        self.ca_file = work / "receiver-ca.crt"
+        self._lock = threading.Lock()
+
+    def arrivals(self) -> Arrivals:
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        with self._lock:
+            self.proc.stdin.write("\n")
+            self.proc.stdin.flush()
+            rows = json.loads(self.proc.stdout.readline())
+        out: Arrivals = {}
+        for ns, name, rv, at in rows:
+            out.setdefault((ns, name), []).append((rv, at))
+        return out
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+def latencies(writes: list[tuple[str, str, int, float]], rec: RemoteReceiver,
               timeout: float = 15.0) -> tuple[list[float], int]:
     """Seconds from each write's acknowledgement to the first record at least as new;
     waits up to ``timeout`` for the last ones. Returns (latencies, writes never seen)."""
     deadline = time.monotonic() + timeout
     while True:
-        got = arrivals(rec)
+        got = rec.arrivals()
         out, missing = [], 0
         for ns, name, rv, acked in writes:
             seen = [at for r, at in got.get((ns, name), []) if r >= rv]
@@ -121,18 +178,21 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=50.0, help="writes/s in the load phase")
     ap.add_argument("--keys", type=int, default=20, help="ConfigMaps in the load phase")
     ap.add_argument("--seconds", type=float, default=20.0, help="load phase per configuration")
+    ap.add_argument("--serve-receiver", nargs=2, metavar=("WORKDIR", "CA_FILE"),
+                    help=argparse.SUPPRESS)
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of "
                     + ", ".join(CONFIGS))
     args = ap.parse_args()
+    if args.serve_receiver:
+        return serve(*args.serve_receiver)
     names = args.configs.split(",")
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-propagation-"))
     load_before = os.getloadavg()
     plane = controlplane.ControlPlane("bench-propagation").start()
     runtime_ca = certs.CertificateAuthority.create("bench-runtime-ca")
     runtime_ca.issue("rt-bench", client=True).write(work / "rt.crt", work / "rt.key")
-    rec = receiver.Receiver(work, runtime_ca)
-    rec.requests = Stamped()
-    rec.start()
+    (work / "runtime-ca.crt").write_bytes(runtime_ca.cert_pem)
+    rec = RemoteReceiver(work, work / "runtime-ca.crt")
     procs: dict[str, stack.WebhookProcess] = {}
     vwcs: list[str] = []
     api = plane.api_client()
@@ -149,7 +209,7 @@ def main() -> int:
                 "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"),
                 "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"),
                 "TETHER_KUBECONFIG": str(plane.kubeconfig), "TETHER_WEBHOOK_WORKERS": "2",
-                "TETHER_WEBHOOK_THREADS": "8", "TETHER_LOG_LEVEL": "WARNING",
+                "TETHER_WEBHOOK_THREADS": "8", "TETHER_LOG_LEVEL": "INFO",
                 "PYTHONPATH": str(REPO), **CONFIGS[name]}).start()
             vwc = stack.vwc_body(f"tether-bench-{ns}", procs[name].url + "/validate",
                                  procs[name].ca.cert_pem, ns)
@@ -163,7 +223,7 @@ def main() -> int:
         deadline = time.monotonic() + 60
         for name in names:
             n = 0
-            while not arrivals(rec).get((ns_of[name], "cm-0")):
+            while not rec.arrivals().get((ns_of[name], "cm-0")):
                 assert time.monotonic() < deadline, procs[name].log()
                 n += 1
                 core.patch_namespaced_config_map("cm-0", ns_of[name], {"data": {"i": f"p{n}"}})
@@ -220,7 +280,9 @@ def main() -> int:
                 "admissions_all_phases": procs[name].metric(
                     "tether_webhook_admission_requests_total", operation="UPDATE"),
                 "writes_all_phases": len(isolated[name]) + len(loaded[name]),
-                "records": sum(len(v) for (ns, _), v in arrivals(rec).items() if ns == ns_of[name])})
+                # read-backs that found nothing to send (logged by the forwarder)
+                "not_forwarded": procs[name].log_path.read_text(errors="replace").count("not forwarding"),
+                "records": sum(len(v) for (ns, _), v in rec.arrivals().items() if ns == ns_of[name])})
         load_after = os.getloadavg()
 
         base = "trailing" if "trailing" in names else names[0]
@@ -243,7 +305,7 @@ def main() -> int:
             print(f"load {name}: {r['writes_per_second']} writes/s achieved (min of halves), "
                   f"{r['records']} records received; webhook called for "
                   f"{r['admissions_all_phases']:.0f} of {r['writes_all_phases']} measured writes "
-                  "(plus the probes)")
+                  f"(plus the probes and re-admissions); {r['not_forwarded']} read-backs not forwarded")
         print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 shared CPUs)")
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         (RESULTS_DIR / "webhook_propagation.json").write_text(json.dumps({
