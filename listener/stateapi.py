@@ -40,11 +40,14 @@ def get_summary(svc: services.Services, runtime_id: str) -> Response:
         svc.beats.seen(runtime_id)
         stored, unlabelled = svc.summaries.read(runtime_id)
         doc = statehash.wire_of(stored)
-        epochs = getattr(svc, "epochs", None)  # listener.epochs: the hashes are of this epoch
-        if epochs is not None:
-            doc["epoch"] = epochs.current(runtime_id)
     except gateway.GatewayError as e:
         return api._unavailable(svc, "state", e, runtime_id)
+    epochs = getattr(svc, "epochs", None)  # listener.epochs: the epoch to hash objects with
+    if epochs is not None:
+        try:
+            doc["epoch"] = epochs.current(runtime_id)
+        except gateway.GatewayError:
+            pass  # without it the poller hashes epoch 0: a later epoch differs, and it falls back
     resp = responses.ok(doc)
     _label_after(resp, svc, unlabelled)
     return resp

@@ -78,7 +78,8 @@ class BucketRun:
                  client: Client, *, add: Callable[[changes.ChangeRecord], None],
                  differ: Callable[[str], None], request: Callable[[str], None],
                  keep_going: Callable[[], bool], stop: Callable[[], BaseException],
-                 problems: Counter[str] | None = None) -> None:
+                 problems: Counter[str] | None = None, max_buckets: int = MAX_BUCKETS) -> None:
+        self.max_buckets = max_buckets
         self.runtime_id, self.filter, self.lister, self.client = runtime_id, flt, lister, client
         self._add, self._differ, self._request = add, differ, request
         self._keep_going, self._stop = keep_going, stop
@@ -116,7 +117,7 @@ class BucketRun:
         differing = statehash.mismatching(local, remote)
         if not differing:
             return Outcome(scanned, sum(max(c, 0) for c in remote.counts), 0)
-        if len(differing) > MAX_BUCKETS:
+        if len(differing) > self.max_buckets:
             return FALLBACK
         return self._compare(set(differing), epoch, remote)
 

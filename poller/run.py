@@ -50,6 +50,7 @@ class RunSettings:
     retry_cap: float = 5.0
     max_restarts: int = 3
     buckets: bool = False  # compare the listener's state summary first (poller.buckets)
+    max_buckets: int = 64  # more differing buckets than this: the full digest
 
 
 class Result(NamedTuple):
@@ -241,7 +242,7 @@ class Runner:
             self.runtime_id, self.filter, self.lister, self.client,  # type: ignore[arg-type]
             add=buffer.add, differ=differ, keep_going=keep_going,
             request=lambda call: self.metrics.listener_requests.labels(call).inc(),
-            stop=lambda: Stop("aborted", "leadership lost"))
+            stop=lambda: Stop("aborted", "leadership lost"), max_buckets=self.settings.max_buckets)
         try:
             out = br.run()
         except scan.Gone:

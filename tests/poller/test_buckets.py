@@ -1,0 +1,128 @@
+"""Anti-entropy by buckets on the real planes: a run of a runtime in sync costs the KCP a
+constant number of requests (one summary read), a changed key is found by listing one
+bucket, and a summary damaged by hand is corrected after one run with nothing lost."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from common import statehash
+from listener import statesummary
+from testing.listenerenv import Env, Runtime
+from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector
+
+pytestmark = pytest.mark.slow
+
+
+def kcp_requests(api: client.ApiClient) -> dict[tuple[str, str], float]:
+    """apiserver_request_total of Tether's resources by (resource, verb), from the KCP
+    apiserver's own /metrics (admin client)."""
+    host = str(api.configuration.host).rstrip("/")
+    resp: Any = api.rest_client.pool_manager.request("GET", host + "/metrics")
+    assert resp.status == 200
+    text = resp.data.decode()
+    out: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        if labels.get("group") != "tether.kyma-project.io":
+            continue
+        key = (labels.get("resource", ""), labels.get("verb", ""))
+        out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def delta(after: dict[tuple[str, str], float], before: dict[tuple[str, str], float]) -> dict:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+
+
+def make(core: client.CoreV1Api, ns: str, n: int, labels: dict[str, str], prefix: str = "cm") -> None:
+    for i in range(n):
+        core.create_namespaced_config_map(ns, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=f"{prefix}-{i:04d}", labels=labels), data={"v": "0"}))
+
+
+@pytest.mark.parametrize("objects", [100, 2000])
+def test_an_in_sync_run_costs_the_kcp_the_same_whatever_the_records(
+    objects: int, listener_env: Env, listener: Any, runtime: Callable[..., Runtime],
+    skr_api: client.ApiClient, kcp_api: client.ApiClient, namespace: str,
+) -> None:
+    rt = runtime()
+    core = client.CoreV1Api(skr_api)
+    labels, selector = unique_selector()
+    make(core, namespace, objects, labels)
+    poller = InProcess(rt, listener.url, skr_api, selector, buckets=True, batch_items=200,
+                      max_buckets=statehash.BUCKETS)
+    try:
+        first = poller.run()  # bootstrap (full listing once) and every record sent
+        assert first.outcome == "ok", first
+        assert kcp_state(listener_env, rt.id, namespace)[0] == runtime_state(core, namespace, selector)
+        poller.run()  # the summary settles (merges after the answers)
+        before = kcp_requests(kcp_api)
+        runs = [poller.run() for _ in range(3)]
+        used = delta(kcp_requests(kcp_api), before)
+        assert all(r.outcome == "ok" and r.sent == 0 for r in runs), runs
+        # three runs, three summary reads; no listing of the records at all
+        assert used == {("runtimestatesummaries", "GET"): 3}, used
+        assert poller.sample("tether_poller_listener_requests_total", call="summary") >= 5
+    finally:
+        poller.close()
+
+
+def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
+    listener_env: Env, listener: Any, runtime: Callable[..., Runtime],
+    skr_api: client.ApiClient, kcp_api: client.ApiClient, namespace: str,
+) -> None:
+    rt = runtime()
+    core = client.CoreV1Api(skr_api)
+    labels, selector = unique_selector()
+    make(core, namespace, 300, labels)
+    poller = InProcess(rt, listener.url, skr_api, selector, buckets=True, batch_items=200,
+                      max_buckets=statehash.BUCKETS)
+    objects = client.CustomObjectsApi(kcp_api)
+    try:
+        assert poller.run().outcome == "ok"
+        poller.run()
+        # a change the webhook path missed: found by listing exactly its bucket
+        core.patch_namespaced_config_map("cm-0007", namespace, {"data": {"v": "1"}})
+        listed = poller.sample("tether_poller_buckets_listed_total")
+        res = poller.run()
+        assert res.outcome == "ok" and res.differences["changed"] == 1 and res.sent == 1, res
+        assert poller.sample("tether_poller_buckets_listed_total") - listed == 1
+        assert kcp_state(listener_env, rt.id, namespace)[0] == runtime_state(core, namespace, selector)
+        # damage the summary by hand: three buckets wrong
+        name = statesummary.name_of(rt.id)
+        obj = objects.get_namespaced_custom_object(statesummary.GROUP, statesummary.VERSION,
+                                                   listener_env.namespace, statesummary.PLURAL, name)
+        wrong = [1, 2, 3]
+        for b in wrong:
+            obj["status"]["hashes"][b] = "0123456789abcdef"
+        objects.replace_namespaced_custom_object_status(
+            statesummary.GROUP, statesummary.VERSION, listener_env.namespace, statesummary.PLURAL,
+            name, obj)
+        listed = poller.sample("tether_poller_buckets_listed_total")
+        healed = poller.run()
+        assert healed.outcome == "ok" and healed.sent == 0, healed
+        assert poller.sample("tether_poller_buckets_listed_total") - listed == len(wrong)
+        again = poller.run()
+        assert again.outcome == "ok" and again.sent == 0
+        assert poller.sample("tether_poller_buckets_listed_total") - listed == len(wrong)
+        fixed = objects.get_namespaced_custom_object(statesummary.GROUP, statesummary.VERSION,
+                                                     listener_env.namespace, statesummary.PLURAL, name)
+        stored = statehash.stored_of(fixed["status"])
+        assert stored is not None and all(stored.hashes[b] != 0x0123456789ABCDEF for b in wrong)
+        # a delete while the webhook is away: a tombstone through its bucket, nothing lost
+        core.delete_namespaced_config_map("cm-0100", namespace)
+        gone = poller.run()
+        assert gone.outcome == "ok" and gone.differences["deleted"] == 1, gone
+        live, dead = kcp_state(listener_env, rt.id, namespace)
+        assert live == runtime_state(core, namespace, selector)
+        assert (namespace, "cm-0100") in dead
+    finally:
+        poller.close()
