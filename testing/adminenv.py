@@ -268,7 +268,7 @@ class Env:
 class AdminProcess:
     """``tether admin`` (gunicorn, TLS) as a subprocess on free ports."""
 
-    def __init__(self, env: Env, **overrides: str) -> None:
+    def __init__(self, env: Env, ready_timeout: float = 60.0, **overrides: str) -> None:
         self.port, self.ops_port = controlplane.free_port(), controlplane.free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.ops_url = f"http://127.0.0.1:{self.ops_port}"
@@ -297,7 +297,7 @@ class AdminProcess:
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=controlplane.die_with_parent())
         try:
-            self.wait_ready()
+            self.wait_ready(ready_timeout)
         except BaseException:
             self.stop()
             raise
