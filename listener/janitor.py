@@ -12,8 +12,8 @@ holder of the janitor Lease; gunicorn workers never run it):
    (``retention.orphan_actions``): mark a runtime without a Kyma CR on its heartbeat Lease
    (``orphaned-since``, created when the runtime has records or a ``RuntimeDelivery`` but
    no Lease), clear the mark when the Kyma CR is back, and once the grace period has passed
-   delete its records (deletecollection by label), its ``RuntimeDelivery`` and then its
-   Lease, after asking for its Kyma CR once more.
+   delete its records (deletecollection by label), its ``RuntimeStateSummary``, its
+   ``RuntimeDelivery`` and then its Lease, after asking for its Kyma CR once more.
 
 The decisions are pure (``listener.retention``); this module does the I/O. A run that
 cannot list something does nothing it would need that list for; every step is idempotent,
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from common import changes, gateway, kyma, logs
-from listener import deliveries, heartbeat, records, retention, store
+from listener import deliveries, heartbeat, records, retention, statesummary, store
 from listener import metrics as listener_metrics
 from listener import settings as settings_mod
 
@@ -134,6 +134,15 @@ class Kcp:
         try:
             self._kcp.delete(deliveries.RESOURCE, self.namespace,
                              heartbeat.lease_name(runtime_id), timeout=self._timeout)
+        except gateway.NotFound:
+            return False
+        return True
+
+    def delete_summary(self, runtime_id: str) -> bool:
+        """Delete the runtime's ``RuntimeStateSummary``; False when there is none."""
+        try:
+            self._kcp.delete(statesummary.RESOURCE, self.namespace,
+                             statesummary.name_of(runtime_id), timeout=self._timeout)
         except gateway.NotFound:
             return False
         return True
@@ -303,15 +312,16 @@ class Janitor:
             self.metrics.orphan_records_deleted.inc(n)
         if self.kcp.has_records(rid):
             return n, 0  # not all gone yet: the Lease (and its mark) stays for the next run
+        summary = self.kcp.delete_summary(rid)  # its records are gone: it folds nothing
         if self.kcp.delete_delivery(rid):  # before the Lease, which holds the mark
             self.metrics.orphan_deliveries_deleted.inc()
         gone = 1 if self.kcp.delete_lease(rid) else 0
         self.metrics.orphan_leases_deleted.inc(gone)
         since = changes.format_time(step.since) if step.since else ""
         logs.audit(self.audit, "orphan_removed", runtime=rid, records=n, lease=bool(gone),
-                   orphaned_since=since)
-        log.info("runtime %s: no Kyma CR since %s; deleted %d records, its RuntimeDelivery and "
-                 "its heartbeat Lease",
+                   summary=summary, orphaned_since=since)
+        log.info("runtime %s: no Kyma CR since %s; deleted %d records, its RuntimeStateSummary, "
+                 "its RuntimeDelivery and its heartbeat Lease",
                  rid, since, n)
         return n, gone
 

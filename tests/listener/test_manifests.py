@@ -32,9 +32,11 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
     assert rules == {  # exactly what the listener and its janitor need (rbac.yaml)
         ("operator.kyma-project.io", "kymas", ()): {"list"},
         ("tether.kyma-project.io", "runtimeconfigmaps", ()):
-            {"get", "list", "create", "update", "delete", "deletecollection"},
+            {"get", "list", "create", "update", "patch", "delete", "deletecollection"},
         ("tether.kyma-project.io", "runtimedeliveries", ()): {"get", "list", "create", "delete"},
         ("tether.kyma-project.io", "runtimedeliveries/status", ()): {"update"},
+        ("tether.kyma-project.io", "runtimestatesummaries", ()): {"get", "create", "delete"},
+        ("tether.kyma-project.io", "runtimestatesummaries/status", ()): {"update"},
         ("coordination.k8s.io", "leases", ()): {"list", "create", "patch", "delete"},
         ("coordination.k8s.io", "leases", ("tether-listener-janitor",)): {"get", "update"},
     }
