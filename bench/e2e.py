@@ -1,0 +1,622 @@
+"""Benchmark, end to end: customer ConfigMap writes on the real SKR apiserver with no webhook,
+with Tether's webhook, and with a synchronous forwarder, while the listener is healthy,
+refused, black-holed and slow; propagation to the record persisted in the KCP. Same run.
+
+Starts one SKR and one KCP plane (real kube-apiservers and etcd), the real listener on the
+KCP (gunicorn, mTLS, the Deployment's 2 workers × 16 threads, the least-privilege Role, a
+Kyma CR for the runtime; its per-runtime rate limit is lifted as in the tests, so that no
+configuration meets a 429), and measures in one invocation, each in its own namespace:
+
+* ``none``: no webhook registered for the namespace (the baseline);
+* ``tether``: the real webhook (``tether webhook``: gunicorn, the Deployment's 2 workers ×
+  8 threads, one replica) registered with manifests/skr/webhook's configuration
+  (``failurePolicy: Ignore``, ``timeoutSeconds: 2``, ``sideEffects: NoneOnDryRun``, its
+  matchConditions), forwarding through its queue;
+* ``sync``: testing/syncforwarder.py (its docstring states how the anchor is read: up to 3
+  attempts inside the admission call, 2 s and 4 s backoff, 5xx answers and transport
+  failures retried, 180 s per attempt, a new TLS connection per call), registered like
+  KLM's watcher: ``timeoutSeconds: 15``, ``failurePolicy: Ignore``, no matchConditions.
+
+Listener conditions for ``tether`` and ``sync``:
+
+* ``healthy``: the real listener;
+* ``refused``: a loopback port with nothing listening (connection refused);
+* ``blackhole``: testing/blackhole.py, accepts and never answers (not even TLS);
+* ``slow``: the stand-in receiver (testing/receiver.py, mTLS, mode ``slow``) that answers
+  200 after 3 s; the real listener cannot be made slow, so nothing reaches the KCP here.
+
+Workload: ``--clients`` concurrent writers for ``--seconds`` per window, each on its own
+keep-alive HTTPS connection to the SKR apiserver (raw JSON, system:masters), on ConfigMaps
+of its own (16 data keys, ~1 KiB): every fifth write creates a new ConfigMap, the others
+merge-patch one of the writer's earlier ones (a new ``seq`` value and one changed key).
+Throughput counts acknowledged writes per second of the window; latency is per write.
+Windows run in the order none, (tether, sync), none, (sync, tether), none, ... so that
+drifting load hits all alike; ratio = writes/s ÷ the mean of the two ``none`` windows
+around it.
+
+Propagation (healthy): a watch on the KCP's RuntimeConfigMaps stamps each persisted
+version on arrival; per write, the time from its acknowledgement to the first persisted
+record of that ConfigMap with resourceVersion ≥ the write's (tether: the state read back
+after the write, or a later one); for ``sync`` the record carries no resourceVersion of
+the write, so it is matched by the write's ``seq`` (≥) and is persisted before the write
+is acknowledged (negative values). CPU seconds of every process (both apiservers and etcds,
+webhook, listener, the generator) are sampled per window.
+
+Prints the tables and writes bench/results/e2e.json.
+
+    .venv/bin/python bench/e2e.py [--seconds 20] [--clients 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import http.client
+import json
+import os
+import pathlib
+import platform
+import random
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kubernetes import client  # noqa: E402
+
+from testing import blackhole, controlplane, receiver  # noqa: E402
+from testing import listenerenv as lt  # noqa: E402
+from testing import webhookstack as stack  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "e2e.json"
+CONDITIONS = ("healthy", "refused", "blackhole", "slow")
+KINDS = ("tether", "sync")
+RUNTIME_ID = "rt-e2e"
+KCP_NAMESPACE = "tether-e2e"
+HOOKS = {"tether": "configmaps.tether.kyma-project.io", "sync": "sync.e2e.bench.tether.kyma-project.io"}
+SLOW_SECONDS = 3.0
+
+
+# -- HTTPS to an apiserver ------------------------------------------------------------------
+
+class Api:
+    """Raw JSON over HTTPS to one apiserver as system:masters (cheap next to the client)."""
+
+    def __init__(self, plane: controlplane.ControlPlane, workdir: pathlib.Path, user: str) -> None:
+        assert plane.client_ca is not None
+        cert, key = workdir / f"{user}.crt", workdir / f"{user}.key"
+        plane.client_ca.issue(user, organizations=("system:masters",), client=True).write(cert, key)
+        self.ctx = ssl.create_default_context(cafile=str(plane.ca_file))
+        self.ctx.load_cert_chain(str(cert), str(key))
+        self.port = plane.port
+
+    def connect(self, timeout: float = 60.0) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx, timeout=timeout)
+
+    def call(self, conn: http.client.HTTPSConnection, method: str, path: str, body: Any = None,
+             content_type: str = "application/json") -> tuple[int, dict[str, Any]]:
+        raw = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, raw, {"Content-Type": content_type, "Accept": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        return resp.status, json.loads(data) if data else {}
+
+
+def admission_seconds(api: Api, hook: str) -> tuple[float, float]:
+    """(sum, count) of the apiserver's own histogram of calls to the webhook ``hook``
+    (apiserver_admission_webhook_admission_duration_seconds), over all label sets."""
+    conn = api.connect()
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    total, count = 0.0, 0.0
+    for line in text.splitlines():
+        if f'name="{hook}"' not in line:
+            continue
+        if line.startswith("apiserver_admission_webhook_admission_duration_seconds_sum{"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("apiserver_admission_webhook_admission_duration_seconds_count{"):
+            count += float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
+# -- the workload ---------------------------------------------------------------------------
+
+def base_data(client_no: int) -> dict[str, str]:
+    return {f"key-{k}": f"value-{client_no}-{k}-" + "x" * 40 for k in range(16)}
+
+
+def drive(api: Api, ns: str, clients: int, seconds: float, seed: int) -> dict[str, Any]:
+    """``clients`` writers for ``seconds``; each write: (op, name, rv, seq, acked, latency)."""
+    writes: list[list[tuple[str, str, int, int, float, float]]] = [[] for _ in range(clients)]
+    errors = [0] * clients
+    start = time.monotonic()
+    stop = start + seconds
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+
+    def run(c: int) -> None:
+        rng = random.Random(seed * 1000 + c)
+        conn = api.connect()
+        own: list[str] = []
+        data = base_data(c)
+        n = 0
+        while time.monotonic() < stop:
+            n += 1
+            seq = f"{n:08d}"
+            if not own or n % 5 == 0:
+                op, name = "create", f"w{c}-{len(own)}"
+                method, url, ctype = "POST", path, "application/json"
+                body: dict[str, Any] = {"metadata": {"name": name, "labels": {"app": "e2e"}},
+                                        "data": {**data, "seq": seq}}
+            else:
+                op, name = "update", rng.choice(own)
+                method, url, ctype = "PATCH", f"{path}/{name}", "application/merge-patch+json"
+                body = {"data": {"seq": seq, f"key-{n % 16}": f"changed-{n}-" + "y" * 40}}
+            t0 = time.monotonic()
+            try:
+                status, obj = api.call(conn, method, url, body, ctype)
+            except (OSError, http.client.HTTPException, ValueError):
+                conn.close()
+                conn = api.connect()
+                errors[c] += 1
+                continue
+            t1 = time.monotonic()
+            if status not in (200, 201):
+                errors[c] += 1
+                continue
+            if op == "create":
+                own.append(name)
+            writes[c].append((op, name, int(obj["metadata"]["resourceVersion"]), n, t1, t1 - t0))
+        conn.close()
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start
+    flat = [w for ws in writes for w in ws]
+    lat = sorted(w[5] for w in flat)
+    return {"writes": flat, "errors": sum(errors), "seconds": elapsed,
+            "writes_per_second": len(flat) / elapsed,
+            "p50_ms": 1000 * pct(lat, 0.5), "p99_ms": 1000 * pct(lat, 0.99),
+            "max_ms": 1000 * (lat[-1] if lat else float("nan")),
+            "creates": sum(1 for w in flat if w[0] == "create"), "_lat": lat}
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(len(s) * q))] if s else float("nan")
+
+
+# -- the KCP's records, as they are persisted ---------------------------------------------
+
+class KcpWatch:
+    """Watches the listener's RuntimeConfigMaps; stamps every version on arrival."""
+
+    def __init__(self, api: Api, namespace: str) -> None:
+        self.api, self.namespace = api, namespace
+        self.lock = threading.Lock()
+        self.seen: dict[tuple[str, str], list[tuple[int | None, int, float]]] = {}
+        self.events = 0
+        self._stop = False
+        conn = api.connect()
+        _, lst = api.call(conn, "GET", self._path() + "?limit=1")
+        conn.close()
+        self.rv = lst["metadata"]["resourceVersion"]
+        self._thread = threading.Thread(target=self._run, name="kcp-watch", daemon=True)
+        self._thread.start()
+
+    def _path(self) -> str:
+        return f"/apis/tether.kyma-project.io/v1/namespaces/{self.namespace}/runtimeconfigmaps"
+
+    def _run(self) -> None:
+        while not self._stop:
+            conn = self.api.connect(timeout=3600)
+            try:
+                conn.request("GET", f"{self._path()}?watch=1&allowWatchBookmarks=true"
+                             f"&resourceVersion={self.rv}&timeoutSeconds=3000")
+                resp = conn.getresponse()
+                for line in resp:
+                    at = time.monotonic()
+                    ev = json.loads(line)
+                    obj = ev.get("object") or {}
+                    self.rv = (obj.get("metadata") or {}).get("resourceVersion", self.rv)
+                    if ev.get("type") not in ("ADDED", "MODIFIED"):
+                        continue
+                    spec = obj.get("spec") or {}
+                    rv = spec.get("resourceVersion", "")
+                    seq = (spec.get("data") or {}).get("seq", "0")
+                    with self.lock:
+                        self.events += 1
+                        self.seen.setdefault((spec["namespace"], spec["name"]), []).append(
+                            (int(rv) if rv.isdigit() else None, int(seq) if seq.isdigit() else 0, at))
+            except (OSError, http.client.HTTPException, ValueError):
+                time.sleep(0.2)
+            finally:
+                conn.close()
+
+    def latencies(self, ns: str, writes: list[tuple[str, str, int, int, float, float]],
+                  by: str, timeout: float) -> tuple[list[float], list[dict[str, Any]]]:
+        """Per write, seconds from its acknowledgement to the first persisted record at
+        least as new (``by``: "rv" or "seq"); waits up to ``timeout`` for the last ones."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                seen = {k: list(v) for k, v in self.seen.items() if k[0] == ns}
+            out: list[float] = []
+            missing: list[dict[str, Any]] = []
+            for op, name, rv, seq, acked, _ in writes:
+                got = [at for r, s, at in seen.get((ns, name), [])
+                       if (r is not None and r >= rv if by == "rv" else s >= seq)]
+                if got:
+                    out.append(min(got) - acked)
+                else:
+                    missing.append({"op": op, "name": name, "resourceVersion": rv, "seq": seq,
+                                    "stored": [r if by == "rv" else s
+                                               for r, s, _ in seen.get((ns, name), [])][-3:]})
+            if not missing or time.monotonic() > deadline:
+                return out, missing
+            time.sleep(0.25)
+
+
+# -- CPU per process -----------------------------------------------------------------------
+
+def proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, user+system CPU seconds) of every process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def tree_cpu(table: dict[int, tuple[int, float]], root: int) -> float:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            total += table[pid][1]
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def machine_busy() -> float:
+    """CPU seconds the whole machine spent busy since boot (all cores)."""
+    fields = [int(x) for x in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(roots: dict[str, int]) -> dict[str, float]:
+    table = proc_table()
+    snap = {name: tree_cpu(table, pid) if name != "generator" else table.get(pid, (0, 0.0))[1]
+            for name, pid in roots.items()}
+    snap["machine"] = machine_busy()
+    return snap
+
+
+# -- one window ----------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, work: pathlib.Path) -> None:
+        self.args, self.work = args, work
+        self.skr = controlplane.ControlPlane("e2e-skr").start()
+        self.kcp = controlplane.ControlPlane("e2e-kcp").start()
+        self.skr_api, self.kcp_api = self.skr.api_client(), self.kcp.api_client()
+        controlplane.install_crds(self.kcp_api, controlplane.KYMA_CRD, *lt.CRD_FILES)
+        (work / "kcp").mkdir()
+        self.env = lt.make_env(self.kcp, self.kcp_api, work / "kcp", KCP_NAMESPACE)
+        self.runtime = lt.add_runtime(self.env, RUNTIME_ID, "c-e2e.kyma.example.com")
+        self.listener = lt.ListenerProcess(
+            self.env, "e2e", TETHER_LISTENER_WORKERS="2", TETHER_LISTENER_THREADS="16",
+            TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="16", PROMETHEUS_MULTIPROC_DIR=str(work / "kcp"),
+            TETHER_LISTENER_LOG_LEVEL="WARNING")
+        self.writer = Api(self.skr, work, "bench-writer")
+        self.watch = KcpWatch(Api(self.kcp, work, "bench-watcher"), KCP_NAMESPACE)
+        self.core = client.CoreV1Api(self.skr_api)
+        self.windows: list[dict[str, Any]] = []
+
+    def close(self) -> None:
+        self.watch._stop = True
+        self.listener.stop()
+        self.kcp.stop()
+        self.skr.stop()
+
+    def roots(self) -> dict[str, int]:
+        out = {"generator": os.getpid(), "listener": self.listener.proc.pid}
+        for name, plane in (("skr", self.skr), ("kcp", self.kcp)):
+            assert plane._apiserver is not None and plane._etcd is not None
+            out[f"{name}-apiserver"] = plane._apiserver.popen.pid
+            out[f"{name}-etcd"] = plane._etcd.popen.pid
+        return out
+
+    def target(self, cond: str, d: pathlib.Path) -> tuple[str, pathlib.Path, Any]:
+        """(listener URL, its CA file, an object to stop afterwards) for a condition."""
+        if cond == "healthy":
+            return self.listener.url, self.env.server_ca_file, None
+        if cond == "refused":
+            return f"https://127.0.0.1:{blackhole.refused_port()}", self.env.server_ca_file, None
+        if cond == "blackhole":
+            bh = blackhole.BlackHole().start()
+            return bh.url, self.env.server_ca_file, bh
+        rec = receiver.Receiver(d, self.env.runtime_ca)
+        rec.mode, rec.delay = "slow", SLOW_SECONDS
+        rec.start()
+        return rec.url, rec.ca_file, rec
+
+    def wait_called(self, ns: str, called: Any) -> None:
+        """The apiserver picks a new configuration up asynchronously: write probes until the
+        webhook has been called."""
+        deadline = time.monotonic() + 60
+        n = 0
+        while not called():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"webhook for {ns} never called")
+            n += 1
+            self.core.create_namespaced_config_map(ns, client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=f"probe-{n}"), data={"p": "1"}))
+            time.sleep(0.3)
+
+    def run(self, idx: int, kind: str, cond: str) -> dict[str, Any]:
+        ns = f"e2e-{idx:02d}-{kind}-{cond}" if kind != "none" else f"e2e-{idx:02d}-none"
+        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        d = self.work / ns
+        d.mkdir()
+        roots = self.roots()
+        extra: dict[str, Any] = {}
+        stoppable: Any = None
+        proc: stack.WebhookProcess | None = None
+        sync: subprocess.Popen[str] | None = None
+        vwc_name = ""
+        try:
+            if kind != "none":
+                url, ca, stoppable = self.target(cond, d)
+                rt = self.runtime
+                if kind == "tether":
+                    proc = stack.WebhookProcess(d, {
+                        "TETHER_RUNTIME_ID": RUNTIME_ID, "TETHER_LISTENER_URL": url,
+                        "TETHER_LISTENER_CA_FILE": str(ca), "TETHER_CLIENT_CERT_FILE": str(rt.cert_file),
+                        "TETHER_CLIENT_KEY_FILE": str(rt.key_file), "TETHER_KUBECONFIG": str(self.skr.kubeconfig),
+                        "TETHER_WEBHOOK_WORKERS": "2", "TETHER_WEBHOOK_THREADS": "8",
+                        "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO)}).start()
+                    assert proc.proc is not None
+                    roots["webhook"] = proc.proc.pid
+                    body = stack.vwc_body(f"e2e-{ns}", proc.url + "/validate", proc.ca.cert_pem, ns)
+                    called: Any = lambda: proc.metric("tether_webhook_admission_requests_total") > 0  # noqa: E731
+                else:
+                    sync = subprocess.Popen(
+                        [sys.executable, "-m", "testing.syncforwarder", str(d), url, str(ca),
+                         str(rt.cert_file), str(rt.key_file), RUNTIME_ID], cwd=REPO,
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                        preexec_fn=controlplane.die_with_parent())
+                    assert sync.stdout is not None
+                    port_s, ca_s = sync.stdout.readline().split()
+                    roots["webhook"] = sync.pid
+                    sync_ctx = ssl.create_default_context(cafile=ca_s)
+                    body = stack.vwc_body(f"e2e-{ns}", f"https://127.0.0.1:{port_s}/validate",
+                                          pathlib.Path(ca_s).read_bytes(), ns)
+                    for hook in body["webhooks"]:
+                        hook["name"] = HOOKS["sync"]
+                        hook["timeoutSeconds"] = 15
+                        hook.pop("matchConditions", None)
+
+                    def sync_stats(port: str = port_s, ctx: ssl.SSLContext = sync_ctx) -> dict[str, Any]:
+                        conn = http.client.HTTPSConnection("127.0.0.1", int(port), context=ctx, timeout=10)
+                        conn.request("GET", "/stats")
+                        out: dict[str, Any] = json.loads(conn.getresponse().read())
+                        conn.close()
+                        return out
+                    called = lambda: sync_stats()["calls"] > 0  # noqa: E731
+                stack.register(self.skr_api, body)
+                vwc_name = body["metadata"]["name"]
+                self.wait_called(ns, called)
+                time.sleep(0.5)
+            load = os.getloadavg()[0]
+            adm0 = admission_seconds(self.writer, HOOKS.get(kind, "-"))
+            cpu0 = cpu_snapshot(roots)
+            res = drive(self.writer, ns, self.args.clients, self.args.seconds, idx)
+            ended = time.monotonic()
+            cpu1 = cpu_snapshot(roots)
+            adm1 = admission_seconds(self.writer, HOOKS.get(kind, "-"))
+            calls = adm1[1] - adm0[1]
+            res["admission_calls"] = calls
+            res["admission_mean_ms"] = 1000 * (adm1[0] - adm0[0]) / calls if calls else None
+            writes = res.pop("writes")
+            res["cpu_seconds"] = {k: round(cpu1[k] - cpu0[k], 2) for k in cpu0}
+            res["cpu_ms_per_write"] = {k: round(1000 * v / max(len(writes), 1), 2)
+                                       for k, v in res["cpu_seconds"].items()}
+            res["load_average_1m"] = load
+            if cond == "healthy" and kind != "none":
+                xs, lost = self.watch.latencies(ns, writes, "rv" if kind == "tether" else "seq", 60)
+                missing = len(lost)
+                res["missing_writes"] = lost[:10]
+                with self.watch.lock:
+                    ats = [at for k, v in self.watch.seen.items() if k[0] == ns for _, _, at in v]
+                res["_prop"] = xs
+                res["propagation"] = {"writes": len(writes), "missing": missing,
+                                      "last_record_after_window_s": max(ats, default=ended) - ended,
+                                      "p50_ms": 1000 * pct(xs, 0.5), "p90_ms": 1000 * pct(xs, 0.9),
+                                      "p99_ms": 1000 * pct(xs, 0.99),
+                                      "max_ms": 1000 * max(xs, default=float("nan")),
+                                      "records": sum(len(v) for k, v in self.watch.seen.items()
+                                                     if k[0] == ns)}
+            if proc is not None:
+                extra["forwards"] = {r: proc.metric("tether_webhook_forwards_total", result=r)
+                                     for r in ("ok", "retryable", "permanent", "abandoned")}
+                extra["forwarded_records"] = proc.metric("tether_webhook_forwarded_records_total")
+                extra["overflowed"] = proc.metric("tether_webhook_queue_overflowed_total")
+                extra["admissions"] = proc.metric("tether_webhook_admission_requests_total")
+                h = proc.metric("tether_webhook_admission_handler_seconds_count")
+                extra["handler_mean_ms"] = (1000 * proc.metric("tether_webhook_admission_handler_seconds_sum") / h
+                                            if h else None)
+                n = proc.metric("tether_webhook_delivery_seconds_count")
+                extra["delivery_mean_ms"] = (1000 * proc.metric("tether_webhook_delivery_seconds_sum") / n
+                                             if n else None)
+            if sync is not None:
+                extra["sync"] = sync_stats()
+        finally:
+            if vwc_name:
+                stack.unregister(self.skr_api, vwc_name)
+            if proc is not None:
+                proc.stop()
+            if sync is not None:
+                assert sync.stdin is not None
+                sync.kill()
+                sync.wait(10)
+            if stoppable is not None:
+                stoppable.stop()
+        res.update(kind=kind, condition=cond if kind != "none" else "-", namespace=ns, **extra)
+        line = (f"{idx:2d} {kind:6s} {res['condition']:9s} {res['writes_per_second']:7.1f} writes/s  "
+                f"p50 {res['p50_ms']:7.1f} ms  p99 {res['p99_ms']:8.1f} ms  errors {res['errors']}  "
+                f"load {load:.1f}")
+        if res.get("admission_mean_ms") is not None:
+            line += f"  admission call mean {res['admission_mean_ms']:.1f} ms"
+        if "propagation" in res:
+            p = res["propagation"]
+            line += f"  propagation p50 {p['p50_ms']:.1f} p99 {p['p99_ms']:.1f} ms (missing {p['missing']})"
+        print(line, flush=True)
+        return res
+
+
+def plan(conditions: list[str], kinds: list[str], rounds: int) -> list[tuple[str, str]]:
+    """none, (tether, sync), none, (sync, tether), none, ... ending with none; the second
+    round runs the conditions in reverse order."""
+    out: list[tuple[str, str]] = [("none", "-")]
+    i = 0
+    for r in range(rounds):
+        for cond in conditions if r % 2 == 0 else list(reversed(conditions)):
+            order = kinds if i % 2 == 0 else list(reversed(kinds))
+            i += 1
+            out.extend((k, cond) for k in order)
+            out.append(("none", "-"))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=10.0, help="per window")
+    ap.add_argument("--rounds", type=int, default=2, help="windows per configuration and condition")
+    ap.add_argument("--clients", type=int, default=8, help="concurrent writers")
+    ap.add_argument("--conditions", default=",".join(CONDITIONS))
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
+    args = ap.parse_args()
+    conditions, kinds = args.conditions.split(","), args.kinds.split(",")
+    started = time.monotonic()
+    load_before = os.getloadavg()
+    work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-e2e-"))
+    bench = Bench(args, work)
+    windows: list[dict[str, Any]] = []
+    try:
+        for idx, (kind, cond) in enumerate(plan(conditions, kinds, args.rounds)):
+            windows.append(bench.run(idx, kind, cond))
+    finally:
+        bench.close()
+        if args.keep:
+            print(f"work folder kept: {work}")
+        else:
+            subprocess.run(["rm", "-rf", str(work)], check=False)
+    base_idx = [i for i, w in enumerate(windows) if w["kind"] == "none"]
+    for i, w in enumerate(windows):
+        before = max((b for b in base_idx if b < i), default=None)
+        after = min((b for b in base_idx if b > i), default=None)
+        around = [windows[b]["writes_per_second"] for b in (before, after) if b is not None]
+        w["baseline_writes_per_second"] = statistics.mean(around) if w["kind"] != "none" else None
+        w["ratio"] = w["writes_per_second"] / w["baseline_writes_per_second"] if w["kind"] != "none" else None
+    baselines = [windows[b] for b in base_idx]
+
+    def pooled(ws: list[dict[str, Any]], kind: str, cond: str) -> dict[str, Any]:
+        lat = sorted(x for w in ws for x in w["_lat"])
+        n = sum(w["writes_per_second"] * w["seconds"] for w in ws)
+        out = {"kind": kind, "condition": cond, "windows": len(ws),
+               "writes_per_second": n / sum(w["seconds"] for w in ws),
+               "p50_ms": 1000 * pct(lat, 0.5), "p99_ms": 1000 * pct(lat, 0.99),
+               "errors": sum(w["errors"] for w in ws),
+               "window_writes_per_second": [round(w["writes_per_second"], 1) for w in ws]}
+        if kind != "none":
+            out["ratio"] = statistics.mean(w["ratio"] for w in ws)
+            out["window_ratios"] = [round(w["ratio"], 3) for w in ws]
+            adm = [w["admission_mean_ms"] for w in ws if w.get("admission_mean_ms") is not None]
+            out["admission_mean_ms"] = statistics.mean(adm) if adm else None
+        else:
+            out["ratio"] = 1.0
+        props = [w for w in ws if "propagation" in w]
+        if props:
+            xs = sorted(x for w in props for x in w["_prop"])
+            out["propagation"] = {
+                "writes": sum(w["propagation"]["writes"] for w in props),
+                "records": sum(w["propagation"]["records"] for w in props),
+                "missing": sum(w["propagation"]["missing"] for w in props),
+                "p50_ms": 1000 * pct(xs, 0.5), "p90_ms": 1000 * pct(xs, 0.9),
+                "p99_ms": 1000 * pct(xs, 0.99), "max_ms": 1000 * max(xs, default=float("nan"))}
+        return out
+
+    summary: list[dict[str, Any]] = [pooled(baselines, "none", "-")]
+    for kind in kinds:
+        for cond in conditions:
+            summary.append(pooled([x for x in windows if x["kind"] == kind and x["condition"] == cond],
+                                  kind, cond))
+    for w in windows:
+        w.pop("_lat", None)
+        w.pop("_prop", None)
+
+    print()
+    print(f"{'configuration':14s} {'listener':10s} {'writes/s':>9s} {'p50 ms':>8s} {'p99 ms':>9s} "
+          f"{'ratio':>6s} {'admission call ms':>18s}")
+    for s in summary:
+        adm = s.get("admission_mean_ms")
+        print(f"{s['kind']:14s} {s['condition']:10s} {s['writes_per_second']:9.1f} {s['p50_ms']:8.1f} "
+              f"{s['p99_ms']:9.1f} {s['ratio']:6.2f} {adm if adm is None else round(adm, 1)!s:>18s}")
+    rates = ", ".join(f"{w['writes_per_second']:.1f}" for w in baselines)
+    print(f"  (no-webhook windows: {rates} writes/s)")
+    print()
+    print(f"{'propagation':14s} {'writes':>7s} {'records':>8s} {'p50 ms':>8s} {'p99 ms':>8s} "
+          f"{'max ms':>8s} {'missing':>8s}")
+    for s in summary:
+        if "propagation" in s:
+            p = s["propagation"]
+            print(f"{s['kind']:14s} {p['writes']:7d} {p['records']:8d} {p['p50_ms']:8.1f} "
+                  f"{p['p99_ms']:8.1f} {p['max_ms']:8.1f} {p['missing']:8d}")
+    print()
+    parts = ["skr-apiserver", "skr-etcd", "webhook", "listener", "kcp-apiserver", "kcp-etcd", "generator"]
+    print(f"{'CPU ms per write':24s} " + " ".join(f"{p:>13s}" for p in parts) + f" {'machine':>8s}")
+    for w in windows:
+        c = w["cpu_ms_per_write"]
+        print(f"{w['kind'] + ' ' + w['condition']:24s} " + " ".join(f"{c.get(p, 0.0):13.2f}" for p in parts)
+              + f" {c['machine']:8.2f}")
+    goal = all(s["ratio"] >= 0.9 for s in summary if s["kind"] == "tether")
+    print(f"\ngoal (tether >= 0.9 of no-webhook writes/s in every condition): {'met' if goal else 'missed'}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "benchmark": "e2e",
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": "python bench/e2e.py " + " ".join(sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "kube_apiserver": controlplane.kube_apiserver_version(),
+                    "load_average_before": load_before, "load_average_after": os.getloadavg()},
+        "settings": vars(args), "slow_seconds": SLOW_SECONDS,
+        "summary": summary, "windows": windows, "goal": 0.9, "goal_met": goal,
+        "seconds_total": round(time.monotonic() - started, 1),
+    }, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
