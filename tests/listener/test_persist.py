@@ -124,7 +124,7 @@ def test_state_digest_is_ordered_paginated_and_a_heartbeat(
         "namespace": "b-ns", "name": "cm-03", "uid": "u-cm-03", "resourceVersion": "103",
         "observedAt": next(i["observedAt"] for i in items if i["name"] == "cm-03"
                            and i["namespace"] == "b-ns"),
-        "deleted": False}
+        "deleted": False, "epoch": 0}
 
     lease: Any = client.CoordinationV1Api(rt.env.api).read_namespaced_lease(
         heartbeat.lease_name(rt.id), rt.env.namespace)
