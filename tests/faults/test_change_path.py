@@ -31,10 +31,12 @@ def finish(s: Stack, w: Workload, report: Report, *, fault: str, began: float, h
     failed = w.failed()
     assert not failed, f"{len(failed)} customer writes failed, e.g. {failed[:3]}; {w.summary()}"
     w.check_runtime()
-    converged = s.wait_converged(max(healed, last_write), timeout)
+    since = max(healed, last_write)
+    converged = s.wait_converged(since, timeout)
     report(fault=fault, writes=len(w.writes), failed=len(failed), retried=len(w.retried()),
-           fault_seconds=round(healed - began, 1), converged_seconds=round(converged, 1),
-           workload=w.summary(), **extra)
+           fault_seconds=round(healed - began, 1),
+           after_fault_seconds=round(converged + since - healed, 1),
+           converged_seconds=round(converged, 1), workload=w.summary(), **extra)
     return converged
 
 
