@@ -215,8 +215,11 @@ def state_path(runtime_id: str, limit: int, token: str,
     return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state?{query}"
 
 
-def summary_path(runtime_id: str) -> str:
-    return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state/summary"
+def summary_path(runtime_id: str, identity: str = "") -> str:
+    """The state summary's path; the runtime's identity goes with it (``listener.epochs``:
+    a rebuilt cluster starts a new epoch before its hashes are compared)."""
+    path = f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state/summary"
+    return path + "?" + urllib.parse.urlencode({"identity": identity}) if identity else path
 
 
 def bucket_path(runtime_id: str, bucket: int) -> str:
@@ -387,11 +390,11 @@ class ListenerClient:
             raise ListenerError(outcome._replace(verdict="retryable", reason="bad-response"))
         return doc
 
-    def state_summary(self) -> dict[str, Any] | None:
+    def state_summary(self, identity: str = "") -> dict[str, Any] | None:
         """The runtime's state summary (``common.statehash.parse_summary`` reads it); None
         when the listener has no such route (404: a listener older than summaries)."""
         try:
-            return self._get_json(summary_path(self.settings.runtime_id))
+            return self._get_json(summary_path(self.settings.runtime_id, identity))
         except ListenerError as e:
             if e.outcome.status == 404:
                 return None

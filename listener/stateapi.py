@@ -14,10 +14,10 @@ label are labelled after the answer was sent.
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
 
 from common import gateway, numbers, statehash
-from listener import api, responses, services, validation
+from listener import api, epochs, responses, services, validation
 
 bp = Blueprint("state_summary", __name__, url_prefix="/v1/runtimes")
 
@@ -36,18 +36,22 @@ def get_summary(svc: services.Services, runtime_id: str) -> Response:
         return limited
     if svc.summaries is None:
         return responses.error(404, "not found", "no state summaries in this listener")
+    report = epochs.report_of(request.args)
+    if isinstance(report, str) or report.epoch is not None:
+        problem = report if isinstance(report, str) else (
+            "epoch: a claim goes with the full state listing (GET .../state), not the summary")
+        return api._invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
+            {"path": problem.split(":")[0], "message": problem}], "query"))
     try:
         svc.beats.seen(runtime_id)
+        # the runtime's identity first: a rebuilt cluster starts a new epoch, and the hashes
+        # are then compared in it (every object differs: the full digest resends them)
+        epoch = svc.epochs.settle(runtime_id, report, lambda e: None)
         stored, unlabelled = svc.summaries.read(runtime_id)
         doc = statehash.wire_of(stored)
     except gateway.GatewayError as e:
         return api._unavailable(svc, "state", e, runtime_id)
-    epochs = getattr(svc, "epochs", None)  # listener.epochs: the epoch to hash objects with
-    if epochs is not None:
-        try:
-            doc["epoch"] = epochs.current(runtime_id)
-        except gateway.GatewayError:
-            pass  # without it the poller hashes epoch 0: a later epoch differs, and it falls back
+    doc["epoch"] = epoch
     resp = responses.ok(doc)
     _label_after(resp, svc, unlabelled)
     return resp

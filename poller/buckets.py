@@ -47,7 +47,7 @@ class Lister(Protocol):
 
 
 class Client(Protocol):
-    def state_summary(self) -> dict[str, Any] | None: ...
+    def state_summary(self, identity: str = "") -> dict[str, Any] | None: ...
 
     def state_bucket(self, bucket: int) -> list[changes.DigestItem]: ...
 
@@ -61,6 +61,7 @@ class Outcome(NamedTuple):
     scanned: int
     digest_entries: int
     buckets_listed: int
+    epoch: int = 0  # the runtime's epoch (the summary's): what the run's records carried
 
 
 def _epoch(doc: dict[str, Any]) -> int:
@@ -78,8 +79,9 @@ class BucketRun:
                  client: Client, *, add: Callable[[changes.ChangeRecord], None],
                  differ: Callable[[str], None], request: Callable[[str], None],
                  keep_going: Callable[[], bool], stop: Callable[[], BaseException],
-                 problems: Counter[str] | None = None, max_buckets: int = MAX_BUCKETS) -> None:
-        self.max_buckets = max_buckets
+                 problems: Counter[str] | None = None, max_buckets: int = MAX_BUCKETS,
+                 identity: str = "") -> None:
+        self.max_buckets, self.identity = max_buckets, identity
         self.runtime_id, self.filter, self.lister, self.client = runtime_id, flt, lister, client
         self._add, self._differ, self._request = add, differ, request
         self._keep_going, self._stop = keep_going, stop
@@ -101,7 +103,7 @@ class BucketRun:
 
     def run(self) -> Outcome | Literal["fallback"]:
         self._request("summary")
-        doc = self.client.state_summary()
+        doc = self.client.state_summary(self.identity)
         remote = None if doc is None else statehash.parse_summary(doc)
         if doc is None or remote is None:
             return FALLBACK
@@ -116,7 +118,7 @@ class BucketRun:
                     local.add_live(key[0], key[1], diff.resource_version_of(obj), epoch)
         differing = statehash.mismatching(local, remote)
         if not differing:
-            return Outcome(scanned, sum(max(c, 0) for c in remote.counts), 0)
+            return Outcome(scanned, sum(max(c, 0) for c in remote.counts), 0, epoch)
         if len(differing) > self.max_buckets:
             return FALLBACK
         return self._compare(set(differing), epoch, remote)
@@ -152,7 +154,7 @@ class BucketRun:
                 acc[0] ^= statehash.item_hash(key[0], key[1], rv, epoch)
                 acc[1] += 1
                 entry = digest.pop(key, None)
-                kind = diff.judge(entry, rv, observed)
+                kind = diff.judge(entry, rv, observed, epoch)
                 if kind is None:
                     continue
                 full = self.lister.get(*key)
@@ -161,18 +163,19 @@ class BucketRun:
                 self._differ(kind)
                 sent_in.add(b)
                 self._add(changes.from_configmap(full, runtime_id=self.runtime_id,
-                                                 source="poller", observed_at=observed))
+                                                 source="poller", observed_at=observed,
+                                                 epoch=epoch))
         for (ns, name), entry in digest.items():
-            tomb_rv = diff.leftover(entry, list_rv, listed_at)
+            tomb_rv = diff.leftover(entry, list_rv, listed_at, epoch)
             if tomb_rv is None:
                 continue
             self._differ("deleted")
             sent_in.add(statehash.bucket_of(ns, name))
             self._add(changes.tombstone(runtime_id=self.runtime_id, namespace=ns, name=name,
                                         uid=entry.uid, resource_version=tomb_rv,
-                                        source="poller", observed_at=listed_at))
+                                        source="poller", observed_at=listed_at, epoch=epoch))
         # a bucket that still differs with nothing to send: the listener holds what the
         # runtime does not show (newer records); the full digest's rules decide
         if any(tuple(now_local[b]) != listed[b] and b not in sent_in for b in differing):
             return FALLBACK
-        return Outcome(scanned, entries, len(differing))
+        return Outcome(scanned, entries, len(differing), epoch)

@@ -151,7 +151,9 @@ class Runner:
 
     def _once(self, state: _RunState, full: bool, keep_going: Callable[[], bool],
               report: sender.EpochReport) -> None:
-        if not full and self.settings.buckets and self._by_buckets(state, keep_going):
+        # a claim of a new epoch goes with the full listing's first page (listener.epochs)
+        if (not full and report.epoch is None and self.settings.buckets
+                and self._by_buckets(state, keep_going, report.identity)):
             return
         t0 = self._clock()
         problems: collections.Counter[str] = collections.Counter()
@@ -227,7 +229,8 @@ class Runner:
         buffer.flush()
         self.metrics.last_scanned.set(scanned)
 
-    def _by_buckets(self, state: _RunState, keep_going: Callable[[], bool]) -> bool:
+    def _by_buckets(self, state: _RunState, keep_going: Callable[[], bool],
+                    identity: str = "") -> bool:
         """The run by buckets (``poller.buckets``); False when the full digest must run."""
         if not buckets.supported(self.client, self.lister):
             return False
@@ -242,7 +245,8 @@ class Runner:
             self.runtime_id, self.filter, self.lister, self.client,  # type: ignore[arg-type]
             add=buffer.add, differ=differ, keep_going=keep_going,
             request=lambda call: self.metrics.listener_requests.labels(call).inc(),
-            stop=lambda: Stop("aborted", "leadership lost"), max_buckets=self.settings.max_buckets)
+            stop=lambda: Stop("aborted", "leadership lost"), max_buckets=self.settings.max_buckets,
+            identity=identity)
         try:
             out = br.run()
         except scan.Gone:
@@ -258,6 +262,8 @@ class Runner:
         if out == buckets.FALLBACK:
             return False
         state.scanned, state.digest_entries = out.scanned, out.digest_entries
+        state.epoch = out.epoch
+        self.metrics.epoch.set(out.epoch)
         self.metrics.scanned.inc(out.scanned)
         self.metrics.last_scanned.set(out.scanned)
         self.metrics.buckets_listed.inc(out.buckets_listed)

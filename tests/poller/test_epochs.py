@@ -27,6 +27,7 @@ from testing.pollerenv import Env, InProcess, kcp_state, runtime_state, unique_s
 
 pytestmark = pytest.mark.slow
 NS = "team-a"
+BUCKETS = True  # the poller as deployed (poller.settings): the bucketed run first, its fallback the full digest
 
 
 @pytest.fixture
@@ -91,7 +92,7 @@ def test_an_etcd_restored_from_an_earlier_snapshot_converges_in_one_run(
     labels, selector = unique_selector()
     for i in range(6):
         put(core, f"a-{i}", {"v": "before"}, labels)
-    poller = InProcess(rt, listener.url, own_skr.api_client(), selector, page_size=4)
+    poller = InProcess(rt, listener.url, own_skr.api_client(), selector, page_size=4, buckets=BUCKETS)
     try:
         res = poller.run()
         assert res.outcome == "ok" and res.epoch == 0, res
@@ -108,7 +109,7 @@ def test_an_etcd_restored_from_an_earlier_snapshot_converges_in_one_run(
     for i in (0, 1):
         put(core, f"a-{i}", {"v": "lost"}, labels)
     core.delete_namespaced_config_map("a-2", NS)
-    poller = InProcess(rt, listener.url, own_skr.api_client(), selector, page_size=4)
+    poller = InProcess(rt, listener.url, own_skr.api_client(), selector, page_size=4, buckets=BUCKETS)
     try:
         res = poller.run()
         assert res.outcome == "ok" and res.differences == {"missing": 4, "changed": 2,
@@ -126,7 +127,7 @@ def test_an_etcd_restored_from_an_earlier_snapshot_converges_in_one_run(
     listed = int(core.list_namespaced_config_map(NS, limit=1).metadata.resource_version)
     assert listed < high, "the restored history must be behind the stored records"
 
-    poller = InProcess(rt, listener.url, own_skr.api_client(), selector, page_size=4)
+    poller = InProcess(rt, listener.url, own_skr.api_client(), selector, page_size=4, buckets=BUCKETS)
     try:
         res, seconds = run_timed(poller)
         assert res.outcome == "ok" and res.epoch == 1, res
@@ -170,7 +171,7 @@ def test_a_cluster_rebuilt_empty_under_the_same_runtime_id_converges_in_one_run(
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
         for i in range(40):  # drive the old history's resourceVersions up
             put(core, f"old-{i % 8}", {"v": str(i)}, labels)
-        poller = InProcess(rt, listener.url, old.api_client(), selector)
+        poller = InProcess(rt, listener.url, old.api_client(), selector, buckets=BUCKETS)
         try:
             assert poller.run().outcome == "ok"
         finally:
@@ -185,7 +186,7 @@ def test_a_cluster_rebuilt_empty_under_the_same_runtime_id_converges_in_one_run(
         for i in range(3):  # same names, lower resourceVersions, other data
             put(core, f"old-{i}", {"v": "rebuilt"}, labels)
         put(core, "new-0", {"v": "rebuilt"}, labels)
-        poller = InProcess(rt, listener.url, new.api_client(), selector)
+        poller = InProcess(rt, listener.url, new.api_client(), selector, buckets=BUCKETS)
         try:
             res, seconds = run_timed(poller)
             assert res.outcome == "ok" and res.epoch == 1, res
