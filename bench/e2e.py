@@ -15,7 +15,11 @@ configuration meets a 429), and measures in one invocation, each in its own name
 * ``sync``: testing/syncforwarder.py (its docstring states how the anchor is read: up to 3
   attempts inside the admission call, 2 s and 4 s backoff, 5xx answers and transport
   failures retried, 180 s per attempt, a new TLS connection per call), registered like
-  KLM's watcher: ``timeoutSeconds: 15``, ``failurePolicy: Ignore``, no matchConditions.
+  KLM's watcher: ``timeoutSeconds: 15``, ``failurePolicy: Ignore``, no matchConditions;
+* ``noop`` (a diagnostic, once per round): bench/webhook_noop_server.py under the webhook's
+  gunicorn settings, registered like Tether's: the cost of a webhook call alone. Its
+  constant answer's uid does not match the request's; the apiserver counts the call as
+  failed and, ``failurePolicy: Ignore``, admits the write, after the full round trip.
 
 Listener conditions for ``tether`` and ``sync``:
 
@@ -30,7 +34,7 @@ keep-alive HTTPS connection to the SKR apiserver (raw JSON, system:masters), on 
 of its own (16 data keys, ~1 KiB): every fifth write creates a new ConfigMap, the others
 merge-patch one of the writer's earlier ones (a new ``seq`` value and one changed key).
 Throughput counts acknowledged writes per second of the window; latency is per write.
-Windows run in the order none, (tether, sync), none, (sync, tether), none, ... so that
+Windows run in the order none, noop, none, (tether, sync), none, (sync, tether), none, ... so that
 drifting load hits all alike; ratio = writes/s ÷ the mean of the two ``none`` windows
 around it.
 
@@ -44,7 +48,10 @@ webhook, listener, the generator) are sampled per window.
 
 Prints the tables and writes bench/results/e2e.json.
 
-    .venv/bin/python bench/e2e.py [--seconds 20] [--clients 8]
+    .venv/bin/python bench/e2e.py [--seconds 20] [--clients 8] [--rounds 1]
+
+About 7–8 minutes on the shared 2-core machine; ``--rounds 2`` repeats every configuration
+(conditions in reverse order) for about twice that.
 """
 
 from __future__ import annotations
@@ -77,7 +84,7 @@ from testing import webhookstack as stack  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "e2e.json"
 CONDITIONS = ("healthy", "refused", "blackhole", "slow")
-KINDS = ("tether", "sync")
+KINDS = ("tether", "sync", "noop")
 RUNTIME_ID = "rt-e2e"
 KCP_NAMESPACE = "tether-e2e"
 HOOKS = {"tether": "configmaps.tether.kyma-project.io", "sync": "sync.e2e.bench.tether.kyma-project.io"}
@@ -375,7 +382,7 @@ class Bench:
             time.sleep(0.3)
 
     def run(self, idx: int, kind: str, cond: str) -> dict[str, Any]:
-        ns = f"e2e-{idx:02d}-{kind}-{cond}" if kind != "none" else f"e2e-{idx:02d}-none"
+        ns = f"e2e-{idx:02d}-{kind}" + (f"-{cond}" if cond != "-" else "")
         self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         d = self.work / ns
         d.mkdir()
@@ -387,19 +394,23 @@ class Bench:
         vwc_name = ""
         try:
             if kind != "none":
-                url, ca, stoppable = self.target(cond, d)
+                url, ca, stoppable = self.target(cond if kind != "noop" else "healthy", d)
                 rt = self.runtime
-                if kind == "tether":
+                if kind in ("tether", "noop"):
                     proc = stack.WebhookProcess(d, {
                         "TETHER_RUNTIME_ID": RUNTIME_ID, "TETHER_LISTENER_URL": url,
                         "TETHER_LISTENER_CA_FILE": str(ca), "TETHER_CLIENT_CERT_FILE": str(rt.cert_file),
                         "TETHER_CLIENT_KEY_FILE": str(rt.key_file), "TETHER_KUBECONFIG": str(self.skr.kubeconfig),
                         "TETHER_WEBHOOK_WORKERS": "2", "TETHER_WEBHOOK_THREADS": "8",
-                        "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO)}).start()
+                        "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO)})
+                    if kind == "noop":
+                        proc.command = [sys.executable, str(REPO / "bench" / "webhook_noop_server.py")]
+                    proc.start()
                     assert proc.proc is not None
                     roots["webhook"] = proc.proc.pid
                     body = stack.vwc_body(f"e2e-{ns}", proc.url + "/validate", proc.ca.cert_pem, ns)
-                    called: Any = lambda: proc.metric("tether_webhook_admission_requests_total") > 0  # noqa: E731
+                    calls0 = admission_seconds(self.writer, HOOKS["tether"])[1]
+                    called: Any = lambda: admission_seconds(self.writer, HOOKS["tether"])[1] > calls0  # noqa: E731
                 else:
                     sync = subprocess.Popen(
                         [sys.executable, "-m", "testing.syncforwarder", str(d), url, str(ca),
@@ -429,12 +440,13 @@ class Bench:
                 self.wait_called(ns, called)
                 time.sleep(0.5)
             load = os.getloadavg()[0]
-            adm0 = admission_seconds(self.writer, HOOKS.get(kind, "-"))
+            hook = HOOKS.get("tether" if kind == "noop" else kind, "-")
+            adm0 = admission_seconds(self.writer, hook)
             cpu0 = cpu_snapshot(roots)
             res = drive(self.writer, ns, self.args.clients, self.args.seconds, idx)
             ended = time.monotonic()
             cpu1 = cpu_snapshot(roots)
-            adm1 = admission_seconds(self.writer, HOOKS.get(kind, "-"))
+            adm1 = admission_seconds(self.writer, hook)
             calls = adm1[1] - adm0[1]
             res["admission_calls"] = calls
             res["admission_mean_ms"] = 1000 * (adm1[0] - adm0[0]) / calls if calls else None
@@ -457,7 +469,7 @@ class Bench:
                                       "max_ms": 1000 * max(xs, default=float("nan")),
                                       "records": sum(len(v) for k, v in self.watch.seen.items()
                                                      if k[0] == ns)}
-            if proc is not None:
+            if proc is not None and kind == "tether":
                 extra["forwards"] = {r: proc.metric("tether_webhook_forwards_total", result=r)
                                      for r in ("ok", "retryable", "permanent", "abandoned")}
                 extra["forwarded_records"] = proc.metric("tether_webhook_forwarded_records_total")
@@ -482,7 +494,8 @@ class Bench:
                 sync.wait(10)
             if stoppable is not None:
                 stoppable.stop()
-        res.update(kind=kind, condition=cond if kind != "none" else "-", namespace=ns, **extra)
+        res.update(kind=kind, condition=cond if kind not in ("none", "noop") else "-", namespace=ns,
+                   **extra)
         line = (f"{idx:2d} {kind:6s} {res['condition']:9s} {res['writes_per_second']:7.1f} writes/s  "
                 f"p50 {res['p50_ms']:7.1f} ms  p99 {res['p99_ms']:8.1f} ms  errors {res['errors']}  "
                 f"load {load:.1f}")
@@ -500,7 +513,10 @@ def plan(conditions: list[str], kinds: list[str], rounds: int) -> list[tuple[str
     round runs the conditions in reverse order."""
     out: list[tuple[str, str]] = [("none", "-")]
     i = 0
+    noop, kinds = "noop" in kinds, [k for k in kinds if k != "noop"]
     for r in range(rounds):
+        if noop:
+            out.extend([("noop", "-"), ("none", "-")])
         for cond in conditions if r % 2 == 0 else list(reversed(conditions)):
             order = kinds if i % 2 == 0 else list(reversed(kinds))
             i += 1
@@ -511,8 +527,8 @@ def plan(conditions: list[str], kinds: list[str], rounds: int) -> list[tuple[str
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=10.0, help="per window")
-    ap.add_argument("--rounds", type=int, default=2, help="windows per configuration and condition")
+    ap.add_argument("--seconds", type=float, default=20.0, help="per window")
+    ap.add_argument("--rounds", type=int, default=1, help="windows per configuration and condition")
     ap.add_argument("--clients", type=int, default=8, help="concurrent writers")
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
     ap.add_argument("--kinds", default=",".join(KINDS))
@@ -569,7 +585,9 @@ def main() -> int:
         return out
 
     summary: list[dict[str, Any]] = [pooled(baselines, "none", "-")]
-    for kind in kinds:
+    if "noop" in kinds:
+        summary.append(pooled([x for x in windows if x["kind"] == "noop"], "noop", "-"))
+    for kind in (k for k in kinds if k != "noop"):
         for cond in conditions:
             summary.append(pooled([x for x in windows if x["kind"] == kind and x["condition"] == cond],
                                   kind, cond))
