@@ -36,7 +36,7 @@ GO
 export GOFLAGS="${GOFLAGS:-} -mod=mod" CGO_ENABLED=0
 go get "github.com/prometheus/prometheus@$PROMETHEUS_MODULE_VERSION" >/dev/null
 mkdir -p "$out"
-go build -trimpath -tags remove_all_sd,enable_kubernetes_sd -o "$out/prometheus.new" \
+go build -tags remove_all_sd,enable_kubernetes_sd -o "$out/prometheus.new" \
   github.com/prometheus/prometheus/cmd/prometheus
 mv "$out/prometheus.new" "$out/prometheus"
 "$out/prometheus" --version | head -1 >&2
