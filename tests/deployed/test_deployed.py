@@ -28,7 +28,7 @@ from kubernetes import client
 
 from common import pki
 from listener import records
-from testing import controlplane, deployed, overlays, podrunner
+from testing import controlplane, deployed, overlays, podrunner, prometheus
 
 pytestmark = pytest.mark.slow
 
@@ -187,6 +187,61 @@ def test_compass_registers_the_runtime_with_the_director(fleet: deployed.Fleet) 
                                         "-o", "json").stdout)
     holders = {p.name for p in fleet.kcp_pods.pods_of("tether-compass")}
     assert lease["spec"]["holderIdentity"].rsplit("_", 1)[0] in holders  # HOSTNAME_PID: a pod's name
+
+
+KCP_JOBS = ("tether-listener", "tether-janitor", "tether-compass", "tether-enroller", "tether-admin")
+ALERT_FOR_SECONDS = 5  # the shipped rules' for: durations (5m to 30m), shortened to see them fire
+
+
+def test_a_real_prometheus_alerts_for_a_broken_webhook_path_and_a_stopped_listener(
+        fleet: deployed.Fleet) -> None:
+    """Prometheus (the upstream server, hack/build-prometheus.sh) with the shipped scrape
+    configuration (Kubernetes service discovery of the pods the runner publishes, through
+    the KCP's kubeconfig) and the shipped KCP rules (their for: shortened to 5 s): every KCP
+    part is scraped; the runtime whose webhook is gone delivers only through its poller and
+    TetherRuntimeWebhookPathFailing fires naming it; with no listener pod left
+    TetherListenerDown fires, and resolves when the listener is back."""
+    server = prometheus.Server(
+        fleet.work / "prometheus", prometheus.scrape_jobs(fleet.kcp.kubeconfig, KCP_JOBS),
+        prometheus.rule_groups(prometheus.KCP_RULES, ALERT_FOR_SECONDS))
+    try:
+        for job in KCP_JOBS:
+            server.wait(lambda job=job: server.query(f'up{{job="{job}"}} == 1'), f"{job} scraped", 90)
+        server.wait(lambda: [r for r in server.query('count(up{job="tether-listener"} == 1)')
+                             if float(r["value"][1]) == 2], "both listener pods scraped", 60)
+        assert server.firing("TetherListenerDown") is None
+        assert server.firing("TetherRuntimeWebhookPathFailing", runtime_id=deployed.RUNTIME_ID) is None
+
+        # the runtime's webhook gone: its changes reach the KCP through the poller only
+        deployed.kubectl(fleet.skr, "-n", overlays.NAMESPACE, "scale", "deployment", "tether-webhook",
+                         "--replicas=0")
+        for i in range(60):
+            deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "create", "configmap", f"by-poller-{i}",
+                             "--from-literal=k=v")
+        wait_for("the poller's records in the KCP", lambda: (r := stored(fleet, CUSTOMER_NS, "by-poller-59"))
+                 and r["spec"]["source"] == "poller", timeout=150, fleet=fleet)
+        alert = server.wait(lambda: server.firing("TetherRuntimeWebhookPathFailing",
+                                                  runtime_id=deployed.RUNTIME_ID),
+                            "TetherRuntimeWebhookPathFailing for the runtime", 120)
+        assert deployed.RUNTIME_ID in alert["annotations"]["summary"]
+        assert alert["annotations"]["runbook_url"].startswith("https://")
+        deployed.kubectl(fleet.skr, "-n", overlays.NAMESPACE, "scale", "deployment", "tether-webhook",
+                         "--replicas=2")
+        fleet.skr_pods.wait_available(120, ["tether-webhook"])
+
+        # no listener pod left: the part is gone, not just failing
+        deployed.kubectl(fleet.kcp, "-n", overlays.NAMESPACE, "scale", "deployment", "tether-listener",
+                         "--replicas=0")
+        try:
+            down = server.wait(lambda: server.firing("TetherListenerDown"), "TetherListenerDown", 90)
+            assert down["labels"]["severity"] == "critical"
+        finally:
+            deployed.kubectl(fleet.kcp, "-n", overlays.NAMESPACE, "scale", "deployment", "tether-listener",
+                             "--replicas=2")
+            fleet.kcp_pods.wait_available(120, ["tether-listener"])
+        server.wait(lambda: server.firing("TetherListenerDown") is None, "TetherListenerDown resolved", 90)
+    finally:
+        server.stop()
 
 
 def test_a_verb_removed_from_the_listeners_role_fails_the_delivery_until_restored(
