@@ -146,6 +146,9 @@ def _guarded(handler: Any) -> Any:
         # the runtime's delivery counts go to the KCP once the answer is sent: no client
         # waits for that write (at most once per DELIVERY_FLUSH_SECONDS per worker)
         result.call_on_close(lambda: svc.deliveries.flush_if_due(runtime_id))
+        summaries = svc.summaries
+        if summaries is not None:  # what its writes changed in the state summary
+            result.call_on_close(lambda: summaries.flush_if_due(runtime_id))
         return result
     wrapper.__name__ = handler.__name__
     return wrapper
@@ -162,9 +165,6 @@ def _in_flight(svc: services.Services, runtime_id: str, handler: Any) -> Respons
     try:
         result: Response = handler(svc, runtime_id)
         return result
-        summaries = svc.summaries
-        if summaries is not None:  # what its writes changed in the state summary
-            result.call_on_close(lambda: summaries.flush_if_due(runtime_id))
     finally:
         svc.in_flight.release(runtime_id)
 
