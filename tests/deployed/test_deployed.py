@@ -162,7 +162,9 @@ def test_the_admin_pages_show_the_runtime_to_an_operator_and_refuse_others(
         code, _, body = admin_get(fleet, f"/runtimes/{deployed.RUNTIME_ID}", token)
         return body if code == 200 and "seen-by-admin" in body else None
     # the listener merges the record into the runtime's RuntimeDelivery, the admin part lists it
-    body = wait_for("the record on the runtime page", runtime_page, timeout=90, fleet=fleet)
+    # merged by the listener after a later request of the runtime (at most once per 15 s per
+    # worker; the poller heartbeats every 60 s), then read fresh by the runtime page
+    body = wait_for("the record on the runtime page", runtime_page, timeout=180, fleet=fleet)
     assert "<polyline" in body or "<circle" in body  # the lag chart has a point
     code, _, page = admin_get(fleet, "/fleet", token)
     assert code == 200 and deployed.RUNTIME_ID in page
