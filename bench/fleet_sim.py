@@ -595,16 +595,19 @@ def tables(result: dict[str, Any]) -> str:
         return "-" if not v or v["p50_ms"] is None else f"{v['p50_ms']:.0f} / {v['p99_ms']:.0f}"
 
     out = ["| replicas | runtimes x time | load (runtimes) | hb/s + changes/s offered | "
-           "heartbeat p50/p99 ms | change p50/p99 ms | TLS connect p50/p99 ms | quiet errors | "
+           "answered 200 /s | heartbeat p50/p99 ms | change p50/p99 ms | TLS connect p50/p99 ms | "
+           "quiet errors | "
            "noisy: req (429) p50/p99 ms | KCP req/s | CPU % listener / apiserver / etcd / sim | "
-           "broken |", "|" + "---:|" * 12]
+           "broken |", "|" + "---:|" * 13]
     for r in result["rows"]:
         o, c = r["offered_per_s"], r["cpu_pct"]
         noisy = r["kinds"].get("noisy change", {"n": 0, "status": {}})
+        ok = sum(c for k in ("heartbeat", "change") for st, c in
+                 r["kinds"].get(k, {}).get("status", {}).items() if st.startswith("200"))
         out.append(
             f"| {r['replicas']} | {r['runtimes']:,} x {r['factor']:g}, noisy {r['noisy_rate']:g}/s "
             f"| {r['load_runtimes']:,} | {o['heartbeat']:g} + {o['change']:g} "
-            f"| {lat(r, 'heartbeat')} | {lat(r, 'change')} | {lat(r, 'tls connect')} "
+            f"| {ok / r['seconds']:.1f} | {lat(r, 'heartbeat')} | {lat(r, 'change')} | {lat(r, 'tls connect')} "
             f"| {r['quiet_errors']} of {r['quiet_requests']:,} ({r['quiet_error_pct']} %) "
             f"| {noisy['n']:,} ({noisy['status'].get('429', 0)}) {lat(r, 'noisy change')} "
             f"| {r['kcp_requests_per_s']:.0f} "
@@ -676,12 +679,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--cache", type=pathlib.Path,
                     default=pathlib.Path(tempfile.gettempdir()) / "tether-fleet-sim-certs")
     ap.add_argument("--report", action="store_true", help="print the tables of the last result")
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(*args.child)
     if args.report:
-        print(tables(json.loads(RESULTS.read_text())))
+        print(tables(json.loads(args.out.read_text())))
         return 0
 
     from testing import compassenv, controlplane
@@ -745,8 +749,8 @@ def main(argv: list[str]) -> int:
         "seconds_total": round(time.monotonic() - started, 1),
         "command": "python bench/fleet_sim.py " + " ".join(argv),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(tables(result))
     print(f"first broken step: {result['first_broken']}; total {result['seconds_total']} s; load "
           f"average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
