@@ -31,6 +31,7 @@ COPY listener listener
 COPY poller poller
 COPY compass compass
 COPY enroller enroller
+COPY admin admin
 # then the virtualenv's own installer goes: the image installs nothing at run time
 RUN /opt/tether/bin/pip install --no-cache-dir -q -c constraints.txt --no-deps . \
  && /opt/tether/bin/pip uninstall -q -y pip setuptools

@@ -30,7 +30,13 @@ class Outcome(NamedTuple):
 
 
 def notes(api: client.ApiClient, ns: str, name: str) -> dict[str, str]:
-    obj = client.CoordinationV1Api(api).read_namespaced_lease(name, ns)
+    """The Lease's annotations ({} while the elector has not created it yet)."""
+    try:
+        obj = client.CoordinationV1Api(api).read_namespaced_lease(name, ns)
+    except client.ApiException as e:
+        if e.status == 404:
+            return {}
+        raise
     return dict(obj.metadata.annotations or {})
 
 

@@ -5,6 +5,7 @@ bucket, and a summary damaged by hand is corrected after one run with nothing lo
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -96,7 +97,9 @@ def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
         assert res.outcome == "ok" and res.differences["changed"] == 1 and res.sent == 1, res
         assert poller.sample("tether_poller_buckets_listed_total") - listed == 1
         assert kcp_state(listener_env, rt.id, namespace)[0] == runtime_state(core, namespace, selector)
-        # damage the summary by hand: three buckets wrong
+        # damage the summary by hand: three buckets wrong (after the listener's merge of the
+        # record just sent, at most a second after its answer, has landed)
+        time.sleep(2.0)
         name = statesummary.name_of(rt.id)
         obj = objects.get_namespaced_custom_object(statesummary.GROUP, statesummary.VERSION,
                                                    listener_env.namespace, statesummary.PLURAL, name)
@@ -109,10 +112,17 @@ def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
         listed = poller.sample("tether_poller_buckets_listed_total")
         healed = poller.run()
         assert healed.outcome == "ok" and healed.sent == 0, healed
-        assert poller.sample("tether_poller_buckets_listed_total") - listed == len(wrong)
-        again = poller.run()
-        assert again.outcome == "ok" and again.sent == 0
-        assert poller.sample("tether_poller_buckets_listed_total") - listed == len(wrong)
+        assert poller.sample("tether_poller_buckets_listed_total") - listed >= len(wrong)
+        # healed: a later run lists nothing (a merge of the listener that was pending when
+        # the test wrote the damage may straddle it and mark its bucket unknown: one more
+        # listing of that bucket, nothing sent)
+        for _ in range(3):
+            listed = poller.sample("tether_poller_buckets_listed_total")
+            again = poller.run()
+            assert again.outcome == "ok" and again.sent == 0, again
+            if poller.sample("tether_poller_buckets_listed_total") == listed:
+                break
+        assert poller.sample("tether_poller_buckets_listed_total") == listed
         fixed = objects.get_namespaced_custom_object(statesummary.GROUP, statesummary.VERSION,
                                                      listener_env.namespace, statesummary.PLURAL, name)
         stored = statehash.stored_of(fixed["status"])
