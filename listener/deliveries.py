@@ -171,6 +171,27 @@ class Deliveries:
             delta = self._take(runtime_id, mono)
         return self._flush(runtime_id, delta)
 
+    def flush_due(self) -> int:
+        """Flush every runtime whose counts are due (``flush_if_due`` for each): what the
+        worker's flush thread runs, so counts never wait for the runtime's next request to
+        this worker; how many were written. Never raises."""
+        with self._lock:
+            mono = self._clock()
+            due = [rid for rid in self._pending if self._due(rid, mono)]
+        return sum(1 for rid in due if self.flush_if_due(rid))
+
+    def start(self) -> threading.Thread:
+        """A daemon thread of the worker calling ``flush_due`` every flush interval (at
+        least every second): a runtime's requests spread over workers and replicas, and the
+        one that holds its counts may not see it again for minutes."""
+        def loop() -> None:
+            while True:
+                time.sleep(max(1.0, self._interval))
+                self.flush_due()
+        t = threading.Thread(target=loop, name="delivery-flush", daemon=True)
+        t.start()
+        return t
+
     def flush_all(self, budget: float) -> int:
         """Flush every runtime with counts, due or not, within ``budget`` seconds (worker
         exit); how many were written."""
