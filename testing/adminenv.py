@@ -22,6 +22,7 @@ import yaml
 from kubernetes import client
 
 from common import certs, delivery
+from listener import heartbeat
 from testing import controlplane, listenerenv
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -165,7 +166,7 @@ class Env:
             {"status": status})
 
     def heartbeat(self, runtime_id: str, at: datetime.datetime) -> None:
-        name = "tether-rt-" + uuid.uuid5(uuid.NAMESPACE_URL, runtime_id).hex
+        name = heartbeat.lease_name(runtime_id)  # as the listener names both
         coordination: Any = client.CoordinationV1Api(self.api)
         coordination.create_namespaced_lease(self.kcp_ns, {
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -194,7 +195,7 @@ class Env:
                 d.seen(at - datetime.timedelta(minutes=i))
         d.stored = {"records": webhook + poller, "bytes": 2048 * (webhook + poller),
                     "recordLimit": 10_000, "byteLimit": 50 << 20}
-        name = "tether-rt-" + uuid.uuid5(uuid.NAMESPACE_URL, runtime_id).hex
+        name = heartbeat.lease_name(runtime_id)  # as the listener names both
         body = delivery.body(name, self.kcp_ns, runtime_id, {RUNTIME_LABEL: runtime_id})
         self._objects().create_namespaced_custom_object(
             delivery.GROUP, delivery.VERSION, self.kcp_ns, delivery.PLURAL, body)

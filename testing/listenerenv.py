@@ -16,7 +16,7 @@ import requests
 import yaml
 from kubernetes import client
 
-from common import certs, changes, kyma
+from common import certs, changes, delivery, kyma
 from listener import records
 from testing import controlplane
 
@@ -106,6 +106,28 @@ def make_env(kcp: controlplane.ControlPlane, api: client.ApiClient, d: pathlib.P
     kubeconfig = kcp.issue_client_cert(LISTENER_USER, dest=d / "kubeconfig-listener")
     return Env(d, namespace, kcp, api, runtime_ca, foreign_ca, d / "client-ca.crt",
                d / "server-ca.crt", d / "tls.crt", d / "tls.key", kubeconfig)
+
+
+def own_namespace(env: Env, prefix: str) -> Env:
+    """``env`` in a fresh KCP namespace of its own, the manifests' listener Role bound in it
+    (a module whose listeners must not see the session's records, e.g. its janitor)."""
+    ns = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(env.api)
+    controlplane.retry_busy(lambda: core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))))
+    bind_listener_role(env.api, ns)
+    return dataclasses.replace(env, namespace=ns)
+
+
+def remove_namespace(env: Env) -> None:
+    """What ``own_namespace`` made, and what the listener wrote in it."""
+    objects = client.CustomObjectsApi(env.api)
+    for group, version, plural in ((records.GROUP, records.VERSION, records.PLURAL),
+                                   (delivery.GROUP, delivery.VERSION, delivery.PLURAL),
+                                   (kyma.GROUP, kyma.VERSION, kyma.PLURAL)):
+        objects.delete_collection_namespaced_custom_object(group, version, env.namespace, plural)
+    client.CoordinationV1Api(env.api).delete_collection_namespaced_lease(env.namespace)
+    client.CoreV1Api(env.api).delete_namespace(env.namespace)
 
 
 def add_runtime(env: Env, runtime_id: str, domain: str | None = None) -> Runtime:

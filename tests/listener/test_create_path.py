@@ -24,8 +24,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common import changes, gateway
 from listener import quota, records, store
-from testing.listenerenv import Env, ListenerProcess, Runtime, bind_listener_role, metric_value
-from tests.listener.test_delivery import _cleanup, _namespace, _runtime, summary
+from testing.listenerenv import (
+    Env,
+    ListenerProcess,
+    Runtime,
+    metric_value,
+    own_namespace,
+    remove_namespace,
+)
+from tests.listener.test_delivery import _runtime, summary
 from tests.listener.test_storage import eventually
 
 pytestmark = pytest.mark.slow
@@ -39,10 +46,9 @@ CONFLICTS = "tether_listener_write_conflicts_total"
 
 @pytest.fixture(scope="module")
 def env(listener_env: Env) -> Iterator[Env]:
-    e = _namespace(listener_env, "kc")
-    bind_listener_role(e.api, e.namespace)
+    e = own_namespace(listener_env, "kc")
     yield e
-    _cleanup(e)
+    remove_namespace(e)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ merging into one object at once hit the conflict path and still add up exactly.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import datetime
 import json
 import ssl
@@ -28,15 +27,15 @@ from kubernetes import client
 
 from common import certs, changes, delivery, kyma
 from listener import heartbeat, records
-from testing import controlplane
 from testing.listenerenv import (
     RBAC_FILE,
     Env,
     ListenerProcess,
     Runtime,
-    bind_listener_role,
-    create_kyma,
+    add_runtime,
     metric_value,
+    own_namespace,
+    remove_namespace,
 )
 from tests.listener.test_storage import Janitor, eventually
 
@@ -46,30 +45,11 @@ FAST = {"TETHER_LISTENER_DELIVERY_FLUSH_SECONDS": "0",  # flush after every requ
 BOUND = 64 * 1024  # bytes: a RuntimeDelivery never grows past this, whatever a runtime sends
 
 
-def _namespace(listener_env: Env, prefix: str) -> Env:
-    ns = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(listener_env.api)
-    controlplane.retry_busy(lambda: core.create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))))
-    return dataclasses.replace(listener_env, namespace=ns)
-
-
-def _cleanup(env: Env) -> None:
-    objects = client.CustomObjectsApi(env.api)
-    for group, version, plural in ((records.GROUP, records.VERSION, records.PLURAL),
-                                   (delivery.GROUP, delivery.VERSION, delivery.PLURAL),
-                                   (kyma.GROUP, kyma.VERSION, kyma.PLURAL)):
-        objects.delete_collection_namespaced_custom_object(group, version, env.namespace, plural)
-    client.CoordinationV1Api(env.api).delete_collection_namespaced_lease(env.namespace)
-    client.CoreV1Api(env.api).delete_namespace(env.namespace)
-
-
 @pytest.fixture(scope="module")
 def env(listener_env: Env) -> Iterator[Env]:
-    e = _namespace(listener_env, "kd")
-    bind_listener_role(e.api, e.namespace)
+    e = own_namespace(listener_env, "kd")
     yield e
-    _cleanup(e)
+    remove_namespace(e)
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +67,7 @@ def listener_b(env: Env) -> Iterator[ListenerProcess]:
 
 
 def _runtime(env: Env) -> Runtime:
-    rid = f"rt-{uuid.uuid4().hex[:12]}"
-    dom = f"c-{rid[3:9]}.kyma.example.com"
-    create_kyma(env.api, env.namespace, rid, dom)
-    pair = env.runtime_ca.issue(rid, dns_names=[dom], client=True)
-    c, k = env.dir / f"{rid}.crt", env.dir / f"{rid}.key"
-    pair.write(c, k)
-    return Runtime(rid, dom, c, k, env)
+    return add_runtime(env, f"rt-{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture
@@ -482,11 +456,10 @@ def test_a_failed_flush_keeps_the_counts_until_the_kcp_takes_them(
 ) -> None:
     """Without the Role's rules on runtimedeliveries every flush fails (403): requests are
     answered as always, the counts stay in the worker (bounded) and arrive once allowed."""
-    env = _namespace(listener_env, "kdr")
+    env = own_namespace(listener_env, "kdr")
     role, binding = list(yaml.safe_load_all(RBAC_FILE.read_text()))
     full_rules = role["rules"]
     try:
-        bind_listener_role(env.api, env.namespace)
         rbac = client.RbacAuthorizationV1Api(env.api)
         role = rbac.read_namespaced_role("tether-listener", env.namespace)
         role.rules = [r for r in role.rules or [] if not any(
@@ -509,7 +482,7 @@ def test_a_failed_flush_keeps_the_counts_until_the_kcp_takes_them(
         finally:
             p.stop()
     finally:
-        _cleanup(env)
+        remove_namespace(env)
 
 
 def test_requests_alone_are_heartbeats_that_cost_no_write_of_their_own(

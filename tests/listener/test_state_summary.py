@@ -20,9 +20,16 @@ from kubernetes import client
 
 from common import changes, kyma, statehash
 from listener import records, statesummary
-from testing.listenerenv import Env, ListenerProcess, Runtime, bind_listener_role, metric_value
+from testing.listenerenv import (
+    Env,
+    ListenerProcess,
+    Runtime,
+    metric_value,
+    own_namespace,
+    remove_namespace,
+)
 from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector
-from tests.listener.test_delivery import Delayer, _cleanup, _namespace, _runtime
+from tests.listener.test_delivery import Delayer, _runtime
 from tests.listener.test_storage import Janitor, eventually
 
 pytestmark = pytest.mark.slow
@@ -58,10 +65,9 @@ class OneShotDelayer(Delayer):
 
 @pytest.fixture(scope="module")
 def env(listener_env: Env) -> Iterator[Env]:
-    e = _namespace(listener_env, "ks")
-    bind_listener_role(e.api, e.namespace)
+    e = own_namespace(listener_env, "ks")
     yield e
-    _cleanup(e)
+    remove_namespace(e)
 
 
 @pytest.fixture(scope="module")
