@@ -280,15 +280,16 @@ class Summaries:
         folded = statehash.Buckets()
         unlabelled: list[tuple[str, int]] = []
         revision = 0
-        for meta, rev in self._list(f"{records.RUNTIME_LABEL}={runtime_id}"):
+        for metas, rev in self._pages(f"{records.RUNTIME_LABEL}={runtime_id}"):
             revision = max(revision, rev)
-            item = records.digest_item(meta)
-            if item is None:
-                continue
-            live = statehash.live_item(item)
-            if live is not None:
-                folded.add(live)
-            self._note_unlabelled(meta, item, unlabelled)
+            for meta in metas:
+                item = records.digest_item(meta)
+                if item is None:
+                    continue
+                live = statehash.live_item(item)
+                if live is not None:
+                    folded.add(live)
+                self._note_unlabelled(meta, item, unlabelled)
         built = statehash.Stored.listed(folded, revision)
         for attempt in range(MAX_ATTEMPTS):
             if obj is None:
@@ -317,17 +318,18 @@ class Summaries:
             out.append((str(meta.get("name", "")),
                         statehash.bucket_of(str(item["namespace"]), str(item["name"]))))
 
-    def _list(self, selector: str) -> Iterator[tuple[dict[str, Any], int]]:
-        """Metadata of the records ``selector`` picks, each with the listing's KCP revision."""
+    def _pages(self, selector: str) -> Iterator[tuple[list[dict[str, Any]], int]]:
+        """Pages of metadata of the records ``selector`` picks, each with the listing's KCP
+        revision (also for a page without items: an empty bucket is listed at a revision
+        too, and a summary that holds something there is corrected)."""
         token = ""
         while True:
             page = self._kcp.list(RECORDS, self._namespace, label_selector=selector,
                                   limit=LIST_PAGE, continue_token=token or None,
                                   metadata_only=True, timeout=self._timeout)
             pmeta = page.get("metadata") or {}
-            rev = _revision(pmeta) or 0
-            for obj in page.get("items") or []:
-                yield obj.get("metadata") or {}, rev
+            yield [obj.get("metadata") or {} for obj in page.get("items") or []], \
+                _revision(pmeta) or 0
             token = pmeta.get("continue") or ""
             if not token:
                 return
@@ -340,20 +342,24 @@ class Summaries:
         found: dict[str, changes.DigestItem] = {}
         unlabelled: list[tuple[str, int]] = []
         # unlabelled first: a record labelled in between shows up in the second list
-        for meta, _ in self._list(f"{records.RUNTIME_LABEL}={runtime_id},!{records.BUCKET_LABEL}"):
-            item = records.digest_item(meta)
-            if item is None:
-                continue
-            self._note_unlabelled(meta, item, unlabelled)
-            if statehash.bucket_of(item["namespace"], item["name"]) == n:
-                found[str(meta.get("name", ""))] = item
+        for metas, _ in self._pages(f"{records.RUNTIME_LABEL}={runtime_id},"
+                                    f"!{records.BUCKET_LABEL}"):
+            for meta in metas:
+                item = records.digest_item(meta)
+                if item is None:
+                    continue
+                self._note_unlabelled(meta, item, unlabelled)
+                if statehash.bucket_of(item["namespace"], item["name"]) == n:
+                    found[str(meta.get("name", ""))] = item
         revision = 0
-        for meta, rev in self._list(f"{records.RUNTIME_LABEL}={runtime_id},"
-                                    f"{records.BUCKET_LABEL}={n}"):
-            revision = max(revision, rev)
-            item = records.digest_item(meta)
-            if item is not None and statehash.bucket_of(item["namespace"], item["name"]) == n:
-                found[str(meta.get("name", ""))] = item
+        for metas, rev in self._pages(f"{records.RUNTIME_LABEL}={runtime_id},"
+                                      f"{records.BUCKET_LABEL}={n}"):
+            revision = max(revision, rev)  # set by an empty listing too
+            for meta in metas:
+                item = records.digest_item(meta)
+                if item is not None and statehash.bucket_of(item["namespace"],
+                                                            item["name"]) == n:
+                    found[str(meta.get("name", ""))] = item
         items = sorted(found.values(), key=lambda i: (i["namespace"], i["name"]))
         h, count = statehash.bucket_hash(items)
         fixed = obj is not None and revision > 0 and self._correct(runtime_id, obj, n, h, count,
