@@ -348,10 +348,13 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
     if limited is not None:
         return limited
     loaded: list[list[changes.DigestItem]] = []
+    surveys: list[store.Survey] = []
 
     def load() -> list[changes.DigestItem]:
-        loaded.append(svc.store.digest(runtime_id))
-        return loaded[-1]
+        items, survey = svc.store.survey(runtime_id)
+        loaded.append(items)
+        surveys.append(survey)
+        return items
     try:
         svc.beats.seen(runtime_id)
         svc.deliveries.seen(runtime_id)
@@ -363,5 +366,11 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
             epoch = svc.epochs.current(runtime_id)
     except gateway.GatewayError as e:
         return _unavailable(svc, "state", e, runtime_id)
-    return responses.ok({"items": chunk, "continue": records.encode_continue(position),
+    resp = responses.ok({"items": chunk, "continue": records.encode_continue(position),
                          "epoch": epoch})
+    summaries = svc.summaries
+    if surveys and summaries is not None:  # the listing sets the summary's buckets it contradicts
+        got = surveys[-1]
+        resp.call_on_close(lambda: summaries.listed_all(runtime_id, got.folded, got.held,
+                                                        got.revision))
+    return resp

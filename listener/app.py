@@ -44,6 +44,8 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = s.max_body_bytes
     svc = services.build(s, kcp)
     svc.deliveries.start()  # counts merged even when the runtime's next request goes elsewhere
+    if svc.summaries is not None:
+        svc.summaries.start()  # so are the state summaries' changes
     app.extensions[services.KEY] = svc
     svc.cas.get()  # a CA bundle that cannot be loaded stops the worker here (LoadError)
     app.register_blueprint(api.bp)

@@ -30,13 +30,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from common import changes, gateway, kyma, logs
+from common import changes, gateway, kyma, logs, statehash
 from listener import deliveries, heartbeat, records, retention, statesummary, store
 from listener import metrics as listener_metrics
 from listener import settings as settings_mod
 
 log = logging.getLogger(__name__)
 MAX_TOMBSTONES = 5000  # deletions per run; the rest waits for the next run
+SUMMARY_FLUSH_SECONDS = 30.0  # merging what was pruned into the state summaries, per run
 PAGE = 500
 OWN_RECORDS = f"{records.MANAGED_BY_LABEL}={records.MANAGED_BY}"
 API_ERRORS = gateway.GatewayError
@@ -195,8 +196,12 @@ class Janitor:
     def __init__(self, kcp: Kcp, settings: settings_mod.JanitorSettings,
                  meters: listener_metrics.JanitorMetrics, audit: logging.Logger, *,
                  active: Callable[[], bool] = lambda: True,
-                 now: Callable[[], datetime.datetime] = _now) -> None:
+                 now: Callable[[], datetime.datetime] = _now,
+                 summaries: statesummary.Summaries | None = None) -> None:
         self.kcp = kcp
+        # the state summaries' footprints (the quota's count) lose what is pruned
+        self.summaries = summaries
+        self._pruned: dict[str, set[int]] = {}  # runtime -> buckets pruned in this run
         self.settings = settings
         self.metrics = meters
         self.audit = audit
@@ -227,6 +232,7 @@ class Janitor:
         now = self._now()
         counts: collections.Counter[str] = collections.Counter()
         due: list[retention.Tombstone] = []
+        metas: dict[str, dict[str, Any]] = {}
         try:
             for meta in self.kcp.record_metadata():
                 rid = (meta.get("labels") or {}).get(records.RUNTIME_LABEL)
@@ -237,9 +243,10 @@ class Janitor:
                                                 records.ANN_DELETED, records.ANN_OBSERVED)
                     if t is not None:
                         due.append(t)
+                        metas[t.name] = meta
         except API_ERRORS as e:
             return self._failed("list_records", e)
-        pruned = self._prune(due)
+        pruned = self._prune(due, metas)
         try:
             leases = self.kcp.heartbeat_leases()
             with_delivery = self.kcp.delivery_runtime_ids()
@@ -278,7 +285,7 @@ class Janitor:
         self.metrics.orphans.set(waiting)
         return Summary(ok, pruned, records_deleted, leases_deleted, waiting)
 
-    def _prune(self, due: list[retention.Tombstone]) -> int:
+    def _prune(self, due: list[retention.Tombstone], metas: dict[str, dict[str, Any]]) -> int:
         deleted = 0
         for t in due:
             if not self.active():
@@ -287,14 +294,32 @@ class Janitor:
                 if self.kcp.delete_tombstone(t):
                     deleted += 1
                     self.metrics.tombstones_deleted.inc()
+                    self._removed(metas.get(t.name) or {})
             except API_ERRORS as e:
                 self._failed("delete_tombstone", e)
                 break
+        if self.summaries is not None and deleted:
+            # merged (their buckets unknown: a deletion's revision is not known), then
+            # those buckets listed and set, so the quota's count is exact again at once
+            self.summaries.flush_all(SUMMARY_FLUSH_SECONDS)
+            for rid, buckets in sorted(self._pruned.items()):
+                if not self.active():
+                    break
+                self.summaries.heal(rid, buckets)
+        self._pruned.clear()
         if deleted:
             logs.audit(self.audit, "tombstones_pruned", count=deleted,
                        retention_seconds=self.settings.storage.tombstone_retention)
             log.info("pruned %d tombstones older than the retention", deleted)
         return deleted
+
+    def _removed(self, meta: dict[str, Any]) -> None:
+        rid = (meta.get("labels") or {}).get(records.RUNTIME_LABEL)
+        item = records.digest_item(meta)
+        if self.summaries is not None and isinstance(rid, str) and item is not None:
+            self.summaries.removed(rid, meta)
+            self._pruned.setdefault(rid, set()).add(
+                statehash.bucket_of(item["namespace"], item["name"]))
 
     def _remove(self, step: retention.Orphan, listed: int,
                 leases: dict[str, LeaseFacts]) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from common import elected, leader, logs, ops
-from listener import janitor
+from listener import janitor, statesummary
 from listener import metrics as listener_metrics
 from listener import settings as settings_mod
 
@@ -55,7 +55,8 @@ def main(argv: list[str]) -> int:
                                  once="one run, no election, then exit")
     meters = listener_metrics.JanitorMetrics()
     job = janitor.Janitor(janitor.Kcp(api, s.namespace, s.kcp_timeout), s, meters,
-                          logs.audit_logger(s.audit_log))
+                          logs.audit_logger(s.audit_log),
+                          summaries=statesummary.Summaries(api, s.namespace, s.kcp_timeout))
     if args.once:
         summary = job.run()
         print(summary)

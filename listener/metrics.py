@@ -84,6 +84,11 @@ class Metrics:
                                       "Records refused (413) because the runtime's storage quota "
                                       "is reached, by limit (records, bytes)", ["limit"],
                                       registry=r)
+        self.quota_counts = Counter(
+            f"{NS}_quota_counts", "Times a worker counted a runtime's stored records and bytes "
+            "for the quota, by source: summary (its RuntimeStateSummary, one read) or listing "
+            "(a metadata list of all its records: no usable summary)", ["source"],
+            registry=r)
         self.kcp_unavailable = Counter(f"{NS}_kcp_unavailable",
                                        "Requests answered 503 because the KCP API failed",
                                        ["operation"], registry=r)

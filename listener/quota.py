@@ -184,6 +184,7 @@ class Usage:
         self._ttl, self._load, self._clock, self._max = ttl, load, clock, max_runtimes
         self._lock = threading.Lock()
         self._views: OrderedDict[str, _View] = OrderedDict()
+        self._loading: dict[str, threading.Lock] = {}  # runtime -> its count in progress
 
     def _view(self, runtime_id: str) -> _View:
         view = self._views.get(runtime_id)
@@ -226,12 +227,7 @@ class Usage:
         when its view is older than ``ttl`` and the write would grow the usage."""
         change = delta(old_size, new_size)
         if change.records > 0 or change.bytes > 0:
-            with self._lock:
-                view = self._view(runtime_id)
-                fresh = view.loaded_at is not None and self._clock() - view.loaded_at < self._ttl
-            if not fresh:
-                snap = self.begin(runtime_id)
-                self.observe(runtime_id, self._load(runtime_id), snap)
+            self._refresh(runtime_id)
         with self._lock:
             view = self._view(runtime_id)
             refusal = admit(view.used(), self.limits, old_size, new_size)
@@ -239,6 +235,32 @@ class Usage:
                 raise Exceeded(refusal)
             view.pending = _add(view.pending, change)
         return Reservation(self, runtime_id, change)
+
+    def _fresh(self, runtime_id: str) -> bool:
+        with self._lock:
+            view = self._view(runtime_id)
+            return view.loaded_at is not None and self._clock() - view.loaded_at < self._ttl
+
+    def _refresh(self, runtime_id: str) -> None:
+        """Count the runtime afresh when its view is older than ``ttl``; one thread of the
+        worker counts at a time per runtime, the others wait for its count (concurrent
+        counts would cost as many KCP reads, and one taken while another thread's admitted
+        write lands counts that write twice until the next count)."""
+        if self._fresh(runtime_id):
+            return
+        with self._lock:
+            gate = self._loading.get(runtime_id)
+            if gate is None:
+                gate = self._loading[runtime_id] = threading.Lock()
+        with gate:
+            if self._fresh(runtime_id):
+                return  # another thread counted while this one waited
+            try:
+                snap = self.begin(runtime_id)
+                self.observe(runtime_id, self._load(runtime_id), snap)
+            finally:
+                with self._lock:
+                    self._loading.pop(runtime_id, None)
 
     def finish(self, runtime_id: str, change: Used, written: bool) -> None:
         with self._lock:

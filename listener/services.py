@@ -77,7 +77,8 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
                           limits=listener_quota.Limits(s.storage.quota_records, s.storage.quota_bytes),
                           quota_ttl=s.storage.quota_cache_seconds,
                           tombstone_retention=s.storage.tombstone_retention,
-                          on_written=summaries.written)
+                          on_written=summaries.written, footprint=summaries.footprint,
+                          on_count=lambda source: meters.quota_counts.labels(source).inc())
     return Services(
         settings=s,
         api=api,

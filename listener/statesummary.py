@@ -3,7 +3,10 @@
 The summary folds a runtime's stored records into ``common.statehash.BUCKETS`` buckets (a
 64-bit XOR and a count of live records each), so that a poll run of a runtime in sync
 costs the KCP one read (``read``) instead of a listing of all of its records, and a
-difference costs a listing of its bucket only (``bucket``). How it stays right:
+difference costs a listing of its bucket only (``bucket``). Each bucket also holds its
+footprint (objects, tombstones included, and bytes by their size annotations), kept and
+corrected the same way, so that the storage quota counts a runtime's usage at one read
+(``footprint``) too. How it stays right:
 
 * **Writes.** After every persisted record the store calls ``written`` (old and new
   metadata): the change of its bucket (``statehash.change_of``, with the write's KCP
@@ -12,7 +15,11 @@ difference costs a listing of its bucket only (``bucket``). How it stays right:
   as below). ``flush_if_due`` (after the response, like ``listener.deliveries``) merges
   them into the object at most once per ``interval`` per runtime and worker: GET, merge
   (``statehash.merge``), PUT of the status subresource with the object's resourceVersion;
-  409: read and merge again. A failed merge keeps the changes for the next one.
+  409: read and merge again. A failed merge keeps the changes for the next one. A
+  ``summary-flush`` thread per worker merges what is due every second, so no change waits
+  for the runtime's next request to this worker. The janitor's pruning of a tombstone is a
+  change too (``removed``: at an unknown revision, so its bucket is listed again before its
+  footprint is trusted).
 * **Healing.** A pending change lost (a worker killed, the cap, a failed merge dropped)
   leaves the summary with a state the runtime has left behind, so the poller's hash of
   that bucket differs and it asks for the bucket; listing a bucket recomputes its hash
@@ -21,8 +28,10 @@ difference costs a listing of its bucket only (``bucket``). How it stays right:
   its bucket is corrected is skipped at its merge when the listing already held its
   writes, or applied and the bucket marked unknown when it straddles the listing (the
   next run lists it again). Records deleted or edited outside the listener (by hand) are
-  found by the daily full resync (the full digest rebuilds the summary of a runtime whose
-  summary is damaged) rather than by the buckets; docs/listener.md says so.
+  found by the daily full resync rather than by the buckets; docs/listener.md says so. A
+  full digest (the daily resync, or a run with too many differing buckets) lists every
+  record anyway and sets every bucket that disagrees from that listing (``listed_all``),
+  so a summary damaged in many buckets does not send every later run to the full digest.
 * **Bootstrap.** A runtime without a summary (new, or stored before summaries) gets one
   built from a full metadata listing of its records at its first ``read`` (the cost of one
   old-style state digest, once), then kept by its writes.
@@ -44,7 +53,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from common import changes, gateway, logs, numbers, statehash
-from listener import heartbeat, records
+from listener import heartbeat, quota, records
 
 log = logging.getLogger(__name__)
 GROUP, VERSION, PLURAL, KIND = ("tether.kyma-project.io", "v1alpha1", "runtimestatesummaries",
@@ -55,6 +64,8 @@ FLUSH_SECONDS = 1.0
 MAX_PENDING = 100_000  # pending bucket changes per worker, over all runtimes
 MAX_REMEMBERED = 50_000
 MAX_ATTEMPTS = 6
+HEAL_BUCKETS = 16  # buckets listed one by one by ``heal``; more: one full listing
+DISTRUST_SECONDS = 900.0  # after lost changes: the quota counts from listings this long
 MAX_UNLABELLED = 100_000  # records to label kept from one listing
 LABEL_SECONDS = 10.0  # labelling after one answer
 LIST_PAGE = 500
@@ -103,10 +114,15 @@ class Summaries:
         self._interval, self._max, self._clock = interval, max_pending, clock
         self._hooks = hooks or Hooks()
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # a runtime's merge ended
         self._pending: dict[str, dict[int, statehash.Pending]] = {}
         self._size = 0
         self._flushed: dict[str, float] = {}
         self._busy: set[str] = set()
+        # runtimes whose changes this worker lost or could not merge lately: their
+        # footprint is not used for the quota until then (monotonic time)
+        self._distrusted: dict[str, float] = {}
+        self._unmerged: set[str] = set()  # runtimes whose last merge here failed (kept)
         self._last_log = -LOG_EVERY
 
     # -- recording (the store's hook; cheap) ----------------------------------------------------
@@ -119,19 +135,41 @@ class Summaries:
         new_item: Mapping[str, Any] | None = None if new is None else records.digest_item(new)
         if new_item is None:
             new_item = record
-        change = statehash.change_of(old_item, new_item, _revision(new))
-        if change is None:
-            return
+        change = statehash.change_of(
+            old_item, new_item, _revision(new),
+            0 if old is None else quota.stored_size(old),
+            0 if new is None else quota.stored_size(new))
+        if change is not None:
+            self._add(runtime_id, change)
+
+    def removed(self, runtime_id: str, meta: Mapping[str, Any]) -> None:
+        """A stored object was deleted (the janitor's pruning): its footprint leaves the
+        summary (at an unknown revision: its bucket is listed again before the footprint
+        is trusted)."""
+        item = records.digest_item(meta)
+        if item is not None:
+            self._add(runtime_id, statehash.removal_of(item, quota.stored_size(meta)))
+
+    def _add(self, runtime_id: str, change: statehash.Change) -> None:
         with self._lock:
             buckets = self._pending.get(runtime_id)
             if buckets is None or change.bucket not in buckets:
                 if self._size >= self._max:
                     self._hooks.dropped()
+                    self._distrust(runtime_id)
                     return
                 self._size += 1
             p = self._pending.setdefault(runtime_id, {}).setdefault(change.bucket,
                                                                     statehash.Pending())
             p.add(change)
+
+    def _distrust(self, runtime_id: str) -> None:
+        """(Under the lock.) Changes of the runtime were lost, or not merged yet after a
+        failed merge: its footprint is not used for the quota for a while
+        (``DISTRUST_SECONDS``; the summary heals when the buckets are listed)."""
+        self._distrusted[runtime_id] = self._clock() + DISTRUST_SECONDS
+        if len(self._distrusted) > MAX_REMEMBERED:
+            self._distrusted.pop(next(iter(self._distrusted)))
 
     def pending(self, runtime_id: str) -> int:
         with self._lock:
@@ -139,8 +177,14 @@ class Summaries:
 
     # -- merging -----------------------------------------------------------------------------
 
-    def _take(self, runtime_id: str, due_only: bool) -> dict[int, statehash.Pending] | None:
+    def _take(self, runtime_id: str, due_only: bool,
+              wait: float = 0.0) -> dict[int, statehash.Pending] | None:
+        """The runtime's pending changes to merge (marked busy); None when there are none,
+        the merge is not due, or another thread is merging them (after waiting up to
+        ``wait`` seconds for it to end)."""
         with self._lock:
+            if wait > 0 and runtime_id in self._busy:
+                self._idle.wait_for(lambda: runtime_id not in self._busy, timeout=wait)
             if runtime_id in self._busy or runtime_id not in self._pending:
                 return None
             mono = self._clock()
@@ -163,6 +207,7 @@ class Summaries:
                     p.combine(into[b])
                 elif self._size >= self._max:
                     self._hooks.dropped()
+                    self._distrust(runtime_id)
                     continue
                 else:
                     self._size += 1
@@ -173,10 +218,30 @@ class Summaries:
         ``interval`` ago; never raises (runs after the response)."""
         return self._flush(runtime_id, due_only=True) is not None
 
-    def flush(self, runtime_id: str) -> dict[str, Any] | None:
-        """Merge the runtime's pending changes now; the object written (None: nothing
-        pending, no object, or the merge failed)."""
-        return self._flush(runtime_id, due_only=False)
+    def flush(self, runtime_id: str, wait: float = 0.0) -> dict[str, Any] | None:
+        """Merge the runtime's pending changes now (after waiting up to ``wait`` seconds for
+        a merge of another thread to end); the object written (None: nothing pending, no
+        object, or the merge failed)."""
+        return self._flush(runtime_id, due_only=False, wait=wait)
+
+    def flush_due(self) -> int:
+        """Merge every runtime whose merge is due (``flush_if_due`` for each); how many
+        were written. Never raises."""
+        with self._lock:
+            waiting = list(self._pending)
+        return sum(1 for rid in waiting if self.flush_if_due(rid))
+
+    def start(self) -> threading.Thread:
+        """A daemon thread of the worker calling ``flush_due`` every interval (at least
+        every second): a runtime's next request may go to another worker or replica, and
+        the summary (the poller's comparison, the quota's count) must not wait for it."""
+        def loop() -> None:
+            while True:
+                time.sleep(max(1.0, self._interval))
+                self.flush_due()
+        t = threading.Thread(target=loop, name="summary-flush", daemon=True)
+        t.start()
+        return t
 
     def flush_all(self, budget: float) -> int:
         deadline = self._clock() + budget
@@ -189,23 +254,35 @@ class Summaries:
             done += self._flush(runtime_id, due_only=False) is not None
         return done
 
-    def _flush(self, runtime_id: str, due_only: bool) -> dict[str, Any] | None:
-        taken = self._take(runtime_id, due_only)
+    def _flush(self, runtime_id: str, due_only: bool,
+               wait: float = 0.0) -> dict[str, Any] | None:
+        taken = self._take(runtime_id, due_only, wait)
         if taken is None:
             return None
         keep = False
         try:
-            return self._merge(runtime_id, taken)
+            written = self._merge(runtime_id, taken)
+            with self._lock:
+                self._unmerged.discard(runtime_id)
+            return written
         except gateway.GatewayError as e:
             keep = not isinstance(e, gateway.Rejected)
             self._failed(e, keep)
+            with self._lock:
+                if keep:  # until a merge of the runtime succeeds
+                    self._unmerged.add(runtime_id)
+                else:
+                    self._distrust(runtime_id)
         except Exception as e:  # noqa: BLE001 - runs after the response; never break the worker
             self._failed(e, False)
-        finally:
             with self._lock:
-                self._busy.discard(runtime_id)
+                self._distrust(runtime_id)
+        finally:
             if keep:
                 self._give_back(runtime_id, taken)
+            with self._lock:
+                self._busy.discard(runtime_id)
+                self._idle.notify_all()
         return None
 
     def _failed(self, e: BaseException, kept: bool) -> None:
@@ -267,17 +344,49 @@ class Summaries:
 
     def read(self, runtime_id: str) -> tuple[statehash.Stored, list[tuple[str, int]]]:
         """The runtime's summary (one KCP read, after merging this worker's pending changes
-        of the runtime); built from a full listing when there is none. Also the records
+        of the runtime, also those another thread is merging at the time: waited for, at
+        most the KCP timeout); built from a full listing when there is none. Also the records
         found without their bucket label (for ``label``, after the answer)."""
-        obj = self.flush(runtime_id) or self._get(runtime_id)
+        obj = self.flush(runtime_id, wait=self._timeout) or self._get(runtime_id)
         stored = None if obj is None else statehash.stored_of(obj.get("status"))
         if obj is not None and stored is not None:
             return stored, []
         return self._bootstrap(runtime_id, obj)
 
+    def footprint(self, runtime_id: str) -> quota.Used | None:
+        """Objects and bytes the runtime stores, for the storage quota, at the cost of one
+        KCP read: this worker's pending changes of the runtime are merged first (also those
+        another thread is merging: waited for), so the summary holds every write of this
+        worker acknowledged before the call (a write acknowledged during it may be counted
+        twice until the next count, never zero times). A runtime without a usable summary
+        (none yet, or written before footprints) gets one built from a listing first. None
+        when the summary cannot say (a bucket's footprint unknown until it is listed, or
+        this worker lost or could not merge changes of the runtime lately): the quota then
+        counts from a listing."""
+        if self._distrusted_now(runtime_id):
+            return None
+        obj = self.flush(runtime_id, wait=self._timeout) or self._get(runtime_id)
+        if self._distrusted_now(runtime_id):
+            return None  # the merge just failed: its changes are not in the object
+        stored = None if obj is None else statehash.stored_of(obj.get("status"))
+        if stored is None:  # built now (one listing, as the quota's own would be), then kept
+            stored, _ = self._bootstrap(runtime_id, obj)
+        total = statehash.footprint_of(stored)
+        return None if total is None else quota.Used(*total)
+
+    def _distrusted_now(self, runtime_id: str) -> bool:
+        with self._lock:
+            if runtime_id in self._unmerged:
+                return True
+            until = self._distrusted.get(runtime_id)
+            if until is not None and self._clock() >= until:
+                del self._distrusted[runtime_id]
+                until = None
+            return until is not None
+
     def _bootstrap(self, runtime_id: str, obj: dict[str, Any] | None,
                    ) -> tuple[statehash.Stored, list[tuple[str, int]]]:
-        folded = statehash.Buckets()
+        folded, held = statehash.Buckets(), statehash.Footprint()
         unlabelled: list[tuple[str, int]] = []
         revision = 0
         for metas, rev in self._pages(f"{records.RUNTIME_LABEL}={runtime_id}"):
@@ -289,8 +398,10 @@ class Summaries:
                 live = statehash.live_item(item)
                 if live is not None:
                     folded.add(live)
+                held.add(statehash.bucket_of(item["namespace"], item["name"]),
+                         quota.stored_size(meta))
                 self._note_unlabelled(meta, item, unlabelled)
-        built = statehash.Stored.listed(folded, revision)
+        built = statehash.Stored.listed(folded, revision, held)
         for attempt in range(MAX_ATTEMPTS):
             if obj is None:
                 obj = self._create(runtime_id)
@@ -307,6 +418,69 @@ class Summaries:
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
                 obj = self._get(runtime_id)
         raise gateway.Unavailable(f"{PLURAL}: {MAX_ATTEMPTS} conflicts in a row")
+
+    def listed_all(self, runtime_id: str, folded: statehash.Buckets,
+                   held: statehash.Footprint, revision: int) -> int:
+        """A full listing of the runtime's records at ``revision`` was made anyway (the
+        full digest): set every bucket of its summary that disagrees from it (a summary
+        damaged in more buckets than a run lists one by one heals here); how many buckets
+        were set. Never raises (runs after the answer)."""
+        if revision <= 0:
+            return 0
+        try:
+            obj = self._get(runtime_id)
+            for attempt in range(MAX_ATTEMPTS):
+                if obj is None:
+                    return 0  # built at the next read
+                stored = statehash.stored_of(obj.get("status"))
+                new = statehash.Stored.listed(folded, revision, held) if stored is None \
+                    else stored
+                fixed = 0 if stored is None else -1
+                for b in range(statehash.BUCKETS):
+                    c = statehash.corrected(new, b, folded.hashes[b], folded.counts[b],
+                                            revision, held.records[b], held.bytes[b])
+                    if c is not None:
+                        new, fixed = c, max(fixed, 0) + 1
+                if fixed < 0:
+                    return 0  # agrees
+                try:
+                    self._put(runtime_id, obj, new)
+                    self._hooks.corrected(fixed or statehash.BUCKETS)
+                    log.info("state summary of runtime %s: %d buckets set from a full listing",
+                             logs.bounded(runtime_id, 80), fixed or statehash.BUCKETS)
+                    return fixed or statehash.BUCKETS
+                except gateway.Conflict:
+                    self._hooks.conflict()
+                    time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
+                    obj = self._get(runtime_id)
+        except Exception as e:  # noqa: BLE001 - after the answer: the next listing retries
+            self._failed(e, False)
+        return 0
+
+    def heal(self, runtime_id: str, buckets: set[int]) -> int:
+        """Set ``buckets`` of the runtime's summary from listings of their records (after a
+        change at an unknown revision, such as the janitor's pruning, made them unknown):
+        one label-selected list per bucket, or one full listing for more than
+        ``HEAL_BUCKETS``; how many buckets were set. Never raises."""
+        try:
+            if len(buckets) <= HEAL_BUCKETS:
+                return sum(self.bucket(runtime_id, n)[0].corrected for n in sorted(buckets))
+            folded, held, revision = statehash.Buckets(), statehash.Footprint(), 0
+            for metas, rev in self._pages(f"{records.RUNTIME_LABEL}={runtime_id}"):
+                revision = max(revision, rev)
+                for meta in metas:
+                    item = records.digest_item(meta)
+                    if item is None:
+                        continue
+                    live = statehash.live_item(item)
+                    if live is not None:
+                        folded.add(live)
+                    held.add(statehash.bucket_of(item["namespace"], item["name"]),
+                             quota.stored_size(meta))
+            return self.listed_all(runtime_id, folded, held, revision)
+        except Exception as e:  # noqa: BLE001 - the poller's next run lists what is unknown
+            self._failed(e, False)
+            return 0
 
     @staticmethod
     def _note_unlabelled(meta: Mapping[str, Any], item: Mapping[str, Any],
@@ -340,6 +514,7 @@ class Summaries:
         disagrees. Also the unlabelled records found (for ``label``)."""
         obj = self._get(runtime_id)
         found: dict[str, changes.DigestItem] = {}
+        sizes: dict[str, int] = {}
         unlabelled: list[tuple[str, int]] = []
         # unlabelled first: a record labelled in between shows up in the second list
         for metas, _ in self._pages(f"{records.RUNTIME_LABEL}={runtime_id},"
@@ -351,6 +526,7 @@ class Summaries:
                 self._note_unlabelled(meta, item, unlabelled)
                 if statehash.bucket_of(item["namespace"], item["name"]) == n:
                     found[str(meta.get("name", ""))] = item
+                    sizes[str(meta.get("name", ""))] = quota.stored_size(meta)
         revision = 0
         for metas, rev in self._pages(f"{records.RUNTIME_LABEL}={runtime_id},"
                                       f"{records.BUCKET_LABEL}={n}"):
@@ -360,21 +536,25 @@ class Summaries:
                 if item is not None and statehash.bucket_of(item["namespace"],
                                                             item["name"]) == n:
                     found[str(meta.get("name", ""))] = item
+                    sizes[str(meta.get("name", ""))] = quota.stored_size(meta)
         items = sorted(found.values(), key=lambda i: (i["namespace"], i["name"]))
         h, count = statehash.bucket_hash(items)
-        fixed = obj is not None and revision > 0 and self._correct(runtime_id, obj, n, h, count,
-                                                                   revision)
+        fixed = obj is not None and revision > 0 and self._correct(
+            runtime_id, obj, n, (h, count, len(found), sum(sizes.values())), revision)
         return Bucket(items, h, count, revision, fixed), unlabelled
 
-    def _correct(self, runtime_id: str, obj: dict[str, Any] | None, n: int, h: int, count: int,
-                 revision: int) -> bool:
+    def _correct(self, runtime_id: str, obj: dict[str, Any] | None, n: int,
+                 listed: tuple[int, int, int, int], revision: int) -> bool:
+        """Set bucket ``n`` to what its listing at ``revision`` found: (hash, live count,
+        objects, bytes)."""
+        h, count, objects, size = listed
         for attempt in range(MAX_ATTEMPTS):
             if obj is None:
                 return False
             stored = statehash.stored_of(obj.get("status"))
             if stored is None:
                 return False  # rebuilt at the next read
-            new = statehash.corrected(stored, n, h, count, revision)
+            new = statehash.corrected(stored, n, h, count, revision, objects, size)
             if new is None:
                 return False
             try:

@@ -39,9 +39,9 @@ import datetime
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
-from common import changes, gateway
+from common import changes, gateway, numbers, statehash
 from listener import quota, records, retention, writecache
 
 Outcome = Literal["persisted", "duplicate", "stale"]
@@ -53,6 +53,14 @@ RECORDS = gateway.Resource(records.GROUP, records.VERSION, records.PLURAL)
 NO_QUOTA = quota.Limits(10**12, 10**15)
 
 
+class Survey(NamedTuple):
+    """What a full listing of a runtime's records found, by state summary bucket."""
+
+    folded: statehash.Buckets
+    held: statehash.Footprint
+    revision: int  # the listing's KCP resourceVersion (0: unknown)
+
+
 class Store:
     def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float,
                  cache_entries: int = 10_000,
@@ -62,7 +70,9 @@ class Store:
                  now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(
                      datetime.UTC),
                  on_written: Callable[[str, Mapping[str, Any] | None, Mapping[str, Any] | None,
-                                       Mapping[str, Any]], None] | None = None) -> None:
+                                       Mapping[str, Any]], None] | None = None,
+                 footprint: Callable[[str], quota.Used | None] | None = None,
+                 on_count: Callable[[str], None] = lambda source: None) -> None:
         self._kcp = kcp
         self.namespace = namespace
         self._timeout = timeout
@@ -75,6 +85,10 @@ class Store:
         # after each persisted record: (runtime, old metadata or None, written metadata or
         # None when unknown, record); listener.statesummary keeps the state summary by it
         self._on_written = on_written
+        # the runtime's stored objects and bytes at one read (listener.statesummary); None
+        # from it, or no source: counted from a listing of the runtime's records
+        self._footprint = footprint
+        self._on_count = on_count  # metric hook: "summary" or "listing"
 
     # -- records -----------------------------------------------------------------------------
 
@@ -90,9 +104,9 @@ class Store:
         entry = self._cache.get(name)
         if entry is None:
             if self._create_first(key, record, incoming):
-                return self._persisted(key, None, None, record)
-        elif self._write_from_cache(name, entry, record, incoming):
-            return self._persisted(key, entry.metadata, None, record)
+                return "persisted"
+        elif self._write_from_cache(key, name, entry, record, incoming):
+            return "persisted"
         for attempt in range(MAX_ATTEMPTS):
             stored = self._get(name)
             if stored is not None and not records.matches(stored, key):
@@ -125,10 +139,13 @@ class Store:
                 else:
                     written = self._kcp.replace(RECORDS, self.namespace, name, new,
                                                 timeout=self._timeout)
-                admitted.commit()
                 self._cache.remember(written)
-                return self._persisted(key, None if stored is None else stored.get("metadata"),
-                                       written.get("metadata"), record)
+                try:
+                    self._tell(key, None if stored is None else stored.get("metadata"),
+                               written.get("metadata"), record)
+                finally:
+                    admitted.commit()
+                return "persisted"
             except (gateway.Conflict, gateway.NotFound) as e:
                 admitted.cancel()
                 # 409: another writer won; 404 on an update: the object was deleted (a
@@ -143,16 +160,16 @@ class Store:
             time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
         raise gateway.Unavailable("persist: too many concurrent writers on one object")
 
-    def _persisted(self, key: records.Key, old: Mapping[str, Any] | None,
-                   new: Mapping[str, Any] | None, record: Mapping[str, Any]) -> Outcome:
-        """The outcome of a write, after telling ``on_written`` (the written metadata from
-        the write cache when the path did not keep it)."""
+    def _tell(self, key: records.Key, old: Mapping[str, Any] | None,
+              new: Mapping[str, Any] | None, record: Mapping[str, Any]) -> None:
+        """Tell ``on_written`` of a write (the written metadata from the write cache when the
+        path did not keep it), before its quota reservation is committed: a footprint read
+        (``listener.statesummary``) that counts the commit then also counts the change."""
         if self._on_written is not None:
             if new is None:
                 cached = self._cache.get(records.object_name(key))
                 new = None if cached is None else cached.metadata
             self._on_written(key.runtime_id, old, new, record)
-        return "persisted"
 
     def _create_first(self, key: records.Key, record: Mapping[str, Any],
                       incoming: changes.Version) -> bool:
@@ -179,12 +196,15 @@ class Store:
         except BaseException:
             admitted.cancel()
             raise
-        admitted.commit()
         self._cache.remember(written)
+        try:
+            self._tell(key, None, written.get("metadata"), record)
+        finally:
+            admitted.commit()
         return True
 
-    def _write_from_cache(self, name: str, entry: writecache.Entry, record: Mapping[str, Any],
-                          incoming: changes.Version) -> bool:
+    def _write_from_cache(self, key: records.Key, name: str, entry: writecache.Entry,
+                          record: Mapping[str, Any], incoming: changes.Version) -> bool:
         """Write without reading first when the remembered version is older (see
         ``listener.writecache``); False when the read path must run."""
         if changes.compare(entry.version, incoming) != "newer":
@@ -207,27 +227,61 @@ class Store:
         except BaseException:
             admitted.cancel()
             raise
-        admitted.commit()
         self._cache.remember(written)
+        try:
+            self._tell(key, entry.metadata, written.get("metadata"), record)
+        finally:
+            admitted.commit()
         return True
 
     def digest(self, runtime_id: str) -> list[changes.DigestItem]:
         """Every stored object of the runtime (metadata only), unordered. The same list
         refreshes this worker's view of the runtime's quota usage."""
+        return self.survey(runtime_id)[0]
+
+    def survey(self, runtime_id: str) -> tuple[list[changes.DigestItem], Survey]:
+        """``digest``, and what its listing says of the state summary's buckets (for
+        ``listener.statesummary.Summaries.listed_all``)."""
         items: list[changes.DigestItem] = []
         snap = self.usage.begin(runtime_id)
-        count = size = 0
-        for meta in self._metadata(runtime_id):
-            count += 1
-            size += quota.stored_size(meta)
-            item = records.digest_item(meta)
-            if item is not None:
+        folded, held = statehash.Buckets(), statehash.Footprint()
+        count = size = revision = 0
+        token = ""
+        while True:
+            page = self._kcp.list(RECORDS, self.namespace,
+                                  label_selector=f"{records.RUNTIME_LABEL}={runtime_id}",
+                                  limit=LIST_PAGE, continue_token=token or None,
+                                  metadata_only=True, timeout=self._timeout)
+            pmeta = page.get("metadata") or {}
+            revision = max(revision, numbers.ascii_int(pmeta.get("resourceVersion"), 32) or 0)
+            for obj in page.get("items") or []:
+                meta = obj.get("metadata") or {}
+                count += 1
+                stored = quota.stored_size(meta)
+                size += stored
+                item = records.digest_item(meta)
+                if item is None:
+                    continue
                 items.append(item)
+                live = statehash.live_item(item)
+                if live is not None:
+                    folded.add(live)
+                held.add(statehash.bucket_of(item["namespace"], item["name"]), stored)
+            token = pmeta.get("continue") or ""
+            if not token:
+                break
         self.usage.observe(runtime_id, quota.Used(count, size), snap)
-        return items
+        return items, Survey(folded, held, revision)
 
     def _usage(self, runtime_id: str) -> quota.Used:
-        """Records and bytes the runtime keeps (a metadata-only list; for ``quota.Usage``)."""
+        """Records and bytes the runtime keeps (for ``quota.Usage``): its state summary's
+        footprint (one read, whatever the records), else a metadata-only list."""
+        if self._footprint is not None:
+            held = self._footprint(runtime_id)
+            if held is not None:
+                self._on_count("summary")
+                return held
+        self._on_count("listing")
         return quota.usage_of(self._metadata(runtime_id))
 
     def _metadata(self, runtime_id: str) -> Iterator[dict[str, Any]]:

@@ -234,6 +234,39 @@ def metric_value(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
+def kcp_requests(api: client.ApiClient) -> dict[tuple[str, str], int]:
+    """Requests the KCP apiserver served on Tether's resources so far, by (resource, verb):
+    its own ``apiserver_request_total`` (admin client)."""
+    r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics",
+                                             timeout=30)
+    assert r.status == 200, r.data[:200]
+    out: dict[tuple[str, str], int] = {}
+    for line in r.data.decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        lbl = dict(p.split("=", 1) for p in series[series.index("{") + 1:-1].split(",") if "=" in p)
+        if lbl.get("group", "").strip('"') != records.GROUP:
+            continue
+        key = (lbl.get("resource", "").strip('"'), lbl.get("verb", "").strip('"'))
+        out[key] = out.get(key, 0) + int(float(value))
+    return out
+
+
+def kcp_requests_since(api: client.ApiClient, before: dict[tuple[str, str], int],
+                       ) -> dict[tuple[str, str], int]:
+    """Requests on Tether's resources since ``before`` (``kcp_requests``). The apiserver
+    counts a request just after answering it: read until two reads 0.3 s apart agree."""
+    last = kcp_requests(api)
+    for _ in range(20):
+        time.sleep(0.3)
+        now = kcp_requests(api)
+        if now == last:
+            break
+        last = now
+    return {k: v - before.get(k, 0) for k, v in last.items() if v - before.get(k, 0)}
+
+
 @dataclasses.dataclass
 class Runtime:
     id: str

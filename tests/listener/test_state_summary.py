@@ -19,7 +19,7 @@ import requests
 from kubernetes import client
 
 from common import changes, kyma, statehash
-from listener import records, statesummary
+from listener import quota, records, statesummary
 from testing.listenerenv import (
     Env,
     ListenerProcess,
@@ -127,10 +127,17 @@ def summary_object(env: Env, runtime_id: str) -> dict[str, Any] | None:
 
 
 def folded(env: Env, runtime_id: str) -> statehash.Stored:
-    """What the summary must hold: the runtime's records folded (revisions not compared)."""
-    items = [records.digest_item(o["metadata"]) for o in env.stored(runtime_id)]
-    b = statehash.fold(i for i in items if i is not None)
-    return statehash.Stored(b.hashes, b.counts, [0] * statehash.BUCKETS)
+    """What the summary must hold: the runtime's records folded, with their footprint
+    (objects and size annotations per bucket; revisions not compared)."""
+    metas = [o["metadata"] for o in env.stored(runtime_id)]
+    items = [i for i in (records.digest_item(m) for m in metas) if i is not None]
+    b = statehash.fold(items)
+    held = statehash.Footprint()
+    for m in metas:
+        i = records.digest_item(m)
+        if i is not None:
+            held.add(statehash.bucket_of(i["namespace"], i["name"]), quota.stored_size(m))
+    return statehash.Stored.listed(b, 0, held)
 
 
 def post(p: ListenerProcess, rt: Runtime, rec: dict[str, Any]) -> requests.Response:
@@ -185,7 +192,8 @@ def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_noth
             assert stored is not None
             want = folded(env, rt.id)
             return [b for b in range(statehash.BUCKETS)
-                    if (stored.hashes[b], stored.counts[b]) != (want.hashes[b], want.counts[b])]
+                    if (stored.hashes[b], stored.counts[b], stored.records[b], stored.bytes[b])
+                    != (want.hashes[b], want.counts[b], want.records[b], want.bytes[b])]
         # A's held change is in the corrected bucket once, not twice
         held_bucket = statehash.bucket_of(namespace, "cm-0007")
         if held_bucket != statehash.bucket_of(namespace, "cm-0011"):

@@ -22,8 +22,8 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import changes, gateway, kyma
-from listener import heartbeat, quota, records, retention
+from common import changes, gateway, kyma, statehash
+from listener import heartbeat, quota, records, retention, statesummary
 from testing import controlplane
 from testing.listenerenv import (
     Env,
@@ -31,6 +31,8 @@ from testing.listenerenv import (
     Runtime,
     bind_listener_role,
     create_kyma,
+    kcp_requests,
+    kcp_requests_since,
     metric_value,
 )
 
@@ -223,6 +225,74 @@ def test_threads_of_one_listener_admit_exactly_the_quota(
     assert len(env.stored(rt.id)) == QUOTA_RECORDS
 
 
+COUNTED = {**STORAGE, "TETHER_LISTENER_QUOTA_RECORDS": "40",
+           "TETHER_LISTENER_QUOTA_CACHE_SECONDS": "0"}  # every admission counts afresh
+
+
+@pytest.fixture(scope="module")
+def counting(env: Env) -> Iterator[tuple[ListenerProcess, ListenerProcess]]:
+    a, b = ListenerProcess(env, "count-a", **COUNTED), ListenerProcess(env, "count-b", **COUNTED)
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+def summary_footprint(env: Env, runtime_id: str) -> tuple[int, int] | None:
+    try:
+        obj = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
+            statesummary.GROUP, statesummary.VERSION, env.namespace, statesummary.PLURAL,
+            statesummary.name_of(runtime_id))
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    stored = statehash.stored_of(obj.get("status"))
+    return None if stored is None else statehash.footprint_of(stored)
+
+
+def stored_footprint(env: Env, runtime_id: str) -> tuple[int, int]:
+    metas = [o["metadata"] for o in env.stored(runtime_id)]
+    return len(metas), sum(quota.stored_size(m) for m in metas)
+
+
+def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_records(
+    counting: tuple[ListenerProcess, ListenerProcess], make_runtime: Callable[[], Runtime],
+    env: Env,
+) -> None:
+    """A quota count used to list every record of the runtime (cost growing with its
+    records, every QUOTA_CACHE_SECONDS per worker); it is one read of the runtime's
+    RuntimeStateSummary, whose footprint (objects and bytes per bucket) its writes keep."""
+    a, b = counting
+    rt = make_runtime()
+    # the first count builds the summary from one listing; then writes keep it
+    for i in range(0, 30, 10):
+        assert outcomes(post(a, rt, *[rt.record(f"k{j}", 1) for j in range(i, i + 10)])) \
+            == ["persisted"] * 10
+    assert outcomes(post(a, rt, rt.record("k0", 2, data={"v": "x" * 5000}))) == ["persisted"]
+    assert outcomes(post(a, rt, rt.record("k1", 3, deleted=True))) == ["persisted"]
+    eventually(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
+               "the summary's footprint equals the records' count and size annotations", 30)
+    before = kcp_requests(env.api)
+    for i in range(30, 40):  # every admission counts: one summary read each, no listing
+        assert outcomes(post(a, rt, rt.record(f"k{i}", 1))) == ["persisted"]
+    r = post(a, rt, rt.record("k-over", 1))
+    assert r.status_code == 413 and r.json()["details"]["reason"] == "quota_records", r.text
+    used = kcp_requests_since(env.api, before)
+    assert used.get((records.PLURAL, "LIST"), 0) == 0, used
+    assert used.get((statesummary.PLURAL, "GET"), 0) >= 11, used
+    assert metric_value(a.metrics(), "tether_listener_quota_counts_total", source="listing") == 0
+    assert metric_value(a.metrics(), "tether_listener_quota_counts_total", source="summary") >= 14
+    assert len(env.stored(rt.id)) == 40
+    eventually(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
+               "the footprint follows the writes", 30)
+    # another listener counts from the same summary: what a admitted is seen at once
+    assert post(b, rt, rt.record("k-over-b", 1)).status_code == 413
+    # an update that does not grow fits at the limit, one that grows is counted in bytes
+    assert outcomes(post(b, rt, rt.record("k2", 4))) == ["persisted"]
+    eventually(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
+               "the footprint follows the other listener's writes", 30)
+
+
 # -- the janitor -----------------------------------------------------------------------------
 
 
@@ -303,6 +373,11 @@ def test_tombstones_are_pruned_after_the_retention_and_an_old_record_cannot_resu
                timeout=RETENTION * 10)
     assert env.stored_one(rt.id, "team-a", "kept") is not None  # live records stay
     assert janitor.metric("tether_listener_janitor_tombstones_deleted_total") >= 1
+    # the pruned tombstone left the runtime's footprint (the quota's count): the janitor
+    # merged the removal and listed its bucket again
+    eventually(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id) == (
+        1, quota.stored_size(env.stored_one(rt.id, "team-a", "kept")["metadata"])),
+        "the summary's footprint without the pruned tombstone", 30)
     assert any(a["event"] == "tombstones_pruned" for a in janitor.audit())
     # a late record read before the deletion (the forwarder retried for a long time): stale
     assert outcomes(post(listener_a, rt, rt.record("gone", 15,

@@ -144,3 +144,56 @@ def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
         assert (namespace, "cm-0100") in dead
     finally:
         poller.close()
+
+
+def test_a_summary_damaged_in_more_buckets_than_a_run_lists_heals_at_the_full_digest(
+    listener_env: Env, listener: Any, runtime: Callable[..., Runtime],
+    skr_api: client.ApiClient, kcp_api: client.ApiClient, namespace: str,
+) -> None:
+    """More than MAX_BUCKETS differing buckets send a run to the full digest; that listing
+    of every record sets the summary's buckets, so the next run is by buckets again and
+    lists nothing (before, every later run went to the full digest)."""
+    rt = runtime()
+    core = client.CoreV1Api(skr_api)
+    labels, selector = unique_selector()
+    make(core, namespace, 300, labels)
+    poller = InProcess(rt, listener.url, skr_api, selector, buckets=True, batch_items=200)
+    objects = client.CustomObjectsApi(kcp_api)
+    try:
+        assert poller.run().outcome == "ok"
+        assert poller.run().sent == 0
+        time.sleep(2.0)  # the merges of the first run's records have landed
+        name = statesummary.name_of(rt.id)
+        obj = objects.get_namespaced_custom_object(statesummary.GROUP, statesummary.VERSION,
+                                                   listener_env.namespace, statesummary.PLURAL, name)
+        wrong = list(range(0, statehash.BUCKETS, 2))  # 128 buckets: over MAX_BUCKETS (64)
+        for b in wrong:
+            obj["status"]["hashes"][b] = "0123456789abcdef"
+            obj["status"]["records"][b] = 999
+        objects.replace_namespaced_custom_object_status(
+            statesummary.GROUP, statesummary.VERSION, listener_env.namespace, statesummary.PLURAL,
+            name, obj)
+        state_calls = poller.sample("tether_poller_listener_requests_total", call="state")
+        full = poller.run()
+        assert full.outcome == "ok" and full.sent == 0, full
+        assert poller.sample("tether_poller_listener_requests_total", call="state") > state_calls
+
+        def healed() -> bool:
+            got = objects.get_namespaced_custom_object(
+                statesummary.GROUP, statesummary.VERSION, listener_env.namespace,
+                statesummary.PLURAL, name)
+            stored = statehash.stored_of(got["status"])
+            return stored is not None and all(
+                stored.hashes[b] != 0x0123456789ABCDEF and stored.records[b] != 999 for b in wrong)
+        deadline = time.monotonic() + 30
+        while not healed():
+            assert time.monotonic() < deadline, "the full digest's listing set the buckets"
+            time.sleep(0.3)
+        state_calls = poller.sample("tether_poller_listener_requests_total", call="state")
+        listed = poller.sample("tether_poller_buckets_listed_total")
+        again = poller.run()
+        assert again.outcome == "ok" and again.sent == 0, again
+        assert poller.sample("tether_poller_listener_requests_total", call="state") == state_calls
+        assert poller.sample("tether_poller_buckets_listed_total") == listed
+    finally:
+        poller.close()

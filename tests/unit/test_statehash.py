@@ -112,3 +112,91 @@ def test_wire_round_trip_and_mismatch() -> None:
     damaged["hashes"][2] = "nothex"
     again = statehash.stored_of(damaged)
     assert again is not None and again.counts[2] == statehash.UNKNOWN
+
+
+# -- footprints (the storage quota's count) ----------------------------------------------------
+
+
+def footprint_of_items(items: list[tuple[dict, int]]) -> statehash.Footprint:
+    f = statehash.Footprint()
+    for it, size in items:
+        f.add(statehash.bucket_of(it["namespace"], it["name"]), size)
+    return f
+
+
+def test_footprint_changes_commute_and_merge_to_the_listings_footprint() -> None:
+    """Creates, updates, deletions (tombstones stay objects) and prunings (objects leave),
+    merged in any order, give the footprint a listing of the final objects gives."""
+    start = [(item("ns", f"cm-{i}", "1"), 100 + i) for i in range(30)]
+    writes: list[tuple[dict | None, int, dict, int]] = []
+    writes += [(start[i][0], start[i][1], item("ns", f"cm-{i}", "20"), 500) for i in range(0, 30, 4)]
+    writes += [(None, 0, item("ns", f"new-{i}", "30"), 70) for i in range(6)]
+    writes += [(start[i][0], start[i][1], item("ns", f"cm-{i}", "40", deleted=True), 60)
+               for i in (1, 5, 9)]
+    final = {(i["namespace"], i["name"]): (i, size) for i, size in start}
+    for _, _, new, size in writes:
+        final[(new["namespace"], new["name"])] = (new, size)
+    pruned = [final.pop(("ns", "cm-5"))]  # a tombstone the janitor deleted
+    want = footprint_of_items(list(final.values()))
+    for seed in range(4):
+        order = list(range(len(writes)))
+        random.Random(seed).shuffle(order)
+        s = statehash.Stored.listed(statehash.fold(i for i, _ in start), 100,
+                                    footprint_of_items(start))
+        pending: dict[int, statehash.Pending] = {}
+        for rev, k in enumerate(order):
+            old, old_size, new, size = writes[k]
+            c = statehash.change_of(old, new, 200 + rev, old_size, size)
+            assert c is not None
+            pending.setdefault(c.bucket, statehash.Pending()).add(c)
+        merged = statehash.merge(s, pending)
+        assert merged.records != want.records  # the pruning is not in yet
+        gone = statehash.removal_of(*pruned[0])
+        assert (gone.records, gone.bytes, gone.live, gone.revision) == (-1, -60, 0, None)
+        p = statehash.Pending()
+        p.add(gone)
+        after = statehash.merge(merged, {gone.bucket: p})
+        # at an unknown revision: its bucket's footprint is unknown until listed
+        assert after.records[gone.bucket] == statehash.UNKNOWN
+        assert statehash.footprint_of(after) is None
+        listed = [(i, sz) for i, sz in final.values()
+                  if statehash.bucket_of(i["namespace"], i["name"]) == gone.bucket]
+        h, n = statehash.bucket_hash(i for i, _ in listed)
+        fixed = statehash.corrected(after, gone.bucket, h, n, 10_000, len(listed),
+                                    sum(sz for _, sz in listed))
+        assert fixed is not None
+        assert fixed.records == want.records and fixed.bytes == want.bytes
+        assert statehash.footprint_of(fixed) == (len(final), sum(sz for _, sz in final.values()))
+
+
+def test_a_write_that_changes_only_the_size_is_a_change_and_one_that_changes_nothing_is_not() -> None:
+    tomb_a, tomb_b = item("ns", "t", "5", deleted=True), item("ns", "t", "6", deleted=True)
+    c = statehash.change_of(tomb_a, tomb_b, 10, 300, 320)  # a tombstone rewritten, larger
+    assert c is not None and (c.hash, c.live, c.records, c.bytes) == (0, 0, 0, 20)
+    assert statehash.change_of(tomb_a, tomb_b, 10, 300, 300) is None
+    created = statehash.change_of(None, tomb_a, 10, 0, 300)  # a new key's first record: a tombstone
+    assert created is not None and (created.live, created.records, created.bytes) == (0, 1, 300)
+
+
+def test_a_straddling_change_makes_the_footprint_unknown_and_summaries_without_one_are_rebuilt() -> None:
+    old, new = item("ns", "a", "1"), item("ns", "a", "2")
+    b = statehash.bucket_of("ns", "a")
+    listed = statehash.Stored.listed(statehash.fold([new]), 500,
+                                     footprint_of_items([(new, 10)]))
+    assert statehash.footprint_of(listed) == (1, 10)
+    p = statehash.Pending()
+    c = statehash.change_of(old, new, 400, 10, 10)
+    assert c is not None
+    p.add(c)
+    p.add(statehash.Change(b, 0, 0, 600, 0, 5))
+    merged = statehash.merge(listed, {b: p})
+    assert merged.records[b] == statehash.UNKNOWN and statehash.footprint_of(merged) is None
+    # a status written before footprints (no records/bytes): not usable, rebuilt
+    status = statehash.status_of(listed)
+    assert statehash.stored_of(status) == listed
+    for key in ("records", "bytes"):
+        older = {k: v for k, v in status.items() if k != key}
+        assert statehash.stored_of(older) is None
+    damaged = dict(status, bytes=["x"] * statehash.BUCKETS)
+    again = statehash.stored_of(damaged)
+    assert again is not None and statehash.footprint_of(again) is None
