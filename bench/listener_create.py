@@ -20,8 +20,13 @@ The KCP apiserver's own request count (``apiserver_request_total`` on RuntimeCon
 scraped around each slice) gives the requests per record. Prints a table and writes
 bench/results/listener_create.json.
 
-    .venv/bin/python bench/listener_create.py [--objects 400] [--threads 8] [--batch 25]
+    .venv/bin/python bench/listener_create.py [--objects 3200] [--threads 8] [--batch 25]
         [--new-ref HEAD] [--old-ref d34caf0^]
+
+Each slice must give every sender something to do: with 400 objects, a slice of 100 was
+4 batches of 25 for 8 senders (4 idle, against 8 busy direct writers), which measured
+the listener at about 0.7 of what it does with all senders busy; the default is 3,200
+(800 per slice, 32 batches) and the bench refuses fewer than THREADS x BATCH x ROUNDS.
 """
 
 from __future__ import annotations
@@ -116,7 +121,7 @@ def start_listener(env: lt.Env, name: str, tree: pathlib.Path, args: argparse.Na
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--objects", type=int, default=400)
+    ap.add_argument("--objects", type=int, default=3200)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--batch", type=int, default=25)
     ap.add_argument("--workers", type=int, default=2)
@@ -124,6 +129,9 @@ def main() -> int:
     ap.add_argument("--old-ref", default=OLD_REF)
     args = ap.parse_args()
     n, threads, batch = args.objects, args.threads, args.batch
+    if n < threads * batch * ROUNDS:
+        ap.error(f"--objects must be at least threads x batch x {ROUNDS} = "
+                 f"{threads * batch * ROUNDS}, so that every sender is busy in every slice")
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
