@@ -12,7 +12,8 @@ have been silent longer than each threshold, no series per runtime.
 
 The same Lease keeps the runtime's epoch and identity (``listener.epochs``) as annotations:
 ``Epochs`` reads them (cached per worker for ``EPOCH_TTL`` seconds, so the POST path costs
-no KCP request per record) and writes a decision with the Lease's resourceVersion, so of
+no KCP request per record; a heartbeat write returns the Lease, which refreshes the cache
+without a read of its own) and writes a decision with the Lease's resourceVersion, so of
 two replicas deciding at once only one starts the next epoch; the other re-reads and finds
 nothing left to do. A worker whose cache still holds the previous epoch for a moment tags
 records without an epoch with it: they lose to the new epoch's records (safe), and the
@@ -61,6 +62,16 @@ def silent_counts(
     return {th: sum(1 for a in ages if a > th) for th in thresholds}
 
 
+def state_of(lease: dict[str, Any]) -> epochs.State:
+    """The epoch and identity a runtime's heartbeat Lease holds."""
+    meta = lease.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    identity = ann.get(ANN_IDENTITY)
+    return epochs.State(changes.epoch_of(ann.get(ANN_EPOCH)),
+                        identity if isinstance(identity, str) else "",
+                        str(meta.get("resourceVersion") or ""))
+
+
 class Heartbeats:
     def __init__(
         self, kcp: gateway.Kube, namespace: str, interval: float, timeout: float,
@@ -70,6 +81,8 @@ class Heartbeats:
         self._interval, self._timeout = interval, timeout
         self._lock = threading.Lock()
         self._written: OrderedDict[str, float] = OrderedDict()
+        # the Lease as a heartbeat write returned it (``Epochs`` keeps the epoch from it)
+        self.on_lease: Callable[[str, dict[str, Any]], None] = lambda runtime_id, lease: None
 
     def _due(self, runtime_id: str, now: float) -> bool:
         with self._lock:
@@ -90,16 +103,20 @@ class Heartbeats:
         if not self._due(runtime_id, mono):
             return False
         name = lease_name(runtime_id)
+        written: dict[str, Any] | None = None
         try:
-            self._kcp.patch(gateway.LEASES, self._namespace, name, {"spec": _spec(runtime_id)},
-                            strategic=True, timeout=self._timeout)
+            written = self._kcp.patch(gateway.LEASES, self._namespace, name,
+                                      {"spec": _spec(runtime_id)}, strategic=True,
+                                      timeout=self._timeout)
         except gateway.NotFound:
             try:
-                self._kcp.create(gateway.LEASES, self._namespace,
-                                 self._new_lease(runtime_id, {}), timeout=self._timeout)
+                written = self._kcp.create(gateway.LEASES, self._namespace,
+                                           self._new_lease(runtime_id, {}), timeout=self._timeout)
             except gateway.Conflict:  # another replica created it just now: fine
                 pass
         self._remember(runtime_id, mono)
+        if written is not None:
+            self.on_lease(runtime_id, written)
         return True
 
     def _new_lease(self, runtime_id: str, annotations: dict[str, str]) -> dict[str, Any]:
@@ -118,15 +135,7 @@ class Heartbeats:
         found = self._kcp.list(gateway.LEASES, self._namespace,
                                field_selector=f"metadata.name={lease_name(runtime_id)}",
                                timeout=self._timeout).get("items") or []
-        if not found:
-            return epochs.State(0, "")
-        lease = found[0]
-        meta = lease.get("metadata") or {}
-        ann = meta.get("annotations") or {}
-        identity = ann.get(ANN_IDENTITY)
-        return epochs.State(changes.epoch_of(ann.get(ANN_EPOCH)),
-                            identity if isinstance(identity, str) else "",
-                            str(meta.get("resourceVersion") or ""))
+        return state_of(found[0]) if found else epochs.State(0, "")
 
     def write_epoch(self, runtime_id: str, state: epochs.State, decision: epochs.Decision) -> None:
         """Write ``decision`` over ``state`` (read before): ``gateway.Conflict`` when the
@@ -171,6 +180,8 @@ class Epochs:
         self._on_new_epoch = on_new_epoch
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, tuple[float, epochs.State]] = OrderedDict()
+        # a heartbeat write returns the Lease: as fresh as a read of it, one request fewer
+        beats.on_lease = self._from_lease
 
     def _keep(self, runtime_id: str, state: epochs.State) -> None:
         with self._lock:
@@ -178,6 +189,16 @@ class Epochs:
             self._cache.move_to_end(runtime_id)
             while len(self._cache) > MAX_REMEMBERED:
                 self._cache.popitem(last=False)
+
+    def _from_lease(self, runtime_id: str, lease: dict[str, Any]) -> None:
+        """Keep the state a heartbeat write returned, unless the cache holds a later epoch
+        (a decision of this worker kept while the heartbeat was in flight: epochs never go
+        back)."""
+        state = state_of(lease)
+        with self._lock:
+            hit = self._cache.get(runtime_id)
+        if hit is None or hit[1].epoch <= state.epoch:
+            self._keep(runtime_id, state)
 
     def state(self, runtime_id: str, *, fresh: bool = False) -> epochs.State:
         """The runtime's state, from the cache unless ``fresh`` or older than the TTL.

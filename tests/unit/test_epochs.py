@@ -4,11 +4,12 @@ starts a new epoch, the poller's test that history went back, and the wire parts
 from __future__ import annotations
 
 import urllib.parse
+from typing import Any
 
 import pytest
 
 from common import changes, sender
-from listener import epochs
+from listener import epochs, heartbeat
 from poller import diff
 from webhook import forwarder
 
@@ -158,3 +159,42 @@ def test_the_webhook_sends_again_only_what_an_older_epoch_made_stale() -> None:
     results = [{"outcome": "stale"}, {"outcome": "stale"}, {"outcome": "stale"},
                {"outcome": "persisted"}]
     assert [r["name"] for r in forwarder._stale_by_epoch(recs, results, 2)] == ["a"]
+
+
+# -- the per-worker cache of epochs (listener.heartbeat.Epochs), fed by heartbeat writes ------
+
+
+class LeaseReads:
+    """Stands in for ``Heartbeats``' read of a Lease (the cache's only collaborator here),
+    counting the reads; ``on_lease`` is what ``Epochs`` registers."""
+
+    def __init__(self, state: epochs.State) -> None:
+        self.state, self.reads = state, 0
+        self.on_lease: Any = None
+
+    def epoch_state(self, runtime_id: str) -> epochs.State:
+        self.reads += 1
+        return self.state
+
+
+def lease(epoch: int, identity: str = "uid-1", rv: str = "7") -> dict[str, Any]:
+    return {"metadata": {"resourceVersion": rv, "annotations": {
+        heartbeat.ANN_EPOCH: str(epoch), heartbeat.ANN_IDENTITY: identity}}}
+
+
+def test_a_heartbeat_write_feeds_the_epoch_cache_so_no_read_follows() -> None:
+    now = [0.0]
+    reads = LeaseReads(epochs.State(1, "uid-1", "5"))
+    cache = heartbeat.Epochs(reads, ttl=10.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    reads.on_lease("rt", lease(2))  # the heartbeat's patch returned the Lease
+    assert cache.current("rt") == 2 and reads.reads == 0
+    assert cache.state("rt") == epochs.State(2, "uid-1", "7")
+    # a heartbeat answer older than the cached epoch never takes it back
+    reads.on_lease("rt", lease(1))
+    assert cache.current("rt") == 2
+    # past the TTL without a heartbeat: read again
+    now[0] = 11.0
+    reads.state = epochs.State(2, "uid-1", "9")
+    assert cache.state("rt") == epochs.State(2, "uid-1", "9") and reads.reads == 1
+    reads.on_lease("rt", lease(3))
+    assert cache.current("rt") == 3 and reads.reads == 1
