@@ -16,6 +16,9 @@ concurrent senders, N new objects per variant:
 
 Variants alternate over ROUNDS slices of the objects (their order rotating) so that load
 drift on a shared machine hits all alike. ratio = listener records/s / direct records/s.
+CPU ratio = CPU per record of the direct path (KCP apiserver + etcd + this process) / that
+of the listener path (the same + the listener's processes), from /proc: with the cores
+saturated the rate follows it, and it moves less than the wall clock with other load.
 The KCP apiserver's own request count (``apiserver_request_total`` on RuntimeConfigMaps,
 scraped around each slice) gives the requests per record. Prints a table and writes
 bench/results/listener_create.json.
@@ -71,6 +74,47 @@ def make_records(rid: str, prefix: str, n: int) -> list[dict[str, Any]]:
                           "resourceVersion": str(1000 + i), "labels": {"app": "bench"}},
              "data": data}, runtime_id=rid, source="webhook")))
     return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far (0 when it is gone)."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(root: int) -> list[int]:
+    out = [root]
+    for d in pathlib.Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == root:
+                out.append(int(d.name))
+    return out
+
+
+class CpuMeter:
+    """CPU seconds spent by each part during a slice: the listeners (gunicorn arbiter and
+    workers), the KCP's kube-apiserver and etcd, and this process (the senders and the
+    direct writer). On a shared 2-core machine the wall-clock ratio moves with whatever
+    else runs; the CPU each part spends per record does not."""
+
+    def __init__(self, listeners: dict[str, lt.ListenerProcess], kcp: controlplane.ControlPlane) -> None:
+        self.parts: dict[str, list[int]] = {
+            f"listener-{k}": _children(p.proc.pid) for k, p in listeners.items()}
+        self.parts["kcp"] = [p.popen.pid for p in (kcp._etcd, kcp._apiserver)  # noqa: SLF001
+                             if p is not None]
+
+    def read(self) -> dict[str, float]:
+        out = {k: sum(_cpu_seconds(pid) for pid in pids) for k, pids in self.parts.items()}
+        t = os.times()
+        out["bench"] = t.user + t.system
+        return out
 
 
 def split(items: list[Any], size: int) -> list[list[Any]]:
@@ -184,6 +228,8 @@ def main() -> int:
         }
         seconds: dict[str, float] = collections.defaultdict(float)
         verbs: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        meter = CpuMeter(procs, kcp)
+        cpu: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         for group in (("direct", "listener", "old"), ("direct-1", "listener-1", "old-1")):
             for rnd in range(ROUNDS):
                 order = group[rnd % 3:] + group[:rnd % 3]
@@ -191,10 +237,13 @@ def main() -> int:
                     fn, recs, size = variants[name]
                     part = split(recs, -(-n // ROUNDS))[rnd]
                     before = kcp_requests(api)
+                    c0 = meter.read()
                     t0 = time.perf_counter()
                     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
                         list(pool.map(fn, split(part, size)))
                     seconds[name] += time.perf_counter() - t0
+                    c1 = meter.read()
+                    cpu[name].update({k: c1[k] - c0[k] for k in c1})
                     time.sleep(0.3)  # the apiserver counts a request just after answering
                     after = kcp_requests(api)
                     verbs[name].update({v: after[v] - before[v] for v in after})
@@ -207,23 +256,39 @@ def main() -> int:
         api.close()
 
     rows = []
+
+    def cpu_ms(name: str) -> dict[str, float]:
+        """CPU ms per record of the parts that work for this variant (the idle listener's
+        background work is left out)."""
+        which = {"listener": "listener-new", "old": "listener-old"}.get(name.removesuffix("-1"))
+        parts = ["kcp", "bench"] + ([which] if which else [])
+        return {k: round(cpu[name][k] * 1000 / n, 3) for k in parts}
     for name in variants:
         base = "direct-1" if name.endswith("-1") else "direct"
         size = variants[name][2]
+        mine, theirs = cpu_ms(name), cpu_ms(base)
         rows.append({
+            "cpu_ms_per_record": mine,
+            "cpu_ratio": None if "direct" in name else round(
+                sum(theirs.values()) / sum(mine.values()), 3),
             "variant": name, "records": n, "listener_batch": None if "direct" in name else size,
             "per_s": n / seconds[name],
             "ratio": None if "direct" in name else seconds[base] / seconds[name],
             "kcp_requests_per_record": {v: round(c / n, 2) for v, c in sorted(verbs[name].items())
                                         if c},
         })
-    print(f"{'variant':10} {'records':>7} {'batch':>5} {'records/s':>9} {'ratio':>6}  "
-          "KCP requests per record")
+    print(f"{'variant':10} {'records':>7} {'batch':>5} {'records/s':>9} {'ratio':>6} "
+          f"{'CPU ratio':>9}  {'CPU ms/record (listener, KCP, bench)':<38} KCP requests per record")
     for r in rows:
         ratio = f"{r['ratio']:6.2f}" if r["ratio"] else f"{'-':>6}"
+        cratio = f"{r['cpu_ratio']:9.2f}" if r["cpu_ratio"] else f"{'-':>9}"
+        c = r["cpu_ms_per_record"]
+        lis = next((v for k, v in c.items() if k.startswith("listener")), 0.0)
+        parts = f"{lis:.2f}, {c['kcp']:.2f}, {c['bench']:.2f}"
         b = str(r["listener_batch"] or "-")
         reqs = ", ".join(f"{v} {c}" for v, c in r["kcp_requests_per_record"].items())
-        print(f"{r['variant']:10} {r['records']:7d} {b:>5} {r['per_s']:9.0f} {ratio}  {reqs}")
+        print(f"{r['variant']:10} {r['records']:7d} {b:>5} {r['per_s']:9.0f} {ratio} {cratio}  "
+              f"{parts:<38} {reqs}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "benchmark": "listener_create",

@@ -253,6 +253,19 @@ class PodRunner:
         raise TimeoutError(f"deployments not available within {timeout:.0f}s:\n{self.table()}\n"
                            f"{self.tail_logs()}")
 
+    def wait_stopped(self, deployment: str, timeout: float = 60.0) -> None:
+        """Until no container of the Deployment's pods runs any more (after a scale to zero:
+        a pod being deleted still serves until its process has exited)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                alive = [p.name for p in self.pods.values() if p.deployment == deployment
+                         and any(c.running for c in p.containers)]
+            if not alive:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"pods of {deployment} still running after {timeout:.0f}s: {alive}")
+
     def status(self, deployment: str) -> dict[str, Any]:
         with self._lock:
             return dict(self._status.get(deployment, {}))
