@@ -9,7 +9,10 @@ the checkout is not measured: NEW_REF (default HEAD; its CRDs and Role are insta
 OLD_REF (the commit before create-first: every new key costs a GET 404, then a POST). Then, with THREADS
 concurrent senders, N new objects per variant:
 
-  direct      one POST per object (kubernetes client, admin) into a namespace of its own
+  direct      one POST per object (kubernetes client) as the listener's own user and Role
+              into the listener's namespace, so both paths are authorized alike
+              (--direct-as admin: the cluster admin into a namespace of its own, as
+              before; measured the same apiserver CPU per create within the noise)
   listener    batches of BATCH new records (create-first: one POST per record)
   listener-1  one new record per request (the webhook forwarder's case)
   old, old-1  the same through the OLD_REF listener (GET 404 + POST per record)
@@ -52,7 +55,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kubernetes import client  # noqa: E402
+from kubernetes import client, config  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from common import changes  # noqa: E402
@@ -169,6 +172,10 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--batch", type=int, default=25)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--direct-as", choices=("listener", "admin"), default="listener",
+                    help="the direct writer's identity: the listener's user and Role "
+                         "(default: authorized like the listener's writes) or the cluster "
+                         "admin")
     ap.add_argument("--new-ref", default="HEAD")
     ap.add_argument("--old-ref", default=OLD_REF)
     args = ap.parse_args()
@@ -211,11 +218,17 @@ def main() -> int:
                 assert {i["outcome"] for i in r.json()["results"]} == {"persisted"}, r.text
             return send
 
+        if args.direct_as == "listener":  # the listener's own user, bound to its Role
+            direct_api = config.new_client_from_config(str(env.kubeconfig))
+            writer, direct_ns = client.CustomObjectsApi(direct_api), env.namespace
+        else:  # the cluster admin (system:masters: RBAC is not evaluated)
+            writer, direct_ns = objects, "bench-direct"
+
         def direct(chunk: list[dict[str, Any]]) -> None:
             for rec in chunk:
-                objects.create_namespaced_custom_object(
-                    records.GROUP, records.VERSION, "bench-direct", records.PLURAL,
-                    records.body(rec, "bench-direct"))
+                writer.create_namespaced_custom_object(
+                    records.GROUP, records.VERSION, direct_ns, records.PLURAL,
+                    records.body(rec, direct_ns))
 
         # variant -> (send one chunk, records (rid, prefix), chunk size)
         variants: dict[str, tuple[Callable[[list[Any]], None], list[dict[str, Any]], int]] = {
@@ -297,6 +310,7 @@ def main() -> int:
                     "kube_apiserver": controlplane.kube_apiserver_version(),
                     "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)]},
         "settings": {"objects": n, "threads": threads, "batch": batch, "workers": args.workers,
+                     "direct_as": args.direct_as,
                      "new": {"ref": args.new_ref, "commit": new_commit},
                      "old": {"ref": args.old_ref, "commit": old_commit},
                      "data": "16 keys, ~1 KiB per ConfigMap"},
