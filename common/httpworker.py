@@ -398,3 +398,23 @@ def worker_class(base: type[BoundedWorker], limits: httpconn.Limits) -> type[Bou
     """``base`` with ``limits`` (for gunicorn's ``worker_class`` setting)."""
     return type(base.__name__, (base,), {"limits": limits, "__module__": base.__module__})
 
+
+
+def closing(wsgi_app: Any) -> Any:
+    """``wsgi_app`` whose ``Connection: close`` answers really close the connection.
+
+    gunicorn drops a ``Connection`` header an application sets (hop-by-hop) and writes its
+    own, ``keep-alive`` unless it decided to close. An answer given before the request's
+    body was read (a 413 for a body over the cap) must close, and say so, or the client
+    sends its next request on a connection the server is discarding (lingering) and sees it
+    break. So the header, when the application sets it, makes gunicorn's response close
+    (``force_close`` of the object behind ``start_response``) before the head is written."""
+    def app(environ: Any, start_response: Any) -> Any:
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            if any(k.lower() == "connection" and v.lower() == "close" for k, v in headers):
+                close = getattr(getattr(start_response, "__self__", None), "force_close", None)
+                if callable(close):
+                    close()
+            return start_response(status, headers, exc_info)
+        return wsgi_app(environ, start)
+    return app

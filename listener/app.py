@@ -25,7 +25,7 @@ from typing import Any
 
 from flask import Flask, Response, g, request
 
-from common import gateway, ops, tlsreload
+from common import gateway, httpworker, ops, tlsreload
 from listener import api, openapi, responses, services, settings, stateapi
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ def create_app(
     app.register_blueprint(stateapi.bp)
     _register_operations(app, svc, serving)
     _register_hooks(app, svc)
+    app.wsgi_app = httpworker.closing(app.wsgi_app)  # type: ignore[method-assign]
     return app
 
 
