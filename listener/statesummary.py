@@ -53,13 +53,12 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from common import changes, gateway, logs, numbers, statehash
-from listener import heartbeat, quota, records
+from listener import heartbeat, quota, records, store
 
 log = logging.getLogger(__name__)
 GROUP, VERSION, PLURAL, KIND = ("tether.kyma-project.io", "v1alpha1", "runtimestatesummaries",
                                 "RuntimeStateSummary")
 RESOURCE = gateway.Resource(GROUP, VERSION, PLURAL)
-RECORDS = gateway.Resource(records.GROUP, records.VERSION, records.PLURAL)
 FLUSH_SECONDS = 1.0
 MAX_PENDING = 100_000  # pending bucket changes per worker, over all runtimes
 MAX_REMEMBERED = 50_000
@@ -68,7 +67,6 @@ HEAL_BUCKETS = 16  # buckets listed one by one by ``heal``; more: one full listi
 DISTRUST_SECONDS = 900.0  # after lost changes: the quota counts from listings this long
 MAX_UNLABELLED = 100_000  # records to label kept from one listing
 LABEL_SECONDS = 10.0  # labelling after one answer
-LIST_PAGE = 500
 LOG_EVERY = 30.0
 
 
@@ -386,22 +384,15 @@ class Summaries:
 
     def _bootstrap(self, runtime_id: str, obj: dict[str, Any] | None,
                    ) -> tuple[statehash.Stored, list[tuple[str, int]]]:
-        folded, held = statehash.Buckets(), statehash.Footprint()
+        survey = store.Surveying()
         unlabelled: list[tuple[str, int]] = []
-        revision = 0
         for metas, rev in self._pages(f"{records.RUNTIME_LABEL}={runtime_id}"):
-            revision = max(revision, rev)
+            survey.page(rev)
             for meta in metas:
-                item = records.digest_item(meta)
-                if item is None:
-                    continue
-                live = statehash.live_item(item)
-                if live is not None:
-                    folded.add(live)
-                held.add(statehash.bucket_of(item["namespace"], item["name"]),
-                         quota.stored_size(meta))
-                self._note_unlabelled(meta, item, unlabelled)
-        built = statehash.Stored.listed(folded, revision, held)
+                item = survey.add(meta)
+                if item is not None:
+                    self._note_unlabelled(meta, item, unlabelled)
+        built = statehash.Stored.listed(survey.folded, survey.revision, survey.held)
         for attempt in range(MAX_ATTEMPTS):
             if obj is None:
                 obj = self._create(runtime_id)
@@ -433,22 +424,23 @@ class Summaries:
                 if obj is None:
                     return 0  # built at the next read
                 stored = statehash.stored_of(obj.get("status"))
-                new = statehash.Stored.listed(folded, revision, held) if stored is None \
-                    else stored
-                fixed = 0 if stored is None else -1
-                for b in range(statehash.BUCKETS):
-                    c = statehash.corrected(new, b, folded.hashes[b], folded.counts[b],
-                                            revision, held.records[b], held.bytes[b])
-                    if c is not None:
-                        new, fixed = c, max(fixed, 0) + 1
-                if fixed < 0:
-                    return 0  # agrees
+                if stored is None:  # unusable: the listing is the whole summary
+                    new, fixed = statehash.Stored.listed(folded, revision, held), statehash.BUCKETS
+                else:
+                    new, fixed = stored, 0
+                    for b in range(statehash.BUCKETS):
+                        c = statehash.corrected(new, b, folded.hashes[b], folded.counts[b],
+                                                revision, held.records[b], held.bytes[b])
+                        if c is not None:
+                            new, fixed = c, fixed + 1
+                    if not fixed:
+                        return 0  # agrees
                 try:
                     self._put(runtime_id, obj, new)
-                    self._hooks.corrected(fixed or statehash.BUCKETS)
+                    self._hooks.corrected(fixed)
                     log.info("state summary of runtime %s: %d buckets set from a full listing",
-                             logs.bounded(runtime_id, 80), fixed or statehash.BUCKETS)
-                    return fixed or statehash.BUCKETS
+                             logs.bounded(runtime_id, 80), fixed)
+                    return fixed
                 except gateway.Conflict:
                     self._hooks.conflict()
                     time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
@@ -465,19 +457,12 @@ class Summaries:
         try:
             if len(buckets) <= HEAL_BUCKETS:
                 return sum(self.bucket(runtime_id, n)[0].corrected for n in sorted(buckets))
-            folded, held, revision = statehash.Buckets(), statehash.Footprint(), 0
+            survey = store.Surveying()
             for metas, rev in self._pages(f"{records.RUNTIME_LABEL}={runtime_id}"):
-                revision = max(revision, rev)
+                survey.page(rev)
                 for meta in metas:
-                    item = records.digest_item(meta)
-                    if item is None:
-                        continue
-                    live = statehash.live_item(item)
-                    if live is not None:
-                        folded.add(live)
-                    held.add(statehash.bucket_of(item["namespace"], item["name"]),
-                             quota.stored_size(meta))
-            return self.listed_all(runtime_id, folded, held, revision)
+                    survey.add(meta)
+            return self.listed_all(runtime_id, *survey.result())
         except Exception as e:  # noqa: BLE001 - the poller's next run lists what is unknown
             self._failed(e, False)
             return 0
@@ -493,20 +478,7 @@ class Summaries:
                         statehash.bucket_of(str(item["namespace"]), str(item["name"]))))
 
     def _pages(self, selector: str) -> Iterator[tuple[list[dict[str, Any]], int]]:
-        """Pages of metadata of the records ``selector`` picks, each with the listing's KCP
-        revision (also for a page without items: an empty bucket is listed at a revision
-        too, and a summary that holds something there is corrected)."""
-        token = ""
-        while True:
-            page = self._kcp.list(RECORDS, self._namespace, label_selector=selector,
-                                  limit=LIST_PAGE, continue_token=token or None,
-                                  metadata_only=True, timeout=self._timeout)
-            pmeta = page.get("metadata") or {}
-            yield [obj.get("metadata") or {} for obj in page.get("items") or []], \
-                _revision(pmeta) or 0
-            token = pmeta.get("continue") or ""
-            if not token:
-                return
+        return store.metadata_pages(self._kcp, self._namespace, selector, self._timeout)
 
     def bucket(self, runtime_id: str, n: int) -> tuple[Bucket, list[tuple[str, int]]]:
         """The digest items of bucket ``n`` (metadata lists of the KCP: the runtime's records
@@ -580,7 +552,7 @@ class Summaries:
             if self._clock() >= deadline:
                 break
             try:
-                self._kcp.patch(RECORDS, self._namespace, name,
+                self._kcp.patch(store.RECORDS, self._namespace, name,
                                 {"metadata": {"labels": {records.BUCKET_LABEL: str(b)}}},
                                 timeout=self._timeout)
                 done += 1

@@ -61,6 +61,47 @@ class Survey(NamedTuple):
     revision: int  # the listing's KCP resourceVersion (0: unknown)
 
 
+class Surveying:
+    """Folds the metadata of a runtime's records, page by page, into a ``Survey``."""
+
+    def __init__(self) -> None:
+        self.folded, self.held, self.revision = statehash.Buckets(), statehash.Footprint(), 0
+
+    def page(self, revision: int) -> None:
+        self.revision = max(self.revision, revision)
+
+    def add(self, meta: Mapping[str, Any]) -> changes.DigestItem | None:
+        """Fold one object's metadata; its digest item (None: not a record of ours)."""
+        item = records.digest_item(meta)
+        if item is None:
+            return None
+        live = statehash.live_item(item)
+        if live is not None:
+            self.folded.add(live)
+        self.held.add(statehash.bucket_of(item["namespace"], item["name"]),
+                      quota.stored_size(meta))
+        return item
+
+    def result(self) -> Survey:
+        return Survey(self.folded, self.held, self.revision)
+
+
+def metadata_pages(kcp: gateway.Kube, namespace: str, selector: str, timeout: float,
+                   ) -> Iterator[tuple[list[dict[str, Any]], int]]:
+    """Pages of metadata of the records ``selector`` picks, each with the listing's KCP
+    revision (also a page without items: an empty listing has a revision too)."""
+    token = ""
+    while True:
+        page = kcp.list(RECORDS, namespace, label_selector=selector, limit=LIST_PAGE,
+                        continue_token=token or None, metadata_only=True, timeout=timeout)
+        pmeta = page.get("metadata") or {}
+        yield ([obj.get("metadata") or {} for obj in page.get("items") or []],
+               numbers.ascii_int(pmeta.get("resourceVersion"), 32) or 0)
+        token = pmeta.get("continue") or ""
+        if not token:
+            return
+
+
 class Store:
     def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float,
                  cache_entries: int = 10_000,
@@ -244,34 +285,20 @@ class Store:
         ``listener.statesummary.Summaries.listed_all``)."""
         items: list[changes.DigestItem] = []
         snap = self.usage.begin(runtime_id)
-        folded, held = statehash.Buckets(), statehash.Footprint()
-        count = size = revision = 0
-        token = ""
-        while True:
-            page = self._kcp.list(RECORDS, self.namespace,
-                                  label_selector=f"{records.RUNTIME_LABEL}={runtime_id}",
-                                  limit=LIST_PAGE, continue_token=token or None,
-                                  metadata_only=True, timeout=self._timeout)
-            pmeta = page.get("metadata") or {}
-            revision = max(revision, numbers.ascii_int(pmeta.get("resourceVersion"), 32) or 0)
-            for obj in page.get("items") or []:
-                meta = obj.get("metadata") or {}
+        survey = Surveying()
+        count = size = 0
+        for metas, revision in metadata_pages(self._kcp, self.namespace,
+                                              f"{records.RUNTIME_LABEL}={runtime_id}",
+                                              self._timeout):
+            survey.page(revision)
+            for meta in metas:
                 count += 1
-                stored = quota.stored_size(meta)
-                size += stored
-                item = records.digest_item(meta)
-                if item is None:
-                    continue
-                items.append(item)
-                live = statehash.live_item(item)
-                if live is not None:
-                    folded.add(live)
-                held.add(statehash.bucket_of(item["namespace"], item["name"]), stored)
-            token = pmeta.get("continue") or ""
-            if not token:
-                break
+                size += quota.stored_size(meta)
+                item = survey.add(meta)
+                if item is not None:
+                    items.append(item)
         self.usage.observe(runtime_id, quota.Used(count, size), snap)
-        return items, Survey(folded, held, revision)
+        return items, survey.result()
 
     def _usage(self, runtime_id: str) -> quota.Used:
         """Records and bytes the runtime keeps (for ``quota.Usage``): its state summary's
