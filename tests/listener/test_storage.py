@@ -7,7 +7,6 @@ own (so the janitor's short retention and grace touch nothing of the other tests
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import os
@@ -29,11 +28,12 @@ from testing.listenerenv import (
     Env,
     ListenerProcess,
     Runtime,
-    bind_listener_role,
     create_kyma,
     kcp_requests,
     kcp_requests_since,
     metric_value,
+    own_namespace,
+    remove_namespace,
 )
 
 pytestmark = pytest.mark.slow
@@ -62,18 +62,9 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 60.0) -> An
 
 @pytest.fixture(scope="module")
 def env(listener_env: Env) -> Iterator[Env]:
-    ns = f"ks-{uuid.uuid4().hex[:8]}"
-    core = client.CoreV1Api(listener_env.api)
-    controlplane.retry_busy(lambda: core.create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))))
-    bind_listener_role(listener_env.api, ns)
-    yield dataclasses.replace(listener_env, namespace=ns)
-    objects = client.CustomObjectsApi(listener_env.api)
-    for plural, group, version in ((records.PLURAL, records.GROUP, records.VERSION),
-                                   (kyma.PLURAL, kyma.GROUP, kyma.VERSION)):
-        objects.delete_collection_namespaced_custom_object(group, version, ns, plural)
-    client.CoordinationV1Api(listener_env.api).delete_collection_namespaced_lease(ns)
-    core.delete_namespace(ns)
+    e = own_namespace(listener_env, "ks")
+    yield e
+    remove_namespace(e)
 
 
 @pytest.fixture(scope="module")
