@@ -1,7 +1,8 @@
 """The runtime API (v1): POST changes, GET the state digest.
 
 Each request goes through the same steps, cheapest first, and stops at the first refusal
-(audited, counted, nothing persisted):
+(audited, counted, nothing persisted; a refusal before the caller was authenticated is
+audited in aggregate, per reason, source and minute: ``listener.refusalsummary``):
 
     client certificate (401) -> CN / Kyma CR / SAN (403) -> runtime's in-flight cap (429)
     -> [POST] media type (415) -> runtime's rate, one token (429) -> size (413)
@@ -49,14 +50,12 @@ DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
 
 def _refuse(svc: services.Services, runtime_id: str, status: int, reason: str, message: str,
             cert: Any = None) -> Response:
+    """A refusal before the caller was authenticated: counted, and audited in aggregate
+    per reason, source and minute (``listener.refusalsummary``), the path's runtime ID
+    only as claimed."""
     svc.metrics.auth_refusals.labels(reason).inc()
-    fields: dict[str, Any] = {"runtime": logs.bounded(runtime_id, 80), "reason": reason,
-                              "status": status, "remote": request.remote_addr,
-                              "route": request.method + " " + str(request.url_rule)}
-    if cert is not None:
-        fields["cn"] = logs.bounded(certs.common_name(cert) or "", 80)
-        fields["serial"] = format(cert.serial_number, "x")
-    svc.audit_event("refused", **fields)
+    svc.refusals.record(reason, request.remote_addr, status, runtime_id,
+                        None if cert is None else certs.common_name(cert) or "")
     return responses.error(status, "unauthorized" if status == 401 else "forbidden",
                            {"reason": reason, "message": message})
 

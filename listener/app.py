@@ -46,6 +46,7 @@ def create_app(
     svc.deliveries.start()  # counts merged even when the runtime's next request goes elsewhere
     if svc.summaries is not None:
         svc.summaries.start()  # so are the state summaries' changes
+    svc.refusals.start()  # unauthenticated refusals' lines written when their minute ends
     app.extensions[services.KEY] = svc
     svc.cas.get()  # a CA bundle that cannot be loaded stops the worker here (LoadError)
     app.register_blueprint(api.bp)

@@ -2,7 +2,8 @@
 
 Kept on ``app.extensions[KEY]`` (no module globals): the KCP client and store, the Kyma
 lookup cache, heartbeats, rate limits, metrics, the per-runtime delivery counts
-(``listener.deliveries``), the audit logger and the client CA bundle
+(``listener.deliveries``), the audit logger, the unauthenticated refusals' counts
+(``listener.refusalsummary``) and the client CA bundle
 (``common.tlsreload``: reloaded when its file changes, for the X-Forwarded-Client-Cert mode
 and /readyz).
 """
@@ -23,6 +24,7 @@ from listener import (
     heartbeat,
     peer,
     ratelimit,
+    refusalsummary,
     runtimes,
     settings,
     statesummary,
@@ -56,6 +58,7 @@ class Services:
     audit: logging.Logger
     cas: tlsreload.Watched[list[x509.Certificate]]
     deliveries: deliveries.Deliveries
+    refusals: refusalsummary.RefusalSummary  # unauthenticated refusals, audited in aggregate
     digests: digestcache.DigestSnapshots = dataclasses.field(
         default_factory=digestcache.DigestSnapshots)
     summaries: statesummary.Summaries | None = None  # None: tests that build Services by hand
@@ -67,6 +70,7 @@ class Services:
 def build(s: settings.Settings, api: gateway.Kube) -> Services:
     beats = heartbeat.Heartbeats(api, s.namespace, s.heartbeat_interval, s.kcp_timeout)
     meters = listener_metrics.Metrics()
+    audit = logs.audit_logger(s.audit_log)
     summaries = statesummary.Summaries(api, s.namespace, s.kcp_timeout, hooks=statesummary.Hooks(
         conflict=lambda: meters.write_conflicts.labels("summary").inc(),
         corrected=lambda n: meters.summary_corrections.inc(),
@@ -91,11 +95,12 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         budget=budget.MemoryBudget(s.parse_budget_bytes),
         metrics=meters,
         silent=listener_metrics.SilentRuntimes(beats, s.silent_thresholds, s.silent_cache_seconds),
-        audit=logs.audit_logger(s.audit_log),
+        audit=audit,
         cas=ca_bundle(s.client_ca_file),
         deliveries=deliveries.Deliveries(api, s.namespace, s.kcp_timeout,
                                          s.delivery_flush_seconds, meters, records.usage),
         summaries=summaries,
+        refusals=refusalsummary.RefusalSummary(audit, s.refusal_audit_interval),
     )
 
 

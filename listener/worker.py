@@ -77,6 +77,7 @@ class ListenerWorker(httpworker.BoundedWorker):
             for aggregated in (self._aggregated or {}).values():
                 aggregated.flush()
             if svc is not None:  # best effort, within gunicorn's graceful timeout
+                svc.refusals.flush()  # the unauthenticated refusals counted this minute
                 svc.deliveries.flush_all(min(EXIT_FLUSH_SECONDS, self.cfg.graceful_timeout / 2))
                 if svc.summaries is not None:  # what is lost heals when its bucket is listed
                     svc.summaries.flush_all(min(EXIT_FLUSH_SECONDS, self.cfg.graceful_timeout / 4))
