@@ -5,11 +5,17 @@
 
 Pages (HTML, server-rendered from ``admin/templates``, no script, one stylesheet):
 ``/fleet`` (search ``q``, ``problem``, ``page``), ``/runtimes/<runtime ID>``, ``/compass``,
-``/parts``; ``/login`` (a form taking a bearer token; it is kept in an HttpOnly, Secure,
-SameSite=Strict cookie) and ``/logout``. Each page needs a token that the KCP's TokenReview
-accepts and a SubjectAccessReview allowing ``get`` on ``adminpages/<page>``
-(``admin.auth``): 401 without, 403 when RBAC does not allow it, 503 when the KCP cannot
-answer. A client asking for JSON (``Accept: application/json``) gets the errors as JSON.
+``/parts``; ``/login`` (a form taking a bearer token for the pages' audience; the browser
+then holds a session: an HttpOnly, Secure, SameSite=Strict ``__Host-`` cookie with a random
+session ID, never the token, ``admin.sessions``) and ``/logout`` (ends the session
+server-side). Both POSTs must come from the admin's own origin (``Origin``,
+``Sec-Fetch-Site``; else 403), and ``next`` is followed only to one of the pages
+(``admin.signin``). Each page needs a session, or a bearer token that the KCP's TokenReview
+accepts for the audience, and a SubjectAccessReview allowing ``get`` on ``adminpages/<page>``
+(``admin.auth``): 401 without, 403 when RBAC does not allow it, 429 when the caller's
+source has no TokenReview left (``admin.throttle``, with ``Retry-After``), 503 when the KCP
+cannot answer. A client asking for JSON (``Accept: application/json``) gets the errors as
+JSON.
 
 The operations surface (``common.ops``: ``/readyz``: serving certificate loaded and a fleet
 snapshot younger than three refresh intervals; ``/metrics``: request and sign-in counters
@@ -28,15 +34,17 @@ from typing import Any, NamedTuple
 import flask
 import markupsafe
 from flask import Flask, Response, request
+from werkzeug import exceptions
 from werkzeug.wrappers import Response as Answer
 
-from admin import auth, fleet, metrics, parts, snapshot, views
+from admin import auth, fleet, metrics, parts, sessions, signin, snapshot, throttle, views
 from admin import settings as settings_mod
 from common import gateway, logs, ops, tlsreload
 
 log = logging.getLogger(__name__)
 KEY = "tether.admin"
-COOKIE = "tether_admin_token"
+COOKIE = "__Host-tether_admin_session"  # __Host-: Secure, Path=/, no Domain, by the browser
+PAGE_ENDPOINTS = frozenset({"fleet_page", "runtime_page", "compass_page", "parts_page"})
 MAX_FORM = 32 * 1024
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
@@ -50,6 +58,7 @@ class Services(NamedTuple):
     metrics: metrics.Metrics
     audit: logging.Logger
     events: snapshot.Events
+    sessions: sessions.Store
 
 
 def services() -> Services:
@@ -68,10 +77,13 @@ def create_app(s: settings_mod.Settings, *, kcp: gateway.Kube | None = None,
     if start:
         refresher.start()
     m = metrics.Metrics(refresher, s)
-    authorizer = auth.Authorizer(kcp, s.auth_cache, s.request_timeout,
+    authorizer = auth.Authorizer(kcp, s.auth_cache, s.request_timeout, s.token_audience,
+                                 throttle.Buckets(s.reviews_per_minute, s.review_sources),
                                  on_review=lambda kind: m.reviews.labels(kind).inc())
+    store = sessions.Store(s.max_sessions)
+    m.sessions.set_function(lambda: len(store))
     svc = Services(s, kcp, refresher, authorizer, m, logs.audit_logger(s.audit_destination),
-                   snapshot.Events(kcp, s))
+                   snapshot.Events(kcp, s), store)
     app = Flask("admin")
     app.config["MAX_CONTENT_LENGTH"] = MAX_FORM
     app.jinja_env.autoescape = True
@@ -154,41 +166,65 @@ def _error(status: int, title: str, detail: str) -> Response:
     return Response(html, status=status, mimetype="text/html")
 
 
-def _token() -> str:
+def _bearer() -> str:
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return request.cookies.get(COOKIE, "")
+    return ""
+
+
+def _forget(resp: Answer) -> Answer:
+    """``resp`` with the session cookie removed (with the attributes a __Host- cookie needs)."""
+    resp.delete_cookie(COOKIE, path="/", secure=True, httponly=True, samesite="Strict")
+    return resp
+
+
+def _throttled(e: throttle.Throttled) -> Response:
+    services().metrics.throttled.inc()
+    resp = _error(429, "too many requests", "too many tokens checked from your address; "
+                  f"retry in {e.retry_after}s")
+    resp.headers["Retry-After"] = str(e.retry_after)
+    return resp
+
+
+def _to_sign_in() -> Answer:
+    if _wants_json():
+        return ops.error(401, "unauthorized", "a bearer token is needed")
+    nxt = urllib.parse.quote(request.full_path.rstrip("?"), safe="/?=&")
+    return flask.redirect("/login?next=" + nxt, 303)
 
 
 def _guard(page: str) -> Answer | None:
-    """None when the caller may see ``page``; else the answer (401/403/503)."""
+    """None when the caller may see ``page``; else the answer (401/403/429/503)."""
     flask.g.page = page
     svc = services()
-    token = _token()
-    if not token:
+    token, sid = _bearer(), request.cookies.get(COOKIE, "")
+    if not token and not sid:
         svc.metrics.auth.labels("no_token").inc()
-        if _wants_json():
-            return ops.error(401, "unauthorized", "a bearer token is needed")
-        nxt = urllib.parse.quote(request.full_path.rstrip("?"), safe="/?=&")
-        return flask.redirect("/login?next=" + nxt, 303)
+        return _to_sign_in()
     try:
-        who = svc.authorizer.identify(token)
+        if token:
+            who = svc.authorizer.identify(token, request.remote_addr or "")
+        else:
+            who = svc.sessions.get(sid)
+            if who is None:  # ended, signed out, or never made here
+                svc.metrics.auth.labels("no_session").inc()
+                return _forget(_to_sign_in())
         if who is None:
             svc.metrics.auth.labels("unauthenticated").inc()
             logs.audit(svc.audit, "admin_unauthenticated", page=page,
                        address=request.remote_addr or "")
-            resp = _error(401, "unauthorized", "the token was not accepted by the KCP "
-                          "(TokenReview); sign in again")
-            resp.delete_cookie(COOKIE, path="/")
-            return resp
+            return _error(401, "unauthorized", "the token was not accepted by the KCP for the "
+                          f"admin pages (TokenReview, audience {svc.settings.token_audience})")
         flask.g.user = who.user
         if not svc.authorizer.allowed(who, page):
             svc.metrics.auth.labels("denied").inc()
             logs.audit(svc.audit, "admin_denied", page=page, user=who.user)
             return _error(403, "forbidden", f"{who.user} may not get adminpages/{page} "
                           f"(group {auth.GROUP}); ask for the ClusterRole tether-admin-viewer")
+    except throttle.Throttled as e:
+        return _throttled(e)
     except gateway.GatewayError as e:
         svc.metrics.auth.labels("error").inc()
         log.warning("authentication against the KCP failed: %s", logs.bounded(e, 200))
@@ -197,11 +233,33 @@ def _guard(page: str) -> Answer | None:
     return None
 
 
+def _is_page(path: str) -> bool:
+    """``path`` (decoded) is one of the pages by the app's own routes."""
+    try:
+        endpoint, _ = flask.current_app.url_map.bind("admin.invalid").match(path, method="GET")
+    except exceptions.HTTPException:  # not found, not GET, or a redirect (RequestRedirect)
+        return False
+    return endpoint in PAGE_ENDPOINTS
+
+
 def _safe_next(target: str) -> str:
-    """Only a local path (no scheme, no host, no backslash tricks) may be returned to."""
-    if not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/fleet"
-    return target[:2000]
+    return signin.safe_next(target, _is_page)
+
+
+def _foreign() -> Response | None:
+    """The 403 for a sign-in/sign-out that did not come from the admin's own pages."""
+    why = signin.cross_site(request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site"),
+                            f"{request.scheme}://{request.host}")
+    if why is None:
+        return None
+    services().metrics.auth.labels("cross_site").inc()
+    return _error(403, "forbidden", why)
+
+
+def _lifetime(token: str, limit: float) -> float:
+    """How long a session of ``token`` may last: ``limit``, never past the token's expiry."""
+    exp = auth.expiry_of(token)
+    return limit if exp is None else max(1.0, min(limit, exp - time.time()))
 
 
 def _snap_or_503() -> snapshot.Snapshot | Response:
@@ -253,9 +311,8 @@ def _pages(app: Flask) -> None:
     def login() -> Answer:
         flask.g.page = "login"
         svc = services()
-        origin = request.headers.get("Origin")
-        if origin and urllib.parse.urlsplit(origin).netloc != request.host:
-            return _error(403, "forbidden", "a sign-in from another site is refused")
+        if (foreign := _foreign()) is not None:
+            return foreign
         token = (request.form.get("token") or "").strip()
         nxt = _safe_next(request.form.get("next") or "/fleet")
         if not token:
@@ -263,28 +320,42 @@ def _pages(app: Flask) -> None:
             resp.status_code = 400
             return resp
         try:
-            who = svc.authorizer.identify(token)
+            who = svc.authorizer.identify(token, request.remote_addr or "")
+        except throttle.Throttled as e:
+            return _throttled(e)
         except gateway.GatewayError as e:
             log.warning("sign-in: TokenReview failed: %s", logs.bounded(e, 200))
             return _error(503, "unavailable", "the KCP could not check the token; retry shortly")
         if who is None:
             svc.metrics.auth.labels("unauthenticated").inc()
             logs.audit(svc.audit, "admin_sign_in_refused", address=request.remote_addr or "")
-            resp = _render("login.html", next=nxt,
-                           message="the KCP did not accept this token (TokenReview)")
+            aud = svc.settings.token_audience
+            resp = _render("login.html", next=nxt, message=(
+                f"the KCP did not accept this token for the admin pages (TokenReview, audience "
+                f"{aud}); make one with: kubectl create token <service-account> --audience {aud}"))
             resp.status_code = 401
             return resp
+        svc.sessions.delete(request.cookies.get(COOKIE, ""))  # a session signed in again
+        seconds = _lifetime(token, svc.settings.session_seconds)
+        sid = svc.sessions.create(who, seconds)
         logs.audit(svc.audit, "admin_sign_in", user=who.user, address=request.remote_addr or "")
         done = flask.redirect(nxt, 303)
-        done.set_cookie(COOKIE, token, max_age=int(svc.settings.session_seconds), secure=True,
-                        httponly=True, samesite="Strict", path="/")
+        done.set_cookie(COOKIE, sid, max_age=int(seconds), secure=True, httponly=True,
+                        samesite="Strict", path="/")
         return done
 
     @app.post("/logout")
     def logout() -> Answer:
-        resp = flask.redirect("/login", 303)
-        resp.delete_cookie(COOKIE, path="/")
-        return resp
+        flask.g.page = "logout"
+        svc = services()
+        if (foreign := _foreign()) is not None:
+            return foreign
+        sid = request.cookies.get(COOKIE, "")
+        who = svc.sessions.get(sid)
+        if svc.sessions.delete(sid) and who is not None:
+            logs.audit(svc.audit, "admin_sign_out", user=who.user,
+                       address=request.remote_addr or "")
+        return _forget(flask.redirect("/login", 303))
 
     @app.get("/fleet")
     def fleet_page() -> Answer:

@@ -1,9 +1,14 @@
 """Who may see the admin pages: the KCP decides, as kube-rbac-proxy does.
 
-A request carries a bearer token (``Authorization: Bearer ...``, or the sign-in cookie that
-holds the same token). ``Authorizer.identify`` asks the KCP's TokenReview API who it is;
-``Authorizer.allowed`` asks SubjectAccessReview whether that user may ``get`` the page, a
-resource attribute::
+A bearer token (``Authorization: Bearer ...``, or the one pasted into the sign-in form, after
+which the browser holds a session: ``admin.sessions``) is checked by
+``Authorizer.identify``: the KCP's TokenReview API, asked with ``spec.audiences`` = the admin
+pages' audience (``TETHER_ADMIN_TOKEN_AUDIENCE``, ``tether-admin``), says who it is, and the
+answer counts only if its ``status.audiences`` holds that audience. So a token made for the
+KCP's API (``kubectl create token`` without ``--audience``, a pod's ServiceAccount token) is
+refused, and a token made for the pages (``--audience tether-admin``) is no credential for
+the KCP's API (unless its ``--api-audiences`` lists that audience). ``Authorizer.allowed`` asks SubjectAccessReview whether that user may ``get`` the
+page, a resource attribute::
 
     group: tether.kyma-project.io   resource: adminpages   name: fleet|runtime|compass|parts
 
@@ -13,18 +18,24 @@ and unknown tokens for at most 5 s), keyed by a SHA-256 of the token: the token 
 kept only for the duration of the request, never logged, never in an error.
 
 Bounded: tokens longer than ``MAX_TOKEN`` bytes are refused before the KCP is asked; the
-cache holds at most ``MAX_ENTRIES`` answers.
+cache holds at most ``MAX_ENTRIES`` answers; a TokenReview that is not answered from the
+cache takes one from the caller's source bucket (``admin.throttle``: ``throttle.Throttled``
+when it is empty, answered 429).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import json
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from admin import throttle
 from common import gateway
 
 TOKEN_REVIEWS = gateway.Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
@@ -48,14 +59,17 @@ def token_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def review_body(token: str) -> dict[str, Any]:
+def review_body(token: str, audience: str) -> dict[str, Any]:
     return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-            "spec": {"token": token}}
+            "spec": {"token": token, "audiences": [audience]}}
 
 
-def identity_of(review: dict[str, Any]) -> Identity | None:
+def identity_of(review: dict[str, Any], audience: str) -> Identity | None:
+    """Who the review says, if it authenticated the token for ``audience``."""
     status = review.get("status") or {}
     if not status.get("authenticated"):
+        return None
+    if audience not in (status.get("audiences") or []):
         return None
     user = status.get("user") or {}
     extra = user.get("extra") or {}
@@ -63,6 +77,20 @@ def identity_of(review: dict[str, Any]) -> Identity | None:
                     groups=tuple(str(g) for g in user.get("groups") or []),
                     extra=tuple(sorted((str(k), tuple(str(x) for x in v))
                                        for k, v in extra.items() if isinstance(v, list))))
+
+
+def expiry_of(token: str) -> float | None:
+    """The ``exp`` claim (seconds since the epoch) of a JWT, None for any other token. Read
+    only from a token the KCP has just authenticated (TokenReview checked its signature)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, binascii.Error):
+        return None
+    exp = payload.get("exp") if isinstance(payload, dict) else None
+    return float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
 
 
 def access_body(who: Identity, page: str) -> dict[str, Any]:
@@ -104,22 +132,28 @@ class Authorizer:
     """Raises ``gateway.GatewayError`` when the KCP cannot answer (the page answers 503)."""
 
     def __init__(self, kcp: gateway.Kube, cache_seconds: float, timeout: float,
+                 audience: str, limiter: throttle.Buckets,
                  clock: Callable[[], float] = time.monotonic,
                  on_review: Callable[[str], None] = lambda kind: None) -> None:
         self._kcp, self._seconds, self._timeout = kcp, cache_seconds, timeout
+        self._audience, self._limiter = audience, limiter
         self._cache = _Cache(clock)
         self._on_review = on_review  # "token" or "access": one review sent to the KCP
 
-    def identify(self, token: str) -> Identity | None:
+    def identify(self, token: str, source: str) -> Identity | None:
+        """Who ``token`` is for the admin pages' audience, or None. Raises
+        ``throttle.Throttled`` when ``source`` has no review left (cached answers are free)."""
         if not token or len(token) > MAX_TOKEN or not token.isascii() or not token.isprintable():
             return None
         key = ("id", token_key(token))
         hit, who = self._cache.get(key)
         if hit:
             return who  # type: ignore[no-any-return]
+        self._limiter.take(throttle.source_of(source))
         self._on_review("token")
-        review = self._kcp.create(TOKEN_REVIEWS, None, review_body(token), timeout=self._timeout)
-        found = identity_of(review)
+        review = self._kcp.create(TOKEN_REVIEWS, None, review_body(token, self._audience),
+                                  timeout=self._timeout)
+        found = identity_of(review, self._audience)
         self._cache.put(key, found, self._seconds if found else min(self._seconds,
                                                                      NEGATIVE_SECONDS))
         return found

@@ -1,4 +1,5 @@
-"""The admin part's metrics: its requests and sign-ins, and the fleet gauges.
+"""The admin part's metrics: its requests, sign-ins, sessions and throttled reviews, and the
+fleet gauges.
 
 The fleet gauges are computed at scrape time from the last snapshot (``admin.fleet``), so
 they agree with the pages. Cardinality is bounded: one series per problem kind, and
@@ -30,11 +31,17 @@ class Metrics(Collector):
             "tether_admin_request_seconds", "Time to answer a page", ["page"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5), registry=self.registry)
         self.auth = prom.Counter("tether_admin_auth_total", "Authentication and authorization "
-                                 "outcomes (no_token, unauthenticated, denied, allowed, error)",
+                                 "outcomes (no_token, no_session, unauthenticated, cross_site, denied, "
+                                 "allowed, error)",
                                  ["outcome"], registry=self.registry)
         self.reviews = prom.Counter("tether_admin_reviews_total", "TokenReviews and "
                                     "SubjectAccessReviews sent to the KCP (not cached)", ["kind"],
                                     registry=self.registry)
+        self.throttled = prom.Counter("tether_admin_throttled_total", "Requests answered 429 "
+                                      "because their source had no TokenReview left",
+                                      registry=self.registry)
+        self.sessions = prom.Gauge("tether_admin_sessions", "Sign-in sessions held",
+                                   registry=self.registry)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         snap = self._refresher.get()

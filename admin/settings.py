@@ -23,6 +23,10 @@ class Settings:
     thresholds: fleet.Thresholds = fleet.Thresholds()
     auth_cache: float = 30.0
     session_seconds: float = 8 * 3600.0
+    token_audience: str = "tether-admin"   # TokenReview spec.audiences; tokens must carry it
+    max_sessions: int = 2000
+    reviews_per_minute: float = 10.0        # TokenReviews per source (a token bucket)
+    review_sources: int = 4096              # sources whose buckets are kept
     threads: int = 8
     request_timeout: float = 10.0
     log_level: str = "INFO"
@@ -32,6 +36,14 @@ class Settings:
 
 
 A = "TETHER_ADMIN_"
+
+
+def _audience(name: str, raw: str) -> str:
+    if not raw or len(raw) > 253 or not all(" " < c < "\x7f" and c != "," for c in raw):
+        raise config.SettingError(f"{name}: {raw!r} is not an audience (printable ASCII, no "
+                                  "space or comma, at most 253 characters)")
+    return raw
+
 SPEC = config.Spec(
     part="admin",
     summary="Admin pages (KCP): the fleet at a glance, for operators with Kubernetes credentials.",
@@ -74,8 +86,20 @@ SPEC = config.Spec(
                        "how long a TokenReview/SubjectAccessReview answer is reused",
                        minimum=0, maximum=600),
         config.seconds(A + "SESSION_SECONDS", 8 * 3600.0,
-                       "lifetime of the sign-in cookie (the token is re-checked anyway)",
+                       "lifetime of a sign-in session (never past the token's own expiry)",
                        minimum=60, maximum=7 * 86_400),
+        config.custom(A + "TOKEN_AUDIENCE", "tether-admin",
+                      "audience a token must be made for (TokenReview spec.audiences; "
+                      "kubectl create token --audience)", _audience),
+        config.integer(A + "MAX_SESSIONS", 2000,
+                       "sign-in sessions kept (then the oldest ends)", minimum=10,
+                       maximum=100_000),
+        config.number(A + "REVIEWS_PER_MINUTE", 10.0,
+                      "TokenReviews one source address (an IPv6 /64) may cause a minute; "
+                      "more are answered 429", minimum=1, maximum=10_000),
+        config.integer(A + "REVIEW_SOURCES", 4096,
+                       "source addresses whose TokenReview budget is remembered",
+                       minimum=16, maximum=1_000_000),
         config.integer(A + "THREADS", 8, "request threads", minimum=1, maximum=64),
         config.seconds(A + "REQUEST_TIMEOUT_SECONDS", 10.0, "per KCP API request",
                        minimum=0.1, maximum=300),
@@ -99,6 +123,8 @@ def build(v: config.Values) -> Settings:
             poller_share=v[A + "POLLER_SHARE"], poller_min_records=v[A + "POLLER_MIN_RECORDS"],
             refusals=v[A + "REFUSALS"]),
         auth_cache=v[A + "AUTH_CACHE_SECONDS"], session_seconds=v[A + "SESSION_SECONDS"],
+        token_audience=v[A + "TOKEN_AUDIENCE"], max_sessions=v[A + "MAX_SESSIONS"],
+        reviews_per_minute=v[A + "REVIEWS_PER_MINUTE"], review_sources=v[A + "REVIEW_SOURCES"],
         threads=v[A + "THREADS"], request_timeout=v[A + "REQUEST_TIMEOUT_SECONDS"],
         log_level=v["TETHER_LOG_LEVEL"], log_format=v["TETHER_LOG_FORMAT"],
         audit_destination=v["TETHER_AUDIT_LOG"], kubeconfig=v[A + "KUBECONFIG"],
