@@ -191,7 +191,8 @@ def _throttled(e: throttle.Throttled) -> Response:
 def _to_sign_in() -> Answer:
     if _wants_json():
         return ops.error(401, "unauthorized", "a bearer token is needed")
-    nxt = urllib.parse.quote(request.full_path.rstrip("?"), safe="/?=&")
+    # "&" encoded: the whole query stays in next (admin.signin rebuilds it pair by pair)
+    nxt = urllib.parse.quote(request.full_path.rstrip("?"), safe="/?=")
     return flask.redirect("/login?next=" + nxt, 303)
 
 

@@ -1,9 +1,10 @@
 """gunicorn with TLS for the admin pages (the bounded gthread worker, ``common.httpworker``).
 
-One worker (the fleet snapshot lives in the process; more capacity comes from
-``TETHER_ADMIN_THREADS`` or more replicas, each with its own snapshot), the pages on the
-first bind (HTTPS, the serving certificate reloaded when its files change), the operations
-port in plain HTTP. Handshakes and heads run under deadlines and connection caps, so a
+One worker (the fleet snapshot and the sign-in sessions, ``admin.sessions``, live in the
+process, so every request finds them; more capacity comes from ``TETHER_ADMIN_THREADS`` or
+more replicas, each with its own snapshot and sessions), the pages on the first bind
+(HTTPS, the serving certificate reloaded when its files change), the operations port in
+plain HTTP. Handshakes and heads run under deadlines and connection caps, so a
 stalled client holds no thread.
 """
 

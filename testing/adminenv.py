@@ -30,6 +30,7 @@ ADMIN_RBAC = REPO / "manifests" / "kcp" / "admin" / "rbac.yaml"
 ENROLLMENT_CRD = REPO / "manifests" / "kcp" / "enroller" / "crd.yaml"
 MAPPING_CRD = REPO / "manifests" / "kcp" / "compass" / "crd.yaml"
 ADMIN_USER = "tether-admin-test"
+AUDIENCE = "tether-admin"  # the admin part's default TETHER_ADMIN_TOKEN_AUDIENCE
 HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"
 RUNTIME_LABEL = "kyma-project.io/runtime-id"
 
@@ -82,9 +83,12 @@ class Env:
                 meta["name"] = self.viewer_role
                 rbac.create_cluster_role(doc)
                 continue
-            ns = {"kcp-system": self.kcp_ns, "tether-system": self.tether_ns}.get(
-                meta.get("namespace", ""))
-            meta["name"] = f"tether-admin-{self.suffix}"
+            # the heartbeat Leases (manifests: tether-heartbeats) are in kcp_ns here, where
+            # the admin part looks for them by default
+            ns = {"kcp-system": self.kcp_ns, "tether-system": self.tether_ns,
+                  "tether-heartbeats": self.kcp_ns}.get(meta.get("namespace", ""))
+            meta["name"] = f"tether-admin-{self.suffix}" + (
+                "-heartbeats" if meta.get("namespace") == "tether-heartbeats" else "")
             if "roleRef" in doc:
                 doc["roleRef"]["name"] = meta["name"]
                 doc["subjects"] = [{"kind": "User", "name": self.user,
@@ -104,7 +108,8 @@ class Env:
     def operator(self, name: str, pages: Sequence[str] | None = ("fleet", "runtime", "compass",
                                                                   "parts")) -> str:
         """A ServiceAccount in ``tether_ns`` allowed ``pages`` (``None``: all, through the
-        manifests' viewer ClusterRole; ``()``: nothing); returns a bearer token for it."""
+        manifests' viewer ClusterRole; ``()``: nothing); returns a bearer token for it made
+        for the admin pages' audience (``kubectl create token NAME --audience tether-admin``)."""
         core: Any = client.CoreV1Api(self.api)
         rbac: Any = client.RbacAuthorizationV1Api(self.api)
         core.create_namespaced_service_account(self.tether_ns, client.V1ServiceAccount(
@@ -128,9 +133,17 @@ class Env:
                 "metadata": {"name": binding}, "subjects": subject,
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                             "name": binding}})
+        return self.token(name)
+
+    def token(self, name: str, audiences: Sequence[str] = (AUDIENCE,),
+              seconds: int = 3600) -> str:
+        """A new token of the ServiceAccount ``name`` (TokenRequest) for ``audiences`` (empty:
+        the API server's own, what ``kubectl create token NAME`` makes)."""
+        core: Any = client.CoreV1Api(self.api)
         tr: Any = core.create_namespaced_service_account_token(
             name, self.tether_ns, client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)))
+                spec=client.V1TokenRequestSpec(audiences=list(audiences),
+                                               expiration_seconds=seconds)))
         return str(tr.status.token)
 
     # -- fleet objects, as the other parts write them -----------------------------------------
@@ -287,6 +300,8 @@ class AdminProcess:
             "TETHER_ADMIN_REFRESH_SECONDS": "1",
             "TETHER_AUDIT_LOG": str(self.audit_file),
             "TETHER_LOG_FORMAT": "text",
+            # every test request comes from 127.0.0.1: the budget is tested on its own process
+            "TETHER_ADMIN_REVIEWS_PER_MINUTE": "6000",
         }
         vars_.update(overrides)
         environ = {k: v for k, v in os.environ.items()
@@ -322,6 +337,19 @@ class AdminProcess:
             headers["Authorization"] = f"Bearer {token}"
         return requests.get(self.url + path, headers=headers, verify=str(self.env.ca_file),
                             allow_redirects=False, timeout=kw.pop("timeout", 10), **kw)
+
+    def post(self, path: str, data: Mapping[str, str] | None = None, **kw: Any
+             ) -> requests.Response:
+        return requests.post(self.url + path, data=dict(data or {}),
+                             headers=dict(kw.pop("headers", {})), verify=str(self.env.ca_file),
+                             allow_redirects=False, timeout=kw.pop("timeout", 10), **kw)
+
+    def session(self) -> requests.Session:
+        """A client of the pages that keeps cookies, as a browser does."""
+        s = requests.Session()
+        s.trust_env = False  # a REQUESTS_CA_BUNDLE would override the session's CA
+        s.verify = str(self.env.ca_file)
+        return s
 
     def log(self) -> str:
         return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""

@@ -189,8 +189,9 @@ def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work
 def operator_token(kcp: controlplane.ControlPlane, name: str = "tether-operator",
                    seconds: int = 8 * 3600) -> str:
     """A ServiceAccount ``tether-system/<name>`` bound to the manifests' ClusterRole
-    ``tether-admin-viewer`` (every admin page), and a bearer token for it (TokenRequest):
-    what an operator would get with ``kubectl create token``."""
+    ``tether-admin-viewer`` (every admin page), and a bearer token for it (TokenRequest) made
+    for the admin pages' audience: what an operator gets with
+    ``kubectl create token tether-operator --audience tether-admin``."""
     api = kcp.api_client()
     try:
         core: Any = client.CoreV1Api(api)
@@ -210,7 +211,8 @@ def operator_token(kcp: controlplane.ControlPlane, name: str = "tether-operator"
                 raise
         tr: Any = core.create_namespaced_service_account_token(
             name, overlays.NAMESPACE, client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=seconds)))
+                spec=client.V1TokenRequestSpec(audiences=["tether-admin"],
+                                               expiration_seconds=seconds)))
         return str(tr.status.token)
     finally:
         api.close()

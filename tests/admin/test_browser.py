@@ -3,7 +3,8 @@ Debian's chromedriver (``make browser``, hack/install-browser.sh), against ``tet
 on the session's KCP plane with a fleet this module builds.
 
 One browser for the module. Each test signs in through the login form (typing the token
-into the textarea and submitting, as an operator does) and reads the pages as a user sees
+into the textarea and submitting, as an operator does; the browser's own ``Origin`` and
+``Sec-Fetch-Site`` pass the same-origin check, and it then holds a session cookie) and reads the pages as a user sees
 them: titles and headings, the scenario's facts, search and pagination, the 403 page, and
 the browser console after every page (no SEVERE entry: scripts errors, resources that did
 not load and Content-Security-Policy violations all land there).
@@ -45,6 +46,7 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
+from admin import app as admin_app
 from testing import adminenv
 
 pytestmark = pytest.mark.slow
@@ -251,9 +253,10 @@ def test_login_page_form_and_sign_in(browser: WebDriver, scenario: Scenario) -> 
     assert_clean_console(browser, expected_status=401)
     sign_in(browser, scenario, scenario.all_pages, "/fleet?problem=webhook_path_failing")
     assert browser.current_url.endswith("/fleet?problem=webhook_path_failing")
-    cookie = browser.get_cookie("tether_admin_token")
+    cookie = browser.get_cookie(admin_app.COOKIE)
     assert cookie is not None
     assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Strict"
+    assert cookie["path"] == "/" and scenario.all_pages not in cookie["value"]  # a session ID
     assert browser.execute_script("return document.cookie") == ""  # HttpOnly: not for scripts
     assert fleet_ids(browser) == [scenario.failing]
     assert_clean_console(browser)
@@ -418,11 +421,17 @@ def test_forbidden_pages(browser: WebDriver, scenario: Scenario) -> None:
 
 def test_sign_out_clears_the_cookie(browser: WebDriver, scenario: Scenario) -> None:
     sign_in(browser, scenario, scenario.all_pages, "/parts")
-    assert browser.get_cookie("tether_admin_token") is not None
+    kept = browser.get_cookie(admin_app.COOKIE)
+    assert kept is not None
     browser.find_element(By.CSS_SELECTOR, "header form.who button[type=submit]").click()
     WebDriverWait(browser, 10).until(expected_conditions.url_contains("/login"))
-    assert browser.get_cookie("tether_admin_token") is None
+    assert browser.get_cookie(admin_app.COOKIE) is None
     visit(browser, scenario, "/compass")
     assert urllib.parse.urlsplit(browser.current_url).path == "/login"
     assert browser.find_element(By.NAME, "next").get_attribute("value") == "/compass"
+    # the session ended on the server: the old cookie, put back, is worth nothing
+    browser.add_cookie({"name": admin_app.COOKIE, "value": kept["value"], "path": "/",
+                        "secure": True, "httpOnly": True, "sameSite": "Strict"})
+    visit(browser, scenario, "/compass")
+    assert urllib.parse.urlsplit(browser.current_url).path == "/login"
     assert_clean_console(browser)
