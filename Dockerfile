@@ -18,10 +18,14 @@ FROM ${BASE_IMAGE} AS build
 ARG PIP_CONFIG_FILE
 RUN python3 -m venv /opt/tether
 WORKDIR /src
-# the pinned runtime dependencies first: this layer is reused while only the code changes
-# (constraints.txt: the indirect versions CI tested, `make constraints`)
-COPY requirements.txt constraints.txt ./
-RUN /opt/tether/bin/pip install --no-cache-dir -q -c constraints.txt -r requirements.txt
+# the runtime dependencies first: this layer is reused while only the code changes.
+# requirements.lock holds every runtime package (direct and indirect, at constraints.txt's
+# versions, the ones CI tested) with the sha256 of each of its files on PyPI, and
+# requirements-build.lock the setuptools that builds tether below (`make lock`): pip
+# refuses any file whose hash is not listed, and resolves nothing itself (--no-deps)
+COPY requirements.lock requirements-build.lock ./
+RUN /opt/tether/bin/pip install --no-cache-dir -q --require-hashes --no-deps \
+      -r requirements.lock -r requirements-build.lock
 # the product packages only (setup.cfg [options.packages.find]); .dockerignore keeps the
 # test harness (testing/), tests/, bench/, hack/ and standins/ out of the context anyway
 COPY setup.cfg pyproject.toml README.md ./
@@ -32,8 +36,10 @@ COPY poller poller
 COPY compass compass
 COPY enroller enroller
 COPY admin admin
-# then the virtualenv's own installer goes: the image installs nothing at run time
-RUN /opt/tether/bin/pip install --no-cache-dir -q -c constraints.txt --no-deps . \
+# built with the hashed setuptools above (no build isolation: nothing unhashed is fetched),
+# then the build tools and the virtualenv's own installer go: the image installs nothing
+# at run time
+RUN /opt/tether/bin/pip install --no-cache-dir -q --no-deps --no-build-isolation . \
  && /opt/tether/bin/pip uninstall -q -y pip setuptools
 
 FROM ${BASE_IMAGE}

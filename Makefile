@@ -11,9 +11,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt setup.cfg pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt requirements.lock setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --require-hashes --no-deps -r requirements.lock
 	$(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
@@ -23,6 +24,15 @@ venv: $(STAMP) ## create .venv with the pinned requirements and tether installed
 constraints: $(STAMP) ## rewrite constraints.txt from the venv (after changing requirements*.txt)
 	{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
+
+# pip-compile reads pip's configuration too: find-links (local wheels) would add hashes
+# that only this machine knows, so it is left out
+PIP_COMPILE := env -u PIP_FIND_LINKS $(VENV)/bin/pip-compile --quiet --generate-hashes \
+	--strip-extras --no-emit-index-url --no-emit-trusted-host --no-emit-find-links
+
+lock: $(STAMP) ## rewrite requirements.lock (runtime set, at constraints.txt's versions) and requirements-build.lock with every file's sha256 (after `make constraints`)
+	$(PIP_COMPILE) -c constraints.txt -o requirements.lock requirements.txt
+	$(PIP_COMPILE) --allow-unsafe -o requirements-build.lock requirements-build.txt
 
 controlplane: ## build (or reuse the cached) etcd, kube-apiserver and kubectl from Go modules
 	bash hack/build-controlplane.sh
@@ -71,4 +81,4 @@ clean: ## remove the venv and caches (not the control plane cache)
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
 
 
-.PHONY: bundle help venv constraints controlplane promtool prometheus-server image-tools browser image lint unit test demo planes clean
+.PHONY: bundle help venv constraints lock controlplane promtool prometheus-server image-tools browser image lint unit test demo planes clean
