@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from common import gateway  # noqa: E402
 from compass import metrics, service  # noqa: E402
 from compass import settings as settings_mod  # noqa: E402
-from testing import controlplane  # noqa: E402
+from testing import controlplane, localnet  # noqa: E402
 from testing.compassenv import CRD_FILE  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "compass_outage.json"
@@ -53,7 +53,7 @@ def one(kcp_api: Any, d: Director, skr: controlplane.ControlPlane, label: str,
         director_url=d.info["graphql_url"], token_url=d.info["token_url"],
         client_id=d.info["client_id"], client_secret=d.info["client_secret"],
         director_ca_file=d.info["ca_file"], namespace=ns, concurrency=16,
-        secret_name="compass-agent-{kyma}", **over)
+        secret_name="compass-agent-{kyma}", runtimes=localnet.policy(), **over)
     audit = logging.getLogger("tether.audit.bench")
     audit.propagate = False
     audit.addHandler(logging.NullHandler())

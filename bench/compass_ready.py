@@ -40,7 +40,7 @@ from kubernetes import client  # noqa: E402
 from common import gateway  # noqa: E402
 from compass import metrics, model, service  # noqa: E402
 from compass import settings as settings_mod  # noqa: E402
-from testing import controlplane  # noqa: E402
+from testing import controlplane, localnet  # noqa: E402
 from testing.compassenv import CRD_FILE, kyma_labels  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "compass_ready.json"
@@ -110,7 +110,8 @@ def measure(kcp_api: client.ApiClient, d: Director, ns: str, names: list[str],
         director_url=d.info["graphql_url"], token_url=d.info["token_url"],
         client_id=d.info["client_id"], client_secret=d.info["client_secret"],
         director_ca_file=d.info["ca_file"], namespace=ns, concurrency=concurrency,
-        secret_name="compass-agent-{kyma}", backoff_base=0.5, backoff_cap=2.0)
+        secret_name="compass-agent-{kyma}", backoff_base=0.5, backoff_cap=2.0,
+        runtimes=localnet.policy())
     audit = logging.getLogger("tether.audit.bench")
     audit.propagate = False
     audit.addHandler(logging.NullHandler())

@@ -38,7 +38,7 @@ from kubernetes import client  # noqa: E402
 from common import certs, gateway, skr_clients  # noqa: E402
 from enroller import metrics, reconcile  # noqa: E402
 from enroller import settings as settings_mod  # noqa: E402
-from testing import compassenv, controlplane  # noqa: E402
+from testing import compassenv, controlplane, localnet  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "enroller_scale.json"
 CRD = REPO / "manifests" / "kcp" / "enroller" / "crd.yaml"
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
                                   kcp_namespace=ns, namespace=ns, concurrency=args.concurrency)
         audit = logging.getLogger("bench.audit")
         audit.propagate = False
-        e = reconcile.Enroller(s, gw, skr_clients.SkrClients(gw, ns), metrics.Metrics(), audit)
+        e = reconcile.Enroller(s, gw, skr_clients.SkrClients(gw, ns, localnet.policy(timeout=s.skr_timeout)), metrics.Metrics(), audit)
         t = time.monotonic()
         states = e.run()
         first_s = time.monotonic() - t

@@ -72,7 +72,7 @@ from kubernetes import client  # noqa: E402
 from compass import model  # noqa: E402
 from standins.director import server as server_mod  # noqa: E402
 from standins.director import store as store_mod  # noqa: E402
-from testing import compassenv, controlplane, faultstack, listenerenv  # noqa: E402
+from testing import compassenv, controlplane, faultstack, listenerenv, localnet  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "soak.json"
 IMAGES = REPO / "docs" / "images"
@@ -176,6 +176,7 @@ class Fleet:
 def compass_env(fleet: Fleet, d: compassenv.Director, secret_file: pathlib.Path) -> dict[str, str]:
     """The fault suite's compass settings (tests/faults/test_director_down.py), interval 2 s."""
     return {
+        **localnet.ENV,
         "TETHER_KCP_NAMESPACE": fleet.ns, "TETHER_COMPASS_LEASE_NAMESPACE": fleet.ns,
         "TETHER_COMPASS_DIRECTOR_URL": d.graphql_url, "TETHER_COMPASS_OAUTH_TOKEN_URL": d.token_url,
         "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,

@@ -23,6 +23,8 @@ def data_for(token: queries.OneTimeToken, runtime_id: str, tenant: str) -> dict[
 
 
 def _unreachable(what: str, e: gateway.GatewayError) -> errors.RuntimeUnreachable:
+    if isinstance(e, gateway.Bounded):  # the runtime's API server broke a bound: which, and how
+        return errors.RuntimeUnreachable(f"{what}: {e.reason}: {e}")
     if e.status:
         return errors.RuntimeUnreachable(f"{what}: HTTP {e.status}")
     return errors.RuntimeUnreachable(f"{what}: {type(e.__cause__ or e).__name__}")

@@ -2,8 +2,7 @@
 
 ``Job.run(full=False)`` is what the scheduler calls: the interval run (cheap: a Kyma CR
 that is Ready and connected costs no request outside the KCP) and, with ``full=True``,
-the cron full resync (re-reads every kubeconfig Secret and asks the Director about
-every runtime). Runs never overlap: a run that finds one in progress returns at once.
+the cron full resync (asks the Director about every runtime). Runs never overlap: a run that finds one in progress returns at once.
 """
 
 from __future__ import annotations
@@ -91,8 +90,6 @@ class Job:
         try:
             kymas = {k.name: k for k in self.kcp.kymas()}
             maps = {m.name: m for m in self.kcp.mappings()}
-            if full:
-                self.skr.refresh()
         except gateway.GatewayError as e:
             log.warning("%s run: listing in the KCP failed: %s", kind, e)
             return Summary(0, {}, time.monotonic() - t0, ok=False)

@@ -109,6 +109,11 @@ class Reconciler:
                 self._fail(facts, action, "Director" + type(e).__name__, str(e),
                            permanent=isinstance(e, errors.InvalidInput | errors.Unauthorized))
                 return facts
+            except skr_clients.KubeconfigRefused as e:  # kept until its Secret changes
+                self.metrics.actions.labels(action.kind, "kubeconfig_refused").inc()
+                olog.warning("%s refused: %s", action.kind, e)
+                self._fail(facts, action, "KubeconfigRefused", str(e), permanent=False)
+                return facts
             except (errors.RuntimeUnreachable, skr_clients.SkrClientError) as e:
                 self.metrics.actions.labels(action.kind, "runtime_unreachable").inc()
                 olog.info("%s failed: %s", action.kind, e)

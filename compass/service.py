@@ -66,7 +66,8 @@ def build(s: settings_mod.Settings, kcp_api: gateway.Kube, stats: metrics.Metric
     director = director_mod.DirectorClient(
         graphql_url=s.director_url, tokens=tokens, session=session, verify=verify,
         timeout=s.director_timeout, breaker=br, stats=stats, on_error=notes.director_error)
-    skr = skr_clients.SkrClients(kcp_api, s.namespace)
+    skr = skr_clients.SkrClients(kcp_api, s.namespace,
+                                 dataclasses.replace(s.runtimes, timeout=s.skr_timeout))
     kcp = mappings_mod.Kcp(kcp_api, s.namespace)
     tuning = reconcile_mod.Tuning(
         policy=decide.Policy(managed_by=s.managed_by, only_app_connector=s.only_app_connector),

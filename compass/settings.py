@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from apscheduler.triggers.cron import CronTrigger
 
-from common import config
+from common import config, skr_clients
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +44,7 @@ class Settings:
     log_format: str = "json"
     audit_destination: str = "stdout"
     kubeconfig: str | None = None          # None: $KUBECONFIG, else in-cluster
+    runtimes: skr_clients.Policy = dataclasses.field(default_factory=skr_clients.Policy)
 
 
 def _cron(name: str, raw: str) -> str:
@@ -112,6 +113,7 @@ SPEC = config.Spec(
         config.log_level(),
         config.log_format(),
         config.text("TETHER_AUDIT_LOG", "stdout", "stdout or a file path for the audit lines"),
+        *skr_clients.OPTIONS,
     ),
     renamed={"TETHER_LEASE_NAMESPACE": C + "LEASE_NAMESPACE", C + "METRICS_PORT": C + "BIND"},
 )
@@ -167,6 +169,7 @@ def build(v: config.Values) -> Settings:
         log_format=v["TETHER_LOG_FORMAT"],
         audit_destination=v["TETHER_AUDIT_LOG"],
         kubeconfig=v[C + "KUBECONFIG"],
+        runtimes=skr_clients.policy(v, v[C + "SKR_TIMEOUT_SECONDS"]),
     )
 
 

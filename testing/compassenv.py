@@ -15,7 +15,7 @@ from common import gateway
 from compass import metrics, model, service
 from compass import settings as settings_mod
 from standins.director import server as server_mod
-from testing import controlplane
+from testing import controlplane, localnet
 
 CRD_FILE = controlplane.REPO_ROOT / "manifests" / "kcp" / "compass" / "crd.yaml"
 
@@ -112,6 +112,7 @@ def make_settings(director: Director, namespace: str, **over: Any) -> settings_m
         director_timeout=2.0, skr_timeout=5.0, backoff_base=0.2, backoff_cap=1.0,
         breaker_threshold=3, breaker_open_seconds=0.5, breaker_max_open_seconds=1.0,
         interval=0.5, lease_namespace=namespace, lease_name=f"compass-{uuid.uuid4().hex[:6]}",
+        runtimes=localnet.policy(),
     )
     base.update(over)
     return settings_mod.Settings(**base)

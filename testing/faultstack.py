@@ -39,7 +39,7 @@ from typing import Any, Literal
 import requests
 from kubernetes import client
 
-from testing import controlplane, listenerenv, partition, pollerenv, webhookstack
+from testing import controlplane, listenerenv, localnet, partition, pollerenv, webhookstack
 
 REPO = controlplane.REPO_ROOT
 POLL_INTERVAL = 3.0  # the pollers' interval in the fault suite
@@ -476,7 +476,7 @@ class CompassProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"compass-{self.port}.log"
         base = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_") and k != "KUBECONFIG"}
-        self.env = {**base, "KUBECONFIG": str(kubeconfig), "TETHER_COMPASS_BIND": f"127.0.0.1:{self.port}",
+        self.env = {**base, **localnet.ENV, "KUBECONFIG": str(kubeconfig), "TETHER_COMPASS_BIND": f"127.0.0.1:{self.port}",
                     "TETHER_LOG_FORMAT": "text", **env}
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -11,19 +11,33 @@
 kubeconfigs, ``errors`` the error tree. Results are plain dicts, as served.
 """
 
-from common.gateway.connect import KubeConfigError, from_kubeconfig, from_kubeconfig_bytes
+from common.gateway.bounded import Limits
+from common.gateway.connect import (
+    KubeConfigError,
+    from_kubeconfig,
+    from_kubeconfig_bytes,
+    from_runtime_kubeconfig,
+)
 from common.gateway.errors import (
+    AddressRefused,
+    Bounded,
     Conflict,
+    DeadlineExceeded,
     Forbidden,
     GatewayError,
     Gone,
     NotFound,
+    Redirected,
     Rejected,
+    TooLarge,
     Unavailable,
 )
 from common.gateway.kube import CONFIGMAPS, LEASES, NAMESPACES, SECRETS, Kube, Resource
+from common.gateway.kubeconfig import Refused as KubeconfigRefused
 
 __all__ = [
+    "AddressRefused", "Bounded", "DeadlineExceeded", "KubeconfigRefused", "Limits", "Redirected",
+    "TooLarge", "from_runtime_kubeconfig",
     "CONFIGMAPS", "LEASES", "NAMESPACES", "SECRETS", "Conflict", "Forbidden", "GatewayError",
     "Gone", "Kube", "KubeConfigError", "NotFound", "Rejected", "Resource", "Unavailable",
     "from_kubeconfig", "from_kubeconfig_bytes",

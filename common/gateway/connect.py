@@ -5,13 +5,14 @@ import time."""
 from __future__ import annotations
 
 import os
+import ssl
 import threading
 from typing import Any
 
 import yaml
 from kubernetes import client, config
 
-from common.gateway import kube
+from common.gateway import bounded, kube, kubeconfig
 
 # The kubernetes client writes certificate data of a kubeconfig to shared temporary files and
 # hands the file name to other loads of the same content before the write has finished;
@@ -19,8 +20,7 @@ from common.gateway import kube
 _LOAD_LOCK = threading.Lock()
 
 
-class KubeConfigError(ValueError):
-    """A kubeconfig could not be loaded; the message says which and why (never its content)."""
+KubeConfigError = kubeconfig.KubeConfigError
 
 
 def _gateway(cfg: client.Configuration, pool_size: int | None, timeout: float) -> kube.Kube:
@@ -55,9 +55,25 @@ def from_kubeconfig(kubeconfig: str | None = None, *, context: str | None = None
     return _gateway(cfg, pool_size, timeout)
 
 
+def from_runtime_kubeconfig(data: bytes | str, limits: bounded.Limits | None = None, *,
+                            timeout: float = kube.DEFAULT_TIMEOUT) -> kube.Kube:
+    """A gateway to a runtime's API server from its kubeconfig (tenant input): parsed by the
+    allow-list of ``kubeconfig.parse`` (``kubeconfig.Refused`` names a refused field), every
+    call bounded by ``limits`` and ``timeout`` (wall clock, per call)."""
+    limits = limits or bounded.Limits()
+    conn = kubeconfig.parse(data, denied=limits.denied)
+    try:
+        pool = bounded.pool(conn, limits)
+    except (ssl.SSLError, ValueError) as e:
+        raise KubeConfigError(f"kubeconfig certificates do not load ({type(e).__name__})") from None
+    return kube.Kube(timeout=timeout,
+                     runtime=kube.RuntimeTransport(pool, conn.server, conn.token, limits))
+
+
 def from_kubeconfig_bytes(data: bytes | str, *, pool_size: int | None = None,
                           timeout: float = kube.DEFAULT_TIMEOUT) -> kube.Kube:
-    """A gateway from kubeconfig content (e.g. a runtime's kubeconfig Secret)."""
+    """A gateway from kubeconfig content the operator wrote (never a runtime's: that is
+    ``from_runtime_kubeconfig``)."""
     try:
         loaded: Any = yaml.safe_load(data)
     except yaml.YAMLError:

@@ -2,7 +2,12 @@
 
     GatewayError              any other failure (an unexpected status)
     ├── Unavailable           API down, timeouts, connection errors, 5xx, 429: retry later
-    │   └── Forbidden         401/403: the API refuses *our* identity (RBAC, credentials)
+    │   ├── Forbidden         401/403: the API refuses *our* identity (RBAC, credentials)
+    │   └── Bounded           a bound of a call into a runtime stopped it (``bounded``):
+    │       ├── DeadlineExceeded    the call's wall-clock deadline passed
+    │       ├── TooLarge            the answer is larger than allowed (or compressed)
+    │       ├── Redirected          a 3xx answer (redirects are never followed)
+    │       └── AddressRefused      the server resolves into a denied network
     ├── Rejected              400/413/422: the API refuses the object itself
     ├── NotFound              404
     ├── Conflict              409: exists already, or a stale resourceVersion/precondition
@@ -38,6 +43,39 @@ class Unavailable(GatewayError):
 
 class Forbidden(Unavailable):
     """401/403: the API refuses the caller's identity (missing RBAC, rejected credentials)."""
+
+
+class Bounded(Unavailable):
+    """A bound of a call into a runtime's API server stopped it; ``reason`` names which
+    (a condition reason and a metric label: a fixed set)."""
+
+    reason = "Bounded"
+
+
+class DeadlineExceeded(Bounded):
+    reason = "DeadlineExceeded"
+
+
+class TooLarge(Bounded):
+    reason = "ResponseTooLarge"
+
+
+class Redirected(Bounded):
+    reason = "RedirectRefused"
+
+
+class AddressRefused(Bounded):
+    reason = "AddressRefused"
+
+
+class AddressRefusedError(urllib3.exceptions.NewConnectionError):
+    """Raised inside urllib3 by the runtime connection (``bounded``): the server's name
+    resolves into a denied network; nothing was sent. ``translate`` makes it
+    ``AddressRefused``."""
+
+    def __init__(self, conn: object, detail: str) -> None:
+        super().__init__(conn, detail)  # type: ignore[arg-type]
+        self.detail = detail
 
 
 class Rejected(GatewayError):
@@ -89,6 +127,10 @@ def translate(e: BaseException, what: str) -> GatewayError:
         if e.status is None:
             return Unavailable(f"{what}: no answer ({e.reason or 'unknown'})")
         return for_status(int(e.status), what, e.body)
+    if isinstance(e, urllib3.exceptions.MaxRetryError) and e.reason is not None:
+        e = e.reason
+    if isinstance(e, AddressRefusedError):
+        return AddressRefused(f"{what}: {e.detail}")
     if isinstance(e, urllib3.exceptions.HTTPError | OSError):
         return Unavailable(f"{what}: API unreachable ({type(e).__name__})")
     if isinstance(e, ValueError):  # a 2xx answer that is not JSON (a proxy's page...)

@@ -14,16 +14,17 @@ the gateway's errors (``common.gateway.errors``), ``from`` the original.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import urllib3
 from kubernetes import client
-from kubernetes.client import exceptions
 
-from common.gateway import errors
+from common.gateway import bounded, errors
 
 DEFAULT_TIMEOUT = 10.0
 JSON = "application/json"
@@ -31,6 +32,16 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply; JSON is YAML
+ERROR_BODY = 64 * 1024  # of an error answer, only the Status's message is used
+
+
+class RuntimeTransport(NamedTuple):
+    """A runtime's API server: its bounded pool, base URL and static credential."""
+
+    pool: urllib3.PoolManager
+    server: str
+    token: str | None
+    limits: bounded.Limits
 
 
 class Resource(NamedTuple):
@@ -84,33 +95,66 @@ def list_query(*, label_selector: str | None = None, field_selector: str | None 
 class Kube:
     """Calls to one API server; thread-safe (the connection pool is)."""
 
-    def __init__(self, api: client.ApiClient, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, api: client.ApiClient | None = None, *, timeout: float = DEFAULT_TIMEOUT,
+                 runtime: RuntimeTransport | None = None) -> None:
+        """A gateway over the ``kubernetes`` client's configuration (``api``: the KCP, a
+        kubeconfig the operator wrote), or over a runtime's bounded transport (``runtime``:
+        built from a parsed runtime kubeconfig, ``connect.from_runtime_kubeconfig``)."""
         self._api = api
-        self._pool = api.rest_client.pool_manager
-        self._host = str(api.configuration.host).rstrip("/")
-        self._headers = {k: str(v) for k, v in api.default_headers.items()}
         self.timeout = timeout
+        self._runtime = runtime
+        if runtime is not None:
+            self._pool: urllib3.PoolManager = runtime.pool
+            self._host = runtime.server
+            self._headers = {"User-Agent": "tether", "Accept-Encoding": "identity"}
+            if runtime.token:
+                self._headers["Authorization"] = f"Bearer {runtime.token}"
+            self._retries = urllib3.Retry(total=1, redirect=False)
+        elif api is not None:
+            self._pool = api.rest_client.pool_manager
+            self._host = str(api.configuration.host).rstrip("/")
+            self._headers = {k: str(v) for k, v in api.default_headers.items()}
+            # urllib3's default retries, as the typed client has them (a connection that the
+            # server closed while pooled, e.g. after its restart, is retried), never a redirect
+            self._retries = urllib3.Retry(total=3, redirect=False)
+        else:
+            raise ValueError("Kube needs an api client or a runtime transport")
 
     @property
     def api_client(self) -> client.ApiClient:
         """The ``kubernetes`` client underneath: for tests and the dev harness only."""
+        if self._api is None:
+            raise ValueError("a runtime's gateway has no kubernetes client")
         return self._api
 
     def close(self) -> None:
-        self._api.close()
+        if self._api is not None:
+            self._api.close()
+        else:
+            self._pool.clear()
 
     # -- the one request -------------------------------------------------------------------
+
+    def _auth_headers(self) -> dict[str, str]:
+        if self._api is None:
+            return {}
+        out = {}
+        for auth in self._api.configuration.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                out[str(auth["key"])] = str(auth["value"])
+        return out
 
     def request(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = (),
                 body: Any = None, content_type: str = JSON, accept: str = JSON,
                 timeout: float | None = None, what: str = "") -> dict[str, Any]:
-        """One request; the answer's JSON object. Raises a ``errors.GatewayError``."""
+        """One request; the answer's JSON object. Raises a ``errors.GatewayError``.
+
+        A runtime's gateway bounds the whole call by ``timeout`` (wall clock: connect, TLS,
+        headers and body) and the answer by its ``Limits.max_bytes``; a redirect is refused."""
         what = what or f"{method} {path.rsplit('/', 1)[-1] if '/' in path else path}"
         headers = dict(self._headers)
         headers["Accept"] = accept
-        for auth in self._api.configuration.auth_settings().values():
-            if auth.get("in") == "header" and auth.get("value"):
-                headers[str(auth["key"])] = str(auth["value"])
+        headers.update(self._auth_headers())
         data = None
         if body is not None:
             headers["Content-Type"] = content_type
@@ -118,17 +162,37 @@ class Kube:
         url = self._host + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
-        try:
-            # urllib3's default retries, as the typed client has them: a connection that
-            # the server closed while pooled (e.g. after its restart) is retried once more
-            resp = self._pool.request(
-                method, url, body=data, headers=headers,
-                timeout=urllib3.Timeout(total=self.timeout if timeout is None else timeout))
-            if not 200 <= resp.status <= 299:
-                raise exceptions.ApiException(http_resp=resp)
-            doc = json.loads(resp.data or b"{}")
-        except (exceptions.ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
-            raise errors.translate(e, what) from e
+        seconds = self.timeout if timeout is None else timeout
+        runtime = self._runtime
+        scope = bounded.deadline(seconds) if runtime is not None else contextlib.nullcontext(0.0)
+        with scope as end:
+            try:
+                resp = self._pool.request(
+                    method, url, body=data, headers=headers, retries=self._retries,
+                    timeout=urllib3.Timeout(connect=seconds, read=seconds),
+                    preload_content=False, decode_content=runtime is None,
+                    pool_timeout=seconds)
+                try:
+                    if 300 <= resp.status <= 399:
+                        raise errors.Redirected(f"{what}: HTTP {resp.status}: redirects are not "
+                                                "followed")
+                    limit = runtime.limits.max_bytes if runtime is not None else None
+                    if not 200 <= resp.status <= 299:
+                        raw = bounded.read_bounded(resp, min(limit or ERROR_BODY, ERROR_BODY), what)
+                        raise errors.for_status(resp.status, what, raw)
+                    raw = bounded.read_bounded(resp, limit, what)
+                except BaseException:
+                    bounded.discard(resp)
+                    raise
+                resp.release_conn()
+                doc = json.loads(raw or b"{}")
+            except errors.GatewayError:
+                raise
+            except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
+                if runtime is not None and time.monotonic() >= end:
+                    raise errors.DeadlineExceeded(
+                        f"{what}: no complete answer within {seconds:g}s") from e
+                raise errors.translate(e, what) from e
         if not isinstance(doc, dict):
             raise errors.Unavailable(f"{what}: the answer is not a JSON object")
         return doc

@@ -17,7 +17,7 @@ from common import gateway, leader
 from compass import app as app_mod
 from compass import metrics, service
 from testing import compassenv as h
-from testing import controlplane
+from testing import controlplane, localnet
 
 
 def test_scheduler_runs_only_in_the_lease_holder(
@@ -102,7 +102,7 @@ def test_tether_compass_process_end_to_end(
     secret_file = tmp_path / "client_secret"
     secret_file.write_text(d.store.client_secret)
     port = controlplane.free_port()
-    env = {**os.environ, "KUBECONFIG": str(kcp.kubeconfig), "TETHER_KCP_NAMESPACE": ns,
+    env = {**os.environ, **localnet.ENV, "KUBECONFIG": str(kcp.kubeconfig), "TETHER_KCP_NAMESPACE": ns,
            "TETHER_COMPASS_DIRECTOR_URL": d.graphql_url, "TETHER_COMPASS_OAUTH_TOKEN_URL": d.token_url,
            "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
            "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
