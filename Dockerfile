@@ -9,6 +9,10 @@
 # BASE_IMAGE: the official python:3.11-slim. Where no container registry is reachable,
 # hack/build-image.sh passes a stand-in built from Debian's packages (bookworm + its
 # python3.11). Both stages use the same base, so the virtualenv's interpreter path holds.
+# By digest: hack/build-image.sh builds on the digest of the base it has (a tag is resolved
+# and said loudly, with the line to pin here: ARG BASE_IMAGE=python:3.11-slim@sha256:...),
+# and labels the image with it (org.opencontainers.image.base.name/.digest). No registry is
+# reachable where this was written, so the digest is not pinned here yet (docs/security.md).
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build

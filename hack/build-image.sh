@@ -14,7 +14,8 @@
 #   TETHER_BASE_IMAGE     build on this base, no pull attempt (e.g. localhost/tether-base)
 #   TETHER_DEBIAN_MIRROR  where debootstrap gets the stand-in's packages (default: the
 #                         first Debian archive in this machine's apt sources)
-#   TETHER_IMAGE_REPORT   write key=value lines here: image, base, base_pull_error, seconds
+#   TETHER_IMAGE_REPORT   write key=value lines here: image, base, base_digest,
+#                         base_pull_error, seconds
 #   TETHER_BUILDAH_ISOLATION  buildah's --isolation for RUN steps (default: chroot)
 #   TETHER_IMAGE_TAG      the image name (default: tether:<version>)
 # pip inside the build reaches PyPI the way pip does on this machine (see below).
@@ -55,7 +56,9 @@ build_standin() {
   local ctr mnt
   ctr=$(buildah from scratch)
   mnt=$(buildah mount "$ctr")
-  debootstrap --variant=minbase --include=python3.11,python3-venv,ca-certificates \
+  # --force-check-gpg: the archive's Release file must carry a valid Debian signature (the
+  # packages' hashes are in it), never an unchecked download
+  debootstrap --force-check-gpg --variant=minbase --include=python3.11,python3-venv,ca-certificates \
     bookworm "$mnt" "$mirror" >/tmp/tether-debootstrap.log 2>&1 \
     || { tail -20 /tmp/tether-debootstrap.log >&2; buildah rm "$ctr" >/dev/null; exit 1; }
   rm -rf "$mnt"/var/cache/apt/archives/*.deb "$mnt"/var/lib/apt/lists/* "$mnt"/var/log/*.log
@@ -84,6 +87,19 @@ else
   base=$standin
 fi
 
+# The base by digest: whatever names the base (a tag, the stand-in's name), the build uses
+# the digest of the image in buildah's storage, and the image's labels and the report name
+# it (org.opencontainers.image.base.*). A tag resolved here is said loudly: pin the digest in
+# the Dockerfile's ARG BASE_IMAGE (name@sha256:...) so the next build cannot move.
+base_digest=${base##*@}
+[ "$base_digest" != "$base" ] || base_digest=$(buildah inspect --type image \
+  --format '{{.FromImageDigest}}' "$base" 2>/dev/null || true)
+from=$base
+if [ -n "$base_digest" ] && [[ "$base" != *@* ]]; then
+  from="$base@$base_digest"
+  [ "$base" = "$standin" ] || loud "the base $base is named by tag; this build uses $from. Pin it in the Dockerfile: ARG BASE_IMAGE=$from"
+fi
+
 # How pip reaches PyPI here, for the build stage only: the settings pip uses on this machine
 # (PIP_* variables first, then pip's configuration) go into a pip.conf that is bind-mounted
 # into the RUN steps with the CA file it names; the image gets neither (the only build
@@ -107,11 +123,13 @@ if [ -n "$cert" ] && [ -f "$cert" ]; then
   cp "$cert" "$pipdir/ca.crt"
   echo "cert = /run/tether-build/ca.crt" >>"$pipdir/pip.conf"
 fi
-build_args=(--build-arg "BASE_IMAGE=$base" --build-arg PIP_CONFIG_FILE=/run/tether-build/pip.conf)
+build_args=(--build-arg "BASE_IMAGE=$from" --build-arg PIP_CONFIG_FILE=/run/tether-build/pip.conf
+            --label "org.opencontainers.image.base.name=$base"
+            --label "org.opencontainers.image.base.digest=$base_digest")
 
 previous=$(buildah inspect --type image --format '{{.FromImageID}}' "$tag" 2>/dev/null || true)
 driver=$(buildah info --format '{{.store.GraphDriverName}}' 2>/dev/null || echo '?')
-echo "building $tag on $base ($(buildah --version), storage $driver, isolation $isolation)"
+echo "building $tag on $from ($(buildah --version), storage $driver, isolation $isolation)"
 buildah bud --layers --isolation "$isolation" --network host \
   "${build_args[@]}" "${mounts[@]}" -t "$tag" -f Dockerfile .
 # the image the tag named before is no layer cache of anything: removed, so rebuilds after
@@ -127,6 +145,7 @@ if [ -n "${TETHER_IMAGE_REPORT:-}" ]; then
   {
     echo "image=$tag"
     echo "base=$base"
+    echo "base_digest=$base_digest"
     echo "default_base=$default_base"
     echo "base_pull_error=$pull_error"
     echo "isolation=$isolation"
