@@ -229,8 +229,9 @@ class PodRunner:
         spec = d["spec"]["template"]["spec"]
         notes = podspec.check_pod(spec, f"deployment {name}")
         for c in spec["containers"]:
-            repo = c["image"].rsplit(":", 1)[0]
-            if repo.rsplit("/", 1)[-1] != "tether":
+            # registry/tether:tag or registry/tether@sha256:... (kustomize images: a digest)
+            repo = c["image"].split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+            if repo != "tether":
                 raise podspec.Unsupported(f"deployment {name} container {c['name']}: image "
                                           f"{c['image']!r}: the runner runs only Tether's image")
         self.notes[name] = notes
