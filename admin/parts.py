@@ -23,7 +23,7 @@ LAST_RUN_AT, LAST_RUN_RESULT, LAST_RUN_SECONDS = A + "last-run-at", A + "last-ru
 BREAKER, DIRECTOR_ERRORS = A + "breaker", A + "director-errors"
 # leader Lease name prefix -> the Deployment it belongs to
 LEASE_OWNERS = (("tether-compass", "tether-compass"), ("tether-enroller", "tether-enroller"),
-                ("tether-listener-janitor", "tether-listener"))
+                ("tether-janitor", "tether-janitor"))
 
 
 class Leader(NamedTuple):

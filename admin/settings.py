@@ -15,7 +15,8 @@ class Settings:
     tls_key_file: str
     bind: str = "0.0.0.0:8443"             # the pages (HTTPS)
     ops_bind: str = "0.0.0.0:9090"         # /healthz, /readyz, /metrics (plain HTTP)
-    kcp_namespace: str = "kcp-system"      # Kyma CRs, enrollments, records, heartbeats, mappings
+    kcp_namespace: str = "kcp-system"      # Kyma CRs, enrollments, records, mappings
+    heartbeat_namespace: str = "kcp-system"  # the listener's heartbeat Leases (unset: kcp_namespace)
     namespace: str = "tether-system"       # Tether's Deployments and leader Leases
     refresh: float = 15.0
     page_size: int = 50
@@ -58,7 +59,10 @@ SPEC = config.Spec(
                          "HOST:PORT of /healthz, /readyz and /metrics (plain HTTP)"),
         config.object_name("TETHER_KCP_NAMESPACE", "kcp-system",
                            "KCP namespace of the Kyma CRs, RuntimeEnrollments, records, "
-                           "heartbeat Leases, RuntimeDeliveries and mappings"),
+                           "RuntimeDeliveries and mappings"),
+        config.object_name("TETHER_HEARTBEAT_NAMESPACE", None,
+                           "KCP namespace of the listener's heartbeat Leases (the manifests: "
+                           "tether-heartbeats)", shown="TETHER_KCP_NAMESPACE"),
         config.object_name(A + "NAMESPACE", "tether-system",
                            "namespace of Tether's Deployments and leader Leases"),
         config.seconds(A + "REFRESH_SECONDS", 15.0,
@@ -115,6 +119,7 @@ def build(v: config.Values) -> Settings:
         tls_cert_file=v[A + "TLS_CERT_FILE"], tls_key_file=v[A + "TLS_KEY_FILE"],
         bind=v[A + "BIND"], ops_bind=v[A + "OPS_BIND"],
         kcp_namespace=v["TETHER_KCP_NAMESPACE"], namespace=v[A + "NAMESPACE"],
+        heartbeat_namespace=v["TETHER_HEARTBEAT_NAMESPACE"] or v["TETHER_KCP_NAMESPACE"],
         refresh=v[A + "REFRESH_SECONDS"], page_size=v[A + "PAGE_SIZE"],
         problem_series=v[A + "PROBLEM_SERIES"],
         thresholds=fleet.Thresholds(

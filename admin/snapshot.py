@@ -79,7 +79,7 @@ def load(kcp: gateway.Kube, s: settings.Settings,
     index = fleet.Index(now())
     for o in _items(kcp, ENROLLMENTS, ns, timeout=to, missing=missing):
         index.add_enrollment(o)
-    for o in _items(kcp, gateway.LEASES, ns, timeout=to, missing=missing,
+    for o in _items(kcp, gateway.LEASES, s.heartbeat_namespace, timeout=to, missing=missing,
                     label_selector=f"{HEARTBEAT_LABEL}=true"):
         index.add_heartbeat(o)
     for o in _items(kcp, DELIVERIES, ns, timeout=to, missing=missing):
@@ -92,11 +92,9 @@ def load(kcp: gateway.Kube, s: settings.Settings,
                                             metadata_only=True, missing=missing)
                           if (r := index.row(k, s.thresholds)) is not None])
     deployments = list(_items(kcp, DEPLOYMENTS, s.namespace, timeout=to, missing=missing))
+    # the leader Leases of compass, the enroller and the janitor (all in Tether's namespace)
     leases = list(_items(kcp, gateway.LEASES, s.namespace, timeout=to, missing=missing,
                          label_selector=f"!{HEARTBEAT_LABEL}"))
-    if s.namespace != ns:
-        leases += list(_items(kcp, gateway.LEASES, ns, timeout=to, missing=missing,
-                              label_selector=f"!{HEARTBEAT_LABEL}"))
     ordered = parts.ordered_mappings(mappings)
     return Snapshot(
         taken=index.now, seconds=time.perf_counter() - t0, rows=rows,

@@ -40,6 +40,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", default=os.environ.get("TETHER_KCP_NAMESPACE", "kcp-system"),
                    help="KCP namespace of the Kyma CRs and Tether's records (default "
                    "kcp-system, or $TETHER_KCP_NAMESPACE)")
+    p.add_argument("--heartbeat-namespace", default=os.environ.get("TETHER_HEARTBEAT_NAMESPACE"),
+                   help="namespace of the listener's heartbeat Leases (default "
+                   "$TETHER_HEARTBEAT_NAMESPACE, else --namespace; the manifests: "
+                   "tether-heartbeats)")
     p.add_argument("--tether-namespace", default="tether-system",
                    help="namespace of Tether's Deployments and Leases")
     p.add_argument("--fail-on-problems", action="store_true",
@@ -70,6 +74,7 @@ def render_table(rows: Sequence[fleet.Row], now: datetime.datetime, out: TextIO)
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     s = settings_mod.Settings(tls_cert_file="", tls_key_file="", kcp_namespace=args.namespace,
+                              heartbeat_namespace=args.heartbeat_namespace or args.namespace,
                               namespace=args.tether_namespace, kubeconfig=args.kubeconfig)
     try:
         kcp = gateway.from_kubeconfig(args.kubeconfig)

@@ -178,7 +178,7 @@ class Enroller:
     def _heartbeats(self) -> dict[str, datetime.datetime]:
         out: dict[str, datetime.datetime] = {}
         try:
-            for lease in self.kcp.list_items(gateway.LEASES, self.s.kcp_namespace,
+            for lease in self.kcp.list_items(gateway.LEASES, self.s.heartbeat_namespace,
                                              label_selector=f"{HEARTBEAT_LABEL}=true"):
                 rid = (lease["metadata"].get("labels") or {}).get(kyma.RUNTIME_ID_LABEL)
                 t = changes.parse_time((lease.get("spec") or {}).get("renewTime"))

@@ -17,6 +17,7 @@ class Settings:
     listener_url: str                      # what runtimes send to (the listener's ingress)
     listener_ca: bytes = dataclasses.field(repr=False)  # CA of the listener's serving certificate
     kcp_namespace: str = "kcp-system"      # Kyma CRs, kubeconfig Secrets, RuntimeEnrollments
+    heartbeat_namespace: str = "kcp-system"  # the listener's heartbeat Leases (unset: kcp_namespace)
     namespace: str = "tether-system"       # the watcher CA Secret, the trust bundle, the Lease
     ca_secret: str = "tether-enroller-ca"
     trust_config_map: str = "tether-runtime-ca"  # what the listener mounts
@@ -57,6 +58,9 @@ SPEC = config.Spec(
                           "the in-cluster service account)", flag="--kubeconfig"),
         config.object_name("TETHER_KCP_NAMESPACE", "kcp-system",
                            "KCP namespace of the Kyma CRs, kubeconfig Secrets and RuntimeEnrollments"),
+        config.object_name("TETHER_HEARTBEAT_NAMESPACE", None,
+                           "KCP namespace of the listener's heartbeat Leases (the manifests: "
+                           "tether-heartbeats)", shown="TETHER_KCP_NAMESPACE"),
         config.object_name(E + "NAMESPACE", "tether-system",
                            "KCP namespace of the watcher CA Secret, the trust bundle and the Lease"),
         config.object_name(E + "CA_SECRET", "tether-enroller-ca", "Secret holding the watcher CA"),
@@ -116,6 +120,7 @@ def build(v: config.Values) -> Settings:
         listener_url=v[E + "LISTENER_URL"],
         listener_ca=listener_ca,
         kcp_namespace=v["TETHER_KCP_NAMESPACE"],
+        heartbeat_namespace=v["TETHER_HEARTBEAT_NAMESPACE"] or v["TETHER_KCP_NAMESPACE"],
         namespace=v[E + "NAMESPACE"],
         ca_secret=v[E + "CA_SECRET"],
         trust_config_map=v[E + "TRUST_CONFIGMAP"],

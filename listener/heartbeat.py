@@ -1,7 +1,9 @@
 """When each runtime was last seen: one ``coordination.k8s.io/v1`` Lease per runtime.
 
-Like the kubelet's node heartbeats: the Lease ``tether-rt-<hash>`` in the KCP namespace,
-labelled with the runtime ID, ``spec.holderIdentity`` = runtime ID, ``spec.renewTime`` =
+Like the kubelet's node heartbeats: the Lease ``tether-rt-<hash>`` in the heartbeat
+namespace (``HEARTBEAT_NAMESPACE``; the manifests' ``tether-heartbeats`` holds nothing else,
+so the listener may create and patch Leases there and nowhere else), labelled with the
+runtime ID, ``spec.holderIdentity`` = runtime ID, ``spec.renewTime`` =
 when a request of that runtime (a POST of changes or a GET of its state) was last
 authenticated. Durable and shared by all replicas. A worker process writes a runtime's Lease at
 most once per ``interval`` (remembered in a bounded in-memory map; losing it on restart

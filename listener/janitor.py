@@ -59,11 +59,15 @@ class Summary(NamedTuple):
 
 
 class Kcp:
-    """The janitor's calls to the KCP API (namespace-scoped, what the listener's Role allows)."""
+    """The janitor's calls to the KCP API (namespace-scoped, what the janitor's Roles allow:
+    manifests/kcp/janitor/rbac.yaml): records, summaries and Kyma CRs in ``namespace``, the
+    heartbeat Leases in ``heartbeat_namespace`` (by default the same)."""
 
-    def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float) -> None:
+    def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float,
+                 heartbeat_namespace: str | None = None) -> None:
         self._kcp = kcp
         self.namespace = namespace
+        self.heartbeat_namespace = heartbeat_namespace or namespace
         self._timeout = timeout
 
     def _metadata_list(self, res: gateway.Resource, selector: str) -> Iterator[dict[str, Any]]:
@@ -91,7 +95,7 @@ class Kcp:
 
     def heartbeat_leases(self) -> dict[str, LeaseFacts]:
         out: dict[str, LeaseFacts] = {}
-        for lease in self._kcp.list_items(gateway.LEASES, self.namespace,
+        for lease in self._kcp.list_items(gateway.LEASES, self.heartbeat_namespace,
                                           label_selector=f"{heartbeat.LABEL}=true",
                                           page_size=PAGE, timeout=self._timeout):
             meta = lease.get("metadata") or {}
@@ -157,32 +161,34 @@ class Kcp:
     def mark(self, runtime_id: str, lease: LeaseFacts | None, since: datetime.datetime) -> None:
         value = changes.format_time(since)
         if lease is not None:
-            self._kcp.patch(gateway.LEASES, self.namespace, lease.name,
+            self._kcp.patch(gateway.LEASES, self.heartbeat_namespace, lease.name,
                             {"metadata": {"annotations": {retention.ORPHANED_SINCE: value}}},
                             strategic=True, timeout=self._timeout)
             return
         body = {  # records without a Lease: the mark needs a durable home
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {
-                "name": heartbeat.lease_name(runtime_id), "namespace": self.namespace,
+                "name": heartbeat.lease_name(runtime_id),
+                "namespace": self.heartbeat_namespace,
                 "labels": {heartbeat.LABEL: "true", records.RUNTIME_LABEL: runtime_id,
                            records.MANAGED_BY_LABEL: records.MANAGED_BY},
                 "annotations": {retention.ORPHANED_SINCE: value}},
             "spec": {"holderIdentity": runtime_id}}
         try:
-            self._kcp.create(gateway.LEASES, self.namespace, body, timeout=self._timeout)
+            self._kcp.create(gateway.LEASES, self.heartbeat_namespace, body,
+                             timeout=self._timeout)
         except gateway.Conflict:  # the listener created it just now: marked next run
             pass
 
     def unmark(self, lease: LeaseFacts) -> None:
-        self._kcp.patch(gateway.LEASES, self.namespace, lease.name,
+        self._kcp.patch(gateway.LEASES, self.heartbeat_namespace, lease.name,
                         {"metadata": {"annotations": {retention.ORPHANED_SINCE: None}}},
                         strategic=True, timeout=self._timeout)
 
     def delete_lease(self, runtime_id: str) -> bool:
         try:
-            self._kcp.delete(gateway.LEASES, self.namespace, heartbeat.lease_name(runtime_id),
-                             timeout=self._timeout)
+            self._kcp.delete(gateway.LEASES, self.heartbeat_namespace,
+                             heartbeat.lease_name(runtime_id), timeout=self._timeout)
         except gateway.NotFound:
             return False
         return True

@@ -54,7 +54,8 @@ def main(argv: list[str]) -> int:
                                  kubeconfig_variable="TETHER_LISTENER_KUBECONFIG",
                                  once="one run, no election, then exit")
     meters = listener_metrics.JanitorMetrics()
-    job = janitor.Janitor(janitor.Kcp(api, s.namespace, s.kcp_timeout), s, meters,
+    job = janitor.Janitor(janitor.Kcp(api, s.namespace, s.kcp_timeout, s.heartbeat_namespace),
+                          s, meters,
                           logs.audit_logger(s.audit_log),
                           summaries=statesummary.Summaries(api, s.namespace, s.kcp_timeout))
     if args.once:
@@ -63,7 +64,7 @@ def main(argv: list[str]) -> int:
         return 0 if summary.ok else 1
     sched = scheduler(job, s.interval)
     elector = elected.elector(
-        api, leader.LeaseSettings(namespace=s.namespace, name=s.lease_name,
+        api, leader.LeaseSettings(namespace=s.lease_namespace, name=s.lease_name,
                                   lease_duration=s.lease_duration,
                                   renew_deadline=s.lease_duration * 2 / 3,
                                   retry_period=max(0.5, s.lease_duration / 7)),
@@ -72,8 +73,9 @@ def main(argv: list[str]) -> int:
     http = ops.Server(create_app(meters, ready=lambda: elector.alive() and sched.running),
                       f"{s.http_host}:{s.http_port}").start()
     elected.run(log, elector, sched, stop=http.stop, announce=lambda: log.info(
-        "janitor started: namespace %s, interval %.0fs, tombstone retention %.0fs, "
-        "orphan grace %.0fs", s.namespace, s.interval, s.storage.tombstone_retention,
+        "janitor started: namespace %s, heartbeats in %s, Lease %s/%s, interval %.0fs, "
+        "tombstone retention %.0fs, orphan grace %.0fs", s.namespace, s.heartbeat_namespace,
+        s.lease_namespace, s.lease_name, s.interval, s.storage.tombstone_retention,
         s.orphan_grace))
     return 0
 

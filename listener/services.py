@@ -68,7 +68,8 @@ class Services:
 
 
 def build(s: settings.Settings, api: gateway.Kube) -> Services:
-    beats = heartbeat.Heartbeats(api, s.namespace, s.heartbeat_interval, s.kcp_timeout)
+    beats = heartbeat.Heartbeats(api, s.heartbeat_namespace, s.heartbeat_interval,
+                               s.kcp_timeout)
     meters = listener_metrics.Metrics()
     audit = logs.audit_logger(s.audit_log)
     summaries = statesummary.Summaries(api, s.namespace, s.kcp_timeout, hooks=statesummary.Hooks(

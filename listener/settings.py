@@ -47,6 +47,7 @@ class Settings:
     # KCP
     kubeconfig: str | None = None  # None: in-cluster service account
     namespace: str = "kcp-system"
+    heartbeat_namespace: str = "kcp-system"  # the heartbeat Leases (unset: ``namespace``)
     kcp_timeout: float = 10.0
     retry_after: int = 5
     kyma_cache_seconds: float = 10.0
@@ -108,7 +109,11 @@ KUBE = (
     config.kubeconfig(P + "KUBECONFIG", "kubeconfig of the KCP (unset: $KUBECONFIG, else the "
                       "in-cluster service account)"),
     _shared(P + "NAMESPACE", "TETHER_KCP_NAMESPACE", "kcp-system",
-            "KCP namespace of the Kyma CRs, the RuntimeConfigMaps and the heartbeat Leases"),
+            "KCP namespace of the Kyma CRs and the RuntimeConfigMaps"),
+    config.object_name(P + "HEARTBEAT_NAMESPACE", None,
+                       "KCP namespace of the per-runtime heartbeat Leases (the manifests: "
+                       "tether-heartbeats, a namespace holding nothing else)",
+                       fallback="TETHER_HEARTBEAT_NAMESPACE", shown=P + "NAMESPACE"),
 )
 LOGGING = (
     _shared(P + "AUDIT_LOG", "TETHER_AUDIT_LOG", "stdout",
@@ -261,6 +266,7 @@ def build(v: config.Values) -> Settings:
         xfcc_trusted_proxies=proxies,
         kubeconfig=v[P + "KUBECONFIG"],
         namespace=v[P + "NAMESPACE"],
+        heartbeat_namespace=v[P + "HEARTBEAT_NAMESPACE"] or v[P + "NAMESPACE"],
         kcp_timeout=v[P + "KCP_TIMEOUT_SECONDS"],
         retry_after=v[P + "RETRY_AFTER_SECONDS"],
         kyma_cache_seconds=v[P + "KYMA_CACHE_SECONDS"],
@@ -316,11 +322,13 @@ class JanitorSettings:
 
     kubeconfig: str | None = None
     namespace: str = "kcp-system"
+    heartbeat_namespace: str = "kcp-system"  # the heartbeat Leases (unset: ``namespace``)
     kcp_timeout: float = 30.0
     storage: Storage = dataclasses.field(default_factory=Storage)
     orphan_grace: float = 86400.0
     interval: float = 600.0
-    lease_name: str = "tether-listener-janitor"
+    lease_name: str = "tether-janitor"
+    lease_namespace: str = "kcp-system"  # the election Lease (unset: ``namespace``)
     lease_duration: float = 15.0
     http_host: str = "0.0.0.0"  # noqa: S104 - probes and scrapes
     http_port: int = 9091
@@ -342,8 +350,10 @@ JANITOR_SPEC = config.Spec(
                        "removed", minimum=1, maximum=365 * 86400),
         config.seconds(P + "JANITOR_INTERVAL_SECONDS", 600.0, "time between runs",
                        minimum=0.1, maximum=86400),
-        config.object_name(P + "JANITOR_LEASE", "tether-listener-janitor",
-                           "election Lease (in the listener's namespace)"),
+        config.object_name(P + "JANITOR_LEASE", "tether-janitor", "the election Lease's name"),
+        config.object_name(P + "JANITOR_LEASE_NAMESPACE", None,
+                           "namespace of the election Lease (the manifests: tether-system)",
+                           shown=P + "NAMESPACE"),
         config.seconds(P + "JANITOR_LEASE_SECONDS", 15.0, "the election Lease's duration",
                        minimum=2, maximum=600),
         config.host_port(P + "JANITOR_BIND", "0.0.0.0:9091",
@@ -358,11 +368,13 @@ def janitor_build(v: config.Values) -> JanitorSettings:
     return JanitorSettings(
         kubeconfig=v[P + "KUBECONFIG"],
         namespace=v[P + "NAMESPACE"],
+        heartbeat_namespace=v[P + "HEARTBEAT_NAMESPACE"] or v[P + "NAMESPACE"],
         kcp_timeout=v[P + "KCP_TIMEOUT_SECONDS"],
         storage=storage(v),
         orphan_grace=v[P + "ORPHAN_GRACE_SECONDS"],
         interval=v[P + "JANITOR_INTERVAL_SECONDS"],
         lease_name=v[P + "JANITOR_LEASE"],
+        lease_namespace=v[P + "JANITOR_LEASE_NAMESPACE"] or v[P + "NAMESPACE"],
         lease_duration=v[P + "JANITOR_LEASE_SECONDS"],
         http_host=host,
         http_port=int(port),

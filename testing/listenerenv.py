@@ -30,9 +30,13 @@ CRD_FILES = (CRD_FILE, DELIVERY_CRD_FILE, SUMMARY_CRD_FILE)  # what the listener
 
 
 RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "rbac.yaml"
+# the listener's Role in the heartbeat namespace (manifests: tether-heartbeats)
+HEARTBEATS_RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "heartbeats.yaml"
+JANITOR_RBAC_FILE = REPO / "manifests" / "kcp" / "janitor" / "rbac.yaml"
 
 
 LISTENER_USER = "tether-listener-test"
+JANITOR_USER = "tether-janitor-test"
 
 
 @dataclasses.dataclass
@@ -48,6 +52,7 @@ class Env:
     server_cert: pathlib.Path
     server_key: pathlib.Path
     kubeconfig: pathlib.Path  # least-privilege listener user
+    janitor_kubeconfig: pathlib.Path  # the janitor's user, with the janitor's Roles
 
     def stored(self, runtime_id: str) -> list[dict[str, Any]]:
         resp: Any = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
@@ -74,16 +79,30 @@ def install_crd(api: client.ApiClient) -> None:
     controlplane.install_crds(api, *CRD_FILES)
 
 
-def bind_listener_role(api: client.ApiClient, namespace: str) -> None:
-    """The manifests' Role and RoleBinding, in ``namespace``, bound to the test user."""
-    role, binding = list(yaml.safe_load_all(RBAC_FILE.read_text()))
-    role["metadata"]["namespace"] = namespace
-    binding["metadata"]["namespace"] = namespace
-    binding["subjects"] = [{"kind": "User", "name": LISTENER_USER,
-                            "apiGroup": "rbac.authorization.k8s.io"}]
+def _bind(api: client.ApiClient, namespace: str, files: tuple[pathlib.Path, ...],
+          user: str) -> None:
+    """Every Role and RoleBinding of ``files``, all in ``namespace`` (whatever namespace the
+    manifests give each: a test's one namespace stands for kcp-system, the heartbeat
+    namespace and tether-system at once), bound to ``user``."""
     rbac = client.RbacAuthorizationV1Api(api)
-    rbac.create_namespaced_role(namespace, role)
-    rbac.create_namespaced_role_binding(namespace, binding)
+    for doc in (d for f in files for d in yaml.safe_load_all(f.read_text()) if d):
+        if doc["kind"] not in ("Role", "RoleBinding"):
+            continue
+        doc["metadata"]["namespace"] = namespace
+        if doc["kind"] == "Role":
+            rbac.create_namespaced_role(namespace, doc)
+        else:
+            doc["subjects"] = [{"kind": "User", "name": user,
+                                "apiGroup": "rbac.authorization.k8s.io"}]
+            rbac.create_namespaced_role_binding(namespace, doc)
+
+
+def bind_listener_role(api: client.ApiClient, namespace: str) -> None:
+    """The manifests' listener Roles and RoleBindings (records, heartbeat Leases), in
+    ``namespace``, bound to the listener's test user; and the janitor's, bound to the
+    janitor's test user (``JANITOR_USER``)."""
+    _bind(api, namespace, (RBAC_FILE, HEARTBEATS_RBAC_FILE), LISTENER_USER)
+    _bind(api, namespace, (JANITOR_RBAC_FILE,), JANITOR_USER)
 
 
 def make_env(kcp: controlplane.ControlPlane, api: client.ApiClient, d: pathlib.Path,
@@ -104,8 +123,9 @@ def make_env(kcp: controlplane.ControlPlane, api: client.ApiClient, d: pathlib.P
                               ip_addresses=["127.0.0.1"], server=True)
     serving.write(d / "tls.crt", d / "tls.key")
     kubeconfig = kcp.issue_client_cert(LISTENER_USER, dest=d / "kubeconfig-listener")
+    janitor = kcp.issue_client_cert(JANITOR_USER, dest=d / "kubeconfig-janitor")
     return Env(d, namespace, kcp, api, runtime_ca, foreign_ca, d / "client-ca.crt",
-               d / "server-ca.crt", d / "tls.crt", d / "tls.key", kubeconfig)
+               d / "server-ca.crt", d / "tls.crt", d / "tls.key", kubeconfig, janitor)
 
 
 def own_namespace(env: Env, prefix: str) -> Env:

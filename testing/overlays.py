@@ -97,10 +97,17 @@ def _base(folder: pathlib.Path, part: str) -> str:
     return os.path.relpath(MANIFESTS / part, folder)
 
 
+# The KCP API server's address in the egress policy (manifests/kcp/networkpolicies): the
+# placeholder replaced as every landscape must replace it. The pod runner enforces no
+# NetworkPolicy; the patch shows the overlay an operator writes.
+KCP_APISERVER_LOCAL = _json6902("NetworkPolicy", "tether-kcp-apiserver", [
+    {"op": "replace", "path": "/spec/egress/0/to", "value": [{"ipBlock": {"cidr": "127.0.0.1/32"}}]}])
+
+
 def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
     listener = _pod_ip_bind("kcp/listener", "tether-listener", {
-        0: {"TETHER_LISTENER_BIND": "8443", "TETHER_LISTENER_OPS_BIND": "9090"},
-        1: {"TETHER_LISTENER_JANITOR_BIND": "9091"}})
+        0: {"TETHER_LISTENER_BIND": "8443", "TETHER_LISTENER_OPS_BIND": "9090"}})
+    janitor = _pod_ip_bind("kcp/janitor", "tether-janitor", {0: {"TETHER_LISTENER_JANITOR_BIND": "9091"}})
     compass = _pod_ip_bind("kcp/compass", "tether-compass", {0: {"TETHER_COMPASS_BIND": "8080"}})
     enroller = _pod_ip_bind("kcp/enroller", "tether-enroller", {0: {"TETHER_ENROLLER_BIND": "8080"}})
     admin = _pod_ip_bind("kcp/admin", "tether-admin", {
@@ -147,7 +154,8 @@ def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
             {"name": "tether-enroller", "namespace": NAMESPACE, "literals": [f"listener-url={i.listener_url}"]},
             {"name": "tether-enroller-bundle", "namespace": NAMESPACE, "files": ["skr-bundle.yaml"]},
         ],
-        "patches": [*listener, *compass, *enroller, *admin, director_trust, urls],
+        "patches": [*listener, *janitor, *compass, *enroller, *admin, director_trust, urls,
+                    KCP_APISERVER_LOCAL],
     })
 
 

@@ -22,25 +22,29 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
                      ("Role", "tether-listener"), ("RoleBinding", "tether-listener"),
                      ("Deployment", "tether-listener"), ("Service", "tether-listener"),
                      ("PodDisruptionBudget", "tether-listener"),
-                     ("NetworkPolicy", "tether-listener")]:
+                     ("NetworkPolicy", "tether-listener"), ("Namespace", "tether-heartbeats"),
+                     ("Role", "tether-listener-heartbeats"),
+                     ("RoleBinding", "tether-listener-heartbeats")]:
         assert expected in by
     assert not any(d["kind"].startswith("Cluster") for d in docs)  # nothing cluster-wide
     role = by[("Role", "tether-listener")]
     assert role["metadata"]["namespace"] == "kcp-system"
     rules = {(r["apiGroups"][0], r["resources"][0], tuple(r.get("resourceNames", ()))):
              set(r["verbs"]) for r in role["rules"]}
-    assert rules == {  # exactly what the listener and its janitor need (rbac.yaml)
+    assert rules == {  # exactly what the listener needs (rbac.yaml); no delete, no Lease
         ("operator.kyma-project.io", "kymas", ()): {"list"},
         ("tether.kyma-project.io", "runtimeconfigmaps", ()):
-            {"get", "list", "create", "update", "patch", "delete", "deletecollection"},
-        ("tether.kyma-project.io", "runtimedeliveries", ()): {"get", "list", "create", "delete"},
+            {"get", "list", "create", "update", "patch"},
+        ("tether.kyma-project.io", "runtimedeliveries", ()): {"get", "create"},
         ("tether.kyma-project.io", "runtimedeliveries/status", ()): {"update"},
-        ("tether.kyma-project.io", "runtimestatesummaries", ()): {"get", "create", "delete"},
+        ("tether.kyma-project.io", "runtimestatesummaries", ()): {"get", "create"},
         ("tether.kyma-project.io", "runtimestatesummaries/status", ()): {"update"},
-        ("coordination.k8s.io", "leases", ()): {"list", "create", "patch", "delete"},
-        ("coordination.k8s.io", "leases", ("tether-listener-janitor",)): {"get", "update"},
     }
     assert all(r["resources"] != ["secrets"] for r in role["rules"])
+    beats = by[("Role", "tether-listener-heartbeats")]
+    assert beats["metadata"]["namespace"] == "tether-heartbeats"
+    assert [(r["resources"], set(r["verbs"])) for r in beats["rules"]] == [
+        (["leases"], {"list", "create", "patch"})]
     dep = by[("Deployment", "tether-listener")]["spec"]
     assert dep["replicas"] >= 2
     pod = dep["template"]["spec"]
@@ -51,18 +55,15 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "ops"}
     # the data port is admitted only from the ingress, the operations port from monitoring
     policy = by[("NetworkPolicy", "tether-listener")]["spec"]
-    rules = {r["ports"][0]["port"]: r["from"] for r in policy["ingress"]}
-    assert set(rules) == {8443, 9090} and all(rules.values())
+    ingress = {r["ports"][0]["port"]: r["from"] for r in policy["ingress"]}
+    assert set(ingress) == {8443, 9090} and all(ingress.values())
     monitoring = [r for r in policy["ingress"] if r["ports"][0]["port"] == 9090][0]
-    assert {p["port"] for p in monitoring["ports"]} == {9090, 9091}  # 9091: the janitor
+    assert {p["port"] for p in monitoring["ports"]} == {9090}
+    # egress: the shared policies (../networkpolicies; tests/foundation/test_privileges.py)
+    assert policy["policyTypes"] == ["Ingress"]
 
-    # the janitor: a second container, same image, one retention value for both
-    janitor = {c["name"]: c for c in pod["containers"]}["janitor"]
-    assert janitor["command"] == ["tether", "janitor"] and janitor["image"] == c["image"]
-    assert {"livenessProbe", "readinessProbe"} <= set(janitor)
-    retention = [{e["name"]: e.get("value") for e in x["env"]}
-                 ["TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS"] for x in (c, janitor)]
-    assert retention[0] == retention[1]
+    # the janitor is a Deployment of its own (../janitor), not a container of these pods
+    assert [x["name"] for x in pod["containers"]] == ["listener"]
 
 
 def test_whole_kcp_kustomization_builds(kcp: controlplane.ControlPlane) -> None:
@@ -78,13 +79,13 @@ def test_server_side_dry_run_accepts_the_listener_objects(
     kcp: controlplane.ControlPlane, kcp_api: client.ApiClient
 ) -> None:
     core = client.CoreV1Api(kcp_api)
-    for ns in ("tether-system", "kcp-system"):  # namespaced objects need their namespace
+    for ns in ("tether-system", "kcp-system", "tether-heartbeats"):  # namespaced objects need theirs
         try:
             core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         except client.ApiException as e:
             if e.status != 409:
                 raise
-    for base in ("crds", "listener"):
+    for base in ("crds", "listener", "janitor"):
         out = kcp.kubectl("apply", "-k", str(KCP / base), "--dry-run=server",
                        "--server-side", "--field-manager=tether-test", "--force-conflicts")
         assert out.returncode == 0, out.stderr

@@ -292,7 +292,9 @@ class Janitor:
         self.port = controlplane.free_port()
         self.audit_file = env.dir / f"janitor-audit-{self.port}.jsonl"
         self.log_file = env.dir / f"janitor-{self.port}.log"
-        vars_ = {"TETHER_LISTENER_KUBECONFIG": str(env.kubeconfig),
+        # the janitor's own user and Roles (manifests/kcp/janitor/rbac.yaml): the listener's
+        # cannot delete
+        vars_ = {"TETHER_LISTENER_KUBECONFIG": str(env.janitor_kubeconfig),
                  "TETHER_LISTENER_NAMESPACE": env.namespace,
                  "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": str(RETENTION),
                  "TETHER_LISTENER_ORPHAN_GRACE_SECONDS": str(GRACE),

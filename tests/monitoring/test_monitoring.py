@@ -224,7 +224,7 @@ def deployments(*paths: pathlib.Path) -> list[dict[str, Any]]:
 def test_monitors_scrape_named_ports_with_the_rules_jobs() -> None:
     """Every PodMonitor selects a Deployment's pods and names one of their container ports;
     the jobs are the ones the rules select by; HTTPS only where the port serves TLS."""
-    kcp_parts = [REPO / "manifests" / "kcp" / p for p in ("listener", "compass", "enroller", "admin")
+    kcp_parts = [REPO / "manifests" / "kcp" / p for p in ("listener", "janitor", "compass", "enroller", "admin")
                  if (REPO / "manifests" / "kcp" / p).is_dir()]
     deps = deployments(*kcp_parts, REPO / "manifests" / "skr")
     monitors = [d for d in kustomize(MON) + kustomize(MON / "skr") if d["kind"] == "PodMonitor"]

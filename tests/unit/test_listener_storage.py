@@ -219,7 +219,11 @@ def test_storage_and_janitor_defaults() -> None:
     s = settings.janitor_from_env({})
     assert s.storage == settings.Storage(20_000, 256 * 1024 * 1024, 10.0, 7 * DAY)
     assert (s.orphan_grace, s.interval, s.lease_name, s.http_port) == (
-        DAY, 600.0, "tether-listener-janitor", 9091)
+        DAY, 600.0, "tether-janitor", 9091)
+    assert s.heartbeat_namespace == s.lease_namespace == s.namespace == "kcp-system"
+    s = settings.janitor_from_env({"TETHER_HEARTBEAT_NAMESPACE": "hb",
+                                   "TETHER_LISTENER_JANITOR_LEASE_NAMESPACE": "ts"})
+    assert (s.namespace, s.heartbeat_namespace, s.lease_namespace) == ("kcp-system", "hb", "ts")
 
 
 @pytest.mark.parametrize(("name", "value"), [
