@@ -74,7 +74,8 @@ def stored(fleet: deployed.Fleet, namespace: str, name: str) -> dict[str, Any] |
 
 
 def test_every_deployment_runs_ready_under_its_own_service_account(fleet: deployed.Fleet) -> None:
-    for plane, runner, names in ((fleet.kcp, fleet.kcp_pods, ["tether-listener", "tether-compass", "tether-enroller"]),
+    for plane, runner, names in ((fleet.kcp, fleet.kcp_pods, ["tether-listener", "tether-janitor",
+                                                             "tether-compass", "tether-enroller"]),
                                  (fleet.skr, fleet.skr_pods, ["tether-webhook", "tether-poller"])):
         # the status the runner wrote back is what kubectl waits on
         done = deployed.kubectl(plane, "wait", "--for=condition=Available", "deployment", "--all",
@@ -84,10 +85,11 @@ def test_every_deployment_runs_ready_under_its_own_service_account(fleet: deploy
         for name in names:
             dep = json.loads(deployed.kubectl(plane, "get", "deployment", name, "-n", overlays.NAMESPACE,
                                               "-o", "json").stdout)
-            assert dep["status"]["readyReplicas"] == dep["spec"]["replicas"] == 2
+            replicas = 1 if name == "tether-janitor" else 2  # the janitor: one, leader-elected
+            assert dep["status"]["readyReplicas"] == dep["spec"]["replicas"] == replicas
             sa = dep["spec"]["template"]["spec"]["serviceAccountName"]
             pods = runner.pods_of(name)
-            assert len(pods) == 2 and {p.facts.service_account for p in pods} == {sa}
+            assert len(pods) == replicas and {p.facts.service_account for p in pods} == {sa}
             accounts.add(sa)
             # the mounted token is the TokenRequest API's, for exactly that ServiceAccount
             token = (pods[0].dir / "volumes" / "kube-api-access" / "token").read_text()
@@ -419,5 +421,10 @@ def test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener
     hooks = deployed.kubectl(fleet.skr, "get", "validatingwebhookconfigurations", "-o", "name").stdout
     assert "tether-configmaps" not in hooks
     assert deployed.enrollment(fleet.kcp) is None
+    # the runtime's heartbeat Lease was written where the listener's Role allows it, nowhere
+    # else (its removal is the janitor's, after the orphan grace period)
+    beats = deployed.kubectl(fleet.kcp, "get", "leases", "-A", "-l", "tether.kyma-project.io/heartbeat=true",
+                             "-o", "jsonpath={range .items[*]}{.metadata.namespace}{'\\n'}{end}").stdout
+    assert beats.split() == ["tether-heartbeats"], beats
     # no Kyma CR carries the runtime ID any more (the listener caches lookups for 10 s)
     wait_for("the listener's 403", lambda: post() == 403, timeout=30, fleet=fleet)
