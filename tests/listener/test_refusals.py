@@ -1,8 +1,13 @@
-"""Refusals: each with the right status and JSON error, audited and counted, nothing stored."""
+"""Refusals: each with the right status and JSON error, audited and counted, nothing stored.
+
+Refusals before the caller was authenticated are audited in aggregate
+(``listener.refusalsummary``): a flood of them is a few lines with counts, the runtime ID
+of the path only as claimed, next to a runtime whose request still gets through."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +16,15 @@ import requests
 from kubernetes import client
 
 from common import changes, kyma
-from testing.listenerenv import ListenerProcess, Runtime, create_kyma, expired, metric_value
+from listener import refusalsummary
+from testing.listenerenv import (
+    Env,
+    ListenerProcess,
+    Runtime,
+    create_kyma,
+    expired,
+    metric_value,
+)
 
 
 def changes_url(listener: ListenerProcess, runtime_id: str) -> str:
@@ -31,19 +44,27 @@ def assert_refused(resp: requests.Response, status: int, error: str,
 
 
 def refusals_for(listener: ListenerProcess, runtime_id: str) -> list[str]:
+    """The per-event refusals of an authenticated runtime."""
     return [e["reason"] for e in listener.audit()
             if e.get("event") == "refused" and e.get("runtime") == runtime_id]
+
+
+def auth_refusals(listener: ListenerProcess, reason: str) -> float:
+    return metric_value(listener.metrics(), "tether_listener_auth_refusals_total", reason=reason)
 
 
 def test_no_certificate_is_401(listener: ListenerProcess, runtime: Callable[..., Runtime]) -> None:
     rt = runtime()
     s = rt.session(cert=None)
+    before = auth_refusals(listener, "no_certificate")
     assert_refused(s.post(changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10),
                    401, "unauthorized", "no_certificate")
     assert_refused(s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", timeout=10),
                    401, "unauthorized", "no_certificate")
     assert rt.env.stored(rt.id) == []
-    assert refusals_for(listener, rt.id) == ["no_certificate", "no_certificate"]
+    assert auth_refusals(listener, "no_certificate") == before + 2
+    # an unauthenticated caller's runtime ID is never audited as the runtime
+    assert refusals_for(listener, rt.id) == []
 
 
 @pytest.mark.parametrize("case", ["foreign_ca", "expired"])
@@ -85,10 +106,12 @@ def test_san_not_matching_the_kyma_domain_is_403(
 ) -> None:
     rt = runtime()
     s = rt.session(cert=rt.issue(dns=["c-other.kyma.example.com"]))
+    before = auth_refusals(listener, "san_mismatch")
     assert_refused(s.post(changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10),
                    403, "forbidden", "san_mismatch")
     assert rt.env.stored(rt.id) == []
-    assert refusals_for(listener, rt.id) == ["san_mismatch"]
+    assert auth_refusals(listener, "san_mismatch") == before + 1
+    assert refusals_for(listener, rt.id) == []
 
 
 def test_unknown_runtime_is_403(listener: ListenerProcess, runtime: Callable[..., Runtime]) -> None:
@@ -238,3 +261,95 @@ def test_refusals_of_large_bodies_reach_the_client(
                                          headers={"Content-Type": "text/plain"}, timeout=30),
                        415, "unsupported media type")
     assert rt.env.stored(rt.id) == []
+
+
+# -- unauthenticated refusals, audited in aggregate ------------------------------------
+
+def summaries(listener: ListenerProcess) -> list[dict[str, Any]]:
+    return [e for e in listener.audit() if e.get("event") == refusalsummary.EVENT]
+
+
+def test_a_flood_of_unauthenticated_requests_is_a_few_audit_lines_with_counts(
+    listener_env: Env, runtime: Callable[..., Runtime]
+) -> None:
+    """300 refused requests from one source (150 without a certificate, 150 with another
+    runtime's valid certificate), each naming a runtime ID of its choosing, on kept-alive
+    connections: a bounded number of ``auth_refused_summary`` lines (per reason, source,
+    minute and worker; written at the worker's exit here) whose counts add up to 300, the
+    IDs only as a bounded ``claimed_runtimes`` sample, never as ``runtime``; a runtime's
+    request between them is served and audited as before."""
+    workers = 2
+    flooded = ListenerProcess(listener_env, "flood", TETHER_LISTENER_WORKERS=str(workers))
+    try:
+        good, other = runtime(), runtime()
+        anonymous, foreign = good.session(cert=None), other.session()
+        claimed = [f"claimed-{i:03d}" for i in range(300)]
+        for i, rid in enumerate(claimed):
+            if i % 2 == 0:
+                assert_refused(anonymous.post(changes_url(flooded, rid), json=good.record("a", 1),
+                                              timeout=10), 401, "unauthorized", "no_certificate")
+            else:
+                assert_refused(foreign.get(f"{flooded.url}/v1/runtimes/{rid}/state", timeout=10),
+                               403, "forbidden", "cn_mismatch")
+            if i == 150:  # a well-behaved runtime in the middle of the flood
+                r = good.session().post(changes_url(flooded, good.id), json=good.record("a", 1),
+                                        timeout=10)
+                assert r.status_code == 200, r.text
+        metrics = flooded.metrics()
+        assert metric_value(metrics, "tether_listener_auth_refusals_total",
+                            reason="no_certificate") == 150
+        assert metric_value(metrics, "tether_listener_auth_refusals_total",
+                            reason="cn_mismatch") == 150
+    finally:
+        flooded.stop()  # the workers write what they counted when they exit
+    lines = summaries(flooded)
+    # per worker: two reasons from one source, in at most two minutes (a flood of a few
+    # seconds may cross one minute's end)
+    assert 2 <= len(lines) <= 2 * 2 * workers, lines
+    assert sum(x["count"] for x in lines) == 300
+    by_reason = {r: sum(x["count"] for x in lines if x["reason"] == r)
+                 for r in ("no_certificate", "cn_mismatch")}
+    assert by_reason == {"no_certificate": 150, "cn_mismatch": 150}
+    for x in lines:
+        assert x["source"] == "127.0.0.1" and x["status"] == (401 if x["reason"] ==
+                                                              "no_certificate" else 403)
+        assert "runtime" not in x and "overflow" not in x
+        assert 1 <= len(x["claimed_runtimes"]) <= refusalsummary.MAX_CLAIMED
+        assert set(x["claimed_runtimes"]) <= set(claimed)
+        assert x.get("claimed_runtimes_truncated", False) is (x["count"] > len(x["claimed_runtimes"]))
+        if x["reason"] == "cn_mismatch":  # the certificate passed its chain: its CN is named
+            assert x["certificate_cns"] == [other.id]
+        assert x["minute"].endswith(":00+00:00") and x["seconds"] == 60
+    audit = flooded.audit()
+    # no per-request line for them, and no claimed ID in a runtime field
+    assert not [e for e in audit if e.get("event") == "refused"]
+    assert not [e for e in audit if e.get("runtime") in set(claimed)]
+    # the runtime's own change: one line, with its (authenticated) runtime ID
+    changed = [e for e in audit if e.get("event") == "change" and e.get("runtime") == good.id]
+    assert [(e["object"], e["outcome"]) for e in changed] == [("team-a/a", "persisted")]
+    assert len(audit) <= len(lines) + 10  # the log stays small
+
+
+def test_refusal_summaries_are_written_when_their_window_ends(
+    listener_env: Env, runtime: Callable[..., Runtime]
+) -> None:
+    """The flush thread writes a window's lines once it ends, without another request
+    and without the worker exiting (a 2 s window here)."""
+    short = ListenerProcess(listener_env, "window",
+                            TETHER_LISTENER_REFUSAL_AUDIT_INTERVAL_SECONDS="2")
+    try:
+        rt = runtime()
+        s = rt.session(cert=rt.issue(dns=["elsewhere.example.com"]))
+        for _ in range(5):
+            assert_refused(s.post(changes_url(short, rt.id), json=rt.record("a", 1), timeout=10),
+                           403, "forbidden", "san_mismatch")
+        deadline = time.monotonic() + 15
+        while sum(x["count"] for x in summaries(short)) < 5 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        lines = summaries(short)
+        assert sum(x["count"] for x in lines) == 5, lines
+        assert {(x["reason"], x["seconds"]) for x in lines} == {("san_mismatch", 2)}
+        assert all(x["claimed_runtimes"] == [rt.id] for x in lines)
+        assert all(x["certificate_cns"] == [rt.id] for x in lines)
+    finally:
+        short.stop()
