@@ -3,8 +3,10 @@ listener mounts (a ConfigMap, key ``ca.crt``).
 
 ``ensure`` creates the CA on first use, starts a rollover when the CA has used two thirds
 of its life (a new CA issues from then on; the old certificate stays in ``previous.crt`` and
-in the trust bundle; the Secret records when), and keeps the ConfigMap equal to the bundle. ``finish_rollover`` drops
-the old CA once every runtime holds a certificate from the new one. Every change is an
+in the trust bundle; the Secret's annotation records when, so the rollover's propagation
+time and deadline survive restarts), and keeps the ConfigMap equal to the bundle.
+``finish_rollover`` drops the old CA when ``enroller.decide.rollover`` says so: every runtime
+holds a certificate from the new one, or the rollover deadline has passed. Every change is an
 audit line; key material never leaves the Secret.
 """
 
@@ -61,7 +63,10 @@ class CAStore:
                 current, previous = pki.load_ca_secret(data)
                 started = changes.parse_time(((doc.get("metadata") or {}).get("annotations") or {})
                                              .get(ROLLOVER_STARTED, ""))
-                if previous is None and pki.ca_needs_rollover(current.cert, self.now()):
+                if previous is not None and started is None:  # e.g. a hand-made previous.crt
+                    started = self.now()  # the deadline counts from when the enroller saw it
+                    self._write(doc, current, previous, started)
+                elif previous is None and pki.ca_needs_rollover(current.cert, self.now()):
                     previous, current = current.cert, certs.CertificateAuthority.create(
                         "tether-watcher-ca", self.lifetime, self.now())
                     started = self.now()
@@ -72,16 +77,18 @@ class CAStore:
             self._publish(ca.bundle)
             return ca
 
-    def finish_rollover(self, ca: CA, holders: Mapping[str, bytes | None]) -> CA:
-        """Drop the previous CA once no runtime holds a certificate of it."""
-        if ca.previous is None or not pki.rollover_complete(holders, ca.current):
+    def finish_rollover(self, ca: CA, cause: str, quarantined: int = 0) -> CA:
+        """Drop the previous CA (the caller decided that the rollover ends: ``cause``
+        ``complete`` or ``deadline``, with ``quarantined`` runtimes left behind)."""
+        if ca.previous is None:
             return ca
         with self._lock:
             doc = self.kcp.get(gateway.SECRETS, self.namespace, self.secret)
             self._write(doc, ca.current, None)
             done = CA(ca.current, None, pki.trust_bundle(ca.current.cert, None), None)
             self._publish(done.bundle)
-            self._audit("ca_rollover_finished", ca.current, dropped=format(ca.previous.serial_number, "x"))
+            self._audit("ca_rollover_finished", ca.current, dropped=format(ca.previous.serial_number, "x"),
+                        cause=cause, quarantined=str(quarantined))
             return done
 
     def _write(self, doc: Mapping[str, Any] | None, current: certs.CertificateAuthority,

@@ -7,6 +7,7 @@ import prometheus_client as prom
 
 STATES = ("Ready", "Failed", "Removing")
 EXPIRY_BANDS = ("expired", "lt1d", "lt7d", "lt30d", "ge30d")
+SKIP_REASONS = ("Busy", "NoWorker")
 
 
 class Metrics:
@@ -40,12 +41,28 @@ class Metrics:
         self.ca_not_after = prom.Gauge(
             "tether_enroller_ca_not_after_timestamp_seconds", "Expiry of the current watcher CA",
             registry=r)
+        self.skipped = prom.Counter(
+            "tether_enroller_skipped_total", "Runtimes not worked on in a run, by reason: Busy (its "
+            "earlier work outlived its deadline and still runs), NoWorker (every worker thread "
+            "is held by such work)", ["reason"], registry=r)
+        self.straggling = prom.Gauge(
+            "tether_enroller_straggling_workers", "Worker threads still running a runtime's work "
+            "past its deadline, at the end of the last run", registry=r)
+        self.quarantined = prom.Gauge(
+            "tether_enroller_quarantined_runtimes", "Runtimes holding a client certificate of a "
+            "CA no longer trusted (they missed a CA rollover's deadline), at the end of the last run",
+            registry=r)
+        self.rate_limited = prom.Counter(
+            "tether_enroller_issuance_refused_total", "Certificates not issued because their "
+            "runtime reached its issuance limit", registry=r)
         self.leader = prom.Gauge(
             "tether_enroller_leader", "1 while this process holds the Lease", registry=r)
         for s in STATES:
             self.runtimes.labels(s)
         for b in EXPIRY_BANDS:
             self.certificates.labels(b)
+        for reason in SKIP_REASONS:
+            self.skipped.labels(reason)
 
 
 def expiry_band(days_left: float) -> str:

@@ -22,15 +22,22 @@ Secret is needed):
 
 A failing runtime (no kubeconfig, unreachable or forbidding API, no ``skr-domain``) is
 reported in its status, counted by reason, and retried with its own backoff; the others go
-on. Work runs ``CONCURRENCY`` runtimes at once.
+on. Work runs ``CONCURRENCY`` runtimes at once, each with a wall-clock deadline
+(``RUNTIME_DEADLINE_SECONDS``, ``enroller.dispatch``): a run never waits on one runtime.
+
+What bounds one runtime's cost is decided in ``enroller.decide`` (pure): a certificate
+issued for a runtime is kept until it was applied and reused meanwhile, at most
+``ISSUANCE_LIMIT`` per runtime per hour; a CA rollover ends when every runtime is renewed or
+at ``ROLLOVER_DEADLINE_SECONDS``, and a runtime left holding a certificate of the dropped CA
+is quarantined (a condition, a gauge, an audit line) until it is renewed.
 """
 
 from __future__ import annotations
 
 import base64
-import concurrent.futures
 import dataclasses
 import datetime
+import functools
 import logging
 import math
 import socket
@@ -44,7 +51,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from common import certs, changes, events, gateway, kyma, logs, pki, skr_clients
-from enroller import castore, metrics, render
+from enroller import castore, decide, dispatch, metrics, render
 from enroller import settings as settings_mod
 
 log = logging.getLogger("tether.enroller")
@@ -54,6 +61,7 @@ ENROLLMENTS = gateway.Resource("tether.kyma-project.io", "v1alpha1", "runtimeenr
 FINALIZER = "tether.kyma-project.io/enroller"
 HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"  # the listener's per-runtime Leases
 CA_SERIAL = "tether.kyma-project.io/ca-serial"
+QUARANTINED = "MissedCARollover"  # the Quarantined condition's reason (and Ready's, while it lasts)
 HEARTBEAT_STALE = datetime.timedelta(minutes=10)
 
 
@@ -74,7 +82,13 @@ class Memory:
     resource_version: str = ""
     webhook_serving: bool | None = None
     not_after: datetime.datetime | None = None
-    client_pem: bytes | None = None  # for the CA rollover's "every runtime renewed" check
+    held: str | None = None  # CA serial of the client certificate the runtime holds ("" none)
+    last_failure: Failure | None = None
+    quarantined: bool = False
+    # certificates issued and not applied yet (kind -> PEM certificate, key): reused until
+    # applied, so that failing applies mint no new ones; when issued (the hourly limit)
+    pending: dict[str, tuple[bytes, bytes]] = dataclasses.field(default_factory=dict)
+    issued: tuple[datetime.datetime, ...] = ()
 
 
 @dataclasses.dataclass
@@ -84,10 +98,15 @@ class Result:
     renewed: list[str]         # "client", "serving"
     not_after: datetime.datetime
     webhook_serving: bool | None
+    ca_serial: str             # of the CA that issued the client certificate now installed
 
 
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+def _serial(cert: x509.Certificate | None) -> str | None:
+    return format(cert.serial_number, "x") if cert is not None else None
 
 
 class Enroller:
@@ -101,6 +120,7 @@ class Enroller:
         self.cas = castore.CAStore(kcp, s.namespace, s.ca_secret, s.trust_config_map, s.ca_lifetime,
                                    audit, now)
         self.memory: dict[str, Memory] = {}
+        self.dispatcher = dispatch.Dispatcher(s.workers)
         self._lock = threading.Lock()
         self.active: Callable[[], bool] = lambda: True
         self._ca: castore.CA | None = None  # of the last full run
@@ -129,13 +149,14 @@ class Enroller:
             kymas = [k for n in sorted(only) if (k := self.kcp.get_or_none(KYMAS, ns, n)) is not None]
             enrollments = {n: e for n in only if (e := self.kcp.get_or_none(ENROLLMENTS, ns, n)) is not None}
             beats = self._beats
-        targets = kymas
-        with concurrent.futures.ThreadPoolExecutor(self.s.concurrency, thread_name_prefix="enroll") as ex:
-            states = list(ex.map(lambda k: self.one(k, ca, enrollments.get(k["metadata"]["name"]), beats),
-                                 targets))
-        counts = Counter(states)
+        by_name = {k["metadata"]["name"]: k for k in kymas}
+        work = [(n, functools.partial(self.one, k, ca, enrollments.get(n), beats)) for n, k in by_name.items()]
+        states: dict[str, str] = {}
+        for out in self.dispatcher.run(work, concurrency=self.s.concurrency, deadline=self.s.runtime_deadline):
+            states[out.key] = self._outcome(out, by_name[out.key], ca, enrollments.get(out.key), beats)
+        counts = Counter(states.values())
         if only is None:
-            names = {k["metadata"]["name"] for k in kymas}
+            names = set(by_name)
             with self._lock:
                 for gone in set(self.memory) - names:
                     del self.memory[gone]
@@ -148,13 +169,71 @@ class Enroller:
                             for m in self.memory.values() if m.not_after is not None)
             for band in metrics.EXPIRY_BANDS:
                 self.stats.certificates.labels(band).set(bands.get(band, 0))
-            holders = {n: m.client_pem for n, m in self.memory.items()}
-            if ca.previous is not None and not counts.get("Failed") and \
-                    ca.trusted_everywhere(self.now(), self.s.rollover_propagation):
-                self.cas.finish_rollover(ca, holders)
+            ca = self._end_rollover(ca, by_name, enrollments, states, beats)
+            self.stats.quarantined.set(sum(1 for n in names if self._mem(n).quarantined))
+            self.stats.straggling.set(self.dispatcher.stragglers())
             self.stats.last_success.set(time.time())
             self.stats.run_seconds.observe(time.monotonic() - t0)
         return dict(counts)
+
+    def _outcome(self, out: dispatch.Outcome, obj: Mapping[str, Any], ca: castore.CA,
+                 enrollment: Mapping[str, Any] | None, beats: Mapping[str, datetime.datetime]) -> str:
+        """A runtime's state in this run from what became of its work."""
+        name = out.key
+        if out.kind == "done":
+            return str(out.value)
+        if out.kind == "error":  # a bug, not the runtime: reported, the run goes on
+            log.error("Kyma %s: the enroller failed: %s", name, logs.bounded(out.value, 300),
+                      exc_info=out.value)
+            return "Failed"
+        if out.kind == "overdue":
+            f = Failure("DeadlineExceeded", f"the runtime's work did not end within {self.s.runtime_deadline:g}s; "
+                        "the run went on without it, and it is not started again while it still runs")
+            self._failed(obj, kyma.view(obj), ca, enrollment, self._mem(name), f, beats)
+            return "Failed"
+        self.stats.skipped.labels("Busy" if out.kind == "busy" else "NoWorker").inc()
+        log.warning("Kyma %s: skipped in this run: %s", name,
+                    "its earlier work outlived its deadline and still runs" if out.kind == "busy"
+                    else "every worker thread is held by work past its deadline")
+        return "Failed"
+
+    def _held(self, name: str, enrollment: Mapping[str, Any] | None) -> str | None:
+        """The CA serial of the client certificate the runtime holds, as last seen: by this
+        process, else as its RuntimeEnrollment records it (None: unknown)."""
+        mem = self._mem(name)
+        if mem.held is not None:
+            return mem.held
+        cert = ((enrollment or {}).get("status") or {}).get("certificate") or {}
+        serial = cert.get("caSerial")
+        return str(serial) if isinstance(serial, str) else None
+
+    def _end_rollover(self, ca: castore.CA, by_name: Mapping[str, Mapping[str, Any]],
+                      enrollments: Mapping[str, Mapping[str, Any]], states: Mapping[str, str],
+                      beats: Mapping[str, datetime.datetime]) -> castore.CA:
+        """At the end of a full run: the rollover ends when ``decide.rollover`` says so; the
+        runtimes it leaves behind are quarantined (logged, audited, their status written now)."""
+        verdict = decide.rollover(decide.RolloverFacts(
+            current=format(ca.current.cert.serial_number, "x"), previous=_serial(ca.previous),
+            started=ca.rollover_started, now=self.now(), propagation=self.s.rollover_propagation,
+            deadline=self.s.rollover_deadline, held={n: self._held(n, enrollments.get(n)) for n in by_name},
+            failing=frozenset(n for n, state in states.items() if state == "Failed")))
+        if verdict.kind != "finish":
+            return ca
+        done = self.cas.finish_rollover(ca, verdict.cause, len(verdict.quarantined))
+        self._ca = done
+        if verdict.quarantined:
+            log.warning("CA rollover ended at its deadline (%s); %d runtime(s) quarantined: %s",
+                        self.s.rollover_deadline, len(verdict.quarantined), ", ".join(verdict.quarantined[:50]))
+        for name in verdict.quarantined:
+            obj = by_name[name]
+            view = kyma.view(obj)
+            logs.audit(self.audit, "runtime_quarantined", runtime=view.runtime_id, kyma=name,
+                       ca=_serial(ca.previous) or "", cause="missed_ca_rollover")
+            mem = self._mem(name)
+            f = mem.last_failure or Failure(
+                "MissedCARollover", "the runtime was not renewed before the CA rollover's deadline")
+            self._failure_status(obj, view, done, enrollments.get(name), mem, f, beats)
+        return done
 
     def react(self) -> dict[str, int]:
         """The Kyma CRs that changed since they were last seen (new, edited, being deleted)
@@ -198,26 +277,41 @@ class Enroller:
         mem.resource_version = str(meta.get("resourceVersion", ""))
         if meta.get("deletionTimestamp"):
             return self.remove(obj, enrollment)
-        if self.clock() < mem.next_attempt:
-            return "Failed"
         view = kyma.view(obj)
+        if self.clock() < mem.next_attempt:
+            if mem.last_failure is not None:  # nothing asked of the runtime; its status kept true
+                self._failure_status(obj, view, ca, enrollment, mem, mem.last_failure, beats)
+            return "Failed"
         try:
             self._ensure_finalizer(obj)
             result = self._enroll(view, ca, mem)
         except Failure as f:
-            mem.failures += 1
-            mem.next_attempt = self.clock() + min(self.s.backoff_cap, self.s.backoff_base * 2 ** (mem.failures - 1))
-            self.stats.failures.labels(f.reason).inc()
-            log.warning("runtime of Kyma %s: %s: %s (retry in %.0fs)", name, f.reason, f.message,
-                        mem.next_attempt - self.clock())
-            self._write_status(obj, view, enrollment, mem, failure=f, result=None,
-                               beat=beats.get(view.runtime_id or ""))
+            self._failed(obj, view, ca, enrollment, mem, f, beats)
             return "Failed"
-        mem.failures, mem.next_attempt = 0, 0.0
+        mem.failures, mem.next_attempt, mem.last_failure = 0, 0.0, None
         mem.not_after = result.not_after
         self._write_status(obj, view, enrollment, mem, failure=None, result=result,
-                           beat=beats.get(result.runtime_id))
+                           beat=beats.get(result.runtime_id), quarantined=False)
         return "Ready"
+
+    def _failed(self, obj: Mapping[str, Any], view: kyma.KymaView, ca: castore.CA,
+                enrollment: Mapping[str, Any] | None, mem: Memory, f: Failure,
+                beats: Mapping[str, datetime.datetime]) -> None:
+        mem.failures += 1
+        mem.next_attempt = self.clock() + decide.backoff(mem.failures, self.s.backoff_base, self.s.backoff_cap)
+        mem.last_failure = f
+        self.stats.failures.labels(f.reason).inc()
+        log.warning("runtime of Kyma %s: %s: %s (retry in %.0fs)", view.name, f.reason, f.message,
+                    mem.next_attempt - self.clock())
+        self._failure_status(obj, view, ca, enrollment, mem, f, beats)
+
+    def _failure_status(self, obj: Mapping[str, Any], view: kyma.KymaView, ca: castore.CA,
+                        enrollment: Mapping[str, Any] | None, mem: Memory, f: Failure,
+                        beats: Mapping[str, datetime.datetime]) -> None:
+        q = decide.quarantined(self._held(view.name, enrollment), format(ca.current.cert.serial_number, "x"),
+                               _serial(ca.previous))
+        self._write_status(obj, view, enrollment, mem, failure=f, result=None,
+                           beat=beats.get(view.runtime_id or ""), quarantined=q)
 
     def _ensure_finalizer(self, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]
@@ -250,6 +344,10 @@ class Enroller:
         try:
             skr = self.skrs.get(view.name)
         except skr_clients.SkrClientError as e:
+            refused = getattr(skr_clients, "KubeconfigRefused", None)
+            if refused is not None and isinstance(e, refused):
+                raise Failure("KubeconfigRefused", f"the kubeconfig's {getattr(e, 'field', 'content')} is "
+                              f"refused: {logs.bounded(e, 300)}") from None
             raise Failure("KubeconfigMissing", str(e)) from None
         now = self.now()
         client_secret = self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET)
@@ -258,6 +356,7 @@ class Enroller:
         data = (client_secret or {}).get("data") or {}
         client_pem = base64.b64decode(data["tls.crt"]) if "tls.crt" in data else None
         ca_serial = format(ca.current.cert.serial_number, "x")
+        mem.held = _issuer(client_pem, ca, mem.held)  # what it holds, whatever happens next
         renewed: list[str] = []
         reason: str | None = pki.needs_renewal(client_pem, ca.current, now, runtime_id=view.runtime_id,
                                                domain=view.domain)
@@ -267,18 +366,20 @@ class Enroller:
             reason = None  # a rollover in progress: the old CA's certificate stays until the new CA is trusted
         if reason is None and (client_pem is None or not _key_matches(client_pem, data.get("tls.key"))):
             reason = "key_mismatch"  # an edited or half-written Secret: the pair is reissued
+        rid, domain = view.runtime_id, view.domain
         if reason is None and client_pem is not None:
             client_cert, client_key = client_pem, base64.b64decode(data["tls.key"])
         else:
-            try:
-                pair = pki.client_certificate(ca.current, view.runtime_id, view.domain, self.s.cert_lifetime, now)
-            except pki.PKIError as e:
-                raise Failure("InvalidDomain", str(e)) from None
-            client_cert, client_key = pair.cert_pem, pair.key_pem
+            def client_pair() -> certs.KeyPair:
+                try:
+                    return pki.client_certificate(ca.current, rid, domain, self.s.cert_lifetime, now)
+                except pki.PKIError as e:
+                    raise Failure("InvalidDomain", str(e)) from None
+            client_cert, client_key = self._certificate("client", view, ca, mem, now, reason or "missing_key",
+                                                        client_pair, runtime_id=rid, domain=domain)
             renewed.append("client")
-            self._issued("client", view, pair, reason or "missing_key")
         parsed = x509.load_pem_x509_certificate(client_cert)
-        mem.client_pem = client_cert
+        client_ca = _issuer(client_cert, ca, None)
         serving_not_after = changes.parse_time(notes.get(render.SERVING_NOT_AFTER, ""))
         serving_renew_at = changes.parse_time(notes.get(render.SERVING_RENEW_AT, ""))
         serving_reason = None
@@ -292,15 +393,16 @@ class Enroller:
             serving_reason = "expiring"
         serving_cert = serving_key = b""
         serving_serial = notes.get(render.SERVING_SERIAL, "")
+        def serving_pair() -> certs.KeyPair:
+            return pki.serving_certificate(ca.current, list(render.WEBHOOK_SERVICE_NAMES), self.s.cert_lifetime, now)
         if serving_reason is not None:
-            spair = pki.serving_certificate(ca.current, list(render.WEBHOOK_SERVICE_NAMES), self.s.cert_lifetime, now)
-            serving_cert, serving_key = spair.cert_pem, spair.key_pem
-            serving_serial = format(spair.cert.serial_number, "x")
-            serving_not_after = certs.not_after(spair.cert)
-            serving_renew_at = pki.renew_at(spair.cert)
+            serving_cert, serving_key = self._certificate("serving", view, ca, mem, now, serving_reason, serving_pair)
+            scert = x509.load_pem_x509_certificate(serving_cert)
+            serving_serial = format(scert.serial_number, "x")
+            serving_not_after = certs.not_after(scert)
+            serving_renew_at = pki.renew_at(scert)
             serving_ca_serial = ca_serial
             renewed.append("serving")
-            self._issued("serving", view, spair, serving_reason)
         inputs = render.Inputs(
             runtime_id=view.runtime_id, listener_url=self.s.listener_url, listener_ca=self.s.listener_ca,
             client_cert=client_cert, client_key=client_key, client_serial=format(parsed.serial_number, "x"),
@@ -326,28 +428,54 @@ class Enroller:
                     inputs = dataclasses.replace(inputs, serving_cert=base64.b64decode(sdata["tls.crt"]),
                                                  serving_key=base64.b64decode(sdata["tls.key"]))
                 else:  # deleted while the notes call it current: a new one
-                    spair = pki.serving_certificate(ca.current, list(render.WEBHOOK_SERVICE_NAMES),
-                                                    self.s.cert_lifetime, now)
+                    scert_pem, skey_pem = self._certificate("serving", view, ca, mem, now, "missing", serving_pair)
+                    scert = x509.load_pem_x509_certificate(scert_pem)
                     serving_ca_serial = ca_serial
                     renewed.append("serving")
-                    self._issued("serving", view, spair, "missing")
                     inputs = dataclasses.replace(
-                        inputs, serving_cert=spair.cert_pem, serving_key=spair.key_pem,
-                        serving_serial=format(spair.cert.serial_number, "x"),
-                        serving_not_after=changes.format_time(certs.not_after(spair.cert)),
-                        serving_renew_at=changes.format_time(pki.renew_at(spair.cert)))
+                        inputs, serving_cert=scert_pem, serving_key=skey_pem,
+                        serving_serial=format(scert.serial_number, "x"),
+                        serving_not_after=changes.format_time(certs.not_after(scert)),
+                        serving_renew_at=changes.format_time(pki.renew_at(scert)))
                 objs = render.render(self.bundle, inputs)
             for o in objs:
                 if o["kind"] == "Secret" and o["metadata"]["name"] == render.CLIENT_SECRET:
                     o["metadata"]["annotations"][CA_SERIAL] = serving_ca_serial  # the serving certificate's issuer
             self._apply(skr, objs)
+            mem.pending.clear()  # applied: what was issued is in the runtime now
+            mem.held = client_ca
             mem.last_full = self.clock()
             self.stats.applies.labels(cause).inc()
             log.info("runtime %s (Kyma %s): applied %d objects (%s)", view.runtime_id, view.name, len(objs), cause)
         if cause is not None or mem.webhook_serving is not True:
             dep = self._read(skr, render.DEPLOYMENTS, render.NAMESPACE, "tether-webhook")
             mem.webhook_serving = bool(dep and ((dep.get("status") or {}).get("availableReplicas") or 0) > 0)
-        return Result(view.runtime_id, cause, renewed, certs.not_after(parsed), mem.webhook_serving)
+        return Result(view.runtime_id, cause, renewed, certs.not_after(parsed), mem.webhook_serving, client_ca)
+
+    def _certificate(self, kind: str, view: kyma.KymaView, ca: castore.CA, mem: Memory, now: datetime.datetime,
+                     cause: str, make: Callable[[], certs.KeyPair], *, runtime_id: str | None = None,
+                     domain: str | None = None) -> tuple[bytes, bytes]:
+        """A new certificate for the runtime (PEM certificate, key): the one issued earlier and
+        not applied yet while it is still good, else a new one within the hourly limit."""
+        pending = mem.pending.get(kind)
+        usable = pending is not None and pki.needs_renewal(pending[0], ca.current, now, runtime_id=runtime_id,
+                                                           domain=domain) is None
+        mem.issued = decide.recent(mem.issued, now)
+        action = decide.certificate(decide.CertificateFacts(cause, usable, len(mem.issued), self.s.issuance_limit))
+        if action == "reuse":
+            assert pending is not None
+            return pending
+        if action == "rate_limited":
+            self.stats.rate_limited.inc()
+            at = decide.next_issuance(mem.issued, now, self.s.issuance_limit)
+            raise Failure("IssuanceRateLimited", f"{len(mem.issued)} certificates were issued for this runtime "
+                          f"in the last hour (the limit is {self.s.issuance_limit}); no new {kind} certificate "
+                          f"before {changes.format_time(at)}")
+        pair = make()
+        self._issued(kind, view, pair, cause)
+        mem.issued = (*mem.issued, now)
+        mem.pending[kind] = (pair.cert_pem, pair.key_pem)
+        return pair.cert_pem, pair.key_pem
 
     def _issued(self, kind: str, view: kyma.KymaView, pair: certs.KeyPair, cause: str) -> None:
         self.stats.issued.labels(kind, cause).inc()
@@ -426,7 +554,7 @@ class Enroller:
 
     def _write_status(self, obj: Mapping[str, Any], view: kyma.KymaView, enrollment: Mapping[str, Any] | None,
                       mem: Memory, *, failure: Failure | None, result: Result | None,
-                      beat: datetime.datetime | None) -> None:
+                      beat: datetime.datetime | None, quarantined: bool) -> None:
         name = view.name
         now = self.now()
         previous = {c["type"]: c for c in ((enrollment or {}).get("status") or {}).get("conditions") or []}
@@ -467,13 +595,24 @@ class Enroller:
         heart = cond("Heartbeat", fresh if beat is not None else None,
                      "Recent" if fresh else "Stale" if beat is not None else "None",
                      f"last delivery {changes.format_time(beat)}" if beat is not None else "no delivery seen yet")
-        ready_ok = failure is None and all(c["status"] == "True" for c in (enrolled, cert, hook))
-        why = failure.reason if failure else next((c["reason"] for c in (cert, hook) if c["status"] != "True"), "Ready")
+        quarantine = cond("Quarantined", quarantined, QUARANTINED if quarantined else "NotQuarantined",
+                          "its client certificate is from a CA no longer trusted (it was not renewed before "
+                          "the CA rollover's deadline): the listener refuses it; it gets new certificates "
+                          "when the enroller reaches it" if quarantined
+                          else "its client certificate, if any, is from a trusted CA")
+        ready_ok = failure is None and not quarantined and all(c["status"] == "True" for c in (enrolled, cert, hook))
+        why = (QUARANTINED if quarantined else failure.reason if failure else
+               next((c["reason"] for c in (cert, hook) if c["status"] != "True"), "Ready"))
         ready = cond("Ready", ready_ok, "Ready" if ready_ok else why,
-                     "the runtime is connected" if ready_ok else (failure.message if failure else f"{why}"))
-        status: dict[str, Any] = {"observedGeneration": gen, "conditions": [ready, enrolled, cert, hook, heart]}
+                     "the runtime is connected" if ready_ok else
+                     f"quarantined: {quarantine['message']}; {failure.message if failure else ''}" if quarantined
+                     else (failure.message if failure else f"{why}"))
+        status: dict[str, Any] = {"observedGeneration": gen,
+                                  "conditions": [ready, enrolled, cert, hook, heart, quarantine]}
         if result is not None:
-            status["certificate"] = {"notAfter": changes.format_time(result.not_after)}
+            status["certificate"] = {"notAfter": changes.format_time(result.not_after), "caSerial": result.ca_serial}
+        elif (mem.status or {}).get("certificate"):
+            status["certificate"] = (mem.status or {})["certificate"]
         elif enrollment and (enrollment.get("status") or {}).get("certificate"):
             status["certificate"] = enrollment["status"]["certificate"]
         status["version"] = self.s.image or "bundle"
@@ -500,8 +639,18 @@ class Enroller:
             return
         was = (mem.status or {}).get("conditions") or []
         was_ready = next((c for c in was if c["type"] == "Ready"), None)
+        was_quarantined = previous.get("Quarantined", {}).get("status") == "True"
         mem.status = status
+        mem.quarantined = quarantined
         self._events(obj, view, was_ready, ready, failure, result)
+        if quarantined and not was_quarantined:
+            self._event({"metadata": {"name": name, "uid": ""}}, "RuntimeEnrollment", "Quarantined",
+                        quarantine["message"], warning=True)
+        elif was_quarantined and not quarantined:
+            log.info("runtime %s (Kyma %s) left quarantine: renewed from the current CA", view.runtime_id, name)
+            logs.audit(self.audit, "runtime_quarantine_ended", runtime=view.runtime_id, kyma=name)
+            self._event({"metadata": {"name": name, "uid": ""}}, "RuntimeEnrollment", "QuarantineEnded",
+                        "renewed from the current CA")
 
     def _events(self, obj: Mapping[str, Any], view: kyma.KymaView, was: Mapping[str, Any] | None,
                 ready: Mapping[str, Any], failure: Failure | None, result: Result | None) -> None:
@@ -528,6 +677,24 @@ class Enroller:
         meta = obj["metadata"]
         self.events.emit(events.Ref(api_version, kind, self.s.kcp_namespace, meta["name"], meta.get("uid") or ""),
                          reason, message, warning=warning)
+
+
+def _issuer(cert_pem: bytes | None, ca: castore.CA, known: str | None) -> str:
+    """The serial of the CA that issued the certificate: the current or the previous one;
+    "" for none; for another (a CA dropped since) what was known of it, else "foreign"."""
+    if not cert_pem:
+        return ""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        return "foreign"
+    if pki.issued_by(cert, [ca.current.cert]):
+        return format(ca.current.cert.serial_number, "x")
+    if ca.previous is not None and pki.issued_by(cert, [ca.previous]):
+        return format(ca.previous.serial_number, "x")
+    if known and known not in (format(ca.current.cert.serial_number, "x"), _serial(ca.previous)):
+        return known
+    return "foreign"
 
 
 def _key_matches(cert_pem: bytes, key_b64: str | None) -> bool:

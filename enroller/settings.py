@@ -24,6 +24,7 @@ class Settings:
     cert_lifetime: datetime.timedelta = datetime.timedelta(days=7)
     ca_lifetime: datetime.timedelta = datetime.timedelta(days=365)
     rollover_propagation: datetime.timedelta = datetime.timedelta(minutes=3)
+    rollover_deadline: datetime.timedelta = datetime.timedelta(hours=1)  # then unrenewed runtimes are quarantined
     image: str | None = None               # None: the bundle's images
     bundle_file: str | None = None         # None: the packaged bundle (manifests/skr)
     interval: float = 60.0
@@ -31,6 +32,8 @@ class Settings:
     resync: float = 3600.0                 # a full apply per runtime at least this often
     concurrency: int = 8
     skr_timeout: float = 10.0
+    runtime_deadline: float = 60.0         # one runtime's work in a run, wall clock
+    issuance_limit: int = 6                # certificates per runtime per hour
     backoff_base: float = 10.0
     backoff_cap: float = 600.0
     removal_timeout: float = 300.0
@@ -40,6 +43,12 @@ class Settings:
     log_format: str = "json"
     audit_destination: str = "stdout"
     kubeconfig: str | None = None
+
+    @property
+    def workers(self) -> int:
+        """The most threads working on runtimes at once, stragglers included: a run uses
+        ``concurrency``; the rest is room for work that outlived its deadline."""
+        return 4 * self.concurrency
 
     def bundle_text(self) -> str:
         return pathlib.Path(self.bundle_file or render.BUNDLE_FILE).read_text()
@@ -75,6 +84,10 @@ SPEC = config.Spec(
         config.seconds(E + "ROLLOVER_PROPAGATION_SECONDS", 180.0,
                        "after a CA rollover starts, how long certificates of the old CA are kept "
                        "(until every listener trusts the new one)", minimum=0, maximum=86_400),
+        config.seconds(E + "ROLLOVER_DEADLINE_SECONDS", 3600.0,
+                       "a CA rollover ends this long after it started at the latest, whatever any "
+                       "runtime does; runtimes not renewed by then are quarantined (at least the "
+                       "propagation time)", minimum=60, maximum=30 * 86_400),
         config.text(E + "IMAGE", None, "image of Tether's SKR containers (unset: the bundle's)"),
         config.file(E + "BUNDLE_FILE", None,
                     "the SKR bundle (kubectl kustomize of an overlay of manifests/skr; unset: "
@@ -89,6 +102,13 @@ SPEC = config.Spec(
         config.integer(E + "CONCURRENCY", 8, "runtimes worked on at once", minimum=1, maximum=64),
         config.seconds(E + "SKR_TIMEOUT_SECONDS", 10.0, "per runtime API request", minimum=0.1,
                        maximum=300),
+        config.seconds(E + "RUNTIME_DEADLINE_SECONDS", 60.0,
+                       "one runtime's work in a run (wall clock); past it the run goes on without "
+                       "it and reports it (DeadlineExceeded)", minimum=0.1, maximum=3600),
+        config.integer(E + "ISSUANCE_LIMIT", 6,
+                       "certificates issued per runtime per hour at most (client and serving each "
+                       "count); past it the runtime is reported (IssuanceRateLimited)",
+                       minimum=2, maximum=1000),
         config.seconds(E + "BACKOFF_BASE_SECONDS", 10.0, "first per-runtime backoff", minimum=0,
                        maximum=86_400),
         config.seconds(E + "BACKOFF_CAP_SECONDS", 600.0, "longest per-runtime backoff", minimum=0,
@@ -111,6 +131,9 @@ def build(v: config.Values) -> Settings:
         listener_ca = pathlib.Path(ca_file).read_bytes()
     except OSError as e:
         raise config.SettingError(f"{E}LISTENER_CA_FILE: cannot read {ca_file}: {type(e).__name__}") from None
+    if v[E + "ROLLOVER_DEADLINE_SECONDS"] < v[E + "ROLLOVER_PROPAGATION_SECONDS"]:
+        raise config.SettingError(f"{E}ROLLOVER_DEADLINE_SECONDS: shorter than "
+                                  f"{E}ROLLOVER_PROPAGATION_SECONDS")
     bundle = v[E + "BUNDLE_FILE"]
     try:
         render.load_bundle(pathlib.Path(bundle or render.BUNDLE_FILE).read_text())
@@ -127,6 +150,7 @@ def build(v: config.Values) -> Settings:
         cert_lifetime=datetime.timedelta(seconds=v[E + "CERT_LIFETIME_SECONDS"]),
         ca_lifetime=datetime.timedelta(seconds=v[E + "CA_LIFETIME_SECONDS"]),
         rollover_propagation=datetime.timedelta(seconds=v[E + "ROLLOVER_PROPAGATION_SECONDS"]),
+        rollover_deadline=datetime.timedelta(seconds=v[E + "ROLLOVER_DEADLINE_SECONDS"]),
         image=v[E + "IMAGE"],
         bundle_file=bundle,
         interval=v[E + "INTERVAL_SECONDS"],
@@ -134,6 +158,8 @@ def build(v: config.Values) -> Settings:
         resync=v[E + "RESYNC_SECONDS"],
         concurrency=v[E + "CONCURRENCY"],
         skr_timeout=v[E + "SKR_TIMEOUT_SECONDS"],
+        runtime_deadline=v[E + "RUNTIME_DEADLINE_SECONDS"],
+        issuance_limit=v[E + "ISSUANCE_LIMIT"],
         backoff_base=v[E + "BACKOFF_BASE_SECONDS"],
         backoff_cap=v[E + "BACKOFF_CAP_SECONDS"],
         removal_timeout=v[E + "REMOVAL_TIMEOUT_SECONDS"],

@@ -1,0 +1,259 @@
+"""What one runtime can cost the enroller's fleet, bounded, each bound shown by the attack it
+stops next to a well-behaved runtime that still gets through (real planes: the KCP and a
+runtime plane; the hostile runtimes are a black hole that never answers, an API server that
+answers 404 to everything, and a runtime cut off during a CA rollover).
+
+- a run never waits on one runtime: its work has a wall-clock deadline, a straggler is
+  reported (DeadlineExceeded), not started again while it still runs, and the run returns;
+- certificate issuance per runtime: one issued is reused until it was applied, and at most
+  ``issuance_limit`` per runtime per hour (IssuanceRateLimited);
+- a CA rollover ends at its deadline whatever a runtime does; the runtime left behind is
+  quarantined (condition, gauge, audit) and leaves quarantine when it is reachable again.
+"""
+
+# ruff: noqa: F811 - the planes and the Env are test_enroll's fixtures, imported to be shared
+from __future__ import annotations
+
+import base64
+import datetime
+import http.server
+import json
+import pathlib
+import ssl
+import threading
+import time
+from typing import Any
+
+import pytest
+from cryptography import x509
+from kubernetes import client
+
+from common import certs, pki
+from enroller import render
+from testing import blackhole, controlplane
+from tests.enroller.test_enroll import Env, _pem, enrollment_crd, env, runtime_objects, runtimes  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def point_kubeconfig(e: Env, kyma: str, like: controlplane.ControlPlane, *, server: str | None = None,
+                     ca_pem: bytes | None = None) -> None:
+    """The Kyma CR's kubeconfig Secret: ``like``'s kubeconfig (valid certificate data), its
+    server and CA replaced when given. Created, or replaced (a rotated kubeconfig)."""
+    cfg = json.loads(like.kubeconfig.read_text())
+    cluster = cfg["clusters"][0]["cluster"]
+    if server is not None:
+        cluster["server"] = server
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    body = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=f"kubeconfig-{kyma}", namespace=e.ns,
+                                     labels={"operator.kyma-project.io/kyma-name": kyma}),
+        data={"config": base64.b64encode(json.dumps(cfg).encode()).decode()})
+    core = client.CoreV1Api(e.api)
+    try:
+        core.create_namespaced_secret(e.ns, body)
+    except client.ApiException as ex:
+        if ex.status != 409:
+            raise
+        core.replace_namespaced_secret(f"kubeconfig-{kyma}", e.ns, body)
+
+
+class NotFoundAPI:
+    """An HTTPS server that answers 404 (a Kubernetes Status) to every request: an API server
+    whose reads say "nothing installed" and whose writes never succeed."""
+
+    def __init__(self, tmp: pathlib.Path) -> None:
+        self.ca = certs.CertificateAuthority.create("notfound-ca")
+        pair = self.ca.issue("127.0.0.1", ip_addresses=["127.0.0.1"], dns_names=["localhost"], server=True)
+        self.cert, self.key = tmp / "nf.crt", tmp / "nf.key"
+        pair.write(self.cert, self.key)
+        self.requests = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self) -> None:
+                outer.requests += 1
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                   "reason": "NotFound", "code": 404, "message": "not found"}).encode()
+                self.send_response(404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.cert, self.key)
+        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, name="notfound-api", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> NotFoundAPI:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def issued(e: Any) -> float:
+    return float(sum(s.value for m in e.stats.issued.collect() for s in m.samples if s.name.endswith("_total")))
+
+
+def wait_idle(e: Any, within: float = 30.0) -> None:
+    end = time.monotonic() + within
+    while e.dispatcher.busy() and time.monotonic() < end:
+        time.sleep(0.1)
+
+
+def test_a_hanging_runtime_does_not_hold_the_run_and_is_not_started_again_while_it_hangs(
+        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    hole = blackhole.BlackHole().start()
+    env.kyma("good", runtimes[0], runtime_id="rt-good")
+    env.kyma("hang", None, runtime_id="rt-hang")
+    point_kubeconfig(env, "hang", runtimes[0], server=hole.url)
+    # each call may take 120 s (the per-call bound fires later than the per-runtime one)
+    deadline = 15.0
+    e = env.enroller(runtime_deadline=deadline, skr_timeout=120.0, concurrency=2)
+    try:
+        t0 = time.monotonic()
+        assert e.run() == {"Ready": 1, "Failed": 1}
+        took = time.monotonic() - t0
+        assert took < deadline + 10, took  # (2 runtimes / 2 at once) x the deadline, and the KCP's writes
+        assert hole.accepted >= 1
+        assert env.condition("good", "Enrolled")["status"] == "True"
+        assert runtime_objects(runtimes[0])["deployments"] == ["tether-poller", "tether-webhook"]
+        ready = env.condition("hang", "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "DeadlineExceeded")
+        assert e.stats.failures.labels("DeadlineExceeded")._value.get() == 1
+        assert e.stats.straggling._value.get() == 1
+        # the next run: the straggler still runs, so it is skipped, not started again
+        accepted = hole.accepted
+        t0 = time.monotonic()
+        assert e.run() == {"Ready": 1, "Failed": 1}
+        assert time.monotonic() - t0 < deadline
+        assert e.stats.skipped.labels("Busy")._value.get() == 1
+        assert hole.accepted == accepted  # no new connection to it
+        assert e.dispatcher.busy() <= 1
+    finally:
+        hole.stop()  # its connections close: the straggler's call ends
+        wait_idle(e)
+    assert e.dispatcher.busy() == 0
+
+
+def test_an_api_server_that_answers_404_gets_its_certificates_once(
+        env: Env, runtimes: list[controlplane.ControlPlane], tmp_path: pathlib.Path) -> None:
+    env.kyma("ok", runtimes[1], runtime_id="rt-ok")
+    env.kyma("nf", None, runtime_id="rt-nf")
+    with NotFoundAPI(tmp_path) as api:
+        point_kubeconfig(env, "nf", runtimes[1], server=api.url, ca_pem=api.ca.cert_pem)
+        e = env.enroller()  # backoff 0: every run tries it again
+        for _ in range(10):
+            assert e.run() == {"Ready": 1, "Failed": 1}
+        assert api.requests >= 10 * 3  # it was asked every time (two reads and an apply)
+    # the first run issued the good runtime's pair and the 404 runtime's pair; then nothing:
+    # the 404 runtime's failed applies reuse the certificates issued for it
+    assert issued(e) == 4
+    assert env.audit_text.getvalue().count("certificate_issued") == 4
+    assert env.condition("nf", "Ready")["reason"] == "Unreachable"
+    assert env.condition("ok", "Enrolled")["status"] == "True"
+
+
+def test_issuance_per_runtime_is_limited_per_hour(
+        env: Env, runtimes: list[controlplane.ControlPlane], tmp_path: pathlib.Path) -> None:
+    env.kyma("ok2", runtimes[1], runtime_id="rt-ok2")
+    env.kyma("nf2", None, runtime_id="rt-nf2")
+    custom = client.CustomObjectsApi(env.api)
+    with NotFoundAPI(tmp_path) as api:
+        point_kubeconfig(env, "nf2", runtimes[1], server=api.url, ca_pem=api.ca.cert_pem)
+        e = env.enroller(issuance_limit=4)
+        for n in range(10):
+            # its domain changes every time: the certificate issued before no longer fits
+            custom.patch_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas", "nf2",
+                                                  {"metadata": {"annotations": {"skr-domain": f"d{n}.example.com"}}})
+            assert e.run() == {"Ready": 1, "Failed": 1}
+    assert issued(e) == 2 + 4  # the good runtime's pair, and the limit for the other
+    ready = env.condition("nf2", "Ready")
+    assert ready["reason"] == "IssuanceRateLimited", ready
+    assert "limit is 4" in ready["message"]
+    assert e.stats.rate_limited._value.get() >= 1
+    assert env.condition("ok2", "Enrolled")["status"] == "True"
+
+
+def test_a_ca_rollover_ends_at_its_deadline_and_quarantines_the_runtime_it_could_not_reach(
+        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env.kyma("stay", runtimes[0], runtime_id="rt-stay")
+    env.kyma("away", runtimes[1], runtime_id="rt-away")
+    e = env.enroller(ca_lifetime=datetime.timedelta(seconds=6000), cert_lifetime=datetime.timedelta(seconds=600),
+                     rollover_propagation=datetime.timedelta(seconds=60),
+                     rollover_deadline=datetime.timedelta(seconds=300))
+    assert e.run() == {"Ready": 2}
+    old_ca = e.cas.ensure().current.cert
+    env.offset = datetime.timedelta(seconds=3800)
+    assert e.run() == {"Ready": 2}  # renewed, still from the old CA
+
+    def client_cert(plane: controlplane.ControlPlane) -> x509.Certificate:
+        return x509.load_pem_x509_certificate(_pem(runtime_objects(plane)[render.CLIENT_SECRET], "tls.crt"))
+
+    def trusted() -> list[x509.Certificate]:
+        pem = client.CoreV1Api(env.api).read_namespaced_config_map("tether-runtime-ca", env.ns).data["ca.crt"]
+        return pki.load_certificates(pem.encode())
+
+    # "away" can no longer be reached (its API's port refuses connections)
+    point_kubeconfig(env, "away", runtimes[1], server=f"https://127.0.0.1:{blackhole.refused_port()}")
+    e.skrs.forget("away")
+    env.offset = datetime.timedelta(seconds=3950)  # the rollover starts
+    assert e.run() == {"Ready": 1, "Failed": 1}
+    ca = e.cas.ensure()
+    assert ca.previous == old_ca
+    env.offset = datetime.timedelta(seconds=3950 + 61)  # past the propagation: "stay" is reissued
+    assert e.run() == {"Ready": 1, "Failed": 1}
+    assert pki.issued_by(client_cert(runtimes[0]), [ca.current.cert])
+    assert e.cas.ensure().previous == old_ca  # "away" still holds the old CA's: not yet
+    assert env.condition("away", "Quarantined")["status"] == "False"
+    env.offset = datetime.timedelta(seconds=3950 + 301)  # past the rollover's deadline
+    assert e.run() == {"Ready": 1, "Failed": 1}
+    assert e.cas.ensure().previous is None
+    assert trusted() == [ca.current.cert]  # the old CA is trusted nowhere any more
+    q = env.condition("away", "Quarantined")
+    assert (q["status"], q["reason"]) == ("True", "MissedCARollover")
+    ready = env.condition("away", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "MissedCARollover")
+    assert env.condition("stay", "Quarantined")["status"] == "False"
+    assert env.condition("stay", "Enrolled")["status"] == "True"
+    assert e.stats.quarantined._value.get() == 1
+    audit = env.audit_text.getvalue()
+    assert "runtime_quarantined" in audit and "ca_rollover_finished" in audit
+    assert "Quarantined" in env.events("away")
+    # a new enroller (a restart) derives the quarantine from the RuntimeEnrollment
+    e2 = env.enroller()
+    assert e2.run() == {"Ready": 1, "Failed": 1}
+    assert e2.stats.quarantined._value.get() == 1
+    assert env.condition("away", "Quarantined")["status"] == "True"
+
+    # "away" is reachable again: renewed from the current CA, out of quarantine
+    point_kubeconfig(env, "away", runtimes[1])
+    e.skrs.forget("away")
+    assert e.run() == {"Ready": 2}
+    assert pki.issued_by(client_cert(runtimes[1]), [ca.current.cert])
+    assert env.condition("away", "Quarantined")["status"] == "False"
+    assert env.condition("away", "Enrolled")["status"] == "True"
+    assert e.stats.quarantined._value.get() == 0
+    assert "runtime_quarantine_ended" in env.audit_text.getvalue()
+    assert "certificate_issued client foreign_issuer" in env.audit_text.getvalue()
