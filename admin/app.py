@@ -273,7 +273,8 @@ def _snap_or_503() -> snapshot.Snapshot | Response:
 def _render(template: str, **ctx: Any) -> Response:
     now = datetime.datetime.now(datetime.UTC)
     html = flask.render_template(template, now=now, v=views, user=flask.g.get("user"),
-                                 problem_text=fleet.PROBLEM_TEXT, **ctx)
+                                 problem_text=fleet.PROBLEM_TEXT,
+                                 audience=services().settings.token_audience, **ctx)
     return Response(html, mimetype="text/html")
 
 

@@ -55,6 +55,7 @@ def test_next_never_leads_off_the_pages(admin: adminenv.AdminProcess, tokens: di
     assert r.status_code == 303 and r.headers["Location"] == "/fleet", r.headers
     form = admin.get("/login", params={"next": raw})
     assert form.status_code == 200 and 'name="next" value="/fleet"' in form.text
+    assert "--audience tether-admin" in form.text
 
 
 @pytest.mark.parametrize(("raw", "kept"), [
