@@ -9,6 +9,7 @@ SIGTERM (releasing the Lease). ``--once``: one run, no election, the states prin
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import threading
@@ -40,7 +41,8 @@ def main(argv: list[str]) -> int:
                                  once="one run over every Kyma CR, no election, then exit")
     audit = logs.audit_logger(s.audit_destination)
     stats = metrics.Metrics()
-    skrs = skr_clients.SkrClients(kcp, s.kcp_namespace)
+    skrs = skr_clients.SkrClients(kcp, s.kcp_namespace,
+                                  dataclasses.replace(s.runtimes, timeout=s.skr_timeout))
     e = reconcile.Enroller(s, kcp, skrs, stats, audit)
     if args.once:
         print(e.run())

@@ -334,7 +334,7 @@ class Enroller:
         except gateway.Forbidden as e:
             raise Failure("Forbidden", f"the runtime's API refuses the kubeconfig: {logs.bounded(e, 200)}") from None
         except gateway.GatewayError as e:
-            raise Failure("Unreachable", f"the runtime's API: {logs.bounded(e, 200)}") from None
+            raise Failure(_unreachable(e), f"the runtime's API: {logs.bounded(e, 200)}") from None
 
     def _enroll(self, view: kyma.KymaView, ca: castore.CA, mem: Memory) -> Result:
         if not view.runtime_id or not kyma.valid_runtime_id(view.runtime_id):
@@ -461,15 +461,15 @@ class Enroller:
         usable = pending is not None and pki.needs_renewal(pending[0], ca.current, now, runtime_id=runtime_id,
                                                            domain=domain) is None
         mem.issued = decide.recent(mem.issued, now)
-        action = decide.certificate(decide.CertificateFacts(cause, usable, len(mem.issued), self.s.issuance_limit))
+        action = decide.certificate(decide.CertificateFacts(cause, usable, len(mem.issued), self.s.issuance_budget))
         if action == "reuse":
             assert pending is not None
             return pending
         if action == "rate_limited":
             self.stats.rate_limited.inc()
-            at = decide.next_issuance(mem.issued, now, self.s.issuance_limit)
+            at = decide.next_issuance(mem.issued, now, self.s.issuance_budget)
             raise Failure("IssuanceRateLimited", f"{len(mem.issued)} certificates were issued for this runtime "
-                          f"in the last hour (the limit is {self.s.issuance_limit}); no new {kind} certificate "
+                          f"in the last hour (the limit is {self.s.issuance_budget}); no new {kind} certificate "
                           f"before {changes.format_time(at)}")
         pair = make()
         self._issued(kind, view, pair, cause)
@@ -496,7 +496,7 @@ class Enroller:
             except gateway.Rejected as e:
                 raise Failure("Rejected", f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}") from None
             except gateway.GatewayError as e:
-                raise Failure("Unreachable", f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}") from None
+                raise Failure(_unreachable(e), f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}") from None
 
     # -- removal -------------------------------------------------------------------------
 
@@ -695,6 +695,12 @@ def _issuer(cert_pem: bytes | None, ca: castore.CA, known: str | None) -> str:
     if known and known not in (format(ca.current.cert.serial_number, "x"), _serial(ca.previous)):
         return known
     return "foreign"
+
+
+def _unreachable(e: gateway.GatewayError) -> str:
+    """The failure reason of a runtime call that failed: the bound it broke (the runtime's
+    API server trickled, answered too much, redirected, resolved inside), else Unreachable."""
+    return e.reason if isinstance(e, gateway.Bounded) else "Unreachable"
 
 
 def _key_matches(cert_pem: bytes, key_b64: str | None) -> bool:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import pathlib
 
-from common import config
+from common import config, skr_clients
 from enroller import render
 
 
@@ -43,6 +44,15 @@ class Settings:
     log_format: str = "json"
     audit_destination: str = "stdout"
     kubeconfig: str | None = None
+    runtimes: skr_clients.Policy = dataclasses.field(default_factory=skr_clients.Policy)
+
+    @property
+    def issuance_budget(self) -> int:
+        """Certificates a runtime may be issued per hour: ``issuance_limit`` beyond the
+        scheduled renewals (two kinds, each at two thirds of ``cert_lifetime``), so that short
+        certificate lifetimes still renew while a failing runtime cannot mint more."""
+        renew_every = max(1.0, self.cert_lifetime.total_seconds() * 2 / 3)
+        return self.issuance_limit + 2 * math.ceil(3600 / renew_every)
 
     @property
     def workers(self) -> int:
@@ -106,8 +116,9 @@ SPEC = config.Spec(
                        "one runtime's work in a run (wall clock); past it the run goes on without "
                        "it and reports it (DeadlineExceeded)", minimum=0.1, maximum=3600),
         config.integer(E + "ISSUANCE_LIMIT", 6,
-                       "certificates issued per runtime per hour at most (client and serving each "
-                       "count); past it the runtime is reported (IssuanceRateLimited)",
+                       "certificates issued per runtime per hour beyond the scheduled renewals "
+                       "(client and serving each count); past it the runtime is reported "
+                       "(IssuanceRateLimited)",
                        minimum=2, maximum=1000),
         config.seconds(E + "BACKOFF_BASE_SECONDS", 10.0, "first per-runtime backoff", minimum=0,
                        maximum=86_400),
@@ -121,6 +132,7 @@ SPEC = config.Spec(
         config.log_level(),
         config.log_format(),
         config.text("TETHER_AUDIT_LOG", "stdout", "stdout or a file path for the audit lines"),
+        *skr_clients.OPTIONS,
     ),
 )
 
@@ -169,4 +181,5 @@ def build(v: config.Values) -> Settings:
         log_format=v["TETHER_LOG_FORMAT"],
         audit_destination=v["TETHER_AUDIT_LOG"],
         kubeconfig=v[E + "KUBECONFIG"],
+        runtimes=skr_clients.policy(v, v[E + "SKR_TIMEOUT_SECONDS"]),
     )

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from testing import controlplane
+from testing import controlplane, localnet
 
 MANIFESTS = controlplane.REPO_ROOT / "manifests"
 NAMESPACE = "tether-system"
@@ -120,14 +120,16 @@ def render_kcp(folder: pathlib.Path, i: KcpInputs) -> pathlib.Path:
         {"op": "add", "path": "/spec/template/spec/volumes/-",
          "value": {"name": "bundle", "configMap": {"name": "tether-enroller-bundle"}}},
         *({"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": {"name": k, "value": v}}
-          for k, v in sorted(i.enroller_env.items()))]))
+          for k, v in sorted({**localnet.ENV, **i.enroller_env}.items()))]))
     director_trust = _json6902("Deployment", "tether-compass", [
         {"op": "add", "path": "/spec/template/spec/containers/0/env/-",
          "value": {"name": "TETHER_COMPASS_DIRECTOR_CA_FILE", "value": "/etc/tether/director-ca/ca.crt"}},
         {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
          "value": {"name": "director-ca", "mountPath": "/etc/tether/director-ca", "readOnly": True}},
         {"op": "add", "path": "/spec/template/spec/volumes/-",
-         "value": {"name": "director-ca", "secret": {"secretName": "tether-director-ca"}}}])
+         "value": {"name": "director-ca", "secret": {"secretName": "tether-director-ca"}}},
+        *({"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": {"name": k, "value": v}}
+          for k, v in sorted(localnet.ENV.items()))])
     urls = {"target": {"kind": "ConfigMap", "name": "tether-compass"},
             "patch": yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
                                      "metadata": {"name": "tether-compass", "namespace": NAMESPACE},

@@ -46,11 +46,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
                              enroller_env={"TETHER_ENROLLER_CERT_LIFETIME_SECONDS": str(CERT_SECONDS),
                                            "TETHER_ENROLLER_CA_LIFETIME_SECONDS": str(CA_SECONDS),
                                            "TETHER_ENROLLER_ROLLOVER_PROPAGATION_SECONDS": "20",
-                                           "TETHER_ENROLLER_INTERVAL_SECONDS": "5",
-                                           # two certificates a minute with these lifetimes:
-                                           # far below it, the default (6 an hour) would
-                                           # stop the renewals after three minutes
-                                           "TETHER_ENROLLER_ISSUANCE_LIMIT": "1000"})
+                                           # the issuance limit (default) comes on top of the
+                                           # scheduled renewals of these short lifetimes
+                                           "TETHER_ENROLLER_INTERVAL_SECONDS": "5"})
         try:
             deployed.kubectl(f.skr, "create", "namespace", CUSTOMER_NS)
             yield f

@@ -21,7 +21,7 @@ from kubernetes import client
 from common import certs, gateway, pki, skr_clients
 from enroller import metrics, reconcile, render
 from enroller import settings as settings_mod
-from testing import compassenv, controlplane
+from testing import compassenv, controlplane, localnet
 
 pytestmark = pytest.mark.slow
 CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "enroller" / "crd.yaml"
@@ -62,7 +62,7 @@ class Env:
                                                defaults={"kind": "-", "cause": "-"}))
         audit.addHandler(handler)
         s = self.settings(**over)
-        return reconcile.Enroller(s, self.gw, skr_clients.SkrClients(self.gw, self.ns), metrics.Metrics(), audit,
+        return reconcile.Enroller(s, self.gw, skr_clients.SkrClients(self.gw, self.ns, localnet.policy(timeout=s.skr_timeout)), metrics.Metrics(), audit,
                                   now=lambda: datetime.datetime.now(datetime.UTC) + self.offset)
 
     def kyma(self, name: str, plane: controlplane.ControlPlane | None, *, domain: str | None = "auto",

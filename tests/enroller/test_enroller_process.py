@@ -18,7 +18,7 @@ from kubernetes import client
 
 from common import certs
 from enroller import render
-from testing import compassenv, controlplane
+from testing import compassenv, controlplane, localnet
 
 pytestmark = pytest.mark.slow
 CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "enroller" / "crd.yaml"
@@ -37,7 +37,7 @@ class Enroller:
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "common.cli", "enroller"],
-                env={**{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}, **env,
+                env={**{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}, **localnet.ENV, **env,
                      "TETHER_ENROLLER_BIND": f"127.0.0.1:{self.port}"},
                 cwd=controlplane.REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 
-from admin import auth, charts, fleet, parts, views
+from admin import auth, charts, fleet, parts, throttle, views
 from common import delivery
 
 NOW = datetime.datetime(2026, 12, 2, 12, 0, tzinfo=datetime.UTC)
@@ -114,15 +114,17 @@ def test_the_problem_series_are_capped_worst_first() -> None:
 
 
 def test_review_bodies_carry_the_identity_and_the_page() -> None:
-    who = auth.identity_of({"status": {"authenticated": True, "user": {
-        "username": "alice", "uid": "u1", "groups": ["ops"], "extra": {"scope": ["a"]}}}})
+    who = auth.identity_of({"status": {"authenticated": True, "audiences": ["tether-admin"], "user": {
+        "username": "alice", "uid": "u1", "groups": ["ops"], "extra": {"scope": ["a"]}}}}, "tether-admin")
     assert who == auth.Identity("alice", "u1", ("ops",), (("scope", ("a",)),))
     body = auth.access_body(who, "compass")
     assert body["spec"]["resourceAttributes"] == {
         "group": "tether.kyma-project.io", "resource": "adminpages", "name": "compass",
         "verb": "get"}
     assert body["spec"]["extra"] == {"scope": ["a"]} and body["spec"]["groups"] == ["ops"]
-    assert auth.identity_of({"status": {"authenticated": False}}) is None
+    assert auth.identity_of({"status": {"authenticated": False}}, "tether-admin") is None
+    assert auth.identity_of({"status": {"authenticated": True, "audiences": ["https://kcp"], "user": {
+        "username": "alice"}}}, "tether-admin") is None  # a token for another audience
     assert auth.token_key("t") != "t" and len(auth.token_key("t")) == 64
 
 
@@ -130,9 +132,9 @@ def test_the_authorizer_refuses_unusable_tokens_without_asking() -> None:
     class NoKcp:
         def create(self, *a: object, **k: object) -> dict[str, object]:
             raise AssertionError("the KCP must not be asked")
-    a = auth.Authorizer(NoKcp(), 30, 1)  # type: ignore[arg-type]
+    a = auth.Authorizer(NoKcp(), 30, 1, "tether-admin", throttle.Buckets(10, 10))  # type: ignore[arg-type]
     for token in ("", "x" * (auth.MAX_TOKEN + 1), "tab\there", "é-token"):
-        assert a.identify(token) is None
+        assert a.identify(token, "10.0.0.1") is None
 
 
 def test_charts_hold_numbers_only_and_break_on_gaps() -> None:
