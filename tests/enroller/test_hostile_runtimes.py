@@ -22,6 +22,7 @@ import pathlib
 import ssl
 import threading
 import time
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -30,7 +31,7 @@ from kubernetes import client
 
 from common import certs, pki
 from enroller import render
-from testing import blackhole, controlplane
+from testing import blackhole, controlplane, hostile
 from tests.enroller.test_enroll import Env, _pem, enrollment_crd, env, runtime_objects, runtimes  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -259,3 +260,47 @@ def test_a_ca_rollover_ends_at_its_deadline_and_quarantines_the_runtime_it_could
     assert e.stats.quarantined._value.get() == 0
     assert "runtime_quarantine_ended" in env.audit_text.getvalue()
     assert "certificate_issued client foreign_issuer" in env.audit_text.getvalue()
+
+
+def test_hostile_api_servers_cost_one_call_deadline_and_are_reported_with_the_bound(
+        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    """A runtime whose API server trickles, answers 300 MiB, redirects into the KCP or hangs
+    after its headers, and one whose kubeconfig would run a command: the good runtime beside
+    them is enrolled, the run ends within the calls' deadlines, memory stays bounded (the
+    enroller's limit is 512 Mi), each is reported with the bound it broke."""
+    env.kyma("good", runtimes[0], runtime_id="rt-good")
+    with hostile.serving("trickle", interval=0.3) as trickle, \
+            hostile.serving("huge", size=300 * 1024 * 1024, chunked=True) as huge, \
+            hostile.serving("redirect", location=env.kcp.url + "/api/v1/secrets") as redirect, \
+            hostile.serving("hang") as hang:
+        servers = {"trickle": trickle, "huge": huge, "redirect": redirect, "hang": hang}
+        for name, h in servers.items():
+            env.kyma(name, None, runtime_id=f"rt-{name}")
+            point_kubeconfig(env, name, runtimes[0], server=h.url, ca_pem=h.ca.cert_pem)
+        env.kyma("exec", None, runtime_id="rt-exec")
+        point_kubeconfig(env, "exec", runtimes[0])
+        secret = client.CoreV1Api(env.api).read_namespaced_secret("kubeconfig-exec", env.ns)
+        cfg = json.loads(base64.b64decode(secret.data["config"]))
+        cfg["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                            "command": "/bin/false"}}
+        secret.data["config"] = base64.b64encode(json.dumps(cfg).encode()).decode()
+        client.CoreV1Api(env.api).replace_namespaced_secret("kubeconfig-exec", env.ns, secret)
+        e = env.enroller(skr_timeout=2.0, concurrency=3)
+        tracemalloc.start()
+        try:
+            t0 = time.monotonic()
+            assert e.run() == {"Ready": 1, "Failed": 5}
+            took = time.monotonic() - t0
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        wait_idle(e)
+    assert took < 2 * 3 * (2.0 + 1) + 15, took  # two rounds of three, each a few calls' deadlines
+    assert peak < 64 * 1024 * 1024, peak
+    assert env.condition("good", "Enrolled")["status"] == "True"
+    want = {"trickle": "DeadlineExceeded", "huge": "ResponseTooLarge", "redirect": "RedirectRefused",
+            "hang": "DeadlineExceeded", "exec": "KubeconfigRefused"}
+    for name, reason in want.items():
+        enrolled = env.condition(name, "Enrolled")
+        assert (enrolled["status"], enrolled["reason"]) == ("False", reason), (name, enrolled)
+    assert "users[0].user.exec" in env.condition("exec", "Enrolled")["message"]
