@@ -17,6 +17,8 @@ from common import gateway, ops, sender, tlsreload
 from webhook import forwarder, keyqueue, metrics, readback
 from webhook import settings as settings_mod
 
+KEY = "tether.webhook"  # app.extensions[KEY]: the worker's Services (webhook.app)
+
 
 @dataclasses.dataclass
 class Services:
