@@ -13,7 +13,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from common import events, gateway, skr_clients
+from common import elected, events, gateway, skr_clients
 from compass import breaker as breaker_mod
 from compass import decide, lease_notes, metrics
 from compass import director as director_mod
@@ -79,15 +79,17 @@ def build(s: settings_mod.Settings, kcp_api: gateway.Kube, stats: metrics.Metric
     return Service(s, stats, director, tokens, skr, kcp, rec, job, session, notes)
 
 
-def scheduler(svc: Service) -> BackgroundScheduler:
-    """A paused scheduler with the interval run and the cron full resync; the leader
-    elector resumes it while this process holds the Lease."""
+def jobs(svc: Service) -> list[elected.Job]:
+    """The interval run (the first at once) and the cron full resync."""
     s = svc.settings
-    sched = BackgroundScheduler(timezone=datetime.UTC, job_defaults={
-        "coalesce": True, "max_instances": 1, "misfire_grace_time": None})
-    sched.add_job(svc.job.run, IntervalTrigger(seconds=s.interval), kwargs={"full": False},
-                  id="interval", next_run_time=datetime.datetime.now(datetime.UTC))
-    sched.add_job(svc.job.run, CronTrigger.from_crontab(s.resync_cron, timezone=datetime.UTC),
-                  kwargs={"full": True}, id="resync")
-    sched.start(paused=True)
-    return sched
+    return [elected.Job("interval", svc.job.run, IntervalTrigger(seconds=s.interval),
+                        kwargs={"full": False}, at_once=True),
+            elected.Job("resync", svc.job.run,
+                        CronTrigger.from_crontab(s.resync_cron, timezone=datetime.UTC),
+                        kwargs={"full": True})]
+
+
+def scheduler(svc: Service) -> BackgroundScheduler:
+    """A paused scheduler with ``jobs``; the leader elector resumes it while this process
+    holds the Lease."""
+    return elected.scheduler(jobs(svc))
