@@ -46,7 +46,7 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
-from admin import app as admin_app
+from admin import guard as admin_guard
 from testing import adminenv
 
 pytestmark = pytest.mark.slow
@@ -253,7 +253,7 @@ def test_login_page_form_and_sign_in(browser: WebDriver, scenario: Scenario) -> 
     assert_clean_console(browser, expected_status=401)
     sign_in(browser, scenario, scenario.all_pages, "/fleet?problem=webhook_path_failing")
     assert browser.current_url.endswith("/fleet?problem=webhook_path_failing")
-    cookie = browser.get_cookie(admin_app.COOKIE)
+    cookie = browser.get_cookie(admin_guard.COOKIE)
     assert cookie is not None
     assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Strict"
     assert cookie["path"] == "/" and scenario.all_pages not in cookie["value"]  # a session ID
@@ -421,16 +421,16 @@ def test_forbidden_pages(browser: WebDriver, scenario: Scenario) -> None:
 
 def test_sign_out_clears_the_cookie(browser: WebDriver, scenario: Scenario) -> None:
     sign_in(browser, scenario, scenario.all_pages, "/parts")
-    kept = browser.get_cookie(admin_app.COOKIE)
+    kept = browser.get_cookie(admin_guard.COOKIE)
     assert kept is not None
     browser.find_element(By.CSS_SELECTOR, "header form.who button[type=submit]").click()
     WebDriverWait(browser, 10).until(expected_conditions.url_contains("/login"))
-    assert browser.get_cookie(admin_app.COOKIE) is None
+    assert browser.get_cookie(admin_guard.COOKIE) is None
     visit(browser, scenario, "/compass")
     assert urllib.parse.urlsplit(browser.current_url).path == "/login"
     assert browser.find_element(By.NAME, "next").get_attribute("value") == "/compass"
     # the session ended on the server: the old cookie, put back, is worth nothing
-    browser.add_cookie({"name": admin_app.COOKIE, "value": kept["value"], "path": "/",
+    browser.add_cookie({"name": admin_guard.COOKIE, "value": kept["value"], "path": "/",
                         "secure": True, "httpOnly": True, "sameSite": "Strict"})
     visit(browser, scenario, "/compass")
     assert urllib.parse.urlsplit(browser.current_url).path == "/login"

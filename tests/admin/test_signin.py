@@ -12,13 +12,13 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from admin import app as admin_app
+from admin import guard as admin_guard
 from testing import adminenv
 from testing.listenerenv import metric_value
 
 pytestmark = pytest.mark.slow
 
-COOKIE = admin_app.COOKIE
+COOKIE = admin_guard.COOKIE
 EVIL = ["/%09/evil.example", "/\t/evil.example", "//evil.example", "/\\evil.example",
         "https://evil.example", "%2F%2Fevil.example", "/%2F%2Fevil.example",
         "/%5Cevil.example", "///evil.example", "/fleet/../../evil.example",

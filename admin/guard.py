@@ -1,0 +1,93 @@
+"""Who may see a page: a session cookie or a bearer token (TokenReview for the pages'
+audience, ``admin.auth``), then a SubjectAccessReview for ``get`` on ``adminpages/<page>``.
+401 without (a browser is sent to ``/login``), 403 when RBAC does not allow it, 429 when the
+caller's source has no TokenReview left (``admin.throttle``), 503 when the KCP cannot answer;
+each outcome counted and the refusals audited."""
+
+from __future__ import annotations
+
+import logging
+import urllib.parse
+
+import flask
+from flask import Response, request
+from werkzeug.wrappers import Response as Answer
+
+from admin import auth, respond, throttle
+from admin import services as services_mod
+from common import gateway, logs, ops
+
+log = logging.getLogger("admin.app")  # the name its lines have always had
+COOKIE = "__Host-tether_admin_session"  # __Host-: Secure, Path=/, no Domain, by the browser
+
+
+def bearer() -> str:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return ""
+
+
+def forget(resp: Answer) -> Answer:
+    """``resp`` with the session cookie removed (with the attributes a __Host- cookie needs)."""
+    resp.delete_cookie(COOKIE, path="/", secure=True, httponly=True, samesite="Strict")
+    return resp
+
+
+def throttled(e: throttle.Throttled) -> Response:
+    services_mod.current().metrics.throttled.inc()
+    resp = respond.error(429, "too many requests", "too many tokens checked from your address; "
+                         f"retry in {e.retry_after}s")
+    resp.headers["Retry-After"] = str(e.retry_after)
+    return resp
+
+
+def unavailable() -> Response:
+    return respond.error(503, "unavailable", "the KCP could not check the token; retry shortly")
+
+
+def _to_sign_in() -> Answer:
+    if respond.wants_json():
+        return ops.error(401, "unauthorized", "a bearer token is needed")
+    # "&" encoded: the whole query stays in next (admin.signin rebuilds it pair by pair)
+    nxt = urllib.parse.quote(request.full_path.rstrip("?"), safe="/?=")
+    return flask.redirect("/login?next=" + nxt, 303)
+
+
+def guard(page: str) -> Answer | None:
+    """None when the caller may see ``page``; else the answer (401/403/429/503)."""
+    flask.g.page = page
+    svc = services_mod.current()
+    token, sid = bearer(), request.cookies.get(COOKIE, "")
+    if not token and not sid:
+        svc.metrics.auth.labels("no_token").inc()
+        return _to_sign_in()
+    try:
+        if token:
+            who = svc.authorizer.identify(token, request.remote_addr or "")
+        else:
+            who = svc.sessions.get(sid)
+            if who is None:  # ended, signed out, or never made here
+                svc.metrics.auth.labels("no_session").inc()
+                return forget(_to_sign_in())
+        if who is None:
+            svc.metrics.auth.labels("unauthenticated").inc()
+            logs.audit(svc.audit, "admin_unauthenticated", page=page,
+                       address=request.remote_addr or "")
+            return respond.error(401, "unauthorized", "the token was not accepted by the KCP for "
+                                 f"the admin pages (TokenReview, audience {svc.settings.token_audience})")
+        flask.g.user = who.user
+        if not svc.authorizer.allowed(who, page):
+            svc.metrics.auth.labels("denied").inc()
+            logs.audit(svc.audit, "admin_denied", page=page, user=who.user)
+            return respond.error(403, "forbidden", f"{who.user} may not get adminpages/{page} "
+                                 f"(group {auth.GROUP}); ask for the ClusterRole tether-admin-viewer")
+    except throttle.Throttled as e:
+        return throttled(e)
+    except gateway.GatewayError as e:
+        svc.metrics.auth.labels("error").inc()
+        log.warning("authentication against the KCP failed: %s", logs.bounded(e, 200))
+        return unavailable()
+    svc.metrics.auth.labels("allowed").inc()
+    return None

@@ -1,0 +1,119 @@
+"""Sign-in and sign-out (blueprint ``signin``): ``GET /login`` (the form), ``POST /login``
+(a bearer token for the pages' audience in, a session cookie out: HttpOnly, Secure,
+SameSite=Strict, ``__Host-``, holding a random session ID, never the token;
+``admin.sessions``), ``POST /logout`` (ends the session server-side). Both POSTs must come
+from the admin's own origin (``admin.signin.cross_site``: else 403), and ``next`` is followed
+only to one of the pages (``admin.signin.safe_next``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import flask
+from flask import Response, request
+from werkzeug import exceptions
+from werkzeug.wrappers import Response as Answer
+
+from admin import auth, guard, pages, respond, signin, throttle
+from admin import services as services_mod
+from common import gateway, logs
+
+log = logging.getLogger("admin.app")  # the name its lines have always had
+bp = flask.Blueprint("signin", __name__)
+
+
+def _is_page(path: str) -> bool:
+    """``path`` (decoded) is one of the pages by the app's own routes."""
+    try:
+        endpoint, _ = flask.current_app.url_map.bind("admin.invalid").match(path, method="GET")
+    except exceptions.HTTPException:  # not found, not GET, or a redirect (RequestRedirect)
+        return False
+    return endpoint in pages.ENDPOINTS
+
+
+def _safe_next(target: str) -> str:
+    return signin.safe_next(target, _is_page)
+
+
+def _foreign() -> Response | None:
+    """The 403 for a sign-in/sign-out that did not come from the admin's own pages."""
+    why = signin.cross_site(request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site"),
+                            f"{request.scheme}://{request.host}")
+    if why is None:
+        return None
+    services_mod.current().metrics.auth.labels("cross_site").inc()
+    return respond.error(403, "forbidden", why)
+
+
+def _lifetime(token: str, limit: float) -> float:
+    """How long a session of ``token`` may last: ``limit``, never past the token's expiry."""
+    exp = auth.expiry_of(token)
+    return limit if exp is None else max(1.0, min(limit, exp - time.time()))
+
+
+def _form(nxt: str, message: str, status: int) -> Response:
+    resp = respond.render("login.html", next=nxt, message=message)
+    resp.status_code = status
+    return resp
+
+
+@bp.get("/login")
+def login_form() -> Answer:
+    flask.g.page = "login"
+    return respond.render("login.html", next=_safe_next(request.args.get("next", "/fleet")),
+                          message="")
+
+
+@bp.post("/login")
+def login() -> Answer:
+    flask.g.page = "login"
+    svc = services_mod.current()
+    if (foreign := _foreign()) is not None:
+        return foreign
+    token = (request.form.get("token") or "").strip()
+    nxt = _safe_next(request.form.get("next") or "/fleet")
+    if not token:
+        return _form(nxt, "paste a bearer token", 400)
+    try:
+        who = svc.authorizer.identify(token, request.remote_addr or "")
+    except throttle.Throttled as e:
+        return guard.throttled(e)
+    except gateway.GatewayError as e:
+        log.warning("sign-in: TokenReview failed: %s", logs.bounded(e, 200))
+        return guard.unavailable()
+    if who is None:
+        svc.metrics.auth.labels("unauthenticated").inc()
+        logs.audit(svc.audit, "admin_sign_in_refused", address=request.remote_addr or "")
+        aud = svc.settings.token_audience
+        return _form(nxt, "the KCP did not accept this token for the admin pages (TokenReview, "
+                     f"audience {aud}); make one with: kubectl create token <service-account> "
+                     f"--audience {aud}", 401)
+    return _signed_in(svc, who, token, nxt)
+
+
+def _signed_in(svc: services_mod.Services, who: auth.Identity, token: str, nxt: str) -> Answer:
+    """A new session for ``who`` (a previous one of this browser ended), its cookie, and the
+    way on to ``nxt``."""
+    svc.sessions.delete(request.cookies.get(guard.COOKIE, ""))  # a session signed in again
+    seconds = _lifetime(token, svc.settings.session_seconds)
+    sid = svc.sessions.create(who, seconds)
+    logs.audit(svc.audit, "admin_sign_in", user=who.user, address=request.remote_addr or "")
+    done = flask.redirect(nxt, 303)
+    done.set_cookie(guard.COOKIE, sid, max_age=int(seconds), secure=True, httponly=True,
+                    samesite="Strict", path="/")
+    return done
+
+
+@bp.post("/logout")
+def logout() -> Answer:
+    flask.g.page = "logout"
+    svc = services_mod.current()
+    if (foreign := _foreign()) is not None:
+        return foreign
+    sid = request.cookies.get(guard.COOKIE, "")
+    who = svc.sessions.get(sid)
+    if svc.sessions.delete(sid) and who is not None:
+        logs.audit(svc.audit, "admin_sign_out", user=who.user,
+                   address=request.remote_addr or "")
+    return guard.forget(flask.redirect("/login", 303))
