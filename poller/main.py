@@ -2,19 +2,17 @@
 
 Wiring only: the decisions live in ``poller.diff``/``poller.pacing``, one run in
 ``poller.run``, scheduling and leadership in ``poller.service``, the HTTP endpoints in
-``poller.app``. SIGTERM/SIGINT: stop the elector (releasing the Lease so the other
-replica takes over at once), let a run in progress stop at its next page, exit 0.
+``poller.app``, the election and the stop in ``common.elected.run_elected``. SIGTERM/SIGINT:
+stop the elector (releasing the Lease so the other replica takes over at once), let a run
+in progress stop at its next page, exit 0.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
-from types import FrameType
 
-from common import config, elected, leader, sender
+from common import elected, leader, sender
 from poller import app, metrics, run, scan, service
 from poller import settings as settings_mod
 
@@ -55,33 +53,16 @@ def main(argv: list[str]) -> int:
     runner = run.Runner(s.runtime_id, s.run, s.filter, lister, client, m,
                         identity=lister.identity)
     svc = service.Service(s.schedule, runner, m)
-    elector = leader.LeaderElector(api, s.lease, on_started=svc.on_started,
-                                   on_stopped=svc.on_stopped)
-    try:
-        server = app.Server(app.create_app(s, _Status(svc, elector, client, m)), s.bind)
-    except OSError as e:
-        config.fail("poller", f"TETHER_POLLER_BIND: cannot listen on {s.bind}: {e.strerror or e}")
-    done = threading.Event()
-
-    def stop(signum: int, _: FrameType | None) -> None:
-        log.info("signal %d: stopping", signum)
-        done.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    svc.start()
-    elected.record_runs(svc.scheduler, elector)  # each run's result on the Lease
-    server.start()
-    elector.start()
-    log.info("poller for runtime %s: lease %s/%s as %s, probes on %s", s.runtime_id,
-             s.lease.namespace, s.lease.name, s.lease.identity, s.bind)
-    done.wait()
-    elector.stop()  # releases the Lease; on_stopped pauses the scheduler
-    svc.shutdown()
-    server.stop()
-    client.close()
-    api.close()
-    return 0
+    svc.start()  # paused; its leadership reschedules the runs from the moment it leads
+    return elected.run_elected(elected.ElectedPart(
+        "poller", log, api, s.lease, svc.scheduler,
+        elected.Leadership(svc.on_started, svc.on_stopped), s.bind,
+        app=lambda rt: app.create_app(s, _Status(svc, rt.elector, client, m)),
+        bind_variable="TETHER_POLLER_BIND", stopping="signal %(signal)d: stopping",
+        close=[svc.shutdown, client.close, api.close],
+        announce=lambda: log.info("poller for runtime %s: lease %s/%s as %s, probes on %s",
+                                  s.runtime_id, s.lease.namespace, s.lease.name,
+                                  s.lease.identity, s.bind)))
 
 
 if __name__ == "__main__":
