@@ -3,10 +3,12 @@
     gunicorn 'listener.app:create_app()'        # settings from TETHER_LISTENER_* variables
     tether listener                             # the same, with TLS set up (listener.server)
 
-Routes: the runtime API (``listener.api``) and ``/openapi.json`` on the data port; the
-operations surface (``common.ops``) with ``/readyz`` (serving certificate and client CA
-loaded, their last reload good, and the KCP API answering an authorized list; cached 2 s
-whatever the result) and ``/metrics`` on the operations port only; ``/healthz`` on both.
+Blueprints: the runtime API (``listener.api``, ``listener.stateapi``) and ``edge``
+(``/openapi.json``, and the hooks every request goes through: ports, request metrics, drain)
+on the data port; the operations surface (``common.ops``) with ``/readyz`` (serving
+certificate and client CA loaded, their last reload good, and the KCP API answering an
+authorized list; cached 2 s whatever the result) and ``/metrics`` on the operations port
+only; ``/healthz`` on both.
 Every error answer is JSON; an unexpected exception is logged and answered 500 without
 details (no client input is meant to reach that).
 
@@ -23,22 +25,28 @@ import logging
 import time
 from typing import Any
 
-from flask import Flask, Response, g, request
+from flask import Blueprint, Flask, Response, current_app, g, request
 
 from common import gateway, httpworker, ops, tlsreload
-from listener import api, openapi, responses, services, settings, stateapi
+from listener import api, openapi, responses, services, stateapi
+from listener import settings as settings_mod
 
 log = logging.getLogger(__name__)
 DRAIN_BYTES = 64 * 1024  # a refused body longer than this is not read: the connection closes
+OPENAPI_KEY = "tether.listener.openapi"  # app.extensions[OPENAPI_KEY]: the document's bytes
+
+# what every request goes through (ports, request metrics, drain) and /openapi.json
+edge = Blueprint("edge", __name__)
 
 
 def create_app(
-    config: settings.Settings | None = None, *, kcp: gateway.Kube | None = None,
+    settings: settings_mod.Settings | None = None, *, kcp: gateway.Kube | None = None,
     serving: tlsreload.Watched[Any] | None = None,
 ) -> Flask:
-    """``serving``: the TLS context the server hands to gunicorn (``listener.server``), so
-    that a failed reload of it shows in readiness."""
-    s = config or settings.from_env()
+    """``settings``: default from the TETHER_LISTENER_* variables; ``serving``: the TLS
+    context the server hands to gunicorn (``listener.server``), so that a failed reload of
+    it shows in readiness."""
+    s = settings or settings_mod.from_env()
     kcp = kcp or gateway.from_kubeconfig(s.kubeconfig, pool_size=max(4, s.threads))
     app = Flask("listener")
     app.config["MAX_CONTENT_LENGTH"] = s.max_body_bytes
@@ -48,11 +56,15 @@ def create_app(
         svc.summaries.start()  # so are the state summaries' changes
     svc.refusals.start()  # unauthenticated refusals' lines written when their minute ends
     app.extensions[services.KEY] = svc
+    app.extensions[OPENAPI_KEY] = openapi.OPENAPI_FILE.read_bytes()
     svc.cas.get()  # a CA bundle that cannot be loaded stops the worker here (LoadError)
     app.register_blueprint(api.bp)
     app.register_blueprint(stateapi.bp)
-    _register_operations(app, svc, serving)
-    _register_hooks(app, svc)
+    # /healthz on both ports; /readyz and /metrics only on the operations port (ops_bind),
+    # never on the data port the internet reaches; the runtime API only on the data port
+    ops.init_app(app, _probes(svc, serving),
+                 ops.Exposition(svc.metrics.registry, [svc.silent]).render)
+    app.register_blueprint(edge)
     app.wsgi_app = httpworker.closing(app.wsgi_app)  # type: ignore[method-assign]
     return app
 
@@ -75,33 +87,50 @@ def _kcp_problem(svc: services.Services) -> str | None:
     return None
 
 
-def _register_operations(app: Flask, svc: services.Services,
-                         serving: tlsreload.Watched[Any] | None) -> None:
-    """``/healthz`` on both ports; ``/readyz`` and ``/metrics`` only on the operations port
-    (``ops_bind``), never on the data port the internet reaches; the runtime API only on
-    the data port."""
-    openapi_doc = openapi.OPENAPI_FILE.read_bytes()
-    ops_port = _port(svc.settings.ops_bind)
+def _probes(svc: services.Services, serving: tlsreload.Watched[Any] | None) -> ops.Probes:
     probes = ops.Probes(retry_after=svc.settings.retry_after)
     if serving is not None:
         probes.ready("serving-certificate", lambda: _reload_problem(serving))
     probes.ready("client-ca", lambda: _reload_problem(svc.cas))
     probes.ready("kcp-api", lambda: _kcp_problem(svc))
-    ops.init_app(app, probes, ops.Exposition(svc.metrics.registry, [svc.silent]).render)
+    return probes
 
-    @app.before_request
-    def ports() -> Response | None:
-        on_ops = str(request.environ.get("SERVER_PORT", "")) == ops_port
-        rule = str(request.url_rule) if request.url_rule is not None else ""
-        if rule in ("/readyz", "/metrics") and not on_ops:
-            return responses.error(404, "not found", f"served on the operations port {ops_port}")
-        if rule.startswith("/v1/") and on_ops:
-            return responses.error(404, "not found", "the runtime API is on the data port")
-        return None
 
-    @app.get("/openapi.json")
-    def openapi_json() -> Response:
-        return Response(openapi_doc, mimetype="application/json")
+@edge.before_app_request
+def ports() -> Response | None:
+    ops_port = _port(services.of().settings.ops_bind)
+    on_ops = str(request.environ.get("SERVER_PORT", "")) == ops_port
+    rule = str(request.url_rule) if request.url_rule is not None else ""
+    if rule in ("/readyz", "/metrics") and not on_ops:
+        return responses.error(404, "not found", f"served on the operations port {ops_port}")
+    if rule.startswith("/v1/") and on_ops:
+        return responses.error(404, "not found", "the runtime API is on the data port")
+    return None
+
+
+@edge.before_app_request
+def start_timer() -> None:
+    g.started = time.perf_counter()
+
+
+@edge.after_app_request
+def count(resp: Response) -> Response:
+    svc = services.of()
+    route = str(request.url_rule) if request.url_rule is not None else "unmatched"
+    svc.metrics.requests.labels(route, request.method if route != "unmatched" else "other",
+                                str(resp.status_code)).inc()
+    started = g.get("started")
+    if started is not None:
+        svc.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
+    resp.headers.setdefault("Cache-Control", "no-store")
+    if not _drain(request.environ, DRAIN_BYTES):
+        resp.headers["Connection"] = "close"
+    return resp
+
+
+@edge.get("/openapi.json")
+def openapi_json() -> Response:
+    return Response(current_app.extensions[OPENAPI_KEY], mimetype="application/json")
 
 
 def _drain(environ: dict[str, Any], limit: int) -> bool:
@@ -124,22 +153,3 @@ def _drain(environ: dict[str, Any], limit: int) -> bool:
     except Exception:  # noqa: BLE001 - a broken body or a peer gone: just close
         return False
     return False
-
-
-def _register_hooks(app: Flask, svc: services.Services) -> None:
-    @app.before_request
-    def start_timer() -> None:
-        g.started = time.perf_counter()
-
-    @app.after_request
-    def count(resp: Response) -> Response:
-        route = str(request.url_rule) if request.url_rule is not None else "unmatched"
-        svc.metrics.requests.labels(route, request.method if route != "unmatched" else "other",
-                                    str(resp.status_code)).inc()
-        started = g.get("started")
-        if started is not None:
-            svc.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)
-        resp.headers.setdefault("Cache-Control", "no-store")
-        if not _drain(request.environ, DRAIN_BYTES):
-            resp.headers["Connection"] = "close"
-        return resp
