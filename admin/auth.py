@@ -36,12 +36,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from admin import throttle
-from common import gateway
+from common import apitypes, gateway
 
-TOKEN_REVIEWS = gateway.Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
-ACCESS_REVIEWS = gateway.Resource("authorization.k8s.io", "v1", "subjectaccessreviews",
-                                  namespaced=False)
-GROUP, RESOURCE = "tether.kyma-project.io", "adminpages"
+GROUP, RESOURCE = apitypes.TETHER_GROUP, apitypes.ADMIN_PAGES  # what the access reviews name
 PAGES = ("fleet", "runtime", "compass", "parts")
 MAX_TOKEN = 16 * 1024
 MAX_ENTRIES = 4096
@@ -151,7 +148,7 @@ class Authorizer:
             return who  # type: ignore[no-any-return]
         self._limiter.take(throttle.source_of(source))
         self._on_review("token")
-        review = self._kcp.create(TOKEN_REVIEWS, None, review_body(token, self._audience),
+        review = self._kcp.create(apitypes.TOKEN_REVIEWS, None, review_body(token, self._audience),
                                   timeout=self._timeout)
         found = identity_of(review, self._audience)
         self._cache.put(key, found, self._seconds if found else min(self._seconds,
@@ -164,7 +161,7 @@ class Authorizer:
         if hit:
             return bool(ok)
         self._on_review("access")
-        review = self._kcp.create(ACCESS_REVIEWS, None, access_body(who, page),
+        review = self._kcp.create(apitypes.SUBJECT_ACCESS_REVIEWS, None, access_body(who, page),
                                   timeout=self._timeout)
         ok = bool((review.get("status") or {}).get("allowed"))
         self._cache.put(key, ok, self._seconds if ok else min(self._seconds, NEGATIVE_SECONDS))

@@ -16,7 +16,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from common import delivery, kyma
+from common import apitypes, delivery
 
 # Problems, most severe first (their weight orders the fleet page).
 PROBLEMS: tuple[str, ...] = ("not_enrolled", "silent", "webhook_path_failing",
@@ -101,7 +101,6 @@ def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | N
     return None
 
 
-MAPPING_KYMA_LABEL = "operator.kyma-project.io/kyma-name"
 
 
 def problems_of(row: Row, t: Thresholds, now: datetime.datetime) -> tuple[str, ...]:
@@ -160,7 +159,7 @@ class Index:
             not_after=delivery.parse(cert.get("notAfter")) if isinstance(cert, Mapping) else None)
 
     def add_heartbeat(self, o: Mapping[str, Any]) -> None:
-        rid = _labels(o).get(kyma.RUNTIME_ID_LABEL)
+        rid = _labels(o).get(apitypes.RUNTIME_ID_LABEL)
         if isinstance(rid, str) and rid:
             spec = o.get("spec")
             self.beats[rid] = delivery.parse(spec.get("renewTime")) if isinstance(
@@ -169,7 +168,7 @@ class Index:
     def add_delivery(self, o: Mapping[str, Any], lean: bool = False) -> None:
         """``lean``: the per-minute series and recent records are dropped (the runtime
         page reads them fresh); the totals of the hour are kept."""
-        rid = _labels(o).get(kyma.RUNTIME_ID_LABEL)
+        rid = _labels(o).get(apitypes.RUNTIME_ID_LABEL)
         if not isinstance(rid, str) or not rid:
             return
         summary = delivery.summarize(_status(o), self.now)
@@ -178,7 +177,7 @@ class Index:
         self.deliveries[rid] = (summary, str(_meta(o).get("name", ""))[:253])
 
     def add_mapping(self, o: Mapping[str, Any]) -> None:
-        name = _labels(o).get(MAPPING_KYMA_LABEL)
+        name = _labels(o).get(apitypes.KYMA_NAME_LABEL)
         if isinstance(name, str) and name:
             ready = condition(o, "Ready")
             self.mappings[name] = (str(_status(o).get("state", ""))[:40],
@@ -186,7 +185,7 @@ class Index:
 
     def row(self, k: Mapping[str, Any], t: Thresholds) -> Row | None:
         meta = _meta(k)
-        rid = _labels(k).get(kyma.RUNTIME_ID_LABEL)
+        rid = _labels(k).get(apitypes.RUNTIME_ID_LABEL)
         name = meta.get("name")
         if not isinstance(rid, str) or not rid or not isinstance(name, str):
             return None

@@ -16,11 +16,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from common import delivery
+from common import apitypes, delivery
 
 A = "tether.kyma-project.io/"
 LAST_RUN_AT, LAST_RUN_RESULT, LAST_RUN_SECONDS = A + "last-run-at", A + "last-run-result", A + "last-run-seconds"
-BREAKER, DIRECTOR_ERRORS = A + "breaker", A + "director-errors"
 # leader Lease name prefix -> the Deployment it belongs to
 LEASE_OWNERS = (("tether-compass", "tether-compass"), ("tether-enroller", "tether-enroller"),
                 ("tether-janitor", "tether-janitor"))
@@ -130,9 +129,9 @@ def mapping_of(o: Mapping[str, Any]) -> CompassMapping:
                  None)
     worst = ready or next((c for c in conds if isinstance(c, Mapping)
                            and c.get("status") != "True"), None) or {}
-    return CompassMapping(kyma=_cut(labels.get("operator.kyma-project.io/kyma-name")
+    return CompassMapping(kyma=_cut(labels.get(apitypes.KYMA_NAME_LABEL)
                                     or meta.get("name"), 253),
-                          runtime=_cut(labels.get("kyma-project.io/compass-runtime-id"), 64),
+                          runtime=_cut(labels.get(apitypes.COMPASS_RUNTIME_ID_LABEL), 64),
                           state=_cut(status.get("state") or "Unknown", 40),
                           reason=_cut(worst.get("reason"), 80),
                           message=_cut(worst.get("message"), 300))
@@ -163,13 +162,13 @@ def compass_of(leases: Iterable[Mapping[str, Any]]) -> Compass:
         ann = _m(_m(lease, "metadata"), "annotations")
         errors: list[dict[str, str]] = []
         try:
-            raw = json.loads(str(ann.get(DIRECTOR_ERRORS) or "[]"))
+            raw = json.loads(str(ann.get(apitypes.DIRECTOR_ERRORS_ANNOTATION) or "[]"))
         except ValueError:
             raw = []
         for e in raw[:5] if isinstance(raw, list) else []:
             if isinstance(e, Mapping):
                 errors.append({k: _cut(e.get(k), 200) for k in ("at", "operation", "message")})
-        return Compass(breaker=_cut(ann.get(BREAKER) or "unknown", 20), errors=tuple(errors),
+        return Compass(breaker=_cut(ann.get(apitypes.BREAKER_ANNOTATION) or "unknown", 20), errors=tuple(errors),
                        leader=view)
     return Compass(breaker="unknown", errors=(), leader=None)
 

@@ -27,16 +27,10 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from admin import fleet, parts, settings
-from common import delivery, gateway, kyma, logs
+from common import apitypes, delivery, gateway, logs
 
 log = logging.getLogger(__name__)
 
-ENROLLMENTS = gateway.Resource("tether.kyma-project.io", "v1alpha1", "runtimeenrollments")
-DELIVERIES = gateway.Resource(delivery.GROUP, delivery.VERSION, delivery.PLURAL)
-MAPPINGS = gateway.Resource("operator.kyma-project.io", "v1beta1", "compassmanagermappings")
-DEPLOYMENTS = gateway.Resource("apps", "v1", "deployments")
-EVENTS = gateway.Resource("", "v1", "events")
-HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"
 PAGE = 500
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
@@ -77,24 +71,24 @@ def load(kcp: gateway.Kube, s: settings.Settings,
     ns, to = s.kcp_namespace, s.request_timeout
     missing: list[str] = []
     index = fleet.Index(now())
-    for o in _items(kcp, ENROLLMENTS, ns, timeout=to, missing=missing):
+    for o in _items(kcp, apitypes.RUNTIME_ENROLLMENTS, ns, timeout=to, missing=missing):
         index.add_enrollment(o)
     for o in _items(kcp, gateway.LEASES, s.heartbeat_namespace, timeout=to, missing=missing,
-                    label_selector=f"{HEARTBEAT_LABEL}=true"):
+                    label_selector=f"{apitypes.HEARTBEAT_LABEL}=true"):
         index.add_heartbeat(o)
-    for o in _items(kcp, DELIVERIES, ns, timeout=to, missing=missing):
+    for o in _items(kcp, apitypes.RUNTIME_DELIVERIES, ns, timeout=to, missing=missing):
         index.add_delivery(o, lean=True)
     mappings: list[parts.CompassMapping] = []
-    for o in _items(kcp, MAPPINGS, ns, timeout=to, missing=missing):
+    for o in _items(kcp, apitypes.COMPASS_MANAGER_MAPPINGS, ns, timeout=to, missing=missing):
         index.add_mapping(o)
         mappings.append(parts.mapping_of(o))
-    rows = fleet.ordered([r for k in _items(kcp, kyma.RESOURCE, ns, timeout=to,
+    rows = fleet.ordered([r for k in _items(kcp, apitypes.KYMAS, ns, timeout=to,
                                             metadata_only=True, missing=missing)
                           if (r := index.row(k, s.thresholds)) is not None])
-    deployments = list(_items(kcp, DEPLOYMENTS, s.namespace, timeout=to, missing=missing))
+    deployments = list(_items(kcp, apitypes.DEPLOYMENTS, s.namespace, timeout=to, missing=missing))
     # the leader Leases of compass, the enroller and the janitor (all in Tether's namespace)
     leases = list(_items(kcp, gateway.LEASES, s.namespace, timeout=to, missing=missing,
-                         label_selector=f"!{HEARTBEAT_LABEL}"))
+                         label_selector=f"!{apitypes.HEARTBEAT_LABEL}"))
     ordered = parts.ordered_mappings(mappings)
     return Snapshot(
         taken=index.now, seconds=time.perf_counter() - t0, rows=rows,
@@ -111,7 +105,7 @@ def delivery_of(kcp: gateway.Kube, s: settings.Settings, row: fleet.Row,
     its page is opened: the snapshot keeps only the hour's totals."""
     if not row.delivery_object:
         return row.delivery
-    obj = kcp.get_or_none(DELIVERIES, s.kcp_namespace, row.delivery_object,
+    obj = kcp.get_or_none(apitypes.RUNTIME_DELIVERIES, s.kcp_namespace, row.delivery_object,
                           timeout=s.request_timeout)
     return row.delivery if obj is None else delivery.summarize(obj.get("status"), now)
 
@@ -122,7 +116,7 @@ def events(kcp: gateway.Kube, s: settings.Settings, kyma_name: str,
     list by involved object name; the KCP's Events expire after an hour by default)."""
     if not _NAME.fullmatch(kyma_name):
         return []
-    page = kcp.list(EVENTS, s.kcp_namespace, field_selector=f"involvedObject.name={kyma_name}",
+    page = kcp.list(apitypes.EVENTS, s.kcp_namespace, field_selector=f"involvedObject.name={kyma_name}",
                     limit=200, timeout=s.request_timeout)
     return parts.events_of(page.get("items") or [])[:limit]
 

@@ -37,8 +37,8 @@ sys.path.insert(0, str(REPO))
 import requests  # noqa: E402
 from kubernetes import client  # noqa: E402
 
-from common import gateway  # noqa: E402
-from compass import metrics, model, service  # noqa: E402
+from common import apitypes, gateway  # noqa: E402
+from compass import metrics, service  # noqa: E402
 from compass import settings as settings_mod  # noqa: E402
 from testing import controlplane, localnet  # noqa: E402
 from testing.compassenv import CRD_FILE, kyma_labels  # noqa: E402
@@ -94,7 +94,7 @@ def setup(kcp_api: client.ApiClient, ns: str, n: int, skr: controlplane.ControlP
             metadata=client.V1ObjectMeta(name=f"kubeconfig-{name}", namespace=ns,
                                          labels={"operator.kyma-project.io/kyma-name": name}),
             data={"config": kubeconfig}))
-        co.create_namespaced_custom_object(model.KYMA_GROUP, model.KYMA_VERSION, ns, model.KYMA_PLURAL, {
+        co.create_namespaced_custom_object(apitypes.KYMAS.group, apitypes.KYMAS.version, ns, apitypes.KYMAS.plural, {
             "apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma",
             "metadata": {"name": name, "namespace": ns,
                          "labels": kyma_labels(tenant, f"s{name.replace('kyma-', '')}")},

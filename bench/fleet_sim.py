@@ -73,7 +73,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import certs, changes, kyma  # noqa: E402
+from common import apitypes, certs, changes  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "fleet_sim.json"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -467,10 +467,10 @@ def kyma_body(ns: str, rid: str) -> dict[str, Any]:
     from testing import compassenv
     shoot = "s" + rid.removeprefix("rt-")  # a Director runtime name starts with a letter
     labels = compassenv.kyma_labels("ga-fleet", shoot)
-    labels[kyma.RUNTIME_ID_LABEL] = rid
-    return {"apiVersion": f"{kyma.GROUP}/{kyma.VERSION}", "kind": kyma.KIND,
+    labels[apitypes.RUNTIME_ID_LABEL] = rid
+    return {"apiVersion": f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}", "kind": apitypes.KYMA_KIND,
             "metadata": {"name": f"kyma-{rid}", "namespace": ns, "labels": labels,
-                         "annotations": {kyma.DOMAIN_ANNOTATION: domain_of(rid)}},
+                         "annotations": {apitypes.SKR_DOMAIN_ANNOTATION: domain_of(rid)}},
             "spec": {"channel": "regular", "modules": []}}
 
 
@@ -711,8 +711,8 @@ def main(argv: list[str]) -> int:
         ca.write(env.client_ca_file, d / "client-ca.key")  # the cached CA is the runtime CA
         env = dataclasses.replace(env, runtime_ca=ca, foreign_ca=ca)
         t0 = time.monotonic()
-        parallel(lambda rid: raw(api, "POST", f"/apis/{kyma.GROUP}/{kyma.VERSION}/namespaces/"
-                                 f"{env.namespace}/{kyma.PLURAL}", kyma_body(env.namespace, rid)),
+        parallel(lambda rid: raw(api, "POST", f"/apis/{apitypes.KYMAS.group}/{apitypes.KYMAS.version}/namespaces/"
+                                 f"{env.namespace}/{apitypes.KYMAS.plural}", kyma_body(env.namespace, rid)),
                  quiet_ids + noisy_ids)
         kyma_s = time.monotonic() - t0
         print(f"{len(quiet_ids) + len(noisy_ids)} Kyma CRs in {kyma_s:.0f} s", flush=True)

@@ -58,7 +58,7 @@ sys.path.insert(0, str(REPO))
 from kubernetes import client, config  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from common import changes  # noqa: E402
+from common import apitypes, changes  # noqa: E402
 from listener import records  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lt  # noqa: E402
@@ -131,8 +131,8 @@ def kcp_requests(api: Any) -> collections.Counter[str]:
     counts: collections.Counter[str] = collections.Counter()
     for family in text_string_to_metric_families(r.data.decode()):
         for s in family.samples:
-            if (s.name == "apiserver_request_total" and s.labels.get("group") == records.GROUP
-                    and s.labels.get("resource") == records.PLURAL):
+            if (s.name == "apiserver_request_total" and s.labels.get("group") == apitypes.RUNTIME_CONFIGMAPS.group
+                    and s.labels.get("resource") == apitypes.RUNTIME_CONFIGMAPS.plural):
                 counts[s.labels["verb"]] += int(s.value)
     return counts
 
@@ -227,7 +227,7 @@ def main() -> int:
         def direct(chunk: list[dict[str, Any]]) -> None:
             for rec in chunk:
                 writer.create_namespaced_custom_object(
-                    records.GROUP, records.VERSION, direct_ns, records.PLURAL,
+                    apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, direct_ns, apitypes.RUNTIME_CONFIGMAPS.plural,
                     records.body(rec, direct_ns))
 
         # variant -> (send one chunk, records (rid, prefix), chunk size)

@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from common import changes  # noqa: E402
+from common import apitypes, changes  # noqa: E402
 from listener import records  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lt  # noqa: E402
@@ -113,7 +113,7 @@ def main() -> int:
         def direct_create(chunk: list[dict[str, Any]]) -> None:
             for rec in chunk:
                 obj: Any = objects.create_namespaced_custom_object(
-                    records.GROUP, records.VERSION, "bench-direct", records.PLURAL,
+                    apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, "bench-direct", apitypes.RUNTIME_CONFIGMAPS.plural,
                     records.body(rec, "bench-direct"))
                 stored_rv[obj["metadata"]["name"]] = obj["metadata"]["resourceVersion"]
 
@@ -122,16 +122,16 @@ def main() -> int:
                 body = records.body(rec, "bench-direct")
                 body["metadata"]["resourceVersion"] = stored_rv[body["metadata"]["name"]]
                 objects.replace_namespaced_custom_object(
-                    records.GROUP, records.VERSION, "bench-direct", records.PLURAL,
+                    apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, "bench-direct", apitypes.RUNTIME_CONFIGMAPS.plural,
                     body["metadata"]["name"], body)
 
         def direct_read_update(chunk: list[dict[str, Any]]) -> None:
             for rec in chunk:
                 name = records.body(rec, "bench-direct")["metadata"]["name"]
                 stored: Any = objects.get_namespaced_custom_object(
-                    records.GROUP, records.VERSION, "bench-direct", records.PLURAL, name)
+                    apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, "bench-direct", apitypes.RUNTIME_CONFIGMAPS.plural, name)
                 objects.replace_namespaced_custom_object(
-                    records.GROUP, records.VERSION, "bench-direct", records.PLURAL, name,
+                    apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, "bench-direct", apitypes.RUNTIME_CONFIGMAPS.plural, name,
                     records.updated(stored, rec))
 
         def compare(phase: str, direct_fn: Callable[[list[Any]], None] | None,

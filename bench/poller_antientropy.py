@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from common import changes, filters, gateway, sender  # noqa: E402
+from common import apitypes, changes, filters, gateway, sender  # noqa: E402
 from listener import records, statesummary  # noqa: E402
 from poller import metrics, run, scan  # noqa: E402
 from testing import controlplane  # noqa: E402
@@ -61,7 +61,7 @@ RESULTS = REPO / "bench" / "results" / "poller_antientropy.json"
 NS = "bench-ae"
 LABELS = {"tether-bench": "antientropy"}
 SELECTOR = "tether-bench=antientropy"
-GROUP = records.GROUP
+GROUP = apitypes.RUNTIME_CONFIGMAPS.group
 PAGE = 500
 
 
@@ -130,7 +130,7 @@ def kcp_counts(api: client.ApiClient) -> dict[str, float]:
                       "apiserver_cache_list_returned_objects_total"):
             res = labels.get("resource") or labels.get("resource_prefix") or ""
             res = res.strip("/").split("/")[-1]
-            if f".{GROUP}" in res or res in (records.PLURAL, statesummary.PLURAL):
+            if f".{GROUP}" in res or res in (apitypes.RUNTIME_CONFIGMAPS.plural, apitypes.RUNTIME_STATE_SUMMARIES.plural):
                 key = f"objects {res.split('.')[0]}"
                 out[key] = out.get(key, 0.0) + value
     return out
@@ -222,7 +222,7 @@ class Fleet:
         parallel(create, range(self.n, n), self.threads)
         cms = time.monotonic() - t
         t = time.monotonic()
-        path = f"/apis/{GROUP}/{records.VERSION}/namespaces/{self.env.namespace}/{records.PLURAL}"
+        path = f"/apis/{GROUP}/{apitypes.RUNTIME_CONFIGMAPS.version}/namespaces/{self.env.namespace}/{apitypes.RUNTIME_CONFIGMAPS.plural}"
 
         def seed(i: int) -> None:  # the stored form, as the listener writes a new key
             meta = created[i]
@@ -235,8 +235,8 @@ class Fleet:
         parallel(seed, range(self.n, n), self.threads)
         self.n = n
         # the summary is rebuilt from the records by the listener at its next read
-        raw(self.kcp_api, "DELETE", f"/apis/{GROUP}/{statesummary.VERSION}/namespaces/"
-            f"{self.env.namespace}/{statesummary.PLURAL}/{statesummary.name_of(self.rt_id)}",
+        raw(self.kcp_api, "DELETE", f"/apis/{GROUP}/{apitypes.RUNTIME_STATE_SUMMARIES.version}/namespaces/"
+            f"{self.env.namespace}/{apitypes.RUNTIME_STATE_SUMMARIES.plural}/{statesummary.name_of(self.rt_id)}",
             ok=(200, 202, 404))
         return {"create_configmaps": cms, "seed_kcp": time.monotonic() - t}
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from common import certs, changes, filters, gateway, sender  # noqa: E402
+from common import apitypes, certs, changes, filters, gateway, sender  # noqa: E402
 from listener import records  # noqa: E402
 from poller import metrics, run, scan  # noqa: E402
 from testing import controlplane  # noqa: E402
@@ -180,7 +180,7 @@ def make_differences(core: client.CoreV1Api, objs: client.CustomObjectsApi, env:
     parallel(lambda i: core.patch_namespaced_config_map(f"cm-{i:05d}", NS, {"data": {"k0": "changed"}}),
              changed, threads)
     parallel(lambda i: objs.delete_namespaced_custom_object(
-        records.GROUP, records.VERSION, env.namespace, records.PLURAL,
+        apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural,
         records.object_name(records.Key(rt_id, NS, f"cm-{i:05d}"))), missing, threads)
     parallel(lambda i: core.delete_namespaced_config_map(f"cm-{i:05d}", NS), deleted, threads)
     return {"changed": len(changed), "missing": len(missing), "deleted": len(deleted)}
@@ -218,7 +218,7 @@ def main(argv: list[str]) -> int:
         phases["create_configmaps"] = time.monotonic() - t
         t = time.monotonic()
         observed = changes.now()
-        path = f"/apis/{records.GROUP}/{records.VERSION}/namespaces/{env.namespace}/{records.PLURAL}"
+        path = f"/apis/{apitypes.RUNTIME_CONFIGMAPS.group}/{apitypes.RUNTIME_CONFIGMAPS.version}/namespaces/{env.namespace}/{apitypes.RUNTIME_CONFIGMAPS.plural}"
 
         def seed(i: int) -> None:  # the record straight into the KCP, without data
             obj = {"metadata": {"namespace": NS, "name": f"cm-{i:05d}", "uid": "",

@@ -35,11 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-GROUP = "tether.kyma-project.io"
-VERSION = "v1alpha1"
-PLURAL = "runtimedeliveries"
-KIND = "RuntimeDelivery"
-API_VERSION = f"{GROUP}/{VERSION}"
+from common import apitypes
 
 # Upper bounds (seconds) of the lag buckets; one more bucket counts everything above.
 LAG_BOUNDS: tuple[float, ...] = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 300.0)
@@ -363,7 +359,7 @@ def summarize(status: Mapping[str, Any] | None, now: datetime.datetime) -> Summa
 
 def body(name: str, namespace: str, runtime_id: str, labels: Mapping[str, str]) -> dict[str, Any]:
     """A new, empty ``RuntimeDelivery`` object (its status is written with ``merge``)."""
-    return {"apiVersion": API_VERSION, "kind": KIND,
+    return {"apiVersion": apitypes.RUNTIME_DELIVERIES.api_version, "kind": apitypes.RUNTIME_DELIVERY_KIND,
             "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
             "spec": {"runtimeId": runtime_id}}
 

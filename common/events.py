@@ -19,11 +19,10 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from common import gateway, logs
+from common import apitypes, gateway, logs
 
 log = logging.getLogger(__name__)
 
-EVENTS = gateway.Resource("", "v1", "events")
 MESSAGE_LIMIT = 1024  # events.k8s.io's note limit; core/v1 accepts more, nobody reads it
 REASON_LIMIT = 128
 _REASON = re.compile(r"^[A-Z][A-Za-z0-9]*$")
@@ -80,7 +79,7 @@ class Recorder:
         doc = body(ref, reason, message, warning=warning, component=self.component,
                    instance=self.instance, now=self._now())
         try:
-            self._kube.create(EVENTS, ref.namespace, doc)
+            self._kube.create(apitypes.EVENTS, ref.namespace, doc)
         except gateway.GatewayError as e:
             log.warning("event %s on %s %s/%s not written: %s", reason, ref.kind, ref.namespace,
                         ref.name, logs.bounded(e, 200))

@@ -1,7 +1,10 @@
-"""The Kyma custom resource (lifecycle-manager's ``operator.kyma-project.io/v1beta2``).
+"""Views of the Kyma custom resource (lifecycle-manager's; its type is ``apitypes.KYMAS``).
 
-One Kyma CR in the KCP represents one runtime (SKR). Tether reads it, never writes it:
-the listener matches a runtime's client certificate against it, compass registers it.
+One Kyma CR in the KCP represents one runtime (SKR). Tether reads it and writes only its
+``metadata.finalizers``: the listener matches a runtime's client certificate against it,
+compass registers it; the enroller adds its finalizer (``tether.kyma-project.io/enroller``)
+so that the CR's deletion waits for the runtime's clean-up, and removes it after. Its
+spec, labels and annotations are never written.
 
     views = kyma.list_by_runtime_id(kcp, "kcp-system", "4a1f...")   # label-selected list
     v = views[0]; v.domain, v.deleting
@@ -17,22 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from common import gateway
-
-GROUP = "operator.kyma-project.io"
-VERSION = "v1beta2"
-PLURAL = "kymas"
-KIND = "Kyma"
-RESOURCE = gateway.Resource(GROUP, VERSION, PLURAL)
-
-RUNTIME_ID_LABEL = "kyma-project.io/runtime-id"
-DOMAIN_ANNOTATION = "skr-domain"
-GLOBAL_ACCOUNT_LABEL = "kyma-project.io/global-account-id"
-SUBACCOUNT_LABEL = "kyma-project.io/subaccount-id"
-SHOOT_NAME_LABEL = "kyma-project.io/shoot-name"
-INSTANCE_ID_LABEL = "kyma-project.io/instance-id"
-PLAN_ID_LABEL = "kyma-project.io/broker-plan-id"
-PLAN_NAME_LABEL = "kyma-project.io/broker-plan-name"
+from common import apitypes, gateway
 
 # A Kubernetes label value (also the change record's runtimeId pattern).
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -60,12 +48,12 @@ def view(obj: Mapping[str, Any]) -> KymaView:
     meta = obj.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
     annotations = meta.get("annotations") or {}
-    domain = annotations.get(DOMAIN_ANNOTATION)
+    domain = annotations.get(apitypes.SKR_DOMAIN_ANNOTATION)
     return KymaView(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
-        runtime_id=labels.get(RUNTIME_ID_LABEL),
+        runtime_id=labels.get(apitypes.RUNTIME_ID_LABEL),
         domain=domain.strip() if isinstance(domain, str) and domain.strip() else None,
         deleting=bool(meta.get("deletionTimestamp")),
         labels=labels,
@@ -81,6 +69,6 @@ def list_by_runtime_id(
     ``gateway.GatewayError`` when the API fails."""
     if not valid_runtime_id(runtime_id):
         raise ValueError("runtime ID is not a valid label value")
-    resp = kcp.list(RESOURCE, namespace, label_selector=f"{RUNTIME_ID_LABEL}={runtime_id}",
+    resp = kcp.list(apitypes.KYMAS, namespace, label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
                     timeout=timeout)
     return [view(item) for item in resp.get("items") or []]

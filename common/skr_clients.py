@@ -30,7 +30,6 @@ from typing import NamedTuple
 from common import config, gateway
 from common.gateway import addresses
 
-KYMA_NAME_LABEL = "operator.kyma-project.io/kyma-name"
 KUBECONFIG_KEY = "config"
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import base64
 
-from common import gateway
+from common import apitypes, gateway
 from compass import decide, errors, queries, status
 
-MANAGED_LABELS = {"app.kubernetes.io/managed-by": "tether-compass"}
+MANAGED_LABELS = {apitypes.MANAGED_BY_LABEL: "tether-compass"}
 
 
 def data_for(token: queries.OneTimeToken, runtime_id: str, tenant: str) -> dict[str, str]:

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
+from common import apitypes
 from compass import model
 
 SecretState = Literal["unknown", "missing", "matches", "differs"]
@@ -66,13 +67,13 @@ def problems(kyma: model.Kyma) -> tuple[str, str] | None:
     if missing:
         return "MissingLabel", "Kyma CR lacks required label(s): " + ", ".join(missing)
     if runtime_name(kyma) is None:
-        return "InvalidLabel", (f"label {model.SHOOT_NAME} does not give a valid Director runtime "
+        return "InvalidLabel", (f"label {apitypes.SHOOT_NAME_LABEL} does not give a valid Director runtime "
                                 "name (lower case letters, digits, '-', '.', up to 36, a letter first)")
     return None
 
 
 def runtime_name(kyma: model.Kyma) -> str | None:
-    name = kyma.labels.get(model.SHOOT_NAME, "").strip().lower()
+    name = kyma.labels.get(apitypes.SHOOT_NAME_LABEL, "").strip().lower()
     return name if NAME_RE.match(name) else None
 
 
@@ -86,13 +87,13 @@ def register_input(kyma: model.Kyma, policy: Policy) -> dict[str, Any]:
     labels: dict[str, Any] = {
         model.MANAGED_BY: policy.managed_by,
         model.KYMA_REF: kyma_ref(kyma.namespace, kyma.name),
-        "gardenerClusterName": lab[model.SHOOT_NAME],
-        "global_subaccount_id": lab[model.SUBACCOUNT],
-        "global_account_id": lab[model.GLOBAL_ACCOUNT],
+        "gardenerClusterName": lab[apitypes.SHOOT_NAME_LABEL],
+        "global_subaccount_id": lab[apitypes.SUBACCOUNT_LABEL],
+        "global_account_id": lab[apitypes.GLOBAL_ACCOUNT_LABEL],
     }
-    for key, source in (("broker_instance_id", model.INSTANCE_ID),
-                        ("broker_plan_id", model.PLAN_ID),
-                        ("broker_plan_name", model.PLAN_NAME)):
+    for key, source in (("broker_instance_id", apitypes.INSTANCE_ID_LABEL),
+                        ("broker_plan_id", apitypes.PLAN_ID_LABEL),
+                        ("broker_plan_name", apitypes.PLAN_NAME_LABEL)):
         if lab.get(source):
             labels[key] = lab[source]
     return {"name": runtime_name(kyma), "description": f"Kyma runtime {kyma.namespace}/{kyma.name}",
@@ -100,11 +101,11 @@ def register_input(kyma: model.Kyma, policy: Policy) -> dict[str, Any]:
 
 
 def mapping_labels(kyma: model.Kyma) -> dict[str, str]:
-    out = {model.KYMA_NAME: kyma.name}
-    if kyma.labels.get(model.GLOBAL_ACCOUNT):
-        out[model.MAPPING_GLOBAL_ACCOUNT] = kyma.labels[model.GLOBAL_ACCOUNT]
-    if kyma.labels.get(model.SUBACCOUNT):
-        out[model.MAPPING_SUBACCOUNT] = kyma.labels[model.SUBACCOUNT]
+    out = {apitypes.KYMA_NAME_LABEL: kyma.name}
+    if kyma.labels.get(apitypes.GLOBAL_ACCOUNT_LABEL):
+        out[apitypes.GLOBAL_ACCOUNT_LABEL] = kyma.labels[apitypes.GLOBAL_ACCOUNT_LABEL]
+    if kyma.labels.get(apitypes.SUBACCOUNT_LABEL):
+        out[apitypes.SUBACCOUNT_LABEL] = kyma.labels[apitypes.SUBACCOUNT_LABEL]
     return out
 
 

@@ -24,14 +24,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from common import events, logs
+from common import apitypes, events, logs
 from compass import breaker as breaker_mod
 from compass import errors
 
 log = logging.getLogger(__name__)
 
-BREAKER = "tether.kyma-project.io/breaker"
-DIRECTOR_ERRORS = "tether.kyma-project.io/director-errors"
 MAX_ERRORS = 5
 MESSAGE_LIMIT = 200
 BREAKER_VALUE: dict[breaker_mod.State, str] = {
@@ -99,7 +97,7 @@ class LeaseNotes:
         with self._lock:
             self._publish = publish
             self._sent.clear()
-        self._offer({BREAKER: BREAKER_VALUE[self._breaker]}, keep=True)
+        self._offer({apitypes.BREAKER_ANNOTATION: BREAKER_VALUE[self._breaker]}, keep=True)
 
     @property
     def director_errors(self) -> tuple[DirectorErrorNote, ...]:
@@ -112,14 +110,14 @@ class LeaseNotes:
             ev = breaker_event(was, state)
             if ev is not None:
                 self._events.append(ev)
-        self._offer({BREAKER: BREAKER_VALUE[state]}, keep=True)
+        self._offer({apitypes.BREAKER_ANNOTATION: BREAKER_VALUE[state]}, keep=True)
 
     def director_error(self, operation: str, err: errors.DirectorError) -> None:
         """The Director client's ``on_error``."""
         with self._lock:
             self._errors = add_error(self._errors, self._now(), operation, str(err))
             value = errors_value(self._errors)
-        self._offer({DIRECTOR_ERRORS: value}, keep=False)
+        self._offer({apitypes.DIRECTOR_ERRORS_ANNOTATION: value}, keep=False)
 
     def _offer(self, values: Mapping[str, str], *, keep: bool) -> None:
         with self._lock:

@@ -6,11 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from common import gateway
+from common import apitypes, gateway
 from compass import decide, model
-
-MAPPINGS = gateway.Resource(model.MAPPING_GROUP, model.MAPPING_VERSION, model.MAPPING_PLURAL)
-KYMAS = gateway.Resource(model.KYMA_GROUP, model.KYMA_VERSION, model.KYMA_PLURAL)
 
 
 class Kcp:
@@ -25,19 +22,19 @@ class Kcp:
         return self._kcp.list_items(res, self.namespace, page_size=self._page)
 
     def kymas(self) -> list[model.Kyma]:
-        return [model.kyma_from(o) for o in self._list(KYMAS)]
+        return [model.kyma_from(o) for o in self._list(apitypes.KYMAS)]
 
     def mappings(self) -> list[model.MappingView]:
-        return [model.mapping_from(o) for o in self._list(MAPPINGS)]
+        return [model.mapping_from(o) for o in self._list(apitypes.COMPASS_MANAGER_MAPPINGS)]
 
     def get_mapping(self, name: str) -> model.MappingView | None:
-        obj = self._kcp.get_or_none(MAPPINGS, self.namespace, name)
+        obj = self._kcp.get_or_none(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, name)
         return None if obj is None else model.mapping_from(obj)
 
     def create_mapping(self, kyma: model.Kyma, *, registering: bool) -> model.MappingView:
         body = {
-            "apiVersion": f"{model.MAPPING_GROUP}/{model.MAPPING_VERSION}",
-            "kind": model.MAPPING_KIND,
+            "apiVersion": f"{apitypes.COMPASS_MANAGER_MAPPINGS.group}/{apitypes.COMPASS_MANAGER_MAPPINGS.version}",
+            "kind": apitypes.COMPASS_MANAGER_MAPPING_KIND,
             "metadata": {
                 "name": kyma.name, "namespace": self.namespace,
                 "labels": decide.mapping_labels(kyma),
@@ -46,7 +43,7 @@ class Kcp:
             },
             "spec": {},
         }
-        return model.mapping_from(self._kcp.create(MAPPINGS, self.namespace, body))
+        return model.mapping_from(self._kcp.create(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, body))
 
     def patch_meta(self, name: str, *, labels: dict[str, str | None] | None = None,
                    annotations: dict[str, str | None] | None = None) -> model.MappingView:
@@ -56,15 +53,15 @@ class Kcp:
         if annotations is not None:
             meta["annotations"] = annotations
         return model.mapping_from(
-            self._kcp.patch(MAPPINGS, self.namespace, name, {"metadata": meta}))
+            self._kcp.patch(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, name, {"metadata": meta}))
 
     def patch_status(self, name: str, status: dict[str, Any]) -> model.MappingView:
-        return model.mapping_from(self._kcp.patch(MAPPINGS, self.namespace, name,
+        return model.mapping_from(self._kcp.patch(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, name,
                                                   {"status": status}, subresource="status"))
 
     def delete_mapping(self, name: str) -> model.MappingView | None:
         try:
-            self._kcp.delete(MAPPINGS, self.namespace, name)
+            self._kcp.delete(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, name)
         except gateway.NotFound:
             pass
         return self.get_mapping(name)
@@ -72,7 +69,7 @@ class Kcp:
     def remove_finalizer(self, m: model.MappingView) -> None:
         rest = [f for f in m.finalizers if f != model.FINALIZER]
         try:
-            self._kcp.patch(MAPPINGS, self.namespace, m.name,
+            self._kcp.patch(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, m.name,
                             {"metadata": {"finalizers": rest or None}})
         except gateway.NotFound:
             pass

@@ -10,24 +10,13 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from common import apitypes
+
 # Kyma CR (lifecycle-manager) ---------------------------------------------------------------
-KYMA_GROUP, KYMA_VERSION, KYMA_PLURAL = "operator.kyma-project.io", "v1beta2", "kymas"
-GLOBAL_ACCOUNT = "kyma-project.io/global-account-id"
-SUBACCOUNT = "kyma-project.io/subaccount-id"
-SHOOT_NAME = "kyma-project.io/shoot-name"
-INSTANCE_ID = "kyma-project.io/instance-id"
-PLAN_ID = "kyma-project.io/broker-plan-id"
-PLAN_NAME = "kyma-project.io/broker-plan-name"
-REQUIRED_LABELS = (GLOBAL_ACCOUNT, SUBACCOUNT, SHOOT_NAME)
+REQUIRED_LABELS = (apitypes.GLOBAL_ACCOUNT_LABEL, apitypes.SUBACCOUNT_LABEL, apitypes.SHOOT_NAME_LABEL)
 APP_CONNECTOR_MODULE = "application-connector"
 
 # CompassManagerMapping (compatible with compass-manager) -----------------------------------
-MAPPING_GROUP, MAPPING_VERSION = "operator.kyma-project.io", "v1beta1"
-MAPPING_PLURAL, MAPPING_KIND = "compassmanagermappings", "CompassManagerMapping"
-KYMA_NAME = "operator.kyma-project.io/kyma-name"
-COMPASS_RUNTIME_ID = "kyma-project.io/compass-runtime-id"
-MAPPING_GLOBAL_ACCOUNT = "kyma-project.io/global-account-id"
-MAPPING_SUBACCOUNT = "kyma-project.io/subaccount-id"
 FINALIZER = "tether.kyma-project.io/compass-registration"
 # Written before the first registerRuntime call: a later run that finds it without a
 # runtime ID looks the runtime up in the Director before registering again.
@@ -62,11 +51,11 @@ class MappingView(NamedTuple):
 
     @property
     def runtime_id(self) -> str | None:
-        return self.labels.get(COMPASS_RUNTIME_ID) or None
+        return self.labels.get(apitypes.COMPASS_RUNTIME_ID_LABEL) or None
 
     @property
     def tenant(self) -> str | None:
-        return self.labels.get(MAPPING_GLOBAL_ACCOUNT) or None
+        return self.labels.get(apitypes.GLOBAL_ACCOUNT_LABEL) or None
 
     @property
     def registering(self) -> bool:

@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from common import events, gateway, logs, skr_clients
+from common import apitypes, events, gateway, logs, skr_clients
 from compass import agent_secret, decide, errors, metrics, model, status
 from compass import director as director_mod
 from compass import mappings as mappings_mod
@@ -146,7 +146,7 @@ class Reconciler:
         name = m.name if m is not None else f.kyma.name if f.kyma is not None else ""
         if self.events is None or not name:
             return
-        ref = events.Ref(f"{model.MAPPING_GROUP}/{model.MAPPING_VERSION}", model.MAPPING_KIND,
+        ref = events.Ref(f"{apitypes.COMPASS_MANAGER_MAPPINGS.group}/{apitypes.COMPASS_MANAGER_MAPPINGS.version}", apitypes.COMPASS_MANAGER_MAPPING_KIND,
                          self.kcp.namespace, name, m.uid if m is not None else "")
         self.events.emit(ref, reason, message, warning=warning)
 
@@ -184,8 +184,8 @@ class Reconciler:
     def _tenant(self, f: decide.Facts) -> str:
         if f.mapping is not None and f.mapping.tenant:
             return f.mapping.tenant
-        if f.kyma is not None and f.kyma.labels.get(model.GLOBAL_ACCOUNT):
-            return f.kyma.labels[model.GLOBAL_ACCOUNT]
+        if f.kyma is not None and f.kyma.labels.get(apitypes.GLOBAL_ACCOUNT_LABEL):
+            return f.kyma.labels[apitypes.GLOBAL_ACCOUNT_LABEL]
         raise errors.InvalidInput("no global account ID (Tenant) known for this runtime")
 
     def _hook(self, kind: str) -> None:
@@ -249,8 +249,8 @@ class Reconciler:
 
     def _registered(self, f: decide.Facts, tenant: str, rid: str, cond: str | None, *,
                     adopted: bool) -> decide.Facts:
-        m = self.kcp.patch_meta(_mapping(f).name, labels={model.COMPASS_RUNTIME_ID: rid,
-                                                          model.MAPPING_GLOBAL_ACCOUNT: tenant})
+        m = self.kcp.patch_meta(_mapping(f).name, labels={apitypes.COMPASS_RUNTIME_ID_LABEL: rid,
+                                                          apitypes.GLOBAL_ACCOUNT_LABEL: tenant})
         m = m._replace(status=status.registered(m.status, f.now, rid, adopted))
         self._event(f._replace(mapping=m), "Registered",
                     f"runtime {rid} found in the Director (registered earlier)" if adopted
@@ -258,7 +258,7 @@ class Reconciler:
         return f._replace(mapping=m, registered_now=True, fetched=True, runtime_condition=cond)
 
     def _forget_runtime(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        m = self.kcp.patch_meta(_mapping(f).name, labels={model.COMPASS_RUNTIME_ID: None},
+        m = self.kcp.patch_meta(_mapping(f).name, labels={apitypes.COMPASS_RUNTIME_ID_LABEL: None},
                                 annotations={model.REGISTERING: "true"})
         m = self._write(m, f.now, status.forgotten(m.status, f.now, a.reason, a.message))
         return f._replace(mapping=m, fetched=False, runtime_condition=None, looked_up=False,

@@ -22,7 +22,7 @@ from typing import Any
 
 from cryptography import x509
 
-from common import certs, changes, gateway, logs, pki
+from common import apitypes, certs, changes, gateway, logs, pki
 
 ROLLOVER_STARTED = "tether.kyma-project.io/rollover-started"
 
@@ -95,7 +95,7 @@ class CAStore:
                previous: x509.Certificate | None, started: datetime.datetime | None = None) -> None:
         data = {k: base64.b64encode(v).decode() for k, v in pki.ca_secret_data(current, previous).items()}
         meta: dict[str, Any] = {"name": self.secret, "namespace": self.namespace,
-                "labels": {"app.kubernetes.io/part-of": "tether", "app.kubernetes.io/managed-by": "tether-enroller"},
+                "labels": {"app.kubernetes.io/part-of": "tether", apitypes.MANAGED_BY_LABEL: "tether-enroller"},
                 "annotations": {ROLLOVER_STARTED: changes.format_time(started)} if started else {}}
         body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta, "data": data}
         if doc is None:
@@ -111,7 +111,7 @@ class CAStore:
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": self.config_map, "namespace": self.namespace,
                              "labels": {"app.kubernetes.io/part-of": "tether",
-                                        "app.kubernetes.io/managed-by": "tether-enroller"}},
+                                        apitypes.MANAGED_BY_LABEL: "tether-enroller"}},
                 "data": {"ca.crt": bundle.decode()}}
         if doc is None:
             self.kcp.create(gateway.CONFIGMAPS, self.namespace, body)

@@ -50,16 +50,13 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from common import certs, changes, events, gateway, kyma, logs, pki, skr_clients
+from common import apitypes, certs, changes, events, gateway, kyma, logs, pki, skr_clients
 from enroller import castore, decide, dispatch, metrics, render
 from enroller import settings as settings_mod
 
 log = logging.getLogger("tether.enroller")
 
-KYMAS = gateway.Resource("operator.kyma-project.io", "v1beta2", "kymas")
-ENROLLMENTS = gateway.Resource("tether.kyma-project.io", "v1alpha1", "runtimeenrollments")
 FINALIZER = "tether.kyma-project.io/enroller"
-HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"  # the listener's per-runtime Leases
 CA_SERIAL = "tether.kyma-project.io/ca-serial"
 QUARANTINED = "MissedCARollover"  # the Quarantined condition's reason (and Ready's, while it lasts)
 HEARTBEAT_STALE = datetime.timedelta(minutes=10)
@@ -142,12 +139,12 @@ class Enroller:
         else:
             ca = self._ca
         if only is None:  # the fleet: one list each
-            kymas = list(self.kcp.list_items(KYMAS, ns))
-            enrollments = {e["metadata"]["name"]: e for e in self.kcp.list_items(ENROLLMENTS, ns)}
+            kymas = list(self.kcp.list_items(apitypes.KYMAS, ns))
+            enrollments = {e["metadata"]["name"]: e for e in self.kcp.list_items(apitypes.RUNTIME_ENROLLMENTS, ns)}
             beats = self._beats = self._heartbeats()
         else:  # a reaction to a few Kyma CRs: read those, not the fleet
-            kymas = [k for n in sorted(only) if (k := self.kcp.get_or_none(KYMAS, ns, n)) is not None]
-            enrollments = {n: e for n in only if (e := self.kcp.get_or_none(ENROLLMENTS, ns, n)) is not None}
+            kymas = [k for n in sorted(only) if (k := self.kcp.get_or_none(apitypes.KYMAS, ns, n)) is not None]
+            enrollments = {n: e for n in only if (e := self.kcp.get_or_none(apitypes.RUNTIME_ENROLLMENTS, ns, n)) is not None}
             beats = self._beats
         by_name = {k["metadata"]["name"]: k for k in kymas}
         work = [(n, functools.partial(self.one, k, ca, enrollments.get(n), beats)) for n, k in by_name.items()]
@@ -242,7 +239,7 @@ class Enroller:
         if not self.active():
             return {}
         changed = set()
-        for k in self.kcp.list_items(KYMAS, self.s.kcp_namespace, metadata_only=True):
+        for k in self.kcp.list_items(apitypes.KYMAS, self.s.kcp_namespace, metadata_only=True):
             meta = k["metadata"]
             mem = self._mem(meta["name"])
             # changed, or enrolled and waiting for its webhook to serve (Ready within seconds)
@@ -258,8 +255,8 @@ class Enroller:
         out: dict[str, datetime.datetime] = {}
         try:
             for lease in self.kcp.list_items(gateway.LEASES, self.s.heartbeat_namespace,
-                                             label_selector=f"{HEARTBEAT_LABEL}=true"):
-                rid = (lease["metadata"].get("labels") or {}).get(kyma.RUNTIME_ID_LABEL)
+                                             label_selector=f"{apitypes.HEARTBEAT_LABEL}=true"):
+                rid = (lease["metadata"].get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
                 t = changes.parse_time((lease.get("spec") or {}).get("renewTime"))
                 if rid and t is not None:
                     out[rid] = t
@@ -319,7 +316,7 @@ class Enroller:
         if FINALIZER in finalizers:
             return
         try:
-            self.kcp.patch(KYMAS, self.s.kcp_namespace, meta["name"], {"metadata": {
+            self.kcp.patch(apitypes.KYMAS, self.s.kcp_namespace, meta["name"], {"metadata": {
                 "finalizers": [*finalizers, FINALIZER], "resourceVersion": meta["resourceVersion"]}})
         except gateway.Conflict:
             raise Failure("KymaChanged", "the Kyma CR changed while adding the finalizer; next run") from None
@@ -338,9 +335,9 @@ class Enroller:
 
     def _enroll(self, view: kyma.KymaView, ca: castore.CA, mem: Memory) -> Result:
         if not view.runtime_id or not kyma.valid_runtime_id(view.runtime_id):
-            raise Failure("RuntimeIdMissing", f"the Kyma CR has no valid {kyma.RUNTIME_ID_LABEL} label")
+            raise Failure("RuntimeIdMissing", f"the Kyma CR has no valid {apitypes.RUNTIME_ID_LABEL} label")
         if not view.domain:
-            raise Failure("DomainMissing", f"the Kyma CR has no {kyma.DOMAIN_ANNOTATION} annotation")
+            raise Failure("DomainMissing", f"the Kyma CR has no {apitypes.SKR_DOMAIN_ANNOTATION} annotation")
         try:
             skr = self.skrs.get(view.name)
         except skr_clients.SkrClientError as e:
@@ -351,7 +348,7 @@ class Enroller:
             raise Failure("KubeconfigMissing", str(e)) from None
         now = self.now()
         client_secret = self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET)
-        hook = self._read(skr, render.WEBHOOK_CONFIGS, None, render.WEBHOOK_CONFIG)
+        hook = self._read(skr, apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS, None, render.WEBHOOK_CONFIG)
         notes = ((client_secret or {}).get("metadata") or {}).get("annotations") or {}
         data = (client_secret or {}).get("data") or {}
         client_pem = base64.b64decode(data["tls.crt"]) if "tls.crt" in data else None
@@ -448,7 +445,7 @@ class Enroller:
             self.stats.applies.labels(cause).inc()
             log.info("runtime %s (Kyma %s): applied %d objects (%s)", view.runtime_id, view.name, len(objs), cause)
         if cause is not None or mem.webhook_serving is not True:
-            dep = self._read(skr, render.DEPLOYMENTS, render.NAMESPACE, "tether-webhook")
+            dep = self._read(skr, apitypes.DEPLOYMENTS, render.NAMESPACE, "tether-webhook")
             mem.webhook_serving = bool(dep and ((dep.get("status") or {}).get("availableReplicas") or 0) > 0)
         return Result(view.runtime_id, cause, renewed, certs.not_after(parsed), mem.webhook_serving, client_ca)
 
@@ -526,7 +523,7 @@ class Enroller:
                         "the %ds timeout", name, problem, self.s.removal_timeout)
             return "Removing"
         try:
-            self.kcp.patch(KYMAS, self.s.kcp_namespace, name, {"metadata": {
+            self.kcp.patch(apitypes.KYMAS, self.s.kcp_namespace, name, {"metadata": {
                 "finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
                 "resourceVersion": meta["resourceVersion"]}})
         except gateway.GatewayError as e:
@@ -537,14 +534,14 @@ class Enroller:
         self._event(obj, "Kyma", "Removed" if problem is None else "RemovalTimedOut",
                     "Tether removed from the runtime" if problem is None else
                     f"the runtime was not reachable for {self.s.removal_timeout:.0f}s: {problem}",
-                    warning=problem is not None, api_version=f"{KYMAS.group}/{KYMAS.version}")
+                    warning=problem is not None, api_version=f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}")
         self._delete_enrollment(name)
         self.skrs.forget(name)
         return "Removing"
 
     def _delete_enrollment(self, name: str) -> None:
         try:
-            self.kcp.delete(ENROLLMENTS, self.s.kcp_namespace, name)
+            self.kcp.delete(apitypes.RUNTIME_ENROLLMENTS, self.s.kcp_namespace, name)
         except gateway.NotFound:
             pass
         except gateway.GatewayError as e:
@@ -619,21 +616,21 @@ class Enroller:
         if mem.status == status:
             return
         if enrollment is None and mem.status is None:
-            body = {"apiVersion": f"{ENROLLMENTS.group}/{ENROLLMENTS.version}", "kind": "RuntimeEnrollment",
+            body = {"apiVersion": f"{apitypes.RUNTIME_ENROLLMENTS.group}/{apitypes.RUNTIME_ENROLLMENTS.version}", "kind": "RuntimeEnrollment",
                     "metadata": {"name": name, "namespace": self.s.kcp_namespace,
-                                 "labels": {kyma.RUNTIME_ID_LABEL: view.runtime_id or "",
+                                 "labels": {apitypes.RUNTIME_ID_LABEL: view.runtime_id or "",
                                             **render.MANAGED_BY} if view.runtime_id and kyma.valid_runtime_id(view.runtime_id)
                                  else dict(render.MANAGED_BY)},
                     "spec": {"kymaName": name, "runtimeId": view.runtime_id or ""}}
             try:
-                self.kcp.create(ENROLLMENTS, self.s.kcp_namespace, body)
+                self.kcp.create(apitypes.RUNTIME_ENROLLMENTS, self.s.kcp_namespace, body)
             except gateway.Conflict:
                 pass
             except gateway.GatewayError as e:
                 log.warning("RuntimeEnrollment %s: create failed: %s", name, logs.bounded(e, 200))
                 return
         try:
-            self.kcp.patch(ENROLLMENTS, self.s.kcp_namespace, name, {"status": status}, subresource="status")
+            self.kcp.patch(apitypes.RUNTIME_ENROLLMENTS, self.s.kcp_namespace, name, {"status": status}, subresource="status")
         except gateway.GatewayError as e:
             log.warning("RuntimeEnrollment %s: status not written: %s", name, logs.bounded(e, 200))
             return
@@ -673,7 +670,7 @@ class Enroller:
             self._event(target, "RuntimeEnrollment", "Ready", "the runtime is connected")
 
     def _event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str, *, warning: bool = False,
-               api_version: str = f"{ENROLLMENTS.group}/{ENROLLMENTS.version}") -> None:
+               api_version: str = f"{apitypes.RUNTIME_ENROLLMENTS.group}/{apitypes.RUNTIME_ENROLLMENTS.version}") -> None:
         meta = obj["metadata"]
         self.events.emit(events.Ref(api_version, kind, self.s.kcp_namespace, meta["name"], meta.get("uid") or ""),
                          reason, message, warning=warning)

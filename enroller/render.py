@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from common import gateway
+from common import apitypes, gateway
 
 BUNDLE_FILE = pathlib.Path(__file__).with_name("skr-bundle.yaml")
 NAMESPACE = "tether-system"
@@ -35,8 +35,7 @@ SERVING_SECRET = "tether-webhook-serving"
 WEBHOOK_CONFIG = "tether-configmaps"
 WEBHOOK_SERVICE_NAMES = ("tether-webhook.tether-system.svc", "tether-webhook.tether-system")
 MANAGER = "tether-enroller"
-MANAGED_BY = {"app.kubernetes.io/managed-by": MANAGER}
-RUNTIME_LABEL = "kyma-project.io/runtime-id"  # on the pods, so their series name the runtime
+MANAGED_BY = {apitypes.MANAGED_BY_LABEL: MANAGER}
 DIGEST = "tether.kyma-project.io/bundle-digest"
 CLIENT_SERIAL = "tether.kyma-project.io/client-serial"
 SERVING_SERIAL = "tether.kyma-project.io/serving-serial"
@@ -44,31 +43,25 @@ SERVING_NOT_AFTER = "tether.kyma-project.io/serving-not-after"
 SERVING_RENEW_AT = "tether.kyma-project.io/serving-renew-at"
 
 RESOURCES: dict[tuple[str, str], gateway.Resource] = {
-    ("v1", "Namespace"): gateway.NAMESPACES,
-    ("v1", "ServiceAccount"): gateway.Resource("", "v1", "serviceaccounts"),
-    ("v1", "ConfigMap"): gateway.CONFIGMAPS,
-    ("v1", "Secret"): gateway.SECRETS,
-    ("v1", "Service"): gateway.Resource("", "v1", "services"),
-    ("apps/v1", "Deployment"): gateway.Resource("apps", "v1", "deployments"),
-    ("rbac.authorization.k8s.io/v1", "Role"): gateway.Resource("rbac.authorization.k8s.io", "v1", "roles"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"):
-        gateway.Resource("rbac.authorization.k8s.io", "v1", "rolebindings"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"):
-        gateway.Resource("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"):
-        gateway.Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False),
-    ("policy/v1", "PodDisruptionBudget"): gateway.Resource("policy", "v1", "poddisruptionbudgets"),
-    ("networking.k8s.io/v1", "NetworkPolicy"): gateway.Resource("networking.k8s.io", "v1", "networkpolicies"),
+    ("v1", "Namespace"): apitypes.NAMESPACES,
+    ("v1", "ServiceAccount"): apitypes.SERVICE_ACCOUNTS,
+    ("v1", "ConfigMap"): apitypes.CONFIGMAPS,
+    ("v1", "Secret"): apitypes.SECRETS,
+    ("v1", "Service"): apitypes.SERVICES,
+    ("apps/v1", "Deployment"): apitypes.DEPLOYMENTS,
+    ("rbac.authorization.k8s.io/v1", "Role"): apitypes.ROLES,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): apitypes.ROLE_BINDINGS,
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): apitypes.CLUSTER_ROLES,
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): apitypes.CLUSTER_ROLE_BINDINGS,
+    ("policy/v1", "PodDisruptionBudget"): apitypes.POD_DISRUPTION_BUDGETS,
+    ("networking.k8s.io/v1", "NetworkPolicy"): apitypes.NETWORK_POLICIES,
     ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"):
-        gateway.Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
-                         namespaced=False),
+        apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS,
 }
 # apply order: what others refer to first, the webhook registration last
 ORDER = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
          "ConfigMap", "Secret", "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy",
          "ValidatingWebhookConfiguration"]
-WEBHOOK_CONFIGS = RESOURCES[("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration")]
-DEPLOYMENTS = RESOURCES[("apps/v1", "Deployment")]
 
 
 class BundleError(ValueError):
@@ -138,7 +131,7 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
         if o["kind"] == "Deployment":
             # the runtime's series carry its ID (the PodMonitors copy this pod label)
             template = o["spec"]["template"].setdefault("metadata", {})
-            template["labels"] = {**(template.get("labels") or {}), RUNTIME_LABEL: i.runtime_id}
+            template["labels"] = {**(template.get("labels") or {}), apitypes.RUNTIME_ID_LABEL: i.runtime_id}
         if o["kind"] == "Deployment" and i.image:
             for c in o["spec"]["template"]["spec"].get("containers") or []:
                 if c.get("image", "").rsplit(":", 1)[0].rsplit("/", 1)[-1] == "tether":

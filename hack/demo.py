@@ -30,6 +30,8 @@ from typing import Any
 
 from kubernetes import client
 
+from common import apitypes
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -98,7 +100,7 @@ def scenario(fleet: deployed.Fleet) -> None:
         name = records.object_name(records.Key(RUNTIME_ID, "demo", "app-config"))
         try:
             obj: dict[str, Any] = custom.get_namespaced_custom_object(
-                records.GROUP, records.VERSION, KCP_NS, records.PLURAL, name)
+                apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, KCP_NS, apitypes.RUNTIME_CONFIGMAPS.plural, name)
         except client.ApiException:
             return None
         return obj
@@ -109,7 +111,7 @@ def scenario(fleet: deployed.Fleet) -> None:
     rv = cm.metadata.resource_version
     wait_for("the change in the KCP", lambda: (s := stored()) and s["spec"]["resourceVersion"] == rv)
     say(f"SKR ConfigMap demo/app-config created (rv {rv}) -> stored in the KCP as "
-        f"{records.KIND} in {time.monotonic() - t:.2f}s (through the installed webhook)")
+        f"{apitypes.RUNTIME_CONFIGMAP_KIND} in {time.monotonic() - t:.2f}s (through the installed webhook)")
     t = time.monotonic()
     cm = score.patch_namespaced_config_map("app-config", "demo", {"data": {"greeting": "hi"}})
     rv = cm.metadata.resource_version

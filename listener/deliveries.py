@@ -30,18 +30,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from common import delivery, gateway, logs
+from common import apitypes, delivery, gateway, logs
 from listener import heartbeat, quota, records
 from listener import metrics as listener_metrics
 
 log = logging.getLogger(__name__)
-RESOURCE = gateway.Resource(delivery.GROUP, delivery.VERSION, delivery.PLURAL)
 MAX_RUNTIMES = 10_000  # runtimes with unsent counts per worker
 MAX_REMEMBERED = 50_000  # last flush times kept (forgetting one only flushes it earlier)
 BEATS_FLUSH_SECONDS = 600.0  # a delta of requests seen only waits this long to be merged
 MAX_ATTEMPTS = 4
 LOG_EVERY = 30.0
-LABELS = {records.MANAGED_BY_LABEL: records.MANAGED_BY}
+LABELS = {apitypes.MANAGED_BY_LABEL: records.MANAGED_BY}
 
 
 def _utcnow() -> datetime.datetime:
@@ -259,23 +258,23 @@ class Deliveries:
     def _write(self, runtime_id: str, delta: delivery.Delta) -> None:
         ns, name = self._namespace, heartbeat.lease_name(runtime_id)
         for attempt in range(MAX_ATTEMPTS):
-            obj = self._kcp.get_or_none(RESOURCE, ns, name, timeout=self._timeout)
+            obj = self._kcp.get_or_none(apitypes.RUNTIME_DELIVERIES, ns, name, timeout=self._timeout)
             if obj is None:
                 body = delivery.body(name, ns, runtime_id,
-                                     {records.RUNTIME_LABEL: runtime_id, **LABELS})
+                                     {apitypes.RUNTIME_ID_LABEL: runtime_id, **LABELS})
                 try:
-                    obj = self._kcp.create(RESOURCE, ns, body, timeout=self._timeout)
+                    obj = self._kcp.create(apitypes.RUNTIME_DELIVERIES, ns, body, timeout=self._timeout)
                 except gateway.Conflict:  # another worker created it just now: read it
                     continue
             if (obj.get("spec") or {}).get("runtimeId") != runtime_id:
-                raise gateway.Rejected(f"{delivery.PLURAL}/{name} belongs to another runtime")
+                raise gateway.Rejected(f"{apitypes.RUNTIME_DELIVERIES.plural}/{name} belongs to another runtime")
             obj["status"] = delivery.merge(obj.get("status"), delta, runtime_id, self._now())
             try:
-                self._kcp.request("PUT", RESOURCE.path(ns, name, "status"), body=obj,
+                self._kcp.request("PUT", apitypes.RUNTIME_DELIVERIES.path(ns, name, "status"), body=obj,
                                   timeout=self._timeout,
-                                  what=f"update {delivery.PLURAL}/status")
+                                  what=f"update {apitypes.RUNTIME_DELIVERIES.plural}/status")
                 return
             except gateway.Conflict:  # another worker or replica merged in between
                 self._metrics.write_conflicts.labels("delivery").inc()
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
-        raise gateway.Unavailable(f"{delivery.PLURAL}: {MAX_ATTEMPTS} conflicts in a row")
+        raise gateway.Unavailable(f"{apitypes.RUNTIME_DELIVERIES.plural}: {MAX_ATTEMPTS} conflicts in a row")

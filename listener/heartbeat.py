@@ -34,11 +34,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from common import changes, gateway, logs
+from common import apitypes, changes, gateway, logs
 from listener import epochs, records, retention
 
-LABEL = "tether.kyma-project.io/heartbeat"
-ANN_EPOCH = "tether.kyma-project.io/epoch"
 ANN_IDENTITY = "tether.kyma-project.io/runtime-identity"
 MAX_REMEMBERED = 50_000
 EPOCH_TTL = 10.0  # seconds a worker trusts its cached epoch of a runtime
@@ -69,7 +67,7 @@ def state_of(lease: dict[str, Any]) -> epochs.State:
     meta = lease.get("metadata") or {}
     ann = meta.get("annotations") or {}
     identity = ann.get(ANN_IDENTITY)
-    return epochs.State(changes.epoch_of(ann.get(ANN_EPOCH)),
+    return epochs.State(changes.epoch_of(ann.get(apitypes.EPOCH_ANNOTATION)),
                         identity if isinstance(identity, str) else "",
                         str(meta.get("resourceVersion") or ""))
 
@@ -124,8 +122,8 @@ class Heartbeats:
     def _new_lease(self, runtime_id: str, annotations: dict[str, str]) -> dict[str, Any]:
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": lease_name(runtime_id), "namespace": self._namespace,
-                             "labels": {LABEL: "true", records.RUNTIME_LABEL: runtime_id,
-                                        records.MANAGED_BY_LABEL: records.MANAGED_BY},
+                             "labels": {apitypes.HEARTBEAT_LABEL: "true", apitypes.RUNTIME_ID_LABEL: runtime_id,
+                                        apitypes.MANAGED_BY_LABEL: records.MANAGED_BY},
                              "annotations": annotations},
                 "spec": _spec(runtime_id)}
 
@@ -142,7 +140,7 @@ class Heartbeats:
     def write_epoch(self, runtime_id: str, state: epochs.State, decision: epochs.Decision) -> None:
         """Write ``decision`` over ``state`` (read before): ``gateway.Conflict`` when the
         Lease changed since (or was created meanwhile)."""
-        ann = {ANN_EPOCH: str(decision.epoch), ANN_IDENTITY: decision.identity}
+        ann = {apitypes.EPOCH_ANNOTATION: str(decision.epoch), ANN_IDENTITY: decision.identity}
         if not state.lease_version:
             self._kcp.create(gateway.LEASES, self._namespace, self._new_lease(runtime_id, ann),
                              timeout=self._timeout)
@@ -160,7 +158,7 @@ class Heartbeats:
         a deprovisioned runtime is not a silent one."""
         out: list[datetime.datetime] = []
         for lease in self._kcp.list_items(gateway.LEASES, self._namespace,
-                                          label_selector=f"{LABEL}=true", page_size=500,
+                                          label_selector=f"{apitypes.HEARTBEAT_LABEL}=true", page_size=500,
                                           timeout=self._timeout):
             if retention.ORPHANED_SINCE in ((lease.get("metadata") or {}).get("annotations")
                                             or {}):

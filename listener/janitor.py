@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from common import changes, gateway, kyma, logs, statehash
-from listener import deliveries, heartbeat, records, retention, statesummary, store
+from common import apitypes, changes, gateway, kyma, logs, statehash
+from listener import heartbeat, records, retention, statesummary
 from listener import metrics as listener_metrics
 from listener import settings as settings_mod
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 MAX_TOMBSTONES = 5000  # deletions per run; the rest waits for the next run
 SUMMARY_FLUSH_SECONDS = 30.0  # merging what was pruned into the state summaries, per run
 PAGE = 500
-OWN_RECORDS = f"{records.MANAGED_BY_LABEL}={records.MANAGED_BY}"
+OWN_RECORDS = f"{apitypes.MANAGED_BY_LABEL}={records.MANAGED_BY}"
 API_ERRORS = gateway.GatewayError
 
 
@@ -78,13 +78,13 @@ class Kcp:
 
     def record_metadata(self) -> Iterator[dict[str, Any]]:
         """Metadata of every record the listener wrote in the namespace."""
-        return self._metadata_list(store.RECORDS, OWN_RECORDS)
+        return self._metadata_list(apitypes.RUNTIME_CONFIGMAPS, OWN_RECORDS)
 
     def kyma_runtime_ids(self) -> set[str]:
         """The runtime IDs that have a Kyma CR (label ``kyma-project.io/runtime-id``)."""
         out: set[str] = set()
-        for meta in self._metadata_list(kyma.RESOURCE, kyma.RUNTIME_ID_LABEL):
-            rid = (meta.get("labels") or {}).get(kyma.RUNTIME_ID_LABEL)
+        for meta in self._metadata_list(apitypes.KYMAS, apitypes.RUNTIME_ID_LABEL):
+            rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
             if isinstance(rid, str):
                 out.add(rid)
         return out
@@ -96,10 +96,10 @@ class Kcp:
     def heartbeat_leases(self) -> dict[str, LeaseFacts]:
         out: dict[str, LeaseFacts] = {}
         for lease in self._kcp.list_items(gateway.LEASES, self.heartbeat_namespace,
-                                          label_selector=f"{heartbeat.LABEL}=true",
+                                          label_selector=f"{apitypes.HEARTBEAT_LABEL}=true",
                                           page_size=PAGE, timeout=self._timeout):
             meta = lease.get("metadata") or {}
-            rid = (meta.get("labels") or {}).get(records.RUNTIME_LABEL) or (
+            rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL) or (
                 (lease.get("spec") or {}).get("holderIdentity"))
             if rid:
                 out[rid] = LeaseFacts(str(meta.get("name") or ""), rid, (
@@ -110,7 +110,7 @@ class Kcp:
         """Delete one tombstone if it is unchanged since listed; False when it changed or
         is gone already."""
         try:
-            self._kcp.delete(store.RECORDS, self.namespace, t.name, preconditions={
+            self._kcp.delete(apitypes.RUNTIME_CONFIGMAPS, self.namespace, t.name, preconditions={
                 "resourceVersion": t.resource_version, "uid": t.uid}, timeout=self._timeout)
         except (gateway.NotFound, gateway.Conflict):
             return False
@@ -119,8 +119,8 @@ class Kcp:
     def delete_runtime_records(self, runtime_id: str) -> int | None:
         """Delete every record of a runtime; how many when the API says."""
         resp = self._kcp.delete_collection(
-            store.RECORDS, self.namespace,
-            label_selector=f"{records.RUNTIME_LABEL}={runtime_id},{OWN_RECORDS}",
+            apitypes.RUNTIME_CONFIGMAPS, self.namespace,
+            label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{OWN_RECORDS}",
             timeout=self._timeout)
         items = resp.get("items")
         return len(items) if isinstance(items, list) else None
@@ -128,8 +128,8 @@ class Kcp:
     def delivery_runtime_ids(self) -> set[str]:
         """The runtimes that have a ``RuntimeDelivery`` the listener wrote."""
         out: set[str] = set()
-        for meta in self._metadata_list(deliveries.RESOURCE, OWN_RECORDS):
-            rid = (meta.get("labels") or {}).get(records.RUNTIME_LABEL)
+        for meta in self._metadata_list(apitypes.RUNTIME_DELIVERIES, OWN_RECORDS):
+            rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
             if isinstance(rid, str):
                 out.add(rid)
         return out
@@ -137,7 +137,7 @@ class Kcp:
     def delete_delivery(self, runtime_id: str) -> bool:
         """Delete the runtime's ``RuntimeDelivery``; False when there is none."""
         try:
-            self._kcp.delete(deliveries.RESOURCE, self.namespace,
+            self._kcp.delete(apitypes.RUNTIME_DELIVERIES, self.namespace,
                              heartbeat.lease_name(runtime_id), timeout=self._timeout)
         except gateway.NotFound:
             return False
@@ -146,15 +146,15 @@ class Kcp:
     def delete_summary(self, runtime_id: str) -> bool:
         """Delete the runtime's ``RuntimeStateSummary``; False when there is none."""
         try:
-            self._kcp.delete(statesummary.RESOURCE, self.namespace,
+            self._kcp.delete(apitypes.RUNTIME_STATE_SUMMARIES, self.namespace,
                              statesummary.name_of(runtime_id), timeout=self._timeout)
         except gateway.NotFound:
             return False
         return True
 
     def has_records(self, runtime_id: str) -> bool:
-        doc = self._kcp.list(store.RECORDS, self.namespace, limit=1, metadata_only=True,
-                             label_selector=f"{records.RUNTIME_LABEL}={runtime_id},{OWN_RECORDS}",
+        doc = self._kcp.list(apitypes.RUNTIME_CONFIGMAPS, self.namespace, limit=1, metadata_only=True,
+                             label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{OWN_RECORDS}",
                              timeout=self._timeout)
         return bool(doc.get("items"))
 
@@ -170,8 +170,8 @@ class Kcp:
             "metadata": {
                 "name": heartbeat.lease_name(runtime_id),
                 "namespace": self.heartbeat_namespace,
-                "labels": {heartbeat.LABEL: "true", records.RUNTIME_LABEL: runtime_id,
-                           records.MANAGED_BY_LABEL: records.MANAGED_BY},
+                "labels": {apitypes.HEARTBEAT_LABEL: "true", apitypes.RUNTIME_ID_LABEL: runtime_id,
+                           apitypes.MANAGED_BY_LABEL: records.MANAGED_BY},
                 "annotations": {retention.ORPHANED_SINCE: value}},
             "spec": {"holderIdentity": runtime_id}}
         try:
@@ -241,7 +241,7 @@ class Janitor:
         metas: dict[str, dict[str, Any]] = {}
         try:
             for meta in self.kcp.record_metadata():
-                rid = (meta.get("labels") or {}).get(records.RUNTIME_LABEL)
+                rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
                 if isinstance(rid, str):
                     counts[rid] += 1
                 if len(due) < MAX_TOMBSTONES:
@@ -320,7 +320,7 @@ class Janitor:
         return deleted
 
     def _removed(self, meta: dict[str, Any]) -> None:
-        rid = (meta.get("labels") or {}).get(records.RUNTIME_LABEL)
+        rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
         item = records.digest_item(meta)
         if self.summaries is not None and isinstance(rid, str) and item is not None:
             self.summaries.removed(rid, meta)

@@ -27,25 +27,16 @@ import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from common import changes, kyma, logs, statehash
+from common import apitypes, changes, logs, statehash
 
-GROUP = "tether.kyma-project.io"
-VERSION = "v1"
-PLURAL = "runtimeconfigmaps"
-KIND = "RuntimeConfigMap"
-API_VERSION = f"{GROUP}/{VERSION}"
-
-RUNTIME_LABEL = kyma.RUNTIME_ID_LABEL
 NAMESPACE_LABEL = "tether.kyma-project.io/namespace"
 # the key's bucket of the state summary (common.statehash), so one bucket is one label-selected
 # list (listener.statesummary); objects written before it have none until their next write
 BUCKET_LABEL = "tether.kyma-project.io/bucket"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "tether-listener"
 A = "tether.kyma-project.io/"
 ANN_NAMESPACE, ANN_NAME, ANN_UID = A + "namespace", A + "name", A + "uid"
 ANN_RV, ANN_OBSERVED, ANN_DELETED = A + "resource-version", A + "observed-at", A + "deleted"
-ANN_EPOCH = A + "epoch"
 
 _SPEC_FIELDS = ("runtimeId", "namespace", "name", "uid", "resourceVersion", "observedAt",
                 "deleted", "source", "epoch", "labels", "annotations", "data", "binaryData")
@@ -76,8 +67,8 @@ def body(record: Mapping[str, Any], namespace: str) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": object_name(key),
         "namespace": namespace,
-        "labels": {RUNTIME_LABEL: key.runtime_id, NAMESPACE_LABEL: key.namespace,
-                   MANAGED_BY_LABEL: MANAGED_BY,
+        "labels": {apitypes.RUNTIME_ID_LABEL: key.runtime_id, NAMESPACE_LABEL: key.namespace,
+                   apitypes.MANAGED_BY_LABEL: MANAGED_BY,
                    BUCKET_LABEL: str(statehash.bucket_of(key.namespace, key.name))},
         "annotations": {
             ANN_NAMESPACE: key.namespace, ANN_NAME: key.name,
@@ -85,11 +76,11 @@ def body(record: Mapping[str, Any], namespace: str) -> dict[str, Any]:
             ANN_RV: str(record["resourceVersion"]),
             ANN_OBSERVED: str(record["observedAt"]),
             ANN_DELETED: "true" if record["deleted"] else "false",
-            ANN_EPOCH: str(changes.epoch_of(record.get("epoch"))),
+            apitypes.EPOCH_ANNOTATION: str(changes.epoch_of(record.get("epoch"))),
         },
     }
     spec = {f: record[f] for f in _SPEC_FIELDS if f in record}
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "spec": spec}
+    return {"apiVersion": apitypes.RUNTIME_CONFIGMAPS.api_version, "kind": apitypes.RUNTIME_CONFIGMAP_KIND, "metadata": meta, "spec": spec}
 
 
 def updated(stored: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
@@ -143,7 +134,7 @@ def digest_item(meta: Mapping[str, Any]) -> changes.DigestItem | None:
     return changes.DigestItem(namespace=text(ANN_NAMESPACE), name=text(ANN_NAME), uid=text(ANN_UID),
                       resourceVersion=text(ANN_RV), observedAt=text(ANN_OBSERVED),
                       deleted=ann.get(ANN_DELETED) == "true",
-                      epoch=changes.epoch_of(ann.get(ANN_EPOCH)))
+                      epoch=changes.epoch_of(ann.get(apitypes.EPOCH_ANNOTATION)))
 
 
 def page(items: list[changes.DigestItem], after: tuple[str, str] | None,

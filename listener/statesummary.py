@@ -52,13 +52,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from common import changes, gateway, logs, numbers, statehash
+from common import apitypes, changes, gateway, logs, numbers, statehash
 from listener import heartbeat, quota, records, store
 
 log = logging.getLogger(__name__)
-GROUP, VERSION, PLURAL, KIND = ("tether.kyma-project.io", "v1alpha1", "runtimestatesummaries",
-                                "RuntimeStateSummary")
-RESOURCE = gateway.Resource(GROUP, VERSION, PLURAL)
 FLUSH_SECONDS = 1.0
 MAX_PENDING = 100_000  # pending bucket changes per worker, over all runtimes
 MAX_REMEMBERED = 50_000
@@ -306,36 +303,36 @@ class Summaries:
             except gateway.Conflict:
                 self._hooks.conflict()
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
-        raise gateway.Unavailable(f"{PLURAL}: {MAX_ATTEMPTS} conflicts in a row")
+        raise gateway.Unavailable(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: {MAX_ATTEMPTS} conflicts in a row")
 
     # -- the object --------------------------------------------------------------------------
 
     def _get(self, runtime_id: str) -> dict[str, Any] | None:
-        obj = self._kcp.get_or_none(RESOURCE, self._namespace, name_of(runtime_id),
+        obj = self._kcp.get_or_none(apitypes.RUNTIME_STATE_SUMMARIES, self._namespace, name_of(runtime_id),
                                     timeout=self._timeout)
         if obj is not None and (obj.get("spec") or {}).get("runtimeId") != runtime_id:
-            raise gateway.Rejected(f"{PLURAL}/{name_of(runtime_id)} belongs to another runtime")
+            raise gateway.Rejected(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}/{name_of(runtime_id)} belongs to another runtime")
         return obj
 
     def _put(self, runtime_id: str, obj: dict[str, Any], s: statehash.Stored) -> dict[str, Any]:
         obj = dict(obj)
         obj["status"] = {"runtimeId": runtime_id, "updatedAt": _now(), **statehash.status_of(s)}
-        return self._kcp.request("PUT", RESOURCE.path(self._namespace, name_of(runtime_id),
+        return self._kcp.request("PUT", apitypes.RUNTIME_STATE_SUMMARIES.path(self._namespace, name_of(runtime_id),
                                                       "status"),
-                                 body=obj, timeout=self._timeout, what=f"update {PLURAL}/status")
+                                 body=obj, timeout=self._timeout, what=f"update {apitypes.RUNTIME_STATE_SUMMARIES.plural}/status")
 
     def _create(self, runtime_id: str) -> dict[str, Any]:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+        body = {"apiVersion": f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/{apitypes.RUNTIME_STATE_SUMMARIES.version}", "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
                 "metadata": {"name": name_of(runtime_id), "namespace": self._namespace,
-                             "labels": {records.RUNTIME_LABEL: runtime_id,
-                                        records.MANAGED_BY_LABEL: records.MANAGED_BY}},
+                             "labels": {apitypes.RUNTIME_ID_LABEL: runtime_id,
+                                        apitypes.MANAGED_BY_LABEL: records.MANAGED_BY}},
                 "spec": {"runtimeId": runtime_id}}
         try:
-            return self._kcp.create(RESOURCE, self._namespace, body, timeout=self._timeout)
+            return self._kcp.create(apitypes.RUNTIME_STATE_SUMMARIES, self._namespace, body, timeout=self._timeout)
         except gateway.Conflict:  # another worker created it just now
             obj = self._get(runtime_id)
             if obj is None:
-                raise gateway.Unavailable(f"{PLURAL}: created and gone") from None
+                raise gateway.Unavailable(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: created and gone") from None
             return obj
 
     # -- reading -----------------------------------------------------------------------------
@@ -386,7 +383,7 @@ class Summaries:
                    ) -> tuple[statehash.Stored, list[tuple[str, int]]]:
         survey = store.Surveying()
         unlabelled: list[tuple[str, int]] = []
-        for metas, rev in self._pages(f"{records.RUNTIME_LABEL}={runtime_id}"):
+        for metas, rev in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}"):
             survey.page(rev)
             for meta in metas:
                 item = survey.add(meta)
@@ -408,7 +405,7 @@ class Summaries:
                 self._hooks.conflict()
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
                 obj = self._get(runtime_id)
-        raise gateway.Unavailable(f"{PLURAL}: {MAX_ATTEMPTS} conflicts in a row")
+        raise gateway.Unavailable(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: {MAX_ATTEMPTS} conflicts in a row")
 
     def listed_all(self, runtime_id: str, folded: statehash.Buckets,
                    held: statehash.Footprint, revision: int) -> int:
@@ -458,7 +455,7 @@ class Summaries:
             if len(buckets) <= HEAL_BUCKETS:
                 return sum(self.bucket(runtime_id, n)[0].corrected for n in sorted(buckets))
             survey = store.Surveying()
-            for metas, rev in self._pages(f"{records.RUNTIME_LABEL}={runtime_id}"):
+            for metas, rev in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}"):
                 survey.page(rev)
                 for meta in metas:
                     survey.add(meta)
@@ -489,7 +486,7 @@ class Summaries:
         sizes: dict[str, int] = {}
         unlabelled: list[tuple[str, int]] = []
         # unlabelled first: a record labelled in between shows up in the second list
-        for metas, _ in self._pages(f"{records.RUNTIME_LABEL}={runtime_id},"
+        for metas, _ in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},"
                                     f"!{records.BUCKET_LABEL}"):
             for meta in metas:
                 item = records.digest_item(meta)
@@ -500,7 +497,7 @@ class Summaries:
                     found[str(meta.get("name", ""))] = item
                     sizes[str(meta.get("name", ""))] = quota.stored_size(meta)
         revision = 0
-        for metas, rev in self._pages(f"{records.RUNTIME_LABEL}={runtime_id},"
+        for metas, rev in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},"
                                       f"{records.BUCKET_LABEL}={n}"):
             revision = max(revision, rev)  # set by an empty listing too
             for meta in metas:
@@ -552,7 +549,7 @@ class Summaries:
             if self._clock() >= deadline:
                 break
             try:
-                self._kcp.patch(store.RECORDS, self._namespace, name,
+                self._kcp.patch(apitypes.RUNTIME_CONFIGMAPS, self._namespace, name,
                                 {"metadata": {"labels": {records.BUCKET_LABEL: str(b)}}},
                                 timeout=self._timeout)
                 done += 1

@@ -41,13 +41,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple
 
-from common import changes, gateway, numbers, statehash
+from common import apitypes, changes, gateway, numbers, statehash
 from listener import quota, records, retention, writecache
 
 Outcome = Literal["persisted", "duplicate", "stale"]
 MAX_ATTEMPTS = 12
 LIST_PAGE = 500
-RECORDS = gateway.Resource(records.GROUP, records.VERSION, records.PLURAL)
 
 
 NO_QUOTA = quota.Limits(10**12, 10**15)
@@ -92,7 +91,7 @@ def metadata_pages(kcp: gateway.Kube, namespace: str, selector: str, timeout: fl
     revision (also a page without items: an empty listing has a revision too)."""
     token = ""
     while True:
-        page = kcp.list(RECORDS, namespace, label_selector=selector, limit=LIST_PAGE,
+        page = kcp.list(apitypes.RUNTIME_CONFIGMAPS, namespace, label_selector=selector, limit=LIST_PAGE,
                         continue_token=token or None, metadata_only=True, timeout=timeout)
         pmeta = page.get("metadata") or {}
         yield ([obj.get("metadata") or {} for obj in page.get("items") or []],
@@ -134,7 +133,7 @@ class Store:
     # -- records -----------------------------------------------------------------------------
 
     def _get(self, name: str) -> dict[str, Any] | None:
-        return self._kcp.get_or_none(RECORDS, self.namespace, name, timeout=self._timeout)
+        return self._kcp.get_or_none(apitypes.RUNTIME_CONFIGMAPS, self.namespace, name, timeout=self._timeout)
 
     def persist(self, record: Mapping[str, Any]) -> Outcome:
         """Store ``record`` if it is newer than the stored one; the outcome. Raises
@@ -175,10 +174,10 @@ class Store:
                 raise
             try:
                 if stored is None:
-                    written = self._kcp.create(RECORDS, self.namespace, new,
+                    written = self._kcp.create(apitypes.RUNTIME_CONFIGMAPS, self.namespace, new,
                                                timeout=self._timeout)
                 else:
-                    written = self._kcp.replace(RECORDS, self.namespace, name, new,
+                    written = self._kcp.replace(apitypes.RUNTIME_CONFIGMAPS, self.namespace, name, new,
                                                 timeout=self._timeout)
                 self._cache.remember(written)
                 try:
@@ -229,7 +228,7 @@ class Store:
         except quota.Exceeded:
             return False  # a stored key's update may still fit: decide on a fresh read
         try:
-            written = self._kcp.create(RECORDS, self.namespace, new, timeout=self._timeout)
+            written = self._kcp.create(apitypes.RUNTIME_CONFIGMAPS, self.namespace, new, timeout=self._timeout)
         except gateway.Conflict:
             admitted.cancel()  # the read path reserves the update's growth instead
             self._on_conflict("create")
@@ -258,7 +257,7 @@ class Store:
         except quota.Exceeded:
             return False  # the remembered size may be outdated: decide on a fresh read
         try:
-            written = self._kcp.replace(RECORDS, self.namespace, name, new,
+            written = self._kcp.replace(apitypes.RUNTIME_CONFIGMAPS, self.namespace, name, new,
                                         timeout=self._timeout)
         except (gateway.Conflict, gateway.NotFound):
             admitted.cancel()
@@ -288,7 +287,7 @@ class Store:
         survey = Surveying()
         count = size = 0
         for metas, revision in metadata_pages(self._kcp, self.namespace,
-                                              f"{records.RUNTIME_LABEL}={runtime_id}",
+                                              f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
                                               self._timeout):
             survey.page(revision)
             for meta in metas:
@@ -314,11 +313,11 @@ class Store:
     def _metadata(self, runtime_id: str) -> Iterator[dict[str, Any]]:
         """The metadata of every stored object of the runtime (paginated, label-selected)."""
         for obj in self._kcp.list_items(
-                RECORDS, self.namespace, label_selector=f"{records.RUNTIME_LABEL}={runtime_id}",
+                apitypes.RUNTIME_CONFIGMAPS, self.namespace, label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
                 page_size=LIST_PAGE, metadata_only=True, timeout=self._timeout):
             yield obj.get("metadata") or {}
 
     def ping(self) -> None:
         """One cheap authorized call (for /readyz); raises a ``gateway.GatewayError``."""
-        self._kcp.list(RECORDS, self.namespace, limit=1, metadata_only=True,
+        self._kcp.list(apitypes.RUNTIME_CONFIGMAPS, self.namespace, limit=1, metadata_only=True,
                        timeout=self._timeout)

@@ -21,7 +21,7 @@ import requests
 import yaml
 from kubernetes import client
 
-from common import certs, delivery
+from common import apitypes, certs, delivery
 from listener import heartbeat
 from testing import controlplane, listenerenv
 
@@ -211,9 +211,9 @@ class Env:
         name = heartbeat.lease_name(runtime_id)  # as the listener names both
         body = delivery.body(name, self.kcp_ns, runtime_id, {RUNTIME_LABEL: runtime_id})
         self._objects().create_namespaced_custom_object(
-            delivery.GROUP, delivery.VERSION, self.kcp_ns, delivery.PLURAL, body)
+            apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, self.kcp_ns, apitypes.RUNTIME_DELIVERIES.plural, body)
         self._objects().patch_namespaced_custom_object_status(
-            delivery.GROUP, delivery.VERSION, self.kcp_ns, delivery.PLURAL, name,
+            apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, self.kcp_ns, apitypes.RUNTIME_DELIVERIES.plural, name,
             {"status": delivery.merge(None, d, runtime_id, at)})
 
     def mapping(self, name: str, state: str, reason: str = "", message: str = "") -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 from kubernetes import client
 
-from common import gateway
-from compass import metrics, model, service
+from common import apitypes, gateway
+from compass import metrics, service
 from compass import settings as settings_mod
 from standins.director import server as server_mod
 from testing import controlplane, localnet
@@ -42,12 +42,12 @@ class Director:
 
 def kyma_labels(tenant: str, shoot: str, **extra: str) -> dict[str, str]:
     labels = {
-        model.GLOBAL_ACCOUNT: tenant,
-        model.SUBACCOUNT: f"sa-{shoot}",
-        model.SHOOT_NAME: shoot,
-        model.INSTANCE_ID: f"inst-{shoot}",
-        model.PLAN_ID: "plan-azure",
-        model.PLAN_NAME: "azure",
+        apitypes.GLOBAL_ACCOUNT_LABEL: tenant,
+        apitypes.SUBACCOUNT_LABEL: f"sa-{shoot}",
+        apitypes.SHOOT_NAME_LABEL: shoot,
+        apitypes.INSTANCE_ID_LABEL: f"inst-{shoot}",
+        apitypes.PLAN_ID_LABEL: "plan-azure",
+        apitypes.PLAN_NAME_LABEL: "azure",
         "kyma-project.io/runtime-id": f"rt-{shoot}",
     }
     labels.update(extra)
@@ -60,12 +60,12 @@ def create_kyma(api: client.ApiClient, namespace: str, name: str, labels: dict[s
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "spec": {"channel": "regular", "modules": [{"name": m} for m in modules]}}
     client.CustomObjectsApi(api).create_namespaced_custom_object(
-        model.KYMA_GROUP, model.KYMA_VERSION, namespace, model.KYMA_PLURAL, body)
+        apitypes.KYMAS.group, apitypes.KYMAS.version, namespace, apitypes.KYMAS.plural, body)
 
 
 def delete_kyma(api: client.ApiClient, namespace: str, name: str) -> None:
     client.CustomObjectsApi(api).delete_namespaced_custom_object(
-        model.KYMA_GROUP, model.KYMA_VERSION, namespace, model.KYMA_PLURAL, name)
+        apitypes.KYMAS.group, apitypes.KYMAS.version, namespace, apitypes.KYMAS.plural, name)
 
 
 def create_kubeconfig_secret(api: client.ApiClient, namespace: str, kyma: str,
@@ -96,7 +96,7 @@ def agent_secret(plane: controlplane.ControlPlane) -> dict[str, str] | None:
 def get_mapping(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
     try:
         obj: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            model.MAPPING_GROUP, model.MAPPING_VERSION, namespace, model.MAPPING_PLURAL, name)
+            apitypes.COMPASS_MANAGER_MAPPINGS.group, apitypes.COMPASS_MANAGER_MAPPINGS.version, namespace, apitypes.COMPASS_MANAGER_MAPPINGS.plural, name)
         return dict(obj)
     except client.ApiException as e:
         if e.status == 404:

@@ -25,8 +25,7 @@ from typing import Any
 
 from kubernetes import client
 
-from common import certs
-from compass import model
+from common import apitypes, certs
 from testing import controlplane, overlays, podrunner
 
 KCP_NS = "kcp-system"
@@ -69,16 +68,16 @@ def prepare_kcp(kcp: controlplane.ControlPlane, skr: controlplane.ControlPlane) 
         core = client.CoreV1Api(api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=KCP_NS)))
         client.CustomObjectsApi(api).create_namespaced_custom_object(
-            model.KYMA_GROUP, model.KYMA_VERSION, KCP_NS, model.KYMA_PLURAL, {
-                "apiVersion": f"{model.KYMA_GROUP}/{model.KYMA_VERSION}", "kind": "Kyma",
+            apitypes.KYMAS.group, apitypes.KYMAS.version, KCP_NS, apitypes.KYMAS.plural, {
+                "apiVersion": f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}", "kind": "Kyma",
                 "metadata": {"name": KYMA, "annotations": {"skr-domain": DOMAIN}, "labels": {
-                    "kyma-project.io/runtime-id": RUNTIME_ID, model.GLOBAL_ACCOUNT: "ga-local",
-                    model.SUBACCOUNT: "sa-local", model.SHOOT_NAME: "c-local1",
-                    model.INSTANCE_ID: "inst-local", model.PLAN_ID: "plan-local",
-                    model.PLAN_NAME: "azure"}},
+                    "kyma-project.io/runtime-id": RUNTIME_ID, apitypes.GLOBAL_ACCOUNT_LABEL: "ga-local",
+                    apitypes.SUBACCOUNT_LABEL: "sa-local", apitypes.SHOOT_NAME_LABEL: "c-local1",
+                    apitypes.INSTANCE_ID_LABEL: "inst-local", apitypes.PLAN_ID_LABEL: "plan-local",
+                    apitypes.PLAN_NAME_LABEL: "azure"}},
                 "spec": {"channel": "regular", "modules": [{"name": "application-connector"}]}})
         core.create_namespaced_secret(KCP_NS, client.V1Secret(
-            metadata=client.V1ObjectMeta(name=f"kubeconfig-{KYMA}", labels={model.KYMA_NAME: KYMA}),
+            metadata=client.V1ObjectMeta(name=f"kubeconfig-{KYMA}", labels={apitypes.KYMA_NAME_LABEL: KYMA}),
             data={"config": base64.b64encode(skr.kubeconfig.read_bytes()).decode()}))
     finally:
         api.close()

@@ -16,7 +16,7 @@ import requests
 import yaml
 from kubernetes import client
 
-from common import certs, changes, delivery, kyma
+from common import apitypes, certs, changes
 from listener import records
 from testing import controlplane
 
@@ -56,15 +56,15 @@ class Env:
 
     def stored(self, runtime_id: str) -> list[dict[str, Any]]:
         resp: Any = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
-            records.GROUP, records.VERSION, self.namespace, records.PLURAL,
-            label_selector=f"{records.RUNTIME_LABEL}={runtime_id}")
+            apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, self.namespace, apitypes.RUNTIME_CONFIGMAPS.plural,
+            label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}")
         return list(resp["items"])
 
     def stored_one(self, runtime_id: str, ns: str, name: str) -> dict[str, Any] | None:
         key = records.Key(runtime_id, ns, name)
         try:
             obj: Any = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
-                records.GROUP, records.VERSION, self.namespace, records.PLURAL,
+                apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, self.namespace, apitypes.RUNTIME_CONFIGMAPS.plural,
                 records.object_name(key))
             return dict(obj)
         except client.ApiException as e:
@@ -142,9 +142,9 @@ def own_namespace(env: Env, prefix: str) -> Env:
 def remove_namespace(env: Env) -> None:
     """What ``own_namespace`` made, and what the listener wrote in it."""
     objects = client.CustomObjectsApi(env.api)
-    for group, version, plural in ((records.GROUP, records.VERSION, records.PLURAL),
-                                   (delivery.GROUP, delivery.VERSION, delivery.PLURAL),
-                                   (kyma.GROUP, kyma.VERSION, kyma.PLURAL)):
+    for group, version, plural in ((apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, apitypes.RUNTIME_CONFIGMAPS.plural),
+                                   (apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, apitypes.RUNTIME_DELIVERIES.plural),
+                                   (apitypes.KYMAS.group, apitypes.KYMAS.version, apitypes.KYMAS.plural)):
         objects.delete_collection_namespaced_custom_object(group, version, env.namespace, plural)
     client.CoordinationV1Api(env.api).delete_collection_namespaced_lease(env.namespace)
     client.CoreV1Api(env.api).delete_namespace(env.namespace)
@@ -266,7 +266,7 @@ def kcp_requests(api: client.ApiClient) -> dict[tuple[str, str], int]:
             continue
         series, value = line.rsplit(" ", 1)
         lbl = dict(p.split("=", 1) for p in series[series.index("{") + 1:-1].split(",") if "=" in p)
-        if lbl.get("group", "").strip('"') != records.GROUP:
+        if lbl.get("group", "").strip('"') != apitypes.RUNTIME_CONFIGMAPS.group:
             continue
         key = (lbl.get("resource", "").strip('"'), lbl.get("verb", "").strip('"'))
         out[key] = out.get(key, 0) + int(float(value))
@@ -335,15 +335,15 @@ class Runtime:
 def create_kyma(api: client.ApiClient, namespace: str, runtime_id: str, domain: str | None,
                 *, finalizers: list[str] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": f"kyma-{runtime_id.lower()}"[:60], "namespace": namespace,
-                            "labels": {kyma.RUNTIME_ID_LABEL: runtime_id}}
+                            "labels": {apitypes.RUNTIME_ID_LABEL: runtime_id}}
     if domain is not None:
-        meta["annotations"] = {kyma.DOMAIN_ANNOTATION: domain}
+        meta["annotations"] = {apitypes.SKR_DOMAIN_ANNOTATION: domain}
     if finalizers:
         meta["finalizers"] = finalizers
-    body = {"apiVersion": f"{kyma.GROUP}/{kyma.VERSION}", "kind": kyma.KIND, "metadata": meta,
+    body = {"apiVersion": f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}", "kind": apitypes.KYMA_KIND, "metadata": meta,
             "spec": {"channel": "regular"}}
     obj: Any = client.CustomObjectsApi(api).create_namespaced_custom_object(
-        kyma.GROUP, kyma.VERSION, namespace, kyma.PLURAL, body)
+        apitypes.KYMAS.group, apitypes.KYMAS.version, namespace, apitypes.KYMAS.plural, body)
     return dict(obj)
 
 

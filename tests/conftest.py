@@ -16,8 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes import client
 
-from common import kyma
-from listener import records
+from common import apitypes
 from testing import controlplane
 from testing.listenerenv import Env, ListenerProcess, Runtime, create_kyma, install_crd, make_env
 
@@ -110,8 +109,8 @@ def listener_env(
     ns = env.namespace
     yield env
     objects = client.CustomObjectsApi(kcp_api)
-    for plural, group, version in ((records.PLURAL, records.GROUP, records.VERSION),
-                                   (kyma.PLURAL, kyma.GROUP, kyma.VERSION)):
+    for plural, group, version in ((apitypes.RUNTIME_CONFIGMAPS.plural, apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version),
+                                   (apitypes.KYMAS.plural, apitypes.KYMAS.group, apitypes.KYMAS.version)):
         objects.delete_collection_namespaced_custom_object(group, version, ns, plural)
     client.CoreV1Api(kcp_api).delete_namespace(ns)
 

@@ -24,7 +24,13 @@ from typing import Any, NamedTuple
 import urllib3
 from kubernetes import client
 
+from common import apitypes
 from common.gateway import bounded, errors
+
+# the resource types live with the other API types; re-exported for ``gateway.Resource`` etc.
+Resource = apitypes.Resource
+CONFIGMAPS, SECRETS = apitypes.CONFIGMAPS, apitypes.SECRETS
+NAMESPACES, LEASES = apitypes.NAMESPACES, apitypes.LEASES
 
 DEFAULT_TIMEOUT = 10.0
 JSON = "application/json"
@@ -42,38 +48,6 @@ class RuntimeTransport(NamedTuple):
     server: str
     token: str | None
     limits: bounded.Limits
-
-
-class Resource(NamedTuple):
-    """A resource type: ``group`` "" for the core API."""
-
-    group: str
-    version: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None = None, name: str | None = None,
-             subresource: str | None = None) -> str:
-        """The URL path; ``namespace`` None for a cluster-scoped type or across all namespaces."""
-        out = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if namespace is not None and self.namespaced:
-            out += f"/namespaces/{_q(namespace)}"
-        out += f"/{self.plural}"
-        if name is not None:
-            out += f"/{_q(name)}"
-        if subresource:
-            out += f"/{subresource}"
-        return out
-
-
-CONFIGMAPS = Resource("", "v1", "configmaps")
-SECRETS = Resource("", "v1", "secrets")
-NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
-LEASES = Resource("coordination.k8s.io", "v1", "leases")
-
-
-def _q(segment: str) -> str:
-    return urllib.parse.quote(segment, safe="")
 
 
 def list_query(*, label_selector: str | None = None, field_selector: str | None = None,

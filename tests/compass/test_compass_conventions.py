@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from common import elected, gateway, leader
-from compass import lease_notes, service
+from common import apitypes, elected, gateway, leader
+from compass import service
 from standins.director import store as store_mod
 from testing import compassenv as h
 from testing import controlplane
@@ -137,7 +137,7 @@ def test_mapping_conditions_columns_events_and_last_run_on_the_lease(
         assert abs((datetime.datetime.now(datetime.UTC) - at).total_seconds()) < 30
         assert notes[elected.LAST_RUN_RESULT] == "ok"
         assert 0 <= float(notes[elected.LAST_RUN_SECONDS]) < 30
-        assert notes[lease_notes.BREAKER] == "closed"
+        assert notes[apitypes.BREAKER_ANNOTATION] == "closed"
         spec = lease(kcp_api, ns, s.lease_name)["spec"]
         assert spec["holderIdentity"] and spec["renewTime"]
 
@@ -187,8 +187,8 @@ def test_failing_runtime_breaker_and_director_errors_never_show_a_secret(
         assert len(evs) == 1 and evs[0]["type"] == "Warning"
         # the Director's errors on the Lease: bounded, scrubbed
         notes = wait(lambda: (n := notes_of(kcp_api, ns, s.lease_name)) and
-                     lease_notes.DIRECTOR_ERRORS in n and n, what="director errors")
-        errs = json.loads(notes[lease_notes.DIRECTOR_ERRORS])
+                     apitypes.DIRECTOR_ERRORS_ANNOTATION in n and n, what="director errors")
+        errs = json.loads(notes[apitypes.DIRECTOR_ERRORS_ANNOTATION])
         assert 1 <= len(errs) <= 5
         assert errs[0]["operation"] == "register_runtime" and len(errs[0]["message"]) <= 200
         assert set(errs[0]) == {"at", "operation", "message"}
@@ -197,10 +197,10 @@ def test_failing_runtime_breaker_and_director_errors_never_show_a_secret(
         h.create_kubeconfig_secret(kcp_api, ns, "leak-01", skr)
         h.create_kyma(kcp_api, ns, "leak-01", h.kyma_labels("ga-leak", "leak-shoot-1"))
         clean_director.store.set_faults(store_mod.Faults(http_status=503))
-        wait(lambda: notes_of(kcp_api, ns, s.lease_name).get(lease_notes.BREAKER) == "open",
+        wait(lambda: notes_of(kcp_api, ns, s.lease_name).get(apitypes.BREAKER_ANNOTATION) == "open",
              what="breaker open on the Lease")
         clean_director.store.set_faults(store_mod.Faults())
-        wait(lambda: notes_of(kcp_api, ns, s.lease_name).get(lease_notes.BREAKER) == "closed",
+        wait(lambda: notes_of(kcp_api, ns, s.lease_name).get(apitypes.BREAKER_ANNOTATION) == "closed",
              what="breaker closed on the Lease")
         reasons = wait(lambda: (r := [e["reason"] for e in events_of(kcp_api, ns, s.lease_name)]) and
                        "CircuitClosed" in r and r, what="breaker events")

@@ -13,6 +13,7 @@ import pytest
 import requests
 from kubernetes import client
 
+from common import apitypes
 from compass import model
 from standins.director import store as store_mod
 from testing import compassenv as h
@@ -57,10 +58,10 @@ def assert_delivered(director: h.Director, kcp_api: client.ApiClient, ns: str, n
     m = h.get_mapping(kcp_api, ns, name)
     assert m is not None
     labels = m["metadata"]["labels"]
-    assert labels[model.COMPASS_RUNTIME_ID] == rt.id
-    assert labels[model.KYMA_NAME] == name
-    assert labels[model.MAPPING_GLOBAL_ACCOUNT] == tenant
-    assert labels[model.MAPPING_SUBACCOUNT].startswith("sa-")
+    assert labels[apitypes.COMPASS_RUNTIME_ID_LABEL] == rt.id
+    assert labels[apitypes.KYMA_NAME_LABEL] == name
+    assert labels[apitypes.GLOBAL_ACCOUNT_LABEL] == tenant
+    assert labels[apitypes.SUBACCOUNT_LABEL].startswith("sa-")
     assert model.FINALIZER in m["metadata"]["finalizers"]
     st = m["status"]
     assert (st["state"], st["registered"], st["configured"]) == ("Ready", True, True)
@@ -247,7 +248,7 @@ def test_crash_between_register_and_mapping_write_makes_no_duplicate(
     for n in names:
         assert len(runtimes_of(d.store, ns, n)) == 1
         m = h.get_mapping(kcp_api, ns, n)
-        assert m is not None and model.COMPASS_RUNTIME_ID not in m["metadata"]["labels"]
+        assert m is not None and apitypes.COMPASS_RUNTIME_ID_LABEL not in m["metadata"]["labels"]
     # a new process (fresh memory) picks up
     svc2, audit = h.make_service(kcp_api, h.make_settings(d, ns))
     try:
@@ -355,7 +356,7 @@ def test_missing_label_is_reported_and_module_setting_filters(
 ) -> None:
     d, ns, tenant = clean_director, kcp_namespace, "ga-labels"
     labels = h.kyma_labels(tenant, "lab-shoot-0")
-    del labels[model.GLOBAL_ACCOUNT]
+    del labels[apitypes.GLOBAL_ACCOUNT_LABEL]
     h.create_kubeconfig_secret(kcp_api, ns, "lab-00", runtime_planes[15])
     h.create_kyma(kcp_api, ns, "lab-00", labels, modules=("application-connector",))
     h.create_kubeconfig_secret(kcp_api, ns, "lab-01", runtime_planes[16])
@@ -370,14 +371,14 @@ def test_missing_label_is_reported_and_module_setting_filters(
         m = h.get_mapping(kcp_api, ns, "lab-00") or {}
         assert m["status"]["state"] == "Failed"
         reg = next(c for c in m["status"]["conditions"] if c["type"] == "Registered")
-        assert reg["reason"] == "MissingLabel" and model.GLOBAL_ACCOUNT in reg["message"]
+        assert reg["reason"] == "MissingLabel" and apitypes.GLOBAL_ACCOUNT_LABEL in reg["message"]
         assert h.get_mapping(kcp_api, ns, "lab-01") is None  # module not enabled: not managed
         assert {r.tenant for r in d.store.requests[mark:]} == {tenant}
         assert runtimes_of(d.store, ns, "lab-01") == [] and runtimes_of(d.store, ns, "lab-00") == []
         # the label is fixed: registered at the next run
         client.CustomObjectsApi(kcp_api).patch_namespaced_custom_object(
-            model.KYMA_GROUP, model.KYMA_VERSION, ns, model.KYMA_PLURAL, "lab-00",
-            {"metadata": {"labels": {model.GLOBAL_ACCOUNT: tenant}}})
+            apitypes.KYMAS.group, apitypes.KYMAS.version, ns, apitypes.KYMAS.plural, "lab-00",
+            {"metadata": {"labels": {apitypes.GLOBAL_ACCOUNT_LABEL: tenant}}})
         h.run_until(svc, lambda: all_ready(kcp_api, ns, ["lab-00"]), runs=5)
         assert_delivered(d, kcp_api, ns, "lab-00", runtime_planes[15], tenant)
     finally:

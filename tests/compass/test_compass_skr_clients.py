@@ -8,7 +8,7 @@ import base64
 import pytest
 from kubernetes import client
 
-from common import gateway, skr_clients
+from common import apitypes, gateway, skr_clients
 from testing import compassenv as h
 from testing import controlplane, localnet
 
@@ -73,7 +73,7 @@ def test_missing_or_broken_kubeconfig_is_a_clear_error(
     garbage = "users: [what: {is-this: secret-data-123]"
     body = client.V1Secret(
         metadata=client.V1ObjectMeta(name="kubeconfig-rt-bad", namespace=kcp_namespace,
-                                     labels={skr_clients.KYMA_NAME_LABEL: "rt-bad"}),
+                                     labels={apitypes.KYMA_NAME_LABEL: "rt-bad"}),
         data={"config": base64.b64encode(garbage.encode()).decode()})
     client.CoreV1Api(kcp_api).create_namespaced_secret(kcp_namespace, body)
     with pytest.raises(skr_clients.SkrClientError) as e:

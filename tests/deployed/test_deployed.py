@@ -26,7 +26,7 @@ import yaml
 from cryptography import x509
 from kubernetes import client
 
-from common import pki
+from common import apitypes, pki
 from listener import records
 from testing import controlplane, deployed, overlays, podrunner, prometheus
 
@@ -69,7 +69,7 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, fleet: 
 
 
 def stored(fleet: deployed.Fleet, namespace: str, name: str) -> dict[str, Any] | None:
-    done = deployed.kubectl(fleet.kcp, "get", records.PLURAL, "-n", deployed.KCP_NS, "-o", "json",
+    done = deployed.kubectl(fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-n", deployed.KCP_NS, "-o", "json",
                             records.object_name(records.Key(deployed.RUNTIME_ID, namespace, name)),
                             check=False)
     return json.loads(done.stdout) if done.returncode == 0 else None

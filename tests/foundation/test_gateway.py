@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from common import gateway, kyma
+from common import apitypes, gateway
 from testing import controlplane
 
-KYMAS = kyma.RESOURCE
+KYMAS = apitypes.KYMAS
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def skr_kube(skr_api: client.ApiClient) -> gateway.Kube:
 
 
 def _kyma(ns: str, name: str, labels: dict[str, str] | None = None) -> dict[str, object]:
-    return {"apiVersion": f"{kyma.GROUP}/{kyma.VERSION}", "kind": kyma.KIND,
+    return {"apiVersion": f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}", "kind": apitypes.KYMA_KIND,
             "metadata": {"name": name, "namespace": ns, "labels": labels or {}},
             "spec": {"channel": "regular"}}
 

@@ -22,7 +22,7 @@ import requests
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from common import changes, gateway
+from common import apitypes, changes, gateway
 from listener import quota, records, store
 from testing.listenerenv import (
     Env,
@@ -112,8 +112,8 @@ def kcp_requests(env: Env) -> collections.Counter[str]:
             continue
         for sample in family.samples:
             lbl = sample.labels
-            if (sample.name == "apiserver_request_total" and lbl.get("group") == records.GROUP
-                    and lbl.get("resource") == records.PLURAL):
+            if (sample.name == "apiserver_request_total" and lbl.get("group") == apitypes.RUNTIME_CONFIGMAPS.group
+                    and lbl.get("resource") == apitypes.RUNTIME_CONFIGMAPS.plural):
                 counts[lbl["verb"]] += int(sample.value)
     return counts
 
@@ -147,7 +147,7 @@ def direct_write(env: Env, rec: dict[str, Any]) -> dict[str, Any]:
     body = records.body(rec, env.namespace)
     quota.annotate(body)
     obj: Any = client.CustomObjectsApi(env.api).create_namespaced_custom_object(
-        records.GROUP, records.VERSION, env.namespace, records.PLURAL, body)
+        apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural, body)
     return dict(obj)
 
 

@@ -25,7 +25,7 @@ import requests
 import yaml
 from kubernetes import client
 
-from common import certs, changes, delivery, kyma
+from common import apitypes, certs, changes, delivery
 from listener import heartbeat, records
 from testing.listenerenv import (
     RBAC_FILE,
@@ -95,7 +95,7 @@ def ago(seconds: float) -> str:
 def delivery_object(env: Env, runtime_id: str) -> dict[str, Any] | None:
     try:
         obj: Any = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-            delivery.GROUP, delivery.VERSION, env.namespace, delivery.PLURAL,
+            apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, env.namespace, apitypes.RUNTIME_DELIVERIES.plural,
             heartbeat.lease_name(runtime_id))
         return dict(obj)
     except client.ApiException as e:
@@ -183,9 +183,9 @@ class Delayer:
                 "admissionReviewVersions": ["v1"],
                 "clientConfig": {"url": f"https://127.0.0.1:{self.port}/delay",
                                  "caBundle": base64.b64encode(self.ca.cert_pem).decode()},
-                "rules": [{"apiGroups": [delivery.GROUP], "apiVersions": [delivery.VERSION],
+                "rules": [{"apiGroups": [apitypes.RUNTIME_DELIVERIES.group], "apiVersions": [apitypes.RUNTIME_DELIVERIES.version],
                            "operations": ["UPDATE"],
-                           "resources": [f"{delivery.PLURAL}/status"]}],
+                           "resources": [f"{apitypes.RUNTIME_DELIVERIES.plural}/status"]}],
                 "failurePolicy": "Fail",
                 "sideEffects": "None",
                 "timeoutSeconds": 15,
@@ -202,15 +202,15 @@ def delayer(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dela
     adm.create_validating_webhook_configuration(d.vwc(name, env.namespace))  # type: ignore[arg-type]
     objects = client.CustomObjectsApi(env.api)
     probe = delivery.body("probe", env.namespace, "probe", {})
-    objects.create_namespaced_custom_object(delivery.GROUP, delivery.VERSION, env.namespace,
-                                            delivery.PLURAL, probe)
+    objects.create_namespaced_custom_object(apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, env.namespace,
+                                            apitypes.RUNTIME_DELIVERIES.plural, probe)
 
     def active() -> bool:  # until the apiserver calls the webhook
         obj: Any = objects.get_namespaced_custom_object(
-            delivery.GROUP, delivery.VERSION, env.namespace, delivery.PLURAL, "probe")
+            apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, env.namespace, apitypes.RUNTIME_DELIVERIES.plural, "probe")
         obj["status"] = {"runtimeId": "probe", "updatedAt": ago(0)}
         objects.replace_namespaced_custom_object_status(
-            delivery.GROUP, delivery.VERSION, env.namespace, delivery.PLURAL, "probe", obj)
+            apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, env.namespace, apitypes.RUNTIME_DELIVERIES.plural, "probe", obj)
         return d.calls > 0
     eventually(active, "the delaying webhook is called", timeout=30)
     try:
@@ -260,8 +260,8 @@ def test_records_through_the_listener_show_up_in_the_runtime_delivery(
     assert s.last_change is not None and s.updated is not None and s.stored["records"] == 4
     assert s.stored["recordLimit"] == 20_000
     meta = obj["metadata"]
-    assert meta["labels"] == {records.RUNTIME_LABEL: rt.id,
-                              records.MANAGED_BY_LABEL: records.MANAGED_BY}
+    assert meta["labels"] == {apitypes.RUNTIME_ID_LABEL: rt.id,
+                              apitypes.MANAGED_BY_LABEL: records.MANAGED_BY}
     assert obj["spec"] == {"runtimeId": rt.id} and obj["status"]["runtimeId"] == rt.id
 
     after = listener_a.metrics()
@@ -440,7 +440,7 @@ def test_the_janitor_removes_an_orphaned_runtimes_delivery(
         assert post(listener_a, rt, rt.record("a", 1)).status_code == 200
         settled(env, listener_a, rt, lambda s: s.records == 1, "delivery written")
     client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
-        kyma.GROUP, kyma.VERSION, env.namespace, kyma.PLURAL, f"kyma-{gone.id.lower()}"[:60])
+        apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, f"kyma-{gone.id.lower()}"[:60])
     janitor = Janitor(env)
     try:
         eventually(lambda: delivery_object(env, gone.id) is None and not env.stored(gone.id),
@@ -463,7 +463,7 @@ def test_a_failed_flush_keeps_the_counts_until_the_kcp_takes_them(
         rbac = client.RbacAuthorizationV1Api(env.api)
         role = rbac.read_namespaced_role("tether-listener", env.namespace)
         role.rules = [r for r in role.rules or [] if not any(
-            res.startswith(delivery.PLURAL) for res in r.resources or [])]
+            res.startswith(apitypes.RUNTIME_DELIVERIES.plural) for res in r.resources or [])]
         rbac.replace_namespaced_role("tether-listener", env.namespace, role)
         p = ListenerProcess(env, "delivery-rbac", **FAST)
         try:

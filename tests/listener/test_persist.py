@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client
 
-from common import changes
+from common import apitypes, changes
 from listener import heartbeat, records
 from testing.listenerenv import ListenerProcess, Runtime, metric_value
 
@@ -33,7 +33,7 @@ def test_persisted_then_duplicate_then_stale(
     assert obj is not None
     assert obj["spec"]["data"] == {"k": "v20"}
     assert obj["spec"]["resourceVersion"] == "20"
-    assert obj["metadata"]["labels"][records.RUNTIME_LABEL] == rt.id
+    assert obj["metadata"]["labels"][apitypes.RUNTIME_ID_LABEL] == rt.id
     written_rv = obj["metadata"]["resourceVersion"]
 
     assert outcomes(post(listener, rt, rt.record("app", 20, data={"k": "v20"}))) == ["duplicate"]
@@ -160,7 +160,7 @@ def test_updates_after_foreign_writes_and_deletion(
     assert outcomes(post(listener, rt, rt.record("w", 10))) == ["persisted"]
     name = records.object_name(records.Key(rt.id, "team-a", "w"))
     objects.patch_namespaced_custom_object(
-        records.GROUP, records.VERSION, env.namespace, records.PLURAL, name,
+        apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural, name,
         {"metadata": {"labels": {"consumer": "seen"}, "finalizers": ["consumer.example/hold"]}},
         _content_type="application/merge-patch+json")
     assert outcomes(post(listener, rt, rt.record("w", 11))) == ["persisted"]
@@ -169,10 +169,10 @@ def test_updates_after_foreign_writes_and_deletion(
     assert obj["metadata"]["labels"]["consumer"] == "seen"
     assert obj["metadata"]["finalizers"] == ["consumer.example/hold"]
     objects.patch_namespaced_custom_object(
-        records.GROUP, records.VERSION, env.namespace, records.PLURAL, name,
+        apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural, name,
         {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json")
-    objects.delete_namespaced_custom_object(records.GROUP, records.VERSION, env.namespace,
-                                            records.PLURAL, name)
+    objects.delete_namespaced_custom_object(apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace,
+                                            apitypes.RUNTIME_CONFIGMAPS.plural, name)
     assert env.stored_one(rt.id, "team-a", "w") is None
     assert outcomes(post(listener, rt, rt.record("w", 12))) == ["persisted"]
     obj = env.stored_one(rt.id, "team-a", "w")

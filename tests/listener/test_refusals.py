@@ -15,7 +15,7 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import changes, kyma
+from common import apitypes, changes
 from listener import refusalsummary
 from testing.listenerenv import (
     Env,
@@ -130,15 +130,15 @@ def test_kyma_being_deleted_or_without_domain_is_403(
                       finalizers=["test.tether/hold"])
     objects = client.CustomObjectsApi(env.api)
     name = obj["metadata"]["name"]
-    objects.delete_namespaced_custom_object(kyma.GROUP, kyma.VERSION, env.namespace, kyma.PLURAL,
+    objects.delete_namespaced_custom_object(apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural,
                                             name)
     try:
         assert_refused(deleting.session().post(changes_url(listener, deleting.id),
                                                json=deleting.record("a", 1), timeout=10),
                        403, "forbidden", "runtime_deleting")
     finally:
-        objects.patch_namespaced_custom_object(kyma.GROUP, kyma.VERSION, env.namespace,
-                                               kyma.PLURAL, name, {"metadata": {"finalizers": None}},
+        objects.patch_namespaced_custom_object(apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace,
+                                               apitypes.KYMAS.plural, name, {"metadata": {"finalizers": None}},
                                                _content_type="application/merge-patch+json")
     no_domain = runtime(kyma_cr=False)
     create_kyma(env.api, env.namespace, no_domain.id, None)

@@ -18,7 +18,7 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import changes, kyma, statehash
+from common import apitypes, changes, statehash
 from listener import quota, records, statesummary
 from testing.listenerenv import (
     Env,
@@ -58,8 +58,8 @@ class OneShotDelayer(Delayer):
     def vwc(self, name: str, namespace: str) -> dict[str, Any]:
         doc = super().vwc(name, namespace)
         doc["webhooks"][0]["rules"] = [{
-            "apiGroups": [statesummary.GROUP], "apiVersions": [statesummary.VERSION],
-            "operations": ["UPDATE"], "resources": [f"{statesummary.PLURAL}/status"]}]
+            "apiGroups": [apitypes.RUNTIME_STATE_SUMMARIES.group], "apiVersions": [apitypes.RUNTIME_STATE_SUMMARIES.version],
+            "operations": ["UPDATE"], "resources": [f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}/status"]}]
         return doc
 
 
@@ -92,16 +92,16 @@ def holder(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneSh
     adm.create_validating_webhook_configuration(d.vwc(name, env.namespace))  # type: ignore[arg-type]
     objects = client.CustomObjectsApi(env.api)
     objects.create_namespaced_custom_object(
-        statesummary.GROUP, statesummary.VERSION, env.namespace, statesummary.PLURAL,
-        {"apiVersion": f"{statesummary.GROUP}/{statesummary.VERSION}", "kind": statesummary.KIND,
+        apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
+        {"apiVersion": f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/{apitypes.RUNTIME_STATE_SUMMARIES.version}", "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
          "metadata": {"name": "probe"}, "spec": {"runtimeId": "probe"}})
 
     def active() -> bool:  # until the apiserver calls the webhook
         obj: Any = objects.get_namespaced_custom_object(
-            statesummary.GROUP, statesummary.VERSION, env.namespace, statesummary.PLURAL, "probe")
+            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural, "probe")
         obj["status"] = {"runtimeId": "probe", "updatedAt": changes.now()}
         objects.replace_namespaced_custom_object_status(
-            statesummary.GROUP, statesummary.VERSION, env.namespace, statesummary.PLURAL,
+            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
             "probe", obj)
         return d.calls > 0
     eventually(active, "the holding webhook is called", timeout=30)
@@ -117,7 +117,7 @@ def holder(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneSh
 def summary_object(env: Env, runtime_id: str) -> dict[str, Any] | None:
     try:
         obj: Any = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-            statesummary.GROUP, statesummary.VERSION, env.namespace, statesummary.PLURAL,
+            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
             statesummary.name_of(runtime_id))
         return dict(obj)
     except client.ApiException as e:
@@ -232,7 +232,7 @@ def test_the_janitor_removes_an_orphaned_runtimes_state_summary(
         assert sum(r.json()["counts"]) == 1
         assert summary_object(env, rt.id) is not None
     client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
-        kyma.GROUP, kyma.VERSION, env.namespace, kyma.PLURAL, f"kyma-{gone.id.lower()}"[:60])
+        apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, f"kyma-{gone.id.lower()}"[:60])
     janitor = Janitor(env)
     try:
         eventually(lambda: summary_object(env, gone.id) is None and not env.stored(gone.id),

@@ -21,8 +21,8 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import changes, gateway, kyma, statehash
-from listener import heartbeat, quota, records, retention, statesummary
+from common import apitypes, changes, gateway, statehash
+from listener import heartbeat, quota, retention, statesummary
 from testing import controlplane
 from testing.listenerenv import (
     Env,
@@ -231,7 +231,7 @@ def counting(env: Env) -> Iterator[tuple[ListenerProcess, ListenerProcess]]:
 def summary_footprint(env: Env, runtime_id: str) -> tuple[int, int] | None:
     try:
         obj = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-            statesummary.GROUP, statesummary.VERSION, env.namespace, statesummary.PLURAL,
+            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
             statesummary.name_of(runtime_id))
     except client.ApiException as e:
         if e.status == 404:
@@ -269,8 +269,8 @@ def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_record
     r = post(a, rt, rt.record("k-over", 1))
     assert r.status_code == 413 and r.json()["details"]["reason"] == "quota_records", r.text
     used = kcp_requests_since(env.api, before)
-    assert used.get((records.PLURAL, "LIST"), 0) == 0, used
-    assert used.get((statesummary.PLURAL, "GET"), 0) >= 11, used
+    assert used.get((apitypes.RUNTIME_CONFIGMAPS.plural, "LIST"), 0) == 0, used
+    assert used.get((apitypes.RUNTIME_STATE_SUMMARIES.plural, "GET"), 0) >= 11, used
     assert metric_value(a.metrics(), "tether_listener_quota_counts_total", source="listing") == 0
     assert metric_value(a.metrics(), "tether_listener_quota_counts_total", source="summary") >= 14
     assert len(env.stored(rt.id)) == 40
@@ -395,7 +395,7 @@ def test_an_orphaned_runtimes_records_and_lease_are_removed_after_the_grace(
     beats = heartbeat.Heartbeats(gateway.Kube(env.api), env.namespace, 30, 10)
     seen_before = len(beats.renew_times())
     client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
-        kyma.GROUP, kyma.VERSION, env.namespace, kyma.PLURAL, f"kyma-{gone.id.lower()}"[:60])
+        apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, f"kyma-{gone.id.lower()}"[:60])
     marked = eventually(lambda: (lambda le: le is not None and (le.metadata.annotations or {})
                                  .get(retention.ORPHANED_SINCE))(lease(env, gone.id)),
                         "orphan marked on its Lease", timeout=30)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from common import statehash
+from common import apitypes, statehash
 from listener import settings, statesummary
 from testing.listenerenv import Env, Runtime
 from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector
@@ -109,8 +109,8 @@ def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
         # just sent (at most a second after its answer) has landed
         time.sleep(2.0)
         name = statesummary.name_of(rt.id)
-        obj = objects.get_namespaced_custom_object(statesummary.GROUP, statesummary.VERSION,
-                                                   listener_env.namespace, statesummary.PLURAL, name)
+        obj = objects.get_namespaced_custom_object(apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version,
+                                                   listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural, name)
         spread = statehash.spread([(namespace, f"cm-{i:04d}") for i in range(300)])
         empty = [b for b in range(statehash.BUCKETS) if spread[b] == 0]
         full = [b for b in range(statehash.BUCKETS) if spread[b] > 0]
@@ -119,7 +119,7 @@ def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
         for b in wrong:
             obj["status"]["hashes"][b] = "0123456789abcdef"
         objects.replace_namespaced_custom_object_status(
-            statesummary.GROUP, statesummary.VERSION, listener_env.namespace, statesummary.PLURAL,
+            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
             name, obj)
         listed = poller.sample("tether_poller_buckets_listed_total")
         healed = poller.run()
@@ -130,8 +130,8 @@ def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
         again = poller.run()
         assert again.outcome == "ok" and again.sent == 0, again
         assert poller.sample("tether_poller_buckets_listed_total") == listed
-        fixed = objects.get_namespaced_custom_object(statesummary.GROUP, statesummary.VERSION,
-                                                     listener_env.namespace, statesummary.PLURAL, name)
+        fixed = objects.get_namespaced_custom_object(apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version,
+                                                     listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural, name)
         stored = statehash.stored_of(fixed["status"])
         assert stored is not None and all(stored.hashes[b] != 0x0123456789ABCDEF for b in wrong)
         assert stored.hashes[empty[0]] == 0 and stored.counts[empty[0]] == 0
@@ -164,14 +164,14 @@ def test_a_summary_damaged_in_more_buckets_than_a_run_lists_heals_at_the_full_di
         assert poller.run().sent == 0
         time.sleep(2.0)  # the merges of the first run's records have landed
         name = statesummary.name_of(rt.id)
-        obj = objects.get_namespaced_custom_object(statesummary.GROUP, statesummary.VERSION,
-                                                   listener_env.namespace, statesummary.PLURAL, name)
+        obj = objects.get_namespaced_custom_object(apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version,
+                                                   listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural, name)
         wrong = list(range(0, statehash.BUCKETS, 2))  # 128 buckets: over MAX_BUCKETS (64)
         for b in wrong:
             obj["status"]["hashes"][b] = "0123456789abcdef"
             obj["status"]["records"][b] = 999
         objects.replace_namespaced_custom_object_status(
-            statesummary.GROUP, statesummary.VERSION, listener_env.namespace, statesummary.PLURAL,
+            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
             name, obj)
         state_calls = poller.sample("tether_poller_listener_requests_total", call="state")
         full = poller.run()
@@ -180,8 +180,8 @@ def test_a_summary_damaged_in_more_buckets_than_a_run_lists_heals_at_the_full_di
 
         def healed() -> bool:
             got = objects.get_namespaced_custom_object(
-                statesummary.GROUP, statesummary.VERSION, listener_env.namespace,
-                statesummary.PLURAL, name)
+                apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, listener_env.namespace,
+                apitypes.RUNTIME_STATE_SUMMARIES.plural, name)
             stored = statehash.stored_of(got["status"])
             return stored is not None and all(
                 stored.hashes[b] != 0x0123456789ABCDEF and stored.records[b] != 999 for b in wrong)

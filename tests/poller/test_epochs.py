@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from common import changes
-from listener import heartbeat, records
+from common import apitypes, changes
+from listener import heartbeat
 from testing import controlplane
 from testing.listenerenv import ListenerProcess, Runtime
 from testing.pollerenv import Env, InProcess, kcp_state, runtime_state, unique_selector
@@ -60,7 +60,7 @@ def lease_epoch(env: Env, rt: Runtime) -> tuple[int, str]:
     lease: Any = client.CoordinationV1Api(env.api).read_namespaced_lease(
         heartbeat.lease_name(rt.id), env.namespace)
     ann = lease.metadata.annotations or {}
-    return int(ann.get(heartbeat.ANN_EPOCH, "0")), ann.get(heartbeat.ANN_IDENTITY, "")
+    return int(ann.get(apitypes.EPOCH_ANNOTATION, "0")), ann.get(heartbeat.ANN_IDENTITY, "")
 
 
 def assert_kcp_holds_the_runtime(env: Env, rt: Runtime, core: client.CoreV1Api, selector: str,
@@ -70,7 +70,7 @@ def assert_kcp_holds_the_runtime(env: Env, rt: Runtime, core: client.CoreV1Api, 
     for obj in env.stored(rt.id):
         if (obj["spec"]["namespace"], obj["spec"]["name"]) in live:
             assert obj["spec"]["epoch"] == epoch
-            assert obj["metadata"]["annotations"][records.ANN_EPOCH] == str(epoch)
+            assert obj["metadata"]["annotations"][apitypes.EPOCH_ANNOTATION] == str(epoch)
     for spec in dead.values():
         assert "data" not in spec and "labels" not in spec
     return dead

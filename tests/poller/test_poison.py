@@ -12,7 +12,7 @@ from typing import Any
 import requests
 from kubernetes import client
 
-from common import changes
+from common import apitypes, changes
 from listener import records
 from testing.listenerenv import Env, ListenerProcess, Runtime
 from testing.pollerenv import InProcess, unique_selector
@@ -36,7 +36,7 @@ def store_poison(env: Env, rt: Runtime, ns: str, name: str, **spec: str) -> dict
     ann[records.ANN_RV] = body["spec"]["resourceVersion"]
     ann[records.ANN_OBSERVED] = body["spec"]["observedAt"]
     obj: Any = client.CustomObjectsApi(env.api).create_namespaced_custom_object(
-        records.GROUP, records.VERSION, env.namespace, records.PLURAL, body)
+        apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural, body)
     return dict(obj)
 
 

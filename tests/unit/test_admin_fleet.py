@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 
 from admin import auth, charts, fleet, parts, throttle, views
-from common import delivery
+from common import apitypes, delivery
 
 NOW = datetime.datetime(2026, 12, 2, 12, 0, tzinfo=datetime.UTC)
 
@@ -157,8 +157,8 @@ def test_parts_leaders_and_compass_from_leases() -> None:
                  {"image": "registry:5000/tether:0.1.0"}]}}},
              "status": {"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}}]
     leases = [{"metadata": {"name": "tether-compass-1", "annotations": {
-        parts.LAST_RUN_RESULT: "ok", parts.BREAKER: "half-open",
-        parts.DIRECTOR_ERRORS: '[{"at": "t", "operation": "op", "message": "' + "m" * 500 + '"}]'}},
+        parts.LAST_RUN_RESULT: "ok", apitypes.BREAKER_ANNOTATION: "half-open",
+        apitypes.DIRECTOR_ERRORS_ANNOTATION: '[{"at": "t", "operation": "op", "message": "' + "m" * 500 + '"}]'}},
         "spec": {"holderIdentity": "pod_1"}}, {"metadata": {"name": "unrelated"}, "spec": {}}]
     (p,) = parts.parts_of(deps, leases)
     assert (p.version, p.ready, p.desired) == ("0.1.0", 1, 2)
@@ -167,5 +167,5 @@ def test_parts_leaders_and_compass_from_leases() -> None:
     assert c.breaker == "half-open" and len(c.errors[0]["message"]) == 200
     assert parts.compass_of([]).breaker == "unknown"
     bad = parts.compass_of([{"metadata": {"name": "tether-compass", "annotations": {
-        parts.DIRECTOR_ERRORS: "{not json"}}}])
+        apitypes.DIRECTOR_ERRORS_ANNOTATION: "{not json"}}}])
     assert bad.errors == ()

@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
+from common import apitypes
 from compass import decide, model
 
 NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
 POLICY = decide.Policy()
 LABELS = {
-    model.GLOBAL_ACCOUNT: "ga-1", model.SUBACCOUNT: "sa-1", model.SHOOT_NAME: "c-4a1f",
-    model.INSTANCE_ID: "inst-1", model.PLAN_ID: "p-1", model.PLAN_NAME: "azure",
+    apitypes.GLOBAL_ACCOUNT_LABEL: "ga-1", apitypes.SUBACCOUNT_LABEL: "sa-1", apitypes.SHOOT_NAME_LABEL: "c-4a1f",
+    apitypes.INSTANCE_ID_LABEL: "inst-1", apitypes.PLAN_ID_LABEL: "p-1", apitypes.PLAN_NAME_LABEL: "azure",
 }
 
 
@@ -25,9 +26,9 @@ def kyma(labels: dict[str, str] | None = None, *, modules: tuple[str, ...] = (),
 
 def mapping(*, rid: str | None = None, registering: bool = True, deleting: bool = False,
             finalizers: tuple[str, ...] = (model.FINALIZER,), **status: Any) -> model.MappingView:
-    labels = {model.KYMA_NAME: "k1", model.MAPPING_GLOBAL_ACCOUNT: "ga-1"}
+    labels = {apitypes.KYMA_NAME_LABEL: "k1", apitypes.GLOBAL_ACCOUNT_LABEL: "ga-1"}
     if rid:
-        labels[model.COMPASS_RUNTIME_ID] = rid
+        labels[apitypes.COMPASS_RUNTIME_ID_LABEL] = rid
     ann = {model.REGISTERING: "true"} if registering else {}
     return model.MappingView("kcp-system", "k1", labels, ann, finalizers, deleting, status)
 
@@ -67,7 +68,7 @@ def test_mapping_without_registering_mark_gets_it_before_any_register() -> None:
     assert d(kyma=kyma(), mapping=mapping(registering=False)).kind == "mark_registering"
 
 
-@pytest.mark.parametrize("missing", [model.GLOBAL_ACCOUNT, model.SUBACCOUNT, model.SHOOT_NAME])
+@pytest.mark.parametrize("missing", [apitypes.GLOBAL_ACCOUNT_LABEL, apitypes.SUBACCOUNT_LABEL, apitypes.SHOOT_NAME_LABEL])
 def test_missing_required_label_is_reported_not_skipped(missing: str) -> None:
     labels = {k: v for k, v in LABELS.items() if k != missing}
     a = d(kyma=kyma(labels), mapping=None)
@@ -81,7 +82,7 @@ def test_missing_required_label_is_reported_not_skipped(missing: str) -> None:
 
 
 def test_invalid_shoot_name_is_reported() -> None:
-    a = d(kyma=kyma({**LABELS, model.SHOOT_NAME: "9-starts-with-digit"}), mapping=None)
+    a = d(kyma=kyma({**LABELS, apitypes.SHOOT_NAME_LABEL: "9-starts-with-digit"}), mapping=None)
     assert a.reason == "InvalidLabel"
 
 

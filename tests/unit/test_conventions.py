@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from common import elected, events
+from common import apitypes, elected, events
 from compass import errors, lease_notes, status
 
 NOW = datetime.datetime(2026, 11, 30, 10, 0, 0, 123456, tzinfo=datetime.UTC)
@@ -111,12 +111,12 @@ def test_lease_notes_publish_changes_only() -> None:
     n = lease_notes.LeaseNotes(now=lambda: NOW)
     n.breaker_changed("open")  # not attached yet: nothing published
     n.attach(lambda values, keep=False: got.append((dict(values), keep)))
-    assert got == [({lease_notes.BREAKER: "open"}, True)]
+    assert got == [({apitypes.BREAKER_ANNOTATION: "open"}, True)]
     n.breaker_changed("open")
     n.breaker_changed("half_open")
-    assert got[-1] == ({lease_notes.BREAKER: "half-open"}, True) and len(got) == 2
+    assert got[-1] == ({apitypes.BREAKER_ANNOTATION: "half-open"}, True) and len(got) == 2
     n.director_error("request_token", errors.Unavailable("Director request_token: HTTP 503"))
-    assert json.loads(got[-1][0][lease_notes.DIRECTOR_ERRORS])[0]["operation"] == "request_token"
+    assert json.loads(got[-1][0][apitypes.DIRECTOR_ERRORS_ANNOTATION])[0]["operation"] == "request_token"
     n.director_error("request_token", errors.Unavailable("Director request_token: HTTP 503"))
     assert len(got) == 3  # same error, same second: no change
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from common import changes, sender
+from common import apitypes, changes, sender
 from listener import epochs, heartbeat
 from poller import diff
 from webhook import forwarder
@@ -179,7 +179,7 @@ class LeaseReads:
 
 def lease(epoch: int, identity: str = "uid-1", rv: str = "7") -> dict[str, Any]:
     return {"metadata": {"resourceVersion": rv, "annotations": {
-        heartbeat.ANN_EPOCH: str(epoch), heartbeat.ANN_IDENTITY: identity}}}
+        apitypes.EPOCH_ANNOTATION: str(epoch), heartbeat.ANN_IDENTITY: identity}}}
 
 
 def test_a_heartbeat_write_feeds_the_epoch_cache_so_no_read_follows() -> None:

@@ -8,7 +8,7 @@ import urllib.parse
 import pytest
 from cryptography.x509 import verification
 
-from common import certs, kyma
+from common import apitypes, certs, kyma
 from listener import auth, peer
 
 
@@ -46,11 +46,11 @@ def test_authorize_refusals(cn: str | None, sans: list[str], kymas: list[kyma.Ky
 
 def test_kyma_view_and_runtime_id_check() -> None:
     v = kyma.view({"metadata": {"name": "k", "namespace": "kcp-system", "uid": "u",
-                                "labels": {kyma.RUNTIME_ID_LABEL: "rt-9"},
-                                "annotations": {kyma.DOMAIN_ANNOTATION: " d.example.com "},
+                                "labels": {apitypes.RUNTIME_ID_LABEL: "rt-9"},
+                                "annotations": {apitypes.SKR_DOMAIN_ANNOTATION: " d.example.com "},
                                 "deletionTimestamp": "2026-11-30T10:00:00Z"}})
     assert (v.runtime_id, v.domain, v.deleting) == ("rt-9", "d.example.com", True)
-    assert kyma.view({"metadata": {"annotations": {kyma.DOMAIN_ANNOTATION: " "}}}).domain is None
+    assert kyma.view({"metadata": {"annotations": {apitypes.SKR_DOMAIN_ANNOTATION: " "}}}).domain is None
     assert kyma.valid_runtime_id("4a1f-9C_x.y")
     for bad in ("", "a,b", "a=b", "-a", "a" * 64, "a b", "x!=y"):
         assert not kyma.valid_runtime_id(bad)

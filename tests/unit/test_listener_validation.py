@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 
-from common import changes
+from common import apitypes, changes
 from listener import heartbeat, ratelimit, records, validation
 
 
@@ -74,7 +74,7 @@ def test_object_name_and_body() -> None:
     assert name != records.object_name(records.Key("rt-1", "ns2", "a" * 253))
     b = records.body(rec(), "kcp-system")
     assert b["metadata"]["name"] == records.object_name(records.Key("rt-1", "ns", "a"))
-    assert b["metadata"]["labels"][records.RUNTIME_LABEL] == "rt-1"
+    assert b["metadata"]["labels"][apitypes.RUNTIME_ID_LABEL] == "rt-1"
     assert b["spec"]["data"] == {"k": "v"} and "apiVersion" not in b["spec"]
     item = records.digest_item(b["metadata"])
     assert item == {"namespace": "ns", "name": "a", "uid": "u", "resourceVersion": "1",
