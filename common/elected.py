@@ -254,18 +254,3 @@ def run_elected(part: ElectedPart) -> int:
         close()
     return 0
 
-
-def run(log: logging.Logger, elected: leader.LeaderElector, sched: BackgroundScheduler, *,
-        announce: Callable[[], None], stop: Callable[[], None]) -> None:
-    """Until SIGTERM or SIGINT: ``announce`` once the elector runs; on the signal release
-    the Lease, shut the scheduler down, then ``stop`` the rest."""
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    elected.start()
-    announce()
-    done.wait()
-    log.info("%s stopping", log.name)
-    elected.stop()
-    sched.shutdown(wait=True)
-    stop()

@@ -3,9 +3,9 @@
 Settings come from ``TETHER_LISTENER_*`` environment variables (``tether janitor --help``,
 docs/listener.md); a bad one, or a kubeconfig that does not load, stops the process with one
 line before anything starts (``--check`` only checks).
-Builds the KCP client, a paused APScheduler interval job and the Lease elector that resumes
-it (``common.leader``); serves /healthz, /readyz and /metrics on ``JANITOR_BIND``; stops
-cleanly on SIGTERM (releasing the Lease).
+Builds the KCP client and the janitor; then ``common.elected.run_elected``: its interval
+run in the Lease holder, /healthz, /readyz and /metrics on ``JANITOR_BIND``, a clean stop on
+SIGTERM (releasing the Lease). ``--once``: one run, no election, exit 1 if it failed.
 
 A process of its own, not a gunicorn worker: APScheduler jobs cannot be shared between
 processes, and workers must never run schedulers.
@@ -13,13 +13,11 @@ processes, and workers must never run schedulers.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import sys
 from collections.abc import Callable
 
 import flask
-from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from common import elected, leader, logs, ops
@@ -39,14 +37,12 @@ def create_app(meters: listener_metrics.JanitorMetrics, ready: Callable[[], bool
     return ops.create_app("janitor", probes, ops.Exposition(meters.registry).render)
 
 
-def scheduler(job: janitor.Janitor, interval: float) -> BackgroundScheduler:
-    """A paused scheduler with the janitor's interval run (resumed while leading)."""
-    sched = BackgroundScheduler(timezone=datetime.UTC, job_defaults={
-        "coalesce": True, "max_instances": 1, "misfire_grace_time": None})
-    sched.add_job(job.run, IntervalTrigger(seconds=interval), id="janitor",
-                  next_run_time=datetime.datetime.now(datetime.UTC))
-    sched.start(paused=True)
-    return sched
+def lease(s: settings_mod.JanitorSettings) -> leader.LeaseSettings:
+    """The janitor's Lease: its duration set, renewed within two thirds of it."""
+    return leader.LeaseSettings(namespace=s.lease_namespace, name=s.lease_name,
+                                lease_duration=s.lease_duration,
+                                renew_deadline=s.lease_duration * 2 / 3,
+                                retry_period=max(0.5, s.lease_duration / 7))
 
 
 def main(argv: list[str]) -> int:
@@ -62,22 +58,18 @@ def main(argv: list[str]) -> int:
         summary = job.run()
         print(summary)
         return 0 if summary.ok else 1
-    sched = scheduler(job, s.interval)
-    elector = elected.elector(
-        api, leader.LeaseSettings(namespace=s.lease_namespace, name=s.lease_name,
-                                  lease_duration=s.lease_duration,
-                                  renew_deadline=s.lease_duration * 2 / 3,
-                                  retry_period=max(0.5, s.lease_duration / 7)),
-        sched, meters.leader)
-    job.active = lambda: elector.is_leader
-    http = ops.Server(create_app(meters, ready=lambda: elector.alive() and sched.running),
-                      f"{s.http_host}:{s.http_port}").start()
-    elected.run(log, elector, sched, stop=http.stop, announce=lambda: log.info(
-        "janitor started: namespace %s, heartbeats in %s, Lease %s/%s, interval %.0fs, "
-        "tombstone retention %.0fs, orphan grace %.0fs", s.namespace, s.heartbeat_namespace,
-        s.lease_namespace, s.lease_name, s.interval, s.storage.tombstone_retention,
-        s.orphan_grace))
-    return 0
+    sched = elected.scheduler([elected.Job("janitor", job.run, IntervalTrigger(seconds=s.interval),
+                                           at_once=True)])
+    return elected.run_elected(elected.ElectedPart(
+        "janitor", log, api, lease(s), sched, elected.resuming(sched, meters.leader),
+        f"{s.http_host}:{s.http_port}",
+        app=lambda rt: create_app(meters, ready=lambda: rt.elector.alive() and rt.scheduler.running),
+        guarded=[job],
+        announce=lambda: log.info(
+            "janitor started: namespace %s, heartbeats in %s, Lease %s/%s, interval %.0fs, "
+            "tombstone retention %.0fs, orphan grace %.0fs", s.namespace, s.heartbeat_namespace,
+            s.lease_namespace, s.lease_name, s.interval, s.storage.tombstone_retention,
+            s.orphan_grace)))
 
 
 if __name__ == "__main__":
