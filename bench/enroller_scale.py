@@ -41,7 +41,7 @@ from enroller import settings as settings_mod  # noqa: E402
 from testing import compassenv, controlplane, localnet  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "enroller_scale.json"
-CRD = REPO / "manifests" / "kcp" / "enroller" / "crd.yaml"
+CRD = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
 
 
 def counter(e: reconcile.Enroller, verb: str) -> float:

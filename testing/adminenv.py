@@ -27,8 +27,8 @@ from testing import controlplane, listenerenv
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ADMIN_RBAC = REPO / "manifests" / "kcp" / "admin" / "rbac.yaml"
-ENROLLMENT_CRD = REPO / "manifests" / "kcp" / "enroller" / "crd.yaml"
-MAPPING_CRD = REPO / "manifests" / "kcp" / "compass" / "crd.yaml"
+ENROLLMENT_CRD = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
+MAPPING_CRD = REPO / "manifests" / "kcp" / "crds" / "operator.kyma-project.io_compassmanagermappings.yaml"
 ADMIN_USER = "tether-admin-test"
 AUDIENCE = "tether-admin"  # the admin part's default TETHER_ADMIN_TOKEN_AUDIENCE
 HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"

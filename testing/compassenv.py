@@ -17,7 +17,7 @@ from compass import settings as settings_mod
 from standins.director import server as server_mod
 from testing import controlplane, localnet
 
-CRD_FILE = controlplane.REPO_ROOT / "manifests" / "kcp" / "compass" / "crd.yaml"
+CRD_FILE = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "operator.kyma-project.io_compassmanagermappings.yaml"
 
 
 EXTRA_PLANES = 19  # with the session's skr plane: one runtime plane per Kyma CR of the 20-CR test

@@ -24,7 +24,7 @@ from enroller import settings as settings_mod
 from testing import compassenv, controlplane, localnet
 
 pytestmark = pytest.mark.slow
-CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "enroller" / "crd.yaml"
+CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
 
 
 @pytest.fixture(scope="module")
