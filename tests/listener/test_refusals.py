@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -279,7 +280,11 @@ def test_a_flood_of_unauthenticated_requests_is_a_few_audit_lines_with_counts(
     IDs only as a bounded ``claimed_runtimes`` sample, never as ``runtime``; a runtime's
     request between them is served and audited as before."""
     workers = 2
-    flooded = ListenerProcess(listener_env, "flood", TETHER_LISTENER_WORKERS=str(workers))
+    # several workers: /metrics is their aggregate only with a multiprocess folder, as the
+    # manifests set it (without it, the answering worker's own counts: 0 or 150 by chance)
+    metrics_dir = listener_env.dir / f"metrics-flood-{uuid.uuid4().hex[:8]}"
+    flooded = ListenerProcess(listener_env, "flood", TETHER_LISTENER_WORKERS=str(workers),
+                              PROMETHEUS_MULTIPROC_DIR=str(metrics_dir))
     try:
         good, other = runtime(), runtime()
         anonymous, foreign = good.session(cert=None), other.session()
