@@ -42,22 +42,21 @@ SERVING_SERIAL = "tether.kyma-project.io/serving-serial"
 SERVING_NOT_AFTER = "tether.kyma-project.io/serving-not-after"
 SERVING_RENEW_AT = "tether.kyma-project.io/serving-renew-at"
 
-RESOURCES: dict[tuple[str, str], gateway.Resource] = {
-    ("v1", "Namespace"): apitypes.NAMESPACES,
-    ("v1", "ServiceAccount"): apitypes.SERVICE_ACCOUNTS,
-    ("v1", "ConfigMap"): apitypes.CONFIGMAPS,
-    ("v1", "Secret"): apitypes.SECRETS,
-    ("v1", "Service"): apitypes.SERVICES,
-    ("apps/v1", "Deployment"): apitypes.DEPLOYMENTS,
-    ("rbac.authorization.k8s.io/v1", "Role"): apitypes.ROLES,
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): apitypes.ROLE_BINDINGS,
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"): apitypes.CLUSTER_ROLES,
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): apitypes.CLUSTER_ROLE_BINDINGS,
-    ("policy/v1", "PodDisruptionBudget"): apitypes.POD_DISRUPTION_BUDGETS,
-    ("networking.k8s.io/v1", "NetworkPolicy"): apitypes.NETWORK_POLICIES,
-    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"):
-        apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS,
-}
+RESOURCES: dict[tuple[str, str], gateway.Resource] = {(r.api_version, kind): r for kind, r in (
+    ("Namespace", apitypes.NAMESPACES),
+    ("ServiceAccount", apitypes.SERVICE_ACCOUNTS),
+    ("ConfigMap", apitypes.CONFIGMAPS),
+    ("Secret", apitypes.SECRETS),
+    ("Service", apitypes.SERVICES),
+    ("Deployment", apitypes.DEPLOYMENTS),
+    ("Role", apitypes.ROLES),
+    ("RoleBinding", apitypes.ROLE_BINDINGS),
+    ("ClusterRole", apitypes.CLUSTER_ROLES),
+    ("ClusterRoleBinding", apitypes.CLUSTER_ROLE_BINDINGS),
+    ("PodDisruptionBudget", apitypes.POD_DISRUPTION_BUDGETS),
+    ("NetworkPolicy", apitypes.NETWORK_POLICIES),
+    ("ValidatingWebhookConfiguration", apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS),
+)}
 # apply order: what others refer to first, the webhook registration last
 ORDER = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
          "ConfigMap", "Secret", "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy",

@@ -69,12 +69,14 @@ def delete_kyma(api: client.ApiClient, namespace: str, name: str) -> None:
 
 
 def create_kubeconfig_secret(api: client.ApiClient, namespace: str, kyma: str,
-                             plane: controlplane.ControlPlane) -> None:
-    """The runtime's admin kubeconfig as lifecycle-manager keeps it in the KCP."""
+                             plane: controlplane.ControlPlane | bytes) -> None:
+    """The runtime's admin kubeconfig as lifecycle-manager keeps it in the KCP: ``plane``'s,
+    or the given content (a hostile runtime's, tests of the kubeconfig allow-list)."""
+    content = plane if isinstance(plane, bytes) else plane.kubeconfig.read_bytes()
     body = client.V1Secret(
         metadata=client.V1ObjectMeta(name=f"kubeconfig-{kyma}", namespace=namespace,
                                      labels={"operator.kyma-project.io/kyma-name": kyma}),
-        data={"config": base64.b64encode(plane.kubeconfig.read_bytes()).decode()},
+        data={"config": base64.b64encode(content).decode()},
     )
     client.CoreV1Api(api).create_namespaced_secret(namespace, body)
 

@@ -19,14 +19,12 @@ certificate); ``requests`` lists (method, path, authorization header) of what re
 from __future__ import annotations
 
 import base64
-import contextlib
 import http.server
 import socket
 import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -188,10 +186,7 @@ class Hostile:
             raise ValueError(f"unknown mode {mode}")
 
 
-@contextlib.contextmanager
-def serving(mode: str, **kw: Any) -> Iterator[Hostile]:
-    with Hostile(mode, **kw) as h:
-        yield h
+serving = Hostile  # with hostile.serving("trickle", interval=0.3) as h: ...
 
 
 def wait_for(predicate: Any, timeout: float = 10.0) -> bool:

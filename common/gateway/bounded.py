@@ -143,9 +143,7 @@ class _Connection(HTTPSConnection):
 
 def _context(conn: kubeconfig.Connection) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cadata=conn.ca_pem.decode("ascii", "replace")
-                                     if conn.ca_pem else None)
-    if conn.ca_pem is None:
-        ctx.load_default_certs()
+                                     if conn.ca_pem else None)  # None: the system's store
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if conn.cert_pem is not None and conn.key_pem is not None:
         # ssl loads a certificate chain from files only: a private directory, removed at once
@@ -179,7 +177,6 @@ def pool(conn: kubeconfig.Connection, limits: Limits) -> urllib3.PoolManager:
         kw["server_hostname"] = conn.tls_server_name
     manager = urllib3.PoolManager(num_pools=2, **kw)
     manager.pool_classes_by_scheme = {"https": Pool}
-    manager.key_fn_by_scheme = dict(manager.key_fn_by_scheme)
     return manager
 
 

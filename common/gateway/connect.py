@@ -7,9 +7,7 @@ from __future__ import annotations
 import os
 import ssl
 import threading
-from typing import Any
 
-import yaml
 from kubernetes import client, config
 
 from common.gateway import bounded, kube, kubeconfig
@@ -74,12 +72,7 @@ def from_kubeconfig_bytes(data: bytes | str, *, pool_size: int | None = None,
                           timeout: float = kube.DEFAULT_TIMEOUT) -> kube.Kube:
     """A gateway from kubeconfig content the operator wrote (never a runtime's: that is
     ``from_runtime_kubeconfig``)."""
-    try:
-        loaded: Any = yaml.safe_load(data)
-    except yaml.YAMLError:
-        raise KubeConfigError("kubeconfig content is not valid YAML") from None
-    if not isinstance(loaded, dict):
-        raise KubeConfigError("kubeconfig content is not a mapping")
+    loaded = kubeconfig.load(data)
     cfg = client.Configuration()
     try:
         with _LOAD_LOCK:

@@ -90,9 +90,8 @@ class Connection(NamedTuple):
         return f"Connection(server={self.server!r})"
 
 
-def parse(data: bytes | str, *, denied: Sequence[addresses.Network] = addresses.DEFAULT_DENIED
-          ) -> Connection:
-    """The connection a kubeconfig describes, or ``Refused``/``KubeConfigError``."""
+def load(data: bytes | str) -> dict[str, Any]:
+    """The kubeconfig content as a mapping (``KubeConfigError`` when it is none)."""
     if len(data) > MAX_BYTES:
         raise KubeConfigError(f"kubeconfig content is larger than {MAX_BYTES} bytes")
     try:
@@ -101,6 +100,13 @@ def parse(data: bytes | str, *, denied: Sequence[addresses.Network] = addresses.
         raise KubeConfigError("kubeconfig content is not valid YAML") from None
     if not isinstance(doc, dict):
         raise KubeConfigError("kubeconfig content is not a mapping")
+    return doc
+
+
+def parse(data: bytes | str, *, denied: Sequence[addresses.Network] = addresses.DEFAULT_DENIED
+          ) -> Connection:
+    """The connection a kubeconfig describes, or ``Refused``/``KubeConfigError``."""
+    doc = load(data)
     _only(doc, _TOP_FIELDS, "")
     context_name, context = _context(doc)
     cluster_at, cluster = _named(doc, "clusters", "cluster", _str(context.get("cluster"),

@@ -6,7 +6,6 @@ bound it broke (issue 22)."""
 
 from __future__ import annotations
 
-import base64
 import pathlib
 import time
 import tracemalloc
@@ -21,12 +20,6 @@ from testing import controlplane, hostile
 pytestmark = pytest.mark.slow
 
 SKR_TIMEOUT = 2.0
-
-
-def _secret(kcp_api: client.ApiClient, ns: str, kyma: str, content: bytes) -> None:
-    client.CoreV1Api(kcp_api).create_namespaced_secret(ns, client.V1Secret(
-        metadata=client.V1ObjectMeta(name=f"kubeconfig-{kyma}", namespace=ns),
-        data={"config": base64.b64encode(content).decode()}))
 
 
 def _condition_text(m: dict | None) -> str:  # type: ignore[type-arg]
@@ -52,7 +45,7 @@ def test_hostile_runtimes_cost_their_deadline_and_the_good_one_gets_its_token(
                        "h-redirect": redirect.kubeconfig(), "h-hang": hang.kubeconfig(),
                        "h-exec": yaml.safe_dump(exec_config).encode()}
         for i, (name, content) in enumerate(kubeconfigs.items()):
-            _secret(kcp_api, ns, name, content)
+            h.create_kubeconfig_secret(kcp_api, ns, name, content)
             h.create_kyma(kcp_api, ns, name, h.kyma_labels(tenant, f"hostile-{i}"))
         h.create_kubeconfig_secret(kcp_api, ns, "h-good", skr)
         h.create_kyma(kcp_api, ns, "h-good", h.kyma_labels(tenant, "hostile-good"))

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import base64
 import datetime
-import http.server
 import json
 import pathlib
-import ssl
-import threading
 import time
 import tracemalloc
 from typing import Any
@@ -29,7 +26,7 @@ import pytest
 from cryptography import x509
 from kubernetes import client
 
-from common import certs, pki
+from common import pki
 from enroller import render
 from testing import blackhole, controlplane, hostile
 from tests.enroller.test_enroll import Env, _pem, enrollment_crd, env, runtime_objects, runtimes  # noqa: F401
@@ -58,59 +55,6 @@ def point_kubeconfig(e: Env, kyma: str, like: controlplane.ControlPlane, *, serv
         if ex.status != 409:
             raise
         core.replace_namespaced_secret(f"kubeconfig-{kyma}", e.ns, body)
-
-
-class NotFoundAPI:
-    """An HTTPS server that answers 404 (a Kubernetes Status) to every request: an API server
-    whose reads say "nothing installed" and whose writes never succeed."""
-
-    def __init__(self, tmp: pathlib.Path) -> None:
-        self.ca = certs.CertificateAuthority.create("notfound-ca")
-        pair = self.ca.issue("127.0.0.1", ip_addresses=["127.0.0.1"], dns_names=["localhost"], server=True)
-        self.cert, self.key = tmp / "nf.crt", tmp / "nf.key"
-        pair.write(self.cert, self.key)
-        self.requests = 0
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _answer(self) -> None:
-                outer.requests += 1
-                length = int(self.headers.get("Content-Length") or 0)
-                if length:
-                    self.rfile.read(length)
-                body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                   "reason": "NotFound", "code": 404, "message": "not found"}).encode()
-                self.send_response(404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(self.cert, self.key)
-        self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, name="notfound-api", daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> NotFoundAPI:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def issued(e: Any) -> float:
@@ -162,12 +106,12 @@ def test_an_api_server_that_answers_404_gets_its_certificates_once(
         env: Env, runtimes: list[controlplane.ControlPlane], tmp_path: pathlib.Path) -> None:
     env.kyma("ok", runtimes[1], runtime_id="rt-ok")
     env.kyma("nf", None, runtime_id="rt-nf")
-    with NotFoundAPI(tmp_path) as api:
+    with hostile.Hostile("not_found") as api:
         point_kubeconfig(env, "nf", runtimes[1], server=api.url, ca_pem=api.ca.cert_pem)
         e = env.enroller()  # backoff 0: every run tries it again
         for _ in range(10):
             assert e.run() == {"Ready": 1, "Failed": 1}
-        assert api.requests >= 10 * 3  # it was asked every time (two reads and an apply)
+        assert len(api.requests) >= 10 * 3  # it was asked every time (two reads and an apply)
     # the first run issued the good runtime's pair and the 404 runtime's pair; then nothing:
     # the 404 runtime's failed applies reuse the certificates issued for it
     assert issued(e) == 4
@@ -181,7 +125,7 @@ def test_issuance_per_runtime_is_limited_per_hour(
     env.kyma("ok2", runtimes[1], runtime_id="rt-ok2")
     env.kyma("nf2", None, runtime_id="rt-nf2")
     custom = client.CustomObjectsApi(env.api)
-    with NotFoundAPI(tmp_path) as api:
+    with hostile.Hostile("not_found") as api:
         point_kubeconfig(env, "nf2", runtimes[1], server=api.url, ca_pem=api.ca.cert_pem)
         e = env.enroller(issuance_limit=4)
         for n in range(10):

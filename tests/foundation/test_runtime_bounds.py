@@ -5,7 +5,6 @@ nothing, reads no file and sends no request (``common.skr_clients`` on the real 
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import pathlib
 import threading
@@ -18,7 +17,7 @@ from kubernetes import client
 
 from common import gateway, skr_clients
 from common.gateway import bounded
-from testing import controlplane, hostile, localnet
+from testing import compassenv, controlplane, hostile, localnet
 
 TIMEOUT = 2.0
 LIMITS = gateway.Limits(max_bytes=1024 * 1024, max_connections=2, denied=localnet.DENIED)
@@ -136,12 +135,6 @@ def test_an_error_answer_is_bounded_and_classified() -> None:
 # -- refused kubeconfigs: nothing run, no file read, no request sent ----------------------------
 
 
-def _secret(kcp_api: client.ApiClient, ns: str, kyma: str, content: bytes) -> None:
-    client.CoreV1Api(kcp_api).create_namespaced_secret(ns, client.V1Secret(
-        metadata=client.V1ObjectMeta(name=f"kubeconfig-{kyma}", namespace=ns),
-        data={"config": base64.b64encode(content).decode()}))
-
-
 def _with_user(h: hostile.Hostile, **user: object) -> bytes:
     doc = yaml.safe_load(h.kubeconfig(token=None))
     doc["users"][0]["user"] = user
@@ -181,8 +174,8 @@ def test_refused_kubeconfig_fields_run_nothing_read_nothing_send_nothing(
             ).encode(), "clusters[0].cluster.proxy-url"),
         }
         for kyma, (content, _) in cases.items():
-            _secret(kcp_api, kcp_namespace, kyma, content)
-        _secret(kcp_api, kcp_namespace, "good", skr.kubeconfig.read_bytes())
+            compassenv.create_kubeconfig_secret(kcp_api, kcp_namespace, kyma, content)
+        compassenv.create_kubeconfig_secret(kcp_api, kcp_namespace, "good", skr)
         clients = skr_clients.SkrClients(gateway.from_kubeconfig(str(kcp.kubeconfig)),
                                          kcp_namespace, localnet.policy())
         try:
