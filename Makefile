@@ -62,8 +62,10 @@ lint: $(STAMP) ## ruff, mypy (strict on the product packages) and the import con
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+PART_TESTS = tests/tether tests/webhook tests/listener tests/poller tests/compass tests/enroller tests/admin
+
 unit: $(STAMP) ## fast tests of pure logic only
-	$(VENV)/bin/pytest -m "not slow" tests/unit
+	$(VENV)/bin/pytest -m "not slow and not plane" $(PART_TESTS)
 
 prometheus-server: ## build (or reuse the cached) upstream Prometheus server from its Go module (the monitoring test)
 	bash hack/build-prometheus.sh >/dev/null

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from admin import throttle
-from common import apitypes, gateway
+from tether import apitypes, gateway
 
 GROUP, RESOURCE = apitypes.TETHER_GROUP, apitypes.ADMIN_PAGES  # what the access reviews name
 PAGES = ("fleet", "runtime", "compass", "parts")

@@ -16,7 +16,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from common import apitypes, delivery
+from tether import apitypes, delivery
 
 # Problems, most severe first (their weight orders the fleet page).
 PROBLEMS: tuple[str, ...] = ("not_enrolled", "silent", "webhook_path_failing",

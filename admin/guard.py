@@ -15,7 +15,7 @@ from werkzeug.wrappers import Response as Answer
 
 from admin import auth, respond, throttle
 from admin import services as services_mod
-from common import gateway, logs, ops
+from tether import gateway, logs, ops
 
 log = logging.getLogger("admin.app")  # the name its lines have always had
 COOKIE = "__Host-tether_admin_session"  # __Host-: Secure, Path=/, no Domain, by the browser

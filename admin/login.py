@@ -17,7 +17,7 @@ from werkzeug.wrappers import Response as Answer
 
 from admin import auth, guard, pages, respond, signin, throttle
 from admin import services as services_mod
-from common import gateway, logs
+from tether import gateway, logs
 
 log = logging.getLogger("admin.app")  # the name its lines have always had
 bp = flask.Blueprint("signin", __name__)

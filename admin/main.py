@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from admin import server
 from admin import settings as settings_mod
-from common import config, logs
+from tether import config, logs
 
 
 def main(argv: list[str]) -> int:

@@ -14,7 +14,7 @@ from werkzeug.wrappers import Response as Answer
 
 from admin import fleet, guard, parts, respond, snapshot, views
 from admin import services as services_mod
-from common import gateway, logs
+from tether import gateway, logs
 
 bp = flask.Blueprint("pages", __name__)
 # the endpoints a sign-in may lead back to (admin.login)

@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from common import apitypes, delivery
+from tether import apitypes, delivery
 
 A = "tether.kyma-project.io/"
 LAST_RUN_AT, LAST_RUN_RESULT, LAST_RUN_SECONDS = A + "last-run-at", A + "last-run-result", A + "last-run-seconds"

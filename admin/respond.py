@@ -11,7 +11,7 @@ from flask import Response, request
 
 from admin import fleet, snapshot, views
 from admin import services as services_mod
-from common import ops
+from tether import ops
 
 
 def wants_json() -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from admin import fleet
-from common import config
+from tether import config
 
 
 @dataclasses.dataclass(frozen=True)

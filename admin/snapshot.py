@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from admin import fleet, parts, settings
-from common import apitypes, delivery, gateway, logs
+from tether import apitypes, delivery, gateway, logs
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import TextIO
 
 from admin import fleet, snapshot, views
 from admin import settings as settings_mod
-from common import gateway, logs
+from tether import gateway, logs
 
 COLUMNS = ("RUNTIME", "PROBLEMS", "ENROLLED", "CERT-EXPIRY", "HEARTBEAT", "LAST-CHANGE",
            "LAG-P50", "LAG-P99", "POLLER-ONLY", "REFUSED", "429", "STORED", "COMPASS")

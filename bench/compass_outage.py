@@ -31,11 +31,11 @@ from compass_ready import REPO, Director, setup
 
 sys.path.insert(0, str(REPO))
 
-from common import gateway  # noqa: E402
 from compass import metrics, service  # noqa: E402
 from compass import settings as settings_mod  # noqa: E402
 from testing import controlplane, localnet  # noqa: E402
 from testing.compassenv import CRD_FILE  # noqa: E402
+from tether import gateway  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "compass_outage.json"
 CONFIGS: dict[str, dict[str, Any]] = {

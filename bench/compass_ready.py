@@ -37,11 +37,11 @@ sys.path.insert(0, str(REPO))
 import requests  # noqa: E402
 from kubernetes import client  # noqa: E402
 
-from common import apitypes, gateway  # noqa: E402
 from compass import metrics, service  # noqa: E402
 from compass import settings as settings_mod  # noqa: E402
 from testing import controlplane, localnet  # noqa: E402
 from testing.compassenv import CRD_FILE, kyma_labels  # noqa: E402
+from tether import apitypes, gateway  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "compass_ready.json"
 

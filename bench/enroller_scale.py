@@ -35,10 +35,10 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from common import certs, gateway, skr_clients  # noqa: E402
 from enroller import metrics, reconcile  # noqa: E402
 from enroller import settings as settings_mod  # noqa: E402
 from testing import compassenv, controlplane, localnet  # noqa: E402
+from tether import certs, gateway, skr_clients  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "enroller_scale.json"
 CRD = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"

@@ -73,7 +73,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import apitypes, certs, changes  # noqa: E402
+from tether import apitypes, certs, changes  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "fleet_sim.json"
 TICK = os.sysconf("SC_CLK_TCK")

@@ -58,9 +58,9 @@ sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
 
-from common import changes  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lt  # noqa: E402
+from tether import changes  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "listener_abuse.json"
 MIB = 1024 * 1024

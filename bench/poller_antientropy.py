@@ -51,11 +51,11 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from common import apitypes, changes, filters, gateway, sender  # noqa: E402
 from listener import records, statesummary  # noqa: E402
 from poller import metrics, run, scan  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lc  # noqa: E402
+from tether import apitypes, changes, filters, gateway, sender  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "poller_antientropy.json"
 NS = "bench-ae"

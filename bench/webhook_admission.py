@@ -39,9 +39,9 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from common import certs  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import webhookstack as stack  # noqa: E402
+from tether import certs  # noqa: E402
 
 RESULTS_DIR = REPO / "bench" / "results"
 NAMESPACE = "bench"
@@ -88,7 +88,7 @@ def wsgi_costs(bodies: list[bytes], metrics_dir: pathlib.Path) -> dict[str, floa
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)  # as in gunicorn; before the import
     from werkzeug.test import EnvironBuilder
 
-    from common import filters, sender
+    from tether import filters, sender
     from webhook import app as app_mod
     from webhook import keyqueue, metrics
     from webhook import services as services_mod

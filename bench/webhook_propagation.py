@@ -53,9 +53,9 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from common import certs  # noqa: E402
 from testing import controlplane, receiver  # noqa: E402
 from testing import webhookstack as stack  # noqa: E402
+from tether import certs  # noqa: E402
 
 RESULTS_DIR = REPO / "bench" / "results"
 CONFIGS: dict[str, dict[str, str]] = {

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import base64
 
-from common import apitypes, gateway
 from compass import decide, errors, queries, status
+from tether import apitypes, gateway
 
 MANAGED_LABELS = {apitypes.MANAGED_BY_LABEL: "tether-compass"}
 

@@ -1,8 +1,8 @@
-"""The compass process's operations surface (``common.ops``): ``/healthz``, ``/readyz``,
+"""The compass process's operations surface (``tether.ops``): ``/healthz``, ``/readyz``,
 ``/metrics``.
 
 Compass serves no API; this app only lets the kubelet and Prometheus look in. It runs in
-one thread of the leader-elected process (werkzeug, ``common.ops.Server``), not under
+one thread of the leader-elected process (werkzeug, ``tether.ops.Server``), not under
 gunicorn: schedulers must not be forked into workers.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import flask
 
-from common import ops
 from compass import metrics
+from tether import ops
 
 
 def create_app(stats: metrics.Metrics, ready: Callable[[], bool], *,

@@ -18,8 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from common import apitypes
 from compass import model
+from tether import apitypes
 
 SecretState = Literal["unknown", "missing", "matches", "differs"]
 ActionKind = Literal[

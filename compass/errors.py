@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from common import logs
+from tether import logs
 
 REDACTED = "[redacted]"
 _PATTERNS = (

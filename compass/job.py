@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from common import gateway, skr_clients
 from compass import decide, metrics, model
 from compass import mappings as mappings_mod
 from compass import reconcile as reconcile_mod
+from tether import gateway, skr_clients
 
 log = logging.getLogger(__name__)
 STATES = ("Ready", "Processing", "Failed", "Deleting", "None")

@@ -1,7 +1,7 @@
 """What compass publishes on its Lease for the admin pages' Compass page, and the Events of
 its circuit breaker.
 
-Annotations of the Lease (written by the elector with its next renewal, ``common.leader``):
+Annotations of the Lease (written by the elector with its next renewal, ``tether.leader``):
 
 - ``tether.kyma-project.io/breaker``: ``closed``, ``open`` or ``half-open``;
 - ``tether.kyma-project.io/director-errors``: JSON list, newest first, of at most
@@ -24,9 +24,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from common import apitypes, events, logs
 from compass import breaker as breaker_mod
 from compass import errors
+from tether import apitypes, events, logs
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from common import apitypes, gateway
 from compass import decide, model
+from tether import apitypes, gateway
 
 
 class Kcp:

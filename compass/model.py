@@ -10,7 +10,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from common import apitypes
+from tether import apitypes
 
 # Kyma CR (lifecycle-manager) ---------------------------------------------------------------
 REQUIRED_LABELS = (apitypes.GLOBAL_ACCOUNT_LABEL, apitypes.SUBACCOUNT_LABEL, apitypes.SHOOT_NAME_LABEL)

@@ -5,7 +5,7 @@ A failed step is written to the mapping (condition reason and message, failures,
 ``nextAttemptAt`` from the per-runtime backoff) and ends the pass; the next run retries
 when the backoff is due.
 
-Events on the mapping for what an operator wants to see (``common.events``): ``Registered``,
+Events on the mapping for what an operator wants to see (``tether.events``): ``Registered``,
 ``Unregistered``, ``TokenDelivered``, ``TokenRefreshed``, and a Warning ``Failing`` once a
 runtime's step has failed ``FAILING_AFTER`` times in a row (retried with backoff in between).
 """
@@ -18,10 +18,10 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from common import apitypes, events, gateway, logs, skr_clients
 from compass import agent_secret, decide, errors, metrics, model, status
 from compass import director as director_mod
 from compass import mappings as mappings_mod
+from tether import apitypes, events, gateway, logs, skr_clients
 
 log = logging.getLogger(__name__)
 MAX_STEPS = 16

@@ -13,7 +13,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from common import elected, events, gateway, skr_clients
 from compass import breaker as breaker_mod
 from compass import decide, lease_notes, metrics
 from compass import director as director_mod
@@ -22,6 +21,7 @@ from compass import mappings as mappings_mod
 from compass import oauth as oauth_mod
 from compass import reconcile as reconcile_mod
 from compass import settings as settings_mod
+from tether import elected, events, gateway, skr_clients
 
 
 @dataclasses.dataclass

@@ -1,5 +1,5 @@
 """Compass settings: one dataclass, built once in the entry point from the options declared
-in ``SPEC`` (``common.config``: variable, default, bounds, meaning; ``tether compass --help``
+in ``SPEC`` (``tether.config``: variable, default, bounds, meaning; ``tether compass --help``
 and docs/compass.md list them). A bad value stops the process with one line naming it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from apscheduler.triggers.cron import CronTrigger
 
-from common import config, skr_clients
+from tether import config, skr_clients
 
 
 @dataclasses.dataclass(frozen=True)

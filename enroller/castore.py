@@ -1,4 +1,4 @@
-"""The watcher CA, kept in a KCP Secret (layout: ``common.pki``), and the trust bundle the
+"""The watcher CA, kept in a KCP Secret (layout: ``tether.pki``), and the trust bundle the
 listener mounts (a ConfigMap, key ``ca.crt``).
 
 ``ensure`` creates the CA on first use, starts a rollover when the CA has used two thirds
@@ -22,7 +22,7 @@ from typing import Any
 
 from cryptography import x509
 
-from common import apitypes, certs, changes, gateway, logs, pki
+from tether import apitypes, certs, changes, gateway, logs, pki
 
 ROLLOVER_STARTED = "tether.kyma-project.io/rollover-started"
 

@@ -1,6 +1,6 @@
 """The enroller's decisions that bound what one runtime can cost the fleet: pure functions of
 plain data (facts in, the next action out), tested without servers
-(tests/unit/test_enroller_decide.py). ``enroller.reconcile`` and ``enroller.dispatch`` gather
+(tests/enroller/test_decide.py). ``enroller.reconcile`` and ``enroller.dispatch`` gather
 the facts and perform; nothing here does I/O or reads a clock.
 
 - ``dispatch``: whether a runtime's work starts now, joins work another run started, waits

@@ -50,9 +50,9 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from common import apitypes, certs, changes, events, gateway, kyma, logs, pki, skr_clients
 from enroller import castore, decide, dispatch, metrics, render
 from enroller import settings as settings_mod
+from tether import apitypes, certs, changes, events, gateway, kyma, logs, pki, skr_clients
 
 log = logging.getLogger("tether.enroller")
 

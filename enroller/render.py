@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from common import apitypes, gateway
+from tether import apitypes, gateway
 
 BUNDLE_FILE = pathlib.Path(__file__).with_name("skr-bundle.yaml")
 NAMESPACE = "tether-system"

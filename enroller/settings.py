@@ -9,8 +9,8 @@ import datetime
 import math
 import pathlib
 
-from common import config, skr_clients
 from enroller import render
+from tether import config, skr_clients
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any
 
 from kubernetes import client
 
-from common import apitypes
+from tether import apitypes
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

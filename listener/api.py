@@ -29,7 +29,6 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
-from common import certs, changes, gateway, logs, numbers
 from listener import (
     auth,
     epochs,
@@ -43,6 +42,7 @@ from listener import (
     validation,
 )
 from listener import settings as listener_settings
+from tether import certs, changes, gateway, logs, numbers
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
 DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
@@ -135,7 +135,7 @@ def _guarded(handler: Any) -> Any:
 
     Authentication first: the cap is per runtime, and an unauthenticated caller must not
     be able to spend another runtime's share by naming it in the URL. Both run before the
-    body is read (common.httpworker gives a thread only to a complete request head)."""
+    body is read (tether.httpworker gives a thread only to a complete request head)."""
     def wrapper(runtime_id: str) -> Response:
         svc = services.of()
         refused = _authenticate(svc, runtime_id)
@@ -187,7 +187,7 @@ def _read_body(svc: services.Services) -> bytes | validation.Problem:
     try:
         # gunicorn's wsgi.input ends at Content-Length or the last chunk; read one byte
         # over the cap to tell a body of exactly the cap from a longer one. Every read is
-        # bounded by the worker's idle timeout and body deadline (common.httpworker).
+        # bounded by the worker's idle timeout and body deadline (tether.httpworker).
         raw: bytes = request.environ["wsgi.input"].read(cap + 1)
     except TimeoutError:
         return validation.Problem(

@@ -104,7 +104,7 @@ def render() -> str:
             out.append("")
     out += ["## Schemas", "",
             "`ConfigMapChange`, `ConfigMapChangeList` and their parts come from the shared JSON "
-            "Schemas in `common/schemas/` (the single source for the webhook, the poller and "
+            "Schemas in `tether/schemas/` (the single source for the webhook, the poller and "
             "the listener).", ""]
     for name, schema in sorted(doc["components"]["schemas"].items()):
         out += _schema_section(name, schema)

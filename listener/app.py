@@ -5,7 +5,7 @@
 
 Blueprints: the runtime API (``listener.api``, ``listener.stateapi``) and ``edge``
 (``/openapi.json``, and the hooks every request goes through: ports, request metrics, drain)
-on the data port; the operations surface (``common.ops``) with ``/readyz`` (serving
+on the data port; the operations surface (``tether.ops``) with ``/readyz`` (serving
 certificate and client CA loaded, their last reload good, and the KCP API answering an
 authorized list; cached 2 s whatever the result) and ``/metrics`` on the operations port
 only; ``/healthz`` on both.
@@ -27,9 +27,9 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, request
 
-from common import gateway, httpworker, ops, tlsreload
 from listener import api, openapi, responses, services, stateapi
 from listener import settings as settings_mod
+from tether import gateway, httpworker, ops, tlsreload
 
 log = logging.getLogger(__name__)
 DRAIN_BYTES = 64 * 1024  # a refused body longer than this is not read: the connection closes

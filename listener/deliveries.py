@@ -2,10 +2,10 @@
 
 Every record a runtime's POST hands to the store (its source, ``observedAt``, outcome) and
 every refusal of an authenticated runtime's request (reason, status; 429 counts as
-throttled) go into a ``common.delivery.Delta`` per runtime in this worker's memory: a
+throttled) go into a ``tether.delivery.Delta`` per runtime in this worker's memory: a
 bounded map of at most ``max_runtimes`` runtimes (events of further runtimes are counted in
 ``tether_listener_delivery_dropped_total`` and otherwise lost), each delta bounded by
-``common.delivery`` (a bucket per minute, the last 20 records).
+``tether.delivery`` (a bucket per minute, the last 20 records).
 
 ``flush_if_due`` runs after the response was sent (``listener.api`` registers it with
 ``Response.call_on_close``) and merges a runtime's delta into its object at most once per
@@ -16,7 +16,7 @@ kept and new counts are merged into one delta) and logs one line per ``LOG_EVERY
 runtime that stops sending is flushed at its next request (its poller's heartbeat and state
 GET come every poll interval), and every runtime at worker exit (``flush_all``).
 
-The decisions live in ``common.delivery`` (pure); this module keeps the map and does the I/O.
+The decisions live in ``tether.delivery`` (pure); this module keeps the map and does the I/O.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from common import apitypes, delivery, gateway, logs
 from listener import heartbeat, quota, records
 from listener import metrics as listener_metrics
+from tether import apitypes, delivery, gateway, logs
 
 log = logging.getLogger(__name__)
 MAX_RUNTIMES = 10_000  # runtimes with unsent counts per worker

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from common import changes
+from tether import changes
 
 DEFAULT_TTL = 60.0
 DEFAULT_MAX_RUNTIMES = 64

@@ -34,8 +34,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from common import apitypes, changes, gateway, logs
 from listener import epochs, records, retention
+from tether import apitypes, changes, gateway, logs
 
 ANN_IDENTITY = "tether.kyma-project.io/runtime-identity"
 MAX_REMEMBERED = 50_000

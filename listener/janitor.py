@@ -30,10 +30,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from common import apitypes, changes, gateway, kyma, logs, statehash
 from listener import heartbeat, records, retention, statesummary
 from listener import metrics as listener_metrics
 from listener import settings as settings_mod
+from tether import apitypes, changes, gateway, kyma, logs, statehash
 
 log = logging.getLogger(__name__)
 MAX_TOMBSTONES = 5000  # deletions per run; the rest waits for the next run

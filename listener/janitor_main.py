@@ -3,7 +3,7 @@
 Settings come from ``TETHER_LISTENER_*`` environment variables (``tether janitor --help``,
 docs/listener.md); a bad one, or a kubeconfig that does not load, stops the process with one
 line before anything starts (``--check`` only checks).
-Builds the KCP client and the janitor; then ``common.elected.run_elected``: its interval
+Builds the KCP client and the janitor; then ``tether.elected.run_elected``: its interval
 run in the Lease holder, /healthz, /readyz and /metrics on ``JANITOR_BIND``, a clean stop on
 SIGTERM (releasing the Lease). ``--once``: one run, no election, exit 1 if it failed.
 
@@ -20,17 +20,17 @@ from collections.abc import Callable
 import flask
 from apscheduler.triggers.interval import IntervalTrigger
 
-from common import elected, leader, logs, ops
 from listener import janitor, statesummary
 from listener import metrics as listener_metrics
 from listener import settings as settings_mod
+from tether import elected, leader, logs, ops
 
 log = logging.getLogger("janitor")
 
 
 def create_app(meters: listener_metrics.JanitorMetrics, ready: Callable[[], bool], *,
                cache_seconds: float = ops.READY_CACHE_SECONDS) -> flask.Flask:
-    """The operations surface (``common.ops``): /healthz, /readyz (leading or standing by:
+    """The operations surface (``tether.ops``): /healthz, /readyz (leading or standing by:
     the elector and the scheduler run), /metrics."""
     probes = ops.Probes(cache_seconds=cache_seconds).ready(
         "scheduler", lambda: None if ready() else "elector or scheduler not running")

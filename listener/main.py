@@ -11,8 +11,8 @@ import os
 import pathlib
 import sys
 
-from common import config, logs
 from listener import server, settings
+from tether import config, logs
 
 
 def _clear_multiprocess_dir(path: str | None) -> None:

@@ -8,7 +8,7 @@ cluster-wide numbers: alert on ``max`` over replicas.
 
 With several gunicorn workers, set ``PROMETHEUS_MULTIPROC_DIR`` (an empty folder per pod):
 counters and histograms are then shared through files and ``/metrics`` aggregates them
-(``common.ops.Exposition``, which also adds ``SilentRuntimes`` at scrape time).
+(``tether.ops.Exposition``, which also adds ``SilentRuntimes`` at scrape time).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from common import delivery, gateway
 from listener import heartbeat
+from tether import delivery, gateway
 
 log = logging.getLogger(__name__)
 NS = "tether_listener"

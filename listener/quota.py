@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
-from common import numbers
+from tether import numbers
 
 SIZE_ANNOTATION = "tether.kyma-project.io/size"
 MAX_RUNTIMES = 10_000  # views per worker; the least recently used are forgotten

@@ -5,7 +5,7 @@ three (names of runtime objects are up to 253 characters, too long to join), lab
 runtime ID and namespace. ``spec`` holds the latest record; annotations repeat the few
 fields of the state digest so ``GET .../state`` can list metadata only
 (``PartialObjectMetadataList``) instead of every object's data. The record's epoch
-(``common.changes``, ``listener.epochs``) is ``spec.epoch`` and the annotation
+(``tether.changes``, ``listener.epochs``) is ``spec.epoch`` and the annotation
 ``tether.kyma-project.io/epoch``; an object without them (written before epochs) is of
 epoch 0.
 
@@ -14,7 +14,7 @@ CRD: ``manifests/kcp/crds/tether.kyma-project.io_runtimeconfigmaps.yaml``.
 Stored objects are read as they are: an object written by an older version (a looser
 schema) or by hand may hold values the ordering rule cannot use. ``stored_version`` and
 ``digest_item`` never raise on them; such a version is replaced by the next valid record
-for the key (``common.changes.compare``), and ``stored_version`` reports it with one
+for the key (``tether.changes.compare``), and ``stored_version`` reports it with one
 warning naming the object and field (the one side effect here).
 """
 
@@ -27,10 +27,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from common import apitypes, changes, logs, statehash
+from tether import apitypes, changes, logs, statehash
 
 NAMESPACE_LABEL = "tether.kyma-project.io/namespace"
-# the key's bucket of the state summary (common.statehash), so one bucket is one label-selected
+# the key's bucket of the state summary (tether.statehash), so one bucket is one label-selected
 # list (listener.statesummary); objects written before it have none until their next write
 BUCKET_LABEL = "tether.kyma-project.io/bucket"
 MANAGED_BY = "tether-listener"

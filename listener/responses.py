@@ -1,9 +1,9 @@
 """JSON answers of the listener: every error is ``{"error": <short text>, "details": <any>}``
-(the shapes of every part, ``common.ops``)."""
+(the shapes of every part, ``tether.ops``)."""
 
 from __future__ import annotations
 
-from common import ops
+from tether import ops
 
 error = ops.error
 ok = ops.ok

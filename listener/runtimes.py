@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from common import gateway, kyma
+from tether import gateway, kyma
 
 MAX_ENTRIES = 20_000
 

@@ -4,7 +4,7 @@ Kept on ``app.extensions[KEY]`` (no module globals): the KCP client and store, t
 lookup cache, heartbeats, rate limits, metrics, the per-runtime delivery counts
 (``listener.deliveries``), the audit logger, the unauthenticated refusals' counts
 (``listener.refusalsummary``) and the client CA bundle
-(``common.tlsreload``: reloaded when its file changes, for the X-Forwarded-Client-Cert mode
+(``tether.tlsreload``: reloaded when its file changes, for the X-Forwarded-Client-Cert mode
 and /readyz).
 """
 
@@ -16,7 +16,6 @@ import logging
 from cryptography import x509
 from flask import Flask, current_app
 
-from common import gateway, logs, tlsreload
 from listener import (
     budget,
     deliveries,
@@ -32,12 +31,13 @@ from listener import (
 )
 from listener import metrics as listener_metrics
 from listener import quota as listener_quota
+from tether import gateway, logs, tlsreload
 
 KEY = "tether.listener"
 
 
 def ca_bundle(path: str, check_interval: float = 1.0) -> tlsreload.Watched[list[x509.Certificate]]:
-    """The client CA certificates, re-read when the file changes (``common.tlsreload``: a
+    """The client CA certificates, re-read when the file changes (``tether.tlsreload``: a
     bad new file keeps the previous certificates and shows in ``last_error``)."""
     return tlsreload.Watched((path,), lambda: peer.load_ca_bundle(path), check_interval=check_interval)
 

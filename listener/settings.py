@@ -3,7 +3,7 @@
 Every option is declared once in ``SPEC`` (the janitor's in ``JANITOR_SPEC``; both read
 the storage options): its environment variable (``TETHER_LISTENER_*``), default, bounds and
 meaning. ``tether listener --help`` and docs/listener.md list them. A bad value stops the
-process at start with one line naming the variable (``common.config.load``).
+process at start with one line naming the variable (``tether.config.load``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import dataclasses
 import ipaddress
 from collections.abc import Mapping
 
-from common import config, numbers
+from tether import config, numbers
 
 P = "TETHER_LISTENER_"
 MIB = 1024 * 1024
@@ -61,7 +61,7 @@ class Settings:
     max_in_flight_per_runtime: int = 4
     parse_budget_bytes: int = 128 * MIB
     parse_wait: float = 5.0
-    # connections (per worker; common.httpworker)
+    # connections (per worker; tether.httpworker)
     handshake_timeout: float = 5.0
     head_timeout: float = 10.0
     body_timeout: float = 30.0

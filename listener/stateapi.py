@@ -3,7 +3,7 @@
     GET /v1/runtimes/{id}/state/summary        -> {bucketCount, hashes[B], counts[B]}
     GET /v1/runtimes/{id}/state/buckets/{n}    -> {bucket, hash, count, items[DigestItem]}
 
-The poller compares its own bucket hashes (``common.statehash``) with the summary and asks
+The poller compares its own bucket hashes (``tether.statehash``) with the summary and asks
 only for the buckets that differ; a runtime in sync costs one summary GET, which is one
 KCP read (``listener.statesummary``). Both count as the runtime's heartbeat, cost one token
 of its rate, and go through the same authentication and in-flight cap as the other runtime
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
-from common import gateway, numbers, statehash
 from listener import api, epochs, responses, services, validation
+from tether import gateway, numbers, statehash
 
 bp = Blueprint("state_summary", __name__, url_prefix="/v1/runtimes")
 

@@ -1,6 +1,6 @@
 """Each runtime's state summary in the KCP: the ``RuntimeStateSummary`` object (the I/O).
 
-The summary folds a runtime's stored records into ``common.statehash.BUCKETS`` buckets (a
+The summary folds a runtime's stored records into ``tether.statehash.BUCKETS`` buckets (a
 64-bit XOR and a count of live records each), so that a poll run of a runtime in sync
 costs the KCP one read (``read``) instead of a listing of all of its records, and a
 difference costs a listing of its bucket only (``bucket``). Each bucket also holds its
@@ -52,8 +52,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from common import apitypes, changes, gateway, logs, numbers, statehash
 from listener import heartbeat, quota, records, store
+from tether import apitypes, changes, gateway, logs, numbers, statehash
 
 log = logging.getLogger(__name__)
 FLUSH_SECONDS = 1.0

@@ -1,6 +1,6 @@
 """Persistence in the KCP: change records as ``RuntimeConfigMap`` objects (the I/O).
 
-``persist`` applies the ordering rule (``common.changes.compare``) against the stored
+``persist`` applies the ordering rule (``tether.changes.compare``) against the stored
 object and writes only a newer record, with the stored object's resourceVersion
 (optimistic concurrency): when another replica wrote in between, the API answers 409 and
 the record is compared again with the fresh object. Two writes go without a read first,
@@ -27,7 +27,7 @@ the outcome never depends on which path ran. A create reserves a new record in t
 on 409 the reservation is cancelled and the read path reserves the update's growth
 instead. Every written object carries its size annotation.
 
-Errors are the gateway's (``common.gateway``): ``gateway.Rejected`` when the API refuses the
+Errors are the gateway's (``tether.gateway``): ``gateway.Rejected`` when the API refuses the
 object itself (the client gets 400), any other ``gateway.GatewayError`` when the KCP API
 cannot be used (down, timing out, 5xx, 429, or refusing this listener: ``Forbidden``; the
 client gets 503 and retries).
@@ -41,8 +41,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple
 
-from common import apitypes, changes, gateway, numbers, statehash
 from listener import quota, records, retention, writecache
+from tether import apitypes, changes, gateway, numbers, statehash
 
 Outcome = Literal["persisted", "duplicate", "stale"]
 MAX_ATTEMPTS = 12

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from common import changes
+from tether import changes
 
 # A ConfigMap's data + binaryData may hold at most 1 MiB (the API server's limit).
 MAX_CONFIGMAP_BYTES = 1024 * 1024

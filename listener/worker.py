@@ -1,4 +1,4 @@
-"""The gunicorn worker of the listener: ``common.httpworker.BoundedWorker``, plus accounting.
+"""The gunicorn worker of the listener: ``tether.httpworker.BoundedWorker``, plus accounting.
 
 Every connection a limit closes (stalled handshake or head, too many connections, an
 invalid client certificate) is counted in ``tether_listener_connection_refusals_total
@@ -20,8 +20,8 @@ from typing import Any
 from gunicorn import util
 from gunicorn.http import errors as http_errors
 
-from common import httpconn, httpworker, logs
 from listener import ratelimit, services
+from tether import httpconn, httpworker, logs
 
 # OpenSSL verify/alert texts -> bounded reason codes
 _REASONS = (

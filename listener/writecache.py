@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from common import changes
+from tether import changes
 
 
 class Entry(NamedTuple):

@@ -1,4 +1,4 @@
-"""The poller's operations surface (``common.ops``) over plain HTTP, in a thread.
+"""The poller's operations surface (``tether.ops``) over plain HTTP, in a thread.
 
 ``create_app(settings, status)`` binds ``/healthz`` (the scheduler and the leader election
 thread run), ``/readyz`` (also: the runtime client certificate loads) and ``/metrics``
@@ -12,8 +12,8 @@ from typing import Protocol
 
 from flask import Flask
 
-from common import ops
 from poller import settings as settings_mod
+from tether import ops
 
 Server = ops.Server
 

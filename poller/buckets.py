@@ -28,8 +28,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple, Protocol
 
-from common import changes, filters, statehash
 from poller import diff
+from tether import changes, filters, statehash
 
 MAX_BUCKETS = statehash.BUCKETS // 4
 FALLBACK: Literal["fallback"] = "fallback"

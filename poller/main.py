@@ -2,7 +2,7 @@
 
 Wiring only: the decisions live in ``poller.diff``/``poller.pacing``, one run in
 ``poller.run``, scheduling and leadership in ``poller.service``, the HTTP endpoints in
-``poller.app``, the election and the stop in ``common.elected.run_elected``. SIGTERM/SIGINT:
+``poller.app``, the election and the stop in ``tether.elected.run_elected``. SIGTERM/SIGINT:
 stop the elector (releasing the Lease so the other replica takes over at once), let a run
 in progress stop at its next page, exit 0.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import sys
 
-from common import elected, leader, sender
 from poller import app, metrics, run, scan, service
 from poller import settings as settings_mod
+from tether import elected, leader, sender
 
 log = logging.getLogger(__name__)
 

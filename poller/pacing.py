@@ -15,7 +15,7 @@ import dataclasses
 import random
 from collections.abc import Callable
 
-from common import sender
+from tether import sender
 
 
 class Pacer:

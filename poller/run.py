@@ -16,7 +16,7 @@ already sent are in it by then, so they are not sent again), at most ``max_resta
 Epochs (``listener.epochs``): the first state page reports the runtime's identity and
 answers the current epoch, which every record of the run carries. When the listing's first
 page comes below the highest resourceVersion of the digest's records of that epoch
-(``common.changes.went_back``: the runtime's history went back), the run restarts once before
+(``tether.changes.went_back``: the runtime's history went back), the run restarts once before
 sending anything, and its first state page claims it; the listener starts the next epoch,
 and the restarted run, comparing by epoch first, resends every listed object and
 tombstones every other live key: the KCP holds the runtime's state after this one run.
@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, Protocol
 
-from common import changes, filters, logs, sender
 from poller import buckets, diff, metrics, pacing, scan
+from tether import changes, filters, logs, sender
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Result(NamedTuple):
 
     @property
     def ok(self) -> bool:
-        """For the last-run annotations of the Lease (``common.elected.record_runs``)."""
+        """For the last-run annotations of the Lease (``tether.elected.record_runs``)."""
         return self.outcome == "ok"
 
     @property
@@ -82,7 +82,7 @@ class PageSource(Protocol):
 
 
 class Listener(Protocol):
-    """``common.sender.ListenerClient``."""
+    """``tether.sender.ListenerClient``."""
 
     def state_page(self, limit: int = 500, token: str = "",
                    report: sender.EpochReport | None = None) -> sender.StatePage: ...

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from common import filters, gateway
+from tether import filters, gateway
 
 log = logging.getLogger(__name__)
 IDENTITY_NAMESPACE = "kube-system"

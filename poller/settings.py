@@ -1,6 +1,6 @@
 """The poller's settings: one dataclass, built once in the entry point.
 
-Every option is declared once in ``SPEC`` (``common.config``): variable, default, bounds,
+Every option is declared once in ``SPEC`` (``tether.config``): variable, default, bounds,
 meaning; some have a flag of ``tether poller`` that overrides the variable (``--help``). The listener client and the ConfigMap filter use the same variables as the
 webhook (``TETHER_LISTENER_*``, ``TETHER_CLIENT_*``, ``TETHER_IGNORED_NAMESPACES``,
 ``TETHER_LABEL_SELECTOR``), so one Secret/ConfigMap configures both. See docs/poller.md.
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 
 from apscheduler.triggers.cron import CronTrigger
 
-from common import config, filters, leader, numbers, sender
 from poller import run
+from tether import config, filters, leader, numbers, sender
 
 DEFAULT_RESYNC_CRON = "17 3 * * *"  # daily, off the hour
 OFF = ("", "-", "off", "none")

@@ -21,9 +21,9 @@ import requests
 import yaml
 from kubernetes import client
 
-from common import apitypes, certs, delivery
 from listener import heartbeat
 from testing import controlplane, listenerenv
+from tether import apitypes, certs, delivery
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ADMIN_RBAC = REPO / "manifests" / "kcp" / "admin" / "rbac.yaml"
@@ -309,7 +309,7 @@ class AdminProcess:
         environ.update(vars_)
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "common.cli", "admin"], cwd=REPO, env=environ,
+            [sys.executable, "-m", "tether.cli", "admin"], cwd=REPO, env=environ,
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=controlplane.die_with_parent())
         try:

@@ -11,11 +11,11 @@ from typing import Any
 
 from kubernetes import client
 
-from common import apitypes, gateway
 from compass import metrics, service
 from compass import settings as settings_mod
 from standins.director import server as server_mod
 from testing import controlplane, localnet
+from tether import apitypes, gateway
 
 CRD_FILE = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "operator.kyma-project.io_compassmanagermappings.yaml"
 

@@ -53,7 +53,7 @@ from typing import IO, Any, TypeVar
 
 from cryptography.hazmat.primitives import serialization
 
-from common import certs
+from tether import certs
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +353,7 @@ class ControlPlane:
 
     def api_client(self) -> Any:
         """A new ``kubernetes.client.ApiClient`` for the admin user (system:masters)."""
-        from common import gateway
+        from tether import gateway
 
         return gateway.from_kubeconfig(str(self.kubeconfig)).api_client
 

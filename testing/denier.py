@@ -9,7 +9,7 @@ import threading
 from http import server
 from typing import Any
 
-from common import certs
+from tether import certs
 
 
 class Denier:

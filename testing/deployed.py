@@ -25,8 +25,8 @@ from typing import Any
 
 from kubernetes import client
 
-from common import apitypes, certs
 from testing import controlplane, overlays, podrunner
+from tether import apitypes, certs
 
 KCP_NS = "kcp-system"
 RUNTIME_ID = "rt-local-1"

@@ -469,7 +469,7 @@ class Workload:
 
 
 class CompassProcess:
-    """``tether compass`` (python -m common.cli compass) as a subprocess."""
+    """``tether compass`` (python -m tether.cli compass) as a subprocess."""
 
     def __init__(self, workdir: pathlib.Path, kubeconfig: pathlib.Path, env: dict[str, str]) -> None:
         self.port = controlplane.free_port()
@@ -483,7 +483,7 @@ class CompassProcess:
     def start(self, timeout: float = 30.0) -> CompassProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "common.cli", "compass"], env=self.env, cwd=REPO,
+                [sys.executable, "-m", "tether.cli", "compass"], env=self.env, cwd=REPO,
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, preexec_fn=controlplane.die_with_parent())
         deadline = time.monotonic() + timeout

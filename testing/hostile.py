@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from common import certs
+from tether import certs
 
 STATUS_404 = (b'{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound",'
               b'"code":404,"message":"not found"}')

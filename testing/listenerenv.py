@@ -16,9 +16,9 @@ import requests
 import yaml
 from kubernetes import client
 
-from common import apitypes, certs, changes
 from listener import records
 from testing import controlplane
+from tether import apitypes, certs, changes
 
 REPO = controlplane.REPO_ROOT
 

@@ -15,10 +15,10 @@ from typing import Any
 import requests
 from kubernetes import client
 
-from common import changes, filters, gateway, sender
 from poller import metrics, run, scan
 from testing import controlplane
 from testing.listenerenv import Env, Runtime
+from tether import changes, filters, gateway, sender
 
 REPO = controlplane.REPO_ROOT
 

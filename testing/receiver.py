@@ -22,7 +22,7 @@ from typing import Any
 
 from cryptography import x509
 
-from common import certs
+from tether import certs
 
 
 class Receiver:

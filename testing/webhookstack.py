@@ -24,8 +24,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from common import certs
 from testing import controlplane
+from tether import certs
 
 REPO = controlplane.REPO_ROOT
 VWC_FILE = REPO / "manifests" / "skr" / "webhook" / "validatingwebhookconfiguration.yaml"
@@ -52,7 +52,7 @@ class WebhookProcess:
             **env,
         }
         self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        self.command = [sys.executable, "-m", "common.cli", "webhook"]
+        self.command = [sys.executable, "-m", "tether.cli", "webhook"]
         self.log_path = workdir / "webhook.log"
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes import client
 
-from common import apitypes
 from testing import controlplane
 from testing.listenerenv import Env, ListenerProcess, Runtime, create_kyma, install_crd, make_env
+from tether import apitypes
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -27,6 +27,14 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
                 f"etcd {controlplane.pinned_versions()['ETCD_VERSION']}"]
     except controlplane.ControlPlaneError as e:
         return [f"control plane: NOT AVAILABLE ({e})"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs a control plane (directly or through a fixture) ``plane``:
+    ``make unit`` runs the others, the tests of plain data, in seconds."""
+    for item in items:
+        if "planes" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.plane)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from common import filters
+from tether import filters
 from webhook import keyqueue
 
 API_VERSION = "admission.k8s.io/v1"

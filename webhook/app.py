@@ -1,5 +1,5 @@
 """The webhook's Flask application factory: ``POST /validate`` (``webhook.validate``) and
-the operations surface (``common.ops``: ``/healthz``, ``/readyz``, ``/metrics``, JSON errors,
+the operations surface (``tether.ops``: ``/healthz``, ``/readyz``, ``/metrics``, JSON errors,
 request log) on the same TLS port.
 
     create_app(settings, svc)        # webhook.server, per gunicorn worker; tests
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import flask
 
-from common import ops
+from tether import ops
 from webhook import services as services_mod
 from webhook import settings as settings_mod
 from webhook import validate

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from common import changes, logs, numbers, sender
+from tether import changes, logs, numbers, sender
 from webhook import keyqueue, metrics, readback
 from webhook import settings as settings_mod
 

@@ -1,6 +1,6 @@
 """``tether webhook``: the validating admission webhook for ConfigMaps and its forwarder (SKR).
 
-Checks every setting, certificate and the kubeconfig (``common.config.load``), prepares the
+Checks every setting, certificate and the kubeconfig (``tether.config.load``), prepares the
 metrics folder and runs gunicorn; a bad setting stops it with one line before any worker.
 """
 
@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 
-from common import config, logs
+from tether import config, logs
 from webhook import settings as settings_mod
 
 

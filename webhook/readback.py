@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from common import gateway
+from tether import gateway
 from webhook import keyqueue
 
 Result = Literal["live", "tombstone", "wait", "rejected", "unchanged"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from common import gateway, ops, sender, tlsreload
+from tether import gateway, ops, sender, tlsreload
 from webhook import forwarder, keyqueue, metrics, readback
 from webhook import settings as settings_mod
 

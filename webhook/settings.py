@@ -1,6 +1,6 @@
 """The webhook's settings: one dataclass, built once in the entry point.
 
-Every option is declared once in ``SPEC`` (``common.config``): its environment variable,
+Every option is declared once in ``SPEC`` (``tether.config``): its environment variable,
 default, bounds and meaning; some have a flag of ``tether webhook`` that overrides the
 variable. ``tether webhook --help`` and docs/webhook.md list them.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from common import config, filters, sender
+from tether import config, filters, sender
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +38,7 @@ class ServerSettings:
     keepalive: int = 75
     graceful_timeout: int = 20
     max_body_bytes: int = 8 * 1024 * 1024
-    # connections (per worker; common.httpworker): every pod of the runtime can reach the
+    # connections (per worker; tether.httpworker): every pod of the runtime can reach the
     # server, so handshakes, heads and bodies have deadlines and connections are capped
     handshake_timeout: float = 5.0
     head_timeout: float = 10.0

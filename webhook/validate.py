@@ -14,7 +14,7 @@ from typing import Any
 import flask
 import orjson
 
-from common import ops
+from tether import ops
 from webhook import admission
 from webhook import services as services_mod
 

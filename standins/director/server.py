@@ -8,9 +8,9 @@ import threading
 
 from werkzeug import serving
 
-from common import certs
 from standins.director import app as app_mod
 from standins.director import store as store_mod
+from tether import certs
 
 
 class DirectorServer:

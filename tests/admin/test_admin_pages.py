@@ -236,7 +236,7 @@ def test_tether_status_prints_the_same_facts(admin_env: adminenv.Env, scene: dic
                                              ready: adminenv.AdminProcess) -> None:
     def status(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "common.cli", "status", "--kubeconfig",
+            [sys.executable, "-m", "tether.cli", "status", "--kubeconfig",
              str(admin_env.kubeconfig), "--namespace", admin_env.kcp_ns, "--tether-namespace",
              admin_env.tether_ns, *args], capture_output=True, text=True, timeout=60,
             check=False)

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from common import apitypes, elected, gateway, leader
 from compass import service
 from standins.director import store as store_mod
 from testing import compassenv as h
 from testing import controlplane
+from tether import apitypes, elected, gateway, leader
 
 pytestmark = pytest.mark.slow
 

@@ -13,11 +13,11 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import apitypes
 from compass import model
 from standins.director import store as store_mod
 from testing import compassenv as h
 from testing import controlplane
+from tether import apitypes
 
 pytestmark = pytest.mark.slow
 

@@ -13,11 +13,11 @@ import time
 import requests
 from kubernetes import client
 
-from common import gateway, leader
 from compass import app as app_mod
 from compass import metrics, service
 from testing import compassenv as h
 from testing import controlplane, localnet
+from tether import gateway, leader
 
 
 def test_scheduler_runs_only_in_the_lease_holder(
@@ -108,7 +108,7 @@ def test_tether_compass_process_end_to_end(
            "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
            "TETHER_COMPASS_DIRECTOR_CA_FILE": str(d.ca_file), "TETHER_COMPASS_INTERVAL_SECONDS": "1",
            "TETHER_COMPASS_LEASE_NAMESPACE": ns, "TETHER_COMPASS_BIND": f"127.0.0.1:{port}"}
-    proc = subprocess.Popen([sys.executable, "-m", "common.cli", "compass"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "tether.cli", "compass"], env=env,
                             cwd=controlplane.REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=controlplane.die_with_parent())

@@ -9,10 +9,10 @@ import uuid
 import yaml
 from kubernetes import client, utils
 
-from common import gateway, leader
 from compass import service
 from testing import compassenv as h
 from testing import controlplane
+from tether import gateway, leader
 
 RBAC = controlplane.REPO_ROOT / "manifests" / "kcp" / "compass" / "rbac.yaml"
 SA_USER = "system:serviceaccount:tether-system:tether-compass"

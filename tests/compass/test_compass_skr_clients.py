@@ -1,4 +1,4 @@
-"""common.skr_clients against the real KCP and SKR planes: kubeconfig Secrets read by name,
+"""tether.skr_clients against the real KCP and SKR planes: kubeconfig Secrets read by name,
 cached per resourceVersion, read again after their age or ``forget``."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import base64
 import pytest
 from kubernetes import client
 
-from common import apitypes, gateway, skr_clients
 from testing import compassenv as h
 from testing import controlplane, localnet
+from tether import apitypes, gateway, skr_clients
 
 
 class Clock:

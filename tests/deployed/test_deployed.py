@@ -26,9 +26,9 @@ import yaml
 from cryptography import x509
 from kubernetes import client
 
-from common import apitypes, pki
 from listener import records
 from testing import controlplane, deployed, overlays, podrunner, prometheus
+from tether import apitypes, pki
 
 pytestmark = pytest.mark.slow
 

@@ -18,10 +18,10 @@ import pytest
 from cryptography import x509
 from kubernetes import client
 
-from common import certs, gateway, pki, skr_clients
 from enroller import metrics, reconcile, render
 from enroller import settings as settings_mod
 from testing import compassenv, controlplane, localnet
+from tether import certs, gateway, pki, skr_clients
 
 pytestmark = pytest.mark.slow
 CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"

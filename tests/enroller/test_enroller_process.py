@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from common import certs
 from enroller import render
 from testing import compassenv, controlplane, localnet
+from tether import certs
 
 pytestmark = pytest.mark.slow
 CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
@@ -36,7 +36,7 @@ class Enroller:
         self.log = work / f"{name}.log"
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "common.cli", "enroller"],
+                [sys.executable, "-m", "tether.cli", "enroller"],
                 env={**{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}, **localnet.ENV, **env,
                      "TETHER_ENROLLER_BIND": f"127.0.0.1:{self.port}"},
                 cwd=controlplane.REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

@@ -26,10 +26,10 @@ import pytest
 from cryptography import x509
 from kubernetes import client
 
-from common import pki
 from enroller import render
 from testing import blackhole, controlplane, hostile
 from tests.enroller.test_enroll import Env, _pem, enrollment_crd, env, runtime_objects, runtimes  # noqa: F401
+from tether import pki
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ import yaml
 from cryptography import x509
 from kubernetes import client
 
-from common import certs, pki
 from enroller import render
 from testing import controlplane
+from tether import certs, pki
 
 
 def test_rendered_objects_are_accepted_by_kubectl_apply(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
@@ -25,7 +25,7 @@ def test_rendered_objects_are_accepted_by_kubectl_apply(skr: controlplane.Contro
     listener_ca = certs.CertificateAuthority.create("listener")
     (tmp_path / "listener-ca.crt").write_bytes(listener_ca.cert_pem)
     done = subprocess.run(
-        [sys.executable, "-m", "common.cli", "certs", "render", "rt-manual", "--domain", "m.kyma.example.com",
+        [sys.executable, "-m", "tether.cli", "certs", "render", "rt-manual", "--domain", "m.kyma.example.com",
          "--ca-dir", str(tmp_path), "--listener-url", "https://listener.example.com",
          "--listener-ca", str(tmp_path / "listener-ca.crt"), "--hours", "24"],
         capture_output=True, text=True, timeout=60, cwd=controlplane.REPO_ROOT)
@@ -47,7 +47,7 @@ def test_rendered_objects_are_accepted_by_kubectl_apply(skr: controlplane.Contro
     assert "validatingwebhookconfiguration.admissionregistration.k8s.io/tether-configmaps created (server dry run)" \
         in applied.stdout
 
-    bad = subprocess.run([sys.executable, "-m", "common.cli", "certs", "render", "rt-manual", "--domain", "x",
+    bad = subprocess.run([sys.executable, "-m", "tether.cli", "certs", "render", "rt-manual", "--domain", "x",
                           "--ca-dir", str(tmp_path), "--listener-url", "http://plain", "--listener-ca",
                           str(tmp_path / "listener-ca.crt")], capture_output=True, text=True, timeout=60,
                          cwd=controlplane.REPO_ROOT)

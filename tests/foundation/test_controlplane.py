@@ -13,8 +13,8 @@ import subprocess
 import pytest
 from kubernetes import client
 
-from common import certs
 from testing import controlplane
+from tether import certs
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +129,7 @@ def test_planes_are_independent(skr_api: client.ApiClient, kcp_api: client.ApiCl
 
 def test_rbac_is_enforced(skr: controlplane.ControlPlane, namespace: str) -> None:
     kubeconfig = skr.issue_client_cert("jane")
-    from common import gateway
+    from tether import gateway
 
     api = gateway.from_kubeconfig(str(kubeconfig)).api_client
     with pytest.raises(client.ApiException) as e:

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from common import apitypes, gateway
 from testing import controlplane
+from tether import apitypes, gateway
 
 KYMAS = apitypes.KYMAS
 

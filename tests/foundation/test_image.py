@@ -36,7 +36,7 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
-PRODUCT = {"common", "webhook", "listener", "poller", "compass", "enroller", "admin"}
+PRODUCT = {"tether", "webhook", "listener", "poller", "compass", "enroller", "admin"}
 PARTS = ("webhook", "listener", "poller", "compass", "janitor", "enroller", "admin")
 # top-level folders of the checkout that must never be in the image
 NOT_IN_IMAGE = ("testing", "tests", "bench", "hack", "standins")
@@ -279,7 +279,7 @@ def test_console_script(layers: Layers) -> None:
     assert script is not None and script.isfile() and script.mode & 0o111
     assert layers.contents[f"{VENV}/bin/tether"].startswith(f"#!/{VENV}/bin/python".encode())
     entry_points = layers.contents[dist_file(layers, "entry_points.txt")].decode()
-    assert "tether = common.cli:main" in entry_points
+    assert "tether = tether.cli:main" in entry_points
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The last run of every leader-elected part, on its Lease (``common.elected.record_runs``,
-``common.leader.LeaderElector.annotate``), against a real KCP; and the printer columns of
+"""The last run of every leader-elected part, on its Lease (``tether.elected.record_runs``,
+``tether.leader.LeaderElector.annotate``), against a real KCP; and the printer columns of
 the RuntimeConfigMap CRD as the Table API and kubectl show them."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 from kubernetes import client
 
-from common import elected, gateway, leader
 from testing import controlplane
+from tether import elected, gateway, leader
 
 RCM_CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeconfigmaps.yaml"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -52,7 +52,7 @@ def wait(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") ->
 
 def part(api: client.ApiClient, ns: str, job: Callable[[], Any], *, identity: str,
          name: str) -> tuple[BackgroundScheduler, leader.LeaderElector]:
-    """A part as ``common.elected`` wires compass, the janitor and the enroller."""
+    """A part as ``tether.elected`` wires compass, the janitor and the enroller."""
     sched = BackgroundScheduler(timezone=datetime.UTC, job_defaults={
         "coalesce": True, "max_instances": 1, "misfire_grace_time": None})
     sched.add_job(job, IntervalTrigger(seconds=0.3), id="interval",

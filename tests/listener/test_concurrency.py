@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from common import changes
 from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
+from tether import changes
 
 OBJECTS = 6
 VERSIONS = 30

@@ -22,7 +22,6 @@ import requests
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from common import apitypes, changes, gateway
 from listener import quota, records, store
 from testing.listenerenv import (
     Env,
@@ -34,6 +33,7 @@ from testing.listenerenv import (
 )
 from tests.listener.test_delivery import _runtime, summary
 from tests.listener.test_storage import eventually
+from tether import apitypes, changes, gateway
 
 pytestmark = pytest.mark.slow
 RETENTION = 3600.0

@@ -25,7 +25,6 @@ import requests
 import yaml
 from kubernetes import client
 
-from common import apitypes, certs, changes, delivery
 from listener import heartbeat, records
 from testing.listenerenv import (
     RBAC_FILE,
@@ -38,6 +37,7 @@ from testing.listenerenv import (
     remove_namespace,
 )
 from tests.listener.test_storage import Janitor, eventually
+from tether import apitypes, certs, changes, delivery
 
 pytestmark = pytest.mark.slow
 FAST = {"TETHER_LISTENER_DELIVERY_FLUSH_SECONDS": "0",  # flush after every request

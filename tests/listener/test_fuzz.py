@@ -18,9 +18,9 @@ import pytest
 import requests
 from hypothesis import strategies as st
 
-from common import changes
 from listener import records
 from testing.listenerenv import Env, ListenerProcess, Runtime, create_kyma
+from tether import changes
 
 EXAMPLES = 2000
 

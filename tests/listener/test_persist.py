@@ -9,9 +9,9 @@ from typing import Any
 
 from kubernetes import client
 
-from common import apitypes, changes
 from listener import heartbeat, records
 from testing.listenerenv import ListenerProcess, Runtime, metric_value
+from tether import apitypes, changes
 
 
 def post(listener: ListenerProcess, rt: Runtime, body: Any) -> Any:

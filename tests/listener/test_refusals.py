@@ -16,7 +16,6 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import apitypes, changes
 from listener import refusalsummary
 from testing.listenerenv import (
     Env,
@@ -26,6 +25,7 @@ from testing.listenerenv import (
     expired,
     metric_value,
 )
+from tether import apitypes, changes
 
 
 def changes_url(listener: ListenerProcess, runtime_id: str) -> str:

@@ -18,7 +18,6 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import apitypes, changes, statehash
 from listener import quota, records, statesummary
 from testing.listenerenv import (
     Env,
@@ -31,6 +30,7 @@ from testing.listenerenv import (
 from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector
 from tests.listener.test_delivery import Delayer, _runtime
 from tests.listener.test_storage import Janitor, eventually
+from tether import apitypes, changes, statehash
 
 pytestmark = pytest.mark.slow
 HOLD = 8.0  # seconds the held merge waits in the KCP's admission

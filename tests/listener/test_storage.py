@@ -21,7 +21,6 @@ import pytest
 import requests
 from kubernetes import client
 
-from common import apitypes, changes, gateway, statehash
 from listener import heartbeat, quota, retention, statesummary
 from testing import controlplane
 from testing.listenerenv import (
@@ -35,6 +34,7 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
+from tether import apitypes, changes, gateway, statehash
 
 pytestmark = pytest.mark.slow
 MIB = 1024 * 1024
@@ -307,7 +307,7 @@ class Janitor:
                    if not k.startswith("TETHER_") and k != "KUBECONFIG"}
         environ.update(vars_)
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "common.cli", "janitor"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tether.cli", "janitor"],
                                      cwd=controlplane.REPO_ROOT, env=environ, stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True,
@@ -416,13 +416,13 @@ def test_an_orphaned_runtimes_records_and_lease_are_removed_after_the_grace(
 
 def test_the_janitor_refuses_a_bad_setting_with_one_line(env: Env) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    out = subprocess.run([sys.executable, "-m", "common.cli", "janitor"], cwd=controlplane.REPO_ROOT,
+    out = subprocess.run([sys.executable, "-m", "tether.cli", "janitor"], cwd=controlplane.REPO_ROOT,
                          env={**base, "TETHER_LISTENER_ORPHAN_GRACE_SECONDS": "soon"},
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tether janitor: TETHER_LISTENER_ORPHAN_GRACE_SECONDS: "), out.stderr
-    out = subprocess.run([sys.executable, "-m", "common.cli", "janitor", "--check"],
+    out = subprocess.run([sys.executable, "-m", "tether.cli", "janitor", "--check"],
                          cwd=controlplane.REPO_ROOT, env=base, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "tether janitor: settings ok"

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from common import apitypes, statehash
 from listener import settings, statesummary
 from testing.listenerenv import Env, Runtime
 from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector
+from tether import apitypes, statehash
 
 pytestmark = pytest.mark.slow
 

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from common import apitypes, changes
 from listener import heartbeat
 from testing import controlplane
 from testing.listenerenv import ListenerProcess, Runtime
 from testing.pollerenv import Env, InProcess, kcp_state, runtime_state, unique_selector
+from tether import apitypes, changes
 
 pytestmark = pytest.mark.slow
 NS = "team-a"

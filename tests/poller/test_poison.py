@@ -12,10 +12,10 @@ from typing import Any
 import requests
 from kubernetes import client
 
-from common import apitypes, changes
 from listener import records
 from testing.listenerenv import Env, ListenerProcess, Runtime
 from testing.pollerenv import InProcess, unique_selector
+from tether import apitypes, changes
 
 # field overrides of a stored record, each accepted by the old schema or the old code path
 POISON: dict[str, dict[str, str]] = {

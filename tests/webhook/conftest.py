@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from common import certs
 from testing import receiver as receiver_mod
 from testing.receiver import RUNTIME_ID, RuntimeCert
+from tether import certs
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes import client
 
-from common import certs
 from testing import controlplane
 from testing import receiver as receiver_mod
 from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess, Runtime
+from tether import certs
 
 pytestmark = pytest.mark.slow
 COUNT = "tether_webhook_delivery_seconds_count"

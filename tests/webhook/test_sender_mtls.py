@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from common import certs, changes, sender
 from testing import receiver as receiver_mod
 from testing.receiver import Receiver
+from tether import certs, changes, sender
 
 
 def _rec(name: str) -> changes.ChangeRecord:

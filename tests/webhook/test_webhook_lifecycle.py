@@ -15,11 +15,11 @@ import time
 import pytest
 from kubernetes import client
 
-from common import certs
 from testing import controlplane
 from testing import receiver as receiver_mod
 from testing import webhookstack as stack
 from testing.receiver import Receiver
+from tether import certs
 
 pytestmark = pytest.mark.slow
 

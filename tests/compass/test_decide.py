@@ -1,0 +1,195 @@
+"""The reconcile decision with plain data: every path from a new Kyma CR to Ready and
+back to gone, including the crash and outage cases."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from compass import decide, model
+from tether import apitypes
+
+NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
+POLICY = decide.Policy()
+LABELS = {
+    apitypes.GLOBAL_ACCOUNT_LABEL: "ga-1", apitypes.SUBACCOUNT_LABEL: "sa-1", apitypes.SHOOT_NAME_LABEL: "c-4a1f",
+    apitypes.INSTANCE_ID_LABEL: "inst-1", apitypes.PLAN_ID_LABEL: "p-1", apitypes.PLAN_NAME_LABEL: "azure",
+}
+
+
+def kyma(labels: dict[str, str] | None = None, *, modules: tuple[str, ...] = (),
+         deleting: bool = False) -> model.Kyma:
+    return model.Kyma("kcp-system", "k1", LABELS if labels is None else labels, modules, deleting)
+
+
+def mapping(*, rid: str | None = None, registering: bool = True, deleting: bool = False,
+            finalizers: tuple[str, ...] = (model.FINALIZER,), **status: Any) -> model.MappingView:
+    labels = {apitypes.KYMA_NAME_LABEL: "k1", apitypes.GLOBAL_ACCOUNT_LABEL: "ga-1"}
+    if rid:
+        labels[apitypes.COMPASS_RUNTIME_ID_LABEL] = rid
+    ann = {model.REGISTERING: "true"} if registering else {}
+    return model.MappingView("kcp-system", "k1", labels, ann, finalizers, deleting, status)
+
+
+READY = dict(state="Ready", registered=True, configured=True, secretDigest="d",
+             tokenExpiresAt="2026-11-30T13:00:00Z", failures=0)
+
+
+def d(**kw: Any) -> decide.Action:
+    kw.setdefault("now", NOW)
+    return decide.decide(decide.Facts(**kw), kw.pop("policy", POLICY) if "policy" in kw else POLICY)
+
+
+def test_new_kyma_creates_the_mapping_first() -> None:
+    assert d(kyma=kyma(), mapping=None).kind == "create_mapping"
+
+
+def test_fresh_mapping_registers_without_lookup_then_delivers_a_token() -> None:
+    m = mapping()
+    assert d(kyma=kyma(), mapping=m, created_now=True).kind == "register"
+    m2 = mapping(rid="r1", registered=True)
+    # just registered: whatever Secret the runtime holds is stale; no read, no status query
+    a = d(kyma=kyma(), mapping=m2, registered_now=True, fetched=True, runtime_condition="INITIAL")
+    assert (a.kind, a.runtime_id, a.reason) == ("issue_token", "r1", "Registered")
+
+
+def test_mapping_from_an_earlier_pass_is_looked_up_before_registering() -> None:
+    """A crash between registerRuntime and the mapping write leaves this state."""
+    m = mapping()
+    assert d(kyma=kyma(), mapping=m).kind == "lookup"
+    assert d(kyma=kyma(), mapping=m, looked_up=True).kind == "register"
+    a = d(kyma=kyma(), mapping=m, looked_up=True, found_runtime_id="r1")
+    assert (a.kind, a.runtime_id) == ("adopt", "r1")
+
+
+def test_mapping_without_registering_mark_gets_it_before_any_register() -> None:
+    assert d(kyma=kyma(), mapping=mapping(registering=False)).kind == "mark_registering"
+
+
+@pytest.mark.parametrize("missing", [apitypes.GLOBAL_ACCOUNT_LABEL, apitypes.SUBACCOUNT_LABEL, apitypes.SHOOT_NAME_LABEL])
+def test_missing_required_label_is_reported_not_skipped(missing: str) -> None:
+    labels = {k: v for k, v in LABELS.items() if k != missing}
+    a = d(kyma=kyma(labels), mapping=None)
+    assert a.kind == "create_mapping" and a.reason == "MissingLabel" and missing in a.message
+    a = d(kyma=kyma(labels), mapping=mapping(registering=False))
+    assert a.kind == "report_invalid" and a.reason == "MissingLabel"
+    # once reported with the same reason and message: nothing more to do
+    cond = {"type": "Registered", "status": "False", "reason": a.reason, "message": a.message}
+    done = d(kyma=kyma(labels), mapping=mapping(registering=False, state="Failed", conditions=[cond]))
+    assert done.kind == "done"
+
+
+def test_invalid_shoot_name_is_reported() -> None:
+    a = d(kyma=kyma({**LABELS, apitypes.SHOOT_NAME_LABEL: "9-starts-with-digit"}), mapping=None)
+    assert a.reason == "InvalidLabel"
+
+
+def test_ready_and_secret_intact_is_done_without_director() -> None:
+    m = mapping(rid="r1", **READY)
+    assert d(kyma=kyma(), mapping=m).kind == "read_secret"
+    assert d(kyma=kyma(), mapping=m, secret="matches").kind == "done"
+
+
+@pytest.mark.parametrize("secret,reason", [("missing", "SecretMissing"), ("differs", "SecretAltered")])
+def test_missing_or_altered_secret_asks_director_then_new_token(secret: str, reason: str) -> None:
+    m = mapping(rid="r1", **READY)
+    assert d(kyma=kyma(), mapping=m, secret=secret).kind == "fetch_runtime"
+    a = d(kyma=kyma(), mapping=m, secret=secret, fetched=True, runtime_condition="INITIAL")
+    assert (a.kind, a.reason) == ("issue_token", reason)
+    # the agent connected meanwhile: no new token
+    a = d(kyma=kyma(), mapping=m, secret=secret, fetched=True, runtime_condition="CONNECTED")
+    assert a.kind == "mark_connected"
+
+
+def test_expired_unused_token_is_replaced() -> None:
+    m = mapping(rid="r1", **{**READY, "tokenExpiresAt": "2026-11-30T11:59:59Z"})
+    assert d(kyma=kyma(), mapping=m, secret="matches").kind == "fetch_runtime"
+    a = d(kyma=kyma(), mapping=m, secret="matches", fetched=True, runtime_condition="INITIAL")
+    assert (a.kind, a.reason) == ("issue_token", "TokenExpired")
+
+
+def test_connected_runtime_needs_no_secret_check_and_only_full_resync_asks_director() -> None:
+    m = mapping(rid="r1", runtimeConnected=True, **READY)
+    assert d(kyma=kyma(), mapping=m).kind == "done"
+    assert d(kyma=kyma(), mapping=m, full=True).kind == "fetch_runtime"
+    assert d(kyma=kyma(), mapping=m, full=True, fetched=True, runtime_condition="CONNECTED").kind == "done"
+
+
+def test_runtime_lost_in_director_is_registered_again() -> None:
+    m = mapping(rid="r1", **READY)
+    a = d(kyma=kyma(), mapping=m, secret="missing", fetched=True, runtime_condition=None)
+    assert (a.kind, a.reason) == ("forget_runtime", "RuntimeNotFound")
+
+
+def test_backoff_waits_until_next_attempt() -> None:
+    m = mapping(rid="r1", failures=3, nextAttemptAt="2026-11-30T12:00:30Z")
+    assert d(kyma=kyma(), mapping=m).kind == "wait"
+    assert d(kyma=kyma(), mapping=m, now=NOW + datetime.timedelta(seconds=31)).kind == "read_secret"
+    # deletion waits too (the Director is being spared), then proceeds
+    assert d(kyma=None, mapping=m).kind == "wait"
+
+
+def test_teardown_unregisters_then_deletes_then_releases() -> None:
+    m = mapping(rid="r1", **READY)
+    a = d(kyma=None, mapping=m)
+    assert (a.kind, a.runtime_id) == ("unregister", "r1")
+    assert d(kyma=None, mapping=m, unregistered=True).kind == "delete_mapping"
+    gone = mapping(rid="r1", deleting=True)
+    assert d(kyma=None, mapping=gone, unregistered=True).kind == "remove_finalizer"
+    assert d(kyma=None, mapping=mapping(rid="r1", deleting=True, finalizers=()),
+             unregistered=True).kind == "done"
+    assert d(kyma=kyma(deleting=True), mapping=m).kind == "unregister"
+    assert d(kyma=None, mapping=None).kind == "done"
+
+
+def test_teardown_after_crash_looks_the_runtime_up_first() -> None:
+    m = mapping()
+    assert d(kyma=None, mapping=m).kind == "lookup"
+    a = d(kyma=None, mapping=m, looked_up=True, found_runtime_id="r9")
+    assert (a.kind, a.runtime_id) == ("unregister", "r9")
+    assert d(kyma=None, mapping=m, looked_up=True).kind == "delete_mapping"
+    # never registered (invalid Kyma CR): nothing to ask the Director
+    assert d(kyma=None, mapping=mapping(registering=False)).kind == "delete_mapping"
+
+
+def test_application_connector_setting() -> None:
+    pol = decide.Policy(only_app_connector=True)
+    assert decide.decide(decide.Facts(kyma(), None, NOW), pol).kind == "skip"
+    with_module = kyma(modules=("application-connector",))
+    assert decide.decide(decide.Facts(with_module, None, NOW), pol).kind == "create_mapping"
+
+
+def test_register_input_carries_the_director_labels() -> None:
+    inp = decide.register_input(kyma(), decide.Policy(managed_by="kcp-eu1"))
+    assert inp["name"] == "c-4a1f"
+    assert inp["labels"] == {
+        "director_connection_managed_by": "kcp-eu1", "tether_kyma": "kcp-system.k1",
+        "gardenerClusterName": "c-4a1f", "global_subaccount_id": "sa-1",
+        "global_account_id": "ga-1", "broker_instance_id": "inst-1", "broker_plan_id": "p-1",
+        "broker_plan_name": "azure",
+    }
+    # optional labels are left out when the Kyma CR lacks them (e.g. bring-your-own clusters)
+    bare = {k: v for k, v in LABELS.items() if k in model.REQUIRED_LABELS}
+    assert "broker_instance_id" not in decide.register_input(kyma(bare), POLICY)["labels"]
+
+
+def test_every_path_converges_within_the_step_budget() -> None:
+    """Simulate a pass as the reconciler does it, with the Director answering well."""
+    f = decide.Facts(kyma=kyma(), mapping=None, now=NOW)
+    kinds = []
+    for _ in range(16):
+        a = decide.decide(f, POLICY)
+        kinds.append(a.kind)
+        if a.kind == "done":
+            break
+        if a.kind == "create_mapping":
+            f = f._replace(mapping=mapping(), created_now=True)
+        elif a.kind == "register":
+            f = f._replace(mapping=mapping(rid="r1", registered=True), registered_now=True,
+                           fetched=True, runtime_condition="INITIAL")
+        elif a.kind == "issue_token":
+            f = f._replace(mapping=mapping(rid="r1", **READY), secret="matches",
+                           registered_now=False)
+    assert kinds == ["create_mapping", "register", "issue_token", "done"]

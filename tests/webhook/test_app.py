@@ -1,0 +1,182 @@
+"""The Flask app from its factory (no forwarder, no network), and the settings."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.webhook.test_admission import review
+from tether import config, filters, sender
+from webhook import app, keyqueue, metrics
+from webhook import services as services_mod
+from webhook import settings as settings_mod
+
+
+def _settings(max_body: int = 64 * 1024) -> settings_mod.Settings:
+    return settings_mod.Settings(
+        runtime_id="rt", listener=sender.ClientSettings("https://l", "rt", "ca", "c", "k"),
+        server=settings_mod.ServerSettings(max_body_bytes=max_body),
+        forwarder=settings_mod.ForwarderSettings(), filter=filters.ConfigMapFilter(), queue_size=2)
+
+
+def _app() -> tuple[Any, services_mod.Services]:
+    s = _settings()
+    registry = CollectorRegistry()
+    svc = services_mod.Services(s, keyqueue.KeyQueue(s.queue_size), metrics.build(registry), registry)
+    return app.create_app(s, svc).test_client(), svc
+
+
+def _post(c: Any, doc: Any) -> Any:
+    return c.post("/validate", data=json.dumps(doc), content_type="application/json")
+
+
+def test_allows_and_enqueues() -> None:
+    c, svc = _app()
+    r = _post(c, review("UPDATE"))
+    assert r.status_code == 200
+    assert r.get_json() == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                            "response": {"uid": "req-1", "allowed": True}}
+    assert len(svc.queue) == 1
+    _post(c, review("UPDATE"))
+    assert len(svc.queue) == 1
+    assert svc.metrics.coalesced._value.get() == 1
+
+
+def test_skipped_requests_are_still_allowed_and_counted() -> None:
+    c, svc = _app()
+    for doc in (review(dry_run=True), review(ns="kube-system")):
+        assert _post(c, doc).get_json()["response"]["allowed"] is True
+    assert len(svc.queue) == 0
+    text = c.get("/metrics").get_data(as_text=True)
+    assert 'tether_webhook_admission_requests_total{operation="UPDATE",outcome="dry-run"} 1.0' in text
+    assert 'outcome="ignored-namespace"} 1.0' in text
+
+
+def test_overflow_is_counted_and_still_allowed() -> None:
+    c, svc = _app()
+    for name in ("a", "b", "c", "d"):
+        assert _post(c, review(name=name)).status_code == 200
+    assert len(svc.queue) == 2
+    assert svc.metrics.overflowed._value.get() == 2
+
+
+@pytest.mark.parametrize(("body", "ctype", "status", "error"), [
+    (b"{oops", "application/json", 400, "invalid JSON"),
+    (b"\xff\xfe", "application/json", 400, "invalid JSON"),
+    (b'{"kind": "AdmissionReview"}', "application/json", 400, "invalid AdmissionReview"),
+    (b"{}", "text/plain", 415, "unsupported media type"),
+    (b"x" * (65 * 1024), "application/json", 413, "request too large"),
+])
+def test_bad_requests(body: bytes, ctype: str, status: int, error: str) -> None:
+    c, _ = _app()
+    r = c.post("/validate", data=body, content_type=ctype)
+    assert r.status_code == status
+    assert r.get_json()["error"] == error
+    assert "Traceback" not in r.get_data(as_text=True)
+
+
+def test_unknown_path_and_method_are_json() -> None:
+    c, _ = _app()
+    r = c.get("/validate")
+    assert r.status_code == 405 and r.get_json()["error"] == "method not allowed"
+    assert c.get("/nope").status_code == 404
+
+
+def test_readyz_needs_a_running_forwarder() -> None:
+    c, _ = _app()
+    r = c.get("/readyz")
+    assert r.status_code == 503
+    assert {"check": "forwarder", "message": "forwarder not running"} in r.get_json()["details"]
+    assert c.get("/healthz").status_code == 200
+
+
+def test_overflow_log_is_rate_limited() -> None:
+    now = [0.0]
+    ol = services_mod.OverflowLog(60, clock=lambda: now[0])
+    assert ol.hit() == 1
+    assert ol.hit() is None and ol.hit() is None
+    now[0] = 61
+    assert ol.hit() == 3
+
+
+def _env(tmp_path: pathlib.Path, **extra: str) -> dict[str, str]:
+    for f in ("ca", "crt", "key", "scrt", "skey"):
+        (tmp_path / f).write_text("x")
+    env = {"TETHER_RUNTIME_ID": "rt-1", "TETHER_LISTENER_URL": "https://listener:8443/",
+           "TETHER_LISTENER_CA_FILE": str(tmp_path / "ca"), "TETHER_CLIENT_CERT_FILE": str(tmp_path / "crt"),
+           "TETHER_CLIENT_KEY_FILE": str(tmp_path / "key"), "TETHER_WEBHOOK_CERT_FILE": str(tmp_path / "scrt"),
+           "TETHER_WEBHOOK_KEY_FILE": str(tmp_path / "skey")}
+    env.update(extra)
+    return env
+
+
+def test_settings_from_env(tmp_path: pathlib.Path) -> None:
+    s = settings_mod.from_env(_env(tmp_path, TETHER_WEBHOOK_QUEUE_SIZE="5", TETHER_LABEL_SELECTOR="w=1"))
+    assert s.listener.base_url == "https://listener:8443"
+    assert s.queue_size == 5 and s.filter.selector_text == "w=1"
+    assert s.server.workers == 2 and s.forwarder.threads == 2
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("TETHER_RUNTIME_ID", "bad id!"),
+    ("TETHER_LISTENER_URL", "http://plain"),
+    ("TETHER_CLIENT_CERT_FILE", "/nonexistent"),
+    ("TETHER_WEBHOOK_QUEUE_SIZE", "0"),
+    ("TETHER_LABEL_SELECTOR", "a in (b"),
+    ("TETHER_LOG_LEVEL", "loud"),
+    ("TETHER_WEBHOOK_DRAIN_SECONDS", "30"),
+    ("TETHER_WEBHOOK_COALESCE_SECONDS", "9"),
+    ("TETHER_QUEUE_SIZE", "5"),  # renamed: refused with the new name
+])
+def test_bad_settings_name_the_variable(tmp_path: pathlib.Path, var: str, value: str) -> None:
+    with pytest.raises(config.SettingError, match=var):
+        settings_mod.from_env(_env(tmp_path, **{var: value}))
+
+
+def test_missing_runtime_id(tmp_path: pathlib.Path) -> None:
+    env = _env(tmp_path)
+    del env["TETHER_RUNTIME_ID"]
+    with pytest.raises(config.SettingError, match="TETHER_RUNTIME_ID: not set"):
+        settings_mod.from_env(env)
+
+
+def _exit_code(argv: list[str]) -> object:
+    from webhook import main
+
+    with pytest.raises(SystemExit) as e:
+        main.main(argv)
+    return e.value.code
+
+
+def test_main_stops_with_a_clear_error(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in _env(tmp_path).items():
+        monkeypatch.setenv(k, v)
+    assert _exit_code(["--listener-url", "ftp://x"]) == 2
+    assert capsys.readouterr().err == ("tether webhook: TETHER_LISTENER_URL: 'ftp://x' must be an "
+                                       "https:// URL with a host\n")
+
+
+def test_main_refuses_certificates_that_do_not_load(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether import certs
+
+    for k, v in _env(tmp_path).items():  # the files exist but hold no PEM
+        monkeypatch.setenv(k, v)
+    assert _exit_code([]) == 2
+    assert "TETHER_LISTENER_CA_FILE: " in capsys.readouterr().err
+    ca = certs.CertificateAuthority.create("t")
+    ca.issue("s", server=True).write(tmp_path / "scrt", tmp_path / "skey")
+    ca.issue("other", client=True).write(tmp_path / "crt", tmp_path / "other.key")
+    ca.issue("c", client=True).write(tmp_path / "unused.crt", tmp_path / "key")  # key of another cert
+    (tmp_path / "ca").write_bytes(ca.cert_pem)
+    assert _exit_code([]) == 2
+    assert "TETHER_CLIENT_KEY_FILE: " in (err := capsys.readouterr().err) and "does not match" in err
+    ca.issue("c", client=True).write(tmp_path / "crt", tmp_path / "key")
+    monkeypatch.setenv("TETHER_KUBECONFIG", str(tmp_path / "ca"))  # not a kubeconfig
+    assert _exit_code([]) == 2
+    assert "TETHER_KUBECONFIG: " in capsys.readouterr().err

@@ -1,0 +1,148 @@
+"""The ``tether`` command: one subcommand per part.
+
+    tether webhook ...      admission webhook + forwarder (SKR)
+    tether listener ...     change listener (KCP)
+    tether poller ...       polling fallback (SKR)
+    tether compass ...      Compass registration scheduler (KCP)
+    tether janitor ...      the listener's storage janitor: tombstones, orphaned runtimes (KCP)
+    tether enroller ...     certificates and Tether's installation in every runtime (KCP)
+    tether certs ...        the watcher CA and its certificates, by hand: create-ca, issue,
+                            serving, inspect, check (an operator command)
+    tether admin ...        the admin pages: fleet, runtime, Compass, parts (KCP)
+    tether status [RUNTIME] the fleet in the terminal, as a table or -o json (an operator
+                            command, with the operator's kubeconfig)
+    tether controlplane     start local SKR and KCP planes and print their kubeconfigs
+                            (a developer command: needs a checkout's testing/ package,
+                            which the image does not hold)
+
+Each part's entry point is ``<part>.main:main(argv) -> int``; it builds its settings
+(``tether.config.load``: every setting, certificate and kubeconfig checked before anything
+starts; a problem exits 2 with one line ``tether PART: VARIABLE: problem``), clients and app,
+and nothing else does. ``tether PART --help`` lists every setting with its meaning and default.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import pathlib
+import sys
+from collections.abc import Callable
+
+Main = Callable[[list[str]], int]
+
+
+# Each part is imported only when it is started (a part pulls in its own libraries), but by
+# name, so the import contracts (setup.cfg) see every edge from the CLI to a part.
+def _webhook() -> Main:
+    from webhook import main
+    return main.main
+
+
+def _listener() -> Main:
+    from listener import main
+    return main.main
+
+
+def _poller() -> Main:
+    from poller import main
+    return main.main
+
+
+def _compass() -> Main:
+    from compass import main
+    return main.main
+
+
+def _janitor() -> Main:
+    from listener import janitor_main
+    return janitor_main.main
+
+
+def _enroller() -> Main:
+    from enroller import main
+    return main.main
+
+
+def _certs() -> Main:
+    from enroller import certs_cli
+    return certs_cli.main
+
+
+def _admin() -> Main:
+    from admin import main
+    return main.main
+
+
+def _status() -> Main:
+    from admin import status_cli
+    return status_cli.main
+
+
+def _controlplane() -> Main:
+    from testing import controlplane_cli  # a checkout's harness (_add_checkout)
+    return controlplane_cli.main
+
+
+PARTS: dict[str, Callable[[], Main]] = {
+    "webhook": _webhook,
+    "listener": _listener,
+    "poller": _poller,
+    "compass": _compass,
+    "janitor": _janitor,
+    "enroller": _enroller,
+    "certs": _certs,
+    "admin": _admin,
+    "status": _status,
+    "controlplane": _controlplane,
+}
+DEVELOPER = {"controlplane"}  # in a checkout only: testing/ is not in the image
+
+
+def usage() -> str:
+    return "usage: tether {" + ",".join(PARTS) + "} [options]  (tether PART --help; tether --version)"
+
+
+def version() -> str:
+    """The installed package's version (its metadata), else "unknown" (a bare checkout)."""
+    try:
+        return importlib.metadata.version("tether")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _add_checkout() -> None:
+    """Make a checkout's testing/ importable for a developer command (an editable install
+    maps only the product packages)."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    if (root / "testing" / "__init__.py").is_file() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        print(usage())
+        return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        print(f"tether {version()}")
+        return 0
+    part, rest = args[0], args[1:]
+    if part not in PARTS:
+        print(f"tether: unknown part {part!r}; {usage()}", file=sys.stderr)
+        return 2
+    if part in DEVELOPER:
+        _add_checkout()
+    try:
+        entry = PARTS[part]()
+    except ModuleNotFoundError as e:
+        if part not in DEVELOPER or not (e.name or "").startswith("testing"):
+            raise
+        print(f"tether: {part} is a developer command and needs a checkout of Tether "
+              "(its testing/ package is not installed here)", file=sys.stderr)
+        return 2
+    return entry(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
