@@ -6,7 +6,7 @@ the poller, the listener and the OpenAPI document all read them from here.
 Ordering (pure decision, see ``compare``): a record replaces the stored one only if it is
 newer. Epochs first: a runtime's history can go back (etcd restored from a backup, the
 cluster rebuilt under the same runtime ID), and its resourceVersions are comparable only
-within one epoch, which the KCP starts (``listener.epochs``); a record of a higher epoch is
+within one epoch, which the KCP starts (``listener.fleet.epochs``); a record of a higher epoch is
 newer, one of a lower epoch stale, whatever the resourceVersions. Within an epoch: equal
 resourceVersion and equal ``deleted``: duplicate. Otherwise resourceVersions are compared
 as integers where both parse (comparable for built-in types since Kubernetes 1.35,
@@ -35,7 +35,7 @@ from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 from jsonschema.protocols import Validator
 from referencing import Registry, Resource
 
-from tether import numbers, schemacheck
+from tether import numbers, schemaaccept, schemacheck
 
 API_VERSION = "tether.kyma-project.io/v1"
 KIND = "ConfigMapChange"
@@ -99,7 +99,7 @@ class _Validators(NamedTuple):
     envelope: Validator  # the batch without its items' schema: items are checked one by one
     max_items: int
     fields: Mapping[str, Callable[[object], bool]]  # the record's string properties
-    # compiled acceptance (schemacheck.acceptor): True only for what the validators accept;
+    # compiled acceptance (schemaaccept.acceptor): True only for what the validators accept;
     # what they refuse is validated by the validators, for the verdict and the messages
     record_ok: Callable[[object], bool]
     envelope_ok: Callable[[object], bool]
@@ -123,8 +123,8 @@ def _validators() -> _Validators:
     return _Validators(schemacheck.make(record, registry, parse_time),
                        schemacheck.make(envelope, registry, parse_time),
                        int(items["maxItems"]), fields,
-                       schemacheck.acceptor(record, parse_time),
-                       schemacheck.acceptor(envelope, parse_time))
+                       schemaaccept.acceptor(record, parse_time),
+                       schemaaccept.acceptor(envelope, parse_time))
 
 
 def validate_record(doc: object) -> list[SchemaViolation]:
@@ -255,7 +255,7 @@ def compare(stored: Version | None, incoming: Version) -> Verdict:
 def high_water(versions: Iterable[tuple[object, int]], epoch: int) -> int | None:
     """The highest resourceVersion (as an integer) among ``(resourceVersion, epoch)`` pairs
     of ``epoch``; None when none parses. With ``went_back``: the test that a runtime's
-    history went back (``listener.epochs``)."""
+    history went back (``listener.fleet.epochs``)."""
     best: int | None = None
     for rv, e in versions:
         n = numbers.ascii_int(rv, _RV_DIGITS) if e == epoch else None

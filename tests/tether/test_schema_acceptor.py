@@ -1,4 +1,4 @@
-"""The compiled acceptance check of the record and batch schemas (tether.schemacheck.acceptor)
+"""The compiled acceptance check of the record and batch schemas (tether.schemaaccept.acceptor)
 against the validators it shortcuts: it must never accept what they refuse, and it must
 accept the records senders really send (or the shortcut would never be taken)."""
 
@@ -11,7 +11,7 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from tether import changes, schemacheck
+from tether import changes, schemaaccept, schemacheck
 
 V = changes._validators()  # noqa: SLF001 - the pair under test: acceptor and validator
 
@@ -131,4 +131,4 @@ def test_a_keyword_it_does_not_compile_is_refused_at_once() -> None:
                                                       "then": {}},
                    {"$ref": "other.json"}, {"format": "email"}, {"const": {"a": 1}}):
         with pytest.raises(ValueError):
-            schemacheck.acceptor(schema, lambda s: s)
+            schemaaccept.acceptor(schema, lambda s: s)
