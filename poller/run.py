@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from poller import buckets, diff, metrics, pacing, scan
-from tether import changes, filters, logs, sender
+from tether import changes, filters, listenerapi, logs, sender
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class Listener(Protocol):
     """``tether.sender.ListenerClient``."""
 
     def state_page(self, limit: int = 500, token: str = "",
-                   report: sender.EpochReport | None = None) -> sender.StatePage: ...
+                   report: listenerapi.EpochReport | None = None) -> sender.StatePage: ...
 
     def send(self, records: Sequence[changes.ChangeRecord],
              timeout: tuple[float, float] | None = None) -> sender.Outcome: ...
@@ -131,7 +131,7 @@ class Runner:
         """One run; ``full`` sends every listed object the listener does not hold as newer
         (a resync that does not trust the digest's resourceVersions)."""
         state = _RunState(pacing.Pacer(self.settings.rate, self.settings.burst, self._clock()))
-        report = sender.EpochReport(self._identity())
+        report = listenerapi.EpochReport(self._identity())
         gone = 0
         while gone <= self.settings.max_restarts:
             try:
@@ -150,7 +150,7 @@ class Runner:
         return state.result("gone", f"410 Gone {self.settings.max_restarts + 1} times")
 
     def _once(self, state: _RunState, full: bool, keep_going: Callable[[], bool],
-              report: sender.EpochReport) -> None:
+              report: listenerapi.EpochReport) -> None:
         # a claim of a new epoch goes with the full listing's first page (listener.epochs)
         if (not full and report.epoch is None and self.settings.buckets
                 and self._by_buckets(state, keep_going, report.identity)):
@@ -269,7 +269,7 @@ class Runner:
         self.metrics.buckets_listed.inc(out.buckets_listed)
         return True
 
-    def _state_items(self, state: _RunState, report: sender.EpochReport
+    def _state_items(self, state: _RunState, report: listenerapi.EpochReport
                      ) -> Iterator[changes.DigestItem]:
         token = ""
         while True:

@@ -1,9 +1,10 @@
 """Sending change records to the listener: the client shared by the webhook and the poller.
 
 Pure parts decide (``classify``, ``parse_retry_after``, ``backoff``, ``retry_delay``,
-``split_batches``, ``changes_body``); ``ListenerClient`` does the I/O: HTTPS with the
-runtime's client certificate (mTLS), keep-alive through one ``requests.Session``, the
-certificate files re-read when they change (Secrets are updated in place).
+``split_batches``); the routes and request bodies are ``tether.listenerapi``'s;
+``ListenerClient`` does the I/O: HTTPS with the runtime's client certificate (mTLS),
+keep-alive through one ``requests.Session``, the certificate files re-read when they change
+(Secrets are updated in place).
 
 Outcomes: ``ok`` (2xx, with the listener's per-item results), ``retryable`` (408, 429, 5xx,
 connection errors and timeouts; ``retry_after`` from the listener's header) and
@@ -20,14 +21,13 @@ import random
 import ssl
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 import requests
 import requests.adapters
 
-from tether import certs, changes, config, logs, numbers, tlsreload
+from tether import certs, changes, config, listenerapi, logs, numbers, tlsreload
 
 Verdict = Literal["ok", "retryable", "permanent"]
 RETRYABLE_STATUS = frozenset({408, 429})
@@ -54,16 +54,6 @@ class StatePage(NamedTuple):
     items: list[changes.DigestItem]
     continue_token: str
     epoch: int | None = None  # None: a listener before epochs
-
-
-class EpochReport(NamedTuple):
-    """What the poller reports with the first page of a state listing (``listener.epochs``):
-    its cluster's identity, and, when it found its history went back, the epoch whose
-    digest it read and the collection resourceVersion it listed at afterwards."""
-
-    identity: str = ""
-    epoch: int | None = None
-    collection_rv: str = ""
 
 
 class ListenerError(RuntimeError):
@@ -120,7 +110,8 @@ def classify(status: int, headers: Mapping[str, str], body: bytes) -> Outcome:
         results = doc.get("results") if isinstance(doc, dict) else None
         items = tuple(r for r in results if isinstance(r, dict)) if isinstance(results, list) else ()
         return Outcome("ok", status, "ok", results=items,
-                       epoch=epoch_in(doc.get("epoch") if isinstance(doc, dict) else None))
+                       epoch=listenerapi.epoch_in(doc.get("epoch") if isinstance(doc, dict)
+                                                  else None))
     error, details = _error_of(body)
     reason = f"http-{status}"
     if status in RETRYABLE_STATUS or status >= 500:
@@ -178,52 +169,6 @@ def split_batches(records: Sequence[changes.ChangeRecord], *, max_items: int = M
     if cur:
         out.append(cur)
     return out
-
-
-def changes_body(records: Sequence[changes.ChangeRecord]) -> bytes:
-    """One record alone, several as a ``ConfigMapChangeList``."""
-    if not records:
-        raise ValueError("no records to send")
-    doc: Any = records[0] if len(records) == 1 else changes.batch(list(records))
-    return json.dumps(doc, separators=(",", ":")).encode()
-
-
-def changes_path(runtime_id: str) -> str:
-    return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/changes"
-
-
-def epoch_in(value: object) -> int | None:
-    """An epoch in a listener's answer; None when absent or not one."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= changes.MAX_EPOCH:
-        return value
-    return None
-
-
-def state_path(runtime_id: str, limit: int, token: str,
-               report: EpochReport | None = None) -> str:
-    """The state listing's path; the report goes with the first page only."""
-    params: dict[str, str | int] = {"limit": limit}
-    if token:
-        params["continue"] = token
-    elif report is not None:
-        if report.identity:
-            params["identity"] = report.identity
-        if report.epoch is not None and report.collection_rv:
-            params["epoch"] = report.epoch
-            params["collectionResourceVersion"] = report.collection_rv
-    query = urllib.parse.urlencode(params)
-    return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state?{query}"
-
-
-def summary_path(runtime_id: str, identity: str = "") -> str:
-    """The state summary's path; the runtime's identity goes with it (``listener.epochs``:
-    a rebuilt cluster starts a new epoch before its hashes are compared)."""
-    path = f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state/summary"
-    return path + "?" + urllib.parse.urlencode({"identity": identity}) if identity else path
-
-
-def bucket_path(runtime_id: str, bucket: int) -> str:
-    return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state/buckets/{bucket}"
 
 
 # -- I/O -----------------------------------------------------------------------------------
@@ -358,14 +303,15 @@ class ListenerClient:
     def send(self, records: Sequence[changes.ChangeRecord],
              timeout: tuple[float, float] | None = None) -> Outcome:
         """POST one record or a batch (callers split with ``split_batches``)."""
-        body = changes_body(records)
-        outcome, _ = self._call("POST", changes_path(self.settings.runtime_id), body, timeout)
+        body = listenerapi.changes_body(records)
+        path = listenerapi.changes_path(self.settings.runtime_id)
+        outcome, _ = self._call("POST", path, body, timeout)
         return outcome
 
     def state_page(self, limit: int = 500, token: str = "",
-                   report: EpochReport | None = None) -> StatePage:
-        outcome, content = self._call("GET", state_path(self.settings.runtime_id, limit, token,
-                                                        report))
+                   report: listenerapi.EpochReport | None = None) -> StatePage:
+        path = listenerapi.state_path(self.settings.runtime_id, limit, token, report)
+        outcome, content = self._call("GET", path)
         if outcome.verdict != "ok":
             raise ListenerError(outcome)
         try:
@@ -376,7 +322,7 @@ class ListenerClient:
                 raise TypeError("items/continue")
         except (ValueError, KeyError, TypeError):
             raise ListenerError(outcome._replace(verdict="retryable", reason="bad-response")) from None
-        return StatePage(items, token_out, epoch_in(doc.get("epoch")))
+        return StatePage(items, token_out, listenerapi.epoch_in(doc.get("epoch")))
 
     def _get_json(self, path: str) -> dict[str, Any]:
         outcome, content = self._call("GET", path)
@@ -394,7 +340,7 @@ class ListenerClient:
         """The runtime's state summary (``tether.statehash.parse_summary`` reads it); None
         when the listener has no such route (404: a listener older than summaries)."""
         try:
-            return self._get_json(summary_path(self.settings.runtime_id, identity))
+            return self._get_json(listenerapi.summary_path(self.settings.runtime_id, identity))
         except ListenerError as e:
             if e.outcome.status == 404:
                 return None
@@ -402,7 +348,7 @@ class ListenerClient:
 
     def state_bucket(self, bucket: int) -> list[changes.DigestItem]:
         """The digest items of one bucket of the runtime's state summary."""
-        doc = self._get_json(bucket_path(self.settings.runtime_id, bucket))
+        doc = self._get_json(listenerapi.bucket_path(self.settings.runtime_id, bucket))
         items = doc.get("items")
         if not isinstance(items, list):
             raise ListenerError(Outcome("retryable", 200, "bad-response"))

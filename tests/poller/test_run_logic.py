@@ -8,7 +8,7 @@ from typing import Any
 
 from poller import metrics, run, scan, service
 from poller import settings as settings_mod
-from tether import changes, filters, sender
+from tether import changes, filters, listenerapi, sender
 
 RID = "rt-unit"
 
@@ -48,7 +48,7 @@ class Listener:
         self.refuse_names: set[str] = set()
 
     def state_page(self, limit: int = 500, token: str = "",
-                   report: sender.EpochReport | None = None) -> sender.StatePage:
+                   report: listenerapi.EpochReport | None = None) -> sender.StatePage:
         self.state_calls += 1
         if self.fail is not None:
             raise sender.ListenerError(self.fail)

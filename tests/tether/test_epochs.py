@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from listener import epochs, heartbeat
+from listener.fleet import epochs, heartbeat
 from poller import diff
-from tether import apitypes, changes, sender
+from tether import apitypes, changes, listenerapi, sender
 from webhook import forwarder
 
 T0, T1 = "2026-11-30T10:00:00.000000Z", "2026-11-30T10:00:01.000000Z"
@@ -131,13 +131,13 @@ def test_after_a_new_epoch_the_diff_resends_everything_and_tombstones_the_rest()
 
 
 def test_the_report_goes_with_the_first_page_only() -> None:
-    report = sender.EpochReport("uid-1", 2, "120")
-    first = urllib.parse.parse_qs(sender.state_path("rt", 10, "", report).split("?")[1])
+    report = listenerapi.EpochReport("uid-1", 2, "120")
+    first = urllib.parse.parse_qs(listenerapi.state_path("rt", 10, "", report).split("?")[1])
     assert first == {"limit": ["10"], "identity": ["uid-1"], "epoch": ["2"],
                      "collectionResourceVersion": ["120"]}
-    later = urllib.parse.parse_qs(sender.state_path("rt", 10, "tok", report).split("?")[1])
+    later = urllib.parse.parse_qs(listenerapi.state_path("rt", 10, "tok", report).split("?")[1])
     assert later == {"limit": ["10"], "continue": ["tok"]}
-    only_id = sender.state_path("rt", 10, "", sender.EpochReport("uid-1"))
+    only_id = listenerapi.state_path("rt", 10, "", listenerapi.EpochReport("uid-1"))
     assert "epoch" not in only_id and "identity=uid-1" in only_id
 
 
@@ -161,7 +161,7 @@ def test_the_webhook_sends_again_only_what_an_older_epoch_made_stale() -> None:
     assert [r["name"] for r in forwarder._stale_by_epoch(recs, results, 2)] == ["a"]
 
 
-# -- the per-worker cache of epochs (listener.heartbeat.Epochs), fed by heartbeat writes ------
+# -- the per-worker cache of epochs (listener.fleet.heartbeat.Epochs), fed by heartbeat writes ------
 
 
 class LeaseReads:

@@ -8,7 +8,7 @@ import json
 import pytest
 import requests
 
-from tether import changes, sender
+from tether import changes, listenerapi, sender
 
 
 def _rec(name: str, data: str = "v") -> changes.ChangeRecord:
@@ -92,15 +92,15 @@ def test_split_batches_by_count_and_bytes() -> None:
 
 
 def test_changes_body_single_or_batch() -> None:
-    one = json.loads(sender.changes_body([_rec("a")]))
+    one = json.loads(listenerapi.changes_body([_rec("a")]))
     assert one["kind"] == "ConfigMapChange" and not changes.validate_record(one)
-    two = json.loads(sender.changes_body([_rec("a"), _rec("b")]))
+    two = json.loads(listenerapi.changes_body([_rec("a"), _rec("b")]))
     assert two["kind"] == "ConfigMapChangeList" and not changes.validate_batch(two)
     with pytest.raises(ValueError):
-        sender.changes_body([])
+        listenerapi.changes_body([])
 
 
 def test_paths_quote_the_runtime_id() -> None:
-    assert sender.changes_path("rt-1") == "/v1/runtimes/rt-1/changes"
-    assert sender.state_path("rt-1", 10, "") == "/v1/runtimes/rt-1/state?limit=10"
-    assert sender.state_path("rt-1", 10, "a b") == "/v1/runtimes/rt-1/state?limit=10&continue=a+b"
+    assert listenerapi.changes_path("rt-1") == "/v1/runtimes/rt-1/changes"
+    assert listenerapi.state_path("rt-1", 10, "") == "/v1/runtimes/rt-1/state?limit=10"
+    assert listenerapi.state_path("rt-1", 10, "a b") == "/v1/runtimes/rt-1/state?limit=10&continue=a+b"
