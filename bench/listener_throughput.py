@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from listener import records  # noqa: E402
+from listener.storage import records  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lt  # noqa: E402
 from tether import apitypes, changes  # noqa: E402

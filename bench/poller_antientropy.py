@@ -4,10 +4,10 @@ ConfigMaps), by buckets and, as the baseline in the same invocation, by the full
 Starts real SKR and KCP planes and the real listener (gunicorn, mTLS, one worker). One
 runtime grows from size to size: its ConfigMaps are created in the SKR concurrently by
 direct API calls (small objects, raw POSTs through the client's TLS pool), and the matching
-records written straight into the KCP in their stored form (``listener.records.body``, which
+records written straight into the KCP in their stored form (``listener.storage.records.body``, which
 carries the bucket label), without data, so that setting up 100,000 fits in minutes. After
 each growth the runtime's RuntimeStateSummary is deleted, so that the first summary read
-builds it by the listener's own code (``listener.statesummary``: one full metadata listing,
+builds it by the listener's own code (``listener.fleet.statesummary``: one full metadata listing,
 once); two warm-up runs by buckets settle it. Then, per size and path, one in-sync run in a
 fresh child process (so that its memory is its own):
 
@@ -51,7 +51,8 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from listener import records, statesummary  # noqa: E402
+from listener.fleet import statesummary  # noqa: E402
+from listener.storage import records  # noqa: E402
 from poller import metrics, run, scan  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lc  # noqa: E402

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from listener import records  # noqa: E402
+from listener.storage import records  # noqa: E402
 from poller import metrics, run, scan  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lc  # noqa: E402

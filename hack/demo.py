@@ -35,7 +35,7 @@ from tether import apitypes
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from listener import records  # noqa: E402
+from listener.storage import records  # noqa: E402
 from testing import controlplane, deployed  # noqa: E402
 
 KCP_NS = deployed.KCP_NS

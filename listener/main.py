@@ -11,7 +11,8 @@ import os
 import pathlib
 import sys
 
-from listener import server, settings
+from listener import settings
+from listener.edge import server
 from tether import config, logs
 
 

@@ -14,7 +14,7 @@ of the epoch the listener answered (``epoch``); after a new epoch started every 
 an older one is older than anything the poller sends: every listed object is resent and
 every live entry it did not list gets a tombstone, so the KCP holds the runtime's state
 after that one run. ``high_water`` and ``went_back`` tell that the runtime's history went
-back (``tether.changes.went_back``, ``listener.epochs``).
+back (``tether.changes.went_back``, ``listener.fleet.epochs``).
 
 The digest is foreign input (records stored by older listeners may hold anything): ``load``
 never raises. An entry whose resourceVersion or observedAt cannot be interpreted is kept and

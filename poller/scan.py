@@ -7,7 +7,7 @@ one listing are one consistent snapshot; its collection resourceVersion (``Page.
 the same on every page) is what tombstones carry. A continue token that expired (etcd
 compacted its revision) gives 410 Gone: ``Gone`` is raised and the caller restarts.
 
-``identity`` reads the runtime's identity for the listener's epochs (``listener.epochs``):
+``identity`` reads the runtime's identity for the listener's epochs (``listener.fleet.epochs``):
 the UID of the ``kube-system`` Namespace, which a rebuilt cluster has anew.
 """
 

@@ -21,7 +21,7 @@ import requests
 import yaml
 from kubernetes import client
 
-from listener import heartbeat
+from listener.fleet import heartbeat
 from testing import controlplane, listenerenv
 from tether import apitypes, certs, delivery
 

@@ -16,7 +16,7 @@ import requests
 import yaml
 from kubernetes import client
 
-from listener import records
+from listener.storage import records
 from testing import controlplane
 from tether import apitypes, certs, changes
 

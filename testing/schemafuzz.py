@@ -25,7 +25,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from listener import openapi
+from listener.edge import openapi
 from testing.listenerenv import ListenerProcess, Runtime
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,

@@ -54,7 +54,7 @@ def _compass() -> Main:
 
 
 def _janitor() -> Main:
-    from listener import janitor_main
+    from listener.janitor import main as janitor_main
     return janitor_main.main
 
 

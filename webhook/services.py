@@ -1,4 +1,4 @@
-"""The webhook's dependency bag (``Services``, as in ``listener.services``): what the app
+"""The webhook's dependency bag (``Services``, as in ``listener.edge.services``): what the app
 uses in one gunicorn worker: queue, metrics, forwarder, serving certificate; built once per
 worker after the fork (``build``)."""
 

@@ -26,7 +26,7 @@ import yaml
 from cryptography import x509
 from kubernetes import client
 
-from listener import records
+from listener.storage import records
 from testing import controlplane, deployed, overlays, podrunner, prometheus
 from tether import apitypes, pki
 

@@ -8,7 +8,7 @@ import urllib.parse
 import pytest
 from cryptography.x509 import verification
 
-from listener import auth, peer
+from listener.edge import auth, peer
 from tether import apitypes, certs, kyma
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from listener import budget, ratelimit
+from listener.edge import budget, ratelimit
 
 
 def test_budget_reserves_and_releases() -> None:

@@ -22,7 +22,7 @@ import requests
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from listener import quota, records, store
+from listener.storage import quota, records, store
 from testing.listenerenv import (
     Env,
     ListenerProcess,

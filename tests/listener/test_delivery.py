@@ -25,7 +25,8 @@ import requests
 import yaml
 from kubernetes import client
 
-from listener import heartbeat, records
+from listener.fleet import heartbeat
+from listener.storage import records
 from testing.listenerenv import (
     RBAC_FILE,
     Env,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from listener import deliveries
+from listener.fleet import deliveries
 from tether import delivery
 
 T0 = datetime.datetime(2026, 12, 2, 1, 5, 7, 250000, tzinfo=datetime.UTC)
@@ -248,7 +248,7 @@ def test_totals_over_runtimes() -> None:
 
 
 def test_the_listener_combines_a_failed_flush_with_newer_counts() -> None:
-    """listener.deliveries.combined: a delta kept after a failed write plus the new one."""
+    """listener.fleet.deliveries.combined: a delta kept after a failed write plus the new one."""
     older, newer = delivery.Delta(), delivery.Delta()
     persisted(older, at(0), 0.1)
     older.refuse(at(0), "rate", 429)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from listener import digestcache, records
+from listener.storage import digestcache, records
 from tether import changes
 
 

@@ -18,7 +18,7 @@ import pytest
 import requests
 from hypothesis import strategies as st
 
-from listener import records
+from listener.storage import records
 from testing.listenerenv import Env, ListenerProcess, Runtime, create_kyma
 from tether import changes
 

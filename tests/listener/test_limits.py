@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from listener import heartbeat
+from listener.fleet import heartbeat
 from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
 
 

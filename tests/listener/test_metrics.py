@@ -9,7 +9,7 @@ from typing import Any
 
 import requests
 
-from listener import openapi
+from listener.edge import openapi
 from testing.listenerenv import ListenerProcess, Runtime, metric_value
 
 
@@ -17,11 +17,11 @@ def test_metrics_after_traffic(listener: ListenerProcess, runtime: Callable[...,
     rt = runtime()
     s = rt.session()
     route = "/v1/runtimes/<runtime_id>/changes"
-    before = listener.metrics()
+    before = listener.edge.metrics()
     r = s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes", json=rt.record("m", 3), timeout=10)
     assert r.status_code == 200
     assert s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", timeout=10).status_code == 200
-    after = listener.metrics()
+    after = listener.edge.metrics()
     name = "tether_listener_requests_total"
     assert metric_value(after, name, route=route, method="POST", code="200") == \
         metric_value(before, name, route=route, method="POST", code="200") + 1

@@ -1,4 +1,4 @@
-"""listener.refusalsummary: unauthenticated refusals counted per reason, source and window,
+"""listener.edge.refusalsummary: unauthenticated refusals counted per reason, source and window,
 one audit line per key, bounded keys and samples (plain data, an injected clock)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import logging
 import time
 from typing import Any
 
-from listener import refusalsummary
+from listener.edge import refusalsummary
 from tether import logs
 
 

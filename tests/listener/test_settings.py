@@ -9,7 +9,8 @@ import ssl
 import jsonschema
 import pytest
 
-from listener import openapi, settings, worker
+from listener import settings
+from listener.edge import openapi, worker
 from tether import changes, config
 
 
@@ -117,7 +118,7 @@ def test_openapi_schemas_accept_and_reject_like_the_shared_ones() -> None:
 
 
 def test_api_reference_is_generated_from_the_openapi_document() -> None:
-    from listener import apidoc
+    from listener.edge import apidoc
 
     path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "api.md"
     assert path.read_text() == apidoc.render(), (

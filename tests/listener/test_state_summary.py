@@ -18,7 +18,8 @@ import pytest
 import requests
 from kubernetes import client
 
-from listener import quota, records, statesummary
+from listener.fleet import statesummary
+from listener.storage import quota, records
 from testing.listenerenv import (
     Env,
     ListenerProcess,

@@ -21,7 +21,9 @@ import pytest
 import requests
 from kubernetes import client
 
-from listener import heartbeat, quota, retention, statesummary
+from listener.fleet import heartbeat, statesummary
+from listener.storage import quota
+from listener.storage import rules as retention
 from testing import controlplane
 from testing.listenerenv import (
     Env,

@@ -9,7 +9,9 @@ import threading
 
 import pytest
 
-from listener import quota, records, retention, settings
+from listener import settings
+from listener.storage import quota, records
+from listener.storage import rules as retention
 from tether import config
 
 T0 = datetime.datetime(2026, 11, 30, 10, 0, 0, tzinfo=datetime.UTC)
@@ -186,7 +188,7 @@ def test_a_tombstone_is_due_after_the_retention_and_the_skew_allowance() -> None
 
 @pytest.mark.parametrize("retain", [5.0, 3600.0, DAY, 7 * DAY])
 def test_no_record_older_than_a_pruned_tombstone_is_ever_admitted(retain: float) -> None:
-    """The safety argument of listener.retention with numbers: whenever a tombstone was due,
+    """The safety argument of listener.storage.rules with numbers: whenever a tombstone was due,
     any record read before it (older observedAt) is refused at any later time."""
     for tomb_age in (retain + retention.allowance(retain) + 0.001, retain * 3, retain * 100):
         assert due(tomb_meta(ts(tomb_age)), retain) is not None

@@ -7,7 +7,9 @@ import datetime
 
 import pytest
 
-from listener import heartbeat, ratelimit, records, validation
+from listener.edge import ratelimit, validation
+from listener.fleet import heartbeat
+from listener.storage import records
 from tether import apitypes, changes
 
 
@@ -141,7 +143,7 @@ def test_silent_counts() -> None:
 
 
 def test_write_cache_keeps_metadata_and_version_bounded() -> None:
-    from listener import writecache
+    from listener.storage import writecache
 
     cache = writecache.WriteCache(2)
     objs = []

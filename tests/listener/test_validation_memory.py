@@ -2,7 +2,7 @@
 
 Each hostile shape is a body of about 3 MiB (the listener's default cap), parsed first
 (parsing is bounded separately, by the parse memory budget around it); then
-``listener.validation.records`` must answer the right problem with its own peak memory
+``listener.edge.validation.records`` must answer the right problem with its own peak memory
 (tracemalloc, Python allocations made during validation) far below the body's parsed size.
 Once, a 3 MiB batch of empty objects made the validator build millions of errors (23 GB).
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from listener import validation
+from listener.edge import validation
 from tether import changes
 
 RID = "rt-1"

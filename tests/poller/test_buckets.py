@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from listener import settings, statesummary
+from listener import settings
+from listener.fleet import statesummary
 from testing.listenerenv import Env, Runtime
 from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector
 from tether import apitypes, statehash
@@ -70,7 +71,7 @@ def test_an_in_sync_run_costs_the_kcp_the_same_whatever_the_records(
         used = delta(kcp_requests(kcp_api), before)
         merges = 1 + int((time.monotonic() - started) // settings.Settings().delivery_flush_seconds)
         assert all(r.outcome == "ok" and r.sent == 0 for r in runs), runs
-        # the runtime's delivery counts (listener.deliveries) are merged by time, not per
+        # the runtime's delivery counts (listener.fleet.deliveries) are merged by time, not per
         # run (at most one GET and PUT per flush interval and worker): not the runs' cost
         bookkeeping = {k: v for k, v in used.items() if k[0] == "runtimedeliveries"}
         assert sum(bookkeeping.values()) <= 2 * merges, used

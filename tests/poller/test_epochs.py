@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from listener import heartbeat
+from listener.fleet import heartbeat
 from testing import controlplane
 from testing.listenerenv import ListenerProcess, Runtime
 from testing.pollerenv import Env, InProcess, kcp_state, runtime_state, unique_selector

@@ -12,7 +12,7 @@ from typing import Any
 import requests
 from kubernetes import client
 
-from listener import records
+from listener.storage import records
 from testing.listenerenv import Env, ListenerProcess, Runtime
 from testing.pollerenv import InProcess, unique_selector
 from tether import apitypes, changes

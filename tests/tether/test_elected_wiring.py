@@ -13,8 +13,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from compass import service as compass_service
 from enroller import main as enroller_main
-from listener import janitor_main
 from listener import settings as listener_settings
+from listener.janitor import main as janitor_main
 from tether import elected
 
 

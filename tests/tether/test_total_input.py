@@ -15,7 +15,7 @@ import jsonschema_rs
 import pytest
 from hypothesis import strategies as st
 
-from listener import records
+from listener.storage import records
 from poller import diff
 from tether import changes, numbers, schemacheck
 
@@ -201,7 +201,7 @@ class TestStoredObjects:
     def test_stored_version_and_digest_item_never_raise(
             self, spec: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
         obj = self.poison(**spec)
-        with caplog.at_level("WARNING", logger="listener.records"):
+        with caplog.at_level("WARNING", logger="listener.storage.records"):
             v = records.stored_version(obj)
         assert changes.compare(v, changes.version_of(record(resourceVersion="1"))) == "newer"
         assert obj["metadata"]["name"] in caplog.text and next(iter(spec)) in caplog.text
@@ -249,7 +249,7 @@ class TestPollerDigest:
 
 class TestQueryLimit:
     def test_limit_is_ascii_digits_only(self) -> None:
-        from listener import api
+        from listener.edge import api
 
         assert api._query_limit("٣") is None and api._query_limit("²") is None
         assert api._query_limit("3") == 3 and api._query_limit(None) == api.DEFAULT_LIMIT

@@ -8,7 +8,7 @@ certificate never reaches the application; a connection without a certificate is
 and the runtime API answers it 401 with a JSON body. Handshakes, request heads and bodies
 run under the deadlines and connection caps of ``tether.httpworker`` (settings
 ``TETHER_LISTENER_*_TIMEOUT_SECONDS``, ``MAX_CONNECTIONS*``); refusals are counted and
-audited by ``listener.worker``. The operations port (``OPS_BIND``: health, readiness,
+audited by ``listener.edge.worker``. The operations port (``OPS_BIND``: health, readiness,
 metrics) is plain HTTP. The context is a ``tether.tlsreload.Watched`` like the webhook's:
 rebuilt when the certificate, key or CA files change (rotation without restart), the
 previous one kept when a rebuild fails, which ``/readyz`` then reports; TLS 1.2 is the
@@ -23,7 +23,8 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from listener import app, settings, worker
+from listener import settings
+from listener.edge import app, worker
 from tether import httpconn, httpworker, tlsreload
 
 # one XFCC header (32 KiB) fits; 1,000 connections' heads stay within 64 MiB

@@ -5,7 +5,7 @@ three (names of runtime objects are up to 253 characters, too long to join), lab
 runtime ID and namespace. ``spec`` holds the latest record; annotations repeat the few
 fields of the state digest so ``GET .../state`` can list metadata only
 (``PartialObjectMetadataList``) instead of every object's data. The record's epoch
-(``tether.changes``, ``listener.epochs``) is ``spec.epoch`` and the annotation
+(``tether.changes``, ``listener.fleet.epochs``) is ``spec.epoch`` and the annotation
 ``tether.kyma-project.io/epoch``; an object without them (written before epochs) is of
 epoch 0.
 
@@ -31,7 +31,7 @@ from tether import apitypes, changes, logs, statehash
 
 NAMESPACE_LABEL = "tether.kyma-project.io/namespace"
 # the key's bucket of the state summary (tether.statehash), so one bucket is one label-selected
-# list (listener.statesummary); objects written before it have none until their next write
+# list (listener.fleet.statesummary); objects written before it have none until their next write
 BUCKET_LABEL = "tether.kyma-project.io/bucket"
 MANAGED_BY = "tether-listener"
 A = "tether.kyma-project.io/"

@@ -15,7 +15,7 @@ holder of the janitor Lease; gunicorn workers never run it):
    delete its records (deletecollection by label), its ``RuntimeStateSummary``, its
    ``RuntimeDelivery`` and then its Lease, after asking for its Kyma CR once more.
 
-The decisions are pure (``listener.retention``); this module does the I/O. A run that
+The decisions are pure (``listener.storage.rules``); this module does the I/O. A run that
 cannot list something does nothing it would need that list for; every step is idempotent,
 so a run interrupted at any point is completed by the next.
 """
@@ -30,9 +30,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from listener import heartbeat, records, retention, statesummary
-from listener import metrics as listener_metrics
 from listener import settings as settings_mod
+from listener.edge import metrics as listener_metrics
+from listener.fleet import heartbeat, statesummary
+from listener.storage import records
+from listener.storage import rules as retention
 from tether import apitypes, changes, gateway, kyma, logs, statehash
 
 log = logging.getLogger(__name__)

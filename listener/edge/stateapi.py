@@ -5,9 +5,9 @@
 
 The poller compares its own bucket hashes (``tether.statehash``) with the summary and asks
 only for the buckets that differ; a runtime in sync costs one summary GET, which is one
-KCP read (``listener.statesummary``). Both count as the runtime's heartbeat, cost one token
+KCP read (``listener.fleet.statesummary``). Both count as the runtime's heartbeat, cost one token
 of its rate, and go through the same authentication and in-flight cap as the other runtime
-routes (``listener.api``). The full digest (``GET .../state``) stays as it was, for pollers
+routes (``listener.edge.api``). The full digest (``GET .../state``) stays as it was, for pollers
 that do not know buckets and for the daily full resync. Records found without their bucket
 label are labelled after the answer was sent.
 """
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
-from listener import api, epochs, responses, services, validation
+from listener.edge import api, responses, services, validation
+from listener.fleet import epochs
 from tether import gateway, numbers, statehash
 
 bp = Blueprint("state_summary", __name__, url_prefix="/v1/runtimes")

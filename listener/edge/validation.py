@@ -106,7 +106,7 @@ def _counting_pairs_hook(limit: int) -> Any:
 
 def parse_json(raw: bytes) -> Any | Problem:
     """The parsed body or a Problem. Memory: the caller reserves ``len(raw)`` times
-    ``settings.PARSE_AMPLIFICATION`` first (``listener.budget``); objects are counted while
+    ``settings.PARSE_AMPLIFICATION`` first (``listener.edge.budget``); objects are counted while
     parsing (``MAX_OBJECTS``) and nesting is bounded (``MAX_DEPTH``)."""
     if not _arrays_within(raw, MAX_ARRAYS):
         return Problem(400, "schema violation", [

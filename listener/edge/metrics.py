@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from listener import heartbeat
+from listener.fleet import heartbeat
 from tether import delivery, gateway
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class Metrics:
         self.kcp_unavailable = Counter(f"{NS}_kcp_unavailable",
                                        "Requests answered 503 because the KCP API failed",
                                        ["operation"], registry=r)
-        # delivery health (listener.deliveries): bounded labels, never a runtime
+        # delivery health (listener.fleet.deliveries): bounded labels, never a runtime
         self.records_by_source = Counter(
             f"{NS}_records_by_source", "Change records handled, by the sender (webhook, poller) "
             "and outcome (persisted, duplicate, stale, refused)", ["source", "outcome"],

@@ -1,6 +1,6 @@
-"""docs/api.md, rendered from the OpenAPI document (``listener.openapi``).
+"""docs/api.md, rendered from the OpenAPI document (``listener.edge.openapi``).
 
-    .venv/bin/python -m listener.apidoc > docs/api.md
+    .venv/bin/python -m listener.edge.apidoc > docs/api.md
 
 A test checks that docs/api.md is up to date.
 """
@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from listener import openapi
+from listener.edge import openapi
 
 
 def _type(schema: dict[str, Any]) -> str:
@@ -71,7 +71,7 @@ def render() -> str:
     doc = openapi.document()
     out = ["# Listener API reference", "",
            "Generated from the OpenAPI document (`listener/openapi.json`, served at "
-           "`/openapi.json`) by `python -m listener.apidoc`; do not edit by hand. How the "
+           "`/openapi.json`) by `python -m listener.edge.apidoc`; do not edit by hand. How the "
            "listener works, its settings and metrics: [listener.md](listener.md); the security "
            "model: [security.md](security.md).", "",
            "Every error answer is JSON `{\"error\": <short text>, \"details\": <any>}`. "

@@ -7,7 +7,7 @@ bounded map of at most ``max_runtimes`` runtimes (events of further runtimes are
 ``tether_listener_delivery_dropped_total`` and otherwise lost), each delta bounded by
 ``tether.delivery`` (a bucket per minute, the last 20 records).
 
-``flush_if_due`` runs after the response was sent (``listener.api`` registers it with
+``flush_if_due`` runs after the response was sent (``listener.edge.api`` registers it with
 ``Response.call_on_close``) and merges a runtime's delta into its object at most once per
 ``interval`` per worker: GET; 404 -> create (``delivery.body``); ``delivery.merge``; PUT of
 the status subresource with the object's resourceVersion; 409 -> read and merge again (at
@@ -30,8 +30,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from listener import heartbeat, quota, records
-from listener import metrics as listener_metrics
+from listener.edge import metrics as listener_metrics
+from listener.fleet import heartbeat
+from listener.storage import quota, records
 from tether import apitypes, delivery, gateway, logs
 
 log = logging.getLogger(__name__)

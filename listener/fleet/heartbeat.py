@@ -12,7 +12,7 @@ only costs one extra write), so the write rate is bounded by runtimes / interval
 ``silent_counts`` (pure) turns the renew times into bounded metrics: how many runtimes
 have been silent longer than each threshold, no series per runtime.
 
-The same Lease keeps the runtime's epoch and identity (``listener.epochs``) as annotations:
+The same Lease keeps the runtime's epoch and identity (``listener.fleet.epochs``) as annotations:
 ``Epochs`` reads them (cached per worker for ``EPOCH_TTL`` seconds, so the POST path costs
 no KCP request per record; a heartbeat write returns the Lease, which refreshes the cache
 without a read of its own) and writes a decision with the Lease's resourceVersion, so of
@@ -34,7 +34,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from listener import epochs, records, retention
+from listener.fleet import epochs
+from listener.storage import records
+from listener.storage import rules as retention
 from tether import apitypes, changes, gateway, logs
 
 ANN_IDENTITY = "tether.kyma-project.io/runtime-identity"
@@ -171,7 +173,7 @@ class Heartbeats:
 
 class Epochs:
     """Each runtime's current epoch for this worker: cached ``EPOCH_TTL`` seconds, bounded;
-    decisions (``listener.epochs.decide``) written with optimistic concurrency."""
+    decisions (``listener.fleet.epochs.decide``) written with optimistic concurrency."""
 
     def __init__(self, beats: Heartbeats, ttl: float = EPOCH_TTL,
                  clock: Callable[[], float] = time.monotonic,
@@ -222,7 +224,7 @@ class Epochs:
 
     def settle(self, runtime_id: str, report: epochs.Report,
                mark: Callable[[int], int | None]) -> int:
-        """Apply a poller's report (``listener.epochs``); the current epoch after it.
+        """Apply a poller's report (``listener.fleet.epochs``); the current epoch after it.
         ``mark(epoch)``: the highest resourceVersion of the stored records of ``epoch``."""
         if report.empty:
             return self.current(runtime_id)

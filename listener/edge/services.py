@@ -2,8 +2,8 @@
 
 Kept on ``app.extensions[KEY]`` (no module globals): the KCP client and store, the Kyma
 lookup cache, heartbeats, rate limits, metrics, the per-runtime delivery counts
-(``listener.deliveries``), the audit logger, the unauthenticated refusals' counts
-(``listener.refusalsummary``) and the client CA bundle
+(``listener.fleet.deliveries``), the audit logger, the unauthenticated refusals' counts
+(``listener.edge.refusalsummary``) and the client CA bundle
 (``tether.tlsreload``: reloaded when its file changes, for the X-Forwarded-Client-Cert mode
 and /readyz).
 """
@@ -16,21 +16,12 @@ import logging
 from cryptography import x509
 from flask import Flask, current_app
 
-from listener import (
-    budget,
-    deliveries,
-    digestcache,
-    heartbeat,
-    peer,
-    ratelimit,
-    refusalsummary,
-    runtimes,
-    settings,
-    statesummary,
-    store,
-)
-from listener import metrics as listener_metrics
-from listener import quota as listener_quota
+from listener import settings
+from listener.edge import budget, peer, ratelimit, refusalsummary
+from listener.edge import metrics as listener_metrics
+from listener.fleet import deliveries, heartbeat, runtimes, statesummary
+from listener.storage import digestcache, store
+from listener.storage import quota as listener_quota
 from tether import gateway, logs, tlsreload
 
 KEY = "tether.listener"

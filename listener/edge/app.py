@@ -1,9 +1,9 @@
 """The Flask application factory of the listener.
 
-    gunicorn 'listener.app:create_app()'        # settings from TETHER_LISTENER_* variables
-    tether listener                             # the same, with TLS set up (listener.server)
+    gunicorn 'listener.edge.app:create_app()'        # settings from TETHER_LISTENER_* variables
+    tether listener                             # the same, with TLS set up (listener.edge.server)
 
-Blueprints: the runtime API (``listener.api``, ``listener.stateapi``) and ``edge``
+Blueprints: the runtime API (``listener.edge.api``, ``listener.edge.stateapi``) and ``edge``
 (``/openapi.json``, and the hooks every request goes through: ports, request metrics, drain)
 on the data port; the operations surface (``tether.ops``) with ``/readyz`` (serving
 certificate and client CA loaded, their last reload good, and the KCP API answering an
@@ -27,8 +27,8 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, request
 
-from listener import api, openapi, responses, services, stateapi
 from listener import settings as settings_mod
+from listener.edge import api, openapi, responses, services, stateapi
 from tether import gateway, httpworker, ops, tlsreload
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def create_app(
     serving: tlsreload.Watched[Any] | None = None,
 ) -> Flask:
     """``settings``: default from the TETHER_LISTENER_* variables; ``serving``: the TLS
-    context the server hands to gunicorn (``listener.server``), so that a failed reload of
+    context the server hands to gunicorn (``listener.edge.server``), so that a failed reload of
     it shows in readiness."""
     s = settings or settings_mod.from_env()
     kcp = kcp or gateway.from_kubeconfig(s.kubeconfig, pool_size=max(4, s.threads))

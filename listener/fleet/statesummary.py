@@ -12,7 +12,7 @@ corrected the same way, so that the storage quota counts a runtime's usage at on
   metadata): the change of its bucket (``statehash.change_of``, with the write's KCP
   resourceVersion) is added to this worker's pending changes of the runtime (bounded:
   ``MAX_PENDING`` buckets over all runtimes; one over it is dropped and counted, and heals
-  as below). ``flush_if_due`` (after the response, like ``listener.deliveries``) merges
+  as below). ``flush_if_due`` (after the response, like ``listener.fleet.deliveries``) merges
   them into the object at most once per ``interval`` per runtime and worker: GET, merge
   (``statehash.merge``), PUT of the status subresource with the object's resourceVersion;
   409: read and merge again. A failed merge keeps the changes for the next one. A
@@ -52,7 +52,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from listener import heartbeat, quota, records, store
+from listener.fleet import heartbeat
+from listener.storage import quota, records, store
 from tether import apitypes, changes, gateway, logs, numbers, statehash
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class Bucket(NamedTuple):
 
 
 class Hooks(NamedTuple):
-    """Metric hooks (``listener.metrics``)."""
+    """Metric hooks (``listener.edge.metrics``)."""
 
     conflict: Callable[[], None] = lambda: None
     corrected: Callable[[int], None] = lambda n: None

@@ -2,7 +2,7 @@
 
 Each request goes through the same steps, cheapest first, and stops at the first refusal
 (audited, counted, nothing persisted; a refusal before the caller was authenticated is
-audited in aggregate, per reason, source and minute: ``listener.refusalsummary``):
+audited in aggregate, per reason, source and minute: ``listener.edge.refusalsummary``):
 
     client certificate (401) -> CN / Kyma CR / SAN (403) -> runtime's in-flight cap (429)
     -> [POST] media type (415) -> runtime's rate, one token (429) -> size (413)
@@ -11,12 +11,12 @@ audited in aggregate, per reason, source and minute: ``listener.refusalsummary``
     -> per-runtime rate (429) -> heartbeat -> [POST] record epochs (409) -> persist / list
        (503 when the KCP fails) -> [GET, a listing's first page] the poller's epoch report
 
-Epochs (``listener.epochs``): a record without one is given the runtime's current epoch;
+Epochs (``listener.fleet.epochs``): a record without one is given the runtime's current epoch;
 the answers carry it (``epoch``), so senders learn it; a poller's report on the first page
 of a state listing may start the next one.
 
 Once a runtime is authenticated, what happens to its records and refusals is counted per
-runtime (``listener.deliveries``) and merged into its ``RuntimeDelivery`` object after the
+runtime (``listener.fleet.deliveries``) and merged into its ``RuntimeDelivery`` object after the
 answer was sent (``Response.call_on_close``).
 """
 
@@ -29,19 +29,10 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
-from listener import (
-    auth,
-    epochs,
-    peer,
-    quota,
-    ratelimit,
-    records,
-    responses,
-    services,
-    store,
-    validation,
-)
 from listener import settings as listener_settings
+from listener.edge import auth, peer, ratelimit, responses, services, validation
+from listener.fleet import epochs
+from listener.storage import quota, records, store
 from tether import certs, changes, gateway, logs, numbers
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
@@ -51,7 +42,7 @@ DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
 def _refuse(svc: services.Services, runtime_id: str, status: int, reason: str, message: str,
             cert: Any = None) -> Response:
     """A refusal before the caller was authenticated: counted, and audited in aggregate
-    per reason, source and minute (``listener.refusalsummary``), the path's runtime ID
+    per reason, source and minute (``listener.edge.refusalsummary``), the path's runtime ID
     only as claimed."""
     svc.metrics.auth_refusals.labels(reason).inc()
     svc.refusals.record(reason, request.remote_addr, status, runtime_id,
@@ -201,7 +192,7 @@ def _read_body(svc: services.Services) -> bytes | validation.Problem:
 
 
 def _reserve(svc: services.Services, runtime_id: str, raw: bytes) -> int | validation.Problem:
-    """Reserve the body's memory (``listener.budget``) for as long as its parsed form lives:
+    """Reserve the body's memory (``listener.edge.budget``) for as long as its parsed form lives:
     the parse, the validation and the persisting of its records; a ``Problem`` (503) when
     the budget stayed spent for ``parse_wait``."""
     t0 = time.perf_counter()

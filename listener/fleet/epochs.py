@@ -10,7 +10,7 @@ state went back too, and it could not remember a counter of its own.
 
 What the listener keeps per runtime (annotations of its heartbeat Lease, written with the
 Lease's resourceVersion so two replicas cannot both start the next epoch;
-``listener.heartbeat``): the current ``epoch`` (absent: 0) and the runtime's ``identity``
+``listener.fleet.heartbeat``): the current ``epoch`` (absent: 0) and the runtime's ``identity``
 (the UID of its ``kube-system`` Namespace: a rebuilt cluster has a new one).
 
 What the poller reports with the first page of ``GET .../state`` (``Report``):

@@ -8,7 +8,7 @@ interval is written at once, the rest as one ``refused_aggregated`` line with th
 flood from the internet cannot flood the audit log. No certificate content is logged.
 gunicorn's 501 for an unsupported Transfer-Encoding is answered 400 instead (a client's
 mistake is never a 5xx). A 429 answered in the main loop counts as throttled in the
-runtime's delivery counts (``listener.deliveries``), which the worker flushes at exit.
+runtime's delivery counts (``listener.fleet.deliveries``), which the worker flushes at exit.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from gunicorn import util
 from gunicorn.http import errors as http_errors
 
-from listener import ratelimit, services
+from listener.edge import ratelimit, services
 from tether import httpconn, httpworker, logs
 
 # OpenSSL verify/alert texts -> bounded reason codes
@@ -52,7 +52,7 @@ _RUNTIME_REQUEST = re.compile(rb"(POST|GET) /v1/runtimes/([A-Za-z0-9_.-]{1,63})/
 _RATE_LIMITED_HEAD = (b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
                       b"Cache-Control: no-store\r\nRetry-After: %d\r\n")
 _RATE_LIMITED_BODY = b'{"details":"per-runtime rate exceeded","error":"rate limited"}\n'
-EXIT_FLUSH_SECONDS = 5.0  # delivery counts still in memory at worker exit (listener.deliveries)
+EXIT_FLUSH_SECONDS = 5.0  # delivery counts still in memory at worker exit (listener.fleet.deliveries)
 
 
 class ListenerWorker(httpworker.BoundedWorker):

@@ -8,7 +8,7 @@ since then, which proves the record newer than what is stored; on 409 (someone e
 or 404 (the object was deleted) the entry is dropped and the normal read-compare-write
 path runs. Duplicates and stale records always take the normal path, so an answer never
 rests on the cache alone. A key missing here is taken for a new one: the store creates it
-without a read (``listener.store``), and that create fails with 409 if the key is stored
+without a read (``listener.storage.store``), and that create fails with 409 if the key is stored
 after all. Bounded (least recently used dropped); losing an entry costs the next update of
 that object a refused create and a read.
 """

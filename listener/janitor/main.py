@@ -1,4 +1,4 @@
-"""``tether janitor``: the listener's storage janitor on the KCP (``listener.janitor``).
+"""``tether janitor``: the listener's storage janitor on the KCP (``listener.janitor.sweep``).
 
 Settings come from ``TETHER_LISTENER_*`` environment variables (``tether janitor --help``,
 docs/listener.md); a bad one, or a kubeconfig that does not load, stops the process with one
@@ -20,9 +20,10 @@ from collections.abc import Callable
 import flask
 from apscheduler.triggers.interval import IntervalTrigger
 
-from listener import janitor, statesummary
-from listener import metrics as listener_metrics
 from listener import settings as settings_mod
+from listener.edge import metrics as listener_metrics
+from listener.fleet import statesummary
+from listener.janitor import sweep as janitor
 from tether import elected, leader, logs, ops
 
 log = logging.getLogger("janitor")

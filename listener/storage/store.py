@@ -6,18 +6,18 @@ object and writes only a newer record, with the stored object's resourceVersion
 the record is compared again with the fresh object. Two writes go without a read first,
 and the API itself checks what they assume:
 
-* a key this worker does not know (not in ``listener.writecache``) is created at once:
+* a key this worker does not know (not in ``listener.storage.writecache``) is created at once:
   a create succeeds only if no object of that name exists, which proves the record newer
   than anything stored (nothing is); on 409 (the key is stored after all) the record
   takes the read path. One request for a new key, where a read first cost two;
 * an update of an object this worker has seen recently is written with the remembered
-  resourceVersion (``listener.writecache``); on 409 or 404 the record takes the read path.
+  resourceVersion (``listener.storage.writecache``); on 409 or 404 the record takes the read path.
 
 The read path: read the stored object, compare, write with its resourceVersion, up to
 ``MAX_ATTEMPTS`` times. A call returns only after the API server has acknowledged the
 write (stored in etcd), so "persisted" means durable.
 
-Storage limits (``listener.quota``, ``listener.retention``): a write that does not fit the
+Storage limits (``listener.storage.quota``, ``listener.storage.rules``): a write that does not fit the
 runtime's quota raises ``quota.Exceeded`` (the client gets 413); a record for a key that is
 not stored whose ``observedAt`` is older than the tombstone retention is ``stale`` (it
 might be older than a pruned tombstone). The create without a read is tried only for a
@@ -41,7 +41,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple
 
-from listener import quota, records, retention, writecache
+from listener.storage import quota, records, writecache
+from listener.storage import rules as retention
 from tether import apitypes, changes, gateway, numbers, statehash
 
 Outcome = Literal["persisted", "duplicate", "stale"]
@@ -123,9 +124,9 @@ class Store:
         self._retention = tombstone_retention
         self._now = now
         # after each persisted record: (runtime, old metadata or None, written metadata or
-        # None when unknown, record); listener.statesummary keeps the state summary by it
+        # None when unknown, record); listener.fleet.statesummary keeps the state summary by it
         self._on_written = on_written
-        # the runtime's stored objects and bytes at one read (listener.statesummary); None
+        # the runtime's stored objects and bytes at one read (listener.fleet.statesummary); None
         # from it, or no source: counted from a listing of the runtime's records
         self._footprint = footprint
         self._on_count = on_count  # metric hook: "summary" or "listing"
@@ -155,7 +156,7 @@ class Store:
                 self._cache.remember(stored)
             elif retention.too_old_for_new_key(incoming.observed_at, self._now(),
                                                self._retention):
-                return "stale"  # maybe older than a pruned tombstone (listener.retention)
+                return "stale"  # maybe older than a pruned tombstone (listener.storage.rules)
             verdict = changes.compare(
                 None if stored is None else records.stored_version(stored), incoming)
             if verdict != "newer":
@@ -204,7 +205,7 @@ class Store:
               new: Mapping[str, Any] | None, record: Mapping[str, Any]) -> None:
         """Tell ``on_written`` of a write (the written metadata from the write cache when the
         path did not keep it), before its quota reservation is committed: a footprint read
-        (``listener.statesummary``) that counts the commit then also counts the change."""
+        (``listener.fleet.statesummary``) that counts the commit then also counts the change."""
         if self._on_written is not None:
             if new is None:
                 cached = self._cache.get(records.object_name(key))
@@ -246,7 +247,7 @@ class Store:
     def _write_from_cache(self, key: records.Key, name: str, entry: writecache.Entry,
                           record: Mapping[str, Any], incoming: changes.Version) -> bool:
         """Write without reading first when the remembered version is older (see
-        ``listener.writecache``); False when the read path must run."""
+        ``listener.storage.writecache``); False when the read path must run."""
         if changes.compare(entry.version, incoming) != "newer":
             return False
         new = records.updated({"metadata": entry.metadata}, record)
@@ -281,7 +282,7 @@ class Store:
 
     def survey(self, runtime_id: str) -> tuple[list[changes.DigestItem], Survey]:
         """``digest``, and what its listing says of the state summary's buckets (for
-        ``listener.statesummary.Summaries.listed_all``)."""
+        ``listener.fleet.statesummary.Summaries.listed_all``)."""
         items: list[changes.DigestItem] = []
         snap = self.usage.begin(runtime_id)
         survey = Surveying()
