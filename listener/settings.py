@@ -1,9 +1,10 @@
 """The listener's settings: one frozen dataclass, built once in the entry point.
 
-Every option is declared once in ``SPEC`` (the janitor's in ``JANITOR_SPEC``; both read
-the storage options): its environment variable (``TETHER_LISTENER_*``), default, bounds and
-meaning. ``tether listener --help`` and docs/listener.md list them. A bad value stops the
-process at start with one line naming the variable (``tether.config.load``).
+Every setting is declared once, as a field of ``Settings`` (the janitor's: ``JanitorSettings``;
+both hold the storage options of ``Storage``) with its option (``tether.config.setting``):
+environment variable (``TETHER_LISTENER_*``), default, bounds and meaning. ``SPEC`` and
+``JANITOR_SPEC`` collect them; ``tether listener --help`` and docs/listener.md list them. A
+bad value stops the process at start with one line naming the variable (``tether.config.load``).
 """
 
 from __future__ import annotations
@@ -20,66 +21,7 @@ MIB = 1024 * 1024
 # keys per object are capped while parsing (listener.validation.parse_json; shapes measured
 # in docs/performance.md); the parse budget is reserved at this rate
 PARSE_AMPLIFICATION = 16
-
-
-@dataclasses.dataclass(frozen=True)
-class Storage:
-    """What one runtime may keep in the KCP and for how long (``listener.quota``,
-    ``listener.retention``); the listener and its janitor read the same variables."""
-
-    quota_records: int = 20_000
-    quota_bytes: int = 256 * MIB
-    quota_cache_seconds: float = 10.0
-    tombstone_retention: float = 7 * 86400.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    # server
-    bind: str = "0.0.0.0:8443"  # plain HTTP (XFCC mode): 127.0.0.1:8443 unless set
-    ops_bind: str = "0.0.0.0:9090"  # health, readiness, metrics: never on the data port
-    workers: int = 1
-    threads: int = 16
-    tls_cert_file: str | None = None  # None: plain HTTP (only allowed behind a trusted proxy)
-    tls_key_file: str | None = None
-    client_ca_file: str = ""
-    xfcc_trusted_proxies: tuple[str, ...] = ()  # CIDRs; empty = X-Forwarded-Client-Cert off
-    # KCP
-    kubeconfig: str | None = None  # None: in-cluster service account
-    namespace: str = "kcp-system"
-    heartbeat_namespace: str = "kcp-system"  # the heartbeat Leases (unset: ``namespace``)
-    kcp_timeout: float = 10.0
-    retry_after: int = 5
-    kyma_cache_seconds: float = 10.0
-    heartbeat_interval: float = 30.0
-    silent_thresholds: tuple[int, ...] = (60, 300, 900, 3600)
-    silent_cache_seconds: float = 15.0
-    # limits
-    max_body_bytes: int = 3 * MIB
-    rate_per_second: float = 200.0
-    rate_burst: int = 1000
-    max_in_flight_per_runtime: int = 4
-    parse_budget_bytes: int = 128 * MIB
-    parse_wait: float = 5.0
-    # connections (per worker; tether.httpworker)
-    handshake_timeout: float = 5.0
-    head_timeout: float = 10.0
-    body_timeout: float = 30.0
-    idle_timeout: float = 10.0
-    max_connections: int = 1000
-    max_connections_per_runtime: int = 64
-    refusal_audit_interval: float = 60.0
-    write_cache_entries: int = 10_000
-    delivery_flush_seconds: float = 15.0
-    storage: Storage = dataclasses.field(default_factory=Storage)
-    # logging
-    audit_log: str = "stdout"
-    log_level: str = "INFO"
-    log_format: str = "json"
-
-    @property
-    def tls(self) -> bool:
-        return self.tls_cert_file is not None
+setting = config.setting
 
 
 def _cidrs(name: str, raw: str) -> tuple[str, ...]:
@@ -105,120 +47,155 @@ def _shared(name: str, shared: str, default: str, meaning: str) -> config.Option
     return config.text(name, default, meaning, fallback=shared)
 
 
-KUBE = (
-    config.kubeconfig(P + "KUBECONFIG", "kubeconfig of the KCP (unset: $KUBECONFIG, else the "
-                      "in-cluster service account)"),
-    _shared(P + "NAMESPACE", "TETHER_KCP_NAMESPACE", "kcp-system",
-            "KCP namespace of the Kyma CRs and the RuntimeConfigMaps"),
-    config.object_name(P + "HEARTBEAT_NAMESPACE", None,
-                       "KCP namespace of the per-runtime heartbeat Leases (the manifests: "
-                       "tether-heartbeats, a namespace holding nothing else)",
-                       fallback="TETHER_HEARTBEAT_NAMESPACE", shown=P + "NAMESPACE"),
-)
-LOGGING = (
-    _shared(P + "AUDIT_LOG", "TETHER_AUDIT_LOG", "stdout",
-            "stdout or a file path for the audit JSON lines"),
-    config.log_level(P + "LOG_LEVEL", fallback="TETHER_LOG_LEVEL"),
-    config.log_format(P + "LOG_FORMAT", fallback="TETHER_LOG_FORMAT"),
-)
-STORAGE = (
-    config.integer(P + "QUOTA_RECORDS", 20_000,
-                   "records (tombstones included) one runtime may keep in the KCP", minimum=1,
-                   maximum=10_000_000),
-    # a full ConfigMap (1 MiB of binaryData is ~1.4 MiB as a record) must always fit
-    config.integer(P + "QUOTA_BYTES", 256 * MIB,
-                   "bytes (the records' JSON size) one runtime may keep", minimum=2 * MIB,
-                   maximum=1024 * 1024 * MIB),
-    config.seconds(P + "QUOTA_CACHE_SECONDS", 10.0,
-                   "how long a worker trusts its list of a runtime's usage", minimum=0,
-                   maximum=600),
-    config.seconds(P + "TOMBSTONE_RETENTION_SECONDS", 7 * 86400.0,
-                   "tombstones are pruned after it (listener and janitor must agree)",
-                   minimum=1, maximum=10 * 365 * 86400),
-)
+# read by the listener and its janitor
+KUBECONFIG = config.kcp_kubeconfig(P + "KUBECONFIG")
+NAMESPACE = _shared(P + "NAMESPACE", "TETHER_KCP_NAMESPACE", "kcp-system",
+                    "KCP namespace of the Kyma CRs and the RuntimeConfigMaps")
+HEARTBEAT_NAMESPACE = config.heartbeat_namespace(
+    P + "HEARTBEAT_NAMESPACE", "KCP namespace of the per-runtime heartbeat Leases (the "
+    "manifests: tether-heartbeats, a namespace holding nothing else)",
+    fallback="TETHER_HEARTBEAT_NAMESPACE", shown=P + "NAMESPACE")
+AUDIT_LOG = _shared(P + "AUDIT_LOG", "TETHER_AUDIT_LOG", "stdout",
+                    "stdout or a file path for the audit JSON lines")
+LOG_LEVEL = config.log_level(P + "LOG_LEVEL", fallback="TETHER_LOG_LEVEL")
+LOG_FORMAT = config.log_format(P + "LOG_FORMAT", fallback="TETHER_LOG_FORMAT")
 
-SPEC = config.Spec(
-    part="listener",
+
+@dataclasses.dataclass(frozen=True)
+class Storage:
+    """What one runtime may keep in the KCP and for how long (``listener.quota``,
+    ``listener.retention``); the listener and its janitor read the same variables."""
+
+    quota_records: int = setting(config.integer(
+        P + "QUOTA_RECORDS", 20_000, "records (tombstones included) one runtime may keep in the "
+        "KCP", minimum=1, maximum=10_000_000))
+    # a full ConfigMap (1 MiB of binaryData is ~1.4 MiB as a record) must always fit
+    quota_bytes: int = setting(config.integer(
+        P + "QUOTA_BYTES", 256 * MIB, "bytes (the records' JSON size) one runtime may keep",
+        minimum=2 * MIB, maximum=1024 * 1024 * MIB))
+    quota_cache_seconds: float = setting(config.seconds(
+        P + "QUOTA_CACHE_SECONDS", 10.0, "how long a worker trusts its list of a runtime's usage",
+        minimum=0, maximum=600))
+    tombstone_retention: float = setting(config.seconds(
+        P + "TOMBSTONE_RETENTION_SECONDS", 7 * 86400.0,
+        "tombstones are pruned after it (listener and janitor must agree)", minimum=1,
+        maximum=10 * 365 * 86400))
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    # server
+    bind: str = setting(config.host_port(
+        P + "BIND", None, "address:port of the runtime API",
+        shown="0.0.0.0:8443; 127.0.0.1:8443 in plain HTTP (XFCC mode)"), derived="0.0.0.0:8443")
+    ops_bind: str = setting(config.host_port(  # health, readiness, metrics: never the data port
+        P + "OPS_BIND", "0.0.0.0:9090", "operations port (plain HTTP): /healthz, /readyz, /metrics"))
+    workers: int = setting(config.integer(P + "WORKERS", 1, "gunicorn worker processes",
+                                          minimum=1, maximum=64))
+    threads: int = setting(config.integer(P + "THREADS", 16, "threads per worker", minimum=1,
+                                          maximum=256))
+    tls_cert_file: str | None = setting(config.file(  # None: plain HTTP (behind a trusted proxy)
+        P + "TLS_CERT_FILE", None, "serving certificate (PEM); required unless "
+        "XFCC_TRUSTED_PROXIES is set", "certificate"))
+    tls_key_file: str | None = setting(config.file(
+        P + "TLS_KEY_FILE", None, "serving certificate's key (PEM)", "key"))
+    client_ca_file: str = setting(config.file(
+        P + "CLIENT_CA_FILE", config.REQUIRED,
+        "CA bundle that issued the runtime client certificates (PEM)", "certificate"),
+        default="")
+    xfcc_trusted_proxies: tuple[str, ...] = setting(config.custom(
+        P + "XFCC_TRUSTED_PROXIES", (), "comma-separated IPs/CIDRs whose X-Forwarded-Client-Cert "
+        "is trusted (empty: off)", _cidrs))
+    # KCP
+    kubeconfig: str | None = setting(KUBECONFIG)  # None: in-cluster service account
+    namespace: str = setting(NAMESPACE)
+    heartbeat_namespace: str = setting(HEARTBEAT_NAMESPACE, otherwise=NAMESPACE)
+    kcp_timeout: float = setting(config.seconds(
+        P + "KCP_TIMEOUT_SECONDS", 10.0, "timeout of each KCP API call", minimum=0.5,
+        maximum=120))
+    retry_after: int = setting(config.integer(
+        P + "RETRY_AFTER_SECONDS", 5, "Retry-After of 503 answers", minimum=1, maximum=600,
+        duration=True))
+    kyma_cache_seconds: float = setting(config.seconds(
+        P + "KYMA_CACHE_SECONDS", 10.0, "how long a Kyma CR lookup (also 'unknown') is cached",
+        minimum=0, maximum=600))
+    heartbeat_interval: float = setting(config.seconds(
+        P + "HEARTBEAT_INTERVAL_SECONDS", 30.0,
+        "a replica writes a runtime's heartbeat Lease at most this often", minimum=0,
+        maximum=3600))
+    silent_thresholds: tuple[int, ...] = setting(config.custom(
+        P + "SILENT_THRESHOLDS_SECONDS", (60, 300, 900, 3600),
+        "thresholds of tether_listener_runtimes_silent (1 to 10 values)", _thresholds,
+        duration=True))
+    silent_cache_seconds: float = setting(config.seconds(
+        P + "SILENT_CACHE_SECONDS", 15.0, "how long the Lease list behind that metric is cached",
+        minimum=0, maximum=3600))
+    # limits
+    max_body_bytes: int = setting(config.integer(
+        P + "MAX_BODY_BYTES", 3 * MIB, "body cap (a full 1 MiB ConfigMap always fits)",
+        minimum=MIB + MIB // 2, maximum=64 * MIB))
+    rate_per_second: float = setting(config.number(
+        P + "RATE_PER_SECOND", 200.0,
+        "per-runtime token refill: records (POST) or requests (GET) per second", minimum=0.01,
+        maximum=1e6))
+    rate_burst: int = setting(config.integer(P + "RATE_BURST", 1000, "per-runtime bucket size",
+                                             minimum=1, maximum=1_000_000))
+    max_in_flight_per_runtime: int = setting(config.integer(
+        P + "MAX_IN_FLIGHT_PER_RUNTIME", None, "threads one runtime may hold in a worker at once",
+        minimum=1, shown="min(4, THREADS); at most THREADS"), derived=4)
+    parse_budget_bytes: int = setting(config.integer(
+        P + "PARSE_BUDGET_BYTES", None,
+        "memory reserved for parsing bodies per worker (16 x each body)", maximum=16 * 1024 * MIB,
+        shown="max(128 MiB, 16 x MAX_BODY_BYTES); at least 16 x MAX_BODY_BYTES"),
+        derived=128 * MIB)
+    parse_wait: float = setting(config.seconds(
+        P + "PARSE_WAIT_SECONDS", 5.0, "how long a body waits for the parse budget before 503",
+        minimum=0.1, maximum=120))
+    # connections (per worker; tether.httpworker)
+    handshake_timeout: float = setting(config.seconds(
+        P + "HANDSHAKE_TIMEOUT_SECONDS", 5.0,
+        "a TLS handshake completes within this time after accept", minimum=0.1, maximum=120))
+    head_timeout: float = setting(config.seconds(
+        P + "HEAD_TIMEOUT_SECONDS", 10.0, "a request head arrives within this time", minimum=0.1,
+        maximum=300))
+    body_timeout: float = setting(config.seconds(
+        P + "BODY_TIMEOUT_SECONDS", 30.0, "all reads of one request's body (408 after it)",
+        minimum=0.1, maximum=600))
+    idle_timeout: float = setting(config.seconds(
+        P + "IDLE_TIMEOUT_SECONDS", 10.0, "one read or write that makes no progress",
+        minimum=0.1, maximum=300))
+    max_connections: int = setting(config.integer(
+        P + "MAX_CONNECTIONS", 1000, "connections per worker (at least THREADS)", minimum=1,
+        maximum=100_000))
+    max_connections_per_runtime: int = setting(config.integer(
+        P + "MAX_CONNECTIONS_PER_RUNTIME", None, "connections one runtime may hold per worker",
+        minimum=1, shown="min(64, MAX_CONNECTIONS); at most MAX_CONNECTIONS"), derived=64)
+    refusal_audit_interval: float = setting(config.seconds(
+        P + "REFUSAL_AUDIT_INTERVAL_SECONDS", 60.0,
+        "connection refusals are audited once per reason and interval (0: a line each)",
+        minimum=0, maximum=3600))
+    write_cache_entries: int = setting(config.integer(
+        P + "WRITE_CACHE_ENTRIES", 10_000,
+        "objects per worker whose last seen version is remembered (0: off)", minimum=0,
+        maximum=1_000_000))
+    delivery_flush_seconds: float = setting(config.seconds(
+        P + "DELIVERY_FLUSH_SECONDS", 15.0, "a worker merges a runtime's delivery counts into "
+        "its RuntimeDelivery at most this often (0: after every request)", minimum=0,
+        maximum=3600))
+    storage: Storage = config.group(Storage, default_factory=Storage)
+    # logging
+    audit_log: str = setting(AUDIT_LOG)
+    log_level: str = setting(LOG_LEVEL)
+    log_format: str = setting(LOG_FORMAT)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
+
+
+SPEC = config.Spec.of(
+    Settings, part="listener",
     summary="Change listener (KCP): authenticates runtimes, persists their change records.",
-    options=(
-        config.host_port(P + "BIND", None, "address:port of the runtime API",
-                         shown="0.0.0.0:8443; 127.0.0.1:8443 in plain HTTP (XFCC mode)"),
-        config.host_port(P + "OPS_BIND", "0.0.0.0:9090",
-                         "operations port (plain HTTP): /healthz, /readyz, /metrics"),
-        config.integer(P + "WORKERS", 1, "gunicorn worker processes", minimum=1, maximum=64),
-        config.integer(P + "THREADS", 16, "threads per worker", minimum=1, maximum=256),
-        config.file(P + "TLS_CERT_FILE", None, "serving certificate (PEM); required unless "
-                    "XFCC_TRUSTED_PROXIES is set", "certificate"),
-        config.file(P + "TLS_KEY_FILE", None, "serving certificate's key (PEM)", "key"),
-        config.file(P + "CLIENT_CA_FILE", config.REQUIRED,
-                    "CA bundle that issued the runtime client certificates (PEM)",
-                    "certificate"),
-        config.custom(P + "XFCC_TRUSTED_PROXIES", (),
-                      "comma-separated IPs/CIDRs whose X-Forwarded-Client-Cert is trusted "
-                      "(empty: off)", _cidrs),
-        *KUBE,
-        config.seconds(P + "KCP_TIMEOUT_SECONDS", 10.0, "timeout of each KCP API call",
-                       minimum=0.5, maximum=120),
-        config.integer(P + "RETRY_AFTER_SECONDS", 5, "Retry-After of 503 answers", minimum=1,
-                       maximum=600, duration=True),
-        config.seconds(P + "KYMA_CACHE_SECONDS", 10.0,
-                       "how long a Kyma CR lookup (also 'unknown') is cached", minimum=0,
-                       maximum=600),
-        config.seconds(P + "HEARTBEAT_INTERVAL_SECONDS", 30.0,
-                       "a replica writes a runtime's heartbeat Lease at most this often",
-                       minimum=0, maximum=3600),
-        config.custom(P + "SILENT_THRESHOLDS_SECONDS", (60, 300, 900, 3600),
-                      "thresholds of tether_listener_runtimes_silent (1 to 10 values)",
-                      _thresholds, duration=True),
-        config.seconds(P + "SILENT_CACHE_SECONDS", 15.0,
-                       "how long the Lease list behind that metric is cached", minimum=0,
-                       maximum=3600),
-        config.integer(P + "MAX_BODY_BYTES", 3 * MIB,
-                       "body cap (a full 1 MiB ConfigMap always fits)", minimum=MIB + MIB // 2,
-                       maximum=64 * MIB),
-        config.number(P + "RATE_PER_SECOND", 200.0,
-                      "per-runtime token refill: records (POST) or requests (GET) per second",
-                      minimum=0.01, maximum=1e6),
-        config.integer(P + "RATE_BURST", 1000, "per-runtime bucket size", minimum=1,
-                       maximum=1_000_000),
-        config.integer(P + "MAX_IN_FLIGHT_PER_RUNTIME", None,
-                       "threads one runtime may hold in a worker at once", minimum=1,
-                       shown="min(4, THREADS); at most THREADS"),
-        config.integer(P + "PARSE_BUDGET_BYTES", None,
-                       "memory reserved for parsing bodies per worker (16 x each body)",
-                       maximum=16 * 1024 * MIB,
-                       shown="max(128 MiB, 16 x MAX_BODY_BYTES); at least 16 x MAX_BODY_BYTES"),
-        config.seconds(P + "PARSE_WAIT_SECONDS", 5.0,
-                       "how long a body waits for the parse budget before 503", minimum=0.1,
-                       maximum=120),
-        config.seconds(P + "HANDSHAKE_TIMEOUT_SECONDS", 5.0,
-                       "a TLS handshake completes within this time after accept",
-                       minimum=0.1, maximum=120),
-        config.seconds(P + "HEAD_TIMEOUT_SECONDS", 10.0,
-                       "a request head arrives within this time", minimum=0.1, maximum=300),
-        config.seconds(P + "BODY_TIMEOUT_SECONDS", 30.0,
-                       "all reads of one request's body (408 after it)", minimum=0.1,
-                       maximum=600),
-        config.seconds(P + "IDLE_TIMEOUT_SECONDS", 10.0,
-                       "one read or write that makes no progress", minimum=0.1, maximum=300),
-        config.integer(P + "MAX_CONNECTIONS", 1000,
-                       "connections per worker (at least THREADS)", minimum=1,
-                       maximum=100_000),
-        config.integer(P + "MAX_CONNECTIONS_PER_RUNTIME", None,
-                       "connections one runtime may hold per worker", minimum=1,
-                       shown="min(64, MAX_CONNECTIONS); at most MAX_CONNECTIONS"),
-        config.seconds(P + "REFUSAL_AUDIT_INTERVAL_SECONDS", 60.0,
-                       "connection refusals are audited once per reason and interval "
-                       "(0: a line each)", minimum=0, maximum=3600),
-        config.integer(P + "WRITE_CACHE_ENTRIES", 10_000,
-                       "objects per worker whose last seen version is remembered (0: off)",
-                       minimum=0, maximum=1_000_000),
-        config.seconds(P + "DELIVERY_FLUSH_SECONDS", 15.0,
-                       "a worker merges a runtime's delivery counts into its RuntimeDelivery "
-                       "at most this often (0: after every request)", minimum=0, maximum=3600),
-        *STORAGE,
-        *LOGGING,
-    ),
     renamed={P + "MAX_IN_FLIGHT": P + "MAX_IN_FLIGHT_PER_RUNTIME",
              P + "SILENT_THRESHOLDS": P + "SILENT_THRESHOLDS_SECONDS"},
     pairs=((P + "TLS_CERT_FILE", P + "TLS_KEY_FILE"),),
@@ -238,8 +215,7 @@ def build(v: config.Values) -> Settings:
     if (cert is None) != (key is None):
         raise config.SettingError(f"{P}TLS_KEY_FILE: {P}TLS_CERT_FILE and {P}TLS_KEY_FILE "
                                   "go together")
-    proxies = v[P + "XFCC_TRUSTED_PROXIES"]
-    if cert is None and not proxies:
+    if cert is None and not v[P + "XFCC_TRUSTED_PROXIES"]:
         raise config.SettingError(
             f"{P}TLS_CERT_FILE: not set; it is required (plain HTTP only with "
             f"{P}XFCC_TRUSTED_PROXIES)")
@@ -255,48 +231,17 @@ def build(v: config.Values) -> Settings:
         raise config.SettingError(f"{P}PARSE_BUDGET_BYTES: {budget} is below the minimum "
                                   f"{max_body * PARSE_AMPLIFICATION} (16 x {P}MAX_BODY_BYTES)")
     per_runtime = v[P + "MAX_CONNECTIONS_PER_RUNTIME"]
-    return Settings(
+    return config.fill(
+        Settings, v,
         bind=v[P + "BIND"] or (d.bind if cert else "127.0.0.1:8443"),
-        ops_bind=v[P + "OPS_BIND"],
-        workers=v[P + "WORKERS"],
-        threads=threads,
-        tls_cert_file=cert,
-        tls_key_file=key,
-        client_ca_file=v[P + "CLIENT_CA_FILE"],
-        xfcc_trusted_proxies=proxies,
-        kubeconfig=v[P + "KUBECONFIG"],
-        namespace=v[P + "NAMESPACE"],
-        heartbeat_namespace=v[P + "HEARTBEAT_NAMESPACE"] or v[P + "NAMESPACE"],
-        kcp_timeout=v[P + "KCP_TIMEOUT_SECONDS"],
-        retry_after=v[P + "RETRY_AFTER_SECONDS"],
-        kyma_cache_seconds=v[P + "KYMA_CACHE_SECONDS"],
-        heartbeat_interval=v[P + "HEARTBEAT_INTERVAL_SECONDS"],
-        silent_thresholds=v[P + "SILENT_THRESHOLDS_SECONDS"],
-        silent_cache_seconds=v[P + "SILENT_CACHE_SECONDS"],
-        max_body_bytes=max_body,
-        rate_per_second=v[P + "RATE_PER_SECOND"],
-        rate_burst=v[P + "RATE_BURST"],
         max_in_flight_per_runtime=min(d.max_in_flight_per_runtime, threads) if in_flight is None
         else _at_most(P + "MAX_IN_FLIGHT_PER_RUNTIME", in_flight, threads, f"{P}THREADS"),
         parse_budget_bytes=max(d.parse_budget_bytes, max_body * PARSE_AMPLIFICATION)
         if budget is None else budget,
-        parse_wait=v[P + "PARSE_WAIT_SECONDS"],
-        handshake_timeout=v[P + "HANDSHAKE_TIMEOUT_SECONDS"],
-        head_timeout=v[P + "HEAD_TIMEOUT_SECONDS"],
-        body_timeout=v[P + "BODY_TIMEOUT_SECONDS"],
-        idle_timeout=v[P + "IDLE_TIMEOUT_SECONDS"],
-        max_connections=max_conns,
         max_connections_per_runtime=min(d.max_connections_per_runtime, max_conns)
         if per_runtime is None
         else _at_most(P + "MAX_CONNECTIONS_PER_RUNTIME", per_runtime, max_conns,
                       f"{P}MAX_CONNECTIONS"),
-        refusal_audit_interval=v[P + "REFUSAL_AUDIT_INTERVAL_SECONDS"],
-        storage=storage(v),
-        write_cache_entries=v[P + "WRITE_CACHE_ENTRIES"],
-        delivery_flush_seconds=v[P + "DELIVERY_FLUSH_SECONDS"],
-        audit_log=v[P + "AUDIT_LOG"],
-        log_level=v[P + "LOG_LEVEL"],
-        log_format=v[P + "LOG_FORMAT"],
     )
 
 
@@ -307,81 +252,59 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
 
 
 def storage(v: config.Values) -> Storage:
-    """The storage quota and the tombstone retention (``STORAGE``)."""
-    return Storage(
-        quota_records=v[P + "QUOTA_RECORDS"],
-        quota_bytes=v[P + "QUOTA_BYTES"],
-        quota_cache_seconds=v[P + "QUOTA_CACHE_SECONDS"],
-        tombstone_retention=v[P + "TOMBSTONE_RETENTION_SECONDS"],
-    )
+    """The storage quota and the tombstone retention (``Storage``)."""
+    return config.fill(Storage, v)
+
+
+def _host_port(bind: str) -> tuple[str, int]:
+    host, _, port = bind.rpartition(":")
+    return host, int(port)
+
+
+JANITOR_BIND = config.host_port(P + "JANITOR_BIND", "0.0.0.0:9091",
+                                "host:port of /healthz, /readyz, /metrics")
 
 
 @dataclasses.dataclass(frozen=True)
 class JanitorSettings:
     """``tether janitor``: prunes tombstones and orphaned runtimes (``listener.janitor``)."""
 
-    kubeconfig: str | None = None
-    namespace: str = "kcp-system"
-    heartbeat_namespace: str = "kcp-system"  # the heartbeat Leases (unset: ``namespace``)
-    kcp_timeout: float = 30.0
-    storage: Storage = dataclasses.field(default_factory=Storage)
-    orphan_grace: float = 86400.0
-    interval: float = 600.0
-    lease_name: str = "tether-janitor"
-    lease_namespace: str = "kcp-system"  # the election Lease (unset: ``namespace``)
-    lease_duration: float = 15.0
-    http_host: str = "0.0.0.0"  # noqa: S104 - probes and scrapes
-    http_port: int = 9091
-    audit_log: str = "stdout"
-    log_level: str = "INFO"
-    log_format: str = "json"
+    kubeconfig: str | None = setting(KUBECONFIG)
+    namespace: str = setting(NAMESPACE)
+    heartbeat_namespace: str = setting(HEARTBEAT_NAMESPACE, otherwise=NAMESPACE)
+    kcp_timeout: float = setting(config.seconds(
+        P + "KCP_TIMEOUT_SECONDS", 30.0, "timeout of each KCP API call", minimum=0.5,
+        maximum=300))
+    storage: Storage = config.group(Storage, default_factory=Storage)
+    orphan_grace: float = setting(config.seconds(
+        P + "ORPHAN_GRACE_SECONDS", 86400.0, "how long after a runtime's Kyma CR is gone its "
+        "records and Lease are removed", minimum=1, maximum=365 * 86400))
+    interval: float = setting(config.seconds(
+        P + "JANITOR_INTERVAL_SECONDS", 600.0, "time between runs", minimum=0.1, maximum=86400))
+    lease_name: str = setting(config.object_name(P + "JANITOR_LEASE", "tether-janitor",
+                                                 "the election Lease's name"))
+    lease_namespace: str = setting(config.object_name(  # the election Lease
+        P + "JANITOR_LEASE_NAMESPACE", None,
+        "namespace of the election Lease (the manifests: tether-system)", shown=P + "NAMESPACE"),
+        otherwise=NAMESPACE)
+    lease_duration: float = setting(config.seconds(
+        P + "JANITOR_LEASE_SECONDS", 15.0, "the election Lease's duration", minimum=2,
+        maximum=600))
+    http_host: str = config.inputs(JANITOR_BIND, default=_host_port(JANITOR_BIND.default)[0])
+    http_port: int = _host_port(JANITOR_BIND.default)[1]
+    audit_log: str = setting(AUDIT_LOG)
+    log_level: str = setting(LOG_LEVEL)
+    log_format: str = setting(LOG_FORMAT)
 
 
-JANITOR_SPEC = config.Spec(
-    part="janitor",
-    summary="The listener's storage janitor (KCP): prunes tombstones and orphaned runtimes.",
-    options=(
-        *KUBE,
-        config.seconds(P + "KCP_TIMEOUT_SECONDS", 30.0, "timeout of each KCP API call",
-                       minimum=0.5, maximum=300),
-        *STORAGE,
-        config.seconds(P + "ORPHAN_GRACE_SECONDS", 86400.0,
-                       "how long after a runtime's Kyma CR is gone its records and Lease are "
-                       "removed", minimum=1, maximum=365 * 86400),
-        config.seconds(P + "JANITOR_INTERVAL_SECONDS", 600.0, "time between runs",
-                       minimum=0.1, maximum=86400),
-        config.object_name(P + "JANITOR_LEASE", "tether-janitor", "the election Lease's name"),
-        config.object_name(P + "JANITOR_LEASE_NAMESPACE", None,
-                           "namespace of the election Lease (the manifests: tether-system)",
-                           shown=P + "NAMESPACE"),
-        config.seconds(P + "JANITOR_LEASE_SECONDS", 15.0, "the election Lease's duration",
-                       minimum=2, maximum=600),
-        config.host_port(P + "JANITOR_BIND", "0.0.0.0:9091",
-                         "host:port of /healthz, /readyz, /metrics"),
-        *LOGGING,
-    ),
-)
+JANITOR_SPEC = config.Spec.of(
+    JanitorSettings, part="janitor",
+    summary="The listener's storage janitor (KCP): prunes tombstones and orphaned runtimes.")
 
 
 def janitor_build(v: config.Values) -> JanitorSettings:
-    host, _, port = v[P + "JANITOR_BIND"].rpartition(":")
-    return JanitorSettings(
-        kubeconfig=v[P + "KUBECONFIG"],
-        namespace=v[P + "NAMESPACE"],
-        heartbeat_namespace=v[P + "HEARTBEAT_NAMESPACE"] or v[P + "NAMESPACE"],
-        kcp_timeout=v[P + "KCP_TIMEOUT_SECONDS"],
-        storage=storage(v),
-        orphan_grace=v[P + "ORPHAN_GRACE_SECONDS"],
-        interval=v[P + "JANITOR_INTERVAL_SECONDS"],
-        lease_name=v[P + "JANITOR_LEASE"],
-        lease_namespace=v[P + "JANITOR_LEASE_NAMESPACE"] or v[P + "NAMESPACE"],
-        lease_duration=v[P + "JANITOR_LEASE_SECONDS"],
-        http_host=host,
-        http_port=int(port),
-        audit_log=v[P + "AUDIT_LOG"],
-        log_level=v[P + "LOG_LEVEL"],
-        log_format=v[P + "LOG_FORMAT"],
-    )
+    host, port = _host_port(v[P + "JANITOR_BIND"])
+    return config.fill(JanitorSettings, v, http_host=host, http_port=port)
 
 
 def janitor_from_env(env: Mapping[str, str] | None = None) -> JanitorSettings:

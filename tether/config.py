@@ -1,24 +1,18 @@
-"""Settings: each part declares its options once, this module reads, checks and shows them.
+"""Settings: each part declares a setting once, this module reads, checks and shows them.
 
-A part's settings module declares a ``Spec``: every option with its variable (written out,
-so ``grep`` finds it), parser, default, bounds and one-line meaning, plus the variables it
-renamed. The part's entry point calls ``load``, which
+A part's settings dataclass declares each field with its option (``setting``): the variable
+(written out, so ``grep`` finds it), parser, default, bounds and one-line meaning; the part's
+``Spec`` collects them (``Spec.of``). Its entry point calls ``load``, which
 
-* parses the flags (a flag, where the part has one, overrides its variable), so that
-  ``tether PART --help`` lists every option with its variable, meaning and default;
-* reads every option from the environment (``Spec.read``) and builds the part's frozen
-  settings dataclass from the values (the part's ``build``, which adds the checks between
-  options);
+* parses the flags (a flag overrides its variable; ``tether PART --help`` lists them all);
+* reads every option from the environment (``Spec.read``) and builds the settings dataclass
+  from the values (the part's ``build``: the rules between options, then ``fill``);
 * checks the files the options name (``Spec.check_files``): certificates and keys parse as
   PEM, a key matches its certificate, a kubeconfig has a cluster, a user and a context;
 
 all before any server or worker starts. Any problem stops the process with exit code 2 and
-one line on stderr, ``tether PART: VARIABLE: problem``. Naming (docs/configuration.md):
-``TETHER_<PART>_<NAME>`` for one part, ``TETHER_<NAME>`` for a variable several parts read,
-durations end in ``_SECONDS``; a renamed variable is refused with its new name.
-
-The parsers of one raw value live in ``tether.parsers``, the file checks in
-``tether.filechecks``.
+one line on stderr, ``tether PART: VARIABLE: problem``. Naming: docs/configuration.md. The
+parsers of one raw value live in ``tether.parsers``, the file checks in ``tether.filechecks``.
 """
 
 from __future__ import annotations
@@ -96,24 +90,16 @@ class Option:
         return str(self.default) or "(empty)"
 
 
-def _range(minimum: float | None, maximum: float | None) -> str:
-    if minimum is None and maximum is None:
-        return ""
-    lo = "" if minimum is None else parsers.fmt(minimum)
-    hi = "" if maximum is None else parsers.fmt(maximum)
-    return f"{lo}..{hi}"
-
-
 def integer(name: str, default: Any, meaning: str, *, minimum: int | None = None,
             maximum: int | None = None, **kw: Any) -> Option:
     return Option(name, meaning, lambda n, r: parsers.integer(n, r, minimum, maximum), default,
-                  bounds=_range(minimum, maximum), **kw)
+                  bounds=parsers.span(minimum, maximum), **kw)
 
 
 def number(name: str, default: Any, meaning: str, *, minimum: float | None = None,
            maximum: float | None = None, **kw: Any) -> Option:
     return Option(name, meaning, lambda n, r: parsers.number(n, r, minimum, maximum), default,
-                  bounds=_range(minimum, maximum), **kw)
+                  bounds=parsers.span(minimum, maximum), **kw)
 
 
 def seconds(name: str, default: Any, meaning: str, *, minimum: float | None = None,
@@ -188,6 +174,95 @@ def kubeconfig(name: str, meaning: str = "kubeconfig file (unset: $KUBECONFIG, e
                 shown="in-cluster service account", **kw)
 
 
+def kcp_kubeconfig(name: str, **kw: Any) -> Option:
+    """The kubeconfig of the KCP, for the parts that run there."""
+    return kubeconfig(name, "kubeconfig of the KCP (unset: $KUBECONFIG, else the in-cluster "
+                      "service account)", **kw)
+
+
+def heartbeat_namespace(name: str = "TETHER_HEARTBEAT_NAMESPACE",
+                        meaning: str = "KCP namespace of the listener's heartbeat Leases (the "
+                        "manifests: tether-heartbeats)", *, shown: str = "TETHER_KCP_NAMESPACE",
+                        **kw: Any) -> Option:
+    """Where the heartbeat Leases are; unset, the part's KCP namespace (``otherwise``)."""
+    return object_name(name, None, meaning, shown=shown, **kw)
+
+
+def audit_log(name: str = "TETHER_AUDIT_LOG",
+              meaning: str = "stdout or a file path for the audit lines", **kw: Any) -> Option:
+    return text(name, "stdout", meaning, **kw)
+
+
+# -- settings dataclasses: a field declared by its option ------------------------------------
+
+_UNGIVEN: Any = object()
+
+
+def setting(option: Option, *, derived: Any = _UNGIVEN, otherwise: Option | None = None,
+            convert: Callable[[Any], Any] | None = None, **field: Any) -> Any:
+    """A settings dataclass field declared by its option: the field's default is the option's
+    (``REQUIRED``: none), through ``convert`` (seconds -> timedelta) when given.
+    ``otherwise``: unset, the field takes that option's value (a namespace: the KCP's).
+    ``derived``: the part computes the value from other options (``fill``'s ``given``; the
+    option's default is None and its ``shown`` says how); this is the field's default when
+    the dataclass is built directly."""
+    if (derived is not _UNGIVEN or otherwise is not None) and option.default is not None:
+        raise ValueError(f"{option.name}: a derived setting's option has no default")
+    meta = {"option": option, "otherwise": otherwise, "convert": convert,
+            "derived": derived is not _UNGIVEN}
+    default = (derived if derived is not _UNGIVEN else otherwise.default if otherwise
+               else option.default)
+    if default is REQUIRED:
+        return dataclasses.field(metadata=meta, **field)
+    return dataclasses.field(default=convert(default) if convert else default, metadata=meta,
+                             **field)
+
+
+def inputs(*options: Option, **field: Any) -> Any:
+    """A field the part builds from these options (a shared module's settings object, a
+    file's content); the options are listed at its place."""
+    return dataclasses.field(metadata={"inputs": options}, **field)
+
+
+def group(settings: type, **field: Any) -> Any:
+    """A nested settings dataclass whose own fields declare options."""
+    return dataclasses.field(metadata={"group": settings}, **field)
+
+
+def declared(settings: type) -> tuple[Option, ...]:
+    """The options the fields of a settings dataclass declare, in field order."""
+    found: list[Option] = []
+    for f in dataclasses.fields(settings):
+        found.extend(filter(None, [f.metadata.get("option")]))
+        found.extend(f.metadata.get("inputs", ()))
+        if "group" in f.metadata:
+            found.extend(declared(f.metadata["group"]))
+    return tuple(found)
+
+
+def fill(settings: Callable[..., T], values: Mapping[str, Any], **given: Any) -> T:
+    """The settings dataclass from the options' values; ``given``: the fields the part
+    derives (every ``derived`` and ``inputs`` field) or builds itself."""
+    kw: dict[str, Any] = {}
+    for f in dataclasses.fields(settings):  # type: ignore[arg-type]
+        m = f.metadata
+        if f.name in given:
+            kw[f.name] = given[f.name]
+        elif "group" in m:
+            kw[f.name] = fill(m["group"], values)
+        elif "inputs" in m or m.get("derived"):
+            raise TypeError(f"{f.name}: derived from other options; give it")
+        elif "option" in m:
+            value = values[m["option"].name]
+            if value is None and m["otherwise"] is not None:
+                value = values[m["otherwise"].name]
+            kw[f.name] = m["convert"](value) if m["convert"] else value
+    unknown = set(given) - set(kw)
+    if unknown:
+        raise TypeError(f"no such fields: {sorted(unknown)}")
+    return settings(**kw)
+
+
 class Values(dict[str, Any]):
     """The options' values by variable; a variable the spec does not declare is a KeyError."""
 
@@ -209,6 +284,13 @@ class Spec:
         if dupes:
             raise ValueError(f"{self.part}: options declared twice: {sorted(dupes)}")
 
+    @classmethod
+    def of(cls, settings: type, *, part: str, summary: str,
+           renamed: Mapping[str, str] | None = None,
+           pairs: tuple[tuple[str, str], ...] = ()) -> Spec:
+        """The spec of a settings dataclass: the options its fields declare (``declared``)."""
+        return cls(part, summary, declared(settings), dict(renamed or {}), pairs)
+
     def option(self, name: str) -> Option:
         for o in self.options:
             if o.name == name:
@@ -226,16 +308,8 @@ class Spec:
     def check_files(self, values: Mapping[str, Any]) -> None:
         """What the files named by the options hold; raises ``SettingError``."""
         for o in self.options:
-            path = values.get(o.name)
-            if path is None or o.file is None:
-                continue
-            source = o.name
-            if o.file == "kubeconfig":
-                filechecks.check_kubeconfig(source, path)
-            elif o.file == "certificate":
-                filechecks.check_certificates(source, path)
-            elif o.file == "key":
-                filechecks.check_key(source, path)
+            if values.get(o.name) is not None and o.file is not None:
+                filechecks.check(o.file, o.name, values[o.name])
         for cert_name, key_name in self.pairs:
             if values.get(cert_name) and values.get(key_name):
                 filechecks.check_pair(cert_name, values[cert_name], key_name, values[key_name])

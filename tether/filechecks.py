@@ -77,3 +77,13 @@ def check_kubeconfig(name: str, path: str) -> None:
         raise SettingError(f"{name}: {path}: context {current!r} names no cluster with a server")
     if ctx.get("user") not in users:
         raise SettingError(f"{name}: {path}: context {current!r} names no user")
+
+
+def check(kind: str, name: str, path: str) -> None:
+    """The check of a file option's kind (``file``: it exists, checked when read)."""
+    if kind == "kubeconfig":
+        check_kubeconfig(name, path)
+    elif kind == "certificate":
+        check_certificates(name, path)
+    elif kind == "key":
+        check_key(name, path)

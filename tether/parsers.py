@@ -48,6 +48,15 @@ def fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
+def span(minimum: float | None, maximum: float | None) -> str:
+    """Bounds as ``--help`` shows them: ``1..64``, ``0..``, ``..10``; empty without any."""
+    if minimum is None and maximum is None:
+        return ""
+    lo = "" if minimum is None else fmt(minimum)
+    hi = "" if maximum is None else fmt(maximum)
+    return f"{lo}..{hi}"
+
+
 def _bounds(name: str, value: float, minimum: float | None, maximum: float | None) -> None:
     if minimum is not None and value < minimum:
         raise SettingError(f"{name}: {fmt(value)} is below the minimum {fmt(minimum)}")
