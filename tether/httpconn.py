@@ -179,6 +179,20 @@ def send_now(conn: Conn, data: bytes) -> bool:
         return False
 
 
+def receive(conn: Conn) -> bool | None:
+    """Read what the peer sent into ``conn.buf`` without blocking: True when data came, None
+    when the socket would block, False when the connection is gone (end of stream, reset,
+    a TLS error)."""
+    try:
+        data = conn.sock.recv(65536)
+    except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+        return None
+    except OSError:  # includes ssl.SSLError: a broken or reset connection
+        return False
+    conn.buf += data
+    return bool(data)
+
+
 def half_close(conn: Conn) -> bool:
     """Shut the writing side down, for lingering; False when the socket is gone."""
     try:

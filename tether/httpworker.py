@@ -3,7 +3,8 @@
 gunicorn's gthread worker does the TLS handshake and reads the request head in a thread, with
 blocking calls, so a client sending half of either holds a thread as long as it likes. This
 worker keeps every connection in its main loop, non-blocking, until the request is complete,
-and gives threads out fairly (connection details in ``tether.httpconn``):
+and gives threads out fairly (connection details in ``tether.httpconn``; what the
+connections hold, per peer and in all, and their deadlines in ``tether.connledger``):
 
     accept ── over max_connections? close the oldest connection that has no verified
     │          certificate yet (still handshaking, or anonymous), else close the new one
@@ -33,8 +34,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import errno
-import heapq
-import itertools
 import selectors
 import ssl
 import sys
@@ -45,7 +44,7 @@ from typing import Any
 from gunicorn import http, util
 from gunicorn.workers import gthread
 
-from tether import fairqueue, httpconn
+from tether import connledger, fairqueue, httpconn
 from tether.httpconn import BUSY, CLOSED, HANDSHAKE, HEAD, KEEPALIVE, LINGER, READY
 
 
@@ -56,11 +55,8 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self.worker_connections = sys.maxsize  # accept always: refusals are ours, and cheap
         self._waiting: collections.OrderedDict[httpconn.Conn, None] = collections.OrderedDict()
-        self._timers: list[tuple[float, int, httpconn.Conn]] = []
-        self._seq = itertools.count()
-        self._peers: collections.Counter[str] = collections.Counter()
+        self._ledger: connledger.Ledger[httpconn.Conn] = connledger.Ledger(self.limits)
         self._fair: fairqueue.FairQueue[httpconn.Conn] = fairqueue.FairQueue(self.limits.max_busy_per_peer)
-        self._prebuffered = 0
         self._tls_index = 0 if self.cfg.is_ssl else -1
 
     def on_refused(self, reason: str, peer: str, exc: BaseException | None = None) -> None:
@@ -114,15 +110,12 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         except KeyError:
             self.poller.modify(conn.sock, events, partial(self._on_event, conn))
 
-    def _timer(self, conn: httpconn.Conn) -> None:
-        heapq.heappush(self._timers, (conn.deadline, next(self._seq), conn))
-
     def _on_event(self, conn: httpconn.Conn, _fileobj: Any) -> None:
         if conn.phase == HANDSHAKE:
             self._handshake(conn)
         elif conn.phase == KEEPALIVE:
             conn.phase, conn.deadline = HEAD, time.monotonic() + self.limits.head_seconds
-            self._timer(conn)
+            self._ledger.expire_at(conn.deadline, conn)
             self._read_head(conn)
         elif conn.phase == HEAD:
             self._read_head(conn)
@@ -152,15 +145,14 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         """Wait in the main loop for the peer to send, at most ``seconds``."""
         conn.phase, conn.deadline = phase, time.monotonic() + seconds
         self._watch(conn, selectors.EVENT_READ)
-        self._timer(conn)
+        self._ledger.expire_at(conn.deadline, conn)
 
     def _admit(self, conn: httpconn.Conn, key: str) -> bool:
         """Count the connection to its peer, or close it when the peer is at its cap."""
-        if self._peers[key] >= self.limits.max_connections_per_peer:
+        if not self._ledger.admit(key):
             self.on_refused("peer_connection_cap", httpconn.peer_address(conn.client))
             self._drop(conn)
             return False
-        self._peers[key] += 1
         conn.key = key
         return True
 
@@ -169,17 +161,11 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         if conn.key is None and not self._admit(conn, f"ip:{httpconn.peer_address(conn.client)}"):
             return
         while not self._complete(conn):
-            try:
-                data = conn.sock.recv(65536)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+            got = httpconn.receive(conn)
+            if not got:  # None: wait for more; False: gone
+                if got is False:
+                    self._drop(conn)
                 return
-            except OSError:  # includes ssl.SSLError: a broken or reset connection
-                self._drop(conn)
-                return
-            if not data:
-                self._drop(conn)
-                return
-            conn.buf += data
             if len(conn.buf) > self.limits.max_head_bytes and httpconn.head_length(conn.buf) is None:
                 self.on_refused("head_too_large", httpconn.peer_address(conn.client))
                 self._answer_and_drop(conn, 431, "Request Header Fields Too Large")
@@ -232,15 +218,13 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 return False
             conn.want = head
             length = httpconn.content_length(conn.buf, head)
-            if (0 < length <= self.limits.prebuffer_bytes
-                    and self._prebuffered + length <= self.limits.prebuffer_budget):
+            if self._ledger.reserve(length):
                 conn.want += length
                 conn.prebuffer = length
-                self._prebuffered += length
         return len(conn.buf) >= conn.want
 
     def _release_prebuffer(self, conn: httpconn.Conn) -> None:
-        self._prebuffered -= conn.prebuffer
+        self._ledger.release(conn.prebuffer)
         conn.prebuffer = 0
 
     def _unwatch(self, conn: httpconn.Conn) -> None:
@@ -317,9 +301,7 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         self._waiting.pop(conn, None)
         self._release_prebuffer(conn)
         if conn.key is not None:
-            self._peers[conn.key] -= 1
-            if self._peers[conn.key] <= 0:
-                del self._peers[conn.key]
+            self._ledger.leave(conn.key)
             conn.key = None
         if graceful and self._start_linger(conn):
             return
@@ -347,9 +329,7 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         util.close(conn.sock)
 
     def _expire(self) -> None:
-        now = time.monotonic()
-        while self._timers and self._timers[0][0] <= now:
-            deadline, _, conn = heapq.heappop(self._timers)
+        for deadline, conn in self._ledger.due(time.monotonic()):
             if conn.deadline != deadline or conn.phase not in (HANDSHAKE, HEAD, KEEPALIVE, LINGER):
                 continue  # a stale timer: the connection moved on
             if conn.phase == LINGER:
@@ -361,23 +341,18 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 self.on_refused("head_timeout", httpconn.peer_address(conn.client))
             self._drop(conn)
 
-    def _timeout(self) -> float:
-        if not self._timers:
-            return 1.0
-        return max(0.0, min(1.0, self._timers[0][0] - time.monotonic()))
-
     def run(self) -> None:
         self.poller.register(self.method_queue.fileno(), selectors.EVENT_READ,
                              self.method_queue.run_callbacks)
         self.set_accept_enabled(True)
         while self.alive:
             self.notify()
-            self.wait_for_and_dispatch_events(timeout=self._timeout())
+            self.wait_for_and_dispatch_events(timeout=self._ledger.wait(time.monotonic()))
             if not self.is_parent_alive():
                 break
             self._expire()
         self.set_accept_enabled(False)
-        for _, _, conn in list(self._timers):
+        for conn in self._ledger.timed():
             if conn.phase in (HANDSHAKE, HEAD, KEEPALIVE):
                 self._drop(conn)
             elif conn.phase == LINGER:
@@ -397,7 +372,6 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
 def worker_class(base: type[BoundedWorker], limits: httpconn.Limits) -> type[BoundedWorker]:
     """``base`` with ``limits`` (for gunicorn's ``worker_class`` setting)."""
     return type(base.__name__, (base,), {"limits": limits, "__module__": base.__module__})
-
 
 
 def closing(wsgi_app: Any) -> Any:
