@@ -25,11 +25,12 @@ tombstones every other live key: the KCP holds the runtime's state after this on
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from poller import buckets, diff, metrics, pacing, scan
 from tether import changes, filters, listenerapi, logs, sender
@@ -155,17 +156,47 @@ class Runner:
         if (not full and report.epoch is None and self.settings.buckets
                 and self._by_buckets(state, keep_going, report.identity)):
             return
+        digest, epoch = self._digest(state, report)  # epoch None: a listener before epochs
+        mark = None if epoch is None else diff.high_water(digest, epoch)
+        buffer = _Buffer(self, state, keep_going)
+        listed_at = changes.now()
+        list_rv = ""
+        state.scanned = 0
+        with _listing(buffer):
+            for page in self.lister.pages():
+                if not keep_going():
+                    raise Stop("aborted", "leadership lost")
+                observed = changes.now()
+                list_rv = page.resource_version or list_rv
+                if epoch is not None and mark is not None and changes.went_back(list_rv, mark):
+                    self._went_back(epoch, list_rv, mark, report)
+                    mark = None
+                scanned = self._compare(page.items, digest, observed, full, epoch, buffer, state)
+                self.metrics.scanned.inc(scanned)
+                state.scanned += scanned
+        for (ns, name), entry in digest.items():
+            tomb_rv = diff.leftover(entry, list_rv, listed_at, epoch or 0)
+            if tomb_rv is None:
+                continue
+            state.count("deleted")
+            self.metrics.differences.labels("deleted").inc()
+            buffer.add(changes.tombstone(runtime_id=self.runtime_id, namespace=ns, name=name,
+                                         uid=entry.uid, resource_version=tomb_rv, source="poller",
+                                         observed_at=listed_at, epoch=epoch))
+        buffer.flush()
+        self.metrics.last_scanned.set(state.scanned)
+
+    def _digest(self, state: _RunState, report: listenerapi.EpochReport
+                ) -> tuple[diff.Digest, int | None]:
+        """The listener's digest of the runtime's records, and the epoch it answered."""
         t0 = self._clock()
         problems: collections.Counter[str] = collections.Counter()
         bad_keys: list[str] = []
         state.epoch = None
         digest = diff.load(self._state_items(state, report), problems, bad_keys)
         state.digest_seconds += self._clock() - t0
-        epoch = state.epoch  # None: a listener before epochs (records carry none)
-        if epoch is not None:
-            self.metrics.epoch.set(epoch)
-        cmp_epoch = epoch or 0
-        mark = None if epoch is None else diff.high_water(digest, epoch)
+        if state.epoch is not None:
+            self.metrics.epoch.set(state.epoch)
         if problems:
             for field, n in problems.items():
                 self.metrics.digest_uninterpretable.labels(field).inc(n)
@@ -175,59 +206,41 @@ class Runner:
                         ", ".join(bad_keys))
         state.digest_entries = len(digest)
         self.metrics.digest_entries.set(len(digest))
-        buffer = _Buffer(self, state, keep_going)
-        listed_at = changes.now()
-        list_rv = ""
-        scanned = state.scanned = 0
-        try:
-            for page in self.lister.pages():
-                if not keep_going():
-                    raise Stop("aborted", "leadership lost")
-                observed = changes.now()
-                list_rv = page.resource_version or list_rv
-                if epoch is not None and mark is not None and changes.went_back(list_rv, mark):
-                    if report.epoch is None:
-                        raise _WentBack(epoch, list_rv, mark)
-                    if report.epoch == epoch:  # claimed, yet no new epoch: compare as before
-                        log.warning("listed at %s below records of epoch %d up to %d, and the "
-                                    "listener started no new epoch", list_rv, epoch, mark)
-                    mark = None
-                for obj in page.items:
-                    key = diff.key_of(obj)
-                    labels = (obj.get("metadata") or {}).get("labels")
-                    if filters.rejection(self.filter, key[0], labels) is not None:
-                        continue  # the apiserver filtered already; kept for safety
-                    scanned += 1
-                    entry = digest.pop(key, None)
-                    rv = diff.resource_version_of(obj)
-                    kind = diff.judge(entry, rv, observed, cmp_epoch)
-                    if kind is not None:
-                        state.count(kind)
-                        self.metrics.differences.labels(kind).inc()
-                    elif not (full and diff.resend(entry, rv, observed, cmp_epoch)):
-                        continue
-                    buffer.add(changes.from_configmap(obj, runtime_id=self.runtime_id,
-                                                      source="poller", observed_at=observed,
-                                                      epoch=epoch))
-                self.metrics.scanned.inc(scanned - state.scanned)
-                state.scanned = scanned
-        except scan.Gone:
-            buffer.flush()
-            raise _Restart() from None
-        except scan.ListError as e:
-            buffer.flush()
-            raise Stop("apiserver-failed", str(e)) from None
-        for (ns, name), entry in digest.items():
-            tomb_rv = diff.leftover(entry, list_rv, listed_at, cmp_epoch)
-            if tomb_rv is None:
+        return digest, state.epoch
+
+    @staticmethod
+    def _went_back(epoch: int, list_rv: str, mark: int, report: listenerapi.EpochReport) -> None:
+        """The listing came below the records of the digest's epoch: claim a new epoch
+        (``_WentBack``), or, when this run claimed it already, compare as before."""
+        if report.epoch is None:
+            raise _WentBack(epoch, list_rv, mark)
+        if report.epoch == epoch:  # claimed, yet no new epoch
+            log.warning("listed at %s below records of epoch %d up to %d, and the "
+                        "listener started no new epoch", list_rv, epoch, mark)
+
+    def _compare(self, items: Sequence[Mapping[str, Any]], digest: diff.Digest, observed: str,
+                 full: bool, epoch: int | None, buffer: _Buffer, state: _RunState) -> int:
+        """Judge one page of listed objects against the digest (taking them out of it),
+        buffer the records to send; returns how many were scanned."""
+        scanned = 0
+        for obj in items:
+            key = diff.key_of(obj)
+            labels = (obj.get("metadata") or {}).get("labels")
+            if filters.rejection(self.filter, key[0], labels) is not None:
+                continue  # the apiserver filtered already; kept for safety
+            scanned += 1
+            entry = digest.pop(key, None)
+            rv = diff.resource_version_of(obj)
+            kind = diff.judge(entry, rv, observed, epoch or 0)
+            if kind is not None:
+                state.count(kind)
+                self.metrics.differences.labels(kind).inc()
+            elif not (full and diff.resend(entry, rv, observed, epoch or 0)):
                 continue
-            state.count("deleted")
-            self.metrics.differences.labels("deleted").inc()
-            buffer.add(changes.tombstone(runtime_id=self.runtime_id, namespace=ns, name=name,
-                                         uid=entry.uid, resource_version=tomb_rv, source="poller",
-                                         observed_at=listed_at, epoch=epoch))
-        buffer.flush()
-        self.metrics.last_scanned.set(scanned)
+            buffer.add(changes.from_configmap(obj, runtime_id=self.runtime_id,
+                                              source="poller", observed_at=observed,
+                                              epoch=epoch))
+        return scanned
 
     def _by_buckets(self, state: _RunState, keep_going: Callable[[], bool],
                     identity: str = "") -> bool:
@@ -248,13 +261,8 @@ class Runner:
             stop=lambda: Stop("aborted", "leadership lost"), max_buckets=self.settings.max_buckets,
             identity=identity)
         try:
-            out = br.run()
-        except scan.Gone:
-            buffer.flush()
-            raise _Restart() from None
-        except scan.ListError as e:
-            buffer.flush()
-            raise Stop("apiserver-failed", str(e)) from None
+            with _listing(buffer):
+                out = br.run()
         except sender.ListenerError as e:
             raise _stop_for(e.outcome, "state") from None
         buffer.flush()
@@ -322,6 +330,20 @@ class Runner:
             if attempt >= self.settings.send_attempts or delay > self.settings.retry_cap:
                 raise _stop_for(outcome, "changes")
             self._sleep(delay)
+
+
+@contextlib.contextmanager
+def _listing(buffer: _Buffer) -> Iterator[None]:
+    """Around a listing of the runtime: an expired one (410 Gone) restarts the run, a failed
+    one stops it; either way what the buffer holds is sent first."""
+    try:
+        yield
+    except scan.Gone:
+        buffer.flush()
+        raise _Restart() from None
+    except scan.ListError as e:
+        buffer.flush()
+        raise Stop("apiserver-failed", str(e)) from None
 
 
 def _stop_for(outcome: sender.Outcome, call: str) -> Stop:
