@@ -1,11 +1,11 @@
 """Compass's error tree: what the Director (or the way to it) answered, as types.
 
-    DirectorError
-    ├── NotFound          the Director does not know the object (GraphQL NotFound)
-    ├── InvalidInput      the request was refused as invalid (InvalidData, NotUnique, ...)
-    ├── Unauthorized      credentials or scopes refused (HTTP 401/403, Unauthorized)
-    └── Unavailable       5xx, 429, timeouts, connection errors, InternalError
-        └── CircuitOpen   not even tried: the circuit breaker is open
+    DirectorError         (``kind``: the error's metric label and its name in statuses)
+    ├── NotFound
+    ├── InvalidInput
+    ├── Unauthorized
+    └── Unavailable
+        └── CircuitOpen
 
 Messages are bounded and never hold tokens or credentials: the Director's own text (a
 GraphQL error message) is scrubbed (``scrub``) before it is kept, so what reaches a log
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from tether import logs
 
@@ -43,28 +44,32 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
 class DirectorError(Exception):
     kind = "error"
 
+    def __init_subclass__(cls, *, kind: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = kind
+
     def __init__(self, message: str, *, secrets: Iterable[str] = ()) -> None:
         super().__init__(logs.bounded(scrub(message, secrets), 300))
 
 
-class NotFound(DirectorError):
-    kind = "not_found"
+class NotFound(DirectorError, kind="not_found"):
+    """The Director does not know the object (GraphQL NotFound)."""
 
 
-class InvalidInput(DirectorError):
-    kind = "invalid_input"
+class InvalidInput(DirectorError, kind="invalid_input"):
+    """The request was refused as invalid (InvalidData, NotUnique, ...)."""
 
 
-class Unauthorized(DirectorError):
-    kind = "unauthorized"
+class Unauthorized(DirectorError, kind="unauthorized"):
+    """Credentials or scopes refused (HTTP 401/403, Unauthorized)."""
 
 
-class Unavailable(DirectorError):
-    kind = "unavailable"
+class Unavailable(DirectorError, kind="unavailable"):
+    """5xx, 429, timeouts, connection errors, InternalError: retry later."""
 
 
-class CircuitOpen(Unavailable):
-    kind = "circuit_open"
+class CircuitOpen(Unavailable, kind="circuit_open"):
+    """Not even tried: the circuit breaker is open."""
 
 
 class RuntimeUnreachable(Exception):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import prometheus_client as prom
 
+from tether import runmetrics
+
 STATES = ("Ready", "Failed", "Removing")
 EXPIRY_BANDS = ("expired", "lt1d", "lt7d", "lt30d", "ge30d")
 SKIP_REASONS = ("Busy", "NoWorker")
@@ -12,11 +14,8 @@ SKIP_REASONS = ("Busy", "NoWorker")
 
 class Metrics:
     def __init__(self, registry: prom.CollectorRegistry | None = None) -> None:
-        self.registry = registry or prom.CollectorRegistry()
-        r = self.registry
-        self.runtimes = prom.Gauge(
-            "tether_enroller_runtimes", "Kyma CRs by enrollment state at the end of the last run",
-            ["state"], registry=r)
+        self.registry = r = registry or prom.CollectorRegistry()
+        self.runtimes = runmetrics.runtimes("tether_enroller_runtimes", "enrollment", r)
         self.failures = prom.Counter(
             "tether_enroller_failures_total", "Failed enrollments by reason", ["reason"], registry=r)
         self.certificates = prom.Gauge(
@@ -33,7 +32,7 @@ class Metrics:
             ["verb"], registry=r)
         self.run_seconds = prom.Histogram(
             "tether_enroller_run_seconds", "Duration of a run over all Kyma CRs",
-            buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 900), registry=r)
+            buckets=runmetrics.RUN_SECONDS_BUCKETS, registry=r)
         self.last_success = prom.Gauge(
             "tether_enroller_last_success_timestamp_seconds",
             "End of the last run in which no runtime failed for a reason of the enroller's own "
@@ -55,8 +54,7 @@ class Metrics:
         self.rate_limited = prom.Counter(
             "tether_enroller_issuance_refused_total", "Certificates not issued because their "
             "runtime reached its issuance limit", registry=r)
-        self.leader = prom.Gauge(
-            "tether_enroller_leader", "1 while this process holds the Lease", registry=r)
+        self.leader = runmetrics.leader("tether_enroller_leader", r)
         for s in STATES:
             self.runtimes.labels(s)
         for b in EXPIRY_BANDS:
