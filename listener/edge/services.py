@@ -20,8 +20,7 @@ from listener import settings
 from listener.edge import budget, peer, ratelimit, refusalsummary
 from listener.edge import metrics as listener_metrics
 from listener.fleet import deliveries, heartbeat, runtimes, statesummary
-from listener.storage import digestcache, store
-from listener.storage import quota as listener_quota
+from listener.storage import digestcache, rules, store
 from tether import gateway, logs, tlsreload
 
 KEY = "tether.listener"
@@ -70,7 +69,7 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         dropped=meters.summary_dropped.inc))
     records = store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries,
                           on_conflict=lambda path: meters.write_conflicts.labels(path).inc(),
-                          limits=listener_quota.Limits(s.storage.quota_records, s.storage.quota_bytes),
+                          limits=rules.Limits(s.storage.quota_records, s.storage.quota_bytes),
                           quota_ttl=s.storage.quota_cache_seconds,
                           tombstone_retention=s.storage.tombstone_retention,
                           on_written=summaries.written, footprint=summaries.footprint,

@@ -35,8 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from listener.fleet import epochs
-from listener.storage import records
-from listener.storage import rules as retention
+from listener.storage import records, rules
 from tether import apitypes, changes, gateway, logs
 
 ANN_IDENTITY = "tether.kyma-project.io/runtime-identity"
@@ -162,7 +161,7 @@ class Heartbeats:
         for lease in self._kcp.list_items(gateway.LEASES, self._namespace,
                                           label_selector=f"{apitypes.HEARTBEAT_LABEL}=true", page_size=500,
                                           timeout=self._timeout):
-            if retention.ORPHANED_SINCE in ((lease.get("metadata") or {}).get("annotations")
+            if rules.ORPHANED_SINCE in ((lease.get("metadata") or {}).get("annotations")
                                             or {}):
                 continue
             t = changes.parse_time((lease.get("spec") or {}).get("renewTime"))

@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from listener.fleet import heartbeat
-from listener.storage import quota, records, store
+from listener.storage import records, rules, store
 from tether import apitypes, changes, gateway, logs, numbers, statehash
 
 log = logging.getLogger(__name__)
@@ -133,8 +133,8 @@ class Summaries:
             new_item = record
         change = statehash.change_of(
             old_item, new_item, _revision(new),
-            0 if old is None else quota.stored_size(old),
-            0 if new is None else quota.stored_size(new))
+            0 if old is None else rules.stored_size(old),
+            0 if new is None else rules.stored_size(new))
         if change is not None:
             self._add(runtime_id, change)
 
@@ -144,7 +144,7 @@ class Summaries:
         is trusted)."""
         item = records.digest_item(meta)
         if item is not None:
-            self._add(runtime_id, statehash.removal_of(item, quota.stored_size(meta)))
+            self._add(runtime_id, statehash.removal_of(item, rules.stored_size(meta)))
 
     def _add(self, runtime_id: str, change: statehash.Change) -> None:
         with self._lock:
@@ -349,7 +349,7 @@ class Summaries:
             return stored, []
         return self._bootstrap(runtime_id, obj)
 
-    def footprint(self, runtime_id: str) -> quota.Used | None:
+    def footprint(self, runtime_id: str) -> rules.Used | None:
         """Objects and bytes the runtime stores, for the storage quota, at the cost of one
         KCP read: this worker's pending changes of the runtime are merged first (also those
         another thread is merging: waited for), so the summary holds every write of this
@@ -368,7 +368,7 @@ class Summaries:
         if stored is None:  # built now (one listing, as the quota's own would be), then kept
             stored, _ = self._bootstrap(runtime_id, obj)
         total = statehash.footprint_of(stored)
-        return None if total is None else quota.Used(*total)
+        return None if total is None else rules.Used(*total)
 
     def _distrusted_now(self, runtime_id: str) -> bool:
         with self._lock:
@@ -496,7 +496,7 @@ class Summaries:
                 self._note_unlabelled(meta, item, unlabelled)
                 if statehash.bucket_of(item["namespace"], item["name"]) == n:
                     found[str(meta.get("name", ""))] = item
-                    sizes[str(meta.get("name", ""))] = quota.stored_size(meta)
+                    sizes[str(meta.get("name", ""))] = rules.stored_size(meta)
         revision = 0
         for metas, rev in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},"
                                       f"{records.BUCKET_LABEL}={n}"):
@@ -506,7 +506,7 @@ class Summaries:
                 if item is not None and statehash.bucket_of(item["namespace"],
                                                             item["name"]) == n:
                     found[str(meta.get("name", ""))] = item
-                    sizes[str(meta.get("name", ""))] = quota.stored_size(meta)
+                    sizes[str(meta.get("name", ""))] = rules.stored_size(meta)
         items = sorted(found.values(), key=lambda i: (i["namespace"], i["name"]))
         h, count = statehash.bucket_hash(items)
         fixed = obj is not None and revision > 0 and self._correct(

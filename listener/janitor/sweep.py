@@ -5,11 +5,11 @@ holder of the janitor Lease; gunicorn workers never run it):
 
 1. list every ``RuntimeConfigMap`` of the listener (metadata only, paginated): count the
    records of each runtime and collect the tombstones whose retention has passed
-   (``retention.tombstone_due``, at most ``MAX_TOMBSTONES`` per run);
+   (``rules.tombstone_due``, at most ``MAX_TOMBSTONES`` per run);
 2. delete those tombstones, each only if unchanged since listed (``preconditions``: a
    newer record written meanwhile is never deleted);
 3. list the heartbeat Leases and the Kyma CRs (metadata only) and decide per runtime
-   (``retention.orphan_actions``): mark a runtime without a Kyma CR on its heartbeat Lease
+   (``rules.orphan_actions``): mark a runtime without a Kyma CR on its heartbeat Lease
    (``orphaned-since``, created when the runtime has records or a ``RuntimeDelivery`` but
    no Lease), clear the mark when the Kyma CR is back, and once the grace period has passed
    delete its records (deletecollection by label), its ``RuntimeStateSummary``, its
@@ -33,8 +33,7 @@ from typing import Any, NamedTuple
 from listener import settings as settings_mod
 from listener.edge import metrics as listener_metrics
 from listener.fleet import heartbeat, statesummary
-from listener.storage import records
-from listener.storage import rules as retention
+from listener.storage import records, rules
 from tether import apitypes, changes, gateway, kyma, logs, statehash
 
 log = logging.getLogger(__name__)
@@ -105,10 +104,10 @@ class Kcp:
                 (lease.get("spec") or {}).get("holderIdentity"))
             if rid:
                 out[rid] = LeaseFacts(str(meta.get("name") or ""), rid, (
-                    meta.get("annotations") or {}).get(retention.ORPHANED_SINCE))
+                    meta.get("annotations") or {}).get(rules.ORPHANED_SINCE))
         return out
 
-    def delete_tombstone(self, t: retention.Tombstone) -> bool:
+    def delete_tombstone(self, t: rules.Tombstone) -> bool:
         """Delete one tombstone if it is unchanged since listed; False when it changed or
         is gone already."""
         try:
@@ -164,7 +163,7 @@ class Kcp:
         value = changes.format_time(since)
         if lease is not None:
             self._kcp.patch(gateway.LEASES, self.heartbeat_namespace, lease.name,
-                            {"metadata": {"annotations": {retention.ORPHANED_SINCE: value}}},
+                            {"metadata": {"annotations": {rules.ORPHANED_SINCE: value}}},
                             strategic=True, timeout=self._timeout)
             return
         body = {  # records without a Lease: the mark needs a durable home
@@ -174,7 +173,7 @@ class Kcp:
                 "namespace": self.heartbeat_namespace,
                 "labels": {apitypes.HEARTBEAT_LABEL: "true", apitypes.RUNTIME_ID_LABEL: runtime_id,
                            apitypes.MANAGED_BY_LABEL: records.MANAGED_BY},
-                "annotations": {retention.ORPHANED_SINCE: value}},
+                "annotations": {rules.ORPHANED_SINCE: value}},
             "spec": {"holderIdentity": runtime_id}}
         try:
             self._kcp.create(gateway.LEASES, self.heartbeat_namespace, body,
@@ -184,7 +183,7 @@ class Kcp:
 
     def unmark(self, lease: LeaseFacts) -> None:
         self._kcp.patch(gateway.LEASES, self.heartbeat_namespace, lease.name,
-                        {"metadata": {"annotations": {retention.ORPHANED_SINCE: None}}},
+                        {"metadata": {"annotations": {rules.ORPHANED_SINCE: None}}},
                         strategic=True, timeout=self._timeout)
 
     def delete_lease(self, runtime_id: str) -> bool:
@@ -239,7 +238,7 @@ class Janitor:
         s = self.settings
         now = self._now()
         counts: collections.Counter[str] = collections.Counter()
-        due: list[retention.Tombstone] = []
+        due: list[rules.Tombstone] = []
         metas: dict[str, dict[str, Any]] = {}
         try:
             for meta in self.kcp.record_metadata():
@@ -247,7 +246,7 @@ class Janitor:
                 if isinstance(rid, str):
                     counts[rid] += 1
                 if len(due) < MAX_TOMBSTONES:
-                    t = retention.tombstone_due(meta, now, s.storage.tombstone_retention,
+                    t = rules.tombstone_due(meta, now, s.storage.tombstone_retention,
                                                 records.ANN_DELETED, records.ANN_OBSERVED)
                     if t is not None:
                         due.append(t)
@@ -262,7 +261,7 @@ class Janitor:
         except API_ERRORS as e:
             self._failed("list_runtimes", e)
             return Summary(False, pruned)
-        steps = retention.orphan_actions(
+        steps = rules.orphan_actions(
             set(counts) | set(leases) | with_delivery,
             {r: lf.orphaned_since for r, lf in leases.items()}, with_kyma, now, s.orphan_grace)
         ok, records_deleted, leases_deleted, waiting = True, 0, 0, 0
@@ -293,7 +292,7 @@ class Janitor:
         self.metrics.orphans.set(waiting)
         return Summary(ok, pruned, records_deleted, leases_deleted, waiting)
 
-    def _prune(self, due: list[retention.Tombstone], metas: dict[str, dict[str, Any]]) -> int:
+    def _prune(self, due: list[rules.Tombstone], metas: dict[str, dict[str, Any]]) -> int:
         deleted = 0
         for t in due:
             if not self.active():
@@ -329,7 +328,7 @@ class Janitor:
             self._pruned.setdefault(rid, set()).add(
                 statehash.bucket_of(item["namespace"], item["name"]))
 
-    def _remove(self, step: retention.Orphan, listed: int,
+    def _remove(self, step: rules.Orphan, listed: int,
                 leases: dict[str, LeaseFacts]) -> tuple[int, int]:
         """Delete an orphan's records, then its Lease; (records, leases) deleted."""
         rid = step.runtime_id

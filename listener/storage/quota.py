@@ -1,7 +1,7 @@
 """The per-runtime storage quota: how many records and bytes one runtime keeps in the KCP.
 
-Pure parts decide (``size_of``, ``stored_size``, ``usage_of``, ``admit``); ``Usage`` keeps,
-per worker process, what a runtime uses:
+The pure parts decide (``listener.storage.rules``: ``size_of``, ``stored_size``,
+``usage_of``, ``admit``); ``Usage`` keeps, per worker process, what a runtime uses:
 
 * the base: a metadata-only list of the runtime's ``RuntimeConfigMap`` objects (count, and
   the sum of their ``tether.kyma-project.io/size`` annotations), trusted for ``ttl``
@@ -21,112 +21,24 @@ Objects written before the size annotation existed count 0 bytes until their nex
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
-from tether import numbers
+from listener.storage import rules
 
-SIZE_ANNOTATION = "tether.kyma-project.io/size"
 MAX_RUNTIMES = 10_000  # views per worker; the least recently used are forgotten
-
-Limit = Literal["records", "bytes"]
-
-
-class Limits(NamedTuple):
-    records: int
-    bytes: int
-
-
-class Used(NamedTuple):
-    records: int
-    bytes: int
-
-
-class Refusal(NamedTuple):
-    """Why a write does not fit (plain data for the HTTP answer and the audit event)."""
-
-    limit: Limit
-    used: Used
-    limits: Limits
-    size: int  # bytes of the object that did not fit
-
-    def message(self) -> str:
-        if self.limit == "records":
-            return (f"exceeded quota: the runtime stores {self.used.records} records, "
-                    f"the limit is {self.limits.records}; new ConfigMaps are not stored until "
-                    "records are deleted or pruned (updates of stored ones still are)")
-        return (f"exceeded quota: the runtime stores {self.used.bytes} bytes, the limit is "
-                f"{self.limits.bytes}; this record ({self.size} bytes) does not fit")
 
 
 class Exceeded(Exception):
     """A write was refused by the quota; ``refusal`` says which limit."""
 
-    def __init__(self, refusal: Refusal, object: str = "") -> None:
+    def __init__(self, refusal: rules.Refusal, object: str = "") -> None:
         super().__init__(refusal.message())
         self.refusal = refusal
         self.object = object  # "namespace/name" of the refused record (set by the store)
-
-
-# -- pure --------------------------------------------------------------------------------
-
-
-def size_of(obj: Mapping[str, Any]) -> int:
-    """Bytes an object takes as JSON (about what etcd keeps of a custom resource, without
-    managedFields and resourceVersion); the size annotation itself is left out."""
-    meta = dict(obj.get("metadata") or {})
-    meta.pop("managedFields", None)
-    meta.pop("resourceVersion", None)
-    meta["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items()
-                           if k != SIZE_ANNOTATION}
-    return len(json.dumps({**obj, "metadata": meta}, separators=(",", ":"),
-                          ensure_ascii=False).encode())
-
-
-def annotate(obj: dict[str, Any]) -> int:
-    """Set the size annotation on an object about to be written; its size."""
-    size = size_of(obj)
-    meta = obj.setdefault("metadata", {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), SIZE_ANNOTATION: str(size)}
-    return size
-
-
-def stored_size(meta: Mapping[str, Any]) -> int:
-    """The size annotation of a stored object's metadata; 0 when absent or unreadable."""
-    value = numbers.ascii_int((meta.get("annotations") or {}).get(SIZE_ANNOTATION), 12)
-    return 0 if value is None else value
-
-
-def usage_of(metas: Iterable[Mapping[str, Any]]) -> Used:
-    """Records and bytes of a runtime from its objects' metadata."""
-    n = total = 0
-    for meta in metas:
-        n += 1
-        total += stored_size(meta)
-    return Used(n, total)
-
-
-def admit(used: Used, limits: Limits, old_size: int | None, new_size: int) -> Refusal | None:
-    """Whether a write fits: ``old_size`` None for a new key, else the stored object's size."""
-    if old_size is None and used.records + 1 > limits.records:
-        return Refusal("records", used, limits, new_size)
-    grow = new_size - (old_size or 0)
-    if grow > 0 and used.bytes + grow > limits.bytes:
-        return Refusal("bytes", used, limits, new_size)
-    return None
-
-
-def delta(old_size: int | None, new_size: int) -> Used:
-    """How a write changes the usage."""
-    return Used(1 if old_size is None else 0, new_size - (old_size or 0))
-
-
-def _add(a: Used, b: Used, sign: int = 1) -> Used:
-    return Used(a.records + sign * b.records, a.bytes + sign * b.bytes)
 
 
 # -- one worker's view -------------------------------------------------------------------
@@ -136,7 +48,7 @@ class Snapshot(NamedTuple):
     """Taken when a list of a runtime's objects begins (``Usage.begin``)."""
 
     started_at: float
-    written: Used
+    written: rules.Used
 
 
 class _View:
@@ -144,21 +56,22 @@ class _View:
 
     def __init__(self) -> None:
         self.loaded_at: float | None = None
-        self.base = Used(0, 0)
-        self.base_written = Used(0, 0)  # ``written`` when the base's list began
-        self.written = Used(0, 0)  # every write of this worker the API acknowledged
-        self.pending = Used(0, 0)  # admitted, not finished
+        self.base = rules.Used(0, 0)
+        self.base_written = rules.Used(0, 0)  # ``written`` when the base's list began
+        self.written = rules.Used(0, 0)  # every write of this worker the API acknowledged
+        self.pending = rules.Used(0, 0)  # admitted, not finished
 
-    def used(self) -> Used:
+    def used(self) -> rules.Used:
         # writes acknowledged after the list began may also be in it: counted twice until
         # the next list (never less than the truth as far as this worker knows)
-        return _add(_add(self.base, _add(self.written, self.base_written, -1)), self.pending)
+        return rules.add(rules.add(self.base, rules.add(self.written, self.base_written, -1)),
+                         self.pending)
 
 
 class Reservation:
     """An admitted write: ``commit`` once the API acknowledged it, else ``cancel``."""
 
-    def __init__(self, usage: Usage, runtime_id: str, change: Used) -> None:
+    def __init__(self, usage: Usage, runtime_id: str, change: rules.Used) -> None:
         self._usage = usage
         self._runtime_id = runtime_id
         self._change = change
@@ -177,7 +90,7 @@ class Reservation:
 
 
 class Usage:
-    def __init__(self, limits: Limits, ttl: float, load: Callable[[str], Used],
+    def __init__(self, limits: rules.Limits, ttl: float, load: Callable[[str], rules.Used],
                  clock: Callable[[], float] = time.monotonic,
                  max_runtimes: int = MAX_RUNTIMES) -> None:
         self.limits = limits
@@ -200,7 +113,7 @@ class Usage:
         with self._lock:
             return Snapshot(self._clock(), self._view(runtime_id).written)
 
-    def observe(self, runtime_id: str, used: Used, snap: Snapshot) -> None:
+    def observe(self, runtime_id: str, used: rules.Used, snap: Snapshot) -> None:
         """What a list of the runtime's objects that began at ``snap`` found."""
         with self._lock:
             view = self._view(runtime_id)
@@ -210,12 +123,12 @@ class Usage:
             view.base = used
             view.base_written = snap.written
 
-    def current(self, runtime_id: str) -> Used:
+    def current(self, runtime_id: str) -> rules.Used:
         """Records and bytes as this worker sees them (base, own writes, admitted)."""
         with self._lock:
             return self._view(runtime_id).used()
 
-    def known(self, runtime_id: str) -> Used | None:
+    def known(self, runtime_id: str) -> rules.Used | None:
         """``current`` when this worker has listed the runtime's objects at least once, else
         None (nothing is remembered for it; unlike ``current`` this keeps no new view)."""
         with self._lock:
@@ -225,15 +138,15 @@ class Usage:
     def reserve(self, runtime_id: str, old_size: int | None, new_size: int) -> Reservation:
         """Admit a write or raise ``Exceeded``. Lists the runtime's objects (``load``) first
         when its view is older than ``ttl`` and the write would grow the usage."""
-        change = delta(old_size, new_size)
+        change = rules.delta(old_size, new_size)
         if change.records > 0 or change.bytes > 0:
             self._refresh(runtime_id)
         with self._lock:
             view = self._view(runtime_id)
-            refusal = admit(view.used(), self.limits, old_size, new_size)
+            refusal = rules.admit(view.used(), self.limits, old_size, new_size)
             if refusal is not None:
                 raise Exceeded(refusal)
-            view.pending = _add(view.pending, change)
+            view.pending = rules.add(view.pending, change)
         return Reservation(self, runtime_id, change)
 
     def _fresh(self, runtime_id: str) -> bool:
@@ -262,9 +175,9 @@ class Usage:
                 with self._lock:
                     self._loading.pop(runtime_id, None)
 
-    def finish(self, runtime_id: str, change: Used, written: bool) -> None:
+    def finish(self, runtime_id: str, change: rules.Used, written: bool) -> None:
         with self._lock:
             view = self._view(runtime_id)
-            view.pending = _add(view.pending, change, -1)
+            view.pending = rules.add(view.pending, change, -1)
             if written:
-                view.written = _add(view.written, change)
+                view.written = rules.add(view.written, change)

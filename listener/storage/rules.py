@@ -1,16 +1,30 @@
-"""Retention of stored records (pure decisions; the listener and the janitor apply them).
+"""The storage rule's decisions, pure (plain data in, plain data out; no I/O): which records
+the listener writes, which it refuses, which the janitor prunes. ``listener.storage.store``
+and ``listener.storage.quota`` apply them to the KCP, ``listener.janitor.sweep`` too.
 
-**Tombstones** (``spec.deleted: true``) are pruned once their ``observedAt`` is older than
-the retention plus a skew allowance (``tombstone_due``). Without a tombstone, an old record
-of the deleted object could be stored again ("resurrect" it), so the listener refuses, as
-``stale``, a record for a key that is not stored when its ``observedAt`` is older than the
-retention (``too_old_for_new_key``). Why that is enough: a record that the pruned tombstone
-would have beaten was read from the runtime before the deletion, so its ``observedAt`` is
-older than the tombstone's, which was older than now - retention - allowance when it was
-pruned, hence older than now - retention at any later time. A fresh read of the runtime
-(the poller's next run) always carries a recent ``observedAt``, so the runtime's real state
-still converges. The allowance (a tenth of the retention, at most 10 minutes) covers clock
-differences between the runtime's nodes and a KCP clock stepping back.
+**Ordering** (``verdict``): a record is written only if it is newer than the stored object
+(``tether.changes.compare``: equal resourceVersion is a ``duplicate``, an older one
+``stale``), and a record for a key that is not stored is ``stale`` when it is too old for the
+tombstone retention (below). ``may_create_unread``: whether a record may be created without
+reading first (it would be accepted for a new key; the API's create proves the key new).
+
+**Quota** (``admit``): a new key is admitted when one more record and its bytes fit, an
+update of a stored key when its new size fits (an update that does not grow always fits).
+Sizes are the objects' JSON (``size_of``), kept on each object as its size annotation
+(``annotate``, ``stored_size``); ``usage_of`` sums a runtime's objects, ``delta`` is how a
+write changes the usage.
+
+**Retention of tombstones** (``spec.deleted: true``): pruned once their ``observedAt`` is
+older than the retention plus a skew allowance (``tombstone_due``). Without a tombstone, an
+old record of the deleted object could be stored again ("resurrect" it), so the listener
+refuses, as ``stale``, a record for a key that is not stored when its ``observedAt`` is older
+than the retention (``too_old_for_new_key``). Why that is enough: a record that the pruned
+tombstone would have beaten was read from the runtime before the deletion, so its
+``observedAt`` is older than the tombstone's, which was older than now - retention -
+allowance when it was pruned, hence older than now - retention at any later time. A fresh
+read of the runtime (the poller's next run) always carries a recent ``observedAt``, so the
+runtime's real state still converges. The allowance (a tenth of the retention, at most 10
+minutes) covers clock differences between the runtime's nodes and a KCP clock stepping back.
 
 **Orphans**: a runtime with records or a heartbeat Lease but no Kyma CR. The first time
 the janitor sees it orphaned it writes that time on the runtime's heartbeat Lease
@@ -22,13 +36,127 @@ back clears the mark (``orphan_actions``).
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
+
+from tether import changes, numbers
 
 ORPHANED_SINCE = "tether.kyma-project.io/orphaned-since"
 MAX_ALLOWANCE = 600.0
 
 OrphanStep = Literal["mark", "unmark", "wait", "delete"]
+
+
+# -- ordering ----------------------------------------------------------------------------
+
+
+def verdict(stored: changes.Version | None, incoming: changes.Version,
+            now: datetime.datetime, retention: float) -> changes.Verdict:
+    """Whether ``incoming`` is written over the stored object's version (None: the key is
+    not stored): ``newer`` is written; ``duplicate`` and ``stale`` are not (a record for a
+    key that is not stored is ``stale`` when it is too old for the retention)."""
+    if stored is None and too_old_for_new_key(incoming.observed_at, now, retention):
+        return "stale"  # maybe older than a pruned tombstone
+    return changes.compare(stored, incoming)
+
+
+def may_create_unread(incoming: changes.Version, now: datetime.datetime,
+                      retention: float) -> bool:
+    """Whether a record for a key this worker does not know may be created without a read
+    first: it would be accepted if the key were new (else the stored object decides)."""
+    return verdict(None, incoming, now, retention) == "newer"
+
+
+# -- quota -------------------------------------------------------------------------------
+
+SIZE_ANNOTATION = "tether.kyma-project.io/size"
+
+Limit = Literal["records", "bytes"]
+
+
+class Limits(NamedTuple):
+    records: int
+    bytes: int
+
+
+class Used(NamedTuple):
+    records: int
+    bytes: int
+
+
+class Refusal(NamedTuple):
+    """Why a write does not fit (plain data for the HTTP answer and the audit event)."""
+
+    limit: Limit
+    used: Used
+    limits: Limits
+    size: int  # bytes of the object that did not fit
+
+    def message(self) -> str:
+        if self.limit == "records":
+            return (f"exceeded quota: the runtime stores {self.used.records} records, "
+                    f"the limit is {self.limits.records}; new ConfigMaps are not stored until "
+                    "records are deleted or pruned (updates of stored ones still are)")
+        return (f"exceeded quota: the runtime stores {self.used.bytes} bytes, the limit is "
+                f"{self.limits.bytes}; this record ({self.size} bytes) does not fit")
+
+
+def size_of(obj: Mapping[str, Any]) -> int:
+    """Bytes an object takes as JSON (about what etcd keeps of a custom resource, without
+    managedFields and resourceVersion); the size annotation itself is left out."""
+    meta = dict(obj.get("metadata") or {})
+    meta.pop("managedFields", None)
+    meta.pop("resourceVersion", None)
+    meta["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items()
+                           if k != SIZE_ANNOTATION}
+    return len(json.dumps({**obj, "metadata": meta}, separators=(",", ":"),
+                          ensure_ascii=False).encode())
+
+
+def annotate(obj: dict[str, Any]) -> int:
+    """Set the size annotation on an object about to be written; its size."""
+    size = size_of(obj)
+    meta = obj.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), SIZE_ANNOTATION: str(size)}
+    return size
+
+
+def stored_size(meta: Mapping[str, Any]) -> int:
+    """The size annotation of a stored object's metadata; 0 when absent or unreadable."""
+    value = numbers.ascii_int((meta.get("annotations") or {}).get(SIZE_ANNOTATION), 12)
+    return 0 if value is None else value
+
+
+def usage_of(metas: Iterable[Mapping[str, Any]]) -> Used:
+    """Records and bytes of a runtime from its objects' metadata."""
+    n = total = 0
+    for meta in metas:
+        n += 1
+        total += stored_size(meta)
+    return Used(n, total)
+
+
+def admit(used: Used, limits: Limits, old_size: int | None, new_size: int) -> Refusal | None:
+    """Whether a write fits: ``old_size`` None for a new key, else the stored object's size."""
+    if old_size is None and used.records + 1 > limits.records:
+        return Refusal("records", used, limits, new_size)
+    grow = new_size - (old_size or 0)
+    if grow > 0 and used.bytes + grow > limits.bytes:
+        return Refusal("bytes", used, limits, new_size)
+    return None
+
+
+def delta(old_size: int | None, new_size: int) -> Used:
+    """How a write changes the usage."""
+    return Used(1 if old_size is None else 0, new_size - (old_size or 0))
+
+
+def add(a: Used, b: Used, sign: int = 1) -> Used:
+    return Used(a.records + sign * b.records, a.bytes + sign * b.bytes)
+
+
+# -- retention ---------------------------------------------------------------------------
 
 
 def parse_time(text: object) -> datetime.datetime | None:

@@ -1,25 +1,27 @@
 """Persistence in the KCP: change records as ``RuntimeConfigMap`` objects (the I/O).
 
-``persist`` applies the ordering rule (``tether.changes.compare``) against the stored
-object and writes only a newer record, with the stored object's resourceVersion
+``persist`` applies the storage rule's decisions (``listener.storage.rules``: the ordering
+rule ``tether.changes.compare``, the retention, the quota) against the stored object and
+writes only a newer record, with the stored object's resourceVersion
 (optimistic concurrency): when another replica wrote in between, the API answers 409 and
 the record is compared again with the fresh object. Two writes go without a read first,
 and the API itself checks what they assume:
 
-* a key this worker does not know (not in ``listener.storage.writecache``) is created at once:
-  a create succeeds only if no object of that name exists, which proves the record newer
-  than anything stored (nothing is); on 409 (the key is stored after all) the record
+* a key this worker does not know (not in ``listener.storage.writecache``) is created at
+  once: a create succeeds only if no object of that name exists, which proves the record
+  newer than anything stored (nothing is); on 409 (the key is stored after all) the record
   takes the read path. One request for a new key, where a read first cost two;
 * an update of an object this worker has seen recently is written with the remembered
-  resourceVersion (``listener.storage.writecache``); on 409 or 404 the record takes the read path.
+  resourceVersion (``listener.storage.writecache``); on 409 or 404 the record takes the
+  read path.
 
-The read path: read the stored object, compare, write with its resourceVersion, up to
-``MAX_ATTEMPTS`` times. A call returns only after the API server has acknowledged the
+Every path writes through ``_write``. The read path: read the stored object, compare,
+write with its resourceVersion, up to ``MAX_ATTEMPTS`` times. A call returns only after the API server has acknowledged the
 write (stored in etcd), so "persisted" means durable.
 
-Storage limits (``listener.storage.quota``, ``listener.storage.rules``): a write that does not fit the
-runtime's quota raises ``quota.Exceeded`` (the client gets 413); a record for a key that is
-not stored whose ``observedAt`` is older than the tombstone retention is ``stale`` (it
+Storage limits (``rules``; ``listener.storage.quota`` keeps the usage): a write that does
+not fit the runtime's quota raises ``quota.Exceeded`` (the client gets 413); a record for
+a key that is not stored whose ``observedAt`` is older than the tombstone retention is ``stale`` (it
 might be older than a pruned tombstone). The create without a read is tried only for a
 record that would be accepted if the key were new (not too old, admitted by the quota as
 a new record); anything else takes the read path, which decides on the stored object, so
@@ -41,8 +43,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple
 
-from listener.storage import quota, records, writecache
-from listener.storage import rules as retention
+from listener.storage import quota, records, rules, writecache
 from tether import apitypes, changes, gateway, numbers, statehash
 
 Outcome = Literal["persisted", "duplicate", "stale"]
@@ -50,7 +51,7 @@ MAX_ATTEMPTS = 12
 LIST_PAGE = 500
 
 
-NO_QUOTA = quota.Limits(10**12, 10**15)
+NO_QUOTA = rules.Limits(10**12, 10**15)
 
 
 class Survey(NamedTuple):
@@ -79,7 +80,7 @@ class Surveying:
         if live is not None:
             self.folded.add(live)
         self.held.add(statehash.bucket_of(item["namespace"], item["name"]),
-                      quota.stored_size(meta))
+                      rules.stored_size(meta))
         return item
 
     def result(self) -> Survey:
@@ -106,13 +107,13 @@ class Store:
     def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float,
                  cache_entries: int = 10_000,
                  on_conflict: Callable[[str], None] = lambda path: None, *,
-                 limits: quota.Limits = NO_QUOTA, quota_ttl: float = 10.0,
+                 limits: rules.Limits = NO_QUOTA, quota_ttl: float = 10.0,
                  tombstone_retention: float = 7 * 86400.0,
                  now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(
                      datetime.UTC),
                  on_written: Callable[[str, Mapping[str, Any] | None, Mapping[str, Any] | None,
                                        Mapping[str, Any]], None] | None = None,
-                 footprint: Callable[[str], quota.Used | None] | None = None,
+                 footprint: Callable[[str], rules.Used | None] | None = None,
                  on_count: Callable[[str], None] = lambda source: None) -> None:
         self._kcp = kcp
         self.namespace = namespace
@@ -144,62 +145,75 @@ class Store:
         incoming = changes.version_of(record)
         entry = self._cache.get(name)
         if entry is None:
-            if self._create_first(key, record, incoming):
+            if self._create_first(key, name, record, incoming):
                 return "persisted"
         elif self._write_from_cache(key, name, entry, record, incoming):
             return "persisted"
         for attempt in range(MAX_ATTEMPTS):
-            stored = self._get(name)
-            if stored is not None and not records.matches(stored, key):
-                raise gateway.Rejected("object name collision; refusing to overwrite another key")
-            if stored is not None:
-                self._cache.remember(stored)
-            elif retention.too_old_for_new_key(incoming.observed_at, self._now(),
-                                               self._retention):
-                return "stale"  # maybe older than a pruned tombstone (listener.storage.rules)
-            verdict = changes.compare(
-                None if stored is None else records.stored_version(stored), incoming)
-            if verdict != "newer":
-                return verdict
-            if stored is None:
-                new = records.body(record, self.namespace)
-                old_size = None
-            else:
-                new = records.updated(stored, record)
-                old_size = quota.stored_size(stored.get("metadata") or {})
-            size = quota.annotate(new)
-            try:
-                admitted = self.usage.reserve(key.runtime_id, old_size, size)
-            except quota.Exceeded as e:
-                e.object = f"{key.namespace}/{key.name}"
-                raise
-            try:
-                if stored is None:
-                    written = self._kcp.create(apitypes.RUNTIME_CONFIGMAPS, self.namespace, new,
-                                               timeout=self._timeout)
-                else:
-                    written = self._kcp.replace(apitypes.RUNTIME_CONFIGMAPS, self.namespace, name, new,
-                                                timeout=self._timeout)
-                self._cache.remember(written)
-                try:
-                    self._tell(key, None if stored is None else stored.get("metadata"),
-                               written.get("metadata"), record)
-                finally:
-                    admitted.commit()
-                return "persisted"
-            except (gateway.Conflict, gateway.NotFound) as e:
-                admitted.cancel()
-                # 409: another writer won; 404 on an update: the object was deleted (a
-                # pruned tombstone, an orphan's records) since it was read
-                if isinstance(e, gateway.NotFound) and stored is None:
-                    raise
-                self._on_conflict("read")
-            except BaseException:
-                admitted.cancel()
-                raise
+            outcome = self._read_then_write(key, name, record, incoming)
+            if outcome is not None:
+                return outcome
             # another writer won: back off a little (jittered) and compare again
             time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
         raise gateway.Unavailable("persist: too many concurrent writers on one object")
+
+    def _read_then_write(self, key: records.Key, name: str, record: Mapping[str, Any],
+                         incoming: changes.Version) -> Outcome | None:
+        """One attempt of the read path: read the stored object, decide (``rules.verdict``),
+        write with its resourceVersion; None when another writer won (409, or 404 on an
+        update: the object was deleted since it was read, a pruned tombstone, an orphan's
+        records)."""
+        stored = self._get(name)
+        if stored is not None and not records.matches(stored, key):
+            raise gateway.Rejected("object name collision; refusing to overwrite another key")
+        if stored is not None:
+            self._cache.remember(stored)
+        verdict = rules.verdict(None if stored is None else records.stored_version(stored),
+                                incoming, self._now(), self._retention)
+        if verdict != "newer":
+            return verdict  # stale also when maybe older than a pruned tombstone (rules)
+        if stored is None:
+            new, old, old_size = records.body(record, self.namespace), None, None
+        else:
+            new, old = records.updated(stored, record), stored.get("metadata")
+            old_size = rules.stored_size(old or {})
+        size = rules.annotate(new)
+        try:
+            admitted = self.usage.reserve(key.runtime_id, old_size, size)
+        except quota.Exceeded as e:
+            e.object = f"{key.namespace}/{key.name}"
+            raise
+        try:
+            self._write(key, name, new, stored is None, old, record, admitted)
+        except (gateway.Conflict, gateway.NotFound) as e:
+            if isinstance(e, gateway.NotFound) and stored is None:
+                raise
+            self._on_conflict("read")
+            return None
+        return "persisted"
+
+    def _write(self, key: records.Key, name: str, new: dict[str, Any], create: bool,
+               old: Mapping[str, Any] | None, record: Mapping[str, Any],
+               admitted: quota.Reservation) -> None:
+        """The one write of every path: create ``new``, or replace the object with it (with
+        the resourceVersion ``new`` carries), then remember it and tell ``on_written``
+        (``old``: the replaced object's metadata) and commit the quota reservation; a write
+        that fails cancels the reservation and raises."""
+        try:
+            if create:
+                written = self._kcp.create(apitypes.RUNTIME_CONFIGMAPS, self.namespace, new,
+                                           timeout=self._timeout)
+            else:
+                written = self._kcp.replace(apitypes.RUNTIME_CONFIGMAPS, self.namespace, name,
+                                            new, timeout=self._timeout)
+            self._cache.remember(written)
+        except BaseException:
+            admitted.cancel()
+            raise
+        try:
+            self._tell(key, old, written.get("metadata"), record)
+        finally:
+            admitted.commit()
 
     def _tell(self, key: records.Key, old: Mapping[str, Any] | None,
               new: Mapping[str, Any] | None, record: Mapping[str, Any]) -> None:
@@ -212,67 +226,47 @@ class Store:
                 new = None if cached is None else cached.metadata
             self._on_written(key.runtime_id, old, new, record)
 
-    def _create_first(self, key: records.Key, record: Mapping[str, Any],
+    def _create_first(self, key: records.Key, name: str, record: Mapping[str, Any],
                       incoming: changes.Version) -> bool:
         """Create the object without reading first, for a key this worker does not know;
         False when the read path must decide: the record would not be accepted as a new key
-        (too old for the retention rule, not newer than nothing, over the quota as a new
-        record: it may be an update of a stored key) or the key is stored (409)."""
-        if retention.too_old_for_new_key(incoming.observed_at, self._now(), self._retention):
+        (``rules.may_create_unread``: too old for the retention rule, not newer than
+        nothing; over the quota as a new record: it may be an update of a stored key) or the
+        key is stored (409)."""
+        if not rules.may_create_unread(incoming, self._now(), self._retention):
             return False  # stale only if the key is not stored: the read path decides
-        if changes.compare(None, incoming) != "newer":
-            return False
         new = records.body(record, self.namespace)
-        size = quota.annotate(new)
+        size = rules.annotate(new)
         try:
             admitted = self.usage.reserve(key.runtime_id, None, size)
         except quota.Exceeded:
             return False  # a stored key's update may still fit: decide on a fresh read
         try:
-            written = self._kcp.create(apitypes.RUNTIME_CONFIGMAPS, self.namespace, new, timeout=self._timeout)
-        except gateway.Conflict:
-            admitted.cancel()  # the read path reserves the update's growth instead
+            self._write(key, name, new, True, None, record, admitted)
+        except gateway.Conflict:  # the read path reserves the update's growth instead
             self._on_conflict("create")
             return False
-        except BaseException:
-            admitted.cancel()
-            raise
-        self._cache.remember(written)
-        try:
-            self._tell(key, None, written.get("metadata"), record)
-        finally:
-            admitted.commit()
         return True
 
     def _write_from_cache(self, key: records.Key, name: str, entry: writecache.Entry,
                           record: Mapping[str, Any], incoming: changes.Version) -> bool:
         """Write without reading first when the remembered version is older (see
         ``listener.storage.writecache``); False when the read path must run."""
-        if changes.compare(entry.version, incoming) != "newer":
+        if rules.verdict(entry.version, incoming, self._now(), self._retention) != "newer":
             return False
         new = records.updated({"metadata": entry.metadata}, record)
-        size = quota.annotate(new)
+        size = rules.annotate(new)
         try:
             admitted = self.usage.reserve(str(record["runtimeId"]),
-                                          quota.stored_size(entry.metadata), size)
+                                          rules.stored_size(entry.metadata), size)
         except quota.Exceeded:
             return False  # the remembered size may be outdated: decide on a fresh read
         try:
-            written = self._kcp.replace(apitypes.RUNTIME_CONFIGMAPS, self.namespace, name, new,
-                                        timeout=self._timeout)
+            self._write(key, name, new, False, entry.metadata, record, admitted)
         except (gateway.Conflict, gateway.NotFound):
-            admitted.cancel()
             self._cache.drop(name)
             self._on_conflict("cached")
             return False
-        except BaseException:
-            admitted.cancel()
-            raise
-        self._cache.remember(written)
-        try:
-            self._tell(key, entry.metadata, written.get("metadata"), record)
-        finally:
-            admitted.commit()
         return True
 
     def digest(self, runtime_id: str) -> list[changes.DigestItem]:
@@ -293,14 +287,14 @@ class Store:
             survey.page(revision)
             for meta in metas:
                 count += 1
-                size += quota.stored_size(meta)
+                size += rules.stored_size(meta)
                 item = survey.add(meta)
                 if item is not None:
                     items.append(item)
-        self.usage.observe(runtime_id, quota.Used(count, size), snap)
+        self.usage.observe(runtime_id, rules.Used(count, size), snap)
         return items, survey.result()
 
-    def _usage(self, runtime_id: str) -> quota.Used:
+    def _usage(self, runtime_id: str) -> rules.Used:
         """Records and bytes the runtime keeps (for ``quota.Usage``): its state summary's
         footprint (one read, whatever the records), else a metadata-only list."""
         if self._footprint is not None:
@@ -309,7 +303,7 @@ class Store:
                 self._on_count("summary")
                 return held
         self._on_count("listing")
-        return quota.usage_of(self._metadata(runtime_id))
+        return rules.usage_of(self._metadata(runtime_id))
 
     def _metadata(self, runtime_id: str) -> Iterator[dict[str, Any]]:
         """The metadata of every stored object of the runtime (paginated, label-selected)."""

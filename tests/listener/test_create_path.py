@@ -22,7 +22,7 @@ import requests
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from listener.storage import quota, records, store
+from listener.storage import records, rules, store
 from testing.listenerenv import (
     Env,
     ListenerProcess,
@@ -145,14 +145,14 @@ def kcp_requests_during(env: Env, action: Callable[[], object]) -> dict[str, int
 def direct_write(env: Env, rec: dict[str, Any]) -> dict[str, Any]:
     """What another replica would have stored for ``rec`` (admin client, size annotated)."""
     body = records.body(rec, env.namespace)
-    quota.annotate(body)
+    rules.annotate(body)
     obj: Any = client.CustomObjectsApi(env.api).create_namespaced_custom_object(
         apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural, body)
     return dict(obj)
 
 
-def real_usage(env: Env, runtime_id: str) -> quota.Used:
-    return quota.usage_of(o["metadata"] for o in env.stored(runtime_id))
+def real_usage(env: Env, runtime_id: str) -> rules.Used:
+    return rules.usage_of(o["metadata"] for o in env.stored(runtime_id))
 
 
 # -- tests -------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import requests
 from kubernetes import client
 
 from listener.fleet import statesummary
-from listener.storage import quota, records
+from listener.storage import records, rules
 from testing.listenerenv import (
     Env,
     ListenerProcess,
@@ -137,7 +137,7 @@ def folded(env: Env, runtime_id: str) -> statehash.Stored:
     for m in metas:
         i = records.digest_item(m)
         if i is not None:
-            held.add(statehash.bucket_of(i["namespace"], i["name"]), quota.stored_size(m))
+            held.add(statehash.bucket_of(i["namespace"], i["name"]), rules.stored_size(m))
     return statehash.Stored.listed(b, 0, held)
 
 

@@ -22,8 +22,7 @@ import requests
 from kubernetes import client
 
 from listener.fleet import heartbeat, statesummary
-from listener.storage import quota
-from listener.storage import rules as retention
+from listener.storage import rules
 from testing import controlplane
 from testing.listenerenv import (
     Env,
@@ -163,7 +162,7 @@ def test_the_byte_quota_refuses_what_does_not_fit_and_admits_what_does(
         assert outcomes(post(listener_a, rt, rt.record(name, 1, data={"v": big}))) == ["persisted"]
     assert outcomes(post(listener_a, rt, rt.record("c", 1, data={"v": "y" * 700_000}))) \
         == ["persisted"]
-    sizes = [quota.stored_size(o["metadata"]) for o in env.stored(rt.id)]
+    sizes = [rules.stored_size(o["metadata"]) for o in env.stored(rt.id)]
     assert all(s > 700_000 for s in sizes) and sum(sizes) < QUOTA_BYTES
     r = post(listener_a, rt, rt.record("d", 1, data={"v": "z" * 200_000}))  # does not fit
     assert r.status_code == 413 and r.json()["details"]["reason"] == "quota_bytes", r.text
@@ -245,7 +244,7 @@ def summary_footprint(env: Env, runtime_id: str) -> tuple[int, int] | None:
 
 def stored_footprint(env: Env, runtime_id: str) -> tuple[int, int]:
     metas = [o["metadata"] for o in env.stored(runtime_id)]
-    return len(metas), sum(quota.stored_size(m) for m in metas)
+    return len(metas), sum(rules.stored_size(m) for m in metas)
 
 
 def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_records(
@@ -371,7 +370,7 @@ def test_tombstones_are_pruned_after_the_retention_and_an_old_record_cannot_resu
     # the pruned tombstone left the runtime's footprint (the quota's count): the janitor
     # merged the removal and listed its bucket again
     eventually(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id) == (
-        1, quota.stored_size(env.stored_one(rt.id, "team-a", "kept")["metadata"])),
+        1, rules.stored_size(env.stored_one(rt.id, "team-a", "kept")["metadata"])),
         "the summary's footprint without the pruned tombstone", 30)
     assert any(a["event"] == "tombstones_pruned" for a in janitor.audit())
     # a late record read before the deletion (the forwarder retried for a long time): stale
@@ -399,9 +398,9 @@ def test_an_orphaned_runtimes_records_and_lease_are_removed_after_the_grace(
     client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
         apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, f"kyma-{gone.id.lower()}"[:60])
     marked = eventually(lambda: (lambda le: le is not None and (le.metadata.annotations or {})
-                                 .get(retention.ORPHANED_SINCE))(lease(env, gone.id)),
+                                 .get(rules.ORPHANED_SINCE))(lease(env, gone.id)),
                         "orphan marked on its Lease", timeout=30)
-    assert retention.parse_time(marked) is not None
+    assert rules.parse_time(marked) is not None
     # a deprovisioned runtime no longer counts among the silent ones (marked or removed)
     assert len(beats.renew_times()) == seen_before - 1
     eventually(lambda: not env.stored(gone.id) and lease(env, gone.id) is None,
@@ -409,7 +408,7 @@ def test_an_orphaned_runtimes_records_and_lease_are_removed_after_the_grace(
     assert len(env.stored(kept.id)) == 2  # a runtime with its Kyma CR is untouched
     kept_lease = lease(env, kept.id)
     assert kept_lease is not None
-    assert retention.ORPHANED_SINCE not in (kept_lease.metadata.annotations or {})
+    assert rules.ORPHANED_SINCE not in (kept_lease.metadata.annotations or {})
     assert janitor.metric("tether_listener_janitor_orphan_records_deleted_total") >= 2
     assert janitor.metric("tether_listener_janitor_orphan_leases_deleted_total") >= 1
     removed = [a for a in janitor.audit() if a["event"] == "orphan_removed"]
