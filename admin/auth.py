@@ -38,7 +38,6 @@ from typing import Any, NamedTuple
 from admin import throttle
 from tether import apitypes, gateway
 
-GROUP, RESOURCE = apitypes.TETHER_GROUP, apitypes.ADMIN_PAGES  # what the access reviews name
 PAGES = ("fleet", "runtime", "compass", "parts")
 MAX_TOKEN = 16 * 1024
 MAX_ENTRIES = 4096
@@ -93,8 +92,8 @@ def expiry_of(token: str) -> float | None:
 def access_body(who: Identity, page: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "user": who.user, "groups": list(who.groups),
-        "resourceAttributes": {"group": GROUP, "resource": RESOURCE, "name": page,
-                               "verb": "get"}}
+        "resourceAttributes": {"group": apitypes.TETHER_GROUP, "resource": apitypes.ADMIN_PAGES,
+                               "name": page, "verb": "get"}}
     if who.uid:
         spec["uid"] = who.uid
     if who.extra:

@@ -13,9 +13,9 @@ import flask
 from flask import Response, request
 from werkzeug.wrappers import Response as Answer
 
-from admin import auth, respond, throttle
+from admin import respond, throttle
 from admin import services as services_mod
-from tether import gateway, logs, ops
+from tether import apitypes, gateway, logs, ops
 
 log = logging.getLogger("admin.app")  # the name its lines have always had
 COOKIE = "__Host-tether_admin_session"  # __Host-: Secure, Path=/, no Domain, by the browser
@@ -82,7 +82,7 @@ def guard(page: str) -> Answer | None:
             svc.metrics.auth.labels("denied").inc()
             logs.audit(svc.audit, "admin_denied", page=page, user=who.user)
             return respond.error(403, "forbidden", f"{who.user} may not get adminpages/{page} "
-                                 f"(group {auth.GROUP}); ask for the ClusterRole tether-admin-viewer")
+                                 f"(group {apitypes.TETHER_GROUP}); ask for the ClusterRole tether-admin-viewer")
     except throttle.Throttled as e:
         return throttled(e)
     except gateway.GatewayError as e:

@@ -18,8 +18,6 @@ from typing import Any, NamedTuple
 
 from tether import apitypes, delivery
 
-A = "tether.kyma-project.io/"
-LAST_RUN_AT, LAST_RUN_RESULT, LAST_RUN_SECONDS = A + "last-run-at", A + "last-run-result", A + "last-run-seconds"
 # leader Lease name prefix -> the Deployment it belongs to
 LEASE_OWNERS = (("tether-compass", "tether-compass"), ("tether-enroller", "tether-enroller"),
                 ("tether-janitor", "tether-janitor"))
@@ -81,9 +79,9 @@ def leader_of(lease: Mapping[str, Any]) -> Leader:
     ann = _m(meta, "annotations")
     return Leader(lease=_cut(meta.get("name"), 253), holder=_cut(spec.get("holderIdentity"), 253),
                   renewed=delivery.parse(spec.get("renewTime")),
-                  last_run=delivery.parse(ann.get(LAST_RUN_AT)),
-                  last_result=_cut(ann.get(LAST_RUN_RESULT), 20),
-                  last_seconds=_cut(ann.get(LAST_RUN_SECONDS), 20))
+                  last_run=delivery.parse(ann.get(apitypes.LAST_RUN_AT_ANNOTATION)),
+                  last_result=_cut(ann.get(apitypes.LAST_RUN_RESULT_ANNOTATION), 20),
+                  last_seconds=_cut(ann.get(apitypes.LAST_RUN_SECONDS_ANNOTATION), 20))
 
 
 def _owner(lease_name: str) -> str | None:

@@ -112,6 +112,11 @@ COMPASS_RUNTIME_ID_LABEL = "kyma-project.io/compass-runtime-id"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"  # the listener's per-runtime Leases
 EPOCH_ANNOTATION = "tether.kyma-project.io/epoch"     # on a heartbeat Lease and on records
+# on the Lease of every leader-elected part (tether.elected writes them after each run, the
+# admin pages read them)
+LAST_RUN_AT_ANNOTATION = "tether.kyma-project.io/last-run-at"            # RFC 3339, UTC, seconds
+LAST_RUN_RESULT_ANNOTATION = "tether.kyma-project.io/last-run-result"    # ok | failed
+LAST_RUN_SECONDS_ANNOTATION = "tether.kyma-project.io/last-run-seconds"  # decimal, 3 places
 # on compass's Lease (compass.lease_notes writes them, the admin pages read them)
 BREAKER_ANNOTATION = "tether.kyma-project.io/breaker"
 DIRECTOR_ERRORS_ANNOTATION = "tether.kyma-project.io/director-errors"

@@ -11,7 +11,7 @@ holds the Lease and pauses it when it loses it, with the part's leader gauge at 
 SIGTERM or SIGINT; then the Lease released, the scheduler, the surface and whatever else
 the part started stopped.
 ``record_runs``: after every scheduled run, its end, result and duration go on the Lease as
-annotations (``LAST_RUN_AT``, ``LAST_RUN_RESULT``, ``LAST_RUN_SECONDS``; ``elector`` and
+annotations (``apitypes.LAST_RUN_*_ANNOTATION``: its end, result, seconds; ``elector`` and
 ``run_elected`` do it). A job reports its result by what it returns: ``ok`` false means
 ``failed``, ``skipped`` true means no run (an overlap); an exception is ``failed`` (and
 re-raised, for APScheduler to log as before).
@@ -36,7 +36,7 @@ import prometheus_client as prom
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 
-from tether import config, gateway, leader, logs, ops
+from tether import apitypes, config, gateway, leader, logs, ops
 
 
 class Startable(Protocol):
@@ -52,9 +52,6 @@ class Startable(Protocol):
 
 S = TypeVar("S", bound=Startable)
 
-LAST_RUN_AT = "tether.kyma-project.io/last-run-at"            # RFC 3339, UTC, seconds
-LAST_RUN_RESULT = "tether.kyma-project.io/last-run-result"    # ok | failed
-LAST_RUN_SECONDS = "tether.kyma-project.io/last-run-seconds"  # decimal, 3 places
 Result = Literal["ok", "failed"]
 
 log = logging.getLogger(__name__)
@@ -71,8 +68,10 @@ def outcome(returned: object, raised: BaseException | None) -> Result | None:
 
 def last_run(ended: datetime.datetime, result: Result, seconds: float) -> dict[str, str]:
     """The Lease annotations of one run."""
-    return {LAST_RUN_AT: ended.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            LAST_RUN_RESULT: result, LAST_RUN_SECONDS: f"{max(0.0, seconds):.3f}"}
+    return {apitypes.LAST_RUN_AT_ANNOTATION:
+            ended.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            apitypes.LAST_RUN_RESULT_ANNOTATION: result,
+            apitypes.LAST_RUN_SECONDS_ANNOTATION: f"{max(0.0, seconds):.3f}"}
 
 
 def recorded(fn: Callable[..., Any], publish: Callable[[dict[str, str]], None]) -> Callable[..., Any]:

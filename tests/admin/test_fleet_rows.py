@@ -157,7 +157,7 @@ def test_parts_leaders_and_compass_from_leases() -> None:
                  {"image": "registry:5000/tether:0.1.0"}]}}},
              "status": {"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}}]
     leases = [{"metadata": {"name": "tether-compass-1", "annotations": {
-        parts.LAST_RUN_RESULT: "ok", apitypes.BREAKER_ANNOTATION: "half-open",
+        apitypes.LAST_RUN_RESULT_ANNOTATION: "ok", apitypes.BREAKER_ANNOTATION: "half-open",
         apitypes.DIRECTOR_ERRORS_ANNOTATION: '[{"at": "t", "operation": "op", "message": "' + "m" * 500 + '"}]'}},
         "spec": {"holderIdentity": "pod_1"}}, {"metadata": {"name": "unrelated"}, "spec": {}}]
     (p,) = parts.parts_of(deps, leases)

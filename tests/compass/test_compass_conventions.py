@@ -131,19 +131,19 @@ def test_mapping_conditions_columns_events_and_last_run_on_the_lease(
 
         # the last run, the breaker, on the Lease (the elector's next renewal writes them)
         notes = wait(lambda: (n := notes_of(kcp_api, ns, s.lease_name)) and
-                     elected.LAST_RUN_AT in n and n, what="last run on the Lease")
-        at = datetime.datetime.fromisoformat(notes[elected.LAST_RUN_AT].replace("Z", "+00:00"))
-        assert at.tzinfo is not None and notes[elected.LAST_RUN_AT].endswith("Z")
+                     apitypes.LAST_RUN_AT_ANNOTATION in n and n, what="last run on the Lease")
+        at = datetime.datetime.fromisoformat(notes[apitypes.LAST_RUN_AT_ANNOTATION].replace("Z", "+00:00"))
+        assert at.tzinfo is not None and notes[apitypes.LAST_RUN_AT_ANNOTATION].endswith("Z")
         assert abs((datetime.datetime.now(datetime.UTC) - at).total_seconds()) < 30
-        assert notes[elected.LAST_RUN_RESULT] == "ok"
-        assert 0 <= float(notes[elected.LAST_RUN_SECONDS]) < 30
+        assert notes[apitypes.LAST_RUN_RESULT_ANNOTATION] == "ok"
+        assert 0 <= float(notes[apitypes.LAST_RUN_SECONDS_ANNOTATION]) < 30
         assert notes[apitypes.BREAKER_ANNOTATION] == "closed"
         spec = lease(kcp_api, ns, s.lease_name)["spec"]
         assert spec["holderIdentity"] and spec["renewTime"]
 
         # further runs: the transition time stays, the last run moves
-        first = notes[elected.LAST_RUN_AT]
-        wait(lambda: notes_of(kcp_api, ns, s.lease_name)[elected.LAST_RUN_AT] != first, what="next run")
+        first = notes[apitypes.LAST_RUN_AT_ANNOTATION]
+        wait(lambda: notes_of(kcp_api, ns, s.lease_name)[apitypes.LAST_RUN_AT_ANNOTATION] != first, what="next run")
         again = h.get_mapping(kcp_api, ns, "conv-00")
         assert again is not None
         ready = next(c for c in again["status"]["conditions"] if c["type"] == "Ready")

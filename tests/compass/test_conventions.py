@@ -56,22 +56,22 @@ def test_outcome_of_a_run() -> None:
 
 def test_last_run_annotations() -> None:
     got = elected.last_run(NOW, "ok", 1.23456)
-    assert got == {elected.LAST_RUN_AT: "2026-11-30T10:00:00Z", elected.LAST_RUN_RESULT: "ok",
-                   elected.LAST_RUN_SECONDS: "1.235"}
-    assert elected.last_run(NOW, "failed", -1)[elected.LAST_RUN_SECONDS] == "0.000"
+    assert got == {apitypes.LAST_RUN_AT_ANNOTATION: "2026-11-30T10:00:00Z", apitypes.LAST_RUN_RESULT_ANNOTATION: "ok",
+                   apitypes.LAST_RUN_SECONDS_ANNOTATION: "1.235"}
+    assert elected.last_run(NOW, "failed", -1)[apitypes.LAST_RUN_SECONDS_ANNOTATION] == "0.000"
 
 
 def test_recorded_keeps_the_jobs_result_and_error_and_survives_a_failing_publish() -> None:
     published: list[dict[str, str]] = []
     assert elected.recorded(lambda x: Summary(ok=x), published.append)(False) == Summary(ok=False)
-    assert published[-1][elected.LAST_RUN_RESULT] == "failed"
+    assert published[-1][apitypes.LAST_RUN_RESULT_ANNOTATION] == "failed"
 
     def boom() -> None:
         raise KeyError("job")
 
     with pytest.raises(KeyError):
         elected.recorded(boom, published.append)()
-    assert published[-1][elected.LAST_RUN_RESULT] == "failed"
+    assert published[-1][apitypes.LAST_RUN_RESULT_ANNOTATION] == "failed"
     elected.recorded(lambda: Summary(skipped=True), published.append)()
     assert len(published) == 2
 

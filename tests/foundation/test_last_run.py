@@ -18,7 +18,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from kubernetes import client
 
 from testing import controlplane
-from tether import elected, gateway, leader
+from tether import apitypes, elected, gateway, leader
 
 RCM_CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeconfigmaps.yaml"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -90,21 +90,21 @@ def test_each_run_is_published_on_the_holders_lease_and_only_there(
         wait(lambda: el.is_leader, what="a leads")
         other.start()
         steps.put(Outcome())
-        first = wait(lambda: (n := notes(kcp_api, ns, name)) and elected.LAST_RUN_AT in n and n,
+        first = wait(lambda: (n := notes(kcp_api, ns, name)) and apitypes.LAST_RUN_AT_ANNOTATION in n and n,
                      what="first run published")
-        assert first[elected.LAST_RUN_RESULT] == "ok"
-        assert first[elected.LAST_RUN_AT].endswith("Z")
-        at = datetime.datetime.fromisoformat(first[elected.LAST_RUN_AT].replace("Z", "+00:00"))
+        assert first[apitypes.LAST_RUN_RESULT_ANNOTATION] == "ok"
+        assert first[apitypes.LAST_RUN_AT_ANNOTATION].endswith("Z")
+        at = datetime.datetime.fromisoformat(first[apitypes.LAST_RUN_AT_ANNOTATION].replace("Z", "+00:00"))
         assert abs((datetime.datetime.now(datetime.UTC) - at).total_seconds()) < 10
-        assert 0.04 <= float(first[elected.LAST_RUN_SECONDS]) < 0.3
+        assert 0.04 <= float(first[apitypes.LAST_RUN_SECONDS_ANNOTATION]) < 0.3
         # a run that reports ok=False, then one that raises: both "failed"
         steps.put(Outcome(ok=False))
-        wait(lambda: notes(kcp_api, ns, name)[elected.LAST_RUN_RESULT] == "failed",
+        wait(lambda: notes(kcp_api, ns, name)[apitypes.LAST_RUN_RESULT_ANNOTATION] == "failed",
              what="failed run published")
         steps.put("raise")
-        wait(lambda: float(notes(kcp_api, ns, name)[elected.LAST_RUN_SECONDS]) >= 0.4,
+        wait(lambda: float(notes(kcp_api, ns, name)[apitypes.LAST_RUN_SECONDS_ANNOTATION]) >= 0.4,
              what="raising run published")
-        assert notes(kcp_api, ns, name)[elected.LAST_RUN_RESULT] == "failed"
+        assert notes(kcp_api, ns, name)[apitypes.LAST_RUN_RESULT_ANNOTATION] == "failed"
         # the standby never ran, never wrote
         assert not other.is_leader
         assert client.CoordinationV1Api(kcp_api).read_namespaced_lease(name, ns).spec.holder_identity == "a"
@@ -112,7 +112,7 @@ def test_each_run_is_published_on_the_holders_lease_and_only_there(
         el.stop()
         sched.shutdown(wait=True)
         wait(lambda: other.is_leader, what="b leads")
-        wait(lambda: notes(kcp_api, ns, name)[elected.LAST_RUN_RESULT] == "ok", what="b's run")
+        wait(lambda: notes(kcp_api, ns, name)[apitypes.LAST_RUN_RESULT_ANNOTATION] == "ok", what="b's run")
         lease = client.CoordinationV1Api(kcp_api).read_namespaced_lease(name, ns)
         assert lease.spec.holder_identity == "b"
     finally:
