@@ -36,8 +36,10 @@ def _safe_next(target: str) -> str:
     return signin.safe_next(target, _is_page)
 
 
-def _foreign() -> Response | None:
-    """The 403 for a sign-in/sign-out that did not come from the admin's own pages."""
+def _foreign(page: str) -> Response | None:
+    """For a sign-in/sign-out (``page``, as the request log and templates name it): the 403
+    when it did not come from the admin's own pages."""
+    flask.g.page = page
     why = signin.cross_site(request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site"),
                             f"{request.scheme}://{request.host}")
     if why is None:
@@ -67,10 +69,9 @@ def login_form() -> Answer:
 
 @bp.post("/login")
 def login() -> Answer:
-    flask.g.page = "login"
-    svc = services_mod.current()
-    if (foreign := _foreign()) is not None:
+    if (foreign := _foreign("login")) is not None:
         return foreign
+    svc = services_mod.current()
     token = (request.form.get("token") or "").strip()
     nxt = _safe_next(request.form.get("next") or "/fleet")
     if not token:
@@ -107,10 +108,9 @@ def _signed_in(svc: services_mod.Services, who: auth.Identity, token: str, nxt: 
 
 @bp.post("/logout")
 def logout() -> Answer:
-    flask.g.page = "logout"
-    svc = services_mod.current()
-    if (foreign := _foreign()) is not None:
+    if (foreign := _foreign("logout")) is not None:
         return foreign
+    svc = services_mod.current()
     sid = request.cookies.get(guard.COOKIE, "")
     who = svc.sessions.get(sid)
     if svc.sessions.delete(sid) and who is not None:
