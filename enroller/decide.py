@@ -12,6 +12,16 @@ the facts and perform; nothing here does I/O or reads a clock.
 - ``rollover``: whether a CA rollover ends now (every runtime renewed, or its deadline
   passed) and which runtimes are then quarantined.
 - ``quarantined``: whether the certificate a runtime holds is from a CA no longer trusted.
+
+And what one pass does with one runtime (``reconcile`` reads the runtime, asks, performs):
+
+- ``step``: remove Tether (its Kyma CR is being deleted), wait out its backoff, or enroll.
+- ``renewal``: which certificates are replaced and why (client: ``pki.needs_renewal``, kept
+  through a rollover's propagation time, reissued with a key that does not match; serving:
+  its issuer and renewal time as the client Secret's annotations record them).
+- ``apply``: whether the bundle is applied and why (installed, repaired, renewed, updated,
+  resync; None: nothing is written), and what more is read for it.
+- ``removal``: delete the runtime's objects, retry, or release the finalizer.
 """
 
 from __future__ import annotations
@@ -146,3 +156,136 @@ def quarantined(held: str | None, current: str, previous: str | None) -> bool:
     previous one. Derived, never stored: it ends when the runtime is renewed. Unknown (None)
     or no certificate ("") is not quarantine."""
     return bool(held) and held != current and held != previous
+
+
+# -- one runtime: enroll, wait or remove ---------------------------------------------------------
+
+Step = Literal["remove", "wait", "enroll"]
+
+
+def step(*, deleting: bool, backing_off: bool) -> Step:
+    """A Kyma CR being deleted has Tether removed from its runtime (backoff or not); a failing
+    runtime waits out its backoff (nothing is asked of it); any other is enrolled."""
+    if deleting:
+        return "remove"
+    return "wait" if backing_off else "enroll"
+
+
+# -- one runtime: which certificates are renewed -------------------------------------------------
+
+class CertFacts(NamedTuple):
+    """What the runtime's client Secret holds, against the CAs (plain data)."""
+    now: datetime.datetime
+    current: str                   # serial (hex) of the current CA
+    previous: str | None           # of the previous CA; None: no rollover in progress
+    settled: bool                  # every verifier trusts the current CA (propagation time over)
+    client_due: str | None         # pki.needs_renewal of the client certificate, against the current CA
+    client_previous_ok: bool       # the client certificate is a good one of the previous CA
+    client_key_matches: bool       # the client Secret holds the certificate's key
+    serving_ca: str                # serial of the serving certificate's CA, as annotated ("" none)
+    serving_renew_at: datetime.datetime | None  # its renewal time, as annotated (None: unknown)
+
+
+class Renewal(NamedTuple):
+    client: str | None   # why the client certificate is replaced (the issuance's cause); None: kept
+    serving: str | None  # likewise the serving certificate
+
+
+def renewal(f: CertFacts) -> Renewal:
+    """Which certificates a pass replaces. During a rollover's propagation time a certificate
+    of the previous CA stays (a runtime must not present one of the new CA before every
+    listener trusts it); a client Secret whose key is not the certificate's (edited, half
+    written) has the pair reissued; the serving certificate is replaced when its CA is not
+    the current one or at its renewal time."""
+    client = f.client_due
+    if client == "foreign_issuer" and not f.settled and f.client_previous_ok:
+        client = None
+    if client is None and not f.client_key_matches:
+        client = "key_mismatch"
+    serving: str | None = None
+    if f.serving_ca == f.previous and not f.settled:
+        pass
+    elif f.serving_ca != f.current:
+        serving = "ca_changed" if f.serving_ca else "missing"
+    elif f.serving_renew_at is None or f.now >= f.serving_renew_at:
+        serving = "expiring"
+    return Renewal(client, serving)
+
+
+# -- one runtime: whether its bundle is applied --------------------------------------------------
+
+ApplyCause = Literal["installed", "repaired", "renewed", "updated", "resync"]
+
+
+class ApplyFacts(NamedTuple):
+    client_secret: bool            # the runtime's client Secret exists
+    webhook_config: bool           # its webhook configuration exists
+    applied_before: bool           # this process applied the runtime's bundle before
+    renewed: bool                  # a certificate was issued (or reused) for it in this pass
+    serving_renewed: bool          # the serving certificate is one of them
+    installed_current: bool        # both annotations name the digest of what would be installed now
+    resync_due: bool               # the last full apply is at least RESYNC_SECONDS old
+    webhook_serving: bool | None   # as last seen (None: never)
+
+
+class Apply(NamedTuple):
+    cause: ApplyCause | None  # why every object is applied; None: nothing is written
+    read_serving: bool        # the serving certificate is kept: its Secret is read for the apply
+    check_webhook: bool       # the webhook Deployment's status is read
+
+
+def apply(f: ApplyFacts) -> Apply:
+    """The steady state writes nothing: both objects there, nothing renewed, the installed
+    digest current and the last full apply younger than RESYNC_SECONDS. Otherwise the cause,
+    the first that holds: a first install, a repair (an object deleted), a renewal, an
+    update (a new image or bundle, an edited webhook configuration), the periodic resync."""
+    cause: ApplyCause | None
+    if not f.client_secret and not f.webhook_config and not f.applied_before:
+        cause = "installed"
+    elif not f.client_secret or not f.webhook_config:
+        cause = "repaired"
+    elif f.renewed:
+        cause = "renewed"
+    elif not f.installed_current:
+        cause = "updated"
+    else:
+        cause = "resync" if f.resync_due else None
+    return Apply(cause, read_serving=cause is not None and not f.serving_renewed,
+                 check_webhook=cause is not None or f.webhook_serving is not True)
+
+
+def kept_serving(has_pair: bool) -> str | None:
+    """A kept serving certificate whose Secret lost its pair (deleted while the annotations
+    call it current) is replaced: the cause; None: the Secret's pair is applied again."""
+    return None if has_pair else "missing"
+
+
+# -- one runtime: removal ------------------------------------------------------------------------
+
+RemovalKind = Literal["forget", "delete", "retry", "release"]
+
+
+class RemovalFacts(NamedTuple):
+    finalizer: bool        # the Kyma CR still carries the enroller's finalizer
+    attempted: bool        # the runtime's objects were deleted (or tried) in this pass
+    problem: str | None    # why deleting them failed (None: done, or not attempted)
+    waited: datetime.timedelta  # since the Kyma CR's deletion began
+    timeout: datetime.timedelta  # REMOVAL_TIMEOUT_SECONDS
+
+
+class Removal(NamedTuple):
+    kind: RemovalKind
+    outcome: Literal["", "removed", "removal_timed_out"] = ""
+
+
+def removal(f: RemovalFacts) -> Removal:
+    """A Kyma CR without the finalizer has only its RuntimeEnrollment to go (``forget``);
+    else the runtime's objects are deleted, retried while that fails until the timeout, and
+    then (or once done) the finalizer is released: ``removed``, or ``removal_timed_out``."""
+    if not f.finalizer:
+        return Removal("forget")
+    if not f.attempted:
+        return Removal("delete")
+    if f.problem is not None and f.waited < f.timeout:
+        return Removal("retry")
+    return Removal("release", "removed" if f.problem is None else "removal_timed_out")

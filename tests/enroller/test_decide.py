@@ -1,5 +1,7 @@
-"""The enroller's bounding decisions with plain data (enroller.decide): dispatch with a
-per-runtime deadline, backoff, certificate issuance, the CA rollover's end and quarantine."""
+"""The enroller's decisions with plain data (enroller.decide): dispatch with a
+per-runtime deadline, backoff, certificate issuance, the CA rollover's end and quarantine;
+per runtime: enroll, wait or remove, which certificates are renewed, whether and why the
+bundle is applied, and removal."""
 
 from __future__ import annotations
 
@@ -117,3 +119,133 @@ def test_at_the_deadline_it_ends_whatever_and_names_who_is_quarantined() -> None
 def test_quarantine_is_derived_from_the_issuer_of_the_certificate_held(
         held: str | None, previous: str | None, expected: bool) -> None:
     assert decide.quarantined(held, "new", previous) is expected
+
+
+# -- one runtime: enroll, wait or remove ----------------------------------------------------------
+
+def test_a_kyma_cr_being_deleted_is_removed_even_while_backing_off() -> None:
+    assert decide.step(deleting=True, backing_off=True) == "remove"
+    assert decide.step(deleting=True, backing_off=False) == "remove"
+    assert decide.step(deleting=False, backing_off=True) == "wait"
+    assert decide.step(deleting=False, backing_off=False) == "enroll"
+
+
+# -- renewal -----------------------------------------------------------------------------------------
+
+def renewal(**kw: Any) -> decide.Renewal:
+    """A runtime in the steady state (nothing due), with ``kw`` changed."""
+    facts: dict[str, Any] = dict(now=T0, current="new", previous=None, settled=True, client_due=None,
+                                 client_previous_ok=False, client_key_matches=True, serving_ca="new",
+                                 serving_renew_at=T0 + 60 * MIN)
+    facts.update(kw)
+    return decide.renewal(decide.CertFacts(**facts))
+
+
+def test_nothing_is_renewed_in_the_steady_state() -> None:
+    assert renewal() == decide.Renewal(None, None)
+
+
+@pytest.mark.parametrize("due", ["missing", "unreadable", "foreign_issuer", "subject_changed", "expired", "expiring"])
+def test_a_due_client_certificate_is_renewed_for_its_reason(due: str) -> None:
+    assert renewal(client_due=due) == decide.Renewal(due, None)
+
+
+def test_a_client_secret_whose_key_is_not_the_certificates_is_reissued() -> None:
+    assert renewal(client_key_matches=False) == decide.Renewal("key_mismatch", None)
+    assert renewal(client_key_matches=False, client_due="expired").client == "expired"  # the first reason
+
+
+def test_the_serving_certificate_is_renewed_at_its_time_or_when_its_ca_is_not_current() -> None:
+    assert renewal(serving_renew_at=T0).serving == "expiring"  # at its renewal time
+    assert renewal(serving_renew_at=T0 + MIN).serving is None
+    assert renewal(serving_renew_at=None).serving == "expiring"  # unknown: renewed
+    assert renewal(serving_ca="").serving == "missing"
+    assert renewal(serving_ca="other").serving == "ca_changed"
+
+
+def test_during_the_propagation_time_the_previous_cas_certificates_stay() -> None:
+    rolling = dict(previous="old", settled=False)
+    assert renewal(**rolling, client_due="foreign_issuer", client_previous_ok=True,
+                   serving_ca="old") == decide.Renewal(None, None)
+    # not a good certificate of the previous CA either (another CA, or expiring): renewed
+    assert renewal(**rolling, client_due="foreign_issuer", client_previous_ok=False).client == "foreign_issuer"
+    assert renewal(**rolling, client_due="expiring", client_previous_ok=True).client == "expiring"
+    assert renewal(**rolling, serving_ca="older").serving == "ca_changed"
+
+
+def test_once_the_new_ca_is_trusted_everywhere_the_previous_cas_certificates_are_reissued() -> None:
+    settled = dict(previous="old", settled=True)
+    assert renewal(**settled, client_due="foreign_issuer", client_previous_ok=True,
+                   serving_ca="old") == decide.Renewal("foreign_issuer", "ca_changed")
+
+
+# -- apply -------------------------------------------------------------------------------------------
+
+def apply(**kw: Any) -> decide.Apply:
+    """A runtime enrolled before and in its steady state, with ``kw`` changed."""
+    facts: dict[str, Any] = dict(client_secret=True, webhook_config=True, applied_before=True, renewed=False,
+                                 serving_renewed=False, installed_current=True, resync_due=False,
+                                 webhook_serving=True)
+    facts.update(kw)
+    return decide.apply(decide.ApplyFacts(**facts))
+
+
+def test_the_steady_state_writes_nothing_and_reads_nothing_more() -> None:
+    assert apply() == decide.Apply(None, read_serving=False, check_webhook=False)
+
+
+def test_a_webhook_not_serving_yet_is_looked_at_without_an_apply() -> None:
+    assert apply(webhook_serving=False) == decide.Apply(None, read_serving=False, check_webhook=True)
+    assert apply(webhook_serving=None) == decide.Apply(None, read_serving=False, check_webhook=True)
+
+
+@pytest.mark.parametrize(("facts", "cause"), [
+    (dict(client_secret=False, webhook_config=False, applied_before=False), "installed"),
+    (dict(client_secret=False, webhook_config=False, applied_before=True), "repaired"),  # deleted since
+    (dict(client_secret=False, renewed=True), "repaired"),
+    (dict(webhook_config=False, installed_current=False), "repaired"),
+    (dict(renewed=True, installed_current=False, resync_due=True), "renewed"),
+    (dict(installed_current=False, resync_due=True), "updated"),
+    (dict(resync_due=True), "resync"),
+])
+def test_the_apply_cause_is_the_first_that_holds(facts: dict[str, Any], cause: str) -> None:
+    verdict = apply(**facts)
+    assert verdict.cause == cause
+    assert verdict.check_webhook  # every apply looks at the webhook after
+    assert verdict.read_serving  # the serving certificate is kept: its pair is read for the apply
+
+
+def test_a_renewed_serving_certificate_needs_no_read_of_its_secret() -> None:
+    assert apply(renewed=True, serving_renewed=True) == decide.Apply("renewed", read_serving=False,
+                                                                     check_webhook=True)
+
+
+def test_a_kept_serving_certificate_whose_secret_lost_its_pair_is_replaced() -> None:
+    assert decide.kept_serving(True) is None
+    assert decide.kept_serving(False) == "missing"
+
+
+# -- removal -----------------------------------------------------------------------------------------
+
+def removal(**kw: Any) -> decide.Removal:
+    facts: dict[str, Any] = dict(finalizer=True, attempted=True, problem=None, waited=MIN, timeout=5 * MIN)
+    facts.update(kw)
+    return decide.removal(decide.RemovalFacts(**facts))
+
+
+def test_without_the_finalizer_only_the_enrollment_goes() -> None:
+    assert removal(finalizer=False, attempted=False).kind == "forget"
+    assert removal(finalizer=False, problem="unreachable", waited=10 * MIN).kind == "forget"
+
+
+def test_removal_deletes_the_objects_then_releases_the_finalizer() -> None:
+    assert removal(attempted=False).kind == "delete"
+    assert removal() == decide.Removal("release", "removed")
+
+
+def test_an_unreachable_runtime_is_retried_until_the_removal_timeout() -> None:
+    assert removal(problem="unreachable").kind == "retry"
+    assert removal(problem="unreachable", waited=5 * MIN - datetime.timedelta(seconds=1)).kind == "retry"
+    assert removal(problem="unreachable", waited=5 * MIN) == decide.Removal("release", "removal_timed_out")
+    assert removal(problem="unreachable", timeout=datetime.timedelta(0), waited=datetime.timedelta(0)) == \
+        decide.Removal("release", "removal_timed_out")
