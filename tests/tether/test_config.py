@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import re
+from typing import Any
 
 import pytest
 
@@ -224,3 +226,77 @@ def test_docs_settings_tables_equal_the_declarations(part: str, doc: str) -> Non
     start = text.index(f"<!-- settings:{part} ")
     body = text[text.index("\n", start) + 1:text.index(f"<!-- /settings:{part} -->")]
     assert body.strip() == SPECS[part].markdown(), f"regenerate the table in docs/{doc}.md"
+
+
+# each part's settings dataclass: its fields declare every option of the part's spec
+SETTINGS = {
+    "webhook": webhook_settings.Settings,
+    "listener": listener_settings.Settings,
+    "janitor": listener_settings.JanitorSettings,
+    "poller": poller_settings.Settings,
+    "compass": compass_settings.Settings,
+    "enroller": enroller_settings.Settings,
+    "admin": admin_settings.Settings,
+}
+
+
+def _option_fields(settings: type) -> list[dataclasses.Field[Any]]:
+    found = []
+    for f in dataclasses.fields(settings):
+        if "option" in f.metadata:
+            found.append(f)
+        if "group" in f.metadata:
+            found.extend(_option_fields(f.metadata["group"]))
+    return found
+
+
+@pytest.mark.parametrize("part", SPECS)
+def test_every_option_is_declared_once_by_a_field(part: str) -> None:
+    declared = config.declared(SETTINGS[part])
+    for o in SPECS[part].options:
+        assert sum(d is o for d in declared) == 1, f"{o.name}: not declared by exactly one field"
+    assert list(declared) == list(SPECS[part].options)
+
+
+@pytest.mark.parametrize("part", SPECS)
+def test_a_field_default_is_its_options_default(part: str) -> None:
+    """A setting's default is written once, in its option; the field takes it from there.
+    Only a value the part derives (the option's default is None, ``shown`` says how) or a
+    required one (no default: the field's is a placeholder for building it directly) differs."""
+    for f in _option_fields(SETTINGS[part]):
+        o, m = f.metadata["option"], f.metadata
+        if m["derived"] or m["otherwise"] is not None:
+            assert o.default is None, f"{o.name}: a derived value's option has no default"
+            assert m["derived"] or f.default == m["otherwise"].default
+            continue
+        if o.default is config.REQUIRED:
+            continue
+        expected = m["convert"](o.default) if m["convert"] else o.default
+        assert f.default == expected and type(f.default) is type(expected), (
+            f"{f.name}: default {f.default!r}, its option {o.name}'s {o.default!r}")
+
+
+def test_a_second_default_is_refused() -> None:
+    option = config.integer("TETHER_DEMO_N", 5, "n")
+    with pytest.raises(TypeError):
+        config.setting(option, default=6)
+    with pytest.raises(ValueError, match="a derived setting's option has no default"):
+        config.setting(option, derived=6)
+
+
+def test_fill_builds_from_the_values_and_wants_the_derived_fields() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Demo:
+        url: str = config.setting(SPEC.option("TETHER_DEMO_URL"))  # required: no default
+        n: int = config.setting(SPEC.option("TETHER_DEMO_N"))
+        later: str = config.inputs(SPEC.option("TETHER_RUNTIME_ID"), default="")
+
+    assert [o.name for o in config.declared(Demo)] == [
+        "TETHER_DEMO_URL", "TETHER_DEMO_N", "TETHER_RUNTIME_ID"]
+    v = SPEC.read({**BASE, "TETHER_DEMO_N": "7"})
+    assert config.fill(Demo, v, later="x") == Demo("https://h.example:8443", 7, "x")
+    assert Demo("u").n == 5
+    with pytest.raises(TypeError, match="later: derived"):
+        config.fill(Demo, v)
+    with pytest.raises(TypeError, match="no such fields"):
+        config.fill(Demo, v, later="x", other=1)
