@@ -44,33 +44,22 @@ corrected the same way, so that the storage quota counts a runtime's usage at on
 
 from __future__ import annotations
 
-import datetime
-import logging
-import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from listener.fleet import heartbeat
-from listener.storage import records, rules, store
-from tether import apitypes, changes, gateway, logs, numbers, statehash
+from listener.fleet import summaryobject
+from listener.fleet.summaryobject import Bucket as Bucket
+from listener.fleet.summaryobject import Hooks as Hooks
+from listener.fleet.summaryobject import name_of as name_of
+from listener.storage import records, rules
+from tether import apitypes, gateway, numbers, statehash
 
-log = logging.getLogger(__name__)
 FLUSH_SECONDS = 1.0
 MAX_PENDING = 100_000  # pending bucket changes per worker, over all runtimes
 MAX_REMEMBERED = 50_000
-MAX_ATTEMPTS = 6
-HEAL_BUCKETS = 16  # buckets listed one by one by ``heal``; more: one full listing
 DISTRUST_SECONDS = 900.0  # after lost changes: the quota counts from listings this long
-MAX_UNLABELLED = 100_000  # records to label kept from one listing
-LABEL_SECONDS = 10.0  # labelling after one answer
-LOG_EVERY = 30.0
-
-
-def name_of(runtime_id: str) -> str:
-    """Named like the runtime's heartbeat Lease and RuntimeDelivery."""
-    return heartbeat.lease_name(runtime_id)
 
 
 def _revision(meta: Mapping[str, Any] | None) -> int | None:
@@ -78,38 +67,13 @@ def _revision(meta: Mapping[str, Any] | None) -> int | None:
     return numbers.ascii_int(rv, 32) if isinstance(rv, str) else None
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-class Bucket(NamedTuple):
-    """One bucket as listed from the records."""
-
-    items: list[changes.DigestItem]
-    hash: int
-    live: int
-    revision: int
-    corrected: bool
-
-
-class Hooks(NamedTuple):
-    """Metric hooks (``listener.edge.metrics``)."""
-
-    conflict: Callable[[], None] = lambda: None
-    corrected: Callable[[int], None] = lambda n: None
-    flush_error: Callable[[str], None] = lambda reason: None
-    dropped: Callable[[], None] = lambda: None
-
-
-class Summaries:
+class Summaries(summaryobject.SummaryObjects):
     def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float, *,
                  interval: float = FLUSH_SECONDS, hooks: Hooks | None = None,
                  max_pending: int = MAX_PENDING,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._kcp, self._namespace, self._timeout = kcp, namespace, timeout
-        self._interval, self._max, self._clock = interval, max_pending, clock
-        self._hooks = hooks or Hooks()
-        self._lock = threading.Lock()
+        super().__init__(kcp, namespace, timeout, hooks or Hooks(), clock)
+        self._interval, self._max = interval, max_pending
         self._idle = threading.Condition(self._lock)  # a runtime's merge ended
         self._pending: dict[str, dict[int, statehash.Pending]] = {}
         self._size = 0
@@ -119,7 +83,6 @@ class Summaries:
         # footprint is not used for the quota until then (monotonic time)
         self._distrusted: dict[str, float] = {}
         self._unmerged: set[str] = set()  # runtimes whose last merge here failed (kept)
-        self._last_log = -LOG_EVERY
 
     # -- recording (the store's hook; cheap) ----------------------------------------------------
 
@@ -281,20 +244,8 @@ class Summaries:
                 self._idle.notify_all()
         return None
 
-    def _failed(self, e: BaseException, kept: bool) -> None:
-        reason = type(e).__name__.lower() if isinstance(e, gateway.GatewayError) else "other"
-        self._hooks.flush_error(reason)
-        now = self._clock()
-        with self._lock:
-            if now - self._last_log < LOG_EVERY:
-                return
-            self._last_log = now
-        log.warning("cannot merge into a RuntimeStateSummary: %s; %s", logs.bounded(e, 300),
-                    "kept for the next merge" if kept else "dropped (the summary heals when "
-                    "the bucket is listed)")
-
     def _merge(self, runtime_id: str, taken: Mapping[int, statehash.Pending]) -> dict[str, Any] | None:
-        for attempt in range(MAX_ATTEMPTS):
+        for attempt in range(summaryobject.MAX_ATTEMPTS):
             obj = self._get(runtime_id)
             stored = None if obj is None else statehash.stored_of(obj.get("status"))
             if obj is None or stored is None:
@@ -302,39 +253,8 @@ class Summaries:
             try:
                 return self._put(runtime_id, obj, statehash.merge(stored, taken))
             except gateway.Conflict:
-                self._hooks.conflict()
-                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
-        raise gateway.Unavailable(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: {MAX_ATTEMPTS} conflicts in a row")
-
-    # -- the object --------------------------------------------------------------------------
-
-    def _get(self, runtime_id: str) -> dict[str, Any] | None:
-        obj = self._kcp.get_or_none(apitypes.RUNTIME_STATE_SUMMARIES, self._namespace, name_of(runtime_id),
-                                    timeout=self._timeout)
-        if obj is not None and (obj.get("spec") or {}).get("runtimeId") != runtime_id:
-            raise gateway.Rejected(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}/{name_of(runtime_id)} belongs to another runtime")
-        return obj
-
-    def _put(self, runtime_id: str, obj: dict[str, Any], s: statehash.Stored) -> dict[str, Any]:
-        obj = dict(obj)
-        obj["status"] = {"runtimeId": runtime_id, "updatedAt": _now(), **statehash.status_of(s)}
-        return self._kcp.request("PUT", apitypes.RUNTIME_STATE_SUMMARIES.path(self._namespace, name_of(runtime_id),
-                                                      "status"),
-                                 body=obj, timeout=self._timeout, what=f"update {apitypes.RUNTIME_STATE_SUMMARIES.plural}/status")
-
-    def _create(self, runtime_id: str) -> dict[str, Any]:
-        body = {"apiVersion": f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/{apitypes.RUNTIME_STATE_SUMMARIES.version}", "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
-                "metadata": {"name": name_of(runtime_id), "namespace": self._namespace,
-                             "labels": {apitypes.RUNTIME_ID_LABEL: runtime_id,
-                                        apitypes.MANAGED_BY_LABEL: records.MANAGED_BY}},
-                "spec": {"runtimeId": runtime_id}}
-        try:
-            return self._kcp.create(apitypes.RUNTIME_STATE_SUMMARIES, self._namespace, body, timeout=self._timeout)
-        except gateway.Conflict:  # another worker created it just now
-            obj = self._get(runtime_id)
-            if obj is None:
-                raise gateway.Unavailable(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: created and gone") from None
-            return obj
+                self._conflicted(attempt)
+        raise gateway.Unavailable(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: {summaryobject.MAX_ATTEMPTS} conflicts in a row")
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -379,184 +299,3 @@ class Summaries:
                 del self._distrusted[runtime_id]
                 until = None
             return until is not None
-
-    def _bootstrap(self, runtime_id: str, obj: dict[str, Any] | None,
-                   ) -> tuple[statehash.Stored, list[tuple[str, int]]]:
-        survey = store.Surveying()
-        unlabelled: list[tuple[str, int]] = []
-        for metas, rev in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}"):
-            survey.page(rev)
-            for meta in metas:
-                item = survey.add(meta)
-                if item is not None:
-                    self._note_unlabelled(meta, item, unlabelled)
-        built = statehash.Stored.listed(survey.folded, survey.revision, survey.held)
-        for attempt in range(MAX_ATTEMPTS):
-            if obj is None:
-                obj = self._create(runtime_id)
-            current = statehash.stored_of(obj.get("status"))
-            if current is not None:
-                return current, unlabelled  # another worker built it meanwhile
-            try:
-                self._put(runtime_id, obj, built)
-                log.info("built the state summary of runtime %s from %d records",
-                         logs.bounded(runtime_id, 80), sum(built.counts))
-                return built, unlabelled
-            except gateway.Conflict:
-                self._hooks.conflict()
-                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
-                obj = self._get(runtime_id)
-        raise gateway.Unavailable(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: {MAX_ATTEMPTS} conflicts in a row")
-
-    def listed_all(self, runtime_id: str, folded: statehash.Buckets,
-                   held: statehash.Footprint, revision: int) -> int:
-        """A full listing of the runtime's records at ``revision`` was made anyway (the
-        full digest): set every bucket of its summary that disagrees from it (a summary
-        damaged in more buckets than a run lists one by one heals here); how many buckets
-        were set. Never raises (runs after the answer)."""
-        if revision <= 0:
-            return 0
-        try:
-            obj = self._get(runtime_id)
-            for attempt in range(MAX_ATTEMPTS):
-                if obj is None:
-                    return 0  # built at the next read
-                stored = statehash.stored_of(obj.get("status"))
-                if stored is None:  # unusable: the listing is the whole summary
-                    new, fixed = statehash.Stored.listed(folded, revision, held), statehash.BUCKETS
-                else:
-                    new, fixed = stored, 0
-                    for b in range(statehash.BUCKETS):
-                        c = statehash.corrected(new, b, folded.hashes[b], folded.counts[b],
-                                                revision, held.records[b], held.bytes[b])
-                        if c is not None:
-                            new, fixed = c, fixed + 1
-                    if not fixed:
-                        return 0  # agrees
-                try:
-                    self._put(runtime_id, obj, new)
-                    self._hooks.corrected(fixed)
-                    log.info("state summary of runtime %s: %d buckets set from a full listing",
-                             logs.bounded(runtime_id, 80), fixed)
-                    return fixed
-                except gateway.Conflict:
-                    self._hooks.conflict()
-                    time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
-                    obj = self._get(runtime_id)
-        except Exception as e:  # noqa: BLE001 - after the answer: the next listing retries
-            self._failed(e, False)
-        return 0
-
-    def heal(self, runtime_id: str, buckets: set[int]) -> int:
-        """Set ``buckets`` of the runtime's summary from listings of their records (after a
-        change at an unknown revision, such as the janitor's pruning, made them unknown):
-        one label-selected list per bucket, or one full listing for more than
-        ``HEAL_BUCKETS``; how many buckets were set. Never raises."""
-        try:
-            if len(buckets) <= HEAL_BUCKETS:
-                return sum(self.bucket(runtime_id, n)[0].corrected for n in sorted(buckets))
-            survey = store.Surveying()
-            for metas, rev in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}"):
-                survey.page(rev)
-                for meta in metas:
-                    survey.add(meta)
-            return self.listed_all(runtime_id, *survey.result())
-        except Exception as e:  # noqa: BLE001 - the poller's next run lists what is unknown
-            self._failed(e, False)
-            return 0
-
-    @staticmethod
-    def _note_unlabelled(meta: Mapping[str, Any], item: Mapping[str, Any],
-                         out: list[tuple[str, int]]) -> None:
-        labels = meta.get("labels")
-        if isinstance(labels, dict) and records.BUCKET_LABEL in labels:
-            return
-        if len(out) < MAX_UNLABELLED:
-            out.append((str(meta.get("name", "")),
-                        statehash.bucket_of(str(item["namespace"]), str(item["name"]))))
-
-    def _pages(self, selector: str) -> Iterator[tuple[list[dict[str, Any]], int]]:
-        return store.metadata_pages(self._kcp, self._namespace, selector, self._timeout)
-
-    def bucket(self, runtime_id: str, n: int) -> tuple[Bucket, list[tuple[str, int]]]:
-        """The digest items of bucket ``n`` (metadata lists of the KCP: the runtime's records
-        without a bucket label, then those labelled ``n``), and the summary corrected when it
-        disagrees. Also the unlabelled records found (for ``label``)."""
-        obj = self._get(runtime_id)
-        found: dict[str, changes.DigestItem] = {}
-        sizes: dict[str, int] = {}
-        unlabelled: list[tuple[str, int]] = []
-        # unlabelled first: a record labelled in between shows up in the second list
-        for metas, _ in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},"
-                                    f"!{records.BUCKET_LABEL}"):
-            for meta in metas:
-                item = records.digest_item(meta)
-                if item is None:
-                    continue
-                self._note_unlabelled(meta, item, unlabelled)
-                if statehash.bucket_of(item["namespace"], item["name"]) == n:
-                    found[str(meta.get("name", ""))] = item
-                    sizes[str(meta.get("name", ""))] = rules.stored_size(meta)
-        revision = 0
-        for metas, rev in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},"
-                                      f"{records.BUCKET_LABEL}={n}"):
-            revision = max(revision, rev)  # set by an empty listing too
-            for meta in metas:
-                item = records.digest_item(meta)
-                if item is not None and statehash.bucket_of(item["namespace"],
-                                                            item["name"]) == n:
-                    found[str(meta.get("name", ""))] = item
-                    sizes[str(meta.get("name", ""))] = rules.stored_size(meta)
-        items = sorted(found.values(), key=lambda i: (i["namespace"], i["name"]))
-        h, count = statehash.bucket_hash(items)
-        fixed = obj is not None and revision > 0 and self._correct(
-            runtime_id, obj, n, (h, count, len(found), sum(sizes.values())), revision)
-        return Bucket(items, h, count, revision, fixed), unlabelled
-
-    def _correct(self, runtime_id: str, obj: dict[str, Any] | None, n: int,
-                 listed: tuple[int, int, int, int], revision: int) -> bool:
-        """Set bucket ``n`` to what its listing at ``revision`` found: (hash, live count,
-        objects, bytes)."""
-        h, count, objects, size = listed
-        for attempt in range(MAX_ATTEMPTS):
-            if obj is None:
-                return False
-            stored = statehash.stored_of(obj.get("status"))
-            if stored is None:
-                return False  # rebuilt at the next read
-            new = statehash.corrected(stored, n, h, count, revision, objects, size)
-            if new is None:
-                return False
-            try:
-                self._put(runtime_id, obj, new)
-                self._hooks.corrected(n)
-                log.info("state summary of runtime %s: bucket %d corrected from its records",
-                         logs.bounded(runtime_id, 80), n)
-                return True
-            except gateway.Conflict:
-                self._hooks.conflict()
-                time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
-                obj = self._get(runtime_id)
-        return False
-
-    # -- migration ---------------------------------------------------------------------------
-
-    def label(self, unlabelled: list[tuple[str, int]], budget: float = LABEL_SECONDS) -> int:
-        """Add the bucket label to records written before it (a merge patch each, within
-        ``budget`` seconds; the rest at a later listing); how many. Never raises."""
-        deadline = self._clock() + budget
-        done = 0
-        for name, b in unlabelled:
-            if self._clock() >= deadline:
-                break
-            try:
-                self._kcp.patch(apitypes.RUNTIME_CONFIGMAPS, self._namespace, name,
-                                {"metadata": {"labels": {records.BUCKET_LABEL: str(b)}}},
-                                timeout=self._timeout)
-                done += 1
-            except gateway.NotFound:
-                continue
-            except Exception as e:  # noqa: BLE001 - after the answer: next listing retries
-                self._failed(e, False)
-                break
-        return done
