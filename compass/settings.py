@@ -15,6 +15,7 @@ from tether import config, skr_clients
 
 C = "TETHER_COMPASS_"
 setting = config.setting
+BACKOFF = config.backoff(C, 5.0, 300.0)
 
 
 def _cron(name: str, raw: str) -> str:
@@ -62,11 +63,8 @@ class Settings:
         maximum=300))
     skr_timeout: float = setting(config.seconds(
         C + "SKR_TIMEOUT_SECONDS", 10.0, "per runtime API request", minimum=0.1, maximum=300))
-    backoff_base: float = setting(config.seconds(
-        C + "BACKOFF_BASE_SECONDS", 5.0, "first per-runtime backoff", minimum=0, maximum=86_400))
-    backoff_cap: float = setting(config.seconds(
-        C + "BACKOFF_CAP_SECONDS", 300.0, "longest per-runtime backoff", minimum=0,
-        maximum=86_400))
+    backoff_base: float = setting(BACKOFF[0])
+    backoff_cap: float = setting(BACKOFF[1])
     breaker_threshold: int = setting(config.integer(
         C + "BREAKER_THRESHOLD", 5, "consecutive unavailability errors that open the breaker",
         minimum=1, maximum=10_000))

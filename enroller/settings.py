@@ -16,6 +16,7 @@ from tether import config, skr_clients
 
 E = "TETHER_ENROLLER_"
 setting = config.setting
+BACKOFF = config.backoff(E, 10.0, 600.0)
 KCP_NAMESPACE = config.object_name(
     "TETHER_KCP_NAMESPACE", "kcp-system",
     "KCP namespace of the Kyma CRs, kubeconfig Secrets and RuntimeEnrollments")
@@ -92,12 +93,8 @@ class Settings:
         E + "ISSUANCE_LIMIT", 6, "certificates issued per runtime per hour beyond the scheduled "
         "renewals (client and serving each count); past it the runtime is reported "
         "(IssuanceRateLimited)", minimum=2, maximum=1000))
-    backoff_base: float = setting(config.seconds(
-        E + "BACKOFF_BASE_SECONDS", 10.0, "first per-runtime backoff", minimum=0,
-        maximum=86_400))
-    backoff_cap: float = setting(config.seconds(
-        E + "BACKOFF_CAP_SECONDS", 600.0, "longest per-runtime backoff", minimum=0,
-        maximum=86_400))
+    backoff_base: float = setting(BACKOFF[0])
+    backoff_cap: float = setting(BACKOFF[1])
     removal_timeout: float = setting(config.seconds(
         E + "REMOVAL_TIMEOUT_SECONDS", 300.0,
         "longest a Kyma CR's deletion waits for Tether's removal from its runtime", minimum=0,

@@ -175,7 +175,6 @@ def kubeconfig(name: str, meaning: str = "kubeconfig file (unset: $KUBECONFIG, e
 
 
 def kcp_kubeconfig(name: str, **kw: Any) -> Option:
-    """The kubeconfig of the KCP, for the parts that run there."""
     return kubeconfig(name, "kubeconfig of the KCP (unset: $KUBECONFIG, else the in-cluster "
                       "service account)", **kw)
 
@@ -188,9 +187,16 @@ def heartbeat_namespace(name: str = "TETHER_HEARTBEAT_NAMESPACE",
     return object_name(name, None, meaning, shown=shown, **kw)
 
 
-def audit_log(name: str = "TETHER_AUDIT_LOG",
-              meaning: str = "stdout or a file path for the audit lines", **kw: Any) -> Option:
-    return text(name, "stdout", meaning, **kw)
+def audit_log(name: str = "TETHER_AUDIT_LOG", **kw: Any) -> Option:
+    return text(name, "stdout", "stdout or a file path for the audit lines", **kw)
+
+
+def backoff(prefix: str, base: float, cap: float) -> tuple[Option, Option]:
+    """The per-runtime backoff of a KCP part that calls into runtimes: first and longest."""
+    return (seconds(prefix + "BACKOFF_BASE_SECONDS", base, "first per-runtime backoff",
+                    minimum=0, maximum=86_400),
+            seconds(prefix + "BACKOFF_CAP_SECONDS", cap, "longest per-runtime backoff",
+                    minimum=0, maximum=86_400))
 
 
 # -- settings dataclasses: a field declared by its option ------------------------------------
@@ -203,9 +209,8 @@ def setting(option: Option, *, derived: Any = _UNGIVEN, otherwise: Option | None
     """A settings dataclass field declared by its option: the field's default is the option's
     (``REQUIRED``: none), through ``convert`` (seconds -> timedelta) when given.
     ``otherwise``: unset, the field takes that option's value (a namespace: the KCP's).
-    ``derived``: the part computes the value from other options (``fill``'s ``given``; the
-    option's default is None and its ``shown`` says how); this is the field's default when
-    the dataclass is built directly."""
+    ``derived``: the part computes the value (``fill``'s ``given``; the option's default is
+    None, its ``shown`` says how); this is the field's default when built directly."""
     if (derived is not _UNGIVEN or otherwise is not None) and option.default is not None:
         raise ValueError(f"{option.name}: a derived setting's option has no default")
     meta = {"option": option, "otherwise": otherwise, "convert": convert,
@@ -257,9 +262,8 @@ def fill(settings: Callable[..., T], values: Mapping[str, Any], **given: Any) ->
             if value is None and m["otherwise"] is not None:
                 value = values[m["otherwise"].name]
             kw[f.name] = m["convert"](value) if m["convert"] else value
-    unknown = set(given) - set(kw)
-    if unknown:
-        raise TypeError(f"no such fields: {sorted(unknown)}")
+    if set(given) - set(kw):
+        raise TypeError(f"no such fields: {sorted(set(given) - set(kw))}")
     return settings(**kw)
 
 
