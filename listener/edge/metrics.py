@@ -35,7 +35,13 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        self._requests(self.registry)
+        self._storage(self.registry)
+        self._limits(self.registry)
+        self._deliveries(self.registry)
+
+    def _requests(self, r: CollectorRegistry) -> None:
+        """Requests, and callers refused by who they are or by their bodies."""
         self.requests = Counter(f"{NS}_requests", "HTTP requests by route, method and status code",
                                 ["route", "method", "code"], registry=r)
         self.request_seconds = Histogram(f"{NS}_request_seconds", "HTTP request duration by route",
@@ -49,6 +55,9 @@ class Metrics:
                                            "Refused request bodies by reason", ["reason"], registry=r)
         self.rate_limited = Counter(f"{NS}_rate_limited", "Requests answered 429 by limit",
                                     ["limit"], registry=r)
+
+    def _storage(self, r: CollectorRegistry) -> None:
+        """Records persisted, and the state summaries beside them."""
         self.records = Counter(f"{NS}_records", "Change records by outcome", ["outcome"], registry=r)
         self.persist_seconds = Histogram(f"{NS}_persist_seconds",
                                          "Time to persist one record in the KCP (read, compare, write)",
@@ -68,6 +77,9 @@ class Metrics:
         self.summary_dropped = Counter(
             f"{NS}_state_summary_dropped", "Bucket changes not kept: the worker holds "
             "its maximum of pending changes (the buckets heal when listed)", registry=r)
+
+    def _limits(self, r: CollectorRegistry) -> None:
+        """What a limit refused: connections, parse memory, the storage quota, the KCP."""
         self.connection_refusals = Counter(
             f"{NS}_connection_refusals",
             "Connections closed by a limit before a request was served, by reason "
@@ -92,7 +104,9 @@ class Metrics:
         self.kcp_unavailable = Counter(f"{NS}_kcp_unavailable",
                                        "Requests answered 503 because the KCP API failed",
                                        ["operation"], registry=r)
-        # delivery health (listener.fleet.deliveries): bounded labels, never a runtime
+
+    def _deliveries(self, r: CollectorRegistry) -> None:
+        """Delivery health (``listener.fleet.deliveries``): bounded labels, never a runtime."""
         self.records_by_source = Counter(
             f"{NS}_records_by_source", "Change records handled, by the sender (webhook, poller) "
             "and outcome (persisted, duplicate, stale, refused)", ["source", "outcome"],

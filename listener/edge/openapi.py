@@ -61,11 +61,17 @@ def _error(description: str, retry_after: bool = False) -> dict[str, Any]:
     return resp
 
 
-def _own_schemas() -> dict[str, Any]:
-    rv = {"type": "string"}
+def _epoch(description: str) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 0, "description": description}
 
-    def epoch(description: str) -> dict[str, Any]:
-        return {"type": "integer", "minimum": 0, "description": description}
+
+def _own_schemas() -> dict[str, Any]:
+    return {**_record_schemas(), **_summary_schemas()}
+
+
+def _record_schemas() -> dict[str, Any]:
+    """The changes and the state digest."""
+    rv = {"type": "string"}
     return {
         "Error": {"type": "object", "required": ["error", "details"], "properties": {
             "error": {"type": "string", "description": "Short, code-like text"},
@@ -80,23 +86,29 @@ def _own_schemas() -> dict[str, Any]:
         "ChangeResults": {"type": "object", "required": ["results"], "properties": {
             "results": {"type": "array", "items": {"$ref": REF + "ChangeResult"},
                         "description": "One per record, in the order of the request"},
-            "epoch": epoch("The runtime's current epoch, as this listener knew it (records "
-                           "without an epoch were given it); senders tag later records "
-                           "with it")}},
+            "epoch": _epoch("The runtime's current epoch, as this listener knew it (records "
+                            "without an epoch were given it); senders tag later records "
+                            "with it")}},
         "DigestItem": {"type": "object", "required": ["namespace", "name", "uid",
                                                       "resourceVersion", "observedAt", "deleted"],
                        "properties": {"namespace": {"type": "string"}, "name": {"type": "string"},
                                       "uid": {"type": "string"}, "resourceVersion": rv,
                                       "observedAt": {"type": "string"},
                                       "deleted": {"type": "boolean"},
-                                      "epoch": epoch("The stored record's epoch (0 for "
-                                                     "records stored before epochs)")}},
+                                      "epoch": _epoch("The stored record's epoch (0 for "
+                                                      "records stored before epochs)")}},
         "StateDigest": {"type": "object", "required": ["items", "continue"], "properties": {
             "items": {"type": "array", "items": {"$ref": REF + "DigestItem"}},
             "continue": {"type": "string", "description": "Token of the next page; empty at the end"},
-            "epoch": epoch("The runtime's current epoch (after the report of a first page): "
-                           "records of a lower epoch lose to any of this one")}},
+            "epoch": _epoch("The runtime's current epoch (after the report of a first page): "
+                            "records of a lower epoch lose to any of this one")}},
         "Status": {"type": "object", "properties": {"status": {"type": "string"}}},
+    }
+
+
+def _summary_schemas() -> dict[str, Any]:
+    """The state summary and its buckets."""
+    return {
         "Hash64": {"type": "string", "pattern": "^[0-9a-f]{16}$",
                    "description": "A 64-bit hash as 16 lower-case hex digits (tether/statehash.py)"},
         "StateSummary": {
@@ -153,6 +165,121 @@ def _refusals() -> dict[str, Any]:
     }
 
 
+def _changes_path() -> dict[str, Any]:
+    """POST changes."""
+    return {
+        "/v1/runtimes/{runtimeId}/changes": {"post": {
+            "operationId": "postChanges",
+            "summary": "Persist one change record or a batch (each applied only if newer)",
+            "parameters": [_runtime_param()],
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": {"$ref": REF + "ChangeRequest"}}}},
+            "responses": {
+                "200": {"description": "Every record persisted, or already stored "
+                                       "(duplicate), or older than the stored one (stale)",
+                        "content": {"application/json": {"schema": {
+                            "$ref": REF + "ChangeResults"}}},
+                        "links": {"GetState": {
+                            "operationId": "getState",
+                            "parameters": {"runtimeId": "$request.path.runtimeId"},
+                            "description": "The runtime's state digest now holds these "
+                                           "records (or newer ones)"}}},
+                "400": _error("Invalid JSON or schema violation (details: list of "
+                              "{path, message})"),
+                **_refusals(),
+                "408": _error("The body did not arrive within the body deadline"),
+                "413": _error("Body over the size cap (default 3 MiB), a record's data "
+                              "over 1 MiB, or a new record over the runtime's storage "
+                              "quota (error 'exceeded quota')"),
+                "409": _error("A record names an epoch above the runtime's current one "
+                              "(details: reason 'future_epoch', message, epoch: the "
+                              "current one); only the listener starts epochs"),
+                "415": _error("Content-Type is not application/json"),
+            }}},
+    }
+
+
+def _state_path() -> dict[str, Any]:
+    """GET state: the digest, by pages."""
+    return {
+        "/v1/runtimes/{runtimeId}/state": {"get": {
+            "operationId": "getState",
+            "summary": "The stored state digest of the runtime, ordered by (namespace, "
+                       "name); every call counts as the runtime's heartbeat",
+            "parameters": [
+                _runtime_param(),
+                {"name": "limit", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 500}},
+                {"name": "continue", "in": "query", "required": False,
+                 "schema": {"type": "string", "maxLength": 1024}},
+                {"name": "identity", "in": "query", "required": False,
+                 "description": "First page only: the runtime's identity (the UID of its "
+                                "kube-system Namespace). A different one than recorded "
+                                "starts a new epoch (the cluster was rebuilt)",
+                 "schema": {"type": "string", "maxLength": 128, "pattern": "^[!-~]*$"}},
+                {"name": "epoch", "in": "query", "required": False,
+                 "description": "First page only, with collectionResourceVersion: the "
+                                "claim that the runtime's history went back (after reading "
+                                "this epoch's digest, a listing came below the highest "
+                                "resourceVersion of its records); starts the next epoch "
+                                "if this is the current one and the claim holds",
+                 "schema": {"type": "integer", "minimum": 0}},
+                {"name": "collectionResourceVersion", "in": "query", "required": False,
+                 "description": "The collection resourceVersion of that listing",
+                 "schema": {"type": "string", "maxLength": 64, "pattern": "^[0-9]+$"}},
+            ],
+            "responses": {
+                "200": {"description": "One page of the digest", "content": {
+                    "application/json": {"schema": {"$ref": REF + "StateDigest"}}}},
+                "400": _error("Invalid limit, continue token, identity, epoch or "
+                              "collectionResourceVersion"),
+                **_refusals(),
+            }}},
+    }
+
+
+def _summary_paths() -> dict[str, Any]:
+    """GET the state summary and one bucket."""
+    return {
+        "/v1/runtimes/{runtimeId}/state/summary": {"get": {
+            "operationId": "getStateSummary",
+            "summary": "The runtime's stored state as 256 bucket hashes (one KCP read); "
+                       "counts as the runtime's heartbeat",
+            "parameters": [_runtime_param()],
+            "responses": {
+                "200": {"description": "The summary", "content": {
+                    "application/json": {"schema": {"$ref": REF + "StateSummary"}}}},
+                **_refusals(),
+            }}},
+        "/v1/runtimes/{runtimeId}/state/buckets/{bucket}": {"get": {
+            "operationId": "getStateBucket",
+            "summary": "The state digest of one bucket, listed from the KCP (a summary "
+                       "that disagrees is corrected); counts as the runtime's heartbeat",
+            "parameters": [
+                _runtime_param(),
+                {"name": "bucket", "in": "path", "required": True,
+                 "schema": {"type": "integer", "minimum": 0, "maximum": 255}},
+            ],
+            "responses": {
+                "200": {"description": "The bucket's digest", "content": {
+                    "application/json": {"schema": {"$ref": REF + "StateBucket"}}}},
+                "400": _error("Not a bucket number"),
+                **_refusals(),
+            }}},
+    }
+
+
+def _operations_paths() -> dict[str, Any]:
+    """Liveness and this document."""
+    return {
+        "/healthz": {"get": {"operationId": "healthz", "security": [], "summary": "Liveness",
+                             "responses": {"200": {"description": "The process serves"}}}},
+        "/openapi.json": {"get": {"operationId": "openapi", "security": [],
+                                  "summary": "This document", "responses": {"200": {
+                                      "description": "OpenAPI 3.1 document"}}}},
+    }
+
+
 def document() -> dict[str, Any]:
     schemas = {**shared_schemas(), **_own_schemas()}
     return {
@@ -163,97 +290,10 @@ def document() -> dict[str, Any]:
                                 "listener/edge/openapi.py from tether/schemas/."},
         "security": [{"runtimeCertificate": []}],
         "paths": {
-            "/v1/runtimes/{runtimeId}/changes": {"post": {
-                "operationId": "postChanges",
-                "summary": "Persist one change record or a batch (each applied only if newer)",
-                "parameters": [_runtime_param()],
-                "requestBody": {"required": True, "content": {"application/json": {
-                    "schema": {"$ref": REF + "ChangeRequest"}}}},
-                "responses": {
-                    "200": {"description": "Every record persisted, or already stored "
-                                           "(duplicate), or older than the stored one (stale)",
-                            "content": {"application/json": {"schema": {
-                                "$ref": REF + "ChangeResults"}}},
-                            "links": {"GetState": {
-                                "operationId": "getState",
-                                "parameters": {"runtimeId": "$request.path.runtimeId"},
-                                "description": "The runtime's state digest now holds these "
-                                               "records (or newer ones)"}}},
-                    "400": _error("Invalid JSON or schema violation (details: list of "
-                                  "{path, message})"),
-                    **_refusals(),
-                    "408": _error("The body did not arrive within the body deadline"),
-                    "413": _error("Body over the size cap (default 3 MiB), a record's data "
-                                  "over 1 MiB, or a new record over the runtime's storage "
-                                  "quota (error 'exceeded quota')"),
-                    "409": _error("A record names an epoch above the runtime's current one "
-                                  "(details: reason 'future_epoch', message, epoch: the "
-                                  "current one); only the listener starts epochs"),
-                    "415": _error("Content-Type is not application/json"),
-                }}},
-            "/v1/runtimes/{runtimeId}/state": {"get": {
-                "operationId": "getState",
-                "summary": "The stored state digest of the runtime, ordered by (namespace, "
-                           "name); every call counts as the runtime's heartbeat",
-                "parameters": [
-                    _runtime_param(),
-                    {"name": "limit", "in": "query", "required": False,
-                     "schema": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 500}},
-                    {"name": "continue", "in": "query", "required": False,
-                     "schema": {"type": "string", "maxLength": 1024}},
-                    {"name": "identity", "in": "query", "required": False,
-                     "description": "First page only: the runtime's identity (the UID of its "
-                                    "kube-system Namespace). A different one than recorded "
-                                    "starts a new epoch (the cluster was rebuilt)",
-                     "schema": {"type": "string", "maxLength": 128, "pattern": "^[!-~]*$"}},
-                    {"name": "epoch", "in": "query", "required": False,
-                     "description": "First page only, with collectionResourceVersion: the "
-                                    "claim that the runtime's history went back (after reading "
-                                    "this epoch's digest, a listing came below the highest "
-                                    "resourceVersion of its records); starts the next epoch "
-                                    "if this is the current one and the claim holds",
-                     "schema": {"type": "integer", "minimum": 0}},
-                    {"name": "collectionResourceVersion", "in": "query", "required": False,
-                     "description": "The collection resourceVersion of that listing",
-                     "schema": {"type": "string", "maxLength": 64, "pattern": "^[0-9]+$"}},
-                ],
-                "responses": {
-                    "200": {"description": "One page of the digest", "content": {
-                        "application/json": {"schema": {"$ref": REF + "StateDigest"}}}},
-                    "400": _error("Invalid limit, continue token, identity, epoch or "
-                                  "collectionResourceVersion"),
-                    **_refusals(),
-                }}},
-            "/v1/runtimes/{runtimeId}/state/summary": {"get": {
-                "operationId": "getStateSummary",
-                "summary": "The runtime's stored state as 256 bucket hashes (one KCP read); "
-                           "counts as the runtime's heartbeat",
-                "parameters": [_runtime_param()],
-                "responses": {
-                    "200": {"description": "The summary", "content": {
-                        "application/json": {"schema": {"$ref": REF + "StateSummary"}}}},
-                    **_refusals(),
-                }}},
-            "/v1/runtimes/{runtimeId}/state/buckets/{bucket}": {"get": {
-                "operationId": "getStateBucket",
-                "summary": "The state digest of one bucket, listed from the KCP (a summary "
-                           "that disagrees is corrected); counts as the runtime's heartbeat",
-                "parameters": [
-                    _runtime_param(),
-                    {"name": "bucket", "in": "path", "required": True,
-                     "schema": {"type": "integer", "minimum": 0, "maximum": 255}},
-                ],
-                "responses": {
-                    "200": {"description": "The bucket's digest", "content": {
-                        "application/json": {"schema": {"$ref": REF + "StateBucket"}}}},
-                    "400": _error("Not a bucket number"),
-                    **_refusals(),
-                }}},
-            "/healthz": {"get": {"operationId": "healthz", "security": [], "summary": "Liveness",
-                                 "responses": {"200": {"description": "The process serves"}}}},
-            "/openapi.json": {"get": {"operationId": "openapi", "security": [],
-                                      "summary": "This document", "responses": {"200": {
-                                          "description": "OpenAPI 3.1 document"}}}},
+            **_changes_path(),
+            **_state_path(),
+            **_summary_paths(),
+            **_operations_paths(),
         },
         "components": {
             "securitySchemes": {"runtimeCertificate": {
