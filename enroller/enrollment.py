@@ -35,8 +35,10 @@ class Enrollments:
     """The RuntimeEnrollments of the runtimes, and the Events about them."""
 
     def __init__(self, s: settings_mod.Settings, kcp: gateway.Kube, audit: logging.Logger,
-                 recorder: events.Recorder, now: Callable[[], datetime.datetime]) -> None:
+                 recorder: events.Recorder, now: Callable[[], datetime.datetime], *,
+                 version: str) -> None:
         self.s, self.kcp, self.audit, self.events, self.now = s, kcp, audit, recorder, now
+        self.version = version  # the Version column: the image the runtimes are given
 
     def write(self, obj: Mapping[str, Any], view: kyma.KymaView, enrollment: Mapping[str, Any] | None,
               mem: Memory, *, failure: Failure | None, result: Result | None,
@@ -58,22 +60,26 @@ class Enrollments:
             mem.status, enrollment)
         if cert is not None:
             status["certificate"] = cert
-        status["version"] = self.s.image or "bundle"
+        status["version"] = self.version
         if mem.status == status:
             return
         if enrollment is None and mem.status is None and not self._create_enrollment(view):
             return
-        if not logged(f"RuntimeEnrollment {name}: status not written", lambda: self.kcp.patch(
-                apitypes.RUNTIME_ENROLLMENTS, self.s.kcp_namespace, name, {"status": status}, subresource="status")):
+        written: list[Mapping[str, Any]] = []
+        if not logged(f"RuntimeEnrollment {name}: status not written", lambda: written.append(self.kcp.patch(
+                apitypes.RUNTIME_ENROLLMENTS, self.s.kcp_namespace, name, {"status": status}, subresource="status"))):
             return
+        # the Events name the object by its uid: kubectl describe lists only the Events whose
+        # involvedObject.uid is the object's
+        target = {"metadata": {"name": name, "uid": str((written[0].get("metadata") or {}).get("uid") or "")}}
         was = (mem.status or {}).get("conditions") or []
         was_ready = next((c for c in was if c["type"] == "Ready"), None)
         was_quarantined = previous.get("Quarantined", {}).get("status") == "True"
         mem.status = status
         mem.quarantined = quarantined
-        self._events(obj, view, was_ready, conds[0], failure, result)
+        self._events(target, view, was_ready, conds[0], failure, result)
         if quarantined != was_quarantined:
-            self._quarantine_events(view, quarantined)
+            self._quarantine_events(target, view, quarantined)
 
     def _create_enrollment(self, view: kyma.KymaView) -> bool:
         """The runtime's RuntimeEnrollment (its status is written apart); False: it failed."""
@@ -87,8 +93,7 @@ class Enrollments:
         return logged(f"RuntimeEnrollment {view.name}: create failed", lambda: self.kcp.create(
             apitypes.RUNTIME_ENROLLMENTS, self.s.kcp_namespace, body), tolerated=gateway.Conflict)
 
-    def _quarantine_events(self, view: kyma.KymaView, quarantined: bool) -> None:
-        target = {"metadata": {"name": view.name, "uid": ""}}
+    def _quarantine_events(self, target: Mapping[str, Any], view: kyma.KymaView, quarantined: bool) -> None:
         if quarantined:
             self.event(target, "RuntimeEnrollment", "Quarantined", conditions.QUARANTINE_MESSAGE, warning=True)
             return
@@ -96,9 +101,8 @@ class Enrollments:
         logs.audit(self.audit, "runtime_quarantine_ended", runtime=view.runtime_id, kyma=view.name)
         self.event(target, "RuntimeEnrollment", "QuarantineEnded", "renewed from the current CA")
 
-    def _events(self, obj: Mapping[str, Any], view: kyma.KymaView, was: Mapping[str, Any] | None,
+    def _events(self, target: Mapping[str, Any], view: kyma.KymaView, was: Mapping[str, Any] | None,
                 ready: Mapping[str, Any], failure: Failure | None, result: Result | None) -> None:
-        target = {"metadata": {"name": view.name, "namespace": self.s.kcp_namespace, "uid": ""}}
         if failure is not None:
             if was is None or was.get("reason") != failure.reason:
                 self.event(target, "RuntimeEnrollment", "Failed", f"{failure.reason}: {failure.message}", warning=True)

@@ -85,7 +85,8 @@ class Enroller:
         self.identity = socket.gethostname()
         self.events = events.Recorder(kcp, "tether-enroller", self.identity, now=now)
         self.installer = Installer(s, skrs, stats, audit, self.bundle, clock=clock, now=now)
-        self.enrollments = Enrollments(s, kcp, audit, self.events, now)
+        self.enrollments = Enrollments(s, kcp, audit, self.events, now,
+                                       version=render.image(self.bundle, s.image))
 
     # -- runs ----------------------------------------------------------------------------
 

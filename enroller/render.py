@@ -111,6 +111,23 @@ def load_bundle(text: str) -> list[dict[str, Any]]:
     return docs
 
 
+def image(bundle: Iterable[Mapping[str, Any]], override: str | None = None) -> str:
+    """The image the runtimes are given: ``override`` (``TETHER_ENROLLER_IMAGE``), else the
+    bundle's Tether image."""
+    if override:
+        return override
+    for o in bundle:
+        if o["kind"] == "Deployment":
+            for c in o["spec"]["template"]["spec"].get("containers") or []:
+                if _is_tether(c.get("image", "")):
+                    return str(c["image"])
+    return "unknown"
+
+
+def _is_tether(ref: str) -> bool:
+    return ref.rsplit(":", 1)[0].rsplit("/", 1)[-1] == "tether"
+
+
 def digest(objects: Iterable[Mapping[str, Any]], client_serial: str, serving_serial: str) -> str:
     """What identifies an installed state: the non-secret objects and the certificates'
     serials (never key material)."""
@@ -133,7 +150,7 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
             template["labels"] = {**(template.get("labels") or {}), apitypes.RUNTIME_ID_LABEL: i.runtime_id}
         if o["kind"] == "Deployment" and i.image:
             for c in o["spec"]["template"]["spec"].get("containers") or []:
-                if c.get("image", "").rsplit(":", 1)[0].rsplit("/", 1)[-1] == "tether":
+                if _is_tether(c.get("image", "")):
                     c["image"] = i.image
         if o["kind"] == "ValidatingWebhookConfiguration":
             for hook in o.get("webhooks") or []:

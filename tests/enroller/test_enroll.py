@@ -96,7 +96,16 @@ class Env:
         return next(c for c in e["status"]["conditions"] if c["type"] == kind)
 
     def events(self, name: str) -> list[str]:
+        """The reasons of the Events about ``name``; those about its RuntimeEnrollment must
+        carry its uid (kubectl describe lists only the Events whose involvedObject.uid is the
+        object's)."""
+        enrollment = self.enrollment(name)
+        uid = ((enrollment or {}).get("metadata") or {}).get("uid")
         evs = client.CoreV1Api(self.api).list_namespaced_event(self.ns).items
+        for e in evs:
+            o = e.involved_object
+            if o.name == name and o.kind == "RuntimeEnrollment" and enrollment is not None:
+                assert o.uid == uid, f"Event {e.reason}: involvedObject.uid {o.uid!r}, not {uid!r}"
         return [e.reason for e in evs if e.involved_object.name == name]
 
 
@@ -179,6 +188,8 @@ def test_a_kyma_cr_gets_its_runtime_enrolled_and_nothing_is_written_when_nothing
     ready = env.condition("alpha", "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "NoAvailableReplicas")  # no pods run here
     assert "Enrolled" in env.events("alpha")
+    # the Version column: the image the runtime is given (the bundle's, none set here)
+    assert env.enrollment("alpha")["status"]["version"] == "tether:0.1.0"  # type: ignore[index]
     assert "certificate_issued" in env.audit_text.getvalue() and "PRIVATE" not in env.audit_text.getvalue()
 
     before_w, before_r = writes(e), reads(e)
