@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from admin import server
 from admin import settings as settings_mod
-from tether import config, logs
+from tether import config, gateway, logs
 
 
 def main(argv: list[str]) -> int:
     s, _ = config.load(settings_mod.SPEC, argv, settings_mod.build)
     logs.configure(s.log_level, s.log_format)
+    gateway.identify("admin")
     server.Server(s).run()
     return 0

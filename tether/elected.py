@@ -115,6 +115,7 @@ def start(spec: config.Spec, argv: Sequence[str], build: Callable[[config.Values
             parser.add_argument("--once", action="store_true", help=once)
 
     s, args = config.load(spec, argv, build, options=options)
+    gateway.identify(spec.part)
     try:
         api = gateway.from_kubeconfig(s.kubeconfig)
     except gateway.KubeConfigError as e:

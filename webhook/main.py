@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 
-from tether import config, logs
+from tether import config, gateway, logs
 from webhook import settings as settings_mod
 
 
@@ -40,6 +40,7 @@ def prepare_metrics_dir(configured: str | None) -> str:
 def main(argv: list[str]) -> int:
     s, _ = config.load(settings_mod.SPEC, argv, settings_mod.build)
     logs.configure(s.log_level, s.log_format)
+    gateway.identify("webhook")
     prepare_metrics_dir(s.server.metrics_dir)
     from webhook import server  # imports prometheus_client: after the folder is set
 

@@ -140,3 +140,19 @@ def test_gone_when_a_continue_token_is_garbage(skr_kube: gateway.Kube, namespace
     # an expired token answers 410; a malformed one 400 (both never widen the listing)
     with pytest.raises((gateway.Gone, gateway.Rejected)):
         skr_kube.list(gateway.CONFIGMAPS, namespace, limit=1, continue_token="bm90LWEtdG9rZW4=")
+
+
+def test_each_part_writes_under_its_own_field_manager(
+        skr_api: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gateway.identify(part)``: the API server records ``tether-<part>`` as the manager of
+    every create and patch (not the client library's ``OpenAPI-Generator``)."""
+    from tether.gateway import kube  # the process-wide name, restored after the test
+
+    monkeypatch.setitem(kube._AGENT, "name", kube._AGENT["name"])
+    gateway.identify("tester")
+    k = gateway.Kube(skr_api, timeout=10)
+    k.create(gateway.CONFIGMAPS, namespace, {"metadata": {"name": "fm"}, "data": {"a": "1"}})
+    k.patch(gateway.CONFIGMAPS, namespace, "fm", {"data": {"b": "2"}})
+    managers = {(m["manager"], m["operation"])
+                for m in k.get(gateway.CONFIGMAPS, namespace, "fm")["metadata"]["managedFields"]}
+    assert managers == {("tether-tester", "Update")}

@@ -32,7 +32,7 @@ from tether.gateway.errors import (
     TooLarge,
     Unavailable,
 )
-from tether.gateway.kube import CONFIGMAPS, LEASES, NAMESPACES, SECRETS, Kube, Resource
+from tether.gateway.kube import CONFIGMAPS, LEASES, NAMESPACES, SECRETS, Kube, Resource, identify
 from tether.gateway.kubeconfig import Refused as KubeconfigRefused
 
 __all__ = [
@@ -40,5 +40,5 @@ __all__ = [
     "TooLarge", "from_runtime_kubeconfig",
     "CONFIGMAPS", "LEASES", "NAMESPACES", "SECRETS", "Conflict", "Forbidden", "GatewayError",
     "Gone", "Kube", "KubeConfigError", "NotFound", "Rejected", "Resource", "Unavailable",
-    "from_kubeconfig", "from_kubeconfig_bytes",
+    "from_kubeconfig", "from_kubeconfig_bytes", "identify",
 ]

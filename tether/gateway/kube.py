@@ -15,6 +15,7 @@ the gateway's errors (``tether.gateway.errors``), ``from`` the original.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import time
 import urllib.parse
@@ -39,6 +40,25 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply; JSON is YAML
 ERROR_BODY = 64 * 1024  # of an error answer, only the Status's message is used
+
+
+_AGENT = {"name": "tether"}
+
+
+def identify(part: str) -> None:
+    """Name this process's calls ``tether-<part>`` (its User-Agent, with the version). The
+    API server takes that name as the field manager of every create, update and patch, so
+    ``managedFields`` say which part wrote what (server-side apply names its own manager).
+    Called once by each part's entry point, before its gateways are built."""
+    try:
+        version = importlib.metadata.version("tether")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    _AGENT["name"] = f"tether-{part}/{version}"
+
+
+def user_agent() -> str:
+    return _AGENT["name"]
 
 
 class RuntimeTransport(NamedTuple):
@@ -80,14 +100,15 @@ class Kube:
         if runtime is not None:
             self._pool: urllib3.PoolManager = runtime.pool
             self._host = runtime.server
-            self._headers = {"User-Agent": "tether", "Accept-Encoding": "identity"}
+            self._headers = {"User-Agent": user_agent(), "Accept-Encoding": "identity"}
             if runtime.token:
                 self._headers["Authorization"] = f"Bearer {runtime.token}"
             self._retries = urllib3.Retry(total=1, redirect=False)
         elif api is not None:
             self._pool = api.rest_client.pool_manager
             self._host = str(api.configuration.host).rstrip("/")
-            self._headers = {k: str(v) for k, v in api.default_headers.items()}
+            self._headers = {**{k: str(v) for k, v in api.default_headers.items()},
+                             "User-Agent": user_agent()}  # not OpenAPI-Generator's
             # urllib3's default retries, as the typed client has them (a connection that the
             # server closed while pooled, e.g. after its restart, is retried), never a redirect
             self._retries = urllib3.Retry(total=3, redirect=False)
