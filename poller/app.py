@@ -12,8 +12,9 @@ from typing import Protocol
 
 from flask import Flask
 
+from poller import metrics, service
 from poller import settings as settings_mod
-from tether import ops
+from tether import leader, ops, sender
 
 Server = ops.Server
 
@@ -24,6 +25,31 @@ class Status(Protocol):
     def ready(self) -> tuple[bool, str]: ...
 
     def exposition(self) -> bytes: ...
+
+
+class Running:
+    """The running poller's ``Status``: its scheduler and elector threads, its client
+    certificate, its metrics."""
+
+    def __init__(self, svc: service.Service, elector: leader.LeaderElector,
+                 client: sender.ListenerClient, m: metrics.Metrics) -> None:
+        self.svc, self.elector, self.client, self.metrics = svc, elector, client, m
+
+    def healthy(self) -> tuple[bool, str]:
+        if not self.svc.running():
+            return False, "scheduler not running"
+        if not self.elector.alive():
+            return False, "leader election not running"
+        return True, ""
+
+    def ready(self) -> tuple[bool, str]:
+        ok, why = self.healthy()
+        if ok and not self.client.certs_loaded():
+            return False, "runtime client certificate cannot be loaded"
+        return ok, why
+
+    def exposition(self) -> bytes:
+        return self.metrics.exposition()
 
 
 def create_app(settings: settings_mod.Settings, status: Status) -> Flask:

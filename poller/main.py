@@ -14,31 +14,9 @@ import sys
 
 from poller import app, metrics, run, scan, service
 from poller import settings as settings_mod
-from tether import elected, leader, sender
+from tether import elected, sender
 
 log = logging.getLogger(__name__)
-
-
-class _Status:
-    def __init__(self, svc: service.Service, elector: leader.LeaderElector,
-                 client: sender.ListenerClient, m: metrics.Metrics) -> None:
-        self.svc, self.elector, self.client, self.metrics = svc, elector, client, m
-
-    def healthy(self) -> tuple[bool, str]:
-        if not self.svc.running():
-            return False, "scheduler not running"
-        if not self.elector.alive():
-            return False, "leader election not running"
-        return True, ""
-
-    def ready(self) -> tuple[bool, str]:
-        ok, why = self.healthy()
-        if ok and not self.client.certs_loaded():
-            return False, "runtime client certificate cannot be loaded"
-        return ok, why
-
-    def exposition(self) -> bytes:
-        return self.metrics.exposition()
 
 
 def main(argv: list[str]) -> int:
@@ -57,7 +35,7 @@ def main(argv: list[str]) -> int:
     return elected.run_elected(elected.ElectedPart(
         "poller", log, api, s.lease, svc.scheduler,
         elected.Leadership(svc.on_started, svc.on_stopped), s.bind,
-        app=lambda rt: app.create_app(s, _Status(svc, rt.elector, client, m)),
+        app=lambda rt: app.create_app(s, app.Running(svc, rt.elector, client, m)),
         bind_variable="TETHER_POLLER_BIND", stopping="signal %(signal)d: stopping",
         close=[svc.shutdown, client.close, api.close],
         announce=lambda: log.info("poller for runtime %s: lease %s/%s as %s, probes on %s",
