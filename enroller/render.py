@@ -55,10 +55,11 @@ RESOURCES: dict[tuple[str, str], gateway.Resource] = {(r.api_version, kind): r f
     ("ClusterRoleBinding", apitypes.CLUSTER_ROLE_BINDINGS),
     ("PodDisruptionBudget", apitypes.POD_DISRUPTION_BUDGETS),
     ("NetworkPolicy", apitypes.NETWORK_POLICIES),
+    ("PriorityClass", apitypes.PRIORITY_CLASSES),
     ("ValidatingWebhookConfiguration", apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS),
 )}
 # apply order: what others refer to first, the webhook registration last
-ORDER = ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+ORDER = ["Namespace", "PriorityClass", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
          "ConfigMap", "Secret", "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy",
          "ValidatingWebhookConfiguration"]
 

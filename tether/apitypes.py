@@ -89,6 +89,7 @@ CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrole
                                  namespaced=False)
 POD_DISRUPTION_BUDGETS = Resource("policy", "v1", "poddisruptionbudgets")
 NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies")
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 VALIDATING_WEBHOOK_CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1",
                                              "validatingwebhookconfigurations", namespaced=False)
 TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)

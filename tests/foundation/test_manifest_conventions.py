@@ -84,3 +84,11 @@ def test_tether_crds_are_in_the_tether_category_and_their_columns_print_values(
             for col in version.get("additionalPrinterColumns", ()):
                 if col["type"] == "date":
                     assert col["jsonPath"] in PAST_TIMES, (crd["metadata"]["name"], col)
+
+
+def test_the_runtime_webhook_runs_at_a_priority_of_its_own(objects: list[dict[str, Any]]) -> None:
+    by = {_key(d): d for d in objects}
+    webhook = by[("Deployment", "tether-webhook")]["spec"]["template"]["spec"]
+    priority = by[("PriorityClass", webhook["priorityClassName"])]
+    assert 0 < priority["value"] < 1_000_000_000  # below the system-critical classes
+    assert priority["globalDefault"] is False
