@@ -18,7 +18,7 @@ from gunicorn.app.base import BaseApplication
 
 from admin import app as app_mod
 from admin import settings as settings_mod
-from tether import httpconn, httpworker, logs, tlsreload
+from tether import gunicornlog, httpconn, httpworker, logs, tlsreload
 
 
 def gunicorn_options(s: settings_mod.Settings,
@@ -38,6 +38,7 @@ def gunicorn_options(s: settings_mod.Settings,
         "timeout": 60,
         "graceful_timeout": 10,
         "accesslog": None,
+        "logger_class": gunicornlog.Logger,  # its lines as JSON, with their real schemes
         "proc_name": "tether-admin",
         "control_socket_disable": True,
         "certfile": s.tls_cert_file,

@@ -19,7 +19,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from tether import httpconn, httpworker, logs, ops, tlsreload
+from tether import gunicornlog, httpconn, httpworker, logs, ops, tlsreload
 from webhook import app as app_mod
 from webhook import services as services_mod
 from webhook import settings as settings_mod
@@ -50,6 +50,7 @@ def gunicorn_options(s: settings_mod.Settings) -> dict[str, Any]:
         "keyfile": sv.key_file,
         "preload_app": False,
         "accesslog": None,
+        "logger_class": gunicornlog.Logger,  # its lines as JSON, with their real schemes
         "errorlog": "-",
         "loglevel": s.log_level.lower(),
         "proc_name": "tether-webhook",

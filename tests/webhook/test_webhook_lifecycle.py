@@ -75,6 +75,7 @@ def test_two_workers_reload_and_drain(skr: controlplane.ControlPlane, skr_api: c
         "TETHER_CERT_RELOAD_SECONDS": "0.2",
         "TETHER_WEBHOOK_COALESCE_SECONDS": "10",  # keys wait in the queue until the drain takes them
         "TETHER_WEBHOOK_READBACK_SECONDS": "15",
+        "TETHER_LOG_FORMAT": "json",  # as deployed: every line, gunicorn's included, is JSON
     }).start()
     try:
         cms = [core.create_namespaced_config_map(namespace, client.V1ConfigMap(
@@ -130,3 +131,10 @@ def test_two_workers_reload_and_drain(skr: controlplane.ControlPlane, skr_api: c
     for i, cm in enumerate(cms):
         assert by_name[f"drain-{i}"]["resourceVersion"] == cm.metadata.resource_version
         assert by_name[f"drain-{i}"]["data"] == {"k": f"v{i}"}
+    # gunicorn's own lines (booting, listening, the replaced worker) are JSON lines with the
+    # keys of every other line, the address with its real scheme
+    lines = [json.loads(ln) for ln in proc.log_path.read_text().splitlines() if ln.strip()]
+    assert all({"time", "level", "logger", "message"} <= set(d) for d in lines)
+    gunicorn = [d["message"] for d in lines if d["logger"].startswith("gunicorn")]
+    assert f"Listening at: https://127.0.0.1:{proc.port}" in " ".join(gunicorn)
+    assert sum("Booting worker" in m for m in gunicorn) == 3  # two, and the replacement
