@@ -37,9 +37,13 @@ def duration(seconds: float) -> str:
 
 
 def seconds(v: float | None) -> str:
+    """A measured time (a lag, a listing): ms below a second, tenths below a minute, then
+    as ``duration`` (28h, not 101279.3s)."""
     if v is None:
         return "—"
-    return f"{v * 1000:.0f}ms" if v < 1 else f"{v:.1f}s"
+    if v < 1:
+        return f"{v * 1000:.0f}ms"
+    return f"{v:.1f}s" if v < 60 else duration(v)
 
 
 def share(v: float | None) -> str:

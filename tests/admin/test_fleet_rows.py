@@ -148,6 +148,9 @@ def test_formatting() -> None:
     assert views.ago(NOW - datetime.timedelta(seconds=90), NOW) == "90s ago"
     assert views.ago(None, NOW) == "never" and views.until(NOW - datetime.timedelta(days=3), NOW) == "expired 3d ago"
     assert views.seconds(0.0421) == "42ms" and views.seconds(2.5) == "2.5s" and views.seconds(None) == "—"
+    # long lags are human durations, not raw seconds
+    assert views.seconds(101279.3) == "28h" and views.seconds(600.0) == "10m"
+    assert views.seconds(59.94) == "59.9s" and views.seconds(3 * 86_400.0) == "3d"
     assert views.size(3 << 20) == "3.0 MiB" and views.share(0.256) == "26%"
 
 
