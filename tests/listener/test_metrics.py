@@ -17,11 +17,11 @@ def test_metrics_after_traffic(listener: ListenerProcess, runtime: Callable[...,
     rt = runtime()
     s = rt.session()
     route = "/v1/runtimes/<runtime_id>/changes"
-    before = listener.edge.metrics()
+    before = listener.metrics()
     r = s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes", json=rt.record("m", 3), timeout=10)
     assert r.status_code == 200
     assert s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", timeout=10).status_code == 200
-    after = listener.edge.metrics()
+    after = listener.metrics()
     name = "tether_listener_requests_total"
     assert metric_value(after, name, route=route, method="POST", code="200") == \
         metric_value(before, name, route=route, method="POST", code="200") + 1

@@ -64,4 +64,4 @@ def test_kcp_down_gives_503_then_writes_succeed(
     r = fresh.session().post(f"{listener.url}/v1/runtimes/{fresh.id}/changes",
                              json=fresh.record("b", 1), timeout=30)
     assert r.status_code == 200 and r.json()["results"][0]["outcome"] == "persisted"
-    assert "tether_listener_kcp_unavailable_total" in listener.edge.metrics()
+    assert "tether_listener_kcp_unavailable_total" in listener.metrics()

@@ -156,7 +156,7 @@ def test_updates_after_foreign_writes_and_deletion(
     rt = runtime()
     env = rt.env
     objects = client.CustomObjectsApi(env.api)
-    before = metric_value(listener.edge.metrics(), "tether_listener_write_conflicts_total",
+    before = metric_value(listener.metrics(), "tether_listener_write_conflicts_total",
                           path="cached")
     assert outcomes(post(listener, rt, rt.record("w", 10))) == ["persisted"]
     name = records.object_name(records.Key(rt.id, "team-a", "w"))
@@ -181,6 +181,6 @@ def test_updates_after_foreign_writes_and_deletion(
     # the same record again is a duplicate, decided by reading the stored object
     assert outcomes(post(listener, rt, rt.record("w", 12))) == ["duplicate"]
     # both foreign changes were noticed by the write without a read (409, then 404)
-    after = metric_value(listener.edge.metrics(), "tether_listener_write_conflicts_total",
+    after = metric_value(listener.metrics(), "tether_listener_write_conflicts_total",
                          path="cached")
     assert after == before + 2

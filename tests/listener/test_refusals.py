@@ -51,7 +51,7 @@ def refusals_for(listener: ListenerProcess, runtime_id: str) -> list[str]:
 
 
 def auth_refusals(listener: ListenerProcess, reason: str) -> float:
-    return metric_value(listener.edge.metrics(), "tether_listener_auth_refusals_total", reason=reason)
+    return metric_value(listener.metrics(), "tether_listener_auth_refusals_total", reason=reason)
 
 
 def test_no_certificate_is_401(listener: ListenerProcess, runtime: Callable[..., Runtime]) -> None:
@@ -77,13 +77,13 @@ def test_invalid_chain_fails_the_handshake(
         files, reason = rt.issue(rt.env.foreign_ca), "unknown_ca"
     else:
         files, reason = rt.issue(**expired()), "certificate_expired"
-    before = metric_value(listener.edge.metrics(), "tether_listener_tls_handshake_refusals_total",
+    before = metric_value(listener.metrics(), "tether_listener_tls_handshake_refusals_total",
                           reason=reason)
     s = rt.session(cert=files)
     with pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
         s.post(changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10)
     assert rt.env.stored(rt.id) == []
-    after = metric_value(listener.edge.metrics(), "tether_listener_tls_handshake_refusals_total",
+    after = metric_value(listener.metrics(), "tether_listener_tls_handshake_refusals_total",
                          reason=reason)
     assert after == before + 1
     assert any(e.get("reason") == "tls_" + reason for e in listener.audit())
@@ -225,12 +225,12 @@ def test_refusals_are_counted_by_reason(
     listener: ListenerProcess, runtime: Callable[..., Runtime]
 ) -> None:
     rt = runtime()
-    before = listener.edge.metrics()
+    before = listener.metrics()
     rt.session(cert=rt.issue(dns=["elsewhere.example.com"])).post(
         changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10)
     rt.session().post(changes_url(listener, rt.id), data=b"{", timeout=10,
                       headers={"Content-Type": "application/json"})
-    after = listener.edge.metrics()
+    after = listener.metrics()
     for name, labels in (("tether_listener_auth_refusals_total", {"reason": "san_mismatch"}),
                          ("tether_listener_validation_failures_total", {"reason": "invalid_json"})):
         assert metric_value(after, name, **labels) == metric_value(before, name, **labels) + 1

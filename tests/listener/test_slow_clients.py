@@ -57,7 +57,7 @@ def wait_metric(listener: ListenerProcess, name: str, at_least: float, **labels:
     deadline = time.monotonic() + 20
     value = 0.0
     while time.monotonic() < deadline:
-        value = metric_value(listener.edge.metrics(), name, **labels)
+        value = metric_value(listener.metrics(), name, **labels)
         if value >= at_least:
             return value
         time.sleep(0.2)
