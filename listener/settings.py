@@ -18,7 +18,7 @@ from tether import config, numbers
 P = "TETHER_LISTENER_"
 MIB = 1024 * 1024
 # Python objects of a parsed JSON body take at most ~15x its size once objects, arrays and
-# keys per object are capped while parsing (listener.validation.parse_json; shapes measured
+# keys per object are capped while parsing (listener.edge.validation.parse_json; shapes measured
 # in docs/performance.md); the parse budget is reserved at this rate
 PARSE_AMPLIFICATION = 16
 setting = config.setting
@@ -63,8 +63,8 @@ LOG_FORMAT = config.log_format(P + "LOG_FORMAT", fallback="TETHER_LOG_FORMAT")
 
 @dataclasses.dataclass(frozen=True)
 class Storage:
-    """What one runtime may keep in the KCP and for how long (``listener.quota``,
-    ``listener.retention``); the listener and its janitor read the same variables."""
+    """What one runtime may keep in the KCP and for how long (``listener.storage.quota``,
+    ``listener.storage.rules``); the listener and its janitor read the same variables."""
 
     quota_records: int = setting(config.integer(
         P + "QUOTA_RECORDS", 20_000, "records (tombstones included) one runtime may keep in the "

@@ -13,7 +13,7 @@ batch), refuses the runtime, when the apiserver cannot be listed, and when ``kee
 turns false (the Lease was lost). A 410 Gone restarts the run from the digest (records
 already sent are in it by then, so they are not sent again), at most ``max_restarts``.
 
-Epochs (``listener.epochs``): the first state page reports the runtime's identity and
+Epochs (``listener.fleet.epochs``): the first state page reports the runtime's identity and
 answers the current epoch, which every record of the run carries. When the listing's first
 page comes below the highest resourceVersion of the digest's records of that epoch
 (``tether.changes.went_back``: the runtime's history went back), the run restarts once before
@@ -152,7 +152,7 @@ class Runner:
 
     def _once(self, state: _RunState, full: bool, keep_going: Callable[[], bool],
               report: listenerapi.EpochReport) -> None:
-        # a claim of a new epoch goes with the full listing's first page (listener.epochs)
+        # a claim of a new epoch goes with the full listing's first page (listener.fleet.epochs)
         if (not full and report.epoch is None and self.settings.buckets
                 and self._by_buckets(state, keep_going, report.identity)):
             return

@@ -16,7 +16,7 @@ from tether import changes
 
 
 class EpochReport(NamedTuple):
-    """What the poller reports with the first page of a state listing (``listener.epochs``):
+    """What the poller reports with the first page of a state listing (``listener.fleet.epochs``):
     its cluster's identity, and, when it found its history went back, the epoch whose
     digest it read and the collection resourceVersion it listed at afterwards."""
 
@@ -61,7 +61,7 @@ def state_path(runtime_id: str, limit: int, token: str,
 
 
 def summary_path(runtime_id: str, identity: str = "") -> str:
-    """The state summary's path; the runtime's identity goes with it (``listener.epochs``:
+    """The state summary's path; the runtime's identity goes with it (``listener.fleet.epochs``:
     a rebuilt cluster starts a new epoch before its hashes are compared)."""
     path = f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state/summary"
     return path + "?" + urllib.parse.urlencode({"identity": identity}) if identity else path

@@ -25,7 +25,7 @@ from gunicorn.app.base import BaseApplication
 
 from listener import settings
 from listener.edge import app, worker
-from tether import httpconn, httpworker, tlsreload
+from tether import gunicornlog, httpconn, httpworker, tlsreload
 
 # one XFCC header (32 KiB) fits; 1,000 connections' heads stay within 64 MiB
 _FIELD_SIZE, _HEAD_FIELDS, _MAX_HEAD = 32768, 32, 64 * 1024
@@ -77,6 +77,7 @@ def gunicorn_options(s: settings.Settings,
         "limit_request_field_size": _FIELD_SIZE,  # room for an X-Forwarded-Client-Cert header
         "limit_request_fields": _HEAD_FIELDS,
         "accesslog": None,
+        "logger_class": gunicornlog.Logger,  # its lines as JSON, with their real schemes
         "proc_name": "tether-listener",
         "control_socket_disable": True,  # one gunicorn per pod; no shared $HOME socket
     }

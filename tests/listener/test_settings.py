@@ -93,7 +93,7 @@ def test_tls_reasons() -> None:
 
 def test_openapi_file_is_generated_from_the_shared_schemas() -> None:
     assert openapi.OPENAPI_FILE.read_text() == openapi.render(), (
-        "listener/openapi.json is stale: .venv/bin/python -m listener.openapi > listener/openapi.json")
+        "listener/openapi.json is stale: .venv/bin/python -m listener.edge.openapi > listener/openapi.json")
     doc = json.loads(openapi.render())
     comp = doc["components"]["schemas"]
     record_src = changes.load_schema(openapi.RECORD_FILE)
@@ -122,5 +122,5 @@ def test_api_reference_is_generated_from_the_openapi_document() -> None:
 
     path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "api.md"
     assert path.read_text() == apidoc.render(), (
-        "docs/api.md is stale: .venv/bin/python -m listener.apidoc > docs/api.md")
+        "docs/api.md is stale: .venv/bin/python -m listener.edge.apidoc > docs/api.md")
     assert "`POST /v1/runtimes/{runtimeId}/changes`" in path.read_text()
