@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from listener.edge import metrics as listener_metrics
-from listener.fleet import heartbeat
+from listener.fleet import flushing, heartbeat
 from listener.storage import quota, records
 from tether import apitypes, delivery, gateway, logs
 
@@ -184,13 +184,7 @@ class Deliveries:
         """A daemon thread of the worker calling ``flush_due`` every flush interval (at
         least every second): a runtime's requests spread over workers and replicas, and the
         one that holds its counts may not see it again for minutes."""
-        def loop() -> None:
-            while True:
-                time.sleep(max(1.0, self._interval))
-                self.flush_due()
-        t = threading.Thread(target=loop, name="delivery-flush", daemon=True)
-        t.start()
-        return t
+        return flushing.every(self._interval, self.flush_due, "delivery-flush")
 
     def flush_all(self, budget: float) -> int:
         """Flush every runtime with counts, due or not, within ``budget`` seconds (worker

@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from listener.fleet import summaryobject
+from listener.fleet import flushing, summaryobject
 from listener.fleet.summaryobject import Bucket as Bucket
 from listener.fleet.summaryobject import Hooks as Hooks
 from listener.fleet.summaryobject import name_of as name_of
@@ -194,13 +194,7 @@ class Summaries(summaryobject.SummaryObjects):
         """A daemon thread of the worker calling ``flush_due`` every interval (at least
         every second): a runtime's next request may go to another worker or replica, and
         the summary (the poller's comparison, the quota's count) must not wait for it."""
-        def loop() -> None:
-            while True:
-                time.sleep(max(1.0, self._interval))
-                self.flush_due()
-        t = threading.Thread(target=loop, name="summary-flush", daemon=True)
-        t.start()
-        return t
+        return flushing.every(self._interval, self.flush_due, "summary-flush")
 
     def flush_all(self, budget: float) -> int:
         deadline = self._clock() + budget

@@ -135,23 +135,23 @@ class Kcp:
                 out.add(rid)
         return out
 
-    def delete_delivery(self, runtime_id: str) -> bool:
-        """Delete the runtime's ``RuntimeDelivery``; False when there is none."""
+    def _delete(self, res: gateway.Resource, namespace: str, name: str) -> bool:
+        """Delete one object; False when there is none."""
         try:
-            self._kcp.delete(apitypes.RUNTIME_DELIVERIES, self.namespace,
-                             heartbeat.lease_name(runtime_id), timeout=self._timeout)
+            self._kcp.delete(res, namespace, name, timeout=self._timeout)
         except gateway.NotFound:
             return False
         return True
 
+    def delete_delivery(self, runtime_id: str) -> bool:
+        """Delete the runtime's ``RuntimeDelivery``; False when there is none."""
+        return self._delete(apitypes.RUNTIME_DELIVERIES, self.namespace,
+                            heartbeat.lease_name(runtime_id))
+
     def delete_summary(self, runtime_id: str) -> bool:
         """Delete the runtime's ``RuntimeStateSummary``; False when there is none."""
-        try:
-            self._kcp.delete(apitypes.RUNTIME_STATE_SUMMARIES, self.namespace,
-                             statesummary.name_of(runtime_id), timeout=self._timeout)
-        except gateway.NotFound:
-            return False
-        return True
+        return self._delete(apitypes.RUNTIME_STATE_SUMMARIES, self.namespace,
+                            statesummary.name_of(runtime_id))
 
     def has_records(self, runtime_id: str) -> bool:
         doc = self._kcp.list(apitypes.RUNTIME_CONFIGMAPS, self.namespace, limit=1, metadata_only=True,
@@ -187,12 +187,9 @@ class Kcp:
                         strategic=True, timeout=self._timeout)
 
     def delete_lease(self, runtime_id: str) -> bool:
-        try:
-            self._kcp.delete(gateway.LEASES, self.heartbeat_namespace,
-                             heartbeat.lease_name(runtime_id), timeout=self._timeout)
-        except gateway.NotFound:
-            return False
-        return True
+        """Delete the runtime's heartbeat Lease; False when there is none."""
+        return self._delete(gateway.LEASES, self.heartbeat_namespace,
+                            heartbeat.lease_name(runtime_id))
 
 
 def _now() -> datetime.datetime:
