@@ -23,7 +23,8 @@ JSON.
 
 The operations surface (``tether.ops``: ``/readyz``: serving certificate loaded and a fleet
 snapshot younger than three refresh intervals; ``/metrics``: request and sign-in counters
-and the fleet gauges of ``admin.metrics``) is on the operations port only; ``/healthz`` on
+and the fleet gauges of ``admin.metrics``, prometheus-flask-exporter's ``tether_admin_http_*``
+by route) is on the operations port only; ``/healthz`` on
 both.
 """
 
@@ -58,6 +59,7 @@ def create_app(settings: settings_mod.Settings | None = None, *,
     app.config["MAX_CONTENT_LENGTH"] = MAX_FORM
     app.jinja_env.autoescape = True
     app.extensions[services_mod.KEY] = svc
+    ops.request_metrics(app, "admin", svc.metrics.registry)  # tether_admin_http_*, by route
     ops.init_app(app, _probes(svc, serving),
                  ops.Exposition(svc.metrics.registry, [svc.metrics]).render)
     app.before_request(_ports)

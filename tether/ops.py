@@ -18,6 +18,17 @@ rendering the exposition, usually ``Exposition(registry, extra).render``):
   goes to the log).
 * Request log: one line per request on the ``tether.requests`` logger: DEBUG, WARNING for
   answers >= 500.
+* Request metrics (``request_metrics``, the parts that serve more than the probes: webhook,
+  listener, admin): prometheus-flask-exporter's hooks, named in the project's convention
+  (``tether_<part>_http_request_duration_seconds{method,route,status}``,
+  ``tether_<part>_http_request_total{method,status}``,
+  ``tether_<part>_http_request_exceptions_total{method,status}``,
+  ``tether_<part>_exporter_info{version}``), in the part's registry, so they appear in the one
+  ``/metrics`` above (the exporter serves no endpoint of its own: ``path=None``). ``route`` is
+  the URL rule (``/v1/runtimes/<runtime_id>/changes``), ``unmatched`` for a request no rule
+  matched (404, 405): never the path, which is tenant input. A request no rule matched with a
+  method outside the standard ones is not counted by the exporter (the method would be a
+  label value chosen by the caller).
 
 The poller, compass and the janitor serve the same app in a thread of their own process
 (``Server``: werkzeug, threaded): they are single leader-elected processes whose schedulers
@@ -40,6 +51,7 @@ import werkzeug.serving
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client import multiprocess as prom_multiprocess
 from prometheus_client.registry import Collector
+from prometheus_flask_exporter import PrometheusMetrics
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger("tether.requests")
@@ -47,6 +59,9 @@ JSON = "application/json"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 READY_CACHE_SECONDS = 2.0
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+UNMATCHED = "unmatched"  # the route label of a request no URL rule matched
+STANDARD_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 Check = Callable[[], str | None]
 """A probe check: None when fine, else the problem in a few words (no secrets)."""
@@ -198,6 +213,32 @@ def init_app(app: flask.Flask, probes: Probes, metrics: Callable[[], bytes]) -> 
 
     app.after_request(_log_request)
     return app
+
+
+def route(req: flask.Request) -> str:
+    """The ``route`` label: the URL rule that matched, never the path (tenant input)."""
+    return str(req.url_rule) if req.url_rule is not None else UNMATCHED
+
+
+def request_metrics(app: flask.Flask, part: str, registry: CollectorRegistry | None, *,
+                    buckets: Sequence[float] = REQUEST_BUCKETS) -> PrometheusMetrics:
+    """prometheus-flask-exporter's request metrics for ``app``, named ``tether_<part>_http_*``
+    and registered in ``registry`` (None, in multiprocess mode: a throwaway registry; the
+    values go to the workers' files either way, which ``Exposition`` aggregates). Bind it
+    before the part's own hooks, so that its timer starts first and the method guard below
+    runs even when a later hook answers early."""
+
+    @app.before_request
+    def _bounded_method() -> None:
+        # an unmatched request's method is whatever the caller sent: not a label value
+        if flask.request.url_rule is None and flask.request.method not in STANDARD_METHODS:
+            flask.request.prom_do_not_track = True  # type: ignore[attr-defined]
+
+    # PrometheusMetrics, not the exporter's multiprocess classes: those add a metrics server of
+    # their own (and a registry reading the files) where ops.Exposition already serves them
+    return PrometheusMetrics(app, path=None, registry=registry or CollectorRegistry(),
+                             defaults_prefix=f"tether_{part}", group_by=route,
+                             buckets=tuple(buckets))
 
 
 def json_errors(app: flask.Flask) -> None:

@@ -1,6 +1,7 @@
 """The webhook's Flask application factory: ``POST /validate`` (``webhook.validate``) and
 the operations surface (``tether.ops``: ``/healthz``, ``/readyz``, ``/metrics``, JSON errors,
-request log) on the same TLS port.
+request log, the request metrics ``tether_webhook_http_*`` of prometheus-flask-exporter) on
+the same TLS port.
 
     create_app(settings, svc)        # webhook.server, per gunicorn worker; tests
 """
@@ -42,7 +43,8 @@ def create_app(settings: settings_mod.Settings | None = None,
     probes = (ops.Probes()
               .ready("serving-certificate", lambda: _serving_problem(svc))
               .ready("forwarder", lambda: _forwarder_problem(svc)))
-    # the handler has its own latency histogram: no per-request metric hooks on /validate
+    # per route (tether_webhook_http_*); /validate keeps its handler histogram beside them
+    ops.request_metrics(app, "webhook", svc.registry)
     ops.init_app(app, probes, ops.Exposition(svc.registry).render)
     app.register_blueprint(validate.bp)
     return app

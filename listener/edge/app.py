@@ -12,11 +12,13 @@ only; ``/healthz`` on both.
 Every error answer is JSON; an unexpected exception is logged and answered 500 without
 details (no client input is meant to reach that).
 
-The request metrics (``tether_listener_requests_total{route,method,code}``,
-``tether_listener_request_seconds{route}``) are counted here, not by
-prometheus-flask-exporter: its multiprocess ``/metrics`` builds a registry of the value
-files only, which would drop the scrape-time collector of silent runtimes, and its default
-counter has no route label (alerts and dashboards select by route).
+Request metrics: prometheus-flask-exporter's (``tether_listener_http_request_duration_seconds
+{method,route,status}`` and the rest, ``tether.ops.request_metrics``), in the listener's
+registry and served by ``tether.ops``'s ``/metrics`` on the operations port (the exporter's
+own multiprocess ``/metrics`` would build a registry of the value files only and drop the
+scrape-time collector of silent runtimes, so it serves none); and, counted here because
+the alerts and dashboards select them, ``tether_listener_requests_total{route,method,code}``
+and ``tether_listener_request_seconds{route}``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, g, request
 
 from listener import settings as settings_mod
-from listener.edge import api, openapi, responses, services, stateapi
+from listener.edge import api, metrics, openapi, responses, services, stateapi
 from tether import gateway, httpworker, ops, tlsreload
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ def create_app(
     app.extensions[services.KEY] = svc
     app.extensions[OPENAPI_KEY] = openapi.OPENAPI_FILE.read_bytes()
     svc.cas.get()  # a CA bundle that cannot be loaded stops the worker here (LoadError)
+    ops.request_metrics(app, "listener", svc.metrics.registry, buckets=metrics.LATENCY_BUCKETS)
     app.register_blueprint(api.bp)
     app.register_blueprint(stateapi.bp)
     # /healthz on both ports; /readyz and /metrics only on the operations port (ops_bind),

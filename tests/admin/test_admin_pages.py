@@ -200,6 +200,20 @@ def test_hostile_input_is_bounded_before_the_kcp_is_asked(
     assert after == before  # the long tokens never reached the KCP; the operator's was cached
 
 
+def test_request_metrics_by_route(ready: adminenv.AdminProcess, tokens: dict[str, str]) -> None:
+    """prometheus-flask-exporter's request metrics (issue 28, item 8) in the admin's own
+    /metrics, by URL rule: the runtime ID of a page's path and unknown paths are no labels."""
+    name = "tether_admin_http_request_duration_seconds_count"
+    route = "/runtimes/<runtime_id>"
+    before = metric_value(ready.metrics(), name, method="GET", route=route, status="200")
+    assert ready.get("/runtimes/rt-healthy", tokens["operator"]).status_code == 200
+    assert ready.get("/no-such-page-xyz", tokens["operator"]).status_code == 404
+    text = ready.metrics()
+    assert metric_value(text, name, method="GET", route=route, status="200") == before + 1
+    assert metric_value(text, name, method="GET", route="unmatched", status="404") >= 1
+    assert "no-such-page-xyz" not in text and 'route="/runtimes/rt-healthy"' not in text
+
+
 def test_tokens_never_reach_the_logs_and_sign_ins_are_audited(
         ready: adminenv.AdminProcess, tokens: dict[str, str]) -> None:
     s = requests.post(ready.url + "/login", data={"token": tokens["fleet-only"]}, timeout=10,

@@ -34,6 +34,33 @@ def test_metrics_after_traffic(listener: ListenerProcess, runtime: Callable[...,
     assert rt.id not in after
 
 
+def test_request_metrics_of_the_exporter_by_route(listener: ListenerProcess,
+                                                 runtime: Callable[..., Runtime]) -> None:
+    """prometheus-flask-exporter's request metrics (issue 28, item 8) appear in the
+    listener's own /metrics on the operations port, labelled by URL rule: neither the runtime
+    ID of the path nor an unknown path becomes a label value."""
+    rt = runtime()
+    s = rt.session()
+    route = "/v1/runtimes/<runtime_id>/changes"
+    name = "tether_listener_http_request_duration_seconds_count"
+    before = listener.metrics()
+    assert s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes", json=rt.record("x", 1),
+                  timeout=10).status_code == 200
+    for path in ("/no-such-path-1", f"/v1/runtimes/{rt.id}/nothing-here"):
+        assert s.get(f"{listener.url}{path}", timeout=10).status_code == 404
+    after = listener.metrics()
+    assert metric_value(after, name, method="POST", route=route, status="200") == \
+        metric_value(before, name, method="POST", route=route, status="200") + 1
+    assert metric_value(after, name, method="GET", route="unmatched", status="404") >= \
+        metric_value(before, name, method="GET", route="unmatched", status="404") + 2
+    assert "no-such-path" not in after and "nothing-here" not in after and rt.id not in after
+    assert after.count("# TYPE tether_listener_http_request_duration_seconds histogram") == 1
+    # the exporter serves no /metrics of its own on the data port
+    r = requests.get(f"{listener.url}/metrics", verify=str(listener.env.server_ca_file),
+                     timeout=10)
+    assert r.status_code == 404
+
+
 def test_health_readiness_and_openapi(listener: ListenerProcess) -> None:
     ca = str(listener.env.server_ca_file)
     assert requests.get(f"{listener.url}/healthz", verify=ca, timeout=10).json() == {"status": "ok"}
@@ -68,5 +95,8 @@ def test_two_workers_share_metrics_in_multiprocess_mode(
         assert metric_value(text, "tether_listener_requests_total",
                             route="/v1/runtimes/<runtime_id>/changes", method="POST",
                             code="200") == 6
+        assert metric_value(text, "tether_listener_http_request_duration_seconds_count",
+                            route="/v1/runtimes/<runtime_id>/changes", method="POST",
+                            status="200") == 6
     finally:
         p.stop()

@@ -180,3 +180,23 @@ def test_main_refuses_certificates_that_do_not_load(tmp_path: pathlib.Path, caps
     monkeypatch.setenv("TETHER_KUBECONFIG", str(tmp_path / "ca"))  # not a kubeconfig
     assert _exit_code([]) == 2
     assert "TETHER_KUBECONFIG: " in capsys.readouterr().err
+
+
+def test_request_metrics_by_route_in_the_one_exposition() -> None:
+    """prometheus-flask-exporter's request metrics (issue 28, item 8): labelled by URL rule,
+    served by the part's own /metrics (the exporter registers no endpoint of its own); an
+    unknown path or a made-up method never becomes a label value."""
+    c, _ = _app()
+    assert _post(c, review()).status_code == 200
+    for path in ("/nope-1", "/nope-2", "/tenant/secret-name"):
+        assert c.get(path).status_code == 404
+    assert c.open("/nope-3", method="BREW").status_code in (404, 405)
+    text = c.get("/metrics").get_data(as_text=True)
+    assert ('tether_webhook_http_request_duration_seconds_count'
+            '{method="POST",route="/validate",status="200"} 1.0') in text
+    assert ('tether_webhook_http_request_duration_seconds_count'
+            '{method="GET",route="unmatched",status="404"} 3.0') in text
+    assert 'tether_webhook_http_request_total{method="POST",status="200"} 1.0' in text
+    assert "nope" not in text and "secret-name" not in text and "BREW" not in text
+    assert "tether_webhook_exporter_info" in text
+    assert text.count("# TYPE tether_webhook_http_request_duration_seconds histogram") == 1
