@@ -192,7 +192,7 @@ class Installer:
             serving_cert=serving.cert, serving_key=serving.key, serving_serial=serving.serial,
             serving_not_after=changes.format_time(serving.not_after) if serving.not_after else "",
             serving_renew_at=changes.format_time(serving.renew_at) if serving.renew_at else "",
-            ca_bundle=ca.bundle, image=self.s.image)
+            ca_bundle=ca.bundle, image=self.s.image, image_pull_secret=self.s.image_pull_secret)
 
     def _apply_all(self, skr: gateway.Kube, view: kyma.KymaView, mem: Memory, objs: list[dict[str, Any]],
                    cause: str, serving_ca: str, client_ca: str) -> None:
@@ -258,7 +258,8 @@ class Installer:
         first); None when done, else why not."""
         try:
             skr = self.skrs.get(name)
-            for o in reversed(render.render(self.bundle, _placeholder(runtime_id))):
+            inputs = dataclasses.replace(_placeholder(runtime_id), image_pull_secret=self.s.image_pull_secret)
+            for o in reversed(render.render(self.bundle, inputs)):
                 res = render.resource(o)
                 self.stats.requests.labels("write").inc()
                 try:

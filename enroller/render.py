@@ -6,6 +6,9 @@ what belongs to that runtime filled in:
 * the ``tether-webhook-serving`` Secret: the webhook's serving certificate;
 * the webhook configuration's ``caBundle`` (the watcher CA, old and new during a rollover);
 * the image of every Tether container (``TETHER_ENROLLER_IMAGE``), for rollouts;
+* with ``TETHER_ENROLLER_IMAGE_PULL_SECRET_FILE``: the ``tether-image-pull`` Secret (type
+  ``kubernetes.io/dockerconfigjson``, the file's content) and ``imagePullSecrets`` naming it
+  in every Deployment's pod spec, so a private registry's image can be pulled;
 * ``app.kubernetes.io/managed-by: tether-enroller`` on every object, and on the webhook
   configuration and the client Secret the bundle's digest and the certificates' serials,
   which let one read tell the enroller that nothing changed.
@@ -32,6 +35,7 @@ BUNDLE_FILE = pathlib.Path(__file__).with_name("skr-bundle.yaml")
 NAMESPACE = "tether-system"
 CLIENT_SECRET = "tether-runtime-client"
 SERVING_SECRET = "tether-webhook-serving"
+PULL_SECRET = "tether-image-pull"
 WEBHOOK_CONFIG = "tether-configmaps"
 WEBHOOK_SERVICE_NAMES = ("tether-webhook.tether-system.svc", "tether-webhook.tether-system")
 MANAGER = "tether-enroller"
@@ -83,6 +87,7 @@ class Inputs:
     ca_bundle: bytes
     serving_renew_at: str = ""
     image: str | None = None
+    image_pull_secret: bytes | None = None  # a .dockerconfigjson; None: no imagePullSecrets
 
 
 def resource(obj: Mapping[str, Any]) -> gateway.Resource:
@@ -129,14 +134,18 @@ def _is_tether(ref: str) -> bool:
     return ref.rsplit(":", 1)[0].rsplit("/", 1)[-1] == "tether"
 
 
-def digest(objects: Iterable[Mapping[str, Any]], client_serial: str, serving_serial: str) -> str:
-    """What identifies an installed state: the non-secret objects and the certificates'
-    serials (never key material)."""
+def digest(objects: Iterable[Mapping[str, Any]], client_serial: str, serving_serial: str,
+           pull_secret: bytes | None = None) -> str:
+    """What identifies an installed state: the non-secret objects, the certificates' serials
+    (never key material) and the image pull credentials (hashed into the digest only, so a
+    changed credential is applied)."""
     h = hashlib.sha256()
     for o in objects:
         if o["kind"] != "Secret":
             h.update(json.dumps(o, sort_keys=True).encode())
     h.update(f"{client_serial}/{serving_serial}".encode())
+    if pull_secret is not None:
+        h.update(hashlib.sha256(pull_secret).digest())
     return h.hexdigest()[:32]
 
 
@@ -153,10 +162,14 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
             for c in o["spec"]["template"]["spec"].get("containers") or []:
                 if _is_tether(c.get("image", "")):
                     c["image"] = i.image
+        if o["kind"] == "Deployment" and i.image_pull_secret is not None:
+            pod = o["spec"]["template"]["spec"]
+            refs = [r for r in pod.get("imagePullSecrets") or [] if r.get("name") != PULL_SECRET]
+            pod["imagePullSecrets"] = [*refs, {"name": PULL_SECRET}]
         if o["kind"] == "ValidatingWebhookConfiguration":
             for hook in o.get("webhooks") or []:
                 hook.setdefault("clientConfig", {})["caBundle"] = base64.b64encode(i.ca_bundle).decode()
-    d = digest(objs, i.client_serial, i.serving_serial)
+    d = digest(objs, i.client_serial, i.serving_serial, i.image_pull_secret)
     notes = {DIGEST: d, CLIENT_SERIAL: i.client_serial, SERVING_SERIAL: i.serving_serial,
              SERVING_NOT_AFTER: i.serving_not_after, SERVING_RENEW_AT: i.serving_renew_at}
     for o in objs:
@@ -178,6 +191,11 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
                  # ca.crt: the watcher CA, so a scraper can verify the webhook's metrics port
                  "data": {"tls.crt": b64(i.serving_cert), "tls.key": b64(i.serving_key),
                           "ca.crt": b64(i.ca_bundle)}})
+    if i.image_pull_secret is not None:
+        objs.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                     "metadata": {"name": PULL_SECRET, "namespace": NAMESPACE,
+                                  "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
+                     "data": {".dockerconfigjson": b64(i.image_pull_secret)}})
     return sorted(objs, key=lambda o: ORDER.index(o["kind"]))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import math
 import pathlib
 from typing import Any
@@ -68,6 +69,11 @@ class Settings:
         "(at least the propagation time)", minimum=60, maximum=30 * 86_400))
     image: str | None = setting(config.text(  # None: the bundle's images
         E + "IMAGE", None, "image of Tether's SKR containers (unset: the bundle's)"))
+    image_pull_secret: bytes | None = config.inputs(config.file(  # None: no imagePullSecrets
+        E + "IMAGE_PULL_SECRET_FILE", None, "a .dockerconfigjson (a mounted Secret of type "
+        "kubernetes.io/dockerconfigjson), copied into every runtime as the Secret "
+        "tether-system/tether-image-pull that Tether's pods pull with (unset: none)"),
+        default=None, repr=False)
     bundle_file: str | None = setting(config.file(  # None: the packaged bundle (manifests/skr)
         E + "BUNDLE_FILE", None, "the SKR bundle (kubectl kustomize of an overlay of "
         "manifests/skr; unset: the packaged manifests/skr)"))
@@ -148,4 +154,24 @@ def build(v: config.Values) -> Settings:
     except (OSError, render.BundleError) as e:
         raise config.SettingError(f"{E}BUNDLE_FILE: {bundle or render.BUNDLE_FILE}: {e}") from None
     return config.fill(Settings, v, listener_ca=listener_ca,
+                       image_pull_secret=_pull_secret(v[E + "IMAGE_PULL_SECRET_FILE"]),
                        runtimes=skr_clients.policy(v, v[E + "SKR_TIMEOUT_SECONDS"]))
+
+
+def _pull_secret(path: str | None) -> bytes | None:
+    """The file's bytes, when it is a Docker config JSON (an object with ``auths``); never
+    quoted in an error (it holds credentials)."""
+    if not path:
+        return None
+    name = f"{E}IMAGE_PULL_SECRET_FILE"
+    try:
+        content = pathlib.Path(path).read_bytes()
+    except OSError as e:
+        raise config.SettingError(f"{name}: cannot read {path}: {type(e).__name__}") from None
+    try:
+        doc = json.loads(content)
+    except ValueError:
+        raise config.SettingError(f"{name}: {path} is not JSON (a .dockerconfigjson)") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("auths"), dict):
+        raise config.SettingError(f"{name}: {path} has no \"auths\" object (a .dockerconfigjson)")
+    return content

@@ -128,7 +128,7 @@ def runtime_objects(plane: controlplane.ControlPlane) -> dict[str, Any]:
     try:
         core = client.CoreV1Api(api)
         out: dict[str, Any] = {}
-        for name in (render.CLIENT_SECRET, render.SERVING_SECRET):
+        for name in (render.CLIENT_SECRET, render.SERVING_SECRET, render.PULL_SECRET):
             try:
                 out[name] = core.read_namespaced_secret(name, render.NAMESPACE)
             except client.ApiException as e:
@@ -244,6 +244,32 @@ def test_a_new_image_is_rolled_out_to_every_runtime(env: Env, runtimes: list[con
     assert env.enrollment("eta")["status"]["version"] == "registry.example.com/tether:0.2.0"  # type: ignore[index]
 
 
+def test_an_image_pull_secret_is_copied_into_the_runtime_and_pulled_with(
+        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    """TETHER_ENROLLER_IMAGE_PULL_SECRET_FILE (issue 28, item 3): the runtime gets the
+    Secret tether-image-pull (kubernetes.io/dockerconfigjson) and every Tether pod spec
+    names it; a changed credential is applied again (removal takes it away: the next test)."""
+    config = b'{"auths": {"registry.example.com": {"auth": "dXNlcjpwYXNz"}}}'
+    env.kyma("theta", runtimes[1], runtime_id="rt-theta")
+    assert env.enroller(image_pull_secret=config).run() == {"Ready": 1}
+    api = runtimes[1].api_client()
+    try:
+        secret = runtime_objects(runtimes[1])[render.PULL_SECRET]
+        assert secret.type == "kubernetes.io/dockerconfigjson"
+        assert _pem(secret, ".dockerconfigjson") == config
+        deployments = client.AppsV1Api(api).list_namespaced_deployment(render.NAMESPACE).items
+        assert {d.metadata.name for d in deployments} == {"tether-webhook", "tether-poller"}
+        assert all([r.name for r in d.spec.template.spec.image_pull_secrets or []] == [render.PULL_SECRET]
+                   for d in deployments)
+        rotated = b'{"auths": {"registry.example.com": {"auth": "dXNlcjpuZXc="}}}'
+        e = env.enroller(image_pull_secret=rotated)
+        e.run()
+        assert e.stats.applies.labels("updated")._value.get() == 1
+        assert _pem(runtime_objects(runtimes[1])[render.PULL_SECRET], ".dockerconfigjson") == rotated
+    finally:
+        api.close()
+
+
 def test_certificates_are_renewed_at_two_thirds_of_their_lifetime(
         env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
     env.kyma("gamma", runtimes[0], runtime_id="rt-gamma")
@@ -329,9 +355,10 @@ def test_a_broken_runtime_is_reported_and_the_others_are_enrolled(
 
 def test_a_deleted_kyma_cr_leaves_a_clean_runtime(env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
     env.kyma("epsilon", runtimes[1], runtime_id="rt-epsilon")
-    e = env.enroller()
+    e = env.enroller(image_pull_secret=b'{"auths": {}}')  # removed with the rest
     e.run()
     assert runtime_objects(runtimes[1])["deployments"]
+    assert render.PULL_SECRET in runtime_objects(runtimes[1])
     custom = client.CustomObjectsApi(env.api)
     custom.delete_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas", "epsilon")
     # the finalizer holds it until Tether is gone from the runtime
@@ -340,7 +367,7 @@ def test_a_deleted_kyma_cr_leaves_a_clean_runtime(env: Env, runtimes: list[contr
     e.react()
     got = runtime_objects(runtimes[1])
     assert got["deployments"] == [] and got["clusterroles"] == [] and "vwc" not in got
-    assert render.CLIENT_SECRET not in got
+    assert render.CLIENT_SECRET not in got and render.PULL_SECRET not in got
     with pytest.raises(client.ApiException) as gone:
         custom.get_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas", "epsilon")
     assert gone.value.status == 404

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import pathlib
 
 import pytest
 
 from enroller import render
+from enroller import settings as settings_mod
+from tether import config
 
 BUNDLE = render.load_bundle(render.BUNDLE_FILE.read_text())
 INPUTS = render.Inputs(runtime_id="rt-1", listener_url="https://l.example.com", listener_ca=b"LCA",
@@ -44,6 +47,45 @@ def test_the_digest_follows_objects_and_serials_never_keys() -> None:
     assert render.render(BUNDLE, rollout)[-1]["metadata"]["annotations"][render.DIGEST] != d
     notes = render.render(BUNDLE, INPUTS)[-1]["metadata"]["annotations"]
     assert "SECRET" not in str(notes)
+
+
+def test_an_image_pull_secret_is_copied_and_every_pod_spec_names_it() -> None:
+    config = b'{"auths": {"reg.example.com": {"auth": "dTpw"}}}'
+    plain = render.render(BUNDLE, INPUTS)
+    assert not any(o["kind"] == "Deployment" and "imagePullSecrets" in o["spec"]["template"]["spec"]
+                   for o in plain)
+    objs = render.render(BUNDLE, dataclasses.replace(INPUTS, image_pull_secret=config))
+    pull = next(o for o in objs if o["metadata"]["name"] == render.PULL_SECRET)
+    assert pull["kind"] == "Secret" and pull["type"] == "kubernetes.io/dockerconfigjson"
+    assert pull["metadata"]["namespace"] == render.NAMESPACE
+    assert base64.b64decode(pull["data"][".dockerconfigjson"]) == config
+    deployments = [o for o in objs if o["kind"] == "Deployment"]
+    assert len(deployments) == 2
+    assert all(d["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": render.PULL_SECRET}]
+               for d in deployments)
+    assert objs.index(pull) < objs.index(deployments[0])  # the Secret before the pods naming it
+    # a new credential is a new digest (applied again); the digest never shows the credential
+    d = objs[-1]["metadata"]["annotations"][render.DIGEST]
+    other = render.render(BUNDLE, dataclasses.replace(INPUTS, image_pull_secret=config + b" "))
+    assert other[-1]["metadata"]["annotations"][render.DIGEST] != d
+    assert "dTpw" not in str(objs[-1]["metadata"]["annotations"])
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"not json dTpw", "is not JSON"),
+    (b'{"dTpw": 1}', 'no "auths"'),
+    (b"[]", 'no "auths"'),
+])
+def test_an_unusable_image_pull_secret_file_is_refused_without_its_content(
+        tmp_path: pathlib.Path, content: bytes, message: str) -> None:
+    f = tmp_path / "config.json"
+    f.write_bytes(content)
+    with pytest.raises(config.SettingError, match=message) as e:
+        settings_mod._pull_secret(str(f))
+    assert "dTpw" not in str(e.value) and "IMAGE_PULL_SECRET_FILE" in str(e.value)
+    f.write_bytes(b'{"auths": {}}')
+    assert settings_mod._pull_secret(str(f)) == b'{"auths": {}}'
+    assert settings_mod._pull_secret(None) is None
 
 
 @pytest.mark.parametrize("text, message", [
