@@ -5,7 +5,8 @@ what belongs to that runtime filled in:
 * the ``tether-runtime-client`` Secret: runtime ID, listener URL and CA, client certificate;
 * the ``tether-webhook-serving`` Secret: the webhook's serving certificate;
 * the webhook configuration's ``caBundle`` (the watcher CA, old and new during a rollover);
-* the image of every Tether container (``TETHER_ENROLLER_IMAGE``), for rollouts;
+* the image of every Tether container (``TETHER_ENROLLER_IMAGE``), for rollouts, and its tag
+  as the Deployments' ``app.kubernetes.io/version`` (a digest alone keeps the bundle's);
 * with ``TETHER_ENROLLER_IMAGE_PULL_SECRET_FILE``: the ``tether-image-pull`` Secret (type
   ``kubernetes.io/dockerconfigjson``, the file's content) and ``imagePullSecrets`` naming it
   in every Deployment's pod spec, so a private registry's image can be pulled;
@@ -24,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import pathlib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -36,6 +38,7 @@ NAMESPACE = "tether-system"
 CLIENT_SECRET = "tether-runtime-client"
 SERVING_SECRET = "tether-webhook-serving"
 PULL_SECRET = "tether-image-pull"
+VERSION_LABEL = "app.kubernetes.io/version"
 WEBHOOK_CONFIG = "tether-configmaps"
 WEBHOOK_SERVICE_NAMES = ("tether-webhook.tether-system.svc", "tether-webhook.tether-system")
 MANAGER = "tether-enroller"
@@ -130,6 +133,14 @@ def image(bundle: Iterable[Mapping[str, Any]], override: str | None = None) -> s
     return "unknown"
 
 
+def _tag(ref: str) -> str | None:
+    """The tag of an image reference when it is a valid label value (``r/tether:0.2.0`` ->
+    ``0.2.0``); None for a digest-only or untagged reference."""
+    name = ref.split("@", 1)[0]
+    tag = name.rpartition(":")[2] if ":" in name.rsplit("/", 1)[-1] else ""
+    return tag if re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?", tag) else None
+
+
 def _is_tether(ref: str) -> bool:
     return ref.rsplit(":", 1)[0].rsplit("/", 1)[-1] == "tether"
 
@@ -162,6 +173,10 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
             for c in o["spec"]["template"]["spec"].get("containers") or []:
                 if _is_tether(c.get("image", "")):
                     c["image"] = i.image
+            version = _tag(i.image)  # a digest alone: the bundle's release label stays
+            if version:
+                for labels in (meta["labels"], o["spec"]["template"]["metadata"]["labels"]):
+                    labels[VERSION_LABEL] = version
         if o["kind"] == "Deployment" and i.image_pull_secret is not None:
             pod = o["spec"]["template"]["spec"]
             refs = [r for r in pod.get("imagePullSecrets") or [] if r.get("name") != PULL_SECRET]

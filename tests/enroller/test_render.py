@@ -34,7 +34,22 @@ def test_the_runtime_gets_its_secrets_ca_bundle_and_image() -> None:
               for c in o["spec"]["template"]["spec"]["containers"]}
     assert images == {"reg.example.com/tether:9.9"}
     assert all(o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tether-enroller" for o in objs)
+    versions = {lb["app.kubernetes.io/version"] for o in objs if o["kind"] == "Deployment"
+                for lb in (o["metadata"]["labels"], o["spec"]["template"]["metadata"]["labels"])}
+    assert versions == {"9.9"}  # the image's tag
     assert BUNDLE[0]["metadata"].get("labels", {}).get("app.kubernetes.io/managed-by") is None  # not mutated
+
+
+@pytest.mark.parametrize("ref, version", [
+    ("reg.example.com:5000/tether:0.2.0", "0.2.0"),
+    ("reg.example.com/tether:0.2.0@sha256:" + "a" * 64, "0.2.0"),
+    ("reg.example.com/tether@sha256:" + "a" * 64, "0.1.0"),  # a digest alone: the bundle's
+    ("reg.example.com:5000/tether", "0.1.0"),
+])
+def test_the_version_label_follows_the_image_tag(ref: str, version: str) -> None:
+    objs = render.render(BUNDLE, dataclasses.replace(INPUTS, image=ref))
+    assert {o["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/version"]
+            for o in objs if o["kind"] == "Deployment"} == {version}
 
 
 def test_the_digest_follows_objects_and_serials_never_keys() -> None:

@@ -59,6 +59,11 @@ def test_every_workload_carries_the_recommended_labels_and_is_hardened_and_probe
         assert labels["app.kubernetes.io/name"] == name
         assert labels["app.kubernetes.io/component"] == name.removeprefix("tether-")
         assert labels["app.kubernetes.io/part-of"] == labels["app.kubernetes.io/instance"] == "tether"
+        # the version: the release the image is tagged with, on the Deployment and its pods
+        tags = {c["image"].rpartition(":")[2] for c in pod["spec"]["containers"]}
+        assert {labels.get("app.kubernetes.io/version")} == tags, name
+        assert d["metadata"]["labels"]["app.kubernetes.io/version"] == labels["app.kubernetes.io/version"]
+        assert {k: v for k, v in d["metadata"]["labels"].items()} == labels, name
         assert d["spec"].get("revisionHistoryLimit") is not None, name
         ctx = pod["spec"]["securityContext"]
         assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] == ctx["fsGroup"] == 65532, name
