@@ -1,5 +1,13 @@
 """A runtime's RuntimeEnrollment in the KCP: its status (``enroller.conditions``, pure)
 written when it changed, the Events of its transitions, its deletion.
+
+It is owned by its Kyma CR (an ownerReference, ``controller: false``: the Kyma CR's
+controller is lifecycle-manager; no ``blockOwnerDeletion``, which would need rights on the
+Kyma CR's finalizers). The enroller still deletes it itself when it releases its finalizer;
+the reference lets the KCP's garbage collector remove one whose Kyma CR went without the
+enroller (no finalizer yet, or the enroller not running), and ``kubectl tree`` show it
+under its Kyma CR. An enrollment written before the reference existed gets it at its next
+write.
 """
 
 from __future__ import annotations
@@ -31,6 +39,15 @@ def logged(failed: str, write: Callable[[], object],
     return True
 
 
+def owner_references(view: kyma.KymaView, namespace: str) -> list[dict[str, Any]]:
+    """The RuntimeEnrollment's reference to its Kyma CR (none when the Kyma CR is in another
+    namespace: an ownerReference cannot cross namespaces)."""
+    if not view.uid or view.namespace != namespace:
+        return []
+    return [{"apiVersion": f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}",
+             "kind": apitypes.KYMA_KIND, "name": view.name, "uid": view.uid, "controller": False}]
+
+
 class Enrollments:
     """The RuntimeEnrollments of the runtimes, and the Events about them."""
 
@@ -39,6 +56,17 @@ class Enrollments:
                  version: str) -> None:
         self.s, self.kcp, self.audit, self.events, self.now = s, kcp, audit, recorder, now
         self.version = version  # the Version column: the image the runtimes are given
+
+    def _owned(self, view: kyma.KymaView, enrollment: Mapping[str, Any] | None) -> None:
+        """An existing RuntimeEnrollment not (yet) owned by this Kyma CR gets the reference."""
+        refs = list(((enrollment or {}).get("metadata") or {}).get("ownerReferences") or [])
+        want = owner_references(view, self.s.kcp_namespace)
+        if enrollment is None or not want or any(r.get("uid") == view.uid for r in refs):
+            return
+        others = [r for r in refs if r.get("kind") != apitypes.KYMA_KIND]
+        logged(f"RuntimeEnrollment {view.name}: owner reference not written", lambda: self.kcp.patch(
+            apitypes.RUNTIME_ENROLLMENTS, self.s.kcp_namespace, view.name,
+            {"metadata": {"ownerReferences": [*others, *want]}}))
 
     def write(self, obj: Mapping[str, Any], view: kyma.KymaView, enrollment: Mapping[str, Any] | None,
               mem: Memory, *, failure: Failure | None, result: Result | None,
@@ -61,6 +89,7 @@ class Enrollments:
         if cert is not None:
             status["certificate"] = cert
         status["version"] = self.version
+        self._owned(view, enrollment)
         if mem.status == status:
             return
         if enrollment is None and mem.status is None and not self._create_enrollment(view):
@@ -88,7 +117,8 @@ class Enrollments:
                 "kind": "RuntimeEnrollment",
                 "metadata": {"name": view.name, "namespace": self.s.kcp_namespace,
                              "labels": {apitypes.RUNTIME_ID_LABEL: rid or "", **render.MANAGED_BY}
-                             if rid and kyma.valid_runtime_id(rid) else dict(render.MANAGED_BY)},
+                             if rid and kyma.valid_runtime_id(rid) else dict(render.MANAGED_BY),
+                             "ownerReferences": owner_references(view, self.s.kcp_namespace)},
                 "spec": {"kymaName": view.name, "runtimeId": rid or ""}}
         return logged(f"RuntimeEnrollment {view.name}: create failed", lambda: self.kcp.create(
             apitypes.RUNTIME_ENROLLMENTS, self.s.kcp_namespace, body), tolerated=gateway.Conflict)

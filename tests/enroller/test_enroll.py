@@ -20,7 +20,7 @@ from kubernetes import client
 
 from enroller import metrics, reconcile, render
 from enroller import settings as settings_mod
-from testing import compassenv, controlplane, localnet
+from testing import adminenv, compassenv, controlplane, listenerenv, localnet
 from tether import certs, gateway, pki, skr_clients
 
 pytestmark = pytest.mark.slow
@@ -198,6 +198,66 @@ def test_a_kyma_cr_gets_its_runtime_enrolled_and_nothing_is_written_when_nothing
     assert writes(e) == before_w  # nothing changed: nothing written in the runtime
     assert reads(e) - before_r == 3  # client Secret, webhook configuration, webhook Deployment (not serving)
     assert env.enrollment("alpha")["metadata"]["resourceVersion"] == rv  # nor in the KCP
+
+
+def test_the_runtime_enrollment_is_owned_by_its_kyma_cr(env: Env) -> None:
+    """An ownerReference to the Kyma CR (issue 28, item 2): written at creation, and given to
+    an enrollment that lost it (or predates it) at its next write."""
+    env.kyma("iota", None)  # no kubeconfig Secret: a failing runtime still has its enrollment
+    e = env.enroller()
+    e.run()
+    custom = client.CustomObjectsApi(env.api)
+    uid = custom.get_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas",
+                                              "iota")["metadata"]["uid"]
+    want = [{"apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma", "name": "iota", "uid": uid,
+             "controller": False}]
+    assert env.enrollment("iota")["metadata"]["ownerReferences"] == want  # type: ignore[index]
+    custom.patch_namespaced_custom_object("tether.kyma-project.io", "v1alpha1", env.ns, "runtimeenrollments",
+                                          "iota", {"metadata": {"ownerReferences": None}})
+    assert "ownerReferences" not in env.enrollment("iota")["metadata"]  # type: ignore[index]
+    e.run()
+    assert env.enrollment("iota")["metadata"]["ownerReferences"] == want  # type: ignore[index]
+
+
+def test_kubectl_wait_works_for_every_status_object(
+        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    """The documented ``kubectl wait`` forms (docs/operations.md, "Waiting with kubectl";
+    issue 28, item 2), run with the control plane's kubectl against the KCP: conditions for
+    the RuntimeEnrollment and the CompassManagerMapping, a status field for the
+    RuntimeDelivery and the RuntimeStateSummary (no conditions: they are counts)."""
+    controlplane.install_crds(env.api, *listenerenv.CRD_FILES, adminenv.MAPPING_CRD)
+    env.kyma("kappa", runtimes[0], runtime_id="rt-kappa")
+    env.enroller().run()
+
+    def wait(*args: str, timeout: str = "20s") -> int:
+        r = env.kcp.kubectl("wait", "-n", env.ns, f"--timeout={timeout}", *args)
+        return r.returncode
+
+    assert wait("--for=condition=Enrolled", "runtimeenrollment/kappa") == 0
+    assert wait("--for=condition=Ready", "runtimeenrollment/kappa", timeout="1s") != 0  # no pods run here
+    custom = client.CustomObjectsApi(env.api)
+    now = "2026-12-01T10:00:00Z"
+    for plural, status in (("runtimedeliveries", {"updatedAt": now, "lastChangeAt": now}),
+                           ("runtimestatesummaries", {"updatedAt": now})):
+        custom.create_namespaced_custom_object("tether.kyma-project.io", "v1alpha1", env.ns, plural, {
+            "apiVersion": "tether.kyma-project.io/v1alpha1", "kind": "X", "metadata": {"name": "tether-rt-w"},
+            "spec": {"runtimeId": "rt-w"}} | {"kind": {"runtimedeliveries": "RuntimeDelivery",
+                                                       "runtimestatesummaries": "RuntimeStateSummary"}[plural]})
+        assert wait("--for=jsonpath={.status.updatedAt}", f"{plural}/tether-rt-w", timeout="1s") != 0
+        custom.patch_namespaced_custom_object_status("tether.kyma-project.io", "v1alpha1", env.ns, plural,
+                                                     "tether-rt-w", {"status": status})
+        assert wait("--for=jsonpath={.status.updatedAt}", f"{plural}/tether-rt-w") == 0
+    assert wait("--for=jsonpath={.status.lastChangeAt}", "runtimedelivery/tether-rt-w") == 0
+    custom.create_namespaced_custom_object("operator.kyma-project.io", "v1beta1", env.ns, "compassmanagermappings", {
+        "apiVersion": "operator.kyma-project.io/v1beta1", "kind": "CompassManagerMapping",
+        "metadata": {"name": "kappa"}, "spec": {}})
+    custom.patch_namespaced_custom_object_status(
+        "operator.kyma-project.io", "v1beta1", env.ns, "compassmanagermappings", "kappa", {"status": {
+            "state": "Ready", "conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
+                                              "message": "registered and configured",
+                                              "lastTransitionTime": now}]}})
+    assert wait("--for=condition=Ready", "compassmanagermapping/kappa") == 0
+    assert wait("--for=jsonpath={.status.state}=Ready", "compassmanagermapping/kappa") == 0
 
 
 def test_deleted_objects_in_the_runtime_are_restored_in_one_run(
