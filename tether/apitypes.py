@@ -113,6 +113,9 @@ COMPASS_RUNTIME_ID_LABEL = "kyma-project.io/compass-runtime-id"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"  # the listener's per-runtime Leases
 EPOCH_ANNOTATION = "tether.kyma-project.io/epoch"     # on a heartbeat Lease and on records
+# on a stored record (RuntimeConfigMap): the W3C traceparent of the listener's write of it
+# (tether.tracing; its trace is the change's, from the admission or the poller's POST)
+TRACEPARENT_ANNOTATION = "tether.kyma-project.io/traceparent"
 # on the Lease of every leader-elected part (tether.elected writes them after each run, the
 # admin pages read them)
 LAST_RUN_AT_ANNOTATION = "tether.kyma-project.io/last-run-at"            # RFC 3339, UTC, seconds

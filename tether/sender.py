@@ -27,7 +27,7 @@ from typing import Any, Literal, NamedTuple
 import requests
 import requests.adapters
 
-from tether import certs, changes, config, listenerapi, logs, numbers, tlsreload
+from tether import certs, changes, config, listenerapi, logs, numbers, tlsreload, tracing
 
 Verdict = Literal["ok", "retryable", "permanent"]
 RETRYABLE_STATUS = frozenset({408, 429})
@@ -244,11 +244,17 @@ class _ContextAdapter(requests.adapters.HTTPAdapter):
         super().init_poolmanager(*args, **kwargs)
 
 
-class ListenerClient:
-    """Talks to the listener over mTLS. Thread-safe; one per process is enough."""
+FORWARD_SPAN = "tether.forward"
 
-    def __init__(self, settings: ClientSettings) -> None:
+
+class ListenerClient:
+    """Talks to the listener over mTLS. Thread-safe; one per process is enough. Each POST
+    of changes is a span of ``tracer`` (``tether.tracing``) whose context travels in the
+    ``traceparent`` header."""
+
+    def __init__(self, settings: ClientSettings, tracer: tracing.Tracer = tracing.OFF) -> None:
         self.settings = settings
+        self.tracer = tracer
         self._base = settings.base_url.rstrip("/")
         self._lock = threading.Lock()
         self._session: requests.Session | None = None
@@ -281,12 +287,13 @@ class ListenerClient:
         return self._files.loaded()
 
     def _call(self, method: str, path: str, body: bytes | None = None,
-              timeout: tuple[float, float] | None = None) -> tuple[Outcome, bytes]:
+              timeout: tuple[float, float] | None = None,
+              extra: Mapping[str, str] | None = None) -> tuple[Outcome, bytes]:
         try:
             session = self.session()
         except tlsreload.LoadError as e:
             return Outcome("retryable", 0, "tls", None, "client-certificate", str(e)), b""
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(extra or {})}
         if body is not None:
             headers["Content-Type"] = "application/json"
         try:
@@ -301,11 +308,21 @@ class ListenerClient:
         return classify(resp.status_code, resp.headers, content), content
 
     def send(self, records: Sequence[changes.ChangeRecord],
-             timeout: tuple[float, float] | None = None) -> Outcome:
-        """POST one record or a batch (callers split with ``split_batches``)."""
+             timeout: tuple[float, float] | None = None, *,
+             parent: tracing.TraceParent | None = None,
+             links: Sequence[tracing.TraceParent] = ()) -> Outcome:
+        """POST one record or a batch (callers split with ``split_batches``), as a span
+        that is a child of ``parent`` (the first record's admission; None: a new trace,
+        e.g. the poller's) linked to ``links`` (the other records' admissions)."""
         body = listenerapi.changes_body(records)
         path = listenerapi.changes_path(self.settings.runtime_id)
-        outcome, _ = self._call("POST", path, body, timeout)
+        span = self.tracer.start(FORWARD_SPAN, parent=parent, links=links, kind="client",
+                                 attributes={"tether.records": len(records)}
+                                 if self.tracer.enabled else None)
+        outcome, _ = self._call("POST", path, body, timeout,
+                                {tracing.HEADER: span.context.header()})
+        span.end({"http.response.status_code": outcome.status, "tether.outcome": outcome.reason},
+                 error=outcome.verdict != "ok")
         return outcome
 
     def state_page(self, limit: int = 500, token: str = "",

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from tether import filters
+from tether import filters, tracing
 from webhook import keyqueue
 
 API_VERSION = "admission.k8s.io/v1"
@@ -123,14 +123,15 @@ def decide(req: Request, flt: filters.ConfigMapFilter) -> Skip | None:
     return None
 
 
-def item_of(req: Request, observed_at: float) -> keyqueue.Item:
-    """The queue entry of a forwarded request."""
+def item_of(req: Request, observed_at: float,
+            trace: tracing.TraceParent | None = None) -> keyqueue.Item:
+    """The queue entry of a forwarded request (``trace``: its admission span's context)."""
     old_rv = "" if req.operation == "CREATE" else str(_meta(req.old).get("resourceVersion") or "")
     uid = str(_meta(req.obj).get("uid") or _meta(req.old).get("uid") or "")
     return keyqueue.Item(
         namespace=req.namespace, name=req.name, uid=uid,
         operation=req.operation,  # type: ignore[arg-type]  # checked in decide
-        old_resource_version=old_rv, observed_at=observed_at,
+        old_resource_version=old_rv, observed_at=observed_at, trace=trace,
     )
 
 

@@ -15,6 +15,11 @@ full jitter, at least the listener's ``Retry-After``; a permanent outcome (4xx o
 record by record so one bad record does not sink the others). ``stop`` drains what can be
 sent within the grace period, then closes connections.
 
+Tracing (``tether.tracing``): each POST is a span of the first record's admission trace
+(the ``traceparent`` header names it), linked to the other records' admission traces and
+to the admissions coalesced into each entry; a record sent again alone (a refused batch)
+carries its own entry's trace.
+
 ``tether_webhook_dispatch_seconds`` measures, for every record, the time from the admission
 that first enqueued its key's entry to the start of its first POST (queueing and
 read-back); ``tether_webhook_delivery_seconds{outcome}``, for every record the listener
@@ -27,13 +32,15 @@ import dataclasses
 import logging
 import threading
 import time
+import types
 from collections.abc import Mapping, Sequence
 
-from tether import changes, logs, numbers, sender
+from tether import changes, logs, numbers, sender, tracing
 from webhook import keyqueue, metrics, readback
 from webhook import settings as settings_mod
 
 log = logging.getLogger(__name__)
+_NO_ENTRIES: Mapping[keyqueue.Key, keyqueue.Item] = types.MappingProxyType({})
 _OUTCOMES = ("persisted", "duplicate", "stale")
 _PER_RECORD = frozenset({400, 413, 422})  # refusals that may concern one record of a batch
 
@@ -139,6 +146,7 @@ class Forwarder:
         pending.clear()
         records: list[changes.ChangeRecord] = []
         admitted: dict[keyqueue.Key, float] = {}  # key -> first admission of its entry
+        entries: dict[keyqueue.Key, keyqueue.Item] = {}  # key -> its entry (traces)
         dropped: list[keyqueue.Key] = []
         for p in work:
             if p.next_try > now:
@@ -152,6 +160,7 @@ class Forwarder:
             else:
                 records.append(rec)
                 admitted[p.item.key] = min(p.item.admitted, admitted.get(p.item.key, p.item.admitted))
+                entries.setdefault(p.item.key, p.item)
         if dropped:
             self._finish(dropped, taken)
         for chunk in sender.split_batches(records, max_items=self.settings.max_batch) if records else ():
@@ -160,7 +169,7 @@ class Forwarder:
             for key in keys:
                 self.metrics.dispatch_seconds.observe(max(0.0, started - admitted.get(key, started)))
             try:
-                self._deliver(chunk, admitted)
+                self._deliver(chunk, admitted, entries=entries)
             finally:
                 self._finish(keys, taken)
         return True
@@ -208,12 +217,12 @@ class Forwarder:
         return None
 
     def _deliver(self, records: Sequence[changes.ChangeRecord],
-                 admitted: Mapping[tuple[str, str], float], again: bool = True) -> None:
-        """Send until acknowledged, permanently refused or shut down; ``admitted``: the
-        admission (monotonic) that first enqueued each record's key, for
-        ``tether_webhook_delivery_seconds``. A record refused as stale because a new epoch
-        started since its epoch was learned is read again and sent once more (``again``)."""
-        attempt = 0
+                 admitted: Mapping[tuple[str, str], float], again: bool = True,
+                 entries: Mapping[keyqueue.Key, keyqueue.Item] = _NO_ENTRIES) -> None:
+        """Send until acknowledged, refused or shut down (``admitted``: each key's first
+        admission, for ``tether_webhook_delivery_seconds``; ``entries``: their queue entries,
+        whose traces the POST continues); records stale by a new epoch once more (``again``)."""
+        parent, links, attempt = *trace_of(records, entries), 0
         while True:
             timeout = None
             if self._stop.is_set():
@@ -224,7 +233,7 @@ class Forwarder:
                     return
                 timeout = (min(3.0, left), left)
             t0 = time.monotonic()
-            outcome = self.client.send(records, timeout)
+            outcome = self.client.send(records, timeout, parent=parent, links=links)
             self.metrics.forward_seconds.observe(time.monotonic() - t0)
             self.metrics.forwards.labels(outcome.verdict, outcome.reason).inc()
             if outcome.verdict == "ok":
@@ -241,12 +250,12 @@ class Forwarder:
                     self._epoch = max(outcome.epoch, self._epoch or 0)
                     stale = _stale_by_epoch(records, outcome.results, outcome.epoch)
                     if stale and again:
-                        self._send_again(stale, admitted)
+                        self._send_again(stale, admitted, entries)
                 return
             if outcome.verdict == "permanent":
                 if len(records) > 1 and outcome.status in _PER_RECORD:
                     for rec in records:  # isolate the record the listener refuses
-                        self._deliver([rec], admitted, again)
+                        self._deliver([rec], admitted, again, entries)
                     return
                 rec = records[0]
                 log.error("listener refused %d record(s) (first %s/%s rv=%s): %s %s %s", len(records),
@@ -269,7 +278,8 @@ class Forwarder:
                 self._stop.wait(delay)
 
     def _send_again(self, stale: Sequence[changes.ChangeRecord],
-                    admitted: Mapping[tuple[str, str], float]) -> None:
+                    admitted: Mapping[tuple[str, str], float],
+                    entries: Mapping[keyqueue.Key, keyqueue.Item]) -> None:
         """Read ``stale`` records' objects again (now: after the new epoch started, so of
         the runtime's current history) and send them once with the epoch just learned; a
         read error leaves the key to the poller."""
@@ -297,7 +307,31 @@ class Forwarder:
         log.info("%d record(s) of an older epoch refused as stale; sent again in epoch %s",
                  len(stale), epoch)
         if fresh:
-            self._deliver(fresh, admitted, again=False)
+            self._deliver(fresh, admitted, again=False, entries=entries)
+
+
+def trace_of(records: Sequence[changes.ChangeRecord], entries: Mapping[keyqueue.Key, keyqueue.Item]
+             ) -> tuple[tracing.TraceParent | None, list[tracing.TraceParent]]:
+    """The trace a POST of ``records`` continues (the first record's entry's: its first
+    admission) and the traces it links (the entries' coalesced admissions and the other
+    records' traces, at most ``tracing.MAX_LINKS``); (None, []) for records without an
+    entry (a new trace starts at the POST)."""
+    parent: tracing.TraceParent | None = None
+    links: list[tracing.TraceParent] = []
+    for rec in records:
+        item = entries.get((rec["namespace"], rec["name"]))
+        if item is None:
+            continue
+        for t in (item.trace, *item.links):
+            if t is None:
+                continue
+            if parent is None:
+                parent = t
+            elif len(links) < tracing.MAX_LINKS:
+                links.append(t)
+            else:
+                return parent, links
+    return parent, links
 
 
 def _stale_by_epoch(records: Sequence[changes.ChangeRecord],

@@ -10,6 +10,8 @@ refused, dropped or abandoned). The decisions, per key:
 * **waiting**: a further admission merges into the entry (a burst on one ConfigMap becomes
   one entry): it keeps the earliest old resourceVersion and admission time (the forwarder
   waits until the persisted version differs from it) and the latest operation and uid;
+  its trace is the first admission's (``tether.tracing``), the others' are its links
+  (at most ``tracing.MAX_LINKS``; ``merged`` counts them all);
 * **in flight** (taken, not done): a further admission becomes one held entry (merging all
   that follow) that is ready when the send is done, not before the interval below;
 * **hot** (handed out less than ``min_interval`` ago): the entry waits until then, so a key
@@ -31,6 +33,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Literal
 
+from tether import tracing
+
 Operation = Literal["CREATE", "UPDATE", "DELETE"]
 PutResult = Literal["enqueued", "coalesced", "overflowed"]
 Key = tuple[str, str]
@@ -46,6 +50,8 @@ class Item:
     observed_at: float  # admission time, Unix seconds (formatted only when needed)
     admitted: float = dataclasses.field(default_factory=time.monotonic)
     merged: int = 1  # how many admissions this entry stands for
+    trace: tracing.TraceParent | None = None  # the first admission's span (tether.tracing)
+    links: tuple[tracing.TraceParent, ...] = ()  # the traces of the admissions merged into it
 
     @property
     def key(self) -> Key:
@@ -54,9 +60,12 @@ class Item:
 
 def merge(waiting: Item, new: Item) -> Item:
     """The entry standing for both (pure)."""
+    links = waiting.links
+    if new.trace is not None and len(links) < tracing.MAX_LINKS:
+        links = (*links, new.trace, *new.links)[:tracing.MAX_LINKS]
     return dataclasses.replace(
         waiting, uid=new.uid or waiting.uid, operation=new.operation,
-        merged=waiting.merged + new.merged,
+        merged=waiting.merged + new.merged, links=links,
     )
 
 

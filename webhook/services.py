@@ -13,11 +13,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from tether import gateway, ops, sender, tlsreload
-from webhook import forwarder, keyqueue, metrics, readback
+from tether import gateway, ops, sender, tlsreload, tracing
+from webhook import admission, forwarder, keyqueue, metrics, readback
 from webhook import settings as settings_mod
 
 KEY = "tether.webhook"  # app.extensions[KEY]: the worker's Services (webhook.app)
+ADMISSION_SPAN = "tether.webhook.admission"
 
 
 @dataclasses.dataclass
@@ -32,6 +33,16 @@ class Services:
     serving: tlsreload.Watched[ssl.SSLContext] | None = None
     overflow_log: OverflowLog = dataclasses.field(default_factory=lambda: OverflowLog(60.0))
     _children: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
+    tracer: tracing.Tracer = tracing.OFF  # spans recorded only with an OTLP endpoint
+
+    def admission_span(self, req: admission.Request) -> tracing.Span:
+        """A forwarded admission's span, the first of a new trace (``tether.tracing``);
+        attributes only when spans are recorded (tracing off: two random numbers)."""
+        if not self.tracer.enabled:
+            return self.tracer.start(ADMISSION_SPAN)
+        return self.tracer.start(ADMISSION_SPAN, kind="server", attributes={
+            "tether.namespace": req.namespace, "tether.name": req.name,
+            "tether.operation": req.operation})
 
     def count(self, operation: str, outcome: str) -> None:
         """admission_requests_total{operation, outcome} += 1 (label children cached)."""
@@ -62,12 +73,15 @@ class OverflowLog:
 
 
 def build(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] | None = None) -> Services:
-    """Queue, metrics, runtime API reader, listener client and forwarder (not started)."""
+    """Queue, metrics, runtime API reader, listener client and forwarder (not started);
+    the tracer (``tether.tracing``: off unless an OTLP endpoint is configured)."""
     registry = None if ops.multiprocess() else CollectorRegistry()
     m = metrics.build(registry)
     queue = keyqueue.KeyQueue(s.queue_size, s.forwarder.coalesce_seconds, s.forwarder.hot_key_seconds,
                               s.forwarder.hot_key_seconds / 4)
     reader = readback.Reader(gateway.from_kubeconfig(s.kubeconfig))
-    client = sender.ListenerClient(s.listener)
+    tracer = tracing.from_environment("tether-webhook")
+    client = sender.ListenerClient(s.listener, tracer)
     fwd = forwarder.Forwarder(s.forwarder, s.runtime_id, queue, reader, client, m)
-    return Services(s, queue, m, registry, fwd, serving, OverflowLog(s.overflow_log_seconds))
+    return Services(s, queue, m, registry, fwd, serving, OverflowLog(s.overflow_log_seconds),
+                    tracer=tracer)

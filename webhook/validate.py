@@ -95,7 +95,9 @@ def _handle_validate(svc: services_mod.Services) -> flask.Response:
         operation = req.operation if req.operation in admission.OPERATIONS else "other"
         outcome: str | None = admission.decide(req, svc.settings.filter)
         if outcome is None:
-            outcome = svc.queue.put(admission.item_of(req, time.time()))
+            span = svc.admission_span(req)  # a trace per admitted change (tether.tracing)
+            outcome = svc.queue.put(admission.item_of(req, time.time(), span.context))
+            span.end({"tether.queue": outcome})
             if outcome == "coalesced":
                 m.coalesced.inc()
             elif outcome == "overflowed":

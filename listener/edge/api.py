@@ -15,6 +15,10 @@ Epochs (``listener.fleet.epochs``): a record without one is given the runtime's 
 the answers carry it (``epoch``), so senders learn it; a poller's report on the first page
 of a state listing may start the next one.
 
+Tracing (``tether.tracing``): a POST of changes is a span continuing its ``traceparent``
+(absent or malformed: a new trace, never a refusal); each record's audit line and recent
+entry carry its trace ID, each written record its ``traceparent`` (annotation).
+
 Once a runtime is authenticated, what happens to its records and refusals is counted per
 runtime (``listener.fleet.deliveries``) and merged into its ``RuntimeDelivery`` object after the
 answer was sent (``Response.call_on_close``).
@@ -33,10 +37,18 @@ from listener import settings as listener_settings
 from listener.edge import auth, peer, ratelimit, responses, services, validation
 from listener.fleet import epochs
 from listener.storage import quota, records, store
-from tether import certs, changes, gateway, logs, numbers
+from tether import certs, changes, gateway, logs, numbers, tracing
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
 DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
+CHANGES_SPAN = "tether.listener.changes"
+_TRACE = "tether.trace"  # request.environ[_TRACE]: the POST's span context (tracing.TraceParent)
+
+
+def _trace_id() -> str:
+    """The trace ID of the request's span ("" outside a POST of changes)."""
+    ctx = request.environ.get(_TRACE)
+    return ctx.trace_hex if isinstance(ctx, tracing.TraceParent) else ""
 
 
 def _refuse(svc: services.Services, runtime_id: str, status: int, reason: str, message: str,
@@ -111,12 +123,14 @@ def _invalid(svc: services.Services, runtime_id: str, problem: validation.Proble
              rec: changes.ChangeRecord | None = None) -> Response:
     """A refused request (``rec``: the one record it refuses)."""
     svc.metrics.validation_failures.labels(problem.reason).inc()
+    trace_id = _trace_id()
     if rec is None:
         svc.deliveries.refuse(runtime_id, problem.reason, problem.status)
     else:
         svc.deliveries.record(runtime_id, rec, "refused", problem.reason, problem.status)
     svc.audit_event("refused", runtime=runtime_id, reason=problem.reason, status=problem.status,
-                    remote=request.remote_addr, route=request.method + " " + str(request.url_rule))
+                    remote=request.remote_addr, route=request.method + " " + str(request.url_rule),
+                    **({"trace_id": trace_id} if trace_id else {}))
     retry = svc.settings.retry_after if problem.status == 503 else None
     return responses.error(problem.status, problem.error, problem.details, retry_after=retry)
 
@@ -208,6 +222,20 @@ def _reserve(svc: services.Services, runtime_id: str, raw: bytes) -> int | valid
 @bp.post("/<runtime_id>/changes")
 @_guarded
 def post_changes(svc: services.Services, runtime_id: str) -> Response:
+    parent = tracing.parse(request.headers.get(tracing.HEADER))  # malformed: None, ignored
+    span = svc.tracer.start(CHANGES_SPAN, parent=parent, kind="server", attributes={
+        "tether.runtime_id": runtime_id} if svc.tracer.enabled else None)
+    request.environ[_TRACE] = span.context
+    status = 500
+    try:
+        result = _post_changes(svc, runtime_id)
+        status = result.status_code
+        return result
+    finally:
+        span.end({"http.response.status_code": status}, error=status >= 500)
+
+
+def _post_changes(svc: services.Services, runtime_id: str) -> Response:
     if not validation.media_type_ok(request.headers.get("Content-Type")):
         return _invalid(svc, runtime_id, validation.Problem(
             415, "unsupported media type", "Content-Type must be application/json", "media_type"))
@@ -296,18 +324,22 @@ def _over_quota(svc: services.Services, runtime_id: str, e: quota.Exceeded,
 
 def _persist_one(svc: services.Services, rec: changes.ChangeRecord) -> store.Outcome:
     t0 = time.perf_counter()
+    ctx = request.environ.get(_TRACE)
+    trace = ctx.header() if isinstance(ctx, tracing.TraceParent) else ""  # the batch's
     try:
-        outcome = svc.store.persist(rec)
+        outcome = svc.store.persist(rec, trace)
     except gateway.GatewayError:
         svc.metrics.persist_seconds.labels("error").observe(time.perf_counter() - t0)
         svc.metrics.records.labels("error").inc()
         raise
     svc.metrics.persist_seconds.labels(outcome).observe(time.perf_counter() - t0)
     svc.metrics.records.labels(outcome).inc()
+    trace_id = trace[3:35]  # the header's trace ID ("" without one)
     svc.deliveries.record(rec["runtimeId"], rec, outcome)
     svc.audit_event("change", runtime=rec["runtimeId"],
                     object=f"{rec['namespace']}/{rec['name']}", resourceVersion=rec["resourceVersion"],
-                    deleted=rec["deleted"], source=rec["source"], outcome=outcome)
+                    deleted=rec["deleted"], source=rec["source"], outcome=outcome,
+                    trace_id=trace_id)
     return outcome
 
 

@@ -21,7 +21,7 @@ from listener.edge import budget, peer, ratelimit, refusalsummary
 from listener.edge import metrics as listener_metrics
 from listener.fleet import deliveries, heartbeat, runtimes, statesummary
 from listener.storage import digestcache, rules, store
-from tether import gateway, logs, tlsreload
+from tether import gateway, logs, tlsreload, tracing
 
 KEY = "tether.listener"
 
@@ -52,6 +52,7 @@ class Services:
     digests: digestcache.DigestSnapshots = dataclasses.field(
         default_factory=digestcache.DigestSnapshots)
     summaries: statesummary.Summaries | None = None  # None: tests that build Services by hand
+    tracer: tracing.Tracer = tracing.OFF  # spans recorded only with an OTLP endpoint
 
     def audit_event(self, event: str, **fields: object) -> None:
         logs.audit(self.audit, event, **fields)
@@ -92,6 +93,7 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
                                          s.delivery_flush_seconds, meters, records.usage),
         summaries=summaries,
         refusals=refusalsummary.RefusalSummary(audit, s.refusal_audit_interval),
+        tracer=tracing.from_environment("tether-listener"),
     )
 
 

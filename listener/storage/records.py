@@ -7,7 +7,9 @@ fields of the state digest so ``GET .../state`` can list metadata only
 (``PartialObjectMetadataList``) instead of every object's data. The record's epoch
 (``tether.changes``, ``listener.fleet.epochs``) is ``spec.epoch`` and the annotation
 ``tether.kyma-project.io/epoch``; an object without them (written before epochs) is of
-epoch 0.
+epoch 0. The annotation ``tether.kyma-project.io/traceparent`` names the trace of the write
+(``tether.tracing``: the W3C ``traceparent`` of the listener's span, in the change's trace);
+a write without one removes an older one.
 
 CRD: ``manifests/kcp/crds/tether.kyma-project.io_runtimeconfigmaps.yaml``.
 
@@ -61,8 +63,8 @@ def object_name(key: Key) -> str:
     return f"rcm-{digest[:40]}"
 
 
-def body(record: Mapping[str, Any], namespace: str) -> dict[str, Any]:
-    """A new custom resource holding ``record``."""
+def body(record: Mapping[str, Any], namespace: str, trace: str = "") -> dict[str, Any]:
+    """A new custom resource holding ``record`` (``trace``: the write's ``traceparent``)."""
     key = key_of(record)
     meta: dict[str, Any] = {
         "name": object_name(key),
@@ -79,19 +81,23 @@ def body(record: Mapping[str, Any], namespace: str) -> dict[str, Any]:
             apitypes.EPOCH_ANNOTATION: str(changes.epoch_of(record.get("epoch"))),
         },
     }
+    if trace:
+        meta["annotations"][apitypes.TRACEPARENT_ANNOTATION] = trace
     spec = {f: record[f] for f in _SPEC_FIELDS if f in record}
     return {"apiVersion": apitypes.RUNTIME_CONFIGMAPS.api_version, "kind": apitypes.RUNTIME_CONFIGMAP_KIND, "metadata": meta, "spec": spec}
 
 
-def updated(stored: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
+def updated(stored: Mapping[str, Any], record: Mapping[str, Any], trace: str = "") -> dict[str, Any]:
     """The stored object with ``record`` in place of its spec. Its metadata is kept
     (resourceVersion for optimistic concurrency, finalizers, owner references, labels and
     annotations of others); our labels and annotations are set over it."""
-    new = body(record, str((stored.get("metadata") or {}).get("namespace", "")))
+    new = body(record, str((stored.get("metadata") or {}).get("namespace", "")), trace)
     meta = dict(stored.get("metadata") or {})
     meta.pop("managedFields", None)
     meta["labels"] = {**(meta.get("labels") or {}), **new["metadata"]["labels"]}
-    meta["annotations"] = {**(meta.get("annotations") or {}), **new["metadata"]["annotations"]}
+    kept = {k: v for k, v in (meta.get("annotations") or {}).items()
+            if k != apitypes.TRACEPARENT_ANNOTATION}  # an earlier write's trace
+    meta["annotations"] = {**kept, **new["metadata"]["annotations"]}
     return {**new, "metadata": meta}
 
 

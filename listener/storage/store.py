@@ -137,20 +137,21 @@ class Store:
     def _get(self, name: str) -> dict[str, Any] | None:
         return self._kcp.get_or_none(apitypes.RUNTIME_CONFIGMAPS, self.namespace, name, timeout=self._timeout)
 
-    def persist(self, record: Mapping[str, Any]) -> Outcome:
-        """Store ``record`` if it is newer than the stored one; the outcome. Raises
-        ``quota.Exceeded`` or a ``gateway.GatewayError``."""
+    def persist(self, record: Mapping[str, Any], trace: str = "") -> Outcome:
+        """Store ``record`` if it is newer than the stored one; the outcome (``trace``: the
+        write's ``traceparent``, stored as an annotation). Raises ``quota.Exceeded`` or a
+        ``gateway.GatewayError``."""
         key = records.key_of(record)
         name = records.object_name(key)
         incoming = changes.version_of(record)
         entry = self._cache.get(name)
         if entry is None:
-            if self._create_first(key, name, record, incoming):
+            if self._create_first(key, name, record, incoming, trace):
                 return "persisted"
-        elif self._write_from_cache(key, name, entry, record, incoming):
+        elif self._write_from_cache(key, name, entry, record, incoming, trace):
             return "persisted"
         for attempt in range(MAX_ATTEMPTS):
-            outcome = self._read_then_write(key, name, record, incoming)
+            outcome = self._read_then_write(key, name, record, incoming, trace)
             if outcome is not None:
                 return outcome
             # another writer won: back off a little (jittered) and compare again
@@ -158,7 +159,7 @@ class Store:
         raise gateway.Unavailable("persist: too many concurrent writers on one object")
 
     def _read_then_write(self, key: records.Key, name: str, record: Mapping[str, Any],
-                         incoming: changes.Version) -> Outcome | None:
+                         incoming: changes.Version, trace: str = "") -> Outcome | None:
         """One attempt of the read path: read the stored object, decide (``rules.verdict``),
         write with its resourceVersion; None when another writer won (409, or 404 on an
         update: the object was deleted since it was read, a pruned tombstone, an orphan's
@@ -173,9 +174,9 @@ class Store:
         if verdict != "newer":
             return verdict  # stale also when maybe older than a pruned tombstone (rules)
         if stored is None:
-            new, old, old_size = records.body(record, self.namespace), None, None
+            new, old, old_size = records.body(record, self.namespace, trace), None, None
         else:
-            new, old = records.updated(stored, record), stored.get("metadata")
+            new, old = records.updated(stored, record, trace), stored.get("metadata")
             old_size = rules.stored_size(old or {})
         size = rules.annotate(new)
         try:
@@ -227,7 +228,7 @@ class Store:
             self._on_written(key.runtime_id, old, new, record)
 
     def _create_first(self, key: records.Key, name: str, record: Mapping[str, Any],
-                      incoming: changes.Version) -> bool:
+                      incoming: changes.Version, trace: str = "") -> bool:
         """Create the object without reading first, for a key this worker does not know;
         False when the read path must decide: the record would not be accepted as a new key
         (``rules.may_create_unread``: too old for the retention rule, not newer than
@@ -235,7 +236,7 @@ class Store:
         key is stored (409)."""
         if not rules.may_create_unread(incoming, self._now(), self._retention):
             return False  # stale only if the key is not stored: the read path decides
-        new = records.body(record, self.namespace)
+        new = records.body(record, self.namespace, trace)
         size = rules.annotate(new)
         try:
             admitted = self.usage.reserve(key.runtime_id, None, size)
@@ -249,12 +250,13 @@ class Store:
         return True
 
     def _write_from_cache(self, key: records.Key, name: str, entry: writecache.Entry,
-                          record: Mapping[str, Any], incoming: changes.Version) -> bool:
+                          record: Mapping[str, Any], incoming: changes.Version,
+                          trace: str = "") -> bool:
         """Write without reading first when the remembered version is older (see
         ``listener.storage.writecache``); False when the read path must run."""
         if rules.verdict(entry.version, incoming, self._now(), self._retention) != "newer":
             return False
-        new = records.updated({"metadata": entry.metadata}, record)
+        new = records.updated({"metadata": entry.metadata}, record, trace)
         size = rules.annotate(new)
         try:
             admitted = self.usage.reserve(str(record["runtimeId"]),
