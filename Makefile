@@ -70,7 +70,10 @@ unit: $(STAMP) ## fast tests of pure logic only
 prometheus-server: ## build (or reuse the cached) upstream Prometheus server from its Go module (the monitoring test)
 	bash hack/build-prometheus.sh >/dev/null
 
-test: $(STAMP) controlplane promtool prometheus-server image-tools browser lint ## everything CI runs: lint, type checks, all tests on real control planes
+cert-manager: ## build (or reuse the cached) cert-manager controller and cainjector from its Go module, with its CRDs (the cert-manager overlay's test)
+	bash hack/build-cert-manager.sh >/dev/null
+
+test: $(STAMP) controlplane promtool prometheus-server cert-manager image-tools browser lint ## everything CI runs: lint, type checks, all tests on real control planes
 	$(VENV)/bin/pytest
 
 demo: $(STAMP) controlplane ## run the whole system locally (two planes, all parts)
@@ -83,4 +86,4 @@ clean: ## remove the venv and caches (not the control plane cache)
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
 
 
-.PHONY: bundle help venv constraints lock controlplane promtool prometheus-server image-tools browser image lint unit test demo planes clean
+.PHONY: bundle help venv constraints lock controlplane promtool prometheus-server cert-manager image-tools browser image lint unit test demo planes clean

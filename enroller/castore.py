@@ -8,6 +8,12 @@ time and deadline survive restarts), and keeps the ConfigMap equal to the bundle
 ``finish_rollover`` drops the old CA when ``enroller.decide.rollover`` says so: every runtime
 holds a certificate from the new one, or the rollover deadline has passed. Every change is an
 audit line; key material never leaves the Secret.
+
+A CA Secret of type ``kubernetes.io/tls`` (or with cert-manager's ``cert-manager.io/
+certificate-name`` annotation) is its issuer's, e.g. cert-manager's (the overlay
+``manifests/overlays/cert-manager``, docs/security.md): the enroller reads it and publishes
+its certificate, but never writes it and starts no rollover (the issuer renews it; keeping
+its key, certificates already issued stay valid).
 """
 
 from __future__ import annotations
@@ -25,6 +31,13 @@ from cryptography import x509
 from tether import apitypes, certs, changes, gateway, logs, pki
 
 ROLLOVER_STARTED = "tether.kyma-project.io/rollover-started"
+CERT_MANAGER_CERTIFICATE = "cert-manager.io/certificate-name"
+
+
+def issuer_managed(doc: Mapping[str, Any]) -> bool:
+    """Whether the CA Secret is kept by its issuer (cert-manager), not by the enroller."""
+    notes = (doc.get("metadata") or {}).get("annotations") or {}
+    return doc.get("type") == "kubernetes.io/tls" or CERT_MANAGER_CERTIFICATE in notes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +71,10 @@ class CAStore:
                 self._audit("ca_created", current)
                 previous = None
             started = None
-            if doc is not None:
-                data = {k: base64.b64decode(v) for k, v in (doc.get("data") or {}).items()}
-                current, previous = pki.load_ca_secret(data)
+            if doc is not None and issuer_managed(doc):  # read only: its issuer renews it
+                current, previous = pki.load_ca_secret(_decoded(doc))[0], None
+            elif doc is not None:
+                current, previous = pki.load_ca_secret(_decoded(doc))
                 started = changes.parse_time(((doc.get("metadata") or {}).get("annotations") or {})
                                              .get(ROLLOVER_STARTED, ""))
                 if previous is not None and started is None:  # e.g. a hand-made previous.crt
@@ -122,3 +136,7 @@ class CAStore:
     def _audit(self, event: str, ca: certs.CertificateAuthority, **extra: str) -> None:
         logs.audit(self.audit, event, serial=format(ca.cert.serial_number, "x"),
                    not_after=changes.format_time(certs.not_after(ca.cert)), **extra)
+
+
+def _decoded(doc: Mapping[str, Any]) -> dict[str, bytes]:
+    return {k: base64.b64decode(v) for k, v in (doc.get("data") or {}).items()}
