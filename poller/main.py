@@ -14,7 +14,7 @@ import sys
 
 from poller import app, metrics, run, scan, service
 from poller import settings as settings_mod
-from tether import elected, sender
+from tether import elected, sender, tracing
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,8 @@ def main(argv: list[str]) -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     m = metrics.Metrics()
-    client = sender.ListenerClient(s.listener)
+    # each POST of a run starts a change's trace (tether.tracing; spans only with an OTLP endpoint)
+    client = sender.ListenerClient(s.listener, tracing.from_environment("tether-poller"))
     lister = scan.Lister(api, s.filter, page_size=s.run.page_size, timeout=s.list_timeout,
                          on_request=m.apiserver_requests.inc)
     runner = run.Runner(s.runtime_id, s.run, s.filter, lister, client, m,

@@ -1,11 +1,13 @@
 """One trace per change (``tether.tracing``), with plain data: the W3C ``traceparent`` read and
 written, the queue keeping the first admission's trace, the forwarder naming a batch's trace,
-a stored record's annotation; and tracing off costs no SDK."""
+a stored record's annotation; tracing off costs no SDK, an endpoint exports over OTLP."""
 
 from __future__ import annotations
 
+import http.server
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -126,3 +128,36 @@ def test_the_stored_record_carries_the_writes_traceparent_and_an_update_replaces
     # a write without a trace (an older caller) leaves no trace of an earlier write
     assert apitypes.TRACEPARENT_ANNOTATION not in records.updated(new, rec)["metadata"]["annotations"]
     assert apitypes.TRACEPARENT_ANNOTATION not in records.body(rec, "kcp")["metadata"]["annotations"]
+
+
+def test_with_an_endpoint_spans_are_exported_over_otlp_http(monkeypatch: pytest.MonkeyPatch) -> None:
+    got: list[tuple[str, str, bytes]] = []
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the handler's API
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            got.append((self.path, self.headers.get("Content-Type", ""), body))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+        monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+        tracer = tracing.from_environment("tether-test")
+        assert tracer.enabled and tracer is not tracing.OFF
+        span = tracer.start("tether.forward", parent=tracing.parse(HEADER), kind="client")
+        assert span.context.trace_hex == TRACE
+        span.end({"tether.records": 1})
+        tracer.shutdown()  # exports what the batch processor holds
+    finally:
+        server.shutdown()
+        server.server_close()
+    ((path, ctype, body),) = got
+    assert path == "/v1/traces" and ctype == "application/x-protobuf"
+    assert bytes.fromhex(TRACE) in body and b"tether-test" in body and b"tether.forward" in body
