@@ -1,16 +1,17 @@
 """One trace per change: the W3C trace context (``traceparent``), and OpenTelemetry spans
 exported over OTLP when an endpoint is configured (off by default).
 
-A change's trace starts where Tether first sees it: at the webhook's admission (a trace per
-admitted key; admissions that coalesce into a pending entry keep the first one's trace and
-are linked from the forward span) or, for the poller, at its POST. It travels in the
+A change's trace starts where Tether first sees it: with spans recorded, at the webhook's
+admission (a trace per admitted key; admissions that coalesce into a pending entry keep the
+first one's trace and are linked from the forward span); else, and for the poller, at the
+POST. It travels in the
 ``traceparent`` header of the POST to the listener, which logs its trace ID on the audit
 line of each record and stores the listener span's ``traceparent`` on the record
 (annotation ``tether.kyma-project.io/traceparent``) and in the runtime's recent deliveries.
 
 The pure part (``TraceParent``, ``parse``, ``new``) needs nothing but ``random``: with
 tracing off a span is a ``TraceParent`` and a no-op ``end`` (no SDK object is created or
-imported; the cost on the admission path is two ``random.getrandbits`` calls). With an
+imported; the webhook's admission path makes none at all). With an
 endpoint (the standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or
 ``OTEL_EXPORTER_OTLP_ENDPOINT``; ``OTEL_SDK_DISABLED=true`` keeps it off) ``from_environment``
 builds the SDK's ``TracerProvider`` with a batching OTLP/HTTP exporter, which reads the

@@ -35,14 +35,18 @@ class Services:
     _children: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
     tracer: tracing.Tracer = tracing.OFF  # spans recorded only with an OTLP endpoint
 
-    def admission_span(self, req: admission.Request) -> tracing.Span:
-        """A forwarded admission's span, the first of a new trace (``tether.tracing``);
-        attributes only when spans are recorded (tracing off: two random numbers)."""
+    def admit(self, req: admission.Request) -> keyqueue.PutResult:
+        """Queue a forwarded admission's key. With spans recorded (``tether.tracing``) the
+        admission is a span, the first of a new trace that the entry keeps; tracing off
+        costs nothing here (the trace then starts at the forwarder's POST)."""
         if not self.tracer.enabled:
-            return self.tracer.start(ADMISSION_SPAN)
-        return self.tracer.start(ADMISSION_SPAN, kind="server", attributes={
+            return self.queue.put(admission.item_of(req, time.time()))
+        span = self.tracer.start(ADMISSION_SPAN, kind="server", attributes={
             "tether.namespace": req.namespace, "tether.name": req.name,
             "tether.operation": req.operation})
+        outcome = self.queue.put(admission.item_of(req, time.time(), span.context))
+        span.end({"tether.queue": outcome})
+        return outcome
 
     def count(self, operation: str, outcome: str) -> None:
         """admission_requests_total{operation, outcome} += 1 (label children cached)."""

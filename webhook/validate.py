@@ -95,9 +95,7 @@ def _handle_validate(svc: services_mod.Services) -> flask.Response:
         operation = req.operation if req.operation in admission.OPERATIONS else "other"
         outcome: str | None = admission.decide(req, svc.settings.filter)
         if outcome is None:
-            span = svc.admission_span(req)  # a trace per admitted change (tether.tracing)
-            outcome = svc.queue.put(admission.item_of(req, time.time(), span.context))
-            span.end({"tether.queue": outcome})
+            outcome = svc.admit(req)  # queued (with a trace per admitted change when traced)
             if outcome == "coalesced":
                 m.coalesced.inc()
             elif outcome == "overflowed":

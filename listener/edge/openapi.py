@@ -171,7 +171,13 @@ def _changes_path() -> dict[str, Any]:
         "/v1/runtimes/{runtimeId}/changes": {"post": {
             "operationId": "postChanges",
             "summary": "Persist one change record or a batch (each applied only if newer)",
-            "parameters": [_runtime_param()],
+            "parameters": [_runtime_param(), {
+                "name": "traceparent", "in": "header", "required": False,
+                "description": "W3C trace context of the request (tether.tracing): the "
+                               "listener continues its trace, logs its trace ID with each "
+                               "record and stores it on the records it writes; absent or "
+                               "malformed: a new trace, never a refusal",
+                "schema": {"type": "string", "maxLength": 512}}],
             "requestBody": {"required": True, "content": {"application/json": {
                 "schema": {"$ref": REF + "ChangeRequest"}}}},
             "responses": {

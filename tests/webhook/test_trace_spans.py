@@ -151,17 +151,26 @@ def test_no_or_a_malformed_traceparent_starts_a_new_trace_and_is_never_refused(
     assert apitypes.TRACEPARENT_ANNOTATION.endswith("/traceparent")
 
 
-def test_tracing_off_still_carries_one_trace_id_from_admission_to_the_stored_record() -> None:
+def test_tracing_off_costs_the_admission_nothing_and_the_post_starts_the_trace() -> None:
     listener = Listener(tracing.OFF)
     c, svc = _webhook(tracing.OFF, listener)
     _admit(c, "a")
     (item,) = svc.queue.take(1, 0)
-    assert item.trace is not None
+    assert item.trace is None and item.links == ()  # no id, no object on the admission path
     svc.queue.done([item.key])
     svc.queue.put(item)
+    headers: list[str] = []
+    call = listener.call
+
+    def recording(method: str, path: str, body: bytes | None = None, timeout: Any = None,
+                  extra: Mapping[str, str] | None = None) -> tuple[sender.Outcome, bytes]:
+        headers.append((extra or {})["traceparent"])
+        return call(method, path, body, timeout, extra)
     assert svc.forwarder is not None
+    svc.forwarder.client._call = recording  # type: ignore[method-assign]
     with mock.patch.object(api, "_authenticate", return_value=None):
         svc.forwarder._step([], set())
     ((_, stored),) = listener.writes
-    parsed = tracing.parse(stored)
-    assert parsed is not None and parsed.trace_id == item.trace.trace_id
+    sent, kept = tracing.parse(headers[0]), tracing.parse(stored)
+    assert sent is not None and kept is not None and kept.trace_id == sent.trace_id
+    assert kept.span_id != sent.span_id  # the listener's span, a child of the POST's
