@@ -16,6 +16,7 @@ CRDs from that module. The overlay's Issuers and Certificates are applied as ren
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import logging
 import pathlib
@@ -245,3 +246,53 @@ def _eventually(probe: Any, timeout: float, setup: Setup) -> Any:
         setup.cm.check_alive()
         time.sleep(0.3)
     raise AssertionError(f"timed out after {timeout:.0f}s; cainjector log: {setup.cm.log('cainjector')[-3000:]}")
+
+
+@pytest.mark.xfail(not certmanager.aki_follows_issuer_ski(), reason=certmanager.AKI_GAP, strict=True)
+def test_a_runtime_certificate_from_cert_managers_ca_passes_the_listeners_tls_check(
+        setup: Setup, tmp_path: pathlib.Path) -> None:
+    """Mutual TLS as the listener (OpenSSL, through Python's ssl) and a runtime do it: the
+    listener serving cert-manager's certificate and trusting the bundle the enroller
+    publishes; the runtime holding a certificate the enroller issued from cert-manager's CA
+    and trusting the listener CA it is given."""
+    gw = gateway.from_kubeconfig(str(setup.plane.kubeconfig))
+    try:
+        now = datetime.datetime.now(datetime.UTC)
+        ca = castore.CAStore(gw, NS, "tether-enroller-ca", "tether-runtime-ca", datetime.timedelta(days=365),
+                             logging.getLogger("test.certmanager.audit"), lambda: now).ensure()
+    finally:
+        gw.close()
+    _, serving = setup.secret("tether-listener-tls")
+    runtime = pki.client_certificate(ca.current, "rt-cm-2", "c-cm2.kyma.example.com",
+                                     datetime.timedelta(days=7), now)
+    for name, data in (("serving.crt", serving["tls.crt"]), ("serving.key", serving["tls.key"]),
+                       ("runtime.crt", runtime.cert_pem), ("runtime.key", runtime.key_pem)):
+        (tmp_path / name).write_bytes(data)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(tmp_path / "serving.crt", tmp_path / "serving.key")
+    server_ctx.verify_mode = ssl.CERT_REQUIRED
+    server_ctx.load_verify_locations(cadata=ca.bundle.decode())
+    client_ctx = ssl.create_default_context(cadata=serving["ca.crt"].decode())
+    client_ctx.load_cert_chain(tmp_path / "runtime.crt", tmp_path / "runtime.key")
+    seen: list[str] = []
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = listening.accept()
+            try:
+                with server_ctx.wrap_socket(conn, server_side=True) as tls:
+                    der = tls.getpeercert(binary_form=True)
+                    seen.append(str(certs.common_name(x509.load_der_x509_certificate(der))) if der else "")
+                    tls.sendall(b"ok")
+            except (ssl.SSLError, OSError) as e:
+                seen.append(f"refused: {e}")
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+                client_ctx.wrap_socket(raw, server_hostname="tether-listener.tether-system.svc") as tls:
+            with contextlib.suppress(ssl.SSLError, OSError):
+                tls.recv(2)
+        t.join(10)
+    assert seen == ["rt-cm-2"]
