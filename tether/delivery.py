@@ -8,7 +8,8 @@ by source, delivery lag = persist time minus the record's ``observedAt``, refusa
 Bounded by construction, whatever a runtime sends: one bucket per minute for the last
 ``WINDOW_MINUTES``, a fixed lag histogram (``LAG_BOUNDS``) per bucket, at most
 ``MAX_REASONS`` refusal reasons per bucket (the rest count as ``other``), the last
-``RECENT`` records, every string cut to a fixed length. Counts from several workers and
+``RECENT`` records, the last refusal per reason (``tether.lastrefused``), every string cut to
+a fixed length. Counts from several workers and
 replicas add up: ``merge`` is a sum per minute, so the order of merges does not matter.
 
 Object (``tether.kyma-project.io/v1alpha1``, kind ``RuntimeDelivery``, one per runtime,
@@ -25,6 +26,7 @@ named like its heartbeat Lease)::
       recent:
         - {at: ..., namespace: team-a, name: app, source: webhook, lagSeconds: 0.04,
            outcome: persisted}
+      lastRefused: {quota_records: {at: ..., status: 413, namespace: team-a, name: app}}
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from tether import apitypes
+from tether import apitypes, lastrefused
 
 # Upper bounds (seconds) of the lag buckets; one more bucket counts everything above.
 LAG_BOUNDS: tuple[float, ...] = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 300.0)
@@ -108,6 +110,7 @@ class Delta:
     recent: list[dict[str, Any]] = field(default_factory=list)
     last_change: datetime.datetime | None = None
     stored: dict[str, int] | None = None
+    last_refused: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def _minute(self, now: datetime.datetime) -> Minute:
         m = minute_of(now)
@@ -140,12 +143,16 @@ class Delta:
         del self.recent[:-RECENT]
         return lag
 
-    def refuse(self, now: datetime.datetime, reason: str, status: int) -> None:
+    def refuse(self, now: datetime.datetime, reason: str, status: int, namespace: str = "",
+               name: str = "") -> None:
+        """A refusal (429: throttled); else also its reason's last (``tether.lastrefused``)."""
         bucket = self._minute(now)
         if status == 429:
             bucket.throttled += 1
         else:
             bucket.refuse(reason)
+            lastrefused.note(self.last_refused, reason,
+                             lastrefused.entry(fmt(now), status, namespace, name))
 
     def seen(self, now: datetime.datetime) -> None:
         """One authenticated request of the runtime (its heartbeat history)."""
@@ -273,6 +280,9 @@ def merge(status: Mapping[str, Any] | None, delta: Delta, runtime_id: str,
     stored = _stored_from(delta.stored if delta.stored is not None else old.get("stored"))
     if stored is not None:
         out["stored"] = stored
+    last_refused = lastrefused.merged(lastrefused.from_status(old), delta.last_refused)
+    if last_refused:
+        out["lastRefused"] = last_refused
     return out
 
 
@@ -316,6 +326,7 @@ class Summary(NamedTuple):
     recent: list[dict[str, Any]]
     series: list[Point]
     updated: datetime.datetime | None
+    last_refused: Mapping[str, Mapping[str, Any]] = {}  # tether.lastrefused, maybe older
 
     @property
     def records(self) -> int:
@@ -354,7 +365,7 @@ def summarize(status: Mapping[str, Any] | None, now: datetime.datetime) -> Summa
         throttled=sum(m.throttled for _, m in minutes),
         last_change=parse(status.get("lastChangeAt")), stored=stored,
         recent=list(reversed(recent)), series=series,
-        updated=parse(status.get("updatedAt")))
+        updated=parse(status.get("updatedAt")), last_refused=lastrefused.from_status(status))
 
 
 def body(name: str, namespace: str, runtime_id: str, labels: Mapping[str, str]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Every record a runtime's POST hands to the store (its source, ``observedAt``, outcome) and
 every refusal of an authenticated runtime's request (reason, status; 429 counts as
-throttled) go into a ``tether.delivery.Delta`` per runtime in this worker's memory: a
+throttled; per reason the last refused object, when the refusal has one, and its time) go into a ``tether.delivery.Delta`` per runtime in this worker's memory: a
 bounded map of at most ``max_runtimes`` runtimes (events of further runtimes are counted in
 ``tether_listener_delivery_dropped_total`` and otherwise lost), each delta bounded by
 ``tether.delivery`` (a bucket per minute, the last 20 records).
@@ -33,7 +33,7 @@ from typing import Any
 from listener.edge import metrics as listener_metrics
 from listener.fleet import flushing, heartbeat
 from listener.storage import quota, records
-from tether import apitypes, delivery, gateway, logs
+from tether import apitypes, delivery, gateway, lastrefused, logs
 
 log = logging.getLogger(__name__)
 MAX_RUNTIMES = 10_000  # runtimes with unsent counts per worker
@@ -68,7 +68,8 @@ def combined(older: delivery.Delta, newer: delivery.Delta, runtime_id: str,
     status = delivery.merge(delivery.merge(None, older, runtime_id, now), newer, runtime_id, now)
     return delivery.Delta(minutes=delivery.minutes_of(status), recent=list(status["recent"]),
                           last_change=delivery.parse(status.get("lastChangeAt")),
-                          stored=newer.stored if newer.stored is not None else older.stored)
+                          stored=newer.stored if newer.stored is not None else older.stored,
+                          last_refused=lastrefused.from_status(status))
 
 
 class Deliveries:
@@ -110,8 +111,9 @@ class Deliveries:
             if d is not None:
                 d.record(now, source, observed, outcome, str(rec.get("namespace", "")),
                          str(rec.get("name", "")))
-                if outcome == "refused":
-                    d.refuse(now, reason, status)
+                if outcome == "refused":  # the record is its reason's last refused object
+                    d.refuse(now, reason, status, str(rec.get("namespace", "")),
+                             str(rec.get("name", "")))
         self._metrics.records_by_source.labels(source, outcome).inc()
         lag = None if observed is None else max(0.0, (now - observed).total_seconds())
         if outcome == "persisted" and lag is not None:

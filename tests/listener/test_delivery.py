@@ -312,6 +312,10 @@ def test_a_quota_refusal_and_429s_are_counted_and_the_rest_flushed_at_worker_exi
         assert s.stored["records"] == 2 and s.stored["recordLimit"] == 2
         refused = [r for r in s.recent if r["outcome"] == "refused"]
         assert [r["name"] for r in refused] == ["k2"]
+        last = s.last_refused["quota_records"]  # the refused object and when (issue 28, item 6)
+        assert (last["namespace"], last["name"], last["status"]) == (
+            refused[0]["namespace"], "k2", 413)
+        assert last["at"] == refused[0]["at"] and "rate" not in s.last_refused  # 429: counted
         # the bucket is empty now: 429 in the worker's main loop (no thread, no flush)
         before = metric_value(p.metrics(), "tether_listener_requests_total",
                               route="/v1/runtimes/<runtime_id>/changes", method="POST", code="429")
@@ -431,6 +435,9 @@ def test_a_hostile_runtime_keeps_its_runtime_delivery_bounded(
     assert all(len(r["name"]) <= delivery.MAX_TEXT for r in st["recent"])
     assert len(st["minutes"]) <= delivery.WINDOW_MINUTES
     assert all(len(m["refused"]) <= delivery.MAX_REASONS + 1 for m in st["minutes"])
+    # the last refusal of each reason: the runtime's own requests, no object read
+    assert set(st["lastRefused"]) >= {"invalid_json", "media_type", "schema", "query"}
+    assert all("name" not in e for e in st["lastRefused"].values()), st["lastRefused"]
 
 
 def test_the_janitor_removes_an_orphaned_runtimes_delivery(
