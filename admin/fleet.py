@@ -166,14 +166,14 @@ class Index:
                 spec, Mapping) else None
 
     def add_delivery(self, o: Mapping[str, Any], lean: bool = False) -> None:
-        """``lean``: the per-minute series and recent records are dropped (the runtime
-        page reads them fresh); the totals of the hour are kept."""
+        """``lean``: the per-minute series, recent records and last refusals are dropped
+        (the runtime page reads them fresh); the totals of the hour are kept."""
         rid = _labels(o).get(apitypes.RUNTIME_ID_LABEL)
         if not isinstance(rid, str) or not rid:
             return
         summary = delivery.summarize(_status(o), self.now)
         if lean:
-            summary = summary._replace(series=[], recent=[])
+            summary = summary._replace(series=[], recent=[], last_refused={})
         self.deliveries[rid] = (summary, str(_meta(o).get("name", ""))[:253])
 
     def add_mapping(self, o: Mapping[str, Any]) -> None:

@@ -12,7 +12,7 @@ import markupsafe
 from flask import request
 from werkzeug.wrappers import Response as Answer
 
-from admin import fleet, guard, parts, respond, snapshot, views
+from admin import fleet, guard, parts, respond, runbooks, snapshot, views
 from admin import services as services_mod
 from tether import gateway, logs
 
@@ -77,8 +77,10 @@ def runtime_page(runtime_id: str) -> Answer:
     now = datetime.datetime.now(datetime.UTC)
     row, events, events_error = _runtime_reads(row, now)
     mapping = snap.mapping_by_kyma.get(row.kyma.partition("/")[2])
+    links = runbooks.Links(services_mod.current().settings.runbook_base)
     return respond.render("runtime.html", snap=snap, row=row, events=events,
                           events_error=events_error, mapping=mapping,
+                          refusals=runbooks.refusals(row.delivery, links),
                           lag_chart=markupsafe.Markup(views.lag_chart(row.delivery, now)),
                           records_chart=markupsafe.Markup(views.records_chart(row.delivery, now)),
                           beats_chart=markupsafe.Markup(views.beats_chart(row.delivery, now)))

@@ -9,7 +9,7 @@ from typing import Any
 import flask
 from flask import Response, request
 
-from admin import fleet, snapshot, views
+from admin import fleet, runbooks, snapshot, views
 from admin import services as services_mod
 from tether import ops
 
@@ -36,9 +36,10 @@ def snap_or_503() -> snapshot.Snapshot | Response:
 
 def render(template: str, **ctx: Any) -> Response:
     now = datetime.datetime.now(datetime.UTC)
+    s = services_mod.current().settings
     html = flask.render_template(template, now=now, v=views, user=flask.g.get("user"),
-                                 problem_text=fleet.PROBLEM_TEXT,
-                                 audience=services_mod.current().settings.token_audience, **ctx)
+                                 problem_text=fleet.PROBLEM_TEXT, audience=s.token_audience,
+                                 runbook=runbooks.Links(s.runbook_base), **ctx)
     return Response(html, mimetype="text/html")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from admin import fleet
+from admin import fleet, runbooks
 from tether import config
 
 A = "TETHER_ADMIN_"
@@ -68,6 +68,9 @@ class Settings:
         A + "PROBLEM_SERIES", 100,
         "most (runtime, problem) series of tether_fleet_runtime_problem", minimum=0,
         maximum=5000))
+    runbook_base: str = setting(config.https_url(
+        A + "RUNBOOK_BASE", runbooks.DEFAULT_BASE, "where the pages' runbook links point: "
+        "BASE/docs/operations.md#ANCHOR (as the alerts' runbook_url base)"))
     thresholds: fleet.Thresholds = config.inputs(*THRESHOLDS, default=fleet.Thresholds())
     auth_cache: float = setting(config.seconds(
         A + "AUTH_CACHE_SECONDS", 30.0,

@@ -1,12 +1,15 @@
 """``tether status [RUNTIME]``: the admin pages' facts in the terminal.
 
     tether status                      # every runtime, worst first, as a table
+    tether status 4a1f...              # one runtime in detail (admin.detail)
     tether status 4a1f... -o json      # one runtime, as JSON
     tether status --problem silent     # only runtimes with that problem
 
 It lists the same objects as the admin pages (``admin.snapshot.load``) with the operator's
 own kubeconfig (``--kubeconfig``, else ``$KUBECONFIG``, else in-cluster), so it shows what
-RBAC lets them read. Exit status: 0; 1 when a runtime was asked for and not found or
+RBAC lets them read; one runtime's RuntimeDelivery is read whole, as its page does
+(``snapshot.delivery_of``). Problems and refusal reasons link their runbooks under
+``--runbook-base`` (``$TETHER_ADMIN_RUNBOOK_BASE``, else the alerts' default). Exit status: 0; 1 when a runtime was asked for and not found or
 (``--fail-on-problems``) any shown runtime has a problem; 2 for a usage error or when the KCP
 cannot be read.
 """
@@ -21,9 +24,9 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from admin import fleet, snapshot, views
+from admin import detail, fleet, runbooks, snapshot, views
 from admin import settings as settings_mod
-from tether import gateway, logs
+from tether import config, gateway, logs, parsers
 
 COLUMNS = ("RUNTIME", "PROBLEMS", "ENROLLED", "CERT-EXPIRY", "HEARTBEAT", "LAST-CHANGE",
            "LAG-P50", "LAG-P99", "POLLER-ONLY", "REFUSED", "429", "STORED", "COMPASS")
@@ -48,6 +51,10 @@ def parser() -> argparse.ArgumentParser:
                    help="namespace of Tether's Deployments and Leases")
     p.add_argument("--fail-on-problems", action="store_true",
                    help="exit 1 when any shown runtime has a problem")
+    p.add_argument("--runbook-base", default=os.environ.get("TETHER_ADMIN_RUNBOOK_BASE",
+                                                           runbooks.DEFAULT_BASE),
+                   help="base of the runbook links, <base>/docs/operations.md#<anchor> "
+                   "(default $TETHER_ADMIN_RUNBOOK_BASE, else " + runbooks.DEFAULT_BASE + ")")
     return p
 
 
@@ -71,38 +78,70 @@ def render_table(rows: Sequence[fleet.Row], now: datetime.datetime, out: TextIO)
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
 
 
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
-    s = settings_mod.Settings(tls_cert_file="", tls_key_file="", kcp_namespace=args.namespace,
-                              heartbeat_namespace=args.heartbeat_namespace or args.namespace,
-                              namespace=args.tether_namespace, kubeconfig=args.kubeconfig)
+def one_json(row: fleet.Row, links: runbooks.Links) -> dict[str, object]:
+    """One runtime as JSON: its row, each problem's runbook, its refusals in detail."""
+    return {**fleet.as_json(row),
+            "problemRunbooks": {p: links.problem(p) for p in row.problems},
+            "refused": [runbooks.as_json(r) for r in runbooks.refusals(row.delivery, links)]}
+
+
+def _load(args: argparse.Namespace, s: settings_mod.Settings
+          ) -> tuple[snapshot.Snapshot, fleet.Row | None, str] | str:
+    """The snapshot, the asked runtime's row with its RuntimeDelivery read whole, and what
+    could not be read; or the one line of a failure."""
     try:
         kcp = gateway.from_kubeconfig(args.kubeconfig)
     except gateway.KubeConfigError as e:
-        print(f"tether status: --kubeconfig: {e}", file=sys.stderr)
-        return 2
+        return f"--kubeconfig: {e}"
     try:
         snap = snapshot.load(kcp, s)
+        row, note = (snap.by_id.get(args.runtime) if args.runtime else None), ""
+        if row is not None:
+            try:
+                row = row._replace(delivery=snapshot.delivery_of(kcp, s, row, snap.taken))
+            except gateway.GatewayError as e:
+                note = "its RuntimeDelivery could not be read (the listing's totals shown): " + \
+                    logs.bounded(e, 160)
     except gateway.GatewayError as e:
-        print(f"tether status: cannot read the KCP: {logs.bounded(e, 300)}", file=sys.stderr)
-        return 2
+        return f"cannot read the KCP: {logs.bounded(e, 300)}"
     finally:
         kcp.close()
-    rows = snap.rows
+    return snap, row, note
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    try:
+        links = runbooks.Links(parsers.https_url("--runbook-base", args.runbook_base))
+    except config.SettingError as e:
+        print(f"tether status: {e}", file=sys.stderr)
+        return 2
+    s = settings_mod.Settings(tls_cert_file="", tls_key_file="", kcp_namespace=args.namespace,
+                              heartbeat_namespace=args.heartbeat_namespace or args.namespace,
+                              namespace=args.tether_namespace, kubeconfig=args.kubeconfig)
+    loaded = _load(args, s)
+    if isinstance(loaded, str):
+        print(f"tether status: {loaded}", file=sys.stderr)
+        return 2
+    snap, row, note = loaded
     if args.runtime is not None:
-        rows = [r for r in rows if r.runtime_id == args.runtime]
-        if not rows:
+        if row is None:
             print(f"tether status: no Kyma CR in {args.namespace} carries runtime ID "
                   f"{logs.bounded(args.runtime, 80)}", file=sys.stderr)
             return 1
-    if args.problem:
-        rows = [r for r in rows if args.problem in r.problems]
+        if args.output == "json":
+            json.dump(one_json(row, links), sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            mapping = snap.mapping_by_kyma.get(row.kyma.partition("/")[2])
+            sys.stdout.write("\n".join(detail.lines(row, mapping, links, snap.taken, note)) + "\n")
+        return 1 if args.fail_on_problems and row.problems else 0
+    rows = [r for r in snap.rows if not args.problem or args.problem in r.problems]
     if args.output == "json":
-        runtimes = [fleet.as_json(r) for r in rows]
         doc = {"listedAt": snap.taken.strftime("%Y-%m-%dT%H:%M:%SZ"),
                "missing": list(snap.missing), "counts": fleet.counts(snap.rows),
-               "runtimes": runtimes}
-        json.dump(doc if args.runtime is None else runtimes[0], sys.stdout, indent=2)
+               "runtimes": [fleet.as_json(r) for r in rows]}
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         render_table(rows, snap.taken, sys.stdout)

@@ -5,18 +5,25 @@ the KCP as the other parts write them, bounds on hostile input, the fleet metric
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import pathlib
 import re
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
+from kubernetes import client
 
-from testing import adminenv
+from listener.fleet import heartbeat
+from testing import adminenv, controlplane
 from testing.listenerenv import metric_value
+from tether import apitypes, delivery
 
 pytestmark = pytest.mark.slow
 
@@ -133,7 +140,10 @@ def test_the_runtime_page_shows_its_delivery_and_escapes_what_it_shows(
         ready: adminenv.AdminProcess, tokens: dict[str, str], scene: dict[str, str]) -> None:
     html = ready.get(f"/runtimes/{scene['refused']}", tokens["operator"]).text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>" not in html
-    assert "<td>quota_records</td><td>7</td>" in html and "3 answered 429" in html
+    assert "3 answered 429" in html
+    refusal = html.split('<tr data-reason="quota_records">', 1)[1].split("</tr>", 1)[0]
+    assert ('<a class="runbook" href="https://github.com/kyma-project/tether/blob/main/docs/'
+            'operations.md#refusal-quota_records">quota_records</a></td><td>7</td>') in refusal
     chart = ready.get(f"/runtimes/{scene['failing']}", tokens["operator"]).text
     lag = chart.split('id="lag-chart"', 1)[1].split("</figure>", 1)[0]
     assert "<polyline" in lag and "lag p99" in lag
@@ -268,3 +278,127 @@ def test_tether_status_prints_the_same_facts(admin_env: adminenv.Env, scene: dic
     assert status("--problem", "silent", "--fail-on-problems").returncode == 1
     bad = status("--kubeconfig", "/nonexistent")
     assert bad.returncode == 2 and "--kubeconfig" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# -- issue 28, item 6: what to do next ---------------------------------------------------------
+
+HOSTILE = '<img src=x onerror=alert(1)>"\nFAKE LINE' + "x" * 300
+
+
+@pytest.fixture(scope="module")
+def last_refused(admin_env: adminenv.Env, scene: dict[str, str]) -> str:
+    """The refused runtime's RuntimeDelivery as a listener of this version writes it: a
+    record of a hostile name refused by the quota, a body that was no JSON (no object),
+    through the real API server (the CRD's schema validates and keeps ``lastRefused``)."""
+    rid = scene["refused"]
+    objects: Any = client.CustomObjectsApi(admin_env.api)
+    res = apitypes.RUNTIME_DELIVERIES
+    name = heartbeat.lease_name(rid)
+    obj = objects.get_namespaced_custom_object(res.group, res.version, admin_env.kcp_ns,
+                                               res.plural, name)
+    d = delivery.Delta()
+    now = adminenv.now()
+    d.record(now, "webhook", None, "refused", "team-a", HOSTILE)
+    d.refuse(now, "quota_records", 413, "team-a", HOSTILE)
+    d.refuse(now - datetime.timedelta(minutes=2), "invalid_json", 400)
+    obj["status"] = delivery.merge(obj.get("status"), d, rid, now)
+    objects.replace_namespaced_custom_object_status(res.group, res.version, admin_env.kcp_ns,
+                                                    res.plural, name, obj)
+    stored = objects.get_namespaced_custom_object(res.group, res.version, admin_env.kcp_ns,
+                                                  res.plural, name)
+    assert stored["status"]["lastRefused"] == obj["status"]["lastRefused"]  # not pruned
+    return rid
+
+
+def test_a_refusal_shows_its_last_object_when_and_runbook(
+        ready: adminenv.AdminProcess, tokens: dict[str, str], last_refused: str) -> None:
+    html = ready.get(f"/runtimes/{last_refused}", tokens["operator"]).text
+    quota = html.split('<tr data-reason="quota_records">', 1)[1].split("</tr>", 1)[0]
+    assert "team-a/&lt;img src=x onerror=alert(1)&gt;&#34;" in quota and "<img" not in html
+    assert "ago (" in quota and "<td>413</td>" in quota
+    assert len(quota) < 1500  # the name is cut (253 characters)
+    invalid = html.split('<tr data-reason="invalid_json">', 1)[1].split("</tr>", 1)[0]
+    assert "the runtime&#39;s request; no object read" in invalid and "2m ago" in invalid
+    assert 'href="https://github.com/kyma-project/tether/blob/main/docs/operations.md' \
+           '#refusal-invalid_json"' in invalid
+    # every problem of a runtime links its runbook, on its page and in the fleet
+    page = ready.get("/runtimes/rt-silent", tokens["operator"]).text
+    assert 'href="https://github.com/kyma-project/tether/blob/main/docs/operations.md' \
+           '#problem-silent">runbook</a>' in page
+    fleet_html = ready.get("/fleet?problem=silent", tokens["operator"]).text
+    assert 'class="badge" href="https://github.com/kyma-project/tether/blob/main/docs/' \
+           'operations.md#problem-silent"' in fleet_html
+
+
+def test_the_runbook_base_is_a_setting(admin_env: adminenv.Env, tokens: dict[str, str],
+                                       last_refused: str) -> None:
+    p = adminenv.AdminProcess(admin_env,
+                              TETHER_ADMIN_RUNBOOK_BASE="https://docs.example.internal/tether")
+    try:
+        html = p.get(f"/runtimes/{last_refused}", tokens["operator"]).text
+        assert ('href="https://docs.example.internal/tether/docs/operations.md'
+                '#refusal-quota_records"') in html
+        assert "github.com" not in html
+    finally:
+        p.stop()
+
+
+def _status_env(admin_env: adminenv.Env, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    return {**env, "KUBECONFIG": str(admin_env.kubeconfig), "TETHER_KCP_NAMESPACE":
+            admin_env.kcp_ns, **extra}
+
+
+def test_tether_status_of_one_runtime_is_a_detail_view(
+        admin_env: adminenv.Env, last_refused: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "tether.cli", "status", last_refused, "--tether-namespace",
+         admin_env.tether_ns], capture_output=True, text=True, timeout=60, check=False,
+        env=_status_env(admin_env, TETHER_ADMIN_RUNBOOK_BASE="https://docs.example.internal/t"))
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    for fact in ("Enrollment:  Ready", "Certificate: expires in", "Heartbeat:   ", "Lag:  ",
+                 "Stored:      ", "Compass:     no mapping", "Refusals, last hour:"):
+        assert fact in text, fact
+    quota = next(ln for ln in text.splitlines() if ln.lstrip().startswith("quota_records"))
+    assert "team-a/<img src=x onerror=alert(1)>\"?FAKE LINE" in quota
+    assert quota.endswith("https://docs.example.internal/t/docs/operations.md#refusal-quota_records")
+    assert not any(ln.startswith("FAKE LINE") for ln in text.splitlines())
+    assert "3 answered 429: https://docs.example.internal/t/docs/operations.md#refusal-rate" in text
+    one = json.loads(subprocess.run(
+        [sys.executable, "-m", "tether.cli", "status", last_refused, "-o", "json",
+         "--tether-namespace", admin_env.tether_ns],
+        capture_output=True, text=True, timeout=60, check=True,
+        env=_status_env(admin_env)).stdout)
+    by_reason = {r["reason"]: r for r in one["refused"]}
+    assert by_reason["invalid_json"]["lastObject"] == "(the runtime's request; no object read)"
+    assert by_reason["quota_records"]["lastStatus"] == 413
+    assert by_reason["quota_records"]["runbook"].endswith("#refusal-quota_records")
+
+
+def test_kubectl_tether_runs_the_operator_commands(admin_env: adminenv.Env,
+                                                   last_refused: str) -> None:
+    """As kubectl runs a plugin: ``kubectl tether ...`` finds ``kubectl-tether`` on PATH
+    (the venv's bin, where the console script is installed)."""
+    kubectl = str(controlplane.binaries() / "kubectl")
+    venv_bin = pathlib.Path(sys.executable).parent
+    assert (venv_bin / "kubectl-tether").is_file(), "pip install -e . (setup.cfg entry points)"
+    env = _status_env(admin_env, PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}")
+    plugins = subprocess.run([kubectl, "plugin", "list"], capture_output=True, text=True,
+                             timeout=60, check=False, env=env)
+    assert str(venv_bin / "kubectl-tether") in plugins.stdout, plugins.stdout + plugins.stderr
+    out = subprocess.run([kubectl, "tether", "status", last_refused, "--tether-namespace",
+                          admin_env.tether_ns], capture_output=True, text=True, timeout=60,
+                         check=False, env=env)
+    assert out.returncode == 0, out.stderr
+    assert f"Runtime {last_refused}" in out.stdout and "#refusal-quota_records" in out.stdout
+    table = subprocess.run([kubectl, "tether", "status", "--tether-namespace",
+                            admin_env.tether_ns], capture_output=True, text=True, timeout=60,
+                           check=False, env=env)
+    assert table.returncode == 0 and table.stdout.startswith("RUNTIME"), table.stderr
+    certs = subprocess.run([kubectl, "tether", "certs", "--help"], capture_output=True,
+                           text=True, timeout=60, check=False, env=env)
+    assert certs.returncode == 0 and "issue" in certs.stdout, certs.stderr
+    wrong = subprocess.run([kubectl, "tether", "listener"], capture_output=True, text=True,
+                           timeout=60, check=False, env=env)
+    assert wrong.returncode == 2 and "unknown command" in wrong.stderr

@@ -26,11 +26,15 @@ from reaching out.
 
 from __future__ import annotations
 
+import html
+import http.server
 import json
 import os
 import pathlib
 import shutil
+import ssl
 import subprocess
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -47,7 +51,8 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
 from admin import guard as admin_guard
-from testing import adminenv
+from testing import adminenv, controlplane
+from tests.admin.test_runbooks import OPERATIONS, github_anchors
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +61,56 @@ WINDOW = (1366, 900)
 IMAGES = adminenv.REPO / "docs" / "images"
 XSS = "<img src=x onerror=alert(1)>"
 HEALTHY = 6          # with the three below: 9 runtimes, two fleet pages of 5
+
+
+class Docs(NamedTuple):
+    base: str            # the runbook base the admin is given (TETHER_ADMIN_RUNBOOK_BASE)
+
+
+def rendered_operations() -> bytes:
+    """docs/operations.md as a page whose headings carry the ids GitHub renders (the rest as
+    escaped text): what a runbook link lands on."""
+    anchors = iter(github_anchors(OPERATIONS.read_text()))
+    body = []
+    fenced = False
+    for line in OPERATIONS.read_text().splitlines():
+        fenced = fenced != line.startswith("```")
+        level = len(line) - len(line.lstrip("#"))
+        if not fenced and 1 <= level <= 6 and line[level:level + 1] == " ":
+            body.append(f'<h{level} id="{html.escape(next(anchors))}">'
+                        f"{html.escape(line[level + 1:])}</h{level}>")
+        else:
+            body.append(f"<p>{html.escape(line)}</p>")
+    return ("<!doctype html><title>operations</title>" + "\n".join(body)).encode()
+
+
+@pytest.fixture(scope="module")
+def docs(admin_env: adminenv.Env) -> Iterator[Docs]:
+    """The documentation as the runbook base serves it, over HTTPS with the admin's
+    certificate (Chromium trusts its CA): /tether/docs/operations.md."""
+    page = rendered_operations()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            ok = self.path.split("#")[0] == "/tether/docs/operations.md"
+            self.send_response(200 if ok else 404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.end_headers()
+            self.wfile.write(page if ok else b"")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", controlplane.free_port()), Handler)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(admin_env.cert_file, admin_env.key_file)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield Docs(f"https://127.0.0.1:{server.server_address[1]}/tether")
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class Scenario(NamedTuple):
@@ -68,13 +123,15 @@ class Scenario(NamedTuple):
     unenrolled: str
     xss: str
     healthy: tuple[str, ...]
+    docs: Docs
 
 
 @pytest.fixture(scope="module")
-def scenario(admin_env: adminenv.Env) -> Iterator[Scenario]:
+def scenario(admin_env: adminenv.Env, docs: Docs) -> Iterator[Scenario]:
     env = admin_env
     healthy = tuple(env.runtime(f"healthy-{i:02d}", webhook=20) for i in range(HEALTHY))
-    failing = env.runtime("failing", webhook=2, poller=30, lag=0.4)
+    # two refusals (fewer than make it "refusing"): the runtime page links their runbook
+    failing = env.runtime("failing", webhook=2, poller=30, lag=0.4, refused={"invalid_json": 2})
     unenrolled = env.runtime("unenrolled", ready=False, webhook=5)
     xss = env.runtime("xss", webhook=6, names=[XSS])
     env.mapping("healthy-00", "Ready")
@@ -111,10 +168,11 @@ def scenario(admin_env: adminenv.Env) -> Iterator[Scenario]:
         "tether.kyma-project.io/last-run-seconds": "0.8"})
     tokens = (env.operator("browser-all"), env.operator("browser-fleet", ["fleet"]),
               env.operator("browser-none", ()))
-    admin = adminenv.AdminProcess(env, TETHER_ADMIN_PAGE_SIZE="5")
+    admin = adminenv.AdminProcess(env, TETHER_ADMIN_PAGE_SIZE="5",
+                                  TETHER_ADMIN_RUNBOOK_BASE=docs.base)
     try:
         yield Scenario(env, admin, *tokens, failing=failing, unenrolled=unenrolled, xss=xss,
-                       healthy=healthy)
+                       healthy=healthy, docs=docs)
     finally:
         admin.stop()
 
@@ -338,7 +396,7 @@ def test_runtime_page_charts_and_facts(browser: WebDriver, scenario: Scenario) -
     assert poller.value_of_css_property("stroke") == "rgb(217, 48, 37)"
     recent = browser.find_element(By.ID, "recent").text
     assert "team-a/app" in recent and "poller" in recent
-    assert "none" in browser.find_element(By.ID, "refusals").text
+    assert "invalid_json" in browser.find_element(By.ID, "refusals").text
     events = browser.find_element(By.ID, "events").text
     assert "RegistrationFailed" in events and "(×3)" in events
     shoot(browser, "runtime")
@@ -435,3 +493,36 @@ def test_sign_out_clears_the_cookie(browser: WebDriver, scenario: Scenario) -> N
     visit(browser, scenario, "/compass")
     assert urllib.parse.urlsplit(browser.current_url).path == "/login"
     assert_clean_console(browser)
+
+
+def test_a_refusal_leads_to_its_runbook(browser: WebDriver, scenario: Scenario) -> None:
+    """An operator sees a refusal on the runtime page, with what was refused and when, and
+    follows its reason to the runbook section (issue 28, item 6)."""
+    sign_in(browser, scenario, scenario.all_pages, f"/runtimes/{scenario.failing}")
+    row = browser.find_element(By.CSS_SELECTOR, '#refusals tr[data-reason="invalid_json"]')
+    cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[:3] == ["invalid_json", "2", "(the runtime's request; no object read)"], cells
+    assert cells[3].endswith("Z)") and "ago" in cells[3], cells  # when: ago (time)
+    link = row.find_element(By.CSS_SELECTOR, "a.runbook")
+    href = str(link.get_attribute("href"))
+    assert href == f"{scenario.docs.base}/docs/operations.md#refusal-invalid_json"
+    anchor = urllib.parse.urlsplit(href).fragment
+    assert anchor in github_anchors(OPERATIONS.read_text())  # a heading GitHub renders so
+    assert_clean_console(browser)
+    link.click()
+    WebDriverWait(browser, 10).until(expected_conditions.url_to_be(href))
+    target = browser.find_element(By.ID, anchor)
+    assert target.tag_name == "h3" and target.text == "Refusal `invalid_json`"
+    # the browser scrolled to the section: its heading is at the top of the window
+    top = browser.execute_script("return arguments[0].getBoundingClientRect().top", target)
+    assert 0 <= top < 50, top
+    section = browser.execute_script(
+        "let t = [], e = arguments[0].nextElementSibling;"
+        "while (e && e.tagName === 'P') { t.push(e.textContent); e = e.nextElementSibling; }"
+        "return t.join('\\n');", target)
+    assert "**Do:**" in section and "**Check:**" in section
+    browser.back()
+    WebDriverWait(browser, 10).until(expected_conditions.url_contains("/runtimes/"))
+    problem = browser.find_element(By.CSS_SELECTOR, "#problems a.runbook")
+    assert str(problem.get_attribute("href")) == \
+        f"{scenario.docs.base}/docs/operations.md#problem-webhook_path_failing"
