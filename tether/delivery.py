@@ -8,9 +8,9 @@ by source, delivery lag = persist time minus the record's ``observedAt``, refusa
 Bounded by construction, whatever a runtime sends: one bucket per minute for the last
 ``WINDOW_MINUTES``, a fixed lag histogram (``LAG_BOUNDS``) per bucket, at most
 ``MAX_REASONS`` refusal reasons per bucket (the rest count as ``other``), the last
-``RECENT`` records, the last refusal per reason (``tether.lastrefused``), every string cut to
-a fixed length. Counts from several workers and
-replicas add up: ``merge`` is a sum per minute, so the order of merges does not matter.
+``RECENT`` records, the last refusal per reason (``tether.lastrefused``), every string cut
+to a fixed length. Counts from several workers and replicas add up: ``merge`` is a sum per
+minute, so the order of merges does not matter.
 
 Object (``tether.kyma-project.io/v1alpha1``, kind ``RuntimeDelivery``, one per runtime,
 named like its heartbeat Lease)::
