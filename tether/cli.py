@@ -11,6 +11,8 @@
     tether admin ...        the admin pages: fleet, runtime, Compass, parts (KCP)
     tether status [RUNTIME] the fleet in the terminal, as a table or -o json (an operator
                             command, with the operator's kubeconfig)
+    kubectl tether status|certs   the same operator commands as a kubectl plugin
+                            (the kubectl-tether script, tether/kubectl.py)
     tether controlplane     start local SKR and KCP planes and print their kubeconfigs
                             (a developer command: needs a checkout's testing/ package,
                             which the image does not hold)
