@@ -103,6 +103,16 @@ class CertificateAuthority(KeyPair):
             raise ValueError("CA key must be an EC private key")
         return cls(cert=x509.load_pem_x509_certificate(cert_pem), key=key)
 
+    def _authority_key_identifier(self) -> x509.AuthorityKeyIdentifier:
+        """The issuer's own SubjectKeyIdentifier (RFC 5280 4.2.1.1), whatever method made it
+        (Go >= 1.25 uses a truncated SHA-256, e.g. cert-manager's CAs: a SHA-1 of the key
+        named no issuer OpenSSL could find); else the key's SHA-1."""
+        try:
+            ski = self.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        except x509.ExtensionNotFound:
+            return x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key())
+        return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
+
     def issue(
         self,
         common_name: str,
@@ -141,9 +151,7 @@ class CertificateAuthority(KeyPair):
                 ),
                 critical=True,
             )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), False
-            )
+            .add_extension(self._authority_key_identifier(), False)
         )
         if usages:
             builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
