@@ -25,7 +25,7 @@ named like its heartbeat Lease)::
            lag: [0, 2, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0], refused: {quota: 1}, throttled: 0}
       recent:
         - {at: ..., namespace: team-a, name: app, source: webhook, lagSeconds: 0.04,
-           outcome: persisted}
+           outcome: persisted, traceId: 4bf92f3577b34da6a3ce929d0e0e4736}  # tether.tracing
       lastRefused: {quota_records: {at: ..., status: 413, namespace: team-a, name: app}}
 """
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -122,7 +123,7 @@ class Delta:
         return bucket
 
     def record(self, now: datetime.datetime, source: str, observed_at: datetime.datetime | None,
-               outcome: Outcome, namespace: str, name: str) -> float | None:
+               outcome: Outcome, namespace: str, name: str, trace_id: str = "") -> float | None:
         """One record handled; returns its lag in seconds (None without a usable
         ``observedAt``). Only persisted records count towards lag and source shares."""
         lag = None if observed_at is None else max(0.0, (now - observed_at).total_seconds())
@@ -136,10 +137,10 @@ class Delta:
                 bucket.lag[lag_bucket(lag)] += 1
             if self.last_change is None or now > self.last_change:
                 self.last_change = now
-        self.recent.append({"at": fmt(now), "namespace": _cut(namespace), "name": _cut(name),
-                            "source": "poller" if source == "poller" else "webhook",
-                            "lagSeconds": None if lag is None else round(lag, 6),
-                            "outcome": outcome})
+        self.recent.append(_traced({"at": fmt(now), "namespace": _cut(namespace), "name": _cut(name),
+                                    "source": "poller" if source == "poller" else "webhook",
+                                    "lagSeconds": None if lag is None else round(lag, 6),
+                                    "outcome": outcome}, trace_id))
         del self.recent[:-RECENT]
         return lag
 
@@ -211,6 +212,14 @@ def _add_minute(into: Minute, m: Minute) -> None:
 
 
 _OUTCOMES = ("persisted", "duplicate", "stale", "refused")
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _traced(entry: dict[str, Any], trace_id: object) -> dict[str, Any]:
+    """A recent entry with its request's trace ID (``tether.tracing``) when it has one."""
+    if isinstance(trace_id, str) and _TRACE_ID.fullmatch(trace_id):
+        entry["traceId"] = trace_id
+    return entry
 
 
 def _recent_from(raw: object) -> list[dict[str, Any]]:
@@ -224,11 +233,12 @@ def _recent_from(raw: object) -> list[dict[str, Any]]:
         if not isinstance(lag, int | float) or isinstance(lag, bool) or not 0 <= lag < 1e12:
             lag = None  # also NaN
         outcome = r.get("outcome")
-        out.append({"at": fmt(at), "namespace": _cut(r.get("namespace", "")),
-                    "name": _cut(r.get("name", "")),
-                    "source": "poller" if r.get("source") == "poller" else "webhook",
-                    "lagSeconds": None if lag is None else round(float(lag), 6),
-                    "outcome": outcome if outcome in _OUTCOMES else "refused"})
+        out.append(_traced({"at": fmt(at), "namespace": _cut(r.get("namespace", "")),
+                            "name": _cut(r.get("name", "")),
+                            "source": "poller" if r.get("source") == "poller" else "webhook",
+                            "lagSeconds": None if lag is None else round(float(lag), 6),
+                            "outcome": outcome if outcome in _OUTCOMES else "refused"},
+                           r.get("traceId")))
     return out[-RECENT:]
 
 

@@ -127,7 +127,8 @@ def _invalid(svc: services.Services, runtime_id: str, problem: validation.Proble
     if rec is None:
         svc.deliveries.refuse(runtime_id, problem.reason, problem.status)
     else:
-        svc.deliveries.record(runtime_id, rec, "refused", problem.reason, problem.status)
+        svc.deliveries.record(runtime_id, rec, "refused", problem.reason, problem.status,
+                              trace_id)
     svc.audit_event("refused", runtime=runtime_id, reason=problem.reason, status=problem.status,
                     remote=request.remote_addr, route=request.method + " " + str(request.url_rule),
                     **({"trace_id": trace_id} if trace_id else {}))
@@ -313,7 +314,7 @@ def _over_quota(svc: services.Services, runtime_id: str, e: quota.Exceeded,
     r = e.refusal
     svc.metrics.quota_refusals.labels(r.limit).inc()
     if rec is not None:
-        svc.deliveries.record(runtime_id, rec, "refused", "quota_" + r.limit, 413)
+        svc.deliveries.record(runtime_id, rec, "refused", "quota_" + r.limit, 413, _trace_id())
     svc.audit_event("refused", runtime=runtime_id, reason="quota_" + r.limit, status=413,
                     object=e.object, records=r.used.records, bytes=r.used.bytes,
                     route=request.method + " " + str(request.url_rule))
@@ -335,7 +336,7 @@ def _persist_one(svc: services.Services, rec: changes.ChangeRecord) -> store.Out
     svc.metrics.persist_seconds.labels(outcome).observe(time.perf_counter() - t0)
     svc.metrics.records.labels(outcome).inc()
     trace_id = trace[3:35]  # the header's trace ID ("" without one)
-    svc.deliveries.record(rec["runtimeId"], rec, outcome)
+    svc.deliveries.record(rec["runtimeId"], rec, outcome, trace_id=trace_id)
     svc.audit_event("change", runtime=rec["runtimeId"],
                     object=f"{rec['namespace']}/{rec['name']}", resourceVersion=rec["resourceVersion"],
                     deleted=rec["deleted"], source=rec["source"], outcome=outcome,

@@ -102,9 +102,10 @@ class Deliveries:
         return d
 
     def record(self, runtime_id: str, rec: Mapping[str, Any], outcome: delivery.Outcome,
-               reason: str = "", status: int = 0) -> float | None:
+               reason: str = "", status: int = 0, trace_id: str = "") -> float | None:
         """One record handled (``outcome`` ``refused`` with the refusal's ``reason`` and
-        ``status``); its lag in seconds (persist time minus ``observedAt``, at least 0)."""
+        ``status``; ``trace_id``: its request's trace, shown with the recent records); its
+        lag in seconds (persist time minus ``observedAt``, at least 0)."""
         now = self._now()
         observed = delivery.parse(rec.get("observedAt"))
         source = "poller" if rec.get("source") == "poller" else "webhook"
@@ -112,7 +113,7 @@ class Deliveries:
             d = self._delta(runtime_id)
             if d is not None:
                 d.record(now, source, observed, outcome, str(rec.get("namespace", "")),
-                         str(rec.get("name", "")))
+                         str(rec.get("name", "")), trace_id)
                 if outcome == "refused":  # the record is its reason's last refused object
                     d.refuse(now, reason, status, str(rec.get("namespace", "")),
                              str(rec.get("name", "")))
