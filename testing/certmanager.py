@@ -24,8 +24,6 @@ Environment:
 from __future__ import annotations
 
 import base64
-import datetime
-import hashlib
 import os
 import pathlib
 import subprocess
@@ -35,49 +33,15 @@ from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from kubernetes import client
 
 from testing import controlplane, deployed, overlays
-from tether import certs
 
 BUILD_SCRIPT = controlplane.REPO_ROOT / "hack" / "build-cert-manager.sh"
 VERSIONS_FILE = controlplane.REPO_ROOT / "hack" / "cert-manager-versions.env"
 OVERLAY = controlplane.REPO_ROOT / "manifests" / "overlays" / "cert-manager"
 NAMESPACE = "tether-system"
 GROUP = "cert-manager.io"
-
-
-# Why a test is skipped or expected to fail while tether/certs.py names its issuer by the
-# SHA-1 of the issuer's key rather than by the issuer's SubjectKeyIdentifier.
-AKI_GAP = ("tether/certs.py CertificateAuthority.issue sets the AuthorityKeyIdentifier to the "
-           "SHA-1 of the CA key, but cert-manager's CAs (Go >= 1.25) carry a truncated-SHA-256 "
-           "SubjectKeyIdentifier: OpenSSL finds no issuer and the listener refuses the runtime "
-           "(tls_unknown_ca); the fix: take the issuer's SubjectKeyIdentifier "
-           "(AuthorityKeyIdentifier.from_issuer_subject_key_identifier)")
-
-
-def aki_follows_issuer_ski() -> bool:
-    """Whether a certificate Tether issues names its issuer by the issuer's own
-    SubjectKeyIdentifier (RFC 5280 4.2.1.1), also when that is not the SHA-1 of the key: a CA
-    made as Go >= 1.25 (cert-manager) makes one, with the first 160 bits of a SHA-256."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    point = key.public_key().public_bytes(serialization.Encoding.X962,
-                                          serialization.PublicFormat.UncompressedPoint)
-    ski = hashlib.sha256(point).digest()[:20]
-    now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "go-made-ca")])
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now)
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier(ski), critical=False)
-            .sign(key, hashes.SHA256()))
-    leaf = certs.CertificateAuthority(cert=cert, key=key).issue("probe", client=True).cert
-    aki = leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
-    return aki.key_identifier == ski
 
 
 class CertManagerError(RuntimeError):

@@ -248,7 +248,6 @@ def _eventually(probe: Any, timeout: float, setup: Setup) -> Any:
     raise AssertionError(f"timed out after {timeout:.0f}s; cainjector log: {setup.cm.log('cainjector')[-3000:]}")
 
 
-@pytest.mark.xfail(not certmanager.aki_follows_issuer_ski(), reason=certmanager.AKI_GAP, strict=True)
 def test_a_runtime_certificate_from_cert_managers_ca_passes_the_listeners_tls_check(
         setup: Setup, tmp_path: pathlib.Path) -> None:
     """Mutual TLS as the listener (OpenSSL, through Python's ssl) and a runtime do it: the

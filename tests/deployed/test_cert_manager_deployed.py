@@ -25,9 +25,7 @@ from listener.edge import peer
 from testing import certmanager, controlplane, deployed, overlays
 from tests.deployed import test_deployed as base
 
-pytestmark = [pytest.mark.slow,
-              # a runtime's certificate from cert-manager's CA is refused until then
-              pytest.mark.skipif(not certmanager.aki_follows_issuer_ski(), reason=certmanager.AKI_GAP)]
+pytestmark = pytest.mark.slow
 NS = overlays.NAMESPACE
 
 
