@@ -120,15 +120,24 @@ def _add_checkout() -> None:
         sys.path.insert(0, str(root))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+def help_or_version(args: list[str], command: str, doc: str | None, usage_line: str) -> int | None:
+    """No arguments, ``--help`` or ``--version``: print the answer and return the exit code;
+    None for anything else (the ``tether`` and ``kubectl tether`` commands share it)."""
     if not args or args[0] in ("-h", "--help"):
-        print(__doc__)
-        print(usage())
+        print(doc)
+        print(usage_line)
         return 0 if args else 2
     if args[0] in ("-V", "--version"):
-        print(f"tether {version()}")
+        print(f"{command} {version()}")
         return 0
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    answered = help_or_version(args, "tether", __doc__, usage())
+    if answered is not None:
+        return answered
     part, rest = args[0], args[1:]
     if part not in PARTS:
         print(f"tether: unknown part {part!r}; {usage()}", file=sys.stderr)

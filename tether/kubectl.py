@@ -27,13 +27,9 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help"):
-        print(__doc__)
-        print(usage())
-        return 0 if args else 2
-    if args[0] in ("-V", "--version"):
-        print(f"kubectl tether {cli.version()}")
-        return 0
+    answered = cli.help_or_version(args, "kubectl tether", __doc__, usage())
+    if answered is not None:
+        return answered
     if args[0] not in COMMANDS:
         print(f"kubectl tether: unknown command {args[0]!r}; {usage()}", file=sys.stderr)
         return 2
