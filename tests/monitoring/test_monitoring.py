@@ -80,7 +80,7 @@ def exported_metric_names() -> set[str]:
     """Metric names as written in the parts' source (prefix constants expanded)."""
     names: set[str] = set()
     for part in PARTS:
-        for path in (REPO / part).glob("*.py"):
+        for path in (REPO / part).rglob("*.py"):
             text = path.read_text()
             consts = dict(re.findall(r'^(\w+) = "(tether_\w+)"', text, re.M))
             names |= set(re.findall(r'"(tether_[a-z_]+)"', text))

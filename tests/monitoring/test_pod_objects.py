@@ -28,14 +28,19 @@ class _Running:
         return None
 
 
-def deployments() -> list[dict[str, Any]]:
+def rendered(kind: str) -> list[dict[str, Any]]:
+    """The objects of ``kind`` that manifests/kcp and manifests/skr render."""
     kubectl = controlplane.binaries() / "kubectl"
     out = []
     for base in ("manifests/kcp", "manifests/skr"):
         text = subprocess.run([str(kubectl), "kustomize", str(REPO / base)], capture_output=True, text=True,
                               check=True).stdout
-        out += [d for d in yaml.safe_load_all(text) if d and d["kind"] == "Deployment"]
+        out += [d for d in yaml.safe_load_all(text) if d and d["kind"] == kind]
     return out
+
+
+def deployments() -> list[dict[str, Any]]:
+    return rendered("Deployment")
 
 
 def runner_pod(d: dict[str, Any], namespace: str, ip: str, tmp: pathlib.Path) -> podrunner.Pod:
@@ -57,6 +62,15 @@ def test_pod_objects_are_accepted_and_discoverable(kcp_api: client.ApiClient, kc
     for j in scrape["scrape_configs"]:
         app = j["kubernetes_sd_configs"][0]["selectors"][0]["label"].split("=", 1)[1]
         ports[app] |= {r["regex"] for r in j["relabel_configs"] if r.get("action") == "keep"}
+    # a pod naming a PriorityClass is admitted only when the class exists (the webhook's,
+    # which the manifests hold)
+    scheduling = client.SchedulingV1Api(kcp_api)
+    for pc in rendered("PriorityClass"):
+        try:
+            scheduling.create_priority_class(pc)
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
     seen = set()
     for i, d in enumerate(deployments()):
         d["spec"]["template"]["spec"].pop("serviceAccountName", None)  # no ServiceAccount in this namespace
