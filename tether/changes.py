@@ -35,11 +35,17 @@ from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 from jsonschema.protocols import Validator
 from referencing import Registry, Resource
 
-from tether import numbers, schemaaccept, schemacheck
+from tether import numbers, schemaaccept, schemacheck, watches
 
 API_VERSION = "tether.kyma-project.io/v1"
 KIND = "ConfigMapChange"
 LIST_KIND = "ConfigMapChangeList"
+# v2: a record of any kind, sent for a Watch (tether.watches); v1 stays served for senders
+# of the previous version (a v1 record is of a ConfigMap, its Watch chosen by the listener)
+API_VERSION_V2 = "tether.kyma-project.io/v2"
+KIND_V2 = "ObjectChange"
+LIST_KIND_V2 = "ObjectChangeList"
+LIST_KINDS = (LIST_KIND, LIST_KIND_V2)
 SCHEMA_DIR = pathlib.Path(__file__).with_name("schemas")
 
 Source = Literal["webhook", "poller"]
@@ -71,6 +77,8 @@ class ChangeRecord(DigestItem):
     annotations: NotRequired[dict[str, str]]
     data: NotRequired[dict[str, str]]
     binaryData: NotRequired[dict[str, str]]
+    watch: NotRequired[str]  # v2
+    resource: NotRequired[dict[str, str]]  # v2: group, version, kind
 
 
 class Version(NamedTuple):
@@ -105,13 +113,19 @@ class _Validators(NamedTuple):
     envelope_ok: Callable[[object], bool]
 
 
+def schema_version(doc: object) -> str:
+    """``v2`` for a document of the v2 API version, else ``v1`` (whose schema then says
+    what is wrong with it)."""
+    return "v2" if isinstance(doc, dict) and doc.get("apiVersion") == API_VERSION_V2 else "v1"
+
+
 @functools.cache
-def _validators() -> _Validators:
-    record = load_schema("change-record.v1.json")
-    batch = load_schema("change-batch.v1.json")
+def _validators(version: str = "v1") -> _Validators:
+    record = load_schema(f"change-record.{version}.json")
+    batch = load_schema(f"change-batch.{version}.json")
     registry: Registry[Any] = Registry().with_resources(
         [
-            ("change-record.v1.json", Resource.from_contents(record)),
+            (f"change-record.{version}.json", Resource.from_contents(record)),
             (record["$id"], Resource.from_contents(record)),
         ]
     )
@@ -128,8 +142,9 @@ def _validators() -> _Validators:
 
 
 def validate_record(doc: object) -> list[SchemaViolation]:
-    """Schema violations of one record (at most ``MAX_VIOLATIONS``); empty when valid."""
-    v = _validators()
+    """Schema violations of one record (at most ``MAX_VIOLATIONS``), v1 or v2 by its
+    ``apiVersion``; empty when valid."""
+    v = _validators(schema_version(doc))
     if v.record_ok(doc):
         return []
     return schemacheck.violations(v.record, doc, MAX_VIOLATIONS)
@@ -141,8 +156,8 @@ def validate_batch(doc: object) -> list[SchemaViolation]:
     The envelope first (an ``items`` list longer than ``maxItems`` is refused before any
     item is looked at), then item by item, at most ``MAX_ITEM_VIOLATIONS`` per item and
     ``MAX_VIOLATIONS`` in all: the cost is bounded by the size of the body, never by the
-    number of errors it could produce."""
-    v = _validators()
+    number of errors it could produce. v1 or v2 by the batch's ``apiVersion``."""
+    v = _validators(schema_version(doc))
     out = [] if v.envelope_ok(doc) else schemacheck.violations(v.envelope, doc, MAX_VIOLATIONS)
     if out or not isinstance(doc, dict):
         return out
@@ -166,7 +181,7 @@ def field_ok(name: str, value: object) -> bool:
 
 def records_of(doc: Mapping[str, Any]) -> Iterator[ChangeRecord]:
     """The records of a validated document: a single record or a batch."""
-    if doc.get("kind") == LIST_KIND:
+    if doc.get("kind") in LIST_KINDS:
         yield from doc["items"]
     else:
         yield doc  # type: ignore[misc]
@@ -335,4 +350,53 @@ def tombstone(
 
 
 def batch(records: list[ChangeRecord]) -> dict[str, Any]:
+    """A batch of records of one version (v2 when the first record is)."""
+    if records and records[0].get("apiVersion") == API_VERSION_V2:
+        return {"apiVersion": API_VERSION_V2, "kind": LIST_KIND_V2, "items": records}
     return {"apiVersion": API_VERSION, "kind": LIST_KIND, "items": records}
+
+
+def from_object(
+    obj: Mapping[str, Any], *, watch: watches.Watch, runtime_id: str, source: Source,
+    observed_at: str | None = None, epoch: int | None = None,
+) -> ChangeRecord:
+    """A live v2 record of ``obj`` (as served by the runtime's API, a plain dict) for
+    ``watch``: only what the Watch sends (``watches.reduce``) is in it."""
+    meta = obj.get("metadata") or {}
+    content = watches.reduce(watch, obj)
+    rec: ChangeRecord = {
+        "apiVersion": API_VERSION_V2,
+        "kind": KIND_V2,
+        "runtimeId": runtime_id,
+        "watch": watch.name,
+        "resource": watch.target.gvk(),
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "uid": meta.get("uid") or "",
+        "resourceVersion": meta["resourceVersion"],
+        "observedAt": observed_at or now(),
+        "deleted": False,
+        "source": source,
+        "labels": content.labels,
+        "annotations": content.annotations,
+        "data": content.data,
+        "binaryData": content.binary_data,
+    }
+    if epoch is not None:
+        rec["epoch"] = epoch
+    return rec
+
+
+def watch_tombstone(
+    *, watch: watches.Watch, runtime_id: str, namespace: str, name: str, uid: str,
+    resource_version: str, source: Source, observed_at: str | None = None,
+    epoch: int | None = None,
+) -> ChangeRecord:
+    """A v2 tombstone: the object is gone, or no longer covered by ``watch`` (its labels
+    left the Watch's selector)."""
+    rec = tombstone(runtime_id=runtime_id, namespace=namespace, name=name, uid=uid,
+                    resource_version=resource_version, source=source,
+                    observed_at=observed_at, epoch=epoch)
+    rec.update({"apiVersion": API_VERSION_V2, "kind": KIND_V2, "watch": watch.name,
+                "resource": watch.target.gvk()})
+    return rec

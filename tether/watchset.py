@@ -1,0 +1,80 @@
+"""The Watches in force in this runtime, as the enroller left them (the webhook's and the
+poller's view; I/O).
+
+The enroller writes the Watches that apply to a runtime into the ConfigMap
+``tether-watches`` (key ``watches.json``, ``tether.watches.to_wire``) in ``tether-system``.
+``WatchSet.current()`` reads it at most every ``ttl`` seconds and answers:
+
+* a tuple of Watches (maybe empty: nothing is watched here, nothing is sent);
+* None when the ConfigMap does not exist: a KCP of the previous version enrolled this
+  runtime, and the senders keep the environment's scope (``tether.filters``) and v1 records.
+
+A read that fails, or a ConfigMap that cannot be used (written by hand, cut short), keeps
+the last answer (logged once per cause): a runtime never starts sending what its Watches
+leave out because the API was briefly unavailable. Before the first good read the answer
+is the empty tuple when the ConfigMap exists but is unusable, None only when it is absent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from tether import apitypes, gateway, watches
+
+log = logging.getLogger(__name__)
+NAMESPACE = "tether-system"
+DEFAULT_TTL = 10.0
+
+
+class WatchSet:
+    def __init__(self, skr: gateway.Kube, namespace: str = NAMESPACE, ttl: float = DEFAULT_TTL,
+                 timeout: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._skr, self._namespace, self._ttl, self._timeout = skr, namespace, ttl, timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._value: tuple[watches.Watch, ...] | None = None
+        self._read_at: float | None = None
+        self._warned: str | None = None
+
+    def current(self) -> tuple[watches.Watch, ...] | None:
+        with self._lock:
+            now = self._clock()
+            if self._read_at is None or now - self._read_at >= self._ttl:
+                self._refresh()
+                self._read_at = now
+            return self._value
+
+    def refresh(self) -> tuple[watches.Watch, ...] | None:
+        """Read now, whatever the ttl (tests, and a sender told its scope changed)."""
+        with self._lock:
+            self._refresh()
+            self._read_at = self._clock()
+            return self._value
+
+    def _refresh(self) -> None:
+        try:
+            cm = self._skr.get_or_none(apitypes.CONFIGMAPS, self._namespace, watches.WIRE_CONFIGMAP,
+                                       timeout=self._timeout)
+        except gateway.GatewayError as e:
+            self._warn(f"cannot read {self._namespace}/{watches.WIRE_CONFIGMAP}: {e}")
+            return
+        if cm is None:
+            self._value = None
+            return
+        text = (cm.get("data") or {}).get(watches.WIRE_KEY)
+        try:
+            self._value = watches.from_wire(text if isinstance(text, str) else "")
+            self._warned = None
+        except watches.WatchError as e:
+            self._warn(f"{self._namespace}/{watches.WIRE_CONFIGMAP} cannot be used, keeping "
+                       f"the last Watches: {e}")
+            if self._value is None:
+                self._value = ()
+
+    def _warn(self, message: str) -> None:
+        if message != self._warned:
+            log.warning(message)
+            self._warned = message
