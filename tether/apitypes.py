@@ -70,6 +70,7 @@ RUNTIME_DELIVERY_KIND = "RuntimeDelivery"
 RUNTIME_STATE_SUMMARIES = Resource(TETHER_GROUP, "v1alpha1", "runtimestatesummaries")
 RUNTIME_STATE_SUMMARY_KIND = "RuntimeStateSummary"
 RUNTIME_ENROLLMENTS = Resource(TETHER_GROUP, "v1alpha1", "runtimeenrollments")
+WATCHES = Resource(TETHER_GROUP, "v1alpha1", "watches")  # what consumers ask for (tether.watches)
 RUNTIME_ENROLLMENT_KIND = "RuntimeEnrollment"
 ADMIN_PAGES = "adminpages"  # no CRD: the resource the admin pages' access reviews name
 
