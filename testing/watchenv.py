@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import pathlib
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from kubernetes import client
@@ -44,15 +44,13 @@ def apply(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
     g, v, p = apitypes.WATCHES.group, apitypes.WATCHES.version, apitypes.WATCHES.plural
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
     try:
-        got: dict[str, Any] = co.create_namespaced_custom_object(g, v, ns, p, body)
-        return got
+        return cast(dict[str, Any], co.create_namespaced_custom_object(g, v, ns, p, body))
     except client.ApiException as e:
         if e.status != 409:
             raise
-    current = co.get_namespaced_custom_object(g, v, ns, p, name)
+    current = cast(dict[str, Any], co.get_namespaced_custom_object(g, v, ns, p, name))
     current["spec"] = body["spec"]
-    replaced: dict[str, Any] = co.replace_namespaced_custom_object(g, v, ns, p, name, current)
-    return replaced
+    return cast(dict[str, Any], co.replace_namespaced_custom_object(g, v, ns, p, name, current))
 
 
 def delete(api: client.ApiClient, namespace: str, name: str) -> None:
