@@ -27,12 +27,13 @@ from cryptography import x509
 from kubernetes import client
 
 from listener.storage import records
-from testing import controlplane, deployed, overlays, podrunner, prometheus
-from tether import apitypes, pki
+from testing import controlplane, deployed, overlays, podrunner, prometheus, watchenv
+from tether import apitypes, pki, watches
 
 pytestmark = pytest.mark.slow
 
 CUSTOMER_NS = "shop"
+DEFAULT_WATCH = "configuration"  # manifests/kcp/watches: ConfigMaps labelled as configuration
 CERT_SECONDS = 90  # renewed at two thirds: 60 s after issue
 CA_SECONDS = 600  # backdated 5 min, rolled over at two thirds: 300 s after the enroller starts
 
@@ -68,11 +69,25 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, fleet: 
     raise AssertionError(f"timed out waiting for {what} (last: {last!r}){extra}")
 
 
-def stored(fleet: deployed.Fleet, namespace: str, name: str) -> dict[str, Any] | None:
+def stored(fleet: deployed.Fleet, namespace: str, name: str, watch: str = DEFAULT_WATCH) -> dict[str, Any] | None:
     done = deployed.kubectl(fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-n", deployed.KCP_NS, "-o", "json",
-                            records.object_name(records.Key(deployed.RUNTIME_ID, namespace, name)),
+                            records.object_name(records.Key(deployed.RUNTIME_ID, watch, namespace, name)),
                             check=False)
     return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def configuration(name: str, data: dict[str, str], namespace: str = CUSTOMER_NS) -> dict[str, Any]:
+    """A ConfigMap its owner marks as configuration: what the shipped Watch covers."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": {watchenv.OPT_IN_LABEL: "true"}},
+            "data": data}
+
+
+def create_configuration(fleet: deployed.Fleet, name: str, **data: str) -> None:
+    """``kubectl create`` of a ConfigMap marked as configuration (the shipped Watch's label)."""
+    manifest = fleet.work / f"configmap-{name}.json"
+    manifest.write_text(json.dumps(configuration(name, data)))
+    deployed.kubectl(fleet.skr, "create", "-f", str(manifest))
 
 
 def test_every_deployment_runs_ready_under_its_own_service_account(fleet: deployed.Fleet) -> None:
@@ -111,14 +126,11 @@ def test_every_deployment_runs_ready_under_its_own_service_account(fleet: deploy
 
 def test_a_configmap_change_made_with_kubectl_arrives_in_the_kcp(fleet: deployed.Fleet,
                                                                  tmp_path: pathlib.Path) -> None:
-    deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "create", "configmap", "checkout",
-                     "--from-literal=currency=EUR")
+    create_configuration(fleet, "checkout", currency="EUR")
     rec = wait_for("the record in the KCP", lambda: stored(fleet, CUSTOMER_NS, "checkout"), fleet=fleet)
     assert rec["spec"]["data"] == {"currency": "EUR"} and rec["spec"]["source"] == "webhook"
     manifest = tmp_path / "cm.yaml"
-    manifest.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap",
-                                        "metadata": {"name": "checkout", "namespace": CUSTOMER_NS},
-                                        "data": {"currency": "CHF"}}))
+    manifest.write_text(yaml.safe_dump(configuration("checkout", {"currency": "CHF"})))
     deployed.kubectl(fleet.skr, "apply", "-f", str(manifest))
     wait_for("the update in the KCP",
              lambda: (r := stored(fleet, CUSTOMER_NS, "checkout")) and r["spec"]["data"] == {"currency": "CHF"},
@@ -159,8 +171,7 @@ def test_the_admin_pages_show_the_runtime_to_an_operator_and_refuse_others(
     while (status := admin_get(fleet, "/fleet", other)[0]) != 403 and time.monotonic() < deadline:
         time.sleep(1)  # the admin part reuses an allowed answer for up to 30 s
     assert status == 403
-    deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "create", "configmap", "seen-by-admin",
-                     "--from-literal=k=v")
+    create_configuration(fleet, "seen-by-admin", k="v")
 
     def runtime_page() -> str | None:
         code, _, body = admin_get(fleet, f"/runtimes/{deployed.RUNTIME_ID}", token)
@@ -215,7 +226,8 @@ def by_poller_without_the_webhook(fleet: deployed.Fleet, attempts: int = 3) -> s
             names = [f"by-poller-{attempt}-{i}" for i in range(60)]
             for name in names:
                 core.create_namespaced_config_map(CUSTOMER_NS, client.V1ConfigMap(
-                    metadata=client.V1ObjectMeta(name=name), data={"k": "v"}))
+                    metadata=client.V1ObjectMeta(name=name, labels={watchenv.OPT_IN_LABEL: "true"}),
+                    data={"k": "v"}))
             if not any(c.running for p in fleet.skr_pods.pods_of("tether-webhook")
                        for c in p.containers):
                 return names[-1]
@@ -289,8 +301,7 @@ def test_a_verb_removed_from_the_listeners_role_fails_the_delivery_until_restore
     deployed.kubectl(fleet.kcp, "patch", "role", "tether-listener", "-n", deployed.KCP_NS, "--type=merge",
                      "-p", patch)
     try:
-        deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "create", "configmap", "denied",
-                         "--from-literal=k=v")
+        create_configuration(fleet, "denied", k="v")
         wait_for("the listener's refusal in its log",
                  lambda: "KCP API forbidden during persist" in fleet.kcp_pods.logs("tether-listener", "listener"),
                  fleet=fleet)
@@ -335,7 +346,7 @@ def flow(fleet: deployed.Fleet, prefix: str, done: Callable[[], bool], seconds: 
             break
         name = f"{prefix}-{len(lags) + 1}"
         t0 = time.monotonic()
-        deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "create", "configmap", name, f"--from-literal=n={len(lags)}")
+        create_configuration(fleet, name, n=str(len(lags)))
         wait_for(f"{name} in the KCP", lambda n=name: stored(fleet, CUSTOMER_NS, n), timeout=30, fleet=fleet)
         lags.append(time.monotonic() - t0)
         time.sleep(max(0.0, 2.0 - (time.monotonic() - t0)))
@@ -387,6 +398,95 @@ def test_changes_keep_arriving_through_a_ca_rollover(fleet: deployed.Fleet) -> N
     cert = x509.load_pem_x509_certificate(base64.b64decode(client_secret["data"]["tls.crt"]))
     assert pki.issued_by(cert, [new_ca])
     assert max(lags) < 15, lags
+
+
+WIDGETS = {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget"}
+WIDGET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.example.com"},
+    "spec": {"group": "example.com", "scope": "Namespaced",
+             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+# what the runtime's readers need for the module's kind (the module's installation grants it)
+WIDGET_READERS = [
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "tether-read-widgets"},
+     "rules": [{"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get", "list"]}]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "tether-read-widgets"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tether-read-widgets"},
+     "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": overlays.NAMESPACE}
+                  for sa in ("tether-webhook", "tether-poller")]}]
+
+
+def apply_json(fleet: deployed.Fleet, plane: controlplane.ControlPlane, name: str, *objs: dict[str, Any]) -> None:
+    manifest = fleet.work / f"{name}.json"
+    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}))
+    deployed.kubectl(plane, "apply", "-f", str(manifest))
+
+
+def registered_hooks(fleet: deployed.Fleet) -> list[str]:
+    vwc = json.loads(deployed.kubectl(fleet.skr, "get", "validatingwebhookconfiguration", "tether-configmaps",
+                                      "-o", "json").stdout)
+    return [h["name"] for h in vwc.get("webhooks") or []]
+
+
+def test_watches_decide_what_leaves_the_runtime_of_any_kind(fleet: deployed.Fleet) -> None:
+    """Issue 24 as a cluster runs it: a Watch of a custom resource and a digest Watch of
+    Secrets, created in the KCP, are rendered into the runtime they select (and a Watch for
+    another runtime is not) within the enroller's interval; a widget arrives with its spec
+    and status, a Secret as a digest that changes with its value, which is nowhere in the
+    KCP or in the listener's and webhook's logs; deleting a Watch unregisters it."""
+    apply_json(fleet, fleet.skr, "widgets-crd", WIDGET_CRD)
+    deployed.kubectl(fleet.skr, "wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=60s")
+    apply_json(fleet, fleet.skr, "widget-readers", *WIDGET_READERS)
+    here = {"selector": {"matchLabels": {apitypes.RUNTIME_ID_LABEL: deployed.RUNTIME_ID}}}
+    with fleet.kcp.api_client() as api:
+        watchenv.install_crd(api)
+        watchenv.apply(api, watchenv.watch("widgets", WIDGETS, deployed.KCP_NS, runtimes=here,
+                                           send={"mode": "keys", "keys": ["spec", "status"]}))
+        watchenv.apply(api, watchenv.watch("secrets", dict(watches.SECRET.wire()), deployed.KCP_NS,
+                                           namespaces=[CUSTOMER_NS], send={"mode": "digest"}))
+        watchenv.apply(api, watchenv.watch("elsewhere", WIDGETS, deployed.KCP_NS,
+                                           runtimes={"selector": {"matchLabels": {apitypes.RUNTIME_ID_LABEL: "rt-other"}}}))
+    t0 = time.monotonic()
+    wait_for("the Watches rendered into the runtime's registration",
+             lambda: {"widgets.watches.tether.kyma-project.io", "secrets.watches.tether.kyma-project.io"}
+             <= set(registered_hooks(fleet)), timeout=90, fleet=fleet)
+    print(f"Watches in force in the runtime after {time.monotonic() - t0:.1f} s (enroller interval 5 s)")
+    assert "elsewhere.watches.tether.kyma-project.io" not in registered_hooks(fleet)
+
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget",
+              "metadata": {"name": "blue", "namespace": CUSTOMER_NS}, "spec": {"size": 3}}
+    apply_json(fleet, fleet.skr, "widget-blue", widget)
+    rec = wait_for("the widget in the KCP", lambda: stored(fleet, CUSTOMER_NS, "blue", watch="widgets"), fleet=fleet)
+    assert rec["spec"]["resource"] == {"group": "example.com", "version": "v1", "kind": "Widget"}
+    assert json.loads(rec["spec"]["data"]["spec"]) == {"size": 3}
+
+    value = "pa55-w0rd-never-in-the-kcp"
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": CUSTOMER_NS},
+              "stringData": {"password": value}}
+    apply_json(fleet, fleet.skr, "secret-db", secret)
+    rec = wait_for("the Secret's digest in the KCP", lambda: stored(fleet, CUSTOMER_NS, "db", watch="secrets"),
+                   fleet=fleet)
+    first = rec["spec"]["data"]["password"]
+    assert first == watches.digest_of(value.encode())
+    apply_json(fleet, fleet.skr, "secret-db-2", {**secret, "stringData": {"password": value + "-2"}})
+    wait_for("the changed digest", lambda: (r := stored(fleet, CUSTOMER_NS, "db", watch="secrets"))
+             and r["spec"]["data"]["password"] not in (first, None), fleet=fleet)
+    kcp_dump = deployed.kubectl(fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-A", "-o", "json").stdout
+    logs = fleet.kcp_pods.logs("tether-listener") + fleet.skr_pods.logs("tether-webhook") \
+        + fleet.skr_pods.logs("tether-poller")
+    assert '"db"' in kcp_dump or "db" in kcp_dump  # the dump is of the records (not empty)
+    assert value not in kcp_dump and value not in logs
+
+    with fleet.kcp.api_client() as api:
+        watchenv.delete(api, deployed.KCP_NS, "widgets")
+    wait_for("the deleted Watch unregistered", lambda: "widgets.watches.tether.kyma-project.io"
+             not in registered_hooks(fleet), timeout=90, fleet=fleet)
+    cm = json.loads(deployed.kubectl(fleet.skr, "get", "configmap", watches.WIRE_CONFIGMAP, "-n",
+                                     overlays.NAMESPACE, "-o", "json").stdout)
+    assert [w.name for w in watches.from_wire(cm["data"][watches.WIRE_KEY])] == ["configuration", "secrets"]
 
 
 def test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener_refuses(
