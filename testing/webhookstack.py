@@ -32,8 +32,10 @@ VWC_FILE = REPO / "manifests" / "skr" / "webhook" / "validatingwebhookconfigurat
 
 
 class WebhookProcess:
-    def __init__(self, workdir: pathlib.Path, env: dict[str, str]) -> None:
+    def __init__(self, workdir: pathlib.Path, env: dict[str, str], code: pathlib.Path = REPO) -> None:
+        """``code``: the source tree to run (another version's, for version-skew tests)."""
         self.dir = workdir
+        self.code = code
         self.ca = certs.CertificateAuthority.create("webhook-serving-ca")
         pair = self.ca.issue("tether-webhook", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True)
         self.cert_file, self.key_file = workdir / "webhook.crt", workdir / "webhook.key"
@@ -51,6 +53,8 @@ class WebhookProcess:
             "TETHER_LOG_FORMAT": "text",
             **env,
         }
+        if code != REPO:
+            self.env["PYTHONPATH"] = str(code)
         self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         self.command = [sys.executable, "-m", "tether.cli", "webhook"]
         self.log_path = workdir / "webhook.log"
@@ -66,7 +70,7 @@ class WebhookProcess:
     def start(self, timeout: float = 30.0) -> WebhookProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            self.command, env=self.env, cwd=REPO,
+            self.command, env=self.env, cwd=self.code,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=controlplane.die_with_parent())
         log.close()
