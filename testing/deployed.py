@@ -34,6 +34,7 @@ DOMAIN = "c-local1.kyma.local"
 KYMA = "kyma-local-1"
 WEBHOOK_DNS = "tether-webhook.tether-system.svc"
 ADMIN_HOST = "admin.kcp.local"  # the admin pages' name in the local overlay's certificate
+WATCHES_DIR = controlplane.REPO_ROOT / "manifests" / "kcp" / "watches"  # applied after the CRDs
 
 
 @dataclasses.dataclass
@@ -156,6 +157,11 @@ def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work
             enroller_env=dict(enroller_env or {})))
         applied = {"kcp": kubectl(kcp, "apply", "-k", str(kdir)).stdout}
         say(f"KCP: kubectl apply -k {kdir}")
+        # the shipped Watch once its CRD is served (docs/operations.md, "Deploying")
+        kubectl(kcp, "wait", "--for", "condition=established", "--timeout=60s",
+                f"crd/{apitypes.WATCHES.plural}.{apitypes.WATCHES.group}")
+        applied["kcp"] += kubectl(kcp, "apply", "-k", str(WATCHES_DIR)).stdout
+        say(f"KCP: kubectl apply -k {WATCHES_DIR}")
         kcp_pods = podrunner.PodRunner(kcp, overlays.NAMESPACE, work, **runner_kw).start()
         kcp_pods.wait_available(timeout)
         listener_ip, _ = kcp_pods.service_address("tether-listener", "https")

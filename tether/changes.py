@@ -362,8 +362,7 @@ def from_object(
 ) -> ChangeRecord:
     """A live v2 record of ``obj`` (as served by the runtime's API, a plain dict) for
     ``watch``: only what the Watch sends (``watches.reduce``) is in it."""
-    meta = obj.get("metadata") or {}
-    content = watches.reduce(watch, obj)
+    meta, content = obj.get("metadata") or {}, watches.reduce(watch, obj)
     rec: ChangeRecord = {
         "apiVersion": API_VERSION_V2,
         "kind": KIND_V2,
@@ -394,9 +393,8 @@ def watch_tombstone(
 ) -> ChangeRecord:
     """A v2 tombstone: the object is gone, or no longer covered by ``watch`` (its labels
     left the Watch's selector)."""
-    rec = tombstone(runtime_id=runtime_id, namespace=namespace, name=name, uid=uid,
-                    resource_version=resource_version, source=source,
-                    observed_at=observed_at, epoch=epoch)
+    rec = tombstone(runtime_id=runtime_id, namespace=namespace, name=name, uid=uid, source=source,
+                    resource_version=resource_version, observed_at=observed_at, epoch=epoch)
     rec.update({"apiVersion": API_VERSION_V2, "kind": KIND_V2, "watch": watch.name,
                 "resource": watch.target.gvk()})
     return rec

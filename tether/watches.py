@@ -22,9 +22,9 @@ object, values included) is left out. The namespaces ``kube-system``, ``kube-pub
 ``kube-node-lease`` and ``tether-system`` and the ConfigMap ``kube-root-ca.crt`` (in every
 namespace) are never watched, whatever a Watch says.
 
-This module is the one place these rules live: the enroller (``applies``, ``to_wire``,
-``webhook_entries``), the webhook and the poller (``from_wire``, ``admits``, ``reduce``)
-and the listener (``violation``) call it. Nothing here does I/O; ``WatchError`` messages
+This module is the one place these rules live: the enroller (``applies``; the runtime's
+copy and webhooks in ``tether.watchwire``), the webhook and the poller (``admits``,
+``reduce``) and the listener (``violation``) call it. Nothing here does I/O; ``WatchError`` messages
 name the field, for the Watch's status.
 """
 
@@ -35,20 +35,14 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from tether import filters
+from tether import apitypes, filters
 
-GROUP = "tether.kyma-project.io"
-VERSION = "v1alpha1"
+API_VERSION = f"{apitypes.WATCHES.group}/{apitypes.WATCHES.version}"
 KIND = "Watch"
-PLURAL = "watches"
-API_VERSION = f"{GROUP}/{VERSION}"
 WATCH_LABEL = "tether.kyma-project.io/watch"  # on stored records: the Watch that admitted them
-WIRE_KEY = "watches.json"  # key of the runtime's ConfigMap carrying the Watches in force there
-WIRE_CONFIGMAP = "tether-watches"  # in tether-system of every runtime
-WIRE_VERSION = 1
 
 Mode = Literal["full", "metadata", "keys", "exclude", "digest"]
 MODES: tuple[Mode, ...] = ("full", "metadata", "keys", "exclude", "digest")
@@ -380,95 +374,3 @@ def violation(w: Watch, record: Mapping[str, Any]) -> str | None:
                                                  for v in data.values())):
         return f"the watch {w.name} sends digests only (sha256:<64 hex digits> per value)"
     return None
-
-
-# --- to the runtime ---------------------------------------------------------------------------
-
-def to_wire(watches: Sequence[Watch]) -> str:
-    """The Watches in force in a runtime, as the ``tether-watches`` ConfigMap carries them
-    (deterministic: equal sets give equal text, so an unchanged set is not re-applied)."""
-    return json.dumps({"version": WIRE_VERSION, "watches": [
-        {"name": w.name, "generation": w.generation, "resource": w.target.wire(),
-         "namespaces": list(w.namespaces), "ignoredNamespaces": list(w.ignored_namespaces),
-         "selector": w.selector_text, "mode": w.mode, "keys": list(w.keys)}
-        for w in sorted(watches, key=lambda w: w.name)]}, sort_keys=True)
-
-
-def from_wire(text: str) -> tuple[Watch, ...]:
-    """The Watches a runtime holds (``to_wire``'s text); ``WatchError`` when unusable."""
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        raise WatchError(f"{WIRE_KEY}: not JSON") from None
-    if not isinstance(doc, Mapping) or doc.get("version") != WIRE_VERSION \
-            or not isinstance(doc.get("watches"), list):
-        raise WatchError(f"{WIRE_KEY}: not version {WIRE_VERSION} of the watch list")
-    if len(doc["watches"]) > MAX_WATCHES:
-        raise WatchError(f"{WIRE_KEY}: more than {MAX_WATCHES} watches")
-    out = []
-    for i, d in enumerate(doc["watches"]):
-        if not isinstance(d, Mapping):
-            raise WatchError(f"{WIRE_KEY}: watches[{i}] is not an object")
-        try:
-            sel = d.get("selector") or ""
-            filters.parse_selector(sel)
-        except filters.SelectorError as e:
-            raise WatchError(f"{WIRE_KEY}: watches[{i}].selector: {e}") from None
-        w = parse({"metadata": {"name": d.get("name"), "generation": d.get("generation")},
-                   "spec": {"resource": d.get("resource"), "namespaces": d.get("namespaces"),
-                            "ignoredNamespaces": d.get("ignoredNamespaces"),
-                            "send": {"mode": d.get("mode"), "keys": d.get("keys") or None}}})
-        out.append(dataclasses.replace(w, selector_text=sel))
-    return tuple(out)
-
-
-def label_selector(text: str) -> dict[str, Any]:
-    """Selector text (as ``selector_text`` writes it) as a Kubernetes ``LabelSelector``."""
-    exprs: list[dict[str, Any]] = []
-    for r in filters.parse_selector(text):
-        if r.operator == "=":
-            exprs.append({"key": r.key, "operator": "In", "values": sorted(r.values)})
-        elif r.operator in ("in", "notin", "!="):
-            op = "In" if r.operator == "in" else "NotIn"
-            exprs.append({"key": r.key, "operator": op, "values": sorted(r.values)})
-        else:
-            exprs.append({"key": r.key, "operator": "Exists" if r.operator == "exists" else "DoesNotExist"})
-    return {"matchExpressions": exprs} if exprs else {}
-
-
-def webhook_name(w: Watch) -> str:
-    return f"{w.name}.watches.tether.kyma-project.io"
-
-
-def webhook_entries(watches: Sequence[Watch], template: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One webhook of a ``ValidatingWebhookConfiguration`` per Watch, from the bundle's
-    webhook ``template`` (client config, failure policy, timeouts): rules for its resource,
-    its label selector as ``objectSelector``, its namespaces as ``namespaceSelector`` (on
-    the ``kubernetes.io/metadata.name`` label every namespace carries) and the names never
-    sent as ``matchConditions``; the API server then calls the webhook only for what some
-    Watch covers."""
-    out = []
-    for w in sorted(watches, key=lambda w: w.name):
-        hook = json.loads(json.dumps(template))
-        ignored = sorted({*ALWAYS_IGNORED_NAMESPACES, *w.ignored_namespaces})
-        ns_exprs: list[dict[str, Any]] = [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ignored}]
-        if w.namespaces:
-            ns_exprs.append({"key": "kubernetes.io/metadata.name", "operator": "In",
-                             "values": sorted(w.namespaces)})
-        conditions = [{"name": f"not-{name.replace('.', '-')}", "expression": f"request.name != '{name}'"}
-                      for g, k, name in NEVER_SENT if (g, k) == (w.target.group, w.target.kind)]
-        hook.update({
-            "name": webhook_name(w),
-            "rules": [{"apiGroups": [w.target.group], "apiVersions": [w.target.version],
-                       "resources": [w.target.resource], "operations": list(OPERATIONS),
-                       "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": ns_exprs},
-            "objectSelector": label_selector(w.selector_text),
-        })
-        if conditions:
-            hook["matchConditions"] = conditions
-        else:
-            hook.pop("matchConditions", None)
-        out.append(hook)
-    return out

@@ -2,7 +2,7 @@
 poller's view; I/O).
 
 The enroller writes the Watches that apply to a runtime into the ConfigMap
-``tether-watches`` (key ``watches.json``, ``tether.watches.to_wire``) in ``tether-system``.
+``tether-watches`` (key ``watches.json``, ``tether.watchwire.to_wire``) in ``tether-system``.
 ``WatchSet.current()`` reads it at most every ``ttl`` seconds and answers:
 
 * a tuple of Watches (maybe empty: nothing is watched here, nothing is sent);
@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tether import apitypes, gateway, watches
+from tether import apitypes, gateway, watches, watchwire
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tether-system"
@@ -56,20 +56,20 @@ class WatchSet:
 
     def _refresh(self) -> None:
         try:
-            cm = self._skr.get_or_none(apitypes.CONFIGMAPS, self._namespace, watches.WIRE_CONFIGMAP,
+            cm = self._skr.get_or_none(apitypes.CONFIGMAPS, self._namespace, watchwire.WIRE_CONFIGMAP,
                                        timeout=self._timeout)
         except gateway.GatewayError as e:
-            self._warn(f"cannot read {self._namespace}/{watches.WIRE_CONFIGMAP}: {e}")
+            self._warn(f"cannot read {self._namespace}/{watchwire.WIRE_CONFIGMAP}: {e}")
             return
         if cm is None:
             self._value = None
             return
-        text = (cm.get("data") or {}).get(watches.WIRE_KEY)
+        text = (cm.get("data") or {}).get(watchwire.WIRE_KEY)
         try:
-            self._value = watches.from_wire(text if isinstance(text, str) else "")
+            self._value = watchwire.from_wire(text if isinstance(text, str) else "")
             self._warned = None
-        except watches.WatchError as e:
-            self._warn(f"{self._namespace}/{watches.WIRE_CONFIGMAP} cannot be used, keeping "
+        except watchwire.WatchError as e:
+            self._warn(f"{self._namespace}/{watchwire.WIRE_CONFIGMAP} cannot be used, keeping "
                        f"the last Watches: {e}")
             if self._value is None:
                 self._value = ()

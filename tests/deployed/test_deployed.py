@@ -28,7 +28,7 @@ from kubernetes import client
 
 from listener.storage import records
 from testing import controlplane, deployed, overlays, podrunner, prometheus, watchenv
-from tether import apitypes, pki, watches
+from tether import apitypes, pki, watches, watchwire
 
 pytestmark = pytest.mark.slow
 
@@ -484,9 +484,9 @@ def test_watches_decide_what_leaves_the_runtime_of_any_kind(fleet: deployed.Flee
         watchenv.delete(api, deployed.KCP_NS, "widgets")
     wait_for("the deleted Watch unregistered", lambda: "widgets.watches.tether.kyma-project.io"
              not in registered_hooks(fleet), timeout=90, fleet=fleet)
-    cm = json.loads(deployed.kubectl(fleet.skr, "get", "configmap", watches.WIRE_CONFIGMAP, "-n",
+    cm = json.loads(deployed.kubectl(fleet.skr, "get", "configmap", watchwire.WIRE_CONFIGMAP, "-n",
                                      overlays.NAMESPACE, "-o", "json").stdout)
-    assert [w.name for w in watches.from_wire(cm["data"][watches.WIRE_KEY])] == ["configuration", "secrets"]
+    assert [w.name for w in watchwire.from_wire(cm["data"][watchwire.WIRE_KEY])] == ["configuration", "secrets"]
 
 
 def test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener_refuses(

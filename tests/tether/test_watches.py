@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tether import changes, watches
+from tether import changes, watches, watchwire
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
@@ -167,9 +167,9 @@ def test_a_v1_record_is_of_a_configmap() -> None:
 def test_the_wire_form_round_trips_and_is_deterministic() -> None:
     ws = [watches.parse(cr("b", WIDGET, namespaces=["x"], send={"mode": "exclude", "keys": ["status"]})),
           watches.parse(cr("a", selector={"matchExpressions": [{"key": "k", "operator": "In", "values": ["1", "2"]}]}))]
-    text = watches.to_wire(ws)
-    assert text == watches.to_wire(list(reversed(ws)))
-    assert watches.from_wire(text) == tuple(sorted(ws, key=lambda w: w.name))
+    text = watchwire.to_wire(ws)
+    assert text == watchwire.to_wire(list(reversed(ws)))
+    assert watchwire.from_wire(text) == tuple(sorted(ws, key=lambda w: w.name))
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"version": 2, "watches": []}',
@@ -177,7 +177,7 @@ def test_the_wire_form_round_trips_and_is_deterministic() -> None:
                                   json.dumps({"version": 1, "watches": [{}] * (watches.MAX_WATCHES + 1)})])
 def test_an_unusable_wire_form_is_refused(text: str) -> None:
     with pytest.raises(watches.WatchError):
-        watches.from_wire(text)
+        watchwire.from_wire(text)
 
 
 def test_webhook_entries_carry_rules_and_selectors() -> None:
@@ -185,7 +185,7 @@ def test_webhook_entries_carry_rules_and_selectors() -> None:
                 "failurePolicy": "Ignore", "rules": [{"apiGroups": [""]}]}
     ws = [watches.parse(cr("widgets", WIDGET, namespaces=["a"], selector={"matchLabels": {"x": "1"}})),
           watches.parse(cr("cms"))]
-    cms, widgets = watches.webhook_entries(ws, template)
+    cms, widgets = watchwire.webhook_entries(ws, template)
     assert cms["name"] == "cms.watches.tether.kyma-project.io" and cms["failurePolicy"] == "Ignore"
     assert cms["matchConditions"][0]["expression"] == "request.name != 'kube-root-ca.crt'"
     assert cms["objectSelector"] == {}
@@ -196,4 +196,4 @@ def test_webhook_entries_carry_rules_and_selectors() -> None:
         widgets["namespaceSelector"]["matchExpressions"]
     assert "matchConditions" not in widgets and widgets["clientConfig"] == {"caBundle": "Q0E="}
     assert template["rules"] == [{"apiGroups": [""]}]  # the template is not changed
-    assert watches.webhook_entries([], template) == []
+    assert watchwire.webhook_entries([], template) == []
