@@ -36,6 +36,7 @@ class KymaView(NamedTuple):
     domain: str | None
     deleting: bool
     labels: dict[str, str]
+    modules: frozenset[str] = frozenset()  # enabled in spec.modules (``watches.modules_of``)
 
 
 def valid_runtime_id(runtime_id: str) -> bool:
@@ -57,6 +58,8 @@ def view(obj: Mapping[str, Any]) -> KymaView:
         domain=domain.strip() if isinstance(domain, str) and domain.strip() else None,
         deleting=bool(meta.get("deletionTimestamp")),
         labels=labels,
+        modules=frozenset(str(m["name"]) for m in (obj.get("spec") or {}).get("modules") or []
+                          if isinstance(m, Mapping) and isinstance(m.get("name"), str)),
     )
 
 
