@@ -45,9 +45,12 @@ def epoch_in(value: object) -> int | None:
 
 
 def state_path(runtime_id: str, limit: int, token: str,
-               report: EpochReport | None = None) -> str:
-    """The state listing's path; the report goes with the first page only."""
+               report: EpochReport | None = None, watch: str = "") -> str:
+    """The state listing's path; the report goes with the first page only; ``watch``:
+    only that Watch's records (``?watch=NAME``, on every page)."""
     params: dict[str, str | int] = {"limit": limit}
+    if watch:
+        params["watch"] = watch
     if token:
         params["continue"] = token
     elif report is not None:

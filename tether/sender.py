@@ -326,8 +326,9 @@ class ListenerClient:
         return outcome
 
     def state_page(self, limit: int = 500, token: str = "",
-                   report: listenerapi.EpochReport | None = None) -> StatePage:
-        path = listenerapi.state_path(self.settings.runtime_id, limit, token, report)
+                   report: listenerapi.EpochReport | None = None, watch: str = "") -> StatePage:
+        """One page of the runtime's state digest; ``watch``: of that Watch's records."""
+        path = listenerapi.state_path(self.settings.runtime_id, limit, token, report, watch)
         outcome, content = self._call("GET", path)
         if outcome.verdict != "ok":
             raise ListenerError(outcome)

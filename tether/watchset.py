@@ -22,17 +22,36 @@ import threading
 import time
 from collections.abc import Callable
 
-from tether import apitypes, gateway, watches, watchwire
+from tether import apitypes, config, gateway, parsers, watches, watchwire
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tether-system"
 DEFAULT_TTL = 10.0
+ENV_CONFIGMAP = "TETHER_WATCHES_CONFIGMAP"
+DEFAULT_CONFIGMAP = f"{NAMESPACE}/{watchwire.WIRE_CONFIGMAP}"
+
+
+def configmap_ref(name: str, raw: str) -> tuple[str, str]:
+    """``namespace/name`` of the runtime's Watch list (a settings parser)."""
+    ns, sep, cm = raw.partition("/")
+    if not sep:
+        raise parsers.SettingError(f"{name}: {raw!r} is not NAMESPACE/NAME")
+    return parsers.object_name(name, ns), parsers.object_name(name, cm)
+
+
+# the setting of the senders (webhook, poller) that read the runtime's Watches
+OPTION = config.custom(ENV_CONFIGMAP, configmap_ref(ENV_CONFIGMAP, DEFAULT_CONFIGMAP),
+                       "NAMESPACE/NAME of the ConfigMap of the runtime's Watches (absent: the "
+                       "environment's scope, v1 records)", configmap_ref,
+                       shown=DEFAULT_CONFIGMAP)
 
 
 class WatchSet:
     def __init__(self, skr: gateway.Kube, namespace: str = NAMESPACE, ttl: float = DEFAULT_TTL,
-                 timeout: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 timeout: float = 5.0, clock: Callable[[], float] = time.monotonic, *,
+                 name: str = watchwire.WIRE_CONFIGMAP) -> None:
         self._skr, self._namespace, self._ttl, self._timeout = skr, namespace, ttl, timeout
+        self._name = name
         self._clock = clock
         self._lock = threading.Lock()
         self._value: tuple[watches.Watch, ...] | None = None
@@ -56,10 +75,10 @@ class WatchSet:
 
     def _refresh(self) -> None:
         try:
-            cm = self._skr.get_or_none(apitypes.CONFIGMAPS, self._namespace, watchwire.WIRE_CONFIGMAP,
+            cm = self._skr.get_or_none(apitypes.CONFIGMAPS, self._namespace, self._name,
                                        timeout=self._timeout)
         except gateway.GatewayError as e:
-            self._warn(f"cannot read {self._namespace}/{watchwire.WIRE_CONFIGMAP}: {e}")
+            self._warn(f"cannot read {self._namespace}/{self._name}: {e}")
             return
         if cm is None:
             self._value = None
@@ -68,8 +87,8 @@ class WatchSet:
         try:
             self._value = watchwire.from_wire(text if isinstance(text, str) else "")
             self._warned = None
-        except watchwire.WatchError as e:
-            self._warn(f"{self._namespace}/{watchwire.WIRE_CONFIGMAP} cannot be used, keeping "
+        except watches.WatchError as e:
+            self._warn(f"{self._namespace}/{self._name} cannot be used, keeping "
                        f"the last Watches: {e}")
             if self._value is None:
                 self._value = ()
