@@ -10,6 +10,12 @@ what belongs to that runtime filled in:
 * with ``TETHER_ENROLLER_IMAGE_PULL_SECRET_FILE``: the ``tether-image-pull`` Secret (type
   ``kubernetes.io/dockerconfigjson``, the file's content) and ``imagePullSecrets`` naming it
   in every Deployment's pod spec, so a private registry's image can be pulled;
+* with the Watches in force in the runtime (``Inputs.watches``; None: before Watches, the
+  bundle's registration as it is): one webhook per Watch in the webhook configuration
+  (``watchwire.webhook_entries`` from the bundle's webhook, its client config, caBundle and
+  failure policy kept; none when no Watch is in force) and the ``tether-watches`` ConfigMap
+  (``watchwire.to_wire``) the runtime's webhook and poller read, applied before the
+  Deployments;
 * ``app.kubernetes.io/managed-by: tether-enroller`` on every object, and on the webhook
   configuration and the client Secret the bundle's digest and the certificates' serials,
   which let one read tell the enroller that nothing changed.
@@ -31,7 +37,8 @@ from typing import Any
 
 import yaml
 
-from tether import apitypes, gateway
+from tether import apitypes, gateway, watchwire
+from tether import watches as watch_api
 
 BUNDLE_FILE = pathlib.Path(__file__).with_name("skr-bundle.yaml")
 NAMESPACE = "tether-system"
@@ -91,6 +98,7 @@ class Inputs:
     serving_renew_at: str = ""
     image: str | None = None
     image_pull_secret: bytes | None = None  # a .dockerconfigjson; None: no imagePullSecrets
+    watches: tuple[watch_api.Watch, ...] | None = None  # in force in the runtime; None: before Watches
 
 
 def resource(obj: Mapping[str, Any]) -> gateway.Resource:
@@ -182,8 +190,9 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
             refs = [r for r in pod.get("imagePullSecrets") or [] if r.get("name") != PULL_SECRET]
             pod["imagePullSecrets"] = [*refs, {"name": PULL_SECRET}]
         if o["kind"] == "ValidatingWebhookConfiguration":
-            for hook in o.get("webhooks") or []:
-                hook.setdefault("clientConfig", {})["caBundle"] = base64.b64encode(i.ca_bundle).decode()
+            _webhooks(o, i)
+    if i.watches is not None:
+        objs.append(watch_list(i.watches))
     d = digest(objs, i.client_serial, i.serving_serial, i.image_pull_secret)
     notes = {DIGEST: d, CLIENT_SERIAL: i.client_serial, SERVING_SERIAL: i.serving_serial,
              SERVING_NOT_AFTER: i.serving_not_after, SERVING_RENEW_AT: i.serving_renew_at}
@@ -212,6 +221,23 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
                                   "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
                      "data": {".dockerconfigjson": b64(i.image_pull_secret)}})
     return sorted(objs, key=lambda o: ORDER.index(o["kind"]))
+
+
+def _webhooks(config: dict[str, Any], i: Inputs) -> None:
+    """The webhook configuration's caBundle; with Watches its whole list of webhooks, one per
+    Watch from the bundle's webhook (a Watch gone loses its webhook: the list is replaced)."""
+    for hook in config.get("webhooks") or []:
+        hook.setdefault("clientConfig", {})["caBundle"] = base64.b64encode(i.ca_bundle).decode()
+    if i.watches is not None:
+        config["webhooks"] = watchwire.webhook_entries(i.watches, (config.get("webhooks") or [{}])[0])
+
+
+def watch_list(ws: tuple[watch_api.Watch, ...]) -> dict[str, Any]:
+    """The runtime's ``tether-watches`` ConfigMap: the Watches in force there."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": watchwire.WIRE_CONFIGMAP, "namespace": NAMESPACE,
+                         "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
+            "data": {watchwire.WIRE_KEY: watchwire.to_wire(ws)}}
 
 
 def cluster_scoped(objs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
