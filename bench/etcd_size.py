@@ -1,0 +1,163 @@
+"""Benchmark: what the listener's records cost the KCP's etcd, per record and for a fleet.
+
+Starts one KCP control plane (real etcd and kube-apiserver), installs the listener's CRDs,
+and per variant creates N records (default 10,000) into a namespace of their own, as the
+listener stores them (``listener.storage.records.body``: its labels, annotations and spec),
+through the API server with 8 concurrent writers. Before and after each variant etcd is
+compacted to its current revision and defragmented, and ``etcdctl endpoint status`` gives
+the database's size in use; the difference over N is the etcd bytes per record. The
+baseline is the plain size of the same objects: the JSON the API server is sent (a
+custom resource is stored as JSON; what etcd adds is its key, the API server's metadata
+(uid, resourceVersion, managedFields) and the B-tree's pages), so ratio = etcd bytes per
+record / JSON bytes per record.
+
+Variants (the send modes of docs/watches.md):
+
+  full       16 values of ~50 bytes each (a typical configuration ConfigMap, ~1 KiB of data)
+  digest     the same 16 keys, each value a sha256 digest (a Secret under a digest Watch)
+  metadata   labels and annotations only, no value
+  tombstone  a deleted object's record
+
+Then the fleet's worth: records per runtime x runtimes for the KCP budget the listener's
+quota defaults are derived from (docs/performance.md, "KCP storage"). Prints a table and
+writes bench/results/etcd_size.json (commit, load average, command).
+
+    .venv/bin/python bench/etcd_size.py [--records 10000] [--threads 8]
+    .venv/bin/python bench/etcd_size.py --report     # the table again, from the JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import hashlib
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kubernetes import client  # noqa: E402
+
+from listener import settings as listener_settings  # noqa: E402
+from listener.storage import records  # noqa: E402
+from testing import controlplane  # noqa: E402
+from testing import listenerenv as lt  # noqa: E402
+from tether import apitypes, changes  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "etcd_size.json"
+VARIANTS = ("full", "digest", "metadata", "tombstone")
+
+
+def _record(variant: str, i: int) -> dict[str, Any]:
+    meta = {"namespace": f"team-{i % 50}", "name": f"settings-{i:06d}", "uid": f"u-{i}",
+            "resourceVersion": str(1000 + i), "labels": {"app": "shop", "tier": "web"}}
+    if variant == "tombstone":
+        return dict(changes.tombstone(runtime_id="rt-bench", namespace=meta["namespace"],
+                                      name=meta["name"], uid=meta["uid"],
+                                      resource_version=meta["resourceVersion"], source="webhook"))
+    values = {f"key-{k}": f"value-{i}-{k}-" + "x" * 40 for k in range(16)}
+    if variant == "digest":
+        values = {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest() for k, v in values.items()}
+    data = {} if variant == "metadata" else values
+    return dict(changes.from_configmap({"metadata": meta, "data": data},
+                                       runtime_id="rt-bench", source="webhook"))
+
+
+def _etcd(plane: controlplane.ControlPlane, *args: str) -> str:
+    tool = controlplane.binaries() / "etcdctl"
+    done = subprocess.run([str(tool), f"--endpoints=http://127.0.0.1:{plane.etcd_port}", *args],
+                          capture_output=True, text=True, timeout=300, check=True)
+    return done.stdout
+
+
+def _in_use(plane: controlplane.ControlPlane) -> int:
+    """etcd's database size in use, after compacting to the current revision and a defrag."""
+    status = json.loads(_etcd(plane, "endpoint", "status", "-w", "json"))[0]["Status"]
+    _etcd(plane, "compact", str(status["header"]["revision"]))
+    _etcd(plane, "defrag")
+    status = json.loads(_etcd(plane, "endpoint", "status", "-w", "json"))[0]["Status"]
+    return int(status.get("dbSizeInUse") or status["dbSize"])
+
+
+def _variant(plane: controlplane.ControlPlane, api: client.ApiClient, variant: str,
+             n: int, threads: int) -> dict[str, Any]:
+    ns = f"size-{variant}"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    bodies = [records.body(_record(variant, i), ns) for i in range(n)]
+    json_bytes = sum(len(json.dumps(b, separators=(",", ":"))) for b in bodies)
+    co = client.CustomObjectsApi(api)
+    r = apitypes.RUNTIME_CONFIGMAPS
+    before = _in_use(plane)
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda b: co.create_namespaced_custom_object(r.group, r.version, ns, r.plural, b),
+                      bodies))
+    secs = time.monotonic() - t0
+    after = _in_use(plane)
+    per = (after - before) / n
+    return {"variant": variant, "records": n, "json_bytes_per_record": round(json_bytes / n),
+            "etcd_bytes_per_record": round(per), "ratio": round(per / (json_bytes / n), 2),
+            "create_seconds": round(secs, 1)}
+
+
+def _fleet(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fleet the quota defaults allow, at the measured cost of a full record."""
+    s = listener_settings.Storage()
+    full = next(r for r in rows if r["variant"] == "full")["etcd_bytes_per_record"]
+    budget = listener_settings.BUDGET
+    return {"quota_records_per_runtime": s.quota_records, "runtimes": budget.runtimes,
+            "kcp_budget_bytes": budget.etcd_bytes_for_records,
+            "etcd_bytes_fleet_at_quota": full * s.quota_records * budget.runtimes}
+
+
+def _print(doc: dict[str, Any]) -> None:
+    print(f"{'variant':<10} {'records':>8} {'JSON B/rec':>11} {'etcd B/rec':>11} {'ratio':>6} {'create s':>9}")
+    for r in doc["rows"]:
+        print(f"{r['variant']:<10} {r['records']:>8} {r['json_bytes_per_record']:>11} "
+              f"{r['etcd_bytes_per_record']:>11} {r['ratio']:>6.2f} {r['create_seconds']:>9.1f}")
+    f = doc["fleet"]
+    gib = 1024 ** 3
+    print(f"\nfleet: {f['runtimes']} runtimes x {f['quota_records_per_runtime']} full records "
+          f"(the quota default) = {f['etcd_bytes_fleet_at_quota'] / gib:.2f} GiB of etcd; "
+          f"budget {f['kcp_budget_bytes'] / gib:.2f} GiB")
+    print(f"commit {doc['commit']}, load average {doc['load_average_1m']}, command: {doc['command']}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=10_000)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--report", action="store_true", help="print the table of the last run's JSON")
+    args = ap.parse_args()
+    if args.report:
+        _print(json.loads(RESULTS.read_text()))
+        return 0
+    load0 = os.getloadavg()[0]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="etcd-size-"), controlplane.planes("etcd-size") as planes:
+        plane = planes["etcd-size"]
+        api = plane.api_client()
+        lt.install_crd(api)
+        rows = [_variant(plane, api, v, args.records, args.threads) for v in VARIANTS]
+    doc = {"bench": "etcd_size", "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+           "commit": commit, "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
+           "kubernetes": controlplane.kube_apiserver_version(),
+           "load_average_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
+           "command": " ".join(["bench/etcd_size.py", *sys.argv[1:]]), "rows": rows, "fleet": _fleet(rows)}
+    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    _print(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
