@@ -13,14 +13,14 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from tether import filters, tracing
+from tether import filters, tracing, watches
 from webhook import keyqueue
 
 API_VERSION = "admission.k8s.io/v1"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 
 Skip = Literal["dry-run", "no-change", "ignored-namespace", "label-selector", "other-kind",
-               "other-operation", "unnamed"]
+               "other-operation", "unnamed", "not-watched"]
 
 
 class ReviewError(ValueError):
@@ -42,6 +42,13 @@ class Request:
     dry_run: bool
     obj: Mapping[str, Any] | None
     old: Mapping[str, Any] | None
+    version: str = ""  # of the kind (the object is in that version)
+    resource: str = ""  # the plural (request.resource.resource)
+
+
+def meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """An object's metadata ({} when missing or not an object)."""
+    return _meta(obj)
 
 
 def _meta(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -70,6 +77,10 @@ def parse(doc: Any) -> Request:
     if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
         problems.append("request.kind must be an object with kind")
         kind = {}
+    resource = req.get("resource") or {}
+    if not isinstance(resource, dict) or not isinstance(resource.get("resource", ""), str):
+        problems.append("request.resource must be an object with resource")
+        resource = {}
     obj, old = req.get("object"), req.get("oldObject")
     for field, value in (("object", obj), ("oldObject", old)):
         if value is not None and not isinstance(value, dict):
@@ -86,7 +97,8 @@ def parse(doc: Any) -> Request:
     return Request(
         uid=str(uid), operation=str(op), kind=str(kind.get("kind")), group=str(kind.get("group") or ""),
         namespace=str(namespace), name=str(name), dry_run=bool(req.get("dryRun", False)),
-        obj=obj, old=old,
+        obj=obj, old=old, version=str(kind.get("version") or ""),
+        resource=str(resource.get("resource") or ""),
     )
 
 
@@ -123,15 +135,16 @@ def decide(req: Request, flt: filters.ConfigMapFilter) -> Skip | None:
     return None
 
 
-def item_of(req: Request, observed_at: float,
-            trace: tracing.TraceParent | None = None) -> keyqueue.Item:
-    """The queue entry of a forwarded request (``trace``: its admission span's context)."""
+def item_of(req: Request, observed_at: float, trace: tracing.TraceParent | None = None,
+            watch: watches.Watch | None = None) -> keyqueue.Item:
+    """The queue entry of a forwarded request (``trace``: its admission span's context;
+    ``watch``: the Watch it is forwarded for, None without Watches)."""
     old_rv = "" if req.operation == "CREATE" else str(_meta(req.old).get("resourceVersion") or "")
     uid = str(_meta(req.obj).get("uid") or _meta(req.old).get("uid") or "")
     return keyqueue.Item(
         namespace=req.namespace, name=req.name, uid=uid,
         operation=req.operation,  # type: ignore[arg-type]  # checked in decide
-        old_resource_version=old_rv, observed_at=observed_at, trace=trace,
+        old_resource_version=old_rv, observed_at=observed_at, trace=trace, watch=watch,
     )
 
 

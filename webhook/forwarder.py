@@ -33,10 +33,11 @@ import logging
 import threading
 import time
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from tether import changes, logs, numbers, sender, tracing
 from webhook import keyqueue, metrics, readback
+from webhook import records as records_mod
 from webhook import settings as settings_mod
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,10 @@ def reread_delay(first: float, cap: float, rereads: int) -> float:
 
 class Forwarder:
     def __init__(self, settings: settings_mod.ForwarderSettings, runtime_id: str, queue: keyqueue.KeyQueue,
-                 reader: readback.Reader, client: sender.ListenerClient, m: metrics.Metrics) -> None:
+                 reader: readback.Reader, client: sender.ListenerClient, m: metrics.Metrics,
+                 watch_mode: Callable[[], bool] = lambda: False) -> None:
         self.settings, self.runtime_id = settings, runtime_id
+        self._watch_mode = watch_mode  # whether the runtime lists its Watches now
         self.queue, self.reader, self.client, self.metrics = queue, reader, client, m
         self._stop = threading.Event()
         self._deadline = float("inf")
@@ -163,8 +166,9 @@ class Forwarder:
                 entries.setdefault(p.item.key, p.item)
         if dropped:
             self._finish(dropped, taken)
-        for chunk in sender.split_batches(records, max_items=self.settings.max_batch) if records else ():
-            keys = [(r["namespace"], r["name"]) for r in chunk]
+        for chunk in [c for group in records_mod.by_version(records)
+                      for c in sender.split_batches(group, max_items=self.settings.max_batch)]:
+            keys = [records_mod.key_of(r) for r in chunk]
             started = time.monotonic()
             for key in keys:
                 self.metrics.dispatch_seconds.observe(max(0.0, started - admitted.get(key, started)))
@@ -180,20 +184,23 @@ class Forwarder:
         expired = now - item.admitted >= self.settings.readback_seconds or (
             self._stop.is_set() and self._time_left() <= 0)
         epoch = self._epoch  # learned before the read: a read of a lost history loses
+        if item.watch is None and self._watch_mode():
+            self.metrics.readbacks.labels("out-of-scope").inc()  # v1 no more: the poller's
+            return None
+        target = item.watch.target if item.watch else None
         try:
-            found = self.reader.get(item.namespace, item.name)
+            found = self.reader.get(item.namespace, item.name, target)
             verdict = readback.judge(item, found, expired)
             observed = changes.now()
             if verdict.result == "tombstone":
-                rv, again = self.reader.absent_at(item.namespace, item.name)
+                rv, again = self.reader.absent_at(item.namespace, item.name, target)
                 if again is not None:
                     verdict = readback.judge(item, again, expired)
                 else:
                     self.metrics.readbacks.labels("tombstone").inc()
-                    return changes.tombstone(
-                        runtime_id=self.runtime_id, namespace=item.namespace, name=item.name,
-                        uid=item.uid, resource_version=_not_below(rv, item.old_resource_version),
-                        source="webhook", observed_at=observed, epoch=epoch)
+                    return records_mod.gone(
+                        item, _not_below(rv, item.old_resource_version),
+                        runtime_id=self.runtime_id, observed_at=observed, epoch=epoch)
         except readback.ReadError as e:
             if p.first_error is None:
                 log.info("reading %s/%s back failed, retrying: %s", item.namespace, item.name, e)
@@ -207,8 +214,8 @@ class Forwarder:
         if verdict.result == "live":
             assert verdict.obj is not None
             self.metrics.readbacks.labels("live").inc()
-            return changes.from_configmap(verdict.obj, runtime_id=self.runtime_id,
-                                          source="webhook", observed_at=observed, epoch=epoch)
+            return records_mod.live(item, verdict.obj, runtime_id=self.runtime_id,
+                                    observed_at=observed, epoch=epoch)
         if verdict.result == "wait":
             delay = reread_delay(self.settings.reread_first, self.settings.poll, p.rereads)
             return _Pending(item, now + delay, rereads=p.rereads + 1)
@@ -217,7 +224,7 @@ class Forwarder:
         return None
 
     def _deliver(self, records: Sequence[changes.ChangeRecord],
-                 admitted: Mapping[tuple[str, str], float], again: bool = True,
+                 admitted: Mapping[keyqueue.Key, float], again: bool = True,
                  entries: Mapping[keyqueue.Key, keyqueue.Item] = _NO_ENTRIES) -> None:
         """Send until acknowledged, refused or shut down (``admitted``: each key's first
         admission, for ``tether_webhook_delivery_seconds``; ``entries``: their queue entries,
@@ -239,11 +246,11 @@ class Forwarder:
             if outcome.verdict == "ok":
                 self.metrics.last_success.set(time.time())
                 acked = time.monotonic()
-                for r in outcome.results:
+                for i, r in enumerate(outcome.results):
                     got = r.get("outcome")
                     label = got if got in _OUTCOMES else "other"
                     self.metrics.forwarded_records.labels(label).inc()
-                    since = admitted.get((str(r.get("namespace")), str(r.get("name"))))
+                    since = admitted.get(_result_key(r, records[i] if i < len(records) else None))
                     if since is not None:
                         self.metrics.delivery_seconds.labels(label).observe(max(0.0, acked - since))
                 if outcome.epoch is not None:
@@ -278,7 +285,7 @@ class Forwarder:
                 self._stop.wait(delay)
 
     def _send_again(self, stale: Sequence[changes.ChangeRecord],
-                    admitted: Mapping[tuple[str, str], float],
+                    admitted: Mapping[keyqueue.Key, float],
                     entries: Mapping[keyqueue.Key, keyqueue.Item]) -> None:
         """Read ``stale`` records' objects again (now: after the new epoch started, so of
         the runtime's current history) and send them once with the epoch just learned; a
@@ -286,20 +293,22 @@ class Forwarder:
         epoch, fresh = self._epoch, []
         for rec in stale:
             ns, name = rec["namespace"], rec["name"]
+            item = entries.get(records_mod.key_of(rec))
+            if item is None:  # not reached: every record sent has its entry
+                continue
+            target = item.watch.target if item.watch else None
             try:
-                found = self.reader.get(ns, name)
+                found = self.reader.get(ns, name, target)
                 observed = changes.now()
                 if found is None:
-                    rv, found = self.reader.absent_at(ns, name)
+                    rv, found = self.reader.absent_at(ns, name, target)
                 if found is None:
-                    fresh.append(changes.tombstone(
-                        runtime_id=self.runtime_id, namespace=ns, name=name, uid=rec["uid"],
-                        resource_version=rv or "0", source="webhook", observed_at=observed,
-                        epoch=epoch))
+                    fresh.append(records_mod.gone(item, rv or "0", runtime_id=self.runtime_id,
+                                                  observed_at=observed, epoch=epoch,
+                                                  uid=rec["uid"]))
                 else:
-                    fresh.append(changes.from_configmap(found, runtime_id=self.runtime_id,
-                                                        source="webhook", observed_at=observed,
-                                                        epoch=epoch))
+                    fresh.append(records_mod.live(item, found, runtime_id=self.runtime_id,
+                                                  observed_at=observed, epoch=epoch))
             except readback.ReadError as e:
                 log.info("re-reading %s/%s for epoch %s failed (left to the poller): %s", ns,
                          name, epoch, e)
@@ -319,7 +328,7 @@ def trace_of(records: Sequence[changes.ChangeRecord], entries: Mapping[keyqueue.
     parent: tracing.TraceParent | None = None
     links: list[tracing.TraceParent] = []
     for rec in records:
-        item = entries.get((rec["namespace"], rec["name"]))
+        item = entries.get(records_mod.key_of(rec))
         if item is None:
             continue
         for t in (item.trace, *item.links):
@@ -340,6 +349,15 @@ def _stale_by_epoch(records: Sequence[changes.ChangeRecord],
     (results are in the order of the records)."""
     return [rec for rec, r in zip(records, results, strict=False)
             if r.get("outcome") == "stale" and rec.get("epoch", epoch) < epoch]
+
+
+def _result_key(result: Mapping[str, object], rec: changes.ChangeRecord | None) -> keyqueue.Key:
+    """The key a listener's result is of: its record's (results are in the records' order;
+    the record names its Watch), else the result's namespace and name."""
+    ns, name = str(result.get("namespace")), str(result.get("name"))
+    if rec is not None and (rec["namespace"], rec["name"]) == (ns, name):
+        return records_mod.key_of(rec)
+    return keyqueue.key_of(ns, name)
 
 
 def _not_below(list_rv: str, own_rv: str) -> str:

@@ -33,11 +33,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from tether import tracing
+from tether import tracing, watches
 
 Operation = Literal["CREATE", "UPDATE", "DELETE"]
 PutResult = Literal["enqueued", "coalesced", "overflowed"]
-Key = tuple[str, str]
+Key = tuple[str, ...]  # (namespace, name); in Watch mode (namespace, name, watch)
 
 
 @dataclasses.dataclass
@@ -52,10 +52,17 @@ class Item:
     merged: int = 1  # how many admissions this entry stands for
     trace: tracing.TraceParent | None = None  # the first admission's span (tether.tracing)
     links: tuple[tracing.TraceParent, ...] = ()  # the traces of the admissions merged into it
+    watch: watches.Watch | None = None  # Watch mode: the Watch the object is sent for
 
     @property
     def key(self) -> Key:
-        return (self.namespace, self.name)
+        return key_of(self.namespace, self.name, self.watch.name if self.watch else None)
+
+
+def key_of(namespace: str, name: str, watch: str | None = None) -> Key:
+    """An object's key: per Watch in Watch mode (one object, several Watches: several
+    entries, each coalesced, ordered and bounded on its own)."""
+    return (namespace, name) if watch is None else (namespace, name, watch)
 
 
 def merge(waiting: Item, new: Item) -> Item:
@@ -65,7 +72,7 @@ def merge(waiting: Item, new: Item) -> Item:
         links = (*links, new.trace, *new.links)[:tracing.MAX_LINKS]
     return dataclasses.replace(
         waiting, uid=new.uid or waiting.uid, operation=new.operation,
-        merged=waiting.merged + new.merged, links=links,
+        merged=waiting.merged + new.merged, links=links, watch=new.watch or waiting.watch,
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from tether import gateway
+from tether import apitypes, gateway, watches
 from webhook import keyqueue
 
 Result = Literal["live", "tombstone", "wait", "rejected", "unchanged"]
@@ -39,8 +39,15 @@ def judge(item: keyqueue.Item, found: Mapping[str, Any] | None, expired: bool) -
     return Judgement("tombstone")
 
 
+def resource_of(target: watches.Target | None) -> apitypes.Resource:
+    """The API resource of a Watch's target (None: ConfigMaps, without Watches)."""
+    if target is None:
+        return gateway.CONFIGMAPS
+    return apitypes.Resource(target.group, target.version, target.resource)
+
+
 class Reader:
-    """GETs ConfigMaps as plain JSON dicts (camelCase, as served), through the gateway: the
+    """GETs objects (ConfigMaps without Watches, a Watch's target in Watch mode) as plain JSON dicts (camelCase, as served), through the gateway: the
     read-back runs in the webhook's worker processes, next to the admission handler, so its
     CPU cost per object matters (the gateway's raw calls cost about half a typed one)."""
 
@@ -48,20 +55,23 @@ class Reader:
         self._skr = skr
         self._timeout = timeout
 
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, namespace: str, name: str,
+            target: watches.Target | None = None) -> dict[str, Any] | None:
+        res = resource_of(target)
         try:
-            return self._skr.get_or_none(gateway.CONFIGMAPS, namespace, name,
-                                         timeout=self._timeout)
+            return self._skr.get_or_none(res, namespace, name, timeout=self._timeout)
         except gateway.GatewayError as e:
-            raise ReadError(f"GET configmap {namespace}/{name}: {_why(e)}") from e
+            raise ReadError(f"GET {res.plural} {namespace}/{name}: {_why(e)}") from e
 
-    def absent_at(self, namespace: str, name: str) -> tuple[str, dict[str, Any] | None]:
+    def absent_at(self, namespace: str, name: str, target: watches.Target | None = None
+                  ) -> tuple[str, dict[str, Any] | None]:
         """A collection resourceVersion read now, and the object if it exists after all."""
+        res = resource_of(target)
         try:
-            doc = self._skr.list(gateway.CONFIGMAPS, namespace,
-                                 field_selector=f"metadata.name={name}", timeout=self._timeout)
+            doc = self._skr.list(res, namespace, field_selector=f"metadata.name={name}",
+                                 timeout=self._timeout)
         except gateway.GatewayError as e:
-            raise ReadError(f"LIST configmaps {namespace} name={name}: {_why(e)}") from e
+            raise ReadError(f"LIST {res.plural} {namespace} name={name}: {_why(e)}") from e
         items = doc.get("items") or []
         rv = str((doc.get("metadata") or {}).get("resourceVersion") or "")
         return rv, (items[0] if items else None)

@@ -118,6 +118,8 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         gc.collect()
         gc.freeze()
         svc = self._services(worker)
+        if svc is not None and svc.watch_scope is not None:
+            svc.watch_scope.start()  # reads the runtime's Watches every watches_ttl
         if svc is not None and svc.forwarder is not None:
             svc.forwarder.start()
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from tether import gateway, ops, sender, tlsreload, tracing
-from webhook import admission, forwarder, keyqueue, metrics, readback
+from tether import gateway, ops, sender, tlsreload, tracing, watches, watchset
+from webhook import admission, forwarder, keyqueue, metrics, readback, scope
 from webhook import settings as settings_mod
 
 KEY = "tether.webhook"  # app.extensions[KEY]: the worker's Services (webhook.app)
@@ -34,17 +34,30 @@ class Services:
     overflow_log: OverflowLog = dataclasses.field(default_factory=lambda: OverflowLog(60.0))
     _children: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
     tracer: tracing.Tracer = tracing.OFF  # spans recorded only with an OTLP endpoint
+    watch_scope: scope.Scope | None = None  # the runtime's Watches (None: never Watch mode)
 
-    def admit(self, req: admission.Request) -> keyqueue.PutResult:
+    def in_force(self) -> tuple[watches.Watch, ...] | None:
+        """The Watches in force here (no I/O), None without the runtime's Watch list."""
+        return None if self.watch_scope is None else self.watch_scope.current()
+
+    def admit_all(self, req: admission.Request, chosen: tuple[watches.Watch, ...]
+                  ) -> keyqueue.PutResult:
+        """Queue one entry per Watch (Watch mode); the outcome is the best of them."""
+        outcomes = {self.admit(req, w) for w in chosen}
+        best: tuple[keyqueue.PutResult, ...] = ("enqueued", "coalesced")
+        return next((b for b in best if b in outcomes), "overflowed")
+
+    def admit(self, req: admission.Request, watch: watches.Watch | None = None
+              ) -> keyqueue.PutResult:
         """Queue a forwarded admission's key. With spans recorded (``tether.tracing``) the
         admission is a span, the first of a new trace that the entry keeps; tracing off
         costs nothing here (the trace then starts at the forwarder's POST)."""
         if not self.tracer.enabled:
-            return self.queue.put(admission.item_of(req, time.time()))
+            return self.queue.put(admission.item_of(req, time.time(), watch=watch))
         span = self.tracer.start(ADMISSION_SPAN, kind="server", attributes={
             "tether.namespace": req.namespace, "tether.name": req.name,
             "tether.operation": req.operation})
-        outcome = self.queue.put(admission.item_of(req, time.time(), span.context))
+        outcome = self.queue.put(admission.item_of(req, time.time(), span.context, watch))
         span.end({"tether.queue": outcome})
         return outcome
 
@@ -83,9 +96,13 @@ def build(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] |
     m = metrics.build(registry)
     queue = keyqueue.KeyQueue(s.queue_size, s.forwarder.coalesce_seconds, s.forwarder.hot_key_seconds,
                               s.forwarder.hot_key_seconds / 4)
-    reader = readback.Reader(gateway.from_kubeconfig(s.kubeconfig))
+    kube = gateway.from_kubeconfig(s.kubeconfig)
+    reader = readback.Reader(kube)
+    ns, name = s.watches_configmap
+    sc = scope.Scope(watchset.WatchSet(kube, ns, s.watches_ttl, name=name), s.watches_ttl)
     tracer = tracing.from_environment("tether-webhook")
     client = sender.ListenerClient(s.listener, tracer)
-    fwd = forwarder.Forwarder(s.forwarder, s.runtime_id, queue, reader, client, m)
+    fwd = forwarder.Forwarder(s.forwarder, s.runtime_id, queue, reader, client, m,
+                              watch_mode=lambda: sc.current() is not None)
     return Services(s, queue, m, registry, fwd, serving, OverflowLog(s.overflow_log_seconds),
-                    tracer=tracer)
+                    tracer=tracer, watch_scope=sc)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from tether import config, filters, sender
+from tether import config, filters, sender, watchset
 
 MIB = 1024 * 1024
 setting = config.setting
@@ -111,6 +111,8 @@ class Settings:
         "TETHER_WEBHOOK_QUEUE_SIZE", 10000, "keys waiting per worker before overflow", minimum=1,
         maximum=1_000_000, flag="--queue-size"))
     filter: filters.ConfigMapFilter = config.inputs(*filters.OPTIONS)
+    watches_configmap: tuple[str, str] = setting(watchset.OPTION)  # namespace, name
+    watches_ttl: float = watchset.DEFAULT_TTL  # how often the Watch list is read again
     kubeconfig: str | None = setting(config.kubeconfig(  # None: in-cluster service account
         "TETHER_KUBECONFIG", "kubeconfig for the read-back (unset: $KUBECONFIG, else the "
         "in-cluster service account)", flag="--kubeconfig"))
@@ -121,7 +123,8 @@ class Settings:
 
 SPEC = config.Spec.of(
     Settings, part="webhook",
-    summary="Validating admission webhook for ConfigMaps and its forwarder (SKR).",
+    summary="Validating admission webhook for the objects the runtime's Watches cover "
+            "(ConfigMaps without Watches) and its forwarder (SKR).",
     renamed={
         **sender.CLIENT_RENAMED,
         "TETHER_WEBHOOK_KEEPALIVE": "TETHER_WEBHOOK_KEEPALIVE_SECONDS",

@@ -15,7 +15,7 @@ import flask
 import orjson
 
 from tether import ops
-from webhook import admission
+from webhook import admission, scope
 from webhook import services as services_mod
 
 log = logging.getLogger("webhook.app")  # the name the queue-full line has always had
@@ -64,6 +64,17 @@ def too_large(_: Exception) -> flask.Response:
     return _too_large(_services().settings.server.max_body_bytes)
 
 
+def _enqueue(svc: services_mod.Services, req: admission.Request) -> str:
+    """Decide and queue: the outcome (enqueued, coalesced, overflowed or why not)."""
+    in_force = svc.in_force()
+    if in_force is None:  # no Watch list in this runtime: the environment's scope, v1
+        skip = admission.decide(req, svc.settings.filter)
+        # queued (with a trace per admitted change when traced)
+        return skip if skip is not None else svc.admit(req)
+    skip, chosen = scope.decide(req, in_force)
+    return skip if skip is not None else svc.admit_all(req, chosen)
+
+
 def _handle_validate(svc: services_mod.Services) -> flask.Response:
     t0 = time.perf_counter()
     m = svc.metrics
@@ -93,17 +104,15 @@ def _handle_validate(svc: services_mod.Services) -> flask.Response:
             svc.count(operation, "invalid")
             return _error(400, "invalid AdmissionReview", e.details)
         operation = req.operation if req.operation in admission.OPERATIONS else "other"
-        outcome: str | None = admission.decide(req, svc.settings.filter)
-        if outcome is None:
-            outcome = svc.admit(req)  # queued (with a trace per admitted change when traced)
-            if outcome == "coalesced":
-                m.coalesced.inc()
-            elif outcome == "overflowed":
-                m.overflowed.inc()
-                count = svc.overflow_log.hit()
-                if count is not None:
-                    log.warning("queue full (%d keys): %d admissions not queued since the last "
-                                "report; the poller will pick them up", svc.queue.maxsize, count)
+        outcome = _enqueue(svc, req)
+        if outcome == "coalesced":
+            m.coalesced.inc()
+        elif outcome == "overflowed":
+            m.overflowed.inc()
+            count = svc.overflow_log.hit()
+            if count is not None:
+                log.warning("queue full (%d keys): %d admissions not queued since the last "
+                            "report; the poller will pick them up", svc.queue.maxsize, count)
         svc.count(operation, outcome)
         return flask.Response(admission.response_bytes(req.uid), mimetype=JSON)
     finally:

@@ -1,0 +1,66 @@
+"""The record the forwarder sends for a queue entry, from what it read back (pure).
+
+Without Watches (an entry without a Watch) a v1 record of a ConfigMap, as always. In
+Watch mode a v2 record for the entry's Watch, reduced in the runtime to what the Watch
+sends (``tether.changes.from_object``: a metadata Watch sends no value, a digest Watch a
+hash per value); when the object read back is no longer admitted by the Watch (its labels
+left the selector) a v2 tombstone of that Watch (``changes.watch_tombstone``) at the
+object's own resourceVersion, so the KCP forgets it. An object is read back and reduced
+at once: a large object of any kind is never held in a queue, only its key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tether import changes, watches
+from webhook import keyqueue
+
+
+def live(item: keyqueue.Item, obj: Mapping[str, Any], *, runtime_id: str, observed_at: str,
+         epoch: int | None) -> changes.ChangeRecord:
+    """The record of an object that exists (as served by the runtime's API)."""
+    w = item.watch
+    if w is None:
+        return changes.from_configmap(obj, runtime_id=runtime_id, source="webhook",
+                                      observed_at=observed_at, epoch=epoch)
+    meta = obj.get("metadata") or {}
+    if watches.admits(w, item.namespace, item.name, meta.get("labels") or {}):
+        return changes.from_object(obj, watch=w, runtime_id=runtime_id, source="webhook",
+                                   observed_at=observed_at, epoch=epoch)
+    return changes.watch_tombstone(
+        watch=w, runtime_id=runtime_id, namespace=item.namespace, name=item.name,
+        uid=str(meta.get("uid") or item.uid), resource_version=str(meta.get("resourceVersion")),
+        source="webhook", observed_at=observed_at, epoch=epoch)
+
+
+def gone(item: keyqueue.Item, resource_version: str, *, runtime_id: str, observed_at: str,
+         epoch: int | None, uid: str | None = None) -> changes.ChangeRecord:
+    """The tombstone of an object that is gone (``resource_version``: a collection
+    resourceVersion read after the deletion)."""
+    if item.watch is None:
+        return changes.tombstone(
+            runtime_id=runtime_id, namespace=item.namespace, name=item.name,
+            uid=item.uid if uid is None else uid, resource_version=resource_version,
+            source="webhook", observed_at=observed_at, epoch=epoch)
+    return changes.watch_tombstone(
+        watch=item.watch, runtime_id=runtime_id, namespace=item.namespace, name=item.name,
+        uid=item.uid if uid is None else uid, resource_version=resource_version,
+        source="webhook", observed_at=observed_at, epoch=epoch)
+
+
+def key_of(record: Mapping[str, Any]) -> keyqueue.Key:
+    """The queue key a record was sent for (its Watch's, in Watch mode)."""
+    watch = record.get("watch")
+    return keyqueue.key_of(str(record["namespace"]), str(record["name"]),
+                           watch if isinstance(watch, str) else None)
+
+
+def by_version(records: Sequence[changes.ChangeRecord]) -> list[list[changes.ChangeRecord]]:
+    """The records grouped by apiVersion, in order (a batch is of one version; both occur
+    only while a runtime turns to Watch mode)."""
+    groups: dict[str, list[changes.ChangeRecord]] = {}
+    for rec in records:
+        groups.setdefault(str(rec.get("apiVersion")), []).append(rec)
+    return list(groups.values())

@@ -1,0 +1,99 @@
+"""Watch mode: which of the runtime's Watches an admission concerns (pure), and the Watches
+in force here, kept fresh off the request path (``Scope``; I/O in its own thread).
+
+A runtime whose ``tether-watches`` ConfigMap (``TETHER_WATCHES_CONFIGMAP``) exists is in
+*Watch mode*: an admission is forwarded once per Watch covering its resource (group,
+version, plural and kind) that admits the object (``tether.watches.admits``: namespace,
+name, labels of the new *or* the old object, so an object whose labels leave a Watch's
+selector is forwarded once more and the forwarder sends that Watch a tombstone). Without
+the ConfigMap (``Scope.current()`` None) the environment's scope and v1 records apply
+(``webhook.admission.decide``), unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tether import watches, watchset
+from webhook import admission
+
+log = logging.getLogger(__name__)
+_NOT_VALUES = ("apiVersion", "kind", "metadata")
+
+
+def target_of(req: admission.Request) -> watches.Target:
+    """The resource of a request: the kind's group and version (the object is in that
+    version) and the resource's plural."""
+    return watches.Target(req.group, req.version, req.resource, req.kind)
+
+
+def object_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    """Whether an UPDATE changes an object's values (every top-level field but apiVersion,
+    kind and metadata: a ConfigMap's data, a CR's spec and status), labels or annotations."""
+    o, n = old or {}, new or {}
+    if {k: v for k, v in o.items() if k not in _NOT_VALUES} != \
+            {k: v for k, v in n.items() if k not in _NOT_VALUES}:
+        return True
+    om, nm = admission.meta(o), admission.meta(n)
+    return bool((om.get("labels") or {}) != (nm.get("labels") or {})
+                or (om.get("annotations") or {}) != (nm.get("annotations") or {}))
+
+
+def decide(req: admission.Request, in_force: Sequence[watches.Watch]
+           ) -> tuple[admission.Skip | None, tuple[watches.Watch, ...]]:
+    """(None, the Watches to forward the object for), or (why not, ())."""
+    if req.operation not in admission.OPERATIONS:
+        return "other-operation", ()
+    if req.dry_run:
+        return "dry-run", ()
+    if not req.name or not req.namespace:
+        return "unnamed", ()
+    covering = watches.covering(in_force, target_of(req))
+    if not covering:
+        return "other-kind", ()
+    new_labels = admission.meta(req.obj).get("labels")
+    old_labels = admission.meta(req.old).get("labels")
+    chosen = tuple(w for w in covering
+                   if watches.admits(w, req.namespace, req.name, new_labels, old_labels))
+    if not chosen:
+        return "not-watched", ()
+    if req.operation == "UPDATE" and not object_changed(req.old, req.obj):
+        return "no-change", ()
+    return None, chosen
+
+
+class Scope:
+    """The Watches in force here (``tether.watchset.WatchSet``), read once at start and then
+    every ``ttl`` seconds by a daemon thread, so that an admission never waits on the
+    runtime's API (``current`` only reads a field)."""
+
+    def __init__(self, ws: watchset.WatchSet, ttl: float) -> None:
+        self._ws, self._ttl = ws, ttl
+        self._value = ws.refresh()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def current(self) -> tuple[watches.Watch, ...] | None:
+        return self._value
+
+    def refresh(self) -> tuple[watches.Watch, ...] | None:
+        self._value = self._ws.refresh()
+        return self._value
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="watch-scope", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._ttl):
+            try:
+                self.refresh()
+            except Exception:  # never stop refreshing: the last answer stays
+                log.exception("reading the runtime's Watches failed")
