@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives import serialization
 
 from enroller import castore, decide, metrics, render
 from enroller import settings as settings_mod
-from tether import apitypes, certs, changes, gateway, kyma, logs, pki, skr_clients
+from tether import apitypes, certs, changes, gateway, kyma, logs, pki, skr_clients, watchwire
+from tether import watches as watch_api
 
 log = logging.getLogger("tether.enroller")
 
@@ -50,6 +51,10 @@ class Memory:
     # applied, so that failing applies mint no new ones; when issued (the hourly limit)
     pending: dict[str, tuple[bytes, bytes]] = dataclasses.field(default_factory=dict)
     issued: tuple[datetime.datetime, ...] = ()
+    # the Watches its installed registration holds, (name, generation); None: none rendered
+    # (before Watches, or not known since this process started)
+    watches_installed: frozenset[tuple[str, int]] | None = None
+    watches_left_out: tuple[str, ...] = ()  # in force there but over watches.MAX_WATCHES
 
 
 @dataclasses.dataclass
@@ -96,9 +101,11 @@ class Installer:
                               f"refused: {logs.bounded(e, 300)}") from None
             raise Failure("KubeconfigMissing", str(e)) from None
 
-    def enroll(self, view: kyma.KymaView, ca: castore.CA, mem: Memory) -> Result:
+    def enroll(self, view: kyma.KymaView, ca: castore.CA, mem: Memory,
+               ws: tuple[watch_api.Watch, ...] | None = None) -> Result:
         """The runtime read (two reads), its renewals and apply decided (``decide.renewal``,
-        ``decide.apply``), then performed."""
+        ``decide.apply``), then performed. ``ws``: the Watches in force there (None: before
+        Watches); a changed set changes the bundle's digest, so it is applied."""
         skr = self._skr(view)
         now = self.now()
         held = _Held.of(self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET))
@@ -112,7 +119,7 @@ class Installer:
         parsed = x509.load_pem_x509_certificate(client_cert)
         client_ca = _issuer(client_cert, ca, None)
         client = (client_cert, client_key, format(parsed.serial_number, "x"))
-        objs = render.render(self.bundle, self._inputs(view, ca, client, serving))
+        objs = render.render(self.bundle, self._inputs(view, ca, client, serving, ws))
         want = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"]["annotations"][render.DIGEST]
         have = (((hook or {}).get("metadata") or {}).get("annotations") or {}).get(render.DIGEST)
         act = decide.apply(decide.ApplyFacts(
@@ -124,8 +131,11 @@ class Installer:
         if act.cause is not None:
             if act.read_serving:  # kept: its Secret is needed for the apply
                 serving = self._kept_serving(skr, serving, view, ca, mem, now, renewed)
-                objs = render.render(self.bundle, self._inputs(view, ca, client, serving))
+                objs = render.render(self.bundle, self._inputs(view, ca, client, serving, ws))
             self._apply_all(skr, view, mem, objs, act.cause, serving.ca, client_ca)
+            if ws is None and mem.watches_installed is not None:  # the Watch CRD went: back to before
+                self._delete_watch_list(skr)
+        mem.watches_installed = None if ws is None else frozenset((w.name, w.generation) for w in ws)
         if act.check_webhook:
             dep = self._read(skr, apitypes.DEPLOYMENTS, render.NAMESPACE, "tether-webhook")
             mem.webhook_serving = bool(dep and ((dep.get("status") or {}).get("availableReplicas") or 0) > 0)
@@ -182,8 +192,18 @@ class Installer:
         renewed.append("serving")
         return self._new_serving(why, view, ca, mem, now)
 
+    def _delete_watch_list(self, skr: gateway.Kube) -> None:
+        """The runtime's ``tether-watches`` ConfigMap deleted: it sends as before Watches."""
+        self.stats.requests.labels("write").inc()
+        try:
+            skr.delete(apitypes.CONFIGMAPS, render.NAMESPACE, watchwire.WIRE_CONFIGMAP, timeout=self.s.skr_timeout)
+        except gateway.NotFound:
+            pass
+        except gateway.GatewayError as e:
+            raise Failure(_unreachable(e), f"deleting the Watch list: {logs.bounded(e, 200)}") from None
+
     def _inputs(self, view: kyma.KymaView, ca: castore.CA, client: tuple[bytes, bytes, str],
-                serving: _Serving) -> render.Inputs:
+                serving: _Serving, ws: tuple[watch_api.Watch, ...] | None = None) -> render.Inputs:
         """What the bundle is rendered with: the client certificate (PEM, key, serial), the
         serving certificate (its pair empty while kept and not read)."""
         return render.Inputs(
@@ -192,7 +212,7 @@ class Installer:
             serving_cert=serving.cert, serving_key=serving.key, serving_serial=serving.serial,
             serving_not_after=changes.format_time(serving.not_after) if serving.not_after else "",
             serving_renew_at=changes.format_time(serving.renew_at) if serving.renew_at else "",
-            ca_bundle=ca.bundle, image=self.s.image, image_pull_secret=self.s.image_pull_secret)
+            ca_bundle=ca.bundle, image=self.s.image, image_pull_secret=self.s.image_pull_secret, watches=ws)
 
     def _apply_all(self, skr: gateway.Kube, view: kyma.KymaView, mem: Memory, objs: list[dict[str, Any]],
                    cause: str, serving_ca: str, client_ca: str) -> None:

@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from enroller import castore, decide, dispatch, metrics, render
+from enroller import castore, decide, dispatch, metrics, render, watching
 from enroller import settings as settings_mod
 from enroller.enrollment import Enrollments, logged
 from enroller.install import CA_SERIAL, Failure, Installer, Memory, Result, serial_hex
@@ -85,6 +85,7 @@ class Enroller:
         self.identity = socket.gethostname()
         self.events = events.Recorder(kcp, "tether-enroller", self.identity, now=now)
         self.installer = Installer(s, skrs, stats, audit, self.bundle, clock=clock, now=now)
+        self.watching = watching.Watching(kcp, s.kcp_namespace, now)
         self.enrollments = Enrollments(s, kcp, audit, self.events, now,
                                        version=render.image(self.bundle, s.image))
 
@@ -109,8 +110,10 @@ class Enroller:
             kymas = [k for n in sorted(only) if (k := self.kcp.get_or_none(apitypes.KYMAS, ns, n)) is not None]
             enrollments = {n: e for n in only if (e := self.kcp.get_or_none(apitypes.RUNTIME_ENROLLMENTS, ns, n)) is not None}
             beats = self._beats
+        listed, unreadable = self._watches()
         by_name = {k["metadata"]["name"]: k for k in kymas}
-        work = [(n, functools.partial(self.one, k, ca, enrollments.get(n), beats)) for n, k in by_name.items()]
+        work = [(n, functools.partial(self.one, k, ca, enrollments.get(n), beats, listed, unreadable))
+                for n, k in by_name.items()]
         states: dict[str, str] = {}
         for out in self.dispatcher.run(work, concurrency=self.s.concurrency, deadline=self.s.runtime_deadline):
             states[out.key] = self._outcome(out, by_name[out.key], ca, enrollments.get(out.key), beats)
@@ -130,6 +133,8 @@ class Enroller:
             for band in metrics.EXPIRY_BANDS:
                 self.stats.certificates.labels(band).set(bands.get(band, 0))
             ca = self._end_rollover(ca, by_name, enrollments, states, beats)
+            if listed is not None:
+                self.watching.write_status(listed, kymas, self._installed)
             self.stats.quarantined.set(sum(1 for n in names if self._mem(n).quarantined))
             self.stats.straggling.set(self.dispatcher.stragglers())
             self.stats.last_success.set(time.time())
@@ -156,6 +161,23 @@ class Enroller:
                     "its earlier work outlived its deadline and still runs" if out.kind == "busy"
                     else "every worker thread is held by work past its deadline")
         return "Failed"
+
+    def _watches(self) -> tuple[watching.Listed | None, Failure | None]:
+        """This run's Watches (None: no Watch CRD, rendering as before Watches), or why
+        every runtime of the run is left as it is (none readable, none known)."""
+        try:
+            return self.watching.read(), None
+        except watching.Unreadable as e:
+            log.warning("%s: no runtime is changed in this run", e)
+            return None, Failure("WatchesUnreadable", str(e))
+
+    def _installed(self, obj: Mapping[str, Any]) -> watching.Installed:
+        """What is known of the Watches a runtime holds, for the Watches' status."""
+        view = kyma.view(obj)
+        mem = self._mem(view.name)
+        f = mem.last_failure
+        return watching.Installed(view.runtime_id or view.name, mem.watches_installed, mem.watches_left_out,
+                                  f"{f.reason}: {f.message}" if f is not None else None)
 
     def _held(self, name: str, enrollment: Mapping[str, Any] | None) -> str | None:
         """The CA serial of the client certificate the runtime holds, as last seen: by this
@@ -229,7 +251,10 @@ class Enroller:
     # -- one runtime ---------------------------------------------------------------------
 
     def one(self, obj: Mapping[str, Any], ca: castore.CA, enrollment: Mapping[str, Any] | None,
-            beats: Mapping[str, datetime.datetime]) -> str:
+            beats: Mapping[str, datetime.datetime], listed: watching.Listed | None = None,
+            unreadable: Failure | None = None) -> str:
+        """One runtime enrolled (``listed``: the run's Watches, None before Watches), removed
+        or left waiting; its state in this run."""
         meta = obj["metadata"]
         name = meta["name"]
         mem = self._mem(name)
@@ -244,8 +269,13 @@ class Enroller:
                 self._failure_status(obj, view, ca, enrollment, mem, mem.last_failure, beats)
             return "Failed"
         try:
+            if unreadable is not None:
+                raise Failure(unreadable.reason, unreadable.message)
+            ws = None
+            if listed is not None:
+                ws, mem.watches_left_out = listed.for_runtime(obj)
             self._ensure_finalizer(obj)
-            result = self.installer.enroll(view, ca, mem)
+            result = self.installer.enroll(view, ca, mem, ws)
         except Failure as f:
             self._failed(obj, view, ca, enrollment, mem, f, beats)
             return "Failed"
