@@ -1,0 +1,160 @@
+"""The webhook's Watch mode, plain data: which Watches an admission is forwarded for
+(webhook.scope), the queue's per-Watch keys and the record the forwarder builds from what it
+read back (webhook.records)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from tether import changes, watches
+from webhook import admission, keyqueue, records, scope
+
+CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
+SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
+WIDGET = {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget"}
+CONF = {"matchLabels": {"conf": "yes"}}
+
+
+def watch(name: str, resource: dict[str, str] = CM, **spec: Any) -> watches.Watch:
+    return watches.parse({"metadata": {"name": name}, "spec": {"resource": resource, **spec}})
+
+
+def obj(labels: dict[str, str] | None = None, rv: str = "5", resource: dict[str, str] = CM,
+        **values: Any) -> dict[str, Any]:
+    api = f"{resource['group']}/{resource['version']}" if resource["group"] else resource["version"]
+    return {"apiVersion": api, "kind": resource["kind"],
+            "metadata": {"namespace": "app", "name": "o", "uid": "u1", "resourceVersion": rv,
+                         "labels": labels or {}}, **values}
+
+
+def review(op: str = "UPDATE", new: dict[str, Any] | None = None, old: dict[str, Any] | None = None,
+           resource: dict[str, str] = CM, ns: str = "app", dry_run: bool = False) -> admission.Request:
+    return admission.parse({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "r1", "operation": op, "namespace": ns, "name": "o", "dryRun": dry_run,
+                    "kind": {k: resource[k] for k in ("group", "version", "kind")},
+                    "resource": {k: resource[k] for k in ("group", "version", "resource")},
+                    "object": None if op == "DELETE" else new,
+                    "oldObject": None if op == "CREATE" else old}})
+
+
+CONF_W = watch("conf", selector=CONF)
+META_W = watch("meta", send={"mode": "metadata"})
+WIDGET_W = watch("widgets", WIDGET)
+SECRET_W = watch("secrets", SECRET, send={"mode": "digest"})
+ALL = (CONF_W, META_W, WIDGET_W, SECRET_W)
+
+
+def test_the_request_names_its_resource() -> None:
+    req = review("CREATE", obj(resource=WIDGET), resource=WIDGET)
+    assert scope.target_of(req) == watches.Target("example.com", "v1", "widgets", "Widget")
+
+
+def test_one_entry_per_admitting_watch() -> None:
+    skip, chosen = scope.decide(review("CREATE", obj({"conf": "yes"}, data={"a": "1"})), ALL)
+    assert skip is None and [w.name for w in chosen] == ["conf", "meta"]
+    skip, chosen = scope.decide(review("CREATE", obj(data={"a": "1"})), ALL)
+    assert skip is None and [w.name for w in chosen] == ["meta"]  # conf's selector: no
+
+
+def test_an_object_leaving_the_selector_is_forwarded_once_more() -> None:
+    old, new = obj({"conf": "yes"}, "5", data={"a": "1"}), obj({}, "6", data={"a": "1"})
+    skip, chosen = scope.decide(review("UPDATE", new, old), (CONF_W,))
+    assert skip is None and chosen == (CONF_W,)
+    skip, chosen = scope.decide(review("DELETE", old=old), (CONF_W,))
+    assert skip is None and chosen == (CONF_W,)
+    assert scope.decide(review("DELETE", old=new), (CONF_W,)) == ("not-watched", ())
+
+
+@pytest.mark.parametrize(("req", "reason"), [
+    (review("CREATE", obj(resource=WIDGET), resource={**WIDGET, "version": "v2"}), "other-kind"),
+    (review("CREATE", obj(resource={**WIDGET, "kind": "Gadget"}),
+            resource={**WIDGET, "resource": "gadgets", "kind": "Gadget"}), "other-kind"),
+    (review("CREATE", obj({"conf": "yes"}), ns="kube-system"), "not-watched"),
+    (review("CREATE", obj({"conf": "yes"}), dry_run=True), "dry-run"),
+    (review("CONNECT", obj()), "other-operation"),
+    (review("UPDATE", obj({"conf": "yes"}, "6", data={"a": "1"}),
+            obj({"conf": "yes"}, "5", data={"a": "1"})), "no-change"),
+])
+def test_skips(req: admission.Request, reason: str) -> None:
+    assert scope.decide(req, (CONF_W, WIDGET_W)) == (reason, ())
+
+
+def test_no_watch_in_force_sends_nothing() -> None:
+    assert scope.decide(review("CREATE", obj({"conf": "yes"})), ()) == ("other-kind", ())
+
+
+def test_any_value_change_counts() -> None:
+    a = obj(resource=WIDGET, spec={"x": 1}, status={"ok": True})
+    assert not scope.object_changed(a, {**a, "metadata": {**a["metadata"], "resourceVersion": "9"}})
+    assert scope.object_changed(a, {**a, "status": {"ok": False}})
+    assert scope.object_changed(a, obj({"l": "1"}, resource=WIDGET, spec={"x": 1}, status={"ok": True}))
+
+
+def item(w: watches.Watch | None, op: keyqueue.Operation = "UPDATE") -> keyqueue.Item:
+    return keyqueue.Item("app", "o", "u1", op, "4", 0.0, watch=w)
+
+
+def test_keys_per_watch_and_the_old_key_without() -> None:
+    assert item(None).key == ("app", "o")
+    assert item(CONF_W).key == ("app", "o", "conf") != item(META_W).key
+    q = keyqueue.KeyQueue(10)
+    assert [q.put(item(w)) for w in (CONF_W, META_W, CONF_W)] == ["enqueued", "enqueued", "coalesced"]
+    got = q.take(10, 0)
+    assert sorted(i.key for i in got) == [("app", "o", "conf"), ("app", "o", "meta")]
+    assert all(i.watch is not None and i.key[2] == i.watch.name for i in got)
+
+
+def rec(w: watches.Watch | None, o: dict[str, Any]) -> changes.ChangeRecord:
+    return records.live(item(w), o, runtime_id="rt-1", observed_at=changes.now(), epoch=None)
+
+
+def test_live_records_are_reduced_per_watch() -> None:
+    o = obj({"conf": "yes"}, data={"a": "1"})
+    full, meta = rec(CONF_W, o), rec(META_W, o)
+    assert full["apiVersion"] == changes.API_VERSION_V2 and full["watch"] == "conf"
+    assert full["data"] == {"a": "1"} and full["resource"] == {"group": "", "version": "v1", "kind": "ConfigMap"}
+    assert meta["data"] == {} and meta["labels"] == {"conf": "yes"}
+    for r in (full, meta):
+        assert not changes.validate_record(r)
+        assert watches.violation(CONF_W if r["watch"] == "conf" else META_W, r) is None
+
+
+def test_a_digest_watch_sends_no_value() -> None:
+    secret = obj(resource=SECRET, data={"pw": base64.b64encode(b"hunter2").decode()})
+    r = rec(SECRET_W, secret)
+    assert r["data"] == {"pw": watches.digest_of(b"hunter2")} and "hunter2" not in str(r)
+    assert watches.violation(SECRET_W, r) is None and not changes.validate_record(r)
+
+
+def test_a_custom_resource_carries_its_fields() -> None:
+    r = rec(WIDGET_W, obj(resource=WIDGET, spec={"size": 3}, status={"ready": True}))
+    assert r["data"] == {"spec": '{"size":3}', "status": '{"ready":true}'}
+    assert r["resource"]["group"] == "example.com" and not changes.validate_record(r)
+
+
+def test_labels_left_the_selector_make_a_tombstone_at_the_objects_version() -> None:
+    r = rec(CONF_W, obj({}, rv="8", data={"a": "1"}))
+    assert r["deleted"] is True and r["resourceVersion"] == "8" and r["watch"] == "conf"
+    assert "data" not in r and not changes.validate_record(r)
+    assert watches.violation(CONF_W, r) is None
+
+
+def test_gone_and_v1_without_watch() -> None:
+    g = records.gone(item(CONF_W, "DELETE"), "11", runtime_id="rt-1", observed_at=changes.now(),
+                     epoch=2)
+    assert (g["deleted"], g["watch"], g["resourceVersion"], g["epoch"]) == (True, "conf", "11", 2)
+    v1 = rec(None, obj({"conf": "yes"}, data={"a": "1"}))
+    assert v1["apiVersion"] == changes.API_VERSION and "watch" not in v1
+    assert records.key_of(v1) == ("app", "o") and records.key_of(g) == ("app", "o", "conf")
+
+
+def test_a_batch_is_of_one_version() -> None:
+    v1, v2a = rec(None, obj(data={})), rec(META_W, obj(data={}))
+    v2b = rec(CONF_W, obj({"conf": "yes"}, data={}))
+    groups = records.by_version([v2a, v1, v2b])
+    assert [[r.get("watch") for r in g] for g in groups] == [["meta", "conf"], [None]]
+    assert changes.batch(groups[0])["kind"] == changes.LIST_KIND_V2
