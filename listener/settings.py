@@ -119,6 +119,9 @@ class Settings:
     kyma_cache_seconds: float = setting(config.seconds(
         P + "KYMA_CACHE_SECONDS", 10.0, "how long a Kyma CR lookup (also 'unknown') is cached",
         minimum=0, maximum=600))
+    watch_cache_seconds: float = setting(config.seconds(
+        P + "WATCH_CACHE_SECONDS", 5.0, "how long the list of Watches (what records are "
+        "admitted) is cached per worker", minimum=0, maximum=600))
     heartbeat_interval: float = setting(config.seconds(
         P + "HEARTBEAT_INTERVAL_SECONDS", 30.0,
         "a replica writes a runtime's heartbeat Lease at most this often", minimum=0,

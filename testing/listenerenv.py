@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 
 from listener.storage import records
-from testing import controlplane
+from testing import controlplane, watchenv
 from tether import apitypes, certs, changes
 
 REPO = controlplane.REPO_ROOT
@@ -35,6 +35,9 @@ HEARTBEATS_RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "heartbeats.yam
 JANITOR_RBAC_FILE = REPO / "manifests" / "kcp" / "janitor" / "rbac.yaml"
 
 
+# every env's KCP namespace holds the Watch of every ConfigMap (watchenv.all_configmaps), the
+# scope before Watches: the compat Watch that v1 records are stored under
+COMPAT_WATCH = "all-configmaps"
 LISTENER_USER = "tether-listener-test"
 JANITOR_USER = "tether-janitor-test"
 
@@ -60,8 +63,10 @@ class Env:
             label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}")
         return list(resp["items"])
 
-    def stored_one(self, runtime_id: str, ns: str, name: str) -> dict[str, Any] | None:
-        key = records.Key(runtime_id, ns, name)
+    def stored_one(self, runtime_id: str, ns: str, name: str,
+                   watch: str = COMPAT_WATCH) -> dict[str, Any] | None:
+        """The stored record of the key (a v1 record's Watch: the env's compat Watch)."""
+        key = records.Key(runtime_id, watch, ns, name)
         try:
             obj: Any = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
                 apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, self.namespace, apitypes.RUNTIME_CONFIGMAPS.plural,
@@ -114,6 +119,7 @@ def make_env(kcp: controlplane.ControlPlane, api: client.ApiClient, d: pathlib.P
     client.CoreV1Api(api).create_namespace(
         client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     bind_listener_role(api, namespace)
+    watchenv.all_configmaps(api, namespace)
     runtime_ca = certs.CertificateAuthority.create("tether-runtime-ca")
     foreign_ca = certs.CertificateAuthority.create("someone-else-ca") if foreign else runtime_ca
     server_ca = certs.CertificateAuthority.create("tether-listener-serving-ca")
@@ -136,6 +142,7 @@ def own_namespace(env: Env, prefix: str) -> Env:
     controlplane.retry_busy(lambda: core.create_namespace(
         client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))))
     bind_listener_role(env.api, ns)
+    watchenv.all_configmaps(env.api, ns)
     return dataclasses.replace(env, namespace=ns)
 
 

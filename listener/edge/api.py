@@ -7,7 +7,7 @@ audited in aggregate, per reason, source and minute: ``listener.edge.refusalsumm
     client certificate (401) -> CN / Kyma CR / SAN (403) -> runtime's in-flight cap (429)
     -> [POST] media type (415) -> runtime's rate, one token (429) -> size (413)
        -> body within its deadline (408) -> parse memory budget (503) -> JSON (400) -> schema (400)
-       -> record runtimeId (403) -> record size (413)
+       -> record runtimeId (403) -> record size (413) -> Watches (403, listener.edge.intake)
     -> per-runtime rate (429) -> heartbeat -> [POST] record epochs (409) -> persist / list
        (503 when the KCP fails) -> [GET, a listing's first page] the poller's epoch report
 
@@ -33,8 +33,7 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
-from listener import settings as listener_settings
-from listener.edge import auth, peer, ratelimit, responses, services, validation
+from listener.edge import auth, intake, peer, ratelimit, responses, services, validation, watchcheck
 from listener.fleet import epochs
 from listener.storage import quota, records, store
 from tether import certs, changes, gateway, logs, numbers, tracing
@@ -186,40 +185,6 @@ def _rate_before_body(svc: services.Services, runtime_id: str) -> Response | Non
                            retry_after=ratelimit.retry_after(wait))
 
 
-def _read_body(svc: services.Services) -> bytes | validation.Problem:
-    cap = svc.settings.max_body_bytes
-    if request.content_length is not None and request.content_length > cap:
-        return validation.Problem(413, "request too large", f"the limit is {cap} bytes", "too_large")
-    try:
-        # gunicorn's wsgi.input ends at Content-Length or the last chunk; read one byte
-        # over the cap to tell a body of exactly the cap from a longer one. Every read is
-        # bounded by the worker's idle timeout and body deadline (tether.httpworker).
-        raw: bytes = request.environ["wsgi.input"].read(cap + 1)
-    except TimeoutError:
-        return validation.Problem(
-            408, "request timeout",
-            f"the body did not arrive within {svc.settings.body_timeout:g} s", "body_timeout")
-    except Exception:  # noqa: BLE001 - a broken chunked body or a peer gone: the client's fault
-        return validation.Problem(400, "invalid body", "the body could not be read", "unreadable")
-    if len(raw) > cap:
-        return validation.Problem(413, "request too large", f"the limit is {cap} bytes", "too_large")
-    return raw
-
-
-def _reserve(svc: services.Services, runtime_id: str, raw: bytes) -> int | validation.Problem:
-    """Reserve the body's memory (``listener.edge.budget``) for as long as its parsed form lives:
-    the parse, the validation and the persisting of its records; a ``Problem`` (503) when
-    the budget stayed spent for ``parse_wait``."""
-    t0 = time.perf_counter()
-    held = svc.budget.acquire(runtime_id, len(raw) * listener_settings.PARSE_AMPLIFICATION,
-                              svc.settings.parse_wait)
-    svc.metrics.parse_wait_seconds.observe(time.perf_counter() - t0)
-    if held is None:
-        return validation.Problem(503, "busy", "the parse memory budget is spent; retry later",
-                                  "parse_budget")
-    return held
-
-
 @bp.post("/<runtime_id>/changes")
 @_guarded
 def post_changes(svc: services.Services, runtime_id: str) -> Response:
@@ -243,10 +208,10 @@ def _post_changes(svc: services.Services, runtime_id: str) -> Response:
     limited = _rate_before_body(svc, runtime_id)
     if limited is not None:
         return limited
-    raw = _read_body(svc)
+    raw = intake.read_body(svc)
     if isinstance(raw, validation.Problem):
         return _invalid(svc, runtime_id, raw)
-    held = _reserve(svc, runtime_id, raw)
+    held = intake.reserve(svc, runtime_id, raw)
     if isinstance(held, validation.Problem):
         return _invalid(svc, runtime_id, held)
     try:
@@ -262,6 +227,12 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
     recs = validation.records(doc, runtime_id)
     if isinstance(recs, validation.Problem):
         return _invalid(svc, runtime_id, recs)
+    try:
+        refused = intake.unwatched(svc, runtime_id, recs)
+    except gateway.GatewayError as e:  # no Watch list read yet, or the Kyma CR: retry later
+        return _unavailable(svc, "watches", e, runtime_id)
+    if refused:
+        return _unwatched(svc, runtime_id, recs, refused, doc.get("kind") in changes.LIST_KINDS)
     limited = _rate(svc, runtime_id, len(recs))
     if limited is not None:
         return limited
@@ -285,6 +256,26 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
     except quota.Exceeded as e:
         return _over_quota(svc, runtime_id, e, current)
     return responses.ok({"results": results, "epoch": epoch})
+
+
+def _unwatched(svc: services.Services, runtime_id: str, recs: list[changes.ChangeRecord],
+               refused: list[watchcheck.Refused], batch: bool) -> Response:
+    """403 for a request with records no Watch admits: nothing of it is stored (like the
+    other checks of a body's records); each refused record is counted and is its reason's
+    last refused object, the request is one audit line with the count per reason."""
+    trace_id = _trace_id()
+    counts: dict[str, int] = {}
+    for r in refused:
+        svc.metrics.watch_refusals.labels(r.reason).inc()
+        svc.deliveries.record(runtime_id, recs[r.position], "refused", r.reason, 403, trace_id)
+        counts[r.reason] = counts.get(r.reason, 0) + 1
+    svc.audit_event("refused", runtime=runtime_id, reason="watch", status=403, reasons=counts,
+                    records=len(refused), route=request.method + " " + str(request.url_rule),
+                    **({"trace_id": trace_id} if trace_id else {}))
+    first = refused[0]
+    return responses.error(403, "refused by the watches", {
+        "reason": first.reason, "message": first.message,
+        "records": watchcheck.details(refused, batch)})
 
 
 def _tag_epochs(svc: services.Services, recs: list[changes.ChangeRecord]
@@ -338,7 +329,8 @@ def _persist_one(svc: services.Services, rec: changes.ChangeRecord) -> store.Out
     trace_id = trace[3:35]  # the header's trace ID ("" without one)
     svc.deliveries.record(rec["runtimeId"], rec, outcome, trace_id=trace_id)
     svc.audit_event("change", runtime=rec["runtimeId"],
-                    object=f"{rec['namespace']}/{rec['name']}", resourceVersion=rec["resourceVersion"],
+                    watch=rec.get("watch", ""), object=f"{rec['namespace']}/{rec['name']}",
+                    resourceVersion=rec["resourceVersion"],
                     deleted=rec["deleted"], source=rec["source"], outcome=outcome,
                     trace_id=trace_id)
     return outcome
@@ -370,18 +362,24 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
     limited = _rate(svc, runtime_id, 1)
     if limited is not None:
         return limited
+    try:
+        watch = intake.state_watch(svc, runtime_id, request.args.get("watch"))
+    except gateway.GatewayError as e:
+        return _unavailable(svc, "state", e, runtime_id)
+    if isinstance(watch, validation.Problem):
+        return _invalid(svc, runtime_id, watch)
     loaded: list[list[changes.DigestItem]] = []
     surveys: list[store.Survey] = []
 
     def load() -> list[changes.DigestItem]:
-        items, survey = svc.store.survey(runtime_id)
+        items, survey = svc.store.survey(runtime_id, watch)
         loaded.append(items)
         surveys.append(survey)
         return items
     try:
         svc.beats.seen(runtime_id)
         svc.deliveries.seen(runtime_id)
-        chunk, position = svc.digests.page(runtime_id, after, limit, load)
+        chunk, position = svc.digests.page(f"{runtime_id}/{watch}", after, limit, load)
         if after is None and loaded:  # a listing's first page: the poller's report
             epoch = svc.epochs.settle(runtime_id, report,
                                       lambda e: epochs.high_water(loaded[-1], e))

@@ -53,6 +53,9 @@ class Metrics:
                                     ["reason"], registry=r)
         self.validation_failures = Counter(f"{NS}_validation_failures",
                                            "Refused request bodies by reason", ["reason"], registry=r)
+        self.watch_refusals = Counter(f"{NS}_watch_refusals",
+                                      "Records refused by the Watches (403) by reason",
+                                      ["reason"], registry=r)
         self.rate_limited = Counter(f"{NS}_rate_limited", "Requests answered 429 by limit",
                                     ["limit"], registry=r)
 
@@ -194,6 +197,9 @@ class JanitorMetrics:
                                   "When the last janitor run completed (Unix time)", registry=r)
         self.tombstones_deleted = Counter(f"{NS}_janitor_tombstones_deleted",
                                           "Tombstones deleted after the retention", registry=r)
+        self.legacy_records_deleted = Counter(f"{NS}_janitor_legacy_records_deleted",
+                                              "Records stored before Watches deleted once their "
+                                              "runtime holds records under Watches", registry=r)
         self.orphan_records_deleted = Counter(f"{NS}_janitor_orphan_records_deleted",
                                               "Records deleted of runtimes whose Kyma CR is gone",
                                               registry=r)

@@ -19,7 +19,7 @@ from flask import Flask, current_app
 from listener import settings
 from listener.edge import budget, peer, ratelimit, refusalsummary
 from listener.edge import metrics as listener_metrics
-from listener.fleet import deliveries, heartbeat, runtimes, statesummary
+from listener.fleet import deliveries, heartbeat, runtimes, statesummary, watchlist
 from listener.storage import digestcache, rules, store
 from tether import gateway, logs, tlsreload, tracing
 
@@ -49,6 +49,7 @@ class Services:
     cas: tlsreload.Watched[list[x509.Certificate]]
     deliveries: deliveries.Deliveries
     refusals: refusalsummary.RefusalSummary  # unauthenticated refusals, audited in aggregate
+    watches: watchlist.WatchList  # the Watches in the KCP namespace (what records are admitted)
     digests: digestcache.DigestSnapshots = dataclasses.field(
         default_factory=digestcache.DigestSnapshots)
     summaries: statesummary.Summaries | None = None  # None: tests that build Services by hand
@@ -80,6 +81,7 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         api=api,
         store=records,
         kymas=runtimes.KymaLRU(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
+        watches=watchlist.WatchList(api, s.namespace, s.watch_cache_seconds, s.kcp_timeout),
         beats=beats,
         epochs=heartbeat.Epochs(beats),
         buckets=ratelimit.TokenBuckets(s.rate_per_second, s.rate_burst),

@@ -7,7 +7,8 @@ holder of the janitor Lease; gunicorn workers never run it):
    records of each runtime and collect the tombstones whose retention has passed
    (``rules.tombstone_due``, at most ``MAX_TOMBSTONES`` per run);
 2. delete those tombstones, each only if unchanged since listed (``preconditions``: a
-   newer record written meanwhile is never deleted);
+   newer record written meanwhile is never deleted), and the same way the records stored
+   before Watches of runtimes that hold records under Watches (``listener.janitor.legacy``);
 3. list the heartbeat Leases and the Kyma CRs (metadata only) and decide per runtime
    (``rules.orphan_actions``): mark a runtime without a Kyma CR on its heartbeat Lease
    (``orphaned-since``, created when the runtime has records or a ``RuntimeDelivery`` but
@@ -33,6 +34,7 @@ from typing import Any, NamedTuple
 from listener import settings as settings_mod
 from listener.edge import metrics as listener_metrics
 from listener.fleet import heartbeat, statesummary
+from listener.janitor import legacy
 from listener.storage import records, rules
 from tether import apitypes, changes, gateway, kyma, logs, statehash
 
@@ -237,8 +239,10 @@ class Janitor:
         counts: collections.Counter[str] = collections.Counter()
         due: list[rules.Tombstone] = []
         metas: dict[str, dict[str, Any]] = {}
+        old = legacy.Legacy(MAX_TOMBSTONES)
         try:
             for meta in self.kcp.record_metadata():
+                old.add(meta)
                 rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
                 if isinstance(rid, str):
                     counts[rid] += 1
@@ -251,6 +255,8 @@ class Janitor:
         except API_ERRORS as e:
             return self._failed("list_records", e)
         pruned = self._prune(due, metas)
+        self._prune([t for t, _ in old.due()], {t.name: dict(m) for t, m in old.due()},
+                    "legacy_records_deleted")
         try:
             leases = self.kcp.heartbeat_leases()
             with_delivery = self.kcp.delivery_runtime_ids()
@@ -289,7 +295,9 @@ class Janitor:
         self.metrics.orphans.set(waiting)
         return Summary(ok, pruned, records_deleted, leases_deleted, waiting)
 
-    def _prune(self, due: list[rules.Tombstone], metas: dict[str, dict[str, Any]]) -> int:
+    def _prune(self, due: list[rules.Tombstone], metas: dict[str, dict[str, Any]],
+               what: str = "tombstones_pruned") -> int:
+        """Delete ``due`` (tombstones, or legacy records: ``what`` names the audit event)."""
         deleted = 0
         for t in due:
             if not self.active():
@@ -297,7 +305,8 @@ class Janitor:
             try:
                 if self.kcp.delete_tombstone(t):
                     deleted += 1
-                    self.metrics.tombstones_deleted.inc()
+                    (self.metrics.tombstones_deleted if what == "tombstones_pruned"
+                     else self.metrics.legacy_records_deleted).inc()
                     self._removed(metas.get(t.name) or {})
             except API_ERRORS as e:
                 self._failed("delete_tombstone", e)
@@ -311,10 +320,13 @@ class Janitor:
                     break
                 self.summaries.heal(rid, buckets)
         self._pruned.clear()
-        if deleted:
-            logs.audit(self.audit, "tombstones_pruned", count=deleted,
+        if deleted and what == "tombstones_pruned":
+            logs.audit(self.audit, what, count=deleted,
                        retention_seconds=self.settings.storage.tombstone_retention)
             log.info("pruned %d tombstones older than the retention", deleted)
+        elif deleted:
+            logs.audit(self.audit, what, count=deleted)
+            log.info("deleted %d records stored before Watches", deleted)
         return deleted
 
     def _removed(self, meta: dict[str, Any]) -> None:

@@ -1,8 +1,12 @@
 """The stored form of a change record: the ``RuntimeConfigMap`` custom resource (pure).
 
-One object per (runtime, namespace, name) in the KCP namespace, named by a hash of the
-three (names of runtime objects are up to 253 characters, too long to join), labelled by
-runtime ID and namespace. ``spec`` holds the latest record; annotations repeat the few
+One object per (runtime, Watch, namespace, name) in the KCP namespace, named by a hash of
+the four (names of runtime objects are up to 253 characters, too long to join), labelled by
+runtime ID, Watch (``watches.WATCH_LABEL``) and namespace; ``spec.watch`` and
+``spec.resource`` (group, version, kind) say which Watch admitted it and of what kind the
+object is. A v1 record is stored under the runtime's compat Watch (``listener.edge.watchcheck``)
+as a ConfigMap. Objects written before Watches have no Watch label (legacy records: the
+janitor deletes them, ``listener.janitor.sweep``). ``spec`` holds the latest record; annotations repeat the few
 fields of the state digest so ``GET .../state`` can list metadata only
 (``PartialObjectMetadataList``) instead of every object's data. The record's epoch
 (``tether.changes``, ``listener.fleet.epochs``) is ``spec.epoch`` and the annotation
@@ -29,7 +33,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from tether import apitypes, changes, logs, statehash
+from tether import apitypes, changes, logs, statehash, watches
 
 NAMESPACE_LABEL = "tether.kyma-project.io/namespace"
 # the key's bucket of the state summary (tether.statehash), so one bucket is one label-selected
@@ -40,7 +44,7 @@ A = "tether.kyma-project.io/"
 ANN_NAMESPACE, ANN_NAME, ANN_UID = A + "namespace", A + "name", A + "uid"
 ANN_RV, ANN_OBSERVED, ANN_DELETED = A + "resource-version", A + "observed-at", A + "deleted"
 
-_SPEC_FIELDS = ("runtimeId", "namespace", "name", "uid", "resourceVersion", "observedAt",
+_SPEC_FIELDS = ("runtimeId", "watch", "resource", "namespace", "name", "uid", "resourceVersion", "observedAt",
                 "deleted", "source", "epoch", "labels", "annotations", "data", "binaryData")
 
 
@@ -49,16 +53,20 @@ log = logging.getLogger(__name__)
 
 class Key(NamedTuple):
     runtime_id: str
+    watch: str  # "" only for a legacy record (stored before Watches)
     namespace: str
     name: str
 
 
 def key_of(record: Mapping[str, Any]) -> Key:
-    return Key(str(record["runtimeId"]), str(record["namespace"]), str(record["name"]))
+    """The key of a record; its ``watch`` is set (a v1 record's by the listener)."""
+    return Key(str(record["runtimeId"]), str(record.get("watch", "")), str(record["namespace"]),
+               str(record["name"]))
 
 
 def object_name(key: Key) -> str:
-    """``rcm-`` + 40 hex digits of SHA-256 over the key (a valid DNS subdomain)."""
+    """``rcm-`` + 40 hex digits of SHA-256 over the key (a valid DNS subdomain; the parts
+    are joined by NUL, which none of them can hold, so the key is unique)."""
     digest = hashlib.sha256("\x00".join(key).encode()).hexdigest()
     return f"rcm-{digest[:40]}"
 
@@ -70,7 +78,7 @@ def body(record: Mapping[str, Any], namespace: str, trace: str = "") -> dict[str
         "name": object_name(key),
         "namespace": namespace,
         "labels": {apitypes.RUNTIME_ID_LABEL: key.runtime_id, NAMESPACE_LABEL: key.namespace,
-                   apitypes.MANAGED_BY_LABEL: MANAGED_BY,
+                   apitypes.MANAGED_BY_LABEL: MANAGED_BY, watches.WATCH_LABEL: key.watch,
                    BUCKET_LABEL: str(statehash.bucket_of(key.namespace, key.name))},
         "annotations": {
             ANN_NAMESPACE: key.namespace, ANN_NAME: key.name,
@@ -104,7 +112,15 @@ def updated(stored: Mapping[str, Any], record: Mapping[str, Any], trace: str = "
 def matches(obj: Mapping[str, Any], key: Key) -> bool:
     """Whether a stored object holds ``key`` (guards against a hash collision)."""
     spec = obj.get("spec") or {}
-    return (spec.get("runtimeId"), spec.get("namespace"), spec.get("name")) == tuple(key)
+    return (spec.get("runtimeId"), spec.get("watch", ""), spec.get("namespace"),
+            spec.get("name")) == tuple(key)
+
+
+def watch_of(meta: Mapping[str, Any]) -> str | None:
+    """The Watch a stored object's metadata names (None: a legacy record)."""
+    labels = meta.get("labels")
+    value = labels.get(watches.WATCH_LABEL) if isinstance(labels, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 def stored_version(obj: Mapping[str, Any]) -> changes.Version:

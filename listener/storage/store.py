@@ -276,9 +276,11 @@ class Store:
         refreshes this worker's view of the runtime's quota usage."""
         return self.survey(runtime_id)[0]
 
-    def survey(self, runtime_id: str) -> tuple[list[changes.DigestItem], Survey]:
-        """``digest``, and what its listing says of the state summary's buckets (for
-        ``listener.fleet.statesummary.Summaries.listed_all``)."""
+    def survey(self, runtime_id: str, watch: str | None = None,
+               ) -> tuple[list[changes.DigestItem], Survey]:
+        """``digest`` (of the records of ``watch`` only, when given), and what its listing
+        of all of the runtime's records says of the state summary's buckets (for
+        ``listener.fleet.statesummary.Summaries.listed_all``) and of its quota usage."""
         items: list[changes.DigestItem] = []
         snap = self.usage.begin(runtime_id)
         survey = Surveying()
@@ -291,7 +293,7 @@ class Store:
                 count += 1
                 size += rules.stored_size(meta)
                 item = survey.add(meta)
-                if item is not None:
+                if item is not None and (watch is None or records.watch_of(meta) == watch):
                     items.append(item)
         self.usage.observe(runtime_id, rules.Used(count, size), snap)
         return items, survey.result()

@@ -11,6 +11,7 @@ from kubernetes import client
 
 from listener.fleet import heartbeat
 from listener.storage import records
+from testing import listenerenv
 from testing.listenerenv import ListenerProcess, Runtime, metric_value
 from tether import apitypes, changes
 
@@ -159,7 +160,7 @@ def test_updates_after_foreign_writes_and_deletion(
     before = metric_value(listener.metrics(), "tether_listener_write_conflicts_total",
                           path="cached")
     assert outcomes(post(listener, rt, rt.record("w", 10))) == ["persisted"]
-    name = records.object_name(records.Key(rt.id, "team-a", "w"))
+    name = records.object_name(records.Key(rt.id, listenerenv.COMPAT_WATCH, "team-a", "w"))
     objects.patch_namespaced_custom_object(
         apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural, name,
         {"metadata": {"labels": {"consumer": "seen"}, "finalizers": ["consumer.example/hold"]}},

@@ -70,12 +70,12 @@ def test_content_bytes_counts_decoded_binary() -> None:
 
 
 def test_object_name_and_body() -> None:
-    key = records.Key("rt-1", "ns", "a" * 253)
+    key = records.Key("rt-1", "", "ns", "a" * 253)
     name = records.object_name(key)
     assert name.startswith("rcm-") and len(name) == 44
-    assert name != records.object_name(records.Key("rt-1", "ns2", "a" * 253))
+    assert name != records.object_name(records.Key("rt-1", "", "ns2", "a" * 253))
     b = records.body(rec(), "kcp-system")
-    assert b["metadata"]["name"] == records.object_name(records.Key("rt-1", "ns", "a"))
+    assert b["metadata"]["name"] == records.object_name(records.Key("rt-1", "", "ns", "a"))
     assert b["metadata"]["labels"][apitypes.RUNTIME_ID_LABEL] == "rt-1"
     assert b["spec"]["data"] == {"k": "v"} and "apiVersion" not in b["spec"]
     item = records.digest_item(b["metadata"])
@@ -95,8 +95,8 @@ def test_updated_keeps_foreign_metadata() -> None:
     assert new["metadata"]["labels"]["team"] == "a"
     assert new["metadata"]["annotations"][records.ANN_DELETED] == "true"
     assert new["spec"]["resourceVersion"] == "2"
-    assert records.matches(new, records.Key("rt-1", "ns", "a"))
-    assert not records.matches(new, records.Key("rt-1", "ns", "b"))
+    assert records.matches(new, records.Key("rt-1", "", "ns", "a"))
+    assert not records.matches(new, records.Key("rt-1", "", "ns", "b"))
 
 
 def test_page_and_continue_tokens() -> None:
@@ -152,8 +152,8 @@ def test_write_cache_keeps_metadata_and_version_bounded() -> None:
         b["metadata"].update(resourceVersion=str(500 + i), managedFields=[{"x": 1}])
         objs.append(b)
         cache.remember(b)
-    first = records.object_name(records.Key("rt-1", "ns", "o0"))
-    last = records.object_name(records.Key("rt-1", "ns", "o2"))
+    first = records.object_name(records.Key("rt-1", "", "ns", "o0"))
+    last = records.object_name(records.Key("rt-1", "", "ns", "o2"))
     assert cache.get(first) is None  # least recently used dropped
     entry = cache.get(last)
     assert entry is not None and entry.version.resource_version == "12"

@@ -1,0 +1,70 @@
+"""The Watches in the listener's KCP namespace, read at most once per ``ttl`` per worker.
+
+Every record is checked against the Watches in force for its runtime
+(``listener.edge.watchcheck``); one list call per worker and ``ttl`` (the setting
+``TETHER_LISTENER_WATCH_CACHE_SECONDS``) serves every request meanwhile, so a new, changed
+or deleted Watch takes effect at the listener within that time. A Watch that cannot be
+parsed (``tether.watches.parse``) is skipped: it is in force nowhere (its status says why,
+written by the enroller). When the list fails (the KCP down, the Watch CRD missing) the last
+list read is used, however old; with none, the error propagates (the client gets 503 and
+retries), never a refusal.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from tether import apitypes, gateway, logs, watches
+
+log = logging.getLogger(__name__)
+
+
+class WatchList:
+    def __init__(self, kcp: gateway.Kube, namespace: str, ttl: float, timeout: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._kcp, self._namespace, self._ttl, self._timeout = kcp, namespace, ttl, timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._read_at: float | None = None
+        self._watches: tuple[watches.Watch, ...] = ()
+        self._skipped: dict[str, str] = {}  # name -> why, logged once per change
+
+    def current(self) -> tuple[watches.Watch, ...]:
+        """Every usable Watch, by name; raises ``gateway.GatewayError`` when the list
+        cannot be read and none was read before."""
+        now = self._clock()
+        with self._lock:
+            if self._read_at is not None and now - self._read_at < self._ttl:
+                return self._watches
+        try:
+            items = list(self._kcp.list_items(apitypes.WATCHES, self._namespace,
+                                              timeout=self._timeout))
+        except gateway.GatewayError:
+            with self._lock:
+                if self._read_at is None:
+                    raise
+                return self._watches  # the last list read, until the KCP answers again
+        parsed = self._parse(items)
+        with self._lock:
+            self._read_at, self._watches = now, parsed
+            return parsed
+
+    def _parse(self, items: list[dict[str, object]]) -> tuple[watches.Watch, ...]:
+        found: list[watches.Watch] = []
+        skipped: dict[str, str] = {}
+        for obj in items:
+            try:
+                found.append(watches.parse(obj))
+            except watches.WatchError as e:
+                meta = obj.get("metadata")
+                name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
+                skipped[name] = str(e)
+        for name, why in skipped.items():
+            if self._skipped.get(name) != why:
+                log.warning("Watch %s is not used: %s", logs.bounded(name, 80),
+                            logs.bounded(why, 200))
+        self._skipped = skipped
+        return tuple(sorted(found, key=lambda w: w.name))
