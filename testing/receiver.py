@@ -59,7 +59,8 @@ class Receiver:
                 if r["answered"] != 200:
                     continue
                 body = r["body"]
-                out.extend(body["items"] if body.get("kind") == "ConfigMapChangeList" else [body])
+                out.extend(body["items"] if body.get("kind") in ("ConfigMapChangeList", "ObjectChangeList")
+                           else [body])
         return out
 
     def wait_for(self, predicate: Any, timeout: float = 20.0) -> list[dict[str, Any]]:
