@@ -79,6 +79,9 @@ def wh(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
         "TETHER_WEBHOOK_RETRY_CAP_SECONDS": "0.5",
         "TETHER_WEBHOOK_READBACK_SECONDS": "1.5",
         "TETHER_CERT_RELOAD_SECONDS": "0.5",
+        # no Watch list (absent in its own namespace, whatever other tests put into
+        # tether-system): the environment's scope and v1 records, as before Watches
+        "TETHER_WATCHES_CONFIGMAP": f"{ns}/tether-watches",
     }).start()
     vwc = stack.vwc_body(f"tether-test-{ns}", proc.url + "/validate", proc.ca.cert_pem, ns)
     vwc["webhooks"][0]["namespaceSelector"] = {"matchExpressions": [
@@ -117,6 +120,8 @@ def test_create_update_delete_each_arrive_as_one_record(wh: Stack) -> None:
     assert rec["resourceVersion"] == created.metadata.resource_version
     assert (rec["data"], rec["labels"], rec["deleted"]) == ({"k": "v1"}, {"team": "a"}, False)
     assert (rec["runtimeId"], rec["uid"], rec["source"]) == (receiver_mod.RUNTIME_ID, created.metadata.uid, "webhook")
+    assert (rec["apiVersion"], rec["kind"]) == ("tether.kyma-project.io/v1", "ConfigMapChange")
+    assert "watch" not in rec  # no Watch list in this runtime: v1 records, as before Watches
 
     updated = wh.patch("life", {"k": "v2"})
     rec = wh.wait("life", lambda r: len(r) >= 2)[1]
