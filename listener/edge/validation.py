@@ -155,7 +155,7 @@ def records(doc: Any, runtime_id: str) -> list[changes.ChangeRecord] | Problem:
     if not isinstance(doc, dict):
         return Problem(400, "schema violation",
                        [{"path": "$", "message": "body must be a JSON object"}], "schema")
-    is_batch = doc.get("kind") == changes.LIST_KIND
+    is_batch = doc.get("kind") in changes.LIST_KINDS  # v1 or v2 (changes.schema_version)
     violations = changes.validate_batch(doc) if is_batch else changes.validate_record(doc)
     if violations:
         return Problem(400, "schema violation",
