@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 from kubernetes import client  # noqa: E402
 
 from listener import settings as listener_settings  # noqa: E402
-from listener.storage import records  # noqa: E402
+from listener.storage import budget, records  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lt  # noqa: E402
 from tether import apitypes, changes  # noqa: E402
@@ -112,11 +112,11 @@ def _variant(plane: controlplane.ControlPlane, api: client.ApiClient, variant: s
 def _fleet(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The fleet the quota defaults allow, at the measured cost of a full record."""
     s = listener_settings.Storage()
-    full = next(r for r in rows if r["variant"] == "full")["etcd_bytes_per_record"]
-    budget = listener_settings.BUDGET
-    return {"quota_records_per_runtime": s.quota_records, "runtimes": budget.runtimes,
-            "kcp_budget_bytes": budget.etcd_bytes_for_records,
-            "etcd_bytes_fleet_at_quota": full * s.quota_records * budget.runtimes}
+    full = max(r["etcd_bytes_per_record"] for r in rows)
+    return {"quota_records_per_runtime": s.quota_records, "runtimes": budget.RUNTIMES,
+            "kcp_budget_bytes": budget.records_bytes(),
+            "etcd_bytes_per_record_assumed": budget.ETCD_BYTES_PER_RECORD,
+            "etcd_bytes_fleet_at_quota": full * s.quota_records * budget.RUNTIMES}
 
 
 def _print(doc: dict[str, Any]) -> None:
@@ -126,9 +126,10 @@ def _print(doc: dict[str, Any]) -> None:
               f"{r['etcd_bytes_per_record']:>11} {r['ratio']:>6.2f} {r['create_seconds']:>9.1f}")
     f = doc["fleet"]
     gib = 1024 ** 3
-    print(f"\nfleet: {f['runtimes']} runtimes x {f['quota_records_per_runtime']} full records "
-          f"(the quota default) = {f['etcd_bytes_fleet_at_quota'] / gib:.2f} GiB of etcd; "
-          f"budget {f['kcp_budget_bytes'] / gib:.2f} GiB")
+    print(f"\nfleet: {f['runtimes']} runtimes x {f['quota_records_per_runtime']} records (the quota "
+          f"default) at the largest cost measured = {f['etcd_bytes_fleet_at_quota'] / gib:.2f} GiB of etcd; "
+          f"budget {f['kcp_budget_bytes'] / gib:.2f} GiB (listener/storage/budget.py assumes "
+          f"{f['etcd_bytes_per_record_assumed']} B per record)")
     print(f"commit {doc['commit']}, load average {doc['load_average_1m']}, command: {doc['command']}")
 
 
