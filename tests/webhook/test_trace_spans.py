@@ -82,7 +82,7 @@ def _webhook(tracer: tracing.Tracer, listener: Listener) -> tuple[Any, services_
     client = sender.ListenerClient(s.listener, tracer)
     client._call = listener.call  # type: ignore[method-assign]
     reader = mock.MagicMock()
-    reader.get.side_effect = lambda ns, name: {"metadata": {
+    reader.get.side_effect = lambda ns, name, target=None: {"metadata": {
         "name": name, "namespace": ns, "uid": "u-1", "resourceVersion": "42"}, "data": {"k": "2"}}
     fwd = forwarder.Forwarder(s.forwarder, "rt", queue, reader, client, m)
     svc = services_mod.Services(s, queue, m, registry, fwd, tracer=tracer)
