@@ -255,8 +255,7 @@ class Janitor:
         except API_ERRORS as e:
             return self._failed("list_records", e)
         pruned = self._prune(due, metas)
-        self._prune([t for t, _ in old.due()], {t.name: dict(m) for t, m in old.due()},
-                    "legacy_records_deleted")
+        self._prune_legacy(old)
         try:
             leases = self.kcp.heartbeat_leases()
             with_delivery = self.kcp.delivery_runtime_ids()
@@ -294,6 +293,11 @@ class Janitor:
                 ok = False
         self.metrics.orphans.set(waiting)
         return Summary(ok, pruned, records_deleted, leases_deleted, waiting)
+
+    def _prune_legacy(self, old: legacy.Legacy) -> int:
+        due = old.due()
+        return self._prune([t for t, _ in due], {t.name: dict(m) for t, m in due},
+                           "legacy_records_deleted")
 
     def _prune(self, due: list[rules.Tombstone], metas: dict[str, dict[str, Any]],
                what: str = "tombstones_pruned") -> int:
