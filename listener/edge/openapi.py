@@ -20,6 +20,7 @@ from tether import changes
 
 OPENAPI_FILE = pathlib.Path(__file__).parent.parent / "openapi.json"
 RECORD_FILE, BATCH_FILE = "change-record.v1.json", "change-batch.v1.json"
+RECORD_FILE_V2, BATCH_FILE_V2 = "change-record.v2.json", "change-batch.v2.json"
 REF = "#/components/schemas/"
 
 
@@ -41,14 +42,18 @@ def _rewrite(node: Any, refs: dict[str, str]) -> Any:
 
 
 def shared_schemas() -> dict[str, Any]:
-    """The shared schemas as OpenAPI components (generated, never edited by hand)."""
-    record = changes.load_schema(RECORD_FILE)
-    batch = changes.load_schema(BATCH_FILE)
-    refs = {f"#/$defs/{d}": REF + _pascal(d) for d in record.get("$defs", {})}
-    refs[RECORD_FILE] = refs[record["$id"]] = REF + "ConfigMapChange"
-    out = {_pascal(d): _rewrite(s, refs) for d, s in record.get("$defs", {}).items()}
-    out["ConfigMapChange"] = _rewrite(record, refs)
-    out["ConfigMapChangeList"] = _rewrite(batch, refs)
+    """The shared schemas as OpenAPI components (generated, never edited by hand): v1
+    (ConfigMapChange) and v2 (ObjectChange), whose ``$defs`` are the same."""
+    out: dict[str, Any] = {}
+    for record_file, batch_file, kind in ((RECORD_FILE, BATCH_FILE, changes.KIND),
+                                          (RECORD_FILE_V2, BATCH_FILE_V2, changes.KIND_V2)):
+        record = changes.load_schema(record_file)
+        batch = changes.load_schema(batch_file)
+        refs = {f"#/$defs/{d}": REF + _pascal(d) for d in record.get("$defs", {})}
+        refs[record_file] = refs[record["$id"]] = REF + kind
+        out.update({_pascal(d): _rewrite(s, refs) for d, s in record.get("$defs", {}).items()})
+        out[kind] = _rewrite(record, refs)
+        out[kind + "List"] = _rewrite(batch, refs)
     return out
 
 
@@ -78,7 +83,9 @@ def _record_schemas() -> dict[str, Any]:
             "details": {"description": "Null, a text, an object with reason and message, or "
                                        "a list of {path, message} (validation)"}}},
         "ChangeRequest": {"oneOf": [{"$ref": REF + "ConfigMapChange"},
-                                    {"$ref": REF + "ConfigMapChangeList"}]},
+                                    {"$ref": REF + "ConfigMapChangeList"},
+                                    {"$ref": REF + "ObjectChange"},
+                                    {"$ref": REF + "ObjectChangeList"}]},
         "ChangeResult": {"type": "object", "required": ["namespace", "name", "resourceVersion",
                                                         "outcome"], "properties": {
             "namespace": {"type": "string"}, "name": {"type": "string"}, "resourceVersion": rv,
@@ -201,6 +208,13 @@ def _changes_path() -> dict[str, Any]:
                               "(details: reason 'future_epoch', message, epoch: the "
                               "current one); only the listener starts epochs"),
                 "415": _error("Content-Type is not application/json"),
+                "403": _error("Certificate CN/SAN does not match the runtime, unknown runtime, "
+                              "Kyma CR being deleted, a record's runtimeId differs from the "
+                              "path, or a record no Watch in force for the runtime admits "
+                              "(error 'refused by the watches'; details: reason and message "
+                              "of the first, records: a list of {path, reason, message}; "
+                              "reasons watch_not_in_force, no_compat_watch, watch_violation); "
+                              "nothing of the request is stored"),
             }}},
     }
 
@@ -214,6 +228,11 @@ def _state_path() -> dict[str, Any]:
                        "name); every call counts as the runtime's heartbeat",
             "parameters": [
                 _runtime_param(),
+                {"name": "watch", "in": "query", "required": False,
+                 "description": "The Watch whose records are listed (in force for the "
+                                "runtime); absent: the runtime's compat Watch (the first by "
+                                "name that covers ConfigMap v1 in mode full)",
+                 "schema": {"type": "string", "maxLength": 63}},
                 {"name": "limit", "in": "query", "required": False,
                  "schema": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 500}},
                 {"name": "continue", "in": "query", "required": False,
@@ -240,6 +259,9 @@ def _state_path() -> dict[str, Any]:
                 "400": _error("Invalid limit, continue token, identity, epoch or "
                               "collectionResourceVersion"),
                 **_refusals(),
+                "404": _error("The Watch named is not in force for the runtime, or (no "
+                              "watch named) the runtime has no compat Watch (details: "
+                              "reason watch_not_in_force or no_compat_watch, message)"),
             }}},
     }
 

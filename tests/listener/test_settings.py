@@ -11,7 +11,7 @@ import pytest
 
 from listener import settings
 from listener.edge import openapi, worker
-from tether import changes, config
+from tether import changes, config, watches
 
 
 @pytest.fixture
@@ -111,9 +111,15 @@ def test_openapi_schemas_accept_and_reject_like_the_shared_ones() -> None:
     samples: list[object] = [good, changes.batch([good]), {**good, "runtimeId": "a,b"},
                              {**good, "deleted": True}, {**good, "binaryData": {"k": "***"}},
                              changes.batch([]), {**good, "data": {"": "x"}}, [], "x"]
+    w = watches.parse({"metadata": {"name": "w"}, "spec": {"resource": {
+        "group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}}})
+    v2 = changes.from_object({"metadata": {"namespace": "a", "name": "b", "resourceVersion": "1"},
+                              "data": {"k": "v"}}, watch=w, runtime_id="rt", source="webhook")
+    samples += [v2, changes.batch([v2]), {**v2, "watch": ""}, {**v2, "resource": {}},
+                changes.batch([v2, good])]
     for s in samples:
-        shared = not (changes.validate_batch(s) if isinstance(s, dict) and s.get("kind") ==
-                      changes.LIST_KIND else changes.validate_record(s))
+        shared = not (changes.validate_batch(s) if isinstance(s, dict) and s.get("kind") in
+                      changes.LIST_KINDS else changes.validate_record(s))
         assert validator.is_valid(s) == shared, s
 
 
