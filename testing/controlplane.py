@@ -516,10 +516,10 @@ def retry_busy(call: Callable[[], T], timeout: float = 60.0) -> T:
             time.sleep(0.5)
 
 
-def install_crds(api: Any, *paths: pathlib.Path, timeout: float = 60.0) -> list[str]:
-    """Create the CustomResourceDefinitions in ``paths`` (an existing one is kept) and wait
-    until each is Established. ``api`` is a ``kubernetes.client.ApiClient``. Returns the
-    CRD names."""
+def install_crds(api: Any, *paths: pathlib.Path | dict[str, Any], timeout: float = 60.0) -> list[str]:
+    """Create the CustomResourceDefinitions in ``paths`` (files, or bodies as dicts; an
+    existing one is kept) and wait until each is Established. ``api`` is a
+    ``kubernetes.client.ApiClient``. Returns the CRD names."""
     import yaml
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -527,7 +527,7 @@ def install_crds(api: Any, *paths: pathlib.Path, timeout: float = 60.0) -> list[
     ext = client.ApiextensionsV1Api(api)
     names = []
     for path in paths:
-        body = yaml.safe_load(path.read_text())
+        body = path if isinstance(path, dict) else yaml.safe_load(path.read_text())
         try:
             retry_busy(functools.partial(ext.create_custom_resource_definition, body), timeout)
         except ApiException as e:
