@@ -75,7 +75,7 @@ def state_watch(svc: services.Services, runtime_id: str, name: str | None
     w = watchcheck.compat(ws) if name is None else next((w for w in ws if w.name == name), None)
     if w is not None:
         return w.name
-    message = (f"the watch {name} is not in force for this runtime" if name is not None else
+    message = (f"the watch {name[:63]} is not in force for this runtime" if name is not None else
                "no watch in force for this runtime covers ConfigMap v1 in mode full")
     return validation.Problem(404, "unknown watch", {
         "reason": watchcheck.NOT_IN_FORCE if name is not None else watchcheck.NO_COMPAT,
