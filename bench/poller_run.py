@@ -181,7 +181,7 @@ def make_differences(core: client.CoreV1Api, objs: client.CustomObjectsApi, env:
              changed, threads)
     parallel(lambda i: objs.delete_namespaced_custom_object(
         apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural,
-        records.object_name(records.Key(rt_id, NS, f"cm-{i:05d}"))), missing, threads)
+        records.object_name(records.Key(rt_id, lc.COMPAT_WATCH, NS, f"cm-{i:05d}"))), missing, threads)
     parallel(lambda i: core.delete_namespaced_config_map(f"cm-{i:05d}", NS), deleted, threads)
     return {"changed": len(changed), "missing": len(missing), "deleted": len(deleted)}
 

@@ -97,7 +97,7 @@ def scenario(fleet: deployed.Fleet) -> None:
     score.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="demo")))
 
     def stored() -> dict[str, Any] | None:
-        name = records.object_name(records.Key(RUNTIME_ID, "demo", "app-config"))
+        name = records.object_name(records.Key(RUNTIME_ID, "configuration", "demo", "app-config"))
         try:
             obj: dict[str, Any] = custom.get_namespaced_custom_object(
                 apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, KCP_NS, apitypes.RUNTIME_CONFIGMAPS.plural, name)
@@ -107,7 +107,7 @@ def scenario(fleet: deployed.Fleet) -> None:
 
     t = time.monotonic()
     cm = score.create_namespaced_config_map("demo", client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="app-config"), data={"greeting": "hello"}))
+        metadata=client.V1ObjectMeta(name="app-config", labels={"tether.kyma-project.io/configuration": "true"}), data={"greeting": "hello"}))
     rv = cm.metadata.resource_version
     wait_for("the change in the KCP", lambda: (s := stored()) and s["spec"]["resourceVersion"] == rv)
     say(f"SKR ConfigMap demo/app-config created (rv {rv}) -> stored in the KCP as "
