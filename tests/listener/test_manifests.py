@@ -39,6 +39,7 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
         ("tether.kyma-project.io", "runtimedeliveries/status", ()): {"update"},
         ("tether.kyma-project.io", "runtimestatesummaries", ()): {"get", "create"},
         ("tether.kyma-project.io", "runtimestatesummaries/status", ()): {"update"},
+        ("tether.kyma-project.io", "watches", ()): {"get", "list"},  # what is admitted
     }
     assert all(r["resources"] != ["secrets"] for r in role["rules"])
     beats = by[("Role", "tether-listener-heartbeats")]
