@@ -173,6 +173,7 @@ def test_the_listener_and_janitor_roles_are_exactly_what_they_call(
         ("kcp-system", TETHER, "runtimedeliveries/status", ()): {"update"},
         ("kcp-system", TETHER, "runtimestatesummaries", ()): {"get", "create"},
         ("kcp-system", TETHER, "runtimestatesummaries/status", ()): {"update"},
+        ("kcp-system", TETHER, "watches", ()): {"get", "list"},  # what records are admitted
         ("tether-heartbeats", COORDINATION, "leases", ()): {"list", "create", "patch"},
     }
     assert rules_of("tether-janitor") == {
