@@ -8,7 +8,7 @@ import dataclasses
 import datetime
 import json
 
-from enroller import render, watchstatus
+from enroller import render, watching, watchstatus
 from tether import watches, watchwire
 
 BUNDLE = render.load_bundle(render.BUNDLE_FILE.read_text())
@@ -137,3 +137,37 @@ def test_an_unchanged_outcome_is_an_equal_status_and_not_written_again() -> None
     assert cond(fixed, "Valid")["lastTransitionTime"] == cond(first, "Valid")["lastTransitionTime"]
     assert cond(fixed, "Ready")["lastTransitionTime"] != cond(first, "Ready")["lastTransitionTime"]
     assert watchstatus.changed(None, first)
+
+
+def kyma_cr(**labels: str) -> dict[str, object]:
+    return {"metadata": {"name": "k", "labels": labels}, "spec": {"modules": [{"name": "keda"}]}}
+
+
+def watch_cr(name: str, **spec: object) -> dict[str, object]:
+    return {"metadata": {"name": name, "generation": 2},
+            "spec": {"resource": {"version": "v1", "resource": "configmaps", "kind": "ConfigMap"}, **spec}}
+
+
+def test_a_run_parses_every_watch_and_keeps_why_the_bad_ones_are_skipped() -> None:
+    listed = watching.parse_all([watch_cr("good"), watch_cr("bad", send={"mode": "keys"}),
+                                 watch_cr("mod", runtimes={"module": "keda"}),
+                                 watch_cr("sel", runtimes={"selector": {"matchLabels": {"tier": "gold"}}})])
+    assert [w.name for w in listed.valid] == ["good", "mod", "sel"]
+    assert list(listed.errors) == ["bad"] and "spec.send.keys" in listed.errors["bad"]
+    ws, left_out = listed.for_runtime(kyma_cr(tier="silver"))
+    assert [w.name for w in ws] == ["good", "mod"] and left_out == ()
+    assert [w.name for w in listed.for_runtime(kyma_cr(tier="gold"))[0]] == ["good", "mod", "sel"]
+
+
+def test_at_most_max_watches_are_rendered_into_one_runtime_the_rest_says_why() -> None:
+    listed = watching.parse_all([watch_cr(f"w{i:03}") for i in range(watches.MAX_WATCHES + 3)])
+    ws, left_out = listed.for_runtime(kyma_cr())
+    assert len(ws) == watches.MAX_WATCHES and ws[0].name == "w000"
+    assert left_out == ("w064", "w065", "w066")
+    known = watching.Installed("rt-1", frozenset((w.name, w.generation) for w in ws), left_out, None)
+    assert watching._fact("w000", 2, known).in_force
+    assert not watching._fact("w000", 3, known).in_force  # an older generation is not in force
+    over = watching._fact("w065", 2, known)
+    assert not over.in_force and over.why_not == watching.TOO_MANY
+    failing = watching.Installed("rt-2", None, (), "Unreachable: the runtime's API: timed out")
+    assert watching._fact("w000", 2, failing).why_not.startswith("Unreachable")
