@@ -527,7 +527,7 @@ def install_crds(api: Any, *paths: pathlib.Path | dict[str, Any], timeout: float
     ext = client.ApiextensionsV1Api(api)
     names = []
     for path in paths:
-        body = path if isinstance(path, dict) else yaml.safe_load(path.read_text())
+        body: Any = path if isinstance(path, dict) else yaml.safe_load(path.read_text())
         try:
             retry_busy(functools.partial(ext.create_custom_resource_definition, body), timeout)
         except ApiException as e:
