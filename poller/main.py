@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import sys
 
-from poller import app, metrics, run, scan, service
+from poller import app, metrics, run, scan, service, watchrun
 from poller import settings as settings_mod
-from tether import elected, sender, tracing
+from tether import elected, sender, tracing, watchset
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,11 @@ def main(argv: list[str]) -> int:
     client = sender.ListenerClient(s.listener, tracing.from_environment("tether-poller"))
     lister = scan.Lister(api, s.filter, page_size=s.run.page_size, timeout=s.list_timeout,
                          on_request=m.apiserver_requests.inc)
+    # the runtime's Watches (tether-watches ConfigMap); while it is absent: the env's scope
+    ns, name = s.watches_configmap
+    source = watchset.WatchSet(api, ns, name=name, timeout=s.list_timeout)
     runner = run.Runner(s.runtime_id, s.run, s.filter, lister, client, m,
-                        identity=lister.identity)
+                        identity=lister.identity, watches=watchrun.Watching(source, lister))
     svc = service.Service(s.schedule, runner, m)
     svc.start()  # paused; its leadership reschedules the runs from the moment it leads
     return elected.run_elected(elected.ElectedPart(

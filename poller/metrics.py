@@ -13,6 +13,7 @@ KINDS = ("interval", "resync")
 DIFF_TYPES = ("missing", "changed", "deleted")
 SENT_OUTCOMES = ("persisted", "duplicate", "stale", "refused", "unknown")
 CALLS = ("state", "changes")
+SKIP_REASONS = ("unserved", "forbidden")  # a Watch whose resource cannot be listed
 UNINTERPRETABLE = ("key", "resourceVersion", "observedAt")
 
 
@@ -54,6 +55,11 @@ class Metrics:
                                  "Runs whose listing came below the listener's records of the "
                                  "current epoch (the runtime's history went back): each "
                                  "claimed a new epoch")
+        self.watches = gauge("tether_poller_watches",
+                             "Watches in force in the last run in Watch mode (poller.watchrun)")
+        self.watches_skipped = counter(
+            "tether_poller_watches_skipped", "Passes of a Watch skipped, its resource not "
+            "listable, by reason: unserved (404: its CRD is missing), forbidden (403)", ["reason"])
         self.epoch = gauge("tether_poller_epoch",
                            "The runtime's epoch the listener answered in the last run")
         self.last_success = gauge("tether_poller_last_success_timestamp_seconds",
@@ -67,6 +73,7 @@ class Metrics:
                 self.runs.labels(kind, outcome)
         for meter, values in ((self.differences, DIFF_TYPES), (self.sent, SENT_OUTCOMES),
                               (self.listener_requests, CALLS),
+                              (self.watches_skipped, SKIP_REASONS),
                               (self.digest_uninterpretable, UNINTERPRETABLE)):
             for value in values:
                 meter.labels(value)

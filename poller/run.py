@@ -20,19 +20,23 @@ page comes below the highest resourceVersion of the digest's records of that epo
 sending anything, and its first state page claims it; the listener starts the next epoch,
 and the restarted run, comparing by epoch first, resends every listed object and
 tombstones every other live key: the KCP holds the runtime's state after this one run.
+
+Watch mode: when the runtime holds a Watch list (``tether.watchset``, read at the start of
+each run), the run is one pass per Watch (``poller.watchrun``: v2 records of each Watch's
+resource, its own digest ``?watch=NAME``) sharing this run's pacer, batches, restarts and
+epoch; without the list, the run above, unchanged. Both share ``poller.batching``.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from poller import buckets, diff, metrics, pacing, scan
+from poller import batching, buckets, diff, metrics, pacing, scan, watchrun
 from tether import changes, filters, listenerapi, logs, sender
 
 log = logging.getLogger(__name__)
@@ -86,28 +90,14 @@ class Listener(Protocol):
     """``tether.sender.ListenerClient``."""
 
     def state_page(self, limit: int = 500, token: str = "",
-                   report: listenerapi.EpochReport | None = None) -> sender.StatePage: ...
+                   report: listenerapi.EpochReport | None = None,
+                   watch: str = "") -> sender.StatePage: ...
 
     def send(self, records: Sequence[changes.ChangeRecord],
              timeout: tuple[float, float] | None = None) -> sender.Outcome: ...
 
 
-class Stop(Exception):
-    def __init__(self, outcome: str, detail: str = "", retry_after: float | None = None) -> None:
-        super().__init__(f"{outcome}: {detail}")
-        self.outcome, self.detail, self.retry_after = outcome, detail, retry_after
-
-
-class _Restart(Exception):
-    pass
-
-
-class _WentBack(Exception):
-    """The listing came below the digest's records of its epoch: claim it, run again."""
-
-    def __init__(self, epoch: int, collection_rv: str, mark: int) -> None:
-        super().__init__(f"epoch {epoch}: listed at {collection_rv}, records up to {mark}")
-        self.epoch, self.collection_rv, self.mark = epoch, collection_rv, mark
+Stop = batching.Stop
 
 
 class Runner:
@@ -115,8 +105,10 @@ class Runner:
                  lister: PageSource, client: Listener, m: metrics.Metrics, *,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
-                 identity: Callable[[], str] = lambda: "") -> None:
+                 identity: Callable[[], str] = lambda: "",
+                 watches: watchrun.Watching | None = None) -> None:
         self.runtime_id = runtime_id
+        self.watches = watches  # None: the environment's scope only (before Watches)
         self._identity = identity
         self.settings = settings
         self.filter = flt
@@ -131,45 +123,51 @@ class Runner:
     def run(self, *, full: bool = False, keep_going: Callable[[], bool] = lambda: True) -> Result:
         """One run; ``full`` sends every listed object the listener does not hold as newer
         (a resync that does not trust the digest's resourceVersions)."""
-        state = _RunState(pacing.Pacer(self.settings.rate, self.settings.burst, self._clock()))
+        state = batching.RunState(pacing.Pacer(self.settings.rate, self.settings.burst, self._clock()))
         report = listenerapi.EpochReport(self._identity())
+        watching = self.watches
+        in_force = None if watching is None else watching.source.current()
         gone = 0
         while gone <= self.settings.max_restarts:
             try:
-                self._once(state, full, keep_going, report)
-                return state.result("ok")
-            except _Restart:
+                if watching is None or in_force is None:  # no Watch list: v1, env scope
+                    self._once(state, full, keep_going, report)
+                else:
+                    watchrun.WatchRun(self, watching.lister, state, full,
+                                      keep_going).run(in_force, report)
+                return _result(state, "ok")
+            except batching.Restart:
                 gone += 1
                 self.metrics.list_restarts.inc()
                 log.info("listing expired (410 Gone), restarting the run (%d)", gone)
-            except _WentBack as e:  # once: the claim is sent, and then never raised again
+            except batching.WentBack as e:  # once: the claim is sent, and then never raised again
                 self.metrics.went_back.inc()
                 log.warning("the runtime's history went back (%s): claiming a new epoch", e)
                 report = report._replace(epoch=e.epoch, collection_rv=e.collection_rv)
             except Stop as e:
-                return state.result(e.outcome, e.detail, e.retry_after)
-        return state.result("gone", f"410 Gone {self.settings.max_restarts + 1} times")
+                return _result(state, e.outcome, e.detail, e.retry_after)
+        return _result(state, "gone", f"410 Gone {self.settings.max_restarts + 1} times")
 
-    def _once(self, state: _RunState, full: bool, keep_going: Callable[[], bool],
+    def _once(self, state: batching.RunState, full: bool, keep_going: Callable[[], bool],
               report: listenerapi.EpochReport) -> None:
         # a claim of a new epoch goes with the full listing's first page (listener.fleet.epochs)
         if (not full and report.epoch is None and self.settings.buckets
                 and self._by_buckets(state, keep_going, report.identity)):
             return
-        digest, epoch = self._digest(state, report)  # epoch None: a listener before epochs
+        digest, epoch = self.digest(state, report)  # epoch None: a listener before epochs
         mark = None if epoch is None else diff.high_water(digest, epoch)
-        buffer = _Buffer(self, state, keep_going)
+        buffer = self.buffer(state, keep_going)
         listed_at = changes.now()
         list_rv = ""
         state.scanned = 0
-        with _listing(buffer):
+        with batching.listing(buffer):
             for page in self.lister.pages():
                 if not keep_going():
                     raise Stop("aborted", "leadership lost")
                 observed = changes.now()
                 list_rv = page.resource_version or list_rv
                 if epoch is not None and mark is not None and changes.went_back(list_rv, mark):
-                    self._went_back(epoch, list_rv, mark, report)
+                    batching.went_back(epoch, list_rv, mark, report)
                     mark = None
                 scanned = self._compare(page.items, digest, observed, full, epoch, buffer, state)
                 self.metrics.scanned.inc(scanned)
@@ -186,14 +184,14 @@ class Runner:
         buffer.flush()
         self.metrics.last_scanned.set(state.scanned)
 
-    def _digest(self, state: _RunState, report: listenerapi.EpochReport
-                ) -> tuple[diff.Digest, int | None]:
+    def digest(self, state: batching.RunState, report: listenerapi.EpochReport,
+               watch: str = "") -> tuple[diff.Digest, int | None]:
         """The listener's digest of the runtime's records, and the epoch it answered."""
         t0 = self._clock()
         problems: collections.Counter[str] = collections.Counter()
         bad_keys: list[str] = []
         state.epoch = None
-        digest = diff.load(self._state_items(state, report), problems, bad_keys)
+        digest = diff.load(self._state_items(state, report, watch), problems, bad_keys)
         state.digest_seconds += self._clock() - t0
         if state.epoch is not None:
             self.metrics.epoch.set(state.epoch)
@@ -208,18 +206,8 @@ class Runner:
         self.metrics.digest_entries.set(len(digest))
         return digest, state.epoch
 
-    @staticmethod
-    def _went_back(epoch: int, list_rv: str, mark: int, report: listenerapi.EpochReport) -> None:
-        """The listing came below the records of the digest's epoch: claim a new epoch
-        (``_WentBack``), or, when this run claimed it already, compare as before."""
-        if report.epoch is None:
-            raise _WentBack(epoch, list_rv, mark)
-        if report.epoch == epoch:  # claimed, yet no new epoch
-            log.warning("listed at %s below records of epoch %d up to %d, and the "
-                        "listener started no new epoch", list_rv, epoch, mark)
-
     def _compare(self, items: Sequence[Mapping[str, Any]], digest: diff.Digest, observed: str,
-                 full: bool, epoch: int | None, buffer: _Buffer, state: _RunState) -> int:
+                 full: bool, epoch: int | None, buffer: batching.Buffer, state: batching.RunState) -> int:
         """Judge one page of listed objects against the digest (taking them out of it),
         buffer the records to send; returns how many were scanned."""
         scanned = 0
@@ -242,13 +230,13 @@ class Runner:
                                               epoch=epoch))
         return scanned
 
-    def _by_buckets(self, state: _RunState, keep_going: Callable[[], bool],
+    def _by_buckets(self, state: batching.RunState, keep_going: Callable[[], bool],
                     identity: str = "") -> bool:
         """The run by buckets (``poller.buckets``); False when the full digest must run."""
         if not buckets.supported(self.client, self.lister):
             return False
         t0 = self._clock()
-        buffer = _Buffer(self, state, keep_going)
+        buffer = self.buffer(state, keep_going)
 
         def differ(kind: str) -> None:
             state.count(kind)
@@ -261,10 +249,10 @@ class Runner:
             stop=lambda: Stop("aborted", "leadership lost"), max_buckets=self.settings.max_buckets,
             identity=identity)
         try:
-            with _listing(buffer):
+            with batching.listing(buffer):
                 out = br.run()
         except sender.ListenerError as e:
-            raise _stop_for(e.outcome, "state") from None
+            raise batching.stop_for(e.outcome, "state") from None
         buffer.flush()
         state.digest_seconds += self._clock() - t0
         if out == buckets.FALLBACK:
@@ -277,16 +265,16 @@ class Runner:
         self.metrics.buckets_listed.inc(out.buckets_listed)
         return True
 
-    def _state_items(self, state: _RunState, report: listenerapi.EpochReport
-                     ) -> Iterator[changes.DigestItem]:
+    def _state_items(self, state: batching.RunState, report: listenerapi.EpochReport,
+                     watch: str = "") -> Iterator[changes.DigestItem]:
         token = ""
         while True:
             self.metrics.listener_requests.labels("state").inc()
             try:
                 page = self.client.state_page(self.settings.state_page_size, token,
-                                              None if token else report)
+                                              None if token else report, watch)
             except sender.ListenerError as e:
-                raise _stop_for(e.outcome, "state") from None
+                raise batching.stop_for(e.outcome, "state") from None
             if not token:
                 state.epoch = page.epoch  # the first page's: the report was settled there
             yield from page.items
@@ -296,7 +284,11 @@ class Runner:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def send(self, records: list[changes.ChangeRecord], state: _RunState) -> None:
+    def buffer(self, state: batching.RunState, keep_going: Callable[[], bool]) -> batching.Buffer:
+        return batching.Buffer(self.send, self.settings.batch_items, self.settings.batch_bytes,
+                               state, keep_going)
+
+    def send(self, records: list[changes.ChangeRecord], state: batching.RunState) -> None:
         """Send one batch (paced, retried); raises ``Stop`` when the listener fails."""
         wait = state.pacer.wait_for(len(records), self._clock())
         if wait > 0:
@@ -323,77 +315,16 @@ class Runner:
                               rec["name"], rec["resourceVersion"], outcome.status,
                               outcome.error, logs.bounded(outcome.details, 300))
                     return
-                raise _stop_for(outcome, "changes")
+                raise batching.stop_for(outcome, "changes")
             attempt += 1
             delay = sender.retry_delay(outcome, attempt - 1, base=self.settings.retry_base,
                                        cap=self.settings.retry_cap)
             if attempt >= self.settings.send_attempts or delay > self.settings.retry_cap:
-                raise _stop_for(outcome, "changes")
+                raise batching.stop_for(outcome, "changes")
             self._sleep(delay)
 
 
-@contextlib.contextmanager
-def _listing(buffer: _Buffer) -> Iterator[None]:
-    """Around a listing of the runtime: an expired one (410 Gone) restarts the run, a failed
-    one stops it; either way what the buffer holds is sent first."""
-    try:
-        yield
-    except scan.Gone:
-        buffer.flush()
-        raise _Restart() from None
-    except scan.ListError as e:
-        buffer.flush()
-        raise Stop("apiserver-failed", str(e)) from None
-
-
-def _stop_for(outcome: sender.Outcome, call: str) -> Stop:
-    detail = f"{call}: {outcome.reason} {outcome.error}".strip()
-    if outcome.verdict == "permanent":
-        return Stop("listener-refused", detail)
-    return Stop("listener-failed", detail, outcome.retry_after)
-
-
-class _RunState:
-    def __init__(self, pacer: pacing.Pacer) -> None:
-        self.pacer = pacer
-        self.scanned = 0
-        self.digest_entries = 0
-        self.sent = 0
-        self.digest_seconds = 0.0
-        self.epoch: int | None = None
-        self.differences = dict.fromkeys(metrics.DIFF_TYPES, 0)
-
-    def count(self, kind: str) -> None:
-        self.differences[kind] += 1
-
-    def result(self, outcome: str, detail: str = "", retry_after: float | None = None) -> Result:
-        return Result(outcome, self.scanned, self.digest_entries, dict(self.differences),
-                      self.sent, retry_after, detail, self.digest_seconds, self.epoch)
-
-
-class _Buffer:
-    """Records waiting for a batch: at most ``batch_items`` and about ``batch_bytes``."""
-
-    def __init__(self, runner: Runner, state: _RunState, keep_going: Callable[[], bool]) -> None:
-        self._runner = runner
-        self._state = state
-        self._keep_going = keep_going
-        self._records: list[changes.ChangeRecord] = []
-        self._bytes = 0
-
-    def add(self, record: changes.ChangeRecord) -> None:
-        self._records.append(record)
-        self._bytes += sender.record_size(record)
-        s = self._runner.settings
-        if len(self._records) >= s.batch_items or self._bytes >= s.batch_bytes:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self._records:
-            return
-        if not self._keep_going():
-            raise Stop("aborted", "leadership lost")
-        records, self._records, self._bytes = self._records, [], 0
-        s = self._runner.settings
-        for chunk in sender.split_batches(records, max_items=s.batch_items, max_bytes=s.batch_bytes):
-            self._runner.send(chunk, self._state)
+def _result(state: batching.RunState, outcome: str, detail: str = "",
+            retry_after: float | None = None) -> Result:
+    return Result(outcome, state.scanned, state.digest_entries, dict(state.differences),
+                  state.sent, retry_after, detail, state.digest_seconds, state.epoch)

@@ -37,6 +37,47 @@ class Gone(ListError):
     """410 Gone: the listing's snapshot expired; restart it."""
 
 
+class Unserved(ListError):
+    """A Watch's resource cannot be listed here: ``reason`` ``unserved`` (404: the kind is
+    not served, its CRD missing) or ``forbidden`` (403: the poller's RBAC does not allow it).
+    The Watch is skipped, the others run (``poller.watchrun``)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def resource_pages(skr: gateway.Kube, res: gateway.Resource, namespace: str | None, *,
+                   field_selector: str, label_selector: str, page_size: int, timeout: float,
+                   on_request: Callable[[], None] = lambda: None) -> Iterator[Page]:
+    """Every page of one listing of any resource (a Watch's; ``namespace`` None: across all
+    namespaces); raises ``Gone``, ``Unserved`` or ``ListError``."""
+    token = ""
+    while True:
+        on_request()
+        try:
+            doc = skr.list(res, namespace, limit=page_size, continue_token=token or None,
+                           field_selector=field_selector or None,
+                           label_selector=label_selector or None, timeout=timeout)
+        except gateway.Gone as e:
+            raise Gone(f"list {res.plural}: 410 Gone (continue token expired)") from e
+        except gateway.NotFound as e:
+            raise Unserved(f"list {res.api_version} {res.plural}: not served (404)",
+                           "unserved") from e
+        except gateway.Forbidden as e:
+            raise Unserved(f"list {res.api_version} {res.plural}: forbidden ({e})",
+                           "forbidden") from e
+        except gateway.GatewayError as e:
+            raise ListError(str(e)) from e
+        meta = doc.get("metadata") or {}
+        page = Page(list(doc.get("items") or []), str(meta.get("continue") or ""),
+                    str(meta.get("resourceVersion") or ""))
+        yield page
+        if not page.continue_token:
+            return
+        token = page.continue_token
+
+
 def field_selector(flt: filters.ConfigMapFilter) -> str:
     """Excludes the ignored namespaces server-side (pure)."""
     return ",".join(f"metadata.namespace!={ns}" for ns in sorted(flt.ignored_namespaces))
@@ -96,6 +137,13 @@ class Lister:
             if not page.continue_token:
                 return
             token = page.continue_token
+
+    def watch_pages(self, res: gateway.Resource, namespace: str | None, *,
+                    field_selector: str, label_selector: str) -> Iterator[Page]:
+        """Every page of one listing of a Watch's resource (``resource_pages``)."""
+        return resource_pages(self._skr, res, namespace, field_selector=field_selector,
+                              label_selector=label_selector, page_size=self._page_size,
+                              timeout=self._timeout, on_request=self._on_request)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One ConfigMap with its data (None: gone); raises ``ListError``."""

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from apscheduler.triggers.cron import CronTrigger
 
 from poller import run
-from tether import config, filters, leader, numbers, sender
+from tether import config, filters, leader, numbers, sender, watchset
 
 DEFAULT_RESYNC_CRON = "17 3 * * *"  # daily, off the hour
 OFF = ("", "-", "off", "none")
@@ -123,6 +123,7 @@ class Settings:
         "TETHER_POLLER_LIST_TIMEOUT_SECONDS", 30.0, "timeout of one ConfigMap list request",
         minimum=1, maximum=600))
     filter: filters.ConfigMapFilter = config.inputs(*filters.OPTIONS)
+    watches_configmap: tuple[str, str] = setting(watchset.OPTION)  # (namespace, name)
     kubeconfig: str | None = setting(  # None: in-cluster service account
         config.kubeconfig("TETHER_KUBECONFIG", flag="--kubeconfig"))
     log_level: str = setting(config.log_level(flag="--log-level"))

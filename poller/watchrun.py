@@ -1,0 +1,206 @@
+"""One anti-entropy run in Watch mode: a pass per Watch in force in the runtime (its
+``tether-watches`` ConfigMap, ``tether.watchset``), each like the environment's run
+(``poller.run``) but of the Watch's resource and records::
+
+    per Watch, by name:
+      GET state?watch=NAME pages       -> the digest of that Watch's records (poller.diff)
+      LIST its resource page by page   -> in each namespace it names, or across all namespaces
+                                          but the ignored ones (a field selector); its label
+                                          selector goes to the apiserver; what the Watch does
+                                          not admit (tether.watches.admits) is not compared
+      differences                      -> v2 records, reduced here (changes.from_object)
+      live entries left over           -> v2 tombstones (changes.watch_tombstone): the object
+                                          is gone or no longer covered
+    404 / 403 on its list              -> the Watch is skipped (warning, counted by reason);
+                                          nothing is tombstoned for it, the others run
+
+The passes share the run (``poller.batching``): one pacer (rate and burst are the run's),
+the batch bounds, the restarts after 410 Gone (a restart starts again from the first
+Watch; what was sent is in the digests by then), and the epoch: the first Watch's first
+state page reports the runtime's identity (and a claim, after a listing came below the
+records of the current epoch, ``listener.fleet.epochs``). Memory holds one Watch's digest
+and one page. The decisions of which namespaces are listed and which resourceVersion a
+tombstone carries are pure functions here (``listings``, ``field_selector``, ``tomb_rv``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from poller import batching, diff, metrics, scan
+from tether import apitypes, changes, listenerapi, numbers, watches
+
+log = logging.getLogger(__name__)
+
+
+class WatchSource(Protocol):
+    """``tether.watchset.WatchSet``: None when the runtime has no Watch list."""
+
+    def current(self) -> tuple[watches.Watch, ...] | None: ...
+
+
+class WatchLister(Protocol):
+    """``poller.scan.Lister``."""
+
+    def watch_pages(self, res: apitypes.Resource, namespace: str | None, *,
+                    field_selector: str, label_selector: str) -> Iterator[scan.Page]: ...
+
+
+class Watching(NamedTuple):
+    """What a runner needs for Watch mode: where the Watches are, how to list their kinds."""
+
+    source: WatchSource
+    lister: WatchLister
+
+
+class Host(Protocol):
+    """``poller.run.Runner``: its digest of a Watch's records and its batch buffer."""
+
+    runtime_id: str
+    metrics: metrics.Metrics
+
+    def digest(self, state: batching.RunState, report: listenerapi.EpochReport,
+               watch: str = "") -> tuple[diff.Digest, int | None]: ...
+
+    def buffer(self, state: batching.RunState,
+               keep_going: Callable[[], bool]) -> batching.Buffer: ...
+
+
+# -- the decisions (pure) ----------------------------------------------------------------------
+
+def resource_of(target: watches.Target) -> apitypes.Resource:
+    return apitypes.Resource(target.group, target.version, target.resource)
+
+
+def listings(w: watches.Watch) -> tuple[str | None, ...]:
+    """The namespaces to list, each its own listing; ``(None,)``: one listing across all
+    namespaces (the Watch names none)."""
+    if not w.namespaces:
+        return (None,)
+    return tuple(ns for ns in w.namespaces if watches.namespace_admitted(w, ns))
+
+
+def field_selector(w: watches.Watch) -> str:
+    """For a listing across all namespaces: the namespaces never watched and the Watch's
+    ignored ones, excluded by the apiserver."""
+    ignored = sorted(set(watches.ALWAYS_IGNORED_NAMESPACES) | set(w.ignored_namespaces))
+    return ",".join(f"metadata.namespace!={ns}" for ns in ignored)
+
+
+def tomb_rv(listed: Mapping[str | None, str], namespace: str) -> str:
+    """The collection resourceVersion a tombstone in ``namespace`` is judged at: that of
+    the namespace's own listing, else of the listing across all namespaces, else (a
+    namespace the Watch no longer names) the highest of the listings; "" when nothing
+    was listed (then nothing is tombstoned)."""
+    for key in (namespace, None):
+        if listed.get(key):
+            return listed[key]
+    best = ""
+    for rv in listed.values():
+        n = numbers.ascii_int(rv, 64)
+        if n is not None and (not best or n > (numbers.ascii_int(best, 64) or -1)):
+            best = rv
+    return best
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+class WatchRun:
+    """One run over ``in_force`` (``run``); raises ``batching.Stop``, ``Restart`` and
+    ``WentBack`` as the environment's run does."""
+
+    def __init__(self, host: Host, lister: WatchLister, state: batching.RunState, full: bool,
+                 keep_going: Callable[[], bool]) -> None:
+        self.host, self.lister, self.state = host, lister, state
+        self.full, self.keep_going = full, keep_going
+        self.skipped: list[tuple[str, str]] = []  # (watch, reason)
+
+    def run(self, in_force: Sequence[watches.Watch], report: listenerapi.EpochReport) -> None:
+        self.state.scanned = 0
+        self.skipped = []
+        entries = 0
+        m = self.host.metrics
+        m.watches.set(len(in_force))
+        for i, w in enumerate(in_force):
+            if not self.keep_going():
+                raise batching.Stop("aborted", "leadership lost")
+            entries += self._pass(w, report, first=i == 0)
+        self.state.digest_entries = entries
+        m.digest_entries.set(entries)
+        m.last_scanned.set(self.state.scanned)
+
+    def _pass(self, w: watches.Watch, report: listenerapi.EpochReport, first: bool) -> int:
+        """One Watch: its digest, its listings, its differences; the digest's size. The
+        claim of a new epoch goes with the run's first state page only."""
+        digest, epoch = self.host.digest(
+            self.state, report if first else report._replace(epoch=None, collection_rv=""),
+            w.name)
+        entries = len(digest)
+        mark = None if epoch is None else diff.high_water(digest, epoch)
+        buffer = self.host.buffer(self.state, self.keep_going)
+        listed_at = changes.now()
+        listed: dict[str | None, str] = {}
+        res = resource_of(w.target)
+        with batching.listing(buffer):
+            try:
+                for ns in listings(w):
+                    for page in self.lister.watch_pages(
+                            res, ns, field_selector=field_selector(w) if ns is None else "",
+                            label_selector=w.selector_text):
+                        if not self.keep_going():
+                            raise batching.Stop("aborted", "leadership lost")
+                        listed[ns] = page.resource_version or listed.get(ns, "")
+                        if mark is not None and epoch is not None \
+                                and changes.went_back(listed[ns], mark):
+                            batching.went_back(epoch, listed[ns], mark, report)
+                            mark = None
+                        self._compare(w, page.items, digest, epoch, buffer)
+            except scan.Unserved as e:
+                buffer.flush()
+                self._skip(w, e)
+                return entries
+        for (ns, name), entry in digest.items():
+            rv = diff.leftover(entry, tomb_rv(listed, ns), listed_at, epoch or 0)
+            if rv is None:
+                continue
+            self._differ("deleted")
+            buffer.add(changes.watch_tombstone(
+                watch=w, runtime_id=self.host.runtime_id, namespace=ns, name=name,
+                uid=entry.uid, resource_version=rv, source="poller", observed_at=listed_at,
+                epoch=epoch))
+        buffer.flush()
+        return entries
+
+    def _compare(self, w: watches.Watch, items: Sequence[Mapping[str, Any]],
+                 digest: diff.Digest, epoch: int | None, buffer: batching.Buffer) -> None:
+        """Judge one page against the Watch's digest (taking what it admits out of it)."""
+        observed = changes.now()
+        scanned = 0
+        for obj in items:
+            key = diff.key_of(obj)
+            if not watches.admits(w, key[0], key[1], (obj.get("metadata") or {}).get("labels")):
+                continue  # left in the digest: a record of it is tombstoned
+            scanned += 1
+            entry = digest.pop(key, None)
+            rv = diff.resource_version_of(obj)
+            kind = diff.judge(entry, rv, observed, epoch or 0)
+            if kind is not None:
+                self._differ(kind)
+            elif not (self.full and diff.resend(entry, rv, observed, epoch or 0)):
+                continue
+            buffer.add(changes.from_object(obj, watch=w, runtime_id=self.host.runtime_id,
+                                           source="poller", observed_at=observed, epoch=epoch))
+        self.host.metrics.scanned.inc(scanned)
+        self.state.scanned += scanned
+
+    def _differ(self, kind: str) -> None:
+        self.state.count(kind)
+        self.host.metrics.differences.labels(kind).inc()
+
+    def _skip(self, w: watches.Watch, e: scan.Unserved) -> None:
+        self.skipped.append((w.name, e.reason))
+        self.host.metrics.watches_skipped.labels(e.reason).inc()
+        log.warning("watch %s skipped: %s (its records are kept; the other watches run)",
+                    w.name, e)
