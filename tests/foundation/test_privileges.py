@@ -352,3 +352,15 @@ def test_nobody_has_secrets_beyond_those(plane: Plane, rendered: list[dict[str, 
         if sa not in ("tether-enroller", "tether-compass"):
             for ns in ("kcp-system", "tether-system"):
                 assert not plane.can(sa, "get", "secrets", ns, name="kubeconfig-kyma-1"), (sa, ns)
+
+
+def test_the_enroller_reads_the_watches_and_writes_only_their_status(plane: Plane) -> None:
+    sa = "tether-enroller"
+    for verb in ("get", "list", "watch"):
+        assert plane.can(sa, verb, "watches", "kcp-system", group=TETHER), verb
+    for verb in ("get", "update", "patch"):
+        assert plane.can(sa, verb, "watches", "kcp-system", group=TETHER, subresource="status"), verb
+    for verb in ("create", "update", "patch", "delete"):  # what is watched is the consumers' to say
+        assert not plane.can(sa, verb, "watches", "kcp-system", group=TETHER), verb
+    for ns in ("tether-heartbeats", "tether-system", None):
+        assert not plane.can(sa, "list", "watches", ns, group=TETHER), ns
