@@ -1,0 +1,248 @@
+"""Watch mode of a run (poller.watchrun) with plain-data stand-ins: the runtime's objects of
+several resources (``Served``), a listener that keeps records per Watch, checks each with
+the KCP's own rule (``tether.watches.violation``) and applies the real ordering rule."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from poller import metrics, run, scan, watchrun
+from tether import apitypes, changes, filters, listenerapi, sender, watches
+
+RID = "rt-watch"
+WIDGET = watches.Target("example.com", "v1", "widgets", "Widget")
+CONF = watches.Watch("conf", watches.CONFIGMAP, selector_text="conf=true")
+META = watches.Watch("meta", watches.CONFIGMAP, namespaces=("a",), mode="metadata")
+WIDGETS = watches.Watch("widgets", WIDGET)
+
+
+def obj(ns: str, name: str, rv: int, labels: dict[str, str] | None = None,
+        kind: str = "ConfigMap") -> dict[str, Any]:
+    meta = {"namespace": ns, "name": name, "uid": f"u-{name}", "resourceVersion": str(rv),
+            "labels": labels or {}}
+    if kind == "ConfigMap":
+        return {"metadata": meta, "data": {"secretish": f"value-{rv}"}}
+    return {"apiVersion": "example.com/v1", "kind": kind, "metadata": meta,
+            "spec": {"size": rv}, "status": {"ready": True}}
+
+
+class Served:
+    """The runtime's objects by resource plural; a plural absent is not served (404)."""
+
+    def __init__(self, objects: dict[str, list[dict[str, Any]]], list_rv: int = 100) -> None:
+        self.objects, self.list_rv = objects, list_rv
+        self.calls: list[tuple[str, str | None, str, str]] = []
+
+    def watch_pages(self, res: apitypes.Resource, namespace: str | None, *,
+                    field_selector: str, label_selector: str) -> Iterator[scan.Page]:
+        self.calls.append((res.plural, namespace, field_selector, label_selector))
+        if res.plural not in self.objects:
+            raise scan.Unserved(f"list {res.plural}: not served (404)", "unserved")
+        sel = filters.parse_selector(label_selector)
+        excluded = {t.split("!=")[1] for t in field_selector.split(",") if t}
+        items = [o for o in self.objects[res.plural]
+                 if (namespace is None or o["metadata"]["namespace"] == namespace)
+                 and o["metadata"]["namespace"] not in excluded
+                 and filters.selector_matches(sel, o["metadata"]["labels"])]
+        for i in range(0, max(len(items), 1), 2):  # pages of two
+            more = i + 2 < len(items)
+            yield scan.Page(items[i:i + 2], "more" if more else "", str(self.list_rv))
+
+
+class Source:
+    def __init__(self, value: tuple[watches.Watch, ...] | None) -> None:
+        self.value = value
+
+    def current(self) -> tuple[watches.Watch, ...] | None:
+        return self.value
+
+
+class Listener:
+    """Records per (watch, namespace, name); v1 records under the watch ""."""
+
+    def __init__(self, in_force: Sequence[watches.Watch]) -> None:
+        self.in_force = {w.name: w for w in in_force}
+        self.stored: dict[tuple[str, str, str], changes.ChangeRecord] = {}
+        self.posts: list[list[changes.ChangeRecord]] = []
+        self.digests: list[str] = []
+
+    def state_page(self, limit: int = 500, token: str = "",
+                   report: listenerapi.EpochReport | None = None, watch: str = "") -> sender.StatePage:
+        self.digests.append(watch)
+        items: list[changes.DigestItem] = [{
+            "namespace": k[1], "name": k[2], "uid": r["uid"], "resourceVersion": r["resourceVersion"],
+            "observedAt": r["observedAt"], "deleted": r["deleted"]}
+            for k, r in sorted(self.stored.items()) if k[0] == watch]
+        return sender.StatePage(items, "", 0)
+
+    def send(self, records: Sequence[changes.ChangeRecord],
+             timeout: tuple[float, float] | None = None) -> sender.Outcome:
+        self.posts.append(list(records))
+        results = []
+        for r in records:
+            assert not changes.validate_record(r), changes.validate_record(r)
+            name = r.get("watch", "")
+            if name:
+                assert watches.violation(self.in_force[name], r) is None, r
+            key = (name, r["namespace"], r["name"])
+            old = self.stored.get(key)
+            verdict = changes.compare(None if old is None else changes.version_of(old),
+                                      changes.version_of(r))
+            if verdict == "newer":
+                self.stored[key] = r
+            results.append({"outcome": {"newer": "persisted"}.get(verdict, verdict)})
+        return sender.Outcome("ok", 200, "ok", results=tuple(results))
+
+    def sent(self) -> list[changes.ChangeRecord]:
+        return [r for batch in self.posts for r in batch]
+
+
+class EnvPages:
+    """The environment's run's ConfigMap listing (no Watch list)."""
+
+    def __init__(self, objects: list[dict[str, Any]]) -> None:
+        self.objects = objects
+
+    def pages(self) -> Iterator[scan.Page]:
+        yield scan.Page(self.objects, "", "100")
+
+
+def runner(served: Served, lst: Listener, in_force: tuple[watches.Watch, ...] | None,
+           env: list[dict[str, Any]] | None = None, **kw: Any) -> tuple[run.Runner, metrics.Metrics]:
+    m = metrics.Metrics()
+    settings = run.RunSettings(**{"batch_items": 3, "rate": 1000.0, "burst": 1000, **kw})
+    r = run.Runner(RID, settings, filters.ConfigMapFilter.build(("kube-system",), ""),
+                   EnvPages(env or []), lst, m, sleep=lambda s: None,
+                   watches=watchrun.Watching(Source(in_force), served))
+    return r, m
+
+
+def sample(m: metrics.Metrics, name: str, **labels: str) -> float:
+    v = m.registry.get_sample_value(name, labels)
+    return 0.0 if v is None else v
+
+
+# -- the decisions -----------------------------------------------------------------------------
+
+def test_a_watch_naming_namespaces_lists_each_admitted_one_else_all_but_the_ignored() -> None:
+    w = watches.Watch("w", watches.CONFIGMAP, namespaces=("a", "kube-system", "b"),
+                      ignored_namespaces=("b",))
+    assert watchrun.listings(w) == ("a",)
+    everywhere = watches.Watch("e", watches.CONFIGMAP, ignored_namespaces=("zz",))
+    assert watchrun.listings(everywhere) == (None,)
+    sel = watchrun.field_selector(everywhere)
+    assert "metadata.namespace!=zz" in sel and "metadata.namespace!=tether-system" in sel
+    assert "metadata.namespace!=kube-system" in sel
+
+
+def test_a_tombstone_is_judged_at_its_namespaces_listing_else_the_latest() -> None:
+    assert watchrun.tomb_rv({"a": "10", "b": "30"}, "a") == "10"
+    assert watchrun.tomb_rv({None: "20"}, "c") == "20"
+    assert watchrun.tomb_rv({"a": "10", "b": "30"}, "gone-from-the-watch") == "30"
+    assert watchrun.tomb_rv({}, "a") == ""
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+def world() -> Served:
+    return Served({
+        "configmaps": [obj("a", "c1", 10, {"conf": "true"}), obj("a", "plain", 11),
+                       obj("b", "c2", 12, {"conf": "true"}),
+                       obj("a", "kube-root-ca.crt", 13, {"conf": "true"}),
+                       obj("tether-system", "c3", 14, {"conf": "true"})],
+        "widgets": [obj("a", "w1", 20, kind="Widget"), obj("c", "w2", 21, kind="Widget")],
+    })
+
+
+def test_each_watch_delivers_only_what_it_covers_as_v2_reduced_in_the_runtime() -> None:
+    in_force = (CONF, META, WIDGETS)
+    lst = Listener(in_force)
+    r, m = runner(world(), lst, in_force)
+    result = r.run()
+    assert result.outcome == "ok", result
+    assert lst.digests == ["conf", "meta", "widgets"]  # one digest per Watch, by name
+    got = {(x["watch"], x["namespace"], x["name"]) for x in lst.sent()}
+    assert got == {("conf", "a", "c1"), ("conf", "b", "c2"),  # its selector, never kube-root-ca.crt
+                   ("meta", "a", "c1"), ("meta", "a", "plain"),  # its namespace only
+                   ("widgets", "a", "w1"), ("widgets", "c", "w2")}
+    assert all(x["apiVersion"] == changes.API_VERSION_V2 for x in lst.sent())
+    by = {(x["watch"], x["name"]): x for x in lst.sent()}
+    assert by[("meta", "plain")]["data"] == {} and by[("conf", "c1")]["data"] == {"secretish": "value-10"}
+    assert by[("widgets", "w1")]["resource"] == {"group": "example.com", "version": "v1", "kind": "Widget"}
+    assert by[("widgets", "w1")]["data"]["spec"] == '{"size":20}'
+    assert result.scanned == 6 and result.differences["missing"] == 6
+    assert sample(m, "tether_poller_watches") == 3
+
+
+def test_an_in_sync_run_sends_nothing_and_gone_or_unselected_objects_get_v2_tombstones() -> None:
+    in_force = (CONF, WIDGETS)
+    served = world()
+    lst = Listener(in_force)
+    r, _ = runner(served, lst, in_force)
+    assert r.run().outcome == "ok"
+    lst.posts.clear()
+    again = r.run()
+    assert again.sent == 0 and lst.posts == []
+    served.objects["configmaps"][0]["metadata"].update(labels={}, resourceVersion="40")  # c1 left
+    served.objects["widgets"].pop()  # w2 deleted
+    served.list_rv = 120
+    third = r.run()
+    assert third.outcome == "ok" and third.differences["deleted"] == 2
+    tombs = {(x["watch"], x["name"]): x for x in lst.sent()}
+    assert set(tombs) == {("conf", "c1"), ("widgets", "w2")}
+    assert all(t["deleted"] and t["apiVersion"] == changes.API_VERSION_V2 and t["resourceVersion"] == "120"
+               for t in tombs.values())
+    assert tombs[("widgets", "w2")]["resource"]["kind"] == "Widget"
+
+
+def test_a_watch_of_a_kind_not_served_is_skipped_and_the_others_still_run() -> None:
+    gadgets = watches.Watch("a-gadgets", watches.Target("example.com", "v1", "gadgets", "Gadget"))
+    in_force = (gadgets, CONF)
+    lst = Listener(in_force)
+    lst.stored[("a-gadgets", "a", "g1")] = changes.watch_tombstone(  # a record it holds already
+        watch=gadgets, runtime_id=RID, namespace="a", name="g1", uid="u", resource_version="5",
+        source="webhook")
+    lst.stored[("a-gadgets", "a", "g1")].update(deleted=False)
+    r, m = runner(world(), lst, in_force)
+    result = r.run()
+    assert result.outcome == "ok"
+    assert {x["watch"] for x in lst.sent()} == {"conf"}  # nothing tombstoned for the skipped one
+    assert sample(m, "tether_poller_watches_skipped_total", reason="unserved") == 1
+    assert sample(m, "tether_poller_watches_skipped_total", reason="forbidden") == 0
+
+
+def test_without_the_watch_list_the_run_is_the_environments_v1_run() -> None:
+    lst = Listener(())
+    r, m = runner(world(), lst, None, env=[obj("a", "c1", 10), obj("b", "c2", 12)])
+    result = r.run()
+    assert result.outcome == "ok" and result.sent == 2
+    assert lst.digests == [""]
+    assert {x["apiVersion"] for x in lst.sent()} == {changes.API_VERSION}
+    assert all("watch" not in x for x in lst.sent())
+
+
+def test_no_watch_in_force_sends_nothing() -> None:
+    lst = Listener(())
+    r, _ = runner(world(), lst, ())
+    result = r.run()
+    assert result.outcome == "ok" and result.sent == 0 and lst.digests == []
+
+
+def test_the_watches_share_the_runs_pacer() -> None:
+    in_force = (CONF, META, WIDGETS)
+    lst = Listener(in_force)
+    slept: list[float] = []
+    m = metrics.Metrics()
+    clock = [0.0]
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        clock[0] += s
+
+    r = run.Runner(RID, run.RunSettings(batch_items=2, rate=2.0, burst=2), filters.ConfigMapFilter.build((), ""),
+                   EnvPages([]), lst, m, clock=lambda: clock[0], sleep=sleep,
+                   watches=watchrun.Watching(Source(in_force), world()))
+    assert r.run().sent == 6
+    # 6 records at 2 per second with a burst of 2: the later batches waited 2 s in all
+    assert abs(sum(slept) - 2.0) < 1e-6
