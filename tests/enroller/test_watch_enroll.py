@@ -18,7 +18,7 @@ from enroller import render
 from testing import controlplane, watchenv
 from tests.enroller.test_enroll import CRD as ENROLLMENT_CRD
 from tests.enroller.test_enroll import Env, writes
-from tether import apitypes, watchwire
+from tether import apitypes, gateway, watchwire
 
 pytestmark = pytest.mark.slow
 WIDGETS = {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget"}
@@ -176,6 +176,35 @@ def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
     watchenv.delete(env.api, env.ns, "widgets")
     e.run()
     assert names(a) == ([], [])
+
+
+def test_watches_not_readable_leave_the_runtimes_as_they_are(
+        env: Env, planes: dict[str, controlplane.ControlPlane]) -> None:
+    """A list of the Watches that fails (here: an identity without RBAC on them) never turns
+    a runtime's Watches into the old scope: the previous run's are kept; with none known the
+    run changes no runtime and says why."""
+    watchenv.install_crd(env.api)
+    env.kyma("eps", planes["w-a"])
+    watchenv.apply(env.api, watchenv.watch("cms", CONFIGMAPS, env.ns))
+    nobody = gateway.from_kubeconfig(str(planes["wkcp"].issue_client_cert(f"nobody-{uuid.uuid4().hex[:6]}")))
+    try:
+        e = env.enroller()
+        assert e.run() == {"Ready": 1}
+        assert names(planes["w-a"]) == (["cms"], ["cms"])
+        e.watching.kcp = nobody  # the KCP refuses the list from now on
+        assert e.run() == {"Ready": 1}  # the previous run's Watches
+        assert names(planes["w-a"]) == (["cms"], ["cms"])
+
+        fresh = env.enroller()  # a new process: no Watches known
+        fresh.watching.kcp = nobody
+        before = writes(fresh)
+        assert fresh.run() == {"Failed": 1}
+        assert writes(fresh) == before
+        enrolled = env.condition("eps", "Enrolled")
+        assert (enrolled["status"], enrolled["reason"]) == ("False", "WatchesUnreadable")
+        assert names(planes["w-a"]) == (["cms"], ["cms"])
+    finally:
+        nobody.close()
 
 
 def test_when_the_watch_crd_goes_the_runtime_is_rendered_as_before_again(
