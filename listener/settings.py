@@ -13,6 +13,7 @@ import dataclasses
 import ipaddress
 from collections.abc import Mapping
 
+from listener.storage import budget
 from tether import config, numbers
 
 P = "TETHER_LISTENER_"
@@ -66,12 +67,15 @@ class Storage:
     """What one runtime may keep in the KCP and for how long (``listener.storage.quota``,
     ``listener.storage.rules``); the listener and its janitor read the same variables."""
 
+    # derived from the KCP storage budget (listener/storage/budget.py, docs/performance.md)
     quota_records: int = setting(config.integer(
-        P + "QUOTA_RECORDS", 20_000, "records (tombstones included) one runtime may keep in the "
-        "KCP", minimum=1, maximum=10_000_000))
+        P + "QUOTA_RECORDS", budget.records_per_runtime(), "records (tombstones included) one "
+        "runtime may keep in the KCP (default: the KCP budget's share of one of 5,000 runtimes)",
+        minimum=1, maximum=10_000_000))
     # a full ConfigMap (1 MiB of binaryData is ~1.4 MiB as a record) must always fit
     quota_bytes: int = setting(config.integer(
-        P + "QUOTA_BYTES", 256 * MIB, "bytes (the records' JSON size) one runtime may keep",
+        P + "QUOTA_BYTES", budget.RECORD_BYTES_FLOOR, "bytes (the records' JSON size) one runtime "
+        "may keep (default: the least in which one maximal ConfigMap fits)",
         minimum=2 * MIB, maximum=1024 * 1024 * MIB))
     quota_cache_seconds: float = setting(config.seconds(
         P + "QUOTA_CACHE_SECONDS", 10.0, "how long a worker trusts its list of a runtime's usage",

@@ -190,6 +190,10 @@ class ListenerProcess:
             "TETHER_LISTENER_RATE_BURST": "100000",
             "TETHER_LISTENER_KCP_TIMEOUT_SECONDS": "20",  # the test machine is overloaded
             "TETHER_LISTENER_RETRY_AFTER_SECONDS": "2",
+            # the quota before the KCP storage budget (200 records, 2 MiB): tests that store
+            # more than a budgeted runtime does, their subject not the quota (its own tests set it)
+            "TETHER_LISTENER_QUOTA_RECORDS": "20000",
+            "TETHER_LISTENER_QUOTA_BYTES": str(256 * 1024 * 1024),
         }
         vars_.update(overrides)
         self.scheme = "https" if vars_.get("TETHER_LISTENER_TLS_CERT_FILE") else "http"

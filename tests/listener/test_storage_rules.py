@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from listener import settings
-from listener.storage import quota, records, rules
+from listener.storage import budget, quota, records, rules
 from tether import changes, config
 
 T0 = datetime.datetime(2026, 11, 30, 10, 0, 0, tzinfo=datetime.UTC)
@@ -274,7 +274,8 @@ def test_orphans_are_marked_then_removed_after_the_grace_and_unmarked_when_back(
 
 def test_storage_and_janitor_defaults() -> None:
     s = settings.janitor_from_env({})
-    assert s.storage == settings.Storage(20_000, 256 * 1024 * 1024, 10.0, 7 * DAY)
+    # the KCP budget's share: 4 GiB of etcd for 5,000 runtimes at ~4.1 KiB a record
+    assert s.storage == settings.Storage(200, 2 * 1024 * 1024, 10.0, 7 * DAY)
     assert (s.orphan_grace, s.interval, s.lease_name, s.http_port) == (
         DAY, 600.0, "tether-janitor", 9091)
     assert s.heartbeat_namespace == s.lease_namespace == s.namespace == "kcp-system"
@@ -312,3 +313,11 @@ def test_the_listener_validates_the_same_storage_settings(tmp_path: pathlib.Path
     assert settings.from_env(env).storage == settings.Storage()
     with pytest.raises(config.SettingError, match="TETHER_LISTENER_QUOTA_BYTES"):
         settings.from_env({**env, "TETHER_LISTENER_QUOTA_BYTES": "lots"})
+
+
+def test_the_quota_defaults_keep_a_fleet_within_the_kcp_budget() -> None:
+    s = settings.Storage()
+    fleet = s.quota_records * budget.RUNTIMES * budget.ETCD_BYTES_PER_RECORD
+    assert fleet <= budget.records_bytes() <= budget.ETCD_QUOTA_BYTES
+    assert fleet > budget.records_bytes() * 0.9  # and does not leave most of it unused
+    assert s.quota_bytes >= 1024 * 1024 * 4 // 3 + 64 * 1024  # a 1 MiB binaryData record fits
