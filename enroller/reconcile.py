@@ -11,6 +11,9 @@ Secret is needed):
    certificates' serials; when both match what would be installed now, the certificates
    are far from expiry and the last full apply is younger than ``RESYNC_SECONDS``, nothing
    is written (the steady state);
+   With the Watch CRD installed, the Watches of the KCP namespace (listed once per run,
+   ``enroller.watching``) that apply to the runtime are part of what would be installed:
+   its webhooks and its ``tether-watches`` list; after a full run each Watch's status;
 3. otherwise every object of the rendered bundle (``enroller.render``) is server-side
    applied (field manager ``tether-enroller``, forced): a first install, a renewal (client
    certificate at two thirds of its lifetime, serving certificate likewise, both when the

@@ -14,7 +14,7 @@ status does not change, ``observedGeneration`` the Watch's generation):
 - ``Valid``: the Watch can be used (``Parsed``) or not (``Invalid``, the ``WatchError``
   message: the field and what is wrong);
 - ``Ready``: the Watch is in force in every runtime it selects (``InForce``; also when it
-  selects none: ``NoRuntimeSelected``), else ``NotInForce`` (how many runtimes lack it) or
+  selects none: ``NoRuntimes``), else ``Pending`` (how many selected runtimes lack it) or
   ``Invalid``.
 
 An unchanged outcome gives an equal status, so the caller writes only when it differs.
@@ -62,9 +62,9 @@ def status(f: WatchFacts) -> dict[str, Any]:
     else:
         valid = _condition(f, previous, "Valid", True, "Parsed", "the Watch can be used")
         if not f.runtimes:
-            ready = _condition(f, previous, "Ready", True, "NoRuntimeSelected", "the Watch selects no runtime")
+            ready = _condition(f, previous, "Ready", True, "NoRuntimes", "the Watch selects no runtime")
         elif missing:
-            ready = _condition(f, previous, "Ready", False, "NotInForce",
+            ready = _condition(f, previous, "Ready", False, "Pending",
                                f"not in force in {len(missing)} of {len(f.runtimes)} selected runtimes")
         else:
             ready = _condition(f, previous, "Ready", True, "InForce",

@@ -98,7 +98,7 @@ def test_counts_and_the_runtimes_not_in_force_with_why() -> None:
         {"runtimeId": "rt-c", "reason": "Unreachable: the runtime's API: timeout"}]
     assert cond(s, "Valid")["status"] == "True"
     ready = cond(s, "Ready")
-    assert (ready["status"], ready["reason"]) == ("False", "NotInForce")
+    assert (ready["status"], ready["reason"]) == ("False", "Pending")
     assert "2 of 3" in str(ready["message"])
 
 
@@ -114,7 +114,7 @@ def test_in_force_everywhere_or_nowhere_selected_is_ready() -> None:
     s = watchstatus.status(facts(watchstatus.RuntimeFacts("rt-a", True)))
     assert (cond(s, "Ready")["status"], cond(s, "Ready")["reason"]) == ("True", "InForce")
     s = watchstatus.status(facts())
-    assert (cond(s, "Ready")["status"], cond(s, "Ready")["reason"]) == ("True", "NoRuntimeSelected")
+    assert (cond(s, "Ready")["status"], cond(s, "Ready")["reason"]) == ("True", "NoRuntimes")
     assert s["runtimes"] == {"selected": 0, "inForce": 0, "notInForce": []}
 
 
