@@ -18,10 +18,25 @@ from tether import changes, listenerapi, sender
 log = logging.getLogger(__name__)
 
 
+WATCH_REFUSAL = "refused by the watches"  # the listener's 403 error (listener.edge.api)
+
+
 class Stop(Exception):
-    def __init__(self, outcome: str, detail: str = "", retry_after: float | None = None) -> None:
+    """The run ends with ``outcome``; ``status``: the listener's HTTP status when it ended it."""
+
+    def __init__(self, outcome: str, detail: str = "", retry_after: float | None = None,
+                 status: int = 0) -> None:
         super().__init__(f"{outcome}: {detail}")
         self.outcome, self.detail, self.retry_after = outcome, detail, retry_after
+        self.status = status
+
+
+def by_watches(outcome: sender.Outcome) -> bool:
+    """A 403 of the listener's check of records against the Watches (a record its Watch,
+    as the KCP holds it now, does not admit: this runtime's Watch list is behind): the
+    record is refused like an invalid one, the run goes on. Any other 403 (the runtime
+    itself refused) stops the run."""
+    return outcome.status == 403 and outcome.error == WATCH_REFUSAL
 
 
 class Restart(Exception):
@@ -109,5 +124,5 @@ def listing(buffer: Buffer) -> Iterator[None]:
 def stop_for(outcome: sender.Outcome, call: str) -> Stop:
     detail = f"{call}: {outcome.reason} {outcome.error}".strip()
     if outcome.verdict == "permanent":
-        return Stop("listener-refused", detail)
-    return Stop("listener-failed", detail, outcome.retry_after)
+        return Stop("listener-refused", detail, status=outcome.status)
+    return Stop("listener-failed", detail, outcome.retry_after, outcome.status)

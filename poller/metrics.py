@@ -13,7 +13,7 @@ KINDS = ("interval", "resync")
 DIFF_TYPES = ("missing", "changed", "deleted")
 SENT_OUTCOMES = ("persisted", "duplicate", "stale", "refused", "unknown")
 CALLS = ("state", "changes")
-SKIP_REASONS = ("unserved", "forbidden")  # a Watch whose resource cannot be listed
+SKIP_REASONS = ("unserved", "forbidden", "unknown")  # a Watch's pass skipped (poller.watchrun)
 UNINTERPRETABLE = ("key", "resourceVersion", "observedAt")
 
 
@@ -59,7 +59,8 @@ class Metrics:
                              "Watches in force in the last run in Watch mode (poller.watchrun)")
         self.watches_skipped = counter(
             "tether_poller_watches_skipped", "Passes of a Watch skipped, its resource not "
-            "listable, by reason: unserved (404: its CRD is missing), forbidden (403)", ["reason"])
+            "listable, by reason: unserved (404: its CRD is missing), forbidden (403), unknown "
+            "(the listener holds no such Watch in force)", ["reason"])
         self.epoch = gauge("tether_poller_epoch",
                            "The runtime's epoch the listener answered in the last run")
         self.last_success = gauge("tether_poller_last_success_timestamp_seconds",

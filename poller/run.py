@@ -304,11 +304,12 @@ class Runner:
                 state.sent += len(records)
                 return
             if outcome.verdict == "permanent":
-                if len(records) > 1 and outcome.status in (400, 413):
+                refused = outcome.status in (400, 413) or batching.by_watches(outcome)
+                if len(records) > 1 and refused:
                     for rec in records:  # isolate the record the listener refuses
                         self.send([rec], state)
                     return
-                if outcome.status in (400, 413):
+                if refused:
                     rec = records[0]
                     self.metrics.sent.labels("refused").inc()
                     log.error("listener refused %s/%s rv=%s: %s %s %s", rec["namespace"],

@@ -12,7 +12,11 @@
       live entries left over           -> v2 tombstones (changes.watch_tombstone): the object
                                           is gone or no longer covered
     404 / 403 on its list              -> the Watch is skipped (warning, counted by reason);
-                                          nothing is tombstoned for it, the others run
+                                          nothing is tombstoned for it, the others run; so is
+                                          a Watch the listener does not hold in force (404 on
+                                          its digest: the runtime's list is behind the KCP)
+    403 "refused by the watches"       -> that record is dropped (logged, counted refused),
+                                          the run goes on (poller.batching.by_watches)
 
 The passes share the run (``poller.batching``): one pacer (rate and burst are the run's),
 the batch bounds, the restarts after 410 Gone (a restart starts again from the first
@@ -134,9 +138,15 @@ class WatchRun:
     def _pass(self, w: watches.Watch, report: listenerapi.EpochReport, first: bool) -> int:
         """One Watch: its digest, its listings, its differences; the digest's size. The
         claim of a new epoch goes with the run's first state page only."""
-        digest, epoch = self.host.digest(
-            self.state, report if first else report._replace(epoch=None, collection_rv=""),
-            w.name)
+        try:
+            digest, epoch = self.host.digest(
+                self.state, report if first else report._replace(epoch=None, collection_rv=""),
+                w.name)
+        except batching.Stop as e:
+            if e.status != 404:
+                raise
+            self._skip(w, "unknown", f"the listener has no such watch for this runtime: {e}")
+            return 0
         entries = len(digest)
         mark = None if epoch is None else diff.high_water(digest, epoch)
         buffer = self.host.buffer(self.state, self.keep_going)
@@ -159,7 +169,7 @@ class WatchRun:
                         self._compare(w, page.items, digest, epoch, buffer)
             except scan.Unserved as e:
                 buffer.flush()
-                self._skip(w, e)
+                self._skip(w, e.reason, str(e))
                 return entries
         for (ns, name), entry in digest.items():
             rv = diff.leftover(entry, tomb_rv(listed, ns), listed_at, epoch or 0)
@@ -199,8 +209,8 @@ class WatchRun:
         self.state.count(kind)
         self.host.metrics.differences.labels(kind).inc()
 
-    def _skip(self, w: watches.Watch, e: scan.Unserved) -> None:
-        self.skipped.append((w.name, e.reason))
-        self.host.metrics.watches_skipped.labels(e.reason).inc()
+    def _skip(self, w: watches.Watch, reason: str, detail: str) -> None:
+        self.skipped.append((w.name, reason))
+        self.host.metrics.watches_skipped.labels(reason).inc()
         log.warning("watch %s skipped: %s (its records are kept; the other watches run)",
-                    w.name, e)
+                    w.name, detail)

@@ -66,10 +66,14 @@ class Listener:
         self.stored: dict[tuple[str, str, str], changes.ChangeRecord] = {}
         self.posts: list[list[changes.ChangeRecord]] = []
         self.digests: list[str] = []
+        self.unknown: set[str] = set()  # Watches the KCP holds in force no more (404)
+        self.refuse: set[str] = set()  # object names the KCP's check refuses (403)
 
     def state_page(self, limit: int = 500, token: str = "",
                    report: listenerapi.EpochReport | None = None, watch: str = "") -> sender.StatePage:
         self.digests.append(watch)
+        if watch in self.unknown:
+            raise sender.ListenerError(sender.Outcome("permanent", 404, "http-404", None, "unknown watch"))
         items: list[changes.DigestItem] = [{
             "namespace": k[1], "name": k[2], "uid": r["uid"], "resourceVersion": r["resourceVersion"],
             "observedAt": r["observedAt"], "deleted": r["deleted"]}
@@ -79,6 +83,8 @@ class Listener:
     def send(self, records: Sequence[changes.ChangeRecord],
              timeout: tuple[float, float] | None = None) -> sender.Outcome:
         self.posts.append(list(records))
+        if any(r["name"] in self.refuse for r in records):
+            return sender.Outcome("permanent", 403, "http-403", None, "refused by the watches")
         results = []
         for r in records:
             assert not changes.validate_record(r), changes.validate_record(r)
@@ -246,3 +252,26 @@ def test_the_watches_share_the_runs_pacer() -> None:
     assert r.run().sent == 6
     # 6 records at 2 per second with a burst of 2: the later batches waited 2 s in all
     assert abs(sum(slept) - 2.0) < 1e-6
+
+
+def test_a_watch_the_kcp_no_longer_holds_is_skipped_and_a_refused_record_does_not_stop_the_run() -> None:
+    in_force = (CONF, META, WIDGETS)
+    lst = Listener(in_force)
+    lst.unknown.add("meta")
+    lst.refuse.add("c1")
+    r, m = runner(world(), lst, in_force)
+    result = r.run()
+    assert result.outcome == "ok", result
+    stored = {(k[0], k[2]) for k in lst.stored}
+    assert stored == {("conf", "c2"), ("widgets", "w1"), ("widgets", "w2")}
+    assert sample(m, "tether_poller_watches_skipped_total", reason="unknown") == 1
+    assert sample(m, "tether_poller_records_sent_total", outcome="refused") == 1
+
+
+def test_any_other_refusal_stops_the_run() -> None:
+    lst = Listener((CONF,))
+    r, _ = runner(world(), lst, (CONF,))
+    lst.send = lambda records, timeout=None: sender.Outcome(  # type: ignore[method-assign]
+        "permanent", 403, "http-403", None, "runtime refused")
+    result = r.run()
+    assert result.outcome == "listener-refused"
