@@ -10,6 +10,7 @@ from tether import runmetrics
 STATES = ("Ready", "Failed", "Removing")
 EXPIRY_BANDS = ("expired", "lt1d", "lt7d", "lt30d", "ge30d")
 SKIP_REASONS = ("Busy", "NoWorker")
+WATCH_STATES = ("Ready", "Pending", "Invalid")
 
 
 class Metrics:
@@ -54,6 +55,10 @@ class Metrics:
         self.rate_limited = prom.Counter(
             "tether_enroller_issuance_refused_total", "Certificates not issued because their "
             "runtime reached its issuance limit", registry=r)
+        self.watches = prom.Gauge(
+            "tether_enroller_watches", "Watches of the KCP namespace at the end of the last full run, "
+            "by state: Ready (in force in every runtime it selects), Pending (not in some yet), "
+            "Invalid (not usable: skipped)", ["state"], registry=r)
         self.leader = runmetrics.leader("tether_enroller_leader", r)
         for s in STATES:
             self.runtimes.labels(s)
@@ -61,6 +66,8 @@ class Metrics:
             self.certificates.labels(b)
         for reason in SKIP_REASONS:
             self.skipped.labels(reason)
+        for state in WATCH_STATES:
+            self.watches.labels(state)
 
 
 def expiry_band(days_left: float) -> str:

@@ -136,8 +136,10 @@ class Enroller:
             for band in metrics.EXPIRY_BANDS:
                 self.stats.certificates.labels(band).set(bands.get(band, 0))
             ca = self._end_rollover(ca, by_name, enrollments, states, beats)
-            if listed is not None:
-                self.watching.write_status(listed, kymas, self._installed)
+            watch_states = (Counter[str]() if listed is None
+                            else self.watching.write_status(listed, kymas, self._installed))
+            for state in metrics.WATCH_STATES:
+                self.stats.watches.labels(state).set(watch_states.get(state, 0))
             self.stats.quarantined.set(sum(1 for n in names if self._mem(n).quarantined))
             self.stats.straggling.set(self.dispatcher.stragglers())
             self.stats.last_success.set(time.time())

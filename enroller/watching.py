@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -88,11 +89,12 @@ class Watching:
         return listed
 
     def write_status(self, listed: Listed, kymas: Iterable[Mapping[str, Any]],
-                     known: Callable[[Mapping[str, Any]], Installed]) -> int:
-        """Every Watch's status, written when it changed; how many were written."""
+                     known: Callable[[Mapping[str, Any]], Installed]) -> Counter[str]:
+        """Every Watch's status, written when it changed; the Watches by state (Ready,
+        Pending, Invalid: ``metrics.WATCH_STATES``)."""
         live = [k for k in kymas if not kyma.view(k).deleting]
         per_runtime = [(watches.in_force(listed.valid, k), known(k)) for k in live]
-        written = 0
+        states: Counter[str] = Counter()
         for obj in listed.objects:
             meta = obj.get("metadata") or {}
             name = str(meta.get("name", ""))
@@ -104,16 +106,16 @@ class Watching:
             status = watchstatus.status(watchstatus.WatchFacts(
                 now=self.now(), generation=generation, previous=obj.get("status"),
                 error=listed.errors.get(name), runtimes=runtimes))
+            states[watchstatus.state(status)] += 1
             if not watchstatus.changed(obj.get("status"), status):
                 continue
             try:
                 self.kcp.patch(apitypes.WATCHES, self.namespace, name, {"status": status}, subresource="status")
-                written += 1
             except gateway.NotFound:
                 pass  # deleted since the list
             except gateway.GatewayError as e:
                 log.warning("Watch %s: status not written: %s", name, logs.bounded(e, 200))
-        return written
+        return states
 
 
 def _fact(name: str, generation: int, r: Installed) -> watchstatus.RuntimeFacts:

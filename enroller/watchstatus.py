@@ -74,6 +74,14 @@ def status(f: WatchFacts) -> dict[str, Any]:
             "conditions": [valid, ready]}
 
 
+def state(status: Mapping[str, Any]) -> str:
+    """The Watch's state for the enroller's gauge: Ready, Pending or Invalid."""
+    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    if ready.get("status") == "True":
+        return "Ready"
+    return "Invalid" if ready.get("reason") == "Invalid" else "Pending"
+
+
 def changed(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """Whether ``new`` differs from the status as served (then it is written)."""
     return dict(previous or {}) != dict(new)

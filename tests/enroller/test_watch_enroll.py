@@ -145,6 +145,8 @@ def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
     bad = watch_obj(env, "bad")
     assert (cond(bad, "Valid")["status"], cond(bad, "Valid")["reason"]) == ("False", "Invalid")
     assert "spec.send.mode" in cond(bad, "Valid")["message"]
+    assert {state: e.stats.watches.labels(state)._value.get() for state in ("Ready", "Pending", "Invalid")} \
+        == {"Ready": 1, "Pending": 1, "Invalid": 1}
 
     # nothing changed: nothing written in the runtimes, no Watch status written
     before, rv = writes(e), cms["metadata"]["resourceVersion"]

@@ -100,6 +100,7 @@ def test_counts_and_the_runtimes_not_in_force_with_why() -> None:
     ready = cond(s, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "Pending")
     assert "2 of 3" in str(ready["message"])
+    assert watchstatus.state(s) == "Pending"
 
 
 def test_not_in_force_is_bounded() -> None:
@@ -113,6 +114,7 @@ def test_not_in_force_is_bounded() -> None:
 def test_in_force_everywhere_or_nowhere_selected_is_ready() -> None:
     s = watchstatus.status(facts(watchstatus.RuntimeFacts("rt-a", True)))
     assert (cond(s, "Ready")["status"], cond(s, "Ready")["reason"]) == ("True", "InForce")
+    assert watchstatus.state(s) == "Ready"
     s = watchstatus.status(facts())
     assert (cond(s, "Ready")["status"], cond(s, "Ready")["reason"]) == ("True", "NoRuntimes")
     assert s["runtimes"] == {"selected": 0, "inForce": 0, "notInForce": []}
@@ -124,6 +126,7 @@ def test_a_bad_watch_is_not_valid_with_the_field_named() -> None:
     assert (valid["status"], valid["reason"]) == ("False", "Invalid")
     assert "spec.send.mode" in str(valid["message"])
     assert cond(s, "Ready")["status"] == "False"
+    assert watchstatus.state(s) == "Invalid"
 
 
 def test_an_unchanged_outcome_is_an_equal_status_and_not_written_again() -> None:
