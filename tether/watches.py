@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -106,11 +107,11 @@ class Watch:
     keys: tuple[str, ...] = ()
     generation: int = 0
 
-    @property
+    @functools.cached_property  # parsed once per Watch: admissions ask for every object
     def selector(self) -> tuple[filters.Requirement, ...]:
         return filters.parse_selector(self.selector_text)
 
-    @property
+    @functools.cached_property
     def runtime_selector(self) -> tuple[filters.Requirement, ...]:
         return filters.parse_selector(self.runtime_selector_text)
 
