@@ -133,3 +133,53 @@ def test_watch_mode_delivers_per_watch_tombstones_what_left_and_skips_an_unserve
         assert plain is not None and plain["spec"]["data"] == {"k": "not-asked-for"}
     finally:
         lc.close()
+
+
+def test_under_its_own_rbac_a_watch_of_a_kind_it_may_not_read_is_skipped_as_forbidden(
+        skr_api: client.ApiClient, namespace: str, listener_env: Env, listener: ListenerProcess,
+        runtime: Callable[..., Runtime], least_privilege: Any) -> None:
+    """manifests/skr/poller/rbac.yaml grants read on ConfigMaps only: a Watch of a custom
+    resource nobody granted the poller is skipped (forbidden), the ConfigMap Watch runs."""
+    rt = runtime()
+    controlplane.install_crds(skr_api, widget_crd())
+    only_me = {"runtimes": {"selector": {"matchLabels": {apitypes.RUNTIME_ID_LABEL: rt.id}}},
+               "namespaces": [namespace]}
+    tag = uuid.uuid4().hex[:8]
+    bodies = [watchenv.watch(f"conf-{tag}", {"group": "", "version": "v1", "resource": "configmaps",
+                                             "kind": "ConfigMap"}, listener_env.namespace, **only_me),
+              watchenv.watch(f"widgets-{tag}", WIDGETS, listener_env.namespace, **only_me)]
+    core, co = client.CoreV1Api(skr_api), client.CustomObjectsApi(skr_api)
+    co.create_namespaced_custom_object(GROUP, "v1", namespace, "widgets", {
+        "apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "w9"}, "spec": {"size": 9}})
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="c9"), data={"k": "v"}))
+    lc = sender.ListenerClient(client_settings(rt, listener.url))
+    kube = gateway.from_kubeconfig(str(least_privilege))
+    try:
+        in_force = tuple(sorted((watches.parse(watchenv.apply(listener_env.api, b)) for b in bodies),
+                                key=lambda w: w.name))
+        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=watchwire.WIRE_CONFIGMAP),
+            data={watchwire.WIRE_KEY: watchwire.to_wire(in_force)}))
+        m = metrics.Metrics()
+        flt = filters.ConfigMapFilter.build(filters.DEFAULT_IGNORED_NAMESPACES, "")
+        lister = scan.Lister(kube, flt, page_size=50, timeout=30)
+        runner = run.Runner(rt.id, run.RunSettings(), flt, lister, lc, m, identity=lister.identity,
+                            watches=watchrun.Watching(watchset.WatchSet(kube, namespace, ttl=0), lister))
+
+        def known() -> bool:
+            try:
+                return all(lc.state_page(10, watch=w.name) is not None for w in in_force)
+            except sender.ListenerError:
+                return False
+        wait_until(known, 30, "the listener holds the Watches in force")
+        result = runner.run()
+        assert result.outcome == "ok", result
+        assert m.registry.get_sample_value("tether_poller_watches_skipped_total", {"reason": "forbidden"}) == 1
+        assert listener_env.stored_one(rt.id, namespace, "c9", f"conf-{tag}") is not None
+        assert listener_env.stored_one(rt.id, namespace, "w9", f"widgets-{tag}") is None
+    finally:
+        lc.close()
+        kube.close()
+        for b in bodies:
+            watchenv.delete(listener_env.api, listener_env.namespace, b["metadata"]["name"])
