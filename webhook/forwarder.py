@@ -35,7 +35,7 @@ import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 
-from tether import changes, logs, numbers, sender, tracing
+from tether import changes, logs, numbers, sender, tracing, watches
 from webhook import keyqueue, metrics, readback
 from webhook import records as records_mod
 from webhook import settings as settings_mod
@@ -63,9 +63,9 @@ def reread_delay(first: float, cap: float, rereads: int) -> float:
 class Forwarder:
     def __init__(self, settings: settings_mod.ForwarderSettings, runtime_id: str, queue: keyqueue.KeyQueue,
                  reader: readback.Reader, client: sender.ListenerClient, m: metrics.Metrics,
-                 watch_mode: Callable[[], bool] = lambda: False) -> None:
+                 in_force: Callable[[], tuple[watches.Watch, ...] | None] = lambda: None) -> None:
         self.settings, self.runtime_id = settings, runtime_id
-        self._watch_mode = watch_mode  # whether the runtime lists its Watches now
+        self._in_force = in_force  # the runtime's Watches now (None: no Watch list)
         self.queue, self.reader, self.client, self.metrics = queue, reader, client, m
         self._stop = threading.Event()
         self._deadline = float("inf")
@@ -184,9 +184,11 @@ class Forwarder:
         expired = now - item.admitted >= self.settings.readback_seconds or (
             self._stop.is_set() and self._time_left() <= 0)
         epoch = self._epoch  # learned before the read: a read of a lost history loses
-        if item.watch is None and self._watch_mode():
-            self.metrics.readbacks.labels("out-of-scope").inc()  # v1 no more: the poller's
+        now_item = records_mod.current(item, self._in_force())
+        if now_item is None:  # its Watch is gone, or the runtime changed mode: the poller's
+            self.metrics.readbacks.labels("out-of-scope").inc()
             return None
+        item = now_item
         target = item.watch.target if item.watch else None
         try:
             found = self.reader.get(item.namespace, item.name, target)

@@ -11,11 +11,24 @@ at once: a large object of any kind is never held in a queue, only its key.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether import changes, watches
 from webhook import keyqueue
+
+
+def current(item: keyqueue.Item, in_force: Sequence[watches.Watch] | None) -> keyqueue.Item | None:
+    """The entry as it is sent now: with the current version of its Watch (its mode or
+    selector may have changed since the admission); None when it is no longer to be sent
+    (its Watch is gone, or the runtime turned to or from Watch mode since)."""
+    if item.watch is None:
+        return item if in_force is None else None
+    now = next((w for w in in_force or () if w.name == item.watch.name), None)
+    if now is None or now.target != item.watch.target:  # another kind: not this object
+        return None
+    return item if now == item.watch else dataclasses.replace(item, watch=now)
 
 
 def live(item: keyqueue.Item, obj: Mapping[str, Any], *, runtime_id: str, observed_at: str,

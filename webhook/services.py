@@ -103,6 +103,6 @@ def build(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] |
     tracer = tracing.from_environment("tether-webhook")
     client = sender.ListenerClient(s.listener, tracer)
     fwd = forwarder.Forwarder(s.forwarder, s.runtime_id, queue, reader, client, m,
-                              watch_mode=lambda: sc.current() is not None)
+                              in_force=sc.current)
     return Services(s, queue, m, registry, fwd, serving, OverflowLog(s.overflow_log_seconds),
                     tracer=tracer, watch_scope=sc)

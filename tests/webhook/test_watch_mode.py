@@ -158,3 +158,28 @@ def test_a_batch_is_of_one_version() -> None:
     groups = records.by_version([v2a, v1, v2b])
     assert [[r.get("watch") for r in g] for g in groups] == [["meta", "conf"], [None]]
     assert changes.batch(groups[0])["kind"] == changes.LIST_KIND_V2
+
+
+def test_an_entry_is_sent_with_the_current_version_of_its_watch() -> None:
+    meta_now = watch("conf", send={"mode": "metadata"}, selector=CONF)
+    got = records.current(item(CONF_W), (meta_now, WIDGET_W))
+    assert got is not None and got.watch == meta_now and got.key == item(CONF_W).key
+    assert rec(got.watch, obj({"conf": "yes"}, data={"a": "1"}))["data"] == {}
+    same = item(CONF_W)
+    assert records.current(same, (CONF_W,)) is same
+
+
+@pytest.mark.parametrize(("entry", "in_force"), [
+    (item(CONF_W), (META_W,)),  # its Watch was deleted
+    (item(CONF_W), (watch("conf", WIDGET),)),  # its Watch now covers another kind
+    (item(CONF_W), None),  # the runtime's Watch list is gone
+    (item(None), (CONF_W,)),  # a v1 entry of before the runtime turned to Watch mode
+])
+def test_an_entry_no_longer_to_be_sent_is_dropped(entry: keyqueue.Item,
+                                                  in_force: tuple[watches.Watch, ...] | None) -> None:
+    assert records.current(entry, in_force) is None
+
+
+def test_without_watches_an_entry_is_sent_as_before() -> None:
+    entry = item(None)
+    assert records.current(entry, None) is entry
