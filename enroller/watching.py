@@ -3,9 +3,10 @@
 Each run lists the Watches once (``Watching.read``): a 404 means the Watch CRD is not
 installed and every runtime is rendered as before Watches (no ``tether-watches`` ConfigMap,
 the bundle's webhook); a Watch that does not parse (``watches.parse``) is skipped and its
-status says why. A list that fails otherwise keeps the previous run's Watches; with none
-known the runtimes of that run are not touched (they fail with ``WatchesUnreadable``), so a
-KCP hiccup never turns a runtime's Watches into the old scope.
+status says why. A list that fails otherwise renders as the previous run did (its Watches,
+or as before Watches when it found no CRD); with no list answered since the process
+started, the runtimes of that run are not touched (they fail with ``WatchesUnreadable``):
+a KCP hiccup never turns a runtime's Watches into the old scope.
 
 After a full run every Watch's status (``enroller.watchstatus``, pure) is written when it
 changed: the runtimes it selects, where it is in force, and where not with why.
@@ -71,21 +72,23 @@ class Installed:
 class Watching:
     def __init__(self, kcp: gateway.Kube, namespace: str, now: Callable[[], datetime.datetime]) -> None:
         self.kcp, self.namespace, self.now = kcp, namespace, now
-        self._last: Listed | None = None
+        self._last: Listed | None = None  # the last list's (None: no Watch CRD)
+        self._known = False  # a list answered since the process started
 
     def read(self) -> Listed | None:
-        """This run's Watches; None: no Watch CRD (rendering as before Watches)."""
+        """This run's Watches; None: no Watch CRD (rendering as before Watches). A list
+        that fails renders as the previous run did; ``Unreadable`` when no list answered yet."""
         try:
             listed = parse_all(self.kcp.list_items(apitypes.WATCHES, self.namespace))
         except gateway.NotFound:
-            self._last = None
+            self._last, self._known = None, True
             return None
         except gateway.GatewayError as e:
-            if self._last is None:
+            if not self._known:
                 raise Unreadable(f"listing the Watches failed: {logs.bounded(e, 200)}") from None
-            log.warning("Watches not readable, the previous run's are rendered: %s", logs.bounded(e, 200))
+            log.warning("Watches not readable, rendering as the previous run: %s", logs.bounded(e, 200))
             return self._last
-        self._last = listed
+        self._last, self._known = listed, True
         return listed
 
     def write_status(self, listed: Listed, kymas: Iterable[Mapping[str, Any]],

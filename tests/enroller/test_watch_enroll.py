@@ -112,6 +112,14 @@ def test_without_the_watch_crd_the_runtime_is_rendered_as_before(
     before = writes(e)
     assert e.run() == {"Ready": 1}
     assert writes(e) == before  # the steady state writes nothing, as before Watches
+    # a list that fails later renders as the previous run did: before Watches
+    nobody = gateway.from_kubeconfig(str(planes["wkcp"].issue_client_cert(f"nobody-{uuid.uuid4().hex[:6]}")))
+    try:
+        e.watching.kcp = nobody
+        assert e.run() == {"Ready": 1}
+        assert writes(e) == before
+    finally:
+        nobody.close()
 
 
 def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
