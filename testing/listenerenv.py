@@ -343,6 +343,12 @@ class Runtime:
         return c, k
 
 
+def as_stored(rec: dict[str, Any], watch: str = COMPAT_WATCH) -> dict[str, Any]:
+    """A v1 record as the listener stores it (under the env's compat Watch, a ConfigMap),
+    for tests that write records directly (``records.body``)."""
+    return {**rec, "watch": watch, "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}
+
+
 def create_kyma(api: client.ApiClient, namespace: str, runtime_id: str, domain: str | None,
                 *, finalizers: list[str] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": f"kyma-{runtime_id.lower()}"[:60], "namespace": namespace,

@@ -23,6 +23,7 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from listener.storage import records, rules, store
+from testing import listenerenv
 from testing.listenerenv import (
     Env,
     ListenerProcess,
@@ -144,7 +145,7 @@ def kcp_requests_during(env: Env, action: Callable[[], object]) -> dict[str, int
 
 def direct_write(env: Env, rec: dict[str, Any]) -> dict[str, Any]:
     """What another replica would have stored for ``rec`` (admin client, size annotated)."""
-    body = records.body(rec, env.namespace)
+    body = records.body(listenerenv.as_stored(rec), env.namespace)
     rules.annotate(body)
     obj: Any = client.CustomObjectsApi(env.api).create_namespaced_custom_object(
         apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural, body)

@@ -13,6 +13,7 @@ import requests
 from kubernetes import client
 
 from listener.storage import records
+from testing import listenerenv
 from testing.listenerenv import Env, ListenerProcess, Runtime
 from testing.pollerenv import InProcess, unique_selector
 from tether import apitypes, changes
@@ -30,7 +31,7 @@ NEWLINE_NAME = "cfg\n"  # the old pattern's '$' accepted it: stored as its own k
 
 def store_poison(env: Env, rt: Runtime, ns: str, name: str, **spec: str) -> dict[str, Any]:
     rec = rt.record(name, 5, ns=ns, observed_at="2026-01-01T00:00:00.000000Z")
-    body = records.body(rec, env.namespace)
+    body = records.body(listenerenv.as_stored(rec), env.namespace)
     body["spec"].update(spec)
     ann = body["metadata"]["annotations"]
     ann[records.ANN_RV] = body["spec"]["resourceVersion"]
