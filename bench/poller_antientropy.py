@@ -231,7 +231,7 @@ class Fleet:
                                 "resourceVersion": meta["resourceVersion"], "labels": LABELS}}
             rec = changes.from_configmap(obj, runtime_id=self.rt_id, source="webhook",
                                          observed_at=self.observed)
-            raw(self.kcp_api, "POST", path, records.body(rec, self.env.namespace))
+            raw(self.kcp_api, "POST", path, records.body(lc.as_stored(dict(rec)), self.env.namespace))
 
         parallel(seed, range(self.n, n), self.threads)
         self.n = n

@@ -224,7 +224,7 @@ def main(argv: list[str]) -> int:
             obj = {"metadata": {"namespace": NS, "name": f"cm-{i:05d}", "uid": "",
                                 "resourceVersion": created[i]}}
             rec = changes.from_configmap(obj, runtime_id=rt_id, source="webhook", observed_at=observed)
-            raw_post(kcp_api, path, records.body(rec, env.namespace))
+            raw_post(kcp_api, path, records.body(lc.as_stored(dict(rec)), env.namespace))
 
         parallel(seed, range(n), args.threads)
         phases["seed_kcp"] = time.monotonic() - t
