@@ -14,6 +14,7 @@ from unittest import mock
 
 import flask
 import pytest
+import yaml
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -21,9 +22,10 @@ from prometheus_client import CollectorRegistry
 
 from listener.edge import api
 from listener.edge import services as listener_services
+from testing import watchenv
 from tests.webhook.test_admission import review
 from tests.webhook.test_app import _settings
-from tether import apitypes, sender, tracing
+from tether import apitypes, sender, tracing, watches
 from webhook import app as webhook_app
 from webhook import forwarder, keyqueue, metrics
 from webhook import services as services_mod
@@ -53,6 +55,10 @@ class Listener:
         svc.buckets.empty.return_value = 0
         svc.buckets.take.return_value = 0
         svc.epochs.current.return_value = 0
+        # the Watch of every ConfigMap in force for the runtime (its v1 records' compat Watch)
+        svc.kymas.lookup.return_value = [mock.Mock(labels={}, modules=frozenset())]
+        svc.watches.current.return_value = (watches.parse(yaml.safe_load(
+            watchenv.ALL_CONFIGMAPS.read_text())),)
         svc.store.persist.side_effect = self._persist
         svc.audit_event.side_effect = lambda event, **f: self.audits.append({"event": event, **f})
         self.svc = svc
