@@ -12,7 +12,9 @@ The enroller writes the Watches that apply to a runtime into the ConfigMap
 A read that fails, or a ConfigMap that cannot be used (written by hand, cut short), keeps
 the last answer (logged once per cause): a runtime never starts sending what its Watches
 leave out because the API was briefly unavailable. Before the first good read the answer
-is the empty tuple when the ConfigMap exists but is unusable, None only when it is absent.
+is the empty tuple when the ConfigMap exists but is unusable, None when it is absent and
+while no read has answered yet (``settled()`` tells these apart: the poller does not run
+on an unknown list).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class WatchSet:
         self._value: tuple[watches.Watch, ...] | None = None
         self._read_at: float | None = None
         self._warned: str | None = None
+        self._settled = False  # a read answered (the ConfigMap, or its absence)
 
     def current(self) -> tuple[watches.Watch, ...] | None:
         with self._lock:
@@ -65,6 +68,12 @@ class WatchSet:
                 self._refresh()
                 self._read_at = now
             return self._value
+
+    def settled(self) -> bool:
+        """Whether a read ever answered: until then ``current()``'s None means "unknown",
+        not "absent" (a sender must not fall back to the environment's scope on it)."""
+        with self._lock:
+            return self._settled
 
     def refresh(self) -> tuple[watches.Watch, ...] | None:
         """Read now, whatever the ttl (tests, and a sender told its scope changed)."""
@@ -80,6 +89,7 @@ class WatchSet:
         except gateway.GatewayError as e:
             self._warn(f"cannot read {self._namespace}/{self._name}: {e}")
             return
+        self._settled = True
         if cm is None:
             self._value = None
             return
