@@ -127,6 +127,8 @@ class Runner:
         report = listenerapi.EpochReport(self._identity())
         watching = self.watches
         in_force = None if watching is None else watching.source.current()
+        if watching is not None and in_force is None and not watching.source.settled():
+            return _result(state, "apiserver-failed", "the runtime's Watch list cannot be read")
         gone = 0
         while gone <= self.settings.max_restarts:
             try:

@@ -40,9 +40,12 @@ log = logging.getLogger(__name__)
 
 
 class WatchSource(Protocol):
-    """``tether.watchset.WatchSet``: None when the runtime has no Watch list."""
+    """``tether.watchset.WatchSet``: None when the runtime has no Watch list, or while no
+    read of it has answered (``settled`` False: then no run, never the environment's)."""
 
     def current(self) -> tuple[watches.Watch, ...] | None: ...
+
+    def settled(self) -> bool: ...
 
 
 class WatchLister(Protocol):

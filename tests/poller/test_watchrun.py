@@ -51,11 +51,14 @@ class Served:
 
 
 class Source:
-    def __init__(self, value: tuple[watches.Watch, ...] | None) -> None:
-        self.value = value
+    def __init__(self, value: tuple[watches.Watch, ...] | None, settled: bool = True) -> None:
+        self.value, self.read = value, settled
 
     def current(self) -> tuple[watches.Watch, ...] | None:
         return self.value
+
+    def settled(self) -> bool:
+        return self.read
 
 
 class Listener:
@@ -275,3 +278,14 @@ def test_any_other_refusal_stops_the_run() -> None:
         "permanent", 403, "http-403", None, "runtime refused")
     result = r.run()
     assert result.outcome == "listener-refused"
+
+
+def test_while_the_watch_list_cannot_be_read_nothing_runs_not_even_the_environments_run() -> None:
+    lst = Listener(())
+    m = metrics.Metrics()
+    r = run.Runner(RID, run.RunSettings(), filters.ConfigMapFilter.build((), ""),
+                   EnvPages([obj("a", "c1", 10)]), lst, m,
+                   watches=watchrun.Watching(Source(None, settled=False), world()))
+    result = r.run()
+    assert result.outcome == "apiserver-failed" and "Watch list" in result.detail
+    assert lst.posts == [] and lst.digests == []
