@@ -214,7 +214,7 @@ def renewal(f: CertFacts) -> Renewal:
 
 # -- one runtime: whether its bundle is applied --------------------------------------------------
 
-ApplyCause = Literal["installed", "repaired", "renewed", "updated", "resync"]
+ApplyCause = Literal["installed", "repaired", "renewed", "updated", "watches", "resync"]
 
 
 class ApplyFacts(NamedTuple):
@@ -226,10 +226,12 @@ class ApplyFacts(NamedTuple):
     installed_current: bool        # both annotations name the digest of what would be installed now
     resync_due: bool               # the last full apply is at least RESYNC_SECONDS old
     webhook_serving: bool | None   # as last seen (None: never)
+    watches_current: bool = True   # the webhook configuration names the digest of the Watches rendered now
 
 
 class Apply(NamedTuple):
-    cause: ApplyCause | None  # why every object is applied; None: nothing is written
+    cause: ApplyCause | None  # why every object is applied (``watches``: the Watch list and the
+                              # webhook configuration only); None: nothing is written
     read_serving: bool        # the serving certificate is kept: its Secret is read for the apply
     check_webhook: bool       # the webhook Deployment's status is read
 
@@ -238,7 +240,8 @@ def apply(f: ApplyFacts) -> Apply:
     """The steady state writes nothing: both objects there, nothing renewed, the installed
     digest current and the last full apply younger than RESYNC_SECONDS. Otherwise the cause,
     the first that holds: a first install, a repair (an object deleted), a renewal, an
-    update (a new image or bundle, an edited webhook configuration), the periodic resync."""
+    update (a new image or bundle, an edited webhook configuration), the Watches in force
+    changed (only what they make is applied), the periodic resync."""
     cause: ApplyCause | None
     if not f.client_secret and not f.webhook_config and not f.applied_before:
         cause = "installed"
@@ -248,9 +251,11 @@ def apply(f: ApplyFacts) -> Apply:
         cause = "renewed"
     elif not f.installed_current:
         cause = "updated"
+    elif not f.watches_current:
+        cause = "watches"
     else:
         cause = "resync" if f.resync_due else None
-    return Apply(cause, read_serving=cause is not None and not f.serving_renewed,
+    return Apply(cause, read_serving=cause not in (None, "watches") and not f.serving_renewed,
                  check_webhook=cause is not None or f.webhook_serving is not True)
 
 

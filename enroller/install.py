@@ -120,15 +120,18 @@ class Installer:
         client_ca = _issuer(client_cert, ca, None)
         client = (client_cert, client_key, format(parsed.serial_number, "x"))
         objs = render.render(self.bundle, self._inputs(view, ca, client, serving, ws))
-        want = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"]["annotations"][render.DIGEST]
-        have = (((hook or {}).get("metadata") or {}).get("annotations") or {}).get(render.DIGEST)
+        want = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"]["annotations"]
+        have = ((hook or {}).get("metadata") or {}).get("annotations") or {}
         act = decide.apply(decide.ApplyFacts(
             client_secret=held.secret is not None, webhook_config=hook is not None,
             applied_before=mem.last_full != -math.inf, renewed=bool(renewed),
             serving_renewed=plan.serving is not None,
-            installed_current=have == want and held.notes.get(render.DIGEST) == want,
-            resync_due=self.clock() - mem.last_full >= self.s.resync, webhook_serving=mem.webhook_serving))
-        if act.cause is not None:
+            installed_current=have.get(render.DIGEST) == want[render.DIGEST] == held.notes.get(render.DIGEST),
+            resync_due=self.clock() - mem.last_full >= self.s.resync, webhook_serving=mem.webhook_serving,
+            watches_current=have.get(render.WATCHES_DIGEST) == want.get(render.WATCHES_DIGEST)))
+        if act.cause == "watches":
+            self._apply_watches(skr, view, objs)
+        elif act.cause is not None:
             if act.read_serving:  # kept: its Secret is needed for the apply
                 serving = self._kept_serving(skr, serving, view, ca, mem, now, renewed)
                 objs = render.render(self.bundle, self._inputs(view, ca, client, serving, ws))
@@ -191,6 +194,12 @@ class Installer:
                                        key=base64.b64decode(data["tls.key"]))
         renewed.append("serving")
         return self._new_serving(why, view, ca, mem, now)
+
+    def _apply_watches(self, skr: gateway.Kube, view: kyma.KymaView, objs: list[dict[str, Any]]) -> None:
+        """Only the Watches in force changed: the Watch list and the webhook configuration."""
+        self._apply(skr, render.watch_objects(objs))
+        self.stats.applies.labels("watches").inc()
+        log.info("runtime %s (Kyma %s): its Watches applied", view.runtime_id, view.name)
 
     def _delete_watch_list(self, skr: gateway.Kube) -> None:
         """The runtime's ``tether-watches`` ConfigMap deleted: it sends as before Watches."""

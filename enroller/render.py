@@ -18,7 +18,8 @@ what belongs to that runtime filled in:
   Deployments;
 * ``app.kubernetes.io/managed-by: tether-enroller`` on every object, and on the webhook
   configuration and the client Secret the bundle's digest and the certificates' serials,
-  which let one read tell the enroller that nothing changed.
+  which let one read tell the enroller that nothing changed; on the webhook configuration
+  the Watches' digest, which tells it that only the Watches changed.
 
 No I/O: ``render`` takes plain data and returns plain dicts in apply order.
 """
@@ -51,6 +52,7 @@ WEBHOOK_SERVICE_NAMES = ("tether-webhook.tether-system.svc", "tether-webhook.tet
 MANAGER = "tether-enroller"
 MANAGED_BY = {apitypes.MANAGED_BY_LABEL: MANAGER}
 DIGEST = "tether.kyma-project.io/bundle-digest"
+WATCHES_DIGEST = "tether.kyma-project.io/watches-digest"  # on the webhook configuration
 CLIENT_SERIAL = "tether.kyma-project.io/client-serial"
 SERVING_SERIAL = "tether.kyma-project.io/serving-serial"
 SERVING_NOT_AFTER = "tether.kyma-project.io/serving-not-after"
@@ -154,10 +156,11 @@ def _is_tether(ref: str) -> bool:
 
 
 def digest(objects: Iterable[Mapping[str, Any]], client_serial: str, serving_serial: str,
-           pull_secret: bytes | None = None) -> str:
+           pull_secret: bytes | None = None, *, watches: bool = False) -> str:
     """What identifies an installed state: the non-secret objects, the certificates' serials
     (never key material) and the image pull credentials (hashed into the digest only, so a
-    changed credential is applied)."""
+    changed credential is applied); whether Watches are rendered (which ones: ``WATCHES_DIGEST``,
+    so a changed Watch applies only what it changes)."""
     h = hashlib.sha256()
     for o in objects:
         if o["kind"] != "Secret":
@@ -165,6 +168,8 @@ def digest(objects: Iterable[Mapping[str, Any]], client_serial: str, serving_ser
     h.update(f"{client_serial}/{serving_serial}".encode())
     if pull_secret is not None:
         h.update(hashlib.sha256(pull_secret).digest())
+    if watches:
+        h.update(b"/watches")
     return h.hexdigest()[:32]
 
 
@@ -190,15 +195,18 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
             refs = [r for r in pod.get("imagePullSecrets") or [] if r.get("name") != PULL_SECRET]
             pod["imagePullSecrets"] = [*refs, {"name": PULL_SECRET}]
         if o["kind"] == "ValidatingWebhookConfiguration":
-            _webhooks(o, i)
-    if i.watches is not None:
-        objs.append(watch_list(i.watches))
-    d = digest(objs, i.client_serial, i.serving_serial, i.image_pull_secret)
+            for hook in o.get("webhooks") or []:
+                hook.setdefault("clientConfig", {})["caBundle"] = base64.b64encode(i.ca_bundle).decode()
+    d = digest(objs, i.client_serial, i.serving_serial, i.image_pull_secret, watches=i.watches is not None)
     notes = {DIGEST: d, CLIENT_SERIAL: i.client_serial, SERVING_SERIAL: i.serving_serial,
              SERVING_NOT_AFTER: i.serving_not_after, SERVING_RENEW_AT: i.serving_renew_at}
+    hook_notes = dict(notes)
+    if i.watches is not None:
+        _watches(objs, i.watches)
+        hook_notes[WATCHES_DIGEST] = watches_digest(i.watches)
     for o in objs:
         if o["kind"] == "ValidatingWebhookConfiguration":
-            o["metadata"]["annotations"] = {**(o["metadata"].get("annotations") or {}), **notes}
+            o["metadata"]["annotations"] = {**(o["metadata"].get("annotations") or {}), **hook_notes}
 
     def b64(b: bytes) -> str:
         return base64.b64encode(b).decode()
@@ -223,13 +231,26 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
     return sorted(objs, key=lambda o: ORDER.index(o["kind"]))
 
 
-def _webhooks(config: dict[str, Any], i: Inputs) -> None:
-    """The webhook configuration's caBundle; with Watches its whole list of webhooks, one per
-    Watch from the bundle's webhook (a Watch gone loses its webhook: the list is replaced)."""
-    for hook in config.get("webhooks") or []:
-        hook.setdefault("clientConfig", {})["caBundle"] = base64.b64encode(i.ca_bundle).decode()
-    if i.watches is not None:
-        config["webhooks"] = watchwire.webhook_entries(i.watches, (config.get("webhooks") or [{}])[0])
+def _watches(objs: list[dict[str, Any]], ws: tuple[watch_api.Watch, ...]) -> None:
+    """The webhook configuration's whole list of webhooks, one per Watch from the bundle's
+    webhook (a Watch gone loses its webhook: the list is replaced), and the Watch list."""
+    for o in objs:
+        if o["kind"] == "ValidatingWebhookConfiguration":
+            o["webhooks"] = watchwire.webhook_entries(ws, (o.get("webhooks") or [{}])[0])
+    objs.append(watch_list(ws))
+
+
+def watches_digest(ws: tuple[watch_api.Watch, ...]) -> str:
+    """What identifies the Watches rendered into a runtime (the webhooks are made from them
+    and the bundle's webhook, which the bundle's digest covers)."""
+    return hashlib.sha256(watchwire.to_wire(ws).encode()).hexdigest()[:32]
+
+
+def watch_objects(objs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of a rendering, what a change of the Watches alone applies: the Watch list, then the
+    webhook configuration."""
+    return [o for o in objs if o["kind"] == "ValidatingWebhookConfiguration"
+            or (o["kind"] == "ConfigMap" and o["metadata"]["name"] == watchwire.WIRE_CONFIGMAP)]
 
 
 def watch_list(ws: tuple[watch_api.Watch, ...]) -> dict[str, Any]:

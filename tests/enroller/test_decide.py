@@ -206,6 +206,8 @@ def test_a_webhook_not_serving_yet_is_looked_at_without_an_apply() -> None:
     (dict(webhook_config=False, installed_current=False), "repaired"),
     (dict(renewed=True, installed_current=False, resync_due=True), "renewed"),
     (dict(installed_current=False, resync_due=True), "updated"),
+    (dict(installed_current=False, watches_current=False), "updated"),  # the whole bundle covers them
+    (dict(renewed=True, watches_current=False), "renewed"),
     (dict(resync_due=True), "resync"),
 ])
 def test_the_apply_cause_is_the_first_that_holds(facts: dict[str, Any], cause: str) -> None:
@@ -213,6 +215,11 @@ def test_the_apply_cause_is_the_first_that_holds(facts: dict[str, Any], cause: s
     assert verdict.cause == cause
     assert verdict.check_webhook  # every apply looks at the webhook after
     assert verdict.read_serving  # the serving certificate is kept: its pair is read for the apply
+
+
+def test_only_the_watches_changed_applies_them_without_reading_the_serving_certificate() -> None:
+    assert apply(watches_current=False) == decide.Apply("watches", read_serving=False, check_webhook=True)
+    assert apply(watches_current=False, resync_due=True).cause == "watches"  # the resync comes next
 
 
 def test_a_renewed_serving_certificate_needs_no_read_of_its_secret() -> None:

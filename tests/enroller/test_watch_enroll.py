@@ -161,7 +161,9 @@ def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
     assert e.run() == {"Ready": 2, "Failed": 1}
     assert writes(e) == before and watch_obj(env, "cms")["metadata"]["resourceVersion"] == rv
 
-    # a Kyma CR relabelled and a Watch edited: the next reaction renders both
+    # a Kyma CR relabelled and a Watch edited: the next reaction renders both, applying
+    # only what the Watches make (the Watch list and the webhook configuration)
+    before = writes(e)
     relabel(env, "beta", {OPT_IN: "yes"})
     watchenv.apply(env.api, watchenv.watch("widgets", WIDGETS, env.ns, send={"mode": "metadata"},
                                            namespaces=["shop"]))
@@ -174,6 +176,8 @@ def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
     assert next(w for w in wire(a)["watches"] if w["name"] == "widgets")["generation"] == 2  # type: ignore[index]
     assert watch_obj(env, "widgets")["status"]["observedGeneration"] == 2
     assert watch_obj(env, "cms")["status"]["runtimes"]["inForce"] == 2
+    assert writes(e) - before == 4  # two objects in each of the two runtimes
+    assert e.stats.applies.labels("watches")._value.get() == 2
 
     # a Watch deleted: its webhook goes (the list is replaced, not merged)
     watchenv.delete(env.api, env.ns, "cms")

@@ -65,17 +65,28 @@ def test_no_watch_in_force_is_no_webhook_and_an_empty_list() -> None:
     assert json.loads(listed["data"][watchwire.WIRE_KEY])["watches"] == []
 
 
-def test_the_digest_follows_the_watch_set() -> None:
-    def digest(ws: tuple[watches.Watch, ...] | None) -> str:
+def test_the_watch_set_has_a_digest_of_its_own_and_only_watches_on_or_off_changes_the_bundle() -> None:
+    def notes(ws: tuple[watches.Watch, ...] | None) -> tuple[str, str | None]:
         objs = render.render(BUNDLE, dataclasses.replace(INPUTS, watches=ws))
-        return str(objs[-1]["metadata"]["annotations"][render.DIGEST])
+        hook = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"]["annotations"]
+        secret = next(o for o in objs if o["metadata"]["name"] == render.CLIENT_SECRET)["metadata"]["annotations"]
+        assert secret[render.DIGEST] == hook[render.DIGEST] and render.WATCHES_DIGEST not in secret
+        return hook[render.DIGEST], hook.get(render.WATCHES_DIGEST)
 
-    base = digest((watch("a"),))
-    assert digest((watch("a"),)) == base  # deterministic: an unchanged set is not re-applied
-    assert digest((watch("a", generation=2),)) != base
-    assert digest((watch("a"), watch("b"))) != base
-    assert digest(()) != base
-    assert digest(None) not in (base, digest(()))
+    bundle, base = notes((watch("a"),))
+    assert notes((watch("a"),)) == (bundle, base)  # deterministic: an unchanged set is not re-applied
+    for other in ((watch("a", generation=2),), (watch("a"), watch("b")), ()):
+        assert notes(other)[0] == bundle  # the bundle is as it was: only the Watches are applied
+        assert notes(other)[1] not in (None, base)
+    legacy = notes(None)
+    assert legacy[0] != bundle and legacy[1] is None  # Watches on or off: the whole bundle
+    assert render.render(BUNDLE, INPUTS)[-1]["metadata"]["annotations"][render.DIGEST] == legacy[0]
+
+
+def test_a_change_of_the_watches_alone_applies_the_watch_list_then_the_webhook_configuration() -> None:
+    objs = render.render(BUNDLE, dataclasses.replace(INPUTS, watches=(watch("a"),)))
+    assert [(o["kind"], o["metadata"]["name"]) for o in render.watch_objects(objs)] == [
+        ("ConfigMap", watchwire.WIRE_CONFIGMAP), ("ValidatingWebhookConfiguration", render.WEBHOOK_CONFIG)]
 
 
 def facts(*runtimes: watchstatus.RuntimeFacts, error: str | None = None, previous: dict[str, object] | None = None,
