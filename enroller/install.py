@@ -105,7 +105,8 @@ class Installer:
                ws: tuple[watch_api.Watch, ...] | None = None) -> Result:
         """The runtime read (two reads), its renewals and apply decided (``decide.renewal``,
         ``decide.apply``), then performed. ``ws``: the Watches in force there (None: before
-        Watches); a changed set changes the bundle's digest, so it is applied."""
+        Watches); a changed set changes the Watches' digest: the Watch list and the webhook
+        configuration are applied."""
         skr = self._skr(view)
         now = self.now()
         held = _Held.of(self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET))
