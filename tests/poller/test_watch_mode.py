@@ -18,7 +18,13 @@ from kubernetes import client
 from poller import metrics, run, scan, watchrun
 from testing import controlplane, watchenv
 from testing.listenerenv import COMPAT_WATCH, Env, ListenerProcess, Runtime
-from testing.pollerenv import client_settings, unique_selector, wait_until
+from testing.pollerenv import (
+    PollerProcess,
+    client_settings,
+    poller_env,
+    unique_selector,
+    wait_until,
+)
 from tether import apitypes, filters, gateway, sender, watches, watchset, watchwire
 
 pytestmark = pytest.mark.slow
@@ -183,3 +189,38 @@ def test_under_its_own_rbac_a_watch_of_a_kind_it_may_not_read_is_skipped_as_forb
         kube.close()
         for b in bodies:
             watchenv.delete(listener_env.api, listener_env.namespace, b["metadata"]["name"])
+
+
+def test_tether_poller_reads_the_watch_list_its_setting_names_and_runs_per_watch(
+        skr: controlplane.ControlPlane, skr_api: client.ApiClient, namespace: str, listener_env: Env,
+        listener: ListenerProcess, runtime: Callable[..., Runtime],
+        pollers: Callable[[str, dict[str, str]], PollerProcess]) -> None:
+    """The process as deployed (main's wiring): TETHER_WATCHES_CONFIGMAP names the list; a
+    relabelled ConfigMap's record is stored, then tombstoned, by interval runs alone."""
+    rt = runtime()
+    only_me = {"runtimes": {"selector": {"matchLabels": {apitypes.RUNTIME_ID_LABEL: rt.id}}},
+               "namespaces": [namespace]}
+    name = f"conf-{uuid.uuid4().hex[:8]}"
+    body = watchenv.watch(name, {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"},
+                          listener_env.namespace, selector={"matchLabels": {"conf": "yes"}}, **only_me)
+    core = client.CoreV1Api(skr_api)
+    try:
+        w = watches.parse(watchenv.apply(listener_env.api, body))
+        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="listed"), data={watchwire.WIRE_KEY: watchwire.to_wire((w,))}))
+        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="app", labels={"conf": "yes"}), data={"k": "v"}))
+        p = pollers("poller-watch", poller_env(
+            rt, listener.url, skr, "", namespace, TETHER_WATCHES_CONFIGMAP=f"{namespace}/listed",
+            TETHER_POLLER_INTERVAL_SECONDS="0.5", TETHER_POLLER_JITTER_SECONDS="0"))
+        stored = wait_until(lambda: listener_env.stored_one(rt.id, namespace, "app", name), 60,
+                            "the record under its Watch")
+        assert stored["metadata"]["labels"][watches.WATCH_LABEL] == name
+        assert stored["spec"]["source"] == "poller" and stored["spec"]["data"] == {"k": "v"}
+        assert p.metric("tether_poller_watches") == 1
+        core.patch_namespaced_config_map("app", namespace, {"metadata": {"labels": {"conf": "no"}}})
+        wait_until(lambda: (listener_env.stored_one(rt.id, namespace, "app", name) or {}).get(
+            "spec", {}).get("deleted") is True, 60, "the tombstone under its Watch")
+        assert listener_env.stored_one(rt.id, namespace, "listed", COMPAT_WATCH) is None  # no v1 run
+    finally:
+        watchenv.delete(listener_env.api, listener_env.namespace, name)
