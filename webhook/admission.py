@@ -20,7 +20,7 @@ API_VERSION = "admission.k8s.io/v1"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 
 Skip = Literal["dry-run", "no-change", "ignored-namespace", "label-selector", "other-kind",
-               "other-operation", "unnamed", "not-watched"]
+               "other-operation", "unnamed", "not-watched", "watches-unknown"]
 
 
 class ReviewError(ValueError):

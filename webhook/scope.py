@@ -7,7 +7,8 @@ version, plural and kind) that admits the object (``tether.watches.admits``: nam
 name, labels of the new *or* the old object, so an object whose labels leave a Watch's
 selector is forwarded once more and the forwarder sends that Watch a tombstone). Without
 the ConfigMap (``Scope.current()`` None) the environment's scope and v1 records apply
-(``webhook.admission.decide``), unchanged.
+(``webhook.admission.decide``), unchanged; before any read of it has answered
+(``Scope.settled()`` False: the runtime's API refused or failed) nothing is forwarded.
 """
 
 from __future__ import annotations
@@ -72,16 +73,25 @@ class Scope:
 
     def __init__(self, ws: watchset.WatchSet, ttl: float) -> None:
         self._ws, self._ttl = ws, ttl
-        self._value = ws.refresh()
+        self._value: tuple[watches.Watch, ...] | None = None
+        self._settled = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.refresh()
 
     def current(self) -> tuple[watches.Watch, ...] | None:
         return self._value
 
+    def settled(self) -> bool:
+        """Whether a read ever answered: until then ``current()``'s None means "unknown",
+        not "no Watch list" (nothing is forwarded: the environment's scope could send what
+        the runtime's Watches leave out)."""
+        return self._settled
+
     def refresh(self) -> tuple[watches.Watch, ...] | None:
-        self._value = self._ws.refresh()
-        return self._value
+        value = self._ws.refresh()
+        self._value, self._settled = value, self._ws.settled()
+        return value
 
     def start(self) -> None:
         if self._thread is None:

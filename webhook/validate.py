@@ -66,6 +66,8 @@ def too_large(_: Exception) -> flask.Response:
 
 def _enqueue(svc: services_mod.Services, req: admission.Request) -> str:
     """Decide and queue: the outcome (enqueued, coalesced, overflowed or why not)."""
+    if svc.watch_scope is not None and not svc.watch_scope.settled():
+        return "watches-unknown"  # the Watch list was never read: left to the poller
     in_force = svc.in_force()
     if in_force is None:  # no Watch list in this runtime: the environment's scope, v1
         skip = admission.decide(req, svc.settings.filter)
