@@ -69,12 +69,15 @@ class Listener:
         self.stored: dict[tuple[str, str, str], changes.ChangeRecord] = {}
         self.posts: list[list[changes.ChangeRecord]] = []
         self.digests: list[str] = []
+        self.reports: list[listenerapi.EpochReport | None] = []
         self.unknown: set[str] = set()  # Watches the KCP holds in force no more (404)
         self.refuse: set[str] = set()  # object names the KCP's check refuses (403)
 
     def state_page(self, limit: int = 500, token: str = "",
                    report: listenerapi.EpochReport | None = None, watch: str = "") -> sender.StatePage:
         self.digests.append(watch)
+        if not token:
+            self.reports.append(report)
         if watch in self.unknown:
             raise sender.ListenerError(sender.Outcome("permanent", 404, "http-404", None, "unknown watch"))
         items: list[changes.DigestItem] = [{
@@ -289,3 +292,19 @@ def test_while_the_watch_list_cannot_be_read_nothing_runs_not_even_the_environme
     result = r.run()
     assert result.outcome == "apiserver-failed" and "Watch list" in result.detail
     assert lst.posts == [] and lst.digests == []
+
+
+def test_a_listing_below_a_watchs_records_claims_a_new_epoch_once_with_the_runs_first_page() -> None:
+    in_force = (CONF, WIDGETS)
+    lst = Listener(in_force)
+    r, m = runner(world(), lst, in_force)  # the runtime lists at resourceVersion 100
+    rec = changes.from_object(obj("a", "w-old", 500, kind="Widget"), watch=WIDGETS, runtime_id=RID,
+                              source="webhook")
+    lst.stored[("widgets", "a", "w-old")] = rec  # written before the runtime's history went back
+    result = r.run()
+    assert result.outcome == "ok", result
+    assert sample(m, "tether_poller_history_went_back_total") == 1
+    claims = [x for x in lst.reports if x is not None and x.epoch is not None]
+    assert claims == [listenerapi.EpochReport("", 0, "100")]
+    # the claim went with the restarted run's first page: the first Watch's, not the one that saw it
+    assert lst.digests[lst.reports.index(claims[0])] == "conf"
