@@ -183,3 +183,14 @@ def test_an_entry_no_longer_to_be_sent_is_dropped(entry: keyqueue.Item,
 def test_without_watches_an_entry_is_sent_as_before() -> None:
     entry = item(None)
     assert records.current(entry, None) is entry
+
+
+def test_a_status_subresource_update_is_the_objects() -> None:
+    old = obj(resource=WIDGET, spec={"x": 1}, status={"ok": False})
+    new = obj(resource=WIDGET, rv="6", spec={"x": 1}, status={"ok": True})
+    doc = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "r1", "operation": "UPDATE", "namespace": "app", "name": "o", "subResource": "status",
+        "kind": {k: WIDGET[k] for k in ("group", "version", "kind")},
+        "resource": {k: WIDGET[k] for k in ("group", "version", "resource")},
+        "object": new, "oldObject": old}}
+    assert scope.decide(admission.parse(doc), ALL) == (None, (WIDGET_W,))
