@@ -125,6 +125,8 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
 
     def _worker_exit(self, server: Any, worker: Any) -> None:
         svc = self._services(worker)
+        if svc is not None and svc.watch_scope is not None:
+            svc.watch_scope.stop()
         if svc is not None and svc.forwarder is not None:
             svc.forwarder.stop()
 
