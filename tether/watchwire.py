@@ -17,6 +17,9 @@ from tether.watches import (ALWAYS_IGNORED_NAMESPACES, MAX_WATCHES, NEVER_SENT, 
 WIRE_KEY = "watches.json"  # key of the runtime's ConfigMap carrying the Watches in force there
 WIRE_CONFIGMAP = "tether-watches"  # in tether-system of every runtime
 WIRE_VERSION = 1
+# the bundle webhook's matchConditions that compare a ConfigMap's fields: kept only for kinds
+# holding their values there (an update of a custom resource's spec would not call the webhook)
+DATA_ONLY_CONDITIONS = ("content-changed",)
 
 
 def to_wire(watches: Sequence[Watch]) -> str:
@@ -71,6 +74,12 @@ def label_selector(text: str) -> dict[str, Any]:
     return {"matchExpressions": exprs} if exprs else {}
 
 
+def _holds_data(w: Watch) -> bool:
+    """Whether the Watch's kind keeps its values in ``data``/``binaryData`` (the bundle's
+    ``content-changed`` condition compares only those, labels and annotations)."""
+    return (w.target.group, w.target.kind) in (("", "ConfigMap"), ("", "Secret"))
+
+
 def webhook_name(w: Watch) -> str:
     return f"{w.name}.watches.tether.kyma-project.io"
 
@@ -79,8 +88,9 @@ def webhook_entries(watches: Sequence[Watch], template: Mapping[str, Any]) -> li
     """One webhook of a ``ValidatingWebhookConfiguration`` per Watch, from the bundle's
     webhook ``template`` (client config, failure policy, timeouts): rules for its resource,
     its label selector as ``objectSelector``, its namespaces as ``namespaceSelector`` (on
-    the ``kubernetes.io/metadata.name`` label every namespace carries) and the names never
-    sent as ``matchConditions``; the API server then calls the webhook only for what some
+    the ``kubernetes.io/metadata.name`` label every namespace carries), the template's
+    ``matchConditions`` (``content-changed`` only for kinds whose values are in ``data``)
+    and the names never sent; the API server then calls the webhook only for what some
     Watch covers."""
     out = []
     for w in sorted(watches, key=lambda w: w.name):
@@ -91,8 +101,10 @@ def webhook_entries(watches: Sequence[Watch], template: Mapping[str, Any]) -> li
         if w.namespaces:
             ns_exprs.append({"key": "kubernetes.io/metadata.name", "operator": "In",
                              "values": sorted(w.namespaces)})
-        conditions = [{"name": f"not-{name.replace('.', '-')}", "expression": f"request.name != '{name}'"}
-                      for g, k, name in NEVER_SENT if (g, k) == (w.target.group, w.target.kind)]
+        conditions = [c for c in template.get("matchConditions") or ()
+                      if c.get("name") not in DATA_ONLY_CONDITIONS or _holds_data(w)]
+        conditions += [{"name": f"not-{name.replace('.', '-')}", "expression": f"request.name != '{name}'"}
+                       for g, k, name in NEVER_SENT if (g, k) == (w.target.group, w.target.kind)]
         hook.update({
             "name": webhook_name(w),
             "rules": [{"apiGroups": [w.target.group], "apiVersions": [w.target.version],

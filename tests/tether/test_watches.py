@@ -197,3 +197,17 @@ def test_webhook_entries_carry_rules_and_selectors() -> None:
     assert "matchConditions" not in widgets and widgets["clientConfig"] == {"caBundle": "Q0E="}
     assert template["rules"] == [{"apiGroups": [""]}]  # the template is not changed
     assert watchwire.webhook_entries([], template) == []
+
+
+def test_webhook_entries_keep_the_bundles_conditions_where_they_hold() -> None:
+    dry = {"name": "not-dry-run", "expression": "!has(request.dryRun) || request.dryRun != true"}
+    changed = {"name": "content-changed", "expression": "object.?data.orValue({}) != oldObject.?data.orValue({})"}
+    template = {"name": "t", "matchConditions": [dry, changed]}
+    ws = [watches.parse(cr("widgets", WIDGET)), watches.parse(cr("cms")),
+          watches.parse(cr("secrets", watches.SECRET.wire(), send={"mode": "digest"}))]
+    cms, secrets, widgets = watchwire.webhook_entries(ws, template)
+    assert cms["matchConditions"] == [dry, changed, {"name": "not-kube-root-ca-crt",
+                                                     "expression": "request.name != 'kube-root-ca.crt'"}]
+    assert secrets["matchConditions"] == [dry, changed]
+    # a custom resource keeps its values elsewhere: comparing data would hide every spec change
+    assert widgets["matchConditions"] == [dry]
