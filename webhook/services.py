@@ -54,9 +54,11 @@ class Services:
         costs nothing here (the trace then starts at the forwarder's POST)."""
         if not self.tracer.enabled:
             return self.queue.put(admission.item_of(req, time.time(), watch=watch))
-        span = self.tracer.start(ADMISSION_SPAN, kind="server", attributes={
-            "tether.namespace": req.namespace, "tether.name": req.name,
-            "tether.operation": req.operation})
+        attributes = {"tether.namespace": req.namespace, "tether.name": req.name,
+                      "tether.operation": req.operation}
+        if watch is not None:
+            attributes["tether.watch"] = watch.name
+        span = self.tracer.start(ADMISSION_SPAN, kind="server", attributes=attributes)
         outcome = self.queue.put(admission.item_of(req, time.time(), span.context, watch))
         span.end({"tether.queue": outcome})
         return outcome
