@@ -1,0 +1,224 @@
+"""Benchmark: the poller's in-sync run in Watch mode, three Watches of different kinds
+against one, same run (issue 24), each against a plain paginated list of the same objects.
+
+Starts real SKR and KCP planes and the real listener (gunicorn, mTLS). Two runtimes, the
+same number of objects each (N, default 3,000; ~1 KiB of values each):
+
+  watches-1  one Watch: N ConfigMaps
+  watches-3  three Watches: N/3 ConfigMaps (full), N/3 Secrets (digest) and N/3 Widgets,
+             a custom resource (full)
+
+Each runtime's Watches are in the KCP (for that runtime only) and in its Watch list, as
+the enroller renders them. A first run of each delivers everything; then ROUNDS in-sync runs
+alternate between the two (medians), each timed against a plain paginated list of the same
+objects (`baseline`: what any reconciler must at least do, same page size). ratio =
+watches-3 seconds / watches-1 seconds. Prints a table and writes
+bench/results/poller_watches.json (commit, load average, command).
+
+    .venv/bin/python bench/poller_watches.py [--objects 3000] [--rounds 5] [--page-size 500]
+    .venv/bin/python bench/poller_watches.py --report
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import poller_run as pr  # noqa: E402
+from kubernetes import client  # noqa: E402
+
+from poller import metrics, run, scan, watchrun  # noqa: E402
+from testing import (  # noqa: E402
+    controlplane,
+    pollerenv,  # noqa: E402
+    watchenv,
+)
+from testing import listenerenv as lc  # noqa: E402
+from tether import apitypes, filters, gateway, sender, watches, watchset, watchwire  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "poller_watches.json"
+GROUP = "bench-watches.example.com"
+CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
+SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
+WIDGET = {"group": GROUP, "version": "v1", "resource": "widgets", "kind": "Widget"}
+CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"widgets.{GROUP}"},
+    "spec": {"group": GROUP, "scope": "Namespaced",
+             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                 "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+PATHS = {"ConfigMap": "/api/v1/namespaces/{ns}/configmaps", "Secret": "/api/v1/namespaces/{ns}/secrets",
+         "Widget": f"/apis/{GROUP}/v1/namespaces/{{ns}}/widgets"}
+
+
+def _body(kind: str, i: int) -> dict[str, Any]:
+    values = {f"key-{k}": f"value-{i}-{k}-" + "x" * 40 for k in range(16)}
+    meta = {"name": f"obj-{i:05d}", "labels": {"app": "bench"}}
+    if kind == "ConfigMap":
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": values}
+    if kind == "Secret":
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque",
+                "data": {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}}
+    return {"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": meta, "spec": values}
+
+
+def _get(api: client.ApiClient, path: str) -> dict[str, Any]:
+    """GET JSON through the client's TLS connection pool (pr.raw_post's reading twin)."""
+    cfg = api.configuration
+    headers = {"Accept": "application/json"}
+    if cfg.api_key.get("authorization"):
+        headers["Authorization"] = cfg.api_key["authorization"]
+    resp = api.rest_client.pool_manager.request("GET", cfg.host + path, headers=headers, preload_content=True)
+    if resp.status != 200:
+        raise RuntimeError(f"GET {path}: HTTP {resp.status}")
+    doc: dict[str, Any] = json.loads(resp.data)
+    return doc
+
+
+class Side:
+    """One runtime: its namespace, Watches (KCP and runtime list) and a Watch-mode runner."""
+
+    def __init__(self, name: str, env: lc.Env, listener: lc.ListenerProcess, skr_api: client.ApiClient,
+                 plan: list[tuple[str, dict[str, str], dict[str, Any]]], n: int, args: argparse.Namespace,
+                 work: pathlib.Path) -> None:
+        self.name, self.ns = name, f"{name}-{uuid.uuid4().hex[:6]}"
+        self.skr_api = skr_api
+        core = client.CoreV1Api(skr_api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.ns)))
+        rt = lc.add_runtime(env, f"rt-{self.ns}")
+        only = {"runtimes": {"selector": {"matchLabels": {apitypes.RUNTIME_ID_LABEL: rt.id}}},
+                "namespaces": [self.ns], "selector": {"matchLabels": {"app": "bench"}}}
+        self.kinds = [resource["kind"] for _, resource, _ in plan]
+        ws = tuple(watches.parse(watchenv.apply(env.api, watchenv.watch(
+            f"{self.ns}-{wname}", resource, env.namespace, **only, **spec))) for wname, resource, spec in plan)
+        core.create_namespaced_config_map(self.ns, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=watchwire.WIRE_CONFIGMAP),
+            data={watchwire.WIRE_KEY: watchwire.to_wire(ws)}))
+        per = n // len(plan)
+        pr.parallel(lambda i: pr.raw_post(skr_api, PATHS[self.kinds[i % len(plan)]].format(ns=self.ns),
+                                          _body(self.kinds[i % len(plan)], i)), range(per * len(plan)),
+                    args.threads)
+        self.objects = per * len(plan)
+        kube = gateway.Kube(skr_api)
+        flt = filters.ConfigMapFilter.build(filters.DEFAULT_IGNORED_NAMESPACES, "")
+        m = metrics.Metrics()
+        lister = scan.Lister(kube, flt, page_size=args.page_size, timeout=60, on_request=m.apiserver_requests.inc)
+        self.client = sender.ListenerClient(pollerenv.client_settings(rt, listener.url))
+        self.runner = run.Runner(rt.id, run.RunSettings(), flt, lister, self.client, m, identity=lister.identity,
+                                 watches=watchrun.Watching(watchset.WatchSet(kube, self.ns, ttl=0), lister))
+        self.watches = ws
+        self.page_size = args.page_size
+
+    def ready(self) -> bool:
+        try:
+            return all(self.client.state_page(10, watch=w.name) is not None for w in self.watches)
+        except sender.ListenerError:
+            return False
+
+    def run(self) -> dict[str, Any]:
+        t = time.perf_counter()
+        result = self.runner.run()
+        return {"seconds": time.perf_counter() - t, "outcome": result.outcome, "sent": result.sent}
+
+    def baseline(self) -> float:
+        """A plain paginated list of the same objects, kind by kind."""
+        t = time.perf_counter()
+        for kind in dict.fromkeys(self.kinds):
+            cont = ""
+            while True:
+                path = PATHS[kind].format(ns=self.ns) + f"?limit={self.page_size}" + (f"&continue={cont}" if cont else "")
+                cont = _get(self.skr_api, path)["metadata"].get("continue") or ""
+                if not cont:
+                    break
+        return time.perf_counter() - t
+
+
+def _print(doc: dict[str, Any]) -> None:
+    print(f"{'side':10s} {'objects':>8s} {'watches':>8s} {'in-sync s':>10s} {'list s':>8s} {'run/list':>9s}")
+    for name, s in doc["summary"].items():
+        print(f"{name:10s} {s['objects']:8d} {s['watches']:8d} {s['in_sync_seconds']:10.2f} "
+              f"{s['baseline_seconds']:8.2f} {s['in_sync_seconds'] / s['baseline_seconds']:9.2f}")
+    print(f"\nwatches-3 / watches-1 in-sync run: {doc['ratio']:.2f} (same number of objects)")
+    print(f"commit {doc['commit']}, load average {doc['load_average_1m']}, command: {doc['command']}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--objects", type=int, default=3000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--page-size", type=int, default=500)
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--report", action="store_true")
+    args = ap.parse_args()
+    if args.report:
+        _print(json.loads(RESULTS.read_text()))
+        return 0
+    load0 = os.getloadavg()[0]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="bench-poller-watches-") as tmp, \
+            controlplane.planes("skr", "kcp") as p:
+        d = pathlib.Path(tmp)
+        skr_api, kcp_api = pr.api_client(p["skr"], args.threads * 2), pr.api_client(p["kcp"], args.threads * 2)
+        controlplane.install_crds(kcp_api, controlplane.KYMA_CRD)
+        lc.install_crd(kcp_api)
+        env = lc.make_env(p["kcp"], kcp_api, d, f"kl-{uuid.uuid4().hex[:8]}")
+        controlplane.install_crds(skr_api, CRD)
+        listener = lc.ListenerProcess(env, "bench", TETHER_LISTENER_THREADS="8",
+                                      TETHER_LISTENER_WATCH_CACHE_SECONDS="1")
+        try:
+            sides = {"watches-1": Side("one", env, listener, skr_api, [("configuration", CM, {})],
+                                       args.objects, args, d),
+                     "watches-3": Side("three", env, listener, skr_api, [
+                         ("configuration", CM, {}), ("secrets", SECRET, {"send": {"mode": "digest"}}),
+                         ("widgets", WIDGET, {})], args.objects, args, d)}
+            pollerenv.wait_until(lambda: all(s.ready() for s in sides.values()), 60, "Watches in force")
+            for name, s in sides.items():
+                cold = s.run()
+                assert cold["outcome"] == "ok" and cold["sent"] == s.objects, (name, cold)
+            rounds: dict[str, list[dict[str, Any]]] = {n: [] for n in sides}
+            for r in range(args.rounds):
+                for name in (sides if r % 2 == 0 else reversed(list(sides))):
+                    res = sides[name].run()
+                    assert res["outcome"] == "ok" and res["sent"] == 0, (name, res)
+                    res["baseline_seconds"] = sides[name].baseline()
+                    rounds[name].append(res)
+                    print(f"round {r + 1} {name:10s} in-sync {res['seconds']:6.2f} s  "
+                          f"list {res['baseline_seconds']:6.2f} s", flush=True)
+        finally:
+            listener.stop()
+    summary = {n: {"objects": sides[n].objects, "watches": len(sides[n].watches),
+                   "in_sync_seconds": statistics.median(x["seconds"] for x in rs),
+                   "baseline_seconds": statistics.median(x["baseline_seconds"] for x in rs)}
+               for n, rs in rounds.items()}
+    doc = {"bench": "poller_watches", "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+           "commit": commit, "machine": f"{os.cpu_count()} CPUs",
+           "load_average_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
+           "command": " ".join(["bench/poller_watches.py", *sys.argv[1:]]), "settings": vars(args),
+           "rounds": rounds, "summary": summary,
+           "ratio": summary["watches-3"]["in_sync_seconds"] / summary["watches-1"]["in_sync_seconds"]}
+    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    print()
+    _print(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
