@@ -27,6 +27,7 @@ import pytest
 import requests
 from kubernetes import client
 
+from listener.fleet import watchlist
 from listener.storage import records
 from testing import controlplane, watchenv
 from testing.listenerenv import (
@@ -39,7 +40,7 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from tether import apitypes, changes, watches
+from tether import apitypes, changes, gateway, watches
 
 pytestmark = pytest.mark.slow
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
@@ -311,6 +312,35 @@ def test_an_unreadable_watch_list_is_503_not_403(
             assert r.headers.get("Retry-After") and e.stored(rt.id) == []
         finally:
             p.stop()
+    finally:
+        remove_namespace(e)
+
+
+def test_the_watch_list_keeps_the_last_read_and_skips_bad_watches(listener_env: Env) -> None:
+    """``WatchList`` over the listener's own user: a Watch that cannot be parsed is left out;
+    once read, a list the KCP refuses (the Role lost the Watches) keeps the last one."""
+    e = own_namespace(listener_env, "kwl")
+    try:
+        bad = watchenv.watch("keys-without-keys", CM, e.namespace, send={"mode": "keys"})
+        watchenv.apply(e.api, bad)
+        wl = watchlist.WatchList(gateway.from_kubeconfig(str(e.kubeconfig)), e.namespace,
+                                 ttl=0, timeout=20)
+        assert [w.name for w in wl.current()] == [COMPAT_WATCH]
+        rbac = client.RbacAuthorizationV1Api(e.api)
+        role = rbac.read_namespaced_role("tether-listener", e.namespace)
+        role.rules = [r for r in role.rules or [] if "watches" not in (r.resources or [])]
+        rbac.replace_namespaced_role("tether-listener", e.namespace, role)
+        fresh = watchlist.WatchList(gateway.from_kubeconfig(str(e.kubeconfig)), e.namespace,
+                                    ttl=0, timeout=20)
+        deadline = time.monotonic() + 30
+        while True:  # the authorizer's cache: until the new Role is in force
+            try:
+                fresh.current()
+            except gateway.Forbidden:
+                break
+            assert time.monotonic() < deadline, "the Role change never took effect"
+            time.sleep(0.2)
+        assert [w.name for w in wl.current()] == [COMPAT_WATCH]  # the last list read
     finally:
         remove_namespace(e)
 
