@@ -73,3 +73,13 @@ def test_legacy_records_are_due_only_where_records_under_watches_exist() -> None
     for m in (meta("up", "l1", None), meta("up", "l3", None), meta("up", "n1", "w")):
         capped.add(m)
     assert [t.name for t, _ in capped.due()] == ["l1"]
+
+
+def test_the_kyma_view_carries_the_enabled_modules() -> None:
+    from tether import kyma
+
+    v = kyma.view({"metadata": {"name": "k", "labels": {"tier": "gold"}},
+                   "spec": {"modules": [{"name": "widgets"}, {"channel": "x"}, "bad"]}})
+    assert v.modules == frozenset({"widgets"})
+    assert watchcheck.in_force([w("m", module="widgets")], v.labels, v.modules) != ()
+    assert kyma.view({"metadata": {}}).modules == frozenset()
