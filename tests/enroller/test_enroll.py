@@ -20,7 +20,7 @@ from kubernetes import client
 
 from enroller import metrics, reconcile, render
 from enroller import settings as settings_mod
-from testing import adminenv, compassenv, controlplane, listenerenv, localnet
+from testing import adminenv, compassenv, controlplane, listenerenv, localnet, watchenv
 from tether import certs, gateway, pki, skr_clients
 
 pytestmark = pytest.mark.slow
@@ -113,6 +113,9 @@ class Env:
 def env(kcp: controlplane.ControlPlane, kcp_namespace: str, kyma_crd: str, enrollment_crd: None,
         tmp_path: pathlib.Path) -> Iterator[Env]:
     e = Env(kcp, kcp_namespace, tmp_path)
+    # the shared KCP may hold the Watch CRD (other tests install it): the Watch of every
+    # ConfigMap keeps the runtime's webhook what these tests expect, in any order
+    watchenv.all_configmaps(e.api, kcp_namespace)
     yield e
     # release finalizers so the namespace's Kyma CRs can go
     custom = client.CustomObjectsApi(e.api)
