@@ -158,6 +158,8 @@ def scenario(fleet: deployed.Fleet) -> None:
 def wait(fleet: deployed.Fleet) -> None:
     kubectl = str(controlplane.binaries() / "kubectl")
     say(f"try:  {kubectl} --kubeconfig {fleet.skr.kubeconfig} -n demo create configmap x --from-literal=a=b")
+    say(f"      {kubectl} --kubeconfig {fleet.skr.kubeconfig} -n demo label configmap x "
+        "tether.kyma-project.io/configuration=true   # the shipped Watch's opt-in (docs/watches.md)")
     say(f"then: {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n {KCP_NS} get runtimeconfigmaps")
     say(f"pods: {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n tether-system get deployments")
     say("Ctrl-C stops everything")
