@@ -27,7 +27,7 @@ import pytest
 import requests
 from kubernetes import client
 
-from listener.fleet import watchlist
+from listener.fleet import heartbeat, watchlist
 from listener.storage import records
 from testing import controlplane, watchenv
 from testing.listenerenv import (
@@ -69,7 +69,8 @@ def env(listener_env: Env) -> Iterator[Env]:
 
 @pytest.fixture(scope="module")
 def listener(env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(env, "watches", TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0")
+    p = ListenerProcess(env, "watches", TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0",
+                        TETHER_LISTENER_DELIVERY_FLUSH_SECONDS="0")
     yield p
     p.stop()
 
@@ -166,6 +167,23 @@ def test_a_record_of_a_watch_not_in_force_is_refused_and_not_stored(
     assert env.stored(rt.id) == []  # the batch's admitted record neither
     audit = [a for a in listener.audit() if a.get("runtime") == rt.id and a["event"] == "refused"]
     assert len(audit) == 3 and audit[0]["reasons"] == {"watch_not_in_force": 1}
+    # the runtime's RuntimeDelivery names the last refused object of the reason
+    deadline = time.monotonic() + 60
+    while True:
+        assert state(listener, rt).status_code == 200  # a request: its counts are merged
+        try:
+            got = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
+                apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version,
+                env.namespace, apitypes.RUNTIME_DELIVERIES.plural, heartbeat.lease_name(rt.id))
+        except client.ApiException as e:
+            assert e.status == 404
+            got = {}
+        last = ((got.get("status") or {}).get("lastRefused") or {}).get("watch_not_in_force")
+        if last:
+            break
+        assert time.monotonic() < deadline, "lastRefused never named the refusal"
+        time.sleep(0.3)
+    assert last["name"] in ("w2", "c2") and last["status"] == 403, last
 
 
 def test_a_metadata_watch_refuses_a_record_that_carries_values(
