@@ -9,10 +9,16 @@ records under Watches (the runtime has delivered since the upgrade, so what it h
 there again under a Watch); until then they stay, so a KCP upgraded before its runtimes
 deliver loses nothing (docs/listener.md, "Legacy records"). Each deletion has the object's
 resourceVersion and UID as preconditions, like a tombstone's.
+
+Records of a Watch that was deleted (``of_gone_watch``) go after the retention rule: once
+their ``observedAt`` is older than the tombstone retention, like tombstones. A Watch that
+exists but no longer applies to the runtime keeps its records (they may apply again); the
+orphan rule removes a gone runtime's records whatever their Watch.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,3 +54,22 @@ class Legacy:
         """The legacy records of runtimes that hold records under Watches, by runtime."""
         return [held for rid in sorted(self._watched & set(self._held))
                 for held in self._held[rid]]
+
+
+def of_gone_watch(meta: Mapping[str, Any], existing: frozenset[str] | None,
+                  now: datetime.datetime, retention: float) -> rules.Tombstone | None:
+    """The record to delete when ``meta`` is of a Watch that no longer exists (``existing``:
+    the names of the Watches in the namespace; None when unknown: nothing is deleted) and
+    its ``observedAt`` is older than the tombstone retention plus the allowance: a deleted
+    Watch's records go after the retention rule, as if each were a tombstone."""
+    watch = records.watch_of(meta)
+    if existing is None or watch is None or watch in existing:
+        return None
+    ann = meta.get("annotations") or {}
+    ts = rules.parse_time(ann.get(records.ANN_OBSERVED))
+    if ts is None or ts >= now - datetime.timedelta(seconds=retention + rules.allowance(retention)):
+        return None
+    name, rv, uid = meta.get("name"), meta.get("resourceVersion"), meta.get("uid")
+    if not (isinstance(name, str) and isinstance(rv, str) and isinstance(uid, str)):
+        return None
+    return rules.Tombstone(name, rv, uid)

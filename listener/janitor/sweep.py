@@ -7,8 +7,8 @@ holder of the janitor Lease; gunicorn workers never run it):
    records of each runtime and collect the tombstones whose retention has passed
    (``rules.tombstone_due``, at most ``MAX_TOMBSTONES`` per run);
 2. delete those tombstones, each only if unchanged since listed (``preconditions``: a
-   newer record written meanwhile is never deleted), and the same way the records stored
-   before Watches of runtimes that hold records under Watches (``listener.janitor.legacy``);
+   newer record written meanwhile is never deleted), the same way the records of deleted
+   Watches past the retention and the legacy records (``listener.janitor.legacy``);
 3. list the heartbeat Leases and the Kyma CRs (metadata only) and decide per runtime
    (``rules.orphan_actions``): mark a runtime without a Kyma CR on its heartbeat Lease
    (``orphaned-since``, created when the runtime has records or a ``RuntimeDelivery`` but
@@ -95,6 +95,14 @@ class Kcp:
     def has_kyma(self, runtime_id: str) -> bool:
         return bool(kyma.list_by_runtime_id(self._kcp, self.namespace, runtime_id,
                                             timeout=self._timeout))
+
+    def watch_names(self) -> frozenset[str] | None:
+        """The Watches' names; None without the Watch CRD (no Watch was deleted)."""
+        try:
+            return frozenset(str(m.get("name") or "") for m in self._metadata_list(
+                apitypes.WATCHES, ""))
+        except gateway.NotFound:
+            return None
 
     def heartbeat_leases(self) -> dict[str, LeaseFacts]:
         out: dict[str, LeaseFacts] = {}
@@ -233,25 +241,40 @@ class Janitor:
             self.metrics.last_success.set(time.time())
         return summary
 
-    def _run(self) -> Summary:
-        s = self.settings
-        now = self._now()
+    def _listing(self, now: datetime.datetime, watch_names: frozenset[str] | None
+                 ) -> tuple[collections.Counter[str], list[rules.Tombstone],
+                            dict[str, dict[str, Any]], legacy.Legacy]:
+        """One listing of every record: the count per runtime, what is due (tombstones past
+        the retention, then records of deleted Watches past it) and the legacy records."""
+        retention = self.settings.storage.tombstone_retention
         counts: collections.Counter[str] = collections.Counter()
         due: list[rules.Tombstone] = []
         metas: dict[str, dict[str, Any]] = {}
         old = legacy.Legacy(MAX_TOMBSTONES)
+        for meta in self.kcp.record_metadata():
+            old.add(meta)
+            rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
+            if isinstance(rid, str):
+                counts[rid] += 1
+            if len(due) < MAX_TOMBSTONES:
+                t = (rules.tombstone_due(meta, now, retention, records.ANN_DELETED,
+                                         records.ANN_OBSERVED)
+                     or legacy.of_gone_watch(meta, watch_names, now, retention))
+                if t is not None:
+                    due.append(t)
+                    metas[t.name] = meta
+        return counts, due, metas, old
+
+    def _run(self) -> Summary:
+        s = self.settings
+        now = self._now()
         try:
-            for meta in self.kcp.record_metadata():
-                old.add(meta)
-                rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
-                if isinstance(rid, str):
-                    counts[rid] += 1
-                if len(due) < MAX_TOMBSTONES:
-                    t = rules.tombstone_due(meta, now, s.storage.tombstone_retention,
-                                                records.ANN_DELETED, records.ANN_OBSERVED)
-                    if t is not None:
-                        due.append(t)
-                        metas[t.name] = meta
+            watch_names = self.kcp.watch_names()
+        except API_ERRORS as e:  # the records of deleted Watches wait for the next run
+            self._failed("list_watches", e)
+            watch_names = None
+        try:
+            counts, due, metas, old = self._listing(now, watch_names)
         except API_ERRORS as e:
             return self._failed("list_records", e)
         pruned = self._prune(due, metas)
@@ -324,13 +347,11 @@ class Janitor:
                     break
                 self.summaries.heal(rid, buckets)
         self._pruned.clear()
-        if deleted and what == "tombstones_pruned":
-            logs.audit(self.audit, what, count=deleted,
-                       retention_seconds=self.settings.storage.tombstone_retention)
-            log.info("pruned %d tombstones older than the retention", deleted)
-        elif deleted:
-            logs.audit(self.audit, what, count=deleted)
-            log.info("deleted %d records stored before Watches", deleted)
+        if deleted:
+            logs.audit(self.audit, what, count=deleted, **(
+                {"retention_seconds": self.settings.storage.tombstone_retention}
+                if what == "tombstones_pruned" else {}))
+            log.info("%s: %d records deleted", what, deleted)
         return deleted
 
     def _removed(self, meta: dict[str, Any]) -> None:

@@ -183,6 +183,7 @@ def test_the_listener_and_janitor_roles_are_exactly_what_they_call(
         ("kcp-system", TETHER, "runtimedeliveries", ()): {"list", "delete"},
         ("kcp-system", TETHER, "runtimestatesummaries", ()): {"get", "create", "delete"},
         ("kcp-system", TETHER, "runtimestatesummaries/status", ()): {"update"},
+        ("kcp-system", TETHER, "watches", ()): {"list"},  # a deleted Watch's records go
         ("tether-heartbeats", COORDINATION, "leases", ()): {"list", "create", "patch",
                                                             "delete"},
         ("tether-system", COORDINATION, "leases", ()): {"create"},

@@ -83,3 +83,21 @@ def test_the_kyma_view_carries_the_enabled_modules() -> None:
     assert v.modules == frozenset({"widgets"})
     assert watchcheck.in_force([w("m", module="widgets")], v.labels, v.modules) != ()
     assert kyma.view({"metadata": {}}).modules == frozenset()
+
+
+def test_records_of_a_deleted_watch_are_due_after_the_retention() -> None:
+    import datetime
+
+    now = datetime.datetime(2026, 12, 4, 12, tzinfo=datetime.UTC)
+
+    def meta(watch: str | None, minutes_ago: float) -> dict[str, Any]:
+        at = changes.format_time(now - datetime.timedelta(minutes=minutes_ago))
+        return {"name": "rcm-x", "resourceVersion": "7", "uid": "u",
+                "labels": {watches.WATCH_LABEL: watch} if watch else {},
+                "annotations": {records.ANN_OBSERVED: at}}
+    names = frozenset({"kept"})
+    assert legacy.of_gone_watch(meta("gone", 10), names, now, 300) is not None
+    assert legacy.of_gone_watch(meta("gone", 4), names, now, 300) is None  # within retention
+    assert legacy.of_gone_watch(meta("kept", 10), names, now, 300) is None
+    assert legacy.of_gone_watch(meta(None, 10), names, now, 300) is None  # legacy: its own rule
+    assert legacy.of_gone_watch(meta("gone", 10), None, now, 300) is None  # Watches unknown

@@ -15,6 +15,7 @@ A second namespace without a compat Watch shows v1 records refused. The janitor 
 
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import sys
@@ -284,13 +285,13 @@ def legacy_record(env: Env, rt: Runtime, name: str) -> str:
     return str(body["metadata"]["name"])
 
 
-def run_janitor_once(env: Env) -> str:
+def run_janitor_once(env: Env, **overrides: str) -> str:
     environ = {k: v for k, v in os.environ.items()
                if not k.startswith("TETHER_") and k != "KUBECONFIG"}
     environ.update({"TETHER_LISTENER_KUBECONFIG": str(env.janitor_kubeconfig),
                     "TETHER_LISTENER_NAMESPACE": env.namespace,
                     "TETHER_LISTENER_AUDIT_LOG": str(env.dir / "janitor-watches-audit.jsonl"),
-                    "TETHER_LISTENER_LOG_FORMAT": "text"})
+                    "TETHER_LISTENER_LOG_FORMAT": "text", **overrides})
     out = subprocess.run([sys.executable, "-m", "tether.cli", "janitor", "--once"],
                          cwd=controlplane.REPO_ROOT, env=environ, capture_output=True,
                          text=True, timeout=120, check=False)
@@ -309,6 +310,29 @@ def test_the_janitor_deletes_legacy_records_once_records_under_watches_exist(
     assert gone not in names and env.stored_one(upgraded.id, "team-a", "old") is not None
     # a runtime that has not delivered since the upgrade keeps what it had
     assert [o["metadata"]["name"] for o in env.stored(waiting.id)] == [kept]
+
+
+def test_the_janitor_deletes_the_records_of_a_deleted_watch_after_the_retention(
+        env: Env, listener: ListenerProcess) -> None:
+    rt = runtime(env)
+    temp = watchenv.watch("temp", CM, env.namespace)
+    watchenv.apply(env.api, temp)
+    w = watches.parse(temp)
+    old_at = changes.format_time(datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5))
+    recs = [dict(changes.from_object(obj("t-old", 3, data={"a": "b"}), watch=w, runtime_id=rt.id,
+                                     source="poller", observed_at=old_at)),
+            v2(rt, w, obj("t-new", 4, data={"a": "b"}))]
+    deadline = time.monotonic() + 30
+    while (r := post(listener, rt, *recs)).status_code == 403:  # the listener's cache: 5 s
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.5)
+    assert r.status_code == 200, r.text
+    assert post(listener, rt, rt.record("t-old", 3)).status_code == 200  # the compat Watch's
+    watchenv.delete(env.api, env.namespace, "temp")
+    run_janitor_once(env, TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS="120")
+    assert env.stored_one(rt.id, "team-a", "t-old", watch="temp") is None
+    assert env.stored_one(rt.id, "team-a", "t-new", watch="temp") is not None  # not yet
+    assert env.stored_one(rt.id, "team-a", "t-old") is not None  # its Watch exists
 
 
 def test_an_unreadable_watch_list_is_503_not_403(
