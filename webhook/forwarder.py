@@ -71,6 +71,7 @@ class Forwarder:
         self._deadline = float("inf")
         self._threads: list[threading.Thread] = []
         self._epoch: int | None = None  # the runtime's epoch, as the listener last answered
+        self._forbidden_logged: set[tuple[str, str]] = set()  # (watch, resource) logged
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -204,6 +205,9 @@ class Forwarder:
                         item, _not_below(rv, item.old_resource_version),
                         runtime_id=self.runtime_id, observed_at=observed, epoch=epoch)
         except readback.ReadError as e:
+            if isinstance(e, readback.Forbidden) and item.watch is not None:
+                self._forbidden(item.watch, e)
+                return None
             if p.first_error is None:
                 log.info("reading %s/%s back failed, retrying: %s", item.namespace, item.name, e)
             first = p.first_error or now
@@ -224,6 +228,17 @@ class Forwarder:
         self.metrics.readbacks.labels(verdict.result).inc()
         log.info("not forwarding %s/%s: %s", item.namespace, item.name, verdict.result)
         return None
+
+    def _forbidden(self, w: watches.Watch, e: readback.ReadError) -> None:
+        """A Watch's kind this ServiceAccount may not read: dropped at once (retrying cannot
+        help; the poller's pass meets the same), logged once per Watch and resource."""
+        self.metrics.readbacks.labels("forbidden").inc()
+        key = (w.name, w.target.resource)
+        if key not in self._forbidden_logged:
+            self._forbidden_logged.add(key)
+            log.warning("the watch %s covers %s, which this ServiceAccount may not read (grant "
+                        "get and list, docs/webhook.md); its changes are not sent: %s",
+                        w.name, w.target.resource, e)
 
     def _deliver(self, records: Sequence[changes.ChangeRecord],
                  admitted: Mapping[keyqueue.Key, float], again: bool = True,

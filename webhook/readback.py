@@ -27,6 +27,11 @@ class ReadError(RuntimeError):
     """The runtime API could not be read (retried by the caller)."""
 
 
+class Forbidden(ReadError):
+    """This ServiceAccount may not read the resource (RBAC): in Watch mode a kind whose read
+    grant nobody gave (docs/webhook.md, "Watch mode"), not retried."""
+
+
 def judge(item: keyqueue.Item, found: Mapping[str, Any] | None, expired: bool) -> Judgement:
     """What to do with ``item`` given the object read back (None: absent)."""
     if found is not None:
@@ -61,7 +66,8 @@ class Reader:
         try:
             return self._skr.get_or_none(res, namespace, name, timeout=self._timeout)
         except gateway.GatewayError as e:
-            raise ReadError(f"GET {res.plural} {namespace}/{name}: {_why(e)}") from e
+            kind = Forbidden if isinstance(e, gateway.Forbidden) else ReadError
+            raise kind(f"GET {res.plural} {namespace}/{name}: {_why(e)}") from e
 
     def absent_at(self, namespace: str, name: str, target: watches.Target | None = None
                   ) -> tuple[str, dict[str, Any] | None]:
@@ -71,7 +77,8 @@ class Reader:
             doc = self._skr.list(res, namespace, field_selector=f"metadata.name={name}",
                                  timeout=self._timeout)
         except gateway.GatewayError as e:
-            raise ReadError(f"LIST {res.plural} {namespace} name={name}: {_why(e)}") from e
+            kind = Forbidden if isinstance(e, gateway.Forbidden) else ReadError
+            raise kind(f"LIST {res.plural} {namespace} name={name}: {_why(e)}") from e
         items = doc.get("items") or []
         rv = str((doc.get("metadata") or {}).get("resourceVersion") or "")
         return rv, (items[0] if items else None)

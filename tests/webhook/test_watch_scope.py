@@ -6,6 +6,7 @@ be read (RBAC refuses it), and a changed list taking effect at the next read."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,8 +17,8 @@ from prometheus_client import CollectorRegistry
 
 from testing import controlplane
 from tests.webhook.test_app import _settings
-from tether import gateway, watches, watchset, watchwire
-from webhook import app, keyqueue, metrics, scope
+from tether import gateway, sender, watches, watchset, watchwire
+from webhook import app, forwarder, keyqueue, metrics, readback, scope
 from webhook import services as services_mod
 
 pytestmark = pytest.mark.slow
@@ -135,3 +136,52 @@ def test_nothing_is_forwarded_while_the_list_could_never_be_read(
     assert not sc.settled() and sc.current() is None
     _post(c, review(CM, {"conf": "yes"}))
     assert len(svc.queue) == 0 and _outcomes(c) == {"watches-unknown": 1}
+
+
+def test_a_kind_it_may_not_read_is_dropped_at_once(
+        skr: controlplane.ControlPlane, skr_api: client.ApiClient, wire_ns: str) -> None:
+    """The webhook's own grant (the bundle's ClusterRole: ConfigMaps) and a Watch of Secrets
+    nobody granted: its entries are dropped at the first refusal, counted, not retried for a
+    minute; the ConfigMap Watch's entries are read and sent; without Watches a refusal is
+    retried as before."""
+    user = f"webhook-{uuid.uuid4().hex[:6]}"
+    kubeconfig = skr.issue_client_cert(user)
+    rbac = client.RbacAuthorizationV1Api(skr_api)
+    rbac.create_cluster_role({"metadata": {"name": user}, "rules": [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]})
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": user}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                                "kind": "ClusterRole", "name": user},
+        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]})
+    core = client.CoreV1Api(skr_api)
+    try:
+        core.create_namespaced_secret(wire_ns, client.V1Secret(
+            metadata=client.V1ObjectMeta(name="o"), string_data={"pw": "x"}))
+        core.create_namespaced_config_map(wire_ns, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="o", labels={"conf": "yes"}), data={"k": "v"}))
+        secrets = _watch("secrets", {**CM, "resource": "secrets", "kind": "Secret"},
+                         send={"mode": "digest"})
+        s = _settings()
+        m = metrics.build(CollectorRegistry())
+        fwd = forwarder.Forwarder(s.forwarder, "rt", keyqueue.KeyQueue(10),
+                                  readback.Reader(gateway.from_kubeconfig(str(kubeconfig))),
+                                  sender.ListenerClient(s.listener), m,
+                                  in_force=lambda: (CONF, secrets))
+
+        def entry(w: watches.Watch | None) -> forwarder._Pending:
+            return forwarder._Pending(keyqueue.Item(wire_ns, "o", "u", "UPDATE", "0", 0.0, watch=w),
+                                      time.monotonic())
+
+        assert fwd._resolve(entry(secrets)) is None
+        assert m.readbacks.labels("forbidden")._value.get() == 1
+        rec = fwd._resolve(entry(CONF))
+        assert isinstance(rec, dict) and rec["watch"] == "conf" and rec["data"] == {"k": "v"}
+        fwd._in_force = lambda: None  # no Watch list: the refusal is retried as before
+        legacy = forwarder._Pending(keyqueue.Item(wire_ns, "o", "u", "UPDATE", "0", 0.0),
+                                    time.monotonic())
+        fwd.reader = readback.Reader(gateway.from_kubeconfig(str(skr.issue_client_cert(f"{user}-x"))))
+        assert isinstance(fwd._resolve(legacy), forwarder._Pending)
+        assert m.readbacks.labels("forbidden")._value.get() == 1
+    finally:
+        rbac.delete_cluster_role_binding(user)
+        rbac.delete_cluster_role(user)
