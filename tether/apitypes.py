@@ -49,6 +49,12 @@ def _q(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
 
+def watched(group: str, version: str, plural: str) -> Resource:
+    """The resource type a Watch names (``tether.watches.Target``): any namespaced kind,
+    built-in or custom, that the runtime's senders read (the one place it is built)."""
+    return Resource(group, version, plural)
+
+
 # Groups ---------------------------------------------------------------------------------
 KYMA_GROUP = "operator.kyma-project.io"   # lifecycle-manager's (and compass-manager's)
 TETHER_GROUP = "tether.kyma-project.io"   # Tether's own CRDs (manifests/kcp/crds/)

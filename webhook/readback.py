@@ -48,7 +48,7 @@ def resource_of(target: watches.Target | None) -> apitypes.Resource:
     """The API resource of a Watch's target (None: ConfigMaps, without Watches)."""
     if target is None:
         return gateway.CONFIGMAPS
-    return apitypes.Resource(target.group, target.version, target.resource)
+    return apitypes.watched(target.group, target.version, target.resource)
 
 
 class Reader:
