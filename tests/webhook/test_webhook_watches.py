@@ -227,6 +227,11 @@ def test_a_custom_resource_is_delivered(wh: Stack) -> None:
     assert rec["resourceVersion"] == made["metadata"]["resourceVersion"]
     assert json.loads(rec["data"]["spec"]) == {"size": 3}
     assert json.loads(rec["data"]["status"]) == {"ready": True}
+    grown = wh.custom.patch_namespaced_custom_object(GROUP, "v1", wh.ns, "widgets", "w1",
+                                                     {"spec": {"size": 4}})  # a spec change alone
+    rec = _checked(wh, wh.wait("w1", "widgets", 2))[-1]
+    assert rec["resourceVersion"] == grown["metadata"]["resourceVersion"]
+    assert json.loads(rec["data"]["spec"]) == {"size": 4}
     wh.custom.delete_namespaced_custom_object(GROUP, "v1", wh.ns, "widgets", "w1")
-    tomb = _checked(wh, wh.wait("w1", "widgets", 2))[-1]
+    tomb = _checked(wh, wh.wait("w1", "widgets", 3))[-1]
     assert tomb["deleted"] is True and tomb["resource"]["kind"] == "Widget"
