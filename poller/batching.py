@@ -18,7 +18,6 @@ from tether import changes, listenerapi, sender
 log = logging.getLogger(__name__)
 
 
-WATCH_REFUSAL = "refused by the watches"  # the listener's 403 error (listener.edge.api)
 
 
 class Stop(Exception):
@@ -36,7 +35,7 @@ def by_watches(outcome: sender.Outcome) -> bool:
     as the KCP holds it now, does not admit: this runtime's Watch list is behind): the
     record is refused like an invalid one, the run goes on. Any other 403 (the runtime
     itself refused) stops the run."""
-    return outcome.status == 403 and outcome.error == WATCH_REFUSAL
+    return outcome.status == 403 and outcome.error == listenerapi.WATCH_REFUSAL
 
 
 class Restart(Exception):

@@ -78,7 +78,7 @@ class Host(Protocol):
 # -- the decisions (pure) ----------------------------------------------------------------------
 
 def resource_of(target: watches.Target) -> apitypes.Resource:
-    return apitypes.Resource(target.group, target.version, target.resource)
+    return apitypes.watched(target.group, target.version, target.resource)
 
 
 def listings(w: watches.Watch) -> tuple[str | None, ...]:

@@ -14,6 +14,10 @@ from typing import Any, NamedTuple
 
 from tether import changes
 
+# the error of the listener's 403 for records no Watch in force admits (the whole request is
+# refused: a sender re-sends a batch's records one by one to keep the admitted ones)
+WATCH_REFUSAL = "refused by the watches"
+
 
 class EpochReport(NamedTuple):
     """What the poller reports with the first page of a state listing (``listener.fleet.epochs``):

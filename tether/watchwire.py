@@ -11,8 +11,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tether import filters
-from tether.watches import (ALWAYS_IGNORED_NAMESPACES, MAX_WATCHES, NEVER_SENT, OPERATIONS,
-                            Watch, WatchError, parse)
+from tether.watches import (
+    ALWAYS_IGNORED_NAMESPACES,
+    MAX_WATCHES,
+    NEVER_SENT,
+    OPERATIONS,
+    Watch,
+    WatchError,
+    parse,
+)
 
 WIRE_KEY = "watches.json"  # key of the runtime's ConfigMap carrying the Watches in force there
 WIRE_CONFIGMAP = "tether-watches"  # in tether-system of every runtime

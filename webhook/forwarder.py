@@ -35,7 +35,7 @@ import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 
-from tether import changes, logs, numbers, sender, tracing, watches
+from tether import changes, listenerapi, logs, numbers, sender, tracing, watches
 from webhook import keyqueue, metrics, readback
 from webhook import records as records_mod
 from webhook import settings as settings_mod
@@ -52,6 +52,15 @@ class _Pending:
     next_try: float
     first_error: float | None = None
     rereads: int = 0  # "wait" verdicts so far (the re-read delay doubles)
+
+
+def per_record(outcome: sender.Outcome) -> bool:
+    """Whether a permanent refusal of a batch may concern only some of its records (pure):
+    then each is sent alone, so the listener stores the ones it admits. The listener refuses
+    a whole request for one record that is invalid, too large, or that no Watch in force
+    admits (its Watches changed before this runtime's list did)."""
+    return outcome.status in _PER_RECORD or (
+        outcome.status == 403 and outcome.error == listenerapi.WATCH_REFUSAL)
 
 
 def reread_delay(first: float, cap: float, rereads: int) -> float:
@@ -277,7 +286,7 @@ class Forwarder:
                         self._send_again(stale, admitted, entries)
                 return
             if outcome.verdict == "permanent":
-                if len(records) > 1 and outcome.status in _PER_RECORD:
+                if len(records) > 1 and per_record(outcome):
                     for rec in records:  # isolate the record the listener refuses
                         self._deliver([rec], admitted, again, entries)
                     return

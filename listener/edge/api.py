@@ -36,7 +36,7 @@ from flask import Blueprint, Response, request
 from listener.edge import auth, intake, peer, ratelimit, responses, services, validation, watchcheck
 from listener.fleet import epochs
 from listener.storage import quota, records, store
-from tether import certs, changes, gateway, logs, numbers, tracing
+from tether import certs, changes, gateway, listenerapi, logs, numbers, tracing
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
 DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
@@ -273,7 +273,7 @@ def _unwatched(svc: services.Services, runtime_id: str, recs: list[changes.Chang
                     records=len(refused), route=request.method + " " + str(request.url_rule),
                     **({"trace_id": trace_id} if trace_id else {}))
     first = refused[0]
-    return responses.error(403, "refused by the watches", {
+    return responses.error(403, listenerapi.WATCH_REFUSAL, {
         "reason": first.reason, "message": first.message,
         "records": watchcheck.details(refused, batch)})
 

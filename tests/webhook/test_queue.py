@@ -6,6 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
+from tether import listenerapi, sender
 from webhook import forwarder, keyqueue, readback
 
 
@@ -245,3 +248,15 @@ def test_reread_delay_starts_small_and_doubles_to_the_poll_interval() -> None:
     delays = [forwarder.reread_delay(0.005, 0.05, n) for n in range(6)]
     assert delays == [0.005, 0.01, 0.02, 0.04, 0.05, 0.05]
     assert forwarder.reread_delay(0.005, 0.05, 10_000) == 0.05
+
+
+@pytest.mark.parametrize(("status", "error", "split"), [
+    (400, "schema", True), (413, "record too large", True), (422, "invalid", True),
+    (403, listenerapi.WATCH_REFUSAL, True),  # one record its Watch (as the KCP holds it) refuses
+    (403, "forbidden", False),  # the runtime itself is refused: every record would be
+    (401, "unauthorized", False), (409, "epoch", False),
+])
+def test_a_refused_batch_is_resent_record_by_record_when_the_refusal_may_concern_one(
+        status: int, error: str, split: bool) -> None:
+    outcome = sender.Outcome("permanent", status, f"http-{status}", error=error)
+    assert forwarder.per_record(outcome) is split
