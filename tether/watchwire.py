@@ -87,6 +87,12 @@ def _holds_data(w: Watch) -> bool:
     return (w.target.group, w.target.kind) in (("", "ConfigMap"), ("", "Secret"))
 
 
+def _resources(w: Watch) -> list[str]:
+    """The rule's resources: a custom resource's ``status`` subresource too (a controller
+    writes its status there, and a status Watch must see it); ConfigMaps and Secrets have none."""
+    return [w.target.resource] if _holds_data(w) else [w.target.resource, f"{w.target.resource}/status"]
+
+
 def webhook_name(w: Watch) -> str:
     return f"{w.name}.watches.tether.kyma-project.io"
 
@@ -115,7 +121,7 @@ def webhook_entries(watches: Sequence[Watch], template: Mapping[str, Any]) -> li
         hook.update({
             "name": webhook_name(w),
             "rules": [{"apiGroups": [w.target.group], "apiVersions": [w.target.version],
-                       "resources": [w.target.resource], "operations": list(OPERATIONS),
+                       "resources": _resources(w), "operations": list(OPERATIONS),
                        "scope": "Namespaced"}],
             "namespaceSelector": {"matchExpressions": ns_exprs},
             "objectSelector": label_selector(w.selector_text),

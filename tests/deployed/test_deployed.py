@@ -409,12 +409,22 @@ WIDGET_CRD = {
              "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
                            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
 # what the runtime's readers need for the module's kind (the module's installation grants it)
-WIDGET_READERS = [
+WATCHED_READERS = [
     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "tether-read-widgets"},
      "rules": [{"apiGroups": ["example.com"], "resources": ["widgets"], "verbs": ["get", "list"]}]},
     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
      "metadata": {"name": "tether-read-widgets"},
      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tether-read-widgets"},
+     "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": overlays.NAMESPACE}
+                  for sa in ("tether-webhook", "tether-poller")]},
+    # the digest Watch's Secrets: read only where the Watch looks (whoever ships the Watch
+    # grants it; the bundle's roles never read Secrets, docs/webhook.md)
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+     "metadata": {"name": "tether-read-secrets", "namespace": "{customer}"},
+     "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+     "metadata": {"name": "tether-read-secrets", "namespace": "{customer}"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tether-read-secrets"},
      "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": overlays.NAMESPACE}
                   for sa in ("tether-webhook", "tether-poller")]}]
 
@@ -439,7 +449,8 @@ def test_watches_decide_what_leaves_the_runtime_of_any_kind(fleet: deployed.Flee
     KCP or in the listener's and webhook's logs; deleting a Watch unregisters it."""
     apply_json(fleet, fleet.skr, "widgets-crd", WIDGET_CRD)
     deployed.kubectl(fleet.skr, "wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=60s")
-    apply_json(fleet, fleet.skr, "widget-readers", *WIDGET_READERS)
+    apply_json(fleet, fleet.skr, "watched-readers", *json.loads(json.dumps(WATCHED_READERS).replace(
+        "{customer}", CUSTOMER_NS)))
     here = {"selector": {"matchLabels": {apitypes.RUNTIME_ID_LABEL: deployed.RUNTIME_ID}}}
     with fleet.kcp.api_client() as api:
         watchenv.install_crd(api)

@@ -139,7 +139,7 @@ def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
     assert names(a) == (["cms", "widgets"], ["cms", "widgets"])
     assert names(b) == (["widgets"], ["widgets"])
     hook = next(h for h in vwc_hooks(a) if h["name"].startswith("widgets."))
-    assert hook["rules"][0]["apiGroups"] == ["example.com"] and hook["rules"][0]["resources"] == ["widgets"]
+    assert hook["rules"][0]["apiGroups"] == ["example.com"] and hook["rules"][0]["resources"] == ["widgets", "widgets/status"]
     assert hook["clientConfig"]["service"]["name"] == "tether-webhook" and hook["clientConfig"]["caBundle"]
 
     widgets = watch_obj(env, "widgets")

@@ -188,8 +188,9 @@ def test_webhook_entries_carry_rules_and_selectors() -> None:
     cms, widgets = watchwire.webhook_entries(ws, template)
     assert cms["name"] == "cms.watches.tether.kyma-project.io" and cms["failurePolicy"] == "Ignore"
     assert cms["matchConditions"][0]["expression"] == "request.name != 'kube-root-ca.crt'"
-    assert cms["objectSelector"] == {}
-    assert widgets["rules"] == [{"apiGroups": ["example.com"], "apiVersions": ["v1"], "resources": ["widgets"],
+    assert cms["objectSelector"] == {} and cms["rules"][0]["resources"] == ["configmaps"]
+    assert widgets["rules"] == [{"apiGroups": ["example.com"], "apiVersions": ["v1"],
+                                 "resources": ["widgets", "widgets/status"],
                                  "operations": ["CREATE", "UPDATE", "DELETE"], "scope": "Namespaced"}]
     assert widgets["objectSelector"] == {"matchExpressions": [{"key": "x", "operator": "In", "values": ["1"]}]}
     assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a"]} in \
