@@ -57,7 +57,8 @@ def unwatched(svc: services.Services, runtime_id: str,
     kymas = svc.kymas.lookup(runtime_id)
     if len(kymas) != 1:  # changed since the caller was authenticated: none in force
         return watchcheck.check(recs, ())
-    ws = watchcheck.in_force(svc.watches.current(), kymas[0].labels, kymas[0].modules)
+    named = {str(r["watch"]) for r in recs if r.get("watch")}
+    ws = watchcheck.in_force(svc.watches.current(named), kymas[0].labels, kymas[0].modules)
     refused = watchcheck.check(recs, ws)
     if not refused:
         watchcheck.assign(recs, ws)
@@ -71,7 +72,7 @@ def state_watch(svc: services.Services, runtime_id: str, name: str | None
     (404) when there is none; raises ``gateway.GatewayError`` as ``unwatched``."""
     kymas = svc.kymas.lookup(runtime_id)
     ws = () if len(kymas) != 1 else watchcheck.in_force(
-        svc.watches.current(), kymas[0].labels, kymas[0].modules)
+        svc.watches.current(() if name is None else (name,)), kymas[0].labels, kymas[0].modules)
     w = watchcheck.compat(ws) if name is None else next((w for w in ws if w.name == name), None)
     if w is not None:
         return w.name

@@ -8,6 +8,12 @@ parsed (``tether.watches.parse``) is skipped: it is in force nowhere (its status
 written by the enroller). When the list fails (the KCP down, the Watch CRD missing) the last
 list read is used, however old; with none, the error propagates (the client gets 503 and
 retries), never a refusal.
+
+A request that names a Watch the list does not hold (a Watch created since the last read:
+the runtime's list, rendered by the enroller, may be ahead of this worker's) reads the list
+again at once, but at most once per ``REFRESH_FLOOR`` seconds per worker, so records of a
+new Watch are not refused for up to ``ttl`` and a runtime naming made-up Watches costs the
+KCP at most one list per second and worker.
 """
 
 from __future__ import annotations
@@ -15,11 +21,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from tether import apitypes, gateway, logs, watches
 
 log = logging.getLogger(__name__)
+REFRESH_FLOOR = 1.0  # seconds between reads forced by an unknown Watch name
 
 
 class WatchList:
@@ -32,13 +39,16 @@ class WatchList:
         self._watches: tuple[watches.Watch, ...] = ()
         self._skipped: dict[str, str] = {}  # name -> why, logged once per change
 
-    def current(self) -> tuple[watches.Watch, ...]:
+    def current(self, wanted: Iterable[str] = ()) -> tuple[watches.Watch, ...]:
         """Every usable Watch, by name; raises ``gateway.GatewayError`` when the list
-        cannot be read and none was read before."""
+        cannot be read and none was read before. ``wanted``: Watch names the request needs
+        (read again sooner when one is missing, see the module's docstring)."""
         now = self._clock()
         with self._lock:
             if self._read_at is not None and now - self._read_at < self._ttl:
-                return self._watches
+                known = {w.name for w in self._watches}
+                if all(n in known for n in wanted) or now - self._read_at < min(self._ttl, REFRESH_FLOOR):
+                    return self._watches
         try:
             items = list(self._kcp.list_items(apitypes.WATCHES, self._namespace,
                                               timeout=self._timeout))

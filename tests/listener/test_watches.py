@@ -396,3 +396,26 @@ def test_a_v2_record_of_another_kind_than_its_watch_is_refused(
     r = post(listener, rt, rec)
     assert r.status_code == 403 and r.json()["details"]["reason"] == "watch_violation"
     assert "covers Widget example.com/v1" in r.json()["details"]["message"]
+
+
+def test_a_watch_named_before_the_list_expires_is_read_at_once_at_most_each_second(
+        listener_env: Env) -> None:
+    """A Watch created after the worker's last read (the runtime's list is ahead) is found
+    by the request that names it, without waiting for the cache's ttl; made-up names force
+    at most one read per REFRESH_FLOOR."""
+    e = own_namespace(listener_env, "kwr")
+    now = [100.0]
+    try:
+        wl = watchlist.WatchList(gateway.from_kubeconfig(str(e.kubeconfig)), e.namespace,
+                                 ttl=60, timeout=20, clock=lambda: now[0])
+        assert [w.name for w in wl.current()] == [COMPAT_WATCH]
+        watchenv.apply(e.api, watchenv.watch("fresh", CM, e.namespace))
+        now[0] += 0.5  # within the floor: not read again, whatever is asked for
+        assert [w.name for w in wl.current(["fresh"])] == [COMPAT_WATCH]
+        now[0] += 1.0
+        assert [w.name for w in wl.current()] == [COMPAT_WATCH]  # nothing missing: the ttl holds
+        assert [w.name for w in wl.current(["fresh"])] == [COMPAT_WATCH, "fresh"]
+        watchenv.apply(e.api, watchenv.watch("later", CM, e.namespace))
+        assert "later" not in [w.name for w in wl.current(["made-up"])]  # just read: the floor
+    finally:
+        remove_namespace(e)
