@@ -55,15 +55,8 @@ RESULTS = REPO / "bench" / "results" / "poller_watches.json"
 GROUP = "bench-watches.example.com"
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
-WIDGET = {"group": GROUP, "version": "v1", "resource": "widgets", "kind": "Widget"}
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"widgets.{GROUP}"},
-    "spec": {"group": GROUP, "scope": "Namespaced",
-             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                 "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
-}
+WIDGET = watchenv.widgets(GROUP)
+CRD = watchenv.widget_crd(GROUP)
 PATHS = {"ConfigMap": "/api/v1/namespaces/{ns}/configmaps", "Secret": "/api/v1/namespaces/{ns}/secrets",
          "Widget": f"/apis/{GROUP}/v1/namespaces/{{ns}}/widgets"}
 

@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import webhook_admission as wa  # noqa: E402
 from kubernetes import client  # noqa: E402
 
-from testing import controlplane  # noqa: E402
+from testing import controlplane, watchenv  # noqa: E402
 from testing import webhookstack as stack  # noqa: E402
 from tether import certs, watches, watchwire  # noqa: E402
 
@@ -52,15 +52,8 @@ NS = wa.NAMESPACE
 GROUP = "bench.example.com"
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
-WIDGET = {"group": GROUP, "version": "v1", "resource": "widgets", "kind": "Widget"}
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"widgets.{GROUP}"},
-    "spec": {"group": GROUP, "scope": "Namespaced",
-             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                 "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
-}
+WIDGET = watchenv.widgets(GROUP)
+CRD = watchenv.widget_crd(GROUP)
 SERVERS = ("baseline", "watches-1", "watches-3", "watches-3-mixed")
 
 

@@ -68,3 +68,23 @@ def all_configmaps(api: client.ApiClient, namespace: str) -> dict[str, Any]:
     for tests whose subject is not what is watched."""
     install_crd(api)
     return apply(api, load(ALL_CONFIGMAPS, namespace))
+
+
+def widgets(group: str) -> dict[str, str]:
+    """The Watch resource of ``widget_crd(group)``: a custom kind standing for a module's."""
+    return {"group": group, "version": "v1", "resource": "widgets", "kind": "Widget"}
+
+
+def widget_crd(group: str) -> dict[str, Any]:
+    """A namespaced CRD of any shape, with a status subresource, for tests and benchmarks
+    that watch a custom resource in a runtime (its own group per test: the shared planes)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
+                           "listKind": "WidgetList"},
+                 "versions": [{"name": "v1", "served": True, "storage": True,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {
+                                   "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}

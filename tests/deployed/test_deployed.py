@@ -400,14 +400,8 @@ def test_changes_keep_arriving_through_a_ca_rollover(fleet: deployed.Fleet) -> N
     assert max(lags) < 15, lags
 
 
-WIDGETS = {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget"}
-WIDGET_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": "widgets.example.com"},
-    "spec": {"group": "example.com", "scope": "Namespaced",
-             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-             "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
-                           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+WIDGETS = watchenv.widgets("example.com")
+WIDGET_CRD = watchenv.widget_crd("example.com")
 # what the runtime's readers need for the module's kind (the module's installation grants it)
 WATCHED_READERS = [
     {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "tether-read-widgets"},

@@ -29,18 +29,8 @@ from tether import apitypes, filters, gateway, sender, watches, watchset, watchw
 
 pytestmark = pytest.mark.slow
 GROUP = "poller-watch.tether-test.example.com"
-WIDGETS = {"group": GROUP, "version": "v1", "resource": "widgets", "kind": "Widget"}
+WIDGETS = watchenv.widgets(GROUP)
 GADGETS = {"group": GROUP, "version": "v1", "resource": "gadgets", "kind": "Gadget"}  # never installed
-
-
-def widget_crd() -> dict[str, Any]:
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"widgets.{GROUP}"},
-            "spec": {"group": GROUP, "scope": "Namespaced",
-                     "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-                     "versions": [{"name": "v1", "served": True, "storage": True,
-                                   "schema": {"openAPIV3Schema": {
-                                       "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
 
 
 @pytest.fixture
@@ -66,7 +56,7 @@ def test_watch_mode_delivers_per_watch_tombstones_what_left_and_skips_an_unserve
         skr_api: client.ApiClient, namespace: str, listener_env: Env, listener: ListenerProcess,
         watch_bodies: tuple[Runtime, list[dict[str, Any]]]) -> None:
     rt, bodies = watch_bodies
-    controlplane.install_crds(skr_api, widget_crd())
+    controlplane.install_crds(skr_api, watchenv.widget_crd(GROUP))
     in_force = tuple(sorted((watches.parse(watchenv.apply(listener_env.api, b)) for b in bodies),
                             key=lambda w: w.name))
     conf, meta, widgets, gadgets = (next(w for w in in_force if w.name.startswith(p))
@@ -147,7 +137,7 @@ def test_under_its_own_rbac_a_watch_of_a_kind_it_may_not_read_is_skipped_as_forb
     """manifests/skr/poller/rbac.yaml grants read on ConfigMaps only: a Watch of a custom
     resource nobody granted the poller is skipped (forbidden), the ConfigMap Watch runs."""
     rt = runtime()
-    controlplane.install_crds(skr_api, widget_crd())
+    controlplane.install_crds(skr_api, watchenv.widget_crd(GROUP))
     only_me = {"runtimes": {"selector": {"matchLabels": {apitypes.RUNTIME_ID_LABEL: rt.id}}},
                "namespaces": [namespace]}
     tag = uuid.uuid4().hex[:8]

@@ -30,15 +30,8 @@ pytestmark = pytest.mark.slow
 
 PREVIOUS = "d18055a"  # the last landed commit before Watches (its webhook sends v1 records only)
 GROUP = "skew.example.com"
-WIDGET = {"group": GROUP, "version": "v1", "resource": "widgets", "kind": "Widget"}
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"widgets.{GROUP}"},
-    "spec": {"group": GROUP, "scope": "Namespaced",
-             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                 "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
-}
+WIDGET = watchenv.widgets(GROUP)
+CRD = watchenv.widget_crd(GROUP)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from testing import controlplane
+from testing import controlplane, watchenv
 from testing import receiver as receiver_mod
 from testing import webhookstack as stack
 from testing.receiver import Receiver
@@ -28,17 +28,10 @@ from tether import certs, changes, watches, watchwire
 pytestmark = pytest.mark.slow
 
 GROUP = "webhook-watches.example.com"
-WIDGET = {"group": GROUP, "version": "v1", "resource": "widgets", "kind": "Widget"}
+WIDGET = watchenv.widgets(GROUP)
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"widgets.{GROUP}"},
-    "spec": {"group": GROUP, "scope": "Namespaced",
-             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-                 "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
-}
+CRD = watchenv.widget_crd(GROUP)
 SECRET_VALUE = "hunter2-do-not-send"
 
 
@@ -104,7 +97,7 @@ def wh(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work = tmp_path_factory.mktemp("webhook-watches")
     core = client.CoreV1Api(skr_api)
-    _install_crd(skr_api)
+    controlplane.install_crds(skr_api, CRD)
     ns, wns = _namespace(core, "ww"), _namespace(core, "wwl")
     in_force = _watches(ns)
     core.create_namespaced_config_map(wns, client.V1ConfigMap(
@@ -138,22 +131,6 @@ def wh(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
         for name in (ns, wns):
             core.delete_namespace(name)
     assert rc == 0, proc.log()
-
-
-def _install_crd(api: client.ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    try:
-        controlplane.retry_busy(lambda: ext.create_custom_resource_definition(CRD))  # type: ignore[arg-type]
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-    deadline = time.monotonic() + 60
-    while True:
-        conds = ext.read_custom_resource_definition(CRD["metadata"]["name"]).status.conditions or []
-        if any(c.type == "Established" and c.status == "True" for c in conds):
-            return
-        assert time.monotonic() < deadline, "CRD not established"
-        time.sleep(0.1)
 
 
 def _checked(s: Stack, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -221,17 +198,22 @@ def test_a_digest_watch_of_secrets_sends_digests_never_the_value(wh: Stack) -> N
 def test_a_custom_resource_is_delivered(wh: Stack) -> None:
     made = wh.custom.create_namespaced_custom_object(GROUP, "v1", wh.ns, "widgets", {
         "apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "w1"},
-        "spec": {"size": 3}, "status": {"ready": True}})
+        "spec": {"size": 3}})
     rec = _checked(wh, wh.wait("w1", "widgets"))[0]
     assert rec["resource"] == {"group": GROUP, "version": "v1", "kind": "Widget"}
     assert rec["resourceVersion"] == made["metadata"]["resourceVersion"]
-    assert json.loads(rec["data"]["spec"]) == {"size": 3}
+    assert json.loads(rec["data"]["spec"]) == {"size": 3} and "status" not in rec["data"]
+    # a controller writes status through the subresource: registered too (watchwire)
+    ready = wh.custom.patch_namespaced_custom_object_status(GROUP, "v1", wh.ns, "widgets", "w1",
+                                                            {"status": {"ready": True}})
+    rec = _checked(wh, wh.wait("w1", "widgets", 2))[-1]
+    assert rec["resourceVersion"] == ready["metadata"]["resourceVersion"]
     assert json.loads(rec["data"]["status"]) == {"ready": True}
     grown = wh.custom.patch_namespaced_custom_object(GROUP, "v1", wh.ns, "widgets", "w1",
                                                      {"spec": {"size": 4}})  # a spec change alone
-    rec = _checked(wh, wh.wait("w1", "widgets", 2))[-1]
+    rec = _checked(wh, wh.wait("w1", "widgets", 3))[-1]
     assert rec["resourceVersion"] == grown["metadata"]["resourceVersion"]
     assert json.loads(rec["data"]["spec"]) == {"size": 4}
     wh.custom.delete_namespaced_custom_object(GROUP, "v1", wh.ns, "widgets", "w1")
-    tomb = _checked(wh, wh.wait("w1", "widgets", 3))[-1]
+    tomb = _checked(wh, wh.wait("w1", "widgets", 4))[-1]
     assert tomb["deleted"] is True and tomb["resource"]["kind"] == "Widget"
