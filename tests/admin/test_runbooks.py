@@ -17,7 +17,7 @@ import yaml
 
 from admin import fleet, runbooks
 from admin import settings as settings_mod
-from listener.edge import auth
+from listener.edge import auth, watchcheck
 from listener.storage import rules
 from tether import config, delivery, httpconn
 
@@ -88,7 +88,9 @@ def runtime_reasons() -> set[str]:
 
 
 def shown_reasons() -> set[str]:
-    return set(auth.REASONS) | set(httpconn.REASONS) | runtime_reasons() | {runbooks.OTHER}
+    # the Watches' refusals are recorded per record (``r.reason``): their set is watchcheck's
+    return (set(auth.REASONS) | set(httpconn.REASONS) | set(watchcheck.REASONS) | runtime_reasons()
+            | {runbooks.OTHER})
 
 
 def test_the_scan_finds_the_listeners_runtime_reasons() -> None:
