@@ -23,6 +23,9 @@ from webhook import admission
 
 log = logging.getLogger(__name__)
 _NOT_VALUES = ("apiVersion", "kind", "metadata")
+NUDGE_FLOOR = 1.0  # seconds between reads of the Watch list, however often nudged
+# skips that, for a call the registration sent, mean this list is behind the KCP's Watches
+STALE_HINTS = ("other-kind", "not-watched")
 
 
 def target_of(req: admission.Request) -> watches.Target:
@@ -75,7 +78,7 @@ class Scope:
         self._ws, self._ttl = ws, ttl
         self._value: tuple[watches.Watch, ...] | None = None
         self._settled = False
-        self._stop = threading.Event()
+        self._stop, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
         self.refresh()
 
@@ -100,10 +103,22 @@ class Scope:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+
+    def nudge(self) -> None:
+        """Read the list soon (the API server called for what no Watch here covers: the
+        registration, rendered from the KCP's Watches, is ahead of this list). Never
+        blocks; reads stay at most one per ``NUDGE_FLOOR`` seconds, whatever calls it."""
+        self._wake.set()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._ttl):
+        while not self._stop.is_set():
+            self._wake.wait(self._ttl)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.refresh()
             except Exception:  # never stop refreshing: the last answer stays
                 log.exception("reading the runtime's Watches failed")
+            self._stop.wait(NUDGE_FLOOR)

@@ -74,6 +74,8 @@ def _enqueue(svc: services_mod.Services, req: admission.Request) -> str:
         # queued (with a trace per admitted change when traced)
         return skip if skip is not None else svc.admit(req)
     skip, chosen = scope.decide(req, in_force)
+    if skip in scope.STALE_HINTS and svc.watch_scope is not None:
+        svc.watch_scope.nudge()  # registered for it, yet no Watch here takes it: list behind
     return skip if skip is not None else svc.admit_all(req, chosen)
 
 

@@ -185,3 +185,25 @@ def test_a_kind_it_may_not_read_is_dropped_at_once(
     finally:
         rbac.delete_cluster_role_binding(user)
         rbac.delete_cluster_role(user)
+
+
+def test_a_call_no_watch_here_takes_reads_the_list_again_at_once(
+        skr: controlplane.ControlPlane, skr_api: client.ApiClient, wire_ns: str) -> None:
+    """The registration (rendered from the KCP's Watches) is ahead of this webhook's list:
+    the call it makes for a kind no Watch here covers is skipped, and nudges the list's
+    reader, so the next one is taken within a second or so rather than the list's ttl."""
+    _write(skr_api, wire_ns, (CONF,))
+    c, svc, sc = _app(str(skr.kubeconfig), wire_ns)  # ttl 3600 s
+    sc.start()
+    try:
+        _write(skr_api, wire_ns, (CONF, WIDGETS))  # the enroller renders a new Watch
+        t0 = time.monotonic()
+        _post(c, review(WIDGET))
+        while [w.name for w in sc.current() or ()] != ["conf", "widgets"]:
+            assert time.monotonic() - t0 < 10, "the list was not read again"
+            time.sleep(0.05)
+        print(f"read again {time.monotonic() - t0:.2f} s after the call")
+        _post(c, review(WIDGET))
+        assert _outcomes(c) == {"other-kind": 1, "enqueued": 1} and len(svc.queue) == 1
+    finally:
+        sc.stop()
