@@ -30,21 +30,18 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime
 import hashlib
 import json
-import os
 import pathlib
-import platform
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from listener import settings as listener_settings  # noqa: E402
@@ -130,7 +127,7 @@ def _print(doc: dict[str, Any]) -> None:
           f"default) at the largest cost measured = {f['etcd_bytes_fleet_at_quota'] / gib:.2f} GiB of etcd; "
           f"budget {f['kcp_budget_bytes'] / gib:.2f} GiB (listener/storage/budget.py assumes "
           f"{f['etcd_bytes_per_record_assumed']} B per record)")
-    print(f"commit {doc['commit']}, load average {doc['load_average_1m']}, command: {doc['command']}")
+    print(provenance.footer(doc))
 
 
 def main() -> int:
@@ -142,19 +139,15 @@ def main() -> int:
     if args.report:
         _print(json.loads(RESULTS.read_text()))
         return 0
-    load0 = os.getloadavg()[0]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="etcd-size-"), controlplane.planes("etcd-size") as planes:
+    began = provenance.start()
+    with controlplane.planes("etcd-size") as planes:
         plane = planes["etcd-size"]
         api = plane.api_client()
         lt.install_crd(api)
         rows = [_variant(plane, api, v, args.records, args.threads) for v in VARIANTS]
-    doc = {"bench": "etcd_size", "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-           "commit": commit, "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
+    doc = {**provenance.stamp("etcd_size", began),
            "kubernetes": controlplane.kube_apiserver_version(),
-           "load_average_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
-           "command": " ".join(["bench/etcd_size.py", *sys.argv[1:]]), "rows": rows, "fleet": _fleet(rows)}
+           "rows": rows, "fleet": _fleet(rows)}
     RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
     _print(doc)
     return 0

@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import argparse
 import base64
-import datetime
 import json
-import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +37,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import poller_run as pr  # noqa: E402
+import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from poller import metrics, run, scan, watchrun  # noqa: E402
@@ -149,7 +147,7 @@ def _print(doc: dict[str, Any]) -> None:
         print(f"{name:10s} {s['objects']:8d} {s['watches']:8d} {s['in_sync_seconds']:10.2f} "
               f"{s['baseline_seconds']:8.2f} {s['in_sync_seconds'] / s['baseline_seconds']:9.2f}")
     print(f"\nwatches-3 / watches-1 in-sync run: {doc['ratio']:.2f} (same number of objects)")
-    print(f"commit {doc['commit']}, load average {doc['load_average_1m']}, command: {doc['command']}")
+    print(provenance.footer(doc))
 
 
 def main() -> int:
@@ -163,9 +161,7 @@ def main() -> int:
     if args.report:
         _print(json.loads(RESULTS.read_text()))
         return 0
-    load0 = os.getloadavg()[0]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout.strip()
+    began = provenance.start()
     with tempfile.TemporaryDirectory(prefix="bench-poller-watches-") as tmp, \
             controlplane.planes("skr", "kcp") as p:
         d = pathlib.Path(tmp)
@@ -201,10 +197,7 @@ def main() -> int:
                    "in_sync_seconds": statistics.median(x["seconds"] for x in rs),
                    "baseline_seconds": statistics.median(x["baseline_seconds"] for x in rs)}
                for n, rs in rounds.items()}
-    doc = {"bench": "poller_watches", "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-           "commit": commit, "machine": f"{os.cpu_count()} CPUs",
-           "load_average_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
-           "command": " ".join(["bench/poller_watches.py", *sys.argv[1:]]), "settings": vars(args),
+    doc = {**provenance.stamp("poller_watches", began), "settings": vars(args),
            "rounds": rounds, "summary": summary,
            "ratio": summary["watches-3"]["in_sync_seconds"] / summary["watches-1"]["in_sync_seconds"]}
     RESULTS.write_text(json.dumps(doc, indent=2) + "\n")

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import base64
-import datetime
 import json
-import os
 import pathlib
 import statistics
 import subprocess
@@ -41,6 +39,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import provenance  # noqa: E402
 import webhook_admission as wa  # noqa: E402
 from kubernetes import client  # noqa: E402
 
@@ -142,7 +141,7 @@ def _print(doc: dict[str, Any]) -> None:
               f"{s['requests_per_cpu_second']:10.0f} {s['errors']:7d}")
     print(f"\nwatches-3 / watches-1: throughput {doc['throughput_ratio']:.3f}, "
           f"requests per CPU-second {doc['cpu_ratio']:.3f} (same ConfigMap reviews)")
-    print(f"commit {doc['commit']}, load average {doc['load_average_1m']}, command: {doc['command']}")
+    print(provenance.footer(doc))
 
 
 def main() -> int:
@@ -156,9 +155,7 @@ def main() -> int:
     if args.report:
         _print(json.loads(RESULTS.read_text()))
         return 0
-    load0 = os.getloadavg()[0]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout.strip()
+    began = provenance.start()
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-watches-"))
     plane = controlplane.ControlPlane("bench-watches").start()
     rec = None
@@ -200,10 +197,7 @@ def main() -> int:
         plane.stop()
         subprocess.run(["rm", "-rf", str(work)], check=False)
     summary = _summary(results)
-    doc = {"bench": "watches_cost", "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-           "commit": commit, "machine": f"{os.cpu_count()} CPUs",
-           "load_average_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
-           "command": " ".join(["bench/watches_cost.py", *sys.argv[1:]]), "settings": vars(args),
+    doc = {**provenance.stamp("watches_cost", began), "settings": vars(args),
            "rounds": results, "summary": summary,
            "throughput_ratio": summary["watches-3"]["throughput"] / summary["watches-1"]["throughput"],
            "cpu_ratio": summary["watches-3"]["requests_per_cpu_second"]
