@@ -39,7 +39,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from tether import apitypes, filters
+from tether import apitypes, filters, watchuse
 
 API_VERSION = f"{apitypes.WATCHES.group}/{apitypes.WATCHES.version}"
 KIND = "Watch"
@@ -106,6 +106,8 @@ class Watch:
     mode: Mode = "full"
     keys: tuple[str, ...] = ()
     generation: int = 0
+    storage_namespace: str = ""  # KCP namespace of its records ("": the listener's; watchuse)
+    inject: watchuse.Inject | None = None  # the configuration injector's target (watchuse)
 
     @functools.cached_property  # parsed once per Watch: admissions ask for every object
     def selector(self) -> tuple[filters.Requirement, ...]:
@@ -217,6 +219,11 @@ def parse(obj: Mapping[str, Any]) -> Watch:
     if mode not in ("keys", "exclude") and keys:
         raise WatchError(f"spec.send.keys: only for the modes keys and exclude, not {mode}")
     generation = meta.get("generation")
+    try:
+        storage = watchuse.storage_namespace(spec)
+        inject = watchuse.inject_of(spec, configmaps=target == CONFIGMAP, mode=mode)
+    except watchuse.UseError as e:
+        raise WatchError(str(e)) from None
     return Watch(
         name=name, target=target,
         namespaces=_names(spec.get("namespaces"), "spec.namespaces", MAX_NAMESPACES, _DNS_LABEL),
@@ -224,7 +231,7 @@ def parse(obj: Mapping[str, Any]) -> Watch:
                                   MAX_NAMESPACES, _DNS_LABEL),
         selector_text=selector_text(spec.get("selector"), "spec.selector"),
         runtime_selector_text=selector_text(runtimes.get("selector"), "spec.runtimes.selector"),
-        module=module, mode=mode, keys=keys,
+        module=module, mode=mode, keys=keys, storage_namespace=storage, inject=inject,
         generation=generation if isinstance(generation, int) else 0)
 
 
