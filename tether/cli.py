@@ -11,7 +11,9 @@
     tether admin ...        the admin pages: fleet, runtime, Compass, parts (KCP)
     tether status [RUNTIME] the fleet in the terminal, as a table or -o json (an operator
                             command, with the operator's kubeconfig)
-    kubectl tether status|certs   the same operator commands as a kubectl plugin
+    tether records RUNTIME [NAMESPACE/NAME]   what the KCP stores for a runtime: its
+                            records, by Watch, source and epoch (an operator command)
+    kubectl tether status|records|certs   the same operator commands as a kubectl plugin
                             (the kubectl-tether script, tether/kubectl.py)
     tether controlplane     start local SKR and KCP planes and print their kubeconfigs
                             (a developer command: needs a checkout's testing/ package,
@@ -80,6 +82,11 @@ def _status() -> Main:
     return status_cli.main
 
 
+def _records() -> Main:
+    from admin import records_cli
+    return records_cli.main
+
+
 def _controlplane() -> Main:
     from testing import controlplane_cli  # a checkout's harness (_add_checkout)
     return controlplane_cli.main
@@ -95,6 +102,7 @@ PARTS: dict[str, Callable[[], Main]] = {
     "certs": _certs,
     "admin": _admin,
     "status": _status,
+    "records": _records,
     "controlplane": _controlplane,
 }
 DEVELOPER = {"controlplane"}  # in a checkout only: testing/ is not in the image

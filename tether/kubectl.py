@@ -6,6 +6,7 @@ so ``$KUBECONFIG``); this package installs one (setup.cfg, ``console_scripts``).
 the commands an operator runs from a workstation, as ``tether`` does:
 
     kubectl tether status [RUNTIME]     the fleet, or one runtime in detail (admin.status_cli)
+    kubectl tether records RUNTIME      what the KCP stores for a runtime (admin.records_cli)
     kubectl tether certs ...            the watcher CA and its certificates (enroller.certs_cli)
 
 The parts themselves (``tether listener``, ...) are not plugins: they run in pods.
@@ -17,7 +18,7 @@ import sys
 
 from tether import cli
 
-COMMANDS = ("status", "certs")
+COMMANDS = ("status", "records", "certs")
 
 
 def usage() -> str:
