@@ -22,8 +22,8 @@ from kubernetes import client
 
 from poller import metrics, run, scan, watchrun
 from testing import controlplane, watchenv
-from testing import webhookstack as stack
 from testing import loopenv as loop
+from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess, Runtime, add_runtime
 from testing.pollerenv import client_settings
 from tether import apitypes, filters, gateway, sender, watches, watchset, watchwire
