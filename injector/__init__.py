@@ -1,0 +1,1 @@
+"""The configuration injector (``tether injector``): a Watch's records into its target CR."""
