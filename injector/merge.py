@@ -69,7 +69,7 @@ class Intent(NamedTuple):
     values: dict[str, str] | None  # None: no live record (the field and annotations go)
     digest: str                    # "" when values is None
     origin: str                    # "<watch>:<highest revision>", "" when values is None
-    count: int                     # live records merged
+    records: int                   # live records merged
 
 
 def intent(watch: str, sources: Sequence[Source]) -> Intent:
@@ -135,7 +135,7 @@ def condition(want: Intent | None, generation: int, now: str, *, reason: str = "
             status, reason, message = "True", "NoRecords", "no live record: nothing injected"
         else:
             status, reason = "True", "Injected"
-            message = (f"{len(want.values)} keys from {want.count} ConfigMaps "
+            message = (f"{len(want.values)} keys from {want.records} ConfigMaps "
                        f"({want.origin}, {want.digest[:19]})")
     else:
         status = "False"

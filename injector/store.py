@@ -61,8 +61,8 @@ class Store:
         if resync:
             if not self._listing:  # a (re)list starts: it delivers every key again
                 self._listing, self.full = True, False
-                for rt in self.runtimes.values():
-                    rt.over = False
+                for each in self.runtimes.values():
+                    each.over = False
             self._listed.add((runtime, key))
         live = record is not None and not record.get("deleted")
         self._drop(runtime, key)

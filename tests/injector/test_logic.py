@@ -54,7 +54,7 @@ def test_no_live_record_is_a_body_without_field_and_annotations() -> None:
     want = merge.intent("w1", [])
     body = merge.apply_body(TARGET, FIELD, want)
     assert "spec" not in body and "annotations" not in body["metadata"]
-    assert want.values is None and want.count == 0
+    assert want.values is None and want.records == 0
 
 
 def applied(want: merge.Intent, values: Any = None) -> dict[str, Any]:
