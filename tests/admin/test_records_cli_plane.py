@@ -1,0 +1,135 @@
+"""``tether records`` against a real KCP: the runtime's RuntimeConfigMap objects in two
+namespaces (a Watch's storage namespace and the listener's), listed cluster-wide by the
+runtime-id label; one record in detail without its values; an operator without the
+cluster-wide list sees the listener namespace only, and is told so."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from testing import controlplane
+from testing.listenerenv import install_crd
+from tether import apitypes, watches
+
+SECRET = "value-that-must-not-print"
+RES = apitypes.RUNTIME_CONFIGMAPS
+
+
+def _record(rid: str, watch: str, ns: str, name: str, *, deleted: bool = False,
+            source: str = "webhook", epoch: int = 0) -> dict[str, Any]:
+    return {"apiVersion": RES.api_version, "kind": apitypes.RUNTIME_CONFIGMAP_KIND,
+            "metadata": {"name": f"rcm-{uuid.uuid4().hex[:12]}",
+                         "labels": {apitypes.RUNTIME_ID_LABEL: rid, watches.WATCH_LABEL: watch,
+                                    "tether.kyma-project.io/namespace": ns,
+                                    apitypes.KYMA_NAME_LABEL: f"kyma-{rid}"}},
+            "spec": {"runtimeId": rid, "watch": watch, "namespace": ns, "name": name,
+                     "uid": "u-1", "resourceVersion": "42", "observedAt": "2026-12-04T11:00:00Z",
+                     "deleted": deleted, "source": source, "epoch": epoch,
+                     "data": {} if deleted else {"config.yaml": SECRET}}}
+
+
+@pytest.fixture(scope="module")
+def scene(kcp: controlplane.ControlPlane, kcp_api: client.ApiClient
+          ) -> Iterator[dict[str, str]]:
+    """Runtime ``rid``: two records in the listener namespace ``home`` (Watch
+    configuration, one a tombstone) and one in the storage namespace ``store`` (Watch
+    digest); another runtime's record beside them."""
+    install_crd(kcp_api)
+    core, objects = client.CoreV1Api(kcp_api), client.CustomObjectsApi(kcp_api)
+    rid, other = f"rt-{uuid.uuid4().hex[:8]}", f"rt-{uuid.uuid4().hex[:8]}"
+    home, store = f"kh-{uuid.uuid4().hex[:6]}", f"ks-{uuid.uuid4().hex[:6]}"
+    for ns in (home, store):
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    for kcp_ns, body in (
+            (home, _record(rid, "configuration", "team-a", "app-config")),
+            (home, _record(rid, "configuration", "team-a", "old", deleted=True,
+                           source="poller", epoch=1)),
+            (store, _record(rid, "digest", "team-b", "settings", source="poller")),
+            (home, _record(other, "configuration", "team-a", "app-config"))):
+        objects.create_namespaced_custom_object(RES.group, RES.version, kcp_ns, RES.plural, body)
+    yield {"rid": rid, "other": other, "home": home, "store": store}
+    for ns in (home, store):
+        objects.delete_collection_namespaced_custom_object(RES.group, RES.version, ns,
+                                                           RES.plural)
+        core.delete_namespace(ns)
+
+
+def records(kubeconfig: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tether.cli", "records", "--kubeconfig",
+                           str(kubeconfig), *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def test_lists_the_runtimes_records_across_namespaces(kcp: controlplane.ControlPlane,
+                                                      scene: dict[str, str]) -> None:
+    got = records(kcp.kubeconfig, scene["rid"], "-o", "json")
+    assert got.returncode == 0, got.stderr
+    doc = json.loads(got.stdout)
+    assert doc["total"] == 3 and doc["namespace"] is None and doc["note"] is None
+    assert [(r["watch"], r["namespace"], r["name"], r["state"], r["source"], r["epoch"],
+             r["kcpNamespace"]) for r in doc["records"]] == [
+        ("configuration", "team-a", "app-config", "live", "webhook", 0, scene["home"]),
+        ("configuration", "team-a", "old", "tombstone", "poller", 1, scene["home"]),
+        ("digest", "team-b", "settings", "live", "poller", 0, scene["store"])]
+    table = records(kcp.kubeconfig, scene["rid"], "--watch", "digest")
+    lines = table.stdout.splitlines()
+    assert table.returncode == 0 and lines[0].split() == list(
+        ("WATCH", "NAMESPACE/NAME", "STATE", "EPOCH", "SOURCE", "OBSERVED", "KCP-NAMESPACE",
+         "AGE"))
+    assert len(lines) == 2 and lines[1].split()[:5] == ["digest", "team-b/settings", "live",
+                                                        "0", "poller"]
+    assert SECRET not in got.stdout + table.stdout
+    capped = records(kcp.kubeconfig, scene["rid"], "--limit", "1", "-o", "json")
+    assert len(json.loads(capped.stdout)["records"]) == 1 and "2 more of 3" in capped.stderr
+
+
+def test_one_record_in_detail_shows_keys_and_sizes_not_values(
+        kcp: controlplane.ControlPlane, scene: dict[str, str]) -> None:
+    one = records(kcp.kubeconfig, scene["rid"], "team-a/app-config")
+    assert one.returncode == 0, one.stderr
+    assert "Record team-a/app-config (Watch configuration)" in one.stdout
+    assert "config.yaml" in one.stdout and f"{len(SECRET)} B" in one.stdout
+    assert f"in {scene['home']}" in one.stdout and f"kyma-{scene['rid']}" in one.stdout
+    assert SECRET not in one.stdout + one.stderr
+    shown = records(kcp.kubeconfig, scene["rid"], "team-a/app-config", "--show-values",
+                    "-o", "json")
+    assert json.loads(shown.stdout)[0]["record"]["data"] == {"config.yaml": SECRET}
+    assert records(kcp.kubeconfig, scene["rid"], "team-a/nope").returncode == 1
+    assert records(kcp.kubeconfig, f"rt-{uuid.uuid4().hex[:8]}").returncode == 1
+    bad = records(pathlib.Path("/nonexistent"), scene["rid"])
+    assert bad.returncode == 2 and "--kubeconfig" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_without_the_cluster_wide_list_it_lists_the_listener_namespace_and_says_so(
+        kcp: controlplane.ControlPlane, kcp_api: client.ApiClient,
+        scene: dict[str, str]) -> None:
+    user = f"reader-{uuid.uuid4().hex[:6]}"
+    rbac = client.RbacAuthorizationV1Api(kcp_api)
+    rbac.create_namespaced_role(scene["home"], client.V1Role(
+        metadata=client.V1ObjectMeta(name=user),
+        rules=[client.V1PolicyRule(api_groups=[RES.group], resources=[RES.plural],
+                                   verbs=["get", "list"])]))
+    rbac.create_namespaced_role_binding(scene["home"], client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name=user),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role",
+                                  name=user),
+        subjects=[client.RbacV1Subject(kind="User", name=user,
+                                       api_group="rbac.authorization.k8s.io")]))
+    kubeconfig = kcp.issue_client_cert(user)
+    got = records(kubeconfig, scene["rid"], "--namespace", scene["home"], "-o", "json")
+    assert got.returncode == 0, got.stderr
+    doc = json.loads(got.stdout)
+    assert doc["namespace"] == scene["home"] and doc["total"] == 2
+    assert "forbidden" in got.stderr and scene["home"] in got.stderr
+    denied = records(kubeconfig, scene["rid"], "--namespace", scene["store"])
+    assert denied.returncode == 2 and "cannot read the KCP" in denied.stderr
+    assert "Traceback" not in denied.stderr
