@@ -94,6 +94,11 @@ class Gone(GatewayError):
     """410: the snapshot a continue token refers to expired (etcd compacted it)."""
 
 
+# what a broken exchange raises underneath (urllib3's errors and the socket's), for modules
+# that read an answer themselves (``stream``) without importing urllib3
+TRANSPORT: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+
+
 _BY_STATUS: dict[int, type[GatewayError]] = {
     400: Rejected, 401: Forbidden, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone,
     413: Rejected, 422: Rejected, 429: Unavailable,

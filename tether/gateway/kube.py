@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,7 +27,7 @@ import urllib3
 from kubernetes import client
 
 from tether import apitypes
-from tether.gateway import bounded, errors
+from tether.gateway import bounded, errors, stream
 
 # the resource types live with the other API types; re-exported for ``gateway.Resource`` etc.
 Resource = apitypes.Resource
@@ -191,6 +192,38 @@ class Kube:
         if not isinstance(doc, dict):
             raise errors.Unavailable(f"{what}: the answer is not a JSON object")
         return doc
+
+    def watch(self, res: Resource, namespace: str | None, *, resource_version: str,
+              timeout_seconds: int, label_selector: str | None = None, bookmarks: bool = True,
+              max_event_bytes: int = stream.MAX_EVENT_BYTES, read_timeout: float | None = None,
+              stop: threading.Event | None = None) -> Iterator[dict[str, Any]]:
+        """The events of a watch from ``resource_version`` (``namespace`` None: across all
+        namespaces), as served, while the server holds it open (``timeout_seconds``); see
+        ``stream`` for its bounds and errors (``errors.Gone``: the version is too old).
+        Lazy: the request is made at the first ``next``."""
+        what = f"watch {res.plural}"
+        query = list_query(label_selector=label_selector) + stream.query(
+            resource_version=resource_version, timeout_seconds=timeout_seconds,
+            bookmarks=bookmarks)
+        headers = {**self._headers, "Accept": JSON, **self._auth_headers()}
+        read = read_timeout if read_timeout is not None else timeout_seconds + 30.0
+        try:
+            resp = self._pool.request(
+                "GET", f"{self._host}{res.path(namespace)}?{urllib.parse.urlencode(query)}",
+                headers=headers, retries=self._retries, preload_content=False,
+                timeout=urllib3.Timeout(connect=self.timeout, read=read),
+                decode_content=self._runtime is None, pool_timeout=self.timeout)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise errors.translate(e, what) from e
+        if not 200 <= resp.status <= 299:
+            try:
+                raw = bounded.read_bounded(resp, ERROR_BODY, what)
+            except errors.GatewayError:
+                raw = b""
+            finally:
+                bounded.discard(resp)
+            raise errors.for_status(resp.status, what, raw)
+        yield from stream.events(resp, max_event_bytes=max_event_bytes, what=what, stop=stop)
 
     # -- typed calls -----------------------------------------------------------------------
 
