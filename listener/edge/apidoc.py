@@ -2,7 +2,8 @@
 
     .venv/bin/python -m listener.edge.apidoc > docs/api.md
 
-A test checks that docs/api.md is up to date.
+A test checks that docs/api.md is up to date. Its last section, "Reading the records" (the
+read contract of the stored records), is static text (``listener.edge.readdoc``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from listener.edge import openapi
+from listener.edge import openapi, readdoc
 
 
 def _type(schema: dict[str, Any]) -> str:
@@ -73,7 +74,8 @@ def render() -> str:
            "Generated from the OpenAPI document (`listener/openapi.json`, served at "
            "`/openapi.json`) by `python -m listener.edge.apidoc`; do not edit by hand. How the "
            "listener works, its settings and metrics: [listener.md](listener.md); the security "
-           "model: [security.md](security.md).", "",
+           "model: [security.md](security.md). What a consumer of the stored records may rely "
+           "on: [Reading the records](#reading-the-records).", "",
            "Every error answer is JSON `{\"error\": <short text>, \"details\": <any>}`. "
            "Clients retry 408, 429 and 5xx (honouring `Retry-After`), never other 4xx.", "",
            "## Endpoints", ""]
@@ -108,6 +110,7 @@ def render() -> str:
             "the listener).", ""]
     for name, schema in sorted(doc["components"]["schemas"].items()):
         out += _schema_section(name, schema)
+    out.append(readdoc.TEXT)
     return "\n".join(out).rstrip() + "\n"
 
 
