@@ -62,7 +62,7 @@ lint: $(STAMP) ## ruff, mypy (strict on the product packages) and the import con
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-PART_TESTS = tests/tether tests/webhook tests/listener tests/poller tests/compass tests/enroller tests/admin
+PART_TESTS = tests/tether tests/webhook tests/listener tests/poller tests/compass tests/enroller tests/admin tests/injector
 
 unit: $(STAMP) ## fast tests of pure logic only
 	$(VENV)/bin/pytest -m "not slow and not plane" $(PART_TESTS)

@@ -6,6 +6,8 @@ value stops the process with one line naming it."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 from collections.abc import Mapping
 
 from tether import config
@@ -25,10 +27,10 @@ class Settings:
         "TETHER_KCP_NAMESPACE", "kcp-system", "KCP namespace of the Watches (and of the "
         "records of a Watch without spec.storage.namespace)"))
     watches_interval: float = setting(config.seconds(
-        J + "WATCHES_INTERVAL_SECONDS", 30.0, "time between reads of the Watch list (a new "
+        J + "WATCH_LIST_SECONDS", 30.0, "time between reads of the Watch list (a new "
         "Watch with inject is followed within it)", minimum=1, maximum=3600))
     resync_interval: float = setting(config.seconds(
-        J + "RESYNC_INTERVAL_SECONDS", 300.0, "time between periodic passes that re-apply "
+        J + "RESYNC_SECONDS", 300.0, "time between periodic passes that re-apply "
         "every runtime whose target differs (a missed event, an edited target)", minimum=5,
         maximum=86_400))
     coalesce: float = setting(config.seconds(
@@ -51,6 +53,9 @@ class Settings:
                                                       "namespace of the election Lease"))
     lease_name: str = setting(config.object_name(J + "LEASE_NAME", "tether-injector",
                                                  "the election Lease's name"))
+    identity: str = setting(config.text(
+        J + "IDENTITY", None, "this process's name as the Lease holder and in Events",
+        shown="HOSTNAME_PID"), derived="")
     lease_duration: float = setting(config.seconds(
         J + "LEASE_SECONDS", 15.0, "the election Lease's duration", minimum=2, maximum=300))
     bind: str = setting(config.host_port(J + "BIND", "0.0.0.0:9092",
@@ -64,7 +69,8 @@ SPEC = config.Spec.of(Settings, part="injector",
 
 
 def build(v: config.Values) -> Settings:
-    return config.fill(Settings, v)
+    identity = v[J + "IDENTITY"] or f"{socket.gethostname()}_{os.getpid()}"
+    return config.fill(Settings, v, identity=identity)
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:

@@ -6,6 +6,8 @@
     tether compass ...      Compass registration scheduler (KCP)
     tether janitor ...      the listener's storage janitor: tombstones, orphaned runtimes (KCP)
     tether enroller ...     certificates and Tether's installation in every runtime (KCP)
+    tether injector ...     the configuration injector: a Watch's records into its target
+                            CR (KCP, optional)
     tether certs ...        the watcher CA and its certificates, by hand: create-ca, issue,
                             serving, inspect, check (an operator command)
     tether admin ...        the admin pages: fleet, runtime, Compass, parts (KCP)
@@ -67,6 +69,11 @@ def _enroller() -> Main:
     return main.main
 
 
+def _injector() -> Main:
+    from injector import main
+    return main.main
+
+
 def _certs() -> Main:
     from enroller import certs_cli
     return certs_cli.main
@@ -99,6 +106,7 @@ PARTS: dict[str, Callable[[], Main]] = {
     "compass": _compass,
     "janitor": _janitor,
     "enroller": _enroller,
+    "injector": _injector,
     "certs": _certs,
     "admin": _admin,
     "status": _status,

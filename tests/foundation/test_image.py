@@ -36,8 +36,8 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
-PRODUCT = {"tether", "webhook", "listener", "poller", "compass", "enroller", "admin"}
-PARTS = ("webhook", "listener", "poller", "compass", "janitor", "enroller", "admin")
+PRODUCT = {"tether", "webhook", "listener", "poller", "compass", "enroller", "admin", "injector"}
+PARTS = ("webhook", "listener", "poller", "compass", "janitor", "enroller", "admin", "injector")
 # top-level folders of the checkout that must never be in the image
 NOT_IN_IMAGE = ("testing", "tests", "bench", "hack", "standins")
 VENV = "opt/tether"

@@ -8,7 +8,7 @@ import re
 from tether import apitypes, gateway
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PRODUCT = ("tether", "listener", "compass", "enroller", "admin", "webhook", "poller")
+PRODUCT = ("tether", "listener", "compass", "enroller", "admin", "webhook", "poller", "injector")
 HOME = ROOT / "tether" / "apitypes.py"
 
 # a quoted group or plural of a type Tether declares, or a Resource built in place

@@ -13,6 +13,7 @@ import pytest
 from admin import settings as admin_settings
 from compass import settings as compass_settings
 from enroller import settings as enroller_settings
+from injector import settings as injector_settings
 from listener import settings as listener_settings
 from poller import settings as poller_settings
 from tether import certs, config, filechecks, filters, sender
@@ -26,11 +27,13 @@ SPECS = {
     "compass": compass_settings.SPEC,
     "enroller": enroller_settings.SPEC,
     "admin": admin_settings.SPEC,
+    "injector": injector_settings.SPEC,
 }
 # the prefix of each part's own variables (the janitor is the listener's)
 PREFIX = {"webhook": "TETHER_WEBHOOK_", "listener": "TETHER_LISTENER_",
           "janitor": "TETHER_LISTENER_", "poller": "TETHER_POLLER_", "compass": "TETHER_COMPASS_",
-          "enroller": "TETHER_ENROLLER_", "admin": "TETHER_ADMIN_"}
+          "enroller": "TETHER_ENROLLER_", "admin": "TETHER_ADMIN_",
+          "injector": "TETHER_INJECTOR_"}
 # read by two or more parts, so without a part prefix (the listener client's are named for
 # what they point to: the listener, whose own settings do not include them)
 SHARED = {"TETHER_RUNTIME_ID", "TETHER_LISTENER_URL", "TETHER_LISTENER_CA_FILE",
@@ -221,7 +224,7 @@ def test_kubeconfig_check_accepts_a_kubeconfig(tmp_path: pathlib.Path) -> None:
 @pytest.mark.parametrize(("part", "doc"), [("webhook", "webhook"), ("listener", "listener"),
                                            ("janitor", "listener"), ("poller", "poller"),
                                            ("compass", "compass"), ("enroller", "enroller"),
-                                           ("admin", "admin")])
+                                           ("admin", "admin"), ("injector", "configuration")])
 def test_docs_settings_tables_equal_the_declarations(part: str, doc: str) -> None:
     text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / f"{doc}.md").read_text()
     start = text.index(f"<!-- settings:{part} ")
@@ -238,6 +241,7 @@ SETTINGS = {
     "compass": compass_settings.Settings,
     "enroller": enroller_settings.Settings,
     "admin": admin_settings.Settings,
+    "injector": injector_settings.Settings,
 }
 
 

@@ -7,7 +7,7 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PRODUCT = ("tether", "webhook", "listener", "poller", "compass", "enroller", "admin")
+PRODUCT = ("tether", "webhook", "listener", "poller", "compass", "enroller", "admin", "injector")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
