@@ -91,6 +91,8 @@ def _bind(api: client.ApiClient, namespace: str, files: tuple[pathlib.Path, ...]
     namespace and tether-system at once), bound to ``user``."""
     rbac = client.RbacAuthorizationV1Api(api)
     for doc in (d for f in files for d in yaml.safe_load_all(f.read_text()) if d):
+        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            _bind_cluster(rbac, doc, user)
         if doc["kind"] not in ("Role", "RoleBinding"):
             continue
         doc["metadata"]["namespace"] = namespace
@@ -100,6 +102,21 @@ def _bind(api: client.ApiClient, namespace: str, files: tuple[pathlib.Path, ...]
             doc["subjects"] = [{"kind": "User", "name": user,
                                 "apiGroup": "rbac.authorization.k8s.io"}]
             rbac.create_namespaced_role_binding(namespace, doc)
+
+
+def _bind_cluster(rbac: client.RbacAuthorizationV1Api, doc: Any, user: str) -> None:
+    """A ClusterRole of the manifests (the records in every namespace), bound to ``user``
+    under the manifests' names (once per plane: later envs find them)."""
+    try:
+        if doc["kind"] == "ClusterRole":
+            rbac.create_cluster_role(doc)
+        else:
+            doc["subjects"] = [{"kind": "User", "name": user,
+                                "apiGroup": "rbac.authorization.k8s.io"}]
+            rbac.create_cluster_role_binding(doc)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
 
 
 def bind_listener_role(api: client.ApiClient, namespace: str) -> None:

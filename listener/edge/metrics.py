@@ -107,6 +107,9 @@ class Metrics:
         self.kcp_unavailable = Counter(f"{NS}_kcp_unavailable",
                                        "Requests answered 503 because the KCP API failed",
                                        ["operation"], registry=r)
+        self.storage_namespace_missing = Counter(
+            f"{NS}_storage_namespace_missing", "Records answered 503 because their Watch's "
+            "storage namespace (spec.storage.namespace) does not exist", registry=r)
 
     def _deliveries(self, r: CollectorRegistry) -> None:
         """Delivery health (``listener.fleet.deliveries``): bounded labels, never a runtime."""

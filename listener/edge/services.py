@@ -20,8 +20,8 @@ from listener import settings
 from listener.edge import budget, peer, ratelimit, refusalsummary
 from listener.edge import metrics as listener_metrics
 from listener.fleet import deliveries, heartbeat, runtimes, statesummary, watchlist
-from listener.storage import digestcache, rules, store
-from tether import gateway, logs, tlsreload, tracing
+from listener.storage import digestcache, records, rules, store
+from tether import gateway, kyma, logs, tlsreload, tracing
 
 KEY = "tether.listener"
 
@@ -69,19 +69,24 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         corrected=lambda n: meters.summary_corrections.inc(),
         flush_error=lambda reason: meters.summary_flush_errors.inc(),
         dropped=meters.summary_dropped.inc))
-    records = store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries,
+    kymas = runtimes.KymaLRU(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout)
+    watches = watchlist.WatchList(api, s.namespace, s.watch_cache_seconds, s.kcp_timeout)
+    kept = store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries,
                           on_conflict=lambda path: meters.write_conflicts.labels(path).inc(),
                           limits=rules.Limits(s.storage.quota_records, s.storage.quota_bytes),
                           quota_ttl=s.storage.quota_cache_seconds,
                           tombstone_retention=s.storage.tombstone_retention,
                           on_written=summaries.written, footprint=summaries.footprint,
-                          on_count=lambda source: meters.quota_counts.labels(source).inc())
+                          on_count=lambda source: meters.quota_counts.labels(source).inc(),
+                          homes=watches.homes, owner_of=lambda rid: owner(kymas.lookup(rid)),
+                          on_missing=meters.storage_namespace_missing.inc)
+    summaries.homes = watches.homes
     return Services(
         settings=s,
         api=api,
-        store=records,
-        kymas=runtimes.KymaLRU(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout),
-        watches=watchlist.WatchList(api, s.namespace, s.watch_cache_seconds, s.kcp_timeout),
+        store=kept,
+        kymas=kymas,
+        watches=watches,
         beats=beats,
         epochs=heartbeat.Epochs(beats),
         buckets=ratelimit.TokenBuckets(s.rate_per_second, s.rate_burst),
@@ -92,11 +97,16 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         audit=audit,
         cas=ca_bundle(s.client_ca_file),
         deliveries=deliveries.Deliveries(api, s.namespace, s.kcp_timeout,
-                                         s.delivery_flush_seconds, meters, records.usage),
+                                         s.delivery_flush_seconds, meters, kept.usage),
         summaries=summaries,
         refusals=refusalsummary.RefusalSummary(audit, s.refusal_audit_interval),
         tracer=tracing.from_environment("tether-listener"),
     )
+
+
+def owner(kymas: list[kyma.KymaView]) -> records.Owner | None:
+    """The runtime's Kyma CR as the owner of its records (None unless exactly one)."""
+    return records.Owner(kymas[0].namespace, kymas[0].name, kymas[0].uid) if len(kymas) == 1 else None
 
 
 def of(app: Flask | None = None) -> Services:

@@ -65,6 +65,8 @@ class SummaryObjects:
         self._hooks, self._clock = hooks, clock
         self._lock = threading.Lock()
         self._last_log = -LOG_EVERY
+        # where each Watch stores (store.Homes); None: every record in ``namespace``
+        self.homes: store.Homes | None = None
 
     def _conflicted(self, attempt: int) -> None:
         """Another writer won: count it and back off a little (jittered)."""
@@ -218,7 +220,8 @@ class SummaryObjects:
                         statehash.bucket_of(str(item["namespace"]), str(item["name"]))))
 
     def _pages(self, selector: str) -> Iterator[tuple[list[dict[str, Any]], int]]:
-        return store.metadata_pages(self._kcp, self._namespace, selector, self._timeout)
+        return store.metadata_pages(self._kcp, self._namespace, selector, self._timeout,
+                                    None if self.homes is None else self.homes())
 
     def bucket(self, runtime_id: str, n: int) -> tuple[Bucket, list[tuple[str, int]]]:
         """The digest items of bucket ``n`` (metadata lists of the KCP: the runtime's records

@@ -14,6 +14,9 @@ the runtime's list, rendered by the enroller, may be ahead of this worker's) rea
 again at once, but at most once per ``REFRESH_FLOOR`` seconds per worker, so records of a
 new Watch are not refused for up to ``ttl`` and a runtime naming made-up Watches costs the
 KCP at most one list per second and worker.
+
+``homes`` says where each Watch's records are stored (``spec.storage.namespace``, else the
+listener's namespace), from the same list (``listener.storage.store``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ class WatchList:
         with self._lock:
             self._read_at, self._watches = now, parsed
             return parsed
+
+    def homes(self) -> dict[str, str]:
+        """Watch name -> the KCP namespace its records are stored in (``current``'s list)."""
+        return {w.name: w.storage_namespace or self._namespace for w in self.current()}
 
     def _parse(self, items: list[dict[str, object]]) -> tuple[watches.Watch, ...]:
         found: list[watches.Watch] = []

@@ -43,11 +43,10 @@ class Legacy:
         if records.watch_of(meta) is not None:
             self._watched.add(rid)
             return
-        name, rv, uid = meta.get("name"), meta.get("resourceVersion"), meta.get("uid")
-        if self._count >= self._limit or not (
-                isinstance(name, str) and isinstance(rv, str) and isinstance(uid, str)):
+        t = rules.tombstone_of(meta)
+        if self._count >= self._limit or t is None:
             return
-        self._held.setdefault(rid, []).append((rules.Tombstone(name, rv, uid), meta))
+        self._held.setdefault(rid, []).append((t, meta))
         self._count += 1
 
     def due(self) -> list[tuple[rules.Tombstone, Mapping[str, Any]]]:
@@ -69,7 +68,4 @@ def of_gone_watch(meta: Mapping[str, Any], existing: frozenset[str] | None,
     ts = rules.parse_time(ann.get(records.ANN_OBSERVED))
     if ts is None or ts >= now - datetime.timedelta(seconds=retention + rules.allowance(retention)):
         return None
-    name, rv, uid = meta.get("name"), meta.get("resourceVersion"), meta.get("uid")
-    if not (isinstance(name, str) and isinstance(rv, str) and isinstance(uid, str)):
-        return None
-    return rules.Tombstone(name, rv, uid)
+    return rules.tombstone_of(meta)

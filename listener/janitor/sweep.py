@@ -3,7 +3,8 @@
 One run (``Janitor.run``, an APScheduler interval job of ``tether janitor``, only in the
 holder of the janitor Lease; gunicorn workers never run it):
 
-1. list every ``RuntimeConfigMap`` of the listener (metadata only, paginated): count the
+1. list every ``RuntimeConfigMap`` of the listener in every namespace (metadata only,
+   paginated, label-selected: a Watch stores its records in its storage namespace): count the
    records of each runtime and collect the tombstones whose retention has passed
    (``rules.tombstone_due``, at most ``MAX_TOMBSTONES`` per run);
 2. delete those tombstones, each only if unchanged since listed (``preconditions``: a
@@ -13,7 +14,9 @@ holder of the janitor Lease; gunicorn workers never run it):
    (``rules.orphan_actions``): mark a runtime without a Kyma CR on its heartbeat Lease
    (``orphaned-since``, created when the runtime has records or a ``RuntimeDelivery`` but
    no Lease), clear the mark when the Kyma CR is back, and once the grace period has passed
-   delete its records (deletecollection by label), its ``RuntimeStateSummary``, its
+   delete its records (deletecollection by label in each namespace that holds some; records
+   in the Kyma CR's namespace are owned by it and go with it already, by the API server's
+   garbage collector), its ``RuntimeStateSummary``, its
    ``RuntimeDelivery`` and then its Lease, after asking for its Kyma CR once more.
 
 The decisions are pure (``listener.storage.rules``); this module does the I/O. A run that
@@ -28,28 +31,24 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from listener import settings as settings_mod
 from listener.edge import metrics as listener_metrics
-from listener.fleet import heartbeat, statesummary
+from listener.fleet import statesummary
 from listener.janitor import legacy
+from listener.janitor.calls import OWN_RECORDS as OWN_RECORDS
+from listener.janitor.calls import PAGE as PAGE
+from listener.janitor.calls import Kcp as Kcp
+from listener.janitor.calls import LeaseFacts as LeaseFacts
 from listener.storage import records, rules
-from tether import apitypes, changes, gateway, kyma, logs, statehash
+from tether import apitypes, changes, gateway, logs, statehash
 
 log = logging.getLogger(__name__)
 MAX_TOMBSTONES = 5000  # deletions per run; the rest waits for the next run
 SUMMARY_FLUSH_SECONDS = 30.0  # merging what was pruned into the state summaries, per run
-PAGE = 500
-OWN_RECORDS = f"{apitypes.MANAGED_BY_LABEL}={records.MANAGED_BY}"
 API_ERRORS = gateway.GatewayError
-
-
-class LeaseFacts(NamedTuple):
-    name: str
-    runtime_id: str
-    orphaned_since: str | None
 
 
 class Summary(NamedTuple):
@@ -59,147 +58,6 @@ class Summary(NamedTuple):
     orphan_leases_deleted: int = 0
     orphans_waiting: int = 0
     skipped: bool = False
-
-
-class Kcp:
-    """The janitor's calls to the KCP API (namespace-scoped, what the janitor's Roles allow:
-    manifests/kcp/janitor/rbac.yaml): records, summaries and Kyma CRs in ``namespace``, the
-    heartbeat Leases in ``heartbeat_namespace`` (by default the same)."""
-
-    def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float,
-                 heartbeat_namespace: str | None = None) -> None:
-        self._kcp = kcp
-        self.namespace = namespace
-        self.heartbeat_namespace = heartbeat_namespace or namespace
-        self._timeout = timeout
-
-    def _metadata_list(self, res: gateway.Resource, selector: str) -> Iterator[dict[str, Any]]:
-        for obj in self._kcp.list_items(res, self.namespace, label_selector=selector,
-                                        page_size=PAGE, metadata_only=True,
-                                        timeout=self._timeout):
-            yield obj.get("metadata") or {}
-
-    def record_metadata(self) -> Iterator[dict[str, Any]]:
-        """Metadata of every record the listener wrote in the namespace."""
-        return self._metadata_list(apitypes.RUNTIME_CONFIGMAPS, OWN_RECORDS)
-
-    def kyma_runtime_ids(self) -> set[str]:
-        """The runtime IDs that have a Kyma CR (label ``kyma-project.io/runtime-id``)."""
-        out: set[str] = set()
-        for meta in self._metadata_list(apitypes.KYMAS, apitypes.RUNTIME_ID_LABEL):
-            rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
-            if isinstance(rid, str):
-                out.add(rid)
-        return out
-
-    def has_kyma(self, runtime_id: str) -> bool:
-        return bool(kyma.list_by_runtime_id(self._kcp, self.namespace, runtime_id,
-                                            timeout=self._timeout))
-
-    def watch_names(self) -> frozenset[str] | None:
-        """The Watches' names; None without the Watch CRD (no Watch was deleted)."""
-        try:
-            return frozenset(str(m.get("name") or "") for m in self._metadata_list(
-                apitypes.WATCHES, ""))
-        except gateway.NotFound:
-            return None
-
-    def heartbeat_leases(self) -> dict[str, LeaseFacts]:
-        out: dict[str, LeaseFacts] = {}
-        for lease in self._kcp.list_items(gateway.LEASES, self.heartbeat_namespace,
-                                          label_selector=f"{apitypes.HEARTBEAT_LABEL}=true",
-                                          page_size=PAGE, timeout=self._timeout):
-            meta = lease.get("metadata") or {}
-            rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL) or (
-                (lease.get("spec") or {}).get("holderIdentity"))
-            if rid:
-                out[rid] = LeaseFacts(str(meta.get("name") or ""), rid, (
-                    meta.get("annotations") or {}).get(rules.ORPHANED_SINCE))
-        return out
-
-    def delete_tombstone(self, t: rules.Tombstone) -> bool:
-        """Delete one tombstone if it is unchanged since listed; False when it changed or
-        is gone already."""
-        try:
-            self._kcp.delete(apitypes.RUNTIME_CONFIGMAPS, self.namespace, t.name, preconditions={
-                "resourceVersion": t.resource_version, "uid": t.uid}, timeout=self._timeout)
-        except (gateway.NotFound, gateway.Conflict):
-            return False
-        return True
-
-    def delete_runtime_records(self, runtime_id: str) -> int | None:
-        """Delete every record of a runtime; how many when the API says."""
-        resp = self._kcp.delete_collection(
-            apitypes.RUNTIME_CONFIGMAPS, self.namespace,
-            label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{OWN_RECORDS}",
-            timeout=self._timeout)
-        items = resp.get("items")
-        return len(items) if isinstance(items, list) else None
-
-    def delivery_runtime_ids(self) -> set[str]:
-        """The runtimes that have a ``RuntimeDelivery`` the listener wrote."""
-        out: set[str] = set()
-        for meta in self._metadata_list(apitypes.RUNTIME_DELIVERIES, OWN_RECORDS):
-            rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
-            if isinstance(rid, str):
-                out.add(rid)
-        return out
-
-    def _delete(self, res: gateway.Resource, namespace: str, name: str) -> bool:
-        """Delete one object; False when there is none."""
-        try:
-            self._kcp.delete(res, namespace, name, timeout=self._timeout)
-        except gateway.NotFound:
-            return False
-        return True
-
-    def delete_delivery(self, runtime_id: str) -> bool:
-        """Delete the runtime's ``RuntimeDelivery``; False when there is none."""
-        return self._delete(apitypes.RUNTIME_DELIVERIES, self.namespace,
-                            heartbeat.lease_name(runtime_id))
-
-    def delete_summary(self, runtime_id: str) -> bool:
-        """Delete the runtime's ``RuntimeStateSummary``; False when there is none."""
-        return self._delete(apitypes.RUNTIME_STATE_SUMMARIES, self.namespace,
-                            statesummary.name_of(runtime_id))
-
-    def has_records(self, runtime_id: str) -> bool:
-        doc = self._kcp.list(apitypes.RUNTIME_CONFIGMAPS, self.namespace, limit=1, metadata_only=True,
-                             label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{OWN_RECORDS}",
-                             timeout=self._timeout)
-        return bool(doc.get("items"))
-
-    def mark(self, runtime_id: str, lease: LeaseFacts | None, since: datetime.datetime) -> None:
-        value = changes.format_time(since)
-        if lease is not None:
-            self._kcp.patch(gateway.LEASES, self.heartbeat_namespace, lease.name,
-                            {"metadata": {"annotations": {rules.ORPHANED_SINCE: value}}},
-                            strategic=True, timeout=self._timeout)
-            return
-        body = {  # records without a Lease: the mark needs a durable home
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {
-                "name": heartbeat.lease_name(runtime_id),
-                "namespace": self.heartbeat_namespace,
-                "labels": {apitypes.HEARTBEAT_LABEL: "true", apitypes.RUNTIME_ID_LABEL: runtime_id,
-                           apitypes.MANAGED_BY_LABEL: records.MANAGED_BY},
-                "annotations": {rules.ORPHANED_SINCE: value}},
-            "spec": {"holderIdentity": runtime_id}}
-        try:
-            self._kcp.create(gateway.LEASES, self.heartbeat_namespace, body,
-                             timeout=self._timeout)
-        except gateway.Conflict:  # the listener created it just now: marked next run
-            pass
-
-    def unmark(self, lease: LeaseFacts) -> None:
-        self._kcp.patch(gateway.LEASES, self.heartbeat_namespace, lease.name,
-                        {"metadata": {"annotations": {rules.ORPHANED_SINCE: None}}},
-                        strategic=True, timeout=self._timeout)
-
-    def delete_lease(self, runtime_id: str) -> bool:
-        """Delete the runtime's heartbeat Lease; False when there is none."""
-        return self._delete(gateway.LEASES, self.heartbeat_namespace,
-                            heartbeat.lease_name(runtime_id))
 
 
 def _now() -> datetime.datetime:
@@ -222,6 +80,7 @@ class Janitor:
         self.active = active  # False once the Lease is lost: stop between deletions
         self._now = now
         self._lock = threading.Lock()
+        self._where: dict[str, set[str]] = {}  # runtime -> namespaces of its records (listed)
 
     def run(self) -> Summary:
         if not self._lock.acquire(blocking=False):
@@ -241,21 +100,34 @@ class Janitor:
             self.metrics.last_success.set(time.time())
         return summary
 
-    def _listing(self, now: datetime.datetime, watch_names: frozenset[str] | None
+    def _listing(self, now: datetime.datetime, homes: dict[str, str] | None
                  ) -> tuple[collections.Counter[str], list[rules.Tombstone],
                             dict[str, dict[str, Any]], legacy.Legacy]:
-        """One listing of every record: the count per runtime, what is due (tombstones past
-        the retention, then records of deleted Watches past it) and the legacy records."""
+        """One listing of every record in every namespace: the count per runtime (and in
+        ``_where`` its namespaces), what is due (tombstones past the retention, then records
+        of deleted Watches past it) and the legacy records. Only records where their Watch
+        stores count (``records.placed``; a RuntimeConfigMap elsewhere is not this
+        installation's), but those of a deleted Watch, whose namespace is unknown: wherever
+        they are, they go after the retention."""
         retention = self.settings.storage.tombstone_retention
+        watch_names = None if homes is None else frozenset(homes)
         counts: collections.Counter[str] = collections.Counter()
         due: list[rules.Tombstone] = []
         metas: dict[str, dict[str, Any]] = {}
         old = legacy.Legacy(MAX_TOMBSTONES)
+        self._where = {}
         for meta in self.kcp.record_metadata():
+            if not records.placed(meta, homes or {}, self.kcp.namespace):
+                t = legacy.of_gone_watch(meta, watch_names, now, retention)
+                if t is not None and len(due) < MAX_TOMBSTONES:
+                    due.append(t)
+                    metas[t.name] = meta
+                continue
             old.add(meta)
             rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
             if isinstance(rid, str):
                 counts[rid] += 1
+                self._where.setdefault(rid, set()).add(str(meta.get("namespace")))
             if len(due) < MAX_TOMBSTONES:
                 t = (rules.tombstone_due(meta, now, retention, records.ANN_DELETED,
                                          records.ANN_OBSERVED)
@@ -269,12 +141,14 @@ class Janitor:
         s = self.settings
         now = self._now()
         try:
-            watch_names = self.kcp.watch_names()
+            homes = self.kcp.watch_homes()
         except API_ERRORS as e:  # the records of deleted Watches wait for the next run
             self._failed("list_watches", e)
-            watch_names = None
+            homes = None
+        if self.summaries is not None and homes is not None:
+            self.summaries.homes = lambda: homes  # its listings: where each Watch stores
         try:
-            counts, due, metas, old = self._listing(now, watch_names)
+            counts, due, metas, old = self._listing(now, homes)
         except API_ERRORS as e:
             return self._failed("list_records", e)
         pruned = self._prune(due, metas)
@@ -373,10 +247,10 @@ class Janitor:
             return 0, 0
         n = 0
         if listed:
-            got = self.kcp.delete_runtime_records(rid)
+            got = self.kcp.delete_runtime_records(rid, self._where.get(rid, set()))
             n = listed if got is None else got
             self.metrics.orphan_records_deleted.inc(n)
-        if self.kcp.has_records(rid):
+        if self.kcp.has_records(rid, self._where.get(rid, set())):
             return n, 0  # not all gone yet: the Lease (and its mark) stays for the next run
         summary = self.kcp.delete_summary(rid)  # its records are gone: it folds nothing
         if self.kcp.delete_delivery(rid):  # before the Lease, which holds the mark

@@ -15,6 +15,14 @@ epoch 0. The annotation ``tether.kyma-project.io/traceparent`` names the trace o
 (``tether.tracing``: the W3C ``traceparent`` of the listener's span, in the change's trace);
 a write without one removes an older one.
 
+Where (docs/watches.md, "Where records are stored and who can read them"): a record lives in
+its Watch's storage namespace (``spec.storage.namespace``, else the listener's namespace; a
+legacy record in the listener's). Every record is labelled with its Kyma CR's name
+(``apitypes.KYMA_NAME_LABEL``); one in the Kyma CR's own namespace also has an owner
+reference to it (``Owner``), so the API server's garbage collector removes it with the Kyma
+CR. A listing across namespaces keeps only objects where their Watch stores (``placed``): a
+``RuntimeConfigMap`` someone else created elsewhere does not count.
+
 CRD: ``manifests/kcp/crds/tether.kyma-project.io_runtimeconfigmaps.yaml``.
 
 Stored objects are read as they are: an object written by an older version (a looser
@@ -51,6 +59,42 @@ _SPEC_FIELDS = ("runtimeId", "watch", "resource", "namespace", "name", "uid", "r
 log = logging.getLogger(__name__)
 
 
+class Owner(NamedTuple):
+    """The Kyma CR of a runtime (the listener read it to authenticate the runtime)."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {"apiVersion": apitypes.KYMAS.api_version, "kind": apitypes.KYMA_KIND,
+                "name": self.name, "uid": self.uid, "controller": False}
+
+
+def _owned(meta: dict[str, Any], owner: Owner | None) -> None:
+    """Set the Kyma CR's label, and its owner reference when ``meta`` is in its namespace;
+    owner references to other Kyma CRs (a Kyma CR recreated) go, others' are kept."""
+    if owner is None:
+        return
+    meta["labels"][apitypes.KYMA_NAME_LABEL] = owner.name
+    refs = [r for r in meta.get("ownerReferences") or []
+            if not (isinstance(r, dict) and r.get("kind") == apitypes.KYMA_KIND
+                    and str(r.get("apiVersion", "")).startswith(apitypes.KYMAS.group + "/"))]
+    if owner.namespace == meta.get("namespace") and owner.uid:
+        refs.append(owner.reference())
+    if refs:
+        meta["ownerReferences"] = refs
+    else:
+        meta.pop("ownerReferences", None)
+
+
+def placed(meta: Mapping[str, Any], homes: Mapping[str, str], default: str) -> bool:
+    """Whether a stored object is in the namespace its Watch stores in (``homes``: Watch
+    name -> storage namespace); a legacy record's and an unknown Watch's is ``default``."""
+    watch = watch_of(meta)
+    return meta.get("namespace") == (default if watch is None else homes.get(watch, default))
+
+
 class Key(NamedTuple):
     runtime_id: str
     watch: str  # "" only for a legacy record (stored before Watches)
@@ -71,8 +115,10 @@ def object_name(key: Key) -> str:
     return f"rcm-{digest[:40]}"
 
 
-def body(record: Mapping[str, Any], namespace: str, trace: str = "") -> dict[str, Any]:
-    """A new custom resource holding ``record`` (``trace``: the write's ``traceparent``)."""
+def body(record: Mapping[str, Any], namespace: str, trace: str = "",
+         owner: Owner | None = None) -> dict[str, Any]:
+    """A new custom resource holding ``record`` (``trace``: the write's ``traceparent``;
+    ``owner``: the runtime's Kyma CR)."""
     key = key_of(record)
     meta: dict[str, Any] = {
         "name": object_name(key),
@@ -91,14 +137,16 @@ def body(record: Mapping[str, Any], namespace: str, trace: str = "") -> dict[str
     }
     if trace:
         meta["annotations"][apitypes.TRACEPARENT_ANNOTATION] = trace
+    _owned(meta, owner)
     spec = {f: record[f] for f in _SPEC_FIELDS if f in record}
     return {"apiVersion": apitypes.RUNTIME_CONFIGMAPS.api_version, "kind": apitypes.RUNTIME_CONFIGMAP_KIND, "metadata": meta, "spec": spec}
 
 
-def updated(stored: Mapping[str, Any], record: Mapping[str, Any], trace: str = "") -> dict[str, Any]:
+def updated(stored: Mapping[str, Any], record: Mapping[str, Any], trace: str = "",
+            owner: Owner | None = None) -> dict[str, Any]:
     """The stored object with ``record`` in place of its spec. Its metadata is kept
     (resourceVersion for optimistic concurrency, finalizers, owner references, labels and
-    annotations of others); our labels and annotations are set over it."""
+    annotations of others); our labels, annotations and Kyma CR reference are set over it."""
     new = body(record, str((stored.get("metadata") or {}).get("namespace", "")), trace)
     meta = dict(stored.get("metadata") or {})
     meta.pop("managedFields", None)
@@ -106,6 +154,7 @@ def updated(stored: Mapping[str, Any], record: Mapping[str, Any], trace: str = "
     kept = {k: v for k, v in (meta.get("annotations") or {}).items()
             if k != apitypes.TRACEPARENT_ANNOTATION}  # an earlier write's trace
     meta["annotations"] = {**kept, **new["metadata"]["annotations"]}
+    _owned(meta, owner)
     return {**new, "metadata": meta}
 
 

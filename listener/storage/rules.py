@@ -200,6 +200,15 @@ class Tombstone(NamedTuple):
     name: str
     resource_version: str
     uid: str
+    namespace: str = ""  # "": the janitor's namespace
+
+
+def tombstone_of(meta: Mapping[str, Any]) -> Tombstone | None:
+    """The deletion of a stored object (its name, resourceVersion, UID, namespace)."""
+    name, rv, uid = meta.get("name"), meta.get("resourceVersion"), meta.get("uid")
+    if not (isinstance(name, str) and isinstance(rv, str) and isinstance(uid, str)):
+        return None
+    return Tombstone(name, rv, uid, str(meta.get("namespace") or ""))
 
 
 def tombstone_due(meta: Mapping[str, Any], now: datetime.datetime, retention: float,
@@ -214,10 +223,7 @@ def tombstone_due(meta: Mapping[str, Any], now: datetime.datetime, retention: fl
         return None
     if ts >= now - datetime.timedelta(seconds=retention + allowance(retention)):
         return None
-    name, rv, uid = meta.get("name"), meta.get("resourceVersion"), meta.get("uid")
-    if not (isinstance(name, str) and isinstance(rv, str) and isinstance(uid, str)):
-        return None
-    return Tombstone(name, rv, uid)
+    return tombstone_of(meta)
 
 
 class Orphan(NamedTuple):

@@ -29,6 +29,14 @@ the outcome never depends on which path ran. A create reserves a new record in t
 on 409 the reservation is cancelled and the read path reserves the update's growth
 instead. Every written object carries its size annotation.
 
+Where: each record is written in its Watch's storage namespace (``homes``: Watch name ->
+namespace, from the listener's Watch list; ``records.placed``), labelled with its Kyma CR's
+name and, in the Kyma CR's namespace, owned by it (``owner_of``). Every listing of a runtime's
+records is one cluster-wide, label-selected list that keeps only objects where their Watch
+stores. A storage namespace that does not exist (the create answers 404) raises
+``MissingNamespace`` (the client gets 503 and retries; ``on_missing`` counts it, one log line
+per Watch and minute names the Watch and the namespace).
+
 Errors are the gateway's (``tether.gateway``): ``gateway.Rejected`` when the API refuses the
 object itself (the client gets 400), any other ``gateway.GatewayError`` when the KCP API
 cannot be used (down, timing out, 5xx, 429, or refusing this listener: ``Forbidden``; the
@@ -38,6 +46,7 @@ client gets 503 and retries).
 from __future__ import annotations
 
 import datetime
+import logging
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -52,6 +61,13 @@ LIST_PAGE = 500
 
 
 NO_QUOTA = rules.Limits(10**12, 10**15)
+log = logging.getLogger(__name__)
+MISSING_LOG_EVERY = 60.0  # seconds between log lines of one Watch's missing namespace
+Homes = Callable[[], Mapping[str, str]]  # Watch name -> storage namespace (listener.fleet.watchlist)
+
+
+class MissingNamespace(gateway.Unavailable):
+    """The storage namespace of a Watch does not exist (the create answered 404)."""
 
 
 class Survey(NamedTuple):
@@ -88,15 +104,20 @@ class Surveying:
 
 
 def metadata_pages(kcp: gateway.Kube, namespace: str, selector: str, timeout: float,
+                   homes: Mapping[str, str] | None = None,
                    ) -> Iterator[tuple[list[dict[str, Any]], int]]:
     """Pages of metadata of the records ``selector`` picks, each with the listing's KCP
-    revision (also a page without items: an empty listing has a revision too)."""
+    revision (also a page without items: an empty listing has a revision too). Without
+    ``homes``: in ``namespace``; with: across namespaces, only objects where their Watch
+    stores (``records.placed``; a legacy record in ``namespace``)."""
     token = ""
     while True:
-        page = kcp.list(apitypes.RUNTIME_CONFIGMAPS, namespace, label_selector=selector, limit=LIST_PAGE,
+        page = kcp.list(apitypes.RUNTIME_CONFIGMAPS, namespace if homes is None else None,
+                        label_selector=selector, limit=LIST_PAGE,
                         continue_token=token or None, metadata_only=True, timeout=timeout)
         pmeta = page.get("metadata") or {}
-        yield ([obj.get("metadata") or {} for obj in page.get("items") or []],
+        metas = [obj.get("metadata") or {} for obj in page.get("items") or []]
+        yield ([m for m in metas if homes is None or records.placed(m, homes, namespace)],
                numbers.ascii_int(pmeta.get("resourceVersion"), 32) or 0)
         token = pmeta.get("continue") or ""
         if not token:
@@ -114,7 +135,10 @@ class Store:
                  on_written: Callable[[str, Mapping[str, Any] | None, Mapping[str, Any] | None,
                                        Mapping[str, Any]], None] | None = None,
                  footprint: Callable[[str], rules.Used | None] | None = None,
-                 on_count: Callable[[str], None] = lambda source: None) -> None:
+                 on_count: Callable[[str], None] = lambda source: None,
+                 homes: Homes | None = None,
+                 owner_of: Callable[[str], records.Owner | None] = lambda runtime_id: None,
+                 on_missing: Callable[[], None] = lambda: None) -> None:
         self._kcp = kcp
         self.namespace = namespace
         self._timeout = timeout
@@ -131,11 +155,41 @@ class Store:
         # from it, or no source: counted from a listing of the runtime's records
         self._footprint = footprint
         self._on_count = on_count  # metric hook: "summary" or "listing"
+        # None: every record in ``namespace`` (tests that build a Store by hand)
+        self._homes = homes
+        self._owner_of = owner_of  # the runtime's Kyma CR (cached by listener.fleet.runtimes)
+        self._on_missing = on_missing  # metric hook: a storage namespace does not exist
+        self._missing_logged: dict[str, float] = {}
+
+    def home(self, watch: str) -> str:
+        """The namespace records of ``watch`` are stored in; raises ``gateway.Unavailable``
+        when the Watch is not in the listener's list (deleted since its records were checked)."""
+        if self._homes is None or not watch:
+            return self.namespace
+        where = self._homes().get(watch)
+        if where is None:
+            raise gateway.Unavailable(f"the Watch {watch[:63]} is not in the listener's list")
+        return where
+
+    def _homes_now(self) -> Mapping[str, str] | None:
+        return None if self._homes is None else self._homes()
+
+    def _missing(self, key: records.Key, namespace: str) -> MissingNamespace:
+        self._on_missing()
+        now = time.monotonic()
+        if now - self._missing_logged.get(key.watch, -MISSING_LOG_EVERY) >= MISSING_LOG_EVERY:
+            if len(self._missing_logged) > 1000:
+                self._missing_logged.clear()
+            self._missing_logged[key.watch] = now
+            log.error("the storage namespace %s of the Watch %s does not exist: its records are "
+                      "answered 503 (the runtimes retry) until it is created", namespace, key.watch)
+        return MissingNamespace(f"the storage namespace {namespace} of the Watch {key.watch[:63]} "
+                                "does not exist")
 
     # -- records -----------------------------------------------------------------------------
 
-    def _get(self, name: str) -> dict[str, Any] | None:
-        return self._kcp.get_or_none(apitypes.RUNTIME_CONFIGMAPS, self.namespace, name, timeout=self._timeout)
+    def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._kcp.get_or_none(apitypes.RUNTIME_CONFIGMAPS, namespace, name, timeout=self._timeout)
 
     def persist(self, record: Mapping[str, Any], trace: str = "") -> Outcome:
         """Store ``record`` if it is newer than the stored one; the outcome (``trace``: the
@@ -164,7 +218,8 @@ class Store:
         write with its resourceVersion; None when another writer won (409, or 404 on an
         update: the object was deleted since it was read, a pruned tombstone, an orphan's
         records)."""
-        stored = self._get(name)
+        where = self.home(key.watch)
+        stored = self._get(where, name)
         if stored is not None and not records.matches(stored, key):
             raise gateway.Rejected("object name collision; refusing to overwrite another key")
         if stored is not None:
@@ -174,9 +229,9 @@ class Store:
         if verdict != "newer":
             return verdict  # stale also when maybe older than a pruned tombstone (rules)
         if stored is None:
-            new, old, old_size = records.body(record, self.namespace, trace), None, None
+            new, old, old_size = records.body(record, where, trace, self._owner(key)), None, None
         else:
-            new, old = records.updated(stored, record, trace), stored.get("metadata")
+            new, old = records.updated(stored, record, trace, self._owner(key)), stored.get("metadata")
             old_size = rules.stored_size(old or {})
         size = rules.annotate(new)
         try:
@@ -200,14 +255,20 @@ class Store:
         the resourceVersion ``new`` carries), then remember it and tell ``on_written``
         (``old``: the replaced object's metadata) and commit the quota reservation; a write
         that fails cancels the reservation and raises."""
+        where = str(new["metadata"]["namespace"])
         try:
             if create:
-                written = self._kcp.create(apitypes.RUNTIME_CONFIGMAPS, self.namespace, new,
+                written = self._kcp.create(apitypes.RUNTIME_CONFIGMAPS, where, new,
                                            timeout=self._timeout)
             else:
-                written = self._kcp.replace(apitypes.RUNTIME_CONFIGMAPS, self.namespace, name,
+                written = self._kcp.replace(apitypes.RUNTIME_CONFIGMAPS, where, name,
                                             new, timeout=self._timeout)
             self._cache.remember(written)
+        except gateway.NotFound:
+            admitted.cancel()
+            if create:  # no namespace (or no API) to create in: retrying here cannot help
+                raise self._missing(key, where) from None
+            raise
         except BaseException:
             admitted.cancel()
             raise
@@ -236,7 +297,7 @@ class Store:
         key is stored (409)."""
         if not rules.may_create_unread(incoming, self._now(), self._retention):
             return False  # stale only if the key is not stored: the read path decides
-        new = records.body(record, self.namespace, trace)
+        new = records.body(record, self.home(key.watch), trace, self._owner(key))
         size = rules.annotate(new)
         try:
             admitted = self.usage.reserve(key.runtime_id, None, size)
@@ -256,7 +317,10 @@ class Store:
         ``listener.storage.writecache``); False when the read path must run."""
         if rules.verdict(entry.version, incoming, self._now(), self._retention) != "newer":
             return False
-        new = records.updated({"metadata": entry.metadata}, record, trace)
+        if entry.metadata.get("namespace") != self.home(key.watch):
+            self._cache.drop(name)  # the Watch stores elsewhere now: the read path decides
+            return False
+        new = records.updated({"metadata": entry.metadata}, record, trace, self._owner(key))
         size = rules.annotate(new)
         try:
             admitted = self.usage.reserve(str(record["runtimeId"]),
@@ -287,7 +351,7 @@ class Store:
         count = size = 0
         for metas, revision in metadata_pages(self._kcp, self.namespace,
                                               f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
-                                              self._timeout):
+                                              self._timeout, self._homes_now()):
             survey.page(revision)
             for meta in metas:
                 count += 1
@@ -311,10 +375,13 @@ class Store:
 
     def _metadata(self, runtime_id: str) -> Iterator[dict[str, Any]]:
         """The metadata of every stored object of the runtime (paginated, label-selected)."""
-        for obj in self._kcp.list_items(
-                apitypes.RUNTIME_CONFIGMAPS, self.namespace, label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
-                page_size=LIST_PAGE, metadata_only=True, timeout=self._timeout):
-            yield obj.get("metadata") or {}
+        for metas, _ in metadata_pages(self._kcp, self.namespace,
+                                       f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
+                                       self._timeout, self._homes_now()):
+            yield from metas
+
+    def _owner(self, key: records.Key) -> records.Owner | None:
+        return self._owner_of(key.runtime_id)
 
     def ping(self) -> None:
         """One cheap authorized call (for /readyz); raises a ``gateway.GatewayError``."""

@@ -137,15 +137,29 @@ def test_each_part_may_reach_exactly_what_docs_security_says(
     assert "192.0.2.1/32" in text and "endpointslices" in text
 
 
-def test_no_part_holds_anything_cluster_wide_but_the_admin_reviews(
+def test_nothing_cluster_wide_but_the_admin_reviews_and_tethers_own_records(
         rendered: list[dict[str, Any]]) -> None:
+    # records live in each Watch's storage namespace (docs/watches.md): the listener and the
+    # janitor reach Tether's own record type everywhere, nothing else
     cluster_roles = {d["metadata"]["name"]: d for d in rendered if d["kind"] == "ClusterRole"}
-    bound = [d for d in rendered if d["kind"] == "ClusterRoleBinding"]
-    assert [b["roleRef"]["name"] for b in bound] == ["tether-admin"]
-    rules = cluster_roles["tether-admin"]["rules"]
-    assert {(r["apiGroups"][0], r["resources"][0], tuple(r["verbs"])) for r in rules} == {
+    bound = {b["roleRef"]["name"]: [(s["name"], s["namespace"]) for s in b["subjects"]]
+             for b in rendered if b["kind"] == "ClusterRoleBinding"}
+    assert bound == {"tether-admin": [("tether-admin", "tether-system")],
+                     "tether-listener-records": [("tether-listener", "tether-system")],
+                     "tether-janitor-records": [("tether-janitor", "tether-system")]}
+
+    def rules(name: str) -> set[tuple[str, str, tuple[str, ...]]]:
+        return {(r["apiGroups"][0], r["resources"][0], tuple(r["verbs"]))
+                for r in cluster_roles[name]["rules"]
+                if len(r["apiGroups"]) == 1 and len(r["resources"]) == 1}
+    assert rules("tether-admin") == {
         ("authentication.k8s.io", "tokenreviews", ("create",)),
         ("authorization.k8s.io", "subjectaccessreviews", ("create",))}
+    assert rules("tether-listener-records") == {
+        (TETHER, "runtimeconfigmaps", ("get", "list", "create", "update", "patch"))}
+    assert rules("tether-janitor-records") == {
+        (TETHER, "runtimeconfigmaps", ("list", "patch", "delete", "deletecollection"))}
+    assert all(len(cluster_roles[n]["rules"]) == len(rules(n)) for n in bound)
 
 
 def test_the_listener_and_janitor_roles_are_exactly_what_they_call(
@@ -167,8 +181,6 @@ def test_the_listener_and_janitor_roles_are_exactly_what_they_call(
 
     assert rules_of("tether-listener") == {
         ("kcp-system", "operator.kyma-project.io", "kymas", ()): {"list"},
-        ("kcp-system", TETHER, "runtimeconfigmaps", ()): {"get", "list", "create", "update",
-                                                          "patch"},
         ("kcp-system", TETHER, "runtimedeliveries", ()): {"get", "create"},
         ("kcp-system", TETHER, "runtimedeliveries/status", ()): {"update"},
         ("kcp-system", TETHER, "runtimestatesummaries", ()): {"get", "create"},
@@ -178,8 +190,6 @@ def test_the_listener_and_janitor_roles_are_exactly_what_they_call(
     }
     assert rules_of("tether-janitor") == {
         ("kcp-system", "operator.kyma-project.io", "kymas", ()): {"list"},
-        ("kcp-system", TETHER, "runtimeconfigmaps", ()): {"list", "patch", "delete",
-                                                          "deletecollection"},
         ("kcp-system", TETHER, "runtimedeliveries", ()): {"list", "delete"},
         ("kcp-system", TETHER, "runtimestatesummaries", ()): {"get", "create", "delete"},
         ("kcp-system", TETHER, "runtimestatesummaries/status", ()): {"update"},
@@ -300,25 +310,27 @@ def test_the_listener_deletes_nothing_and_writes_only_heartbeat_leases(plane: Pl
         assert plane.can(sa, verb, "leases", "tether-heartbeats", group=COORDINATION)
     assert plane.can(sa, "patch", "leases", "tether-heartbeats", group=COORDINATION,
                      name="tether-rt-0123")
-    # what it does need, in kcp-system only
-    assert plane.can(sa, "create", "runtimeconfigmaps", "kcp-system", group=TETHER)
+    # what it does need: records wherever a Watch stores them, the rest in kcp-system only
+    for ns in EVERYWHERE:
+        assert plane.can(sa, "create", "runtimeconfigmaps", ns, group=TETHER), ns
     assert plane.can(sa, "update", "runtimedeliveries", "kcp-system", group=TETHER,
                      subresource="status")
-    assert not plane.can(sa, "create", "runtimeconfigmaps", "tether-heartbeats", group=TETHER)
+    assert not plane.can(sa, "create", "runtimedeliveries", "tether-heartbeats", group=TETHER)
 
 
 def test_the_janitor_deletes_records_and_heartbeats_and_nothing_else(plane: Plane) -> None:
     sa = "tether-janitor"
     for res in RECORD_KINDS:
         assert plane.can(sa, "delete", res, "kcp-system", group=TETHER), res
-    assert plane.can(sa, "deletecollection", "runtimeconfigmaps", "kcp-system", group=TETHER)
+    for ns in EVERYWHERE:  # records wherever a Watch stores them, never written
+        assert plane.can(sa, "deletecollection", "runtimeconfigmaps", ns, group=TETHER), ns
+        assert not plane.can(sa, "create", "runtimeconfigmaps", ns, group=TETHER), ns
     assert plane.can(sa, "delete", "leases", "tether-heartbeats", group=COORDINATION)
-    assert not plane.can(sa, "create", "runtimeconfigmaps", "kcp-system", group=TETHER)
     for ns in ("kcp-system", "tether-system", None):
         assert not plane.can(sa, "delete", "leases", ns, group=COORDINATION), ns
         assert not plane.can(sa, "patch", "leases", ns, group=COORDINATION), ns
     for ns in ("tether-heartbeats", "tether-system", None):
-        for res in RECORD_KINDS:
+        for res in RECORD_KINDS[1:]:
             assert not plane.can(sa, "delete", res, ns, group=TETHER), (res, ns)
     # its election Lease by name, no other
     assert plane.can(sa, "update", "leases", "tether-system", group=COORDINATION,
