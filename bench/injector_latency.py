@@ -31,12 +31,14 @@ The first ``--warmup`` edits are not counted. Goal (issue 25, idle machine): inj
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import pathlib
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -77,7 +79,7 @@ class Stamps:
     (by key: value, at), from the two KCP watches."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.records: dict[str, list[tuple[int, float]]] = {}
         self.values: dict[str, list[tuple[int, float]]] = {}
@@ -86,8 +88,9 @@ class Stamps:
         spec = obj.get("spec") or {}
         rv = str(spec.get("resourceVersion", ""))
         if kind != "DELETED" and rv.isdigit() and spec.get("namespace") == SKR_NAMESPACE:
-            with self.lock:
+            with self.changed:
                 self.records.setdefault(str(spec.get("name")), []).append((int(rv), at))
+                self.changed.notify_all()
 
     def on_sample(self, kind: str, obj: dict[str, Any], at: float) -> None:
         conf = (obj.get("spec") or {}).get("configuration") or {}
@@ -98,17 +101,18 @@ class Stamps:
             self.changed.notify_all()
 
     def first_record(self, name: str, rv: int) -> float | None:
-        with self.lock:
+        with self.lock:  # reentrant: also called under ``wait``
             return min((at for r, at in self.records.get(name, ()) if r >= rv), default=None)
 
     def first_value(self, key: str, seq: int) -> float | None:
         with self.lock:
             return min((at for v, at in self.values.get(key, ()) if v >= seq), default=None)
 
-    def wait_value(self, key: str, seq: int, timeout: float) -> bool:
+    def wait(self, arrived: Callable[[], float | None], timeout: float) -> bool:
+        """Until ``arrived()`` (one of the ``first_`` reads) holds a time."""
         deadline = time.monotonic() + timeout
         with self.changed:
-            while not any(v >= seq for v, _ in self.values.get(key, ())):
+            while arrived() is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -121,8 +125,8 @@ def injector_env(env: lt.Env, kubeconfig: pathlib.Path) -> dict[str, str]:
             "TETHER_INJECTOR_LEASE_NAMESPACE": env.namespace, "TETHER_LOG_LEVEL": "WARNING"}
 
 
-def setup(p: dict[str, controlplane.ControlPlane], work: pathlib.Path, closers: list[Any]
-          ) -> tuple[lt.Env, loop.InjectorProcess]:
+def setup(p: dict[str, controlplane.ControlPlane], work: pathlib.Path, closers: list[Any],
+          injector: bool = True) -> tuple[lt.Env, loop.InjectorProcess | None]:
     """Both planes wired as the end-to-end tests wire them; returns when a probe's record is
     stored (registration and Watch picked up) and the injector runs."""
     skr, kcp = p["skr"], p["kcp"]
@@ -146,9 +150,11 @@ def setup(p: dict[str, controlplane.ControlPlane], work: pathlib.Path, closers: 
     core = client.CoreV1Api(skr_api)
     loop.wait_registered(env, core, rt, SKR_NAMESPACE, w.name)
     core.delete_namespaced_config_map("loop-probe", SKR_NAMESPACE)
-    injector = loop.InjectorProcess(work, "bench", injector_env(env, kcp.kubeconfig)).start()
-    closers.append(injector.stop)
-    return env, injector
+    if not injector:
+        return env, None
+    proc_i = loop.InjectorProcess(work, "bench", injector_env(env, kcp.kubeconfig)).start()
+    closers.append(proc_i.stop)
+    return env, proc_i
 
 
 def drive(args: argparse.Namespace, api: loop.Api, stamps: Stamps) -> list[dict[str, Any]]:
@@ -166,9 +172,12 @@ def drive(args: argparse.Namespace, api: loop.Api, stamps: Stamps) -> list[dict[
                                "application/merge-patch+json")
         acked = time.monotonic()
         assert status == 200, (status, obj)
-        reached = stamps.wait_value(f"k{j}", i, args.timeout)
+        rv = int(obj["metadata"]["resourceVersion"])
+        arrived = (functools.partial(stamps.first_record, f"cm-{j}", rv) if args.baseline_only
+                   else functools.partial(stamps.first_value, f"k{j}", i))
+        reached = stamps.wait(arrived, args.timeout)
         out.append({"configmap": f"cm-{j}", "key": f"k{j}", "seq": i,
-                    "resourceVersion": int(obj["metadata"]["resourceVersion"]), "acked": acked,
+                    "resourceVersion": rv, "acked": acked,
                     "reached": reached, "warmup": i <= args.warmup})
         if i % 50 == 0:
             print(f"  {i} edits", flush=True)
@@ -224,6 +233,8 @@ def main() -> int:
     ap.add_argument("--gap", type=float, default=0.1, help="seconds between an arrival and the next edit")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=10.0, help="per edit, seconds")
+    ap.add_argument("--baseline-only", action="store_true",
+                    help="no injector: the records alone (the harness's check; writes no JSON)")
     ap.add_argument("--report", action="store_true", help="print the table of the last run's JSON")
     args = ap.parse_args()
     if args.report:
@@ -235,7 +246,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-injector-") as tmp, controlplane.planes("skr", "kcp") as p:
         work = pathlib.Path(tmp)
         try:
-            env, injector = setup(p, work, closers)
+            env, injector = setup(p, work, closers, not args.baseline_only)
             kcp_api = loop.Api(p["kcp"], work, "bench-watcher")
             streams = [loop.Stream(kcp_api, apitypes.RUNTIME_CONFIGMAPS.path(env.namespace), stamps.on_record),
                        loop.Stream(kcp_api, loop.samples().path(TARGET_NAMESPACE), stamps.on_sample)]
@@ -244,7 +255,7 @@ def main() -> int:
             edits = drive(args, loop.Api(p["skr"], work, "bench-writer"), stamps)
             seconds = time.monotonic() - started
             applies = {r: injector.metric("tether_injector_applies_total", result=r)
-                       for r in ("ok", "unchanged", "failed")}
+                       for r in ("ok", "unchanged", "failed")} if injector is not None else {}
         finally:
             for close in reversed(closers):
                 try:
@@ -254,6 +265,10 @@ def main() -> int:
     doc = {**provenance.stamp("injector_latency", began), "settings": vars(args),
            "seconds": round(seconds, 1), "summary": measure(edits, stamps), "injector_applies": applies,
            "edits": [{k: v for k, v in e.items() if k != "acked"} for e in edits]}
+    if args.baseline_only:
+        d = doc["summary"]["record"]
+        print(f"records only: n {d['n']} p50 {d['p50_ms']:.1f} p99 {d['p99_ms']:.1f} ms, missing {d['missing']}")
+        return 0
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
     print()
