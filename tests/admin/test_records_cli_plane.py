@@ -6,6 +6,7 @@ cluster-wide list sees the listener namespace only, and is told so."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -133,3 +134,19 @@ def test_without_the_cluster_wide_list_it_lists_the_listener_namespace_and_says_
     denied = records(kubeconfig, scene["rid"], "--namespace", scene["store"])
     assert denied.returncode == 2 and "cannot read the KCP" in denied.stderr
     assert "Traceback" not in denied.stderr
+
+
+def test_kubectl_tether_records_runs_the_same_command(kcp: controlplane.ControlPlane,
+                                                      scene: dict[str, str]) -> None:
+    """``kubectl tether records``: kubectl finds ``kubectl-tether`` on PATH (the venv's bin)
+    and passes the line and its environment ($KUBECONFIG)."""
+    venv_bin = pathlib.Path(sys.executable).parent
+    assert (venv_bin / "kubectl-tether").is_file(), "pip install -e . (setup.cfg entry points)"
+    env = {**os.environ, "KUBECONFIG": str(kcp.kubeconfig),
+           "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = subprocess.run([str(controlplane.binaries() / "kubectl"), "tether", "records",
+                          scene["rid"], "--watch", "configuration"], capture_output=True,
+                         text=True, timeout=60, check=False, env=env)
+    assert out.returncode == 0, out.stderr
+    assert [ln.split()[1] for ln in out.stdout.splitlines()[1:]] == ["team-a/app-config",
+                                                                    "team-a/old"]
