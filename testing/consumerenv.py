@@ -9,6 +9,7 @@ listener), etcd compaction, and a consumer run on a thread that collects what it
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import subprocess
 import threading
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from listener.storage import records
-from testing import controlplane
+from testing import controlplane, listenerenv
 from tether import apitypes, consumer, gateway
 
 RCM = apitypes.RUNTIME_CONFIGMAPS
@@ -64,6 +65,27 @@ class Store:
 
     def remove(self, runtime: str, ns: str, name: str) -> None:
         self.kcp.delete(RCM, self.namespace, self.name(runtime, ns, name))
+
+
+@contextlib.contextmanager
+def own_kcp() -> Iterator[tuple[controlplane.ControlPlane, gateway.Kube]]:
+    """A KCP plane of the caller's own (its API server may be restarted, its etcd compacted)
+    with the RuntimeConfigMap CRD, and an admin gateway to it."""
+    with controlplane.ControlPlane("kcp") as plane:
+        kcp = gateway.from_kubeconfig(str(plane.kubeconfig))
+        try:
+            listenerenv.install_crd(kcp.api_client)
+            yield plane, kcp
+        finally:
+            kcp.close()
+
+
+def fresh_namespace(kcp: gateway.Kube, prefix: str = "c") -> str:
+    import uuid
+
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    kcp.create(gateway.NAMESPACES, None, {"metadata": {"name": name}})
+    return name
 
 
 def etcd_revision(plane: controlplane.ControlPlane) -> int:

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 PAGE = 500
 BACKOFF_FIRST = 0.25
 BACKOFF_CAP = 15.0
+QUICK_END = 1.0  # a watch the server ends sooner than this is followed by the backoff
 
 ConsumerError = consumerstate.ConsumerError  # a bound was exceeded: retrying would fail again
 TooManyKeys = consumerstate.TooManyKeys      # more keys than max_keys
@@ -113,8 +114,15 @@ class Consumer:
                     need_list = False
                     if self.stop.is_set():
                         return
+                started = time.monotonic()
                 yield from self._watch()
-                delay = BACKOFF_FIRST
+                if time.monotonic() - started >= QUICK_END:
+                    delay = BACKOFF_FIRST
+                    continue
+                # the server ended the watch at once: not a tight loop of requests
+                if self.stop.wait(delay * random.uniform(0.8, 1.2)):
+                    return
+                delay = min(delay * 2, BACKOFF_CAP)
             except gateway.Gone:
                 log.info("%s: history expired at %d; relisting", self.scope, self.position)
                 need_list = True
@@ -176,9 +184,7 @@ class Consumer:
                 if self.stop.is_set():
                     return
         finally:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()
+            stream.close()  # releases the connection at once (not at garbage collection)
 
     def _event(self, event: Mapping[str, Any]) -> Change | None:
         kind, obj = event.get("type"), event.get("object")

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from testing import controlplane, listenerenv
+from testing import consumerenv, controlplane
 from testing.consumerenv import Collector, Store, compact, synced
 from tether import consumer, gateway
 
@@ -19,24 +18,24 @@ WATCH = "configuration"
 
 
 @pytest.fixture(scope="module")
-def plane() -> Iterator[controlplane.ControlPlane]:
-    with controlplane.ControlPlane("kcp") as p:
-        yield p
+def own() -> Iterator[tuple[controlplane.ControlPlane, gateway.Kube]]:
+    with consumerenv.own_kcp() as got:
+        yield got
 
 
-@pytest.fixture(scope="module")
-def kcp(plane: controlplane.ControlPlane) -> Iterator[gateway.Kube]:
-    k = gateway.from_kubeconfig(str(plane.kubeconfig))
-    listenerenv.install_crd(k.api_client)
-    yield k
-    k.close()
+@pytest.fixture
+def plane(own: tuple[controlplane.ControlPlane, gateway.Kube]) -> controlplane.ControlPlane:
+    return own[0]
+
+
+@pytest.fixture
+def kcp(own: tuple[controlplane.ControlPlane, gateway.Kube]) -> gateway.Kube:
+    return own[1]
 
 
 @pytest.fixture
 def ns(kcp: gateway.Kube) -> str:
-    name = f"c-{uuid.uuid4().hex[:8]}"
-    kcp.create(gateway.NAMESPACES, None, {"metadata": {"name": name}})
-    return name
+    return consumerenv.fresh_namespace(kcp)
 
 
 def make(kcp: gateway.Kube, ns: str, **kw: object) -> consumer.Consumer:
@@ -68,7 +67,7 @@ def test_list_then_watch_in_order(kcp: gateway.Kube, ns: str) -> None:
         assert sorted(keyed(first[:2])) == [("a", r_a, True), ("b", r_b, True)]  # type: ignore[arg-type]
         assert all(isinstance(e, consumer.Change) and e.resync and e.kyma == "kyma-1"
                    and e.watch == WATCH for e in first[:2])
-        assert first[2] == consumer.Synced(first[2].revision, False) and len(first) == 3  # type: ignore[union-attr]
+        assert first[2] == consumer.Synced(first[2].revision, False) and len(first) == 3
         assert first[0].record and first[0].record["data"] in ({"k": "1"}, {"k": "2"})  # type: ignore[union-attr]
 
         r_a2 = store.put("rt-1", "team", "a", data={"k": "3"}, kyma="kyma-1")
@@ -120,7 +119,7 @@ def test_resume_from_position_gets_exactly_what_followed(kcp: gateway.Kube, ns: 
             break
     position = first.position
     assert [e.name for e in got[4:] if isinstance(e, consumer.Change)] == ["k0", "k1"]
-    assert position == got[-1].revision  # type: ignore[union-attr]
+    assert position == got[-1].revision
     later = [store.put("rt-1", "team", "k3"), store.put("rt-1", "team", "k0", data={"v": "2"})]
     store.remove("rt-1", "team", "k1")
     c = Collector(make(kcp, ns, since=position))
@@ -131,7 +130,7 @@ def test_resume_from_position_gets_exactly_what_followed(kcp: gateway.Kube, ns: 
         assert not list(synced(evs))  # no relist: the history still holds the position
         assert [(e.name, e.live, e.resync) for e in evs] == [  # type: ignore[union-attr]
             ("k2", True, False), ("k3", True, False), ("k0", True, False), ("k1", False, False)]
-        assert [e.revision for e in evs[1:3]] == later  # type: ignore[union-attr]
+        assert [e.revision for e in evs[1:3]] == later
         assert_in_order(c.changes())
     finally:
         c.stop()
@@ -248,6 +247,22 @@ def test_more_keys_than_the_bound_is_a_clear_error(kcp: gateway.Kube, ns: str) -
         while c.error is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert isinstance(c.error, consumer.TooManyKeys)
+    finally:
+        c.stop()
+
+
+def test_bookmarks_advance_the_position_without_a_change(kcp: gateway.Kube, ns: str) -> None:
+    c = Collector(make(kcp, ns, watch_seconds=4))  # the server bookmarks before a watch ends
+    try:
+        c.wait(lambda evs: any(True for _ in synced(evs)))
+        listed = c.source.position
+        other = Store(kcp, consumerenv.fresh_namespace(kcp), WATCH)
+        written = other.put("rt-1", "team", "elsewhere")
+        deadline = time.monotonic() + 20
+        while c.source.position < written and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert c.source.position >= written > listed
+        assert len(c.events()) == 1  # only the Synced: a bookmark is not a change
     finally:
         c.stop()
 

@@ -20,7 +20,7 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import urllib3
@@ -196,7 +196,7 @@ class Kube:
     def watch(self, res: Resource, namespace: str | None, *, resource_version: str,
               timeout_seconds: int, label_selector: str | None = None, bookmarks: bool = True,
               max_event_bytes: int = stream.MAX_EVENT_BYTES, read_timeout: float | None = None,
-              stop: threading.Event | None = None) -> Iterator[dict[str, Any]]:
+              stop: threading.Event | None = None) -> Generator[dict[str, Any], None, None]:
         """The events of a watch from ``resource_version`` (``namespace`` None: across all
         namespaces), as served, while the server holds it open (``timeout_seconds``); see
         ``stream`` for its bounds and errors (``errors.Gone``: the version is too old).
