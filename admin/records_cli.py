@@ -8,7 +8,9 @@ It lists the runtime's ``RuntimeConfigMap`` objects by the label ``kyma-project.
 across every namespace (a Watch stores its records in its storage namespace), with the
 operator's own kubeconfig (``--kubeconfig``, else ``$KUBECONFIG``, else in-cluster). When RBAC
 forbids the cluster-wide list it lists ``--namespace`` (the listener's namespace) only, and
-says so. Values are never printed unless ``--show-values`` (the keys and their sizes are).
+says so. A record outside its Watch's storage namespace (the Watches in ``--namespace``
+say where each stores) is marked stray: the listener and the janitor ignore it. Values are
+never printed unless ``--show-values`` (the keys and their sizes are).
 Exit status: 0; 1 when nothing is stored for the runtime (or the record); 2 for a usage
 error or when the KCP cannot be read. Format and API: docs/api.md "Reading the records".
 """
@@ -21,44 +23,27 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, TextIO
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
-from admin import detail, views
-from tether import apitypes, config, gateway, logs, parsers, watches
+from admin import recordsview as view
+from tether import apitypes, config, gateway, logs, parsers, watches, watchuse
 
-COLUMNS = ("WATCH", "NAMESPACE/NAME", "STATE", "EPOCH", "SOURCE", "OBSERVED", "KCP-NAMESPACE",
-           "AGE")
 NAMESPACE_LABEL = "tether.kyma-project.io/namespace"  # listener.storage.records.NAMESPACE_LABEL
 PAGE = 50  # objects per list page (whole records: up to ~1.4 MiB each)
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 10_000
-VALUE_CHARS = 1000  # a value shown with --show-values in the table view, at most
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _OBJECT_NAME = re.compile(r"[^\s/\x00-\x1f\x7f]{1,253}")
 
 
-class Row(NamedTuple):
-    """One stored record, as the list shows it (no data)."""
-
-    watch: str
-    namespace: str
-    name: str
-    deleted: bool
-    epoch: int
-    source: str
-    observed: str
-    kcp_namespace: str
-    created: str
-    kyma: str
-
-
 class Listing(NamedTuple):
-    rows: list[Row]          # the first ``limit`` found, sorted
+    rows: list[view.Row]          # the first ``limit`` found, sorted
     objects: list[dict[str, Any]]  # with a NAMESPACE/NAME: the matching records, whole
     total: int               # how many the runtime has (matching the filter)
     scope: str               # "" (every namespace) or the one namespace listed
     note: str                # why the scope is one namespace
+    checked: bool = False    # whether the Watches' storage namespaces were read (stray)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -110,174 +95,6 @@ def check_args(args: argparse.Namespace) -> tuple[str, str] | None:
     return ns, name
 
 
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _map(obj: Mapping[str, Any], field: str) -> dict[str, Any]:
-    value = obj.get(field)
-    return value if isinstance(value, dict) else {}
-
-
-def _epoch(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def row_of(obj: Mapping[str, Any]) -> Row:
-    """A stored object as a row, whatever it holds (a hand-written object never raises)."""
-    meta = _map(obj, "metadata")
-    spec = _map(obj, "spec")
-    labels = _map(meta, "labels")
-    return Row(watch=_str(spec.get("watch")) or _str(labels.get(watches.WATCH_LABEL)),
-               namespace=_str(spec.get("namespace")), name=_str(spec.get("name")),
-               deleted=spec.get("deleted") is True, epoch=_epoch(spec.get("epoch")),
-               source=_str(spec.get("source")), observed=_str(spec.get("observedAt")),
-               kcp_namespace=_str(meta.get("namespace")),
-               created=_str(meta.get("creationTimestamp")),
-               kyma=_str(labels.get(apitypes.KYMA_NAME_LABEL)))
-
-
-def parse_time(text: str) -> datetime.datetime | None:
-    try:
-        t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else t.replace(tzinfo=datetime.UTC)
-
-
-def _when(text: str, now: datetime.datetime) -> str:
-    t = parse_time(text)
-    return views.ago(t, now) if t is not None else (detail.clean(logs.bounded(text, 40)) or "-")
-
-
-def table(rows: Iterable[Row], now: datetime.datetime) -> list[list[str]]:
-    return [[detail.clean(r.watch) or "(legacy)",
-             detail.clean(logs.bounded(f"{r.namespace}/{r.name}", 120)),
-             "tombstone" if r.deleted else "live", str(r.epoch),
-             detail.clean(logs.bounded(r.source, 20)) or "-", _when(r.observed, now),
-             detail.clean(r.kcp_namespace), _when(r.created, now).removesuffix(" ago")]
-            for r in rows]
-
-
-def render_table(rows: Iterable[Row], now: datetime.datetime, out: TextIO) -> None:
-    cells = [list(COLUMNS), *table(rows, now)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
-    for row in cells:
-        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
-
-
-def row_json(r: Row) -> dict[str, Any]:
-    return {"watch": r.watch, "namespace": r.namespace, "name": r.name,
-            "state": "tombstone" if r.deleted else "live", "epoch": r.epoch, "source": r.source,
-            "observedAt": r.observed, "kcpNamespace": r.kcp_namespace, "created": r.created,
-            "kyma": r.kyma}
-
-
-def value_size(field: str, value: object) -> int:
-    """Bytes of one value: ``data`` as UTF-8, ``binaryData`` decoded from base64."""
-    text = value if isinstance(value, str) else ""
-    if field == "binaryData":
-        return len(text) * 3 // 4 - text[-2:].count("=")
-    return len(text.encode())
-
-
-def keys_of(spec: Mapping[str, Any]) -> list[tuple[str, str, int]]:
-    """(field, key, size) of every value a record holds, sorted."""
-    out = []
-    for field in ("data", "binaryData"):
-        values = spec.get(field)
-        if isinstance(values, dict):
-            out += [(field, str(k), value_size(field, v)) for k, v in values.items()]
-    return sorted(out)
-
-
-def _pairs(values: object, show_values: bool, indent: str = "  ") -> list[str]:
-    """``key=value`` lines, each value on one line and bounded; the annotation holding a copy
-    of the object (values included) is shown by its size unless ``show_values``."""
-    if not isinstance(values, dict) or not values:
-        return [indent + "(none)"]
-    out = []
-    for k, v in sorted(values.items(), key=lambda kv: str(kv[0])):
-        text = _str(v)
-        if k == watches.LAST_APPLIED and not show_values:
-            text = f"(a copy of the object, values included, {views.size(len(text.encode()))}:" \
-                " --show-values)"
-        out.append(f"{indent}{detail.clean(logs.bounded(k, 253))}="
-                   f"{detail.clean(logs.bounded(text, VALUE_CHARS))}")
-    return out
-
-
-def _facts(obj: Mapping[str, Any], row: Row, now: datetime.datetime) -> list[str]:
-    meta, spec = _map(obj, "metadata"), _map(obj, "spec")
-    res = _map(spec, "resource")
-    kind = "/".join(x for x in (_str(res.get("group")), _str(res.get("version"))) if x)
-    owners = [f"{_str(o.get('kind'))}/{_str(o.get('name'))}"
-              for o in meta.get("ownerReferences") or [] if isinstance(o, dict)]
-    c = detail.clean
-    return [f"Stored as:   {c(_str(meta.get('name')))} in {c(row.kcp_namespace)} (KCP "
-            f"resourceVersion {c(_str(meta.get('resourceVersion')))}, created "
-            f"{_when(row.created, now)})",
-            f"Kyma CR:     {c(row.kyma) or '- (no label ' + apitypes.KYMA_NAME_LABEL + ')'}"
-            f"{'; owners: ' + c(', '.join(owners)) if owners else ''}",
-            f"Kind:        {c(_str(res.get('kind')) or 'ConfigMap')} {c(kind or 'v1')}",
-            f"State:       {'tombstone (the object was deleted)' if row.deleted else 'live'}",
-            f"Epoch:       {row.epoch}",
-            f"Source:      {c(logs.bounded(row.source, 40)) or '-'}",
-            f"Version:     resourceVersion {c(logs.bounded(_str(spec.get('resourceVersion')), 40))}"
-            f" in the runtime, uid {c(logs.bounded(_str(spec.get('uid')), 40)) or '-'}",
-            f"Observed:    {_when(row.observed, now)} ({c(logs.bounded(row.observed, 40))})"]
-
-
-def detail_lines(obj: Mapping[str, Any], now: datetime.datetime, show_values: bool) -> list[str]:
-    """One stored record in detail: where, which Kyma CR, state, version, the runtime
-    object's labels and annotations, its data keys with sizes (values: ``show_values``)."""
-    row = row_of(obj)
-    spec = _map(obj, "spec")
-    meta = _map(obj, "metadata")
-    out = [f"Record {detail.clean(row.namespace)}/{detail.clean(row.name)} "
-           f"(Watch {detail.clean(row.watch) or '- (legacy)'})", "", *_facts(obj, row, now), "",
-           "Labels of the object:", *_pairs(spec.get("labels"), show_values),
-           "Annotations of the object:", *_pairs(spec.get("annotations"), show_values),
-           "Labels of the stored record (select on these):",
-           *_pairs(meta.get("labels"), show_values)]
-    keys = keys_of(spec)
-    total = sum(size for _, _, size in keys)
-    shown = "" if show_values else "; values not shown (--show-values)"
-    out += ["", f"Values: {len(keys)} keys, {views.size(total)}{shown}"]
-    if keys:
-        cells = [["FIELD", "KEY", "SIZE"] + (["VALUE"] if show_values else [])]
-        for field, key, size in keys:
-            cell = [field, detail.clean(logs.bounded(key, 253)), views.size(size)]
-            if show_values:
-                cell.append(detail.clean(logs.bounded(_str(spec[field][key]), VALUE_CHARS)))
-            cells.append(cell)
-        widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
-        out += [("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))).rstrip()
-                for r in cells]
-    return out
-
-
-def detail_json(obj: Mapping[str, Any], show_values: bool) -> dict[str, Any]:
-    """One stored record as JSON: its row, metadata and record; values only with
-    ``show_values`` (else ``keys``: field, key and size of each)."""
-    spec = dict(_map(obj, "spec"))
-    meta = _map(obj, "metadata")
-    keys = keys_of(spec)
-    if not show_values:
-        spec.pop("data", None)
-        spec.pop("binaryData", None)
-        ann = spec.get("annotations")
-        if isinstance(ann, dict) and watches.LAST_APPLIED in ann:
-            spec["annotations"] = {k: v for k, v in ann.items() if k != watches.LAST_APPLIED}
-    return {**row_json(row_of(obj)), "kcpName": _str(meta.get("name")),
-            "kcpResourceVersion": _str(meta.get("resourceVersion")),
-            "labels": meta.get("labels") or {}, "annotations": meta.get("annotations") or {},
-            "ownerReferences": meta.get("ownerReferences") or [],
-            "keys": [{"field": f, "key": k, "size": s} for f, k, s in keys],
-            "record": spec}
-
-
-# -- the KCP ----------------------------------------------------------------------------
 
 
 def _items(kcp: gateway.Kube, namespace: str | None, sel: str) -> Iterable[dict[str, Any]]:
@@ -285,15 +102,41 @@ def _items(kcp: gateway.Kube, namespace: str | None, sel: str) -> Iterable[dict[
                           page_size=PAGE)
 
 
+def homes(kcp: gateway.Kube, namespace: str) -> dict[str, str] | None:
+    """Each Watch's storage namespace (``namespace``, the listener's, when it names none);
+    None when the Watches cannot be read (then no record is called stray)."""
+    try:
+        out = {}
+        for w in kcp.list_items(apitypes.WATCHES, namespace, page_size=PAGE):
+            name = (w.get("metadata") or {}).get("name")
+            try:
+                home = watchuse.storage_namespace(w.get("spec") or {})
+            except watchuse.UseError:
+                continue
+            if isinstance(name, str):
+                out[name] = home or namespace
+        return out
+    except gateway.GatewayError:
+        return None
+
+
+def stray(row: view.Row, homes: dict[str, str] | None, namespace: str) -> bool:
+    """Whether a record is where its Watch does not store (a legacy record's home is the
+    listener's ``namespace``): the listener, the janitor and consumers ignore it."""
+    if homes is None or (row.watch and row.watch not in homes):
+        return False
+    return row.kcp_namespace != (homes[row.watch] if row.watch else namespace)
+
+
 def _collect(items: Iterable[dict[str, Any]], limit: int, name: str | None,
-             ) -> tuple[list[Row], list[dict[str, Any]], int]:
+             ) -> tuple[list[view.Row], list[dict[str, Any]], int]:
     """The first ``limit`` rows (and, for ``name``, the matching objects) and the count;
     one page of whole objects in memory at a time."""
-    rows: list[Row] = []
+    rows: list[view.Row] = []
     objects: list[dict[str, Any]] = []
     total = 0
     for obj in items:
-        row = row_of(obj)
+        row = view.row_of(obj)
         if name is not None and row.name != name:
             continue
         total += 1
@@ -302,7 +145,7 @@ def _collect(items: Iterable[dict[str, Any]], limit: int, name: str | None,
             if name is not None:
                 objects.append(obj)
     rows.sort(key=lambda r: (r.watch, r.namespace, r.name, r.kcp_namespace))
-    objects.sort(key=lambda o: row_of(o).watch)
+    objects.sort(key=lambda o: view.row_of(o).watch)
     return rows, objects, total
 
 
@@ -311,15 +154,18 @@ def load(kcp: gateway.Kube, args: argparse.Namespace, key: tuple[str, str] | Non
     cluster-wide list is forbidden. Raises ``gateway.GatewayError``."""
     sel = selector(args.runtime, args.watch, key[0] if key else None)
     name = key[1] if key else None
+    scope, note = "", ""
     try:
         rows, objects, total = _collect(_items(kcp, None, sel), args.limit, name)
-        return Listing(rows, objects, total, "", "")
     except gateway.Forbidden:
+        scope = args.namespace
         note = (f"the cluster-wide list of runtimeconfigmaps is forbidden to you: only "
-                f"namespace {args.namespace} was listed (records of Watches that store "
+                f"namespace {scope} was listed (records of Watches that store "
                 "elsewhere are not shown)")
-    rows, objects, total = _collect(_items(kcp, args.namespace, sel), args.limit, name)
-    return Listing(rows, objects, total, args.namespace, note)
+        rows, objects, total = _collect(_items(kcp, scope, sel), args.limit, name)
+    where = homes(kcp, args.namespace) if total else None
+    rows = [r._replace(stray=stray(r, where, args.namespace)) for r in rows]
+    return Listing(rows, objects, total, scope, note, where is not None)
 
 
 def _fetch(args: argparse.Namespace, key: tuple[str, str] | None) -> Listing | str:
@@ -340,11 +186,14 @@ def _print_list(args: argparse.Namespace, got: Listing, now: datetime.datetime) 
     if args.output == "json":
         doc = {"runtime": args.runtime, "listedAt": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
                "namespace": got.scope or None, "note": got.note or None, "total": got.total,
-               "records": [row_json(r) for r in got.rows]}
+               "storageChecked": got.checked, "records": [view.row_json(r) for r in got.rows]}
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render_table(got.rows, now, sys.stdout)
+        view.render_table(got.rows, now, sys.stdout)
+    if any(r.stray for r in got.rows):
+        print(f"({view.STRAY}: not in its Watch's storage namespace; the listener, the janitor "
+              "and consumers ignore it: delete it by hand)", file=sys.stderr)
     if more > 0:
         print(f"({more} more of {got.total} not shown: --limit, --watch)", file=sys.stderr)
 
@@ -371,9 +220,9 @@ def main(argv: list[str]) -> int:
     if key is None:
         _print_list(args, got, now)
     elif args.output == "json":
-        json.dump([detail_json(o, args.show_values) for o in got.objects], sys.stdout, indent=2)
+        json.dump([view.detail_json(o, args.show_values) for o in got.objects], sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        blocks = [detail_lines(o, now, args.show_values) for o in got.objects]
+        blocks = [view.detail_lines(o, now, args.show_values) for o in got.objects]
         sys.stdout.write("\n\n".join("\n".join(b) for b in blocks) + "\n")
     return 0

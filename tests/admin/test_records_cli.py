@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from admin import records_cli as rc
+from admin import recordsview as view
 from tether import apitypes, config, watches
 
 NOW = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.UTC)
@@ -33,12 +34,12 @@ def stored(name: str = "app", *, ns: str = "team-a", watch: str = "configuration
 
 
 def test_rows_and_the_table_show_watch_key_state_epoch_source_and_ages() -> None:
-    rows = [rc.row_of(stored()), rc.row_of(stored("gone", deleted=True, source="poller",
+    rows = [view.row_of(stored()), view.row_of(stored("gone", deleted=True, source="poller",
                                                    kcp_ns="cfg-store", data={}))]
-    assert rows[0] == rc.Row("configuration", "team-a", "app", False, 2, "webhook",
+    assert rows[0] == view.Row("configuration", "team-a", "app", False, 2, "webhook",
                              "2026-12-04T11:57:00Z", "kcp-system", "2026-12-02T12:00:00Z",
                              "kyma-1")
-    cells = rc.table(rows, NOW)
+    cells = view.table(rows, NOW)
     assert cells[0] == ["configuration", "team-a/app", "live", "2", "webhook", "3m ago",
                         "kcp-system", "2d"]
     assert cells[1][2:4] == ["tombstone", "2"] and cells[1][4] == "poller"
@@ -47,13 +48,13 @@ def test_rows_and_the_table_show_watch_key_state_epoch_source_and_ages() -> None
 
 def test_a_hand_written_or_hostile_object_never_raises_and_prints_on_one_line() -> None:
     odd = {"metadata": "nope", "spec": ["not", "a", "map"]}
-    assert rc.row_of(odd) == rc.Row("", "", "", False, 0, "", "", "", "", "")
-    assert rc.table([rc.row_of(odd)], NOW)[0][:3] == ["(legacy)", "/", "live"]
+    assert view.row_of(odd) == view.Row("", "", "", False, 0, "", "", "", "", "")
+    assert view.table([view.row_of(odd)], NOW)[0][:3] == ["(legacy)", "/", "live"]
     evil = stored("a\nb", observedAt="not a time", epoch=True, source="x\x1b[31m")
-    cells = rc.table([rc.row_of(evil)], NOW)[0]
+    cells = view.table([view.row_of(evil)], NOW)[0]
     assert cells[1] == "team-a/a?b" and cells[3] == "0" and "\x1b" not in cells[4]
     assert cells[5] == "not a time"
-    rc.detail_lines(evil, NOW, show_values=True)  # renders without raising
+    view.detail_lines(evil, NOW, show_values=True)  # renders without raising
 
 
 def test_the_detail_shows_keys_and_sizes_never_values_unless_asked() -> None:
@@ -61,32 +62,32 @@ def test_the_detail_shows_keys_and_sizes_never_values_unless_asked() -> None:
     obj = stored(data={"config.yaml": SECRET, "b": "xy"}, binaryData={"blob": blob},
                  annotations={watches.LAST_APPLIED: '{"data":{"k":"' + SECRET + '"}}',
                               "team": "a"})
-    text = "\n".join(rc.detail_lines(obj, NOW, show_values=False))
+    text = "\n".join(view.detail_lines(obj, NOW, show_values=False))
     assert SECRET not in text
     assert "Values: 3 keys" in text and "--show-values" in text
     assert "config.yaml" in text and f"{len(SECRET)} B" in text
     assert "1000 B" in text  # binaryData: the decoded size
     assert "team=a" in text and "Kyma CR:     kyma-1; owners: Kyma/kyma-1" in text
     assert "Epoch:       2" in text and "Source:      webhook" in text
-    shown = "\n".join(rc.detail_lines(obj, NOW, show_values=True))
+    shown = "\n".join(view.detail_lines(obj, NOW, show_values=True))
     assert SECRET in shown
 
 
 def test_the_detail_as_json_leaves_out_values_unless_asked() -> None:
     obj = stored(data={"k": SECRET}, annotations={watches.LAST_APPLIED: SECRET})
-    doc = rc.detail_json(obj, show_values=False)
+    doc = view.detail_json(obj, show_values=False)
     assert SECRET not in repr(doc)
     assert doc["keys"] == [{"field": "data", "key": "k", "size": len(SECRET)}]
     assert doc["state"] == "live" and doc["kyma"] == "kyma-1" and doc["kcpName"] == "rcm-app"
-    assert rc.detail_json(obj, show_values=True)["record"]["data"] == {"k": SECRET}
+    assert view.detail_json(obj, show_values=True)["record"]["data"] == {"k": SECRET}
     assert obj["spec"]["data"] == {"k": SECRET}  # the object itself is not changed
 
 
 def test_value_sizes() -> None:
-    assert rc.value_size("data", "é") == 2
-    assert rc.value_size("binaryData", base64.b64encode(b"abcd").decode()) == 4
-    assert rc.value_size("binaryData", base64.b64encode(b"abcde").decode()) == 5
-    assert rc.keys_of({"data": {"b": "1", "a": "22"}, "binaryData": None}) == [
+    assert view.value_size("data", "é") == 2
+    assert view.value_size("binaryData", base64.b64encode(b"abcd").decode()) == 4
+    assert view.value_size("binaryData", base64.b64encode(b"abcde").decode()) == 5
+    assert view.keys_of({"data": {"b": "1", "a": "22"}, "binaryData": None}) == [
         ("data", "a", 2), ("data", "b", 1)]
 
 
@@ -128,3 +129,18 @@ def test_collection_keeps_at_most_the_limit_and_counts_the_rest() -> None:
     assert [r.watch for r in rows] == sorted(r.watch for r in rows)
     rows, objects, total = rc._collect(iter(objs), 3, "o4")
     assert total == 1 and [o["spec"]["name"] for o in objects] == ["o4"]
+
+
+def test_a_record_outside_its_watchs_storage_namespace_is_stray() -> None:
+    homes = {"configuration": "tether-configuration", "local": "kcp-system"}
+    row = view.row_of(stored(kcp_ns="tether-configuration"))
+    assert not rc.stray(row, homes, "kcp-system")
+    assert rc.stray(row._replace(kcp_namespace="kcp-system"), homes, "kcp-system")
+    assert rc.stray(row._replace(watch="local"), homes, "kcp-system")
+    assert not rc.stray(row._replace(watch="", kcp_namespace="kcp-system"), homes, "kcp-system")
+    assert rc.stray(row._replace(watch=""), homes, "kcp-system")  # legacy: the listener's
+    assert not rc.stray(row._replace(watch="unknown"), homes, "kcp-system")  # deleted Watch
+    assert not rc.stray(row._replace(kcp_namespace="x"), None, "kcp-system")  # not read
+    marked = view.table([row._replace(stray=True)], NOW)[0]
+    assert marked[6] == "tether-configuration (stray)" and view.row_json(
+        row._replace(stray=True))["stray"] is True

@@ -17,12 +17,22 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from testing import controlplane
+from testing import controlplane, watchenv
 from testing.listenerenv import install_crd
 from tether import apitypes, watches
 
 SECRET = "value-that-must-not-print"
 RES = apitypes.RUNTIME_CONFIGMAPS
+
+
+def _watch(name: str, storage: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"resource": {"group": "", "version": "v1", "resource": "configmaps",
+                                         "kind": "ConfigMap"},
+                            "selector": {"matchLabels": {"a": "b"}}, "send": {"mode": "full"}}
+    if storage:
+        spec["storage"] = {"namespace": storage}
+    return {"apiVersion": apitypes.WATCHES.api_version, "kind": "Watch",
+            "metadata": {"name": name}, "spec": spec}
 
 
 def _record(rid: str, watch: str, ns: str, name: str, *, deleted: bool = False,
@@ -43,21 +53,28 @@ def scene(kcp: controlplane.ControlPlane, kcp_api: client.ApiClient
           ) -> Iterator[dict[str, str]]:
     """Runtime ``rid``: two records in the listener namespace ``home`` (Watch
     configuration, one a tombstone) and one in the storage namespace ``store`` (Watch
-    digest); another runtime's record beside them."""
+    digest), and a stray one of Watch digest in ``home``; another runtime's record beside
+    them."""
     install_crd(kcp_api)
+    controlplane.install_crds(kcp_api, watchenv.CRD_FILE)
     core, objects = client.CoreV1Api(kcp_api), client.CustomObjectsApi(kcp_api)
     rid, other = f"rt-{uuid.uuid4().hex[:8]}", f"rt-{uuid.uuid4().hex[:8]}"
     home, store = f"kh-{uuid.uuid4().hex[:6]}", f"ks-{uuid.uuid4().hex[:6]}"
     for ns in (home, store):
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    w = apitypes.WATCHES
+    for body in (_watch("configuration", None), _watch("digest", store)):
+        objects.create_namespaced_custom_object(w.group, w.version, home, w.plural, body)
     for kcp_ns, body in (
             (home, _record(rid, "configuration", "team-a", "app-config")),
             (home, _record(rid, "configuration", "team-a", "old", deleted=True,
                            source="poller", epoch=1)),
             (store, _record(rid, "digest", "team-b", "settings", source="poller")),
+            (home, _record(rid, "digest", "team-b", "settings", source="poller")),
             (home, _record(other, "configuration", "team-a", "app-config"))):
         objects.create_namespaced_custom_object(RES.group, RES.version, kcp_ns, RES.plural, body)
     yield {"rid": rid, "other": other, "home": home, "store": store}
+    objects.delete_collection_namespaced_custom_object(w.group, w.version, home, w.plural)
     for ns in (home, store):
         objects.delete_collection_namespaced_custom_object(RES.group, RES.version, ns,
                                                            RES.plural)
@@ -72,25 +89,30 @@ def records(kubeconfig: pathlib.Path, *args: str) -> subprocess.CompletedProcess
 
 def test_lists_the_runtimes_records_across_namespaces(kcp: controlplane.ControlPlane,
                                                       scene: dict[str, str]) -> None:
-    got = records(kcp.kubeconfig, scene["rid"], "-o", "json")
+    got = records(kcp.kubeconfig, scene["rid"], "--namespace", scene["home"], "-o", "json")
     assert got.returncode == 0, got.stderr
     doc = json.loads(got.stdout)
-    assert doc["total"] == 3 and doc["namespace"] is None and doc["note"] is None
+    assert doc["total"] == 4 and doc["namespace"] is None and doc["note"] is None
+    assert doc["storageChecked"] is True
     assert [(r["watch"], r["namespace"], r["name"], r["state"], r["source"], r["epoch"],
-             r["kcpNamespace"]) for r in doc["records"]] == [
-        ("configuration", "team-a", "app-config", "live", "webhook", 0, scene["home"]),
-        ("configuration", "team-a", "old", "tombstone", "poller", 1, scene["home"]),
-        ("digest", "team-b", "settings", "live", "poller", 0, scene["store"])]
-    table = records(kcp.kubeconfig, scene["rid"], "--watch", "digest")
+             r["kcpNamespace"], r["stray"]) for r in doc["records"]] == [
+        ("configuration", "team-a", "app-config", "live", "webhook", 0, scene["home"], False),
+        ("configuration", "team-a", "old", "tombstone", "poller", 1, scene["home"], False),
+        ("digest", "team-b", "settings", "live", "poller", 0, scene["home"], True),
+        ("digest", "team-b", "settings", "live", "poller", 0, scene["store"], False)]
+    table = records(kcp.kubeconfig, scene["rid"], "--watch", "digest", "--namespace",
+                    scene["home"])
     lines = table.stdout.splitlines()
     assert table.returncode == 0 and lines[0].split() == list(
         ("WATCH", "NAMESPACE/NAME", "STATE", "EPOCH", "SOURCE", "OBSERVED", "KCP-NAMESPACE",
          "AGE"))
-    assert len(lines) == 2 and lines[1].split()[:5] == ["digest", "team-b/settings", "live",
+    assert len(lines) == 3 and lines[2].split()[:5] == ["digest", "team-b/settings", "live",
                                                         "0", "poller"]
+    assert f"{scene['home']} (stray)" in lines[1] and "stray" not in lines[2]
+    assert "not in its Watch's storage namespace" in table.stderr
     assert SECRET not in got.stdout + table.stdout
     capped = records(kcp.kubeconfig, scene["rid"], "--limit", "1", "-o", "json")
-    assert len(json.loads(capped.stdout)["records"]) == 1 and "2 more of 3" in capped.stderr
+    assert len(json.loads(capped.stdout)["records"]) == 1 and "3 more of 4" in capped.stderr
 
 
 def test_one_record_in_detail_shows_keys_and_sizes_not_values(
@@ -129,7 +151,8 @@ def test_without_the_cluster_wide_list_it_lists_the_listener_namespace_and_says_
     got = records(kubeconfig, scene["rid"], "--namespace", scene["home"], "-o", "json")
     assert got.returncode == 0, got.stderr
     doc = json.loads(got.stdout)
-    assert doc["namespace"] == scene["home"] and doc["total"] == 2
+    assert doc["namespace"] == scene["home"] and doc["total"] == 3
+    assert doc["storageChecked"] is False  # the Watches are not readable to this user
     assert "forbidden" in got.stderr and scene["home"] in got.stderr
     denied = records(kubeconfig, scene["rid"], "--namespace", scene["store"])
     assert denied.returncode == 2 and "cannot read the KCP" in denied.stderr
