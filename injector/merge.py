@@ -72,12 +72,14 @@ class Intent(NamedTuple):
     records: int                   # live records merged
 
 
-def intent(watch: str, sources: Sequence[Source]) -> Intent:
+def intent(watch: str, sources: Sequence[Source], revision: int = 0) -> Intent:
+    """``revision``: the highest revision seen for the runtime besides its live records'
+    (a tombstone's)."""
     if not sources:
         return Intent(None, "", "", 0)
     values = merged(sources)
-    return Intent(values, digest(values), f"{watch}:{max(s.revision for s in sources)}",
-                  len(sources))
+    high = max(revision, *(s.revision for s in sources))
+    return Intent(values, digest(values), f"{watch}:{high}", len(sources))
 
 
 def _nested(path: Sequence[str], value: Any) -> dict[str, Any]:

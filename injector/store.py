@@ -32,6 +32,7 @@ class Runtime:
     sources: dict[Key, merge.Source] = dataclasses.field(default_factory=dict)
     bytes: int = 0
     over: bool = False  # a record was refused: the values are incomplete
+    revision: int = 0   # the highest revision delivered for it (tombstones and removals too)
 
 
 class Store:
@@ -67,6 +68,9 @@ class Store:
         live = record is not None and not record.get("deleted")
         self._drop(runtime, key)
         if not live or record is None:
+            kept = self.runtimes.get(runtime)
+            if kept is not None:
+                kept.revision = max(kept.revision, revision)
             return runtime
         source = merge.source_of(record, revision)
         rt = self.runtimes.get(runtime)
@@ -76,6 +80,7 @@ class Store:
                 return runtime
             rt = self.runtimes[runtime] = Runtime()
         rt.kyma = kyma or rt.kyma
+        rt.revision = max(rt.revision, revision)
         size = _size(source)
         if len(rt.sources) >= self.max_records or self.bytes + size > self.max_bytes:
             rt.over = True
@@ -105,6 +110,10 @@ class Store:
         (until the next relist), or the runtime itself (``max_runtimes``)."""
         rt = self.runtimes.get(runtime)
         return rt.over if rt is not None else self.full
+
+    def revision(self, runtime: str) -> int:
+        rt = self.runtimes.get(runtime)
+        return rt.revision if rt is not None else 0
 
     def kyma(self, runtime: str) -> str:
         rt = self.runtimes.get(runtime)

@@ -164,7 +164,8 @@ class Worker:
         """One runtime's target brought to its records' values; the result (metrics.RESULTS)."""
         with self._cond:
             refused = self.store.refused(runtime)
-            want = merge.intent(self.watch.name, self.store.sources(runtime))
+            want = merge.intent(self.watch.name, self.store.sources(runtime),
+                                self.store.revision(runtime))
         w = self.watch.name
         if refused:
             self._once(runtime, "refused", "watch %s, runtime %s: over the injector's bounds "

@@ -46,6 +46,7 @@ def test_apply_body_sets_the_field_and_annotations() -> None:
         merge.DIGEST_ANNOTATION: merge.digest({"k": "v", "j": "u"}),
         merge.FROM_ANNOTATION: "w1:9"}}
     assert (body["apiVersion"], body["kind"]) == ("sample.kyma-project.io/v1", "Sample")
+    assert merge.intent("w1", [src("a", "x", {"k": "v"}, 5)], 12).origin == "w1:12"
     deep = merge.apply_body(TARGET, ("spec", "a", "b"), want)
     assert deep["spec"] == {"a": {"b": {"k": "v", "j": "u"}}}
 
@@ -120,7 +121,7 @@ def test_store_keeps_live_records_and_drops_tombstones() -> None:
     s.change("rt1", ("a", "y"), "kyma1", rec("a", "y", {"j": "2"}), 6, resync=False)
     assert {x.name for x in s.sources("rt1")} == {"x", "y"} and s.kyma("rt1") == "kyma1"
     s.change("rt1", ("a", "x"), "kyma1", rec("a", "x", {}, deleted=True), 7, resync=False)
-    assert [x.name for x in s.sources("rt1")] == ["y"]
+    assert [x.name for x in s.sources("rt1")] == ["y"] and s.revision("rt1") == 7
     s.change("rt1", ("a", "y"), "kyma1", None, 8, resync=False)
     assert s.sources("rt1") == () and s.runtimes == {} and s.bytes == 0
 
