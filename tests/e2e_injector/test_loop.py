@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -157,9 +158,12 @@ def test_a_runtime_restored_from_a_snapshot_converges_the_component_cr(
         loop.wait_until(lambda: poll(rt, listener.url, plane, skr_ns).outcome == "ok"
                         and want() == {"k1": "before", "k2": "before"}, WAIT, "the first state")
         snap = plane.snapshot(tmp_path / "skr.db")
-        loop.put(core, skr_ns, "a", {"k1": "lost"})
         loop.put(core, skr_ns, "b", {"k3": "lost"})
+        for n in range(20):  # history the restore takes back: well beyond what follows it
+            loop.put(core, skr_ns, "a", {"k1": f"lost-{n}"})
+        loop.put(core, skr_ns, "a", {"k1": "lost"})
         assert poll(rt, listener.url, plane, skr_ns).outcome == "ok"
+        high = max(int(o["spec"]["resourceVersion"]) for o in env.stored(rt.id))
         loop.wait_until(lambda: want() == {"k1": "lost", "k2": "before", "k3": "lost"}, WAIT,
                         "the changes after the snapshot")
 
@@ -167,6 +171,8 @@ def test_a_runtime_restored_from_a_snapshot_converges_the_component_cr(
         core = client.CoreV1Api(plane.api_client())
         controlplane.retry_busy(lambda: core.list_namespace(limit=1))
         loop.put(core, skr_ns, "c", {"k4": "after"})
+        listed = int(core.list_namespaced_config_map(skr_ns, limit=1).metadata.resource_version)  # type: ignore[union-attr,arg-type]
+        assert listed < high, "the restored history must be behind the stored records"
         res = poll(rt, listener.url, plane, skr_ns)
         assert res.outcome == "ok" and res.epoch == 1, res
         loop.wait_until(lambda: want() == {"k1": "before", "k2": "before", "k4": "after"}, WAIT,
@@ -186,10 +192,11 @@ def test_deleting_the_kyma_cr_removes_its_records_and_the_injected_values(lp: Lo
     kyma = f"kyma-{lp.rt.id.lower()}"[:60]
     client.CustomObjectsApi(lp.env.api).delete_namespaced_custom_object(
         apitypes.KYMAS.group, apitypes.KYMAS.version, lp.env.namespace, apitypes.KYMAS.plural, kyma)
-    grace = {"TETHER_LISTENER_ORPHAN_GRACE_SECONDS": "0"}
-    for _ in range(3):  # the first run marks the orphan, the next deletes (grace 0)
+    grace = {"TETHER_LISTENER_ORPHAN_GRACE_SECONDS": "1"}  # the least grace there is
+    for _ in range(3):  # the first run marks the orphan, a run after the grace deletes
         loop.janitor_once(lp.env, **grace)
         if not lp.env.stored(lp.rt.id):
             break
+        time.sleep(1.2)
     assert lp.env.stored(lp.rt.id) == []
     lp.converges(None, "the injector's output removed with the records")
