@@ -7,8 +7,12 @@
     except gateway.NotFound: ...
     except gateway.Unavailable: ...                    # retry later (Forbidden: RBAC)
 
-``kube`` holds the calls (``Kube``, resource types), ``connect`` builds gateways from
-kubeconfigs, ``errors`` the error tree. Results are plain dicts, as served.
+    for event in k.watch(RECORDS, ns, resource_version=rv, timeout_seconds=300):
+        ...                                           # streamed; gateway.Gone on 410
+
+``kube`` holds the calls (``Kube``, resource types), ``stream`` reads a watch event by event
+(bounded), ``connect`` builds gateways from kubeconfigs, ``errors`` the error tree. Results
+are plain dicts, as served.
 """
 
 from tether.gateway.bounded import Limits
