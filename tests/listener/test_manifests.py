@@ -26,15 +26,19 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
                      ("Role", "tether-listener-heartbeats"),
                      ("RoleBinding", "tether-listener-heartbeats")]:
         assert expected in by
-    assert not any(d["kind"].startswith("Cluster") for d in docs)  # nothing cluster-wide
+    # cluster-wide only Tether's own records: a Watch stores them in its storage namespace
+    cluster = [d for d in docs if d["kind"].startswith("Cluster")]
+    assert {(d["kind"], d["metadata"]["name"]) for d in cluster} == {
+        ("ClusterRole", "tether-listener-records"), ("ClusterRoleBinding", "tether-listener-records")}
+    assert [(r["apiGroups"], r["resources"], set(r["verbs"]))
+            for r in by[("ClusterRole", "tether-listener-records")]["rules"]] == [
+        (["tether.kyma-project.io"], ["runtimeconfigmaps"], {"get", "list", "create", "update", "patch"})]
     role = by[("Role", "tether-listener")]
     assert role["metadata"]["namespace"] == "kcp-system"
     rules = {(r["apiGroups"][0], r["resources"][0], tuple(r.get("resourceNames", ()))):
              set(r["verbs"]) for r in role["rules"]}
     assert rules == {  # exactly what the listener needs (rbac.yaml); no delete, no Lease
         ("operator.kyma-project.io", "kymas", ()): {"list"},
-        ("tether.kyma-project.io", "runtimeconfigmaps", ()):
-            {"get", "list", "create", "update", "patch"},
         ("tether.kyma-project.io", "runtimedeliveries", ()): {"get", "create"},
         ("tether.kyma-project.io", "runtimedeliveries/status", ()): {"update"},
         ("tether.kyma-project.io", "runtimestatesummaries", ()): {"get", "create"},
@@ -94,3 +98,22 @@ def test_server_side_dry_run_accepts_the_listener_objects(
     with pytest.raises(client.ApiException) as err:
         client.AppsV1Api(kcp_api).read_namespaced_deployment("tether-listener", "tether-system")
     assert err.value.status == 404
+
+
+def test_the_shipped_watch_stores_in_its_namespace_with_a_reader_role(
+        kcp: controlplane.ControlPlane) -> None:
+    """manifests/kcp/watches: the Watch configuration stores in tether-configuration, where
+    the Role tether-records-reader reads RuntimeConfigMaps (get, list, watch), nothing else
+    (docs/watches.md, "Where records are stored and who can read them")."""
+    out = kcp.kubectl("kustomize", str(KCP / "watches"))
+    assert out.returncode == 0, out.stderr
+    by = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out.stdout) if d}
+    assert ("Namespace", "tether-configuration") in by
+    watch = by[("Watch", "configuration")]
+    assert watch["metadata"]["namespace"] == "kcp-system"
+    assert watch["spec"]["storage"] == {"namespace": "tether-configuration"}
+    role = by[("Role", "tether-records-reader")]
+    assert role["metadata"]["namespace"] == "tether-configuration"
+    assert [(r["apiGroups"], r["resources"], set(r["verbs"])) for r in role["rules"]] == [
+        (["tether.kyma-project.io"], ["runtimeconfigmaps"], {"get", "list", "watch"})]
+    assert not any(k.startswith("Cluster") for k, _ in by)
