@@ -3,8 +3,10 @@ runtime -> the webhook (Watch mode, registered in the SKR apiserver) -> the list
 -> a RuntimeConfigMap in the KCP -> ``tether injector`` (a subprocess) -> the runtime's
 Sample CR in the KCP, ``spec.configuration``.
 
+The module's Watch stores its records in a namespace of their own (spec.storage.namespace).
 Shown: an edit reaches the CR; a second ConfigMap merges in; deleting a ConfigMap removes its
-values, deleting the last removes the field (the injector's rule); a runtime restored from an
+values, deleting the last removes the field (the injector's rule); the injector SIGKILLed while
+edits flow and restarted loses no change; a runtime restored from an
 etcd snapshot (a new epoch, the poller's run) makes the CR converge to the runtime's actual
 state; deleting the Kyma CR removes its records (the janitor's rule, ``--once`` runs) and the
 injector's output."""
@@ -36,6 +38,7 @@ WAIT = 30.0
 @dataclasses.dataclass
 class Loop:
     env: Env
+    records: Env  # the env read in the Watch's storage namespace
     rt: Runtime
     core: client.CoreV1Api
     skr_ns: str
@@ -54,7 +57,7 @@ class Loop:
 def injector_env(env: Env) -> dict[str, str]:
     return {"TETHER_KCP_NAMESPACE": env.namespace, "TETHER_INJECTOR_KUBECONFIG": str(env.kcp.kubeconfig),
             "TETHER_INJECTOR_WATCH_LIST_SECONDS": "1", "TETHER_INJECTOR_LEASE_NAMESPACE": env.namespace,
-            "TETHER_INJECTOR_RESYNC_SECONDS": "5"}
+            "TETHER_INJECTOR_RESYNC_SECONDS": "5", "TETHER_INJECTOR_LEASE_SECONDS": "4"}
 
 
 def new_namespace(api: client.ApiClient, prefix: str) -> str:
@@ -65,10 +68,11 @@ def new_namespace(api: client.ApiClient, prefix: str) -> str:
     return name
 
 
-def in_force(env: Env, skr_ns: str, rt: Runtime, target_ns: str) -> watches.Watch:
+def in_force(env: Env, skr_ns: str, rt: Runtime, target_ns: str, **spec: Any) -> watches.Watch:
     controlplane.install_crds(env.api, loop.sample_crd())
     loop.create_sample(env.api, target_ns, rt.id)
-    body = loop.inject_watch(f"loop-{uuid.uuid4().hex[:8]}", env.namespace, skr_ns, rt.id, target_ns)
+    body = loop.inject_watch(f"loop-{uuid.uuid4().hex[:8]}", env.namespace, skr_ns, rt.id, target_ns,
+                             **spec)
     return watches.parse(watchenv.apply(env.api, body))
 
 
@@ -79,16 +83,18 @@ def lp(skr: controlplane.ControlPlane, skr_api: client.ApiClient, listener_env: 
     env = dataclasses.replace(listener_env, dir=work)
     rt = add_runtime(env, f"rt-loop-{uuid.uuid4().hex[:8]}")
     skr_ns, target_ns = new_namespace(skr_api, "loop"), new_namespace(env.api, "modules")
-    w = in_force(env, skr_ns, rt, target_ns)
+    records = dataclasses.replace(env, namespace=new_namespace(env.api, "records"))
+    w = in_force(env, skr_ns, rt, target_ns, storage={"namespace": records.namespace})
     core = client.CoreV1Api(skr_api)
     proc, vwc = loop.start_webhook(skr, skr_api, work, rt, listener.url, [w], skr_ns)
-    injector = loop.InjectorProcess(work, "a", injector_env(env)).start()
+    lp = Loop(env, records, rt, core, skr_ns, target_ns, w,
+              loop.InjectorProcess(work, "a", injector_env(env)).start())
     try:
-        loop.wait_registered(env, core, rt, skr_ns, w.name)
+        loop.wait_registered(records, core, rt, skr_ns, w.name)
         core.delete_namespaced_config_map("loop-probe", skr_ns)
-        yield Loop(env, rt, core, skr_ns, target_ns, w, injector)
+        yield lp
     finally:
-        injector.stop()
+        lp.injector.stop()
         stack.unregister(skr_api, vwc)
         rc = proc.stop()
         watchenv.delete(env.api, env.namespace, w.name)
@@ -110,6 +116,26 @@ def test_an_edit_reaches_the_component_cr_and_deletions_remove_the_values(lp: Lo
     lp.core.delete_namespaced_config_map("app-a", lp.skr_ns)
     lp.converges(None, "the field removed with the last ConfigMap")
     assert "not-asked-for" not in str(loop.sample(lp.env.api, lp.target_ns, lp.rt.id))
+
+
+def test_the_injector_killed_mid_stream_and_restarted_loses_no_change(lp: Loop) -> None:
+    """SIGKILL while edits flow; edits and a deletion while it is down; a new process (the
+    next leader, after the dead one's Lease expires) converges to the runtime's state."""
+    for n in range(5):
+        loop.put(lp.core, lp.skr_ns, "kill-a", {"n": str(n)})
+    lp.injector.kill()
+    loop.put(lp.core, lp.skr_ns, "kill-a", {"n": "down"})
+    loop.put(lp.core, lp.skr_ns, "kill-b", {"m": "down"})
+    loop.put(lp.core, lp.skr_ns, "kill-c", {"gone": "soon"})
+    lp.core.delete_namespaced_config_map("kill-c", lp.skr_ns)
+    loop.wait_until(lambda: {o["spec"]["name"]: o["spec"]["deleted"] for o in lp.records.stored(lp.rt.id)}
+                    .get("kill-c"), WAIT, "kill-c's tombstone stored")
+    assert lp.configuration() != {"n": "down", "m": "down"}  # nobody applied it yet
+    lp.injector = loop.InjectorProcess(lp.injector.log_path.parent, "b", injector_env(lp.env)).start()
+    lp.converges({"n": "down", "m": "down"}, "the state written while the injector was down")
+    for name in ("kill-a", "kill-b"):
+        lp.core.delete_namespaced_config_map(name, lp.skr_ns)
+    lp.converges(None, "the field removed after the restart")
 
 
 def poller_runner(rt: Runtime, url: str, api: client.ApiClient, skr_ns: str
@@ -188,15 +214,17 @@ def test_a_runtime_restored_from_a_snapshot_converges_the_component_cr(
 def test_deleting_the_kyma_cr_removes_its_records_and_the_injected_values(lp: Loop) -> None:
     loop.put(lp.core, lp.skr_ns, "app-k", {"owner": "kyma"})
     lp.converges({"owner": "kyma"}, "the value before the Kyma CR goes")
-    assert lp.env.stored(lp.rt.id)
     kyma = f"kyma-{lp.rt.id.lower()}"[:60]
+    stored = lp.records.stored(lp.rt.id)
+    assert stored and all(o["metadata"]["labels"][apitypes.KYMA_NAME_LABEL] == kyma for o in stored)
+    assert lp.env.stored(lp.rt.id) == []  # all in the Watch's storage namespace
     client.CustomObjectsApi(lp.env.api).delete_namespaced_custom_object(
         apitypes.KYMAS.group, apitypes.KYMAS.version, lp.env.namespace, apitypes.KYMAS.plural, kyma)
     grace = {"TETHER_LISTENER_ORPHAN_GRACE_SECONDS": "1"}  # the least grace there is
     for _ in range(3):  # the first run marks the orphan, a run after the grace deletes
         loop.janitor_once(lp.env, **grace)
-        if not lp.env.stored(lp.rt.id):
+        if not lp.records.stored(lp.rt.id):
             break
         time.sleep(1.2)
-    assert lp.env.stored(lp.rt.id) == []
+    assert lp.records.stored(lp.rt.id) == []
     lp.converges(None, "the injector's output removed with the records")
