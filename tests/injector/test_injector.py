@@ -71,12 +71,12 @@ class Env:
         except client.ApiException as e:
             if e.status != 409:
                 raise
-            cur = co.get_namespaced_custom_object(r.group, r.version, self.records_ns, r.plural,
+            cur: Any = co.get_namespaced_custom_object(r.group, r.version, self.records_ns, r.plural,
                                                   body["metadata"]["name"])
             body["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
             made = co.replace_namespaced_custom_object(r.group, r.version, self.records_ns,
                                                        r.plural, body["metadata"]["name"], body)
-        self.stored = int(made["metadata"]["resourceVersion"])
+        self.stored = int(cast(dict[str, Any], made)["metadata"]["resourceVersion"])
 
     def remove(self, rt: str, name: str, cm_ns: str = "app") -> None:
         """Delete the stored object (as the janitor does)."""
@@ -144,7 +144,7 @@ def env(kcp: controlplane.ControlPlane, kcp_api: client.ApiClient,
 def events_on(e: Env, name: str) -> list[str]:
     items = client.CoreV1Api(e.api).list_namespaced_event(
         e.target_ns, field_selector=f"involvedObject.name={name}").items
-    return [ev.reason for ev in items]
+    return [str(ev.reason) for ev in items]
 
 
 def test_records_reach_the_target_and_removing_them_removes_the_values(env: Env) -> None:

@@ -10,7 +10,7 @@ from injector.store import Store
 from listener.storage import budget
 
 FIELD = ("spec", "configuration")
-TARGET = {"apiVersion": "sample.kyma-project.io/v1", "kind": "Sample",
+TARGET: dict[str, Any] = {"apiVersion": "sample.kyma-project.io/v1", "kind": "Sample",
           "metadata": {"name": "s1", "namespace": "kcp-system", "generation": 3}}
 
 
