@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import subprocess
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -69,11 +70,13 @@ def _renamed(docs: list[dict[str, Any]], names: dict[str, str]) -> list[dict[str
 
 
 def _apply(api: client.ApiClient, doc: dict[str, Any]) -> None:
+    """Create one ServiceAccount, Role or RoleBinding (the client takes the manifest's dict)."""
     rbac, core = client.RbacAuthorizationV1Api(api), client.CoreV1Api(api)
-    ns = doc["metadata"].get("namespace")
-    create = {"ServiceAccount": lambda: core.create_namespaced_service_account(ns, doc),
-              "Role": lambda: rbac.create_namespaced_role(ns, doc),
-              "RoleBinding": lambda: rbac.create_namespaced_role_binding(ns, doc)}
+    ns, body = doc["metadata"]["namespace"], cast(Any, doc)
+    create: dict[str, Callable[[], object]] = {
+        "ServiceAccount": lambda: core.create_namespaced_service_account(ns, body),
+        "Role": lambda: rbac.create_namespaced_role(ns, body),
+        "RoleBinding": lambda: rbac.create_namespaced_role_binding(ns, body)}
     if doc["kind"] in create:
         controlplane.retry_busy(create[doc["kind"]])
 
@@ -87,7 +90,7 @@ def _allowed(api: client.ApiClient, user: str, verb: str, ns: str, group: str, r
             verb=verb, namespace=ns, group=group, resource=resource, name=name or None,
             subresource=subresource or None)))
     got = client.AuthorizationV1Api(api).create_subject_access_review(body)
-    return bool(got.status.allowed)
+    return got.status is not None and bool(got.status.allowed)
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +98,10 @@ def names(kcp_api: client.ApiClient) -> dict[str, str]:
     suffix = uuid.uuid4().hex[:6]
     out = {ns: f"{ns}-{suffix}"[:63] for ns in ("kcp-system", "tether-system",
                                                   "tether-configuration", "other")}
+    core = client.CoreV1Api(kcp_api)
     for ns in out.values():
-        controlplane.retry_busy(lambda ns=ns: client.CoreV1Api(kcp_api).create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))))
+        body = client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))
+        controlplane.retry_busy(lambda body=body: core.create_namespace(body))  # type: ignore[misc]
     reader = [d for d in yaml.safe_load_all((KCP / "watches" / "records.yaml").read_text())
               if d and d["kind"] == "Role"]
     for doc in _renamed(render("injector") + reader, out):
