@@ -6,8 +6,10 @@ Starts one SKR and one KCP plane (real kube-apiservers and etcd) and the parts a
 testing/loopenv.py wires them for the end-to-end tests: the webhook in Watch mode (gunicorn,
 the Deployment's 2 workers x 8 threads, registered in the SKR apiserver as the enroller
 renders a Watch), the listener (gunicorn, mTLS, 2 workers x 16 threads), a Watch of the
-labelled ConfigMaps of one namespace with ``inject`` naming ``spec.configuration`` of the
-runtime's Sample CR (a CRD standing for a module's), and ``tether injector`` (a subprocess).
+labelled ConfigMaps of one namespace storing its records in ``tether-configuration`` (as the
+shipped Watch does) with ``inject`` naming ``spec.configuration`` of the runtime's Sample CR
+(a CRD standing for a module's), and ``tether injector`` (a subprocess, the KCP's admin
+kubeconfig: the bench measures time, the deployed test the RBAC).
 
 Workload: ``--edits`` merge patches (raw JSON over HTTPS, one keep-alive connection), one at a
 time, round robin over ``--configmaps`` labelled ConfigMaps; edit ``i`` sets key ``k<j>`` of
@@ -31,6 +33,7 @@ The first ``--warmup`` edits are not counted. Goal (issue 25, idle machine): inj
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import pathlib
@@ -58,6 +61,7 @@ RESULTS = REPO / "bench" / "results" / "injector_latency.json"
 RUNTIME_ID = "rt-inject"
 KCP_NAMESPACE = "tether-inject"
 TARGET_NAMESPACE = "modules"
+STORAGE_NAMESPACE = "tether-configuration"  # the shipped Watch's (manifests/kcp/watches)
 SKR_NAMESPACE = "team-a"
 GOAL = {"p50_ms": 100.0, "p99_ms": 500.0}
 
@@ -134,21 +138,22 @@ def setup(p: dict[str, controlplane.ControlPlane], work: pathlib.Path, closers: 
     controlplane.install_crds(kcp_api, controlplane.KYMA_CRD, *lt.CRD_FILES, loop.sample_crd())
     env = lt.make_env(kcp, kcp_api, work, KCP_NAMESPACE)
     rt = lt.add_runtime(env, RUNTIME_ID)
-    for api, ns in ((kcp_api, TARGET_NAMESPACE), (skr_api, SKR_NAMESPACE)):
+    for api, ns in ((kcp_api, TARGET_NAMESPACE), (kcp_api, STORAGE_NAMESPACE), (skr_api, SKR_NAMESPACE)):
         client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     loop.create_sample(kcp_api, TARGET_NAMESPACE, RUNTIME_ID)
     listener = lt.ListenerProcess(env, "bench", TETHER_LISTENER_WORKERS="2", TETHER_LISTENER_THREADS="16",
                                   TETHER_LISTENER_WATCH_CACHE_SECONDS="1", TETHER_LISTENER_LOG_LEVEL="WARNING")
     closers.append(listener.stop)
     w = watches.parse(watchenv.apply(kcp_api, loop.inject_watch(
-        "configuration", env.namespace, SKR_NAMESPACE, RUNTIME_ID, TARGET_NAMESPACE)))
+        "configuration", env.namespace, SKR_NAMESPACE, RUNTIME_ID, TARGET_NAMESPACE,
+        storage={"namespace": STORAGE_NAMESPACE})))
     proc, vwc = loop.start_webhook(skr, skr_api, work, rt, listener.url, [w], SKR_NAMESPACE,
                                    TETHER_WEBHOOK_WORKERS="2", TETHER_WEBHOOK_THREADS="8",
                                    TETHER_LOG_LEVEL="WARNING")
     closers.append(proc.stop)
     closers.append(lambda: stack.unregister(skr_api, vwc))
     core = client.CoreV1Api(skr_api)
-    loop.wait_registered(env, core, rt, SKR_NAMESPACE, w.name)
+    loop.wait_registered(dataclasses.replace(env, namespace=STORAGE_NAMESPACE), core, rt, SKR_NAMESPACE, w.name)
     core.delete_namespaced_config_map("loop-probe", SKR_NAMESPACE)
     if not injector:
         return env, None
@@ -248,7 +253,7 @@ def main() -> int:
         try:
             env, injector = setup(p, work, closers, not args.baseline_only)
             kcp_api = loop.Api(p["kcp"], work, "bench-watcher")
-            streams = [loop.Stream(kcp_api, apitypes.RUNTIME_CONFIGMAPS.path(env.namespace), stamps.on_record),
+            streams = [loop.Stream(kcp_api, apitypes.RUNTIME_CONFIGMAPS.path(STORAGE_NAMESPACE), stamps.on_record),
                        loop.Stream(kcp_api, loop.samples().path(TARGET_NAMESPACE), stamps.on_sample)]
             closers.extend(s.stop for s in streams)
             started = time.monotonic()
