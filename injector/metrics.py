@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-NS = "tether"
 # what one reconcile of a runtime ended in
 RESULTS = ("applied", "unchanged", "no_target", "ambiguous", "refused", "failed")
 
@@ -14,19 +13,19 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.leader = Gauge(f"{NS}_injector_leader", "1 while this process holds the injector "
+        self.leader = Gauge("tether_injector_leader", "1 while this process holds the injector "
                             "Lease", registry=r)
-        self.applies = Counter(f"{NS}_injector_applies", "Reconciles of a runtime's target by "
+        self.applies = Counter("tether_injector_applies", "Reconciles of a runtime's target by "
                                "result (applied, unchanged, no_target, ambiguous, refused, "
                                "failed)", ["result"], registry=r)
         for result in RESULTS:
             self.applies.labels(result)
-        self.apply_seconds = Histogram(f"{NS}_injector_apply_seconds", "Duration of one "
+        self.apply_seconds = Histogram("tether_injector_apply_seconds", "Duration of one "
                                        "reconcile that applied (find, apply, status, Event)",
                                        buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
                                        registry=r)
-        self.runtimes = Gauge(f"{NS}_injector_runtimes", "Runtimes with live records, per Watch "
+        self.runtimes = Gauge("tether_injector_runtimes", "Runtimes with live records, per Watch "
                               "with inject", ["watch"], registry=r)
-        self.watches = Gauge(f"{NS}_injector_watches", "Watches with inject followed", registry=r)
-        self.watches_skipped = Gauge(f"{NS}_injector_watches_skipped", "Watches with inject not "
+        self.watches = Gauge("tether_injector_watches", "Watches with inject followed", registry=r)
+        self.watches_skipped = Gauge("tether_injector_watches_skipped", "Watches with inject not "
                                      "followed (over TETHER_INJECTOR_MAX_WATCHES)", registry=r)

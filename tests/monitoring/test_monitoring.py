@@ -21,7 +21,7 @@ from testing import controlplane
 
 REPO = controlplane.REPO_ROOT
 MON = REPO / "manifests" / "monitoring"
-PARTS = ("webhook", "listener", "poller", "compass", "enroller", "admin")
+PARTS = ("webhook", "listener", "poller", "compass", "enroller", "admin", "injector")
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 RULES = {"kcp": MON / "kcp" / "prometheusrule.yaml", "skr": MON / "skr" / "prometheusrule.yaml"}
 # Metrics fixed by contract (issue 13) for code other engineers are writing: the admin
@@ -31,7 +31,10 @@ CONTRACT = {"tether_fleet_runtimes", "tether_fleet_runtime_problems", "tether_fl
             "tether_listener_delivery_lag_seconds", "tether_webhook_delivery_seconds"}
 # job label of every part: what the monitors give it and the rules select by
 JOBS = {"tether-listener", "tether-janitor", "tether-compass", "tether-enroller", "tether-admin",
-        "tether-webhook", "tether-poller"}
+        "tether-webhook", "tether-poller", "tether-injector"}
+# parts whose rules select no job: the janitor's run is watched through the listener's
+# metrics; the injector is optional (an absent() alert would fire where it is not installed)
+NO_JOB_RULES = {"tether-janitor", "tether-injector"}
 
 
 def promtool() -> str:
@@ -199,7 +202,7 @@ def test_dashboards_show_the_apiservers_calls_of_tethers_webhook() -> None:
 def test_kustomize_renders() -> None:
     """manifests/monitoring: the KCP monitors, rules and dashboards; skr/: the runtime's."""
     kcp = kustomize(MON)
-    assert sorted(d["kind"] for d in kcp) == ["ConfigMap"] + ["PodMonitor"] * 5 + ["PrometheusRule"]
+    assert sorted(d["kind"] for d in kcp) == ["ConfigMap"] + ["PodMonitor"] * 6 + ["PrometheusRule"]
     assert kustomize(MON / "kcp") == [d for d in kcp if d["kind"] != "ConfigMap"]
     skr = kustomize(MON / "skr")
     assert sorted(d["kind"] for d in skr) == ["PodMonitor"] * 2 + ["PrometheusRule"]
@@ -224,7 +227,7 @@ def deployments(*paths: pathlib.Path) -> list[dict[str, Any]]:
 def test_monitors_scrape_named_ports_with_the_rules_jobs() -> None:
     """Every PodMonitor selects a Deployment's pods and names one of their container ports;
     the jobs are the ones the rules select by; HTTPS only where the port serves TLS."""
-    kcp_parts = [REPO / "manifests" / "kcp" / p for p in ("listener", "janitor", "compass", "enroller", "admin")
+    kcp_parts = [REPO / "manifests" / "kcp" / p for p in ("listener", "janitor", "compass", "enroller", "admin", "injector")
                  if (REPO / "manifests" / "kcp" / p).is_dir()]
     deps = deployments(*kcp_parts, REPO / "manifests" / "skr")
     monitors = [d for d in kustomize(MON) + kustomize(MON / "skr") if d["kind"] == "PodMonitor"]
@@ -254,9 +257,9 @@ def test_rules_select_the_monitors_jobs() -> None:
     used = set()
     for path in RULES.values():
         used |= set(re.findall(r'job="([^"]+)"', path.read_text()))
-    assert used == JOBS - {"tether-janitor"} and used <= JOBS
+    assert used == JOBS - NO_JOB_RULES and used <= JOBS
     assert {m for r in alerting_rules() for m in re.findall(r'absent\(up\{job="([^"]+)"\} == 1\)', r["expr"])} \
-        == JOBS - {"tether-janitor"}
+        == JOBS - NO_JOB_RULES
 
 
 def test_skr_monitors_are_not_in_the_enrollers_bundle() -> None:
