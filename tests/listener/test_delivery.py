@@ -465,7 +465,7 @@ def test_a_failed_flush_keeps_the_counts_until_the_kcp_takes_them(
     """Without the Role's rules on runtimedeliveries every flush fails (403): requests are
     answered as always, the counts stay in the worker (bounded) and arrive once allowed."""
     env = own_namespace(listener_env, "kdr")
-    role, binding = list(yaml.safe_load_all(RBAC_FILE.read_text()))
+    role = next(d for d in yaml.safe_load_all(RBAC_FILE.read_text()) if d["kind"] == "Role")
     full_rules = role["rules"]
     try:
         rbac = client.RbacAuthorizationV1Api(env.api)
