@@ -34,6 +34,7 @@ pytestmark = pytest.mark.slow
 
 CUSTOMER_NS = "shop"
 DEFAULT_WATCH = "configuration"  # manifests/kcp/watches: ConfigMaps labelled as configuration
+DEFAULT_WATCH_STORAGE = "tether-configuration"  # its spec.storage.namespace (manifests/kcp/watches)
 CERT_SECONDS = 90  # renewed at two thirds: 60 s after issue
 CA_SECONDS = 600  # backdated 5 min, rolled over at two thirds: 300 s after the enroller starts
 
@@ -70,7 +71,9 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, fleet: 
 
 
 def stored(fleet: deployed.Fleet, namespace: str, name: str, watch: str = DEFAULT_WATCH) -> dict[str, Any] | None:
-    done = deployed.kubectl(fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-n", deployed.KCP_NS, "-o", "json",
+    # the shipped Watch stores in its own namespace (spec.storage), the test's Watches in kcp-system
+    where = DEFAULT_WATCH_STORAGE if watch == DEFAULT_WATCH else deployed.KCP_NS
+    done = deployed.kubectl(fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-n", where, "-o", "json",
                             records.object_name(records.Key(deployed.RUNTIME_ID, watch, namespace, name)),
                             check=False)
     return json.loads(done.stdout) if done.returncode == 0 else None
@@ -288,18 +291,17 @@ def test_a_real_prometheus_alerts_for_a_broken_webhook_path_and_a_stopped_listen
 
 def test_a_verb_removed_from_the_listeners_role_fails_the_delivery_until_restored(
         fleet: deployed.Fleet) -> None:
-    """Without ``create`` on runtimeconfigmaps the listener cannot persist a new object: the
-    runtime's delivery is refused with 503 (retried), nothing is stored; restored, the
-    webhook's retry lands it."""
-    role = json.loads(deployed.kubectl(fleet.kcp, "get", "role", "tether-listener", "-n", deployed.KCP_NS,
-                                       "-o", "json").stdout)
+    """Without ``create`` on runtimeconfigmaps (its ClusterRole: records live in each Watch's
+    storage namespace) the listener cannot persist a new object: the runtime's delivery is
+    refused with 503 (retried), nothing is stored; restored, the webhook's retry lands it."""
+    records_role = ("clusterrole", "tether-listener-records")
+    role = json.loads(deployed.kubectl(fleet.kcp, "get", *records_role, "-o", "json").stdout)
     rules = role["rules"]
     crd_rule = next(r for r in rules if r["resources"] == ["runtimeconfigmaps"])
     assert "create" in crd_rule["verbs"]
     crd_rule["verbs"] = [v for v in crd_rule["verbs"] if v != "create"]
     patch = json.dumps({"rules": rules})
-    deployed.kubectl(fleet.kcp, "patch", "role", "tether-listener", "-n", deployed.KCP_NS, "--type=merge",
-                     "-p", patch)
+    deployed.kubectl(fleet.kcp, "patch", *records_role, "--type=merge", "-p", patch)
     try:
         create_configuration(fleet, "denied", k="v")
         wait_for("the listener's refusal in its log",
@@ -308,8 +310,8 @@ def test_a_verb_removed_from_the_listeners_role_fails_the_delivery_until_restore
         assert stored(fleet, CUSTOMER_NS, "denied") is None
     finally:
         crd_rule["verbs"].append("create")
-        deployed.kubectl(fleet.kcp, "patch", "role", "tether-listener", "-n", deployed.KCP_NS,
-                         "--type=merge", "-p", json.dumps({"rules": rules}))
+        deployed.kubectl(fleet.kcp, "patch", *records_role, "--type=merge",
+                         "-p", json.dumps({"rules": rules}))
     wait_for("the retried delivery after the verb is back",
              lambda: stored(fleet, CUSTOMER_NS, "denied"), timeout=90, fleet=fleet)
 
