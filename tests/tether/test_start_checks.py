@@ -69,6 +69,9 @@ def valid_env(part: str, f: dict[str, str]) -> dict[str, str]:
     if part == "janitor":
         return {"TETHER_LISTENER_KUBECONFIG": f["kubeconfig"],
                 "TETHER_LISTENER_JANITOR_BIND": f"127.0.0.1:{port}"}
+    if part == "injector":
+        return {"TETHER_INJECTOR_KUBECONFIG": f["kubeconfig"],
+                "TETHER_INJECTOR_BIND": f"127.0.0.1:{port}"}
     assert part == "compass"
     return {"TETHER_COMPASS_DIRECTOR_URL": "https://127.0.0.1:1/graphql",
             "TETHER_COMPASS_OAUTH_TOKEN_URL": "https://127.0.0.1:1/token",
@@ -107,6 +110,12 @@ CASES = [
     ("janitor", "duration", "TETHER_LISTENER_JANITOR_INTERVAL_SECONDS", "10m"),
     ("janitor", "not a kubeconfig", "TETHER_LISTENER_KUBECONFIG", "@ca.crt"),
     ("janitor", "missing kubeconfig", "TETHER_LISTENER_KUBECONFIG", "/nonexistent/kubeconfig"),
+    ("injector", "log level", "TETHER_INJECTOR_LOG_LEVEL", "verbose"),
+    ("injector", "address (no URL setting)", "TETHER_INJECTOR_BIND", "0.0.0.0:http"),
+    ("injector", "duration", "TETHER_INJECTOR_RESYNC_SECONDS", "5m"),
+    ("injector", "bound", "TETHER_INJECTOR_MAX_RECORDS", "0"),
+    ("injector", "not a kubeconfig", "TETHER_INJECTOR_KUBECONFIG", "@ca.crt"),
+    ("injector", "missing kubeconfig", "TETHER_INJECTOR_KUBECONFIG", "/nonexistent/kubeconfig"),
     ("poller", "log level", "TETHER_LOG_LEVEL", "verbose"),
     ("poller", "url", "TETHER_LISTENER_URL", "listener:8443"),
     ("poller", "duration", "TETHER_POLLER_INTERVAL_SECONDS", "inf"),
@@ -149,7 +158,7 @@ def test_a_bad_value_stops_the_part_with_one_line(
     assert "Traceback" not in done.stderr and done.stdout == ""
 
 
-@pytest.mark.parametrize("part", ["webhook", "listener", "janitor", "poller", "compass"])
+@pytest.mark.parametrize("part", ["webhook", "listener", "janitor", "poller", "compass", "injector"])
 def test_a_valid_environment_passes_the_checks(files: dict[str, str], part: str) -> None:
     done = run(part, valid_env(part, files), "--check")
     assert (done.returncode, done.stdout, done.stderr) == (0, f"tether {part}: settings ok\n", "")
