@@ -102,6 +102,11 @@ class Consumer:
         self.lists = 0     # lists completed (for tests and metrics)
         self.watches = 0   # watch requests opened
 
+    @property
+    def keys(self) -> int:
+        """How many keys the consumer remembers (at most ``max_keys``)."""
+        return len(self._known)
+
     # -- the stream ------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Event]:
@@ -162,6 +167,8 @@ class Consumer:
             token = str(meta.get("continue") or "")
             if not token:
                 break
+            if self.stop.is_set():
+                return  # no Synced: position stays where it was
         for (rt, ns, name), kyma in self._known.missing(listed):
             yield Change(rt, self.watch, ns, name, kyma, None, revision, True)
         relist, self._synced = self._synced, True

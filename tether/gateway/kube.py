@@ -223,6 +223,10 @@ class Kube:
             finally:
                 bounded.discard(resp)
             raise errors.for_status(resp.status, what, raw)
+        encoding = (resp.headers.get("Content-Encoding") or "identity").strip().lower()
+        if self._runtime is not None and encoding != "identity":  # a tenant's: never inflated
+            bounded.discard(resp)
+            raise errors.TooLarge(f"{what}: a compressed answer ({encoding[:20]}) is refused")
         yield from stream.events(resp, max_event_bytes=max_event_bytes, what=what, stop=stop)
 
     # -- typed calls -----------------------------------------------------------------------
