@@ -202,7 +202,7 @@ class Worker:
                                      field_manager=merge.FIELD_MANAGER, force=True,
                                      timeout=self.s.kcp_timeout)
         except gateway.GatewayError as e:
-            why = logs.bounded(e, 200)
+            why = _why(e)
             log.warning("watch %s, runtime %s: apply to %s/%s failed: %s", self.watch.name,
                         runtime, ref.namespace, ref.name, why)
             self._status(target, merge.condition(None, _generation(target), _now(),
@@ -242,6 +242,13 @@ class Worker:
                 self._once(name, "status", "watch %s: status of %s/%s not written: %s",
                            self.watch.name, ns, name, logs.bounded(e, 200))
                 return
+
+
+def _why(e: gateway.GatewayError) -> str:
+    """An apply's failure without the API's message (a validation message may quote the
+    value it refused): the error's kind and HTTP status."""
+    status = f" (HTTP {e.status})" if e.status else ""
+    return f"{type(e).__name__}{status}"
 
 
 def _generation(obj: dict[str, Any]) -> int:

@@ -176,6 +176,8 @@ def test_records_reach_the_target_and_removing_them_removes_the_values(env: Env)
     loop.wait_until(lambda: merge.DIGEST_ANNOTATION not in (
         env.target(rt)["metadata"].get("annotations") or {}), WAIT, "the annotations gone")
     assert env.target(rt)["spec"]["replicas"] == 1  # the module's own field is kept
+    full_log = env.injector.log_path.read_text(errors="replace")
+    assert "from-a" not in full_log and "from-b" not in full_log  # values never logged
 
 
 def test_an_edited_target_is_repaired_by_the_periodic_pass(env: Env) -> None:
