@@ -244,3 +244,23 @@ def test_kcp_apiserver_restart_converges(env: Env) -> None:
     env.converges(rt, {"before": "1", "after": "2"}, "after the KCP apiserver restarted",
                   timeout=60)
     assert env.injector.get("/healthz")[0] == 200
+
+
+def test_watches_over_the_bound_are_not_followed(env: Env) -> None:
+    ns = new_namespace(env.api, "injw")
+    for name in ("w-a", "w-b"):
+        watchenv.apply(env.api, watchenv.watch(
+            name, CM, ns, inject={"resource": {"group": GROUP, "version": "v1",
+                                               "resource": loop.SAMPLES},
+                                  "namespace": ns, "field": "spec.configuration"}))
+    other = loop.InjectorProcess(env.work, "bounded", {
+        "TETHER_KCP_NAMESPACE": ns, "TETHER_INJECTOR_KUBECONFIG": str(env.kcp.kubeconfig),
+        "TETHER_INJECTOR_LEASE_NAMESPACE": ns, "TETHER_INJECTOR_WATCH_LIST_SECONDS": "1",
+        "TETHER_INJECTOR_MAX_WATCHES": "1"}).start()
+    try:
+        loop.wait_until(lambda: other.metric("tether_injector_watches_skipped") == 1, WAIT,
+                        f"one Watch skipped\n{other.log()}")
+        assert other.metric("tether_injector_watches") == 1
+        assert "over TETHER_INJECTOR_MAX_WATCHES (1) not followed: w-b" in other.log()
+    finally:
+        other.stop()
