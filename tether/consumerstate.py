@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -59,8 +60,10 @@ def parse(obj: Any, watch: str) -> Item | None:
     labels = labels if isinstance(labels, Mapping) else {}
     kyma = labels.get(apitypes.KYMA_NAME_LABEL)
     stored_watch = spec.get("watch") or labels.get(watches.WATCH_LABEL) or watch
-    return Item((str(parts[0]), str(parts[1]), str(parts[2])), str(stored_watch),
-                kyma if isinstance(kyma, str) else "", spec, revision)
+    # a runtime's keys share its ID, namespaces and Kyma CR name: one copy each in memory
+    return Item((sys.intern(str(parts[0])), sys.intern(str(parts[1])), str(parts[2])),
+                str(stored_watch), sys.intern(kyma) if isinstance(kyma, str) else "", spec,
+                revision)
 
 
 class Known:

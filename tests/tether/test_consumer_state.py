@@ -148,3 +148,28 @@ def test_nudger_run_ends_on_stop_and_raises_a_failed_stream() -> None:
     stop = threading.Event()
     stop.set()
     consumer.Nudger(calls.append, 1.0).run(iter(()), stop)
+
+
+def test_memory_per_key_is_bounded() -> None:
+    # what docs/consumers.md promises: about 300 bytes a remembered key (not its record);
+    # a runtime's keys share one copy of its ID, namespaces and Kyma CR name
+    import json
+    import tracemalloc
+
+    def stored(i: int) -> Any:
+        return json.loads(json.dumps(obj(f"app-config-{i}", str(1000 + i),
+                                         runtime=f"{i % 50:036d}", kyma=f"kyma-{i % 50:036d}",
+                                         data={"value": "v" * 1000})))
+
+    known = consumerstate.Known(20_000, "scope")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(20_000):
+            got = consumerstate.parse(stored(i), "w")
+            assert got is not None and known.listed(got)
+        per_key = (tracemalloc.get_traced_memory()[0] - before) / 20_000
+    finally:
+        tracemalloc.stop()
+    assert len(known) == 20_000
+    assert per_key < 400, per_key
