@@ -35,6 +35,7 @@ KYMA = "kyma-local-1"
 WEBHOOK_DNS = "tether-webhook.tether-system.svc"
 ADMIN_HOST = "admin.kcp.local"  # the admin pages' name in the local overlay's certificate
 WATCHES_DIR = controlplane.REPO_ROOT / "manifests" / "kcp" / "watches"  # applied after the CRDs
+INJECTOR_DIR = controlplane.REPO_ROOT / "manifests" / "kcp" / "injector"  # optional, after WATCHES_DIR
 
 
 @dataclasses.dataclass
@@ -128,13 +129,23 @@ def condition(obj: dict[str, Any] | None, kind: str) -> str | None:
     return None
 
 
+def render_injector(folder: pathlib.Path) -> pathlib.Path:
+    """The optional injector overlay (``manifests/kcp/injector``, not in the KCP base) with
+    the local overlays' one change: the injector binds its pod IP."""
+    bind = overlays._pod_ip_bind("kcp/injector", "tether-injector", {0: {"TETHER_INJECTOR_BIND": "9092"}})
+    return overlays._write(folder, {}, {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                                        "resources": [overlays._base(folder, "kcp/injector")], "patches": bind})
+
+
 def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pathlib.Path, *,
             timeout: float = 180.0, say: Any = None, enroller_env: dict[str, str] | None = None,
-            **runner_kw: Any) -> Fleet:
+            injector: bool = False, **runner_kw: Any) -> Fleet:
     """Prepare both planes, apply the KCP overlay, run its Deployments; the enroller then
     installs Tether into the runtime, whose Deployments the runner runs too. Returns when
     all are available and the runtime's RuntimeEnrollment is Ready (``TimeoutError`` with
-    the runner's table and the failing logs otherwise)."""
+    the runner's table and the failing logs otherwise). ``injector``: the optional
+    configuration injector too (``kubectl apply -k`` of ``render_injector``, after the
+    Watches' manifests: its RoleBinding is in their namespace)."""
     say = say or (lambda msg: None)
     work.mkdir(parents=True, exist_ok=True)
     prepare_kcp(kcp, skr)
@@ -162,6 +173,10 @@ def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work
                 f"crd/{apitypes.WATCHES.plural}.{apitypes.WATCHES.group}")
         applied["kcp"] += kubectl(kcp, "apply", "-k", str(WATCHES_DIR)).stdout
         say(f"KCP: kubectl apply -k {WATCHES_DIR}")
+        if injector:
+            idir = render_injector(work / "overlay-kcp-injector")
+            applied["kcp"] += kubectl(kcp, "apply", "-k", str(idir)).stdout
+            say(f"KCP: kubectl apply -k {idir} (the optional injector)")
         kcp_pods = podrunner.PodRunner(kcp, overlays.NAMESPACE, work, **runner_kw).start()
         kcp_pods.wait_available(timeout)
         listener_ip, _ = kcp_pods.service_address("tether-listener", "https")
