@@ -101,6 +101,7 @@ class Consumer:
         self._synced = self.position > 0  # a resume: its first list is a relist
         self.lists = 0     # lists completed (for tests and metrics)
         self.watches = 0   # watch requests opened
+        self.failures = 0  # failed requests (each followed by the backoff)
 
     @property
     def keys(self) -> int:
@@ -134,6 +135,7 @@ class Consumer:
             except gateway.TooLarge as e:
                 raise ConsumerError(f"{self.scope}: {e}") from e
             except gateway.GatewayError as e:
+                self.failures += 1
                 log.warning("%s: %s; retrying in %.1fs", self.scope, e, delay)
                 if self.stop.wait(delay * random.uniform(0.8, 1.2)):
                     return

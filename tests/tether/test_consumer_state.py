@@ -3,6 +3,7 @@ when an event is dropped, the nudge schedule and the Nudger on a fake clock."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -153,7 +154,6 @@ def test_nudger_run_ends_on_stop_and_raises_a_failed_stream() -> None:
 def test_memory_per_key_is_bounded() -> None:
     # what docs/consumers.md promises: about 300 bytes a remembered key (not its record);
     # a runtime's keys share one copy of its ID, namespaces and Kyma CR name
-    import json
     import tracemalloc
 
     def stored(i: int) -> Any:
@@ -173,3 +173,33 @@ def test_memory_per_key_is_bounded() -> None:
         tracemalloc.stop()
     assert len(known) == 20_000
     assert per_key < 400, per_key
+
+
+def test_an_unreachable_kcp_is_retried_with_a_growing_backoff_and_stop_ends_it() -> None:
+    import socket
+    import time
+
+    from tether import gateway
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                              "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]})
+    kcp = gateway.from_kubeconfig_bytes(kubeconfig, timeout=1.0)
+    stop = threading.Event()
+    c = consumer.Consumer(kcp, namespace="ns", watch="w", stop=stop)
+    t = threading.Thread(target=lambda: list(c), daemon=True)
+    t.start()
+    time.sleep(3.0)
+    stop.set()
+    t0 = time.monotonic()
+    t.join(2.0)
+    assert not t.is_alive() and time.monotonic() - t0 < 1.0  # stop cuts the backoff short
+    # 0.25 s doubling (±20 %): about 4 attempts in 3 s, not a tight loop
+    assert 3 <= c.failures <= 6, c.failures
+    kcp.close()
