@@ -38,6 +38,7 @@ class Injector:
         self.workers: dict[str, Worker] = {}
         self._lock = threading.Lock()
         self._unusable: dict[str, str] = {}
+        self.active = False  # this process leads (a run of refresh racing the loss starts nothing)
 
     def _watches(self) -> list[watches.Watch]:
         found: list[watches.Watch] = []
@@ -71,6 +72,8 @@ class Injector:
                         ", ".join(w.name for w in skipped[:10]))
         wanted = {w.name: w for w in kept}
         with self._lock:
+            if not self.active:
+                return
             for name, worker in list(self.workers.items()):
                 w = wanted.get(name)
                 if w is None or _shape(w) != _shape(worker.watch):
@@ -98,6 +101,7 @@ class Injector:
 
     def stop_all(self) -> None:
         with self._lock:
+            self.active = False
             for worker in self.workers.values():
                 worker.stop()
             self.workers.clear()
@@ -120,6 +124,7 @@ def create_app(meters: Metrics, ready: Callable[[], bool], *,
 def leadership(sched: BackgroundScheduler, meters: Metrics, inj: Injector) -> elected.Leadership:
     """Leading: the jobs run, the Watch list is read at once; not leading: every worker stops."""
     def started() -> None:
+        inj.active = True
         meters.leader.set(1)
         sched.resume()
         sched.modify_job("watches", next_run_time=datetime.datetime.now(datetime.UTC))

@@ -19,6 +19,7 @@ class Stub:
     def __init__(self) -> None:
         self.refreshed = threading.Event()
         self.stopped = 0
+        self.active = False
 
     def refresh(self) -> None:
         self.refreshed.set()
@@ -35,7 +36,7 @@ def test_leading_reads_the_watches_at_once_and_losing_stops_every_worker() -> No
         lead = main.leadership(sched, meters, cast(Any, inj))
         assert not inj.refreshed.wait(0.3)  # paused until leading
         lead.started()
-        assert inj.refreshed.wait(5) and meters.leader._value.get() == 1
+        assert inj.refreshed.wait(5) and meters.leader._value.get() == 1 and inj.active
         lead.stopped()
         assert inj.stopped == 1 and meters.leader._value.get() == 0
         inj.refreshed.clear()
