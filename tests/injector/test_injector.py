@@ -11,7 +11,9 @@ restarted converges."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
+import signal
 import uuid
 from collections.abc import Iterator
 from typing import Any, cast
@@ -21,7 +23,7 @@ from kubernetes import client
 
 from injector import merge
 from listener.storage import records
-from testing import controlplane, listenerenv, watchenv
+from testing import consumerenv, controlplane, listenerenv, watchenv
 from testing import loopenv as loop
 from tether import apitypes
 
@@ -109,14 +111,14 @@ class Env:
                 GROUP, "v1", self.target_ns, loop.SAMPLES, body)
         return rt
 
-    def start_injector(self, name: str) -> loop.InjectorProcess:
+    def start_injector(self, name: str, **extra: str) -> loop.InjectorProcess:
         self.injector = loop.InjectorProcess(self.work, name, {
             "TETHER_KCP_NAMESPACE": self.ns,
             "TETHER_INJECTOR_KUBECONFIG": str(self.kcp.kubeconfig),
             "TETHER_INJECTOR_LEASE_NAMESPACE": self.ns,
             "TETHER_INJECTOR_LEASE_SECONDS": "3",
             "TETHER_INJECTOR_WATCH_LIST_SECONDS": "1",
-            "TETHER_INJECTOR_RESYNC_SECONDS": "5"}).start()
+            "TETHER_INJECTOR_RESYNC_SECONDS": "5", **extra}).start()
         return self.injector
 
 
@@ -264,3 +266,29 @@ def test_watches_over_the_bound_are_not_followed(env: Env) -> None:
         assert "over TETHER_INJECTOR_MAX_WATCHES (1) not followed: w-b" in other.log()
     finally:
         other.stop()
+
+
+def test_an_expired_watch_relists_and_converges(env: Env) -> None:
+    """The injector paused (SIGSTOP) while a record goes and another comes, etcd compacted and
+    the apiserver restarted: its watch resumes from a revision no longer held (410), the
+    library lists again (Synced relist) and the target converges."""
+    env.injector.stop()  # releases the Lease
+    # the pause must not cost the Lease (a new leader would list afresh: no 410)
+    proc = env.start_injector("relist", TETHER_INJECTOR_LEASE_SECONDS="60")
+    rt = env.runtime()
+    env.record(rt, "a", {"a": "1"})
+    env.record(rt, "b", {"b": "2"})
+    env.converges(rt, {"a": "1", "b": "2"}, "before the pause")
+    assert proc.proc is not None
+    os.killpg(proc.proc.pid, signal.SIGSTOP)
+    try:
+        env.remove(rt, "b")
+        env.record(rt, "c", {"c": "3"})
+        consumerenv.compact(env.kcp)
+        env.kcp.stop_apiserver()  # its watch cache starts again at the current revision
+        env.kcp.start_apiserver()
+    finally:
+        os.killpg(proc.proc.pid, signal.SIGCONT)
+    env.converges(rt, {"a": "1", "c": "3"}, "after the relist", timeout=60)
+    loop.wait_until(lambda: "relist complete" in proc.log_path.read_text(), WAIT,
+                    f"the relist logged\n{proc.log()}")
