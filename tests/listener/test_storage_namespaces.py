@@ -250,11 +250,12 @@ def test_a_reader_of_one_watch_reads_its_records_and_not_another_watchs(
     role["metadata"]["namespace"] = spaces.a  # A's reader Role, as shipped for its Watch
     rbac = client.RbacAuthorizationV1Api(env.api)
     rbac.create_namespaced_role(spaces.a, role)
-    rbac.create_namespaced_role_binding(spaces.a, {
+    binding: Any = {
         "metadata": {"name": sa, "namespace": spaces.a},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                     "name": role["metadata"]["name"]},
-        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": env.namespace}]})
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": env.namespace}]}
+    rbac.create_namespaced_role_binding(spaces.a, binding)
     user = f"system:serviceaccount:{env.namespace}:{sa}"
     kube = gateway.Kube(env.api)
 
