@@ -6,9 +6,9 @@ Sample CR in the KCP, ``spec.configuration``.
 The module's Watch stores its records in a namespace of their own (spec.storage.namespace).
 Shown: an edit reaches the CR; a second ConfigMap merges in; deleting a ConfigMap removes its
 values, deleting the last removes the field (the injector's rule); the injector SIGKILLed while
-edits flow and restarted loses no change; a runtime restored from an
-etcd snapshot (a new epoch, the poller's run) makes the CR converge to the runtime's actual
-state; deleting the Kyma CR removes its records (the janitor's rule, ``--once`` runs) and the
+edits flow and restarted loses no change, and so does a KCP apiserver restart; a runtime
+restored from an etcd snapshot (a new epoch, the poller's run) makes the CR converge to the
+runtime's actual state; deleting the Kyma CR removes its records (the janitor's rule, ``--once`` runs) and the
 injector's output."""
 
 from __future__ import annotations
@@ -209,6 +209,26 @@ def test_a_runtime_restored_from_a_snapshot_converges_the_component_cr(
         watchenv.delete(env.api, env.namespace, w.name)
     finally:
         plane.stop()
+
+
+def test_a_kcp_apiserver_restart_mid_stream_loses_no_change(lp: Loop, kcp: controlplane.ControlPlane) -> None:
+    """The KCP apiserver stopped while a change is on its way (the webhook retries the
+    listener's refusals, the injector's watch breaks) and started again: the change and one
+    made after arrive."""
+    loop.put(lp.core, lp.skr_ns, "restart-a", {"r": "1"})
+    lp.converges({"r": "1"}, "the value before the restart")
+    kcp.stop_apiserver()
+    try:
+        loop.put(lp.core, lp.skr_ns, "restart-a", {"r": "2"})
+        time.sleep(2.0)
+    finally:
+        kcp.start_apiserver()
+    controlplane.retry_busy(lambda: client.CoreV1Api(lp.env.api).list_namespace(limit=1))
+    lp.converges({"r": "2"}, "the change made during the outage")
+    loop.put(lp.core, lp.skr_ns, "restart-a", {"r": "3"})
+    lp.converges({"r": "3"}, "a change after the restart")
+    lp.core.delete_namespaced_config_map("restart-a", lp.skr_ns)
+    lp.converges(None, "the field removed")
 
 
 def test_deleting_the_kyma_cr_removes_its_records_and_the_injected_values(lp: Loop) -> None:
