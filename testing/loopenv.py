@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import pathlib
+import signal
 import socket
 import ssl
 import subprocess
@@ -31,7 +32,7 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from testing import controlplane
+from testing import controlplane, watchenv
 from testing import listenerenv as lt
 from testing import webhookstack as stack
 from tether import apitypes, watches, watchwire
@@ -102,8 +103,6 @@ def inject_watch(name: str, kcp_namespace: str, skr_namespace: str, runtime_id: 
                  target_namespace: str, group: str = SAMPLE_GROUP, **spec: Any) -> dict[str, Any]:
     """A Watch of the ConfigMaps labelled ``LABEL=yes`` in ``skr_namespace``, in force in
     ``runtime_id`` only, injecting into its Sample's ``spec.configuration``."""
-    from testing import watchenv
-
     return watchenv.watch(
         name, CM, kcp_namespace, selector={"matchLabels": {LABEL: "yes"}},
         namespaces=[skr_namespace],
@@ -242,7 +241,7 @@ class InjectorProcess:
 
     def kill(self) -> None:
         assert self.proc is not None
-        os.killpg(self.proc.pid, 9)
+        os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
 
     def stop(self, timeout: float = 30.0) -> int:
