@@ -34,7 +34,7 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from tether import apitypes, changes, gateway, watches
+from tether import apitypes, changes, gateway, statehash, watches
 
 pytestmark = pytest.mark.slow
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
@@ -183,6 +183,9 @@ def test_listings_keep_only_records_where_their_watch_stores(
     assert get(listener, rt, "state", watch="store-b")["items"] == []
     summary = get(listener, rt, "state/summary")
     assert sum(summary["counts"]) == 3
+    # the poller's in-sync check: its own bucket hashes of what it holds equal the summary's
+    remote = statehash.parse_summary(summary)
+    assert remote is not None and statehash.mismatching(statehash.fold(digest["items"]), remote) == []
     for n, count in enumerate(summary["counts"]):  # each bucket as listed agrees
         bucket = get(listener, rt, f"state/buckets/{n}") if count else None
         assert bucket is None or (bucket["count"] == count
