@@ -12,6 +12,7 @@ deleted Kyma CR's records in every namespace, a reader bound to A's Role (the ma
 from __future__ import annotations
 
 import copy
+import datetime
 import time
 import uuid
 from collections.abc import Iterator
@@ -270,6 +271,10 @@ def test_a_reader_of_one_watch_reads_its_records_and_not_another_watchs(
                                             "resource": RCM.plural}}})
         return bool(review["status"].get("allowed"))
 
+    deadline = time.monotonic() + 30  # the authorizer sees a new binding within a moment
+    while not allowed("get", spaces.a):
+        assert time.monotonic() < deadline, "the reader Role never took effect"
+        time.sleep(0.3)
     for verb in ("get", "list", "watch"):
         assert allowed(verb, spaces.a), verb
         assert not allowed(verb, spaces.b), verb
@@ -307,3 +312,35 @@ def test_the_storage_of_an_existing_watch_cannot_change(spaces: Spaces) -> None:
         assert err.value.status == 422, patch
         assert "spec.storage is set at creation only" in str(err.value.body)
     assert watch_of(spaces, "store-a").storage_namespace == spaces.a
+
+
+def test_the_janitor_prunes_tombstones_and_a_deleted_watchs_records_where_they_are_stored(
+        spaces: Spaces, listener: ListenerProcess) -> None:
+    from tests.listener.test_watches import run_janitor_once
+
+    env = spaces.env
+    rt = add_runtime(env, f"rt-{uuid.uuid4().hex[:12]}")
+    old_at = changes.format_time(datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5))
+    a = watch_of(spaces, "store-a")
+    gone = {k: v for k, v in record(rt, a, "gone", 4).items()
+            if k not in ("data", "binaryData", "labels", "annotations")}
+    gone.update(deleted=True, observedAt=old_at)
+    assert post(listener, rt, record(rt, a, "gone", 3), record(rt, a, "kept", 3)).status_code == 200
+    r = post(listener, rt, gone)
+    assert r.status_code == 200 and r.json()["results"][0]["outcome"] == "persisted", r.text
+    temp = watchenv.watch("store-temp", CM, env.namespace, storage={"namespace": spaces.b})
+    watchenv.apply(env.api, temp)
+    old = dict(changes.from_object(
+        {"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"},
+         "metadata": {"namespace": "team-a", "name": "t-old", "uid": "u-t", "resourceVersion": "3"}},
+        watch=watches.parse(temp), runtime_id=rt.id, source="poller", observed_at=old_at))
+    deadline = time.monotonic() + 30
+    while (r := post(listener, rt, old)).status_code == 403:  # the listener's Watch cache
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.5)
+    assert r.status_code == 200, r.text
+    assert [o["spec"]["name"] for o in stored(env.api, spaces.b, rt.id)] == ["t-old"]
+    watchenv.delete(env.api, env.namespace, "store-temp")
+    run_janitor_once(env, TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS="120")
+    assert [o["spec"]["name"] for o in stored(env.api, spaces.a, rt.id)] == ["kept"]
+    assert stored(env.api, spaces.b, rt.id) == []
