@@ -91,6 +91,11 @@ class Injector:
                              worker.records_namespace)
             self.meters.watches.set(len(self.workers))
             self.meters.watches_skipped.set(len(skipped))
+            self.meters.unsynced.set_function(self._unsynced)
+
+    def _unsynced(self) -> int:
+        """Followed Watches whose first list has not completed (scraped, not stored)."""
+        return sum(1 for w in list(self.workers.values()) if not w.synced)
 
     def resync(self) -> None:
         """The periodic pass: every runtime of every Watch offered again."""

@@ -27,5 +27,8 @@ class Metrics:
         self.runtimes = Gauge("tether_injector_runtimes", "Runtimes with live records, per Watch "
                               "with inject", ["watch"], registry=r)
         self.watches = Gauge("tether_injector_watches", "Watches with inject followed", registry=r)
+        self.unsynced = Gauge("tether_injector_watches_unsynced", "Watches with inject followed "
+                              "whose records have not been listed yet (unreadable: RBAC, a "
+                              "missing namespace, the KCP failing)", registry=r)
         self.watches_skipped = Gauge("tether_injector_watches_skipped", "Watches with inject not "
                                      "followed (over TETHER_INJECTOR_MAX_WATCHES)", registry=r)

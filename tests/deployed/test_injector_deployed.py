@@ -83,12 +83,14 @@ def test_a_configmap_made_with_kubectl_reaches_the_modules_cr_through_the_deploy
         "metadata": {"name": SAMPLE, "namespace": deployed.KCP_NS,
                      "labels": {apitypes.RUNTIME_ID_LABEL: deployed.RUNTIME_ID}},
         "spec": {"replicas": 1}})
+    deployed.kubectl(fleet.kcp, "apply", "-f", str(EXAMPLES / "records.yaml"))
     deployed.kubectl(fleet.kcp, "apply", "-f", str(EXAMPLES / "watch.yaml"))
     deployed.kubectl(fleet.skr, "create", "namespace", MODULE_NS)
     # the injector reads only what its manifests and the platform team's grant allow
-    assert can(fleet, "list", "runtimeconfigmaps.tether.kyma-project.io", "tether-configuration")
-    assert not can(fleet, "list", "runtimeconfigmaps.tether.kyma-project.io", deployed.KCP_NS)
-    assert not can(fleet, "patch", "samples.sample.kyma-project.io", "tether-configuration")
+    assert can(fleet, "list", "runtimeconfigmaps.tether.kyma-project.io", "sample-configuration")
+    for other in ("tether-configuration", deployed.KCP_NS):  # the shipped Watch's, the listener's
+        assert not can(fleet, "list", "runtimeconfigmaps.tether.kyma-project.io", other)
+    assert not can(fleet, "patch", "samples.sample.kyma-project.io", "sample-configuration")
 
     value = "blue-7f3a-only-in-the-cr"
     deployed.kubectl(fleet.skr, "create", "configmap", "sample-settings", "-n", MODULE_NS,

@@ -1,13 +1,16 @@
 """The injector's manifests (manifests/kcp/injector, optional) and examples
 (manifests/examples/injector): what they render to, and on a real KCP what its
 ServiceAccount may do (SubjectAccessReview, with the rendered RBAC applied in namespaces of
-this module's own): exactly what injector/ calls, the records of the Watches stored in
-tether-configuration and no other namespace's, no Secrets, no write on a target kind until
-the platform team's grant (the example) is applied."""
+this module's own): exactly what injector/ calls, no record and no Secret by itself; the
+example Watch's records (its storage namespace, reader Role and the injector's binding:
+manifests/examples/injector/records.yaml) and no other Watch's, and no write on a target
+kind until the platform team's grant (the example) is applied."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, cast
@@ -52,7 +55,10 @@ def test_the_overlay_is_optional_and_runs_tether_injector() -> None:
 def test_the_example_watch_names_the_example_crd() -> None:
     w = watches.parse(yaml.safe_load((EXAMPLES / "watch.yaml").read_text()))
     crd = yaml.safe_load((EXAMPLES / "sample-crd.yaml").read_text())
-    assert w.inject is not None and w.storage_namespace == "tether-configuration"
+    assert w.inject is not None and w.storage_namespace == "sample-configuration"
+    ns, role, binding = list(yaml.safe_load_all((EXAMPLES / "records.yaml").read_text()))
+    assert ns["metadata"]["name"] == role["metadata"]["namespace"] == w.storage_namespace
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == "tether-records-reader"
     assert (w.inject.resource.group, w.inject.resource.plural) == (
         crd["spec"]["group"], crd["spec"]["names"]["plural"])
     assert w.inject.field == ("spec", "configuration")
@@ -93,11 +99,22 @@ def _allowed(api: client.ApiClient, user: str, verb: str, ns: str, group: str, r
     return got.status is not None and bool(got.status.allowed)
 
 
+def _eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """A new RoleBinding takes a moment to reach the authorizer's cache."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 @pytest.fixture(scope="module")
 def names(kcp_api: client.ApiClient) -> dict[str, str]:
     suffix = uuid.uuid4().hex[:6]
     out = {ns: f"{ns}-{suffix}"[:63] for ns in ("kcp-system", "tether-system",
-                                                  "tether-configuration", "other")}
+                                                  "tether-configuration", "sample-configuration",
+                                                  "other")}
     core = client.CoreV1Api(kcp_api)
     for ns in out.values():
         body = client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))
@@ -112,14 +129,24 @@ def names(kcp_api: client.ApiClient) -> dict[str, str]:
 def test_the_service_account_may_do_what_the_injector_calls_and_no_more(
         kcp_api: client.ApiClient, names: dict[str, str]) -> None:
     user = f"system:serviceaccount:{names['tether-system']}:tether-injector"
-    kcp, system, records = names["kcp-system"], names["tether-system"], names["tether-configuration"]
+    kcp, system, records = names["kcp-system"], names["tether-system"], names["sample-configuration"]
     tether, rcm = "tether.kyma-project.io", "runtimeconfigmaps"
 
     def may(verb: str, ns: str, group: str, resource: str, **kw: str) -> bool:
         return _allowed(kcp_api, user, verb, ns, group, resource, **kw)
 
     assert may("list", kcp, tether, "watches")
-    assert all(may(v, records, tether, rcm) for v in ("get", "list", "watch"))
+    assert not may("list", records, tether, rcm)  # until the Watch's shipper binds it
+    example = [d for d in yaml.safe_load_all((EXAMPLES / "records.yaml").read_text())
+               if d["kind"] != "Namespace"]  # the fixture made the namespace, renamed
+    for doc in _renamed(example, names):
+        if doc["kind"] == "RoleBinding":
+            doc["subjects"] = [{**s, "namespace": system} for s in doc["subjects"]]
+        _apply(kcp_api, doc)
+    for verb in ("get", "list", "watch"):
+        assert _eventually(functools.partial(may, verb, records, tether, rcm)), verb
+    # the shipped Watch's records (tether-configuration, its own reader Role) stay out of reach
+    assert not may("list", names["tether-configuration"], tether, rcm)
     assert not any(may(v, records, tether, rcm) for v in ("create", "update", "patch", "delete"))
     assert not may("list", kcp, tether, rcm) and not may("list", names["other"], tether, rcm)
     assert may("create", kcp, "", "events")
