@@ -4,8 +4,11 @@ Starts two real control planes (an SKR runtime and the KCP) and the Director sta
 applies the local overlays of `manifests/kcp` and `manifests/skr` with `kubectl apply -k`,
 and runs every Deployment they contain with the pod runner (`testing/podrunner.py`: each
 container a local process under its manifest's ServiceAccount token, security context,
-mounted Secrets and probes). Then a ConfigMap change travels from the runtime into the KCP
-and the runtime gets its Compass registration and one-time token Secret.
+mounted Secrets and probes), the optional configuration injector included. Then a ConfigMap
+change travels from the runtime into the KCP, the runtime gets its Compass registration and
+one-time token Secret, and the example module's configuration (manifests/examples/injector)
+reaches its CR in the KCP through the injector. The enroller runs every 10 s here (60 s by
+default), so a new Watch reaches the runtime within seconds.
 
     .venv/bin/python hack/demo.py            # runs until Ctrl-C
     .venv/bin/python hack/demo.py --once     # the scenario, then stop (a smoke check)
@@ -26,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 
@@ -40,6 +43,10 @@ from testing import controlplane, deployed  # noqa: E402
 
 KCP_NS = deployed.KCP_NS
 RUNTIME_ID = deployed.RUNTIME_ID
+RECORDS_NS = "tether-configuration"  # the shipped Watch's storage namespace (manifests/kcp/watches)
+EXAMPLES = REPO / "manifests" / "examples" / "injector"
+SAMPLE = "sample-demo"
+SAMPLES = ("sample.kyma-project.io", "v1", KCP_NS, "samples")
 
 
 def say(msg: str) -> None:
@@ -70,7 +77,9 @@ def main(argv: list[str]) -> int:
         with controlplane.planes("skr", "kcp") as planes:
             skr, kcp = planes["skr"], planes["kcp"]
             say(f"{controlplane.kube_apiserver_version()}: planes ready in {time.monotonic() - t0:.1f}s")
-            fleet = deployed.install(skr, kcp, work, timeout=180, say=say, backoff_seconds=2.0)
+            fleet = deployed.install(skr, kcp, work, timeout=180, say=say, backoff_seconds=2.0,
+                                     injector=True,
+                                     enroller_env={"TETHER_ENROLLER_INTERVAL_SECONDS": "10"})
             try:  # the pods stop before their planes do
                 for plane, runner in (("KCP", fleet.kcp_pods), ("SKR", fleet.skr_pods)):
                     say(f"{plane} tether-system, run by the pod runner:")
@@ -100,7 +109,8 @@ def scenario(fleet: deployed.Fleet) -> None:
         name = records.object_name(records.Key(RUNTIME_ID, "configuration", "demo", "app-config"))
         try:
             obj: dict[str, Any] = custom.get_namespaced_custom_object(
-                apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, KCP_NS, apitypes.RUNTIME_CONFIGMAPS.plural, name)
+                apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, RECORDS_NS,
+                apitypes.RUNTIME_CONFIGMAPS.plural, name)
         except client.ApiException:
             return None
         return obj
@@ -120,6 +130,8 @@ def scenario(fleet: deployed.Fleet) -> None:
     score.delete_namespaced_config_map("app-config", "demo")
     wait_for("the tombstone in the KCP", lambda: (s := stored()) and s["spec"]["deleted"])
     say("deleted -> the KCP holds a tombstone")
+
+    injection(fleet, score, custom)
 
     def mapping_ready() -> bool:
         m = custom.get_namespaced_custom_object("operator.kyma-project.io", "v1beta1", KCP_NS,
@@ -155,12 +167,58 @@ def scenario(fleet: deployed.Fleet) -> None:
                      indent=1), flush=True)
 
 
+def injection(fleet: deployed.Fleet, score: client.CoreV1Api, custom: client.CustomObjectsApi) -> None:
+    """The example module (its CRD, the platform team's write grant, its Watch with inject and
+    the Watch's storage namespace with its reader Role) applied with kubectl; a labelled
+    ConfigMap in the runtime reaches the runtime's Sample CR in the KCP."""
+    kubectl = str(controlplane.binaries() / "kubectl")
+    say(f"KCP: {kubectl} apply -f manifests/examples/injector/... (the example module, its Watch)")
+    deployed.kubectl(fleet.kcp, "apply", "-f", str(EXAMPLES / "sample-crd.yaml"))
+    deployed.kubectl(fleet.kcp, "wait", "--for=condition=Established",
+                     "crd/samples.sample.kyma-project.io", "--timeout=60s")
+    for name in ("sample-writer.yaml", "records.yaml", "watch.yaml"):
+        deployed.kubectl(fleet.kcp, "apply", "-f", str(EXAMPLES / name))
+    custom.create_namespaced_custom_object(*SAMPLES, {
+        "apiVersion": "sample.kyma-project.io/v1", "kind": "Sample",
+        "metadata": {"name": SAMPLE, "labels": {apitypes.RUNTIME_ID_LABEL: RUNTIME_ID}},
+        "spec": {"replicas": 1}})
+    score.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="sample-system")))
+    t = time.monotonic()
+    score.create_namespaced_config_map("sample-system", client.V1ConfigMap(metadata=client.V1ObjectMeta(
+        name="sample-settings", labels={"sample.kyma-project.io/configuration": "true"}),
+        data={"color": "blue"}))
+    touches = iter(range(10**6))
+
+    def configuration() -> Any:
+        obj = cast(dict[str, Any], custom.get_namespaced_custom_object(*SAMPLES, SAMPLE))
+        return (obj.get("spec") or {}).get("configuration")
+
+    def injected() -> Any:
+        """Until the enroller has rendered the new Watch into the runtime, a change is the
+        poller's (60 s): touch the ConfigMap every few seconds."""
+        conf = configuration()
+        if conf is None and next(touches) % 15 == 14:
+            score.patch_namespaced_config_map("sample-settings", "sample-system",
+                                              {"metadata": {"annotations": {"touched": str(time.time())}}})
+        return conf
+    conf = wait_for("the value in the Sample CR", injected, timeout=120)
+    say(f"SKR ConfigMap sample-system/sample-settings created -> the injector wrote {conf} into "
+        f"Sample {KCP_NS}/{SAMPLE} spec.configuration after {time.monotonic() - t:.1f}s (the new "
+        "Watch reached the runtime first)")
+    t = time.monotonic()
+    score.patch_namespaced_config_map("sample-settings", "sample-system", {"data": {"color": "green"}})
+    wait_for("the edit in the Sample CR", lambda: (configuration() or {}).get("color") == "green")
+    say(f"edited -> Sample CR holds color=green after {time.monotonic() - t:.2f}s")
+
+
 def wait(fleet: deployed.Fleet) -> None:
     kubectl = str(controlplane.binaries() / "kubectl")
     say(f"try:  {kubectl} --kubeconfig {fleet.skr.kubeconfig} -n demo create configmap x --from-literal=a=b")
     say(f"      {kubectl} --kubeconfig {fleet.skr.kubeconfig} -n demo label configmap x "
         "tether.kyma-project.io/configuration=true   # the shipped Watch's opt-in (docs/watches.md)")
-    say(f"then: {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n {KCP_NS} get runtimeconfigmaps")
+    say(f"then: {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n {RECORDS_NS} get runtimeconfigmaps")
+    say(f"      tether records {RUNTIME_ID} --kubeconfig {fleet.kcp.kubeconfig}")
+    say(f"      {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n {KCP_NS} get samples {SAMPLE} -o yaml")
     say(f"pods: {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n tether-system get deployments")
     say("Ctrl-C stops everything")
     stop = False

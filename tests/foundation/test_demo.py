@@ -27,4 +27,7 @@ def test_demo_once() -> None:
     assert "KCP holds data {'greeting': 'hi'}" in text
     assert "the KCP holds a tombstone" in text
     assert "registered as Director runtime" in text
+    assert "deployment/tether-injector: 1/1 ready" in text, text[-3000:]
+    assert "the injector wrote {'color': 'blue'} into Sample" in text
+    assert "Sample CR holds color=green" in text
     assert "'TOKEN'" in text and "scenario done" in text
