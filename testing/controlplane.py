@@ -207,8 +207,11 @@ def _stop_all() -> None:
 class ControlPlane:
     """One independent etcd + kube-apiserver on loopback."""
 
-    def __init__(self, name: str, *, workdir: pathlib.Path | None = None) -> None:
+    def __init__(self, name: str, *, workdir: pathlib.Path | None = None,
+                 quota_backend_bytes: int | None = None) -> None:
         self.name = name
+        # etcd's space quota (``--quota-backend-bytes``; None: etcd's default), for NOSPACE tests
+        self.quota_backend_bytes = quota_backend_bytes
         self._own_dir = workdir is None
         self.dir = workdir or pathlib.Path(tempfile.mkdtemp(prefix=f"tether-{name}-"))
         self.etcd_port = self.etcd_peer_port = self.port = 0
@@ -323,6 +326,12 @@ class ControlPlane:
             raise ControlPlaneError(f"{self.name}: etcdutl snapshot restore failed: {proc.stderr[-2000:]}")
         self._start_etcd(binaries())
         self.start_apiserver()
+
+    def etcdctl(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run etcdctl (beside the other binaries) against this plane's etcd."""
+        return subprocess.run(
+            [str(_tool("etcdctl")), f"--endpoints=http://127.0.0.1:{self.etcd_port}", *args],
+            capture_output=True, text=True, timeout=timeout, check=False)
 
     def stop_apiserver(self) -> None:
         """Stop only the kube-apiserver (etcd keeps the data); for outage tests."""
@@ -442,6 +451,8 @@ class ControlPlane:
             "--unsafe-no-fsync=true",  # a test/demo plane: speed over power-loss durability
             "--log-level=warn",
         ]
+        if self.quota_backend_bytes is not None:
+            args.append(f"--quota-backend-bytes={self.quota_backend_bytes}")
         self._etcd = self._spawn("etcd", args)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
