@@ -3,6 +3,10 @@ header (the global account ID), timeouts, a circuit breaker and typed errors.
 
 Retries are not done here: a failed call fails the runtime's step, which the reconciler
 retries with that runtime's persisted backoff; the breaker keeps an outage cheap.
+
+Fencing: ``fence`` (the elector's ``fresh``, attached by the entry point) is checked right
+before every write (``WRITES``: register, one-time token, unregister); when it is false the
+call is not sent and ``errors.NotLeading`` is raised.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import requests
 from compass import breaker as breaker_mod
 from compass import errors, metrics, queries
 from compass import oauth as oauth_mod
+
+WRITES = frozenset({"register_runtime", "request_token", "unregister_runtime"})
 
 
 class DirectorClient:
@@ -36,6 +42,8 @@ class DirectorClient:
         # Told of every error the Director (or the way to it) answered; not of NotFound
         # (an expected answer) nor of calls the open breaker refused (no request was made).
         self.on_error = on_error
+        # Whether this process may write now (its leadership is fresh); always, unelected.
+        self.fence: Callable[[], bool] = lambda: True
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -76,6 +84,8 @@ class DirectorClient:
     # -- transport ------------------------------------------------------------------------------
 
     def _call(self, operation: str, tenant: str, variables: dict[str, Any]) -> Any:
+        if operation in WRITES and not self.fence():
+            raise errors.NotLeading(f"Director {operation} not sent: leadership not fresh")
         if not self.breaker.allow():
             self._metrics.director_errors.labels(operation, "circuit_open").inc()
             raise errors.CircuitOpen("Director circuit breaker is open")

@@ -72,6 +72,12 @@ class CircuitOpen(Unavailable, kind="circuit_open"):
     """Not even tried: the circuit breaker is open."""
 
 
+class NotLeading(Exception):
+    """A Director write refused before it was sent: this process's leadership is not fresh
+    (``tether.leader.LeaderElector.fresh``). Not a Director answer: no metric of the
+    Director's, no backoff, nothing written; the Lease holder does the work."""
+
+
 class RuntimeUnreachable(Exception):
     """The runtime's API (through its kubeconfig Secret) could not be used."""
 

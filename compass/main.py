@@ -19,6 +19,13 @@ from tether import elected, leader, logs
 log = logging.getLogger("compass")
 
 
+def attach(svc: service.Service, rt: elected.Runtime) -> None:
+    """The breaker and Director errors go on the Lease; Director writes only while this
+    process's leadership is fresh (``DirectorClient.fence``)."""
+    svc.notes.attach(rt.elector.annotate)
+    svc.director.fence = rt.elector.fresh
+
+
 def main(argv: list[str]) -> int:
     s, args, kcp_api = elected.start(settings_mod.SPEC, argv, settings_mod.build,
                                      kubeconfig_variable="TETHER_COMPASS_KUBECONFIG",
@@ -36,7 +43,7 @@ def main(argv: list[str]) -> int:
         sched, elected.resuming(sched, stats.leader), s.bind,
         app=lambda rt: app_mod.create_app(stats, ready=lambda: rt.scheduler.running),
         guarded=[svc.job],
-        attach=lambda rt: svc.notes.attach(rt.elector.annotate),  # breaker, Director errors
+        attach=lambda rt: attach(svc, rt),
         close=[svc.close],
         announce=lambda: log.info("compass started: namespace %s, interval %.0fs, resync %r",
                                   s.namespace, s.interval, s.resync_cron)))

@@ -109,6 +109,9 @@ class Reconciler:
                 self._fail(facts, action, "Director" + type(e).__name__, str(e),
                            permanent=isinstance(e, errors.InvalidInput | errors.Unauthorized))
                 return facts
+            except errors.NotLeading as e:  # nothing written: the Lease holder takes over
+                olog.info("%s: %s", action.kind, e)
+                return facts
             except skr_clients.KubeconfigRefused as e:  # kept until its Secret changes
                 self.metrics.actions.labels(action.kind, "kubeconfig_refused").inc()
                 olog.warning("%s refused: %s", action.kind, e)

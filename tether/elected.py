@@ -15,6 +15,10 @@ annotations (``apitypes.LAST_RUN_*_ANNOTATION``: its end, result, seconds; ``ele
 ``run_elected`` do it). A job reports its result by what it returns: ``ok`` false means
 ``failed``, ``skipped`` true means no run (an overlap); an exception is ``failed`` (and
 re-raised, for APScheduler to log as before).
+Fencing: a scheduled run starts only while the elector's leadership is ``fresh()`` (a run
+due when it is not, e.g. a process resuming from a pause past its Lease, is skipped, not
+recorded), and a ``guarded`` job's ``active`` is ``fresh``: a run in progress stops taking
+up work the moment this process's leadership is no longer fresh.
 """
 
 from __future__ import annotations
@@ -99,10 +103,29 @@ def recorded(fn: Callable[..., Any], publish: Callable[[dict[str, str]], None]) 
     return run
 
 
+class NotStarted(NamedTuple):
+    """What a fenced job returns when it did not start (``outcome``: not a run)."""
+
+    skipped: bool = True
+
+
+def fenced(fn: Callable[..., Any], fresh: Callable[[], bool]) -> Callable[..., Any]:
+    """``fn`` that starts only while ``fresh()`` (this process's leadership is fresh)."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not fresh():
+            log.info("run of %s not started: leadership not fresh",
+                     getattr(fn, "__name__", "job"))
+            return NotStarted()
+        return fn(*args, **kwargs)
+    return run
+
+
 def record_runs(sched: BackgroundScheduler, elected: leader.LeaderElector) -> None:
-    """Every job now in ``sched`` publishes its runs on ``elected``'s Lease."""
+    """Every job now in ``sched`` starts only while ``elected`` is fresh (``fenced``) and
+    publishes its runs on ``elected``'s Lease."""
     for job in sched.get_jobs():
-        job.modify(func=recorded(job.func, elected.annotate))
+        job.modify(func=fenced(recorded(job.func, elected.annotate), elected.fresh))
 
 
 def start(spec: config.Spec, argv: Sequence[str], build: Callable[[config.Values], S], *,
@@ -223,7 +246,7 @@ def run_elected(part: ElectedPart) -> int:
     record_runs(part.scheduler, elected)
     rt = Runtime(part.scheduler, elected)
     for job in part.guarded:
-        job.active = lambda: elected.is_leader
+        job.active = elected.fresh
     part.attach(rt)
     try:
         server = ops.Server(part.app(rt), part.bind)

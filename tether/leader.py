@@ -12,6 +12,21 @@ Lease is pure (``decide``); ``LeaderElector`` does the I/O in one daemon thread:
 Writes use the Lease's resourceVersion (optimistic concurrency): of two candidates that
 see an expired Lease, one update wins and the other gets 409 and keeps waiting.
 
+Time, as client-go does it: a follower never compares the Lease's ``renewTime`` (another
+machine's wall clock, written for humans and the admin pages) with its own clock. It
+records when, on its own monotonic clock, it last saw the Lease record change (holder,
+renewTime or resourceVersion: ``observe``) and takes the Lease only once the record has
+not changed for ``leaseDurationSeconds`` of its own time (``decide``). Clocks skewed by
+minutes change nothing; only the rates of the clocks matter.
+
+Fencing: ``fresh()`` is true while this process leads and less than ``renew_deadline``
+(< the Lease duration) has passed, on its monotonic clock, since its last successful
+renewal *started*. A follower cannot have taken over before then (it saw that renewal
+after it started, then waits a whole Lease duration). Side effects that must not happen
+twice check ``fresh()`` right before acting (compass's Director writes, the start of an
+elected part's runs); a process paused (SIGSTOP, GC) past its Lease finds itself not
+fresh the moment it resumes, since its monotonic clock advanced during the pause.
+
 What the holder publishes for the admin pages (the last run, compass's breaker) goes on the
 Lease as annotations (``annotate``): they ride on the elector's next write of the Lease (its
 renewal, every ``retry_period``, or the release), so publishing costs no request of its own,
@@ -23,9 +38,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import math
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
@@ -49,23 +66,51 @@ class LeaseSettings:
 
 
 class LeaseView(NamedTuple):
-    """What ``decide`` needs of a Lease (plain data)."""
+    """What ``decide`` needs of a Lease (plain data). ``renew_time`` is the string as
+    written: compared only for a change, never with a clock."""
 
     holder: str | None
-    renew_time: datetime.datetime | None
+    renew_time: str | None
     duration_seconds: int | None
+    resource_version: str | None = None
 
 
-def decide(lease: LeaseView | None, identity: str, now: datetime.datetime) -> Action:
-    """Acquire a missing, released or expired Lease; renew our own; else wait."""
+class Observed(NamedTuple):
+    """The Lease record as last seen, and since when (this process's monotonic seconds)."""
+
+    record: tuple[str | None, str | None, str | None]
+    since: float
+
+
+def observe(prev: Observed | None, lease: LeaseView | None, now: float) -> Observed | None:
+    """``prev`` if the record is unchanged, else the new record seen ``now``."""
+    if lease is None:
+        return None
+    record = (lease.holder, lease.renew_time, lease.resource_version)
+    if prev is not None and prev.record == record:
+        return prev
+    return Observed(record, now)
+
+
+def decide(lease: LeaseView | None, identity: str, seen: Observed | None, now: float,
+           default_duration: float) -> Action:
+    """Acquire a missing or released Lease, or one whose record has not changed for its
+    duration (``default_duration`` if it names none) since ``seen.since``; renew our own;
+    else wait. ``now`` and ``seen.since``: this process's monotonic clock."""
     if lease is None or not lease.holder:
         return "acquire"
     if lease.holder == identity:
         return "renew"
-    if lease.renew_time is None or lease.duration_seconds is None:
-        return "acquire"
-    expires = lease.renew_time + datetime.timedelta(seconds=lease.duration_seconds)
-    return "acquire" if now >= expires else "wait"
+    if seen is None:
+        return "wait"
+    duration = lease.duration_seconds if lease.duration_seconds else default_duration
+    return "acquire" if now - seen.since >= duration else "wait"
+
+
+def lease_seconds(lease_duration: float) -> int:
+    """``leaseDurationSeconds`` as written: rounded up, so that followers wait at least as
+    long as this process's leadership is fresh."""
+    return max(1, math.ceil(lease_duration))
 
 
 def _now() -> datetime.datetime:
@@ -80,15 +125,22 @@ class LeaderElector:
         *,
         on_started: Callable[[], None],
         on_stopped: Callable[[], None],
+        clock: Callable[[], datetime.datetime] = _now,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: the wall clock written as ``renewTime``/``acquireTime`` (for humans;
+        injected by the skew tests); ``monotonic``: the clock every decision uses."""
         self._kube = kube
+        self._clock = clock
+        self._mono = monotonic
+        self._seen: Observed | None = None
         self.settings = settings
         self._on_started = on_started
         self._on_stopped = on_stopped
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._leading = False
-        self._last_renew: float = 0.0
+        self._renewed_at: float = 0.0  # monotonic start of the last successful write
         self._notes_lock = threading.Lock()
         self._pending: dict[str, str] = {}  # to write with the next write of the Lease
         self._kept: dict[str, str] = {}     # written again at every acquisition
@@ -96,6 +148,14 @@ class LeaderElector:
     @property
     def is_leader(self) -> bool:
         return self._leading
+
+    def fresh(self) -> bool:
+        """Leading, and the last successful renewal started less than ``renew_deadline``
+        (capped at the Lease duration) ago: no other replica can have taken over yet.
+        Check it right before a side effect that must not be done twice."""
+        s = self.settings
+        window = min(s.renew_deadline, s.lease_duration)
+        return self._leading and self._mono() - self._renewed_at < window
 
     def alive(self) -> bool:
         """The election thread is running (for liveness probes)."""
@@ -145,24 +205,22 @@ class LeaderElector:
     # -- loop ------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        import time
-
         s = self.settings
         while not self._stop.is_set():
             ok = False
+            started = self._mono()
             try:
                 ok = self._try_acquire_or_renew()
             except gateway.GatewayError as e:
                 log.warning("lease %s/%s: API error %s", s.namespace, s.name, e)
             except Exception as e:  # noqa: BLE001 - keep electing whatever the API does
                 log.warning("lease %s/%s: %s", s.namespace, s.name, type(e).__name__)
-            now = time.monotonic()
             if ok:
-                self._last_renew = now
+                self._renewed_at = started
                 if not self._leading:
                     self._set_leading(True)
-            elif self._leading and now - self._last_renew > s.renew_deadline:
-                log.warning("lease %s/%s: could not renew within %.0fs, stepping down",
+            elif self._leading and not self.fresh():
+                log.warning("lease %s/%s: not renewed within %.0fs, stepping down",
                             s.namespace, s.name, s.renew_deadline)
                 self._set_leading(False)
             self._stop.wait(s.retry_period)
@@ -182,9 +240,10 @@ class LeaderElector:
 
     def _try_acquire_or_renew(self) -> bool:
         s = self.settings
-        now = _now()
+        now = self._clock()
         lease = self._kube.get_or_none(gateway.LEASES, s.namespace, s.name)
         if lease is None:
+            self._seen = None
             notes = self._notes(acquiring=True)
             meta: dict[str, Any] = {"name": s.name, "namespace": s.namespace}
             self._with_notes(meta, notes)
@@ -199,9 +258,13 @@ class LeaderElector:
             return True
         spec = lease.get("spec") or {}
         duration = spec.get("leaseDurationSeconds")
-        view = LeaseView(spec.get("holderIdentity"), changes.parse_time(spec.get("renewTime")),
-                         duration if isinstance(duration, int) else None)
-        action = decide(view, s.identity, now)
+        renew = spec.get("renewTime")
+        view = LeaseView(spec.get("holderIdentity"), renew if isinstance(renew, str) else None,
+                         duration if isinstance(duration, int) else None,
+                         (lease.get("metadata") or {}).get("resourceVersion"))
+        mono = self._mono()
+        self._seen = observe(self._seen, view, mono)
+        action = decide(view, s.identity, self._seen, mono, s.lease_duration)
         if action == "wait":
             return False
         transitions = spec.get("leaseTransitions") or 0
@@ -224,7 +287,7 @@ class LeaderElector:
               transitions: int) -> dict[str, Any]:
         spec: dict[str, Any] = {
             "holderIdentity": self.settings.identity,
-            "leaseDurationSeconds": max(1, int(self.settings.lease_duration)),
+            "leaseDurationSeconds": lease_seconds(self.settings.lease_duration),
             "renewTime": changes.format_time(now),
             "leaseTransitions": transitions,
         }
