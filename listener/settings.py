@@ -192,6 +192,10 @@ class Settings:
     storage: Storage = config.group(Storage, default_factory=Storage)
     # logging
     audit_log: str = setting(AUDIT_LOG)
+    audit_queue_lines: int = setting(config.integer(
+        P + "AUDIT_QUEUE_LINES", 10_000, "audit lines a worker holds for its writer thread; "
+        "when full (the output blocks) a line is dropped and counted, never waited for",
+        minimum=1, maximum=1_000_000))
     log_level: str = setting(LOG_LEVEL)
     log_format: str = setting(LOG_FORMAT)
 

@@ -244,10 +244,22 @@ class ListenerProcess:
         raise AssertionError(f"listener not healthy: {self.log_file.read_text()[-3000:]}")
 
     def audit(self) -> list[dict[str, Any]]:
+        """The audit lines so far. The listener writes them from a thread of its own (a
+        request never waits on them), so this waits until the file stops growing (0.2 s, at
+        most 5 s) before reading."""
         import json
 
         if not self.audit_file.exists():
-            return []
+            time.sleep(0.2)
+            if not self.audit_file.exists():
+                return []
+        size, deadline = -1, time.monotonic() + 5
+        while time.monotonic() < deadline:
+            now = self.audit_file.stat().st_size
+            if now == size:
+                break
+            size = now
+            time.sleep(0.2)
         return [json.loads(line) for line in self.audit_file.read_text().splitlines() if line]
 
     def metrics(self) -> str:

@@ -13,8 +13,10 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
+
+from tether import auditwriter
 
 AUDIT_LOGGER = "tether.audit"
 _STD_ATTRS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
@@ -55,14 +57,22 @@ def configure(level: str = "INFO", fmt: str = "json") -> None:
     root.setLevel(level.upper())
 
 
-def audit_logger(destination: str = "stdout") -> logging.Logger:
+def audit_logger(destination: str = "stdout", *,
+                 on_lost: Callable[[str], None] | None = None,
+                 queue_lines: int = auditwriter.CAPACITY) -> logging.Logger:
     """The audit logger: JSON lines on stdout or appended to a file, never propagated to
-    the operational log. Configure once per process."""
+    the operational log. Configure once per process. With ``on_lost`` the lines go through a
+    bounded queue and a writer thread (``tether.auditwriter``): the caller never blocks, a line
+    that cannot be written is counted by ``on_lost(reason)``; without, they are written in the
+    caller's thread."""
     logger = logging.getLogger(AUDIT_LOGGER)
     logger.propagate = False
     logger.setLevel(logging.INFO)
-    if destination == "stdout":
-        handler: logging.Handler = logging.StreamHandler(sys.stdout)
+    handler: logging.Handler
+    if on_lost is not None:
+        handler = auditwriter.QueuedHandler(destination, capacity=queue_lines, on_lost=on_lost)
+    elif destination == "stdout":
+        handler = logging.StreamHandler(sys.stdout)
     else:
         handler = logging.FileHandler(destination, encoding="utf-8")
     handler.setFormatter(JSONFormatter())

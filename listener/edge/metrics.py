@@ -110,6 +110,10 @@ class Metrics:
         self.storage_namespace_missing = Counter(
             f"{NS}_storage_namespace_missing", "Records answered 503 because their Watch's "
             "storage namespace (spec.storage.namespace) does not exist", registry=r)
+        self.audit_lost = Counter(
+            f"{NS}_audit_lost", "Audit lines not written, by reason (queue_full: the writer "
+            "could not keep up or its output blocks; write_error: ENOSPC, EPIPE, ...)",
+            ["reason"], registry=r)
 
     def _deliveries(self, r: CollectorRegistry) -> None:
         """Delivery health (``listener.fleet.deliveries``): bounded labels, never a runtime."""

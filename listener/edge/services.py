@@ -63,7 +63,9 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
     beats = heartbeat.Heartbeats(api, s.heartbeat_namespace, s.heartbeat_interval,
                                s.kcp_timeout)
     meters = listener_metrics.Metrics()
-    audit = logs.audit_logger(s.audit_log)
+    # a request thread never waits on the audit output: a line it cannot write is counted
+    audit = logs.audit_logger(s.audit_log, on_lost=lambda r: meters.audit_lost.labels(r).inc(),
+                              queue_lines=s.audit_queue_lines)
     summaries = statesummary.Summaries(api, s.namespace, s.kcp_timeout, hooks=statesummary.Hooks(
         conflict=lambda: meters.write_conflicts.labels("summary").inc(),
         corrected=lambda n: meters.summary_corrections.inc(),
