@@ -43,8 +43,15 @@ addresses in them.) Pods resolve
 ``<service>.<namespace>.svc`` and any ``hosts`` the caller gives (an ingress's DNS name)
 through their /etc/hosts.
 
+Each container runs in its own cgroup (``testing.cgroups``, v1 or v2) with its
+``resources.limits``: memory as the cgroup's memory limit, CPU as a CFS quota. A container
+the kernel OOM-kills reports ``lastState.terminated.reason: OOMKilled`` (exit code 137) and
+is restarted with the backoff. Each container's line in ``notes`` says "resources: enforced
+(cgroup v1: memory 768Mi, cpu 500m)", or "not enforced (why)" on a machine without writable
+cgroups or with ``TETHER_PODRUNNER_LIMITS=off`` (logged as a warning at start).
+
 A field the runner cannot honour raises ``podspec.Unsupported`` at start; fields that one
-machine cannot enforce (resource limits, seccomp, topology spread) are listed in
+machine cannot enforce (resource requests, seccomp, topology spread) are listed in
 ``notes`` and in ``table()``, never dropped silently.
 """
 
@@ -71,7 +78,7 @@ from typing import IO, Any
 import urllib3
 from kubernetes import client
 
-from testing import controlplane, podspec, probes, serviceproxy, volumes
+from testing import cgroups, controlplane, podspec, probes, serviceproxy, volumes
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +117,11 @@ class Container:
     restart_at: float = 0.0
     waiting: str = "ContainerCreating"  # reason while not running
     last_exit: int | None = None
+    last_reason: str | None = None  # lastState.terminated.reason: OOMKilled, Error, Completed
+    crashes: int = 0  # exits since the last 10 minutes of running: the backoff's exponent
+    delays: list[float] = dataclasses.field(default_factory=list)  # each restart's backoff
+    group: cgroups.Group | None = None
+    oom_at_start: int = 0
     probes: dict[str, probes.ProbeState] = dataclasses.field(default_factory=dict)
 
     @property
@@ -181,6 +193,10 @@ class PodRunner:
         self._lock = threading.RLock()
         self._last_refresh = 0.0
         self.ca_pem = plane.ca_file.read_bytes()
+        self.limits = cgroups.detect()
+        if not self.limits.enforced:
+            log.warning("pod runner %s/%s: resources NOT enforced: %s", plane.name, namespace,
+                        self.limits.reason)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -228,7 +244,14 @@ class PodRunner:
         name = d["metadata"]["name"]
         spec = d["spec"]["template"]["spec"]
         notes = podspec.check_pod(spec, f"deployment {name}")
+        prefix = f"{name} container "
+        notes = [n for n in notes if not (n.startswith(f"deployment {prefix}") and ".resources: " in n)]
         for c in spec["containers"]:
+            try:
+                limits = cgroups.limits_of(c)
+            except cgroups.Invalid as e:
+                raise podspec.Invalid(f"deployment {name} container {c['name']}: {e}") from None
+            notes.append(f"deployment {prefix}{c['name']!r}.{self.limits.describe(limits)}")
             # registry/tether:tag or registry/tether@sha256:... (kustomize images: a digest)
             repo = c["image"].split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
             if repo != "tether":
@@ -283,7 +306,8 @@ class PodRunner:
                                   key=lambda p: p.name):
                     cs = ", ".join(
                         f"{c.name} {'ready' if c.ready else 'running' if c.running else c.waiting}"
-                        f" (restarts {c.restarts})" for c in pod.containers)
+                        f" (restarts {c.restarts}" + (f", last {c.last_reason}" if c.last_reason else "") + ")"
+                        for c in pod.containers)
                     lines.append(f"  pod/{pod.name} {pod.ip}: {cs}")
                 if name in self.errors:
                     lines.append(f"  error: {self.errors[name]}")
@@ -490,6 +514,12 @@ class PodRunner:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(c.popen.pid, signal.SIGKILL)
                 c.popen.wait(timeout=10)
+        for c in pod.containers:
+            if c.group is not None:
+                try:
+                    c.group.remove()
+                except OSError as e:
+                    log.warning("pod runner: %s/%s: cgroup not removed: %s", pod.name, c.name, e)
         self._unpublish(pod)
 
     # -- the Pod objects ----------------------------------------------------------------
@@ -547,14 +577,20 @@ class PodRunner:
         if c.popen is not None and c.popen.poll() is not None:
             c.last_exit = c.popen.returncode
             c.popen = None
+            c.last_reason = _reason(c)
             ran = now - c.started_at
-            delay = 0.0 if ran > 600 else min(MAX_BACKOFF, self.backoff * 2 ** min(c.restarts, 10))
+            if ran > 600:  # the kubelet forgets a backoff after 10 minutes of running
+                c.crashes = 0
+            delay = 0.0 if ran > 600 else backoff_delay(self.backoff, c.crashes)
+            c.crashes += 1
+            c.delays.append(delay)
             c.restart_at = now + delay
-            c.waiting = f"CrashLoopBackOff (exit {c.last_exit})"
+            c.waiting = f"CrashLoopBackOff ({c.last_reason}, exit {c.last_exit})"
             c.restarts += 1
             for p in c.probes.values():
                 p.passed, p.successes, p.failures = False, 0, 0
-            log.info("pod runner: %s/%s exited %s, restart in %.0fs", pod.name, c.name, c.last_exit, delay)
+            log.info("pod runner: %s/%s exited %s (%s), restart in %.0fs", pod.name, c.name, c.last_exit,
+                     c.last_reason, delay)
         if c.popen is None:
             if now >= c.restart_at and not c.waiting.startswith("CreateContainerConfigError"):
                 self._run(pod, c, look)
@@ -578,11 +614,22 @@ class PodRunner:
         spec_file = pod.dir / f"{c.name}.exec.json"
         spec_file.write_text(json.dumps(spec))
         spec_file.chmod(0o600)
+        argv = ["unshare", "--mount", "--uts", "--propagation", "private", "--",
+                sys.executable, "-m", "testing.podexec", str(spec_file)]
+        if self.limits.enforced:
+            try:
+                if c.group is None:
+                    c.group = cgroups.Group(self.limits, f"{pod.name}_{c.name}", cgroups.limits_of(c.spec))
+                c.oom_at_start = c.group.oom_kills()
+            except OSError as e:  # a kubelet reports a container it cannot create
+                c.waiting = f"CreateContainerError: cgroup: {e}"
+                c.restart_at = time.monotonic() + 2.0
+                return
+            argv = c.group.wrap(argv)
         logf: IO[bytes]
         with open(c.log_path, "ab") as logf:
             c.popen = subprocess.Popen(
-                ["unshare", "--mount", "--uts", "--propagation", "private", "--",
-                 sys.executable, "-m", "testing.podexec", str(spec_file)],
+                argv,
                 cwd=REPO, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                                "PYTHONPATH": str(REPO)},
                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -839,8 +886,12 @@ def pod_status(pod: Pod) -> dict[str, Any]:
     containers = []
     for c in pod.containers:
         state: dict[str, Any] = ({"running": {}} if c.running else {"waiting": {"reason": c.waiting.split(":")[0].split(" ")[0]}})
-        containers.append({"name": c.name, "image": c.spec.get("image", ""), "imageID": "",
-                           "ready": c.ready, "started": c.started, "restartCount": c.restarts, "state": state})
+        cs = {"name": c.name, "image": c.spec.get("image", ""), "imageID": "",
+              "ready": c.ready, "started": c.started, "restartCount": c.restarts, "state": state}
+        if c.last_reason is not None and c.last_exit is not None:
+            code = 128 - c.last_exit if c.last_exit < 0 else c.last_exit  # killed by a signal
+            cs["lastState"] = {"terminated": {"exitCode": code, "reason": c.last_reason}}
+        containers.append(cs)
     def cond(kind: str, ok: bool) -> dict[str, str]:
         return {"type": kind, "status": "True" if ok else "False"}
     return {
@@ -851,6 +902,23 @@ def pod_status(pod: Pod) -> dict[str, Any]:
                        cond("ContainersReady", ready), cond("Ready", ready)],
         "containerStatuses": containers,
     }
+
+
+def backoff_delay(base: float, crashes: int) -> float:
+    """The kubelet's restart backoff: ``base`` (10 s) doubling per crash, at most 5 min."""
+    return float(min(MAX_BACKOFF, base * 2 ** min(crashes, 10)))
+
+
+def _reason(c: Container) -> str:
+    """Why a container ended, as a kubelet says it: OOMKilled when the kernel's OOM killer
+    killed in its cgroup since it started."""
+    if c.group is not None:
+        try:
+            if c.group.oom_kills() > c.oom_at_start:
+                return "OOMKilled"
+        except OSError:
+            pass
+    return "Completed" if c.last_exit == 0 else "Error"
 
 
 def _api_reason(e: client.ApiException) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import pathlib
 import signal
 import socket
@@ -27,7 +28,7 @@ from cryptography import x509
 from kubernetes import client
 
 from listener.storage import records
-from testing import controlplane, deployed, overlays, podrunner, prometheus, watchenv
+from testing import cgroups, controlplane, deployed, overlays, podrunner, prometheus, watchenv
 from tether import apitypes, pki, watches, watchwire
 
 pytestmark = pytest.mark.slow
@@ -124,7 +125,29 @@ def test_every_deployment_runs_ready_under_its_own_service_account(fleet: deploy
     row = deployed.kubectl(fleet.kcp, "get", "runtimeenrollments", "-n", deployed.KCP_NS).stdout
     assert deployed.RUNTIME_ID in row and "True" in row  # the printer columns
     table = fleet.kcp_pods.table() + fleet.skr_pods.table()
-    assert "note: deployment tether-webhook container 'webhook'.resources: not enforced" in table
+    assert_limits_enforced(fleet, table)
+
+
+def assert_limits_enforced(fleet: deployed.Fleet, table: str) -> None:
+    """Each container runs in its own cgroup with its manifest's limits (read back from the
+    cgroup's files), as a kubelet would run it; without writable cgroups the test fails,
+    unless TETHER_PODRUNNER_LIMITS=off says so on purpose (testing/cgroups.py)."""
+    support = fleet.kcp_pods.limits
+    if os.environ.get(cgroups.ENV, "").lower() == "off":
+        assert f"container 'webhook'.resources: not enforced ({cgroups.ENV}=off)" in table
+        return
+    assert support.enforced, f"limits not enforced: {support.reason} (set {cgroups.ENV}=off to run without)"
+    assert "note: deployment tether-webhook container 'webhook'.resources: enforced (cgroup v" in table
+    for runner in (fleet.kcp_pods, fleet.skr_pods):
+        for pod in list(runner.pods.values()):
+            for c in pod.containers:
+                limits = cgroups.limits_of(c.spec)
+                assert c.group is not None and c.popen is not None, f"{pod.name}/{c.name}"
+                assert c.popen.pid in c.group.pids(), f"{pod.name}/{c.name} not in its cgroup"
+                if limits.memory is not None:
+                    memory = "memory.limit_in_bytes" if support.version == 1 else "memory.max"
+                    assert c.group.read(memory) == str(limits.memory), f"{pod.name}/{c.name}"
+                assert c.last_reason != "OOMKilled", f"{pod.name}/{c.name} OOM-killed\n{table}"
 
 
 def test_a_configmap_change_made_with_kubectl_arrives_in_the_kcp(fleet: deployed.Fleet,
