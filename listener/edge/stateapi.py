@@ -44,7 +44,6 @@ def get_summary(svc: services.Services, runtime_id: str) -> Response:
         return api._invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
             {"path": problem.split(":")[0], "message": problem}], "query"))
     try:
-        svc.beats.seen(runtime_id)
         # the runtime's identity first: a rebuilt cluster starts a new epoch, and the hashes
         # are then compared in it (every object differs: the full digest resends them)
         epoch = svc.epochs.settle(runtime_id, report, lambda e: None)
@@ -52,6 +51,9 @@ def get_summary(svc: services.Services, runtime_id: str) -> Response:
         doc = statehash.wire_of(stored)
     except gateway.GatewayError as e:
         return api._unavailable(svc, "state", e, runtime_id)
+    # read first, heartbeat after and best-effort: a KCP that refuses writes (etcd over its
+    # quota) still answers a runtime in sync
+    svc.beats.seen_after_read(runtime_id)
     doc["epoch"] = epoch
     resp = responses.ok(doc)
     _label_after(resp, svc, unlabelled)
@@ -79,10 +81,10 @@ def _bucket(svc: services.Services, runtime_id: str, bucket: str) -> Response:
     if svc.summaries is None:
         return responses.error(404, "not found", "no state summaries in this listener")
     try:
-        svc.beats.seen(runtime_id)
         listed, unlabelled = svc.summaries.bucket(runtime_id, n)
     except gateway.GatewayError as e:
         return api._unavailable(svc, "state", e, runtime_id)
+    svc.beats.seen_after_read(runtime_id)  # best-effort, as for the summary
     resp = responses.ok({"bucket": n, "hash": statehash.hex16(listed.hash), "count": listed.live,
                          "items": listed.items})
     _label_after(resp, svc, unlabelled)

@@ -82,6 +82,7 @@ class Heartbeats:
         self._interval, self._timeout = interval, timeout
         self._lock = threading.Lock()
         self._written: OrderedDict[str, float] = OrderedDict()
+        self._complained = float("-inf")  # the last log of a heartbeat not written on a read
         # the Lease as a heartbeat write returned it (``Epochs`` keeps the epoch from it)
         self.on_lease: Callable[[str, dict[str, Any]], None] = lambda runtime_id, lease: None
 
@@ -119,6 +120,24 @@ class Heartbeats:
         if written is not None:
             self.on_lease(runtime_id, written)
         return True
+
+    def seen_after_read(self, runtime_id: str) -> bool:
+        """``seen`` for a read path (the state summary and its buckets), called after the
+        read: a heartbeat that cannot be written (the KCP's etcd over its quota refuses every
+        write) never fails the read; it is logged (at most once a minute) and tried again on
+        the runtime's next call. True when a write was made."""
+        try:
+            return self.seen(runtime_id)
+        except gateway.GatewayError as e:
+            now = self._clock()
+            with self._lock:
+                due = now - self._complained >= 60.0
+                if due:
+                    self._complained = now
+            if due:
+                log.warning("heartbeat Lease not written (answered from the read all the same; "
+                            "retried on the next call): %s", logs.bounded(e))
+            return False
 
     def _new_lease(self, runtime_id: str, annotations: dict[str, str]) -> dict[str, Any]:
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
