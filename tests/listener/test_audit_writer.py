@@ -23,6 +23,7 @@ from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
 from tether import auditwriter, logs
 
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_KEPT: list[object] = []  # pipes a blocked writer thread still holds
 
 
 def _record(name: str) -> logging.LogRecord:
@@ -58,6 +59,25 @@ def test_a_blocked_pipe_drops_lines_and_never_blocks_the_caller(unread_fifo: pat
     assert took < 10, f"500 emits took {took:.1f}s: the caller waited on the pipe"
     assert lost and set(lost) == {"queue_full"}
     assert len(lost) >= 400  # one page (~14 lines) and 5 queued lines were all it could take
+
+
+def test_stdout_a_pipe_nobody_reads(unread_fifo: pathlib.Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default destination: the process's stdout, here a pipe nobody reads."""
+    # never closed here: its close would flush into the full pipe; the fixture's reader
+    # closes at teardown, and the blocked writer thread then gets EPIPE
+    pipe = open(unread_fifo, "w", encoding="utf-8")  # noqa: SIM115
+    _KEPT.append(pipe)
+    monkeypatch.setattr("sys.stdout", pipe)
+    lost: list[str] = []
+    h = _handler("stdout", lost)
+    t0 = time.monotonic()
+    for i in range(500):
+        h.emit(_record(f"k{i}"))
+    took = time.monotonic() - t0
+    monkeypatch.undo()
+    assert took < 10, f"500 emits took {took:.1f}s: the caller waited on stdout"
+    assert len(lost) >= 400 and set(lost) == {"queue_full"}
 
 
 def test_a_full_device_counts_write_errors_and_complains_once(
