@@ -17,6 +17,7 @@ import pytest
 
 from testing import controlplane
 from testing.faultstack import Stack, Workload
+from testing.history import History
 from testing.pollerenv import wait_until
 
 pytestmark = pytest.mark.slow
@@ -85,9 +86,11 @@ def test_kcp_apiserver_restarted_mid_burst(stack: MakeStack, report: Report,
                                            fkcp: controlplane.ControlPlane) -> None:
     """The KCP's kube-apiserver stopped and started again (etcd keeps the data, same port
     and certificates): the listener answers 503 with Retry-After meanwhile and acknowledges
-    nothing it did not persist; the webhook and the pollers retry."""
+    nothing it did not persist; the webhook and the pollers retry. The KCP's records are
+    sampled meanwhile: none may go back to an older state (``testing.history``)."""
     s = stack()
     assert s.webhook is not None
+    hist = History(s.env.api, s.env.namespace, s.runtime.id, s.namespace).start()
     w = Workload(s.core, s.namespace, s.labels).start()
     w.wait_writes(20)
     began = time.monotonic()
@@ -99,7 +102,8 @@ def test_kcp_apiserver_restarted_mid_burst(stack: MakeStack, report: Report,
     healed = time.monotonic()
     w.wait_writes(10)
     finish(s, w, report, fault="KCP apiserver restarted mid-burst", began=began,
-           healed=healed, timeout=90)
+           healed=healed, timeout=90, history=hist.summary())
+    hist.stop()  # no record went back to an older state meanwhile
     assert s.webhook.metric("tether_webhook_forwards_total", result="retryable",
                             reason="http-503") > 0, "the fault never reached the webhook"
 
