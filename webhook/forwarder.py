@@ -8,12 +8,13 @@ in flight). Keys whose write is not visible yet stay pending in the thread, re-r
 ``reread_first`` seconds, doubling up to ``poll``, until ``readback_seconds`` after
 admission (a key is handed out at its admission, usually before the apiserver has
 persisted the write: the first re-reads come quickly so that the record leaves as soon as
-the object is readable); runtime API errors are retried the same way for up to
-``read_error_seconds``. Sending retries retryable outcomes with exponential backoff and
-full jitter, at least the listener's ``Retry-After``; a permanent outcome (4xx other than
-408/429) is logged with the listener's error and dropped (a rejected batch is retried
-record by record so one bad record does not sink the others). ``stop`` drains what can be
-sent within the grace period, then closes connections.
+the object is readable); runtime API errors are retried after 0.2 s doubling to 2 s,
+jittered (``readback.error_delay``), for up to ``read_error_seconds``. Sending retries
+retryable outcomes with exponential backoff and full jitter, at least the listener's
+``Retry-After``; a permanent outcome (4xx other than 408/429) is logged with the
+listener's error and dropped (a rejected batch is retried record by record so one bad
+record does not sink the others). ``stop`` drains what can be sent within the grace
+period, then closes connections.
 
 Tracing (``tether.tracing``): each POST is a span of the first record's admission trace
 (the ``traceparent`` header names it), linked to the other records' admission traces and
@@ -52,6 +53,7 @@ class _Pending:
     next_try: float
     first_error: float | None = None
     rereads: int = 0  # "wait" verdicts so far (the re-read delay doubles)
+    errors: int = 0  # runtime API errors so far (the retry delay doubles, jittered)
 
 
 def per_record(outcome: sender.Outcome) -> bool:
@@ -225,7 +227,7 @@ class Forwarder:
                 log.warning("dropping %s/%s after runtime API errors (left to the poller): %s",
                             item.namespace, item.name, e)
                 return None
-            return _Pending(item, now + min(1.0, self.settings.poll * 4), first)
+            return _Pending(item, now + readback.error_delay(p.errors), first, errors=p.errors + 1)
         if verdict.result == "live":
             assert verdict.obj is not None
             self.metrics.readbacks.labels("live").inc()

@@ -250,6 +250,14 @@ def test_reread_delay_starts_small_and_doubles_to_the_poll_interval() -> None:
     assert forwarder.reread_delay(0.005, 0.05, 10_000) == 0.05
 
 
+def test_read_error_delay_doubles_to_two_seconds_with_jitter() -> None:
+    top = [readback.error_delay(n, rand=lambda: 1.0) for n in range(6)]
+    assert top == pytest.approx([0.2, 0.4, 0.8, 1.6, 2.0, 2.0])
+    bottom = [readback.error_delay(n, rand=lambda: 0.0) for n in range(6)]
+    assert bottom == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0, 1.0])
+    assert readback.error_delay(10_000) <= 2.0
+
+
 @pytest.mark.parametrize(("status", "error", "split"), [
     (400, "schema", True), (413, "record too large", True), (422, "invalid", True),
     (403, listenerapi.WATCH_REFUSAL, True),  # one record its Watch (as the KCP holds it) refuses
