@@ -28,6 +28,7 @@ from kubernetes import client
 
 from testing import controlplane, listenerenv
 from testing.faultstack import Stack, Workload
+from testing.history import History
 from testing.listenerenv import metric_value
 from testing.pollerenv import wait_until
 from tests.faults.test_change_path import finish
@@ -110,6 +111,7 @@ def _run(s: Stack, plane: controlplane.ControlPlane, kcp_core: client.CoreV1Api,
          filler_ns: str, report: Callable[..., None]) -> None:
     assert s.listener is not None
     listener = s.listener
+    hist = History(s.env.api, s.env.namespace, s.runtime.id, s.namespace).start()
     w = Workload(s.core, s.namespace, s.labels).start()
     w.wait_writes(10)
     s.wait_converged(time.monotonic(), 60)  # in sync before the fault
@@ -138,6 +140,7 @@ def _run(s: Stack, plane: controlplane.ControlPlane, kcp_core: client.CoreV1Api,
     w.wait_writes(5)
     converged = finish(s, w, report, fault="KCP etcd over its quota (NOSPACE), then cleared",
                        began=began, healed=healed, timeout=60, fillers=fillers,
-                       recover_seconds=round(healed - t_recover, 1))
+                       recover_seconds=round(healed - t_recover, 1), history=hist.summary())
+    hist.stop()  # no record went back to an older state meanwhile
     print(f"\netcd full: {fillers} fillers of {FILLER_BYTES} B filled {QUOTA} B; "
           f"recovery {healed - t_recover:.1f}s; converged {converged:.1f}s after it")
