@@ -46,6 +46,7 @@ def test_listener_killed_and_restarted_mid_burst(stack: MakeStack, report: Repor
     the webhook retries through connection errors, a new listener on the same Service
     takes the retries and the pollers' next runs."""
     s = stack()
+    hist = History(s.env.api, s.env.namespace, s.runtime.id, s.namespace).start()
     w = Workload(s.core, s.namespace, s.labels).start()
     w.wait_writes(20)
     began = time.monotonic()
@@ -55,7 +56,8 @@ def test_listener_killed_and_restarted_mid_burst(stack: MakeStack, report: Repor
     healed = time.monotonic()
     w.wait_writes(10)
     finish(s, w, report, fault="listener SIGKILLed, restarted mid-burst", began=began,
-           healed=healed)
+           healed=healed, history=hist.summary())
+    hist.stop()  # no record went back to an older state meanwhile
 
 
 def test_webhook_killed_with_a_full_queue(stack: MakeStack, report: Report) -> None:
@@ -146,12 +148,15 @@ def test_poller_leader_killed_mid_run(stack: MakeStack, report: Report) -> None:
     wait_until(lambda: lead.metric("tether_poller_records_sent_total") >= sent + 10, 30,
                "the leader's run to send the burst")
     assert s.difference(), "the run was over before the kill"
+    hist = History(s.env.api, s.env.namespace, s.runtime.id, s.namespace).start()
     began = time.monotonic()
     lead.kill()
     wait_until(lambda: s.leader() is other, 30, f"the other poller to take the Lease:\n{other.log()}")
     healed = time.monotonic()
     w.wait_writes(10)
-    finish(s, w, report, fault="poller leader SIGKILLed mid-run", began=began, healed=healed)
+    finish(s, w, report, fault="poller leader SIGKILLed mid-run", began=began, healed=healed,
+           history=hist.summary())
+    hist.stop()  # the two pollers' runs never wrote a key back
 
 
 def test_listener_black_holed_longer_than_every_timeout(stack: MakeStack, report: Report) -> None:
