@@ -199,6 +199,13 @@ class Group:
             text = (self.dirs["unified"] / "memory.events").read_text()
         return count_oom_kills(text)
 
+    def peak_memory(self) -> int | None:
+        """The most memory the group has held (v2 kernels before 5.19 do not say)."""
+        try:
+            return int(self.read("memory.max_usage_in_bytes" if self.support.version == 1 else "memory.peak"))
+        except FileNotFoundError:
+            return None
+
     def pids(self) -> list[int]:
         out: set[int] = set()
         for d in self.dirs.values():

@@ -517,6 +517,12 @@ class PodRunner:
         for c in pod.containers:
             if c.group is not None:
                 try:
+                    peak = c.group.peak_memory()
+                    line = (f"[pod runner] {pod.name}/{c.name}: peak memory "
+                            f"{'unknown' if peak is None else f'{peak / 2**20:.0f} MiB'} ({c.group.limits.text})")
+                    log.info("%s", line)
+                    with open(c.log_path, "a") as f:
+                        f.write(line + "\n")
                     c.group.remove()
                 except OSError as e:
                     log.warning("pod runner: %s/%s: cgroup not removed: %s", pod.name, c.name, e)

@@ -123,6 +123,8 @@ def test_a_leaky_container_is_oom_killed_and_restarted_with_backoff(
         assert c.delays[:3] == [1.0, 2.0, 4.0]  # the kubelet's backoff, doubling from the base
         assert c.group is not None
         assert c.group.oom_kills() >= 3
+        peak = c.group.peak_memory()
+        assert peak is None or peak <= 64 << 20  # never above its limit
         if enforced.version == 1:
             assert c.group.read("memory.limit_in_bytes") == str(64 << 20)
         else:
