@@ -377,7 +377,6 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
         surveys.append(survey)
         return items
     try:
-        svc.beats.seen(runtime_id)
         svc.deliveries.seen(runtime_id)
         chunk, position = svc.digests.page(f"{runtime_id}/{watch}", after, limit, load)
         if after is None and loaded:  # a listing's first page: the poller's report
@@ -387,6 +386,7 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
             epoch = svc.epochs.current(runtime_id)
     except gateway.GatewayError as e:
         return _unavailable(svc, "state", e, runtime_id)
+    svc.beats.seen_after_read(runtime_id)  # a read answers even when the KCP refuses writes
     resp = responses.ok({"items": chunk, "continue": records.encode_continue(position),
                          "epoch": epoch})
     summaries = svc.summaries

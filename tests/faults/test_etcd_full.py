@@ -5,8 +5,8 @@ ConfigMaps (another tenant of the KCP) until etcd raises the alarm and the apise
 writes ("etcdserver: mvcc: database space exceeded"). Meanwhile a customer writes ConfigMaps
 in the runtime. During the fault:
 
-- the runtime's in-sync poll (the state summary GET) still answers 200: the listener reads
-  first and writes the heartbeat Lease after, best-effort;
+- the runtime's in-sync poll (the state summary GET) and the full digest still answer 200:
+  the listener reads first and writes the heartbeat Lease after, best-effort;
 - new changes are answered 503 (``tether_listener_kcp_unavailable_total{operation=persist}``
   grows, alert ``TetherListenerKCPUnavailable``): the senders keep them and retry.
 
@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client
 
 from testing import controlplane, listenerenv
-from testing.faultstack import Stack, Workload
+from testing.faultstack import POLL_INTERVAL, Stack, Workload
 from testing.history import History
 from testing.listenerenv import metric_value
 from testing.pollerenv import wait_until
@@ -132,6 +132,10 @@ def _run(s: Stack, plane: controlplane.ControlPlane, kcp_core: client.CoreV1Api,
     summary = session.get(f"{listener.url}/v1/runtimes/{s.runtime.id}/state/summary",
                           timeout=30)
     assert summary.status_code == 200, summary.text[:300]
+    # the fault lasts two poll intervals at least: the pollers' runs meet it too
+    time.sleep(max(0.0, began + 2 * POLL_INTERVAL + 2 - time.monotonic()))
+    listing = session.get(f"{listener.url}/v1/runtimes/{s.runtime.id}/state", timeout=30)
+    assert listing.status_code == 200, listing.text[:300]  # the full digest: a read as well
     assert "NOSPACE" in alarms(plane)  # still full: nothing written meanwhile
     t_recover = time.monotonic()
     recover(plane, filler_ns)
