@@ -143,6 +143,7 @@ def detect() -> Support:
             roots = {c: v1[c] / PARENT for c in ("memory", "cpu")}
             for root in roots.values():
                 root.mkdir(exist_ok=True)
+                _prune(root)
             return Support(1, "", roots)
         for point, kind, _ in mounts:
             root = pathlib.Path(point)
@@ -151,10 +152,20 @@ def detect() -> Support:
                 parent = root / PARENT
                 parent.mkdir(exist_ok=True)
                 (parent / "cgroup.subtree_control").write_text("+memory +cpu")
+                _prune(parent)
                 return Support(2, "", {"unified": parent})
     except OSError as e:
         return Support(None, f"cgroups not writable: {e.strerror} ({e.filename})")
     return Support(None, "no cgroup v1 memory and cpu hierarchies, no cgroup v2 with memory and cpu")
+
+
+def _prune(parent: pathlib.Path, age: float = 3600.0) -> None:
+    """Remove the empty groups an interrupted run left (older than ``age``: a group just
+    made by another runner is not yet joined)."""
+    for d in parent.iterdir():
+        if d.is_dir() and time.time() - d.stat().st_mtime > age:
+            with contextlib.suppress(OSError):  # not empty, or gone meanwhile: leave it
+                d.rmdir()
 
 
 class Group:
@@ -213,14 +224,19 @@ class Group:
                 out |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
         return sorted(out)
 
+    def kill(self) -> None:
+        """SIGKILL what is left in the group: a container's children outlive it here (no
+        PID namespace whose end takes them along, as in a container)."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
     def remove(self, timeout: float = 10.0) -> None:
-        """Kill what is left in the group (a container's stray children) and remove it."""
+        """Kill what is left in the group and remove it."""
         deadline = time.monotonic() + timeout
         for d in self.dirs.values():
             while True:
-                for pid in self.pids():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+                self.kill()
                 try:
                     d.rmdir()
                     break

@@ -584,6 +584,8 @@ class PodRunner:
             c.last_exit = c.popen.returncode
             c.popen = None
             c.last_reason = _reason(c)
+            if c.group is not None:  # what the container started dies with it, as in a pod
+                c.group.kill()
             ran = now - c.started_at
             if ran > 600:  # the kubelet forgets a backoff after 10 minutes of running
                 c.crashes = 0
