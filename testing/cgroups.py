@@ -142,7 +142,7 @@ def detect() -> Support:
         if "memory" in v1 and "cpu" in v1:
             roots = {c: v1[c] / PARENT for c in ("memory", "cpu")}
             for root in roots.values():
-                root.mkdir(exist_ok=True)
+                _writable(root)
                 _prune(root)
             return Support(1, "", roots)
         for point, kind, _ in mounts:
@@ -150,13 +150,20 @@ def detect() -> Support:
             if kind == "cgroup2" and {"memory", "cpu"} <= set((root / "cgroup.controllers").read_text().split()):
                 (root / "cgroup.subtree_control").write_text("+memory +cpu")
                 parent = root / PARENT
-                parent.mkdir(exist_ok=True)
+                _writable(parent)
                 (parent / "cgroup.subtree_control").write_text("+memory +cpu")
                 _prune(parent)
                 return Support(2, "", {"unified": parent})
     except OSError as e:
         return Support(None, f"cgroups not writable: {e.strerror} ({e.filename})")
     return Support(None, "no cgroup v1 memory and cpu hierarchies, no cgroup v2 with memory and cpu")
+
+
+def _writable(parent: pathlib.Path) -> None:
+    """Make the parent; one another user made is not this runner's to write."""
+    parent.mkdir(exist_ok=True)
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(parent))
 
 
 def _prune(parent: pathlib.Path, age: float = 3600.0) -> None:
