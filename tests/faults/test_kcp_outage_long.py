@@ -8,7 +8,7 @@ here is 10 minutes / 20 = 30 s, 10 poll intervals, still far beyond every retry 
 the stack (webhook 2 s, poller 3 s) and the Kyma cache.
 
 What must hold: no customer write fails (the webhook allows every admission, KCP or
-not); after the apiserver is back the KCP ends holding exactly the runtime's state; no
+not: the workload's API writes and a kubectl session's, each answered OK); after the apiserver is back the KCP ends holding exactly the runtime's state; no
 record ever went back to an older state (``testing.history``). Measured and reported:
 the time to converge, and the request rate after recovery, as the listener received it
 (``tether_listener_requests_total``) and as the KCP apiserver served it on Tether's
@@ -56,6 +56,24 @@ def rate_curve(s: Stack, seconds: float) -> list[float]:
     return [b - a for a, b in zip(counts, counts[1:], strict=False)]
 
 
+def kubectl_writes(skr: controlplane.ControlPlane, s: Stack) -> int:
+    """A customer's kubectl session in the runtime during the outage: watched ConfigMaps
+    created, labelled, patched and deleted (so the customer's model stays the workload's);
+    every command must succeed. Returns how many ran."""
+    labels = [f"{k}={v}" for k, v in s.labels.items()]
+    commands = []
+    for i in range(2):
+        name = f"kubectl-{i}"
+        commands += [["create", "configmap", name, "--from-literal=k=1"],
+                     ["label", "configmap", name, *labels],
+                     ["patch", "configmap", name, "-p", '{"data":{"k":"2"}}'],
+                     ["delete", "configmap", name]]
+    for args in commands:
+        done = skr.kubectl("-n", s.namespace, *args, "--request-timeout=15s", timeout=60)
+        assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr[-500:]}"
+    return len(commands)
+
+
 class Curve(threading.Thread):
     """``rate_curve`` in a thread (measured while the test waits for convergence)."""
 
@@ -75,7 +93,7 @@ class Curve(threading.Thread):
 
 def test_kcp_apiserver_down_for_ten_scaled_minutes(
         stack: MakeStack, report: Report, fkcp: controlplane.ControlPlane,
-        fkcp_api: client.ApiClient) -> None:
+        fskr: controlplane.ControlPlane, fkcp_api: client.ApiClient) -> None:
     s = stack()
     assert s.webhook is not None
     hist = History(s.env.api, s.env.namespace, s.runtime.id, s.namespace).start()
@@ -85,7 +103,9 @@ def test_kcp_apiserver_down_for_ten_scaled_minutes(
     began = time.monotonic()
     fkcp.stop_apiserver()
     try:
-        time.sleep(OUTAGE)
+        time.sleep(OUTAGE / 2)
+        kubectl = kubectl_writes(fskr, s)
+        time.sleep(max(0.0, began + OUTAGE - time.monotonic()))
         during = len(w.writes)
     finally:
         fkcp.start_apiserver()
@@ -113,7 +133,7 @@ def test_kcp_apiserver_down_for_ten_scaled_minutes(
            fault_seconds=round(healed - began, 1),
            after_fault_seconds=round(converged + since - healed, 1),
            converged_seconds=round(converged, 1), workload=w.summary(), history=history,
-           longest_write_seconds=round(w.max_seconds(began, healed), 2),
+           kubectl_writes=kubectl, longest_write_seconds=round(w.max_seconds(began, healed), 2),
            listener_rps_before=round(sum(steady) / len(steady), 1),
            listener_rps_after_first_3s=round(sum(after[:3]) / 3, 1),
            listener_rps_after_window=round(sum(after) / len(after), 1),
