@@ -65,7 +65,7 @@ def test_skewed_clocks_change_nothing(skew_s: int) -> None:
     never takes the live Lease, and takes it 15 s (its own) after the last renewal."""
     def decisions(skew: int) -> list[str]:
         seen: leader.Observed | None = None
-        out = []
+        out: list[str] = []
         for tick in range(0, 80):  # half-seconds of the follower's monotonic clock
             mono = 1000.0 + tick / 2
             last_renew = min(tick // 4 * 2, 20)  # renews every 2 s, stops at 20 s
