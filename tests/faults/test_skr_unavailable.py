@@ -72,10 +72,11 @@ def test_skr_apiserver_answers_503_for_a_scaled_minute(
         history = hist.stop()
         touched = {x.name for x in in_window}
         assert len(in_window) >= 10, f"too few changes in the window: {w.summary()}"
-        # the webhook backs off per key (readback.error_delay): at most ~9 reads of a key in
-        # 12 s; before, every 0.2 s (902 answered 503 for 60 changes of 28 keys)
+        # the webhook backs off per key (readback.error_delay): about 11 reads of a key held
+        # the whole 12 s, in each of the 2 workers that may hold it (measured: 233 for 29
+        # keys); before, every 0.2 s (902 answered 503 for 28 keys)
         reads = proxy.by_agent.get("tether-webhook", 0)
-        assert reads <= len(touched) * WINDOW, (
+        assert reads <= len(touched) * 2 * WINDOW, (
             f"the webhook read {len(touched)} keys back {reads} times in {WINDOW:.0f} s of 503s")
         poller_failed = poller.metric("tether_poller_runs_total",
                                       outcome="apiserver-failed") - failed_runs
