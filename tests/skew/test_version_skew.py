@@ -56,6 +56,9 @@ def kcp_env(listener_env: Env) -> Iterator[Env]:
 def _watches(env: Env, ns: str) -> tuple[watches.Watch, ...]:
     shipped = watchenv.load(watchenv.DEFAULT_WATCH, env.namespace)
     shipped["spec"]["namespaces"] = [ns]
+    # its records in this test's namespace: the shipped storage namespace (tether-configuration)
+    # is one per KCP, and this plane is shared by every test
+    shipped["spec"].pop("storage", None)
     stored = [watchenv.apply(env.api, shipped),
               watchenv.apply(env.api, watchenv.watch("widgets", WIDGET, env.namespace, namespaces=[ns]))]
     return tuple(watches.parse(w) for w in stored)
