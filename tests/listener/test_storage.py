@@ -21,7 +21,7 @@ import pytest
 import requests
 from kubernetes import client
 
-from listener.fleet import heartbeat, statesummary
+from listener.fleet import heartbeat, statesummary, summaryobject
 from listener.storage import rules
 from testing import controlplane
 from testing.listenerenv import (
@@ -180,6 +180,24 @@ def test_across_two_listeners_the_quota_overshoots_by_at_most_the_others_admissi
 ) -> None:
     rt = make_runtime()
     assert outcomes(post(listener_a, rt, rt.record("a0", 1))) == ["persisted"]  # a: 1 of 4
+    # a merges its write into the runtime's summary right after its answer (the flush on
+    # close); another listener's count sees it from then on, not before: wait for the merge
+    summaries = client.CustomObjectsApi(env.api)
+    res = apitypes.RUNTIME_STATE_SUMMARIES
+
+    def merged() -> bool:
+        try:
+            obj = summaries.get_namespaced_custom_object(
+                res.group, res.version, env.namespace, res.plural, summaryobject.name_of(rt.id))
+        except client.ApiException:
+            return False
+        held = statehash.stored_of(obj.get("status") if isinstance(obj, dict) else None)
+        return held is not None and statehash.footprint_of(held) == (1, rules.stored_size(
+            env.stored(rt.id)[0]["metadata"]))
+    deadline = time.monotonic() + 30
+    while not merged():
+        assert time.monotonic() < deadline, "listener a never merged its write into the summary"
+        time.sleep(0.1)
     for i in range(3):  # b lists (1 stored) and fills the quota
         assert outcomes(post(listener_b, rt, rt.record(f"b{i}", 1))) == ["persisted"]
     assert post(listener_b, rt, rt.record("b-refused", 1)).status_code == 413
