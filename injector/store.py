@@ -42,6 +42,9 @@ class Store:
         self.bytes = 0
         self._listed: set[tuple[str, Key]] = set()  # delivered by the current (re)list
         self._listing = False
+        # tombstones a (re)list delivered before any live record of their runtime: their
+        # revisions, for the runtime's origin (the list's order is the objects' names, hashes)
+        self._unkept: dict[str, int] = {}
         self.full = False  # a runtime was refused by ``max_runtimes`` since the last (re)list
 
     def _drop(self, runtime: str, key: Key) -> None:
@@ -71,6 +74,8 @@ class Store:
             kept = self.runtimes.get(runtime)
             if kept is not None:
                 kept.revision = max(kept.revision, revision)
+            elif resync:
+                self._unkept[runtime] = max(self._unkept.get(runtime, 0), revision)
             return runtime
         source = merge.source_of(record, revision)
         rt = self.runtimes.get(runtime)
@@ -80,7 +85,7 @@ class Store:
                 return runtime
             rt = self.runtimes[runtime] = Runtime()
         rt.kyma = kyma or rt.kyma
-        rt.revision = max(rt.revision, revision)
+        rt.revision = max(rt.revision, revision, self._unkept.pop(runtime, 0))
         size = _size(source)
         if len(rt.sources) >= self.max_records or self.bytes + size > self.max_bytes:
             rt.over = True
@@ -98,7 +103,7 @@ class Store:
             for key in list(rt.sources):
                 if (runtime, key) not in self._listed:
                     self._drop(runtime, key)
-        self._listed, self._listing = set(), False
+        self._listed, self._listing, self._unkept = set(), False, {}
         return touched
 
     def sources(self, runtime: str) -> tuple[merge.Source, ...]:

@@ -139,6 +139,23 @@ def test_store_synced_drops_what_the_relist_did_not_deliver() -> None:
     assert s.runtimes == {}
 
 
+def test_a_listed_tombstone_before_its_runtimes_live_records_still_counts_in_its_origin() -> None:
+    """A list comes in object-name order (hashes): a runtime's tombstone may come before any
+    live record of it; its revision is the runtime's highest all the same."""
+    s = Store(max_records=10, max_runtimes=10, max_bytes=1 << 20)
+    s.change("rt1", ("a", "gone"), "", rec("a", "gone", {}, deleted=True), 9, resync=True)
+    s.change("rt1", ("a", "x"), "", rec("a", "x", {"k": "1"}), 4, resync=True)
+    assert s.revision("rt1") == 9
+    s.synced()
+    s.change("rt2", ("a", "gone"), "", None, 12, resync=False)  # outside a list: no runtime kept
+    s.change("rt2", ("a", "x"), "", rec("a", "x", {"k": "1"}), 13, resync=False)
+    assert s.revision("rt2") == 13 and s.revision("rt1") == 9
+    s.change("rt3", ("a", "gone"), "", None, 20, resync=True)  # only tombstones: nothing kept
+    s.synced()
+    s.change("rt3", ("a", "x"), "", rec("a", "x", {"k": "1"}), 5, resync=True)
+    assert s.revision("rt3") == 5  # a new list forgets the last one's tombstones
+
+
 def test_store_bounds_refuse_a_runtime_instead_of_injecting_part_of_it() -> None:
     s = Store(max_records=2, max_runtimes=1, max_bytes=1 << 20)
     for i in range(3):
