@@ -42,6 +42,11 @@ promtool: ## install promtool (Debian's prometheus package) if missing; checks t
 	  echo "installing promtool (Debian package prometheus)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+faketime: ## install libfaketime (Debian package faketime) if missing; the fault suite skews a runtime's clock with it
+	@ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || { \
+	  echo "installing libfaketime (Debian package faketime)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends faketime >/dev/null; }
+
 image-tools: ## install buildah, podman, runc and debootstrap (Debian packages) if missing
 	bash hack/install-image-tools.sh
 
@@ -73,7 +78,7 @@ prometheus-server: ## build (or reuse the cached) upstream Prometheus server fro
 cert-manager: ## build (or reuse the cached) cert-manager controller and cainjector from its Go module, with its CRDs (the cert-manager overlay's test)
 	bash hack/build-cert-manager.sh >/dev/null
 
-test: $(STAMP) controlplane promtool prometheus-server cert-manager image-tools browser lint ## everything CI runs: lint, type checks, all tests on real control planes
+test: $(STAMP) controlplane promtool faketime prometheus-server cert-manager image-tools browser lint ## everything CI runs: lint, type checks, all tests on real control planes
 	$(VENV)/bin/pytest
 
 demo: $(STAMP) controlplane ## run the whole system locally (two planes, all parts)
