@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime
 import json
 import multiprocessing
 import os
@@ -56,9 +55,10 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 import requests  # noqa: E402
 
-from testing import controlplane  # noqa: E402
+from testing import controlplane, cpuset  # noqa: E402
 from testing import listenerenv as lt  # noqa: E402
 from tether import changes  # noqa: E402
 
@@ -159,11 +159,12 @@ def _post(s: requests.Session, url: str, data: bytes, stats: collections.Counter
         times.append(time.perf_counter() - t0)
 
 
-def hammer(base_url: str, jobs: list[tuple[dict[str, str], str]], seconds: float,
+def hammer(base_url: str, jobs: list[tuple[dict[str, str], str]], seconds: float, pace: float,
            barrier: BarrierT, stop: EventT, out: Any) -> None:
     """One thread per (runtime, body kind): post that body on one keep-alive connection,
-    for ``seconds`` (> 0) or until ``stop`` is set. Body kinds: a SHAPE, "small" (one
-    small record, a new resourceVersion each time) or "valid" (the runtime's 3 MiB batch).
+    for ``seconds`` (> 0) or until ``stop`` is set; ``pace`` requests/s per thread (0: as
+    fast as it can). Body kinds: a SHAPE, "small" (one small record, a new
+    resourceVersion each time) or "valid" (the runtime's 3 MiB batch).
     Puts {statuses, count, seconds, latencies} on ``out``."""
     bodies: dict[tuple[str, str], bytes] = {}
     for rt, kind in jobs:
@@ -184,7 +185,11 @@ def hammer(base_url: str, jobs: list[tuple[dict[str, str], str]], seconds: float
         mine: collections.Counter[str] = collections.Counter()
         lat: list[float] = []
         rv = n * 10**9 + int(time.time() * 1000)
+        nxt = time.monotonic()
         while time.monotonic() < end and not stop.is_set():
+            if pace > 0:
+                nxt += 1.0 / pace
+                stop.wait(max(0.0, nxt - time.monotonic()))
             if kind == "small":
                 rv += 1
                 data = json.dumps(_record(rt["id"], f"noisy-{n % 50}", rv, {"v": "1"})).encode()
@@ -360,11 +365,13 @@ def start_listener(env: lt.Env, name: str, args: argparse.Namespace,
         # the test fixture's overrides back to the product's defaults
         TETHER_LISTENER_KCP_TIMEOUT_SECONDS="", TETHER_LISTENER_RETRY_AFTER_SECONDS="",
         PROMETHEUS_MULTIPROC_DIR=str(prom), **extra)
+    args.placed.to_part(proc.proc.pid)  # the arbiter: the workers it forks later follow it
     deadline = time.monotonic() + 30
     pids = workers_of(proc.proc.pid)
     while len(pids) < args.workers and time.monotonic() < deadline:
         time.sleep(0.2)
         pids = workers_of(proc.proc.pid)
+    args.placed.to_part(proc.proc.pid)  # and the workers forked before it was placed
     return proc, pids
 
 
@@ -412,7 +419,7 @@ def memory_shape(env: lt.Env, args: argparse.Namespace, shape: str,
         all_pids = [proc.proc.pid, *pids]
         sampler = Background([(sample, (all_pids, 0.05))])
         jobs = [(rt_spec(rt), shape) for rt in attackers for _ in range(args.conns)]
-        load = Background([(hammer, (proc.url, part, args.seconds))
+        load = Background([(hammer, (proc.url, part, args.seconds, 0.0))
                            for part in split(jobs, args.procs)])
         attack = merge(load.finish(timeout=args.shape_timeout, stop=False))
         after = probe(proc, legit, "after-" + shape.replace("_", "-"))
@@ -475,17 +482,21 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
                                 TETHER_LISTENER_RATE_BURST=str(args.burst))
     noisy_jobs = [(rt_spec(noisy), "small")] * args.noisy_threads
     greedy_jobs = [(rt_spec(greedy), "valid")] * args.greedy_conns
-    conditions: list[tuple[str, str, Callable[[], Background | None], float]] = [
+    # paced at NOISY_TIMES x the runtime's limit (rate x workers), or as fast as it can (0)
+    pace = args.noisy_times * args.rate * args.workers / args.noisy_threads
+    paced = f", paced at {args.noisy_times:g}x its limit" if pace else ", as fast as it can"
+    every: list[tuple[str, str, Callable[[], Background | None], float]] = [
         ("alone", "alone", lambda: None, 0.0),
         ("stalled", f"{args.stalled} stalled handshakes",
          lambda: Background([(stall, (proc.port, args.stalled))]), 1.0),
-        ("noisy-rate", f"noisy: {args.noisy_threads} threads of small records",
-         lambda: Background([(hammer, (proc.url, part, 0))
+        ("noisy-rate", f"noisy: {args.noisy_threads} threads of small records{paced}",
+         lambda: Background([(hammer, (proc.url, part, 0, pace))
                              for part in split(noisy_jobs, 3)]), 1.0),
         ("noisy-bodies", f"noisy: 3 MiB batches on {args.greedy_conns} connections",
-         lambda: Background([(hammer, (proc.url, part, 0))
+         lambda: Background([(hammer, (proc.url, part, 0, 0.0))
                              for part in split(greedy_jobs, 4)]), 2.0),
     ]
+    conditions = [c for c in every if c[0] == "alone" or c[0] in args.conditions.split(",")]
     lat: dict[str, list[float]] = {c[0]: [] for c in conditions}
     rounds_p99: dict[str, list[float]] = {c[0]: [] for c in conditions}
     stats: dict[str, collections.Counter[str]] = {c[0]: collections.Counter() for c in conditions}
@@ -552,10 +563,15 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
             **log_findings(proc, args.workers)}
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--short", action="store_true",
                     help="a quick check: 2 s per shape, 100 legitimate requests")
+    ap.add_argument("--report", action="store_true", help="print the tables of --out and exit")
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS, help="the JSON results")
+    ap.add_argument("--placement", choices=cpuset.KINDS, default="split",
+                    help="split: the listener on the last core, this process and its load "
+                         "generators on the others (cgroup cpusets); none: unpinned")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--in-flight", type=int, default=4, help="MAX_IN_FLIGHT_PER_RUNTIME")
@@ -565,6 +581,8 @@ def main() -> int:
     ap.add_argument("--shape-timeout", type=float, default=900.0)
     ap.add_argument("--procs", type=int, default=4, help="load generator processes")
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--conditions", default="stalled,noisy-rate,noisy-bodies",
+                    help="next to 'alone', which always runs")
     ap.add_argument("--requests", type=int, default=300, help="legitimate, per condition")
     ap.add_argument("--rounds", type=int, default=3, help="slices the conditions alternate over")
     ap.add_argument("--legit", type=int, default=20, help="legitimate runtimes, round-robin")
@@ -573,42 +591,88 @@ def main() -> int:
     ap.add_argument("--burst", type=int, default=4, help="RATE_BURST (fairness)")
     ap.add_argument("--stalled", type=int, default=500)
     ap.add_argument("--noisy-threads", type=int, default=24)
+    ap.add_argument("--noisy-times", type=float, default=100.0,
+                    help="the noisy runtime's pace, x its limit (RATE x workers); 0: flat out")
     ap.add_argument("--greedy-conns", type=int, default=128,
                     help="MAX_CONNECTIONS_PER_RUNTIME (64) x workers")
     args = ap.parse_args()
     if args.short:
         args.seconds, args.requests = 2.0, 100
+    return args
+
+
+def main() -> int:
+    args = _arguments()
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
     shapes = [s for s in args.shapes.split(",") if s]
     started = time.monotonic()
-    load_before = os.getloadavg()[0]
+    began = provenance.start()
     with tempfile.TemporaryDirectory(prefix="tether-abuse-") as tmp, \
             controlplane.ControlPlane("kcp") as kcp:
-        d = pathlib.Path(tmp)
-        api = kcp.api_client()
-        controlplane.install_crds(api, controlplane.KYMA_CRD, *lt.CRD_FILES)
-        env = lt.make_env(kcp, api, d, "abuse")
+        # after the KCP plane started: it stays unpinned (in a cluster it has nodes of its own)
+        args.placed = cpuset.placement(args.placement, "listener-abuse")
+        try:
+            args.placed.to_generator(os.getpid())  # and the generators it spawns from now on
+            print(args.placed.text(), flush=True)
+            fair, memory = run(kcp, pathlib.Path(tmp), args, shapes)
+        finally:
+            args.placed.close()
+    placed = args.placed.describe()
+    settings = {k: v for k, v in vars(args).items() if k not in ("placed", "out", "report")}
+    doc = {
+        **provenance.stamp("listener_abuse", began),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                    "kube_apiserver": controlplane.kube_apiserver_version()},
+        "placement": placed,
+        "settings": {**settings, "limit_mib": LIMIT_MIB, "body_bytes": BODY,
+                     "memory_phase_rate": "100000/s, burst 100000 (rate never refuses)",
+                     "memory_sampling": "VmHWM per worker at the end (fresh listener per "
+                                        "shape); VmRSS and Pss every 50 ms"},
+        "memory": memory,
+        "fairness": fair,
+        "seconds_total": round(time.monotonic() - started, 1),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    report(doc)
+    return 0
 
-        def runtime(rid: str) -> lt.Runtime:
-            return lt.add_runtime(env, rid)
 
-        attackers = [runtime(f"rt-attack-{i:02d}") for i in range(args.runtimes)]
-        pool = [runtime(f"rt-legit-{i:02d}") for i in range(args.legit)]
-        noisy, greedy = runtime("rt-noisy"), runtime("rt-greedy")
-        fair = fairness(env, args, pool, noisy, greedy)  # first: on a KCP no shape has loaded
-        memory = []
-        for shape in shapes:
-            t0 = time.monotonic()
-            memory.append(memory_shape(env, args, shape, attackers, pool[0]))
-            memory[-1]["seconds_total"] = round(time.monotonic() - t0, 1)
-            print(f"  {shape}: {memory[-1]['attack']['statuses']} "
-                  f"pod {memory[-1]['pod_hwm_sum_mib']} MiB", flush=True)
-        api.close()
+def run(kcp: controlplane.ControlPlane, d: pathlib.Path, args: argparse.Namespace,
+        shapes: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    api = kcp.api_client()
+    controlplane.install_crds(api, controlplane.KYMA_CRD, *lt.CRD_FILES)
+    env = lt.make_env(kcp, api, d, "abuse")
 
-    print(f"\nMemory per body shape ({args.workers} workers x {args.threads} threads; "
-          f"{args.runtimes} runtimes x {args.conns} connections; limit {LIMIT_MIB} MiB)")
-    print(f"{'shape':20} {'body MiB':>8} {'requests':>8} {'p50 ms':>7}  {'answers':32} "
-          f"{'worker HWM MiB':>16} {'pod MiB':>8} {'/limit':>6} {'pod Pss':>7} {'after':>6}")
-    for m in memory:
+    def runtime(rid: str) -> lt.Runtime:
+        return lt.add_runtime(env, rid)
+
+    attackers = [runtime(f"rt-attack-{i:02d}") for i in range(args.runtimes if shapes else 0)]
+    pool = [runtime(f"rt-legit-{i:02d}") for i in range(args.legit)]
+    noisy, greedy = runtime("rt-noisy"), runtime("rt-greedy")
+    fair = fairness(env, args, pool, noisy, greedy)  # first: on a KCP no shape has loaded
+    memory = []
+    for shape in shapes:
+        t0 = time.monotonic()
+        memory.append(memory_shape(env, args, shape, attackers, pool[0]))
+        memory[-1]["seconds_total"] = round(time.monotonic() - t0, 1)
+        print(f"  {shape}: {memory[-1]['attack']['statuses']} "
+              f"pod {memory[-1]['pod_hwm_sum_mib']} MiB", flush=True)
+    api.close()
+    return fair, memory
+
+
+def report(doc: dict[str, Any]) -> None:
+    """The tables of a result (``--report`` prints them again from the JSON)."""
+    st = doc["settings"]
+    if doc["memory"]:
+        print(f"\nMemory per body shape ({st['workers']} workers x {st['threads']} threads; "
+              f"{st['runtimes']} runtimes x {st['conns']} connections; limit {LIMIT_MIB} MiB)")
+        print(f"{'shape':20} {'body MiB':>8} {'requests':>8} {'p50 ms':>7}  {'answers':32} "
+              f"{'worker HWM MiB':>16} {'pod MiB':>8} {'/limit':>6} {'pod Pss':>7} {'after':>6}")
+    for m in doc["memory"]:
         hw = "/".join(f"{w['vm_hwm_mib']:.0f}" for w in m["workers"])
         ans = " ".join(f"{k}:{v}" for k, v in m["attack"]["statuses"].items())
         print(f"{m['shape']:20} {m['body_bytes'] / MIB:8.2f} {m['attack']['requests']:8d} "
@@ -616,38 +680,28 @@ def main() -> int:
               f"{m['pod_hwm_sum_mib']:8.0f} {m['pod_vs_limit']:6.2f} "
               f"{m['pod_pss_peak_sampled_mib']:7.0f} "
               f"{m['legit_after']['status']!s:>6}")
-    print(f"\nA legitimate runtime's latency ({args.requests} sequential POSTs at "
-          f"{args.legit_rate:g}/s over {args.legit} runtimes; rate limit {args.rate:g}/s, "
-          f"burst {args.burst} per worker)")
-    print(f"{'condition':42} {'p50 ms':>7} {'p99 ms':>7} {'p50 x':>6} {'p99 x':>6} "
-          f"{'429':>4}  background")
-    for r in fair["rows"]:
+    print(f"\nA legitimate runtime's latency ({st['requests']} sequential POSTs at "
+          f"{st['legit_rate']:g}/s over {st['legit']} runtimes; rate limit {st['rate']:g}/s, "
+          f"burst {st['burst']} per worker x {st['workers']} workers)")
+    print("| condition | p50 ms | p99 ms | p50 × alone | p99 × alone | p99 per round ms | 429 | background |")
+    print("|---|---:|---:|---:|---:|---|---:|---|")
+    for r in doc["fairness"]["rows"]:
         bgd = r.get("background", {})
         note = ""
         if "statuses" in bgd:
-            note = f"{bgd['per_s']}/s " + " ".join(f"{k}:{v}" for k, v in bgd["statuses"].items())
+            note = (f"{bgd['per_s']}/s = {bgd['times_its_limit']}× its limit; "
+                    + ", ".join(f"{v} × {k}" for k, v in bgd["statuses"].items()))
         elif bgd:
             note = f"reopened {bgd['opened']}, closed by server {bgd['closed_by_server']}"
-        print(f"{r['condition']:42} {r['p50_ms']:7.1f} {r['p99_ms']:7.1f} {r['p50_ratio']:6.2f} "
-              f"{r['p99_ratio']:6.2f} {r['legit_429']:4d}  {note}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "benchmark": "listener_abuse",
-        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "kube_apiserver": controlplane.kube_apiserver_version(),
-                    "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)]},
-        "settings": {**{k: v for k, v in vars(args).items()}, "limit_mib": LIMIT_MIB,
-                     "body_bytes": BODY,
-                     "memory_phase_rate": "100000/s, burst 100000 (rate never refuses)",
-                     "memory_sampling": "VmHWM per worker at the end (fresh listener per "
-                                        "shape); VmRSS and Pss every 50 ms"},
-        "memory": memory,
-        "fairness": fair,
-        "seconds_total": round(time.monotonic() - started, 1),
-        "command": "python bench/listener_abuse.py " + " ".join(sys.argv[1:]),
-    }, indent=2) + "\n")
-    return 0
+        rounds = ", ".join(f"{x:g}" for x in r["p99_ms_per_round"])
+        print(f"| {r['condition']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['p50_ratio']:.2f} | "
+              f"{r['p99_ratio']:.2f} | {rounds} | {r['legit_429']} | {note} |")
+    placed = doc.get("placement", {"kind": "none", "reason": "not recorded"})
+    where = (f"split: listener on cpu {placed['part_cpus']}, generators on cpu "
+             f"{placed['generator_cpus']}, KCP plane unpinned" if placed["kind"] == "split"
+             else f"none ({placed['reason']})")
+    print(f"\nplacement: {where}")
+    print(provenance.footer(doc))
 
 
 if __name__ == "__main__":
