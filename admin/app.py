@@ -40,7 +40,7 @@ from flask import Flask, Response, request
 from admin import auth, login, metrics, pages, sessions, snapshot, throttle
 from admin import services as services_mod
 from admin import settings as settings_mod
-from tether import gateway, logs, ops, tlsreload
+from tether import auditwriter, gateway, logs, ops, tlsreload
 
 MAX_FORM = 32 * 1024
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
@@ -83,8 +83,10 @@ def _services(s: settings_mod.Settings, kcp: gateway.Kube | None,
                                  on_review=lambda kind: m.reviews.labels(kind).inc())
     store = sessions.Store(s.max_sessions)
     m.sessions.set_function(lambda: len(store))
-    return services_mod.Services(s, kcp, refresher, authorizer, m, logs.audit_logger(s.audit_destination),
-                    snapshot.Events(kcp, s), store)
+    audit = logs.audit_logger(s.audit_destination, on_lost=auditwriter.counting(m.audit_lost),
+                              queue_lines=s.audit_queue_lines)
+    return services_mod.Services(s, kcp, refresher, authorizer, m, audit,
+                                 snapshot.Events(kcp, s), store)
 
 
 def _port(bind: str) -> str:

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from admin import fleet, snapshot
 from admin import settings as settings_mod
+from tether import auditwriter
 
 
 class Metrics(Collector):
@@ -42,6 +43,7 @@ class Metrics(Collector):
                                       registry=self.registry)
         self.sessions = prom.Gauge("tether_admin_sessions", "Sign-in sessions held",
                                    registry=self.registry)
+        self.audit_lost = auditwriter.lost_counter("tether_admin_audit_lost", self.registry)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         snap = self._refresher.get()

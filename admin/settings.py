@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from admin import fleet, runbooks
-from tether import config
+from tether import auditwriter, config
 
 A = "TETHER_ADMIN_"
 setting = config.setting
@@ -98,6 +98,7 @@ class Settings:
     log_level: str = setting(config.log_level())
     log_format: str = setting(config.log_format())
     audit_destination: str = setting(config.audit_log())
+    audit_queue_lines: int = setting(auditwriter.queue_lines(A + "AUDIT_QUEUE_LINES"))
 
 
 SPEC = config.Spec.of(

@@ -14,7 +14,7 @@ import logging
 from compass import app as app_mod
 from compass import metrics, service
 from compass import settings as settings_mod
-from tether import elected, leader, logs
+from tether import auditwriter, elected, leader, logs
 
 log = logging.getLogger("compass")
 
@@ -31,7 +31,9 @@ def main(argv: list[str]) -> int:
                                      kubeconfig_variable="TETHER_COMPASS_KUBECONFIG",
                                      once="one full run, no election, then exit")
     stats = metrics.Metrics()
-    svc = service.build(s, kcp_api, stats, logs.audit_logger(s.audit_destination))
+    svc = service.build(s, kcp_api, stats, logs.audit_logger(
+        s.audit_destination, on_lost=auditwriter.counting(stats.audit_lost),
+        queue_lines=s.audit_queue_lines))
     if args.once:
         summary = svc.job.run(full=True)
         svc.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import prometheus_client as prom
 
-from tether import runmetrics
+from tether import auditwriter, runmetrics
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -34,3 +34,4 @@ class Metrics:
             "tether_compass_last_run_timestamp_seconds", "End of the last completed run",
             ["kind"], registry=r)
         self.leader = runmetrics.leader("tether_compass_leader", r)
+        self.audit_lost = auditwriter.lost_counter("tether_compass_audit_lost", r)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from apscheduler.triggers.cron import CronTrigger
 
-from tether import config, skr_clients
+from tether import auditwriter, config, skr_clients
 
 C = "TETHER_COMPASS_"
 setting = config.setting
@@ -94,6 +94,7 @@ class Settings:
     log_level: str = setting(config.log_level())
     log_format: str = setting(config.log_format())
     audit_destination: str = setting(config.audit_log())
+    audit_queue_lines: int = setting(auditwriter.queue_lines(C + "AUDIT_QUEUE_LINES"))
     runtimes: skr_clients.Policy = config.inputs(*skr_clients.OPTIONS,
                                                  default_factory=skr_clients.Policy)
 

@@ -16,7 +16,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from enroller import metrics, reconcile
 from enroller import settings as settings_mod
-from tether import elected, leader, logs, ops, skr_clients
+from tether import auditwriter, elected, leader, logs, ops, skr_clients
 
 log = logging.getLogger("enroller")
 
@@ -34,7 +34,9 @@ def main(argv: list[str]) -> int:
     stats = metrics.Metrics()
     skrs = skr_clients.SkrClients(kcp, s.kcp_namespace,
                                   dataclasses.replace(s.runtimes, timeout=s.skr_timeout))
-    e = reconcile.Enroller(s, kcp, skrs, stats, logs.audit_logger(s.audit_destination))
+    audit = logs.audit_logger(s.audit_destination, on_lost=auditwriter.counting(stats.audit_lost),
+                              queue_lines=s.audit_queue_lines)
+    e = reconcile.Enroller(s, kcp, skrs, stats, audit)
     if args.once:
         print(e.run())
         skrs.close()

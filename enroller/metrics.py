@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import prometheus_client as prom
 
-from tether import runmetrics
+from tether import auditwriter, runmetrics
 
 STATES = ("Ready", "Failed", "Removing")
 EXPIRY_BANDS = ("expired", "lt1d", "lt7d", "lt30d", "ge30d")
@@ -60,6 +60,7 @@ class Metrics:
             "by state: Ready (in force in every runtime it selects), Pending (not in some yet), "
             "Invalid (not usable: skipped)", ["state"], registry=r)
         self.leader = runmetrics.leader("tether_enroller_leader", r)
+        self.audit_lost = auditwriter.lost_counter("tether_enroller_audit_lost", r)
         for s in STATES:
             self.runtimes.labels(s)
         for b in EXPIRY_BANDS:

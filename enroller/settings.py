@@ -13,7 +13,7 @@ import pathlib
 from typing import Any
 
 from enroller import render
-from tether import config, skr_clients
+from tether import auditwriter, config, skr_clients
 
 E = "TETHER_ENROLLER_"
 setting = config.setting
@@ -112,6 +112,7 @@ class Settings:
     log_level: str = setting(config.log_level())
     log_format: str = setting(config.log_format())
     audit_destination: str = setting(config.audit_log())
+    audit_queue_lines: int = setting(auditwriter.queue_lines(E + "AUDIT_QUEUE_LINES"))
     runtimes: skr_clients.Policy = config.inputs(*skr_clients.OPTIONS,
                                                  default_factory=skr_clients.Policy)
 

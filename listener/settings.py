@@ -14,7 +14,7 @@ import ipaddress
 from collections.abc import Mapping
 
 from listener.storage import budget
-from tether import config, numbers
+from tether import auditwriter, config, numbers
 
 P = "TETHER_LISTENER_"
 MIB = 1024 * 1024
@@ -58,6 +58,7 @@ HEARTBEAT_NAMESPACE = config.heartbeat_namespace(
     fallback="TETHER_HEARTBEAT_NAMESPACE", shown=P + "NAMESPACE")
 AUDIT_LOG = _shared(P + "AUDIT_LOG", "TETHER_AUDIT_LOG", "stdout",
                     "stdout or a file path for the audit JSON lines")
+AUDIT_QUEUE_LINES = auditwriter.queue_lines(P + "AUDIT_QUEUE_LINES")
 LOG_LEVEL = config.log_level(P + "LOG_LEVEL", fallback="TETHER_LOG_LEVEL")
 LOG_FORMAT = config.log_format(P + "LOG_FORMAT", fallback="TETHER_LOG_FORMAT")
 
@@ -192,10 +193,7 @@ class Settings:
     storage: Storage = config.group(Storage, default_factory=Storage)
     # logging
     audit_log: str = setting(AUDIT_LOG)
-    audit_queue_lines: int = setting(config.integer(
-        P + "AUDIT_QUEUE_LINES", 10_000, "audit lines a worker holds for its writer thread; "
-        "when full (the output blocks) a line is dropped and counted, never waited for",
-        minimum=1, maximum=1_000_000))
+    audit_queue_lines: int = setting(AUDIT_QUEUE_LINES)
     log_level: str = setting(LOG_LEVEL)
     log_format: str = setting(LOG_FORMAT)
 
@@ -304,6 +302,7 @@ class JanitorSettings:
     http_host: str = config.inputs(JANITOR_BIND, default=_host_port(JANITOR_BIND.default)[0])
     http_port: int = _host_port(JANITOR_BIND.default)[1]
     audit_log: str = setting(AUDIT_LOG)
+    audit_queue_lines: int = setting(AUDIT_QUEUE_LINES)
     log_level: str = setting(LOG_LEVEL)
     log_format: str = setting(LOG_FORMAT)
 

@@ -354,10 +354,21 @@ class AdminProcess:
     def log(self) -> str:
         return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
 
+    def audit_text(self) -> str:
+        """The audit output so far. The admin writes it from a thread of its own (a request
+        never waits on it, ``tether.auditwriter``), so this waits until the file stops
+        growing (0.2 s, at most 5 s) before reading."""
+        size, deadline = -1, time.monotonic() + 5
+        while time.monotonic() < deadline:
+            now = self.audit_file.stat().st_size if self.audit_file.exists() else 0
+            if now == size:
+                break
+            size = now
+            time.sleep(0.2)
+        return self.audit_file.read_text() if self.audit_file.exists() else ""
+
     def audit(self) -> list[dict[str, Any]]:
-        if not self.audit_file.exists():
-            return []
-        return [json.loads(line) for line in self.audit_file.read_text().splitlines() if line]
+        return [json.loads(line) for line in self.audit_text().splitlines() if line]
 
     def metrics(self) -> str:
         r = requests.get(f"{self.ops_url}/metrics", timeout=10)

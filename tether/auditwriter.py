@@ -24,6 +24,10 @@ import threading
 import time
 from collections.abc import Callable
 
+import prometheus_client as prom
+
+from tether import config
+
 REASONS = ("queue_full", "write_error")
 CAPACITY = 10_000  # lines (~300 bytes each: a few MiB at most)
 
@@ -32,6 +36,29 @@ log = logging.getLogger(__name__)
 
 def _noop(reason: str) -> None:
     return None
+
+
+def lost_counter(name: str, registry: prom.CollectorRegistry) -> prom.Counter:
+    """The part's count of lost audit lines (``name``: ``tether_<part>_audit_lost``), by
+    reason, each reason's series present (at 0) before the first loss."""
+    c = prom.Counter(name, "Audit lines not written, by reason (queue_full: the writer could "
+                     "not keep up or its output blocks; write_error: ENOSPC, EPIPE, ...)",
+                     ["reason"], registry=registry)
+    for reason in REASONS:
+        c.labels(reason)
+    return c
+
+
+def counting(counter: prom.Counter) -> Callable[[str], None]:
+    """``on_lost`` for ``QueuedHandler``: one more in ``counter`` for the reason."""
+    return lambda reason: counter.labels(reason).inc()
+
+
+def queue_lines(name: str, **kw: object) -> config.Option:
+    """The part's setting of its queue's size (``TETHER_<PART>_AUDIT_QUEUE_LINES``)."""
+    return config.integer(name, CAPACITY, "audit lines a process (each gunicorn worker) holds for "
+                          "its writer thread; when full (the output blocks) a line is dropped "
+                          "and counted, never waited for", minimum=1, maximum=1_000_000, **kw)
 
 
 class QueuedHandler(logging.Handler):
@@ -95,7 +122,7 @@ class QueuedHandler(logging.Handler):
             last = self._last_error
         # stderr is the operational log; the lost line's content is never repeated
         log.error("audit lines lost (destination %s): %s%s; the part keeps serving, "
-                  "see the runbook TetherListenerAuditLost", self._where(),
+                  "see the runbook TetherAuditLost", self._where(),
                   ", ".join(f"{n} {r}" for r, n in sorted(lost.items())),
                   f" (last error: {last})" if last else "")
 

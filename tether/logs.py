@@ -57,24 +57,17 @@ def configure(level: str = "INFO", fmt: str = "json") -> None:
     root.setLevel(level.upper())
 
 
-def audit_logger(destination: str = "stdout", *,
-                 on_lost: Callable[[str], None] | None = None,
+def audit_logger(destination: str, *, on_lost: Callable[[str], None],
                  queue_lines: int = auditwriter.CAPACITY) -> logging.Logger:
     """The audit logger: JSON lines on stdout or appended to a file, never propagated to
-    the operational log. Configure once per process. With ``on_lost`` the lines go through a
-    bounded queue and a writer thread (``tether.auditwriter``): the caller never blocks, a line
-    that cannot be written is counted by ``on_lost(reason)``; without, they are written in the
-    caller's thread."""
+    the operational log. Configure once per process. The lines go through a bounded queue
+    and a writer thread (``tether.auditwriter``), the only path: the caller never blocks, a
+    line that cannot be written is counted by ``on_lost(reason)`` (``auditwriter.counting``
+    of the part's ``auditwriter.lost_counter``)."""
     logger = logging.getLogger(AUDIT_LOGGER)
     logger.propagate = False
     logger.setLevel(logging.INFO)
-    handler: logging.Handler
-    if on_lost is not None:
-        handler = auditwriter.QueuedHandler(destination, capacity=queue_lines, on_lost=on_lost)
-    elif destination == "stdout":
-        handler = logging.StreamHandler(sys.stdout)
-    else:
-        handler = logging.FileHandler(destination, encoding="utf-8")
+    handler = auditwriter.QueuedHandler(destination, capacity=queue_lines, on_lost=on_lost)
     handler.setFormatter(JSONFormatter())
     logger.handlers[:] = [handler]
     return logger

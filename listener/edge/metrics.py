@@ -25,7 +25,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from listener.fleet import heartbeat
-from tether import delivery, gateway
+from tether import auditwriter, delivery, gateway
 
 log = logging.getLogger(__name__)
 NS = "tether_listener"
@@ -110,10 +110,7 @@ class Metrics:
         self.storage_namespace_missing = Counter(
             f"{NS}_storage_namespace_missing", "Records answered 503 because their Watch's "
             "storage namespace (spec.storage.namespace) does not exist", registry=r)
-        self.audit_lost = Counter(
-            f"{NS}_audit_lost", "Audit lines not written, by reason (queue_full: the writer "
-            "could not keep up or its output blocks; write_error: ENOSPC, EPIPE, ...)",
-            ["reason"], registry=r)
+        self.audit_lost = auditwriter.lost_counter(f"{NS}_audit_lost", r)
 
     def _deliveries(self, r: CollectorRegistry) -> None:
         """Delivery health (``listener.fleet.deliveries``): bounded labels, never a runtime."""
@@ -216,6 +213,7 @@ class JanitorMetrics:
         self.orphan_deliveries_deleted = Counter(
             f"{NS}_janitor_orphan_deliveries_deleted", "RuntimeDelivery objects deleted of "
             "runtimes whose Kyma CR is gone", registry=r)
+        self.audit_lost = auditwriter.lost_counter(f"{NS}_janitor_audit_lost", r)
         self.orphans = Gauge(f"{NS}_janitor_orphaned_runtimes",
                              "Runtimes without a Kyma CR whose records wait for the grace period",
                              registry=r)

@@ -21,7 +21,7 @@ from listener.edge import budget, peer, ratelimit, refusalsummary
 from listener.edge import metrics as listener_metrics
 from listener.fleet import deliveries, heartbeat, runtimes, statesummary, watchlist
 from listener.storage import digestcache, records, rules, store
-from tether import gateway, kyma, logs, tlsreload, tracing
+from tether import auditwriter, gateway, kyma, logs, tlsreload, tracing
 
 KEY = "tether.listener"
 
@@ -64,7 +64,7 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
                                s.kcp_timeout)
     meters = listener_metrics.Metrics()
     # a request thread never waits on the audit output: a line it cannot write is counted
-    audit = logs.audit_logger(s.audit_log, on_lost=lambda r: meters.audit_lost.labels(r).inc(),
+    audit = logs.audit_logger(s.audit_log, on_lost=auditwriter.counting(meters.audit_lost),
                               queue_lines=s.audit_queue_lines)
     summaries = statesummary.Summaries(api, s.namespace, s.kcp_timeout, hooks=statesummary.Hooks(
         conflict=lambda: meters.write_conflicts.labels("summary").inc(),

@@ -24,7 +24,7 @@ from listener import settings as settings_mod
 from listener.edge import metrics as listener_metrics
 from listener.fleet import statesummary
 from listener.janitor import sweep as janitor
-from tether import elected, leader, logs, ops
+from tether import auditwriter, elected, leader, logs, ops
 
 log = logging.getLogger("janitor")
 
@@ -53,7 +53,8 @@ def main(argv: list[str]) -> int:
     meters = listener_metrics.JanitorMetrics()
     job = janitor.Janitor(janitor.Kcp(api, s.namespace, s.kcp_timeout, s.heartbeat_namespace),
                           s, meters,
-                          logs.audit_logger(s.audit_log),
+                          logs.audit_logger(s.audit_log, on_lost=auditwriter.counting(meters.audit_lost),
+                                            queue_lines=s.audit_queue_lines),
                           summaries=statesummary.Summaries(api, s.namespace, s.kcp_timeout))
     if args.once:
         summary = job.run()

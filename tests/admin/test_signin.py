@@ -142,7 +142,7 @@ def test_the_cookie_holds_a_session_id_never_the_token(
     assert s.post(admin.url + "/logout", allow_redirects=False, timeout=10).status_code == 303
     assert s.get(admin.url + "/parts", allow_redirects=False, timeout=10).status_code == 303
     time.sleep(0.5)
-    logged = admin.log() + admin.audit_file.read_text()
+    logged = admin.log() + admin.audit_text()
     assert token not in logged and sid not in logged and sid[:16] not in logged
 
 
