@@ -78,7 +78,7 @@ sys.path.insert(0, str(REPO))
 
 from kubernetes import client  # noqa: E402
 
-from testing import blackhole, controlplane, rawapi, receiver  # noqa: E402
+from testing import blackhole, controlplane, cpuset, rawapi, receiver  # noqa: E402
 from testing import listenerenv as lt  # noqa: E402
 from testing import webhookstack as stack  # noqa: E402
 
@@ -319,9 +319,16 @@ class Bench:
         self.watch = KcpWatch(Api(self.kcp, work, "bench-watcher"), KCP_NAMESPACE)
         self.core = client.CoreV1Api(self.skr_api)
         self.windows: list[dict[str, Any]] = []
+        # after the planes started (they stay unpinned): the listener and each webhook on
+        # the part's core, this process (the writers, the KCP watch) on the generator's
+        self.placement = cpuset.placement(args.placement, "e2e")
+        self.placement.to_generator(os.getpid())
+        self.placement.to_part(self.listener.proc.pid)
+        print(self.placement.text(), flush=True)
 
     def close(self) -> None:
         self.watch._stop = True
+        self.placement.close()
         self.listener.stop()
         self.kcp.stop()
         self.skr.stop()
@@ -388,6 +395,7 @@ class Bench:
                     proc.start()
                     assert proc.proc is not None
                     roots["webhook"] = proc.proc.pid
+                    self.placement.to_part(proc.proc.pid)
                     body = stack.vwc_body(f"e2e-{ns}", proc.url + "/validate", proc.ca.cert_pem, ns)
                     calls0 = admission_seconds(self.writer, HOOKS["tether"])[1]
                     called: Any = lambda: admission_seconds(self.writer, HOOKS["tether"])[1] > calls0  # noqa: E731
@@ -400,6 +408,7 @@ class Bench:
                     assert sync.stdout is not None
                     port_s, ca_s = sync.stdout.readline().split()
                     roots["webhook"] = sync.pid
+                    self.placement.to_part(sync.pid)
                     sync_ctx = ssl.create_default_context(cafile=ca_s)
                     body = stack.vwc_body(f"e2e-{ns}", f"https://127.0.0.1:{port_s}/validate",
                                           pathlib.Path(ca_s).read_bytes(), ns)
@@ -513,6 +522,9 @@ def main() -> int:
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
+    ap.add_argument("--placement", choices=cpuset.KINDS, default="split",
+                    help="split: listener and webhook on the last core, the writers on the "
+                         "others (cgroup cpusets); none: unpinned. The planes stay unpinned")
     args = ap.parse_args()
     conditions, kinds = args.conditions.split(","), args.kinds.split(",")
     started = time.monotonic()
@@ -520,6 +532,7 @@ def main() -> int:
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-e2e-"))
     bench = Bench(args, work)
     windows: list[dict[str, Any]] = []
+    placement = bench.placement.describe()
     try:
         for idx, (kind, cond) in enumerate(plan(conditions, kinds, args.rounds)):
             windows.append(bench.run(idx, kind, cond))
@@ -601,6 +614,7 @@ def main() -> int:
               + f" {c['machine']:8.2f}")
     goal = all(s["ratio"] >= 0.9 for s in summary if s["kind"] == "tether")
     print(f"\ngoal (tether >= 0.9 of no-webhook writes/s in every condition): {'met' if goal else 'missed'}")
+    print(f"placement: {placement}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "benchmark": "e2e",
@@ -609,7 +623,7 @@ def main() -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "kube_apiserver": controlplane.kube_apiserver_version(),
                     "load_average_before": load_before, "load_average_after": os.getloadavg()},
-        "settings": vars(args), "slow_seconds": SLOW_SECONDS,
+        "settings": vars(args), "slow_seconds": SLOW_SECONDS, "placement": placement,
         "summary": summary, "windows": windows, "goal": 0.9, "goal_met": goal,
         "seconds_total": round(time.monotonic() - started, 1),
     }, indent=2) + "\n")
