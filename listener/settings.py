@@ -124,6 +124,10 @@ class Settings:
     kyma_cache_seconds: float = setting(config.seconds(
         P + "KYMA_CACHE_SECONDS", 10.0, "how long a Kyma CR lookup (also 'unknown') is cached",
         minimum=0, maximum=600))
+    outage_cache_seconds: float = setting(config.seconds(
+        P + "OUTAGE_CACHE_SECONDS", 900.0, "while the KCP API is unreachable, a runtime's Kyma "
+        "CR and state summary last read this long ago still answer its heartbeats (0: off; "
+        "docs/operations.md)", minimum=0, maximum=3600))
     watch_cache_seconds: float = setting(config.seconds(
         P + "WATCH_CACHE_SECONDS", 5.0, "how long the list of Watches (what records are "
         "admitted) is cached per worker", minimum=0, maximum=600))

@@ -34,7 +34,7 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from listener.edge import auth, intake, peer, ratelimit, responses, services, validation, watchcheck
-from listener.fleet import epochs
+from listener.fleet import epochs, outage
 from listener.storage import quota, records, store
 from tether import certs, changes, gateway, listenerapi, logs, numbers, tracing
 
@@ -81,7 +81,7 @@ def _unavailable(svc: services.Services, operation: str, e: Exception,
             "KCP API %s during %s (answered 503, the runtime retries): %s%s", kind, operation,
             logs.bounded(e, 300), "; check the listener's Role in its namespace" if kind == "forbidden" else "")
     return responses.error(503, "KCP API unavailable", logs.bounded(e, 200),
-                           retry_after=svc.settings.retry_after)
+                           retry_after=outage.retry_after(svc.settings.retry_after))
 
 
 def _authenticate(svc: services.Services, runtime_id: str) -> Response | None:

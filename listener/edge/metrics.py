@@ -107,6 +107,10 @@ class Metrics:
         self.kcp_unavailable = Counter(f"{NS}_kcp_unavailable",
                                        "Requests answered 503 because the KCP API failed",
                                        ["operation"], registry=r)
+        self.outage_answers = Counter(
+            f"{NS}_outage_answers", "Answers given from what was last read while the KCP API "
+            "was unreachable, by what: identity (a Kyma CR), summary (a heartbeat answered)",
+            ["what"], registry=r)
         self.storage_namespace_missing = Counter(
             f"{NS}_storage_namespace_missing", "Records answered 503 because their Watch's "
             "storage namespace (spec.storage.namespace) does not exist", registry=r)

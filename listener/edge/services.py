@@ -19,7 +19,7 @@ from flask import Flask, current_app
 from listener import settings
 from listener.edge import budget, peer, ratelimit, refusalsummary
 from listener.edge import metrics as listener_metrics
-from listener.fleet import deliveries, heartbeat, runtimes, statesummary, watchlist
+from listener.fleet import deliveries, heartbeat, outage, runtimes, statesummary, watchlist
 from listener.storage import digestcache, records, rules, store
 from tether import auditwriter, gateway, kyma, logs, tlsreload, tracing
 
@@ -54,6 +54,8 @@ class Services:
         default_factory=digestcache.DigestSnapshots)
     summaries: statesummary.Summaries | None = None  # None: tests that build Services by hand
     tracer: tracing.Tracer = tracing.OFF  # spans recorded only with an OTLP endpoint
+    # state summaries as last read, answered while the KCP is unreachable (0: off)
+    lastknown: outage.LastKnown = dataclasses.field(default_factory=lambda: outage.LastKnown(0))
 
     def audit_event(self, event: str, **fields: object) -> None:
         logs.audit(self.audit, event, **fields)
@@ -71,7 +73,9 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         corrected=lambda n: meters.summary_corrections.inc(),
         flush_error=lambda reason: meters.summary_flush_errors.inc(),
         dropped=meters.summary_dropped.inc))
-    kymas = runtimes.KymaLRU(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout)
+    kymas = runtimes.KymaLRU(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout,
+                             stale=s.outage_cache_seconds,
+                             on_stale=meters.outage_answers.labels("identity").inc)
     watches = watchlist.WatchList(api, s.namespace, s.watch_cache_seconds, s.kcp_timeout)
     kept = store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries,
                           on_conflict=lambda path: meters.write_conflicts.labels(path).inc(),
@@ -103,6 +107,7 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         summaries=summaries,
         refusals=refusalsummary.RefusalSummary(audit, s.refusal_audit_interval),
         tracer=tracing.from_environment("tether-listener"),
+        lastknown=outage.LastKnown(s.outage_cache_seconds),
     )
 
 

@@ -7,9 +7,10 @@ The poller compares its own bucket hashes (``tether.statehash``) with the summar
 only for the buckets that differ; a runtime in sync costs one summary GET, which is one
 KCP read (``listener.fleet.statesummary``). Both count as the runtime's heartbeat, cost one token
 of its rate, and go through the same authentication and in-flight cap as the other runtime
-routes (``listener.edge.api``). The full digest (``GET .../state``) stays as it was, for pollers
-that do not know buckets and for the daily full resync. Records found without their bucket
-label are labelled after the answer was sent.
+routes (``listener.edge.api``). While the KCP API is unreachable the summary is answered
+from the one last read (``listener.fleet.outage``). The full digest (``GET .../state``)
+stays as it was, for pollers that do not know buckets and for the daily full resync.
+Records found without their bucket label are labelled after the answer was sent.
 """
 
 from __future__ import annotations
@@ -50,14 +51,29 @@ def get_summary(svc: services.Services, runtime_id: str) -> Response:
         stored, unlabelled = svc.summaries.read(runtime_id)
         doc = statehash.wire_of(stored)
     except gateway.GatewayError as e:
-        return api._unavailable(svc, "state", e, runtime_id)
+        last = _last_known(svc, runtime_id, report.identity, e)
+        return last if last is not None else api._unavailable(svc, "state", e, runtime_id)
     # read first, heartbeat after and best-effort: a KCP that refuses writes (etcd over its
     # quota) still answers a runtime in sync
     svc.beats.seen_after_read(runtime_id)
     doc["epoch"] = epoch
+    svc.lastknown.remember(runtime_id, report.identity, doc)
     resp = responses.ok(doc)
     _label_after(resp, svc, unlabelled)
     return resp
+
+
+def _last_known(svc: services.Services, runtime_id: str, identity: str,
+                e: gateway.GatewayError) -> Response | None:
+    """The summary last read, while the KCP is unreachable (``listener.fleet.outage``: why
+    that answer is safe); None when there is none to give."""
+    if not isinstance(e, gateway.Unavailable) or isinstance(e, gateway.Forbidden):
+        return None
+    doc = svc.lastknown.recall(runtime_id, identity)
+    if doc is None:
+        return None
+    svc.metrics.outage_answers.labels("summary").inc()
+    return responses.ok(doc)
 
 
 @bp.get("/<runtime_id>/state/buckets/<bucket>")

@@ -5,7 +5,11 @@ Requests of one runtime come in bursts (a forwarder batch, a poller resync); a s
 re-labelled Kyma CR takes effect within that time. Unknown runtimes are cached too (so a
 stranger cannot make every request a KCP list) and the cache is bounded: at most
 ``MAX_ENTRIES`` runtimes, the least recently used evicted first.
-API errors are not cached and propagate to the caller (503).
+API errors are not cached and propagate to the caller (503), with one exception: while
+the KCP API is unreachable (``gateway.Unavailable``, not ``Forbidden``: the listener's own
+RBAC is no outage) an expired entry read at most ``stale`` seconds ago is answered
+(``listener.fleet.outage``: the revocation this delays and why it is bounded). The TTL of
+normal operation is unchanged.
 """
 
 from __future__ import annotations
@@ -21,30 +25,39 @@ MAX_ENTRIES = 20_000
 
 
 class KymaLRU:
-    """Kyma lookups by runtime ID: each entry valid ``ttl`` seconds, least recently used
-    evicted beyond ``MAX_ENTRIES``."""
+    """Kyma lookups by runtime ID: each entry valid ``ttl`` seconds (``stale`` more while the
+    KCP is unreachable), least recently used evicted beyond ``MAX_ENTRIES``."""
 
     def __init__(
         self, kcp: gateway.Kube, namespace: str, ttl: float, timeout: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, stale: float = 0.0,
+        on_stale: Callable[[], None] | None = None,
     ) -> None:
         self._kcp, self._namespace, self._clock = kcp, namespace, clock
-        self._ttl, self._timeout = ttl, timeout
+        self._ttl, self._timeout, self._stale, self._on_stale = ttl, timeout, stale, on_stale
         self._lock = threading.Lock()
+        # runtime ID -> (when read from the KCP, the Kyma CRs)
         self._entries: OrderedDict[str, tuple[float, list[kyma.KymaView]]] = OrderedDict()
 
     def lookup(self, runtime_id: str) -> list[kyma.KymaView]:
         now = self._clock()
         with self._lock:
             hit = self._entries.get(runtime_id)
-            if hit is not None and hit[0] > now:
+            if hit is not None and hit[0] + self._ttl > now:
                 self._entries.move_to_end(runtime_id)
                 return hit[1]
-        views = kyma.list_by_runtime_id(self._kcp, self._namespace, runtime_id,
-                                        timeout=self._timeout)
-        if self._ttl > 0:
+        try:
+            views = kyma.list_by_runtime_id(self._kcp, self._namespace, runtime_id,
+                                            timeout=self._timeout)
+        except gateway.Unavailable as e:
+            if isinstance(e, gateway.Forbidden) or hit is None or now - hit[0] > self._stale:
+                raise
+            if self._on_stale is not None:
+                self._on_stale()
+            return hit[1]  # the KCP unreachable: the identity last read, within ``stale``
+        if self._ttl > 0 or self._stale > 0:
             with self._lock:
-                self._entries[runtime_id] = (now + self._ttl, views)
+                self._entries[runtime_id] = (now, views)
                 self._entries.move_to_end(runtime_id)
                 while len(self._entries) > MAX_ENTRIES:
                     self._entries.popitem(last=False)

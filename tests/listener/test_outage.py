@@ -1,8 +1,11 @@
-"""KCP apiserver stopped: the listener answers 503 with Retry-After and acknowledges
-nothing; after the restart the same records are persisted. The plane is always restored."""
+"""KCP apiserver stopped: the listener answers 503 with a jittered Retry-After and
+acknowledges nothing, but answers a known runtime's heartbeat (its state summary) from
+what it last read (``listener.fleet.outage``); after the restart the same records are
+persisted. The plane is always restored."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -43,18 +46,30 @@ def test_kcp_down_gives_503_then_writes_succeed(
     assert s.post(url, json=seen.record("a", 1), timeout=10).json()["results"][0]["outcome"] == \
         "persisted"
 
+    summary_url = f"{listener.url}/v1/runtimes/{seen.id}/state/summary"
+    before = s.get(summary_url, params={"identity": "cluster-1"}, timeout=30)
+    assert before.status_code == 200, before.text
+
     outage.begin()
     pending = seen.record("a", 2)
     for resp in (
         s.post(url, json=pending, timeout=30),                       # Kyma CR cached: write fails
         s.get(f"{listener.url}/v1/runtimes/{seen.id}/state", timeout=30),
+        s.get(summary_url, params={"identity": "cluster-2"}, timeout=30),  # another identity
         fresh.session().post(f"{listener.url}/v1/runtimes/{fresh.id}/changes",  # lookup fails
                              json=fresh.record("b", 1), timeout=30),
         requests.get(f"{listener.ops_url}/readyz", timeout=30),
     ):
         assert resp.status_code == 503, resp.text
-        assert resp.headers["Retry-After"] == "2"
+        assert resp.headers["Retry-After"] in ("2", "3")  # 2 s, jittered up to 2 x 2 s
         assert resp.json()["error"] in ("KCP API unavailable", "not ready")
+    # the heartbeat of a runtime it knows: the summary last read (the poller finds it in
+    # sync and resends nothing), past the Kyma cache's 10 s (read again: answered stale)
+    time.sleep(11)
+    during = s.get(summary_url, params={"identity": "cluster-1"}, timeout=30)
+    assert during.status_code == 200, during.text
+    assert during.json() == before.json()
+    assert 'tether_listener_outage_answers_total{what="summary"}' in listener.metrics()
     assert s.get(f"{listener.url}/healthz", timeout=10).status_code == 200
 
     outage.end()
