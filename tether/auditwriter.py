@@ -6,8 +6,13 @@ appends them to a file. A caller never blocks: a full queue (the pipe nobody rea
 that hangs) drops the line, and a write that fails (``ENOSPC`` on a full file system, ``EPIPE``)
 loses it. Both are counted through ``on_lost(reason)`` (``REASONS``) and said loudly on stderr,
 at most once per ``complain_every`` seconds with the count since the last time, never with the
-line's content. The part keeps accepting changes; an audit line it cannot write is counted
-and alerted (``TetherListenerAuditLost``).
+line's content. The part keeps working (answering, reconciling); an audit line it cannot
+write is counted and alerted (``TetherAuditLost``).
+
+Every part audits this way (``tether.logs.audit_logger`` has no other path): each declares
+its lost counter with ``lost_counter`` (``tether_<part>_audit_lost_total{reason}``, each
+reason at 0 from the start) and its queue's size with ``queue_lines``
+(``TETHER_<PART>_AUDIT_QUEUE_LINES``).
 
 The thread is started on the first line of a process (after a gunicorn fork, in the worker).
 ``flush`` waits (bounded) until the queue is empty; ``close`` (at ``logging.shutdown``) drains
