@@ -17,6 +17,12 @@ root): ``memory.max``, ``memory.swap.max``, ``cpu.max``; OOM kills in ``memory.e
 (``oom_kill``). The groups live under ``tether-podrunner`` at the root of each hierarchy.
 
 ``TETHER_PODRUNNER_LIMITS=off`` turns enforcement off (``detect`` says so as its reason).
+
+A part the tests run as a plain process (the listener's abuse tests) can be confined the same
+way: ``confine(name, manifest_limits(deployment, "listener"))`` is a Group with the
+manifest's limits (None when limits are off on purpose, ``NotEnforced`` when the machine
+cannot), and ``held(group.usage(), what)`` after the run says its peak against the limit and
+fails when the kernel OOM-killed anything in it.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 PARENT = "tether-podrunner"
 ENV = "TETHER_PODRUNNER_LIMITS"
 CFS_PERIOD_US = 100_000
@@ -42,6 +50,10 @@ _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|[kMGT]i?|)$")
 
 class Invalid(ValueError):
     """A resources quantity the runner cannot read."""
+
+
+class NotEnforced(RuntimeError):
+    """Limits were asked for and this machine cannot enforce them (the reason)."""
 
 
 def parse_memory(q: str | int) -> int:
@@ -75,6 +87,16 @@ def limits_of(container: Mapping[str, Any]) -> Limits:
     cpu = parse_cpu(limits["cpu"]) if "cpu" in limits else None
     words = [f"{k} {limits[k]}" for k in ("memory", "cpu") if k in limits]
     return Limits(memory, cpu, ", ".join(words) or "no limits")
+
+
+def manifest_limits(manifest: pathlib.Path, container: str) -> Limits:
+    """The limits of the container named ``container`` in a manifest's pod templates."""
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        spec = ((doc or {}).get("spec") or {}).get("template", {}).get("spec") or {}
+        for c in spec.get("containers") or []:
+            if c.get("name") == container:
+                return limits_of(c)
+    raise Invalid(f"no container {container!r} in {manifest}")
 
 
 def v1_files(limits: Limits, memsw: bool) -> dict[tuple[str, str], str]:
@@ -253,3 +275,45 @@ class Group:
                     if e.errno != errno.EBUSY or time.monotonic() > deadline:
                         raise
                     time.sleep(0.1)
+
+    def usage(self) -> Usage:
+        """The memory the group held at most against its limit, and the OOM kills in it
+        (v1 memory.failcnt is not used: this machine's kernel leaves it 0 even with an OOM
+        kill; the oom_kill counter is what a kubelet's OOMKilled reads too)."""
+        return Usage(self.limits, self.peak_memory(), self.oom_kills())
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    limits: Limits
+    peak: int | None  # bytes (page cache included, as a kubelet counts it)
+    oom_kills: int
+
+    def text(self) -> str:
+        peak = "unknown" if self.peak is None else f"{self.peak / 2**20:.0f} MiB"
+        limit = "no limit" if self.limits.memory is None else f"{self.limits.memory / 2**20:.0f} MiB"
+        return f"memory peak {peak} of {limit} ({self.limits.text}), OOM kills {self.oom_kills}"
+
+
+def confine(name: str, limits: Limits) -> Group | None:
+    """A group for a plain process with ``limits`` (``group.wrap(argv)``); None when
+    ``TETHER_PODRUNNER_LIMITS=off`` says so on purpose; NotEnforced when they cannot be."""
+    support = detect()
+    if support.enforced:
+        return Group(support, name, limits)
+    if os.environ.get(ENV, "").lower() == "off":
+        print(f"{name}: {support.describe(limits)}", flush=True)
+        return None
+    raise NotEnforced(f"{name}: {support.describe(limits)}")
+
+
+def held(usage: Usage | None, what: str) -> str:
+    """The usage line of a confined run; AssertionError when the kernel OOM-killed a
+    process of it."""
+    if usage is None:
+        return f"{what}: limits not enforced ({ENV}=off)"
+    line = f"{what}: {usage.text()}"
+    print(line, flush=True)
+    if usage.oom_kills:
+        raise AssertionError(f"OOM-killed under its limit: {line}")
+    return line

@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 
 from listener.storage import records
-from testing import controlplane, watchenv
+from testing import cgroups, controlplane, watchenv
 from tether import apitypes, certs, changes
 
 REPO = controlplane.REPO_ROOT
@@ -33,6 +33,8 @@ RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "rbac.yaml"
 # the listener's Role in the heartbeat namespace (manifests: tether-heartbeats)
 HEARTBEATS_RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "heartbeats.yaml"
 JANITOR_RBAC_FILE = REPO / "manifests" / "kcp" / "janitor" / "rbac.yaml"
+# the listener container's limits in its Deployment (memory 768Mi), for abuse tests' listeners
+LISTENER_LIMITS = cgroups.manifest_limits(REPO / "manifests" / "kcp" / "listener" / "deployment.yaml", "listener")
 
 
 # every env's KCP namespace holds the Watch of every ConfigMap (watchenv.all_configmaps), the
@@ -184,9 +186,11 @@ def add_runtime(env: Env, runtime_id: str, domain: str | None = None) -> Runtime
 
 
 class ListenerProcess:
-    """``python -m listener.main`` (gunicorn) as a subprocess on a free port."""
+    """``python -m listener.main`` (gunicorn) as a subprocess on a free port; ``limits``: in a
+    cgroup with them, as a kubelet runs the container (its ``usage`` read when it stops)."""
 
-    def __init__(self, env: Env, name: str, **overrides: str) -> None:
+    def __init__(self, env: Env, name: str, *, limits: cgroups.Limits | None = None,
+                 **overrides: str) -> None:
         self.port = controlplane.free_port()
         self.ops_port = controlplane.free_port()
         self.ops_url = f"http://127.0.0.1:{self.ops_port}"  # health, readiness, metrics
@@ -218,9 +222,12 @@ class ListenerProcess:
         environ = {k: v for k, v in os.environ.items()
                    if not k.startswith("TETHER_LISTENER_") and k != "KUBECONFIG"}
         environ.update({k: v for k, v in vars_.items() if v != ""})
+        self.cgroup = cgroups.confine(f"listener-{name}-{self.port}", limits) if limits else None
+        self.usage: cgroups.Usage | None = None
+        argv = [sys.executable, "-m", "listener.main"]
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "listener.main"], cwd=REPO, env=environ,
+            self.cgroup.wrap(argv) if self.cgroup else argv, cwd=REPO, env=environ,
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=controlplane.die_with_parent())
         try:
@@ -276,6 +283,9 @@ class ListenerProcess:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self._log.close()
+        if self.cgroup is not None:
+            self.usage = self.usage or self.cgroup.usage()
+            self.cgroup.remove()
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:
