@@ -4,7 +4,9 @@
   connection it may open, never get a well-behaved runtime a 429 or a failure.
 * Every thread of a worker parsing a worst-case body at once keeps the worker's peak memory
   under its share of the container limit (768 MiB for the Deployment's 2 workers).
-Latency ratios are measured by bench/listener_abuse.py, not asserted here.
+Latency ratios are measured by bench/listener_abuse.py, not asserted here. The listeners run
+under the Deployment's memory limit (a cgroup, as a kubelet runs them) and are never
+OOM-killed (checked when each stops).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import requests
 
-from testing.listenerenv import Env, ListenerProcess, Runtime
+from testing import cgroups
+from testing.listenerenv import LISTENER_LIMITS, Env, ListenerProcess, Runtime
 
 MIB = 1024 * 1024
 POD_LIMIT = 768 * MIB
@@ -28,11 +31,12 @@ BODY = 3 * MIB
 
 @pytest.fixture(scope="module")
 def shared(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "fair", TETHER_LISTENER_THREADS="6",
+    p = ListenerProcess(listener_env, "fair", limits=LISTENER_LIMITS, TETHER_LISTENER_THREADS="6",
                         TETHER_LISTENER_RATE_PER_SECOND="5", TETHER_LISTENER_RATE_BURST="5",
                         TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="2")
     yield p
     p.stop()
+    cgroups.held(p.usage, "fair listener")
 
 
 def test_a_noisy_neighbour_never_gets_a_quiet_runtime_a_429(
@@ -117,11 +121,12 @@ def worst_case_bodies(rt: Runtime) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def deployed_worker(listener_env: Env) -> Iterator[ListenerProcess]:
     """One worker with the deployed threads and limits (the Deployment runs 2 per pod)."""
-    p = ListenerProcess(listener_env, "memory", TETHER_LISTENER_THREADS="16",
+    p = ListenerProcess(listener_env, "memory", limits=LISTENER_LIMITS, TETHER_LISTENER_THREADS="16",
                         TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="4",
                         TETHER_LISTENER_KCP_TIMEOUT_SECONDS="30")
     yield p
     p.stop()
+    cgroups.held(p.usage, "memory listener")
 
 
 def test_every_thread_parsing_a_worst_case_body_stays_under_the_memory_limit(

@@ -11,15 +11,18 @@ import pytest
 from kubernetes import client
 
 from listener.fleet import heartbeat
-from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
+from testing import cgroups
+from testing.listenerenv import LISTENER_LIMITS, Env, ListenerProcess, Runtime, metric_value
 
 
 @pytest.fixture(scope="module")
 def limited(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "limited", TETHER_LISTENER_RATE_BURST="3",
+    """Under the Deployment's memory limit: never OOM-killed (checked when it stops)."""
+    p = ListenerProcess(listener_env, "limited", limits=LISTENER_LIMITS, TETHER_LISTENER_RATE_BURST="3",
                         TETHER_LISTENER_RATE_PER_SECOND="0.05", TETHER_LISTENER_THREADS="4")
     yield p
     p.stop()
+    cgroups.held(p.usage, "limited listener")
 
 
 def test_per_runtime_rate_limit(limited: ListenerProcess, runtime: Callable[..., Runtime]) -> None:

@@ -2,7 +2,9 @@
 
 Each test mounts one attack from issue 9, then shows that a legitimate runtime's request
 still succeeds promptly, that the attack's connections are closed by their bound, and that
-the refusals are counted (and audited in aggregate, not a line each).
+the refusals are counted (and audited in aggregate, not a line each). The listeners run
+under the Deployment's memory limit (a cgroup, as a kubelet runs them) and are never
+OOM-killed (checked when each stops).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
+from testing import cgroups
+from testing.listenerenv import LISTENER_LIMITS, Env, ListenerProcess, Runtime, metric_value
 from testing.sockets import closed_by_server
 
 THREADS = 4
@@ -24,7 +27,7 @@ STALLED = 200
 
 @pytest.fixture(scope="module")
 def bounded(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "bounded", TETHER_LISTENER_THREADS=str(THREADS),
+    p = ListenerProcess(listener_env, "bounded", limits=LISTENER_LIMITS, TETHER_LISTENER_THREADS=str(THREADS),
                         TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="2",
                         TETHER_LISTENER_HANDSHAKE_TIMEOUT_SECONDS="2",
                         TETHER_LISTENER_HEAD_TIMEOUT_SECONDS="2",
@@ -34,6 +37,7 @@ def bounded(listener_env: Env) -> Iterator[ListenerProcess]:
                         TETHER_LISTENER_REFUSAL_AUDIT_INTERVAL_SECONDS="3600")
     yield p
     p.stop()
+    cgroups.held(p.usage, "bounded listener")
 
 
 def tls_connect(listener: ListenerProcess, rt: Runtime | None) -> ssl.SSLSocket:
@@ -201,12 +205,13 @@ def test_oversized_head_is_refused_431(
 
 @pytest.fixture(scope="module")
 def capped(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "capped", TETHER_LISTENER_THREADS=str(THREADS),
+    p = ListenerProcess(listener_env, "capped", limits=LISTENER_LIMITS, TETHER_LISTENER_THREADS=str(THREADS),
                         TETHER_LISTENER_MAX_CONNECTIONS="20",
                         TETHER_LISTENER_MAX_CONNECTIONS_PER_RUNTIME="20",
                         TETHER_LISTENER_HANDSHAKE_TIMEOUT_SECONDS="60")
     yield p
     p.stop()
+    cgroups.held(p.usage, "capped listener")
 
 
 def test_connection_cap_makes_room_by_closing_anonymous_connections(
