@@ -1,7 +1,8 @@
 """The webhook's /validate server against stalled clients (every pod of the runtime can
 reach it): stalled TLS handshakes and half-sent heads and bodies hold no thread past their
 deadlines, and an admission review is answered meanwhile (a real webhook process, reviews
-POSTed directly, the objects in the real SKR plane)."""
+POSTed directly, the objects in the real SKR plane). The webhook runs under its Deployment's
+memory limit (a cgroup, as a kubelet runs it) and is never OOM-killed."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ import time
 import pytest
 from kubernetes import client
 
-from testing import controlplane
+from testing import cgroups, controlplane
 from testing import receiver as receiver_mod
 from testing import webhookstack as stack
 from testing.receiver import Receiver
 from testing.sockets import closed_by_server
 
 pytestmark = pytest.mark.slow
+WEBHOOK_LIMITS = cgroups.manifest_limits(
+    controlplane.REPO_ROOT / "manifests" / "skr" / "webhook" / "deployment.yaml", "webhook")
 
 
 def _review(ns: str, cm: client.V1ConfigMap) -> bytes:
@@ -45,9 +48,13 @@ def test_stalled_clients_leave_admission_served(
         "TETHER_WEBHOOK_HANDSHAKE_TIMEOUT_SECONDS": "2",
         "TETHER_WEBHOOK_HEAD_TIMEOUT_SECONDS": "2",
         "TETHER_WEBHOOK_BODY_TIMEOUT_SECONDS": "2",
-    }).start()
+    })
+    group = cgroups.confine(f"webhook-slow-clients-{proc.port}", WEBHOOK_LIMITS)
+    if group is not None:
+        proc.command = group.wrap(proc.command)
     held: list[socket.socket] = []
     try:
+        proc.start()
         for _ in range(200):  # stalled handshakes
             s = socket.create_connection(("127.0.0.1", proc.port), timeout=10)
             s.sendall(b"\x16\x03\x01\x02\x00\x01")
@@ -76,5 +83,9 @@ def test_stalled_clients_leave_admission_served(
     finally:
         for s in held:
             s.close()
-        rc = proc.stop()
+        rc = proc.stop() if proc.proc is not None else None
+        usage = group.usage() if group is not None else None
+        if group is not None:
+            group.remove()
     assert rc == 0, proc.log()
+    cgroups.held(usage, "webhook")
