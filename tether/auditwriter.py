@@ -28,10 +28,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-
-import prometheus_client as prom
+from typing import TYPE_CHECKING
 
 from tether import config
+
+if TYPE_CHECKING:  # imported where used: tether.logs imports this module before a gunicorn
+    import prometheus_client as prom  # part sets PROMETHEUS_MULTIPROC_DIR (tether.metricsdir)
 
 REASONS = ("queue_full", "write_error")
 CAPACITY = 10_000  # lines (~300 bytes each: a few MiB at most)
@@ -46,6 +48,8 @@ def _noop(reason: str) -> None:
 def lost_counter(name: str, registry: prom.CollectorRegistry) -> prom.Counter:
     """The part's count of lost audit lines (``name``: ``tether_<part>_audit_lost``), by
     reason, each reason's series present (at 0) before the first loss."""
+    import prometheus_client as prom  # noqa: PLC0415 - see the import above
+
     c = prom.Counter(name, "Audit lines not written, by reason (queue_full: the writer could "
                      "not keep up or its output blocks; write_error: ENOSPC, EPIPE, ...)",
                      ["reason"], registry=registry)
