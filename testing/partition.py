@@ -17,7 +17,7 @@ import contextlib
 import socket
 import threading
 
-from testing import controlplane
+from testing import controlplane, relay
 
 
 class Partition:
@@ -30,11 +30,8 @@ class Partition:
         self._open: set[socket.socket] = set()
         self.accepted = 0
         self.held_connections = 0  # connections accepted or frozen while holed
-        self._sock = socket.socket()
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", self.port))
-        self._sock.listen(256)
-        threading.Thread(target=self._accept, daemon=True, name=f"partition-{self.port}").start()
+        self._sock = relay.listen("127.0.0.1", self.port, 256)
+        relay.serve(self._sock, self._dispatch, f"partition-{self.port}")
 
     @property
     def url(self) -> str:
@@ -69,14 +66,9 @@ class Partition:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+    def _dispatch(self, conn: socket.socket) -> relay.Handler:
+        self.accepted += 1
+        return self._serve
 
     def _frozen(self, *socks: socket.socket) -> bool:
         with self._lock:
@@ -97,33 +89,15 @@ class Partition:
                     pass
             self._close(conn)
             return
-        try:
-            upstream = socket.create_connection(self.backend, timeout=5)
-        except OSError:
+        upstream = relay.dial(self.backend)
+        if upstream is None:
             self._close(conn)
             return
-        upstream.settimeout(None)
         with self._lock:
             self._open.add(upstream)
             if self._holed:  # holed between accept and connect
                 self._held |= {conn, upstream}
-
-        def pump(src: socket.socket, dst: socket.socket) -> None:
-            try:
-                while data := src.recv(65536):
-                    if not self._frozen(src, dst):
-                        dst.sendall(data)
-            except OSError:
-                pass
-            if self._frozen(src, dst):
-                return  # a close behind the hole is not passed on (heal closes both)
-            with contextlib.suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)
-
-        t = threading.Thread(target=pump, args=(upstream, conn), daemon=True)
-        t.start()
-        pump(conn, upstream)
-        t.join()
+        relay.relay(conn, upstream, lambda: not self._frozen(conn, upstream))
         self._close(conn)
         self._close(upstream)
 

@@ -24,7 +24,7 @@ import ssl
 import tempfile
 import threading
 
-from testing import controlplane
+from testing import controlplane, relay
 from tether import certs
 
 BODY = json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -53,11 +53,8 @@ class Unavailable:
         self.answered_503 = 0  # requests the proxy answered itself
         self.by_agent: dict[str, int] = {}  # of those, by the User-Agent's first word
         self.passed = 0  # connections passed to the apiserver
-        self._sock = socket.socket()
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", self.port))
-        self._sock.listen(256)
-        threading.Thread(target=self._accept, daemon=True, name=f"unavailable-{self.port}").start()
+        self._sock = relay.listen("127.0.0.1", self.port, 256)
+        relay.serve(self._sock, self._dispatch, f"unavailable-{self.port}")
 
     @property
     def url(self) -> str:
@@ -91,16 +88,10 @@ class Unavailable:
         for s in held:
             _close(s)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            with self._lock:
-                failing = self._failing
-            target = self._answer if failing else self._pass
-            threading.Thread(target=target, args=(conn,), daemon=True).start()
+    def _dispatch(self, conn: socket.socket) -> relay.Handler:
+        with self._lock:
+            failing = self._failing
+        return self._answer if failing else self._pass
 
     def _answer(self, conn: socket.socket) -> None:
         try:
@@ -124,29 +115,14 @@ class Unavailable:
             _close(conn)
 
     def _pass(self, conn: socket.socket) -> None:
-        try:
-            upstream = socket.create_connection(self.backend, timeout=5)
-        except OSError:
+        upstream = relay.dial(self.backend)
+        if upstream is None:
             _close(conn)
             return
-        upstream.settimeout(None)
         with self._lock:
             self.passed += 1
             self._open |= {conn, upstream}
-
-        def pump(src: socket.socket, dst: socket.socket) -> None:
-            try:
-                while data := src.recv(65536):
-                    dst.sendall(data)
-            except OSError:
-                pass
-            with contextlib.suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)
-
-        t = threading.Thread(target=pump, args=(upstream, conn), daemon=True)
-        t.start()
-        pump(conn, upstream)
-        t.join()
+        relay.relay(conn, upstream)
         with self._lock:
             self._open -= {conn, upstream}
         _close(conn)
