@@ -53,14 +53,15 @@ class LastKnown:
     def __init__(self, stale: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.stale, self._clock = stale, clock
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, tuple[float, str, dict[str, Any]]] = OrderedDict()
+        # (runtime ID, reported identity) -> (when read, the summary)
+        self._entries: OrderedDict[tuple[str, str], tuple[float, dict[str, Any]]] = OrderedDict()
 
     def remember(self, runtime_id: str, identity: str, doc: dict[str, Any]) -> None:
         if self.stale <= 0:
             return
         with self._lock:
-            self._entries[runtime_id] = (self._clock(), identity, dict(doc))
-            self._entries.move_to_end(runtime_id)
+            self._entries[(runtime_id, identity)] = (self._clock(), dict(doc))
+            self._entries.move_to_end((runtime_id, identity))
             while len(self._entries) > MAX_ENTRIES:
                 self._entries.popitem(last=False)
 
@@ -68,7 +69,7 @@ class LastKnown:
         """The summary last read for ``runtime_id`` under ``identity`` when it is at most
         ``stale`` seconds old, else None."""
         with self._lock:
-            hit = self._entries.get(runtime_id)
-        if hit is None or hit[1] != identity or self._clock() - hit[0] > self.stale:
+            hit = self._entries.get((runtime_id, identity))
+        if hit is None or self._clock() - hit[0] > self.stale:
             return None
-        return dict(hit[2])
+        return dict(hit[1])
