@@ -143,7 +143,8 @@ class Metrics:
 
 class SilentRuntimes(Collector):
     """``tether_listener_runtimes_silent{threshold_seconds}`` and
-    ``tether_listener_runtimes_seen`` from the heartbeat Leases, cached ``ttl`` seconds."""
+    ``tether_listener_runtimes_seen`` from the heartbeat Leases, cached ``ttl`` seconds, and
+    ``tether_listener_heartbeats_listed`` (0 while they cannot be listed)."""
 
     def __init__(self, beats: heartbeat.Heartbeats, thresholds: Sequence[int], ttl: float = 15.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -170,6 +171,12 @@ class SilentRuntimes(Collector):
 
     def collect(self) -> Iterator[Metric]:
         times = self._times()
+        listed = GaugeMetricFamily(
+            f"{NS}_heartbeats_listed", "1 when this replica could list the heartbeat Leases "
+            "at this scrape, 0 when the KCP API failed (the silence alerts hold off after a "
+            "KCP outage: docs/operations.md)")
+        listed.add_metric([], 0 if times is None else 1)
+        yield listed
         if times is None:
             return
         counts = heartbeat.silent_counts(times, datetime.datetime.now(datetime.UTC),
