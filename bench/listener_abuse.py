@@ -346,6 +346,31 @@ def pct(values: list[float], p: float) -> float:
 # -- the listener ------------------------------------------------------------------------
 
 
+def cpu_times(listener: int) -> dict[str, float]:
+    """CPU seconds so far: the listener's processes, and each core busy in all (``cpuN``),
+    with the wall clock (``at``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {"at": time.monotonic(), "listener": 0.0}
+    for pid in [listener, *workers_of(listener)]:
+        try:
+            fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out["listener"] += (int(fields[11]) + int(fields[12])) / tick
+    for line in pathlib.Path("/proc/stat").read_text().splitlines():
+        name, *values = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            v = [int(x) for x in values[:8]]
+            out[name] = (sum(v) - v[3] - v[4]) / tick
+    return out
+
+
+def cpu_share(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Per second of a slice: the listener's CPU seconds and each core's busy share."""
+    wall = max(after["at"] - before["at"], 1e-6)
+    return {k: (after[k] - before[k]) / wall for k in after if k != "at" and k in before}
+
+
 def workers_of(pid: int) -> list[int]:
     try:
         text = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text()
@@ -501,6 +526,7 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
     rounds_p99: dict[str, list[float]] = {c[0]: [] for c in conditions}
     stats: dict[str, collections.Counter[str]] = {c[0]: collections.Counter() for c in conditions}
     background: dict[str, list[dict[str, Any]]] = {c[0]: [] for c in conditions}
+    cpu: dict[str, list[dict[str, float]]] = {c[0]: [] for c in conditions}
     per_slice = max(1, args.requests // args.rounds)
     try:
         sampler = Background([(sample, ([proc.proc.pid, *pids], 0.2))])
@@ -515,8 +541,10 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
                 bg = start()
                 time.sleep(settle)
                 mine: list[float] = []
+                cpu0 = cpu_times(proc.proc.pid)
                 legit_run(proc, pool, sessions, f"{key}-{rnd}", per_slice, args.legit_rate,
                           mine, stats[key])
+                cpu[key].append(cpu_share(cpu0, cpu_times(proc.proc.pid)))
                 lat[key].extend(mine)
                 rounds_p99[key].append(round(pct(mine, 99) * 1000, 1))
                 if bg is not None:
@@ -537,7 +565,8 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
             "statuses": dict(sorted(stats[key].items())),
             "p50_ms": round(pct(v, 50) * 1000, 2), "p99_ms": round(pct(v, 99) * 1000, 2),
             "mean_ms": round(statistics.fmean(v) * 1000, 2), "max_ms": round(max(v) * 1000, 2),
-            "p99_ms_per_round": rounds_p99[key], "legit_429": stats[key].get("429", 0)}
+            "p99_ms_per_round": rounds_p99[key], "legit_429": stats[key].get("429", 0),
+            "cpu_busy": {k: round(statistics.fmean(c[k] for c in cpu[key]), 2) for k in cpu[key][0]}}
         bgs = background[key]
         if key == "stalled":
             row["background"] = {k: sum(b[k] for b in bgs) for k in
@@ -683,8 +712,9 @@ def report(doc: dict[str, Any]) -> None:
     print(f"\nA legitimate runtime's latency ({st['requests']} sequential POSTs at "
           f"{st['legit_rate']:g}/s over {st['legit']} runtimes; rate limit {st['rate']:g}/s, "
           f"burst {st['burst']} per worker x {st['workers']} workers)")
-    print("| condition | p50 ms | p99 ms | p50 × alone | p99 × alone | p99 per round ms | 429 | background |")
-    print("|---|---:|---:|---:|---:|---|---:|---|")
+    print("| condition | p50 ms | p99 ms | p50 × alone | p99 × alone | p99 per round ms | 429 "
+          "| listener CPU | cores busy | background |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---|---|")
     for r in doc["fairness"]["rows"]:
         bgd = r.get("background", {})
         note = ""
@@ -694,8 +724,11 @@ def report(doc: dict[str, Any]) -> None:
         elif bgd:
             note = f"reopened {bgd['opened']}, closed by server {bgd['closed_by_server']}"
         rounds = ", ".join(f"{x:g}" for x in r["p99_ms_per_round"])
+        busy = r.get("cpu_busy", {})
+        cores = " / ".join(f"{k} {v:.0%}" for k, v in sorted(busy.items()) if k.startswith("cpu"))
+        share = f"{busy['listener']:.0%}" if "listener" in busy else "-"
         print(f"| {r['condition']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['p50_ratio']:.2f} | "
-              f"{r['p99_ratio']:.2f} | {rounds} | {r['legit_429']} | {note} |")
+              f"{r['p99_ratio']:.2f} | {rounds} | {r['legit_429']} | {share} | {cores} | {note} |")
     placed = doc.get("placement", {"kind": "none", "reason": "not recorded"})
     where = (f"split: listener on cpu {placed['part_cpus']}, generators on cpu "
              f"{placed['generator_cpus']}, KCP plane unpinned" if placed["kind"] == "split"

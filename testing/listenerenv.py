@@ -186,11 +186,11 @@ def add_runtime(env: Env, runtime_id: str, domain: str | None = None) -> Runtime
 
 
 class ListenerProcess:
-    """``python -m listener.main`` (gunicorn) as a subprocess on a free port; ``limits``: in a
-    cgroup with them, as a kubelet runs the container (its ``usage`` read when it stops)."""
+    """``python -m listener.main`` (gunicorn) as a subprocess on a free port."""
 
-    def __init__(self, env: Env, name: str, *, limits: cgroups.Limits | None = None,
-                 **overrides: str) -> None:
+    limits: cgroups.Limits | None = None  # in a cgroup with them (ConfinedListenerProcess)
+
+    def __init__(self, env: Env, name: str, **overrides: str) -> None:
         self.port = controlplane.free_port()
         self.ops_port = controlplane.free_port()
         self.ops_url = f"http://127.0.0.1:{self.ops_port}"  # health, readiness, metrics
@@ -222,7 +222,7 @@ class ListenerProcess:
         environ = {k: v for k, v in os.environ.items()
                    if not k.startswith("TETHER_LISTENER_") and k != "KUBECONFIG"}
         environ.update({k: v for k, v in vars_.items() if v != ""})
-        self.cgroup = cgroups.confine(f"listener-{name}-{self.port}", limits) if limits else None
+        self.cgroup = cgroups.confine(f"listener-{name}-{self.port}", self.limits) if self.limits else None
         self.usage: cgroups.Usage | None = None
         argv = [sys.executable, "-m", "listener.main"]
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
@@ -286,6 +286,13 @@ class ListenerProcess:
         if self.cgroup is not None:
             self.usage = self.usage or self.cgroup.usage()
             self.cgroup.remove()
+
+
+class ConfinedListenerProcess(ListenerProcess):
+    """In a cgroup with the Deployment's limits, as a kubelet runs the container: ``usage``
+    (peak memory, OOM kills) is read when it stops (``cgroups.held(p.usage, ...)``)."""
+
+    limits = LISTENER_LIMITS
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

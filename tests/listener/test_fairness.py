@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from testing import cgroups
-from testing.listenerenv import LISTENER_LIMITS, Env, ListenerProcess, Runtime
+from testing.listenerenv import ConfinedListenerProcess, Env, ListenerProcess, Runtime
 
 MIB = 1024 * 1024
 POD_LIMIT = 768 * MIB
@@ -31,7 +31,7 @@ BODY = 3 * MIB
 
 @pytest.fixture(scope="module")
 def shared(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "fair", limits=LISTENER_LIMITS, TETHER_LISTENER_THREADS="6",
+    p = ConfinedListenerProcess(listener_env, "fair", TETHER_LISTENER_THREADS="6",
                         TETHER_LISTENER_RATE_PER_SECOND="5", TETHER_LISTENER_RATE_BURST="5",
                         TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="2")
     yield p
@@ -121,7 +121,7 @@ def worst_case_bodies(rt: Runtime) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def deployed_worker(listener_env: Env) -> Iterator[ListenerProcess]:
     """One worker with the deployed threads and limits (the Deployment runs 2 per pod)."""
-    p = ListenerProcess(listener_env, "memory", limits=LISTENER_LIMITS, TETHER_LISTENER_THREADS="16",
+    p = ConfinedListenerProcess(listener_env, "memory", TETHER_LISTENER_THREADS="16",
                         TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="4",
                         TETHER_LISTENER_KCP_TIMEOUT_SECONDS="30")
     yield p

@@ -12,13 +12,13 @@ from kubernetes import client
 
 from listener.fleet import heartbeat
 from testing import cgroups
-from testing.listenerenv import LISTENER_LIMITS, Env, ListenerProcess, Runtime, metric_value
+from testing.listenerenv import ConfinedListenerProcess, Env, ListenerProcess, Runtime, metric_value
 
 
 @pytest.fixture(scope="module")
 def limited(listener_env: Env) -> Iterator[ListenerProcess]:
     """Under the Deployment's memory limit: never OOM-killed (checked when it stops)."""
-    p = ListenerProcess(listener_env, "limited", limits=LISTENER_LIMITS, TETHER_LISTENER_RATE_BURST="3",
+    p = ConfinedListenerProcess(listener_env, "limited", TETHER_LISTENER_RATE_BURST="3",
                         TETHER_LISTENER_RATE_PER_SECOND="0.05", TETHER_LISTENER_THREADS="4")
     yield p
     p.stop()

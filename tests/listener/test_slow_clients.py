@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from testing import cgroups
-from testing.listenerenv import LISTENER_LIMITS, Env, ListenerProcess, Runtime, metric_value
+from testing.listenerenv import ConfinedListenerProcess, Env, ListenerProcess, Runtime, metric_value
 from testing.sockets import closed_by_server
 
 THREADS = 4
@@ -27,7 +27,7 @@ STALLED = 200
 
 @pytest.fixture(scope="module")
 def bounded(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "bounded", limits=LISTENER_LIMITS, TETHER_LISTENER_THREADS=str(THREADS),
+    p = ConfinedListenerProcess(listener_env, "bounded", TETHER_LISTENER_THREADS=str(THREADS),
                         TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="2",
                         TETHER_LISTENER_HANDSHAKE_TIMEOUT_SECONDS="2",
                         TETHER_LISTENER_HEAD_TIMEOUT_SECONDS="2",
@@ -205,7 +205,7 @@ def test_oversized_head_is_refused_431(
 
 @pytest.fixture(scope="module")
 def capped(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "capped", limits=LISTENER_LIMITS, TETHER_LISTENER_THREADS=str(THREADS),
+    p = ConfinedListenerProcess(listener_env, "capped", TETHER_LISTENER_THREADS=str(THREADS),
                         TETHER_LISTENER_MAX_CONNECTIONS="20",
                         TETHER_LISTENER_MAX_CONNECTIONS_PER_RUNTIME="20",
                         TETHER_LISTENER_HANDSHAKE_TIMEOUT_SECONDS="60")
