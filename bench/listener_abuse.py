@@ -25,15 +25,27 @@ the bounded worker, mTLS, the least-privilege Role), with the Deployment's setti
    429s of the legitimate runtimes (must be 0) and of the noisy ones.
 
 Load generators run in their own processes (spawn), so the legitimate client's timing is
-not distorted by their GIL. Prints a table; writes bench/results/listener_abuse.json.
+not distorted by their GIL. Placement (``--placement split``, the default where the machine
+has cpusets, testing/cpuset.py): the listener on the last core, this process (the legitimate
+client) and the generators on the others, the KCP plane unpinned; the noisy generators run
+at nice ``--nice`` (0) and the legitimate client's thread, while it measures, at
+``--client-nice`` (-10, root only), so that on their shared core it goes first, as if the
+generators were on another machine. The noisy runtime is paced at ``--noisy-times`` (100) times
+its limit (RATE x workers). Per condition: the listener's CPU share and each core's busy
+share. Prints the tables; writes bench/results/listener_abuse.json (``--out``) with the
+placement, commit, load average and command (bench/provenance.py); ``--report`` prints the
+tables of a result again.
 
     .venv/bin/python bench/listener_abuse.py [--short] [--workers 2] [--threads 16]
+    .venv/bin/python bench/listener_abuse.py --shapes "" --out bench/results/listener_abuse_noisy.json
+    .venv/bin/python bench/listener_abuse.py --report --out bench/results/listener_abuse_noisy.json
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import multiprocessing
 import os
@@ -47,7 +59,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.synchronize import Barrier as BarrierT
 from multiprocessing.synchronize import Event as EventT
 from typing import Any
@@ -292,14 +304,22 @@ def sample(pids: list[int], interval: float, barrier: BarrierT, stop: EventT,
     out.put({"per_pid": peak, "pod_rss": pod_rss, "pod_pss": pod_pss, "samples": samples})
 
 
-class Background:
-    """Processes started together behind one barrier, stopped by one event."""
+def niced(nice: int, fn: Callable[..., None], *args: Any) -> None:
+    """``fn(*args)`` at ``nice`` (a load generator yields its core to the measuring client)."""
+    os.nice(nice)
+    fn(*args)
 
-    def __init__(self, targets: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:
+
+class Background:
+    """Processes started together behind one barrier, stopped by one event; ``nice``: the
+    processes' nice value."""
+
+    def __init__(self, targets: list[tuple[Callable[..., None], tuple[Any, ...]]],
+                 nice: int = 0) -> None:
         self.stop = SPAWN.Event()
         self.out: Any = SPAWN.Queue()
         barrier = SPAWN.Barrier(len(targets) + 1)
-        self.procs = [SPAWN.Process(target=fn, args=(*args, barrier, self.stop, self.out),
+        self.procs = [SPAWN.Process(target=niced, args=(nice, fn, *args, barrier, self.stop, self.out),
                                     daemon=True) for fn, args in targets]
         for p in self.procs:
             p.start()
@@ -344,6 +364,21 @@ def pct(values: list[float], p: float) -> float:
 
 
 # -- the listener ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def priority(nice: int) -> Iterator[None]:
+    """The calling thread at ``nice`` (Linux: per thread), back to its own after."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except PermissionError:  # not root: a negative nice is not allowed; measured unchanged
+        nice = before
+    try:
+        yield
+    finally:
+        if nice != before:
+            os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
 def cpu_times(listener: int) -> dict[str, float]:
@@ -513,13 +548,13 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
     every: list[tuple[str, str, Callable[[], Background | None], float]] = [
         ("alone", "alone", lambda: None, 0.0),
         ("stalled", f"{args.stalled} stalled handshakes",
-         lambda: Background([(stall, (proc.port, args.stalled))]), 1.0),
+         lambda: Background([(stall, (proc.port, args.stalled))], args.nice), 1.0),
         ("noisy-rate", f"noisy: {args.noisy_threads} threads of small records{paced}",
          lambda: Background([(hammer, (proc.url, part, 0, pace))
-                             for part in split(noisy_jobs, 3)]), 1.0),
+                             for part in split(noisy_jobs, 3)], args.nice), 1.0),
         ("noisy-bodies", f"noisy: 3 MiB batches on {args.greedy_conns} connections",
          lambda: Background([(hammer, (proc.url, part, 0, 0.0))
-                             for part in split(greedy_jobs, 4)]), 2.0),
+                             for part in split(greedy_jobs, 4)], args.nice), 2.0),
     ]
     conditions = [c for c in every if c[0] == "alone" or c[0] in args.conditions.split(",")]
     lat: dict[str, list[float]] = {c[0]: [] for c in conditions}
@@ -542,8 +577,9 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
                 time.sleep(settle)
                 mine: list[float] = []
                 cpu0 = cpu_times(proc.proc.pid)
-                legit_run(proc, pool, sessions, f"{key}-{rnd}", per_slice, args.legit_rate,
-                          mine, stats[key])
+                with priority(args.client_nice):  # this thread only: nothing forks meanwhile
+                    legit_run(proc, pool, sessions, f"{key}-{rnd}", per_slice, args.legit_rate,
+                              mine, stats[key])
                 cpu[key].append(cpu_share(cpu0, cpu_times(proc.proc.pid)))
                 lat[key].extend(mine)
                 rounds_p99[key].append(round(pct(mine, 99) * 1000, 1))
@@ -622,6 +658,10 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument("--noisy-threads", type=int, default=24)
     ap.add_argument("--noisy-times", type=float, default=100.0,
                     help="the noisy runtime's pace, x its limit (RATE x workers); 0: flat out")
+    ap.add_argument("--nice", type=int, default=0, help="the noisy generators' nice value")
+    ap.add_argument("--client-nice", type=int, default=-10,
+                    help="the legitimate client's thread while it measures (root): on the "
+                         "generators' core it goes first, as if they were on another machine")
     ap.add_argument("--greedy-conns", type=int, default=128,
                     help="MAX_CONNECTIONS_PER_RUNTIME (64) x workers")
     args = ap.parse_args()
