@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from testing import controlplane, rawapi, watchenv
+from testing import controlplane, pollerenv, rawapi, watchenv
 from testing import listenerenv as lt
 from testing import webhookstack as stack
 from tether import apitypes, watches, watchwire
@@ -157,17 +157,8 @@ def put(core: client.CoreV1Api, namespace: str, name: str, data: dict[str, str],
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
                interval: float = 0.1, on_wait: Callable[[], None] | None = None) -> Any:
-    """``predicate()``'s first true value; ``on_wait`` between tries (e.g. write a probe)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = predicate()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        if on_wait is not None:
-            on_wait()
-        time.sleep(interval)
+    """``pollerenv.wait_until``, trying every 0.1 s."""
+    return pollerenv.wait_until(predicate, timeout, what, interval, on_wait)
 
 
 def wait_registered(env: lt.Env, core: client.CoreV1Api, rt: lt.Runtime, skr_namespace: str,
@@ -226,14 +217,7 @@ class InjectorProcess:
             conn.close()
 
     def metric(self, name: str, **labels: str) -> float:
-        total = 0.0
-        for line in self.get("/metrics")[1].splitlines():
-            if line.startswith("#") or not (line.startswith(name + "{") or line.startswith(name + " ")):
-                continue
-            head, value = line.rsplit(" ", 1)
-            if all(f'{k}="{v}"' in head for k, v in labels.items()):
-                total += float(value)
-        return total
+        return pollerenv.metric_sum(self.get("/metrics")[1], name, **labels)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""

@@ -109,15 +109,7 @@ class PollerProcess:
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of ``name`` whose labels include ``labels``."""
-        text = requests.get(self.url + "/metrics", timeout=5).text
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith("#") or not (line.startswith(name + "{") or line.startswith(name + " ")):
-                continue
-            head, value = line.rsplit(" ", 1)
-            if all(f'{k}="{v}"' in head for k, v in labels.items()):
-                total += float(value)
-        return total
+        return metric_sum(requests.get(self.url + "/metrics", timeout=5).text, name, **labels)
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -170,7 +162,9 @@ def kcp_state(env: Env, runtime_id: str, namespace: str) -> tuple[dict[tuple[str
     return live, dead
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2,
+               on_wait: Callable[[], None] | None = None) -> Any:
+    """``predicate()``'s first true value; ``on_wait`` between tries (e.g. write a probe)."""
     deadline = time.monotonic() + timeout
     while True:
         got = predicate()
@@ -178,5 +172,20 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
             return got
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        if on_wait is not None:
+            on_wait()
         time.sleep(interval)
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` in a Prometheus text exposition whose labels include
+    ``labels`` (``listenerenv.metric_value``: the one sample with exactly those labels)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not (line.startswith(name + "{") or line.startswith(name + " ")):
+            continue
+        head, value = line.rsplit(" ", 1)
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total
 

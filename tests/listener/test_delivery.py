@@ -27,6 +27,7 @@ from kubernetes import client
 
 from listener.fleet import heartbeat
 from listener.storage import records
+from testing.listenercalls import IMMEDIATE, running
 from testing.listenerenv import (
     RBAC_FILE,
     Env,
@@ -41,8 +42,7 @@ from tests.listener.test_storage import Janitor, eventually
 from tether import apitypes, certs, changes, delivery
 
 pytestmark = pytest.mark.slow
-FAST = {"TETHER_LISTENER_DELIVERY_FLUSH_SECONDS": "0",  # flush after every request
-        "TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS": "0"}
+FAST = IMMEDIATE  # flush after every request
 BOUND = 64 * 1024  # bytes: a RuntimeDelivery never grows past this, whatever a runtime sends
 
 
@@ -55,16 +55,12 @@ def env(listener_env: Env) -> Iterator[Env]:
 
 @pytest.fixture(scope="module")
 def listener_a(env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(env, "delivery-a", **FAST)
-    yield p
-    p.stop()
+    yield from running(env, "delivery-a")
 
 
 @pytest.fixture(scope="module")
 def listener_b(env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(env, "delivery-b", **FAST)
-    yield p
-    p.stop()
+    yield from running(env, "delivery-b")
 
 
 def _runtime(env: Env) -> Runtime:

@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import requests
 import yaml
 from kubernetes import client
 
 from listener.storage import records
 from testing import controlplane, watchenv
+from testing.listenercalls import post, running
 from testing.listenerenv import (
     COMPAT_WATCH,
     Env,
@@ -78,10 +78,7 @@ def spaces(listener_env: Env) -> Iterator[Spaces]:
 
 @pytest.fixture(scope="module")
 def listener(spaces: Spaces) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(spaces.env, "spaces", TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0",
-                        TETHER_LISTENER_DELIVERY_FLUSH_SECONDS="0")
-    yield p
-    p.stop()
+    yield from running(spaces.env, "spaces")
 
 
 def watch_of(spaces: Spaces, name: str) -> watches.Watch:
@@ -96,12 +93,6 @@ def record(rt: Runtime, w: watches.Watch, name: str, rv: int) -> dict[str, Any]:
          "metadata": {"namespace": "team-a", "name": name, "uid": "u-" + name,
                       "resourceVersion": str(rv)}}
     return dict(changes.from_object(o, watch=w, runtime_id=rt.id, source="webhook"))
-
-
-def post(p: ListenerProcess, rt: Runtime, *recs: dict[str, Any]) -> requests.Response:
-    doc: Any = recs[0] if len(recs) == 1 else changes.batch(list(recs))  # type: ignore[arg-type]
-    with rt.session() as s:
-        return s.post(f"{p.url}/v1/runtimes/{rt.id}/changes", json=doc, timeout=60)
 
 
 def get(p: ListenerProcess, rt: Runtime, path: str, **query: str) -> dict[str, Any]:

@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import requests
 from kubernetes import client
 
 from listener.fleet import heartbeat, watchlist
 from listener.storage import records
 from testing import controlplane, watchenv
+from testing.listenercalls import post, running, state
 from testing.listenerenv import (
     COMPAT_WATCH,
     Env,
@@ -70,10 +70,7 @@ def env(listener_env: Env) -> Iterator[Env]:
 
 @pytest.fixture(scope="module")
 def listener(env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(env, "watches", TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0",
-                        TETHER_LISTENER_DELIVERY_FLUSH_SECONDS="0")
-    yield p
-    p.stop()
+    yield from running(env, "watches")
 
 
 def runtime(env: Env, *, labels: dict[str, str] | None = None,
@@ -103,17 +100,6 @@ def obj(name: str, rv: int, kind: str = "ConfigMap", **fields: Any) -> dict[str,
 
 def v2(rt: Runtime, w: watches.Watch, o: dict[str, Any]) -> dict[str, Any]:
     return dict(changes.from_object(o, watch=w, runtime_id=rt.id, source="webhook"))
-
-
-def post(p: ListenerProcess, rt: Runtime, *recs: dict[str, Any]) -> requests.Response:
-    doc: Any = recs[0] if len(recs) == 1 else changes.batch(list(recs))  # type: ignore[arg-type]
-    with rt.session() as s:
-        return s.post(f"{p.url}/v1/runtimes/{rt.id}/changes", json=doc, timeout=60)
-
-
-def state(p: ListenerProcess, rt: Runtime, **query: str) -> requests.Response:
-    with rt.session() as s:
-        return s.get(f"{p.url}/v1/runtimes/{rt.id}/state", params=query, timeout=60)
 
 
 def refusals(p: ListenerProcess, reason: str) -> float:
