@@ -418,7 +418,8 @@ def start_listener(env: lt.Env, name: str, args: argparse.Namespace,
                    **extra: str) -> tuple[lt.ListenerProcess, list[int]]:
     prom = env.dir / f"prom-{name}"
     prom.mkdir()
-    proc = lt.ListenerProcess(
+    kind = lt.ConfinedListenerProcess if args.limits == "on" else lt.ListenerProcess
+    proc = kind(
         env, name, TETHER_LISTENER_WORKERS=str(args.workers),
         TETHER_LISTENER_THREADS=str(args.threads),
         TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME=str(args.in_flight),
@@ -433,6 +434,15 @@ def start_listener(env: lt.Env, name: str, args: argparse.Namespace,
         pids = workers_of(proc.proc.pid)
     args.placed.to_part(proc.proc.pid)  # and the workers forked before it was placed
     return proc, pids
+
+
+def limits_held(proc: lt.ListenerProcess) -> dict[str, Any]:
+    """The cgroup's peak and OOM kills of a confined listener (after it stopped)."""
+    u = proc.usage
+    if u is None:
+        return {"cgroup": "not confined"}
+    return {"cgroup": u.text(), "cgroup_oom_kills": u.oom_kills,
+            "cgroup_peak_mib": None if u.peak is None else round(u.peak / MIB, 1)}
 
 
 def log_findings(proc: lt.ListenerProcess, workers: int) -> dict[str, Any]:
@@ -514,7 +524,7 @@ def memory_shape(env: lt.Env, args: argparse.Namespace, shape: str,
             "pod_vs_limit": round(hwm_sum / LIMIT_MIB, 3),
             "samples": peaks["samples"],
             "listener_alive": alive, "workers_replaced": sorted(set(still) - set(pids)),
-            **log_findings(proc, args.workers)}
+            **log_findings(proc, args.workers), **limits_held(proc)}
 
 
 def legit_run(proc: lt.ListenerProcess, pool: list[lt.Runtime], sessions: list[requests.Session],
@@ -625,7 +635,7 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
     return {"rows": rows, "rounds": args.rounds,
             "pod_rss_peak_sampled_mib": round(peaks["pod_rss"] / MIB, 1),
             "pod_pss_peak_sampled_mib": round(peaks["pod_pss"] / MIB, 1),
-            **log_findings(proc, args.workers)}
+            **log_findings(proc, args.workers), **limits_held(proc)}
 
 
 def _arguments() -> argparse.Namespace:
@@ -637,6 +647,9 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument("--placement", choices=cpuset.KINDS, default="split",
                     help="split: the listener on the last core, this process and its load "
                          "generators on the others (cgroup cpusets); none: unpinned")
+    ap.add_argument("--limits", choices=("on", "off"), default="on",
+                    help="on: every listener in a cgroup with the Deployment's memory limit "
+                         "(768Mi); its peak and OOM kills in the results")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--in-flight", type=int, default=4, help="MAX_IN_FLIGHT_PER_RUNTIME")
@@ -769,6 +782,9 @@ def report(doc: dict[str, Any]) -> None:
         share = f"{busy['listener']:.0%}" if "listener" in busy else "-"
         print(f"| {r['condition']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['p50_ratio']:.2f} | "
               f"{r['p99_ratio']:.2f} | {rounds} | {r['legit_429']} | {share} | {cores} | {note} |")
+    for m in doc["memory"]:
+        print(f"  {m['shape']}: {m.get('cgroup', 'not recorded')}")
+    print(f"  fairness listener: {doc['fairness'].get('cgroup', 'not recorded')}")
     placed = doc.get("placement", {"kind": "none", "reason": "not recorded"})
     where = (f"split: listener on cpu {placed['part_cpus']}, generators on cpu "
              f"{placed['generator_cpus']}, KCP plane unpinned" if placed["kind"] == "split"
