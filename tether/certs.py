@@ -196,3 +196,20 @@ def client_context(
     if cert_file is not None:
         ctx.load_cert_chain(os.fspath(cert_file), None if key_file is None else os.fspath(key_file))
     return ctx
+
+
+def verify_failure(exc: BaseException) -> str:
+    """The certificate check that failed somewhere in ``exc``'s chain (requests wraps
+    urllib3 wraps ssl): OpenSSL's ``certificate is not yet valid`` (a clock behind the
+    issuer's), ``certificate has expired``, ...; '' when none did."""
+    todo, seen = [exc], set[int]()
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return str(e.verify_message or "certificate verify failed")
+        todo += [a for a in (*e.args, getattr(e, "reason", None), e.__cause__, e.__context__)
+                 if isinstance(a, BaseException)]
+    return ""

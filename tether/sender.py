@@ -122,9 +122,11 @@ def classify(status: int, headers: Mapping[str, str], body: bytes) -> Outcome:
 
 def transport_failure(exc: BaseException) -> Outcome:
     """Classify an exception raised before any response arrived (always retryable)."""
-    if isinstance(exc, requests.exceptions.SSLError):
-        reason = "tls"
-    elif isinstance(exc, requests.exceptions.Timeout):
+    if isinstance(exc, requests.exceptions.SSLError):  # the log names the failed check
+        check = certs.verify_failure(exc)
+        return Outcome("retryable", 0, "tls", None,
+                       f"{type(exc).__name__}: {check}" if check else type(exc).__name__, "")
+    if isinstance(exc, requests.exceptions.Timeout):
         reason = "timeout"
     else:
         reason = "connection"

@@ -104,3 +104,18 @@ def test_paths_quote_the_runtime_id() -> None:
     assert listenerapi.changes_path("rt-1") == "/v1/runtimes/rt-1/changes"
     assert listenerapi.state_path("rt-1", 10, "") == "/v1/runtimes/rt-1/state?limit=10"
     assert listenerapi.state_path("rt-1", 10, "a b") == "/v1/runtimes/rt-1/state?limit=10&continue=a+b"
+
+
+def test_a_failed_certificate_check_is_named() -> None:
+    """As requests raises it: SSLError(MaxRetryError(reason=urllib3 SSLError(ssl error)))."""
+    import ssl
+
+    import urllib3
+
+    check = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    check.verify_message = "certificate is not yet valid"
+    inner = urllib3.exceptions.SSLError(check)
+    exc = requests.exceptions.SSLError(urllib3.exceptions.MaxRetryError(None, "/", inner))  # type: ignore[arg-type]
+    out = sender.transport_failure(exc)
+    assert (out.reason, out.error) == ("tls", "SSLError: certificate is not yet valid")
+    assert sender.transport_failure(requests.exceptions.SSLError()).error == "SSLError"
