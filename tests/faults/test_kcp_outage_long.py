@@ -13,9 +13,10 @@ record ever went back to an older state (``testing.history``). Measured and repo
 the time to converge, and the request rate after recovery, as the listener received it
 (``tether_listener_requests_total``) and as the KCP apiserver served it on Tether's
 records (its ``apiserver_request_total``, which starts at 0 with the restarted process),
-and the listener's ``/readyz`` during the outage (it checks the KCP API: in a cluster its
-pods leave the Service; the suite's Service proxy does not follow readiness, so here the
-senders meet the listener's own 503 with ``Retry-After``).
+and the listener's ``/readyz`` during the outage (503: it checks the KCP API; in a cluster
+its pods still stay in the Service, as here: with the KCP apiserver down no readiness
+change reaches the Endpoints, so the senders meet the listener's own answers, 503 with
+``Retry-After`` or a heartbeat from its cache: ``test_kcp_outage_degrade``).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def test_kcp_apiserver_down_for_ten_scaled_minutes(
     try:
         time.sleep(OUTAGE / 2)
         kubectl = kubectl_writes(fskr, s)
-        assert s.listener is not None  # its readiness (a cluster's Service follows it)
+        assert s.listener is not None  # its readiness (reported: no Endpoints change without the apiserver)
         readyz = requests.get(s.listener.ops_url + "/readyz", timeout=10).status_code
         time.sleep(max(0.0, began + OUTAGE - time.monotonic()))
         during = len(w.writes)
