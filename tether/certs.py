@@ -201,7 +201,8 @@ def client_context(
 def verify_failure(exc: BaseException) -> str:
     """The certificate check that failed somewhere in ``exc``'s chain (requests wraps
     urllib3 wraps ssl): OpenSSL's ``certificate is not yet valid`` (a clock behind the
-    issuer's), ``certificate has expired``, ...; '' when none did."""
+    issuer's), ``certificate has expired``, ...; or the peer's alert that refused ours
+    (``tlsv1_alert_certificate_expired``); '' when none did."""
     todo, seen = [exc], set[int]()
     while todo:
         e = todo.pop()
@@ -210,6 +211,8 @@ def verify_failure(exc: BaseException) -> str:
         seen.add(id(e))
         if isinstance(e, ssl.SSLCertVerificationError):
             return str(e.verify_message or "certificate verify failed")
+        if isinstance(e, ssl.SSLError) and "CERTIFICATE" in str(e.reason or ""):  # an alert
+            return f"the peer refused our certificate ({str(e.reason).lower()})"
         todo += [a for a in (*e.args, getattr(e, "reason", None), e.__cause__, e.__context__)
                  if isinstance(a, BaseException)]
     return ""

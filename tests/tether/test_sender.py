@@ -119,3 +119,13 @@ def test_a_failed_certificate_check_is_named() -> None:
     out = sender.transport_failure(exc)
     assert (out.reason, out.error) == ("tls", "SSLError: certificate is not yet valid")
     assert sender.transport_failure(requests.exceptions.SSLError()).error == "SSLError"
+
+
+def test_a_refused_client_certificate_is_named() -> None:
+    """The listener's alert (TLS 1.3: read after the handshake) names why it refused ours."""
+    import ssl
+
+    alert = ssl.SSLError(1, "[SSL: TLSV1_ALERT_CERTIFICATE_EXPIRED] alert")
+    alert.reason = "TLSV1_ALERT_CERTIFICATE_EXPIRED"
+    out = sender.transport_failure(requests.exceptions.SSLError(alert))
+    assert out.error == "SSLError: the peer refused our certificate (tlsv1_alert_certificate_expired)"
