@@ -119,7 +119,8 @@ class Settings:
         P + "KCP_TIMEOUT_SECONDS", 10.0, "timeout of each KCP API call", minimum=0.5,
         maximum=120))
     retry_after: int = setting(config.integer(
-        P + "RETRY_AFTER_SECONDS", 5, "Retry-After of 503 answers", minimum=1, maximum=600,
+        P + "RETRY_AFTER_SECONDS", 5, "Retry-After of 503 answers (a KCP failure's spread "
+        "over this to twice this)", minimum=1, maximum=600,
         duration=True))
     kyma_cache_seconds: float = setting(config.seconds(
         P + "KYMA_CACHE_SECONDS", 10.0, "how long a Kyma CR lookup (also 'unknown') is cached",
