@@ -152,8 +152,7 @@ class Stack:
         }
         self.webhook: webhookstack.WebhookProcess | None = None
         self.vwc_name = f"tether-fault-{self.namespace}"
-        self.poller_env = pollerenv.poller_env(
-            self.runtime, self.proxy.url, skr, self.selector, self.namespace,
+        suite = dict(  # the suite's intervals; a test's ``poller`` settings replace them
             TETHER_POLLER_INTERVAL_SECONDS=str(POLL_INTERVAL),
             TETHER_POLLER_JITTER_SECONDS="0.3",
             TETHER_POLLER_LEASE_DURATION_SECONDS="3",
@@ -166,8 +165,10 @@ class Stack:
             TETHER_POLLER_RETRY_CAP_SECONDS="1",
             TETHER_POLLER_LIST_TIMEOUT_SECONDS="5",
             TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS="1",
-            TETHER_LISTENER_TIMEOUT_SECONDS="3",
-            **(poller or {}))
+            TETHER_LISTENER_TIMEOUT_SECONDS="3")
+        self.poller_env = pollerenv.poller_env(
+            self.runtime, self.proxy.url, skr, self.selector, self.namespace,
+            **{**suite, **(poller or {})})
         self.poller_count = pollers
         self.pollers: list[pollerenv.PollerProcess] = []
 
