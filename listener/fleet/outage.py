@@ -26,19 +26,24 @@ pod out). Every runtime's senders keep reaching it, and it answers what it safel
   A runtime this worker never read, or another identity: 503 as before.
 
 Not answered from caches: the full digest (``GET .../state``), buckets, anything that
-writes. Pure apart from the clock; bounded (``MAX_ENTRIES``, least recently used first).
+writes. Pure apart from the clock. Bounded: a summary is kept compressed (about 3 KB of
+its 5.6 KB of JSON: 256 hashes of 8 random bytes do not shrink further), at most
+``MAX_BYTES`` (32 MiB, about 10,000 runtimes) per worker, least recently read dropped
+first: beyond that a runtime is answered 503 as before.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-MAX_ENTRIES = 20_000
+MAX_BYTES = 32 * 1024 * 1024
 
 
 def retry_after(base: int, rng: Callable[[], float] = random.random) -> int:
@@ -53,17 +58,22 @@ class LastKnown:
     def __init__(self, stale: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.stale, self._clock = stale, clock
         self._lock = threading.Lock()
-        # (runtime ID, reported identity) -> (when read, the summary)
-        self._entries: OrderedDict[tuple[str, str], tuple[float, dict[str, Any]]] = OrderedDict()
+        # (runtime ID, reported identity) -> (when read, the summary's JSON, compressed)
+        self._entries: OrderedDict[tuple[str, str], tuple[float, bytes]] = OrderedDict()
+        self.bytes = 0
 
     def remember(self, runtime_id: str, identity: str, doc: dict[str, Any]) -> None:
         if self.stale <= 0:
             return
+        packed = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
+        key = (runtime_id, identity)
         with self._lock:
-            self._entries[(runtime_id, identity)] = (self._clock(), dict(doc))
-            self._entries.move_to_end((runtime_id, identity))
-            while len(self._entries) > MAX_ENTRIES:
-                self._entries.popitem(last=False)
+            old = self._entries.pop(key, None)
+            self.bytes += len(packed) - (0 if old is None else len(old[1]))
+            self._entries[key] = (self._clock(), packed)
+            while self.bytes > MAX_BYTES:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.bytes -= len(dropped)
 
     def recall(self, runtime_id: str, identity: str) -> dict[str, Any] | None:
         """The summary last read for ``runtime_id`` under ``identity`` when it is at most
@@ -72,4 +82,5 @@ class LastKnown:
             hit = self._entries.get((runtime_id, identity))
         if hit is None or self._clock() - hit[0] > self.stale:
             return None
-        return dict(hit[1])
+        doc: dict[str, Any] = json.loads(zlib.decompress(hit[1]))
+        return doc

@@ -35,7 +35,7 @@ def test_off_remembers_nothing() -> None:
     assert last.recall("rt-1", "") is None
 
 
-def test_the_newest_read_wins_and_the_map_is_bounded() -> None:
+def test_the_newest_read_wins_and_the_memory_is_bounded() -> None:
     clock = Clock()
     last = outage.LastKnown(60, clock)
     last.remember("rt-1", "", {"epoch": 1})
@@ -43,14 +43,26 @@ def test_the_newest_read_wins_and_the_map_is_bounded() -> None:
     last.remember("rt-1", "", {"epoch": 2})
     clock.now += 50  # 100 s after the first read, 50 s after the second
     assert last.recall("rt-1", "") == {"epoch": 2}
+    one = last.bytes
     small = outage.LastKnown(60, clock)
-    old, outage.MAX_ENTRIES = outage.MAX_ENTRIES, 2
+    old, outage.MAX_BYTES = outage.MAX_BYTES, 2 * one
     try:
         for rid in ("a", "b", "c"):
-            small.remember(rid, "", {"r": rid})
+            small.remember(rid, "", {"epoch": 2})
     finally:
-        outage.MAX_ENTRIES = old
-    assert small.recall("a", "") is None and small.recall("c", "") == {"r": "c"}
+        outage.MAX_BYTES = old
+    assert small.bytes <= 2 * one
+    assert small.recall("a", "") is None and small.recall("c", "") == {"epoch": 2}
+
+
+def test_a_summary_is_kept_compressed_in_about_3_kb() -> None:
+    doc = {"bucketCount": 256, "hashes": [f"{(i * 0x9E3779B97F4A7C15) % 2**64:016x}"
+                                          for i in range(256)],
+           "counts": [i % 40 for i in range(256)], "epoch": 3}
+    last = outage.LastKnown(60, Clock())
+    last.remember("rt-1", "cluster-a", doc)
+    assert last.recall("rt-1", "cluster-a") == doc
+    assert last.bytes < 3500, last.bytes  # 10,000 runtimes in the 32 MiB bound
 
 
 def test_retry_after_is_spread_over_base_to_twice_base() -> None:
