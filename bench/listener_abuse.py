@@ -650,6 +650,8 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument("--limits", choices=("on", "off"), default="on",
                     help="on: every listener in a cgroup with the Deployment's memory limit "
                          "(768Mi); its peak and OOM kills in the results")
+    ap.add_argument("--kcp-placement", choices=("unpinned", "part"), default="unpinned",
+                    help="the KCP plane's processes: unpinned, or on the listener's core")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--in-flight", type=int, default=4, help="MAX_IN_FLIGHT_PER_RUNTIME")
@@ -697,6 +699,10 @@ def main() -> int:
         args.placed = cpuset.placement(args.placement, "listener-abuse")
         try:
             args.placed.to_generator(os.getpid())  # and the generators it spawns from now on
+            if args.kcp_placement == "part":  # the KCP apiserver and etcd next to the listener
+                assert kcp._apiserver is not None and kcp._etcd is not None
+                args.placed.to_part(kcp._apiserver.popen.pid)
+                args.placed.to_part(kcp._etcd.popen.pid)
             print(args.placed.text(), flush=True)
             fair, memory = run(kcp, pathlib.Path(tmp), args, shapes)
         finally:
@@ -786,8 +792,9 @@ def report(doc: dict[str, Any]) -> None:
         print(f"  {m['shape']}: {m.get('cgroup', 'not recorded')}")
     print(f"  fairness listener: {doc['fairness'].get('cgroup', 'not recorded')}")
     placed = doc.get("placement", {"kind": "none", "reason": "not recorded"})
+    kcp = "on the listener's core" if st.get("kcp_placement") == "part" else "unpinned"
     where = (f"split: listener on cpu {placed['part_cpus']}, generators on cpu "
-             f"{placed['generator_cpus']}, KCP plane unpinned" if placed["kind"] == "split"
+             f"{placed['generator_cpus']}, KCP plane {kcp}" if placed["kind"] == "split"
              else f"none ({placed['reason']})")
     print(f"\nplacement: {where}")
     print(provenance.footer(doc))
