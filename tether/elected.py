@@ -40,7 +40,7 @@ import prometheus_client as prom
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 
-from tether import apitypes, config, gateway, leader, logs, ops
+from tether import apitypes, clockstep, config, gateway, leader, logs, ops
 
 
 class Startable(Protocol):
@@ -266,10 +266,12 @@ def run_elected(part: ElectedPart) -> int:
     signal.signal(signal.SIGINT, stop)
     server.start()
     elected.start()
+    guard = clockstep.Guard([part.scheduler]).start()  # a clock stepped back pauses no run
     part.announce()
     done.wait()
     part.log.info(part.stopping, {"log": part.log.name, "signal": received[0]})
     elected.stop()
+    guard.stop()
     if part.scheduler.running:
         part.scheduler.shutdown(wait=True)
     server.stop()

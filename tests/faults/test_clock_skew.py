@@ -20,8 +20,8 @@ Where a runtime's parts use the wall clock, and what decides with it:
   the clock is corrected (asserted). A connection opened before the rotation keeps working
   (the check is made at the handshake).
 * The pollers' schedule (APScheduler) runs on the wall clock: a clock *stepped* back by N
-  pauses the poll job for N (seen while writing this test; a skew present from the start,
-  as here, does not).
+  paused the poll job for N (seen while writing these tests); ``tether.clockstep`` now
+  runs the pushed jobs at once (the last test; it fails without the guard).
 * Heartbeats and silence: the listener writes the runtime's heartbeat Lease with its own
   clock when the runtime authenticates, so skew alone never makes a runtime silent
   (asserted). The pollers' Lease is written and read by the runtime's pollers alone, on
@@ -183,3 +183,48 @@ def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.25)
+
+
+def test_runtime_clock_stepped_back_does_not_pause_the_poller(
+        stack: MakeStack, report: Report, tmp_path: Any) -> None:
+    """A node's clock 10 minutes ahead stepped back to the right time while the pollers run
+    (NTP correcting it): APScheduler's next run is a wall-clock time, so without
+    ``tether.clockstep`` the poll job would wait the 10 minutes; with it, runs go on within
+    a few intervals. (Stepped back *behind* the KCP by more than the backdate, every call
+    would fail TLS instead: the test above.)"""
+    skew = clockskew.Skew(tmp_path, AHEAD)
+    s = skewed(stack, skew)
+    leader = _leader(s)
+    ok = {"kind": "interval", "outcome": "ok"}
+    _wait(lambda: leader.metric("tether_poller_runs_total", **ok) >= 1, 60, "a first poll run")
+    hist = History(s.env.api, s.env.namespace, s.runtime.id, s.namespace).start()
+    w = Workload(s.core, s.namespace, s.labels, rate=5).start()
+    began = time.monotonic()
+    skew.set(0)
+    time.sleep(clockskew.REFRESH_SECONDS + 1)  # the processes read the new offset
+    before = leader.metric("tether_poller_runs_total", **ok)
+    _wait(lambda: leader.metric("tether_poller_runs_total", **ok) >= before + 2, 60,
+          f"two poll runs after the clock was stepped back {AHEAD / 60:.0f} min:\n{s.logs()}")
+    resumed = time.monotonic() - began
+    assert "stepped back" in leader.log(), "the poller did not say its clock was stepped back"
+    last = w.stop()
+    assert not w.failed(), f"customer writes failed: {w.failed()[:3]}; {w.summary()}"
+    w.check_runtime()
+    converged = s.wait_converged(last, timeout=60)
+    history = hist.stop()
+    report(fault=f"SKR clock {AHEAD / 60:.0f} min ahead stepped back to the KCP's while polling",
+           writes=len(w.writes), failed=len(w.failed()), retried=len(w.retried()),
+           fault_seconds=round(last - began, 1), after_fault_seconds=round(converged, 1),
+           converged_seconds=round(converged, 1), history=history,
+           poll_runs_resumed_seconds=round(resumed, 1))
+
+
+def _leader(s: Stack) -> Any:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = s.leader()
+        if found is not None:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"no poller leads after 60 s:\n{s.logs()}")
+
