@@ -30,7 +30,7 @@ import requests.adapters
 from tether import certs, changes, config, listenerapi, logs, numbers, tlsreload, tracing
 
 Verdict = Literal["ok", "retryable", "permanent"]
-RETRYABLE_STATUS = frozenset({408, 429})
+RETRYABLE_STATUS = frozenset({408, 421, 429})  # 421: again on a new connection
 MAX_RETRY_AFTER = 300.0
 DEFAULT_MAX_BATCH_BYTES = 2 * 1024 * 1024  # below the listener's default 3 MiB cap
 MAX_BATCH_ITEMS = 500

@@ -87,7 +87,7 @@ class Metrics:
             f"{NS}_connection_refusals",
             "Connections closed by a limit before a request was served, by reason "
             "(connection_cap, peer_connection_cap, handshake_timeout, head_timeout, "
-            "head_too_large, tls_refused)", ["reason"], registry=r)
+            "head_too_large, tls_refused, certificate_expired: after the handshake)", ["reason"], registry=r)
         self.limits = Gauge(f"{NS}_limit",
                             "Effective limits of one worker process (see docs/listener.md for how "
                             "they add up across workers and replicas)", ["name"],

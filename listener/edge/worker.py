@@ -9,12 +9,17 @@ flood from the internet cannot flood the audit log. No certificate content is lo
 gunicorn's 501 for an unsupported Transfer-Encoding is answered 400 instead (a client's
 mistake is never a 5xx). A 429 answered in the main loop counts as throttled in the
 runtime's delivery counts (``listener.fleet.deliveries``), which the worker flushes at exit.
+A request on a connection whose client certificate expired after the handshake is answered
+421 and the connection closed (``connection_refusals_total{reason="certificate_expired"}``):
+a keep-alive connection used more often than its idle timeout would otherwise outlive the
+certificate for good.
 """
 
 from __future__ import annotations
 
 import re
 import ssl
+import time
 from typing import Any
 
 from gunicorn import util
@@ -52,7 +57,36 @@ _RUNTIME_REQUEST = re.compile(rb"(POST|GET) /v1/runtimes/([A-Za-z0-9_.-]{1,63})/
 _RATE_LIMITED_HEAD = (b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
                       b"Cache-Control: no-store\r\nRetry-After: %d\r\n")
 _RATE_LIMITED_BODY = b'{"details":"per-runtime rate exceeded","error":"rate limited"}\n'
+# a verified client certificate that expired after its connection's handshake: the request
+# is refused and the connection closed, so that the sender connects again (its handshake is
+# then refused as certificate_expired, or succeeds with the renewed certificate)
+_EXPIRED_HEAD = (b"HTTP/1.1 421 Misdirected Request\r\nContent-Type: application/json\r\n"
+                 b"Cache-Control: no-store\r\nConnection: close\r\n")
+_EXPIRED_BODY = (b'{"details":"the client certificate of this connection expired after its handshake; '
+                 b'connect again","error":"certificate expired"}\n')
 EXIT_FLUSH_SECONDS = 5.0  # delivery counts still in memory at worker exit (listener.fleet.deliveries)
+
+
+def expired(not_after: str | None, now: float) -> bool:
+    """Whether a connection's verified client certificate (``getpeercert()['notAfter']``)
+    has expired by ``now`` (pure): the handshake checked it once, a keep-alive connection
+    outlives it."""
+    if not not_after:
+        return False
+    try:
+        return ssl.cert_time_to_seconds(not_after) < now
+    except ValueError:
+        return False
+
+
+def _not_after(sock: Any) -> str | None:
+    if not isinstance(sock, ssl.SSLSocket):
+        return None
+    try:
+        value = (sock.getpeercert() or {}).get("notAfter")
+    except (ValueError, OSError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 class ListenerWorker(httpworker.BoundedWorker):
@@ -86,6 +120,9 @@ class ListenerWorker(httpworker.BoundedWorker):
         key = conn.key or ""
         if not key.startswith("cn:"):  # only a verified runtime's own bucket is consulted
             return None
+        if expired(_not_after(conn.sock), time.time()):
+            self.on_refused("certificate_expired", httpconn.peer_address(conn.client))
+            return _EXPIRED_HEAD, _EXPIRED_BODY
         m = _RUNTIME_REQUEST.match(conn.buf)
         if m is None or m.group(2).decode() != key[3:]:
             return None  # another runtime's path: the application answers it 403
