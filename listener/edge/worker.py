@@ -71,22 +71,33 @@ def expired(not_after: str | None, now: float) -> bool:
     """Whether a connection's verified client certificate (``getpeercert()['notAfter']``)
     has expired by ``now`` (pure): the handshake checked it once, a keep-alive connection
     outlives it."""
+    at = not_after_seconds(not_after)
+    return at is not None and at < now
+
+
+def not_after_seconds(not_after: str | None) -> float | None:
     if not not_after:
-        return False
+        return None
     try:
-        return ssl.cert_time_to_seconds(not_after) < now
+        return float(ssl.cert_time_to_seconds(not_after))
     except ValueError:
-        return False
+        return None
 
 
-def _not_after(sock: Any) -> str | None:
-    if not isinstance(sock, ssl.SSLSocket):
-        return None
-    try:
-        value = (sock.getpeercert() or {}).get("notAfter")
-    except (ValueError, OSError):
-        return None
-    return value if isinstance(value, str) else None
+def _expires_at(conn: Any) -> float | None:
+    """The connection's client certificate's notAfter (epoch seconds), read once per
+    connection (its certificate cannot change: no renegotiation)."""
+    at = getattr(conn, "client_not_after", False)
+    if at is False:
+        sock, text = conn.sock, None
+        if isinstance(sock, ssl.SSLSocket):
+            try:
+                value = (sock.getpeercert() or {}).get("notAfter")
+            except (ValueError, OSError):
+                value = None
+            text = value if isinstance(value, str) else None
+        at = conn.client_not_after = not_after_seconds(text)
+    return at if isinstance(at, float) else None
 
 
 class ListenerWorker(httpworker.BoundedWorker):
@@ -120,7 +131,7 @@ class ListenerWorker(httpworker.BoundedWorker):
         key = conn.key or ""
         if not key.startswith("cn:"):  # only a verified runtime's own bucket is consulted
             return None
-        if expired(_not_after(conn.sock), time.time()):
+        if (at := _expires_at(conn)) is not None and at < time.time():
             self.on_refused("certificate_expired", httpconn.peer_address(conn.client))
             return _EXPIRED_HEAD, _EXPIRED_BODY
         m = _RUNTIME_REQUEST.match(conn.buf)

@@ -29,3 +29,14 @@ def test_the_listeners_answer_makes_the_senders_retry_on_a_new_connection() -> N
     outcome = sender.classify(421, {}, worker._EXPIRED_BODY)
     assert outcome.verdict == "retryable" and outcome.error == "certificate expired", outcome
     assert sender.classify(401, {}, b"{}").verdict == "permanent"  # unchanged
+
+
+def test_the_not_after_is_read_once_per_connection() -> None:
+    class Conn:
+        sock = None  # not TLS: no certificate, nothing to refuse
+        client_not_after: float | None  # set by the first request
+
+    conn = Conn()
+    assert worker._expires_at(conn) is None and conn.client_not_after is None
+    conn.client_not_after = float(ssl.cert_time_to_seconds(NOT_AFTER))  # as read at the first request
+    assert worker._expires_at(conn) == ssl.cert_time_to_seconds(NOT_AFTER)
