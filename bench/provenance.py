@@ -1,7 +1,7 @@
 """What every benchmark's JSON records of its run (docs/performance.md): the commit, the
 machine's 1-minute load average before and after, and the command (shell-quoted, so it can
 be pasted back); and the line that prints them under a table. A JSON written before a bench
-recorded these gets a footer that says so, with the date it was run before."""
+recorded these gets a footer that says so: run before SINCE, the day they began to."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
+SINCE = "2026-12-04"  # commit 4cb5216: the first bench recording its commit, load and command
 
 
 class Start(NamedTuple):
@@ -46,21 +47,8 @@ def recorded(doc: dict[str, Any]) -> bool:
     return all(key in doc for key in ("commit", "load_average_1m", "command"))
 
 
-def footer(doc: dict[str, Any], path: pathlib.Path | None = None) -> str:
-    """The line under a table printed from `doc` (read from `path`, if given)."""
+def footer(doc: dict[str, Any]) -> str:
+    """The line under a table printed from `doc`."""
     if recorded(doc):
         return f"commit {doc['commit']}, load average {doc['load_average_1m']}, command: {doc['command']}"
-    return f"provenance: not recorded (run before {run_before(doc, path)})"
-
-
-def run_before(doc: dict[str, Any], path: pathlib.Path | None) -> str:
-    """The run's date if the JSON holds one, else the date its file was first committed."""
-    when = doc.get("when")
-    if isinstance(when, str) and when:
-        return when[:10]
-    if path is not None:
-        dates = subprocess.run(["git", "log", "--format=%cs", "--", str(path)], cwd=REPO,
-                               capture_output=True, text=True, check=False).stdout.split()
-        if dates:
-            return dates[-1]
-    return "provenance was recorded"
+    return f"provenance: not recorded (run before {SINCE})"
