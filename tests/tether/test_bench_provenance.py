@@ -1,0 +1,111 @@
+"""docs/performance.md's tables cite the runs they were printed from (issue 26, item 6).
+
+Every bench/results/*.json records its commit, load average and command (bench/provenance.py)
+or is allowed below, with the reason; every footer under a table in docs/performance.md is
+the footer of the JSON named nearest above it, so a table never cites a JSON that holds
+another run; and every JSON that records its run has its footer in the docs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import re
+from types import ModuleType
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results"
+DOCS = REPO / "docs" / "performance.md"
+
+# Written before the benches recorded provenance (2026-12-04) and not re-run since (the
+# machine is shared; re-running these long benches only to stamp them is not worth their
+# load). Each leaves this list when its bench is re-run.
+NOT_RECORDED = {
+    "admin_pages": "run 2026-12-02, before provenance",
+    "compass_outage": "run 2026-11-30, before provenance",
+    "compass_ready": "run 2026-11-30, before provenance; its measurement is being changed (issue 26 item 5)",
+    "e2e": "run 2026-12-02, before provenance",
+    "enroller_scale": "run 2026-12-01, before provenance",
+    "fleet_sim": "run 2026-12-02, before provenance",
+    "listener_abuse": "run 2026-12-01, before provenance",
+    "listener_abuse_fairness": "run 2026-12-01, before provenance",
+    "listener_create": "run 2026-12-02, before provenance; its baseline is being changed (issue 26 item 6)",
+    "listener_fuzz": "run 2026-12-01, before provenance",
+    "listener_throughput": "run 2026-12-01, before provenance",
+    "poller_antientropy": "run 2026-12-02, before provenance",
+    "poller_antientropy_55000": "run 2026-12-02, before provenance",
+    "poller_run": "run 2026-12-01, before provenance",
+    "soak": "run 2026-12-02, before provenance",
+    "webhook_admission_keys1": "run 2026-11-30, before provenance",
+    "webhook_admission_keys50": "run 2026-11-30, before provenance",
+    "webhook_propagation": "run 2026-12-02, before provenance",
+}
+
+FOOTER = re.compile(r"^(commit \S+, load average \[.*\], command: .*|provenance: not recorded \(run before .*\))$")
+CITED = re.compile(r"bench/results/([A-Za-z0-9_]+)\.json")
+
+
+def provenance() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_provenance", REPO / "bench" / "provenance.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def results() -> dict[str, dict[str, Any]]:
+    return {path.stem: json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))}
+
+
+def footers(text: str) -> list[tuple[str | None, int, str]]:
+    """(the JSON named nearest above, line number, footer) for every footer line of `text`."""
+    cited: str | None = None
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if FOOTER.match(line.strip()):
+            found.append((cited, number, line.strip()))
+        names = CITED.findall(line)
+        if names:
+            cited = names[-1]
+    return found
+
+
+def test_footers_are_found_and_name_their_json() -> None:
+    text = "Results (`bench/results/a.json`):\n\n    x 1\n    commit abc, load average [1.0, 2.0], command: bench/a.py\n" \
+           "see bench/results/b.json\nprovenance: not recorded (run before 2026-12-04)\n"
+    assert footers(text) == [("a", 4, "commit abc, load average [1.0, 2.0], command: bench/a.py"),
+                             ("b", 6, "provenance: not recorded (run before 2026-12-04)")]
+
+
+def test_the_command_is_recorded_shell_quoted() -> None:
+    assert provenance().command(["/x/bench/listener_abuse.py", "--shapes", "", "--out", "a b.json"]) == \
+        "bench/listener_abuse.py --shapes '' --out 'a b.json'"
+
+
+def test_every_result_records_its_run_or_is_allowed_with_a_reason() -> None:
+    recorded = provenance().recorded
+    docs = results()
+    missing = sorted(name for name, doc in docs.items() if not recorded(doc) and name not in NOT_RECORDED)
+    assert not missing, f"bench/results JSONs without commit/load_average_1m/command: {missing}"
+    stale = sorted(name for name in NOT_RECORDED if name not in docs or recorded(docs[name]))
+    assert not stale, f"allowed without provenance but gone or now recorded (remove from NOT_RECORDED): {stale}"
+
+
+def test_every_footer_in_the_docs_is_the_footer_of_the_json_it_cites() -> None:
+    footer = provenance().footer
+    docs = results()
+    wrong = []
+    for cited, number, line in footers(DOCS.read_text()):
+        if cited is None or cited not in docs:
+            wrong.append(f"line {number}: no bench/results JSON named above it ({cited})")
+        elif footer(docs[cited]) != line:
+            wrong.append(f"line {number}: {line!r} but bench/results/{cited}.json holds {footer(docs[cited])!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_recorded_json_has_its_footer_in_the_docs() -> None:
+    recorded = provenance().recorded
+    shown = {cited for cited, _, _ in footers(DOCS.read_text())}
+    absent = sorted(name for name, doc in results().items() if recorded(doc) and name not in shown)
+    assert not absent, f"JSONs whose run no table in docs/performance.md cites with its footer: {absent}"
