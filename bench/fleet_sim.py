@@ -53,7 +53,6 @@ import asyncio
 import base64
 import concurrent.futures
 import dataclasses
-import datetime
 import json
 import os
 import pathlib
@@ -72,6 +71,8 @@ from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import provenance  # noqa: E402
 
 from tether import apitypes, certs, changes  # noqa: E402
 
@@ -686,13 +687,15 @@ def main(argv: list[str]) -> int:
         return child(*args.child)
     if args.report:
         print(tables(json.loads(args.out.read_text())))
+        print(provenance.footer(json.loads(args.out.read_text())))
         return 0
 
     from testing import compassenv, controlplane
     from testing import listenerenv as lt
 
     started = time.monotonic()
-    load_start = os.getloadavg()[0]
+    began = provenance.start()
+    load_start = began.load
     steps1 = parse_steps(args.steps, args.noisy_rate)
     steps2 = parse_steps(args.steps2, args.noisy_rate)
     n_max = max([args.runtimes] + [s[0] for s in steps1 + steps2])
@@ -729,11 +732,9 @@ def main(argv: list[str]) -> int:
                "etcd_rss_mib_end": round(rss_bytes(kcp._etcd.popen.pid) / 2**20)}
         api.close()
     result = {
-        "benchmark": "fleet_sim",
-        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **provenance.stamp("fleet_sim", began),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "kube_apiserver": controlplane.kube_apiserver_version(),
-                    "load_average_1m": [round(load_start, 1), round(os.getloadavg()[0], 1)]},
+                    "kube_apiserver": controlplane.kube_apiserver_version()},
         "settings": {"poll_seconds": POLL_SECONDS, "change_minutes": args.change_minutes,
                      "idle_seconds": IDLE_SECONDS, "noisy": args.noisy,
                      "noisy_rate": args.noisy_rate, "step_seconds": args.step_seconds,
@@ -747,11 +748,11 @@ def main(argv: list[str]) -> int:
                                        if x["replicas"] == r and x["broken"]), None)
                          for r in (1, 2)},
         "seconds_total": round(time.monotonic() - started, 1),
-        "command": "python bench/fleet_sim.py " + " ".join(argv),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(tables(result))
+    print(provenance.footer(result))
     print(f"first broken step: {result['first_broken']}; total {result['seconds_total']} s; load "
           f"average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     return 0
