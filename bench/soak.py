@@ -67,6 +67,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from compass import model  # noqa: E402
@@ -625,6 +626,7 @@ def main() -> None:
     srv = server_mod.DirectorServer(store, cert, key).start()
     store.connector_url = f"{srv.url}/connector/graphql"
     director = compassenv.Director(srv, ca)
+    began = provenance.start()
     started = datetime.datetime.now(datetime.UTC)
     with controlplane.planes("soak-skr", "soak-kcp") as planes:
         skr, kcp = planes["soak-skr"], planes["soak-kcp"]
@@ -664,7 +666,7 @@ def main() -> None:
     samples = sampler.samples
     rows = flatness(samples, args.minutes)
     out = {
-        "benchmark": "soak", "started": started.isoformat(timespec="seconds"),
+        **provenance.stamp("soak", began), "benchmark": "soak", "started": started.isoformat(timespec="seconds"),
         "machine": f"{platform.node()}, {os.cpu_count()} cores shared with other runs",
         "args": {k: str(v) if isinstance(v, pathlib.Path) else v for k, v in vars(args).items()},
         "customer": {"rate_per_second": args.rate, "keys": 40, "summary": workload,
@@ -690,6 +692,8 @@ def main() -> None:
     print(fault_table(soak.faults))
     print()
     print(table(rows, args.minutes))
+    print()
+    print(provenance.footer(out))
     print(f"\nwrote {args.results}, {args.images}/soak-memory.png, soak-open-files.png")
 
 
@@ -705,6 +709,8 @@ def report(out: dict[str, Any], images: pathlib.Path) -> None:
     print(fault_table(out["faults"]))
     print()
     print(table(flatness(out["samples"], minutes), minutes))
+    print()
+    print(provenance.footer(out))
 
 
 if __name__ == "__main__":
