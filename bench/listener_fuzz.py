@@ -6,15 +6,16 @@ the listener (gunicorn, mTLS, the least-privilege Role), then runs the state mac
 document's link; checks: not_a_server_error, status_code_conformance,
 content_type_conformance, response_schema_conformance) for ``--examples`` scenarios of up
 to ``--steps`` calls each. Prints a table of answers by operation and status and writes
-bench/results/listener_fuzz.json. Exits 1 when schemathesis found a failure.
+bench/results/listener_fuzz.json (``--out``) with the commit, load average and command
+(bench/provenance.py). Exits 1 when schemathesis found a failure.
 
     .venv/bin/python bench/listener_fuzz.py [--examples 300] [--steps 10]
+    .venv/bin/python bench/listener_fuzz.py --report [--out FILE]   # docs/performance.md's table
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import pathlib
@@ -23,10 +24,13 @@ import sys
 import tempfile
 import time
 import traceback
+from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+
+import provenance  # noqa: E402
 
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lt  # noqa: E402
@@ -35,11 +39,36 @@ from testing import schemafuzz as st  # noqa: E402
 RESULTS = REPO / "bench" / "results" / "listener_fuzz.json"
 
 
+def table(doc: dict[str, Any]) -> str:
+    """docs/performance.md's table: answers by operation (POST first) and status."""
+    counts: dict[str, dict[str, int]] = {}
+    for key, n in doc["statuses"].items():
+        op, status = key.rsplit(" ", 1)
+        counts.setdefault(op, {})[status] = n
+    statuses = sorted({s for by in counts.values() for s in by}, key=int)
+    lines = ["| operation | " + " | ".join(statuses) + " |", "|---|" + "---:|" * len(statuses)]
+    for op in sorted(counts, reverse=True):
+        lines.append(f"| {op} | " + " | ".join(str(counts[op].get(s, "—")) for s in statuses) + " |")
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(table(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--examples", type=int, default=300)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args()
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
+    began = provenance.start()
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     failure = ""
@@ -69,8 +98,8 @@ def main() -> int:
     print(f"{'total':<45} {'':>6} {calls:>8}")
     print(f"examples {args.examples}, steps <= {args.steps}, {seconds:.0f} s, 5xx {server_errors}, "
           f"failure: {failure.splitlines()[0] if failure else 'none'}")
-    RESULTS.write_text(json.dumps({
-        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    doc = {
+        **provenance.stamp("listener_fuzz", began),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_before": round(load_before, 2)},
         "examples": args.examples, "max_steps": args.steps, "calls": calls,
@@ -78,7 +107,9 @@ def main() -> int:
         "checks": [c.__name__ for c in st.CHECKS], "statuses": dict(sorted(statuses.items())),
         "server_errors": server_errors, "unexpected_errors_logged": unexpected,
         "failure": failure,
-    }, indent=2) + "\n")
+    }
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    report(doc)
     return 1 if failure or server_errors or unexpected else 0
 
 
