@@ -14,12 +14,15 @@ schedules) over them:
   one request per 500 objects and left out of the model.
 
     .venv/bin/python bench/enroller_scale.py [--runtimes 10] [--concurrency 8] [--steady 3]
+    .venv/bin/python bench/enroller_scale.py --report [--out FILE]   # docs/performance.md's table
+
+The JSON (``--out``, bench/results/enroller_scale.json) records the commit, load average and
+command (bench/provenance.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
 import math
@@ -33,6 +36,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from enroller import metrics, reconcile  # noqa: E402
@@ -48,12 +52,41 @@ def counter(e: reconcile.Enroller, verb: str) -> float:
     return float(e.stats.requests.labels(verb)._value.get())
 
 
+def table(doc: dict[str, Any]) -> str:
+    """docs/performance.md's table: the first run and the median steady run."""
+    steady = doc["steady_runs"]
+
+    def median(key: str) -> float:
+        return float(sorted(x[key] for x in steady)[len(steady) // 2])
+    return "\n".join([
+        "| run | runtimes | seconds | reads per runtime | writes per runtime |",
+        "|---|---|---|---|---|",
+        f"| first (install: certificates issued, bundle applied) | {doc['runtimes']} | "
+        f"{doc['first_run_seconds']:.2f} | {doc['first_run_reads_per_runtime']:g} | "
+        f"{doc['first_run_writes_per_runtime']:g} |",
+        f"| steady (nothing changed), median of {len(steady)} | {doc['runtimes']} | "
+        f"{doc['steady_run_seconds_median']:.3f} | {median('reads_per_runtime'):g} | "
+        f"{median('writes_per_runtime'):g} |"])
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(table(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runtimes", type=int, default=10)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--steady", type=int, default=3)
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args(argv)
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
+    began = provenance.start()
     logging.basicConfig(level=logging.WARNING)
     t0 = time.monotonic()
     names = ["kcp"] + [f"r{i}" for i in range(args.runtimes)]
@@ -110,8 +143,7 @@ def main(argv: list[str]) -> int:
     per_wave = first_s / waves
     steady_s = sorted(x["seconds"] for x in steady)[len(steady) // 2]
     result: dict[str, Any] = {
-        "command": "bench/enroller_scale.py " + " ".join(argv),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        **provenance.stamp("enroller_scale", began),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "runtimes": args.runtimes, "concurrency": args.concurrency,
         "first_run_seconds": round(first_s, 2),
@@ -134,8 +166,9 @@ def main(argv: list[str]) -> int:
           f"steady run {result['kcp_status_writes_after_the_first_steady_run']}; 1,000 runtimes extrapolated: "
           f"{result['extrapolated_seconds_for_1000']} s ({math.ceil(1000 / args.concurrency)} waves of "
           f"{per_wave:.2f} s)")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    report(result)
     return 0
 
 
