@@ -13,15 +13,19 @@ Reported: Director requests per second during the outage, ratio baseline ÷ meas
 and seconds from recovery to all Ready (no duplicates checked).
 
     .venv/bin/python bench/compass_outage.py [--kymas 100] [--outage 15]
+    .venv/bin/python bench/compass_outage.py --report [--out FILE]   # docs/performance.md's table
+
+The JSON (``--out``, bench/results/compass_outage.json) records the commit, load average and
+command (bench/provenance.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
 import os
+import pathlib
 import platform
 import sys
 import time
@@ -30,6 +34,8 @@ from typing import Any
 from compass_ready import REPO, Director, setup
 
 sys.path.insert(0, str(REPO))
+
+import provenance  # noqa: E402
 
 from compass import metrics, service  # noqa: E402
 from compass import settings as settings_mod  # noqa: E402
@@ -90,13 +96,34 @@ def one(kcp_api: Any, d: Director, skr: controlplane.ControlPlane, label: str,
             "seconds_to_ready_after_recovery": round(recovery, 1), "duplicates": 0}
 
 
+def table(doc: dict[str, Any]) -> str:
+    """docs/performance.md's table, one row per configuration."""
+    lines = ["| configuration | Director requests during the outage | per second | vs naive | "
+             "s to all Ready after recovery |", "|---|---:|---:|---:|---:|"]
+    for label, r in doc["results"].items():
+        lines.append(f"| {label} | {r['requests_during_outage']} | {r['requests_per_second']} | "
+                     f"{r['ratio_vs_naive']} | {r['seconds_to_ready_after_recovery']} |")
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(table(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--kymas", type=int, default=100)
     p.add_argument("--outage", type=float, default=15.0)
+    p.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    p.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = p.parse_args(argv)
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
     logging.basicConfig(level=logging.ERROR)
-    load_start = os.getloadavg()[0]
+    began = provenance.start()
     d = Director()
     out: dict[str, dict[str, Any]] = {}
     try:
@@ -116,11 +143,11 @@ def main(argv: list[str]) -> int:
         r["ratio_vs_naive"] = round(ratio, 3)
         print(f"{label:<14} {r['requests_during_outage']:>18} {r['requests_per_second']:>8} "
               f"{ratio:>9.3f} {r['seconds_to_ready_after_recovery']:>17}")
-    result = {"bench": "compass_outage", "date": datetime.datetime.now(datetime.UTC).isoformat(),
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                          "load_average_1m": [round(load_start, 1), round(os.getloadavg()[0], 1)]},
+    result = {**provenance.stamp("compass_outage", began),
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
               "results": out}
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    report(result)
     return 0
 
 
