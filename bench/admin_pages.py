@@ -12,6 +12,10 @@ p50/p99 per page and fleet, their ratio, the listing time of the snapshot and th
 process's memory (RSS).
 
     .venv/bin/python bench/admin_pages.py [--runtimes 5000] [--small 50] [--requests 200]
+    .venv/bin/python bench/admin_pages.py --report [--out FILE]   # docs/performance.md's table
+
+The JSON (``--out``, bench/results/admin_pages.json) records the commit, load average and
+command (bench/provenance.py).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 import requests  # noqa: E402
 
 from testing import adminenv, controlplane  # noqa: E402
@@ -115,12 +120,43 @@ def wait_listed(p: adminenv.AdminProcess, token: str, n: int, timeout: float = 6
     raise TimeoutError(f"the admin part did not list {n} runtimes")
 
 
+LABELS = {"fleet p1": "fleet, first page", "fleet last": "fleet, last page", "fleet search": "fleet, search",
+          "fleet problem": "fleet, problem filter", "runtime": "runtime (reads its RuntimeDelivery and Events)",
+          "login (no auth)": "login (no auth, the floor)"}
+
+
+def table(doc: dict[str, Any]) -> str:
+    """docs/performance.md's table: p50 per page for both fleets, the large fleet's p99, the goal."""
+    goal = doc["goal_ms"]
+    lines = [f"| page | p50, {doc['small']:,} runtimes | p50, {doc['runtimes']:,} | p99, {doc['runtimes']:,} | "
+             f"ratio p50 | goal (p99 ≤ {goal:g} ms) |", "|---|---:|---:|---:|---:|---|"]
+    small, large = doc["fleets"]["small"]["pages"], doc["fleets"]["large"]["pages"]
+    for page, a in small.items():
+        b = large[page]
+        ratio = f"{b['p50_ms'] / a['p50_ms']:.2f}" if a["p50_ms"] else "-"
+        lines.append(f"| {LABELS.get(page, page)} | {a['p50_ms']:.1f} ms | {b['p50_ms']:.1f} ms | "
+                     f"{b['p99_ms']:.1f} ms | {ratio} | {'met' if b['p99_ms'] <= goal else 'MISSED'} |")
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(table(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runtimes", type=int, default=5000)
     ap.add_argument("--small", type=int, default=50)
     ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args(argv)
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
+    began = provenance.start()
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-admin-"))
     results: dict[str, Any] = {"runtimes": args.runtimes, "small": args.small,
                                "requests_per_page": args.requests, "goal_ms": GOAL_MS}
@@ -165,9 +201,12 @@ def main(argv: list[str]) -> int:
         print(f"{page:<18}{a['p50_ms']:>9.1f}ms{b['p50_ms']:>9.1f}ms{b['p99_ms']:>9.1f}ms"
               f"{ratio:>10.2f}x{'met' if met else 'MISSED':>8}")
     results["goal_met"] = ok
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"\nwritten {RESULTS.relative_to(REPO)}")
+    results = {**provenance.stamp("admin_pages", began), **results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print()
+    report(results)
+    print(f"\nwritten {args.out}")
     return 0
 
 
