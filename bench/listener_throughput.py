@@ -19,13 +19,15 @@ hits both alike. ratio = listener records/s / direct records/s. Prints a table a
 bench/results/listener_throughput.json.
 
     .venv/bin/python bench/listener_throughput.py [--objects 400] [--threads 8] [--batch 25]
+    .venv/bin/python bench/listener_throughput.py --report [--out FILE]   # docs/performance.md's table
+
+The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime
 import json
 import os
 import pathlib
@@ -39,6 +41,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from listener.storage import records  # noqa: E402
@@ -72,16 +75,37 @@ def split(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
+def table(doc: dict[str, Any]) -> str:
+    """docs/performance.md's table: records per second by phase, direct and through the listener."""
+    lines = ["| phase | direct/s | listener/s | ratio |", "|---|---:|---:|---:|"]
+    for r in doc["rows"]:
+        direct = f"{r['direct_per_s']:.0f}" if r["direct_per_s"] else "—"
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] else "—"
+        lines.append(f"| {r['phase']} (batches of {r['listener_batch']}) | {direct} | {r['listener_per_s']:.0f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(table(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--objects", type=int, default=400)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--batch", type=int, default=25)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args()
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
+    began = provenance.start()
     n, threads, batch = args.objects, args.threads, args.batch
     started = time.monotonic()
-    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
             controlplane.ControlPlane("kcp") as kcp:
         d = pathlib.Path(tmp)
@@ -169,19 +193,18 @@ def main() -> int:
         ratio = f"{r['ratio']:6.2f}" if r["ratio"] else f"{'-':>6}"
         print(f"{r['phase']:9} {r['records']:7d} {r['listener_batch']:5d} {direct} "
               f"{r['listener_per_s']:10.0f} {ratio}  {r['baseline']}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "benchmark": "listener_throughput",
-        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    doc = {
+        **provenance.stamp("listener_throughput", began),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "kube_apiserver": controlplane.kube_apiserver_version(),
-                    "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)]},
+                    "kube_apiserver": controlplane.kube_apiserver_version()},
         "settings": {"objects": n, "threads": threads, "batch": batch, "workers": args.workers,
                      "data": "16 keys, ~1 KiB per ConfigMap"},
         "rows": rows,
         "seconds_total": round(time.monotonic() - started, 1),
-        "command": "python bench/listener_throughput.py " + " ".join(sys.argv[1:]),
-    }, indent=2) + "\n")
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    report(doc)
     return 0
 
 

@@ -12,13 +12,16 @@ objects (what holding every object at once costs). 1% differences: 0.4% changed 
 runtime, 0.4% missing from the KCP, 0.2% deleted from the runtime.
 
     .venv/bin/python bench/poller_run.py [--objects 10000] [--page-size 500] [--threads 8]
+    .venv/bin/python bench/poller_run.py --report [--out FILE]   # docs/performance.md's tables
+
+The JSON (``--out``, bench/results/poller_run.json) records the commit, load average and
+command (bench/provenance.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime
 import json
 import os
 import pathlib
@@ -34,6 +37,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from listener.storage import records  # noqa: E402
@@ -186,12 +190,52 @@ def make_differences(core: client.CoreV1Api, objs: client.CustomObjectsApi, env:
     return {"changed": len(changed), "missing": len(missing), "deleted": len(deleted)}
 
 
+RUNS = (("0 differences (first run)", "run_0_differences_first"), ("0 differences", "run_0_differences"),
+        ("1 % differences", "run_1pct_differences"), ("0 differences (after)", "run_0_differences_after"))
+
+
+def tables(doc: dict[str, Any]) -> str:
+    """docs/performance.md's tables: the runs against the paginated list, and peak heaps."""
+    base, digest, mib = doc["baseline_list"], doc["digest_only"], 1024 * 1024
+    lines = ["| run | seconds | × list | of which digest | apiserver requests | listener GET state | "
+             "listener POST | records sent |", "|---|---:|---:|---:|---:|---:|---:|---:|",
+             f"| baseline: paginated list | {base['seconds']:.2f} | 1.0 | – | {base['requests']} | – | – | – |",
+             f"| digest only ({doc['run_0_differences']['listener_state_requests']} state GETs) | "
+             f"{digest['seconds']:.2f} | {digest['seconds'] / base['seconds']:.1f} | {digest['seconds']:.2f} | – | "
+             f"{doc['run_0_differences']['listener_state_requests']} | – | – |"]
+    for label, key in RUNS:
+        r = doc[key]
+        lines.append(f"| {label} | {r['seconds']:.2f} | {r['seconds'] / base['seconds']:.1f} | "
+                     f"{r['digest_seconds']:.2f} | {r['apiserver_requests']} | {r['listener_state_requests']} | "
+                     f"{r['listener_post_requests']} | {r['sent']} |")
+    m = doc["memory"]
+    lines += ["", "| memory (peak Python heap) | MiB |", "|---|---:|",
+              f"| poll run, 0 % differences | {m['run_0_differences_peak_heap'] / mib:.1f} |",
+              f"| poll run, 1 % differences | {m['run_1pct_differences_peak_heap'] / mib:.1f} |",
+              f"| paginated list alone (one page held) | {m['paginated_list_peak_heap'] / mib:.1f} |",
+              f"| one unpaginated list (every object held; JSON {m['listed_json_bytes'] / mib:.1f} MiB) | "
+              f"{m['unpaginated_list_peak_heap'] / mib:.1f} |"]
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(tables(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--objects", type=int, default=10_000)
     ap.add_argument("--page-size", type=int, default=500)
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    ap.add_argument("--report", action="store_true", help="print the tables of --out's run")
     args = ap.parse_args(argv)
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
+    began = provenance.start()
     n = args.objects
     started = time.monotonic()
     phases: dict[str, float] = {}
@@ -252,9 +296,7 @@ def main(argv: list[str]) -> int:
             poller.client.close()
             listener.stop()
     result = {
-        "benchmark": "poller_run",
-        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": "python bench/poller_run.py " + " ".join(argv),
+        **provenance.stamp("poller_run", began),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "settings": {"objects": n, "page_size": args.page_size, "state_page_size": 5000,
                      "batch_items": 100, "configmap_json_bytes": base["bytes"] // max(base["objects"], 1)},
@@ -275,8 +317,8 @@ def main(argv: list[str]) -> int:
                    "run_peak_heap_vs_unpaginated_list": mem_one["peak_heap_bytes"] / mem_all["peak_heap_bytes"]},
         "total_seconds": time.monotonic() - started,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     mib = 1024 * 1024
     print(f"poller run over {n} ConfigMaps ({result['settings']['configmap_json_bytes']} B each as JSON), "
           f"page {args.page_size}; setup {phases}")
@@ -294,7 +336,8 @@ def main(argv: list[str]) -> int:
           f"{m['run_1pct_differences_peak_heap'] / mib:.1f} MiB, paginated list {m['paginated_list_peak_heap'] / mib:.1f} MiB, "
           f"unpaginated list {m['unpaginated_list_peak_heap'] / mib:.1f} MiB "
           f"(listed JSON {m['listed_json_bytes'] / mib:.1f} MiB)")
-    print(f"total {result['total_seconds']:.0f}s; wrote {RESULTS.relative_to(REPO)}")
+    print(f"total {result['total_seconds']:.0f}s; wrote {args.out}")
+    report(result)
     return 0
 
 
