@@ -191,6 +191,10 @@ class Settings:
         P + "WRITE_CACHE_ENTRIES", 10_000,
         "objects per worker whose last seen version is remembered (0: off)", minimum=0,
         maximum=1_000_000))
+    persist_concurrency: int = setting(config.integer(
+        P + "PERSIST_CONCURRENCY", 8, "records of one request persisted at once (different "
+        "keys; a key's records in order), and the extra threads per worker (1: one after "
+        "another)", minimum=1, maximum=64))
     delivery_flush_seconds: float = setting(config.seconds(
         P + "DELIVERY_FLUSH_SECONDS", 15.0, "a worker merges a runtime's delivery counts into "
         "its RuntimeDelivery at most this often (0: after every request)", minimum=0,

@@ -35,7 +35,7 @@ from flask import Blueprint, Response, request
 
 from listener.edge import auth, intake, peer, ratelimit, responses, services, validation, watchcheck
 from listener.fleet import epochs, outage
-from listener.storage import quota, records, store
+from listener.storage import batch, quota, records, store
 from tether import certs, changes, gateway, listenerapi, logs, numbers, tracing
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
@@ -236,7 +236,6 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
     limited = _rate(svc, runtime_id, len(recs))
     if limited is not None:
         return limited
-    results = []
     current: changes.ChangeRecord | None = None
     try:
         svc.beats.seen(runtime_id)
@@ -244,10 +243,13 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
         epoch = _tag_epochs(svc, recs)
         if isinstance(epoch, validation.Problem):
             return _invalid(svc, runtime_id, epoch)
-        for current in recs:
-            outcome = _persist_one(svc, current)
-            results.append({"namespace": current["namespace"], "name": current["name"],
-                            "resourceVersion": current["resourceVersion"], "outcome": outcome})
+        ctx = request.environ.get(_TRACE)  # the batch's, read here (persists run on a pool)
+        trace = ctx.header() if isinstance(ctx, tracing.TraceParent) else ""
+        done = svc.persists.run(recs, lambda rec: svc.store.persist(rec, trace))  # keys at once
+        results = _account(svc, recs, done, trace[3:35])
+        if done.failed is not None:  # the earliest failing record's error is the answer
+            current = recs[done.failed.position]
+            raise done.failed.error
     except gateway.Rejected as e:
         return _invalid(svc, runtime_id, validation.Problem(
             400, "rejected by the KCP API", str(e), "kcp_rejected"), current)
@@ -314,26 +316,27 @@ def _over_quota(svc: services.Services, runtime_id: str, e: quota.Exceeded,
         "used": r.used._asdict(), "limits": r.limits._asdict()})
 
 
-def _persist_one(svc: services.Services, rec: changes.ChangeRecord) -> store.Outcome:
-    t0 = time.perf_counter()
-    ctx = request.environ.get(_TRACE)
-    trace = ctx.header() if isinstance(ctx, tracing.TraceParent) else ""  # the batch's
-    try:
-        outcome = svc.store.persist(rec, trace)
-    except gateway.GatewayError:
-        svc.metrics.persist_seconds.labels("error").observe(time.perf_counter() - t0)
+def _account(svc: services.Services, recs: list[changes.ChangeRecord],
+             done: batch.Done[store.Outcome], trace_id: str) -> list[dict[str, Any]]:
+    """Metrics, delivery counts and audit of each record that was tried, in batch order (on
+    the request thread; ``trace_id``: the batch's, "" without one); the answer's results."""
+    results: list[dict[str, Any]] = []
+    for rec, fin in zip(recs, done.outcomes, strict=True):
+        if fin is None:
+            continue
+        svc.metrics.persist_seconds.labels(fin.outcome).observe(fin.seconds)
+        svc.metrics.records.labels(fin.outcome).inc()
+        svc.deliveries.record(rec["runtimeId"], rec, fin.outcome, trace_id=trace_id)
+        svc.audit_event("change", runtime=rec["runtimeId"], watch=rec.get("watch", ""),
+                        object=f"{rec['namespace']}/{rec['name']}", resourceVersion=rec[
+                            "resourceVersion"], deleted=rec["deleted"], source=rec["source"],
+                        outcome=fin.outcome, trace_id=trace_id)
+        results.append({"namespace": rec["namespace"], "name": rec["name"],
+                        "resourceVersion": rec["resourceVersion"], "outcome": fin.outcome})
+    for f in (f for f in done.failures if isinstance(f.error, gateway.GatewayError)):
+        svc.metrics.persist_seconds.labels("error").observe(f.seconds)
         svc.metrics.records.labels("error").inc()
-        raise
-    svc.metrics.persist_seconds.labels(outcome).observe(time.perf_counter() - t0)
-    svc.metrics.records.labels(outcome).inc()
-    trace_id = trace[3:35]  # the header's trace ID ("" without one)
-    svc.deliveries.record(rec["runtimeId"], rec, outcome, trace_id=trace_id)
-    svc.audit_event("change", runtime=rec["runtimeId"],
-                    watch=rec.get("watch", ""), object=f"{rec['namespace']}/{rec['name']}",
-                    resourceVersion=rec["resourceVersion"],
-                    deleted=rec["deleted"], source=rec["source"], outcome=outcome,
-                    trace_id=trace_id)
-    return outcome
+    return results
 
 
 def _query_limit(raw: str | None) -> int | None:

@@ -20,7 +20,7 @@ from listener import settings
 from listener.edge import budget, peer, ratelimit, refusalsummary
 from listener.edge import metrics as listener_metrics
 from listener.fleet import deliveries, heartbeat, outage, runtimes, statesummary, watchlist
-from listener.storage import digestcache, records, rules, store
+from listener.storage import batch, digestcache, records, rules, store
 from tether import auditwriter, gateway, kyma, logs, tlsreload, tracing
 
 KEY = "tether.listener"
@@ -56,6 +56,8 @@ class Services:
     tracer: tracing.Tracer = tracing.OFF  # spans recorded only with an OTLP endpoint
     # state summaries as last read, answered while the KCP is unreachable (0: off)
     lastknown: outage.LastKnown = dataclasses.field(default_factory=lambda: outage.LastKnown(0))
+    # a request's records of different keys persisted at once (listener.storage.batch)
+    persists: batch.Pool = dataclasses.field(default_factory=lambda: batch.Pool(1))
 
     def audit_event(self, event: str, **fields: object) -> None:
         logs.audit(self.audit, event, **fields)
@@ -108,6 +110,7 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         refusals=refusalsummary.RefusalSummary(audit, s.refusal_audit_interval),
         tracer=tracing.from_environment("tether-listener"),
         lastknown=outage.LastKnown(s.outage_cache_seconds),
+        persists=batch.Pool(s.persist_concurrency),
     )
 
 

@@ -194,8 +194,14 @@ class Store:
     def persist(self, record: Mapping[str, Any], trace: str = "") -> Outcome:
         """Store ``record`` if it is newer than the stored one; the outcome (``trace``: the
         write's ``traceparent``, stored as an annotation). Raises ``quota.Exceeded`` or a
-        ``gateway.GatewayError``."""
+        ``gateway.GatewayError`` (``gateway.Rejected`` names the record's namespace/name)."""
         key = records.key_of(record)
+        try:
+            return self._persist(key, record, trace)
+        except gateway.Rejected as e:  # which record of a batch: the answer names it
+            raise gateway.Rejected(f"{key.namespace}/{key.name}: {e}", e.status) from e
+
+    def _persist(self, key: records.Key, record: Mapping[str, Any], trace: str) -> Outcome:
         name = records.object_name(key)
         incoming = changes.version_of(record)
         entry = self._cache.get(name)
