@@ -10,6 +10,9 @@ with CONNECTIONS keep-alive HTTPS connections POSTing realistic ConfigMap UPDATE
 bench/results/webhook_admission_keys<KEYS>.json.
 
     .venv/bin/python bench/webhook_admission.py [--keys 50] [--seconds 3] [--rounds 10]
+    .venv/bin/python bench/webhook_admission.py --report [--keys 50 | --out FILE]   # docs tables
+
+The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
 
 Besides throughput and latency it reports requests per CPU-second of each server's
 processes (master and workers; the webhook's include its forwarder threads), which the
@@ -19,7 +22,6 @@ load of other processes on a shared machine disturbs far less than wall-clock th
 from __future__ import annotations
 
 import argparse
-import datetime
 import http.client
 import json
 import os
@@ -37,6 +39,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from testing import controlplane  # noqa: E402
@@ -166,6 +169,29 @@ def drive(port: int, ca_file: pathlib.Path, bodies: list[bytes], connections: in
             "connections_opened": sum(handshakes)}
 
 
+def tables(doc: dict[str, Any]) -> str:
+    """docs/performance.md's tables: medians per server, then the ratios."""
+    scenario, s = f"keys {doc['settings']['keys']}", doc["summary"]
+    lines = ["| scenario | server | req/s | p50 ms | p99 ms | req per CPU-s | records forwarded |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for target, label, forwarded in (("baseline", "no-op baseline", "—"),
+                                     ("webhook", "webhook", f"{doc['records_forwarded']:,}")):
+        x = s[target]
+        lines.append(f"| {scenario} | {label} | {x['throughput']:,.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.1f} | "
+                     f"{x['requests_per_cpu_second']:,.0f} | {forwarded} |")
+    lines += ["", "| scenario | throughput ratio | CPU-normalised ratio | handler adds (in-process) |",
+              "|---|---:|---:|---:|",
+              f"| {scenario} | {doc['throughput_ratio']:.3f} | {doc['cpu_efficiency_ratio']:.3f} | "
+              f"{doc['wsgi_handler_extra_us']:.0f} µs |"]
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(tables(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=3.0, help="per measurement window")
@@ -174,7 +200,14 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--keys", type=int, default=50, help="distinct ConfigMaps in the reviews")
+    ap.add_argument("--out", type=pathlib.Path, help="default bench/results/webhook_admission_keys<KEYS>.json")
+    ap.add_argument("--report", action="store_true", help="print the tables of --out's run")
     args = ap.parse_args()
+    out = args.out or RESULTS_DIR / f"webhook_admission_keys{args.keys}.json"
+    if args.report:
+        report(json.loads(out.read_text()))
+        return 0
+    began = provenance.start()
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-webhook-"))
     plane = controlplane.ControlPlane("bench").start()
@@ -265,18 +298,17 @@ def main() -> int:
         wsgi_extra = wsgi["webhook"] - wsgi["baseline"]
         print(f"in-process WSGI cost per request (no TLS, no gunicorn, no forwarder): webhook "
               f"{wsgi['webhook']:.0f} us, no-op {wsgi['baseline']:.0f} us: the handler adds {wsgi_extra:.0f} us")
-        results_file = RESULTS_DIR / f"webhook_admission_keys{args.keys}.json"
-        results_file.parent.mkdir(parents=True, exist_ok=True)
-        results_file.write_text(json.dumps({
-            "benchmark": "webhook_admission",
-            "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "command": "python bench/webhook_admission.py " + " ".join(sys.argv[1:]),
+        out.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            **provenance.stamp("webhook_admission", began),
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-            "settings": vars(args), "rounds": results, "summary": summary,
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "report")}, "rounds": results, "summary": summary,
             "throughput_ratio": ratio, "cpu_efficiency_ratio": cpu_ratio, "goal": 0.9,
             "records_forwarded": forwarded,
             "wsgi_us_per_request": wsgi, "wsgi_handler_extra_us": wsgi_extra,
-        }, indent=2) + "\n")
+        }
+        out.write_text(json.dumps(doc, indent=2) + "\n")
+        report(doc)
         return 0
     finally:
         if rec is not None:
