@@ -29,13 +29,15 @@ alternating between the configurations so that drifting load hits all alike:
 Prints a table and writes bench/results/webhook_propagation.json.
 
     .venv/bin/python bench/webhook_propagation.py [--isolated 200] [--rate 50] [--keys 20] [--seconds 20]
+    .venv/bin/python bench/webhook_propagation.py --report [--out FILE]   # docs/performance.md's table
+
+The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime
 import json
 import os
 import pathlib
@@ -51,6 +53,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from testing import controlplane, receiver  # noqa: E402
@@ -171,6 +174,32 @@ def summary(xs: list[float], missing: int, extra: dict[str, Any] | None = None) 
             **(extra or {})}
 
 
+def table(doc: dict[str, Any]) -> str:
+    """docs/performance.md's table: latency per phase and configuration, ratios to the baseline."""
+    base, goals, st = doc["ratios_to"], doc["goals"], doc["settings"]
+    phases = {"isolated": ("isolated", f"p50 ≤ {goals['isolated_p50_ms']}, p99 ≤ {goals['isolated_p99_ms']}"),
+              "load": (f"{st['rate']:g} writes/s, {st['keys']} keys", f"p99 ≤ {goals['load_p99_ms']}")}
+    lines = ["| phase | config | p50 ms | p90 ms | p99 ms | max ms | p50 ratio | p99 ratio | goal |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for phase, (label, goal) in phases.items():
+        for name, r in doc["results"][phase].items():
+            ratio = doc["ratios"][phase][name]
+
+            def b(text: str, name: str = name) -> str:
+                return f"**{text}**" if name == "leading" else text
+            cells = [label, f"{name} (baseline)" if name == base else b(name), b(f"{r['p50_ms']:,.1f}"),
+                     f"{r['p90_ms']:,.1f}", b(f"{r['p99_ms']:,.1f}"), f"{r['max_ms']:,.1f}",
+                     b(f"{ratio['p50']:.2f}"), b(f"{ratio['p99']:.2f}"), goal if name == "leading" else ""]
+            lines.append(("| " + " | ".join(cells) + " |").replace("|  |", "| |"))
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(table(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--isolated", type=int, default=200, help="isolated writes per configuration")
@@ -182,9 +211,15 @@ def main() -> int:
                     help=argparse.SUPPRESS)
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of "
                     + ", ".join(CONFIGS))
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS_DIR / "webhook_propagation.json")
+    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args()
     if args.serve_receiver:
         return serve(*args.serve_receiver)
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
+    began = provenance.start()
     names = args.configs.split(",")
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-propagation-"))
     load_before = os.getloadavg()
@@ -307,17 +342,17 @@ def main() -> int:
                   f"{r['admissions_all_phases']:.0f} of {r['writes_all_phases']} measured writes "
                   f"(plus the probes and re-admissions); {r['not_forwarded']} read-backs not forwarded")
         print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 shared CPUs)")
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        (RESULTS_DIR / "webhook_propagation.json").write_text(json.dumps({
-            "benchmark": "webhook_propagation",
-            "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "command": "python bench/webhook_propagation.py " + " ".join(sys.argv[1:]),
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            **provenance.stamp("webhook_propagation", began),
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                         "loadavg_before": load_before, "loadavg_after": load_after},
-            "settings": vars(args), "configs": {n: CONFIGS[n] for n in names},
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "report")}, "configs": {n: CONFIGS[n] for n in names},
             "results": results, "ratios_to": base, "ratios": ratios,
             "goals": {"isolated_p50_ms": 30, "isolated_p99_ms": 100, "load_p99_ms": 500},
-        }, indent=2) + "\n")
+        }
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+        report(doc)
         return 0
     finally:
         for v in vwcs:
