@@ -26,13 +26,15 @@ The full-digest path is forced by the poller's own run setting (``RunSettings.bu
 False: what a poller does against a listener without summaries); nothing new was added.
 
     .venv/bin/python bench/poller_antientropy.py [--sizes 1000,10000,100000] [--threads 12]
+    .venv/bin/python bench/poller_antientropy.py --report [--out FILE]   # docs/performance.md's table
+
+The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import datetime
 import json
 import os
 import pathlib
@@ -49,6 +51,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from listener.fleet import statesummary  # noqa: E402
@@ -257,6 +260,26 @@ def measure(spec: dict[str, Any], kcp_api: client.ApiClient) -> dict[str, Any]:
     return out
 
 
+def table(doc: dict[str, Any]) -> str:
+    """docs/performance.md's table: one in-sync run per size and path."""
+    lines = ["| ConfigMaps (= records) | path | KCP requests | KCP objects read | SKR requests | "
+             "listener requests | run s | peak RSS |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for row in doc["runs"]:
+        for path, label in (("buckets", "buckets"), ("full_digest", "full digest")):
+            r = row[path]
+            read = f"**{r['kcp_objects_read']:,}**" if path == "buckets" else f"{r['kcp_objects_read']:,}"
+            lines.append(f"| {row['objects']:,} | {label} | {r['kcp_requests']} | {read} | {r['skr_requests']} | "
+                         f"{sum(r['listener_requests'].values())} | {r['seconds']:.2f} | "
+                         f"{r['peak_rss_bytes'] / 2**20:.1f} MiB |")
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(table(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--child"]:
         return child(json.loads(argv[1]))
@@ -266,7 +289,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--budget-minutes", type=float, default=15.0,
                     help="set-up time for all sizes; a size that would not fit is replaced "
                          "by the largest multiple of 5,000 that does (and recorded)")
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args(argv)
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
+    began = provenance.start()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     started = time.monotonic()
     rows: list[dict[str, Any]] = []
@@ -321,9 +350,7 @@ def main(argv: list[str]) -> int:
         finally:
             listener.stop()
     result = {
-        "benchmark": "poller_antientropy",
-        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": "python bench/poller_antientropy.py " + " ".join(argv),
+        **provenance.stamp("poller_antientropy", began),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "note": "shared with other engineers' test runs"},
         "settings": {"page_size": PAGE, "state_page_size": run.RunSettings().state_page_size,
@@ -333,8 +360,8 @@ def main(argv: list[str]) -> int:
         "not_measured": skipped,
         "total_seconds": time.monotonic() - started,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     mib = 1024 * 1024
     head = (f"{'objects':>8} {'path':<12}{'KCP req':>8}{'objs read':>10}{'run s':>8}"
             f"{'peak RSS':>10}{'RSS before':>11}{'SKR req':>8}{'listener req':>13}")
@@ -349,7 +376,8 @@ def main(argv: list[str]) -> int:
     for sk in skipped:
         print(f"not measured: {sk['planned']} objects (set-up projected at "
               f"{sk['projected_setup_seconds']} s, past --budget-minutes)")
-    print(f"total {result['total_seconds']:.0f}s; wrote {RESULTS.relative_to(REPO)}")
+    print(f"total {result['total_seconds']:.0f}s; wrote {args.out}")
+    report(result)
     return 0
 
 
