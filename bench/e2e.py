@@ -49,6 +49,9 @@ webhook, listener, the generator) are sampled per window.
 Prints the tables and writes bench/results/e2e.json.
 
     .venv/bin/python bench/e2e.py [--seconds 20] [--clients 8] [--rounds 1]
+    .venv/bin/python bench/e2e.py --report [--out FILE]   # docs/performance.md's first two tables
+
+The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
 
 About 7–8 minutes on the shared 2-core machine; ``--rounds 2`` repeats every configuration
 (conditions in reverse order) for about twice that.
@@ -57,7 +60,6 @@ About 7–8 minutes on the shared 2-core machine; ``--rounds 2`` repeats every c
 from __future__ import annotations
 
 import argparse
-import datetime
 import http.client
 import json
 import os
@@ -76,6 +78,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from testing import blackhole, controlplane, cpuset, rawapi, receiver  # noqa: E402
@@ -514,6 +517,52 @@ def plan(conditions: list[str], kinds: list[str], rounds: int) -> list[tuple[str
     return out
 
 
+LISTENER = {"-": "—", "blackhole": "black-holed"}
+PROPAGATION = {"tether": "tether (write acknowledged → record persisted in the KCP)",
+               "sync": "sync (record persisted before the write is acknowledged)"}
+
+
+def configuration_table(doc: dict[str, Any]) -> str:
+    """docs/performance.md's first table: throughput, latency and the ratio per configuration."""
+    lines = ["| configuration | listener | writes/s | p50 ms | p99 ms | ratio vs none | "
+             "admission call (apiserver's mean) |", "|---|---|---:|---:|---:|---:|---:|"]
+    for x in doc["summary"]:
+        listener = LISTENER.get(x["condition"], x["condition"])
+        if x["condition"] == "slow":
+            listener = f"slow ({doc['slow_seconds']:g} s)"
+        rate, spread = f"{x['writes_per_second']:,.1f}", x["window_writes_per_second"]
+        if len(spread) > 1:
+            rate += f" ({min(spread):.0f}–{max(spread):.0f})"
+        ratio = f"{x['ratio']:.2f}" if x["ratio"] >= 0.1 else f"{x['ratio']:.3f}"
+        ratio = f"**{ratio}**" if x["kind"] == "tether" else ratio
+        adm = x.get("admission_mean_ms")
+        lines.append(f"| {x['kind']} | {listener} | {rate} | {x['p50_ms']:,.1f} | {x['p99_ms']:,.1f} | {ratio} | "
+                     f"{'—' if adm is None else f'{adm:,.0f} ms'} |")
+    return "\n".join(lines)
+
+
+def propagation_table(doc: dict[str, Any]) -> str:
+    """docs/performance.md's second table: write acknowledged to record persisted."""
+    def ms(v: float) -> str:
+        return f"{v:,.0f}".replace("-", "−")
+    lines = ["| propagation, listener healthy | writes | versions persisted | p50 ms | p99 ms | max ms | missing |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for x in doc["summary"]:
+        if "propagation" in x:
+            p = x["propagation"]
+            lines.append(f"| {PROPAGATION.get(x['kind'], x['kind'])} | {p['writes']:,} | {p['records']:,} | "
+                         f"{ms(p['p50_ms'])} | {ms(p['p99_ms'])} | {ms(p['max_ms'])} | {p['missing']} |")
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(configuration_table(doc))
+    print()
+    print(propagation_table(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=20.0, help="per window")
@@ -525,7 +574,13 @@ def main() -> int:
     ap.add_argument("--placement", choices=cpuset.KINDS, default="split",
                     help="split: listener and webhook on the last core, the writers on the "
                          "others (cgroup cpusets); none: unpinned. The planes stay unpinned")
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    ap.add_argument("--report", action="store_true", help="print the tables of --out's run")
     args = ap.parse_args()
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
+    began = provenance.start()
     conditions, kinds = args.conditions.split(","), args.kinds.split(",")
     started = time.monotonic()
     load_before = os.getloadavg()
@@ -615,18 +670,19 @@ def main() -> int:
     goal = all(s["ratio"] >= 0.9 for s in summary if s["kind"] == "tether")
     print(f"\ngoal (tether >= 0.9 of no-webhook writes/s in every condition): {'met' if goal else 'missed'}")
     print(f"placement: {placement}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "benchmark": "e2e",
-        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": "python bench/e2e.py " + " ".join(sys.argv[1:]),
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        **provenance.stamp("e2e", began),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "kube_apiserver": controlplane.kube_apiserver_version(),
                     "load_average_before": load_before, "load_average_after": os.getloadavg()},
-        "settings": vars(args), "slow_seconds": SLOW_SECONDS, "placement": placement,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "report")}, "slow_seconds": SLOW_SECONDS, "placement": placement,
         "summary": summary, "windows": windows, "goal": 0.9, "goal_met": goal,
         "seconds_total": round(time.monotonic() - started, 1),
-    }, indent=2) + "\n")
+    }
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print()
+    report(doc)
     return 0
 
 
