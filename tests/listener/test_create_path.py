@@ -237,7 +237,9 @@ def test_quota_usage_stays_exact_after_create_conflicts(
     """Each create reserves a new record; on 409 that reservation is cancelled and the
     update reserves its growth: the worker's view equals the real objects (the
     RuntimeDelivery's ``stored`` is that view), and the record cap admits exactly."""
-    p = ListenerProcess(env, "create-quota", **BASE,
+    # one record after another: at concurrency, a create's reservation still pending
+    # makes another record of the batch skip its create (the read path, no conflict)
+    p = ListenerProcess(env, "create-quota", **BASE, TETHER_LISTENER_PERSIST_CONCURRENCY="1",
                         TETHER_LISTENER_QUOTA_RECORDS=str(QUOTA_RECORDS))
     try:
         rt = make_runtime()
