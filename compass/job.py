@@ -55,7 +55,8 @@ class Job:
     def __init__(self, reconciler: reconcile_mod.Reconciler, kcp: mappings_mod.Kcp,
                  skr: skr_clients.SkrClients, stats: metrics.Metrics, *, concurrency: int,
                  active: Callable[[], bool] = lambda: True, shard: tuple[int, int] = (0, 1),
-                 after_run: Callable[[], None] = lambda: None) -> None:
+                 after_run: Callable[[], None] = lambda: None,
+                 before_end: Callable[[], None] = lambda: None) -> None:
         self.reconciler = reconciler
         self.shard = shard
         # False once this process lost the Lease: the run stops taking up runtimes, so
@@ -65,6 +66,7 @@ class Job:
         self.skr = skr
         self.metrics = stats
         self.after_run = after_run  # e.g. send the breaker's queued Events
+        self.before_end = before_end  # e.g. wait for the runtimes' Events sent in the background
         self._pool = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="compass")
         self._lock = threading.Lock()
 
@@ -99,6 +101,7 @@ class Job:
         states: collections.Counter[str] = collections.Counter()
         for fut in futures:
             states[fut.result()] += 1
+        self.before_end()
         for s in STATES:
             self.metrics.runtimes.labels(s).set(states.get(s, 0))
         seconds = time.monotonic() - t0

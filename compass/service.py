@@ -14,7 +14,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from compass import breaker as breaker_mod
-from compass import decide, lease_notes, metrics
+from compass import decide, event_sender, lease_notes, metrics
 from compass import director as director_mod
 from compass import job as job_mod
 from compass import mappings as mappings_mod
@@ -36,9 +36,11 @@ class Service:
     job: job_mod.Job
     session: requests.Session
     notes: lease_notes.LeaseNotes  # breaker and Director errors for the Lease (attach the elector)
+    recorder: event_sender.Background
 
     def close(self) -> None:
         self.job.close()
+        self.recorder.close()
         self.skr.close()
         self.session.close()
 
@@ -52,7 +54,7 @@ def build(s: settings_mod.Settings, kcp_api: gateway.Kube, stats: metrics.Metric
     verify: str | bool = s.director_ca_file or True
     tokens = oauth_mod.TokenSource(session, s.token_url, s.client_id, s.client_secret,
                                    verify=verify, timeout=s.director_timeout)
-    recorder = events.Recorder(kcp_api, "tether-compass", socket.gethostname())
+    recorder = event_sender.Background(kcp_api, "tether-compass", socket.gethostname())
     notes = lease_notes.LeaseNotes(recorder, events.Ref(
         "coordination.k8s.io/v1", "Lease", s.lease_namespace, s.lease_name))
 
@@ -75,8 +77,9 @@ def build(s: settings_mod.Settings, kcp_api: gateway.Kube, stats: metrics.Metric
         backoff_base=s.backoff_base, backoff_cap=s.backoff_cap)
     rec = reconcile_mod.Reconciler(tuning, kcp, director, skr, stats, audit, recorder=recorder)
     job = job_mod.Job(rec, kcp, skr, stats, concurrency=s.concurrency,
-                      shard=(s.shard_index, s.shard_count), after_run=notes.flush)
-    return Service(s, stats, director, tokens, skr, kcp, rec, job, session, notes)
+                      shard=(s.shard_index, s.shard_count), after_run=notes.flush,
+                      before_end=recorder.drain)
+    return Service(s, stats, director, tokens, skr, kcp, rec, job, session, notes, recorder)
 
 
 def jobs(svc: Service) -> list[elected.Job]:
