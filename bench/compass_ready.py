@@ -12,6 +12,9 @@ agent Secret has a fixed name, the bench sets ``TETHER_COMPASS_AGENT_SECRET_NAME
 are otherwise those of production: one SKR read and one SKR write per runtime).
 
     .venv/bin/python bench/compass_ready.py [--kymas 1000] [--baseline 50] [--concurrency 16]
+    .venv/bin/python bench/compass_ready.py --report [--out FILE]   # docs/performance.md's table
+
+The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import argparse
 import base64
 import concurrent.futures
-import datetime
 import json
 import logging
 import os
@@ -34,6 +36,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 import requests  # noqa: E402
 from kubernetes import client  # noqa: E402
 
@@ -138,15 +141,40 @@ def measure(kcp_api: client.ApiClient, d: Director, ns: str, names: list[str],
             "requests_per_runtime": round(requests_made / len(names), 3)}
 
 
+def table(doc: dict[str, Any]) -> str:
+    """docs/performance.md's table: the measured run and the single-worker baseline."""
+    lines = ["| run | Kyma CRs | concurrency | s to all Ready | ms per runtime | Director requests | per runtime |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for label in ("measured", "baseline"):
+        r = doc[label]
+        per = f"{r['requests_per_runtime']:.1f}"
+        lines.append(f"| {label} | {r['kymas']:,} | {r['concurrency']} | {r['seconds_to_ready']:.1f} | "
+                     f"{r['ms_per_runtime']:.1f} | {r['director_requests']:,} | "
+                     f"{f'**{per}**' if label == 'measured' else per} |")
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(table(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--kymas", type=int, default=1000)
     p.add_argument("--baseline", type=int, default=50)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--latency-ms", type=float, default=50.0)
+    p.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    p.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = p.parse_args(argv)
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
+    began = provenance.start()
     logging.basicConfig(level=logging.WARNING)
-    load_start = os.getloadavg()[0]
+    load_start = began.load
     d = Director()
     try:
         d.admin("PUT", "/admin/faults", {"latency": args.latency_ms / 1000})
@@ -165,9 +193,8 @@ def main(argv: list[str]) -> int:
         d.stop()
     ratio = base_run["ms_per_runtime"] / main_run["ms_per_runtime"]
     result = {
-        "bench": "compass_ready", "date": datetime.datetime.now(datetime.UTC).isoformat(),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_1m": [round(load_start, 1), round(os.getloadavg()[0], 1)]},
+        **provenance.stamp("compass_ready", began),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "director_latency_ms": args.latency_ms, "setup_seconds": round(setup_s, 1),
         "measured": main_run, "baseline": base_run,
         "speedup_per_runtime_vs_baseline": round(ratio, 2),
@@ -179,8 +206,9 @@ def main(argv: list[str]) -> int:
               f"{r['ms_per_runtime']:>11} {r['director_requests']:>13} {r['requests_per_runtime']:>12}")
     print(f"speed-up per runtime vs baseline: {ratio:.1f}x  (set-up {setup_s:.0f}s, load average "
           f"{load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(provenance.footer(result))
     return 0
 
 

@@ -1,7 +1,8 @@
 """What every benchmark's JSON records of its run (docs/performance.md): the commit, the
 machine's 1-minute load average before and after, and the command (shell-quoted, so it can
 be pasted back); and the line that prints them under a table. A JSON written before a bench
-recorded these gets a footer that says so: run before SINCE, the day they began to."""
+recorded these gets a footer that says so, with the run's date (or "before SINCE", the day
+the benches began to record provenance, when the JSON holds no date either)."""
 
 from __future__ import annotations
 
@@ -51,4 +52,13 @@ def footer(doc: dict[str, Any]) -> str:
     """The line under a table printed from `doc`."""
     if recorded(doc):
         return f"commit {doc['commit']}, load average {doc['load_average_1m']}, command: {doc['command']}"
-    return f"provenance: not recorded (run before {SINCE})"
+    return f"provenance: not recorded (run {run_date(doc)})"
+
+
+def run_date(doc: dict[str, Any]) -> str:
+    """The day a JSON without provenance was written, from whichever date field its bench kept."""
+    for key in ("when", "date", "at", "started"):
+        value = doc.get(key)
+        if isinstance(value, str) and len(value) >= 10:
+            return value[:10]
+    return f"before {SINCE}"

@@ -24,13 +24,13 @@ DOCS = REPO / "docs" / "performance.md"
 NOT_RECORDED = {
     "admin_pages": "run 2026-12-02, before provenance",
     "compass_outage": "run 2026-11-30, before provenance",
-    "compass_ready": "run 2026-11-30, before provenance; its measurement is being changed (issue 26 item 5)",
+    "compass_ready": "written by a bench without provenance; being re-run with a new measurement (issue 26 item 5)",
     "e2e": "run 2026-12-02, before provenance",
     "enroller_scale": "run 2026-12-01, before provenance",
     "fleet_sim": "run 2026-12-02, before provenance",
     "listener_abuse": "run 2026-12-01, before provenance",
     "listener_abuse_fairness": "run 2026-12-01, before provenance",
-    "listener_create": "run 2026-12-02, before provenance; its baseline is being changed (issue 26 item 6)",
+    "listener_create": "written by a bench without provenance; being re-run with a fair baseline (issue 26 item 6)",
     "listener_fuzz": "run 2026-12-01, before provenance",
     "listener_throughput": "run 2026-12-01, before provenance",
     "poller_antientropy": "run 2026-12-02, before provenance",
@@ -42,7 +42,7 @@ NOT_RECORDED = {
     "webhook_propagation": "run 2026-12-02, before provenance",
 }
 
-FOOTER = re.compile(r"^(commit \S+, load average \[.*\], command: .*|provenance: not recorded \(run before .*\))$")
+FOOTER = re.compile(r"^(commit \S+, load average \[.*\], command: .*|provenance: not recorded \(run .*\))$")
 CITED = re.compile(r"bench/results/([A-Za-z0-9_]+)\.json")
 
 
@@ -73,14 +73,21 @@ def footers(text: str) -> list[tuple[str | None, int, str]]:
 
 def test_footers_are_found_and_name_their_json() -> None:
     text = "Results (`bench/results/a.json`):\n\n    x 1\n    commit abc, load average [1.0, 2.0], command: bench/a.py\n" \
-           "see bench/results/b.json\nprovenance: not recorded (run before 2026-12-04)\n"
+           "see bench/results/b.json\nprovenance: not recorded (run 2026-12-01)\n"
     assert footers(text) == [("a", 4, "commit abc, load average [1.0, 2.0], command: bench/a.py"),
-                             ("b", 6, "provenance: not recorded (run before 2026-12-04)")]
+                             ("b", 6, "provenance: not recorded (run 2026-12-01)")]
 
 
 def test_the_command_is_recorded_shell_quoted() -> None:
     assert provenance().command(["/x/bench/listener_abuse.py", "--shapes", "", "--out", "a b.json"]) == \
         "bench/listener_abuse.py --shapes '' --out 'a b.json'"
+
+
+def test_a_result_without_provenance_says_so_with_its_date() -> None:
+    footer = provenance().footer
+    assert footer({"when": "2026-12-02T02:12:28+00:00"}) == "provenance: not recorded (run 2026-12-02)"
+    assert footer({"date": "2026-11-30T11:45:03+00:00", "command": "x"}) == "provenance: not recorded (run 2026-11-30)"
+    assert footer({}) == "provenance: not recorded (run before 2026-12-04)"
 
 
 def test_every_result_records_its_run_or_is_allowed_with_a_reason() -> None:
