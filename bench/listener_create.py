@@ -30,6 +30,9 @@ bench/results/listener_create.json.
 
     .venv/bin/python bench/listener_create.py [--objects 3200] [--threads 8] [--batch 25]
         [--new-ref HEAD] [--concurrency 8] [--direct-as listener]
+    .venv/bin/python bench/listener_create.py --report [--out FILE]   # the table from the JSON
+
+The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
 
 Each slice must give every sender something to do: with 400 objects, a slice of 100 was
 4 batches of 25 for 8 senders (4 idle, against 8 busy direct writers), which measured
@@ -42,7 +45,6 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
-import datetime
 import json
 import os
 import pathlib
@@ -57,6 +59,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
@@ -168,6 +171,27 @@ def start_listener(env: lt.Env, name: str, tree: pathlib.Path, args: argparse.Na
         lt.REPO = saved
 
 
+def table(doc: dict[str, Any]) -> str:
+    """The JSON's rows as a Markdown table (docs/performance.md, "Listener creates")."""
+    lines = ["| variant | batch | persist concurrency | records/s | ratio to direct | CPU ratio | "
+             "CPU ms per record | KCP requests per record |", "|---|---:|---:|---:|---:|---:|---|---|"]
+    for r in doc["rows"]:
+        def num(v: Any, fmt: str) -> str:
+            return "—" if v is None else format(v, fmt)
+        cpu = ", ".join(f"{k} {v:.2f}" for k, v in r.get("cpu_ms_per_record", {}).items())
+        reqs = ", ".join(f"{v} {c}" for v, c in r["kcp_requests_per_record"].items())
+        lines.append(f"| {r['variant']} | {num(r['listener_batch'], 'd')} | {num(r.get('persist_concurrency'), 'd')} | "
+                     f"{r['per_s']:.0f} | {num(r['ratio'], '.2f')} | {num(r.get('cpu_ratio'), '.2f')} | "
+                     f"{cpu or '—'} | {reqs} |")
+    return "\n".join(lines)
+
+
+def report(doc: dict[str, Any]) -> None:
+    print(table(doc))
+    print()
+    print(provenance.footer(doc))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--objects", type=int, default=3200)
@@ -181,13 +205,18 @@ def main() -> int:
     ap.add_argument("--new-ref", default="HEAD")
     ap.add_argument("--concurrency", type=int, default=8,
                     help="the listener's TETHER_LISTENER_PERSIST_CONCURRENCY (the other: 1)")
+    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args()
+    if args.report:
+        report(json.loads(args.out.read_text()))
+        return 0
+    began = provenance.start()
     n, threads, batch = args.objects, args.threads, args.batch
     if n < threads * batch * ROUNDS:
         ap.error(f"--objects must be at least threads x batch x {ROUNDS} = "
                  f"{threads * batch * ROUNDS}, so that every sender is busy in every slice")
     started = time.monotonic()
-    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
             controlplane.ControlPlane("kcp") as kcp:
         d = pathlib.Path(tmp)
@@ -303,13 +332,10 @@ def main() -> int:
         reqs = ", ".join(f"{v} {c}" for v, c in r["kcp_requests_per_record"].items())
         print(f"{r['variant']:11} {r['records']:7d} {b:>5} {r['per_s']:9.0f} {ratio} {cratio}  "
               f"{parts:<38} {reqs}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "benchmark": "listener_create",
-        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    doc = {
+        **provenance.stamp("listener_create", began),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "kube_apiserver": controlplane.kube_apiserver_version(),
-                    "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)]},
+                    "kube_apiserver": controlplane.kube_apiserver_version()},
         "settings": {"objects": n, "threads": threads, "batch": batch, "workers": args.workers,
                      "direct_as": args.direct_as,
                      "new": {"ref": args.new_ref, "commit": new_commit},
@@ -318,8 +344,10 @@ def main() -> int:
                      "data": "16 keys, ~1 KiB per ConfigMap"},
         "rows": rows,
         "seconds_total": round(time.monotonic() - started, 1),
-        "command": "python bench/listener_create.py " + " ".join(sys.argv[1:]),
-    }, indent=2) + "\n")
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    report(doc)
     return 0
 
 
