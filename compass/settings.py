@@ -56,7 +56,7 @@ class Settings:
         C + "INTERVAL_SECONDS", 60.0, "time between interval runs", minimum=1, maximum=86_400))
     resync_cron: str = setting(config.custom(C + "RESYNC_CRON", "17 * * * *",
                                              "full resync (crontab, UTC)", _cron))
-    concurrency: int = setting(config.integer(C + "CONCURRENCY", 8, "runtimes reconciled at once",
+    concurrency: int = setting(config.integer(C + "CONCURRENCY", 32, "runtimes reconciled at once",
                                               minimum=1, maximum=64))
     director_timeout: float = setting(config.seconds(
         C + "DIRECTOR_TIMEOUT_SECONDS", 10.0, "per Director/OAuth request", minimum=0.1,
