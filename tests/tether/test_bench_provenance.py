@@ -30,7 +30,6 @@ NOT_RECORDED = {
     "fleet_sim": "run 2026-12-02, before provenance",
     "listener_abuse": "run 2026-12-01, before provenance",
     "listener_abuse_fairness": "run 2026-12-01, before provenance",
-    "listener_create": "written by a bench without provenance; being re-run with a fair baseline (issue 26 item 6)",
     "listener_fuzz": "run 2026-12-01, before provenance",
     "listener_throughput": "run 2026-12-01, before provenance",
     "poller_antientropy": "run 2026-12-02, before provenance",
