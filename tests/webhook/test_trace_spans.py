@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from listener.edge import api
 from listener.edge import services as listener_services
+from listener.storage import batch
 from testing import watchenv
 from tests.webhook.test_admission import review
 from tests.webhook.test_app import _settings
@@ -50,6 +51,7 @@ class Listener:
         svc = mock.MagicMock()
         svc.tracer = tracer
         svc.summaries = None
+        svc.persists = batch.Pool(1)  # the real pool (a MagicMock's would never run a record)
         svc.settings.max_body_bytes = 1 << 20
         svc.in_flight.acquire.return_value = True
         svc.buckets.empty.return_value = 0
