@@ -367,6 +367,14 @@ class Workload:
             raise AssertionError("the workload crashed") from self.crashed
         return max((w.started + w.seconds for w in self.writes), default=time.monotonic())
 
+    def finish(self, timeout: float = 90.0) -> float:
+        """``stop``, then the checks every fault test makes: no customer write failed and
+        the runtime holds exactly what was written. Returns when the last write ended."""
+        last = self.stop(timeout)
+        assert not self.failed(), f"customer writes failed: {self.failed()[:3]}; {self.summary()}"
+        self.check_runtime()
+        return last
+
     def wait_writes(self, n: int, timeout: float = 30.0) -> None:
         """Until ``n`` more writes than now have ended."""
         target = len(self.writes) + n
