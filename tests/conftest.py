@@ -10,6 +10,9 @@ if they are not cached (several minutes, printed by hack/build-controlplane.sh).
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pathlib
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -146,3 +149,15 @@ def runtime(listener_env: Env) -> Callable[..., Runtime]:
         return Runtime(rid, dom, c, k, listener_env)
     return make
 
+
+
+@pytest.fixture
+def unread_fifo(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    """A FIFO with a reader that never reads, its buffer one page: a blocked log pipe (the
+    audit tests of the listener and the admin)."""
+    path = tmp_path / "audit.fifo"
+    os.mkfifo(path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    fcntl.fcntl(reader, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+    yield path
+    os.close(reader)  # after the part stopped: its blocked writer thread never returned

@@ -10,11 +10,9 @@ sign-in and sign-out is still answered, the lines that do not fit are dropped an
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import pathlib
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,18 +21,7 @@ from testing.listenerenv import metric_value
 from tether import auditwriter
 
 LOST = "tether_admin_audit_lost_total"
-F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
-
-@pytest.fixture
-def unread_fifo(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
-    """A FIFO with a reader that never reads, its buffer one page: a blocked log pipe."""
-    path = tmp_path / "audit.fifo"
-    os.mkfifo(path)
-    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    fcntl.fcntl(reader, F_SETPIPE_SZ, 4096)
-    yield path
-    os.close(reader)  # after the admin stopped: its blocked writer thread never returned
 
 
 def sign_in_and_out(p: adminenv.AdminProcess, token: str, times: int) -> None:

@@ -10,19 +10,17 @@ counted in ``tether_listener_audit_lost_total`` and said on stderr.
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import pathlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
 from tether import auditwriter, logs
 
-F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _KEPT: list[object] = []  # pipes a blocked writer thread still holds
 
 
@@ -37,16 +35,6 @@ def _handler(dest: str, lost: list[str], capacity: int = 5) -> auditwriter.Queue
     h.setFormatter(logs.JSONFormatter())
     return h
 
-
-@pytest.fixture
-def unread_fifo(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
-    """A FIFO with a reader that never reads, its buffer one page: a blocked log pipe."""
-    path = tmp_path / "audit.fifo"
-    os.mkfifo(path)
-    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    fcntl.fcntl(reader, F_SETPIPE_SZ, 4096)
-    yield path
-    os.close(reader)
 
 
 def test_a_blocked_pipe_drops_lines_and_never_blocks_the_caller(unread_fifo: pathlib.Path) -> None:
