@@ -1,7 +1,7 @@
 """The fleet as rows: every runtime's facts and problems, from the KCP's objects (pure).
 
 ``build(objects, thresholds, now)`` turns what ``admin.snapshot`` listed (plain dicts: Kyma
-CRs, RuntimeEnrollments, heartbeat Leases, RuntimeDeliveries, CompassManagerMappings) into
+CRs, RuntimeEnrollments, heartbeat Leases, RuntimeDeliveries, CompassMappings) into
 one ``Row`` per runtime, sorted worst first; ``select`` searches and pages them. The admin
 pages, ``tether status`` and the fleet metrics all read these rows, so the three agree.
 

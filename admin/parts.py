@@ -4,7 +4,7 @@
   image tag, Available) with its leader Lease, if it has one: the holder, when it renewed,
   and what the leader recorded of its last run (Lease annotations
   ``tether.kyma-project.io/last-run-at``, ``-result``, ``-seconds``).
-* ``mappings_of`` / ``compass_of``: CompassManagerMappings by state, and what compass
+* ``mappings_of`` / ``compass_of``: CompassMappings by state, and what compass
   publishes on its Lease (``tether.kyma-project.io/breaker``, ``.../director-errors``).
 * ``events_of``: Events, newest first.
 """

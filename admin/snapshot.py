@@ -1,7 +1,7 @@
 """The KCP as the admin pages see it: one listing of the fleet, refreshed in the background.
 
 ``load(kcp, s)`` lists (paginated, one page in memory at a time) the Kyma CRs (metadata
-only), RuntimeEnrollments, heartbeat Leases, RuntimeDeliveries and CompassManagerMappings of
+only), RuntimeEnrollments, heartbeat Leases, RuntimeDeliveries and CompassMappings of
 the KCP namespace, Tether's Deployments and the leader Leases, and builds the rows
 (``admin.fleet``) and the parts (``admin.parts``) once. Pages read the last ``Snapshot``:
 a page costs no KCP request, whatever the fleet's size. A runtime's page is the exception:
@@ -79,7 +79,7 @@ def load(kcp: gateway.Kube, s: settings.Settings,
     for o in _items(kcp, apitypes.RUNTIME_DELIVERIES, ns, timeout=to, missing=missing):
         index.add_delivery(o, lean=True)
     mappings: list[parts.CompassMapping] = []
-    for o in _items(kcp, apitypes.COMPASS_MANAGER_MAPPINGS, ns, timeout=to, missing=missing):
+    for o in _items(kcp, apitypes.COMPASS_MAPPINGS, ns, timeout=to, missing=missing):
         index.add_mapping(o)
         mappings.append(parts.mapping_of(o))
     rows = fleet.ordered([r for k in _items(kcp, apitypes.KYMAS, ns, timeout=to,

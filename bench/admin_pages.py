@@ -3,7 +3,7 @@ within 200 ms), against the same pages with a small fleet in the same invocation
 
 One real KCP plane; two fleets in two namespaces, made as the other parts write them (Kyma
 CR, RuntimeEnrollment with status, heartbeat Lease, RuntimeDelivery with an hour's worth of
-minutes and 20 recent records, a CompassManagerMapping for every other runtime; a tenth of
+minutes and 20 recent records, a CompassMapping for every other runtime; a tenth of
 the runtimes with problems): ``--small`` (50) runtimes, the baseline, and ``--runtimes``
 (5,000). For each fleet one ``tether admin`` (gunicorn, TLS, the real sign-in with a
 ServiceAccount token through TokenReview and SubjectAccessReview, answers cached as in

@@ -25,16 +25,16 @@ class Kcp:
         return [model.kyma_from(o) for o in self._list(apitypes.KYMAS)]
 
     def mappings(self) -> list[model.MappingView]:
-        return [model.mapping_from(o) for o in self._list(apitypes.COMPASS_MANAGER_MAPPINGS)]
+        return [model.mapping_from(o) for o in self._list(apitypes.COMPASS_MAPPINGS)]
 
     def get_mapping(self, name: str) -> model.MappingView | None:
-        obj = self._kcp.get_or_none(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, name)
+        obj = self._kcp.get_or_none(apitypes.COMPASS_MAPPINGS, self.namespace, name)
         return None if obj is None else model.mapping_from(obj)
 
     def create_mapping(self, kyma: model.Kyma, *, registering: bool) -> model.MappingView:
         body = {
-            "apiVersion": f"{apitypes.COMPASS_MANAGER_MAPPINGS.group}/{apitypes.COMPASS_MANAGER_MAPPINGS.version}",
-            "kind": apitypes.COMPASS_MANAGER_MAPPING_KIND,
+            "apiVersion": f"{apitypes.COMPASS_MAPPINGS.group}/{apitypes.COMPASS_MAPPINGS.version}",
+            "kind": apitypes.COMPASS_MAPPING_KIND,
             "metadata": {
                 "name": kyma.name, "namespace": self.namespace,
                 "labels": decide.mapping_labels(kyma),
@@ -43,7 +43,7 @@ class Kcp:
             },
             "spec": {},
         }
-        return model.mapping_from(self._kcp.create(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, body))
+        return model.mapping_from(self._kcp.create(apitypes.COMPASS_MAPPINGS, self.namespace, body))
 
     def patch_meta(self, name: str, *, labels: dict[str, str | None] | None = None,
                    annotations: dict[str, str | None] | None = None) -> model.MappingView:
@@ -53,15 +53,15 @@ class Kcp:
         if annotations is not None:
             meta["annotations"] = annotations
         return model.mapping_from(
-            self._kcp.patch(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, name, {"metadata": meta}))
+            self._kcp.patch(apitypes.COMPASS_MAPPINGS, self.namespace, name, {"metadata": meta}))
 
     def patch_status(self, name: str, status: dict[str, Any]) -> model.MappingView:
-        return model.mapping_from(self._kcp.patch(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, name,
+        return model.mapping_from(self._kcp.patch(apitypes.COMPASS_MAPPINGS, self.namespace, name,
                                                   {"status": status}, subresource="status"))
 
     def delete_mapping(self, name: str) -> model.MappingView | None:
         try:
-            self._kcp.delete(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, name)
+            self._kcp.delete(apitypes.COMPASS_MAPPINGS, self.namespace, name)
         except gateway.NotFound:
             pass
         return self.get_mapping(name)
@@ -69,7 +69,7 @@ class Kcp:
     def remove_finalizer(self, m: model.MappingView) -> None:
         rest = [f for f in m.finalizers if f != model.FINALIZER]
         try:
-            self._kcp.patch(apitypes.COMPASS_MANAGER_MAPPINGS, self.namespace, m.name,
+            self._kcp.patch(apitypes.COMPASS_MAPPINGS, self.namespace, m.name,
                             {"metadata": {"finalizers": rest or None}})
         except gateway.NotFound:
             pass

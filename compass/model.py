@@ -16,7 +16,7 @@ from tether import apitypes
 REQUIRED_LABELS = (apitypes.GLOBAL_ACCOUNT_LABEL, apitypes.SUBACCOUNT_LABEL, apitypes.SHOOT_NAME_LABEL)
 APP_CONNECTOR_MODULE = "application-connector"
 
-# CompassManagerMapping (compatible with compass-manager) -----------------------------------
+# CompassMapping (Tether's own, tether.kyma-project.io) ------------------------------------
 FINALIZER = "tether.kyma-project.io/compass-registration"
 # Written before the first registerRuntime call: a later run that finds it without a
 # runtime ID looks the runtime up in the Director before registering again.

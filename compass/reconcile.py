@@ -149,7 +149,7 @@ class Reconciler:
         name = m.name if m is not None else f.kyma.name if f.kyma is not None else ""
         if self.events is None or not name:
             return
-        ref = events.Ref(f"{apitypes.COMPASS_MANAGER_MAPPINGS.group}/{apitypes.COMPASS_MANAGER_MAPPINGS.version}", apitypes.COMPASS_MANAGER_MAPPING_KIND,
+        ref = events.Ref(f"{apitypes.COMPASS_MAPPINGS.group}/{apitypes.COMPASS_MAPPINGS.version}", apitypes.COMPASS_MAPPING_KIND,
                          self.kcp.namespace, name, m.uid if m is not None else "")
         self.events.emit(ref, reason, message, warning=warning)
 

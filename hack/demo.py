@@ -135,7 +135,7 @@ def scenario(fleet: deployed.Fleet) -> None:
 
     def mapping_ready() -> bool:
         m = custom.get_namespaced_custom_object("operator.kyma-project.io", "v1beta1", KCP_NS,
-                                                "compassmanagermappings", deployed.KYMA)
+                                                "compassmappings", deployed.KYMA)
         return bool((m.get("status") or {}).get("state") == "Ready")
 
     wait_for("the Compass mapping to be Ready", mapping_ready, timeout=90)

@@ -28,7 +28,7 @@ from tether import apitypes, certs, delivery
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ADMIN_RBAC = REPO / "manifests" / "kcp" / "admin" / "rbac.yaml"
 ENROLLMENT_CRD = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
-MAPPING_CRD = REPO / "manifests" / "kcp" / "crds" / "operator.kyma-project.io_compassmanagermappings.yaml"
+MAPPING_CRD = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_compassmappings.yaml"
 ADMIN_USER = "tether-admin-test"
 AUDIENCE = "tether-admin"  # the admin part's default TETHER_ADMIN_TOKEN_AUDIENCE
 HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"
@@ -218,17 +218,17 @@ class Env:
 
     def mapping(self, name: str, state: str, reason: str = "", message: str = "") -> None:
         body = {"apiVersion": "operator.kyma-project.io/v1beta1",
-                "kind": "CompassManagerMapping",
+                "kind": "CompassMapping",
                 "metadata": {"name": name, "namespace": self.kcp_ns,
                              "labels": {"operator.kyma-project.io/kyma-name": name}},
                 "spec": {}}
         self._objects().create_namespaced_custom_object(
-            "operator.kyma-project.io", "v1beta1", self.kcp_ns, "compassmanagermappings", body)
+            "tether.kyma-project.io", "v1alpha1", self.kcp_ns, "compassmappings", body)
         t = stamp(now()).split(".")[0] + "Z"
         cond = {"type": "Ready", "status": "True" if state == "Ready" else "False",
                 "reason": reason or state, "message": message, "lastTransitionTime": t}
         self._objects().patch_namespaced_custom_object_status(
-            "operator.kyma-project.io", "v1beta1", self.kcp_ns, "compassmanagermappings", name,
+            "tether.kyma-project.io", "v1alpha1", self.kcp_ns, "compassmappings", name,
             {"status": {"state": state, "registered": state == "Ready",
                         "configured": state == "Ready", "conditions": [cond]}})
 

@@ -17,7 +17,7 @@ from standins.director import server as server_mod
 from testing import controlplane, localnet
 from tether import apitypes, gateway
 
-CRD_FILE = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "operator.kyma-project.io_compassmanagermappings.yaml"
+CRD_FILE = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_compassmappings.yaml"
 
 
 EXTRA_PLANES = 19  # with the session's skr plane: one runtime plane per Kyma CR of the 20-CR test
@@ -98,7 +98,7 @@ def agent_secret(plane: controlplane.ControlPlane) -> dict[str, str] | None:
 def get_mapping(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
     try:
         obj: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            apitypes.COMPASS_MANAGER_MAPPINGS.group, apitypes.COMPASS_MANAGER_MAPPINGS.version, namespace, apitypes.COMPASS_MANAGER_MAPPINGS.plural, name)
+            apitypes.COMPASS_MAPPINGS.group, apitypes.COMPASS_MAPPINGS.version, namespace, apitypes.COMPASS_MAPPINGS.plural, name)
         return dict(obj)
     except client.ApiException as e:
         if e.status == 404:

@@ -64,9 +64,10 @@ TETHER_GROUP = "tether.kyma-project.io"   # Tether's own CRDs (manifests/kcp/crd
 KYMAS = Resource(KYMA_GROUP, "v1beta2", "kymas")
 KYMA_KIND = "Kyma"
 
-# CompassManagerMapping (compatible with compass-manager), written by compass --------------
-COMPASS_MANAGER_MAPPINGS = Resource(KYMA_GROUP, "v1beta1", "compassmanagermappings")
-COMPASS_MANAGER_MAPPING_KIND = "CompassManagerMapping"
+# CompassMapping: Tether's own record of a runtime's Compass registration, written by compass
+# (not compass-manager's CompassManagerMapping, which Tether leaves alone; docs/compass.md)
+COMPASS_MAPPINGS = Resource(TETHER_GROUP, "v1alpha1", "compassmappings")
+COMPASS_MAPPING_KIND = "CompassMapping"
 
 # Tether's CRDs ----------------------------------------------------------------------------
 RUNTIME_CONFIGMAPS = Resource(TETHER_GROUP, "v1", "runtimeconfigmaps")  # the listener's records
@@ -113,7 +114,7 @@ SHOOT_NAME_LABEL = "kyma-project.io/shoot-name"
 INSTANCE_ID_LABEL = "kyma-project.io/instance-id"
 PLAN_ID_LABEL = "kyma-project.io/broker-plan-id"
 PLAN_NAME_LABEL = "kyma-project.io/broker-plan-name"
-# on the CompassManagerMapping (and the runtime's compass Secret)
+# on the CompassMapping (and the runtime's compass Secret)
 KYMA_NAME_LABEL = "operator.kyma-project.io/kyma-name"
 COMPASS_RUNTIME_ID_LABEL = "kyma-project.io/compass-runtime-id"
 # Tether's own

@@ -7,7 +7,7 @@ pass keys and outcomes, never a token, key or customer data (an Event is readabl
 everyone who may list Events in the namespace).
 
     rec = Recorder(kube, "tether-compass", identity)
-    rec.emit(Ref("operator.kyma-project.io/v1beta1", "CompassManagerMapping", "kcp-system", name),
+    rec.emit(Ref("tether.kyma-project.io/v1alpha1", "CompassMapping", "kcp-system", name),
              "Registered", f"runtime {rid} registered in the Director")
 """
 

@@ -144,7 +144,7 @@ def scenario(admin_env: adminenv.Env, docs: Docs) -> Iterator[Scenario]:
     core.create_namespaced_event(env.kcp_ns, {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": f"failing.{env.suffix}"},
-        "involvedObject": {"kind": "CompassManagerMapping", "name": "failing",
+        "involvedObject": {"kind": "CompassMapping", "name": "failing",
                            "namespace": env.kcp_ns},
         "type": "Warning", "reason": "RegistrationFailed",
         "message": "registerRuntime: Director answered 500", "count": 3,

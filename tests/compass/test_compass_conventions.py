@@ -115,7 +115,7 @@ def test_mapping_conditions_columns_events_and_last_run_on_the_lease(
         since = conds["Ready"]["lastTransitionTime"]
 
         # printer columns: Ready and Reason, typed; the Age a date
-        t = table(kcp_api, f"/apis/operator.kyma-project.io/v1beta1/namespaces/{ns}/compassmanagermappings")
+        t = table(kcp_api, f"/apis/tether.kyma-project.io/v1alpha1/namespaces/{ns}/compassmappings")
         cols = {c["name"]: c["type"] for c in t["columnDefinitions"]}
         assert cols["Ready"] == "string" and cols["Reason"] == "string" and cols["Age"] == "date"
         row = dict(zip([c["name"] for c in t["columnDefinitions"]], t["rows"][0]["cells"], strict=True))
@@ -125,7 +125,7 @@ def test_mapping_conditions_columns_events_and_last_run_on_the_lease(
         evs = wait(lambda: (e := events_of(kcp_api, ns, "conv-00")) and
                    {"Registered", "TokenDelivered"} <= {x["reason"] for x in e} and e, what="events")
         for e in evs:
-            assert e["involvedObject"]["kind"] == "CompassManagerMapping"
+            assert e["involvedObject"]["kind"] == "CompassMapping"
             assert e["source"]["component"] == "tether-compass" and e["type"] == "Normal"
             assert len(e["message"]) <= 1024
 

@@ -13,7 +13,7 @@ from compass import errors, lease_notes, status
 from tether import apitypes, elected, events
 
 NOW = datetime.datetime(2026, 11, 30, 10, 0, 0, 123456, tzinfo=datetime.UTC)
-REF = events.Ref("operator.kyma-project.io/v1beta1", "CompassManagerMapping", "kcp-system", "k1", "u-1")
+REF = events.Ref("tether.kyma-project.io/v1alpha1", "CompassMapping", "kcp-system", "k1", "u-1")
 
 
 # -- tether.events ---------------------------------------------------------------------------

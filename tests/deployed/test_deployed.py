@@ -218,7 +218,7 @@ def test_the_admin_pages_show_the_runtime_to_an_operator_and_refuse_others(
 
 def test_compass_registers_the_runtime_with_the_director(fleet: deployed.Fleet) -> None:
     def ready() -> bool:
-        done = deployed.kubectl(fleet.kcp, "get", "compassmanagermappings", deployed.KYMA, "-n",
+        done = deployed.kubectl(fleet.kcp, "get", "compassmappings", deployed.KYMA, "-n",
                                 deployed.KCP_NS, "-o", "json", check=False)
         return done.returncode == 0 and (json.loads(done.stdout).get("status") or {}).get("state") == "Ready"
     wait_for("the Compass mapping Ready", ready, timeout=90, fleet=fleet)

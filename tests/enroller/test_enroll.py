@@ -226,7 +226,7 @@ def test_kubectl_wait_works_for_every_status_object(
         env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
     """The documented ``kubectl wait`` forms (docs/operations.md, "Waiting with kubectl";
     issue 28, item 2), run with the control plane's kubectl against the KCP: conditions for
-    the RuntimeEnrollment and the CompassManagerMapping, a status field for the
+    the RuntimeEnrollment and the CompassMapping, a status field for the
     RuntimeDelivery and the RuntimeStateSummary (no conditions: they are counts)."""
     controlplane.install_crds(env.api, *listenerenv.CRD_FILES, adminenv.MAPPING_CRD)
     env.kyma("kappa", runtimes[0], runtime_id="rt-kappa")
@@ -251,16 +251,16 @@ def test_kubectl_wait_works_for_every_status_object(
                                                      "tether-rt-w", {"status": status})
         assert wait("--for=jsonpath={.status.updatedAt}", f"{plural}/tether-rt-w") == 0
     assert wait("--for=jsonpath={.status.lastChangeAt}", "runtimedelivery/tether-rt-w") == 0
-    custom.create_namespaced_custom_object("operator.kyma-project.io", "v1beta1", env.ns, "compassmanagermappings", {
-        "apiVersion": "operator.kyma-project.io/v1beta1", "kind": "CompassManagerMapping",
+    custom.create_namespaced_custom_object("tether.kyma-project.io", "v1alpha1", env.ns, "compassmappings", {
+        "apiVersion": "tether.kyma-project.io/v1alpha1", "kind": "CompassMapping",
         "metadata": {"name": "kappa"}, "spec": {}})
     custom.patch_namespaced_custom_object_status(
-        "operator.kyma-project.io", "v1beta1", env.ns, "compassmanagermappings", "kappa", {"status": {
+        "tether.kyma-project.io", "v1alpha1", env.ns, "compassmappings", "kappa", {"status": {
             "state": "Ready", "conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
                                               "message": "registered and configured",
                                               "lastTransitionTime": now}]}})
-    assert wait("--for=condition=Ready", "compassmanagermapping/kappa") == 0
-    assert wait("--for=jsonpath={.status.state}=Ready", "compassmanagermapping/kappa") == 0
+    assert wait("--for=condition=Ready", "compassmapping/kappa") == 0
+    assert wait("--for=jsonpath={.status.state}=Ready", "compassmapping/kappa") == 0
 
 
 def test_deleted_objects_in_the_runtime_are_restored_in_one_run(
