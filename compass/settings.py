@@ -52,6 +52,10 @@ class Settings:
         "value of director_connection_managed_by; give each KCP (shard) its own"))
     only_app_connector: bool = setting(config.boolean(
         C + "ONLY_APPLICATION_CONNECTOR", False, "only Kyma CRs enabling application-connector"))
+    read_compass_manager: bool = setting(config.boolean(  # compass.legacy; docs/compass.md, "Names"
+        C + "READ_COMPASS_MANAGER_MAPPINGS", False, "also read compass-manager's "
+        "CompassManagerMappings (never written) as existing registrations; needs the "
+        "compat-compass-manager overlay"))
     interval: float = setting(config.seconds(
         C + "INTERVAL_SECONDS", 60.0, "time between interval runs", minimum=1, maximum=86_400))
     resync_cron: str = setting(config.custom(C + "RESYNC_CRON", "17 * * * *",

@@ -68,6 +68,9 @@ KYMA_KIND = "Kyma"
 # (not compass-manager's CompassManagerMapping, which Tether leaves alone; docs/compass.md)
 COMPASS_MAPPINGS = Resource(TETHER_GROUP, "v1alpha1", "compassmappings")
 COMPASS_MAPPING_KIND = "CompassMapping"
+# compass-manager's own CompassManagerMapping: read only, and only with the opt-in overlay
+# manifests/kcp/compass/compat-compass-manager (compass.legacy); Tether never writes it
+COMPASS_MANAGER_LEGACY_MAPPINGS = Resource(KYMA_GROUP, "v1beta1", "compassmanagermappings")
 
 # Tether's CRDs ----------------------------------------------------------------------------
 RUNTIME_CONFIGMAPS = Resource(TETHER_GROUP, "v1", "runtimeconfigmaps")  # the listener's records

@@ -13,7 +13,8 @@ HOME = ROOT / "tether" / "apitypes.py"
 
 # a quoted group or plural of a type Tether declares, or a Resource built in place
 DECLARED = [f'"{r.plural}"' for r in (
-    apitypes.KYMAS, apitypes.COMPASS_MAPPINGS, apitypes.RUNTIME_CONFIGMAPS,
+    apitypes.KYMAS, apitypes.COMPASS_MAPPINGS, apitypes.COMPASS_MANAGER_LEGACY_MAPPINGS,
+    apitypes.RUNTIME_CONFIGMAPS,
     apitypes.RUNTIME_DELIVERIES, apitypes.RUNTIME_STATE_SUMMARIES, apitypes.RUNTIME_ENROLLMENTS,
     apitypes.EVENTS, apitypes.LEASES, apitypes.DEPLOYMENTS, apitypes.TOKEN_REVIEWS,
     apitypes.SUBJECT_ACCESS_REVIEWS, apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS)]
