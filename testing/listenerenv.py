@@ -189,6 +189,7 @@ class ListenerProcess:
     """``python -m listener.main`` (gunicorn) as a subprocess on a free port."""
 
     limits: cgroups.Limits | None = None  # in a cgroup with them (ConfinedListenerProcess)
+    code: pathlib.Path = REPO  # the source tree it runs (another release's: testing.skewenv)
 
     def __init__(self, env: Env, name: str, **overrides: str) -> None:
         self.port = controlplane.free_port()
@@ -222,12 +223,14 @@ class ListenerProcess:
         environ = {k: v for k, v in os.environ.items()
                    if not k.startswith("TETHER_LISTENER_") and k != "KUBECONFIG"}
         environ.update({k: v for k, v in vars_.items() if v != ""})
+        if self.code != REPO:
+            environ["PYTHONPATH"] = str(self.code)
         self.cgroup = cgroups.confine(f"listener-{name}-{self.port}", self.limits) if self.limits else None
         self.usage: cgroups.Usage | None = None
         argv = [sys.executable, "-m", "listener.main"]
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            self.cgroup.wrap(argv) if self.cgroup else argv, cwd=REPO, env=environ,
+            self.cgroup.wrap(argv) if self.cgroup else argv, cwd=self.code, env=environ,
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=controlplane.die_with_parent())
         try:

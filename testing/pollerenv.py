@@ -7,6 +7,7 @@ import os
 import pathlib
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -75,7 +76,10 @@ class InProcess:
 class PollerProcess:
     """``.venv/bin/tether poller`` as a subprocess with its probes on a free port."""
 
-    def __init__(self, workdir: pathlib.Path, name: str, env: dict[str, str]) -> None:
+    def __init__(self, workdir: pathlib.Path, name: str, env: dict[str, str],
+                 code: pathlib.Path = REPO) -> None:
+        """``code``: the source tree to run (another release's, for version-skew tests)."""
+        self.code = code
         self.port = controlplane.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.identity = name
@@ -83,12 +87,16 @@ class PollerProcess:
         base = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_") and k != "KUBECONFIG"}
         self.env = {**base, "TETHER_POLLER_BIND": f"127.0.0.1:{self.port}", "TETHER_POLLER_IDENTITY": name,
                     "TETHER_LOG_FORMAT": "text", "TETHER_POLLER_RESYNC_CRON": "off", **env}
+        self.command = [str(TETHER), "poller"]
+        if code != REPO:
+            self.env["PYTHONPATH"] = str(code)
+            self.command = [sys.executable, "-m", "tether.cli", "poller"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> PollerProcess:
         assert TETHER.exists(), f"{TETHER} missing: run make venv"
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([str(TETHER), "poller"], env=self.env, cwd=REPO, stdout=log,
+            self.proc = subprocess.Popen(self.command, env=self.env, cwd=self.code, stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True,
                                          preexec_fn=controlplane.die_with_parent())
