@@ -12,7 +12,7 @@ import math
 import pathlib
 from typing import Any
 
-from enroller import render
+from enroller import render, rollout
 from tether import auditwriter, config, skr_clients
 
 E = "TETHER_ENROLLER_"
@@ -30,6 +30,13 @@ def _duration(seconds: float) -> datetime.timedelta:
 def _lifetime(option: config.Option) -> Any:
     """A field of seconds given as a ``timedelta``."""
     return setting(option, convert=_duration)
+
+
+def _waves(name: str, raw: str) -> tuple[float, ...]:
+    try:
+        return rollout.parse_waves(raw)
+    except ValueError as e:
+        raise config.SettingError(f"{name}: {e}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +112,24 @@ class Settings:
         E + "REMOVAL_TIMEOUT_SECONDS", 300.0,
         "longest a Kyma CR's deletion waits for Tether's removal from its runtime", minimum=0,
         maximum=86_400))
+    rollout_waves: tuple[float, ...] = setting(config.custom(  # cumulative percentages
+        E + "ROLLOUT_WAVES", rollout.DEFAULT_WAVES, "a new bundle's waves: cumulative percentages of the "
+        "runtimes (ordered by the hash of their ID; at least one runtime per wave)", _waves))
+    rollout_gate_timeout: datetime.timedelta = _lifetime(config.seconds(
+        E + "ROLLOUT_GATE_TIMEOUT_SECONDS", 900.0, "how long a wave's runtimes may take to pass "
+        "the health gate before the rollout halts and rolls back", minimum=1, maximum=7 * 86_400))
+    rollout_max_refusals: int = setting(config.integer(
+        E + "ROLLOUT_MAX_REFUSALS", 50, "refusals the listener may record for a runtime of a "
+        "wave since the wave began; more fail the gate at once", minimum=0, maximum=1_000_000))
+    rollout_heartbeat: bool = setting(config.boolean(
+        E + "ROLLOUT_HEARTBEAT", True, "the gate waits for a heartbeat of each runtime of the wave "
+        "after the wave began"))
+    rollout_max_unhealthy: int = setting(config.integer(
+        E + "ROLLOUT_MAX_UNHEALTHY", 0, "runtimes of a wave that may fail the gate while the wave "
+        "still passes", minimum=0, maximum=1000))
+    rollout_config_map: str = setting(config.object_name(
+        E + "ROLLOUT_CONFIGMAP", "tether-bundle-rollout",
+        "ConfigMap of the rollout's state and the last good bundle"))
     lease_name: str = setting(config.object_name(E + "LEASE_NAME", "tether-enroller",
                                                  "the Lease's name"))
     bind: str = setting(config.host_port(E + "BIND", "0.0.0.0:8080",
