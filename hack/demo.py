@@ -134,7 +134,7 @@ def scenario(fleet: deployed.Fleet) -> None:
     injection(fleet, score, custom)
 
     def mapping_ready() -> bool:
-        m = custom.get_namespaced_custom_object("operator.kyma-project.io", "v1beta1", KCP_NS,
+        m = custom.get_namespaced_custom_object("tether.kyma-project.io", "v1alpha1", KCP_NS,
                                                 "compassmappings", deployed.KYMA)
         return bool((m.get("status") or {}).get("state") == "Ready")
 

@@ -217,7 +217,7 @@ class Env:
             {"status": delivery.merge(None, d, runtime_id, at)})
 
     def mapping(self, name: str, state: str, reason: str = "", message: str = "") -> None:
-        body = {"apiVersion": "operator.kyma-project.io/v1beta1",
+        body = {"apiVersion": "tether.kyma-project.io/v1alpha1",
                 "kind": "CompassMapping",
                 "metadata": {"name": name, "namespace": self.kcp_ns,
                              "labels": {"operator.kyma-project.io/kyma-name": name}},
