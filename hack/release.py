@@ -1,0 +1,309 @@
+"""``make release``: the artefacts of one Tether release in ``dist/release/<version>/``.
+
+* ``tether-<version>.oci.tar``: the image (``hack/build-image.sh``, buildah's layer cache makes
+  it seconds when ``make image`` or tests/foundation ran) as an OCI archive
+  (``buildah push oci-archive``), its manifest digest in ``image-digest`` and the reference
+  every manifest uses in ``image-ref`` (``REGISTRY@sha256:...``);
+* ``manifests/``: a copy of the repository's ``manifests/`` with both kustomizations'
+  ``images:`` pinned to that reference and the enroller told to give it to the runtimes
+  (``TETHER_ENROLLER_IMAGE``): the base a landscape's overlays build on;
+* the rendered forms (``kubectl kustomize`` of that copy): ``tether-kcp.yaml``,
+  ``tether-kcp-watches.yaml``, ``tether-kcp-injector.yaml``, ``tether-kcp-cert-manager.yaml``,
+  ``tether-skr.yaml``, ``tether-monitoring.yaml``; the Kyma module: ``tether-module.yaml``
+  (manifests/module) and ``moduletemplate.yaml`` (manifests/module/moduletemplate.yaml filled);
+* ``sbom.cdx.json``: CycloneDX 1.5, every Python distribution installed in the image (read
+  from the archive's own layers: the ``.dist-info/METADATA`` files under /opt/tether);
+* ``release.json`` (version, commit, registry, digest) and ``SHA256SUMS`` of every file.
+
+Settings (environment): ``TETHER_RELEASE_REGISTRY`` (the image's name without tag, default
+``ghcr.io/kyma-project/tether``), ``TETHER_RELEASE_URL`` (where the files are published, for
+the ModuleTemplate's link), ``SOURCE_DATE_EPOCH`` (default: the commit's time),
+``TETHER_RELEASE_SNAPSHOT=1`` (allow a checkout that is not the tag ``v<version>``).
+docs/releasing.md has the policy and what is reproducible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_REGISTRY = "ghcr.io/kyma-project/tether"
+SITE = re.compile(r"opt/tether/lib/python3\.\d+/site-packages/([^/]+)\.dist-info/METADATA")
+# rendered file -> the folder of the pinned manifests/ copy it is kubectl kustomize of
+RENDERED = {
+    "tether-kcp.yaml": "kcp",
+    "tether-kcp-watches.yaml": "kcp/watches",
+    "tether-kcp-injector.yaml": "kcp/injector",
+    "tether-kcp-cert-manager.yaml": "overlays/cert-manager",
+    "tether-skr.yaml": "skr",
+    "tether-monitoring.yaml": "monitoring",
+    "tether-module.yaml": "module",
+}
+# a Tether container image that is not pinned by digest
+TAG_ONLY = re.compile(r"image: *[\"']?(?:\S*/)?tether(?::[^@\s\"']*)?[\"']?\s*$", re.M)
+IMAGES_BLOCK = re.compile(r"^images:\n  - name: tether\n    newTag: \S+\n", re.M)
+
+
+def say(msg: str) -> None:
+    print(f"[release] {msg}", file=sys.stderr, flush=True)
+
+
+def run(*argv: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(argv, cwd=ROOT, env=env, text=True, capture_output=True)
+    if done.returncode != 0:
+        raise SystemExit(f"release: {' '.join(argv[:3])} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def version() -> str:
+    found = re.search(r"^version\s*=\s*(\S+)", (ROOT / "setup.cfg").read_text(), re.M)
+    if not found:
+        raise SystemExit("release: no version in setup.cfg")
+    return found.group(1)
+
+
+def check_tag(ver: str, snapshot: bool) -> tuple[str, bool]:
+    """The commit; refuses a checkout that is not the tag v<version> (a release is cut from
+    its tag, docs/releasing.md) unless ``snapshot``."""
+    head = run("git", "rev-parse", "HEAD").strip()
+    tagged = subprocess.run(["git", "rev-parse", "-q", "--verify", f"v{ver}^{{commit}}"], cwd=ROOT,
+                            text=True, capture_output=True).stdout.strip()
+    dirty = bool(run("git", "status", "--porcelain", "--untracked-files=no").strip())
+    if tagged == head and not dirty:
+        return head, False
+    if not snapshot:
+        raise SystemExit(f"release: HEAD {head[:12]} is not the tag v{ver} ({tagged[:12] or 'none'})"
+                         f"{' and has local changes' if dirty else ''}: bump setup.cfg and tag "
+                         "(docs/releasing.md), or TETHER_RELEASE_SNAPSHOT=1 for a snapshot")
+    say(f"SNAPSHOT: HEAD {head[:12]} is not v{ver}; the artefacts are not the release v{ver}")
+    return head, True
+
+
+def build_and_archive(ver: str, registry: str, out: Path, build: bool = True) -> str:
+    """Builds (or reuses) tether:<version>, writes the OCI archive; returns its digest."""
+    if build:
+        say("building the image (hack/build-image.sh)")
+        run("bash", "hack/build-image.sh")
+    archive = out / f"tether-{ver}.oci.tar"
+    layout = out / ".oci"
+    digest_file = out / ".digest"
+    say(f"writing {archive.name}")
+    run("buildah", "push", "-q", "--format", "oci", "--digestfile", str(digest_file),
+        f"tether:{ver}", f"oci:{layout}:{registry}:{ver}")
+    digest = digest_file.read_text().strip()
+    digest_file.unlink()
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise SystemExit(f"release: buildah wrote no digest ({digest!r})")
+    tar_layout(layout, archive)
+    shutil.rmtree(layout)
+    return digest
+
+
+def tar_layout(layout: Path, archive: Path) -> None:
+    """The OCI layout as an oci-archive (a tar of the layout, what ``buildah push
+    oci-archive:`` writes) with fixed order, owners and times: the same image gives the
+    same archive, byte for byte (buildah's own archive differs on every push)."""
+    def fixed(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = 0
+        info.mode = 0o755 if info.isdir() else 0o644
+        return info
+
+    with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(layout.rglob("*")):
+            tar.add(path, arcname=path.relative_to(layout).as_posix(), recursive=False, filter=fixed)
+
+
+def pin_manifests(out: Path, ref: str) -> Path:
+    """A copy of manifests/ with the image pinned in both kustomizations and the enroller's
+    TETHER_ENROLLER_IMAGE set to it (the runtimes' image, docs/operations.md)."""
+    tree = out / "manifests"
+    shutil.copytree(ROOT / "manifests", tree, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+    name, digest = ref.split("@", 1)
+    pinned = f"images:\n  - name: tether\n    newName: {name}\n    digest: {digest}\n"
+    for path in sorted(tree.rglob("kustomization.yaml")):
+        text, n = IMAGES_BLOCK.subn(pinned, path.read_text())
+        if n == 0 and re.search(r"^images:", text, re.M):
+            raise SystemExit(f"release: {path.relative_to(out)}: an `images:` entry that is not tether's")
+        # a kustomization without one (kcp/injector) gets it; where nothing is named tether
+        # (or an included base pinned it already) kustomize changes nothing
+        path.write_text(text if n else f"{text.rstrip()}\n# make release (hack/release.py)\n{pinned}")
+    enroller = [{"op": "add", "path": "/spec/template/spec/containers/0/env/-",
+                 "value": {"name": "TETHER_ENROLLER_IMAGE", "value": ref}}]
+    with (tree / "kcp" / "kustomization.yaml").open("a") as f:
+        f.write("# make release: the runtimes get the release's image (hack/release.py)\n")
+        f.write(yaml.safe_dump({"patches": [{"target": {"kind": "Deployment", "name": "tether-enroller"},
+                                             "patch": yaml.safe_dump(enroller)}]}, sort_keys=False))
+    return tree
+
+
+def kubectl() -> str:
+    sys.path.insert(0, str(ROOT))
+    from testing import controlplane
+
+    return str(controlplane.binaries() / "kubectl")
+
+
+def render(out: Path, tree: Path, ver: str) -> None:
+    binary = kubectl()
+    for name, folder in RENDERED.items():
+        rendered = run(binary, "kustomize", str(tree / folder))
+        if TAG_ONLY.search(rendered):
+            raise SystemExit(f"release: manifests/{folder} still names an image by tag: "
+                             f"{TAG_ONLY.search(rendered)}")
+        (out / name).write_text(f"# Tether {ver}: kubectl kustomize manifests/{folder} (hack/release.py)\n"
+                                + rendered)
+
+
+def moduletemplate(out: Path, ver: str, ref: str, url: str) -> None:
+    text = (ROOT / "manifests" / "module" / "moduletemplate.yaml").read_text()
+    doc = yaml.safe_load(text.replace("RELEASE_URL", url).replace("VERSION", ver))
+    doc["spec"]["descriptor"]["component"]["resources"][0]["access"]["imageReference"] = ref
+    (out / "moduletemplate.yaml").write_text(
+        f"# Tether {ver}: the Kyma ModuleTemplate (manifests/module/moduletemplate.yaml, hack/release.py)\n"
+        + yaml.safe_dump(doc, sort_keys=False))
+
+
+def image_distributions(archive: Path) -> dict[str, dict[str, str]]:
+    """Name -> METADATA fields of every distribution in the image's virtualenv, applying
+    the layers in order (a whiteout removes what an earlier layer had)."""
+    found: dict[str, dict[str, str]] = {}
+    with tarfile.open(archive) as outer:
+        def blob(digest: str) -> Any:
+            f = outer.extractfile("blobs/sha256/" + digest.removeprefix("sha256:"))
+            assert f is not None
+            return f
+
+        index = json.load(blob_index(outer))
+        manifest = json.load(blob(index["manifests"][0]["digest"]))
+        for layer in manifest["layers"]:
+            with tarfile.open(fileobj=blob(layer["digest"]), mode="r|*") as tar:
+                for entry in tar:
+                    path = entry.name.removeprefix("./")
+                    if "/.wh." in f"/{path}":
+                        gone = path.replace(".wh.", "", 1)
+                        found = {k: v for k, v in found.items() if not v["path"].startswith(gone)}
+                        continue
+                    match = SITE.fullmatch(path)
+                    if match and entry.isfile():
+                        f = tar.extractfile(entry)
+                        assert f is not None
+                        meta = email.parser.BytesParser().parsebytes(f.read(), headersonly=True)
+                        found[meta["Name"]] = {"name": meta["Name"], "version": meta["Version"],
+                                               "license": meta.get("License-Expression") or "",
+                                               "path": path.rsplit("/", 1)[0]}
+    return found
+
+
+def blob_index(outer: tarfile.TarFile) -> Any:
+    f = outer.extractfile("index.json")
+    assert f is not None
+    return f
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def sbom(archive: Path, ver: str, registry: str, digest: str, epoch: int) -> dict[str, Any]:
+    """CycloneDX 1.5 (JSON) of the image: the image as the described component, every
+    Python distribution of its virtualenv as a library with its PyPI purl."""
+    components = []
+    for dist in sorted(image_distributions(archive).values(), key=lambda d: normalize(d["name"])):
+        c: dict[str, Any] = {"type": "library", "bom-ref": f"pkg:pypi/{normalize(dist['name'])}@{dist['version']}",
+                             "name": dist["name"], "version": dist["version"],
+                             "purl": f"pkg:pypi/{normalize(dist['name'])}@{dist['version']}"}
+        if dist["license"]:
+            c["licenses"] = [{"expression": dist["license"]}]
+        components.append(c)
+    image_purl = f"pkg:oci/tether@{digest.replace(':', '%3A')}?repository_url={registry}&tag={ver}"
+    return {
+        "bomFormat": "CycloneDX", "specVersion": "1.5",
+        "serialNumber": f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'{registry}@{digest}')}",
+        "version": 1,
+        "metadata": {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)),
+            "tools": {"components": [{"type": "application", "name": "tether hack/release.py",
+                                      "version": ver}]},
+            "component": {"type": "container", "bom-ref": image_purl, "name": registry, "version": ver,
+                          "purl": image_purl,
+                          "hashes": [{"alg": "SHA-256", "content": digest.removeprefix("sha256:")}]},
+        },
+        "components": components,
+    }
+
+
+def checksums(out: Path) -> None:
+    lines = []
+    for path in sorted(p for p in out.rglob("*") if p.is_file() and p.name != "SHA256SUMS"):
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        lines.append(f"{h.hexdigest()}  {path.relative_to(out).as_posix()}\n")
+    (out / "SHA256SUMS").write_text("".join(lines))
+
+
+def settle(out: Path, epoch: int) -> None:
+    """Every file's mtime at SOURCE_DATE_EPOCH (an archive of the folder is then the same)."""
+    for path in [*out.rglob("*"), out]:
+        os.utime(path, (epoch, epoch), follow_symlinks=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--registry", default=os.environ.get("TETHER_RELEASE_REGISTRY") or DEFAULT_REGISTRY)
+    p.add_argument("--out", type=Path, help="default: dist/release/<version>")
+    p.add_argument("--url", default=os.environ.get("TETHER_RELEASE_URL"),
+                   help="where the files are published (the ModuleTemplate's link)")
+    p.add_argument("--no-build", action="store_true",
+                   help="archive the image tether:<version> as it is (no hack/build-image.sh)")
+    a = p.parse_args(argv)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.:-]*(/[a-z0-9._-]+)*/tether", a.registry):
+        raise SystemExit(f"release: --registry {a.registry!r}: a repository name ending in /tether, "
+                         "without tag or digest (e.g. ghcr.io/kyma-project/tether)")
+    ver = version()
+    commit, snapshot = check_tag(ver, os.environ.get("TETHER_RELEASE_SNAPSHOT") == "1")
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or run("git", "log", "-1", "--format=%ct").strip())
+    url = a.url or f"https://github.com/kyma-project/tether/releases/download/v{ver}"
+    out: Path = (a.out or ROOT / "dist" / "release" / ver).resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    digest = build_and_archive(ver, a.registry, out, build=not a.no_build)
+    ref = f"{a.registry}@{digest}"
+    (out / "image-digest").write_text(digest + "\n")
+    (out / "image-ref").write_text(ref + "\n")
+    render(out, pin_manifests(out, ref), ver)
+    moduletemplate(out, ver, ref, url.rstrip("/"))
+    say("writing sbom.cdx.json (the image's /opt/tether distributions)")
+    (out / "sbom.cdx.json").write_text(json.dumps(sbom(out / f"tether-{ver}.oci.tar", ver, a.registry,
+                                                       digest, epoch), indent=2) + "\n")
+    (out / "release.json").write_text(json.dumps({
+        "version": ver, "commit": commit, "snapshot": snapshot, "registry": a.registry,
+        "image": ref, "digest": digest, "source_date_epoch": epoch, "url": url}, indent=2) + "\n")
+    checksums(out)
+    settle(out, epoch)
+    say(f"done: {out} ({ref})")
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
