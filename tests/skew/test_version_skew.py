@@ -5,14 +5,13 @@ rendered, one webhook per Watch) it delivers the new kinds, and the key a record
 before the upgrade is the key it has after.
 
 The previous release is a ``git archive`` of ``PREVIOUS`` (the last commit before Watches)
-run by ``testing.webhookstack.WebhookProcess(code=...)``; the listener is this checkout's,
+run by ``testing.skewenv.webhook`` (``testing.webhookstack.WebhookProcess(code=...)``); the listener is this checkout's,
 against a real KCP, with mTLS and the runtime's certificate; the SKR apiserver calls both
 webhooks for real."""
 
 from __future__ import annotations
 
 import pathlib
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from testing import controlplane, listenerenv, watchenv
+from testing import controlplane, listenerenv, skewenv, watchenv
 from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess
 from tether import watches, watchwire
@@ -36,11 +35,7 @@ CRD = watchenv.widget_crd(GROUP)
 
 @pytest.fixture(scope="module")
 def previous_tree(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    dest = tmp_path_factory.mktemp("previous")
-    archive = subprocess.run(["git", "archive", PREVIOUS], cwd=controlplane.REPO_ROOT,
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
+    return skewenv.tree(PREVIOUS, tmp_path_factory.mktemp("previous"))
 
 
 @pytest.fixture
@@ -64,48 +59,22 @@ def _watches(env: Env, ns: str) -> tuple[watches.Watch, ...]:
     return tuple(watches.parse(w) for w in stored)
 
 
-def _until(what: Callable[[], Any], timeout: float, why: Callable[[], str]) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (got := what()):
-        assert time.monotonic() < deadline, why()
-        time.sleep(0.2)
-    return got
-
-
-def _webhook(skr: controlplane.ControlPlane, env: Env, listener: ListenerProcess,
-             rt: listenerenv.Runtime, work: pathlib.Path, code: pathlib.Path,
-             **extra: str) -> stack.WebhookProcess:
-    work.mkdir(parents=True, exist_ok=True)
-    return stack.WebhookProcess(work, {
-        "TETHER_RUNTIME_ID": rt.id, "TETHER_LISTENER_URL": listener.url,
-        "TETHER_LISTENER_CA_FILE": str(env.server_ca_file),
-        "TETHER_CLIENT_CERT_FILE": str(rt.cert_file), "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
-        "TETHER_KUBECONFIG": str(skr.kubeconfig), **extra}, code=code).start()
-
-
-def _namespace(core: client.CoreV1Api, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    controlplane.retry_busy(lambda: core.create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))))
-    return name
-
-
 def test_a_runtime_of_the_previous_release_keeps_delivering_and_after_its_upgrade_sends_new_kinds(
         skr: controlplane.ControlPlane, skr_api: client.ApiClient, kcp_env: Env,
         previous_tree: pathlib.Path, tmp_path: pathlib.Path) -> None:
     core, custom = client.CoreV1Api(skr_api), client.CustomObjectsApi(skr_api)
     controlplane.install_crds(skr_api, CRD)
-    ns, wire_ns = _namespace(core, "skew"), _namespace(core, "skeww")
+    ns, wire_ns = skewenv.namespace(core, "skew"), skewenv.namespace(core, "skeww")
     in_force = _watches(kcp_env, ns)
     rt = listenerenv.add_runtime(kcp_env, f"rt-skew-{uuid.uuid4().hex[:6]}")
     listener = ListenerProcess(kcp_env, "skew", TETHER_LISTENER_WATCH_CACHE_SECONDS="0")
     label = {watchenv.OPT_IN_LABEL: "true"}
 
     def stored(name: str, watch: str, pred: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-        return dict(_until(lambda: (o := kcp_env.stored_one(rt.id, ns, name, watch=watch)) and pred(o["spec"]) and o["spec"],
+        return dict(skewenv.until(lambda: (o := kcp_env.stored_one(rt.id, ns, name, watch=watch)) and pred(o["spec"]) and o["spec"],
                            30, lambda: f"{name} not stored under {watch}: {kcp_env.stored_one(rt.id, ns, name, watch=watch)}"))
 
-    old = _webhook(skr, kcp_env, listener, rt, tmp_path / "old", previous_tree)
+    old = skewenv.webhook(skr, kcp_env, listener.url, rt, tmp_path / "old", previous_tree)
     old_vwc = stack.vwc_body(f"tether-skew-old-{ns}", old.url + "/validate", old.ca.cert_pem, ns)
     stack.register(skr_api, old_vwc)
     try:
@@ -123,7 +92,7 @@ def test_a_runtime_of_the_previous_release_keeps_delivering_and_after_its_upgrad
         assert before["watch"] == "configuration" and before["source"] == "webhook"
         core.create_namespaced_config_map(ns, client.V1ConfigMap(
             metadata=client.V1ObjectMeta(name="private"), data={"password": "not-for-the-kcp"}))
-        _until(lambda: listenerenv.metric_value(listener.metrics(), "tether_listener_watch_refusals_total",
+        skewenv.until(lambda: listenerenv.metric_value(listener.metrics(), "tether_listener_watch_refusals_total",
                                                 reason="watch_violation") >= 1,
                30, lambda: old.log() + listener.log_file.read_text()[-3000:])
         assert kcp_env.stored_one(rt.id, ns, "private", watch="configuration") is None
@@ -136,7 +105,7 @@ def test_a_runtime_of_the_previous_release_keeps_delivering_and_after_its_upgrad
     core.create_namespaced_config_map(wire_ns, client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name=watchwire.WIRE_CONFIGMAP),
         data={watchwire.WIRE_KEY: watchwire.to_wire(in_force)}))
-    new = _webhook(skr, kcp_env, listener, rt, tmp_path / "new", controlplane.REPO_ROOT,
+    new = skewenv.webhook(skr, kcp_env, listener.url, rt, tmp_path / "new", controlplane.REPO_ROOT,
                    TETHER_WATCHES_CONFIGMAP=f"{wire_ns}/{watchwire.WIRE_CONFIGMAP}")
     template = stack.vwc_body("x", new.url + "/validate", new.ca.cert_pem, ns)["webhooks"][0]
     new_vwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",

@@ -1,0 +1,78 @@
+"""Version skew against the previous release, v0.1.0 (``skewenv.PREVIOUS_RELEASE``), in both
+directions, on real planes with mTLS and the runtime's client certificate:
+
+- the previous release's runtime parts (its webhook and poller, run from ``git archive``)
+  against this checkout's listener;
+- this checkout's webhook and poller against the previous release's listener.
+
+Each round (``skewenv.deliver_then_poll``): the webhook delivers labelled ConfigMaps, then
+with its configuration removed the poller alone reconciles a create, an update and a delete;
+the KCP holds the runtime's state exactly, nothing lost. The listener refuses nothing: no
+4xx/5xx answer and no refusal counted. The one refusal that may ever be allowed is a 404 on
+a route the older listener does not have (``route="unmatched"``): the runtime must then
+degrade (the sender reads a 404 on the state summary as "a listener older than summaries"
+and pages the digest instead); the exact-state check shows it did. Between v0.1.0 and this
+checkout the runtime sends nothing the old listener refuses."""
+
+from __future__ import annotations
+
+import pathlib
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from testing import controlplane, listenerenv, skewenv
+from testing.listenerenv import Env, ListenerProcess
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def release_tree(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    return skewenv.tree(skewenv.PREVIOUS_RELEASE, tmp_path_factory.mktemp("v0.1.0"))
+
+
+@pytest.fixture
+def env(listener_env: Env) -> Iterator[Env]:
+    own = listenerenv.own_namespace(listener_env, "skewr")
+    yield own
+    listenerenv.remove_namespace(own)
+
+
+def _unknown_route_only(refused: dict[str, float]) -> dict[str, float]:
+    """What the listener refused beyond a 404 on a route it does not know."""
+    return {k: v for k, v in refused.items() if not ('route="unmatched"' in k and 'code="404"' in k)}
+
+
+def test_the_previous_releases_runtime_against_this_listener_delivers_and_reconciles(
+        skr: controlplane.ControlPlane, skr_api: client.ApiClient, env: Env,
+        release_tree: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    rt = listenerenv.add_runtime(env, f"rt-old-{uuid.uuid4().hex[:6]}")
+    listener = ListenerProcess(env, "skew-current")
+    try:
+        stored = skewenv.deliver_then_poll(skr, client.CoreV1Api(skr_api), env, rt, listener.url, tmp_path,
+                                           webhook_code=release_tree, poller_code=release_tree)
+        assert stored["kept"]["data"] == {"v": "final"} and stored["kept"]["source"] == "poller"
+        assert stored["created-later"]["source"] == "poller"
+        assert stored["to-delete"]["deleted"] is True
+        assert skewenv.refused(listener) == {}, listener.log_file.read_text()[-3000:]
+    finally:
+        listener.stop()
+
+
+def test_this_runtime_against_the_previous_releases_listener_delivers_and_reconciles(
+        skr: controlplane.ControlPlane, skr_api: client.ApiClient, env: Env,
+        release_tree: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    rt = listenerenv.add_runtime(env, f"rt-new-{uuid.uuid4().hex[:6]}")
+    listener = skewenv.TreeListener(env, "skew-previous", release_tree)
+    try:
+        assert pathlib.Path(f"/proc/{listener.proc.pid}/cwd").resolve() == release_tree.resolve()
+        stored = skewenv.deliver_then_poll(skr, client.CoreV1Api(skr_api), env, rt, listener.url, tmp_path)
+        assert stored["kept"]["data"] == {"v": "final"} and stored["kept"]["source"] == "poller"
+        assert stored["created-later"]["source"] == "poller"
+        assert stored["to-delete"]["deleted"] is True
+        assert _unknown_route_only(skewenv.refused(listener)) == {}, listener.log_file.read_text()[-3000:]
+    finally:
+        listener.stop()
