@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 from listener import settings
 from listener.edge import server
+from listener.view import process
 from tether import config, gateway, logs, metricsdir
 
 
@@ -20,7 +22,16 @@ def main(argv: list[str]) -> int:
     logs.configure(s.log_level, s.log_format)
     gateway.identify("listener")
     metricsdir.prepare(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-    server.Server(s).run()
+    if not s.view:
+        server.Server(s).run()
+        return 0
+    # the pod's view: one process, started before the workers, restarted when it dies
+    view = process.Supervisor(os.path.join(tempfile.mkdtemp(prefix="tether-view-"), "view.sock"))
+    view.start()
+    try:
+        server.Server(s, view.socket_path).run()
+    finally:
+        view.stop()
     return 0
 
 

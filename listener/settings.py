@@ -136,6 +136,20 @@ class Settings:
         P + "HEARTBEAT_INTERVAL_SECONDS", 30.0,
         "a replica writes a runtime's heartbeat Lease at most this often", minimum=0,
         maximum=3600))
+    view: bool = setting(config.boolean(
+        P + "VIEW", True, "one process per pod list+watches the Kyma CRs, heartbeat Leases and "
+        "state summaries and answers the workers over a Unix socket (a settled runtime's "
+        "heartbeat reads nothing from the KCP); off: every worker reads the KCP itself"))
+    view_timeout: float = setting(config.seconds(
+        P + "VIEW_TIMEOUT_SECONDS", 0.5, "a worker's wait for the pod's view before it reads "
+        "the KCP itself", minimum=0.01, maximum=10))
+    view_max_objects: int = setting(config.integer(
+        P + "VIEW_MAX_OBJECTS", 60_000, "objects of each kind the view holds (more: that kind "
+        "is read from the KCP directly)", minimum=1, maximum=1_000_000))
+    view_max_bytes: int = setting(config.integer(
+        P + "VIEW_MAX_BYTES", 256 * MIB, "bytes the view holds in all (its kept fields' JSON "
+        "size; a quarter each for Kyma CRs and Leases, half for state summaries)",
+        minimum=MIB, maximum=16 * 1024 * MIB))
     silent_thresholds: tuple[int, ...] = setting(config.custom(
         P + "SILENT_THRESHOLDS_SECONDS", (60, 300, 900, 3600),
         "thresholds of tether_listener_runtimes_silent (1 to 10 values)", _thresholds,

@@ -31,6 +31,7 @@ from flask import Blueprint, Flask, Response, current_app, g, request
 
 from listener import settings as settings_mod
 from listener.edge import api, metrics, openapi, responses, services, stateapi
+from listener.view import client as view_client
 from tether import gateway, httpworker, ops, tlsreload
 
 log = logging.getLogger(__name__)
@@ -43,16 +44,16 @@ edge = Blueprint("edge", __name__)
 
 def create_app(
     settings: settings_mod.Settings | None = None, *, kcp: gateway.Kube | None = None,
-    serving: tlsreload.Watched[Any] | None = None,
+    serving: tlsreload.Watched[Any] | None = None, view_socket: str | None = None,
 ) -> Flask:
     """``settings``: default from the TETHER_LISTENER_* variables; ``serving``: the TLS
     context the server hands to gunicorn (``listener.edge.server``), so that a failed reload of
-    it shows in readiness."""
+    it shows in readiness; ``view_socket``: the pod's view (``listener.view``), None: none."""
     s = settings or settings_mod.from_env()
     kcp = kcp or gateway.from_kubeconfig(s.kubeconfig, pool_size=max(4, s.threads))
     app = Flask("listener")
     app.config["MAX_CONTENT_LENGTH"] = s.max_body_bytes
-    svc = services.build(s, kcp)
+    svc = services.build(s, kcp, view_socket)
     svc.deliveries.start()  # counts merged even when the runtime's next request goes elsewhere
     if svc.summaries is not None:
         svc.summaries.start()  # so are the state summaries' changes
@@ -66,7 +67,8 @@ def create_app(
     # /healthz on both ports; /readyz and /metrics only on the operations port (ops_bind),
     # never on the data port the internet reaches; the runtime API only on the data port
     ops.init_app(app, _probes(svc, serving),
-                 ops.Exposition(svc.metrics.registry, [svc.silent]).render)
+                 ops.Exposition(svc.metrics.registry, [svc.silent] + (
+                     [] if svc.view is None else [view_client.Collector(svc.view)])).render)
     app.register_blueprint(edge)
     app.wsgi_app = httpworker.closing(app.wsgi_app)  # type: ignore[method-assign]
     return app

@@ -92,8 +92,9 @@ def gunicorn_options(s: settings.Settings,
 
 
 class Server(BaseApplication):  # type: ignore[misc]
-    def __init__(self, s: settings.Settings) -> None:
+    def __init__(self, s: settings.Settings, view_socket: str | None = None) -> None:
         self.settings = s
+        self.view_socket = view_socket  # the pod's view (listener.view), None: none
         self.serving = serving(s)
         super().__init__()
 
@@ -102,4 +103,4 @@ class Server(BaseApplication):  # type: ignore[misc]
             self.cfg.set(k, v)
 
     def load(self) -> Flask:
-        return app.create_app(self.settings, serving=self.serving)
+        return app.create_app(self.settings, serving=self.serving, view_socket=self.view_socket)

@@ -15,12 +15,14 @@ import logging
 
 from cryptography import x509
 from flask import Flask, current_app
+from prometheus_client import Counter
 
 from listener import settings
 from listener.edge import budget, peer, ratelimit, refusalsummary
 from listener.edge import metrics as listener_metrics
 from listener.fleet import deliveries, heartbeat, outage, runtimes, statesummary, watchlist
 from listener.storage import batch, digestcache, records, rules, store
+from listener.view import client as view_client
 from tether import auditwriter, gateway, kyma, logs, tlsreload, tracing
 
 KEY = "tether.listener"
@@ -58,15 +60,29 @@ class Services:
     lastknown: outage.LastKnown = dataclasses.field(default_factory=lambda: outage.LastKnown(0))
     # a request's records of different keys persisted at once (listener.storage.batch)
     persists: batch.Pool = dataclasses.field(default_factory=lambda: batch.Pool(1))
+    view: view_client.ViewClient | None = None  # the pod's view (listener.view), None: none
 
     def audit_event(self, event: str, **fields: object) -> None:
         logs.audit(self.audit, event, **fields)
 
 
-def build(s: settings.Settings, api: gateway.Kube) -> Services:
-    beats = heartbeat.Heartbeats(api, s.heartbeat_namespace, s.heartbeat_interval,
-                               s.kcp_timeout)
+def view_of(s: settings.Settings, socket_path: str | None,
+            meters: listener_metrics.Metrics) -> view_client.ViewClient | None:
+    """The worker's client of the pod's view (None: no view), its fallbacks counted."""
+    if socket_path is None or not s.view:
+        return None
+    fallbacks = Counter("tether_listener_view_fallbacks", "Lookups the pod's view did not "
+                        "answer (read from the KCP directly) by what and reason",
+                        ["what", "reason"], registry=meters.registry)
+    return view_client.ViewClient(socket_path, s.view_timeout,
+                                  lambda what, why: fallbacks.labels(what, why).inc())
+
+
+def build(s: settings.Settings, api: gateway.Kube, view_socket: str | None = None) -> Services:
     meters = listener_metrics.Metrics()
+    view = view_of(s, view_socket, meters)
+    beats = heartbeat.Heartbeats(api, s.heartbeat_namespace, s.heartbeat_interval,
+                               s.kcp_timeout, view=view)
     # a request thread never waits on the audit output: a line it cannot write is counted
     audit = logs.audit_logger(s.audit_log, on_lost=auditwriter.counting(meters.audit_lost),
                               queue_lines=s.audit_queue_lines)
@@ -74,10 +90,10 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         conflict=lambda: meters.write_conflicts.labels("summary").inc(),
         corrected=lambda n: meters.summary_corrections.inc(),
         flush_error=lambda reason: meters.summary_flush_errors.inc(),
-        dropped=meters.summary_dropped.inc))
+        dropped=meters.summary_dropped.inc), view=view)
     kymas = runtimes.KymaLRU(api, s.namespace, s.kyma_cache_seconds, s.kcp_timeout,
                              stale=s.outage_cache_seconds,
-                             on_stale=meters.outage_answers.labels("identity").inc)
+                             on_stale=meters.outage_answers.labels("identity").inc, view=view)
     watches = watchlist.WatchList(api, s.namespace, s.watch_cache_seconds, s.kcp_timeout)
     kept = store.Store(api, s.namespace, s.kcp_timeout, s.write_cache_entries,
                           on_conflict=lambda path: meters.write_conflicts.labels(path).inc(),
@@ -111,6 +127,7 @@ def build(s: settings.Settings, api: gateway.Kube) -> Services:
         tracer=tracing.from_environment("tether-listener"),
         lastknown=outage.LastKnown(s.outage_cache_seconds),
         persists=batch.Pool(s.persist_concurrency),
+        view=view,
     )
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from listener.fleet import epochs
 from listener.storage import records, rules
+from listener.view import client as view_client
 from tether import apitypes, changes, gateway, logs
 
 ANN_IDENTITY = "tether.kyma-project.io/runtime-identity"
@@ -76,9 +77,10 @@ def state_of(lease: dict[str, Any]) -> epochs.State:
 class Heartbeats:
     def __init__(
         self, kcp: gateway.Kube, namespace: str, interval: float, timeout: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, view: view_client.ViewClient | None = None,
     ) -> None:
         self._kcp, self._namespace, self._clock = kcp, namespace, clock
+        self._view = view  # the pod's view: it decides and writes (listener.view.beats)
         self._interval, self._timeout = interval, timeout
         self._lock = threading.Lock()
         self._written: OrderedDict[str, float] = OrderedDict()
@@ -100,7 +102,12 @@ class Heartbeats:
 
     def seen(self, runtime_id: str) -> bool:
         """Record that the runtime was seen now (if due); True when a write was made.
-        Raises a ``gateway.GatewayError`` when the KCP API fails."""
+        Raises a ``gateway.GatewayError`` when the KCP API fails. With the pod's view the
+        view decides from the renewTime it holds and writes (True: a write was queued)."""
+        if self._view is not None:
+            told = self._view.ask("seen", runtime_id)
+            if told is not None:
+                return told.get("outcome") in ("written", "queued")
         mono = self._clock()
         if not self._due(runtime_id, mono):
             return False
@@ -113,7 +120,7 @@ class Heartbeats:
         except gateway.NotFound:
             try:
                 written = self._kcp.create(gateway.LEASES, self._namespace,
-                                           self._new_lease(runtime_id, {}), timeout=self._timeout)
+                                           self.new_lease(runtime_id, {}), timeout=self._timeout)
             except gateway.Conflict:  # another replica created it just now: fine
                 pass
         self._remember(runtime_id, mono)
@@ -139,7 +146,8 @@ class Heartbeats:
                             "retried on the next call): %s", logs.bounded(e))
             return False
 
-    def _new_lease(self, runtime_id: str, annotations: dict[str, str]) -> dict[str, Any]:
+    def new_lease(self, runtime_id: str, annotations: dict[str, str]) -> dict[str, Any]:
+        """A new heartbeat Lease of the runtime (renewTime now), with ``annotations``."""
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": lease_name(runtime_id), "namespace": self._namespace,
                              "labels": {apitypes.HEARTBEAT_LABEL: "true", apitypes.RUNTIME_ID_LABEL: runtime_id,
@@ -149,8 +157,17 @@ class Heartbeats:
 
     # -- epochs ----------------------------------------------------------------------------
 
-    def epoch_state(self, runtime_id: str) -> epochs.State:
-        """The runtime's epoch and identity as its Lease holds them (no Lease: epoch 0)."""
+    def epoch_state(self, runtime_id: str, *, fresh: bool = False) -> epochs.State:
+        """The runtime's epoch and identity as its Lease holds them (no Lease: epoch 0):
+        from the pod's view unless ``fresh`` (a decision's Conflict) or it does not answer."""
+        if self._view is not None and not fresh:
+            told = self._view.ask("lease", runtime_id)
+            if told is not None:
+                held = told.get("lease")
+                if not isinstance(held, dict):
+                    return epochs.State(0, "")
+                return epochs.State(int(held.get("epoch") or 0), str(held.get("identity") or ""),
+                                    str(held.get("rv") or ""))
         # a list by name, not a get: the listener's Role lists Leases (silent runtimes)
         found = self._kcp.list(gateway.LEASES, self._namespace,
                                field_selector=f"metadata.name={lease_name(runtime_id)}",
@@ -162,7 +179,7 @@ class Heartbeats:
         Lease changed since (or was created meanwhile)."""
         ann = {apitypes.EPOCH_ANNOTATION: str(decision.epoch), ANN_IDENTITY: decision.identity}
         if not state.lease_version:
-            self._kcp.create(gateway.LEASES, self._namespace, self._new_lease(runtime_id, ann),
+            self._kcp.create(gateway.LEASES, self._namespace, self.new_lease(runtime_id, ann),
                              timeout=self._timeout)
             return
         try:
@@ -228,7 +245,8 @@ class Epochs:
                 hit = self._cache.get(runtime_id)
             if hit is not None and self._clock() - hit[0] < self._ttl:
                 return hit[1]
-        state = self._beats.epoch_state(runtime_id)
+        state = (self._beats.epoch_state(runtime_id, fresh=True) if fresh
+                 else self._beats.epoch_state(runtime_id))
         self._keep(runtime_id, state)
         return state
 

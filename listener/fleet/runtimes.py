@@ -10,6 +10,10 @@ the KCP API is unreachable (``gateway.Unavailable``, not ``Forbidden``: the list
 RBAC is no outage) an expired entry read at most ``stale`` seconds ago is answered
 (``listener.fleet.outage``: the revocation this delays and why it is bounded). The TTL of
 normal operation is unchanged.
+
+With the pod's view (``listener.view``: the Kyma CRs list+watched, one process per pod) a
+lookup is answered from it first, before this cache (a deleted or relabelled Kyma CR is
+refused within the watch's latency); only while the view does not answer is this the path.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from listener.view import client as view_client
 from tether import gateway, kyma
 
 MAX_ENTRIES = 20_000
@@ -31,8 +36,9 @@ class KymaLRU:
     def __init__(
         self, kcp: gateway.Kube, namespace: str, ttl: float, timeout: float,
         clock: Callable[[], float] = time.monotonic, stale: float = 0.0,
-        on_stale: Callable[[], None] | None = None,
+        on_stale: Callable[[], None] | None = None, view: view_client.ViewClient | None = None,
     ) -> None:
+        self._view = view
         self._kcp, self._namespace, self._clock = kcp, namespace, clock
         self._ttl, self._timeout, self._stale, self._on_stale = ttl, timeout, stale, on_stale
         self._lock = threading.Lock()
@@ -40,6 +46,10 @@ class KymaLRU:
         self._entries: OrderedDict[str, tuple[float, list[kyma.KymaView]]] = OrderedDict()
 
     def lookup(self, runtime_id: str) -> list[kyma.KymaView]:
+        if self._view is not None and kyma.valid_runtime_id(runtime_id):
+            seen = self._view.kymas(runtime_id)
+            if seen is not None:
+                return seen
         now = self._clock()
         with self._lock:
             hit = self._entries.get(runtime_id)

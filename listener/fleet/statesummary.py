@@ -54,6 +54,7 @@ from listener.fleet.summaryobject import Bucket as Bucket
 from listener.fleet.summaryobject import Hooks as Hooks
 from listener.fleet.summaryobject import name_of as name_of
 from listener.storage import records, rules
+from listener.view import client as view_client
 from tether import apitypes, gateway, numbers, statehash
 
 FLUSH_SECONDS = 1.0
@@ -71,8 +72,10 @@ class Summaries(summaryobject.SummaryObjects):
     def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float, *,
                  interval: float = FLUSH_SECONDS, hooks: Hooks | None = None,
                  max_pending: int = MAX_PENDING,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 view: view_client.ViewClient | None = None) -> None:
         super().__init__(kcp, namespace, timeout, hooks or Hooks(), clock)
+        self._view = view  # the pod's view: the summary as the watch last brought it
         self._interval, self._max = interval, max_pending
         self._idle = threading.Condition(self._lock)  # a runtime's merge ended
         self._pending: dict[str, dict[int, statehash.Pending]] = {}
@@ -257,11 +260,21 @@ class Summaries(summaryobject.SummaryObjects):
         of the runtime, also those another thread is merging at the time: waited for, at
         most the KCP timeout); built from a full listing when there is none. Also the records
         found without their bucket label (for ``label``, after the answer)."""
-        obj = self.flush(runtime_id, wait=self._timeout) or self._get(runtime_id)
+        obj = self.flush(runtime_id, wait=self._timeout) or self._viewed(runtime_id)
         stored = None if obj is None else statehash.stored_of(obj.get("status"))
         if obj is not None and stored is not None:
             return stored, []
         return self._bootstrap(runtime_id, obj)
+
+    def _viewed(self, runtime_id: str) -> dict[str, Any] | None:
+        """The summary from the pod's view (a watch's latency behind the KCP: the poller's
+        next run finds a change it misses), else read from the KCP."""
+        told = None if self._view is None else self._view.ask("summary", runtime_id)
+        obj = None if told is None else told.get("summary")
+        if isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == name_of(runtime_id) \
+                and statehash.stored_of(obj.get("status")) is not None:
+            return obj
+        return self._get(runtime_id)
 
     def footprint(self, runtime_id: str) -> rules.Used | None:
         """Objects and bytes the runtime stores, for the storage quota, at the cost of one

@@ -180,13 +180,14 @@ def test_the_listener_and_janitor_roles_are_exactly_what_they_call(
         return out
 
     assert rules_of("tether-listener") == {
-        ("kcp-system", "operator.kyma-project.io", "kymas", ()): {"list"},
+        ("kcp-system", "operator.kyma-project.io", "kymas", ()): {"list", "watch"},
         ("kcp-system", TETHER, "runtimedeliveries", ()): {"get", "create"},
         ("kcp-system", TETHER, "runtimedeliveries/status", ()): {"update"},
-        ("kcp-system", TETHER, "runtimestatesummaries", ()): {"get", "create"},
+        # list+watch: the pod's view (listener/view)
+        ("kcp-system", TETHER, "runtimestatesummaries", ()): {"get", "list", "watch", "create"},
         ("kcp-system", TETHER, "runtimestatesummaries/status", ()): {"update"},
         ("kcp-system", TETHER, "watches", ()): {"get", "list"},  # what records are admitted
-        ("tether-heartbeats", COORDINATION, "leases", ()): {"list", "create", "patch"},
+        ("tether-heartbeats", COORDINATION, "leases", ()): {"list", "watch", "create", "patch"},
     }
     assert rules_of("tether-janitor") == {
         ("kcp-system", "operator.kyma-project.io", "kymas", ()): {"list"},

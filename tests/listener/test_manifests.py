@@ -38,10 +38,10 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
     rules = {(r["apiGroups"][0], r["resources"][0], tuple(r.get("resourceNames", ()))):
              set(r["verbs"]) for r in role["rules"]}
     assert rules == {  # exactly what the listener needs (rbac.yaml); no delete, no Lease
-        ("operator.kyma-project.io", "kymas", ()): {"list"},
+        ("operator.kyma-project.io", "kymas", ()): {"list", "watch"},  # watch: the pod's view
         ("tether.kyma-project.io", "runtimedeliveries", ()): {"get", "create"},
         ("tether.kyma-project.io", "runtimedeliveries/status", ()): {"update"},
-        ("tether.kyma-project.io", "runtimestatesummaries", ()): {"get", "create"},
+        ("tether.kyma-project.io", "runtimestatesummaries", ()): {"get", "list", "watch", "create"},
         ("tether.kyma-project.io", "runtimestatesummaries/status", ()): {"update"},
         ("tether.kyma-project.io", "watches", ()): {"get", "list"},  # what is admitted
     }
@@ -49,7 +49,7 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
     beats = by[("Role", "tether-listener-heartbeats")]
     assert beats["metadata"]["namespace"] == "tether-heartbeats"
     assert [(r["resources"], set(r["verbs"])) for r in beats["rules"]] == [
-        (["leases"], {"list", "create", "patch"})]
+        (["leases"], {"list", "watch", "create", "patch"})]
     dep = by[("Deployment", "tether-listener")]["spec"]
     assert dep["replicas"] >= 2
     pod = dep["template"]["spec"]

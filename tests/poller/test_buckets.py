@@ -75,9 +75,12 @@ def test_an_in_sync_run_costs_the_kcp_the_same_whatever_the_records(
         # run (at most one GET and PUT per flush interval and worker): not the runs' cost
         bookkeeping = {k: v for k, v in used.items() if k[0] == "runtimedeliveries"}
         assert sum(bookkeeping.values()) <= 2 * merges, used
-        # three runs, three summary reads; no listing of the records at all
-        assert {k: v for k, v in used.items() if k[0] != "runtimedeliveries"} == {
-            ("runtimestatesummaries", "GET"): 3}, used
+        # three runs, no listing of the records at all; the summaries come from the listener
+        # pod's view (listener/view, watch-fed: no read), at most one GET each while it
+        # does not answer
+        others = {k: v for k, v in used.items() if k[0] != "runtimedeliveries"}
+        assert set(others) <= {("runtimestatesummaries", "GET")}, used
+        assert others.get(("runtimestatesummaries", "GET"), 0) <= 3, used
         assert poller.sample("tether_poller_listener_requests_total", call="summary") >= 5
     finally:
         poller.close()

@@ -1,0 +1,121 @@
+"""The view's Unix socket: one JSON request per line, one JSON answer per line.
+
+    {"op": "kyma", "id": "<runtime ID>"}     -> {"synced": true, "kymas": [KymaView fields]}
+    {"op": "lease", "id": ...}               -> {"synced": true, "lease": {epoch, identity, rv, renew} | null}
+    {"op": "summary", "id": ...}             -> {"synced": true, "summary": object | null}
+    {"op": "seen", "id": ...}                -> {"synced": true, "outcome": "written" | "queued" | "fresh" | "dropped"}
+    {"op": "ping"}                           -> {"synced": {kind: bool}}
+
+``synced`` false: the view cannot answer that (not listed yet, a watch down, over its
+bounds); the worker then reads the KCP itself. Bounded: a request line of at most
+``MAX_REQUEST`` bytes (else the connection is closed), at most ``MAX_CONNECTIONS`` open
+connections (the workers' threads keep one each), the runtime ID a valid label value.
+The socket is the pod's own (a file mode 0600 in a private folder); nothing secret passes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import socketserver
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from listener.view import beats, store
+from tether import kyma
+
+MAX_REQUEST = 1024
+MAX_CONNECTIONS = 512
+SEEN_WAIT = 0.3  # seconds a "seen" waits for its write (below the workers' timeout)
+
+
+class Views:
+    """The kinds the view holds and the heartbeat writer: the answers (no I/O)."""
+
+    def __init__(self, kymas: store.Kind, leases: store.Kind, summaries: store.Kind,
+                 writer: beats.Beats, seen_wait: float = SEEN_WAIT) -> None:
+        self.kymas, self.leases, self.summaries, self.writer = kymas, leases, summaries, writer
+        self.seen_wait = seen_wait
+        # relists ("restart/<kind>/<reason>") and heartbeat writes ("write/<outcome>") so far
+        self.counts: Callable[[], dict[str, int]] = dict
+
+    def answer(self, line: bytes) -> bytes:
+        try:
+            req = json.loads(line)
+        except ValueError:
+            return b'{"error":"not JSON"}'
+        if not isinstance(req, dict):
+            return b'{"error":"not an object"}'
+        op, rid = req.get("op"), req.get("id")
+        if op == "ping":
+            kinds = (self.kymas, self.leases, self.summaries)
+            return _dump({"synced": {k.name: k.synced and not k.full for k in kinds},
+                          "objects": {k.name: k.sizes()[0] for k in kinds},
+                          "bytes": {k.name: k.sizes()[1] for k in kinds}, "counts": self.counts()})
+        if not isinstance(rid, str) or not kyma.valid_runtime_id(rid):
+            return b'{"error":"id: a runtime ID"}'
+        if op == "kyma":
+            got = self.kymas.of(rid)
+            return _dump({"synced": got is not None, "kymas": got or []})
+        if op == "lease":
+            got = self.leases.of(rid)
+            return _dump({"synced": got is not None, "lease": got[0] if got else None})
+        if op == "summary":
+            found: list[bytes] | None = self.summaries.of(rid)
+            if found is None:
+                return b'{"synced":false}'
+            return b'{"synced":true,"summary":' + (found[0] if found else b"null") + b"}"
+        if op == "seen":
+            outcome = self.writer.seen(rid, self.seen_wait)
+            return _dump({"synced": outcome is not None, "outcome": outcome})
+        return b'{"error":"op: kyma, lease, summary, seen or ping"}'
+
+
+def _dump(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: Server
+
+    def handle(self) -> None:
+        srv = self.server
+        with srv.count_lock:
+            if srv.open >= MAX_CONNECTIONS:
+                return
+            srv.open += 1
+        try:
+            while True:
+                line = self.rfile.readline(MAX_REQUEST + 1)
+                if not line or len(line) > MAX_REQUEST or not line.endswith(b"\n"):
+                    return
+                self.wfile.write(srv.views.answer(line) + b"\n")
+                self.wfile.flush()
+        except OSError:
+            return
+        finally:
+            with srv.count_lock:
+                srv.open -= 1
+
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, path: str, views: Views) -> None:
+        self.views = views
+        self.count_lock = threading.Lock()
+        self.open = 0
+        if os.path.exists(path):
+            os.unlink(path)  # a previous view's (it died): this one takes over
+        old = os.umask(0o177)
+        try:
+            super().__init__(path, _Handler)
+        finally:
+            os.umask(old)
+
+    def server_bind(self) -> None:
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        super().server_bind()

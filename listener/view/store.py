@@ -1,0 +1,160 @@
+"""What the view holds (plain data, bounded): the Kyma CRs by runtime ID, the heartbeat
+Leases' epoch, identity, renewTime and resourceVersion, and the state summaries as served
+(compact JSON bytes: the answer forwards them).
+
+One ``Kind`` per watched resource: ``replace`` (a listing) and ``apply`` (a watch event)
+keep it; over ``max_objects`` objects or ``max_bytes`` bytes (the kept fields' JSON size)
+it stops answering (``full``: workers read the KCP directly) until a relist fits again.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from tether import apitypes, changes, kyma, numbers
+
+ANN_IDENTITY = "tether.kyma-project.io/runtime-identity"  # as listener.fleet.heartbeat
+
+
+def kyma_entry(obj: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(runtime ID, the KymaView fields) of a Kyma CR; None without a runtime-ID label."""
+    v = kyma.view(obj)
+    if not v.runtime_id:
+        return None
+    d = v._asdict()
+    d["modules"] = sorted(v.modules)
+    return v.runtime_id, d
+
+
+def lease_entry(obj: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(runtime ID, epoch/identity/resourceVersion/renewTime) of a heartbeat Lease."""
+    meta = obj.get("metadata") or {}
+    rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
+    if not isinstance(rid, str) or not rid:
+        return None
+    ann = meta.get("annotations") or {}
+    identity = ann.get(ANN_IDENTITY)
+    renew = (obj.get("spec") or {}).get("renewTime")
+    return rid, {"epoch": changes.epoch_of(ann.get(apitypes.EPOCH_ANNOTATION)),
+                 "identity": identity if isinstance(identity, str) else "",
+                 "rv": str(meta.get("resourceVersion") or ""),
+                 "renew": renew if isinstance(renew, str) else ""}
+
+
+def summary_entry(obj: Mapping[str, Any]) -> tuple[str, bytes] | None:
+    """(runtime ID, the summary's spec, status and resourceVersion as compact JSON)."""
+    rid = (obj.get("spec") or {}).get("runtimeId")
+    if not isinstance(rid, str) or not rid:
+        return None
+    meta = obj.get("metadata") or {}
+    kept = {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")},
+            "spec": {"runtimeId": rid}, "status": obj.get("status")}
+    return rid, json.dumps(kept, separators=(",", ":")).encode()
+
+
+def _size(value: object) -> int:
+    if isinstance(value, bytes):
+        return len(value) + 64
+    return len(json.dumps(value, separators=(",", ":"))) + 64
+
+
+class Kind:
+    """One resource's objects by name, indexed by runtime ID; thread-safe."""
+
+    def __init__(self, name: str, entry: Callable[[Mapping[str, Any]], tuple[str, Any] | None],
+                 max_objects: int, max_bytes: int) -> None:
+        self.name, self._entry = name, entry
+        self._max_objects, self._max_bytes = max_objects, max_bytes
+        self._lock = threading.Lock()
+        self._by_name: dict[str, tuple[str, Any, int]] = {}  # name -> (runtime ID, value, size)
+        self._by_rid: dict[str, dict[str, Any]] = {}  # runtime ID -> name -> value
+        self._bytes = 0
+        self.synced = False  # listed and watching, within the bounds
+        self.full = False  # over the bounds: not answered
+
+    def _drop(self, name: str) -> None:
+        old = self._by_name.pop(name, None)
+        if old is None:
+            return
+        rid, _, size = old
+        self._bytes -= size
+        named = self._by_rid.get(rid)
+        if named is not None:
+            named.pop(name, None)
+            if not named:
+                del self._by_rid[rid]
+
+    def _put(self, name: str, obj: Mapping[str, Any]) -> None:
+        self._drop(name)
+        got = self._entry(obj)
+        if got is None:
+            return
+        rid, value = got
+        size = _size(value) + len(name)
+        self._by_name[name] = (rid, value, size)
+        self._by_rid.setdefault(rid, {})[name] = value
+        self._bytes += size
+        if len(self._by_name) > self._max_objects or self._bytes > self._max_bytes:
+            self.full = True
+
+    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """A new listing (every object); ``full`` is decided again."""
+        with self._lock:
+            self._by_name.clear()
+            self._by_rid.clear()
+            self._bytes, self.full = 0, False
+            for obj in items:
+                self._put(str((obj.get("metadata") or {}).get("name") or ""), obj)
+                if self.full:  # stop holding more than the bound
+                    self._by_name.clear()
+                    self._by_rid.clear()
+                    self._bytes = 0
+                    return
+
+    def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED; others ignored)."""
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        with self._lock:
+            if self.full:
+                return
+            if event_type == "DELETED":
+                self._drop(name)
+            elif event_type in ("ADDED", "MODIFIED"):
+                self._put(name, obj)
+            if self.full:
+                self._by_name.clear()
+                self._by_rid.clear()
+                self._bytes = 0
+
+    def of(self, runtime_id: str) -> list[Any] | None:
+        """The runtime's values (by name order); None when not answering (not synced, full)."""
+        with self._lock:
+            if not self.synced or self.full:
+                return None
+            named = self._by_rid.get(runtime_id) or {}
+            return [named[n] for n in sorted(named)]
+
+    def sizes(self) -> tuple[int, int]:
+        with self._lock:
+            return len(self._by_name), self._bytes
+
+    def values(self) -> list[Any] | None:
+        with self._lock:
+            if not self.synced or self.full:
+                return None
+            return [v for _, v, _ in self._by_name.values()]
+
+    def remember(self, obj: Mapping[str, Any]) -> None:
+        """An object this process just wrote (before its watch event arrives), unless a
+        later version is held already (another writer's, from the watch)."""
+        meta = obj.get("metadata") or {}
+        new = numbers.ascii_int(str(meta.get("resourceVersion") or ""), 32) or 0
+        with self._lock:
+            held = self._by_name.get(str(meta.get("name") or ""))
+        old = held[1].get("rv") if held is not None and isinstance(held[1], dict) else None
+        if isinstance(old, str) and (numbers.ascii_int(old, 32) or 0) >= new:
+            return
+        self.apply("MODIFIED", obj)
