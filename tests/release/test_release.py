@@ -1,0 +1,258 @@
+"""The release's own test: ``hack/release.py`` (what ``make release`` runs) on this checkout,
+then its artefacts checked as a landscape would use them. The checksums verify; every
+Tether image in every rendered manifest (and the ModuleTemplate, and the image the enroller
+gives the runtimes) is ``REGISTRY@sha256:<the archive's digest>``; the SBOM lists every
+package of requirements.lock at its version; the ModuleTemplate is accepted by
+lifecycle-manager's real CRD on a real apiserver (and a wrong one refused); the release's
+manifests install on fresh local planes (``testing.deployed``, pointed at the release's
+``manifests/`` copy instead of the checkout's) and the parts run: every Deployment ready, the
+runtime enrolled and Ready, a customer's ConfigMap arriving in the KCP.
+
+The image build is ``hack/build-image.sh``, as in tests/foundation/test_image.py: in one
+session the second build is buildah's layer cache (seconds), not a second build. This
+checkout is usually not the tag ``v<version>``: the run is a snapshot
+(``TETHER_RELEASE_SNAPSHOT=1``), which the artefacts say (release.json).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from packaging.utils import canonicalize_name
+
+from testing import controlplane, deployed, overlays, watchenv
+from tether import apitypes
+
+ROOT = controlplane.REPO_ROOT
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+REGISTRY = "registry.example.com:5000/team/tether"  # a registry with a port and a path
+MODULE_CRD = ROOT / "hack" / "crds" / "lifecycle-manager" / "operator.kyma-project.io_moduletemplates.yaml"
+RENDERED = ("tether-kcp.yaml", "tether-kcp-watches.yaml", "tether-kcp-injector.yaml",
+            "tether-kcp-cert-manager.yaml", "tether-skr.yaml", "tether-monitoring.yaml",
+            "tether-module.yaml")
+CUSTOMER_NS = "shop"
+
+
+@dataclass(frozen=True)
+class Release:
+    out: Path
+    facts: dict[str, Any]
+    seconds: str
+
+    @property
+    def ref(self) -> str:
+        return str(self.facts["image"])
+
+    @property
+    def version(self) -> str:
+        return str(self.facts["version"])
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
+    out = tmp_path_factory.mktemp("release") / "out"
+    env = dict(os.environ, TETHER_RELEASE_SNAPSHOT="1", TETHER_RELEASE_REGISTRY=REGISTRY)
+    done = subprocess.run([sys.executable, "hack/release.py", "--out", str(out)], cwd=ROOT, env=env,
+                          text=True, capture_output=True, timeout=1400)
+    assert done.returncode == 0, f"hack/release.py failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return Release(out, json.loads((out / "release.json").read_text()), done.stderr[-300:])
+
+
+def setup_cfg_version() -> str:
+    found = re.search(r"^version\s*=\s*(\S+)", (ROOT / "setup.cfg").read_text(), re.M)
+    assert found
+    return found.group(1)
+
+
+def test_release_facts(release: Release) -> None:
+    assert release.version == setup_cfg_version()
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", release.facts["digest"])
+    assert release.ref == f"{REGISTRY}@{release.facts['digest']}"
+    assert (release.out / "image-ref").read_text().strip() == release.ref
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True, capture_output=True).stdout.strip()
+    assert release.facts["commit"] == head
+
+
+def test_checksums_cover_and_verify_every_file(release: Release) -> None:
+    listed = {}
+    for line in (release.out / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split("  ", 1)
+        listed[name] = digest
+    files = {p.relative_to(release.out).as_posix() for p in release.out.rglob("*")
+             if p.is_file() and p.name != "SHA256SUMS"}
+    assert set(listed) == files
+    assert {*RENDERED, "moduletemplate.yaml", "sbom.cdx.json", f"tether-{release.version}.oci.tar"} <= files
+    done = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=release.out,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    # and the check can fail: one changed byte is found
+    for name in ("release.json", "moduletemplate.yaml"):
+        data = (release.out / name).read_bytes()
+        assert hashlib.sha256(data + b" ").hexdigest() != listed[name]
+        assert hashlib.sha256(data).hexdigest() == listed[name]
+
+
+def test_the_archive_holds_the_image_of_that_digest(release: Release) -> None:
+    with tarfile.open(release.out / f"tether-{release.version}.oci.tar") as tar:
+        def read(name: str) -> bytes:
+            f = tar.extractfile(name)
+            assert f is not None, name
+            return f.read()
+
+        index = json.loads(read("index.json"))
+        (entry,) = index["manifests"]
+        assert entry["digest"] == release.facts["digest"]
+        manifest = read("blobs/sha256/" + entry["digest"].removeprefix("sha256:"))
+        assert "sha256:" + hashlib.sha256(manifest).hexdigest() == entry["digest"]
+        config = json.loads(read("blobs/sha256/" + json.loads(manifest)["config"]["digest"].removeprefix("sha256:")))
+        assert config["config"]["User"] == "65532:65532"
+        assert config["config"]["Cmd"] == ["tether", "--help"]
+
+
+def image_fields(node: Any) -> Iterator[str]:
+    """Every ``image`` of a container (containers, initContainers) in a document."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("containers", "initContainers") and isinstance(value, list):
+                yield from (str(c.get("image")) for c in value)
+            yield from image_fields(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from image_fields(item)
+
+
+def test_every_image_is_pinned_by_digest(release: Release) -> None:
+    images = []
+    for name in RENDERED:
+        text = (release.out / name).read_text()
+        for doc in yaml.safe_load_all(text):
+            images += list(image_fields(doc))
+        # no tag-only reference in any form, not even in a comment or a value
+        assert not re.search(r"(?<![\w.-])tether:\d", text), name
+    assert len(images) >= 9 and set(images) == {release.ref}, sorted(set(images))
+    kcp = list(yaml.safe_load_all((release.out / "tether-kcp.yaml").read_text()))
+    enroller = next(d for d in kcp if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "tether-enroller")
+    env = {e["name"]: e.get("value") for e in enroller["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TETHER_ENROLLER_IMAGE"] == release.ref  # the runtimes' image
+    template = yaml.safe_load((release.out / "moduletemplate.yaml").read_text())
+    (resource,) = template["spec"]["descriptor"]["component"]["resources"]
+    assert resource["access"]["imageReference"] == release.ref
+
+
+def test_the_renders_are_the_pinned_manifests(release: Release) -> None:
+    """tether-kcp.yaml is kubectl kustomize of the release's own manifests/kcp (the base
+    the install test applies), not of the checkout's."""
+    kubectl = str(controlplane.binaries() / "kubectl")
+    done = subprocess.run([kubectl, "kustomize", str(release.out / "manifests" / "kcp")],
+                          capture_output=True, text=True, check=True)
+    rendered = (release.out / "tether-kcp.yaml").read_text()
+    assert rendered.split("\n", 1)[1] == done.stdout
+
+
+def lock_pins() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        found = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line)
+        if found:
+            pins[canonicalize_name(found.group(1))] = found.group(2)
+    assert len(pins) > 20
+    return pins
+
+
+def test_the_sbom_lists_every_locked_package(release: Release) -> None:
+    bom = json.loads((release.out / "sbom.cdx.json").read_text())
+    assert (bom["bomFormat"], bom["specVersion"]) == ("CycloneDX", "1.5")
+    assert bom["metadata"]["component"]["hashes"] == [
+        {"alg": "SHA-256", "content": release.facts["digest"].removeprefix("sha256:")}]
+    found: dict[str, str] = {canonicalize_name(c["name"]): c["version"] for c in bom["components"]}
+    for c in bom["components"]:
+        assert c["purl"] == f"pkg:pypi/{canonicalize_name(c['name'])}@{c['version']}"
+    pins = lock_pins()
+    wrong = {name: (version, found.get(name)) for name, version in pins.items() if found.get(name) != version}
+    assert wrong == {}
+    # nothing else but tether itself (the build tools are removed from the image)
+    assert found.keys() - pins.keys() == {"tether"} and found["tether"] == release.version
+
+
+@pytest.fixture(scope="module")
+def fleet(release: Release, tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
+    """The release's manifests installed the way tests/deployed installs the checkout's:
+    testing.deployed with its local overlays on top of the release's manifests/ copy."""
+    tree = release.out / "manifests"
+    with controlplane.planes("release-skr", "release-kcp") as planes, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(overlays, "MANIFESTS", tree)
+        mp.setattr(deployed, "WATCHES_DIR", tree / "kcp" / "watches")
+        f = deployed.install(planes["release-skr"], planes["release-kcp"], tmp_path_factory.mktemp("fleet"),
+                             timeout=240, backoff_seconds=1.0,
+                             enroller_env={"TETHER_ENROLLER_INTERVAL_SECONDS": "5"})
+        mp.undo()
+        try:
+            yield f
+        finally:
+            f.stop()
+
+
+def deployment_images(plane: controlplane.ControlPlane) -> dict[str, set[str]]:
+    out = deployed.kubectl(plane, "get", "deployments", "-n", overlays.NAMESPACE, "-o", "json").stdout
+    return {d["metadata"]["name"]: set(image_fields(d["spec"])) for d in json.loads(out)["items"]}
+
+
+def test_the_release_installs_and_runs_on_fresh_planes(release: Release, fleet: deployed.Fleet) -> None:
+    kcp, skr = deployment_images(fleet.kcp), deployment_images(fleet.skr)
+    assert {"tether-listener", "tether-enroller", "tether-compass", "tether-admin"} <= kcp.keys()
+    assert {"tether-webhook", "tether-poller"} <= skr.keys()  # installed by the enroller
+    assert all(images == {release.ref} for images in (*kcp.values(), *skr.values())), (kcp, skr)
+    for name in kcp:
+        assert fleet.kcp_pods.status(name).get("availableReplicas", 0) >= 1, fleet.kcp_pods.table()
+    for name in skr:
+        assert fleet.skr_pods.status(name).get("availableReplicas", 0) >= 1, fleet.skr_pods.table()
+    assert deployed.condition(deployed.enrollment(fleet.kcp), "Ready") == "True"
+    # a customer's ConfigMap, marked as configuration, reaches the KCP through the parts
+    deployed.kubectl(fleet.skr, "create", "namespace", CUSTOMER_NS)
+    manifest = fleet.work / "configmap.json"
+    manifest.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "checkout", "namespace": CUSTOMER_NS, "labels": {watchenv.OPT_IN_LABEL: "true"}},
+        "data": {"currency": "EUR"}}))
+    deployed.kubectl(fleet.skr, "create", "-f", str(manifest))
+
+    def arrived() -> bool:
+        done = deployed.kubectl(fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-A", "-o", "json")
+        return any(r["spec"].get("data") == {"currency": "EUR"} for r in json.loads(done.stdout)["items"])
+
+    fleet.wait_for("the customer's ConfigMap in the KCP", arrived, timeout=120, logs_of="tether-listener")
+
+
+def test_the_moduletemplate_is_accepted_by_lifecycle_managers_crd(release: Release, fleet: deployed.Fleet) -> None:
+    api = fleet.kcp.api_client()
+    try:
+        assert controlplane.install_crds(api, MODULE_CRD) == ["moduletemplates.operator.kyma-project.io"]
+    finally:
+        api.close()
+    path = release.out / "moduletemplate.yaml"
+    deployed.kubectl(fleet.kcp, "apply", "--server-side", "-f", str(path))
+    got = json.loads(deployed.kubectl(fleet.kcp, "get", "moduletemplates.operator.kyma-project.io",
+                                      f"tether-{release.version}", "-n", deployed.KCP_NS, "-o", "json").stdout)
+    assert got["spec"]["version"] == release.version and got["spec"]["moduleName"] == "tether"
+    assert got["spec"]["descriptor"]["component"]["resources"][0]["access"]["imageReference"] == release.ref
+    # the server validates: a template with a version that is no semantic version is refused
+    wrong = yaml.safe_load(path.read_text())
+    wrong["metadata"]["name"] = "tether-wrong"
+    wrong["spec"]["version"] = "v" + release.version
+    bad = fleet.work / "wrong-moduletemplate.json"
+    bad.write_text(json.dumps(wrong))
+    done = deployed.kubectl(fleet.kcp, "apply", "--server-side", "-f", str(bad), check=False)
+    assert done.returncode != 0 and "spec.version" in done.stderr, done.stderr
