@@ -26,6 +26,8 @@ from compass import legacy
 from testing import controlplane
 from tether import apitypes, gateway
 
+pytestmark = pytest.mark.plane  # a plane of its own, not the session's (make unit skips it)
+
 REPO = controlplane.REPO_ROOT
 CM_CRD_FILE = REPO / "hack" / "crds" / "compass-manager" / "operator.kyma-project.io_compassmanagermappings.yaml"
 KCP_DIR = REPO / "manifests" / "kcp"
