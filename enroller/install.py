@@ -102,11 +102,14 @@ class Installer:
             raise Failure("KubeconfigMissing", str(e)) from None
 
     def enroll(self, view: kyma.KymaView, ca: castore.CA, mem: Memory,
-               ws: tuple[watch_api.Watch, ...] | None = None) -> Result:
+               ws: tuple[watch_api.Watch, ...] | None = None,
+               bundle: tuple[list[dict[str, Any]], str | None] | None = None) -> Result:
         """The runtime read (two reads), its renewals and apply decided (``decide.renewal``,
         ``decide.apply``), then performed. ``ws``: the Watches in force there (None: before
         Watches); a changed set changes the Watches' digest: the Watch list and the webhook
-        configuration are applied."""
+        configuration are applied. ``bundle``: the objects and image this runtime is given
+        (``enroller.rollouts``; None: the enroller's own)."""
+        objects, image = bundle or (self.bundle, self.s.image)
         skr = self._skr(view)
         now = self.now()
         held = _Held.of(self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET))
@@ -120,7 +123,7 @@ class Installer:
         parsed = x509.load_pem_x509_certificate(client_cert)
         client_ca = _issuer(client_cert, ca, None)
         client = (client_cert, client_key, format(parsed.serial_number, "x"))
-        objs = render.render(self.bundle, self._inputs(view, ca, client, serving, ws))
+        objs = render.render(objects, self._inputs(view, ca, client, serving, ws, image))
         want = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"]["annotations"]
         have = ((hook or {}).get("metadata") or {}).get("annotations") or {}
         act = decide.apply(decide.ApplyFacts(
@@ -135,7 +138,7 @@ class Installer:
         elif act.cause is not None:
             if act.read_serving:  # kept: its Secret is needed for the apply
                 serving = self._kept_serving(skr, serving, view, ca, mem, now, renewed)
-                objs = render.render(self.bundle, self._inputs(view, ca, client, serving, ws))
+                objs = render.render(objects, self._inputs(view, ca, client, serving, ws, image))
             self._apply_all(skr, view, mem, objs, act.cause, serving.ca, client_ca)
             if ws is None and mem.watches_installed is not None:  # the Watch CRD went: back to before
                 self._delete_watch_list(skr)
@@ -213,7 +216,8 @@ class Installer:
             raise Failure(_unreachable(e), f"deleting the Watch list: {logs.bounded(e, 200)}") from None
 
     def _inputs(self, view: kyma.KymaView, ca: castore.CA, client: tuple[bytes, bytes, str],
-                serving: _Serving, ws: tuple[watch_api.Watch, ...] | None = None) -> render.Inputs:
+                serving: _Serving, ws: tuple[watch_api.Watch, ...] | None = None,
+                image: str | None = None) -> render.Inputs:
         """What the bundle is rendered with: the client certificate (PEM, key, serial), the
         serving certificate (its pair empty while kept and not read)."""
         return render.Inputs(
@@ -222,7 +226,7 @@ class Installer:
             serving_cert=serving.cert, serving_key=serving.key, serving_serial=serving.serial,
             serving_not_after=changes.format_time(serving.not_after) if serving.not_after else "",
             serving_renew_at=changes.format_time(serving.renew_at) if serving.renew_at else "",
-            ca_bundle=ca.bundle, image=self.s.image, image_pull_secret=self.s.image_pull_secret, watches=ws)
+            ca_bundle=ca.bundle, image=image, image_pull_secret=self.s.image_pull_secret, watches=ws)
 
     def _apply_all(self, skr: gateway.Kube, view: kyma.KymaView, mem: Memory, objs: list[dict[str, Any]],
                    cause: str, serving_ca: str, client_ca: str) -> None:

@@ -59,6 +59,7 @@ class Metrics:
             "tether_enroller_watches", "Watches of the KCP namespace at the end of the last full run, "
             "by state: Ready (in force in every runtime it selects), Pending (not in some yet), "
             "Invalid (not usable: skipped)", ["state"], registry=r)
+        self.rollout_phase, self.rollout_wave, self.rollout_halts = _rollout(r)
         self.leader = runmetrics.leader("tether_enroller_leader", r)
         self.audit_lost = auditwriter.lost_counter("tether_enroller_audit_lost", r)
         for s in STATES:
@@ -69,6 +70,17 @@ class Metrics:
             self.skipped.labels(reason)
         for state in WATCH_STATES:
             self.watches.labels(state)
+
+
+def _rollout(r: prom.CollectorRegistry) -> tuple[prom.Gauge, prom.Gauge, prom.Counter]:
+    """The runtime bundle's rollout (``enroller.rollouts``)."""
+    return (prom.Gauge("tether_enroller_bundle_rollout_phase", "The runtime bundle's rollout: 1 for its "
+                       "phase (Progressing, Halted, RolledBack, Complete), 0 for the others", ["phase"],
+                       registry=r),
+            prom.Gauge("tether_enroller_bundle_rollout_wave", "The rollout's current (or failed) wave, "
+                       "from 1 (0: none)", registry=r),
+            prom.Counter("tether_enroller_bundle_rollout_halts_total", "Rollouts halted by a failed health "
+                         "gate", registry=r))
 
 
 def expiry_band(days_left: float) -> str:

@@ -51,7 +51,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from enroller import castore, decide, dispatch, metrics, render, watching
+from enroller import castore, decide, dispatch, metrics, render, rollouts, watching
 from enroller import settings as settings_mod
 from enroller.enrollment import Enrollments, logged
 from enroller.install import CA_SERIAL, Failure, Installer, Memory, Result, serial_hex
@@ -76,7 +76,8 @@ class Enroller:
                  now: Callable[[], datetime.datetime] = _utcnow) -> None:
         self.s, self.kcp, self.skrs, self.stats, self.audit = s, kcp, skrs, stats, audit
         self.clock, self.now = clock, now
-        self.bundle = render.load_bundle(s.bundle_text())
+        text = s.bundle_text()
+        self.bundle = render.load_bundle(text)
         self.cas = castore.CAStore(kcp, s.namespace, s.ca_secret, s.trust_config_map, s.ca_lifetime,
                                    audit, now)
         self.memory: dict[str, Memory] = {}
@@ -89,6 +90,7 @@ class Enroller:
         self.events = events.Recorder(kcp, "tether-enroller", self.identity, now=now)
         self.installer = Installer(s, skrs, stats, audit, self.bundle, clock=clock, now=now)
         self.watching = watching.Watching(kcp, s.kcp_namespace, now)
+        self.rollouts = rollouts.Rollouts(s, kcp, skrs, text, self.events, stats, audit, now)
         self.enrollments = Enrollments(s, kcp, audit, self.events, now,
                                        version=render.image(self.bundle, s.image))
 
@@ -109,6 +111,7 @@ class Enroller:
             kymas = list(self.kcp.list_items(apitypes.KYMAS, ns))
             enrollments = {e["metadata"]["name"]: e for e in self.kcp.list_items(apitypes.RUNTIME_ENROLLMENTS, ns)}
             beats = self._beats = self._heartbeats()
+            self.rollouts.begin(kyma.view(k).runtime_id or k["metadata"]["name"] for k in kymas)
         else:  # a reaction to a few Kyma CRs: read those, not the fleet
             kymas = [k for n in sorted(only) if (k := self.kcp.get_or_none(apitypes.KYMAS, ns, n)) is not None]
             enrollments = {n: e for n in only if (e := self.kcp.get_or_none(apitypes.RUNTIME_ENROLLMENTS, ns, n)) is not None}
@@ -140,6 +143,7 @@ class Enroller:
                             else self.watching.write_status(listed, kymas, self._installed))
             for state in metrics.WATCH_STATES:
                 self.stats.watches.labels(state).set(watch_states.get(state, 0))
+            self.rollouts.end(self._wave_facts(by_name, states), beats)
             self.stats.quarantined.set(sum(1 for n in names if self._mem(n).quarantined))
             self.stats.straggling.set(self.dispatcher.stragglers())
             self.stats.last_success.set(time.time())
@@ -166,6 +170,18 @@ class Enroller:
                     "its earlier work outlived its deadline and still runs" if out.kind == "busy"
                     else "every worker thread is held by work past its deadline")
         return "Failed"
+
+    def _wave_facts(self, by_name: Mapping[str, Mapping[str, Any]],
+                    states: Mapping[str, str]) -> dict[str, rollouts.Facts]:
+        """What this run learnt of the runtimes of the rollout's current wave."""
+        wave = set(self.rollouts.current_wave())
+        out = {}
+        for name, obj in by_name.items():
+            rid = kyma.view(obj).runtime_id or name
+            if rid in wave:
+                f = self._mem(name).last_failure
+                out[rid] = rollouts.Facts(name, states.get(name) == "Ready", None if f is None else f.reason)
+        return out
 
     def _watches(self) -> tuple[watching.Listed | None, Failure | None]:
         """This run's Watches (None: no Watch CRD, rendering as before Watches), or why
@@ -280,7 +296,9 @@ class Enroller:
             if listed is not None:
                 ws, mem.watches_left_out = listed.for_runtime(obj)
             self._ensure_finalizer(obj)
-            result = self.installer.enroll(view, ca, mem, ws)
+            chosen = self.rollouts.choose(view.runtime_id or name)
+            result = self.installer.enroll(view, ca, mem, ws, (chosen.objects, chosen.image))
+            self.rollouts.holding[view.runtime_id or name] = chosen.digest
         except Failure as f:
             self._failed(obj, view, ca, enrollment, mem, f, beats)
             return "Failed"

@@ -116,3 +116,25 @@ def test_unhealthy_allowance_and_state_round_trip() -> None:
 def test_identity_covers_text_and_image() -> None:
     assert rollout.identity("x", None) == rollout.identity("x", "")
     assert len({rollout.identity("x", None), rollout.identity("y", None), rollout.identity("x", "img:1")}) == 3
+
+
+def test_rolled_out_is_kubectl_rollout_status() -> None:
+    from enroller import rollouts
+
+    def dep(gen: int, **st: int) -> dict[str, object]:
+        return {"metadata": {"generation": gen}, "spec": {"replicas": 2}, "status": st}
+    assert rollouts.rolled_out(dep(3, observedGeneration=3, replicas=2, updatedReplicas=2, availableReplicas=2))
+    # a broken new template: its pod never available, the old ones kept (still serving)
+    assert not rollouts.rolled_out(dep(3, observedGeneration=3, replicas=3, updatedReplicas=1, availableReplicas=2))
+    assert not rollouts.rolled_out(dep(4, observedGeneration=3, replicas=2, updatedReplicas=2, availableReplicas=2))
+    assert not rollouts.rolled_out(dep(3, observedGeneration=3, replicas=2, updatedReplicas=2, availableReplicas=1))
+
+
+def test_refusals_count_the_minutes_since_the_wave_began() -> None:
+    from enroller import rollouts
+    d = {"spec": {"runtimeId": "rt-1"}, "status": {"minutes": [
+        {"start": "2026-01-01T00:00:00Z", "refused": {"schema": 7}},
+        {"start": "2026-01-01T00:05:00Z", "refused": {"schema": 2, "quota_bytes": 1}},
+        {"start": "2026-01-01T00:06:00Z"}]}}
+    assert rollouts.refusals([d], T0 + datetime.timedelta(minutes=5, seconds=30)) == {"rt-1": 3}
+    assert rollouts.refusals([d], T0 + datetime.timedelta(minutes=7)) == {}
