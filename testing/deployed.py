@@ -21,6 +21,7 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -53,6 +54,22 @@ class Fleet:
         self.skr_pods.stop()
         self.kcp_pods.stop()
         controlplane.stop_group(self.director, timeout=10)
+
+    def wait_for(self, what: str, probe: Callable[[], Any], timeout: float = 60.0, *,
+                 logs_of: str = "", poll: float = 0.3) -> Any:
+        """``probe()``'s first truthy answer within ``timeout`` seconds; else an
+        AssertionError naming ``what``, the last answer, both planes' pods and the tail of
+        the KCP Deployment ``logs_of``'s log (when given)."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            last = probe()
+            if last:
+                return last
+            time.sleep(poll)
+        tail = f"\n{self.kcp_pods.logs(logs_of)[-3000:]}" if logs_of else ""
+        raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n"
+                             f"{self.kcp_pods.table()}\n{self.skr_pods.table()}{tail}")
 
 
 def kubectl(plane: controlplane.ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -33,7 +33,7 @@ import socket
 import ssl
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -66,17 +66,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
         finally:
             f.stop()
 
-
-def wait_for(fleet: deployed.Fleet, what: str, probe: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n{fleet.kcp_pods.table()}\n"
-                         f"{fleet.skr_pods.table()}\n{fleet.kcp_pods.logs(ENROLLER)[-2000:]}")
 
 
 def not_after(fleet: deployed.Fleet, name: str = "tether-runtime-client") -> datetime.datetime:
@@ -200,8 +189,8 @@ def run(fleet: deployed.Fleet, cust: Customer) -> None:
     replicas = json.loads(deployed.kubectl(fleet.kcp, "get", "deployment", ENROLLER, "-n", overlays.NAMESPACE,
                                            "-o", "json").stdout)["spec"]["replicas"]
     cust.write("before", phase="installed")
-    wait_for(fleet, "the first write in the KCP", lambda: kcp_view(fleet, ["before"])["before"] == {
-        "phase": "installed"}, timeout=60)
+    fleet.wait_for("the first write in the KCP", lambda: kcp_view(fleet, ["before"])["before"] == {
+        "phase": "installed"}, timeout=60, logs_of=ENROLLER, poll=0.5)
     scale(fleet, 0)
     fleet.kcp_pods.wait_stopped(ENROLLER, timeout=60)
     stopped = time.monotonic()
@@ -219,9 +208,9 @@ def run(fleet: deployed.Fleet, cust: Customer) -> None:
     cust.delete("during-1")
     seen = handshake_with_the_expired_certificate(fleet)
     assert not seen.startswith("answered: b'HTTP"), seen
-    wait_for(fleet, "the listener's certificate_expired refusal", lambda: refusals(fleet) > 0, timeout=30)
+    fleet.wait_for("the listener's certificate_expired refusal", lambda: refusals(fleet) > 0, timeout=30, logs_of=ENROLLER, poll=0.5)
     runs = poll_runs(fleet)  # the poller's next run, still in the window: what it can deliver
-    wait_for(fleet, "the poller's next run", lambda: poll_runs(fleet) > runs, timeout=90)
+    fleet.wait_for("the poller's next run", lambda: poll_runs(fleet) > runs, timeout=90, logs_of=ENROLLER, poll=0.5)
     names = sorted(cust.state)
     arrived = kcp_view(fleet, names)
     # no sender delivers with the expired certificate, not even on a connection opened before
@@ -234,16 +223,16 @@ def run(fleet: deployed.Fleet, cust: Customer) -> None:
 
     restarted = time.monotonic()
     scale(fleet, replicas)
-    renewed = wait_for(fleet, "the re-issued certificate in the runtime's Secret",
-                       lambda: (na := not_after(fleet)) > expires and na, timeout=120)
+    renewed = fleet.wait_for("the re-issued certificate in the runtime's Secret",
+                       lambda: (na := not_after(fleet)) > expires and na, timeout=120, logs_of=ENROLLER, poll=0.5)
     issued_s = time.monotonic() - restarted
     assert renewed > datetime.datetime.now(datetime.UTC)
-    wait_for(fleet, "the KCP to hold exactly the runtime's state",
-             lambda: kcp_view(fleet, names) == cust.state, timeout=150)
+    fleet.wait_for("the KCP to hold exactly the runtime's state",
+             lambda: kcp_view(fleet, names) == cust.state, timeout=150, logs_of=ENROLLER, poll=0.5)
     converged_s = time.monotonic() - restarted
     t0 = time.monotonic()  # the webhook path works again with the new certificates, unrestarted
     cust.write("after", phase="renewed")
-    rec = wait_for(fleet, "a write after the renewal in the KCP", lambda: record(fleet, "after"), timeout=90)
+    rec = fleet.wait_for("a write after the renewal in the KCP", lambda: record(fleet, "after"), timeout=90, logs_of=ENROLLER, poll=0.5)
     after_s = time.monotonic() - t0
     assert rec["spec"]["data"] == {"phase": "renewed"}, rec
     assert restarts(fleet) == before, "a sender was restarted; it should reload the files"

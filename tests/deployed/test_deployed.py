@@ -59,17 +59,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
             f.stop()
 
 
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, fleet: deployed.Fleet | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.3)
-    extra = f"\n{fleet.kcp_pods.table()}\n{fleet.skr_pods.table()}" if fleet else ""
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r}){extra}")
-
 
 def stored(fleet: deployed.Fleet, namespace: str, name: str, watch: str = DEFAULT_WATCH) -> dict[str, Any] | None:
     # the shipped Watch stores in its own namespace (spec.storage), the test's Watches in kcp-system
@@ -153,17 +142,16 @@ def assert_limits_enforced(fleet: deployed.Fleet, table: str) -> None:
 def test_a_configmap_change_made_with_kubectl_arrives_in_the_kcp(fleet: deployed.Fleet,
                                                                  tmp_path: pathlib.Path) -> None:
     create_configuration(fleet, "checkout", currency="EUR")
-    rec = wait_for("the record in the KCP", lambda: stored(fleet, CUSTOMER_NS, "checkout"), fleet=fleet)
+    rec = fleet.wait_for("the record in the KCP", lambda: stored(fleet, CUSTOMER_NS, "checkout"))
     assert rec["spec"]["data"] == {"currency": "EUR"} and rec["spec"]["source"] == "webhook"
     manifest = tmp_path / "cm.yaml"
     manifest.write_text(yaml.safe_dump(configuration("checkout", {"currency": "CHF"})))
     deployed.kubectl(fleet.skr, "apply", "-f", str(manifest))
-    wait_for("the update in the KCP",
-             lambda: (r := stored(fleet, CUSTOMER_NS, "checkout")) and r["spec"]["data"] == {"currency": "CHF"},
-             fleet=fleet)
+    fleet.wait_for("the update in the KCP",
+                   lambda: (r := stored(fleet, CUSTOMER_NS, "checkout")) and r["spec"]["data"] == {"currency": "CHF"})
     deployed.kubectl(fleet.skr, "-n", CUSTOMER_NS, "delete", "configmap", "checkout")
-    wait_for("the tombstone in the KCP",
-             lambda: (r := stored(fleet, CUSTOMER_NS, "checkout")) and r["spec"]["deleted"], fleet=fleet)
+    fleet.wait_for("the tombstone in the KCP",
+                   lambda: (r := stored(fleet, CUSTOMER_NS, "checkout")) and r["spec"]["deleted"])
 
 
 def admin_get(fleet: deployed.Fleet, path: str, token: str | None) -> tuple[int, dict[str, str], str]:
@@ -205,7 +193,7 @@ def test_the_admin_pages_show_the_runtime_to_an_operator_and_refuse_others(
     # the listener merges the record into the runtime's RuntimeDelivery, the admin part lists it
     # merged by the listener after a later request of the runtime (at most once per 15 s per
     # worker; the poller heartbeats every 60 s), then read fresh by the runtime page
-    body = wait_for("the record on the runtime page", runtime_page, timeout=180, fleet=fleet)
+    body = fleet.wait_for("the record on the runtime page", runtime_page, timeout=180)
     assert "<polyline" in body or "<circle" in body  # the lag chart has a point
     code, _, page = admin_get(fleet, "/fleet", token)
     assert code == 200 and deployed.RUNTIME_ID in page
@@ -221,7 +209,7 @@ def test_compass_registers_the_runtime_with_the_director(fleet: deployed.Fleet) 
         done = deployed.kubectl(fleet.kcp, "get", "compassmappings", deployed.KYMA, "-n",
                                 deployed.KCP_NS, "-o", "json", check=False)
         return done.returncode == 0 and (json.loads(done.stdout).get("status") or {}).get("state") == "Ready"
-    wait_for("the Compass mapping Ready", ready, timeout=90, fleet=fleet)
+    fleet.wait_for("the Compass mapping Ready", ready, timeout=90)
     secret = json.loads(deployed.kubectl(fleet.skr, "get", "secret", "compass-agent-configuration", "-n",
                                          "kyma-system", "-o", "json").stdout)
     assert base64.b64decode(secret["data"]["RUNTIME_ID"]).decode()
@@ -286,8 +274,8 @@ def test_a_real_prometheus_alerts_for_a_broken_webhook_path_and_a_stopped_listen
 
         # the runtime's webhook gone: its changes reach the KCP through the poller only
         last = by_poller_without_the_webhook(fleet)
-        wait_for("the poller's records in the KCP", lambda: (r := stored(fleet, CUSTOMER_NS, last))
-                 and r["spec"]["source"] == "poller", timeout=150, fleet=fleet)
+        fleet.wait_for("the poller's records in the KCP", lambda: (r := stored(fleet, CUSTOMER_NS, last))
+                       and r["spec"]["source"] == "poller", timeout=150)
         alert = server.wait(lambda: server.firing("TetherRuntimeWebhookPathFailing",
                                                   runtime_id=deployed.RUNTIME_ID),
                             "TetherRuntimeWebhookPathFailing for the runtime", 120)
@@ -327,24 +315,23 @@ def test_a_verb_removed_from_the_listeners_role_fails_the_delivery_until_restore
     deployed.kubectl(fleet.kcp, "patch", *records_role, "--type=merge", "-p", patch)
     try:
         create_configuration(fleet, "denied", k="v")
-        wait_for("the listener's refusal in its log",
-                 lambda: "KCP API forbidden during persist" in fleet.kcp_pods.logs("tether-listener", "listener"),
-                 fleet=fleet)
+        fleet.wait_for("the listener's refusal in its log",
+                       lambda: "KCP API forbidden during persist" in fleet.kcp_pods.logs("tether-listener", "listener"))
         assert stored(fleet, CUSTOMER_NS, "denied") is None
     finally:
         crd_rule["verbs"].append("create")
         deployed.kubectl(fleet.kcp, "patch", *records_role, "--type=merge",
                          "-p", json.dumps({"rules": rules}))
-    wait_for("the retried delivery after the verb is back",
-             lambda: stored(fleet, CUSTOMER_NS, "denied"), timeout=90, fleet=fleet)
+    fleet.wait_for("the retried delivery after the verb is back",
+                   lambda: stored(fleet, CUSTOMER_NS, "denied"), timeout=90)
 
 
 def test_a_crashed_container_is_restarted_and_ready_again(fleet: deployed.Fleet) -> None:
     pod = fleet.skr_pods.pods_of("tether-webhook")[0]
     before = pod.containers[0].restarts
     fleet.skr_pods.kill("tether-webhook", "webhook", signal.SIGKILL)
-    wait_for("the restart", lambda: pod.containers[0].restarts > before, fleet=fleet)
-    wait_for("the webhook ready again", lambda: pod.ready, timeout=90, fleet=fleet)
+    fleet.wait_for("the restart", lambda: pod.containers[0].restarts > before)
+    fleet.wait_for("the webhook ready again", lambda: pod.ready, timeout=90)
     fleet.skr_pods.wait_available(60)
 
 
@@ -372,7 +359,7 @@ def flow(fleet: deployed.Fleet, prefix: str, done: Callable[[], bool], seconds: 
         name = f"{prefix}-{len(lags) + 1}"
         t0 = time.monotonic()
         create_configuration(fleet, name, n=str(len(lags)))
-        wait_for(f"{name} in the KCP", lambda n=name: stored(fleet, CUSTOMER_NS, n), timeout=30, fleet=fleet)
+        fleet.wait_for(f"{name} in the KCP", lambda n=name: stored(fleet, CUSTOMER_NS, n), timeout=30)
         lags.append(time.monotonic() - t0)
         time.sleep(max(0.0, 2.0 - (time.monotonic() - t0)))
     return lags
@@ -470,7 +457,7 @@ def touched_until_stored(fleet: deployed.Fleet, kind: str, name: str, watch: str
         if (rec := stored(fleet, CUSTOMER_NS, name, watch=watch)) is None and (n := next(touches)) % 7 == 6:
             deployed.kubectl(fleet.skr, "annotate", kind, name, "-n", CUSTOMER_NS, f"touched={n}", "--overwrite")
         return rec
-    return wait_for(f"{kind} {name} in the KCP under the Watch {watch}", probe, fleet=fleet)
+    return fleet.wait_for(f"{kind} {name} in the KCP under the Watch {watch}", probe)
 
 
 def test_watches_decide_what_leaves_the_runtime_of_any_kind(fleet: deployed.Fleet) -> None:
@@ -493,9 +480,9 @@ def test_watches_decide_what_leaves_the_runtime_of_any_kind(fleet: deployed.Flee
         watchenv.apply(api, watchenv.watch("elsewhere", WIDGETS, deployed.KCP_NS,
                                            runtimes={"selector": {"matchLabels": {apitypes.RUNTIME_ID_LABEL: "rt-other"}}}))
     t0 = time.monotonic()
-    wait_for("the Watches rendered into the runtime's registration",
-             lambda: {"widgets.watches.tether.kyma-project.io", "secrets.watches.tether.kyma-project.io"}
-             <= set(registered_hooks(fleet)), timeout=90, fleet=fleet)
+    fleet.wait_for("the Watches rendered into the runtime's registration",
+                   lambda: {"widgets.watches.tether.kyma-project.io", "secrets.watches.tether.kyma-project.io"}
+                   <= set(registered_hooks(fleet)), timeout=90)
     print(f"Watches in force in the runtime after {time.monotonic() - t0:.1f} s (enroller interval 5 s)")
     assert "elsewhere.watches.tether.kyma-project.io" not in registered_hooks(fleet)
 
@@ -510,13 +497,12 @@ def test_watches_decide_what_leaves_the_runtime_of_any_kind(fleet: deployed.Flee
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": CUSTOMER_NS},
               "stringData": {"password": value}}
     apply_json(fleet, fleet.skr, "secret-db", secret)
-    rec = wait_for("the Secret's digest in the KCP", lambda: stored(fleet, CUSTOMER_NS, "db", watch="secrets"),
-                   fleet=fleet)
+    rec = fleet.wait_for("the Secret's digest in the KCP", lambda: stored(fleet, CUSTOMER_NS, "db", watch="secrets"))
     first = rec["spec"]["data"]["password"]
     assert first == watches.digest_of(value.encode())
     apply_json(fleet, fleet.skr, "secret-db-2", {**secret, "stringData": {"password": value + "-2"}})
-    wait_for("the changed digest", lambda: (r := stored(fleet, CUSTOMER_NS, "db", watch="secrets"))
-             and r["spec"]["data"]["password"] not in (first, None), fleet=fleet)
+    fleet.wait_for("the changed digest", lambda: (r := stored(fleet, CUSTOMER_NS, "db", watch="secrets"))
+                   and r["spec"]["data"]["password"] not in (first, None))
     kcp_dump = deployed.kubectl(fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-A", "-o", "json").stdout
     logs = fleet.kcp_pods.logs("tether-listener") + fleet.skr_pods.logs("tether-webhook") \
         + fleet.skr_pods.logs("tether-poller")
@@ -525,8 +511,8 @@ def test_watches_decide_what_leaves_the_runtime_of_any_kind(fleet: deployed.Flee
 
     with fleet.kcp.api_client() as api:
         watchenv.delete(api, deployed.KCP_NS, "widgets")
-    wait_for("the deleted Watch unregistered", lambda: "widgets.watches.tether.kyma-project.io"
-             not in registered_hooks(fleet), timeout=90, fleet=fleet)
+    fleet.wait_for("the deleted Watch unregistered", lambda: "widgets.watches.tether.kyma-project.io"
+                   not in registered_hooks(fleet), timeout=90)
     cm = json.loads(deployed.kubectl(fleet.skr, "get", "configmap", watchwire.WIRE_CONFIGMAP, "-n",
                                      overlays.NAMESPACE, "-o", "json").stdout)
     assert [w.name for w in watchwire.from_wire(cm["data"][watchwire.WIRE_KEY])] == ["configuration", "secrets"]
@@ -557,9 +543,9 @@ def test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener
 
     assert post() == 400  # authenticated: only the empty batch is wrong
     deployed.kubectl(fleet.kcp, "delete", "kyma", deployed.KYMA, "-n", deployed.KCP_NS, "--wait=false")
-    wait_for("the Kyma CR gone (its finalizer released after the removal)",
-             lambda: deployed.kubectl(fleet.kcp, "get", "kyma", deployed.KYMA, "-n", deployed.KCP_NS,
-                                      check=False).returncode != 0, timeout=90, fleet=fleet)
+    fleet.wait_for("the Kyma CR gone (its finalizer released after the removal)",
+                   lambda: deployed.kubectl(fleet.kcp, "get", "kyma", deployed.KYMA, "-n", deployed.KCP_NS,
+                                            check=False).returncode != 0, timeout=90)
     left = deployed.kubectl(fleet.skr, "get", "deployments,secrets,serviceaccounts", "-n", overlays.NAMESPACE,
                             "-l", "app.kubernetes.io/managed-by=tether-enroller", "-o", "name").stdout
     assert left.strip() == ""
@@ -572,4 +558,4 @@ def test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener
                              "-o", "jsonpath={range .items[*]}{.metadata.namespace}{'\\n'}{end}").stdout
     assert beats.split() == ["tether-heartbeats"], beats
     # no Kyma CR carries the runtime ID any more (the listener caches lookups for 10 s)
-    wait_for("the listener's 403", lambda: post() == 403, timeout=30, fleet=fleet)
+    fleet.wait_for("the listener's 403", lambda: post() == 403, timeout=30)

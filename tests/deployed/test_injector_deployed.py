@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -41,17 +41,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
         finally:
             f.stop()
 
-
-def wait_for(fleet: deployed.Fleet, what: str, probe: Callable[[], Any], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n{fleet.kcp_pods.table()}\n"
-                         f"{fleet.kcp_pods.logs('tether-injector')[-3000:]}")
 
 
 def sample(fleet: deployed.Fleet) -> dict[str, Any]:
@@ -107,24 +96,24 @@ def test_a_configmap_made_with_kubectl_reaches_the_modules_cr_through_the_deploy
                              f"touched={n}", "--overwrite")
         return conf
     t0 = time.monotonic()
-    assert wait_for(fleet, "the value in the Sample CR", arrived, timeout=120) == {"color": value, "size": "xl"}
+    assert fleet.wait_for("the value in the Sample CR", arrived, timeout=120, logs_of="tether-injector", poll=0.5) == {"color": value, "size": "xl"}
     print(f"the first value in the Sample CR {time.monotonic() - t0:.1f} s after the ConfigMap's creation")
 
     obj = sample(fleet)
     assert obj["spec"]["replicas"] == 1
-    cond = wait_for(fleet, "the ConfigurationInjected condition", lambda: next(
+    cond = fleet.wait_for("the ConfigurationInjected condition", lambda: next(
         (c for c in (sample(fleet).get("status") or {}).get("conditions") or []
-         if c["type"] == "ConfigurationInjected"), None))
+         if c["type"] == "ConfigurationInjected"), None), timeout=90, logs_of="tether-injector", poll=0.5)
     assert cond["status"] == "True" and value not in json.dumps(cond)
 
     t0 = time.monotonic()
     deployed.kubectl(fleet.skr, "patch", "configmap", "sample-settings", "-n", MODULE_NS, "--type=merge",
                      "-p", json.dumps({"data": {"color": "green"}}))
-    wait_for(fleet, "the edit in the Sample CR",
-             lambda: (sample(fleet).get("spec") or {}).get("configuration", {}).get("color") == "green", timeout=30)
+    fleet.wait_for("the edit in the Sample CR",
+             lambda: (sample(fleet).get("spec") or {}).get("configuration", {}).get("color") == "green", timeout=30, logs_of="tether-injector", poll=0.5)
     print(f"an edit reached the Sample CR in {time.monotonic() - t0:.2f} s (kubectl round trips included)")
     deployed.kubectl(fleet.skr, "delete", "configmap", "sample-settings", "-n", MODULE_NS)
-    wait_for(fleet, "the values removed with the ConfigMap",
-             lambda: "configuration" not in (sample(fleet).get("spec") or {}), timeout=30)
+    fleet.wait_for("the values removed with the ConfigMap",
+             lambda: "configuration" not in (sample(fleet).get("spec") or {}), timeout=30, logs_of="tether-injector", poll=0.5)
     logs = fleet.kcp_pods.logs("tether-injector") + fleet.kcp_pods.logs("tether-listener")
     assert value not in logs
