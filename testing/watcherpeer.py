@@ -188,3 +188,25 @@ class WatcherPeer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(10)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m testing.watcherpeer WORKDIR``: serve in this process (a benchmark's peer
+    of its own), write the CA to WORKDIR/klm-watcher-ca.crt, print the port, stop when stdin
+    closes; then print the number of calls."""
+    import sys
+
+    workdir = pathlib.Path(argv[0])
+    peer = WatcherPeer(workdir).start()
+    (workdir / "klm-watcher-ca.crt").write_bytes(peer.ca.cert_pem)
+    print(peer.url.rsplit(":", 1)[1], flush=True)
+    sys.stdin.read()
+    print(len(peer.calls()), flush=True)
+    peer.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
