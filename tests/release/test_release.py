@@ -82,8 +82,10 @@ def test_release_facts(release: Release) -> None:
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", release.facts["digest"])
     assert release.ref == f"{REGISTRY}@{release.facts['digest']}"
     assert (release.out / "image-ref").read_text().strip() == release.ref
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True, capture_output=True).stdout.strip()
-    assert release.facts["commit"] == head
+    # this checkout's commit (HEAD, or an ancestor of it when a commit landed meanwhile)
+    assert re.fullmatch(r"[0-9a-f]{40}", release.facts["commit"])
+    assert subprocess.run(["git", "merge-base", "--is-ancestor", release.facts["commit"], "HEAD"],
+                          cwd=ROOT).returncode == 0
 
 
 def test_checksums_cover_and_verify_every_file(release: Release) -> None:
@@ -120,6 +122,30 @@ def test_the_archive_holds_the_image_of_that_digest(release: Release) -> None:
         config = json.loads(read("blobs/sha256/" + json.loads(manifest)["config"]["digest"].removeprefix("sha256:")))
         assert config["config"]["User"] == "65532:65532"
         assert config["config"]["Cmd"] == ["tether", "--help"]
+
+
+PODMAN_RUN = [  # as tests/foundation/test_image.py runs the image on these machines
+    "podman", "run", "--rm", "--pull=never", "--runtime", "runc", "--network", "none",
+    "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--read-only",
+]
+
+
+def test_the_archived_image_runs(release: Release) -> None:
+    """The archive itself (not the image in buildah's storage) runs: podman reads the
+    oci-archive, the image's own command lists every part."""
+    archive = release.out / f"tether-{release.version}.oci.tar"
+    with tarfile.open(archive) as tar:
+        f = tar.extractfile("blobs/sha256/" + release.facts["digest"].removeprefix("sha256:"))
+        assert f is not None
+        image_id = json.loads(f.read())["config"]["digest"].removeprefix("sha256:")
+    done = subprocess.run([*PODMAN_RUN, f"oci-archive:{archive}"], capture_output=True, text=True, timeout=300)
+    built = subprocess.run(["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}",
+                            f"tether:{release.version}"], capture_output=True, text=True).stdout.strip()
+    if built != image_id:  # the archive's image, imported by podman, is no other name's: removed
+        subprocess.run(["podman", "rmi", image_id], capture_output=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for part in ("webhook", "listener", "poller", "compass", "janitor", "enroller", "admin", "injector"):
+        assert f"tether {part}" in done.stdout
 
 
 def image_fields(node: Any) -> Iterator[str]:
@@ -256,3 +282,23 @@ def test_the_moduletemplate_is_accepted_by_lifecycle_managers_crd(release: Relea
     bad.write_text(json.dumps(wrong))
     done = deployed.kubectl(fleet.kcp, "apply", "--server-side", "-f", str(bad), check=False)
     assert done.returncode != 0 and "spec.version" in done.stderr, done.stderr
+
+
+def test_a_wrong_registry_or_checkout_is_refused() -> None:
+    """A registry with a tag (the manifests pin a digest to it) is refused before anything is
+    built; so is a checkout that is not the clean tag v<version> without the snapshot flag."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TETHER_RELEASE_SNAPSHOT", "TETHER_RELEASE_REGISTRY")}
+    done = subprocess.run([sys.executable, "hack/release.py", "--registry", "ghcr.io/kyma-project/tether:1.0"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "without tag or digest" in done.stderr, done.stderr
+    ver = setup_cfg_version()
+    tagged = subprocess.run(["git", "rev-parse", "-q", "--verify", f"v{ver}^{{commit}}"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    if tagged == head and not dirty:  # CI on the release's own tag: a release is allowed
+        return
+    done = subprocess.run([sys.executable, "hack/release.py", "--out", "/nonexistent/never-written"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and f"is not the tag v{ver}" in done.stderr, done.stderr
