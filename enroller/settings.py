@@ -13,7 +13,7 @@ import pathlib
 from typing import Any
 
 from enroller import render, rollout
-from tether import auditwriter, config, skr_clients
+from tether import apitypes, auditwriter, config, skr_clients
 
 E = "TETHER_ENROLLER_"
 setting = config.setting
@@ -128,7 +128,7 @@ class Settings:
         E + "ROLLOUT_MAX_UNHEALTHY", 0, "runtimes of a wave that may fail the gate while the wave "
         "still passes", minimum=0, maximum=1000))
     rollout_config_map: str = setting(config.object_name(
-        E + "ROLLOUT_CONFIGMAP", "tether-bundle-rollout",
+        E + "ROLLOUT_CONFIGMAP", apitypes.BUNDLE_ROLLOUT_CONFIGMAP,
         "ConfigMap of the rollout's state and the last good bundle"))
     lease_name: str = setting(config.object_name(E + "LEASE_NAME", "tether-enroller",
                                                  "the Lease's name"))

@@ -135,3 +135,6 @@ LAST_RUN_SECONDS_ANNOTATION = "tether.kyma-project.io/last-run-seconds"  # decim
 # on compass's Lease (compass.lease_notes writes them, the admin pages read them)
 BREAKER_ANNOTATION = "tether.kyma-project.io/breaker"
 DIRECTOR_ERRORS_ANNOTATION = "tether.kyma-project.io/director-errors"
+# the runtime bundle's staged rollout: its record in the enroller's namespace (enroller.rollouts
+# writes it, the admin page /rollout reads it)
+BUNDLE_ROLLOUT_CONFIGMAP = "tether-bundle-rollout"
