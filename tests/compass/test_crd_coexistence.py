@@ -32,6 +32,8 @@ REPO = controlplane.REPO_ROOT
 CM_CRD_FILE = REPO / "hack" / "crds" / "compass-manager" / "operator.kyma-project.io_compassmanagermappings.yaml"
 KCP_DIR = REPO / "manifests" / "kcp"
 COMPAT_DIR = KCP_DIR / "compass" / "compat-compass-manager"
+OLD_CRD_FILE = REPO / "hack" / "crds" / "tether-0.1.0_compassmanagermappings.yaml"
+OLD_FINALIZER = "tether.kyma-project.io/compass-registration"  # 0.1.0 compass's, on its mappings
 NS = "kcp-system"
 SA_USER = "system:serviceaccount:tether-system:tether-compass"
 CRDS = gateway.Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
@@ -85,7 +87,7 @@ def landscape() -> Iterator[Landscape]:
                 legacy.read(kube, NS)
             except legacy.Unavailable as e:
                 land.not_served = str(e)
-            controlplane.install_crds(plane.api_client(), CM_CRD_FILE)
+            _install(plane, CM_CRD_FILE)
             for name, rid, dry in CM_OBJECTS:
                 kube.create(CM, NS, _cm_object(name, rid, dry))
                 kube.patch(CM, NS, name, {"status": {"registered": bool(rid), "configured": bool(rid),
@@ -97,6 +99,14 @@ def landscape() -> Iterator[Landscape]:
             yield land
         finally:
             kube.close()
+
+
+def _install(plane: controlplane.ControlPlane, crd: pathlib.Path) -> None:
+    api = plane.api_client()
+    try:
+        controlplane.install_crds(api, crd)
+    finally:
+        api.close()
 
 
 def _stable(obj: dict[str, Any]) -> dict[str, Any]:
@@ -189,3 +199,49 @@ def test_the_compat_overlay_lets_compass_read_compass_managers_mappings_never_wr
         assert _stable(landscape.crd()) == _stable(landscape.crd_before)
     finally:
         sa.close()
+
+
+def _old_mapping(name: str, rid: str) -> dict[str, Any]:
+    """A mapping as Tether 0.1.0's compass wrote it (compass/mappings.py at v0.1.0)."""
+    labels = {legacy.KYMA_NAME_LABEL: name, legacy.RUNTIME_ID_LABEL: rid,
+              "kyma-project.io/global-account-id": "ga-old"}
+    return {"apiVersion": CM.api_version, "kind": "CompassManagerMapping",
+            "metadata": {"name": name, "namespace": NS, "labels": labels,
+                         "finalizers": [OLD_FINALIZER]}, "spec": {}}
+
+
+def test_upgrading_from_0_1_0_leaves_its_mappings_until_the_operator_deletes_them() -> None:
+    """docs/compass.md, "Upgrading from 0.1.0": the new manifests leave 0.1.0's CRD and
+    objects alone, compass.legacy reads their runtime IDs (the Component's path), and the
+    documented clean-up (Tether's finalizer removed, objects and CRD deleted) works."""
+    ids = {"old-a": "4a1f0000-0000-4000-8000-0000000000a1", "old-b": "4a1f0000-0000-4000-8000-0000000000b2"}
+    with controlplane.ControlPlane("upgrade-kcp") as plane:
+        kube = gateway.from_kubeconfig(str(plane.kubeconfig))
+        land = Landscape(plane, kube)
+        try:
+            kube.create(gateway.NAMESPACES, None, {"metadata": {"name": NS}})
+            _install(plane, OLD_CRD_FILE)
+            cond = {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                    "lastTransitionTime": "2026-12-01T00:00:00Z"}
+            for name, rid in ids.items():
+                kube.create(CM, NS, _old_mapping(name, rid))
+                kube.patch(CM, NS, name, {"status": {"registered": True, "configured": True,
+                                                     "state": "Ready", "conditions": [cond]}},
+                           subresource="status")
+            crd_before, before = land.crd(), land.objects()
+            land.kubectl("apply", "-k", str(KCP_DIR))
+            assert land.objects() == before
+            assert _stable(land.crd()) == _stable(crd_before)
+            assert legacy.read(kube, NS).by_kyma == ids
+            # step 4: the objects with Tether's finalizer, then step 5: the CRD
+            ours = [o["metadata"]["name"] for o in before if OLD_FINALIZER in o["metadata"]["finalizers"]]
+            assert ours == sorted(ids)
+            for name in ours:
+                land.kubectl("-n", NS, "patch", "compassmanagermapping", name, "--type=merge",
+                             "-p", '{"metadata":{"finalizers":null}}')
+                land.kubectl("-n", NS, "delete", "compassmanagermapping", name, "--timeout=60s")
+            assert land.objects() == []
+            land.kubectl("delete", "crd", CM_CRD, "--timeout=120s")
+            assert kube.get_or_none(CRDS, None, OURS) is not None  # Tether's own stays
+        finally:
+            kube.close()
