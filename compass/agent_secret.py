@@ -8,8 +8,10 @@ Thin I/O over a runtime's gateway; API failures become ``errors.RuntimeUnreachab
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
+from typing import Any
 
-from compass import decide, errors, queries, status
+from compass import decide, errors, model, queries, status
 from tether import apitypes, gateway
 
 MANAGED_LABELS = {apitypes.MANAGED_BY_LABEL: "tether-compass"}
@@ -32,14 +34,53 @@ def _unreachable(what: str, e: gateway.GatewayError) -> errors.RuntimeUnreachabl
 
 def read_state(skr: gateway.Kube, namespace: str, name: str, expected_digest: str | None,
                timeout: float) -> decide.SecretState:
+    return read(skr, namespace, name, expected_digest, timeout)[0]
+
+
+def read(skr: gateway.Kube, namespace: str, name: str, expected_digest: str | None,
+         timeout: float) -> tuple[decide.SecretState, model.AgentSecret | None]:
+    """The Secret's state against the digest Tether recorded, and what it holds."""
     try:
         sec = skr.get(gateway.SECRETS, namespace, name, timeout=timeout)
     except gateway.NotFound:
-        return "missing"
+        return "missing", None
     except gateway.GatewayError as e:
         raise _unreachable("reading the agent Secret", e) from e
     data = dict(sec.get("data") or {})
-    return "matches" if expected_digest and status.digest(data) == expected_digest else "differs"
+    state: decide.SecretState = (
+        "matches" if expected_digest and status.digest(data) == expected_digest else "differs")
+    return state, describe(sec)
+
+
+def _plain(data: Mapping[str, Any], key: str) -> str:
+    try:
+        return base64.b64decode(str(data.get(key) or "")).decode().strip()
+    except (ValueError, UnicodeDecodeError):
+        return ""
+
+
+def describe(sec: Mapping[str, Any]) -> model.AgentSecret:
+    """What a Secret as served holds: its runtime ID, tenant, whether it is complete, when
+    it was last written (the latest of creationTimestamp and managedFields times)."""
+    data = dict(sec.get("data") or {})
+    meta = sec.get("metadata") or {}
+    times = [model.parse_time(meta.get("creationTimestamp"))]
+    times += [model.parse_time(mf.get("time")) for mf in meta.get("managedFields") or []
+              if isinstance(mf, Mapping)]
+    known = [t for t in times if t is not None]
+    return model.AgentSecret(
+        runtime_id=_plain(data, "RUNTIME_ID"), tenant=_plain(data, "TENANT"),
+        complete=all(_plain(data, k) for k in model.AGENT_SECRET_KEYS),
+        written_at=max(known) if known else None, digest=status.digest(data))
+
+
+def cert_present(skr: gateway.Kube, namespace: str, timeout: float) -> bool:
+    """Whether the runtime agent's client certificate Secret exists (it used its token)."""
+    try:
+        return skr.get_or_none(gateway.SECRETS, namespace, model.AGENT_CERT_SECRET,
+                               timeout=timeout) is not None
+    except gateway.GatewayError as e:
+        raise _unreachable("reading the agent's certificate Secret", e) from e
 
 
 def write(skr: gateway.Kube, namespace: str, name: str, data: dict[str, str],

@@ -5,10 +5,13 @@ Kyma CR, its mapping, and what this pass has learnt from the Director and the ru
 The reconciler does the action, adds what it learnt to the facts and asks again, until
 ``done`` (or ``wait`` while a runtime backs off). Nothing here does I/O.
 
-Idempotency: the mapping is created (with the ``registering`` annotation and a
-finalizer) before the first ``registerRuntime``; a later pass that finds the annotation
-without a runtime ID looks the runtime up (label filter) before registering again, so a
-crash between register and mapping write never makes a duplicate.
+Idempotency and adoption: the mapping is created (with the ``registering`` annotation and
+a finalizer) before the first ``registerRuntime``, and every pass without a runtime ID
+first looks for an existing registration (the runtime's agent Secret and its RUNTIME_ID,
+else the Director's runtimes labelled with the shoot's name, as the Provisioner and
+compass-manager write them): one found is adopted, two are reported and never guessed
+between, none is registered (not with ``registration-off``). An adopted runtime's agent
+Secret is kept byte-for-byte while it works (``secret_verdict``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ ActionKind = Literal[
     "done", "wait", "skip",
     "create_mapping", "report_invalid", "mark_registering", "lookup", "adopt", "register",
     "forget_runtime", "read_secret", "fetch_runtime", "issue_token", "mark_connected",
-    "mark_ready", "unregister", "delete_mapping", "remove_finalizer",
+    "mark_ready", "unregister", "delete_mapping", "remove_finalizer", "report_pending",
+    "keep_secret",
 ]
 NAME_RE = re.compile(r"^[a-z][a-z0-9.-]{0,35}$")
 
@@ -34,6 +38,8 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9.-]{0,35}$")
 class Policy(NamedTuple):
     managed_by: str = "tether"
     only_app_connector: bool = False
+    mode: str = "normal"            # model.MODES
+    token_lifetime: float = 300.0   # the Director's one-time token lifetime (adopted Secrets)
 
 
 class Facts(NamedTuple):
@@ -49,6 +55,10 @@ class Facts(NamedTuple):
     runtime_condition: str | None = None  # its status condition; None: Director lacks it
     secret: SecretState = "unknown"
     unregistered: bool = False
+    candidates: int = 0                # registrations the lookup found (over 1: ambiguous)
+    found_own: bool = False            # the one found was registered by this instance
+    found_secret: model.AgentSecret | None = None  # the agent Secret read in this pass
+    halted: bool = False               # dry-run: the pass stops at its first change
 
 
 class Action(NamedTuple):
@@ -121,6 +131,8 @@ def _token_expired(status: Mapping[str, Any], now: datetime.datetime) -> bool:
 
 def decide(f: Facts, policy: Policy) -> Action:
     k, m = f.kyma, f.mapping
+    if f.halted:
+        return DONE
     if m is not None and not f.created_now and not _due(m.status, f.now):
         return Action("wait")
     if k is None or k.deleting or (m is not None and m.deleting):
@@ -137,21 +149,52 @@ def decide(f: Facts, policy: Policy) -> Action:
         return DONE if same else Action("report_invalid", *bad)
     rid = m.runtime_id
     if rid is None:
-        return _register(f, m)
-    return _registered(f, m, rid)
+        return _register(f, m, policy)
+    return _registered(f, m, rid, policy)
 
 
-def _register(f: Facts, m: model.MappingView) -> Action:
+def _register(f: Facts, m: model.MappingView, policy: Policy) -> Action:
     if not m.registering:
         return Action("mark_registering")
-    if not f.created_now and not f.looked_up:
+    if not f.looked_up:
         return Action("lookup")
+    if f.candidates > 1:
+        return _report(m, "report_invalid", "AmbiguousRegistration",
+                       f"{f.candidates} Director runtimes match this runtime (its agent Secret or "
+                       f"label {model.SHOOT_LABEL}); none adopted, none registered")
     if f.found_runtime_id:
         return Action("adopt", runtime_id=f.found_runtime_id)
+    if policy.mode == "registration-off":
+        return _report(m, "report_pending", "RegistrationOff",
+                       "no registration found in the Director; TETHER_COMPASS_MODE="
+                       "registration-off registers none")
     return Action("register")
 
 
-def _registered(f: Facts, m: model.MappingView, rid: str) -> Action:
+def _report(m: model.MappingView, kind: ActionKind, reason: str, message: str) -> Action:
+    cond = _condition(m.status, "Registered")
+    same = cond.get("reason") == reason and cond.get("message") == message
+    return DONE if same else Action(kind, reason, message)
+
+
+def secret_verdict(s: model.AgentSecret | None, rid: str, tenant: str | None,
+                   now: datetime.datetime, lifetime: float) -> str:
+    """Why a token must be issued for a runtime holding the agent Secret ``s`` (one Tether
+    did not write), or "" when the Secret works and is kept as it is: complete, for this
+    runtime and tenant, its token neither used (the agent's certificate is there while the
+    Director does not see the runtime connected) nor expired (written over ``lifetime`` ago)."""
+    if s is None:
+        return "SecretMissing"
+    if not s.complete or s.runtime_id != rid or (tenant and s.tenant != tenant):
+        return "SecretForOtherRuntime"
+    if s.agent_cert:
+        return "TokenUsed"
+    if s.written_at is None or now >= s.written_at + datetime.timedelta(seconds=lifetime):
+        return "TokenExpired"
+    return ""
+
+
+def _registered(f: Facts, m: model.MappingView, rid: str, policy: Policy) -> Action:
     st = m.status
     if f.fetched and f.runtime_condition is None:
         return Action("forget_runtime", "RuntimeNotFound",
@@ -167,6 +210,12 @@ def _registered(f: Facts, m: model.MappingView, rid: str) -> Action:
         return Action("issue_token", "Registered", runtime_id=rid)
     if f.secret == "unknown":
         return Action("read_secret", runtime_id=rid)
+    if f.found_secret is not None and not st.get("secretDigest"):  # a Secret someone else wrote
+        if not f.fetched:
+            return Action("fetch_runtime", runtime_id=rid)
+        why = secret_verdict(f.found_secret, rid, m.tenant, f.now, policy.token_lifetime)
+        return Action("issue_token", why, runtime_id=rid) if why else \
+            Action("keep_secret", "SecretKept", runtime_id=rid)
     need = f.secret != "matches" or _token_expired(st, f.now) or not st.get("configured")
     if need:
         if not f.fetched:
@@ -190,7 +239,7 @@ def _teardown(f: Facts) -> Action:
         if m.registering:
             if not f.looked_up:
                 return Action("lookup")
-            if f.found_runtime_id:
+            if f.found_runtime_id and f.found_own:  # never one registered by someone else
                 return Action("unregister", runtime_id=f.found_runtime_id)
     if not m.deleting:
         return Action("delete_mapping")

@@ -18,10 +18,11 @@ from typing import Any
 import requests
 
 from compass import breaker as breaker_mod
-from compass import errors, metrics, queries
+from compass import errors, metrics, model, queries
 from compass import oauth as oauth_mod
 
-WRITES = frozenset({"register_runtime", "request_token", "unregister_runtime"})
+WRITES = frozenset({"register_runtime", "request_token", "unregister_runtime",
+                    "set_runtime_label"})
 
 
 class DirectorClient:
@@ -59,6 +60,18 @@ class DirectorClient:
         if not data:
             return None
         return queries.runtime_of(data[0])
+
+    def find_registrations(self, tenant: str, shoot: str) -> list[queries.Runtime]:
+        """The tenant's runtimes labelled ``gardenerClusterName`` = ``shoot`` (as the
+        Provisioner, compass-manager and Tether write it): the first page, oldest first."""
+        filt = [{"key": model.SHOOT_LABEL, "query": queries.label_query(shoot)}]
+        res = self._call("find_runtimes", tenant, {"filter": filt, "first": self._page})
+        data = res.get("data") if isinstance(res, dict) else None
+        return [queries.runtime_of(r) for r in data or []]
+
+    def set_label(self, tenant: str, runtime_id: str, key: str, value: Any) -> None:
+        self._call("set_runtime_label", tenant, {"runtimeID": runtime_id, "key": key,
+                                                 "value": value})
 
     def get_runtime(self, tenant: str, runtime_id: str) -> queries.Runtime | None:
         try:

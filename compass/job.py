@@ -13,10 +13,11 @@ import hashlib
 import logging
 import threading
 import time
+import typing
 from collections.abc import Callable
 from typing import NamedTuple
 
-from compass import decide, metrics, model
+from compass import adoption, decide, metrics, model
 from compass import mappings as mappings_mod
 from compass import reconcile as reconcile_mod
 from tether import gateway, skr_clients
@@ -40,6 +41,7 @@ class Summary(NamedTuple):
     seconds: float
     skipped: bool = False  # another run was in progress: not a run
     ok: bool = True        # False: the run could not list the KCP (last-run-result failed)
+    plan: tuple[adoption.Entry, ...] = ()  # dry-run: what the run would have done
 
 
 def state_of(f: decide.Facts) -> str:
@@ -108,7 +110,24 @@ class Job:
         self.metrics.run_seconds.labels(kind).observe(seconds)
         self.metrics.last_run.labels(kind).set(time.time())
         log.info("%s run over %d Kyma CRs in %.1fs: %s", kind, len(kymas), seconds, dict(states))
-        return Summary(len(kymas), dict(states), seconds)
+        return Summary(len(kymas), dict(states), seconds, plan=self._report_plan(kind))
+
+    def _report_plan(self, kind: str) -> tuple[adoption.Entry, ...]:
+        """Dry-run: each runtime's planned actions logged, their counts as a metric and in
+        one summary line."""
+        plan = self.reconciler.plan
+        if plan is None:
+            return ()
+        entries = tuple(plan.take())
+        for e in entries:
+            log.info("dry-run: %s: would %s%s%s", e.kyma, e.action,
+                     f" ({e.reason})" if e.reason else "",
+                     f" runtime {e.runtime_id}" if e.runtime_id else "")
+        counts = adoption.counts(entries)
+        for action in typing.get_args(decide.ActionKind):
+            self.metrics.planned.labels(action).set(counts.get(action, 0))
+        log.info("dry-run %s run: nothing changed; would do %s", kind, counts or "nothing")
+        return entries
 
     def _one(self, kyma: model.Kyma | None, mapping: model.MappingView | None, full: bool) -> str:
         if not self.active():

@@ -18,6 +18,12 @@ class Metrics:
         self.actions = prom.Counter(
             "tether_compass_actions_total", "Reconcile actions by type and result",
             ["action", "result"], registry=r)
+        self.adoptions = prom.Counter(
+            "tether_compass_adoptions_total", "Existing registrations met: adopted, ambiguous, "
+            "secret_kept, secret_reissued, registration_off", ["result"], registry=r)
+        self.planned = prom.Gauge(
+            "tether_compass_planned_actions", "Dry-run: actions the last run would have done",
+            ["action"], registry=r)
         self.director_latency = prom.Histogram(
             "tether_compass_director_request_seconds", "Director GraphQL request latency",
             ["operation"], buckets=LATENCY_BUCKETS, registry=r)

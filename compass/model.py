@@ -28,6 +28,24 @@ KYMA_REF = "tether_kyma"  # "<namespace>.<name>": the per-Kyma key of the idempo
 
 # Secret in the runtime ------------------------------------------------------------------
 AGENT_SECRET_KEYS = ("CONNECTOR_URL", "RUNTIME_ID", "TENANT", "TOKEN")
+# The runtime agent's client certificate, written once it exchanged its one-time token
+# (compass-runtime-agent's default ClusterCertificatesSecret, namespace kyma-system).
+AGENT_CERT_SECRET = "cluster-client-certificates"
+
+# Registrations made by others (the Provisioner, compass-manager) ----------------------------
+SHOOT_LABEL = "gardenerClusterName"  # the Director label both write: the shoot's name
+MODES = ("normal", "dry-run", "registration-off")
+
+
+class AgentSecret(NamedTuple):
+    """What an agent Secret found in a runtime holds (never its token)."""
+
+    runtime_id: str
+    tenant: str
+    complete: bool  # all four keys, none empty
+    written_at: datetime.datetime | None  # its last write (creation or managedFields time)
+    digest: str
+    agent_cert: bool = False  # the agent's client certificate Secret exists: the token was used
 
 
 class Kyma(NamedTuple):

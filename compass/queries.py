@@ -35,6 +35,10 @@ REQUEST_TOKEN = """mutation RequestOneTimeToken($id: ID!) {
   result: requestOneTimeTokenForRuntime(id: $id) { token connectorURL expiresAt }
 }"""
 
+SET_RUNTIME_LABEL = """mutation SetRuntimeLabel($runtimeID: ID!, $key: String!, $value: Any!) {
+  result: setRuntimeLabel(runtimeID: $runtimeID, key: $key, value: $value) { key value }
+}"""
+
 # operation label (bounded) -> document
 OPERATIONS = {
     "find_runtimes": FIND_RUNTIMES,
@@ -42,6 +46,7 @@ OPERATIONS = {
     "register_runtime": REGISTER_RUNTIME,
     "unregister_runtime": UNREGISTER_RUNTIME,
     "request_token": REQUEST_TOKEN,
+    "set_runtime_label": SET_RUNTIME_LABEL,
 }
 
 

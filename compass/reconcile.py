@@ -15,10 +15,11 @@ from __future__ import annotations
 import datetime
 import logging
 import random
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from compass import agent_secret, decide, errors, metrics, model, status
+from compass import adoption, agent_secret, decide, errors, metrics, model, status
 from compass import director as director_mod
 from compass import mappings as mappings_mod
 from tether import apitypes, events, gateway, logs, skr_clients
@@ -30,6 +31,7 @@ _FIRST_TOKEN = ("Registered", "NotConfigured")  # issue_token reasons of a first
 FINAL = ("done", "wait", "skip")
 _CONFIGURED_STEP = ("read_secret", "issue_token", "mark_connected")
 _DEFERS_STATUS = ("register", "adopt")
+_ACTION_KINDS = frozenset(typing.get_args(decide.ActionKind))  # each done by ``_<kind>``
 _WRITES_STATUS = ("create_mapping", "report_invalid", "mark_registering", "forget_runtime",
                   "issue_token", "mark_connected", "mark_ready")
 
@@ -70,6 +72,8 @@ class Reconciler:
         self.clock = clock
         self.rng = rng or random.Random()
         self.events = recorder
+        # dry-run: every change is recorded here instead (``adoption.Plan``)
+        self.plan = adoption.Plan() if tuning.policy.mode == "dry-run" else None
         # Test hook: called with the action kind right after its Director call, before
         # the result is written to the KCP (to inject a crash at that point).
         self.after_director_call: Callable[[str], None] | None = None
@@ -166,6 +170,9 @@ class Reconciler:
     def _fail(self, f: decide.Facts, action: decide.Action, reason: str, message: str, *,
               permanent: bool) -> None:
         m = f.mapping
+        if self.plan is not None:  # dry-run: the failure is reported, not written
+            self.plan.add(_name(f), action.kind, "failed: " + reason, action.runtime_id)
+            return
         if m is None:
             return
         failures = int(m.status.get("failures") or 0) + 1
@@ -203,11 +210,16 @@ class Reconciler:
         return self.t.secret_name.replace("{kyma}", kyma)
 
     def _act(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        """Carry out one action of ``decide``: one method per action kind (``_ACTIONS``)."""
-        act = _ACTIONS.get(a.kind)
-        if act is None:
+        """Carry out one action of ``decide``: one method ``_<kind>`` per action kind."""
+        if a.kind not in _ACTION_KINDS or a.kind in FINAL:
             raise AssertionError(f"unknown action {a.kind}")
-        return act(self, a, f)
+        act: Callable[[decide.Action, decide.Facts], decide.Facts] = getattr(self, "_" + a.kind)
+        if self.plan is not None and a.kind not in adoption.READS:
+            self.plan.add(_name(f), a.kind, a.reason, a.runtime_id)
+            if a.kind not in adoption.SIMULATED:
+                return f._replace(halted=True)
+            return adoption.simulate(a, f, self.kcp.namespace, self._tenant(f))
+        return act(a, f)
 
     def _create_mapping(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         # A 409 (someone else created it since our list: another replica in a leader
@@ -219,8 +231,10 @@ class Reconciler:
 
     def _report_invalid(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         m = _mapping(f)
-        return f._replace(mapping=self._write(
-            m, f.now, status.invalid(m.status, f.now, a.reason, a.message)))
+        m = self._write(m, f.now, status.invalid(m.status, f.now, a.reason, a.message))
+        if a.reason == "AmbiguousRegistration":
+            self._event(f._replace(mapping=m), a.reason, a.message, warning=True)
+        return f._replace(mapping=m)
 
     def _mark_registering(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         m = self.kcp.patch_meta(_mapping(f).name, labels=dict(decide.mapping_labels(_kyma(f))),
@@ -230,13 +244,24 @@ class Reconciler:
         return f._replace(mapping=m)
 
     def _lookup(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        ref = decide.kyma_ref(self.kcp.namespace, _mapping(f).name)
-        rt = self.director.find_runtime(self._tenant(f), self.t.policy.managed_by, ref)
+        name = _mapping(f).name
+        ref = decide.kyma_ref(self.kcp.namespace, name)
+        if f.kyma is None:  # teardown: only a runtime this instance registered
+            rt = self.director.find_runtime(self._tenant(f), self.t.policy.managed_by, ref)
+            found = adoption.Found(rt.id if rt else None, True, int(rt is not None),
+                                   rt.condition if rt else None)
+        else:
+            found = adoption.lookup(
+                self.director, self._tenant(f), f.kyma, self.t.policy, ref,
+                lambda: adoption.secret_runtime_id(self.skr, name, self.t.secret_namespace,
+                                                   self._secret_name(name), self.t.skr_timeout))
         self._hook(a.kind)
-        if rt is None:
-            return f._replace(looked_up=True)
-        return f._replace(looked_up=True, found_runtime_id=rt.id, fetched=True,
-                          runtime_condition=rt.condition)
+        if found.candidates > 1:
+            self.metrics.adoptions.labels("ambiguous").inc()
+        if found.runtime_id is None:
+            return f._replace(looked_up=True, candidates=found.candidates)
+        return f._replace(looked_up=True, found_runtime_id=found.runtime_id, found_own=found.own,
+                          candidates=1, fetched=True, runtime_condition=found.condition)
 
     def _register(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         tenant = self._tenant(f)
@@ -247,7 +272,13 @@ class Reconciler:
 
     def _adopt(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         tenant, rid = self._tenant(f), str(a.runtime_id)
-        self._audit("compass.runtime_adopted", f, runtimeId=rid, tenant=tenant)
+        added: list[str] = []
+        if not f.found_own:  # Tether's labels added to the Provisioner's: none changed
+            added = adoption.add_labels(self.director, tenant, rid,
+                                        decide.register_input(_kyma(f), self.t.policy)["labels"])
+            self.metrics.adoptions.labels("adopted").inc()
+        self._audit("compass.runtime_adopted", f, runtimeId=rid, tenant=tenant,
+                    labelsAdded=",".join(added))
         return self._registered(f, tenant, rid, f.runtime_condition, adopted=True)
 
     def _registered(self, f: decide.Facts, tenant: str, rid: str, cond: str | None, *,
@@ -258,7 +289,8 @@ class Reconciler:
         self._event(f._replace(mapping=m), "Registered",
                     f"runtime {rid} found in the Director (registered earlier)" if adopted
                     else f"runtime {rid} registered in the Director")
-        return f._replace(mapping=m, registered_now=True, fetched=True, runtime_condition=cond)
+        return f._replace(mapping=m, registered_now=not adopted, fetched=True,
+                          runtime_condition=cond)
 
     def _forget_runtime(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         m = self.kcp.patch_meta(_mapping(f).name, labels={apitypes.COMPASS_RUNTIME_ID_LABEL: None},
@@ -272,11 +304,32 @@ class Reconciler:
         return f._replace(fetched=True, runtime_condition=None if rt is None else rt.condition)
 
     def _read_secret(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        k = _kyma(f)
-        state = agent_secret.read_state(self.skr.get(k.name), self.t.secret_namespace,
-                                        self._secret_name(k.name),
-                                        _mapping(f).status.get("secretDigest"), self.t.skr_timeout)
-        return f._replace(secret=state)
+        k, digest = _kyma(f), _mapping(f).status.get("secretDigest")
+        api = self.skr.get(k.name)
+        state, held = agent_secret.read(api, self.t.secret_namespace, self._secret_name(k.name),
+                                        digest, self.t.skr_timeout)
+        if digest or held is None or not held.complete or held.runtime_id != a.runtime_id:
+            return f._replace(secret=state, found_secret=held)
+        used = agent_secret.cert_present(api, self.t.secret_namespace, self.t.skr_timeout)
+        return f._replace(secret=state, found_secret=held._replace(agent_cert=used))
+
+    def _keep_secret(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        m, held = _mapping(f), f.found_secret
+        assert held is not None and held.written_at is not None, "decide keeps a Secret it read"
+        expires = held.written_at + datetime.timedelta(seconds=self.t.policy.token_lifetime)
+        self.metrics.adoptions.labels("secret_kept").inc()
+        m = self._write(m, f.now, status.kept(m.status, f.now, model.format_time(expires),
+                                              held.digest))
+        self._event(f._replace(mapping=m), "SecretKept", f"the runtime's agent Secret for runtime "
+                    f"{a.runtime_id} works; kept as it is")
+        return f._replace(mapping=m, secret="matches")
+
+    def _report_pending(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        m = _mapping(f)
+        self.metrics.adoptions.labels("registration_off").inc()
+        m = self._write(m, f.now, status.processing(m.status, f.now, a.reason, a.message))
+        self._event(f._replace(mapping=m), a.reason, a.message)
+        return f._replace(mapping=m)
 
     def _issue_token(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         k, m = _kyma(f), _mapping(f)
@@ -289,6 +342,8 @@ class Reconciler:
                            self.t.skr_timeout, exists=f.secret in ("matches", "differs"))
         self._audit("compass.token_issued", f, runtimeId=rid, tenant=tenant,
                     reason=a.reason, expiresAt=tok.expires_at)
+        if f.found_secret is not None and not m.status.get("secretDigest"):
+            self.metrics.adoptions.labels("secret_reissued").inc()
         m = self._write(m, f.now, status.configured(
             m.status, f.now, token_expires_at=tok.expires_at, secret_digest=status.digest(data),
             reason=a.reason))
@@ -327,6 +382,10 @@ class Reconciler:
         return f._replace(mapping=None)
 
 
+def _name(f: decide.Facts) -> str:
+    return f.kyma.name if f.kyma else f.mapping.name if f.mapping else ""
+
+
 def _kyma(f: decide.Facts) -> model.Kyma:
     assert f.kyma is not None, "decide chose an action that needs the Kyma CR"
     return f.kyma
@@ -335,23 +394,3 @@ def _kyma(f: decide.Facts) -> model.Kyma:
 def _mapping(f: decide.Facts) -> model.MappingView:
     assert f.mapping is not None, "decide chose an action that needs the mapping"
     return f.mapping
-
-
-_Act = Callable[[Reconciler, decide.Action, decide.Facts], decide.Facts]
-_ACTIONS: dict[str, _Act] = {
-    "create_mapping": Reconciler._create_mapping,
-    "report_invalid": Reconciler._report_invalid,
-    "mark_registering": Reconciler._mark_registering,
-    "lookup": Reconciler._lookup,
-    "register": Reconciler._register,
-    "adopt": Reconciler._adopt,
-    "forget_runtime": Reconciler._forget_runtime,
-    "fetch_runtime": Reconciler._fetch_runtime,
-    "read_secret": Reconciler._read_secret,
-    "issue_token": Reconciler._issue_token,
-    "mark_connected": Reconciler._mark_connected,
-    "mark_ready": Reconciler._mark_ready,
-    "unregister": Reconciler._unregister,
-    "delete_mapping": Reconciler._delete_mapping,
-    "remove_finalizer": Reconciler._remove_finalizer,
-}

@@ -72,7 +72,8 @@ def build(s: settings_mod.Settings, kcp_api: gateway.Kube, stats: metrics.Metric
                                  dataclasses.replace(s.runtimes, timeout=s.skr_timeout))
     kcp = mappings_mod.Kcp(kcp_api, s.namespace)
     tuning = reconcile_mod.Tuning(
-        policy=decide.Policy(managed_by=s.managed_by, only_app_connector=s.only_app_connector),
+        policy=decide.Policy(managed_by=s.managed_by, only_app_connector=s.only_app_connector,
+                             mode=s.mode, token_lifetime=s.token_lifetime),
         secret_namespace=s.secret_namespace, secret_name=s.secret_name, skr_timeout=s.skr_timeout,
         backoff_base=s.backoff_base, backoff_cap=s.backoff_cap)
     rec = reconcile_mod.Reconciler(tuning, kcp, director, skr, stats, audit, recorder=recorder)

@@ -56,6 +56,13 @@ class Settings:
         C + "READ_COMPASS_MANAGER_MAPPINGS", False, "also read compass-manager's "
         "CompassManagerMappings (never written) as existing registrations; needs the "
         "compat-compass-manager overlay"))
+    mode: str = setting(config.choice(
+        C + "MODE", "normal", "normal; dry-run: report what would be done, change nothing; "
+        "registration-off: adopt and configure existing registrations, register none",
+        ("normal", "dry-run", "registration-off")))
+    token_lifetime: float = setting(config.seconds(
+        C + "TOKEN_LIFETIME_SECONDS", 300.0, "the Director's one-time token lifetime: an adopted "
+        "agent Secret written longer ago holds an expired token", minimum=1, maximum=86_400))
     interval: float = setting(config.seconds(
         C + "INTERVAL_SECONDS", 60.0, "time between interval runs", minimum=1, maximum=86_400))
     resync_cron: str = setting(config.custom(C + "RESYNC_CRON", "17 * * * *",

@@ -24,7 +24,7 @@ from compass import model
 
 REGISTERED, CONFIGURED, READY = "Registered", "Configured", "Ready"
 MESSAGE_LIMIT = 1000
-_GOOD_REASONS = ("Registered", "TokenDelivered", "RuntimeConnected")
+_GOOD_REASONS = ("Registered", "TokenDelivered", "RuntimeConnected", "SecretKept")
 
 
 def backoff_delay(failures: int, base: float, cap: float, rng: random.Random | None = None) -> float:
@@ -112,6 +112,18 @@ def configured(prev: Mapping[str, Any], now: datetime.datetime, *, token_expires
     why = f" ({reason})" if reason and reason != "NotConfigured" else ""
     st["conditions"] = _set_condition(st["conditions"], CONFIGURED, True, "TokenDelivered",
                                       f"one-time token delivered to the runtime{why}", now)
+    st["state"] = _overall(st)
+    return st
+
+
+def kept(prev: Mapping[str, Any], now: datetime.datetime, token_expires_at: str,
+         secret_digest: str) -> dict[str, Any]:
+    """An adopted runtime's working agent Secret, kept as it is (not written by Tether)."""
+    st = _base(prev)
+    st.update(configured=True, tokenExpiresAt=token_expires_at, secretDigest=secret_digest,
+              failures=0, nextAttemptAt=None)
+    st["conditions"] = _set_condition(st["conditions"], CONFIGURED, True, "SecretKept",
+                                      "the runtime's agent Secret works; kept as it is", now)
     st["state"] = _overall(st)
     return st
 

@@ -152,3 +152,47 @@ def run_until(svc: service.Service, predicate: Any, *, runs: int = 30, pause: fl
         time.sleep(pause)
     raise AssertionError(f"not converged within {runs} runs")
 
+
+
+def write_agent_secret(plane: controlplane.ControlPlane, namespace: str, name: str,
+                       plain: dict[str, str]) -> str:
+    """A Secret in the runtime as the Provisioner (or the agent) left it, its namespace
+    created if needed; returns its resourceVersion."""
+    api = plane.api_client()
+    try:
+        core = client.CoreV1Api(api)
+        try:
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+        body = client.V1Secret(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+            data={k: base64.b64encode(v.encode()).decode() for k, v in plain.items()})
+        created: Any = core.create_namespaced_secret(namespace, body)
+        return str(created.metadata.resource_version)
+    finally:
+        api.close()
+
+
+def read_secret(plane: controlplane.ControlPlane, namespace: str,
+                name: str) -> tuple[str, dict[str, str]] | None:
+    """(resourceVersion, decoded data) of a Secret in the runtime, None when absent."""
+    api = plane.api_client()
+    try:
+        sec: Any = client.CoreV1Api(api).read_namespaced_secret(name, namespace)
+    except client.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    finally:
+        api.close()
+    data = {k: base64.b64decode(v).decode() for k, v in (sec.data or {}).items()}
+    return str(sec.metadata.resource_version), data
+
+
+def mappings_in(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    res = apitypes.COMPASS_MAPPINGS
+    out: Any = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        res.group, res.version, namespace, res.plural)
+    return list(out.get("items") or [])

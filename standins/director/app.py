@@ -84,6 +84,11 @@ class Root:
     def unregisterRuntime(self, info: Any, id: str) -> RuntimeView:  # noqa: N802
         return RuntimeView(self._call(self._store.unregister, self._tenant, id))
 
+    def setRuntimeLabel(self, info: Any, runtimeID: str, key: str,  # noqa: N802, N803
+                        value: Any) -> dict[str, Any]:
+        self._call(self._store.set_label, self._tenant, runtimeID, key, value)
+        return {"key": key, "value": value}
+
     def requestOneTimeTokenForRuntime(self, info: Any, id: str,  # noqa: N802
                                       systemAuthID: str | None = None) -> dict[str, Any]:  # noqa: N803
         ott = self._call(self._store.request_token, self._tenant, id)

@@ -230,6 +230,46 @@ class Store:
         with self._lock:
             return list(self._runtimes.values())
 
+    def set_label(self, tenant: str, runtime_id: str, key: str, value: Any) -> None:
+        if not LABEL_KEY_RE.match(key):
+            raise DirectorError("InvalidData", f"Invalid data [key={key}: must be alphanumeric "
+                                "with underscore]")
+        with self._lock:
+            rt = self._runtimes.get(runtime_id)
+            if rt is None or rt.tenant != tenant:
+                raise DirectorError("NotFound", "Object not found [object=runtime]")
+            rt.labels[key] = value
+
+    def seed_provisioned(self, tenant: str, shoot: str, *, name: str | None = None,
+                         subaccount: str = "", instance: str = "", managed_by: str = "",
+                         condition: str = "CONNECTED") -> Runtime:
+        """A runtime as the Provisioner registered it (KEB's name and labels, the shoot's
+        ``gardenerClusterName`` and ``gardenerClusterDomain``), or with ``managed_by``
+        ("compass-manager") as compass-manager does (``<shoot>-<random>``)."""
+        labels: dict[str, Any] = {"gardenerClusterName": shoot,
+                                  "gardenerClusterDomain": f"{shoot}.kyma.example.com"}
+        if subaccount:
+            labels["global_subaccount_id"] = subaccount
+        if instance:
+            labels["broker_instance_id"] = instance
+        if managed_by:
+            labels["director_connection_managed_by"] = managed_by
+        rt = self.register(tenant, {"name": name or f"{shoot}-{secrets.token_hex(3)}",
+                                    "description": "registered by the Provisioner",
+                                    "labels": labels, "statusCondition": condition})
+        return rt
+
+    def token_for_seed(self, tenant: str, runtime_id: str, *, used: bool = False,
+                       age: float = 0.0) -> OneTimeToken:
+        """A one-time token as the Provisioner had issued it ``age`` seconds ago; ``used``:
+        the agent exchanged it already."""
+        ott = self.request_token(tenant, runtime_id)
+        with self._lock:
+            back = datetime.timedelta(seconds=age)
+            ott.created, ott.expires = ott.created - back, ott.expires - back
+            ott.used = used
+        return ott
+
     def set_condition(self, runtime_id: str, condition: str) -> None:
         with self._lock:
             rt = self._runtimes[runtime_id]

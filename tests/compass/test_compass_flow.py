@@ -94,7 +94,8 @@ def test_twenty_kyma_crs_each_registered_once_with_a_valid_token_in_its_runtime(
         ops = [r.operation for r in d.store.requests[before:]]
         assert ops.count("registerRuntime") == 20
         assert ops.count("requestOneTimeTokenForRuntime") == 20
-        assert len(ops) == 40  # two Director requests per runtime, no lookups, no retries
+        assert ops.count("runtimes") == 20  # the lookup for an existing registration
+        assert len(ops) == 60  # three Director requests per runtime, no retries
         # runtime labels come from the Kyma CR's labels
         rt = runtimes_of(d.store, ns, names[0])[0]
         assert rt.name == "k20-shoot-0"
@@ -187,7 +188,8 @@ def test_timeouts_and_graphql_errors_are_retried_and_reported(
                                                         breaker_threshold=50))
     try:
         # the register call times out on our side, but the Director did register it
-        d.store.set_faults(store_mod.Faults(hang=1.0, remaining=1))
+        d.store.set_faults(store_mod.Faults(hang=1.0, remaining=1,
+                                            operations=("registerRuntime",)))
         svc.job.run()
         st = (h.get_mapping(kcp_api, ns, names[0]) or {})["status"]
         assert st["state"] == "Processing" and st["failures"] == 1

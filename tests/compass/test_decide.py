@@ -46,9 +46,10 @@ def test_new_kyma_creates_the_mapping_first() -> None:
     assert d(kyma=kyma(), mapping=None).kind == "create_mapping"
 
 
-def test_fresh_mapping_registers_without_lookup_then_delivers_a_token() -> None:
+def test_fresh_mapping_looks_for_a_registration_then_registers_and_delivers_a_token() -> None:
     m = mapping()
-    assert d(kyma=kyma(), mapping=m, created_now=True).kind == "register"
+    assert d(kyma=kyma(), mapping=m, created_now=True).kind == "lookup"
+    assert d(kyma=kyma(), mapping=m, created_now=True, looked_up=True).kind == "register"
     m2 = mapping(rid="r1", registered=True)
     # just registered: whatever Secret the runtime holds is stale; no read, no status query
     a = d(kyma=kyma(), mapping=m2, registered_now=True, fetched=True, runtime_condition="INITIAL")
@@ -147,8 +148,10 @@ def test_teardown_unregisters_then_deletes_then_releases() -> None:
 def test_teardown_after_crash_looks_the_runtime_up_first() -> None:
     m = mapping()
     assert d(kyma=None, mapping=m).kind == "lookup"
-    a = d(kyma=None, mapping=m, looked_up=True, found_runtime_id="r9")
+    a = d(kyma=None, mapping=m, looked_up=True, found_runtime_id="r9", found_own=True)
     assert (a.kind, a.runtime_id) == ("unregister", "r9")
+    # one registered by someone else (the Provisioner) is never unregistered by a lookup
+    assert d(kyma=None, mapping=m, looked_up=True, found_runtime_id="r9").kind == "delete_mapping"
     assert d(kyma=None, mapping=m, looked_up=True).kind == "delete_mapping"
     # never registered (invalid Kyma CR): nothing to ask the Director
     assert d(kyma=None, mapping=mapping(registering=False)).kind == "delete_mapping"
@@ -186,10 +189,12 @@ def test_every_path_converges_within_the_step_budget() -> None:
             break
         if a.kind == "create_mapping":
             f = f._replace(mapping=mapping(), created_now=True)
+        elif a.kind == "lookup":
+            f = f._replace(looked_up=True)
         elif a.kind == "register":
             f = f._replace(mapping=mapping(rid="r1", registered=True), registered_now=True,
                            fetched=True, runtime_condition="INITIAL")
         elif a.kind == "issue_token":
             f = f._replace(mapping=mapping(rid="r1", **READY), secret="matches",
                            registered_now=False)
-    assert kinds == ["create_mapping", "register", "issue_token", "done"]
+    assert kinds == ["create_mapping", "lookup", "register", "issue_token", "done"]

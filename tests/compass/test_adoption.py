@@ -1,0 +1,194 @@
+"""Migration from the Provisioner on real planes: a Director stand-in holding runtimes the
+Provisioner (and compass-manager) registered, a runtime plane holding their agent Secrets.
+Dry-run first (nothing changed anywhere, the plan reported), registration-off (adopts,
+registers none), then normal: every one adopted, no duplicate, no working Secret replaced;
+a missing, used or expired token is re-issued.
+
+The Kyma CRs share the session's runtime plane: each has its own agent Secret name
+(``agent-{kyma}``) in a namespace of the test's own.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from compass import model
+from standins.director import store as store_mod
+from testing import compassenv as h
+from testing import controlplane
+from tether import apitypes
+
+pytestmark = pytest.mark.slow
+WRITES = ("registerRuntime", "setRuntimeLabel", "requestOneTimeTokenForRuntime",
+          "unregisterRuntime")
+
+
+def director_state(store: store_mod.Store, tenant: str) -> list[tuple[Any, ...]]:
+    return sorted((r.id, r.name, sorted(r.labels.items()), r.condition)
+                  for r in store.all_runtimes() if r.tenant == tenant)
+
+
+def writes_since(store: store_mod.Store, mark: int) -> list[str]:
+    return [r.operation for r in store.requests[mark:] if r.operation in WRITES]
+
+
+class Landscape:
+    """Kyma CRs in ``ns`` whose runtimes the Provisioner registered, sharing ``plane``."""
+
+    def __init__(self, d: h.Director, kcp_api: client.ApiClient, ns: str,
+                 plane: controlplane.ControlPlane) -> None:
+        self.d, self.kcp_api, self.ns, self.plane = d, kcp_api, ns, plane
+        self.tenant = f"ga-adopt-{uuid.uuid4().hex[:6]}"
+        self.secret_ns = f"agents-{uuid.uuid4().hex[:6]}"
+        self.ids: dict[str, str] = {}
+        self.versions: dict[str, str] = {}
+
+    def kyma(self, name: str) -> None:
+        h.create_kubeconfig_secret(self.kcp_api, self.ns, name, self.plane)
+        h.create_kyma(self.kcp_api, self.ns, name, h.kyma_labels(self.tenant, f"{name}-shoot"))
+
+    def provisioned(self, name: str, *, condition: str = "CONNECTED", secret: bool = True,
+                    used: bool = False, managed_by: str = "") -> str:
+        rt = self.d.store.seed_provisioned(self.tenant, f"{name}-shoot", subaccount=f"sa-{name}",
+                                           managed_by=managed_by, condition=condition)
+        self.ids[name] = rt.id
+        if secret:
+            tok = self.d.store.token_for_seed(self.tenant, rt.id, used=used)
+            self.versions[name] = h.write_agent_secret(
+                self.plane, self.secret_ns, f"agent-{name}",
+                {"CONNECTOR_URL": self.d.store.connector_url, "RUNTIME_ID": rt.id,
+                 "TENANT": self.tenant, "TOKEN": tok.token})
+        self.kyma(name)
+        return rt.id
+
+    def secret(self, name: str) -> tuple[str, dict[str, str]] | None:
+        return h.read_secret(self.plane, self.secret_ns, f"agent-{name}")
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict((h.get_mapping(self.kcp_api, self.ns, name) or {}).get("status") or {})
+
+    def settings(self, **over: Any) -> Any:
+        return h.make_settings(self.d, self.ns, secret_namespace=self.secret_ns,
+                               secret_name="agent-{kyma}", **over)
+
+
+def reasons(st: dict[str, Any]) -> set[str]:
+    return {c.get("reason") for c in st.get("conditions") or []}
+
+
+def test_provisioner_runtimes_dry_run_then_registration_off_then_adopted(
+    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
+    clean_director: h.Director, skr: controlplane.ControlPlane,
+) -> None:
+    d, ns = clean_director, kcp_namespace
+    ls = Landscape(d, kcp_api, ns, skr)
+    connected = ls.provisioned("p-conn", used=True)              # the agent connected
+    pending = ls.provisioned("p-pend", condition="INITIAL")      # token not used yet
+    cm = ls.provisioned("p-cm", managed_by="compass-manager")    # compass-manager's
+    missing = ls.provisioned("p-miss", condition="INITIAL", secret=False)
+    d.store.seed_provisioned(ls.tenant, "p-amb-shoot")           # two registrations of
+    d.store.seed_provisioned(ls.tenant, "p-amb-shoot")           # one shoot: ambiguous
+    ls.kyma("p-amb")
+    ls.kyma("p-new")                                             # nothing registered yet
+    working = ("p-conn", "p-pend", "p-cm")
+    before = director_state(d.store, ls.tenant)
+
+    # 1. dry-run: the plan, and nothing changed in the Director, the KCP or the runtime
+    mark = len(d.store.requests)
+    svc, _ = h.make_service(kcp_api, ls.settings(mode="dry-run"))
+    try:
+        plan = {(e.kyma, e.action, e.reason, e.runtime_id) for e in svc.job.run().plan}
+        plan |= {(e.kyma, e.action, e.reason, e.runtime_id) for e in svc.job.run().plan}
+    finally:
+        svc.close()
+    assert {("p-conn", "adopt", "", connected), ("p-conn", "mark_connected", "", connected),
+            ("p-pend", "adopt", "", pending), ("p-pend", "keep_secret", "SecretKept", pending),
+            ("p-cm", "adopt", "", cm), ("p-miss", "adopt", "", missing),
+            ("p-miss", "issue_token", "SecretMissing", missing),
+            ("p-new", "register", "", None)} <= plan, plan
+    assert any(e[:3] == ("p-amb", "report_invalid", "AmbiguousRegistration") for e in plan), plan
+    assert director_state(d.store, ls.tenant) == before
+    assert writes_since(d.store, mark) == []
+    assert h.mappings_in(kcp_api, ns) == []
+    for name in working:
+        assert (ls.secret(name) or ("", {}))[0] == ls.versions[name]
+    assert ls.secret("p-miss") is None
+
+    # 2. registration-off: every registration adopted, none registered
+    svc, _ = h.make_service(kcp_api, ls.settings(mode="registration-off"))
+    try:
+        h.run_until(svc, lambda: "RegistrationOff" in reasons(ls.status("p-new"))
+                    and all(ls.status(n).get("state") == "Ready" for n in (*working, "p-miss")))
+    finally:
+        svc.close()
+    assert "registerRuntime" not in writes_since(d.store, mark)
+    assert not any(r.labels.get("gardenerClusterName") == "p-new-shoot"
+                   for r in d.store.all_runtimes())
+
+    # 3. normal: the new one registered; the adopted ones untouched; the ambiguous one reported
+    svc, _ = h.make_service(kcp_api, ls.settings())
+    try:
+        h.run_until(svc, lambda: ls.status("p-new").get("state") == "Ready")
+        svc.job.run(full=True)
+    finally:
+        svc.close()
+    after = {r.id: r for r in d.store.all_runtimes() if r.tenant == ls.tenant}
+    assert len(after) == len(before) + 1  # p-new only: 0 duplicates
+    for name, rid in ls.ids.items():
+        m = h.get_mapping(kcp_api, ns, name) or {}
+        assert m["metadata"]["labels"][apitypes.COMPASS_RUNTIME_ID_LABEL] == rid
+        assert m["status"]["state"] == "Ready", (name, m["status"])
+        labels = after[rid].labels
+        old = dict(next(lab for i, _, lab, _ in before if i == rid))
+        assert all(labels.get(k) == v for k, v in old.items()), (old, labels)  # none changed
+        assert labels[model.KYMA_REF] == f"{ns}.{name}"
+    assert after[cm].labels[model.MANAGED_BY] == "compass-manager"
+    for name in working:  # 0 Secrets replaced
+        assert (ls.secret(name) or ("", {}))[0] == ls.versions[name], name
+    assert "SecretKept" in reasons(ls.status("p-pend"))
+    assert ls.status("p-conn")["runtimeConnected"] is True
+    fresh = ls.secret("p-miss")
+    assert fresh is not None and fresh[1]["RUNTIME_ID"] == missing
+    assert d.store.token_state(fresh[1]["TOKEN"]) == "valid"
+    amb = ls.status("p-amb")
+    assert amb["state"] == "Failed" and "AmbiguousRegistration" in reasons(amb)
+    assert apitypes.COMPASS_RUNTIME_ID_LABEL not in (
+        (h.get_mapping(kcp_api, ns, "p-amb") or {})["metadata"].get("labels") or {})
+
+
+def test_used_and_expired_tokens_of_adopted_runtimes_are_reissued(
+    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
+    clean_director: h.Director, skr: controlplane.ControlPlane,
+) -> None:
+    d, ns = clean_director, kcp_namespace
+    ls = Landscape(d, kcp_api, ns, skr)
+    expired = ls.provisioned("p-exp", condition="INITIAL")
+    time.sleep(2.5)  # the Secret is older than the token lifetime below
+    svc, _ = h.make_service(kcp_api, ls.settings(token_lifetime=2.0))
+    try:
+        h.run_until(svc, lambda: ls.status("p-exp").get("state") == "Ready")
+    finally:
+        svc.close()
+    sec = ls.secret("p-exp")
+    assert sec is not None and sec[0] != ls.versions["p-exp"] and sec[1]["RUNTIME_ID"] == expired
+    assert d.store.token_state(sec[1]["TOKEN"]) == "valid"
+    assert "TokenExpired" in str(ls.status("p-exp"))
+
+    # used: the agent left its certificate, but the Director does not see it connected
+    ls2 = Landscape(d, kcp_api, ns, skr)
+    used = ls2.provisioned("p-used", condition="INITIAL", used=True)
+    h.write_agent_secret(skr, ls2.secret_ns, model.AGENT_CERT_SECRET, {"crt": "x"})
+    svc, _ = h.make_service(kcp_api, ls2.settings())
+    try:
+        h.run_until(svc, lambda: ls2.status("p-used").get("state") == "Ready")
+    finally:
+        svc.close()
+    sec = ls2.secret("p-used")
+    assert sec is not None and sec[0] != ls2.versions["p-used"] and sec[1]["RUNTIME_ID"] == used
+    assert d.store.token_state(sec[1]["TOKEN"]) == "valid"
+    assert len([r for r in d.store.all_runtimes() if r.tenant in (ls.tenant, ls2.tenant)]) == 2
