@@ -74,6 +74,9 @@ class Reconciler:
         self.events = recorder
         # dry-run: every change is recorded here instead (``adoption.Plan``)
         self.plan = adoption.Plan() if tuning.policy.mode == "dry-run" else None
+        # another source of a Kyma CR's runtime ID (compass.legacy), asked when its agent
+        # Secret names none; checked in the Director like the Secret's
+        self.known_runtime_id: Callable[[str], str | None] | None = None
         # Test hook: called with the action kind right after its Director call, before
         # the result is written to the KCP (to inject a crash at that point).
         self.after_director_call: Callable[[str], None] | None = None
@@ -254,7 +257,8 @@ class Reconciler:
             found = adoption.lookup(
                 self.director, self._tenant(f), f.kyma, self.t.policy, ref,
                 lambda: adoption.secret_runtime_id(self.skr, name, self.t.secret_namespace,
-                                                   self._secret_name(name), self.t.skr_timeout))
+                                                   self._secret_name(name), self.t.skr_timeout)
+                or (self.known_runtime_id(name) or "" if self.known_runtime_id else ""))
         self._hook(a.kind)
         if found.candidates > 1:
             self.metrics.adoptions.labels("ambiguous").inc()
