@@ -10,7 +10,7 @@ refused, and a token made for the pages (``--audience tether-admin``) is no cred
 the KCP's API (unless its ``--api-audiences`` lists that audience). ``Authorizer.allowed`` asks SubjectAccessReview whether that user may ``get`` the
 page, a resource attribute::
 
-    group: tether.kyma-project.io   resource: adminpages   name: fleet|runtime|compass|parts
+    group: tether.kyma-project.io   resource: adminpages   name: fleet|runtime|compass|parts|rollout
 
 so access is whatever RBAC grants (``manifests/kcp/admin/rbac.yaml`` has a ClusterRole
 ``tether-admin-viewer`` for all pages). Answers are cached ``cache_seconds`` (denials
@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 from admin import throttle
 from tether import apitypes, gateway
 
-PAGES = ("fleet", "runtime", "compass", "parts")
+PAGES = ("fleet", "runtime", "compass", "parts", "rollout")
 MAX_TOKEN = 16 * 1024
 MAX_ENTRIES = 4096
 NEGATIVE_SECONDS = 5.0

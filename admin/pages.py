@@ -1,7 +1,8 @@
 """The admin pages (blueprint ``pages``): ``/fleet``, ``/runtimes/<runtime ID>``,
-``/compass``, ``/parts``, ``/`` (to ``/fleet``) and the stylesheet and icon. Each page is
-guarded (``admin.guard``) and drawn from the fleet snapshot (``admin.snapshot``); only the
-runtime page reads the KCP per request (its RuntimeDelivery and Events)."""
+``/compass``, ``/parts``, ``/rollout``, ``/`` (to ``/fleet``) and the stylesheet and icon. Each
+page is guarded (``admin.guard``) and drawn from the fleet snapshot (``admin.snapshot``); the
+runtime page reads the KCP per request (its RuntimeDelivery and Events), the rollout page its
+ConfigMap (``admin.rolloutview``)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ import markupsafe
 from flask import request
 from werkzeug.wrappers import Response as Answer
 
-from admin import fleet, guard, parts, respond, runbooks, snapshot, views
+from admin import fleet, guard, parts, respond, rolloutview, runbooks, snapshot, views
 from admin import services as services_mod
 from tether import gateway, logs
 
 bp = flask.Blueprint("pages", __name__)
 # the endpoints a sign-in may lead back to (admin.login)
 ENDPOINTS = frozenset({"pages.fleet_page", "pages.runtime_page", "pages.compass_page",
-                       "pages.parts_page"})
+                       "pages.parts_page", "pages.rollout_page"})
 
 
 @bp.get("/")
@@ -122,3 +123,12 @@ def parts_page() -> Answer:
         return snap
     return respond.render("parts.html", snap=snap)
 
+
+
+@bp.get("/rollout")
+def rollout_page() -> Answer:
+    if (refused := guard.guard("rollout")) is not None:
+        return refused
+    svc = services_mod.current()
+    r, problem = rolloutview.read(svc.kcp, svc.settings.namespace, svc.settings.request_timeout)
+    return respond.render("rollout.html", r=r, problem=problem)
