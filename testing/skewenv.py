@@ -55,11 +55,13 @@ def webhook(skr: controlplane.ControlPlane, env: Env, listener_url: str, rt: Run
             work: pathlib.Path, code: pathlib.Path = REPO, **extra: str) -> stack.WebhookProcess:
     """``tether webhook`` of ``code`` for ``rt``, started."""
     work.mkdir(parents=True, exist_ok=True)
-    return stack.WebhookProcess(work, {
+    wh = stack.WebhookProcess(work, {
         "TETHER_RUNTIME_ID": rt.id, "TETHER_LISTENER_URL": listener_url,
         "TETHER_LISTENER_CA_FILE": str(env.server_ca_file),
         "TETHER_CLIENT_CERT_FILE": str(rt.cert_file), "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
         "TETHER_KUBECONFIG": str(skr.kubeconfig), **extra}, code=code).start()
+    assert wh.proc is not None and runs_from(wh.proc.pid, code)
+    return wh
 
 
 class TreeListener(ListenerProcess):
@@ -70,13 +72,16 @@ class TreeListener(ListenerProcess):
         super().__init__(env, name, **overrides)
 
 
-def refused(listener: ListenerProcess) -> dict[str, float]:
-    """The listener's answers of 4xx/5xx by (route code) and its refusal counters, nonzero."""
+REFUSALS = re.compile(r"(tether_listener_(?:requests_total|\w+_refusals_total|validation_failures_total"
+                      r"|rate_limited_total))\{([^}]*)\} (\S+)$")
+
+
+def refusals(exposition: str) -> dict[str, float]:
+    """A listener's answers of 4xx/5xx by (route, method, code) and every refusal counter
+    (auth, TLS, Watch, quota, connection, validation, rate limit) of its metrics text, nonzero."""
     out: dict[str, float] = {}
-    for line in listener.metrics().splitlines():
-        if line.startswith("#"):
-            continue
-        m = re.match(r'(tether_listener_(?:requests_total|\w+_refusals_total))\{([^}]*)\} (\S+)$', line)
+    for line in exposition.splitlines():
+        m = REFUSALS.match(line)
         if not m or float(m.group(3)) == 0:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
@@ -84,6 +89,16 @@ def refused(listener: ListenerProcess) -> dict[str, float]:
             continue
         out[f"{m.group(1)}{{{m.group(2)}}}"] = float(m.group(3))
     return out
+
+
+def refused(listener: ListenerProcess) -> dict[str, float]:
+    """``refusals`` of the running listener."""
+    return refusals(listener.metrics())
+
+
+def runs_from(pid: int, code: pathlib.Path) -> bool:
+    """The process runs in ``code`` (its working directory: first on its ``sys.path``)."""
+    return pathlib.Path(f"/proc/{pid}/cwd").resolve() == code.resolve()
 
 
 def _deliver(core: client.CoreV1Api, env: Env, rt: Runtime, ns: str, labels: dict[str, str],
@@ -134,6 +149,7 @@ def deliver_then_poll(skr: controlplane.ControlPlane, core: client.CoreV1Api, en
             TETHER_POLLER_JITTER_SECONDS="0.2", TETHER_POLLER_LEASE_DURATION_SECONDS="3"),
             code=poller_code).start()
         p = poller
+        assert p.proc is not None and runs_from(p.proc.pid, poller_code)
         until(lambda: p.metric("tether_poller_runs_total", outcome="ok") >= 2, 90,
               lambda: "no two ok poll runs:\n" + p.log())
         live, dead = pollerenv.kcp_state(env, rt.id, ns)
