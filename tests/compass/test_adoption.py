@@ -10,6 +10,7 @@ The Kyma CRs share the session's runtime plane: each has its own agent Secret na
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any
@@ -83,9 +84,10 @@ def reasons(st: dict[str, Any]) -> set[str]:
 
 def test_provisioner_runtimes_dry_run_then_registration_off_then_adopted(
     kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, skr: controlplane.ControlPlane,
+    clean_director: h.Director, skr: controlplane.ControlPlane, caplog: pytest.LogCaptureFixture,
 ) -> None:
     d, ns = clean_director, kcp_namespace
+    caplog.set_level(logging.INFO, logger="compass.job")
     ls = Landscape(d, kcp_api, ns, skr)
     connected = ls.provisioned("p-conn", used=True)              # the agent connected
     pending = ls.provisioned("p-pend", condition="INITIAL")      # token not used yet
@@ -104,8 +106,13 @@ def test_provisioner_runtimes_dry_run_then_registration_off_then_adopted(
     try:
         plan = {(e.kyma, e.action, e.reason, e.runtime_id) for e in svc.job.run().plan}
         plan |= {(e.kyma, e.action, e.reason, e.runtime_id) for e in svc.job.run().plan}
+        planned = svc.metrics.registry.get_sample_value("tether_compass_planned_actions",
+                                                        {"action": "adopt"})
     finally:
         svc.close()
+    assert planned == 4
+    assert any("dry-run interval run: nothing changed; would do" in r.getMessage()
+               for r in caplog.records)
     assert {("p-conn", "adopt", "", connected), ("p-conn", "mark_connected", "", connected),
             ("p-pend", "adopt", "", pending), ("p-pend", "keep_secret", "SecretKept", pending),
             ("p-cm", "adopt", "", cm), ("p-miss", "adopt", "", missing),
@@ -115,6 +122,7 @@ def test_provisioner_runtimes_dry_run_then_registration_off_then_adopted(
     assert director_state(d.store, ls.tenant) == before
     assert writes_since(d.store, mark) == []
     assert h.mappings_in(kcp_api, ns) == []
+    assert client.CoreV1Api(kcp_api).list_namespaced_event(ns).items == []
     for name in working:
         assert (ls.secret(name) or ("", {}))[0] == ls.versions[name]
     assert ls.secret("p-miss") is None
@@ -157,6 +165,8 @@ def test_provisioner_runtimes_dry_run_then_registration_off_then_adopted(
     assert d.store.token_state(fresh[1]["TOKEN"]) == "valid"
     amb = ls.status("p-amb")
     assert amb["state"] == "Failed" and "AmbiguousRegistration" in reasons(amb)
+    seen = {e.reason for e in client.CoreV1Api(kcp_api).list_namespaced_event(ns).items}
+    assert {"Registered", "SecretKept", "AmbiguousRegistration", "RegistrationOff"} <= seen, seen
     assert apitypes.COMPASS_RUNTIME_ID_LABEL not in (
         (h.get_mapping(kcp_api, ns, "p-amb") or {})["metadata"].get("labels") or {})
 
