@@ -12,8 +12,11 @@ RBAC is no outage) an expired entry read at most ``stale`` seconds ago is answer
 normal operation is unchanged.
 
 With the pod's view (``listener.view``: the Kyma CRs list+watched, one process per pod) a
-lookup is answered from it first, before this cache (a deleted or relabelled Kyma CR is
-refused within the watch's latency); only while the view does not answer is this the path.
+lookup is answered from it first, before this cache (a relabelled Kyma CR or a changed
+domain is refused within the watch's latency). A runtime the view holds no Kyma CR of is
+looked up here (a Kyma CR created a moment ago may not have reached the view): from the
+cache only when that says "unknown" too, else by a list (a deleted Kyma CR is refused at
+once, never from an older cached answer). While the view does not answer this is the path.
 """
 
 from __future__ import annotations
@@ -46,14 +49,19 @@ class KymaLRU:
         self._entries: OrderedDict[str, tuple[float, list[kyma.KymaView]]] = OrderedDict()
 
     def lookup(self, runtime_id: str) -> list[kyma.KymaView]:
+        fresh = False
         if self._view is not None and kyma.valid_runtime_id(runtime_id):
             seen = self._view.kymas(runtime_id)
-            if seen is not None:
+            if seen:
+                self._keep(runtime_id, self._clock(), seen)  # for a KCP outage (``stale``)
                 return seen
+            # none in the view: a Kyma CR created a moment ago may not have reached it, so
+            # read (a runtime known here before is read afresh: revoked, never from the cache)
+            fresh = seen is not None
         now = self._clock()
         with self._lock:
             hit = self._entries.get(runtime_id)
-            if hit is not None and hit[0] + self._ttl > now:
+            if hit is not None and hit[0] + self._ttl > now and not (fresh and hit[1]):
                 self._entries.move_to_end(runtime_id)
                 return hit[1]
         try:
@@ -65,10 +73,13 @@ class KymaLRU:
             if self._on_stale is not None:
                 self._on_stale()
             return hit[1]  # the KCP unreachable: the identity last read, within ``stale``
+        self._keep(runtime_id, now, views)
+        return views
+
+    def _keep(self, runtime_id: str, now: float, views: list[kyma.KymaView]) -> None:
         if self._ttl > 0 or self._stale > 0:
             with self._lock:
                 self._entries[runtime_id] = (now, views)
                 self._entries.move_to_end(runtime_id)
                 while len(self._entries) > MAX_ENTRIES:
                     self._entries.popitem(last=False)
-        return views

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,6 +77,7 @@ class Supervisor:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        shutil.rmtree(os.path.dirname(self.socket_path), ignore_errors=True)
 
 
 def build(s: settings.Settings, kcp: gateway.Kube) -> tuple[serve.Views, list[watcher.Watcher]]:

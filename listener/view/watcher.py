@@ -7,6 +7,9 @@ timeout) the next starts from the last version, still synced. A 410 (the version
 than the server's history) relists at once; any other failure (a broken connection, the KCP
 unreachable, an event over the size bound) marks the kind not synced, so workers read the
 KCP directly while it is down, and relists after a backoff (0.5 s doubling to 30 s, jittered).
+A connection that goes silent without breaking (a partition) is given up after the watch's
+timeout plus ``SILENCE`` (75 s): the view is then at most that stale, within the staleness
+the listener accepts while the KCP is unreachable (``OUTAGE_CACHE_SECONDS``, 900 s).
 A revocation (a Kyma CR deleted or relabelled) is thus either in the view within the watch's
 latency or the view is not answered at all.
 """
@@ -23,7 +26,10 @@ from listener.view import store
 from tether import gateway, logs
 
 log = logging.getLogger(__name__)
-WATCH_SECONDS = 240  # the server ends each watch after this (the next one continues)
+# the server ends each watch after this (the next one continues from its version); a
+# connection silent longer than this plus SILENCE (a network partition, no RST) is broken
+WATCH_SECONDS = 60
+SILENCE = 15.0
 PAGE = 500
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
 
@@ -80,7 +86,7 @@ class Watcher:
                                      timeout_seconds=self._watch_seconds,
                                      label_selector=src.label_selector,
                                      max_event_bytes=self._max_event,
-                                     read_timeout=self._watch_seconds + 30.0, stop=self.stop):
+                                     read_timeout=self._watch_seconds + SILENCE, stop=self.stop):
             obj: dict[str, Any] = event["object"]
             version = (obj.get("metadata") or {}).get("resourceVersion")
             if event["type"] != "BOOKMARK":
