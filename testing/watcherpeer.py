@@ -14,7 +14,7 @@ admissionReviewVersions v1, caBundle the Secret's CA, service ``skr-webhook`` pa
 ``/validate/<manager>``. lifecycle-manager's own Watcher (config/watcher/kyma_watcher.yaml)
 watches ``kymas`` of ``operator.kyma-project.io`` labelled ``operator.kyma-project.io/watched-by: kyma``.
 
-``WatcherPeer`` is a stand-in for the runtime-watcher server (kyma-project/runtime-watcher,
+``WatcherPeer`` is a stand-in for the runtime-watcher server (kyma-project/runtime-watcher@f92889f,
 ``runtime-watcher/``), not the real binary: its Go module
 ``github.com/kyma-project/runtime-watcher/skr`` is not published (its tags are the
 repository's release numbers, not module tags; the Go module proxy answers 403), so a clean
