@@ -16,16 +16,24 @@ never writes, labels or deletes one of these objects.
     regs = legacy.read(kcp, "kcp-system")        # legacy.Unavailable: CRD missing, no RBAC
     regs.runtime_id("kyma-a")                   # "4a1f..." or None (none, or ambiguous)
 
+``Source`` is what compass plugs into ``Reconciler.known_runtime_id`` when the setting is on
+(compass/service.py): it reads at most once per ``max_age`` seconds, and when the mappings
+cannot be read it logs why and answers None (adoption goes on with its other sources).
 ``registrations`` is pure (the tests need no server).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tether import apitypes, gateway
+
+log = logging.getLogger(__name__)
 
 KYMA_NAME_LABEL = "operator.kyma-project.io/kyma-name"
 RUNTIME_ID_LABEL = "kyma-project.io/compass-runtime-id"
@@ -88,3 +96,35 @@ def read(kcp: gateway.Kube, namespace: str, *, page_size: int = 500) -> Registra
     except gateway.Forbidden:
         raise Unavailable(f"reading {res.plural}.{res.group} in {namespace} is forbidden "
                           "(apply manifests/kcp/compass/compat-compass-manager)") from None
+
+
+class Source:
+    """``known_runtime_id`` for the reconciler: a Kyma CR's runtime ID from compass-manager's
+    mappings, read at most once per ``max_age`` seconds (thread-safe); None when there is
+    none, it is ambiguous, or the mappings cannot be read (logged, the last good read kept
+    over a transient API failure)."""
+
+    def __init__(self, kcp: gateway.Kube, namespace: str, *, max_age: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._kcp, self._ns, self._max_age, self._clock = kcp, namespace, max_age, clock
+        self._lock = threading.Lock()
+        self._regs = Registrations()
+        self._at: float | None = None
+
+    def __call__(self, kyma: str) -> str | None:
+        with self._lock:
+            now = self._clock()
+            if self._at is None or now - self._at >= self._max_age:
+                self._at = now
+                self._refresh()
+            return self._regs.runtime_id(kyma)
+
+    def _refresh(self) -> None:
+        try:
+            self._regs = read(self._kcp, self._ns)
+        except Unavailable as e:
+            self._regs = Registrations()
+            log.warning("compass-manager's mappings not read: %s", e)
+        except gateway.GatewayError as e:
+            log.warning("compass-manager's mappings not read (%s); keeping the last read",
+                        type(e).__name__)

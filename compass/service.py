@@ -14,7 +14,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from compass import breaker as breaker_mod
-from compass import decide, event_sender, lease_notes, metrics
+from compass import decide, event_sender, lease_notes, legacy, metrics
 from compass import director as director_mod
 from compass import job as job_mod
 from compass import mappings as mappings_mod
@@ -77,6 +77,8 @@ def build(s: settings_mod.Settings, kcp_api: gateway.Kube, stats: metrics.Metric
         secret_namespace=s.secret_namespace, secret_name=s.secret_name, skr_timeout=s.skr_timeout,
         backoff_base=s.backoff_base, backoff_cap=s.backoff_cap)
     rec = reconcile_mod.Reconciler(tuning, kcp, director, skr, stats, audit, recorder=recorder)
+    if s.read_compass_manager:  # compass-manager's mappings as one more source (compass.legacy)
+        rec.known_runtime_id = legacy.Source(kcp_api, s.namespace, max_age=s.interval / 2)
     job = job_mod.Job(rec, kcp, skr, stats, concurrency=s.concurrency,
                       shard=(s.shard_index, s.shard_count), after_run=notes.flush,
                       before_end=recorder.drain)

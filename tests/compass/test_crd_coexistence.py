@@ -183,6 +183,7 @@ def test_the_compat_overlay_lets_compass_read_compass_managers_mappings_never_wr
         assert not _can(landscape, "list")  # manifests/kcp alone: not even a read
         with pytest.raises(legacy.Unavailable, match="forbidden"):
             legacy.read(sa, NS)
+        assert legacy.Source(sa, NS)("kyma-a") is None  # logged; adoption goes on without
         landscape.kubectl("apply", "-k", str(_overlay(tmp_path)))
         assert _can(landscape, "list") and _can(landscape, "get")
         for verb in ("create", "update", "patch", "delete", "deletecollection", "watch"):
@@ -192,6 +193,7 @@ def test_the_compat_overlay_lets_compass_read_compass_managers_mappings_never_wr
         regs = legacy.read(sa, NS)
         assert regs.by_kyma == {"kyma-a": CM_OBJECTS[0][1]}  # b: not registered, c: a dry run
         assert regs.skipped == 2 and regs.ambiguous == frozenset()
+        assert legacy.Source(sa, NS)("kyma-a") == CM_OBJECTS[0][1]  # what compass plugs in
         dep = landscape.kube.get(apitypes.DEPLOYMENTS, "tether-system", "tether-compass")
         env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert env["TETHER_COMPASS_READ_COMPASS_MANAGER_MAPPINGS"] == "true"
@@ -233,6 +235,8 @@ def test_upgrading_from_0_1_0_leaves_its_mappings_until_the_operator_deletes_the
             assert land.objects() == before
             assert _stable(land.crd()) == _stable(crd_before)
             assert legacy.read(kube, NS).by_kyma == ids
+            cached = legacy.Source(kube, NS, max_age=3600)
+            assert cached("old-a") == ids["old-a"]
             # step 4: the objects with Tether's finalizer, then step 5: the CRD
             ours = [o["metadata"]["name"] for o in before if OLD_FINALIZER in o["metadata"]["finalizers"]]
             assert ours == sorted(ids)
@@ -242,6 +246,8 @@ def test_upgrading_from_0_1_0_leaves_its_mappings_until_the_operator_deletes_the
                 land.kubectl("-n", NS, "delete", "compassmanagermapping", name, "--timeout=60s")
             assert land.objects() == []
             land.kubectl("delete", "crd", CM_CRD, "--timeout=120s")
+            assert cached("old-a") == ids["old-a"]  # read once per max_age, not per call
+            assert legacy.Source(kube, NS)("old-a") is None  # the CRD is gone: no ID, no error
             assert kube.get_or_none(CRDS, None, OURS) is not None  # Tether's own stays
         finally:
             kube.close()

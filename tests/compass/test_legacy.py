@@ -3,9 +3,13 @@ the read on a real KCP is in test_crd_coexistence.py)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from compass import legacy
+from kubernetes import client
+
+from compass import legacy, metrics, service, settings
+from tether import gateway
 
 
 def cm_mapping(name: str, rid: str | None, *, kyma: str | None = None, dry: bool = False,
@@ -60,3 +64,19 @@ def test_two_mappings_naming_different_runtimes_are_ambiguous_never_guessed() ->
     assert regs.runtime_id("x") is None
     assert regs.ambiguous == frozenset({"x"})
     assert regs.by_kyma == {"y": "rid-y"}
+
+
+def test_the_setting_plugs_a_source_into_the_reconciler() -> None:
+    """compass/service.py: TETHER_COMPASS_READ_COMPASS_MANAGER_MAPPINGS=true gives the
+    reconciler a ``legacy.Source`` (nothing is called at build time; the read itself is in
+    test_crd_coexistence.py)."""
+    for on in (False, True):
+        s = settings.Settings(director_url="https://director.invalid/graphql",
+                              token_url="https://director.invalid/token", client_id="c",
+                              client_secret="s", read_compass_manager=on, interval=60.0)
+        svc = service.build(s, gateway.Kube(client.ApiClient()), metrics.Metrics(),
+                            logging.getLogger("tether.audit.test.legacy"))
+        try:
+            assert isinstance(svc.reconciler.known_runtime_id, legacy.Source) is on
+        finally:
+            svc.close()
