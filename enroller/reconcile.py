@@ -298,7 +298,7 @@ class Enroller:
             self._ensure_finalizer(obj)
             chosen = self.rollouts.choose(view.runtime_id or name)
             result = self.installer.enroll(view, ca, mem, ws, (chosen.objects, chosen.image))
-            self.rollouts.holding[view.runtime_id or name] = chosen.digest
+            self.rollouts.enrolled(view.runtime_id or name, chosen.digest)
         except Failure as f:
             self._failed(obj, view, ca, enrollment, mem, f, beats)
             return "Failed"

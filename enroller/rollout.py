@@ -9,7 +9,8 @@ begun so far get the new bundle (``assign``); every other runtime keeps the last
 
 After a wave was applied, its health gate (``gate``) waits, bounded by a timeout, until
 every runtime of the wave (beyond ``max_unhealthy``) was applied without a failure, serves
-its webhook (its Deployment available), and sent a heartbeat after the wave began; refusals
+its webhook (its Deployment rolled out), and sent a heartbeat after it was first seen holding
+the new bundle (and after the wave began); refusals
 the listener recorded for it since the wave began above a bound fail the gate at once. A
 passing gate begins the next wave (the last one completes the rollout: the bundle becomes
 the good one); a failing gate halts the rollout: every runtime is assigned the good bundle
@@ -144,6 +145,7 @@ class Health:
     serving: bool | None              # its webhook Deployment available
     beat: datetime.datetime | None    # its heartbeat Lease's renewTime
     refusals: int                     # refusals the listener recorded since the wave began
+    since: datetime.datetime | None = None  # when it was first seen holding the wave's bundle
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,8 +175,8 @@ def problem(h: Health | None, started: datetime.datetime, g: Gate) -> str | None
         return "not applied yet"
     if h.serving is not True:
         return "webhook not serving (Deployment not available)"
-    if g.heartbeat and (h.beat is None or h.beat <= started):
-        return "no heartbeat since the wave began"
+    if g.heartbeat and (h.beat is None or h.beat <= max(started, h.since or started)):
+        return "no heartbeat since the bundle was applied"
     return None
 
 

@@ -50,6 +50,7 @@ class Rollouts:
         self.s, self.kcp, self.skrs, self.recorder, self.stats = s, kcp, skrs, recorder, stats
         self.audit, self.now = audit, now
         self.holding: dict[str, str] = {}  # runtime ID -> digest of the bundle it was enrolled with
+        self.since: dict[tuple[str, str], datetime.datetime] = {}  # (runtime ID, digest): first seen holding it
         self.text = bundle_text
         self.target = Chosen(render.load_bundle(bundle_text), s.image, rollout.identity(bundle_text, s.image))
         self.good: Chosen | None = None
@@ -113,6 +114,8 @@ class Rollouts:
     def begin(self, runtime_ids: Iterable[str]) -> None:
         """At the start of a full run: the rollout of this enroller's bundle (begun when new)."""
         self.holding = {}
+        if len(self.since) > 100_000:  # bounded: a fleet's worth of two bundles is far less
+            self.since.clear()
         try:
             recorded, good = self._read()
         except gateway.GatewayError as e:  # unknown: hold every runtime where it is told last
@@ -136,6 +139,11 @@ class Rollouts:
         if self.good is None or self.good.digest != state.good:  # not kept: cannot hold it back
             return self.target
         return self.good
+
+    def enrolled(self, runtime_id: str, digest: str) -> None:
+        """A runtime was enrolled with the bundle ``digest`` in this run."""
+        self.holding[runtime_id] = digest
+        self.since.setdefault((runtime_id, digest), self.now())
 
     def current_wave(self) -> tuple[str, ...]:
         s = self.state
@@ -184,7 +192,7 @@ class Rollouts:
             out[rid] = rollout.Health(
                 applied=f.ready and self.holding.get(rid) == state.target, failure=f.failure,
                 serving=self._rolled_out(f.kyma) if f.ready else None, beat=beats.get(rid),
-                refusals=refused.get(rid, 0))
+                refusals=refused.get(rid, 0), since=self.since.get((rid, state.target)))
         return out
 
     def _rolled_out(self, kyma_name: str) -> bool | None:

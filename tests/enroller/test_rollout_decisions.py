@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 import pytest
@@ -138,3 +139,12 @@ def test_refusals_count_the_minutes_since_the_wave_began() -> None:
         {"start": "2026-01-01T00:06:00Z"}]}}
     assert rollouts.refusals([d], T0 + datetime.timedelta(minutes=5, seconds=30)) == {"rt-1": 3}
     assert rollouts.refusals([d], T0 + datetime.timedelta(minutes=7)) == {}
+
+
+def test_a_heartbeat_counts_only_after_the_runtime_holds_the_bundle() -> None:
+    applied = T0 + datetime.timedelta(seconds=60)
+    before = rollout.Health(applied=True, failure=None, serving=True, beat=T0 + datetime.timedelta(seconds=30),
+                            refusals=0, since=applied)
+    assert rollout.problem(before, T0, GATE) == "no heartbeat since the bundle was applied"
+    after = dataclasses.replace(before, beat=applied + datetime.timedelta(seconds=1))
+    assert rollout.problem(after, T0, GATE) is None
