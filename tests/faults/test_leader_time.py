@@ -171,7 +171,12 @@ def test_paused_compass_leader_makes_no_director_write_after_resuming(
         wait_until(lambda: holder() == a_id, 30, "the first compass to lead")
         create("k-00")
         wait_until(lambda: ready("k-00"), 60, "k-00 Ready (registered by the first compass)")
-        b = CompassProcess(tmp_path, fkcp.kubeconfig, env).start()
+        # b writes its agent Secrets under another name: the resumed leader's lookup must
+        # not find b's registration through the runtime's Secret (it would adopt it, no
+        # Director write to fence), so that it goes on to register and is fenced
+        b = CompassProcess(tmp_path, fkcp.kubeconfig,
+                           {**env, "TETHER_COMPASS_AGENT_SECRET_NAME": "compass-agent-b-{kyma}"}
+                           ).start()
         # The leader's idempotency lookup for k-01 is answered late; it is paused (a GC
         # pause, a frozen VM) while waiting, past its 15 s Lease: when it resumes, the
         # answer ("not registered") is stale, the second compass has registered k-01.
