@@ -202,3 +202,30 @@ def test_used_and_expired_tokens_of_adopted_runtimes_are_reissued(
     assert sec is not None and sec[0] != ls2.versions["p-used"] and sec[1]["RUNTIME_ID"] == used
     assert d.store.token_state(sec[1]["TOKEN"]) == "valid"
     assert len([r for r in d.store.all_runtimes() if r.tenant in (ls.tenant, ls2.tenant)]) == 2
+
+
+def test_a_runtime_id_from_another_source_settles_an_ambiguous_lookup(
+    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
+    clean_director: h.Director, skr: controlplane.ControlPlane,
+) -> None:
+    """``Reconciler.known_runtime_id`` (compass-manager's mappings, ``compass.legacy``):
+    checked in the Director like the agent Secret's RUNTIME_ID, so two labelled runtimes are
+    no longer ambiguous; an ID the Director does not know in this tenant is not taken."""
+    d, ns = clean_director, kcp_namespace
+    ls = Landscape(d, kcp_api, ns, skr)
+    first = d.store.seed_provisioned(ls.tenant, "p-hint-shoot")
+    second = d.store.seed_provisioned(ls.tenant, "p-hint-shoot")
+    ls.kyma("p-hint")
+    svc, _ = h.make_service(kcp_api, ls.settings())
+    try:
+        svc.reconciler.known_runtime_id = lambda name: "not-a-runtime"
+        svc.job.run()
+        assert "AmbiguousRegistration" in reasons(ls.status("p-hint"))
+        svc.reconciler.known_runtime_id = lambda name: second.id if name == "p-hint" else None
+        h.run_until(svc, lambda: ls.status("p-hint").get("state") == "Ready")
+    finally:
+        svc.close()
+    m = h.get_mapping(kcp_api, ns, "p-hint") or {}
+    assert m["metadata"]["labels"][apitypes.COMPASS_RUNTIME_ID_LABEL] == second.id
+    assert first.id in {r.id for r in d.store.all_runtimes()}  # left alone
+    assert len([r for r in d.store.all_runtimes() if r.tenant == ls.tenant]) == 2
