@@ -16,6 +16,7 @@ The ConfigMap's data: ``state.json`` (``rollout.State``), ``good-bundle.yaml`` a
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -58,6 +59,7 @@ class Rollouts:
         self.gate = rollout.Gate(s.rollout_gate_timeout, s.rollout_max_refusals, s.rollout_heartbeat,
                                  s.rollout_max_unhealthy)
         self._cm: dict[str, Any] | None = None
+        self.unrecorded = False  # this run holds every runtime at the good bundle: its record not written
 
     # -- the record ----------------------------------------------------------------------
 
@@ -113,7 +115,7 @@ class Rollouts:
 
     def begin(self, runtime_ids: Iterable[str]) -> None:
         """At the start of a full run: the rollout of this enroller's bundle (begun when new)."""
-        self.holding = {}
+        self.holding, self.unrecorded = {}, False
         if len(self.since) > 100_000:  # bounded: a fleet's worth of two bundles is far less
             self.since.clear()
         try:
@@ -124,6 +126,9 @@ class Rollouts:
         state = rollout.begin(recorded, self.target.digest, runtime_ids, self.s.rollout_waves, self.now())
         keep_good = state.phase == "Complete" and (good is None or good.digest != state.target)
         if state != recorded and not self._write(state, self.text if keep_good else None):
+            if recorded is not None and good is not None:  # a new rollout not recorded: nobody gets it yet
+                self.good, self.state = good, dataclasses.replace(recorded, phase="Halted", good=good.digest)
+                self.unrecorded = True
             return
         self.good = self.target if keep_good else good
         if recorded is None or recorded.target != state.target:
@@ -156,7 +161,7 @@ class Rollouts:
         heartbeats), or a halted rollout's restoration (the wave's runtimes enrolled with the
         good bundle in this run)."""
         state = self.state
-        if state is None:
+        if state is None or self.unrecorded:
             return
         if state.phase == "Progressing":
             health = self._health(state, facts, beats)
