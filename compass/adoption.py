@@ -1,6 +1,7 @@
 """Finding an existing registration before registering, and the dry-run plan.
 
-Lookup, for a Kyma CR whose mapping has no runtime ID (one Director query, one runtime read):
+Lookup, for a Kyma CR whose mapping has no runtime ID (one runtime read; the Director's
+labelled runtimes are read once per tenant and run, ``regindex``):
 
 1. the tenant's Director runtimes labelled ``gardenerClusterName`` = the shoot's name (the
    Provisioner, compass-manager and Tether all write it); one this instance registered for
@@ -22,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from compass import agent_secret, decide, errors, model, queries, status
+from compass import agent_secret, decide, errors, model, queries, regindex, status
 from compass import director as director_mod
 from tether import apitypes, gateway, skr_clients
 
@@ -65,10 +66,17 @@ def secret_runtime_id(skr: skr_clients.SkrClients, kyma: str, namespace: str, na
     return held.runtime_id if held is not None else ""
 
 
-def lookup(director: director_mod.DirectorClient, tenant: str, kyma: model.Kyma,
+def own(director: director_mod.DirectorClient, tenant: str, managed_by: str, ref: str) -> Found:
+    """Teardown: only a runtime this instance registered for this Kyma CR."""
+    rt = director.find_runtime(tenant, managed_by, ref)
+    return Found(rt.id if rt else None, True, int(rt is not None), rt.condition if rt else None)
+
+
+def lookup(index: regindex.RunIndex, tenant: str, kyma: model.Kyma,
            policy: decide.Policy, ref: str, read_secret_id: Any) -> Found:
+    director = index.director
     shoot = kyma.labels.get(apitypes.SHOOT_NAME_LABEL, "")
-    found = director.find_registrations(tenant, shoot) if shoot else []
+    found = index.find(tenant, shoot) if shoot else []
     if any(r.labels.get(model.MANAGED_BY) == policy.managed_by
            and r.labels.get(model.KYMA_REF) == ref for r in found):
         return classify(found, policy.managed_by, ref, None)
@@ -79,14 +87,16 @@ def lookup(director: director_mod.DirectorClient, tenant: str, kyma: model.Kyma,
     return classify(found, policy.managed_by, ref, by_secret)
 
 
-def add_labels(director: director_mod.DirectorClient, tenant: str, runtime_id: str,
+def add_labels(index: regindex.RunIndex, tenant: str, runtime_id: str,
                wanted: dict[str, Any]) -> list[str]:
     """Tether's labels the adopted runtime lacks, set; none changed, none removed."""
-    rt = director.get_runtime(tenant, runtime_id)
+    rt = index.director.get_runtime(tenant, runtime_id)
     have = rt.labels if rt is not None else {}
     added = [k for k in sorted(wanted) if k not in have]
     for key in added:
-        director.set_label(tenant, runtime_id, key, wanted[key])
+        index.director.set_label(tenant, runtime_id, key, wanted[key])
+    if rt is not None:  # a later lookup of this run sees it claimed
+        index.note(tenant, rt._replace(labels={**have, **{k: wanted[k] for k in added}}))
     return added
 
 

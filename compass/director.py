@@ -69,6 +69,24 @@ class DirectorClient:
         data = res.get("data") if isinstance(res, dict) else None
         return [queries.runtime_of(r) for r in data or []]
 
+    def list_labelled(self, tenant: str, key: str, limit: int) -> list[queries.Runtime] | None:
+        """Every runtime of the tenant that carries the label ``key`` (a ``LabelFilter``
+        without ``query``: the label exists), page by page, oldest first; None when there
+        are more than ``limit`` (known from the first page's ``totalCount``)."""
+        out: list[queries.Runtime] = []
+        after: str | None = None
+        while True:
+            res = self._call("find_runtimes", tenant, {"filter": [{"key": key}],
+                                                       "first": self._page, "after": after})
+            page, total, after, more = queries.page_of(res)
+            if total > limit or len(out) + len(page) > limit:
+                return None
+            out += page
+            if not more:
+                return out
+            if not page or not after:
+                raise errors.Unavailable("Director runtimes: a next page without data or cursor")
+
     def set_label(self, tenant: str, runtime_id: str, key: str, value: Any) -> None:
         self._call("set_runtime_label", tenant, {"runtimeID": runtime_id, "key": key,
                                                  "value": value})

@@ -99,10 +99,14 @@ class Job:
             return Summary(0, {}, time.monotonic() - t0, ok=False)
         names = sorted(n for n in set(kymas) | set(maps) if in_shard(n, *self.shard))
         kymas = {n: k for n, k in kymas.items() if in_shard(n, *self.shard)}
-        futures = [self._pool.submit(self._one, kymas.get(n), maps.get(n), full) for n in names]
         states: collections.Counter[str] = collections.Counter()
-        for fut in futures:
-            states[fut.result()] += 1
+        self.reconciler.registrations.begin()  # the run's labelled runtimes (compass.regindex)
+        try:
+            futures = [self._pool.submit(self._one, kymas.get(n), maps.get(n), full) for n in names]
+            for fut in futures:
+                states[fut.result()] += 1
+        finally:
+            self.reconciler.registrations.end()
         self.before_end()
         for s in STATES:
             self.metrics.runtimes.labels(s).set(states.get(s, 0))

@@ -102,6 +102,20 @@ def runtime_of(raw: object) -> Runtime:
     )
 
 
+def page_of(raw: object) -> tuple[list[Runtime], int, str | None, bool]:
+    """A ``RuntimePage``: its runtimes, ``totalCount``, ``endCursor``, ``hasNextPage``."""
+    if not isinstance(raw, dict):
+        raise errors.Unavailable("Director returned a runtime page that is not an object")
+    data = [runtime_of(r) for r in raw.get("data") or []]
+    info: dict[str, Any] = raw.get("pageInfo") or {}
+    if not isinstance(info, dict):
+        raise errors.Unavailable("Director returned a runtime page without pageInfo")
+    total = raw.get("totalCount")
+    cursor = info.get("endCursor")
+    return (data, total if isinstance(total, int) else len(data),
+            str(cursor) if cursor else None, bool(info.get("hasNextPage")))
+
+
 def token_of(raw: object) -> OneTimeToken:
     if not isinstance(raw, dict) or not raw.get("token") or not raw.get("connectorURL"):
         raise errors.Unavailable("Director returned an incomplete one-time token")

@@ -19,7 +19,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from compass import adoption, agent_secret, decide, errors, metrics, model, status
+from compass import adoption, agent_secret, decide, errors, metrics, model, regindex, status
 from compass import director as director_mod
 from compass import mappings as mappings_mod
 from tether import apitypes, events, gateway, logs, skr_clients
@@ -74,6 +74,7 @@ class Reconciler:
         self.events = recorder
         # dry-run: every change is recorded here instead (``adoption.Plan``)
         self.plan = adoption.Plan() if tuning.policy.mode == "dry-run" else None
+        self.registrations = regindex.RunIndex(director)  # the run's labelled runtimes
         # another source of a Kyma CR's runtime ID (compass.legacy), asked when its agent
         # Secret names none; checked in the Director like the Secret's
         self.known_runtime_id: Callable[[str], str | None] | None = None
@@ -250,12 +251,10 @@ class Reconciler:
         name = _mapping(f).name
         ref = decide.kyma_ref(self.kcp.namespace, name)
         if f.kyma is None:  # teardown: only a runtime this instance registered
-            rt = self.director.find_runtime(self._tenant(f), self.t.policy.managed_by, ref)
-            found = adoption.Found(rt.id if rt else None, True, int(rt is not None),
-                                   rt.condition if rt else None)
+            found = adoption.own(self.director, self._tenant(f), self.t.policy.managed_by, ref)
         else:
             found = adoption.lookup(
-                self.director, self._tenant(f), f.kyma, self.t.policy, ref,
+                self.registrations, self._tenant(f), f.kyma, self.t.policy, ref,
                 lambda: adoption.secret_runtime_id(self.skr, name, self.t.secret_namespace,
                                                    self._secret_name(name), self.t.skr_timeout)
                 or (self.known_runtime_id(name) or "" if self.known_runtime_id else ""))
@@ -270,6 +269,7 @@ class Reconciler:
     def _register(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         tenant = self._tenant(f)
         rt = self.director.register(tenant, decide.register_input(_kyma(f), self.t.policy))
+        self.registrations.note(tenant, rt)
         self._hook(a.kind)
         self._audit("compass.runtime_registered", f, runtimeId=rt.id, tenant=tenant)
         return self._registered(f, tenant, rt.id, rt.condition, adopted=False)
@@ -278,7 +278,7 @@ class Reconciler:
         tenant, rid = self._tenant(f), str(a.runtime_id)
         added: list[str] = []
         if not f.found_own:  # Tether's labels added to the Provisioner's: none changed
-            added = adoption.add_labels(self.director, tenant, rid,
+            added = adoption.add_labels(self.registrations, tenant, rid,
                                         decide.register_input(_kyma(f), self.t.policy)["labels"])
             self.metrics.adoptions.labels("adopted").inc()
         self._audit("compass.runtime_adopted", f, runtimeId=rid, tenant=tenant,

@@ -94,8 +94,11 @@ def test_twenty_kyma_crs_each_registered_once_with_a_valid_token_in_its_runtime(
         ops = [r.operation for r in d.store.requests[before:]]
         assert ops.count("registerRuntime") == 20
         assert ops.count("requestOneTimeTokenForRuntime") == 20
-        assert ops.count("runtimes") == 20  # the lookup for an existing registration
-        assert len(ops) == 60  # three Director requests per runtime, no retries
+        # the lookup for an existing registration: one list of the tenant's labelled
+        # runtimes per run that looked (compass.regindex), not one query per runtime
+        lists = ops.count("runtimes")
+        assert 1 <= lists <= 5, lists
+        assert (len(ops) - lists) / 20 == 2.0  # two Director requests per runtime, no retries
         # runtime labels come from the Kyma CR's labels
         rt = runtimes_of(d.store, ns, names[0])[0]
         assert rt.name == "k20-shoot-0"
