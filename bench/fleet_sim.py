@@ -496,6 +496,23 @@ def listener_overrides(d: pathlib.Path, name: str, factor: float) -> dict[str, s
     }
 
 
+HEARTBEAT_RESOURCES = ("kymas", "leases", "runtimestatesummaries")
+
+
+def heartbeat_cost(used: dict[str, float], heartbeats: int) -> dict[str, float]:
+    """The KCP's own counts (``resource verb``: request_counts) of one step per heartbeat
+    answered: reads of what a heartbeat decides on (Kyma CRs, Leases, state summaries; GET
+    and LIST, not WATCH) and heartbeat Lease writes (PATCH, POST). Records' writes and their
+    summary merges are counted too when the step sends changes (``--change-minutes``)."""
+    reads = sum(v for k, v in used.items()
+                if k.split(" ")[0] in HEARTBEAT_RESOURCES and k.split(" ")[-1] in ("GET", "LIST"))
+    writes = sum(v for k, v in used.items() if k.split(" ")[0] == "leases"
+                 and k.split(" ")[-1] in ("PATCH", "POST"))
+    n = max(1, heartbeats)
+    return {"heartbeats": heartbeats, "reads": round(reads / n, 3),
+            "lease_writes": round(writes / n, 3)}
+
+
 def run_step(ctx: dict[str, Any], replicas: int, n: int, factor: float,
              noisy_rate: float) -> dict[str, Any]:
     from testing import listenerenv as lt
@@ -543,6 +560,8 @@ def run_step(ctx: dict[str, Any], replicas: int, n: int, factor: float,
     cpu = {g: round(100 * (cpu1[g] - cpu0[g]) / wall) for g in groups_cpu}
     cpu["simulator"] = round(100 * out["cpu_seconds"] / wall)
     kinds = out["kinds"]
+    per_heartbeat = heartbeat_cost({k: v - before.get(k, 0.0) for k, v in after.items()},
+                                   kinds.get("heartbeat", {}).get("n", 0))
     quiet_n = sum(kinds.get(k, {}).get("n", 0) for k in ("heartbeat", "change"))
     quiet_bad = sum(c for k in ("heartbeat", "change")
                     for s, c in kinds.get(k, {}).get("status", {}).items()
@@ -559,6 +578,7 @@ def run_step(ctx: dict[str, Any], replicas: int, n: int, factor: float,
         "broken": p99 > ctx["p99_limit_ms"] or quiet_bad > 0.01 * quiet_n,
         "kcp_requests_per_s": round(sum(kcp_used.values()), 1),
         "kcp_by_resource_verb_per_s": dict(sorted(kcp_used.items(), key=lambda kv: -kv[1])),
+        "kcp_per_heartbeat": per_heartbeat,
         "cpu_pct": cpu, "peak_rss_mib": {g: round(v / 2**20) for g, v in sampler.peak.items()},
         "peak_rss_one_process_mib": {g: round(v / 2**20) for g, v in sampler.peak_one.items()},
         "listener_processes": len(listener_pids),
@@ -589,6 +609,11 @@ def print_row(r: dict[str, Any]) -> None:
           f"rss={r['peak_rss_mib']} {'BROKEN' if r['broken'] else ''}", flush=True)
 
 
+def per_beat(r: dict[str, Any]) -> str:
+    c = r.get("kcp_per_heartbeat")
+    return "-" if c is None else f"{c['reads']:g} / {c['lease_writes']:g}"
+
+
 def tables(result: dict[str, Any]) -> str:
     """The result as Markdown tables (``--report`` prints them from the JSON file)."""
     def lat(r: dict[str, Any], kind: str) -> str:
@@ -598,8 +623,8 @@ def tables(result: dict[str, Any]) -> str:
     out = ["| replicas | runtimes x time | load (runtimes) | hb/s + changes/s offered | "
            "answered 200 /s | heartbeat p50/p99 ms | change p50/p99 ms | TLS connect p50/p99 ms | "
            "quiet errors | "
-           "noisy: req (429) p50/p99 ms | KCP req/s | CPU % listener / apiserver / etcd / sim | "
-           "broken |", "|" + "---:|" * 13]
+           "noisy: req (429) p50/p99 ms | KCP req/s | KCP reads / Lease writes per heartbeat | "
+           "CPU % listener / apiserver / etcd / sim | broken |", "|" + "---:|" * 14]
     for r in result["rows"]:
         o, c = r["offered_per_s"], r["cpu_pct"]
         noisy = r["kinds"].get("noisy change", {"n": 0, "status": {}})
@@ -611,7 +636,7 @@ def tables(result: dict[str, Any]) -> str:
             f"| {ok / r['seconds']:.1f} | {lat(r, 'heartbeat')} | {lat(r, 'change')} | {lat(r, 'tls connect')} "
             f"| {r['quiet_errors']} of {r['quiet_requests']:,} ({r['quiet_error_pct']} %) "
             f"| {noisy['n']:,} ({noisy['status'].get('429', 0)}) {lat(r, 'noisy change')} "
-            f"| {r['kcp_requests_per_s']:.0f} "
+            f"| {r['kcp_requests_per_s']:.0f} | {per_beat(r)} "
             f"| {c['listener']} / {c['kube-apiserver']} / {c['etcd']} / {c['simulator']} "
             f"| {'**yes**' if r['broken'] else 'no'} |")
     out += ["", "| replicas | runtimes x time | peak RSS MiB: listener (all processes; largest) "
