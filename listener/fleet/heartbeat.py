@@ -5,7 +5,11 @@ namespace (``HEARTBEAT_NAMESPACE``; the manifests' ``tether-heartbeats`` holds n
 so the listener may create and patch Leases there and nowhere else), labelled with the
 runtime ID, ``spec.holderIdentity`` = runtime ID, ``spec.renewTime`` =
 when a request of that runtime (a POST of changes or a GET of its state) was last
-authenticated. Durable and shared by all replicas. A worker process writes a runtime's Lease at
+authenticated. Durable and shared by all replicas. With the pod's view (``listener.view``)
+``seen`` only reports the runtime: the view writes the Lease when its renewTime (as the
+watch brought it, any replica's write) is ``interval`` old, at most once per interval across
+workers and replicas (``listener.view.beats``), and ``epoch_state`` answers from it. Without
+it (off, or not answering) a worker process writes a runtime's Lease at
 most once per ``interval`` (remembered in a bounded in-memory map; losing it on restart
 only costs one extra write), so the write rate is bounded by runtimes / interval.
 
