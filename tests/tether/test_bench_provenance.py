@@ -24,7 +24,6 @@ DOCS = REPO / "docs" / "performance.md"
 NOT_RECORDED = {
     "admin_pages": "run 2026-12-02, before provenance",
     "compass_outage": "run 2026-11-30, before provenance",
-    "compass_ready": "the 1,000-runtime run, from before the bench recorded provenance (the 5,000 run is compass_ready_5000.json)",
     "e2e": "run 2026-12-02, before provenance",
     "enroller_scale": "run 2026-12-01, before provenance",
     "fleet_sim": "run 2026-12-02, before provenance",
