@@ -8,7 +8,9 @@ label exists), page by page, and indexes them by shoot name.
 
 Bounded: at most ``max_held`` runtimes over all tenants of a run. A tenant whose runtimes
 do not fit (its ``totalCount`` says so on the first page) is not indexed: its lookups are
-one query per runtime as before, and a log line says so (once per tenant and run).
+one query per runtime as before, and a log line says so (once per tenant and run). So
+are those of a tenant whose list failed (a Director error): a flaky Director costs each
+lookup one request, as before, not a list again.
 
 The index lives for one run only (``begin``/``end``, called by the run): outside a run,
 or after a run, every lookup is a Director query; it is never a cache across runs. What
@@ -21,7 +23,7 @@ import logging
 import threading
 
 from compass import director as director_mod
-from compass import model, queries
+from compass import errors, model, queries
 
 log = logging.getLogger(__name__)
 MAX_HELD = 20_000  # runtimes held per run, over all tenants (~1 KB each)
@@ -81,16 +83,22 @@ class RunIndex:
                 return None
             t = self._tenants.setdefault(tenant, _Tenant())
         with t.lock:
-            if not t.loaded:  # a failed list (DirectorError) leaves it to the next lookup
+            if not t.loaded:
                 self._load(tenant, t)
             return t.by_shoot
 
     def _load(self, tenant: str, t: _Tenant) -> None:
         with self._lock:
             room = self.max_held - self._held
-        found = self.director.list_labelled(tenant, model.SHOOT_LABEL, room)
         t.loaded = True
         self.lists += 1
+        try:
+            found = self.director.list_labelled(tenant, model.SHOOT_LABEL, room)
+        except errors.DirectorError as e:
+            self.fallbacks += 1
+            log.warning("listing a tenant's labelled Director runtimes failed (%s): its lookups "
+                        "are one Director query per runtime in this run", e.kind)
+            return
         if found is None:
             self.fallbacks += 1
             log.warning("more labelled Director runtimes in a tenant than the %d a run holds: "

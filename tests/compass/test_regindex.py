@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from compass import metrics, regindex, service
+from standins.director import store as store_mod
 from testing import compassenv as h
 
 
@@ -88,3 +89,19 @@ def test_past_the_bound_a_tenant_is_looked_up_per_runtime_and_said_so(
     assert ops_since(d, mark) == ["runtimes"] * 3
     assert index.fallbacks == 1
     assert sum("one Director query per runtime" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_failed_list_leaves_the_tenant_to_per_runtime_queries_for_the_run(
+        svc: service.Service, clean_director: h.Director) -> None:
+    d, tenant = clean_director, f"ga-{uuid.uuid4().hex[:6]}"
+    a = d.store.seed_provisioned(tenant, "shoot-a")
+    b = d.store.seed_provisioned(tenant, "shoot-b")
+    index = regindex.RunIndex(svc.director)
+    index.begin()
+    d.store.set_faults(store_mod.Faults(http_status=503, operations=("runtimes",), remaining=1))
+    mark = len(d.store.requests)
+    assert [r.id for r in index.find(tenant, "shoot-a")] == [a.id]  # the list failed: one query
+    assert [r.id for r in index.find(tenant, "shoot-b")] == [b.id]  # not a list again
+    index.end()
+    assert ops_since(d, mark) == ["runtimes"] * 3
+    assert index.fallbacks == 1
