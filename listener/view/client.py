@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector as PromCollector
 
-from tether import kyma
+from tether import apitypes, kyma
 
 RETRY_SECONDS = 1.0
 MAX_ANSWER = 8 * 1024 * 1024
@@ -87,7 +87,7 @@ class ViewClient:
         if doc is None:
             return None
         out = []
-        for d in doc.get("kymas") or []:
+        for d in doc.get("views") or []:
             d = dict(d)
             d["modules"] = frozenset(d.get("modules") or ())
             out.append(kyma.KymaView(**d))
@@ -103,7 +103,7 @@ class Collector(PromCollector):
     (not a counter of the workers: every worker of the pod exposes the same view, take
     ``max`` per pod)."""
 
-    KINDS = ("kymas", "leases", "summaries")
+    KINDS = (apitypes.KYMAS.plural, apitypes.LEASES.plural, "summaries")
 
     def __init__(self, view: ViewClient) -> None:
         self._view = view

@@ -91,8 +91,8 @@ def build(s: settings.Settings, kcp: gateway.Kube) -> tuple[serve.Views, list[wa
 
     objects = s.view_max_objects
     each = s.view_max_bytes // 4
-    kymas = store.Kind("kymas", store.kyma_entry, objects, each)
-    leases = store.Kind("leases", store.lease_entry, objects, each)
+    kymas = store.Kind(apitypes.KYMAS.plural, store.kyma_entry, objects, each)
+    leases = store.Kind(apitypes.LEASES.plural, store.lease_entry, objects, each)
     summaries = store.Kind("summaries", store.summary_entry, objects, 2 * each)
     hooks = watcher.Hooks(restarted=lambda kind, why: count(f"restart/{kind}/{why}"))
     sources = ((kymas, watcher.Source(apitypes.KYMAS, s.namespace)),

@@ -1,6 +1,6 @@
 """The view's Unix socket: one JSON request per line, one JSON answer per line.
 
-    {"op": "kyma", "id": "<runtime ID>"}     -> {"synced": true, "kymas": [KymaView fields]}
+    {"op": "kyma", "id": "<runtime ID>"}     -> {"synced": true, "views": [KymaView fields]}
     {"op": "lease", "id": ...}               -> {"synced": true, "lease": {epoch, identity, rv, renew} | null}
     {"op": "summary", "id": ...}             -> {"synced": true, "summary": object | null}
     {"op": "seen", "id": ...}                -> {"synced": true, "outcome": "written" | "queued" | "fresh" | "dropped"}
@@ -58,7 +58,7 @@ class Views:
             return b'{"error":"id: a runtime ID"}'
         if op == "kyma":
             got = self.kymas.of(rid)
-            return _dump({"synced": got is not None, "kymas": got or []})
+            return _dump({"synced": got is not None, "views": got or []})
         if op == "lease":
             got = self.leases.of(rid)
             return _dump({"synced": got is not None, "lease": got[0] if got else None})
