@@ -47,7 +47,7 @@ def test_one_list_per_tenant_and_run_then_per_runtime_queries_outside_a_run(
     d, tenant = clean_director, f"ga-{uuid.uuid4().hex[:6]}"
     a = d.store.seed_provisioned(tenant, "shoot-a")
     b = d.store.seed_provisioned(tenant, "shoot-b")
-    index = regindex.RunIndex(svc.director)
+    index = regindex.RunIndex(svc.director, direct_first=0)
     index.begin()
     mark = len(d.store.requests)
     assert [r.id for r in index.find(tenant, "shoot-a")] == [a.id]
@@ -78,7 +78,7 @@ def test_past_the_bound_a_tenant_is_looked_up_per_runtime_and_said_so(
     d, tenant = clean_director, f"ga-{uuid.uuid4().hex[:6]}"
     a = d.store.seed_provisioned(tenant, "shoot-a")
     d.store.seed_provisioned(tenant, "shoot-b")
-    index = regindex.RunIndex(svc.director, max_held=1)
+    index = regindex.RunIndex(svc.director, max_held=1, direct_first=0)
     index.begin()
     mark = len(d.store.requests)
     with caplog.at_level(logging.WARNING, logger="compass.regindex"):
@@ -96,7 +96,7 @@ def test_a_failed_list_leaves_the_tenant_to_per_runtime_queries_for_the_run(
     d, tenant = clean_director, f"ga-{uuid.uuid4().hex[:6]}"
     a = d.store.seed_provisioned(tenant, "shoot-a")
     b = d.store.seed_provisioned(tenant, "shoot-b")
-    index = regindex.RunIndex(svc.director)
+    index = regindex.RunIndex(svc.director, direct_first=0)
     index.begin()
     d.store.set_faults(store_mod.Faults(http_status=503, operations=("runtimes",), remaining=1))
     mark = len(d.store.requests)
@@ -105,3 +105,20 @@ def test_a_failed_list_leaves_the_tenant_to_per_runtime_queries_for_the_run(
     index.end()
     assert ops_since(d, mark) == ["runtimes"] * 3
     assert index.fallbacks == 1
+
+
+def test_a_runs_first_lookups_of_a_tenant_are_single_queries_then_one_list(
+        svc: service.Service, clean_director: h.Director) -> None:
+    """One new Kyma CR in a big tenant costs one query, not the tenant's whole list."""
+    d, tenant = clean_director, f"ga-{uuid.uuid4().hex[:6]}"
+    a = d.store.seed_provisioned(tenant, "shoot-a")
+    index = regindex.RunIndex(svc.director, direct_first=2)
+    index.begin()
+    mark = len(d.store.requests)
+    assert [r.id for r in index.find(tenant, "shoot-a")] == [a.id]
+    assert index.find(tenant, "shoot-x") == []
+    assert index.lists == 0 and ops_since(d, mark) == ["runtimes", "runtimes"]  # two queries
+    assert [r.id for r in index.find(tenant, "shoot-a")] == [a.id]
+    assert index.find(tenant, "shoot-y") == []
+    assert index.lists == 1 and len(ops_since(d, mark)) == 3  # then the list, once
+    index.end()
