@@ -27,6 +27,8 @@ RETRY_SECONDS = 1.0
 MAX_ANSWER = 8 * 1024 * 1024
 
 
+NS = "tether_listener_view"  # the prefix of the view's metrics (``Collector``)
+
 class ViewClient:
     def __init__(self, path: str, timeout: float,
                  on_fallback: Callable[[str, str], None] = lambda what, reason: None) -> None:
@@ -99,7 +101,7 @@ class Collector(PromCollector):
     (0 for each while it does not answer), ``tether_listener_view_objects{resource}``,
     ``tether_listener_view_bytes{resource}``, and its counts since it started:
     ``tether_listener_view_watch_restarts_total{resource,reason}``,
-    ``tether_listener_view_heartbeat_writes_total{outcome}``, ``tether_listener_view_starts``
+    ``tether_listener_view_heartbeat_writes_total{outcome}``
     (not a counter of the workers: every worker of the pod exposes the same view, take
     ``max`` per pod)."""
 
@@ -110,21 +112,20 @@ class Collector(PromCollector):
 
     def collect(self) -> Iterator[Metric]:
         doc = self._view.ask("ping", "") or {}
-        ns = "tether_listener_view"
-        synced = GaugeMetricFamily(f"{ns}_synced", "1 while the pod's view of a resource is "
+        synced = GaugeMetricFamily(f"{NS}_synced", "1 while the pod's view of a resource is "
                                    "listed and watched within its bounds", labels=["resource"])
-        objects = GaugeMetricFamily(f"{ns}_objects", "Objects the pod's view holds",
+        objects = GaugeMetricFamily(f"{NS}_objects", "Objects the pod's view holds",
                                     labels=["resource"])
-        size = GaugeMetricFamily(f"{ns}_bytes", "Bytes (kept fields' JSON) the pod's view holds",
+        size = GaugeMetricFamily(f"{NS}_bytes", "Bytes (kept fields' JSON) the pod's view holds",
                                  labels=["resource"])
         for k in self.KINDS:
             synced.add_metric([k], 1.0 if (doc.get("synced") or {}).get(k) else 0.0)
             objects.add_metric([k], float((doc.get("objects") or {}).get(k) or 0))
             size.add_metric([k], float((doc.get("bytes") or {}).get(k) or 0))
-        restarts = CounterMetricFamily(f"{ns}_watch_restarts", "Relists of the pod's view by "
+        restarts = CounterMetricFamily(f"{NS}_watch_restarts", "Relists of the pod's view by "
                                        "resource and reason (gone: 410; error)",
                                        labels=["resource", "reason"])
-        writes = CounterMetricFamily(f"{ns}_heartbeat_writes", "Heartbeat Lease writes of the "
+        writes = CounterMetricFamily(f"{NS}_heartbeat_writes", "Heartbeat Lease writes of the "
                                      "pod's view by outcome", labels=["outcome"])
         for key, n in sorted((doc.get("counts") or {}).items()):
             parts = str(key).split("/")
