@@ -22,10 +22,13 @@ And what one pass does with one runtime (``reconcile`` reads the runtime, asks, 
 - ``apply``: whether the bundle is applied and why (installed, repaired, renewed, updated,
   resync; None: nothing is written), and what more is read for it.
 - ``removal``: delete the runtime's objects, retry, or release the finalizer.
+- ``ownership``: whether this KCP may write into the runtime (sharding: ours, take it over
+  from the KCP its client Secret names when asked to, or another KCP's: refused).
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
 from collections.abc import Iterable, Mapping
 from typing import Literal, NamedTuple
@@ -294,3 +297,37 @@ def removal(f: RemovalFacts) -> Removal:
     if f.problem is not None and f.waited < f.timeout:
         return Removal("retry")
     return Removal("release", "removed" if f.problem is None else "removal_timed_out")
+
+
+# -- one runtime: which KCP owns it (sharding) -----------------------------------------------------
+
+TAKE_OVER_ANNOTATION = "tether.kyma-project.io/take-over-from"
+Ownership = Literal["ours", "take_over", "foreign"]
+
+
+def installed_listener(data: Mapping[str, str]) -> str | None:
+    """The listener URL the runtime's client Secret names (its ``data``, base64), None when
+    it names none (no Secret, or not one of ours)."""
+    raw = data.get("listener-url")
+    if not raw:
+        return None
+    try:
+        return base64.b64decode(raw, validate=True).decode() or None
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def ownership(*, installed: str | None, own: str, take_over_from: str | None) -> Ownership:
+    """Whether this KCP's enroller may write into a runtime. ``installed``: the listener URL
+    its client Secret names (None: nothing installed), ``own``: this KCP's. A runtime
+    installed for another KCP's listener is taken over only when its Kyma CR here asks for
+    the move from exactly that listener (``take_over_from``: the annotation's value);
+    otherwise it is foreign: nothing is written into it and nothing deleted from it, so two
+    KCPs never fight over one runtime."""
+    def same(a: str, b: str) -> bool:
+        return a.rstrip("/") == b.rstrip("/")
+    if installed is None or same(installed, own):
+        return "ours"
+    if take_over_from and same(installed, take_over_from):
+        return "take_over"
+    return "foreign"

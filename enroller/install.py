@@ -17,7 +17,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from enroller import castore, decide, metrics, render
+from enroller import castore, decide, metrics, render, sharding
 from enroller import settings as settings_mod
 from tether import apitypes, certs, changes, gateway, kyma, logs, pki, skr_clients, watchwire
 from tether import watches as watch_api
@@ -103,16 +103,19 @@ class Installer:
 
     def enroll(self, view: kyma.KymaView, ca: castore.CA, mem: Memory,
                ws: tuple[watch_api.Watch, ...] | None = None,
-               bundle: tuple[list[dict[str, Any]], str | None] | None = None) -> Result:
+               bundle: tuple[list[dict[str, Any]], str | None] | None = None, take_over_from: str | None = None) -> Result:
         """The runtime read (two reads), its renewals and apply decided (``decide.renewal``,
         ``decide.apply``), then performed. ``ws``: the Watches in force there (None: before
         Watches); a changed set changes the Watches' digest: the Watch list and the webhook
         configuration are applied. ``bundle``: the objects and image this runtime is given
-        (``enroller.rollouts``; None: the enroller's own)."""
+        (``enroller.rollouts``; None: the enroller's own). A runtime another KCP installed is
+        left alone unless ``take_over_from`` names that KCP's listener (``decide.ownership``)."""
         objects, image = bundle or (self.bundle, self.s.image)
         skr = self._skr(view)
         now = self.now()
         held = _Held.of(self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET))
+        if (refused := sharding.check(self.s.listener_url, self.audit, view, held.data, take_over_from)) is not None:
+            raise Failure("OwnedByAnotherKcp", refused)
         hook = self._read(skr, apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS, None, render.WEBHOOK_CONFIG)
         mem.held = _issuer(held.client_pem, ca, mem.held)  # what it holds, whatever happens next
         plan = decide.renewal(self._cert_facts(held, view, ca, now))
@@ -292,6 +295,8 @@ class Installer:
         first); None when done, else why not."""
         try:
             skr = self.skrs.get(name)
+            if sharding.moved_away(skr, self.s.listener_url, name, self.s.skr_timeout):
+                return None
             inputs = dataclasses.replace(_placeholder(runtime_id), image_pull_secret=self.s.image_pull_secret)
             for o in reversed(render.render(self.bundle, inputs)):
                 res = render.resource(o)
@@ -325,7 +330,6 @@ class _Held:
         return cls(secret, notes, data, pem)
 
 
-
 @dataclasses.dataclass(frozen=True)
 class _Serving:
     """The serving certificate to install: a new one, or the runtime's (its pair empty until
@@ -350,8 +354,6 @@ class _Serving:
                    ca_serial)
 
 
-
-
 def _issuer(cert_pem: bytes | None, ca: castore.CA, known: str | None) -> str:
     """The serial of the CA that issued the certificate: the current or the previous one;
     "" for none; for another (a CA dropped since) what was known of it, else "foreign"."""
@@ -370,12 +372,10 @@ def _issuer(cert_pem: bytes | None, ca: castore.CA, known: str | None) -> str:
     return "foreign"
 
 
-
 def _unreachable(e: gateway.GatewayError) -> str:
     """The failure reason of a runtime call that failed: the bound it broke (the runtime's
     API server trickled, answered too much, redirected, resolved inside), else Unreachable."""
     return e.reason if isinstance(e, gateway.Bounded) else "Unreachable"
-
 
 
 def key_matches(cert_pem: bytes, key_b64: str | None) -> bool:
@@ -389,7 +389,6 @@ def key_matches(cert_pem: bytes, key_b64: str | None) -> bool:
         return False
     spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     return bool(key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki))
-
 
 
 def _placeholder(runtime_id: str) -> render.Inputs:

@@ -297,7 +297,8 @@ class Enroller:
                 ws, mem.watches_left_out = listed.for_runtime(obj)
             self._ensure_finalizer(obj)
             chosen = self.rollouts.choose(view.runtime_id or name)
-            result = self.installer.enroll(view, ca, mem, ws, (chosen.objects, chosen.image))
+            result = self.installer.enroll(view, ca, mem, ws, (chosen.objects, chosen.image),
+                                           (meta.get("annotations") or {}).get(decide.TAKE_OVER_ANNOTATION))
             self.rollouts.enrolled(view.runtime_id or name, chosen.digest)
         except Failure as f:
             self._failed(obj, view, ca, enrollment, mem, f, beats)

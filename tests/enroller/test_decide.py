@@ -1,10 +1,11 @@
 """The enroller's decisions with plain data (enroller.decide): dispatch with a
 per-runtime deadline, backoff, certificate issuance, the CA rollover's end and quarantine;
 per runtime: enroll, wait or remove, which certificates are renewed, whether and why the
-bundle is applied, and removal."""
+bundle is applied, removal, and which KCP owns a runtime (sharding)."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 from typing import Any
 
@@ -256,3 +257,32 @@ def test_an_unreachable_runtime_is_retried_until_the_removal_timeout() -> None:
     assert removal(problem="unreachable", waited=5 * MIN) == decide.Removal("release", "removal_timed_out")
     assert removal(problem="unreachable", timeout=datetime.timedelta(0), waited=datetime.timedelta(0)) == \
         decide.Removal("release", "removal_timed_out")
+
+
+# -- ownership (sharding across KCPs) --------------------------------------------------------
+
+A, B = "https://listener.kcp-a.example.com", "https://listener.kcp-b.example.com"
+
+
+@pytest.mark.parametrize(("installed", "take_over_from", "verdict"), [
+    (None, None, "ours"),                 # nothing installed: a first install
+    (B, None, "ours"),                    # installed by this KCP
+    (B + "/", None, "ours"),              # a trailing slash is the same listener
+    (A, None, "foreign"),                 # another KCP's: refused, nothing written
+    (A, A, "take_over"),                  # the move asked for, from exactly that listener
+    (A, A + "/", "take_over"),
+    (A, "https://listener.kcp-c.example.com", "foreign"),  # a move from another KCP than the owner
+    (A, "", "foreign"),
+    (B, A, "ours"),                       # taken over: the annotation left behind changes nothing
+])
+def test_a_runtime_is_written_only_by_the_kcp_it_is_installed_for(
+        installed: str | None, take_over_from: str | None, verdict: str) -> None:
+    assert decide.ownership(installed=installed, own=B, take_over_from=take_over_from) == verdict
+
+
+def test_the_installed_listener_is_read_from_the_client_secrets_data() -> None:
+    assert decide.installed_listener({"listener-url": base64.b64encode(A.encode()).decode()}) == A
+    assert decide.installed_listener({}) is None
+    assert decide.installed_listener({"listener-url": ""}) is None
+    assert decide.installed_listener({"listener-url": "not base64!"}) is None
+    assert decide.installed_listener({"listener-url": base64.b64encode(b"\xff\xfe").decode()}) is None
