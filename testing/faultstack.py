@@ -272,11 +272,12 @@ class Stack:
 
     # -- convergence -------------------------------------------------------------------
 
-    def difference(self) -> str:
-        """'' when the KCP holds exactly the runtime's state, else what differs."""
+    def difference(self, env: listenerenv.Env | None = None) -> str:
+        """'' when the KCP holds exactly the runtime's state, else what differs (``env``:
+        another KCP's listener environment, a runtime moved there; else the stack's)."""
         try:
             want = pollerenv.runtime_state(self.core, self.namespace, self.selector)
-            live, dead = pollerenv.kcp_state(self.env, self.runtime.id, self.namespace)
+            live, dead = pollerenv.kcp_state(env or self.env, self.runtime.id, self.namespace)
         except Exception as e:  # an apiserver that is down or restarting: not yet
             return f"cannot compare: {type(e).__name__}: {str(e)[:200]}"
         missing = sorted(k[1] for k in want.keys() - live.keys())
@@ -289,12 +290,12 @@ class Stack:
                 f"tombstoned records in the KCP; missing: {missing[:10]}; live but deleted: "
                 f"{extra[:10]}; differing: {stale[:10]}")
 
-    def wait_converged(self, since: float, timeout: float = 60.0) -> float:
+    def wait_converged(self, since: float, timeout: float = 60.0, env: listenerenv.Env | None = None) -> float:
         """Seconds from ``since`` (monotonic) until the KCP holds exactly the runtime's
         state; fails after ``timeout`` with the difference and the processes' logs."""
         deadline = time.monotonic() + timeout
         while True:
-            diff = self.difference()
+            diff = self.difference(env)
             if not diff:
                 return time.monotonic() - since
             if time.monotonic() > deadline:
