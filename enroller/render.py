@@ -53,6 +53,7 @@ MANAGER = "tether-enroller"
 MANAGED_BY = {apitypes.MANAGED_BY_LABEL: MANAGER}
 DIGEST = "tether.kyma-project.io/bundle-digest"
 WATCHES_DIGEST = "tether.kyma-project.io/watches-digest"  # on the webhook configuration
+LISTENER_ANNOTATION = "tether.kyma-project.io/listener-url"  # on the pod templates: the URL they send to
 CLIENT_SERIAL = "tether.kyma-project.io/client-serial"
 SERVING_SERIAL = "tether.kyma-project.io/serving-serial"
 SERVING_NOT_AFTER = "tether.kyma-project.io/serving-not-after"
@@ -182,6 +183,9 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
             # the runtime's series carry its ID (the PodMonitors copy this pod label)
             template = o["spec"]["template"].setdefault("metadata", {})
             template["labels"] = {**(template.get("labels") or {}), apitypes.RUNTIME_ID_LABEL: i.runtime_id}
+            # the pods read the listener URL from the Secret into their environment: a runtime
+            # moved to another KCP (docs/enroller.md, "Sharding") has them restarted by this
+            template["annotations"] = {**(template.get("annotations") or {}), LISTENER_ANNOTATION: i.listener_url}
         if o["kind"] == "Deployment" and i.image:
             for c in o["spec"]["template"]["spec"].get("containers") or []:
                 if _is_tether(c.get("image", "")):

@@ -40,6 +40,21 @@ def test_the_runtime_gets_its_secrets_ca_bundle_and_image() -> None:
     assert BUNDLE[0]["metadata"].get("labels", {}).get("app.kubernetes.io/managed-by") is None  # not mutated
 
 
+def test_every_pod_template_names_the_listener_so_a_moved_runtime_restarts_its_pods() -> None:
+    """The pods read the listener URL from the Secret into their environment at start: a
+    runtime moved to another KCP (sharding) must have them restarted, and a changed pod
+    template is what restarts them."""
+    here = render.render(BUNDLE, INPUTS)
+    moved = render.render(BUNDLE, dataclasses.replace(INPUTS, listener_url="https://l.kcp-b.example.com"))
+    for objs, url in ((here, "https://l.example.com"), (moved, "https://l.kcp-b.example.com")):
+        deployments = [o for o in objs if o["kind"] == "Deployment"]
+        assert deployments and {o["spec"]["template"]["metadata"]["annotations"][render.LISTENER_ANNOTATION]
+                                for o in deployments} == {url}
+    notes = [next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"]["annotations"]
+             for objs in (here, moved)]
+    assert notes[0][render.DIGEST] != notes[1][render.DIGEST]
+
+
 @pytest.mark.parametrize("ref, version", [
     ("reg.example.com:5000/tether:0.2.0", "0.2.0"),
     ("reg.example.com/tether:0.2.0@sha256:" + "a" * 64, "0.2.0"),

@@ -95,6 +95,12 @@ def held(core: client.CoreV1Api) -> tuple[str, dict[str, bytes]]:
     return s.metadata.resource_version, {k: base64.b64decode(v) for k, v in (s.data or {}).items()}
 
 
+def pods_send_to(stack: faultstack.Stack) -> set[str | None]:
+    """The listener URLs the runtime's Deployments' pod templates name (a change restarts the pods)."""
+    deps: Any = client.AppsV1Api(stack.api).list_namespaced_deployment(render.NAMESPACE)
+    return {(d.spec.template.metadata.annotations or {}).get(render.LISTENER_ANNOTATION) for d in deps.items}
+
+
 def restart_senders(stack: faultstack.Stack, data: dict[str, bytes], d: pathlib.Path) -> None:
     """What a pod restart does with the re-rendered Secret: the webhook and the poller
     started again with its listener URL, CA and client certificate."""
@@ -147,7 +153,7 @@ def _move(stack: faultstack.Stack, a: Shard, b: Shard, d: pathlib.Path, customer
           report: Callable[..., None], listener_b: faultstack.FixedPortListener) -> None:
     rt = stack.runtime
     assert a.run() == {"Ready": 1}, a.enrolled()  # A installs the runtime: its Secret names A's listener
-    assert held(stack.core)[1]["listener-url"].decode() == a.url
+    assert held(stack.core)[1]["listener-url"].decode() == a.url and pods_send_to(stack) == {a.url}
     customer.wait_writes(15)
     # B's Kyma CR without the move asked for: refused, nothing written into the runtime
     listenerenv.create_kyma(b.env.api, b.env.namespace, rt.id, rt.domain)
@@ -163,7 +169,7 @@ def _move(stack: faultstack.Stack, a: Shard, b: Shard, d: pathlib.Path, customer
     assert b.run() == {"Ready": 1}, b.enrolled()
     assert "runtime_taken_over" in b.audit_text.getvalue()
     rv, data = held(stack.core)
-    assert data["listener-url"].decode() == b.url
+    assert data["listener-url"].decode() == b.url and pods_send_to(stack) == {b.url}  # the pods restart
     assert a.run() == {"Failed": 1} and a.enrolled()["reason"] == "OwnedByAnotherKcp"  # A stops; no fight
     assert held(stack.core)[0] == rv, "A wrote into a runtime B took over"
     restart_senders(stack, data, d)
