@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Literal, NamedTuple
 
@@ -324,10 +325,22 @@ def ownership(*, installed: str | None, own: str, take_over_from: str | None) ->
     the move from exactly that listener (``take_over_from``: the annotation's value);
     otherwise it is foreign: nothing is written into it and nothing deleted from it, so two
     KCPs never fight over one runtime."""
-    def same(a: str, b: str) -> bool:
-        return a.rstrip("/") == b.rstrip("/")
-    if installed is None or same(installed, own):
+    if installed is None or same_listener(installed, own):
         return "ours"
-    if take_over_from and same(installed, take_over_from):
+    if take_over_from and same_listener(installed, take_over_from):
         return "take_over"
     return "foreign"
+
+
+def same_listener(a: str, b: str) -> bool:
+    """Whether two listener URLs name one listener: the scheme and host in any case, the
+    default port (443) written or not, a trailing ``/`` or not."""
+    def norm(url: str) -> tuple[str, str, str]:
+        u = urllib.parse.urlsplit(url.strip())
+        try:
+            port = u.port
+        except ValueError:
+            return ("", url, "")
+        netloc = (u.hostname or "") + ("" if port in (None, 443) else f":{port}")
+        return u.scheme.lower(), netloc, u.path.rstrip("/")
+    return norm(a) == norm(b)

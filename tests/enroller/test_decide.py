@@ -268,6 +268,9 @@ A, B = "https://listener.kcp-a.example.com", "https://listener.kcp-b.example.com
     (None, None, "ours"),                 # nothing installed: a first install
     (B, None, "ours"),                    # installed by this KCP
     (B + "/", None, "ours"),              # a trailing slash is the same listener
+    ("HTTPS://Listener.KCP-B.example.com:443", None, "ours"),  # case of scheme and host, the default port
+    (B + ":8443", None, "foreign"),       # another port is another listener
+    ("https://listener.kcp-b.example.com:99999", None, "foreign"),  # unparsable: not ours
     (A, None, "foreign"),                 # another KCP's: refused, nothing written
     (A, A, "take_over"),                  # the move asked for, from exactly that listener
     (A, A + "/", "take_over"),
