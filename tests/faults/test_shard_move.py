@@ -17,6 +17,7 @@ certificate B's enroller issued).
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import logging
 import pathlib
@@ -132,6 +133,7 @@ def test_a_runtime_moves_to_another_kcp_without_losing_a_change(
     a = Shard(env_a, stack.proxy.url, kyma, rt.id)
     b = Shard(env_b, f"https://127.0.0.1:{port_b}", kyma, rt.id)
     listener_b: faultstack.FixedPortListener | None = None
+    customer: faultstack.Workload | None = None
     try:
         (tmp_path / "b-client-ca.crt").write_bytes(b.client_ca())
         listener_b = faultstack.FixedPortListener(env_b, "shard-b", port_b,
@@ -139,6 +141,9 @@ def test_a_runtime_moves_to_another_kcp_without_losing_a_change(
         customer = faultstack.Workload(stack.core, stack.namespace, stack.labels, rate=5.0, seed=26).start()
         _move(stack, a, b, tmp_path, customer, report, listener_b)
     finally:
+        if customer is not None:  # stopped by finish(); else (a failure half way) stopped here first
+            with contextlib.suppress(AssertionError):
+                customer.stop()
         for shard in (b, a):  # the bundle out of the shared SKR plane: its owner removes it
             shard.enroller.installer.remove_objects(kyma, rt.id)
             shard.close()
