@@ -318,14 +318,17 @@ def installed_listener(data: Mapping[str, str]) -> str | None:
         return None
 
 
-def ownership(*, installed: str | None, own: str, take_over_from: str | None) -> Ownership:
+def ownership(*, installed: str | None, own: str, take_over_from: str | None,
+              issued_here: bool = False) -> Ownership:
     """Whether this KCP's enroller may write into a runtime. ``installed``: the listener URL
     its client Secret names (None: nothing installed), ``own``: this KCP's. A runtime
     installed for another KCP's listener is taken over only when its Kyma CR here asks for
     the move from exactly that listener (``take_over_from``: the annotation's value);
     otherwise it is foreign: nothing is written into it and nothing deleted from it, so two
-    KCPs never fight over one runtime."""
-    if installed is None or same_listener(installed, own):
+    KCPs never fight over one runtime. ``issued_here``: the runtime's client certificate was
+    issued by this KCP's CA (current or previous): ours whatever URL it names, so a KCP whose
+    listener URL changed (a new ingress name) still owns its fleet and re-renders it."""
+    if installed is None or issued_here or same_listener(installed, own):
         return "ours"
     if take_over_from and same_listener(installed, take_over_from):
         return "take_over"

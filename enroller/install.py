@@ -114,7 +114,8 @@ class Installer:
         skr = self._skr(view)
         now = self.now()
         held = _Held.of(self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET))
-        if (refused := sharding.check(self.s.listener_url, self.audit, view, held.data, take_over_from)) is not None:
+        here = _issuer(held.client_pem, ca, None) not in ("", "foreign")  # issued by this KCP's CA
+        if (refused := sharding.check(self.s.listener_url, self.audit, view, held.data, take_over_from, here)):
             raise Failure("OwnedByAnotherKcp", refused)
         hook = self._read(skr, apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS, None, render.WEBHOOK_CONFIG)
         mem.held = _issuer(held.client_pem, ca, mem.held)  # what it holds, whatever happens next

@@ -21,12 +21,14 @@ log = logging.getLogger("tether.enroller")
 
 
 def check(own: str, audit: logging.Logger, view: kyma.KymaView, held: Mapping[str, str],
-          take_over_from: str | None) -> str | None:
+          take_over_from: str | None, issued_here: bool = False) -> str | None:
     """Why nothing may be written into the runtime (another KCP installed it and no move is
     asked for: the failure ``OwnedByAnotherKcp``'s message), None when this KCP may; a
-    takeover is audited. ``held``: the data of the runtime's client Secret (empty: none)."""
+    takeover is audited. ``held``: the data of the runtime's client Secret (empty: none);
+    ``issued_here``: its certificate was issued by this KCP's CA (``decide.ownership``)."""
     installed = decide.installed_listener(held)
-    verdict = decide.ownership(installed=installed, own=own, take_over_from=take_over_from)
+    verdict = decide.ownership(installed=installed, own=own, take_over_from=take_over_from,
+                               issued_here=issued_here)
     if verdict == "foreign":
         return (f"the runtime is installed for another KCP's listener {installed}; to move it here, "
                 f"annotate this Kyma CR {decide.TAKE_OVER_ANNOTATION}={installed}")

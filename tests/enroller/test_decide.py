@@ -283,6 +283,13 @@ def test_a_runtime_is_written_only_by_the_kcp_it_is_installed_for(
     assert decide.ownership(installed=installed, own=B, take_over_from=take_over_from) == verdict
 
 
+def test_a_runtime_whose_certificate_this_kcps_ca_issued_stays_ours_when_the_listener_url_changed() -> None:
+    """An operator who moves the listener to a new ingress name changes the enroller's URL:
+    its runtimes still name the old one, and must be re-rendered, not refused."""
+    assert decide.ownership(installed=A, own=B, take_over_from=None, issued_here=True) == "ours"
+    assert decide.ownership(installed=A, own=B, take_over_from=None, issued_here=False) == "foreign"
+
+
 def test_the_installed_listener_is_read_from_the_client_secrets_data() -> None:
     assert decide.installed_listener({"listener-url": base64.b64encode(A.encode()).decode()}) == A
     assert decide.installed_listener({}) is None

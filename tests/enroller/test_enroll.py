@@ -307,6 +307,21 @@ def test_a_new_image_is_rolled_out_to_every_runtime(env: Env, runtimes: list[con
     assert env.enrollment("eta")["status"]["version"] == "registry.example.com/tether:0.2.0"  # type: ignore[index]
 
 
+def test_a_new_listener_url_re_renders_the_runtimes_this_kcps_ca_enrolled(
+        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    """The listener moved to a new ingress name: the runtimes still name the old URL, but
+    their certificates are of this KCP's CA, so they are ours (not another KCP's) and get
+    the new URL."""
+    env.kyma("theta", runtimes[0], runtime_id="rt-theta")
+    assert env.enroller().run() == {"Ready": 1}
+    moved = "https://listener-new.kcp.example.com"
+    assert env.enroller(listener_url=moved).run() == {"Ready": 1}
+    api = runtimes[0].api_client()
+    secret = client.CoreV1Api(api).read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE)
+    api.close()
+    assert base64.b64decode(secret.data["listener-url"]).decode() == moved
+
+
 def test_an_image_pull_secret_is_copied_into_the_runtime_and_pulled_with(
         env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
     """TETHER_ENROLLER_IMAGE_PULL_SECRET_FILE (issue 28, item 3): the runtime gets the
