@@ -315,11 +315,14 @@ def test_a_new_listener_url_re_renders_the_runtimes_this_kcps_ca_enrolled(
     env.kyma("theta", runtimes[0], runtime_id="rt-theta")
     assert env.enroller().run() == {"Ready": 1}
     moved = "https://listener-new.kcp.example.com"
-    assert env.enroller(listener_url=moved).run() == {"Ready": 1}
-    api = runtimes[0].api_client()
-    secret = client.CoreV1Api(api).read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE)
-    api.close()
-    assert base64.b64decode(secret.data["listener-url"]).decode() == moved
+    try:
+        assert env.enroller(listener_url=moved).run() == {"Ready": 1}
+        api = runtimes[0].api_client()
+        secret = client.CoreV1Api(api).read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE)
+        api.close()
+        assert base64.b64decode(secret.data["listener-url"]).decode() == moved
+    finally:  # the shared runtime plane back on the URL the other tests' enrollers have
+        assert env.enroller().run() == {"Ready": 1}
 
 
 def test_an_image_pull_secret_is_copied_into_the_runtime_and_pulled_with(
