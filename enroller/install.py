@@ -114,11 +114,11 @@ class Installer:
         skr = self._skr(view)
         now = self.now()
         held = _Held.of(self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET))
-        here = _issuer(held.client_pem, ca, None) not in ("", "foreign")  # issued by this KCP's CA
+        here = (issuer := _issuer(held.client_pem, ca, mem.held)) in (serial_hex(ca.current.cert), serial_hex(ca.previous))  # ours
         if (refused := sharding.check(self.s.listener_url, self.audit, view, held.data, take_over_from, here)):
             raise Failure("OwnedByAnotherKcp", refused)
         hook = self._read(skr, apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS, None, render.WEBHOOK_CONFIG)
-        mem.held = _issuer(held.client_pem, ca, mem.held)  # what it holds, whatever happens next
+        mem.held = issuer  # what it holds, whatever happens next
         plan = decide.renewal(self._cert_facts(held, view, ca, now))
         client_cert, client_key = self._client_pair(plan.client, held, view, ca, mem, now)
         serving = (self._new_serving(plan.serving, view, ca, mem, now) if plan.serving is not None
