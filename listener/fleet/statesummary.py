@@ -55,17 +55,12 @@ from listener.fleet.summaryobject import Hooks as Hooks
 from listener.fleet.summaryobject import name_of as name_of
 from listener.storage import records, rules
 from listener.view import client as view_client
-from tether import apitypes, gateway, numbers, statehash
+from tether import apitypes, gateway, statehash
 
 FLUSH_SECONDS = 1.0
 MAX_PENDING = 100_000  # pending bucket changes per worker, over all runtimes
 MAX_REMEMBERED = 50_000
 DISTRUST_SECONDS = 900.0  # after lost changes: the quota counts from listings this long
-
-
-def _revision(meta: Mapping[str, Any] | None) -> int | None:
-    rv = None if meta is None else meta.get("resourceVersion")
-    return numbers.ascii_int(rv, 32) if isinstance(rv, str) else None
 
 
 class Summaries(summaryobject.SummaryObjects):
@@ -98,7 +93,7 @@ class Summaries(summaryobject.SummaryObjects):
         if new_item is None:
             new_item = record
         change = statehash.change_of(
-            old_item, new_item, _revision(new),
+            old_item, new_item, summaryobject.revision_of(new),
             0 if old is None else rules.stored_size(old),
             0 if new is None else rules.stored_size(new))
         if change is not None:
@@ -272,7 +267,8 @@ class Summaries(summaryobject.SummaryObjects):
         told = None if self._view is None else self._view.ask("summary", runtime_id)
         obj = None if told is None else told.get("summary")
         if isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == name_of(runtime_id) \
-                and statehash.stored_of(obj.get("status")) is not None:
+                and statehash.stored_of(obj.get("status")) is not None \
+                and self.newer_than_wrote(runtime_id, obj):
             return obj
         return self._get(runtime_id)
 

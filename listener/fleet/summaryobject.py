@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from listener.fleet import heartbeat
 from listener.storage import records, rules, store
-from tether import apitypes, changes, gateway, logs, statehash
+from tether import apitypes, changes, gateway, logs, numbers, statehash
 
 log = logging.getLogger("listener.fleet.statesummary")  # one logger for the state summary
 MAX_ATTEMPTS = 6
@@ -26,11 +26,18 @@ HEAL_BUCKETS = 16  # buckets listed one by one by ``heal``; more: one full listi
 MAX_UNLABELLED = 100_000  # records to label kept from one listing
 LABEL_SECONDS = 10.0  # labelling after one answer
 LOG_EVERY = 30.0
+MAX_WROTE = 50_000  # runtimes whose last summary write a worker remembers
 
 
 def name_of(runtime_id: str) -> str:
     """Named like the runtime's heartbeat Lease and RuntimeDelivery."""
     return heartbeat.lease_name(runtime_id)
+
+
+def revision_of(meta: Mapping[str, Any] | None) -> int | None:
+    """An object's resourceVersion as a number (None: absent or not a number)."""
+    rv = None if meta is None else meta.get("resourceVersion")
+    return numbers.ascii_int(rv, 32) if isinstance(rv, str) else None
 
 
 def _now() -> str:
@@ -67,6 +74,9 @@ class SummaryObjects:
         self._last_log = -LOG_EVERY
         # where each Watch stores (store.Homes); None: every record in ``namespace``
         self.homes: store.Homes | None = None
+        # the resourceVersion of the summary this worker last wrote, per runtime (bounded):
+        # a view that holds an older one has not seen this worker's own write yet
+        self._wrote: dict[str, int] = {}
 
     def _conflicted(self, attempt: int) -> None:
         """Another writer won: count it and back off a little (jittered)."""
@@ -97,9 +107,28 @@ class SummaryObjects:
     def _put(self, runtime_id: str, obj: dict[str, Any], s: statehash.Stored) -> dict[str, Any]:
         obj = dict(obj)
         obj["status"] = {"runtimeId": runtime_id, "updatedAt": _now(), **statehash.status_of(s)}
-        return self._kcp.request("PUT", apitypes.RUNTIME_STATE_SUMMARIES.path(self._namespace, name_of(runtime_id),
-                                                      "status"),
-                                 body=obj, timeout=self._timeout, what=f"update {apitypes.RUNTIME_STATE_SUMMARIES.plural}/status")
+        written = self._kcp.request("PUT", apitypes.RUNTIME_STATE_SUMMARIES.path(self._namespace, name_of(runtime_id),
+                                                         "status"),
+                                    body=obj, timeout=self._timeout, what=f"update {apitypes.RUNTIME_STATE_SUMMARIES.plural}/status")
+        rv = revision_of(written.get("metadata"))
+        if rv is not None:
+            with self._lock:
+                self._wrote.pop(runtime_id, None)
+                self._wrote[runtime_id] = rv
+                if len(self._wrote) > MAX_WROTE:
+                    self._wrote.pop(next(iter(self._wrote)))
+        return written
+
+    def newer_than_wrote(self, runtime_id: str, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` (a summary from the pod's view) holds at least the last write
+        of this worker to the runtime's summary (read-your-writes within a worker; another
+        worker's write shows within the watch's latency)."""
+        with self._lock:
+            wrote = self._wrote.get(runtime_id)
+        if wrote is None:
+            return True
+        rv = revision_of(obj.get("metadata"))
+        return rv is not None and rv >= wrote
 
     def _create(self, runtime_id: str) -> dict[str, Any]:
         body = {"apiVersion": f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/{apitypes.RUNTIME_STATE_SUMMARIES.version}", "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,

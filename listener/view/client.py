@@ -54,6 +54,10 @@ class ViewClient:
         self._local.conn = conn
         return conn
 
+    def close(self) -> None:
+        """Close the calling thread's connection (the others close with their threads)."""
+        self._drop()
+
     def _drop(self) -> None:
         conn = getattr(self._local, "conn", None)
         self._local.conn = None

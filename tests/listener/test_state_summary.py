@@ -10,6 +10,7 @@ merge (the first status write after it is armed) while everything else goes on.
 
 from __future__ import annotations
 
+import pathlib
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,8 @@ from kubernetes import client
 
 from listener.fleet import statesummary
 from listener.storage import records, rules
+from listener.view import beats, serve, store
+from listener.view import client as view_client
 from testing.listenerenv import (
     Env,
     ListenerProcess,
@@ -31,7 +34,7 @@ from testing.listenerenv import (
 from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector
 from tests.listener.test_delivery import Delayer, _runtime
 from tests.listener.test_storage import Janitor, eventually
-from tether import apitypes, changes, statehash
+from tether import apitypes, changes, gateway, statehash
 
 pytestmark = pytest.mark.slow
 HOLD = 8.0  # seconds the held merge waits in the KCP's admission
@@ -245,3 +248,44 @@ def test_the_janitor_removes_an_orphaned_runtimes_state_summary(
     finally:
         janitor.stop()
     assert summary_object(env, kept.id) is not None  # a runtime with its Kyma CR keeps it
+
+
+def test_a_view_behind_the_workers_own_write_is_not_believed(
+    env: Env, tmp_path: pathlib.Path,
+) -> None:
+    """A summary read after this worker merged a write must hold that write, though the
+    pod's view (a watch's latency behind the KCP) still holds the summary before it: the
+    view is frozen here at the bootstrap's version; the read goes to the KCP."""
+    rt = _runtime(env)
+    frozen = store.Kind("summaries", store.summary_entry, 100, 1 << 20)
+    k = store.Kind("kymas", store.kyma_entry, 1, 1 << 20)
+    views = serve.Views(k, store.Kind("leases", store.lease_entry, 1, 1 << 20), frozen,
+                        beats.Beats(None, "ns", 30.0, 1.0, k))  # type: ignore[arg-type]
+    server = serve.Server(str(tmp_path / "view.sock"), views)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kcp = gateway.from_kubeconfig(str(env.kubeconfig))
+    view = view_client.ViewClient(str(tmp_path / "view.sock"), 5.0)
+    summaries = statesummary.Summaries(kcp, env.namespace, 20.0, view=view)
+    try:
+        stored, _ = summaries.read(rt.id)  # none yet: built from a listing (no records)
+        assert sum(stored.counts) == 0
+        built = summary_object(env, rt.id)
+        assert built is not None
+        frozen.replace([built])
+        frozen.synced = True
+        rec = rt.record("a", 1)
+        meta = dict(records.body(rec, env.namespace)["metadata"])
+        meta["resourceVersion"] = str(10**12)  # after the listing that built the summary
+        summaries.written(rt.id, None, meta, rec)
+        assert summaries.flush(rt.id) is not None  # merged: the KCP holds the write
+        stored, _ = summaries.read(rt.id)
+        assert sum(stored.counts) == 1, "the view's older summary was believed"
+        caught_up = summary_object(env, rt.id)  # a view that caught up is believed again
+        assert caught_up is not None
+        frozen.replace([caught_up])
+        stored, _ = summaries.read(rt.id)
+        assert sum(stored.counts) == 1
+    finally:
+        view.close()
+        server.shutdown()
+        server.server_close()
