@@ -15,6 +15,11 @@ again at once, but at most once per ``REFRESH_FLOOR`` seconds per worker, so rec
 new Watch are not refused for up to ``ttl`` and a runtime naming made-up Watches costs the
 KCP at most one list per second and worker.
 
+One read at a time per worker: a caller that finds the list due while another thread reads
+it waits for that read and takes its result (a list read after it asked), so the many
+threads of a worker (request threads, persist lanes: ``homes`` is asked per record) whose
+cache expired at once cost the KCP one list, not one each.
+
 ``homes`` says where each Watch's records are stored (``spec.storage.namespace``, else the
 listener's namespace), from the same list (``listener.storage.store``).
 """
@@ -38,6 +43,8 @@ class WatchList:
         self._kcp, self._namespace, self._ttl, self._timeout = kcp, namespace, ttl, timeout
         self._clock = clock
         self._lock = threading.Lock()
+        self._read = threading.Condition(self._lock)  # a read ended
+        self._reading = False
         self._read_at: float | None = None
         self._watches: tuple[watches.Watch, ...] = ()
         self._skipped: dict[str, str] = {}  # name -> why, logged once per change
@@ -52,6 +59,20 @@ class WatchList:
                 known = {w.name for w in self._watches}
                 if all(n in known for n in wanted) or now - self._read_at < min(self._ttl, REFRESH_FLOOR):
                     return self._watches
+            if self._reading:  # another thread reads: its list is newer than this call
+                self._read.wait_for(lambda: not self._reading)
+                if self._read_at is None:
+                    raise gateway.Unavailable("the Watch list could not be read")
+                return self._watches
+            self._reading = True
+        try:
+            return self._read_now(now)
+        finally:
+            with self._lock:
+                self._reading = False
+                self._read.notify_all()
+
+    def _read_now(self, now: float) -> tuple[watches.Watch, ...]:
         try:
             items = list(self._kcp.list_items(apitypes.WATCHES, self._namespace,
                                               timeout=self._timeout))

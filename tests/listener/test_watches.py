@@ -15,10 +15,12 @@ A second namespace without a compat Watch shows v1 records refused. The janitor 
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -404,4 +406,35 @@ def test_a_watch_named_before_the_list_expires_is_read_at_once_at_most_each_seco
         watchenv.apply(e.api, watchenv.watch("later", CM, e.namespace))
         assert "later" not in [w.name for w in wl.current(["made-up"])]  # just read: the floor
     finally:
+        remove_namespace(e)
+
+
+def test_threads_that_find_the_list_due_at_once_wait_for_one_read(listener_env: Env) -> None:
+    """A worker's threads whose cache expired together (request threads and persist lanes)
+    cost the KCP one list of Watches, not one each: the others wait for the read under way
+    and take its result (before: 8 lists, one per thread)."""
+    e = own_namespace(listener_env, "kwo")
+    kcp = gateway.from_kubeconfig(str(e.kubeconfig))
+    release, reads = threading.Event(), []
+    real = kcp.list_items
+
+    def held(*args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        reads.append(1)
+        assert release.wait(30), "the test never released the read"
+        return real(*args, **kwargs)
+    try:
+        kcp.list_items = held  # type: ignore[method-assign]  # the real call, held and counted
+        wl = watchlist.WatchList(kcp, e.namespace, ttl=60, timeout=20)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = [pool.submit(wl.current) for _ in range(8)]
+            deadline = time.monotonic() + 30
+            while not reads and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.5)  # the other threads find the list due meanwhile
+            release.set()
+            names = [[w.name for w in f.result(timeout=60)] for f in answers]
+        assert reads == [1] and names == [[COMPAT_WATCH]] * 8
+    finally:
+        release.set()
+        kcp.close()
         remove_namespace(e)
