@@ -5,18 +5,24 @@ nothing, reads no file and sends no request (``tether.skr_clients`` on the real 
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
+import contextlib
+import os
 import pathlib
+import tempfile
 import threading
 import time
 import tracemalloc
+from typing import Any
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
 from testing import compassenv, controlplane, hostile, localnet
-from tether import gateway, skr_clients
+from tether import certs, gateway, skr_clients
 from tether.gateway import bounded
 
 TIMEOUT = 2.0
@@ -200,3 +206,55 @@ def test_the_deadline_is_per_thread() -> None:
         t.join()
         assert (bounded.remaining() or 0) > 4
     assert seen == [None] and bounded.remaining() is None
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _with_client_pair(cert_pem: bytes, key_pem: bytes) -> bytes:
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "rt",
+        "clusters": [{"name": "c", "cluster": {"server": "https://api.rt.example.invalid:6443"}}],
+        "users": [{"name": "u", "user": {"client-certificate-data": _b64(cert_pem),
+                                         "client-key-data": _b64(key_pem)}}],
+        "contexts": [{"name": "rt", "context": {"cluster": "c", "user": "u"}}],
+    }).encode()
+
+
+def _kc_files() -> list[str]:
+    """What this process holds open of a runtime's client certificate (memfds or files)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if "tether-kc-" in target:
+                out.append(target)
+    return out
+
+
+def test_a_client_certificate_is_loaded_without_a_file_and_a_bad_key_is_refused(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    """Building a runtime's client writes its key to no directory (anonymous memory, closed
+    at once); a key that does not fit the certificate, or an encrypted one, is refused."""
+    made: list[object] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def recorded(*args: Any, **kw: Any) -> str:
+        made.append(args)
+        return str(mkdtemp(*args, **kw))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recorded)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a temporary file would land here
+    ca = certs.CertificateAuthority.create("bounds-client-ca")
+    pair, other = ca.issue("client-a"), ca.issue("client-b")
+    api = gateway.from_runtime_kubeconfig(_with_client_pair(pair.cert_pem, pair.key_pem), LIMITS)
+    api.close()
+    assert made == [] and list(tmp_path.iterdir()) == [] and _kc_files() == []
+    with pytest.raises(gateway.KubeConfigError, match="certificates do not load"):
+        gateway.from_runtime_kubeconfig(_with_client_pair(pair.cert_pem, other.key_pem), LIMITS)
+    encrypted = pair.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.BestAvailableEncryption(b"pw"))
+    with pytest.raises(gateway.KubeConfigError, match="certificates do not load"):
+        gateway.from_runtime_kubeconfig(_with_client_pair(pair.cert_pem, encrypted), LIMITS)
+    assert made == [] and list(tmp_path.iterdir()) == [] and _kc_files() == []

@@ -146,16 +146,37 @@ def _context(conn: kubeconfig.Connection) -> ssl.SSLContext:
                                      if conn.ca_pem else None)  # None: the system's store
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if conn.cert_pem is not None and conn.key_pem is not None:
-        # ssl loads a certificate chain from files only: a private directory, removed at once
-        with tempfile.TemporaryDirectory(prefix="tether-kc-") as tmp:
-            cert, key = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
-            for path, data in ((cert, conn.cert_pem), (key, conn.key_pem)):
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-            ctx.load_cert_chain(cert, key, password=lambda: b"")  # an encrypted key fails
+        _load_client_cert(ctx, conn.cert_pem, conn.key_pem)
     ctx.sslsocket_class = _DeadlineSocket
     return ctx
+
+
+def _load_client_cert(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """``ssl`` loads a certificate chain from files only. On Linux the files are anonymous
+    memory (``memfd_create``, read through ``/proc/self/fd``, closed at once): nothing of the
+    key touches a disk and no directory is made per runtime. Elsewhere: a private directory,
+    removed at once. An encrypted key fails (the empty password)."""
+    memfd = getattr(os, "memfd_create", None)
+    if memfd is not None and os.path.isdir("/proc/self/fd"):
+        fds = [memfd("tether-kc-crt", os.MFD_CLOEXEC), memfd("tether-kc-key", os.MFD_CLOEXEC)]
+        try:
+            for fd, data in zip(fds, (cert_pem, key_pem), strict=True):
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            ctx.load_cert_chain(f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}",
+                                password=lambda: b"")
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return
+    with tempfile.TemporaryDirectory(prefix="tether-kc-") as tmp:
+        cert, key = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "tls.key")
+        for path, data in ((cert, cert_pem), (key, key_pem)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        ctx.load_cert_chain(cert, key, password=lambda: b"")
 
 
 def pool(conn: kubeconfig.Connection, limits: Limits) -> urllib3.PoolManager:
