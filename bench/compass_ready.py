@@ -123,6 +123,7 @@ def measure(kcp_api: client.ApiClient, d: Director, ns: str, names: list[str],
     svc = service.build(s, gateway.Kube(kcp_api), metrics.Metrics(), audit)
     first = d.admin("GET", "/admin/requests")
     before = first["total"]
+    cpu0 = time.process_time()
     t0 = time.monotonic()
     runs = 0
     try:
@@ -134,6 +135,7 @@ def measure(kcp_api: client.ApiClient, d: Director, ns: str, names: list[str],
             if runs >= 20:
                 raise RuntimeError(f"not Ready after {runs} runs: {summary.states}")
         seconds = time.monotonic() - t0
+        cpu = time.process_time() - cpu0
     finally:
         svc.close()
     after = d.admin("GET", "/admin/requests")
@@ -144,7 +146,9 @@ def measure(kcp_api: client.ApiClient, d: Director, ns: str, names: list[str],
             "director_by_operation": {k: v - first["by_operation"].get(k, 0)
                                       for k, v in after["by_operation"].items()
                                       if v > first["by_operation"].get(k, 0)},
-            "requests_per_runtime": round(requests_made / len(names), 3)}
+            "requests_per_runtime": round(requests_made / len(names), 3),
+            # compass's CPU (this process: the job's threads and the Event senders)
+            "compass_cpu_ms_per_runtime": round(1000 * cpu / len(names), 2)}
 
 
 def table(doc: dict[str, Any]) -> str:
@@ -207,10 +211,11 @@ def main(argv: list[str]) -> int:
         "speedup_per_runtime_vs_baseline": round(ratio, 2),
     }
     print(f"{'run':<10} {'kymas':>6} {'conc':>5} {'s to Ready':>11} {'ms/runtime':>11} "
-          f"{'Director req':>13} {'req/runtime':>12}")
+          f"{'Director req':>13} {'req/runtime':>12} {'CPU ms/runtime':>15}")
     for label, r in (("measured", main_run), ("baseline", base_run)):
         print(f"{label:<10} {r['kymas']:>6} {r['concurrency']:>5} {r['seconds_to_ready']:>11} "
-              f"{r['ms_per_runtime']:>11} {r['director_requests']:>13} {r['requests_per_runtime']:>12}")
+              f"{r['ms_per_runtime']:>11} {r['director_requests']:>13} {r['requests_per_runtime']:>12} "
+              f"{r['compass_cpu_ms_per_runtime']:>15}")
     print(f"speed-up per runtime vs baseline: {ratio:.1f}x  (set-up {setup_s:.0f}s, load average "
           f"{load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
