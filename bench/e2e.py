@@ -46,9 +46,19 @@ the write, so it is matched by the write's ``seq`` (≥) and is persisted before
 is acknowledged (negative values). CPU seconds of every process (both apiservers and etcds,
 webhook, listener, the generator) are sampled per window.
 
+``--rate 50`` paces the writers at 50 writes/s in all (each at its share) instead of
+writing as fast as they can: propagation at a sustained rate (issue 26: p99 ≤ 1 s at 50
+writes/s). ``--conditions healthy --kinds tether`` runs only none, tether healthy, none
+(~2 minutes); ``--webhook-env NAME=VALUE`` sets a webhook setting for a run. Per healthy
+window the JSON holds where a record waited (``waits_ms``: the webhook's
+``tether_webhook_dispatch_seconds`` (queue and read-back), ``forward_seconds`` (its POSTs)
+and ``delivery_seconds`` means and the bucket of their 99th percentile; the listener's
+request and per-record persist means over the window) and ``propagation_by_second`` (per
+second of the window: writes, p50 and max ms; a stall shows as a run of seconds).
+
 Prints the tables and writes bench/results/e2e.json.
 
-    .venv/bin/python bench/e2e.py [--seconds 20] [--clients 8] [--rounds 1]
+    .venv/bin/python bench/e2e.py [--seconds 20] [--clients 8] [--rounds 1] [--rate 50]
     .venv/bin/python bench/e2e.py --report [--out FILE]   # docs/performance.md's first two tables
 
 The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
@@ -117,14 +127,48 @@ def admission_seconds(api: Api, hook: str) -> tuple[float, float]:
     return total, count
 
 
+def histogram(text: str, name: str) -> tuple[float, float]:
+    """(sum, count) of the histogram ``name`` in a Prometheus exposition, over all label sets."""
+    total, count = 0.0, 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "_sum"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith(name + "_count"):
+            count += float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
+def bucket_p99_ms(text: str, name: str) -> float | None:
+    """The upper bound of the bucket holding the 99th percentile of the histogram ``name``
+    (all label sets summed; cumulative ``le`` buckets), ms; None when empty."""
+    buckets: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith(name + "_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+    total = buckets.get(float("inf"), 0.0)
+    if not total:
+        return None
+    return next(1000 * b for b, n in sorted(buckets.items()) if n >= 0.99 * total)
+
+
+def mean_ms(before: tuple[float, float], after: tuple[float, float]) -> float | None:
+    n = after[1] - before[1]
+    return round(1000 * (after[0] - before[0]) / n, 1) if n else None
+
+
 # -- the workload ---------------------------------------------------------------------------
 
 def base_data(client_no: int) -> dict[str, str]:
     return {f"key-{k}": f"value-{client_no}-{k}-" + "x" * 40 for k in range(16)}
 
 
-def drive(api: Api, ns: str, clients: int, seconds: float, seed: int) -> dict[str, Any]:
-    """``clients`` writers for ``seconds``; each write: (op, name, rv, seq, acked, latency)."""
+def drive(api: Api, ns: str, clients: int, seconds: float, seed: int,
+          rate: float | None = None) -> dict[str, Any]:
+    """``clients`` writers for ``seconds``; each write: (op, name, rv, seq, acked, latency).
+    ``rate``: writes/s in all, each writer paced at its share (a writer behind its schedule
+    writes at once until it caught up); None: each writes as fast as it can (closed loop)."""
     writes: list[list[tuple[str, str, int, int, float, float]]] = [[] for _ in range(clients)]
     errors = [0] * clients
     start = time.monotonic()
@@ -137,7 +181,14 @@ def drive(api: Api, ns: str, clients: int, seconds: float, seed: int) -> dict[st
         own: list[str] = []
         data = base_data(c)
         n = 0
+        interval = clients / rate if rate else 0.0
+        due = start + interval * c / clients  # the writers' schedules interleave
         while time.monotonic() < stop:
+            if interval:
+                time.sleep(max(0.0, due - time.monotonic()))
+                due += interval
+                if time.monotonic() >= stop:
+                    break
             n += 1
             seq = f"{n:08d}"
             if not own or n % 5 == 0:
@@ -184,6 +235,15 @@ def drive(api: Api, ns: str, clients: int, seconds: float, seed: int) -> dict[st
 def pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(len(s) * q))] if s else float("nan")
+
+
+def by_second(acked: list[float], xs: list[float], start: float) -> list[list[float]]:
+    """[second of the window, writes, p50 ms, max ms] of the writes acknowledged in each second
+    (a stall shows as a run of seconds with a high max; a steady queue as a high p50 in all)."""
+    seconds: dict[int, list[float]] = {}
+    for at, x in zip(acked, xs, strict=True):
+        seconds.setdefault(int(at - start), []).append(x)
+    return [[s, len(v), round(1000 * pct(v, 0.5)), round(1000 * max(v))] for s, v in sorted(seconds.items())]
 
 
 # -- the KCP's records, as they are persisted ---------------------------------------------
@@ -242,12 +302,14 @@ class KcpWatch:
             with self.lock:
                 seen = {k: list(v) for k, v in self.seen.items() if k[0] == ns}
             out: list[float] = []
+            self.acked: list[float] = []  # the acknowledgement of each of ``out``'s writes
             missing: list[dict[str, Any]] = []
             for op, name, rv, seq, acked, _ in writes:
                 got = [at for r, s, at in seen.get((ns, name), [])
                        if (r is not None and r >= rv if by == "rv" else s >= seq)]
                 if got:
                     out.append(min(got) - acked)
+                    self.acked.append(acked)
                 else:
                     missing.append({"op": op, "name": name, "resourceVersion": rv, "seq": seq,
                                     "stored": [r if by == "rv" else s
@@ -371,6 +433,24 @@ class Bench:
                 metadata=client.V1ObjectMeta(name=f"probe-{n}"), data={"p": "1"}))
             time.sleep(0.3)
 
+    def waits(self, listener0: str, proc: stack.WebhookProcess | None) -> dict[str, Any]:
+        """Where a record spent its time (means over the window and its tail, ms): the
+        webhook's queue and read-back (admission to the POST's start), its POSTs, and the
+        listener's POSTs of changes and per-record persist."""
+        listener1 = self.listener.metrics()
+        out: dict[str, Any] = {
+            f"listener_{h}": mean_ms(histogram(listener0, f"tether_listener_{h}"),
+                                     histogram(listener1, f"tether_listener_{h}"))
+            for h in ("request_seconds", "persist_seconds")}
+        if proc is not None:
+            _, text = proc.get("/metrics")
+            for h in ("dispatch_seconds", "forward_seconds", "delivery_seconds"):
+                out[f"webhook_{h}"] = mean_ms((0.0, 0.0), histogram(text.decode(), f"tether_webhook_{h}"))
+            for h in ("dispatch_seconds", "forward_seconds", "delivery_seconds"):
+                out[f"webhook_{h}_p99_bucket"] = bucket_p99_ms(text.decode(), f"tether_webhook_{h}")
+            out["webhook_posts"] = histogram(text.decode(), "tether_webhook_forward_seconds")[1]
+        return out
+
     def run(self, idx: int, kind: str, cond: str) -> dict[str, Any]:
         ns = f"e2e-{idx:02d}-{kind}" + (f"-{cond}" if cond != "-" else "")
         self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
@@ -392,7 +472,8 @@ class Bench:
                         "TETHER_LISTENER_CA_FILE": str(ca), "TETHER_CLIENT_CERT_FILE": str(rt.cert_file),
                         "TETHER_CLIENT_KEY_FILE": str(rt.key_file), "TETHER_KUBECONFIG": str(self.skr.kubeconfig),
                         "TETHER_WEBHOOK_WORKERS": "2", "TETHER_WEBHOOK_THREADS": "8",
-                        "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO)})
+                        "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO),
+                        **dict(kv.split("=", 1) for kv in self.args.webhook_env)})
                     if kind == "noop":
                         proc.command = [sys.executable, str(REPO / "bench" / "webhook_noop_server.py")]
                     proc.start()
@@ -435,7 +516,8 @@ class Bench:
             hook = HOOKS.get("tether" if kind == "noop" else kind, "-")
             adm0 = admission_seconds(self.writer, hook)
             cpu0 = cpu_snapshot(roots)
-            res = drive(self.writer, ns, self.args.clients, self.args.seconds, idx)
+            listener0 = self.listener.metrics()
+            res = drive(self.writer, ns, self.args.clients, self.args.seconds, idx, self.args.rate)
             ended = time.monotonic()
             cpu1 = cpu_snapshot(roots)
             adm1 = admission_seconds(self.writer, hook)
@@ -454,6 +536,7 @@ class Bench:
                 with self.watch.lock:
                     ats = [at for k, v in self.watch.seen.items() if k[0] == ns for _, _, at in v]
                 res["_prop"] = xs
+                res["propagation_by_second"] = by_second(self.watch.acked, xs, ended - res["seconds"])
                 res["propagation"] = {"writes": len(writes), "missing": missing,
                                       "last_record_after_window_s": max(ats, default=ended) - ended,
                                       "p50_ms": 1000 * pct(xs, 0.5), "p90_ms": 1000 * pct(xs, 0.9),
@@ -461,6 +544,8 @@ class Bench:
                                       "max_ms": 1000 * max(xs, default=float("nan")),
                                       "records": sum(len(v) for k, v in self.watch.seen.items()
                                                      if k[0] == ns)}
+            if cond == "healthy" and kind != "none":
+                extra["waits_ms"] = self.waits(listener0, proc)
             if proc is not None and kind == "tether":
                 extra["forwards"] = {r: proc.metric("tether_webhook_forwards_total", result=r)
                                      for r in ("ok", "retryable", "permanent", "abandoned")}
@@ -496,6 +581,11 @@ class Bench:
         if "propagation" in res:
             p = res["propagation"]
             line += f"  propagation p50 {p['p50_ms']:.1f} p99 {p['p99_ms']:.1f} ms (missing {p['missing']})"
+        if "propagation_by_second" in res:
+            line += "\n     by second [s, writes, p50, max ms]: " + " ".join(
+                f"{s}:{n}/{p50}/{mx}" for s, n, p50, mx in res["propagation_by_second"])
+        if "waits_ms" in res:
+            line += "\n     mean ms: " + "  ".join(f"{k} {v}" for k, v in res["waits_ms"].items())
         print(line, flush=True)
         return res
 
@@ -568,6 +658,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0, help="per window")
     ap.add_argument("--rounds", type=int, default=1, help="windows per configuration and condition")
     ap.add_argument("--clients", type=int, default=8, help="concurrent writers")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="writes/s in all, paced (default: closed loop, each writer as fast as it can)")
+    ap.add_argument("--webhook-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="a setting of Tether's webhook for this run (repeatable)")
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
