@@ -14,7 +14,12 @@ TETHER_LISTENER_PERSIST_CONCURRENCY=--concurrency (default 8, the setting's defa
               client spent ~1.25 ms CPU per record, which flattered the ratio) as the
               listener's own user and Role into the listener's namespace, so both paths are
               authorized alike (--direct-as admin: the cluster admin into a namespace of its
-              own)
+              own); it stores the listener's stored form of each record (its Watch, kind
+              and epoch, the owner reference and label of the Kyma CR, the size
+              annotation, a traceparent:
+              the same content and size, taken from one record sent through each
+              listener before the measured slices; --direct-body record: the record's
+              bare body, about 20 % smaller, which the KCP spent ~0.6 ms less CPU on)
   listener    batches of BATCH new records at the default persist concurrency
   listener-c1 the same at persist concurrency 1 (the listener before concurrent persists)
   listener-1  one new record per request (the webhook forwarder's case)
@@ -24,12 +29,15 @@ drift on a shared machine hits all alike. ratio = listener records/s / direct re
 CPU ratio = CPU per record of the direct path (KCP apiserver + etcd + this process) / that
 of the listener path (the same + the listener's processes), from /proc: with the cores
 saturated the rate follows it, and it moves less than the wall clock with other load.
-The KCP apiserver's own request count (``apiserver_request_total`` on RuntimeConfigMaps,
-scraped around each slice) gives the requests per record. Prints a table and writes
-bench/results/listener_create.json.
+The KCP apiserver's own request count (``apiserver_request_total``, scraped around each
+slice) gives the RuntimeConfigMap requests per record by verb, and every other resource's
+requests per BATCH records (the state summary's merges, the delivery counts, Leases, Watch
+lists: what the listener adds per request; the idle listener's background too). The
+stored size of one record of each path (JSON: object, metadata, managedFields, spec) is
+recorded. Prints a table and writes bench/results/listener_create.json.
 
     .venv/bin/python bench/listener_create.py [--objects 3200] [--threads 8] [--batch 25]
-        [--new-ref HEAD] [--concurrency 8] [--direct-as listener]
+        [--new-ref HEAD] [--concurrency 8] [--direct-as listener] [--direct-body listener]
     .venv/bin/python bench/listener_create.py --report [--out FILE]   # the table from the JSON
 
 The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
@@ -53,7 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -63,7 +71,8 @@ import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from listener.storage import records  # noqa: E402
+from listener.fleet import summaryobject  # noqa: E402
+from listener.storage import records, rules  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lt  # noqa: E402
 from tether import apitypes, changes, gateway  # noqa: E402
@@ -129,16 +138,79 @@ def split(items: list[Any], size: int) -> list[list[Any]]:
 
 
 def kcp_requests(api: Any) -> collections.Counter[str]:
-    """RuntimeConfigMap requests the apiserver served so far, by verb (its own count)."""
+    """Resource requests the apiserver served so far (its own count), by ``verb`` for
+    RuntimeConfigMaps and by ``resource[/subresource] verb`` for every other resource
+    (long-running WATCHes included: counted when they start)."""
     r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics",
                                              timeout=30)
     counts: collections.Counter[str] = collections.Counter()
     for family in text_string_to_metric_families(r.data.decode()):
         for s in family.samples:
-            if (s.name == "apiserver_request_total" and s.labels.get("group") == apitypes.RUNTIME_CONFIGMAPS.group
-                    and s.labels.get("resource") == apitypes.RUNTIME_CONFIGMAPS.plural):
+            if s.name != "apiserver_request_total" or not s.labels.get("resource"):
+                continue  # a non-resource request (this scrape)
+            if (s.labels.get("group") == apitypes.RUNTIME_CONFIGMAPS.group
+                    and s.labels["resource"] == apitypes.RUNTIME_CONFIGMAPS.plural
+                    and not s.labels.get("subresource")):
                 counts[s.labels["verb"]] += int(s.value)
+            else:
+                sub = s.labels.get("subresource")
+                counts[s.labels["resource"] + (f"/{sub}" if sub else "") + " " + s.labels["verb"]] \
+                    += int(s.value)
     return counts
+
+
+def is_other(verb: str) -> bool:
+    """A ``kcp_requests`` key of another resource than RuntimeConfigMaps."""
+    return " " in verb
+
+
+def stored_form(template: Mapping[str, Any]) -> Callable[[Mapping[str, Any], str], dict[str, Any]]:
+    """The body the listener stores for a record, from one object it stored (``template``):
+    the record's Watch, kind and epoch as the listener gives them, the owner reference to
+    the Kyma CR and its label, the size annotation, and a ``traceparent`` of the same form (a new one per write),
+    so that the direct writer stores objects of the listener's content and size."""
+    spec, meta = template["spec"], template["metadata"]
+    ref = next(r for r in meta.get("ownerReferences") or [] if r.get("kind") == apitypes.KYMA_KIND)
+    owner = records.Owner(meta["namespace"], ref["name"], ref["uid"])
+    given = {f: spec[f] for f in ("watch", "resource", "epoch") if f in spec}
+    flags = (meta.get("annotations") or {}).get(apitypes.TRACEPARENT_ANNOTATION, "")[-2:]
+
+    def body(rec: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+        trace = f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-{flags}" if flags else ""
+        obj = records.body({**rec, **given}, namespace, trace,
+                           owner if namespace == owner.namespace else None)
+        rules.annotate(obj)
+        return obj
+    return body
+
+
+def warm_up(url: str, session: Any, rec: Mapping[str, Any], kcp: gateway.Kube,
+            namespace: str) -> dict[str, Any]:
+    """Send ``rec`` through the listener at ``url`` (outside the measured slices) and
+    return the object it stored."""
+    r = session.post(url, json=rec, timeout=120)
+    assert r.status_code == 200, r.text
+    rid = str(rec["runtimeId"])
+    found = [o for o in kcp.list_items(apitypes.RUNTIME_CONFIGMAPS, namespace,
+                                       label_selector=f"{apitypes.RUNTIME_ID_LABEL}={rid}")
+             if (o.get("spec") or {}).get("name") == rec["name"]]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def stored_sizes(kcp: gateway.Kube, namespace: str, runtime_id: str) -> dict[str, int]:
+    """Bytes of one stored record of ``runtime_id`` as the apiserver serves it (JSON): whole,
+    its metadata without managedFields, its managedFields, its spec."""
+    page = kcp.list(apitypes.RUNTIME_CONFIGMAPS, namespace, label_selector=
+                    f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}", limit=1)
+    obj = page["items"][0]
+    meta = dict(obj["metadata"])
+    managed = meta.pop("managedFields", [])
+
+    def size(v: Any) -> int:
+        return len(json.dumps(v, separators=(",", ":")))
+    return {"object": size(obj), "metadata": size(meta), "managedFields": size(managed),
+            "spec": size(obj.get("spec"))}
 
 
 def old_tree(ref: str, dest: pathlib.Path) -> str:
@@ -173,16 +245,28 @@ def start_listener(env: lt.Env, name: str, tree: pathlib.Path, args: argparse.Na
 
 def table(doc: dict[str, Any]) -> str:
     """The JSON's rows as a Markdown table (docs/performance.md, "Listener creates")."""
+    batch = doc["settings"]["batch"]
     lines = ["| variant | batch | persist concurrency | records/s | ratio to direct | CPU ratio | "
-             "CPU ms per record | KCP requests per record |", "|---|---:|---:|---:|---:|---:|---|---|"]
+             f"CPU ms per record | KCP requests per record | other KCP requests per {batch} records |",
+             "|---|---:|---:|---:|---:|---:|---|---|---|"]
     for r in doc["rows"]:
         def num(v: Any, fmt: str) -> str:
             return "—" if v is None else format(v, fmt)
         cpu = ", ".join(f"{k} {v:.2f}" for k, v in r.get("cpu_ms_per_record", {}).items())
         reqs = ", ".join(f"{v} {c}" for v, c in r["kcp_requests_per_record"].items())
+        other = ", ".join(f"{v} {c:.2f}" for v, c in r.get("kcp_other_requests_per_batch", {}).items())
         lines.append(f"| {r['variant']} | {num(r['listener_batch'], 'd')} | {num(r.get('persist_concurrency'), 'd')} | "
                      f"{r['per_s']:.0f} | {num(r['ratio'], '.2f')} | {num(r.get('cpu_ratio'), '.2f')} | "
-                     f"{cpu or '—'} | {reqs} |")
+                     f"{cpu or '—'} | {reqs} | {other or '—'} |")
+    sizes = doc.get("stored_bytes_per_record")
+    if sizes:
+        lines.append("")
+        lines.append("| stored record (JSON bytes) | object | metadata | managedFields | spec |")
+        lines.append("|---|---:|---:|---:|---:|")
+        for who, b in sizes.items():
+            lines.append(f"| {who} | {b['object']} | {b['metadata']} | {b['managedFields']} | {b['spec']} |")
+        if doc.get("state_summary_bytes"):
+            lines.append(f"| the runtime's state summary | {doc['state_summary_bytes']} | | | |")
     return "\n".join(lines)
 
 
@@ -202,6 +286,11 @@ def main() -> int:
                     help="the direct writer's identity: the listener's user and Role "
                          "(default: authorized like the listener's writes) or the cluster "
                          "admin")
+    ap.add_argument("--direct-body", choices=("listener", "record"), default="listener",
+                    help="what the direct writer stores: the listener's stored form of the "
+                         "record (default: its Watch, kind and epoch, the owner reference "
+                         "and label of the Kyma CR, a traceparent: the same content and size) "
+                         "or the record's bare body (records.body: about 20 %% smaller)")
     ap.add_argument("--new-ref", default="HEAD")
     ap.add_argument("--concurrency", type=int, default=8,
                     help="the listener's TETHER_LISTENER_PERSIST_CONCURRENCY (the other: 1)")
@@ -253,10 +342,18 @@ def main() -> int:
         who, direct_ns = ((env.kubeconfig, env.namespace) if args.direct_as == "listener"
                           else (kcp.kubeconfig, "bench-direct"))
         writer = gateway.from_kubeconfig(str(who), pool_size=threads, timeout=120)
+        admin = gateway.from_kubeconfig(str(kcp.kubeconfig), timeout=30)
+        # one record through each listener before the measured slices: what the listener
+        # stores for a record is the direct writer's template (--direct-body listener)
+        for which, rt in (("new", rt_new), ("c1", rt_c1)):
+            template = warm_up(f"{procs[which].url}/v1/runtimes/{rt.id}/changes",
+                               sessions[which][0], make_records(rt.id, "warm", 1)[0], admin,
+                               env.namespace)
+        body_of = stored_form(template) if args.direct_body == "listener" else records.body
 
         def direct(chunk: list[dict[str, Any]]) -> None:
             for rec in chunk:
-                writer.create(apitypes.RUNTIME_CONFIGMAPS, direct_ns, records.body(rec, direct_ns))
+                writer.create(apitypes.RUNTIME_CONFIGMAPS, direct_ns, body_of(rec, direct_ns))
 
         # variant -> (send one chunk, records (rid, prefix), chunk size)
         variants: dict[str, tuple[Callable[[list[Any]], None], list[dict[str, Any]], int]] = {
@@ -287,7 +384,13 @@ def main() -> int:
                     time.sleep(0.3)  # the apiserver counts a request just after answering
                     after = kcp_requests(api)
                     verbs[name].update({v: after[v] - before[v] for v in after})
-        assert len(env.stored(rt_new.id)) == 2 * n and len(env.stored(rt_c1.id)) == n
+        assert len(env.stored(rt_new.id)) == 2 * n + 1 and len(env.stored(rt_c1.id)) == n + 1
+        sizes = {"direct": stored_sizes(admin, direct_ns, "rt-direct"),
+                 "listener": stored_sizes(admin, env.namespace, rt_new.id)}
+        summary = admin.get_or_none(apitypes.RUNTIME_STATE_SUMMARIES, env.namespace,
+                                    summaryobject.name_of(rt_new.id))
+        summary_bytes = None if summary is None else len(json.dumps(summary, separators=(",", ":")))
+        admin.close()
         for ss in sessions.values():
             for s in ss:
                 s.close()
@@ -318,7 +421,11 @@ def main() -> int:
             "per_s": n / seconds[name],
             "ratio": None if "direct" in name else seconds[base] / seconds[name],
             "kcp_requests_per_record": {v: round(c / n, 2) for v, c in sorted(verbs[name].items())
-                                        if c},
+                                        if c and not is_other(v)},
+            # the requests on other resources (state summary, delivery counts, Leases,
+            # Kyma CRs, Watches; the idle listener's background too) per `batch` records
+            "kcp_other_requests_per_batch": {v: round(c * batch / n, 3) for v, c in sorted(
+                verbs[name].items()) if c and is_other(v)},
         })
     print(f"{'variant':11} {'records':>7} {'batch':>5} {'records/s':>9} {'ratio':>6} "
           f"{'CPU ratio':>9}  {'CPU ms/record (listener, KCP, bench)':<38} KCP requests per record")
@@ -337,12 +444,14 @@ def main() -> int:
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "kube_apiserver": controlplane.kube_apiserver_version()},
         "settings": {"objects": n, "threads": threads, "batch": batch, "workers": args.workers,
-                     "direct_as": args.direct_as,
+                     "direct_as": args.direct_as, "direct_body": args.direct_body,
                      "new": {"ref": args.new_ref, "commit": new_commit},
                      "persist_concurrency": [args.concurrency, 1],
                      "direct_client": "tether.gateway (the listener's raw client)",
                      "data": "16 keys, ~1 KiB per ConfigMap"},
         "rows": rows,
+        "stored_bytes_per_record": sizes,
+        "state_summary_bytes": summary_bytes,  # what a summary merge reads and writes
         "seconds_total": round(time.monotonic() - started, 1),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
