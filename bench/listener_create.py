@@ -139,7 +139,8 @@ def split(items: list[Any], size: int) -> list[list[Any]]:
 
 def kcp_requests(api: Any) -> collections.Counter[str]:
     """Resource requests the apiserver served so far (its own count), by ``verb`` for
-    RuntimeConfigMaps and by ``resource[/subresource] verb`` for every other resource
+    RuntimeConfigMaps (``verb(code)`` for an answer other than 2xx: a refused create or
+    update, ``POST(409)``) and by ``resource[/subresource] verb`` for every other resource
     (long-running WATCHes included: counted when they start)."""
     r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics",
                                              timeout=30)
@@ -151,7 +152,9 @@ def kcp_requests(api: Any) -> collections.Counter[str]:
             if (s.labels.get("group") == apitypes.RUNTIME_CONFIGMAPS.group
                     and s.labels["resource"] == apitypes.RUNTIME_CONFIGMAPS.plural
                     and not s.labels.get("subresource")):
-                counts[s.labels["verb"]] += int(s.value)
+                code = s.labels.get("code", "")
+                counts[s.labels["verb"] + ("" if code.startswith("2") else f"({code})")] \
+                    += int(s.value)
             else:
                 sub = s.labels.get("subresource")
                 counts[s.labels["resource"] + (f"/{sub}" if sub else "") + " " + s.labels["verb"]] \

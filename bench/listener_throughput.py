@@ -26,9 +26,12 @@ resourceVersion of the writer's own last write, no read first (the listener's wo
 remembers what it wrote: ``listener.storage.writecache``). What the listener actually
 asks the KCP per record is counted by the KCP apiserver itself (``apiserver_request_total``,
 scraped around each slice, as ``bench/listener_create.py`` does): RuntimeConfigMap requests
-by verb per record, every other resource's per BATCH records. A worker that did not write
-a key itself (2 workers: about half of them) pays a refused create (POST 409) and a read
-(GET) before its PUT.
+by verb per record (``PUT(409)``: refused), every other resource's per BATCH records, and
+the listener's answers (outcomes). The write cache is per worker: a worker that never saw
+a key pays a refused create (``POST(409)``) and a read (GET) before its PUT, and one whose
+remembered version is older than the stored one (another worker wrote since) a refused
+PUT and a read; a resend of duplicates reads every key (an answer never rests on the cache
+alone) and pays those refusals too.
 
 Direct and listener runs alternate over ROUNDS slices of the objects so that load drift on
 a shared machine hits both alike. ratio = listener records/s / direct records/s. Prints a
