@@ -452,7 +452,10 @@ class Bench:
         return out
 
     def run(self, idx: int, kind: str, cond: str) -> dict[str, Any]:
-        ns = f"e2e-{idx:02d}-{kind}" + (f"-{cond}" if cond != "-" else "")
+        """One window; ``kind`` "tether+NAME" is Tether's webhook with the variant NAME's
+        settings (``--variant``) on top of ``--webhook-env``."""
+        base, _, variant = kind.partition("+")
+        ns = f"e2e-{idx:02d}-{kind.replace('+', '-')}" + (f"-{cond}" if cond != "-" else "")
         self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         d = self.work / ns
         d.mkdir()
@@ -463,18 +466,19 @@ class Bench:
         sync: subprocess.Popen[str] | None = None
         vwc_name = ""
         try:
-            if kind != "none":
-                url, ca, stoppable = self.target(cond if kind != "noop" else "healthy", d)
+            if base != "none":
+                url, ca, stoppable = self.target(cond if base != "noop" else "healthy", d)
                 rt = self.runtime
-                if kind in ("tether", "noop"):
+                if base in ("tether", "noop"):
                     proc = stack.WebhookProcess(d, {
                         "TETHER_RUNTIME_ID": RUNTIME_ID, "TETHER_LISTENER_URL": url,
                         "TETHER_LISTENER_CA_FILE": str(ca), "TETHER_CLIENT_CERT_FILE": str(rt.cert_file),
                         "TETHER_CLIENT_KEY_FILE": str(rt.key_file), "TETHER_KUBECONFIG": str(self.skr.kubeconfig),
                         "TETHER_WEBHOOK_WORKERS": "2", "TETHER_WEBHOOK_THREADS": "8",
                         "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO),
-                        **dict(kv.split("=", 1) for kv in self.args.webhook_env)})
-                    if kind == "noop":
+                        **dict(kv.split("=", 1) for kv in self.args.webhook_env),
+                        **self.args.variants.get(variant, {})})
+                    if base == "noop":
                         proc.command = [sys.executable, str(REPO / "bench" / "webhook_noop_server.py")]
                     proc.start()
                     assert proc.proc is not None
@@ -513,7 +517,7 @@ class Bench:
                 self.wait_called(ns, called)
                 time.sleep(0.5)
             load = os.getloadavg()[0]
-            hook = HOOKS.get("tether" if kind == "noop" else kind, "-")
+            hook = HOOKS.get("tether" if base == "noop" else kind, "-")
             adm0 = admission_seconds(self.writer, hook)
             cpu0 = cpu_snapshot(roots)
             listener0 = self.listener.metrics()
@@ -529,8 +533,8 @@ class Bench:
             res["cpu_ms_per_write"] = {k: round(1000 * v / max(len(writes), 1), 2)
                                        for k, v in res["cpu_seconds"].items()}
             res["load_average_1m"] = load
-            if cond == "healthy" and kind != "none":
-                xs, lost = self.watch.latencies(ns, writes, "rv" if kind == "tether" else "seq", 60)
+            if cond == "healthy" and base != "none":
+                xs, lost = self.watch.latencies(ns, writes, "rv" if base == "tether" else "seq", 60)
                 missing = len(lost)
                 res["missing_writes"] = lost[:10]
                 with self.watch.lock:
@@ -544,9 +548,9 @@ class Bench:
                                       "max_ms": 1000 * max(xs, default=float("nan")),
                                       "records": sum(len(v) for k, v in self.watch.seen.items()
                                                      if k[0] == ns)}
-            if cond == "healthy" and kind != "none":
+            if cond == "healthy" and base != "none":
                 extra["waits_ms"] = self.waits(listener0, proc)
-            if proc is not None and kind == "tether":
+            if proc is not None and base == "tether":
                 extra["forwards"] = {r: proc.metric("tether_webhook_forwards_total", result=r)
                                      for r in ("ok", "retryable", "permanent", "abandoned")}
                 extra["forwarded_records"] = proc.metric("tether_webhook_forwarded_records_total")
@@ -571,7 +575,7 @@ class Bench:
                 sync.wait(10)
             if stoppable is not None:
                 stoppable.stop()
-        res.update(kind=kind, condition=cond if kind not in ("none", "noop") else "-", namespace=ns,
+        res.update(kind=kind, condition=cond if base not in ("none", "noop") else "-", namespace=ns,
                    **extra)
         line = (f"{idx:2d} {kind:6s} {res['condition']:9s} {res['writes_per_second']:7.1f} writes/s  "
                 f"p50 {res['p50_ms']:7.1f} ms  p99 {res['p99_ms']:8.1f} ms  errors {res['errors']}  "
@@ -668,12 +672,18 @@ def main() -> int:
     ap.add_argument("--placement", choices=cpuset.KINDS, default="split",
                     help="split: listener and webhook on the last core, the writers on the "
                          "others (cgroup cpusets); none: unpinned. The planes stay unpinned")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:NAME=VALUE[,NAME=VALUE]",
+                    help="webhook settings of the kind tether+NAME (list it in --kinds), e.g. "
+                         "--variant lanes1:TETHER_WEBHOOK_FORWARDER_READ_LANES=1 --kinds tether,tether+lanes1: "
+                         "settings compared in alternating windows of one run")
     ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
     ap.add_argument("--report", action="store_true", help="print the tables of --out's run")
     args = ap.parse_args()
     if args.report:
         report(json.loads(args.out.read_text()))
         return 0
+    args.variants = {name: dict(kv.split("=", 1) for kv in env.split(","))
+                     for name, env in (v.split(":", 1) for v in args.variant)}
     began = provenance.start()
     conditions, kinds = args.conditions.split(","), args.kinds.split(",")
     started = time.monotonic()

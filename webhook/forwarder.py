@@ -1,7 +1,9 @@
 """Forwarder threads: read back what the admission handler queued and send it to the listener.
 
 Each thread takes up to ``max_batch`` keys (several when the queue is deep), reads every
-object back (``readback``), builds change records and POSTs them in batches; then it tells
+object back (``readback``; up to ``readback_lanes`` at once, a pool per worker shared by its
+threads, so a deep round's reads do not add up before its POST), builds change records and
+POSTs them in batches; then it tells
 the queue the keys are ``done`` (acknowledged, refused, dropped or abandoned), which
 releases what was admitted for them meanwhile (``keyqueue``: leading edge, coalescing while
 in flight). Keys whose write is not visible yet stay pending in the thread, re-read after
@@ -29,6 +31,7 @@ acknowledged (2xx), the time to that acknowledgement (also batching, retries and
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import threading
@@ -36,10 +39,12 @@ import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 
-from tether import changes, listenerapi, logs, numbers, sender, tracing, watches
+from tether import changes, listenerapi, logs, sender, tracing, watches
 from webhook import keyqueue, metrics, readback
 from webhook import records as records_mod
 from webhook import settings as settings_mod
+from webhook.records import not_below as _not_below  # noqa: F401 - its tests' name
+from webhook.records import stale_by_epoch as _stale_by_epoch  # noqa: F401 - its tests' name
 
 log = logging.getLogger(__name__)
 _NO_ENTRIES: Mapping[keyqueue.Key, keyqueue.Item] = types.MappingProxyType({})
@@ -83,6 +88,8 @@ class Forwarder:
         self._threads: list[threading.Thread] = []
         self._epoch: int | None = None  # the runtime's epoch, as the listener last answered
         self._forbidden_logged: set[tuple[str, str]] = set()  # (watch, resource) logged
+        self._lanes: concurrent.futures.ThreadPoolExecutor | None = None  # read-backs at once
+        self._lanes_lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -111,6 +118,8 @@ class Forwarder:
                         "still busy", left, alive)
         else:
             log.info("forwarder stopped, queue drained")
+        if self._lanes is not None:
+            self._lanes.shutdown(wait=False)
         self.client.close()
 
     def _time_left(self) -> float:
@@ -163,11 +172,9 @@ class Forwarder:
         admitted: dict[keyqueue.Key, float] = {}  # key -> first admission of its entry
         entries: dict[keyqueue.Key, keyqueue.Item] = {}  # key -> its entry (traces)
         dropped: list[keyqueue.Key] = []
-        for p in work:
-            if p.next_try > now:
-                pending.append(p)
-                continue
-            rec = self._resolve(p)
+        pending.extend(p for p in work if p.next_try > now)
+        due = [p for p in work if p.next_try <= now]
+        for p, rec in zip(due, self._resolve_all(due), strict=True):
             if rec is None:
                 dropped.append(p.item.key)
             elif isinstance(rec, _Pending):
@@ -189,6 +196,19 @@ class Forwarder:
             finally:
                 self._finish(keys, taken)
         return True
+
+    def _resolve_all(self, due: list[_Pending]) -> list[changes.ChangeRecord | _Pending | None]:
+        """Each entry of ``due`` resolved (read back), in order: several at once on the
+        worker's ``readback_lanes`` (shared by its forwarder threads), so a round's reads
+        overlap their round trips instead of adding them up before its POST."""
+        if len(due) < 2 or self.settings.readback_lanes < 2:
+            return [self._resolve(p) for p in due]
+        with self._lanes_lock:
+            if self._lanes is None:
+                self._lanes = concurrent.futures.ThreadPoolExecutor(
+                    self.settings.readback_lanes, thread_name_prefix="readback")
+            lanes = self._lanes
+        return list(lanes.map(self._resolve, due))
 
     def _resolve(self, p: _Pending) -> changes.ChangeRecord | _Pending | None:
         item = p.item
@@ -213,7 +233,7 @@ class Forwarder:
                 else:
                     self.metrics.readbacks.labels("tombstone").inc()
                     return records_mod.gone(
-                        item, _not_below(rv, item.old_resource_version),
+                        item, records_mod.not_below(rv, item.old_resource_version),
                         runtime_id=self.runtime_id, observed_at=observed, epoch=epoch)
         except readback.ReadError as e:
             if isinstance(e, readback.Forbidden) and item.watch is not None:
@@ -278,12 +298,12 @@ class Forwarder:
                     got = r.get("outcome")
                     label = got if got in _OUTCOMES else "other"
                     self.metrics.forwarded_records.labels(label).inc()
-                    since = admitted.get(_result_key(r, records[i] if i < len(records) else None))
+                    since = admitted.get(records_mod.result_key(r, records[i] if i < len(records) else None))
                     if since is not None:
                         self.metrics.delivery_seconds.labels(label).observe(max(0.0, acked - since))
                 if outcome.epoch is not None:
                     self._epoch = max(outcome.epoch, self._epoch or 0)
-                    stale = _stale_by_epoch(records, outcome.results, outcome.epoch)
+                    stale = records_mod.stale_by_epoch(records, outcome.results, outcome.epoch)
                     if stale and again:
                         self._send_again(stale, admitted, entries)
                 return
@@ -369,28 +389,3 @@ def trace_of(records: Sequence[changes.ChangeRecord], entries: Mapping[keyqueue.
             else:
                 return parent, links
     return parent, links
-
-
-def _stale_by_epoch(records: Sequence[changes.ChangeRecord],
-                    results: Sequence[Mapping[str, object]], epoch: int) -> list[changes.ChangeRecord]:
-    """The records the listener found stale that were of an older epoch than ``epoch``
-    (results are in the order of the records)."""
-    return [rec for rec, r in zip(records, results, strict=False)
-            if r.get("outcome") == "stale" and rec.get("epoch", epoch) < epoch]
-
-
-def _result_key(result: Mapping[str, object], rec: changes.ChangeRecord | None) -> keyqueue.Key:
-    """The key a listener's result is of: its record's (results are in the records' order;
-    the record names its Watch), else the result's namespace and name."""
-    ns, name = str(result.get("namespace")), str(result.get("name"))
-    if rec is not None and (rec["namespace"], rec["name"]) == (ns, name):
-        return records_mod.key_of(rec)
-    return keyqueue.key_of(ns, name)
-
-
-def _not_below(list_rv: str, own_rv: str) -> str:
-    """The collection resourceVersion, never below the deleted object's own."""
-    a, b = numbers.ascii_int(list_rv, 64), numbers.ascii_int(own_rv, 64)
-    if a is not None and b is not None:
-        return str(max(a, b))
-    return list_rv or own_rv or "0"

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether import changes, watches
+from tether import changes, numbers, watches
 from webhook import keyqueue
 
 
@@ -77,3 +77,28 @@ def by_version(records: Sequence[changes.ChangeRecord]) -> list[list[changes.Cha
     for rec in records:
         groups.setdefault(str(rec.get("apiVersion")), []).append(rec)
     return list(groups.values())
+
+
+def stale_by_epoch(records: Sequence[changes.ChangeRecord],
+                   results: Sequence[Mapping[str, object]], epoch: int) -> list[changes.ChangeRecord]:
+    """The records the listener found stale that were of an older epoch than ``epoch``
+    (results are in the order of the records)."""
+    return [rec for rec, r in zip(records, results, strict=False)
+            if r.get("outcome") == "stale" and rec.get("epoch", epoch) < epoch]
+
+
+def result_key(result: Mapping[str, object], rec: changes.ChangeRecord | None) -> keyqueue.Key:
+    """The key a listener's result is of: its record's (results are in the records' order;
+    the record names its Watch), else the result's namespace and name."""
+    ns, name = str(result.get("namespace")), str(result.get("name"))
+    if rec is not None and (rec["namespace"], rec["name"]) == (ns, name):
+        return key_of(rec)
+    return keyqueue.key_of(ns, name)
+
+
+def not_below(list_rv: str, own_rv: str) -> str:
+    """The collection resourceVersion, never below the deleted object's own."""
+    a, b = numbers.ascii_int(list_rv, 64), numbers.ascii_int(own_rv, 64)
+    if a is not None and b is not None:
+        return str(max(a, b))
+    return list_rv or own_rv or "0"

@@ -35,6 +35,9 @@ class ForwarderSettings:
     read_error_seconds: float = 60.0
     poll: float = 0.05  # longest pause between two reads of an object not visible yet
     reread_first: float = 0.005  # the first such pause (doubling up to ``poll``)
+    readback_lanes: int = setting(config.integer(
+        "TETHER_WEBHOOK_FORWARDER_READ_LANES", 4, "objects read back at once per worker (its "
+        "forwarder threads share them; 1: one after another)", minimum=1, maximum=64))
     retry_base: float = setting(config.seconds(
         "TETHER_WEBHOOK_RETRY_BASE_SECONDS", 0.2, "first backoff of a failed send",
         minimum=0.01, maximum=60))
