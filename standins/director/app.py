@@ -99,6 +99,38 @@ class Root:
         }
 
 
+def prepared(query: str) -> tuple[graphql.DocumentNode | None, tuple[graphql.GraphQLError, ...]]:
+    """A query parsed and validated against the schema: the document, or None, and the
+    errors that stop it. Once per distinct query text up to 4 KiB (a client sends the same
+    few queries with other variables; at most 256 kept), each time for a longer one."""
+    return _prepared(query) if len(query) <= 4096 else _prepare(query)
+
+
+@functools.lru_cache(maxsize=256)
+def _prepared(query: str) -> tuple[graphql.DocumentNode | None, tuple[graphql.GraphQLError, ...]]:
+    return _prepare(query)
+
+
+def _prepare(query: str) -> tuple[graphql.DocumentNode | None, tuple[graphql.GraphQLError, ...]]:
+    try:
+        doc = graphql.parse(query)
+    except graphql.GraphQLError as e:
+        return None, (e,)
+    return doc, tuple(graphql.validate(schema(), doc))
+
+
+def _execute(query: str, root: Root, variables: dict[str, Any] | None,
+             operation: str | None) -> graphql.ExecutionResult:
+    """What ``graphql.graphql_sync`` answers, from the prepared document."""
+    doc, errors = prepared(query)
+    if doc is None or errors:
+        return graphql.ExecutionResult(data=None, errors=list(errors))
+    result = graphql.execute(schema(), doc, root_value=root, variable_values=variables,
+                             operation_name=operation)
+    assert isinstance(result, graphql.ExecutionResult), "the resolvers are synchronous"
+    return result
+
+
 def _operation_of(doc: graphql.DocumentNode | None) -> str:
     """The first top-level field of the first operation (bounded label for the log)."""
     if doc is None:
@@ -139,11 +171,7 @@ def create_app(store: store_mod.Store) -> flask.Flask:
         body = flask.request.get_json(silent=True)
         if not isinstance(body, dict) or not isinstance(body.get("query"), str):
             return bad(400, "invalid request", "expected JSON {query, variables}")
-        try:
-            doc: graphql.DocumentNode | None = graphql.parse(body["query"])
-        except graphql.GraphQLError:
-            doc = None
-        op = _operation_of(doc)
+        op = _operation_of(prepared(body["query"])[0])
         tenant = flask.request.headers.get("Tenant")
         fault = store.take_fault(op)
         if fault is not None:
@@ -172,10 +200,7 @@ def create_app(store: store_mod.Store) -> flask.Flask:
         variables = body.get("variables")
         if variables is not None and not isinstance(variables, dict):
             return bad(400, "invalid request", "variables must be an object")
-        result = graphql.graphql_sync(
-            schema(), body["query"], root_value=Root(store, tenant),
-            variable_values=variables, operation_name=body.get("operationName"),
-        )
+        result = _execute(body["query"], Root(store, tenant), variables, body.get("operationName"))
         formatted = result.formatted
         errors = formatted.get("errors") or []
         kinds = [((e.get("extensions") or {}).get("error") or "InvalidQuery") for e in errors]

@@ -5,8 +5,8 @@ client pays one TLS handshake per connection, not one per request. werkzeug's de
 server closes every connection, hence this small WSGI server of its own (``http.server``,
 one thread per connection). What it holds is bounded: a TLS handshake and a request must
 arrive within ``idle_seconds`` (default ``IDLE_SECONDS``; a kept-alive connection idle that long is closed), a request
-body is at most ``MAX_BODY`` bytes (a larger one is answered 413 and the connection
-closed) and must say its ``Content-Length``, at most
+body (``Content-Length`` or chunked) is at most ``MAX_BODY`` bytes (a larger one is
+answered 413 and the connection closed), at most
 ``MAX_CONNECTIONS`` connections are served at once (more are closed at once), and ``stop()``
 closes every open connection.
 """
@@ -105,16 +105,53 @@ class _Handler(http_server.BaseHTTPRequestHandler):
                     return
                 left -= len(chunk)
 
-    def _serve(self) -> None:
+    def _chunked(self) -> bytes | None:
+        """A chunked body, at most ``MAX_BODY`` bytes (None: refused, answered)."""
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            line = self.rfile.readline(130).split(b";", 1)[0].strip()
+            try:
+                n = int(line, 16)
+            except ValueError:
+                self._refuse(400, "invalid chunked body")
+                return None
+            if n == 0:
+                while self.rfile.readline(8 * 1024).strip():  # trailers, up to the blank line
+                    pass
+                if size > MAX_BODY:  # read to its end: the client reads the answer
+                    self._refuse(413, f"request body larger than {MAX_BODY} bytes")
+                    return None
+                return b"".join(parts)
+            size += n
+            if n < 0 or size > 16 * MAX_BODY:
+                self._refuse(413, f"request body larger than {MAX_BODY} bytes")
+                return None
+            if size > MAX_BODY:
+                self._drain(n)
+                parts = []
+            else:
+                parts.append(self.rfile.read(n))
+            self.rfile.readline(3)
+
+    def _body(self) -> bytes | None:
+        """The request's body (None: refused, answered)."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            return self._refuse(411, "a Content-Length is required")
+            return self._chunked()
         raw = (self.headers.get("Content-Length") or "0").strip()
         if not raw.isdigit():
-            return self._refuse(400, "invalid Content-Length")
+            self._refuse(400, "invalid Content-Length")
+            return None
         if int(raw) > MAX_BODY:
             self._drain(int(raw))  # so that the client reads the answer, not a reset
-            return self._refuse(413, f"request body larger than {MAX_BODY} bytes")
-        body = self.rfile.read(int(raw))
+            self._refuse(413, f"request body larger than {MAX_BODY} bytes")
+            return None
+        return self.rfile.read(int(raw))
+
+    def _serve(self) -> None:
+        body = self._body()
+        if body is None:
+            return
         status, headers, chunks = self._call(body)
         payload = b"".join(chunks)
         self.send_response(int(status.split(None, 1)[0]))
@@ -142,7 +179,7 @@ class _Handler(http_server.BaseHTTPRequestHandler):
         }
         for k, v in self.headers.items():
             key = "HTTP_" + k.upper().replace("-", "_")
-            if key not in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH"):
+            if key not in ("HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH", "HTTP_TRANSFER_ENCODING"):
                 environ[key] = f"{environ[key]},{v}" if key in environ else v
         answer: list[Any] = []
 

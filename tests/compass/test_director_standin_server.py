@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from standins.director import app as app_mod
 from standins.director import server as server_mod
 from standins.director import store as store_mod
 from testing.pollerenv import wait_until
@@ -75,8 +76,26 @@ def test_bad_bodies_are_answered_with_a_status_and_json(
     big = b"x" * (server_mod.MAX_BODY + 1)
     r = requests.put(f"{srv.url}/admin/faults", data=big, verify=ca, timeout=30)
     assert r.status_code == 413 and "larger than" in r.json()["error"]
-    r = requests.put(f"{srv.url}/admin/faults", data=iter([b'{"latency"', b": 0}"]),
-                     verify=ca, timeout=10)  # chunked: no Content-Length
-    assert r.status_code == 411 and "Content-Length" in r.json()["error"]
+    r = requests.put(f"{srv.url}/admin/faults", data=iter([b'{"latency"', b": 0.001}"]),
+                     headers={"Content-Type": "application/json"}, verify=ca,
+                     timeout=10)  # chunked: no Content-Length
+    assert r.status_code == 200 and r.json()["latency"] == 0.001
+    r = requests.put(f"{srv.url}/admin/faults", data=iter([big[:600_000], big[600_000:]]),
+                     verify=ca, timeout=30)
+    assert r.status_code == 413 and "larger than" in r.json()["error"]
     r = requests.put(f"{srv.url}/admin/faults", json={"latency": 0}, verify=ca, timeout=10)
     assert r.status_code == 200 and r.json()["latency"] == 0
+
+
+def test_a_query_is_parsed_and_validated_once_and_answered_as_before() -> None:
+    """``app.prepared``: the same query text gives the same document (parsed and validated
+    once), an invalid one its validation error, a long one is not kept."""
+    q = "query($id: ID!) { runtime(id: $id) { id name } }"
+    doc, errs = app_mod.prepared(q)
+    assert doc is not None and errs == () and app_mod.prepared(q)[0] is doc
+    doc, errs = app_mod.prepared("{ runtime(id: 1) { nope } }")
+    assert doc is not None and "Cannot query field 'nope'" in errs[0].message
+    doc, errs = app_mod.prepared("{ runtime(")
+    assert doc is None and "Syntax Error" in errs[0].message
+    long = q + " " * 5000
+    assert app_mod.prepared(long)[0] is not app_mod.prepared(long)[0]
