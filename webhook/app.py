@@ -8,12 +8,17 @@ the same TLS port.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import flask
 
 from tether import ops
 from webhook import services as services_mod
 from webhook import settings as settings_mod
 from webhook import validate
+
+PREFIX = "tether_webhook"
 
 
 def _serving_problem(svc: services_mod.Services) -> str | None:
@@ -44,7 +49,29 @@ def create_app(settings: settings_mod.Settings | None = None,
               .ready("serving-certificate", lambda: _serving_problem(svc))
               .ready("forwarder", lambda: _forwarder_problem(svc)))
     # per route (tether_webhook_http_*); /validate keeps its handler histogram beside them
-    ops.request_metrics(app, "webhook", svc.registry)
+    exporter = ops.request_metrics(app, "webhook", svc.registry)
     ops.init_app(app, probes, ops.Exposition(svc.registry).render)
     app.register_blueprint(validate.bp)
+    # the API server's call in plain WSGI (webhook.validate.FastPath), the rest through Flask
+    app.wsgi_app = validate.FastPath(app.wsgi_app, svc, _route_metrics(exporter.registry))  # type: ignore[method-assign]
     return app
+
+
+def _route_metrics(registry: Any) -> Callable[[str, float, bool], None]:
+    """Records a ``POST /validate`` answered outside Flask in the request metrics
+    prometheus-flask-exporter keeps for the route (``tether.ops.request_metrics``)."""
+    names = getattr(registry, "_names_to_collectors", {})
+    duration = names[f"{PREFIX}_http_request_duration_seconds"]
+    total, raised = names[f"{PREFIX}_http_request_total"], names[f"{PREFIX}_http_request_exceptions_total"]
+    children: dict[str, tuple[Any, Any]] = {}
+
+    def observe(status: str, seconds: float, exception: bool) -> None:
+        pair = children.get(status)
+        if pair is None:
+            pair = children[status] = (duration.labels(method="POST", route="/validate", status=status),
+                                       total.labels(method="POST", status=status))
+        pair[0].observe(seconds)
+        pair[1].inc()
+        if exception:
+            raised.labels(method="POST", status=status).inc()
+    return observe

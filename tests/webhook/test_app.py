@@ -6,6 +6,7 @@ import json
 import pathlib
 from typing import Any
 
+import flask
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -77,6 +78,37 @@ def test_bad_requests(body: bytes, ctype: str, status: int, error: str) -> None:
     assert r.status_code == status
     assert r.get_json()["error"] == error
     assert "Traceback" not in r.get_data(as_text=True)
+
+
+def test_the_api_servers_call_skips_flask_and_refusals_reach_the_route() -> None:
+    """A review of known length that parses is answered outside Flask (webhook.validate's
+    FastPath, the API server's call); a body that does not parse reaches the Flask route
+    with its bytes intact and is refused there, naming what is wrong."""
+    c, svc = _app()
+    seen: list[str] = []
+    c.application.before_request(lambda: seen.append(flask.request.path))
+    assert _post(c, review("UPDATE")).get_json()["response"] == {"uid": "req-1", "allowed": True}
+    assert seen == [] and len(svc.queue) == 1
+    r = c.post("/validate", data=b'{"kind": "AdmissionReview"}', content_type="application/json")
+    assert r.status_code == 400
+    assert r.get_json()["details"] == ["apiVersion must be admission.k8s.io/v1", "request must be an object"]
+    assert seen == ["/validate"]
+
+
+def test_an_unexpected_error_on_the_fast_path_is_a_json_500(monkeypatch: pytest.MonkeyPatch) -> None:
+    c, svc = _app()
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(svc, "admit", broken)
+    r = _post(c, review("UPDATE"))
+    assert r.status_code == 500
+    assert r.get_json() == {"error": "internal error", "details": "see the webhook's log"}
+    text = c.get("/metrics").get_data(as_text=True)
+    assert 'tether_webhook_http_request_exceptions_total{method="POST",status="500"} 1.0' in text
+    assert ('tether_webhook_http_request_duration_seconds_count'
+            '{method="POST",route="/validate",status="500"} 1.0') in text
 
 
 def test_unknown_path_and_method_are_json() -> None:
