@@ -49,7 +49,8 @@ webhook, listener, the generator) are sampled per window.
 ``--rate 50`` paces the writers at 50 writes/s in all (each at its share) instead of
 writing as fast as they can: propagation at a sustained rate (issue 26: p99 ≤ 1 s at 50
 writes/s). ``--conditions healthy --kinds tether`` runs only none, tether healthy, none
-(~2 minutes); ``--webhook-env NAME=VALUE`` sets a webhook setting for a run. Per healthy
+(~2 minutes); ``--webhook-env NAME=VALUE`` (``--listener-env``) sets a webhook's
+(the listener's) setting for a run. Per healthy
 window the JSON holds where a record waited (``waits_ms``: the webhook's
 ``tether_webhook_dispatch_seconds`` (queue and read-back), ``forward_seconds`` (its POSTs)
 and ``delivery_seconds`` means and the bucket of their 99th percentile; the listener's
@@ -379,7 +380,7 @@ class Bench:
         self.listener = lt.ListenerProcess(
             self.env, "e2e", TETHER_LISTENER_WORKERS="2", TETHER_LISTENER_THREADS="16",
             TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="16", PROMETHEUS_MULTIPROC_DIR=str(work / "kcp"),
-            TETHER_LISTENER_LOG_LEVEL="WARNING")
+            TETHER_LISTENER_LOG_LEVEL="WARNING", **dict(kv.split("=", 1) for kv in args.listener_env))
         self.writer = Api(self.skr, work, "bench-writer")
         self.watch = KcpWatch(Api(self.kcp, work, "bench-watcher"), KCP_NAMESPACE)
         self.core = client.CoreV1Api(self.skr_api)
@@ -672,6 +673,8 @@ def main() -> int:
     ap.add_argument("--placement", choices=cpuset.KINDS, default="split",
                     help="split: listener and webhook on the last core, the writers on the "
                          "others (cgroup cpusets); none: unpinned. The planes stay unpinned")
+    ap.add_argument("--listener-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="a setting of the listener for this run (repeatable; one listener serves all windows)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME:NAME=VALUE[,NAME=VALUE]",
                     help="webhook settings of the kind tether+NAME (list it in --kinds), e.g. "
                          "--variant lanes1:TETHER_WEBHOOK_FORWARDER_READ_LANES=1 --kinds tether,tether+lanes1: "
