@@ -26,9 +26,11 @@ bench/service_proxy.py loads it), to measure the deployed form before a proxy ch
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import pathlib
 import re
+import ssl
 import sys
 import tempfile
 import time
@@ -46,6 +48,7 @@ from testing import controlplane, deployed, rawapi, serviceproxy, watchenv  # no
 RESULTS = REPO / "bench" / "results" / "deployed_write.json"
 PATHS = {"webhook": "shop", "no webhook": "kube-system"}
 HOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
+HANDLER_METRIC = "tether_webhook_admission_handler_seconds"
 
 
 def hook_calls(api: rawapi.Api) -> dict[str, float]:
@@ -61,6 +64,26 @@ def hook_calls(api: rawapi.Api) -> dict[str, float]:
         m = re.match(rf"{HOOK_METRIC}_(count|sum)\{{(.*)\}} (\S+)$", line)
         if m and 'type="validating"' in m.group(2):
             out[m.group(1)] += float(m.group(3))
+    return out
+
+
+def handler_seconds(fleet: deployed.Fleet) -> dict[str, float]:
+    """The webhook pods' own ``tether_webhook_admission_handler_seconds`` (count and sum over
+    both replicas, read from each pod's /metrics): the handler's share of a call."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # a reading, no secret sent
+    out = {"count": 0.0, "sum": 0.0}
+    for pod in fleet.skr_pods.pods_of("tether-webhook"):
+        conn = http.client.HTTPSConnection(pod.ip, 8443, context=ctx, timeout=10)
+        try:
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        for line in text.splitlines():
+            m = re.match(rf"{HANDLER_METRIC}_(count|sum)(?:\{{.*\}})? (\S+)$", line)
+            if m:
+                out[m.group(1)] += float(m.group(2))
     return out
 
 
@@ -97,30 +120,38 @@ def measure(fleet: deployed.Fleet, args: argparse.Namespace) -> dict[str, Any]:
         window(api, ns, 20, args.gap, 0)  # warm-up: connections, the webhook's caches
     lat: dict[str, list[float]] = {name: [] for name in PATHS}
     calls: dict[str, dict[str, float]] = {name: {"count": 0.0, "sum": 0.0} for name in PATHS}
+    handled: dict[str, dict[str, float]] = {name: {"count": 0.0, "sum": 0.0} for name in PATHS}
     seq = 100
     for r in range(args.rounds):
         for name in (list(PATHS) if r % 2 == 0 else list(reversed(PATHS))):
-            before = hook_calls(api)
+            before, h_before = hook_calls(api), handler_seconds(fleet)
             xs = window(api, PATHS[name], args.writes, args.gap, seq)
-            after = hook_calls(api)
+            after, h_after = hook_calls(api), handler_seconds(fleet)
             seq += args.writes
             lat[name].extend(xs)
             for k in ("count", "sum"):
                 calls[name][k] += after[k] - before[k]
+                handled[name][k] += h_after[k] - h_before[k]
             print(f"round {r + 1} {name:10s} p50 {service_proxy.dist(xs)['p50_ms']:7.2f} ms", flush=True)
     return {name: {**service_proxy.dist(lat[name]), "webhook_calls": calls[name]["count"],
-                   "webhook_call_mean_ms": round(1000 * calls[name]["sum"] / calls[name]["count"], 3)
-                   if calls[name]["count"] else None} for name in PATHS}
+                   "webhook_call_mean_ms": _mean_ms(calls[name]),
+                   "handler_calls": handled[name]["count"], "handler_mean_ms": _mean_ms(handled[name])}
+            for name in PATHS}
+
+
+def _mean_ms(acc: dict[str, float]) -> float | None:
+    return round(1000 * acc["sum"] / acc["count"], 3) if acc["count"] else None
 
 
 def report(doc: dict[str, Any]) -> None:
     s = doc["summary"]
     print(f"{'customer write':16s} {'n':>5s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} "
-          f"{'webhook calls':>13s} {'call mean ms':>12s}")
+          f"{'webhook calls':>13s} {'call mean ms':>12s} {'handler mean ms':>15s}")
     for name, d in s.items():
-        mean = f"{d['webhook_call_mean_ms']:12.2f}" if d["webhook_call_mean_ms"] is not None else f"{'-':>12s}"
+        mean, handler = (f"{d[k]:{w}.2f}" if d.get(k) is not None else f"{'-':>{w}s}"
+                         for k, w in (("webhook_call_mean_ms", 12), ("handler_mean_ms", 15)))
         print(f"{name:16s} {d['n']:5d} {d['p50_ms']:8.2f} {d['p99_ms']:8.2f} {d['max_ms']:8.2f} "
-              f"{d['webhook_calls']:13.0f} {mean}")
+              f"{d['webhook_calls']:13.0f} {mean} {handler}")
     print(f"webhook - no webhook: p50 {s['webhook']['p50_ms'] - s['no webhook']['p50_ms']:+.2f} ms, "
           f"p99 {s['webhook']['p99_ms'] - s['no webhook']['p99_ms']:+.2f} ms"
           + (f" (Service proxy of {doc['settings']['before']})" if doc["settings"].get("before") else ""))
