@@ -258,3 +258,16 @@ def test_a_client_certificate_is_loaded_without_a_file_and_a_bad_key_is_refused(
     with pytest.raises(gateway.KubeConfigError, match="certificates do not load"):
         gateway.from_runtime_kubeconfig(_with_client_pair(pair.cert_pem, encrypted), LIMITS)
     assert made == [] and list(tmp_path.iterdir()) == [] and _kc_files() == []
+
+
+def test_without_memfd_the_client_certificate_goes_through_a_private_directory_removed_at_once(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    monkeypatch.delattr(os, "memfd_create")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ca = certs.CertificateAuthority.create("bounds-client-ca")
+    pair, other = ca.issue("client-a"), ca.issue("client-b")
+    api = gateway.from_runtime_kubeconfig(_with_client_pair(pair.cert_pem, pair.key_pem), LIMITS)
+    api.close()
+    with pytest.raises(gateway.KubeConfigError, match="certificates do not load"):
+        gateway.from_runtime_kubeconfig(_with_client_pair(pair.cert_pem, other.key_pem), LIMITS)
+    assert list(tmp_path.iterdir()) == []
