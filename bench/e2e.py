@@ -128,6 +128,18 @@ def admission_seconds(api: Api, hook: str) -> tuple[float, float]:
     return total, count
 
 
+def configmap_gets(api: Api) -> float:
+    """The SKR apiserver's own count of GETs of single ConfigMaps (apiserver_request_total):
+    the webhook's read-backs, for reads per write."""
+    conn = api.connect()
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("apiserver_request_total{") and 'resource="configmaps"' in line
+               and 'verb="GET"' in line and 'subresource=""' in line)
+
+
 def histogram(text: str, name: str) -> tuple[float, float]:
     """(sum, count) of the histogram ``name`` in a Prometheus exposition, over all label sets."""
     total, count = 0.0, 0.0
@@ -520,6 +532,7 @@ class Bench:
             load = os.getloadavg()[0]
             hook = HOOKS.get("tether" if base == "noop" else kind, "-")
             adm0 = admission_seconds(self.writer, hook)
+            gets0 = configmap_gets(self.writer)
             cpu0 = cpu_snapshot(roots)
             listener0 = self.listener.metrics()
             res = drive(self.writer, ns, self.args.clients, self.args.seconds, idx, self.args.rate)
@@ -551,6 +564,8 @@ class Bench:
                                                      if k[0] == ns)}
             if cond == "healthy" and base != "none":
                 extra["waits_ms"] = self.waits(listener0, proc)
+                extra["readback_gets_per_write"] = round(
+                    (configmap_gets(self.writer) - gets0) / max(len(writes), 1), 2)
             if proc is not None and base == "tether":
                 extra["forwards"] = {r: proc.metric("tether_webhook_forwards_total", result=r)
                                      for r in ("ok", "retryable", "permanent", "abandoned")}
@@ -589,6 +604,8 @@ class Bench:
         if "propagation_by_second" in res:
             line += "\n     by second [s, writes, p50, max ms]: " + " ".join(
                 f"{s}:{n}/{p50}/{mx}" for s, n, p50, mx in res["propagation_by_second"])
+        if "readback_gets_per_write" in res:
+            line += f"\n     ConfigMap GETs per write (read-back): {res['readback_gets_per_write']}"
         if "waits_ms" in res:
             line += "\n     mean ms: " + "  ".join(f"{k} {v}" for k, v in res["waits_ms"].items())
         print(line, flush=True)
