@@ -33,7 +33,9 @@ The KCP apiserver's own request count (``apiserver_request_total``, scraped arou
 slice) gives the RuntimeConfigMap requests per record by verb, and every other resource's
 requests per BATCH records (the state summary's merges, the delivery counts, Leases, Watch
 lists: what the listener adds per request; the idle listener's background too). The
-stored size of one record of each path (JSON: object, metadata, managedFields, spec) is
+stored size of one record of each path (JSON: object, metadata, managedFields, spec), the
+state summary's, and how many connections to the KCP each listener opened beyond its
+client's pool (urllib3's "Connection pool is full" lines: a TLS handshake each) are
 recorded. Prints a table and writes bench/results/listener_create.json.
 
     .venv/bin/python bench/listener_create.py [--objects 3200] [--threads 8] [--batch 25]
@@ -399,6 +401,10 @@ def main() -> int:
                 s.close()
         for p in procs.values():
             p.stop()
+        # connections to the KCP a listener worker opened beyond its pool and closed after
+        # one request (urllib3 logs each): a new TLS handshake with the apiserver each
+        discarded = {k: p.log_file.read_text().count("Connection pool is full")
+                     for k, p in procs.items()}
         api.close()
 
     rows = []
@@ -455,6 +461,7 @@ def main() -> int:
         "rows": rows,
         "stored_bytes_per_record": sizes,
         "state_summary_bytes": summary_bytes,  # what a summary merge reads and writes
+        "kcp_connections_discarded": discarded,
         "seconds_total": round(time.monotonic() - started, 1),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
