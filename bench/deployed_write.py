@@ -14,7 +14,10 @@ configuration (the shipped Watch's label):
   namespaceSelector leaves out: the same write without the call.
 
 The apiserver's own ``apiserver_admission_webhook_admission_duration_seconds`` (count and
-sum over the run) show that the calls were made and what each took as the apiserver saw it.
+sum over the run) show that the calls were made and what each took as the apiserver saw it;
+the webhook pods' ``tether_webhook_admission_handler_seconds`` what their handler took of it.
+Then ``--round-trips`` reviews (of kube-system: nothing forwarded) POSTed by this process to
+a webhook pod and through the Service, alternating: the Service proxy's share of a call.
 ``--before REV``: the pod runner's Service proxy is the one of commit REV (as
 bench/service_proxy.py loads it), to measure the deployed form before a proxy change.
 
@@ -87,6 +90,39 @@ def handler_seconds(fleet: deployed.Fleet) -> dict[str, float]:
     return out
 
 
+def round_trips(fleet: deployed.Fleet, n: int) -> dict[str, dict[str, float]]:
+    """An AdmissionReview POSTed by this process (one keep-alive connection each, alternating,
+    ``n`` each): straight to a webhook pod, and through the Service (the pod runner's proxy):
+    the proxy's share of a call. The review is of kube-system, which the webhook ignores
+    (nothing is forwarded)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # a timing, no secret sent
+    pod = fleet.skr_pods.pods_of("tether-webhook")[0]
+    targets = {"pod": (pod.ip, 8443), "service": fleet.skr_pods.service_address("tether-webhook", "https")}
+    conns = {k: http.client.HTTPSConnection(h, p, context=ctx, timeout=10) for k, (h, p) in targets.items()}
+    lat: dict[str, list[float]] = {k: [] for k in targets}
+    try:
+        for i in range(n):
+            for k, conn in conns.items():
+                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+                    "uid": f"rt-{i}", "operation": "UPDATE", "namespace": "kube-system", "name": "bench-0",
+                    "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                    "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                    "object": {"metadata": {"name": "bench-0"}, "data": {"k": str(i)}},
+                    "oldObject": {"metadata": {"name": "bench-0"}, "data": {"k": "0"}}}}).encode()
+                t0 = time.perf_counter()
+                conn.request("POST", "/validate", body, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                resp.read()
+                lat[k].append(time.perf_counter() - t0)
+                assert resp.status == 200, resp.status
+            time.sleep(0.01)
+    finally:
+        for conn in conns.values():
+            conn.close()
+    return {k: service_proxy.dist(xs) for k, xs in lat.items()}
+
+
 def window(api: rawapi.Api, namespace: str, n: int, gap: float, seq: int) -> list[float]:
     conn = api.connect()
     out = []
@@ -155,6 +191,8 @@ def report(doc: dict[str, Any]) -> None:
     print(f"webhook - no webhook: p50 {s['webhook']['p50_ms'] - s['no webhook']['p50_ms']:+.2f} ms, "
           f"p99 {s['webhook']['p99_ms'] - s['no webhook']['p99_ms']:+.2f} ms"
           + (f" (Service proxy of {doc['settings']['before']})" if doc["settings"].get("before") else ""))
+    for k, d in (doc.get("round_trips") or {}).items():
+        print(f"review round trip from this process, {k:7s}: p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms (n {d['n']})")
     print(provenance.footer(doc))
 
 
@@ -164,6 +202,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--gap", type=float, default=0.05, help="seconds between writes")
     ap.add_argument("--before", help="the pod runner's Service proxy of this commit")
+    ap.add_argument("--round-trips", type=int, default=300,
+                    help="reviews POSTed to a webhook pod and through its Service, each (0: none)")
     ap.add_argument("--report", action="store_true", help="print the table of the last run's JSON")
     args = ap.parse_args()
     results = RESULTS.with_name("deployed_write_before.json") if args.before else RESULTS
@@ -182,9 +222,11 @@ def main() -> int:
         print(f"installed in {time.monotonic() - t0:.0f} s", flush=True)
         try:
             summary = measure(fleet, args)
+            trips = round_trips(fleet, args.round_trips) if args.round_trips else {}
         finally:
             fleet.stop()
-    doc = {**provenance.stamp("deployed_write", began), "settings": vars(args), "summary": summary}
+    doc = {**provenance.stamp("deployed_write", began), "settings": vars(args), "summary": summary,
+           "round_trips": trips}
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(doc, indent=2) + "\n")
     print()
