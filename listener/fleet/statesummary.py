@@ -238,7 +238,9 @@ class Summaries(summaryobject.SummaryObjects):
 
     def _merge(self, runtime_id: str, taken: Mapping[int, statehash.Pending]) -> dict[str, Any] | None:
         for attempt in range(summaryobject.MAX_ATTEMPTS):
-            obj = self._get(runtime_id)
+            # the first attempt starts from the pod's view when it holds this worker's last
+            # write (no KCP read; another writer's newer version: a Conflict, then a GET)
+            obj = (self._from_view(runtime_id) if attempt == 0 else None) or self._get(runtime_id)
             stored = None if obj is None else statehash.stored_of(obj.get("status"))
             if obj is None or stored is None:
                 return None  # built from a listing at its next read, which holds these writes
@@ -261,16 +263,24 @@ class Summaries(summaryobject.SummaryObjects):
             return stored, []
         return self._bootstrap(runtime_id, obj)
 
+    def _from_view(self, runtime_id: str) -> dict[str, Any] | None:
+        """The summary as the pod's view holds it, as an object a status PUT takes (None:
+        no view, not held, or older than this worker's last write)."""
+        told = None if self._view is None else self._view.ask("summary", runtime_id)
+        obj = None if told is None else told.get("summary")
+        if not isinstance(obj, dict) or (obj.get("metadata") or {}).get("name") != name_of(runtime_id) \
+                or statehash.stored_of(obj.get("status")) is None \
+                or not self.newer_than_wrote(runtime_id, obj):
+            return None
+        res = apitypes.RUNTIME_STATE_SUMMARIES
+        return {**obj, "apiVersion": f"{res.group}/{res.version}",
+                "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
+                "metadata": {**obj["metadata"], "namespace": self._namespace}}
+
     def _viewed(self, runtime_id: str) -> dict[str, Any] | None:
         """The summary from the pod's view (a watch's latency behind the KCP: the poller's
         next run finds a change it misses), else read from the KCP."""
-        told = None if self._view is None else self._view.ask("summary", runtime_id)
-        obj = None if told is None else told.get("summary")
-        if isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == name_of(runtime_id) \
-                and statehash.stored_of(obj.get("status")) is not None \
-                and self.newer_than_wrote(runtime_id, obj):
-            return obj
-        return self._get(runtime_id)
+        return self._from_view(runtime_id) or self._get(runtime_id)
 
     def footprint(self, runtime_id: str) -> rules.Used | None:
         """Objects and bytes the runtime stores, for the storage quota, at the cost of one

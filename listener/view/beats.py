@@ -26,7 +26,7 @@ from tether import changes, gateway, logs
 
 log = logging.getLogger(__name__)
 MAX_QUEUED = 20_000
-WRITERS = 4
+WRITERS = 16  # a PATCH at ~65 ms under load: ~250 writes/s per pod
 
 
 class Beats:
@@ -40,6 +40,7 @@ class Beats:
         self._queue: queue.Queue[str] = queue.Queue(MAX_QUEUED)
         self._lock = threading.Lock()
         self._pending: dict[str, threading.Event] = {}  # queued or in flight: set when done
+        self._writers = WRITERS
 
     def due(self, renew: str) -> bool:
         if self._interval <= 0:
@@ -66,7 +67,8 @@ class Beats:
                     self._counted("dropped")
                     return "dropped"
                 done = self._pending[runtime_id] = threading.Event()
-        return "written" if wait > 0 and done.wait(wait) else "queued"
+        keeping_up = self._queue.qsize() < self._writers
+        return "written" if wait > 0 and keeping_up and done.wait(wait) else "queued"
 
     def write(self, runtime_id: str) -> str:
         """One due write (the writer threads' step); its outcome."""
@@ -82,7 +84,7 @@ class Beats:
                 written = self._kcp.patch(
                     gateway.LEASES, self._namespace, name,
                     {"metadata": {"resourceVersion": held[0]["rv"]}, "spec": spec},
-                    strategic=True, timeout=self._timeout)
+                    timeout=self._timeout)
             else:
                 written = self._kcp.create(gateway.LEASES, self._namespace,
                                            self._shape.new_lease(runtime_id, {}),
@@ -112,5 +114,6 @@ class Beats:
             self._counted(outcome)
 
     def start(self, writers: int = WRITERS) -> None:
+        self._writers = writers
         for i in range(writers):
             threading.Thread(target=self._work, name=f"view-beats-{i}", daemon=True).start()

@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
     s, _ = config.load(settings.SPEC, [], settings.build)
     logs.configure(s.log_level, s.log_format)
     gateway.identify("listener-view")
-    kcp = gateway.from_kubeconfig(s.kubeconfig, pool_size=16)
+    kcp = gateway.from_kubeconfig(s.kubeconfig, pool_size=beats.WRITERS + 4)  # + the watches
     views, watchers = build(s, kcp)
     for w in watchers:
         w.start()
