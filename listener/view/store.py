@@ -102,17 +102,9 @@ class Kind:
 
     def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
         """A new listing (every object); ``full`` is decided again."""
-        with self._lock:
-            self._by_name.clear()
-            self._by_rid.clear()
-            self._bytes, self.full = 0, False
-            for obj in items:
-                self._put(str((obj.get("metadata") or {}).get("name") or ""), obj)
-                if self.full:  # stop holding more than the bound
-                    self._by_name.clear()
-                    self._by_rid.clear()
-                    self._bytes = 0
-                    return
+        listing = Listing(self)
+        listing.add(items)
+        listing.done()
 
     def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
         """One watch event (ADDED, MODIFIED, DELETED; others ignored)."""
@@ -158,3 +150,43 @@ class Kind:
         if isinstance(old, str) and (numbers.ascii_int(old, 32) or 0) >= new:
             return
         self.apply("MODIFIED", obj)
+
+
+class Listing:
+    """A new listing of a ``Kind``, built page by page: each page's objects become entries
+    as the page arrives (the page's parsed objects are garbage once it is read, so the peak
+    is one page, not the whole listing: 5,000 state summaries parsed at once took ~300 MiB),
+    outside the kind's lock (answers go on from the previous listing meanwhile), then
+    swapped in at once (``done``). Over the kind's bounds it stops holding objects and the
+    kind is ``full``."""
+
+    def __init__(self, kind: Kind) -> None:
+        self._kind = kind
+        self._by_name: dict[str, tuple[str, Any, int]] = {}
+        self._by_rid: dict[str, dict[str, Any]] = {}
+        self._bytes = 0
+        self._full = False
+
+    def add(self, items: Iterable[Mapping[str, Any]]) -> None:
+        k = self._kind
+        for obj in items:
+            if self._full:
+                return
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            got = k._entry(obj)
+            if got is None or name in self._by_name:
+                continue
+            rid, value = got
+            size = _size(value) + len(name)
+            self._by_name[name] = (rid, value, size)
+            self._by_rid.setdefault(rid, {})[name] = value
+            self._bytes += size
+            if len(self._by_name) > k._max_objects or self._bytes > k._max_bytes:
+                self._full = True  # stop holding more than the bound
+                self._by_name, self._by_rid, self._bytes = {}, {}, 0
+
+    def done(self) -> None:
+        k = self._kind
+        with k._lock:
+            k._by_name, k._by_rid, k._bytes, k.full = \
+                self._by_name, self._by_rid, self._bytes, self._full

@@ -65,17 +65,18 @@ class Watcher:
     def list(self) -> str:
         """Replace the kind's objects by a listing; the listing's resourceVersion."""
         src, token, rv = self._source, "", ""
-        items: list[dict[str, Any]] = []
+        listing = store.Listing(self._kind)  # entries made page by page: one page parsed at most
         while True:
             page = self._kcp.list(src.resource, src.namespace, label_selector=src.label_selector,
                                   limit=PAGE, continue_token=token or None, timeout=self._timeout)
-            items.extend(page.get("items") or [])
+            listing.add(page.get("items") or [])
             meta = page.get("metadata") or {}
             rv = str(meta.get("resourceVersion") or rv)
             token = str(meta.get("continue") or "")
+            del page
             if not token:
                 break
-        self._kind.replace(items)
+        listing.done()
         return rv
 
     def watch_once(self, rv: str) -> str:
