@@ -26,7 +26,6 @@ NOT_RECORDED = {
     "compass_outage": "run 2026-11-30, before provenance",
     "e2e": "run 2026-12-02, before provenance",
     "enroller_scale": "run 2026-12-01, before provenance",
-    "fleet_sim": "run 2026-12-02, before provenance",
     "listener_abuse": "run 2026-12-01, before provenance",
     "listener_abuse_fairness": "run 2026-12-01, before provenance",
     "listener_fuzz": "run 2026-12-01, before provenance",
