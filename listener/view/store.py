@@ -61,6 +61,15 @@ def _size(value: object) -> int:
     return len(json.dumps(value, separators=(",", ":"))) + 64
 
 
+def _hold(by_name: dict[str, tuple[str, Any, int]], by_rid: dict[str, dict[str, Any]],
+          name: str, rid: str, value: Any) -> int:
+    """Keep ``value`` under ``name`` and its runtime ID; the bytes it counts."""
+    size = _size(value) + len(name)
+    by_name[name] = (rid, value, size)
+    by_rid.setdefault(rid, {})[name] = value
+    return size
+
+
 class Kind:
     """One resource's objects by name, indexed by runtime ID; thread-safe."""
 
@@ -92,11 +101,7 @@ class Kind:
         got = self._entry(obj)
         if got is None:
             return
-        rid, value = got
-        size = _size(value) + len(name)
-        self._by_name[name] = (rid, value, size)
-        self._by_rid.setdefault(rid, {})[name] = value
-        self._bytes += size
+        self._bytes += _hold(self._by_name, self._by_rid, name, *got)
         if len(self._by_name) > self._max_objects or self._bytes > self._max_bytes:
             self.full = True
 
@@ -176,11 +181,7 @@ class Listing:
             got = k._entry(obj)
             if got is None or name in self._by_name:
                 continue
-            rid, value = got
-            size = _size(value) + len(name)
-            self._by_name[name] = (rid, value, size)
-            self._by_rid.setdefault(rid, {})[name] = value
-            self._bytes += size
+            self._bytes += _hold(self._by_name, self._by_rid, name, *got)
             if len(self._by_name) > k._max_objects or self._bytes > k._max_bytes:
                 self._full = True  # stop holding more than the bound
                 self._by_name, self._by_rid, self._bytes = {}, {}, 0
