@@ -283,8 +283,8 @@ class Summaries(summaryobject.SummaryObjects):
         return self._from_view(runtime_id) or self._get(runtime_id)
 
     def footprint(self, runtime_id: str) -> rules.Used | None:
-        """Objects and bytes the runtime stores, for the storage quota, at the cost of one
-        KCP read: this worker's pending changes of the runtime are merged first (also those
+        """Objects and bytes the runtime stores, for the storage quota, at the cost of at
+        most one KCP read (none when the pod's view holds the summary): this worker's pending changes of the runtime are merged first (also those
         another thread is merging: waited for), so the summary holds every write of this
         worker acknowledged before the call (a write acknowledged during it may be counted
         twice until the next count, never zero times). A runtime without a usable summary
@@ -294,7 +294,10 @@ class Summaries(summaryobject.SummaryObjects):
         counts from a listing."""
         if self._distrusted_now(runtime_id):
             return None
-        obj = self.flush(runtime_id, wait=self._timeout) or self._get(runtime_id)
+        # nothing of this worker's to merge: the pod's view's copy when it holds this
+        # worker's last write (another worker's writes reach the summary only at its own
+        # flush, a second later at most, so the view's few milliseconds add nothing)
+        obj = self.flush(runtime_id, wait=self._timeout) or self._viewed(runtime_id)
         if self._distrusted_now(runtime_id):
             return None  # the merge just failed: its changes are not in the object
         stored = None if obj is None else statehash.stored_of(obj.get("status"))

@@ -290,9 +290,10 @@ def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_record
     used = kcp_requests_since(env.api, before)
     assert used.get((apitypes.RUNTIME_CONFIGMAPS.plural, "LIST"), 0) == 0, used
     # each count merges this worker's pending writes into the summary first (a status PUT,
-    # from the pod's view's copy when that holds the worker's last write, else after a GET)
-    assert used.get((apitypes.RUNTIME_STATE_SUMMARIES.plural, "GET"), 0) \
-        + used.get((apitypes.RUNTIME_STATE_SUMMARIES.plural, "PUT"), 0) >= 11, used
+    # from the pod's view's copy when that holds the worker's last write, else after a GET);
+    # a count with nothing to merge reads the view's copy: at most one GET per count
+    assert used.get((apitypes.RUNTIME_STATE_SUMMARIES.plural, "PUT"), 0) >= 10, used
+    assert used.get((apitypes.RUNTIME_STATE_SUMMARIES.plural, "GET"), 0) <= 11, used
     assert metric_value(a.metrics(), "tether_listener_quota_counts_total", source="listing") == 0
     assert metric_value(a.metrics(), "tether_listener_quota_counts_total", source="summary") >= 14
     assert len(env.stored(rt.id)) == 40
