@@ -78,12 +78,19 @@ def lag_chart(summary: delivery.Summary, now: datetime.datetime) -> str:
 
 def beats_chart(summary: delivery.Summary, now: datetime.datetime) -> str:
     """Authenticated requests of the runtime per minute over the last hour (its heartbeats,
-    state requests and deliveries): a gap is a silence."""
+    state requests and deliveries): a gap is a silence. The minutes after the object's last
+    merge are left out, not drawn as silence: a runtime that only polls has its requests
+    merged once per ``listener.fleet.deliveries.BEATS_FLUSH_SECONDS`` per worker (its last
+    contact is the Lease's, "Last heartbeat")."""
     by = {p.start: p for p in summary.series}
     slots = _slots(summary.series, now)
-    beats = [float(by[s].beats) if s in by else 0.0 for s in slots]
-    return charts.line_chart([("beats", "requests seen", beats)],
-                             title="requests of the runtime per minute, last hour", unit="")
+    merged = summary.updated
+    beats = [float(by[s].beats) if s in by else None if merged is not None and s > merged else 0.0
+             for s in slots]
+    title = "requests of the runtime per minute, last hour"
+    if merged is not None and merged < now - datetime.timedelta(minutes=1):
+        title += f" (merged up to {merged:%H:%M}Z)"
+    return charts.line_chart([("beats", "requests seen", beats)], title=title, unit="")
 
 
 def records_chart(summary: delivery.Summary, now: datetime.datetime) -> str:

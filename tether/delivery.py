@@ -155,14 +155,11 @@ class Delta:
             lastrefused.note(self.last_refused, reason,
                              lastrefused.entry(fmt(now), status, namespace, name))
 
-    def seen(self, now: datetime.datetime) -> None:
-        """One authenticated request of the runtime (its heartbeat history)."""
-        self._minute(now).beats += 1
-
-    def eventful(self) -> bool:
-        """Whether it holds more than requests seen (records, refusals, 429s, usage)."""
-        return bool(self.recent or self.stored is not None or any(
-            m.webhook or m.poller or m.refused or m.throttled for m in self.minutes.values()))
+    def seen(self, now: datetime.datetime, n: int = 1) -> None:
+        """``n`` authenticated requests of the runtime in ``now``'s minute (its heartbeat
+        history; ``tether.beatcounts`` holds them compactly until a merge)."""
+        bucket = self._minute(now)
+        bucket.beats = _add(bucket.beats, n)
 
     def empty(self) -> bool:
         return not self.minutes and not self.recent and self.stored is None

@@ -35,12 +35,15 @@ from typing import Any
 from listener.edge import metrics as listener_metrics
 from listener.fleet import flushing, heartbeat
 from listener.storage import quota, records
-from tether import apitypes, delivery, gateway, lastrefused, logs
+from tether import apitypes, beatcounts, delivery, gateway, lastrefused, logs
 
 log = logging.getLogger(__name__)
 MAX_RUNTIMES = 10_000  # runtimes with unsent counts per worker
 MAX_REMEMBERED = 50_000  # last flush times kept (forgetting one only flushes it earlier)
-BEATS_FLUSH_SECONDS = 600.0  # a delta of requests seen only waits this long to be merged
+# requests seen only (a runtime that just polls) wait this long to be merged: within the
+# WINDOW_MINUTES the object keeps, so nothing is lost, and a quiet runtime costs the KCP one
+# read and one write per worker in that time (tether.beatcounts holds them meanwhile)
+BEATS_FLUSH_SECONDS = 3000.0
 MAX_ATTEMPTS = 4
 LOG_EVERY = 30.0
 LABELS = {apitypes.MANAGED_BY_LABEL: records.MANAGED_BY}
@@ -86,7 +89,7 @@ class Deliveries:
         self._pending: dict[str, delivery.Delta] = {}
         self._flushed: collections.OrderedDict[str, float] = collections.OrderedDict()
         self._busy: set[str] = set()  # being flushed by a thread of this worker
-        self._since: dict[str, float] = {}  # when each pending delta began (monotonic)
+        self._beats: dict[str, beatcounts.BeatCounts] = {}  # requests seen, not merged yet
         self._last_log = -LOG_EVERY
 
     # -- recording (cheap: a lock and a few dict operations; also from the main loop) --------
@@ -98,7 +101,6 @@ class Deliveries:
                 self._metrics.delivery_dropped.inc()
                 return None
             d = self._pending[runtime_id] = delivery.Delta()
-            self._since[runtime_id] = self._clock()
         return d
 
     def record(self, runtime_id: str, rec: Mapping[str, Any], outcome: delivery.Outcome,
@@ -134,37 +136,50 @@ class Deliveries:
     def seen(self, runtime_id: str) -> None:
         """An authenticated request of the runtime (its heartbeat history). Requests alone
         are merged at most every ``BEATS_FLUSH_SECONDS`` (with anything else sooner), so a
-        quiet runtime costs the KCP one merge per ten minutes, not one per heartbeat."""
-        now = self._now()
+        quiet runtime costs the KCP one merge per 50 minutes, not one per heartbeat."""
+        minute = beatcounts.minute_index(self._now())
         with self._lock:
-            d = self._delta(runtime_id)
-            if d is not None:
-                d.seen(now)
+            b = self._beats.get(runtime_id)
+            if b is None:
+                if len(self._beats) >= self._max:
+                    self._metrics.delivery_dropped.inc()
+                    return
+                b = self._beats[runtime_id] = beatcounts.BeatCounts(minute, self._clock())
+            b.add(minute)
 
     def __len__(self) -> int:
+        """Runtimes with counts not merged yet."""
         with self._lock:
-            return len(self._pending)
+            return len(self._pending.keys() | self._beats.keys())
 
     # -- flushing (I/O; never in the worker's main loop) --------------------------------------
 
     def _due(self, runtime_id: str, mono: float) -> bool:
-        if runtime_id in self._busy or runtime_id not in self._pending:
+        if runtime_id in self._busy:
             return False
-        last = self._flushed.get(runtime_id)
-        if self._pending[runtime_id].eventful():
+        if runtime_id in self._pending:  # records, refusals, usage (and requests with them)
+            last = self._flushed.get(runtime_id)
             return last is None or mono - last >= self._interval
         # requests seen only: merged with the next counts, or after BEATS_FLUSH_SECONDS
-        start = last if last is not None else self._since.get(runtime_id, mono)
-        return mono - start >= max(self._interval, BEATS_FLUSH_SECONDS)
+        beats = self._beats.get(runtime_id)
+        return beats is not None and mono - beats.since >= max(self._interval, BEATS_FLUSH_SECONDS)
 
     def _take(self, runtime_id: str, mono: float) -> delivery.Delta:
+        """The runtime's counts, its requests seen folded in (under the lock)."""
         self._busy.add(runtime_id)
         self._flushed[runtime_id] = mono
         self._flushed.move_to_end(runtime_id)
         while len(self._flushed) > MAX_REMEMBERED:
             self._flushed.popitem(last=False)
-        self._since.pop(runtime_id, None)
-        return self._pending.pop(runtime_id)
+        delta = self._pending.pop(runtime_id, None) or delivery.Delta()
+        beats = self._beats.pop(runtime_id, None)
+        for minute, n in () if beats is None else beats.minutes():
+            delta.seen(minute, n)
+        return delta
+
+    def _waiting(self) -> list[str]:
+        """Runtimes with counts (under the lock)."""
+        return list(dict.fromkeys([*self._pending, *self._beats]))
 
     def flush_if_due(self, runtime_id: str) -> bool:
         """Merge the runtime's counts into its object if it has some and its last flush in
@@ -182,7 +197,7 @@ class Deliveries:
         this worker; how many were written. Never raises."""
         with self._lock:
             mono = self._clock()
-            due = [rid for rid in self._pending if self._due(rid, mono)]
+            due = [rid for rid in self._waiting() if self._due(rid, mono)]
         return sum(1 for rid in due if self.flush_if_due(rid))
 
     def start(self) -> threading.Thread:
@@ -197,14 +212,15 @@ class Deliveries:
         deadline = self._clock() + budget
         written = 0
         with self._lock:
-            waiting = list(self._pending)
+            waiting = self._waiting()
         for runtime_id in waiting:
             if self._clock() >= deadline:
                 log.info("worker exit: %d runtimes' delivery counts not flushed (out of time)",
                          len(self))
                 break
             with self._lock:
-                if runtime_id in self._busy or runtime_id not in self._pending:
+                if runtime_id in self._busy or (runtime_id not in self._pending
+                                                and runtime_id not in self._beats):
                     continue
                 delta = self._take(runtime_id, self._clock())
             written += self._flush(runtime_id, delta)
@@ -241,7 +257,6 @@ class Deliveries:
             self._pending[runtime_id] = combined(delta, newer, runtime_id, self._now())
         elif len(self._pending) < self._max:
             self._pending[runtime_id] = delta
-            self._since.setdefault(runtime_id, self._clock())
         else:
             self._metrics.delivery_dropped.inc()
 

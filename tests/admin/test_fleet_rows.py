@@ -172,3 +172,19 @@ def test_parts_leaders_and_compass_from_leases() -> None:
     bad = parts.compass_of([{"metadata": {"name": "tether-compass", "annotations": {
         apitypes.DIRECTOR_ERRORS_ANNOTATION: "{not json"}}}])
     assert bad.errors == ()
+
+
+def test_the_beats_chart_leaves_out_minutes_not_merged_yet() -> None:
+    """A runtime that only polls has its requests merged every 50 minutes per worker: the
+    minutes after the object's last merge are unknown, not a silence."""
+    d = delivery.Delta()
+    merged_at = NOW - datetime.timedelta(minutes=30)
+    for m in range(20):
+        d.seen(merged_at - datetime.timedelta(minutes=m))
+    summary = delivery.summarize(delivery.merge(None, d, "rt", merged_at), NOW)
+    svg = views.beats_chart(summary, NOW)
+    assert "merged up to 11:30Z" in svg
+    points = svg.split("<polyline", 1)[1].split('points="', 1)[1].split('"', 1)[0].split()
+    assert len(points) == 30  # 11:01..11:30 drawn (20 of them with requests), 11:31..12:00 not
+    fresh = delivery.summarize(delivery.merge(None, d, "rt", NOW), NOW)
+    assert "merged up to" not in views.beats_chart(fresh, NOW)
