@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from tether import apitypes, watches
+from tether import apitypes, numbers, watches
 
 Key = tuple[str, str, str]  # runtime ID, namespace, name (one Watch: the Consumer's)
 
@@ -36,12 +36,7 @@ class Item(NamedTuple):
     revision: int
 
 
-def revision_of(meta: Any) -> int | None:
-    """The integer resourceVersion of an object's metadata (None: absent or not a number)."""
-    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-    if isinstance(rv, str) and rv.isdigit():
-        return int(rv)
-    return None
+revision_of = numbers.revision_of  # kept for callers of this module
 
 
 def parse(obj: Any, watch: str) -> Item | None:

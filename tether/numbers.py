@@ -10,6 +10,8 @@ exception.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -21,3 +23,10 @@ def ascii_int(text: object, max_digits: int = 20) -> int | None:
     if _DIGITS.fullmatch(text) is None:
         return None
     return int(text)
+
+
+def revision_of(meta: Any) -> int | None:
+    """An object's metadata's resourceVersion as a number (None: no metadata, absent, or
+    not 1..32 ASCII digits; the apiserver's are etcd revisions, far shorter)."""
+    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    return ascii_int(rv, 32)

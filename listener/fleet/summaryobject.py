@@ -34,10 +34,7 @@ def name_of(runtime_id: str) -> str:
     return heartbeat.lease_name(runtime_id)
 
 
-def revision_of(meta: Mapping[str, Any] | None) -> int | None:
-    """An object's resourceVersion as a number (None: absent or not a number)."""
-    rv = None if meta is None else meta.get("resourceVersion")
-    return numbers.ascii_int(rv, 32) if isinstance(rv, str) else None
+revision_of = numbers.revision_of
 
 
 def _now() -> str:

@@ -61,3 +61,16 @@ def test_aggregated_flush_writes_pending_counts_per_key() -> None:
     summary = {x["key"]: x["count"] for x in lines if x["event"] == "refused_aggregated"}
     assert summary == {"a": 2}
     assert sorted(x["key"] for x in lines if x["event"] == "refused") == ["a", "b"]
+
+
+def test_a_resource_version_is_read_one_way_everywhere() -> None:
+    """listener.fleet.summaryobject and tether.consumerstate read resourceVersions through
+    numbers.revision_of: before, consumerstate took any str.isdigit() text ('١٢٣' as 123,
+    and a 5,000-digit string raised ValueError from int())."""
+    from listener.fleet import summaryobject
+    from tether import consumerstate
+    for read in (numbers.revision_of, summaryobject.revision_of, consumerstate.revision_of):
+        assert read({"resourceVersion": "123"}) == 123
+        assert read({"resourceVersion": "١٢٣"}) is None
+        assert read({"resourceVersion": "9" * 5000}) is None
+        assert read({"resourceVersion": 123}) is None and read(None) is None and read([]) is None
