@@ -43,7 +43,11 @@ exceeds ``--p99-limit`` (2 s) or more than 1 % of quiet requests fail.
     .venv/bin/python bench/fleet_sim.py [--runtimes 5000] \
         [--steps 1000x1,2500x1,5000x1,5000x2,5000x4,5000x1n50] \
         [--steps2 5000x1,5000x2,5000x4,5000x1n50] [--step-seconds 45] [--noisy-rate 10] \
-        [--no-compass]
+        [--no-compass] [--listener-cpu MILLICORES]
+
+``--listener-cpu``: each replica (all of its processes, as a pod) in a cgroup with that CPU
+limit and the Deployment's memory limit, so the listener saturates before this machine's 2
+CPUs do and a second replica's gain shows (docs/performance.md, "two replicas against one").
 """
 
 from __future__ import annotations
@@ -513,12 +517,27 @@ def heartbeat_cost(used: dict[str, float], heartbeats: int) -> dict[str, float]:
             "lease_writes": round(writes / n, 3)}
 
 
+def capped(millicores: int) -> type:
+    """A listener replica in a cgroup with a CPU limit of ``millicores`` (a CFS quota, as a
+    kubelet applies a container's ``limits.cpu``) and the Deployment's memory limit: all of
+    its processes (master, workers, view) share it, as a pod's do. With it the listener, not
+    the 2 CPUs of this machine, is what saturates: a second replica's gain can be seen."""
+    from testing import cgroups
+    from testing import listenerenv as lt
+
+    class Capped(lt.ListenerProcess):
+        limits = cgroups.Limits(memory=lt.LISTENER_LIMITS.memory, cpu=millicores,
+                                text=f"cpu {millicores}m, {lt.LISTENER_LIMITS.text}")
+    return Capped
+
+
 def run_step(ctx: dict[str, Any], replicas: int, n: int, factor: float,
              noisy_rate: float) -> dict[str, Any]:
     from testing import listenerenv as lt
     env, d, kcp, api = ctx["env"], ctx["dir"], ctx["kcp"], ctx["api"]
     tag = f"r{replicas}-n{n}-x{factor:g}-noisy{noisy_rate:g}"
-    procs = [lt.ListenerProcess(env, f"{tag}-{i}", **listener_overrides(d, f"{tag}-{i}", factor))
+    kind = capped(ctx["listener_cpu"]) if ctx.get("listener_cpu") else lt.ListenerProcess
+    procs = [kind(env, f"{tag}-{i}", **listener_overrides(d, f"{tag}-{i}", factor))
              for i in range(replicas)]
     try:
         time.sleep(1.0)
@@ -702,6 +721,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--noisy-rate", type=float, default=10.0)
     ap.add_argument("--p99-limit", type=float, default=2000.0, help="ms")
     ap.add_argument("--no-compass", action="store_true")
+    ap.add_argument("--listener-cpu", type=int, default=None, metavar="MILLICORES",
+                    help="each replica in a cgroup with this CPU limit (default: none)")
     ap.add_argument("--cache", type=pathlib.Path,
                     default=pathlib.Path(tempfile.gettempdir()) / "tether-fleet-sim-certs")
     ap.add_argument("--report", action="store_true", help="print the tables of the last result")
@@ -747,7 +768,7 @@ def main(argv: list[str]) -> int:
         ctx = {"env": env, "dir": d, "kcp": kcp, "api": api, "cache": args.cache,
                "noisy": noisy_ids, "noisy_rate": args.noisy_rate,
                "change_minutes": args.change_minutes, "step_seconds": args.step_seconds,
-               "p99_limit_ms": args.p99_limit}
+               "p99_limit_ms": args.p99_limit, "listener_cpu": args.listener_cpu}
         print("replicas runtimes x factor, load (runtimes' worth); latency p50/p99 ms", flush=True)
         for replicas, steps in ((1, steps1), (2, steps2)):
             for n, factor, noisy_rate in steps:
@@ -764,6 +785,7 @@ def main(argv: list[str]) -> int:
                      "idle_seconds": IDLE_SECONDS, "noisy": args.noisy,
                      "noisy_rate": args.noisy_rate, "step_seconds": args.step_seconds,
                      "p99_limit_ms": args.p99_limit,
+                     "listener_cpu_millicores_per_replica": args.listener_cpu,
                      "listener": "gunicorn gthread, mTLS, 2 workers x 16 threads per replica, "
                                  "rate 200/s burst 1000, 4 in flight per runtime",
                      "kyma_crs_seconds": round(kyma_s, 1)},

@@ -493,7 +493,7 @@ def test_requests_alone_are_heartbeats_that_cost_no_write_of_their_own(
         env: Env, listener_a: ListenerProcess, make_runtime: Callable[[], Runtime]) -> None:
     """Each authenticated request counts in the minute's ``beats`` (the admin pages'
     heartbeat chart); a delta of requests only is merged with the runtime's next counts or
-    after ten minutes, never once per heartbeat (FLUSH_SECONDS is 0 here)."""
+    after 50 minutes (tether.beatcounts), never once per heartbeat (FLUSH_SECONDS is 0 here)."""
     rt = make_runtime()
     for _ in range(3):
         assert state(listener_a, rt).status_code == 200
