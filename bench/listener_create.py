@@ -75,7 +75,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from listener.fleet import summaryobject  # noqa: E402
 from listener.storage import records, rules  # noqa: E402
-from testing import controlplane  # noqa: E402
+from testing import controlplane, cpuset  # noqa: E402
 from testing import listenerenv as lt  # noqa: E402
 from tether import apitypes, changes, gateway  # noqa: E402
 
@@ -296,6 +296,10 @@ def main() -> int:
                          "record (default: its Watch, kind and epoch, the owner reference "
                          "and label of the Kyma CR, a traceparent: the same content and size) "
                          "or the record's bare body (records.body: about 20 %% smaller)")
+    ap.add_argument("--placement", choices=("kcp-apart", "none"), default="none",
+                    help="kcp-apart: the KCP plane (etcd, kube-apiserver) alone on the last core, "
+                         "the bench and the listeners on the others (cgroup cpusets), as a KCP "
+                         "whose cores are its own; none: unpinned")
     ap.add_argument("--new-ref", default="HEAD")
     ap.add_argument("--concurrency", type=int, default=8,
                     help="the listener's TETHER_LISTENER_PERSIST_CONCURRENCY (the other: 1)")
@@ -371,6 +375,13 @@ def main() -> int:
         seconds: dict[str, float] = collections.defaultdict(float)
         verbs: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         meter = CpuMeter(procs, kcp)
+        placement = cpuset.placement("split" if args.placement == "kcp-apart" else "none",
+                                     "listener_create")
+        placement.to_generator(os.getpid())  # and its children: the planes, the listeners
+        for pid in meter.parts["kcp"]:
+            placement.to_part(pid)
+        print(placement.text().replace("part", "KCP").replace("generator", "bench + listeners"),
+              flush=True)
         cpu: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         for group in (("direct", "listener", "listener-c1"), ("direct-1", "listener-1")):
             for rnd in range(ROUNDS):
@@ -395,6 +406,8 @@ def main() -> int:
         summary = admin.get_or_none(apitypes.RUNTIME_STATE_SUMMARIES, env.namespace,
                                     summaryobject.name_of(rt_new.id))
         summary_bytes = None if summary is None else len(json.dumps(summary, separators=(",", ":")))
+        placed = placement.describe()
+        placement.close()
         admin.close()
         for ss in sessions.values():
             for s in ss:
@@ -457,7 +470,11 @@ def main() -> int:
                      "new": {"ref": args.new_ref, "commit": new_commit},
                      "persist_concurrency": [args.concurrency, 1],
                      "direct_client": "tether.gateway (the listener's raw client)",
-                     "data": "16 keys, ~1 KiB per ConfigMap"},
+                     "data": "16 keys, ~1 KiB per ConfigMap",
+                     "placement": {"asked": args.placement, "kind": placed["kind"],
+                                   "kcp_cpus": placed.get("part_cpus"),
+                                   "bench_and_listeners_cpus": placed.get("generator_cpus"),
+                                   "reason": placed.get("reason")}},
         "rows": rows,
         "stored_bytes_per_record": sizes,
         "state_summary_bytes": summary_bytes,  # what a summary merge reads and writes
