@@ -181,6 +181,19 @@ class Deliveries:
         """Runtimes with counts (under the lock)."""
         return list(dict.fromkeys([*self._pending, *self._beats]))
 
+    def _due_now(self, mono: float) -> list[str]:
+        """The runtimes due (under the lock). Requests-only entries are in the order they
+        began (one is removed when taken and a new one starts later), so their scan stops at
+        the first that is not due instead of visiting every quiet runtime each flush."""
+        due = [rid for rid in self._pending if self._due(rid, mono)]
+        wait = max(self._interval, BEATS_FLUSH_SECONDS)
+        for rid, beats in self._beats.items():
+            if mono - beats.since < wait:
+                break
+            if rid not in self._pending and rid not in self._busy:
+                due.append(rid)
+        return due
+
     def flush_if_due(self, runtime_id: str) -> bool:
         """Merge the runtime's counts into its object if it has some and its last flush in
         this worker is ``interval`` ago; True when written. Never raises."""
@@ -197,7 +210,7 @@ class Deliveries:
         this worker; how many were written. Never raises."""
         with self._lock:
             mono = self._clock()
-            due = [rid for rid in self._waiting() if self._due(rid, mono)]
+            due = self._due_now(mono)
         return sum(1 for rid in due if self.flush_if_due(rid))
 
     def start(self) -> threading.Thread:

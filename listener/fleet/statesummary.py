@@ -284,8 +284,9 @@ class Summaries(summaryobject.SummaryObjects):
 
     def footprint(self, runtime_id: str) -> rules.Used | None:
         """Objects and bytes the runtime stores, for the storage quota, at the cost of at
-        most one KCP read (none when the pod's view holds the summary): this worker's pending changes of the runtime are merged first (also those
-        another thread is merging: waited for), so the summary holds every write of this
+        most one KCP read (none when the pod's view holds the summary): this worker's
+        pending changes of the runtime are merged first (also those another thread is
+        merging: waited for), so the summary holds every write of this
         worker acknowledged before the call (a write acknowledged during it may be counted
         twice until the next count, never zero times). A runtime without a usable summary
         (none yet, or written before footprints) gets one built from a listing first. None
