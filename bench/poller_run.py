@@ -44,7 +44,7 @@ from listener.storage import records  # noqa: E402
 from poller import metrics, run, scan  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lc  # noqa: E402
-from tether import apitypes, certs, changes, filters, gateway, sender  # noqa: E402
+from tether import apitypes, changes, filters, gateway, sender  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "poller_run.json"
 NS = "bench-poller"
@@ -65,20 +65,9 @@ def api_client(plane: controlplane.ControlPlane, pool: int) -> client.ApiClient:
 
 
 def listener_env(kcp: controlplane.ControlPlane, api: client.ApiClient, d: pathlib.Path) -> lc.Env:
-    """What the listener tests' ``listener_env`` fixture sets up (reused helpers)."""
+    """What the listener tests' ``listener_env`` fixture sets up (testing.listenerenv)."""
     controlplane.install_crds(api, controlplane.KYMA_CRD, *lc.CRD_FILES)
-    ns = f"kl-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    lc.bind_listener_role(api, ns)
-    runtime_ca = certs.CertificateAuthority.create("tether-runtime-ca")
-    server_ca = certs.CertificateAuthority.create("tether-listener-serving-ca")
-    runtime_ca.write(d / "client-ca.crt", d / "client-ca.key")
-    server_ca.write(d / "server-ca.crt", d / "server-ca.key")
-    server_ca.issue("tether-listener", dns_names=["localhost"], ip_addresses=["127.0.0.1"],
-                    server=True).write(d / "tls.crt", d / "tls.key")
-    kubeconfig = kcp.issue_client_cert(lc.LISTENER_USER, dest=d / "kubeconfig-listener")
-    return lc.Env(d, ns, kcp, api, runtime_ca, runtime_ca, d / "client-ca.crt", d / "server-ca.crt",
-                  d / "tls.crt", d / "tls.key", kubeconfig)
+    return lc.make_env(kcp, api, d, f"kl-{uuid.uuid4().hex[:8]}")
 
 
 def raw_post(api: client.ApiClient, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ Starts one real SKR control plane (the forwarder reads objects back), the record
 receiver as the listener (its own process), and three servers with identical gunicorn
 settings, driven in alternating windows (medians over the windows):
 
-  baseline   the no-op Flask endpoint (bench/webhook_noop_server.py)
+  baseline   the no-op endpoint (bench/webhook_noop_server.py, plain WSGI)
   watches-1  the webhook in Watch mode, its runtime's list one Watch (ConfigMaps, full)
   watches-3  the webhook in Watch mode, three Watches of different kinds: ConfigMaps
              (full), Secrets (digest) and a custom resource (Widgets, full)

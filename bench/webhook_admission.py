@@ -1,4 +1,4 @@
-"""Benchmark: admission handling of the webhook vs a no-op Flask endpoint, same gunicorn
+"""Benchmark: admission handling of the webhook vs a no-op endpoint (plain WSGI), same gunicorn
 settings (gthread workers, TLS, keep-alive), same run.
 
 Starts one real SKR control plane (the forwarder reads objects back), the recording mTLS
