@@ -30,8 +30,6 @@ NOT_RECORDED = {
     "listener_abuse_fairness": "run 2026-12-01, before provenance",
     "poller_antientropy": "run 2026-12-02, before provenance",
     "soak": "run 2026-12-02, before provenance",
-    "webhook_admission_keys1": "run 2026-11-30, before provenance",
-    "webhook_admission_keys50": "run 2026-11-30, before provenance",
     "webhook_propagation": "run 2026-12-02, before provenance",
 }
 
