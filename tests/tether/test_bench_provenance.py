@@ -23,7 +23,6 @@ DOCS = REPO / "docs" / "performance.md"
 # load). Each leaves this list when its bench is re-run.
 NOT_RECORDED = {
     "admin_pages": "run 2026-12-02, before provenance",
-    "compass_outage": "run 2026-11-30, before provenance",
     "e2e": "run 2026-12-02, before provenance",
     "enroller_scale": "run 2026-12-01, before provenance",
     "listener_abuse": "run 2026-12-01, before provenance",
