@@ -24,7 +24,6 @@ DOCS = REPO / "docs" / "performance.md"
 NOT_RECORDED = {
     "admin_pages": "run 2026-12-02, before provenance",
     "e2e": "run 2026-12-02, before provenance",
-    "enroller_scale": "run 2026-12-01, before provenance",
     "listener_abuse": "run 2026-12-01, before provenance",
     "listener_abuse_fairness": "run 2026-12-01, before provenance",
     "poller_antientropy": "run 2026-12-02, before provenance",
