@@ -27,7 +27,6 @@ NOT_RECORDED = {
     "listener_abuse_fairness": "run 2026-12-01, before provenance",
     "poller_antientropy": "run 2026-12-02, before provenance",
     "soak": "run 2026-12-02, before provenance",
-    "webhook_propagation": "run 2026-12-02, before provenance",
 }
 
 FOOTER = re.compile(r"^(commit \S+, load average \[.*\], command: .*|provenance: not recorded \(run .*\))$")
