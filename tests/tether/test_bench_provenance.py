@@ -23,7 +23,6 @@ DOCS = REPO / "docs" / "performance.md"
 # load). Each leaves this list when its bench is re-run.
 NOT_RECORDED = {
     "listener_abuse": "run 2026-12-01, before provenance",
-    "listener_abuse_fairness": "run 2026-12-01, before provenance",
     "poller_antientropy": "run 2026-12-02, before provenance",
     "soak": "run 2026-12-02, before provenance",
 }
