@@ -22,7 +22,6 @@ DOCS = REPO / "docs" / "performance.md"
 # machine is shared; re-running these long benches only to stamp them is not worth their
 # load). Each leaves this list when its bench is re-run.
 NOT_RECORDED = {
-    "poller_antientropy": "run 2026-12-02, before provenance",
     "soak": "run 2026-12-02, before provenance",
 }
 
