@@ -18,12 +18,10 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 DOCS = REPO / "docs" / "performance.md"
 
-# Written before the benches recorded provenance (2026-12-04) and not re-run since (the
-# machine is shared; re-running these long benches only to stamp them is not worth their
-# load). Each leaves this list when its bench is re-run.
-NOT_RECORDED = {
-    "soak": "run 2026-12-02, before provenance",
-}
+# JSONs written before the benches recorded provenance (2026-12-04), allowed with a reason
+# until their bench is re-run. Empty since 2026-12-05: every bench/results JSON records its
+# commit, load average and command; a new one without them fails the first test.
+NOT_RECORDED: dict[str, str] = {}
 
 FOOTER = re.compile(r"^(commit \S+, load average \[.*\], command: .*|provenance: not recorded \(run .*\))$")
 CITED = re.compile(r"bench/results/([A-Za-z0-9_]+)\.json")
