@@ -733,6 +733,7 @@ def main(argv: list[str]) -> int:
         return child(*args.child)
     if args.report:
         print(tables(json.loads(args.out.read_text())))
+        print()  # a line of its own under the table, not a row of it
         print(provenance.footer(json.loads(args.out.read_text())))
         return 0
 
@@ -799,6 +800,7 @@ def main(argv: list[str]) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(tables(result))
+    print()
     print(provenance.footer(result))
     print(f"first broken step: {result['first_broken']}; total {result['seconds_total']} s; load "
           f"average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
