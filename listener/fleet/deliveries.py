@@ -162,7 +162,11 @@ class Deliveries:
             return last is None or mono - last >= self._interval
         # requests seen only: merged with the next counts, or after BEATS_FLUSH_SECONDS
         beats = self._beats.get(runtime_id)
-        return beats is not None and mono - beats.since >= max(self._interval, BEATS_FLUSH_SECONDS)
+        return beats is not None and self._beats_due(beats.since, mono)
+
+    def _beats_due(self, since: float, mono: float) -> bool:
+        """Requests-only counts begun at ``since`` are merged on their own now."""
+        return mono - since >= max(self._interval, BEATS_FLUSH_SECONDS)
 
     def _take(self, runtime_id: str, mono: float) -> delivery.Delta:
         """The runtime's counts, its requests seen folded in (under the lock)."""
@@ -186,9 +190,8 @@ class Deliveries:
         began (one is removed when taken and a new one starts later), so their scan stops at
         the first that is not due instead of visiting every quiet runtime each flush."""
         due = [rid for rid in self._pending if self._due(rid, mono)]
-        wait = max(self._interval, BEATS_FLUSH_SECONDS)
         for rid, beats in self._beats.items():
-            if mono - beats.since < wait:
+            if not self._beats_due(beats.since, mono):
                 break
             if rid not in self._pending and rid not in self._busy:
                 due.append(rid)
