@@ -732,9 +732,10 @@ def main(argv: list[str]) -> int:
     if args.child:
         return child(*args.child)
     if args.report:
-        print(tables(json.loads(args.out.read_text())))
+        doc = json.loads(args.out.read_text())
+        print(tables(doc))
         print()  # a line of its own under the table, not a row of it
-        print(provenance.footer(json.loads(args.out.read_text())))
+        print(provenance.footer(doc))
         return 0
 
     from testing import compassenv, controlplane
