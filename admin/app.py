@@ -81,7 +81,7 @@ def _services(s: settings_mod.Settings, kcp: gateway.Kube | None,
     authorizer = auth.Authorizer(kcp, s.auth_cache, s.request_timeout, s.token_audience,
                                  throttle.Buckets(s.reviews_per_minute, s.review_sources),
                                  on_review=lambda kind: m.reviews.labels(kind).inc())
-    store = sessions.Store(s.max_sessions)
+    store = sessions.Store(s.max_sessions, s.sessions_per_user)
     m.sessions.set_function(lambda: len(store))
     audit = logs.audit_logger(s.audit_destination, on_lost=auditwriter.counting(m.audit_lost),
                               queue_lines=s.audit_queue_lines)

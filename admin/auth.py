@@ -20,7 +20,8 @@ kept only for the duration of the request, never logged, never in an error.
 Bounded: tokens longer than ``MAX_TOKEN`` bytes are refused before the KCP is asked; the
 cache holds at most ``MAX_ENTRIES`` answers; a TokenReview that is not answered from the
 cache takes one from the caller's source bucket (``admin.throttle``: ``throttle.Throttled``
-when it is empty, answered 429).
+when it is empty, answered 429), and so does every sign-in (``identify(..., sign_in=True)``),
+whatever the token: a token answered from the cache is no way around the budget there.
 """
 
 from __future__ import annotations
@@ -136,16 +137,21 @@ class Authorizer:
         self._cache = _Cache(clock)
         self._on_review = on_review  # "token" or "access": one review sent to the KCP
 
-    def identify(self, token: str, source: str) -> Identity | None:
+    def identify(self, token: str, source: str, *, sign_in: bool = False) -> Identity | None:
         """Who ``token`` is for the admin pages' audience, or None. Raises
-        ``throttle.Throttled`` when ``source`` has no review left (cached answers are free)."""
+        ``throttle.Throttled`` when ``source`` has no review left: a page's bearer token
+        answered from the cache is free, a sign-in (``sign_in``) always costs one, cached,
+        malformed or not."""
+        if sign_in:
+            self._limiter.take(throttle.source_of(source))
         if not token or len(token) > MAX_TOKEN or not token.isascii() or not token.isprintable():
             return None
         key = ("id", token_key(token))
         hit, who = self._cache.get(key)
         if hit:
             return who  # type: ignore[no-any-return]
-        self._limiter.take(throttle.source_of(source))
+        if not sign_in:
+            self._limiter.take(throttle.source_of(source))
         self._on_review("token")
         review = self._kcp.create(apitypes.TOKEN_REVIEWS, None, review_body(token, self._audience),
                                   timeout=self._timeout)

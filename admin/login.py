@@ -3,12 +3,19 @@
 SameSite=Strict, ``__Host-``, holding a random session ID, never the token;
 ``admin.sessions``), ``POST /logout`` (ends the session server-side). Both POSTs must come
 from the admin's own origin (``admin.signin.cross_site``: else 403), and ``next`` is followed
-only to one of the pages (``admin.signin.safe_next``)."""
+only to one of the pages (``admin.signin.safe_next``).
+
+A sign-in, in order: same origin (403) -> the source's budget, one per attempt whatever the
+token (429, ``admin.throttle``) -> TokenReview for the pages' audience (401) -> the page
+right: SubjectAccessReview ``get adminpages/<the page next leads to>``, the check every page
+makes (403) -> a session (at most ``sessions_per_user`` per user, ``admin.sessions``). So a
+credential without a page right makes no session and evicts none."""
 
 from __future__ import annotations
 
 import logging
 import time
+import urllib.parse
 
 import flask
 from flask import Response, request
@@ -17,7 +24,7 @@ from werkzeug.wrappers import Response as Answer
 
 from admin import auth, guard, pages, respond, signin, throttle
 from admin import services as services_mod
-from tether import gateway, logs
+from tether import apitypes, gateway, logs
 
 log = logging.getLogger("admin.app")  # the name its lines have always had
 bp = flask.Blueprint("signin", __name__)
@@ -34,6 +41,18 @@ def _is_page(path: str) -> bool:
 
 def _safe_next(target: str) -> str:
     return signin.safe_next(target, _is_page)
+
+
+def _page_of(nxt: str) -> str:
+    """The page name (``auth.PAGES``) whose right a sign-in leading to ``nxt`` needs (``nxt``
+    is already one of the pages: ``_safe_next``)."""
+    path = urllib.parse.unquote(urllib.parse.urlsplit(nxt).path)
+    try:
+        endpoint, _ = flask.current_app.url_map.bind("admin.invalid").match(path, method="GET")
+    except exceptions.HTTPException:
+        return "fleet"
+    page = str(endpoint).removeprefix("pages.").removesuffix("_page")
+    return page if page in auth.PAGES else "fleet"
 
 
 def _foreign(page: str) -> Response | None:
@@ -76,12 +95,15 @@ def login() -> Answer:
     nxt = _safe_next(request.form.get("next") or "/fleet")
     if not token:
         return _form(nxt, "paste a bearer token", 400)
-    try:
-        who = svc.authorizer.identify(token, request.remote_addr or "")
+    page = _page_of(nxt)
+    try:  # every attempt costs the source one, a cached token's too (sign_in)
+        who = svc.authorizer.identify(token, request.remote_addr or "",
+                                      sign_in=True)
+        allowed = who is not None and svc.authorizer.allowed(who, page)
     except throttle.Throttled as e:
         return guard.throttled(e)
     except gateway.GatewayError as e:
-        log.warning("sign-in: TokenReview failed: %s", logs.bounded(e, 200))
+        log.warning("sign-in: TokenReview/SubjectAccessReview failed: %s", logs.bounded(e, 200))
         return guard.unavailable()
     if who is None:
         svc.metrics.auth.labels("unauthenticated").inc()
@@ -90,6 +112,13 @@ def login() -> Answer:
         return _form(nxt, "the KCP did not accept this token for the admin pages (TokenReview, "
                      f"audience {aud}); make one with: kubectl create token <service-account> "
                      f"--audience {aud}", 401)
+    if not allowed:
+        svc.metrics.auth.labels("denied").inc()
+        logs.audit(svc.audit, "admin_sign_in_denied", user=who.user, page=page,
+                   address=request.remote_addr or "")
+        return _form(nxt, f"{who.user} may not get adminpages/{page} (group "
+                     f"{apitypes.TETHER_GROUP}), so no session was made; ask for the "
+                     "ClusterRole tether-admin-viewer", 403)
     return _signed_in(svc, who, token, nxt)
 
 

@@ -85,9 +85,12 @@ class Settings:
     max_sessions: int = setting(config.integer(
         A + "MAX_SESSIONS", 2000, "sign-in sessions kept (then the oldest ends)", minimum=10,
         maximum=100_000))
+    sessions_per_user: int = setting(config.integer(
+        A + "SESSIONS_PER_USER", 5, "sign-in sessions kept per user (then that user's oldest "
+        "ends, nobody else's)", minimum=1, maximum=1000))
     reviews_per_minute: float = setting(config.number(  # per source (a token bucket)
-        A + "REVIEWS_PER_MINUTE", 10.0, "TokenReviews one source address (an IPv6 /64) may "
-        "cause a minute; more are answered 429", minimum=1, maximum=10_000))
+        A + "REVIEWS_PER_MINUTE", 10.0, "sign-ins and TokenReviews one source address (an "
+        "IPv6 /64) may cause a minute; more are answered 429", minimum=1, maximum=10_000))
     review_sources: int = setting(config.integer(  # sources whose buckets are kept
         A + "REVIEW_SOURCES", 4096, "source addresses whose TokenReview budget is remembered",
         minimum=16, maximum=1_000_000))

@@ -1,8 +1,9 @@
 """Signing in to the admin pages, attacked, over HTTPS against the session's KCP plane (real
 TokenReview and SubjectAccessReview): ``next`` leads only to a page, a token must be made for
 the pages' audience, the cookie holds a session ID (never the token) that is worthless after
-sign-out, TokenReviews are budgeted per source, and sign-in and sign-out are refused from
-another origin. Each attack stands next to the well-behaved operator who still gets in."""
+sign-out, a sign-in needs the right to the page it leads to (SubjectAccessReview), every
+sign-in and every uncached TokenReview are budgeted per source, one user holds at most a few
+sessions, and sign-in and sign-out are refused from another origin. Each attack stands next to the well-behaved operator who still gets in."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ EVIL = ["/%09/evil.example", "/\t/evil.example", "//evil.example", "/\\evil.exam
 @pytest.fixture(scope="module")
 def tokens(admin_env: adminenv.Env) -> dict[str, str]:
     return {"operator": admin_env.operator("signin-operator", None),
-            "other": admin_env.operator("signin-other", None)}
+            "other": admin_env.operator("signin-other", None),
+            "nobody": admin_env.operator("signin-nobody", ()),
+            "compass-only": admin_env.operator("signin-compass", ("compass",))}
 
 
 def sign_in(admin: adminenv.AdminProcess, token: str, nxt: str = "/fleet",
@@ -155,16 +158,55 @@ def test_a_session_ends_with_its_token(admin: adminenv.AdminProcess,
     assert 500 < max_age <= 600  # not the 8 h of TETHER_ADMIN_SESSION_SECONDS
 
 
-def test_sessions_are_bounded(admin_env: adminenv.Env, tokens: dict[str, str]) -> None:
-    p = adminenv.AdminProcess(admin_env, TETHER_ADMIN_MAX_SESSIONS="10")
+def test_one_operator_signing_in_again_and_again_signs_nobody_else_out(
+        admin_env: adminenv.Env, tokens: dict[str, str]) -> None:
+    """The attack: a valid token (here an operator's own) posted to /login over and over,
+    meant to push every other operator's session out of the store (MAX_SESSIONS). Each user
+    keeps at most SESSIONS_PER_USER; the flood ends only its own older sessions."""
+    p = adminenv.AdminProcess(admin_env, TETHER_ADMIN_MAX_SESSIONS="10",
+                              TETHER_ADMIN_SESSIONS_PER_USER="2")
     try:
-        first = cookie_of(sign_in(p, tokens["operator"]))
-        later = [cookie_of(sign_in(p, tokens["operator"])) for _ in range(15)]
-        assert metric_value(p.metrics(), "tether_admin_sessions") == 10
-        assert p.get("/fleet", headers=as_cookie(first)).status_code == 303  # the oldest went
-        assert p.get("/fleet", headers=as_cookie(later[-1])).status_code == 200
+        victim = cookie_of(sign_in(p, tokens["other"]))
+        narrow = cookie_of(sign_in(p, tokens["compass-only"], "/compass"))
+        flood = [sign_in(p, tokens["operator"]) for _ in range(40)]  # 4x the whole store
+        assert {r.status_code for r in flood} == {303}
+        assert p.get("/fleet", headers=as_cookie(victim)).status_code == 200
+        assert p.get("/compass", headers=as_cookie(narrow)).status_code == 200
+        assert metric_value(p.metrics(), "tether_admin_sessions") == 4  # 2 + 1 + 1
+        assert p.get("/fleet", headers=as_cookie(cookie_of(flood[0]))).status_code == 303
+        assert p.get("/fleet", headers=as_cookie(cookie_of(flood[-1]))).status_code == 200
     finally:
         p.stop()
+
+
+# -- the page right --------------------------------------------------------------------------
+
+def test_a_token_without_a_page_right_makes_no_session(
+        admin: adminenv.AdminProcess, tokens: dict[str, str]) -> None:
+    """The attack: a token the KCP authenticates for the pages' audience but RBAC lets see
+    no page (any ServiceAccount someone may mint a token for) signing in, to hold sessions
+    and evict the operators'. The sign-in asks SubjectAccessReview first: 403, no cookie,
+    no session; an operator's session is untouched."""
+    operator = cookie_of(sign_in(admin, tokens["operator"]))
+    held = metric_value(admin.metrics(), "tether_admin_sessions")
+    for nxt, page in (("/fleet", "fleet"), ("/compass", "compass"), ("/parts", "parts"),
+                      ("/rollout", "rollout"), ("/runtimes/rt-a", "runtime")):
+        r = sign_in(admin, tokens["nobody"], nxt)
+        assert r.status_code == 403 and "Set-Cookie" not in r.headers, (nxt, r.text)
+        assert f"may not get adminpages/{page}" in r.text and "no session was made" in r.text
+    j = sign_in(admin, tokens["nobody"], Accept="application/json")
+    assert j.status_code == 403 and "Set-Cookie" not in j.headers
+    # a right to one page signs in to that page, not to another
+    assert sign_in(admin, tokens["compass-only"], "/compass").status_code == 303
+    refused = sign_in(admin, tokens["compass-only"], "/fleet")
+    assert refused.status_code == 403 and "may not get adminpages/fleet" in refused.text
+    assert metric_value(admin.metrics(), "tether_admin_sessions") == held + 1
+    assert admin.get("/fleet", headers=as_cookie(operator)).status_code == 200
+    time.sleep(0.5)
+    denied = [e for e in admin.audit() if e.get("event") == "admin_sign_in_denied"]
+    assert {e.get("page") for e in denied} >= {"fleet", "compass", "parts", "rollout",
+                                                "runtime"}
+    assert tokens["nobody"] not in admin.audit_text() + admin.log()
 
 
 # -- the TokenReview budget ------------------------------------------------------------------
@@ -190,9 +232,13 @@ def test_token_reviews_are_budgeted_per_source(budgeted: adminenv.AdminProcess,
     bearer = p.get("/fleet", "forged-bearer", headers={"Accept": "application/json"})
     assert bearer.status_code == 429 and bearer.json()["error"] == "too many requests"
     assert "Retry-After" in bearer.headers
+    # a valid token whose review the cache holds is no way around it: every sign-in counts
+    reused = sign_in(p, tokens["operator"])
+    assert reused.status_code == 429 and "Set-Cookie" not in reused.headers
     text = p.metrics()
     assert metric_value(text, "tether_admin_reviews_total", kind="token") == 5
-    assert metric_value(text, "tether_admin_throttled_total") == 31
+    assert metric_value(text, "tether_admin_throttled_total") == 32
+    assert metric_value(text, "tether_admin_sessions") == 1
     # who is signed in, or holds a checked token, is not held back
     assert p.get("/fleet", headers=as_cookie(sid)).status_code == 200
     assert p.get("/fleet", tokens["operator"]).status_code == 200
@@ -200,6 +246,7 @@ def test_token_reviews_are_budgeted_per_source(budgeted: adminenv.AdminProcess,
     time.sleep(retry + 0.5)
     assert sign_in(p, tokens["other"]).status_code == 303
     assert metric_value(p.metrics(), "tether_admin_reviews_total", kind="token") == 6
+
 
 
 # -- same origin -----------------------------------------------------------------------------

@@ -141,7 +141,7 @@ WHO = auth.Identity("alice", "", (), ())
 
 def test_sessions_end_are_deleted_and_are_bounded() -> None:
     clock = Clock()
-    store = sessions.Store(3, clock=clock)
+    store = sessions.Store(3, per_user=3, clock=clock)
     a = store.create(WHO, 60)
     assert len(a) >= 43 and store.get(a) == WHO
     assert store.get(a + "x") is None and store.get("") is None and store.get("a" * 500) is None
@@ -154,3 +154,30 @@ def test_sessions_end_are_deleted_and_are_bounded() -> None:
     assert store.get(b) is None and store.get(c) == WHO and store.get(d) == WHO
     clock.t += 60
     assert store.get(c) is None  # expired
+
+
+def test_one_user_signing_in_again_and_again_ends_only_its_own_sessions() -> None:
+    clock = Clock()
+    store = sessions.Store(10, per_user=2, clock=clock)
+    alice = [store.create(WHO, 60) for _ in range(2)]
+    bob_who = auth.Identity("bob", "", (), ())
+    bob = store.create(bob_who, 60)
+    mallory_who = auth.Identity("mallory", "", (), ())
+    mallory = [store.create(mallory_who, 60) for _ in range(2000)]
+    assert [store.get(a) for a in alice] == [WHO, WHO] and store.get(bob) == bob_who
+    assert store.of("mallory") == 2 and len(store) == 5
+    assert store.get(mallory[-1]) == mallory_who and store.get(mallory[-2]) == mallory_who
+    assert store.get(mallory[0]) is None  # its own oldest went
+    # an ended session leaves the user's count with it
+    assert store.delete(mallory[-1]) and store.of("mallory") == 1
+    clock.t += 61
+    assert store.get(bob) is None and store.of("bob") == 0
+
+
+def test_the_whole_store_is_bounded_across_users() -> None:
+    store = sessions.Store(10, per_user=2, clock=Clock())
+    made = [store.create(auth.Identity(f"user-{i}", "", (), ()), 60) for i in range(15)]
+    assert len(store) == 10
+    assert all(store.get(sid) is None for sid in made[:5])  # the oldest went
+    assert all(store.get(sid) is not None for sid in made[5:])
+    assert store.of("user-0") == 0 and store.of("user-14") == 1
