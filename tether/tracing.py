@@ -5,8 +5,18 @@ A change's trace starts where Tether first sees it: with spans recorded, at the 
 admission (a trace per admitted key; admissions that coalesce into a pending entry keep the
 first one's trace and are linked from the forward span); else, and for the poller, at the
 POST. It travels in the
-``traceparent`` header of the POST to the listener, which logs its trace ID on the audit
-line of each record and stores the listener span's ``traceparent`` on the record
+``traceparent`` header of the POST to the listener.
+
+The KCP does not continue it: the header is written by the runtime, so by a tenant who
+controls the runtime (a pod there can reach the webhook and the poller's address too). A
+continued trace would let a tenant choose the KCP's trace IDs (collide with another runtime's
+trace, or follow the KCP's spans into the trace it named) and the KCP's sampled flag (turn
+sampling of the KCP's spans on for every request, or off). So the listener starts its own
+trace with its own sampling decision (the SDK's sampler, ``OTEL_TRACES_SAMPLER``) and keeps
+the runtime's context only as a link and an attribute (``linked``, ``remote_attributes``:
+``parse`` validated it, at most ``MAX_HEADER`` characters read, a 55-character header kept).
+It logs the KCP's trace ID on the audit line of each record (and the runtime's as
+``runtime_trace_id``), and stores the listener span's ``traceparent`` on the record
 (annotation ``tether.kyma-project.io/traceparent``) and in the runtime's recent deliveries.
 
 The pure part (``TraceParent``, ``parse``, ``new``) needs nothing but ``random``: with
@@ -92,6 +102,25 @@ def new(parent: TraceParent | None = None) -> TraceParent:
     if parent is None:
         return TraceParent(_nonzero(128), _nonzero(64))
     return TraceParent(parent.trace_id, _nonzero(64), parent.sampled)
+
+
+REMOTE_ATTRIBUTE = "tether.runtime.traceparent"  # the linked context, on the KCP's span
+
+
+def linked(remote: TraceParent | None) -> tuple[TraceParent, ...]:
+    """The links of a span that starts its own trace beside ``remote`` (a caller's context,
+    already validated by ``parse``): itself, or none."""
+    return () if remote is None else (remote,)
+
+
+def remote_attributes(remote: TraceParent | None,
+                      attributes: Attributes) -> dict[str, str | int | float | bool]:
+    """``attributes`` with the caller's context re-rendered (version 00, 55 characters:
+    nothing of what it sent beyond the parsed IDs and flag) under ``REMOTE_ATTRIBUTE``."""
+    found = dict(attributes)
+    if remote is not None:
+        found[REMOTE_ATTRIBUTE] = remote.header()
+    return found
 
 
 class Span(Protocol):

@@ -15,9 +15,11 @@ Epochs (``listener.fleet.epochs``): a record without one is given the runtime's 
 the answers carry it (``epoch``), so senders learn it; a poller's report on the first page
 of a state listing may start the next one.
 
-Tracing (``tether.tracing``): a POST of changes is a span continuing its ``traceparent``
-(absent or malformed: a new trace, never a refusal); each record's audit line and recent
-entry carry its trace ID, each written record its ``traceparent`` (annotation).
+Tracing (``tether.tracing``): a POST of changes is a span of the KCP's own trace (its own
+trace ID and sampling decision); the ``traceparent`` the runtime sent is only linked (and,
+well-formed, its trace ID is ``runtime_trace_id`` on the audit lines; malformed: ignored,
+never a refusal); each record's audit line and recent entry carry the KCP's trace ID, each
+written record the KCP span's ``traceparent`` (annotation).
 
 Once a runtime is authenticated, what happens to its records and refusals is counted per
 runtime (``listener.fleet.deliveries``) and merged into its ``RuntimeDelivery`` object after the
@@ -42,12 +44,19 @@ bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
 DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
 CHANGES_SPAN = "tether.listener.changes"
 _TRACE = "tether.trace"  # request.environ[_TRACE]: the POST's span context (tracing.TraceParent)
+_REMOTE = "tether.remote_trace"  # request.environ[_REMOTE]: the runtime's, a link (or None)
 
 
 def _trace_id() -> str:
     """The trace ID of the request's span ("" outside a POST of changes)."""
     ctx = request.environ.get(_TRACE)
     return ctx.trace_hex if isinstance(ctx, tracing.TraceParent) else ""
+
+
+def _runtime_trace() -> dict[str, str]:
+    """The audit field naming the trace the runtime sent (validated; none without one)."""
+    ctx = request.environ.get(_REMOTE)
+    return {"runtime_trace_id": ctx.trace_hex} if isinstance(ctx, tracing.TraceParent) else {}
 
 
 def _refuse(svc: services.Services, runtime_id: str, status: int, reason: str, message: str,
@@ -130,7 +139,7 @@ def _invalid(svc: services.Services, runtime_id: str, problem: validation.Proble
                               trace_id)
     svc.audit_event("refused", runtime=runtime_id, reason=problem.reason, status=problem.status,
                     remote=request.remote_addr, route=request.method + " " + str(request.url_rule),
-                    **({"trace_id": trace_id} if trace_id else {}))
+                    **({"trace_id": trace_id} if trace_id else {}), **_runtime_trace())
     retry = svc.settings.retry_after if problem.status == 503 else None
     return responses.error(problem.status, problem.error, problem.details, retry_after=retry)
 
@@ -188,10 +197,12 @@ def _rate_before_body(svc: services.Services, runtime_id: str) -> Response | Non
 @bp.post("/<runtime_id>/changes")
 @_guarded
 def post_changes(svc: services.Services, runtime_id: str) -> Response:
-    parent = tracing.parse(request.headers.get(tracing.HEADER))  # malformed: None, ignored
-    span = svc.tracer.start(CHANGES_SPAN, parent=parent, kind="server", attributes={
-        "tether.runtime_id": runtime_id} if svc.tracer.enabled else None)
-    request.environ[_TRACE] = span.context
+    # the runtime's trace is linked, never continued: the KCP's own trace ID and sampling
+    remote = tracing.parse(request.headers.get(tracing.HEADER))  # malformed: None, ignored
+    span = svc.tracer.start(CHANGES_SPAN, links=tracing.linked(remote), kind="server",
+                            attributes=tracing.remote_attributes(remote, {
+                                "tether.runtime_id": runtime_id}) if svc.tracer.enabled else None)
+    request.environ[_TRACE], request.environ[_REMOTE] = span.context, remote
     status = 500
     try:
         result = _post_changes(svc, runtime_id)
@@ -273,7 +284,7 @@ def _unwatched(svc: services.Services, runtime_id: str, recs: list[changes.Chang
         counts[r.reason] = counts.get(r.reason, 0) + 1
     svc.audit_event("refused", runtime=runtime_id, reason="watch", status=403, reasons=counts,
                     records=len(refused), route=request.method + " " + str(request.url_rule),
-                    **({"trace_id": trace_id} if trace_id else {}))
+                    **({"trace_id": trace_id} if trace_id else {}), **_runtime_trace())
     first = refused[0]
     return responses.error(403, listenerapi.WATCH_REFUSAL, {
         "reason": first.reason, "message": first.message,
@@ -330,7 +341,7 @@ def _account(svc: services.Services, recs: list[changes.ChangeRecord],
         svc.audit_event("change", runtime=rec["runtimeId"], watch=rec.get("watch", ""),
                         object=f"{rec['namespace']}/{rec['name']}", resourceVersion=rec[
                             "resourceVersion"], deleted=rec["deleted"], source=rec["source"],
-                        outcome=fin.outcome, trace_id=trace_id)
+                        outcome=fin.outcome, trace_id=trace_id, **_runtime_trace())
         results.append({"namespace": rec["namespace"], "name": rec["name"],
                         "resourceVersion": rec["resourceVersion"], "outcome": fin.outcome})
     for f in (f for f in done.failures if isinstance(f.error, gateway.GatewayError)):

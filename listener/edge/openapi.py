@@ -181,9 +181,9 @@ def _changes_path() -> dict[str, Any]:
             "parameters": [_runtime_param(), {
                 "name": "traceparent", "in": "header", "required": False,
                 "description": "W3C trace context of the request (tether.tracing): the "
-                               "listener continues its trace, logs its trace ID with each "
-                               "record and stores it on the records it writes; absent or "
-                               "malformed: a new trace, never a refusal",
+                               "listener starts its own trace and links this one (its trace "
+                               "ID is logged as runtime_trace_id with each record); absent "
+                               "or malformed: no link, never a refusal",
                 "schema": {"type": "string", "maxLength": 512}}],
             "requestBody": {"required": True, "content": {"application/json": {
                 "schema": {"$ref": REF + "ChangeRequest"}}}},

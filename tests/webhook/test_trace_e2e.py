@@ -1,7 +1,9 @@
 """One trace per change, end to end: SKR apiserver -> webhook (gunicorn) -> listener
 (gunicorn, mTLS) -> RuntimeConfigMap in the KCP. The stored record's traceparent annotation
-names the trace ID the listener's audit line of that write carries, and the runtime's
-RuntimeDelivery lists it with the recent records (what the admin runtime page shows)."""
+names the KCP's trace ID the listener's audit line of that write carries (beside the
+runtime's trace, ``runtime_trace_id``, which the KCP links and never continues), and the
+runtime's RuntimeDelivery lists it with the recent records (what the admin runtime page
+shows)."""
 
 from __future__ import annotations
 
@@ -56,6 +58,8 @@ def test_the_stored_records_trace_is_the_one_the_listener_logged(
                   and a.get("object") == f"{namespace}/traced" and a.get("resourceVersion") == rv
                   and a.get("outcome") == "persisted"]
         assert [a["trace_id"] for a in writes] == [stored.trace_hex], writes
+        runtime_trace = writes[0].get("runtime_trace_id", "")
+        assert len(runtime_trace) == 32 and runtime_trace != stored.trace_hex, writes
         assert all("data" not in a and "v1" not in str(a) for a in writes)  # no record data
         assert "v1" not in header and stored.trace_hex not in str(obj["spec"])
 

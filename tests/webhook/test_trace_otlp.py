@@ -1,7 +1,9 @@
 """OTLP export from the real processes: a webhook (gunicorn) and a listener (gunicorn) with
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` set export their spans of one change to a collector over
-OTLP/HTTP, all in the trace whose ID the stored record's annotation names: the admission
-and the forward span from ``tether-webhook``, the listener's from ``tether-listener``."""
+OTLP/HTTP: the admission and the forward span from ``tether-webhook`` in the runtime's trace,
+the listener's from ``tether-listener`` in the KCP's own trace (the one the stored record's
+annotation names), linked to the runtime's: the KCP never continues a trace the runtime
+chose."""
 
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ class Collector:
 
     def __init__(self) -> None:
         self.spans: list[Span] = []
-        lock, spans = threading.Lock(), self.spans
+        self.links: list[tuple[str, str]] = []  # (a span's trace ID, a trace it links)
+        lock, spans, links = threading.Lock(), self.spans, self.links
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the handler's API
@@ -40,8 +43,9 @@ class Collector:
                     for rs in req.resource_spans:
                         service = next((a.value.string_value for a in rs.resource.attributes
                                         if a.key == "service.name"), "")
-                        spans.extend((service, s.name, s.trace_id.hex())
-                                     for ss in rs.scope_spans for s in ss.spans)
+                        for s in (s for ss in rs.scope_spans for s in ss.spans):
+                            spans.append((service, s.name, s.trace_id.hex()))
+                            links.extend((s.trace_id.hex(), lk.trace_id.hex()) for lk in s.links)
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -94,13 +98,22 @@ def test_both_processes_export_their_spans_of_one_change_over_otlp(
             time.sleep(0.3)
         stored = tracing.parse(obj["metadata"]["annotations"][apitypes.TRACEPARENT_ANNOTATION])
         assert stored is not None
-        want = {("tether-webhook", webhook_services.ADMISSION_SPAN, stored.trace_hex),
-                ("tether-webhook", sender.FORWARD_SPAN, stored.trace_hex),
-                ("tether-listener", "tether.listener.changes", stored.trace_hex)}
+        kcp = ("tether-listener", "tether.listener.changes", stored.trace_hex)
         deadline = time.monotonic() + 20
+        while not (kcp in collector.spans and any(
+                t == stored.trace_hex for t, _ in collector.links)):
+            assert time.monotonic() < deadline, (collector.spans, proc.log())
+            time.sleep(0.2)
+        runtime_traces = {linked for t, linked in collector.links if t == stored.trace_hex}
+        assert len(runtime_traces) == 1 and stored.trace_hex not in runtime_traces
+        (runtime_trace,) = runtime_traces
+        want = {("tether-webhook", webhook_services.ADMISSION_SPAN, runtime_trace),
+                ("tether-webhook", sender.FORWARD_SPAN, runtime_trace)}
         while not want <= set(collector.spans):
             assert time.monotonic() < deadline, (collector.spans, proc.log())
             time.sleep(0.2)
+        assert all(t != stored.trace_hex for svc_, _, t in collector.spans
+                   if svc_ == "tether-webhook")
     finally:
         stack.unregister(skr_api, vwc["metadata"]["name"])
         rc = proc.stop()

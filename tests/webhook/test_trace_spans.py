@@ -1,9 +1,11 @@
 """OpenTelemetry spans of one change, recorded by the SDK's in-memory exporter: the webhook's
 admission (its Flask app), the forwarder's POST (``ListenerClient.send`` through the real
 forwarder) and the listener's handling of it (its ``post_changes`` route, with the KCP, the
-authentication and the limits stood in) share one trace ID; the stored record's annotation
-and the audit line name it; a missing or malformed header starts a new trace, never a
-refusal."""
+authentication and the limits stood in). The runtime's spans share one trace ID; the
+listener starts the KCP's own trace and links the runtime's (which a tenant controls: it
+chooses neither the KCP's trace ID nor its sampling); the stored record's annotation and
+the audit line name the KCP's trace, the audit line the runtime's beside it; a missing or
+malformed header links nothing, never a refusal."""
 
 from __future__ import annotations
 
@@ -103,7 +105,7 @@ def _admit(c: Any, name: str) -> None:
     assert r.status_code == 200
 
 
-def test_admission_forward_and_listener_spans_share_one_trace(
+def test_the_runtime_shares_one_trace_and_the_listener_links_it_from_its_own(
         spans: tuple[tracing.Tracer, InMemorySpanExporter]) -> None:
     tracer, exporter = spans
     listener = Listener(tracer)
@@ -122,19 +124,88 @@ def test_admission_forward_and_listener_spans_share_one_trace(
     (handled,) = by_name[api.CHANGES_SPAN]
     trace_id = first.context.trace_id
     assert post.context.trace_id == trace_id and post.parent.span_id == first.context.span_id
-    assert handled.context.trace_id == trace_id and handled.parent.span_id == post.context.span_id
+    # the KCP's own trace, the runtime's POST a link of it
+    kcp_trace = handled.context.trace_id
+    assert kcp_trace != trace_id and handled.parent is None
+    assert [(lk.context.trace_id, lk.context.span_id) for lk in handled.links] == [
+        (trace_id, post.context.span_id)]
+    assert handled.attributes[tracing.REMOTE_ATTRIBUTE] == tracing.TraceParent(
+        trace_id, post.context.span_id).header()
     assert {lk.context.trace_id for lk in post.links} == {coalesced.context.trace_id,
                                                         other.context.trace_id}
     assert first.attributes["tether.queue"] == "enqueued"
     assert coalesced.attributes["tether.queue"] == "coalesced"
     assert post.attributes["tether.records"] == 2 and handled.attributes[
         "http.response.status_code"] == 200
-    # the batch's records are stored with the listener span's traceparent, audited with its ID
-    want = tracing.TraceParent(trace_id, handled.context.span_id).header()
+    # the batch's records are stored with the listener span's traceparent, audited with its
+    # ID and the runtime's (the operator joins the runtime's report to the KCP's trace)
+    want = tracing.TraceParent(kcp_trace, handled.context.span_id).header()
     assert listener.writes == [("a", want), ("b", want)]
     changes = [a for a in listener.audits if a["event"] == "change"]
-    assert [a["trace_id"] for a in changes] == [format(trace_id, "032x")] * 2
+    assert [a["trace_id"] for a in changes] == [format(kcp_trace, "032x")] * 2
+    assert [a["runtime_trace_id"] for a in changes] == [format(trace_id, "032x")] * 2
     assert all("data" not in a for a in changes)
+
+
+RECORD = {"apiVersion": "tether.kyma-project.io/v1", "kind": "ConfigMapChange",
+          "runtimeId": "rt", "namespace": "ns", "name": "a", "uid": "u", "resourceVersion": "5",
+          "observedAt": "2026-12-02T10:00:00.000000Z", "deleted": False, "source": "poller",
+          "data": {"k": "v"}}
+CHOSEN = 0x4BF92F3577B34DA6A3CE929D0E0E4736  # a trace ID the tenant picked (another's, say)
+
+
+@pytest.mark.parametrize("flags", ["00", "01"])
+def test_a_tenant_chooses_neither_the_kcps_trace_nor_its_sampling(
+        spans: tuple[tracing.Tracer, InMemorySpanExporter], flags: str) -> None:
+    """The attack: a pod in the runtime (or the tenant's own poller) POSTs with a
+    ``traceparent`` naming a trace ID it picked (another runtime's trace, to mix its records
+    into it, or one it will look for) and a sampled flag (00, to hide the KCP's handling of
+    its requests from sampling; 01, to force it). The KCP's span is in a trace of its own,
+    recorded by its own sampler whatever the flag, each request in a new one; the tenant's
+    context is only a link, re-rendered from its parsed IDs."""
+    tracer, exporter = spans
+    listener = Listener(tracer)
+    header = f"00-{CHOSEN:032x}-00f067aa0ba902b7-{flags}"
+    with mock.patch.object(api, "_authenticate", return_value=None):
+        for i in range(2):
+            outcome, _ = listener.call("POST", "/v1/runtimes/rt/changes", json.dumps(
+                {**RECORD, "resourceVersion": str(5 + i)}).encode(),
+                extra={"traceparent": header})
+            assert outcome.verdict == "ok", outcome
+    handled = exporter.get_finished_spans()
+    assert len(handled) == 2 and all(s.context.trace_flags.sampled for s in handled)
+    kcp_traces = {s.context.trace_id for s in handled}
+    assert CHOSEN not in kcp_traces and len(kcp_traces) == 2  # never the chosen, never shared
+    assert all(s.parent is None and [lk.context.trace_id for lk in s.links] == [CHOSEN]
+               for s in handled)
+    stored = [tracing.parse(trace) for _, trace in listener.writes]
+    assert {t.trace_id for t in stored if t} == kcp_traces and all(t and t.sampled for t in stored)
+    changes = [a for a in listener.audits if a["event"] == "change"]
+    assert {a["trace_id"] for a in changes} == {format(t, "032x") for t in kcp_traces}
+    assert {a["runtime_trace_id"] for a in changes} == {format(CHOSEN, "032x")}
+
+
+def test_a_later_version_header_is_linked_by_its_ids_only(
+        spans: tuple[tracing.Tracer, InMemorySpanExporter]) -> None:
+    """A header of a later W3C version may append fields: the KCP keeps none of them (the
+    attribute is the 55-character version-00 rendering of the parsed IDs), and a header over
+    ``MAX_HEADER`` is not read at all."""
+    tracer, exporter = spans
+    listener = Listener(tracer)
+    appended = f"01-{CHOSEN:032x}-00f067aa0ba902b7-01-" + "<script>" * 50
+    too_long = appended + "x" * tracing.MAX_HEADER
+    with mock.patch.object(api, "_authenticate", return_value=None):
+        for header in (appended, too_long):
+            outcome, _ = listener.call("POST", "/v1/runtimes/rt/changes",
+                                       json.dumps(RECORD).encode(), extra={"traceparent": header})
+            assert outcome.verdict == "ok", outcome
+    kept, ignored = exporter.get_finished_spans()
+    assert (kept.attributes or {})[tracing.REMOTE_ATTRIBUTE] == \
+        f"00-{CHOSEN:032x}-00f067aa0ba902b7-01"
+    assert len(kept.links) == 1 and kept.context.trace_id != CHOSEN
+    assert ignored.links == () and tracing.REMOTE_ATTRIBUTE not in (ignored.attributes or {})
+    changes = [a for a in listener.audits if a["event"] == "change"]
+    assert "runtime_trace_id" in changes[0] and "runtime_trace_id" not in changes[1]
 
 
 @pytest.mark.parametrize("header", [None, "", "00-zz-bad-01", "ff-" + "1" * 32 + "-" + "2" * 16 + "-01",
@@ -143,16 +214,13 @@ def test_no_or_a_malformed_traceparent_starts_a_new_trace_and_is_never_refused(
         spans: tuple[tracing.Tracer, InMemorySpanExporter], header: str | None) -> None:
     tracer, exporter = spans
     listener = Listener(tracer)
-    rec = {"apiVersion": "tether.kyma-project.io/v1", "kind": "ConfigMapChange",
-           "runtimeId": "rt", "namespace": "ns", "name": "a", "uid": "u", "resourceVersion": "5",
-           "observedAt": "2026-12-02T10:00:00.000000Z", "deleted": False, "source": "poller",
-           "data": {"k": "v"}}
     with mock.patch.object(api, "_authenticate", return_value=None):
-        outcome, _ = listener.call("POST", "/v1/runtimes/rt/changes", json.dumps(rec).encode(),
+        outcome, _ = listener.call("POST", "/v1/runtimes/rt/changes", json.dumps(RECORD).encode(),
                                    extra=None if header is None else {"traceparent": header})
     assert outcome.verdict == "ok", outcome
     (handled,) = exporter.get_finished_spans()
-    assert handled.parent is None  # a new trace
+    assert handled.parent is None and handled.links == ()  # a new trace, nothing linked
+    assert all("runtime_trace_id" not in a for a in listener.audits)
     ((_, stored),) = listener.writes
     assert tracing.parse(stored) == tracing.TraceParent(handled.context.trace_id,
                                                         handled.context.span_id)
@@ -180,5 +248,7 @@ def test_tracing_off_costs_the_admission_nothing_and_the_post_starts_the_trace()
         svc.forwarder._step([], set())
     ((_, stored),) = listener.writes
     sent, kept = tracing.parse(headers[0]), tracing.parse(stored)
-    assert sent is not None and kept is not None and kept.trace_id == sent.trace_id
-    assert kept.span_id != sent.span_id  # the listener's span, a child of the POST's
+    assert sent is not None and kept is not None and kept.trace_id != sent.trace_id
+    # the listener's trace is its own; the runtime's is on the audit line beside it
+    (change,) = [a for a in listener.audits if a["event"] == "change"]
+    assert change["trace_id"] == kept.trace_hex and change["runtime_trace_id"] == sent.trace_hex
