@@ -6,10 +6,15 @@ labelled runtimes are read once per tenant and run, ``regindex``):
 1. the tenant's Director runtimes labelled ``gardenerClusterName`` = the shoot's name (the
    Provisioner, compass-manager and Tether all write it); one this instance registered for
    this Kyma CR (``director_connection_managed_by`` and ``tether_kyma``) is its own;
-2. else the runtime's ``compass-agent-configuration`` Secret: its RUNTIME_ID, checked against
-   the Director (the runtime exists in this tenant), is the registration the agent uses;
-3. else the labelled runtimes not claimed by another Kyma CR of Tether: one is adopted,
-   several are reported (``AmbiguousRegistration``), never guessed between.
+2. else a *hint*: the RUNTIME_ID of the runtime's ``compass-agent-configuration`` Secret
+   (``kyma-system``, then where older runtimes keep it, ``compass-system``), or a runtime ID
+   from compass-manager's mappings. A hint is never proof (the tenant writes that Secret):
+   the runtime it names is adopted only when it exists in this tenant, no other mapping
+   holds it and its labels name this Kyma CR (``claims.mismatch``); when it exists but
+   fails either check the lookup is *refused* (``Found.refused``: reported on the mapping,
+   counted, alerted; nothing adopted, nothing registered);
+3. else the labelled runtimes that name this Kyma CR and no other mapping holds: one is
+   adopted, several are reported (``AmbiguousRegistration``), never guessed between.
 
 Dry-run (``TETHER_COMPASS_MODE=dry-run``): the reads are done, every change is recorded in a
 ``Plan`` instead; the mapping's creation and an adoption are simulated in memory so that
@@ -20,10 +25,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from compass import agent_secret, decide, errors, model, queries, regindex, status
+from compass import agent_secret, claims, decide, errors, model, queries, regindex, status
 from compass import director as director_mod
 from tether import apitypes, gateway, skr_clients
 
@@ -37,33 +42,59 @@ class Found(NamedTuple):
     own: bool
     candidates: int
     condition: str | None = None
+    refused: str = ""  # a claims reason: the hinted (or own) runtime is not this Kyma CR's
+    why: str = ""      # the condition message saying so
 
 
-def classify(found: Sequence[queries.Runtime], managed_by: str, ref: str,
-             secret_runtime: queries.Runtime | None) -> Found:
-    """Pure: which registration the lookup found (see the module's docstring)."""
+def _refuse(rid: str, reason: str, message: str) -> Found:
+    return Found(None, False, 0, None, reason, message[:900])
+
+
+def classify(found: Sequence[queries.Runtime], who: claims.Identity, managed_by: str,
+             hinted: queries.Runtime | None, held: Mapping[str, str],
+             source: str = "the runtime's agent Secret") -> Found:
+    """Pure: which registration the lookup found (see the module's docstring). ``hinted``:
+    the runtime a hint (``source``) names, as the Director knows it in this tenant;
+    ``held``: runtime ID -> another mapping holding it."""
     own = [r for r in found if r.labels.get(model.MANAGED_BY) == managed_by
-           and r.labels.get(model.KYMA_REF) == ref]
+           and r.labels.get(model.KYMA_REF) == who.ref]
     if own:
+        if own[0].id in held:
+            return _refuse(own[0].id, claims.HELD_ELSEWHERE, f"Director runtime {own[0].id}, "
+                           "registered for this Kyma CR, is held by another Kyma CR's mapping; "
+                           "not adopted until that mapping releases it")
         return Found(own[0].id, True, 1, own[0].condition)
-    if secret_runtime is not None:
-        return Found(secret_runtime.id, False, 1, secret_runtime.condition)
-    free = [r for r in found if not r.labels.get(model.KYMA_REF)]
+    if hinted is not None:
+        if hinted.id in held:
+            return _refuse(hinted.id, claims.HELD_ELSEWHERE, f"{source} names Director runtime "
+                           f"{hinted.id}, which another Kyma CR's mapping holds: not adopted, "
+                           "none registered (fix or remove it in the runtime)")
+        why = claims.mismatch(hinted.labels, who)
+        if why:
+            return _refuse(hinted.id, claims.LABELS_MISMATCH, f"{source} names Director runtime "
+                           f"{hinted.id}, but {why}: not adopted, none registered (fix or remove "
+                           "it in the runtime)")
+        return Found(hinted.id, False, 1, hinted.condition)
+    free = [r for r in found if r.id not in held and not claims.mismatch(r.labels, who)]
     if len(free) == 1:
         return Found(free[0].id, False, 1, free[0].condition)
     return Found(None, False, len(free))
 
 
-def secret_runtime_id(skr: skr_clients.SkrClients, kyma: str, namespace: str, name: str,
-                      timeout: float) -> str:
-    """The RUNTIME_ID of the runtime's agent Secret; "" when there is none, or the runtime
-    cannot be read (its registration is then looked for by label only)."""
+def secret_runtime_id(skr: skr_clients.SkrClients, kyma: str, namespaces: Sequence[str],
+                      name: str, timeout: float) -> str:
+    """The RUNTIME_ID of the runtime's agent Secret, from the first of ``namespaces`` that
+    holds one; "" when there is none, or the runtime cannot be read (its registration is
+    then looked for by label only). Only a hint: see ``classify``."""
     try:
-        _, held = agent_secret.read(skr.get(kyma), namespace, name, None, timeout)
+        api = skr.get(kyma)
+        for namespace in namespaces:
+            _, held = agent_secret.read(api, namespace, name, None, timeout)
+            if held is not None and held.runtime_id:
+                return held.runtime_id
     except (skr_clients.SkrClientError, errors.RuntimeUnreachable, gateway.GatewayError) as e:
         log.info("looking for an agent Secret in %s: %s", kyma, type(e).__name__)
-        return ""
-    return held.runtime_id if held is not None else ""
+    return ""
 
 
 def own(director: director_mod.DirectorClient, tenant: str, managed_by: str, ref: str) -> Found:
@@ -72,19 +103,33 @@ def own(director: director_mod.DirectorClient, tenant: str, managed_by: str, ref
     return Found(rt.id if rt else None, True, int(rt is not None), rt.condition if rt else None)
 
 
+class Hint(NamedTuple):
+    runtime_id: str
+    source: str  # where it came from, for the condition message
+
+
 def lookup(index: regindex.RunIndex, tenant: str, kyma: model.Kyma,
-           policy: decide.Policy, ref: str, read_secret_id: Any) -> Found:
+           policy: decide.Policy, ref: str, read_hint: Callable[[], Hint],
+           held_by: Callable[[str], str | None]) -> Found:
+    """``read_hint``: the runtime ID a hint names ("" for none), asked only when no own
+    registration is found; ``held_by``: another mapping holding a runtime ID."""
     director = index.director
-    shoot = kyma.labels.get(apitypes.SHOOT_NAME_LABEL, "")
-    found = index.find(tenant, shoot) if shoot else []
-    if any(r.labels.get(model.MANAGED_BY) == policy.managed_by
-           and r.labels.get(model.KYMA_REF) == ref for r in found):
-        return classify(found, policy.managed_by, ref, None)
-    rid = read_secret_id()
-    by_secret = next((r for r in found if r.id == rid), None) if rid else None
-    if rid and by_secret is None:
-        by_secret = director.get_runtime(tenant, rid)  # None: not in this tenant
-    return classify(found, policy.managed_by, ref, by_secret)
+    who = claims.identity(kyma, ref)
+    found = index.find(tenant, who.shoot) if who.shoot else []
+    hint = Hint("", "")
+    if not any(r.labels.get(model.MANAGED_BY) == policy.managed_by
+               and r.labels.get(model.KYMA_REF) == ref for r in found):
+        hint = read_hint()
+    rid = hint.runtime_id
+    if rid and not queries.valid_runtime_id(rid):
+        log.info("%s of %s names no valid runtime ID; ignored", hint.source, ref)
+        rid = ""
+    by_hint = next((r for r in found if r.id == rid), None) if rid else None
+    if rid and by_hint is None:
+        by_hint = director.get_runtime(tenant, rid)  # None: not in this tenant
+    ids = {r.id for r in found} | ({by_hint.id} if by_hint else set())
+    held = {i: h for i in ids if (h := held_by(i)) is not None}
+    return classify(found, who, policy.managed_by, by_hint, held, hint.source)
 
 
 def add_labels(index: regindex.RunIndex, tenant: str, runtime_id: str,

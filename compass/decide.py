@@ -12,6 +12,13 @@ else the Director's runtimes labelled with the shoot's name, as the Provisioner 
 compass-manager write them): one found is adopted, two are reported and never guessed
 between, none is registered (not with ``registration-off``). An adopted runtime's agent
 Secret is kept byte-for-byte while it works (``secret_verdict``).
+
+Across tenants (issue 38, ``compass.claims``): a lookup the reconciler refused (the hint
+names a runtime another mapping holds, or whose labels name another Kyma CR) is reported
+as ``ForeignRuntime`` and nothing is adopted or registered; a registered runtime the
+Director shows with another Kyma CR's ``tether_kyma`` is dropped from the mapping
+(``forget_runtime``, never unregistered); teardown reads the runtime first and unregisters
+it only when its ``tether_kyma`` names this Kyma CR, else ``release``s it.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from compass import model
+from compass import claims, model
 from tether import apitypes
 
 SecretState = Literal["unknown", "missing", "matches", "differs"]
@@ -30,7 +37,7 @@ ActionKind = Literal[
     "create_mapping", "report_invalid", "mark_registering", "lookup", "adopt", "register",
     "forget_runtime", "read_secret", "fetch_runtime", "issue_token", "mark_connected",
     "mark_ready", "unregister", "delete_mapping", "remove_finalizer", "report_pending",
-    "keep_secret",
+    "keep_secret", "release",
 ]
 NAME_RE = re.compile(r"^[a-z][a-z0-9.-]{0,35}$")
 
@@ -59,6 +66,8 @@ class Facts(NamedTuple):
     found_own: bool = False            # the one found was registered by this instance
     found_secret: model.AgentSecret | None = None  # the agent Secret read in this pass
     halted: bool = False               # dry-run: the pass stops at its first change
+    runtime_labels: Mapping[str, Any] | None = None  # the Director's labels, when fetched
+    refusal: tuple[str, str] | None = None  # lookup refused: (claims reason, message)
 
 
 class Action(NamedTuple):
@@ -69,6 +78,7 @@ class Action(NamedTuple):
 
 
 DONE = Action("done")
+FOREIGN = "ForeignRuntime"  # the condition reason of every refusal across Kyma CRs
 
 
 def problems(kyma: model.Kyma) -> tuple[str, str] | None:
@@ -162,6 +172,8 @@ def _register(f: Facts, m: model.MappingView, policy: Policy) -> Action:
         return _report(m, "report_invalid", "AmbiguousRegistration",
                        f"{f.candidates} Director runtimes match this runtime (its agent Secret or "
                        f"label {model.SHOOT_LABEL}); none adopted, none registered")
+    if f.refusal is not None:
+        return _report(m, "report_invalid", FOREIGN, f.refusal[1])
     if f.found_runtime_id:
         return Action("adopt", runtime_id=f.found_runtime_id)
     if policy.mode == "registration-off":
@@ -200,6 +212,12 @@ def _registered(f: Facts, m: model.MappingView, rid: str, policy: Policy) -> Act
         return Action("forget_runtime", "RuntimeNotFound",
                       "the Director no longer knows the runtime; registering it again",
                       runtime_id=rid)
+    if f.runtime_labels is not None and f.runtime_condition is not None \
+            and not claims.names(f.runtime_labels, kyma_ref(m.namespace, m.name)):
+        return Action("forget_runtime", FOREIGN, f"Director runtime {rid} is not this Kyma CR's "
+                      f"(its label {model.KYMA_REF} names another Kyma CR or none): released, "
+                      "not unregistered, no token issued; looking for a registration again",
+                      runtime_id=rid)
     if st.get("runtimeConnected") is True:
         if f.full and not f.fetched:
             return Action("fetch_runtime", runtime_id=rid)
@@ -234,8 +252,16 @@ def _teardown(f: Facts) -> Action:
     if m is None:
         return DONE
     if not f.unregistered:
-        if m.runtime_id is not None:
-            return Action("unregister", runtime_id=m.runtime_id)
+        rid = m.runtime_id
+        if rid is not None:
+            if f.runtime_labels is None:  # read it first: only this Kyma CR's is unregistered
+                return Action("fetch_runtime", runtime_id=rid)
+            if f.runtime_condition is None or claims.names(f.runtime_labels,
+                                                           kyma_ref(m.namespace, m.name)):
+                return Action("unregister", runtime_id=rid)
+            return Action("release", FOREIGN, f"Director runtime {rid} is not this Kyma CR's "
+                          f"(its label {model.KYMA_REF} names another Kyma CR or none): released, "
+                          "not unregistered", runtime_id=rid)
         if m.registering:
             if not f.looked_up:
                 return Action("lookup")

@@ -96,7 +96,12 @@ class DirectorClient:
             res = self._call("get_runtime", tenant, {"id": runtime_id})
         except errors.NotFound:
             return None
-        return None if res is None else queries.runtime_of(res)
+        if res is None:
+            return None
+        rt = queries.runtime_of(res)
+        if rt.id != runtime_id:  # as compass-manager (ErrDirectorRuntimeIDMismatch)
+            raise errors.InvalidAnswer("Director answered runtime(id:) with another runtime")
+        return rt
 
     def register(self, tenant: str, register_input: dict[str, Any]) -> queries.Runtime:
         return queries.runtime_of(self._call("register_runtime", tenant, {"in": register_input}))

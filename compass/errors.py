@@ -5,7 +5,8 @@
     ├── InvalidInput
     ├── Unauthorized
     └── Unavailable
-        └── CircuitOpen
+        ├── CircuitOpen
+        └── InvalidAnswer
 
 Messages are bounded and never hold tokens or credentials: the Director's own text (a
 GraphQL error message) is scrubbed (``scrub``) before it is kept, so what reaches a log
@@ -70,6 +71,11 @@ class Unavailable(DirectorError, kind="unavailable"):
 
 class CircuitOpen(Unavailable, kind="circuit_open"):
     """Not even tried: the circuit breaker is open."""
+
+
+class InvalidAnswer(Unavailable, kind="invalid_answer"):
+    """The Director answered something Tether refuses to pass on (a token, connector URL or
+    runtime ID of the wrong shape, ``queries``); retried with backoff like an outage."""
 
 
 class NotLeading(Exception):

@@ -101,12 +101,14 @@ class Job:
         kymas = {n: k for n, k in kymas.items() if in_shard(n, *self.shard)}
         states: collections.Counter[str] = collections.Counter()
         self.reconciler.registrations.begin()  # the run's labelled runtimes (compass.regindex)
+        self.reconciler.holders.begin(maps.values())  # every shard's: who holds which ID
         try:
             futures = [self._pool.submit(self._one, kymas.get(n), maps.get(n), full) for n in names]
             for fut in futures:
                 states[fut.result()] += 1
         finally:
             self.reconciler.registrations.end()
+            self.reconciler.holders.end()
         self.before_end()
         for s in STATES:
             self.metrics.runtimes.labels(s).set(states.get(s, 0))

@@ -58,6 +58,11 @@ class Registrations:
     def runtime_id(self, kyma: str) -> str | None:
         return self.by_kyma.get(kyma)
 
+    def holder(self, runtime_id: str, kyma: str) -> str | None:
+        """A Kyma CR other than ``kyma`` whose mapping names ``runtime_id``."""
+        return min((k for k, rid in self.by_kyma.items() if rid == runtime_id and k != kyma),
+                   default=None)
+
 
 def _candidate(obj: Mapping[str, Any]) -> tuple[str, str] | None:
     meta = obj.get("metadata") or {}
@@ -118,6 +123,16 @@ class Source:
                 self._at = now
                 self._refresh()
             return self._regs.runtime_id(kyma)
+
+    def holder(self, runtime_id: str, kyma: str) -> str | None:
+        """Another Kyma CR whose compass-manager mapping names ``runtime_id`` (adoption
+        never takes a runtime another Kyma CR holds), from the same reads as ``__call__``."""
+        with self._lock:
+            now = self._clock()
+            if self._at is None or now - self._at >= self._max_age:
+                self._at = now
+                self._refresh()
+            return self._regs.holder(runtime_id, kyma)
 
     def _refresh(self) -> None:
         try:

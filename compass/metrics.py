@@ -21,6 +21,11 @@ class Metrics:
         self.adoptions = prom.Counter(
             "tether_compass_adoptions_total", "Existing registrations met: adopted, ambiguous, "
             "secret_kept, secret_reissued, registration_off", ["result"], registry=r)
+        self.conflicts = prom.Counter(
+            "tether_compass_runtime_conflicts_total", "Director runtimes kept from a Kyma CR "
+            "that is not theirs: held_elsewhere (another mapping holds it), labels_mismatch "
+            "(its labels name another Kyma CR), released (dropped from a mapping or left "
+            "registered at teardown)", ["reason"], registry=r)
         self.planned = prom.Gauge(
             "tether_compass_planned_actions", "Dry-run: actions the last run would have done",
             ["action"], registry=r)

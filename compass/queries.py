@@ -1,9 +1,20 @@
 """The GraphQL documents Tether sends to the Director, and the pure parts around them:
 building a request body (every argument a variable, never formatted into the text) and
-turning a response into data or a typed error."""
+turning a response into data or a typed error.
+
+The Director's answers are checked before they reach a runtime or the KCP (issue 38): a
+runtime ID must be a Kubernetes label value (it becomes the mapping's label and the agent
+Secret's RUNTIME_ID; compass-manager likewise refuses a ``runtime(id:)`` answer for another
+ID), a one-time token 16-512 characters of the base64/URL-safe alphabet, and the connector
+URL an ``https://`` URL with a host, without user info, query or fragment, at most 1,024
+printable characters. A refused answer raises ``errors.InvalidAnswer``, whose message never
+holds the token.
+"""
 
 from __future__ import annotations
 
+import re
+import urllib.parse
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -50,6 +61,12 @@ OPERATIONS = {
 }
 
 
+RUNTIME_ID_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")  # a label value
+TOKEN_RE = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
+CONNECTOR_URL_MAX = 1024
+_PRINTABLE = re.compile(r"[\x21-\x7e]+")
+
+
 class Runtime(NamedTuple):
     id: str
     name: str
@@ -91,9 +108,32 @@ def result_of(doc: object, secrets: Iterable[str] = ()) -> Any:
     return data["result"]
 
 
+def valid_runtime_id(rid: str) -> bool:
+    return RUNTIME_ID_RE.fullmatch(rid) is not None
+
+
+def connector_url_problem(url: str) -> str:
+    """Why ``url`` is no acceptable connector URL ("" when it is)."""
+    if len(url) > CONNECTOR_URL_MAX or not _PRINTABLE.fullmatch(url):
+        return f"more than {CONNECTOR_URL_MAX} characters or a non-printable one"
+    parts = urllib.parse.urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises on a port that is no number
+    except ValueError:
+        return "a bad port"
+    if parts.scheme != "https" or not parts.hostname:
+        return "a scheme other than https or no host"
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        return "user info, a query or a fragment"
+    return ""
+
+
 def runtime_of(raw: object) -> Runtime:
     if not isinstance(raw, dict) or not raw.get("id"):
         raise errors.Unavailable("Director returned a runtime without id")
+    if not isinstance(raw["id"], str) or not valid_runtime_id(raw["id"]):
+        raise errors.InvalidAnswer("Director returned a runtime whose id is no label value "
+                                   "(1-63 of [A-Za-z0-9._-], alphanumeric at both ends)")
     status = raw.get("status") or {}
     return Runtime(
         id=str(raw["id"]), name=str(raw.get("name") or ""),
@@ -117,6 +157,16 @@ def page_of(raw: object) -> tuple[list[Runtime], int, str | None, bool]:
 
 
 def token_of(raw: object) -> OneTimeToken:
+    """The one-time token, checked (module docstring); the message never holds it."""
     if not isinstance(raw, dict) or not raw.get("token") or not raw.get("connectorURL"):
         raise errors.Unavailable("Director returned an incomplete one-time token")
-    return OneTimeToken(str(raw["token"]), str(raw["connectorURL"]), str(raw.get("expiresAt") or ""))
+    token, url = raw["token"], raw["connectorURL"]
+    if not isinstance(token, str) or not TOKEN_RE.fullmatch(token):
+        raise errors.InvalidAnswer("Director returned a one-time token that is not 16-512 "
+                                   "characters of [A-Za-z0-9._~+/=-]; not delivered")
+    problem = connector_url_problem(url) if isinstance(url, str) else "not a string"
+    if problem:
+        raise errors.InvalidAnswer(f"Director returned a connector URL with {problem}; token "
+                                   "not delivered")
+    expires = raw.get("expiresAt")
+    return OneTimeToken(token, url, str(expires)[:64] if expires else "")

@@ -7,7 +7,10 @@ when the backoff is due.
 
 Events on the mapping for what an operator wants to see (``tether.events``): ``Registered``,
 ``Unregistered``, ``TokenDelivered``, ``TokenRefreshed``, and a Warning ``Failing`` once a
-runtime's step has failed ``FAILING_AFTER`` times in a row (retried with backoff in between).
+runtime's step has failed ``FAILING_AFTER`` times in a row (retried with backoff in between);
+Warnings ``ForeignRuntime`` (a lookup refused a runtime another Kyma CR holds, or whose labels
+name another Kyma CR) and ``Released`` (a runtime not this Kyma CR's dropped from its mapping
+or left registered at teardown), each counted in ``tether_compass_runtime_conflicts_total``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from compass import adoption, agent_secret, decide, errors, metrics, model, regindex, status
+from compass import adoption, agent_secret, claims, decide, errors, metrics, model, regindex, status
 from compass import director as director_mod
 from compass import mappings as mappings_mod
 from tether import apitypes, events, gateway, logs, skr_clients
@@ -42,6 +45,8 @@ class Tuning(NamedTuple):
     policy: decide.Policy
     secret_namespace: str = "kyma-system"
     secret_name: str = "compass-agent-configuration"  # may hold "{kyma}" (tests, benches)
+    # where older runtimes keep the agent Secret, read (after secret_namespace) for hints
+    legacy_secret_namespaces: tuple[str, ...] = ("compass-system",)
     skr_timeout: float = 10.0
     backoff_base: float = 5.0
     backoff_cap: float = 300.0
@@ -75,9 +80,12 @@ class Reconciler:
         # dry-run: every change is recorded here instead (``adoption.Plan``)
         self.plan = adoption.Plan() if tuning.policy.mode == "dry-run" else None
         self.registrations = regindex.RunIndex(director)  # the run's labelled runtimes
+        self.holders = claims.Holders()  # which mapping holds which runtime ID (the run's)
         # another source of a Kyma CR's runtime ID (compass.legacy), asked when its agent
         # Secret names none; checked in the Director like the Secret's
         self.known_runtime_id: Callable[[str], str | None] | None = None
+        # (runtime ID, Kyma CR name) -> another Kyma CR that source records for the ID
+        self.known_holder: Callable[[str, str], str | None] | None = None
         # Test hook: called with the action kind right after its Director call, before
         # the result is written to the KCP (to inject a crash at that point).
         self.after_director_call: Callable[[str], None] | None = None
@@ -236,7 +244,7 @@ class Reconciler:
     def _report_invalid(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         m = _mapping(f)
         m = self._write(m, f.now, status.invalid(m.status, f.now, a.reason, a.message))
-        if a.reason == "AmbiguousRegistration":
+        if a.reason in ("AmbiguousRegistration", decide.FOREIGN):
             self._event(f._replace(mapping=m), a.reason, a.message, warning=True)
         return f._replace(mapping=m)
 
@@ -253,29 +261,58 @@ class Reconciler:
         if f.kyma is None:  # teardown: only a runtime this instance registered
             found = adoption.own(self.director, self._tenant(f), self.t.policy.managed_by, ref)
         else:
-            found = adoption.lookup(
-                self.registrations, self._tenant(f), f.kyma, self.t.policy, ref,
-                lambda: adoption.secret_runtime_id(self.skr, name, self.t.secret_namespace,
-                                                   self._secret_name(name), self.t.skr_timeout)
-                or (self.known_runtime_id(name) or "" if self.known_runtime_id else ""))
+            found = adoption.lookup(self.registrations, self._tenant(f), f.kyma, self.t.policy,
+                                    ref, lambda: self._hint(name), lambda rid: self._held_by(rid, name))
         self._hook(a.kind)
         if found.candidates > 1:
             self.metrics.adoptions.labels("ambiguous").inc()
+        if found.refused:
+            self.metrics.conflicts.labels(found.refused).inc()
+            return f._replace(looked_up=True, candidates=0, refusal=(found.refused, found.why))
         if found.runtime_id is None:
             return f._replace(looked_up=True, candidates=found.candidates)
         return f._replace(looked_up=True, found_runtime_id=found.runtime_id, found_own=found.own,
                           candidates=1, fetched=True, runtime_condition=found.condition)
 
+    def _hint(self, name: str) -> adoption.Hint:
+        """The runtime ID the runtime's agent Secret names (its namespace, then where older
+        runtimes keep it), else compass-manager's mapping: a hint, checked by the lookup."""
+        namespaces = tuple(dict.fromkeys((self.t.secret_namespace, *self.t.legacy_secret_namespaces)))
+        rid = adoption.secret_runtime_id(self.skr, name, namespaces, self._secret_name(name),
+                                         self.t.skr_timeout)
+        if rid:
+            return adoption.Hint(rid, "the runtime's agent Secret")
+        known = self.known_runtime_id(name) if self.known_runtime_id else None
+        return adoption.Hint(known or "", "compass-manager's mapping")
+
+    def _held_by(self, rid: str, name: str) -> str | None:
+        """Another Kyma CR's mapping (Tether's, or compass-manager's when read) holding ``rid``."""
+        if not self.holders.open:  # outside a run: read the mappings now
+            other = next((m.name for m in self.kcp.mappings()
+                          if m.runtime_id == rid and m.name != name), None)
+        else:
+            other = self.holders.other(rid, name)
+        if other is None and self.known_holder is not None:
+            other = self.known_holder(rid, name)
+        return other
+
     def _register(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         tenant = self._tenant(f)
         rt = self.director.register(tenant, decide.register_input(_kyma(f), self.t.policy))
         self.registrations.note(tenant, rt)
+        self.holders.claim(rt.id, _mapping(f).name)  # a new ID: nobody else holds it
         self._hook(a.kind)
         self._audit("compass.runtime_registered", f, runtimeId=rt.id, tenant=tenant)
         return self._registered(f, tenant, rt.id, rt.condition, adopted=False)
 
     def _adopt(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         tenant, rid = self._tenant(f), str(a.runtime_id)
+        if self.plan is None and self.holders.claim(rid, _mapping(f).name) is not None:
+            # another Kyma CR of this run took it since the lookup: never two mappings
+            self.metrics.conflicts.labels(claims.HELD_ELSEWHERE).inc()
+            return f._replace(found_runtime_id=None, refusal=(claims.HELD_ELSEWHERE, (
+                f"Director runtime {rid} was taken by another Kyma CR's mapping during this "
+                "run: not adopted, none registered")))
         added: list[str] = []
         if not f.found_own:  # Tether's labels added to the Provisioner's: none changed
             added = adoption.add_labels(self.registrations, tenant, rid,
@@ -300,12 +337,28 @@ class Reconciler:
         m = self.kcp.patch_meta(_mapping(f).name, labels={apitypes.COMPASS_RUNTIME_ID_LABEL: None},
                                 annotations={model.REGISTERING: "true"})
         m = self._write(m, f.now, status.forgotten(m.status, f.now, a.reason, a.message))
+        self.holders.release(str(a.runtime_id), m.name)
+        if a.reason == decide.FOREIGN:
+            self._released(a, f._replace(mapping=m))
         return f._replace(mapping=m, fetched=False, runtime_condition=None, looked_up=False,
-                          found_runtime_id=None, secret="unknown")
+                          found_runtime_id=None, secret="unknown", runtime_labels=None)
+
+    def _released(self, a: decide.Action, f: decide.Facts) -> None:
+        self.metrics.conflicts.labels(claims.RELEASED).inc()
+        self._audit("compass.runtime_released", f, runtimeId=str(a.runtime_id),
+                    tenant=self._tenant(f), reason=a.reason)
+        self._event(f, "Released", a.message, warning=True)
+
+    def _release(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
+        """Teardown of a mapping whose runtime is not this Kyma CR's: left registered."""
+        self._released(a, f)
+        self.holders.release(str(a.runtime_id), _mapping(f).name)
+        return f._replace(unregistered=True)
 
     def _fetch_runtime(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         rt = self.director.get_runtime(self._tenant(f), str(a.runtime_id))
-        return f._replace(fetched=True, runtime_condition=None if rt is None else rt.condition)
+        return f._replace(fetched=True, runtime_condition=None if rt is None else rt.condition,
+                          runtime_labels={} if rt is None else rt.labels)
 
     def _read_secret(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         k, digest = _kyma(f), _mapping(f).status.get("secretDigest")

@@ -75,10 +75,12 @@ def build(s: settings_mod.Settings, kcp_api: gateway.Kube, stats: metrics.Metric
         policy=decide.Policy(managed_by=s.managed_by, only_app_connector=s.only_app_connector,
                              mode=s.mode, token_lifetime=s.token_lifetime),
         secret_namespace=s.secret_namespace, secret_name=s.secret_name, skr_timeout=s.skr_timeout,
+        legacy_secret_namespaces=s.legacy_secret_namespaces,
         backoff_base=s.backoff_base, backoff_cap=s.backoff_cap)
     rec = reconcile_mod.Reconciler(tuning, kcp, director, skr, stats, audit, recorder=recorder)
     if s.read_compass_manager:  # compass-manager's mappings as one more source (compass.legacy)
-        rec.known_runtime_id = legacy.Source(kcp_api, s.namespace, max_age=s.interval / 2)
+        source = legacy.Source(kcp_api, s.namespace, max_age=s.interval / 2)
+        rec.known_runtime_id, rec.known_holder = source, source.holder
     job = job_mod.Job(rec, kcp, skr, stats, concurrency=s.concurrency,
                       shard=(s.shard_index, s.shard_count), after_run=notes.flush,
                       before_end=recorder.drain)

@@ -90,6 +90,10 @@ class Settings:
     secret_name: str = setting(config.text(
         C + "AGENT_SECRET_NAME", "compass-agent-configuration",
         "name of the token Secret in the runtime ({kyma}: the Kyma CR's name)"))
+    legacy_secret_namespaces: tuple[str, ...] = setting(config.names(
+        C + "AGENT_SECRET_LEGACY_NAMESPACES", ("compass-system",),
+        "where older runtimes keep the agent Secret, read after AGENT_SECRET_NAMESPACE for the "
+        "runtime ID it names (a hint adoption checks, never proof; comma-separated)"))
     lease_namespace: str = setting(config.object_name(C + "LEASE_NAMESPACE", "tether-system",
                                                       "namespace of the Lease"))
     lease_name: str = setting(config.object_name(

@@ -55,7 +55,7 @@ class Landscape:
 
     def provisioned(self, name: str, *, condition: str = "CONNECTED", secret: bool = True,
                     used: bool = False, managed_by: str = "") -> str:
-        rt = self.d.store.seed_provisioned(self.tenant, f"{name}-shoot", subaccount=f"sa-{name}",
+        rt = self.d.store.seed_provisioned(self.tenant, f"{name}-shoot", subaccount=f"sa-{name}-shoot",
                                            managed_by=managed_by, condition=condition)
         self.ids[name] = rt.id
         if secret:

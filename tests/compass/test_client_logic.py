@@ -53,7 +53,8 @@ def test_result_and_runtime_parsing() -> None:
         queries.result_of({"data": {}})
     with pytest.raises(errors.Unavailable):
         queries.runtime_of({"name": "no id"})
-    tok = queries.token_of({"token": "secret-value", "connectorURL": "https://c", "expiresAt": "t"})
+    tok = queries.token_of({"token": "secret-value-0123456789", "connectorURL": "https://c",
+                            "expiresAt": "t"})
     assert "secret-value" not in repr(tok)
 
 

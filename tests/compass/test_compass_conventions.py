@@ -172,7 +172,10 @@ def test_failing_runtime_breaker_and_director_errors_never_show_a_secret(
         graphql_error="InvalidData", operations=("registerRuntime",),
         message=f"invalid input; client_secret={secret}; Authorization: Bearer {{bearer}}; "
                 f"raw {secret} and {{bearer}}"))
-    s = h.make_settings(clean_director, ns, interval=0.3)
+    # each Kyma CR its own agent Secret in the shared runtime plane: one runtime's Secret
+    # naming the other's registration is refused since issue 38 (test_adoption_hostile.py)
+    s = h.make_settings(clean_director, ns, interval=0.3, secret_name="agent-{kyma}",
+                        secret_namespace=f"agents-{ns}")
     with Leading(kcp_api, s) as run:
         bearer = run.svc.tokens.get()
         m = wait(lambda: (x := h.get_mapping(kcp_api, ns, "leak-00")) and

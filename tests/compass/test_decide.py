@@ -132,17 +132,64 @@ def test_backoff_waits_until_next_attempt() -> None:
     assert d(kyma=None, mapping=m).kind == "wait"
 
 
+OURS = {model.KYMA_REF: "kcp-system.k1", model.SHOOT_LABEL: "c-4a1f"}
+
+
 def test_teardown_unregisters_then_deletes_then_releases() -> None:
     m = mapping(rid="r1", **READY)
     a = d(kyma=None, mapping=m)
+    assert (a.kind, a.runtime_id) == ("fetch_runtime", "r1")  # only this Kyma CR's is unregistered
+    a = d(kyma=None, mapping=m, fetched=True, runtime_condition="CONNECTED", runtime_labels=OURS)
     assert (a.kind, a.runtime_id) == ("unregister", "r1")
+    # the Director does not know it any more: unregister is idempotent, as before
+    assert d(kyma=None, mapping=m, fetched=True, runtime_labels={}).kind == "unregister"
     assert d(kyma=None, mapping=m, unregistered=True).kind == "delete_mapping"
     gone = mapping(rid="r1", deleting=True)
     assert d(kyma=None, mapping=gone, unregistered=True).kind == "remove_finalizer"
     assert d(kyma=None, mapping=mapping(rid="r1", deleting=True, finalizers=()),
              unregistered=True).kind == "done"
-    assert d(kyma=kyma(deleting=True), mapping=m).kind == "unregister"
+    assert d(kyma=kyma(deleting=True), mapping=m, fetched=True, runtime_condition="INITIAL",
+             runtime_labels=OURS).kind == "unregister"
     assert d(kyma=None, mapping=None).kind == "done"
+
+
+def test_teardown_releases_a_runtime_whose_labels_name_another_kyma_cr() -> None:
+    m = mapping(rid="victim", **READY)
+    for labels in ({**OURS, model.KYMA_REF: "kcp-system.k2"}, {model.SHOOT_LABEL: "c-4a1f"}):
+        a = d(kyma=None, mapping=m, fetched=True, runtime_condition="CONNECTED", runtime_labels=labels)
+        assert (a.kind, a.reason, a.runtime_id) == ("release", decide.FOREIGN, "victim")
+        assert "not unregistered" in a.message
+    released = d(kyma=None, mapping=m, fetched=True, runtime_condition="CONNECTED",
+                 runtime_labels={}, unregistered=True)
+    assert released.kind == "delete_mapping"
+
+
+def test_a_registered_runtime_the_director_shows_as_another_kyma_crs_is_forgotten() -> None:
+    """A mapping holding another Kyma CR's runtime (left by an earlier hijack): the first
+    fetch drops it from the mapping instead of issuing a token; its own is kept."""
+    m = mapping(rid="victim", registered=True)
+    theirs = {**OURS, model.KYMA_REF: "kcp-system.k2"}
+    a = d(kyma=kyma(), mapping=m, fetched=True, runtime_condition="INITIAL", runtime_labels=theirs,
+          secret="missing")
+    assert (a.kind, a.reason, a.runtime_id) == ("forget_runtime", decide.FOREIGN, "victim")
+    ok = d(kyma=kyma(), mapping=m, fetched=True, runtime_condition="INITIAL", runtime_labels=OURS,
+           secret="missing")
+    assert (ok.kind, ok.reason) == ("issue_token", "SecretMissing")
+    full = d(kyma=kyma(), mapping=mapping(rid="victim", runtimeConnected=True, **READY), full=True,
+             fetched=True, runtime_condition="CONNECTED", runtime_labels=theirs)
+    assert full.kind == "forget_runtime"
+
+
+def test_a_refused_lookup_is_reported_once_and_nothing_is_adopted_or_registered() -> None:
+    f = decide.Facts(kyma=kyma(), mapping=mapping(), now=NOW, looked_up=True,
+                     refusal=("held_elsewhere", "the runtime's agent Secret names r9 ..."))
+    a = decide.decide(f, POLICY)
+    assert (a.kind, a.reason) == ("report_invalid", decide.FOREIGN)
+    cond = {"type": "Registered", "reason": a.reason, "message": a.message}
+    assert decide.decide(f._replace(mapping=mapping(state="Failed", conditions=[cond])),
+                         POLICY).kind == "done"
+    # even with a candidate found: never adopted past a refusal
+    assert decide.decide(f._replace(found_runtime_id="r9"), POLICY).kind == "report_invalid"
 
 
 def test_teardown_after_crash_looks_the_runtime_up_first() -> None:
