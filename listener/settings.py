@@ -99,6 +99,9 @@ class Settings:
                                           minimum=1, maximum=64))
     threads: int = setting(config.integer(P + "THREADS", 16, "threads per worker", minimum=1,
                                           maximum=256))
+    graceful_timeout: int = setting(config.integer(
+        P + "GRACEFUL_TIMEOUT_SECONDS", 25, "at shutdown, how long a worker finishes the requests "
+        "it holds and flushes its counts before it is killed", minimum=1, maximum=300))
     tls_cert_file: str | None = setting(config.file(  # None: plain HTTP (behind a trusted proxy)
         P + "TLS_CERT_FILE", None, "serving certificate (PEM); required unless "
         "XFCC_TRUSTED_PROXIES is set", "certificate"))

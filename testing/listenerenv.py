@@ -212,6 +212,9 @@ class ListenerProcess:
             "TETHER_LISTENER_RATE_BURST": "100000",
             "TETHER_LISTENER_KCP_TIMEOUT_SECONDS": "20",  # the test machine is overloaded
             "TETHER_LISTENER_RETRY_AFTER_SECONDS": "2",
+            # a stop waits out the graceful timeout (25 s in the manifests); the tests that
+            # show what a worker flushes at exit set it back
+            "TETHER_LISTENER_GRACEFUL_TIMEOUT_SECONDS": "3",
             # the quota before the KCP storage budget (200 records, 2 MiB): tests that store
             # more than a budgeted runtime does, their subject not the quota (its own tests set it)
             "TETHER_LISTENER_QUOTA_RECORDS": "20000",

@@ -73,7 +73,7 @@ def gunicorn_options(s: settings.Settings,
         "worker_class": httpworker.worker_class(worker.ListenerWorker, limits),
         "keepalive": 75,  # longer than the senders' idle pool timeout
         "timeout": 60,
-        "graceful_timeout": 25,
+        "graceful_timeout": s.graceful_timeout,
         "limit_request_field_size": _FIELD_SIZE,  # room for an X-Forwarded-Client-Cert header
         "limit_request_fields": _HEAD_FIELDS,
         "accesslog": None,

@@ -288,7 +288,8 @@ def test_a_quota_refusal_and_429s_are_counted_and_the_rest_flushed_at_worker_exi
     env: Env, make_runtime: Callable[[], Runtime]
 ) -> None:
     p = ListenerProcess(env, "delivery-t", **FAST, TETHER_LISTENER_QUOTA_RECORDS="2",
-                        TETHER_LISTENER_RATE_PER_SECOND="0.01", TETHER_LISTENER_RATE_BURST="4")
+                        TETHER_LISTENER_RATE_PER_SECOND="0.01", TETHER_LISTENER_RATE_BURST="4",
+                        TETHER_LISTENER_GRACEFUL_TIMEOUT_SECONDS="25")  # the exit's flush budget
     try:
         rt = make_runtime()
         r = post(p, rt, rt.record("k0", 1), rt.record("k1", 1))  # 4 tokens -> 2
