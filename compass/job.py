@@ -102,6 +102,7 @@ class Job:
         states: collections.Counter[str] = collections.Counter()
         self.reconciler.registrations.begin()  # the run's labelled runtimes (compass.regindex)
         self.reconciler.holders.begin(maps.values())  # every shard's: who holds which ID
+        self.metrics.duplicates.set(self.reconciler.holders.duplicates())
         try:
             futures = [self._pool.submit(self._one, kymas.get(n), maps.get(n), full) for n in names]
             for fut in futures:

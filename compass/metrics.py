@@ -26,6 +26,10 @@ class Metrics:
             "that is not theirs: held_elsewhere (another mapping holds it), labels_mismatch "
             "(its labels name another Kyma CR), released (dropped from a mapping or left "
             "registered at teardown)", ["reason"], registry=r)
+        self.duplicates = prom.Gauge(
+            "tether_compass_duplicate_runtime_ids", "Runtime IDs more than one mapping held when "
+            "the last run listed them (must be 0: each extra one is released on its next "
+            "Director read)", registry=r)
         self.planned = prom.Gauge(
             "tether_compass_planned_actions", "Dry-run: actions the last run would have done",
             ["action"], registry=r)

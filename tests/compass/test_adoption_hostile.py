@@ -163,9 +163,12 @@ def test_mappings_left_holding_another_runtime_are_released_never_unregistered(
         old_mapping(kcp_api, ns, "gone-attacker", victim, ls.tenant)  # its Kyma CR is gone
         assert holding(kcp_api, ns, victim) == ["byo-victim", "gone-attacker", "old-attacker"]
         mark = len(d.store.requests)
+        svc.job.run()
+        assert svc.metrics.registry.get_sample_value("tether_compass_duplicate_runtime_ids") == 1
         h.run_until(svc, lambda: h.get_mapping(kcp_api, ns, "gone-attacker") is None
                     and "ForeignRuntime" in reasons(ls.status("old-attacker")))
         svc.job.run(full=True)
+        assert svc.metrics.registry.get_sample_value("tether_compass_duplicate_runtime_ids") == 0
         assert writes_since(d.store, mark) == []  # no unregister, no token, no label
         assert victim in {r.id for r in d.store.all_runtimes()}
         assert holding(kcp_api, ns, victim) == ["byo-victim"]
