@@ -13,7 +13,8 @@ KINDS = ("interval", "resync")
 DIFF_TYPES = ("missing", "changed", "deleted")
 SENT_OUTCOMES = ("persisted", "duplicate", "stale", "refused", "unknown")
 CALLS = ("state", "changes")
-SKIP_REASONS = ("unserved", "forbidden", "unknown")  # a Watch's pass skipped (poller.watchrun)
+# a Watch's pass skipped (poller.watchrun); foreign-kind: the list served another kind
+SKIP_REASONS = ("unserved", "forbidden", "unknown", "foreign-kind")
 UNINTERPRETABLE = ("key", "resourceVersion", "observedAt")
 
 
@@ -60,7 +61,7 @@ class Metrics:
         self.watches_skipped = counter(
             "tether_poller_watches_skipped", "Passes of a Watch skipped, its resource not "
             "listable, by reason: unserved (404: its CRD is missing), forbidden (403), unknown "
-            "(the listener holds no such Watch in force)", ["reason"])
+            "(the listener holds no such Watch in force), foreign-kind (another kind served)", ["reason"])
         self.epoch = gauge("tether_poller_epoch",
                            "The runtime's epoch the listener answered in the last run")
         self.last_success = gauge("tether_poller_last_success_timestamp_seconds",

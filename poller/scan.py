@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from tether import filters, gateway
+from tether import filters, gateway, watchkinds
 
 log = logging.getLogger(__name__)
 IDENTITY_NAMESPACE = "kube-system"
@@ -70,7 +70,8 @@ def resource_pages(skr: gateway.Kube, res: gateway.Resource, namespace: str | No
         except gateway.GatewayError as e:
             raise ListError(str(e)) from e
         meta = doc.get("metadata") or {}
-        page = Page(list(doc.get("items") or []), str(meta.get("continue") or ""),
+        # each item with its own kind (a built-in list names it once): checked per Watch
+        page = Page(watchkinds.stamp_items(doc), str(meta.get("continue") or ""),
                     str(meta.get("resourceVersion") or ""))
         yield page
         if not page.continue_token:

@@ -11,6 +11,8 @@
       differences                      -> v2 records, reduced here (changes.from_object)
       live entries left over           -> v2 tombstones (changes.watch_tombstone): the object
                                           is gone or no longer covered
+    an item of another kind            -> (its own apiVersion and kind, tether.watches.foreign)
+                                          never reduced nor sent: the Watch is skipped
     404 / 403 on its list              -> the Watch is skipped (warning, counted by reason);
                                           nothing is tombstoned for it, the others run; so is
                                           a Watch the listener does not hold in force (404 on
@@ -192,6 +194,9 @@ class WatchRun:
         observed = changes.now()
         scanned = 0
         for obj in items:
+            foreign = watches.foreign(w, obj)
+            if foreign is not None:  # never reduced nor sent; the Watch's pass ends here
+                raise scan.Unserved(f"{foreign}: nothing of it is sent", "foreign-kind")
             key = diff.key_of(obj)
             if not watches.admits(w, key[0], key[1], (obj.get("metadata") or {}).get("labels")):
                 continue  # left in the digest: a record of it is tombstoned

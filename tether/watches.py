@@ -16,15 +16,15 @@ in the Kyma CR) and what of each object is sent (``send.mode``):
 An object's *values* are a ConfigMap's ``data`` and ``binaryData`` (keys are disjoint in the
 API), a Secret's ``data``, and for every other kind its top-level fields other than
 ``apiVersion``, ``kind`` and ``metadata`` (``spec``, ``status``, ...), each as canonical JSON
-text. Secrets may be watched only in ``metadata`` or ``digest`` mode. In every mode but
-``full`` the annotation ``kubectl.kubernetes.io/last-applied-configuration`` (a copy of the
-object, values included) is left out. The namespaces ``kube-system``, ``kube-public``,
+text. A Watch's kind must be its resource's and an object's its Watch's; Secrets (by resource
+or kind) only in ``metadata`` or ``digest`` mode, never a value stored; every mode but
+``full`` keeps only ``KEPT_ANNOTATIONS`` (all in ``tether.watchkinds``). The namespaces ``kube-system``, ``kube-public``,
 ``kube-node-lease`` and ``tether-system`` and the ConfigMap ``kube-root-ca.crt`` (in every
 namespace) are never watched, whatever a Watch says.
 
 This module is the one place these rules live: the enroller (``applies``; the runtime's
 copy and webhooks in ``tether.watchwire``), the webhook and the poller (``admits``,
-``reduce``) and the listener (``violation``) call it. Nothing here does I/O; ``WatchError`` messages
+``foreign``, ``reduce``) and the listener (``violation``) call it. Nothing here does I/O; ``WatchError`` messages
 name the field, for the Watch's status.
 """
 
@@ -39,7 +39,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from tether import apitypes, filters, watchuse
+from tether import apitypes, filters, watchkinds, watchuse
 
 API_VERSION = f"{apitypes.WATCHES.group}/{apitypes.WATCHES.version}"
 KIND = "Watch"
@@ -50,7 +50,8 @@ MODES: tuple[Mode, ...] = ("full", "metadata", "keys", "exclude", "digest")
 SECRET_MODES: tuple[Mode, ...] = ("metadata", "digest")
 ALWAYS_IGNORED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "tether-system")
 NEVER_SENT = (("", "ConfigMap", "kube-root-ca.crt"),)  # (group, kind, name) in every namespace
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+LAST_APPLIED = watchkinds.LAST_APPLIED
+KEPT_ANNOTATIONS = watchkinds.KEPT_ANNOTATIONS  # all a value-hiding mode keeps
 OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 MAX_KEYS = 256
 MAX_NAMESPACES = 256
@@ -184,7 +185,11 @@ def _target(spec: Mapping[str, Any]) -> Target:
         raise WatchError("spec.resource.resource: must be the resource's plural name, e.g. configmaps")
     if not isinstance(kind, str) or not _KIND.match(kind):
         raise WatchError("spec.resource.kind: must be the kind, e.g. ConfigMap")
-    return Target(group, version, plural, kind)
+    target = Target(group, version, plural, kind)
+    problem = watchkinds.builtin_problem(target)
+    if problem is not None:
+        raise WatchError(problem)
+    return target
 
 
 def parse(obj: Mapping[str, Any]) -> Watch:
@@ -207,10 +212,11 @@ def parse(obj: Mapping[str, Any]) -> Watch:
     send = spec.get("send") or {}
     if not isinstance(send, Mapping):
         raise WatchError("spec.send: must be an object (mode, keys)")
-    mode = send.get("mode", "full" if target != SECRET else "metadata")
+    secret = watchkinds.is_secret(target)
+    mode = send.get("mode", "metadata" if secret else "full")
     if mode not in MODES:
         raise WatchError(f"spec.send.mode: must be one of {', '.join(MODES)}")
-    if target.group == "" and target.kind == "Secret" and mode not in SECRET_MODES:
+    if secret and mode not in SECRET_MODES:
         raise WatchError("spec.send.mode: a Secret's values never leave the runtime: "
                          "use metadata or digest")
     keys = _names(send.get("keys"), "spec.send.keys", MAX_KEYS, _VALUE_KEY)
@@ -317,12 +323,16 @@ def _b64(value: str) -> bytes:
         return value.encode()
 
 
+def foreign(w: Watch, obj: Mapping[str, Any]) -> str | None:
+    """Why ``obj`` (as read from the runtime) is not of ``w``'s kind, or None: checked by
+    the webhook and the poller before an object is reduced (``tether.watchkinds``)."""
+    return watchkinds.object_problem(w.target, obj)
+
+
 def reduce(w: Watch, obj: Mapping[str, Any]) -> Content:
     """What of ``obj`` (as served by the runtime's API) ``w`` sends."""
     meta = obj.get("metadata") or {}
-    annotations = dict(meta.get("annotations") or {})
-    if w.mode != "full":
-        annotations.pop(LAST_APPLIED, None)
+    annotations = watchkinds.kept_annotations(w.mode, meta.get("annotations"))
     text, binary = _values(w.target, obj)
     if w.mode == "metadata":
         text, binary = {}, {}
@@ -370,15 +380,21 @@ def violation(w: Watch, record: Mapping[str, Any]) -> str | None:
         return f"the object's labels do not match the selector of the watch {w.name}"
     data, binary = record.get("data") or {}, record.get("binaryData") or {}
     keys = set(data) | set(binary)
-    if w.mode != "full" and LAST_APPLIED in (record.get("annotations") or {}):
-        return f"the watch {w.name} leaves out the annotation {LAST_APPLIED}"
+    if (watchkinds.is_secret(w.target) or watchkinds.is_secret_kind(group, kind)) \
+            and (binary or not _digests_only(data)):
+        return "a Secret's values never leave its runtime (only digests, or no value)"
+    if (extra := watchkinds.annotation_left_out(w.mode, record.get("annotations"))) is not None:
+        return f"the watch {w.name} leaves out the annotation {extra} (docs/watches.md)"
     if w.mode == "metadata" and keys:
         return f"the watch {w.name} sends metadata only, the record carries values"
     if w.mode == "keys" and keys - set(w.keys):
         return f"the watch {w.name} sends only the keys {', '.join(w.keys)}"
     if w.mode == "exclude" and keys & set(w.keys):
         return f"the watch {w.name} leaves out the keys {', '.join(sorted(keys & set(w.keys)))}"
-    if w.mode == "digest" and (binary or not all(isinstance(v, str) and _DIGEST.match(v)
-                                                 for v in data.values())):
+    if w.mode == "digest" and (binary or not _digests_only(data)):
         return f"the watch {w.name} sends digests only (sha256:<64 hex digits> per value)"
     return None
+
+
+def _digests_only(data: Mapping[str, Any]) -> bool:
+    return all(isinstance(v, str) and _DIGEST.match(v) for v in data.values())

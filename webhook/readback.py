@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
-from tether import apitypes, gateway, watches
+from tether import apitypes, gateway, watches, watchkinds
 from webhook import keyqueue
 
 Result = Literal["live", "tombstone", "wait", "rejected", "unchanged"]
@@ -88,7 +88,7 @@ class Reader:
         except gateway.GatewayError as e:
             kind = Forbidden if isinstance(e, gateway.Forbidden) else ReadError
             raise kind(f"LIST {res.plural} {namespace} name={name}: {_why(e)}") from e
-        items = doc.get("items") or []
+        items = watchkinds.stamp_items(doc)  # each with its kind, checked before it is sent
         rv = str((doc.get("metadata") or {}).get("resourceVersion") or "")
         return rv, (items[0] if items else None)
 

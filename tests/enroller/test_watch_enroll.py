@@ -133,7 +133,13 @@ def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
     watchenv.apply(env.api, watchenv.watch("cms", CONFIGMAPS, env.ns,
                                            runtimes={"selector": {"matchLabels": {OPT_IN: "yes"}}}))
     watchenv.apply(env.api, watchenv.watch("widgets", WIDGETS, env.ns, send={"mode": "metadata"}))
-    watchenv.apply(env.api, watchenv.watch("bad", SECRETS, env.ns, send={"mode": "full"}))
+    # a Secret Watch with a value mode, or a kind that is not its resource's: the CRD refuses it
+    for resource, mode in ((SECRETS, "full"), ({**SECRETS, "kind": "ConfigMap"}, "full")):
+        with pytest.raises(client.ApiException) as refused:
+            watchenv.apply(env.api, watchenv.watch("bad", resource, env.ns, send={"mode": mode}))
+        assert refused.value.status == 422
+    # one the CRD lets through and the enroller cannot use
+    watchenv.apply(env.api, watchenv.watch("bad", CONFIGMAPS, env.ns, send={"mode": "keys"}))
     e = env.enroller()
     assert e.run() == {"Ready": 2, "Failed": 1}
     assert names(a) == (["cms", "widgets"], ["cms", "widgets"])
@@ -152,7 +158,7 @@ def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
     assert cond(cms, "Ready")["reason"] == "InForce"
     bad = watch_obj(env, "bad")
     assert (cond(bad, "Valid")["status"], cond(bad, "Valid")["reason"]) == ("False", "Invalid")
-    assert "spec.send.mode" in cond(bad, "Valid")["message"]
+    assert "spec.send.keys" in cond(bad, "Valid")["message"]
     assert {state: e.stats.watches.labels(state)._value.get() for state in ("Ready", "Pending", "Invalid")} \
         == {"Ready": 1, "Pending": 1, "Invalid": 1}
 

@@ -4,11 +4,12 @@ the KCP's own rule (``tether.watches.violation``) and applies the real ordering 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from poller import metrics, run, scan, watchrun
-from tether import apitypes, changes, filters, listenerapi, sender, watches
+from tether import apitypes, changes, filters, listenerapi, sender, watches, watchkinds
 
 RID = "rt-watch"
 WIDGET = watches.Target("example.com", "v1", "widgets", "Widget")
@@ -25,6 +26,11 @@ def obj(ns: str, name: str, rv: int, labels: dict[str, str] | None = None,
         return {"metadata": meta, "data": {"secretish": f"value-{rv}"}}
     return {"apiVersion": "example.com/v1", "kind": kind, "metadata": meta,
             "spec": {"size": rv}, "status": {"ready": True}}
+
+
+# a built-in list names its items' kind once; a custom resource's items name their own
+LIST_KINDS = {"configmaps": ("v1", "ConfigMapList"), "secrets": ("v1", "SecretList"),
+              "widgets": ("example.com/v1", "WidgetList")}
 
 
 class Served:
@@ -45,9 +51,12 @@ class Served:
                  if (namespace is None or o["metadata"]["namespace"] == namespace)
                  and o["metadata"]["namespace"] not in excluded
                  and filters.selector_matches(sel, o["metadata"]["labels"])]
-        for i in range(0, max(len(items), 1), 2):  # pages of two
+        api_version, list_kind = LIST_KINDS.get(res.plural, (res.api_version, "ThingList"))
+        for i in range(0, max(len(items), 1), 2):  # pages of two, as the API serves them
             more = i + 2 < len(items)
-            yield scan.Page(items[i:i + 2], "more" if more else "", str(self.list_rv))
+            doc = {"apiVersion": api_version, "kind": list_kind,
+                   "items": [dict(o) for o in items[i:i + 2]]}
+            yield scan.Page(watchkinds.stamp_items(doc), "more" if more else "", str(self.list_rv))
 
 
 class Source:
@@ -308,3 +317,25 @@ def test_a_listing_below_a_watchs_records_claims_a_new_epoch_once_with_the_runs_
     assert claims == [listenerapi.EpochReport("", 0, "100")]
     # the claim went with the restarted run's first page: the first Watch's, not the one that saw it
     assert lst.digests[lst.reports.index(claims[0])] == "conf"
+
+
+def test_an_item_of_another_kind_than_its_watch_is_never_reduced_nor_sent() -> None:
+    """A Watch whose resource serves another kind (a Watch of ``secrets`` declared a
+    ConfigMap, built here past ``watches.parse``, which refuses it): the listing's items are
+    Secrets by their own kind, so the pass is skipped before anything is reduced, nothing of
+    the Secret is sent, no record is tombstoned, and the other Watches run."""
+    disguised = watches.Watch("a-disguised", watches.Target("", "v1", "secrets", "ConfigMap"))
+    secret = {"metadata": {"namespace": "a", "name": "db", "uid": "u-db", "resourceVersion": "30",
+                           "labels": {}},
+              "type": "Opaque", "data": {"password": "aHVudGVyMg=="}}  # hunter2
+    served = world()
+    served.objects["secrets"] = [secret]
+    in_force = (disguised, CONF)
+    lst = Listener(in_force)
+    r, m = runner(served, lst, in_force)
+    result = r.run()
+    assert result.outcome == "ok", result
+    sent = json.dumps(lst.sent())
+    assert "aHVudGVyMg==" not in sent and "hunter2" not in sent and '"db"' not in sent
+    assert [rec["watch"] for rec in lst.sent()] == ["conf", "conf"]  # the next Watch ran
+    assert sample(m, "tether_poller_watches_skipped_total", reason="foreign-kind") == 1

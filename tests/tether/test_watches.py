@@ -92,7 +92,8 @@ def test_admits_never_the_system_namespaces_or_kube_root_ca() -> None:
 
 def test_each_mode_keeps_only_what_it_says() -> None:
     obj = cm({"a": "1", "b": "secret-b"}, {"l": "v"},
-             annotations={watches.LAST_APPLIED: '{"data":{"b":"secret-b"}}', "n": "m"})
+             annotations={watches.LAST_APPLIED: '{"data":{"b":"secret-b"}}', "n": "m",
+                          "meta.helm.sh/release-name": "r"})
     obj["binaryData"] = {"bin": base64.b64encode(b"\x00\x01").decode()}
 
     def sent(**send: Any) -> watches.Content:
@@ -102,7 +103,8 @@ def test_each_mode_keeps_only_what_it_says() -> None:
     assert full.data == {"a": "1", "b": "secret-b"} and full.binary_data == obj["binaryData"]
     assert watches.LAST_APPLIED in full.annotations
     meta = sent(mode="metadata")
-    assert (meta.data, meta.binary_data, meta.labels, meta.annotations) == ({}, {}, {"l": "v"}, {"n": "m"})
+    assert (meta.data, meta.binary_data, meta.labels, meta.annotations) == (
+        {}, {}, {"l": "v"}, {"meta.helm.sh/release-name": "r"})  # only the kept annotations
     assert sent(mode="keys", keys=["a", "bin"]).data == {"a": "1"}
     assert sent(mode="keys", keys=["a", "bin"]).binary_data == obj["binaryData"]
     assert sent(mode="exclude", keys=["b"]).data == {"a": "1"}
