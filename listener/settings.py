@@ -101,7 +101,8 @@ class Settings:
                                           maximum=256))
     graceful_timeout: int = setting(config.integer(
         P + "GRACEFUL_TIMEOUT_SECONDS", 25, "at shutdown, how long a worker finishes the requests "
-        "it holds and flushes its counts before it is killed", minimum=1, maximum=300))
+        "it holds and flushes its counts before it is killed", minimum=1, maximum=300,
+        duration=True))
     tls_cert_file: str | None = setting(config.file(  # None: plain HTTP (behind a trusted proxy)
         P + "TLS_CERT_FILE", None, "serving certificate (PEM); required unless "
         "XFCC_TRUSTED_PROXIES is set", "certificate"))
