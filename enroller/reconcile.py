@@ -51,12 +51,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from enroller import castore, decide, dispatch, metrics, render, rollouts, watching
+from enroller import castore, decide, discovery, dispatch, metrics, render, rollouts, watching
 from enroller import settings as settings_mod
 from enroller.enrollment import Enrollments, logged
 from enroller.install import CA_SERIAL, Failure, Installer, Memory, Result, serial_hex
 from enroller.install import key_matches as _key_matches
-from tether import apitypes, certs, changes, events, gateway, kyma, logs, skr_clients
+from tether import apitypes, certs, changes, events, gateway, kyma, logs, skr_clients, watches
 
 __all__ = ["CA_SERIAL", "FINALIZER", "Enroller", "Failure", "Memory", "Result", "_key_matches"]
 
@@ -89,6 +89,7 @@ class Enroller:
         self.identity = socket.gethostname()
         self.events = events.Recorder(kcp, "tether-enroller", self.identity, now=now)
         self.installer = Installer(s, skrs, stats, audit, self.bundle, clock=clock, now=now)
+        self.discoveries = discovery.Discoveries()  # custom Watch kinds per runtime (issue 38)
         self.watching = watching.Watching(kcp, s.kcp_namespace, now)
         self.rollouts = rollouts.Rollouts(s, kcp, skrs, text, self.events, stats, audit, now)
         self.enrollments = Enrollments(s, kcp, audit, self.events, now,
@@ -198,7 +199,8 @@ class Enroller:
         mem = self._mem(view.name)
         f = mem.last_failure
         return watching.Installed(view.runtime_id or view.name, mem.watches_installed, mem.watches_left_out,
-                                  f"{f.reason}: {f.message}" if f is not None else None)
+                                  f"{f.reason}: {f.message}" if f is not None else None,
+                                  self.discoveries.refused(view.name))
 
     def _held(self, name: str, enrollment: Mapping[str, Any] | None) -> str | None:
         """The CA serial of the client certificate the runtime holds, as last seen: by this
@@ -295,6 +297,7 @@ class Enroller:
             ws = None
             if listed is not None:
                 ws, mem.watches_left_out = listed.for_runtime(obj)
+                ws = self._discovered(view, ws)
             self._ensure_finalizer(obj)
             chosen = self.rollouts.choose(view.runtime_id or name)
             result = self.installer.enroll(view, ca, mem, ws, (chosen.objects, chosen.image),
@@ -308,6 +311,16 @@ class Enroller:
         self.enrollments.write(obj, view, enrollment, mem, failure=None, result=result,
                            beat=beats.get(result.runtime_id), quarantined=False)
         return "Ready"
+
+    def _discovered(self, view: kyma.KymaView, ws: tuple[watches.Watch, ...]) -> tuple[watches.Watch, ...]:
+        """The Watches of custom resources whose kind the runtime's discovery confirms
+        (``enroller.discovery``); without a client the installer reports why."""
+        try:
+            skr = self.skrs.get(view.name)
+        except skr_clients.SkrClientError:
+            return ws
+        return self.discoveries.check(view.name, skr, ws, self.clock(), self.s.resync,
+                                      self.s.skr_timeout, self.stats.requests.labels("read").inc)
 
     def _failed(self, obj: Mapping[str, Any], view: kyma.KymaView, ca: castore.CA,
                 enrollment: Mapping[str, Any] | None, mem: Memory, f: Failure,
@@ -377,4 +390,5 @@ class Enroller:
                                api_version=f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}")
         self.enrollments.delete(name)
         self.skrs.forget(name)
+        self.discoveries.forget(name)
         return "Removing"

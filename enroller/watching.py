@@ -67,6 +67,7 @@ class Installed:
     installed: frozenset[tuple[str, int]] | None  # (name, generation) in its registration; None: unknown
     left_out: tuple[str, ...]                       # in force but over the bound
     failure: str | None                             # why its last pass failed ("reason: message")
+    refused: Mapping[str, str] = dataclasses.field(default_factory=dict)  # by its discovery, why
 
 
 class Watching:
@@ -126,4 +127,6 @@ def _fact(name: str, generation: int, r: Installed) -> watchstatus.RuntimeFacts:
         return watchstatus.RuntimeFacts(r.runtime_id, True)
     if name in r.left_out:
         return watchstatus.RuntimeFacts(r.runtime_id, False, TOO_MANY)
+    if name in r.refused:
+        return watchstatus.RuntimeFacts(r.runtime_id, False, f"KindMismatch: {r.refused[name]}")
     return watchstatus.RuntimeFacts(r.runtime_id, False, r.failure or "")

@@ -249,3 +249,38 @@ def test_when_the_watch_crd_goes_the_runtime_is_rendered_as_before_again(
         time.sleep(0.5)
     assert e.run() == {"Ready": 1}
     assert names(planes["w-b"]) == (["configmaps.tether.kyma-project.io"], None)
+
+
+def test_a_custom_watch_whose_kind_the_runtime_contradicts_is_not_rendered_there(
+        env: Env, planes: dict[str, controlplane.ControlPlane]) -> None:
+    """A Watch of a custom resource passes the CRD (its group is not one Kubernetes serves);
+    the runtime's discovery says widgets are Widgets: a Watch calling them Gadgets is not
+    rendered there (its status says why), the true one is, and a runtime that does not
+    serve the group yet gets both (its senders check each object's own kind)."""
+    watchenv.install_crd(env.api)
+    group = f"kinds-{uuid.uuid4().hex[:6]}.example.com"
+    api = planes["w-a"].api_client()
+    try:
+        controlplane.install_crds(api, watchenv.widget_crd(group))
+    finally:
+        api.close()
+    env.kyma("kappa", planes["w-a"])
+    env.kyma("lambda", planes["w-b"])
+    widgets = watchenv.widgets(group)
+    watchenv.apply(env.api, watchenv.watch("true-kind", widgets, env.ns))
+    watchenv.apply(env.api, watchenv.watch("false-kind", {**widgets, "kind": "Gadget"}, env.ns))
+    e = env.enroller()
+    reads = e.stats.requests.labels("read")
+    assert e.run() == {"Ready": 2}
+    first = reads._value.get()
+    assert names(planes["w-a"]) == (["true-kind"], ["true-kind"])
+    assert names(planes["w-b"]) == (["false-kind", "true-kind"], ["false-kind", "true-kind"])
+    false = watch_obj(env, "false-kind")
+    [where] = false["status"]["runtimes"]["notInForce"]
+    assert where["runtimeId"] == "rt-kappa" and where["reason"].startswith("KindMismatch")
+    assert "Widget" in where["reason"] and "Gadget" in where["reason"]
+    assert cond(false, "Ready")["reason"] == "Pending"
+    assert watch_obj(env, "true-kind")["status"]["runtimes"]["inForce"] == 2
+    assert e.run() == {"Ready": 2}
+    # one discovery read per runtime in the first run, none in the next: the answer is kept
+    assert first - (reads._value.get() - first) == 2
