@@ -70,8 +70,9 @@ class Storage:
 
     # derived from the KCP storage budget (listener/storage/budget.py, docs/performance.md)
     quota_records: int = setting(config.integer(
-        P + "QUOTA_RECORDS", budget.records_per_runtime(), "records (tombstones included) one "
-        "runtime may keep in the KCP (default: the KCP budget's share of one of 5,000 runtimes)",
+        P + "QUOTA_RECORDS", budget.records_per_runtime(), "records (tombstones of stored keys "
+        "included) one runtime may keep in the KCP (default: the KCP budget's share of one of "
+        "5,000 runtimes)",
         minimum=1, maximum=10_000_000))
     # a full ConfigMap (1 MiB of binaryData is ~1.4 MiB as a record) must always fit
     quota_bytes: int = setting(config.integer(
@@ -85,6 +86,15 @@ class Storage:
         P + "TOMBSTONE_RETENTION_SECONDS", 7 * 86400.0,
         "tombstones are pruned after it (listener and janitor must agree)", minimum=1,
         maximum=10 * 365 * 86400))
+    quota_writers: int = setting(config.integer(
+        P + "QUOTA_WRITERS", 1, "listener worker processes that may write one runtime's records "
+        "(replicas x workers); above 1 every write that grows a runtime's usage counts it afresh "
+        "first, so the quota is exceeded by at most one write per other worker", minimum=1,
+        maximum=10_000))
+    unbacked_tombstones: int = setting(config.integer(
+        P + "UNBACKED_TOMBSTONES", budget.unbacked_per_runtime(), "tombstones of keys never "
+        "stored one runtime keeps apart from its quota, the oldest evicted first (default: a "
+        "tenth of the records quota's default)", minimum=1, maximum=100_000))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +129,10 @@ class Settings:
     kubeconfig: str | None = setting(KUBECONFIG)  # None: in-cluster service account
     namespace: str = setting(NAMESPACE)
     heartbeat_namespace: str = setting(HEARTBEAT_NAMESPACE, otherwise=NAMESPACE)
+    storage_namespaces: tuple[str, ...] = setting(config.names(
+        P + "STORAGE_NAMESPACES", (), "the only KCP namespaces records are written in, besides "
+        "NAMESPACE (a Watch's spec.storage.namespace elsewhere: its records are answered 503; "
+        "empty: wherever a Watch stores)"))
     kcp_timeout: float = setting(config.seconds(
         P + "KCP_TIMEOUT_SECONDS", 10.0, "timeout of each KCP API call", minimum=0.5,
         maximum=120))

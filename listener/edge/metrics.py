@@ -114,6 +114,13 @@ class Metrics:
         self.storage_namespace_missing = Counter(
             f"{NS}_storage_namespace_missing", "Records answered 503 because their Watch's "
             "storage namespace (spec.storage.namespace) does not exist", registry=r)
+        self.storage_namespace_refused = Counter(
+            f"{NS}_storage_namespace_refused", "Records answered 503 because their Watch's "
+            "storage namespace is not one of STORAGE_NAMESPACES", registry=r)
+        self.unbacked_evicted = Counter(
+            f"{NS}_unbacked_tombstones_evicted", "Tombstones of keys never stored deleted, "
+            "oldest first, because their runtime kept more than UNBACKED_TOMBSTONES",
+            registry=r)
         self.audit_lost = auditwriter.lost_counter(f"{NS}_audit_lost", r)
 
     def _deliveries(self, r: CollectorRegistry) -> None:

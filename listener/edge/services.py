@@ -99,11 +99,16 @@ def build(s: settings.Settings, api: gateway.Kube, view_socket: str | None = Non
                           on_conflict=lambda path: meters.write_conflicts.labels(path).inc(),
                           limits=rules.Limits(s.storage.quota_records, s.storage.quota_bytes),
                           quota_ttl=s.storage.quota_cache_seconds,
+                          quota_writers=s.storage.quota_writers,
                           tombstone_retention=s.storage.tombstone_retention,
                           on_written=summaries.written, footprint=summaries.footprint,
                           on_count=lambda source: meters.quota_counts.labels(source).inc(),
                           homes=watches.homes, owner_of=lambda rid: owner(kymas.lookup(rid)),
-                          on_missing=meters.storage_namespace_missing.inc)
+                          on_missing=meters.storage_namespace_missing.inc,
+                          storage_namespaces=s.storage_namespaces or None,
+                          on_refused_namespace=meters.storage_namespace_refused.inc,
+                          unbacked_cap=s.storage.unbacked_tombstones,
+                          on_evicted=meters.unbacked_evicted.inc)
     summaries.homes = watches.homes
     return Services(
         settings=s,

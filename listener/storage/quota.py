@@ -12,9 +12,18 @@ The pure parts decide (``listener.storage.rules``: ``size_of``, ``stored_size``,
 A new key is admitted when one more record and its bytes fit, an update of a stored key
 when its new size fits (an update that does not grow always fits). Check and reservation
 happen under one lock, so the threads of one worker never admit more than the cap between
-them. Other workers and replicas are seen at the next list: across R replicas of W workers
-the stored records exceed the cap by at most what the other R×W-1 workers admitted within
-one ``ttl`` (docs/listener.md, "Storage quota").
+them.
+
+Across workers (``writers``: how many worker processes, replicas × workers, may write one
+runtime's records; docs/listener.md, "Storage quota"): with ``writers`` 1 the count is
+trusted for ``ttl`` and other workers' writes are seen at the next count. With more, every
+write that grows the usage counts afresh first (``load``: the state summary, into which the
+count merges this worker's own writes, one at most, before it reads), and a worker's
+growing writes of one runtime go one at a time (``Reservation`` holds the runtime's stripe
+of ``_serial`` from the count until the write is acknowledged or failed). So a count holds
+every growing write of every worker except the one each other worker may have in flight
+(and what the pod's view of the summary lags behind the KCP): the stored usage exceeds the
+quota by at most one write per other worker.
 
 Objects written before the size annotation existed count 0 bytes until their next write.
 """
@@ -30,6 +39,7 @@ from typing import NamedTuple
 from listener.storage import rules
 
 MAX_RUNTIMES = 10_000  # views per worker; the least recently used are forgotten
+SERIAL_STRIPES = 64
 
 
 class Exceeded(Exception):
@@ -69,12 +79,15 @@ class _View:
 
 
 class Reservation:
-    """An admitted write: ``commit`` once the API acknowledged it, else ``cancel``."""
+    """An admitted write: ``commit`` once the API acknowledged it, else ``cancel``
+    (either releases ``serial``, the runtime's stripe held by a counted write)."""
 
-    def __init__(self, usage: Usage, runtime_id: str, change: rules.Used) -> None:
+    def __init__(self, usage: Usage, runtime_id: str, change: rules.Used,
+                 serial: threading.Lock | None = None) -> None:
         self._usage = usage
         self._runtime_id = runtime_id
         self._change = change
+        self._serial = serial
         self._done = False
 
     def commit(self) -> None:
@@ -86,15 +99,23 @@ class Reservation:
     def _end(self, written: bool) -> None:
         if not self._done:
             self._done = True
-            self._usage.finish(self._runtime_id, self._change, written)
+            try:
+                self._usage.finish(self._runtime_id, self._change, written)
+            finally:
+                if self._serial is not None:
+                    self._serial.release()
 
 
 class Usage:
     def __init__(self, limits: rules.Limits, ttl: float, load: Callable[[str], rules.Used],
                  clock: Callable[[], float] = time.monotonic,
-                 max_runtimes: int = MAX_RUNTIMES) -> None:
+                 max_runtimes: int = MAX_RUNTIMES, writers: int = 1) -> None:
         self.limits = limits
         self._ttl, self._load, self._clock, self._max = ttl, load, clock, max_runtimes
+        self.writers = writers
+        # writers > 1: a runtime's growing writes in this worker one at a time (striped:
+        # bounded, whatever the runtimes; two runtimes of one stripe wait for each other)
+        self._serial = [threading.Lock() for _ in range(SERIAL_STRIPES)]
         self._lock = threading.Lock()
         self._views: OrderedDict[str, _View] = OrderedDict()
         self._loading: dict[str, threading.Lock] = {}  # runtime -> its count in progress
@@ -139,15 +160,40 @@ class Usage:
         """Admit a write or raise ``Exceeded``. Lists the runtime's objects (``load``) first
         when its view is older than ``ttl`` and the write would grow the usage."""
         change = rules.delta(old_size, new_size)
-        if change.records > 0 or change.bytes > 0:
+        grows = change.records > 0 or change.bytes > 0
+        if grows and self.writers > 1:
+            return self._reserve_counted(runtime_id, old_size, new_size, change)
+        if grows:
             self._refresh(runtime_id)
+        return self._admit(runtime_id, old_size, new_size, change)
+
+    def _admit(self, runtime_id: str, old_size: int | None, new_size: int, change: rules.Used,
+               serial: threading.Lock | None = None) -> Reservation:
         with self._lock:
             view = self._view(runtime_id)
             refusal = rules.admit(view.used(), self.limits, old_size, new_size)
             if refusal is not None:
                 raise Exceeded(refusal)
             view.pending = rules.add(view.pending, change)
-        return Reservation(self, runtime_id, change)
+        return Reservation(self, runtime_id, change, serial)
+
+    def _reserve_counted(self, runtime_id: str, old_size: int | None, new_size: int,
+                         change: rules.Used) -> Reservation:
+        """A growing write with other writers about: counted afresh, one at a time (the
+        module's docstring); the stripe is held until the reservation ends."""
+        serial = self._serial[hash(runtime_id) % SERIAL_STRIPES]
+        serial.acquire()
+        try:
+            snap = self.begin(runtime_id)
+            self.observe(runtime_id, self._load(runtime_id), snap)
+            return self._admit(runtime_id, old_size, new_size, change, serial)
+        except BaseException:
+            serial.release()
+            raise
+
+    def nothing(self, runtime_id: str) -> Reservation:
+        """The reservation of a write the quota does not count (an unbacked tombstone)."""
+        return Reservation(self, runtime_id, rules.Used(0, 0))
 
     def _fresh(self, runtime_id: str) -> bool:
         with self._lock:

@@ -23,6 +23,12 @@ reference to it (``Owner``), so the API server's garbage collector removes it wi
 CR. A listing across namespaces keeps only objects where their Watch stores (``placed``): a
 ``RuntimeConfigMap`` someone else created elsewhere does not count.
 
+**Unbacked tombstones.** A tombstone for a key that is not stored (or stored only as such a
+tombstone) is written with the label ``UNBACKED_LABEL`` (``listener.storage.rules``,
+"Unbacked tombstones"): it keeps the ordering rule for its key, but it is no record of the
+runtime's configuration. ``digest_item`` skips it, so it is in no state digest, state
+summary or quota count; a later live record of its key drops the label.
+
 CRD: ``manifests/kcp/crds/tether.kyma-project.io_runtimeconfigmaps.yaml``.
 
 Stored objects are read as they are: an object written by an older version (a looser
@@ -41,6 +47,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from listener.storage import rules
 from tether import apitypes, changes, logs, statehash, watches
 
 NAMESPACE_LABEL = "tether.kyma-project.io/namespace"
@@ -48,6 +55,9 @@ NAMESPACE_LABEL = "tether.kyma-project.io/namespace"
 # list (listener.fleet.statesummary); objects written before it have none until their next write
 BUCKET_LABEL = "tether.kyma-project.io/bucket"
 MANAGED_BY = "tether-listener"
+# a tombstone for a key that was never stored (docstring, "Unbacked tombstones")
+UNBACKED_LABEL = rules.UNBACKED_LABEL
+is_unbacked = rules.is_unbacked
 A = "tether.kyma-project.io/"
 ANN_NAMESPACE, ANN_NAME, ANN_UID = A + "namespace", A + "name", A + "uid"
 ANN_RV, ANN_OBSERVED, ANN_DELETED = A + "resource-version", A + "observed-at", A + "deleted"
@@ -116,9 +126,9 @@ def object_name(key: Key) -> str:
 
 
 def body(record: Mapping[str, Any], namespace: str, trace: str = "",
-         owner: Owner | None = None) -> dict[str, Any]:
+         owner: Owner | None = None, unbacked: bool = False) -> dict[str, Any]:
     """A new custom resource holding ``record`` (``trace``: the write's ``traceparent``;
-    ``owner``: the runtime's Kyma CR)."""
+    ``owner``: the runtime's Kyma CR; ``unbacked``: a tombstone of a key never stored)."""
     key = key_of(record)
     meta: dict[str, Any] = {
         "name": object_name(key),
@@ -137,20 +147,26 @@ def body(record: Mapping[str, Any], namespace: str, trace: str = "",
     }
     if trace:
         meta["annotations"][apitypes.TRACEPARENT_ANNOTATION] = trace
+    if unbacked:
+        meta["labels"][UNBACKED_LABEL] = "true"
     _owned(meta, owner)
     spec = {f: record[f] for f in _SPEC_FIELDS if f in record}
     return {"apiVersion": apitypes.RUNTIME_CONFIGMAPS.api_version, "kind": apitypes.RUNTIME_CONFIGMAP_KIND, "metadata": meta, "spec": spec}
 
 
 def updated(stored: Mapping[str, Any], record: Mapping[str, Any], trace: str = "",
-            owner: Owner | None = None) -> dict[str, Any]:
+            owner: Owner | None = None, unbacked: bool = False) -> dict[str, Any]:
     """The stored object with ``record`` in place of its spec. Its metadata is kept
     (resourceVersion for optimistic concurrency, finalizers, owner references, labels and
-    annotations of others); our labels, annotations and Kyma CR reference are set over it."""
-    new = body(record, str((stored.get("metadata") or {}).get("namespace", "")), trace)
+    annotations of others); our labels, annotations and Kyma CR reference are set over it
+    (the unbacked label only when ``unbacked``)."""
+    new = body(record, str((stored.get("metadata") or {}).get("namespace", "")), trace,
+               unbacked=unbacked)
     meta = dict(stored.get("metadata") or {})
     meta.pop("managedFields", None)
-    meta["labels"] = {**(meta.get("labels") or {}), **new["metadata"]["labels"]}
+    meta["labels"] = {k: v for k, v in {**(meta.get("labels") or {}),
+                                         **new["metadata"]["labels"]}.items()
+                      if k != UNBACKED_LABEL or unbacked}
     kept = {k: v for k, v in (meta.get("annotations") or {}).items()
             if k != apitypes.TRACEPARENT_ANNOTATION}  # an earlier write's trace
     meta["annotations"] = {**kept, **new["metadata"]["annotations"]}
@@ -192,11 +208,14 @@ _ATTR = {"resourceVersion": "resource_version", "observedAt": "observed_at"}
 
 
 def digest_item(meta: Mapping[str, Any]) -> changes.DigestItem | None:
-    """A state digest entry from an object's metadata; None if it is not ours. Values are
-    passed on as stored (also ones the ordering rule cannot use: the poller treats those
-    as differences to repair); a value that is not a string becomes ``""``."""
+    """A state digest entry from an object's metadata; None if it is not ours or an unbacked
+    tombstone (no record of the runtime's). Values are passed on as stored (also ones the
+    ordering rule cannot use: the poller treats those as differences to repair); a value
+    that is not a string becomes ``""``."""
     ann = meta.get("annotations")
     if not isinstance(ann, dict) or ANN_NAMESPACE not in ann or ANN_NAME not in ann:
+        return None
+    if is_unbacked(meta):
         return None
 
     def text(key: str) -> str:

@@ -14,6 +14,22 @@ Sizes are the objects' JSON (``size_of``), kept on each object as its size annot
 (``annotate``, ``stored_size``); ``usage_of`` sums a runtime's objects, ``delta`` is how a
 write changes the usage.
 
+**Unbacked tombstones** (``unbacked``, ``quota_size``, ``evictions``): a tombstone for a key
+that is not stored (or stored only as such a tombstone) says that something the runtime never
+had stored is gone. The runtime's API server may say so (an object created and deleted before
+its record arrived), but so may anyone who reaches the webhook with a forged DELETE. It is
+stored, so that the ordering rule still holds for its key (a late live record older than
+the deletion is ``stale``), but marked (``UNBACKED_LABEL``) and kept apart: it
+counts against neither the records nor the bytes quota, it is in no state digest or
+summary, and a runtime keeps at most ``unbacked_cap`` of them, the oldest (by
+``observedAt``) evicted first. A live record newer than it replaces it and counts as a new
+record. What an eviction gives up: the ordering rule for that one key. A late record of the
+key read before the deletion and arriving after the eviction is stored as if the object
+still existed, until the poller's next run reads the runtime, finds the object gone and
+sends a tombstone, which replaces it (a stored key's tombstone: an ordinary one). Under a
+flood of forged DELETEs only the evicted keys are exposed, and only to records already in
+flight when they were deleted; a newer stored record is never overwritten by an older one.
+
 **Retention of tombstones** (``spec.deleted: true``): pruned once their ``observedAt`` is
 older than the retention plus a skew allowance (``tombstone_due``). Without a tombstone, an
 old record of the deleted object could be stored again ("resurrect" it), so the listener
@@ -129,9 +145,12 @@ def stored_size(meta: Mapping[str, Any]) -> int:
 
 
 def usage_of(metas: Iterable[Mapping[str, Any]]) -> Used:
-    """Records and bytes of a runtime from its objects' metadata."""
+    """Records and bytes of a runtime from its objects' metadata (unbacked tombstones are
+    not counted)."""
     n = total = 0
     for meta in metas:
+        if is_unbacked(meta):
+            continue
         n += 1
         total += stored_size(meta)
     return Used(n, total)
@@ -145,6 +164,45 @@ def admit(used: Used, limits: Limits, old_size: int | None, new_size: int) -> Re
     if grow > 0 and used.bytes + grow > limits.bytes:
         return Refusal("bytes", used, limits, new_size)
     return None
+
+
+UNBACKED_LABEL = "tether.kyma-project.io/unbacked"
+
+
+def is_unbacked(meta: Mapping[str, Any] | None) -> bool:
+    """Whether a stored object's metadata is an unbacked tombstone's."""
+    labels = None if meta is None else meta.get("labels")
+    return isinstance(labels, dict) and labels.get(UNBACKED_LABEL) == "true"
+
+
+def unbacked(stored: Mapping[str, Any] | None, deleted: bool) -> bool:
+    """Whether a write of a record (``deleted``: a tombstone) over ``stored`` (the stored
+    object's metadata; None: the key is not stored) is an unbacked tombstone."""
+    return deleted and (stored is None or is_unbacked(stored))
+
+
+def quota_size(stored: Mapping[str, Any] | None) -> int | None:
+    """The stored object's size as the quota sees it: None (a new key) when there is none
+    or it is an unbacked tombstone (which the quota does not count)."""
+    if stored is None or is_unbacked(stored):
+        return None
+    return stored_size(stored)
+
+
+def evictions(metas: Iterable[Mapping[str, Any]], cap: int, observed_key: str,
+              ) -> list[Tombstone]:
+    """The unbacked tombstones of one runtime to delete so that ``cap`` remain: the oldest by
+    ``observedAt`` (annotation ``observed_key``) first (one that cannot be read counts as the
+    oldest), then by name."""
+    found = []
+    for meta in metas:
+        t = tombstone_of(meta)
+        if t is None:
+            continue
+        ts = parse_time((meta.get("annotations") or {}).get(observed_key))
+        found.append((ts or datetime.datetime.min.replace(tzinfo=datetime.UTC), t.name, t))
+    found.sort(key=lambda f: (f[0], f[1]))
+    return [t for _, _, t in found[:max(0, len(found) - cap)]]
 
 
 def delta(old_size: int | None, new_size: int) -> Used:

@@ -29,13 +29,25 @@ the outcome never depends on which path ran. A create reserves a new record in t
 on 409 the reservation is cancelled and the read path reserves the update's growth
 instead. Every written object carries its size annotation.
 
+Unbacked tombstones (``rules``, "Unbacked tombstones"): a tombstone for a key that is not
+stored (or only as an unbacked tombstone) is written with ``records.UNBACKED_LABEL``, reserves
+nothing in the quota and is not told to ``on_written`` (it is in no state summary); a live
+record that replaces one is a new record to the quota and the summary. After each unbacked
+tombstone it creates that may pass ``unbacked_cap`` (``listener.storage.unbacked``), the store
+lists the runtime's unbacked tombstones (label-selected, metadata only) and deletes the
+oldest down to half the cap (each only if unchanged since listed: one that became a record
+meanwhile is never deleted).
+
 Where: each record is written in its Watch's storage namespace (``homes``: Watch name ->
 namespace, from the listener's Watch list; ``records.placed``), labelled with its Kyma CR's
 name and, in the Kyma CR's namespace, owned by it (``owner_of``). Every listing of a runtime's
 records is one cluster-wide, label-selected list that keeps only objects where their Watch
 stores. A storage namespace that does not exist (the create answers 404) raises
 ``MissingNamespace`` (the client gets 503 and retries; ``on_missing`` counts it, one log line
-per Watch and minute names the Watch and the namespace).
+per Watch and minute names the Watch and the namespace). With ``storage_namespaces`` the
+store writes only in those and ``namespace``: a Watch storing elsewhere raises
+``RefusedNamespace`` before anything is read or written (503 too; ``on_refused_namespace``,
+a log line per Watch and minute), whatever a Watch author named.
 
 Errors are the gateway's (``tether.gateway``): ``gateway.Rejected`` when the API refuses the
 object itself (the client gets 400), any other ``gateway.GatewayError`` when the KCP API
@@ -52,8 +64,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple
 
-from listener.storage import quota, records, rules, writecache
-from tether import apitypes, changes, gateway, numbers, statehash
+from listener.storage import quota, records, rules, unbacked, writecache
+from tether import apitypes, changes, gateway, logs, numbers, statehash
 
 Outcome = Literal["persisted", "duplicate", "stale"]
 MAX_ATTEMPTS = 12
@@ -68,6 +80,10 @@ Homes = Callable[[], Mapping[str, str]]  # Watch name -> storage namespace (list
 
 class MissingNamespace(gateway.Unavailable):
     """The storage namespace of a Watch does not exist (the create answered 404)."""
+
+
+class RefusedNamespace(gateway.Unavailable):
+    """The storage namespace of a Watch is not one the listener may write in."""
 
 
 class Survey(NamedTuple):
@@ -129,6 +145,7 @@ class Store:
                  cache_entries: int = 10_000,
                  on_conflict: Callable[[str], None] = lambda path: None, *,
                  limits: rules.Limits = NO_QUOTA, quota_ttl: float = 10.0,
+                 quota_writers: int = 1,
                  tombstone_retention: float = 7 * 86400.0,
                  now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(
                      datetime.UTC),
@@ -138,14 +155,18 @@ class Store:
                  on_count: Callable[[str], None] = lambda source: None,
                  homes: Homes | None = None,
                  owner_of: Callable[[str], records.Owner | None] = lambda runtime_id: None,
-                 on_missing: Callable[[], None] = lambda: None) -> None:
+                 on_missing: Callable[[], None] = lambda: None,
+                 storage_namespaces: tuple[str, ...] | None = None,
+                 on_refused_namespace: Callable[[], None] = lambda: None,
+                 unbacked_cap: int = 20,
+                 on_evicted: Callable[[int], None] = lambda n: None) -> None:
         self._kcp = kcp
         self.namespace = namespace
         self._timeout = timeout
         self._cache = writecache.WriteCache(cache_entries)
         # metric hook: a "create", "cached" or "read" write lost a race
         self._on_conflict = on_conflict
-        self.usage = quota.Usage(limits, quota_ttl, self._usage)
+        self.usage = quota.Usage(limits, quota_ttl, self._usage, writers=quota_writers)
         self._retention = tombstone_retention
         self._now = now
         # after each persisted record: (runtime, old metadata or None, written metadata or
@@ -160,6 +181,11 @@ class Store:
         self._owner_of = owner_of  # the runtime's Kyma CR (cached by listener.fleet.runtimes)
         self._on_missing = on_missing  # metric hook: a storage namespace does not exist
         self._missing_logged: dict[str, float] = {}
+        # None: wherever a Watch stores; else only these and ``namespace``
+        self._allowed = None if storage_namespaces is None else {*storage_namespaces, namespace}
+        self._on_refused_namespace = on_refused_namespace  # metric hook
+        self._unbacked = unbacked.Tally(unbacked_cap)  # unbacked tombstones one runtime keeps
+        self._on_evicted = on_evicted  # metric hook: unbacked tombstones evicted
 
     def home(self, watch: str) -> str:
         """The namespace records of ``watch`` are stored in; raises ``gateway.Unavailable``
@@ -169,7 +195,22 @@ class Store:
         where = self._homes().get(watch)
         if where is None:
             raise gateway.Unavailable(f"the Watch {watch[:63]} is not in the listener's list")
+        if self._allowed is not None and where not in self._allowed:
+            raise self._refused(watch, where)
         return where
+
+    def _refused(self, watch: str, namespace: str) -> RefusedNamespace:
+        self._on_refused_namespace()
+        now = time.monotonic()
+        if now - self._missing_logged.get("\x00" + watch, -MISSING_LOG_EVERY) >= MISSING_LOG_EVERY:
+            if len(self._missing_logged) > 1000:
+                self._missing_logged.clear()
+            self._missing_logged["\x00" + watch] = now
+            log.error("the Watch %s stores in %s, which is not one of the listener's storage "
+                      "namespaces (TETHER_LISTENER_STORAGE_NAMESPACES): its records are answered "
+                      "503", logs.bounded(watch, 63), logs.bounded(namespace, 63))
+        return RefusedNamespace(f"the storage namespace {namespace[:63]} of the Watch "
+                                f"{watch[:63]} is not one the listener writes in")
 
     def _homes_now(self) -> Mapping[str, str] | None:
         return None if self._homes is None else self._homes()
@@ -234,14 +275,15 @@ class Store:
                                 incoming, self._now(), self._retention)
         if verdict != "newer":
             return verdict  # stale also when maybe older than a pruned tombstone (rules)
+        old = None if stored is None else stored.get("metadata") or {}
+        tombstone_unbacked = rules.unbacked(old, bool(record["deleted"]))
         if stored is None:
-            new, old, old_size = records.body(record, where, trace, self._owner(key)), None, None
+            new = records.body(record, where, trace, self._owner(key), tombstone_unbacked)
         else:
-            new, old = records.updated(stored, record, trace, self._owner(key)), stored.get("metadata")
-            old_size = rules.stored_size(old or {})
+            new = records.updated(stored, record, trace, self._owner(key), tombstone_unbacked)
         size = rules.annotate(new)
         try:
-            admitted = self.usage.reserve(key.runtime_id, old_size, size)
+            admitted = self._reserve(key, tombstone_unbacked, rules.quota_size(old), size)
         except quota.Exceeded as e:
             e.object = f"{key.namespace}/{key.name}"
             raise
@@ -252,7 +294,50 @@ class Store:
                 raise
             self._on_conflict("read")
             return None
+        if tombstone_unbacked and stored is None:
+            self._evict(key.runtime_id)
         return "persisted"
+
+    def _reserve(self, key: records.Key, free: bool, old_size: int | None,
+                 size: int) -> quota.Reservation:
+        """The quota's reservation of a write (``free``: an unbacked tombstone, which
+        reserves nothing)."""
+        if free:
+            return self.usage.nothing(key.runtime_id)
+        return self.usage.reserve(key.runtime_id, old_size, size)
+
+    def _evict(self, runtime_id: str) -> None:
+        """After an unbacked tombstone was created: when the runtime may hold more than the
+        cap (``listener.storage.unbacked``), list its unbacked tombstones and delete the
+        oldest down to the tally's target, each only if unchanged since listed. A failure is
+        logged and left to the next one (the tombstone just written is persisted either
+        way)."""
+        token = self._unbacked.created(runtime_id)
+        if token is None:
+            return
+        try:
+            metas = [m for page, _ in metadata_pages(
+                self._kcp, self.namespace, f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},"
+                f"{records.UNBACKED_LABEL}=true", self._timeout, self._homes_now())
+                for m in page]
+            evicted = 0
+            keep = self._unbacked.target(len(metas))
+            for t in rules.evictions(metas, keep, records.ANN_OBSERVED):
+                try:
+                    self._kcp.delete(apitypes.RUNTIME_CONFIGMAPS, t.namespace or self.namespace,
+                                     t.name, preconditions={"uid": t.uid,
+                                                            "resourceVersion": t.resource_version},
+                                     timeout=self._timeout)
+                    evicted += 1
+                except (gateway.NotFound, gateway.Conflict):
+                    pass  # gone, or written since it was listed: kept
+                self._cache.drop(t.name)
+            self._unbacked.listed(runtime_id, token, len(metas) - evicted)
+            if evicted:
+                self._on_evicted(evicted)
+        except gateway.GatewayError as e:
+            log.warning("evicting unbacked tombstones of runtime %s failed: %s",
+                        logs.bounded(runtime_id, 80), logs.bounded(str(e), 200))
 
     def _write(self, key: records.Key, name: str, new: dict[str, Any], create: bool,
                old: Mapping[str, Any] | None, record: Mapping[str, Any],
@@ -287,7 +372,13 @@ class Store:
               new: Mapping[str, Any] | None, record: Mapping[str, Any]) -> None:
         """Tell ``on_written`` of a write (the written metadata from the write cache when the
         path did not keep it), before its quota reservation is committed: a footprint read
-        (``listener.fleet.statesummary``) that counts the commit then also counts the change."""
+        (``listener.fleet.statesummary``) that counts the commit then also counts the change.
+        An unbacked tombstone is not told (it is in no summary); a record that replaced one
+        is told as a new key."""
+        if records.is_unbacked(new):
+            return
+        if records.is_unbacked(old):
+            old = None
         if self._on_written is not None:
             if new is None:
                 cached = self._cache.get(records.object_name(key))
@@ -303,10 +394,12 @@ class Store:
         key is stored (409)."""
         if not rules.may_create_unread(incoming, self._now(), self._retention):
             return False  # stale only if the key is not stored: the read path decides
-        new = records.body(record, self.home(key.watch), trace, self._owner(key))
+        tombstone_unbacked = rules.unbacked(None, bool(record["deleted"]))  # if the create succeeds
+        new = records.body(record, self.home(key.watch), trace, self._owner(key),
+                           tombstone_unbacked)
         size = rules.annotate(new)
         try:
-            admitted = self.usage.reserve(key.runtime_id, None, size)
+            admitted = self._reserve(key, tombstone_unbacked, None, size)
         except quota.Exceeded:
             return False  # a stored key's update may still fit: decide on a fresh read
         try:
@@ -314,6 +407,8 @@ class Store:
         except gateway.Conflict:  # the read path reserves the update's growth instead
             self._on_conflict("create")
             return False
+        if tombstone_unbacked:
+            self._evict(key.runtime_id)
         return True
 
     def _write_from_cache(self, key: records.Key, name: str, entry: writecache.Entry,
@@ -326,11 +421,13 @@ class Store:
         if entry.metadata.get("namespace") != self.home(key.watch):
             self._cache.drop(name)  # the Watch stores elsewhere now: the read path decides
             return False
-        new = records.updated({"metadata": entry.metadata}, record, trace, self._owner(key))
+        tombstone_unbacked = rules.unbacked(entry.metadata, bool(record["deleted"]))
+        new = records.updated({"metadata": entry.metadata}, record, trace, self._owner(key),
+                              tombstone_unbacked)
         size = rules.annotate(new)
         try:
-            admitted = self.usage.reserve(str(record["runtimeId"]),
-                                          rules.stored_size(entry.metadata), size)
+            admitted = self._reserve(key, tombstone_unbacked, rules.quota_size(entry.metadata),
+                                     size)
         except quota.Exceeded:
             return False  # the remembered size may be outdated: decide on a fresh read
         try:
@@ -360,9 +457,11 @@ class Store:
                                               self._timeout, self._homes_now()):
             survey.page(revision)
             for meta in metas:
+                item = survey.add(meta)
+                if records.is_unbacked(meta):
+                    continue  # no record of the runtime's (rules: "Unbacked tombstones")
                 count += 1
                 size += rules.stored_size(meta)
-                item = survey.add(meta)
                 if item is not None and (watch is None or records.watch_of(meta) == watch):
                     items.append(item)
         self.usage.observe(runtime_id, rules.Used(count, size), snap)

@@ -32,7 +32,8 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
         ("ClusterRole", "tether-listener-records"), ("ClusterRoleBinding", "tether-listener-records")}
     assert [(r["apiGroups"], r["resources"], set(r["verbs"]))
             for r in by[("ClusterRole", "tether-listener-records")]["rules"]] == [
-        (["tether.kyma-project.io"], ["runtimeconfigmaps"], {"get", "list", "create", "update", "patch"})]
+        (["tether.kyma-project.io"], ["runtimeconfigmaps"],
+         {"get", "list", "create", "update", "patch", "delete"})]  # delete: policy.yaml narrows it
     role = by[("Role", "tether-listener")]
     assert role["metadata"]["namespace"] == "kcp-system"
     rules = {(r["apiGroups"][0], r["resources"][0], tuple(r.get("resourceNames", ()))):
@@ -69,6 +70,31 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
 
     # the janitor is a Deployment of its own (../janitor), not a container of these pods
     assert [x["name"] for x in pod["containers"]] == ["listener"]
+
+
+def test_the_listeners_policy_and_settings_agree(kcp: controlplane.ControlPlane) -> None:
+    """policy.yaml's storage namespaces are the Deployment's TETHER_LISTENER_STORAGE_NAMESPACES
+    and the shipped Watches' (the listener's own and manifests/kcp/watches'), it matches the
+    listener's ServiceAccount only, and TETHER_LISTENER_QUOTA_WRITERS is replicas x workers."""
+    out = kcp.kubectl("kustomize", str(KCP / "listener"))
+    assert out.returncode == 0, out.stderr
+    by = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out.stdout) if d}
+    policy = by[("ValidatingAdmissionPolicy", "tether-listener-records")]["spec"]
+    binding = by[("ValidatingAdmissionPolicyBinding", "tether-listener-records")]["spec"]
+    assert binding == {"policyName": "tether-listener-records", "validationActions": ["Deny"]}
+    assert policy["failurePolicy"] == "Fail"
+    assert policy["matchConditions"][0]["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:tether-system:tether-listener'")
+    listed = yaml.safe_load(policy["variables"][0]["expression"])
+    dep = by[("Deployment", "tether-listener")]["spec"]
+    env = {e["name"]: e.get("value") for e in dep["template"]["spec"]["containers"][0]["env"]}
+    assert env["TETHER_LISTENER_STORAGE_NAMESPACES"].split(",") == listed
+    watches = kcp.kubectl("kustomize", str(KCP / "watches"))
+    stores = {d["spec"].get("storage", {}).get("namespace", "kcp-system")
+              for d in yaml.safe_load_all(watches.stdout) if d and d["kind"] == "Watch"}
+    assert stores <= set(listed) and "kcp-system" in listed
+    assert int(env["TETHER_LISTENER_QUOTA_WRITERS"]) == (
+        dep["replicas"] * int(env["TETHER_LISTENER_WORKERS"]))
 
 
 def test_whole_kcp_kustomization_builds(kcp: controlplane.ControlPlane) -> None:
