@@ -1,4 +1,5 @@
-"""The webhook's Flask application factory: ``POST /validate`` (``webhook.validate``) and
+"""The webhook's Flask application factory: ``POST /validate`` (``webhook.validate``; only
+from the API server's client certificate when one is configured, ``webhook.caller``) and
 the operations surface (``tether.ops``: ``/healthz``, ``/readyz``, ``/metrics``, JSON errors,
 request log, the request metrics ``tether_webhook_http_*`` of prometheus-flask-exporter) on
 the same TLS port.
@@ -14,9 +15,9 @@ from typing import Any
 import flask
 
 from tether import ops
+from webhook import caller, validate
 from webhook import services as services_mod
 from webhook import settings as settings_mod
-from webhook import validate
 
 PREFIX = "tether_webhook"
 
@@ -54,6 +55,10 @@ def create_app(settings: settings_mod.Settings | None = None,
     app.register_blueprint(validate.bp)
     # the API server's call in plain WSGI (webhook.validate.FastPath), the rest through Flask
     app.wsgi_app = validate.FastPath(app.wsgi_app, svc, _route_metrics(exporter.registry))  # type: ignore[method-assign]
+    if s.server.client_ca_file:  # only the API server's certificate may call /validate
+        app.wsgi_app = caller.Check(  # type: ignore[method-assign]
+            app.wsgi_app, s.server.client_names,
+            lambda reason: svc.metrics.callers_refused.labels(reason).inc())
     return app
 
 

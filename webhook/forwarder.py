@@ -43,8 +43,8 @@ from tether import changes, listenerapi, logs, sender, tracing, watches
 from webhook import keyqueue, metrics, readback
 from webhook import records as records_mod
 from webhook import settings as settings_mod
-from webhook.records import not_below as _not_below  # noqa: F401 - its tests' name
 from webhook.records import stale_by_epoch as _stale_by_epoch  # noqa: F401 - its tests' name
+from webhook.records import tombstone_version as _not_below  # noqa: F401 - its tests' name
 
 log = logging.getLogger(__name__)
 _NO_ENTRIES: Mapping[keyqueue.Key, keyqueue.Item] = types.MappingProxyType({})
@@ -233,7 +233,7 @@ class Forwarder:
                 else:
                     self.metrics.readbacks.labels("tombstone").inc()
                     return records_mod.gone(
-                        item, records_mod.not_below(rv, item.old_resource_version),
+                        item, records_mod.tombstone_version(rv, item.old_resource_version),
                         runtime_id=self.runtime_id, observed_at=observed, epoch=epoch)
         except readback.ReadError as e:
             if isinstance(e, readback.Forbidden) and item.watch is not None:

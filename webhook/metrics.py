@@ -34,6 +34,7 @@ class Metrics:
     delivery_seconds: Histogram  # outcome (listener's per-item outcome)
     last_success: Gauge
     connection_refusals: Counter  # reason (tether.httpconn.REASONS)
+    callers_refused: Counter  # reason (webhook.caller: no-certificate, name)
 
 
 def build(registry: CollectorRegistry | None) -> Metrics:
@@ -72,4 +73,8 @@ def build(registry: CollectorRegistry | None) -> Metrics:
             f"{PREFIX}_connection_refusals",
             "Connections closed by a limit before a request was served (stalled handshake or "
             "head, connection caps, refused TLS), by reason", ["reason"], registry=r),
+        callers_refused=Counter(
+            f"{PREFIX}_callers_refused", "Requests for /validate refused because the caller "
+            "presented no client certificate of TETHER_WEBHOOK_CLIENT_CA_FILE (no-certificate) "
+            "or one of another name (name)", ["reason"], registry=r),
     )

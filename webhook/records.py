@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether import changes, numbers, watches
+from tether import changes, watches
 from webhook import keyqueue
 
 
@@ -96,9 +96,10 @@ def result_key(result: Mapping[str, object], rec: changes.ChangeRecord | None) -
     return keyqueue.key_of(ns, name)
 
 
-def not_below(list_rv: str, own_rv: str) -> str:
-    """The collection resourceVersion, never below the deleted object's own."""
-    a, b = numbers.ascii_int(list_rv, 64), numbers.ascii_int(own_rv, 64)
-    if a is not None and b is not None:
-        return str(max(a, b))
+def tombstone_version(list_rv: str, own_rv: str) -> str:
+    """A tombstone's resourceVersion: the collection resourceVersion the API server gave for
+    a list read after the deletion (an etcd revision, never below the deleted object's own),
+    else the object's own from the AdmissionReview. The review's never raises it: anyone who
+    reaches the webhook can write a review, and a tombstone at a forged, huge
+    resourceVersion would make every later record of its key stale (issue 38)."""
     return list_rv or own_rv or "0"

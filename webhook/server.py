@@ -76,12 +76,22 @@ def _exists(path: str) -> bool:
     return os.path.isdir(path)
 
 
+def _serving_context(sv: settings_mod.ServerSettings) -> ssl.SSLContext:
+    """The serving context; with a client CA (``webhook.caller``) a presented client
+    certificate must chain to it (``CERT_OPTIONAL``: the probes present none)."""
+    ctx = tlsreload.server_context(sv.cert_file, sv.key_file, sv.client_ca_file)
+    if sv.client_ca_file:
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
 class WebhookServer(BaseApplication):  # type: ignore[misc]
     def __init__(self, s: settings_mod.Settings) -> None:
         self.settings = s
         self.serving = tlsreload.Watched(
-            (s.server.cert_file, s.server.key_file),
-            lambda: tlsreload.server_context(s.server.cert_file, s.server.key_file),
+            (s.server.cert_file, s.server.key_file,
+             *((s.server.client_ca_file,) if s.server.client_ca_file else ())),
+            lambda: _serving_context(s.server),
             check_interval=s.listener.reload_check_seconds,
         )
         super().__init__()

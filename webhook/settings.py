@@ -99,6 +99,15 @@ class ServerSettings:
     max_connections_per_peer: int = setting(config.integer(  # the API server is one peer
         "TETHER_WEBHOOK_MAX_CONNECTIONS_PER_PEER", 256,
         "connections one client address may hold per worker", minimum=1, maximum=100_000))
+    # who may call /validate (webhook.caller; docs/webhook.md, "Who may call the webhook")
+    client_ca_file: str | None = setting(config.file(
+        "TETHER_WEBHOOK_CLIENT_CA_FILE", None, "CA bundle (PEM) of the client certificate the "
+        "runtime's API server presents to the webhook; set: /validate answers 401 to a caller "
+        "without one (unset: any caller, for API servers that cannot present one)",
+        "certificate"))
+    client_names: tuple[str, ...] = setting(config.names(
+        "TETHER_WEBHOOK_CLIENT_NAMES", (), "with TETHER_WEBHOOK_CLIENT_CA_FILE: the common names "
+        "the API server's certificate may have (empty: any certificate of that CA)"))
     metrics_dir: str | None = setting(config.text(
         "PROMETHEUS_MULTIPROC_DIR", None,
         "metrics folder shared by the workers (unset: a temporary one per start)"))

@@ -273,7 +273,8 @@ def test_tombstone_version_and_poller_port_read_ascii_digits_only() -> None:
     from tether import config
     from webhook import forwarder
 
-    assert forwarder._not_below("12", "9") == "12" and forwarder._not_below("9", "12") == "12"
+    assert forwarder._not_below("12", "9") == "12" and forwarder._not_below("9", "12") == "9"
+    assert forwarder._not_below("", "12") == "12"  # the review's own only without a list's
     assert forwarder._not_below("²", "5") == "²"  # not a number: the collection's, no crash
     assert poller_settings._bind("TETHER_POLLER_BIND", "0.0.0.0:8080") == "0.0.0.0:8080"
     for port in ("²", "٣٣", "+80", "99999"):
