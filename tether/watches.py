@@ -380,9 +380,6 @@ def violation(w: Watch, record: Mapping[str, Any]) -> str | None:
         return f"the object's labels do not match the selector of the watch {w.name}"
     data, binary = record.get("data") or {}, record.get("binaryData") or {}
     keys = set(data) | set(binary)
-    if (watchkinds.is_secret(w.target) or watchkinds.is_secret_kind(group, kind)) \
-            and (binary or not _digests_only(data)):
-        return "a Secret's values never leave its runtime (only digests, or no value)"
     if (extra := watchkinds.annotation_left_out(w.mode, record.get("annotations"))) is not None:
         return f"the watch {w.name} leaves out the annotation {extra} (docs/watches.md)"
     if w.mode == "metadata" and keys:
@@ -393,6 +390,9 @@ def violation(w: Watch, record: Mapping[str, Any]) -> str | None:
         return f"the watch {w.name} leaves out the keys {', '.join(sorted(keys & set(w.keys)))}"
     if w.mode == "digest" and (binary or not _digests_only(data)):
         return f"the watch {w.name} sends digests only (sha256:<64 hex digits> per value)"
+    if (watchkinds.is_secret(w.target) or watchkinds.is_secret_kind(group, kind)) \
+            and (binary or not _digests_only(data)):  # whatever the Watch's mode and kind
+        return "a Secret's values never leave its runtime (only digests, or no value)"
     return None
 
 
