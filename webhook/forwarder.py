@@ -250,9 +250,10 @@ class Forwarder:
             return _Pending(item, now + readback.error_delay(p.errors), first, errors=p.errors + 1)
         if verdict.result == "live":
             assert verdict.obj is not None
-            self.metrics.readbacks.labels("live").inc()
-            return records_mod.live(item, verdict.obj, runtime_id=self.runtime_id,
-                                    observed_at=observed, epoch=epoch)
+            rec = records_mod.live(item, verdict.obj, runtime_id=self.runtime_id,
+                                   observed_at=observed, epoch=epoch)  # None: not its Watch's kind
+            self.metrics.readbacks.labels("live" if rec is not None else "foreign-kind").inc()
+            return rec
         if verdict.result == "wait":
             delay = reread_delay(self.settings.reread_first, self.settings.poll, p.rereads)
             return _Pending(item, now + delay, rereads=p.rereads + 1)
@@ -354,9 +355,9 @@ class Forwarder:
                     fresh.append(records_mod.gone(item, rv or "0", runtime_id=self.runtime_id,
                                                   observed_at=observed, epoch=epoch,
                                                   uid=rec["uid"]))
-                else:
-                    fresh.append(records_mod.live(item, found, runtime_id=self.runtime_id,
-                                                  observed_at=observed, epoch=epoch))
+                elif (again := records_mod.live(item, found, runtime_id=self.runtime_id,
+                                                observed_at=observed, epoch=epoch)) is not None:
+                    fresh.append(again)
             except readback.ReadError as e:
                 log.info("re-reading %s/%s for epoch %s failed (left to the poller): %s", ns,
                          name, epoch, e)

@@ -3,10 +3,12 @@
 Without Watches (an entry without a Watch) a v1 record of a ConfigMap, as always. In
 Watch mode a v2 record for the entry's Watch, reduced in the runtime to what the Watch
 sends (``tether.changes.from_object``: a metadata Watch sends no value, a digest Watch a
-hash per value); when the object read back is no longer admitted by the Watch (its labels
-left the selector) a v2 tombstone of that Watch (``changes.watch_tombstone``) at the
-object's own resourceVersion, so the KCP forgets it. An object is read back and reduced
-at once: a large object of any kind is never held in a queue, only its key.
+hash per value), once the object is known to be of the Watch's kind (its own apiVersion
+and kind; an object of another kind is not sent at all); when the object read back is no
+longer admitted by the Watch (its labels left the selector) a v2 tombstone of that Watch
+(``changes.watch_tombstone``) at the object's own resourceVersion, so the KCP forgets it.
+An object is read back and reduced at once: a large object of any kind is never held in a
+queue, only its key.
 """
 
 from __future__ import annotations
@@ -32,12 +34,16 @@ def current(item: keyqueue.Item, in_force: Sequence[watches.Watch] | None) -> ke
 
 
 def live(item: keyqueue.Item, obj: Mapping[str, Any], *, runtime_id: str, observed_at: str,
-         epoch: int | None) -> changes.ChangeRecord:
-    """The record of an object that exists (as served by the runtime's API)."""
+         epoch: int | None) -> changes.ChangeRecord | None:
+    """The record of an object that exists (as served by the runtime's API); None when the
+    object is not of its Watch's kind (``watches.foreign``: its own apiVersion and kind),
+    which is never reduced nor sent."""
     w = item.watch
     if w is None:
         return changes.from_configmap(obj, runtime_id=runtime_id, source="webhook",
                                       observed_at=observed_at, epoch=epoch)
+    if watches.foreign(w, obj) is not None:
+        return None
     meta = obj.get("metadata") or {}
     if watches.admits(w, item.namespace, item.name, meta.get("labels") or {}):
         return changes.from_object(obj, watch=w, runtime_id=runtime_id, source="webhook",

@@ -109,7 +109,24 @@ def test_keys_per_watch_and_the_old_key_without() -> None:
 
 
 def rec(w: watches.Watch | None, o: dict[str, Any]) -> changes.ChangeRecord:
-    return records.live(item(w), o, runtime_id="rt-1", observed_at=changes.now(), epoch=None)
+    r = records.live(item(w), o, runtime_id="rt-1", observed_at=changes.now(), epoch=None)
+    assert r is not None
+    return r
+
+
+def test_an_object_read_back_of_another_kind_than_its_watch_is_not_sent() -> None:
+    """A forged admission names a Watch's kind, the object read back is a Secret (a Watch
+    of secrets declared a ConfigMap, built past ``watches.parse``, which refuses it; or a
+    resource that serves another kind): nothing is sent, not even a tombstone."""
+    disguised = watches.Watch("disguised", watches.Target("", "v1", "secrets", "ConfigMap"))
+    secret = obj(resource=SECRET, data={"pw": base64.b64encode(b"hunter2").decode()})
+    assert records.live(item(disguised), secret, runtime_id="rt-1", observed_at=changes.now(),
+                        epoch=None) is None
+    assert records.live(item(CONF_W), {**obj({"conf": "yes"}, data={"a": "1"}), "kind": "Secret"},
+                        runtime_id="rt-1", observed_at=changes.now(), epoch=None) is None
+    kindless = {k: v for k, v in obj({"conf": "yes"}, data={"a": "1"}).items() if k != "kind"}
+    assert records.live(item(CONF_W), kindless, runtime_id="rt-1", observed_at=changes.now(),
+                        epoch=None) is None  # a kind unknown is not the Watch's
 
 
 def test_live_records_are_reduced_per_watch() -> None:
