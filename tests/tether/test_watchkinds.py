@@ -7,12 +7,14 @@ a Secret's values under any Watch."""
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 from typing import Any
 
 import pytest
 import yaml
 
+from enroller import watching, watchstatus
 from testing import watchenv
 from tether import changes, watches, watchkinds, watchwire
 
@@ -158,3 +160,19 @@ def test_value_hiding_modes_keep_only_the_allow_listed_annotations() -> None:
     full = watches.parse(cr(CM))
     assert watches.reduce(full, obj).annotations == notes
     assert watches.violation(full, record(full, "ConfigMap", annotations=notes)) is None
+
+
+def test_the_enroller_refuses_the_disguised_watch_and_says_why_in_its_status() -> None:
+    """A Watch stored before the CRD's rule (the API server ratchets unchanged fields): the
+    enroller's parse refuses it, renders it nowhere, and its status names the field."""
+    stored = {**watchenv.watch("steal", SECRETS_AS_CM, "kcp-system", send={"mode": "full"}),
+              "status": None}
+    stored["metadata"]["generation"] = 1
+    listed = watching.parse_all([stored, watchenv.watch("ok", SECRET, "kcp-system")])
+    assert [w.name for w in listed.valid] == ["ok"]
+    assert "spec.resource.kind" in listed.errors["steal"] and "Secret" in listed.errors["steal"]
+    status = watchstatus.status(watchstatus.WatchFacts(
+        now=datetime.datetime(2026, 12, 7, tzinfo=datetime.UTC), generation=1, previous=None,
+        error=listed.errors["steal"], runtimes=[]))
+    assert watchstatus.state(status) == "Invalid"
+    assert "spec.resource.kind" in status["conditions"][0]["message"]
