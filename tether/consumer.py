@@ -21,7 +21,10 @@ resumes the watch from ``position`` after a capped backoff. Per key only the las
 revision is remembered (``max_keys`` bound); an event at or below it is dropped, so a key
 never goes back to an older state.
 
-The nudge form, ``Nudger``, calls a handler per Kyma CR at most once per interval.
+The nudge form, ``Nudger``, calls a handler per Kyma CR at most once per interval. The
+runtime form, ``Runtimes``, says only *which runtime* changed (``Touched``), from the records'
+metadata, remembering nothing per key: for a consumer that reads a runtime's records itself
+when it acts on them (the injector), at any fleet size.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from tether import apitypes, consumerstate, gateway, watches
 
@@ -68,6 +71,16 @@ class Synced(NamedTuple):
 
 
 Event = Change | Synced
+
+
+class Touched(NamedTuple):
+    """The runtime form's event: a record of ``runtime_id`` was stored, changed or removed
+    (``resync``: the runtime holds records at a (re)list)."""
+
+    runtime_id: str
+    kyma: str        # the Kyma CR name label of the record ("" when it has none)
+    revision: int    # the KCP resourceVersion of the record (of its deletion when removed)
+    resync: bool
 
 
 def selector(watch: str, runtime: str | None) -> str:
@@ -178,13 +191,16 @@ class Consumer:
         self.lists += 1
         yield Synced(revision, relist)
 
-    def _watch(self) -> Iterator[Event]:
+    metadata_only = False  # the watch's events carry the objects' metadata only
+
+    def _watch(self) -> Iterator[Any]:
         """One watch request from ``position``, until the server ends it."""
         self.watches += 1
         stream = self.kcp.watch(
             apitypes.RUNTIME_CONFIGMAPS, self.namespace, label_selector=self._selector,
             resource_version=str(self.position), timeout_seconds=self.watch_seconds,
-            max_event_bytes=self.max_event_bytes, stop=self.stop)
+            max_event_bytes=self.max_event_bytes, stop=self.stop,
+            metadata_only=self.metadata_only)
         try:
             for event in stream:
                 change = self._event(event)
@@ -195,7 +211,7 @@ class Consumer:
         finally:
             stream.close()  # releases the connection at once (not at garbage collection)
 
-    def _event(self, event: Mapping[str, Any]) -> Change | None:
+    def _event(self, event: Mapping[str, Any]) -> Any:
         kind, obj = event.get("type"), event.get("object")
         if kind == "BOOKMARK":
             rv = consumerstate.revision_of(obj.get("metadata") if isinstance(obj, dict) else None)
@@ -217,6 +233,80 @@ class Consumer:
         if kind in ("ADDED", "MODIFIED") and self._known.event(item):
             return self._change(item, False)
         return None
+
+
+class Runtimes(Consumer):
+    """The runtime form: which runtimes' records changed, from the records' metadata only.
+
+    A (re)list (metadata only, page by page) yields one ``Touched(resync=True)`` per runtime
+    holding records of the Watch, then ``Synced``; then every watch event (metadata only)
+    of a record, added, changed or deleted, is a ``Touched(resync=False)`` of its runtime.
+    Nothing is remembered per record (no ``max_keys``, no ``TooManyKeys``): memory is one
+    list page and, during a list, the runtime IDs seen in it (``max_runtimes``, past it a
+    runtime may be yielded more than once). A runtime whose records all went while the
+    consumer was away is not named by a relist: the consumer knows its own outputs (the
+    injector: its targets). Failures, 410 and ``stop`` as ``Consumer``.
+    """
+
+    metadata_only = True
+
+    def __init__(self, kcp: gateway.Kube, *, namespace: str, watch: str,
+                 max_runtimes: int = 100_000, **options: Any) -> None:
+        super().__init__(kcp, namespace=namespace, watch=watch, max_keys=1, **options)
+        self.max_runtimes = max_runtimes
+
+    def runtimes(self) -> Iterator[Touched | Synced]:
+        """The stream (``iter(self)``, typed for this form)."""
+        for item in self:
+            yield cast(Touched | Synced, item)
+
+    @staticmethod
+    def _touched(obj: Any, resync: bool) -> Touched | None:
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        if not isinstance(meta, Mapping):
+            return None
+        labels = meta.get("labels")
+        labels = labels if isinstance(labels, Mapping) else {}
+        runtime, kyma = labels.get(apitypes.RUNTIME_ID_LABEL), labels.get(apitypes.KYMA_NAME_LABEL)
+        revision = consumerstate.revision_of(meta)
+        if not isinstance(runtime, str) or not runtime or revision is None:
+            return None
+        return Touched(runtime, kyma if isinstance(kyma, str) else "", revision, resync)
+
+    def _list(self) -> Iterator[Any]:
+        seen: set[str] = set()
+        token, revision = "", 0
+        while True:
+            page = self.kcp.list(apitypes.RUNTIME_CONFIGMAPS, self.namespace,
+                                 label_selector=self._selector, limit=PAGE,
+                                 continue_token=token, metadata_only=True, timeout=self.timeout)
+            meta = page.get("metadata") or {}
+            revision = revision or consumerstate.revision_of(meta) or 0
+            for obj in page.get("items") or []:
+                touched = self._touched(obj, True)
+                if touched is None or touched.runtime_id in seen:
+                    continue
+                if len(seen) < self.max_runtimes:
+                    seen.add(touched.runtime_id)
+                yield touched
+            token = str(meta.get("continue") or "")
+            if not token:
+                break
+            if self.stop.is_set():
+                return
+        relist, self._synced = self._synced, True
+        self.position = revision
+        self.lists += 1
+        yield Synced(revision, relist)
+
+    def _event(self, event: Mapping[str, Any]) -> Touched | None:
+        kind, obj = event.get("type"), event.get("object")
+        rv = consumerstate.revision_of(obj.get("metadata") if isinstance(obj, dict) else None)
+        if rv is not None and rv > self.position:
+            self.position = rv
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            return None
+        return self._touched(obj, False)
 
 
 def consume(kcp: gateway.Kube, *, namespace: str, watch: str, runtime: str | None = None,

@@ -39,6 +39,7 @@ JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply; JSON is YAML
 ERROR_BODY = 64 * 1024  # of an error answer, only the Status's message is used
 
@@ -196,16 +197,19 @@ class Kube:
     def watch(self, res: Resource, namespace: str | None, *, resource_version: str,
               timeout_seconds: int, label_selector: str | None = None, bookmarks: bool = True,
               max_event_bytes: int = stream.MAX_EVENT_BYTES, read_timeout: float | None = None,
-              stop: threading.Event | None = None) -> Generator[dict[str, Any], None, None]:
+              stop: threading.Event | None = None,
+              metadata_only: bool = False) -> Generator[dict[str, Any], None, None]:
         """The events of a watch from ``resource_version`` (``namespace`` None: across all
         namespaces), as served, while the server holds it open (``timeout_seconds``); see
         ``stream`` for its bounds and errors (``errors.Gone``: the version is too old).
-        Lazy: the request is made at the first ``next``."""
+        Lazy: the request is made at the first ``next``. ``metadata_only``: the events'
+        objects are ``PartialObjectMetadata`` (their ``metadata`` only)."""
         what = f"watch {res.plural}"
         query = list_query(label_selector=label_selector) + stream.query(
             resource_version=resource_version, timeout_seconds=timeout_seconds,
             bookmarks=bookmarks)
-        headers = {**self._headers, "Accept": JSON, **self._auth_headers()}
+        headers = {**self._headers, "Accept": METADATA if metadata_only else JSON,
+                   **self._auth_headers()}
         read = read_timeout if read_timeout is not None else timeout_seconds + 30.0
         try:
             resp = self._pool.request(
