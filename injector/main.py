@@ -4,7 +4,8 @@ Settings come from ``TETHER_INJECTOR_*`` environment variables (``tether injecto
 a bad one, or a kubeconfig that does not load, stops the process with one line before
 anything starts (``--check`` only checks). Then ``tether.elected.run_elected``: while this
 process holds the Lease, the Watch list is read every ``TETHER_INJECTOR_WATCH_LIST_SECONDS``
-and every Watch with ``inject`` gets a ``worker.Worker`` (its consumer and applier threads);
+and every Watch with ``inject`` gets a ``worker.Worker`` (its consumer and applier threads;
+the records read into memory at once, all Watches together, within one ``ReadBudget``);
 the periodic pass (``TETHER_INJECTOR_RESYNC_SECONDS``) offers every runtime again. Losing the
 Lease stops every worker. /healthz, /readyz and /metrics on ``TETHER_INJECTOR_BIND``.
 """
@@ -23,6 +24,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from injector import settings as settings_mod
 from injector.metrics import Metrics
+from injector.readbudget import ReadBudget
 from injector.worker import Worker
 from tether import apitypes, elected, events, gateway, leader, logs, ops, watches
 
@@ -36,6 +38,8 @@ class Injector:
                  recorder: events.Recorder) -> None:
         self.kcp, self.s, self.meters, self.recorder = kcp, s, meters, recorder
         self.workers: dict[str, Worker] = {}
+        self.budget = ReadBudget(s.read_bytes)  # the records in memory, all Watches together
+        meters.read_bytes_limit.set(s.read_bytes)
         self._lock = threading.Lock()
         self._unusable: dict[str, str] = {}
         self.active = False  # this process leads (a run of refresh racing the loss starts nothing)
@@ -83,7 +87,7 @@ class Injector:
             for name, w in wanted.items():
                 if name not in self.workers:
                     worker = self.workers[name] = Worker(self.kcp, w, self.s, self.meters,
-                                                         self.recorder)
+                                                         self.recorder, self.budget)
                     worker.start()
                     log.info("watch %s: injecting into %s %s in %s (records in %s)", name,
                              w.inject.resource.plural if w.inject else "", w.inject.field_text

@@ -179,3 +179,14 @@ def condition_current(target: Mapping[str, Any], want: Intent) -> bool:
             return all(c.get(k) == expected[k] for k in ("status", "reason", "message",
                                                          "observedGeneration"))
     return False
+
+
+def same_condition(target: Mapping[str, Any], cond: Mapping[str, Any]) -> bool:
+    """Whether the target's condition of ``cond``'s type already says what ``cond`` says
+    (status, reason, message, observedGeneration)."""
+    conds = (target.get("status") or {}).get("conditions")
+    for c in conds if isinstance(conds, list) else []:
+        if isinstance(c, Mapping) and c.get("type") == cond["type"]:
+            return all(c.get(k) == cond[k] for k in ("status", "reason", "message",
+                                                     "observedGeneration"))
+    return False

@@ -26,6 +26,19 @@ class Metrics:
                                        registry=r)
         self.runtimes = Gauge("tether_injector_runtimes", "Runtimes with live records, per Watch "
                               "with inject", ["watch"], registry=r)
+        self.refused = Gauge("tether_injector_runtimes_refused", "Runtimes refused now (their "
+                             "records over a per-runtime bound: records, bytes, keys, "
+                             "keys_per_record; the target's condition names it), per Watch "
+                             "with inject", ["watch", "bound"], registry=r)
+        self.bound_reached = Gauge("tether_injector_bound_reached", "Runtimes of a Watch not "
+                                   "remembered since its last list (over "
+                                   "TETHER_INJECTOR_MAX_RUNTIMES: reconciled on their changes "
+                                   "only, not by the periodic pass)", ["watch"], registry=r)
+        self.read_bytes = Gauge("tether_injector_read_bytes", "Bytes of records (their JSON "
+                                "size) read into memory now, of TETHER_INJECTOR_READ_BYTES",
+                                registry=r)
+        self.read_bytes_limit = Gauge("tether_injector_read_bytes_limit",
+                                      "TETHER_INJECTOR_READ_BYTES", registry=r)
         self.watches = Gauge("tether_injector_watches", "Watches with inject followed", registry=r)
         self.unsynced = Gauge("tether_injector_watches_unsynced", "Watches with inject followed "
                               "whose records have not been listed yet (unreadable: RBAC, a "

@@ -10,14 +10,14 @@ import os
 import socket
 from collections.abc import Mapping
 
-from tether import config
+from tether import config, storagebudget
 
 J = "TETHER_INJECTOR_"
+L = "TETHER_LISTENER_"  # the listener's quota variables: what a runtime may store
 setting = config.setting
 MIB = 1024 * 1024
-# the listener's records quota default (listener.storage.budget.records_per_runtime; a test
-# keeps the two equal): a runtime never stores more records of all its Watches together
-RECORDS_PER_RUNTIME = 200
+RECORDS_PER_RUNTIME = storagebudget.records_per_runtime()  # the listener's records quota
+KEYS_PER_RECORD = 1_000  # an injected record's keys (the listener admits 10,000 in a map)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,14 +39,33 @@ class Settings:
     max_watches: int = setting(config.integer(
         J + "MAX_WATCHES", 32, "Watches with inject followed at once (two threads each)",
         minimum=1, maximum=256))
+    # per runtime: what the listener lets a runtime store (its quota variables, shared)
     max_records: int = setting(config.integer(
-        J + "MAX_RECORDS", RECORDS_PER_RUNTIME, "live records of one runtime kept per Watch "
-        "(default: the listener's records quota)", minimum=1, maximum=1_000_000))
-    max_runtimes: int = setting(config.integer(
-        J + "MAX_RUNTIMES", 10_000, "runtimes kept per Watch", minimum=1, maximum=1_000_000))
+        J + "MAX_RECORDS", RECORDS_PER_RUNTIME, "records (tombstones included) of one runtime "
+        "and Watch read at a reconcile; more: the runtime is refused", minimum=1,
+        maximum=10_000_000, fallback=L + "QUOTA_RECORDS"))
     max_bytes: int = setting(config.integer(
-        J + "MAX_BYTES", 256 * MIB, "bytes of values kept in memory per Watch", minimum=MIB,
-        maximum=64 * 1024 * MIB))
+        J + "MAX_BYTES", storagebudget.RECORD_BYTES_FLOOR, "bytes (the records' JSON size, as "
+        "the listener counts them) of one runtime and Watch read at a reconcile; more: the "
+        "runtime is refused", minimum=MIB, maximum=1024 * MIB, fallback=L + "QUOTA_BYTES"))
+    max_keys_per_record: int = setting(config.integer(
+        J + "MAX_KEYS_PER_RECORD", KEYS_PER_RECORD, "keys of one live record's data under a "
+        "Watch with inject; more: its runtime is refused", minimum=1,
+        maximum=storagebudget.MAX_KEYS_PER_RECORD))
+    max_keys: int = setting(config.integer(
+        J + "MAX_KEYS", storagebudget.MAX_KEYS_PER_RECORD, "merged keys injected into one "
+        "target (one map of one object); more: the runtime is refused", minimum=1,
+        maximum=1_000_000))
+    # fleet-wide: what is held at once, whatever the fleet's size (docs/injector.md, "Memory")
+    max_runtimes: int = setting(config.integer(
+        J + "MAX_RUNTIMES", 2 * storagebudget.RUNTIMES, "runtimes remembered per Watch (a "
+        "resourceVersion each); more: the rest are reconciled on their changes only and "
+        "tether_injector_bound_reached says so", minimum=1, maximum=1_000_000))
+    read_bytes: int = setting(config.integer(
+        J + "READ_BYTES", None, "bytes of records (their JSON size) read into memory at once, "
+        "all Watches together; a reconcile waits for its runtime's share",
+        shown="2 x MAX_BYTES; at least MAX_BYTES", minimum=MIB, maximum=16 * 1024 * MIB),
+        derived=2 * storagebudget.RECORD_BYTES_FLOOR)
     kcp_timeout: float = setting(config.seconds(
         J + "KCP_TIMEOUT_SECONDS", 10.0, "per KCP API request", minimum=0.5, maximum=300))
     lease_namespace: str = setting(config.object_name(J + "LEASE_NAMESPACE", "tether-system",
@@ -70,7 +89,12 @@ SPEC = config.Spec.of(Settings, part="injector",
 
 def build(v: config.Values) -> Settings:
     identity = v[J + "IDENTITY"] or f"{socket.gethostname()}_{os.getpid()}"
-    return config.fill(Settings, v, identity=identity)
+    max_bytes, read = v[J + "MAX_BYTES"], v[J + "READ_BYTES"]
+    if read is not None and read < max_bytes:
+        raise config.SettingError(f"{J}READ_BYTES: {read} is below the minimum {max_bytes} "
+                                  f"({J}MAX_BYTES: one runtime's records must fit)")
+    return config.fill(Settings, v, identity=identity,
+                       read_bytes=2 * max_bytes if read is None else read)
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:

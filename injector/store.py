@@ -1,125 +1,89 @@
-"""The live records of one Watch, per runtime, in memory, bounded (pure: plain data in,
-the runtimes to reconcile out).
+"""What the injector remembers of one Watch's runtimes, bounded (pure: plain data).
 
-``Store.change`` takes one delivered change (the fields of ``tether.consumer.Change``) and
-returns the runtime whose values may have changed; ``Store.synced`` ends a (re)list: every
-key not delivered since the previous ``synced`` by the list is dropped (the library sends
-removals itself; this holds for a resume whose history had expired too) and every runtime
-is returned for a reconcile. Bounds: ``max_records`` per runtime (the listener's quota
-default), ``max_runtimes`` and ``max_bytes`` of values per Watch. A runtime over a bound is
-*refused*: its values in memory would be a part of its records, so nothing is injected for
-it (``refused``) until the next relist delivers every record again.
+No value and no record is kept (the values are read when a runtime is reconciled,
+``injector.bounds``). Per runtime only:
+
+* the highest KCP resourceVersion of its records seen in the stream (``touch``), so the
+  periodic pass knows which runtimes hold records; at most ``max_runtimes`` runtimes: past
+  it a new runtime is still reconciled on each of its changes, but not by the periodic pass,
+  and ``full`` counts it (``tether_injector_bound_reached``, an alert; never a relist);
+* a refused runtime's refusal and the fingerprint of its records' metadata when it was
+  refused (``refuse``), so it is refused again without reading its values until its records
+  change, and ``refused_by`` counts the refused runtimes by bound for the metric.
+
+``forget`` drops a runtime whose records are all gone (its reconcile found none).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
-from injector import merge
-
-Key = tuple[str, str]  # namespace, name of the runtime object
-
-
-def _size(source: merge.Source) -> int:
-    return sum(len(k) + len(v) for k, v in source.data.items()) + 64
+from injector import bounds
 
 
 @dataclasses.dataclass
 class Runtime:
-    kyma: str = ""
-    sources: dict[Key, merge.Source] = dataclasses.field(default_factory=dict)
-    bytes: int = 0
-    over: bool = False  # a record was refused: the values are incomplete
-    revision: int = 0   # the highest revision delivered for it (tombstones and removals too)
+    revision: int = 0
+    refusal: bounds.Refusal | None = None
+    fingerprint: tuple[int, int] | None = None  # of the records when refused
 
 
 class Store:
-    def __init__(self, *, max_records: int, max_runtimes: int, max_bytes: int) -> None:
-        self.max_records, self.max_runtimes, self.max_bytes = max_records, max_runtimes, max_bytes
+    def __init__(self, *, max_runtimes: int) -> None:
+        self.max_runtimes = max_runtimes
         self.runtimes: dict[str, Runtime] = {}
-        self.bytes = 0
-        self._listed: set[tuple[str, Key]] = set()  # delivered by the current (re)list
-        self._listing = False
-        # tombstones a (re)list delivered before any live record of their runtime: their
-        # revisions, for the runtime's origin (the list's order is the objects' names, hashes)
-        self._unkept: dict[str, int] = {}
-        self.full = False  # a runtime was refused by ``max_runtimes`` since the last (re)list
+        self._over: set[str] = set()  # runtimes not remembered since the last list
 
-    def _drop(self, runtime: str, key: Key) -> None:
-        rt = self.runtimes.get(runtime)
-        if rt is None:
-            return
-        old = rt.sources.pop(key, None)
-        if old is not None:
-            size = _size(old)
-            rt.bytes -= size
-            self.bytes -= size
-        if not rt.sources:
-            del self.runtimes[runtime]
+    @property
+    def full(self) -> int:
+        """Runtimes not remembered (over ``max_runtimes``) since the last list, counted
+        up to ``max_runtimes``."""
+        return len(self._over)
 
-    def change(self, runtime: str, key: Key, kyma: str, record: Mapping[str, Any] | None,
-               revision: int, *, resync: bool) -> str:
-        """Keep (a live record) or drop (gone, a tombstone) one key; returns ``runtime``."""
-        if resync:
-            if not self._listing:  # a (re)list starts: it delivers every key again
-                self._listing, self.full = True, False
-                for each in self.runtimes.values():
-                    each.over = False
-            self._listed.add((runtime, key))
-        live = record is not None and not record.get("deleted")
-        self._drop(runtime, key)
-        if not live or record is None:
-            kept = self.runtimes.get(runtime)
-            if kept is not None:
-                kept.revision = max(kept.revision, revision)
-            elif resync:
-                self._unkept[runtime] = max(self._unkept.get(runtime, 0), revision)
-            return runtime
-        source = merge.source_of(record, revision)
+    def touch(self, runtime: str, revision: int) -> bool:
+        """A record of ``runtime`` changed; False when it is not remembered (the bound)."""
         rt = self.runtimes.get(runtime)
         if rt is None:
             if len(self.runtimes) >= self.max_runtimes:
-                self.full = True  # not kept: ``refused`` reports it
-                return runtime
+                if len(self._over) < self.max_runtimes:
+                    self._over.add(runtime)
+                return False
             rt = self.runtimes[runtime] = Runtime()
-        rt.kyma = kyma or rt.kyma
-        rt.revision = max(rt.revision, revision, self._unkept.pop(runtime, 0))
-        size = _size(source)
-        if len(rt.sources) >= self.max_records or self.bytes + size > self.max_bytes:
-            rt.over = True
-            return runtime
-        rt.sources[key] = source
-        rt.bytes += size
-        self.bytes += size
-        return runtime
+        rt.revision = max(rt.revision, revision)
+        return True
 
-    def synced(self) -> set[str]:
-        """End of a (re)list: drop what it did not deliver; every runtime, to reconcile
-        (including those whose last keys were just dropped)."""
-        touched = set(self.runtimes)
-        for runtime, rt in list(self.runtimes.items()):
-            for key in list(rt.sources):
-                if (runtime, key) not in self._listed:
-                    self._drop(runtime, key)
-        self._listed, self._listing, self._unkept = set(), False, {}
-        return touched
+    def listed(self) -> None:
+        """A (re)list begins: what ``full`` counted is counted again by it."""
+        self._over.clear()
 
-    def sources(self, runtime: str) -> tuple[merge.Source, ...]:
+    def forget(self, runtime: str) -> None:
+        self.runtimes.pop(runtime, None)
+        self._over.discard(runtime)
+
+    def refuse(self, runtime: str, refusal: bounds.Refusal,
+               fingerprint: tuple[int, int]) -> None:
         rt = self.runtimes.get(runtime)
-        return tuple(rt.sources.values()) if rt is not None else ()
+        if rt is None:
+            if len(self.runtimes) >= self.max_runtimes:
+                return  # refused again at its next change, reading its values again
+            rt = self.runtimes[runtime] = Runtime()
+        rt.refusal, rt.fingerprint = refusal, fingerprint
 
-    def refused(self, runtime: str) -> bool:
-        """Whether the runtime's values are incomplete: a bound refused one of its records
-        (until the next relist), or the runtime itself (``max_runtimes``)."""
+    def accept(self, runtime: str) -> None:
         rt = self.runtimes.get(runtime)
-        return rt.over if rt is not None else self.full
+        if rt is not None:
+            rt.refusal = rt.fingerprint = None
 
-    def revision(self, runtime: str) -> int:
+    def still_refused(self, runtime: str, fingerprint: tuple[int, int]) -> bounds.Refusal | None:
+        """The runtime's refusal when its records have not changed since."""
         rt = self.runtimes.get(runtime)
-        return rt.revision if rt is not None else 0
+        if rt is None or rt.refusal is None or rt.fingerprint != fingerprint:
+            return None
+        return rt.refusal
 
-    def kyma(self, runtime: str) -> str:
-        rt = self.runtimes.get(runtime)
-        return rt.kyma if rt is not None else ""
+    def refused_by(self) -> dict[bounds.Bound, int]:
+        out: dict[bounds.Bound, int] = {b: 0 for b in bounds.BOUNDS}
+        for rt in self.runtimes.values():
+            if rt.refusal is not None:
+                out[rt.refusal.bound] += 1
+        return out

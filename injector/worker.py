@@ -1,16 +1,21 @@
 """One Watch with ``inject``: its records followed, each changed runtime's target reconciled.
 
-Two threads per Watch: the consumer (``tether.consumer.Consumer`` on the Watch's storage
-namespace) keeps the live records per runtime in a bounded ``store.Store`` and offers every
-changed runtime to the ``pacing.Pacer``; the applier takes the due runtimes and reconciles
-each (``reconcile``): find the runtime's target (the object of ``inject.resource`` in
-``inject.namespace`` labelled ``kyma-project.io/runtime-id=<runtime>``), server-side apply
-the merged values when they differ (``merge.needed``), record the ``ConfigurationInjected``
-condition on its status and an Event. Nothing is applied before the first list is complete
-(its values would be a part of the records). ``resync`` (the periodic pass, and every
-``Synced``) offers every runtime with records and every target still carrying this Watch's
-annotation, so a missed event, an edited target or a runtime whose records are all gone
-converges. Values never reach a log, an Event or a metric.
+Two threads per Watch: the consumer (``tether.consumer.Runtimes`` on the Watch's storage
+namespace: which runtime's records changed, from their metadata) remembers the runtimes in
+a bounded ``store.Store`` (a resourceVersion each, no value) and offers every changed
+runtime to the ``pacing.Pacer``; the applier takes the due runtimes and reconciles each
+(``reconcile``): list the runtime's records' metadata and refuse it when they are over its
+bounds (``bounds.Census``), else read their values within the shared ``ReadBudget``
+(``bounds.Tally``, the reading stops at the first bound exceeded), find the runtime's target
+(the object of ``inject.resource`` in ``inject.namespace`` labelled
+``kyma-project.io/runtime-id=<runtime>``), server-side apply the merged values when they
+differ (``merge.needed``), record the ``ConfigurationInjected`` condition on its status and
+an Event. A refused runtime gets the condition False (``OverBounds``, which bound, counts
+only), a warning Event and ``tether_injector_runtimes_refused``; the others flow on.
+``resync`` (the periodic pass, and every ``Synced``) offers every runtime remembered and
+every target still carrying this Watch's annotation, so a missed event, an edited target or
+a runtime whose records are all gone converges. Values never reach a log, an Event or a
+metric.
 """
 
 from __future__ import annotations
@@ -22,13 +27,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from injector import merge, pacing, store
+from injector import bounds, merge, pacing, store
 from injector.metrics import Metrics
+from injector.readbudget import ReadBudget
 from injector.settings import Settings
-from tether import apitypes, consumer, events, gateway, logs, watches
+from tether import apitypes, consumer, consumerstate, events, gateway, logs, watches
 
 log = logging.getLogger("injector")
 LOGGED_ONCE_MAX = 10_000  # (runtime, reason) pairs remembered so each is logged once
+VALUE_PAGE = 20  # records of one runtime per list page when their values are read
+REFUSED = "OverBounds"  # the condition's reason for a refused runtime
 
 
 def _now() -> str:
@@ -37,19 +45,22 @@ def _now() -> str:
 
 class Worker:
     def __init__(self, kcp: gateway.Kube, watch: watches.Watch, s: Settings, meters: Metrics,
-                 recorder: events.Recorder, *, clock: Callable[[], float] = time.monotonic) -> None:
+                 recorder: events.Recorder, budget: ReadBudget | None = None, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         assert watch.inject is not None
         self.kcp, self.watch, self.inject, self.s, self.meters = kcp, watch, watch.inject, s, meters
         self.recorder, self.clock = recorder, clock
+        self.budget = budget or ReadBudget(s.read_bytes)
+        self.limits = bounds.Limits(s.max_records, s.max_bytes, s.max_keys, s.max_keys_per_record)
         self.records_namespace = watch.storage_namespace or s.namespace
-        self.store = store.Store(max_records=s.max_records, max_runtimes=s.max_runtimes,
-                                 max_bytes=s.max_bytes)
+        self.store = store.Store(max_runtimes=s.max_runtimes)
         self.pacer = pacing.Pacer(s.coalesce)
         self.synced = False
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._logged: set[tuple[str, str]] = set()
+        self._listing = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -66,37 +77,51 @@ class Worker:
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        try:
-            self.meters.runtimes.remove(self.watch.name)
-        except KeyError:
-            pass
+        for gauge, labels in ((self.meters.runtimes, [(self.watch.name,)]),
+                              (self.meters.bound_reached, [(self.watch.name,)]),
+                              (self.meters.refused, [(self.watch.name, b) for b in bounds.BOUNDS])):
+            for values in labels:
+                try:
+                    gauge.remove(*values)
+                except KeyError:
+                    pass
 
     # -- the consumer ----------------------------------------------------------------------
 
     def _consume(self) -> None:
         while not self._stop.is_set():
             try:
-                stream = consumer.Consumer(self.kcp, namespace=self.records_namespace,
+                stream = consumer.Runtimes(self.kcp, namespace=self.records_namespace,
                                            watch=self.watch.name, timeout=self.s.kcp_timeout,
-                                           stop=self._stop)
-                for item in stream:
+                                           max_runtimes=self.s.max_runtimes, stop=self._stop)
+                for item in stream.runtimes():
                     self._take(item)
             except Exception as e:  # noqa: BLE001 - the consumer reconnects; this is a bug's net
                 log.error("watch %s: consumer stopped: %s; starting again", self.watch.name,
                           logs.bounded(e, 300))
                 self._stop.wait(5.0)
 
-    def _take(self, item: consumer.Change | consumer.Synced) -> None:
+    def _take(self, item: consumer.Touched | consumer.Synced) -> None:
         with self._cond:
             if isinstance(item, consumer.Synced):
-                due = self.store.synced()
+                due = set(self.store.runtimes)  # also those the list no longer names
                 self.synced = True
                 log.info("watch %s: %s complete at revision %d: %d runtimes", self.watch.name,
                          "relist" if item.relist else "list", item.revision, len(due))
+                if self.store.full:
+                    log.warning("watch %s: %d runtimes over TETHER_INJECTOR_MAX_RUNTIMES (%d) "
+                                "not remembered: reconciled on their changes only",
+                                self.watch.name, self.store.full, self.s.max_runtimes)
             else:
-                due = {self.store.change(item.runtime_id, (item.namespace, item.name), item.kyma,
-                                         item.record, item.revision, resync=item.resync)}
+                if item.resync and not self._listing:
+                    self._listing = True
+                    self.store.listed()
+                self.store.touch(item.runtime_id, item.revision)
+                due = {item.runtime_id}
+            if isinstance(item, consumer.Synced):
+                self._listing = False
             self.meters.runtimes.labels(self.watch.name).set(len(self.store.runtimes))
+            self.meters.bound_reached.labels(self.watch.name).set(self.store.full)
             if self.synced:
                 now = self.clock()
                 for rt in due:
@@ -162,15 +187,103 @@ class Worker:
 
     def reconcile(self, runtime: str) -> str:
         """One runtime's target brought to its records' values; the result (metrics.RESULTS)."""
-        with self._cond:
-            refused = self.store.refused(runtime)
-            want = merge.intent(self.watch.name, self.store.sources(runtime),
-                                self.store.revision(runtime))
         w = self.watch.name
-        if refused:
-            self._once(runtime, "refused", "watch %s, runtime %s: over the injector's bounds "
-                       "(TETHER_INJECTOR_MAX_*): nothing injected until a relist", w, runtime)
-            return "refused"
+        census = bounds.Census.of(self.kcp.list_items(
+            apitypes.RUNTIME_CONFIGMAPS, self.records_namespace, metadata_only=True,
+            label_selector=consumer.selector(w, runtime), timeout=self.s.kcp_timeout))
+        with self._cond:
+            refusal = census.refusal(self.limits) or \
+                self.store.still_refused(runtime, census.fingerprint())
+        if refusal is not None:
+            return self._refuse(runtime, refusal, census)
+        if census.records == 0:  # every record gone: the injected values go too
+            result = self._bring(runtime, merge.intent(w, ()))
+            if result != "failed":
+                with self._cond:
+                    self.store.forget(runtime)
+                    self._refused_metric()
+            return result
+        with self.budget.hold(census.bytes, self._stop) as held:
+            if not held:
+                return "failed"  # stopping
+            self.meters.read_bytes.set(self.budget.held)
+            try:
+                sources, refusal, high = self._read(runtime)
+                if refusal is not None:
+                    del sources
+                    return self._refuse(runtime, refusal, census)
+                want = merge.intent(w, sources, max(high, census.revision))
+                del sources
+                result = self._bring(runtime, want)  # the values held until applied
+                del want
+            finally:
+                self.meters.read_bytes.set(self.budget.held)
+        if result != "failed":
+            with self._cond:
+                self._accepted(runtime)
+        return result
+
+    def _read(self, runtime: str) -> tuple[list[merge.Source], bounds.Refusal | None, int]:
+        """The live records' values of ``runtime`` (a page at a time), until a bound is
+        exceeded; the highest revision read."""
+        tally = bounds.Tally(self.limits)
+        sources: list[merge.Source] = []
+        high = 0
+        for obj in self.kcp.list_items(apitypes.RUNTIME_CONFIGMAPS, self.records_namespace,
+                                       label_selector=consumer.selector(self.watch.name, runtime),
+                                       page_size=VALUE_PAGE, timeout=self.s.kcp_timeout):
+            item = consumerstate.parse(obj, self.watch.name)
+            if item is None or bounds.unbacked(obj):
+                continue
+            high = max(high, item.revision)
+            live = not item.record.get("deleted")
+            source = merge.source_of(item.record, item.revision)
+            refusal = tally.add(source.data if live else {}, bounds.declared(obj), live)
+            if refusal is not None:
+                return [], refusal, high
+            if live:
+                sources.append(source)
+        return sources, None, high
+
+    def _accepted(self, runtime: str) -> None:
+        """Under ``_cond``: a runtime within its bounds again."""
+        rt = self.store.runtimes.get(runtime)
+        if rt is not None and rt.refusal is not None:
+            self.store.accept(runtime)
+            self._refused_metric()
+
+    def _refused_metric(self) -> None:
+        for bound, n in self.store.refused_by().items():
+            self.meters.refused.labels(self.watch.name, bound).set(n)
+
+    def _refuse(self, runtime: str, refusal: bounds.Refusal, census: bounds.Census) -> str:
+        """The runtime refused alone: remembered with its records' fingerprint (refused again
+        without reading them until they change), the condition on its target, an Event."""
+        w = self.watch.name
+        with self._cond:
+            self.store.refuse(runtime, refusal, census.fingerprint())
+            self._refused_metric()
+        self._once(runtime, "refused", "watch %s, runtime %s: %s", w, runtime, refusal.message())
+        found = self.kcp.list(self.inject.resource, self.inject.namespace,
+                              timeout=self.s.kcp_timeout,
+                              label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime}")
+        items = found.get("items") or []
+        if len(items) == 1:
+            target = items[0]
+            cond = merge.condition(None, _generation(target), _now(), reason=REFUSED,
+                                   message=refusal.message())
+            if not merge.same_condition(target, cond):
+                self._status(target, cond)
+                meta = target.get("metadata") or {}
+                self.recorder.emit(events.Ref(
+                    str(target.get("apiVersion")), str(target.get("kind")),
+                    str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid", ""))),
+                    "InjectRefused", f"Watch {w}: {refusal.message()}", warning=True)
+        return "refused"
+
+    def _bring(self, runtime: str, want: merge.Intent) -> str:
+        """Find the runtime's target and apply ``want`` when it differs."""
+        w = self.watch.name
         t0 = time.monotonic()
         found = self.kcp.list(self.inject.resource, self.inject.namespace, timeout=self.s.kcp_timeout,
                               label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime}")
@@ -185,6 +298,7 @@ class Worker:
                        self.inject.resource.plural, self.inject.namespace)
             return "ambiguous"
         self._logged.discard((runtime, "no_target"))
+        self._logged.discard((runtime, "refused"))
         target = items[0]
         if not merge.needed(target, self.inject.field, want):
             if not merge.condition_current(target, want):

@@ -292,3 +292,31 @@ def test_an_expired_watch_relists_and_converges(env: Env) -> None:
     env.converges(rt, {"a": "1", "c": "3"}, "after the relist", timeout=60)
     loop.wait_until(lambda: "relist complete" in proc.log_path.read_text(), WAIT,
                     f"the relist logged\n{proc.log()}")
+
+
+def test_a_record_over_the_keys_cap_refuses_its_runtime_alone_until_it_fits(env: Env) -> None:
+    """A runtime with one record of 1,001 keys (the cap for Watches that inject: 1,000) is
+    refused and named on its target (condition, metric); another runtime's values flow
+    meanwhile; trimmed to the cap, the runtime is injected again."""
+    bad, good = env.runtime(), env.runtime()
+    before = env.injector.metric("tether_injector_applies_total", result="refused")
+    env.record(bad, "ok", {"small": "1"})
+    env.record(bad, "flood", {f"k{i}": "" for i in range(1_001)})
+    env.record(good, "a", {"x": "1"})
+    env.converges(good, {"x": "1"}, "the other runtime's values")
+
+    def reason() -> str:
+        conds = (env.target(bad).get("status") or {}).get("conditions") or []
+        return next((f"{c['reason']}: {c['message']}" for c in conds
+                     if c["type"] == merge.CONDITION), "")
+    loop.wait_until(lambda: reason().startswith("OverBounds"), WAIT,
+                    f"the refusal on the target\n{env.injector.log()}")
+    assert "1001 keys in one record" in reason() and "k0" not in reason()
+    assert env.configuration(bad) is None
+    assert env.injector.metric("tether_injector_applies_total", result="refused") > before
+    assert env.injector.metric("tether_injector_runtimes_refused", bound="keys_per_record") >= 1
+    assert "InjectRefused" in events_on(env, env.target(bad)["metadata"]["name"])
+    env.record(bad, "flood", {f"k{i}": "" for i in range(1_000)})
+    want = {"small": "1", **{f"k{i}": "" for i in range(1_000)}}
+    env.converges(bad, want, "the trimmed record injected")
+    loop.wait_until(lambda: reason().startswith("Injected"), WAIT, "the condition True again")

@@ -1,11 +1,13 @@
-"""The injector's pure decisions: the merge, the apply body, the condition, the store's
-bounds and relists, the pacing (plain data)."""
+"""The injector's pure decisions: the merge, the apply body, the condition, the bounds of
+one runtime's records, the store's bound, the read budget, the pacing (plain data)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
-from injector import merge, pacing, settings
+from injector import bounds, merge, pacing, readbudget, settings
 from injector.store import Store
 from listener.storage import budget
 
@@ -111,64 +113,94 @@ def test_condition_current() -> None:
     assert not merge.condition_current(TARGET, want)
 
 
-def rec(ns: str, name: str, data: dict[str, str], deleted: bool = False) -> dict[str, Any]:
-    return {"namespace": ns, "name": name, "data": data, "deleted": deleted}
+LIMITS = bounds.Limits(records=3, bytes=1000, keys=5, keys_per_record=3)
 
 
-def test_store_keeps_live_records_and_drops_tombstones() -> None:
-    s = Store(max_records=10, max_runtimes=10, max_bytes=1 << 20)
-    assert s.change("rt1", ("a", "x"), "kyma1", rec("a", "x", {"k": "1"}), 5, resync=False) == "rt1"
-    s.change("rt1", ("a", "y"), "kyma1", rec("a", "y", {"j": "2"}), 6, resync=False)
-    assert {x.name for x in s.sources("rt1")} == {"x", "y"} and s.kyma("rt1") == "kyma1"
-    s.change("rt1", ("a", "x"), "kyma1", rec("a", "x", {}, deleted=True), 7, resync=False)
-    assert [x.name for x in s.sources("rt1")] == ["y"] and s.revision("rt1") == 7
-    s.change("rt1", ("a", "y"), "kyma1", None, 8, resync=False)
-    assert s.sources("rt1") == () and s.runtimes == {} and s.bytes == 0
+def meta(rv: int, size: int | None = None) -> dict[str, Any]:
+    ann = {} if size is None else {bounds.SIZE_ANNOTATION: str(size)}
+    return {"metadata": {"resourceVersion": str(rv), "annotations": ann}}
 
 
-def test_store_synced_drops_what_the_relist_did_not_deliver() -> None:
-    s = Store(max_records=10, max_runtimes=10, max_bytes=1 << 20)
-    s.change("rt1", ("a", "x"), "", rec("a", "x", {"k": "1"}), 1, resync=True)
-    s.change("rt2", ("a", "x"), "", rec("a", "x", {"k": "1"}), 2, resync=True)
-    assert s.synced() == {"rt1", "rt2"}
-    s.change("rt1", ("a", "x"), "", rec("a", "x", {"k": "2"}), 3, resync=False)
-    s.change("rt1", ("a", "y"), "", rec("a", "y", {"k": "3"}), 4, resync=True)  # relist
-    assert s.synced() == {"rt1", "rt2"}
-    assert [x.name for x in s.sources("rt1")] == ["y"] and s.sources("rt2") == ()
-    assert s.synced() == {"rt1"}  # an empty relist drops everything
-    assert s.runtimes == {}
+def test_census_refuses_over_the_records_and_bytes_quota_before_any_value_is_read() -> None:
+    c = bounds.Census.of([meta(5, 100), meta(9, 200), meta(7)])
+    assert c == bounds.Census(3, 300, 9) and c.refusal(LIMITS) is None
+    assert bounds.Census.of([meta(i, 1) for i in range(4)]).refusal(LIMITS) == \
+        bounds.Refusal("records", 4, 3)
+    assert bounds.Census.of([meta(1, 1001)]).refusal(LIMITS) == bounds.Refusal("bytes", 1001, 1000)
+    # a hostile annotation is no number: 0, never an exception
+    assert bounds.Census.of([meta(1, None), {"metadata": {"annotations": {
+        bounds.SIZE_ANNOTATION: "9" * 40}}}, {}]).bytes == 0
+    assert c.fingerprint() != bounds.Census.of([meta(5, 100), meta(9, 200)]).fingerprint()
 
 
-def test_a_listed_tombstone_before_its_runtimes_live_records_still_counts_in_its_origin() -> None:
-    """A list comes in object-name order (hashes): a runtime's tombstone may come before any
-    live record of it; its revision is the runtime's highest all the same."""
-    s = Store(max_records=10, max_runtimes=10, max_bytes=1 << 20)
-    s.change("rt1", ("a", "gone"), "", rec("a", "gone", {}, deleted=True), 9, resync=True)
-    s.change("rt1", ("a", "x"), "", rec("a", "x", {"k": "1"}), 4, resync=True)
-    assert s.revision("rt1") == 9
-    s.synced()
-    s.change("rt2", ("a", "gone"), "", None, 12, resync=False)  # outside a list: no runtime kept
-    s.change("rt2", ("a", "x"), "", rec("a", "x", {"k": "1"}), 13, resync=False)
-    assert s.revision("rt2") == 13 and s.revision("rt1") == 9
-    s.change("rt3", ("a", "gone"), "", None, 20, resync=True)  # only tombstones: nothing kept
-    s.synced()
-    s.change("rt3", ("a", "x"), "", rec("a", "x", {"k": "1"}), 5, resync=True)
-    assert s.revision("rt3") == 5  # a new list forgets the last one's tombstones
+def test_tally_stops_at_the_first_bound_and_says_which() -> None:
+    t = bounds.Tally(LIMITS)
+    assert t.add({"a": "1", "b": "2"}, 10, True) is None
+    assert t.add({"x": "1", "y": "1", "z": "1", "w": "1"}, 0, False) is None  # a tombstone
+    r = t.add({"a": "1", "b": "2", "c": "3", "d": "4"}, 10, True)
+    assert r == bounds.Refusal("keys_per_record", 4, 3)
+    assert t.add({}, 0, True) == r  # stays refused
+    keys = bounds.Tally(LIMITS)
+    keys.add({"a": "", "b": "", "c": ""}, 0, True)
+    assert keys.add({"a": "", "d": "", "e": ""}, 0, True) is None  # 5 distinct keys merged
+    assert keys.add({"f": ""}, 0, True) == bounds.Refusal("keys", 6, 5)
+    big = bounds.Tally(LIMITS)
+    assert big.add({"k": "v" * 2000}, 0, True) == bounds.Refusal("bytes", 2001, 1000)
+    msg = bounds.Refusal("keys_per_record", 10000, 1000).message()
+    assert "10000" in msg and "TETHER_INJECTOR_MAX_KEYS_PER_RECORD" in msg
 
 
-def test_store_bounds_refuse_a_runtime_instead_of_injecting_part_of_it() -> None:
-    s = Store(max_records=2, max_runtimes=1, max_bytes=1 << 20)
-    for i in range(3):
-        s.change("rt1", ("a", str(i)), "", rec("a", str(i), {"k": str(i)}), i, resync=True)
-    assert s.refused("rt1") and len(s.sources("rt1")) == 2
-    s.change("rt2", ("a", "x"), "", rec("a", "x", {"k": "1"}), 9, resync=True)
-    assert s.refused("rt2") and "rt2" not in s.runtimes  # max_runtimes
-    s.synced()
-    s.change("rt1", ("a", "0"), "", rec("a", "0", {"k": "0"}), 10, resync=True)  # a relist
-    assert not s.refused("rt1") and not s.refused("rt2")
-    small = Store(max_records=10, max_runtimes=10, max_bytes=200)
-    small.change("rt1", ("a", "x"), "", rec("a", "x", {"k": "v" * 300}), 1, resync=False)
-    assert small.refused("rt1") and small.bytes == 0
+def test_store_remembers_runtimes_up_to_its_bound_and_counts_the_rest() -> None:
+    s = Store(max_runtimes=2)
+    assert s.touch("rt1", 5) and s.touch("rt1", 3) and s.runtimes["rt1"].revision == 5
+    assert s.touch("rt2", 1) and not s.touch("rt3", 1) and not s.touch("rt3", 2)
+    assert s.full == 1  # runtimes, not events
+    s.listed()
+    assert s.full == 0
+    s.forget("rt1")
+    assert s.touch("rt3", 1) and set(s.runtimes) == {"rt2", "rt3"}
+
+
+def test_store_refuses_again_until_the_records_change() -> None:
+    s = Store(max_runtimes=10)
+    s.touch("rt1", 1)
+    r = bounds.Refusal("keys_per_record", 10_000, 1_000)
+    s.refuse("rt1", r, (20, 99))
+    assert s.still_refused("rt1", (20, 99)) == r and s.refused_by()["keys_per_record"] == 1
+    assert s.still_refused("rt1", (20, 100)) is None  # a write: read again
+    s.accept("rt1")
+    assert s.still_refused("rt1", (20, 99)) is None and s.refused_by()["keys_per_record"] == 0
+
+
+def test_read_budget_holds_shares_and_waits_for_room() -> None:
+    b = readbudget.ReadBudget(100, floor=10)
+    stop = threading.Event()
+    with b.hold(60, stop) as first:
+        assert first and b.held == 60
+        with b.hold(1, stop) as small:
+            assert small and b.held == 70  # the floor
+        waited: list[int] = []
+        done = threading.Event()
+
+        def second() -> None:
+            with b.hold(60, stop) as got:
+                waited.append(b.held if got else -1)
+                done.wait(5)
+        t = threading.Thread(target=second)
+        t.start()
+        t.join(0.3)
+        assert t.is_alive() and not waited  # no room until the first is done
+    deadline = time.monotonic() + 5
+    while not waited and time.monotonic() < deadline:
+        done.wait(0.01)
+    assert waited == [60] and b.peak == 70
+    stop.set()
+    with b.hold(60, stop) as late:
+        assert not late  # stopped while waiting: nothing held
+    assert b.held == 60
+    done.set()
+    t.join(5)
+    assert b.held == 0
 
 
 def test_pacer_never_delays_the_first_and_coalesces_the_rest() -> None:
@@ -206,3 +238,12 @@ def test_pacer_memory_is_bounded() -> None:
 def test_max_records_default_is_the_listeners_quota_default() -> None:
     assert settings.RECORDS_PER_RUNTIME == budget.records_per_runtime()
     assert settings.from_env({}).max_records == budget.records_per_runtime()
+
+
+def test_per_runtime_bounds_follow_the_listeners_quota_variables() -> None:
+    s = settings.from_env({"TETHER_LISTENER_QUOTA_RECORDS": "300",
+                           "TETHER_LISTENER_QUOTA_BYTES": str(4 << 20)})
+    assert (s.max_records, s.max_bytes, s.read_bytes) == (300, 4 << 20, 8 << 20)
+    d = settings.from_env({})
+    assert d.max_bytes == budget.RECORD_BYTES_FLOOR and d.max_runtimes == 2 * budget.RUNTIMES
+    assert d.max_keys_per_record < 10_000 <= d.max_keys
