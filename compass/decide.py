@@ -81,6 +81,16 @@ DONE = Action("done")
 FOREIGN = "ForeignRuntime"  # the condition reason of every refusal across Kyma CRs
 
 
+def kyma_of(f: Facts) -> model.Kyma:
+    assert f.kyma is not None, "decide chose an action that needs the Kyma CR"
+    return f.kyma
+
+
+def mapping_of(f: Facts) -> model.MappingView:
+    assert f.mapping is not None, "decide chose an action that needs the mapping"
+    return f.mapping
+
+
 def problems(kyma: model.Kyma) -> tuple[str, str] | None:
     """(reason, message) when the Kyma CR cannot be registered, else None."""
     missing = [k for k in model.REQUIRED_LABELS if not kyma.labels.get(k)]

@@ -11,6 +11,10 @@ runtime's step has failed ``FAILING_AFTER`` times in a row (retried with backoff
 Warnings ``ForeignRuntime`` (a lookup refused a runtime another Kyma CR holds, or whose labels
 name another Kyma CR) and ``Released`` (a runtime not this Kyma CR's dropped from its mapping
 or left registered at teardown), each counted in ``tether_compass_runtime_conflicts_total``.
+
+The steps that bind a mapping to a Director runtime and let it go (``lookup``, ``register``,
+``adopt``, ``forget_runtime``, ``release``, ``unregister``) are ``registration``'s, which
+``Reconciler`` inherits; the loop, the failures and the other steps are here.
 """
 
 from __future__ import annotations
@@ -22,7 +26,18 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from compass import adoption, agent_secret, claims, decide, errors, metrics, model, regindex, status
+from compass import (
+    adoption,
+    agent_secret,
+    claims,
+    decide,
+    errors,
+    metrics,
+    model,
+    regindex,
+    registration,
+    status,
+)
 from compass import director as director_mod
 from compass import mappings as mappings_mod
 from tether import apitypes, events, gateway, logs, skr_clients
@@ -63,7 +78,7 @@ def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-class Reconciler:
+class Reconciler(registration.RegistrationSteps):
     def __init__(self, tuning: Tuning, kcp: mappings_mod.Kcp, director: director_mod.DirectorClient,
                  skr: skr_clients.SkrClients, stats: metrics.Metrics, audit: logging.Logger, *,
                  clock: Callable[[], datetime.datetime] = _utcnow,
@@ -203,13 +218,6 @@ class Reconciler:
 
     # -- actions -----------------------------------------------------------------------------
 
-    def _tenant(self, f: decide.Facts) -> str:
-        if f.mapping is not None and f.mapping.tenant:
-            return f.mapping.tenant
-        if f.kyma is not None and f.kyma.labels.get(apitypes.GLOBAL_ACCOUNT_LABEL):
-            return f.kyma.labels[apitypes.GLOBAL_ACCOUNT_LABEL]
-        raise errors.InvalidInput("no global account ID (Tenant) known for this runtime")
-
     def _hook(self, kind: str) -> None:
         if self.after_director_call is not None:
             self.after_director_call(kind)
@@ -236,124 +244,25 @@ class Reconciler:
     def _create_mapping(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         # A 409 (someone else created it since our list: another replica in a leader
         # hand-over) ends the pass; the next run starts from what is stored.
-        m = self.kcp.create_mapping(_kyma(f), registering=not a.reason)
+        m = self.kcp.create_mapping(decide.kyma_of(f), registering=not a.reason)
         if a.reason:
             m = self._write(m, f.now, status.invalid(m.status, f.now, a.reason, a.message))
         return f._replace(mapping=m, created_now=True)
 
     def _report_invalid(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        m = _mapping(f)
+        m = decide.mapping_of(f)
         m = self._write(m, f.now, status.invalid(m.status, f.now, a.reason, a.message))
         if a.reason in ("AmbiguousRegistration", decide.FOREIGN):
             self._event(f._replace(mapping=m), a.reason, a.message, warning=True)
         return f._replace(mapping=m)
 
     def _mark_registering(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        m = self.kcp.patch_meta(_mapping(f).name, labels=dict(decide.mapping_labels(_kyma(f))),
+        m = self.kcp.patch_meta(decide.mapping_of(f).name,
+                                labels=dict(decide.mapping_labels(decide.kyma_of(f))),
                                 annotations={model.REGISTERING: "true"})
         m = self._write(m, f.now, status.processing(
             m.status, f.now, "Registering", "registering the runtime in the Director"))
         return f._replace(mapping=m)
-
-    def _lookup(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        name = _mapping(f).name
-        ref = decide.kyma_ref(self.kcp.namespace, name)
-        if f.kyma is None:  # teardown: only a runtime this instance registered
-            found = adoption.own(self.director, self._tenant(f), self.t.policy.managed_by, ref)
-        else:
-            found = adoption.lookup(self.registrations, self._tenant(f), f.kyma, self.t.policy,
-                                    ref, lambda: self._hint(name), lambda rid: self._held_by(rid, name))
-        self._hook(a.kind)
-        if found.candidates > 1:
-            self.metrics.adoptions.labels("ambiguous").inc()
-        if found.refused:
-            self.metrics.conflicts.labels(found.refused).inc()
-            return f._replace(looked_up=True, candidates=0, refusal=(found.refused, found.why))
-        if found.runtime_id is None:
-            return f._replace(looked_up=True, candidates=found.candidates)
-        return f._replace(looked_up=True, found_runtime_id=found.runtime_id, found_own=found.own,
-                          candidates=1, fetched=True, runtime_condition=found.condition)
-
-    def _hint(self, name: str) -> adoption.Hint:
-        """The runtime ID the runtime's agent Secret names (its namespace, then where older
-        runtimes keep it), else compass-manager's mapping: a hint, checked by the lookup."""
-        namespaces = tuple(dict.fromkeys((self.t.secret_namespace, *self.t.legacy_secret_namespaces)))
-        rid = adoption.secret_runtime_id(self.skr, name, namespaces, self._secret_name(name),
-                                         self.t.skr_timeout)
-        if rid:
-            return adoption.Hint(rid, "the runtime's agent Secret")
-        known = self.known_runtime_id(name) if self.known_runtime_id else None
-        return adoption.Hint(known or "", "compass-manager's mapping")
-
-    def _held_by(self, rid: str, name: str) -> str | None:
-        """Another Kyma CR's mapping (Tether's, or compass-manager's when read) holding ``rid``."""
-        if not self.holders.open:  # outside a run: read the mappings now
-            other = next((m.name for m in self.kcp.mappings()
-                          if m.runtime_id == rid and m.name != name), None)
-        else:
-            other = self.holders.other(rid, name)
-        if other is None and self.known_holder is not None:
-            other = self.known_holder(rid, name)
-        return other
-
-    def _register(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        tenant = self._tenant(f)
-        rt = self.director.register(tenant, decide.register_input(_kyma(f), self.t.policy))
-        self.registrations.note(tenant, rt)
-        self.holders.claim(rt.id, _mapping(f).name)  # a new ID: nobody else holds it
-        self._hook(a.kind)
-        self._audit("compass.runtime_registered", f, runtimeId=rt.id, tenant=tenant)
-        return self._registered(f, tenant, rt.id, rt.condition, adopted=False)
-
-    def _adopt(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        tenant, rid = self._tenant(f), str(a.runtime_id)
-        if self.plan is None and self.holders.claim(rid, _mapping(f).name) is not None:
-            # another Kyma CR of this run took it since the lookup: never two mappings
-            self.metrics.conflicts.labels(claims.HELD_ELSEWHERE).inc()
-            return f._replace(found_runtime_id=None, refusal=(claims.HELD_ELSEWHERE, (
-                f"Director runtime {rid} was taken by another Kyma CR's mapping during this "
-                "run: not adopted, none registered")))
-        added: list[str] = []
-        if not f.found_own:  # Tether's labels added to the Provisioner's: none changed
-            added = adoption.add_labels(self.registrations, tenant, rid,
-                                        decide.register_input(_kyma(f), self.t.policy)["labels"])
-            self.metrics.adoptions.labels("adopted").inc()
-        self._audit("compass.runtime_adopted", f, runtimeId=rid, tenant=tenant,
-                    labelsAdded=",".join(added))
-        return self._registered(f, tenant, rid, f.runtime_condition, adopted=True)
-
-    def _registered(self, f: decide.Facts, tenant: str, rid: str, cond: str | None, *,
-                    adopted: bool) -> decide.Facts:
-        m = self.kcp.patch_meta(_mapping(f).name, labels={apitypes.COMPASS_RUNTIME_ID_LABEL: rid,
-                                                          apitypes.GLOBAL_ACCOUNT_LABEL: tenant})
-        m = m._replace(status=status.registered(m.status, f.now, rid, adopted))
-        self._event(f._replace(mapping=m), "Registered",
-                    f"runtime {rid} found in the Director (registered earlier)" if adopted
-                    else f"runtime {rid} registered in the Director")
-        return f._replace(mapping=m, registered_now=not adopted, fetched=True,
-                          runtime_condition=cond)
-
-    def _forget_runtime(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        m = self.kcp.patch_meta(_mapping(f).name, labels={apitypes.COMPASS_RUNTIME_ID_LABEL: None},
-                                annotations={model.REGISTERING: "true"})
-        m = self._write(m, f.now, status.forgotten(m.status, f.now, a.reason, a.message))
-        self.holders.release(str(a.runtime_id), m.name)
-        if a.reason == decide.FOREIGN:
-            self._released(a, f._replace(mapping=m))
-        return f._replace(mapping=m, fetched=False, runtime_condition=None, looked_up=False,
-                          found_runtime_id=None, secret="unknown", runtime_labels=None)
-
-    def _released(self, a: decide.Action, f: decide.Facts) -> None:
-        self.metrics.conflicts.labels(claims.RELEASED).inc()
-        self._audit("compass.runtime_released", f, runtimeId=str(a.runtime_id),
-                    tenant=self._tenant(f), reason=a.reason)
-        self._event(f, "Released", a.message, warning=True)
-
-    def _release(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        """Teardown of a mapping whose runtime is not this Kyma CR's: left registered."""
-        self._released(a, f)
-        self.holders.release(str(a.runtime_id), _mapping(f).name)
-        return f._replace(unregistered=True)
 
     def _fetch_runtime(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         rt = self.director.get_runtime(self._tenant(f), str(a.runtime_id))
@@ -361,7 +270,7 @@ class Reconciler:
                           runtime_labels={} if rt is None else rt.labels)
 
     def _read_secret(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        k, digest = _kyma(f), _mapping(f).status.get("secretDigest")
+        k, digest = decide.kyma_of(f), decide.mapping_of(f).status.get("secretDigest")
         api = self.skr.get(k.name)
         state, held = agent_secret.read(api, self.t.secret_namespace, self._secret_name(k.name),
                                         digest, self.t.skr_timeout)
@@ -371,7 +280,7 @@ class Reconciler:
         return f._replace(secret=state, found_secret=held._replace(agent_cert=used))
 
     def _keep_secret(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        m, held = _mapping(f), f.found_secret
+        m, held = decide.mapping_of(f), f.found_secret
         assert held is not None and held.written_at is not None, "decide keeps a Secret it read"
         expires = held.written_at + datetime.timedelta(seconds=self.t.policy.token_lifetime)
         self.metrics.adoptions.labels("secret_kept").inc()
@@ -382,14 +291,14 @@ class Reconciler:
         return f._replace(mapping=m, secret="matches")
 
     def _report_pending(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        m = _mapping(f)
+        m = decide.mapping_of(f)
         self.metrics.adoptions.labels("registration_off").inc()
         m = self._write(m, f.now, status.processing(m.status, f.now, a.reason, a.message))
         self._event(f._replace(mapping=m), a.reason, a.message)
         return f._replace(mapping=m)
 
     def _issue_token(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        k, m = _kyma(f), _mapping(f)
+        k, m = decide.kyma_of(f), decide.mapping_of(f)
         tenant, rid = self._tenant(f), str(a.runtime_id)
         api = self.skr.get(k.name)  # before the token: no token wasted on a missing kubeconfig
         tok = self.director.request_token(tenant, rid)
@@ -414,40 +323,21 @@ class Reconciler:
         return f._replace(mapping=m, secret="matches", registered_now=False)
 
     def _mark_connected(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        m = _mapping(f)
+        m = decide.mapping_of(f)
         return f._replace(mapping=self._write(m, f.now, status.connected(m.status, f.now)))
 
     def _mark_ready(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        m = _mapping(f)
+        m = decide.mapping_of(f)
         return f._replace(mapping=self._write(m, f.now, status.ready(m.status, f.now)))
 
-    def _unregister(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        tenant, rid = self._tenant(f), str(a.runtime_id)
-        existed = self.director.unregister(tenant, rid)
-        self._hook(a.kind)
-        self._audit("compass.runtime_unregistered", f, runtimeId=rid, tenant=tenant,
-                    directorKnewIt=existed)
-        self._event(f, "Unregistered", f"runtime {rid} unregistered from the Director" if existed
-                    else f"runtime {rid} was not known to the Director any more")
-        return f._replace(unregistered=True)
-
     def _delete_mapping(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        return f._replace(mapping=self.kcp.delete_mapping(_mapping(f).name))
+        return f._replace(mapping=self.kcp.delete_mapping(decide.mapping_of(f).name))
 
     def _remove_finalizer(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        self.kcp.remove_finalizer(_mapping(f))
+        self.kcp.remove_finalizer(decide.mapping_of(f))
         return f._replace(mapping=None)
 
 
 def _name(f: decide.Facts) -> str:
     return f.kyma.name if f.kyma else f.mapping.name if f.mapping else ""
 
-
-def _kyma(f: decide.Facts) -> model.Kyma:
-    assert f.kyma is not None, "decide chose an action that needs the Kyma CR"
-    return f.kyma
-
-
-def _mapping(f: decide.Facts) -> model.MappingView:
-    assert f.mapping is not None, "decide chose an action that needs the mapping"
-    return f.mapping
