@@ -28,181 +28,29 @@ answer was sent (``Response.call_on_close``).
 
 from __future__ import annotations
 
-import datetime
-import logging
-import time
 from typing import Any
 
 from flask import Blueprint, Response, request
 
-from listener.edge import auth, intake, peer, ratelimit, responses, services, validation, watchcheck
-from listener.fleet import epochs, outage
+from listener.edge import intake, responses, services, steps, validation, watchcheck
+from listener.fleet import epochs
 from listener.storage import batch, quota, records, store
-from tether import certs, changes, gateway, listenerapi, logs, numbers, tracing
+from tether import changes, gateway, listenerapi, numbers, tracing
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
 DEFAULT_LIMIT, MAX_LIMIT = 500, 5000
 CHANGES_SPAN = "tether.listener.changes"
-_TRACE = "tether.trace"  # request.environ[_TRACE]: the POST's span context (tracing.TraceParent)
-_REMOTE = "tether.remote_trace"  # request.environ[_REMOTE]: the runtime's, a link (or None)
-
-
-def _trace_id() -> str:
-    """The trace ID of the request's span ("" outside a POST of changes)."""
-    ctx = request.environ.get(_TRACE)
-    return ctx.trace_hex if isinstance(ctx, tracing.TraceParent) else ""
-
-
-def _runtime_trace() -> dict[str, str]:
-    """The audit field naming the trace the runtime sent (validated; none without one)."""
-    ctx = request.environ.get(_REMOTE)
-    return {"runtime_trace_id": ctx.trace_hex} if isinstance(ctx, tracing.TraceParent) else {}
-
-
-def _refuse(svc: services.Services, runtime_id: str, status: int, reason: str, message: str,
-            cert: Any = None) -> Response:
-    """A refusal before the caller was authenticated: counted, and audited in aggregate
-    per reason, source and minute (``listener.edge.refusalsummary``), the path's runtime ID
-    only as claimed."""
-    svc.metrics.auth_refusals.labels(reason).inc()
-    svc.refusals.record(reason, request.remote_addr, status, runtime_id,
-                        None if cert is None else certs.common_name(cert) or "")
-    return responses.error(status, "unauthorized" if status == 401 else "forbidden",
-                           {"reason": reason, "message": message})
-
-
-_log = logging.getLogger("tether.listener")
-_last_logged: dict[tuple[str, str], float] = {}
-_LOG_EVERY = 30.0  # seconds: one line per operation and kind, however many requests fail
-
-
-def _unavailable(svc: services.Services, operation: str, e: Exception,
-                 runtime_id: str | None = None) -> Response:
-    svc.metrics.kcp_unavailable.labels(operation).inc()
-    if runtime_id is not None:  # an authenticated runtime's request
-        svc.deliveries.refuse(runtime_id, "kcp_unavailable", 503)
-    # Forbidden is the listener's own RBAC (a Role missing a verb): say so, it will not heal
-    kind = "forbidden" if isinstance(e, gateway.Forbidden) else "unavailable"
-    now = time.monotonic()
-    if now - _last_logged.get((operation, kind), -_LOG_EVERY) >= _LOG_EVERY:
-        _last_logged[(operation, kind)] = now
-        (_log.error if kind == "forbidden" else _log.warning)(
-            "KCP API %s during %s (answered 503, the runtime retries): %s%s", kind, operation,
-            logs.bounded(e, 300), "; check the listener's Role in its namespace" if kind == "forbidden" else "")
-    return responses.error(503, "KCP API unavailable", logs.bounded(e, 200),
-                           retry_after=outage.retry_after(svc.settings.retry_after))
-
-
-def _authenticate(svc: services.Services, runtime_id: str) -> Response | None:
-    """None when the caller may act for ``runtime_id``, else the refusal."""
-    try:
-        p = peer.from_environ(request.environ, trusted_proxies=svc.settings.xfcc_trusted_proxies,
-                              cas=svc.cas.get(), now=datetime.datetime.now(datetime.UTC))
-    except peer.NoCertificate as e:
-        return _refuse(svc, runtime_id, 401, e.reason, "a valid client certificate is required")
-    cn = certs.common_name(p.cert)
-    refusal = auth.check_cn(cn, runtime_id)
-    if refusal is not None:
-        return _refuse(svc, runtime_id, refusal.status, refusal.reason, refusal.message, p.cert)
-    try:
-        kymas = svc.kymas.lookup(runtime_id)
-    except ValueError:  # not a label value: no Kyma CR can carry it
-        return _refuse(svc, runtime_id, 403, "unknown_runtime", "invalid runtime ID", p.cert)
-    except gateway.GatewayError as e:
-        return _unavailable(svc, "kyma_lookup", e)
-    refusal = auth.authorize(cn, certs.dns_sans(p.cert), runtime_id, kymas)
-    if refusal is not None:
-        return _refuse(svc, runtime_id, refusal.status, refusal.reason, refusal.message, p.cert)
-    return None
-
-
-def _rate(svc: services.Services, runtime_id: str, cost: int) -> Response | None:
-    wait = svc.buckets.take(runtime_id, cost)
-    if wait <= 0:
-        return None
-    svc.metrics.rate_limited.labels("runtime").inc()
-    svc.deliveries.refuse(runtime_id, "rate", 429)
-    svc.audit_event("rate_limited", runtime=runtime_id, limit="runtime", cost=cost)
-    return responses.error(429, "rate limited", "per-runtime rate exceeded",
-                           retry_after=ratelimit.retry_after(wait))
-
-
-def _invalid(svc: services.Services, runtime_id: str, problem: validation.Problem,
-             rec: changes.ChangeRecord | None = None) -> Response:
-    """A refused request (``rec``: the one record it refuses)."""
-    svc.metrics.validation_failures.labels(problem.reason).inc()
-    trace_id = _trace_id()
-    if rec is None:
-        svc.deliveries.refuse(runtime_id, problem.reason, problem.status)
-    else:
-        svc.deliveries.record(runtime_id, rec, "refused", problem.reason, problem.status,
-                              trace_id)
-    svc.audit_event("refused", runtime=runtime_id, reason=problem.reason, status=problem.status,
-                    remote=request.remote_addr, route=request.method + " " + str(request.url_rule),
-                    **({"trace_id": trace_id} if trace_id else {}), **_runtime_trace())
-    retry = svc.settings.retry_after if problem.status == 503 else None
-    return responses.error(problem.status, problem.error, problem.details, retry_after=retry)
-
-
-def _guarded(handler: Any) -> Any:
-    """Authenticate, then apply the runtime's in-flight cap around a handler.
-
-    Authentication first: the cap is per runtime, and an unauthenticated caller must not
-    be able to spend another runtime's share by naming it in the URL. Both run before the
-    body is read (tether.httpworker gives a thread only to a complete request head)."""
-    def wrapper(runtime_id: str) -> Response:
-        svc = services.of()
-        refused = _authenticate(svc, runtime_id)
-        if refused is not None:
-            return refused
-        result = _in_flight(svc, runtime_id, handler)
-        # the runtime's delivery counts go to the KCP once the answer is sent: no client
-        # waits for that write (at most once per DELIVERY_FLUSH_SECONDS per worker)
-        result.call_on_close(lambda: svc.deliveries.flush_if_due(runtime_id))
-        summaries = svc.summaries
-        if summaries is not None:  # what its writes changed in the state summary
-            result.call_on_close(lambda: summaries.flush_if_due(runtime_id))
-        return result
-    wrapper.__name__ = handler.__name__
-    return wrapper
-
-
-def _in_flight(svc: services.Services, runtime_id: str, handler: Any) -> Response:
-    if not svc.in_flight.acquire(runtime_id):
-        svc.metrics.rate_limited.labels("in_flight").inc()
-        svc.deliveries.refuse(runtime_id, "in_flight", 429)
-        svc.audit_event("rate_limited", runtime=runtime_id, limit="in_flight")
-        return responses.error(429, "too many requests in flight",
-                               f"at most {svc.in_flight.limit} requests of one runtime "
-                               "are served at once", retry_after=1)
-    try:
-        result: Response = handler(svc, runtime_id)
-        return result
-    finally:
-        svc.in_flight.release(runtime_id)
-
-
-def _rate_before_body(svc: services.Services, runtime_id: str) -> Response | None:
-    """429 before anything is read when the runtime's bucket is empty."""
-    wait = svc.buckets.empty(runtime_id)
-    if wait <= 0:
-        return None
-    svc.metrics.rate_limited.labels("runtime").inc()
-    svc.deliveries.refuse(runtime_id, "rate", 429)
-    svc.audit_event("rate_limited", runtime=runtime_id, limit="runtime", cost=1)
-    return responses.error(429, "rate limited", "per-runtime rate exceeded",
-                           retry_after=ratelimit.retry_after(wait))
 
 
 @bp.post("/<runtime_id>/changes")
-@_guarded
+@steps.guarded
 def post_changes(svc: services.Services, runtime_id: str) -> Response:
     # the runtime's trace is linked, never continued: the KCP's own trace ID and sampling
     remote = tracing.parse(request.headers.get(tracing.HEADER))  # malformed: None, ignored
     span = svc.tracer.start(CHANGES_SPAN, links=tracing.linked(remote), kind="server",
                             attributes=tracing.remote_attributes(remote, {
                                 "tether.runtime_id": runtime_id}) if svc.tracer.enabled else None)
-    request.environ[_TRACE], request.environ[_REMOTE] = span.context, remote
+    request.environ[steps.TRACE], request.environ[steps.REMOTE] = span.context, remote
     status = 500
     try:
         result = _post_changes(svc, runtime_id)
@@ -214,17 +62,17 @@ def post_changes(svc: services.Services, runtime_id: str) -> Response:
 
 def _post_changes(svc: services.Services, runtime_id: str) -> Response:
     if not validation.media_type_ok(request.headers.get("Content-Type")):
-        return _invalid(svc, runtime_id, validation.Problem(
+        return steps.invalid(svc, runtime_id, validation.Problem(
             415, "unsupported media type", "Content-Type must be application/json", "media_type"))
-    limited = _rate_before_body(svc, runtime_id)
+    limited = steps.rate_before_body(svc, runtime_id)
     if limited is not None:
         return limited
     raw = intake.read_body(svc)
     if isinstance(raw, validation.Problem):
-        return _invalid(svc, runtime_id, raw)
+        return steps.invalid(svc, runtime_id, raw)
     held = intake.reserve(svc, runtime_id, raw)
     if isinstance(held, validation.Problem):
-        return _invalid(svc, runtime_id, held)
+        return steps.invalid(svc, runtime_id, held)
     try:
         return _post_parsed(svc, runtime_id, raw)
     finally:
@@ -234,17 +82,17 @@ def _post_changes(svc: services.Services, runtime_id: str) -> Response:
 def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Response:
     doc = validation.parse_json(raw)
     if isinstance(doc, validation.Problem):
-        return _invalid(svc, runtime_id, doc)
+        return steps.invalid(svc, runtime_id, doc)
     recs = validation.records(doc, runtime_id)
     if isinstance(recs, validation.Problem):
-        return _invalid(svc, runtime_id, recs)
+        return steps.invalid(svc, runtime_id, recs)
     try:
         refused = intake.unwatched(svc, runtime_id, recs)
     except gateway.GatewayError as e:  # no Watch list read yet, or the Kyma CR: retry later
-        return _unavailable(svc, "watches", e, runtime_id)
+        return steps.unavailable(svc, "watches", e, runtime_id)
     if refused:
         return _unwatched(svc, runtime_id, recs, refused, doc.get("kind") in changes.LIST_KINDS)
-    limited = _rate(svc, runtime_id, len(recs))
+    limited = steps.rate(svc, runtime_id, len(recs))
     if limited is not None:
         return limited
     current: changes.ChangeRecord | None = None
@@ -253,8 +101,8 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
         svc.deliveries.seen(runtime_id)
         epoch = _tag_epochs(svc, recs)
         if isinstance(epoch, validation.Problem):
-            return _invalid(svc, runtime_id, epoch)
-        ctx = request.environ.get(_TRACE)  # the batch's, read here (persists run on a pool)
+            return steps.invalid(svc, runtime_id, epoch)
+        ctx = request.environ.get(steps.TRACE)  # the batch's, read here (persists run on a pool)
         trace = ctx.header() if isinstance(ctx, tracing.TraceParent) else ""
         done = svc.persists.run(recs, lambda rec: svc.store.persist(rec, trace))  # keys at once
         results = _account(svc, recs, done, trace[3:35])
@@ -262,10 +110,10 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
             current = recs[done.failed.position]
             raise done.failed.error
     except gateway.Rejected as e:
-        return _invalid(svc, runtime_id, validation.Problem(
+        return steps.invalid(svc, runtime_id, validation.Problem(
             400, "rejected by the KCP API", str(e), "kcp_rejected"), current)
     except gateway.GatewayError as e:  # Unavailable, Forbidden, or unexpected: retry later
-        return _unavailable(svc, "persist", e, runtime_id)
+        return steps.unavailable(svc, "persist", e, runtime_id)
     except quota.Exceeded as e:
         return _over_quota(svc, runtime_id, e, current)
     return responses.ok({"results": results, "epoch": epoch})
@@ -276,7 +124,7 @@ def _unwatched(svc: services.Services, runtime_id: str, recs: list[changes.Chang
     """403 for a request with records no Watch admits: nothing of it is stored (like the
     other checks of a body's records); each refused record is counted and is its reason's
     last refused object, the request is one audit line with the count per reason."""
-    trace_id = _trace_id()
+    trace_id = steps.span_trace_id()
     counts: dict[str, int] = {}
     for r in refused:
         svc.metrics.watch_refusals.labels(r.reason).inc()
@@ -284,7 +132,7 @@ def _unwatched(svc: services.Services, runtime_id: str, recs: list[changes.Chang
         counts[r.reason] = counts.get(r.reason, 0) + 1
     svc.audit_event("refused", runtime=runtime_id, reason="watch", status=403, reasons=counts,
                     records=len(refused), route=request.method + " " + str(request.url_rule),
-                    **({"trace_id": trace_id} if trace_id else {}), **_runtime_trace())
+                    **({"trace_id": trace_id} if trace_id else {}), **steps.runtime_trace())
     first = refused[0]
     return responses.error(403, listenerapi.WATCH_REFUSAL, {
         "reason": first.reason, "message": first.message,
@@ -318,7 +166,7 @@ def _over_quota(svc: services.Services, runtime_id: str, e: quota.Exceeded,
     r = e.refusal
     svc.metrics.quota_refusals.labels(r.limit).inc()
     if rec is not None:
-        svc.deliveries.record(runtime_id, rec, "refused", "quota_" + r.limit, 413, _trace_id())
+        svc.deliveries.record(runtime_id, rec, "refused", "quota_" + r.limit, 413, steps.span_trace_id())
     svc.audit_event("refused", runtime=runtime_id, reason="quota_" + r.limit, status=413,
                     object=e.object, records=r.used.records, bytes=r.used.bytes,
                     route=request.method + " " + str(request.url_rule))
@@ -341,7 +189,7 @@ def _account(svc: services.Services, recs: list[changes.ChangeRecord],
         svc.audit_event("change", runtime=rec["runtimeId"], watch=rec.get("watch", ""),
                         object=f"{rec['namespace']}/{rec['name']}", resourceVersion=rec[
                             "resourceVersion"], deleted=rec["deleted"], source=rec["source"],
-                        outcome=fin.outcome, trace_id=trace_id, **_runtime_trace())
+                        outcome=fin.outcome, trace_id=trace_id, **steps.runtime_trace())
         results.append({"namespace": rec["namespace"], "name": rec["name"],
                         "resourceVersion": rec["resourceVersion"], "outcome": fin.outcome})
     for f in (f for f in done.failures if isinstance(f.error, gateway.GatewayError)):
@@ -358,30 +206,30 @@ def _query_limit(raw: str | None) -> int | None:
 
 
 @bp.get("/<runtime_id>/state")
-@_guarded
+@steps.guarded
 def get_state(svc: services.Services, runtime_id: str) -> Response:
     limit = _query_limit(request.args.get("limit"))
     if limit is None:
-        return _invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
+        return steps.invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
             {"path": "limit", "message": f"must be an integer from 1 to {MAX_LIMIT}"}], "query"))
     try:
         after = records.decode_continue(request.args.get("continue", ""))
     except ValueError as e:
-        return _invalid(svc, runtime_id, validation.Problem(
+        return steps.invalid(svc, runtime_id, validation.Problem(
             400, "invalid query", [{"path": "continue", "message": str(e)}], "query"))
     report = epochs.report_of(request.args)
     if isinstance(report, str):
-        return _invalid(svc, runtime_id, validation.Problem(
+        return steps.invalid(svc, runtime_id, validation.Problem(
             400, "invalid query", [{"path": report.split(":")[0], "message": report}], "query"))
-    limited = _rate(svc, runtime_id, 1)
+    limited = steps.rate(svc, runtime_id, 1)
     if limited is not None:
         return limited
     try:
         watch = intake.state_watch(svc, runtime_id, request.args.get("watch"))
     except gateway.GatewayError as e:
-        return _unavailable(svc, "state", e, runtime_id)
+        return steps.unavailable(svc, "state", e, runtime_id)
     if isinstance(watch, validation.Problem):
-        return _invalid(svc, runtime_id, watch)
+        return steps.invalid(svc, runtime_id, watch)
     loaded: list[list[changes.DigestItem]] = []
     surveys: list[store.Survey] = []
 
@@ -399,7 +247,7 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
         else:
             epoch = svc.epochs.current(runtime_id)
     except gateway.GatewayError as e:
-        return _unavailable(svc, "state", e, runtime_id)
+        return steps.unavailable(svc, "state", e, runtime_id)
     svc.beats.seen_after_read(runtime_id)  # a read answers even when the KCP refuses writes
     resp = responses.ok({"items": chunk, "continue": records.encode_continue(position),
                          "epoch": epoch})

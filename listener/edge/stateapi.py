@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
-from listener.edge import api, responses, services, validation
+from listener.edge import responses, services, steps, validation
 from listener.fleet import epochs
 from tether import gateway, numbers, statehash
 
@@ -31,9 +31,9 @@ def _label_after(resp: Response, svc: services.Services, unlabelled: list[tuple[
 
 
 @bp.get("/<runtime_id>/state/summary")
-@api._guarded
+@steps.guarded
 def get_summary(svc: services.Services, runtime_id: str) -> Response:
-    limited = api._rate(svc, runtime_id, 1)
+    limited = steps.rate(svc, runtime_id, 1)
     if limited is not None:
         return limited
     if svc.summaries is None:
@@ -42,7 +42,7 @@ def get_summary(svc: services.Services, runtime_id: str) -> Response:
     if isinstance(report, str) or report.epoch is not None:
         problem = report if isinstance(report, str) else (
             "epoch: a claim goes with the full state listing (GET .../state), not the summary")
-        return api._invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
+        return steps.invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
             {"path": problem.split(":")[0], "message": problem}], "query"))
     try:
         # the runtime's identity first: a rebuilt cluster starts a new epoch, and the hashes
@@ -52,7 +52,7 @@ def get_summary(svc: services.Services, runtime_id: str) -> Response:
         doc = statehash.wire_of(stored)
     except gateway.GatewayError as e:
         last = _last_known(svc, runtime_id, report.identity, e)
-        return last if last is not None else api._unavailable(svc, "state", e, runtime_id)
+        return last if last is not None else steps.unavailable(svc, "state", e, runtime_id)
     # read first, heartbeat after and best-effort: a KCP that refuses writes (etcd over its
     # quota) still answers a runtime in sync
     svc.beats.seen_after_read(runtime_id)
@@ -81,17 +81,17 @@ def get_bucket(runtime_id: str, bucket: str) -> Response:
     def handler(svc: services.Services, rid: str) -> Response:
         return _bucket(svc, rid, bucket)
     handler.__name__ = "get_bucket"
-    result: Response = api._guarded(handler)(runtime_id)
+    result: Response = steps.guarded(handler)(runtime_id)
     return result
 
 
 def _bucket(svc: services.Services, runtime_id: str, bucket: str) -> Response:
     n = numbers.ascii_int(bucket, 5)
     if n is None or n >= statehash.BUCKETS:
-        return api._invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
+        return steps.invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
             {"path": "bucket", "message": f"must be an integer from 0 to {statehash.BUCKETS - 1}"}],
             "query"))
-    limited = api._rate(svc, runtime_id, 1)
+    limited = steps.rate(svc, runtime_id, 1)
     if limited is not None:
         return limited
     if svc.summaries is None:
@@ -99,7 +99,7 @@ def _bucket(svc: services.Services, runtime_id: str, bucket: str) -> Response:
     try:
         listed, unlabelled = svc.summaries.bucket(runtime_id, n)
     except gateway.GatewayError as e:
-        return api._unavailable(svc, "state", e, runtime_id)
+        return steps.unavailable(svc, "state", e, runtime_id)
     svc.beats.seen_after_read(runtime_id)  # best-effort, as for the summary
     resp = responses.ok({"bucket": n, "hash": statehash.hex16(listed.hash), "count": listed.live,
                          "items": listed.items})

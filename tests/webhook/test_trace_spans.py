@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from listener.edge import api
+from listener.edge import api, steps
 from listener.edge import services as listener_services
 from listener.storage import batch
 from testing import watchenv
@@ -114,7 +114,7 @@ def test_the_runtime_shares_one_trace_and_the_listener_links_it_from_its_own(
     _admit(c, "a")  # coalesces: linked, not a trace of its own POST
     _admit(c, "b")
     assert svc.forwarder is not None
-    with mock.patch.object(api, "_authenticate", return_value=None):
+    with mock.patch.object(steps, "authenticate", return_value=None):
         assert svc.forwarder._step([], set())
     by_name: dict[str, list[Any]] = {}
     for s in exporter.get_finished_spans():
@@ -166,7 +166,7 @@ def test_a_tenant_chooses_neither_the_kcps_trace_nor_its_sampling(
     tracer, exporter = spans
     listener = Listener(tracer)
     header = f"00-{CHOSEN:032x}-00f067aa0ba902b7-{flags}"
-    with mock.patch.object(api, "_authenticate", return_value=None):
+    with mock.patch.object(steps, "authenticate", return_value=None):
         for i in range(2):
             outcome, _ = listener.call("POST", "/v1/runtimes/rt/changes", json.dumps(
                 {**RECORD, "resourceVersion": str(5 + i)}).encode(),
@@ -194,7 +194,7 @@ def test_a_later_version_header_is_linked_by_its_ids_only(
     listener = Listener(tracer)
     appended = f"01-{CHOSEN:032x}-00f067aa0ba902b7-01-" + "<script>" * 50
     too_long = appended + "x" * tracing.MAX_HEADER
-    with mock.patch.object(api, "_authenticate", return_value=None):
+    with mock.patch.object(steps, "authenticate", return_value=None):
         for header in (appended, too_long):
             outcome, _ = listener.call("POST", "/v1/runtimes/rt/changes",
                                        json.dumps(RECORD).encode(), extra={"traceparent": header})
@@ -214,7 +214,7 @@ def test_no_or_a_malformed_traceparent_starts_a_new_trace_and_is_never_refused(
         spans: tuple[tracing.Tracer, InMemorySpanExporter], header: str | None) -> None:
     tracer, exporter = spans
     listener = Listener(tracer)
-    with mock.patch.object(api, "_authenticate", return_value=None):
+    with mock.patch.object(steps, "authenticate", return_value=None):
         outcome, _ = listener.call("POST", "/v1/runtimes/rt/changes", json.dumps(RECORD).encode(),
                                    extra=None if header is None else {"traceparent": header})
     assert outcome.verdict == "ok", outcome
@@ -244,7 +244,7 @@ def test_tracing_off_costs_the_admission_nothing_and_the_post_starts_the_trace()
         return call(method, path, body, timeout, extra)
     assert svc.forwarder is not None
     svc.forwarder.client._call = recording  # type: ignore[method-assign]
-    with mock.patch.object(api, "_authenticate", return_value=None):
+    with mock.patch.object(steps, "authenticate", return_value=None):
         svc.forwarder._step([], set())
     ((_, stored),) = listener.writes
     sent, kept = tracing.parse(headers[0]), tracing.parse(stored)
