@@ -300,7 +300,7 @@ def _render(args: argparse.Namespace) -> int:
         serving_key=serving.key_pem, serving_serial=format(serving.cert.serial_number, "x"),
         serving_not_after=changes.format_time(certs.not_after(serving.cert)),
         serving_renew_at=changes.format_time(pki.renew_at(serving.cert)),
-        ca_bundle=ca.cert_pem, image=args.image))
+        ca_bundle=ca.cert_pem, image=args.image, digest_key=render.new_digest_key()))
     sys.stdout.write(yaml.safe_dump_all(objs, sort_keys=False))
     print(f"tether certs: rendered {len(objs)} objects for {args.runtime_id} (client certificate valid "
           f"until {changes.format_time(certs.not_after(client.cert))}); the output holds private keys",

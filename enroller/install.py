@@ -127,14 +127,18 @@ class Installer:
         parsed = x509.load_pem_x509_certificate(client_cert)
         client_ca = _issuer(client_cert, ca, None)
         client = (client_cert, client_key, format(parsed.serial_number, "x"))
-        objs = render.render(objects, self._inputs(view, ca, client, serving, ws, image))
+        # the runtime's digest key: kept once there (a re-apply or renewal never changes it)
+        kept_key = render.kept_digest_key(held.data)
+        key = kept_key or render.new_digest_key()
+        objs = render.render(objects, self._inputs(view, ca, client, serving, ws, image, key))
         want = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"]["annotations"]
         have = ((hook or {}).get("metadata") or {}).get("annotations") or {}
         act = decide.apply(decide.ApplyFacts(
             client_secret=held.secret is not None, webhook_config=hook is not None,
             applied_before=mem.last_full != -math.inf, renewed=bool(renewed),
             serving_renewed=plan.serving is not None,
-            installed_current=have.get(render.DIGEST) == want[render.DIGEST] == held.notes.get(render.DIGEST),
+            installed_current=have.get(render.DIGEST) == want[render.DIGEST] == held.notes.get(render.DIGEST)
+            and kept_key is not None,  # a Secret without its digest key (written by hand) is applied
             resync_due=self.clock() - mem.last_full >= self.s.resync, webhook_serving=mem.webhook_serving,
             watches_current=have.get(render.WATCHES_DIGEST) == want.get(render.WATCHES_DIGEST)))
         if act.cause == "watches":
@@ -142,7 +146,7 @@ class Installer:
         elif act.cause is not None:
             if act.read_serving:  # kept: its Secret is needed for the apply
                 serving = self._kept_serving(skr, serving, view, ca, mem, now, renewed)
-                objs = render.render(objects, self._inputs(view, ca, client, serving, ws, image))
+                objs = render.render(objects, self._inputs(view, ca, client, serving, ws, image, key))
             self._apply_all(skr, view, mem, objs, act.cause, serving.ca, client_ca)
             if ws is None and mem.watches_installed is not None:  # the Watch CRD went: back to before
                 self._delete_watch_list(skr)
@@ -221,7 +225,7 @@ class Installer:
 
     def _inputs(self, view: kyma.KymaView, ca: castore.CA, client: tuple[bytes, bytes, str],
                 serving: _Serving, ws: tuple[watch_api.Watch, ...] | None = None,
-                image: str | None = None) -> render.Inputs:
+                image: str | None = None, digest_key: bytes = b"") -> render.Inputs:
         """What the bundle is rendered with: the client certificate (PEM, key, serial), the
         serving certificate (its pair empty while kept and not read)."""
         return render.Inputs(
@@ -230,7 +234,8 @@ class Installer:
             serving_cert=serving.cert, serving_key=serving.key, serving_serial=serving.serial,
             serving_not_after=changes.format_time(serving.not_after) if serving.not_after else "",
             serving_renew_at=changes.format_time(serving.renew_at) if serving.renew_at else "",
-            ca_bundle=ca.bundle, image=image, image_pull_secret=self.s.image_pull_secret, watches=ws)
+            ca_bundle=ca.bundle, image=image, image_pull_secret=self.s.image_pull_secret, watches=ws,
+            digest_key=digest_key)
 
     def _apply_all(self, skr: gateway.Kube, view: kyma.KymaView, mem: Memory, objs: list[dict[str, Any]],
                    cause: str, serving_ca: str, client_ca: str) -> None:

@@ -2,7 +2,10 @@
 kept as ``enroller/skr-bundle.yaml``, or an operator's own rendering given as a file) with
 what belongs to that runtime filled in:
 
-* the ``tether-runtime-client`` Secret: runtime ID, listener URL and CA, client certificate;
+* the ``tether-runtime-client`` Secret: runtime ID, listener URL and CA, client certificate,
+  and the runtime's digest key (``digest-key``, 32 random bytes; ``kept_digest_key``: once
+  there it stays, across re-applies and renewals), with which the webhook and the poller
+  key a ``digest`` Watch's values (``tether.watches.digest_of``); the KCP never holds it;
 * the ``tether-webhook-serving`` Secret: the webhook's serving certificate;
 * the webhook configuration's ``caBundle`` (the watcher CA, old and new during a rollover);
 * the image of every Tether container (``TETHER_ENROLLER_IMAGE``), for rollouts, and its tag
@@ -33,6 +36,7 @@ import hashlib
 import json
 import pathlib
 import re
+import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -102,6 +106,7 @@ class Inputs:
     image: str | None = None
     image_pull_secret: bytes | None = None  # a .dockerconfigjson; None: no imagePullSecrets
     watches: tuple[watch_api.Watch, ...] | None = None  # in force in the runtime; None: before Watches
+    digest_key: bytes = dataclasses.field(default=b"", repr=False)  # b"": none written (placeholders)
 
 
 def resource(obj: Mapping[str, Any]) -> gateway.Resource:
@@ -156,12 +161,30 @@ def _is_tether(ref: str) -> bool:
     return ref.rsplit(":", 1)[0].rsplit("/", 1)[-1] == "tether"
 
 
+def kept_digest_key(data: Mapping[str, Any]) -> bytes | None:
+    """The digest key of a client Secret's ``data`` (base64, as served) when it is one
+    (at least ``watches.MIN_DIGEST_KEY_BYTES``); None: a new one is to be written."""
+    raw = data.get(watch_api.DIGEST_KEY)
+    if not isinstance(raw, str):
+        return None
+    try:
+        key = base64.b64decode(raw, validate=True)
+    except ValueError:
+        return None
+    return key if watch_api.MIN_DIGEST_KEY_BYTES <= len(key) <= 1024 else None
+
+
+def new_digest_key() -> bytes:
+    return secrets.token_bytes(watch_api.MIN_DIGEST_KEY_BYTES)
+
+
 def digest(objects: Iterable[Mapping[str, Any]], client_serial: str, serving_serial: str,
            pull_secret: bytes | None = None, *, watches: bool = False) -> str:
     """What identifies an installed state: the non-secret objects, the certificates' serials
     (never key material) and the image pull credentials (hashed into the digest only, so a
     changed credential is applied); whether Watches are rendered (which ones: ``WATCHES_DIGEST``,
-    so a changed Watch applies only what it changes)."""
+    so a changed Watch applies only what it changes). The digest key is not in it: a client
+    Secret without its key is applied whatever the digest (``enroller.install``)."""
     h = hashlib.sha256()
     for o in objects:
         if o["kind"] != "Secret":
@@ -215,12 +238,15 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
     def b64(b: bytes) -> str:
         return base64.b64encode(b).decode()
 
+    client_data = {"runtime-id": b64(i.runtime_id.encode()), "listener-url": b64(i.listener_url.encode()),
+                   "ca.crt": b64(i.listener_ca), "tls.crt": b64(i.client_cert), "tls.key": b64(i.client_key)}
+    if i.digest_key:
+        client_data[watch_api.DIGEST_KEY] = b64(i.digest_key)
     objs.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                  "metadata": {"name": CLIENT_SECRET, "namespace": NAMESPACE,
                               "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY},
                               "annotations": notes},
-                 "data": {"runtime-id": b64(i.runtime_id.encode()), "listener-url": b64(i.listener_url.encode()),
-                          "ca.crt": b64(i.listener_ca), "tls.crt": b64(i.client_cert), "tls.key": b64(i.client_key)}})
+                 "data": client_data})
     objs.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                  "metadata": {"name": SERVING_SECRET, "namespace": NAMESPACE,
                               "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},

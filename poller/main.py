@@ -31,7 +31,8 @@ def main(argv: list[str]) -> int:
                          on_request=m.apiserver_requests.inc)
     # the runtime's Watches (tether-watches ConfigMap); while it is absent: the env's scope
     ns, name = s.watches_configmap
-    source = watchset.WatchSet(api, ns, name=name, timeout=s.list_timeout)
+    source = watchset.WatchSet(api, ns, name=name, timeout=s.list_timeout,
+                               digest_key=watchset.read_digest_key(s.digest_key_file))
     runner = run.Runner(s.runtime_id, s.run, s.filter, lister, client, m,
                         identity=lister.identity, watches=watchrun.Watching(source, lister))
     svc = service.Service(s.schedule, runner, m)

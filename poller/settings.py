@@ -124,6 +124,7 @@ class Settings:
         minimum=1, maximum=600))
     filter: filters.ConfigMapFilter = config.inputs(*filters.OPTIONS)
     watches_configmap: tuple[str, str] = setting(watchset.OPTION)  # (namespace, name)
+    digest_key_file: str | None = setting(watchset.KEY_OPTION)  # read at start
     kubeconfig: str | None = setting(  # None: in-cluster service account
         config.kubeconfig("TETHER_KUBECONFIG", flag="--kubeconfig"))
     log_level: str = setting(config.log_level(flag="--log-level"))

@@ -11,7 +11,9 @@ in the Kyma CR) and what of each object is sent (``send.mode``):
 * ``metadata``: labels and annotations only, no value;
 * ``keys``: only the values named in ``send.keys``;
 * ``exclude``: every value but those named in ``send.keys``;
-* ``digest``: for every value ``sha256:`` and the hex SHA-256 of its bytes, never the value.
+* ``digest``: for every value ``hmac-sha256:`` and the hex HMAC-SHA256 of its bytes under
+  the runtime's own digest key (``DIGEST_KEY``; unkeyed ``sha256:`` where the runtime has
+  no key yet), never the value.
 
 An object's *values* are a ConfigMap's ``data`` and ``binaryData`` (keys are disjoint in the
 API), a Secret's ``data``, and for every other kind its top-level fields other than
@@ -34,6 +36,7 @@ import base64
 import dataclasses
 import functools
 import hashlib
+import hmac
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -61,7 +64,11 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _GROUP = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$")
 _KIND = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
 _VERSION = re.compile(r"^v[0-9]+((alpha|beta)[0-9]+)?$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+# both shapes for one release: a runtime on the previous bundle, or without its key yet,
+# still sends the unkeyed one (docs/watches.md, "What a digest does and does not hide")
+_DIGEST = re.compile(r"(hmac-sha256|sha256):[0-9a-f]{64}")  # fullmatch: no trailing newline
+DIGEST_KEY = "digest-key"  # in the runtime's client Secret (enroller.render), never sent
+MIN_DIGEST_KEY_BYTES = 32
 _VALUE_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 
@@ -109,6 +116,8 @@ class Watch:
     generation: int = 0
     storage_namespace: str = ""  # KCP namespace of its records ("": the listener's; watchuse)
     inject: watchuse.Inject | None = None  # the configuration injector's target (watchuse)
+    # in the runtime only (tether.watchset): the runtime's digest key; None: unkeyed digests
+    digest_key: bytes | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @functools.cached_property  # parsed once per Watch: admissions ask for every object
     def selector(self) -> tuple[filters.Requirement, ...]:
@@ -312,7 +321,12 @@ def _values(target: Target, obj: Mapping[str, Any]) -> tuple[dict[str, str], dic
     return text, {}
 
 
-def digest_of(value: bytes) -> str:
+def digest_of(value: bytes, key: bytes | None = None) -> str:
+    """What a ``digest`` Watch sends for a value: ``hmac-sha256:`` and the HMAC-SHA256 of
+    its bytes under the runtime's ``key``; without a key (a runtime the enroller has not
+    given one yet) the unkeyed ``sha256:`` of earlier releases, never the value."""
+    if key:
+        return "hmac-sha256:" + hmac.new(key, value, hashlib.sha256).hexdigest()
     return "sha256:" + hashlib.sha256(value).hexdigest()
 
 
@@ -343,8 +357,9 @@ def reduce(w: Watch, obj: Mapping[str, Any]) -> Content:
         text = {k: v for k, v in text.items() if k not in w.keys}
         binary = {k: v for k, v in binary.items() if k not in w.keys}
     elif w.mode == "digest":
-        text = {**{k: digest_of(v.encode()) for k, v in text.items()},
-                **{k: digest_of(_b64(v)) for k, v in binary.items()}}
+        key = w.digest_key
+        text = {**{k: digest_of(v.encode(), key) for k, v in text.items()},
+                **{k: digest_of(_b64(v), key) for k, v in binary.items()}}
         binary = {}
     return Content(dict(meta.get("labels") or {}), annotations, text, binary)
 
@@ -389,7 +404,8 @@ def violation(w: Watch, record: Mapping[str, Any]) -> str | None:
     if w.mode == "exclude" and keys & set(w.keys):
         return f"the watch {w.name} leaves out the keys {', '.join(sorted(keys & set(w.keys)))}"
     if w.mode == "digest" and (binary or not _digests_only(data)):
-        return f"the watch {w.name} sends digests only (sha256:<64 hex digits> per value)"
+        return (f"the watch {w.name} sends digests only (hmac-sha256: or sha256: and 64 hex "
+                "digits per value)")
     if (watchkinds.is_secret(w.target) or watchkinds.is_secret_kind(group, kind)) \
             and (binary or not _digests_only(data)):  # whatever the Watch's mode and kind
         return "a Secret's values never leave its runtime (only digests, or no value)"
@@ -397,4 +413,4 @@ def violation(w: Watch, record: Mapping[str, Any]) -> str | None:
 
 
 def _digests_only(data: Mapping[str, Any]) -> bool:
-    return all(isinstance(v, str) and _DIGEST.match(v) for v in data.values())
+    return all(isinstance(v, str) and _DIGEST.fullmatch(v) for v in data.values())

@@ -15,10 +15,16 @@ leave out because the API was briefly unavailable. Before the first good read th
 is the empty tuple when the ConfigMap exists but is unusable, None when it is absent and
 while no read has answered yet (``settled()`` tells these apart: the poller does not run
 on an unknown list).
+
+The Watches are given the runtime's digest key (``read_digest_key``: the ``digest-key`` of
+the runtime's client Secret, mounted as a file; ``TETHER_DIGEST_KEY_FILE``), with which a
+``digest`` Watch's values are keyed (``tether.watches.digest_of``). Without a key (a Secret
+an older enroller wrote) the digests stay unkeyed, as before; a value is never sent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -48,12 +54,39 @@ OPTION = config.custom(ENV_CONFIGMAP, configmap_ref(ENV_CONFIGMAP, DEFAULT_CONFI
                        shown=DEFAULT_CONFIGMAP)
 
 
+ENV_DIGEST_KEY = "TETHER_DIGEST_KEY_FILE"
+KEY_OPTION = config.text(
+    ENV_DIGEST_KEY, None, "file of the runtime's digest key (the digest-key of its client "
+    "Secret); absent or unset: digest Watches send unkeyed sha256 digests")
+
+
+def read_digest_key(path: str | None) -> bytes | None:
+    """The runtime's digest key from ``path``; None (unkeyed digests, logged without the
+    key) when unset, absent, unreadable or shorter than ``watches.MIN_DIGEST_KEY_BYTES``.
+    At most 4 KiB are read."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            key = f.read(4096)
+    except OSError as e:
+        log.warning("no digest key (%s: %s): digest Watches send unkeyed sha256 digests",
+                    path, e.strerror or type(e).__name__)
+        return None
+    if len(key) < watches.MIN_DIGEST_KEY_BYTES:
+        log.warning("the digest key in %s is shorter than %d bytes: digest Watches send unkeyed "
+                    "sha256 digests", path, watches.MIN_DIGEST_KEY_BYTES)
+        return None
+    return key
+
+
 class WatchSet:
     def __init__(self, skr: gateway.Kube, namespace: str = NAMESPACE, ttl: float = DEFAULT_TTL,
                  timeout: float = 5.0, clock: Callable[[], float] = time.monotonic, *,
-                 name: str = watchwire.WIRE_CONFIGMAP) -> None:
+                 name: str = watchwire.WIRE_CONFIGMAP, digest_key: bytes | None = None) -> None:
         self._skr, self._namespace, self._ttl, self._timeout = skr, namespace, ttl, timeout
         self._name = name
+        self._digest_key = digest_key
         self._clock = clock
         self._lock = threading.Lock()
         self._value: tuple[watches.Watch, ...] | None = None
@@ -95,7 +128,8 @@ class WatchSet:
             return
         text = (cm.get("data") or {}).get(watchwire.WIRE_KEY)
         try:
-            self._value = watchwire.from_wire(text if isinstance(text, str) else "")
+            read = watchwire.from_wire(text if isinstance(text, str) else "")
+            self._value = tuple(dataclasses.replace(w, digest_key=self._digest_key) for w in read)
             self._warned = None
         except watches.WatchError as e:
             self._warn(f"{self._namespace}/{self._name} cannot be used, keeping "

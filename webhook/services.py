@@ -101,7 +101,9 @@ def build(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] |
     kube = gateway.from_kubeconfig(s.kubeconfig)
     reader = readback.Reader(kube)
     ns, name = s.watches_configmap
-    sc = scope.Scope(watchset.WatchSet(kube, ns, s.watches_ttl, name=name), s.watches_ttl)
+    key = watchset.read_digest_key(s.digest_key_file)  # never logged
+    sc = scope.Scope(watchset.WatchSet(kube, ns, s.watches_ttl, name=name, digest_key=key),
+                     s.watches_ttl)
     tracer = tracing.from_environment("tether-webhook")
     client = sender.ListenerClient(s.listener, tracer)
     fwd = forwarder.Forwarder(s.forwarder, s.runtime_id, queue, reader, client, m,

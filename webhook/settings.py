@@ -124,6 +124,7 @@ class Settings:
         maximum=1_000_000, flag="--queue-size"))
     filter: filters.ConfigMapFilter = config.inputs(*filters.OPTIONS)
     watches_configmap: tuple[str, str] = setting(watchset.OPTION)  # namespace, name
+    digest_key_file: str | None = setting(watchset.KEY_OPTION)  # read at start
     watches_ttl: float = watchset.DEFAULT_TTL  # how often the Watch list is read again
     kubeconfig: str | None = setting(config.kubeconfig(  # None: in-cluster service account
         "TETHER_KUBECONFIG", "kubeconfig for the read-back (unset: $KUBECONFIG, else the "

@@ -45,7 +45,7 @@ last read by the webhook or the poller, never an older one (below).
 | `source` | `webhook` or `poller`: which path delivered this version |
 | `epoch` | the runtime's epoch of the record (absent: 0; below) |
 | `labels`, `annotations` | the runtime object's, as the Watch's send mode keeps them |
-| `data`, `binaryData` | its values, as the Watch's send mode keeps them (`full`, `metadata`: none, `keys`, `exclude`, `digest`: `sha256:` hashes only; a Secret's values are never sent: [watches.md](watches.md)) |
+| `data`, `binaryData` | its values, as the Watch's send mode keeps them (`full`, `metadata`: none, `keys`, `exclude`, `digest`: `hmac-sha256:` (or, from a runtime without its key, `sha256:`) hashes only; a Secret's values are never sent: [watches.md](watches.md)) |
 
 What a consumer may select on (labels of the stored object):
 

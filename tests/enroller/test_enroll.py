@@ -21,7 +21,7 @@ from kubernetes import client
 from enroller import metrics, reconcile, render
 from enroller import settings as settings_mod
 from testing import adminenv, compassenv, controlplane, listenerenv, localnet, watchenv
-from tether import certs, gateway, pki, skr_clients
+from tether import certs, gateway, pki, skr_clients, watches
 
 pytestmark = pytest.mark.slow
 CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
@@ -371,6 +371,37 @@ def test_certificates_are_renewed_at_two_thirds_of_their_lifetime(
     assert s2.serial_number != x509.load_pem_x509_certificate(_pem(first[render.SERVING_SECRET], "tls.crt")).serial_number
     assert "Renewed" in env.events("gamma")
     assert "certificate_issued client expiring" in env.audit_text.getvalue()
+    # the runtime's digest key (docs/watches.md): written once, kept by the renewal's re-apply
+    key = _pem(first[render.CLIENT_SECRET], watches.DIGEST_KEY)
+    assert len(key) == watches.MIN_DIGEST_KEY_BYTES
+    assert _pem(second[render.CLIENT_SECRET], watches.DIGEST_KEY) == key
+    assert base64.b64encode(key).decode() not in env.audit_text.getvalue()
+
+
+def test_a_client_secret_without_its_digest_key_gets_one_and_keeps_it(
+        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    """A Secret an older enroller wrote (or edited by hand) carries no key: the next run
+    applies one, whatever the installed digest says; later runs keep it."""
+    env.kyma("delta", runtimes[1], runtime_id="rt-delta")
+    e = env.enroller()
+    e.run()
+    api = runtimes[1].api_client()
+    try:
+        core = client.CoreV1Api(api)
+        core.patch_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE, [
+            {"op": "remove", "path": f"/data/{watches.DIGEST_KEY}"}])
+        assert watches.DIGEST_KEY not in core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE).data
+        before = writes(e)
+        e.run()
+        assert writes(e) > before  # applied although nothing else changed
+        key = _pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), watches.DIGEST_KEY)
+        assert len(key) == watches.MIN_DIGEST_KEY_BYTES
+        before = writes(e)
+        e.run()
+        assert writes(e) == before  # the key there: nothing written
+        assert _pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), watches.DIGEST_KEY) == key
+    finally:
+        api.close()
 
 
 def test_a_ca_rollover_reissues_every_runtime_and_then_drops_the_old_ca(

@@ -127,3 +127,19 @@ def test_an_unusable_image_pull_secret_file_is_refused_without_its_content(
 def test_an_unusable_bundle_is_refused_with_why(text: str, message: str) -> None:
     with pytest.raises(render.BundleError, match=message):
         render.load_bundle(text)
+
+
+def test_the_client_secret_carries_the_digest_key_and_a_held_key_is_kept() -> None:
+    key = b"k" * 32
+    objs = render.render(BUNDLE, dataclasses.replace(INPUTS, digest_key=key))
+    secret = next(o for o in objs if o["metadata"]["name"] == render.CLIENT_SECRET)
+    assert base64.b64decode(secret["data"]["digest-key"]) == key
+    assert "digest-key" not in next(o for o in render.render(BUNDLE, INPUTS)
+                                    if o["metadata"]["name"] == render.CLIENT_SECRET)["data"]
+    assert render.kept_digest_key(secret["data"]) == key  # read back: the same key applied again
+    assert base64.b64encode(key).decode() not in str(objs[-1]["metadata"]["annotations"])
+    assert str(key) not in repr(dataclasses.replace(INPUTS, digest_key=key))
+    for held in ({}, {"digest-key": "not base64!"}, {"digest-key": base64.b64encode(b"short").decode()},
+                 {"digest-key": 7}):
+        assert render.kept_digest_key(held) is None  # a new one is written
+    assert render.new_digest_key() != render.new_digest_key() and len(render.new_digest_key()) == 32

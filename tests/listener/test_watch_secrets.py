@@ -39,6 +39,7 @@ from tether import (
 
 pytestmark = pytest.mark.slow
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
+DIGEST_KEY = secrets.token_bytes(32)  # the runtime's, as its client Secret would mount it
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 
 
@@ -129,13 +130,16 @@ def test_no_secret_value_reaches_the_kcp_by_any_watch(
         flt = filters.ConfigMapFilter.build(filters.DEFAULT_IGNORED_NAMESPACES, "")
         lister = scan.Lister(kube, flt, page_size=50, timeout=30)
         runner = run.Runner(rt.id, run.RunSettings(), flt, lister, lc, m, identity=lister.identity,
-                            watches=watchrun.Watching(watchset.WatchSet(kube, namespace, ttl=0), lister))
+                            watches=watchrun.Watching(watchset.WatchSet(kube, namespace, ttl=0,
+                                                                      digest_key=DIGEST_KEY), lister))
         assert runner.run().outcome == "ok"
         stored_meta = listener_env.stored_one(rt.id, namespace, "db", meta.name)
         stored_digest = listener_env.stored_one(rt.id, namespace, "db", digest.name)
         assert stored_meta is not None and stored_digest is not None  # the Secret was seen
         assert stored_meta["spec"]["annotations"] == {"meta.helm.sh/release-name": "db"}
-        assert stored_digest["spec"]["data"]["pw"].startswith(("sha256:", "hmac"))
+        # keyed by the runtime's digest key: the KCP holds no digest a guess can be checked against
+        assert stored_digest["spec"]["data"]["pw"] == watches.digest_of(password.encode(), DIGEST_KEY)
+        assert stored_digest["spec"]["data"]["pw"] != watches.digest_of(password.encode())
         assert listener_env.stored_one(rt.id, namespace, "db", cms.name) is None
 
         # the runtime itself posts the value under each Watch: refused, nothing stored

@@ -16,6 +16,7 @@ A second namespace without a compat Watch shows v1 records refused. The janitor 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import datetime
 import os
 import subprocess
@@ -209,6 +210,12 @@ def test_a_digest_watch_refuses_a_value_that_is_not_a_digest(
     stored = env.stored_one(rt.id, "team-a", "s1", watch="digests")
     assert stored is not None and stored["spec"]["data"]["password"].startswith("sha256:")
     assert SECRET_VALUE not in str(stored)
+    # this release takes the keyed shape too (a runtime with its digest key, docs/watches.md)
+    keyed = v2(rt, dataclasses.replace(watch("digests", env.namespace), digest_key=b"k" * 32),
+               obj("s2", 5, kind="Secret", data={"password": SECRET_VALUE}))
+    assert post(listener, rt, keyed).status_code == 200
+    stored = env.stored_one(rt.id, "team-a", "s2", watch="digests")
+    assert stored is not None and stored["spec"]["data"]["password"].startswith("hmac-sha256:")
 
 
 def test_v1_records_are_stored_under_the_compat_watch_and_refused_without_one(

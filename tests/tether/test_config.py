@@ -43,6 +43,7 @@ SHARED = {"TETHER_RUNTIME_ID", "TETHER_LISTENER_URL", "TETHER_LISTENER_CA_FILE",
           "TETHER_KUBECONFIG", "TETHER_LOG_LEVEL", "TETHER_LOG_FORMAT", "TETHER_AUDIT_LOG",
           "TETHER_KCP_NAMESPACE", "TETHER_HEARTBEAT_NAMESPACE",
           "TETHER_WATCHES_CONFIGMAP",  # webhook and poller (tether.watchset.OPTION)
+          "TETHER_DIGEST_KEY_FILE",  # webhook and poller (tether.watchset.KEY_OPTION)
           # compass and the enroller, calling into runtimes (tether.skr_clients.OPTIONS)
           "TETHER_KUBECONFIG_NAMESPACE", "TETHER_KUBECONFIG_SECRET_NAME",
           "TETHER_KUBECONFIG_MAX_AGE_SECONDS", "TETHER_RUNTIME_DENIED_NETWORKS",

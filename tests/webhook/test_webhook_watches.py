@@ -33,6 +33,7 @@ CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
 CRD = watchenv.widget_crd(GROUP)
 SECRET_VALUE = "hunter2-do-not-send"
+DIGEST_KEY = b"this-runtime's-32-byte-digest-key"
 
 
 def _watches(ns: str) -> tuple[watches.Watch, ...]:
@@ -89,6 +90,7 @@ def _start(skr: controlplane.ControlPlane, work: pathlib.Path, receiver: Receive
         "TETHER_KUBECONFIG": str(skr.kubeconfig),
         "TETHER_WATCHES_CONFIGMAP": wire,
         "TETHER_WEBHOOK_READBACK_SECONDS": "1.5",
+        "TETHER_DIGEST_KEY_FILE": str(work / "digest-key"),  # as mounted from the client Secret
     }).start()
 
 
@@ -105,6 +107,7 @@ def wh(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
         data={watchwire.WIRE_KEY: watchwire.to_wire(in_force)}))
     ca = certs.CertificateAuthority.create("kcp-runtime-ca")
     ca.issue(receiver_mod.RUNTIME_ID, client=True).write(work / "runtime.crt", work / "runtime.key")
+    (work / "digest-key").write_bytes(DIGEST_KEY)
     receiver = Receiver(work, ca).start()
     proc = _start(skr, work, receiver, f"{wns}/{watchwire.WIRE_CONFIGMAP}")
     template = stack.vwc_body("x", proc.url + "/validate", proc.ca.cert_pem, ns)["webhooks"][0]
@@ -184,15 +187,21 @@ def test_a_digest_watch_of_secrets_sends_digests_never_the_value(wh: Stack) -> N
     wh.core.create_namespaced_secret(wh.ns, client.V1Secret(
         metadata=client.V1ObjectMeta(name="creds"), data={"pw": enc}))
     first = _checked(wh, wh.wait("creds", "secrets"))[0]
-    assert first["data"] == {"pw": watches.digest_of(SECRET_VALUE.encode())}
+    # keyed by the runtime's digest key (its client Secret's, mounted): a guess without the
+    # key (the unkeyed digest of the value) does not match what leaves the runtime
+    assert first["data"] == {"pw": watches.digest_of(SECRET_VALUE.encode(), DIGEST_KEY)}
+    assert first["data"]["pw"].startswith("hmac-sha256:")
+    assert first["data"]["pw"] != watches.digest_of(SECRET_VALUE.encode())
     assert first["resource"]["kind"] == "Secret" and first.get("binaryData") == {}
     wh.core.patch_namespaced_secret("creds", wh.ns, {"data": {"pw": base64.b64encode(b"other").decode()}})
     second = _checked(wh, wh.wait("creds", "secrets", 2))[-1]
-    assert second["data"]["pw"] != first["data"]["pw"] == watches.digest_of(SECRET_VALUE.encode())
+    assert second["data"]["pw"] != first["data"]["pw"] == watches.digest_of(SECRET_VALUE.encode(), DIGEST_KEY)
     bodies = wh.bodies()
-    for value in (SECRET_VALUE, enc, base64.b64encode(b"other").decode()):
+    for value in (SECRET_VALUE, enc, base64.b64encode(b"other").decode(), DIGEST_KEY.decode(),
+                  base64.b64encode(DIGEST_KEY).decode()):
         assert value not in bodies
-    assert SECRET_VALUE not in wh.webhook.log_path.read_text(errors="replace")
+    log_text = wh.webhook.log_path.read_text(errors="replace")
+    assert SECRET_VALUE not in log_text and DIGEST_KEY.decode() not in log_text
 
 
 def test_a_custom_resource_is_delivered(wh: Stack) -> None:
