@@ -34,7 +34,7 @@ from flask import Blueprint, Response, request
 
 from listener.edge import intake, responses, services, steps, validation, watchcheck
 from listener.fleet import epochs
-from listener.storage import batch, quota, records, store
+from listener.storage import batch, listing, quota, records, store
 from tether import changes, gateway, listenerapi, numbers, tracing
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
@@ -231,7 +231,7 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
     if isinstance(watch, validation.Problem):
         return steps.invalid(svc, runtime_id, watch)
     loaded: list[list[changes.DigestItem]] = []
-    surveys: list[store.Survey] = []
+    surveys: list[listing.Survey] = []
 
     def load() -> list[changes.DigestItem]:
         items, survey = svc.store.survey(runtime_id, watch)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from listener.fleet import heartbeat
-from listener.storage import records, rules, store
+from listener.storage import listing, namespaces, records, rules
 from tether import apitypes, changes, gateway, logs, numbers, statehash
 
 log = logging.getLogger("listener.fleet.statesummary")  # one logger for the state summary
@@ -69,8 +69,8 @@ class SummaryObjects:
         self._hooks, self._clock = hooks, clock
         self._lock = threading.Lock()
         self._last_log = -LOG_EVERY
-        # where each Watch stores (store.Homes); None: every record in ``namespace``
-        self.homes: store.Homes | None = None
+        # where each Watch stores (namespaces.Homes); None: every record in ``namespace``
+        self.homes: namespaces.Homes | None = None
         # the resourceVersion of the summary this worker last wrote, per runtime (bounded):
         # a view that holds an older one has not seen this worker's own write yet
         self._wrote: dict[str, int] = {}
@@ -145,7 +145,7 @@ class SummaryObjects:
 
     def _bootstrap(self, runtime_id: str, obj: dict[str, Any] | None,
                    ) -> tuple[statehash.Stored, list[tuple[str, int]]]:
-        survey = store.Surveying()
+        survey = listing.Surveying()
         unlabelled: list[tuple[str, int]] = []
         for metas, rev in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}"):
             survey.page(rev)
@@ -225,7 +225,7 @@ class SummaryObjects:
         try:
             if len(buckets) <= HEAL_BUCKETS:
                 return sum(self.bucket(runtime_id, n)[0].corrected for n in sorted(buckets))
-            survey = store.Surveying()
+            survey = listing.Surveying()
             for metas, rev in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}"):
                 survey.page(rev)
                 for meta in metas:
@@ -246,8 +246,8 @@ class SummaryObjects:
                         statehash.bucket_of(str(item["namespace"]), str(item["name"]))))
 
     def _pages(self, selector: str) -> Iterator[tuple[list[dict[str, Any]], int]]:
-        return store.metadata_pages(self._kcp, self._namespace, selector, self._timeout,
-                                    None if self.homes is None else self.homes())
+        return listing.metadata_pages(self._kcp, self._namespace, selector, self._timeout,
+                                      None if self.homes is None else self.homes())
 
     def bucket(self, runtime_id: str, n: int) -> tuple[Bucket, list[tuple[str, int]]]:
         """The digest items of bucket ``n`` (metadata lists of the KCP: the runtime's records

@@ -38,16 +38,11 @@ lists the runtime's unbacked tombstones (label-selected, metadata only) and dele
 oldest down to half the cap (each only if unchanged since listed: one that became a record
 meanwhile is never deleted).
 
-Where: each record is written in its Watch's storage namespace (``homes``: Watch name ->
-namespace, from the listener's Watch list; ``records.placed``), labelled with its Kyma CR's
-name and, in the Kyma CR's namespace, owned by it (``owner_of``). Every listing of a runtime's
-records is one cluster-wide, label-selected list that keeps only objects where their Watch
-stores. A storage namespace that does not exist (the create answers 404) raises
-``MissingNamespace`` (the client gets 503 and retries; ``on_missing`` counts it, one log line
-per Watch and minute names the Watch and the namespace). With ``storage_namespaces`` the
-store writes only in those and ``namespace``: a Watch storing elsewhere raises
-``RefusedNamespace`` before anything is read or written (503 too; ``on_refused_namespace``,
-a log line per Watch and minute), whatever a Watch author named.
+Where (``listener.storage.namespaces``): each record is written in its Watch's storage
+namespace, labelled with its Kyma CR's name and, in the Kyma CR's namespace, owned by it
+(``owner_of``); a namespace that does not exist or that the listener may not write in is an
+error (503). Every listing of a runtime's records is one label-selected list
+(``listener.storage.listing``) that keeps only objects where their Watch stores.
 
 Errors are the gateway's (``tether.gateway``): ``gateway.Rejected`` when the API refuses the
 object itself (the client gets 400), any other ``gateway.GatewayError`` when the KCP API
@@ -62,82 +57,17 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
-from listener.storage import quota, records, rules, unbacked, writecache
-from tether import apitypes, changes, gateway, logs, numbers, statehash
+from listener.storage import listing, namespaces, quota, records, rules, unbacked, writecache
+from tether import apitypes, changes, gateway, logs
 
 Outcome = Literal["persisted", "duplicate", "stale"]
 MAX_ATTEMPTS = 12
-LIST_PAGE = 500
 
 
 NO_QUOTA = rules.Limits(10**12, 10**15)
 log = logging.getLogger(__name__)
-MISSING_LOG_EVERY = 60.0  # seconds between log lines of one Watch's missing namespace
-Homes = Callable[[], Mapping[str, str]]  # Watch name -> storage namespace (listener.fleet.watchlist)
-
-
-class MissingNamespace(gateway.Unavailable):
-    """The storage namespace of a Watch does not exist (the create answered 404)."""
-
-
-class RefusedNamespace(gateway.Unavailable):
-    """The storage namespace of a Watch is not one the listener may write in."""
-
-
-class Survey(NamedTuple):
-    """What a full listing of a runtime's records found, by state summary bucket."""
-
-    folded: statehash.Buckets
-    held: statehash.Footprint
-    revision: int  # the listing's KCP resourceVersion (0: unknown)
-
-
-class Surveying:
-    """Folds the metadata of a runtime's records, page by page, into a ``Survey``."""
-
-    def __init__(self) -> None:
-        self.folded, self.held, self.revision = statehash.Buckets(), statehash.Footprint(), 0
-
-    def page(self, revision: int) -> None:
-        self.revision = max(self.revision, revision)
-
-    def add(self, meta: Mapping[str, Any]) -> changes.DigestItem | None:
-        """Fold one object's metadata; its digest item (None: not a record of ours)."""
-        item = records.digest_item(meta)
-        if item is None:
-            return None
-        live = statehash.live_item(item)
-        if live is not None:
-            self.folded.add(live)
-        self.held.add(statehash.bucket_of(item["namespace"], item["name"]),
-                      rules.stored_size(meta))
-        return item
-
-    def result(self) -> Survey:
-        return Survey(self.folded, self.held, self.revision)
-
-
-def metadata_pages(kcp: gateway.Kube, namespace: str, selector: str, timeout: float,
-                   homes: Mapping[str, str] | None = None,
-                   ) -> Iterator[tuple[list[dict[str, Any]], int]]:
-    """Pages of metadata of the records ``selector`` picks, each with the listing's KCP
-    revision (also a page without items: an empty listing has a revision too). Without
-    ``homes``: in ``namespace``; with: across namespaces, only objects where their Watch
-    stores (``records.placed``; a legacy record in ``namespace``)."""
-    token = ""
-    while True:
-        page = kcp.list(apitypes.RUNTIME_CONFIGMAPS, namespace if homes is None else None,
-                        label_selector=selector, limit=LIST_PAGE,
-                        continue_token=token or None, metadata_only=True, timeout=timeout)
-        pmeta = page.get("metadata") or {}
-        metas = [obj.get("metadata") or {} for obj in page.get("items") or []]
-        yield ([m for m in metas if homes is None or records.placed(m, homes, namespace)],
-               numbers.ascii_int(pmeta.get("resourceVersion"), 32) or 0)
-        token = pmeta.get("continue") or ""
-        if not token:
-            return
 
 
 class Store:
@@ -153,7 +83,7 @@ class Store:
                                        Mapping[str, Any]], None] | None = None,
                  footprint: Callable[[str], rules.Used | None] | None = None,
                  on_count: Callable[[str], None] = lambda source: None,
-                 homes: Homes | None = None,
+                 homes: namespaces.Homes | None = None,
                  owner_of: Callable[[str], records.Owner | None] = lambda runtime_id: None,
                  on_missing: Callable[[], None] = lambda: None,
                  storage_namespaces: tuple[str, ...] | None = None,
@@ -176,56 +106,11 @@ class Store:
         # from it, or no source: counted from a listing of the runtime's records
         self._footprint = footprint
         self._on_count = on_count  # metric hook: "summary" or "listing"
-        # None: every record in ``namespace`` (tests that build a Store by hand)
-        self._homes = homes
+        self._where = namespaces.Namespaces(namespace, homes, storage_namespaces, on_missing,
+                                            on_refused_namespace)
         self._owner_of = owner_of  # the runtime's Kyma CR (cached by listener.fleet.runtimes)
-        self._on_missing = on_missing  # metric hook: a storage namespace does not exist
-        self._missing_logged: dict[str, float] = {}
-        # None: wherever a Watch stores; else only these and ``namespace``
-        self._allowed = None if storage_namespaces is None else {*storage_namespaces, namespace}
-        self._on_refused_namespace = on_refused_namespace  # metric hook
         self._unbacked = unbacked.Tally(unbacked_cap)  # unbacked tombstones one runtime keeps
         self._on_evicted = on_evicted  # metric hook: unbacked tombstones evicted
-
-    def home(self, watch: str) -> str:
-        """The namespace records of ``watch`` are stored in; raises ``gateway.Unavailable``
-        when the Watch is not in the listener's list (deleted since its records were checked)."""
-        if self._homes is None or not watch:
-            return self.namespace
-        where = self._homes().get(watch)
-        if where is None:
-            raise gateway.Unavailable(f"the Watch {watch[:63]} is not in the listener's list")
-        if self._allowed is not None and where not in self._allowed:
-            raise self._refused(watch, where)
-        return where
-
-    def _refused(self, watch: str, namespace: str) -> RefusedNamespace:
-        self._on_refused_namespace()
-        now = time.monotonic()
-        if now - self._missing_logged.get("\x00" + watch, -MISSING_LOG_EVERY) >= MISSING_LOG_EVERY:
-            if len(self._missing_logged) > 1000:
-                self._missing_logged.clear()
-            self._missing_logged["\x00" + watch] = now
-            log.error("the Watch %s stores in %s, which is not one of the listener's storage "
-                      "namespaces (TETHER_LISTENER_STORAGE_NAMESPACES): its records are answered "
-                      "503", logs.bounded(watch, 63), logs.bounded(namespace, 63))
-        return RefusedNamespace(f"the storage namespace {namespace[:63]} of the Watch "
-                                f"{watch[:63]} is not one the listener writes in")
-
-    def _homes_now(self) -> Mapping[str, str] | None:
-        return None if self._homes is None else self._homes()
-
-    def _missing(self, key: records.Key, namespace: str) -> MissingNamespace:
-        self._on_missing()
-        now = time.monotonic()
-        if now - self._missing_logged.get(key.watch, -MISSING_LOG_EVERY) >= MISSING_LOG_EVERY:
-            if len(self._missing_logged) > 1000:
-                self._missing_logged.clear()
-            self._missing_logged[key.watch] = now
-            log.error("the storage namespace %s of the Watch %s does not exist: its records are "
-                      "answered 503 (the runtimes retry) until it is created", namespace, key.watch)
-        return MissingNamespace(f"the storage namespace {namespace} of the Watch {key.watch[:63]} "
-                                "does not exist")
 
     # -- records -----------------------------------------------------------------------------
 
@@ -265,7 +150,7 @@ class Store:
         write with its resourceVersion; None when another writer won (409, or 404 on an
         update: the object was deleted since it was read, a pruned tombstone, an orphan's
         records)."""
-        where = self.home(key.watch)
+        where = self._where.home(key.watch)
         stored = self._get(where, name)
         if stored is not None and not records.matches(stored, key):
             raise gateway.Rejected("object name collision; refusing to overwrite another key")
@@ -316,9 +201,9 @@ class Store:
         if token is None:
             return
         try:
-            metas = [m for page, _ in metadata_pages(
+            metas = [m for page, _ in listing.metadata_pages(
                 self._kcp, self.namespace, f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},"
-                f"{records.UNBACKED_LABEL}=true", self._timeout, self._homes_now())
+                f"{records.UNBACKED_LABEL}=true", self._timeout, self._where.now())
                 for m in page]
             evicted = 0
             keep = self._unbacked.target(len(metas))
@@ -358,7 +243,7 @@ class Store:
         except gateway.NotFound:
             admitted.cancel()
             if create:  # no namespace (or no API) to create in: retrying here cannot help
-                raise self._missing(key, where) from None
+                raise self._where.missing(key, where) from None
             raise
         except BaseException:
             admitted.cancel()
@@ -395,7 +280,7 @@ class Store:
         if not rules.may_create_unread(incoming, self._now(), self._retention):
             return False  # stale only if the key is not stored: the read path decides
         tombstone_unbacked = rules.unbacked(None, bool(record["deleted"]))  # if the create succeeds
-        new = records.body(record, self.home(key.watch), trace, self._owner(key),
+        new = records.body(record, self._where.home(key.watch), trace, self._owner(key),
                            tombstone_unbacked)
         size = rules.annotate(new)
         try:
@@ -418,7 +303,7 @@ class Store:
         ``listener.storage.writecache``); False when the read path must run."""
         if rules.verdict(entry.version, incoming, self._now(), self._retention) != "newer":
             return False
-        if entry.metadata.get("namespace") != self.home(key.watch):
+        if entry.metadata.get("namespace") != self._where.home(key.watch):
             self._cache.drop(name)  # the Watch stores elsewhere now: the read path decides
             return False
         tombstone_unbacked = rules.unbacked(entry.metadata, bool(record["deleted"]))
@@ -444,17 +329,17 @@ class Store:
         return self.survey(runtime_id)[0]
 
     def survey(self, runtime_id: str, watch: str | None = None,
-               ) -> tuple[list[changes.DigestItem], Survey]:
+               ) -> tuple[list[changes.DigestItem], listing.Survey]:
         """``digest`` (of the records of ``watch`` only, when given), and what its listing
         of all of the runtime's records says of the state summary's buckets (for
         ``listener.fleet.statesummary.Summaries.listed_all``) and of its quota usage."""
         items: list[changes.DigestItem] = []
         snap = self.usage.begin(runtime_id)
-        survey = Surveying()
+        survey = listing.Surveying()
         count = size = 0
-        for metas, revision in metadata_pages(self._kcp, self.namespace,
-                                              f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
-                                              self._timeout, self._homes_now()):
+        for metas, revision in listing.metadata_pages(self._kcp, self.namespace,
+                                                      f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
+                                                      self._timeout, self._where.now()):
             survey.page(revision)
             for meta in metas:
                 item = survey.add(meta)
@@ -480,9 +365,9 @@ class Store:
 
     def _metadata(self, runtime_id: str) -> Iterator[dict[str, Any]]:
         """The metadata of every stored object of the runtime (paginated, label-selected)."""
-        for metas, _ in metadata_pages(self._kcp, self.namespace,
-                                       f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
-                                       self._timeout, self._homes_now()):
+        for metas, _ in listing.metadata_pages(self._kcp, self.namespace,
+                                               f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
+                                               self._timeout, self._where.now()):
             yield from metas
 
     def _owner(self, key: records.Key) -> records.Owner | None:
