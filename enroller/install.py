@@ -11,20 +11,18 @@ import dataclasses
 import datetime
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 from enroller import castore, decide, metrics, render, sharding
+from enroller import held as held_mod
 from enroller import settings as settings_mod
 from tether import apitypes, certs, changes, gateway, kyma, logs, pki, skr_clients, watchwire
 from tether import watches as watch_api
 
 log = logging.getLogger("tether.enroller")
-
-CA_SERIAL = "tether.kyma-project.io/ca-serial"
 
 
 class Failure(Exception):
@@ -113,8 +111,8 @@ class Installer:
         objects, image = bundle or (self.bundle, self.s.image)
         skr = self._skr(view)
         now = self.now()
-        held = _Held.of(self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET))
-        here = (issuer := _issuer(held.client_pem, ca, mem.held)) in (serial_hex(ca.current.cert), serial_hex(ca.previous))  # ours
+        held = held_mod.Held.of(self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET))
+        here = (issuer := held_mod.issuer(held.client_pem, ca, mem.held)) in (held_mod.serial_hex(ca.current.cert), held_mod.serial_hex(ca.previous))  # ours
         if (refused := sharding.check(self.s.listener_url, self.audit, view, held.data, take_over_from, here)):
             raise Failure("OwnedByAnotherKcp", refused)
         hook = self._read(skr, apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS, None, render.WEBHOOK_CONFIG)
@@ -122,10 +120,10 @@ class Installer:
         plan = decide.renewal(self._cert_facts(held, view, ca, now))
         client_cert, client_key = self._client_pair(plan.client, held, view, ca, mem, now)
         serving = (self._new_serving(plan.serving, view, ca, mem, now) if plan.serving is not None
-                   else _Serving.annotated(held.notes))
+                   else held_mod.Serving.annotated(held.notes))
         renewed = [kind for kind, why in (("client", plan.client), ("serving", plan.serving)) if why is not None]
         parsed = x509.load_pem_x509_certificate(client_cert)
-        client_ca = _issuer(client_cert, ca, None)
+        client_ca = held_mod.issuer(client_cert, ca, None)
         client = (client_cert, client_key, format(parsed.serial_number, "x"))
         # the runtime's digest key: kept once there (a re-apply or renewal never changes it)
         kept_key = render.kept_digest_key(held.data)
@@ -157,22 +155,22 @@ class Installer:
         return Result(view.runtime_id or "", act.cause, renewed, certs.not_after(parsed), mem.webhook_serving,
                       client_ca)
 
-    def _cert_facts(self, held: _Held, view: kyma.KymaView, ca: castore.CA,
+    def _cert_facts(self, held: held_mod.Held, view: kyma.KymaView, ca: castore.CA,
                     now: datetime.datetime) -> decide.CertFacts:
         """What ``decide.renewal`` needs of the certificates the runtime holds."""
         pem = held.client_pem
         rid, domain = view.runtime_id, view.domain
         return decide.CertFacts(
-            now=now, current=format(ca.current.cert.serial_number, "x"), previous=serial_hex(ca.previous),
+            now=now, current=format(ca.current.cert.serial_number, "x"), previous=held_mod.serial_hex(ca.previous),
             settled=ca.trusted_everywhere(now, self.s.rollover_propagation),
             client_due=pki.needs_renewal(pem, ca.current, now, runtime_id=rid, domain=domain),
             client_previous_ok=ca.previous is not None and bool(pem) and pki.needs_renewal(
                 pem, [ca.previous], now, runtime_id=rid, domain=domain) is None,
-            client_key_matches=pem is not None and key_matches(pem, held.data.get("tls.key")),
-            serving_ca=held.notes.get(CA_SERIAL, ""),
+            client_key_matches=pem is not None and held_mod.key_matches(pem, held.data.get("tls.key")),
+            serving_ca=held.notes.get(held_mod.CA_SERIAL, ""),
             serving_renew_at=changes.parse_time(held.notes.get(render.SERVING_RENEW_AT, "")))
 
-    def _client_pair(self, why: str | None, held: _Held, view: kyma.KymaView, ca: castore.CA, mem: Memory,
+    def _client_pair(self, why: str | None, held: held_mod.Held, view: kyma.KymaView, ca: castore.CA, mem: Memory,
                      now: datetime.datetime) -> tuple[bytes, bytes]:
         """The client certificate and key to install: the runtime's own, or a new pair."""
         if why is None and held.client_pem is not None:
@@ -188,14 +186,14 @@ class Installer:
                                  runtime_id=rid, domain=domain)
 
     def _new_serving(self, why: str, view: kyma.KymaView, ca: castore.CA, mem: Memory,
-                     now: datetime.datetime) -> _Serving:
+                     now: datetime.datetime) -> held_mod.Serving:
         def serving_pair() -> certs.KeyPair:
             return pki.serving_certificate(ca.current, list(render.WEBHOOK_SERVICE_NAMES), self.s.cert_lifetime, now)
         cert, key = self._certificate("serving", view, ca, mem, now, why, serving_pair)
-        return _Serving.issued(cert, key, format(ca.current.cert.serial_number, "x"))
+        return held_mod.Serving.issued(cert, key, format(ca.current.cert.serial_number, "x"))
 
-    def _kept_serving(self, skr: gateway.Kube, serving: _Serving, view: kyma.KymaView, ca: castore.CA,
-                      mem: Memory, now: datetime.datetime, renewed: list[str]) -> _Serving:
+    def _kept_serving(self, skr: gateway.Kube, serving: held_mod.Serving, view: kyma.KymaView, ca: castore.CA,
+                      mem: Memory, now: datetime.datetime, renewed: list[str]) -> held_mod.Serving:
         """The kept serving certificate's pair, from its Secret in the runtime; a new one
         when the Secret lost it (``decide.kept_serving``)."""
         secret = self._read(skr, gateway.SECRETS, render.NAMESPACE, render.SERVING_SECRET)
@@ -224,7 +222,7 @@ class Installer:
             raise Failure(_unreachable(e), f"deleting the Watch list: {logs.bounded(e, 200)}") from None
 
     def _inputs(self, view: kyma.KymaView, ca: castore.CA, client: tuple[bytes, bytes, str],
-                serving: _Serving, ws: tuple[watch_api.Watch, ...] | None = None,
+                serving: held_mod.Serving, ws: tuple[watch_api.Watch, ...] | None = None,
                 image: str | None = None, digest_key: bytes = b"") -> render.Inputs:
         """What the bundle is rendered with: the client certificate (PEM, key, serial), the
         serving certificate (its pair empty while kept and not read)."""
@@ -242,7 +240,7 @@ class Installer:
         """Every object applied; what was issued is in the runtime from then on."""
         for o in objs:
             if o["kind"] == "Secret" and o["metadata"]["name"] == render.CLIENT_SECRET:
-                o["metadata"]["annotations"][CA_SERIAL] = serving_ca  # the serving certificate's issuer
+                o["metadata"]["annotations"][held_mod.CA_SERIAL] = serving_ca  # the serving certificate's issuer
         self._apply(skr, objs)
         mem.pending.clear()  # applied: what was issued is in the runtime now
         mem.held = client_ca
@@ -316,85 +314,10 @@ class Installer:
         return None
 
 
-def serial_hex(cert: x509.Certificate | None) -> str | None:
-    return format(cert.serial_number, "x") if cert is not None else None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Held:
-    """What the runtime's client Secret holds (None: no Secret)."""
-    secret: Mapping[str, Any] | None
-    notes: Mapping[str, str]        # its annotations: the installed digest, the serials, the serving dates
-    data: Mapping[str, str]
-    client_pem: bytes | None
-
-    @classmethod
-    def of(cls, secret: Mapping[str, Any] | None) -> _Held:
-        notes = ((secret or {}).get("metadata") or {}).get("annotations") or {}
-        data = (secret or {}).get("data") or {}
-        pem = base64.b64decode(data["tls.crt"]) if "tls.crt" in data else None
-        return cls(secret, notes, data, pem)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Serving:
-    """The serving certificate to install: a new one, or the runtime's (its pair empty until
-    read from its Secret, for an apply)."""
-    cert: bytes
-    key: bytes
-    serial: str
-    not_after: datetime.datetime | None
-    renew_at: datetime.datetime | None
-    ca: str  # serial of the CA that issued it
-
-    @classmethod
-    def annotated(cls, notes: Mapping[str, str]) -> _Serving:
-        return cls(b"", b"", notes.get(render.SERVING_SERIAL, ""),
-                   changes.parse_time(notes.get(render.SERVING_NOT_AFTER, "")),
-                   changes.parse_time(notes.get(render.SERVING_RENEW_AT, "")), notes.get(CA_SERIAL, ""))
-
-    @classmethod
-    def issued(cls, cert_pem: bytes, key_pem: bytes, ca_serial: str) -> _Serving:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-        return cls(cert_pem, key_pem, format(cert.serial_number, "x"), certs.not_after(cert), pki.renew_at(cert),
-                   ca_serial)
-
-
-def _issuer(cert_pem: bytes | None, ca: castore.CA, known: str | None) -> str:
-    """The serial of the CA that issued the certificate: the current or the previous one;
-    "" for none; for another (a CA dropped since) what was known of it, else "foreign"."""
-    if not cert_pem:
-        return ""
-    try:
-        cert = x509.load_pem_x509_certificate(cert_pem)
-    except ValueError:
-        return "foreign"
-    if pki.issued_by(cert, [ca.current.cert]):
-        return format(ca.current.cert.serial_number, "x")
-    if ca.previous is not None and pki.issued_by(cert, [ca.previous]):
-        return format(ca.previous.serial_number, "x")
-    if known and known not in (format(ca.current.cert.serial_number, "x"), serial_hex(ca.previous)):
-        return known
-    return "foreign"
-
-
 def _unreachable(e: gateway.GatewayError) -> str:
     """The failure reason of a runtime call that failed: the bound it broke (the runtime's
     API server trickled, answered too much, redirected, resolved inside), else Unreachable."""
     return e.reason if isinstance(e, gateway.Bounded) else "Unreachable"
-
-
-def key_matches(cert_pem: bytes, key_b64: str | None) -> bool:
-    """Whether the Secret's key is the certificate's (never logged, only compared)."""
-    if not key_b64:
-        return False
-    try:
-        key = serialization.load_pem_private_key(base64.b64decode(key_b64), password=None)
-        cert = x509.load_pem_x509_certificate(cert_pem)
-    except (ValueError, TypeError):
-        return False
-    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    return bool(key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki))
 
 
 def _placeholder(runtime_id: str) -> render.Inputs:

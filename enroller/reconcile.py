@@ -54,8 +54,9 @@ from typing import Any
 from enroller import castore, decide, discovery, dispatch, metrics, render, rollouts, watching
 from enroller import settings as settings_mod
 from enroller.enrollment import Enrollments, logged
-from enroller.install import CA_SERIAL, Failure, Installer, Memory, Result, serial_hex
-from enroller.install import key_matches as _key_matches
+from enroller.held import CA_SERIAL, serial_hex
+from enroller.held import key_matches as _key_matches
+from enroller.install import Failure, Installer, Memory, Result
 from tether import apitypes, certs, changes, events, gateway, kyma, logs, skr_clients, watches
 
 __all__ = ["CA_SERIAL", "FINALIZER", "Enroller", "Failure", "Memory", "Result", "_key_matches"]

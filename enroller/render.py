@@ -5,7 +5,7 @@ what belongs to that runtime filled in:
 * the ``tether-runtime-client`` Secret: runtime ID, listener URL and CA, client certificate,
   and the runtime's digest key (``digest-key``, 32 random bytes; ``kept_digest_key``: once
   there it stays, across re-applies and renewals), with which the webhook and the poller
-  key a ``digest`` Watch's values (``tether.watches.digest_of``); the KCP never holds it;
+  key a ``digest`` Watch's values (``tether.digests.of``); the KCP never holds it;
 * the ``tether-webhook-serving`` Secret: the webhook's serving certificate;
 * the webhook configuration's ``caBundle`` (the watcher CA, old and new during a rollover);
 * the image of every Tether container (``TETHER_ENROLLER_IMAGE``), for rollouts, and its tag
@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from tether import apitypes, gateway, watchwire
+from tether import apitypes, digests, gateway, watchwire
 from tether import watches as watch_api
 
 BUNDLE_FILE = pathlib.Path(__file__).with_name("skr-bundle.yaml")
@@ -163,19 +163,19 @@ def _is_tether(ref: str) -> bool:
 
 def kept_digest_key(data: Mapping[str, Any]) -> bytes | None:
     """The digest key of a client Secret's ``data`` (base64, as served) when it is one
-    (at least ``watches.MIN_DIGEST_KEY_BYTES``); None: a new one is to be written."""
-    raw = data.get(watch_api.DIGEST_KEY)
+    (at least ``digests.MIN_KEY_BYTES``); None: a new one is to be written."""
+    raw = data.get(digests.KEY)
     if not isinstance(raw, str):
         return None
     try:
         key = base64.b64decode(raw, validate=True)
     except ValueError:
         return None
-    return key if watch_api.MIN_DIGEST_KEY_BYTES <= len(key) <= 1024 else None
+    return key if digests.MIN_KEY_BYTES <= len(key) <= 1024 else None
 
 
 def new_digest_key() -> bytes:
-    return secrets.token_bytes(watch_api.MIN_DIGEST_KEY_BYTES)
+    return secrets.token_bytes(digests.MIN_KEY_BYTES)
 
 
 def digest(objects: Iterable[Mapping[str, Any]], client_serial: str, serving_serial: str,
@@ -200,30 +200,7 @@ def digest(objects: Iterable[Mapping[str, Any]], client_serial: str, serving_ser
 def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
     objs = copy.deepcopy(bundle)
     for o in objs:
-        meta = o.setdefault("metadata", {})
-        meta["labels"] = {**(meta.get("labels") or {}), **MANAGED_BY}
-        if o["kind"] == "Deployment":
-            # the runtime's series carry its ID (the PodMonitors copy this pod label)
-            template = o["spec"]["template"].setdefault("metadata", {})
-            template["labels"] = {**(template.get("labels") or {}), apitypes.RUNTIME_ID_LABEL: i.runtime_id}
-            # the pods read the listener URL from the Secret into their environment: a runtime
-            # moved to another KCP (docs/enroller.md, "Sharding") has them restarted by this
-            template["annotations"] = {**(template.get("annotations") or {}), LISTENER_ANNOTATION: i.listener_url}
-        if o["kind"] == "Deployment" and i.image:
-            for c in o["spec"]["template"]["spec"].get("containers") or []:
-                if _is_tether(c.get("image", "")):
-                    c["image"] = i.image
-            version = _tag(i.image)  # a digest alone: the bundle's release label stays
-            if version:
-                for labels in (meta["labels"], o["spec"]["template"]["metadata"]["labels"]):
-                    labels[VERSION_LABEL] = version
-        if o["kind"] == "Deployment" and i.image_pull_secret is not None:
-            pod = o["spec"]["template"]["spec"]
-            refs = [r for r in pod.get("imagePullSecrets") or [] if r.get("name") != PULL_SECRET]
-            pod["imagePullSecrets"] = [*refs, {"name": PULL_SECRET}]
-        if o["kind"] == "ValidatingWebhookConfiguration":
-            for hook in o.get("webhooks") or []:
-                hook.setdefault("clientConfig", {})["caBundle"] = base64.b64encode(i.ca_bundle).decode()
+        _customize(o, i)
     d = digest(objs, i.client_serial, i.serving_serial, i.image_pull_secret, watches=i.watches is not None)
     notes = {DIGEST: d, CLIENT_SERIAL: i.client_serial, SERVING_SERIAL: i.serving_serial,
              SERVING_NOT_AFTER: i.serving_not_after, SERVING_RENEW_AT: i.serving_renew_at}
@@ -234,31 +211,68 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
     for o in objs:
         if o["kind"] == "ValidatingWebhookConfiguration":
             o["metadata"]["annotations"] = {**(o["metadata"].get("annotations") or {}), **hook_notes}
+    objs.extend(_secrets(i, notes))
+    return sorted(objs, key=lambda o: ORDER.index(o["kind"]))
 
-    def b64(b: bytes) -> str:
-        return base64.b64encode(b).decode()
 
+def _customize(o: dict[str, Any], i: Inputs) -> None:
+    """One object of the bundle made this runtime's: labels, image, pull secret, caBundle."""
+    meta = o.setdefault("metadata", {})
+    meta["labels"] = {**(meta.get("labels") or {}), **MANAGED_BY}
+    if o["kind"] == "Deployment":
+        # the runtime's series carry its ID (the PodMonitors copy this pod label)
+        template = o["spec"]["template"].setdefault("metadata", {})
+        template["labels"] = {**(template.get("labels") or {}), apitypes.RUNTIME_ID_LABEL: i.runtime_id}
+        # the pods read the listener URL from the Secret into their environment: a runtime
+        # moved to another KCP (docs/enroller.md, "Sharding") has them restarted by this
+        template["annotations"] = {**(template.get("annotations") or {}), LISTENER_ANNOTATION: i.listener_url}
+    if o["kind"] == "Deployment" and i.image:
+        for c in o["spec"]["template"]["spec"].get("containers") or []:
+            if _is_tether(c.get("image", "")):
+                c["image"] = i.image
+        version = _tag(i.image)  # a digest alone: the bundle's release label stays
+        if version:
+            for labels in (meta["labels"], o["spec"]["template"]["metadata"]["labels"]):
+                labels[VERSION_LABEL] = version
+    if o["kind"] == "Deployment" and i.image_pull_secret is not None:
+        pod = o["spec"]["template"]["spec"]
+        refs = [r for r in pod.get("imagePullSecrets") or [] if r.get("name") != PULL_SECRET]
+        pod["imagePullSecrets"] = [*refs, {"name": PULL_SECRET}]
+    if o["kind"] == "ValidatingWebhookConfiguration":
+        for hook in o.get("webhooks") or []:
+            hook.setdefault("clientConfig", {})["caBundle"] = base64.b64encode(i.ca_bundle).decode()
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+def _secrets(i: Inputs, notes: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The runtime's Secrets: its client credentials (and digest key), the webhook's serving
+    certificate, the image pull credentials."""
+    b64 = _b64
     client_data = {"runtime-id": b64(i.runtime_id.encode()), "listener-url": b64(i.listener_url.encode()),
                    "ca.crt": b64(i.listener_ca), "tls.crt": b64(i.client_cert), "tls.key": b64(i.client_key)}
     if i.digest_key:
-        client_data[watch_api.DIGEST_KEY] = b64(i.digest_key)
-    objs.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                 "metadata": {"name": CLIENT_SECRET, "namespace": NAMESPACE,
-                              "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY},
-                              "annotations": notes},
-                 "data": client_data})
-    objs.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                 "metadata": {"name": SERVING_SECRET, "namespace": NAMESPACE,
-                              "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
-                 # ca.crt: the watcher CA, so a scraper can verify the webhook's metrics port
-                 "data": {"tls.crt": b64(i.serving_cert), "tls.key": b64(i.serving_key),
-                          "ca.crt": b64(i.ca_bundle)}})
+        client_data[digests.KEY] = b64(i.digest_key)
+    out: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+         "metadata": {"name": CLIENT_SECRET, "namespace": NAMESPACE,
+                      "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY},
+                      "annotations": dict(notes)},
+         "data": client_data},
+        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+         "metadata": {"name": SERVING_SECRET, "namespace": NAMESPACE,
+                      "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
+         # ca.crt: the watcher CA, so a scraper can verify the webhook's metrics port
+         "data": {"tls.crt": b64(i.serving_cert), "tls.key": b64(i.serving_key),
+                  "ca.crt": b64(i.ca_bundle)}}]
     if i.image_pull_secret is not None:
-        objs.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
-                     "metadata": {"name": PULL_SECRET, "namespace": NAMESPACE,
-                                  "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
-                     "data": {".dockerconfigjson": b64(i.image_pull_secret)}})
-    return sorted(objs, key=lambda o: ORDER.index(o["kind"]))
+        out.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                    "metadata": {"name": PULL_SECRET, "namespace": NAMESPACE,
+                                 "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
+                    "data": {".dockerconfigjson": b64(i.image_pull_secret)}})
+    return out
 
 
 def _watches(objs: list[dict[str, Any]], ws: tuple[watch_api.Watch, ...]) -> None:

@@ -12,7 +12,7 @@ in the Kyma CR) and what of each object is sent (``send.mode``):
 * ``keys``: only the values named in ``send.keys``;
 * ``exclude``: every value but those named in ``send.keys``;
 * ``digest``: for every value ``hmac-sha256:`` and the hex HMAC-SHA256 of its bytes under
-  the runtime's own digest key (``DIGEST_KEY``; unkeyed ``sha256:`` where the runtime has
+  the runtime's own digest key (``tether.digests``; unkeyed ``sha256:`` where the runtime has
   no key yet), never the value.
 
 An object's *values* are a ConfigMap's ``data`` and ``binaryData`` (keys are disjoint in the
@@ -35,14 +35,12 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
-import hashlib
-import hmac
 import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from tether import apitypes, filters, watchkinds, watchuse
+from tether import apitypes, digests, filters, watchkinds, watchuse
 
 API_VERSION = f"{apitypes.WATCHES.group}/{apitypes.WATCHES.version}"
 KIND = "Watch"
@@ -66,9 +64,6 @@ _KIND = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
 _VERSION = re.compile(r"^v[0-9]+((alpha|beta)[0-9]+)?$")
 # both shapes for one release: a runtime on the previous bundle, or without its key yet,
 # still sends the unkeyed one (docs/watches.md, "What a digest does and does not hide")
-_DIGEST = re.compile(r"(hmac-sha256|sha256):[0-9a-f]{64}")  # fullmatch: no trailing newline
-DIGEST_KEY = "digest-key"  # in the runtime's client Secret (enroller.render), never sent
-MIN_DIGEST_KEY_BYTES = 32
 _VALUE_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 
@@ -321,15 +316,6 @@ def _values(target: Target, obj: Mapping[str, Any]) -> tuple[dict[str, str], dic
     return text, {}
 
 
-def digest_of(value: bytes, key: bytes | None = None) -> str:
-    """What a ``digest`` Watch sends for a value: ``hmac-sha256:`` and the HMAC-SHA256 of
-    its bytes under the runtime's ``key``; without a key (a runtime the enroller has not
-    given one yet) the unkeyed ``sha256:`` of earlier releases, never the value."""
-    if key:
-        return "hmac-sha256:" + hmac.new(key, value, hashlib.sha256).hexdigest()
-    return "sha256:" + hashlib.sha256(value).hexdigest()
-
-
 def _b64(value: str) -> bytes:
     try:
         return base64.b64decode(value, validate=True)
@@ -358,8 +344,8 @@ def reduce(w: Watch, obj: Mapping[str, Any]) -> Content:
         binary = {k: v for k, v in binary.items() if k not in w.keys}
     elif w.mode == "digest":
         key = w.digest_key
-        text = {**{k: digest_of(v.encode(), key) for k, v in text.items()},
-                **{k: digest_of(_b64(v), key) for k, v in binary.items()}}
+        text = {**{k: digests.of(v.encode(), key) for k, v in text.items()},
+                **{k: digests.of(_b64(v), key) for k, v in binary.items()}}
         binary = {}
     return Content(dict(meta.get("labels") or {}), annotations, text, binary)
 
@@ -403,14 +389,11 @@ def violation(w: Watch, record: Mapping[str, Any]) -> str | None:
         return f"the watch {w.name} sends only the keys {', '.join(w.keys)}"
     if w.mode == "exclude" and keys & set(w.keys):
         return f"the watch {w.name} leaves out the keys {', '.join(sorted(keys & set(w.keys)))}"
-    if w.mode == "digest" and (binary or not _digests_only(data)):
+    if w.mode == "digest" and (binary or not digests.only(data)):
         return (f"the watch {w.name} sends digests only (hmac-sha256: or sha256: and 64 hex "
                 "digits per value)")
     if (watchkinds.is_secret(w.target) or watchkinds.is_secret_kind(group, kind)) \
-            and (binary or not _digests_only(data)):  # whatever the Watch's mode and kind
+            and (binary or not digests.only(data)):  # whatever the Watch's mode and kind
         return "a Secret's values never leave its runtime (only digests, or no value)"
     return None
 
-
-def _digests_only(data: Mapping[str, Any]) -> bool:
-    return all(isinstance(v, str) and _DIGEST.fullmatch(v) for v in data.values())

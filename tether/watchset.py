@@ -18,7 +18,7 @@ on an unknown list).
 
 The Watches are given the runtime's digest key (``read_digest_key``: the ``digest-key`` of
 the runtime's client Secret, mounted as a file; ``TETHER_DIGEST_KEY_FILE``), with which a
-``digest`` Watch's values are keyed (``tether.watches.digest_of``). Without a key (a Secret
+``digest`` Watch's values are keyed (``tether.digests.of``). Without a key (a Secret
 an older enroller wrote) the digests stay unkeyed, as before; a value is never sent.
 """
 
@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tether import apitypes, config, gateway, parsers, watches, watchwire
+from tether import apitypes, config, digests, gateway, parsers, watches, watchwire
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tether-system"
@@ -62,7 +62,7 @@ KEY_OPTION = config.text(
 
 def read_digest_key(path: str | None) -> bytes | None:
     """The runtime's digest key from ``path``; None (unkeyed digests, logged without the
-    key) when unset, absent, unreadable or shorter than ``watches.MIN_DIGEST_KEY_BYTES``.
+    key) when unset, absent, unreadable or shorter than ``digests.MIN_KEY_BYTES``.
     At most 4 KiB are read."""
     if not path:
         return None
@@ -73,9 +73,9 @@ def read_digest_key(path: str | None) -> bytes | None:
         log.warning("no digest key (%s: %s): digest Watches send unkeyed sha256 digests",
                     path, e.strerror or type(e).__name__)
         return None
-    if len(key) < watches.MIN_DIGEST_KEY_BYTES:
+    if len(key) < digests.MIN_KEY_BYTES:
         log.warning("the digest key in %s is shorter than %d bytes: digest Watches send unkeyed "
-                    "sha256 digests", path, watches.MIN_DIGEST_KEY_BYTES)
+                    "sha256 digests", path, digests.MIN_KEY_BYTES)
         return None
     return key
 

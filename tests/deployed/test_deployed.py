@@ -29,7 +29,7 @@ from kubernetes import client
 
 from listener.storage import records
 from testing import cgroups, controlplane, deployed, overlays, podrunner, prometheus, watchenv
-from tether import apitypes, pki, watches, watchwire
+from tether import apitypes, digests, pki, watches, watchwire
 
 pytestmark = pytest.mark.slow
 
@@ -502,8 +502,8 @@ def test_watches_decide_what_leaves_the_runtime_of_any_kind(fleet: deployed.Flee
     # keyed by the runtime's digest key, which the enroller wrote into its client Secret
     client_secret = json.loads(deployed.kubectl(fleet.skr, "get", "secret", "tether-runtime-client", "-n",
                                                 overlays.NAMESPACE, "-o", "json").stdout)
-    key = base64.b64decode(client_secret["data"][watches.DIGEST_KEY])
-    assert first == watches.digest_of(value.encode(), key) != watches.digest_of(value.encode())
+    key = base64.b64decode(client_secret["data"][digests.KEY])
+    assert first == digests.of(value.encode(), key) != digests.of(value.encode())
     apply_json(fleet, fleet.skr, "secret-db-2", {**secret, "stringData": {"password": value + "-2"}})
     fleet.wait_for("the changed digest", lambda: (r := stored(fleet, CUSTOMER_NS, "db", watch="secrets"))
                    and r["spec"]["data"]["password"] not in (first, None))

@@ -21,7 +21,7 @@ from kubernetes import client
 from enroller import metrics, reconcile, render
 from enroller import settings as settings_mod
 from testing import adminenv, compassenv, controlplane, listenerenv, localnet, watchenv
-from tether import certs, gateway, pki, skr_clients, watches
+from tether import certs, digests, gateway, pki, skr_clients
 
 pytestmark = pytest.mark.slow
 CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
@@ -372,9 +372,9 @@ def test_certificates_are_renewed_at_two_thirds_of_their_lifetime(
     assert "Renewed" in env.events("gamma")
     assert "certificate_issued client expiring" in env.audit_text.getvalue()
     # the runtime's digest key (docs/watches.md): written once, kept by the renewal's re-apply
-    key = _pem(first[render.CLIENT_SECRET], watches.DIGEST_KEY)
-    assert len(key) == watches.MIN_DIGEST_KEY_BYTES
-    assert _pem(second[render.CLIENT_SECRET], watches.DIGEST_KEY) == key
+    key = _pem(first[render.CLIENT_SECRET], digests.KEY)
+    assert len(key) == digests.MIN_KEY_BYTES
+    assert _pem(second[render.CLIENT_SECRET], digests.KEY) == key
     assert base64.b64encode(key).decode() not in env.audit_text.getvalue()
 
 
@@ -389,17 +389,17 @@ def test_a_client_secret_without_its_digest_key_gets_one_and_keeps_it(
     try:
         core = client.CoreV1Api(api)
         core.patch_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE, [
-            {"op": "remove", "path": f"/data/{watches.DIGEST_KEY}"}])
-        assert watches.DIGEST_KEY not in core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE).data
+            {"op": "remove", "path": f"/data/{digests.KEY}"}])
+        assert digests.KEY not in core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE).data
         before = writes(e)
         e.run()
         assert writes(e) > before  # applied although nothing else changed
-        key = _pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), watches.DIGEST_KEY)
-        assert len(key) == watches.MIN_DIGEST_KEY_BYTES
+        key = _pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), digests.KEY)
+        assert len(key) == digests.MIN_KEY_BYTES
         before = writes(e)
         e.run()
         assert writes(e) == before  # the key there: nothing written
-        assert _pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), watches.DIGEST_KEY) == key
+        assert _pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), digests.KEY) == key
     finally:
         api.close()
 

@@ -28,6 +28,7 @@ from testing.pollerenv import client_settings, wait_until
 from tether import (
     apitypes,
     changes,
+    digests,
     filters,
     gateway,
     sender,
@@ -138,8 +139,8 @@ def test_no_secret_value_reaches_the_kcp_by_any_watch(
         assert stored_meta is not None and stored_digest is not None  # the Secret was seen
         assert stored_meta["spec"]["annotations"] == {"meta.helm.sh/release-name": "db"}
         # keyed by the runtime's digest key: the KCP holds no digest a guess can be checked against
-        assert stored_digest["spec"]["data"]["pw"] == watches.digest_of(password.encode(), DIGEST_KEY)
-        assert stored_digest["spec"]["data"]["pw"] != watches.digest_of(password.encode())
+        assert stored_digest["spec"]["data"]["pw"] == digests.of(password.encode(), DIGEST_KEY)
+        assert stored_digest["spec"]["data"]["pw"] != digests.of(password.encode())
         assert listener_env.stored_one(rt.id, namespace, "db", cms.name) is None
 
         # the runtime itself posts the value under each Watch: refused, nothing stored

@@ -1,5 +1,5 @@
 """Keyed digests (issue 38): a ``digest`` Watch's values are HMAC-SHA256 under the runtime's
-own key (``tether.watches.digest_of``), the key read from the runtime's client Secret mount
+own key (``tether.digests.of``), the key read from the runtime's client Secret mount
 (``tether.watchset.read_digest_key``); without a key the unkeyed digest of earlier releases,
 never a value; the KCP's check (``watches.violation``) takes both shapes for one release
 (plain data)."""
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tether import changes, watches, watchset
+from tether import changes, digests, watches, watchset
 
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
 KEY_A, KEY_B = b"a" * 32, b"b" * 32
@@ -56,9 +56,9 @@ def test_a_guess_without_the_key_does_not_match() -> None:
     """Whoever reads the KCP's records tries every port, unkeyed and under a wrong key:
     nothing matches the stored digest."""
     stored = sent(KEY_A)["data"]["port"]
-    guesses = {watches.digest_of(str(p).encode(), k) for p in range(65536) for k in (None, KEY_B)}
+    guesses = {digests.of(str(p).encode(), k) for p in range(65536) for k in (None, KEY_B)}
     assert stored not in guesses
-    assert watches.digest_of(PORT, KEY_A) == stored  # with the key (the runtime's own) it does
+    assert digests.of(PORT, KEY_A) == stored  # with the key (the runtime's own) it does
 
 
 def test_without_a_key_the_digest_stays_unkeyed_never_the_value() -> None:

@@ -16,7 +16,7 @@ import yaml
 
 from enroller import watching, watchstatus
 from testing import watchenv
-from tether import changes, watches, watchkinds, watchwire
+from tether import changes, digests, watches, watchkinds, watchwire
 
 SECRETS_AS_CM = {"group": "", "version": "v1", "resource": "secrets", "kind": "ConfigMap"}
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
@@ -136,7 +136,7 @@ def test_the_listener_refuses_a_secrets_values_under_any_watch() -> None:
                        {"binaryData": {"pw": pw64}}):
             why = watches.violation(w, record(w, kind, **values))
             assert why is not None and "Secret" in why and PASSWORD.decode() not in why
-        assert watches.violation(w, record(w, kind, data={"pw": watches.digest_of(PASSWORD)})) is None
+        assert watches.violation(w, record(w, kind, data={"pw": digests.of(PASSWORD)})) is None
         assert watches.violation(w, record(w, kind)) is None  # metadata
     # a record claiming a Secret under a ConfigMap Watch is refused by its kind first
     assert watches.violation(full_cm, record(full_cm, "Secret", data={"pw": pw64})) is not None

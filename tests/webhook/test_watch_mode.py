@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tether import changes, watches
+from tether import changes, digests, watches
 from webhook import admission, keyqueue, records, scope
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
@@ -143,7 +143,7 @@ def test_live_records_are_reduced_per_watch() -> None:
 def test_a_digest_watch_sends_no_value() -> None:
     secret = obj(resource=SECRET, data={"pw": base64.b64encode(b"hunter2").decode()})
     r = rec(SECRET_W, secret)
-    assert r["data"] == {"pw": watches.digest_of(b"hunter2")} and "hunter2" not in str(r)
+    assert r["data"] == {"pw": digests.of(b"hunter2")} and "hunter2" not in str(r)
     assert watches.violation(SECRET_W, r) is None and not changes.validate_record(r)
 
 

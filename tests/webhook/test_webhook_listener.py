@@ -18,7 +18,7 @@ from kubernetes import client
 from testing import controlplane, watchenv
 from testing import webhookstack as stack
 from testing.listenerenv import COMPAT_WATCH, Env, ListenerProcess, Runtime
-from tether import apitypes, watches, watchwire
+from tether import apitypes, digests, watches, watchwire
 
 pytestmark = pytest.mark.slow
 
@@ -139,7 +139,7 @@ def test_watch_mode_through_the_real_listener(
         core.create_namespaced_secret(namespace, client.V1Secret(
             metadata=client.V1ObjectMeta(name="creds"), string_data={"pw": "hunter2-kcp"}))
         spec = _stored(listener_env, rt.id, namespace, "creds", lambda s: True, sec)
-        assert spec["data"] == {"pw": watches.digest_of(b"hunter2-kcp")}
+        assert spec["data"] == {"pw": digests.of(b"hunter2-kcp")}
         everything = json.dumps(listener_env.stored(rt.id))
         assert "hunter2-kcp" not in everything and "not-asked-for" not in everything
 

@@ -23,7 +23,7 @@ from testing import controlplane, watchenv
 from testing import receiver as receiver_mod
 from testing import webhookstack as stack
 from testing.receiver import Receiver
-from tether import certs, changes, watches, watchwire
+from tether import certs, changes, digests, watches, watchwire
 
 pytestmark = pytest.mark.slow
 
@@ -189,13 +189,13 @@ def test_a_digest_watch_of_secrets_sends_digests_never_the_value(wh: Stack) -> N
     first = _checked(wh, wh.wait("creds", "secrets"))[0]
     # keyed by the runtime's digest key (its client Secret's, mounted): a guess without the
     # key (the unkeyed digest of the value) does not match what leaves the runtime
-    assert first["data"] == {"pw": watches.digest_of(SECRET_VALUE.encode(), DIGEST_KEY)}
+    assert first["data"] == {"pw": digests.of(SECRET_VALUE.encode(), DIGEST_KEY)}
     assert first["data"]["pw"].startswith("hmac-sha256:")
-    assert first["data"]["pw"] != watches.digest_of(SECRET_VALUE.encode())
+    assert first["data"]["pw"] != digests.of(SECRET_VALUE.encode())
     assert first["resource"]["kind"] == "Secret" and first.get("binaryData") == {}
     wh.core.patch_namespaced_secret("creds", wh.ns, {"data": {"pw": base64.b64encode(b"other").decode()}})
     second = _checked(wh, wh.wait("creds", "secrets", 2))[-1]
-    assert second["data"]["pw"] != first["data"]["pw"] == watches.digest_of(SECRET_VALUE.encode(), DIGEST_KEY)
+    assert second["data"]["pw"] != first["data"]["pw"] == digests.of(SECRET_VALUE.encode(), DIGEST_KEY)
     bodies = wh.bodies()
     for value in (SECRET_VALUE, enc, base64.b64encode(b"other").decode(), DIGEST_KEY.decode(),
                   base64.b64encode(DIGEST_KEY).decode()):
