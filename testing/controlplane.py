@@ -48,7 +48,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, TypeVar
 
 from cryptography.hazmat.primitives import serialization
@@ -208,10 +208,14 @@ class ControlPlane:
     """One independent etcd + kube-apiserver on loopback."""
 
     def __init__(self, name: str, *, workdir: pathlib.Path | None = None,
-                 quota_backend_bytes: int | None = None) -> None:
+                 quota_backend_bytes: int | None = None,
+                 apiserver_flags: Sequence[str] = ()) -> None:
         self.name = name
         # etcd's space quota (``--quota-backend-bytes``; None: etcd's default), for NOSPACE tests
         self.quota_backend_bytes = quota_backend_bytes
+        # more kube-apiserver flags after the fixed ones (e.g. ``--admission-control-config-file``
+        # naming files the caller wrote), for a test's own plane; the session planes pass none
+        self.apiserver_flags = tuple(apiserver_flags)
         self._own_dir = workdir is None
         self.dir = workdir or pathlib.Path(tempfile.mkdtemp(prefix=f"tether-{name}-"))
         self.etcd_port = self.etcd_peer_port = self.port = 0
@@ -290,6 +294,7 @@ class ControlPlane:
             f"--service-account-signing-key-file={p / 'sa.key'}",
             "--endpoint-reconciler-type=none",
             "--v=1",
+            *self.apiserver_flags,
         ]
         self._apiserver = self._spawn("kube-apiserver", args)
         self._wait_ready()

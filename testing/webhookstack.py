@@ -4,13 +4,15 @@
 with the given settings and waits for ``/readyz``. ``register`` creates a
 ValidatingWebhookConfiguration from ``manifests/skr/webhook`` (the same rules, policy and
 matchConditions) pointed at ``https://127.0.0.1:PORT/validate`` with the caBundle, scoped
-to one test namespace; ``unregister`` deletes it.
+to one test namespace; ``unregister`` deletes it. ``review`` is an AdmissionReview as the
+API server sends it, for callers that forge one.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import json
 import os
 import pathlib
 import ssl
@@ -19,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from typing import Any
 
 import yaml
@@ -122,6 +125,19 @@ class WebhookProcess:
         assert self.proc is not None
         controlplane.stop_group(self.proc, timeout)
         return self.proc.returncode
+
+
+def review(namespace: str, name: str, operation: str = "DELETE") -> bytes:
+    """An AdmissionReview as the API server sends it for a ConfigMap (here: forged)."""
+    old = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
+                        # a forger's choice: far above anything the runtime will write
+                        "resourceVersion": "999999999999"}}
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+        "operation": operation, "namespace": namespace, "name": name, "dryRun": False,
+        "userInfo": {"username": "system:admin"}, "object": None, "oldObject": old}}).encode()
 
 
 def vwc_body(name: str, url: str, ca_pem: bytes, namespace: str) -> dict[str, Any]:

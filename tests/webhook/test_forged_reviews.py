@@ -5,9 +5,9 @@ never sent: DELETEs of objects that never existed. Each becomes a tombstone of a
 stored (the forwarder reads the object back, finds it absent), which the listener keeps
 apart from the runtime's records quota (docs/listener.md, "Unbacked tombstones"). And where
 the API server can present a client certificate, the webhook refuses every other caller
-(``TETHER_WEBHOOK_CLIENT_CA_FILE``, docs/webhook.md "Who may call the webhook"), shown with
-real TLS clients: the harness's SKR apiserver is started without an admission
-configuration (testing/controlplane.py), so it cannot present one here.
+(``TETHER_WEBHOOK_CLIENT_CA_FILE``, docs/webhook.md "Who may call the webhook"), shown here
+with real TLS clients (the session's SKR apiserver has no admission configuration) and in
+test_apiserver_identity.py with a kube-apiserver that presents the certificate.
 """
 
 from __future__ import annotations
@@ -36,19 +36,6 @@ QUOTA_RECORDS = 12
 UNBACKED = 5
 FORGED = 500
 RCM = apitypes.RUNTIME_CONFIGMAPS
-
-
-def review(namespace: str, name: str, operation: str = "DELETE") -> bytes:
-    """An AdmissionReview as the API server sends it for a ConfigMap (here: forged)."""
-    old = {"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
-                        # a forger's choice: far above anything the runtime will write
-                        "resourceVersion": "999999999999"}}
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-        "resource": {"group": "", "version": "v1", "resource": "configmaps"},
-        "operation": operation, "namespace": namespace, "name": name, "dryRun": False,
-        "userInfo": {"username": "system:admin"}, "object": None, "oldObject": old}}).encode()
 
 
 def send(url: str, ctx: ssl.SSLContext, body: bytes) -> tuple[int, bytes]:
@@ -110,7 +97,7 @@ def test_forged_deletions_from_a_pod_leave_the_runtimes_quota_to_its_real_object
         # the attack: a caller without the API server's identity (no client certificate)
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(lambda i: send(proc.url, proc.context(),
-                                                   review(namespace, f"ghost-{i}"))[0],
+                                                   stack.review(namespace, f"ghost-{i}"))[0],
                                     range(FORGED)))
         assert answers == [200] * FORGED  # an open webhook (the default) admits them all
         # every one read back as gone and acknowledged (a batch re-sent after a timeout
@@ -137,7 +124,7 @@ def test_forged_deletions_from_a_pod_leave_the_runtimes_quota_to_its_real_object
         # a forged DELETE (at a forged, huge resourceVersion) of a name the runtime then
         # really uses cannot hide the object: the tombstone's resourceVersion is the API
         # server's, so the real object's record is newer and replaces it
-        assert send(proc.url, proc.context(), review(namespace, "victim"))[0] == 200
+        assert send(proc.url, proc.context(), stack.review(namespace, "victim"))[0] == 200
 
         def victim() -> dict[str, Any] | None:
             return next((o for o in stored(listener_env, rt.id)
@@ -176,24 +163,24 @@ def test_with_a_client_ca_only_the_api_servers_certificate_may_call(
 
         before = proc.metric("tether_webhook_admission_requests_total")
         # no certificate (any pod): 401, nothing admitted; the probes still answer
-        status, body = send(proc.url, proc.context(), review(namespace, "forged"))
+        status, body = send(proc.url, proc.context(), stack.review(namespace, "forged"))
         assert status == 401 and json.loads(body)["error"] == "unauthenticated"
         assert proc.get("/readyz")[0] == 200 and proc.get("/healthz")[0] == 200
         # a certificate of another CA (the runtime's own client certificate, say): refused
         # in the handshake
         with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
             send(proc.url, with_cert(certs.CertificateAuthority.create("other"),
-                                     "kube-apiserver-webhook-client"), review(namespace, "x"))
+                                     "kube-apiserver-webhook-client"), stack.review(namespace, "x"))
         # the right CA, another name: 403
         status, body = send(proc.url, with_cert(apiserver_ca, "some-pod"),
-                            review(namespace, "forged"))
+                            stack.review(namespace, "forged"))
         assert status == 403 and json.loads(body)["error"] == "forbidden"
         assert proc.metric("tether_webhook_admission_requests_total") == before
         assert proc.metric("tether_webhook_callers_refused_total", reason="no-certificate") == 1
         assert proc.metric("tether_webhook_callers_refused_total", reason="name") == 1
         # the API server's certificate: admitted as ever
         status, body = send(proc.url, with_cert(apiserver_ca, "kube-apiserver-webhook-client"),
-                            review(namespace, "really-deleted"))
+                            stack.review(namespace, "really-deleted"))
         assert status == 200 and json.loads(body)["response"]["allowed"] is True
         assert proc.metric("tether_webhook_admission_requests_total") == before + 1
     finally:
