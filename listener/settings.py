@@ -132,7 +132,8 @@ class Settings:
     storage_namespaces: tuple[str, ...] = setting(config.names(
         P + "STORAGE_NAMESPACES", (), "the only KCP namespaces records are written in, besides "
         "NAMESPACE (a Watch's spec.storage.namespace elsewhere: its records are answered 503; "
-        "empty: wherever a Watch stores)"))
+        "empty: wherever a Watch stores and the KCP admits, the manifests: Namespaces labelled "
+        "tether.kyma-project.io/record-storage=true)"))
     kcp_timeout: float = setting(config.seconds(
         P + "KCP_TIMEOUT_SECONDS", 10.0, "timeout of each KCP API call", minimum=0.5,
         maximum=120))

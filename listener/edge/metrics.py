@@ -116,7 +116,8 @@ class Metrics:
             "storage namespace (spec.storage.namespace) does not exist", registry=r)
         self.storage_namespace_refused = Counter(
             f"{NS}_storage_namespace_refused", "Records answered 503 because their Watch's "
-            "storage namespace is not one of STORAGE_NAMESPACES", registry=r)
+            "storage namespace is not one of STORAGE_NAMESPACES or the KCP refused the write there "
+            "(a Namespace not labelled tether.kyma-project.io/record-storage=true)", registry=r)
         self.unbacked_evicted = Counter(
             f"{NS}_unbacked_tombstones_evicted", "Tombstones of keys never stored deleted, "
             "oldest first, because their runtime kept more than UNBACKED_TOMBSTONES",

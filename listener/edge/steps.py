@@ -61,14 +61,17 @@ def unavailable(svc: services.Services, operation: str, e: Exception,
     svc.metrics.kcp_unavailable.labels(operation).inc()
     if runtime_id is not None:  # an authenticated runtime's request
         svc.deliveries.refuse(runtime_id, "kcp_unavailable", 503)
-    # Forbidden is the listener's own RBAC (a Role missing a verb): say so, it will not heal
+    # Forbidden is the listener's own RBAC or the KCP's admission (policy.yaml): say so, it
+    # will not heal (a refused storage namespace is not Forbidden: listener.storage.namespaces
+    # logs it naming the Watch and the label)
     kind = "forbidden" if isinstance(e, gateway.Forbidden) else "unavailable"
     now = time.monotonic()
     if now - _last_logged.get((operation, kind), -_LOG_EVERY) >= _LOG_EVERY:
         _last_logged[(operation, kind)] = now
         (_log.error if kind == "forbidden" else _log.warning)(
             "KCP API %s during %s (answered 503, the runtime retries): %s%s", kind, operation,
-            logs.bounded(e, 300), "; check the listener's Role in its namespace" if kind == "forbidden" else "")
+            logs.bounded(e, 300), "; check the listener's Role and ClusterRoles, and the KCP's "
+            "admission policy tether-listener-records" if kind == "forbidden" else "")
     return responses.error(503, "KCP API unavailable", logs.bounded(e, 200),
                            retry_after=outage.retry_after(svc.settings.retry_after))
 

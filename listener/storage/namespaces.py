@@ -7,7 +7,12 @@ listed objects are where their Watch stores). A Watch the list does not hold (de
 its records were checked) raises ``gateway.Unavailable``. With ``allowed`` (the setting
 ``TETHER_LISTENER_STORAGE_NAMESPACES`` plus the listener's namespace) a Watch storing
 elsewhere raises ``RefusedNamespace`` before anything is read or written, whatever a Watch
-author named (``on_refused``, one log line per Watch and minute). A storage namespace that
+author named (``on_refused``, one log line per Watch and minute); the manifests leave the
+setting empty. The KCP's admission (manifests/kcp/listener/policy.yaml) is what bounds
+where records land: besides the listener's namespace, only Namespaces its admins labelled
+``STORAGE_LABEL=true``; a write its admission refuses outside the listener's namespace is
+``RefusedNamespace`` too (``refused_by_kcp``: counted by ``on_refused``, one log line per
+Watch and minute naming the label). A storage namespace that
 does not exist (the store's create answered 404) is ``MissingNamespace`` (``on_missing``,
 one log line per Watch and minute names the Watch and the namespace). Both are
 ``gateway.Unavailable``: the client gets 503 and retries. What it touches: the Watch list
@@ -25,6 +30,7 @@ from listener.storage import records
 from tether import gateway, logs
 
 log = logging.getLogger(__name__)
+STORAGE_LABEL = "tether.kyma-project.io/record-storage"  # on a Namespace: records may be stored
 MISSING_LOG_EVERY = 60.0  # seconds between log lines of one Watch's missing namespace
 Homes = Callable[[], Mapping[str, str]]  # Watch name -> storage namespace (listener.fleet.watchlist)
 
@@ -77,6 +83,24 @@ class Namespaces:
                       "503", logs.bounded(watch, 63), logs.bounded(namespace, 63))
         return RefusedNamespace(f"the storage namespace {namespace[:63]} of the Watch "
                                 f"{watch[:63]} is not one the listener writes in")
+
+    def refused_by_kcp(self, key: records.Key, namespace: str,
+                       e: gateway.Forbidden) -> gateway.Forbidden | RefusedNamespace:
+        """The error for a write in ``namespace`` the KCP refused (401/403): the KCP's
+        admission refusing a namespace other than the listener's (not labelled
+        ``STORAGE_LABEL=true``: counted, logged as the admins' call, not the listener's
+        RBAC); anything else (RBAC, credentials, the listener's own namespace) ``e`` itself."""
+        if namespace == self.namespace or not e.by_admission:
+            return e
+        self._on_refused()
+        if self._due("\x01" + key.watch):
+            log.error("the KCP refuses the listener's writes in %s, the storage namespace of the "
+                      "Watch %s: its records are answered 503 until the KCP's admins label the "
+                      "Namespace %s=true (%s)", logs.bounded(namespace, 63),
+                      logs.bounded(key.watch, 63), STORAGE_LABEL, logs.bounded(e, 200))
+        return RefusedNamespace(f"the storage namespace {namespace[:63]} of the Watch "
+                                f"{key.watch[:63]} is not one the KCP lets the listener write "
+                                f"in (label {STORAGE_LABEL}=true)")
 
     def missing(self, key: records.Key, namespace: str) -> MissingNamespace:
         """The error (counted, logged) for a create in ``namespace`` that answered 404."""

@@ -40,8 +40,8 @@ meanwhile is never deleted).
 
 Where (``listener.storage.namespaces``): each record is written in its Watch's storage
 namespace, labelled with its Kyma CR's name and, in the Kyma CR's namespace, owned by it
-(``owner_of``); a namespace that does not exist or that the listener may not write in is an
-error (503). Every listing of a runtime's records is one label-selected list
+(``owner_of``); a namespace that does not exist or that the listener may not write in (its
+setting, or the KCP's admission: an unlabelled Namespace) is an error (503). Every listing of a runtime's records is one label-selected list
 (``listener.storage.listing``) that keeps only objects where their Watch stores.
 
 Errors are the gateway's (``tether.gateway``): ``gateway.Rejected`` when the API refuses the
@@ -245,6 +245,9 @@ class Store:
             if create:  # no namespace (or no API) to create in: retrying here cannot help
                 raise self._where.missing(key, where) from None
             raise
+        except gateway.Forbidden as e:  # outside its namespace: the KCP's admission (policy.yaml)
+            admitted.cancel()
+            raise self._where.refused_by_kcp(key, where, e) from None
         except BaseException:
             admitted.cancel()
             raise

@@ -7,6 +7,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from listener.storage.namespaces import STORAGE_LABEL
 from testing import controlplane
 
 KCP = controlplane.REPO_ROOT / "manifests" / "kcp"
@@ -72,10 +73,13 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
     assert [x["name"] for x in pod["containers"]] == ["listener"]
 
 
-def test_the_listeners_policy_and_settings_agree(kcp: controlplane.ControlPlane) -> None:
-    """policy.yaml's storage namespaces are the Deployment's TETHER_LISTENER_STORAGE_NAMESPACES
-    and the shipped Watches' (the listener's own and manifests/kcp/watches'), it matches the
-    listener's ServiceAccount only, and TETHER_LISTENER_QUOTA_WRITERS is replicas x workers."""
+def test_the_listeners_policy_admits_its_namespace_and_marked_namespaces(
+        kcp: controlplane.ControlPlane) -> None:
+    """policy.yaml admits the listener's records in its namespace and in Namespaces labelled
+    record-storage=true, and every Namespace a shipped Watch stores in carries that label
+    (manifests/kcp/watches and the example's); it matches the listener's ServiceAccount only;
+    the Deployment leaves STORAGE_NAMESPACES empty (a consumer's Watch needs no listener
+    patch); TETHER_LISTENER_QUOTA_WRITERS is replicas x workers."""
     out = kcp.kubectl("kustomize", str(KCP / "listener"))
     assert out.returncode == 0, out.stderr
     by = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out.stdout) if d}
@@ -85,14 +89,23 @@ def test_the_listeners_policy_and_settings_agree(kcp: controlplane.ControlPlane)
     assert policy["failurePolicy"] == "Fail"
     assert policy["matchConditions"][0]["expression"] == (
         "request.userInfo.username == 'system:serviceaccount:tether-system:tether-listener'")
-    listed = yaml.safe_load(policy["variables"][0]["expression"])
+    variables = {v["name"]: v["expression"] for v in policy["variables"]}
+    assert variables["own"] == "'kcp-system'"
+    assert f"'{STORAGE_LABEL}' in namespaceObject.metadata.labels" in variables["marked"]
+    assert policy["validations"][0]["expression"] == (
+        "request.namespace == variables.own || variables.marked")
     dep = by[("Deployment", "tether-listener")]["spec"]
     env = {e["name"]: e.get("value") for e in dep["template"]["spec"]["containers"][0]["env"]}
-    assert env["TETHER_LISTENER_STORAGE_NAMESPACES"].split(",") == listed
-    watches = kcp.kubectl("kustomize", str(KCP / "watches"))
-    stores = {d["spec"].get("storage", {}).get("namespace", "kcp-system")
-              for d in yaml.safe_load_all(watches.stdout) if d and d["kind"] == "Watch"}
-    assert stores <= set(listed) and "kcp-system" in listed
+    assert env["TETHER_LISTENER_NAMESPACE"] == "kcp-system"
+    assert not env.get("TETHER_LISTENER_STORAGE_NAMESPACES")
+    for where in (KCP / "watches", controlplane.REPO_ROOT / "manifests" / "examples" / "injector"):
+        shipped = [d for path in sorted(where.glob("*.yaml"))
+                   for d in yaml.safe_load_all(path.read_text()) if d and "kind" in d]
+        marked = {d["metadata"]["name"] for d in shipped if d["kind"] == "Namespace"
+                  and (d["metadata"].get("labels") or {}).get(STORAGE_LABEL) == "true"}
+        stores = {d["spec"].get("storage", {}).get("namespace", "kcp-system")
+                  for d in shipped if d["kind"] == "Watch"}
+        assert stores and stores <= marked | {"kcp-system"}, (where, stores, marked)
     assert int(env["TETHER_LISTENER_QUOTA_WRITERS"]) == (
         dep["replicas"] * int(env["TETHER_LISTENER_WORKERS"]))
 

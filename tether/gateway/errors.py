@@ -42,7 +42,11 @@ class Unavailable(GatewayError):
 
 
 class Forbidden(Unavailable):
-    """401/403: the API refuses the caller's identity (missing RBAC, rejected credentials)."""
+    """401/403: the API refuses the caller's identity (missing RBAC, rejected credentials).
+    ``by_admission``: the 403 is an admission plugin's refusal (a ValidatingAdmissionPolicy
+    or a webhook denied the request), not RBAC."""
+
+    by_admission = False
 
 
 class Bounded(Unavailable):
@@ -121,7 +125,11 @@ def for_status(status: int, what: str, body: object = None) -> GatewayError:
     message = f"{what}: HTTP {status}"
     if kind is Rejected and (reason := api_reason(body)):
         message += f": {reason}"
-    return kind(message, status)
+    error = kind(message, status)
+    if isinstance(error, Forbidden) and status == 403:
+        reason = api_reason(body)
+        error.by_admission = "ValidatingAdmissionPolicy" in reason or "admission webhook" in reason
+    return error
 
 
 def translate(e: BaseException, what: str) -> GatewayError:
