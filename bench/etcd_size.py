@@ -45,10 +45,14 @@ import provenance  # noqa: E402
 from kubernetes import client  # noqa: E402
 
 from listener import settings as listener_settings  # noqa: E402
-from listener.storage import budget, records  # noqa: E402
+from listener.storage import records  # noqa: E402
 from testing import controlplane  # noqa: E402
 from testing import listenerenv as lt  # noqa: E402
-from tether import apitypes, changes  # noqa: E402
+from tether import (  # noqa: E402
+    apitypes,
+    changes,
+    storagebudget,  # noqa: E402
+)
 
 RESULTS = REPO / "bench" / "results" / "etcd_size.json"
 VARIANTS = ("full", "digest", "metadata", "tombstone")
@@ -110,10 +114,10 @@ def _fleet(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The fleet the quota defaults allow, at the measured cost of a full record."""
     s = listener_settings.Storage()
     full = max(r["etcd_bytes_per_record"] for r in rows)
-    return {"quota_records_per_runtime": s.quota_records, "runtimes": budget.RUNTIMES,
-            "kcp_budget_bytes": budget.records_bytes(),
-            "etcd_bytes_per_record_assumed": budget.ETCD_BYTES_PER_RECORD,
-            "etcd_bytes_fleet_at_quota": full * s.quota_records * budget.RUNTIMES}
+    return {"quota_records_per_runtime": s.quota_records, "runtimes": storagebudget.RUNTIMES,
+            "kcp_budget_bytes": storagebudget.records_bytes(),
+            "etcd_bytes_per_record_assumed": storagebudget.ETCD_BYTES_PER_RECORD,
+            "etcd_bytes_fleet_at_quota": full * s.quota_records * storagebudget.RUNTIMES}
 
 
 def _print(doc: dict[str, Any]) -> None:
@@ -125,7 +129,7 @@ def _print(doc: dict[str, Any]) -> None:
     gib = 1024 ** 3
     print(f"\nfleet: {f['runtimes']} runtimes x {f['quota_records_per_runtime']} records (the quota "
           f"default) at the largest cost measured = {f['etcd_bytes_fleet_at_quota'] / gib:.2f} GiB of etcd; "
-          f"budget {f['kcp_budget_bytes'] / gib:.2f} GiB (listener/storage/budget.py assumes "
+          f"budget {f['kcp_budget_bytes'] / gib:.2f} GiB (listener/storage/storagebudget.py assumes "
           f"{f['etcd_bytes_per_record_assumed']} B per record)")
     print(provenance.footer(doc))
 

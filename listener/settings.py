@@ -13,8 +13,7 @@ import dataclasses
 import ipaddress
 from collections.abc import Mapping
 
-from listener.storage import budget
-from tether import auditwriter, config, numbers
+from tether import auditwriter, config, numbers, storagebudget
 
 P = "TETHER_LISTENER_"
 MIB = 1024 * 1024
@@ -68,15 +67,15 @@ class Storage:
     """What one runtime may keep in the KCP and for how long (``listener.storage.quota``,
     ``listener.storage.rules``); the listener and its janitor read the same variables."""
 
-    # derived from the KCP storage budget (listener/storage/budget.py, docs/performance.md)
+    # derived from the KCP storage budget (listener/storage/storagebudget.py, docs/performance.md)
     quota_records: int = setting(config.integer(
-        P + "QUOTA_RECORDS", budget.records_per_runtime(), "records (tombstones of stored keys "
+        P + "QUOTA_RECORDS", storagebudget.records_per_runtime(), "records (tombstones of stored keys "
         "included) one runtime may keep in the KCP (default: the KCP budget's share of one of "
         "5,000 runtimes)",
         minimum=1, maximum=10_000_000))
     # a full ConfigMap (1 MiB of binaryData is ~1.4 MiB as a record) must always fit
     quota_bytes: int = setting(config.integer(
-        P + "QUOTA_BYTES", budget.RECORD_BYTES_FLOOR, "bytes (the records' JSON size) one runtime "
+        P + "QUOTA_BYTES", storagebudget.RECORD_BYTES_FLOOR, "bytes (the records' JSON size) one runtime "
         "may keep (default: the least in which one maximal ConfigMap fits)",
         minimum=2 * MIB, maximum=1024 * 1024 * MIB))
     quota_cache_seconds: float = setting(config.seconds(
@@ -92,7 +91,7 @@ class Storage:
         "first, so the quota is exceeded by at most one write per other worker", minimum=1,
         maximum=10_000))
     unbacked_tombstones: int = setting(config.integer(
-        P + "UNBACKED_TOMBSTONES", budget.unbacked_per_runtime(), "tombstones of keys never "
+        P + "UNBACKED_TOMBSTONES", storagebudget.unbacked_per_runtime(), "tombstones of keys never "
         "stored one runtime keeps apart from its quota, the oldest evicted first (default: a "
         "tenth of the records quota's default)", minimum=1, maximum=100_000))
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from injector import bounds, merge, pacing, readbudget, settings
 from injector.store import Store
-from listener.storage import budget
+from tether import storagebudget
 
 FIELD = ("spec", "configuration")
 TARGET: dict[str, Any] = {"apiVersion": "sample.kyma-project.io/v1", "kind": "Sample",
@@ -236,8 +236,8 @@ def test_pacer_memory_is_bounded() -> None:
 
 
 def test_max_records_default_is_the_listeners_quota_default() -> None:
-    assert settings.RECORDS_PER_RUNTIME == budget.records_per_runtime()
-    assert settings.from_env({}).max_records == budget.records_per_runtime()
+    assert settings.RECORDS_PER_RUNTIME == storagebudget.records_per_runtime()
+    assert settings.from_env({}).max_records == storagebudget.records_per_runtime()
 
 
 def test_per_runtime_bounds_follow_the_listeners_quota_variables() -> None:
@@ -245,5 +245,5 @@ def test_per_runtime_bounds_follow_the_listeners_quota_variables() -> None:
                            "TETHER_LISTENER_QUOTA_BYTES": str(4 << 20)})
     assert (s.max_records, s.max_bytes, s.read_bytes) == (300, 4 << 20, 8 << 20)
     d = settings.from_env({})
-    assert d.max_bytes == budget.RECORD_BYTES_FLOOR and d.max_runtimes == 2 * budget.RUNTIMES
+    assert d.max_bytes == storagebudget.RECORD_BYTES_FLOOR and d.max_runtimes == 2 * storagebudget.RUNTIMES
     assert d.max_keys_per_record < 10_000 <= d.max_keys

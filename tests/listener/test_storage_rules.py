@@ -11,8 +11,8 @@ import threading
 import pytest
 
 from listener import settings
-from listener.storage import budget, quota, records, rules
-from tether import changes, config
+from listener.storage import quota, records, rules
+from tether import changes, config, storagebudget
 
 T0 = datetime.datetime(2026, 11, 30, 10, 0, 0, tzinfo=datetime.UTC)
 DAY = 86400.0
@@ -317,7 +317,7 @@ def test_the_listener_validates_the_same_storage_settings(tmp_path: pathlib.Path
 
 def test_the_quota_defaults_keep_a_fleet_within_the_kcp_budget() -> None:
     s = settings.Storage()
-    fleet = s.quota_records * budget.RUNTIMES * budget.ETCD_BYTES_PER_RECORD
-    assert fleet <= budget.records_bytes() <= budget.ETCD_QUOTA_BYTES
-    assert fleet > budget.records_bytes() * 0.9  # and does not leave most of it unused
+    fleet = s.quota_records * storagebudget.RUNTIMES * storagebudget.ETCD_BYTES_PER_RECORD
+    assert fleet <= storagebudget.records_bytes() <= storagebudget.ETCD_QUOTA_BYTES
+    assert fleet > storagebudget.records_bytes() * 0.9  # and does not leave most of it unused
     assert s.quota_bytes >= 1024 * 1024 * 4 // 3 + 64 * 1024  # a 1 MiB binaryData record fits
