@@ -20,7 +20,8 @@ from typing import Any, NamedTuple
 
 import orjson
 from cryptography import x509
-from cryptography.x509.oid import NameOID
+
+from tether import certs
 
 PATH = "/validate"
 
@@ -31,13 +32,12 @@ class Refusal(NamedTuple):
     message: str
 
 
-def common_names(der: bytes) -> list[str]:
-    """The subject's common names of a DER certificate (none when it cannot be read)."""
+def common_name(der: bytes) -> str | None:
+    """The subject's common name of a DER certificate (None when it cannot be read)."""
     try:
-        cert = x509.load_der_x509_certificate(der)
+        return certs.common_name(x509.load_der_x509_certificate(der))
     except ValueError:
-        return []
-    return [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+        return None
 
 
 def refusal(der: bytes | None, names: Sequence[str]) -> Refusal | None:
@@ -46,7 +46,7 @@ def refusal(der: bytes | None, names: Sequence[str]) -> Refusal | None:
     if der is None:
         return Refusal(401, "no-certificate", "the admission endpoint requires the API "
                        "server's client certificate")
-    if names and not set(common_names(der)) & set(names):
+    if names and common_name(der) not in names:
         return Refusal(403, "name", "the client certificate's common name is not one of "
                        "TETHER_WEBHOOK_CLIENT_NAMES")
     return None
