@@ -1,4 +1,4 @@
-"""The compass scheduler's test environment: the Director stand-in as a process, Kyma CRs and their kubeconfig Secrets, mappings, settings and services wired to a plane."""
+"""The compass scheduler's test environment: the Director stand-in as a process, Kyma CRs and their kubeconfig Secrets, mappings, settings and services wired to a plane; the Provisioner's runtimes to adopt (``Landscape``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from kubernetes import client
 from compass import metrics, service
 from compass import settings as settings_mod
 from standins.director import server as server_mod
+from standins.director import store as store_mod
 from testing import controlplane, localnet
 from tether import apitypes, gateway
 
@@ -196,3 +197,57 @@ def mappings_in(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
     out: Any = client.CustomObjectsApi(api).list_namespaced_custom_object(
         res.group, res.version, namespace, res.plural)
     return list(out.get("items") or [])
+
+
+# -- the Provisioner's runtimes, for the adoption tests ---------------------------------------
+
+WRITES = ("registerRuntime", "setRuntimeLabel", "requestOneTimeTokenForRuntime",
+          "unregisterRuntime")
+
+
+def writes_since(store: store_mod.Store, mark: int) -> list[str]:
+    return [r.operation for r in store.requests[mark:] if r.operation in WRITES]
+
+
+class Landscape:
+    """Kyma CRs in ``ns`` whose runtimes the Provisioner registered, sharing ``plane``."""
+
+    def __init__(self, d: Director, kcp_api: client.ApiClient, ns: str,
+                 plane: controlplane.ControlPlane) -> None:
+        self.d, self.kcp_api, self.ns, self.plane = d, kcp_api, ns, plane
+        self.tenant = f"ga-adopt-{uuid.uuid4().hex[:6]}"
+        self.secret_ns = f"agents-{uuid.uuid4().hex[:6]}"
+        self.ids: dict[str, str] = {}
+        self.versions: dict[str, str] = {}
+
+    def kyma(self, name: str) -> None:
+        create_kubeconfig_secret(self.kcp_api, self.ns, name, self.plane)
+        create_kyma(self.kcp_api, self.ns, name, kyma_labels(self.tenant, f"{name}-shoot"))
+
+    def provisioned(self, name: str, *, condition: str = "CONNECTED", secret: bool = True,
+                    used: bool = False, managed_by: str = "") -> str:
+        rt = self.d.store.seed_provisioned(self.tenant, f"{name}-shoot", subaccount=f"sa-{name}-shoot",
+                                           managed_by=managed_by, condition=condition)
+        self.ids[name] = rt.id
+        if secret:
+            tok = self.d.store.token_for_seed(self.tenant, rt.id, used=used)
+            self.versions[name] = write_agent_secret(
+                self.plane, self.secret_ns, f"agent-{name}",
+                {"CONNECTOR_URL": self.d.store.connector_url, "RUNTIME_ID": rt.id,
+                 "TENANT": self.tenant, "TOKEN": tok.token})
+        self.kyma(name)
+        return rt.id
+
+    def secret(self, name: str) -> tuple[str, dict[str, str]] | None:
+        return read_secret(self.plane, self.secret_ns, f"agent-{name}")
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict((get_mapping(self.kcp_api, self.ns, name) or {}).get("status") or {})
+
+    def settings(self, **over: Any) -> Any:
+        return make_settings(self.d, self.ns, secret_namespace=self.secret_ns,
+                             secret_name="agent-{kyma}", **over)
+
+
+def reasons(st: dict[str, Any]) -> set[str]:
+    return {c.get("reason") for c in st.get("conditions") or []}

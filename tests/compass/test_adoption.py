@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from typing import Any
 
 import pytest
@@ -22,64 +21,15 @@ from compass import model
 from standins.director import store as store_mod
 from testing import compassenv as h
 from testing import controlplane
+from testing.compassenv import Landscape, reasons, writes_since
 from tether import apitypes
 
 pytestmark = pytest.mark.slow
-WRITES = ("registerRuntime", "setRuntimeLabel", "requestOneTimeTokenForRuntime",
-          "unregisterRuntime")
 
 
 def director_state(store: store_mod.Store, tenant: str) -> list[tuple[Any, ...]]:
     return sorted((r.id, r.name, sorted(r.labels.items()), r.condition)
                   for r in store.all_runtimes() if r.tenant == tenant)
-
-
-def writes_since(store: store_mod.Store, mark: int) -> list[str]:
-    return [r.operation for r in store.requests[mark:] if r.operation in WRITES]
-
-
-class Landscape:
-    """Kyma CRs in ``ns`` whose runtimes the Provisioner registered, sharing ``plane``."""
-
-    def __init__(self, d: h.Director, kcp_api: client.ApiClient, ns: str,
-                 plane: controlplane.ControlPlane) -> None:
-        self.d, self.kcp_api, self.ns, self.plane = d, kcp_api, ns, plane
-        self.tenant = f"ga-adopt-{uuid.uuid4().hex[:6]}"
-        self.secret_ns = f"agents-{uuid.uuid4().hex[:6]}"
-        self.ids: dict[str, str] = {}
-        self.versions: dict[str, str] = {}
-
-    def kyma(self, name: str) -> None:
-        h.create_kubeconfig_secret(self.kcp_api, self.ns, name, self.plane)
-        h.create_kyma(self.kcp_api, self.ns, name, h.kyma_labels(self.tenant, f"{name}-shoot"))
-
-    def provisioned(self, name: str, *, condition: str = "CONNECTED", secret: bool = True,
-                    used: bool = False, managed_by: str = "") -> str:
-        rt = self.d.store.seed_provisioned(self.tenant, f"{name}-shoot", subaccount=f"sa-{name}-shoot",
-                                           managed_by=managed_by, condition=condition)
-        self.ids[name] = rt.id
-        if secret:
-            tok = self.d.store.token_for_seed(self.tenant, rt.id, used=used)
-            self.versions[name] = h.write_agent_secret(
-                self.plane, self.secret_ns, f"agent-{name}",
-                {"CONNECTOR_URL": self.d.store.connector_url, "RUNTIME_ID": rt.id,
-                 "TENANT": self.tenant, "TOKEN": tok.token})
-        self.kyma(name)
-        return rt.id
-
-    def secret(self, name: str) -> tuple[str, dict[str, str]] | None:
-        return h.read_secret(self.plane, self.secret_ns, f"agent-{name}")
-
-    def status(self, name: str) -> dict[str, Any]:
-        return dict((h.get_mapping(self.kcp_api, self.ns, name) or {}).get("status") or {})
-
-    def settings(self, **over: Any) -> Any:
-        return h.make_settings(self.d, self.ns, secret_namespace=self.secret_ns,
-                               secret_name="agent-{kyma}", **over)
-
-
-def reasons(st: dict[str, Any]) -> set[str]:
-    return {c.get("reason") for c in st.get("conditions") or []}
 
 
 def test_provisioner_runtimes_dry_run_then_registration_off_then_adopted(

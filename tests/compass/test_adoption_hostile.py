@@ -22,7 +22,7 @@ from kubernetes import client
 from compass import model
 from testing import compassenv as h
 from testing import controlplane
-from tests.compass.test_adoption import Landscape, reasons, writes_since
+from testing.compassenv import Landscape, reasons, writes_since
 from tether import apitypes
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from compass import adoption, claims, decide, errors, model, queries
-from tests.compass.test_decide import NOW, kyma, mapping
+from testing.compassfacts import NOW, kyma, mapping
 
 POLICY = decide.Policy()
 REF = "kcp-system.k1"
