@@ -16,10 +16,12 @@ from typing import Any
 import requests
 from kubernetes import client
 
+from listener.fleet import statesummary
+from listener.storage import records
 from poller import metrics, run, scan
 from testing import controlplane
 from testing.listenerenv import Env, Runtime
-from tether import changes, filters, gateway, sender
+from tether import apitypes, changes, filters, gateway, sender, statehash
 
 REPO = controlplane.REPO_ROOT
 
@@ -168,6 +170,23 @@ def kcp_state(env: Env, runtime_id: str, namespace: str) -> tuple[dict[tuple[str
             live[key] = {k: spec.get(k, {}) for k in (
                 "uid", "resourceVersion", "labels", "annotations", "data", "binaryData")}
     return live, dead
+
+
+def summary_settled(env: Env, runtime_id: str) -> bool:
+    """The runtime's RuntimeStateSummary holds every record it stores: its bucket hashes are
+    the stored records folded (the listener's merges of what was written have landed)."""
+    s = apitypes.RUNTIME_STATE_SUMMARIES
+    try:
+        obj: Any = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
+            s.group, s.version, env.namespace, s.plural, statesummary.name_of(runtime_id))
+    except client.ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    stored = statehash.stored_of(obj.get("status"))
+    items = [i for i in (records.digest_item(o["metadata"]) for o in env.stored(runtime_id))
+             if i is not None]
+    return stored is not None and stored.hashes == statehash.fold(items).hashes
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2,

@@ -14,7 +14,14 @@ from kubernetes import client
 from listener import settings
 from listener.fleet import statesummary
 from testing.listenerenv import Env, Runtime, kcp_requests, kcp_requests_since
-from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector
+from testing.pollerenv import (
+    InProcess,
+    kcp_state,
+    runtime_state,
+    summary_settled,
+    unique_selector,
+    wait_until,
+)
 from tether import apitypes, statehash
 
 pytestmark = pytest.mark.slow
@@ -92,7 +99,7 @@ def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
         # any record (its listing is empty: it must be corrected too; it once was not, and
         # was listed again on every later run), after the listener's merge of the record
         # just sent (at most a second after its answer) has landed
-        time.sleep(2.0)
+        wait_until(lambda: summary_settled(listener_env, rt.id), 30, "the merge of cm-0007 in the summary")
         name = statesummary.name_of(rt.id)
         obj = objects.get_namespaced_custom_object(apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version,
                                                    listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural, name)
@@ -147,7 +154,8 @@ def test_a_summary_damaged_in_more_buckets_than_a_run_lists_heals_at_the_full_di
     try:
         assert poller.run().outcome == "ok"
         assert poller.run().sent == 0
-        time.sleep(2.0)  # the merges of the first run's records have landed
+        wait_until(lambda: summary_settled(listener_env, rt.id), 30,
+                   "the merges of the first run's records in the summary")
         name = statesummary.name_of(rt.id)
         obj = objects.get_namespaced_custom_object(apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version,
                                                    listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural, name)
