@@ -6,26 +6,9 @@ from typing import Any
 
 import pytest
 
+from testing.webhookapp import review
 from tether import filters
 from webhook import admission
-
-
-def review(op: str = "UPDATE", *, ns: str = "team-a", name: str = "cfg", dry_run: bool = False,
-           old: dict[str, Any] | None = None, new: dict[str, Any] | None = None,
-           kind: str = "ConfigMap") -> dict[str, Any]:
-    def obj(data: dict[str, str], rv: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-        return {"metadata": {"name": name, "namespace": ns, "uid": "u-1", "resourceVersion": rv,
-                             "labels": labels or {}}, "data": data}
-    return {
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "req-1", "operation": op, "kind": {"group": "", "version": "v1", "kind": kind},
-            "namespace": ns, "name": name, "dryRun": dry_run,
-            "object": None if op == "DELETE" else (new or obj({"k": "2"}, "")),
-            "oldObject": None if op == "CREATE" else (old or obj({"k": "1"}, "41")),
-        },
-    }
-
 
 FLT = filters.ConfigMapFilter()
 

@@ -10,22 +10,15 @@ import flask
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.webhook.test_admission import review
-from tether import config, filters, sender
+from testing.webhookapp import app_settings, review
+from tether import config
 from webhook import app, keyqueue, metrics
 from webhook import services as services_mod
 from webhook import settings as settings_mod
 
 
-def _settings(max_body: int = 64 * 1024) -> settings_mod.Settings:
-    return settings_mod.Settings(
-        runtime_id="rt", listener=sender.ClientSettings("https://l", "rt", "ca", "c", "k"),
-        server=settings_mod.ServerSettings(max_body_bytes=max_body),
-        forwarder=settings_mod.ForwarderSettings(), filter=filters.ConfigMapFilter(), queue_size=2)
-
-
 def _app() -> tuple[Any, services_mod.Services]:
-    s = _settings()
+    s = app_settings()
     registry = CollectorRegistry()
     svc = services_mod.Services(s, keyqueue.KeyQueue(s.queue_size), metrics.build(registry), registry)
     return app.create_app(s, svc).test_client(), svc

@@ -26,8 +26,7 @@ from listener.edge import api, steps
 from listener.edge import services as listener_services
 from listener.storage import batch
 from testing import watchenv
-from tests.webhook.test_admission import review
-from tests.webhook.test_app import _settings
+from testing.webhookapp import app_settings, review
 from tether import apitypes, sender, tracing, watches
 from webhook import app as webhook_app
 from webhook import forwarder, keyqueue, metrics
@@ -85,7 +84,7 @@ class Listener:
 
 
 def _webhook(tracer: tracing.Tracer, listener: Listener) -> tuple[Any, services_mod.Services]:
-    s = _settings()
+    s = app_settings()
     registry = CollectorRegistry()
     m = metrics.build(registry)
     queue = keyqueue.KeyQueue(10)

@@ -16,7 +16,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from testing import controlplane
-from tests.webhook.test_app import _settings
+from testing.webhookapp import app_settings
 from tether import gateway, sender, watches, watchset, watchwire
 from webhook import app, forwarder, keyqueue, metrics, readback, scope
 from webhook import services as services_mod
@@ -70,7 +70,7 @@ def _write(api: client.ApiClient, ns: str, in_force: tuple[watches.Watch, ...]) 
 
 
 def _app(kubeconfig: str, ns: str) -> tuple[Any, services_mod.Services, scope.Scope]:
-    s = _settings()
+    s = app_settings()
     registry = CollectorRegistry()
     ws = watchset.WatchSet(gateway.from_kubeconfig(kubeconfig), ns, ttl=3600)
     sc = scope.Scope(ws, 3600)
@@ -161,7 +161,7 @@ def test_a_kind_it_may_not_read_is_dropped_at_once(
             metadata=client.V1ObjectMeta(name="o", labels={"conf": "yes"}), data={"k": "v"}))
         secrets = _watch("secrets", {**CM, "resource": "secrets", "kind": "Secret"},
                          send={"mode": "digest"})
-        s = _settings()
+        s = app_settings()
         m = metrics.build(CollectorRegistry())
         fwd = forwarder.Forwarder(s.forwarder, "rt", keyqueue.KeyQueue(10),
                                   readback.Reader(gateway.from_kubeconfig(str(kubeconfig))),
