@@ -20,27 +20,21 @@ command (bench/provenance.py).
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import datetime
-import json
 import pathlib
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import requests
+import skeleton
 
-import provenance  # noqa: E402
-import requests  # noqa: E402
+from testing import adminenv, controlplane
 
-from testing import adminenv, controlplane  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "admin_pages.json"
 GOAL_MS = 200.0
 
 
@@ -139,22 +133,15 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(table(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = skeleton.options("admin_pages", __doc__, raw=True)
     ap.add_argument("--runtimes", type=int, default=5000)
     ap.add_argument("--small", type=int, default=50)
     ap.add_argument("--requests", type=int, default=200)
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args(argv)
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, table(doc))
         return 0
     began = provenance.start()
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-admin-"))
@@ -187,7 +174,7 @@ def main(argv: list[str]) -> int:
                 p.stop()
         api.close()
     results["fleets"] = fleets
-    results["machine"] = {"cpus": __import__("os").cpu_count(), "python": platform.python_version()}
+    results["machine"] = skeleton.machine()
     results["at"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     small, large = fleets["small"]["pages"], fleets["large"]["pages"]
     print(f"\n{'page':<18}{'p50 ' + str(args.small):>10}{'p50 ' + str(args.runtimes):>11}"
@@ -201,11 +188,9 @@ def main(argv: list[str]) -> int:
         print(f"{page:<18}{a['p50_ms']:>9.1f}ms{b['p50_ms']:>9.1f}ms{b['p99_ms']:>9.1f}ms"
               f"{ratio:>10.2f}x{'met' if met else 'MISSED':>8}")
     results["goal_met"] = ok
-    results = {**provenance.stamp("admin_pages", began), **results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    results = skeleton.write(args.out, "admin_pages", began, results, indent=1)
     print()
-    report(results)
+    skeleton.report(results, table(results))
     print(f"\nwritten {args.out}")
     return 0
 

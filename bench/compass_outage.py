@@ -21,29 +21,21 @@ command (bench/provenance.py).
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import os
-import pathlib
-import platform
 import sys
 import time
 from typing import Any
 
-from compass_ready import REPO, Director, setup
+import provenance
+import skeleton
+from compass_ready import Director, setup
 
-sys.path.insert(0, str(REPO))
+from compass import metrics, service
+from compass import settings as settings_mod
+from testing import controlplane, localnet
+from testing.compassenv import CRD_FILE
+from tether import gateway
 
-import provenance  # noqa: E402
-
-from compass import metrics, service  # noqa: E402
-from compass import settings as settings_mod  # noqa: E402
-from testing import controlplane, localnet  # noqa: E402
-from testing.compassenv import CRD_FILE  # noqa: E402
-from tether import gateway  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "compass_outage.json"
 CONFIGS: dict[str, dict[str, Any]] = {
     "tether": dict(breaker_threshold=5, breaker_open_seconds=2.0, breaker_max_open_seconds=8.0,
                    backoff_base=1.0, backoff_cap=8.0),
@@ -106,21 +98,14 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(table(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser()
+    p = skeleton.options("compass_outage")
     p.add_argument("--kymas", type=int, default=100)
     p.add_argument("--outage", type=float, default=15.0)
-    p.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    p.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = p.parse_args(argv)
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, table(doc))
         return 0
     logging.basicConfig(level=logging.ERROR)
     began = provenance.start()
@@ -143,11 +128,9 @@ def main(argv: list[str]) -> int:
         r["ratio_vs_naive"] = round(ratio, 3)
         print(f"{label:<14} {r['requests_during_outage']:>18} {r['requests_per_second']:>8} "
               f"{ratio:>9.3f} {r['seconds_to_ready_after_recovery']:>17}")
-    result = {**provenance.stamp("compass_outage", began),
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-              "results": out}
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    report(result)
+    result = skeleton.write(args.out, "compass_outage", began,
+                            {"machine": skeleton.machine(), "results": out}, indent=1)
+    skeleton.report(result, table(result))
     return 0
 
 

@@ -19,34 +19,27 @@ The JSON (``--out``) records the commit, load average and command (bench/provena
 
 from __future__ import annotations
 
-import argparse
 import base64
 import concurrent.futures
 import json
 import logging
 import os
-import pathlib
-import platform
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import requests
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-import requests  # noqa: E402
-from kubernetes import client  # noqa: E402
-
-from compass import metrics, service  # noqa: E402
-from compass import settings as settings_mod  # noqa: E402
-from testing import controlplane, localnet  # noqa: E402
-from testing.compassenv import CRD_FILE, kyma_labels  # noqa: E402
-from tether import apitypes, gateway  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "compass_ready.json"
+from compass import metrics, service
+from compass import settings as settings_mod
+from testing import controlplane, localnet
+from testing.compassenv import CRD_FILE, kyma_labels
+from tether import apitypes, gateway
 
 
 def parallel(fn: Callable[[Any], Any], items: Iterable[Any], threads: int = 8) -> None:
@@ -58,7 +51,7 @@ def parallel(fn: Callable[[Any], Any], items: Iterable[Any], threads: int = 8) -
 class Director:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "standins.director", "--port", "0"], cwd=REPO,
+            [sys.executable, "-m", "standins.director", "--port", "0"], cwd=skeleton.REPO,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             preexec_fn=controlplane.die_with_parent())
         assert self.proc.stdout is not None
@@ -164,23 +157,16 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(table(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser()
+    p = skeleton.options("compass_ready")
     p.add_argument("--kymas", type=int, default=1000)
     p.add_argument("--baseline", type=int, default=50)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--latency-ms", type=float, default=50.0)
-    p.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    p.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = p.parse_args(argv)
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, table(doc))
         return 0
     began = provenance.start()
     logging.basicConfig(level=logging.WARNING)
@@ -204,8 +190,7 @@ def main(argv: list[str]) -> int:
         d.stop()
     ratio = base_run["ms_per_runtime"] / main_run["ms_per_runtime"]
     result = {
-        **provenance.stamp("compass_ready", began),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": skeleton.machine(),
         "director_latency_ms": args.latency_ms, "setup_seconds": round(setup_s, 1),
         "measured": main_run, "baseline": base_run,
         "speedup_per_runtime_vs_baseline": round(ratio, 2),
@@ -218,8 +203,7 @@ def main(argv: list[str]) -> int:
               f"{r['compass_cpu_ms_per_runtime']:>15}")
     print(f"speed-up per runtime vs baseline: {ratio:.1f}x  (set-up {setup_s:.0f}s, load average "
           f"{load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    result = skeleton.write(args.out, "compass_ready", began, result, indent=1)
     print(provenance.footer(result))
     return 0
 

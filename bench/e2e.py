@@ -75,7 +75,6 @@ import http.client
 import json
 import os
 import pathlib
-import platform
 import random
 import ssl
 import statistics
@@ -86,17 +85,14 @@ import threading
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
+from testing import blackhole, controlplane, cpuset, rawapi, receiver
+from testing import listenerenv as lt
+from testing import webhookstack as stack
 
-from testing import blackhole, controlplane, cpuset, rawapi, receiver  # noqa: E402
-from testing import listenerenv as lt  # noqa: E402
-from testing import webhookstack as stack  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "e2e.json"
 CONDITIONS = ("healthy", "refused", "blackhole", "slow")
 KINDS = ("tether", "sync", "noop")
 RUNTIME_ID = "rt-e2e"
@@ -488,11 +484,11 @@ class Bench:
                         "TETHER_LISTENER_CA_FILE": str(ca), "TETHER_CLIENT_CERT_FILE": str(rt.cert_file),
                         "TETHER_CLIENT_KEY_FILE": str(rt.key_file), "TETHER_KUBECONFIG": str(self.skr.kubeconfig),
                         "TETHER_WEBHOOK_WORKERS": "2", "TETHER_WEBHOOK_THREADS": "8",
-                        "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO),
+                        "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(skeleton.REPO),
                         **dict(kv.split("=", 1) for kv in self.args.webhook_env),
                         **self.args.variants.get(variant, {})})
                     if base == "noop":
-                        proc.command = [sys.executable, str(REPO / "bench" / "webhook_noop_server.py")]
+                        proc.command = [sys.executable, str(skeleton.REPO / "bench" / "webhook_noop_server.py")]
                     proc.start()
                     assert proc.proc is not None
                     roots["webhook"] = proc.proc.pid
@@ -503,7 +499,7 @@ class Bench:
                 else:
                     sync = subprocess.Popen(
                         [sys.executable, "-m", "testing.syncforwarder", str(d), url, str(ca),
-                         str(rt.cert_file), str(rt.key_file), RUNTIME_ID], cwd=REPO,
+                         str(rt.cert_file), str(rt.key_file), RUNTIME_ID], cwd=skeleton.REPO,
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                         preexec_fn=controlplane.die_with_parent())
                     assert sync.stdout is not None
@@ -667,16 +663,8 @@ def propagation_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(configuration_table(doc))
-    print()
-    print(propagation_table(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = skeleton.options("e2e", __doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=20.0, help="per window")
     ap.add_argument("--rounds", type=int, default=1, help="windows per configuration and condition")
     ap.add_argument("--clients", type=int, default=8, help="concurrent writers")
@@ -696,11 +684,10 @@ def main() -> int:
                     help="webhook settings of the kind tether+NAME (list it in --kinds), e.g. "
                          "--variant lanes1:TETHER_WEBHOOK_FORWARDER_READ_LANES=1 --kinds tether,tether+lanes1: "
                          "settings compared in alternating windows of one run")
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    ap.add_argument("--report", action="store_true", help="print the tables of --out's run")
     args = ap.parse_args()
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, configuration_table(doc), propagation_table(doc))
         return 0
     args.variants = {name: dict(kv.split("=", 1) for kv in env.split(","))
                      for name, env in (v.split(":", 1) for v in args.variant)}
@@ -801,20 +788,17 @@ def main() -> int:
         print(f"goal (propagation p99 <= 1 s at {args.rate:g} writes/s, nothing missing): "
               f"{'met' if prop_goal else 'missed'}")
     print(f"placement: {placement}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     doc = {
-        **provenance.stamp("e2e", began),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "kube_apiserver": controlplane.kube_apiserver_version(),
-                    "load_average_before": load_before, "load_average_after": os.getloadavg()},
+        "machine": skeleton.machine(kube_apiserver=controlplane.kube_apiserver_version(),
+                                    load_average_before=load_before, load_average_after=os.getloadavg()),
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "report")}, "slow_seconds": SLOW_SECONDS, "placement": placement,
         "summary": summary, "windows": windows, "goal": 0.9, "goal_met": goal,
         "propagation_goal_met": prop_goal,
         "seconds_total": round(time.monotonic() - started, 1),
     }
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = skeleton.write(args.out, "e2e", began, doc)
     print()
-    report(doc)
+    skeleton.report(doc, configuration_table(doc), propagation_table(doc))
     return 0
 
 

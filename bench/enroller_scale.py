@@ -22,30 +22,22 @@ command (bench/provenance.py).
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import math
-import os
-import pathlib
-import platform
 import sys
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
+from enroller import metrics, reconcile
+from enroller import settings as settings_mod
+from testing import compassenv, controlplane, localnet
+from tether import certs, gateway, skr_clients
 
-from enroller import metrics, reconcile  # noqa: E402
-from enroller import settings as settings_mod  # noqa: E402
-from testing import compassenv, controlplane, localnet  # noqa: E402
-from tether import certs, gateway, skr_clients  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "enroller_scale.json"
-CRD = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
+CRD = skeleton.REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
 
 
 def counter(e: reconcile.Enroller, verb: str) -> float:
@@ -69,22 +61,15 @@ def table(doc: dict[str, Any]) -> str:
         f"{median('writes_per_runtime'):g} |"])
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(table(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = skeleton.options("enroller_scale", __doc__, raw=True)
     ap.add_argument("--runtimes", type=int, default=10)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--steady", type=int, default=3)
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args(argv)
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, table(doc))
         return 0
     began = provenance.start()
     logging.basicConfig(level=logging.WARNING)
@@ -143,8 +128,7 @@ def main(argv: list[str]) -> int:
     per_wave = first_s / waves
     steady_s = sorted(x["seconds"] for x in steady)[len(steady) // 2]
     result: dict[str, Any] = {
-        **provenance.stamp("enroller_scale", began),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": skeleton.machine(),
         "runtimes": args.runtimes, "concurrency": args.concurrency,
         "first_run_seconds": round(first_s, 2),
         "first_run_reads_per_runtime": first_reads / args.runtimes,
@@ -166,9 +150,8 @@ def main(argv: list[str]) -> int:
           f"steady run {result['kcp_status_writes_after_the_first_steady_run']}; 1,000 runtimes extrapolated: "
           f"{result['extrapolated_seconds_for_1000']} s ({math.ceil(1000 / args.concurrency)} waves of "
           f"{per_wave:.2f} s)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    report(result)
+    result = skeleton.write(args.out, "enroller_scale", began, result, indent=1)
+    skeleton.report(result, table(result))
     return 0
 
 

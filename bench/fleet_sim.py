@@ -60,7 +60,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import platform
 import random
 import resource
 import ssl
@@ -73,14 +72,11 @@ import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
 
-import provenance  # noqa: E402
+from tether import apitypes, certs, changes
 
-from tether import apitypes, certs, changes  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "fleet_sim.json"
 TICK = os.sysconf("SC_CLK_TCK")
 IDLE_SECONDS = 10.0  # the listener's IDLE_TIMEOUT_SECONDS: what the real senders see
 POLL_SECONDS = 60.0
@@ -560,7 +556,7 @@ def run_step(ctx: dict[str, Any], replicas: int, n: int, factor: float,
         load0 = os.getloadavg()[0]
         t0 = time.monotonic()
         sim = subprocess.Popen([sys.executable, __file__, "--child", str(spec_file),
-                                str(out_file)], cwd=REPO)
+                                str(out_file)], cwd=skeleton.REPO)
         sampler = Sampler({**groups_cpu, "simulator": [sim.pid]})
         rc = sim.wait()
         wall = time.monotonic() - t0
@@ -711,7 +707,7 @@ def parse_steps(text: str, noisy_rate: float) -> list[tuple[int, float, float]]:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser()
+    ap = skeleton.options("fleet_sim")
     ap.add_argument("--runtimes", type=int, default=5000)
     ap.add_argument("--steps", default="1000x1,2500x1,5000x1,5000x2,5000x4,5000x1n50")
     ap.add_argument("--steps2", default="5000x1,5000x2,5000x4,5000x1n50", help="two replicas")
@@ -725,17 +721,13 @@ def main(argv: list[str]) -> int:
                     help="each replica in a cgroup with this CPU limit (default: none)")
     ap.add_argument("--cache", type=pathlib.Path,
                     default=pathlib.Path(tempfile.gettempdir()) / "tether-fleet-sim-certs")
-    ap.add_argument("--report", action="store_true", help="print the tables of the last result")
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(*args.child)
     if args.report:
-        doc = json.loads(args.out.read_text())
-        print(tables(doc))
-        print()  # a line of its own under the table, not a row of it
-        print(provenance.footer(doc))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, tables(doc))
         return 0
 
     from testing import compassenv, controlplane
@@ -780,9 +772,7 @@ def main(argv: list[str]) -> int:
                "etcd_rss_mib_end": round(rss_bytes(kcp._etcd.popen.pid) / 2**20)}
         api.close()
     result = {
-        **provenance.stamp("fleet_sim", began),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "kube_apiserver": controlplane.kube_apiserver_version()},
+        "machine": skeleton.machine(kube_apiserver=controlplane.kube_apiserver_version()),
         "settings": {"poll_seconds": POLL_SECONDS, "change_minutes": args.change_minutes,
                      "idle_seconds": IDLE_SECONDS, "noisy": args.noisy,
                      "noisy_rate": args.noisy_rate, "step_seconds": args.step_seconds,
@@ -798,11 +788,8 @@ def main(argv: list[str]) -> int:
                          for r in (1, 2)},
         "seconds_total": round(time.monotonic() - started, 1),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(tables(result))
-    print()
-    print(provenance.footer(result))
+    result = skeleton.write(args.out, "fleet_sim", began, result, indent=1)
+    skeleton.report(result, tables(result))
     print(f"first broken step: {result['first_broken']}; total {result['seconds_total']} s; load "
           f"average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     return 0

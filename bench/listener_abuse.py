@@ -50,7 +50,6 @@ import json
 import multiprocessing
 import os
 import pathlib
-import platform
 import queue
 import selectors
 import socket
@@ -64,17 +63,14 @@ from multiprocessing.synchronize import Barrier as BarrierT
 from multiprocessing.synchronize import Event as EventT
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import requests
+import skeleton
 
-import provenance  # noqa: E402
-import requests  # noqa: E402
+from testing import controlplane, cpuset
+from testing import listenerenv as lt
+from tether import changes
 
-from testing import controlplane, cpuset  # noqa: E402
-from testing import listenerenv as lt  # noqa: E402
-from tether import changes  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "listener_abuse.json"
 MIB = 1024 * 1024
 LIMIT_MIB = 768  # the Deployment's memory limit of the listener container (2 workers)
 BODY = 3 * MIB - 4096  # just under the default 3 MiB body cap
@@ -639,11 +635,9 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
 
 
 def _arguments() -> argparse.Namespace:
-    ap = argparse.ArgumentParser()
+    ap = skeleton.options("listener_abuse")
     ap.add_argument("--short", action="store_true",
                     help="a quick check: 2 s per shape, 100 legitimate requests")
-    ap.add_argument("--report", action="store_true", help="print the tables of --out and exit")
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS, help="the JSON results")
     ap.add_argument("--placement", choices=cpuset.KINDS, default="split",
                     help="split: the listener on the last core, this process and its load "
                          "generators on the others (cgroup cpusets); none: unpinned")
@@ -688,7 +682,7 @@ def _arguments() -> argparse.Namespace:
 def main() -> int:
     args = _arguments()
     if args.report:
-        report(json.loads(args.out.read_text()))
+        report(skeleton.load(args.out))
         return 0
     shapes = [s for s in args.shapes.split(",") if s]
     started = time.monotonic()
@@ -710,9 +704,7 @@ def main() -> int:
     placed = args.placed.describe()
     settings = {k: v for k, v in vars(args).items() if k not in ("placed", "out", "report")}
     doc = {
-        **provenance.stamp("listener_abuse", began),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "kube_apiserver": controlplane.kube_apiserver_version()},
+        "machine": skeleton.machine(kube_apiserver=controlplane.kube_apiserver_version()),
         "placement": placed,
         "settings": {**settings, "limit_mib": LIMIT_MIB, "body_bytes": BODY,
                      "memory_phase_rate": "100000/s, burst 100000 (rate never refuses)",
@@ -722,9 +714,7 @@ def main() -> int:
         "fairness": fair,
         "seconds_total": round(time.monotonic() - started, 1),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    report(doc)
+    report(skeleton.write(args.out, "listener_abuse", began, doc))
     return 0
 
 

@@ -58,7 +58,6 @@ import concurrent.futures
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
 import tempfile
@@ -66,20 +65,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from listener.fleet import summaryobject
+from listener.storage import records, rules
+from testing import controlplane, cpuset
+from testing import listenerenv as lt
+from tether import apitypes, changes, gateway
 
-from listener.fleet import summaryobject  # noqa: E402
-from listener.storage import records, rules  # noqa: E402
-from testing import controlplane, cpuset  # noqa: E402
-from testing import listenerenv as lt  # noqa: E402
-from tether import apitypes, changes, gateway  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "listener_create.json"
 ROUNDS = 4
 
 
@@ -220,10 +216,10 @@ def stored_sizes(kcp: gateway.Kube, namespace: str, runtime_id: str) -> dict[str
 
 def old_tree(ref: str, dest: pathlib.Path) -> str:
     """The checkout of ``ref`` (git archive) in ``dest``; its full commit."""
-    commit = subprocess.run(["git", "rev-parse", ref], cwd=REPO, check=True,
+    commit = subprocess.run(["git", "rev-parse", ref], cwd=skeleton.REPO, check=True,
                             capture_output=True, text=True).stdout.strip()
     dest.mkdir()
-    archive = subprocess.Popen(["git", "archive", commit], cwd=REPO, stdout=subprocess.PIPE)
+    archive = subprocess.Popen(["git", "archive", commit], cwd=skeleton.REPO, stdout=subprocess.PIPE)
     subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
     assert archive.wait() == 0
     return commit
@@ -275,14 +271,8 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(table(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = skeleton.options("listener_create")
     ap.add_argument("--objects", type=int, default=3200)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--batch", type=int, default=25)
@@ -303,11 +293,10 @@ def main() -> int:
     ap.add_argument("--new-ref", default="HEAD")
     ap.add_argument("--concurrency", type=int, default=8,
                     help="the listener's TETHER_LISTENER_PERSIST_CONCURRENCY (the other: 1)")
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args()
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, table(doc))
         return 0
     began = provenance.start()
     n, threads, batch = args.objects, args.threads, args.batch
@@ -325,7 +314,7 @@ def main() -> int:
                                       "tether.kyma-project.io_*.yaml")))
         client.CoreV1Api(api).create_namespace(
             client.V1Namespace(metadata=client.V1ObjectMeta(name="bench-direct")))
-        lt.RBAC_FILE = d / "new" / lt.RBAC_FILE.relative_to(REPO)  # the measured commit's Role
+        lt.RBAC_FILE = d / "new" / lt.RBAC_FILE.relative_to(skeleton.REPO)  # the measured commit's Role
         env = lt.make_env(kcp, api, d, "bench")
         rt_new = lt.add_runtime(env, "rt-new", "c-new.kyma.example.com")
         rt_c1 = lt.add_runtime(env, "rt-c1", "c-c1.kyma.example.com")
@@ -462,9 +451,7 @@ def main() -> int:
         print(f"{r['variant']:11} {r['records']:7d} {b:>5} {r['per_s']:9.0f} {ratio} {cratio}  "
               f"{parts:<38} {reqs}")
     doc = {
-        **provenance.stamp("listener_create", began),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "kube_apiserver": controlplane.kube_apiserver_version()},
+        "machine": skeleton.machine(kube_apiserver=controlplane.kube_apiserver_version()),
         "settings": {"objects": n, "threads": threads, "batch": batch, "workers": args.workers,
                      "direct_as": args.direct_as, "direct_body": args.direct_body,
                      "new": {"ref": args.new_ref, "commit": new_commit},
@@ -481,9 +468,8 @@ def main() -> int:
         "kcp_connections_discarded": discarded,
         "seconds_total": round(time.monotonic() - started, 1),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    report(doc)
+    doc = skeleton.write(args.out, "listener_create", began, doc)
+    skeleton.report(doc, table(doc))
     return 0
 
 

@@ -15,28 +15,20 @@ bench/results/listener_fuzz.json (``--out``) with the commit, load average and c
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import pathlib
-import platform
 import sys
 import tempfile
 import time
 import traceback
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
 
-
-import provenance  # noqa: E402
-
-from testing import controlplane  # noqa: E402
-from testing import listenerenv as lt  # noqa: E402
-from testing import schemafuzz as st  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "listener_fuzz.json"
+from testing import controlplane
+from testing import listenerenv as lt
+from testing import schemafuzz as st
 
 
 def table(doc: dict[str, Any]) -> str:
@@ -52,21 +44,14 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(table(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = skeleton.options("listener_fuzz")
     ap.add_argument("--examples", type=int, default=300)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args()
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, table(doc))
         return 0
     began = provenance.start()
     started = time.monotonic()
@@ -99,17 +84,15 @@ def main() -> int:
     print(f"examples {args.examples}, steps <= {args.steps}, {seconds:.0f} s, 5xx {server_errors}, "
           f"failure: {failure.splitlines()[0] if failure else 'none'}")
     doc = {
-        **provenance.stamp("listener_fuzz", began),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_before": round(load_before, 2)},
+        "machine": skeleton.machine(load_before=round(load_before, 2)),
         "examples": args.examples, "max_steps": args.steps, "calls": calls,
         "seconds": round(seconds, 1), "total_seconds": round(time.monotonic() - started, 1),
         "checks": [c.__name__ for c in st.CHECKS], "statuses": dict(sorted(statuses.items())),
         "server_errors": server_errors, "unexpected_errors_logged": unexpected,
         "failure": failure,
     }
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    report(doc)
+    doc = skeleton.write(args.out, "listener_fuzz", began, doc)
+    skeleton.report(doc, table(doc))
     return 1 if failure or server_errors or unexpected else 0
 
 

@@ -46,32 +46,25 @@ The JSON (``--out``) records the commit, load average and command (bench/provena
 
 from __future__ import annotations
 
-import argparse
 import collections
 import concurrent.futures
-import json
-import os
 import pathlib
-import platform
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
+from listener_create import is_other, kcp_requests, stored_form, warm_up
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
-from listener_create import is_other, kcp_requests, stored_form, warm_up  # noqa: E402
+from listener.storage import records
+from testing import controlplane
+from testing import listenerenv as lt
+from tether import apitypes, changes, gateway
 
-from listener.storage import records  # noqa: E402
-from testing import controlplane  # noqa: E402
-from testing import listenerenv as lt  # noqa: E402
-from tether import apitypes, changes, gateway  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "listener_throughput.json"
 ROUNDS = 4
 
 
@@ -126,14 +119,8 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(table(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = skeleton.options("listener_throughput")
     ap.add_argument("--objects", type=int, default=400)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--batch", type=int, default=25)
@@ -144,11 +131,10 @@ def main() -> int:
     ap.add_argument("--direct-body", choices=("listener", "record"), default="listener",
                     help="what the direct writer stores: the listener's stored form of the "
                          "record (default: the same content and size) or the record's bare body")
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args()
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, table(doc))
         return 0
     began = provenance.start()
     n, threads, batch = args.objects, args.threads, args.batch
@@ -257,9 +243,7 @@ def main() -> int:
         api.close()
 
     doc = {
-        **provenance.stamp("listener_throughput", began),
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "kube_apiserver": controlplane.kube_apiserver_version()},
+        "machine": skeleton.machine(kube_apiserver=controlplane.kube_apiserver_version()),
         "settings": {"objects": n, "threads": threads, "batch": batch, "workers": args.workers,
                      "direct_as": args.direct_as, "direct_body": args.direct_body,
                      "direct_client": "tether.gateway (the listener's raw client)",
@@ -267,9 +251,8 @@ def main() -> int:
         "rows": rows,
         "seconds_total": round(time.monotonic() - started, 1),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    report(doc)
+    doc = skeleton.write(args.out, "listener_throughput", began, doc)
+    skeleton.report(doc, table(doc))
     return 0
 
 

@@ -33,12 +33,9 @@ The JSON (``--out``) records the commit, load average and command (bench/provena
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import json
-import os
 import pathlib
-import platform
 import re
 import subprocess
 import sys
@@ -48,20 +45,17 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
+from listener.fleet import statesummary
+from listener.storage import records
+from poller import metrics, run, scan
+from testing import controlplane
+from testing import listenerenv as lc
+from tether import apitypes, changes, filters, gateway, sender
 
-from listener.fleet import statesummary  # noqa: E402
-from listener.storage import records  # noqa: E402
-from poller import metrics, run, scan  # noqa: E402
-from testing import controlplane  # noqa: E402
-from testing import listenerenv as lc  # noqa: E402
-from tether import apitypes, changes, filters, gateway, sender  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "poller_antientropy.json"
 NS = "bench-ae"
 LABELS = {"tether-bench": "antientropy"}
 SELECTOR = "tether-bench=antientropy"
@@ -274,26 +268,19 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(table(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--child"]:
         return child(json.loads(argv[1]))
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = skeleton.options("poller_antientropy", __doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--threads", type=int, default=12)
     ap.add_argument("--budget-minutes", type=float, default=15.0,
                     help="set-up time for all sizes; a size that would not fit is replaced "
                          "by the largest multiple of 5,000 that does (and recorded)")
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args(argv)
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, table(doc))
         return 0
     began = provenance.start()
     sizes = sorted(int(s) for s in args.sizes.split(","))
@@ -350,9 +337,7 @@ def main(argv: list[str]) -> int:
         finally:
             listener.stop()
     result = {
-        **provenance.stamp("poller_antientropy", began),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "note": "shared with other engineers' test runs"},
+        "machine": skeleton.machine(note="shared with other engineers' test runs"),
         "settings": {"page_size": PAGE, "state_page_size": run.RunSettings().state_page_size,
                      "listener_threads": 4, "listener_workers": 1, "buckets": 256},
         "setup_seconds": setup,
@@ -360,8 +345,7 @@ def main(argv: list[str]) -> int:
         "not_measured": skipped,
         "total_seconds": time.monotonic() - started,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    result = skeleton.write(args.out, "poller_antientropy", began, result)
     mib = 1024 * 1024
     head = (f"{'objects':>8} {'path':<12}{'KCP req':>8}{'objs read':>10}{'run s':>8}"
             f"{'peak RSS':>10}{'RSS before':>11}{'SKR req':>8}{'listener req':>13}")
@@ -377,7 +361,7 @@ def main(argv: list[str]) -> int:
         print(f"not measured: {sk['planned']} objects (set-up projected at "
               f"{sk['projected_setup_seconds']} s, past --budget-minutes)")
     print(f"total {result['total_seconds']:.0f}s; wrote {args.out}")
-    report(result)
+    skeleton.report(result, table(result))
     return 0
 
 

@@ -20,12 +20,9 @@ command (bench/provenance.py).
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import json
-import os
 import pathlib
-import platform
 import sys
 import tempfile
 import time
@@ -34,19 +31,16 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
+from listener.storage import records
+from poller import metrics, run, scan
+from testing import controlplane
+from testing import listenerenv as lc
+from tether import apitypes, changes, filters, gateway, sender
 
-from listener.storage import records  # noqa: E402
-from poller import metrics, run, scan  # noqa: E402
-from testing import controlplane  # noqa: E402
-from testing import listenerenv as lc  # noqa: E402
-from tether import apitypes, changes, filters, gateway, sender  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "poller_run.json"
 NS = "bench-poller"
 LABELS = {"tether-bench": "poller"}
 SELECTOR = "tether-bench=poller"
@@ -207,22 +201,15 @@ def tables(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(tables(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = skeleton.options("poller_run", __doc__.splitlines()[0])
     ap.add_argument("--objects", type=int, default=10_000)
     ap.add_argument("--page-size", type=int, default=500)
     ap.add_argument("--threads", type=int, default=8)
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    ap.add_argument("--report", action="store_true", help="print the tables of --out's run")
     args = ap.parse_args(argv)
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, tables(doc))
         return 0
     began = provenance.start()
     n = args.objects
@@ -285,8 +272,7 @@ def main(argv: list[str]) -> int:
             poller.client.close()
             listener.stop()
     result = {
-        **provenance.stamp("poller_run", began),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": skeleton.machine(),
         "settings": {"objects": n, "page_size": args.page_size, "state_page_size": 5000,
                      "batch_items": 100, "configmap_json_bytes": base["bytes"] // max(base["objects"], 1)},
         "setup_seconds": phases,
@@ -306,8 +292,7 @@ def main(argv: list[str]) -> int:
                    "run_peak_heap_vs_unpaginated_list": mem_one["peak_heap_bytes"] / mem_all["peak_heap_bytes"]},
         "total_seconds": time.monotonic() - started,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    result = skeleton.write(args.out, "poller_run", began, result)
     mib = 1024 * 1024
     print(f"poller run over {n} ConfigMaps ({result['settings']['configmap_json_bytes']} B each as JSON), "
           f"page {args.page_size}; setup {phases}")
@@ -326,7 +311,7 @@ def main(argv: list[str]) -> int:
           f"unpaginated list {m['unpaginated_list_peak_heap'] / mib:.1f} MiB "
           f"(listed JSON {m['listed_json_bytes'] / mib:.1f} MiB)")
     print(f"total {result['total_seconds']:.0f}s; wrote {args.out}")
-    report(result)
+    skeleton.report(result, tables(result))
     return 0
 
 

@@ -18,8 +18,6 @@ Prints p50/p99/max over TRIES x 2 replicas and writes bench/results/revocation.j
 
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import statistics
 import sys
@@ -28,17 +26,14 @@ import threading
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
+from testing import controlplane
+from testing import listenerenv as lt
+from tether import apitypes
 
-from testing import controlplane  # noqa: E402
-from testing import listenerenv as lt  # noqa: E402
-from tether import apitypes  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "revocation.json"
 BOUND = 30.0  # seconds a try waits for a refusal before it counts as not refused
 
 
@@ -91,14 +86,14 @@ def quantile(xs: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 
-def report(doc: dict[str, Any]) -> None:
-    print("| change | replicas | tries | p50 (ms) | p99 (ms) | max (ms) | not refused within 30 s |")
-    print("|---|---|---|---|---|---|---|")
+def table(doc: dict[str, Any]) -> str:
+    """docs/performance.md's table: the time to refusal per change."""
+    lines = ["| change | replicas | tries | p50 (ms) | p99 (ms) | max (ms) | not refused within 30 s |",
+             "|---|---|---|---|---|---|---|"]
     for row in doc["rows"]:
-        print(f"| {row['change']} | {doc['replicas']} | {row['tries']} | {row['p50_ms']:.0f} | "
-              f"{row['p99_ms']:.0f} | {row['max_ms']:.0f} | {row['not_refused']} |")
-    print()
-    print(provenance.footer(doc))
+        lines.append(f"| {row['change']} | {doc['replicas']} | {row['tries']} | {row['p50_ms']:.0f} | "
+                     f"{row['p99_ms']:.0f} | {row['max_ms']:.0f} | {row['not_refused']} |")
+    return "\n".join(lines)
 
 
 def row(change: str, took: list[float], tries: int) -> dict[str, Any]:
@@ -108,15 +103,14 @@ def row(change: str, took: list[float], tries: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = skeleton.options("revocation")
     ap.add_argument("--tries", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--poll", type=float, default=0.02)
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args()
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, table(doc))
         return 0
     began = provenance.start()
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
@@ -140,14 +134,14 @@ def main() -> int:
             for p in ps:
                 p.stop()
     every = took["deleted"] + took["domain"]
-    doc = {**provenance.stamp("revocation", began), "replicas": 2, "workers": args.workers,
+    doc = {"replicas": 2, "workers": args.workers,
            "poll_seconds": args.poll,
            "rows": [row("Kyma CR deleted", took["deleted"], (args.tries + 1) // 2),
                     row("skr-domain changed", took["domain"], args.tries // 2),
                     row("either", every, args.tries)],
            "samples_ms": {k: [round(t * 1000, 1) for t in v] for k, v in took.items()}}
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    report(doc)
+    doc = skeleton.write(args.out, "revocation", began, doc)
+    skeleton.report(doc, table(doc))
     return 0
 
 

@@ -48,7 +48,6 @@ import argparse
 import base64
 import contextlib
 import datetime
-import json
 import logging
 import os
 import pathlib
@@ -56,7 +55,6 @@ import platform
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -64,19 +62,16 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
+from compass import model
+from standins.director import server as server_mod
+from standins.director import store as store_mod
+from testing import compassenv, controlplane, faultstack, listenerenv, localnet
 
-from compass import model  # noqa: E402
-from standins.director import server as server_mod  # noqa: E402
-from standins.director import store as store_mod  # noqa: E402
-from testing import compassenv, controlplane, faultstack, listenerenv, localnet  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "soak.json"
-IMAGES = REPO / "docs" / "images"
+IMAGES = skeleton.REPO / "docs" / "images"
 KINDS = ("listener killed", "webhook killed", "KCP apiserver restarted",
          "SKR apiserver restarted", "poller leader killed", "listener black-holed",
          "Director down")
@@ -604,13 +599,13 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=4.0, help="customer writes per second")
     ap.add_argument("--fault-every", type=float, default=180.0, help="seconds between faults")
     ap.add_argument("--sample-every", type=float, default=5.0)
-    ap.add_argument("--results", type=pathlib.Path, default=RESULTS)
+    ap.add_argument("--results", type=pathlib.Path, default=skeleton.RESULTS / "soak.json")
     ap.add_argument("--images", type=pathlib.Path, default=IMAGES)
     ap.add_argument("--report", type=pathlib.Path, metavar="SOAK_JSON",
                     help="only print the tables and redraw the plots of an earlier run")
     args = ap.parse_args()
     if args.report:
-        report(json.loads(args.report.read_text()), args.images)
+        report(skeleton.load(args.report), args.images)
         return
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the stand-in's request lines
 
@@ -666,7 +661,7 @@ def main() -> None:
     samples = sampler.samples
     rows = flatness(samples, args.minutes)
     out = {
-        **provenance.stamp("soak", began), "benchmark": "soak", "started": started.isoformat(timespec="seconds"),
+        "benchmark": "soak", "started": started.isoformat(timespec="seconds"),
         "machine": f"{platform.node()}, {os.cpu_count()} cores shared with other runs",
         "args": {k: str(v) if isinstance(v, pathlib.Path) else v for k, v in vars(args).items()},
         "customer": {"rate_per_second": args.rate, "keys": 40, "summary": workload,
@@ -679,8 +674,7 @@ def main() -> None:
                        "fd_abs": FD_ABS, "windows_seconds": windows(args.minutes)},
         "flatness": rows, "samples": samples,
     }
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(out, indent=1) + "\n")
+    out = skeleton.write(args.results, "soak", began, out, indent=1)
     plot(samples, soak.faults, "rss_mib", "RSS (MiB)",
          f"Soak: RSS per process ({args.minutes:g} min, seed {args.seed})",
          args.images / "soak-memory.png")
@@ -689,11 +683,7 @@ def main() -> None:
          args.images / "soak-open-files.png")
     print(f"\ncustomer: {workload}")
     print(f"at the end: change path exact {final:.1f} s after the last write\n")
-    print(fault_table(soak.faults))
-    print()
-    print(table(rows, args.minutes))
-    print()
-    print(provenance.footer(out))
+    skeleton.report(out, fault_table(soak.faults), table(rows, args.minutes))
     print(f"\nwrote {args.results}, {args.images}/soak-memory.png, soak-open-files.png")
 
 
@@ -706,11 +696,7 @@ def report(out: dict[str, Any], images: pathlib.Path) -> None:
          f"Soak: open files per process ({minutes:g} min, seed {out['args']['seed']})",
          images / "soak-open-files.png")
     print(f"customer: {out['customer']['summary']}")
-    print(fault_table(out["faults"]))
-    print()
-    print(table(flatness(out["samples"], minutes), minutes))
-    print()
-    print(provenance.footer(out))
+    skeleton.report(out, fault_table(out["faults"]), table(flatness(out["samples"], minutes), minutes))
 
 
 if __name__ == "__main__":

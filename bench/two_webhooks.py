@@ -20,8 +20,6 @@ the slower of the two, never more than their sum. Writes bench/results/two_webho
 
 from __future__ import annotations
 
-import argparse
-import json
 import pathlib
 import statistics
 import subprocess
@@ -30,17 +28,14 @@ import tempfile
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
+from testing import controlplane, watcherpeer
+from testing import webhookstack as stack
+from tether import certs
 
-from testing import controlplane, watcherpeer  # noqa: E402
-from testing import webhookstack as stack  # noqa: E402
-from tether import certs  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "two_webhooks.json"
 CONFIGS = ("none", "tether", "watcher", "both")
 MODULE_LABEL = {"example.kyma-project.io/watched-by": "bench"}
 
@@ -49,7 +44,7 @@ class Child:
     """``python -m <module> WORKDIR [ARG]``: prints its port, serves until stdin closes."""
 
     def __init__(self, module: str, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO, text=True,
+        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=skeleton.REPO, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      preexec_fn=controlplane.die_with_parent())
         assert self.proc.stdout is not None
@@ -147,15 +142,13 @@ def report(doc: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = skeleton.options("two_webhooks", __doc__.split("\n\n")[0])
     ap.add_argument("--writes", type=int, default=50, help="ConfigMaps (writes) per namespace and round")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--spacing", type=float, default=0.05, help="seconds between writes")
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args()
     if args.report:
-        report(json.loads(args.out.read_text()))
+        report(skeleton.load(args.out))
         return 0
     began = provenance.start()
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-two-webhooks-"))
@@ -172,10 +165,10 @@ def main() -> int:
             wh.stop()
         calls = [c.stop() for c in children]
         plane.stop()
-    doc = {**provenance.stamp("two_webhooks", began), "writes": args.writes, "rounds": args.rounds,
+    doc = {"writes": args.writes, "rounds": args.rounds,
            "watcher_calls": int(calls[1].splitlines()[-1]) if len(calls) > 1 and calls[1] else None,
            "results": summarize(samples)}
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = skeleton.write(args.out, "two_webhooks", began, doc)
     report(doc)
     return 0
 

@@ -21,12 +21,10 @@ load of other processes on a shared machine disturbs far less than wall-clock th
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
 import pathlib
-import platform
 import ssl
 import statistics
 import subprocess
@@ -36,17 +34,14 @@ import threading
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
+from testing import controlplane
+from testing import webhookstack as stack
+from tether import certs
 
-from testing import controlplane  # noqa: E402
-from testing import webhookstack as stack  # noqa: E402
-from tether import certs  # noqa: E402
-
-RESULTS_DIR = REPO / "bench" / "results"
 NAMESPACE = "bench"
 
 
@@ -97,7 +92,7 @@ def wsgi_costs(bodies: list[bytes], metrics_dir: pathlib.Path) -> dict[str, floa
     from webhook import services as services_mod
     from webhook import settings as settings_mod
 
-    sys.path.insert(0, str(REPO / "bench"))
+    sys.path.insert(0, str(skeleton.REPO / "bench"))
     import webhook_noop_server
 
     s = settings_mod.Settings(
@@ -186,26 +181,19 @@ def tables(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(tables(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = skeleton.options(None, __doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=3.0, help="per measurement window")
     ap.add_argument("--rounds", type=int, default=10, help="alternating webhook/baseline windows")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--keys", type=int, default=50, help="distinct ConfigMaps in the reviews")
-    ap.add_argument("--out", type=pathlib.Path, help="default bench/results/webhook_admission_keys<KEYS>.json")
-    ap.add_argument("--report", action="store_true", help="print the tables of --out's run")
     args = ap.parse_args()
-    out = args.out or RESULTS_DIR / f"webhook_admission_keys{args.keys}.json"
+    out = args.out or skeleton.RESULTS / f"webhook_admission_keys{args.keys}.json"
     if args.report:
-        report(json.loads(out.read_text()))
+        doc = skeleton.load(out)
+        skeleton.report(doc, tables(doc))
         return 0
     began = provenance.start()
 
@@ -225,7 +213,7 @@ def main() -> int:
         (work / "runtime-ca.crt").write_bytes(runtime_ca.cert_pem)
         # the stand-in listener runs in its own process (not competing for this one's GIL)
         rec = subprocess.Popen([sys.executable, "-m", "testing.receiver", str(work),
-                                str(work / "runtime-ca.crt")], cwd=REPO, stdin=subprocess.PIPE,
+                                str(work / "runtime-ca.crt")], cwd=skeleton.REPO, stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True,
                                preexec_fn=controlplane.die_with_parent())
         assert rec.stdout is not None and rec.stdin is not None
@@ -235,7 +223,7 @@ def main() -> int:
             "TETHER_LISTENER_CA_FILE": str(work / "receiver-ca.crt"), "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"),
             "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"), "TETHER_KUBECONFIG": str(plane.kubeconfig),
             "TETHER_WEBHOOK_WORKERS": str(args.workers), "TETHER_WEBHOOK_THREADS": str(args.threads),
-            "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO),
+            "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(skeleton.REPO),
         }
         results: dict[str, list[dict[str, Any]]] = {"webhook": [], "baseline": []}
         # Both servers run for the whole benchmark; short measurement windows alternate
@@ -247,7 +235,7 @@ def main() -> int:
                 d.mkdir()
                 proc = stack.WebhookProcess(d, env)
                 if target == "baseline":
-                    proc.command = [sys.executable, str(REPO / "bench" / "webhook_noop_server.py")]
+                    proc.command = [sys.executable, str(skeleton.REPO / "bench" / "webhook_noop_server.py")]
                 procs[target] = proc.start()
                 drive(proc.port, proc.ca_file, bodies, args.connections, 1.0)  # warm-up
             for r in range(args.rounds):
@@ -298,17 +286,15 @@ def main() -> int:
         wsgi_extra = wsgi["webhook"] - wsgi["baseline"]
         print(f"in-process WSGI cost per request (no TLS, no gunicorn, no forwarder): webhook "
               f"{wsgi['webhook']:.0f} us, no-op {wsgi['baseline']:.0f} us: the handler adds {wsgi_extra:.0f} us")
-        out.parent.mkdir(parents=True, exist_ok=True)
         doc = {
-            **provenance.stamp("webhook_admission", began),
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "machine": skeleton.machine(),
             "settings": {k: v for k, v in vars(args).items() if k not in ("out", "report")}, "rounds": results, "summary": summary,
             "throughput_ratio": ratio, "cpu_efficiency_ratio": cpu_ratio, "goal": 0.9,
             "records_forwarded": forwarded,
             "wsgi_us_per_request": wsgi, "wsgi_handler_extra_us": wsgi_extra,
         }
-        out.write_text(json.dumps(doc, indent=2) + "\n")
-        report(doc)
+        doc = skeleton.write(out, "webhook_admission", began, doc)
+        skeleton.report(doc, tables(doc))
         return 0
     finally:
         if rec is not None:

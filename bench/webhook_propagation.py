@@ -41,7 +41,6 @@ import concurrent.futures
 import json
 import os
 import pathlib
-import platform
 import random
 import subprocess
 import sys
@@ -50,17 +49,14 @@ import threading
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
+from testing import controlplane, receiver
+from testing import webhookstack as stack
+from tether import certs
 
-from testing import controlplane, receiver  # noqa: E402
-from testing import webhookstack as stack  # noqa: E402
-from tether import certs  # noqa: E402
-
-RESULTS_DIR = REPO / "bench" / "results"
 CONFIGS: dict[str, dict[str, str]] = {
     "trailing": {"TETHER_WEBHOOK_COALESCE_SECONDS": "0.1", "TETHER_WEBHOOK_HOT_KEY_SECONDS": "0.5"},
     "leading": {},
@@ -118,7 +114,7 @@ class RemoteReceiver:
 
     def __init__(self, work: pathlib.Path, ca_file: pathlib.Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve-receiver", str(work), str(ca_file)], cwd=REPO,
+            [sys.executable, __file__, "--serve-receiver", str(work), str(ca_file)], cwd=skeleton.REPO,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             preexec_fn=controlplane.die_with_parent())
         assert self.proc.stdout is not None and self.proc.stdin is not None
@@ -194,14 +190,8 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report(doc: dict[str, Any]) -> None:
-    print(table(doc))
-    print()
-    print(provenance.footer(doc))
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = skeleton.options("webhook_propagation", __doc__.split("\n\n")[0])
     ap.add_argument("--isolated", type=int, default=200, help="isolated writes per configuration")
     ap.add_argument("--spacing", type=float, default=0.15, help="seconds between isolated writes")
     ap.add_argument("--rate", type=float, default=50.0, help="writes/s in the load phase")
@@ -211,13 +201,12 @@ def main() -> int:
                     help=argparse.SUPPRESS)
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of "
                     + ", ".join(CONFIGS))
-    ap.add_argument("--out", type=pathlib.Path, default=RESULTS_DIR / "webhook_propagation.json")
-    ap.add_argument("--report", action="store_true", help="print the table of --out's run")
     args = ap.parse_args()
     if args.serve_receiver:
         return serve(*args.serve_receiver)
     if args.report:
-        report(json.loads(args.out.read_text()))
+        doc = skeleton.load(args.out)
+        skeleton.report(doc, table(doc))
         return 0
     began = provenance.start()
     names = args.configs.split(",")
@@ -245,7 +234,7 @@ def main() -> int:
                 "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"),
                 "TETHER_KUBECONFIG": str(plane.kubeconfig), "TETHER_WEBHOOK_WORKERS": "2",
                 "TETHER_WEBHOOK_THREADS": "8", "TETHER_LOG_LEVEL": "INFO",
-                "PYTHONPATH": str(REPO), **CONFIGS[name]}).start()
+                "PYTHONPATH": str(skeleton.REPO), **CONFIGS[name]}).start()
             vwc = stack.vwc_body(f"tether-bench-{ns}", procs[name].url + "/validate",
                                  procs[name].ca.cert_pem, ns)
             stack.register(api, vwc)
@@ -342,17 +331,14 @@ def main() -> int:
                   f"{r['admissions_all_phases']:.0f} of {r['writes_all_phases']} measured writes "
                   f"(plus the probes and re-admissions); {r['not_forwarded']} read-backs not forwarded")
         print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 shared CPUs)")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         doc = {
-            **provenance.stamp("webhook_propagation", began),
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                        "loadavg_before": load_before, "loadavg_after": load_after},
+            "machine": skeleton.machine(loadavg_before=load_before, loadavg_after=load_after),
             "settings": {k: v for k, v in vars(args).items() if k not in ("out", "report")}, "configs": {n: CONFIGS[n] for n in names},
             "results": results, "ratios_to": base, "ratios": ratios,
             "goals": {"isolated_p50_ms": 30, "isolated_p99_ms": 100, "load_p99_ms": 500},
         }
-        args.out.write_text(json.dumps(doc, indent=2) + "\n")
-        report(doc)
+        doc = skeleton.write(args.out, "webhook_propagation", began, doc)
+        skeleton.report(doc, table(doc))
         return 0
     finally:
         for v in vwcs:
