@@ -39,16 +39,12 @@ import tempfile
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+import provenance
+import service_proxy
+import skeleton
 
-import provenance  # noqa: E402
-import service_proxy  # noqa: E402
+from testing import controlplane, deployed, rawapi, serviceproxy, watchenv
 
-from testing import controlplane, deployed, rawapi, serviceproxy, watchenv  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "deployed_write.json"
 PATHS = {"webhook": "shop", "no webhook": "kube-system"}
 HOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 HANDLER_METRIC = "tether_webhook_admission_handler_seconds"
@@ -197,18 +193,17 @@ def report(doc: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = skeleton.options(None, __doc__, raw=True)
     ap.add_argument("--writes", type=int, default=100, help="per path and round")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--gap", type=float, default=0.05, help="seconds between writes")
     ap.add_argument("--before", help="the pod runner's Service proxy of this commit")
     ap.add_argument("--round-trips", type=int, default=300,
                     help="reviews POSTed to a webhook pod and through its Service, each (0: none)")
-    ap.add_argument("--report", action="store_true", help="print the table of the last run's JSON")
     args = ap.parse_args()
-    results = RESULTS.with_name("deployed_write_before.json") if args.before else RESULTS
+    results = args.out or skeleton.RESULTS / ("deployed_write_before.json" if args.before else "deployed_write.json")
     if args.report:
-        report(json.loads(results.read_text()))
+        report(skeleton.load(results))
         return 0
     began = provenance.start()
     with tempfile.TemporaryDirectory(prefix="bench-deployed-") as tmp, \
@@ -225,10 +220,8 @@ def main() -> int:
             trips = round_trips(fleet, args.round_trips) if args.round_trips else {}
         finally:
             fleet.stop()
-    doc = {**provenance.stamp("deployed_write", began), "settings": vars(args), "summary": summary,
-           "round_trips": trips}
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = skeleton.write(results, "deployed_write", began,
+                         {"settings": skeleton.settings(args), "summary": summary, "round_trips": trips})
     print()
     report(doc)
     return 0

@@ -28,33 +28,28 @@ writes bench/results/etcd_size.json (commit, load average, command).
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import hashlib
 import json
-import pathlib
 import subprocess
 import sys
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import provenance
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
-
-from listener import settings as listener_settings  # noqa: E402
-from listener.storage import records  # noqa: E402
-from testing import controlplane  # noqa: E402
-from testing import listenerenv as lt  # noqa: E402
-from tether import (  # noqa: E402
+from listener import settings as listener_settings
+from listener.storage import records
+from testing import controlplane
+from testing import listenerenv as lt
+from tether import (
     apitypes,
     changes,
-    storagebudget,  # noqa: E402
+    storagebudget,
 )
 
-RESULTS = REPO / "bench" / "results" / "etcd_size.json"
 VARIANTS = ("full", "digest", "metadata", "tombstone")
 
 
@@ -135,13 +130,12 @@ def _print(doc: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = skeleton.options("etcd_size", __doc__, raw=True)
     ap.add_argument("--records", type=int, default=10_000)
     ap.add_argument("--threads", type=int, default=8)
-    ap.add_argument("--report", action="store_true", help="print the table of the last run's JSON")
     args = ap.parse_args()
     if args.report:
-        _print(json.loads(RESULTS.read_text()))
+        _print(skeleton.load(args.out))
         return 0
     began = provenance.start()
     with controlplane.planes("etcd-size") as planes:
@@ -149,10 +143,8 @@ def main() -> int:
         api = plane.api_client()
         lt.install_crd(api)
         rows = [_variant(plane, api, v, args.records, args.threads) for v in VARIANTS]
-    doc = {**provenance.stamp("etcd_size", began),
-           "kubernetes": controlplane.kube_apiserver_version(),
-           "rows": rows, "fleet": _fleet(rows)}
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = skeleton.write(args.out, "etcd_size", began, {
+        "kubernetes": controlplane.kube_apiserver_version(), "rows": rows, "fleet": _fleet(rows)})
     _print(doc)
     return 0
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import pathlib
 import sys
 import tempfile
@@ -47,20 +46,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+import provenance
+import skeleton
+from kubernetes import client
 
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
+from testing import controlplane, watchenv
+from testing import listenerenv as lt
+from testing import loopenv as loop
+from testing import webhookstack as stack
+from tether import apitypes, watches
 
-from testing import controlplane, watchenv  # noqa: E402
-from testing import listenerenv as lt  # noqa: E402
-from testing import loopenv as loop  # noqa: E402
-from testing import webhookstack as stack  # noqa: E402
-from tether import apitypes, watches  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "injector_latency.json"
 RUNTIME_ID = "rt-inject"
 KCP_NAMESPACE = "tether-inject"
 TARGET_NAMESPACE = "modules"
@@ -272,7 +267,7 @@ def report(doc: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = skeleton.options("injector_latency", __doc__, raw=True)
     ap.add_argument("--edits", type=int, default=200)
     ap.add_argument("--configmaps", type=int, default=4)
     ap.add_argument("--gap", type=float, default=0.1, help="seconds between an arrival and the next edit")
@@ -284,10 +279,9 @@ def main() -> int:
                     help="of the stream (each written every N/rate s: above the webhook's hot-key interval)")
     ap.add_argument("--baseline-only", action="store_true",
                     help="no injector: the records alone (the harness's check; writes no JSON)")
-    ap.add_argument("--report", action="store_true", help="print the table of the last run's JSON")
     args = ap.parse_args()
     if args.report:
-        report(json.loads(RESULTS.read_text()))
+        report(skeleton.load(args.out))
         return 0
     began = provenance.start()
     closers: list[Any] = []
@@ -314,7 +308,7 @@ def main() -> int:
                     close()
                 except Exception as e:  # noqa: BLE001 - every closer runs
                     print(f"closing: {e}", file=sys.stderr)
-    doc = {**provenance.stamp("injector_latency", began), "settings": vars(args),
+    doc = {"settings": skeleton.settings(args),
            "seconds": round(seconds, 1), "summary": measure(edits, stamps), "injector_applies": applies,
            "stream": measure(stream, stamps) if stream else None,
            "unreached": [{k: v for k, v in e.items() if k != "acked"}
@@ -323,8 +317,7 @@ def main() -> int:
         d = doc["summary"]["record"]
         print(f"records only: n {d['n']} p50 {d['p50_ms']:.1f} p99 {d['p99_ms']:.1f} ms, missing {d['missing']}")
         return 0
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = skeleton.write(args.out, "injector_latency", began, doc)
     print()
     report(doc)
     return 0

@@ -32,24 +32,20 @@ import time
 import uuid
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+import poller_run as pr
+import provenance
+import skeleton
+from kubernetes import client
 
-import poller_run as pr  # noqa: E402
-import provenance  # noqa: E402
-from kubernetes import client  # noqa: E402
-
-from poller import metrics, run, scan, watchrun  # noqa: E402
-from testing import (  # noqa: E402
+from poller import metrics, run, scan, watchrun
+from testing import (
     controlplane,
-    pollerenv,  # noqa: E402
+    pollerenv,
     watchenv,
 )
-from testing import listenerenv as lc  # noqa: E402
-from tether import apitypes, filters, gateway, sender, watches, watchset, watchwire  # noqa: E402
+from testing import listenerenv as lc
+from tether import apitypes, filters, gateway, sender, watches, watchset, watchwire
 
-RESULTS = REPO / "bench" / "results" / "poller_watches.json"
 GROUP = "bench-watches.example.com"
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
@@ -151,15 +147,14 @@ def _print(doc: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = skeleton.options("poller_watches", __doc__, raw=True)
     ap.add_argument("--objects", type=int, default=3000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--page-size", type=int, default=500)
     ap.add_argument("--threads", type=int, default=8)
-    ap.add_argument("--report", action="store_true")
     args = ap.parse_args()
     if args.report:
-        _print(json.loads(RESULTS.read_text()))
+        _print(skeleton.load(args.out))
         return 0
     began = provenance.start()
     with tempfile.TemporaryDirectory(prefix="bench-poller-watches-") as tmp, \
@@ -197,10 +192,9 @@ def main() -> int:
                    "in_sync_seconds": statistics.median(x["seconds"] for x in rs),
                    "baseline_seconds": statistics.median(x["baseline_seconds"] for x in rs)}
                for n, rs in rounds.items()}
-    doc = {**provenance.stamp("poller_watches", began), "settings": vars(args),
-           "rounds": rounds, "summary": summary,
-           "ratio": summary["watches-3"]["in_sync_seconds"] / summary["watches-1"]["in_sync_seconds"]}
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = skeleton.write(args.out, "poller_watches", began, {
+        "settings": skeleton.settings(args), "rounds": rounds, "summary": summary,
+        "ratio": summary["watches-3"]["in_sync_seconds"] / summary["watches-1"]["in_sync_seconds"]})
     print()
     _print(doc)
     return 0

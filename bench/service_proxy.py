@@ -18,10 +18,8 @@ and their ratio to direct; writes bench/results/service_proxy.json.
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import importlib.util
-import json
 import pathlib
 import ssl
 import subprocess
@@ -30,23 +28,18 @@ import tempfile
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+import provenance
+import skeleton
+from webhook_admission import review
 
-import provenance  # noqa: E402
-from webhook_admission import review  # noqa: E402
-
-from testing import controlplane, serviceproxy  # noqa: E402
-from testing import webhookstack as stack  # noqa: E402
-from tether import certs  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "service_proxy.json"
+from testing import controlplane, serviceproxy
+from testing import webhookstack as stack
+from tether import certs
 
 
 def old_proxy(rev: str, work: pathlib.Path) -> Any:
     """The ``Proxy`` class of testing/serviceproxy.py at ``rev`` (stdlib only, loaded from a file)."""
-    src = subprocess.run(["git", "show", f"{rev}:testing/serviceproxy.py"], cwd=REPO, check=True,
+    src = subprocess.run(["git", "show", f"{rev}:testing/serviceproxy.py"], cwd=skeleton.REPO, check=True,
                          capture_output=True, text=True).stdout
     path = work / "serviceproxy_before.py"
     path.write_text(src)
@@ -65,9 +58,9 @@ def server(work: pathlib.Path) -> stack.WebhookProcess:
     env = {"TETHER_RUNTIME_ID": "rt-bench", "TETHER_LISTENER_URL": "https://127.0.0.1:1",
            "TETHER_LISTENER_CA_FILE": str(work / "ca.crt"), "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"),
            "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"), "TETHER_LOG_LEVEL": "WARNING",
-           "PYTHONPATH": str(REPO)}
+           "PYTHONPATH": str(skeleton.REPO)}
     proc = stack.WebhookProcess(work, env)
-    proc.command = [sys.executable, str(REPO / "bench" / "webhook_noop_server.py")]
+    proc.command = [sys.executable, str(skeleton.REPO / "bench" / "webhook_noop_server.py")]
     return proc.start()
 
 
@@ -109,14 +102,13 @@ def report(doc: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = skeleton.options("service_proxy", __doc__, raw=True)
     ap.add_argument("--requests", type=int, default=200, help="per path and round")
     ap.add_argument("--rounds", type=int, default=5, help="alternating windows")
     ap.add_argument("--before", help="also measure the proxy of this commit (e.g. the one before the fix)")
-    ap.add_argument("--report", action="store_true", help="print the table of the last run's JSON")
     args = ap.parse_args()
     if args.report:
-        report(json.loads(RESULTS.read_text()))
+        report(skeleton.load(args.out))
         return 0
     began = provenance.start()
     bodies = [review(f"cm-{k % 50}", k) for k in range(200)]
@@ -146,10 +138,8 @@ def main() -> int:
             for p in proxies:
                 p.close()
             srv.stop()
-    doc = {**provenance.stamp("service_proxy", began), "settings": vars(args),
-           "paths": {name: dist(lat[name]) for name in ports}}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = skeleton.write(args.out, "service_proxy", began, {
+        "settings": skeleton.settings(args), "paths": {name: dist(lat[name]) for name in ports}})
     print()
     report(doc)
     return 0

@@ -35,19 +35,15 @@ import tempfile
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+import provenance
+import skeleton
+import webhook_admission as wa
+from kubernetes import client
 
-import provenance  # noqa: E402
-import webhook_admission as wa  # noqa: E402
-from kubernetes import client  # noqa: E402
+from testing import controlplane, watchenv
+from testing import webhookstack as stack
+from tether import certs, watches, watchwire
 
-from testing import controlplane, watchenv  # noqa: E402
-from testing import webhookstack as stack  # noqa: E402
-from tether import certs, watches, watchwire  # noqa: E402
-
-RESULTS = REPO / "bench" / "results" / "watches_cost.json"
 NS = wa.NAMESPACE
 GROUP = "bench.example.com"
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
@@ -145,15 +141,14 @@ def _print(doc: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = skeleton.options("watches_cost", __doc__, raw=True)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--keys", type=int, default=50)
-    ap.add_argument("--report", action="store_true")
     args = ap.parse_args()
     if args.report:
-        _print(json.loads(RESULTS.read_text()))
+        _print(skeleton.load(args.out))
         return 0
     began = provenance.start()
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-watches-"))
@@ -170,7 +165,7 @@ def main() -> int:
         ca.issue("rt-bench", client=True).write(work / "rt.crt", work / "rt.key")
         (work / "runtime-ca.crt").write_bytes(ca.cert_pem)
         rec = subprocess.Popen([sys.executable, "-m", "testing.receiver", str(work), str(work / "runtime-ca.crt")],
-                               cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               cwd=skeleton.REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                preexec_fn=controlplane.die_with_parent())
         assert rec.stdout is not None and rec.stdin is not None
         port = int(rec.stdout.readline())
@@ -178,14 +173,14 @@ def main() -> int:
                "TETHER_LISTENER_CA_FILE": str(work / "receiver-ca.crt"),
                "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"), "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"),
                "TETHER_KUBECONFIG": str(plane.kubeconfig), "TETHER_WEBHOOK_WORKERS": "2",
-               "TETHER_WEBHOOK_THREADS": "8", "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO)}
+               "TETHER_WEBHOOK_THREADS": "8", "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(skeleton.REPO)}
         for target in SERVERS:  # the mixed stream has a server of its own (its backlog is its own)
             d = work / target
             d.mkdir()
             wire = f"{NS}/tether-{target.removesuffix('-mixed')}"
             proc = stack.WebhookProcess(d, {**env, "TETHER_WATCHES_CONFIGMAP": wire})
             if target == "baseline":
-                proc.command = [sys.executable, str(REPO / "bench" / "webhook_noop_server.py")]
+                proc.command = [sys.executable, str(skeleton.REPO / "bench" / "webhook_noop_server.py")]
             procs[target] = proc.start()
             wa.drive(proc.port, proc.ca_file, streams[target], args.connections, 1.0)  # warm-up
         results = _measure(procs, streams, args)
@@ -197,12 +192,12 @@ def main() -> int:
         plane.stop()
         subprocess.run(["rm", "-rf", str(work)], check=False)
     summary = _summary(results)
-    doc = {**provenance.stamp("watches_cost", began), "settings": vars(args),
+    doc = {"settings": skeleton.settings(args),
            "rounds": results, "summary": summary,
            "throughput_ratio": summary["watches-3"]["throughput"] / summary["watches-1"]["throughput"],
            "cpu_ratio": summary["watches-3"]["requests_per_cpu_second"]
            / summary["watches-1"]["requests_per_cpu_second"]}
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = skeleton.write(args.out, "watches_cost", began, doc)
     print()
     _print(doc)
     return 0
