@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from listener.fleet import watchlist
 from testing import controlplane, watchenv
 from testing import webhookstack as stack
 from testing.listenerenv import COMPAT_WATCH, Env, ListenerProcess, Runtime
@@ -117,10 +118,10 @@ def test_watch_mode_through_the_real_listener(
            "metadata": {"name": f"tether-test-{namespace}"},
            "webhooks": watchwire.webhook_entries(in_force, template)}
     stack.register(skr_api, vwc)
-    # the listener reads the KCP's Watches at most every TETHER_LISTENER_WATCH_CACHE_SECONDS
-    # (5): until then it refuses records of a Watch it does not know yet (the enroller's
-    # rendering follows a new Watch by an interval in a deployment)
-    time.sleep(max(0.0, applied + 5.5 - time.monotonic()))
+    # a listener worker reads the KCP's Watches again at once for a Watch it does not know,
+    # but at most once per REFRESH_FLOOR (1 s): a record of a new Watch is refused as not in
+    # force only within that second after the Watch was applied
+    time.sleep(max(0.0, applied + watchlist.REFRESH_FLOOR + 0.2 - time.monotonic()))
     try:
         core.create_namespaced_config_map(namespace, client.V1ConfigMap(
             metadata=client.V1ObjectMeta(name="plain"), data={"k": "not-asked-for"}))

@@ -156,7 +156,6 @@ def test_a_labelled_configmap_is_sent_under_its_watches_an_unlabelled_one_not_at
     assert meta["data"] == {} and meta["labels"] == {"conf": "yes", "meta": "yes"}  # metadata only
     marker = wh.cm("marker", {"conf": "yes"})  # written after "plain": arrives after it would have
     assert wh.wait("marker", "conf")[0]["resourceVersion"] == marker.metadata.resource_version
-    time.sleep(0.5)
     assert wh.of("plain") == [] and "secret-ish" not in wh.bodies()
     assert all(r["apiVersion"] == changes.API_VERSION_V2 for r in wh.receiver.records())
 
@@ -169,7 +168,9 @@ def test_relabelling_out_sends_a_tombstone_of_that_watch(wh: Stack) -> None:
     assert tomb["deleted"] is True and "data" not in tomb
     assert tomb["resourceVersion"] == moved.metadata.resource_version
     wh.core.patch_namespaced_config_map("leaver", wh.ns, {"data": {"k": "later"}})
-    time.sleep(1.5)  # neither old nor new labels match: the apiserver does not even call us
+    # neither old nor new labels match: the apiserver does not even call us (a ConfigMap
+    # written after it arrives after a record of it would have)
+    wh.wait(wh.cm("leaver-marker", {"conf": "yes"}).metadata.name, "conf")
     assert len(wh.of("leaver")) == 2 and "later" not in wh.bodies()
 
 
