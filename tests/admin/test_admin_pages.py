@@ -21,7 +21,7 @@ import requests
 from kubernetes import client
 
 from listener.fleet import heartbeat
-from testing import adminenv, controlplane
+from testing import adminenv, controlplane, pollerenv
 from testing.listenerenv import metric_value
 from tether import apitypes, delivery
 
@@ -121,11 +121,13 @@ def test_the_fleet_page_sorts_the_worst_first_searches_and_filters(
 
 def test_the_fleet_is_paginated(admin_env: adminenv.Env, scene: dict[str, str],
                                 tokens: dict[str, str]) -> None:
-    for i in range(4):  # 9 runtimes: two pages of five
-        admin_env.runtime(f"page-{i}")
+    added = [admin_env.runtime(f"page-{i}") for i in range(4)]  # 9 runtimes: two pages of five
     p = adminenv.AdminProcess(admin_env, TETHER_ADMIN_PAGE_SIZE="5")
     try:
-        time.sleep(1.5)
+        pollerenv.wait_until(  # its snapshot holds every runtime
+            lambda: set(added) <= {*rows(p.get("/fleet", tokens["operator"]).text),
+                                   *rows(p.get("/fleet?page=2", tokens["operator"]).text)},
+            30, "the four runtimes added on the fleet's two pages")
         first = p.get("/fleet", tokens["operator"]).text
         second = p.get("/fleet?page=2", tokens["operator"]).text
         far = p.get("/fleet?page=999", tokens["operator"]).text  # clamped to the last page
@@ -226,10 +228,12 @@ def test_request_metrics_by_route(ready: adminenv.AdminProcess, tokens: dict[str
 
 def test_tokens_never_reach_the_logs_and_sign_ins_are_audited(
         ready: adminenv.AdminProcess, tokens: dict[str, str]) -> None:
+    signed_in = sum(e.get("event") == "admin_sign_in" for e in ready.audit())
     s = requests.post(ready.url + "/login", data={"token": tokens["fleet-only"]}, timeout=10,
                       verify=str(ready.env.ca_file), allow_redirects=False)
     assert s.status_code == 303
-    time.sleep(0.5)
+    pollerenv.wait_until(lambda: sum(e.get("event") == "admin_sign_in" for e in ready.audit()) > signed_in,
+                         10, "the sign-in's audit event")
     text = ready.log() + ready.audit_text()
     for token in tokens.values():
         assert token not in text and token[-24:] not in text
@@ -248,7 +252,9 @@ def test_the_fleet_metrics_name_the_runtimes_with_a_problem_and_are_capped(
     assert metric_value(text, "tether_fleet_runtimes") >= len(scene)
     capped = adminenv.AdminProcess(admin_env, TETHER_ADMIN_PROBLEM_SERIES="2")
     try:
-        time.sleep(1.5)
+        pollerenv.wait_until(  # its snapshot holds the scene
+            lambda: metric_value(capped.metrics(), "tether_fleet_runtimes") >= len(scene), 30,
+            "the capped admin's snapshot of the fleet")
         t = capped.metrics()
         assert len(re.findall(r"^tether_fleet_runtime_problem\{", t, re.M)) == 2
         assert metric_value(t, "tether_fleet_runtime_problems_omitted") >= 3
