@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from admin import guard as admin_guard
-from testing import adminenv
+from testing import adminenv, pollerenv
 from testing.listenerenv import metric_value
 
 pytestmark = pytest.mark.slow
@@ -138,13 +138,15 @@ def test_the_cookie_holds_a_session_id_never_the_token(
     assert api.status_code == 401
     assert admin.get("/compass", headers=as_cookie("made-up-" + sid[8:])).status_code == 303
     # a browser-like client: signs in, sees pages, signs out, is sent to sign in again
+    signed_out = sum(e.get("event") == "admin_sign_out" for e in admin.audit())
     s = admin.session()
     assert s.post(admin.url + "/login", data={"token": token}, allow_redirects=False,
                   timeout=10).status_code == 303
     assert s.get(admin.url + "/parts", allow_redirects=False, timeout=10).status_code == 200
     assert s.post(admin.url + "/logout", allow_redirects=False, timeout=10).status_code == 303
     assert s.get(admin.url + "/parts", allow_redirects=False, timeout=10).status_code == 303
-    time.sleep(0.5)
+    pollerenv.wait_until(lambda: sum(e.get("event") == "admin_sign_out" for e in admin.audit())
+                         > signed_out, 10, "the sign-out's audit event")
     logged = admin.log() + admin.audit_text()
     assert token not in logged and sid not in logged and sid[:16] not in logged
 
@@ -202,10 +204,12 @@ def test_a_token_without_a_page_right_makes_no_session(
     assert refused.status_code == 403 and "may not get adminpages/fleet" in refused.text
     assert metric_value(admin.metrics(), "tether_admin_sessions") == held + 1
     assert admin.get("/fleet", headers=as_cookie(operator)).status_code == 200
-    time.sleep(0.5)
-    denied = [e for e in admin.audit() if e.get("event") == "admin_sign_in_denied"]
-    assert {e.get("page") for e in denied} >= {"fleet", "compass", "parts", "rollout",
-                                                "runtime"}
+    pages = {"fleet", "compass", "parts", "rollout", "runtime"}
+
+    def denied() -> set[object]:
+        return {e.get("page") for e in admin.audit() if e.get("event") == "admin_sign_in_denied"}
+    pollerenv.wait_until(lambda: denied() >= pages, 10, f"sign-ins denied on {pages} audited")
+    assert denied() >= pages
     assert tokens["nobody"] not in admin.audit_text() + admin.log()
 
 
