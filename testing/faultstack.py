@@ -14,7 +14,8 @@ background thread, recording every write's result and its own model of the final
 
 ``Stack.wait_converged``: polls until the KCP's RuntimeConfigMaps of the runtime equal its
 ConfigMaps exactly (same keys live, same uid, resourceVersion, data, labels, annotations;
-the deleted ones tombstoned or absent), bounded, with the difference in the failure.
+the deleted ones tombstoned or absent), bounded, with the difference in the failure;
+``finish`` ends a fault test with it (the customer stopped, its writes checked, the report).
 
 ``CompassProcess``: ``tether compass`` as a subprocess (the Director stand-in is the
 caller's, in-process, so faults can be switched).
@@ -473,6 +474,27 @@ class Workload:
         return (f"{len(self.writes)} writes ({ops['create']} create, {ops['update']} update, "
                 f"{ops['delete']} delete), {len(self.failed())} failed, {len(self.retried())} "
                 f"retried, longest {self.max_seconds():.2f}s, {len(self.expected)} live at the end")
+
+
+# -- the end of a fault ----------------------------------------------------------------
+
+
+def finish(s: Stack, w: Workload, report: Callable[..., None], *, fault: str, began: float,
+           healed: float, timeout: float = 60.0, **extra: Any) -> float:
+    """Stop the customer, check its writes and the runtime, wait for the KCP; ``report`` the
+    fault's numbers (the fault tests' report fixture). The seconds to converge."""
+    last_write = w.stop()
+    failed = w.failed()
+    assert not failed, f"{len(failed)} customer writes failed, e.g. {failed[:3]}; {w.summary()}"
+    w.check_runtime()
+    since = max(healed, last_write)
+    converged = s.wait_converged(since, timeout)
+    report(fault=fault, writes=len(w.writes), failed=len(failed), retried=len(w.retried()),
+           fault_seconds=round(healed - began, 1),
+           after_fault_seconds=round(converged + since - healed, 1),
+           converged_seconds=round(converged, 1), workload=w.summary(), **extra)
+    return converged
+
 
 
 # -- compass -----------------------------------------------------------------------------

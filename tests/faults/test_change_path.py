@@ -11,34 +11,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from testing import controlplane
-from testing.faultstack import Stack, Workload
+from testing.faultstack import Stack, Workload, finish
 from testing.history import History
 from testing.pollerenv import wait_until
 
 pytestmark = pytest.mark.slow
 MakeStack = Callable[..., Stack]
 Report = Callable[..., None]
-
-
-def finish(s: Stack, w: Workload, report: Report, *, fault: str, began: float, healed: float,
-           timeout: float = 60.0, **extra: Any) -> float:
-    """Stop the customer, check its writes and the runtime, wait for the KCP; report."""
-    last_write = w.stop()
-    failed = w.failed()
-    assert not failed, f"{len(failed)} customer writes failed, e.g. {failed[:3]}; {w.summary()}"
-    w.check_runtime()
-    since = max(healed, last_write)
-    converged = s.wait_converged(since, timeout)
-    report(fault=fault, writes=len(w.writes), failed=len(failed), retried=len(w.retried()),
-           fault_seconds=round(healed - began, 1),
-           after_fault_seconds=round(converged + since - healed, 1),
-           converged_seconds=round(converged, 1), workload=w.summary(), **extra)
-    return converged
 
 
 def test_listener_killed_and_restarted_mid_burst(stack: MakeStack, report: Report) -> None:

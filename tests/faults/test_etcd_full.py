@@ -27,11 +27,10 @@ import pytest
 from kubernetes import client
 
 from testing import controlplane, listenerenv
-from testing.faultstack import POLL_INTERVAL, Stack, Workload
+from testing.faultstack import POLL_INTERVAL, Stack, Workload, finish
 from testing.history import History
 from testing.listenerenv import metric_value
 from testing.pollerenv import wait_until
-from tests.faults.test_change_path import finish
 
 pytestmark = pytest.mark.slow
 QUOTA = 32 * 1024 * 1024
