@@ -133,16 +133,16 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, table(doc))
+
+
 def main(argv: list[str]) -> int:
     ap = skeleton.options("admin_pages", __doc__, raw=True)
     ap.add_argument("--runtimes", type=int, default=5000)
     ap.add_argument("--small", type=int, default=50)
     ap.add_argument("--requests", type=int, default=200)
-    args = ap.parse_args(argv)
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, table(doc))
-        return 0
+    args = skeleton.parse(ap, report, argv)
     began = provenance.start()
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-admin-"))
     results: dict[str, Any] = {"runtimes": args.runtimes, "small": args.small,
@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
     results["goal_met"] = ok
     results = skeleton.write(args.out, "admin_pages", began, results, indent=1)
     print()
-    skeleton.report(results, table(results))
+    report(results)
     print(f"\nwritten {args.out}")
     return 0
 

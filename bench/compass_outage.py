@@ -98,15 +98,15 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, table(doc))
+
+
 def main(argv: list[str]) -> int:
     p = skeleton.options("compass_outage")
     p.add_argument("--kymas", type=int, default=100)
     p.add_argument("--outage", type=float, default=15.0)
-    args = p.parse_args(argv)
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, table(doc))
-        return 0
+    args = skeleton.parse(p, report, argv)
     logging.basicConfig(level=logging.ERROR)
     began = provenance.start()
     d = Director()
@@ -130,7 +130,7 @@ def main(argv: list[str]) -> int:
               f"{ratio:>9.3f} {r['seconds_to_ready_after_recovery']:>17}")
     result = skeleton.write(args.out, "compass_outage", began,
                             {"machine": skeleton.machine(), "results": out}, indent=1)
-    skeleton.report(result, table(result))
+    report(result)
     return 0
 
 

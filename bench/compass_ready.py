@@ -157,17 +157,17 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, table(doc))
+
+
 def main(argv: list[str]) -> int:
     p = skeleton.options("compass_ready")
     p.add_argument("--kymas", type=int, default=1000)
     p.add_argument("--baseline", type=int, default=50)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--latency-ms", type=float, default=50.0)
-    args = p.parse_args(argv)
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, table(doc))
-        return 0
+    args = skeleton.parse(p, report, argv)
     began = provenance.start()
     logging.basicConfig(level=logging.WARNING)
     load_start = began.load

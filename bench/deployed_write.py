@@ -200,11 +200,7 @@ def main() -> int:
     ap.add_argument("--before", help="the pod runner's Service proxy of this commit")
     ap.add_argument("--round-trips", type=int, default=300,
                     help="reviews POSTed to a webhook pod and through its Service, each (0: none)")
-    args = ap.parse_args()
-    results = args.out or skeleton.RESULTS / ("deployed_write_before.json" if args.before else "deployed_write.json")
-    if args.report:
-        report(skeleton.load(results))
-        return 0
+    args = skeleton.parse(ap, report, named=lambda a: f"deployed_write{'_before' if a.before else ''}.json")
     began = provenance.start()
     with tempfile.TemporaryDirectory(prefix="bench-deployed-") as tmp, \
             controlplane.planes("bench-skr", "bench-kcp") as planes:
@@ -220,7 +216,7 @@ def main() -> int:
             trips = round_trips(fleet, args.round_trips) if args.round_trips else {}
         finally:
             fleet.stop()
-    doc = skeleton.write(results, "deployed_write", began,
+    doc = skeleton.write(args.out, "deployed_write", began,
                          {"settings": skeleton.settings(args), "summary": summary, "round_trips": trips})
     print()
     report(doc)

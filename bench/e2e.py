@@ -663,6 +663,10 @@ def propagation_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, configuration_table(doc), propagation_table(doc))
+
+
 def main() -> int:
     ap = skeleton.options("e2e", __doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=20.0, help="per window")
@@ -684,11 +688,7 @@ def main() -> int:
                     help="webhook settings of the kind tether+NAME (list it in --kinds), e.g. "
                          "--variant lanes1:TETHER_WEBHOOK_FORWARDER_READ_LANES=1 --kinds tether,tether+lanes1: "
                          "settings compared in alternating windows of one run")
-    args = ap.parse_args()
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, configuration_table(doc), propagation_table(doc))
-        return 0
+    args = skeleton.parse(ap, report)
     args.variants = {name: dict(kv.split("=", 1) for kv in env.split(","))
                      for name, env in (v.split(":", 1) for v in args.variant)}
     began = provenance.start()
@@ -798,7 +798,7 @@ def main() -> int:
     }
     doc = skeleton.write(args.out, "e2e", began, doc)
     print()
-    skeleton.report(doc, configuration_table(doc), propagation_table(doc))
+    report(doc)
     return 0
 
 

@@ -61,16 +61,16 @@ def table(doc: dict[str, Any]) -> str:
         f"{median('writes_per_runtime'):g} |"])
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, table(doc))
+
+
 def main(argv: list[str]) -> int:
     ap = skeleton.options("enroller_scale", __doc__, raw=True)
     ap.add_argument("--runtimes", type=int, default=10)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--steady", type=int, default=3)
-    args = ap.parse_args(argv)
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, table(doc))
-        return 0
+    args = skeleton.parse(ap, report, argv)
     began = provenance.start()
     logging.basicConfig(level=logging.WARNING)
     t0 = time.monotonic()
@@ -151,7 +151,7 @@ def main(argv: list[str]) -> int:
           f"{result['extrapolated_seconds_for_1000']} s ({math.ceil(1000 / args.concurrency)} waves of "
           f"{per_wave:.2f} s)")
     result = skeleton.write(args.out, "enroller_scale", began, result, indent=1)
-    skeleton.report(result, table(result))
+    report(result)
     return 0
 
 

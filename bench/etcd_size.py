@@ -133,10 +133,7 @@ def main() -> int:
     ap = skeleton.options("etcd_size", __doc__, raw=True)
     ap.add_argument("--records", type=int, default=10_000)
     ap.add_argument("--threads", type=int, default=8)
-    args = ap.parse_args()
-    if args.report:
-        _print(skeleton.load(args.out))
-        return 0
+    args = skeleton.parse(ap, _print)
     began = provenance.start()
     with controlplane.planes("etcd-size") as planes:
         plane = planes["etcd-size"]

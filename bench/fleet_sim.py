@@ -706,6 +706,10 @@ def parse_steps(text: str, noisy_rate: float) -> list[tuple[int, float, float]]:
     return out
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, tables(doc))
+
+
 def main(argv: list[str]) -> int:
     ap = skeleton.options("fleet_sim")
     ap.add_argument("--runtimes", type=int, default=5000)
@@ -722,13 +726,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--cache", type=pathlib.Path,
                     default=pathlib.Path(tempfile.gettempdir()) / "tether-fleet-sim-certs")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    args = skeleton.parse(ap, report, argv)
     if args.child:
         return child(*args.child)
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, tables(doc))
-        return 0
 
     from testing import compassenv, controlplane
     from testing import listenerenv as lt
@@ -789,7 +789,7 @@ def main(argv: list[str]) -> int:
         "seconds_total": round(time.monotonic() - started, 1),
     }
     result = skeleton.write(args.out, "fleet_sim", began, result, indent=1)
-    skeleton.report(result, tables(result))
+    report(result)
     print(f"first broken step: {result['first_broken']}; total {result['seconds_total']} s; load "
           f"average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     return 0

@@ -279,10 +279,7 @@ def main() -> int:
                     help="of the stream (each written every N/rate s: above the webhook's hot-key interval)")
     ap.add_argument("--baseline-only", action="store_true",
                     help="no injector: the records alone (the harness's check; writes no JSON)")
-    args = ap.parse_args()
-    if args.report:
-        report(skeleton.load(args.out))
-        return 0
+    args = skeleton.parse(ap, report)
     began = provenance.start()
     closers: list[Any] = []
     stamps = Stamps()

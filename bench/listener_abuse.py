@@ -673,7 +673,7 @@ def _arguments() -> argparse.Namespace:
                          "generators' core it goes first, as if they were on another machine")
     ap.add_argument("--greedy-conns", type=int, default=128,
                     help="MAX_CONNECTIONS_PER_RUNTIME (64) x workers")
-    args = ap.parse_args()
+    args = skeleton.parse(ap, report)
     if args.short:
         args.seconds, args.requests = 2.0, 100
     return args
@@ -681,9 +681,6 @@ def _arguments() -> argparse.Namespace:
 
 def main() -> int:
     args = _arguments()
-    if args.report:
-        report(skeleton.load(args.out))
-        return 0
     shapes = [s for s in args.shapes.split(",") if s]
     started = time.monotonic()
     began = provenance.start()

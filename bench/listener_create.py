@@ -271,6 +271,10 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, table(doc))
+
+
 def main() -> int:
     ap = skeleton.options("listener_create")
     ap.add_argument("--objects", type=int, default=3200)
@@ -293,11 +297,7 @@ def main() -> int:
     ap.add_argument("--new-ref", default="HEAD")
     ap.add_argument("--concurrency", type=int, default=8,
                     help="the listener's TETHER_LISTENER_PERSIST_CONCURRENCY (the other: 1)")
-    args = ap.parse_args()
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, table(doc))
-        return 0
+    args = skeleton.parse(ap, report)
     began = provenance.start()
     n, threads, batch = args.objects, args.threads, args.batch
     if n < threads * batch * ROUNDS:
@@ -469,7 +469,7 @@ def main() -> int:
         "seconds_total": round(time.monotonic() - started, 1),
     }
     doc = skeleton.write(args.out, "listener_create", began, doc)
-    skeleton.report(doc, table(doc))
+    report(doc)
     return 0
 
 

@@ -44,15 +44,15 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, table(doc))
+
+
 def main() -> int:
     ap = skeleton.options("listener_fuzz")
     ap.add_argument("--examples", type=int, default=300)
     ap.add_argument("--steps", type=int, default=10)
-    args = ap.parse_args()
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, table(doc))
-        return 0
+    args = skeleton.parse(ap, report)
     began = provenance.start()
     started = time.monotonic()
     load_before = os.getloadavg()[0]
@@ -92,7 +92,7 @@ def main() -> int:
         "failure": failure,
     }
     doc = skeleton.write(args.out, "listener_fuzz", began, doc)
-    skeleton.report(doc, table(doc))
+    report(doc)
     return 1 if failure or server_errors or unexpected else 0
 
 

@@ -119,6 +119,10 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, table(doc))
+
+
 def main() -> int:
     ap = skeleton.options("listener_throughput")
     ap.add_argument("--objects", type=int, default=400)
@@ -131,11 +135,7 @@ def main() -> int:
     ap.add_argument("--direct-body", choices=("listener", "record"), default="listener",
                     help="what the direct writer stores: the listener's stored form of the "
                          "record (default: the same content and size) or the record's bare body")
-    args = ap.parse_args()
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, table(doc))
-        return 0
+    args = skeleton.parse(ap, report)
     began = provenance.start()
     n, threads, batch = args.objects, args.threads, args.batch
     started = time.monotonic()
@@ -252,7 +252,7 @@ def main() -> int:
         "seconds_total": round(time.monotonic() - started, 1),
     }
     doc = skeleton.write(args.out, "listener_throughput", began, doc)
-    skeleton.report(doc, table(doc))
+    report(doc)
     return 0
 
 

@@ -268,6 +268,10 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, table(doc))
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--child"]:
         return child(json.loads(argv[1]))
@@ -277,11 +281,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--budget-minutes", type=float, default=15.0,
                     help="set-up time for all sizes; a size that would not fit is replaced "
                          "by the largest multiple of 5,000 that does (and recorded)")
-    args = ap.parse_args(argv)
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, table(doc))
-        return 0
+    args = skeleton.parse(ap, report, argv)
     began = provenance.start()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     started = time.monotonic()
@@ -361,7 +361,7 @@ def main(argv: list[str]) -> int:
         print(f"not measured: {sk['planned']} objects (set-up projected at "
               f"{sk['projected_setup_seconds']} s, past --budget-minutes)")
     print(f"total {result['total_seconds']:.0f}s; wrote {args.out}")
-    skeleton.report(result, table(result))
+    report(result)
     return 0
 
 

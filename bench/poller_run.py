@@ -201,16 +201,16 @@ def tables(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, tables(doc))
+
+
 def main(argv: list[str]) -> int:
     ap = skeleton.options("poller_run", __doc__.splitlines()[0])
     ap.add_argument("--objects", type=int, default=10_000)
     ap.add_argument("--page-size", type=int, default=500)
     ap.add_argument("--threads", type=int, default=8)
-    args = ap.parse_args(argv)
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, tables(doc))
-        return 0
+    args = skeleton.parse(ap, report, argv)
     began = provenance.start()
     n = args.objects
     started = time.monotonic()
@@ -311,7 +311,7 @@ def main(argv: list[str]) -> int:
           f"unpaginated list {m['unpaginated_list_peak_heap'] / mib:.1f} MiB "
           f"(listed JSON {m['listed_json_bytes'] / mib:.1f} MiB)")
     print(f"total {result['total_seconds']:.0f}s; wrote {args.out}")
-    skeleton.report(result, tables(result))
+    report(result)
     return 0
 
 

@@ -152,10 +152,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--page-size", type=int, default=500)
     ap.add_argument("--threads", type=int, default=8)
-    args = ap.parse_args()
-    if args.report:
-        _print(skeleton.load(args.out))
-        return 0
+    args = skeleton.parse(ap, _print)
     began = provenance.start()
     with tempfile.TemporaryDirectory(prefix="bench-poller-watches-") as tmp, \
             controlplane.planes("skr", "kcp") as p:

@@ -102,16 +102,16 @@ def row(change: str, took: list[float], tries: int) -> dict[str, Any]:
             "not_refused": sum(1 for t in took if t >= BOUND)}
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, table(doc))
+
+
 def main() -> int:
     ap = skeleton.options("revocation")
     ap.add_argument("--tries", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--poll", type=float, default=0.02)
-    args = ap.parse_args()
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, table(doc))
-        return 0
+    args = skeleton.parse(ap, report)
     began = provenance.start()
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
             controlplane.ControlPlane("kcp") as kcp:
@@ -141,7 +141,7 @@ def main() -> int:
                     row("either", every, args.tries)],
            "samples_ms": {k: [round(t * 1000, 1) for t in v] for k, v in took.items()}}
     doc = skeleton.write(args.out, "revocation", began, doc)
-    skeleton.report(doc, table(doc))
+    report(doc)
     return 0
 
 

@@ -106,10 +106,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=200, help="per path and round")
     ap.add_argument("--rounds", type=int, default=5, help="alternating windows")
     ap.add_argument("--before", help="also measure the proxy of this commit (e.g. the one before the fix)")
-    args = ap.parse_args()
-    if args.report:
-        report(skeleton.load(args.out))
-        return 0
+    args = skeleton.parse(ap, report)
     began = provenance.start()
     bodies = [review(f"cm-{k % 50}", k) for k in range(200)]
     lat: dict[str, list[float]] = {}

@@ -3,9 +3,17 @@ bench takes, the JSON it writes and the report it prints from that JSON.
 
 Importing this module puts the checkout first on ``sys.path``, so a bench imports it before
 the parts it measures (``testing``, ``listener``, ...): `import skeleton` sorts among the
-third-party imports, above the first-party ones. The options are ``--out`` (the JSON,
-bench/results/<bench>.json unless the bench names another) and ``--report`` (print the
-report of ``--out``'s run and exit). The JSON opens with bench/provenance.py's fields (the
+third-party imports, above the first-party ones. A bench then runs in this order:
+
+    ap = skeleton.options("name", __doc__)       # --out (bench/results/name.json), --report
+    ap.add_argument(...)                         # its own options
+    args = skeleton.parse(ap, report, argv)      # with --report: prints --out's run, exits
+    began = provenance.start()
+    ...                                          # what it measures
+    report(skeleton.write(args.out, "name", began, doc))
+
+where the bench's ``report(doc)`` is ``skeleton.report(doc, table(doc))`` for a bench whose
+tables docs/performance.md prints. The JSON opens with bench/provenance.py's fields (the
 commit, the load average, the command) and the report ends with its footer, so a table in
 docs/performance.md names the run it was printed from."""
 
@@ -17,6 +25,7 @@ import os
 import pathlib
 import platform
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import provenance
@@ -45,6 +54,21 @@ def options(bench: str | None, description: str | None = None, *,
     return ap
 
 
+def parse(ap: argparse.ArgumentParser, show: Callable[[dict[str, Any]], None],
+          argv: list[str] | None = None, *,
+          named: Callable[[argparse.Namespace], str] | None = None) -> argparse.Namespace:
+    """The options of a run. With ``--report``, `show` prints the report of ``--out``'s run
+    and the bench exits. A bench whose file depends on its options (``options(None)``)
+    gives `named`: ``--out`` left out is bench/results/``named(args)``."""
+    args = ap.parse_args(argv)
+    if args.out is None and named is not None:
+        args.out = RESULTS / named(args)
+    if args.report:
+        show(load(args.out))
+        ap.exit()
+    return args
+
+
 def settings(args: argparse.Namespace) -> dict[str, Any]:
     """The options of a run as its JSON keeps them: all but ``--out`` (the file is the JSON)."""
     return {k: v for k, v in vars(args).items() if k != "out"}
@@ -63,7 +87,8 @@ def load(path: pathlib.Path) -> dict[str, Any]:
 def write(path: pathlib.Path, bench: str, began: provenance.Start, doc: dict[str, Any], *,
           indent: int = 2) -> dict[str, Any]:
     """`doc` after the provenance of its run (a key of `doc` overrides one of provenance's in
-    place), written to `path`, its folder made; returns what was written."""
+    place), written to `path`, its folder made; returns what was written. `indent` is the
+    one the bench's committed JSON has (1 or 2), so a new run's diff shows values only."""
     doc = {**provenance.stamp(bench, began), **doc}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=indent) + "\n")

@@ -146,10 +146,7 @@ def main() -> int:
     ap.add_argument("--writes", type=int, default=50, help="ConfigMaps (writes) per namespace and round")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--spacing", type=float, default=0.05, help="seconds between writes")
-    args = ap.parse_args()
-    if args.report:
-        report(skeleton.load(args.out))
-        return 0
+    args = skeleton.parse(ap, report)
     began = provenance.start()
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-two-webhooks-"))
     plane = controlplane.ControlPlane("bench-two-webhooks").start()

@@ -146,10 +146,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--keys", type=int, default=50)
-    args = ap.parse_args()
-    if args.report:
-        _print(skeleton.load(args.out))
-        return 0
+    args = skeleton.parse(ap, _print)
     began = provenance.start()
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-watches-"))
     plane = controlplane.ControlPlane("bench-watches").start()

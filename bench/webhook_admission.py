@@ -181,6 +181,10 @@ def tables(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, tables(doc))
+
+
 def main() -> int:
     ap = skeleton.options(None, __doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=3.0, help="per measurement window")
@@ -189,12 +193,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--keys", type=int, default=50, help="distinct ConfigMaps in the reviews")
-    args = ap.parse_args()
-    out = args.out or skeleton.RESULTS / f"webhook_admission_keys{args.keys}.json"
-    if args.report:
-        doc = skeleton.load(out)
-        skeleton.report(doc, tables(doc))
-        return 0
+    args = skeleton.parse(ap, report, named=lambda a: f"webhook_admission_keys{a.keys}.json")
     began = provenance.start()
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-webhook-"))
@@ -293,8 +292,7 @@ def main() -> int:
             "records_forwarded": forwarded,
             "wsgi_us_per_request": wsgi, "wsgi_handler_extra_us": wsgi_extra,
         }
-        doc = skeleton.write(out, "webhook_admission", began, doc)
-        skeleton.report(doc, tables(doc))
+        report(skeleton.write(args.out, "webhook_admission", began, doc))
         return 0
     finally:
         if rec is not None:

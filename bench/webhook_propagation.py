@@ -190,6 +190,10 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report(doc: dict[str, Any]) -> None:
+    skeleton.report(doc, table(doc))
+
+
 def main() -> int:
     ap = skeleton.options("webhook_propagation", __doc__.split("\n\n")[0])
     ap.add_argument("--isolated", type=int, default=200, help="isolated writes per configuration")
@@ -201,13 +205,9 @@ def main() -> int:
                     help=argparse.SUPPRESS)
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of "
                     + ", ".join(CONFIGS))
-    args = ap.parse_args()
+    args = skeleton.parse(ap, report)
     if args.serve_receiver:
         return serve(*args.serve_receiver)
-    if args.report:
-        doc = skeleton.load(args.out)
-        skeleton.report(doc, table(doc))
-        return 0
     began = provenance.start()
     names = args.configs.split(",")
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-bench-propagation-"))
@@ -337,8 +337,7 @@ def main() -> int:
             "results": results, "ratios_to": base, "ratios": ratios,
             "goals": {"isolated_p50_ms": 30, "isolated_p99_ms": 100, "load_p99_ms": 500},
         }
-        doc = skeleton.write(args.out, "webhook_propagation", began, doc)
-        skeleton.report(doc, table(doc))
+        report(skeleton.write(args.out, "webhook_propagation", began, doc))
         return 0
     finally:
         for v in vwcs:
