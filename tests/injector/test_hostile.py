@@ -33,7 +33,7 @@ from injector import merge
 from listener.storage import records, rules
 from testing import cgroups, controlplane, listenerenv, watchenv
 from testing import loopenv as loop
-from tests.injector.test_injector import CM, GROUP, new_namespace
+from testing.injectorenv import GROUP, new_namespace
 from tether import apitypes, storagebudget
 
 pytestmark = pytest.mark.slow
@@ -108,7 +108,7 @@ def test_offenders_at_their_quota_are_refused_alone_and_honest_runtimes_flow(
     ns, records_ns, target_ns = (new_namespace(api, p) for p in ("injh", "injhrec", "injhmod"))
     watch = f"injh-{uuid.uuid4().hex[:6]}"
     watchenv.apply(api, watchenv.watch(
-        watch, CM, ns, storage={"namespace": records_ns},
+        watch, loop.CM, ns, storage={"namespace": records_ns},
         inject={"resource": {"group": GROUP, "version": "v1", "resource": loop.SAMPLES},
                 "namespace": target_ns, "field": "spec.configuration"}))
     co = client.CustomObjectsApi(api)

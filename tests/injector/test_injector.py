@@ -25,19 +25,11 @@ from injector import merge
 from listener.storage import records
 from testing import consumerenv, controlplane, listenerenv, watchenv
 from testing import loopenv as loop
+from testing.injectorenv import GROUP, new_namespace
 from tether import apitypes
 
 pytestmark = pytest.mark.slow
-GROUP = "sample.injector.tether-test.example.com"
-CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 WAIT = 30.0
-
-
-def new_namespace(api: client.ApiClient, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    controlplane.retry_busy(lambda: client.CoreV1Api(api).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))))
-    return name
 
 
 @dataclasses.dataclass
@@ -131,7 +123,7 @@ def env(kcp: controlplane.ControlPlane, kcp_api: client.ApiClient,
     records_ns, target_ns = new_namespace(kcp_api, "injrec"), new_namespace(kcp_api, "injmod")
     watch = f"inj-{uuid.uuid4().hex[:6]}"
     watchenv.apply(kcp_api, watchenv.watch(
-        watch, CM, ns, storage={"namespace": records_ns},
+        watch, loop.CM, ns, storage={"namespace": records_ns},
         inject={"resource": {"group": GROUP, "version": "v1", "resource": loop.SAMPLES},
                 "namespace": target_ns, "field": "spec.configuration"}))
     e = Env(kcp, kcp_api, ns, records_ns, target_ns, watch, tmp_path_factory.mktemp("injector"),
@@ -252,7 +244,7 @@ def test_watches_over_the_bound_are_not_followed(env: Env) -> None:
     ns = new_namespace(env.api, "injw")
     for name in ("w-a", "w-b"):
         watchenv.apply(env.api, watchenv.watch(
-            name, CM, ns, inject={"resource": {"group": GROUP, "version": "v1",
+            name, loop.CM, ns, inject={"resource": {"group": GROUP, "version": "v1",
                                                "resource": loop.SAMPLES},
                                   "namespace": ns, "field": "spec.configuration"}))
     other = loop.InjectorProcess(env.work, "bounded", {
