@@ -281,11 +281,17 @@ def test_nudger_coalesces_per_kyma_cr(kcp: gateway.Kube, ns: str) -> None:
     calls: list[tuple[str, float]] = []
     stop = threading.Event()
     nudger = consumer.Nudger(lambda kyma: calls.append((kyma, time.monotonic())), 1.0)
-    changes = consumer.consume(kcp, namespace=ns, watch=WATCH, stop=stop)
-    t = threading.Thread(target=nudger.run, args=(changes, stop), daemon=True)
+    listed = threading.Event()
+
+    def changes() -> Iterator[consumer.Event]:  # the consumer's, noting its first Synced
+        for ev in consumer.consume(kcp, namespace=ns, watch=WATCH, stop=stop):
+            if isinstance(ev, consumer.Synced):
+                listed.set()
+            yield ev
+    t = threading.Thread(target=nudger.run, args=(changes(), stop), daemon=True)
     t.start()
     try:
-        time.sleep(0.5)
+        assert listed.wait(30), "the consumer never listed"  # the writes below are watch events
         t0 = time.monotonic()
         for i in range(6):
             store.put("rt-1", "team", "a", data={"v": str(i)}, kyma="kyma-1")
