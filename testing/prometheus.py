@@ -134,7 +134,7 @@ class Server:
             got = probe()
             if got:
                 return got
-            time.sleep(1)
+            time.sleep(0.2)  # a probe is one local HTTP request
         raise AssertionError(f"{what}: not within {timeout:.0f}s\n{self.log()[-2000:]}")
 
     def stop(self) -> None:

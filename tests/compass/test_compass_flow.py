@@ -233,7 +233,7 @@ def test_timeouts_and_graphql_errors_are_retried_and_reported(
         assert reg["reason"] == "DirectorInvalidInput" and "InvalidData" in reg["message"]
         d.store.set_faults(store_mod.Faults(graphql_error="InternalError",
                                             operations=("registerRuntime",)))
-        time.sleep(1.0)
+        time.sleep(1.0)  # past its backoff (capped at 1 s): the next run tries it again
         svc.job.run()
         st = (h.get_mapping(kcp_api, ns, "err-01") or {})["status"]
         assert st["state"] == "Processing" and st["failures"] == 2

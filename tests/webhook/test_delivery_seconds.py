@@ -106,7 +106,7 @@ def test_retries_during_a_listener_outage_are_part_of_the_delivery_time(
                           "the listener never called")
             failed_at = time.monotonic()
             assert proc.metric(COUNT) == 0  # a refused delivery is not a delivery
-            time.sleep(2.5)
+            time.sleep(2.5)  # the outage: the delivery's time must include it
             receiver.mode = "ok"
             receiver.wait_for(lambda recs: any(r["name"] == "app" for r in recs), timeout=30)
             waited = time.monotonic() - failed_at
