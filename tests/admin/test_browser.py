@@ -53,7 +53,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from admin import guard as admin_guard
 from listener.fleet import heartbeat
 from testing import adminenv, controlplane
-from tests.admin.test_runbooks import OPERATIONS, github_anchors
+from testing.docanchors import OPERATIONS, github_anchors
 from tether import apitypes, delivery
 
 pytestmark = pytest.mark.slow

@@ -19,34 +19,12 @@ from admin import fleet, runbooks
 from admin import settings as settings_mod
 from listener.edge import auth, watchcheck
 from listener.storage import rules
+from testing.docanchors import OPERATIONS, github_anchors
 from tether import config, delivery, httpconn
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-OPERATIONS = ROOT / "docs" / "operations.md"
 EDGE = ROOT / "listener" / "edge"
 LABELS = ("**Means:**", "**Cause:**", "**Do:**", "**Check:**")
-
-
-def github_anchors(markdown: str) -> dict[str, str]:
-    """Anchor -> section text, as GitHub renders the headings (github-slugger): the text
-    lowercased, characters other than letters, digits, ``_``, ``-`` and spaces dropped,
-    spaces to hyphens, a repeated anchor suffixed ``-1``, ``-2``...; fenced code skipped."""
-    sections: dict[str, list[str]] = {}
-    seen: dict[str, int] = {}
-    fenced = False
-    current: list[str] = []
-    for line in markdown.splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        m = None if fenced else re.match(r"^(#{1,6}) +(.+?) *#*$", line)
-        if m is None:
-            current.append(line)
-            continue
-        base = re.sub(r"[^\w\- ]", "", m.group(2).lower()).replace(" ", "-")
-        n = seen.get(base, 0)
-        seen[base] = n + 1
-        current = sections[base if n == 0 else f"{base}-{n}"] = []
-    return {k: "\n".join(v) for k, v in sections.items()}
 
 
 def _literal(node: ast.AST | None) -> str | None:
