@@ -96,9 +96,10 @@ def test_one_runtime_only(kcp: gateway.Kube, ns: str) -> None:
         c.wait(lambda evs: any(True for _ in synced(evs)))
         store.put("rt-1", "team", "a2")
         store.put("rt-2", "team", "b2")
-        c.wait(lambda evs: len(evs) >= 3)
-        time.sleep(0.3)
-        assert [(x.runtime_id, x.name) for x in c.changes()] == [("rt-2", "b"), ("rt-2", "b2")]
+        store.put("rt-2", "team", "last")  # written last: what came before arrives before it
+        c.wait(lambda evs: any(getattr(e, "name", None) == "last" for e in evs))
+        assert [(x.runtime_id, x.name) for x in c.changes()] == [
+            ("rt-2", "b"), ("rt-2", "b2"), ("rt-2", "last")]
     finally:
         c.stop()
 
@@ -122,14 +123,15 @@ def test_resume_from_position_gets_exactly_what_followed(kcp: gateway.Kube, ns: 
     assert position == got[-1].revision
     later = [store.put("rt-1", "team", "k3"), store.put("rt-1", "team", "k0", data={"v": "2"})]
     store.remove("rt-1", "team", "k1")
+    store.put("rt-1", "team", "last")  # written last: what came before arrives before it
     c = Collector(make(kcp, ns, since=position))
     try:
-        c.wait(lambda evs: len(evs) >= 4)
-        time.sleep(0.3)
+        c.wait(lambda evs: any(getattr(e, "name", None) == "last" for e in evs))
         evs = c.events()
         assert not list(synced(evs))  # no relist: the history still holds the position
         assert [(e.name, e.live, e.resync) for e in evs] == [  # type: ignore[union-attr]
-            ("k2", True, False), ("k3", True, False), ("k0", True, False), ("k1", False, False)]
+            ("k2", True, False), ("k3", True, False), ("k0", True, False), ("k1", False, False),
+            ("last", True, False)]
         assert [e.revision for e in evs[1:3]] == later
         assert_in_order(c.changes())
     finally:
