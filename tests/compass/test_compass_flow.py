@@ -6,6 +6,7 @@ Every Kyma CR points at its own runtime plane (the agent Secret has a fixed name
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Any
 
@@ -16,7 +17,7 @@ from kubernetes import client
 from compass import model
 from standins.director import store as store_mod
 from testing import compassenv as h
-from testing import controlplane
+from testing import controlplane, pollerenv
 from tether import apitypes
 
 pytestmark = pytest.mark.slow
@@ -233,7 +234,11 @@ def test_timeouts_and_graphql_errors_are_retried_and_reported(
         assert reg["reason"] == "DirectorInvalidInput" and "InvalidData" in reg["message"]
         d.store.set_faults(store_mod.Faults(graphql_error="InternalError",
                                             operations=("registerRuntime",)))
-        time.sleep(1.0)  # past its backoff (capped at 1 s): the next run tries it again
+        def due() -> bool:  # past its backoff: the next run tries it again
+            st = (h.get_mapping(kcp_api, ns, "err-01") or {})["status"]
+            nxt = model.parse_time(st.get("nextAttemptAt"))
+            return nxt is None or datetime.datetime.now(datetime.UTC) >= nxt
+        pollerenv.wait_until(due, 10, "err-01's nextAttemptAt", interval=0.05)
         svc.job.run()
         st = (h.get_mapping(kcp_api, ns, "err-01") or {})["status"]
         assert st["state"] == "Processing" and st["failures"] == 2
@@ -348,8 +353,8 @@ def test_expired_unused_token_is_replaced_until_the_runtime_connects(
         h.run_until(svc, lambda: all_ready(kcp_api, ns, names), runs=5)
         first = h.agent_secret(plane)
         assert first is not None
-        time.sleep(2.1)
-        assert d.store.token_state(first["TOKEN"]) == "expired"
+        pollerenv.wait_until(lambda: d.store.token_state(first["TOKEN"]) == "expired", 10,
+                             "the first one-time token to expire (1 s)", interval=0.05)
         d.store.one_time_token_ttl = 600
         svc.job.run()
         second = h.agent_secret(plane)
