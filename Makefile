@@ -73,10 +73,19 @@ lint: $(STAMP) ## ruff, mypy (strict on the product packages) and the import con
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-PART_TESTS = tests/tether tests/webhook tests/listener tests/poller tests/compass tests/enroller tests/admin tests/injector
+# the suite's workers (pytest-xdist): the tests wait far more than they compute, so twice the
+# cores; a module stays on one worker (tests/conftest.py, ModuleGroups). `make test WORKERS=1` runs serially.
+WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+XDIST := -n $(WORKERS)
 
-unit: $(STAMP) ## fast tests of pure logic only
-	$(VENV)/bin/pytest -m "not slow and not plane" $(PART_TESTS)
+unit: $(STAMP) ## tier unit: plain data, no plane, no process (docs/development.md)
+	$(VENV)/bin/pytest -n $(UNIT_WORKERS) -m unit
+
+# the unit tier computes: one worker a core
+UNIT_WORKERS ?= $(shell nproc)
+
+check: $(STAMP) controlplane ## tiers unit and check: adds the tests on the session's two planes
+	$(VENV)/bin/pytest $(XDIST) -m "unit or check"
 
 prometheus-server: ## build (or reuse the cached) upstream Prometheus server from its Go module (the monitoring test)
 	bash hack/build-prometheus.sh >/dev/null
@@ -84,8 +93,8 @@ prometheus-server: ## build (or reuse the cached) upstream Prometheus server fro
 cert-manager: ## build (or reuse the cached) cert-manager controller and cainjector from its Go module, with its CRDs (the cert-manager overlay's test)
 	bash hack/build-cert-manager.sh >/dev/null
 
-test: $(STAMP) controlplane promtool faketime prometheus-server cert-manager image-tools browser lint ## everything CI runs: lint, type checks, all tests on real control planes
-	$(VENV)/bin/pytest
+test: $(STAMP) controlplane promtool faketime prometheus-server cert-manager image-tools browser lint ## everything CI runs: lint, type checks, all three tiers on real control planes
+	$(VENV)/bin/pytest $(XDIST)
 
 demo: $(STAMP) controlplane ## run the whole system locally (two planes, all parts)
 	$(PY) hack/demo.py
@@ -97,4 +106,4 @@ clean: ## remove the venv and caches (not the control plane cache)
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
 
 
-.PHONY: release bundle help venv constraints lock controlplane promtool prometheus-server cert-manager image-tools browser image lint unit test demo planes clean
+.PHONY: release bundle help venv constraints lock controlplane promtool prometheus-server cert-manager image-tools browser image lint unit check test demo planes clean

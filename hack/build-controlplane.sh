@@ -26,6 +26,17 @@ if ! missing "${bins[@]}" && [[ -f "$out/VERSIONS" ]]; then
   exit 0
 fi
 
+# one build at a time (parallel test workers, a demo beside the tests): wait for the one
+# under way, then take what it built
+mkdir -p "$cache_root"
+exec 9>"$cache_root/.build.lock"
+flock 9
+if ! missing "${bins[@]}" && [[ -f "$out/VERSIONS" ]]; then
+  log "cached: $out (built while this one waited)"
+  echo "$out/bin"
+  exit 0
+fi
+
 command -v go >/dev/null || { log "ERROR: the go command is missing; install Go >= 1.26"; exit 1; }
 log "building what $out lacks (kube-apiserver+kubectl $KUBERNETES_VERSION, etcd $ETCD_VERSION and its snapshot tools)"
 log "first build takes several minutes on 2 cores; later runs reuse the cache"

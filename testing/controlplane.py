@@ -40,7 +40,6 @@ import pathlib
 import random
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -53,6 +52,7 @@ from typing import IO, Any, TypeVar
 
 from cryptography.hazmat.primitives import serialization
 
+from testing import workers
 from tether import certs
 
 log = logging.getLogger(__name__)
@@ -133,9 +133,8 @@ def kube_apiserver_version() -> str:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port of this test worker's own block (``testing.workers``)."""
+    return workers.port()
 
 
 _PR_SET_PDEATHSIG = 1
@@ -145,10 +144,12 @@ _cidrs_used: set[str] = set()
 
 def _service_cidr() -> str:
     """A loopback /16 (127.64.0.0 to 127.127.0.0) for a plane's ClusterIPs, unique in this
-    process and random across processes: pods of different planes reach each other's
-    Services on one machine (``testing.podrunner`` binds its proxies there)."""
+    process and random across processes, from this test worker's share first
+    (``testing.workers``): pods of different planes reach each other's Services on one machine
+    (``testing.podrunner`` binds its proxies there)."""
     with _cidrs_lock:
-        free = [n for n in range(64, 128) if f"127.{n}.0.0/16" not in _cidrs_used]
+        free = [n for n in workers.slot(64, 128) if f"127.{n}.0.0/16" not in _cidrs_used]
+        free = free or [n for n in range(64, 128) if f"127.{n}.0.0/16" not in _cidrs_used]
         if not free:
             raise ControlPlaneError("no free loopback range for ClusterIPs (64 planes running)")
         cidr = f"127.{random.choice(free)}.0.0/16"

@@ -6,10 +6,16 @@ RuntimeConfigMap CRD, a KCP namespace, a least-privilege kubeconfig; see
 
 The planes are started only when a test asks for one; the first start builds the binaries
 if they are not cached (several minutes, printed by hack/build-controlplane.sh).
+
+Each test is put in one tier (``unit``, ``check``, ``full``; ``testing.tiers``). In a parallel
+run (pytest-xdist, ``-n N``) a module's tests go to one worker (``ModuleGroups``), so that what a
+module starts once is started once; modules of the heavy directories are handed out first.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import fcntl
 import os
 import pathlib
@@ -19,7 +25,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes import client
 
-from testing import controlplane
+from testing import controlplane, tiers
 from testing.listenerenv import Env, ListenerProcess, Runtime, create_kyma, install_crd, make_env
 from tether import apitypes
 
@@ -32,17 +38,94 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return [f"control plane: NOT AVAILABLE ({e})"]
 
 
+# the directories whose modules take longest, handed to the workers first (the rest after)
+HEAVY_FIRST = ("deployed", "faults", "certmanager", "e2e_injector", "monitoring", "skew",
+               "release", "enroller", "compass", "foundation")
+# modules that share something outside their planes go to one worker: buildah's storage
+SHARED_GROUPS = {"tests/foundation/test_image.py": "image", "tests/release/test_release.py": "image"}
+
+_GUARD = tiers.Guard(os.environ.get("TETHER_TIER_SURVEY", ""))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _GUARD.install()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _GUARD.uninstall()
+
+
+def _tier(item: pytest.Item) -> str:
+    return next((t for t in tiers.TIERS if item.get_closest_marker(t)), "full")
+
+
+def _weight(item: pytest.Item) -> int:
+    parts = item.nodeid.split("/")
+    d = parts[1] if len(parts) > 2 else ""
+    return HEAVY_FIRST.index(d) if d in HEAVY_FIRST else len(HEAVY_FIRST)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that needs a control plane (directly or through a fixture) ``plane``:
-    ``make unit`` runs the others, the tests of plain data, in seconds."""
+    """Mark every test that needs a control plane (directly or through a fixture) ``plane``
+    and put it in its tier (``testing.tiers.decide``)."""
     for item in items:
-        if "planes" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "planes" in fixtures:
             item.add_marker(pytest.mark.plane)
+        tier = tiers.decide(fixtures, (m.name for m in item.iter_markers()))
+        item.add_marker(getattr(pytest.mark, tier))
+    items.sort(key=_weight)  # stable: a module's tests keep their order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's scheduler, whatever ``--dist`` says: a module's tests (or a shared group's,
+    ``SHARED_GROUPS``) are one unit of work, handed out in collection order (heavy first).
+    (xdist's own ``loadgroup`` marks no longer take with pytest 9's node ids.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_GROUPS.get(module, module)
+
+    config.option.loadscopereorder = False
+    return ModuleGroups(config, log)  # type: ignore[arg-type]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    _GUARD.current = (item.nodeid, _tier(item))
+    try:
+        return (yield)
+    finally:
+        _GUARD.current = None
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each tier's tests and their time (setup, call and teardown, summed over workers)."""
+    seconds: dict[str, float] = collections.defaultdict(float)
+    tests: dict[str, set[str]] = collections.defaultdict(set)
+    for reports in terminalreporter.stats.values():
+        for r in reports:
+            if not isinstance(r, pytest.TestReport):
+                continue
+            tier = next((t for t in tiers.TIERS if t in r.keywords), "?")
+            seconds[tier] += r.duration
+            tests[tier].add(r.nodeid)
+    if tests:
+        terminalreporter.section("time per tier")
+        for tier in (*tiers.TIERS, "?"):
+            if tests.get(tier):
+                terminalreporter.write_line(
+                    f"{tier:6} {len(tests[tier]):5} tests {seconds[tier]:8.1f} s of test time")
 
 
 @pytest.fixture(scope="session")
 def planes() -> Iterator[dict[str, controlplane.ControlPlane]]:
-    with controlplane.planes("skr", "kcp") as started:
+    """The session's SKR and KCP planes: the only processes a ``check`` test may rely on."""
+    with contextlib.ExitStack() as stack:
+        with _GUARD.allowed():
+            started = stack.enter_context(controlplane.planes("skr", "kcp"))
         yield started
 
 
