@@ -112,7 +112,7 @@ class CertManager:
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, preexec_fn=controlplane.die_with_parent())
             self.procs[name] = (popen, log)
-        time.sleep(0.5)
+        time.sleep(0.5)  # a bad flag or kubeconfig exits at once: seen here, not at a timeout
         try:
             self.check_alive()
         except CertManagerError:

@@ -1,15 +1,17 @@
 """What the listener tests that run a listener of their own share: the listener as a
-module fixture (flushing its delivery health and heartbeats after every request), and a
-runtime's two calls, a POST of records and a GET of its state, over its mTLS session."""
+module fixture (flushing its delivery health and heartbeats after every request), a runtime
+of a fresh ID, and a runtime's two calls, a POST of records and a GET of its state, over its
+mTLS session."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import requests
 
-from testing.listenerenv import Env, ListenerProcess, Runtime
+from testing.listenerenv import Env, ListenerProcess, Runtime, add_runtime
 from tether import changes
 
 # delivery health and the heartbeat Lease written after every request, not on an interval
@@ -24,6 +26,11 @@ def running(env: Env, name: str, **overrides: str) -> Iterator[ListenerProcess]:
         yield p
     finally:
         p.stop()
+
+
+def new_runtime(env: Env) -> Runtime:
+    """A Kyma CR in ``env`` for a runtime of a fresh ID, and its client certificate."""
+    return add_runtime(env, f"rt-{uuid.uuid4().hex[:12]}")
 
 
 def post(p: ListenerProcess, rt: Runtime, *recs: dict[str, Any], timeout: float = 60) -> requests.Response:

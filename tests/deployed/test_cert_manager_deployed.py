@@ -4,8 +4,9 @@ runtime), but on ``manifests/overlays/cert-manager`` with the real cert-manager 
 and cainjector running against the KCP plane (``testing.certmanager``): the listener serves
 cert-manager's certificate and the enroller issues the runtime's certificates from
 cert-manager's watcher CA. Every test of ``test_deployed.py`` runs again here on this
-module's fleet, but the Tether CA rollover (cert-manager renews its CA instead, keeping the
-key: ``test_changes_keep_arriving_through_a_cert_manager_ca_renewal``).
+module's fleet (both call ``testing.deployedscenarios``), but the Tether CA rollover
+(cert-manager renews its CA instead, keeping the key:
+``test_changes_keep_arriving_through_a_cert_manager_ca_renewal``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import pathlib
 import socket
 import ssl
 from collections.abc import Iterator
@@ -23,9 +25,9 @@ from cryptography.hazmat.primitives import serialization
 
 from listener.edge import peer
 from testing import certmanager, controlplane, deployed, overlays
-from tests.deployed import test_deployed as base
+from testing import deployedscenarios as scenarios
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 NS = overlays.NAMESPACE
 
 
@@ -34,10 +36,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
     with controlplane.planes("cm-deployed-skr", "cm-deployed-kcp") as planes:
         f, cm = certmanager.install(planes["cm-deployed-skr"], planes["cm-deployed-kcp"],
                                     tmp_path_factory.mktemp("cm-deployed"), timeout=240, backoff_seconds=1.0,
-                                    enroller_env={"TETHER_ENROLLER_CERT_LIFETIME_SECONDS": str(base.CERT_SECONDS),
+                                    enroller_env={"TETHER_ENROLLER_CERT_LIFETIME_SECONDS": str(scenarios.CERT_SECONDS),
                                                   "TETHER_ENROLLER_INTERVAL_SECONDS": "5"})
         try:
-            deployed.kubectl(f.skr, "create", "namespace", base.CUSTOMER_NS)
+            deployed.kubectl(f.skr, "create", "namespace", scenarios.CUSTOMER_NS)
             # what an operator of the base makes by hand, here only for the tests that read
             # the listener's CA from it (the enroller reads tether-listener-tls's ca.crt)
             deployed.kubectl(f.kcp, "create", "configmap", "tether-listener-ca", "-n", NS,
@@ -60,16 +62,46 @@ def _runtime_client_cert(fleet: deployed.Fleet) -> x509.Certificate:
     return x509.load_pem_x509_certificate(base64.b64decode(doc["data"]["tls.crt"]))
 
 
-# test_deployed.py's tests, in its order, collected here on this module's fleet
-test_every_deployment_runs_ready_under_its_own_service_account = base.test_every_deployment_runs_ready_under_its_own_service_account
-test_a_configmap_change_made_with_kubectl_arrives_in_the_kcp = base.test_a_configmap_change_made_with_kubectl_arrives_in_the_kcp
-test_the_admin_pages_show_the_runtime_to_an_operator_and_refuse_others = base.test_the_admin_pages_show_the_runtime_to_an_operator_and_refuse_others
-test_compass_registers_the_runtime_with_the_director = base.test_compass_registers_the_runtime_with_the_director
-test_a_real_prometheus_alerts_for_a_broken_webhook_path_and_a_stopped_listener = base.test_a_real_prometheus_alerts_for_a_broken_webhook_path_and_a_stopped_listener
-test_a_verb_removed_from_the_listeners_role_fails_the_delivery_until_restored = base.test_a_verb_removed_from_the_listeners_role_fails_the_delivery_until_restored
-test_a_crashed_container_is_restarted_and_ready_again = base.test_a_crashed_container_is_restarted_and_ready_again
-test_the_pod_runner_refuses_what_it_cannot_honour = base.test_the_pod_runner_refuses_what_it_cannot_honour
-test_changes_keep_arriving_while_the_certificates_are_renewed = base.test_changes_keep_arriving_while_the_certificates_are_renewed
+# testing.deployedscenarios, in test_deployed.py's order, on this module's fleet
+
+def test_every_deployment_runs_ready_under_its_own_service_account(fleet: deployed.Fleet) -> None:
+    scenarios.every_deployment_runs_ready_under_its_own_service_account(fleet)
+
+
+def test_a_configmap_change_made_with_kubectl_arrives_in_the_kcp(
+        fleet: deployed.Fleet, tmp_path: pathlib.Path) -> None:
+    scenarios.a_configmap_change_made_with_kubectl_arrives_in_the_kcp(fleet, tmp_path)
+
+
+def test_the_admin_pages_show_the_runtime_to_an_operator_and_refuse_others(
+        fleet: deployed.Fleet) -> None:
+    scenarios.the_admin_pages_show_the_runtime_to_an_operator_and_refuse_others(fleet)
+
+
+def test_compass_registers_the_runtime_with_the_director(fleet: deployed.Fleet) -> None:
+    scenarios.compass_registers_the_runtime_with_the_director(fleet)
+
+
+def test_a_real_prometheus_alerts_for_a_broken_webhook_path_and_a_stopped_listener(
+        fleet: deployed.Fleet) -> None:
+    scenarios.a_real_prometheus_alerts_for_a_broken_webhook_path_and_a_stopped_listener(fleet)
+
+
+def test_a_verb_removed_from_the_listeners_role_fails_the_delivery_until_restored(
+        fleet: deployed.Fleet) -> None:
+    scenarios.a_verb_removed_from_the_listeners_role_fails_the_delivery_until_restored(fleet)
+
+
+def test_a_crashed_container_is_restarted_and_ready_again(fleet: deployed.Fleet) -> None:
+    scenarios.a_crashed_container_is_restarted_and_ready_again(fleet)
+
+
+def test_the_pod_runner_refuses_what_it_cannot_honour(fleet: deployed.Fleet) -> None:
+    scenarios.the_pod_runner_refuses_what_it_cannot_honour(fleet)
+
+
+def test_changes_keep_arriving_while_the_certificates_are_renewed(fleet: deployed.Fleet) -> None:
+    scenarios.changes_keep_arriving_while_the_certificates_are_renewed(fleet)
 
 
 def test_the_listener_serves_cert_managers_certificate_and_the_runtime_holds_one_of_its_ca(
@@ -114,7 +146,7 @@ def test_changes_keep_arriving_through_a_cert_manager_ca_renewal(fleet: deployed
                                               "-o", "json").stdout)["data"]["ca.crt"]
         return current != first and x509.load_pem_x509_certificates(trusted.encode()) == [current]
 
-    lags = base.flow(fleet, "renew", renewed_and_published, 120)
+    lags = scenarios.flow(fleet, "renew", renewed_and_published, 120)
     renewed = x509.load_pem_x509_certificate(_secret(fleet, "tether-enroller-ca")["tls.crt"])
     assert renewed != first, "cert-manager did not renew the CA"
     spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -125,5 +157,6 @@ def test_changes_keep_arriving_through_a_cert_manager_ca_renewal(fleet: deployed
 
 
 # last, as in test_deployed.py: the runtime is unenrolled
-test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener_refuses = \
-    base.test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener_refuses
+def test_a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener_refuses(
+        fleet: deployed.Fleet, tmp_path: pathlib.Path) -> None:
+    scenarios.a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener_refuses(fleet, tmp_path)

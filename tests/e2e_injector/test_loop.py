@@ -31,7 +31,6 @@ from testing.listenerenv import Env, ListenerProcess, Runtime, add_runtime
 from testing.pollerenv import client_settings
 from tether import apitypes, filters, gateway, sender, watches, watchset, watchwire
 
-pytestmark = pytest.mark.slow
 WAIT = 30.0
 
 
@@ -220,7 +219,7 @@ def test_a_kcp_apiserver_restart_mid_stream_loses_no_change(lp: Loop, kcp: contr
     kcp.stop_apiserver()
     try:
         loop.put(lp.core, lp.skr_ns, "restart-a", {"r": "2"})
-        time.sleep(2.0)
+        time.sleep(2.0)  # the outage lasts while the change is on its way (retried)
     finally:
         kcp.start_apiserver()
     controlplane.retry_busy(lambda: client.CoreV1Api(lp.env.api).list_namespace(limit=1))
@@ -245,6 +244,6 @@ def test_deleting_the_kyma_cr_removes_its_records_and_the_injected_values(lp: Lo
         loop.janitor_once(lp.env, **grace)
         if not lp.records.stored(lp.rt.id):
             break
-        time.sleep(1.2)
+        time.sleep(1.2)  # past the 1 s grace: the next run deletes
     assert lp.records.stored(lp.rt.id) == []
     lp.converges(None, "the injector's output removed with the records")

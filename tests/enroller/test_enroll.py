@@ -7,161 +7,18 @@ from __future__ import annotations
 
 import base64
 import datetime
-import io
-import logging
 import pathlib
-import uuid
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from cryptography import x509
 from kubernetes import client
 
-from enroller import metrics, reconcile, render
-from enroller import settings as settings_mod
-from testing import adminenv, compassenv, controlplane, listenerenv, localnet, watchenv
-from tether import certs, digests, gateway, pki, skr_clients
+from enroller import reconcile, render
+from testing import adminenv, controlplane, listenerenv
+from testing.enrollenv import Env, reads, runtime_objects, secret_pem, writes
+from tether import certs, digests, pki
 
-pytestmark = pytest.mark.slow
-CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
-
-
-@pytest.fixture(scope="module")
-def runtimes() -> Iterator[list[controlplane.ControlPlane]]:
-    with controlplane.planes("enr-a", "enr-b") as p:
-        yield [p["enr-a"], p["enr-b"]]
-
-
-@pytest.fixture(scope="module")
-def enrollment_crd(kcp_api: client.ApiClient) -> None:
-    controlplane.install_crds(kcp_api, CRD)
-
-
-class Env:
-    def __init__(self, kcp: controlplane.ControlPlane, ns: str, tmp: pathlib.Path) -> None:
-        self.kcp, self.ns, self.tmp = kcp, ns, tmp
-        self.api = kcp.api_client()
-        self.gw = gateway.from_kubeconfig(str(kcp.kubeconfig))
-        self.offset = datetime.timedelta()
-        self.audit_text = io.StringIO()
-        self.listener_ca = certs.CertificateAuthority.create("listener-ca")
-
-    def settings(self, **over: Any) -> settings_mod.Settings:
-        base = dict(listener_url="https://listener.kcp.example.com", listener_ca=self.listener_ca.cert_pem,
-                    kcp_namespace=self.ns, namespace=self.ns, backoff_base=0.0, concurrency=4)
-        base.update(over)
-        return settings_mod.Settings(**base)  # type: ignore[arg-type]
-
-    def enroller(self, **over: Any) -> reconcile.Enroller:
-        audit = logging.getLogger(f"test.enroller.audit.{uuid.uuid4().hex[:6]}")
-        audit.setLevel(logging.INFO)
-        audit.propagate = False
-        handler = logging.StreamHandler(self.audit_text)
-        handler.setFormatter(logging.Formatter("%(message)s %(kind)s %(cause)s",
-                                               defaults={"kind": "-", "cause": "-"}))
-        audit.addHandler(handler)
-        s = self.settings(**over)
-        return reconcile.Enroller(s, self.gw, skr_clients.SkrClients(self.gw, self.ns, localnet.policy(timeout=s.skr_timeout)), metrics.Metrics(), audit,
-                                  now=lambda: datetime.datetime.now(datetime.UTC) + self.offset)
-
-    def kyma(self, name: str, plane: controlplane.ControlPlane | None, *, domain: str | None = "auto",
-             runtime_id: str | None = None) -> str:
-        rid = runtime_id or f"rt-{name}"
-        labels = compassenv.kyma_labels("ga", name, **{"kyma-project.io/runtime-id": rid})
-        body = {"apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma",
-                "metadata": {"name": name, "namespace": self.ns, "labels": labels,
-                             "annotations": {} if domain is None else
-                             {"skr-domain": f"{name}.kyma.example.com" if domain == "auto" else domain}},
-                "spec": {"channel": "regular"}}
-        client.CustomObjectsApi(self.api).create_namespaced_custom_object(
-            "operator.kyma-project.io", "v1beta2", self.ns, "kymas", body)
-        if plane is not None:
-            compassenv.create_kubeconfig_secret(self.api, self.ns, name, plane)
-        return rid
-
-    def enrollment(self, name: str) -> dict[str, Any] | None:
-        try:
-            obj: dict[str, Any] = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
-                "tether.kyma-project.io", "v1alpha1", self.ns, "runtimeenrollments", name)
-            return obj
-        except client.ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-
-    def condition(self, name: str, kind: str) -> dict[str, Any]:
-        e = self.enrollment(name)
-        assert e is not None, f"no RuntimeEnrollment {name}"
-        return next(c for c in e["status"]["conditions"] if c["type"] == kind)
-
-    def events(self, name: str) -> list[str]:
-        """The reasons of the Events about ``name``; those about its RuntimeEnrollment must
-        carry its uid (kubectl describe lists only the Events whose involvedObject.uid is the
-        object's)."""
-        enrollment = self.enrollment(name)
-        uid = ((enrollment or {}).get("metadata") or {}).get("uid")
-        evs = client.CoreV1Api(self.api).list_namespaced_event(self.ns).items
-        for e in evs:
-            o = e.involved_object
-            if o.name == name and o.kind == "RuntimeEnrollment" and enrollment is not None:
-                assert o.uid == uid, f"Event {e.reason}: involvedObject.uid {o.uid!r}, not {uid!r}"
-        return [e.reason for e in evs if e.involved_object.name == name]
-
-
-@pytest.fixture
-def env(kcp: controlplane.ControlPlane, kcp_namespace: str, kyma_crd: str, enrollment_crd: None,
-        tmp_path: pathlib.Path) -> Iterator[Env]:
-    e = Env(kcp, kcp_namespace, tmp_path)
-    # the shared KCP may hold the Watch CRD (other tests install it): the Watch of every
-    # ConfigMap keeps the runtime's webhook what these tests expect, in any order
-    watchenv.all_configmaps(e.api, kcp_namespace)
-    yield e
-    # release finalizers so the namespace's Kyma CRs can go
-    custom = client.CustomObjectsApi(e.api)
-    for k in custom.list_namespaced_custom_object("operator.kyma-project.io", "v1beta2", e.ns, "kymas")["items"]:
-        custom.patch_namespaced_custom_object("operator.kyma-project.io", "v1beta2", e.ns, "kymas",
-                                              k["metadata"]["name"], {"metadata": {"finalizers": None}})
-    e.gw.close()
-    e.api.close()
-
-
-def runtime_objects(plane: controlplane.ControlPlane) -> dict[str, Any]:
-    api = plane.api_client()
-    try:
-        core = client.CoreV1Api(api)
-        out: dict[str, Any] = {}
-        for name in (render.CLIENT_SECRET, render.SERVING_SECRET, render.PULL_SECRET):
-            try:
-                out[name] = core.read_namespaced_secret(name, render.NAMESPACE)
-            except client.ApiException as e:
-                if e.status != 404:
-                    raise
-        try:
-            out["vwc"] = client.AdmissionregistrationV1Api(api).read_validating_webhook_configuration(
-                render.WEBHOOK_CONFIG)
-        except client.ApiException as e:
-            if e.status != 404:
-                raise
-        out["deployments"] = sorted(d.metadata.name for d in
-                                    client.AppsV1Api(api).list_namespaced_deployment(render.NAMESPACE).items)
-        out["clusterroles"] = sorted(r.metadata.name for r in client.RbacAuthorizationV1Api(api).list_cluster_role(
-            label_selector="app.kubernetes.io/managed-by=tether-enroller").items)
-        return out
-    finally:
-        api.close()
-
-
-def _pem(secret: Any, key: str) -> bytes:
-    return base64.b64decode(secret.data[key])
-
-
-def writes(e: reconcile.Enroller) -> float:
-    return e.stats.requests.labels("write")._value.get()  # type: ignore[no-any-return]
-
-
-def reads(e: reconcile.Enroller) -> float:
-    return e.stats.requests.labels("read")._value.get()  # type: ignore[no-any-return]
+pytestmark = pytest.mark.processes
 
 
 def test_a_kyma_cr_gets_its_runtime_enrolled_and_nothing_is_written_when_nothing_changed(
@@ -172,12 +29,12 @@ def test_a_kyma_cr_gets_its_runtime_enrolled_and_nothing_is_written_when_nothing
     got = runtime_objects(runtimes[0])
     assert got["deployments"] == ["tether-poller", "tether-webhook"]
     assert got["clusterroles"] == ["tether-poller", "tether-webhook"]
-    client_cert = x509.load_pem_x509_certificate(_pem(got[render.CLIENT_SECRET], "tls.crt"))
+    client_cert = x509.load_pem_x509_certificate(secret_pem(got[render.CLIENT_SECRET], "tls.crt"))
     assert certs.common_name(client_cert) == rid and certs.dns_sans(client_cert) == ["alpha.kyma.example.com"]
     assert base64.b64decode(got[render.CLIENT_SECRET].data["listener-url"]) == b"https://listener.kcp.example.com"
     # the webhook configuration's caBundle verifies the serving certificate
     bundle = pki.load_certificates(base64.b64decode(got["vwc"].webhooks[0].client_config.ca_bundle))
-    serving = x509.load_pem_x509_certificate(_pem(got[render.SERVING_SECRET], "tls.crt"))
+    serving = x509.load_pem_x509_certificate(secret_pem(got[render.SERVING_SECRET], "tls.crt"))
     assert pki.issued_by(serving, bundle) and pki.issued_by(client_cert, bundle)
     assert "tether-webhook.tether-system.svc" in certs.dns_sans(serving)
     # the listener's trust bundle is published next to the CA
@@ -269,7 +126,7 @@ def test_deleted_objects_in_the_runtime_are_restored_in_one_run(
     e = env.enroller()
     e.run()
     serial = x509.load_pem_x509_certificate(
-        _pem(runtime_objects(runtimes[1])[render.CLIENT_SECRET], "tls.crt")).serial_number
+        secret_pem(runtime_objects(runtimes[1])[render.CLIENT_SECRET], "tls.crt")).serial_number
     api = runtimes[1].api_client()
     client.AdmissionregistrationV1Api(api).delete_validating_webhook_configuration(render.WEBHOOK_CONFIG)
     client.CoreV1Api(api).delete_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE)
@@ -279,7 +136,7 @@ def test_deleted_objects_in_the_runtime_are_restored_in_one_run(
     assert "vwc" in got and render.CLIENT_SECRET in got
     assert e.stats.applies.labels("repaired")._value.get() == 1
     # a lost client Secret means a new certificate (its key is gone with it)
-    assert x509.load_pem_x509_certificate(_pem(got[render.CLIENT_SECRET], "tls.crt")).serial_number != serial
+    assert x509.load_pem_x509_certificate(secret_pem(got[render.CLIENT_SECRET], "tls.crt")).serial_number != serial
     assert "Renewed" in env.events("beta")
     # a client Secret whose key is not its certificate's (edited by hand) is reissued
     api = runtimes[1].api_client()
@@ -289,7 +146,7 @@ def test_deleted_objects_in_the_runtime_are_restored_in_one_run(
     api.close()
     e.run()
     fixed = runtime_objects(runtimes[1])[render.CLIENT_SECRET]
-    assert reconcile._key_matches(_pem(fixed, "tls.crt"), fixed.data["tls.key"])
+    assert reconcile._key_matches(secret_pem(fixed, "tls.crt"), fixed.data["tls.key"])
     assert "certificate_issued client key_mismatch" in env.audit_text.getvalue()
 
 
@@ -337,7 +194,7 @@ def test_an_image_pull_secret_is_copied_into_the_runtime_and_pulled_with(
     try:
         secret = runtime_objects(runtimes[1])[render.PULL_SECRET]
         assert secret.type == "kubernetes.io/dockerconfigjson"
-        assert _pem(secret, ".dockerconfigjson") == config
+        assert secret_pem(secret, ".dockerconfigjson") == config
         deployments = client.AppsV1Api(api).list_namespaced_deployment(render.NAMESPACE).items
         assert {d.metadata.name for d in deployments} == {"tether-webhook", "tether-poller"}
         assert all([r.name for r in d.spec.template.spec.image_pull_secrets or []] == [render.PULL_SECRET]
@@ -346,7 +203,7 @@ def test_an_image_pull_secret_is_copied_into_the_runtime_and_pulled_with(
         e = env.enroller(image_pull_secret=rotated)
         e.run()
         assert e.stats.applies.labels("updated")._value.get() == 1
-        assert _pem(runtime_objects(runtimes[1])[render.PULL_SECRET], ".dockerconfigjson") == rotated
+        assert secret_pem(runtime_objects(runtimes[1])[render.PULL_SECRET], ".dockerconfigjson") == rotated
     finally:
         api.close()
 
@@ -357,24 +214,24 @@ def test_certificates_are_renewed_at_two_thirds_of_their_lifetime(
     e = env.enroller(cert_lifetime=datetime.timedelta(seconds=90))
     e.run()
     first = runtime_objects(runtimes[0])
-    c1 = x509.load_pem_x509_certificate(_pem(first[render.CLIENT_SECRET], "tls.crt"))
+    c1 = x509.load_pem_x509_certificate(secret_pem(first[render.CLIENT_SECRET], "tls.crt"))
     env.offset = datetime.timedelta(seconds=10)
     e.run()
     assert x509.load_pem_x509_certificate(
-        _pem(runtime_objects(runtimes[0])[render.CLIENT_SECRET], "tls.crt")).serial_number == c1.serial_number
+        secret_pem(runtime_objects(runtimes[0])[render.CLIENT_SECRET], "tls.crt")).serial_number == c1.serial_number
     env.offset = pki.renew_at(c1) - datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)
     e.run()
     second = runtime_objects(runtimes[0])
-    c2 = x509.load_pem_x509_certificate(_pem(second[render.CLIENT_SECRET], "tls.crt"))
-    s2 = x509.load_pem_x509_certificate(_pem(second[render.SERVING_SECRET], "tls.crt"))
+    c2 = x509.load_pem_x509_certificate(secret_pem(second[render.CLIENT_SECRET], "tls.crt"))
+    s2 = x509.load_pem_x509_certificate(secret_pem(second[render.SERVING_SECRET], "tls.crt"))
     assert c2.serial_number != c1.serial_number and certs.common_name(c2) == "rt-gamma"
-    assert s2.serial_number != x509.load_pem_x509_certificate(_pem(first[render.SERVING_SECRET], "tls.crt")).serial_number
+    assert s2.serial_number != x509.load_pem_x509_certificate(secret_pem(first[render.SERVING_SECRET], "tls.crt")).serial_number
     assert "Renewed" in env.events("gamma")
     assert "certificate_issued client expiring" in env.audit_text.getvalue()
     # the runtime's digest key (docs/watches.md): written once, kept by the renewal's re-apply
-    key = _pem(first[render.CLIENT_SECRET], digests.KEY)
+    key = secret_pem(first[render.CLIENT_SECRET], digests.KEY)
     assert len(key) == digests.MIN_KEY_BYTES
-    assert _pem(second[render.CLIENT_SECRET], digests.KEY) == key
+    assert secret_pem(second[render.CLIENT_SECRET], digests.KEY) == key
     assert base64.b64encode(key).decode() not in env.audit_text.getvalue()
 
 
@@ -394,12 +251,12 @@ def test_a_client_secret_without_its_digest_key_gets_one_and_keeps_it(
         before = writes(e)
         e.run()
         assert writes(e) > before  # applied although nothing else changed
-        key = _pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), digests.KEY)
+        key = secret_pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), digests.KEY)
         assert len(key) == digests.MIN_KEY_BYTES
         before = writes(e)
         e.run()
         assert writes(e) == before  # the key there: nothing written
-        assert _pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), digests.KEY) == key
+        assert secret_pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), digests.KEY) == key
     finally:
         api.close()
 
@@ -416,7 +273,7 @@ def test_a_ca_rollover_reissues_every_runtime_and_then_drops_the_old_ca(
     e.run()
 
     def client_cert() -> x509.Certificate:
-        return x509.load_pem_x509_certificate(_pem(runtime_objects(runtimes[1])[render.CLIENT_SECRET], "tls.crt"))
+        return x509.load_pem_x509_certificate(secret_pem(runtime_objects(runtimes[1])[render.CLIENT_SECRET], "tls.crt"))
 
     def trusted() -> list[x509.Certificate]:
         pem = client.CoreV1Api(env.api).read_namespaced_config_map("tether-runtime-ca", env.ns).data["ca.crt"]
@@ -434,7 +291,7 @@ def test_a_ca_rollover_reissues_every_runtime_and_then_drops_the_old_ca(
     ca = e.cas.ensure()
     assert ca.previous is None  # every runtime reissued: the old CA is dropped
     assert pki.issued_by(client_cert(), [ca.current.cert]) and not pki.issued_by(client_cert(), [old_ca])
-    serving = x509.load_pem_x509_certificate(_pem(runtime_objects(runtimes[1])[render.SERVING_SECRET], "tls.crt"))
+    serving = x509.load_pem_x509_certificate(secret_pem(runtime_objects(runtimes[1])[render.SERVING_SECRET], "tls.crt"))
     assert pki.issued_by(serving, [ca.current.cert])
     assert trusted() == [ca.current.cert]
     audit = env.audit_text.getvalue()

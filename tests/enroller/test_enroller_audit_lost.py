@@ -16,15 +16,16 @@ import pytest
 from kubernetes import client
 
 from testing import controlplane
+from testing.enrollenv import CRD, EnrollerProcess
 from testing.listenerenv import metric_value
-from tests.enroller.test_enroller_process import CRD, Enroller, wait_for
+from testing.pollerenv import wait_until
 from tether import auditwriter, certs
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 LOST = "tether_enroller_audit_lost_total"
 
 
-def metrics(e: Enroller) -> str:
+def metrics(e: EnrollerProcess) -> str:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{e.port}/metrics", timeout=5) as r:
             text: str = r.read().decode()
@@ -48,17 +49,18 @@ def test_the_enroller_with_its_audit_on_a_full_disk_still_runs(
            "TETHER_ENROLLER_INTERVAL_SECONDS": "2", "TETHER_ENROLLER_REACT_SECONDS": "1",
            "TETHER_LOG_FORMAT": "text", "TETHER_AUDIT_LOG": "/dev/full"}
     started = time.time()
-    e = Enroller("audit-full", env, tmp_path)
+    e = EnrollerProcess("audit-full", env, tmp_path)
     try:
-        first = wait_for("the enroller's /metrics", lambda: metrics(e), timeout=60)
+        first = wait_until(lambda: metrics(e), 60, "the enroller's /metrics", interval=0.3)
         for reason in auditwriter.REASONS:  # the series exist before the first loss
             assert f'{LOST}{{reason="{reason}"}} 0.0' in first or \
                 metric_value(first, LOST, reason=reason) > 0, first[-3000:]
         # it leads, creates its CA (the audit line that is lost) and completes its runs
-        wait_for("a completed run", lambda: metric_value(
-            metrics(e), "tether_enroller_last_success_timestamp_seconds") > started, timeout=90)
-        wait_for("the lost ca_created line counted",
-                 lambda: metric_value(metrics(e), LOST, reason="write_error") >= 1, timeout=30)
+        wait_until(lambda: metric_value(
+            metrics(e), "tether_enroller_last_success_timestamp_seconds") > started, 90,
+            "a completed run", interval=0.3)
+        wait_until(lambda: metric_value(metrics(e), LOST, reason="write_error") >= 1, 30,
+                   "the lost ca_created line counted", interval=0.3)
         ca = client.CoreV1Api(kcp_api).read_namespaced_secret("tether-enroller-ca", ns)
         assert ca.data and "tls.crt" in ca.data, sorted(ca.data or {})  # the CA it created
         assert e.popen.poll() is None

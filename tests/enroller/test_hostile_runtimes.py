@@ -11,7 +11,6 @@ answers 404 to everything, and a runtime cut off during a CA rollover).
   quarantined (condition, gauge, audit) and leaves quarantine when it is reachable again.
 """
 
-# ruff: noqa: F811 - the planes and the Env are test_enroll's fixtures, imported to be shared
 from __future__ import annotations
 
 import base64
@@ -28,10 +27,10 @@ from kubernetes import client
 
 from enroller import render
 from testing import blackhole, controlplane, hostile
-from tests.enroller.test_enroll import Env, _pem, enrollment_crd, env, runtime_objects, runtimes  # noqa: F401
+from testing.enrollenv import Env, runtime_objects, secret_pem
 from tether import pki
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 def point_kubeconfig(e: Env, kyma: str, like: controlplane.ControlPlane, *, server: str | None = None,
@@ -156,7 +155,7 @@ def test_a_ca_rollover_ends_at_its_deadline_and_quarantines_the_runtime_it_could
     assert e.run() == {"Ready": 2}  # renewed, still from the old CA
 
     def client_cert(plane: controlplane.ControlPlane) -> x509.Certificate:
-        return x509.load_pem_x509_certificate(_pem(runtime_objects(plane)[render.CLIENT_SECRET], "tls.crt"))
+        return x509.load_pem_x509_certificate(secret_pem(runtime_objects(plane)[render.CLIENT_SECRET], "tls.crt"))
 
     def trusted() -> list[x509.Certificate]:
         pem = client.CoreV1Api(env.api).read_namespaced_config_map("tether-runtime-ca", env.ns).data["ca.crt"]

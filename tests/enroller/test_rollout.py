@@ -26,10 +26,10 @@ from kubernetes import client
 
 from enroller import reconcile, render
 from testing import controlplane
-from tests.enroller.test_enroll import Env, enrollment_crd  # noqa: F401 (a fixture)
+from testing.enrollenv import Env
 from tether import gateway
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 GOOD, NEXT, BROKEN = "example.com/tether:1.0.0", "example.com/tether:2.0.0", "example.com/tether:3.0.0-broken"
 GATE = 600.0
 NAMES = ("ro-a", "ro-b", "ro-c")
@@ -42,7 +42,7 @@ def fleet() -> Iterator[dict[str, controlplane.ControlPlane]]:
 
 
 @pytest.fixture
-def env(kcp: controlplane.ControlPlane, kcp_namespace: str, kyma_crd: str, enrollment_crd: None,  # noqa: F811
+def env(kcp: controlplane.ControlPlane, kcp_namespace: str, kyma_crd: str, enrollment_crd: None,
         tmp_path: Any) -> Iterator[Env]:
     e = Env(kcp, kcp_namespace, tmp_path)
     yield e

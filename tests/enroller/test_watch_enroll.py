@@ -16,11 +16,11 @@ from kubernetes import client
 
 from enroller import render
 from testing import controlplane, watchenv
-from tests.enroller.test_enroll import CRD as ENROLLMENT_CRD
-from tests.enroller.test_enroll import Env, writes
+from testing.enrollenv import CRD as ENROLLMENT_CRD
+from testing.enrollenv import Env, writes
 from tether import apitypes, gateway, watchwire
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 WIDGETS = {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget"}
 CONFIGMAPS = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 SECRETS = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}

@@ -20,6 +20,8 @@ from kubernetes import client
 from testing import controlplane
 from tether import apitypes, elected, gateway, leader
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 RCM_CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeconfigmaps.yaml"
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
@@ -77,9 +79,9 @@ def test_each_run_is_published_on_the_holders_lease_and_only_there(
         except queue.Empty:
             return Outcome(skipped=True)  # nothing to do: not a run, not published
         if step == "raise":
-            time.sleep(0.4)
+            time.sleep(0.4)  # a run that takes time, then fails
             raise RuntimeError("the job's own bug")
-        time.sleep(0.05)
+        time.sleep(0.05)  # a run takes time
         assert isinstance(step, Outcome)
         return step
 

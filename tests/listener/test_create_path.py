@@ -24,6 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from listener.storage import records, rules, store
 from testing import listenerenv
+from testing.deliveryenv import summary
+from testing.listenercalls import new_runtime
 from testing.listenerenv import (
     Env,
     ListenerProcess,
@@ -32,11 +34,10 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from tests.listener.test_delivery import _runtime, summary
-from tests.listener.test_storage import eventually
+from testing.pollerenv import wait_until
 from tether import apitypes, changes, gateway
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 RETENTION = 3600.0
 QUOTA_RECORDS = 6
 BASE = {"TETHER_LISTENER_QUOTA_CACHE_SECONDS": "600",  # only a state listing refreshes it
@@ -68,7 +69,7 @@ def listener_b(env: Env) -> Iterator[ListenerProcess]:
 
 @pytest.fixture
 def make_runtime(env: Env) -> Callable[[], Runtime]:
-    return lambda: _runtime(env)
+    return lambda: new_runtime(env)
 
 
 def post(p: ListenerProcess, rt: Runtime, *recs: dict[str, Any]) -> requests.Response:
@@ -268,7 +269,7 @@ def test_quota_usage_stays_exact_after_create_conflicts(
             # (no write, no change of the usage) brings it
             assert outcomes(post(p, rt, rt.record("fresh", 1))) == ["duplicate"]
             return False
-        eventually(view_is_real, f"the worker's view {real} in the RuntimeDelivery", timeout=30)
+        wait_until(view_is_real, what=f"the worker's view {real} in the RuntimeDelivery", timeout=30)
 
         # at the cap, an update of a key this worker does not know: the create is not even
         # tried as a new record would not fit; the read path finds the key and updates it

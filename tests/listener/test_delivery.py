@@ -2,22 +2,19 @@
 
 Listeners run under gunicorn with mTLS and the least-privilege Role of manifests/kcp/listener,
 in a namespace of their own (the janitor's short grace touches nothing of the other tests).
-A slow admission webhook on ``runtimedeliveries/status`` in the KCP (``Delayer``) makes the
-flush observably slow: to show that no response waits for it, and that two listeners
-merging into one object at once hit the conflict path and still add up exactly.
+A slow admission webhook on ``runtimedeliveries/status`` in the KCP
+(``deliveryenv.Delayer``) makes the flush observably slow: to show that no response waits
+for it, and that two listeners merging into one object at once hit the conflict path and
+still add up exactly.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime
 import json
-import ssl
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from http import server
 from typing import Any
 
 import pytest
@@ -27,21 +24,22 @@ from kubernetes import client
 
 from listener.fleet import heartbeat
 from listener.storage import records
-from testing.listenercalls import IMMEDIATE, running
+from testing.deliveryenv import Delayer, delivery_object, summary
+from testing.janitorenv import Janitor
+from testing.listenercalls import IMMEDIATE, new_runtime, running
 from testing.listenerenv import (
     RBAC_FILE,
     Env,
     ListenerProcess,
     Runtime,
-    add_runtime,
     metric_value,
     own_namespace,
     remove_namespace,
 )
-from tests.listener.test_storage import Janitor, eventually
-from tether import apitypes, certs, changes, delivery
+from testing.pollerenv import wait_until
+from tether import apitypes, changes, delivery
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 FAST = IMMEDIATE  # flush after every request
 BOUND = 64 * 1024  # bytes: a RuntimeDelivery never grows past this, whatever a runtime sends
 
@@ -63,13 +61,9 @@ def listener_b(env: Env) -> Iterator[ListenerProcess]:
     yield from running(env, "delivery-b")
 
 
-def _runtime(env: Env) -> Runtime:
-    return add_runtime(env, f"rt-{uuid.uuid4().hex[:12]}")
-
-
 @pytest.fixture
 def make_runtime(env: Env) -> Callable[[], Runtime]:
-    return lambda: _runtime(env)
+    return lambda: new_runtime(env)
 
 
 def post(p: ListenerProcess, rt: Runtime, *recs: dict[str, Any]) -> requests.Response:
@@ -89,25 +83,6 @@ def ago(seconds: float) -> str:
                                - datetime.timedelta(seconds=seconds))
 
 
-def delivery_object(env: Env, runtime_id: str) -> dict[str, Any] | None:
-    try:
-        obj: Any = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-            apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, env.namespace, apitypes.RUNTIME_DELIVERIES.plural,
-            heartbeat.lease_name(runtime_id))
-        return dict(obj)
-    except client.ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-
-
-def summary(env: Env, runtime_id: str) -> delivery.Summary | None:
-    obj = delivery_object(env, runtime_id)
-    if obj is None or "status" not in obj:
-        return None
-    return delivery.summarize(obj["status"], datetime.datetime.now(datetime.UTC))
-
-
 def settled(env: Env, p: ListenerProcess, rt: Runtime,
             check: Callable[[delivery.Summary], bool], what: str,
             timeout: float = 60.0) -> delivery.Summary:
@@ -119,76 +94,12 @@ def settled(env: Env, p: ListenerProcess, rt: Runtime,
             return s
         assert state(p, rt).status_code == 200
         return None
-    got: delivery.Summary = eventually(probe, what, timeout)
+    got: delivery.Summary = wait_until(probe, what=what, timeout=timeout)
     return got
 
 
 def metrics_sum(text: str, name: str, **labels: str) -> float:
     return metric_value(text, name, **labels)
-
-
-# -- a slow admission webhook on runtimedeliveries/status in the KCP ------------------------
-
-
-class Delayer:
-    """Allows every request after ``delay`` seconds; counts the calls."""
-
-    def __init__(self, workdir: Any) -> None:
-        self.ca = certs.CertificateAuthority.create("delayer-ca")
-        pair = self.ca.issue("delayer", ip_addresses=["127.0.0.1"], server=True)
-        self.cert, self.key = workdir / "delayer.crt", workdir / "delayer.key"
-        pair.write(self.cert, self.key)
-        self.delay = 0.0
-        self.calls = 0
-        owner = self
-
-        class Handler(server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"  # one request per connection: none left open
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                owner.calls += 1
-                time.sleep(owner.delay)
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                   "response": {"uid": review["request"]["uid"],
-                                                "allowed": True}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(self.cert, self.key)
-        self.httpd = server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
-
-    def vwc(self, name: str, namespace: str) -> dict[str, Any]:
-        return {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": name},
-            "webhooks": [{
-                "name": "delay.tests.tether.kyma-project.io",
-                "admissionReviewVersions": ["v1"],
-                "clientConfig": {"url": f"https://127.0.0.1:{self.port}/delay",
-                                 "caBundle": base64.b64encode(self.ca.cert_pem).decode()},
-                "rules": [{"apiGroups": [apitypes.RUNTIME_DELIVERIES.group], "apiVersions": [apitypes.RUNTIME_DELIVERIES.version],
-                           "operations": ["UPDATE"],
-                           "resources": [f"{apitypes.RUNTIME_DELIVERIES.plural}/status"]}],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "timeoutSeconds": 15,
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            }],
-        }
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +120,7 @@ def delayer(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dela
         objects.replace_namespaced_custom_object_status(
             apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, env.namespace, apitypes.RUNTIME_DELIVERIES.plural, "probe", obj)
         return d.calls > 0
-    eventually(active, "the delaying webhook is called", timeout=30)
+    wait_until(active, what="the delaying webhook is called", timeout=30)
     try:
         yield d
     finally:
@@ -303,8 +214,8 @@ def test_a_quota_refusal_and_429s_are_counted_and_the_rest_flushed_at_worker_exi
         assert r.status_code == 413 and r.json()["details"]["reason"] == "quota_records"
         time.sleep(0.3)
         assert state(p, rt).status_code == 200  # the last token
-        s = eventually(lambda: (lambda s: s if s is not None and s.refusals else None)(
-            summary(env, rt.id)), "the quota refusal in the RuntimeDelivery", timeout=30)
+        s = wait_until(lambda: (lambda s: s if s is not None and s.refusals else None)(
+            summary(env, rt.id)), what="the quota refusal in the RuntimeDelivery", timeout=30)
         assert s.refused == {"quota_records": 1} and s.throttled == 1 and s.webhook == 2
         assert s.stored["records"] == 2 and s.stored["recordLimit"] == 2
         refused = [r for r in s.recent if r["outcome"] == "refused"]
@@ -339,8 +250,8 @@ def test_two_listeners_flushing_one_runtime_add_up_exactly(
 ) -> None:
     rt = make_runtime()
     assert post(listener_a, rt, rt.record("first", 1)).status_code == 200
-    eventually(lambda: (lambda s: s is not None and s.records == 1)(summary(env, rt.id)),
-               "the object exists with the first record", timeout=30)
+    wait_until(lambda: (lambda s: s is not None and s.records == 1)(summary(env, rt.id)),
+               what="the object exists with the first record", timeout=30)
     conflicts = "tether_listener_write_conflicts_total"
     before = sum(metric_value(p.metrics(), conflicts, path="delivery")
                  for p in (listener_a, listener_b))
@@ -361,8 +272,8 @@ def test_two_listeners_flushing_one_runtime_add_up_exactly(
         for t in threads:
             t.join(120)
         assert answers == {"a": 200, "b": 200}
-        s = eventually(lambda: (lambda s: s if s is not None and s.records >= 9 else None)(
-            summary(env, rt.id)), "both listeners' counts merged", timeout=60)
+        s = wait_until(lambda: (lambda s: s if s is not None and s.records >= 9 else None)(
+            summary(env, rt.id)), what="both listeners' counts merged", timeout=60)
     finally:
         delayer.delay = 0.0
     time.sleep(1.0)
@@ -388,7 +299,7 @@ def test_the_flush_happens_after_the_response(
         assert r.status_code == 200, r.text
         assert answered < 3.0, answered  # the answer did not wait for the write
         assert summary(env, rt.id) is None  # not written yet: the flush is still running
-        s = eventually(lambda: summary(env, rt.id), "written after the answer", timeout=30)
+        s = wait_until(lambda: summary(env, rt.id), what="written after the answer", timeout=30)
         assert s.webhook == 1
         assert time.monotonic() - t0 >= 3.5
     finally:
@@ -448,8 +359,8 @@ def test_the_janitor_removes_an_orphaned_runtimes_delivery(
         apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, f"kyma-{gone.id.lower()}"[:60])
     janitor = Janitor(env)
     try:
-        eventually(lambda: delivery_object(env, gone.id) is None and not env.stored(gone.id),
-                   "the orphan's RuntimeDelivery and records removed", timeout=60)
+        wait_until(lambda: delivery_object(env, gone.id) is None and not env.stored(gone.id),
+                   what="the orphan's RuntimeDelivery and records removed", timeout=60)
         assert janitor.metric("tether_listener_janitor_orphan_deliveries_deleted_total") >= 1
     finally:
         janitor.stop()
@@ -472,12 +383,12 @@ def test_a_failed_flush_keeps_the_counts_until_the_kcp_takes_them(
         rbac.replace_namespaced_role("tether-listener", env.namespace, role)
         p = ListenerProcess(env, "delivery-rbac", **FAST)
         try:
-            rt = _runtime(env)
+            rt = new_runtime(env)
             for i in range(3):
                 r = post(p, rt, rt.record(f"k{i}", 1))
                 assert r.status_code == 200, r.text
-            eventually(lambda: metric_value(p.metrics(), "tether_listener_delivery_flush_errors_total",
-                                            reason="forbidden") >= 1, "flushes refused", 30)
+            wait_until(lambda: metric_value(p.metrics(), "tether_listener_delivery_flush_errors_total",
+                                            reason="forbidden") >= 1, what="flushes refused", timeout=30)
             assert delivery_object(env, rt.id) is None
             role = rbac.read_namespaced_role("tether-listener", env.namespace)
             role.rules = full_rules

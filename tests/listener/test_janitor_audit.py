@@ -16,11 +16,12 @@ import requests
 from kubernetes import client
 
 from listener.fleet import heartbeat
+from testing.janitorenv import GRACE, Janitor
 from testing.listenerenv import Env, metric_value, own_namespace, remove_namespace
-from tests.listener.test_storage import GRACE, Janitor, eventually
+from testing.pollerenv import wait_until
 from tether import apitypes, auditwriter
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 LOST = "tether_listener_janitor_audit_lost_total"
 
 
@@ -64,9 +65,9 @@ def test_the_janitor_with_its_audit_on_a_full_disk_still_removes_an_orphan(env: 
             assert f'{LOST}{{reason="{reason}"}} 0.0' in before, before[-3000:]
         orphan_lease(env, rid)
         # marked (an audit line), then after the grace removed (another): the run goes on
-        eventually(lambda: lease_gone(env, rid), "the orphan's Lease removed", GRACE * 20)
-        eventually(lambda: metric_value(metrics(), LOST, reason="write_error") >= 2,
-                   "both audit lines counted as lost", 30)
+        wait_until(lambda: lease_gone(env, rid), what="the orphan's Lease removed", timeout=GRACE * 20)
+        wait_until(lambda: metric_value(metrics(), LOST, reason="write_error") >= 2,
+                   what="both audit lines counted as lost", timeout=30)
         assert j.metric("tether_listener_janitor_orphan_leases_deleted_total") >= 1
         assert metric_value(metrics(), "tether_listener_janitor_runs_total", outcome="failed") == 0
     finally:

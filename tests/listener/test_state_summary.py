@@ -23,6 +23,9 @@ from listener.fleet import statesummary
 from listener.storage import records, rules
 from listener.view import beats, serve, store
 from listener.view import client as view_client
+from testing.deliveryenv import Delayer
+from testing.janitorenv import Janitor
+from testing.listenercalls import new_runtime
 from testing.listenerenv import (
     Env,
     ListenerProcess,
@@ -31,12 +34,9 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector
-from tests.listener.test_delivery import Delayer, _runtime
-from tests.listener.test_storage import Janitor, eventually
+from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector, wait_until
 from tether import apitypes, changes, gateway, statehash
 
-pytestmark = pytest.mark.slow
 HOLD = 8.0  # seconds the held merge waits in the KCP's admission
 
 
@@ -108,7 +108,7 @@ def holder(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneSh
             apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
             "probe", obj)
         return d.calls > 0
-    eventually(active, "the holding webhook is called", timeout=30)
+    wait_until(active, what="the holding webhook is called", timeout=30)
     try:
         yield d
     finally:
@@ -153,7 +153,7 @@ def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_noth
     env: Env, listener_a: ListenerProcess, listener_b: ListenerProcess, holder: OneShotDelayer,
     skr_api: client.ApiClient, namespace: str,
 ) -> None:
-    rt = _runtime(env)
+    rt = new_runtime(env)
     core = client.CoreV1Api(skr_api)
     labels, selector = unique_selector()
     for i in range(200):
@@ -173,7 +173,7 @@ def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_noth
         holder.delay = HOLD
         assert post(listener_a, rt, dict(changes.from_configmap(
             obj, runtime_id=rt.id, source="webhook"))).status_code == 200
-        eventually(lambda: holder.calls > calls, "A's merge is in the KCP's admission", 10)
+        wait_until(lambda: holder.calls > calls, what="A's merge is in the KCP's admission", timeout=10)
         # and a change the webhook missed altogether
         core.patch_namespaced_config_map("cm-0011", namespace, {"data": {"v": "2"}})
         # the poll run through B meanwhile: its summary lacks A's write
@@ -187,8 +187,8 @@ def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_noth
         assert held is not None
         # A's merge lands after B corrected the bucket: a conflict, read again, and the
         # change it holds is already in the corrected bucket (skipped, not counted twice)
-        eventually(lambda: metric_value(listener_a.metrics(), conflicts, path="summary")
-                   > before_conflicts, "A's held merge conflicted and merged again", HOLD + 30)
+        wait_until(lambda: metric_value(listener_a.metrics(), conflicts, path="summary")
+                   > before_conflicts, what="A's held merge conflicted and merged again", timeout=HOLD + 30)
 
         def wrong() -> list[int]:
             obj = summary_object(env, rt.id)
@@ -207,7 +207,7 @@ def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_noth
         with rt.session() as s:
             assert s.get(f"{listener_b.url}/v1/runtimes/{rt.id}/state/summary",
                          timeout=60).status_code == 200
-        eventually(lambda: not wrong(), "the summary equals the records folded", 30)
+        wait_until(lambda: not wrong(), what="the summary equals the records folded", timeout=30)
         # and a run through either listener now agrees without listing any bucket
         listed = poller.sample("tether_poller_buckets_listed_total")
         again = poller.run()
@@ -227,7 +227,7 @@ def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_noth
 def test_the_janitor_removes_an_orphaned_runtimes_state_summary(
     env: Env, listener_a: ListenerProcess,
 ) -> None:
-    gone, kept = _runtime(env), _runtime(env)
+    gone, kept = new_runtime(env), new_runtime(env)
     for rt in (gone, kept):
         assert post(listener_a, rt, rt.record("a", 1)).status_code == 200
         with rt.session() as s:  # the first summary read builds it
@@ -239,11 +239,11 @@ def test_the_janitor_removes_an_orphaned_runtimes_state_summary(
         apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, f"kyma-{gone.id.lower()}"[:60])
     janitor = Janitor(env)
     try:
-        eventually(lambda: summary_object(env, gone.id) is None and not env.stored(gone.id),
-                   "the orphan's RuntimeStateSummary and records removed", timeout=60)
-        removed = eventually(lambda: [a for a in janitor.audit()
+        wait_until(lambda: summary_object(env, gone.id) is None and not env.stored(gone.id),
+                   what="the orphan's RuntimeStateSummary and records removed", timeout=60)
+        removed = wait_until(lambda: [a for a in janitor.audit()
                                       if a.get("event") == "orphan_removed"
-                                      and a.get("runtime") == gone.id], "audited", timeout=30)
+                                      and a.get("runtime") == gone.id], what="audited", timeout=30)
         assert removed[0]["summary"] is True
     finally:
         janitor.stop()
@@ -256,7 +256,7 @@ def test_a_view_behind_the_workers_own_write_is_not_believed(
     """A summary read after this worker merged a write must hold that write, though the
     pod's view (a watch's latency behind the KCP) still holds the summary before it: the
     view is frozen here at the bootstrap's version; the read goes to the KCP."""
-    rt = _runtime(env)
+    rt = new_runtime(env)
     frozen = store.Kind("summaries", store.summary_entry, 100, 1 << 20)
     k = store.Kind("kymas", store.kyma_entry, 1, 1 << 20)
     views = serve.Views(k, store.Kind("leases", store.lease_entry, 1, 1 << 20), frozen,

@@ -8,7 +8,6 @@ own (so the janitor's short retention and grace touch nothing of the other tests
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from kubernetes import client
 from listener.fleet import heartbeat, statesummary, summaryobject
 from listener.storage import rules
 from testing import controlplane
+from testing.janitorenv import RETENTION, Janitor
 from testing.listenerenv import (
     Env,
     ListenerProcess,
@@ -35,30 +35,18 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
+from testing.pollerenv import wait_until
 from tether import apitypes, changes, gateway, statehash
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 MIB = 1024 * 1024
 QUOTA_RECORDS = 4
 QUOTA_BYTES = 2 * MIB + MIB // 2
-RETENTION = 4.0  # seconds: short, so the tests see tombstones pruned
-GRACE = 3.0
 STORAGE = {"TETHER_LISTENER_QUOTA_RECORDS": str(QUOTA_RECORDS),
            "TETHER_LISTENER_QUOTA_BYTES": str(QUOTA_BYTES),
            "TETHER_LISTENER_QUOTA_CACHE_SECONDS": "600",  # only a state listing refreshes it
            "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": str(RETENTION),
            "TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS": "0"}
-
-
-def eventually(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f}s: {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -280,8 +268,8 @@ def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_record
             == ["persisted"] * 10
     assert outcomes(post(a, rt, rt.record("k0", 2, data={"v": "x" * 5000}))) == ["persisted"]
     assert outcomes(post(a, rt, rt.record("k1", 3, deleted=True))) == ["persisted"]
-    eventually(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
-               "the summary's footprint equals the records' count and size annotations", 30)
+    wait_until(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
+               what="the summary's footprint equals the records' count and size annotations", timeout=30)
     before = kcp_requests(env.api)
     for i in range(30, 40):  # every admission counts from the summary, no listing
         assert outcomes(post(a, rt, rt.record(f"k{i}", 1))) == ["persisted"]
@@ -297,66 +285,17 @@ def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_record
     assert metric_value(a.metrics(), "tether_listener_quota_counts_total", source="listing") == 0
     assert metric_value(a.metrics(), "tether_listener_quota_counts_total", source="summary") >= 14
     assert len(env.stored(rt.id)) == 40
-    eventually(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
-               "the footprint follows the writes", 30)
+    wait_until(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
+               what="the footprint follows the writes", timeout=30)
     # another listener counts from the same summary: what a admitted is seen at once
     assert post(b, rt, rt.record("k-over-b", 1)).status_code == 413
     # an update that does not grow fits at the limit, one that grows is counted in bytes
     assert outcomes(post(b, rt, rt.record("k2", 4))) == ["persisted"]
-    eventually(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
-               "the footprint follows the other listener's writes", 30)
+    wait_until(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
+               what="the footprint follows the other listener's writes", timeout=30)
 
 
 # -- the janitor -----------------------------------------------------------------------------
-
-
-class Janitor:
-    def __init__(self, env: Env, **overrides: str) -> None:
-        self.port = controlplane.free_port()
-        self.audit_file = env.dir / f"janitor-audit-{self.port}.jsonl"
-        self.log_file = env.dir / f"janitor-{self.port}.log"
-        # the janitor's own user and Roles (manifests/kcp/janitor/rbac.yaml): the listener's
-        # cannot delete
-        vars_ = {"TETHER_LISTENER_KUBECONFIG": str(env.janitor_kubeconfig),
-                 "TETHER_LISTENER_NAMESPACE": env.namespace,
-                 "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": str(RETENTION),
-                 "TETHER_LISTENER_ORPHAN_GRACE_SECONDS": str(GRACE),
-                 "TETHER_LISTENER_JANITOR_INTERVAL_SECONDS": "0.5",
-                 "TETHER_LISTENER_JANITOR_LEASE_SECONDS": "3",
-                 "TETHER_LISTENER_JANITOR_BIND": f"127.0.0.1:{self.port}",
-                 "TETHER_LISTENER_AUDIT_LOG": str(self.audit_file),
-                 "TETHER_LISTENER_LOG_FORMAT": "text", **overrides}
-        environ = {k: v for k, v in os.environ.items()
-                   if not k.startswith("TETHER_") and k != "KUBECONFIG"}
-        environ.update(vars_)
-        self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "tether.cli", "janitor"],
-                                     cwd=controlplane.REPO_ROOT, env=environ, stdout=self._log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True,
-                                     preexec_fn=controlplane.die_with_parent())
-        eventually(self._ready, "janitor ready")
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"janitor exited: {self.log_file.read_text()[-3000:]}")
-        try:
-            return requests.get(f"http://127.0.0.1:{self.port}/readyz", timeout=2).ok
-        except requests.RequestException:
-            return False
-
-    def metric(self, name: str) -> float:
-        text = requests.get(f"http://127.0.0.1:{self.port}/metrics", timeout=10).text
-        return metric_value(text, name)
-
-    def audit(self) -> list[dict[str, Any]]:
-        if not self.audit_file.exists():
-            return []
-        return [json.loads(line) for line in self.audit_file.read_text().splitlines() if line]
-
-    def stop(self) -> None:
-        controlplane.stop_group(self.proc)
-        self._log.close()
 
 
 @pytest.fixture
@@ -385,15 +324,15 @@ def test_tombstones_are_pruned_after_the_retention_and_an_old_record_cannot_resu
     assert outcomes(post(listener_a, rt, rt.record("gone", 10),
                          rt.record("kept", 10))) == ["persisted", "persisted"]
     assert outcomes(post(listener_a, rt, rt.record("gone", 20, deleted=True))) == ["persisted"]
-    eventually(lambda: env.stored_one(rt.id, "team-a", "gone") is None, "tombstone pruned",
+    wait_until(lambda: env.stored_one(rt.id, "team-a", "gone") is None, what="tombstone pruned",
                timeout=RETENTION * 10)
     assert env.stored_one(rt.id, "team-a", "kept") is not None  # live records stay
     assert janitor.metric("tether_listener_janitor_tombstones_deleted_total") >= 1
     # the pruned tombstone left the runtime's footprint (the quota's count): the janitor
     # merged the removal and listed its bucket again
-    eventually(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id) == (
+    wait_until(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id) == (
         1, rules.stored_size(env.stored_one(rt.id, "team-a", "kept")["metadata"])),
-        "the summary's footprint without the pruned tombstone", 30)
+        what="the summary's footprint without the pruned tombstone", timeout=30)
     assert any(a["event"] == "tombstones_pruned" for a in janitor.audit())
     # a late record read before the deletion (the forwarder retried for a long time): stale
     assert outcomes(post(listener_a, rt, rt.record("gone", 15,
@@ -419,14 +358,14 @@ def test_an_orphaned_runtimes_records_and_lease_are_removed_after_the_grace(
     seen_before = len(beats.renew_times())
     client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
         apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, f"kyma-{gone.id.lower()}"[:60])
-    marked = eventually(lambda: (lambda le: le is not None and (le.metadata.annotations or {})
+    marked = wait_until(lambda: (lambda le: le is not None and (le.metadata.annotations or {})
                                  .get(rules.ORPHANED_SINCE))(lease(env, gone.id)),
-                        "orphan marked on its Lease", timeout=30)
+                        what="orphan marked on its Lease", timeout=30)
     assert rules.parse_time(marked) is not None
     # a deprovisioned runtime no longer counts among the silent ones (marked or removed)
     assert len(beats.renew_times()) == seen_before - 1
-    eventually(lambda: not env.stored(gone.id) and lease(env, gone.id) is None,
-               "orphan's records and Lease removed", timeout=60)
+    wait_until(lambda: not env.stored(gone.id) and lease(env, gone.id) is None,
+               what="orphan's records and Lease removed", timeout=60)
     assert len(env.stored(kept.id)) == 2  # a runtime with its Kyma CR is untouched
     kept_lease = lease(env, kept.id)
     assert kept_lease is not None

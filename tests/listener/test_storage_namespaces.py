@@ -24,6 +24,7 @@ from kubernetes import client
 
 from listener.storage import records
 from testing import controlplane, watchenv
+from testing import loopenv as loop
 from testing.listenercalls import post, running
 from testing.listenerenv import (
     COMPAT_WATCH,
@@ -37,7 +38,6 @@ from testing.listenerenv import (
 )
 from tether import apitypes, changes, gateway, statehash, watches
 
-pytestmark = pytest.mark.slow
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 RCM = apitypes.RUNTIME_CONFIGMAPS
 READER_ROLE = controlplane.REPO_ROOT / "manifests" / "kcp" / "watches" / "records.yaml"
@@ -205,8 +205,6 @@ def test_a_missing_storage_namespace_is_503_with_a_line_naming_watch_and_namespa
 
 def test_the_janitor_removes_a_deleted_kyma_crs_records_in_every_namespace(
         spaces: Spaces, listener: ListenerProcess) -> None:
-    from tests.listener.test_watches import run_janitor_once
-
     env = spaces.env
     gone, kept = (add_runtime(env, f"rt-{uuid.uuid4().hex[:12]}") for _ in range(2))
     for rt in (gone, kept):
@@ -217,10 +215,10 @@ def test_the_janitor_removes_a_deleted_kyma_crs_records_in_every_namespace(
         apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural,
         f"kyma-{gone.id.lower()}"[:60])
     grace = {"TETHER_LISTENER_ORPHAN_GRACE_SECONDS": "1"}
-    run_janitor_once(env, **grace)  # marks the runtime without a Kyma CR
+    loop.janitor_once(env, **grace)  # marks the runtime without a Kyma CR
     assert stored(env.api, spaces.a, gone.id)  # the grace first
     time.sleep(1.5)
-    run_janitor_once(env, **grace)  # the grace passed: its records go, wherever they are
+    loop.janitor_once(env, **grace)  # the grace passed: its records go, wherever they are
     for ns in (spaces.a, spaces.b, env.namespace):
         assert stored(env.api, ns, gone.id) == [], ns
         assert len(stored(env.api, ns, kept.id)) == 1, ns
@@ -307,8 +305,6 @@ def test_the_storage_of_an_existing_watch_cannot_change(spaces: Spaces) -> None:
 
 def test_the_janitor_prunes_tombstones_and_a_deleted_watchs_records_where_they_are_stored(
         spaces: Spaces, listener: ListenerProcess) -> None:
-    from tests.listener.test_watches import run_janitor_once
-
     env = spaces.env
     rt = add_runtime(env, f"rt-{uuid.uuid4().hex[:12]}")
     old_at = changes.format_time(datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5))
@@ -332,6 +328,6 @@ def test_the_janitor_prunes_tombstones_and_a_deleted_watchs_records_where_they_a
     assert r.status_code == 200, r.text
     assert [o["spec"]["name"] for o in stored(env.api, spaces.b, rt.id)] == ["t-old"]
     watchenv.delete(env.api, env.namespace, "store-temp")
-    run_janitor_once(env, TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS="120")
+    loop.janitor_once(env, TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS="120")
     assert [o["spec"]["name"] for o in stored(env.api, spaces.a, rt.id)] == ["kept"]
     assert stored(env.api, spaces.b, rt.id) == []

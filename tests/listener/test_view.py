@@ -32,10 +32,10 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from tests.listener.test_storage import eventually
+from testing.pollerenv import wait_until
 from tether import apitypes, gateway
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 INTERVAL = 4.0  # the heartbeat interval of these listeners (seconds)
 WATCHED = {"kymas", "leases", "runtimestatesummaries"}
 READS = {"GET", "LIST"}
@@ -63,7 +63,7 @@ def pair(env: Env) -> Iterator[list[ListenerProcess]]:
         ps.append(_listener(env, "view-a"))
         ps.append(_listener(env, "view-b"))
         for p in ps:
-            eventually(functools.partial(synced, p), f"{p.url}: the view synced", 60)
+            wait_until(functools.partial(synced, p), what=f"{p.url}: the view synced", timeout=60)
         yield ps
     finally:
         for p in ps:
@@ -121,7 +121,7 @@ def answers(p: ListenerProcess, rt: Runtime, status: int) -> bool:
 def settled(env: Env, pair: list[ListenerProcess]) -> Runtime:
     rt = add_runtime(env, f"rt-{uuid.uuid4().hex[:12]}")
     for p in pair:  # first contact: the Kyma CR seen, the summary built, the identity recorded
-        eventually(functools.partial(answers, p, rt, 200), "first summary", 30)
+        wait_until(functools.partial(answers, p, rt, 200), what="first summary", timeout=30)
     time.sleep(1.0)  # the watches bring the writes of the first contact
     return rt
 
@@ -153,7 +153,7 @@ def _refused_within(pair: list[ListenerProcess], rt: Runtime, bound: float) -> l
     changed = time.monotonic()
     took = []
     for p in pair:
-        eventually(functools.partial(answers, p, rt, 403), f"{p.url} refuses", bound)
+        wait_until(functools.partial(answers, p, rt, 403), what=f"{p.url} refuses", timeout=bound)
         took.append(time.monotonic() - changed)
     return took
 
@@ -209,8 +209,8 @@ def test_a_killed_view_falls_back_to_direct_reads_and_comes_back(
                         reason="unreachable") + metric_value(
         p.metrics(), "tether_listener_view_fallbacks_total", what="kyma",
         reason="unsynced") > fallbacks
-    eventually(lambda: view_pid(p) not in (None, pid), "a new view process", 30)
-    eventually(lambda: synced(p), "the new view synced", 60)
+    wait_until(lambda: view_pid(p) not in (None, pid), what="a new view process", timeout=30)
+    wait_until(lambda: synced(p), what="the new view synced", timeout=60)
     time.sleep(1.5)  # the workers' clients retry the socket at most once a second
     used = counted_during(env.api, lambda: [summary(p, settled) for _ in range(5)])
     assert {k: v for k, v in used.items() if k[1] in READS} == {}, used
@@ -235,11 +235,11 @@ def test_a_watch_from_a_version_too_old_relists(env: Env) -> None:
               hooks=watcher.Hooks(restarted=lambda k, why: reasons.append(why)))
     t = w.start()
     try:
-        eventually(lambda: w.lists >= 2 and kind.synced, "relisted after the 410", 30)
+        wait_until(lambda: w.lists >= 2 and kind.synced, what="relisted after the 410", timeout=30)
         assert reasons[0] == "gone", reasons
         rid = f"rt-{uuid.uuid4().hex[:12]}"
         add_runtime(env, rid)  # and the watch after the relist brings new objects
-        eventually(lambda: bool(kind.of(rid)), "the new Kyma CR in the view", 30)
+        wait_until(lambda: bool(kind.of(rid)), what="the new Kyma CR in the view", timeout=30)
     finally:
         w.stop.set()
         t.join(timeout=10)

@@ -18,9 +18,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -32,7 +29,8 @@ from kubernetes import client
 
 from listener.fleet import heartbeat, watchlist
 from listener.storage import records
-from testing import controlplane, watchenv
+from testing import loopenv as loop
+from testing import watchenv
 from testing.listenercalls import post, running, state
 from testing.listenerenv import (
     COMPAT_WATCH,
@@ -46,7 +44,7 @@ from testing.listenerenv import (
 )
 from tether import apitypes, changes, gateway, watches
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
 WIDGET = {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget"}
@@ -280,27 +278,13 @@ def legacy_record(env: Env, rt: Runtime, name: str) -> str:
     return str(body["metadata"]["name"])
 
 
-def run_janitor_once(env: Env, **overrides: str) -> str:
-    environ = {k: v for k, v in os.environ.items()
-               if not k.startswith("TETHER_") and k != "KUBECONFIG"}
-    environ.update({"TETHER_LISTENER_KUBECONFIG": str(env.janitor_kubeconfig),
-                    "TETHER_LISTENER_NAMESPACE": env.namespace,
-                    "TETHER_LISTENER_AUDIT_LOG": str(env.dir / "janitor-watches-audit.jsonl"),
-                    "TETHER_LISTENER_LOG_FORMAT": "text", **overrides})
-    out = subprocess.run([sys.executable, "-m", "tether.cli", "janitor", "--once"],
-                         cwd=controlplane.REPO_ROOT, env=environ, capture_output=True,
-                         text=True, timeout=120, check=False)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    return out.stdout
-
-
 def test_the_janitor_deletes_legacy_records_once_records_under_watches_exist(
         env: Env, listener: ListenerProcess) -> None:
     upgraded, waiting = runtime(env), runtime(env)
     gone = legacy_record(env, upgraded, "old")
     kept = legacy_record(env, waiting, "old")
     assert post(listener, upgraded, upgraded.record("old", 2)).status_code == 200
-    run_janitor_once(env)
+    loop.janitor_once(env)
     names = {o["metadata"]["name"] for o in env.stored(upgraded.id)}
     assert gone not in names and env.stored_one(upgraded.id, "team-a", "old") is not None
     # a runtime that has not delivered since the upgrade keeps what it had
@@ -324,7 +308,7 @@ def test_the_janitor_deletes_the_records_of_a_deleted_watch_after_the_retention(
     assert r.status_code == 200, r.text
     assert post(listener, rt, rt.record("t-old", 3)).status_code == 200  # the compat Watch's
     watchenv.delete(env.api, env.namespace, "temp")
-    run_janitor_once(env, TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS="120")
+    loop.janitor_once(env, TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS="120")
     assert env.stored_one(rt.id, "team-a", "t-old", watch="temp") is None
     assert env.stored_one(rt.id, "team-a", "t-new", watch="temp") is not None  # not yet
     assert env.stored_one(rt.id, "team-a", "t-old") is not None  # its Watch exists

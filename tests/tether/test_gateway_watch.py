@@ -17,6 +17,8 @@ from testing import consumerenv, controlplane, localnet
 from tether import apitypes, gateway
 from tether.gateway import stream
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 RCM = apitypes.RUNTIME_CONFIGMAPS
 
 
@@ -84,7 +86,7 @@ def test_events_as_served_and_a_bookmark_before_the_end(kcp: gateway.Kube) -> No
     done = threading.Event()
 
     def write() -> None:
-        time.sleep(0.3)
+        time.sleep(0.3)  # (a write before the watch opens is served too: from rv)
         store.put("rt-1", "team", "a")
         store.put("rt-1", "team", "a", data={"k": "v"})
         store.remove("rt-1", "team", "a")
