@@ -20,6 +20,8 @@ from testing import adminenv
 from testing.listenerenv import metric_value
 from tether import auditwriter
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 LOST = "tether_admin_audit_lost_total"
 
 

@@ -25,7 +25,7 @@ from testing import adminenv, controlplane, pollerenv
 from testing.listenerenv import metric_value
 from tether import apitypes, delivery
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,14 @@ import datetime
 import json
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from enroller import rollout
 from testing import adminenv
 from tether import apitypes
+
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 

@@ -15,7 +15,7 @@ from listener.fleet import heartbeat
 from testing import adminenv
 from tether import apitypes, delivery
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 

@@ -56,7 +56,7 @@ from testing import adminenv, controlplane
 from testing.docanchors import OPERATIONS, github_anchors
 from tether import apitypes, delivery
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 WINDOW = (1366, 900)

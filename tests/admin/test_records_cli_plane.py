@@ -21,6 +21,8 @@ from testing import controlplane, watchenv
 from testing.listenerenv import install_crd
 from tether import apitypes, watches
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 SECRET = "value-that-must-not-print"
 RES = apitypes.RUNTIME_CONFIGMAPS
 

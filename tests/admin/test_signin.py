@@ -17,7 +17,7 @@ from admin import guard as admin_guard
 from testing import adminenv, pollerenv
 from testing.listenerenv import metric_value
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 COOKIE = admin_guard.COOKIE
 EVIL = ["/%09/evil.example", "/\t/evil.example", "//evil.example", "/\\evil.example",

@@ -37,7 +37,7 @@ from listener.edge import peer
 from testing import certmanager, controlplane
 from tether import certs, gateway, pki
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 NS = certmanager.NAMESPACE
 VWC = controlplane.REPO_ROOT / "manifests" / "skr" / "webhook" / "validatingwebhookconfiguration.yaml"

@@ -24,8 +24,6 @@ from testing import controlplane
 from testing.compassenv import Landscape, reasons, writes_since
 from tether import apitypes
 
-pytestmark = pytest.mark.slow
-
 
 def director_state(store: store_mod.Store, tenant: str) -> list[tuple[Any, ...]]:
     return sorted((r.id, r.name, sorted(r.labels.items()), r.condition)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from compass import model
@@ -24,8 +23,6 @@ from testing import compassenv as h
 from testing import controlplane
 from testing.compassenv import Landscape, reasons, writes_since
 from tether import apitypes
-
-pytestmark = pytest.mark.slow
 
 
 def condition(st: dict[str, Any], reason: str) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from testing import controlplane, localnet
 from testing.listenerenv import metric_value
 from tether import auditwriter
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 LOST = "tether_compass_audit_lost_total"
 
 

@@ -21,8 +21,6 @@ from testing import compassenv as h
 from testing import controlplane
 from tether import apitypes, elected, gateway, leader
 
-pytestmark = pytest.mark.slow
-
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 RCM_CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeconfigmaps.yaml"
 

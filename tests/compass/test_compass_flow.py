@@ -20,7 +20,7 @@ from testing import compassenv as h
 from testing import controlplane, pollerenv
 from tether import apitypes
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 class SimulatedCrash(BaseException):

@@ -10,14 +10,11 @@ import pathlib
 import time
 import tracemalloc
 
-import pytest
 import yaml
 from kubernetes import client
 
 from testing import compassenv as h
 from testing import controlplane, hostile
-
-pytestmark = pytest.mark.slow
 
 SKR_TIMEOUT = 2.0
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import requests
 from kubernetes import client
 
@@ -18,6 +19,8 @@ from compass import metrics, service
 from testing import compassenv as h
 from testing import controlplane, localnet
 from tether import gateway, leader
+
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
 
 def test_scheduler_runs_only_in_the_lease_holder(

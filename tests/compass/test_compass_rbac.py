@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
 import yaml
 from kubernetes import client, utils
 
@@ -13,6 +14,8 @@ from compass import service
 from testing import compassenv as h
 from testing import controlplane
 from tether import gateway, leader
+
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
 RBAC = controlplane.REPO_ROOT / "manifests" / "kcp" / "compass" / "rbac.yaml"
 SA_USER = "system:serviceaccount:tether-system:tether-compass"

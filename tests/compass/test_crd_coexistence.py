@@ -26,7 +26,7 @@ from compass import legacy
 from testing import controlplane
 from tether import apitypes, gateway
 
-pytestmark = pytest.mark.plane  # a plane of its own, not the session's (make unit skips it)
+pytestmark = [pytest.mark.plane, pytest.mark.processes]  # a plane of its own
 
 REPO = controlplane.REPO_ROOT
 CM_CRD_FILE = REPO / "hack" / "crds" / "compass-manager" / "operator.kyma-project.io_compassmanagermappings.yaml"

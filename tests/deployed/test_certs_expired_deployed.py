@@ -44,7 +44,7 @@ from listener.storage import records
 from testing import controlplane, deployed, overlays, watchenv
 from tether import apitypes
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 CUSTOMER_NS = "shop"
 WATCH = "configuration"  # the shipped Watch (manifests/kcp/watches)

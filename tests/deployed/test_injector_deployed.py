@@ -21,7 +21,7 @@ import pytest
 from testing import controlplane, deployed, overlays
 from tether import apitypes
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 EXAMPLES = controlplane.REPO_ROOT / "manifests" / "examples" / "injector"
 MODULE_NS = "sample-system"  # the example Watch's namespace in the runtime

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from enroller import render
 from testing import controlplane
+
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
 
 def test_the_packaged_bundle_is_the_kustomize_output_of_manifests_skr() -> None:

@@ -308,6 +308,7 @@ def test_check_refuses(ca_dir: pathlib.Path, tmp_path: pathlib.Path,
 # -- the installed command ----------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_installed_command_inspects(ca_dir: pathlib.Path) -> None:
     """``tether certs`` is registered: the venv's console script dispatches to it."""
     tether = pathlib.Path(sys.executable).parent / "tether"

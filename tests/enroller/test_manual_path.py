@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 import yaml
 from cryptography import x509
 from kubernetes import client
@@ -16,6 +17,8 @@ from kubernetes import client
 from enroller import render
 from testing import controlplane
 from tether import certs, pki
+
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
 
 def test_rendered_objects_are_accepted_by_kubectl_apply(skr: controlplane.ControlPlane, skr_api: client.ApiClient,

@@ -28,14 +28,11 @@ import pathlib
 import time
 from collections.abc import Callable
 
-import pytest
-
 from testing import controlplane, listenerenv
 from testing.faultstack import Stack, Workload
 from testing.history import History
 from testing.listenerenv import metric_value
 
-pytestmark = pytest.mark.slow
 Report = Callable[..., None]
 LIFETIME = datetime.timedelta(seconds=60)  # the enroller's minimum
 ISSUED_AGO = datetime.timedelta(seconds=45)

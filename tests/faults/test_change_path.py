@@ -12,14 +12,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import pytest
-
 from testing import controlplane
 from testing.faultstack import Stack, Workload, finish
 from testing.history import History
 from testing.pollerenv import wait_until
 
-pytestmark = pytest.mark.slow
 MakeStack = Callable[..., Stack]
 Report = Callable[..., None]
 

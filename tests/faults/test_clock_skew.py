@@ -41,7 +41,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from cryptography import x509
 from kubernetes import client
 
@@ -51,7 +50,6 @@ from testing.faultstack import Stack, Workload
 from testing.history import History
 from tether import certs, changes, pki
 
-pytestmark = pytest.mark.slow
 MakeStack = Callable[..., Stack]
 Report = Callable[..., None]
 BACKDATE = pki.BACKDATE.total_seconds()  # 300 s

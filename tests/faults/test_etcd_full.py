@@ -32,7 +32,6 @@ from testing.history import History
 from testing.listenerenv import metric_value
 from testing.pollerenv import wait_until
 
-pytestmark = pytest.mark.slow
 QUOTA = 32 * 1024 * 1024
 FILLER_BYTES = 900 * 1024  # under the apiserver's 1.5 MiB request limit
 SPACE_EXCEEDED = "database space exceeded"

@@ -22,13 +22,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import pytest
-
 from testing import controlplane
 from testing.faultstack import POLL_INTERVAL, Stack, Workload
 from testing.history import History
 
-pytestmark = pytest.mark.slow
 SCALE = 60.0 / POLL_INTERVAL
 OUTAGE = 600.0 / SCALE  # 30 s
 KYMA_TTL = 10.0  # the listener's TETHER_LISTENER_KYMA_CACHE_SECONDS default

@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import pytest
 import requests
 from kubernetes import client
 
@@ -33,7 +32,6 @@ from testing import controlplane, listenerenv
 from testing.faultstack import POLL_INTERVAL, Stack, Workload
 from testing.history import History
 
-pytestmark = pytest.mark.slow
 SCALE = 60.0 / POLL_INTERVAL  # production's poll interval over the suite's: 20
 OUTAGE = 600.0 / SCALE  # the 10 minutes, scaled: 30 s
 WINDOW = 15.0  # the recovery window measured (5 poll intervals)

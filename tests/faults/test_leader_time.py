@@ -41,8 +41,6 @@ from testing.faultstack import CompassProcess
 from testing.pollerenv import wait_until
 from tether import gateway, leader
 
-pytestmark = pytest.mark.slow
-
 
 def _skewed(seconds: float) -> Callable[[], datetime.datetime]:
     return lambda: datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds)

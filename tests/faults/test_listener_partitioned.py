@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import pytest
 import requests
 import yaml
 
@@ -38,7 +37,6 @@ from testing import controlplane, listenerenv, partition, serviceproxy
 from testing.faultstack import Stack, Workload
 from testing.history import History
 
-pytestmark = pytest.mark.slow
 DEPLOYMENT = controlplane.REPO_ROOT / "manifests" / "kcp" / "listener" / "deployment.yaml"
 PARTITION = 30.0  # seconds A is cut off (10 poll intervals)
 MakeStack = Callable[..., Stack]

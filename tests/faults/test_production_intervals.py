@@ -28,7 +28,7 @@ from testing import controlplane
 from testing.faultstack import Stack, Workload
 from testing.history import History
 
-pytestmark = [pytest.mark.slow, pytest.mark.production]
+pytestmark = pytest.mark.production
 MakeStack = Callable[..., Stack]
 Report = Callable[..., None]
 POLLER_MANIFEST = controlplane.REPO_ROOT / "manifests" / "skr" / "poller" / "deployment.yaml"

@@ -34,7 +34,6 @@ from enroller import settings as settings_mod
 from testing import compassenv, controlplane, faultstack, listenerenv, localnet, pollerenv
 from tether import apitypes, gateway, skr_clients
 
-pytestmark = pytest.mark.slow
 ENROLLMENT_CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
 
 

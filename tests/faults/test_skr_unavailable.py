@@ -22,15 +22,12 @@ import pathlib
 import time
 from collections.abc import Callable
 
-import pytest
-
 from testing import controlplane
 from testing.faultstack import Stack, Workload
 from testing.history import History
 from testing.pollerenv import wait_until
 from testing.unavailable import Unavailable
 
-pytestmark = pytest.mark.slow
 WINDOW = 12.0
 MakeStack = Callable[..., Stack]
 Report = Callable[..., None]

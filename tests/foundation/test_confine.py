@@ -16,6 +16,8 @@ import pytest
 from testing import cgroups, controlplane
 from testing.listenerenv import LISTENER_LIMITS
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 LEAKY = controlplane.REPO_ROOT / "standins" / "leaky.py"
 
 

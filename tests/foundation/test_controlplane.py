@@ -16,7 +16,7 @@ from kubernetes import client
 from testing import controlplane
 from tether import certs
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 def test_binary_reports_the_pinned_version() -> None:

@@ -17,6 +17,8 @@ import pytest
 
 from testing import cpuset
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 SPIN = "import os, sys, time\nif sys.argv[1] == 'fork':\n    sys.stdin.readline()\n    os.fork()\nend = time.time() + 60\nwhile time.time() < end:\n    pass\n"
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from testing import controlplane
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 def test_demo_once() -> None:

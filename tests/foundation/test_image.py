@@ -34,7 +34,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(1500)]
 
 PRODUCT = {"tether", "webhook", "listener", "poller", "compass", "enroller", "admin", "injector"}
 PARTS = ("webhook", "listener", "poller", "compass", "janitor", "enroller", "admin", "injector")

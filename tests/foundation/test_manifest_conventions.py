@@ -14,6 +14,8 @@ import yaml
 
 from testing import controlplane
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 # what Tether renders but does not own (none since issue 27: compass writes its own
 # CompassMapping, compass-manager's CRD is not shipped)
 NOT_OURS: set[tuple[str, str]] = set()

@@ -20,6 +20,8 @@ from kubernetes import client
 
 from testing import cgroups, controlplane, podrunner
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 LEAKY = controlplane.REPO_ROOT / "standins" / "leaky.py"
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -25,6 +25,8 @@ from kubernetes import client
 
 from testing import controlplane
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 KCP = controlplane.REPO_ROOT / "manifests" / "kcp"
 NAMESPACES = ("kcp-system", "tether-system", "tether-heartbeats")
 RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}

@@ -36,7 +36,7 @@ from testing import loopenv as loop
 from testing.injectorenv import GROUP, new_namespace
 from tether import apitypes, storagebudget
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 DEPLOYMENT = controlplane.REPO_ROOT / "manifests" / "kcp" / "injector" / "deployment.yaml"
 # the issue measured ~39 MB of RSS per such runtime while the injector held values: 12 of
 # them OOM-killed it at 512Mi. 50 (as the issue asks) take ~4 min to write on the test

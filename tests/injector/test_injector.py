@@ -28,7 +28,7 @@ from testing import loopenv as loop
 from testing.injectorenv import GROUP, new_namespace
 from tether import apitypes
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 WAIT = 30.0
 
 

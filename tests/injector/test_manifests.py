@@ -22,6 +22,8 @@ from kubernetes import client
 from testing import controlplane
 from tether import watches
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 ROOT = controlplane.REPO_ROOT
 KCP = ROOT / "manifests" / "kcp"
 EXAMPLES = ROOT / "manifests" / "examples" / "injector"

@@ -21,6 +21,8 @@ import pytest
 from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
 from tether import auditwriter, logs
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 _KEPT: list[object] = []  # pipes a blocked writer thread still holds
 
 

@@ -23,6 +23,8 @@ import requests
 from testing import cgroups
 from testing.listenerenv import ConfinedListenerProcess, Env, ListenerProcess, Runtime
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 MIB = 1024 * 1024
 POD_LIMIT = 768 * MIB
 WORKERS_PER_POD = 2

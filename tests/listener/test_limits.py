@@ -14,6 +14,8 @@ from listener.fleet import heartbeat
 from testing import cgroups
 from testing.listenerenv import ConfinedListenerProcess, Env, ListenerProcess, Runtime, metric_value
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 
 @pytest.fixture(scope="module")
 def limited(listener_env: Env) -> Iterator[ListenerProcess]:

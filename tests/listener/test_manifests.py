@@ -10,6 +10,8 @@ from kubernetes import client
 from listener.storage.namespaces import STORAGE_LABEL
 from testing import controlplane
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 KCP = controlplane.REPO_ROOT / "manifests" / "kcp"
 
 

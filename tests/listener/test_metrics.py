@@ -7,10 +7,13 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import requests
 
 from listener.edge import openapi
 from testing.listenerenv import ListenerProcess, Runtime, metric_value
+
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
 
 def test_metrics_after_traffic(listener: ListenerProcess, runtime: Callable[..., Runtime]) -> None:

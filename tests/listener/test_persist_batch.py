@@ -25,7 +25,7 @@ from testing.listenerenv import (
 )
 from tether import apitypes, changes
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 QUOTA = 100
 COMMON = {"TETHER_LISTENER_QUOTA_RECORDS": str(QUOTA),
           "TETHER_LISTENER_QUOTA_CACHE_SECONDS": "600",  # no recount in the middle of a batch

@@ -20,7 +20,6 @@ from listener.storage import rules
 from testing.listenercalls import post, running
 from testing.listenerenv import Env, ListenerProcess, add_runtime, own_namespace, remove_namespace
 
-pytestmark = pytest.mark.slow
 MIB = 1024 * 1024
 QUOTA_BYTES = 2 * MIB
 WRITERS = {"TETHER_LISTENER_QUOTA_BYTES": str(QUOTA_BYTES),

@@ -27,6 +27,8 @@ from testing.listenerenv import (
 )
 from tether import apitypes, changes
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 
 def changes_url(listener: ListenerProcess, runtime_id: str) -> str:
     return f"{listener.url}/v1/runtimes/{runtime_id}/changes"

@@ -11,9 +11,12 @@ import shutil
 import time
 from typing import Any
 
+import pytest
 import requests
 
 from testing.listenerenv import Env, ListenerProcess
+
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
 
 def _readyz(p: ListenerProcess) -> tuple[int, Any]:

@@ -21,6 +21,8 @@ from testing import cgroups
 from testing.listenerenv import ConfinedListenerProcess, Env, ListenerProcess, Runtime, metric_value
 from testing.sockets import closed_by_server
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 THREADS = 4
 STALLED = 200
 

@@ -26,7 +26,6 @@ from testing.listenerenv import (
 )
 from tether import apitypes
 
-pytestmark = pytest.mark.slow
 QUOTA_RECORDS = 4
 UNBACKED = 3
 RCM = apitypes.RUNTIME_CONFIGMAPS

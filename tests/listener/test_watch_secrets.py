@@ -17,7 +17,6 @@ import secrets
 import uuid
 from collections.abc import Callable
 
-import pytest
 from kubernetes import client
 
 from poller import metrics, run, scan, watchrun
@@ -38,7 +37,6 @@ from tether import (
     watchwire,
 )
 
-pytestmark = pytest.mark.slow
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
 DIGEST_KEY = secrets.token_bytes(32)  # the runtime's, as its client Secret would mount it
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}

@@ -37,7 +37,6 @@ from testing.listenerenv import (
 )
 from tether import apitypes, changes, watches
 
-pytestmark = pytest.mark.slow
 RCM = apitypes.RUNTIME_CONFIGMAPS
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 POLICY = controlplane.REPO_ROOT / "manifests" / "kcp" / "listener" / "policy.yaml"

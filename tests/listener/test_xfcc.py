@@ -12,6 +12,8 @@ import requests
 
 from testing.listenerenv import Env, ListenerProcess, Runtime, expired
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 
 def xfcc(cert_file: object) -> str:
     pem = pathlib.Path(str(cert_file)).read_text()

@@ -19,6 +19,8 @@ import yaml
 
 from testing import controlplane
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 REPO = controlplane.REPO_ROOT
 MON = REPO / "manifests" / "monitoring"
 PARTS = ("webhook", "listener", "poller", "compass", "enroller", "admin", "injector")

@@ -11,10 +11,13 @@ import pathlib
 import subprocess
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client
 
 from testing import controlplane, podrunner, podspec
+
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
 REPO = controlplane.REPO_ROOT
 

@@ -24,8 +24,6 @@ from testing.pollerenv import (
 )
 from tether import apitypes, statehash
 
-pytestmark = pytest.mark.slow
-
 
 def make(core: client.CoreV1Api, ns: str, n: int, labels: dict[str, str], prefix: str = "cm") -> None:
     for i in range(n):

@@ -25,7 +25,6 @@ from testing.listenerenv import ListenerProcess, Runtime
 from testing.pollerenv import Env, InProcess, kcp_state, runtime_state, unique_selector
 from tether import apitypes, changes
 
-pytestmark = pytest.mark.slow
 NS = "team-a"
 BUCKETS = True  # the poller as deployed (poller.settings): the bucketed run first, its fallback the full digest
 

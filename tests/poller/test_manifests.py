@@ -13,7 +13,7 @@ import yaml
 from poller import settings
 from testing import controlplane
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 SKR = controlplane.REPO_ROOT / "manifests" / "skr"
 
 

@@ -26,7 +26,7 @@ from testing.pollerenv import (
     wait_until,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 Pollers = Callable[[str, dict[str, str]], PollerProcess]
 
 

@@ -23,7 +23,7 @@ from testing.pollerenv import (
     wait_until,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 def make_cm(core: client.CoreV1Api, ns: str, name: str, data: dict[str, str],

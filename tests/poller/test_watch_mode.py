@@ -27,7 +27,6 @@ from testing.pollerenv import (
 )
 from tether import apitypes, filters, gateway, sender, watches, watchset, watchwire
 
-pytestmark = pytest.mark.slow
 GROUP = "poller-watch.tether-test.example.com"
 WIDGETS = watchenv.widgets(GROUP)
 GADGETS = {"group": GROUP, "version": "v1", "resource": "gadgets", "kind": "Gadget"}  # never installed

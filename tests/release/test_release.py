@@ -36,7 +36,7 @@ from testing import controlplane, deployed, overlays, watchenv
 from tether import apitypes
 
 ROOT = controlplane.REPO_ROOT
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(1500)]
 
 REGISTRY = "registry.example.com:5000/team/tether"  # a registry with a port and a path
 MODULE_CRD = ROOT / "hack" / "crds" / "lifecycle-manager" / "operator.kyma-project.io_moduletemplates.yaml"

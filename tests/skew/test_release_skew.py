@@ -26,6 +26,8 @@ from kubernetes import client
 from testing import controlplane, listenerenv, skewenv
 from testing.listenerenv import Env, ListenerProcess
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 
 @pytest.fixture(scope="module")
 def release_tree(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
@@ -44,7 +46,6 @@ def _unknown_route_only(refused: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in refused.items() if not ('route="unmatched"' in k and 'code="404"' in k)}
 
 
-@pytest.mark.slow
 def test_the_previous_releases_runtime_against_this_listener_delivers_and_reconciles(
         skr: controlplane.ControlPlane, skr_api: client.ApiClient, env: Env,
         release_tree: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -61,7 +62,6 @@ def test_the_previous_releases_runtime_against_this_listener_delivers_and_reconc
         listener.stop()
 
 
-@pytest.mark.slow
 def test_this_runtime_against_the_previous_releases_listener_delivers_and_reconciles(
         skr: controlplane.ControlPlane, skr_api: client.ApiClient, env: Env,
         release_tree: pathlib.Path, tmp_path: pathlib.Path) -> None:

@@ -25,7 +25,7 @@ from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess
 from tether import watches, watchwire
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 PREVIOUS = "d18055a"  # the last landed commit before Watches (its webhook sends v1 records only)
 GROUP = "skew.example.com"

@@ -31,6 +31,8 @@ from testing import controlplane, listenerenv, skewenv, watcherpeer
 from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess
 
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 SKR_MANIFESTS = controlplane.REPO_ROOT / "manifests" / "skr"
 
 
@@ -88,7 +90,6 @@ def env(listener_env: Env) -> Iterator[Env]:
     listenerenv.remove_namespace(own)
 
 
-@pytest.mark.slow
 def test_a_customer_write_passes_both_webhooks_and_reaches_the_kcp_through_tether(
         skr: controlplane.ControlPlane, skr_api: client.ApiClient, env: Env, tmp_path: pathlib.Path) -> None:
     core, custom = client.CoreV1Api(skr_api), client.CustomObjectsApi(skr_api)

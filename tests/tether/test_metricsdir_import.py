@@ -10,6 +10,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
+
 
 def test_webhook_entry_point_imports_no_prometheus_client_before_the_folder() -> None:
     entry = "webhook.main"

@@ -164,6 +164,7 @@ def test_a_valid_environment_passes_the_checks(files: dict[str, str], part: str)
     assert (done.returncode, done.stdout, done.stderr) == (0, f"tether {part}: settings ok\n", "")
 
 
+@pytest.mark.processes
 def test_the_compass_kubeconfig_flag_still_works(files: dict[str, str]) -> None:
     env = valid_env("compass", files)
     del env["TETHER_COMPASS_KUBECONFIG"]
@@ -171,6 +172,7 @@ def test_the_compass_kubeconfig_flag_still_works(files: dict[str, str]) -> None:
     assert done.returncode == 2 and done.stderr.startswith("tether compass: TETHER_COMPASS_KUBECONFIG: ")
 
 
+@pytest.mark.processes
 def test_help_shows_every_option_and_version() -> None:
     from compass import settings
 

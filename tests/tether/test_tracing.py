@@ -70,6 +70,7 @@ def test_tracing_off_makes_plain_spans_and_no_provider() -> None:
     span.end({"a": 1}, error=True)  # nothing to do
 
 
+@pytest.mark.processes
 def test_the_webhook_and_the_listener_import_no_sdk_while_tracing_is_off() -> None:
     """Tracing off costs the admission path no SDK object: the SDK is not even imported."""
     code = ("import sys; import webhook.services, webhook.validate, listener.edge.api; "

@@ -24,7 +24,7 @@ from testing import webhookstack as stack
 from testing.receiver import RUNTIME_ID, Receiver, RuntimeCert
 from tether import certs
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 CLIENT_NAME = "kube-apiserver-webhook-client"
 
 

@@ -18,7 +18,7 @@ from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess, Runtime
 from tether import certs
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 COUNT = "tether_webhook_delivery_seconds_count"
 SUM = "tether_webhook_delivery_seconds_sum"
 

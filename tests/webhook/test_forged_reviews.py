@@ -31,7 +31,7 @@ from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess, Runtime, add_runtime
 from tether import apitypes, certs
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 QUOTA_RECORDS = 12
 UNBACKED = 5
 FORGED = 500

@@ -8,7 +8,6 @@ import threading
 import time
 from typing import Any
 
-import pytest
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
@@ -18,7 +17,6 @@ from tether import gateway, sender, watches
 from webhook import forwarder, keyqueue, metrics, readback
 from webhook import settings as settings_mod
 
-pytestmark = pytest.mark.slow
 KEYS = 12
 
 

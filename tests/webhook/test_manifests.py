@@ -8,7 +8,7 @@ from kubernetes import client
 
 from testing import controlplane
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 SKR = controlplane.REPO_ROOT / "manifests" / "skr"
 
 

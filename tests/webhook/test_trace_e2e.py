@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from listener.fleet import heartbeat
@@ -20,8 +19,6 @@ from testing import controlplane
 from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess, Runtime
 from tether import apitypes, tracing
-
-pytestmark = pytest.mark.slow
 
 
 def test_the_stored_records_trace_is_the_one_the_listener_logged(

@@ -23,7 +23,7 @@ from testing.listenerenv import Env, ListenerProcess, Runtime
 from tether import apitypes, sender, tracing
 from webhook import services as webhook_services
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 Span = tuple[str, str, str]  # (service.name, span name, trace ID)
 
 

@@ -21,8 +21,6 @@ from tether import gateway, sender, watches, watchset, watchwire
 from webhook import app, forwarder, keyqueue, metrics, readback, scope
 from webhook import services as services_mod
 
-pytestmark = pytest.mark.slow
-
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 WIDGET = {"group": "scope.example.com", "version": "v1", "resource": "widgets", "kind": "Widget"}
 

@@ -20,7 +20,7 @@ from testing import webhookstack as stack
 from testing.receiver import Receiver
 from tether import certs
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 @dataclasses.dataclass

@@ -21,7 +21,7 @@ from testing import webhookstack as stack
 from testing.receiver import Receiver
 from tether import certs
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 
 def _review(ns: str, cm: client.V1ConfigMap, old_rv: str) -> bytes:

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from listener.fleet import watchlist
@@ -20,8 +19,6 @@ from testing import controlplane, watchenv
 from testing import webhookstack as stack
 from testing.listenerenv import COMPAT_WATCH, Env, ListenerProcess, Runtime
 from tether import apitypes, digests, watches, watchwire
-
-pytestmark = pytest.mark.slow
 
 
 def _stored(env: Env, rid: str, ns: str, name: str, predicate: Callable[[dict[str, Any]], bool],

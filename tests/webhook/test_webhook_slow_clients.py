@@ -20,7 +20,7 @@ from testing import webhookstack as stack
 from testing.receiver import Receiver
 from testing.sockets import closed_by_server
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 WEBHOOK_LIMITS = cgroups.manifest_limits(
     controlplane.REPO_ROOT / "manifests" / "skr" / "webhook" / "deployment.yaml", "webhook")
 

@@ -25,7 +25,7 @@ from testing import webhookstack as stack
 from testing.receiver import Receiver
 from tether import certs, changes, digests, watches, watchwire
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.processes
 
 GROUP = "webhook-watches.example.com"
 WIDGET = watchenv.widgets(GROUP)
