@@ -27,7 +27,7 @@ from listener.edge import services as listener_services
 from listener.storage import batch
 from testing import watchenv
 from testing.webhookapp import app_settings, review
-from tether import apitypes, sender, tracing, watches
+from tether import apitypes, changes, sender, tracing, watches
 from webhook import app as webhook_app
 from webhook import forwarder, keyqueue, metrics
 from webhook import services as services_mod
@@ -148,7 +148,7 @@ def test_the_runtime_shares_one_trace_and_the_listener_links_it_from_its_own(
 
 RECORD = {"apiVersion": "tether.kyma-project.io/v1", "kind": "ConfigMapChange",
           "runtimeId": "rt", "namespace": "ns", "name": "a", "uid": "u", "resourceVersion": "5",
-          "observedAt": "2026-12-02T10:00:00.000000Z", "deleted": False, "source": "poller",
+          "observedAt": changes.now(), "deleted": False, "source": "poller",
           "data": {"k": "v"}}
 CHOSEN = 0x4BF92F3577B34DA6A3CE929D0E0E4736  # a trace ID the tenant picked (another's, say)
 
