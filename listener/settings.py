@@ -1,9 +1,9 @@
 """The listener's settings: one frozen dataclass, built once in the entry point.
 
-Every setting is declared once, as a field of ``Settings`` (the janitor's: ``JanitorSettings``;
-both hold the storage options of ``Storage``) with its option (``tether.config.setting``):
-environment variable (``TETHER_LISTENER_*``), default, bounds and meaning. ``SPEC`` and
-``JANITOR_SPEC`` collect them; ``tether listener --help`` and docs/listener.md list them. A
+Every setting is declared once, as a field of ``Settings`` (the janitor's in
+``listener.janitor.settings``; both hold the storage options of ``Storage``) with its option
+(``tether.config.setting``): environment variable (``TETHER_LISTENER_*``), default, bounds and
+meaning. ``SPEC`` collects them; ``tether listener --help`` and docs/listener.md list them. A
 bad value stops the process at start with one line naming the variable (``tether.config.load``).
 """
 
@@ -304,60 +304,3 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
 def storage(v: config.Values) -> Storage:
     """The storage quota and the tombstone retention (``Storage``)."""
     return config.fill(Storage, v)
-
-
-def _host_port(bind: str) -> tuple[str, int]:
-    host, _, port = bind.rpartition(":")
-    return host, int(port)
-
-
-JANITOR_BIND = config.host_port(P + "JANITOR_BIND", "0.0.0.0:9091",
-                                "host:port of /healthz, /readyz, /metrics")
-
-
-@dataclasses.dataclass(frozen=True)
-class JanitorSettings:
-    """``tether janitor``: prunes tombstones and orphaned runtimes (``listener.janitor``)."""
-
-    kubeconfig: str | None = setting(KUBECONFIG)
-    namespace: str = setting(NAMESPACE)
-    heartbeat_namespace: str = setting(HEARTBEAT_NAMESPACE, otherwise=NAMESPACE)
-    kcp_timeout: float = setting(config.seconds(
-        P + "KCP_TIMEOUT_SECONDS", 30.0, "timeout of each KCP API call", minimum=0.5,
-        maximum=300))
-    storage: Storage = config.group(Storage, default_factory=Storage)
-    orphan_grace: float = setting(config.seconds(
-        P + "ORPHAN_GRACE_SECONDS", 86400.0, "how long after a runtime's Kyma CR is gone its "
-        "records and Lease are removed", minimum=1, maximum=365 * 86400))
-    interval: float = setting(config.seconds(
-        P + "JANITOR_INTERVAL_SECONDS", 600.0, "time between runs", minimum=0.1, maximum=86400))
-    lease_name: str = setting(config.object_name(P + "JANITOR_LEASE", "tether-janitor",
-                                                 "the election Lease's name"))
-    lease_namespace: str = setting(config.object_name(  # the election Lease
-        P + "JANITOR_LEASE_NAMESPACE", None,
-        "namespace of the election Lease (the manifests: tether-system)", shown=P + "NAMESPACE"),
-        otherwise=NAMESPACE)
-    lease_duration: float = setting(config.seconds(
-        P + "JANITOR_LEASE_SECONDS", 15.0, "the election Lease's duration", minimum=2,
-        maximum=600))
-    http_host: str = config.inputs(JANITOR_BIND, default=_host_port(JANITOR_BIND.default)[0])
-    http_port: int = _host_port(JANITOR_BIND.default)[1]
-    audit_log: str = setting(AUDIT_LOG)
-    audit_queue_lines: int = setting(AUDIT_QUEUE_LINES)
-    log_level: str = setting(LOG_LEVEL)
-    log_format: str = setting(LOG_FORMAT)
-
-
-JANITOR_SPEC = config.Spec.of(
-    JanitorSettings, part="janitor",
-    summary="The listener's storage janitor (KCP): prunes tombstones and orphaned runtimes.")
-
-
-def janitor_build(v: config.Values) -> JanitorSettings:
-    host, port = _host_port(v[P + "JANITOR_BIND"])
-    return config.fill(JanitorSettings, v, http_host=host, http_port=port)
-
-
-def janitor_from_env(env: Mapping[str, str] | None = None) -> JanitorSettings:
-    """The janitor's settings (``env`` for tests; default ``os.environ``)."""
-    return janitor_build(JANITOR_SPEC.read(env))

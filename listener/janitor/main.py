@@ -20,9 +20,9 @@ from collections.abc import Callable
 import flask
 from apscheduler.triggers.interval import IntervalTrigger
 
-from listener import settings as settings_mod
 from listener.edge import metrics as listener_metrics
 from listener.fleet import statesummary
+from listener.janitor import settings as settings_mod
 from listener.janitor import sweep as janitor
 from tether import auditwriter, elected, leader, logs, ops
 
@@ -47,7 +47,7 @@ def lease(s: settings_mod.JanitorSettings) -> leader.LeaseSettings:
 
 
 def main(argv: list[str]) -> int:
-    s, args, api = elected.start(settings_mod.JANITOR_SPEC, argv, settings_mod.janitor_build,
+    s, args, api = elected.start(settings_mod.SPEC, argv, settings_mod.build,
                                  kubeconfig_variable="TETHER_LISTENER_KUBECONFIG",
                                  once="one run, no election, then exit")
     meters = listener_metrics.JanitorMetrics()

@@ -34,10 +34,10 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from listener import settings as settings_mod
 from listener.edge import metrics as listener_metrics
 from listener.fleet import statesummary
 from listener.janitor import legacy
+from listener.janitor import settings as settings_mod
 from listener.janitor.calls import OWN_RECORDS as OWN_RECORDS
 from listener.janitor.calls import PAGE as PAGE
 from listener.janitor.calls import Kcp as Kcp

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from listener import settings
+from listener.janitor import settings as janitor_settings
 from listener.storage import quota, records, rules
 from tether import changes, config, storagebudget
 
@@ -273,13 +274,13 @@ def test_orphans_are_marked_then_removed_after_the_grace_and_unmarked_when_back(
 
 
 def test_storage_and_janitor_defaults() -> None:
-    s = settings.janitor_from_env({})
+    s = janitor_settings.from_env({})
     # the KCP budget's share: 4 GiB of etcd for 5,000 runtimes at ~4.1 KiB a record
     assert s.storage == settings.Storage(200, 2 * 1024 * 1024, 10.0, 7 * DAY)
     assert (s.orphan_grace, s.interval, s.lease_name, s.http_port) == (
         DAY, 600.0, "tether-janitor", 9091)
     assert s.heartbeat_namespace == s.lease_namespace == s.namespace == "kcp-system"
-    s = settings.janitor_from_env({"TETHER_HEARTBEAT_NAMESPACE": "hb",
+    s = janitor_settings.from_env({"TETHER_HEARTBEAT_NAMESPACE": "hb",
                                    "TETHER_LISTENER_JANITOR_LEASE_NAMESPACE": "ts"})
     assert (s.namespace, s.heartbeat_namespace, s.lease_namespace) == ("kcp-system", "hb", "ts")
 
@@ -297,7 +298,7 @@ def test_storage_and_janitor_defaults() -> None:
 ])
 def test_a_bad_setting_is_one_line_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(config.SettingError) as e:
-        settings.janitor_from_env({name: value})
+        janitor_settings.from_env({name: value})
     assert name in str(e.value) and "\n" not in str(e.value)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from listener import settings
+from listener.janitor import settings as janitor_settings
 from listener.storage import records, rules, unbacked
 from tether import changes, storagebudget
 
@@ -90,7 +91,7 @@ def test_evictions_take_the_oldest_observed_first_and_keep_the_cap() -> None:
 def test_the_unbacked_cap_defaults_to_a_tenth_of_the_records_quota() -> None:
     assert storagebudget.unbacked_per_runtime() == storagebudget.records_per_runtime() // 10 == 20
     assert settings.Storage().unbacked_tombstones == 20
-    s = settings.janitor_from_env({"TETHER_LISTENER_UNBACKED_TOMBSTONES": "3"})
+    s = janitor_settings.from_env({"TETHER_LISTENER_UNBACKED_TOMBSTONES": "3"})
     assert s.storage.unbacked_tombstones == 3
 
 

@@ -15,6 +15,7 @@ from compass import settings as compass_settings
 from enroller import settings as enroller_settings
 from injector import settings as injector_settings
 from listener import settings as listener_settings
+from listener.janitor import settings as janitor_settings
 from poller import settings as poller_settings
 from tether import certs, config, filechecks, filters, sender
 from webhook import settings as webhook_settings
@@ -22,7 +23,7 @@ from webhook import settings as webhook_settings
 SPECS = {
     "webhook": webhook_settings.SPEC,
     "listener": listener_settings.SPEC,
-    "janitor": listener_settings.JANITOR_SPEC,
+    "janitor": janitor_settings.SPEC,
     "poller": poller_settings.SPEC,
     "compass": compass_settings.SPEC,
     "enroller": enroller_settings.SPEC,
@@ -239,7 +240,7 @@ def test_docs_settings_tables_equal_the_declarations(part: str, doc: str) -> Non
 SETTINGS = {
     "webhook": webhook_settings.Settings,
     "listener": listener_settings.Settings,
-    "janitor": listener_settings.JanitorSettings,
+    "janitor": janitor_settings.JanitorSettings,
     "poller": poller_settings.Settings,
     "compass": compass_settings.Settings,
     "enroller": enroller_settings.Settings,

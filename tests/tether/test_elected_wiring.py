@@ -13,8 +13,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from compass import service as compass_service
 from enroller import main as enroller_main
-from listener import settings as listener_settings
 from listener.janitor import main as janitor_main
+from listener.janitor import settings as janitor_settings
 from tether import elected
 
 
@@ -70,8 +70,8 @@ def test_enroller_runs_at_once_then_on_its_interval_and_reacts_in_between() -> N
 
 
 def test_the_janitors_lease_renews_within_two_thirds_of_its_duration() -> None:
-    s = listener_settings.JanitorSettings(lease_name="j", lease_namespace="ns", lease_duration=21.0)
+    s = janitor_settings.JanitorSettings(lease_name="j", lease_namespace="ns", lease_duration=21.0)
     lease = janitor_main.lease(s)
     assert (lease.namespace, lease.name, lease.lease_duration) == ("ns", "j", 21.0)
     assert (lease.renew_deadline, lease.retry_period) == (14.0, 3.0)
-    assert janitor_main.lease(listener_settings.JanitorSettings(lease_duration=2.0)).retry_period == 0.5
+    assert janitor_main.lease(janitor_settings.JanitorSettings(lease_duration=2.0)).retry_period == 0.5
