@@ -68,10 +68,14 @@ bundle: $(STAMP) controlplane ## regenerate enroller/skr-bundle.yaml (kubectl ku
 	  "$$($(PY) -c 'from testing import controlplane; print(controlplane.binaries())')/kubectl" kustomize manifests/skr; } > enroller/skr-bundle.yaml.new
 	mv enroller/skr-bundle.yaml.new enroller/skr-bundle.yaml
 
-lint: $(STAMP) ## ruff, mypy (strict on the product packages) and the import contracts
+lint: $(STAMP) ## ruff (lint and layout), mypy (strict on the product packages) and the import contracts
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+format: $(STAMP) ## lay the tree out with ruff format (what `make lint` checks)
+	$(VENV)/bin/ruff format .
 
 # the suite's workers (pytest-xdist): the tests wait far more than they compute, so twice the
 # cores; a module stays on one worker (tests/conftest.py, ModuleGroups). `make test WORKERS=1` runs serially.
@@ -106,4 +110,4 @@ clean: ## remove the venv and caches (not the control plane cache)
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
 
 
-.PHONY: release bundle help venv constraints lock controlplane promtool prometheus-server cert-manager image-tools browser image lint unit check test demo planes clean
+.PHONY: release bundle help venv constraints lock controlplane promtool prometheus-server cert-manager image-tools browser image lint format unit check test demo planes clean

@@ -43,14 +43,21 @@ from admin import settings as settings_mod
 from tether import auditwriter, gateway, logs, ops, tlsreload
 
 MAX_FORM = 32 * 1024
-CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
-       "frame-ancestors 'none'; base-uri 'none'")
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
 OPS_RULES = ("/readyz", "/metrics")  # on the operations port only
 
 
-def create_app(settings: settings_mod.Settings | None = None, *,
-               kcp: gateway.Kube | None = None, refresher: snapshot.Refresher | None = None,
-               serving: tlsreload.Watched[Any] | None = None, start: bool = True) -> Flask:
+def create_app(
+    settings: settings_mod.Settings | None = None,
+    *,
+    kcp: gateway.Kube | None = None,
+    refresher: snapshot.Refresher | None = None,
+    serving: tlsreload.Watched[Any] | None = None,
+    start: bool = True,
+) -> Flask:
     """``settings``: default from the TETHER_ADMIN_* variables; ``serving``: the TLS context
     gunicorn serves with (``admin.server``), so that a failed load shows in readiness."""
     s = settings or settings_mod.build(settings_mod.SPEC.read())
@@ -60,8 +67,9 @@ def create_app(settings: settings_mod.Settings | None = None, *,
     app.jinja_env.autoescape = True
     app.extensions[services_mod.KEY] = svc
     ops.request_metrics(app, "admin", svc.metrics.registry)  # tether_admin_http_*, by route
-    ops.init_app(app, _probes(svc, serving),
-                 ops.Exposition(svc.metrics.registry, [svc.metrics]).render)
+    ops.init_app(
+        app, _probes(svc, serving), ops.Exposition(svc.metrics.registry, [svc.metrics]).render
+    )
     app.before_request(_ports)
     app.after_request(_headers)
     app.register_blueprint(login.bp)
@@ -69,8 +77,12 @@ def create_app(settings: settings_mod.Settings | None = None, *,
     return app
 
 
-def _services(s: settings_mod.Settings, kcp: gateway.Kube | None,
-              refresher: snapshot.Refresher | None, start: bool) -> services_mod.Services:
+def _services(
+    s: settings_mod.Settings,
+    kcp: gateway.Kube | None,
+    refresher: snapshot.Refresher | None,
+    start: bool,
+) -> services_mod.Services:
     kcp = kcp or gateway.from_kubeconfig(s.kubeconfig, pool_size=max(4, s.threads))
     api = kcp
     if refresher is None:
@@ -78,15 +90,24 @@ def _services(s: settings_mod.Settings, kcp: gateway.Kube | None,
     if start:
         refresher.start()
     m = metrics.Metrics(refresher, s)
-    authorizer = auth.Authorizer(kcp, s.auth_cache, s.request_timeout, s.token_audience,
-                                 throttle.Buckets(s.reviews_per_minute, s.review_sources),
-                                 on_review=lambda kind: m.reviews.labels(kind).inc())
+    authorizer = auth.Authorizer(
+        kcp,
+        s.auth_cache,
+        s.request_timeout,
+        s.token_audience,
+        throttle.Buckets(s.reviews_per_minute, s.review_sources),
+        on_review=lambda kind: m.reviews.labels(kind).inc(),
+    )
     store = sessions.Store(s.max_sessions, s.sessions_per_user)
     m.sessions.set_function(lambda: len(store))
-    audit = logs.audit_logger(s.audit_destination, on_lost=auditwriter.counting(m.audit_lost),
-                              queue_lines=s.audit_queue_lines)
-    return services_mod.Services(s, kcp, refresher, authorizer, m, audit,
-                                 snapshot.Events(kcp, s), store)
+    audit = logs.audit_logger(
+        s.audit_destination,
+        on_lost=auditwriter.counting(m.audit_lost),
+        queue_lines=s.audit_queue_lines,
+    )
+    return services_mod.Services(
+        s, kcp, refresher, authorizer, m, audit, snapshot.Events(kcp, s), store
+    )
 
 
 def _port(bind: str) -> str:
@@ -95,11 +116,17 @@ def _port(bind: str) -> str:
 
 def _probes(svc: services_mod.Services, serving: tlsreload.Watched[Any] | None) -> ops.Probes:
     probes = ops.Probes()
-    probes.live("fleet-refresh", lambda: None if svc.refresher.alive() or not _started(svc)
-                else "the refresh thread stopped")
+    probes.live(
+        "fleet-refresh",
+        lambda: (
+            None if svc.refresher.alive() or not _started(svc) else "the refresh thread stopped"
+        ),
+    )
     if serving is not None:
-        probes.ready("serving-certificate",
-                     lambda: None if serving.loaded() else (serving.last_error or "not loaded"))
+        probes.ready(
+            "serving-certificate",
+            lambda: None if serving.loaded() else (serving.last_error or "not loaded"),
+        )
     probes.ready("fleet-snapshot", lambda: _snapshot_problem(svc))
     return probes
 

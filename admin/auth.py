@@ -57,8 +57,11 @@ def token_key(token: str) -> str:
 
 
 def review_body(token: str, audience: str) -> dict[str, Any]:
-    return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-            "spec": {"token": token, "audiences": [audience]}}
+    return {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": token, "audiences": [audience]},
+    }
 
 
 def identity_of(review: dict[str, Any], audience: str) -> Identity | None:
@@ -70,10 +73,16 @@ def identity_of(review: dict[str, Any], audience: str) -> Identity | None:
         return None
     user = status.get("user") or {}
     extra = user.get("extra") or {}
-    return Identity(user=str(user.get("username", "")), uid=str(user.get("uid", "")),
-                    groups=tuple(str(g) for g in user.get("groups") or []),
-                    extra=tuple(sorted((str(k), tuple(str(x) for x in v))
-                                       for k, v in extra.items() if isinstance(v, list))))
+    return Identity(
+        user=str(user.get("username", "")),
+        uid=str(user.get("uid", "")),
+        groups=tuple(str(g) for g in user.get("groups") or []),
+        extra=tuple(
+            sorted(
+                (str(k), tuple(str(x) for x in v)) for k, v in extra.items() if isinstance(v, list)
+            )
+        ),
+    )
 
 
 def expiry_of(token: str) -> float | None:
@@ -92,9 +101,15 @@ def expiry_of(token: str) -> float | None:
 
 def access_body(who: Identity, page: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "user": who.user, "groups": list(who.groups),
-        "resourceAttributes": {"group": apitypes.TETHER_GROUP, "resource": apitypes.ADMIN_PAGES,
-                               "name": page, "verb": "get"}}
+        "user": who.user,
+        "groups": list(who.groups),
+        "resourceAttributes": {
+            "group": apitypes.TETHER_GROUP,
+            "resource": apitypes.ADMIN_PAGES,
+            "name": page,
+            "verb": "get",
+        },
+    }
     if who.uid:
         spec["uid"] = who.uid
     if who.extra:
@@ -128,10 +143,16 @@ class _Cache:
 class Authorizer:
     """Raises ``gateway.GatewayError`` when the KCP cannot answer (the page answers 503)."""
 
-    def __init__(self, kcp: gateway.Kube, cache_seconds: float, timeout: float,
-                 audience: str, limiter: throttle.Buckets,
-                 clock: Callable[[], float] = time.monotonic,
-                 on_review: Callable[[str], None] = lambda kind: None) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        cache_seconds: float,
+        timeout: float,
+        audience: str,
+        limiter: throttle.Buckets,
+        clock: Callable[[], float] = time.monotonic,
+        on_review: Callable[[str], None] = lambda kind: None,
+    ) -> None:
         self._kcp, self._seconds, self._timeout = kcp, cache_seconds, timeout
         self._audience, self._limiter = audience, limiter
         self._cache = _Cache(clock)
@@ -153,11 +174,13 @@ class Authorizer:
         if not sign_in:
             self._limiter.take(throttle.source_of(source))
         self._on_review("token")
-        review = self._kcp.create(apitypes.TOKEN_REVIEWS, None, review_body(token, self._audience),
-                                  timeout=self._timeout)
+        review = self._kcp.create(
+            apitypes.TOKEN_REVIEWS, None, review_body(token, self._audience), timeout=self._timeout
+        )
         found = identity_of(review, self._audience)
-        self._cache.put(key, found, self._seconds if found else min(self._seconds,
-                                                                     NEGATIVE_SECONDS))
+        self._cache.put(
+            key, found, self._seconds if found else min(self._seconds, NEGATIVE_SECONDS)
+        )
         return found
 
     def allowed(self, who: Identity, page: str) -> bool:
@@ -166,8 +189,9 @@ class Authorizer:
         if hit:
             return bool(ok)
         self._on_review("access")
-        review = self._kcp.create(apitypes.SUBJECT_ACCESS_REVIEWS, None, access_body(who, page),
-                                  timeout=self._timeout)
+        review = self._kcp.create(
+            apitypes.SUBJECT_ACCESS_REVIEWS, None, access_body(who, page), timeout=self._timeout
+        )
         ok = bool((review.get("status") or {}).get("allowed"))
         self._cache.put(key, ok, self._seconds if ok else min(self._seconds, NEGATIVE_SECONDS))
         return ok

@@ -13,9 +13,15 @@ def _fmt(v: float) -> str:
     return f"{v:.1f}"
 
 
-def line_chart(series: Sequence[tuple[str, str, Sequence[float | None]]], *, width: int = 480,
-               height: int = 134, unit: str = "s", title: str = "",
-               x_labels: tuple[str, str] = ("-60 min", "now")) -> str:
+def line_chart(
+    series: Sequence[tuple[str, str, Sequence[float | None]]],
+    *,
+    width: int = 480,
+    height: int = 134,
+    unit: str = "s",
+    title: str = "",
+    x_labels: tuple[str, str] = ("-60 min", "now"),
+) -> str:
     """One polyline per ``(css class, legend, values)``; ``None`` values break the line.
     All series share the x axis (one point per slot) and a y axis from 0 to the maximum."""
     slots = max((len(v) for _, _, v in series), default=0)
@@ -29,18 +35,27 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[float | None]]], *, wid
         y = pad_t + h - (h * v / top)
         return f"{_fmt(x)},{_fmt(y)}"
 
-    parts = [f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" width="{width}" '
-             f'height="{height}" xmlns="http://www.w3.org/2000/svg">']
+    parts = [
+        f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" width="{width}" '
+        f'height="{height}" xmlns="http://www.w3.org/2000/svg">'
+    ]
     if title:
         parts.append(f"<title>{_escape(title)}</title>")
-    parts.append(f'<line class="axis" x1="{pad_l}" y1="{pad_t + h}" x2="{pad_l + w}" '
-                 f'y2="{pad_t + h}"/>')
-    parts.append(f'<text class="tick" x="{pad_l - 4}" y="{pad_t + 8}" text-anchor="end">'
-                 f"{_number(top)}{_escape(unit)}</text>")
+    parts.append(
+        f'<line class="axis" x1="{pad_l}" y1="{pad_t + h}" x2="{pad_l + w}" y2="{pad_t + h}"/>'
+    )
+    parts.append(
+        f'<text class="tick" x="{pad_l - 4}" y="{pad_t + 8}" text-anchor="end">'
+        f"{_number(top)}{_escape(unit)}</text>"
+    )
     parts.append(f'<text class="tick" x="{pad_l - 4}" y="{pad_t + h}" text-anchor="end">0</text>')
-    parts.append(f'<text class="tick" x="{pad_l}" y="{pad_t + h + 11}">{_escape(x_labels[0])}</text>')
-    parts.append(f'<text class="tick" x="{pad_l + w}" y="{pad_t + h + 11}" text-anchor="end">'
-                 f"{_escape(x_labels[1])}</text>")
+    parts.append(
+        f'<text class="tick" x="{pad_l}" y="{pad_t + h + 11}">{_escape(x_labels[0])}</text>'
+    )
+    parts.append(
+        f'<text class="tick" x="{pad_l + w}" y="{pad_t + h + 11}" text-anchor="end">'
+        f"{_escape(x_labels[1])}</text>"
+    )
     for css, _legend, values in series:
         run: list[str] = []
         for i, v in enumerate(values):
@@ -55,8 +70,9 @@ def line_chart(series: Sequence[tuple[str, str, Sequence[float | None]]], *, wid
     ly = height - 2
     lx = pad_l
     for css, legend, _ in series:
-        parts.append(f'<text class="legend {_escape(css)}" x="{lx}" y="{ly}">{_escape(legend)}'
-                     "</text>")
+        parts.append(
+            f'<text class="legend {_escape(css)}" x="{lx}" y="{ly}">{_escape(legend)}</text>'
+        )
         lx += 12 + 7 * len(legend)
     parts.append("</svg>")
     return "".join(parts)
@@ -78,5 +94,4 @@ def _number(v: float) -> str:
 
 
 def _escape(s: str) -> str:
-    return (s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;"))
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")

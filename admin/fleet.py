@@ -19,8 +19,14 @@ from typing import Any, NamedTuple
 from tether import apitypes, delivery
 
 # Problems, most severe first (their weight orders the fleet page).
-PROBLEMS: tuple[str, ...] = ("not_enrolled", "silent", "webhook_path_failing",
-                             "certificate_expiring", "refusing", "compass_failed")
+PROBLEMS: tuple[str, ...] = (
+    "not_enrolled",
+    "silent",
+    "webhook_path_failing",
+    "certificate_expiring",
+    "refusing",
+    "compass_failed",
+)
 _WEIGHT = {p: 2 ** (len(PROBLEMS) - i) for i, p in enumerate(PROBLEMS)}
 PROBLEM_TEXT = {
     "not_enrolled": "enrollment not Ready",
@@ -35,13 +41,14 @@ PROBLEM_TEXT = {
 class Thresholds(NamedTuple):
     silent_seconds: float = 300.0
     certificate_warning_seconds: float = 86_400.0
-    poller_share: float = 0.5          # webhook path failing when at least this share ...
-    poller_min_records: int = 5        # ... of at least this many records of the last hour
-    refusals: int = 5                  # refusals (not 429) in the last hour
+    poller_share: float = 0.5  # webhook path failing when at least this share ...
+    poller_min_records: int = 5  # ... of at least this many records of the last hour
+    refusals: int = 5  # refusals (not 429) in the last hour
 
 
 class Objects(NamedTuple):
     """What the snapshot listed (plain dicts as the API served them)."""
+
     kymas: Sequence[Mapping[str, Any]]
     enrollments: Sequence[Mapping[str, Any]] = ()
     heartbeats: Sequence[Mapping[str, Any]] = ()
@@ -51,19 +58,19 @@ class Objects(NamedTuple):
 
 class Row(NamedTuple):
     runtime_id: str
-    kyma: str                                # namespace/name of the Kyma CR
+    kyma: str  # namespace/name of the Kyma CR
     created: datetime.datetime | None
     deleting: bool
-    enrolled: str                            # "True", "False", "Unknown" (no RuntimeEnrollment)
+    enrolled: str  # "True", "False", "Unknown" (no RuntimeEnrollment)
     enrollment_reason: str
     enrollment_message: str
     certificate_not_after: datetime.datetime | None
     heartbeat: datetime.datetime | None
-    compass_state: str                       # the mapping's state, "" without a mapping
+    compass_state: str  # the mapping's state, "" without a mapping
     compass_reason: str
     delivery: delivery.Summary
     problems: tuple[str, ...]
-    delivery_object: str = ""                # name of its RuntimeDelivery ("" without one)
+    delivery_object: str = ""  # name of its RuntimeDelivery ("" without one)
 
     @property
     def score(self) -> int:
@@ -101,8 +108,6 @@ def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | N
     return None
 
 
-
-
 def problems_of(row: Row, t: Thresholds, now: datetime.datetime) -> tuple[str, ...]:
     """Which problems a runtime has (pure; the order of ``PROBLEMS``)."""
     if row.deleting:
@@ -116,8 +121,10 @@ def problems_of(row: Row, t: Thresholds, now: datetime.datetime) -> tuple[str, .
     d = row.delivery
     if d.records >= t.poller_min_records and (d.poller_share or 0.0) >= t.poller_share:
         found.append("webhook_path_failing")
-    if (row.certificate_not_after is not None
-            and (row.certificate_not_after - now).total_seconds() < t.certificate_warning_seconds):
+    if (
+        row.certificate_not_after is not None
+        and (row.certificate_not_after - now).total_seconds() < t.certificate_warning_seconds
+    ):
         found.append("certificate_expiring")
     if d.refusals >= t.refusals:
         found.append("refusing")
@@ -156,14 +163,16 @@ class Index:
             ready=str(ready.get("status", "Unknown")) if ready else "Unknown",
             reason=str(ready.get("reason", ""))[:80] if ready else "NoCondition",
             message=str(ready.get("message", ""))[:300] if ready else "",
-            not_after=delivery.parse(cert.get("notAfter")) if isinstance(cert, Mapping) else None)
+            not_after=delivery.parse(cert.get("notAfter")) if isinstance(cert, Mapping) else None,
+        )
 
     def add_heartbeat(self, o: Mapping[str, Any]) -> None:
         rid = _labels(o).get(apitypes.RUNTIME_ID_LABEL)
         if isinstance(rid, str) and rid:
             spec = o.get("spec")
-            self.beats[rid] = delivery.parse(spec.get("renewTime")) if isinstance(
-                spec, Mapping) else None
+            self.beats[rid] = (
+                delivery.parse(spec.get("renewTime")) if isinstance(spec, Mapping) else None
+            )
 
     def add_delivery(self, o: Mapping[str, Any], lean: bool = False) -> None:
         """``lean``: the per-minute series, recent records and last refusals are dropped
@@ -180,8 +189,10 @@ class Index:
         name = _labels(o).get(apitypes.KYMA_NAME_LABEL)
         if isinstance(name, str) and name:
             ready = condition(o, "Ready")
-            self.mappings[name] = (str(_status(o).get("state", ""))[:40],
-                                   str((ready or {}).get("reason", ""))[:80])
+            self.mappings[name] = (
+                str(_status(o).get("state", ""))[:40],
+                str((ready or {}).get("reason", ""))[:80],
+            )
 
     def row(self, k: Mapping[str, Any], t: Thresholds) -> Row | None:
         meta = _meta(k)
@@ -193,15 +204,21 @@ class Index:
         summary, object_name = self.deliveries.get(rid, (EMPTY, ""))
         state, reason = self.mappings.get(name, ("", ""))
         row = Row(
-            runtime_id=rid, kyma=f"{meta.get('namespace', '')}/{name}",
+            runtime_id=rid,
+            kyma=f"{meta.get('namespace', '')}/{name}",
             created=delivery.parse(meta.get("creationTimestamp")),
             deleting=bool(meta.get("deletionTimestamp")),
             enrolled=enr.ready if enr else "Unknown",
             enrollment_reason=enr.reason if enr else "NoEnrollment",
             enrollment_message=enr.message if enr else "",
             certificate_not_after=enr.not_after if enr else None,
-            heartbeat=self.beats.get(rid), compass_state=state, compass_reason=reason,
-            delivery=summary, problems=(), delivery_object=object_name)
+            heartbeat=self.beats.get(rid),
+            compass_state=state,
+            compass_reason=reason,
+            delivery=summary,
+            problems=(),
+            delivery_object=object_name,
+        )
         return row._replace(problems=problems_of(row, t, self.now))
 
 
@@ -230,22 +247,26 @@ def build(objs: Objects, t: Thresholds, now: datetime.datetime) -> list[Row]:
 
 class Page(NamedTuple):
     rows: list[Row]
-    number: int          # 1-based
+    number: int  # 1-based
     pages: int
-    total: int           # rows matching the query
+    total: int  # rows matching the query
 
 
-def select(rows: Sequence[Row], query: str = "", problem: str = "", page: int = 1,
-           size: int = 50) -> Page:
+def select(
+    rows: Sequence[Row], query: str = "", problem: str = "", page: int = 1, size: int = 50
+) -> Page:
     """Rows whose runtime ID or Kyma name contains ``query`` (case-insensitive) and that
     have ``problem`` (when given), page ``page`` of ``size``."""
     q = query.strip().lower()
-    hits = [r for r in rows
-            if (not q or q in r.runtime_id.lower() or q in r.kyma.lower())
-            and (not problem or problem in r.problems)]
+    hits = [
+        r
+        for r in rows
+        if (not q or q in r.runtime_id.lower() or q in r.kyma.lower())
+        and (not problem or problem in r.problems)
+    ]
     pages = max(1, -(-len(hits) // size))
     number = min(max(1, page), pages)
-    return Page(hits[(number - 1) * size: number * size], number, pages, len(hits))
+    return Page(hits[(number - 1) * size : number * size], number, pages, len(hits))
 
 
 def counts(rows: Iterable[Row]) -> dict[str, int]:
@@ -272,16 +293,28 @@ def as_json(row: Row) -> dict[str, Any]:
         return None if v is None else delivery.fmt(v)
 
     return {
-        "runtimeId": row.runtime_id, "kyma": row.kyma, "deleting": row.deleting,
+        "runtimeId": row.runtime_id,
+        "kyma": row.kyma,
+        "deleting": row.deleting,
         "problems": list(row.problems),
-        "enrollment": {"ready": row.enrolled, "reason": row.enrollment_reason,
-                       "message": row.enrollment_message,
-                       "certificateNotAfter": t(row.certificate_not_after)},
-        "lastHeartbeat": t(row.heartbeat), "lastChange": t(d.last_change),
-        "lastHour": {"records": d.records, "webhook": d.webhook, "poller": d.poller,
-                     "pollerShare": d.poller_share, "lagP50Seconds": d.lag_p50,
-                     "lagP99Seconds": d.lag_p99, "refusals": d.refused,
-                     "throttled": d.throttled},
+        "enrollment": {
+            "ready": row.enrolled,
+            "reason": row.enrollment_reason,
+            "message": row.enrollment_message,
+            "certificateNotAfter": t(row.certificate_not_after),
+        },
+        "lastHeartbeat": t(row.heartbeat),
+        "lastChange": t(d.last_change),
+        "lastHour": {
+            "records": d.records,
+            "webhook": d.webhook,
+            "poller": d.poller,
+            "pollerShare": d.poller_share,
+            "lagP50Seconds": d.lag_p50,
+            "lagP99Seconds": d.lag_p99,
+            "refusals": d.refused,
+            "throttled": d.throttled,
+        },
         "stored": d.stored,
         "compass": {"state": row.compass_state, "reason": row.compass_reason},
     }

@@ -37,8 +37,11 @@ def forget(resp: Answer) -> Answer:
 
 def throttled(e: throttle.Throttled) -> Response:
     services_mod.current().metrics.throttled.inc()
-    resp = respond.error(429, "too many requests", "too many tokens checked from your address; "
-                         f"retry in {e.retry_after}s")
+    resp = respond.error(
+        429,
+        "too many requests",
+        f"too many tokens checked from your address; retry in {e.retry_after}s",
+    )
     resp.headers["Retry-After"] = str(e.retry_after)
     return resp
 
@@ -73,16 +76,25 @@ def guard(page: str) -> Answer | None:
                 return forget(_to_sign_in())
         if who is None:
             svc.metrics.auth.labels("unauthenticated").inc()
-            logs.audit(svc.audit, "admin_unauthenticated", page=page,
-                       address=request.remote_addr or "")
-            return respond.error(401, "unauthorized", "the token was not accepted by the KCP for "
-                                 f"the admin pages (TokenReview, audience {svc.settings.token_audience})")
+            logs.audit(
+                svc.audit, "admin_unauthenticated", page=page, address=request.remote_addr or ""
+            )
+            return respond.error(
+                401,
+                "unauthorized",
+                "the token was not accepted by the KCP for "
+                f"the admin pages (TokenReview, audience {svc.settings.token_audience})",
+            )
         flask.g.user = who.user
         if not svc.authorizer.allowed(who, page):
             svc.metrics.auth.labels("denied").inc()
             logs.audit(svc.audit, "admin_denied", page=page, user=who.user)
-            return respond.error(403, "forbidden", f"{who.user} may not get adminpages/{page} "
-                                 f"(group {apitypes.TETHER_GROUP}); ask for the ClusterRole tether-admin-viewer")
+            return respond.error(
+                403,
+                "forbidden",
+                f"{who.user} may not get adminpages/{page} "
+                f"(group {apitypes.TETHER_GROUP}); ask for the ClusterRole tether-admin-viewer",
+            )
     except throttle.Throttled as e:
         return throttled(e)
     except gateway.GatewayError as e:

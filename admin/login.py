@@ -59,8 +59,11 @@ def _foreign(page: str) -> Response | None:
     """For a sign-in/sign-out (``page``, as the request log and templates name it): the 403
     when it did not come from the admin's own pages."""
     flask.g.page = page
-    why = signin.cross_site(request.headers.get("Origin"), request.headers.get("Sec-Fetch-Site"),
-                            f"{request.scheme}://{request.host}")
+    why = signin.cross_site(
+        request.headers.get("Origin"),
+        request.headers.get("Sec-Fetch-Site"),
+        f"{request.scheme}://{request.host}",
+    )
     if why is None:
         return None
     services_mod.current().metrics.auth.labels("cross_site").inc()
@@ -82,8 +85,9 @@ def _form(nxt: str, message: str, status: int) -> Response:
 @bp.get("/login")
 def login_form() -> Answer:
     flask.g.page = "login"
-    return respond.render("login.html", next=_safe_next(request.args.get("next", "/fleet")),
-                          message="")
+    return respond.render(
+        "login.html", next=_safe_next(request.args.get("next", "/fleet")), message=""
+    )
 
 
 @bp.post("/login")
@@ -97,8 +101,7 @@ def login() -> Answer:
         return _form(nxt, "paste a bearer token", 400)
     page = _page_of(nxt)
     try:  # every attempt costs the source one, a cached token's too (sign_in)
-        who = svc.authorizer.identify(token, request.remote_addr or "",
-                                      sign_in=True)
+        who = svc.authorizer.identify(token, request.remote_addr or "", sign_in=True)
         allowed = who is not None and svc.authorizer.allowed(who, page)
     except throttle.Throttled as e:
         return guard.throttled(e)
@@ -109,16 +112,29 @@ def login() -> Answer:
         svc.metrics.auth.labels("unauthenticated").inc()
         logs.audit(svc.audit, "admin_sign_in_refused", address=request.remote_addr or "")
         aud = svc.settings.token_audience
-        return _form(nxt, "the KCP did not accept this token for the admin pages (TokenReview, "
-                     f"audience {aud}); make one with: kubectl create token <service-account> "
-                     f"--audience {aud}", 401)
+        return _form(
+            nxt,
+            "the KCP did not accept this token for the admin pages (TokenReview, "
+            f"audience {aud}); make one with: kubectl create token <service-account> "
+            f"--audience {aud}",
+            401,
+        )
     if not allowed:
         svc.metrics.auth.labels("denied").inc()
-        logs.audit(svc.audit, "admin_sign_in_denied", user=who.user, page=page,
-                   address=request.remote_addr or "")
-        return _form(nxt, f"{who.user} may not get adminpages/{page} (group "
-                     f"{apitypes.TETHER_GROUP}), so no session was made; ask for the "
-                     "ClusterRole tether-admin-viewer", 403)
+        logs.audit(
+            svc.audit,
+            "admin_sign_in_denied",
+            user=who.user,
+            page=page,
+            address=request.remote_addr or "",
+        )
+        return _form(
+            nxt,
+            f"{who.user} may not get adminpages/{page} (group "
+            f"{apitypes.TETHER_GROUP}), so no session was made; ask for the "
+            "ClusterRole tether-admin-viewer",
+            403,
+        )
     return _signed_in(svc, who, token, nxt)
 
 
@@ -130,8 +146,15 @@ def _signed_in(svc: services_mod.Services, who: auth.Identity, token: str, nxt: 
     sid = svc.sessions.create(who, seconds)
     logs.audit(svc.audit, "admin_sign_in", user=who.user, address=request.remote_addr or "")
     done = flask.redirect(nxt, 303)
-    done.set_cookie(guard.COOKIE, sid, max_age=int(seconds), secure=True, httponly=True,
-                    samesite="Strict", path="/")
+    done.set_cookie(
+        guard.COOKIE,
+        sid,
+        max_age=int(seconds),
+        secure=True,
+        httponly=True,
+        samesite="Strict",
+        path="/",
+    )
     return done
 
 
@@ -143,6 +166,5 @@ def logout() -> Answer:
     sid = request.cookies.get(guard.COOKIE, "")
     who = svc.sessions.get(sid)
     if svc.sessions.delete(sid) and who is not None:
-        logs.audit(svc.audit, "admin_sign_out", user=who.user,
-                   address=request.remote_addr or "")
+        logs.audit(svc.audit, "admin_sign_out", user=who.user, address=request.remote_addr or "")
     return guard.forget(flask.redirect("/login", 303))

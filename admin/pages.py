@@ -19,8 +19,15 @@ from tether import gateway, logs
 
 bp = flask.Blueprint("pages", __name__)
 # the endpoints a sign-in may lead back to (admin.login)
-ENDPOINTS = frozenset({"pages.fleet_page", "pages.runtime_page", "pages.compass_page",
-                       "pages.parts_page", "pages.rollout_page"})
+ENDPOINTS = frozenset(
+    {
+        "pages.fleet_page",
+        "pages.runtime_page",
+        "pages.compass_page",
+        "pages.parts_page",
+        "pages.rollout_page",
+    }
+)
 
 
 @bp.get("/")
@@ -30,15 +37,20 @@ def index() -> Answer:
 
 @bp.get("/static/admin.css")
 def css() -> Answer:
-    return flask.send_from_directory(flask.current_app.root_path + "/static", "admin.css",
-                                     mimetype="text/css", max_age=3600)
+    return flask.send_from_directory(
+        flask.current_app.root_path + "/static", "admin.css", mimetype="text/css", max_age=3600
+    )
 
 
 @bp.get("/static/favicon.svg")
 def icon() -> Answer:
     # linked by every page, so browsers do not ask for /favicon.ico (a 404 each time)
-    return flask.send_from_directory(flask.current_app.root_path + "/static", "favicon.svg",
-                                     mimetype="image/svg+xml", max_age=86400)
+    return flask.send_from_directory(
+        flask.current_app.root_path + "/static",
+        "favicon.svg",
+        mimetype="image/svg+xml",
+        max_age=86400,
+    )
 
 
 def _guarded_snapshot(page: str) -> snapshot.Snapshot | Answer:
@@ -59,11 +71,19 @@ def fleet_page() -> Answer:
     query = (request.args.get("q") or "")[:253]
     problem = request.args.get("problem") or ""
     if problem and problem not in fleet.PROBLEMS:
-        return respond.error(400, "bad request",
-                             f"problem must be one of {', '.join(fleet.PROBLEMS)}")
+        return respond.error(
+            400, "bad request", f"problem must be one of {', '.join(fleet.PROBLEMS)}"
+        )
     sel = fleet.select(snap.rows, query, problem, number, services_mod.current().settings.page_size)
-    return respond.render("fleet.html", snap=snap, sel=sel, query=query, problem=problem,
-                          counts=fleet.counts(snap.rows), problems=fleet.PROBLEMS)
+    return respond.render(
+        "fleet.html",
+        snap=snap,
+        sel=sel,
+        query=query,
+        problem=problem,
+        counts=fleet.counts(snap.rows),
+        problems=fleet.PROBLEMS,
+    )
 
 
 @bp.get("/runtimes/<runtime_id>")
@@ -73,22 +93,30 @@ def runtime_page(runtime_id: str) -> Answer:
         return snap
     row = snap.by_id.get(runtime_id)
     if row is None:
-        return respond.error(404, "not found", "no Kyma CR carries this runtime ID "
-                             "(as of the last listing)")
+        return respond.error(
+            404, "not found", "no Kyma CR carries this runtime ID (as of the last listing)"
+        )
     now = datetime.datetime.now(datetime.UTC)
     row, events, events_error = _runtime_reads(row, now)
     mapping = snap.mapping_by_kyma.get(row.kyma.partition("/")[2])
     links = runbooks.Links(services_mod.current().settings.runbook_base)
-    return respond.render("runtime.html", snap=snap, row=row, events=events,
-                          events_error=events_error, mapping=mapping,
-                          refusals=runbooks.refusals(row.delivery, links),
-                          lag_chart=markupsafe.Markup(views.lag_chart(row.delivery, now)),
-                          records_chart=markupsafe.Markup(views.records_chart(row.delivery, now)),
-                          beats_chart=markupsafe.Markup(views.beats_chart(row.delivery, now)))
+    return respond.render(
+        "runtime.html",
+        snap=snap,
+        row=row,
+        events=events,
+        events_error=events_error,
+        mapping=mapping,
+        refusals=runbooks.refusals(row.delivery, links),
+        lag_chart=markupsafe.Markup(views.lag_chart(row.delivery, now)),
+        records_chart=markupsafe.Markup(views.records_chart(row.delivery, now)),
+        beats_chart=markupsafe.Markup(views.beats_chart(row.delivery, now)),
+    )
 
 
-def _runtime_reads(row: fleet.Row, now: datetime.datetime
-                   ) -> tuple[fleet.Row, list[parts.Event], str]:
+def _runtime_reads(
+    row: fleet.Row, now: datetime.datetime
+) -> tuple[fleet.Row, list[parts.Event], str]:
     """The runtime's row with its RuntimeDelivery read now, its Events, and what could not
     be read (the page still shows the rest)."""
     svc = services_mod.current()
@@ -97,8 +125,10 @@ def _runtime_reads(row: fleet.Row, now: datetime.datetime
     try:
         row = row._replace(delivery=snapshot.delivery_of(svc.kcp, svc.settings, row, now))
     except gateway.GatewayError as e:
-        problems.append("the runtime's RuntimeDelivery could not be read (totals of the "
-                        "last listing shown): " + logs.bounded(e, 160))
+        problems.append(
+            "the runtime's RuntimeDelivery could not be read (totals of the "
+            "last listing shown): " + logs.bounded(e, 160)
+        )
     try:
         events = svc.events.get(row.kyma.partition("/")[2])
     except gateway.GatewayError as e:
@@ -112,8 +142,13 @@ def compass_page() -> Answer:
     if isinstance(snap, Answer):
         return snap
     not_ready = [m for m in snap.mappings if m.state != "Ready"]
-    return respond.render("compass.html", snap=snap, states=parts.states(snap.mappings),
-                          not_ready=not_ready[:200], more=max(0, len(not_ready) - 200))
+    return respond.render(
+        "compass.html",
+        snap=snap,
+        states=parts.states(snap.mappings),
+        not_ready=not_ready[:200],
+        more=max(0, len(not_ready) - 200),
+    )
 
 
 @bp.get("/parts")
@@ -122,7 +157,6 @@ def parts_page() -> Answer:
     if isinstance(snap, Answer):
         return snap
     return respond.render("parts.html", snap=snap)
-
 
 
 @bp.get("/rollout")

@@ -19,8 +19,11 @@ from typing import Any, NamedTuple
 from tether import apitypes, delivery
 
 # leader Lease name prefix -> the Deployment it belongs to
-LEASE_OWNERS = (("tether-compass", "tether-compass"), ("tether-enroller", "tether-enroller"),
-                ("tether-janitor", "tether-janitor"))
+LEASE_OWNERS = (
+    ("tether-compass", "tether-compass"),
+    ("tether-enroller", "tether-enroller"),
+    ("tether-janitor", "tether-janitor"),
+)
 
 
 class Leader(NamedTuple):
@@ -77,11 +80,14 @@ def _cut(v: object, n: int) -> str:
 def leader_of(lease: Mapping[str, Any]) -> Leader:
     meta, spec = _m(lease, "metadata"), _m(lease, "spec")
     ann = _m(meta, "annotations")
-    return Leader(lease=_cut(meta.get("name"), 253), holder=_cut(spec.get("holderIdentity"), 253),
-                  renewed=delivery.parse(spec.get("renewTime")),
-                  last_run=delivery.parse(ann.get(apitypes.LAST_RUN_AT_ANNOTATION)),
-                  last_result=_cut(ann.get(apitypes.LAST_RUN_RESULT_ANNOTATION), 20),
-                  last_seconds=_cut(ann.get(apitypes.LAST_RUN_SECONDS_ANNOTATION), 20))
+    return Leader(
+        lease=_cut(meta.get("name"), 253),
+        holder=_cut(spec.get("holderIdentity"), 253),
+        renewed=delivery.parse(spec.get("renewTime")),
+        last_run=delivery.parse(ann.get(apitypes.LAST_RUN_AT_ANNOTATION)),
+        last_result=_cut(ann.get(apitypes.LAST_RUN_RESULT_ANNOTATION), 20),
+        last_seconds=_cut(ann.get(apitypes.LAST_RUN_SECONDS_ANNOTATION), 20),
+    )
 
 
 def _owner(lease_name: str) -> str | None:
@@ -91,8 +97,9 @@ def _owner(lease_name: str) -> str | None:
     return None
 
 
-def parts_of(deployments: Iterable[Mapping[str, Any]],
-             leases: Iterable[Mapping[str, Any]]) -> list[Part]:
+def parts_of(
+    deployments: Iterable[Mapping[str, Any]], leases: Iterable[Mapping[str, Any]]
+) -> list[Part]:
     leaders: dict[str, list[Leader]] = {}
     for lease in leases:
         view = leader_of(lease)
@@ -104,17 +111,28 @@ def parts_of(deployments: Iterable[Mapping[str, Any]],
         meta, spec, status = _m(d, "metadata"), _m(d, "spec"), _m(d, "status")
         name = _cut(meta.get("name"), 253)
         containers = _m(_m(spec, "template"), "spec").get("containers") or []
-        image = str(containers[0].get("image", "")) if containers and isinstance(
-            containers[0], Mapping) else ""
+        image = (
+            str(containers[0].get("image", ""))
+            if containers and isinstance(containers[0], Mapping)
+            else ""
+        )
         version = image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else image
         conds = status.get("conditions") or []
-        available = any(isinstance(c, Mapping) and c.get("type") == "Available"
-                        and c.get("status") == "True" for c in conds)
+        available = any(
+            isinstance(c, Mapping) and c.get("type") == "Available" and c.get("status") == "True"
+            for c in conds
+        )
         replicas = spec.get("replicas", 1)
-        out.append(Part(name=name, ready=int(status.get("readyReplicas") or 0),
-                        desired=int(replicas) if isinstance(replicas, int) else 1,
-                        available=available, version=_cut(version, 80),
-                        leaders=tuple(sorted(leaders.get(name, []), key=lambda x: x.lease))))
+        out.append(
+            Part(
+                name=name,
+                ready=int(status.get("readyReplicas") or 0),
+                desired=int(replicas) if isinstance(replicas, int) else 1,
+                available=available,
+                version=_cut(version, 80),
+                leaders=tuple(sorted(leaders.get(name, []), key=lambda x: x.lease)),
+            )
+        )
     out.sort(key=lambda p: (p.available and p.ready >= p.desired, p.name))
     return out
 
@@ -123,16 +141,19 @@ def mapping_of(o: Mapping[str, Any]) -> CompassMapping:
     meta, status = _m(o, "metadata"), _m(o, "status")
     labels = _m(meta, "labels")
     conds = status.get("conditions") or []
-    ready = next((c for c in conds if isinstance(c, Mapping) and c.get("type") == "Ready"),
-                 None)
-    worst = ready or next((c for c in conds if isinstance(c, Mapping)
-                           and c.get("status") != "True"), None) or {}
-    return CompassMapping(kyma=_cut(labels.get(apitypes.KYMA_NAME_LABEL)
-                                    or meta.get("name"), 253),
-                          runtime=_cut(labels.get(apitypes.COMPASS_RUNTIME_ID_LABEL), 64),
-                          state=_cut(status.get("state") or "Unknown", 40),
-                          reason=_cut(worst.get("reason"), 80),
-                          message=_cut(worst.get("message"), 300))
+    ready = next((c for c in conds if isinstance(c, Mapping) and c.get("type") == "Ready"), None)
+    worst = (
+        ready
+        or next((c for c in conds if isinstance(c, Mapping) and c.get("status") != "True"), None)
+        or {}
+    )
+    return CompassMapping(
+        kyma=_cut(labels.get(apitypes.KYMA_NAME_LABEL) or meta.get("name"), 253),
+        runtime=_cut(labels.get(apitypes.COMPASS_RUNTIME_ID_LABEL), 64),
+        state=_cut(status.get("state") or "Unknown", 40),
+        reason=_cut(worst.get("reason"), 80),
+        message=_cut(worst.get("message"), 300),
+    )
 
 
 def ordered_mappings(mappings: list[CompassMapping]) -> list[CompassMapping]:
@@ -166,21 +187,33 @@ def compass_of(leases: Iterable[Mapping[str, Any]]) -> Compass:
         for e in raw[:5] if isinstance(raw, list) else []:
             if isinstance(e, Mapping):
                 errors.append({k: _cut(e.get(k), 200) for k in ("at", "operation", "message")})
-        return Compass(breaker=_cut(ann.get(apitypes.BREAKER_ANNOTATION) or "unknown", 20), errors=tuple(errors),
-                       leader=view)
+        return Compass(
+            breaker=_cut(ann.get(apitypes.BREAKER_ANNOTATION) or "unknown", 20),
+            errors=tuple(errors),
+            leader=view,
+        )
     return Compass(breaker="unknown", errors=(), leader=None)
 
 
 def events_of(items: Iterable[Mapping[str, Any]]) -> list[Event]:
     out: list[Event] = []
     for e in items:
-        when = (delivery.parse(e.get("lastTimestamp")) or delivery.parse(e.get("eventTime"))
-                or delivery.parse(_m(e, "metadata").get("creationTimestamp")))
+        when = (
+            delivery.parse(e.get("lastTimestamp"))
+            or delivery.parse(e.get("eventTime"))
+            or delivery.parse(_m(e, "metadata").get("creationTimestamp"))
+        )
         count = e.get("count")
-        out.append(Event(at=when, type=_cut(e.get("type"), 20), reason=_cut(e.get("reason"), 80),
-                         kind=_cut(_m(e, "involvedObject").get("kind"), 60),
-                         message=_cut(e.get("message"), 500),
-                         times=count if isinstance(count, int) else 1))
+        out.append(
+            Event(
+                at=when,
+                type=_cut(e.get("type"), 20),
+                reason=_cut(e.get("reason"), 80),
+                kind=_cut(_m(e, "involvedObject").get("kind"), 60),
+                message=_cut(e.get("message"), 500),
+                times=count if isinstance(count, int) else 1,
+            )
+        )
     epoch = datetime.datetime.min.replace(tzinfo=datetime.UTC)
     out.sort(key=lambda ev: ev.at or epoch, reverse=True)
     return out

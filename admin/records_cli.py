@@ -38,31 +38,49 @@ _OBJECT_NAME = re.compile(r"[^\s/\x00-\x1f\x7f]{1,253}")
 
 
 class Listing(NamedTuple):
-    rows: list[view.Row]          # the first ``limit`` found, sorted
+    rows: list[view.Row]  # the first ``limit`` found, sorted
     objects: list[dict[str, Any]]  # with a NAMESPACE/NAME: the matching records, whole
-    total: int               # how many the runtime has (matching the filter)
-    scope: str               # "" (every namespace) or the one namespace listed
-    note: str                # why the scope is one namespace
-    checked: bool = False    # whether the Watches' storage namespaces were read (stray)
+    total: int  # how many the runtime has (matching the filter)
+    scope: str  # "" (every namespace) or the one namespace listed
+    note: str  # why the scope is one namespace
+    checked: bool = False  # whether the Watches' storage namespaces were read (stray)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tether records", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="tether records",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("runtime", help="the runtime ID")
-    p.add_argument("key", nargs="?", metavar="NAMESPACE/NAME",
-                   help="one object of the runtime: its record(s) in detail")
+    p.add_argument(
+        "key",
+        nargs="?",
+        metavar="NAMESPACE/NAME",
+        help="one object of the runtime: its record(s) in detail",
+    )
     p.add_argument("--watch", help="only the records of this Watch")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
-    p.add_argument("--show-values", action="store_true",
-                   help="print data values too (default: keys and sizes only)")
-    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
-                   help=f"records shown at most (default {DEFAULT_LIMIT}, at most {MAX_LIMIT})")
-    p.add_argument("--kubeconfig", help="kubeconfig of the KCP (default: $KUBECONFIG, else "
-                   "in-cluster)")
-    p.add_argument("--namespace", default=os.environ.get("TETHER_KCP_NAMESPACE", "kcp-system"),
-                   help="the listener's KCP namespace, listed alone when the cluster-wide list "
-                   "is forbidden (default kcp-system, or $TETHER_KCP_NAMESPACE)")
+    p.add_argument(
+        "--show-values",
+        action="store_true",
+        help="print data values too (default: keys and sizes only)",
+    )
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_LIMIT,
+        help=f"records shown at most (default {DEFAULT_LIMIT}, at most {MAX_LIMIT})",
+    )
+    p.add_argument(
+        "--kubeconfig", help="kubeconfig of the KCP (default: $KUBECONFIG, else in-cluster)"
+    )
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("TETHER_KCP_NAMESPACE", "kcp-system"),
+        help="the listener's KCP namespace, listed alone when the cluster-wide list "
+        "is forbidden (default kcp-system, or $TETHER_KCP_NAMESPACE)",
+    )
     return p
 
 
@@ -90,16 +108,17 @@ def check_args(args: argparse.Namespace) -> tuple[str, str] | None:
         return None
     ns, sep, name = args.key.partition("/")
     if not sep or not _LABEL_VALUE.fullmatch(ns) or not _OBJECT_NAME.fullmatch(name):
-        raise config.SettingError(f"NAMESPACE/NAME: {logs.bounded(args.key, 80)!r} is not "
-                                  "a namespace and an object name joined by /")
+        raise config.SettingError(
+            f"NAMESPACE/NAME: {logs.bounded(args.key, 80)!r} is not "
+            "a namespace and an object name joined by /"
+        )
     return ns, name
 
 
-
-
 def _items(kcp: gateway.Kube, namespace: str | None, sel: str) -> Iterable[dict[str, Any]]:
-    return kcp.list_items(apitypes.RUNTIME_CONFIGMAPS, namespace, label_selector=sel,
-                          page_size=PAGE)
+    return kcp.list_items(
+        apitypes.RUNTIME_CONFIGMAPS, namespace, label_selector=sel, page_size=PAGE
+    )
 
 
 def homes(kcp: gateway.Kube, namespace: str) -> dict[str, str] | None:
@@ -128,8 +147,11 @@ def stray(row: view.Row, homes: dict[str, str] | None, namespace: str) -> bool:
     return row.kcp_namespace != (homes[row.watch] if row.watch else namespace)
 
 
-def _collect(items: Iterable[dict[str, Any]], limit: int, name: str | None,
-             ) -> tuple[list[view.Row], list[dict[str, Any]], int]:
+def _collect(
+    items: Iterable[dict[str, Any]],
+    limit: int,
+    name: str | None,
+) -> tuple[list[view.Row], list[dict[str, Any]], int]:
     """The first ``limit`` rows (and, for ``name``, the matching objects) and the count;
     one page of whole objects in memory at a time."""
     rows: list[view.Row] = []
@@ -159,9 +181,11 @@ def load(kcp: gateway.Kube, args: argparse.Namespace, key: tuple[str, str] | Non
         rows, objects, total = _collect(_items(kcp, None, sel), args.limit, name)
     except gateway.Forbidden:
         scope = args.namespace
-        note = (f"the cluster-wide list of runtimeconfigmaps is forbidden to you: only "
-                f"namespace {scope} was listed (records of Watches that store "
-                "elsewhere are not shown)")
+        note = (
+            f"the cluster-wide list of runtimeconfigmaps is forbidden to you: only "
+            f"namespace {scope} was listed (records of Watches that store "
+            "elsewhere are not shown)"
+        )
         rows, objects, total = _collect(_items(kcp, scope, sel), args.limit, name)
     where = homes(kcp, args.namespace) if total else None
     rows = [r._replace(stray=stray(r, where, args.namespace)) for r in rows]
@@ -184,16 +208,25 @@ def _fetch(args: argparse.Namespace, key: tuple[str, str] | None) -> Listing | s
 def _print_list(args: argparse.Namespace, got: Listing, now: datetime.datetime) -> None:
     more = got.total - len(got.rows)
     if args.output == "json":
-        doc = {"runtime": args.runtime, "listedAt": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "namespace": got.scope or None, "note": got.note or None, "total": got.total,
-               "storageChecked": got.checked, "records": [view.row_json(r) for r in got.rows]}
+        doc = {
+            "runtime": args.runtime,
+            "listedAt": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "namespace": got.scope or None,
+            "note": got.note or None,
+            "total": got.total,
+            "storageChecked": got.checked,
+            "records": [view.row_json(r) for r in got.rows],
+        }
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         view.render_table(got.rows, now, sys.stdout)
     if any(r.stray for r in got.rows):
-        print(f"({view.STRAY}: not in its Watch's storage namespace; the listener, the janitor "
-              "and consumers ignore it: delete it by hand)", file=sys.stderr)
+        print(
+            f"({view.STRAY}: not in its Watch's storage namespace; the listener, the janitor "
+            "and consumers ignore it: delete it by hand)",
+            file=sys.stderr,
+        )
     if more > 0:
         print(f"({more} more of {got.total} not shown: --limit, --watch)", file=sys.stderr)
 
@@ -214,13 +247,18 @@ def main(argv: list[str]) -> int:
         print(f"tether records: {got.note}", file=sys.stderr)
     if got.total == 0:
         what = f"record {args.key}" if key else "record"
-        print(f"tether records: no {what} stored for runtime {args.runtime}"
-              f"{' under Watch ' + args.watch if args.watch else ''}", file=sys.stderr)
+        print(
+            f"tether records: no {what} stored for runtime {args.runtime}"
+            f"{' under Watch ' + args.watch if args.watch else ''}",
+            file=sys.stderr,
+        )
         return 1
     if key is None:
         _print_list(args, got, now)
     elif args.output == "json":
-        json.dump([view.detail_json(o, args.show_values) for o in got.objects], sys.stdout, indent=2)
+        json.dump(
+            [view.detail_json(o, args.show_values) for o in got.objects], sys.stdout, indent=2
+        )
         sys.stdout.write("\n")
     else:
         blocks = [view.detail_lines(o, now, args.show_values) for o in got.objects]

@@ -12,8 +12,16 @@ from typing import Any, NamedTuple, TextIO
 from admin import detail, views
 from tether import apitypes, logs, watches
 
-COLUMNS = ("WATCH", "NAMESPACE/NAME", "STATE", "EPOCH", "SOURCE", "OBSERVED", "KCP-NAMESPACE",
-           "AGE")
+COLUMNS = (
+    "WATCH",
+    "NAMESPACE/NAME",
+    "STATE",
+    "EPOCH",
+    "SOURCE",
+    "OBSERVED",
+    "KCP-NAMESPACE",
+    "AGE",
+)
 STRAY = "stray"  # marks a record not in its Watch's storage namespace
 VALUE_CHARS = 1000  # a value shown with --show-values in the table view, at most
 
@@ -52,13 +60,18 @@ def row_of(obj: Mapping[str, Any]) -> Row:
     meta = _map(obj, "metadata")
     spec = _map(obj, "spec")
     labels = _map(meta, "labels")
-    return Row(watch=_str(spec.get("watch")) or _str(labels.get(watches.WATCH_LABEL)),
-               namespace=_str(spec.get("namespace")), name=_str(spec.get("name")),
-               deleted=spec.get("deleted") is True, epoch=_epoch(spec.get("epoch")),
-               source=_str(spec.get("source")), observed=_str(spec.get("observedAt")),
-               kcp_namespace=_str(meta.get("namespace")),
-               created=_str(meta.get("creationTimestamp")),
-               kyma=_str(labels.get(apitypes.KYMA_NAME_LABEL)))
+    return Row(
+        watch=_str(spec.get("watch")) or _str(labels.get(watches.WATCH_LABEL)),
+        namespace=_str(spec.get("namespace")),
+        name=_str(spec.get("name")),
+        deleted=spec.get("deleted") is True,
+        epoch=_epoch(spec.get("epoch")),
+        source=_str(spec.get("source")),
+        observed=_str(spec.get("observedAt")),
+        kcp_namespace=_str(meta.get("namespace")),
+        created=_str(meta.get("creationTimestamp")),
+        kyma=_str(labels.get(apitypes.KYMA_NAME_LABEL)),
+    )
 
 
 def parse_time(text: str) -> datetime.datetime | None:
@@ -75,13 +88,19 @@ def _when(text: str, now: datetime.datetime) -> str:
 
 
 def table(rows: Iterable[Row], now: datetime.datetime) -> list[list[str]]:
-    return [[detail.clean(r.watch) or "(legacy)",
-             detail.clean(logs.bounded(f"{r.namespace}/{r.name}", 120)),
-             "tombstone" if r.deleted else "live", str(r.epoch),
-             detail.clean(logs.bounded(r.source, 20)) or "-", _when(r.observed, now),
-             detail.clean(r.kcp_namespace) + (f" ({STRAY})" if r.stray else ""),
-             _when(r.created, now).removesuffix(" ago")]
-            for r in rows]
+    return [
+        [
+            detail.clean(r.watch) or "(legacy)",
+            detail.clean(logs.bounded(f"{r.namespace}/{r.name}", 120)),
+            "tombstone" if r.deleted else "live",
+            str(r.epoch),
+            detail.clean(logs.bounded(r.source, 20)) or "-",
+            _when(r.observed, now),
+            detail.clean(r.kcp_namespace) + (f" ({STRAY})" if r.stray else ""),
+            _when(r.created, now).removesuffix(" ago"),
+        ]
+        for r in rows
+    ]
 
 
 def render_table(rows: Iterable[Row], now: datetime.datetime, out: TextIO) -> None:
@@ -92,10 +111,19 @@ def render_table(rows: Iterable[Row], now: datetime.datetime, out: TextIO) -> No
 
 
 def row_json(r: Row) -> dict[str, Any]:
-    return {"watch": r.watch, "namespace": r.namespace, "name": r.name,
-            "state": "tombstone" if r.deleted else "live", "epoch": r.epoch, "source": r.source,
-            "observedAt": r.observed, "kcpNamespace": r.kcp_namespace, "created": r.created,
-            "kyma": r.kyma, "stray": r.stray}
+    return {
+        "watch": r.watch,
+        "namespace": r.namespace,
+        "name": r.name,
+        "state": "tombstone" if r.deleted else "live",
+        "epoch": r.epoch,
+        "source": r.source,
+        "observedAt": r.observed,
+        "kcpNamespace": r.kcp_namespace,
+        "created": r.created,
+        "kyma": r.kyma,
+        "stray": r.stray,
+    }
 
 
 def value_size(field: str, value: object) -> int:
@@ -125,10 +153,14 @@ def _pairs(values: object, show_values: bool, indent: str = "  ") -> list[str]:
     for k, v in sorted(values.items(), key=lambda kv: str(kv[0])):
         text = _str(v)
         if k == watches.LAST_APPLIED and not show_values:
-            text = f"(a copy of the object, values included, {views.size(len(text.encode()))}:" \
+            text = (
+                f"(a copy of the object, values included, {views.size(len(text.encode()))}:"
                 " --show-values)"
-        out.append(f"{indent}{detail.clean(logs.bounded(k, 253))}="
-                   f"{detail.clean(logs.bounded(text, VALUE_CHARS))}")
+            )
+        out.append(
+            f"{indent}{detail.clean(logs.bounded(k, 253))}="
+            f"{detail.clean(logs.bounded(text, VALUE_CHARS))}"
+        )
     return out
 
 
@@ -136,21 +168,26 @@ def _facts(obj: Mapping[str, Any], row: Row, now: datetime.datetime) -> list[str
     meta, spec = _map(obj, "metadata"), _map(obj, "spec")
     res = _map(spec, "resource")
     kind = "/".join(x for x in (_str(res.get("group")), _str(res.get("version"))) if x)
-    owners = [f"{_str(o.get('kind'))}/{_str(o.get('name'))}"
-              for o in meta.get("ownerReferences") or [] if isinstance(o, dict)]
+    owners = [
+        f"{_str(o.get('kind'))}/{_str(o.get('name'))}"
+        for o in meta.get("ownerReferences") or []
+        if isinstance(o, dict)
+    ]
     c = detail.clean
-    return [f"Stored as:   {c(_str(meta.get('name')))} in {c(row.kcp_namespace)} (KCP "
-            f"resourceVersion {c(_str(meta.get('resourceVersion')))}, created "
-            f"{_when(row.created, now)})",
-            f"Kyma CR:     {c(row.kyma) or '- (no label ' + apitypes.KYMA_NAME_LABEL + ')'}"
-            f"{'; owners: ' + c(', '.join(owners)) if owners else ''}",
-            f"Kind:        {c(_str(res.get('kind')) or 'ConfigMap')} {c(kind or 'v1')}",
-            f"State:       {'tombstone (the object was deleted)' if row.deleted else 'live'}",
-            f"Epoch:       {row.epoch}",
-            f"Source:      {c(logs.bounded(row.source, 40)) or '-'}",
-            f"Version:     resourceVersion {c(logs.bounded(_str(spec.get('resourceVersion')), 40))}"
-            f" in the runtime, uid {c(logs.bounded(_str(spec.get('uid')), 40)) or '-'}",
-            f"Observed:    {_when(row.observed, now)} ({c(logs.bounded(row.observed, 40))})"]
+    return [
+        f"Stored as:   {c(_str(meta.get('name')))} in {c(row.kcp_namespace)} (KCP "
+        f"resourceVersion {c(_str(meta.get('resourceVersion')))}, created "
+        f"{_when(row.created, now)})",
+        f"Kyma CR:     {c(row.kyma) or '- (no label ' + apitypes.KYMA_NAME_LABEL + ')'}"
+        f"{'; owners: ' + c(', '.join(owners)) if owners else ''}",
+        f"Kind:        {c(_str(res.get('kind')) or 'ConfigMap')} {c(kind or 'v1')}",
+        f"State:       {'tombstone (the object was deleted)' if row.deleted else 'live'}",
+        f"Epoch:       {row.epoch}",
+        f"Source:      {c(logs.bounded(row.source, 40)) or '-'}",
+        f"Version:     resourceVersion {c(logs.bounded(_str(spec.get('resourceVersion')), 40))}"
+        f" in the runtime, uid {c(logs.bounded(_str(spec.get('uid')), 40)) or '-'}",
+        f"Observed:    {_when(row.observed, now)} ({c(logs.bounded(row.observed, 40))})",
+    ]
 
 
 def detail_lines(obj: Mapping[str, Any], now: datetime.datetime, show_values: bool) -> list[str]:
@@ -159,12 +196,19 @@ def detail_lines(obj: Mapping[str, Any], now: datetime.datetime, show_values: bo
     row = row_of(obj)
     spec = _map(obj, "spec")
     meta = _map(obj, "metadata")
-    out = [f"Record {detail.clean(row.namespace)}/{detail.clean(row.name)} "
-           f"(Watch {detail.clean(row.watch) or '- (legacy)'})", "", *_facts(obj, row, now), "",
-           "Labels of the object:", *_pairs(spec.get("labels"), show_values),
-           "Annotations of the object:", *_pairs(spec.get("annotations"), show_values),
-           "Labels of the stored record (select on these):",
-           *_pairs(meta.get("labels"), show_values)]
+    out = [
+        f"Record {detail.clean(row.namespace)}/{detail.clean(row.name)} "
+        f"(Watch {detail.clean(row.watch) or '- (legacy)'})",
+        "",
+        *_facts(obj, row, now),
+        "",
+        "Labels of the object:",
+        *_pairs(spec.get("labels"), show_values),
+        "Annotations of the object:",
+        *_pairs(spec.get("annotations"), show_values),
+        "Labels of the stored record (select on these):",
+        *_pairs(meta.get("labels"), show_values),
+    ]
     keys = keys_of(spec)
     total = sum(size for _, _, size in keys)
     shown = "" if show_values else "; values not shown (--show-values)"
@@ -177,8 +221,10 @@ def detail_lines(obj: Mapping[str, Any], now: datetime.datetime, show_values: bo
                 cell.append(detail.clean(logs.bounded(_str(spec[field][key]), VALUE_CHARS)))
             cells.append(cell)
         widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
-        out += [("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))).rstrip()
-                for r in cells]
+        out += [
+            ("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True))).rstrip()
+            for r in cells
+        ]
     return out
 
 
@@ -194,9 +240,13 @@ def detail_json(obj: Mapping[str, Any], show_values: bool) -> dict[str, Any]:
         ann = spec.get("annotations")
         if isinstance(ann, dict) and watches.LAST_APPLIED in ann:
             spec["annotations"] = {k: v for k, v in ann.items() if k != watches.LAST_APPLIED}
-    return {**row_json(row_of(obj)), "kcpName": _str(meta.get("name")),
-            "kcpResourceVersion": _str(meta.get("resourceVersion")),
-            "labels": meta.get("labels") or {}, "annotations": meta.get("annotations") or {},
-            "ownerReferences": meta.get("ownerReferences") or [],
-            "keys": [{"field": f, "key": k, "size": s} for f, k, s in keys],
-            "record": spec}
+    return {
+        **row_json(row_of(obj)),
+        "kcpName": _str(meta.get("name")),
+        "kcpResourceVersion": _str(meta.get("resourceVersion")),
+        "labels": meta.get("labels") or {},
+        "annotations": meta.get("annotations") or {},
+        "ownerReferences": meta.get("ownerReferences") or [],
+        "keys": [{"field": f, "key": k, "size": s} for f, k, s in keys],
+        "record": spec,
+    }

@@ -22,8 +22,9 @@ def wants_json() -> bool:
 def error(status: int, title: str, detail: str) -> Response:
     if wants_json():
         return ops.error(status, title, detail)
-    html = flask.render_template("error.html", status=status, title=title, detail=detail,
-                                 user=flask.g.get("user"))
+    html = flask.render_template(
+        "error.html", status=status, title=title, detail=detail, user=flask.g.get("user")
+    )
     return Response(html, status=status, mimetype="text/html")
 
 
@@ -37,9 +38,16 @@ def snap_or_503() -> snapshot.Snapshot | Response:
 def render(template: str, **ctx: Any) -> Response:
     now = datetime.datetime.now(datetime.UTC)
     s = services_mod.current().settings
-    html = flask.render_template(template, now=now, v=views, user=flask.g.get("user"),
-                                 problem_text=fleet.PROBLEM_TEXT, audience=s.token_audience,
-                                 runbook=runbooks.Links(s.runbook_base), **ctx)
+    html = flask.render_template(
+        template,
+        now=now,
+        v=views,
+        user=flask.g.get("user"),
+        problem_text=fleet.PROBLEM_TEXT,
+        audience=s.token_audience,
+        runbook=runbooks.Links(s.runbook_base),
+        **ctx,
+    )
     return Response(html, mimetype="text/html")
 
 

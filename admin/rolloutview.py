@@ -17,8 +17,8 @@ MAX_SHOWN = 200  # runtime IDs shown per wave; the rest counted
 
 class Wave(NamedTuple):
     number: int
-    status: str                     # passed, gating, failed, pending
-    runtimes: tuple[str, ...]       # at most MAX_SHOWN
+    status: str  # passed, gating, failed, pending
+    runtimes: tuple[str, ...]  # at most MAX_SHOWN
     size: int
 
 
@@ -35,7 +35,9 @@ class Rollout(NamedTuple):
 def read(kcp: gateway.Kube, namespace: str, timeout: float) -> tuple[Rollout | None, str]:
     """The rollout (None: none recorded or not readable) and what is wrong ("" nothing)."""
     try:
-        cm = kcp.get_or_none(gateway.CONFIGMAPS, namespace, apitypes.BUNDLE_ROLLOUT_CONFIGMAP, timeout=timeout)
+        cm = kcp.get_or_none(
+            gateway.CONFIGMAPS, namespace, apitypes.BUNDLE_ROLLOUT_CONFIGMAP, timeout=timeout
+        )
     except gateway.GatewayError as e:
         return None, "the rollout's ConfigMap could not be read: " + logs.bounded(e, 160)
     raw = ((cm or {}).get("data") or {}).get("state.json")
@@ -60,8 +62,17 @@ def of(d: Mapping[str, Any]) -> Rollout:
     if phase not in PHASES:
         raise ValueError(phase)
     current = int(d["wave"])
-    waves = tuple(Wave(i + 1, _status(i, current, phase), tuple(str(r) for r in w[:MAX_SHOWN]), len(w))
-                  for i, w in enumerate(d["waves"]))
+    waves = tuple(
+        Wave(i + 1, _status(i, current, phase), tuple(str(r) for r in w[:MAX_SHOWN]), len(w))
+        for i, w in enumerate(d["waves"])
+    )
     unhealthy = tuple((str(a), str(b)) for a, b in (d.get("unhealthy") or [])[:MAX_SHOWN])
-    return Rollout(phase, str(d["target"]), str(d.get("good") or ""), str(d.get("started", "")),
-                   str(d.get("reason", ""))[:2000], waves, unhealthy)
+    return Rollout(
+        phase,
+        str(d["target"]),
+        str(d.get("good") or ""),
+        str(d.get("started", "")),
+        str(d.get("reason", ""))[:2000],
+        waves,
+        unhealthy,
+    )

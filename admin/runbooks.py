@@ -69,10 +69,10 @@ class Refused(NamedTuple):
     """One refusal reason of a runtime as shown: the hour's count, its newest refusal."""
 
     reason: str
-    refused: int                       # in the last hour
-    at: datetime.datetime | None       # None: not known (an object of an older version)
-    status: int                        # 0: not known
-    object: str                        # namespace/name, or what is known
+    refused: int  # in the last hour
+    at: datetime.datetime | None  # None: not known (an object of an older version)
+    status: int  # 0: not known
+    object: str  # namespace/name, or what is known
     runbook: str
 
 
@@ -94,12 +94,25 @@ def refusals(summary: delivery.Summary, links: Links) -> list[Refused]:
         entry = summary.last_refused.get(reason)
         at = delivery.parse(entry.get("at")) if entry else None
         status = entry.get("status", 0) if entry else 0
-        out.append(Refused(reason, n, at, status if isinstance(status, int) else 0,
-                           object_text(entry), links.refusal(reason)))
+        out.append(
+            Refused(
+                reason,
+                n,
+                at,
+                status if isinstance(status, int) else 0,
+                object_text(entry),
+                links.refusal(reason),
+            )
+        )
     return out
 
 
 def as_json(r: Refused) -> dict[str, Any]:
-    return {"reason": r.reason, "count": r.refused,
-            "lastAt": None if r.at is None else delivery.fmt(r.at),
-            "lastStatus": r.status or None, "lastObject": r.object, "runbook": r.runbook}
+    return {
+        "reason": r.reason,
+        "count": r.refused,
+        "lastAt": None if r.at is None else delivery.fmt(r.at),
+        "lastStatus": r.status or None,
+        "lastObject": r.object,
+        "runbook": r.runbook,
+    }

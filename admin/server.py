@@ -21,14 +21,22 @@ from admin import settings as settings_mod
 from tether import gunicornlog, httpconn, httpworker, logs, tlsreload
 
 
-def gunicorn_options(s: settings_mod.Settings,
-                     serving: tlsreload.Watched[ssl.SSLContext]) -> dict[str, Any]:
+def gunicorn_options(
+    s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext]
+) -> dict[str, Any]:
     limits = httpconn.Limits(
-        handshake_seconds=5.0, head_seconds=10.0, body_seconds=10.0, idle_seconds=10.0,
-        max_connections=256, max_connections_per_peer=64,
-        max_busy_per_peer=max(1, s.threads // 2), max_head_bytes=64 * 1024,
+        handshake_seconds=5.0,
+        head_seconds=10.0,
+        body_seconds=10.0,
+        idle_seconds=10.0,
+        max_connections=256,
+        max_connections_per_peer=64,
+        max_busy_per_peer=max(1, s.threads // 2),
+        max_head_bytes=64 * 1024,
         linger_bytes=app_mod.MAX_FORM + 64 * 1024,
-        prebuffer_bytes=app_mod.MAX_FORM, prebuffer_budget=8 * 1024 * 1024)
+        prebuffer_bytes=app_mod.MAX_FORM,
+        prebuffer_budget=8 * 1024 * 1024,
+    )
     return {
         "bind": [s.bind, s.ops_bind],
         "workers": 1,
@@ -52,7 +60,8 @@ class Server(BaseApplication):  # type: ignore[misc]
         self.settings = s
         self.serving = tlsreload.Watched(
             (s.tls_cert_file, s.tls_key_file),
-            lambda: tlsreload.server_context(s.tls_cert_file, s.tls_key_file))
+            lambda: tlsreload.server_context(s.tls_cert_file, s.tls_key_file),
+        )
         super().__init__()
 
     def load_config(self) -> None:

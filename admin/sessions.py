@@ -41,8 +41,9 @@ def _key(sid: str) -> str:
 
 
 class Store:
-    def __init__(self, max_sessions: int, per_user: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, max_sessions: int, per_user: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._max, self._per_user, self._clock = max(1, max_sessions), max(1, per_user), clock
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # oldest first

@@ -49,8 +49,9 @@ def safe_next(raw: str, is_page: Callable[[str], bool]) -> str:
     try:
         parts = urllib.parse.urlsplit(raw)
         path = _decoded(parts.path)
-        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True,
-                                       max_num_fields=MAX_QUERY_PAIRS)
+        pairs = urllib.parse.parse_qsl(
+            parts.query, keep_blank_values=True, max_num_fields=MAX_QUERY_PAIRS
+        )
     except (ValueError, UnicodeDecodeError):
         return DEFAULT
     if parts.scheme or parts.netloc or path is None or not _clean(path):
@@ -74,8 +75,14 @@ def origin_of(url: str) -> str | None:
     except ValueError:
         return None
     host = parts.hostname
-    if (parts.scheme not in _DEFAULT_PORTS or not host or parts.username is not None
-            or parts.path not in ("", "/") or parts.query or parts.fragment):
+    if (
+        parts.scheme not in _DEFAULT_PORTS
+        or not host
+        or parts.username is not None
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+    ):
         return None
     if ":" in host:
         host = f"[{host}]"
@@ -87,10 +94,14 @@ def origin_of(url: str) -> str | None:
 def cross_site(origin: str | None, fetch_site: str | None, own: str) -> str | None:
     """Why a sign-in/sign-out with these headers is not the admin's own, or None."""
     if fetch_site is not None and fetch_site.strip().lower() != "same-origin":
-        return (f"the request came from another site (Sec-Fetch-Site: {fetch_site[:32]}); "
-                "sign in and out from the admin pages themselves")
+        return (
+            f"the request came from another site (Sec-Fetch-Site: {fetch_site[:32]}); "
+            "sign in and out from the admin pages themselves"
+        )
     theirs = origin_of(origin) if origin is not None else None
     if origin is not None and (theirs is None or theirs != origin_of(own)):
-        return (f"the request came from another origin ({origin[:100]}, not {own}); "
-                "sign in and out from the admin pages themselves")
+        return (
+            f"the request came from another origin ({origin[:100]}, not {own}); "
+            "sign in and out from the admin pages themselves"
+        )
     return None

@@ -28,33 +28,64 @@ from admin import detail, fleet, runbooks, snapshot, views
 from admin import settings as settings_mod
 from tether import config, gateway, logs, parsers
 
-COLUMNS = ("RUNTIME", "PROBLEMS", "ENROLLED", "CERT-EXPIRY", "HEARTBEAT", "LAST-CHANGE",
-           "LAG-P50", "LAG-P99", "POLLER-ONLY", "REFUSED", "429", "STORED", "COMPASS")
+COLUMNS = (
+    "RUNTIME",
+    "PROBLEMS",
+    "ENROLLED",
+    "CERT-EXPIRY",
+    "HEARTBEAT",
+    "LAST-CHANGE",
+    "LAG-P50",
+    "LAG-P99",
+    "POLLER-ONLY",
+    "REFUSED",
+    "429",
+    "STORED",
+    "COMPASS",
+)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tether status", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="tether status",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("runtime", nargs="?", help="one runtime ID (default: every runtime)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--problem", choices=fleet.PROBLEMS, help="only runtimes with this problem")
-    p.add_argument("--kubeconfig", help="kubeconfig of the KCP (default: $KUBECONFIG, else "
-                   "in-cluster)")
-    p.add_argument("--namespace", default=os.environ.get("TETHER_KCP_NAMESPACE", "kcp-system"),
-                   help="KCP namespace of the Kyma CRs and Tether's records (default "
-                   "kcp-system, or $TETHER_KCP_NAMESPACE)")
-    p.add_argument("--heartbeat-namespace", default=os.environ.get("TETHER_HEARTBEAT_NAMESPACE"),
-                   help="namespace of the listener's heartbeat Leases (default "
-                   "$TETHER_HEARTBEAT_NAMESPACE, else --namespace; the manifests: "
-                   "tether-heartbeats)")
-    p.add_argument("--tether-namespace", default="tether-system",
-                   help="namespace of Tether's Deployments and Leases")
-    p.add_argument("--fail-on-problems", action="store_true",
-                   help="exit 1 when any shown runtime has a problem")
-    p.add_argument("--runbook-base", default=os.environ.get("TETHER_ADMIN_RUNBOOK_BASE",
-                                                           runbooks.DEFAULT_BASE),
-                   help="base of the runbook links, <base>/docs/operations.md#<anchor> "
-                   "(default $TETHER_ADMIN_RUNBOOK_BASE, else " + runbooks.DEFAULT_BASE + ")")
+    p.add_argument(
+        "--kubeconfig", help="kubeconfig of the KCP (default: $KUBECONFIG, else in-cluster)"
+    )
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("TETHER_KCP_NAMESPACE", "kcp-system"),
+        help="KCP namespace of the Kyma CRs and Tether's records (default "
+        "kcp-system, or $TETHER_KCP_NAMESPACE)",
+    )
+    p.add_argument(
+        "--heartbeat-namespace",
+        default=os.environ.get("TETHER_HEARTBEAT_NAMESPACE"),
+        help="namespace of the listener's heartbeat Leases (default "
+        "$TETHER_HEARTBEAT_NAMESPACE, else --namespace; the manifests: "
+        "tether-heartbeats)",
+    )
+    p.add_argument(
+        "--tether-namespace",
+        default="tether-system",
+        help="namespace of Tether's Deployments and Leases",
+    )
+    p.add_argument(
+        "--fail-on-problems",
+        action="store_true",
+        help="exit 1 when any shown runtime has a problem",
+    )
+    p.add_argument(
+        "--runbook-base",
+        default=os.environ.get("TETHER_ADMIN_RUNBOOK_BASE", runbooks.DEFAULT_BASE),
+        help="base of the runbook links, <base>/docs/operations.md#<anchor> "
+        "(default $TETHER_ADMIN_RUNBOOK_BASE, else " + runbooks.DEFAULT_BASE + ")",
+    )
     return p
 
 
@@ -62,12 +93,23 @@ def table(rows: Sequence[fleet.Row], now: datetime.datetime) -> list[list[str]]:
     out = []
     for r in rows:
         d = r.delivery
-        out.append([r.runtime_id, ",".join(r.problems) or "-",
-                    "Ready" if r.enrolled == "True" else r.enrollment_reason or r.enrolled,
-                    views.until(r.certificate_not_after, now), views.ago(r.heartbeat, now),
-                    views.ago(d.last_change, now), views.seconds(d.lag_p50),
-                    views.seconds(d.lag_p99), views.share(d.poller_share), str(d.refusals),
-                    str(d.throttled), str(r.stored_records), r.compass_state or "-"])
+        out.append(
+            [
+                r.runtime_id,
+                ",".join(r.problems) or "-",
+                "Ready" if r.enrolled == "True" else r.enrollment_reason or r.enrolled,
+                views.until(r.certificate_not_after, now),
+                views.ago(r.heartbeat, now),
+                views.ago(d.last_change, now),
+                views.seconds(d.lag_p50),
+                views.seconds(d.lag_p99),
+                views.share(d.poller_share),
+                str(d.refusals),
+                str(d.throttled),
+                str(r.stored_records),
+                r.compass_state or "-",
+            ]
+        )
     return out
 
 
@@ -80,13 +122,16 @@ def render_table(rows: Sequence[fleet.Row], now: datetime.datetime, out: TextIO)
 
 def one_json(row: fleet.Row, links: runbooks.Links) -> dict[str, object]:
     """One runtime as JSON: its row, each problem's runbook, its refusals in detail."""
-    return {**fleet.as_json(row),
-            "problemRunbooks": {p: links.problem(p) for p in row.problems},
-            "refused": [runbooks.as_json(r) for r in runbooks.refusals(row.delivery, links)]}
+    return {
+        **fleet.as_json(row),
+        "problemRunbooks": {p: links.problem(p) for p in row.problems},
+        "refused": [runbooks.as_json(r) for r in runbooks.refusals(row.delivery, links)],
+    }
 
 
-def _load(args: argparse.Namespace, s: settings_mod.Settings
-          ) -> tuple[snapshot.Snapshot, fleet.Row | None, str] | str:
+def _load(
+    args: argparse.Namespace, s: settings_mod.Settings
+) -> tuple[snapshot.Snapshot, fleet.Row | None, str] | str:
     """The snapshot, the asked runtime's row with its RuntimeDelivery read whole, and what
     could not be read; or the one line of a failure."""
     try:
@@ -100,8 +145,10 @@ def _load(args: argparse.Namespace, s: settings_mod.Settings
             try:
                 row = row._replace(delivery=snapshot.delivery_of(kcp, s, row, snap.taken))
             except gateway.GatewayError as e:
-                note = "its RuntimeDelivery could not be read (the listing's totals shown): " + \
-                    logs.bounded(e, 160)
+                note = (
+                    "its RuntimeDelivery could not be read (the listing's totals shown): "
+                    + logs.bounded(e, 160)
+                )
     except gateway.GatewayError as e:
         return f"cannot read the KCP: {logs.bounded(e, 300)}"
     finally:
@@ -116,9 +163,14 @@ def main(argv: list[str]) -> int:
     except config.SettingError as e:
         print(f"tether status: {e}", file=sys.stderr)
         return 2
-    s = settings_mod.Settings(tls_cert_file="", tls_key_file="", kcp_namespace=args.namespace,
-                              heartbeat_namespace=args.heartbeat_namespace or args.namespace,
-                              namespace=args.tether_namespace, kubeconfig=args.kubeconfig)
+    s = settings_mod.Settings(
+        tls_cert_file="",
+        tls_key_file="",
+        kcp_namespace=args.namespace,
+        heartbeat_namespace=args.heartbeat_namespace or args.namespace,
+        namespace=args.tether_namespace,
+        kubeconfig=args.kubeconfig,
+    )
     loaded = _load(args, s)
     if isinstance(loaded, str):
         print(f"tether status: {loaded}", file=sys.stderr)
@@ -126,8 +178,11 @@ def main(argv: list[str]) -> int:
     snap, row, note = loaded
     if args.runtime is not None:
         if row is None:
-            print(f"tether status: no Kyma CR in {args.namespace} carries runtime ID "
-                  f"{logs.bounded(args.runtime, 80)}", file=sys.stderr)
+            print(
+                f"tether status: no Kyma CR in {args.namespace} carries runtime ID "
+                f"{logs.bounded(args.runtime, 80)}",
+                file=sys.stderr,
+            )
             return 1
         if args.output == "json":
             json.dump(one_json(row, links), sys.stdout, indent=2)
@@ -138,9 +193,12 @@ def main(argv: list[str]) -> int:
         return 1 if args.fail_on_problems and row.problems else 0
     rows = [r for r in snap.rows if not args.problem or args.problem in r.problems]
     if args.output == "json":
-        doc = {"listedAt": snap.taken.strftime("%Y-%m-%dT%H:%M:%SZ"),
-               "missing": list(snap.missing), "counts": fleet.counts(snap.rows),
-               "runtimes": [fleet.as_json(r) for r in rows]}
+        doc = {
+            "listedAt": snap.taken.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "missing": list(snap.missing),
+            "counts": fleet.counts(snap.rows),
+            "runtimes": [fleet.as_json(r) for r in rows],
+        }
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:

@@ -40,8 +40,9 @@ def source_of(address: str) -> str:
 
 
 class Buckets:
-    def __init__(self, per_minute: float, max_sources: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, per_minute: float, max_sources: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._rate = per_minute / 60.0
         self._burst = max(1.0, float(per_minute))
         self._max, self._clock = max_sources, clock

@@ -72,8 +72,11 @@ def lag_chart(summary: delivery.Summary, now: datetime.datetime) -> str:
     slots = _slots(summary.series, now)
     p50 = [by[s].p50 if s in by else None for s in slots]
     p99 = [by[s].p99 if s in by else None for s in slots]
-    return charts.line_chart([("p99", "lag p99", p99), ("p50", "lag p50", p50)],
-                             title="delivery lag per minute, last hour", unit="s")
+    return charts.line_chart(
+        [("p99", "lag p99", p99), ("p50", "lag p50", p50)],
+        title="delivery lag per minute, last hour",
+        unit="s",
+    )
 
 
 def beats_chart(summary: delivery.Summary, now: datetime.datetime) -> str:
@@ -85,8 +88,10 @@ def beats_chart(summary: delivery.Summary, now: datetime.datetime) -> str:
     by = {p.start: p for p in summary.series}
     slots = _slots(summary.series, now)
     merged = summary.updated
-    beats = [float(by[s].beats) if s in by else None if merged is not None and s > merged else 0.0
-             for s in slots]
+    beats = [
+        float(by[s].beats) if s in by else None if merged is not None and s > merged else 0.0
+        for s in slots
+    ]
     title = "requests of the runtime per minute, last hour"
     if merged is not None and merged < now - datetime.timedelta(minutes=1):
         title += f" (merged up to {merged:%H:%M}Z)"
@@ -99,5 +104,8 @@ def records_chart(summary: delivery.Summary, now: datetime.datetime) -> str:
     slots = _slots(summary.series, now)
     web = [float(by[s].webhook) if s in by else 0.0 for s in slots]
     pol = [float(by[s].poller) if s in by else 0.0 for s in slots]
-    return charts.line_chart([("webhook", "webhook", web), ("poller", "poller only", pol)],
-                             title="records per minute by source, last hour", unit="")
+    return charts.line_chart(
+        [("webhook", "webhook", web), ("poller", "poller only", pol)],
+        title="records per minute by source, last hour",
+        unit="",
+    )

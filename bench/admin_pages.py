@@ -45,9 +45,15 @@ def make_fleet(env: adminenv.Env, n: int, threads: int = 16) -> float:
     def one(i: int) -> None:
         name = f"kyma-{i:05d}"
         failing = i % 10 == 3
-        rid = env.runtime(name, ready=i % 50 != 7, beat_age=900 if i % 97 == 5 else 5,
-                          webhook=2 if failing else 20, poller=18 if failing else 1,
-                          names=[f"cm-{j}" for j in range(20)], minutes=60)
+        rid = env.runtime(
+            name,
+            ready=i % 50 != 7,
+            beat_age=900 if i % 97 == 5 else 5,
+            webhook=2 if failing else 20,
+            poller=18 if failing else 1,
+            names=[f"cm-{j}" for j in range(20)],
+            minutes=60,
+        )
         assert rid
         if i % 2 == 0:
             env.mapping(name, "Failed" if i % 40 == 2 else "Ready")
@@ -75,7 +81,9 @@ def rss_mib(pid: int) -> float:
 
 def children(pid: int) -> list[int]:
     try:
-        return [int(x) for x in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        return [
+            int(x) for x in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ]
     except OSError:
         return []
 
@@ -96,8 +104,11 @@ def measure(p: adminenv.AdminProcess, token: str, paths: dict[str, str], n: int)
             times.append((time.perf_counter() - t) * 1000)
             assert r.status_code == 200, (path, r.status_code)
         times.sort()
-        out[label] = {"p50_ms": statistics.median(times), "p99_ms": times[int(len(times) * 0.99) - 1],
-                      "bytes": len(r.content)}
+        out[label] = {
+            "p50_ms": statistics.median(times),
+            "p99_ms": times[int(len(times) * 0.99) - 1],
+            "bytes": len(r.content),
+        }
     return out
 
 
@@ -114,22 +125,32 @@ def wait_listed(p: adminenv.AdminProcess, token: str, n: int, timeout: float = 6
     raise TimeoutError(f"the admin part did not list {n} runtimes")
 
 
-LABELS = {"fleet p1": "fleet, first page", "fleet last": "fleet, last page", "fleet search": "fleet, search",
-          "fleet problem": "fleet, problem filter", "runtime": "runtime (reads its RuntimeDelivery and Events)",
-          "login (no auth)": "login (no auth, the floor)"}
+LABELS = {
+    "fleet p1": "fleet, first page",
+    "fleet last": "fleet, last page",
+    "fleet search": "fleet, search",
+    "fleet problem": "fleet, problem filter",
+    "runtime": "runtime (reads its RuntimeDelivery and Events)",
+    "login (no auth)": "login (no auth, the floor)",
+}
 
 
 def table(doc: dict[str, Any]) -> str:
     """docs/performance.md's table: p50 per page for both fleets, the large fleet's p99, the goal."""
     goal = doc["goal_ms"]
-    lines = [f"| page | p50, {doc['small']:,} runtimes | p50, {doc['runtimes']:,} | p99, {doc['runtimes']:,} | "
-             f"ratio p50 | goal (p99 ≤ {goal:g} ms) |", "|---|---:|---:|---:|---:|---|"]
+    lines = [
+        f"| page | p50, {doc['small']:,} runtimes | p50, {doc['runtimes']:,} | p99, {doc['runtimes']:,} | "
+        f"ratio p50 | goal (p99 ≤ {goal:g} ms) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     small, large = doc["fleets"]["small"]["pages"], doc["fleets"]["large"]["pages"]
     for page, a in small.items():
         b = large[page]
         ratio = f"{b['p50_ms'] / a['p50_ms']:.2f}" if a["p50_ms"] else "-"
-        lines.append(f"| {LABELS.get(page, page)} | {a['p50_ms']:.1f} ms | {b['p50_ms']:.1f} ms | "
-                     f"{b['p99_ms']:.1f} ms | {ratio} | {'met' if b['p99_ms'] <= goal else 'MISSED'} |")
+        lines.append(
+            f"| {LABELS.get(page, page)} | {a['p50_ms']:.1f} ms | {b['p50_ms']:.1f} ms | "
+            f"{b['p99_ms']:.1f} ms | {ratio} | {'met' if b['p99_ms'] <= goal else 'MISSED'} |"
+        )
     return "\n".join(lines)
 
 
@@ -145,8 +166,12 @@ def main(argv: list[str]) -> int:
     args = skeleton.parse(ap, report, argv)
     began = provenance.start()
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-admin-"))
-    results: dict[str, Any] = {"runtimes": args.runtimes, "small": args.small,
-                               "requests_per_page": args.requests, "goal_ms": GOAL_MS}
+    results: dict[str, Any] = {
+        "runtimes": args.runtimes,
+        "small": args.small,
+        "requests_per_page": args.requests,
+        "goal_ms": GOAL_MS,
+    }
     with controlplane.planes("kcp") as planes:
         kcp = planes["kcp"]
         api = kcp.api_client()
@@ -160,16 +185,29 @@ def main(argv: list[str]) -> int:
             p = adminenv.AdminProcess(env, ready_timeout=600, TETHER_ADMIN_REFRESH_SECONDS="15")
             try:
                 listed = wait_listed(p, token, n)
-                paths = {"fleet p1": "/fleet", "fleet last": "/fleet?page=100000",
-                         "fleet search": "/fleet?q=kyma-0004", "fleet problem": "/fleet?problem=webhook_path_failing",
-                         "runtime": "/runtimes/rt-kyma-00003", "compass": "/compass", "parts": "/parts",
-                         "login (no auth)": "/login"}
+                paths = {
+                    "fleet p1": "/fleet",
+                    "fleet last": "/fleet?page=100000",
+                    "fleet search": "/fleet?q=kyma-0004",
+                    "fleet problem": "/fleet?problem=webhook_path_failing",
+                    "runtime": "/runtimes/rt-kyma-00003",
+                    "compass": "/compass",
+                    "parts": "/parts",
+                    "login (no auth)": "/login",
+                }
                 pages = measure(p, token, paths, args.requests)
-                fleets[label] = {"runtimes": n, "create_seconds": round(made, 1),
-                                 "snapshot_seconds": round(listed, 3),
-                                 "admin_rss_mib": round(rss_mib(p.proc.pid), 1), "pages": pages}
-                print(f"[{label}] {n} runtimes made in {made:.0f}s; listed in {listed:.2f}s; "
-                      f"RSS {fleets[label]['admin_rss_mib']} MiB", flush=True)
+                fleets[label] = {
+                    "runtimes": n,
+                    "create_seconds": round(made, 1),
+                    "snapshot_seconds": round(listed, 3),
+                    "admin_rss_mib": round(rss_mib(p.proc.pid), 1),
+                    "pages": pages,
+                }
+                print(
+                    f"[{label}] {n} runtimes made in {made:.0f}s; listed in {listed:.2f}s; "
+                    f"RSS {fleets[label]['admin_rss_mib']} MiB",
+                    flush=True,
+                )
             finally:
                 p.stop()
         api.close()
@@ -177,16 +215,20 @@ def main(argv: list[str]) -> int:
     results["machine"] = skeleton.machine()
     results["at"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     small, large = fleets["small"]["pages"], fleets["large"]["pages"]
-    print(f"\n{'page':<18}{'p50 ' + str(args.small):>10}{'p50 ' + str(args.runtimes):>11}"
-          f"{'p99 ' + str(args.runtimes):>11}{'ratio p50':>11}{'goal':>8}")
+    print(
+        f"\n{'page':<18}{'p50 ' + str(args.small):>10}{'p50 ' + str(args.runtimes):>11}"
+        f"{'p99 ' + str(args.runtimes):>11}{'ratio p50':>11}{'goal':>8}"
+    )
     ok = True
     for page in small:
         a, b = small[page], large[page]
         ratio = b["p50_ms"] / a["p50_ms"] if a["p50_ms"] else float("nan")
         met = b["p99_ms"] <= GOAL_MS
         ok = ok and met
-        print(f"{page:<18}{a['p50_ms']:>9.1f}ms{b['p50_ms']:>9.1f}ms{b['p99_ms']:>9.1f}ms"
-              f"{ratio:>10.2f}x{'met' if met else 'MISSED':>8}")
+        print(
+            f"{page:<18}{a['p50_ms']:>9.1f}ms{b['p50_ms']:>9.1f}ms{b['p99_ms']:>9.1f}ms"
+            f"{ratio:>10.2f}x{'met' if met else 'MISSED':>8}"
+        )
     results["goal_met"] = ok
     results = skeleton.write(args.out, "admin_pages", began, results, indent=1)
     print()

@@ -37,21 +37,40 @@ from testing.compassenv import CRD_FILE
 from tether import gateway
 
 CONFIGS: dict[str, dict[str, Any]] = {
-    "tether": dict(breaker_threshold=5, breaker_open_seconds=2.0, breaker_max_open_seconds=8.0,
-                   backoff_base=1.0, backoff_cap=8.0),
+    "tether": dict(
+        breaker_threshold=5,
+        breaker_open_seconds=2.0,
+        breaker_max_open_seconds=8.0,
+        backoff_base=1.0,
+        backoff_cap=8.0,
+    ),
     "backoff only": dict(breaker_threshold=10**9, backoff_base=1.0, backoff_cap=8.0),
     "naive": dict(breaker_threshold=10**9, backoff_base=0.0, backoff_cap=0.0),
 }
 
 
-def one(kcp_api: Any, d: Director, skr: controlplane.ControlPlane, label: str,
-        over: dict[str, Any], n: int, outage: float) -> dict[str, Any]:
+def one(
+    kcp_api: Any,
+    d: Director,
+    skr: controlplane.ControlPlane,
+    label: str,
+    over: dict[str, Any],
+    n: int,
+    outage: float,
+) -> dict[str, Any]:
     ns = "bench-" + label.replace(" ", "-")
     s = settings_mod.Settings(
-        director_url=d.info["graphql_url"], token_url=d.info["token_url"],
-        client_id=d.info["client_id"], client_secret=d.info["client_secret"],
-        director_ca_file=d.info["ca_file"], namespace=ns, concurrency=16,
-        secret_name="compass-agent-{kyma}", runtimes=localnet.policy(), **over)
+        director_url=d.info["graphql_url"],
+        token_url=d.info["token_url"],
+        client_id=d.info["client_id"],
+        client_secret=d.info["client_secret"],
+        director_ca_file=d.info["ca_file"],
+        namespace=ns,
+        concurrency=16,
+        secret_name="compass-agent-{kyma}",
+        runtimes=localnet.policy(),
+        **over,
+    )
     audit = logging.getLogger("tether.audit.bench")
     audit.propagate = False
     audit.addHandler(logging.NullHandler())
@@ -83,18 +102,28 @@ def one(kcp_api: Any, d: Director, skr: controlplane.ControlPlane, label: str,
         assert len(refs) == len(set(refs)) == n, (len(refs), len(set(refs)))
     finally:
         svc.close()
-    return {"kymas": n, "outage_seconds": round(seconds, 1), "requests_during_outage": during,
-            "requests_per_second": round(during / seconds, 2),
-            "seconds_to_ready_after_recovery": round(recovery, 1), "duplicates": 0}
+    return {
+        "kymas": n,
+        "outage_seconds": round(seconds, 1),
+        "requests_during_outage": during,
+        "requests_per_second": round(during / seconds, 2),
+        "seconds_to_ready_after_recovery": round(recovery, 1),
+        "duplicates": 0,
+    }
 
 
 def table(doc: dict[str, Any]) -> str:
     """docs/performance.md's table, one row per configuration."""
-    lines = ["| configuration | Director requests during the outage | per second | vs naive | "
-             "s to all Ready after recovery |", "|---|---:|---:|---:|---:|"]
+    lines = [
+        "| configuration | Director requests during the outage | per second | vs naive | "
+        "s to all Ready after recovery |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for label, r in doc["results"].items():
-        lines.append(f"| {label} | {r['requests_during_outage']} | {r['requests_per_second']} | "
-                     f"{r['ratio_vs_naive']} | {r['seconds_to_ready_after_recovery']} |")
+        lines.append(
+            f"| {label} | {r['requests_during_outage']} | {r['requests_per_second']} | "
+            f"{r['ratio_vs_naive']} | {r['seconds_to_ready_after_recovery']} |"
+        )
     return "\n".join(lines)
 
 
@@ -122,14 +151,19 @@ def main(argv: list[str]) -> int:
     finally:
         d.stop()
     base = out["naive"]["requests_per_second"]
-    print(f"{'config':<14} {'req during outage':>18} {'req/s':>8} {'vs naive':>9} {'s to Ready after':>17}")
+    print(
+        f"{'config':<14} {'req during outage':>18} {'req/s':>8} {'vs naive':>9} {'s to Ready after':>17}"
+    )
     for label, r in out.items():
         ratio = r["requests_per_second"] / base if base else float("nan")
         r["ratio_vs_naive"] = round(ratio, 3)
-        print(f"{label:<14} {r['requests_during_outage']:>18} {r['requests_per_second']:>8} "
-              f"{ratio:>9.3f} {r['seconds_to_ready_after_recovery']:>17}")
-    result = skeleton.write(args.out, "compass_outage", began,
-                            {"machine": skeleton.machine(), "results": out}, indent=1)
+        print(
+            f"{label:<14} {r['requests_during_outage']:>18} {r['requests_per_second']:>8} "
+            f"{ratio:>9.3f} {r['seconds_to_ready_after_recovery']:>17}"
+        )
+    result = skeleton.write(
+        args.out, "compass_outage", began, {"machine": skeleton.machine(), "results": out}, indent=1
+    )
     report(result)
     return 0
 

@@ -94,18 +94,34 @@ def round_trips(fleet: deployed.Fleet, n: int) -> dict[str, dict[str, float]]:
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # a timing, no secret sent
     pod = fleet.skr_pods.pods_of("tether-webhook")[0]
-    targets = {"pod": (pod.ip, 8443), "service": fleet.skr_pods.service_address("tether-webhook", "https")}
-    conns = {k: http.client.HTTPSConnection(h, p, context=ctx, timeout=10) for k, (h, p) in targets.items()}
+    targets = {
+        "pod": (pod.ip, 8443),
+        "service": fleet.skr_pods.service_address("tether-webhook", "https"),
+    }
+    conns = {
+        k: http.client.HTTPSConnection(h, p, context=ctx, timeout=10)
+        for k, (h, p) in targets.items()
+    }
     lat: dict[str, list[float]] = {k: [] for k in targets}
     try:
         for i in range(n):
             for k, conn in conns.items():
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-                    "uid": f"rt-{i}", "operation": "UPDATE", "namespace": "kube-system", "name": "bench-0",
-                    "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-                    "resource": {"group": "", "version": "v1", "resource": "configmaps"},
-                    "object": {"metadata": {"name": "bench-0"}, "data": {"k": str(i)}},
-                    "oldObject": {"metadata": {"name": "bench-0"}, "data": {"k": "0"}}}}).encode()
+                body = json.dumps(
+                    {
+                        "apiVersion": "admission.k8s.io/v1",
+                        "kind": "AdmissionReview",
+                        "request": {
+                            "uid": f"rt-{i}",
+                            "operation": "UPDATE",
+                            "namespace": "kube-system",
+                            "name": "bench-0",
+                            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                            "object": {"metadata": {"name": "bench-0"}, "data": {"k": str(i)}},
+                            "oldObject": {"metadata": {"name": "bench-0"}, "data": {"k": "0"}},
+                        },
+                    }
+                ).encode()
                 t0 = time.perf_counter()
                 conn.request("POST", "/validate", body, {"Content-Type": "application/json"})
                 resp = conn.getresponse()
@@ -126,8 +142,13 @@ def window(api: rawapi.Api, namespace: str, n: int, gap: float, seq: int) -> lis
         for i in range(n):
             j = (seq + i) % 10
             t0 = time.perf_counter()
-            status, obj = api.call(conn, "PATCH", f"/api/v1/namespaces/{namespace}/configmaps/bench-{j}",
-                                   {"data": {"k": str(seq + i)}}, "application/merge-patch+json")
+            status, obj = api.call(
+                conn,
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/configmaps/bench-{j}",
+                {"data": {"k": str(seq + i)}},
+                "application/merge-patch+json",
+            )
             out.append(time.perf_counter() - t0)
             assert status == 200, (status, obj)
             time.sleep(gap)
@@ -143,9 +164,15 @@ def measure(fleet: deployed.Fleet, args: argparse.Namespace) -> dict[str, Any]:
         if ns != "kube-system":
             api.call(conn, "POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
         for j in range(10):
-            status, obj = api.call(conn, "POST", f"/api/v1/namespaces/{ns}/configmaps", {
-                "metadata": {"name": f"bench-{j}", "labels": {watchenv.OPT_IN_LABEL: "true"}},
-                "data": {"k": "0"}})
+            status, obj = api.call(
+                conn,
+                "POST",
+                f"/api/v1/namespaces/{ns}/configmaps",
+                {
+                    "metadata": {"name": f"bench-{j}", "labels": {watchenv.OPT_IN_LABEL: "true"}},
+                    "data": {"k": "0"},
+                },
+            )
             assert status == 201, (status, obj)
     conn.close()
     for ns in PATHS.values():
@@ -155,7 +182,7 @@ def measure(fleet: deployed.Fleet, args: argparse.Namespace) -> dict[str, Any]:
     handled: dict[str, dict[str, float]] = {name: {"count": 0.0, "sum": 0.0} for name in PATHS}
     seq = 100
     for r in range(args.rounds):
-        for name in (list(PATHS) if r % 2 == 0 else list(reversed(PATHS))):
+        for name in list(PATHS) if r % 2 == 0 else list(reversed(PATHS)):
             before, h_before = hook_calls(api), handler_seconds(fleet)
             xs = window(api, PATHS[name], args.writes, args.gap, seq)
             after, h_after = hook_calls(api), handler_seconds(fleet)
@@ -164,11 +191,20 @@ def measure(fleet: deployed.Fleet, args: argparse.Namespace) -> dict[str, Any]:
             for k in ("count", "sum"):
                 calls[name][k] += after[k] - before[k]
                 handled[name][k] += h_after[k] - h_before[k]
-            print(f"round {r + 1} {name:10s} p50 {service_proxy.dist(xs)['p50_ms']:7.2f} ms", flush=True)
-    return {name: {**service_proxy.dist(lat[name]), "webhook_calls": calls[name]["count"],
-                   "webhook_call_mean_ms": _mean_ms(calls[name]),
-                   "handler_calls": handled[name]["count"], "handler_mean_ms": _mean_ms(handled[name])}
-            for name in PATHS}
+            print(
+                f"round {r + 1} {name:10s} p50 {service_proxy.dist(xs)['p50_ms']:7.2f} ms",
+                flush=True,
+            )
+    return {
+        name: {
+            **service_proxy.dist(lat[name]),
+            "webhook_calls": calls[name]["count"],
+            "webhook_call_mean_ms": _mean_ms(calls[name]),
+            "handler_calls": handled[name]["count"],
+            "handler_mean_ms": _mean_ms(handled[name]),
+        }
+        for name in PATHS
+    }
 
 
 def _mean_ms(acc: dict[str, float]) -> float | None:
@@ -177,18 +213,32 @@ def _mean_ms(acc: dict[str, float]) -> float | None:
 
 def report(doc: dict[str, Any]) -> None:
     s = doc["summary"]
-    print(f"{'customer write':16s} {'n':>5s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} "
-          f"{'webhook calls':>13s} {'call mean ms':>12s} {'handler mean ms':>15s}")
+    print(
+        f"{'customer write':16s} {'n':>5s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} "
+        f"{'webhook calls':>13s} {'call mean ms':>12s} {'handler mean ms':>15s}"
+    )
     for name, d in s.items():
-        mean, handler = (f"{d[k]:{w}.2f}" if d.get(k) is not None else f"{'-':>{w}s}"
-                         for k, w in (("webhook_call_mean_ms", 12), ("handler_mean_ms", 15)))
-        print(f"{name:16s} {d['n']:5d} {d['p50_ms']:8.2f} {d['p99_ms']:8.2f} {d['max_ms']:8.2f} "
-              f"{d['webhook_calls']:13.0f} {mean} {handler}")
-    print(f"webhook - no webhook: p50 {s['webhook']['p50_ms'] - s['no webhook']['p50_ms']:+.2f} ms, "
-          f"p99 {s['webhook']['p99_ms'] - s['no webhook']['p99_ms']:+.2f} ms"
-          + (f" (Service proxy of {doc['settings']['before']})" if doc["settings"].get("before") else ""))
+        mean, handler = (
+            f"{d[k]:{w}.2f}" if d.get(k) is not None else f"{'-':>{w}s}"
+            for k, w in (("webhook_call_mean_ms", 12), ("handler_mean_ms", 15))
+        )
+        print(
+            f"{name:16s} {d['n']:5d} {d['p50_ms']:8.2f} {d['p99_ms']:8.2f} {d['max_ms']:8.2f} "
+            f"{d['webhook_calls']:13.0f} {mean} {handler}"
+        )
+    print(
+        f"webhook - no webhook: p50 {s['webhook']['p50_ms'] - s['no webhook']['p50_ms']:+.2f} ms, "
+        f"p99 {s['webhook']['p99_ms'] - s['no webhook']['p99_ms']:+.2f} ms"
+        + (
+            f" (Service proxy of {doc['settings']['before']})"
+            if doc["settings"].get("before")
+            else ""
+        )
+    )
     for k, d in (doc.get("round_trips") or {}).items():
-        print(f"review round trip from this process, {k:7s}: p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms (n {d['n']})")
+        print(
+            f"review round trip from this process, {k:7s}: p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms (n {d['n']})"
+        )
     print(provenance.footer(doc))
 
 
@@ -198,26 +248,43 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--gap", type=float, default=0.05, help="seconds between writes")
     ap.add_argument("--before", help="the pod runner's Service proxy of this commit")
-    ap.add_argument("--round-trips", type=int, default=300,
-                    help="reviews POSTed to a webhook pod and through its Service, each (0: none)")
-    args = skeleton.parse(ap, report, named=lambda a: f"deployed_write{'_before' if a.before else ''}.json")
+    ap.add_argument(
+        "--round-trips",
+        type=int,
+        default=300,
+        help="reviews POSTed to a webhook pod and through its Service, each (0: none)",
+    )
+    args = skeleton.parse(
+        ap, report, named=lambda a: f"deployed_write{'_before' if a.before else ''}.json"
+    )
     began = provenance.start()
-    with tempfile.TemporaryDirectory(prefix="bench-deployed-") as tmp, \
-            controlplane.planes("bench-skr", "bench-kcp") as planes:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-deployed-") as tmp,
+        controlplane.planes("bench-skr", "bench-kcp") as planes,
+    ):
         work = pathlib.Path(tmp)
         if args.before:
             serviceproxy.Proxy = service_proxy.old_proxy(args.before, work)  # type: ignore[misc]
         t0 = time.monotonic()
-        fleet = deployed.install(planes["bench-skr"], planes["bench-kcp"], work / "fleet", timeout=300,
-                                 say=lambda m: print(m, flush=True))
+        fleet = deployed.install(
+            planes["bench-skr"],
+            planes["bench-kcp"],
+            work / "fleet",
+            timeout=300,
+            say=lambda m: print(m, flush=True),
+        )
         print(f"installed in {time.monotonic() - t0:.0f} s", flush=True)
         try:
             summary = measure(fleet, args)
             trips = round_trips(fleet, args.round_trips) if args.round_trips else {}
         finally:
             fleet.stop()
-    doc = skeleton.write(args.out, "deployed_write", began,
-                         {"settings": skeleton.settings(args), "summary": summary, "round_trips": trips})
+    doc = skeleton.write(
+        args.out,
+        "deployed_write",
+        began,
+        {"settings": skeleton.settings(args), "summary": summary, "round_trips": trips},
+    )
     print()
     report(doc)
     return 0

@@ -37,7 +37,9 @@ from enroller import settings as settings_mod
 from testing import compassenv, controlplane, localnet
 from tether import certs, gateway, skr_clients
 
-CRD = skeleton.REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
+CRD = (
+    skeleton.REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
+)
 
 
 def counter(e: reconcile.Enroller, verb: str) -> float:
@@ -50,15 +52,19 @@ def table(doc: dict[str, Any]) -> str:
 
     def median(key: str) -> float:
         return float(sorted(x[key] for x in steady)[len(steady) // 2])
-    return "\n".join([
-        "| run | runtimes | seconds | reads per runtime | writes per runtime |",
-        "|---|---|---|---|---|",
-        f"| first (install: certificates issued, bundle applied) | {doc['runtimes']} | "
-        f"{doc['first_run_seconds']:.2f} | {doc['first_run_reads_per_runtime']:g} | "
-        f"{doc['first_run_writes_per_runtime']:g} |",
-        f"| steady (nothing changed), median of {len(steady)} | {doc['runtimes']} | "
-        f"{doc['steady_run_seconds_median']:.3f} | {median('reads_per_runtime'):g} | "
-        f"{median('writes_per_runtime'):g} |"])
+
+    return "\n".join(
+        [
+            "| run | runtimes | seconds | reads per runtime | writes per runtime |",
+            "|---|---|---|---|---|",
+            f"| first (install: certificates issued, bundle applied) | {doc['runtimes']} | "
+            f"{doc['first_run_seconds']:.2f} | {doc['first_run_reads_per_runtime']:g} | "
+            f"{doc['first_run_writes_per_runtime']:g} |",
+            f"| steady (nothing changed), median of {len(steady)} | {doc['runtimes']} | "
+            f"{doc['steady_run_seconds_median']:.3f} | {median('reads_per_runtime'):g} | "
+            f"{median('writes_per_runtime'):g} |",
+        ]
+    )
 
 
 def report(doc: dict[str, Any]) -> None:
@@ -81,23 +87,46 @@ def main(argv: list[str]) -> int:
         api = kcp.api_client()
         controlplane.install_crds(api, controlplane.KYMA_CRD, CRD)
         ns = "kcp-system"
-        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))
+        )
         for i in range(args.runtimes):
             name = f"kyma-{i}"
             labels = compassenv.kyma_labels("ga", name, **{"kyma-project.io/runtime-id": f"rt-{i}"})
             client.CustomObjectsApi(api).create_namespaced_custom_object(
-                "operator.kyma-project.io", "v1beta2", ns, "kymas",
-                {"apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma",
-                 "metadata": {"name": name, "labels": labels, "annotations": {"skr-domain": f"{name}.example.com"}},
-                 "spec": {"channel": "regular"}})
+                "operator.kyma-project.io",
+                "v1beta2",
+                ns,
+                "kymas",
+                {
+                    "apiVersion": "operator.kyma-project.io/v1beta2",
+                    "kind": "Kyma",
+                    "metadata": {
+                        "name": name,
+                        "labels": labels,
+                        "annotations": {"skr-domain": f"{name}.example.com"},
+                    },
+                    "spec": {"channel": "regular"},
+                },
+            )
             compassenv.create_kubeconfig_secret(api, ns, name, planes[f"r{i}"])
         gw = gateway.from_kubeconfig(str(kcp.kubeconfig))
-        s = settings_mod.Settings(listener_url="https://listener.example.com",
-                                  listener_ca=certs.CertificateAuthority.create("l").cert_pem,
-                                  kcp_namespace=ns, namespace=ns, concurrency=args.concurrency)
+        s = settings_mod.Settings(
+            listener_url="https://listener.example.com",
+            listener_ca=certs.CertificateAuthority.create("l").cert_pem,
+            kcp_namespace=ns,
+            namespace=ns,
+            concurrency=args.concurrency,
+        )
         audit = logging.getLogger("bench.audit")
         audit.propagate = False
-        e = reconcile.Enroller(s, gw, skr_clients.SkrClients(gw, ns, localnet.policy(timeout=s.skr_timeout)), metrics.Metrics(), audit)
+        e = reconcile.Enroller(
+            s,
+            gw,
+            skr_clients.SkrClients(gw, ns, localnet.policy(timeout=s.skr_timeout)),
+            metrics.Metrics(),
+            audit,
+        )
         t = time.monotonic()
         states = e.run()
         first_s = time.monotonic() - t
@@ -111,17 +140,28 @@ def main(argv: list[str]) -> int:
         rvs: dict[str, str] = {}
         for n in range(args.steady):
             if n == 1:  # after the first steady run, which writes WebhookServing=True once
-                rvs = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in client.CustomObjectsApi(
-                    api).list_namespaced_custom_object("tether.kyma-project.io", "v1alpha1", ns,
-                                                       "runtimeenrollments")["items"]}
+                rvs = {
+                    o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+                    for o in client.CustomObjectsApi(api).list_namespaced_custom_object(
+                        "tether.kyma-project.io", "v1alpha1", ns, "runtimeenrollments"
+                    )["items"]
+                }
             r0, w0 = counter(e, "read"), counter(e, "write")
             t = time.monotonic()
             e.run()
-            steady.append({"seconds": time.monotonic() - t,
-                           "reads_per_runtime": (counter(e, "read") - r0) / args.runtimes,
-                           "writes_per_runtime": (counter(e, "write") - w0) / args.runtimes})
-        rvs_after = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in client.CustomObjectsApi(
-            api).list_namespaced_custom_object("tether.kyma-project.io", "v1alpha1", ns, "runtimeenrollments")["items"]}
+            steady.append(
+                {
+                    "seconds": time.monotonic() - t,
+                    "reads_per_runtime": (counter(e, "read") - r0) / args.runtimes,
+                    "writes_per_runtime": (counter(e, "write") - w0) / args.runtimes,
+                }
+            )
+        rvs_after = {
+            o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+            for o in client.CustomObjectsApi(api).list_namespaced_custom_object(
+                "tether.kyma-project.io", "v1alpha1", ns, "runtimeenrollments"
+            )["items"]
+        }
         gw.close()
         api.close()
     waves = math.ceil(args.runtimes / args.concurrency)
@@ -129,27 +169,38 @@ def main(argv: list[str]) -> int:
     steady_s = sorted(x["seconds"] for x in steady)[len(steady) // 2]
     result: dict[str, Any] = {
         "machine": skeleton.machine(),
-        "runtimes": args.runtimes, "concurrency": args.concurrency,
+        "runtimes": args.runtimes,
+        "concurrency": args.concurrency,
         "first_run_seconds": round(first_s, 2),
         "first_run_reads_per_runtime": first_reads / args.runtimes,
         "first_run_writes_per_runtime": first_writes / args.runtimes,
         "steady_runs": steady,
         "steady_run_seconds_median": round(steady_s, 3),
         "steady_over_first_ratio": round(steady_s / first_s, 3),
-        "kcp_status_writes_after_the_first_steady_run": sum(rvs[n] != rvs_after.get(n) for n in rvs),
+        "kcp_status_writes_after_the_first_steady_run": sum(
+            rvs[n] != rvs_after.get(n) for n in rvs
+        ),
         "extrapolated_seconds_for_1000": round(math.ceil(1000 / args.concurrency) * per_wave, 1),
         "setup_seconds": round(setup_s, 1),
     }
-    print(f"{'run':<8} {'runtimes':>8} {'conc':>5} {'seconds':>8} {'reads/rt':>9} {'writes/rt':>10}")
-    print(f"{'first':<8} {args.runtimes:>8} {args.concurrency:>5} {first_s:>8.2f} "
-          f"{result['first_run_reads_per_runtime']:>9.1f} {result['first_run_writes_per_runtime']:>10.1f}")
+    print(
+        f"{'run':<8} {'runtimes':>8} {'conc':>5} {'seconds':>8} {'reads/rt':>9} {'writes/rt':>10}"
+    )
+    print(
+        f"{'first':<8} {args.runtimes:>8} {args.concurrency:>5} {first_s:>8.2f} "
+        f"{result['first_run_reads_per_runtime']:>9.1f} {result['first_run_writes_per_runtime']:>10.1f}"
+    )
     for i, x in enumerate(steady, 1):
-        print(f"{'steady' + str(i):<8} {args.runtimes:>8} {args.concurrency:>5} {x['seconds']:>8.2f} "
-              f"{x['reads_per_runtime']:>9.1f} {x['writes_per_runtime']:>10.1f}")
-    print(f"steady/first time ratio {result['steady_over_first_ratio']}; KCP status writes after the first "
-          f"steady run {result['kcp_status_writes_after_the_first_steady_run']}; 1,000 runtimes extrapolated: "
-          f"{result['extrapolated_seconds_for_1000']} s ({math.ceil(1000 / args.concurrency)} waves of "
-          f"{per_wave:.2f} s)")
+        print(
+            f"{'steady' + str(i):<8} {args.runtimes:>8} {args.concurrency:>5} {x['seconds']:>8.2f} "
+            f"{x['reads_per_runtime']:>9.1f} {x['writes_per_runtime']:>10.1f}"
+        )
+    print(
+        f"steady/first time ratio {result['steady_over_first_ratio']}; KCP status writes after the first "
+        f"steady run {result['kcp_status_writes_after_the_first_steady_run']}; 1,000 runtimes extrapolated: "
+        f"{result['extrapolated_seconds_for_1000']} s ({math.ceil(1000 / args.concurrency)} waves of "
+        f"{per_wave:.2f} s)"
+    )
     result = skeleton.write(args.out, "enroller_scale", began, result, indent=1)
     report(result)
     return 0

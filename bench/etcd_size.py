@@ -54,24 +54,44 @@ VARIANTS = ("full", "digest", "metadata", "tombstone")
 
 
 def _record(variant: str, i: int) -> dict[str, Any]:
-    meta = {"namespace": f"team-{i % 50}", "name": f"settings-{i:06d}", "uid": f"u-{i}",
-            "resourceVersion": str(1000 + i), "labels": {"app": "shop", "tier": "web"}}
+    meta = {
+        "namespace": f"team-{i % 50}",
+        "name": f"settings-{i:06d}",
+        "uid": f"u-{i}",
+        "resourceVersion": str(1000 + i),
+        "labels": {"app": "shop", "tier": "web"},
+    }
     if variant == "tombstone":
-        return dict(changes.tombstone(runtime_id="rt-bench", namespace=meta["namespace"],
-                                      name=meta["name"], uid=meta["uid"],
-                                      resource_version=meta["resourceVersion"], source="webhook"))
+        return dict(
+            changes.tombstone(
+                runtime_id="rt-bench",
+                namespace=meta["namespace"],
+                name=meta["name"],
+                uid=meta["uid"],
+                resource_version=meta["resourceVersion"],
+                source="webhook",
+            )
+        )
     values = {f"key-{k}": f"value-{i}-{k}-" + "x" * 40 for k in range(16)}
     if variant == "digest":
         values = {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest() for k, v in values.items()}
     data = {} if variant == "metadata" else values
-    return dict(changes.from_configmap({"metadata": meta, "data": data},
-                                       runtime_id="rt-bench", source="webhook"))
+    return dict(
+        changes.from_configmap(
+            {"metadata": meta, "data": data}, runtime_id="rt-bench", source="webhook"
+        )
+    )
 
 
 def _etcd(plane: controlplane.ControlPlane, *args: str) -> str:
     tool = controlplane.binaries() / "etcdctl"
-    done = subprocess.run([str(tool), f"--endpoints=http://127.0.0.1:{plane.etcd_port}", *args],
-                          capture_output=True, text=True, timeout=300, check=True)
+    done = subprocess.run(
+        [str(tool), f"--endpoints=http://127.0.0.1:{plane.etcd_port}", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     return done.stdout
 
 
@@ -84,8 +104,9 @@ def _in_use(plane: controlplane.ControlPlane) -> int:
     return int(status.get("dbSizeInUse") or status["dbSize"])
 
 
-def _variant(plane: controlplane.ControlPlane, api: client.ApiClient, variant: str,
-             n: int, threads: int) -> dict[str, Any]:
+def _variant(
+    plane: controlplane.ControlPlane, api: client.ApiClient, variant: str, n: int, threads: int
+) -> dict[str, Any]:
     ns = f"size-{variant}"
     client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
     bodies = [records.body(_record(variant, i), ns) for i in range(n)]
@@ -95,37 +116,55 @@ def _variant(plane: controlplane.ControlPlane, api: client.ApiClient, variant: s
     before = _in_use(plane)
     t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda b: co.create_namespaced_custom_object(r.group, r.version, ns, r.plural, b),
-                      bodies))
+        list(
+            pool.map(
+                lambda b: co.create_namespaced_custom_object(r.group, r.version, ns, r.plural, b),
+                bodies,
+            )
+        )
     secs = time.monotonic() - t0
     after = _in_use(plane)
     per = (after - before) / n
-    return {"variant": variant, "records": n, "json_bytes_per_record": round(json_bytes / n),
-            "etcd_bytes_per_record": round(per), "ratio": round(per / (json_bytes / n), 2),
-            "create_seconds": round(secs, 1)}
+    return {
+        "variant": variant,
+        "records": n,
+        "json_bytes_per_record": round(json_bytes / n),
+        "etcd_bytes_per_record": round(per),
+        "ratio": round(per / (json_bytes / n), 2),
+        "create_seconds": round(secs, 1),
+    }
 
 
 def _fleet(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The fleet the quota defaults allow, at the measured cost of a full record."""
     s = listener_settings.Storage()
     full = max(r["etcd_bytes_per_record"] for r in rows)
-    return {"quota_records_per_runtime": s.quota_records, "runtimes": storagebudget.RUNTIMES,
-            "kcp_budget_bytes": storagebudget.records_bytes(),
-            "etcd_bytes_per_record_assumed": storagebudget.ETCD_BYTES_PER_RECORD,
-            "etcd_bytes_fleet_at_quota": full * s.quota_records * storagebudget.RUNTIMES}
+    return {
+        "quota_records_per_runtime": s.quota_records,
+        "runtimes": storagebudget.RUNTIMES,
+        "kcp_budget_bytes": storagebudget.records_bytes(),
+        "etcd_bytes_per_record_assumed": storagebudget.ETCD_BYTES_PER_RECORD,
+        "etcd_bytes_fleet_at_quota": full * s.quota_records * storagebudget.RUNTIMES,
+    }
 
 
 def _print(doc: dict[str, Any]) -> None:
-    print(f"{'variant':<10} {'records':>8} {'JSON B/rec':>11} {'etcd B/rec':>11} {'ratio':>6} {'create s':>9}")
+    print(
+        f"{'variant':<10} {'records':>8} {'JSON B/rec':>11} {'etcd B/rec':>11} {'ratio':>6} {'create s':>9}"
+    )
     for r in doc["rows"]:
-        print(f"{r['variant']:<10} {r['records']:>8} {r['json_bytes_per_record']:>11} "
-              f"{r['etcd_bytes_per_record']:>11} {r['ratio']:>6.2f} {r['create_seconds']:>9.1f}")
+        print(
+            f"{r['variant']:<10} {r['records']:>8} {r['json_bytes_per_record']:>11} "
+            f"{r['etcd_bytes_per_record']:>11} {r['ratio']:>6.2f} {r['create_seconds']:>9.1f}"
+        )
     f = doc["fleet"]
-    gib = 1024 ** 3
-    print(f"\nfleet: {f['runtimes']} runtimes x {f['quota_records_per_runtime']} records (the quota "
-          f"default) at the largest cost measured = {f['etcd_bytes_fleet_at_quota'] / gib:.2f} GiB of etcd; "
-          f"budget {f['kcp_budget_bytes'] / gib:.2f} GiB (listener/storage/storagebudget.py assumes "
-          f"{f['etcd_bytes_per_record_assumed']} B per record)")
+    gib = 1024**3
+    print(
+        f"\nfleet: {f['runtimes']} runtimes x {f['quota_records_per_runtime']} records (the quota "
+        f"default) at the largest cost measured = {f['etcd_bytes_fleet_at_quota'] / gib:.2f} GiB of etcd; "
+        f"budget {f['kcp_budget_bytes'] / gib:.2f} GiB (listener/storage/storagebudget.py assumes "
+        f"{f['etcd_bytes_per_record_assumed']} B per record)"
+    )
     print(provenance.footer(doc))
 
 
@@ -140,8 +179,12 @@ def main() -> int:
         api = plane.api_client()
         lt.install_crd(api)
         rows = [_variant(plane, api, v, args.records, args.threads) for v in VARIANTS]
-    doc = skeleton.write(args.out, "etcd_size", began, {
-        "kubernetes": controlplane.kube_apiserver_version(), "rows": rows, "fleet": _fleet(rows)})
+    doc = skeleton.write(
+        args.out,
+        "etcd_size",
+        began,
+        {"kubernetes": controlplane.kube_apiserver_version(), "rows": rows, "fleet": _fleet(rows)},
+    )
     _print(doc)
     return 0
 

@@ -110,12 +110,14 @@ def _issue_chunk(job: tuple[bytes, bytes, str, list[str]]) -> int:
     d = pathlib.Path(cache)
     for rid in ids:
         ca.issue(rid, dns_names=[domain_of(rid)], client=True).write(
-            d / f"{rid}.crt", d / f"{rid}.key")
+            d / f"{rid}.crt", d / f"{rid}.key"
+        )
     return len(ids)
 
 
-def cached_certs(cache: pathlib.Path, ids: list[str]) -> tuple[certs.CertificateAuthority,
-                                                               dict[str, Any]]:
+def cached_certs(
+    cache: pathlib.Path, ids: list[str]
+) -> tuple[certs.CertificateAuthority, dict[str, Any]]:
     """The runtime CA and a certificate per runtime ID in ``cache`` (made where missing, by a
     process pool of one process per CPU)."""
     cache.mkdir(parents=True, exist_ok=True)
@@ -127,13 +129,19 @@ def cached_certs(cache: pathlib.Path, ids: list[str]) -> tuple[certs.Certificate
     t0 = time.monotonic()
     if missing:
         size = max(1, -(-len(missing) // (4 * (os.cpu_count() or 1))))
-        jobs = [(ca.cert_pem, ca.key_pem, str(cache), missing[i:i + size])
-                for i in range(0, len(missing), size)]
+        jobs = [
+            (ca.cert_pem, ca.key_pem, str(cache), missing[i : i + size])
+            for i in range(0, len(missing), size)
+        ]
         with concurrent.futures.ProcessPoolExecutor(os.cpu_count()) as pool:
             sum(pool.map(_issue_chunk, jobs))
-    return ca, {"issued": len(missing), "cached": len(ids) - len(missing),
-                "seconds": round(time.monotonic() - t0, 1), "key": "EC P-256",
-                "processes": os.cpu_count()}
+    return ca, {
+        "issued": len(missing),
+        "cached": len(ids) - len(missing),
+        "seconds": round(time.monotonic() - t0, 1),
+        "key": "EC P-256",
+        "processes": os.cpu_count(),
+    }
 
 
 # -- /proc -----------------------------------------------------------------------------------
@@ -197,13 +205,19 @@ class Sampler:
 # -- the KCP apiserver's counts ---------------------------------------------------------------
 
 
-def raw(api: Any, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200, 201)) -> Any:
+def raw(
+    api: Any, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200, 201)
+) -> Any:
     cfg = api.configuration
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     for attempt in range(6):
         resp = api.rest_client.pool_manager.request(
-            method, cfg.host + path, body=None if body is None else json.dumps(body).encode(),
-            headers=headers, preload_content=True)
+            method,
+            cfg.host + path,
+            body=None if body is None else json.dumps(body).encode(),
+            headers=headers,
+            preload_content=True,
+        )
         if resp.status in ok:
             return resp
         if resp.status in (429, 500, 503, 504) and attempt < 5:
@@ -220,8 +234,9 @@ def request_counts(api: Any) -> dict[str, float]:
         if not line.startswith("apiserver_request_total{"):
             continue
         series, value = line.rsplit(" ", 1)
-        labels = dict(p.split("=", 1) for p in series[series.index("{") + 1:-1].split(",")
-                      if "=" in p)
+        labels = dict(
+            p.split("=", 1) for p in series[series.index("{") + 1 : -1].split(",") if "=" in p
+        )
         res = labels.get("resource", '""').strip('"') or "-"
         sub = labels.get("subresource", '""').strip('"')
         key = f"{res}{'/' + sub if sub else ''} {labels.get('verb', '').strip(chr(34))}"
@@ -311,10 +326,14 @@ class Stats:
         out = {}
         for kind in sorted(set(self.lat) | set(self.status)):
             v = self.lat.get(kind, [])
-            out[kind] = {"n": sum(self.status.get(kind, {}).values()),
-                         "p50_ms": _ms(pct(v, 0.5)), "p90_ms": _ms(pct(v, 0.9)),
-                         "p99_ms": _ms(pct(v, 0.99)), "max_ms": _ms(max(v, default=None)),
-                         "status": self.status.get(kind, {})}
+            out[kind] = {
+                "n": sum(self.status.get(kind, {}).values()),
+                "p50_ms": _ms(pct(v, 0.5)),
+                "p90_ms": _ms(pct(v, 0.9)),
+                "p99_ms": _ms(pct(v, 0.99)),
+                "max_ms": _ms(max(v, default=None)),
+                "status": self.status.get(kind, {}),
+            }
         return out
 
 
@@ -337,8 +356,9 @@ class Runtime:
             self.ctx = ctx
         return self.ctx
 
-    async def call(self, kind: str, method: str, path: str, body: bytes | None,
-                   idle: float) -> None:
+    async def call(
+        self, kind: str, method: str, path: str, body: bytes | None, idle: float
+    ) -> None:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         try:
@@ -346,15 +366,21 @@ class Runtime:
                 if self.conn is not None:
                     self.conn.close()
                 host, port = random.choice(self.sim.spec["urls"])
-                r, w = await asyncio.wait_for(asyncio.open_connection(
-                    host, port, ssl=self.context(), server_hostname="localhost"), 30)
+                r, w = await asyncio.wait_for(
+                    asyncio.open_connection(
+                        host, port, ssl=self.context(), server_hostname="localhost"
+                    ),
+                    30,
+                )
                 self.conn = Conn(r, w)
-                self.sim.stats.add("tls connect" if kind != "noisy change" else "noisy connect",
-                                   loop.time() - t0, "ok")
+                self.sim.stats.add(
+                    "tls connect" if kind != "noisy change" else "noisy connect",
+                    loop.time() - t0,
+                    "ok",
+                )
             conn = self.conn
             status, data = await asyncio.wait_for(exchange(conn, method, path, body), 30)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError,
-                ssl.SSLError) as e:
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, ssl.SSLError) as e:
             if self.conn is not None:
                 self.conn.close()
             self.sim.stats.add(kind, None, type(e).__name__)
@@ -372,10 +398,19 @@ class Runtime:
 
     def record(self, name: str, rv: int) -> bytes:
         rec = changes.from_configmap(
-            {"metadata": {"namespace": "team-a", "name": name, "uid": f"u-{self.rid}-{name}",
-                          "resourceVersion": str(rv), "labels": {"app": "fleet"}},
-             "data": {f"key-{k}": f"value-{rv}-{k}-" + "x" * 40 for k in range(8)}},
-            runtime_id=self.rid, source="webhook")
+            {
+                "metadata": {
+                    "namespace": "team-a",
+                    "name": name,
+                    "uid": f"u-{self.rid}-{name}",
+                    "resourceVersion": str(rv),
+                    "labels": {"app": "fleet"},
+                },
+                "data": {f"key-{k}": f"value-{rv}-{k}-" + "x" * 40 for k in range(8)},
+            },
+            runtime_id=self.rid,
+            source="webhook",
+        )
         return json.dumps(rec).encode()
 
 
@@ -388,8 +423,7 @@ class Sim:
 
     async def quiet(self, rt: Runtime, rnd: random.Random, start: float, end: float) -> None:
         loop = asyncio.get_running_loop()
-        interval, mean, idle = (self.spec["interval"], self.spec["change_mean"],
-                                self.spec["idle"])
+        interval, mean, idle = (self.spec["interval"], self.spec["change_mean"], self.spec["idle"])
         summary = f"/v1/runtimes/{rt.path}/state/summary?identity=uid-{rt.rid}"
         changes_path = f"/v1/runtimes/{rt.path}/changes"
         next_hb = start + rnd.uniform(0, interval)
@@ -414,8 +448,13 @@ class Sim:
         k, t = 0, start
         while t < end and loop.time() < end:
             await asyncio.sleep(max(0.0, t - loop.time()))
-            await rt.call("noisy change", "POST", path,
-                          rt.record(f"flap-{k % 10}", time.time_ns() // 1000), 1e9)
+            await rt.call(
+                "noisy change",
+                "POST",
+                path,
+                rt.record(f"flap-{k % 10}", time.time_ns() // 1000),
+                1e9,
+            )
             k += 1
             t = max(t + 1 / rate, loop.time() - 1.0)  # behind by more than 1 s: no catching up
 
@@ -446,12 +485,16 @@ class Sim:
                 rt.conn.close()
         await asyncio.sleep(0.2)
         ru = resource.getrusage(resource.RUSAGE_SELF)
-        return {"kinds": self.stats.summary(), "seconds": round(loop.time() - start, 1),
-                "contexts_seconds": round(ctx_seconds, 1),
-                "errors": self.errors, "loop_lag_p99_ms": _ms(pct(self.lag, 0.99)),
-                "loop_lag_max_ms": _ms(max(self.lag, default=None)),
-                "cpu_seconds": round(ru.ru_utime + ru.ru_stime, 1),
-                "peak_rss_mib": round(ru.ru_maxrss / 1024, 1)}
+        return {
+            "kinds": self.stats.summary(),
+            "seconds": round(loop.time() - start, 1),
+            "contexts_seconds": round(ctx_seconds, 1),
+            "errors": self.errors,
+            "loop_lag_p99_ms": _ms(pct(self.lag, 0.99)),
+            "loop_lag_max_ms": _ms(max(self.lag, default=None)),
+            "cpu_seconds": round(ru.ru_utime + ru.ru_stime, 1),
+            "peak_rss_mib": round(ru.ru_maxrss / 1024, 1),
+        }
 
 
 def child(spec_file: str, out_file: str) -> int:
@@ -466,13 +509,21 @@ def child(spec_file: str, out_file: str) -> int:
 
 def kyma_body(ns: str, rid: str) -> dict[str, Any]:
     from testing import compassenv
+
     shoot = "s" + rid.removeprefix("rt-")  # a Director runtime name starts with a letter
     labels = compassenv.kyma_labels("ga-fleet", shoot)
     labels[apitypes.RUNTIME_ID_LABEL] = rid
-    return {"apiVersion": f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}", "kind": apitypes.KYMA_KIND,
-            "metadata": {"name": f"kyma-{rid}", "namespace": ns, "labels": labels,
-                         "annotations": {apitypes.SKR_DOMAIN_ANNOTATION: domain_of(rid)}},
-            "spec": {"channel": "regular", "modules": []}}
+    return {
+        "apiVersion": f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}",
+        "kind": apitypes.KYMA_KIND,
+        "metadata": {
+            "name": f"kyma-{rid}",
+            "namespace": ns,
+            "labels": labels,
+            "annotations": {apitypes.SKR_DOMAIN_ANNOTATION: domain_of(rid)},
+        },
+        "spec": {"channel": "regular", "modules": []},
+    }
 
 
 def listener_overrides(d: pathlib.Path, name: str, factor: float) -> dict[str, str]:
@@ -482,10 +533,13 @@ def listener_overrides(d: pathlib.Path, name: str, factor: float) -> dict[str, s
     multiproc = d / f"prom-{name}"
     multiproc.mkdir(exist_ok=True)
     return {
-        "TETHER_LISTENER_WORKERS": "2", "TETHER_LISTENER_THREADS": "16",
+        "TETHER_LISTENER_WORKERS": "2",
+        "TETHER_LISTENER_THREADS": "16",
         "TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME": "4",
-        "TETHER_LISTENER_RATE_PER_SECOND": "200", "TETHER_LISTENER_RATE_BURST": "1000",
-        "TETHER_LISTENER_KCP_TIMEOUT_SECONDS": "10", "TETHER_LISTENER_RETRY_AFTER_SECONDS": "5",
+        "TETHER_LISTENER_RATE_PER_SECOND": "200",
+        "TETHER_LISTENER_RATE_BURST": "1000",
+        "TETHER_LISTENER_KCP_TIMEOUT_SECONDS": "10",
+        "TETHER_LISTENER_RETRY_AFTER_SECONDS": "5",
         "TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS": f"{30 / factor:g}",
         "TETHER_LISTENER_KYMA_CACHE_SECONDS": f"{10 / factor:g}",
         "TETHER_LISTENER_DELIVERY_FLUSH_SECONDS": f"{15 / factor:g}",
@@ -504,13 +558,22 @@ def heartbeat_cost(used: dict[str, float], heartbeats: int) -> dict[str, float]:
     answered: reads of what a heartbeat decides on (Kyma CRs, Leases, state summaries; GET
     and LIST, not WATCH) and heartbeat Lease writes (PATCH, POST). Records' writes and their
     summary merges are counted too when the step sends changes (``--change-minutes``)."""
-    reads = sum(v for k, v in used.items()
-                if k.split(" ")[0] in HEARTBEAT_RESOURCES and k.split(" ")[-1] in ("GET", "LIST"))
-    writes = sum(v for k, v in used.items() if k.split(" ")[0] == "leases"
-                 and k.split(" ")[-1] in ("PATCH", "POST"))
+    reads = sum(
+        v
+        for k, v in used.items()
+        if k.split(" ")[0] in HEARTBEAT_RESOURCES and k.split(" ")[-1] in ("GET", "LIST")
+    )
+    writes = sum(
+        v
+        for k, v in used.items()
+        if k.split(" ")[0] == "leases" and k.split(" ")[-1] in ("PATCH", "POST")
+    )
     n = max(1, heartbeats)
-    return {"heartbeats": heartbeats, "reads": round(reads / n, 3),
-            "lease_writes": round(writes / n, 3)}
+    return {
+        "heartbeats": heartbeats,
+        "reads": round(reads / n, 3),
+        "lease_writes": round(writes / n, 3),
+    }
 
 
 def capped(millicores: int) -> type:
@@ -522,41 +585,59 @@ def capped(millicores: int) -> type:
     from testing import listenerenv as lt
 
     class Capped(lt.ListenerProcess):
-        limits = cgroups.Limits(memory=lt.LISTENER_LIMITS.memory, cpu=millicores,
-                                text=f"cpu {millicores}m, {lt.LISTENER_LIMITS.text}")
+        limits = cgroups.Limits(
+            memory=lt.LISTENER_LIMITS.memory,
+            cpu=millicores,
+            text=f"cpu {millicores}m, {lt.LISTENER_LIMITS.text}",
+        )
+
     return Capped
 
 
-def run_step(ctx: dict[str, Any], replicas: int, n: int, factor: float,
-             noisy_rate: float) -> dict[str, Any]:
+def run_step(
+    ctx: dict[str, Any], replicas: int, n: int, factor: float, noisy_rate: float
+) -> dict[str, Any]:
     from testing import listenerenv as lt
+
     env, d, kcp, api = ctx["env"], ctx["dir"], ctx["kcp"], ctx["api"]
     tag = f"r{replicas}-n{n}-x{factor:g}-noisy{noisy_rate:g}"
     kind = capped(ctx["listener_cpu"]) if ctx.get("listener_cpu") else lt.ListenerProcess
-    procs = [kind(env, f"{tag}-{i}", **listener_overrides(d, f"{tag}-{i}", factor))
-             for i in range(replicas)]
+    procs = [
+        kind(env, f"{tag}-{i}", **listener_overrides(d, f"{tag}-{i}", factor))
+        for i in range(replicas)
+    ]
     try:
         time.sleep(1.0)
         listener_pids = [p.proc.pid for p in procs]
         for p in procs:
             listener_pids += children(p.proc.pid)
-        spec = {"urls": [["127.0.0.1", p.port] for p in procs],
-                "server_ca": str(env.server_ca_file), "cert_dir": str(ctx["cache"]),
-                "quiet": [rid_of(i) for i in range(n)], "noisy": ctx["noisy"],
-                "interval": POLL_SECONDS / factor,
-                "change_mean": ctx["change_minutes"] * 60 / factor,
-                "idle": IDLE_SECONDS / factor, "noisy_rate": noisy_rate,
-                "duration": ctx["step_seconds"], "seed": n}
+        spec = {
+            "urls": [["127.0.0.1", p.port] for p in procs],
+            "server_ca": str(env.server_ca_file),
+            "cert_dir": str(ctx["cache"]),
+            "quiet": [rid_of(i) for i in range(n)],
+            "noisy": ctx["noisy"],
+            "interval": POLL_SECONDS / factor,
+            "change_mean": ctx["change_minutes"] * 60 / factor,
+            "idle": IDLE_SECONDS / factor,
+            "noisy_rate": noisy_rate,
+            "duration": ctx["step_seconds"],
+            "seed": n,
+        }
         spec_file, out_file = d / f"spec-{tag}.json", d / f"out-{tag}.json"
         spec_file.write_text(json.dumps(spec))
-        groups_cpu = {"listener": listener_pids, "kube-apiserver": [kcp._apiserver.popen.pid],
-                      "etcd": [kcp._etcd.popen.pid]}
+        groups_cpu = {
+            "listener": listener_pids,
+            "kube-apiserver": [kcp._apiserver.popen.pid],
+            "etcd": [kcp._etcd.popen.pid],
+        }
         before = request_counts(api)
         cpu0 = {g: sum(cpu_seconds(p) for p in pids) for g, pids in groups_cpu.items()}
         load0 = os.getloadavg()[0]
         t0 = time.monotonic()
-        sim = subprocess.Popen([sys.executable, __file__, "--child", str(spec_file),
-                                str(out_file)], cwd=skeleton.REPO)
+        sim = subprocess.Popen(
+            [sys.executable, __file__, "--child", str(spec_file), str(out_file)], cwd=skeleton.REPO
+        )
         sampler = Sampler({**groups_cpu, "simulator": [sim.pid]})
         rc = sim.wait()
         wall = time.monotonic() - t0
@@ -570,36 +651,61 @@ def run_step(ctx: dict[str, Any], replicas: int, n: int, factor: float,
         for p in procs:
             p.stop()
     secs = out["seconds"]
-    kcp_used = {k: round((v - before.get(k, 0.0)) / secs, 1) for k, v in after.items()
-                if v - before.get(k, 0.0) > 0}
+    kcp_used = {
+        k: round((v - before.get(k, 0.0)) / secs, 1)
+        for k, v in after.items()
+        if v - before.get(k, 0.0) > 0
+    }
     cpu = {g: round(100 * (cpu1[g] - cpu0[g]) / wall) for g in groups_cpu}
     cpu["simulator"] = round(100 * out["cpu_seconds"] / wall)
     kinds = out["kinds"]
-    per_heartbeat = heartbeat_cost({k: v - before.get(k, 0.0) for k, v in after.items()},
-                                   kinds.get("heartbeat", {}).get("n", 0))
+    per_heartbeat = heartbeat_cost(
+        {k: v - before.get(k, 0.0) for k, v in after.items()},
+        kinds.get("heartbeat", {}).get("n", 0),
+    )
     quiet_n = sum(kinds.get(k, {}).get("n", 0) for k in ("heartbeat", "change"))
-    quiet_bad = sum(c for k in ("heartbeat", "change")
-                    for s, c in kinds.get(k, {}).get("status", {}).items()
-                    if not s.startswith("200"))
+    quiet_bad = sum(
+        c
+        for k in ("heartbeat", "change")
+        for s, c in kinds.get(k, {}).get("status", {}).items()
+        if not s.startswith("200")
+    )
     p99 = max((kinds[k]["p99_ms"] or 0) for k in ("heartbeat", "change") if k in kinds)
     row = {
-        "replicas": replicas, "runtimes": n, "factor": factor, "load_runtimes": int(n * factor),
+        "replicas": replicas,
+        "runtimes": n,
+        "factor": factor,
+        "load_runtimes": int(n * factor),
         "noisy_rate": noisy_rate,
-        "offered_per_s": {"heartbeat": round(n * factor / POLL_SECONDS, 1),
-                          "change": round(n * factor / (ctx["change_minutes"] * 60), 1),
-                          "noisy change": len(ctx["noisy"]) * noisy_rate},
-        "kinds": kinds, "quiet_errors": quiet_bad, "quiet_requests": quiet_n,
+        "offered_per_s": {
+            "heartbeat": round(n * factor / POLL_SECONDS, 1),
+            "change": round(n * factor / (ctx["change_minutes"] * 60), 1),
+            "noisy change": len(ctx["noisy"]) * noisy_rate,
+        },
+        "kinds": kinds,
+        "quiet_errors": quiet_bad,
+        "quiet_requests": quiet_n,
         "quiet_error_pct": round(100 * quiet_bad / max(1, quiet_n), 2),
         "broken": p99 > ctx["p99_limit_ms"] or quiet_bad > 0.01 * quiet_n,
         "kcp_requests_per_s": round(sum(kcp_used.values()), 1),
         "kcp_by_resource_verb_per_s": dict(sorted(kcp_used.items(), key=lambda kv: -kv[1])),
         "kcp_per_heartbeat": per_heartbeat,
-        "cpu_pct": cpu, "peak_rss_mib": {g: round(v / 2**20) for g, v in sampler.peak.items()},
+        "cpu_pct": cpu,
+        "peak_rss_mib": {g: round(v / 2**20) for g, v in sampler.peak.items()},
         "peak_rss_one_process_mib": {g: round(v / 2**20) for g, v in sampler.peak_one.items()},
         "listener_processes": len(listener_pids),
-        "simulator": {k: out[k] for k in ("loop_lag_p99_ms", "loop_lag_max_ms", "peak_rss_mib",
-                                          "contexts_seconds", "errors")},
-        "seconds": secs, "load_average_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
+        "simulator": {
+            k: out[k]
+            for k in (
+                "loop_lag_p99_ms",
+                "loop_lag_max_ms",
+                "peak_rss_mib",
+                "contexts_seconds",
+                "errors",
+            )
+        },
+        "seconds": secs,
+        "load_average_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
     }
     print_row(row)
     return row
@@ -610,18 +716,22 @@ def print_row(r: dict[str, Any]) -> None:
 
     def lat(kind: str) -> str:
         v = k.get(kind)
-        return f"{v['p50_ms']:>6}/{v['p99_ms']:<7}" if v and v["p50_ms"] is not None else \
-            f"{'-':>14}"
+        return (
+            f"{v['p50_ms']:>6}/{v['p99_ms']:<7}" if v and v["p50_ms"] is not None else f"{'-':>14}"
+        )
 
     noisy = k.get("noisy change", {})
     n429 = noisy.get("status", {}).get("429", 0)
     outcomes = {s: c for s, c in noisy.get("status", {}).items() if s != "429"}
-    print(f"{r['replicas']:>2} {r['runtimes']:>5}x{r['factor']:<3g} {r['load_runtimes']:>6} "
-          f"noisy {r['noisy_rate']:g}/s "
-          f"hb {lat('heartbeat')} ch {lat('change')} tls {lat('tls connect')} "
-          f"noisy {lat('noisy change')} n={noisy.get('n', 0)} 429={n429} {outcomes} "
-          f"err={r['quiet_error_pct']}% kcp={r['kcp_requests_per_s']}/s cpu={r['cpu_pct']} "
-          f"rss={r['peak_rss_mib']} {'BROKEN' if r['broken'] else ''}", flush=True)
+    print(
+        f"{r['replicas']:>2} {r['runtimes']:>5}x{r['factor']:<3g} {r['load_runtimes']:>6} "
+        f"noisy {r['noisy_rate']:g}/s "
+        f"hb {lat('heartbeat')} ch {lat('change')} tls {lat('tls connect')} "
+        f"noisy {lat('noisy change')} n={noisy.get('n', 0)} 429={n429} {outcomes} "
+        f"err={r['quiet_error_pct']}% kcp={r['kcp_requests_per_s']}/s cpu={r['cpu_pct']} "
+        f"rss={r['peak_rss_mib']} {'BROKEN' if r['broken'] else ''}",
+        flush=True,
+    )
 
 
 def per_beat(r: dict[str, Any]) -> str:
@@ -631,20 +741,28 @@ def per_beat(r: dict[str, Any]) -> str:
 
 def tables(result: dict[str, Any]) -> str:
     """The result as Markdown tables (``--report`` prints them from the JSON file)."""
+
     def lat(r: dict[str, Any], kind: str) -> str:
         v = r["kinds"].get(kind)
         return "-" if not v or v["p50_ms"] is None else f"{v['p50_ms']:.0f} / {v['p99_ms']:.0f}"
 
-    out = ["| replicas | runtimes x time | load (runtimes) | hb/s + changes/s offered | "
-           "answered 200 /s | heartbeat p50/p99 ms | change p50/p99 ms | TLS connect p50/p99 ms | "
-           "quiet errors | "
-           "noisy: req (429) p50/p99 ms | KCP req/s | KCP reads / Lease writes per heartbeat | "
-           "CPU % listener / apiserver / etcd / sim | broken |", "|" + "---:|" * 14]
+    out = [
+        "| replicas | runtimes x time | load (runtimes) | hb/s + changes/s offered | "
+        "answered 200 /s | heartbeat p50/p99 ms | change p50/p99 ms | TLS connect p50/p99 ms | "
+        "quiet errors | "
+        "noisy: req (429) p50/p99 ms | KCP req/s | KCP reads / Lease writes per heartbeat | "
+        "CPU % listener / apiserver / etcd / sim | broken |",
+        "|" + "---:|" * 14,
+    ]
     for r in result["rows"]:
         o, c = r["offered_per_s"], r["cpu_pct"]
         noisy = r["kinds"].get("noisy change", {"n": 0, "status": {}})
-        ok = sum(c for k in ("heartbeat", "change") for st, c in
-                 r["kinds"].get(k, {}).get("status", {}).items() if st.startswith("200"))
+        ok = sum(
+            c
+            for k in ("heartbeat", "change")
+            for st, c in r["kinds"].get(k, {}).get("status", {}).items()
+            if st.startswith("200")
+        )
         out.append(
             f"| {r['replicas']} | {r['runtimes']:,} x {r['factor']:g}, noisy {r['noisy_rate']:g}/s "
             f"| {r['load_runtimes']:,} | {o['heartbeat']:g} + {o['change']:g} "
@@ -653,16 +771,23 @@ def tables(result: dict[str, Any]) -> str:
             f"| {noisy['n']:,} ({noisy['status'].get('429', 0)}) {lat(r, 'noisy change')} "
             f"| {r['kcp_requests_per_s']:.0f} | {per_beat(r)} "
             f"| {c['listener']} / {c['kube-apiserver']} / {c['etcd']} / {c['simulator']} "
-            f"| {'**yes**' if r['broken'] else 'no'} |")
-    out += ["", "| replicas | runtimes x time | peak RSS MiB: listener (all processes; largest) "
-            "| kube-apiserver | etcd | simulator | top KCP requests /s |", "|" + "---:|" * 6 + "---|"]
+            f"| {'**yes**' if r['broken'] else 'no'} |"
+        )
+    out += [
+        "",
+        "| replicas | runtimes x time | peak RSS MiB: listener (all processes; largest) "
+        "| kube-apiserver | etcd | simulator | top KCP requests /s |",
+        "|" + "---:|" * 6 + "---|",
+    ]
     for r in result["rows"]:
         m, one = r["peak_rss_mib"], r["peak_rss_one_process_mib"]
         top = ", ".join(f"{k} {v:g}" for k, v in list(r["kcp_by_resource_verb_per_s"].items())[:6])
-        out.append(f"| {r['replicas']} | {r['runtimes']:,} x {r['factor']:g}, noisy "
-                   f"{r['noisy_rate']:g}/s | {m['listener']} ({r['listener_processes']} "
-                   f"processes; {one['listener']}) | {m['kube-apiserver']} | {m['etcd']} "
-                   f"| {m['simulator']} | {top} |")
+        out.append(
+            f"| {r['replicas']} | {r['runtimes']:,} x {r['factor']:g}, noisy "
+            f"{r['noisy_rate']:g}/s | {m['listener']} ({r['listener_processes']} "
+            f"processes; {one['listener']}) | {m['kube-apiserver']} | {m['etcd']} "
+            f"| {m['simulator']} | {top} |"
+        )
     return "\n".join(out)
 
 
@@ -671,6 +796,7 @@ def compass_phase(ctx: dict[str, Any], ids: list[str]) -> dict[str, Any]:
     of the fleet: one kubeconfig Secret each, all pointing at one SKR plane."""
     from bench import compass_ready
     from testing import controlplane
+
     api, ns = ctx["api"], ctx["env"].namespace
     d = compass_ready.Director()
     try:
@@ -679,20 +805,40 @@ def compass_phase(ctx: dict[str, Any], ids: list[str]) -> dict[str, Any]:
             kubeconfig = base64.b64encode(planes["skr"].kubeconfig.read_bytes()).decode()
             names = [f"kyma-{rid}" for rid in ids]
             t0 = time.monotonic()
-            parallel(lambda name: raw(api, "POST", f"/api/v1/namespaces/{ns}/secrets", {
-                "metadata": {"name": f"kubeconfig-{name}", "namespace": ns,
-                             "labels": {"operator.kyma-project.io/kyma-name": name}},
-                "data": {"config": kubeconfig}}), names)
+            parallel(
+                lambda name: raw(
+                    api,
+                    "POST",
+                    f"/api/v1/namespaces/{ns}/secrets",
+                    {
+                        "metadata": {
+                            "name": f"kubeconfig-{name}",
+                            "namespace": ns,
+                            "labels": {"operator.kyma-project.io/kyma-name": name},
+                        },
+                        "data": {"config": kubeconfig},
+                    },
+                ),
+                names,
+            )
             setup_s = time.monotonic() - t0
             load0 = os.getloadavg()[0]
             res = compass_ready.measure(api, d, ns, names, 16)
-            res.update({"setup_seconds": round(setup_s, 1), "director_latency_ms": 50,
-                        "load_average_1m": [round(load0, 1), round(os.getloadavg()[0], 1)]})
+            res.update(
+                {
+                    "setup_seconds": round(setup_s, 1),
+                    "director_latency_ms": 50,
+                    "load_average_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
+                }
+            )
     finally:
         d.stop()
-    print(f"compass: {res['kymas']} Kyma CRs Ready in {res['seconds_to_ready']} s "
-          f"({res['runs']} runs), {res['director_requests']} Director requests = "
-          f"{res['requests_per_runtime']} per runtime", flush=True)
+    print(
+        f"compass: {res['kymas']} Kyma CRs Ready in {res['seconds_to_ready']} s "
+        f"({res['runs']} runs), {res['director_requests']} Director requests = "
+        f"{res['requests_per_runtime']} per runtime",
+        flush=True,
+    )
     return res
 
 
@@ -721,10 +867,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--noisy-rate", type=float, default=10.0)
     ap.add_argument("--p99-limit", type=float, default=2000.0, help="ms")
     ap.add_argument("--no-compass", action="store_true")
-    ap.add_argument("--listener-cpu", type=int, default=None, metavar="MILLICORES",
-                    help="each replica in a cgroup with this CPU limit (default: none)")
-    ap.add_argument("--cache", type=pathlib.Path,
-                    default=pathlib.Path(tempfile.gettempdir()) / "tether-fleet-sim-certs")
+    ap.add_argument(
+        "--listener-cpu",
+        type=int,
+        default=None,
+        metavar="MILLICORES",
+        help="each replica in a cgroup with this CPU limit (default: none)",
+    )
+    ap.add_argument(
+        "--cache",
+        type=pathlib.Path,
+        default=pathlib.Path(tempfile.gettempdir()) / "tether-fleet-sim-certs",
+    )
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = skeleton.parse(ap, report, argv)
     if args.child:
@@ -744,8 +898,10 @@ def main(argv: list[str]) -> int:
     ca, cert_info = cached_certs(args.cache, quiet_ids + noisy_ids)
     print(f"certificates: {cert_info}", flush=True)
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="tether-fleet-") as tmp, \
-            controlplane.ControlPlane("kcp") as kcp:
+    with (
+        tempfile.TemporaryDirectory(prefix="tether-fleet-") as tmp,
+        controlplane.ControlPlane("kcp") as kcp,
+    ):
         d = pathlib.Path(tmp)
         api = kcp.api_client()
         api.rest_client.pool_manager.connection_pool_kw["maxsize"] = 32
@@ -754,44 +910,79 @@ def main(argv: list[str]) -> int:
         ca.write(env.client_ca_file, d / "client-ca.key")  # the cached CA is the runtime CA
         env = dataclasses.replace(env, runtime_ca=ca, foreign_ca=ca)
         t0 = time.monotonic()
-        parallel(lambda rid: raw(api, "POST", f"/apis/{apitypes.KYMAS.group}/{apitypes.KYMAS.version}/namespaces/"
-                                 f"{env.namespace}/{apitypes.KYMAS.plural}", kyma_body(env.namespace, rid)),
-                 quiet_ids + noisy_ids)
+        parallel(
+            lambda rid: raw(
+                api,
+                "POST",
+                f"/apis/{apitypes.KYMAS.group}/{apitypes.KYMAS.version}/namespaces/"
+                f"{env.namespace}/{apitypes.KYMAS.plural}",
+                kyma_body(env.namespace, rid),
+            ),
+            quiet_ids + noisy_ids,
+        )
         kyma_s = time.monotonic() - t0
         print(f"{len(quiet_ids) + len(noisy_ids)} Kyma CRs in {kyma_s:.0f} s", flush=True)
-        ctx = {"env": env, "dir": d, "kcp": kcp, "api": api, "cache": args.cache,
-               "noisy": noisy_ids, "noisy_rate": args.noisy_rate,
-               "change_minutes": args.change_minutes, "step_seconds": args.step_seconds,
-               "p99_limit_ms": args.p99_limit, "listener_cpu": args.listener_cpu}
+        ctx = {
+            "env": env,
+            "dir": d,
+            "kcp": kcp,
+            "api": api,
+            "cache": args.cache,
+            "noisy": noisy_ids,
+            "noisy_rate": args.noisy_rate,
+            "change_minutes": args.change_minutes,
+            "step_seconds": args.step_seconds,
+            "p99_limit_ms": args.p99_limit,
+            "listener_cpu": args.listener_cpu,
+        }
         print("replicas runtimes x factor, load (runtimes' worth); latency p50/p99 ms", flush=True)
         for replicas, steps in ((1, steps1), (2, steps2)):
             for n, factor, noisy_rate in steps:
                 rows.append(run_step(ctx, replicas, n, factor, noisy_rate))
         compass = None if args.no_compass else compass_phase(ctx, quiet_ids + noisy_ids)
-        rsm = {"apiserver_rss_mib_end": round(rss_bytes(kcp._apiserver.popen.pid) / 2**20),
-               "etcd_rss_mib_end": round(rss_bytes(kcp._etcd.popen.pid) / 2**20)}
+        rsm = {
+            "apiserver_rss_mib_end": round(rss_bytes(kcp._apiserver.popen.pid) / 2**20),
+            "etcd_rss_mib_end": round(rss_bytes(kcp._etcd.popen.pid) / 2**20),
+        }
         api.close()
     result = {
         "machine": skeleton.machine(kube_apiserver=controlplane.kube_apiserver_version()),
-        "settings": {"poll_seconds": POLL_SECONDS, "change_minutes": args.change_minutes,
-                     "idle_seconds": IDLE_SECONDS, "noisy": args.noisy,
-                     "noisy_rate": args.noisy_rate, "step_seconds": args.step_seconds,
-                     "p99_limit_ms": args.p99_limit,
-                     "listener_cpu_millicores_per_replica": args.listener_cpu,
-                     "listener": "gunicorn gthread, mTLS, 2 workers x 16 threads per replica, "
-                                 "rate 200/s burst 1000, 4 in flight per runtime",
-                     "kyma_crs_seconds": round(kyma_s, 1)},
-        "certificates": cert_info, "rows": rows, "compass": compass, **rsm,
-        "first_broken": {str(r): next((f"{x['runtimes']}x{x['factor']:g}n{x['noisy_rate']:g}"
-                                       for x in rows
-                                       if x["replicas"] == r and x["broken"]), None)
-                         for r in (1, 2)},
+        "settings": {
+            "poll_seconds": POLL_SECONDS,
+            "change_minutes": args.change_minutes,
+            "idle_seconds": IDLE_SECONDS,
+            "noisy": args.noisy,
+            "noisy_rate": args.noisy_rate,
+            "step_seconds": args.step_seconds,
+            "p99_limit_ms": args.p99_limit,
+            "listener_cpu_millicores_per_replica": args.listener_cpu,
+            "listener": "gunicorn gthread, mTLS, 2 workers x 16 threads per replica, "
+            "rate 200/s burst 1000, 4 in flight per runtime",
+            "kyma_crs_seconds": round(kyma_s, 1),
+        },
+        "certificates": cert_info,
+        "rows": rows,
+        "compass": compass,
+        **rsm,
+        "first_broken": {
+            str(r): next(
+                (
+                    f"{x['runtimes']}x{x['factor']:g}n{x['noisy_rate']:g}"
+                    for x in rows
+                    if x["replicas"] == r and x["broken"]
+                ),
+                None,
+            )
+            for r in (1, 2)
+        },
         "seconds_total": round(time.monotonic() - started, 1),
     }
     result = skeleton.write(args.out, "fleet_sim", began, result, indent=1)
     report(result)
-    print(f"first broken step: {result['first_broken']}; total {result['seconds_total']} s; load "
-          f"average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"first broken step: {result['first_broken']}; total {result['seconds_total']} s; load "
+        f"average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     return 0
 
 

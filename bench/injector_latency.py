@@ -71,9 +71,15 @@ def pct(xs: list[float], q: float) -> float:
 
 def dist(xs: list[float], missing: int) -> dict[str, Any]:
     ms = [1000 * x for x in xs]
-    return {"n": len(ms), "missing": missing, "p50_ms": pct(ms, 0.5), "p90_ms": pct(ms, 0.9),
-            "p99_ms": pct(ms, 0.99), "max_ms": max(ms, default=float("nan")),
-            "min_ms": min(ms, default=float("nan"))}
+    return {
+        "n": len(ms),
+        "missing": missing,
+        "p50_ms": pct(ms, 0.5),
+        "p90_ms": pct(ms, 0.9),
+        "p99_ms": pct(ms, 0.99),
+        "max_ms": max(ms, default=float("nan")),
+        "min_ms": min(ms, default=float("nan")),
+    }
 
 
 class Stamps:
@@ -123,12 +129,20 @@ class Stamps:
 
 
 def injector_env(env: lt.Env, kubeconfig: pathlib.Path) -> dict[str, str]:
-    return {"TETHER_KCP_NAMESPACE": env.namespace, "TETHER_INJECTOR_KUBECONFIG": str(kubeconfig),
-            "TETHER_INJECTOR_LEASE_NAMESPACE": env.namespace, "TETHER_LOG_LEVEL": "WARNING"}
+    return {
+        "TETHER_KCP_NAMESPACE": env.namespace,
+        "TETHER_INJECTOR_KUBECONFIG": str(kubeconfig),
+        "TETHER_INJECTOR_LEASE_NAMESPACE": env.namespace,
+        "TETHER_LOG_LEVEL": "WARNING",
+    }
 
 
-def setup(p: dict[str, controlplane.ControlPlane], work: pathlib.Path, closers: list[Any],
-          injector: bool = True) -> tuple[lt.Env, loop.InjectorProcess | None]:
+def setup(
+    p: dict[str, controlplane.ControlPlane],
+    work: pathlib.Path,
+    closers: list[Any],
+    injector: bool = True,
+) -> tuple[lt.Env, loop.InjectorProcess | None]:
     """Both planes wired as the end-to-end tests wire them; returns when a probe's record is
     stored (registration and Watch picked up) and the injector runs."""
     skr, kcp = p["skr"], p["kcp"]
@@ -136,22 +150,55 @@ def setup(p: dict[str, controlplane.ControlPlane], work: pathlib.Path, closers: 
     controlplane.install_crds(kcp_api, controlplane.KYMA_CRD, *lt.CRD_FILES, loop.sample_crd())
     env = lt.make_env(kcp, kcp_api, work, KCP_NAMESPACE)
     rt = lt.add_runtime(env, RUNTIME_ID)
-    for api, ns in ((kcp_api, TARGET_NAMESPACE), (kcp_api, STORAGE_NAMESPACE), (skr_api, SKR_NAMESPACE)):
-        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    for api, ns in (
+        (kcp_api, TARGET_NAMESPACE),
+        (kcp_api, STORAGE_NAMESPACE),
+        (skr_api, SKR_NAMESPACE),
+    ):
+        client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))
+        )
     loop.create_sample(kcp_api, TARGET_NAMESPACE, RUNTIME_ID)
-    listener = lt.ListenerProcess(env, "bench", TETHER_LISTENER_WORKERS="2", TETHER_LISTENER_THREADS="16",
-                                  TETHER_LISTENER_WATCH_CACHE_SECONDS="1", TETHER_LISTENER_LOG_LEVEL="WARNING")
+    listener = lt.ListenerProcess(
+        env,
+        "bench",
+        TETHER_LISTENER_WORKERS="2",
+        TETHER_LISTENER_THREADS="16",
+        TETHER_LISTENER_WATCH_CACHE_SECONDS="1",
+        TETHER_LISTENER_LOG_LEVEL="WARNING",
+    )
     closers.append(listener.stop)
-    w = watches.parse(watchenv.apply(kcp_api, loop.inject_watch(
-        "configuration", env.namespace, SKR_NAMESPACE, RUNTIME_ID, TARGET_NAMESPACE,
-        storage={"namespace": STORAGE_NAMESPACE})))
-    proc, vwc = loop.start_webhook(skr, skr_api, work, rt, listener.url, [w], SKR_NAMESPACE,
-                                   TETHER_WEBHOOK_WORKERS="2", TETHER_WEBHOOK_THREADS="8",
-                                   TETHER_LOG_LEVEL="WARNING")
+    w = watches.parse(
+        watchenv.apply(
+            kcp_api,
+            loop.inject_watch(
+                "configuration",
+                env.namespace,
+                SKR_NAMESPACE,
+                RUNTIME_ID,
+                TARGET_NAMESPACE,
+                storage={"namespace": STORAGE_NAMESPACE},
+            ),
+        )
+    )
+    proc, vwc = loop.start_webhook(
+        skr,
+        skr_api,
+        work,
+        rt,
+        listener.url,
+        [w],
+        SKR_NAMESPACE,
+        TETHER_WEBHOOK_WORKERS="2",
+        TETHER_WEBHOOK_THREADS="8",
+        TETHER_LOG_LEVEL="WARNING",
+    )
     closers.append(proc.stop)
     closers.append(lambda: stack.unregister(skr_api, vwc))
     core = client.CoreV1Api(skr_api)
-    loop.wait_registered(dataclasses.replace(env, namespace=STORAGE_NAMESPACE), core, rt, SKR_NAMESPACE, w.name)
+    loop.wait_registered(
+        dataclasses.replace(env, namespace=STORAGE_NAMESPACE), core, rt, SKR_NAMESPACE, w.name
+    )
     core.delete_namespaced_config_map("loop-probe", SKR_NAMESPACE)
     if not injector:
         return env, None
@@ -165,23 +212,46 @@ def drive(args: argparse.Namespace, api: loop.Api, stamps: Stamps) -> list[dict[
     conn = api.connect()
     path = f"/api/v1/namespaces/{SKR_NAMESPACE}/configmaps"
     for j in range(args.configmaps):
-        status, _ = api.call(conn, "POST", path, {"metadata": {"name": f"cm-{j}", "labels": {loop.LABEL: "yes"}},
-                                                  "data": {f"k{j}": "0"}})
+        status, _ = api.call(
+            conn,
+            "POST",
+            path,
+            {
+                "metadata": {"name": f"cm-{j}", "labels": {loop.LABEL: "yes"}},
+                "data": {f"k{j}": "0"},
+            },
+        )
         assert status == 201, status
     out = []
     for i in range(1, args.warmup + args.edits + 1):
         j = i % args.configmaps
-        status, obj = api.call(conn, "PATCH", f"{path}/cm-{j}", {"data": {f"k{j}": str(i)}},
-                               "application/merge-patch+json")
+        status, obj = api.call(
+            conn,
+            "PATCH",
+            f"{path}/cm-{j}",
+            {"data": {f"k{j}": str(i)}},
+            "application/merge-patch+json",
+        )
         acked = time.monotonic()
         assert status == 200, (status, obj)
         rv = int(obj["metadata"]["resourceVersion"])
-        arrived = (functools.partial(stamps.first_record, f"cm-{j}", rv) if args.baseline_only
-                   else functools.partial(stamps.first_value, f"k{j}", i))
+        arrived = (
+            functools.partial(stamps.first_record, f"cm-{j}", rv)
+            if args.baseline_only
+            else functools.partial(stamps.first_value, f"k{j}", i)
+        )
         reached = stamps.wait(arrived, args.timeout)
-        out.append({"configmap": f"cm-{j}", "key": f"k{j}", "seq": i,
-                    "resourceVersion": rv, "acked": acked,
-                    "reached": reached, "warmup": i <= args.warmup})
+        out.append(
+            {
+                "configmap": f"cm-{j}",
+                "key": f"k{j}",
+                "seq": i,
+                "resourceVersion": rv,
+                "acked": acked,
+                "reached": reached,
+                "warmup": i <= args.warmup,
+            }
+        )
         if i % 50 == 0:
             print(f"  {i} edits", flush=True)
         time.sleep(args.gap)
@@ -189,7 +259,9 @@ def drive(args: argparse.Namespace, api: loop.Api, stamps: Stamps) -> list[dict[
     return out
 
 
-def drive_stream(args: argparse.Namespace, api: loop.Api, stamps: Stamps, first: int) -> list[dict[str, Any]]:
+def drive_stream(
+    args: argparse.Namespace, api: loop.Api, stamps: Stamps, first: int
+) -> list[dict[str, Any]]:
     """``--stream-edits`` edits at ``--rate`` per second round robin over
     ``--stream-configmaps`` other ConfigMaps, not waiting for arrivals: edits of the runtime
     closer than the injector's coalescing interval share an apply."""
@@ -197,8 +269,12 @@ def drive_stream(args: argparse.Namespace, api: loop.Api, stamps: Stamps, first:
     path = f"/api/v1/namespaces/{SKR_NAMESPACE}/configmaps"
     keys = args.stream_configmaps
     for j in range(keys):
-        status, _ = api.call(conn, "POST", path, {"metadata": {"name": f"s-{j}", "labels": {loop.LABEL: "yes"}},
-                                                  "data": {f"s{j}": "0"}})
+        status, _ = api.call(
+            conn,
+            "POST",
+            path,
+            {"metadata": {"name": f"s-{j}", "labels": {loop.LABEL: "yes"}}, "data": {f"s{j}": "0"}},
+        )
         assert status == 201, status
     time.sleep(2.0)  # their records and applies are not this phase's subject
     out: list[dict[str, Any]] = []
@@ -206,14 +282,29 @@ def drive_stream(args: argparse.Namespace, api: loop.Api, stamps: Stamps, first:
     for n, i in enumerate(range(first, first + args.stream_edits)):
         time.sleep(max(0.0, start + n / args.rate - time.monotonic()))
         j = i % keys
-        status, obj = api.call(conn, "PATCH", f"{path}/s-{j}", {"data": {f"s{j}": str(i)}},
-                               "application/merge-patch+json")
+        status, obj = api.call(
+            conn,
+            "PATCH",
+            f"{path}/s-{j}",
+            {"data": {f"s{j}": str(i)}},
+            "application/merge-patch+json",
+        )
         assert status == 200, (status, obj)
-        out.append({"configmap": f"s-{j}", "key": f"s{j}", "seq": i, "acked": time.monotonic(),
-                    "resourceVersion": int(obj["metadata"]["resourceVersion"]), "warmup": False})
+        out.append(
+            {
+                "configmap": f"s-{j}",
+                "key": f"s{j}",
+                "seq": i,
+                "acked": time.monotonic(),
+                "resourceVersion": int(obj["metadata"]["resourceVersion"]),
+                "warmup": False,
+            }
+        )
     conn.close()
     for e in out[-keys:]:  # the last edit of each ConfigMap: all before it are in
-        e["reached"] = stamps.wait(functools.partial(stamps.first_value, e["key"], e["seq"]), args.timeout)
+        e["reached"] = stamps.wait(
+            functools.partial(stamps.first_value, e["key"], e["seq"]), args.timeout
+        )
     return out
 
 
@@ -233,9 +324,15 @@ def measure(edits: list[dict[str, Any]], stamps: Stamps) -> dict[str, Any]:
             inj.append(v - e["acked"])
         if r is not None and v is not None:
             hop.append(v - r)
-    out: dict[str, Any] = {"record": dist(rec, miss_rec), "injected": dist(inj, miss_inj), "hop": dist(hop, 0)}
-    out["ratio"] = {q: out["injected"][q] / out["record"][q] if out["record"][q] else None
-                    for q in ("p50_ms", "p90_ms", "p99_ms", "max_ms")}
+    out: dict[str, Any] = {
+        "record": dist(rec, miss_rec),
+        "injected": dist(inj, miss_inj),
+        "hop": dist(hop, 0),
+    }
+    out["ratio"] = {
+        q: out["injected"][q] / out["record"][q] if out["record"][q] else None
+        for q in ("p50_ms", "p90_ms", "p99_ms", "max_ms")
+    }
     out["goal"] = GOAL
     out["goal_met"] = all(out["injected"][q] <= v for q, v in GOAL.items()) and not miss_inj
     return out
@@ -243,26 +340,47 @@ def measure(edits: list[dict[str, Any]], stamps: Stamps) -> dict[str, Any]:
 
 def report(doc: dict[str, Any]) -> None:
     s = doc["summary"]
-    print(f"{'path':34s} {'n':>5s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'missing':>8s}")
-    for name, label in (("record", "record stored (baseline)"), ("injected", "value in the Sample CR"),
-                        ("hop", "injector hop (injected - record)")):
+    print(
+        f"{'path':34s} {'n':>5s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'missing':>8s}"
+    )
+    for name, label in (
+        ("record", "record stored (baseline)"),
+        ("injected", "value in the Sample CR"),
+        ("hop", "injector hop (injected - record)"),
+    ):
         d = s[name]
-        print(f"{label:34s} {d['n']:5d} {d['p50_ms']:8.1f} {d['p90_ms']:8.1f} {d['p99_ms']:8.1f} "
-              f"{d['max_ms']:8.1f} {d['missing']:8d}")
+        print(
+            f"{label:34s} {d['n']:5d} {d['p50_ms']:8.1f} {d['p90_ms']:8.1f} {d['p99_ms']:8.1f} "
+            f"{d['max_ms']:8.1f} {d['missing']:8d}"
+        )
     r = s["ratio"]
-    print(f"{'injected / baseline':34s} {'':5s} " + " ".join(
-        f"{r[q]:8.2f}" if r[q] is not None else f"{'-':>8s}" for q in ("p50_ms", "p90_ms", "p99_ms", "max_ms")))
+    print(
+        f"{'injected / baseline':34s} {'':5s} "
+        + " ".join(
+            f"{r[q]:8.2f}" if r[q] is not None else f"{'-':>8s}"
+            for q in ("p50_ms", "p90_ms", "p99_ms", "max_ms")
+        )
+    )
     st = doc.get("stream")
     if st:
-        print(f"\nstream: {doc['settings']['stream_edits']} edits at {doc['settings']['rate']:g}/s over "
-              f"{doc['settings']['stream_configmaps']} ConfigMaps, not waiting for arrivals")
-        for name, label in (("record", "record stored (baseline)"), ("injected", "value in the Sample CR")):
+        print(
+            f"\nstream: {doc['settings']['stream_edits']} edits at {doc['settings']['rate']:g}/s over "
+            f"{doc['settings']['stream_configmaps']} ConfigMaps, not waiting for arrivals"
+        )
+        for name, label in (
+            ("record", "record stored (baseline)"),
+            ("injected", "value in the Sample CR"),
+        ):
             d = st[name]
-            print(f"{label:34s} {d['n']:5d} {d['p50_ms']:8.1f} {d['p90_ms']:8.1f} {d['p99_ms']:8.1f} "
-                  f"{d['max_ms']:8.1f} {d['missing']:8d}")
+            print(
+                f"{label:34s} {d['n']:5d} {d['p50_ms']:8.1f} {d['p90_ms']:8.1f} {d['p99_ms']:8.1f} "
+                f"{d['max_ms']:8.1f} {d['missing']:8d}"
+            )
         print(f"injector applies during the run: {doc['injector_applies']}")
-    print(f"\ngoal (value in the Sample CR: p50 <= {GOAL['p50_ms']:.0f} ms, p99 <= {GOAL['p99_ms']:.0f} ms): "
-          f"{'met' if s['goal_met'] else 'missed'}")
+    print(
+        f"\ngoal (value in the Sample CR: p50 <= {GOAL['p50_ms']:.0f} ms, p99 <= {GOAL['p99_ms']:.0f} ms): "
+        f"{'met' if s['goal_met'] else 'missed'}"
+    )
     print(provenance.footer(doc))
 
 
@@ -270,49 +388,83 @@ def main() -> int:
     ap = skeleton.options("injector_latency", __doc__, raw=True)
     ap.add_argument("--edits", type=int, default=200)
     ap.add_argument("--configmaps", type=int, default=4)
-    ap.add_argument("--gap", type=float, default=0.1, help="seconds between an arrival and the next edit")
+    ap.add_argument(
+        "--gap", type=float, default=0.1, help="seconds between an arrival and the next edit"
+    )
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=10.0, help="per edit, seconds")
     ap.add_argument("--stream-edits", type=int, default=200, help="then edits at --rate (0: none)")
     ap.add_argument("--rate", type=float, default=20.0, help="stream edits per second")
-    ap.add_argument("--stream-configmaps", type=int, default=20,
-                    help="of the stream (each written every N/rate s: above the webhook's hot-key interval)")
-    ap.add_argument("--baseline-only", action="store_true",
-                    help="no injector: the records alone (the harness's check; writes no JSON)")
+    ap.add_argument(
+        "--stream-configmaps",
+        type=int,
+        default=20,
+        help="of the stream (each written every N/rate s: above the webhook's hot-key interval)",
+    )
+    ap.add_argument(
+        "--baseline-only",
+        action="store_true",
+        help="no injector: the records alone (the harness's check; writes no JSON)",
+    )
     args = skeleton.parse(ap, report)
     began = provenance.start()
     closers: list[Any] = []
     stamps = Stamps()
-    with tempfile.TemporaryDirectory(prefix="bench-injector-") as tmp, controlplane.planes("skr", "kcp") as p:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-injector-") as tmp,
+        controlplane.planes("skr", "kcp") as p,
+    ):
         work = pathlib.Path(tmp)
         try:
             env, injector = setup(p, work, closers, not args.baseline_only)
             kcp_api = loop.Api(p["kcp"], work, "bench-watcher")
-            streams = [loop.Stream(kcp_api, apitypes.RUNTIME_CONFIGMAPS.path(STORAGE_NAMESPACE), stamps.on_record),
-                       loop.Stream(kcp_api, loop.samples().path(TARGET_NAMESPACE), stamps.on_sample)]
+            streams = [
+                loop.Stream(
+                    kcp_api, apitypes.RUNTIME_CONFIGMAPS.path(STORAGE_NAMESPACE), stamps.on_record
+                ),
+                loop.Stream(kcp_api, loop.samples().path(TARGET_NAMESPACE), stamps.on_sample),
+            ]
             closers.extend(s.stop for s in streams)
             started = time.monotonic()
             writer = loop.Api(p["skr"], work, "bench-writer")
             edits = drive(args, writer, stamps)
-            stream = (drive_stream(args, writer, stamps, edits[-1]["seq"] + 1)
-                      if args.stream_edits and not args.baseline_only else [])
+            stream = (
+                drive_stream(args, writer, stamps, edits[-1]["seq"] + 1)
+                if args.stream_edits and not args.baseline_only
+                else []
+            )
             seconds = time.monotonic() - started
-            applies = {r: injector.metric("tether_injector_applies_total", result=r)
-                       for r in ("applied", "unchanged", "no_target", "failed")} if injector is not None else {}
+            applies = (
+                {
+                    r: injector.metric("tether_injector_applies_total", result=r)
+                    for r in ("applied", "unchanged", "no_target", "failed")
+                }
+                if injector is not None
+                else {}
+            )
         finally:
             for close in reversed(closers):
                 try:
                     close()
                 except Exception as e:  # noqa: BLE001 - every closer runs
                     print(f"closing: {e}", file=sys.stderr)
-    doc = {"settings": skeleton.settings(args),
-           "seconds": round(seconds, 1), "summary": measure(edits, stamps), "injector_applies": applies,
-           "stream": measure(stream, stamps) if stream else None,
-           "unreached": [{k: v for k, v in e.items() if k != "acked"}
-                         for e in edits + stream if e.get("reached") is False]}
+    doc = {
+        "settings": skeleton.settings(args),
+        "seconds": round(seconds, 1),
+        "summary": measure(edits, stamps),
+        "injector_applies": applies,
+        "stream": measure(stream, stamps) if stream else None,
+        "unreached": [
+            {k: v for k, v in e.items() if k != "acked"}
+            for e in edits + stream
+            if e.get("reached") is False
+        ],
+    }
     if args.baseline_only:
         d = doc["summary"]["record"]
-        print(f"records only: n {d['n']} p50 {d['p50_ms']:.1f} p99 {d['p99_ms']:.1f} ms, missing {d['missing']}")
+        print(
+            f"records only: n {d['n']} p50 {d['p50_ms']:.1f} p99 {d['p99_ms']:.1f} ms, missing {d['missing']}"
+        )
         return 0
     doc = skeleton.write(args.out, "injector_latency", began, doc)
     print()

@@ -75,8 +75,16 @@ MIB = 1024 * 1024
 LIMIT_MIB = 768  # the Deployment's memory limit of the listener container (2 workers)
 BODY = 3 * MIB - 4096  # just under the default 3 MiB body cap
 CLIENT_HELLO_START = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"  # a TLS record, cut short
-SHAPES = ("empty_objects", "empty_arrays", "many_keys", "short_strings", "big_string",
-          "valid_batch", "brackets_in_string", "deep_nesting")
+SHAPES = (
+    "empty_objects",
+    "empty_arrays",
+    "many_keys",
+    "short_strings",
+    "big_string",
+    "valid_batch",
+    "brackets_in_string",
+    "deep_nesting",
+)
 SPAWN = multiprocessing.get_context("spawn")
 
 
@@ -84,10 +92,21 @@ SPAWN = multiprocessing.get_context("spawn")
 
 
 def _record(rid: str, name: str, rv: int, data: dict[str, str]) -> dict[str, Any]:
-    return dict(changes.from_configmap(
-        {"metadata": {"namespace": "team-a", "name": name, "uid": "u-" + name,
-                      "resourceVersion": str(rv)}, "data": data},
-        runtime_id=rid, source="webhook"))
+    return dict(
+        changes.from_configmap(
+            {
+                "metadata": {
+                    "namespace": "team-a",
+                    "name": name,
+                    "uid": "u-" + name,
+                    "resourceVersion": str(rv),
+                },
+                "data": data,
+            },
+            runtime_id=rid,
+            source="webhook",
+        )
+    )
 
 
 def _batch_of(items: bytes) -> bytes:
@@ -113,16 +132,16 @@ def body(shape: str, rid: str, size: int = BODY) -> bytes:
     if shape == "empty_arrays":
         return _batch_of(_repeat(b"[]", room))
     if shape == "many_keys":  # one record whose data has ~240,000 distinct keys
-        return _record_with_data(rid, b",".join(
-            b'"k%07d":""' % i for i in range(room // 14)))
+        return _record_with_data(rid, b",".join(b'"k%07d":""' % i for i in range(room // 14)))
     if shape == "short_strings":  # ~630,000 distinct 2-character strings in items
         return _batch_of(_repeat(b'"ab"', room))
     if shape == "big_string":  # one data value of ~3 MiB
         return _record_with_data(rid, b'"k":"' + b"x" * (room - 8) + b'"')
     if shape == "brackets_in_string":  # three data values of ~1 MiB of "[" each
         third = room // 3 - 12
-        return _record_with_data(rid, b",".join(
-            b'"k%d":"' % i + b"[" * third + b'"' for i in range(3)))
+        return _record_with_data(
+            rid, b",".join(b'"k%d":"' % i + b"[" * third + b'"' for i in range(3))
+        )
     if shape == "deep_nesting":  # objects nested ~520,000 deep
         depth = room // 6
         return b'{"a":' * depth + b"1" + b"}" * depth
@@ -135,8 +154,10 @@ def valid_batch(rid: str, prefix: str, rv: int, size: int = BODY) -> bytes:
     """The largest valid batch within ``size``: 500 records, 12 data values each."""
     length = size // 500 // 12
     while True:
-        recs = [_record(rid, f"{prefix}-{i:03d}", rv,
-                        {f"key-{k:02d}": "v" * length for k in range(12)}) for i in range(500)]
+        recs = [
+            _record(rid, f"{prefix}-{i:03d}", rv, {f"key-{k:02d}": "v" * length for k in range(12)})
+            for i in range(500)
+        ]
         raw = json.dumps(changes.batch(recs)).encode()  # type: ignore[arg-type]
         if len(raw) <= size:
             return raw
@@ -154,8 +175,13 @@ def _session(rt: dict[str, str]) -> requests.Session:
     return s
 
 
-def _post(s: requests.Session, url: str, data: bytes, stats: collections.Counter[str],
-          times: list[float] | None = None) -> None:
+def _post(
+    s: requests.Session,
+    url: str,
+    data: bytes,
+    stats: collections.Counter[str],
+    times: list[float] | None = None,
+) -> None:
     t0 = time.perf_counter()
     try:
         r = s.post(url, data=data, headers={"Content-Type": "application/json"}, timeout=900)
@@ -167,8 +193,15 @@ def _post(s: requests.Session, url: str, data: bytes, stats: collections.Counter
         times.append(time.perf_counter() - t0)
 
 
-def hammer(base_url: str, jobs: list[tuple[dict[str, str], str]], seconds: float, pace: float,
-           barrier: BarrierT, stop: EventT, out: Any) -> None:
+def hammer(
+    base_url: str,
+    jobs: list[tuple[dict[str, str], str]],
+    seconds: float,
+    pace: float,
+    barrier: BarrierT,
+    stop: EventT,
+    out: Any,
+) -> None:
     """One thread per (runtime, body kind): post that body on one keep-alive connection,
     for ``seconds`` (> 0) or until ``stop`` is set; ``pace`` requests/s per thread (0: as
     fast as it can). Body kinds: a SHAPE, "small" (one small record, a new
@@ -209,14 +242,22 @@ def hammer(base_url: str, jobs: list[tuple[dict[str, str], str]], seconds: float
             stats.update(mine)
             times.extend(lat)
 
-    threads = [threading.Thread(target=run, args=(i, rt, kind), daemon=True)
-               for i, (rt, kind) in enumerate(jobs)]
+    threads = [
+        threading.Thread(target=run, args=(i, rt, kind), daemon=True)
+        for i, (rt, kind) in enumerate(jobs)
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    out.put({"statuses": dict(stats), "count": sum(stats.values()),
-             "seconds": time.monotonic() - t_start, "latencies": times})
+    out.put(
+        {
+            "statuses": dict(stats),
+            "count": sum(stats.values()),
+            "seconds": time.monotonic() - t_start,
+            "latencies": times,
+        }
+    )
 
 
 def stall(port: int, target: int, barrier: BarrierT, stop: EventT, out: Any) -> None:
@@ -277,8 +318,7 @@ def _proc_status(pid: int) -> dict[str, int]:
     return out
 
 
-def sample(pids: list[int], interval: float, barrier: BarrierT, stop: EventT,
-           out: Any) -> None:
+def sample(pids: list[int], interval: float, barrier: BarrierT, stop: EventT, out: Any) -> None:
     """Every ``interval`` s: VmRSS and Pss of each pid; the peak of each and of their sum."""
     peak: dict[int, dict[str, int]] = {p: {"VmRSS": 0, "Pss": 0, "Threads": 0} for p in pids}
     pod_rss = pod_pss = samples = 0
@@ -310,13 +350,18 @@ class Background:
     """Processes started together behind one barrier, stopped by one event; ``nice``: the
     processes' nice value."""
 
-    def __init__(self, targets: list[tuple[Callable[..., None], tuple[Any, ...]]],
-                 nice: int = 0) -> None:
+    def __init__(
+        self, targets: list[tuple[Callable[..., None], tuple[Any, ...]]], nice: int = 0
+    ) -> None:
         self.stop = SPAWN.Event()
         self.out: Any = SPAWN.Queue()
         barrier = SPAWN.Barrier(len(targets) + 1)
-        self.procs = [SPAWN.Process(target=niced, args=(nice, fn, *args, barrier, self.stop, self.out),
-                                    daemon=True) for fn, args in targets]
+        self.procs = [
+            SPAWN.Process(
+                target=niced, args=(nice, fn, *args, barrier, self.stop, self.out), daemon=True
+            )
+            for fn, args in targets
+        ]
         for p in self.procs:
             p.start()
         barrier.wait(timeout=90)
@@ -347,11 +392,14 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
         stats.update(r["statuses"])
         lat.extend(r["latencies"])
     secs = max((r["seconds"] for r in results), default=0.0)
-    return {"statuses": dict(sorted(stats.items())), "requests": sum(stats.values()),
-            "seconds": round(secs, 1),
-            "per_s": round(sum(stats.values()) / secs, 1) if secs else 0.0,
-            "latency_p50_ms": round(pct(lat, 50) * 1000, 1) if lat else None,
-            "latency_max_ms": round(max(lat) * 1000, 1) if lat else None}
+    return {
+        "statuses": dict(sorted(stats.items())),
+        "requests": sum(stats.values()),
+        "seconds": round(secs, 1),
+        "per_s": round(sum(stats.values()) / secs, 1) if secs else 0.0,
+        "latency_p50_ms": round(pct(lat, 50) * 1000, 1) if lat else None,
+        "latency_max_ms": round(max(lat) * 1000, 1) if lat else None,
+    }
 
 
 def pct(values: list[float], p: float) -> float:
@@ -410,18 +458,24 @@ def workers_of(pid: int) -> list[int]:
     return sorted(int(p) for p in text.split())
 
 
-def start_listener(env: lt.Env, name: str, args: argparse.Namespace,
-                   **extra: str) -> tuple[lt.ListenerProcess, list[int]]:
+def start_listener(
+    env: lt.Env, name: str, args: argparse.Namespace, **extra: str
+) -> tuple[lt.ListenerProcess, list[int]]:
     prom = env.dir / f"prom-{name}"
     prom.mkdir()
     kind = lt.ConfinedListenerProcess if args.limits == "on" else lt.ListenerProcess
     proc = kind(
-        env, name, TETHER_LISTENER_WORKERS=str(args.workers),
+        env,
+        name,
+        TETHER_LISTENER_WORKERS=str(args.workers),
         TETHER_LISTENER_THREADS=str(args.threads),
         TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME=str(args.in_flight),
         # the test fixture's overrides back to the product's defaults
-        TETHER_LISTENER_KCP_TIMEOUT_SECONDS="", TETHER_LISTENER_RETRY_AFTER_SECONDS="",
-        PROMETHEUS_MULTIPROC_DIR=str(prom), **extra)
+        TETHER_LISTENER_KCP_TIMEOUT_SECONDS="",
+        TETHER_LISTENER_RETRY_AFTER_SECONDS="",
+        PROMETHEUS_MULTIPROC_DIR=str(prom),
+        **extra,
+    )
     args.placed.to_part(proc.proc.pid)  # the arbiter: the workers it forks later follow it
     deadline = time.monotonic() + 30
     pids = workers_of(proc.proc.pid)
@@ -437,19 +491,31 @@ def limits_held(proc: lt.ListenerProcess) -> dict[str, Any]:
     u = proc.usage
     if u is None:
         return {"cgroup": "not confined"}
-    return {"cgroup": u.text(), "cgroup_oom_kills": u.oom_kills,
-            "cgroup_peak_mib": None if u.peak is None else round(u.peak / MIB, 1)}
+    return {
+        "cgroup": u.text(),
+        "cgroup_oom_kills": u.oom_kills,
+        "cgroup_peak_mib": None if u.peak is None else round(u.peak / MIB, 1),
+    }
 
 
 def log_findings(proc: lt.ListenerProcess, workers: int) -> dict[str, Any]:
     text = proc.log_file.read_text(errors="replace")
     lines = text.splitlines()
-    bad = [ln[:300] for ln in lines if "Traceback" in ln or "WORKER TIMEOUT" in ln
-           or "was sent" in ln or '"status": 500' in ln
-           or "Exception" in ln]
+    bad = [
+        ln[:300]
+        for ln in lines
+        if "Traceback" in ln
+        or "WORKER TIMEOUT" in ln
+        or "was sent" in ln
+        or '"status": 500' in ln
+        or "Exception" in ln
+    ]
     boots = sum("Booting worker" in ln for ln in lines)
-    return {"worker_boots": boots, "worker_restarts": max(0, boots - workers),
-            "suspicious_log_lines": bad[:20]}
+    return {
+        "worker_boots": boots,
+        "worker_restarts": max(0, boots - workers),
+        "suspicious_log_lines": bad[:20],
+    }
 
 
 def probe(proc: lt.ListenerProcess, rt: lt.Runtime, name: str) -> dict[str, Any]:
@@ -457,8 +523,7 @@ def probe(proc: lt.ListenerProcess, rt: lt.Runtime, name: str) -> dict[str, Any]
     s = rt.session()
     t0 = time.perf_counter()
     try:
-        r = s.post(f"{proc.url}/v1/runtimes/{rt.id}/changes", json=rt.record(name, 1),
-                   timeout=60)
+        r = s.post(f"{proc.url}/v1/runtimes/{rt.id}/changes", json=rt.record(name, 1), timeout=60)
         status: int | str = r.status_code
     except requests.RequestException as e:
         status = "error:" + type(e).__name__
@@ -468,25 +533,39 @@ def probe(proc: lt.ListenerProcess, rt: lt.Runtime, name: str) -> dict[str, Any]
 
 
 def rt_spec(rt: lt.Runtime) -> dict[str, str]:
-    return {"id": rt.id, "cert": str(rt.cert_file), "key": str(rt.key_file),
-            "server_ca": str(rt.env.server_ca_file)}
+    return {
+        "id": rt.id,
+        "cert": str(rt.cert_file),
+        "key": str(rt.key_file),
+        "server_ca": str(rt.env.server_ca_file),
+    }
 
 
 def split(jobs: list[Any], parts: int) -> list[list[Any]]:
     return [p for p in (jobs[i::parts] for i in range(parts)) if p]
 
 
-def memory_shape(env: lt.Env, args: argparse.Namespace, shape: str,
-                 attackers: list[lt.Runtime], legit: lt.Runtime) -> dict[str, Any]:
-    proc, pids = start_listener(env, f"mem-{shape}", args,
-                                TETHER_LISTENER_RATE_PER_SECOND="100000",
-                                TETHER_LISTENER_RATE_BURST="100000")
+def memory_shape(
+    env: lt.Env,
+    args: argparse.Namespace,
+    shape: str,
+    attackers: list[lt.Runtime],
+    legit: lt.Runtime,
+) -> dict[str, Any]:
+    proc, pids = start_listener(
+        env,
+        f"mem-{shape}",
+        args,
+        TETHER_LISTENER_RATE_PER_SECOND="100000",
+        TETHER_LISTENER_RATE_BURST="100000",
+    )
     try:
         all_pids = [proc.proc.pid, *pids]
         sampler = Background([(sample, (all_pids, 0.05))])
         jobs = [(rt_spec(rt), shape) for rt in attackers for _ in range(args.conns)]
-        load = Background([(hammer, (proc.url, part, args.seconds, 0.0))
-                           for part in split(jobs, args.procs)])
+        load = Background(
+            [(hammer, (proc.url, part, args.seconds, 0.0)) for part in split(jobs, args.procs)]
+        )
         attack = merge(load.finish(timeout=args.shape_timeout, stop=False))
         after = probe(proc, legit, "after-" + shape.replace("_", "-"))
         peaks = sampler.finish()[0]
@@ -503,29 +582,47 @@ def memory_shape(env: lt.Env, args: argparse.Namespace, shape: str,
     per_worker = []
     for p in pids:
         pk = peaks["per_pid"].get(p, {})
-        per_worker.append({
-            "pid": p, "vm_hwm_mib": round(hwm[p].get("VmHWM", 0) / MIB, 1),
-            "rss_peak_sampled_mib": round(pk.get("VmRSS", 0) / MIB, 1),
-            "pss_peak_sampled_mib": round(pk.get("Pss", 0) / MIB, 1),
-            "threads_at_end": hwm[p].get("Threads")})
+        per_worker.append(
+            {
+                "pid": p,
+                "vm_hwm_mib": round(hwm[p].get("VmHWM", 0) / MIB, 1),
+                "rss_peak_sampled_mib": round(pk.get("VmRSS", 0) / MIB, 1),
+                "pss_peak_sampled_mib": round(pk.get("Pss", 0) / MIB, 1),
+                "threads_at_end": hwm[p].get("Threads"),
+            }
+        )
     arbiter = peaks["per_pid"].get(proc.proc.pid, {})
     hwm_sum = sum(w["vm_hwm_mib"] for w in per_worker) + arbiter.get("VmRSS", 0) / MIB
-    return {"shape": shape, "body_bytes": len(body(shape, attackers[0].id)),
-            "connections": len(jobs), "attack": attack, "legit_after": after,
-            "workers": per_worker,
-            "arbiter_rss_mib": round(arbiter.get("VmRSS", 0) / MIB, 1),
-            "pod_hwm_sum_mib": round(hwm_sum, 1),
-            "pod_rss_peak_sampled_mib": round(peaks["pod_rss"] / MIB, 1),
-            "pod_pss_peak_sampled_mib": round(peaks["pod_pss"] / MIB, 1),
-            "pod_vs_limit": round(hwm_sum / LIMIT_MIB, 3),
-            "samples": peaks["samples"],
-            "listener_alive": alive, "workers_replaced": sorted(set(still) - set(pids)),
-            **log_findings(proc, args.workers), **limits_held(proc)}
+    return {
+        "shape": shape,
+        "body_bytes": len(body(shape, attackers[0].id)),
+        "connections": len(jobs),
+        "attack": attack,
+        "legit_after": after,
+        "workers": per_worker,
+        "arbiter_rss_mib": round(arbiter.get("VmRSS", 0) / MIB, 1),
+        "pod_hwm_sum_mib": round(hwm_sum, 1),
+        "pod_rss_peak_sampled_mib": round(peaks["pod_rss"] / MIB, 1),
+        "pod_pss_peak_sampled_mib": round(peaks["pod_pss"] / MIB, 1),
+        "pod_vs_limit": round(hwm_sum / LIMIT_MIB, 3),
+        "samples": peaks["samples"],
+        "listener_alive": alive,
+        "workers_replaced": sorted(set(still) - set(pids)),
+        **log_findings(proc, args.workers),
+        **limits_held(proc),
+    }
 
 
-def legit_run(proc: lt.ListenerProcess, pool: list[lt.Runtime], sessions: list[requests.Session],
-              tag: str, n: int, rate: float, lat: list[float],
-              stats: collections.Counter[str]) -> None:
+def legit_run(
+    proc: lt.ListenerProcess,
+    pool: list[lt.Runtime],
+    sessions: list[requests.Session],
+    tag: str,
+    n: int,
+    rate: float,
+    lat: list[float],
+    stats: collections.Counter[str],
+) -> None:
     """``n`` sequential POSTs of one small record, paced at ``rate``/s, round-robin over the
     legitimate runtimes; latencies and statuses are added to ``lat`` and ``stats``."""
     interval = 1.0 / rate
@@ -538,14 +635,23 @@ def legit_run(proc: lt.ListenerProcess, pool: list[lt.Runtime], sessions: list[r
         time.sleep(max(0.0, nxt - time.monotonic()))
 
 
-def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], noisy: lt.Runtime,
-             greedy: lt.Runtime) -> dict[str, Any]:
+def fairness(
+    env: lt.Env,
+    args: argparse.Namespace,
+    pool: list[lt.Runtime],
+    noisy: lt.Runtime,
+    greedy: lt.Runtime,
+) -> dict[str, Any]:
     """The conditions alternate over ROUNDS slices of the legitimate requests (alone,
     stalled, noisy, greedy, alone, stalled, ...), so that drift of the shared machine's
     load hits all of them alike."""
-    proc, pids = start_listener(env, "fairness", args,
-                                TETHER_LISTENER_RATE_PER_SECOND=str(args.rate),
-                                TETHER_LISTENER_RATE_BURST=str(args.burst))
+    proc, pids = start_listener(
+        env,
+        "fairness",
+        args,
+        TETHER_LISTENER_RATE_PER_SECOND=str(args.rate),
+        TETHER_LISTENER_RATE_BURST=str(args.burst),
+    )
     noisy_jobs = [(rt_spec(noisy), "small")] * args.noisy_threads
     greedy_jobs = [(rt_spec(greedy), "valid")] * args.greedy_conns
     # paced at NOISY_TIMES x the runtime's limit (rate x workers), or as fast as it can (0)
@@ -553,14 +659,28 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
     paced = f", paced at {args.noisy_times:g}x its limit" if pace else ", as fast as it can"
     every: list[tuple[str, str, Callable[[], Background | None], float]] = [
         ("alone", "alone", lambda: None, 0.0),
-        ("stalled", f"{args.stalled} stalled handshakes",
-         lambda: Background([(stall, (proc.port, args.stalled))], args.nice), 1.0),
-        ("noisy-rate", f"noisy: {args.noisy_threads} threads of small records{paced}",
-         lambda: Background([(hammer, (proc.url, part, 0, pace))
-                             for part in split(noisy_jobs, 3)], args.nice), 1.0),
-        ("noisy-bodies", f"noisy: 3 MiB batches on {args.greedy_conns} connections",
-         lambda: Background([(hammer, (proc.url, part, 0, 0.0))
-                             for part in split(greedy_jobs, 4)], args.nice), 2.0),
+        (
+            "stalled",
+            f"{args.stalled} stalled handshakes",
+            lambda: Background([(stall, (proc.port, args.stalled))], args.nice),
+            1.0,
+        ),
+        (
+            "noisy-rate",
+            f"noisy: {args.noisy_threads} threads of small records{paced}",
+            lambda: Background(
+                [(hammer, (proc.url, part, 0, pace)) for part in split(noisy_jobs, 3)], args.nice
+            ),
+            1.0,
+        ),
+        (
+            "noisy-bodies",
+            f"noisy: 3 MiB batches on {args.greedy_conns} connections",
+            lambda: Background(
+                [(hammer, (proc.url, part, 0, 0.0)) for part in split(greedy_jobs, 4)], args.nice
+            ),
+            2.0,
+        ),
     ]
     conditions = [c for c in every if c[0] == "alone" or c[0] in args.conditions.split(",")]
     lat: dict[str, list[float]] = {c[0]: [] for c in conditions}
@@ -573,10 +693,14 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
         sampler = Background([(sample, ([proc.proc.pid, *pids], 0.2))])
         sessions = [rt.session() for rt in pool]
         for i, (rt, s) in enumerate(zip(pool, sessions, strict=True)):  # connect
-            s.post(f"{proc.url}/v1/runtimes/{rt.id}/changes", json=rt.record(f"warm-{i}", 1),
-                   timeout=60).raise_for_status()
-        legit_run(proc, pool, sessions, "warm", 2 * len(pool), args.legit_rate, [],
-                  collections.Counter())
+            s.post(
+                f"{proc.url}/v1/runtimes/{rt.id}/changes",
+                json=rt.record(f"warm-{i}", 1),
+                timeout=60,
+            ).raise_for_status()
+        legit_run(
+            proc, pool, sessions, "warm", 2 * len(pool), args.legit_rate, [], collections.Counter()
+        )
         for rnd in range(args.rounds):
             for key, _, start, settle in conditions:
                 bg = start()
@@ -584,16 +708,27 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
                 mine: list[float] = []
                 cpu0 = cpu_times(proc.proc.pid)
                 with priority(args.client_nice):  # this thread only: nothing forks meanwhile
-                    legit_run(proc, pool, sessions, f"{key}-{rnd}", per_slice, args.legit_rate,
-                              mine, stats[key])
+                    legit_run(
+                        proc,
+                        pool,
+                        sessions,
+                        f"{key}-{rnd}",
+                        per_slice,
+                        args.legit_rate,
+                        mine,
+                        stats[key],
+                    )
                 cpu[key].append(cpu_share(cpu0, cpu_times(proc.proc.pid)))
                 lat[key].extend(mine)
                 rounds_p99[key].append(round(pct(mine, 99) * 1000, 1))
                 if bg is not None:
                     res = bg.finish()
                     background[key].append(res[0] if key == "stalled" else merge(res))
-                print(f"  round {rnd} {key}: p50 {pct(mine, 50) * 1000:.1f} ms "
-                      f"p99 {pct(mine, 99) * 1000:.1f} ms", flush=True)
+                print(
+                    f"  round {rnd} {key}: p50 {pct(mine, 50) * 1000:.1f} ms "
+                    f"p99 {pct(mine, 99) * 1000:.1f} ms",
+                    flush=True,
+                )
         for s in sessions:
             s.close()
         peaks = sampler.finish()[0]
@@ -603,16 +738,23 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
     for key, label, _, _ in conditions:
         v = lat[key]
         row: dict[str, Any] = {
-            "condition": label, "key": key, "requests": len(v),
+            "condition": label,
+            "key": key,
+            "requests": len(v),
             "statuses": dict(sorted(stats[key].items())),
-            "p50_ms": round(pct(v, 50) * 1000, 2), "p99_ms": round(pct(v, 99) * 1000, 2),
-            "mean_ms": round(statistics.fmean(v) * 1000, 2), "max_ms": round(max(v) * 1000, 2),
-            "p99_ms_per_round": rounds_p99[key], "legit_429": stats[key].get("429", 0),
-            "cpu_busy": {k: round(statistics.fmean(c[k] for c in cpu[key]), 2) for k in cpu[key][0]}}
+            "p50_ms": round(pct(v, 50) * 1000, 2),
+            "p99_ms": round(pct(v, 99) * 1000, 2),
+            "mean_ms": round(statistics.fmean(v) * 1000, 2),
+            "max_ms": round(max(v) * 1000, 2),
+            "p99_ms_per_round": rounds_p99[key],
+            "legit_429": stats[key].get("429", 0),
+            "cpu_busy": {
+                k: round(statistics.fmean(c[k] for c in cpu[key]), 2) for k in cpu[key][0]
+            },
+        }
         bgs = background[key]
         if key == "stalled":
-            row["background"] = {k: sum(b[k] for b in bgs) for k in
-                                 ("opened", "closed_by_server")}
+            row["background"] = {k: sum(b[k] for b in bgs) for k in ("opened", "closed_by_server")}
             row["background"]["open_at_end"] = [b["open_at_end"] for b in bgs]
         elif bgs:
             st: collections.Counter[str] = collections.Counter()
@@ -620,32 +762,52 @@ def fairness(env: lt.Env, args: argparse.Namespace, pool: list[lt.Runtime], nois
                 st.update(b["statuses"])
             secs = sum(b["seconds"] for b in bgs)
             per_s = round(sum(st.values()) / secs, 1)
-            row["background"] = {"statuses": dict(sorted(st.items())), "seconds": round(secs, 1),
-                                 "per_s": per_s,
-                                 "times_its_limit": round(per_s / (args.rate * args.workers), 1)}
+            row["background"] = {
+                "statuses": dict(sorted(st.items())),
+                "seconds": round(secs, 1),
+                "per_s": per_s,
+                "times_its_limit": round(per_s / (args.rate * args.workers), 1),
+            }
         rows.append(row)
     base = rows[0]
     for r in rows:
         r["p50_ratio"] = round(r["p50_ms"] / base["p50_ms"], 2)
         r["p99_ratio"] = round(r["p99_ms"] / base["p99_ms"], 2)
-    return {"rows": rows, "rounds": args.rounds,
-            "pod_rss_peak_sampled_mib": round(peaks["pod_rss"] / MIB, 1),
-            "pod_pss_peak_sampled_mib": round(peaks["pod_pss"] / MIB, 1),
-            **log_findings(proc, args.workers), **limits_held(proc)}
+    return {
+        "rows": rows,
+        "rounds": args.rounds,
+        "pod_rss_peak_sampled_mib": round(peaks["pod_rss"] / MIB, 1),
+        "pod_pss_peak_sampled_mib": round(peaks["pod_pss"] / MIB, 1),
+        **log_findings(proc, args.workers),
+        **limits_held(proc),
+    }
 
 
 def _arguments() -> argparse.Namespace:
     ap = skeleton.options("listener_abuse")
-    ap.add_argument("--short", action="store_true",
-                    help="a quick check: 2 s per shape, 100 legitimate requests")
-    ap.add_argument("--placement", choices=cpuset.KINDS, default="split",
-                    help="split: the listener on the last core, this process and its load "
-                         "generators on the others (cgroup cpusets); none: unpinned")
-    ap.add_argument("--limits", choices=("on", "off"), default="on",
-                    help="on: every listener in a cgroup with the Deployment's memory limit "
-                         "(768Mi); its peak and OOM kills in the results")
-    ap.add_argument("--kcp-placement", choices=("unpinned", "part"), default="unpinned",
-                    help="the KCP plane's processes: unpinned, or on the listener's core")
+    ap.add_argument(
+        "--short", action="store_true", help="a quick check: 2 s per shape, 100 legitimate requests"
+    )
+    ap.add_argument(
+        "--placement",
+        choices=cpuset.KINDS,
+        default="split",
+        help="split: the listener on the last core, this process and its load "
+        "generators on the others (cgroup cpusets); none: unpinned",
+    )
+    ap.add_argument(
+        "--limits",
+        choices=("on", "off"),
+        default="on",
+        help="on: every listener in a cgroup with the Deployment's memory limit "
+        "(768Mi); its peak and OOM kills in the results",
+    )
+    ap.add_argument(
+        "--kcp-placement",
+        choices=("unpinned", "part"),
+        default="unpinned",
+        help="the KCP plane's processes: unpinned, or on the listener's core",
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--in-flight", type=int, default=4, help="MAX_IN_FLIGHT_PER_RUNTIME")
@@ -655,8 +817,11 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument("--shape-timeout", type=float, default=900.0)
     ap.add_argument("--procs", type=int, default=4, help="load generator processes")
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--conditions", default="stalled,noisy-rate,noisy-bodies",
-                    help="next to 'alone', which always runs")
+    ap.add_argument(
+        "--conditions",
+        default="stalled,noisy-rate,noisy-bodies",
+        help="next to 'alone', which always runs",
+    )
     ap.add_argument("--requests", type=int, default=300, help="legitimate, per condition")
     ap.add_argument("--rounds", type=int, default=3, help="slices the conditions alternate over")
     ap.add_argument("--legit", type=int, default=20, help="legitimate runtimes, round-robin")
@@ -665,14 +830,23 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument("--burst", type=int, default=4, help="RATE_BURST (fairness)")
     ap.add_argument("--stalled", type=int, default=500)
     ap.add_argument("--noisy-threads", type=int, default=24)
-    ap.add_argument("--noisy-times", type=float, default=100.0,
-                    help="the noisy runtime's pace, x its limit (RATE x workers); 0: flat out")
+    ap.add_argument(
+        "--noisy-times",
+        type=float,
+        default=100.0,
+        help="the noisy runtime's pace, x its limit (RATE x workers); 0: flat out",
+    )
     ap.add_argument("--nice", type=int, default=0, help="the noisy generators' nice value")
-    ap.add_argument("--client-nice", type=int, default=-10,
-                    help="the legitimate client's thread while it measures (root): on the "
-                         "generators' core it goes first, as if they were on another machine")
-    ap.add_argument("--greedy-conns", type=int, default=128,
-                    help="MAX_CONNECTIONS_PER_RUNTIME (64) x workers")
+    ap.add_argument(
+        "--client-nice",
+        type=int,
+        default=-10,
+        help="the legitimate client's thread while it measures (root): on the "
+        "generators' core it goes first, as if they were on another machine",
+    )
+    ap.add_argument(
+        "--greedy-conns", type=int, default=128, help="MAX_CONNECTIONS_PER_RUNTIME (64) x workers"
+    )
     args = skeleton.parse(ap, report)
     if args.short:
         args.seconds, args.requests = 2.0, 100
@@ -684,8 +858,10 @@ def main() -> int:
     shapes = [s for s in args.shapes.split(",") if s]
     started = time.monotonic()
     began = provenance.start()
-    with tempfile.TemporaryDirectory(prefix="tether-abuse-") as tmp, \
-            controlplane.ControlPlane("kcp") as kcp:
+    with (
+        tempfile.TemporaryDirectory(prefix="tether-abuse-") as tmp,
+        controlplane.ControlPlane("kcp") as kcp,
+    ):
         # after the KCP plane started: it stays unpinned (in a cluster it has nodes of its own)
         args.placed = cpuset.placement(args.placement, "listener-abuse")
         try:
@@ -703,10 +879,14 @@ def main() -> int:
     doc = {
         "machine": skeleton.machine(kube_apiserver=controlplane.kube_apiserver_version()),
         "placement": placed,
-        "settings": {**settings, "limit_mib": LIMIT_MIB, "body_bytes": BODY,
-                     "memory_phase_rate": "100000/s, burst 100000 (rate never refuses)",
-                     "memory_sampling": "VmHWM per worker at the end (fresh listener per "
-                                        "shape); VmRSS and Pss every 50 ms"},
+        "settings": {
+            **settings,
+            "limit_mib": LIMIT_MIB,
+            "body_bytes": BODY,
+            "memory_phase_rate": "100000/s, burst 100000 (rate never refuses)",
+            "memory_sampling": "VmHWM per worker at the end (fresh listener per "
+            "shape); VmRSS and Pss every 50 ms",
+        },
         "memory": memory,
         "fairness": fair,
         "seconds_total": round(time.monotonic() - started, 1),
@@ -715,8 +895,9 @@ def main() -> int:
     return 0
 
 
-def run(kcp: controlplane.ControlPlane, d: pathlib.Path, args: argparse.Namespace,
-        shapes: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def run(
+    kcp: controlplane.ControlPlane, d: pathlib.Path, args: argparse.Namespace, shapes: list[str]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     api = kcp.api_client()
     controlplane.install_crds(api, controlplane.KYMA_CRD, *lt.CRD_FILES)
     env = lt.make_env(kcp, api, d, "abuse")
@@ -733,8 +914,11 @@ def run(kcp: controlplane.ControlPlane, d: pathlib.Path, args: argparse.Namespac
         t0 = time.monotonic()
         memory.append(memory_shape(env, args, shape, attackers, pool[0]))
         memory[-1]["seconds_total"] = round(time.monotonic() - t0, 1)
-        print(f"  {shape}: {memory[-1]['attack']['statuses']} "
-              f"pod {memory[-1]['pod_hwm_sum_mib']} MiB", flush=True)
+        print(
+            f"  {shape}: {memory[-1]['attack']['statuses']} "
+            f"pod {memory[-1]['pod_hwm_sum_mib']} MiB",
+            flush=True,
+        )
     api.close()
     return fair, memory
 
@@ -743,46 +927,62 @@ def report(doc: dict[str, Any]) -> None:
     """The tables of a result (``--report`` prints them again from the JSON)."""
     st = doc["settings"]
     if doc["memory"]:
-        print(f"\nMemory per body shape ({st['workers']} workers x {st['threads']} threads; "
-              f"{st['runtimes']} runtimes x {st['conns']} connections; limit {LIMIT_MIB} MiB)")
-        print(f"{'shape':20} {'body MiB':>8} {'requests':>8} {'p50 ms':>7}  {'answers':32} "
-              f"{'worker HWM MiB':>16} {'pod MiB':>8} {'/limit':>6} {'pod Pss':>7} {'after':>6}")
+        print(
+            f"\nMemory per body shape ({st['workers']} workers x {st['threads']} threads; "
+            f"{st['runtimes']} runtimes x {st['conns']} connections; limit {LIMIT_MIB} MiB)"
+        )
+        print(
+            f"{'shape':20} {'body MiB':>8} {'requests':>8} {'p50 ms':>7}  {'answers':32} "
+            f"{'worker HWM MiB':>16} {'pod MiB':>8} {'/limit':>6} {'pod Pss':>7} {'after':>6}"
+        )
     for m in doc["memory"]:
         hw = "/".join(f"{w['vm_hwm_mib']:.0f}" for w in m["workers"])
         ans = " ".join(f"{k}:{v}" for k, v in m["attack"]["statuses"].items())
-        print(f"{m['shape']:20} {m['body_bytes'] / MIB:8.2f} {m['attack']['requests']:8d} "
-              f"{m['attack']['latency_p50_ms'] or 0:7.0f}  {ans:32} {hw:>16} "
-              f"{m['pod_hwm_sum_mib']:8.0f} {m['pod_vs_limit']:6.2f} "
-              f"{m['pod_pss_peak_sampled_mib']:7.0f} "
-              f"{m['legit_after']['status']!s:>6}")
-    print(f"\nA legitimate runtime's latency ({st['requests']} sequential POSTs at "
-          f"{st['legit_rate']:g}/s over {st['legit']} runtimes; rate limit {st['rate']:g}/s, "
-          f"burst {st['burst']} per worker x {st['workers']} workers)")
-    print("| condition | p50 ms | p99 ms | p50 × alone | p99 × alone | p99 per round ms | 429 "
-          "| listener CPU | cores busy | background |")
+        print(
+            f"{m['shape']:20} {m['body_bytes'] / MIB:8.2f} {m['attack']['requests']:8d} "
+            f"{m['attack']['latency_p50_ms'] or 0:7.0f}  {ans:32} {hw:>16} "
+            f"{m['pod_hwm_sum_mib']:8.0f} {m['pod_vs_limit']:6.2f} "
+            f"{m['pod_pss_peak_sampled_mib']:7.0f} "
+            f"{m['legit_after']['status']!s:>6}"
+        )
+    print(
+        f"\nA legitimate runtime's latency ({st['requests']} sequential POSTs at "
+        f"{st['legit_rate']:g}/s over {st['legit']} runtimes; rate limit {st['rate']:g}/s, "
+        f"burst {st['burst']} per worker x {st['workers']} workers)"
+    )
+    print(
+        "| condition | p50 ms | p99 ms | p50 × alone | p99 × alone | p99 per round ms | 429 "
+        "| listener CPU | cores busy | background |"
+    )
     print("|---|---:|---:|---:|---:|---|---:|---:|---|---|")
     for r in doc["fairness"]["rows"]:
         bgd = r.get("background", {})
         note = ""
         if "statuses" in bgd:
-            note = (f"{bgd['per_s']}/s = {bgd['times_its_limit']}× its limit; "
-                    + ", ".join(f"{v} × {k}" for k, v in bgd["statuses"].items()))
+            note = f"{bgd['per_s']}/s = {bgd['times_its_limit']}× its limit; " + ", ".join(
+                f"{v} × {k}" for k, v in bgd["statuses"].items()
+            )
         elif bgd:
             note = f"reopened {bgd['opened']}, closed by server {bgd['closed_by_server']}"
         rounds = ", ".join(f"{x:g}" for x in r["p99_ms_per_round"])
         busy = r.get("cpu_busy", {})
         cores = " / ".join(f"{k} {v:.0%}" for k, v in sorted(busy.items()) if k.startswith("cpu"))
         share = f"{busy['listener']:.0%}" if "listener" in busy else "-"
-        print(f"| {r['condition']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['p50_ratio']:.2f} | "
-              f"{r['p99_ratio']:.2f} | {rounds} | {r['legit_429']} | {share} | {cores} | {note} |")
+        print(
+            f"| {r['condition']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['p50_ratio']:.2f} | "
+            f"{r['p99_ratio']:.2f} | {rounds} | {r['legit_429']} | {share} | {cores} | {note} |"
+        )
     for m in doc["memory"]:
         print(f"  {m['shape']}: {m.get('cgroup', 'not recorded')}")
     print(f"  fairness listener: {doc['fairness'].get('cgroup', 'not recorded')}")
     placed = doc.get("placement", {"kind": "none", "reason": "not recorded"})
     kcp = "on the listener's core" if st.get("kcp_placement") == "part" else "unpinned"
-    where = (f"split: listener on cpu {placed['part_cpus']}, generators on cpu "
-             f"{placed['generator_cpus']}, KCP plane {kcp}" if placed["kind"] == "split"
-             else f"none ({placed['reason']})")
+    where = (
+        f"split: listener on cpu {placed['part_cpus']}, generators on cpu "
+        f"{placed['generator_cpus']}, KCP plane {kcp}"
+        if placed["kind"] == "split"
+        else f"none ({placed['reason']})"
+    )
     print(f"\nplacement: {where}")
     print(provenance.footer(doc))
 

@@ -83,10 +83,24 @@ def make_records(rid: str, prefix: str, n: int) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
         data = {f"key-{k}": f"value-{i}-{k}-" + "x" * 40 for k in range(16)}
-        out.append(dict(changes.from_configmap(
-            {"metadata": {"namespace": "team-a", "name": f"{prefix}-{i:05d}", "uid": f"u-{i}",
-                          "resourceVersion": str(1000 + i), "labels": {"app": "bench"}},
-             "data": data}, runtime_id=rid, source="webhook")))
+        out.append(
+            dict(
+                changes.from_configmap(
+                    {
+                        "metadata": {
+                            "namespace": "team-a",
+                            "name": f"{prefix}-{i:05d}",
+                            "uid": f"u-{i}",
+                            "resourceVersion": str(1000 + i),
+                            "labels": {"app": "bench"},
+                        },
+                        "data": data,
+                    },
+                    runtime_id=rid,
+                    source="webhook",
+                )
+            )
+        )
     return out
 
 
@@ -118,11 +132,17 @@ class CpuMeter:
     direct writer). On a shared 2-core machine the wall-clock ratio moves with whatever
     else runs; the CPU each part spends per record does not."""
 
-    def __init__(self, listeners: dict[str, lt.ListenerProcess], kcp: controlplane.ControlPlane) -> None:
+    def __init__(
+        self, listeners: dict[str, lt.ListenerProcess], kcp: controlplane.ControlPlane
+    ) -> None:
         self.parts: dict[str, list[int]] = {
-            f"listener-{k}": _children(p.proc.pid) for k, p in listeners.items()}
-        self.parts["kcp"] = [p.popen.pid for p in (kcp._etcd, kcp._apiserver)  # noqa: SLF001
-                             if p is not None]
+            f"listener-{k}": _children(p.proc.pid) for k, p in listeners.items()
+        }
+        self.parts["kcp"] = [
+            p.popen.pid
+            for p in (kcp._etcd, kcp._apiserver)  # noqa: SLF001
+            if p is not None
+        ]
 
     def read(self) -> dict[str, float]:
         out = {k: sum(_cpu_seconds(pid) for pid in pids) for k, pids in self.parts.items()}
@@ -132,7 +152,7 @@ class CpuMeter:
 
 
 def split(items: list[Any], size: int) -> list[list[Any]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def kcp_requests(api: Any) -> collections.Counter[str]:
@@ -140,23 +160,26 @@ def kcp_requests(api: Any) -> collections.Counter[str]:
     RuntimeConfigMaps (``verb(code)`` for an answer other than 2xx: a refused create or
     update, ``POST(409)``) and by ``resource[/subresource] verb`` for every other resource
     (long-running WATCHes included: counted when they start)."""
-    r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics",
-                                             timeout=30)
+    r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics", timeout=30)
     counts: collections.Counter[str] = collections.Counter()
     for family in text_string_to_metric_families(r.data.decode()):
         for s in family.samples:
             if s.name != "apiserver_request_total" or not s.labels.get("resource"):
                 continue  # a non-resource request (this scrape)
-            if (s.labels.get("group") == apitypes.RUNTIME_CONFIGMAPS.group
-                    and s.labels["resource"] == apitypes.RUNTIME_CONFIGMAPS.plural
-                    and not s.labels.get("subresource")):
+            if (
+                s.labels.get("group") == apitypes.RUNTIME_CONFIGMAPS.group
+                and s.labels["resource"] == apitypes.RUNTIME_CONFIGMAPS.plural
+                and not s.labels.get("subresource")
+            ):
                 code = s.labels.get("code", "")
-                counts[s.labels["verb"] + ("" if code.startswith("2") else f"({code})")] \
-                    += int(s.value)
+                counts[s.labels["verb"] + ("" if code.startswith("2") else f"({code})")] += int(
+                    s.value
+                )
             else:
                 sub = s.labels.get("subresource")
-                counts[s.labels["resource"] + (f"/{sub}" if sub else "") + " " + s.labels["verb"]] \
-                    += int(s.value)
+                counts[
+                    s.labels["resource"] + (f"/{sub}" if sub else "") + " " + s.labels["verb"]
+                ] += int(s.value)
     return counts
 
 
@@ -178,23 +201,32 @@ def stored_form(template: Mapping[str, Any]) -> Callable[[Mapping[str, Any], str
 
     def body(rec: Mapping[str, Any], namespace: str) -> dict[str, Any]:
         trace = f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-{flags}" if flags else ""
-        obj = records.body({**rec, **given}, namespace, trace,
-                           owner if namespace == owner.namespace else None)
+        obj = records.body(
+            {**rec, **given}, namespace, trace, owner if namespace == owner.namespace else None
+        )
         rules.annotate(obj)
         return obj
+
     return body
 
 
-def warm_up(url: str, session: Any, rec: Mapping[str, Any], kcp: gateway.Kube,
-            namespace: str) -> dict[str, Any]:
+def warm_up(
+    url: str, session: Any, rec: Mapping[str, Any], kcp: gateway.Kube, namespace: str
+) -> dict[str, Any]:
     """Send ``rec`` through the listener at ``url`` (outside the measured slices) and
     return the object it stored."""
     r = session.post(url, json=rec, timeout=120)
     assert r.status_code == 200, r.text
     rid = str(rec["runtimeId"])
-    found = [o for o in kcp.list_items(apitypes.RUNTIME_CONFIGMAPS, namespace,
-                                       label_selector=f"{apitypes.RUNTIME_ID_LABEL}={rid}")
-             if (o.get("spec") or {}).get("name") == rec["name"]]
+    found = [
+        o
+        for o in kcp.list_items(
+            apitypes.RUNTIME_CONFIGMAPS,
+            namespace,
+            label_selector=f"{apitypes.RUNTIME_ID_LABEL}={rid}",
+        )
+        if (o.get("spec") or {}).get("name") == rec["name"]
+    ]
     assert len(found) == 1, found
     return found[0]
 
@@ -202,31 +234,49 @@ def warm_up(url: str, session: Any, rec: Mapping[str, Any], kcp: gateway.Kube,
 def stored_sizes(kcp: gateway.Kube, namespace: str, runtime_id: str) -> dict[str, int]:
     """Bytes of one stored record of ``runtime_id`` as the apiserver serves it (JSON): whole,
     its metadata without managedFields, its managedFields, its spec."""
-    page = kcp.list(apitypes.RUNTIME_CONFIGMAPS, namespace, label_selector=
-                    f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}", limit=1)
+    page = kcp.list(
+        apitypes.RUNTIME_CONFIGMAPS,
+        namespace,
+        label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
+        limit=1,
+    )
     obj = page["items"][0]
     meta = dict(obj["metadata"])
     managed = meta.pop("managedFields", [])
 
     def size(v: Any) -> int:
         return len(json.dumps(v, separators=(",", ":")))
-    return {"object": size(obj), "metadata": size(meta), "managedFields": size(managed),
-            "spec": size(obj.get("spec"))}
+
+    return {
+        "object": size(obj),
+        "metadata": size(meta),
+        "managedFields": size(managed),
+        "spec": size(obj.get("spec")),
+    }
 
 
 def old_tree(ref: str, dest: pathlib.Path) -> str:
     """The checkout of ``ref`` (git archive) in ``dest``; its full commit."""
-    commit = subprocess.run(["git", "rev-parse", ref], cwd=skeleton.REPO, check=True,
-                            capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", ref], cwd=skeleton.REPO, check=True, capture_output=True, text=True
+    ).stdout.strip()
     dest.mkdir()
-    archive = subprocess.Popen(["git", "archive", commit], cwd=skeleton.REPO, stdout=subprocess.PIPE)
+    archive = subprocess.Popen(
+        ["git", "archive", commit], cwd=skeleton.REPO, stdout=subprocess.PIPE
+    )
     subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
     assert archive.wait() == 0
     return commit
 
 
-def start_listener(env: lt.Env, name: str, tree: pathlib.Path, args: argparse.Namespace,
-                   d: pathlib.Path, concurrency: int) -> lt.ListenerProcess:
+def start_listener(
+    env: lt.Env,
+    name: str,
+    tree: pathlib.Path,
+    args: argparse.Namespace,
+    d: pathlib.Path,
+    concurrency: int,
+) -> lt.ListenerProcess:
     """A listener whose code is ``tree`` (``python -m listener.main`` runs in its folder, so
     its packages come first on the path)."""
     saved = lt.REPO
@@ -234,12 +284,16 @@ def start_listener(env: lt.Env, name: str, tree: pathlib.Path, args: argparse.Na
     try:
         multiproc = d / f"prom-{name}"
         multiproc.mkdir()
-        return lt.ListenerProcess(env, name, TETHER_LISTENER_WORKERS=str(args.workers),
-                                  TETHER_LISTENER_THREADS=str(args.threads),
-                                  TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME=str(args.threads),
-                                  TETHER_LISTENER_PERSIST_CONCURRENCY=str(concurrency),
-                                  TETHER_LISTENER_AUDIT_LOG=str(d / f"audit-{name}.jsonl"),
-                                  PROMETHEUS_MULTIPROC_DIR=str(multiproc))
+        return lt.ListenerProcess(
+            env,
+            name,
+            TETHER_LISTENER_WORKERS=str(args.workers),
+            TETHER_LISTENER_THREADS=str(args.threads),
+            TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME=str(args.threads),
+            TETHER_LISTENER_PERSIST_CONCURRENCY=str(concurrency),
+            TETHER_LISTENER_AUDIT_LOG=str(d / f"audit-{name}.jsonl"),
+            PROMETHEUS_MULTIPROC_DIR=str(multiproc),
+        )
     finally:
         lt.REPO = saved
 
@@ -247,25 +301,35 @@ def start_listener(env: lt.Env, name: str, tree: pathlib.Path, args: argparse.Na
 def table(doc: dict[str, Any]) -> str:
     """The JSON's rows as a Markdown table (docs/performance.md, "Listener creates")."""
     batch = doc["settings"]["batch"]
-    lines = ["| variant | batch | persist concurrency | records/s | ratio to direct | CPU ratio | "
-             f"CPU ms per record | KCP requests per record | other KCP requests per {batch} records |",
-             "|---|---:|---:|---:|---:|---:|---|---|---|"]
+    lines = [
+        "| variant | batch | persist concurrency | records/s | ratio to direct | CPU ratio | "
+        f"CPU ms per record | KCP requests per record | other KCP requests per {batch} records |",
+        "|---|---:|---:|---:|---:|---:|---|---|---|",
+    ]
     for r in doc["rows"]:
+
         def num(v: Any, fmt: str) -> str:
             return "—" if v is None else format(v, fmt)
+
         cpu = ", ".join(f"{k} {v:.2f}" for k, v in r.get("cpu_ms_per_record", {}).items())
         reqs = ", ".join(f"{v} {c}" for v, c in r["kcp_requests_per_record"].items())
-        other = ", ".join(f"{v} {c:.2f}" for v, c in r.get("kcp_other_requests_per_batch", {}).items())
-        lines.append(f"| {r['variant']} | {num(r['listener_batch'], 'd')} | {num(r.get('persist_concurrency'), 'd')} | "
-                     f"{r['per_s']:.0f} | {num(r['ratio'], '.2f')} | {num(r.get('cpu_ratio'), '.2f')} | "
-                     f"{cpu or '—'} | {reqs} | {other or '—'} |")
+        other = ", ".join(
+            f"{v} {c:.2f}" for v, c in r.get("kcp_other_requests_per_batch", {}).items()
+        )
+        lines.append(
+            f"| {r['variant']} | {num(r['listener_batch'], 'd')} | {num(r.get('persist_concurrency'), 'd')} | "
+            f"{r['per_s']:.0f} | {num(r['ratio'], '.2f')} | {num(r.get('cpu_ratio'), '.2f')} | "
+            f"{cpu or '—'} | {reqs} | {other or '—'} |"
+        )
     sizes = doc.get("stored_bytes_per_record")
     if sizes:
         lines.append("")
         lines.append("| stored record (JSON bytes) | object | metadata | managedFields | spec |")
         lines.append("|---|---:|---:|---:|---:|")
         for who, b in sizes.items():
-            lines.append(f"| {who} | {b['object']} | {b['metadata']} | {b['managedFields']} | {b['spec']} |")
+            lines.append(
+                f"| {who} | {b['object']} | {b['metadata']} | {b['managedFields']} | {b['spec']} |"
+            )
         if doc.get("state_summary_bytes"):
             lines.append(f"| the runtime's state summary | {doc['state_summary_bytes']} | | | |")
     return "\n".join(lines)
@@ -281,47 +345,78 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--batch", type=int, default=25)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--direct-as", choices=("listener", "admin"), default="listener",
-                    help="the direct writer's identity: the listener's user and Role "
-                         "(default: authorized like the listener's writes) or the cluster "
-                         "admin")
-    ap.add_argument("--direct-body", choices=("listener", "record"), default="listener",
-                    help="what the direct writer stores: the listener's stored form of the "
-                         "record (default: its Watch, kind and epoch, the owner reference "
-                         "and label of the Kyma CR, a traceparent: the same content and size) "
-                         "or the record's bare body (records.body: about 20 %% smaller)")
-    ap.add_argument("--placement", choices=("kcp-apart", "none"), default="none",
-                    help="kcp-apart: the KCP plane (etcd, kube-apiserver) alone on the last core, "
-                         "the bench and the listeners on the others (cgroup cpusets), as a KCP "
-                         "whose cores are its own; none: unpinned")
+    ap.add_argument(
+        "--direct-as",
+        choices=("listener", "admin"),
+        default="listener",
+        help="the direct writer's identity: the listener's user and Role "
+        "(default: authorized like the listener's writes) or the cluster "
+        "admin",
+    )
+    ap.add_argument(
+        "--direct-body",
+        choices=("listener", "record"),
+        default="listener",
+        help="what the direct writer stores: the listener's stored form of the "
+        "record (default: its Watch, kind and epoch, the owner reference "
+        "and label of the Kyma CR, a traceparent: the same content and size) "
+        "or the record's bare body (records.body: about 20 %% smaller)",
+    )
+    ap.add_argument(
+        "--placement",
+        choices=("kcp-apart", "none"),
+        default="none",
+        help="kcp-apart: the KCP plane (etcd, kube-apiserver) alone on the last core, "
+        "the bench and the listeners on the others (cgroup cpusets), as a KCP "
+        "whose cores are its own; none: unpinned",
+    )
     ap.add_argument("--new-ref", default="HEAD")
-    ap.add_argument("--concurrency", type=int, default=8,
-                    help="the listener's TETHER_LISTENER_PERSIST_CONCURRENCY (the other: 1)")
+    ap.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="the listener's TETHER_LISTENER_PERSIST_CONCURRENCY (the other: 1)",
+    )
     args = skeleton.parse(ap, report)
     began = provenance.start()
     n, threads, batch = args.objects, args.threads, args.batch
     if n < threads * batch * ROUNDS:
-        ap.error(f"--objects must be at least threads x batch x {ROUNDS} = "
-                 f"{threads * batch * ROUNDS}, so that every sender is busy in every slice")
+        ap.error(
+            f"--objects must be at least threads x batch x {ROUNDS} = "
+            f"{threads * batch * ROUNDS}, so that every sender is busy in every slice"
+        )
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
-            controlplane.ControlPlane("kcp") as kcp:
+    with (
+        tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp,
+        controlplane.ControlPlane("kcp") as kcp,
+    ):
         d = pathlib.Path(tmp)
         new_commit = old_tree(args.new_ref, d / "new")
         api = kcp.api_client()
-        controlplane.install_crds(api, controlplane.KYMA_CRD,
-                                  *sorted((d / "new" / "manifests" / "kcp" / "crds").glob(
-                                      "tether.kyma-project.io_*.yaml")))
+        controlplane.install_crds(
+            api,
+            controlplane.KYMA_CRD,
+            *sorted(
+                (d / "new" / "manifests" / "kcp" / "crds").glob("tether.kyma-project.io_*.yaml")
+            ),
+        )
         client.CoreV1Api(api).create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name="bench-direct")))
-        lt.RBAC_FILE = d / "new" / lt.RBAC_FILE.relative_to(skeleton.REPO)  # the measured commit's Role
+            client.V1Namespace(metadata=client.V1ObjectMeta(name="bench-direct"))
+        )
+        lt.RBAC_FILE = (
+            d / "new" / lt.RBAC_FILE.relative_to(skeleton.REPO)
+        )  # the measured commit's Role
         env = lt.make_env(kcp, api, d, "bench")
         rt_new = lt.add_runtime(env, "rt-new", "c-new.kyma.example.com")
         rt_c1 = lt.add_runtime(env, "rt-c1", "c-c1.kyma.example.com")
-        procs = {"new": start_listener(env, "new", d / "new", args, d, args.concurrency),
-                 "c1": start_listener(env, "c1", d / "new", args, d, 1)}
-        sessions = {"new": [rt_new.session() for _ in range(threads)],
-                    "c1": [rt_c1.session() for _ in range(threads)]}
+        procs = {
+            "new": start_listener(env, "new", d / "new", args, d, args.concurrency),
+            "c1": start_listener(env, "c1", d / "new", args, d, 1),
+        }
+        sessions = {
+            "new": [rt_new.session() for _ in range(threads)],
+            "c1": [rt_c1.session() for _ in range(threads)],
+        }
         counter = iter(range(10**9))
 
         def via(which: str, rt: lt.Runtime) -> Callable[[list[dict[str, Any]]], None]:
@@ -333,20 +428,28 @@ def main() -> int:
                 r = s.post(url, json=body, timeout=120)
                 assert r.status_code == 200, r.text
                 assert {i["outcome"] for i in r.json()["results"]} == {"persisted"}, r.text
+
             return send
 
         # the listener's own raw client (tether.gateway), as its user bound to its Role, or
         # as the cluster admin (system:masters: RBAC is not evaluated)
-        who, direct_ns = ((env.kubeconfig, env.namespace) if args.direct_as == "listener"
-                          else (kcp.kubeconfig, "bench-direct"))
+        who, direct_ns = (
+            (env.kubeconfig, env.namespace)
+            if args.direct_as == "listener"
+            else (kcp.kubeconfig, "bench-direct")
+        )
         writer = gateway.from_kubeconfig(str(who), pool_size=threads, timeout=120)
         admin = gateway.from_kubeconfig(str(kcp.kubeconfig), timeout=30)
         # one record through each listener before the measured slices: what the listener
         # stores for a record is the direct writer's template (--direct-body listener)
         for which, rt in (("new", rt_new), ("c1", rt_c1)):
-            template = warm_up(f"{procs[which].url}/v1/runtimes/{rt.id}/changes",
-                               sessions[which][0], make_records(rt.id, "warm", 1)[0], admin,
-                               env.namespace)
+            template = warm_up(
+                f"{procs[which].url}/v1/runtimes/{rt.id}/changes",
+                sessions[which][0],
+                make_records(rt.id, "warm", 1)[0],
+                admin,
+                env.namespace,
+            )
         body_of = stored_form(template) if args.direct_body == "listener" else records.body
 
         def direct(chunk: list[dict[str, Any]]) -> None:
@@ -364,17 +467,20 @@ def main() -> int:
         seconds: dict[str, float] = collections.defaultdict(float)
         verbs: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         meter = CpuMeter(procs, kcp)
-        placement = cpuset.placement("split" if args.placement == "kcp-apart" else "none",
-                                     "listener_create")
+        placement = cpuset.placement(
+            "split" if args.placement == "kcp-apart" else "none", "listener_create"
+        )
         placement.to_generator(os.getpid())  # and its children: the planes, the listeners
         for pid in meter.parts["kcp"]:
             placement.to_part(pid)
-        print(placement.text().replace("part", "KCP").replace("generator", "bench + listeners"),
-              flush=True)
+        print(
+            placement.text().replace("part", "KCP").replace("generator", "bench + listeners"),
+            flush=True,
+        )
         cpu: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         for group in (("direct", "listener", "listener-c1"), ("direct-1", "listener-1")):
             for rnd in range(ROUNDS):
-                order = group[rnd % len(group):] + group[:rnd % len(group)]
+                order = group[rnd % len(group) :] + group[: rnd % len(group)]
                 for name in order:
                     fn, recs, size = variants[name]
                     part = split(recs, -(-n // ROUNDS))[rnd]
@@ -390,10 +496,13 @@ def main() -> int:
                     after = kcp_requests(api)
                     verbs[name].update({v: after[v] - before[v] for v in after})
         assert len(env.stored(rt_new.id)) == 2 * n + 1 and len(env.stored(rt_c1.id)) == n + 1
-        sizes = {"direct": stored_sizes(admin, direct_ns, "rt-direct"),
-                 "listener": stored_sizes(admin, env.namespace, rt_new.id)}
-        summary = admin.get_or_none(apitypes.RUNTIME_STATE_SUMMARIES, env.namespace,
-                                    summaryobject.name_of(rt_new.id))
+        sizes = {
+            "direct": stored_sizes(admin, direct_ns, "rt-direct"),
+            "listener": stored_sizes(admin, env.namespace, rt_new.id),
+        }
+        summary = admin.get_or_none(
+            apitypes.RUNTIME_STATE_SUMMARIES, env.namespace, summaryobject.name_of(rt_new.id)
+        )
         summary_bytes = None if summary is None else len(json.dumps(summary, separators=(",", ":")))
         placed = placement.describe()
         placement.close()
@@ -405,8 +514,9 @@ def main() -> int:
             p.stop()
         # connections to the KCP a listener worker opened beyond its pool and closed after
         # one request (urllib3 logs each): a new TLS handshake with the apiserver each
-        discarded = {k: p.log_file.read_text().count("Connection pool is full")
-                     for k, p in procs.items()}
+        discarded = {
+            k: p.log_file.read_text().count("Connection pool is full") for k, p in procs.items()
+        }
         api.close()
 
     rows = []
@@ -415,31 +525,47 @@ def main() -> int:
         """CPU ms per record of the parts that work for this variant (the idle listener's
         background work is left out)."""
         which = {"listener": "listener-new", "listener-c1": "listener-c1"}.get(
-            name.removesuffix("-1"))
+            name.removesuffix("-1")
+        )
         parts = ["kcp", "bench"] + ([which] if which else [])
         return {k: round(cpu[name][k] * 1000 / n, 3) for k in parts}
+
     for name in variants:
         base = "direct-1" if name.endswith("-1") else "direct"
         size = variants[name][2]
         mine, theirs = cpu_ms(name), cpu_ms(base)
-        rows.append({
-            "cpu_ms_per_record": mine,
-            "cpu_ratio": None if "direct" in name else round(
-                sum(theirs.values()) / sum(mine.values()), 3),
-            "variant": name, "records": n, "listener_batch": None if "direct" in name else size,
-            "persist_concurrency": None if "direct" in name else (
-                1 if name == "listener-c1" else args.concurrency),
-            "per_s": n / seconds[name],
-            "ratio": None if "direct" in name else seconds[base] / seconds[name],
-            "kcp_requests_per_record": {v: round(c / n, 2) for v, c in sorted(verbs[name].items())
-                                        if c and not is_other(v)},
-            # the requests on other resources (state summary, delivery counts, Leases,
-            # Kyma CRs, Watches; the idle listener's background too) per `batch` records
-            "kcp_other_requests_per_batch": {v: round(c * batch / n, 3) for v, c in sorted(
-                verbs[name].items()) if c and is_other(v)},
-        })
-    print(f"{'variant':11} {'records':>7} {'batch':>5} {'records/s':>9} {'ratio':>6} "
-          f"{'CPU ratio':>9}  {'CPU ms/record (listener, KCP, bench)':<38} KCP requests per record")
+        rows.append(
+            {
+                "cpu_ms_per_record": mine,
+                "cpu_ratio": None
+                if "direct" in name
+                else round(sum(theirs.values()) / sum(mine.values()), 3),
+                "variant": name,
+                "records": n,
+                "listener_batch": None if "direct" in name else size,
+                "persist_concurrency": None
+                if "direct" in name
+                else (1 if name == "listener-c1" else args.concurrency),
+                "per_s": n / seconds[name],
+                "ratio": None if "direct" in name else seconds[base] / seconds[name],
+                "kcp_requests_per_record": {
+                    v: round(c / n, 2)
+                    for v, c in sorted(verbs[name].items())
+                    if c and not is_other(v)
+                },
+                # the requests on other resources (state summary, delivery counts, Leases,
+                # Kyma CRs, Watches; the idle listener's background too) per `batch` records
+                "kcp_other_requests_per_batch": {
+                    v: round(c * batch / n, 3)
+                    for v, c in sorted(verbs[name].items())
+                    if c and is_other(v)
+                },
+            }
+        )
+    print(
+        f"{'variant':11} {'records':>7} {'batch':>5} {'records/s':>9} {'ratio':>6} "
+        f"{'CPU ratio':>9}  {'CPU ms/record (listener, KCP, bench)':<38} KCP requests per record"
+    )
     for r in rows:
         ratio = f"{r['ratio']:6.2f}" if r["ratio"] else f"{'-':>6}"
         cratio = f"{r['cpu_ratio']:9.2f}" if r["cpu_ratio"] else f"{'-':>9}"
@@ -448,20 +574,31 @@ def main() -> int:
         parts = f"{lis:.2f}, {c['kcp']:.2f}, {c['bench']:.2f}"
         b = str(r["listener_batch"] or "-")
         reqs = ", ".join(f"{v} {c}" for v, c in r["kcp_requests_per_record"].items())
-        print(f"{r['variant']:11} {r['records']:7d} {b:>5} {r['per_s']:9.0f} {ratio} {cratio}  "
-              f"{parts:<38} {reqs}")
+        print(
+            f"{r['variant']:11} {r['records']:7d} {b:>5} {r['per_s']:9.0f} {ratio} {cratio}  "
+            f"{parts:<38} {reqs}"
+        )
     doc = {
         "machine": skeleton.machine(kube_apiserver=controlplane.kube_apiserver_version()),
-        "settings": {"objects": n, "threads": threads, "batch": batch, "workers": args.workers,
-                     "direct_as": args.direct_as, "direct_body": args.direct_body,
-                     "new": {"ref": args.new_ref, "commit": new_commit},
-                     "persist_concurrency": [args.concurrency, 1],
-                     "direct_client": "tether.gateway (the listener's raw client)",
-                     "data": "16 keys, ~1 KiB per ConfigMap",
-                     "placement": {"asked": args.placement, "kind": placed["kind"],
-                                   "kcp_cpus": placed.get("part_cpus"),
-                                   "bench_and_listeners_cpus": placed.get("generator_cpus"),
-                                   "reason": placed.get("reason")}},
+        "settings": {
+            "objects": n,
+            "threads": threads,
+            "batch": batch,
+            "workers": args.workers,
+            "direct_as": args.direct_as,
+            "direct_body": args.direct_body,
+            "new": {"ref": args.new_ref, "commit": new_commit},
+            "persist_concurrency": [args.concurrency, 1],
+            "direct_client": "tether.gateway (the listener's raw client)",
+            "data": "16 keys, ~1 KiB per ConfigMap",
+            "placement": {
+                "asked": args.placement,
+                "kind": placed["kind"],
+                "kcp_cpus": placed.get("part_cpus"),
+                "bench_and_listeners_cpus": placed.get("generator_cpus"),
+                "reason": placed.get("reason"),
+            },
+        },
         "rows": rows,
         "stored_bytes_per_record": sizes,
         "state_summary_bytes": summary_bytes,  # what a summary merge reads and writes

@@ -40,7 +40,9 @@ def table(doc: dict[str, Any]) -> str:
     statuses = sorted({s for by in counts.values() for s in by}, key=int)
     lines = ["| operation | " + " | ".join(statuses) + " |", "|---|" + "---:|" * len(statuses)]
     for op in sorted(counts, reverse=True):
-        lines.append(f"| {op} | " + " | ".join(str(counts[op].get(s, "—")) for s in statuses) + " |")
+        lines.append(
+            f"| {op} | " + " | ".join(str(counts[op].get(s, "—")) for s in statuses) + " |"
+        )
     return "\n".join(lines)
 
 
@@ -57,8 +59,10 @@ def main() -> int:
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     failure = ""
-    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
-            controlplane.ControlPlane("kcp") as kcp:
+    with (
+        tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp,
+        controlplane.ControlPlane("kcp") as kcp,
+    ):
         d = pathlib.Path(tmp)
         api = kcp.api_client()
         controlplane.install_crds(api, controlplane.KYMA_CRD, *lt.CRD_FILES)
@@ -81,14 +85,21 @@ def main() -> int:
         op, status = key.rsplit(" ", 1)
         print(f"{op:<45} {status:>6} {statuses[key]:>8}")
     print(f"{'total':<45} {'':>6} {calls:>8}")
-    print(f"examples {args.examples}, steps <= {args.steps}, {seconds:.0f} s, 5xx {server_errors}, "
-          f"failure: {failure.splitlines()[0] if failure else 'none'}")
+    print(
+        f"examples {args.examples}, steps <= {args.steps}, {seconds:.0f} s, 5xx {server_errors}, "
+        f"failure: {failure.splitlines()[0] if failure else 'none'}"
+    )
     doc = {
         "machine": skeleton.machine(load_before=round(load_before, 2)),
-        "examples": args.examples, "max_steps": args.steps, "calls": calls,
-        "seconds": round(seconds, 1), "total_seconds": round(time.monotonic() - started, 1),
-        "checks": [c.__name__ for c in st.CHECKS], "statuses": dict(sorted(statuses.items())),
-        "server_errors": server_errors, "unexpected_errors_logged": unexpected,
+        "examples": args.examples,
+        "max_steps": args.steps,
+        "calls": calls,
+        "seconds": round(seconds, 1),
+        "total_seconds": round(time.monotonic() - started, 1),
+        "checks": [c.__name__ for c in st.CHECKS],
+        "statuses": dict(sorted(statuses.items())),
+        "server_errors": server_errors,
+        "unexpected_errors_logged": unexpected,
         "failure": failure,
     }
     doc = skeleton.write(args.out, "listener_fuzz", began, doc)

@@ -72,10 +72,24 @@ def make_records(rid: str, n: int, rv: int) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
         data = {f"key-{k}": f"value-{rv}-{k}-" + "x" * 40 for k in range(16)}
-        out.append(dict(changes.from_configmap(
-            {"metadata": {"namespace": "team-a", "name": f"cm-{i:05d}", "uid": f"u-{i}",
-                          "resourceVersion": str(rv + i), "labels": {"app": "bench"}},
-             "data": data}, runtime_id=rid, source="webhook")))
+        out.append(
+            dict(
+                changes.from_configmap(
+                    {
+                        "metadata": {
+                            "namespace": "team-a",
+                            "name": f"cm-{i:05d}",
+                            "uid": f"u-{i}",
+                            "resourceVersion": str(rv + i),
+                            "labels": {"app": "bench"},
+                        },
+                        "data": data,
+                    },
+                    runtime_id=rid,
+                    source="webhook",
+                )
+            )
+        )
     return out
 
 
@@ -87,16 +101,20 @@ def timed(fn: Callable[[list[Any]], None], chunks: list[list[Any]], threads: int
 
 
 def split(items: list[Any], size: int) -> list[list[Any]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def per_record(counts: collections.Counter[str], n: int, batch: int) -> dict[str, Any]:
     """The KCP requests of a phase: RuntimeConfigMaps by verb per record, other resources
     per ``batch`` records."""
-    return {"per_record": {v: round(c / n, 2) for v, c in sorted(counts.items())
-                           if c and not is_other(v)},
-            "other_per_batch": {v: round(c * batch / n, 3) for v, c in sorted(counts.items())
-                                if c and is_other(v)}}
+    return {
+        "per_record": {
+            v: round(c / n, 2) for v, c in sorted(counts.items()) if c and not is_other(v)
+        },
+        "other_per_batch": {
+            v: round(c * batch / n, 3) for v, c in sorted(counts.items()) if c and is_other(v)
+        },
+    }
 
 
 def _verbs(reqs: dict[str, Any] | None) -> str:
@@ -108,14 +126,19 @@ def _verbs(reqs: dict[str, Any] | None) -> str:
 def table(doc: dict[str, Any]) -> str:
     """docs/performance.md's table: records per second by phase, direct and through the
     listener, and the RuntimeConfigMap requests per record each made (the KCP's count)."""
-    lines = ["| phase | direct baseline | direct/s | listener/s | ratio | KCP requests per record: "
-             "direct | listener |", "|---|---|---:|---:|---:|---|---|"]
+    lines = [
+        "| phase | direct baseline | direct/s | listener/s | ratio | KCP requests per record: "
+        "direct | listener |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
     for r in doc["rows"]:
         direct = f"{r['direct_per_s']:.0f}" if r["direct_per_s"] else "—"
         ratio = f"{r['ratio']:.2f}" if r["ratio"] else "—"
-        lines.append(f"| {r['phase']} (batches of {r['listener_batch']}) | {r.get('baseline', '—')} | "
-                     f"{direct} | {r['listener_per_s']:.0f} | {ratio} | "
-                     f"{_verbs(r.get('direct_kcp_requests'))} | {_verbs(r.get('listener_kcp_requests'))} |")
+        lines.append(
+            f"| {r['phase']} (batches of {r['listener_batch']}) | {r.get('baseline', '—')} | "
+            f"{direct} | {r['listener_per_s']:.0f} | {ratio} | "
+            f"{_verbs(r.get('direct_kcp_requests'))} | {_verbs(r.get('listener_kcp_requests'))} |"
+        )
     return "\n".join(lines)
 
 
@@ -129,31 +152,46 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--batch", type=int, default=25)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--direct-as", choices=("listener", "admin"), default="listener",
-                    help="the direct writer's identity: the listener's user and Role "
-                         "(default: authorized like the listener's writes) or the cluster admin")
-    ap.add_argument("--direct-body", choices=("listener", "record"), default="listener",
-                    help="what the direct writer stores: the listener's stored form of the "
-                         "record (default: the same content and size) or the record's bare body")
+    ap.add_argument(
+        "--direct-as",
+        choices=("listener", "admin"),
+        default="listener",
+        help="the direct writer's identity: the listener's user and Role "
+        "(default: authorized like the listener's writes) or the cluster admin",
+    )
+    ap.add_argument(
+        "--direct-body",
+        choices=("listener", "record"),
+        default="listener",
+        help="what the direct writer stores: the listener's stored form of the "
+        "record (default: the same content and size) or the record's bare body",
+    )
     args = skeleton.parse(ap, report)
     began = provenance.start()
     n, threads, batch = args.objects, args.threads, args.batch
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
-            controlplane.ControlPlane("kcp") as kcp:
+    with (
+        tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp,
+        controlplane.ControlPlane("kcp") as kcp,
+    ):
         d = pathlib.Path(tmp)
         api = kcp.api_client()
         controlplane.install_crds(api, controlplane.KYMA_CRD, *lt.CRD_FILES)
         client.CoreV1Api(api).create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name="bench-direct")))
+            client.V1Namespace(metadata=client.V1ObjectMeta(name="bench-direct"))
+        )
         env = lt.make_env(kcp, api, d, "bench")
         rid = "rt-bench"
         rt = lt.add_runtime(env, rid, "c-bench.kyma.example.com")
-        proc = lt.ListenerProcess(env, "bench", TETHER_LISTENER_WORKERS=str(args.workers),
-                                  TETHER_LISTENER_THREADS=str(threads),
-                                  TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME=str(threads),
-                                  TETHER_LISTENER_AUDIT_LOG=str(d / "audit.jsonl"),
-                                  PROMETHEUS_MULTIPROC_DIR=str(d))
+        proc = lt.ListenerProcess(
+            env,
+            "bench",
+            TETHER_LISTENER_WORKERS=str(args.workers),
+            TETHER_LISTENER_THREADS=str(threads),
+            TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME=str(threads),
+            TETHER_LISTENER_AUDIT_LOG=str(d / "audit.jsonl"),
+            PROMETHEUS_MULTIPROC_DIR=str(d),
+        )
         sessions = [rt.session() for _ in range(threads)]
         url = f"{proc.url}/v1/runtimes/{rid}/changes"
         counter = iter(range(10**9))
@@ -168,14 +206,18 @@ def main() -> int:
 
         # the listener's own raw client (tether.gateway), as its user bound to its Role, or
         # as the cluster admin (system:masters: RBAC is not evaluated)
-        who, direct_ns = ((env.kubeconfig, env.namespace) if args.direct_as == "listener"
-                          else (kcp.kubeconfig, "bench-direct"))
+        who, direct_ns = (
+            (env.kubeconfig, env.namespace)
+            if args.direct_as == "listener"
+            else (kcp.kubeconfig, "bench-direct")
+        )
         writer = gateway.from_kubeconfig(str(who), pool_size=threads, timeout=120)
         admin = gateway.from_kubeconfig(str(kcp.kubeconfig), timeout=30)
         # one record through the listener before the measured slices: what it stores is the
         # direct writer's template (--direct-body listener)
-        template = warm_up(url, sessions[0], make_records(rid, 1, 1)[0] | {"name": "warm"},
-                           admin, env.namespace)
+        template = warm_up(
+            url, sessions[0], make_records(rid, 1, 1)[0] | {"name": "warm"}, admin, env.namespace
+        )
         body_of = stored_form(template) if args.direct_body == "listener" else records.body
         stored_rv: dict[str, str] = {}  # what the direct writer last wrote (its own cache)
 
@@ -192,8 +234,11 @@ def main() -> int:
                 obj = writer.replace(apitypes.RUNTIME_CONFIGMAPS, direct_ns, name, body)
                 stored_rv[name] = obj["metadata"]["resourceVersion"]
 
-        def slice_of(fn: Callable[[list[Any]], None], chunks: list[list[Any]],
-                     verbs: collections.Counter[str]) -> float:
+        def slice_of(
+            fn: Callable[[list[Any]], None],
+            chunks: list[list[Any]],
+            verbs: collections.Counter[str],
+        ) -> float:
             """Seconds of one slice; the KCP's requests during it added to ``verbs``."""
             before = kcp_requests(api)
             took = timed(fn, chunks, threads)
@@ -202,9 +247,13 @@ def main() -> int:
             verbs.update({v: after[v] - before[v] for v in after})
             return took
 
-        def compare(phase: str, direct_fn: Callable[[list[Any]], None] | None,
-                    pair: tuple[list[dict[str, Any]], list[dict[str, Any]]], size: int,
-                    baseline: str) -> dict[str, Any]:
+        def compare(
+            phase: str,
+            direct_fn: Callable[[list[Any]], None] | None,
+            pair: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+            size: int,
+            baseline: str,
+        ) -> dict[str, Any]:
             """Direct and listener alternate over ROUNDS slices, so load drift hits both."""
             direct_recs, recs = pair
             t_direct = t_listener = 0.0
@@ -214,19 +263,26 @@ def main() -> int:
             outcomes.clear()
             for i in range(0, len(recs), step):
                 if direct_fn is not None:
-                    t_direct += slice_of(direct_fn, split(direct_recs[i:i + step], 1), v_direct)
-                t_listener += slice_of(via_listener, split(recs[i:i + step], size), v_listener)
-            return {"phase": phase, "records": len(recs), "listener_batch": size,
-                    "baseline": baseline,
-                    "direct_per_s": len(recs) / t_direct if direct_fn else None,
-                    "listener_per_s": len(recs) / t_listener,
-                    "ratio": t_direct / t_listener if direct_fn else None,
-                    "direct_kcp_requests": per_record(v_direct, len(recs), batch) if direct_fn else None,
-                    "listener_kcp_requests": per_record(v_listener, len(recs), batch),
-                    "listener_outcomes": dict(outcomes)}
+                    t_direct += slice_of(direct_fn, split(direct_recs[i : i + step], 1), v_direct)
+                t_listener += slice_of(via_listener, split(recs[i : i + step], size), v_listener)
+            return {
+                "phase": phase,
+                "records": len(recs),
+                "listener_batch": size,
+                "baseline": baseline,
+                "direct_per_s": len(recs) / t_direct if direct_fn else None,
+                "listener_per_s": len(recs) / t_listener,
+                "ratio": t_direct / t_listener if direct_fn else None,
+                "direct_kcp_requests": per_record(v_direct, len(recs), batch)
+                if direct_fn
+                else None,
+                "listener_kcp_requests": per_record(v_listener, len(recs), batch),
+                "listener_outcomes": dict(outcomes),
+            }
 
         def both(rv: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             return make_records("rt-direct", n, rv), make_records(rid, n, rv)
+
         v1, v2, v3 = both(1000), both(100000), both(200000)
         rows = [
             compare("create", direct_create, v1, batch, "POST per object"),
@@ -244,10 +300,16 @@ def main() -> int:
 
     doc = {
         "machine": skeleton.machine(kube_apiserver=controlplane.kube_apiserver_version()),
-        "settings": {"objects": n, "threads": threads, "batch": batch, "workers": args.workers,
-                     "direct_as": args.direct_as, "direct_body": args.direct_body,
-                     "direct_client": "tether.gateway (the listener's raw client)",
-                     "data": "16 keys, ~1 KiB per ConfigMap"},
+        "settings": {
+            "objects": n,
+            "threads": threads,
+            "batch": batch,
+            "workers": args.workers,
+            "direct_as": args.direct_as,
+            "direct_body": args.direct_body,
+            "direct_client": "tether.gateway (the listener's raw client)",
+            "data": "16 keys, ~1 KiB per ConfigMap",
+        },
         "rows": rows,
         "seconds_total": round(time.monotonic() - started, 1),
     }

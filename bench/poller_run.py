@@ -71,8 +71,13 @@ def raw_post(api: client.ApiClient, path: str, body: dict[str, Any]) -> dict[str
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if cfg.api_key.get("authorization"):
         headers["Authorization"] = cfg.api_key["authorization"]
-    resp = api.rest_client.pool_manager.request("POST", cfg.host + path, body=json.dumps(body).encode(),
-                                                headers=headers, preload_content=True)
+    resp = api.rest_client.pool_manager.request(
+        "POST",
+        cfg.host + path,
+        body=json.dumps(body).encode(),
+        headers=headers,
+        preload_content=True,
+    )
     if resp.status != 201:
         raise RuntimeError(f"POST {path}: HTTP {resp.status} {resp.data[:200]!r}")
     doc: dict[str, Any] = json.loads(resp.data)
@@ -80,27 +85,55 @@ def raw_post(api: client.ApiClient, path: str, body: dict[str, Any]) -> dict[str
 
 
 def cm_body(i: int, version: str = "0") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i:05d}", "labels": LABELS},
-            "data": {f"k{k}": f"{version}-{i}-{k}-" + "x" * 100 for k in range(8)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"cm-{i:05d}", "labels": LABELS},
+        "data": {f"k{k}": f"{version}-{i}-{k}-" + "x" * 100 for k in range(8)},
+    }
 
 
 class Poller:
-    def __init__(self, rt_id: str, url: str, env: lc.Env, cert: pathlib.Path, key: pathlib.Path,
-                 skr_api: client.ApiClient, page_size: int) -> None:
+    def __init__(
+        self,
+        rt_id: str,
+        url: str,
+        env: lc.Env,
+        cert: pathlib.Path,
+        key: pathlib.Path,
+        skr_api: client.ApiClient,
+        page_size: int,
+    ) -> None:
         self.metrics = metrics.Metrics()
         flt = filters.ConfigMapFilter.build(filters.DEFAULT_IGNORED_NAMESPACES, SELECTOR)
-        self.client = sender.ListenerClient(sender.ClientSettings(
-            url, rt_id, str(env.server_ca_file), str(cert), str(key), read_timeout=120))
-        lister = scan.Lister(gateway.Kube(skr_api), flt, page_size=page_size, timeout=120,
-                             on_request=self.metrics.apiserver_requests.inc)
-        self.runner = run.Runner(rt_id, run.RunSettings(page_size=page_size, rate=10_000, burst=10_000),
-                                 flt, lister, self.client, self.metrics)
+        self.client = sender.ListenerClient(
+            sender.ClientSettings(
+                url, rt_id, str(env.server_ca_file), str(cert), str(key), read_timeout=120
+            )
+        )
+        lister = scan.Lister(
+            gateway.Kube(skr_api),
+            flt,
+            page_size=page_size,
+            timeout=120,
+            on_request=self.metrics.apiserver_requests.inc,
+        )
+        self.runner = run.Runner(
+            rt_id,
+            run.RunSettings(page_size=page_size, rate=10_000, burst=10_000),
+            flt,
+            lister,
+            self.client,
+            self.metrics,
+        )
 
     def counts(self) -> dict[str, float]:
         g = self.metrics.registry.get_sample_value
-        return {"apiserver": g("tether_poller_apiserver_requests_total") or 0.0,
-                "state": g("tether_poller_listener_requests_total", {"call": "state"}) or 0.0,
-                "changes": g("tether_poller_listener_requests_total", {"call": "changes"}) or 0.0}
+        return {
+            "apiserver": g("tether_poller_apiserver_requests_total") or 0.0,
+            "state": g("tether_poller_listener_requests_total", {"call": "state"}) or 0.0,
+            "changes": g("tether_poller_listener_requests_total", {"call": "changes"}) or 0.0,
+        }
 
     def measure(self, trace: bool = False) -> dict[str, Any]:
         before = self.counts()
@@ -116,11 +149,16 @@ class Poller:
         after = self.counts()
         assert res.outcome == "ok", res
         out: dict[str, Any] = {
-            "seconds": seconds, "digest_seconds": res.digest_seconds, "scanned": res.scanned, "digest_entries": res.digest_entries,
-            "differences": res.differences, "sent": res.sent,
+            "seconds": seconds,
+            "digest_seconds": res.digest_seconds,
+            "scanned": res.scanned,
+            "digest_entries": res.digest_entries,
+            "differences": res.differences,
+            "sent": res.sent,
             "apiserver_requests": int(after["apiserver"] - before["apiserver"]),
             "listener_state_requests": int(after["state"] - before["state"]),
-            "listener_post_requests": int(after["changes"] - before["changes"])}
+            "listener_post_requests": int(after["changes"] - before["changes"]),
+        }
         if trace:
             out["peak_heap_bytes"] = peak
         return out
@@ -150,54 +188,90 @@ def baseline_list(skr_api: client.ApiClient, page_size: int, trace: bool = False
         if not token:
             break
     seconds = time.perf_counter() - t0
-    out: dict[str, Any] = {"seconds": seconds, "requests": requests, "objects": objects, "bytes": nbytes}
+    out: dict[str, Any] = {
+        "seconds": seconds,
+        "requests": requests,
+        "objects": objects,
+        "bytes": nbytes,
+    }
     if trace:
         out["peak_heap_bytes"] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     return out
 
 
-def make_differences(core: client.CoreV1Api, objs: client.CustomObjectsApi, env: lc.Env, rt_id: str,
-                     n: int, offset: int, threads: int) -> dict[str, int]:
+def make_differences(
+    core: client.CoreV1Api,
+    objs: client.CustomObjectsApi,
+    env: lc.Env,
+    rt_id: str,
+    n: int,
+    offset: int,
+    threads: int,
+) -> dict[str, int]:
     """1% of n: 0.4% changed, 0.4% missing from the KCP, 0.2% deleted in the runtime."""
     k = max(n // 100, 5)
     changed = range(offset, offset + k * 2 // 5)
     missing = range(changed.stop, changed.stop + k * 2 // 5)
     deleted = range(missing.stop, offset + k)
-    parallel(lambda i: core.patch_namespaced_config_map(f"cm-{i:05d}", NS, {"data": {"k0": "changed"}}),
-             changed, threads)
-    parallel(lambda i: objs.delete_namespaced_custom_object(
-        apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural,
-        records.object_name(records.Key(rt_id, lc.COMPAT_WATCH, NS, f"cm-{i:05d}"))), missing, threads)
+    parallel(
+        lambda i: core.patch_namespaced_config_map(f"cm-{i:05d}", NS, {"data": {"k0": "changed"}}),
+        changed,
+        threads,
+    )
+    parallel(
+        lambda i: objs.delete_namespaced_custom_object(
+            apitypes.RUNTIME_CONFIGMAPS.group,
+            apitypes.RUNTIME_CONFIGMAPS.version,
+            env.namespace,
+            apitypes.RUNTIME_CONFIGMAPS.plural,
+            records.object_name(records.Key(rt_id, lc.COMPAT_WATCH, NS, f"cm-{i:05d}")),
+        ),
+        missing,
+        threads,
+    )
     parallel(lambda i: core.delete_namespaced_config_map(f"cm-{i:05d}", NS), deleted, threads)
     return {"changed": len(changed), "missing": len(missing), "deleted": len(deleted)}
 
 
-RUNS = (("0 differences (first run)", "run_0_differences_first"), ("0 differences", "run_0_differences"),
-        ("1 % differences", "run_1pct_differences"), ("0 differences (after)", "run_0_differences_after"))
+RUNS = (
+    ("0 differences (first run)", "run_0_differences_first"),
+    ("0 differences", "run_0_differences"),
+    ("1 % differences", "run_1pct_differences"),
+    ("0 differences (after)", "run_0_differences_after"),
+)
 
 
 def tables(doc: dict[str, Any]) -> str:
     """docs/performance.md's tables: the runs against the paginated list, and peak heaps."""
     base, digest, mib = doc["baseline_list"], doc["digest_only"], 1024 * 1024
-    lines = ["| run | seconds | × list | of which digest | apiserver requests | listener GET state | "
-             "listener POST | records sent |", "|---|---:|---:|---:|---:|---:|---:|---:|",
-             f"| baseline: paginated list | {base['seconds']:.2f} | 1.0 | – | {base['requests']} | – | – | – |",
-             f"| digest only ({doc['run_0_differences']['listener_state_requests']} state GETs) | "
-             f"{digest['seconds']:.2f} | {digest['seconds'] / base['seconds']:.1f} | {digest['seconds']:.2f} | – | "
-             f"{doc['run_0_differences']['listener_state_requests']} | – | – |"]
+    lines = [
+        "| run | seconds | × list | of which digest | apiserver requests | listener GET state | "
+        "listener POST | records sent |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| baseline: paginated list | {base['seconds']:.2f} | 1.0 | – | {base['requests']} | – | – | – |",
+        f"| digest only ({doc['run_0_differences']['listener_state_requests']} state GETs) | "
+        f"{digest['seconds']:.2f} | {digest['seconds'] / base['seconds']:.1f} | {digest['seconds']:.2f} | – | "
+        f"{doc['run_0_differences']['listener_state_requests']} | – | – |",
+    ]
     for label, key in RUNS:
         r = doc[key]
-        lines.append(f"| {label} | {r['seconds']:.2f} | {r['seconds'] / base['seconds']:.1f} | "
-                     f"{r['digest_seconds']:.2f} | {r['apiserver_requests']} | {r['listener_state_requests']} | "
-                     f"{r['listener_post_requests']} | {r['sent']} |")
+        lines.append(
+            f"| {label} | {r['seconds']:.2f} | {r['seconds'] / base['seconds']:.1f} | "
+            f"{r['digest_seconds']:.2f} | {r['apiserver_requests']} | {r['listener_state_requests']} | "
+            f"{r['listener_post_requests']} | {r['sent']} |"
+        )
     m = doc["memory"]
-    lines += ["", "| memory (peak Python heap) | MiB |", "|---|---:|",
-              f"| poll run, 0 % differences | {m['run_0_differences_peak_heap'] / mib:.1f} |",
-              f"| poll run, 1 % differences | {m['run_1pct_differences_peak_heap'] / mib:.1f} |",
-              f"| paginated list alone (one page held) | {m['paginated_list_peak_heap'] / mib:.1f} |",
-              f"| one unpaginated list (every object held; JSON {m['listed_json_bytes'] / mib:.1f} MiB) | "
-              f"{m['unpaginated_list_peak_heap'] / mib:.1f} |"]
+    lines += [
+        "",
+        "| memory (peak Python heap) | MiB |",
+        "|---|---:|",
+        f"| poll run, 0 % differences | {m['run_0_differences_peak_heap'] / mib:.1f} |",
+        f"| poll run, 1 % differences | {m['run_1pct_differences_peak_heap'] / mib:.1f} |",
+        f"| paginated list alone (one page held) | {m['paginated_list_peak_heap'] / mib:.1f} |",
+        f"| one unpaginated list (every object held; JSON {m['listed_json_bytes'] / mib:.1f} MiB) | "
+        f"{m['unpaginated_list_peak_heap'] / mib:.1f} |",
+    ]
     return "\n".join(lines)
 
 
@@ -215,15 +289,23 @@ def main(argv: list[str]) -> int:
     n = args.objects
     started = time.monotonic()
     phases: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-poller-") as tmp, controlplane.planes("skr", "kcp") as p:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-poller-") as tmp,
+        controlplane.planes("skr", "kcp") as p,
+    ):
         d = pathlib.Path(tmp)
-        skr_api, kcp_api = api_client(p["skr"], args.threads * 2), api_client(p["kcp"], args.threads * 2)
+        skr_api, kcp_api = (
+            api_client(p["skr"], args.threads * 2),
+            api_client(p["kcp"], args.threads * 2),
+        )
         env = listener_env(p["kcp"], kcp_api, d)
         listener = lc.ListenerProcess(env, "bench", TETHER_LISTENER_THREADS="4")
         rt_id = f"rt-bench-{uuid.uuid4().hex[:6]}"
         domain = "c-bench.kyma.example.com"
         lc.create_kyma(kcp_api, env.namespace, rt_id, domain)
-        env.runtime_ca.issue(rt_id, dns_names=[domain], client=True).write(d / "rt.crt", d / "rt.key")
+        env.runtime_ca.issue(rt_id, dns_names=[domain], client=True).write(
+            d / "rt.crt", d / "rt.key"
+        )
         core = client.CoreV1Api(skr_api)
         objs = client.CustomObjectsApi(kcp_api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
@@ -241,14 +323,24 @@ def main(argv: list[str]) -> int:
         path = f"/apis/{apitypes.RUNTIME_CONFIGMAPS.group}/{apitypes.RUNTIME_CONFIGMAPS.version}/namespaces/{env.namespace}/{apitypes.RUNTIME_CONFIGMAPS.plural}"
 
         def seed(i: int) -> None:  # the record straight into the KCP, without data
-            obj = {"metadata": {"namespace": NS, "name": f"cm-{i:05d}", "uid": "",
-                                "resourceVersion": created[i]}}
-            rec = changes.from_configmap(obj, runtime_id=rt_id, source="webhook", observed_at=observed)
+            obj = {
+                "metadata": {
+                    "namespace": NS,
+                    "name": f"cm-{i:05d}",
+                    "uid": "",
+                    "resourceVersion": created[i],
+                }
+            }
+            rec = changes.from_configmap(
+                obj, runtime_id=rt_id, source="webhook", observed_at=observed
+            )
             raw_post(kcp_api, path, records.body(lc.as_stored(dict(rec)), env.namespace))
 
         parallel(seed, range(n), args.threads)
         phases["seed_kcp"] = time.monotonic() - t
-        poller = Poller(rt_id, listener.url, env, d / "rt.crt", d / "rt.key", skr_api, args.page_size)
+        poller = Poller(
+            rt_id, listener.url, env, d / "rt.crt", d / "rt.key", skr_api, args.page_size
+        )
         try:
             base = baseline_list(skr_api, args.page_size)
             t = time.perf_counter()
@@ -273,8 +365,13 @@ def main(argv: list[str]) -> int:
             listener.stop()
     result = {
         "machine": skeleton.machine(),
-        "settings": {"objects": n, "page_size": args.page_size, "state_page_size": 5000,
-                     "batch_items": 100, "configmap_json_bytes": base["bytes"] // max(base["objects"], 1)},
+        "settings": {
+            "objects": n,
+            "page_size": args.page_size,
+            "state_page_size": 5000,
+            "batch_items": 100,
+            "configmap_json_bytes": base["bytes"] // max(base["objects"], 1),
+        },
         "setup_seconds": phases,
         "baseline_list": base,
         "digest_only": digest,
@@ -282,34 +379,56 @@ def main(argv: list[str]) -> int:
         "run_0_differences": zero,
         "run_1pct_differences": one,
         "run_0_differences_after": zero_after,
-        "memory": {"run_0_differences_peak_heap": mem_zero["peak_heap_bytes"],
-                   "run_1pct_differences_peak_heap": mem_one["peak_heap_bytes"],
-                   "paginated_list_peak_heap": mem_page["peak_heap_bytes"],
-                   "unpaginated_list_peak_heap": mem_all["peak_heap_bytes"],
-                   "listed_json_bytes": mem_all["bytes"]},
-        "ratios": {"run_0_vs_list_seconds": zero["seconds"] / base["seconds"],
-                   "run_1pct_vs_list_seconds": one["seconds"] / base["seconds"],
-                   "run_peak_heap_vs_unpaginated_list": mem_one["peak_heap_bytes"] / mem_all["peak_heap_bytes"]},
+        "memory": {
+            "run_0_differences_peak_heap": mem_zero["peak_heap_bytes"],
+            "run_1pct_differences_peak_heap": mem_one["peak_heap_bytes"],
+            "paginated_list_peak_heap": mem_page["peak_heap_bytes"],
+            "unpaginated_list_peak_heap": mem_all["peak_heap_bytes"],
+            "listed_json_bytes": mem_all["bytes"],
+        },
+        "ratios": {
+            "run_0_vs_list_seconds": zero["seconds"] / base["seconds"],
+            "run_1pct_vs_list_seconds": one["seconds"] / base["seconds"],
+            "run_peak_heap_vs_unpaginated_list": mem_one["peak_heap_bytes"]
+            / mem_all["peak_heap_bytes"],
+        },
         "total_seconds": time.monotonic() - started,
     }
     result = skeleton.write(args.out, "poller_run", began, result)
     mib = 1024 * 1024
-    print(f"poller run over {n} ConfigMaps ({result['settings']['configmap_json_bytes']} B each as JSON), "
-          f"page {args.page_size}; setup {phases}")
-    print(f"{'run':<26}{'seconds':>9}{'x list':>8}{'digest s':>9}{'apiserver':>10}{'state':>7}{'POST':>6}{'sent':>6}")
-    print(f"{'baseline: paginated list':<26}{base['seconds']:>9.2f}{1.0:>8.2f}{'-':>9}{base['requests']:>10}"
-          f"{'-':>7}{'-':>6}{'-':>6}")
-    print(f"{'digest only (state GETs)':<26}{digest['seconds']:>9.2f}{digest['seconds'] / base['seconds']:>8.2f}"
-          f"{digest['seconds']:>9.2f}{'-':>10}{'-':>7}{'-':>6}{'-':>6}")
-    for label, r in (("0 differences (first)", cold), ("0 differences", zero), ("1% differences", one), ("0 differences (again)", zero_after)):
-        print(f"{label:<26}{r['seconds']:>9.2f}{r['seconds'] / base['seconds']:>8.2f}{r['digest_seconds']:>9.2f}"
-              f"{r['apiserver_requests']:>10}"
-              f"{r['listener_state_requests']:>7}{r['listener_post_requests']:>6}{r['sent']:>6}")
+    print(
+        f"poller run over {n} ConfigMaps ({result['settings']['configmap_json_bytes']} B each as JSON), "
+        f"page {args.page_size}; setup {phases}"
+    )
+    print(
+        f"{'run':<26}{'seconds':>9}{'x list':>8}{'digest s':>9}{'apiserver':>10}{'state':>7}{'POST':>6}{'sent':>6}"
+    )
+    print(
+        f"{'baseline: paginated list':<26}{base['seconds']:>9.2f}{1.0:>8.2f}{'-':>9}{base['requests']:>10}"
+        f"{'-':>7}{'-':>6}{'-':>6}"
+    )
+    print(
+        f"{'digest only (state GETs)':<26}{digest['seconds']:>9.2f}{digest['seconds'] / base['seconds']:>8.2f}"
+        f"{digest['seconds']:>9.2f}{'-':>10}{'-':>7}{'-':>6}{'-':>6}"
+    )
+    for label, r in (
+        ("0 differences (first)", cold),
+        ("0 differences", zero),
+        ("1% differences", one),
+        ("0 differences (again)", zero_after),
+    ):
+        print(
+            f"{label:<26}{r['seconds']:>9.2f}{r['seconds'] / base['seconds']:>8.2f}{r['digest_seconds']:>9.2f}"
+            f"{r['apiserver_requests']:>10}"
+            f"{r['listener_state_requests']:>7}{r['listener_post_requests']:>6}{r['sent']:>6}"
+        )
     m = result["memory"]
-    print(f"peak heap: run 0% {m['run_0_differences_peak_heap'] / mib:.1f} MiB, run 1% "
-          f"{m['run_1pct_differences_peak_heap'] / mib:.1f} MiB, paginated list {m['paginated_list_peak_heap'] / mib:.1f} MiB, "
-          f"unpaginated list {m['unpaginated_list_peak_heap'] / mib:.1f} MiB "
-          f"(listed JSON {m['listed_json_bytes'] / mib:.1f} MiB)")
+    print(
+        f"peak heap: run 0% {m['run_0_differences_peak_heap'] / mib:.1f} MiB, run 1% "
+        f"{m['run_1pct_differences_peak_heap'] / mib:.1f} MiB, paginated list {m['paginated_list_peak_heap'] / mib:.1f} MiB, "
+        f"unpaginated list {m['unpaginated_list_peak_heap'] / mib:.1f} MiB "
+        f"(listed JSON {m['listed_json_bytes'] / mib:.1f} MiB)"
+    )
     print(f"total {result['total_seconds']:.0f}s; wrote {args.out}")
     report(result)
     return 0

@@ -51,8 +51,11 @@ CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
 WIDGET = watchenv.widgets(GROUP)
 CRD = watchenv.widget_crd(GROUP)
-PATHS = {"ConfigMap": "/api/v1/namespaces/{ns}/configmaps", "Secret": "/api/v1/namespaces/{ns}/secrets",
-         "Widget": f"/apis/{GROUP}/v1/namespaces/{{ns}}/widgets"}
+PATHS = {
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
+    "Secret": "/api/v1/namespaces/{ns}/secrets",
+    "Widget": f"/apis/{GROUP}/v1/namespaces/{{ns}}/widgets",
+}
 
 
 def _body(kind: str, i: int) -> dict[str, Any]:
@@ -61,8 +64,13 @@ def _body(kind: str, i: int) -> dict[str, Any]:
     if kind == "ConfigMap":
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": values}
     if kind == "Secret":
-        return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque",
-                "data": {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": meta,
+            "type": "Opaque",
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in values.items()},
+        }
     return {"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": meta, "spec": values}
 
 
@@ -72,7 +80,9 @@ def _get(api: client.ApiClient, path: str) -> dict[str, Any]:
     headers = {"Accept": "application/json"}
     if cfg.api_key.get("authorization"):
         headers["Authorization"] = cfg.api_key["authorization"]
-    resp = api.rest_client.pool_manager.request("GET", cfg.host + path, headers=headers, preload_content=True)
+    resp = api.rest_client.pool_manager.request(
+        "GET", cfg.host + path, headers=headers, preload_content=True
+    )
     if resp.status != 200:
         raise RuntimeError(f"GET {path}: HTTP {resp.status}")
     doc: dict[str, Any] = json.loads(resp.data)
@@ -82,34 +92,72 @@ def _get(api: client.ApiClient, path: str) -> dict[str, Any]:
 class Side:
     """One runtime: its namespace, Watches (KCP and runtime list) and a Watch-mode runner."""
 
-    def __init__(self, name: str, env: lc.Env, listener: lc.ListenerProcess, skr_api: client.ApiClient,
-                 plan: list[tuple[str, dict[str, str], dict[str, Any]]], n: int, args: argparse.Namespace,
-                 work: pathlib.Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        env: lc.Env,
+        listener: lc.ListenerProcess,
+        skr_api: client.ApiClient,
+        plan: list[tuple[str, dict[str, str], dict[str, Any]]],
+        n: int,
+        args: argparse.Namespace,
+        work: pathlib.Path,
+    ) -> None:
         self.name, self.ns = name, f"{name}-{uuid.uuid4().hex[:6]}"
         self.skr_api = skr_api
         core = client.CoreV1Api(skr_api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.ns)))
         rt = lc.add_runtime(env, f"rt-{self.ns}")
-        only = {"runtimes": {"selector": {"matchLabels": {apitypes.RUNTIME_ID_LABEL: rt.id}}},
-                "namespaces": [self.ns], "selector": {"matchLabels": {"app": "bench"}}}
+        only = {
+            "runtimes": {"selector": {"matchLabels": {apitypes.RUNTIME_ID_LABEL: rt.id}}},
+            "namespaces": [self.ns],
+            "selector": {"matchLabels": {"app": "bench"}},
+        }
         self.kinds = [resource["kind"] for _, resource, _ in plan]
-        ws = tuple(watches.parse(watchenv.apply(env.api, watchenv.watch(
-            f"{self.ns}-{wname}", resource, env.namespace, **only, **spec))) for wname, resource, spec in plan)
-        core.create_namespaced_config_map(self.ns, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=watchwire.WIRE_CONFIGMAP),
-            data={watchwire.WIRE_KEY: watchwire.to_wire(ws)}))
+        ws = tuple(
+            watches.parse(
+                watchenv.apply(
+                    env.api,
+                    watchenv.watch(f"{self.ns}-{wname}", resource, env.namespace, **only, **spec),
+                )
+            )
+            for wname, resource, spec in plan
+        )
+        core.create_namespaced_config_map(
+            self.ns,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=watchwire.WIRE_CONFIGMAP),
+                data={watchwire.WIRE_KEY: watchwire.to_wire(ws)},
+            ),
+        )
         per = n // len(plan)
-        pr.parallel(lambda i: pr.raw_post(skr_api, PATHS[self.kinds[i % len(plan)]].format(ns=self.ns),
-                                          _body(self.kinds[i % len(plan)], i)), range(per * len(plan)),
-                    args.threads)
+        pr.parallel(
+            lambda i: pr.raw_post(
+                skr_api,
+                PATHS[self.kinds[i % len(plan)]].format(ns=self.ns),
+                _body(self.kinds[i % len(plan)], i),
+            ),
+            range(per * len(plan)),
+            args.threads,
+        )
         self.objects = per * len(plan)
         kube = gateway.Kube(skr_api)
         flt = filters.ConfigMapFilter.build(filters.DEFAULT_IGNORED_NAMESPACES, "")
         m = metrics.Metrics()
-        lister = scan.Lister(kube, flt, page_size=args.page_size, timeout=60, on_request=m.apiserver_requests.inc)
+        lister = scan.Lister(
+            kube, flt, page_size=args.page_size, timeout=60, on_request=m.apiserver_requests.inc
+        )
         self.client = sender.ListenerClient(pollerenv.client_settings(rt, listener.url))
-        self.runner = run.Runner(rt.id, run.RunSettings(), flt, lister, self.client, m, identity=lister.identity,
-                                 watches=watchrun.Watching(watchset.WatchSet(kube, self.ns, ttl=0), lister))
+        self.runner = run.Runner(
+            rt.id,
+            run.RunSettings(),
+            flt,
+            lister,
+            self.client,
+            m,
+            identity=lister.identity,
+            watches=watchrun.Watching(watchset.WatchSet(kube, self.ns, ttl=0), lister),
+        )
         self.watches = ws
         self.page_size = args.page_size
 
@@ -130,7 +178,11 @@ class Side:
         for kind in dict.fromkeys(self.kinds):
             cont = ""
             while True:
-                path = PATHS[kind].format(ns=self.ns) + f"?limit={self.page_size}" + (f"&continue={cont}" if cont else "")
+                path = (
+                    PATHS[kind].format(ns=self.ns)
+                    + f"?limit={self.page_size}"
+                    + (f"&continue={cont}" if cont else "")
+                )
                 cont = _get(self.skr_api, path)["metadata"].get("continue") or ""
                 if not cont:
                     break
@@ -138,10 +190,14 @@ class Side:
 
 
 def _print(doc: dict[str, Any]) -> None:
-    print(f"{'side':10s} {'objects':>8s} {'watches':>8s} {'in-sync s':>10s} {'list s':>8s} {'run/list':>9s}")
+    print(
+        f"{'side':10s} {'objects':>8s} {'watches':>8s} {'in-sync s':>10s} {'list s':>8s} {'run/list':>9s}"
+    )
     for name, s in doc["summary"].items():
-        print(f"{name:10s} {s['objects']:8d} {s['watches']:8d} {s['in_sync_seconds']:10.2f} "
-              f"{s['baseline_seconds']:8.2f} {s['in_sync_seconds'] / s['baseline_seconds']:9.2f}")
+        print(
+            f"{name:10s} {s['objects']:8d} {s['watches']:8d} {s['in_sync_seconds']:10.2f} "
+            f"{s['baseline_seconds']:8.2f} {s['in_sync_seconds'] / s['baseline_seconds']:9.2f}"
+        )
     print(f"\nwatches-3 / watches-1 in-sync run: {doc['ratio']:.2f} (same number of objects)")
     print(provenance.footer(doc))
 
@@ -154,44 +210,90 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=8)
     args = skeleton.parse(ap, _print)
     began = provenance.start()
-    with tempfile.TemporaryDirectory(prefix="bench-poller-watches-") as tmp, \
-            controlplane.planes("skr", "kcp") as p:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-poller-watches-") as tmp,
+        controlplane.planes("skr", "kcp") as p,
+    ):
         d = pathlib.Path(tmp)
-        skr_api, kcp_api = pr.api_client(p["skr"], args.threads * 2), pr.api_client(p["kcp"], args.threads * 2)
+        skr_api, kcp_api = (
+            pr.api_client(p["skr"], args.threads * 2),
+            pr.api_client(p["kcp"], args.threads * 2),
+        )
         controlplane.install_crds(kcp_api, controlplane.KYMA_CRD)
         lc.install_crd(kcp_api)
         env = lc.make_env(p["kcp"], kcp_api, d, f"kl-{uuid.uuid4().hex[:8]}")
         controlplane.install_crds(skr_api, CRD)
-        listener = lc.ListenerProcess(env, "bench", TETHER_LISTENER_THREADS="8",
-                                      TETHER_LISTENER_WATCH_CACHE_SECONDS="1")
+        listener = lc.ListenerProcess(
+            env, "bench", TETHER_LISTENER_THREADS="8", TETHER_LISTENER_WATCH_CACHE_SECONDS="1"
+        )
         try:
-            sides = {"watches-1": Side("one", env, listener, skr_api, [("configuration", CM, {})],
-                                       args.objects, args, d),
-                     "watches-3": Side("three", env, listener, skr_api, [
-                         ("configuration", CM, {}), ("secrets", SECRET, {"send": {"mode": "digest"}}),
-                         ("widgets", WIDGET, {})], args.objects, args, d)}
-            pollerenv.wait_until(lambda: all(s.ready() for s in sides.values()), 60, "Watches in force")
+            sides = {
+                "watches-1": Side(
+                    "one",
+                    env,
+                    listener,
+                    skr_api,
+                    [("configuration", CM, {})],
+                    args.objects,
+                    args,
+                    d,
+                ),
+                "watches-3": Side(
+                    "three",
+                    env,
+                    listener,
+                    skr_api,
+                    [
+                        ("configuration", CM, {}),
+                        ("secrets", SECRET, {"send": {"mode": "digest"}}),
+                        ("widgets", WIDGET, {}),
+                    ],
+                    args.objects,
+                    args,
+                    d,
+                ),
+            }
+            pollerenv.wait_until(
+                lambda: all(s.ready() for s in sides.values()), 60, "Watches in force"
+            )
             for name, s in sides.items():
                 cold = s.run()
                 assert cold["outcome"] == "ok" and cold["sent"] == s.objects, (name, cold)
             rounds: dict[str, list[dict[str, Any]]] = {n: [] for n in sides}
             for r in range(args.rounds):
-                for name in (sides if r % 2 == 0 else reversed(list(sides))):
+                for name in sides if r % 2 == 0 else reversed(list(sides)):
                     res = sides[name].run()
                     assert res["outcome"] == "ok" and res["sent"] == 0, (name, res)
                     res["baseline_seconds"] = sides[name].baseline()
                     rounds[name].append(res)
-                    print(f"round {r + 1} {name:10s} in-sync {res['seconds']:6.2f} s  "
-                          f"list {res['baseline_seconds']:6.2f} s", flush=True)
+                    print(
+                        f"round {r + 1} {name:10s} in-sync {res['seconds']:6.2f} s  "
+                        f"list {res['baseline_seconds']:6.2f} s",
+                        flush=True,
+                    )
         finally:
             listener.stop()
-    summary = {n: {"objects": sides[n].objects, "watches": len(sides[n].watches),
-                   "in_sync_seconds": statistics.median(x["seconds"] for x in rs),
-                   "baseline_seconds": statistics.median(x["baseline_seconds"] for x in rs)}
-               for n, rs in rounds.items()}
-    doc = skeleton.write(args.out, "poller_watches", began, {
-        "settings": skeleton.settings(args), "rounds": rounds, "summary": summary,
-        "ratio": summary["watches-3"]["in_sync_seconds"] / summary["watches-1"]["in_sync_seconds"]})
+    summary = {
+        n: {
+            "objects": sides[n].objects,
+            "watches": len(sides[n].watches),
+            "in_sync_seconds": statistics.median(x["seconds"] for x in rs),
+            "baseline_seconds": statistics.median(x["baseline_seconds"] for x in rs),
+        }
+        for n, rs in rounds.items()
+    }
+    doc = skeleton.write(
+        args.out,
+        "poller_watches",
+        began,
+        {
+            "settings": skeleton.settings(args),
+            "rounds": rounds,
+            "summary": summary,
+            "ratio": summary["watches-3"]["in_sync_seconds"]
+            / summary["watches-1"]["in_sync_seconds"],
+        },
+    )
     print()
     _print(doc)
     return 0

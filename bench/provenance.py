@@ -26,8 +26,13 @@ class Start(NamedTuple):
 
 def start() -> Start:
     """Taken before the run: the checkout's commit and the load average."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     return Start(commit, os.getloadavg()[0])
 
 
@@ -38,10 +43,14 @@ def command(argv: list[str]) -> str:
 
 def stamp(bench: str, began: Start) -> dict[str, Any]:
     """The fields every result holds, after the run."""
-    return {"bench": bench, "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "commit": began.commit, "machine": f"{os.cpu_count()} CPUs",
-            "load_average_1m": [round(began.load, 1), round(os.getloadavg()[0], 1)],
-            "command": command(sys.argv)}
+    return {
+        "bench": bench,
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": began.commit,
+        "machine": f"{os.cpu_count()} CPUs",
+        "load_average_1m": [round(began.load, 1), round(os.getloadavg()[0], 1)],
+        "command": command(sys.argv),
+    }
 
 
 def recorded(doc: dict[str, Any]) -> bool:

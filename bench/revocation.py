@@ -64,12 +64,18 @@ def one_try(env: lt.Env, ps: list[lt.ListenerProcess], i: int, poll: float) -> l
             time.sleep(poll)
 
     if i % 2 == 0:
-        objects.delete_namespaced_custom_object(apitypes.KYMAS.group, apitypes.KYMAS.version,
-                                                env.namespace, apitypes.KYMAS.plural, name)
+        objects.delete_namespaced_custom_object(
+            apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, name
+        )
     else:
         objects.patch_namespaced_custom_object(
-            apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural,
-            name, {"metadata": {"annotations": {apitypes.SKR_DOMAIN_ANNOTATION: "moved.example.com"}}})
+            apitypes.KYMAS.group,
+            apitypes.KYMAS.version,
+            env.namespace,
+            apitypes.KYMAS.plural,
+            name,
+            {"metadata": {"annotations": {apitypes.SKR_DOMAIN_ANNOTATION: "moved.example.com"}}},
+        )
     changed = time.monotonic()
     threads = [threading.Thread(target=watch, args=(k,)) for k in range(len(ps))]
     for t in threads:
@@ -88,18 +94,27 @@ def quantile(xs: list[float], q: float) -> float:
 
 def table(doc: dict[str, Any]) -> str:
     """docs/performance.md's table: the time to refusal per change."""
-    lines = ["| change | replicas | tries | p50 (ms) | p99 (ms) | max (ms) | not refused within 30 s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| change | replicas | tries | p50 (ms) | p99 (ms) | max (ms) | not refused within 30 s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in doc["rows"]:
-        lines.append(f"| {row['change']} | {doc['replicas']} | {row['tries']} | {row['p50_ms']:.0f} | "
-                     f"{row['p99_ms']:.0f} | {row['max_ms']:.0f} | {row['not_refused']} |")
+        lines.append(
+            f"| {row['change']} | {doc['replicas']} | {row['tries']} | {row['p50_ms']:.0f} | "
+            f"{row['p99_ms']:.0f} | {row['max_ms']:.0f} | {row['not_refused']} |"
+        )
     return "\n".join(lines)
 
 
 def row(change: str, took: list[float], tries: int) -> dict[str, Any]:
-    return {"change": change, "tries": tries, "p50_ms": 1000 * statistics.median(took),
-            "p99_ms": 1000 * quantile(took, 0.99), "max_ms": 1000 * max(took),
-            "not_refused": sum(1 for t in took if t >= BOUND)}
+    return {
+        "change": change,
+        "tries": tries,
+        "p50_ms": 1000 * statistics.median(took),
+        "p99_ms": 1000 * quantile(took, 0.99),
+        "max_ms": 1000 * max(took),
+        "not_refused": sum(1 for t in took if t >= BOUND),
+    }
 
 
 def report(doc: dict[str, Any]) -> None:
@@ -113,8 +128,10 @@ def main() -> int:
     ap.add_argument("--poll", type=float, default=0.02)
     args = skeleton.parse(ap, report)
     began = provenance.start()
-    with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp, \
-            controlplane.ControlPlane("kcp") as kcp:
+    with (
+        tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp,
+        controlplane.ControlPlane("kcp") as kcp,
+    ):
         d = pathlib.Path(tmp)
         api = kcp.api_client()
         controlplane.install_crds(api, controlplane.KYMA_CRD)
@@ -123,8 +140,14 @@ def main() -> int:
         ps: list[lt.ListenerProcess] = []
         try:
             for name in ("a", "b"):
-                ps.append(lt.ListenerProcess(env, name, TETHER_LISTENER_WORKERS=str(args.workers),
-                                             TETHER_LISTENER_KCP_TIMEOUT_SECONDS="10"))
+                ps.append(
+                    lt.ListenerProcess(
+                        env,
+                        name,
+                        TETHER_LISTENER_WORKERS=str(args.workers),
+                        TETHER_LISTENER_KCP_TIMEOUT_SECONDS="10",
+                    )
+                )
             took = {"deleted": [], "domain": []}  # type: dict[str, list[float]]
             for i in range(args.tries):
                 got = one_try(env, ps, i, args.poll)
@@ -134,12 +157,17 @@ def main() -> int:
             for p in ps:
                 p.stop()
     every = took["deleted"] + took["domain"]
-    doc = {"replicas": 2, "workers": args.workers,
-           "poll_seconds": args.poll,
-           "rows": [row("Kyma CR deleted", took["deleted"], (args.tries + 1) // 2),
-                    row("skr-domain changed", took["domain"], args.tries // 2),
-                    row("either", every, args.tries)],
-           "samples_ms": {k: [round(t * 1000, 1) for t in v] for k, v in took.items()}}
+    doc = {
+        "replicas": 2,
+        "workers": args.workers,
+        "poll_seconds": args.poll,
+        "rows": [
+            row("Kyma CR deleted", took["deleted"], (args.tries + 1) // 2),
+            row("skr-domain changed", took["domain"], args.tries // 2),
+            row("either", every, args.tries),
+        ],
+        "samples_ms": {k: [round(t * 1000, 1) for t in v] for k, v in took.items()},
+    }
     doc = skeleton.write(args.out, "revocation", began, doc)
     report(doc)
     return 0

@@ -39,8 +39,13 @@ from tether import certs
 
 def old_proxy(rev: str, work: pathlib.Path) -> Any:
     """The ``Proxy`` class of testing/serviceproxy.py at ``rev`` (stdlib only, loaded from a file)."""
-    src = subprocess.run(["git", "show", f"{rev}:testing/serviceproxy.py"], cwd=skeleton.REPO, check=True,
-                         capture_output=True, text=True).stdout
+    src = subprocess.run(
+        ["git", "show", f"{rev}:testing/serviceproxy.py"],
+        cwd=skeleton.REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     path = work / "serviceproxy_before.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("serviceproxy_before", path)
@@ -55,10 +60,15 @@ def server(work: pathlib.Path) -> stack.WebhookProcess:
     ca = certs.CertificateAuthority.create("bench-proxy-ca")
     ca.issue("rt-bench", client=True).write(work / "rt.crt", work / "rt.key")
     (work / "ca.crt").write_bytes(ca.cert_pem)
-    env = {"TETHER_RUNTIME_ID": "rt-bench", "TETHER_LISTENER_URL": "https://127.0.0.1:1",
-           "TETHER_LISTENER_CA_FILE": str(work / "ca.crt"), "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"),
-           "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"), "TETHER_LOG_LEVEL": "WARNING",
-           "PYTHONPATH": str(skeleton.REPO)}
+    env = {
+        "TETHER_RUNTIME_ID": "rt-bench",
+        "TETHER_LISTENER_URL": "https://127.0.0.1:1",
+        "TETHER_LISTENER_CA_FILE": str(work / "ca.crt"),
+        "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"),
+        "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"),
+        "TETHER_LOG_LEVEL": "WARNING",
+        "PYTHONPATH": str(skeleton.REPO),
+    }
     proc = stack.WebhookProcess(work, env)
     proc.command = [sys.executable, str(skeleton.REPO / "bench" / "webhook_noop_server.py")]
     return proc.start()
@@ -71,7 +81,9 @@ def window(port: int, ctx: ssl.SSLContext, bodies: list[bytes], n: int) -> list[
     try:
         for i in range(n + 1):
             t0 = time.perf_counter()
-            conn.request("POST", "/validate", bodies[i % len(bodies)], {"Content-Type": "application/json"})
+            conn.request(
+                "POST", "/validate", bodies[i % len(bodies)], {"Content-Type": "application/json"}
+            )
             resp = conn.getresponse()
             resp.read()
             if resp.status != 200:
@@ -85,19 +97,26 @@ def window(port: int, ctx: ssl.SSLContext, bodies: list[bytes], n: int) -> list[
 
 def dist(xs: list[float]) -> dict[str, float]:
     s = sorted(xs)
-    return {"n": len(s), "p50_ms": round(1000 * s[len(s) // 2], 3),
-            "p99_ms": round(1000 * s[min(len(s) - 1, int(len(s) * 0.99))], 3),
-            "max_ms": round(1000 * s[-1], 3)}
+    return {
+        "n": len(s),
+        "p50_ms": round(1000 * s[len(s) // 2], 3),
+        "p99_ms": round(1000 * s[min(len(s) - 1, int(len(s) * 0.99))], 3),
+        "max_ms": round(1000 * s[-1], 3),
+    }
 
 
 def report(doc: dict[str, Any]) -> None:
     paths = doc["paths"]
     direct = paths["direct"]
-    print(f"{'path':28s} {'n':>5s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p50/direct':>10s} "
-          f"{'p99/direct':>10s}")
+    print(
+        f"{'path':28s} {'n':>5s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'p50/direct':>10s} "
+        f"{'p99/direct':>10s}"
+    )
     for name, d in paths.items():
-        print(f"{name:28s} {d['n']:5d} {d['p50_ms']:8.2f} {d['p99_ms']:8.2f} {d['max_ms']:8.2f} "
-              f"{d['p50_ms'] / direct['p50_ms']:10.2f} {d['p99_ms'] / direct['p99_ms']:10.2f}")
+        print(
+            f"{name:28s} {d['n']:5d} {d['p50_ms']:8.2f} {d['p99_ms']:8.2f} {d['max_ms']:8.2f} "
+            f"{d['p50_ms'] / direct['p50_ms']:10.2f} {d['p99_ms'] / direct['p99_ms']:10.2f}"
+        )
     print(provenance.footer(doc))
 
 
@@ -105,7 +124,9 @@ def main() -> int:
     ap = skeleton.options("service_proxy", __doc__, raw=True)
     ap.add_argument("--requests", type=int, default=200, help="per path and round")
     ap.add_argument("--rounds", type=int, default=5, help="alternating windows")
-    ap.add_argument("--before", help="also measure the proxy of this commit (e.g. the one before the fix)")
+    ap.add_argument(
+        "--before", help="also measure the proxy of this commit (e.g. the one before the fix)"
+    )
     args = skeleton.parse(ap, report)
     began = provenance.start()
     bodies = [review(f"cm-{k % 50}", k) for k in range(200)]
@@ -135,8 +156,12 @@ def main() -> int:
             for p in proxies:
                 p.close()
             srv.stop()
-    doc = skeleton.write(args.out, "service_proxy", began, {
-        "settings": skeleton.settings(args), "paths": {name: dist(lat[name]) for name in ports}})
+    doc = skeleton.write(
+        args.out,
+        "service_proxy",
+        began,
+        {"settings": skeleton.settings(args), "paths": {name: dist(lat[name]) for name in ports}},
+    )
     print()
     report(doc)
     return 0

@@ -36,27 +36,42 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-def options(bench: str | None, description: str | None = None, *,
-            raw: bool = False) -> argparse.ArgumentParser:
+def options(
+    bench: str | None, description: str | None = None, *, raw: bool = False
+) -> argparse.ArgumentParser:
     """A bench's parser, holding ``--out`` (default bench/results/BENCH.json; with `bench`
     None, no default: the bench picks the file from its other options) and ``--report``.
     `raw` keeps the description's line breaks (a module docstring as the help)."""
     ap = argparse.ArgumentParser(
         description=description,
-        formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter,
+    )
     if bench is None:
-        ap.add_argument("--out", type=pathlib.Path,
-                        help="the JSON of the run (default: in bench/results/, named by the other options)")
+        ap.add_argument(
+            "--out",
+            type=pathlib.Path,
+            help="the JSON of the run (default: in bench/results/, named by the other options)",
+        )
     else:
-        ap.add_argument("--out", type=pathlib.Path, default=RESULTS / f"{bench}.json",
-                        help=f"the JSON of the run (default: bench/results/{bench}.json)")
-    ap.add_argument("--report", action="store_true", help="print the report of --out's run and exit")
+        ap.add_argument(
+            "--out",
+            type=pathlib.Path,
+            default=RESULTS / f"{bench}.json",
+            help=f"the JSON of the run (default: bench/results/{bench}.json)",
+        )
+    ap.add_argument(
+        "--report", action="store_true", help="print the report of --out's run and exit"
+    )
     return ap
 
 
-def parse(ap: argparse.ArgumentParser, show: Callable[[dict[str, Any]], None],
-          argv: list[str] | None = None, *,
-          named: Callable[[argparse.Namespace], str] | None = None) -> argparse.Namespace:
+def parse(
+    ap: argparse.ArgumentParser,
+    show: Callable[[dict[str, Any]], None],
+    argv: list[str] | None = None,
+    *,
+    named: Callable[[argparse.Namespace], str] | None = None,
+) -> argparse.Namespace:
     """The options of a run. With ``--report``, `show` prints the report of ``--out``'s run
     and the bench exits. A bench whose file depends on its options (``options(None)``)
     gives `named`: ``--out`` left out is bench/results/``named(args)``."""
@@ -84,8 +99,9 @@ def load(path: pathlib.Path) -> dict[str, Any]:
     return doc
 
 
-def write(path: pathlib.Path, bench: str, began: provenance.Start, doc: dict[str, Any], *,
-          indent: int = 2) -> dict[str, Any]:
+def write(
+    path: pathlib.Path, bench: str, began: provenance.Start, doc: dict[str, Any], *, indent: int = 2
+) -> dict[str, Any]:
     """`doc` after the provenance of its run (a key of `doc` overrides one of provenance's in
     place), written to `path`, its folder made; returns what was written. `indent` is the
     one the bench's committed JSON has (1 or 2), so a new run's diff shows values only."""

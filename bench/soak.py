@@ -72,9 +72,15 @@ from standins.director import store as store_mod
 from testing import compassenv, controlplane, faultstack, listenerenv, localnet
 
 IMAGES = skeleton.REPO / "docs" / "images"
-KINDS = ("listener killed", "webhook killed", "KCP apiserver restarted",
-         "SKR apiserver restarted", "poller leader killed", "listener black-holed",
-         "Director down")
+KINDS = (
+    "listener killed",
+    "webhook killed",
+    "KCP apiserver restarted",
+    "SKR apiserver restarted",
+    "poller leader killed",
+    "listener black-holed",
+    "Director down",
+)
 RSS_GROWTH, RSS_MIB = 0.10, 8.0
 FD_GROWTH, FD_ABS = 0.20, 5
 CLK = os.sysconf("SC_CLK_TCK")
@@ -106,12 +112,17 @@ class Customer(faultstack.Workload):
 class Fleet:
     """Kyma CRs in one KCP namespace for compass, their token Secrets in the SKR plane."""
 
-    def __init__(self, kcp_api: client.ApiClient, skr: controlplane.ControlPlane,
-                 director: compassenv.Director) -> None:
+    def __init__(
+        self,
+        kcp_api: client.ApiClient,
+        skr: controlplane.ControlPlane,
+        director: compassenv.Director,
+    ) -> None:
         self.kcp_api, self.skr, self.director = kcp_api, skr, director
         self.ns, self.secret_ns = f"sc-{uuid.uuid4().hex[:8]}", f"ss-{uuid.uuid4().hex[:8]}"
         client.CoreV1Api(kcp_api).create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=self.ns)))
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=self.ns))
+        )
         self.skr_api = skr.api_client()
         self.skr_core = client.CoreV1Api(self.skr_api)
         self.live: list[str] = []
@@ -122,8 +133,9 @@ class Fleet:
         name = f"k-{self.n:03d}"
         self.n += 1
         compassenv.create_kubeconfig_secret(self.kcp_api, self.ns, name, self.skr)
-        compassenv.create_kyma(self.kcp_api, self.ns, name,
-                               compassenv.kyma_labels("ga-soak", f"{name}-{self.ns}"))
+        compassenv.create_kyma(
+            self.kcp_api, self.ns, name, compassenv.kyma_labels("ga-soak", f"{name}-{self.ns}")
+        )
         self.live.append(name)
         return name
 
@@ -147,13 +159,18 @@ class Fleet:
                 tok = self._token(n)
                 if state != "Ready" or len(regs) != 1:
                     problems.append(f"{n}: {state or 'no mapping'}, {len(regs)} registrations")
-                elif tok is None or tok.get("RUNTIME_ID") != regs[0].id or \
-                        store.token_state(tok.get("TOKEN", "")) != "valid":
+                elif (
+                    tok is None
+                    or tok.get("RUNTIME_ID") != regs[0].id
+                    or store.token_state(tok.get("TOKEN", "")) != "valid"
+                ):
                     problems.append(f"{n}: no valid token in its runtime")
             for n in self.deleted:
                 ref = f"{self.ns}.{n}"
-                if any(r.labels.get(model.KYMA_REF) == ref for r in store.all_runtimes()) or \
-                        compassenv.get_mapping(self.kcp_api, self.ns, n) is not None:
+                if (
+                    any(r.labels.get(model.KYMA_REF) == ref for r in store.all_runtimes())
+                    or compassenv.get_mapping(self.kcp_api, self.ns, n) is not None
+                ):
                     problems.append(f"{n}: deleted but still registered or mapped")
         except Exception as e:  # noqa: BLE001 - an apiserver restarting: not yet
             return f"cannot compare: {type(e).__name__}: {str(e)[:200]}"
@@ -173,17 +190,22 @@ def compass_env(fleet: Fleet, d: compassenv.Director, secret_file: pathlib.Path)
     """The fault suite's compass settings (tests/faults/test_director_down.py), interval 2 s."""
     return {
         **localnet.ENV,
-        "TETHER_KCP_NAMESPACE": fleet.ns, "TETHER_COMPASS_LEASE_NAMESPACE": fleet.ns,
-        "TETHER_COMPASS_DIRECTOR_URL": d.graphql_url, "TETHER_COMPASS_OAUTH_TOKEN_URL": d.token_url,
+        "TETHER_KCP_NAMESPACE": fleet.ns,
+        "TETHER_COMPASS_LEASE_NAMESPACE": fleet.ns,
+        "TETHER_COMPASS_DIRECTOR_URL": d.graphql_url,
+        "TETHER_COMPASS_OAUTH_TOKEN_URL": d.token_url,
         "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
         "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
         "TETHER_COMPASS_DIRECTOR_CA_FILE": str(d.ca_file),
         "TETHER_COMPASS_INTERVAL_SECONDS": "2",
         "TETHER_COMPASS_AGENT_SECRET_NAMESPACE": fleet.secret_ns,
         "TETHER_COMPASS_AGENT_SECRET_NAME": "compass-agent-{kyma}",
-        "TETHER_COMPASS_DIRECTOR_TIMEOUT_SECONDS": "2", "TETHER_COMPASS_SKR_TIMEOUT_SECONDS": "5",
-        "TETHER_COMPASS_BACKOFF_BASE_SECONDS": "0.5", "TETHER_COMPASS_BACKOFF_CAP_SECONDS": "2",
-        "TETHER_COMPASS_BREAKER_THRESHOLD": "3", "TETHER_COMPASS_BREAKER_OPEN_SECONDS": "1",
+        "TETHER_COMPASS_DIRECTOR_TIMEOUT_SECONDS": "2",
+        "TETHER_COMPASS_SKR_TIMEOUT_SECONDS": "5",
+        "TETHER_COMPASS_BACKOFF_BASE_SECONDS": "0.5",
+        "TETHER_COMPASS_BACKOFF_CAP_SECONDS": "2",
+        "TETHER_COMPASS_BREAKER_THRESHOLD": "3",
+        "TETHER_COMPASS_BREAKER_OPEN_SECONDS": "1",
         "TETHER_COMPASS_BREAKER_MAX_OPEN_SECONDS": "2",
     }
 
@@ -202,16 +224,25 @@ def read_proc(pid: int) -> dict[str, float] | None:
     if stat[0] == "Z":
         return None
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return {"rss_mib": int(fields["VmRSS"].split()[0]) / 1024, "fds": fds,
-            "threads": int(fields["Threads"]), "cpu_s": (int(stat[11]) + int(stat[12])) / CLK}
+    return {
+        "rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
+        "fds": fds,
+        "threads": int(fields["Threads"]),
+        "cpu_s": (int(stat[11]) + int(stat[12])) / CLK,
+    }
 
 
 class Sampler:
     """Samples every process of ``roots()`` (series name -> root pid or None) and the
     root's children as '<name> worker i', in a thread."""
 
-    def __init__(self, roots: Callable[[], dict[str, int | None]], every: float, t0: float,
-                 leaves: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        roots: Callable[[], dict[str, int | None]],
+        every: float,
+        t0: float,
+        leaves: frozenset[str] = frozenset(),
+    ) -> None:
         self.roots, self.every, self.t0, self.leaves = roots, every, t0, leaves
         self.samples: list[dict[str, Any]] = []
         self._last: dict[str, tuple[int, float, float]] = {}  # series -> pid, cpu_s, at
@@ -251,8 +282,13 @@ class Sampler:
             if prev is not None and prev[0] == pid and now > prev[2]:
                 cpu = round(100 * (p["cpu_s"] - prev[1]) / (now - prev[2]), 1)
             self._last[name] = (pid, p["cpu_s"], now)
-            row["procs"][name] = {"pid": pid, "rss_mib": round(p["rss_mib"], 1),
-                                  "fds": p["fds"], "threads": p["threads"], "cpu_pct": cpu}
+            row["procs"][name] = {
+                "pid": pid,
+                "rss_mib": round(p["rss_mib"], 1),
+                "fds": p["fds"],
+                "threads": p["threads"],
+                "cpu_pct": cpu,
+            }
         self.samples.append(row)
 
     def _run(self) -> None:
@@ -284,21 +320,33 @@ def schedule(minutes: float, every: float, seed: int) -> list[tuple[float, str]]
 
 
 class Soak:
-    def __init__(self, skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane,
-                 env: listenerenv.Env, kcp_api: client.ApiClient, work: pathlib.Path,
-                 director: compassenv.Director, args: argparse.Namespace) -> None:
+    def __init__(
+        self,
+        skr: controlplane.ControlPlane,
+        kcp: controlplane.ControlPlane,
+        env: listenerenv.Env,
+        kcp_api: client.ApiClient,
+        work: pathlib.Path,
+        director: compassenv.Director,
+        args: argparse.Namespace,
+    ) -> None:
         self.skr, self.kcp, self.env, self.kcp_api, self.dir = skr, kcp, env, kcp_api, work
         self.director, self.args = director, args
         # workers and threads as the Deployments have them (manifests/{kcp,skr})
         self.stack = faultstack.Stack(
-            skr, env, work, pollers=2,
+            skr,
+            env,
+            work,
+            pollers=2,
             listener={"TETHER_LISTENER_WORKERS": "2", "TETHER_LISTENER_THREADS": "16"},
-            webhook={"TETHER_WEBHOOK_WORKERS": "2", "TETHER_WEBHOOK_THREADS": "8"})
+            webhook={"TETHER_WEBHOOK_WORKERS": "2", "TETHER_WEBHOOK_THREADS": "8"},
+        )
         self.fleet = Fleet(kcp_api, skr, director)
         secret_file = work / "client_secret"
         secret_file.write_text(director.store.client_secret)
-        self.compass = faultstack.CompassProcess(work, kcp.kubeconfig,
-                                                 compass_env(self.fleet, director, secret_file))
+        self.compass = faultstack.CompassProcess(
+            work, kcp.kubeconfig, compass_env(self.fleet, director, secret_file)
+        )
         self.customer: Customer | None = None
         self.faults: list[dict[str, Any]] = []
 
@@ -310,7 +358,9 @@ class Soak:
         out: dict[str, int | None] = {}
         for plane, label in ((self.skr, "SKR"), (self.kcp, "KCP")):
             out[f"{label} etcd"] = pid(plane._etcd.popen if plane._etcd else None)
-            out[f"{label} kube-apiserver"] = pid(plane._apiserver.popen if plane._apiserver else None)
+            out[f"{label} kube-apiserver"] = pid(
+                plane._apiserver.popen if plane._apiserver else None
+            )
         out["listener"] = pid(s.listener.proc if s.listener else None)
         out["webhook"] = pid(s.webhook.proc if s.webhook else None)
         for p in s.pollers:
@@ -324,11 +374,16 @@ class Soak:
             self.fleet.create()
         self.compass.start()
         s = self.stack
-        self.customer = Customer(s.core, s.namespace, s.labels, keys=40, rate=self.args.rate,
-                                 seed=self.args.seed)
+        self.customer = Customer(
+            s.core, s.namespace, s.labels, keys=40, rate=self.args.rate, seed=self.args.seed
+        )
         self.customer.start()
-        faultstack_wait(lambda: not self.fleet.difference(), 90, "the first Kyma CRs Ready",
-                        self.fleet.difference)
+        faultstack_wait(
+            lambda: not self.fleet.difference(),
+            90,
+            "the first Kyma CRs Ready",
+            self.fleet.difference,
+        )
         faultstack_wait(lambda: not s.difference(), 90, "the first convergence", s.difference)
 
     def close(self) -> None:
@@ -396,8 +451,14 @@ class Soak:
         check = self.fleet.difference if kind == "Director down" else s.difference
         converged, paused = self._converge(check, healed)
         self.customer.retry_seconds = 0.0
-        row = {"kind": kind, "at": round(began - t0, 1), "fault_seconds": round(healed - began, 1),
-               "converged_seconds": round(converged, 1), "paused": paused, **extra}
+        row = {
+            "kind": kind,
+            "at": round(began - t0, 1),
+            "fault_seconds": round(healed - began, 1),
+            "converged_seconds": round(converged, 1),
+            "paused": paused,
+            **extra,
+        }
         if kind == "Director down":  # the change path too, under the same load
             row["change_path_converged_seconds"] = round(self._converge(s.difference, healed)[0], 1)
         return row
@@ -433,16 +494,19 @@ class Soak:
             log(f"fault: {kind}")
             row = self.fault(kind, t0)
             self.faults.append(row)
-            log(f"  healed after {row['fault_seconds']} s, converged {row['converged_seconds']} s "
-                f"after the heal{' (customer paused)' if row['paused'] else ''}")
+            log(
+                f"  healed after {row['fault_seconds']} s, converged {row['converged_seconds']} s "
+                f"after the heal{' (customer paused)' if row['paused'] else ''}"
+            )
             assert self.customer is not None
             if self.customer.crashed is not None:
                 raise AssertionError("the customer crashed") from self.customer.crashed
         time.sleep(max(0.0, end - time.monotonic()))
 
 
-def faultstack_wait(pred: Callable[[], Any], timeout: float, what: str,
-                    why: Callable[[], str] | None = None) -> None:
+def faultstack_wait(
+    pred: Callable[[], Any], timeout: float, what: str, why: Callable[[], str] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
         if time.monotonic() > deadline:
@@ -461,8 +525,11 @@ def windows(minutes: float) -> tuple[tuple[float, float], tuple[float, float]]:
 
 
 def series(samples: list[dict[str, Any]], name: str, key: str) -> list[tuple[float, float]]:
-    return [(s["t"], s["procs"][name][key]) for s in samples
-            if name in s["procs"] and s["procs"][name][key] is not None]
+    return [
+        (s["t"], s["procs"][name][key])
+        for s in samples
+        if name in s["procs"] and s["procs"][name][key] is not None
+    ]
 
 
 def segments(samples: list[dict[str, Any]], name: str, key: str) -> list[list[tuple[float, float]]]:
@@ -491,8 +558,10 @@ def flatness(samples: list[dict[str, Any]], minutes: float) -> list[dict[str, An
             pts = series(samples, n, key)
             a = [v for t, v in pts if warm[0] <= t < warm[1]]
             b = [v for t, v in pts if last[0] <= t <= last[1]]
-            row[key] = (round(statistics.median(a), 1) if a else None,
-                        round(statistics.median(b), 1) if b else None)
+            row[key] = (
+                round(statistics.median(a), 1) if a else None,
+                round(statistics.median(b), 1) if b else None,
+            )
         pids = {s["procs"][n]["pid"] for s in samples if n in s["procs"]}
         row["pids"] = len(pids)
         (ra, rb), (fa, fb) = row["rss_mib"], row["fds"]
@@ -501,15 +570,27 @@ def flatness(samples: list[dict[str, Any]], minutes: float) -> list[dict[str, An
             grew.append("RSS")
         if fa is not None and fb is not None and fb > fa * (1 + FD_GROWTH) and fb - fa > FD_ABS:
             grew.append("open files")
-        row["verdict"] = "GREW: " + ", ".join(grew) if grew else (
-            "flat" if None not in (ra, rb, fa, fb) else "n/a")
+        row["verdict"] = (
+            "GREW: " + ", ".join(grew)
+            if grew
+            else ("flat" if None not in (ra, rb, fa, fb) else "n/a")
+        )
         rows.append(row)
     return rows
 
 
 def order_key(name: str) -> tuple[int, str]:
-    prefixes = ("SKR etcd", "SKR kube-apiserver", "KCP etcd", "KCP kube-apiserver", "listener",
-                "webhook", "poller", "compass", "soak driver")
+    prefixes = (
+        "SKR etcd",
+        "SKR kube-apiserver",
+        "KCP etcd",
+        "KCP kube-apiserver",
+        "listener",
+        "webhook",
+        "poller",
+        "compass",
+        "soak driver",
+    )
     return next((i for i, p in enumerate(prefixes) if name.startswith(p)), 99), name
 
 
@@ -521,9 +602,11 @@ def pct(a: float | None, b: float | None) -> str:
 
 def table(rows: list[dict[str, Any]], minutes: float) -> str:
     warm, last = windows(minutes)
-    head = (f"| process | pids | RSS MiB, min {warm[0] / 60:.3g}–{warm[1] / 60:.3g} | RSS MiB, "
-            f"last {(last[1] - last[0]) / 60:.3g} min | change | open files (same windows) | "
-            f"threads | CPU % (median, same windows) | verdict |")
+    head = (
+        f"| process | pids | RSS MiB, min {warm[0] / 60:.3g}–{warm[1] / 60:.3g} | RSS MiB, "
+        f"last {(last[1] - last[0]) / 60:.3g} min | change | open files (same windows) | "
+        f"threads | CPU % (median, same windows) | verdict |"
+    )
     out = [head, "|" + "---|" * 9]
 
     def g(v: float | None) -> str:
@@ -531,30 +614,44 @@ def table(rows: list[dict[str, Any]], minutes: float) -> str:
 
     for r in rows:
         (ra, rb), (fa, fb), (ca, cb), (ta, tb) = r["rss_mib"], r["fds"], r["cpu_pct"], r["threads"]
-        out.append(f"| {r['process']} | {r['pids']} | {g(ra)} | {g(rb)} | {pct(ra, rb)} | "
-                   f"{g(fa)} → {g(fb)} | {g(ta)} → {g(tb)} | {g(ca)} → {g(cb)} | {r['verdict']} |")
+        out.append(
+            f"| {r['process']} | {r['pids']} | {g(ra)} | {g(rb)} | {pct(ra, rb)} | "
+            f"{g(fa)} → {g(fb)} | {g(ta)} → {g(tb)} | {g(ca)} → {g(cb)} | {r['verdict']} |"
+        )
     return "\n".join(out)
 
 
 def fault_table(faults: list[dict[str, Any]]) -> str:
-    out = ["| # | at (min) | fault | fault lasted (s) | converged after the heal (s) | notes |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        "| # | at (min) | fault | fault lasted (s) | converged after the heal (s) | notes |",
+        "|---|---|---|---|---|---|",
+    ]
     for i, f in enumerate(faults, 1):
         notes = []
         if "takeover_seconds" in f:
             notes.append(f"other poller led after {f['takeover_seconds']} s")
         if "change_path_converged_seconds" in f:
-            notes.append(f"Kyma {f['created']} created, {f['deleted']} deleted while down; "
-                         f"change path exact after {f['change_path_converged_seconds']} s")
+            notes.append(
+                f"Kyma {f['created']} created, {f['deleted']} deleted while down; "
+                f"change path exact after {f['change_path_converged_seconds']} s"
+            )
         if f["paused"]:
             notes.append("customer paused for the check")
-        out.append(f"| {i} | {f['at'] / 60:.1f} | {f['kind']} | {f['fault_seconds']} | "
-                   f"{f['converged_seconds']} | {'; '.join(notes)} |")
+        out.append(
+            f"| {i} | {f['at'] / 60:.1f} | {f['kind']} | {f['fault_seconds']} | "
+            f"{f['converged_seconds']} | {'; '.join(notes)} |"
+        )
     return "\n".join(out)
 
 
-def plot(samples: list[dict[str, Any]], faults: list[dict[str, Any]], key: str, ylabel: str,
-         title: str, dest: pathlib.Path) -> None:
+def plot(
+    samples: list[dict[str, Any]],
+    faults: list[dict[str, Any]],
+    key: str,
+    ylabel: str,
+    title: str,
+    dest: pathlib.Path,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -575,7 +672,7 @@ def plot(samples: list[dict[str, Any]], faults: list[dict[str, Any]], key: str, 
         top = max((v for _, v in pts), default=1)
         ax.set_ylim(0, top * 1.15 + (1 if key == "fds" else 0))
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     for ax in axes[-1]:
         ax.set_xlabel("minutes", fontsize=8)
@@ -601,8 +698,12 @@ def main() -> None:
     ap.add_argument("--sample-every", type=float, default=5.0)
     ap.add_argument("--results", type=pathlib.Path, default=skeleton.RESULTS / "soak.json")
     ap.add_argument("--images", type=pathlib.Path, default=IMAGES)
-    ap.add_argument("--report", type=pathlib.Path, metavar="SOAK_JSON",
-                    help="only print the tables and redraw the plots of an earlier run")
+    ap.add_argument(
+        "--report",
+        type=pathlib.Path,
+        metavar="SOAK_JSON",
+        help="only print the tables and redraw the plots of an earlier run",
+    )
     args = ap.parse_args()
     if args.report:
         report(skeleton.load(args.report), args.images)
@@ -610,8 +711,10 @@ def main() -> None:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the stand-in's request lines
 
     plan = schedule(args.minutes, args.fault_every, args.seed)
-    print(f"soak: {args.minutes:g} min, seed {args.seed}, customer {args.rate:g} writes/s; "
-          f"fault schedule (min: kind):")
+    print(
+        f"soak: {args.minutes:g} min, seed {args.seed}, customer {args.rate:g} writes/s; "
+        f"fault schedule (min: kind):"
+    )
     for at, kind in plan:
         print(f"  {at / 60:5.1f}  {kind}")
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-soak-"))
@@ -637,8 +740,12 @@ def main() -> None:
             t0 = time.monotonic()
             me = os.getpid()
             # the driver's children are the planes and parts: the driver alone is a leaf
-            sampler = Sampler(lambda: {**soak.roots(), "soak driver": me}, args.sample_every, t0,
-                              leaves=frozenset({"soak driver"}))
+            sampler = Sampler(
+                lambda: {**soak.roots(), "soak driver": me},
+                args.sample_every,
+                t0,
+                leaves=frozenset({"soak driver"}),
+            )
             sampler.start()
             log("running")
             soak.run(plan, t0)
@@ -649,8 +756,12 @@ def main() -> None:
             soak.customer.check_runtime()
             final = soak.stack.wait_converged(last, 120)
             final_compass = time.monotonic()
-            faultstack_wait(lambda: not soak.fleet.difference(), 120, "compass at the end",
-                            soak.fleet.difference)
+            faultstack_wait(
+                lambda: not soak.fleet.difference(),
+                120,
+                "compass at the end",
+                soak.fleet.difference,
+            )
             workload = soak.customer.summary()
             failed = [vars(w) for w in soak.customer.failed()]
         finally:
@@ -661,26 +772,49 @@ def main() -> None:
     samples = sampler.samples
     rows = flatness(samples, args.minutes)
     out = {
-        "benchmark": "soak", "started": started.isoformat(timespec="seconds"),
+        "benchmark": "soak",
+        "started": started.isoformat(timespec="seconds"),
         "machine": f"{platform.node()}, {os.cpu_count()} cores shared with other runs",
         "args": {k: str(v) if isinstance(v, pathlib.Path) else v for k, v in vars(args).items()},
-        "customer": {"rate_per_second": args.rate, "keys": 40, "summary": workload,
-                     "failed": failed},
+        "customer": {
+            "rate_per_second": args.rate,
+            "keys": 40,
+            "summary": workload,
+            "failed": failed,
+        },
         "schedule": [{"at": at, "kind": k} for at, k in plan],
         "faults": soak.faults,
-        "final": {"change_path_converged_seconds": round(final, 1),
-                  "compass_converged_seconds": round(time.monotonic() - final_compass, 1)},
-        "thresholds": {"rss_growth": RSS_GROWTH, "rss_mib": RSS_MIB, "fd_growth": FD_GROWTH,
-                       "fd_abs": FD_ABS, "windows_seconds": windows(args.minutes)},
-        "flatness": rows, "samples": samples,
+        "final": {
+            "change_path_converged_seconds": round(final, 1),
+            "compass_converged_seconds": round(time.monotonic() - final_compass, 1),
+        },
+        "thresholds": {
+            "rss_growth": RSS_GROWTH,
+            "rss_mib": RSS_MIB,
+            "fd_growth": FD_GROWTH,
+            "fd_abs": FD_ABS,
+            "windows_seconds": windows(args.minutes),
+        },
+        "flatness": rows,
+        "samples": samples,
     }
     out = skeleton.write(args.results, "soak", began, out, indent=1)
-    plot(samples, soak.faults, "rss_mib", "RSS (MiB)",
-         f"Soak: RSS per process ({args.minutes:g} min, seed {args.seed})",
-         args.images / "soak-memory.png")
-    plot(samples, soak.faults, "fds", "open files",
-         f"Soak: open files per process ({args.minutes:g} min, seed {args.seed})",
-         args.images / "soak-open-files.png")
+    plot(
+        samples,
+        soak.faults,
+        "rss_mib",
+        "RSS (MiB)",
+        f"Soak: RSS per process ({args.minutes:g} min, seed {args.seed})",
+        args.images / "soak-memory.png",
+    )
+    plot(
+        samples,
+        soak.faults,
+        "fds",
+        "open files",
+        f"Soak: open files per process ({args.minutes:g} min, seed {args.seed})",
+        args.images / "soak-open-files.png",
+    )
     print(f"\ncustomer: {workload}")
     print(f"at the end: change path exact {final:.1f} s after the last write\n")
     skeleton.report(out, fault_table(soak.faults), table(rows, args.minutes))
@@ -689,14 +823,26 @@ def main() -> None:
 
 def report(out: dict[str, Any], images: pathlib.Path) -> None:
     minutes = float(out["args"]["minutes"])
-    plot(out["samples"], out["faults"], "rss_mib", "RSS (MiB)",
-         f"Soak: RSS per process ({minutes:g} min, seed {out['args']['seed']})",
-         images / "soak-memory.png")
-    plot(out["samples"], out["faults"], "fds", "open files",
-         f"Soak: open files per process ({minutes:g} min, seed {out['args']['seed']})",
-         images / "soak-open-files.png")
+    plot(
+        out["samples"],
+        out["faults"],
+        "rss_mib",
+        "RSS (MiB)",
+        f"Soak: RSS per process ({minutes:g} min, seed {out['args']['seed']})",
+        images / "soak-memory.png",
+    )
+    plot(
+        out["samples"],
+        out["faults"],
+        "fds",
+        "open files",
+        f"Soak: open files per process ({minutes:g} min, seed {out['args']['seed']})",
+        images / "soak-open-files.png",
+    )
     print(f"customer: {out['customer']['summary']}")
-    skeleton.report(out, fault_table(out["faults"]), table(flatness(out["samples"], minutes), minutes))
+    skeleton.report(
+        out, fault_table(out["faults"]), table(flatness(out["samples"], minutes), minutes)
+    )
 
 
 if __name__ == "__main__":

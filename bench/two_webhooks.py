@@ -44,9 +44,14 @@ class Child:
     """``python -m <module> WORKDIR [ARG]``: prints its port, serves until stdin closes."""
 
     def __init__(self, module: str, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=skeleton.REPO, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     preexec_fn=controlplane.die_with_parent())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            cwd=skeleton.REPO,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            preexec_fn=controlplane.die_with_parent(),
+        )
         assert self.proc.stdout is not None
         self.url = f"https://127.0.0.1:{int(self.proc.stdout.readline())}"
 
@@ -62,7 +67,9 @@ def pct(xs: list[float], q: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def setup(plane: controlplane.ControlPlane, work: pathlib.Path, writes: int) -> tuple[Any, list[Any]]:
+def setup(
+    plane: controlplane.ControlPlane, work: pathlib.Path, writes: int
+) -> tuple[Any, list[Any]]:
     """The four namespaces with their ConfigMaps, both registrations; returns (webhook,
     children) to stop."""
     api = plane.api_client()
@@ -73,24 +80,42 @@ def setup(plane: controlplane.ControlPlane, work: pathlib.Path, writes: int) -> 
     receiver = Child("testing.receiver", str(work), str(work / "runtime-ca.crt"))
     peer = Child("testing.watcherpeer", str(work))
     (work / "tether").mkdir()
-    wh = stack.WebhookProcess(work / "tether", {
-        "TETHER_RUNTIME_ID": "rt-bench", "TETHER_LISTENER_URL": receiver.url,
-        "TETHER_LISTENER_CA_FILE": str(work / "receiver-ca.crt"),
-        "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"), "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"),
-        "TETHER_KUBECONFIG": str(plane.kubeconfig), "TETHER_WEBHOOK_WORKERS": "2",
-        "TETHER_WEBHOOK_THREADS": "8", "TETHER_LOG_LEVEL": "WARNING"}).start()
+    wh = stack.WebhookProcess(
+        work / "tether",
+        {
+            "TETHER_RUNTIME_ID": "rt-bench",
+            "TETHER_LISTENER_URL": receiver.url,
+            "TETHER_LISTENER_CA_FILE": str(work / "receiver-ca.crt"),
+            "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"),
+            "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"),
+            "TETHER_KUBECONFIG": str(plane.kubeconfig),
+            "TETHER_WEBHOOK_WORKERS": "2",
+            "TETHER_WEBHOOK_THREADS": "8",
+            "TETHER_LOG_LEVEL": "WARNING",
+        },
+    ).start()
     for name in CONFIGS:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=f"two-{name}")))
         labels = MODULE_LABEL if name in ("watcher", "both") else {}
         for k in range(writes):
-            core.create_namespaced_config_map(f"two-{name}", client.V1ConfigMap(
-                metadata=client.V1ObjectMeta(name=f"cm-{k}", labels=labels), data={"i": "0"}))
-    module = watcherpeer.Watcher("kcp-system", "configmaps", "example-module", MODULE_LABEL, "", "v1", "configmaps")
+            core.create_namespaced_config_map(
+                f"two-{name}",
+                client.V1ConfigMap(
+                    metadata=client.V1ObjectMeta(name=f"cm-{k}", labels=labels), data={"i": "0"}
+                ),
+            )
+    module = watcherpeer.Watcher(
+        "kcp-system", "configmaps", "example-module", MODULE_LABEL, "", "v1", "configmaps"
+    )
     ca = (work / "klm-watcher-ca.crt").read_bytes()
     stack.register(api, watcherpeer.vwc_body(ca, [watcherpeer.KLM_WATCHER, module], peer.url))
     for name in ("tether", "both"):
-        stack.register(api, stack.vwc_body(f"tether-configmaps-{name}", wh.url + "/validate",
-                                           wh.ca.cert_pem, f"two-{name}"))
+        stack.register(
+            api,
+            stack.vwc_body(
+                f"tether-configmaps-{name}", wh.url + "/validate", wh.ca.cert_pem, f"two-{name}"
+            ),
+        )
     return wh, [receiver, peer]
 
 
@@ -100,7 +125,9 @@ def warm(core: client.CoreV1Api, wh: stack.WebhookProcess, seconds: float = 60.0
     for name in ("tether", "both"):
         while True:
             before = wh.metric("tether_webhook_admission_requests_total")
-            core.patch_namespaced_config_map("cm-0", f"two-{name}", {"data": {"i": str(time.time())}})
+            core.patch_namespaced_config_map(
+                "cm-0", f"two-{name}", {"data": {"i": str(time.time())}}
+            )
             if wh.metric("tether_webhook_admission_requests_total") > before:
                 break
             assert time.monotonic() < deadline, "Tether's webhook never called"
@@ -108,21 +135,32 @@ def warm(core: client.CoreV1Api, wh: stack.WebhookProcess, seconds: float = 60.0
     time.sleep(2)  # the watcher's configuration, registered first, is picked up by now
 
 
-def measure(core: client.CoreV1Api, writes: int, rounds: int, spacing: float) -> dict[str, list[float]]:
+def measure(
+    core: client.CoreV1Api, writes: int, rounds: int, spacing: float
+) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {c: [] for c in CONFIGS}
     for r in range(rounds):
         for name in CONFIGS if r % 2 == 0 else tuple(reversed(CONFIGS)):
             for k in range(writes):
                 started = time.perf_counter()
-                core.patch_namespaced_config_map(f"cm-{k}", f"two-{name}", {"data": {"i": f"{r}-{k}"}})
+                core.patch_namespaced_config_map(
+                    f"cm-{k}", f"two-{name}", {"data": {"i": f"{r}-{k}"}}
+                )
                 out[name].append(time.perf_counter() - started)
                 time.sleep(spacing)
     return out
 
 
 def summarize(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
-    rows = {c: {"n": len(xs), "median_ms": statistics.median(xs) * 1000, "p90_ms": pct(xs, 0.9) * 1000,
-                "p99_ms": pct(xs, 0.99) * 1000} for c, xs in samples.items()}
+    rows = {
+        c: {
+            "n": len(xs),
+            "median_ms": statistics.median(xs) * 1000,
+            "p90_ms": pct(xs, 0.9) * 1000,
+            "p99_ms": pct(xs, 0.99) * 1000,
+        }
+        for c, xs in samples.items()
+    }
     base = rows["none"]["median_ms"]
     for row in rows.values():
         row["added_median_ms"] = row["median_ms"] - base
@@ -134,16 +172,22 @@ def report(doc: dict[str, Any]) -> None:
     print("|---|---|---|---|---|---|")
     for c in CONFIGS:
         r = doc["results"][c]
-        print(f"| {c} | {r['n']} | {r['median_ms']:.1f} ms | {r['p90_ms']:.1f} ms | {r['p99_ms']:.1f} ms "
-              f"| {r['added_median_ms']:+.1f} ms |")
+        print(
+            f"| {c} | {r['n']} | {r['median_ms']:.1f} ms | {r['p90_ms']:.1f} ms | {r['p99_ms']:.1f} ms "
+            f"| {r['added_median_ms']:+.1f} ms |"
+        )
     t, w, b = (doc["results"][c]["added_median_ms"] for c in ("tether", "watcher", "both"))
-    print(f"\nboth adds {b:.1f} ms; the sum of the two alone {t + w:.1f} ms, the slower {max(t, w):.1f} ms")
+    print(
+        f"\nboth adds {b:.1f} ms; the sum of the two alone {t + w:.1f} ms, the slower {max(t, w):.1f} ms"
+    )
     print(provenance.footer(doc))
 
 
 def main() -> int:
     ap = skeleton.options("two_webhooks", __doc__.split("\n\n")[0])
-    ap.add_argument("--writes", type=int, default=50, help="ConfigMaps (writes) per namespace and round")
+    ap.add_argument(
+        "--writes", type=int, default=50, help="ConfigMaps (writes) per namespace and round"
+    )
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--spacing", type=float, default=0.05, help="seconds between writes")
     args = skeleton.parse(ap, report)
@@ -162,9 +206,12 @@ def main() -> int:
             wh.stop()
         calls = [c.stop() for c in children]
         plane.stop()
-    doc = {"writes": args.writes, "rounds": args.rounds,
-           "watcher_calls": int(calls[1].splitlines()[-1]) if len(calls) > 1 and calls[1] else None,
-           "results": summarize(samples)}
+    doc = {
+        "writes": args.writes,
+        "rounds": args.rounds,
+        "watcher_calls": int(calls[1].splitlines()[-1]) if len(calls) > 1 and calls[1] else None,
+        "results": summarize(samples),
+    }
     doc = skeleton.write(args.out, "two_webhooks", began, doc)
     report(doc)
     return 0

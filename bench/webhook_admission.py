@@ -47,16 +47,39 @@ NAMESPACE = "bench"
 
 def review(name: str, i: int) -> bytes:
     data = {f"key-{k}": f"value-{i}-{k}-" + "x" * 40 for k in range(16)}
-    meta = {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}", "resourceVersion": "",
-            "labels": {"app": "bench"}, "annotations": {"owner": "team-a"}}
-    old = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {**meta, "resourceVersion": "1"},
-           "data": {**data, "key-0": "old"}}
+    meta = {
+        "name": name,
+        "namespace": NAMESPACE,
+        "uid": f"uid-{name}",
+        "resourceVersion": "",
+        "labels": {"app": "bench"},
+        "annotations": {"owner": "team-a"},
+    }
+    old = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {**meta, "resourceVersion": "1"},
+        "data": {**data, "key-0": "old"},
+    }
     new = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": f"req-{i}", "operation": "UPDATE", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-        "resource": {"group": "", "version": "v1", "resource": "configmaps"},
-        "namespace": NAMESPACE, "name": name, "dryRun": False, "object": new, "oldObject": old,
-        "userInfo": {"username": "bench"}}}).encode()
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": f"req-{i}",
+                "operation": "UPDATE",
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "namespace": NAMESPACE,
+                "name": name,
+                "dryRun": False,
+                "object": new,
+                "oldObject": old,
+                "userInfo": {"username": "bench"},
+            },
+        }
+    ).encode()
 
 
 def cpu_seconds(root: int) -> float:
@@ -96,15 +119,27 @@ def wsgi_costs(bodies: list[bytes], metrics_dir: pathlib.Path) -> dict[str, floa
     import webhook_noop_server
 
     s = settings_mod.Settings(
-        runtime_id="rt", listener=sender.ClientSettings("https://l", "rt", "ca", "c", "k"),
-        server=settings_mod.ServerSettings(), forwarder=settings_mod.ForwarderSettings(),
-        filter=filters.ConfigMapFilter(), queue_size=1_000_000)
+        runtime_id="rt",
+        listener=sender.ClientSettings("https://l", "rt", "ca", "c", "k"),
+        server=settings_mod.ServerSettings(),
+        forwarder=settings_mod.ForwarderSettings(),
+        filter=filters.ConfigMapFilter(),
+        queue_size=1_000_000,
+    )
     fw = s.forwarder
-    svc = services_mod.Services(s, keyqueue.KeyQueue(s.queue_size, fw.coalesce_seconds, fw.hot_key_seconds),
-                          metrics.build(None), None)
+    svc = services_mod.Services(
+        s,
+        keyqueue.KeyQueue(s.queue_size, fw.coalesce_seconds, fw.hot_key_seconds),
+        metrics.build(None),
+        None,
+    )
     apps = {"webhook": app_mod.create_app(s, svc), "baseline": webhook_noop_server.create_app()}
-    environs = [EnvironBuilder(method="POST", path="/validate", data=b,
-                               content_type="application/json").get_environ() for b in bodies[:200]]
+    environs = [
+        EnvironBuilder(
+            method="POST", path="/validate", data=b, content_type="application/json"
+        ).get_environ()
+        for b in bodies[:200]
+    ]
 
     def run(app: Any) -> None:
         for env, body in zip(environs, bodies, strict=False):
@@ -115,12 +150,15 @@ def wsgi_costs(bodies: list[bytes], metrics_dir: pathlib.Path) -> dict[str, floa
     out = {}
     for name, app in apps.items():
         run(app)
-        out[name] = min(timeit.repeat(lambda a=app: run(a), number=5, repeat=7)) / (5 * len(environs)) * 1e6
+        out[name] = (
+            min(timeit.repeat(lambda a=app: run(a), number=5, repeat=7)) / (5 * len(environs)) * 1e6
+        )
     return out
 
 
-def drive(port: int, ca_file: pathlib.Path, bodies: list[bytes], connections: int,
-          seconds: float) -> dict[str, Any]:
+def drive(
+    port: int, ca_file: pathlib.Path, bodies: list[bytes], connections: int, seconds: float
+) -> dict[str, Any]:
     ctx = ssl.create_default_context(cafile=str(ca_file))
     latencies: list[list[float]] = [[] for _ in range(connections)]
     errors = [0] * connections
@@ -158,26 +196,40 @@ def drive(port: int, ca_file: pathlib.Path, bodies: list[bytes], connections: in
         t.join()
     elapsed = time.monotonic() - t0
     lat = sorted(x for xs in latencies for x in xs)
-    return {"requests": len(lat), "errors": sum(errors), "seconds": elapsed,
-            "throughput": len(lat) / elapsed,
-            "p50_ms": 1000 * lat[len(lat) // 2], "p99_ms": 1000 * lat[int(len(lat) * 0.99)],
-            "connections_opened": sum(handshakes)}
+    return {
+        "requests": len(lat),
+        "errors": sum(errors),
+        "seconds": elapsed,
+        "throughput": len(lat) / elapsed,
+        "p50_ms": 1000 * lat[len(lat) // 2],
+        "p99_ms": 1000 * lat[int(len(lat) * 0.99)],
+        "connections_opened": sum(handshakes),
+    }
 
 
 def tables(doc: dict[str, Any]) -> str:
     """docs/performance.md's tables: medians per server, then the ratios."""
     scenario, s = f"keys {doc['settings']['keys']}", doc["summary"]
-    lines = ["| scenario | server | req/s | p50 ms | p99 ms | req per CPU-s | records forwarded |",
-             "|---|---|---:|---:|---:|---:|---:|"]
-    for target, label, forwarded in (("baseline", "no-op baseline", "—"),
-                                     ("webhook", "webhook", f"{doc['records_forwarded']:,}")):
+    lines = [
+        "| scenario | server | req/s | p50 ms | p99 ms | req per CPU-s | records forwarded |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for target, label, forwarded in (
+        ("baseline", "no-op baseline", "—"),
+        ("webhook", "webhook", f"{doc['records_forwarded']:,}"),
+    ):
         x = s[target]
-        lines.append(f"| {scenario} | {label} | {x['throughput']:,.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.1f} | "
-                     f"{x['requests_per_cpu_second']:,.0f} | {forwarded} |")
-    lines += ["", "| scenario | throughput ratio | CPU-normalised ratio | handler adds (in-process) |",
-              "|---|---:|---:|---:|",
-              f"| {scenario} | {doc['throughput_ratio']:.3f} | {doc['cpu_efficiency_ratio']:.3f} | "
-              f"{doc['wsgi_handler_extra_us']:.0f} µs |"]
+        lines.append(
+            f"| {scenario} | {label} | {x['throughput']:,.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.1f} | "
+            f"{x['requests_per_cpu_second']:,.0f} | {forwarded} |"
+        )
+    lines += [
+        "",
+        "| scenario | throughput ratio | CPU-normalised ratio | handler adds (in-process) |",
+        "|---|---:|---:|---:|",
+        f"| {scenario} | {doc['throughput_ratio']:.3f} | {doc['cpu_efficiency_ratio']:.3f} | "
+        f"{doc['wsgi_handler_extra_us']:.0f} µs |",
+    ]
     return "\n".join(lines)
 
 
@@ -204,25 +256,35 @@ def main() -> int:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
         names = [f"cm-{k}" for k in range(args.keys)]
         for n in names:
-            core.create_namespaced_config_map(NAMESPACE, client.V1ConfigMap(
-                metadata=client.V1ObjectMeta(name=n), data={"k": "v"}))
+            core.create_namespaced_config_map(
+                NAMESPACE, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=n), data={"k": "v"})
+            )
         bodies = [review(names[i % len(names)], i) for i in range(1000)]
         runtime_ca = certs.CertificateAuthority.create("bench-runtime-ca")
         runtime_ca.issue("rt-bench", client=True).write(work / "rt.crt", work / "rt.key")
         (work / "runtime-ca.crt").write_bytes(runtime_ca.cert_pem)
         # the stand-in listener runs in its own process (not competing for this one's GIL)
-        rec = subprocess.Popen([sys.executable, "-m", "testing.receiver", str(work),
-                                str(work / "runtime-ca.crt")], cwd=skeleton.REPO, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True,
-                               preexec_fn=controlplane.die_with_parent())
+        rec = subprocess.Popen(
+            [sys.executable, "-m", "testing.receiver", str(work), str(work / "runtime-ca.crt")],
+            cwd=skeleton.REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=controlplane.die_with_parent(),
+        )
         assert rec.stdout is not None and rec.stdin is not None
         port = int(rec.stdout.readline())
         env = {
-            "TETHER_RUNTIME_ID": "rt-bench", "TETHER_LISTENER_URL": f"https://127.0.0.1:{port}",
-            "TETHER_LISTENER_CA_FILE": str(work / "receiver-ca.crt"), "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"),
-            "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"), "TETHER_KUBECONFIG": str(plane.kubeconfig),
-            "TETHER_WEBHOOK_WORKERS": str(args.workers), "TETHER_WEBHOOK_THREADS": str(args.threads),
-            "TETHER_LOG_LEVEL": "WARNING", "PYTHONPATH": str(skeleton.REPO),
+            "TETHER_RUNTIME_ID": "rt-bench",
+            "TETHER_LISTENER_URL": f"https://127.0.0.1:{port}",
+            "TETHER_LISTENER_CA_FILE": str(work / "receiver-ca.crt"),
+            "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"),
+            "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"),
+            "TETHER_KUBECONFIG": str(plane.kubeconfig),
+            "TETHER_WEBHOOK_WORKERS": str(args.workers),
+            "TETHER_WEBHOOK_THREADS": str(args.threads),
+            "TETHER_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(skeleton.REPO),
         }
         results: dict[str, list[dict[str, Any]]] = {"webhook": [], "baseline": []}
         # Both servers run for the whole benchmark; short measurement windows alternate
@@ -234,7 +296,10 @@ def main() -> int:
                 d.mkdir()
                 proc = stack.WebhookProcess(d, env)
                 if target == "baseline":
-                    proc.command = [sys.executable, str(skeleton.REPO / "bench" / "webhook_noop_server.py")]
+                    proc.command = [
+                        sys.executable,
+                        str(skeleton.REPO / "bench" / "webhook_noop_server.py"),
+                    ]
                 procs[target] = proc.start()
                 drive(proc.port, proc.ca_file, bodies, args.connections, 1.0)  # warm-up
             for r in range(args.rounds):
@@ -246,12 +311,16 @@ def main() -> int:
                     cpu0 = cpu_seconds(proc.proc.pid)
                     res = drive(proc.port, proc.ca_file, bodies, args.connections, args.seconds)
                     res["server_cpu_seconds"] = cpu_seconds(proc.proc.pid) - cpu0
-                    res["requests_per_cpu_second"] = res["requests"] / max(res["server_cpu_seconds"], 1e-6)
+                    res["requests_per_cpu_second"] = res["requests"] / max(
+                        res["server_cpu_seconds"], 1e-6
+                    )
                     results[target].append(res)
-                    print(f"round {r + 1} {target:8s} {res['throughput']:8.0f} req/s  "
-                          f"p50 {res['p50_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  "
-                          f"{res['requests_per_cpu_second']:6.0f} req/cpu-s  errors {res['errors']}",
-                          flush=True)
+                    print(
+                        f"round {r + 1} {target:8s} {res['throughput']:8.0f} req/s  "
+                        f"p50 {res['p50_ms']:6.2f} ms  p99 {res['p99_ms']:6.2f} ms  "
+                        f"{res['requests_per_cpu_second']:6.0f} req/cpu-s  errors {res['errors']}",
+                        flush=True,
+                    )
         finally:
             for proc in procs.values():
                 proc.stop()
@@ -261,21 +330,32 @@ def main() -> int:
                 "throughput": statistics.median(x["throughput"] for x in rs),
                 "p50_ms": statistics.median(x["p50_ms"] for x in rs),
                 "p99_ms": statistics.median(x["p99_ms"] for x in rs),
-                "requests_per_cpu_second": statistics.median(x["requests_per_cpu_second"] for x in rs),
+                "requests_per_cpu_second": statistics.median(
+                    x["requests_per_cpu_second"] for x in rs
+                ),
                 "errors": sum(x["errors"] for x in rs),
                 "connections_opened": sum(x["connections_opened"] for x in rs),
             }
         ratio = summary["webhook"]["throughput"] / summary["baseline"]["throughput"]
-        cpu_ratio = summary["webhook"]["requests_per_cpu_second"] / summary["baseline"]["requests_per_cpu_second"]
+        cpu_ratio = (
+            summary["webhook"]["requests_per_cpu_second"]
+            / summary["baseline"]["requests_per_cpu_second"]
+        )
         print()
-        print(f"{'':10s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/cpu-s':>10s} {'errors':>7s}")
+        print(
+            f"{'':10s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/cpu-s':>10s} {'errors':>7s}"
+        )
         for target in ("baseline", "webhook"):
             s = summary[target]
-            print(f"{target:10s} {s['throughput']:9.0f} {s['p50_ms']:8.2f} {s['p99_ms']:8.2f} "
-                  f"{s['requests_per_cpu_second']:10.0f} {s['errors']:7d}")
+            print(
+                f"{target:10s} {s['throughput']:9.0f} {s['p50_ms']:8.2f} {s['p99_ms']:8.2f} "
+                f"{s['requests_per_cpu_second']:10.0f} {s['errors']:7d}"
+            )
         print(f"\nthroughput ratio webhook/baseline: {ratio:.3f} (goal >= 0.9)")
-        print(f"requests per server CPU-second ratio webhook/baseline: {cpu_ratio:.3f} "
-              "(includes the forwarder's work; robust to other load on the machine)")
+        print(
+            f"requests per server CPU-second ratio webhook/baseline: {cpu_ratio:.3f} "
+            "(includes the forwarder's work; robust to other load on the machine)"
+        )
         rec.stdin.close()
         forwarded = int(rec.stdout.readline())
         rec.wait(10)
@@ -283,14 +363,21 @@ def main() -> int:
         print(f"records received by the stand-in listener: {forwarded}")
         wsgi = wsgi_costs(bodies, work / "wsgi-metrics")
         wsgi_extra = wsgi["webhook"] - wsgi["baseline"]
-        print(f"in-process WSGI cost per request (no TLS, no gunicorn, no forwarder): webhook "
-              f"{wsgi['webhook']:.0f} us, no-op {wsgi['baseline']:.0f} us: the handler adds {wsgi_extra:.0f} us")
+        print(
+            f"in-process WSGI cost per request (no TLS, no gunicorn, no forwarder): webhook "
+            f"{wsgi['webhook']:.0f} us, no-op {wsgi['baseline']:.0f} us: the handler adds {wsgi_extra:.0f} us"
+        )
         doc = {
             "machine": skeleton.machine(),
-            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "report")}, "rounds": results, "summary": summary,
-            "throughput_ratio": ratio, "cpu_efficiency_ratio": cpu_ratio, "goal": 0.9,
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "report")},
+            "rounds": results,
+            "summary": summary,
+            "throughput_ratio": ratio,
+            "cpu_efficiency_ratio": cpu_ratio,
+            "goal": 0.9,
             "records_forwarded": forwarded,
-            "wsgi_us_per_request": wsgi, "wsgi_handler_extra_us": wsgi_extra,
+            "wsgi_us_per_request": wsgi,
+            "wsgi_handler_extra_us": wsgi_extra,
         }
         report(skeleton.write(args.out, "webhook_admission", began, doc))
         return 0

@@ -27,12 +27,20 @@ class Noop:
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
         length = environ.get("CONTENT_LENGTH")
-        if environ.get("PATH_INFO") != "/validate" or environ.get("REQUEST_METHOD") != "POST" or not length:
+        if (
+            environ.get("PATH_INFO") != "/validate"
+            or environ.get("REQUEST_METHOD") != "POST"
+            or not length
+        ):
             return self.app(environ, start_response)
         environ["wsgi.input"].read(int(length))
-        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(ANSWER)))])
+        start_response(
+            "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(ANSWER)))]
+        )
         return [ANSWER]
 
 

@@ -83,7 +83,9 @@ def arrivals_of(entries: list[dict[str, Any]]) -> Arrivals:
             continue
         body = e["body"]
         for r in body["items"] if body.get("kind") == "ConfigMapChangeList" else [body]:
-            out.setdefault((r["namespace"], r["name"]), []).append((int(r["resourceVersion"]), e["at"]))
+            out.setdefault((r["namespace"], r["name"]), []).append(
+                (int(r["resourceVersion"]), e["at"])
+            )
     return out
 
 
@@ -95,7 +97,9 @@ def serve(workdir: str, ca_file: str) -> int:
     from cryptography import x509
 
     ca = certs.CertificateAuthority.create("unused")
-    ca = dataclasses.replace(ca, cert=x509.load_pem_x509_certificate(pathlib.Path(ca_file).read_bytes()))
+    ca = dataclasses.replace(
+        ca, cert=x509.load_pem_x509_certificate(pathlib.Path(ca_file).read_bytes())
+    )
     rec = receiver.Receiver(pathlib.Path(workdir), ca)
     rec.requests = Stamped()
     rec.start()
@@ -103,8 +107,16 @@ def serve(workdir: str, ca_file: str) -> int:
     for _ in sys.stdin:
         with rec.lock:
             entries = list(rec.requests)
-        print(json.dumps([[ns, name, rv, at] for (ns, name), xs in arrivals_of(entries).items()
-                          for rv, at in xs]), flush=True)
+        print(
+            json.dumps(
+                [
+                    [ns, name, rv, at]
+                    for (ns, name), xs in arrivals_of(entries).items()
+                    for rv, at in xs
+                ]
+            ),
+            flush=True,
+        )
     rec.stop()
     return 0
 
@@ -114,9 +126,13 @@ class RemoteReceiver:
 
     def __init__(self, work: pathlib.Path, ca_file: pathlib.Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve-receiver", str(work), str(ca_file)], cwd=skeleton.REPO,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            preexec_fn=controlplane.die_with_parent())
+            [sys.executable, __file__, "--serve-receiver", str(work), str(ca_file)],
+            cwd=skeleton.REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=controlplane.die_with_parent(),
+        )
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self.url = f"https://127.0.0.1:{int(self.proc.stdout.readline())}"
         self.ca_file = work / "receiver-ca.crt"
@@ -139,8 +155,9 @@ class RemoteReceiver:
         self.proc.wait(10)
 
 
-def latencies(writes: list[tuple[str, str, int, float]], rec: RemoteReceiver,
-              timeout: float = 15.0) -> tuple[list[float], int]:
+def latencies(
+    writes: list[tuple[str, str, int, float]], rec: RemoteReceiver, timeout: float = 15.0
+) -> tuple[list[float], int]:
     """Seconds from each write's acknowledgement to the first record at least as new;
     waits up to ``timeout`` for the last ones. Returns (latencies, writes never seen)."""
     deadline = time.monotonic() + timeout
@@ -164,28 +181,49 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def summary(xs: list[float], missing: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"writes": len(xs) + missing, "missing": missing,
-            "p50_ms": 1000 * pct(xs, 0.5), "p90_ms": 1000 * pct(xs, 0.9),
-            "p99_ms": 1000 * pct(xs, 0.99), "max_ms": 1000 * max(xs, default=float("nan")),
-            **(extra or {})}
+    return {
+        "writes": len(xs) + missing,
+        "missing": missing,
+        "p50_ms": 1000 * pct(xs, 0.5),
+        "p90_ms": 1000 * pct(xs, 0.9),
+        "p99_ms": 1000 * pct(xs, 0.99),
+        "max_ms": 1000 * max(xs, default=float("nan")),
+        **(extra or {}),
+    }
 
 
 def table(doc: dict[str, Any]) -> str:
     """docs/performance.md's table: latency per phase and configuration, ratios to the baseline."""
     base, goals, st = doc["ratios_to"], doc["goals"], doc["settings"]
-    phases = {"isolated": ("isolated", f"p50 ≤ {goals['isolated_p50_ms']}, p99 ≤ {goals['isolated_p99_ms']}"),
-              "load": (f"{st['rate']:g} writes/s, {st['keys']} keys", f"p99 ≤ {goals['load_p99_ms']}")}
-    lines = ["| phase | config | p50 ms | p90 ms | p99 ms | max ms | p50 ratio | p99 ratio | goal |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    phases = {
+        "isolated": (
+            "isolated",
+            f"p50 ≤ {goals['isolated_p50_ms']}, p99 ≤ {goals['isolated_p99_ms']}",
+        ),
+        "load": (f"{st['rate']:g} writes/s, {st['keys']} keys", f"p99 ≤ {goals['load_p99_ms']}"),
+    }
+    lines = [
+        "| phase | config | p50 ms | p90 ms | p99 ms | max ms | p50 ratio | p99 ratio | goal |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for phase, (label, goal) in phases.items():
         for name, r in doc["results"][phase].items():
             ratio = doc["ratios"][phase][name]
 
             def b(text: str, name: str = name) -> str:
                 return f"**{text}**" if name == "leading" else text
-            cells = [label, f"{name} (baseline)" if name == base else b(name), b(f"{r['p50_ms']:,.1f}"),
-                     f"{r['p90_ms']:,.1f}", b(f"{r['p99_ms']:,.1f}"), f"{r['max_ms']:,.1f}",
-                     b(f"{ratio['p50']:.2f}"), b(f"{ratio['p99']:.2f}"), goal if name == "leading" else ""]
+
+            cells = [
+                label,
+                f"{name} (baseline)" if name == base else b(name),
+                b(f"{r['p50_ms']:,.1f}"),
+                f"{r['p90_ms']:,.1f}",
+                b(f"{r['p99_ms']:,.1f}"),
+                f"{r['max_ms']:,.1f}",
+                b(f"{ratio['p50']:.2f}"),
+                b(f"{ratio['p99']:.2f}"),
+                goal if name == "leading" else "",
+            ]
             lines.append(("| " + " | ".join(cells) + " |").replace("|  |", "| |"))
     return "\n".join(lines)
 
@@ -201,10 +239,14 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=50.0, help="writes/s in the load phase")
     ap.add_argument("--keys", type=int, default=20, help="ConfigMaps in the load phase")
     ap.add_argument("--seconds", type=float, default=20.0, help="load phase per configuration")
-    ap.add_argument("--serve-receiver", nargs=2, metavar=("WORKDIR", "CA_FILE"),
-                    help=argparse.SUPPRESS)
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of "
-                    + ", ".join(CONFIGS))
+    ap.add_argument(
+        "--serve-receiver", nargs=2, metavar=("WORKDIR", "CA_FILE"), help=argparse.SUPPRESS
+    )
+    ap.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help="comma-separated subset of " + ", ".join(CONFIGS),
+    )
     args = skeleton.parse(ap, report)
     if args.serve_receiver:
         return serve(*args.serve_receiver)
@@ -227,21 +269,34 @@ def main() -> int:
             core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
             d = work / name
             d.mkdir()
-            procs[name] = stack.WebhookProcess(d, {
-                "TETHER_RUNTIME_ID": "rt-bench", "TETHER_LISTENER_URL": rec.url,
-                "TETHER_LISTENER_CA_FILE": str(rec.ca_file),
-                "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"),
-                "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"),
-                "TETHER_KUBECONFIG": str(plane.kubeconfig), "TETHER_WEBHOOK_WORKERS": "2",
-                "TETHER_WEBHOOK_THREADS": "8", "TETHER_LOG_LEVEL": "INFO",
-                "PYTHONPATH": str(skeleton.REPO), **CONFIGS[name]}).start()
-            vwc = stack.vwc_body(f"tether-bench-{ns}", procs[name].url + "/validate",
-                                 procs[name].ca.cert_pem, ns)
+            procs[name] = stack.WebhookProcess(
+                d,
+                {
+                    "TETHER_RUNTIME_ID": "rt-bench",
+                    "TETHER_LISTENER_URL": rec.url,
+                    "TETHER_LISTENER_CA_FILE": str(rec.ca_file),
+                    "TETHER_CLIENT_CERT_FILE": str(work / "rt.crt"),
+                    "TETHER_CLIENT_KEY_FILE": str(work / "rt.key"),
+                    "TETHER_KUBECONFIG": str(plane.kubeconfig),
+                    "TETHER_WEBHOOK_WORKERS": "2",
+                    "TETHER_WEBHOOK_THREADS": "8",
+                    "TETHER_LOG_LEVEL": "INFO",
+                    "PYTHONPATH": str(skeleton.REPO),
+                    **CONFIGS[name],
+                },
+            ).start()
+            vwc = stack.vwc_body(
+                f"tether-bench-{ns}", procs[name].url + "/validate", procs[name].ca.cert_pem, ns
+            )
             stack.register(api, vwc)
             vwcs.append(vwc["metadata"]["name"])
             for k in range(max(args.keys, 20)):
-                core.create_namespaced_config_map(ns, client.V1ConfigMap(
-                    metadata=client.V1ObjectMeta(name=f"cm-{k}"), data={"i": "0"}))
+                core.create_namespaced_config_map(
+                    ns,
+                    client.V1ConfigMap(
+                        metadata=client.V1ObjectMeta(name=f"cm-{k}"), data={"i": "0"}
+                    ),
+                )
         ns_of = {name: f"prop-{name.replace('.', '')}" for name in names}
         # the apiserver picks configurations up asynchronously: write until each is called
         deadline = time.monotonic() + 60
@@ -280,13 +335,18 @@ def main() -> int:
         achieved: dict[str, list[float]] = {n: [] for n in names}
         pool = concurrent.futures.ThreadPoolExecutor(8)
         for half in range(2):
-            for name in (names if half == 0 else list(reversed(names))):
+            for name in names if half == 0 else list(reversed(names)):
                 count = int(args.rate * args.seconds / 2)
                 t0 = time.monotonic()
                 keys = [rng.randrange(args.keys) for _ in range(count)]
 
-                def one(i: int, ns: str = ns_of[name], t0: float = t0, keys: list[int] = keys,
-                        tag: str = f"load-{half}") -> tuple[str, str, int, float]:
+                def one(
+                    i: int,
+                    ns: str = ns_of[name],
+                    t0: float = t0,
+                    keys: list[int] = keys,
+                    tag: str = f"load-{half}",
+                ) -> tuple[str, str, int, float]:
                     time.sleep(max(0.0, t0 + i / args.rate - time.monotonic()))
                     return write(ns, f"cm-{keys[i]}", f"{tag}-{i}")
 
@@ -297,44 +357,67 @@ def main() -> int:
         pool.shutdown()
         for name in names:
             xs, missing = latencies(loaded[name], rec)
-            results["load"][name] = summary(xs, missing, {
-                "writes_per_second": round(min(achieved[name]), 1),
-                # writes the apiserver sent to the webhook (all phases; a call that timed
-                # out under failurePolicy Ignore is missing here: only the poller sees it)
-                "admissions_all_phases": procs[name].metric(
-                    "tether_webhook_admission_requests_total", operation="UPDATE"),
-                "writes_all_phases": len(isolated[name]) + len(loaded[name]),
-                # read-backs that found nothing to send (logged by the forwarder)
-                "not_forwarded": procs[name].log_path.read_text(errors="replace").count("not forwarding"),
-                "records": sum(len(v) for (ns, _), v in rec.arrivals().items() if ns == ns_of[name])})
+            results["load"][name] = summary(
+                xs,
+                missing,
+                {
+                    "writes_per_second": round(min(achieved[name]), 1),
+                    # writes the apiserver sent to the webhook (all phases; a call that timed
+                    # out under failurePolicy Ignore is missing here: only the poller sees it)
+                    "admissions_all_phases": procs[name].metric(
+                        "tether_webhook_admission_requests_total", operation="UPDATE"
+                    ),
+                    "writes_all_phases": len(isolated[name]) + len(loaded[name]),
+                    # read-backs that found nothing to send (logged by the forwarder)
+                    "not_forwarded": procs[name]
+                    .log_path.read_text(errors="replace")
+                    .count("not forwarding"),
+                    "records": sum(
+                        len(v) for (ns, _), v in rec.arrivals().items() if ns == ns_of[name]
+                    ),
+                },
+            )
         load_after = os.getloadavg()
 
         base = "trailing" if "trailing" in names else names[0]
         print()
-        print(f"{'phase':10s} {'config':16s} {'writes':>6s} {'p50 ms':>8s} {'p90 ms':>8s} "
-              f"{'p99 ms':>8s} {'max ms':>8s} {'p50 ratio':>9s} {'p99 ratio':>9s}")
+        print(
+            f"{'phase':10s} {'config':16s} {'writes':>6s} {'p50 ms':>8s} {'p90 ms':>8s} "
+            f"{'p99 ms':>8s} {'max ms':>8s} {'p50 ratio':>9s} {'p99 ratio':>9s}"
+        )
         ratios: dict[str, dict[str, dict[str, float]]] = {}
         for phase in ("isolated", "load"):
             b = results[phase][base]
             for name in names:
                 r = results[phase][name]
-                ratios.setdefault(phase, {})[name] = {"p50": r["p50_ms"] / b["p50_ms"],
-                                                      "p99": r["p99_ms"] / b["p99_ms"]}
-                print(f"{phase:10s} {name:16s} {r['writes']:6d} {r['p50_ms']:8.1f} {r['p90_ms']:8.1f} "
-                      f"{r['p99_ms']:8.1f} {r['max_ms']:8.1f} {ratios[phase][name]['p50']:9.2f} "
-                      f"{ratios[phase][name]['p99']:9.2f}"
-                      + (f"  missing {r['missing']}" if r["missing"] else ""))
+                ratios.setdefault(phase, {})[name] = {
+                    "p50": r["p50_ms"] / b["p50_ms"],
+                    "p99": r["p99_ms"] / b["p99_ms"],
+                }
+                print(
+                    f"{phase:10s} {name:16s} {r['writes']:6d} {r['p50_ms']:8.1f} {r['p90_ms']:8.1f} "
+                    f"{r['p99_ms']:8.1f} {r['max_ms']:8.1f} {ratios[phase][name]['p50']:9.2f} "
+                    f"{ratios[phase][name]['p99']:9.2f}"
+                    + (f"  missing {r['missing']}" if r["missing"] else "")
+                )
         for name in names:
             r = results["load"][name]
-            print(f"load {name}: {r['writes_per_second']} writes/s achieved (min of halves), "
-                  f"{r['records']} records received; webhook called for "
-                  f"{r['admissions_all_phases']:.0f} of {r['writes_all_phases']} measured writes "
-                  f"(plus the probes and re-admissions); {r['not_forwarded']} read-backs not forwarded")
-        print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 shared CPUs)")
+            print(
+                f"load {name}: {r['writes_per_second']} writes/s achieved (min of halves), "
+                f"{r['records']} records received; webhook called for "
+                f"{r['admissions_all_phases']:.0f} of {r['writes_all_phases']} measured writes "
+                f"(plus the probes and re-admissions); {r['not_forwarded']} read-backs not forwarded"
+            )
+        print(
+            f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 shared CPUs)"
+        )
         doc = {
             "machine": skeleton.machine(loadavg_before=load_before, loadavg_after=load_after),
-            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "report")}, "configs": {n: CONFIGS[n] for n in names},
-            "results": results, "ratios_to": base, "ratios": ratios,
+            "settings": {k: v for k, v in vars(args).items() if k not in ("out", "report")},
+            "configs": {n: CONFIGS[n] for n in names},
+            "results": results,
+            "ratios_to": base,
+            "ratios": ratios,
             "goals": {"isolated_p50_ms": 30, "isolated_p99_ms": 100, "load_p99_ms": 500},
         }
         report(skeleton.write(args.out, "webhook_propagation", began, doc))

@@ -43,37 +43,57 @@ class Found(NamedTuple):
     candidates: int
     condition: str | None = None
     refused: str = ""  # a claims reason: the hinted (or own) runtime is not this Kyma CR's
-    why: str = ""      # the condition message saying so
+    why: str = ""  # the condition message saying so
 
 
 def _refuse(rid: str, reason: str, message: str) -> Found:
     return Found(None, False, 0, None, reason, message[:900])
 
 
-def classify(found: Sequence[queries.Runtime], who: claims.Identity, managed_by: str,
-             hinted: queries.Runtime | None, held: Mapping[str, str],
-             source: str = "the runtime's agent Secret") -> Found:
+def classify(
+    found: Sequence[queries.Runtime],
+    who: claims.Identity,
+    managed_by: str,
+    hinted: queries.Runtime | None,
+    held: Mapping[str, str],
+    source: str = "the runtime's agent Secret",
+) -> Found:
     """Pure: which registration the lookup found (see the module's docstring). ``hinted``:
     the runtime a hint (``source``) names, as the Director knows it in this tenant;
     ``held``: runtime ID -> another mapping holding it."""
-    own = [r for r in found if r.labels.get(model.MANAGED_BY) == managed_by
-           and r.labels.get(model.KYMA_REF) == who.ref]
+    own = [
+        r
+        for r in found
+        if r.labels.get(model.MANAGED_BY) == managed_by and r.labels.get(model.KYMA_REF) == who.ref
+    ]
     if own:
         if own[0].id in held:
-            return _refuse(own[0].id, claims.HELD_ELSEWHERE, f"Director runtime {own[0].id}, "
-                           "registered for this Kyma CR, is held by another Kyma CR's mapping; "
-                           "not adopted until that mapping releases it")
+            return _refuse(
+                own[0].id,
+                claims.HELD_ELSEWHERE,
+                f"Director runtime {own[0].id}, "
+                "registered for this Kyma CR, is held by another Kyma CR's mapping; "
+                "not adopted until that mapping releases it",
+            )
         return Found(own[0].id, True, 1, own[0].condition)
     if hinted is not None:
         if hinted.id in held:
-            return _refuse(hinted.id, claims.HELD_ELSEWHERE, f"{source} names Director runtime "
-                           f"{hinted.id}, which another Kyma CR's mapping holds: not adopted, "
-                           "none registered (fix or remove it in the runtime)")
+            return _refuse(
+                hinted.id,
+                claims.HELD_ELSEWHERE,
+                f"{source} names Director runtime "
+                f"{hinted.id}, which another Kyma CR's mapping holds: not adopted, "
+                "none registered (fix or remove it in the runtime)",
+            )
         why = claims.mismatch(hinted.labels, who)
         if why:
-            return _refuse(hinted.id, claims.LABELS_MISMATCH, f"{source} names Director runtime "
-                           f"{hinted.id}, but {why}: not adopted, none registered (fix or remove "
-                           "it in the runtime)")
+            return _refuse(
+                hinted.id,
+                claims.LABELS_MISMATCH,
+                f"{source} names Director runtime "
+                f"{hinted.id}, but {why}: not adopted, none registered (fix or remove "
+                "it in the runtime)",
+            )
         return Found(hinted.id, False, 1, hinted.condition)
     free = [r for r in found if r.id not in held and not claims.mismatch(r.labels, who)]
     if len(free) == 1:
@@ -81,8 +101,9 @@ def classify(found: Sequence[queries.Runtime], who: claims.Identity, managed_by:
     return Found(None, False, len(free))
 
 
-def secret_runtime_id(skr: skr_clients.SkrClients, kyma: str, namespaces: Sequence[str],
-                      name: str, timeout: float) -> str:
+def secret_runtime_id(
+    skr: skr_clients.SkrClients, kyma: str, namespaces: Sequence[str], name: str, timeout: float
+) -> str:
     """The RUNTIME_ID of the runtime's agent Secret, from the first of ``namespaces`` that
     holds one; "" when there is none, or the runtime cannot be read (its registration is
     then looked for by label only). Only a hint: see ``classify``."""
@@ -108,17 +129,25 @@ class Hint(NamedTuple):
     source: str  # where it came from, for the condition message
 
 
-def lookup(index: regindex.RunIndex, tenant: str, kyma: model.Kyma,
-           policy: decide.Policy, ref: str, read_hint: Callable[[], Hint],
-           held_by: Callable[[str], str | None]) -> Found:
+def lookup(
+    index: regindex.RunIndex,
+    tenant: str,
+    kyma: model.Kyma,
+    policy: decide.Policy,
+    ref: str,
+    read_hint: Callable[[], Hint],
+    held_by: Callable[[str], str | None],
+) -> Found:
     """``read_hint``: the runtime ID a hint names ("" for none), asked only when no own
     registration is found; ``held_by``: another mapping holding a runtime ID."""
     director = index.director
     who = claims.identity(kyma, ref)
     found = index.find(tenant, who.shoot) if who.shoot else []
     hint = Hint("", "")
-    if not any(r.labels.get(model.MANAGED_BY) == policy.managed_by
-               and r.labels.get(model.KYMA_REF) == ref for r in found):
+    if not any(
+        r.labels.get(model.MANAGED_BY) == policy.managed_by and r.labels.get(model.KYMA_REF) == ref
+        for r in found
+    ):
         hint = read_hint()
     rid = hint.runtime_id
     if rid and not queries.valid_runtime_id(rid):
@@ -132,8 +161,9 @@ def lookup(index: regindex.RunIndex, tenant: str, kyma: model.Kyma,
     return classify(found, who, policy.managed_by, by_hint, held, hint.source)
 
 
-def add_labels(index: regindex.RunIndex, tenant: str, runtime_id: str,
-               wanted: dict[str, Any]) -> list[str]:
+def add_labels(
+    index: regindex.RunIndex, tenant: str, runtime_id: str, wanted: dict[str, Any]
+) -> list[str]:
     """Tether's labels the adopted runtime lacks, set; none changed, none removed."""
     rt = index.director.get_runtime(tenant, runtime_id)
     have = rt.labels if rt is not None else {}
@@ -186,16 +216,29 @@ def simulate(a: decide.Action, f: decide.Facts, namespace: str, tenant: str) -> 
     if a.kind == "create_mapping":
         if a.reason:  # the Kyma CR is invalid: reported, nothing more to plan
             return f._replace(halted=True)
-        new = model.MappingView(namespace, k.name, decide.mapping_labels(k),
-                                {model.REGISTERING: "true"}, (model.FINALIZER,), False, {})
+        new = model.MappingView(
+            namespace,
+            k.name,
+            decide.mapping_labels(k),
+            {model.REGISTERING: "true"},
+            (model.FINALIZER,),
+            False,
+            {},
+        )
         return f._replace(mapping=new, created_now=True)
     m = f.mapping
     assert m is not None, "simulated actions after create_mapping need the mapping"
     if a.kind == "mark_registering":
-        return f._replace(mapping=m._replace(annotations={**m.annotations,
-                                                           model.REGISTERING: "true"}))
+        return f._replace(
+            mapping=m._replace(annotations={**m.annotations, model.REGISTERING: "true"})
+        )
     rid = str(a.runtime_id)
-    labels = {**m.labels, apitypes.COMPASS_RUNTIME_ID_LABEL: rid,
-              apitypes.GLOBAL_ACCOUNT_LABEL: tenant}
-    return f._replace(mapping=m._replace(labels=labels, status=status.registered(
-        m.status, f.now, rid, True)), registered_now=False)
+    labels = {
+        **m.labels,
+        apitypes.COMPASS_RUNTIME_ID_LABEL: rid,
+        apitypes.GLOBAL_ACCOUNT_LABEL: tenant,
+    }
+    return f._replace(
+        mapping=m._replace(labels=labels, status=status.registered(m.status, f.now, rid, True)),
+        registered_now=False,
+    )

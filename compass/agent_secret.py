@@ -19,8 +19,12 @@ MANAGED_LABELS = {apitypes.MANAGED_BY_LABEL: "tether-compass"}
 
 def data_for(token: queries.OneTimeToken, runtime_id: str, tenant: str) -> dict[str, str]:
     """The Secret's ``data`` (base64 values, as the API stores them)."""
-    plain = {"CONNECTOR_URL": token.connector_url, "RUNTIME_ID": runtime_id, "TENANT": tenant,
-             "TOKEN": token.token}
+    plain = {
+        "CONNECTOR_URL": token.connector_url,
+        "RUNTIME_ID": runtime_id,
+        "TENANT": tenant,
+        "TOKEN": token.token,
+    }
     return {k: base64.b64encode(v.encode()).decode() for k, v in plain.items()}
 
 
@@ -32,13 +36,15 @@ def _unreachable(what: str, e: gateway.GatewayError) -> errors.RuntimeUnreachabl
     return errors.RuntimeUnreachable(f"{what}: {type(e.__cause__ or e).__name__}")
 
 
-def read_state(skr: gateway.Kube, namespace: str, name: str, expected_digest: str | None,
-               timeout: float) -> decide.SecretState:
+def read_state(
+    skr: gateway.Kube, namespace: str, name: str, expected_digest: str | None, timeout: float
+) -> decide.SecretState:
     return read(skr, namespace, name, expected_digest, timeout)[0]
 
 
-def read(skr: gateway.Kube, namespace: str, name: str, expected_digest: str | None,
-         timeout: float) -> tuple[decide.SecretState, model.AgentSecret | None]:
+def read(
+    skr: gateway.Kube, namespace: str, name: str, expected_digest: str | None, timeout: float
+) -> tuple[decide.SecretState, model.AgentSecret | None]:
     """The Secret's state against the digest Tether recorded, and what it holds."""
     try:
         sec = skr.get(gateway.SECRETS, namespace, name, timeout=timeout)
@@ -48,7 +54,8 @@ def read(skr: gateway.Kube, namespace: str, name: str, expected_digest: str | No
         raise _unreachable("reading the agent Secret", e) from e
     data = dict(sec.get("data") or {})
     state: decide.SecretState = (
-        "matches" if expected_digest and status.digest(data) == expected_digest else "differs")
+        "matches" if expected_digest and status.digest(data) == expected_digest else "differs"
+    )
     return state, describe(sec)
 
 
@@ -65,30 +72,50 @@ def describe(sec: Mapping[str, Any]) -> model.AgentSecret:
     data = dict(sec.get("data") or {})
     meta = sec.get("metadata") or {}
     times = [model.parse_time(meta.get("creationTimestamp"))]
-    times += [model.parse_time(mf.get("time")) for mf in meta.get("managedFields") or []
-              if isinstance(mf, Mapping)]
+    times += [
+        model.parse_time(mf.get("time"))
+        for mf in meta.get("managedFields") or []
+        if isinstance(mf, Mapping)
+    ]
     known = [t for t in times if t is not None]
     return model.AgentSecret(
-        runtime_id=_plain(data, "RUNTIME_ID"), tenant=_plain(data, "TENANT"),
+        runtime_id=_plain(data, "RUNTIME_ID"),
+        tenant=_plain(data, "TENANT"),
         complete=all(_plain(data, k) for k in model.AGENT_SECRET_KEYS),
-        written_at=max(known) if known else None, digest=status.digest(data))
+        written_at=max(known) if known else None,
+        digest=status.digest(data),
+    )
 
 
 def cert_present(skr: gateway.Kube, namespace: str, timeout: float) -> bool:
     """Whether the runtime agent's client certificate Secret exists (it used its token)."""
     try:
-        return skr.get_or_none(gateway.SECRETS, namespace, model.AGENT_CERT_SECRET,
-                               timeout=timeout) is not None
+        return (
+            skr.get_or_none(gateway.SECRETS, namespace, model.AGENT_CERT_SECRET, timeout=timeout)
+            is not None
+        )
     except gateway.GatewayError as e:
         raise _unreachable("reading the agent's certificate Secret", e) from e
 
 
-def write(skr: gateway.Kube, namespace: str, name: str, data: dict[str, str],
-          timeout: float, *, exists: bool = True) -> None:
+def write(
+    skr: gateway.Kube,
+    namespace: str,
+    name: str,
+    data: dict[str, str],
+    timeout: float,
+    *,
+    exists: bool = True,
+) -> None:
     """Create or replace the Secret (creating its namespace if needed). ``exists`` says
     which to try first (one request in the usual case)."""
-    body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": dict(data),
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_LABELS)}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "data": dict(data),
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_LABELS)},
+    }
 
     def replace() -> bool:
         try:
@@ -106,9 +133,12 @@ def write(skr: gateway.Kube, namespace: str, name: str, data: dict[str, str],
         except gateway.NotFound:  # the namespace itself is missing
             pass
         try:
-            skr.create(gateway.NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace",
-                                                  "metadata": {"name": namespace}},
-                       timeout=timeout)
+            skr.create(
+                gateway.NAMESPACES,
+                None,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+                timeout=timeout,
+            )
         except gateway.Conflict:
             pass
         skr.create(gateway.SECRETS, namespace, body, timeout=timeout)

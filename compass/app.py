@@ -16,8 +16,13 @@ from compass import metrics
 from tether import ops
 
 
-def create_app(stats: metrics.Metrics, ready: Callable[[], bool], *,
-               cache_seconds: float = ops.READY_CACHE_SECONDS) -> flask.Flask:
+def create_app(
+    stats: metrics.Metrics,
+    ready: Callable[[], bool],
+    *,
+    cache_seconds: float = ops.READY_CACHE_SECONDS,
+) -> flask.Flask:
     probes = ops.Probes(cache_seconds=cache_seconds).ready(
-        "scheduler", lambda: None if ready() else "scheduler not started")
+        "scheduler", lambda: None if ready() else "scheduler not started"
+    )
     return ops.create_app("compass", probes, ops.Exposition(stats.registry).render)

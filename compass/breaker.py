@@ -19,10 +19,14 @@ STATE_VALUE: dict[State, int] = {"closed": 0, "half_open": 1, "open": 2}
 
 
 class CircuitBreaker:
-    def __init__(self, threshold: int = 5, open_seconds: float = 10.0,
-                 max_open_seconds: float = 120.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 on_change: Callable[[State], None] | None = None) -> None:
+    def __init__(
+        self,
+        threshold: int = 5,
+        open_seconds: float = 10.0,
+        max_open_seconds: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[State], None] | None = None,
+    ) -> None:
         self.threshold, self.open_seconds = threshold, open_seconds
         self.max_open_seconds = max_open_seconds
         self._clock, self._on_change = clock, on_change

@@ -54,8 +54,13 @@ class Identity(NamedTuple):
 
 def identity(kyma: model.Kyma, ref: str) -> Identity:
     lab = kyma.labels
-    return Identity(ref, lab.get(apitypes.GLOBAL_ACCOUNT_LABEL, ""), lab.get(apitypes.SHOOT_NAME_LABEL, ""),
-                    lab.get(apitypes.SUBACCOUNT_LABEL, ""), lab.get(apitypes.INSTANCE_ID_LABEL, ""))
+    return Identity(
+        ref,
+        lab.get(apitypes.GLOBAL_ACCOUNT_LABEL, ""),
+        lab.get(apitypes.SHOOT_NAME_LABEL, ""),
+        lab.get(apitypes.SUBACCOUNT_LABEL, ""),
+        lab.get(apitypes.INSTANCE_ID_LABEL, ""),
+    )
 
 
 def _values(v: Any) -> set[str]:
@@ -77,7 +82,9 @@ def mismatch(labels: Mapping[str, Any], who: Identity) -> str:
     if not who.shoot or who.shoot not in _values(labels.get(model.SHOOT_LABEL, "")):
         return f"its label {model.SHOOT_LABEL} does not name this Kyma CR's shoot"
     for key, wanted in [(k, who.subaccount) for k in SUBACCOUNT_KEYS] + [
-            (INSTANCE_KEY, who.instance), (ACCOUNT_KEY, who.tenant)]:
+        (INSTANCE_KEY, who.instance),
+        (ACCOUNT_KEY, who.tenant),
+    ]:
         if not _agrees(labels, key, wanted):
             return f"its label {key} does not name this Kyma CR's"
     return ""

@@ -33,11 +33,27 @@ from tether import apitypes
 
 SecretState = Literal["unknown", "missing", "matches", "differs"]
 ActionKind = Literal[
-    "done", "wait", "skip",
-    "create_mapping", "report_invalid", "mark_registering", "lookup", "adopt", "register",
-    "forget_runtime", "read_secret", "fetch_runtime", "issue_token", "mark_connected",
-    "mark_ready", "unregister", "delete_mapping", "remove_finalizer", "report_pending",
-    "keep_secret", "release",
+    "done",
+    "wait",
+    "skip",
+    "create_mapping",
+    "report_invalid",
+    "mark_registering",
+    "lookup",
+    "adopt",
+    "register",
+    "forget_runtime",
+    "read_secret",
+    "fetch_runtime",
+    "issue_token",
+    "mark_connected",
+    "mark_ready",
+    "unregister",
+    "delete_mapping",
+    "remove_finalizer",
+    "report_pending",
+    "keep_secret",
+    "release",
 ]
 NAME_RE = re.compile(r"^[a-z][a-z0-9.-]{0,35}$")
 
@@ -45,27 +61,27 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9.-]{0,35}$")
 class Policy(NamedTuple):
     managed_by: str = "tether"
     only_app_connector: bool = False
-    mode: str = "normal"            # model.MODES
-    token_lifetime: float = 300.0   # the Director's one-time token lifetime (adopted Secrets)
+    mode: str = "normal"  # model.MODES
+    token_lifetime: float = 300.0  # the Director's one-time token lifetime (adopted Secrets)
 
 
 class Facts(NamedTuple):
     kyma: model.Kyma | None
     mapping: model.MappingView | None
     now: datetime.datetime
-    full: bool = False                 # full resync: also ask the Director about Ready ones
-    created_now: bool = False          # the mapping was created in this pass
-    registered_now: bool = False       # registered (or adopted) in this pass, no token yet
+    full: bool = False  # full resync: also ask the Director about Ready ones
+    created_now: bool = False  # the mapping was created in this pass
+    registered_now: bool = False  # registered (or adopted) in this pass, no token yet
     looked_up: bool = False
     found_runtime_id: str | None = None
-    fetched: bool = False              # runtime(id:) asked in this pass
+    fetched: bool = False  # runtime(id:) asked in this pass
     runtime_condition: str | None = None  # its status condition; None: Director lacks it
     secret: SecretState = "unknown"
     unregistered: bool = False
-    candidates: int = 0                # registrations the lookup found (over 1: ambiguous)
-    found_own: bool = False            # the one found was registered by this instance
+    candidates: int = 0  # registrations the lookup found (over 1: ambiguous)
+    found_own: bool = False  # the one found was registered by this instance
     found_secret: model.AgentSecret | None = None  # the agent Secret read in this pass
-    halted: bool = False               # dry-run: the pass stops at its first change
+    halted: bool = False  # dry-run: the pass stops at its first change
     runtime_labels: Mapping[str, Any] | None = None  # the Director's labels, when fetched
     refusal: tuple[str, str] | None = None  # lookup refused: (claims reason, message)
 
@@ -97,8 +113,10 @@ def problems(kyma: model.Kyma) -> tuple[str, str] | None:
     if missing:
         return "MissingLabel", "Kyma CR lacks required label(s): " + ", ".join(missing)
     if runtime_name(kyma) is None:
-        return "InvalidLabel", (f"label {apitypes.SHOOT_NAME_LABEL} does not give a valid Director runtime "
-                                "name (lower case letters, digits, '-', '.', up to 36, a letter first)")
+        return "InvalidLabel", (
+            f"label {apitypes.SHOOT_NAME_LABEL} does not give a valid Director runtime "
+            "name (lower case letters, digits, '-', '.', up to 36, a letter first)"
+        )
     return None
 
 
@@ -121,13 +139,18 @@ def register_input(kyma: model.Kyma, policy: Policy) -> dict[str, Any]:
         "global_subaccount_id": lab[apitypes.SUBACCOUNT_LABEL],
         "global_account_id": lab[apitypes.GLOBAL_ACCOUNT_LABEL],
     }
-    for key, source in (("broker_instance_id", apitypes.INSTANCE_ID_LABEL),
-                        ("broker_plan_id", apitypes.PLAN_ID_LABEL),
-                        ("broker_plan_name", apitypes.PLAN_NAME_LABEL)):
+    for key, source in (
+        ("broker_instance_id", apitypes.INSTANCE_ID_LABEL),
+        ("broker_plan_id", apitypes.PLAN_ID_LABEL),
+        ("broker_plan_name", apitypes.PLAN_NAME_LABEL),
+    ):
         if lab.get(source):
             labels[key] = lab[source]
-    return {"name": runtime_name(kyma), "description": f"Kyma runtime {kyma.namespace}/{kyma.name}",
-            "labels": labels}
+    return {
+        "name": runtime_name(kyma),
+        "description": f"Kyma runtime {kyma.namespace}/{kyma.name}",
+        "labels": labels,
+    }
 
 
 def mapping_labels(kyma: model.Kyma) -> dict[str, str]:
@@ -164,8 +187,11 @@ def decide(f: Facts, policy: Policy) -> Action:
         return Action("create_mapping", *(bad or ("", "")))
     if bad is not None:
         st = m.status
-        same = st.get("state") == "Failed" and _condition(st, "Registered").get("reason") == bad[0] \
+        same = (
+            st.get("state") == "Failed"
+            and _condition(st, "Registered").get("reason") == bad[0]
             and _condition(st, "Registered").get("message") == bad[1]
+        )
         return DONE if same else Action("report_invalid", *bad)
     rid = m.runtime_id
     if rid is None:
@@ -179,17 +205,25 @@ def _register(f: Facts, m: model.MappingView, policy: Policy) -> Action:
     if not f.looked_up:
         return Action("lookup")
     if f.candidates > 1:
-        return _report(m, "report_invalid", "AmbiguousRegistration",
-                       f"{f.candidates} Director runtimes match this runtime (its agent Secret or "
-                       f"label {model.SHOOT_LABEL}); none adopted, none registered")
+        return _report(
+            m,
+            "report_invalid",
+            "AmbiguousRegistration",
+            f"{f.candidates} Director runtimes match this runtime (its agent Secret or "
+            f"label {model.SHOOT_LABEL}); none adopted, none registered",
+        )
     if f.refusal is not None:
         return _report(m, "report_invalid", FOREIGN, f.refusal[1])
     if f.found_runtime_id:
         return Action("adopt", runtime_id=f.found_runtime_id)
     if policy.mode == "registration-off":
-        return _report(m, "report_pending", "RegistrationOff",
-                       "no registration found in the Director; TETHER_COMPASS_MODE="
-                       "registration-off registers none")
+        return _report(
+            m,
+            "report_pending",
+            "RegistrationOff",
+            "no registration found in the Director; TETHER_COMPASS_MODE="
+            "registration-off registers none",
+        )
     return Action("register")
 
 
@@ -199,8 +233,13 @@ def _report(m: model.MappingView, kind: ActionKind, reason: str, message: str) -
     return DONE if same else Action(kind, reason, message)
 
 
-def secret_verdict(s: model.AgentSecret | None, rid: str, tenant: str | None,
-                   now: datetime.datetime, lifetime: float) -> str:
+def secret_verdict(
+    s: model.AgentSecret | None,
+    rid: str,
+    tenant: str | None,
+    now: datetime.datetime,
+    lifetime: float,
+) -> str:
     """Why a token must be issued for a runtime holding the agent Secret ``s`` (one Tether
     did not write), or "" when the Secret works and is kept as it is: complete, for this
     runtime and tenant, its token neither used (the agent's certificate is there while the
@@ -219,15 +258,25 @@ def secret_verdict(s: model.AgentSecret | None, rid: str, tenant: str | None,
 def _registered(f: Facts, m: model.MappingView, rid: str, policy: Policy) -> Action:
     st = m.status
     if f.fetched and f.runtime_condition is None:
-        return Action("forget_runtime", "RuntimeNotFound",
-                      "the Director no longer knows the runtime; registering it again",
-                      runtime_id=rid)
-    if f.runtime_labels is not None and f.runtime_condition is not None \
-            and not claims.names(f.runtime_labels, kyma_ref(m.namespace, m.name)):
-        return Action("forget_runtime", FOREIGN, f"Director runtime {rid} is not this Kyma CR's "
-                      f"(its label {model.KYMA_REF} names another Kyma CR or none): released, "
-                      "not unregistered, no token issued; looking for a registration again",
-                      runtime_id=rid)
+        return Action(
+            "forget_runtime",
+            "RuntimeNotFound",
+            "the Director no longer knows the runtime; registering it again",
+            runtime_id=rid,
+        )
+    if (
+        f.runtime_labels is not None
+        and f.runtime_condition is not None
+        and not claims.names(f.runtime_labels, kyma_ref(m.namespace, m.name))
+    ):
+        return Action(
+            "forget_runtime",
+            FOREIGN,
+            f"Director runtime {rid} is not this Kyma CR's "
+            f"(its label {model.KYMA_REF} names another Kyma CR or none): released, "
+            "not unregistered, no token issued; looking for a registration again",
+            runtime_id=rid,
+        )
     if st.get("runtimeConnected") is True:
         if f.full and not f.fetched:
             return Action("fetch_runtime", runtime_id=rid)
@@ -242,15 +291,24 @@ def _registered(f: Facts, m: model.MappingView, rid: str, policy: Policy) -> Act
         if not f.fetched:
             return Action("fetch_runtime", runtime_id=rid)
         why = secret_verdict(f.found_secret, rid, m.tenant, f.now, policy.token_lifetime)
-        return Action("issue_token", why, runtime_id=rid) if why else \
-            Action("keep_secret", "SecretKept", runtime_id=rid)
+        return (
+            Action("issue_token", why, runtime_id=rid)
+            if why
+            else Action("keep_secret", "SecretKept", runtime_id=rid)
+        )
     need = f.secret != "matches" or _token_expired(st, f.now) or not st.get("configured")
     if need:
         if not f.fetched:
             return Action("fetch_runtime", runtime_id=rid)
-        reason = ("SecretMissing" if f.secret == "missing" else
-                  "SecretAltered" if f.secret == "differs" else
-                  "TokenExpired" if _token_expired(st, f.now) else "NotConfigured")
+        reason = (
+            "SecretMissing"
+            if f.secret == "missing"
+            else "SecretAltered"
+            if f.secret == "differs"
+            else "TokenExpired"
+            if _token_expired(st, f.now)
+            else "NotConfigured"
+        )
         return Action("issue_token", reason, runtime_id=rid)
     if f.full and not f.fetched:
         return Action("fetch_runtime", runtime_id=rid)
@@ -266,12 +324,18 @@ def _teardown(f: Facts) -> Action:
         if rid is not None:
             if f.runtime_labels is None:  # read it first: only this Kyma CR's is unregistered
                 return Action("fetch_runtime", runtime_id=rid)
-            if f.runtime_condition is None or claims.names(f.runtime_labels,
-                                                           kyma_ref(m.namespace, m.name)):
+            if f.runtime_condition is None or claims.names(
+                f.runtime_labels, kyma_ref(m.namespace, m.name)
+            ):
                 return Action("unregister", runtime_id=rid)
-            return Action("release", FOREIGN, f"Director runtime {rid} is not this Kyma CR's "
-                          f"(its label {model.KYMA_REF} names another Kyma CR or none): released, "
-                          "not unregistered", runtime_id=rid)
+            return Action(
+                "release",
+                FOREIGN,
+                f"Director runtime {rid} is not this Kyma CR's "
+                f"(its label {model.KYMA_REF} names another Kyma CR or none): released, "
+                "not unregistered",
+                runtime_id=rid,
+            )
         if m.registering:
             if not f.looked_up:
                 return Action("lookup")
@@ -292,5 +356,9 @@ def _condition(status: Mapping[str, Any], ctype: str) -> Mapping[str, Any]:
 
 
 def _is_ready(status: Mapping[str, Any]) -> bool:
-    return (status.get("state") == "Ready" and status.get("registered") is True
-            and status.get("configured") is True and not status.get("failures"))
+    return (
+        status.get("state") == "Ready"
+        and status.get("registered") is True
+        and status.get("configured") is True
+        and not status.get("failures")
+    )

@@ -21,16 +21,24 @@ from compass import breaker as breaker_mod
 from compass import errors, metrics, model, queries
 from compass import oauth as oauth_mod
 
-WRITES = frozenset({"register_runtime", "request_token", "unregister_runtime",
-                    "set_runtime_label"})
+WRITES = frozenset({"register_runtime", "request_token", "unregister_runtime", "set_runtime_label"})
 
 
 class DirectorClient:
-    def __init__(self, *, graphql_url: str, tokens: oauth_mod.TokenSource,
-                 session: requests.Session, verify: str | bool, timeout: float,
-                 breaker: breaker_mod.CircuitBreaker, stats: metrics.Metrics,
-                 page_size: int = 100, clock: Callable[[], float] = time.monotonic,
-                 on_error: Callable[[str, errors.DirectorError], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        graphql_url: str,
+        tokens: oauth_mod.TokenSource,
+        session: requests.Session,
+        verify: str | bool,
+        timeout: float,
+        breaker: breaker_mod.CircuitBreaker,
+        stats: metrics.Metrics,
+        page_size: int = 100,
+        clock: Callable[[], float] = time.monotonic,
+        on_error: Callable[[str, errors.DirectorError], None] | None = None,
+    ) -> None:
         self._url = graphql_url
         self._tokens = tokens
         self._session = session
@@ -76,8 +84,11 @@ class DirectorClient:
         out: list[queries.Runtime] = []
         after: str | None = None
         while True:
-            res = self._call("find_runtimes", tenant, {"filter": [{"key": key}],
-                                                       "first": self._page, "after": after})
+            res = self._call(
+                "find_runtimes",
+                tenant,
+                {"filter": [{"key": key}], "first": self._page, "after": after},
+            )
             page, total, after, more = queries.page_of(res)
             if total > limit or len(out) + len(page) > limit:
                 return None
@@ -88,8 +99,9 @@ class DirectorClient:
                 raise errors.Unavailable("Director runtimes: a next page without data or cursor")
 
     def set_label(self, tenant: str, runtime_id: str, key: str, value: Any) -> None:
-        self._call("set_runtime_label", tenant, {"runtimeID": runtime_id, "key": key,
-                                                 "value": value})
+        self._call(
+            "set_runtime_label", tenant, {"runtimeID": runtime_id, "key": key, "value": value}
+        )
 
     def get_runtime(self, tenant: str, runtime_id: str) -> queries.Runtime | None:
         try:
@@ -153,9 +165,11 @@ class DirectorClient:
             token = self._tokens.get()
             try:
                 resp = self._session.post(
-                    self._url, json=queries.body(operation, variables),
+                    self._url,
+                    json=queries.body(operation, variables),
                     headers={"Authorization": f"Bearer {token}", "Tenant": tenant},
-                    verify=self._verify, timeout=self._timeout,
+                    verify=self._verify,
+                    timeout=self._timeout,
                 )
             except requests.Timeout:
                 raise errors.Unavailable(f"Director {operation}: timed out") from None

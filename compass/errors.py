@@ -26,8 +26,10 @@ REDACTED = "[redacted]"
 _PATTERNS = (
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"),
     re.compile(r"\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*(\.[A-Za-z0-9_-]*)?"),  # JWT
-    re.compile(r"(?i)\b([a-z_-]*(token|secret|password|passwd|credential|authorization|api[_-]?key)"
-               r"[a-z_-]*)([\"']?\s*[:=]\s*[\"']?)[^\s,;&'\"}\[][^\s,;&'\"}]*"),
+    re.compile(
+        r"(?i)\b([a-z_-]*(token|secret|password|passwd|credential|authorization|api[_-]?key)"
+        r"[a-z_-]*)([\"']?\s*[:=]\s*[\"']?)[^\s,;&'\"}\[][^\s,;&'\"}]*"
+    ),
     re.compile(r"[A-Za-z0-9+/_=-]*[A-Za-z0-9+/_][A-Za-z0-9+/_=]{39,}"),  # long opaque strings
 )
 
@@ -93,8 +95,8 @@ class RuntimeUnreachable(Exception):
 
 # Director apperrors codes (components/director/pkg/apperrors/consts.go)
 _BY_CODE: dict[int, type[DirectorError]] = {
-    10: Unavailable,   # InternalError
-    11: Unavailable,   # UnknownError
+    10: Unavailable,  # InternalError
+    11: Unavailable,  # UnknownError
     20: NotFound,
     21: InvalidInput,  # NotUnique
     22: InvalidInput,  # InvalidData
@@ -103,7 +105,7 @@ _BY_CODE: dict[int, type[DirectorError]] = {
     25: InvalidInput,  # TenantNotFound
     26: Unauthorized,
     27: InvalidInput,  # InvalidOperation
-    28: Unavailable,   # OperationTimeout
+    28: Unavailable,  # OperationTimeout
     29: InvalidInput,  # EmptyData
     30: InvalidInput,  # InconsistentData
 }

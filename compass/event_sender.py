@@ -15,10 +15,19 @@ from tether import events, gateway
 
 
 class Background(events.Recorder):
-    def __init__(self, kube: gateway.Kube, component: str, instance: str, *,
-                 threads: int = 4, limit: int = 1000) -> None:
+    def __init__(
+        self,
+        kube: gateway.Kube,
+        component: str,
+        instance: str,
+        *,
+        threads: int = 4,
+        limit: int = 1000,
+    ) -> None:
         super().__init__(kube, component, instance)
-        self._pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="compass-events")
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            threads, thread_name_prefix="compass-events"
+        )
         self._limit = limit
         self._lock = threading.Lock()
         self._pending: set[concurrent.futures.Future[None]] = set()

@@ -40,7 +40,7 @@ class Summary(NamedTuple):
     states: dict[str, int]
     seconds: float
     skipped: bool = False  # another run was in progress: not a run
-    ok: bool = True        # False: the run could not list the KCP (last-run-result failed)
+    ok: bool = True  # False: the run could not list the KCP (last-run-result failed)
     plan: tuple[adoption.Entry, ...] = ()  # dry-run: what the run would have done
 
 
@@ -54,11 +54,19 @@ def state_of(f: decide.Facts) -> str:
 
 
 class Job:
-    def __init__(self, reconciler: reconcile_mod.Reconciler, kcp: mappings_mod.Kcp,
-                 skr: skr_clients.SkrClients, stats: metrics.Metrics, *, concurrency: int,
-                 active: Callable[[], bool] = lambda: True, shard: tuple[int, int] = (0, 1),
-                 after_run: Callable[[], None] = lambda: None,
-                 before_end: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        reconciler: reconcile_mod.Reconciler,
+        kcp: mappings_mod.Kcp,
+        skr: skr_clients.SkrClients,
+        stats: metrics.Metrics,
+        *,
+        concurrency: int,
+        active: Callable[[], bool] = lambda: True,
+        shard: tuple[int, int] = (0, 1),
+        after_run: Callable[[], None] = lambda: None,
+        before_end: Callable[[], None] = lambda: None,
+    ) -> None:
         self.reconciler = reconciler
         self.shard = shard
         # False once this process lost the Lease: the run stops taking up runtimes, so
@@ -69,7 +77,9 @@ class Job:
         self.metrics = stats
         self.after_run = after_run  # e.g. send the breaker's queued Events
         self.before_end = before_end  # e.g. wait for the runtimes' Events sent in the background
-        self._pool = concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="compass")
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            concurrency, thread_name_prefix="compass"
+        )
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -127,9 +137,13 @@ class Job:
             return ()
         entries = tuple(plan.take())
         for e in entries:
-            log.info("dry-run: %s: would %s%s%s", e.kyma, e.action,
-                     f" ({e.reason})" if e.reason else "",
-                     f" runtime {e.runtime_id}" if e.runtime_id else "")
+            log.info(
+                "dry-run: %s: would %s%s%s",
+                e.kyma,
+                e.action,
+                f" ({e.reason})" if e.reason else "",
+                f" runtime {e.runtime_id}" if e.runtime_id else "",
+            )
         counts = adoption.counts(entries)
         for action in typing.get_args(decide.ActionKind):
             self.metrics.planned.labels(action).set(counts.get(action, 0))

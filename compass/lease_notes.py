@@ -33,7 +33,10 @@ log = logging.getLogger(__name__)
 MAX_ERRORS = 5
 MESSAGE_LIMIT = 200
 BREAKER_VALUE: dict[breaker_mod.State, str] = {
-    "closed": "closed", "open": "open", "half_open": "half-open"}
+    "closed": "closed",
+    "open": "open",
+    "half_open": "half-open",
+}
 
 Publish = Callable[..., None]  # LeaderElector.annotate(values, *, keep=False)
 
@@ -48,12 +51,14 @@ def _stamp(now: datetime.datetime) -> str:
     return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def add_error(notes: Sequence[DirectorErrorNote], now: datetime.datetime, operation: str,
-              message: str) -> tuple[DirectorErrorNote, ...]:
+def add_error(
+    notes: Sequence[DirectorErrorNote], now: datetime.datetime, operation: str, message: str
+) -> tuple[DirectorErrorNote, ...]:
     """The list with one more error, newest first, at most ``MAX_ERRORS``; the same error
     as the newest again only moves its time (the list shows distinct errors). Pure."""
-    new = DirectorErrorNote(_stamp(now), operation[:64],
-                            logs.bounded(errors.scrub(message), MESSAGE_LIMIT))
+    new = DirectorErrorNote(
+        _stamp(now), operation[:64], logs.bounded(errors.scrub(message), MESSAGE_LIMIT)
+    )
     rest = list(notes)
     if rest and (rest[0].operation, rest[0].message) == (new.operation, new.message):
         rest = rest[1:]
@@ -68,8 +73,12 @@ def breaker_event(was: breaker_mod.State, now: breaker_mod.State) -> tuple[str, 
     """(reason, message, warning) of the Event for a breaker transition, if any: opening
     from closed and closing (a failed probe re-opening it is no news). Pure."""
     if now == "open" and was == "closed":
-        return ("CircuitOpened", "the Director circuit breaker opened after consecutive "
-                "unavailability errors: Director calls fail at once until a probe succeeds", True)
+        return (
+            "CircuitOpened",
+            "the Director circuit breaker opened after consecutive "
+            "unavailability errors: Director calls fail at once until a probe succeeds",
+            True,
+        )
     if now == "closed" and was != "closed":
         return "CircuitClosed", "the Director circuit breaker closed: a probe call succeeded", False
     return None
@@ -83,8 +92,13 @@ class LeaseNotes:
     """Thread-safe. ``publish`` (the elector's ``annotate``) is attached once the elector
     exists; before that (and with ``--once``) nothing is published."""
 
-    def __init__(self, recorder: events.Recorder | None = None, lease: events.Ref | None = None,
-                 *, now: Callable[[], datetime.datetime] = _utcnow) -> None:
+    def __init__(
+        self,
+        recorder: events.Recorder | None = None,
+        lease: events.Ref | None = None,
+        *,
+        now: Callable[[], datetime.datetime] = _utcnow,
+    ) -> None:
         self._recorder, self._lease, self._now = recorder, lease, now
         self._lock = threading.Lock()
         self._publish: Publish | None = None

@@ -60,8 +60,9 @@ class Registrations:
 
     def holder(self, runtime_id: str, kyma: str) -> str | None:
         """A Kyma CR other than ``kyma`` whose mapping names ``runtime_id``."""
-        return min((k for k, rid in self.by_kyma.items() if rid == runtime_id and k != kyma),
-                   default=None)
+        return min(
+            (k for k, rid in self.by_kyma.items() if rid == runtime_id and k != kyma), default=None
+        )
 
 
 def _candidate(obj: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -86,7 +87,9 @@ def registrations(items: Iterable[Mapping[str, Any]]) -> Registrations:
         found.setdefault(c[0], set()).add(c[1])
     return Registrations(
         by_kyma={k: next(iter(ids)) for k, ids in found.items() if len(ids) == 1},
-        ambiguous=frozenset(k for k, ids in found.items() if len(ids) > 1), skipped=skipped)
+        ambiguous=frozenset(k for k, ids in found.items() if len(ids) > 1),
+        skipped=skipped,
+    )
 
 
 def read(kcp: gateway.Kube, namespace: str, *, page_size: int = 500) -> Registrations:
@@ -96,11 +99,15 @@ def read(kcp: gateway.Kube, namespace: str, *, page_size: int = 500) -> Registra
     try:
         return registrations(list(kcp.list_items(res, namespace, page_size=page_size)))
     except gateway.NotFound:
-        raise Unavailable(f"{res.plural}.{res.group}/{res.version} is not served in this KCP "
-                          "(compass-manager's CRD is not installed)") from None
+        raise Unavailable(
+            f"{res.plural}.{res.group}/{res.version} is not served in this KCP "
+            "(compass-manager's CRD is not installed)"
+        ) from None
     except gateway.Forbidden:
-        raise Unavailable(f"reading {res.plural}.{res.group} in {namespace} is forbidden "
-                          "(apply manifests/kcp/compass/compat-compass-manager)") from None
+        raise Unavailable(
+            f"reading {res.plural}.{res.group} in {namespace} is forbidden "
+            "(apply manifests/kcp/compass/compat-compass-manager)"
+        ) from None
 
 
 class Source:
@@ -109,8 +116,14 @@ class Source:
     none, it is ambiguous, or the mappings cannot be read (logged, the last good read kept
     over a transient API failure)."""
 
-    def __init__(self, kcp: gateway.Kube, namespace: str, *, max_age: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        *,
+        max_age: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._kcp, self._ns, self._max_age, self._clock = kcp, namespace, max_age, clock
         self._lock = threading.Lock()
         self._regs = Registrations()
@@ -141,5 +154,6 @@ class Source:
             self._regs = Registrations()
             log.warning("compass-manager's mappings not read: %s", e)
         except gateway.GatewayError as e:
-            log.warning("compass-manager's mappings not read (%s); keeping the last read",
-                        type(e).__name__)
+            log.warning(
+                "compass-manager's mappings not read (%s); keeping the last read", type(e).__name__
+            )

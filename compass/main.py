@@ -27,25 +27,48 @@ def attach(svc: service.Service, rt: elected.Runtime) -> None:
 
 
 def main(argv: list[str]) -> int:
-    s, args, kcp_api = elected.start(settings_mod.SPEC, argv, settings_mod.build,
-                                     kubeconfig_variable="TETHER_COMPASS_KUBECONFIG",
-                                     once="one full run, no election, then exit")
+    s, args, kcp_api = elected.start(
+        settings_mod.SPEC,
+        argv,
+        settings_mod.build,
+        kubeconfig_variable="TETHER_COMPASS_KUBECONFIG",
+        once="one full run, no election, then exit",
+    )
     stats = metrics.Metrics()
-    svc = service.build(s, kcp_api, stats, logs.audit_logger(
-        s.audit_destination, on_lost=auditwriter.counting(stats.audit_lost),
-        queue_lines=s.audit_queue_lines))
+    svc = service.build(
+        s,
+        kcp_api,
+        stats,
+        logs.audit_logger(
+            s.audit_destination,
+            on_lost=auditwriter.counting(stats.audit_lost),
+            queue_lines=s.audit_queue_lines,
+        ),
+    )
     if args.once:
         summary = svc.job.run(full=True)
         svc.close()
         print(summary.states)
         return 0
     sched = service.scheduler(svc)
-    return elected.run_elected(elected.ElectedPart(
-        "compass", log, kcp_api, leader.LeaseSettings(namespace=s.lease_namespace, name=s.lease_name),
-        sched, elected.resuming(sched, stats.leader), s.bind,
-        app=lambda rt: app_mod.create_app(stats, ready=lambda: rt.scheduler.running),
-        guarded=[svc.job],
-        attach=lambda rt: attach(svc, rt),
-        close=[svc.close],
-        announce=lambda: log.info("compass started: namespace %s, interval %.0fs, resync %r",
-                                  s.namespace, s.interval, s.resync_cron)))
+    return elected.run_elected(
+        elected.ElectedPart(
+            "compass",
+            log,
+            kcp_api,
+            leader.LeaseSettings(namespace=s.lease_namespace, name=s.lease_name),
+            sched,
+            elected.resuming(sched, stats.leader),
+            s.bind,
+            app=lambda rt: app_mod.create_app(stats, ready=lambda: rt.scheduler.running),
+            guarded=[svc.job],
+            attach=lambda rt: attach(svc, rt),
+            close=[svc.close],
+            announce=lambda: log.info(
+                "compass started: namespace %s, interval %.0fs, resync %r",
+                s.namespace,
+                s.interval,
+                s.resync_cron,
+            ),
+        )
+    )

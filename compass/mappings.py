@@ -36,7 +36,8 @@ class Kcp:
             "apiVersion": f"{apitypes.COMPASS_MAPPINGS.group}/{apitypes.COMPASS_MAPPINGS.version}",
             "kind": apitypes.COMPASS_MAPPING_KIND,
             "metadata": {
-                "name": kyma.name, "namespace": self.namespace,
+                "name": kyma.name,
+                "namespace": self.namespace,
                 "labels": decide.mapping_labels(kyma),
                 "annotations": {model.REGISTERING: "true"} if registering else {},
                 "finalizers": [model.FINALIZER],
@@ -45,19 +46,32 @@ class Kcp:
         }
         return model.mapping_from(self._kcp.create(apitypes.COMPASS_MAPPINGS, self.namespace, body))
 
-    def patch_meta(self, name: str, *, labels: dict[str, str | None] | None = None,
-                   annotations: dict[str, str | None] | None = None) -> model.MappingView:
+    def patch_meta(
+        self,
+        name: str,
+        *,
+        labels: dict[str, str | None] | None = None,
+        annotations: dict[str, str | None] | None = None,
+    ) -> model.MappingView:
         meta: dict[str, Any] = {}
         if labels is not None:
             meta["labels"] = labels
         if annotations is not None:
             meta["annotations"] = annotations
         return model.mapping_from(
-            self._kcp.patch(apitypes.COMPASS_MAPPINGS, self.namespace, name, {"metadata": meta}))
+            self._kcp.patch(apitypes.COMPASS_MAPPINGS, self.namespace, name, {"metadata": meta})
+        )
 
     def patch_status(self, name: str, status: dict[str, Any]) -> model.MappingView:
-        return model.mapping_from(self._kcp.patch(apitypes.COMPASS_MAPPINGS, self.namespace, name,
-                                                  {"status": status}, subresource="status"))
+        return model.mapping_from(
+            self._kcp.patch(
+                apitypes.COMPASS_MAPPINGS,
+                self.namespace,
+                name,
+                {"status": status},
+                subresource="status",
+            )
+        )
 
     def delete_mapping(self, name: str) -> model.MappingView | None:
         try:
@@ -69,7 +83,11 @@ class Kcp:
     def remove_finalizer(self, m: model.MappingView) -> None:
         rest = [f for f in m.finalizers if f != model.FINALIZER]
         try:
-            self._kcp.patch(apitypes.COMPASS_MAPPINGS, self.namespace, m.name,
-                            {"metadata": {"finalizers": rest or None}})
+            self._kcp.patch(
+                apitypes.COMPASS_MAPPINGS,
+                self.namespace,
+                m.name,
+                {"metadata": {"finalizers": rest or None}},
+            )
         except gateway.NotFound:
             pass

@@ -13,7 +13,11 @@ from typing import Any, NamedTuple
 from tether import apitypes
 
 # Kyma CR (lifecycle-manager) ---------------------------------------------------------------
-REQUIRED_LABELS = (apitypes.GLOBAL_ACCOUNT_LABEL, apitypes.SUBACCOUNT_LABEL, apitypes.SHOOT_NAME_LABEL)
+REQUIRED_LABELS = (
+    apitypes.GLOBAL_ACCOUNT_LABEL,
+    apitypes.SUBACCOUNT_LABEL,
+    apitypes.SHOOT_NAME_LABEL,
+)
 APP_CONNECTOR_MODULE = "application-connector"
 
 # CompassMapping (Tether's own, tether.kyma-project.io) ------------------------------------
@@ -83,8 +87,11 @@ class MappingView(NamedTuple):
 def kyma_from(obj: Mapping[str, Any]) -> Kyma:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
-    modules = tuple(str(m.get("name")) for m in spec.get("modules") or []
-                    if isinstance(m, Mapping) and m.get("name"))
+    modules = tuple(
+        str(m.get("name"))
+        for m in spec.get("modules") or []
+        if isinstance(m, Mapping) and m.get("name")
+    )
     return Kyma(
         namespace=meta.get("namespace", ""),
         name=meta["name"],

@@ -20,9 +20,17 @@ def renew_at(issued: float, expires_in: float) -> float:
 
 
 class TokenSource:
-    def __init__(self, session: requests.Session, token_url: str, client_id: str,
-                 client_secret: str, *, verify: str | bool, timeout: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        session: requests.Session,
+        token_url: str,
+        client_id: str,
+        client_secret: str,
+        *,
+        verify: str | bool,
+        timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._session = session
         self._url = token_url
         self._auth = (client_id, client_secret)
@@ -54,8 +62,11 @@ class TokenSource:
         t0 = self._clock()
         try:
             resp = self._session.post(
-                self._url, data={"grant_type": "client_credentials"}, auth=self._auth,
-                verify=self._verify, timeout=self._timeout,
+                self._url,
+                data={"grant_type": "client_credentials"},
+                auth=self._auth,
+                verify=self._verify,
+                timeout=self._timeout,
             )
         except requests.RequestException as e:
             raise errors.Unavailable(f"OAuth token endpoint: {type(e).__name__}") from None

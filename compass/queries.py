@@ -132,13 +132,18 @@ def runtime_of(raw: object) -> Runtime:
     if not isinstance(raw, dict) or not raw.get("id"):
         raise errors.Unavailable("Director returned a runtime without id")
     if not isinstance(raw["id"], str) or not valid_runtime_id(raw["id"]):
-        raise errors.InvalidAnswer("Director returned a runtime whose id is no label value "
-                                   "(1-63 of [A-Za-z0-9._-], alphanumeric at both ends)")
+        raise errors.InvalidAnswer(
+            "Director returned a runtime whose id is no label value "
+            "(1-63 of [A-Za-z0-9._-], alphanumeric at both ends)"
+        )
     status = raw.get("status") or {}
     return Runtime(
-        id=str(raw["id"]), name=str(raw.get("name") or ""),
+        id=str(raw["id"]),
+        name=str(raw.get("name") or ""),
         labels=dict(raw.get("labels") or {}),
-        condition=str(status.get("condition") or "INITIAL") if isinstance(status, dict) else "INITIAL",
+        condition=str(status.get("condition") or "INITIAL")
+        if isinstance(status, dict)
+        else "INITIAL",
     )
 
 
@@ -152,8 +157,12 @@ def page_of(raw: object) -> tuple[list[Runtime], int, str | None, bool]:
         raise errors.Unavailable("Director returned a runtime page without pageInfo")
     total = raw.get("totalCount")
     cursor = info.get("endCursor")
-    return (data, total if isinstance(total, int) else len(data),
-            str(cursor) if cursor else None, bool(info.get("hasNextPage")))
+    return (
+        data,
+        total if isinstance(total, int) else len(data),
+        str(cursor) if cursor else None,
+        bool(info.get("hasNextPage")),
+    )
 
 
 def token_of(raw: object) -> OneTimeToken:
@@ -162,11 +171,14 @@ def token_of(raw: object) -> OneTimeToken:
         raise errors.Unavailable("Director returned an incomplete one-time token")
     token, url = raw["token"], raw["connectorURL"]
     if not isinstance(token, str) or not TOKEN_RE.fullmatch(token):
-        raise errors.InvalidAnswer("Director returned a one-time token that is not 16-512 "
-                                   "characters of [A-Za-z0-9._~+/=-]; not delivered")
+        raise errors.InvalidAnswer(
+            "Director returned a one-time token that is not 16-512 "
+            "characters of [A-Za-z0-9._~+/=-]; not delivered"
+        )
     problem = connector_url_problem(url) if isinstance(url, str) else "not a string"
     if problem:
-        raise errors.InvalidAnswer(f"Director returned a connector URL with {problem}; token "
-                                   "not delivered")
+        raise errors.InvalidAnswer(
+            f"Director returned a connector URL with {problem}; token not delivered"
+        )
     expires = raw.get("expiresAt")
     return OneTimeToken(token, url, str(expires)[:64] if expires else "")

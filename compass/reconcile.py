@@ -50,8 +50,15 @@ FINAL = ("done", "wait", "skip")
 _CONFIGURED_STEP = ("read_secret", "issue_token", "mark_connected")
 _DEFERS_STATUS = ("register", "adopt")
 _ACTION_KINDS = frozenset(typing.get_args(decide.ActionKind))  # each done by ``_<kind>``
-_WRITES_STATUS = ("create_mapping", "report_invalid", "mark_registering", "forget_runtime",
-                  "issue_token", "mark_connected", "mark_ready")
+_WRITES_STATUS = (
+    "create_mapping",
+    "report_invalid",
+    "mark_registering",
+    "forget_runtime",
+    "issue_token",
+    "mark_connected",
+    "mark_ready",
+)
 
 
 class Tuning(NamedTuple):
@@ -79,10 +86,19 @@ def _utcnow() -> datetime.datetime:
 
 
 class Reconciler(registration.RegistrationSteps):
-    def __init__(self, tuning: Tuning, kcp: mappings_mod.Kcp, director: director_mod.DirectorClient,
-                 skr: skr_clients.SkrClients, stats: metrics.Metrics, audit: logging.Logger, *,
-                 clock: Callable[[], datetime.datetime] = _utcnow,
-                 rng: random.Random | None = None, recorder: events.Recorder | None = None) -> None:
+    def __init__(
+        self,
+        tuning: Tuning,
+        kcp: mappings_mod.Kcp,
+        director: director_mod.DirectorClient,
+        skr: skr_clients.SkrClients,
+        stats: metrics.Metrics,
+        audit: logging.Logger,
+        *,
+        clock: Callable[[], datetime.datetime] = _utcnow,
+        rng: random.Random | None = None,
+        recorder: events.Recorder | None = None,
+    ) -> None:
         self.t = tuning
         self.kcp = kcp
         self.director = director
@@ -105,14 +121,17 @@ class Reconciler(registration.RegistrationSteps):
         # the result is written to the KCP (to inject a crash at that point).
         self.after_director_call: Callable[[str], None] | None = None
 
-    def reconcile(self, kyma: model.Kyma | None, mapping: model.MappingView | None, *,
-                  full: bool = False) -> decide.Facts:
+    def reconcile(
+        self, kyma: model.Kyma | None, mapping: model.MappingView | None, *, full: bool = False
+    ) -> decide.Facts:
         facts = decide.Facts(kyma=kyma, mapping=mapping, now=self.clock(), full=full)
         name = kyma.name if kyma is not None else mapping.name if mapping is not None else "?"
         olog = logs.ObjectLogger(log, {"kyma": f"{self.kcp.namespace}/{name}"})
         return self._steps(facts, olog)
 
-    def _steps(self, facts: decide.Facts, olog: logging.LoggerAdapter[logging.Logger]) -> decide.Facts:
+    def _steps(
+        self, facts: decide.Facts, olog: logging.LoggerAdapter[logging.Logger]
+    ) -> decide.Facts:
         # The status after register/adopt is kept in ``facts.mapping`` and written with
         # the next status write of the pass (or at its end): one request less per runtime.
         pending = False
@@ -126,7 +145,9 @@ class Reconciler(registration.RegistrationSteps):
                 return facts
             try:
                 facts = self._act(action, facts)
-                pending = action.kind in _DEFERS_STATUS or (pending and action.kind not in _WRITES_STATUS)
+                pending = action.kind in _DEFERS_STATUS or (
+                    pending and action.kind not in _WRITES_STATUS
+                )
             except errors.DirectorError as e:
                 self.metrics.actions.labels(action.kind, e.kind).inc()
                 olog.info("%s failed: %s", action.kind, e)
@@ -137,8 +158,13 @@ class Reconciler(registration.RegistrationSteps):
                     if pending:
                         self._flush(facts, olog)
                     return facts
-                self._fail(facts, action, "Director" + type(e).__name__, str(e),
-                           permanent=isinstance(e, errors.InvalidInput | errors.Unauthorized))
+                self._fail(
+                    facts,
+                    action,
+                    "Director" + type(e).__name__,
+                    str(e),
+                    permanent=isinstance(e, errors.InvalidInput | errors.Unauthorized),
+                )
                 return facts
             except errors.NotLeading as e:  # nothing written: the Lease holder takes over
                 olog.info("%s: %s", action.kind, e)
@@ -170,8 +196,9 @@ class Reconciler(registration.RegistrationSteps):
             self._flush(facts, olog)
         return facts
 
-    def _write(self, m: model.MappingView, now: datetime.datetime,
-               st: Mapping[str, Any]) -> model.MappingView:
+    def _write(
+        self, m: model.MappingView, now: datetime.datetime, st: Mapping[str, Any]
+    ) -> model.MappingView:
         """Every status write: with the Ready condition and the generations (``status.finish``)."""
         return self.kcp.patch_status(m.name, status.finish(st, m.generation, now))
 
@@ -180,8 +207,13 @@ class Reconciler(registration.RegistrationSteps):
         name = m.name if m is not None else f.kyma.name if f.kyma is not None else ""
         if self.events is None or not name:
             return
-        ref = events.Ref(f"{apitypes.COMPASS_MAPPINGS.group}/{apitypes.COMPASS_MAPPINGS.version}", apitypes.COMPASS_MAPPING_KIND,
-                         self.kcp.namespace, name, m.uid if m is not None else "")
+        ref = events.Ref(
+            f"{apitypes.COMPASS_MAPPINGS.group}/{apitypes.COMPASS_MAPPINGS.version}",
+            apitypes.COMPASS_MAPPING_KIND,
+            self.kcp.namespace,
+            name,
+            m.uid if m is not None else "",
+        )
         self.events.emit(ref, reason, message, warning=warning)
 
     def _flush(self, f: decide.Facts, olog: logging.LoggerAdapter[logging.Logger]) -> None:
@@ -194,8 +226,9 @@ class Reconciler(registration.RegistrationSteps):
 
     # -- failure ------------------------------------------------------------------------------
 
-    def _fail(self, f: decide.Facts, action: decide.Action, reason: str, message: str, *,
-              permanent: bool) -> None:
+    def _fail(
+        self, f: decide.Facts, action: decide.Action, reason: str, message: str, *, permanent: bool
+    ) -> None:
         m = f.mapping
         if self.plan is not None:  # dry-run: the failure is reported, not written
             self.plan.add(_name(f), action.kind, "failed: " + reason, action.runtime_id)
@@ -205,16 +238,28 @@ class Reconciler(registration.RegistrationSteps):
         failures = int(m.status.get("failures") or 0) + 1
         delay = status.backoff_delay(failures, self.t.backoff_base, self.t.backoff_cap, self.rng)
         ctype = status.CONFIGURED if action.kind in _CONFIGURED_STEP else status.REGISTERED
-        st = status.failure(m.status, f.now, ctype=ctype, reason=reason,
-                            message=f"{action.kind}: {message}", permanent=permanent, delay=delay)
+        st = status.failure(
+            m.status,
+            f.now,
+            ctype=ctype,
+            reason=reason,
+            message=f"{action.kind}: {message}",
+            permanent=permanent,
+            delay=delay,
+        )
         try:
             self._write(m, f.now, st)
         except gateway.GatewayError as e:
             log.warning("recording a failure on mapping %s: KCP API error: %s", m.name, e)
             return
         if failures == FAILING_AFTER:
-            self._event(f, "Failing", f"{action.kind} failed {failures} times in a row, retried with "
-                        f"backoff: {reason}: {message}", warning=True)
+            self._event(
+                f,
+                "Failing",
+                f"{action.kind} failed {failures} times in a row, retried with "
+                f"backoff: {reason}: {message}",
+                warning=True,
+            )
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -257,23 +302,34 @@ class Reconciler(registration.RegistrationSteps):
         return f._replace(mapping=m)
 
     def _mark_registering(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        m = self.kcp.patch_meta(decide.mapping_of(f).name,
-                                labels=dict(decide.mapping_labels(decide.kyma_of(f))),
-                                annotations={model.REGISTERING: "true"})
-        m = self._write(m, f.now, status.processing(
-            m.status, f.now, "Registering", "registering the runtime in the Director"))
+        m = self.kcp.patch_meta(
+            decide.mapping_of(f).name,
+            labels=dict(decide.mapping_labels(decide.kyma_of(f))),
+            annotations={model.REGISTERING: "true"},
+        )
+        m = self._write(
+            m,
+            f.now,
+            status.processing(
+                m.status, f.now, "Registering", "registering the runtime in the Director"
+            ),
+        )
         return f._replace(mapping=m)
 
     def _fetch_runtime(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         rt = self.director.get_runtime(self._tenant(f), str(a.runtime_id))
-        return f._replace(fetched=True, runtime_condition=None if rt is None else rt.condition,
-                          runtime_labels={} if rt is None else rt.labels)
+        return f._replace(
+            fetched=True,
+            runtime_condition=None if rt is None else rt.condition,
+            runtime_labels={} if rt is None else rt.labels,
+        )
 
     def _read_secret(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         k, digest = decide.kyma_of(f), decide.mapping_of(f).status.get("secretDigest")
         api = self.skr.get(k.name)
-        state, held = agent_secret.read(api, self.t.secret_namespace, self._secret_name(k.name),
-                                        digest, self.t.skr_timeout)
+        state, held = agent_secret.read(
+            api, self.t.secret_namespace, self._secret_name(k.name), digest, self.t.skr_timeout
+        )
         if digest or held is None or not held.complete or held.runtime_id != a.runtime_id:
             return f._replace(secret=state, found_secret=held)
         used = agent_secret.cert_present(api, self.t.secret_namespace, self.t.skr_timeout)
@@ -284,10 +340,14 @@ class Reconciler(registration.RegistrationSteps):
         assert held is not None and held.written_at is not None, "decide keeps a Secret it read"
         expires = held.written_at + datetime.timedelta(seconds=self.t.policy.token_lifetime)
         self.metrics.adoptions.labels("secret_kept").inc()
-        m = self._write(m, f.now, status.kept(m.status, f.now, model.format_time(expires),
-                                              held.digest))
-        self._event(f._replace(mapping=m), "SecretKept", f"the runtime's agent Secret for runtime "
-                    f"{a.runtime_id} works; kept as it is")
+        m = self._write(
+            m, f.now, status.kept(m.status, f.now, model.format_time(expires), held.digest)
+        )
+        self._event(
+            f._replace(mapping=m),
+            "SecretKept",
+            f"the runtime's agent Secret for runtime {a.runtime_id} works; kept as it is",
+        )
         return f._replace(mapping=m, secret="matches")
 
     def _report_pending(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
@@ -304,22 +364,48 @@ class Reconciler(registration.RegistrationSteps):
         tok = self.director.request_token(tenant, rid)
         self._hook(a.kind)
         data = agent_secret.data_for(tok, rid, tenant)
-        agent_secret.write(api, self.t.secret_namespace, self._secret_name(k.name), data,
-                           self.t.skr_timeout, exists=f.secret in ("matches", "differs"))
-        self._audit("compass.token_issued", f, runtimeId=rid, tenant=tenant,
-                    reason=a.reason, expiresAt=tok.expires_at)
+        agent_secret.write(
+            api,
+            self.t.secret_namespace,
+            self._secret_name(k.name),
+            data,
+            self.t.skr_timeout,
+            exists=f.secret in ("matches", "differs"),
+        )
+        self._audit(
+            "compass.token_issued",
+            f,
+            runtimeId=rid,
+            tenant=tenant,
+            reason=a.reason,
+            expiresAt=tok.expires_at,
+        )
         if f.found_secret is not None and not m.status.get("secretDigest"):
             self.metrics.adoptions.labels("secret_reissued").inc()
-        m = self._write(m, f.now, status.configured(
-            m.status, f.now, token_expires_at=tok.expires_at, secret_digest=status.digest(data),
-            reason=a.reason))
+        m = self._write(
+            m,
+            f.now,
+            status.configured(
+                m.status,
+                f.now,
+                token_expires_at=tok.expires_at,
+                secret_digest=status.digest(data),
+                reason=a.reason,
+            ),
+        )
         where = f"{self.t.secret_namespace}/{self._secret_name(k.name)}"
         if a.reason in _FIRST_TOKEN:
-            self._event(f._replace(mapping=m), "TokenDelivered",
-                        f"one-time token for runtime {rid} delivered to {where} in the runtime")
+            self._event(
+                f._replace(mapping=m),
+                "TokenDelivered",
+                f"one-time token for runtime {rid} delivered to {where} in the runtime",
+            )
         else:
-            self._event(f._replace(mapping=m), "TokenRefreshed",
-                        f"a new one-time token for runtime {rid} delivered to {where} ({a.reason})")
+            self._event(
+                f._replace(mapping=m),
+                "TokenRefreshed",
+                f"a new one-time token for runtime {rid} delivered to {where} ({a.reason})",
+            )
         return f._replace(mapping=m, secret="matches", registered_now=False)
 
     def _mark_connected(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
@@ -340,4 +426,3 @@ class Reconciler(registration.RegistrationSteps):
 
 def _name(f: decide.Facts) -> str:
     return f.kyma.name if f.kyma else f.mapping.name if f.mapping else ""
-

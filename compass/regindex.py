@@ -44,8 +44,13 @@ class _Tenant:
 
 
 class RunIndex:
-    def __init__(self, director: director_mod.DirectorClient, *, max_held: int = MAX_HELD,
-                 direct_first: int = DIRECT_FIRST) -> None:
+    def __init__(
+        self,
+        director: director_mod.DirectorClient,
+        *,
+        max_held: int = MAX_HELD,
+        direct_first: int = DIRECT_FIRST,
+    ) -> None:
         self.director = director
         self.max_held = max_held
         self.direct_first = direct_first
@@ -108,13 +113,19 @@ class RunIndex:
             found = self.director.list_labelled(tenant, model.SHOOT_LABEL, room)
         except errors.DirectorError as e:
             self.fallbacks += 1
-            log.warning("listing a tenant's labelled Director runtimes failed (%s): its lookups "
-                        "are one Director query per runtime in this run", e.kind)
+            log.warning(
+                "listing a tenant's labelled Director runtimes failed (%s): its lookups "
+                "are one Director query per runtime in this run",
+                e.kind,
+            )
             return
         if found is None:
             self.fallbacks += 1
-            log.warning("more labelled Director runtimes in a tenant than the %d a run holds: "
-                        "its lookups are one Director query per runtime in this run", self.max_held)
+            log.warning(
+                "more labelled Director runtimes in a tenant than the %d a run holds: "
+                "its lookups are one Director query per runtime in this run",
+                self.max_held,
+            )
             return
         with self._lock:
             self._held += len(found)

@@ -61,12 +61,14 @@ class RegistrationSteps(abc.ABC):
 
     # the reconciler's writes, Events, audit lines and test hook
     @abc.abstractmethod
-    def _write(self, m: model.MappingView, now: datetime.datetime,
-               st: Mapping[str, Any]) -> model.MappingView: ...
+    def _write(
+        self, m: model.MappingView, now: datetime.datetime, st: Mapping[str, Any]
+    ) -> model.MappingView: ...
 
     @abc.abstractmethod
-    def _event(self, f: decide.Facts, reason: str, message: str, *,
-               warning: bool = False) -> None: ...
+    def _event(
+        self, f: decide.Facts, reason: str, message: str, *, warning: bool = False
+    ) -> None: ...
 
     @abc.abstractmethod
     def _audit(self, event: str, f: decide.Facts, **fields: object) -> None: ...
@@ -90,8 +92,15 @@ class RegistrationSteps(abc.ABC):
         if f.kyma is None:  # teardown: only a runtime this instance registered
             found = adoption.own(self.director, self._tenant(f), self.t.policy.managed_by, ref)
         else:
-            found = adoption.lookup(self.registrations, self._tenant(f), f.kyma, self.t.policy,
-                                    ref, lambda: self._hint(name), lambda rid: self._held_by(rid, name))
+            found = adoption.lookup(
+                self.registrations,
+                self._tenant(f),
+                f.kyma,
+                self.t.policy,
+                ref,
+                lambda: self._hint(name),
+                lambda rid: self._held_by(rid, name),
+            )
         self._hook(a.kind)
         if found.candidates > 1:
             self.metrics.adoptions.labels("ambiguous").inc()
@@ -100,15 +109,24 @@ class RegistrationSteps(abc.ABC):
             return f._replace(looked_up=True, candidates=0, refusal=(found.refused, found.why))
         if found.runtime_id is None:
             return f._replace(looked_up=True, candidates=found.candidates)
-        return f._replace(looked_up=True, found_runtime_id=found.runtime_id, found_own=found.own,
-                          candidates=1, fetched=True, runtime_condition=found.condition)
+        return f._replace(
+            looked_up=True,
+            found_runtime_id=found.runtime_id,
+            found_own=found.own,
+            candidates=1,
+            fetched=True,
+            runtime_condition=found.condition,
+        )
 
     def _hint(self, name: str) -> adoption.Hint:
         """The runtime ID the runtime's agent Secret names (its namespace, then where older
         runtimes keep it), else compass-manager's mapping: a hint, checked by the lookup."""
-        namespaces = tuple(dict.fromkeys((self.t.secret_namespace, *self.t.legacy_secret_namespaces)))
-        rid = adoption.secret_runtime_id(self.skr, name, namespaces, self._secret_name(name),
-                                         self.t.skr_timeout)
+        namespaces = tuple(
+            dict.fromkeys((self.t.secret_namespace, *self.t.legacy_secret_namespaces))
+        )
+        rid = adoption.secret_runtime_id(
+            self.skr, name, namespaces, self._secret_name(name), self.t.skr_timeout
+        )
         if rid:
             return adoption.Hint(rid, "the runtime's agent Secret")
         known = self.known_runtime_id(name) if self.known_runtime_id else None
@@ -117,8 +135,10 @@ class RegistrationSteps(abc.ABC):
     def _held_by(self, rid: str, name: str) -> str | None:
         """Another Kyma CR's mapping (Tether's, or compass-manager's when read) holding ``rid``."""
         if not self.holders.open:  # outside a run: read the mappings now
-            other = next((m.name for m in self.kcp.mappings()
-                          if m.runtime_id == rid and m.name != name), None)
+            other = next(
+                (m.name for m in self.kcp.mappings() if m.runtime_id == rid and m.name != name),
+                None,
+            )
         else:
             other = self.holders.other(rid, name)
         if other is None and self.known_holder is not None:
@@ -127,8 +147,7 @@ class RegistrationSteps(abc.ABC):
 
     def _register(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
         tenant = self._tenant(f)
-        rt = self.director.register(tenant, decide.register_input(decide.kyma_of(f),
-                                                                  self.t.policy))
+        rt = self.director.register(tenant, decide.register_input(decide.kyma_of(f), self.t.policy))
         self.registrations.note(tenant, rt)
         self.holders.claim(rt.id, decide.mapping_of(f).name)  # a new ID: nobody else holds it
         self._hook(a.kind)
@@ -140,45 +159,74 @@ class RegistrationSteps(abc.ABC):
         if self.plan is None and self.holders.claim(rid, decide.mapping_of(f).name) is not None:
             # another Kyma CR of this run took it since the lookup: never two mappings
             self.metrics.conflicts.labels(claims.HELD_ELSEWHERE).inc()
-            return f._replace(found_runtime_id=None, refusal=(claims.HELD_ELSEWHERE, (
-                f"Director runtime {rid} was taken by another Kyma CR's mapping during this "
-                "run: not adopted, none registered")))
+            return f._replace(
+                found_runtime_id=None,
+                refusal=(
+                    claims.HELD_ELSEWHERE,
+                    (
+                        f"Director runtime {rid} was taken by another Kyma CR's mapping during this "
+                        "run: not adopted, none registered"
+                    ),
+                ),
+            )
         added: list[str] = []
         if not f.found_own:  # Tether's labels added to the Provisioner's: none changed
             labels = decide.register_input(decide.kyma_of(f), self.t.policy)["labels"]
             added = adoption.add_labels(self.registrations, tenant, rid, labels)
             self.metrics.adoptions.labels("adopted").inc()
-        self._audit("compass.runtime_adopted", f, runtimeId=rid, tenant=tenant,
-                    labelsAdded=",".join(added))
+        self._audit(
+            "compass.runtime_adopted", f, runtimeId=rid, tenant=tenant, labelsAdded=",".join(added)
+        )
         return self._registered(f, tenant, rid, f.runtime_condition, adopted=True)
 
-    def _registered(self, f: decide.Facts, tenant: str, rid: str, cond: str | None, *,
-                    adopted: bool) -> decide.Facts:
-        m = self.kcp.patch_meta(decide.mapping_of(f).name,
-                                labels={apitypes.COMPASS_RUNTIME_ID_LABEL: rid,
-                                        apitypes.GLOBAL_ACCOUNT_LABEL: tenant})
+    def _registered(
+        self, f: decide.Facts, tenant: str, rid: str, cond: str | None, *, adopted: bool
+    ) -> decide.Facts:
+        m = self.kcp.patch_meta(
+            decide.mapping_of(f).name,
+            labels={apitypes.COMPASS_RUNTIME_ID_LABEL: rid, apitypes.GLOBAL_ACCOUNT_LABEL: tenant},
+        )
         m = m._replace(status=status.registered(m.status, f.now, rid, adopted))
-        self._event(f._replace(mapping=m), "Registered",
-                    f"runtime {rid} found in the Director (registered earlier)" if adopted
-                    else f"runtime {rid} registered in the Director")
-        return f._replace(mapping=m, registered_now=not adopted, fetched=True,
-                          runtime_condition=cond)
+        self._event(
+            f._replace(mapping=m),
+            "Registered",
+            f"runtime {rid} found in the Director (registered earlier)"
+            if adopted
+            else f"runtime {rid} registered in the Director",
+        )
+        return f._replace(
+            mapping=m, registered_now=not adopted, fetched=True, runtime_condition=cond
+        )
 
     def _forget_runtime(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
-        m = self.kcp.patch_meta(decide.mapping_of(f).name,
-                                labels={apitypes.COMPASS_RUNTIME_ID_LABEL: None},
-                                annotations={model.REGISTERING: "true"})
+        m = self.kcp.patch_meta(
+            decide.mapping_of(f).name,
+            labels={apitypes.COMPASS_RUNTIME_ID_LABEL: None},
+            annotations={model.REGISTERING: "true"},
+        )
         m = self._write(m, f.now, status.forgotten(m.status, f.now, a.reason, a.message))
         self.holders.release(str(a.runtime_id), m.name)
         if a.reason == decide.FOREIGN:
             self._released(a, f._replace(mapping=m))
-        return f._replace(mapping=m, fetched=False, runtime_condition=None, looked_up=False,
-                          found_runtime_id=None, secret="unknown", runtime_labels=None)
+        return f._replace(
+            mapping=m,
+            fetched=False,
+            runtime_condition=None,
+            looked_up=False,
+            found_runtime_id=None,
+            secret="unknown",
+            runtime_labels=None,
+        )
 
     def _released(self, a: decide.Action, f: decide.Facts) -> None:
         self.metrics.conflicts.labels(claims.RELEASED).inc()
-        self._audit("compass.runtime_released", f, runtimeId=str(a.runtime_id),
-                    tenant=self._tenant(f), reason=a.reason)
+        self._audit(
+            "compass.runtime_released",
+            f,
+            runtimeId=str(a.runtime_id),
+            tenant=self._tenant(f),
+            reason=a.reason,
+        )
         self._event(f, "Released", a.message, warning=True)
 
     def _release(self, a: decide.Action, f: decide.Facts) -> decide.Facts:
@@ -191,9 +239,14 @@ class RegistrationSteps(abc.ABC):
         tenant, rid = self._tenant(f), str(a.runtime_id)
         existed = self.director.unregister(tenant, rid)
         self._hook(a.kind)
-        self._audit("compass.runtime_unregistered", f, runtimeId=rid, tenant=tenant,
-                    directorKnewIt=existed)
-        self._event(f, "Unregistered", f"runtime {rid} unregistered from the Director" if existed
-                    else f"runtime {rid} was not known to the Director any more")
+        self._audit(
+            "compass.runtime_unregistered", f, runtimeId=rid, tenant=tenant, directorKnewIt=existed
+        )
+        self._event(
+            f,
+            "Unregistered",
+            f"runtime {rid} unregistered from the Director"
+            if existed
+            else f"runtime {rid} was not known to the Director any more",
+        )
         return f._replace(unregistered=True)
-

@@ -27,7 +27,9 @@ MESSAGE_LIMIT = 1000
 _GOOD_REASONS = ("Registered", "TokenDelivered", "RuntimeConnected", "SecretKept")
 
 
-def backoff_delay(failures: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+def backoff_delay(
+    failures: int, base: float, cap: float, rng: random.Random | None = None
+) -> float:
     """Exponential backoff with jitter: between half and all of min(cap, base*2^(n-1))."""
     n = max(1, failures)
     ceiling = min(cap, base * (2.0 ** min(n - 1, 30)))
@@ -43,18 +45,29 @@ def digest(data: Mapping[str, str]) -> str:
     return h.hexdigest()
 
 
-def _set_condition(conds: list[dict[str, Any]], ctype: str, ok: bool, reason: str, message: str,
-                   now: datetime.datetime) -> list[dict[str, Any]]:
+def _set_condition(
+    conds: list[dict[str, Any]],
+    ctype: str,
+    ok: bool,
+    reason: str,
+    message: str,
+    now: datetime.datetime,
+) -> list[dict[str, Any]]:
     out = [dict(c) for c in conds if c.get("type") != ctype]
     prev = next((c for c in conds if c.get("type") == ctype), None)
     status = "True" if ok else "False"
     changed = prev is None or prev.get("status") != status
-    out.append({
-        "type": ctype, "status": status, "reason": reason or "Unknown",
-        "message": message[:MESSAGE_LIMIT],
-        "lastTransitionTime": model.format_time(now) if changed
-        else prev.get("lastTransitionTime", model.format_time(now)),  # type: ignore[union-attr]
-    })
+    out.append(
+        {
+            "type": ctype,
+            "status": status,
+            "reason": reason or "Unknown",
+            "message": message[:MESSAGE_LIMIT],
+            "lastTransitionTime": model.format_time(now)
+            if changed
+            else prev.get("lastTransitionTime", model.format_time(now)),  # type: ignore[union-attr]
+        }
+    )
     return sorted(out, key=lambda c: str(c["type"]))
 
 
@@ -70,69 +83,122 @@ def _overall(st: dict[str, Any]) -> str:
     return "Ready" if st.get("registered") and st.get("configured") else "Processing"
 
 
-def processing(prev: Mapping[str, Any], now: datetime.datetime, reason: str, message: str) -> dict[str, Any]:
+def processing(
+    prev: Mapping[str, Any], now: datetime.datetime, reason: str, message: str
+) -> dict[str, Any]:
     st = _base(prev)
     st["state"] = "Processing"
-    st["conditions"] = _set_condition(st["conditions"], REGISTERED, bool(st["registered"]), reason,
-                                      message, now)
+    st["conditions"] = _set_condition(
+        st["conditions"], REGISTERED, bool(st["registered"]), reason, message, now
+    )
     return st
 
 
-def invalid(prev: Mapping[str, Any], now: datetime.datetime, reason: str, message: str) -> dict[str, Any]:
+def invalid(
+    prev: Mapping[str, Any], now: datetime.datetime, reason: str, message: str
+) -> dict[str, Any]:
     st = _base(prev)
     st["state"] = "Failed"
     st["conditions"] = _set_condition(st["conditions"], REGISTERED, False, reason, message, now)
     return st
 
 
-def registered(prev: Mapping[str, Any], now: datetime.datetime, runtime_id: str, adopted: bool) -> dict[str, Any]:
+def registered(
+    prev: Mapping[str, Any], now: datetime.datetime, runtime_id: str, adopted: bool
+) -> dict[str, Any]:
     st = _base(prev)
     st["registered"] = True
     st["failures"], st["nextAttemptAt"] = 0, None
     how = "found in the Director (registered earlier)" if adopted else "registered in the Director"
-    st["conditions"] = _set_condition(st["conditions"], REGISTERED, True, "Registered",
-                                      f"runtime {runtime_id} {how}", now)
+    st["conditions"] = _set_condition(
+        st["conditions"], REGISTERED, True, "Registered", f"runtime {runtime_id} {how}", now
+    )
     st["state"] = _overall(st)
     return st
 
 
-def forgotten(prev: Mapping[str, Any], now: datetime.datetime, reason: str, message: str) -> dict[str, Any]:
+def forgotten(
+    prev: Mapping[str, Any], now: datetime.datetime, reason: str, message: str
+) -> dict[str, Any]:
     st = _base(prev)
-    st.update(registered=False, configured=False, runtimeConnected=False, tokenExpiresAt=None,
-              secretDigest=None, state="Processing")
+    st.update(
+        registered=False,
+        configured=False,
+        runtimeConnected=False,
+        tokenExpiresAt=None,
+        secretDigest=None,
+        state="Processing",
+    )
     st["conditions"] = _set_condition(st["conditions"], REGISTERED, False, reason, message, now)
     return st
 
 
-def configured(prev: Mapping[str, Any], now: datetime.datetime, *, token_expires_at: str,
-               secret_digest: str, reason: str) -> dict[str, Any]:
+def configured(
+    prev: Mapping[str, Any],
+    now: datetime.datetime,
+    *,
+    token_expires_at: str,
+    secret_digest: str,
+    reason: str,
+) -> dict[str, Any]:
     st = _base(prev)
-    st.update(configured=True, tokenExpiresAt=token_expires_at, secretDigest=secret_digest,
-              failures=0, nextAttemptAt=None)
+    st.update(
+        configured=True,
+        tokenExpiresAt=token_expires_at,
+        secretDigest=secret_digest,
+        failures=0,
+        nextAttemptAt=None,
+    )
     why = f" ({reason})" if reason and reason != "NotConfigured" else ""
-    st["conditions"] = _set_condition(st["conditions"], CONFIGURED, True, "TokenDelivered",
-                                      f"one-time token delivered to the runtime{why}", now)
+    st["conditions"] = _set_condition(
+        st["conditions"],
+        CONFIGURED,
+        True,
+        "TokenDelivered",
+        f"one-time token delivered to the runtime{why}",
+        now,
+    )
     st["state"] = _overall(st)
     return st
 
 
-def kept(prev: Mapping[str, Any], now: datetime.datetime, token_expires_at: str,
-         secret_digest: str) -> dict[str, Any]:
+def kept(
+    prev: Mapping[str, Any], now: datetime.datetime, token_expires_at: str, secret_digest: str
+) -> dict[str, Any]:
     """An adopted runtime's working agent Secret, kept as it is (not written by Tether)."""
     st = _base(prev)
-    st.update(configured=True, tokenExpiresAt=token_expires_at, secretDigest=secret_digest,
-              failures=0, nextAttemptAt=None)
-    st["conditions"] = _set_condition(st["conditions"], CONFIGURED, True, "SecretKept",
-                                      "the runtime's agent Secret works; kept as it is", now)
+    st.update(
+        configured=True,
+        tokenExpiresAt=token_expires_at,
+        secretDigest=secret_digest,
+        failures=0,
+        nextAttemptAt=None,
+    )
+    st["conditions"] = _set_condition(
+        st["conditions"],
+        CONFIGURED,
+        True,
+        "SecretKept",
+        "the runtime's agent Secret works; kept as it is",
+        now,
+    )
     st["state"] = _overall(st)
     return st
 
 
 def connected(prev: Mapping[str, Any], now: datetime.datetime) -> dict[str, Any]:
     st = _base(prev)
-    st.update(runtimeConnected=True, registered=True, configured=True, failures=0, nextAttemptAt=None)
-    st["conditions"] = _set_condition(st["conditions"], CONFIGURED, True, "RuntimeConnected",
-                                      "the runtime agent connected to Compass", now)
+    st.update(
+        runtimeConnected=True, registered=True, configured=True, failures=0, nextAttemptAt=None
+    )
+    st["conditions"] = _set_condition(
+        st["conditions"],
+        CONFIGURED,
+        True,
+        "RuntimeConnected",
+        "the runtime agent connected to Compass",
+        now,
+    )
     st["state"] = "Ready"
     return st
 
@@ -144,8 +210,16 @@ def ready(prev: Mapping[str, Any], now: datetime.datetime) -> dict[str, Any]:
     return st
 
 
-def failure(prev: Mapping[str, Any], now: datetime.datetime, *, ctype: str, reason: str,
-            message: str, permanent: bool, delay: float) -> dict[str, Any]:
+def failure(
+    prev: Mapping[str, Any],
+    now: datetime.datetime,
+    *,
+    ctype: str,
+    reason: str,
+    message: str,
+    permanent: bool,
+    delay: float,
+) -> dict[str, Any]:
     """A failed step: condition with the reason, backoff counted up. Transient failures
     (Director unavailable, runtime unreachable) keep ``Processing``; errors that need a
     person (invalid input, unauthorized) are ``Failed``; both are retried."""
@@ -162,13 +236,17 @@ def _ready_condition(st: Mapping[str, Any]) -> tuple[bool, str, str]:
     """(ok, reason, message) of the summary: True when ``state`` is Ready; else the reason
     of the first condition that is not True, or of one that reports a failure."""
     if st.get("state") == "Ready":
-        how = ("the runtime agent connected to Compass" if st.get("runtimeConnected")
-               else "registered in Compass, one-time token delivered to the runtime")
+        how = (
+            "the runtime agent connected to Compass"
+            if st.get("runtimeConnected")
+            else "registered in Compass, one-time token delivered to the runtime"
+        )
         return True, "Ready", how
     conds = {c.get("type"): c for c in st.get("conditions") or [] if isinstance(c, Mapping)}
     ordered = [conds[t] for t in (REGISTERED, CONFIGURED) if t in conds]
-    bad = next((c for c in ordered if c.get("status") != "True"), None) or \
-        next((c for c in ordered if c.get("reason") not in _GOOD_REASONS), None)
+    bad = next((c for c in ordered if c.get("status") != "True"), None) or next(
+        (c for c in ordered if c.get("reason") not in _GOOD_REASONS), None
+    )
     if bad is not None:
         return False, str(bad.get("reason") or "Processing"), str(bad.get("message") or "")
     if not st.get("registered"):
@@ -182,8 +260,14 @@ def finish(prev: Mapping[str, Any], generation: int, now: datetime.datetime) -> 
     whole mapping). Pure; idempotent."""
     st = _base(prev)
     ok, reason, message = _ready_condition(st)
-    conds = _set_condition([dict(c) for c in st["conditions"] if isinstance(c, Mapping)], READY, ok,
-                           reason, message, now)
+    conds = _set_condition(
+        [dict(c) for c in st["conditions"] if isinstance(c, Mapping)],
+        READY,
+        ok,
+        reason,
+        message,
+        now,
+    )
     st["conditions"] = [{**c, "observedGeneration": generation} for c in conds]
     st["observedGeneration"] = generation
     return st

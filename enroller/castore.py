@@ -51,13 +51,24 @@ class CA:
         """Whether every verifier has had the time to load the bundle with the current CA
         (a mounted ConfigMap takes up to a minute or two to change in a pod): before that,
         certificates of the previous CA are kept, so that no runtime holds one nobody trusts."""
-        return self.previous is None or self.rollover_started is None or now >= self.rollover_started + propagation
+        return (
+            self.previous is None
+            or self.rollover_started is None
+            or now >= self.rollover_started + propagation
+        )
 
 
 class CAStore:
-    def __init__(self, kcp: gateway.Kube, namespace: str, secret: str, config_map: str,
-                 lifetime: datetime.timedelta, audit: logging.Logger,
-                 now: Callable[[], datetime.datetime]) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        secret: str,
+        config_map: str,
+        lifetime: datetime.timedelta,
+        audit: logging.Logger,
+        now: Callable[[], datetime.datetime],
+    ) -> None:
         self.kcp, self.namespace, self.secret, self.config_map = kcp, namespace, secret, config_map
         self.lifetime, self.audit, self.now = lifetime, audit, now
         self._lock = threading.Lock()
@@ -66,7 +77,9 @@ class CAStore:
         with self._lock:
             doc = self.kcp.get_or_none(gateway.SECRETS, self.namespace, self.secret)
             if doc is None:
-                current = certs.CertificateAuthority.create("tether-watcher-ca", self.lifetime, self.now())
+                current = certs.CertificateAuthority.create(
+                    "tether-watcher-ca", self.lifetime, self.now()
+                )
                 self._write(None, current, None)
                 self._audit("ca_created", current)
                 previous = None
@@ -75,19 +88,28 @@ class CAStore:
                 current, previous = pki.load_ca_secret(_decoded(doc))[0], None
             elif doc is not None:
                 current, previous = pki.load_ca_secret(_decoded(doc))
-                started = changes.parse_time(((doc.get("metadata") or {}).get("annotations") or {})
-                                             .get(ROLLOVER_STARTED, ""))
+                started = changes.parse_time(
+                    ((doc.get("metadata") or {}).get("annotations") or {}).get(ROLLOVER_STARTED, "")
+                )
                 if previous is not None and started is None:  # e.g. a hand-made previous.crt
                     started = self.now()  # the deadline counts from when the enroller saw it
                     self._write(doc, current, previous, started)
                 elif previous is None and pki.ca_needs_rollover(current.cert, self.now()):
-                    previous, current = current.cert, certs.CertificateAuthority.create(
-                        "tether-watcher-ca", self.lifetime, self.now())
+                    previous, current = (
+                        current.cert,
+                        certs.CertificateAuthority.create(
+                            "tether-watcher-ca", self.lifetime, self.now()
+                        ),
+                    )
                     started = self.now()
                     self._write(doc, current, previous, started)
                     self._audit("ca_rollover_started", current)
-            ca = CA(current, previous, pki.trust_bundle(current.cert, previous),
-                    started if previous is not None else None)
+            ca = CA(
+                current,
+                previous,
+                pki.trust_bundle(current.cert, previous),
+                started if previous is not None else None,
+            )
             self._publish(ca.bundle)
             return ca
 
@@ -101,17 +123,42 @@ class CAStore:
             self._write(doc, ca.current, None)
             done = CA(ca.current, None, pki.trust_bundle(ca.current.cert, None), None)
             self._publish(done.bundle)
-            self._audit("ca_rollover_finished", ca.current, dropped=format(ca.previous.serial_number, "x"),
-                        cause=cause, quarantined=str(quarantined))
+            self._audit(
+                "ca_rollover_finished",
+                ca.current,
+                dropped=format(ca.previous.serial_number, "x"),
+                cause=cause,
+                quarantined=str(quarantined),
+            )
             return done
 
-    def _write(self, doc: Mapping[str, Any] | None, current: certs.CertificateAuthority,
-               previous: x509.Certificate | None, started: datetime.datetime | None = None) -> None:
-        data = {k: base64.b64encode(v).decode() for k, v in pki.ca_secret_data(current, previous).items()}
-        meta: dict[str, Any] = {"name": self.secret, "namespace": self.namespace,
-                "labels": {"app.kubernetes.io/part-of": "tether", apitypes.MANAGED_BY_LABEL: "tether-enroller"},
-                "annotations": {ROLLOVER_STARTED: changes.format_time(started)} if started else {}}
-        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta, "data": data}
+    def _write(
+        self,
+        doc: Mapping[str, Any] | None,
+        current: certs.CertificateAuthority,
+        previous: x509.Certificate | None,
+        started: datetime.datetime | None = None,
+    ) -> None:
+        data = {
+            k: base64.b64encode(v).decode()
+            for k, v in pki.ca_secret_data(current, previous).items()
+        }
+        meta: dict[str, Any] = {
+            "name": self.secret,
+            "namespace": self.namespace,
+            "labels": {
+                "app.kubernetes.io/part-of": "tether",
+                apitypes.MANAGED_BY_LABEL: "tether-enroller",
+            },
+            "annotations": {ROLLOVER_STARTED: changes.format_time(started)} if started else {},
+        }
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": meta,
+            "data": data,
+        }
         if doc is None:
             self.kcp.create(gateway.SECRETS, self.namespace, body)
         else:
@@ -122,11 +169,19 @@ class CAStore:
         doc = self.kcp.get_or_none(gateway.CONFIGMAPS, self.namespace, self.config_map)
         if doc is not None and (doc.get("data") or {}).get("ca.crt") == bundle.decode():
             return
-        body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": self.config_map, "namespace": self.namespace,
-                             "labels": {"app.kubernetes.io/part-of": "tether",
-                                        apitypes.MANAGED_BY_LABEL: "tether-enroller"}},
-                "data": {"ca.crt": bundle.decode()}}
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.config_map,
+                "namespace": self.namespace,
+                "labels": {
+                    "app.kubernetes.io/part-of": "tether",
+                    apitypes.MANAGED_BY_LABEL: "tether-enroller",
+                },
+            },
+            "data": {"ca.crt": bundle.decode()},
+        }
         if doc is None:
             self.kcp.create(gateway.CONFIGMAPS, self.namespace, body)
         else:
@@ -134,8 +189,13 @@ class CAStore:
             self.kcp.replace(gateway.CONFIGMAPS, self.namespace, self.config_map, body)
 
     def _audit(self, event: str, ca: certs.CertificateAuthority, **extra: str) -> None:
-        logs.audit(self.audit, event, serial=format(ca.cert.serial_number, "x"),
-                   not_after=changes.format_time(certs.not_after(ca.cert)), **extra)
+        logs.audit(
+            self.audit,
+            event,
+            serial=format(ca.cert.serial_number, "x"),
+            not_after=changes.format_time(certs.not_after(ca.cert)),
+            **extra,
+        )
 
 
 def _decoded(doc: Mapping[str, Any]) -> dict[str, bytes]:

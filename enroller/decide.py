@@ -40,8 +40,15 @@ Running = Literal["no", "in_time", "overdue"]
 DispatchKind = Literal["dispatch", "join", "wait", "busy", "no_worker"]
 
 
-def dispatch(*, running: Running, in_flight: int, concurrency: int, workers_busy: int, workers: int,
-             waited: bool) -> DispatchKind:
+def dispatch(
+    *,
+    running: Running,
+    in_flight: int,
+    concurrency: int,
+    workers_busy: int,
+    workers: int,
+    waited: bool,
+) -> DispatchKind:
     """What a run does with the next runtime.
 
     ``running``: whether work for this runtime is still running (started by this or another
@@ -79,10 +86,10 @@ CertificateAction = Literal["keep", "reuse", "issue", "rate_limited"]
 
 
 class CertificateFacts(NamedTuple):
-    due: str | None        # why the runtime's certificate must be replaced; None: it stays
-    pending: bool          # one issued earlier, not yet applied to the runtime, still good
-    issued_recently: int   # certificates issued for this runtime in the last ISSUANCE_WINDOW
-    limit: int             # the most certificates per runtime per ISSUANCE_WINDOW
+    due: str | None  # why the runtime's certificate must be replaced; None: it stays
+    pending: bool  # one issued earlier, not yet applied to the runtime, still good
+    issued_recently: int  # certificates issued for this runtime in the last ISSUANCE_WINDOW
+    limit: int  # the most certificates per runtime per ISSUANCE_WINDOW
 
 
 def certificate(f: CertificateFacts) -> CertificateAction:
@@ -98,14 +105,21 @@ def certificate(f: CertificateFacts) -> CertificateAction:
     return "issue"
 
 
-def recent(issued: Iterable[datetime.datetime], now: datetime.datetime,
-           window: datetime.timedelta = ISSUANCE_WINDOW) -> tuple[datetime.datetime, ...]:
+def recent(
+    issued: Iterable[datetime.datetime],
+    now: datetime.datetime,
+    window: datetime.timedelta = ISSUANCE_WINDOW,
+) -> tuple[datetime.datetime, ...]:
     """The issuance times still inside the window (oldest first), the others forgotten."""
     return tuple(sorted(t for t in issued if now - window < t <= now))
 
 
-def next_issuance(issued: Iterable[datetime.datetime], now: datetime.datetime, limit: int,
-                  window: datetime.timedelta = ISSUANCE_WINDOW) -> datetime.datetime:
+def next_issuance(
+    issued: Iterable[datetime.datetime],
+    now: datetime.datetime,
+    limit: int,
+    window: datetime.timedelta = ISSUANCE_WINDOW,
+) -> datetime.datetime:
     """When a runtime at its limit may be issued a certificate again."""
     inside = recent(issued, now, window)
     if len(inside) < limit:
@@ -119,15 +133,15 @@ RolloverKind = Literal["none", "wait", "finish"]
 
 
 class RolloverFacts(NamedTuple):
-    current: str                       # serial (hex) of the current CA
-    previous: str | None               # of the previous CA; None: no rollover in progress
+    current: str  # serial (hex) of the current CA
+    previous: str | None  # of the previous CA; None: no rollover in progress
     started: datetime.datetime | None  # when the rollover started (the CA Secret's annotation)
     now: datetime.datetime
-    propagation: datetime.timedelta    # old certificates kept this long after the start
-    deadline: datetime.timedelta       # the rollover ends this long after the start, at the latest
-    held: Mapping[str, str | None]     # runtime (Kyma name) -> CA serial of the client certificate
-                                       # it holds as last seen ("" none, None unknown)
-    failing: frozenset[str]            # runtimes whose work failed in this run
+    propagation: datetime.timedelta  # old certificates kept this long after the start
+    deadline: datetime.timedelta  # the rollover ends this long after the start, at the latest
+    held: Mapping[str, str | None]  # runtime (Kyma name) -> CA serial of the client certificate
+    # it holds as last seen ("" none, None unknown)
+    failing: frozenset[str]  # runtimes whose work failed in this run
 
 
 class Rollover(NamedTuple):
@@ -177,21 +191,23 @@ def step(*, deleting: bool, backing_off: bool) -> Step:
 
 # -- one runtime: which certificates are renewed -------------------------------------------------
 
+
 class CertFacts(NamedTuple):
     """What the runtime's client Secret holds, against the CAs (plain data)."""
+
     now: datetime.datetime
-    current: str                   # serial (hex) of the current CA
-    previous: str | None           # of the previous CA; None: no rollover in progress
-    settled: bool                  # every verifier trusts the current CA (propagation time over)
-    client_due: str | None         # pki.needs_renewal of the client certificate, against the current CA
-    client_previous_ok: bool       # the client certificate is a good one of the previous CA
-    client_key_matches: bool       # the client Secret holds the certificate's key
-    serving_ca: str                # serial of the serving certificate's CA, as annotated ("" none)
+    current: str  # serial (hex) of the current CA
+    previous: str | None  # of the previous CA; None: no rollover in progress
+    settled: bool  # every verifier trusts the current CA (propagation time over)
+    client_due: str | None  # pki.needs_renewal of the client certificate, against the current CA
+    client_previous_ok: bool  # the client certificate is a good one of the previous CA
+    client_key_matches: bool  # the client Secret holds the certificate's key
+    serving_ca: str  # serial of the serving certificate's CA, as annotated ("" none)
     serving_renew_at: datetime.datetime | None  # its renewal time, as annotated (None: unknown)
 
 
 class Renewal(NamedTuple):
-    client: str | None   # why the client certificate is replaced (the issuance's cause); None: kept
+    client: str | None  # why the client certificate is replaced (the issuance's cause); None: kept
     serving: str | None  # likewise the serving certificate
 
 
@@ -222,22 +238,24 @@ ApplyCause = Literal["installed", "repaired", "renewed", "updated", "watches", "
 
 
 class ApplyFacts(NamedTuple):
-    client_secret: bool            # the runtime's client Secret exists
-    webhook_config: bool           # its webhook configuration exists
-    applied_before: bool           # this process applied the runtime's bundle before
-    renewed: bool                  # a certificate was issued (or reused) for it in this pass
-    serving_renewed: bool          # the serving certificate is one of them
-    installed_current: bool        # both annotations name the digest of what would be installed now
-    resync_due: bool               # the last full apply is at least RESYNC_SECONDS old
-    webhook_serving: bool | None   # as last seen (None: never)
-    watches_current: bool = True   # the webhook configuration names the digest of the Watches rendered now
+    client_secret: bool  # the runtime's client Secret exists
+    webhook_config: bool  # its webhook configuration exists
+    applied_before: bool  # this process applied the runtime's bundle before
+    renewed: bool  # a certificate was issued (or reused) for it in this pass
+    serving_renewed: bool  # the serving certificate is one of them
+    installed_current: bool  # both annotations name the digest of what would be installed now
+    resync_due: bool  # the last full apply is at least RESYNC_SECONDS old
+    webhook_serving: bool | None  # as last seen (None: never)
+    watches_current: bool = (
+        True  # the webhook configuration names the digest of the Watches rendered now
+    )
 
 
 class Apply(NamedTuple):
     cause: ApplyCause | None  # why every object is applied (``watches``: the Watch list and the
-                              # webhook configuration only); None: nothing is written
-    read_serving: bool        # the serving certificate is kept: its Secret is read for the apply
-    check_webhook: bool       # the webhook Deployment's status is read
+    # webhook configuration only); None: nothing is written
+    read_serving: bool  # the serving certificate is kept: its Secret is read for the apply
+    check_webhook: bool  # the webhook Deployment's status is read
 
 
 def apply(f: ApplyFacts) -> Apply:
@@ -259,8 +277,11 @@ def apply(f: ApplyFacts) -> Apply:
         cause = "watches"
     else:
         cause = "resync" if f.resync_due else None
-    return Apply(cause, read_serving=cause not in (None, "watches") and not f.serving_renewed,
-                 check_webhook=cause is not None or f.webhook_serving is not True)
+    return Apply(
+        cause,
+        read_serving=cause not in (None, "watches") and not f.serving_renewed,
+        check_webhook=cause is not None or f.webhook_serving is not True,
+    )
 
 
 def kept_serving(has_pair: bool) -> str | None:
@@ -275,9 +296,9 @@ RemovalKind = Literal["forget", "delete", "retry", "release"]
 
 
 class RemovalFacts(NamedTuple):
-    finalizer: bool        # the Kyma CR still carries the enroller's finalizer
-    attempted: bool        # the runtime's objects were deleted (or tried) in this pass
-    problem: str | None    # why deleting them failed (None: done, or not attempted)
+    finalizer: bool  # the Kyma CR still carries the enroller's finalizer
+    attempted: bool  # the runtime's objects were deleted (or tried) in this pass
+    problem: str | None  # why deleting them failed (None: done, or not attempted)
     waited: datetime.timedelta  # since the Kyma CR's deletion began
     timeout: datetime.timedelta  # REMOVAL_TIMEOUT_SECONDS
 
@@ -318,8 +339,9 @@ def installed_listener(data: Mapping[str, str]) -> str | None:
         return None
 
 
-def ownership(*, installed: str | None, own: str, take_over_from: str | None,
-              issued_here: bool = False) -> Ownership:
+def ownership(
+    *, installed: str | None, own: str, take_over_from: str | None, issued_here: bool = False
+) -> Ownership:
     """Whether this KCP's enroller may write into a runtime. ``installed``: the listener URL
     its client Secret names (None: nothing installed), ``own``: this KCP's. A runtime
     installed for another KCP's listener is taken over only when its Kyma CR here asks for
@@ -338,6 +360,7 @@ def ownership(*, installed: str | None, own: str, take_over_from: str | None,
 def same_listener(a: str, b: str) -> bool:
     """Whether two listener URLs name one listener: the scheme and host in any case, the
     default port (443) written or not, a trailing ``/`` or not."""
+
     def norm(url: str) -> tuple[str, str, str]:
         u = urllib.parse.urlsplit(url.strip())
         try:
@@ -346,4 +369,5 @@ def same_listener(a: str, b: str) -> bool:
             return ("", url, "")
         netloc = (u.hostname or "") + ("" if port in (None, 443) else f":{port}")
         return u.scheme.lower(), netloc, u.path.rstrip("/")
+
     return norm(a) == norm(b)

@@ -38,12 +38,20 @@ class Discoveries:
         self._cache: dict[str, Cache] = {}
         self._refused: dict[str, dict[str, str]] = {}
 
-    def check(self, name: str, skr: gateway.Kube, ws: Sequence[watches.Watch], now: float,
-              max_age: float, timeout: float, on_request: Callable[[], None] = lambda: None,
-              ) -> tuple[watches.Watch, ...]:
+    def check(
+        self,
+        name: str,
+        skr: gateway.Kube,
+        ws: Sequence[watches.Watch],
+        now: float,
+        max_age: float,
+        timeout: float,
+        on_request: Callable[[], None] = lambda: None,
+    ) -> tuple[watches.Watch, ...]:
         """The Watches to render into the runtime of Kyma CR ``name`` (``check``)."""
-        kept, self._refused[name] = check(skr, ws, self._cache.setdefault(name, {}), now,
-                                          max_age, timeout, on_request)
+        kept, self._refused[name] = check(
+            skr, ws, self._cache.setdefault(name, {}), now, max_age, timeout, on_request
+        )
         return kept
 
     def refused(self, name: str) -> Mapping[str, str]:
@@ -54,10 +62,15 @@ class Discoveries:
         self._refused.pop(name, None)
 
 
-def check(skr: gateway.Kube, ws: Sequence[watches.Watch],
-          cache: MutableMapping[str, tuple[float, Mapping[str, Any]]], now: float, max_age: float,
-          timeout: float, on_request: Callable[[], None] = lambda: None,
-          ) -> tuple[tuple[watches.Watch, ...], dict[str, str]]:
+def check(
+    skr: gateway.Kube,
+    ws: Sequence[watches.Watch],
+    cache: MutableMapping[str, tuple[float, Mapping[str, Any]]],
+    now: float,
+    max_age: float,
+    timeout: float,
+    on_request: Callable[[], None] = lambda: None,
+) -> tuple[tuple[watches.Watch, ...], dict[str, str]]:
     """The Watches to render into the runtime, and those left out with why (by name)."""
     kept: list[watches.Watch] = []
     refused: dict[str, str] = {}
@@ -74,10 +87,15 @@ def check(skr: gateway.Kube, ws: Sequence[watches.Watch],
     return tuple(kept), refused
 
 
-def _served(skr: gateway.Kube, target: watches.Target,
-            cache: MutableMapping[str, tuple[float, Mapping[str, Any]]], now: float,
-            max_age: float, timeout: float, on_request: Callable[[], None],
-            ) -> tuple[Mapping[str, Any] | None, str | None]:
+def _served(
+    skr: gateway.Kube,
+    target: watches.Target,
+    cache: MutableMapping[str, tuple[float, Mapping[str, Any]]],
+    now: float,
+    max_age: float,
+    timeout: float,
+    on_request: Callable[[], None],
+) -> tuple[Mapping[str, Any] | None, str | None]:
     """The runtime's APIResourceList of the target's group version (cached), or why not."""
     gv = target.api_version
     held = cache.get(gv)
@@ -85,8 +103,9 @@ def _served(skr: gateway.Kube, target: watches.Target,
         return held[1], None
     on_request()
     try:
-        doc: Mapping[str, Any] = skr.request("GET", f"/apis/{gv}", timeout=timeout,
-                                             what=f"discovery {gv}")
+        doc: Mapping[str, Any] = skr.request(
+            "GET", f"/apis/{gv}", timeout=timeout, what=f"discovery {gv}"
+        )
     except gateway.NotFound:
         doc = NOT_SERVED
     except gateway.GatewayError as e:
@@ -101,6 +120,9 @@ def _served(skr: gateway.Kube, target: watches.Target,
 def _trim(doc: Mapping[str, Any]) -> Mapping[str, Any]:
     """What is kept of an APIResourceList: each resource's name, kind and scope (at most
     ``MAX_RESOURCES``), so that a runtime's answer costs the enroller a few hundred bytes."""
-    out = [{"name": r.get("name"), "kind": r.get("kind"), "namespaced": r.get("namespaced")}
-           for r in doc.get("resources") or () if isinstance(r, Mapping)]
+    out = [
+        {"name": r.get("name"), "kind": r.get("kind"), "namespaced": r.get("namespaced")}
+        for r in doc.get("resources") or ()
+        if isinstance(r, Mapping)
+    ]
     return {"resources": out[:MAX_RESOURCES]}

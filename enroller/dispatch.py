@@ -36,8 +36,9 @@ class _Running(NamedTuple):
 
 
 class Dispatcher:
-    def __init__(self, workers: int, *, name: str = "enroll",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, workers: int, *, name: str = "enroll", clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.workers, self.name, self.clock = workers, name, clock
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
@@ -78,13 +79,16 @@ class Dispatcher:
             if self._running.get(key) is running:
                 del self._running[key]
 
-    def run(self, work: Iterable[tuple[str, Callable[[], Any]]], *, concurrency: int,
-            deadline: float) -> Iterator[Outcome]:
+    def run(
+        self, work: Iterable[tuple[str, Callable[[], Any]]], *, concurrency: int, deadline: float
+    ) -> Iterator[Outcome]:
         """Each (key, work) at most ``concurrency`` at once, each given ``deadline`` seconds
         from its start; one outcome per key, as they come. Returns within about
         len(work) / concurrency x deadline (plus one deadline when every worker is held)."""
         pending = collections.deque(work)
-        mine: dict[concurrent.futures.Future[Any], tuple[str, float, bool]] = {}  # key, deadline, joined
+        mine: dict[
+            concurrent.futures.Future[Any], tuple[str, float, bool]
+        ] = {}  # key, deadline, joined
         waited = False
         while pending or mine:
             while pending:
@@ -92,11 +96,17 @@ class Dispatcher:
                 now = self.clock()
                 with self._lock:
                     other = self._running.get(key)
-                    running: decide.Running = ("no" if other is None else
-                                               "overdue" if other.deadline <= now else "in_time")
-                    action = decide.dispatch(running=running, in_flight=len(mine), concurrency=concurrency,
-                                             workers_busy=len(self._running), workers=self.workers,
-                                             waited=waited)
+                    running: decide.Running = (
+                        "no" if other is None else "overdue" if other.deadline <= now else "in_time"
+                    )
+                    action = decide.dispatch(
+                        running=running,
+                        in_flight=len(mine),
+                        concurrency=concurrency,
+                        workers_busy=len(self._running),
+                        workers=self.workers,
+                        waited=waited,
+                    )
                     if action == "dispatch":
                         started = self._start(key, fn, now + deadline)
                 if action == "wait":
@@ -114,17 +124,23 @@ class Dispatcher:
                 if pending:  # every worker is held by earlier work: wait for one, once
                     with self._lock:
                         held = [r.future for r in self._running.values()]
-                    concurrent.futures.wait(held, timeout=deadline,
-                                            return_when=concurrent.futures.FIRST_COMPLETED)
+                    concurrent.futures.wait(
+                        held, timeout=deadline, return_when=concurrent.futures.FIRST_COMPLETED
+                    )
                     waited = True
                 continue
             timeout = max(0.0, min(d for _, d, _ in mine.values()) - self.clock())
-            done, _ = concurrent.futures.wait(list(mine), timeout=timeout,
-                                              return_when=concurrent.futures.FIRST_COMPLETED)
+            done, _ = concurrent.futures.wait(
+                list(mine), timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED
+            )
             for f in done:
                 key, _, _ = mine.pop(f)
                 exc = f.exception()
-                yield Outcome(key, "error", exc) if exc is not None else Outcome(key, "done", f.result())
+                yield (
+                    Outcome(key, "error", exc)
+                    if exc is not None
+                    else Outcome(key, "done", f.result())
+                )
             now = self.clock()
             for f, (key, d, joined) in list(mine.items()):
                 if d <= now and not f.done():

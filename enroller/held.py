@@ -29,8 +29,11 @@ def serial_hex(cert: x509.Certificate | None) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class Held:
     """What the runtime's client Secret holds (None: no Secret)."""
+
     secret: Mapping[str, Any] | None
-    notes: Mapping[str, str]        # its annotations: the installed digest, the serials, the serving dates
+    notes: Mapping[
+        str, str
+    ]  # its annotations: the installed digest, the serials, the serving dates
     data: Mapping[str, str]
     client_pem: bytes | None
 
@@ -46,6 +49,7 @@ class Held:
 class Serving:
     """The serving certificate to install: a new one, or the runtime's (its pair empty until
     read from its Secret, for an apply)."""
+
     cert: bytes
     key: bytes
     serial: str
@@ -55,15 +59,26 @@ class Serving:
 
     @classmethod
     def annotated(cls, notes: Mapping[str, str]) -> Serving:
-        return cls(b"", b"", notes.get(render.SERVING_SERIAL, ""),
-                   changes.parse_time(notes.get(render.SERVING_NOT_AFTER, "")),
-                   changes.parse_time(notes.get(render.SERVING_RENEW_AT, "")), notes.get(CA_SERIAL, ""))
+        return cls(
+            b"",
+            b"",
+            notes.get(render.SERVING_SERIAL, ""),
+            changes.parse_time(notes.get(render.SERVING_NOT_AFTER, "")),
+            changes.parse_time(notes.get(render.SERVING_RENEW_AT, "")),
+            notes.get(CA_SERIAL, ""),
+        )
 
     @classmethod
     def issued(cls, cert_pem: bytes, key_pem: bytes, ca_serial: str) -> Serving:
         cert = x509.load_pem_x509_certificate(cert_pem)
-        return cls(cert_pem, key_pem, format(cert.serial_number, "x"), certs.not_after(cert), pki.renew_at(cert),
-                   ca_serial)
+        return cls(
+            cert_pem,
+            key_pem,
+            format(cert.serial_number, "x"),
+            certs.not_after(cert),
+            pki.renew_at(cert),
+            ca_serial,
+        )
 
 
 def issuer(cert_pem: bytes | None, ca: castore.CA, known: str | None) -> str:

@@ -35,6 +35,7 @@ class Failure(Exception):
 class Memory:
     """What the enroller keeps per runtime between runs (lost on restart: the first run
     then re-applies everything once)."""
+
     failures: int = 0
     next_attempt: float = 0.0
     last_full: float = -math.inf
@@ -58,50 +59,74 @@ class Memory:
 @dataclasses.dataclass
 class Result:
     runtime_id: str
-    applied: str | None        # the cause of a full apply, None when nothing was written
-    renewed: list[str]         # "client", "serving"
+    applied: str | None  # the cause of a full apply, None when nothing was written
+    renewed: list[str]  # "client", "serving"
     not_after: datetime.datetime
     webhook_serving: bool | None
-    ca_serial: str             # of the CA that issued the client certificate now installed
+    ca_serial: str  # of the CA that issued the client certificate now installed
 
 
 class Installer:
     """What the enroller does in one runtime (its settings, clients and counters shared)."""
 
-    def __init__(self, s: settings_mod.Settings, skrs: skr_clients.SkrClients, stats: metrics.Metrics,
-                 audit: logging.Logger, bundle: list[dict[str, Any]], *, clock: Callable[[], float],
-                 now: Callable[[], datetime.datetime]) -> None:
+    def __init__(
+        self,
+        s: settings_mod.Settings,
+        skrs: skr_clients.SkrClients,
+        stats: metrics.Metrics,
+        audit: logging.Logger,
+        bundle: list[dict[str, Any]],
+        *,
+        clock: Callable[[], float],
+        now: Callable[[], datetime.datetime],
+    ) -> None:
         self.s, self.skrs, self.stats, self.audit, self.bundle = s, skrs, stats, audit, bundle
         self.clock, self.now = clock, now
 
-    def _read(self, skr: gateway.Kube, res: gateway.Resource, namespace: str | None,
-              name: str) -> dict[str, Any] | None:
+    def _read(
+        self, skr: gateway.Kube, res: gateway.Resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
         self.stats.requests.labels("read").inc()
         try:
             return skr.get_or_none(res, namespace, name, timeout=self.s.skr_timeout)
         except gateway.Forbidden as e:
-            raise Failure("Forbidden", f"the runtime's API refuses the kubeconfig: {logs.bounded(e, 200)}") from None
+            raise Failure(
+                "Forbidden", f"the runtime's API refuses the kubeconfig: {logs.bounded(e, 200)}"
+            ) from None
         except gateway.GatewayError as e:
             raise Failure(_unreachable(e), f"the runtime's API: {logs.bounded(e, 200)}") from None
 
     def _skr(self, view: kyma.KymaView) -> gateway.Kube:
         """The runtime's API client, once the Kyma CR names the runtime and its domain."""
         if not view.runtime_id or not kyma.valid_runtime_id(view.runtime_id):
-            raise Failure("RuntimeIdMissing", f"the Kyma CR has no valid {apitypes.RUNTIME_ID_LABEL} label")
+            raise Failure(
+                "RuntimeIdMissing", f"the Kyma CR has no valid {apitypes.RUNTIME_ID_LABEL} label"
+            )
         if not view.domain:
-            raise Failure("DomainMissing", f"the Kyma CR has no {apitypes.SKR_DOMAIN_ANNOTATION} annotation")
+            raise Failure(
+                "DomainMissing", f"the Kyma CR has no {apitypes.SKR_DOMAIN_ANNOTATION} annotation"
+            )
         try:
             return self.skrs.get(view.name)
         except skr_clients.SkrClientError as e:
             refused = getattr(skr_clients, "KubeconfigRefused", None)
             if refused is not None and isinstance(e, refused):
-                raise Failure("KubeconfigRefused", f"the kubeconfig's {getattr(e, 'field', 'content')} is "
-                              f"refused: {logs.bounded(e, 300)}") from None
+                raise Failure(
+                    "KubeconfigRefused",
+                    f"the kubeconfig's {getattr(e, 'field', 'content')} is "
+                    f"refused: {logs.bounded(e, 300)}",
+                ) from None
             raise Failure("KubeconfigMissing", str(e)) from None
 
-    def enroll(self, view: kyma.KymaView, ca: castore.CA, mem: Memory,
-               ws: tuple[watch_api.Watch, ...] | None = None,
-               bundle: tuple[list[dict[str, Any]], str | None] | None = None, take_over_from: str | None = None) -> Result:
+    def enroll(
+        self,
+        view: kyma.KymaView,
+        ca: castore.CA,
+        mem: Memory,
+        ws: tuple[watch_api.Watch, ...] | None = None,
+        bundle: tuple[list[dict[str, Any]], str | None] | None = None,
+        take_over_from: str | None = None,
+    ) -> Result:
         """The runtime read (two reads), its renewals and apply decided (``decide.renewal``,
         ``decide.apply``), then performed. ``ws``: the Watches in force there (None: before
         Watches); a changed set changes the Watches' digest: the Watch list and the webhook
@@ -111,17 +136,33 @@ class Installer:
         objects, image = bundle or (self.bundle, self.s.image)
         skr = self._skr(view)
         now = self.now()
-        held = held_mod.Held.of(self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET))
-        here = (issuer := held_mod.issuer(held.client_pem, ca, mem.held)) in (held_mod.serial_hex(ca.current.cert), held_mod.serial_hex(ca.previous))  # ours
-        if (refused := sharding.check(self.s.listener_url, self.audit, view, held.data, take_over_from, here)):
+        held = held_mod.Held.of(
+            self._read(skr, gateway.SECRETS, render.NAMESPACE, render.CLIENT_SECRET)
+        )
+        here = (issuer := held_mod.issuer(held.client_pem, ca, mem.held)) in (
+            held_mod.serial_hex(ca.current.cert),
+            held_mod.serial_hex(ca.previous),
+        )  # ours
+        if refused := sharding.check(
+            self.s.listener_url, self.audit, view, held.data, take_over_from, here
+        ):
             raise Failure("OwnedByAnotherKcp", refused)
-        hook = self._read(skr, apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS, None, render.WEBHOOK_CONFIG)
+        hook = self._read(
+            skr, apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS, None, render.WEBHOOK_CONFIG
+        )
         mem.held = issuer  # what it holds, whatever happens next
         plan = decide.renewal(self._cert_facts(held, view, ca, now))
         client_cert, client_key = self._client_pair(plan.client, held, view, ca, mem, now)
-        serving = (self._new_serving(plan.serving, view, ca, mem, now) if plan.serving is not None
-                   else held_mod.Serving.annotated(held.notes))
-        renewed = [kind for kind, why in (("client", plan.client), ("serving", plan.serving)) if why is not None]
+        serving = (
+            self._new_serving(plan.serving, view, ca, mem, now)
+            if plan.serving is not None
+            else held_mod.Serving.annotated(held.notes)
+        )
+        renewed = [
+            kind
+            for kind, why in (("client", plan.client), ("serving", plan.serving))
+            if why is not None
+        ]
         parsed = x509.load_pem_x509_certificate(client_cert)
         client_ca = held_mod.issuer(client_cert, ca, None)
         client = (client_cert, client_key, format(parsed.serial_number, "x"))
@@ -129,49 +170,87 @@ class Installer:
         kept_key = render.kept_digest_key(held.data)
         key = kept_key or render.new_digest_key()
         objs = render.render(objects, self._inputs(view, ca, client, serving, ws, image, key))
-        want = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"]["annotations"]
+        want = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"][
+            "annotations"
+        ]
         have = ((hook or {}).get("metadata") or {}).get("annotations") or {}
-        act = decide.apply(decide.ApplyFacts(
-            client_secret=held.secret is not None, webhook_config=hook is not None,
-            applied_before=mem.last_full != -math.inf, renewed=bool(renewed),
-            serving_renewed=plan.serving is not None,
-            installed_current=have.get(render.DIGEST) == want[render.DIGEST] == held.notes.get(render.DIGEST)
-            and kept_key is not None,  # a Secret without its digest key (written by hand) is applied
-            resync_due=self.clock() - mem.last_full >= self.s.resync, webhook_serving=mem.webhook_serving,
-            watches_current=have.get(render.WATCHES_DIGEST) == want.get(render.WATCHES_DIGEST)))
+        act = decide.apply(
+            decide.ApplyFacts(
+                client_secret=held.secret is not None,
+                webhook_config=hook is not None,
+                applied_before=mem.last_full != -math.inf,
+                renewed=bool(renewed),
+                serving_renewed=plan.serving is not None,
+                installed_current=have.get(render.DIGEST)
+                == want[render.DIGEST]
+                == held.notes.get(render.DIGEST)
+                and kept_key
+                is not None,  # a Secret without its digest key (written by hand) is applied
+                resync_due=self.clock() - mem.last_full >= self.s.resync,
+                webhook_serving=mem.webhook_serving,
+                watches_current=have.get(render.WATCHES_DIGEST) == want.get(render.WATCHES_DIGEST),
+            )
+        )
         if act.cause == "watches":
             self._apply_watches(skr, view, objs)
         elif act.cause is not None:
             if act.read_serving:  # kept: its Secret is needed for the apply
                 serving = self._kept_serving(skr, serving, view, ca, mem, now, renewed)
-                objs = render.render(objects, self._inputs(view, ca, client, serving, ws, image, key))
+                objs = render.render(
+                    objects, self._inputs(view, ca, client, serving, ws, image, key)
+                )
             self._apply_all(skr, view, mem, objs, act.cause, serving.ca, client_ca)
-            if ws is None and mem.watches_installed is not None:  # the Watch CRD went: back to before
+            if (
+                ws is None and mem.watches_installed is not None
+            ):  # the Watch CRD went: back to before
                 self._delete_watch_list(skr)
-        mem.watches_installed = None if ws is None else frozenset((w.name, w.generation) for w in ws)
+        mem.watches_installed = (
+            None if ws is None else frozenset((w.name, w.generation) for w in ws)
+        )
         if act.check_webhook:
             dep = self._read(skr, apitypes.DEPLOYMENTS, render.NAMESPACE, "tether-webhook")
-            mem.webhook_serving = bool(dep and ((dep.get("status") or {}).get("availableReplicas") or 0) > 0)
-        return Result(view.runtime_id or "", act.cause, renewed, certs.not_after(parsed), mem.webhook_serving,
-                      client_ca)
+            mem.webhook_serving = bool(
+                dep and ((dep.get("status") or {}).get("availableReplicas") or 0) > 0
+            )
+        return Result(
+            view.runtime_id or "",
+            act.cause,
+            renewed,
+            certs.not_after(parsed),
+            mem.webhook_serving,
+            client_ca,
+        )
 
-    def _cert_facts(self, held: held_mod.Held, view: kyma.KymaView, ca: castore.CA,
-                    now: datetime.datetime) -> decide.CertFacts:
+    def _cert_facts(
+        self, held: held_mod.Held, view: kyma.KymaView, ca: castore.CA, now: datetime.datetime
+    ) -> decide.CertFacts:
         """What ``decide.renewal`` needs of the certificates the runtime holds."""
         pem = held.client_pem
         rid, domain = view.runtime_id, view.domain
         return decide.CertFacts(
-            now=now, current=format(ca.current.cert.serial_number, "x"), previous=held_mod.serial_hex(ca.previous),
+            now=now,
+            current=format(ca.current.cert.serial_number, "x"),
+            previous=held_mod.serial_hex(ca.previous),
             settled=ca.trusted_everywhere(now, self.s.rollover_propagation),
             client_due=pki.needs_renewal(pem, ca.current, now, runtime_id=rid, domain=domain),
-            client_previous_ok=ca.previous is not None and bool(pem) and pki.needs_renewal(
-                pem, [ca.previous], now, runtime_id=rid, domain=domain) is None,
-            client_key_matches=pem is not None and held_mod.key_matches(pem, held.data.get("tls.key")),
+            client_previous_ok=ca.previous is not None
+            and bool(pem)
+            and pki.needs_renewal(pem, [ca.previous], now, runtime_id=rid, domain=domain) is None,
+            client_key_matches=pem is not None
+            and held_mod.key_matches(pem, held.data.get("tls.key")),
             serving_ca=held.notes.get(held_mod.CA_SERIAL, ""),
-            serving_renew_at=changes.parse_time(held.notes.get(render.SERVING_RENEW_AT, "")))
+            serving_renew_at=changes.parse_time(held.notes.get(render.SERVING_RENEW_AT, "")),
+        )
 
-    def _client_pair(self, why: str | None, held: held_mod.Held, view: kyma.KymaView, ca: castore.CA, mem: Memory,
-                     now: datetime.datetime) -> tuple[bytes, bytes]:
+    def _client_pair(
+        self,
+        why: str | None,
+        held: held_mod.Held,
+        view: kyma.KymaView,
+        ca: castore.CA,
+        mem: Memory,
+        now: datetime.datetime,
+    ) -> tuple[bytes, bytes]:
         """The client certificate and key to install: the runtime's own, or a new pair."""
         if why is None and held.client_pem is not None:
             return held.client_pem, base64.b64decode(held.data["tls.key"])
@@ -182,30 +261,57 @@ class Installer:
                 return pki.client_certificate(ca.current, rid, domain, self.s.cert_lifetime, now)
             except pki.PKIError as e:
                 raise Failure("InvalidDomain", str(e)) from None
-        return self._certificate("client", view, ca, mem, now, why or "missing_key", client_pair,
-                                 runtime_id=rid, domain=domain)
 
-    def _new_serving(self, why: str, view: kyma.KymaView, ca: castore.CA, mem: Memory,
-                     now: datetime.datetime) -> held_mod.Serving:
+        return self._certificate(
+            "client",
+            view,
+            ca,
+            mem,
+            now,
+            why or "missing_key",
+            client_pair,
+            runtime_id=rid,
+            domain=domain,
+        )
+
+    def _new_serving(
+        self, why: str, view: kyma.KymaView, ca: castore.CA, mem: Memory, now: datetime.datetime
+    ) -> held_mod.Serving:
         def serving_pair() -> certs.KeyPair:
-            return pki.serving_certificate(ca.current, list(render.WEBHOOK_SERVICE_NAMES), self.s.cert_lifetime, now)
+            return pki.serving_certificate(
+                ca.current, list(render.WEBHOOK_SERVICE_NAMES), self.s.cert_lifetime, now
+            )
+
         cert, key = self._certificate("serving", view, ca, mem, now, why, serving_pair)
         return held_mod.Serving.issued(cert, key, format(ca.current.cert.serial_number, "x"))
 
-    def _kept_serving(self, skr: gateway.Kube, serving: held_mod.Serving, view: kyma.KymaView, ca: castore.CA,
-                      mem: Memory, now: datetime.datetime, renewed: list[str]) -> held_mod.Serving:
+    def _kept_serving(
+        self,
+        skr: gateway.Kube,
+        serving: held_mod.Serving,
+        view: kyma.KymaView,
+        ca: castore.CA,
+        mem: Memory,
+        now: datetime.datetime,
+        renewed: list[str],
+    ) -> held_mod.Serving:
         """The kept serving certificate's pair, from its Secret in the runtime; a new one
         when the Secret lost it (``decide.kept_serving``)."""
         secret = self._read(skr, gateway.SECRETS, render.NAMESPACE, render.SERVING_SECRET)
         data = (secret or {}).get("data") or {}
         why = decide.kept_serving("tls.crt" in data and "tls.key" in data)
         if why is None:
-            return dataclasses.replace(serving, cert=base64.b64decode(data["tls.crt"]),
-                                       key=base64.b64decode(data["tls.key"]))
+            return dataclasses.replace(
+                serving,
+                cert=base64.b64decode(data["tls.crt"]),
+                key=base64.b64decode(data["tls.key"]),
+            )
         renewed.append("serving")
         return self._new_serving(why, view, ca, mem, now)
 
-    def _apply_watches(self, skr: gateway.Kube, view: kyma.KymaView, objs: list[dict[str, Any]]) -> None:
+    def _apply_watches(
+        self, skr: gateway.Kube, view: kyma.KymaView, objs: list[dict[str, Any]]
+    ) -> None:
         """Only the Watches in force changed: the Watch list and the webhook configuration."""
         self._apply(skr, render.watch_objects(objs))
         self.stats.applies.labels("watches").inc()
@@ -215,58 +321,116 @@ class Installer:
         """The runtime's ``tether-watches`` ConfigMap deleted: it sends as before Watches."""
         self.stats.requests.labels("write").inc()
         try:
-            skr.delete(apitypes.CONFIGMAPS, render.NAMESPACE, watchwire.WIRE_CONFIGMAP, timeout=self.s.skr_timeout)
+            skr.delete(
+                apitypes.CONFIGMAPS,
+                render.NAMESPACE,
+                watchwire.WIRE_CONFIGMAP,
+                timeout=self.s.skr_timeout,
+            )
         except gateway.NotFound:
             pass
         except gateway.GatewayError as e:
-            raise Failure(_unreachable(e), f"deleting the Watch list: {logs.bounded(e, 200)}") from None
+            raise Failure(
+                _unreachable(e), f"deleting the Watch list: {logs.bounded(e, 200)}"
+            ) from None
 
-    def _inputs(self, view: kyma.KymaView, ca: castore.CA, client: tuple[bytes, bytes, str],
-                serving: held_mod.Serving, ws: tuple[watch_api.Watch, ...] | None = None,
-                image: str | None = None, digest_key: bytes = b"") -> render.Inputs:
+    def _inputs(
+        self,
+        view: kyma.KymaView,
+        ca: castore.CA,
+        client: tuple[bytes, bytes, str],
+        serving: held_mod.Serving,
+        ws: tuple[watch_api.Watch, ...] | None = None,
+        image: str | None = None,
+        digest_key: bytes = b"",
+    ) -> render.Inputs:
         """What the bundle is rendered with: the client certificate (PEM, key, serial), the
         serving certificate (its pair empty while kept and not read)."""
         return render.Inputs(
-            runtime_id=view.runtime_id or "", listener_url=self.s.listener_url, listener_ca=self.s.listener_ca,
-            client_cert=client[0], client_key=client[1], client_serial=client[2],
-            serving_cert=serving.cert, serving_key=serving.key, serving_serial=serving.serial,
+            runtime_id=view.runtime_id or "",
+            listener_url=self.s.listener_url,
+            listener_ca=self.s.listener_ca,
+            client_cert=client[0],
+            client_key=client[1],
+            client_serial=client[2],
+            serving_cert=serving.cert,
+            serving_key=serving.key,
+            serving_serial=serving.serial,
             serving_not_after=changes.format_time(serving.not_after) if serving.not_after else "",
             serving_renew_at=changes.format_time(serving.renew_at) if serving.renew_at else "",
-            ca_bundle=ca.bundle, image=image, image_pull_secret=self.s.image_pull_secret, watches=ws,
-            digest_key=digest_key)
+            ca_bundle=ca.bundle,
+            image=image,
+            image_pull_secret=self.s.image_pull_secret,
+            watches=ws,
+            digest_key=digest_key,
+        )
 
-    def _apply_all(self, skr: gateway.Kube, view: kyma.KymaView, mem: Memory, objs: list[dict[str, Any]],
-                   cause: str, serving_ca: str, client_ca: str) -> None:
+    def _apply_all(
+        self,
+        skr: gateway.Kube,
+        view: kyma.KymaView,
+        mem: Memory,
+        objs: list[dict[str, Any]],
+        cause: str,
+        serving_ca: str,
+        client_ca: str,
+    ) -> None:
         """Every object applied; what was issued is in the runtime from then on."""
         for o in objs:
             if o["kind"] == "Secret" and o["metadata"]["name"] == render.CLIENT_SECRET:
-                o["metadata"]["annotations"][held_mod.CA_SERIAL] = serving_ca  # the serving certificate's issuer
+                o["metadata"]["annotations"][held_mod.CA_SERIAL] = (
+                    serving_ca  # the serving certificate's issuer
+                )
         self._apply(skr, objs)
         mem.pending.clear()  # applied: what was issued is in the runtime now
         mem.held = client_ca
         mem.last_full = self.clock()
         self.stats.applies.labels(cause).inc()
-        log.info("runtime %s (Kyma %s): applied %d objects (%s)", view.runtime_id, view.name, len(objs), cause)
+        log.info(
+            "runtime %s (Kyma %s): applied %d objects (%s)",
+            view.runtime_id,
+            view.name,
+            len(objs),
+            cause,
+        )
 
-    def _certificate(self, kind: str, view: kyma.KymaView, ca: castore.CA, mem: Memory, now: datetime.datetime,
-                     cause: str, make: Callable[[], certs.KeyPair], *, runtime_id: str | None = None,
-                     domain: str | None = None) -> tuple[bytes, bytes]:
+    def _certificate(
+        self,
+        kind: str,
+        view: kyma.KymaView,
+        ca: castore.CA,
+        mem: Memory,
+        now: datetime.datetime,
+        cause: str,
+        make: Callable[[], certs.KeyPair],
+        *,
+        runtime_id: str | None = None,
+        domain: str | None = None,
+    ) -> tuple[bytes, bytes]:
         """A new certificate for the runtime (PEM certificate, key): the one issued earlier and
         not applied yet while it is still good, else a new one within the hourly limit."""
         pending = mem.pending.get(kind)
-        usable = pending is not None and pki.needs_renewal(pending[0], ca.current, now, runtime_id=runtime_id,
-                                                           domain=domain) is None
+        usable = (
+            pending is not None
+            and pki.needs_renewal(pending[0], ca.current, now, runtime_id=runtime_id, domain=domain)
+            is None
+        )
         mem.issued = decide.recent(mem.issued, now)
-        action = decide.certificate(decide.CertificateFacts(cause, usable, len(mem.issued), self.s.issuance_budget))
+        action = decide.certificate(
+            decide.CertificateFacts(cause, usable, len(mem.issued), self.s.issuance_budget)
+        )
         if action == "reuse":
             assert pending is not None
             return pending
         if action == "rate_limited":
             self.stats.rate_limited.inc()
             at = decide.next_issuance(mem.issued, now, self.s.issuance_budget)
-            raise Failure("IssuanceRateLimited", f"{len(mem.issued)} certificates were issued for this runtime "
-                          f"in the last hour (the limit is {self.s.issuance_budget}); no new {kind} certificate "
-                          f"before {changes.format_time(at)}")
+            raise Failure(
+                "IssuanceRateLimited",
+                f"{len(mem.issued)} certificates were issued for this runtime "
+                f"in the last hour (the limit is {self.s.issuance_budget}); no new {kind} certificate "
+                f"before {changes.format_time(at)}",
+            )
         pair = make()
         self._issued(kind, view, pair, cause)
         mem.issued = (*mem.issued, now)
@@ -275,9 +439,16 @@ class Installer:
 
     def _issued(self, kind: str, view: kyma.KymaView, pair: certs.KeyPair, cause: str) -> None:
         self.stats.issued.labels(kind, cause).inc()
-        logs.audit(self.audit, "certificate_issued", kind=kind, runtime=view.runtime_id, kyma=view.name,
-                   serial=format(pair.cert.serial_number, "x"),
-                   not_after=changes.format_time(certs.not_after(pair.cert)), cause=cause)
+        logs.audit(
+            self.audit,
+            "certificate_issued",
+            kind=kind,
+            runtime=view.runtime_id,
+            kyma=view.name,
+            serial=format(pair.cert.serial_number, "x"),
+            not_after=changes.format_time(certs.not_after(pair.cert)),
+            cause=cause,
+        )
 
     def _apply(self, skr: gateway.Kube, objs: list[dict[str, Any]]) -> None:
         for o in objs:
@@ -285,14 +456,26 @@ class Installer:
             meta = o["metadata"]
             self.stats.requests.labels("write").inc()
             try:
-                skr.apply(res, meta.get("namespace"), meta["name"], o, field_manager=render.MANAGER,
-                          timeout=self.s.skr_timeout)
+                skr.apply(
+                    res,
+                    meta.get("namespace"),
+                    meta["name"],
+                    o,
+                    field_manager=render.MANAGER,
+                    timeout=self.s.skr_timeout,
+                )
             except gateway.Forbidden as e:
-                raise Failure("Forbidden", f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}") from None
+                raise Failure(
+                    "Forbidden", f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}"
+                ) from None
             except gateway.Rejected as e:
-                raise Failure("Rejected", f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}") from None
+                raise Failure(
+                    "Rejected", f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}"
+                ) from None
             except gateway.GatewayError as e:
-                raise Failure(_unreachable(e), f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}") from None
+                raise Failure(
+                    _unreachable(e), f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}"
+                ) from None
 
     def remove_objects(self, name: str, runtime_id: str) -> str | None:
         """Every object of the bundle deleted from the runtime (the webhook configuration
@@ -301,12 +484,19 @@ class Installer:
             skr = self.skrs.get(name)
             if sharding.moved_away(skr, self.s.listener_url, name, self.s.skr_timeout):
                 return None
-            inputs = dataclasses.replace(_placeholder(runtime_id), image_pull_secret=self.s.image_pull_secret)
+            inputs = dataclasses.replace(
+                _placeholder(runtime_id), image_pull_secret=self.s.image_pull_secret
+            )
             for o in reversed(render.render(self.bundle, inputs)):
                 res = render.resource(o)
                 self.stats.requests.labels("write").inc()
                 try:
-                    skr.delete(res, o["metadata"].get("namespace"), o["metadata"]["name"], timeout=self.s.skr_timeout)
+                    skr.delete(
+                        res,
+                        o["metadata"].get("namespace"),
+                        o["metadata"]["name"],
+                        timeout=self.s.skr_timeout,
+                    )
                 except gateway.NotFound:
                     pass
         except (skr_clients.SkrClientError, gateway.GatewayError) as e:
@@ -322,7 +512,16 @@ def _unreachable(e: gateway.GatewayError) -> str:
 
 def _placeholder(runtime_id: str) -> render.Inputs:
     """Inputs enough to name the objects to delete (no certificate is needed for that)."""
-    return render.Inputs(runtime_id=runtime_id, listener_url="", listener_ca=b"", client_cert=b"", client_key=b"",
-                         client_serial="", serving_cert=b"", serving_key=b"", serving_serial="",
-                         serving_not_after="", ca_bundle=b"")
-
+    return render.Inputs(
+        runtime_id=runtime_id,
+        listener_url="",
+        listener_ca=b"",
+        client_cert=b"",
+        client_key=b"",
+        client_serial="",
+        serving_cert=b"",
+        serving_key=b"",
+        serving_serial="",
+        serving_not_after="",
+        ca_bundle=b"",
+    )

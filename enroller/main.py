@@ -23,32 +23,58 @@ log = logging.getLogger("enroller")
 
 def jobs(e: reconcile.Enroller, s: settings_mod.Settings) -> list[elected.Job]:
     """The interval run (the first at once) and the react list."""
-    return [elected.Job("interval", e.run, IntervalTrigger(seconds=s.interval), at_once=True),
-            elected.Job("react", e.react, IntervalTrigger(seconds=s.react_seconds))]
+    return [
+        elected.Job("interval", e.run, IntervalTrigger(seconds=s.interval), at_once=True),
+        elected.Job("react", e.react, IntervalTrigger(seconds=s.react_seconds)),
+    ]
 
 
 def main(argv: list[str]) -> int:
-    s, args, kcp = elected.start(settings_mod.SPEC, argv, settings_mod.build,
-                                 kubeconfig_variable="TETHER_ENROLLER_KUBECONFIG",
-                                 once="one run over every Kyma CR, no election, then exit")
+    s, args, kcp = elected.start(
+        settings_mod.SPEC,
+        argv,
+        settings_mod.build,
+        kubeconfig_variable="TETHER_ENROLLER_KUBECONFIG",
+        once="one run over every Kyma CR, no election, then exit",
+    )
     stats = metrics.Metrics()
-    skrs = skr_clients.SkrClients(kcp, s.kcp_namespace,
-                                  dataclasses.replace(s.runtimes, timeout=s.skr_timeout))
-    audit = logs.audit_logger(s.audit_destination, on_lost=auditwriter.counting(stats.audit_lost),
-                              queue_lines=s.audit_queue_lines)
+    skrs = skr_clients.SkrClients(
+        kcp, s.kcp_namespace, dataclasses.replace(s.runtimes, timeout=s.skr_timeout)
+    )
+    audit = logs.audit_logger(
+        s.audit_destination,
+        on_lost=auditwriter.counting(stats.audit_lost),
+        queue_lines=s.audit_queue_lines,
+    )
     e = reconcile.Enroller(s, kcp, skrs, stats, audit)
     if args.once:
         print(e.run())
         skrs.close()
         return 0
     sched = elected.scheduler(jobs(e, s))
-    return elected.run_elected(elected.ElectedPart(
-        "enroller", log, kcp, leader.LeaseSettings(namespace=s.namespace, name=s.lease_name),
-        sched, elected.resuming(sched, stats.leader), s.bind,
-        app=lambda rt: ops.create_app("enroller", ops.Probes().ready(
-            "scheduler", lambda: None if rt.scheduler.running else "scheduler not started"),
-            ops.Exposition(stats.registry).render),
-        guarded=[e], close=[skrs.close],
-        announce=lambda: log.info(
-            "enroller started: Kyma CRs in %s, interval %.0fs, certificates for %s",
-            s.kcp_namespace, s.interval, s.cert_lifetime)))
+    return elected.run_elected(
+        elected.ElectedPart(
+            "enroller",
+            log,
+            kcp,
+            leader.LeaseSettings(namespace=s.namespace, name=s.lease_name),
+            sched,
+            elected.resuming(sched, stats.leader),
+            s.bind,
+            app=lambda rt: ops.create_app(
+                "enroller",
+                ops.Probes().ready(
+                    "scheduler", lambda: None if rt.scheduler.running else "scheduler not started"
+                ),
+                ops.Exposition(stats.registry).render,
+            ),
+            guarded=[e],
+            close=[skrs.close],
+            announce=lambda: log.info(
+                "enroller started: Kyma CRs in %s, interval %.0fs, certificates for %s",
+                s.kcp_namespace,
+                s.interval,
+                s.cert_lifetime,
+            ),
+        )
+    )

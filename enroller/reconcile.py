@@ -71,16 +71,24 @@ def _utcnow() -> datetime.datetime:
 
 
 class Enroller:
-    def __init__(self, s: settings_mod.Settings, kcp: gateway.Kube, skrs: skr_clients.SkrClients,
-                 stats: metrics.Metrics, audit: logging.Logger, *,
-                 clock: Callable[[], float] = time.monotonic,
-                 now: Callable[[], datetime.datetime] = _utcnow) -> None:
+    def __init__(
+        self,
+        s: settings_mod.Settings,
+        kcp: gateway.Kube,
+        skrs: skr_clients.SkrClients,
+        stats: metrics.Metrics,
+        audit: logging.Logger,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime.datetime] = _utcnow,
+    ) -> None:
         self.s, self.kcp, self.skrs, self.stats, self.audit = s, kcp, skrs, stats, audit
         self.clock, self.now = clock, now
         text = s.bundle_text()
         self.bundle = render.load_bundle(text)
-        self.cas = castore.CAStore(kcp, s.namespace, s.ca_secret, s.trust_config_map, s.ca_lifetime,
-                                   audit, now)
+        self.cas = castore.CAStore(
+            kcp, s.namespace, s.ca_secret, s.trust_config_map, s.ca_lifetime, audit, now
+        )
         self.memory: dict[str, Memory] = {}
         self.dispatcher = dispatch.Dispatcher(s.workers)
         self._lock = threading.Lock()
@@ -93,8 +101,9 @@ class Enroller:
         self.discoveries = discovery.Discoveries()  # custom Watch kinds per runtime (issue 38)
         self.watching = watching.Watching(kcp, s.kcp_namespace, now)
         self.rollouts = rollouts.Rollouts(s, kcp, skrs, text, self.events, stats, audit, now)
-        self.enrollments = Enrollments(s, kcp, audit, self.events, now,
-                                       version=render.image(self.bundle, s.image))
+        self.enrollments = Enrollments(
+            s, kcp, audit, self.events, now, version=render.image(self.bundle, s.image)
+        )
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -111,20 +120,37 @@ class Enroller:
             ca = self._ca
         if only is None:  # the fleet: one list each
             kymas = list(self.kcp.list_items(apitypes.KYMAS, ns))
-            enrollments = {e["metadata"]["name"]: e for e in self.kcp.list_items(apitypes.RUNTIME_ENROLLMENTS, ns)}
+            enrollments = {
+                e["metadata"]["name"]: e
+                for e in self.kcp.list_items(apitypes.RUNTIME_ENROLLMENTS, ns)
+            }
             beats = self._beats = self._heartbeats()
             self.rollouts.begin(kyma.view(k).runtime_id or k["metadata"]["name"] for k in kymas)
         else:  # a reaction to a few Kyma CRs: read those, not the fleet
-            kymas = [k for n in sorted(only) if (k := self.kcp.get_or_none(apitypes.KYMAS, ns, n)) is not None]
-            enrollments = {n: e for n in only if (e := self.kcp.get_or_none(apitypes.RUNTIME_ENROLLMENTS, ns, n)) is not None}
+            kymas = [
+                k
+                for n in sorted(only)
+                if (k := self.kcp.get_or_none(apitypes.KYMAS, ns, n)) is not None
+            ]
+            enrollments = {
+                n: e
+                for n in only
+                if (e := self.kcp.get_or_none(apitypes.RUNTIME_ENROLLMENTS, ns, n)) is not None
+            }
             beats = self._beats
         listed, unreadable = self._watches()
         by_name = {k["metadata"]["name"]: k for k in kymas}
-        work = [(n, functools.partial(self.one, k, ca, enrollments.get(n), beats, listed, unreadable))
-                for n, k in by_name.items()]
+        work = [
+            (n, functools.partial(self.one, k, ca, enrollments.get(n), beats, listed, unreadable))
+            for n, k in by_name.items()
+        ]
         states: dict[str, str] = {}
-        for out in self.dispatcher.run(work, concurrency=self.s.concurrency, deadline=self.s.runtime_deadline):
-            states[out.key] = self._outcome(out, by_name[out.key], ca, enrollments.get(out.key), beats)
+        for out in self.dispatcher.run(
+            work, concurrency=self.s.concurrency, deadline=self.s.runtime_deadline
+        ):
+            states[out.key] = self._outcome(
+                out, by_name[out.key], ca, enrollments.get(out.key), beats
+            )
         counts = Counter(states.values())
         if only is None:
             names = set(by_name)
@@ -136,13 +162,19 @@ class Enroller:
                     self.enrollments.delete(name)
             for state in metrics.STATES:
                 self.stats.runtimes.labels(state).set(counts.get(state, 0))
-            bands = Counter(metrics.expiry_band((m.not_after - self.now()).total_seconds() / 86_400)
-                            for m in self.memory.values() if m.not_after is not None)
+            bands = Counter(
+                metrics.expiry_band((m.not_after - self.now()).total_seconds() / 86_400)
+                for m in self.memory.values()
+                if m.not_after is not None
+            )
             for band in metrics.EXPIRY_BANDS:
                 self.stats.certificates.labels(band).set(bands.get(band, 0))
             ca = self._end_rollover(ca, by_name, enrollments, states, beats)
-            watch_states = (Counter[str]() if listed is None
-                            else self.watching.write_status(listed, kymas, self._installed))
+            watch_states = (
+                Counter[str]()
+                if listed is None
+                else self.watching.write_status(listed, kymas, self._installed)
+            )
             for state in metrics.WATCH_STATES:
                 self.stats.watches.labels(state).set(watch_states.get(state, 0))
             self.rollouts.end(self._wave_facts(by_name, states), beats)
@@ -152,29 +184,47 @@ class Enroller:
             self.stats.run_seconds.observe(time.monotonic() - t0)
         return dict(counts)
 
-    def _outcome(self, out: dispatch.Outcome, obj: Mapping[str, Any], ca: castore.CA,
-                 enrollment: Mapping[str, Any] | None, beats: Mapping[str, datetime.datetime]) -> str:
+    def _outcome(
+        self,
+        out: dispatch.Outcome,
+        obj: Mapping[str, Any],
+        ca: castore.CA,
+        enrollment: Mapping[str, Any] | None,
+        beats: Mapping[str, datetime.datetime],
+    ) -> str:
         """A runtime's state in this run from what became of its work."""
         name = out.key
         if out.kind == "done":
             return str(out.value)
         if out.kind == "error":  # a bug, not the runtime: reported, the run goes on
-            log.error("Kyma %s: the enroller failed: %s", name, logs.bounded(out.value, 300),
-                      exc_info=out.value)
+            log.error(
+                "Kyma %s: the enroller failed: %s",
+                name,
+                logs.bounded(out.value, 300),
+                exc_info=out.value,
+            )
             return "Failed"
         if out.kind == "overdue":
-            f = Failure("DeadlineExceeded", f"the runtime's work did not end within {self.s.runtime_deadline:g}s; "
-                        "the run went on without it, and it is not started again while it still runs")
+            f = Failure(
+                "DeadlineExceeded",
+                f"the runtime's work did not end within {self.s.runtime_deadline:g}s; "
+                "the run went on without it, and it is not started again while it still runs",
+            )
             self._failed(obj, kyma.view(obj), ca, enrollment, self._mem(name), f, beats)
             return "Failed"
         self.stats.skipped.labels("Busy" if out.kind == "busy" else "NoWorker").inc()
-        log.warning("Kyma %s: skipped in this run: %s", name,
-                    "its earlier work outlived its deadline and still runs" if out.kind == "busy"
-                    else "every worker thread is held by work past its deadline")
+        log.warning(
+            "Kyma %s: skipped in this run: %s",
+            name,
+            "its earlier work outlived its deadline and still runs"
+            if out.kind == "busy"
+            else "every worker thread is held by work past its deadline",
+        )
         return "Failed"
 
-    def _wave_facts(self, by_name: Mapping[str, Mapping[str, Any]],
-                    states: Mapping[str, str]) -> dict[str, rollouts.Facts]:
+    def _wave_facts(
+        self, by_name: Mapping[str, Mapping[str, Any]], states: Mapping[str, str]
+    ) -> dict[str, rollouts.Facts]:
         """What this run learnt of the runtimes of the rollout's current wave."""
         wave = set(self.rollouts.current_wave())
         out = {}
@@ -182,7 +232,9 @@ class Enroller:
             rid = kyma.view(obj).runtime_id or name
             if rid in wave:
                 f = self._mem(name).last_failure
-                out[rid] = rollouts.Facts(name, states.get(name) == "Ready", None if f is None else f.reason)
+                out[rid] = rollouts.Facts(
+                    name, states.get(name) == "Ready", None if f is None else f.reason
+                )
         return out
 
     def _watches(self) -> tuple[watching.Listed | None, Failure | None]:
@@ -199,9 +251,13 @@ class Enroller:
         view = kyma.view(obj)
         mem = self._mem(view.name)
         f = mem.last_failure
-        return watching.Installed(view.runtime_id or view.name, mem.watches_installed, mem.watches_left_out,
-                                  f"{f.reason}: {f.message}" if f is not None else None,
-                                  self.discoveries.refused(view.name))
+        return watching.Installed(
+            view.runtime_id or view.name,
+            mem.watches_installed,
+            mem.watches_left_out,
+            f"{f.reason}: {f.message}" if f is not None else None,
+            self.discoveries.refused(view.name),
+        )
 
     def _held(self, name: str, enrollment: Mapping[str, Any] | None) -> str | None:
         """The CA serial of the client certificate the runtime holds, as last seen: by this
@@ -213,31 +269,54 @@ class Enroller:
         serial = cert.get("caSerial")
         return str(serial) if isinstance(serial, str) else None
 
-    def _end_rollover(self, ca: castore.CA, by_name: Mapping[str, Mapping[str, Any]],
-                      enrollments: Mapping[str, Mapping[str, Any]], states: Mapping[str, str],
-                      beats: Mapping[str, datetime.datetime]) -> castore.CA:
+    def _end_rollover(
+        self,
+        ca: castore.CA,
+        by_name: Mapping[str, Mapping[str, Any]],
+        enrollments: Mapping[str, Mapping[str, Any]],
+        states: Mapping[str, str],
+        beats: Mapping[str, datetime.datetime],
+    ) -> castore.CA:
         """At the end of a full run: the rollover ends when ``decide.rollover`` says so; the
         runtimes it leaves behind are quarantined (logged, audited, their status written now)."""
-        verdict = decide.rollover(decide.RolloverFacts(
-            current=format(ca.current.cert.serial_number, "x"), previous=serial_hex(ca.previous),
-            started=ca.rollover_started, now=self.now(), propagation=self.s.rollover_propagation,
-            deadline=self.s.rollover_deadline, held={n: self._held(n, enrollments.get(n)) for n in by_name},
-            failing=frozenset(n for n, state in states.items() if state == "Failed")))
+        verdict = decide.rollover(
+            decide.RolloverFacts(
+                current=format(ca.current.cert.serial_number, "x"),
+                previous=serial_hex(ca.previous),
+                started=ca.rollover_started,
+                now=self.now(),
+                propagation=self.s.rollover_propagation,
+                deadline=self.s.rollover_deadline,
+                held={n: self._held(n, enrollments.get(n)) for n in by_name},
+                failing=frozenset(n for n, state in states.items() if state == "Failed"),
+            )
+        )
         if verdict.kind != "finish":
             return ca
         done = self.cas.finish_rollover(ca, verdict.cause, len(verdict.quarantined))
         self._ca = done
         if verdict.quarantined:
-            log.warning("CA rollover ended at its deadline (%s); %d runtime(s) quarantined: %s",
-                        self.s.rollover_deadline, len(verdict.quarantined), ", ".join(verdict.quarantined[:50]))
+            log.warning(
+                "CA rollover ended at its deadline (%s); %d runtime(s) quarantined: %s",
+                self.s.rollover_deadline,
+                len(verdict.quarantined),
+                ", ".join(verdict.quarantined[:50]),
+            )
         for name in verdict.quarantined:
             obj = by_name[name]
             view = kyma.view(obj)
-            logs.audit(self.audit, "runtime_quarantined", runtime=view.runtime_id, kyma=name,
-                       ca=serial_hex(ca.previous) or "", cause="missed_ca_rollover")
+            logs.audit(
+                self.audit,
+                "runtime_quarantined",
+                runtime=view.runtime_id,
+                kyma=name,
+                ca=serial_hex(ca.previous) or "",
+                cause="missed_ca_rollover",
+            )
             mem = self._mem(name)
             f = mem.last_failure or Failure(
-                "MissedCARollover", "the runtime was not renewed before the CA rollover's deadline")
+                "MissedCARollover", "the runtime was not renewed before the CA rollover's deadline"
+            )
             self._failure_status(obj, view, done, enrollments.get(name), mem, f, beats)
         return done
 
@@ -263,8 +342,11 @@ class Enroller:
     def _heartbeats(self) -> dict[str, datetime.datetime]:
         out: dict[str, datetime.datetime] = {}
         try:
-            for lease in self.kcp.list_items(gateway.LEASES, self.s.heartbeat_namespace,
-                                             label_selector=f"{apitypes.HEARTBEAT_LABEL}=true"):
+            for lease in self.kcp.list_items(
+                gateway.LEASES,
+                self.s.heartbeat_namespace,
+                label_selector=f"{apitypes.HEARTBEAT_LABEL}=true",
+            ):
                 rid = (lease["metadata"].get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
                 t = changes.parse_time((lease.get("spec") or {}).get("renewTime"))
                 if rid and t is not None:
@@ -272,11 +354,18 @@ class Enroller:
         except gateway.GatewayError as e:
             log.warning("heartbeat Leases not readable: %s", logs.bounded(e, 200))
         return out
+
     # -- one runtime ---------------------------------------------------------------------
 
-    def one(self, obj: Mapping[str, Any], ca: castore.CA, enrollment: Mapping[str, Any] | None,
-            beats: Mapping[str, datetime.datetime], listed: watching.Listed | None = None,
-            unreadable: Failure | None = None) -> str:
+    def one(
+        self,
+        obj: Mapping[str, Any],
+        ca: castore.CA,
+        enrollment: Mapping[str, Any] | None,
+        beats: Mapping[str, datetime.datetime],
+        listed: watching.Listed | None = None,
+        unreadable: Failure | None = None,
+    ) -> str:
         """One runtime enrolled (``listed``: the run's Watches, None before Watches), removed
         or left waiting; its state in this run."""
         meta = obj["metadata"]
@@ -284,7 +373,9 @@ class Enroller:
         mem = self._mem(name)
         mem.resource_version = str(meta.get("resourceVersion", ""))
         deleting = bool(meta.get("deletionTimestamp"))
-        step = decide.step(deleting=deleting, backing_off=not deleting and self.clock() < mem.next_attempt)
+        step = decide.step(
+            deleting=deleting, backing_off=not deleting and self.clock() < mem.next_attempt
+        )
         if step == "remove":
             return self.remove(obj, enrollment)
         view = kyma.view(obj)
@@ -301,46 +392,101 @@ class Enroller:
                 ws = self._discovered(view, ws)
             self._ensure_finalizer(obj)
             chosen = self.rollouts.choose(view.runtime_id or name)
-            result = self.installer.enroll(view, ca, mem, ws, (chosen.objects, chosen.image),
-                                           (meta.get("annotations") or {}).get(decide.TAKE_OVER_ANNOTATION))
+            result = self.installer.enroll(
+                view,
+                ca,
+                mem,
+                ws,
+                (chosen.objects, chosen.image),
+                (meta.get("annotations") or {}).get(decide.TAKE_OVER_ANNOTATION),
+            )
             self.rollouts.enrolled(view.runtime_id or name, chosen.digest)
         except Failure as f:
             self._failed(obj, view, ca, enrollment, mem, f, beats)
             return "Failed"
         mem.failures, mem.next_attempt, mem.last_failure = 0, 0.0, None
         mem.not_after = result.not_after
-        self.enrollments.write(obj, view, enrollment, mem, failure=None, result=result,
-                           beat=beats.get(result.runtime_id), quarantined=False)
+        self.enrollments.write(
+            obj,
+            view,
+            enrollment,
+            mem,
+            failure=None,
+            result=result,
+            beat=beats.get(result.runtime_id),
+            quarantined=False,
+        )
         return "Ready"
 
-    def _discovered(self, view: kyma.KymaView, ws: tuple[watches.Watch, ...]) -> tuple[watches.Watch, ...]:
+    def _discovered(
+        self, view: kyma.KymaView, ws: tuple[watches.Watch, ...]
+    ) -> tuple[watches.Watch, ...]:
         """The Watches of custom resources whose kind the runtime's discovery confirms
         (``enroller.discovery``); without a client the installer reports why."""
         try:
             skr = self.skrs.get(view.name)
         except skr_clients.SkrClientError:
             return ws
-        return self.discoveries.check(view.name, skr, ws, self.clock(), self.s.resync,
-                                      self.s.skr_timeout, self.stats.requests.labels("read").inc)
+        return self.discoveries.check(
+            view.name,
+            skr,
+            ws,
+            self.clock(),
+            self.s.resync,
+            self.s.skr_timeout,
+            self.stats.requests.labels("read").inc,
+        )
 
-    def _failed(self, obj: Mapping[str, Any], view: kyma.KymaView, ca: castore.CA,
-                enrollment: Mapping[str, Any] | None, mem: Memory, f: Failure,
-                beats: Mapping[str, datetime.datetime]) -> None:
+    def _failed(
+        self,
+        obj: Mapping[str, Any],
+        view: kyma.KymaView,
+        ca: castore.CA,
+        enrollment: Mapping[str, Any] | None,
+        mem: Memory,
+        f: Failure,
+        beats: Mapping[str, datetime.datetime],
+    ) -> None:
         mem.failures += 1
-        mem.next_attempt = self.clock() + decide.backoff(mem.failures, self.s.backoff_base, self.s.backoff_cap)
+        mem.next_attempt = self.clock() + decide.backoff(
+            mem.failures, self.s.backoff_base, self.s.backoff_cap
+        )
         mem.last_failure = f
         self.stats.failures.labels(f.reason).inc()
-        log.warning("runtime of Kyma %s: %s: %s (retry in %.0fs)", view.name, f.reason, f.message,
-                    mem.next_attempt - self.clock())
+        log.warning(
+            "runtime of Kyma %s: %s: %s (retry in %.0fs)",
+            view.name,
+            f.reason,
+            f.message,
+            mem.next_attempt - self.clock(),
+        )
         self._failure_status(obj, view, ca, enrollment, mem, f, beats)
 
-    def _failure_status(self, obj: Mapping[str, Any], view: kyma.KymaView, ca: castore.CA,
-                        enrollment: Mapping[str, Any] | None, mem: Memory, f: Failure,
-                        beats: Mapping[str, datetime.datetime]) -> None:
-        q = decide.quarantined(self._held(view.name, enrollment), format(ca.current.cert.serial_number, "x"),
-                               serial_hex(ca.previous))
-        self.enrollments.write(obj, view, enrollment, mem, failure=f, result=None,
-                           beat=beats.get(view.runtime_id or ""), quarantined=q)
+    def _failure_status(
+        self,
+        obj: Mapping[str, Any],
+        view: kyma.KymaView,
+        ca: castore.CA,
+        enrollment: Mapping[str, Any] | None,
+        mem: Memory,
+        f: Failure,
+        beats: Mapping[str, datetime.datetime],
+    ) -> None:
+        q = decide.quarantined(
+            self._held(view.name, enrollment),
+            format(ca.current.cert.serial_number, "x"),
+            serial_hex(ca.previous),
+        )
+        self.enrollments.write(
+            obj,
+            view,
+            enrollment,
+            mem,
+            failure=f,
+            result=None,
+            beat=beats.get(view.runtime_id or ""),
+            quarantined=q,
+        )
 
     def _ensure_finalizer(self, obj: Mapping[str, Any]) -> None:
         meta = obj["metadata"]
@@ -348,12 +494,25 @@ class Enroller:
         if FINALIZER in finalizers:
             return
         try:
-            self.kcp.patch(apitypes.KYMAS, self.s.kcp_namespace, meta["name"], {"metadata": {
-                "finalizers": [*finalizers, FINALIZER], "resourceVersion": meta["resourceVersion"]}})
+            self.kcp.patch(
+                apitypes.KYMAS,
+                self.s.kcp_namespace,
+                meta["name"],
+                {
+                    "metadata": {
+                        "finalizers": [*finalizers, FINALIZER],
+                        "resourceVersion": meta["resourceVersion"],
+                    }
+                },
+            )
         except gateway.Conflict:
-            raise Failure("KymaChanged", "the Kyma CR changed while adding the finalizer; next run") from None
+            raise Failure(
+                "KymaChanged", "the Kyma CR changed while adding the finalizer; next run"
+            ) from None
         except gateway.GatewayError as e:
-            raise Failure("KcpUnavailable", f"adding the finalizer: {logs.bounded(e, 200)}") from None
+            raise Failure(
+                "KcpUnavailable", f"adding the finalizer: {logs.bounded(e, 200)}"
+            ) from None
 
     # -- removal -------------------------------------------------------------------------
 
@@ -362,33 +521,68 @@ class Enroller:
         meta = obj["metadata"]
         name = meta["name"]
         view = kyma.view(obj)
-        facts = decide.RemovalFacts(finalizer=FINALIZER in (meta.get("finalizers") or []), attempted=False,
-                                    problem=None, waited=datetime.timedelta(0),
-                                    timeout=datetime.timedelta(seconds=self.s.removal_timeout))
+        facts = decide.RemovalFacts(
+            finalizer=FINALIZER in (meta.get("finalizers") or []),
+            attempted=False,
+            problem=None,
+            waited=datetime.timedelta(0),
+            timeout=datetime.timedelta(seconds=self.s.removal_timeout),
+        )
         if decide.removal(facts).kind == "forget":
             self.enrollments.delete(name)
             return "Removing"
         since = changes.parse_time(meta.get("deletionTimestamp", "")) or self.now()
-        waited = self.now() - since  # before the attempt: a slow runtime does not shorten the timeout
-        facts = facts._replace(attempted=True, waited=waited,
-                               problem=self.installer.remove_objects(name, view.runtime_id or ""))
+        waited = (
+            self.now() - since
+        )  # before the attempt: a slow runtime does not shorten the timeout
+        facts = facts._replace(
+            attempted=True,
+            waited=waited,
+            problem=self.installer.remove_objects(name, view.runtime_id or ""),
+        )
         verdict = decide.removal(facts)
         if verdict.kind == "retry":
-            log.warning("Kyma %s deleted: removing Tether from its runtime failed (%s); retried until "
-                        "the %ds timeout", name, facts.problem, self.s.removal_timeout)
+            log.warning(
+                "Kyma %s deleted: removing Tether from its runtime failed (%s); retried until "
+                "the %ds timeout",
+                name,
+                facts.problem,
+                self.s.removal_timeout,
+            )
             return "Removing"
-        if not logged(f"Kyma {name}: releasing the finalizer failed", lambda: self.kcp.patch(
-                apitypes.KYMAS, self.s.kcp_namespace, name, {"metadata": {
-                    "finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
-                    "resourceVersion": meta["resourceVersion"]}})):
+        if not logged(
+            f"Kyma {name}: releasing the finalizer failed",
+            lambda: self.kcp.patch(
+                apitypes.KYMAS,
+                self.s.kcp_namespace,
+                name,
+                {
+                    "metadata": {
+                        "finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
+                        "resourceVersion": meta["resourceVersion"],
+                    }
+                },
+            ),
+        ):
             return "Removing"
         problem = facts.problem
-        logs.audit(self.audit, "runtime_removed", runtime=view.runtime_id, kyma=name, outcome=verdict.outcome)
-        self.enrollments.event(obj, "Kyma", "Removed" if problem is None else "RemovalTimedOut",
-                               "Tether removed from the runtime" if problem is None else
-                               f"the runtime was not reachable for {self.s.removal_timeout:.0f}s: {problem}",
-                               warning=problem is not None,
-                               api_version=f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}")
+        logs.audit(
+            self.audit,
+            "runtime_removed",
+            runtime=view.runtime_id,
+            kyma=name,
+            outcome=verdict.outcome,
+        )
+        self.enrollments.event(
+            obj,
+            "Kyma",
+            "Removed" if problem is None else "RemovalTimedOut",
+            "Tether removed from the runtime"
+            if problem is None
+            else f"the runtime was not reachable for {self.s.removal_timeout:.0f}s: {problem}",
+            warning=problem is not None,
+            api_version=f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}",
+        )
         self.enrollments.delete(name)
         self.skrs.forget(name)
         self.discoveries.forget(name)

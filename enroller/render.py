@@ -57,32 +57,50 @@ MANAGER = "tether-enroller"
 MANAGED_BY = {apitypes.MANAGED_BY_LABEL: MANAGER}
 DIGEST = "tether.kyma-project.io/bundle-digest"
 WATCHES_DIGEST = "tether.kyma-project.io/watches-digest"  # on the webhook configuration
-LISTENER_ANNOTATION = "tether.kyma-project.io/listener-url"  # on the pod templates: the URL they send to
+LISTENER_ANNOTATION = (
+    "tether.kyma-project.io/listener-url"  # on the pod templates: the URL they send to
+)
 CLIENT_SERIAL = "tether.kyma-project.io/client-serial"
 SERVING_SERIAL = "tether.kyma-project.io/serving-serial"
 SERVING_NOT_AFTER = "tether.kyma-project.io/serving-not-after"
 SERVING_RENEW_AT = "tether.kyma-project.io/serving-renew-at"
 
-RESOURCES: dict[tuple[str, str], gateway.Resource] = {(r.api_version, kind): r for kind, r in (
-    ("Namespace", apitypes.NAMESPACES),
-    ("ServiceAccount", apitypes.SERVICE_ACCOUNTS),
-    ("ConfigMap", apitypes.CONFIGMAPS),
-    ("Secret", apitypes.SECRETS),
-    ("Service", apitypes.SERVICES),
-    ("Deployment", apitypes.DEPLOYMENTS),
-    ("Role", apitypes.ROLES),
-    ("RoleBinding", apitypes.ROLE_BINDINGS),
-    ("ClusterRole", apitypes.CLUSTER_ROLES),
-    ("ClusterRoleBinding", apitypes.CLUSTER_ROLE_BINDINGS),
-    ("PodDisruptionBudget", apitypes.POD_DISRUPTION_BUDGETS),
-    ("NetworkPolicy", apitypes.NETWORK_POLICIES),
-    ("PriorityClass", apitypes.PRIORITY_CLASSES),
-    ("ValidatingWebhookConfiguration", apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS),
-)}
+RESOURCES: dict[tuple[str, str], gateway.Resource] = {
+    (r.api_version, kind): r
+    for kind, r in (
+        ("Namespace", apitypes.NAMESPACES),
+        ("ServiceAccount", apitypes.SERVICE_ACCOUNTS),
+        ("ConfigMap", apitypes.CONFIGMAPS),
+        ("Secret", apitypes.SECRETS),
+        ("Service", apitypes.SERVICES),
+        ("Deployment", apitypes.DEPLOYMENTS),
+        ("Role", apitypes.ROLES),
+        ("RoleBinding", apitypes.ROLE_BINDINGS),
+        ("ClusterRole", apitypes.CLUSTER_ROLES),
+        ("ClusterRoleBinding", apitypes.CLUSTER_ROLE_BINDINGS),
+        ("PodDisruptionBudget", apitypes.POD_DISRUPTION_BUDGETS),
+        ("NetworkPolicy", apitypes.NETWORK_POLICIES),
+        ("PriorityClass", apitypes.PRIORITY_CLASSES),
+        ("ValidatingWebhookConfiguration", apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS),
+    )
+}
 # apply order: what others refer to first, the webhook registration last
-ORDER = ["Namespace", "PriorityClass", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-         "ConfigMap", "Secret", "Service", "Deployment", "PodDisruptionBudget", "NetworkPolicy",
-         "ValidatingWebhookConfiguration"]
+ORDER = [
+    "Namespace",
+    "PriorityClass",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ConfigMap",
+    "Secret",
+    "Service",
+    "Deployment",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+    "ValidatingWebhookConfiguration",
+]
 
 
 class BundleError(ValueError):
@@ -105,16 +123,21 @@ class Inputs:
     serving_renew_at: str = ""
     image: str | None = None
     image_pull_secret: bytes | None = None  # a .dockerconfigjson; None: no imagePullSecrets
-    watches: tuple[watch_api.Watch, ...] | None = None  # in force in the runtime; None: before Watches
-    digest_key: bytes = dataclasses.field(default=b"", repr=False)  # b"": none written (placeholders)
+    watches: tuple[watch_api.Watch, ...] | None = (
+        None  # in force in the runtime; None: before Watches
+    )
+    digest_key: bytes = dataclasses.field(
+        default=b"", repr=False
+    )  # b"": none written (placeholders)
 
 
 def resource(obj: Mapping[str, Any]) -> gateway.Resource:
     try:
         return RESOURCES[(obj["apiVersion"], obj["kind"])]
     except KeyError:
-        raise BundleError(f"{obj.get('apiVersion')} {obj.get('kind')} is not a kind the enroller "
-                          "installs") from None
+        raise BundleError(
+            f"{obj.get('apiVersion')} {obj.get('kind')} is not a kind the enroller installs"
+        ) from None
 
 
 def load_bundle(text: str) -> list[dict[str, Any]]:
@@ -128,11 +151,15 @@ def load_bundle(text: str) -> list[dict[str, Any]]:
             raise BundleError("every document must be a Kubernetes object")
         resource(d)
         if d["kind"] == "Secret":
-            raise BundleError(f"the bundle must not hold Secrets ({d['metadata'].get('name')}): the "
-                              "enroller writes the runtime's own")
+            raise BundleError(
+                f"the bundle must not hold Secrets ({d['metadata'].get('name')}): the "
+                "enroller writes the runtime's own"
+            )
     hooks = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
     if [h["metadata"]["name"] for h in hooks] != [WEBHOOK_CONFIG]:
-        raise BundleError(f"the bundle must hold the ValidatingWebhookConfiguration {WEBHOOK_CONFIG}")
+        raise BundleError(
+            f"the bundle must hold the ValidatingWebhookConfiguration {WEBHOOK_CONFIG}"
+        )
     return docs
 
 
@@ -178,8 +205,14 @@ def new_digest_key() -> bytes:
     return secrets.token_bytes(digests.MIN_KEY_BYTES)
 
 
-def digest(objects: Iterable[Mapping[str, Any]], client_serial: str, serving_serial: str,
-           pull_secret: bytes | None = None, *, watches: bool = False) -> str:
+def digest(
+    objects: Iterable[Mapping[str, Any]],
+    client_serial: str,
+    serving_serial: str,
+    pull_secret: bytes | None = None,
+    *,
+    watches: bool = False,
+) -> str:
     """What identifies an installed state: the non-secret objects, the certificates' serials
     (never key material) and the image pull credentials (hashed into the digest only, so a
     changed credential is applied); whether Watches are rendered (which ones: ``WATCHES_DIGEST``,
@@ -201,16 +234,26 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
     objs = copy.deepcopy(bundle)
     for o in objs:
         _customize(o, i)
-    d = digest(objs, i.client_serial, i.serving_serial, i.image_pull_secret, watches=i.watches is not None)
-    notes = {DIGEST: d, CLIENT_SERIAL: i.client_serial, SERVING_SERIAL: i.serving_serial,
-             SERVING_NOT_AFTER: i.serving_not_after, SERVING_RENEW_AT: i.serving_renew_at}
+    d = digest(
+        objs, i.client_serial, i.serving_serial, i.image_pull_secret, watches=i.watches is not None
+    )
+    notes = {
+        DIGEST: d,
+        CLIENT_SERIAL: i.client_serial,
+        SERVING_SERIAL: i.serving_serial,
+        SERVING_NOT_AFTER: i.serving_not_after,
+        SERVING_RENEW_AT: i.serving_renew_at,
+    }
     hook_notes = dict(notes)
     if i.watches is not None:
         _watches(objs, i.watches)
         hook_notes[WATCHES_DIGEST] = watches_digest(i.watches)
     for o in objs:
         if o["kind"] == "ValidatingWebhookConfiguration":
-            o["metadata"]["annotations"] = {**(o["metadata"].get("annotations") or {}), **hook_notes}
+            o["metadata"]["annotations"] = {
+                **(o["metadata"].get("annotations") or {}),
+                **hook_notes,
+            }
     objs.extend(_secrets(i, notes))
     return sorted(objs, key=lambda o: ORDER.index(o["kind"]))
 
@@ -222,10 +265,16 @@ def _customize(o: dict[str, Any], i: Inputs) -> None:
     if o["kind"] == "Deployment":
         # the runtime's series carry its ID (the PodMonitors copy this pod label)
         template = o["spec"]["template"].setdefault("metadata", {})
-        template["labels"] = {**(template.get("labels") or {}), apitypes.RUNTIME_ID_LABEL: i.runtime_id}
+        template["labels"] = {
+            **(template.get("labels") or {}),
+            apitypes.RUNTIME_ID_LABEL: i.runtime_id,
+        }
         # the pods read the listener URL from the Secret into their environment: a runtime
         # moved to another KCP (docs/enroller.md, "Sharding") has them restarted by this
-        template["annotations"] = {**(template.get("annotations") or {}), LISTENER_ANNOTATION: i.listener_url}
+        template["annotations"] = {
+            **(template.get("annotations") or {}),
+            LISTENER_ANNOTATION: i.listener_url,
+        }
     if o["kind"] == "Deployment" and i.image:
         for c in o["spec"]["template"]["spec"].get("containers") or []:
             if _is_tether(c.get("image", "")):
@@ -251,27 +300,59 @@ def _secrets(i: Inputs, notes: Mapping[str, str]) -> list[dict[str, Any]]:
     """The runtime's Secrets: its client credentials (and digest key), the webhook's serving
     certificate, the image pull credentials."""
     b64 = _b64
-    client_data = {"runtime-id": b64(i.runtime_id.encode()), "listener-url": b64(i.listener_url.encode()),
-                   "ca.crt": b64(i.listener_ca), "tls.crt": b64(i.client_cert), "tls.key": b64(i.client_key)}
+    client_data = {
+        "runtime-id": b64(i.runtime_id.encode()),
+        "listener-url": b64(i.listener_url.encode()),
+        "ca.crt": b64(i.listener_ca),
+        "tls.crt": b64(i.client_cert),
+        "tls.key": b64(i.client_key),
+    }
     if i.digest_key:
         client_data[digests.KEY] = b64(i.digest_key)
     out: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-         "metadata": {"name": CLIENT_SECRET, "namespace": NAMESPACE,
-                      "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY},
-                      "annotations": dict(notes)},
-         "data": client_data},
-        {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-         "metadata": {"name": SERVING_SECRET, "namespace": NAMESPACE,
-                      "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
-         # ca.crt: the watcher CA, so a scraper can verify the webhook's metrics port
-         "data": {"tls.crt": b64(i.serving_cert), "tls.key": b64(i.serving_key),
-                  "ca.crt": b64(i.ca_bundle)}}]
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": CLIENT_SECRET,
+                "namespace": NAMESPACE,
+                "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY},
+                "annotations": dict(notes),
+            },
+            "data": client_data,
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {
+                "name": SERVING_SECRET,
+                "namespace": NAMESPACE,
+                "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY},
+            },
+            # ca.crt: the watcher CA, so a scraper can verify the webhook's metrics port
+            "data": {
+                "tls.crt": b64(i.serving_cert),
+                "tls.key": b64(i.serving_key),
+                "ca.crt": b64(i.ca_bundle),
+            },
+        },
+    ]
     if i.image_pull_secret is not None:
-        out.append({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
-                    "metadata": {"name": PULL_SECRET, "namespace": NAMESPACE,
-                                 "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
-                    "data": {".dockerconfigjson": b64(i.image_pull_secret)}})
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/dockerconfigjson",
+                "metadata": {
+                    "name": PULL_SECRET,
+                    "namespace": NAMESPACE,
+                    "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY},
+                },
+                "data": {".dockerconfigjson": b64(i.image_pull_secret)},
+            }
+        )
     return out
 
 
@@ -293,16 +374,26 @@ def watches_digest(ws: tuple[watch_api.Watch, ...]) -> str:
 def watch_objects(objs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Of a rendering, what a change of the Watches alone applies: the Watch list, then the
     webhook configuration."""
-    return [o for o in objs if o["kind"] == "ValidatingWebhookConfiguration"
-            or (o["kind"] == "ConfigMap" and o["metadata"]["name"] == watchwire.WIRE_CONFIGMAP)]
+    return [
+        o
+        for o in objs
+        if o["kind"] == "ValidatingWebhookConfiguration"
+        or (o["kind"] == "ConfigMap" and o["metadata"]["name"] == watchwire.WIRE_CONFIGMAP)
+    ]
 
 
 def watch_list(ws: tuple[watch_api.Watch, ...]) -> dict[str, Any]:
     """The runtime's ``tether-watches`` ConfigMap: the Watches in force there."""
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": watchwire.WIRE_CONFIGMAP, "namespace": NAMESPACE,
-                         "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY}},
-            "data": {watchwire.WIRE_KEY: watchwire.to_wire(ws)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": watchwire.WIRE_CONFIGMAP,
+            "namespace": NAMESPACE,
+            "labels": {"app.kubernetes.io/part-of": "tether", **MANAGED_BY},
+        },
+        "data": {watchwire.WIRE_KEY: watchwire.to_wire(ws)},
+    }
 
 
 def cluster_scoped(objs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -78,29 +78,43 @@ def waves(runtime_ids: Iterable[str], percents: Sequence[float]) -> list[list[st
 @dataclasses.dataclass(frozen=True)
 class State:
     """A rollout as recorded (the rollout ConfigMap's ``state.json``)."""
-    target: str                       # the bundle rolled out
-    good: str | None                  # the last good bundle (None: none known)
+
+    target: str  # the bundle rolled out
+    good: str | None  # the last good bundle (None: none known)
     phase: Phase
-    wave: int                         # index of the current (or failed) wave
+    wave: int  # index of the current (or failed) wave
     waves: tuple[tuple[str, ...], ...]
-    started: datetime.datetime        # when the current wave began
+    started: datetime.datetime  # when the current wave began
     reason: str = ""
     unhealthy: tuple[tuple[str, str], ...] = ()  # (runtime ID, why) of the last gate
 
     def to_json(self) -> dict[str, Any]:
-        return {"target": self.target, "good": self.good, "phase": self.phase, "wave": self.wave,
-                "waves": [list(w) for w in self.waves], "started": _stamp(self.started),
-                "reason": self.reason, "unhealthy": [list(u) for u in self.unhealthy]}
+        return {
+            "target": self.target,
+            "good": self.good,
+            "phase": self.phase,
+            "wave": self.wave,
+            "waves": [list(w) for w in self.waves],
+            "started": _stamp(self.started),
+            "reason": self.reason,
+            "unhealthy": [list(u) for u in self.unhealthy],
+        }
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> State:
         phase = d["phase"]
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}")
-        return State(str(d["target"]), None if d.get("good") is None else str(d["good"]), phase,
-                     int(d["wave"]), tuple(tuple(str(r) for r in w) for w in d["waves"]),
-                     datetime.datetime.fromisoformat(str(d["started"]).replace("Z", "+00:00")),
-                     str(d.get("reason", "")), tuple((str(a), str(b)) for a, b in d.get("unhealthy", [])))
+        return State(
+            str(d["target"]),
+            None if d.get("good") is None else str(d["good"]),
+            phase,
+            int(d["wave"]),
+            tuple(tuple(str(r) for r in w) for w in d["waves"]),
+            datetime.datetime.fromisoformat(str(d["started"]).replace("Z", "+00:00")),
+            str(d.get("reason", "")),
+            tuple((str(a), str(b)) for a, b in d.get("unhealthy", [])),
+        )
 
     def wave_of(self, runtime_id: str) -> int | None:
         for i, w in enumerate(self.waves):
@@ -113,8 +127,13 @@ def _stamp(t: datetime.datetime) -> str:
     return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def begin(recorded: State | None, target: str, runtime_ids: Iterable[str], percents: Sequence[float],
-          now: datetime.datetime) -> State:
+def begin(
+    recorded: State | None,
+    target: str,
+    runtime_ids: Iterable[str],
+    percents: Sequence[float],
+    now: datetime.datetime,
+) -> State:
     """The rollout for this bundle: the recorded one when it is this bundle's; else a new
     one (none recorded: this bundle is taken as good, nothing to roll out against)."""
     if recorded is not None and recorded.target == target:
@@ -124,7 +143,9 @@ def begin(recorded: State | None, target: str, runtime_ids: Iterable[str], perce
     good = recorded.good if recorded.phase != "Complete" else recorded.target
     if good == target:  # back to the good bundle (a bad one replaced): nothing to roll out
         return State(target, target, "Complete", 0, (), now, "the last good bundle")
-    return State(target, good, "Progressing", 0, tuple(tuple(w) for w in waves(runtime_ids, percents)), now)
+    return State(
+        target, good, "Progressing", 0, tuple(tuple(w) for w in waves(runtime_ids, percents)), now
+    )
 
 
 def assign(state: State, runtime_id: str) -> Literal["target", "good"]:
@@ -140,11 +161,12 @@ def assign(state: State, runtime_id: str) -> Literal["target", "good"]:
 @dataclasses.dataclass(frozen=True)
 class Health:
     """What the KCP knows of one runtime of the wave after this run."""
-    applied: bool                     # enrolled in this run with the wave's bundle, no failure
-    failure: str | None               # the enroller's failure reason, if any
-    serving: bool | None              # its webhook Deployment available
-    beat: datetime.datetime | None    # its heartbeat Lease's renewTime
-    refusals: int                     # refusals the listener recorded since the wave began
+
+    applied: bool  # enrolled in this run with the wave's bundle, no failure
+    failure: str | None  # the enroller's failure reason, if any
+    serving: bool | None  # its webhook Deployment available
+    beat: datetime.datetime | None  # its heartbeat Lease's renewTime
+    refusals: int  # refusals the listener recorded since the wave began
     since: datetime.datetime | None = None  # when it was first seen holding the wave's bundle
 
 
@@ -180,8 +202,13 @@ def problem(h: Health | None, started: datetime.datetime, g: Gate) -> str | None
     return None
 
 
-def gate(wave: Sequence[str], health: Mapping[str, Health], started: datetime.datetime,
-         now: datetime.datetime, g: Gate) -> Verdict:
+def gate(
+    wave: Sequence[str],
+    health: Mapping[str, Health],
+    started: datetime.datetime,
+    now: datetime.datetime,
+    g: Gate,
+) -> Verdict:
     """The wave's gate: pass, wait (within the timeout) or fail."""
     bad = tuple((r, p) for r in wave if (p := problem(health.get(r), started, g)) is not None)
     if len(bad) <= g.max_unhealthy:
@@ -190,8 +217,12 @@ def gate(wave: Sequence[str], health: Mapping[str, Health], started: datetime.da
     if refused:
         return Verdict("fail", f"{len(refused)} runtime(s) over the refusal bound", bad)
     if now - started >= g.timeout:
-        return Verdict("fail", f"{len(bad)} of {len(wave)} runtime(s) unhealthy after "
-                       f"{g.timeout.total_seconds():.0f}s: {_first(bad)}", bad)
+        return Verdict(
+            "fail",
+            f"{len(bad)} of {len(wave)} runtime(s) unhealthy after "
+            f"{g.timeout.total_seconds():.0f}s: {_first(bad)}",
+            bad,
+        )
     return Verdict("wait", f"{len(bad)} of {len(wave)} runtime(s) not healthy yet", bad)
 
 
@@ -202,13 +233,27 @@ def _first(bad: Sequence[tuple[str, str]]) -> str:
 def advance(state: State, v: Verdict, now: datetime.datetime) -> State:
     """The rollout after its current wave's gate."""
     if state.phase != "Progressing" or v.kind == "wait":
-        return dataclasses.replace(state, unhealthy=v.unhealthy) if state.phase == "Progressing" else state
+        return (
+            dataclasses.replace(state, unhealthy=v.unhealthy)
+            if state.phase == "Progressing"
+            else state
+        )
     if v.kind == "fail":
-        return dataclasses.replace(state, phase="Halted", unhealthy=v.unhealthy,
-                                   reason=f"wave {state.wave + 1} failed its gate: {v.reason}")
+        return dataclasses.replace(
+            state,
+            phase="Halted",
+            unhealthy=v.unhealthy,
+            reason=f"wave {state.wave + 1} failed its gate: {v.reason}",
+        )
     if state.wave + 1 >= len(state.waves):
-        return dataclasses.replace(state, phase="Complete", good=state.target, started=now, unhealthy=(),
-                                   reason=f"all {len(state.waves)} waves passed")
+        return dataclasses.replace(
+            state,
+            phase="Complete",
+            good=state.target,
+            started=now,
+            unhealthy=(),
+            reason=f"all {len(state.waves)} waves passed",
+        )
     return dataclasses.replace(state, wave=state.wave + 1, started=now, unhealthy=(), reason="")
 
 
@@ -218,6 +263,9 @@ def restored(state: State, holding_good: Iterable[str]) -> State:
     if state.phase != "Halted" or not state.waves:
         return state
     if set(state.waves[state.wave]) <= set(holding_good):
-        return dataclasses.replace(state, phase="RolledBack",
-                                   reason=state.reason + "; its runtimes hold the previous bundle again")
+        return dataclasses.replace(
+            state,
+            phase="RolledBack",
+            reason=state.reason + "; its runtimes hold the previous bundle again",
+        )
     return state

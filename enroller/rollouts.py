@@ -32,6 +32,7 @@ log = logging.getLogger("tether.enroller")
 
 class Chosen(NamedTuple):
     """A bundle a runtime may be given."""
+
     objects: list[dict[str, Any]]
     image: str | None
     digest: str
@@ -39,77 +40,138 @@ class Chosen(NamedTuple):
 
 class Facts(NamedTuple):
     """What a run learnt of one runtime of the current wave."""
-    kyma: str                # its Kyma CR's name
-    ready: bool              # enrolled in this run
-    failure: str | None      # the enroller's failure reason
+
+    kyma: str  # its Kyma CR's name
+    ready: bool  # enrolled in this run
+    failure: str | None  # the enroller's failure reason
 
 
 class Rollouts:
-    def __init__(self, s: settings_mod.Settings, kcp: gateway.Kube, skrs: skr_clients.SkrClients,
-                 bundle_text: str, recorder: events.Recorder, stats: metrics.Metrics,
-                 audit: logging.Logger, now: Callable[[], datetime.datetime]) -> None:
+    def __init__(
+        self,
+        s: settings_mod.Settings,
+        kcp: gateway.Kube,
+        skrs: skr_clients.SkrClients,
+        bundle_text: str,
+        recorder: events.Recorder,
+        stats: metrics.Metrics,
+        audit: logging.Logger,
+        now: Callable[[], datetime.datetime],
+    ) -> None:
         self.s, self.kcp, self.skrs, self.recorder, self.stats = s, kcp, skrs, recorder, stats
         self.audit, self.now = audit, now
         self.holding: dict[str, str] = {}  # runtime ID -> digest of the bundle it was enrolled with
-        self.since: dict[tuple[str, str], datetime.datetime] = {}  # (runtime ID, digest): first seen holding it
+        self.since: dict[
+            tuple[str, str], datetime.datetime
+        ] = {}  # (runtime ID, digest): first seen holding it
         self.text = bundle_text
-        self.target = Chosen(render.load_bundle(bundle_text), s.image, rollout.identity(bundle_text, s.image))
+        self.target = Chosen(
+            render.load_bundle(bundle_text), s.image, rollout.identity(bundle_text, s.image)
+        )
         self.good: Chosen | None = None
         self.state: rollout.State | None = None
-        self.gate = rollout.Gate(s.rollout_gate_timeout, s.rollout_max_refusals, s.rollout_heartbeat,
-                                 s.rollout_max_unhealthy)
+        self.gate = rollout.Gate(
+            s.rollout_gate_timeout,
+            s.rollout_max_refusals,
+            s.rollout_heartbeat,
+            s.rollout_max_unhealthy,
+        )
         self._cm: dict[str, Any] | None = None
-        self.unrecorded = False  # this run holds every runtime at the good bundle: its record not written
+        self.unrecorded = (
+            False  # this run holds every runtime at the good bundle: its record not written
+        )
 
     # -- the record ----------------------------------------------------------------------
 
     def _read(self) -> tuple[rollout.State | None, Chosen | None]:
-        self._cm = cm = self.kcp.get_or_none(gateway.CONFIGMAPS, self.s.namespace, self.s.rollout_config_map)
+        self._cm = cm = self.kcp.get_or_none(
+            gateway.CONFIGMAPS, self.s.namespace, self.s.rollout_config_map
+        )
         data = (cm or {}).get("data") or {}
         good = None
         if "good-bundle.yaml" in data:
             image = data.get("good-image") or None
             try:
-                good = Chosen(render.load_bundle(data["good-bundle.yaml"]), image,
-                              rollout.identity(data["good-bundle.yaml"], image))
+                good = Chosen(
+                    render.load_bundle(data["good-bundle.yaml"]),
+                    image,
+                    rollout.identity(data["good-bundle.yaml"], image),
+                )
             except render.BundleError as e:
-                log.error("rollout ConfigMap %s: its good bundle does not load: %s", self.s.rollout_config_map, e)
+                log.error(
+                    "rollout ConfigMap %s: its good bundle does not load: %s",
+                    self.s.rollout_config_map,
+                    e,
+                )
         if "state.json" not in data:
             return None, good
         try:
             return rollout.State.from_json(json.loads(data["state.json"])), good
         except (ValueError, KeyError, TypeError) as e:
-            log.error("rollout ConfigMap %s: its state does not parse (%s); a new record is begun",
-                      self.s.rollout_config_map, logs.bounded(e, 200))
+            log.error(
+                "rollout ConfigMap %s: its state does not parse (%s); a new record is begun",
+                self.s.rollout_config_map,
+                logs.bounded(e, 200),
+            )
             return None, good
 
     def _write(self, state: rollout.State, good_text: str | None) -> bool:
         data = dict(((self._cm or {}).get("data")) or {})
-        data.update({"state.json": json.dumps(state.to_json(), sort_keys=True), "phase": state.phase,
-                     "target": state.target})
+        data.update(
+            {
+                "state.json": json.dumps(state.to_json(), sort_keys=True),
+                "phase": state.phase,
+                "target": state.target,
+            }
+        )
         if good_text is not None:
             data.update({"good-bundle.yaml": good_text, "good-image": self.s.image or ""})
-        meta: dict[str, Any] = {"name": self.s.rollout_config_map, "namespace": self.s.namespace,
-                                "labels": {"app.kubernetes.io/part-of": "tether",
-                                           "app.kubernetes.io/component": "bundle-rollout"}}
+        meta: dict[str, Any] = {
+            "name": self.s.rollout_config_map,
+            "namespace": self.s.namespace,
+            "labels": {
+                "app.kubernetes.io/part-of": "tether",
+                "app.kubernetes.io/component": "bundle-rollout",
+            },
+        }
         try:
             if self._cm is None:
-                self._cm = self.kcp.create(gateway.CONFIGMAPS, self.s.namespace, {
-                    "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+                self._cm = self.kcp.create(
+                    gateway.CONFIGMAPS,
+                    self.s.namespace,
+                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data},
+                )
             else:
                 meta["resourceVersion"] = self._cm["metadata"]["resourceVersion"]
-                self._cm = self.kcp.replace(gateway.CONFIGMAPS, self.s.namespace, self.s.rollout_config_map, {
-                    "apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+                self._cm = self.kcp.replace(
+                    gateway.CONFIGMAPS,
+                    self.s.namespace,
+                    self.s.rollout_config_map,
+                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data},
+                )
         except gateway.GatewayError as e:
-            log.warning("rollout ConfigMap %s not written (next run): %s", self.s.rollout_config_map,
-                        logs.bounded(e, 200))
+            log.warning(
+                "rollout ConfigMap %s not written (next run): %s",
+                self.s.rollout_config_map,
+                logs.bounded(e, 200),
+            )
             return False
         return True
 
     def _event(self, reason: str, message: str, *, warning: bool = False) -> None:
         meta = (self._cm or {}).get("metadata") or {}
-        self.recorder.emit(events.Ref("v1", "ConfigMap", self.s.namespace, self.s.rollout_config_map,
-                                      str(meta.get("uid") or "")), reason, message, warning=warning)
+        self.recorder.emit(
+            events.Ref(
+                "v1",
+                "ConfigMap",
+                self.s.namespace,
+                self.s.rollout_config_map,
+                str(meta.get("uid") or ""),
+            ),
+            reason,
+            message,
+            warning=warning,
+        )
 
     # -- a full run ----------------------------------------------------------------------
 
@@ -123,11 +185,18 @@ class Rollouts:
         except gateway.GatewayError as e:  # unknown: hold every runtime where it is told last
             log.warning("rollout ConfigMap not readable: %s", logs.bounded(e, 200))
             return
-        state = rollout.begin(recorded, self.target.digest, runtime_ids, self.s.rollout_waves, self.now())
+        state = rollout.begin(
+            recorded, self.target.digest, runtime_ids, self.s.rollout_waves, self.now()
+        )
         keep_good = state.phase == "Complete" and (good is None or good.digest != state.target)
         if state != recorded and not self._write(state, self.text if keep_good else None):
-            if recorded is not None and good is not None:  # a new rollout not recorded: nobody gets it yet
-                self.good, self.state = good, dataclasses.replace(recorded, phase="Halted", good=good.digest)
+            if (
+                recorded is not None and good is not None
+            ):  # a new rollout not recorded: nobody gets it yet
+                self.good, self.state = (
+                    good,
+                    dataclasses.replace(recorded, phase="Halted", good=good.digest),
+                )
                 self.unrecorded = True
             return
         self.good = self.target if keep_good else good
@@ -180,33 +249,52 @@ class Rollouts:
         self._changed(new, state)
         self._gauges()
 
-    def _health(self, state: rollout.State, facts: Mapping[str, Facts],
-                beats: Mapping[str, datetime.datetime]) -> dict[str, rollout.Health]:
+    def _health(
+        self,
+        state: rollout.State,
+        facts: Mapping[str, Facts],
+        beats: Mapping[str, datetime.datetime],
+    ) -> dict[str, rollout.Health]:
         try:
-            refused = refusals(self.kcp.list_items(apitypes.RUNTIME_DELIVERIES, self.s.kcp_namespace),
-                               state.started)
+            refused = refusals(
+                self.kcp.list_items(apitypes.RUNTIME_DELIVERIES, self.s.kcp_namespace),
+                state.started,
+            )
         except gateway.NotFound:  # no RuntimeDelivery CRD: no listener has recorded any
             refused = {}
         except gateway.GatewayError as e:  # unknown: no runtime passes on them
-            log.warning("RuntimeDeliveries not readable for the rollout's gate: %s", logs.bounded(e, 200))
+            log.warning(
+                "RuntimeDeliveries not readable for the rollout's gate: %s", logs.bounded(e, 200)
+            )
             refused = {}
-            facts = {r: f._replace(ready=False, failure=f.failure or "RuntimeDeliveriesUnreadable")
-                     for r, f in facts.items()}
+            facts = {
+                r: f._replace(ready=False, failure=f.failure or "RuntimeDeliveriesUnreadable")
+                for r, f in facts.items()
+            }
         out = {}
         for rid, f in facts.items():
             out[rid] = rollout.Health(
-                applied=f.ready and self.holding.get(rid) == state.target, failure=f.failure,
-                serving=self._rolled_out(f.kyma) if f.ready else None, beat=beats.get(rid),
-                refusals=refused.get(rid, 0), since=self.since.get((rid, state.target)))
+                applied=f.ready and self.holding.get(rid) == state.target,
+                failure=f.failure,
+                serving=self._rolled_out(f.kyma) if f.ready else None,
+                beat=beats.get(rid),
+                refusals=refused.get(rid, 0),
+                since=self.since.get((rid, state.target)),
+            )
         return out
 
     def _rolled_out(self, kyma_name: str) -> bool | None:
         """The runtime's webhook Deployment rolled out (None: not readable)."""
         try:
-            dep = self.skrs.get(kyma_name).get_or_none(apitypes.DEPLOYMENTS, render.NAMESPACE, "tether-webhook",
-                                                       timeout=self.s.skr_timeout)
+            dep = self.skrs.get(kyma_name).get_or_none(
+                apitypes.DEPLOYMENTS, render.NAMESPACE, "tether-webhook", timeout=self.s.skr_timeout
+            )
         except (gateway.GatewayError, skr_clients.SkrClientError) as e:
-            log.info("rollout gate: the webhook Deployment of %s not readable: %s", kyma_name, logs.bounded(e, 200))
+            log.info(
+                "rollout gate: the webhook Deployment of %s not readable: %s",
+                kyma_name,
+                logs.bounded(e, 200),
+            )
             return None
         return dep is not None and rolled_out(dep)
 
@@ -218,14 +306,26 @@ class Rollouts:
             log.info("bundle rollout %s: %s begun (%d runtime(s))", new.target, wave, n)
         elif new.phase == "Halted":
             self.stats.rollout_halts.inc()
-            self._event("RolloutHalted", f"bundle {new.target}: {new.reason}; every runtime gets bundle "
-                        f"{new.good} again", warning=True)
+            self._event(
+                "RolloutHalted",
+                f"bundle {new.target}: {new.reason}; every runtime gets bundle {new.good} again",
+                warning=True,
+            )
             log.warning("bundle rollout %s halted: %s", new.target, new.reason)
-            logs.audit(self.audit, "bundle_rollout_halted", bundle=new.target, good=new.good or "",
-                       wave=new.wave + 1, reason=logs.bounded(new.reason, 300))
+            logs.audit(
+                self.audit,
+                "bundle_rollout_halted",
+                bundle=new.target,
+                good=new.good or "",
+                wave=new.wave + 1,
+                reason=logs.bounded(new.reason, 300),
+            )
         elif new.phase == "RolledBack":
-            self._event("RolloutRolledBack", f"bundle {new.target}: {wave}'s runtimes hold bundle {new.good} again",
-                        warning=True)
+            self._event(
+                "RolloutRolledBack",
+                f"bundle {new.target}: {wave}'s runtimes hold bundle {new.good} again",
+                warning=True,
+            )
             log.warning("bundle rollout %s rolled back: %s", new.target, new.reason)
         elif old is not None and old.phase == "Progressing":
             self._event("RolloutComplete", f"bundle {new.target}: {new.reason}")
@@ -245,9 +345,12 @@ def rolled_out(dep: Mapping[str, Any]) -> bool:
     meta, spec, st = dep.get("metadata") or {}, dep.get("spec") or {}, dep.get("status") or {}
     want = int(spec.get("replicas", 1))
     updated = int(st.get("updatedReplicas") or 0)
-    return (int(st.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
-            and updated >= want and int(st.get("replicas") or 0) <= updated
-            and int(st.get("availableReplicas") or 0) >= updated)
+    return (
+        int(st.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+        and updated >= want
+        and int(st.get("replicas") or 0) <= updated
+        and int(st.get("availableReplicas") or 0) >= updated
+    )
 
 
 def refusals(deliveries: Iterable[Mapping[str, Any]], since: datetime.datetime) -> dict[str, int]:

@@ -26,8 +26,10 @@ from tether import apitypes, gateway, kyma, logs, watches
 
 log = logging.getLogger("tether.enroller")
 
-TOO_MANY = (f"more than {watches.MAX_WATCHES} Watches apply to this runtime: the first "
-            f"{watches.MAX_WATCHES} by name are rendered")
+TOO_MANY = (
+    f"more than {watches.MAX_WATCHES} Watches apply to this runtime: the first "
+    f"{watches.MAX_WATCHES} by name are rendered"
+)
 
 
 class Unreadable(Exception):
@@ -37,15 +39,18 @@ class Unreadable(Exception):
 @dataclasses.dataclass(frozen=True)
 class Listed:
     """The Watches of one run: as served, those that parse (by name), why the others do not."""
+
     objects: tuple[Mapping[str, Any], ...]
     valid: tuple[watches.Watch, ...]
     errors: Mapping[str, str]
 
-    def for_runtime(self, obj: Mapping[str, Any]) -> tuple[tuple[watches.Watch, ...], tuple[str, ...]]:
+    def for_runtime(
+        self, obj: Mapping[str, Any]
+    ) -> tuple[tuple[watches.Watch, ...], tuple[str, ...]]:
         """The Watches in force in the runtime of Kyma CR ``obj`` (at most
         ``watches.MAX_WATCHES``, by name) and the names of those left out over that bound."""
         ws = watches.in_force(self.valid, obj)
-        return ws[:watches.MAX_WATCHES], tuple(w.name for w in ws[watches.MAX_WATCHES:])
+        return ws[: watches.MAX_WATCHES], tuple(w.name for w in ws[watches.MAX_WATCHES :])
 
 
 def parse_all(objects: Iterable[Mapping[str, Any]]) -> Listed:
@@ -63,15 +68,20 @@ def parse_all(objects: Iterable[Mapping[str, Any]]) -> Listed:
 @dataclasses.dataclass(frozen=True)
 class Installed:
     """What the enroller knows of one runtime's Watches (``install.Memory``)."""
+
     runtime_id: str
-    installed: frozenset[tuple[str, int]] | None  # (name, generation) in its registration; None: unknown
-    left_out: tuple[str, ...]                       # in force but over the bound
-    failure: str | None                             # why its last pass failed ("reason: message")
+    installed: (
+        frozenset[tuple[str, int]] | None
+    )  # (name, generation) in its registration; None: unknown
+    left_out: tuple[str, ...]  # in force but over the bound
+    failure: str | None  # why its last pass failed ("reason: message")
     refused: Mapping[str, str] = dataclasses.field(default_factory=dict)  # by its discovery, why
 
 
 class Watching:
-    def __init__(self, kcp: gateway.Kube, namespace: str, now: Callable[[], datetime.datetime]) -> None:
+    def __init__(
+        self, kcp: gateway.Kube, namespace: str, now: Callable[[], datetime.datetime]
+    ) -> None:
         self.kcp, self.namespace, self.now = kcp, namespace, now
         self._last: Listed | None = None  # the last list's (None: no Watch CRD)
         self._known = False  # a list answered since the process started
@@ -87,13 +97,19 @@ class Watching:
         except gateway.GatewayError as e:
             if not self._known:
                 raise Unreadable(f"listing the Watches failed: {logs.bounded(e, 200)}") from None
-            log.warning("Watches not readable, rendering as the previous run: %s", logs.bounded(e, 200))
+            log.warning(
+                "Watches not readable, rendering as the previous run: %s", logs.bounded(e, 200)
+            )
             return self._last
         self._last, self._known = listed, True
         return listed
 
-    def write_status(self, listed: Listed, kymas: Iterable[Mapping[str, Any]],
-                     known: Callable[[Mapping[str, Any]], Installed]) -> Counter[str]:
+    def write_status(
+        self,
+        listed: Listed,
+        kymas: Iterable[Mapping[str, Any]],
+        known: Callable[[Mapping[str, Any]], Installed],
+    ) -> Counter[str]:
         """Every Watch's status, written when it changed; the Watches by state (Ready,
         Pending, Invalid: ``metrics.WATCH_STATES``)."""
         live = [k for k in kymas if not kyma.view(k).deleting]
@@ -104,17 +120,31 @@ class Watching:
             name = str(meta.get("name", ""))
             gen = meta.get("generation")
             generation = gen if isinstance(gen, int) else 0
-            runtimes = [] if name in listed.errors else [
-                _fact(name, generation, runtime) for ws, runtime in per_runtime
-                if any(w.name == name for w in ws)]
-            status = watchstatus.status(watchstatus.WatchFacts(
-                now=self.now(), generation=generation, previous=obj.get("status"),
-                error=listed.errors.get(name), runtimes=runtimes))
+            runtimes = (
+                []
+                if name in listed.errors
+                else [
+                    _fact(name, generation, runtime)
+                    for ws, runtime in per_runtime
+                    if any(w.name == name for w in ws)
+                ]
+            )
+            status = watchstatus.status(
+                watchstatus.WatchFacts(
+                    now=self.now(),
+                    generation=generation,
+                    previous=obj.get("status"),
+                    error=listed.errors.get(name),
+                    runtimes=runtimes,
+                )
+            )
             states[watchstatus.state(status)] += 1
             if not watchstatus.changed(obj.get("status"), status):
                 continue
             try:
-                self.kcp.patch(apitypes.WATCHES, self.namespace, name, {"status": status}, subresource="status")
+                self.kcp.patch(
+                    apitypes.WATCHES, self.namespace, name, {"status": status}, subresource="status"
+                )
             except gateway.NotFound:
                 pass  # deleted since the list
             except gateway.GatewayError as e:

@@ -34,49 +34,77 @@ REASON_MAX = 1024  # the CRD's maxLength of a notInForce reason
 
 class RuntimeFacts(NamedTuple):
     """One runtime the Watch applies to."""
+
     runtime_id: str
-    in_force: bool      # its installed registration holds the Watch at its generation
-    why_not: str = ""   # when not in force: the enrollment's failure, else empty (not rendered yet)
+    in_force: bool  # its installed registration holds the Watch at its generation
+    why_not: str = ""  # when not in force: the enrollment's failure, else empty (not rendered yet)
 
 
 class WatchFacts(NamedTuple):
     now: datetime.datetime
     generation: int
-    previous: Mapping[str, Any] | None   # the Watch's status as served (None: none yet)
-    error: str | None                    # the WatchError's message; None: the Watch parsed
-    runtimes: Sequence[RuntimeFacts]     # the runtimes it applies to (empty when invalid)
+    previous: Mapping[str, Any] | None  # the Watch's status as served (None: none yet)
+    error: str | None  # the WatchError's message; None: the Watch parsed
+    runtimes: Sequence[RuntimeFacts]  # the runtimes it applies to (empty when invalid)
 
 
 def status(f: WatchFacts) -> dict[str, Any]:
     """The Watch's ``status``."""
     in_force = sum(1 for r in f.runtimes if r.in_force)
     missing = sorted((r for r in f.runtimes if not r.in_force), key=lambda r: r.runtime_id)
-    listed = [{"runtimeId": r.runtime_id[:63],
-               "reason": (r.why_not or "not rendered into the runtime yet")[:REASON_MAX]}
-              for r in missing[:NOT_IN_FORCE_LISTED]]
-    previous = {c.get("type"): c for c in ((f.previous or {}).get("conditions") or [])
-                if isinstance(c, Mapping)}
+    listed = [
+        {
+            "runtimeId": r.runtime_id[:63],
+            "reason": (r.why_not or "not rendered into the runtime yet")[:REASON_MAX],
+        }
+        for r in missing[:NOT_IN_FORCE_LISTED]
+    ]
+    previous = {
+        c.get("type"): c
+        for c in ((f.previous or {}).get("conditions") or [])
+        if isinstance(c, Mapping)
+    }
     if f.error is not None:
         valid = _condition(f, previous, "Valid", False, "Invalid", f.error)
-        ready = _condition(f, previous, "Ready", False, "Invalid", f"the Watch cannot be used: {f.error}")
+        ready = _condition(
+            f, previous, "Ready", False, "Invalid", f"the Watch cannot be used: {f.error}"
+        )
     else:
         valid = _condition(f, previous, "Valid", True, "Parsed", "the Watch can be used")
         if not f.runtimes:
-            ready = _condition(f, previous, "Ready", True, "NoRuntimes", "the Watch selects no runtime")
+            ready = _condition(
+                f, previous, "Ready", True, "NoRuntimes", "the Watch selects no runtime"
+            )
         elif missing:
-            ready = _condition(f, previous, "Ready", False, "Pending",
-                               f"not in force in {len(missing)} of {len(f.runtimes)} selected runtimes")
+            ready = _condition(
+                f,
+                previous,
+                "Ready",
+                False,
+                "Pending",
+                f"not in force in {len(missing)} of {len(f.runtimes)} selected runtimes",
+            )
         else:
-            ready = _condition(f, previous, "Ready", True, "InForce",
-                               f"in force in every selected runtime ({len(f.runtimes)})")
-    return {"observedGeneration": f.generation,
-            "runtimes": {"selected": len(f.runtimes), "inForce": in_force, "notInForce": listed},
-            "conditions": [valid, ready]}
+            ready = _condition(
+                f,
+                previous,
+                "Ready",
+                True,
+                "InForce",
+                f"in force in every selected runtime ({len(f.runtimes)})",
+            )
+    return {
+        "observedGeneration": f.generation,
+        "runtimes": {"selected": len(f.runtimes), "inForce": in_force, "notInForce": listed},
+        "conditions": [valid, ready],
+    }
 
 
 def state(status: Mapping[str, Any]) -> str:
     """The Watch's state for the enroller's gauge: Ready, Pending or Invalid."""
-    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    ready: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+    )
     if ready.get("status") == "True":
         return "Ready"
     return "Invalid" if ready.get("reason") == "Invalid" else "Pending"
@@ -87,11 +115,24 @@ def changed(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     return dict(previous or {}) != dict(new)
 
 
-def _condition(f: WatchFacts, previous: Mapping[Any, Mapping[str, Any]], kind: str, ok: bool, reason: str,
-               message: str) -> dict[str, Any]:
+def _condition(
+    f: WatchFacts,
+    previous: Mapping[Any, Mapping[str, Any]],
+    kind: str,
+    ok: bool,
+    reason: str,
+    message: str,
+) -> dict[str, Any]:
     state = "True" if ok else "False"
     old = previous.get(kind)
-    since = (old.get("lastTransitionTime") if old and old.get("status") == state else None) \
-        or changes.format_time(f.now)
-    return {"type": kind, "status": state, "reason": reason, "message": message[:1000],
-            "observedGeneration": f.generation, "lastTransitionTime": since}
+    since = (
+        old.get("lastTransitionTime") if old and old.get("status") == state else None
+    ) or changes.format_time(f.now)
+    return {
+        "type": kind,
+        "status": state,
+        "reason": reason,
+        "message": message[:1000],
+        "observedGeneration": f.generation,
+        "lastTransitionTime": since,
+    }

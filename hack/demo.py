@@ -67,7 +67,9 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--once", action="store_true", help="run the scenario, then stop everything")
     args = ap.parse_args(argv)
     work = pathlib.Path(tempfile.mkdtemp(prefix="tether-demo-"))
@@ -76,10 +78,19 @@ def main(argv: list[str]) -> int:
     try:
         with controlplane.planes("skr", "kcp") as planes:
             skr, kcp = planes["skr"], planes["kcp"]
-            say(f"{controlplane.kube_apiserver_version()}: planes ready in {time.monotonic() - t0:.1f}s")
-            fleet = deployed.install(skr, kcp, work, timeout=180, say=say, backoff_seconds=2.0,
-                                     injector=True,
-                                     enroller_env={"TETHER_ENROLLER_INTERVAL_SECONDS": "10"})
+            say(
+                f"{controlplane.kube_apiserver_version()}: planes ready in {time.monotonic() - t0:.1f}s"
+            )
+            fleet = deployed.install(
+                skr,
+                kcp,
+                work,
+                timeout=180,
+                say=say,
+                backoff_seconds=2.0,
+                injector=True,
+                enroller_env={"TETHER_ENROLLER_INTERVAL_SECONDS": "10"},
+            )
             try:  # the pods stop before their planes do
                 for plane, runner in (("KCP", fleet.kcp_pods), ("SKR", fleet.skr_pods)):
                     say(f"{plane} tether-system, run by the pod runner:")
@@ -109,24 +120,43 @@ def scenario(fleet: deployed.Fleet) -> None:
         name = records.object_name(records.Key(RUNTIME_ID, "configuration", "demo", "app-config"))
         try:
             obj: dict[str, Any] = custom.get_namespaced_custom_object(
-                apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, RECORDS_NS,
-                apitypes.RUNTIME_CONFIGMAPS.plural, name)
+                apitypes.RUNTIME_CONFIGMAPS.group,
+                apitypes.RUNTIME_CONFIGMAPS.version,
+                RECORDS_NS,
+                apitypes.RUNTIME_CONFIGMAPS.plural,
+                name,
+            )
         except client.ApiException:
             return None
         return obj
 
     t = time.monotonic()
-    cm = score.create_namespaced_config_map("demo", client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="app-config", labels={"tether.kyma-project.io/configuration": "true"}), data={"greeting": "hello"}))
+    cm = score.create_namespaced_config_map(
+        "demo",
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(
+                name="app-config", labels={"tether.kyma-project.io/configuration": "true"}
+            ),
+            data={"greeting": "hello"},
+        ),
+    )
     rv = cm.metadata.resource_version
-    wait_for("the change in the KCP", lambda: (s := stored()) and s["spec"]["resourceVersion"] == rv)
-    say(f"SKR ConfigMap demo/app-config created (rv {rv}) -> stored in the KCP as "
-        f"{apitypes.RUNTIME_CONFIGMAP_KIND} in {time.monotonic() - t:.2f}s (through the installed webhook)")
+    wait_for(
+        "the change in the KCP", lambda: (s := stored()) and s["spec"]["resourceVersion"] == rv
+    )
+    say(
+        f"SKR ConfigMap demo/app-config created (rv {rv}) -> stored in the KCP as "
+        f"{apitypes.RUNTIME_CONFIGMAP_KIND} in {time.monotonic() - t:.2f}s (through the installed webhook)"
+    )
     t = time.monotonic()
     cm = score.patch_namespaced_config_map("app-config", "demo", {"data": {"greeting": "hi"}})
     rv = cm.metadata.resource_version
-    wait_for("the update in the KCP", lambda: (s := stored()) and s["spec"]["resourceVersion"] == rv)
-    say(f"updated (rv {rv}) -> KCP holds data {stored()['spec']['data']} after {time.monotonic() - t:.2f}s")  # type: ignore[index]
+    wait_for(
+        "the update in the KCP", lambda: (s := stored()) and s["spec"]["resourceVersion"] == rv
+    )
+    say(
+        f"updated (rv {rv}) -> KCP holds data {stored()['spec']['data']} after {time.monotonic() - t:.2f}s"
+    )  # type: ignore[index]
     score.delete_namespaced_config_map("app-config", "demo")
     wait_for("the tombstone in the KCP", lambda: (s := stored()) and s["spec"]["deleted"])
     say("deleted -> the KCP holds a tombstone")
@@ -134,16 +164,19 @@ def scenario(fleet: deployed.Fleet) -> None:
     injection(fleet, score, custom)
 
     def mapping_ready() -> bool:
-        m = custom.get_namespaced_custom_object("tether.kyma-project.io", "v1alpha1", KCP_NS,
-                                                "compassmappings", deployed.KYMA)
+        m = custom.get_namespaced_custom_object(
+            "tether.kyma-project.io", "v1alpha1", KCP_NS, "compassmappings", deployed.KYMA
+        )
         return bool((m.get("status") or {}).get("state") == "Ready")
 
     wait_for("the Compass mapping to be Ready", mapping_ready, timeout=90)
     sec = score.read_namespaced_secret("compass-agent-configuration", "kyma-system")
     keys = sorted((sec.data or {}).keys())
     runtime = base64.b64decode(sec.data["RUNTIME_ID"]).decode()
-    say(f"Compass: Kyma {deployed.KYMA} registered as Director runtime {runtime}; Secret "
-        f"kyma-system/compass-agent-configuration in the runtime has {keys} (token not shown)")
+    say(
+        f"Compass: Kyma {deployed.KYMA} registered as Director runtime {runtime}; Secret "
+        f"kyma-system/compass-agent-configuration in the runtime has {keys} (token not shown)"
+    )
     skr_api.close()
     kcp_api.close()
     token = deployed.operator_token(fleet.kcp)
@@ -153,40 +186,74 @@ def scenario(fleet: deployed.Fleet) -> None:
     token_file.write_text(token)
     token_file.chmod(0o600)
     say(f"admin pages: https://{host}:{port}/fleet (served at {ip}:{port}; CA {ca})")
-    say(f"  operator token (ServiceAccount tether-system/tether-operator, ClusterRole "
-        f"tether-admin-viewer) in {token_file}:")
+    say(
+        f"  operator token (ServiceAccount tether-system/tether-operator, ClusterRole "
+        f"tether-admin-viewer) in {token_file}:"
+    )
     print(token, flush=True)
-    say(f"  curl --cacert {ca} --resolve {host}:{port}:{ip} -H \"Authorization: Bearer $(cat "
-        f"{token_file})\" https://{host}:{port}/fleet")
-    say(f"  browser: chromium --host-resolver-rules='MAP {host} {ip}' "
-        f"--ignore-certificate-errors https://{host}:{port}/login  (paste the token)")
+    say(
+        f'  curl --cacert {ca} --resolve {host}:{port}:{ip} -H "Authorization: Bearer $(cat '
+        f'{token_file})" https://{host}:{port}/fleet'
+    )
+    say(
+        f"  browser: chromium --host-resolver-rules='MAP {host} {ip}' "
+        f"--ignore-certificate-errors https://{host}:{port}/login  (paste the token)"
+    )
     say(f"  terminal: tether status --kubeconfig {fleet.kcp.kubeconfig}")
     kubectl = str(controlplane.binaries() / "kubectl")
-    print(json.dumps({"skr_kubeconfig": str(fleet.skr.kubeconfig), "kcp_kubeconfig": str(fleet.kcp.kubeconfig),
-                      "kubectl": kubectl, "director": fleet.director_url, "work": str(fleet.work)},
-                     indent=1), flush=True)
+    print(
+        json.dumps(
+            {
+                "skr_kubeconfig": str(fleet.skr.kubeconfig),
+                "kcp_kubeconfig": str(fleet.kcp.kubeconfig),
+                "kubectl": kubectl,
+                "director": fleet.director_url,
+                "work": str(fleet.work),
+            },
+            indent=1,
+        ),
+        flush=True,
+    )
 
 
-def injection(fleet: deployed.Fleet, score: client.CoreV1Api, custom: client.CustomObjectsApi) -> None:
+def injection(
+    fleet: deployed.Fleet, score: client.CoreV1Api, custom: client.CustomObjectsApi
+) -> None:
     """The example module (its CRD, the platform team's write grant, its Watch with inject and
     the Watch's storage namespace with its reader Role) applied with kubectl; a labelled
     ConfigMap in the runtime reaches the runtime's Sample CR in the KCP."""
     kubectl = str(controlplane.binaries() / "kubectl")
     say(f"KCP: {kubectl} apply -f manifests/examples/injector/... (the example module, its Watch)")
     deployed.kubectl(fleet.kcp, "apply", "-f", str(EXAMPLES / "sample-crd.yaml"))
-    deployed.kubectl(fleet.kcp, "wait", "--for=condition=Established",
-                     "crd/samples.sample.kyma-project.io", "--timeout=60s")
+    deployed.kubectl(
+        fleet.kcp,
+        "wait",
+        "--for=condition=Established",
+        "crd/samples.sample.kyma-project.io",
+        "--timeout=60s",
+    )
     for name in ("sample-writer.yaml", "records.yaml", "watch.yaml"):
         deployed.kubectl(fleet.kcp, "apply", "-f", str(EXAMPLES / name))
-    custom.create_namespaced_custom_object(*SAMPLES, {
-        "apiVersion": "sample.kyma-project.io/v1", "kind": "Sample",
-        "metadata": {"name": SAMPLE, "labels": {apitypes.RUNTIME_ID_LABEL: RUNTIME_ID}},
-        "spec": {"replicas": 1}})
+    custom.create_namespaced_custom_object(
+        *SAMPLES,
+        {
+            "apiVersion": "sample.kyma-project.io/v1",
+            "kind": "Sample",
+            "metadata": {"name": SAMPLE, "labels": {apitypes.RUNTIME_ID_LABEL: RUNTIME_ID}},
+            "spec": {"replicas": 1},
+        },
+    )
     score.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="sample-system")))
     t = time.monotonic()
-    score.create_namespaced_config_map("sample-system", client.V1ConfigMap(metadata=client.V1ObjectMeta(
-        name="sample-settings", labels={"sample.kyma-project.io/configuration": "true"}),
-        data={"color": "blue"}))
+    score.create_namespaced_config_map(
+        "sample-system",
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(
+                name="sample-settings", labels={"sample.kyma-project.io/configuration": "true"}
+            ),
+            data={"color": "blue"},
+        ),
+    )
     touches = iter(range(10**6))
 
     def configuration() -> Any:
@@ -198,27 +265,43 @@ def injection(fleet: deployed.Fleet, score: client.CoreV1Api, custom: client.Cus
         poller's (60 s): touch the ConfigMap every few seconds."""
         conf = configuration()
         if conf is None and next(touches) % 15 == 14:
-            score.patch_namespaced_config_map("sample-settings", "sample-system",
-                                              {"metadata": {"annotations": {"touched": str(time.time())}}})
+            score.patch_namespaced_config_map(
+                "sample-settings",
+                "sample-system",
+                {"metadata": {"annotations": {"touched": str(time.time())}}},
+            )
         return conf
+
     conf = wait_for("the value in the Sample CR", injected, timeout=120)
-    say(f"SKR ConfigMap sample-system/sample-settings created -> the injector wrote {conf} into "
+    say(
+        f"SKR ConfigMap sample-system/sample-settings created -> the injector wrote {conf} into "
         f"Sample {KCP_NS}/{SAMPLE} spec.configuration after {time.monotonic() - t:.1f}s (the new "
-        "Watch reached the runtime first)")
+        "Watch reached the runtime first)"
+    )
     t = time.monotonic()
-    score.patch_namespaced_config_map("sample-settings", "sample-system", {"data": {"color": "green"}})
+    score.patch_namespaced_config_map(
+        "sample-settings", "sample-system", {"data": {"color": "green"}}
+    )
     wait_for("the edit in the Sample CR", lambda: (configuration() or {}).get("color") == "green")
     say(f"edited -> Sample CR holds color=green after {time.monotonic() - t:.2f}s")
 
 
 def wait(fleet: deployed.Fleet) -> None:
     kubectl = str(controlplane.binaries() / "kubectl")
-    say(f"try:  {kubectl} --kubeconfig {fleet.skr.kubeconfig} -n demo create configmap x --from-literal=a=b")
-    say(f"      {kubectl} --kubeconfig {fleet.skr.kubeconfig} -n demo label configmap x "
-        "tether.kyma-project.io/configuration=true   # the shipped Watch's opt-in (docs/watches.md)")
-    say(f"then: {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n {RECORDS_NS} get runtimeconfigmaps")
+    say(
+        f"try:  {kubectl} --kubeconfig {fleet.skr.kubeconfig} -n demo create configmap x --from-literal=a=b"
+    )
+    say(
+        f"      {kubectl} --kubeconfig {fleet.skr.kubeconfig} -n demo label configmap x "
+        "tether.kyma-project.io/configuration=true   # the shipped Watch's opt-in (docs/watches.md)"
+    )
+    say(
+        f"then: {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n {RECORDS_NS} get runtimeconfigmaps"
+    )
     say(f"      tether records {RUNTIME_ID} --kubeconfig {fleet.kcp.kubeconfig}")
-    say(f"      {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n {KCP_NS} get samples {SAMPLE} -o yaml")
+    say(
+        f"      {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n {KCP_NS} get samples {SAMPLE} -o yaml"
+    )
     say(f"pods: {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n tether-system get deployments")
     say("Ctrl-C stops everything")
     stop = False

@@ -66,7 +66,9 @@ def say(msg: str) -> None:
 def run(*argv: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(argv, cwd=ROOT, env=env, text=True, capture_output=True)
     if done.returncode != 0:
-        raise SystemExit(f"release: {' '.join(argv[:3])} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+        raise SystemExit(
+            f"release: {' '.join(argv[:3])} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        )
     return done.stdout
 
 
@@ -81,15 +83,21 @@ def check_tag(ver: str, snapshot: bool) -> tuple[str, bool]:
     """The commit; refuses a checkout that is not the tag v<version> (a release is cut from
     its tag, docs/releasing.md) unless ``snapshot``."""
     head = run("git", "rev-parse", "HEAD").strip()
-    tagged = subprocess.run(["git", "rev-parse", "-q", "--verify", f"v{ver}^{{commit}}"], cwd=ROOT,
-                            text=True, capture_output=True).stdout.strip()
+    tagged = subprocess.run(
+        ["git", "rev-parse", "-q", "--verify", f"v{ver}^{{commit}}"],
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+    ).stdout.strip()
     dirty = bool(run("git", "status", "--porcelain", "--untracked-files=no").strip())
     if tagged == head and not dirty:
         return head, False
     if not snapshot:
-        raise SystemExit(f"release: HEAD {head[:12]} is not the tag v{ver} ({tagged[:12] or 'none'})"
-                         f"{' and has local changes' if dirty else ''}: bump setup.cfg and tag "
-                         "(docs/releasing.md), or TETHER_RELEASE_SNAPSHOT=1 for a snapshot")
+        raise SystemExit(
+            f"release: HEAD {head[:12]} is not the tag v{ver} ({tagged[:12] or 'none'})"
+            f"{' and has local changes' if dirty else ''}: bump setup.cfg and tag "
+            "(docs/releasing.md), or TETHER_RELEASE_SNAPSHOT=1 for a snapshot"
+        )
     say(f"SNAPSHOT: HEAD {head[:12]} is not v{ver}; the artefacts are not the release v{ver}")
     return head, True
 
@@ -103,8 +111,17 @@ def build_and_archive(ver: str, registry: str, out: Path, build: bool = True) ->
     layout = out / ".oci"
     digest_file = out / ".digest"
     say(f"writing {archive.name}")
-    run("buildah", "push", "-q", "--format", "oci", "--digestfile", str(digest_file),
-        f"tether:{ver}", f"oci:{layout}:{registry}:{ver}")
+    run(
+        "buildah",
+        "push",
+        "-q",
+        "--format",
+        "oci",
+        "--digestfile",
+        str(digest_file),
+        f"tether:{ver}",
+        f"oci:{layout}:{registry}:{ver}",
+    )
     digest = digest_file.read_text().strip()
     digest_file.unlink()
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
@@ -118,6 +135,7 @@ def tar_layout(layout: Path, archive: Path) -> None:
     """The OCI layout as an oci-archive (a tar of the layout, what ``buildah push
     oci-archive:`` writes) with fixed order, owners and times: the same image gives the
     same archive, byte for byte (buildah's own archive differs on every push)."""
+
     def fixed(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid = info.gid = 0
         info.uname = info.gname = ""
@@ -127,7 +145,9 @@ def tar_layout(layout: Path, archive: Path) -> None:
 
     with tarfile.open(archive, "w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(layout.rglob("*")):
-            tar.add(path, arcname=path.relative_to(layout).as_posix(), recursive=False, filter=fixed)
+            tar.add(
+                path, arcname=path.relative_to(layout).as_posix(), recursive=False, filter=fixed
+            )
 
 
 def pin_manifests(out: Path, ref: str) -> Path:
@@ -140,16 +160,36 @@ def pin_manifests(out: Path, ref: str) -> Path:
     for path in sorted(tree.rglob("kustomization.yaml")):
         text, n = IMAGES_BLOCK.subn(pinned, path.read_text())
         if n == 0 and re.search(r"^images:", text, re.M):
-            raise SystemExit(f"release: {path.relative_to(out)}: an `images:` entry that is not tether's")
+            raise SystemExit(
+                f"release: {path.relative_to(out)}: an `images:` entry that is not tether's"
+            )
         # a kustomization without one (kcp/injector) gets it; where nothing is named tether
         # (or an included base pinned it already) kustomize changes nothing
-        path.write_text(text if n else f"{text.rstrip()}\n# make release (hack/release.py)\n{pinned}")
-    enroller = [{"op": "add", "path": "/spec/template/spec/containers/0/env/-",
-                 "value": {"name": "TETHER_ENROLLER_IMAGE", "value": ref}}]
+        path.write_text(
+            text if n else f"{text.rstrip()}\n# make release (hack/release.py)\n{pinned}"
+        )
+    enroller = [
+        {
+            "op": "add",
+            "path": "/spec/template/spec/containers/0/env/-",
+            "value": {"name": "TETHER_ENROLLER_IMAGE", "value": ref},
+        }
+    ]
     with (tree / "kcp" / "kustomization.yaml").open("a") as f:
         f.write("# make release: the runtimes get the release's image (hack/release.py)\n")
-        f.write(yaml.safe_dump({"patches": [{"target": {"kind": "Deployment", "name": "tether-enroller"},
-                                             "patch": yaml.safe_dump(enroller)}]}, sort_keys=False))
+        f.write(
+            yaml.safe_dump(
+                {
+                    "patches": [
+                        {
+                            "target": {"kind": "Deployment", "name": "tether-enroller"},
+                            "patch": yaml.safe_dump(enroller),
+                        }
+                    ]
+                },
+                sort_keys=False,
+            )
+        )
     return tree
 
 
@@ -165,10 +205,13 @@ def render(out: Path, tree: Path, ver: str) -> None:
     for name, folder in RENDERED.items():
         rendered = run(binary, "kustomize", str(tree / folder))
         if TAG_ONLY.search(rendered):
-            raise SystemExit(f"release: manifests/{folder} still names an image by tag: "
-                             f"{TAG_ONLY.search(rendered)}")
-        (out / name).write_text(f"# Tether {ver}: kubectl kustomize manifests/{folder} (hack/release.py)\n"
-                                + rendered)
+            raise SystemExit(
+                f"release: manifests/{folder} still names an image by tag: "
+                f"{TAG_ONLY.search(rendered)}"
+            )
+        (out / name).write_text(
+            f"# Tether {ver}: kubectl kustomize manifests/{folder} (hack/release.py)\n" + rendered
+        )
 
 
 def moduletemplate(out: Path, ver: str, ref: str, url: str) -> None:
@@ -177,7 +220,8 @@ def moduletemplate(out: Path, ver: str, ref: str, url: str) -> None:
     doc["spec"]["descriptor"]["component"]["resources"][0]["access"]["imageReference"] = ref
     (out / "moduletemplate.yaml").write_text(
         f"# Tether {ver}: the Kyma ModuleTemplate (manifests/module/moduletemplate.yaml, hack/release.py)\n"
-        + yaml.safe_dump(doc, sort_keys=False))
+        + yaml.safe_dump(doc, sort_keys=False)
+    )
 
 
 def image_distributions(archive: Path) -> dict[str, dict[str, str]]:
@@ -185,6 +229,7 @@ def image_distributions(archive: Path) -> dict[str, dict[str, str]]:
     the layers in order (a whiteout removes what an earlier layer had)."""
     found: dict[str, dict[str, str]] = {}
     with tarfile.open(archive) as outer:
+
         def blob(digest: str) -> Any:
             f = outer.extractfile("blobs/sha256/" + digest.removeprefix("sha256:"))
             assert f is not None
@@ -205,9 +250,12 @@ def image_distributions(archive: Path) -> dict[str, dict[str, str]]:
                         f = tar.extractfile(entry)
                         assert f is not None
                         meta = email.parser.BytesParser().parsebytes(f.read(), headersonly=True)
-                        found[meta["Name"]] = {"name": meta["Name"], "version": meta["Version"],
-                                               "license": meta.get("License-Expression") or "",
-                                               "path": path.rsplit("/", 1)[0]}
+                        found[meta["Name"]] = {
+                            "name": meta["Name"],
+                            "version": meta["Version"],
+                            "license": meta.get("License-Expression") or "",
+                            "path": path.rsplit("/", 1)[0],
+                        }
     return found
 
 
@@ -226,24 +274,37 @@ def sbom(archive: Path, ver: str, registry: str, digest: str, epoch: int) -> dic
     Python distribution of its virtualenv as a library with its PyPI purl."""
     components = []
     for dist in sorted(image_distributions(archive).values(), key=lambda d: normalize(d["name"])):
-        c: dict[str, Any] = {"type": "library", "bom-ref": f"pkg:pypi/{normalize(dist['name'])}@{dist['version']}",
-                             "name": dist["name"], "version": dist["version"],
-                             "purl": f"pkg:pypi/{normalize(dist['name'])}@{dist['version']}"}
+        c: dict[str, Any] = {
+            "type": "library",
+            "bom-ref": f"pkg:pypi/{normalize(dist['name'])}@{dist['version']}",
+            "name": dist["name"],
+            "version": dist["version"],
+            "purl": f"pkg:pypi/{normalize(dist['name'])}@{dist['version']}",
+        }
         if dist["license"]:
             c["licenses"] = [{"expression": dist["license"]}]
         components.append(c)
     image_purl = f"pkg:oci/tether@{digest.replace(':', '%3A')}?repository_url={registry}&tag={ver}"
     return {
-        "bomFormat": "CycloneDX", "specVersion": "1.5",
+        "bomFormat": "CycloneDX",
+        "specVersion": "1.5",
         "serialNumber": f"urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'{registry}@{digest}')}",
         "version": 1,
         "metadata": {
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)),
-            "tools": {"components": [{"type": "application", "name": "tether hack/release.py",
-                                      "version": ver}]},
-            "component": {"type": "container", "bom-ref": image_purl, "name": registry, "version": ver,
-                          "purl": image_purl,
-                          "hashes": [{"alg": "SHA-256", "content": digest.removeprefix("sha256:")}]},
+            "tools": {
+                "components": [
+                    {"type": "application", "name": "tether hack/release.py", "version": ver}
+                ]
+            },
+            "component": {
+                "type": "container",
+                "bom-ref": image_purl,
+                "name": registry,
+                "version": ver,
+                "purl": image_purl,
+                "hashes": [{"alg": "SHA-256", "content": digest.removeprefix("sha256:")}],
+            },
         },
         "components": components,
     }
@@ -268,19 +329,31 @@ def settle(out: Path, epoch: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--registry", default=os.environ.get("TETHER_RELEASE_REGISTRY") or DEFAULT_REGISTRY)
+    p.add_argument(
+        "--registry", default=os.environ.get("TETHER_RELEASE_REGISTRY") or DEFAULT_REGISTRY
+    )
     p.add_argument("--out", type=Path, help="default: dist/release/<version>")
-    p.add_argument("--url", default=os.environ.get("TETHER_RELEASE_URL"),
-                   help="where the files are published (the ModuleTemplate's link)")
-    p.add_argument("--no-build", action="store_true",
-                   help="archive the image tether:<version> as it is (no hack/build-image.sh)")
+    p.add_argument(
+        "--url",
+        default=os.environ.get("TETHER_RELEASE_URL"),
+        help="where the files are published (the ModuleTemplate's link)",
+    )
+    p.add_argument(
+        "--no-build",
+        action="store_true",
+        help="archive the image tether:<version> as it is (no hack/build-image.sh)",
+    )
     a = p.parse_args(argv)
     if not re.fullmatch(r"[a-z0-9][a-z0-9.:-]*(/[a-z0-9._-]+)*/tether", a.registry):
-        raise SystemExit(f"release: --registry {a.registry!r}: a repository name ending in /tether, "
-                         "without tag or digest (e.g. ghcr.io/kyma-project/tether)")
+        raise SystemExit(
+            f"release: --registry {a.registry!r}: a repository name ending in /tether, "
+            "without tag or digest (e.g. ghcr.io/kyma-project/tether)"
+        )
     ver = version()
     commit, snapshot = check_tag(ver, os.environ.get("TETHER_RELEASE_SNAPSHOT") == "1")
-    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or run("git", "log", "-1", "--format=%ct").strip())
+    epoch = int(
+        os.environ.get("SOURCE_DATE_EPOCH") or run("git", "log", "-1", "--format=%ct").strip()
+    )
     url = a.url or f"https://github.com/kyma-project/tether/releases/download/v{ver}"
     out: Path = (a.out or ROOT / "dist" / "release" / ver).resolve()
     if out.exists():
@@ -293,11 +366,26 @@ def main(argv: list[str] | None = None) -> int:
     render(out, pin_manifests(out, ref), ver)
     moduletemplate(out, ver, ref, url.rstrip("/"))
     say("writing sbom.cdx.json (the image's /opt/tether distributions)")
-    (out / "sbom.cdx.json").write_text(json.dumps(sbom(out / f"tether-{ver}.oci.tar", ver, a.registry,
-                                                       digest, epoch), indent=2) + "\n")
-    (out / "release.json").write_text(json.dumps({
-        "version": ver, "commit": commit, "snapshot": snapshot, "registry": a.registry,
-        "image": ref, "digest": digest, "source_date_epoch": epoch, "url": url}, indent=2) + "\n")
+    (out / "sbom.cdx.json").write_text(
+        json.dumps(sbom(out / f"tether-{ver}.oci.tar", ver, a.registry, digest, epoch), indent=2)
+        + "\n"
+    )
+    (out / "release.json").write_text(
+        json.dumps(
+            {
+                "version": ver,
+                "commit": commit,
+                "snapshot": snapshot,
+                "registry": a.registry,
+                "image": ref,
+                "digest": digest,
+                "source_date_epoch": epoch,
+                "url": url,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     checksums(out)
     settle(out, epoch)
     say(f"done: {out} ({ref})")

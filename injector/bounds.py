@@ -27,18 +27,24 @@ UNBACKED_LABEL = "tether.kyma-project.io/unbacked"
 
 Bound = Literal["records", "bytes", "keys", "keys_per_record"]
 BOUNDS: tuple[Bound, ...] = ("records", "bytes", "keys", "keys_per_record")
-SETTING: dict[Bound, str] = {"records": "TETHER_INJECTOR_MAX_RECORDS",
-                             "bytes": "TETHER_INJECTOR_MAX_BYTES",
-                             "keys": "TETHER_INJECTOR_MAX_KEYS",
-                             "keys_per_record": "TETHER_INJECTOR_MAX_KEYS_PER_RECORD"}
-_WHAT: dict[Bound, str] = {"records": "records", "bytes": "bytes of records",
-                           "keys": "keys merged", "keys_per_record": "keys in one record"}
+SETTING: dict[Bound, str] = {
+    "records": "TETHER_INJECTOR_MAX_RECORDS",
+    "bytes": "TETHER_INJECTOR_MAX_BYTES",
+    "keys": "TETHER_INJECTOR_MAX_KEYS",
+    "keys_per_record": "TETHER_INJECTOR_MAX_KEYS_PER_RECORD",
+}
+_WHAT: dict[Bound, str] = {
+    "records": "records",
+    "bytes": "bytes of records",
+    "keys": "keys merged",
+    "keys_per_record": "keys in one record",
+}
 
 
 class Limits(NamedTuple):
-    records: int          # records (tombstones included) of one runtime and Watch
-    bytes: int            # their JSON size as the listener counts it
-    keys: int             # keys merged into the target
+    records: int  # records (tombstones included) of one runtime and Watch
+    bytes: int  # their JSON size as the listener counts it
+    keys: int  # keys merged into the target
     keys_per_record: int  # keys of one live record's data
 
 
@@ -48,14 +54,19 @@ class Refusal(NamedTuple):
     limit: int
 
     def message(self) -> str:
-        return (f"refused: {self.found} {_WHAT[self.bound]} over the injector's bound of "
-                f"{self.limit} ({SETTING[self.bound]}); nothing is injected until the "
-                "runtime's records fit")
+        return (
+            f"refused: {self.found} {_WHAT[self.bound]} over the injector's bound of "
+            f"{self.limit} ({SETTING[self.bound]}); nothing is injected until the "
+            "runtime's records fit"
+        )
 
 
 def _int(text: object) -> int:
-    return int(text) if isinstance(text, str) and text.isascii() and text.isdigit() \
-        and len(text) <= 18 else 0
+    return (
+        int(text)
+        if isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 18
+        else 0
+    )
 
 
 def declared(obj: Mapping[str, Any]) -> int:
@@ -76,7 +87,7 @@ class Census(NamedTuple):
     """What the metadata of one runtime's records say."""
 
     records: int
-    bytes: int     # the sum of their size annotations (0 for an object without one)
+    bytes: int  # the sum of their size annotations (0 for an object without one)
     revision: int  # the highest resourceVersion (0: none)
 
     @classmethod

@@ -34,8 +34,13 @@ log = logging.getLogger("injector")
 class Injector:
     """The workers of the Watches with ``inject`` (at most ``max_watches``, by name)."""
 
-    def __init__(self, kcp: gateway.Kube, s: settings_mod.Settings, meters: Metrics,
-                 recorder: events.Recorder) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        s: settings_mod.Settings,
+        meters: Metrics,
+        recorder: events.Recorder,
+    ) -> None:
         self.kcp, self.s, self.meters, self.recorder = kcp, s, meters, recorder
         self.workers: dict[str, Worker] = {}
         self.budget = ReadBudget(s.read_bytes)  # the records in memory, all Watches together
@@ -47,7 +52,9 @@ class Injector:
     def _watches(self) -> list[watches.Watch]:
         found: list[watches.Watch] = []
         unusable: dict[str, str] = {}
-        for obj in self.kcp.list_items(apitypes.WATCHES, self.s.namespace, timeout=self.s.kcp_timeout):
+        for obj in self.kcp.list_items(
+            apitypes.WATCHES, self.s.namespace, timeout=self.s.kcp_timeout
+        ):
             name = str((obj.get("metadata") or {}).get("name", ""))
             try:
                 w = watches.parse(obj)
@@ -69,11 +76,14 @@ class Injector:
         except gateway.GatewayError as e:
             log.warning("Watches not listed: %s", logs.bounded(e, 200))
             return
-        kept, skipped = current[:self.s.max_watches], current[self.s.max_watches:]
+        kept, skipped = current[: self.s.max_watches], current[self.s.max_watches :]
         if skipped:
-            log.warning("%d Watches with inject over TETHER_INJECTOR_MAX_WATCHES (%d) not "
-                        "followed: %s", len(skipped), self.s.max_watches,
-                        ", ".join(w.name for w in skipped[:10]))
+            log.warning(
+                "%d Watches with inject over TETHER_INJECTOR_MAX_WATCHES (%d) not followed: %s",
+                len(skipped),
+                self.s.max_watches,
+                ", ".join(w.name for w in skipped[:10]),
+            )
         wanted = {w.name: w for w in kept}
         with self._lock:
             if not self.active:
@@ -86,13 +96,18 @@ class Injector:
                     del self.workers[name]
             for name, w in wanted.items():
                 if name not in self.workers:
-                    worker = self.workers[name] = Worker(self.kcp, w, self.s, self.meters,
-                                                         self.recorder, self.budget)
+                    worker = self.workers[name] = Worker(
+                        self.kcp, w, self.s, self.meters, self.recorder, self.budget
+                    )
                     worker.start()
-                    log.info("watch %s: injecting into %s %s in %s (records in %s)", name,
-                             w.inject.resource.plural if w.inject else "", w.inject.field_text
-                             if w.inject else "", w.inject.namespace if w.inject else "",
-                             worker.records_namespace)
+                    log.info(
+                        "watch %s: injecting into %s %s in %s (records in %s)",
+                        name,
+                        w.inject.resource.plural if w.inject else "",
+                        w.inject.field_text if w.inject else "",
+                        w.inject.namespace if w.inject else "",
+                        worker.records_namespace,
+                    )
             self.meters.watches.set(len(self.workers))
             self.meters.watches_skipped.set(len(skipped))
             self.meters.unsynced.set_function(self._unsynced)
@@ -121,17 +136,20 @@ def _shape(w: watches.Watch) -> tuple[object, ...]:
     return (w.storage_namespace, w.inject)
 
 
-def create_app(meters: Metrics, ready: Callable[[], bool], *,
-               cache_seconds: float = ops.READY_CACHE_SECONDS) -> flask.Flask:
+def create_app(
+    meters: Metrics, ready: Callable[[], bool], *, cache_seconds: float = ops.READY_CACHE_SECONDS
+) -> flask.Flask:
     """/healthz, /readyz (leading or standing by: the elector and the scheduler run),
     /metrics."""
     probes = ops.Probes(cache_seconds=cache_seconds).ready(
-        "scheduler", lambda: None if ready() else "elector or scheduler not running")
+        "scheduler", lambda: None if ready() else "elector or scheduler not running"
+    )
     return ops.create_app("injector", probes, ops.Exposition(meters.registry).render)
 
 
 def leadership(sched: BackgroundScheduler, meters: Metrics, inj: Injector) -> elected.Leadership:
     """Leading: the jobs run, the Watch list is read at once; not leading: every worker stops."""
+
     def started() -> None:
         inj.active = True
         meters.leader.set(1)
@@ -147,26 +165,55 @@ def leadership(sched: BackgroundScheduler, meters: Metrics, inj: Injector) -> el
 
 
 def main(argv: list[str]) -> int:
-    s, _, api = elected.start(settings_mod.SPEC, argv, settings_mod.build,
-                              kubeconfig_variable="TETHER_INJECTOR_KUBECONFIG")
+    s, _, api = elected.start(
+        settings_mod.SPEC,
+        argv,
+        settings_mod.build,
+        kubeconfig_variable="TETHER_INJECTOR_KUBECONFIG",
+    )
     meters = Metrics()
     inj = Injector(api, s, meters, events.Recorder(api, "tether-injector", s.identity))
-    sched = elected.scheduler([
-        elected.Job("watches", inj.refresh, IntervalTrigger(seconds=s.watches_interval),
-                    at_once=True),
-        elected.Job("resync", inj.resync, IntervalTrigger(seconds=s.resync_interval))])
-    lease = leader.LeaseSettings(namespace=s.lease_namespace, name=s.lease_name,
-                                 identity=s.identity, lease_duration=s.lease_duration,
-                                 renew_deadline=s.lease_duration * 2 / 3,
-                                 retry_period=max(0.5, s.lease_duration / 7))
-    return elected.run_elected(elected.ElectedPart(
-        "injector", log, api, lease, sched, leadership(sched, meters, inj), s.bind,
-        app=lambda rt: create_app(meters, ready=lambda: rt.elector.alive() and rt.scheduler.running),
-        close=[inj.stop_all], bind_variable="TETHER_INJECTOR_BIND",
-        announce=lambda: log.info(
-            "injector started: Watches in %s (read every %.0fs), periodic pass every %.0fs, "
-            "Lease %s/%s", s.namespace, s.watches_interval, s.resync_interval,
-            s.lease_namespace, s.lease_name)))
+    sched = elected.scheduler(
+        [
+            elected.Job(
+                "watches", inj.refresh, IntervalTrigger(seconds=s.watches_interval), at_once=True
+            ),
+            elected.Job("resync", inj.resync, IntervalTrigger(seconds=s.resync_interval)),
+        ]
+    )
+    lease = leader.LeaseSettings(
+        namespace=s.lease_namespace,
+        name=s.lease_name,
+        identity=s.identity,
+        lease_duration=s.lease_duration,
+        renew_deadline=s.lease_duration * 2 / 3,
+        retry_period=max(0.5, s.lease_duration / 7),
+    )
+    return elected.run_elected(
+        elected.ElectedPart(
+            "injector",
+            log,
+            api,
+            lease,
+            sched,
+            leadership(sched, meters, inj),
+            s.bind,
+            app=lambda rt: create_app(
+                meters, ready=lambda: rt.elector.alive() and rt.scheduler.running
+            ),
+            close=[inj.stop_all],
+            bind_variable="TETHER_INJECTOR_BIND",
+            announce=lambda: log.info(
+                "injector started: Watches in %s (read every %.0fs), periodic pass every %.0fs, "
+                "Lease %s/%s",
+                s.namespace,
+                s.watches_interval,
+                s.resync_interval,
+                s.lease_namespace,
+                s.lease_name,
+            ),
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,11 @@ class Source(NamedTuple):
 def source_of(record: Mapping[str, Any], revision: int) -> Source:
     """The part of a record the injector keeps (its string values only)."""
     data = record.get("data")
-    values = {str(k): v for k, v in data.items() if isinstance(v, str)} \
-        if isinstance(data, Mapping) else {}
+    values = (
+        {str(k): v for k, v in data.items() if isinstance(v, str)}
+        if isinstance(data, Mapping)
+        else {}
+    )
     return Source(str(record.get("namespace", "")), str(record.get("name", "")), values, revision)
 
 
@@ -67,9 +70,9 @@ class Intent(NamedTuple):
     """What one runtime's target should hold."""
 
     values: dict[str, str] | None  # None: no live record (the field and annotations go)
-    digest: str                    # "" when values is None
-    origin: str                    # "<watch>:<highest revision>", "" when values is None
-    records: int                   # live records merged
+    digest: str  # "" when values is None
+    origin: str  # "<watch>:<highest revision>", "" when values is None
+    records: int  # live records merged
 
 
 def intent(watch: str, sources: Sequence[Source], revision: int = 0) -> Intent:
@@ -93,12 +96,16 @@ def apply_body(target: Mapping[str, Any], field: Sequence[str], want: Intent) ->
     """The server-side-apply body for ``target`` (the object found: its apiVersion, kind,
     name and namespace) setting ``field`` (e.g. ("spec", "configuration")) to the values."""
     meta = target.get("metadata") or {}
-    body: dict[str, Any] = {"apiVersion": target.get("apiVersion"), "kind": target.get("kind"),
-                            "metadata": {"name": meta.get("name"),
-                                         "namespace": meta.get("namespace")}}
+    body: dict[str, Any] = {
+        "apiVersion": target.get("apiVersion"),
+        "kind": target.get("kind"),
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+    }
     if want.values is not None:
-        body["metadata"]["annotations"] = {DIGEST_ANNOTATION: want.digest,
-                                           FROM_ANNOTATION: want.origin}
+        body["metadata"]["annotations"] = {
+            DIGEST_ANNOTATION: want.digest,
+            FROM_ANNOTATION: want.origin,
+        }
         body.update(_nested(field, dict(want.values)))
     return body
 
@@ -128,8 +135,9 @@ def needed(target: Mapping[str, Any], field: Sequence[str], want: Intent) -> boo
     return any(current.get(k) != v for k, v in want.values.items())
 
 
-def condition(want: Intent | None, generation: int, now: str, *, reason: str = "",
-              message: str = "") -> dict[str, Any]:
+def condition(
+    want: Intent | None, generation: int, now: str, *, reason: str = "", message: str = ""
+) -> dict[str, Any]:
     """``ConfigurationInjected``: True with the counts of what was applied (``want``), or
     False with ``reason`` and ``message`` (which must hold no value)."""
     if want is not None:
@@ -137,19 +145,28 @@ def condition(want: Intent | None, generation: int, now: str, *, reason: str = "
             status, reason, message = "True", "NoRecords", "no live record: nothing injected"
         else:
             status, reason = "True", "Injected"
-            message = (f"{len(want.values)} keys from {want.records} ConfigMaps "
-                       f"({want.origin}, {want.digest[:19]})")
+            message = (
+                f"{len(want.values)} keys from {want.records} ConfigMaps "
+                f"({want.origin}, {want.digest[:19]})"
+            )
     else:
         status = "False"
-    return {"type": CONDITION, "status": status, "reason": reason, "message": message,
-            "observedGeneration": generation, "lastTransitionTime": now}
+    return {
+        "type": CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": now,
+    }
 
 
 def conditions_with(existing: object, new: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``existing`` (the target's ``status.conditions``) with ``new`` in place of the one of
     its type; its lastTransitionTime kept when the status did not change."""
-    items = [dict(c) for c in existing if isinstance(c, Mapping)] \
-        if isinstance(existing, list) else []
+    items = (
+        [dict(c) for c in existing if isinstance(c, Mapping)] if isinstance(existing, list) else []
+    )
     out: list[dict[str, Any]] = []
     placed = False
     for c in items:
@@ -176,8 +193,10 @@ def condition_current(target: Mapping[str, Any], want: Intent) -> bool:
     expected = condition(want, generation if isinstance(generation, int) else 0, "")
     for c in conds:
         if isinstance(c, Mapping) and c.get("type") == CONDITION:
-            return all(c.get(k) == expected[k] for k in ("status", "reason", "message",
-                                                         "observedGeneration"))
+            return all(
+                c.get(k) == expected[k]
+                for k in ("status", "reason", "message", "observedGeneration")
+            )
     return False
 
 
@@ -187,6 +206,7 @@ def same_condition(target: Mapping[str, Any], cond: Mapping[str, Any]) -> bool:
     conds = (target.get("status") or {}).get("conditions")
     for c in conds if isinstance(conds, list) else []:
         if isinstance(c, Mapping) and c.get("type") == cond["type"]:
-            return all(c.get(k) == cond[k] for k in ("status", "reason", "message",
-                                                     "observedGeneration"))
+            return all(
+                c.get(k) == cond[k] for k in ("status", "reason", "message", "observedGeneration")
+            )
     return False

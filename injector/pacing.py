@@ -14,8 +14,14 @@ from collections import OrderedDict
 
 
 class Pacer:
-    def __init__(self, interval: float, *, backoff_base: float = 1.0, backoff_cap: float = 60.0,
-                 max_entries: int = 100_000) -> None:
+    def __init__(
+        self,
+        interval: float,
+        *,
+        backoff_base: float = 1.0,
+        backoff_cap: float = 60.0,
+        max_entries: int = 100_000,
+    ) -> None:
         self.interval, self.backoff_base, self.backoff_cap = interval, backoff_base, backoff_cap
         self.max_entries = max_entries
         self._due: dict[str, float] = {}  # runtime -> when

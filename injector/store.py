@@ -60,8 +60,7 @@ class Store:
         self.runtimes.pop(runtime, None)
         self._over.discard(runtime)
 
-    def refuse(self, runtime: str, refusal: bounds.Refusal,
-               fingerprint: tuple[int, int]) -> None:
+    def refuse(self, runtime: str, refusal: bounds.Refusal, fingerprint: tuple[int, int]) -> None:
         rt = self.runtimes.get(runtime)
         if rt is None:
             if len(self.runtimes) >= self.max_runtimes:

@@ -44,9 +44,17 @@ def _now() -> str:
 
 
 class Worker:
-    def __init__(self, kcp: gateway.Kube, watch: watches.Watch, s: Settings, meters: Metrics,
-                 recorder: events.Recorder, budget: ReadBudget | None = None, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        watch: watches.Watch,
+        s: Settings,
+        meters: Metrics,
+        recorder: events.Recorder,
+        budget: ReadBudget | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         assert watch.inject is not None
         self.kcp, self.watch, self.inject, self.s, self.meters = kcp, watch, watch.inject, s, meters
         self.recorder, self.clock = recorder, clock
@@ -77,9 +85,11 @@ class Worker:
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        for gauge, labels in ((self.meters.runtimes, [(self.watch.name,)]),
-                              (self.meters.bound_reached, [(self.watch.name,)]),
-                              (self.meters.refused, [(self.watch.name, b) for b in bounds.BOUNDS])):
+        for gauge, labels in (
+            (self.meters.runtimes, [(self.watch.name,)]),
+            (self.meters.bound_reached, [(self.watch.name,)]),
+            (self.meters.refused, [(self.watch.name, b) for b in bounds.BOUNDS]),
+        ):
             for values in labels:
                 try:
                     gauge.remove(*values)
@@ -91,14 +101,22 @@ class Worker:
     def _consume(self) -> None:
         while not self._stop.is_set():
             try:
-                stream = consumer.Runtimes(self.kcp, namespace=self.records_namespace,
-                                           watch=self.watch.name, timeout=self.s.kcp_timeout,
-                                           max_runtimes=self.s.max_runtimes, stop=self._stop)
+                stream = consumer.Runtimes(
+                    self.kcp,
+                    namespace=self.records_namespace,
+                    watch=self.watch.name,
+                    timeout=self.s.kcp_timeout,
+                    max_runtimes=self.s.max_runtimes,
+                    stop=self._stop,
+                )
                 for item in stream.runtimes():
                     self._take(item)
             except Exception as e:  # noqa: BLE001 - the consumer reconnects; this is a bug's net
-                log.error("watch %s: consumer stopped: %s; starting again", self.watch.name,
-                          logs.bounded(e, 300))
+                log.error(
+                    "watch %s: consumer stopped: %s; starting again",
+                    self.watch.name,
+                    logs.bounded(e, 300),
+                )
                 self._stop.wait(5.0)
 
     def _take(self, item: consumer.Touched | consumer.Synced) -> None:
@@ -106,12 +124,21 @@ class Worker:
             if isinstance(item, consumer.Synced):
                 due = set(self.store.runtimes)  # also those the list no longer names
                 self.synced = True
-                log.info("watch %s: %s complete at revision %d: %d runtimes", self.watch.name,
-                         "relist" if item.relist else "list", item.revision, len(due))
+                log.info(
+                    "watch %s: %s complete at revision %d: %d runtimes",
+                    self.watch.name,
+                    "relist" if item.relist else "list",
+                    item.revision,
+                    len(due),
+                )
                 if self.store.full:
-                    log.warning("watch %s: %d runtimes over TETHER_INJECTOR_MAX_RUNTIMES (%d) "
-                                "not remembered: reconciled on their changes only",
-                                self.watch.name, self.store.full, self.s.max_runtimes)
+                    log.warning(
+                        "watch %s: %d runtimes over TETHER_INJECTOR_MAX_RUNTIMES (%d) "
+                        "not remembered: reconciled on their changes only",
+                        self.watch.name,
+                        self.store.full,
+                        self.s.max_runtimes,
+                    )
             else:
                 if item.resync and not self._listing:
                     self._listing = True
@@ -145,8 +172,12 @@ class Worker:
                 try:
                     result = self.reconcile(rt)
                 except Exception as e:  # noqa: BLE001 - one runtime never stops the others
-                    log.error("watch %s, runtime %s: reconcile failed: %s", self.watch.name, rt,
-                              logs.bounded(e, 300))
+                    log.error(
+                        "watch %s, runtime %s: reconcile failed: %s",
+                        self.watch.name,
+                        rt,
+                        logs.bounded(e, 300),
+                    )
                     result = "failed"
                 self.meters.applies.labels(result).inc()
                 with self._cond:
@@ -157,8 +188,12 @@ class Worker:
         carrying this Watch's annotation; returns how many were offered."""
         runtimes: set[str] = set()
         try:
-            for meta in self.kcp.list_items(self.inject.resource, self.inject.namespace,
-                                            metadata_only=True, timeout=self.s.kcp_timeout):
+            for meta in self.kcp.list_items(
+                self.inject.resource,
+                self.inject.namespace,
+                metadata_only=True,
+                timeout=self.s.kcp_timeout,
+            ):
                 m = meta.get("metadata") or {}
                 origin = (m.get("annotations") or {}).get(merge.FROM_ANNOTATION, "")
                 rt = (m.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
@@ -188,12 +223,19 @@ class Worker:
     def reconcile(self, runtime: str) -> str:
         """One runtime's target brought to its records' values; the result (metrics.RESULTS)."""
         w = self.watch.name
-        census = bounds.Census.of(self.kcp.list_items(
-            apitypes.RUNTIME_CONFIGMAPS, self.records_namespace, metadata_only=True,
-            label_selector=consumer.selector(w, runtime), timeout=self.s.kcp_timeout))
+        census = bounds.Census.of(
+            self.kcp.list_items(
+                apitypes.RUNTIME_CONFIGMAPS,
+                self.records_namespace,
+                metadata_only=True,
+                label_selector=consumer.selector(w, runtime),
+                timeout=self.s.kcp_timeout,
+            )
+        )
         with self._cond:
-            refusal = census.refusal(self.limits) or \
-                self.store.still_refused(runtime, census.fingerprint())
+            refusal = census.refusal(self.limits) or self.store.still_refused(
+                runtime, census.fingerprint()
+            )
         if refusal is not None:
             return self._refuse(runtime, refusal, census)
         if census.records == 0:  # every record gone: the injected values go too
@@ -229,9 +271,13 @@ class Worker:
         tally = bounds.Tally(self.limits)
         sources: list[merge.Source] = []
         high = 0
-        for obj in self.kcp.list_items(apitypes.RUNTIME_CONFIGMAPS, self.records_namespace,
-                                       label_selector=consumer.selector(self.watch.name, runtime),
-                                       page_size=VALUE_PAGE, timeout=self.s.kcp_timeout):
+        for obj in self.kcp.list_items(
+            apitypes.RUNTIME_CONFIGMAPS,
+            self.records_namespace,
+            label_selector=consumer.selector(self.watch.name, runtime),
+            page_size=VALUE_PAGE,
+            timeout=self.s.kcp_timeout,
+        ):
             item = consumerstate.parse(obj, self.watch.name)
             if item is None or bounds.unbacked(obj):
                 continue
@@ -264,38 +310,69 @@ class Worker:
             self.store.refuse(runtime, refusal, census.fingerprint())
             self._refused_metric()
         self._once(runtime, "refused", "watch %s, runtime %s: %s", w, runtime, refusal.message())
-        found = self.kcp.list(self.inject.resource, self.inject.namespace,
-                              timeout=self.s.kcp_timeout,
-                              label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime}")
+        found = self.kcp.list(
+            self.inject.resource,
+            self.inject.namespace,
+            timeout=self.s.kcp_timeout,
+            label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime}",
+        )
         items = found.get("items") or []
         if len(items) == 1:
             target = items[0]
-            cond = merge.condition(None, _generation(target), _now(), reason=REFUSED,
-                                   message=refusal.message())
+            cond = merge.condition(
+                None, _generation(target), _now(), reason=REFUSED, message=refusal.message()
+            )
             if not merge.same_condition(target, cond):
                 self._status(target, cond)
                 meta = target.get("metadata") or {}
-                self.recorder.emit(events.Ref(
-                    str(target.get("apiVersion")), str(target.get("kind")),
-                    str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid", ""))),
-                    "InjectRefused", f"Watch {w}: {refusal.message()}", warning=True)
+                self.recorder.emit(
+                    events.Ref(
+                        str(target.get("apiVersion")),
+                        str(target.get("kind")),
+                        str(meta.get("namespace")),
+                        str(meta.get("name")),
+                        str(meta.get("uid", "")),
+                    ),
+                    "InjectRefused",
+                    f"Watch {w}: {refusal.message()}",
+                    warning=True,
+                )
         return "refused"
 
     def _bring(self, runtime: str, want: merge.Intent) -> str:
         """Find the runtime's target and apply ``want`` when it differs."""
         w = self.watch.name
         t0 = time.monotonic()
-        found = self.kcp.list(self.inject.resource, self.inject.namespace, timeout=self.s.kcp_timeout,
-                              label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime}")
+        found = self.kcp.list(
+            self.inject.resource,
+            self.inject.namespace,
+            timeout=self.s.kcp_timeout,
+            label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime}",
+        )
         items = found.get("items") or []
         if not items:
-            self._once(runtime, "no_target", "watch %s, runtime %s: no %s labelled with it in %s: "
-                       "skipped", w, runtime, self.inject.resource.plural, self.inject.namespace)
+            self._once(
+                runtime,
+                "no_target",
+                "watch %s, runtime %s: no %s labelled with it in %s: skipped",
+                w,
+                runtime,
+                self.inject.resource.plural,
+                self.inject.namespace,
+            )
             return "no_target"
         if len(items) > 1:
-            self._once(runtime, "ambiguous", "watch %s, runtime %s: %d %s labelled with it in %s: "
-                       "refused (one target per runtime)", w, runtime, len(items),
-                       self.inject.resource.plural, self.inject.namespace)
+            self._once(
+                runtime,
+                "ambiguous",
+                "watch %s, runtime %s: %d %s labelled with it in %s: "
+                "refused (one target per runtime)",
+                w,
+                runtime,
+                len(items),
+                self.inject.resource.plural,
+                self.inject.namespace,
+            )
             return "ambiguous"
         self._logged.discard((runtime, "no_target"))
         self._logged.discard((runtime, "refused"))
@@ -308,29 +385,59 @@ class Worker:
 
     def _apply(self, runtime: str, target: dict[str, Any], want: merge.Intent, t0: float) -> str:
         meta = target.get("metadata") or {}
-        ref = events.Ref(str(target.get("apiVersion")), str(target.get("kind")),
-                         str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid", "")))
+        ref = events.Ref(
+            str(target.get("apiVersion")),
+            str(target.get("kind")),
+            str(meta.get("namespace")),
+            str(meta.get("name")),
+            str(meta.get("uid", "")),
+        )
         try:
-            applied = self.kcp.apply(self.inject.resource, ref.namespace, ref.name,
-                                     merge.apply_body(target, self.inject.field, want),
-                                     field_manager=merge.FIELD_MANAGER, force=True,
-                                     timeout=self.s.kcp_timeout)
+            applied = self.kcp.apply(
+                self.inject.resource,
+                ref.namespace,
+                ref.name,
+                merge.apply_body(target, self.inject.field, want),
+                field_manager=merge.FIELD_MANAGER,
+                force=True,
+                timeout=self.s.kcp_timeout,
+            )
         except gateway.GatewayError as e:
             why = _why(e)
-            log.warning("watch %s, runtime %s: apply to %s/%s failed: %s", self.watch.name,
-                        runtime, ref.namespace, ref.name, why)
-            self._status(target, merge.condition(None, _generation(target), _now(),
-                                                 reason="ApplyFailed", message=why))
-            self.recorder.emit(ref, "InjectFailed", f"Watch {self.watch.name}: apply failed: "
-                               f"{why}", warning=True)
+            log.warning(
+                "watch %s, runtime %s: apply to %s/%s failed: %s",
+                self.watch.name,
+                runtime,
+                ref.namespace,
+                ref.name,
+                why,
+            )
+            self._status(
+                target,
+                merge.condition(
+                    None, _generation(target), _now(), reason="ApplyFailed", message=why
+                ),
+            )
+            self.recorder.emit(
+                ref, "InjectFailed", f"Watch {self.watch.name}: apply failed: {why}", warning=True
+            )
             return "failed"
         self._status(applied, merge.condition(want, _generation(applied), _now()))
-        what = (f"{len(want.values)} keys from {want.records} ConfigMaps ({want.origin})"
-                if want.values is not None else "no live record: injected values removed")
+        what = (
+            f"{len(want.values)} keys from {want.records} ConfigMaps ({want.origin})"
+            if want.values is not None
+            else "no live record: injected values removed"
+        )
         self.recorder.emit(ref, "Injected", f"Watch {self.watch.name}: {what}")
         self.meters.apply_seconds.observe(time.monotonic() - t0)
-        log.info("watch %s, runtime %s: applied to %s/%s: %s", self.watch.name, runtime,
-                 ref.namespace, ref.name, what)
+        log.info(
+            "watch %s, runtime %s: applied to %s/%s: %s",
+            self.watch.name,
+            runtime,
+            ref.namespace,
+            ref.name,
+            what,
+        )
         return "applied"
 
     def _status(self, target: dict[str, Any], cond: dict[str, Any]) -> None:
@@ -343,9 +450,14 @@ class Worker:
             conds = merge.conditions_with((obj.get("status") or {}).get("conditions"), cond)
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             try:
-                self.kcp.patch(self.inject.resource, ns, name,
-                               {"metadata": {"resourceVersion": rv}, "status": {"conditions": conds}},
-                               subresource="status", timeout=self.s.kcp_timeout)
+                self.kcp.patch(
+                    self.inject.resource,
+                    ns,
+                    name,
+                    {"metadata": {"resourceVersion": rv}, "status": {"conditions": conds}},
+                    subresource="status",
+                    timeout=self.s.kcp_timeout,
+                )
                 return
             except gateway.Conflict:
                 try:
@@ -353,8 +465,15 @@ class Worker:
                 except gateway.GatewayError:
                     break
             except gateway.GatewayError as e:
-                self._once(name, "status", "watch %s: status of %s/%s not written: %s",
-                           self.watch.name, ns, name, logs.bounded(e, 200))
+                self._once(
+                    name,
+                    "status",
+                    "watch %s: status of %s/%s not written: %s",
+                    self.watch.name,
+                    ns,
+                    name,
+                    logs.bounded(e, 200),
+                )
                 return
 
 

@@ -31,8 +31,13 @@ class Running:
     """The running poller's ``Status``: its scheduler and elector threads, its client
     certificate, its metrics."""
 
-    def __init__(self, svc: service.Service, elector: leader.LeaderElector,
-                 client: sender.ListenerClient, m: metrics.Metrics) -> None:
+    def __init__(
+        self,
+        svc: service.Service,
+        elector: leader.LeaderElector,
+        client: sender.ListenerClient,
+        m: metrics.Metrics,
+    ) -> None:
         self.svc, self.elector, self.client, self.metrics = svc, elector, client, m
 
     def healthy(self) -> tuple[bool, str]:
@@ -57,8 +62,9 @@ def create_app(settings: settings_mod.Settings, status: Status) -> Flask:
         ok, why = result
         return None if ok else why or "failed"
 
-    probes = (ops.Probes()
-              .live("threads", lambda: check(status.healthy()))
-              .ready("client-certificate",
-                     lambda: check(status.ready()) if status.healthy()[0] else None))
+    probes = (
+        ops.Probes()
+        .live("threads", lambda: check(status.healthy()))
+        .ready("client-certificate", lambda: check(status.ready()) if status.healthy()[0] else None)
+    )
     return ops.create_app("poller", probes, status.exposition)

@@ -18,13 +18,12 @@ from tether import changes, listenerapi, sender
 log = logging.getLogger(__name__)
 
 
-
-
 class Stop(Exception):
     """The run ends with ``outcome``; ``status``: the listener's HTTP status when it ended it."""
 
-    def __init__(self, outcome: str, detail: str = "", retry_after: float | None = None,
-                 status: int = 0) -> None:
+    def __init__(
+        self, outcome: str, detail: str = "", retry_after: float | None = None, status: int = 0
+    ) -> None:
         super().__init__(f"{outcome}: {detail}")
         self.outcome, self.detail, self.retry_after = outcome, detail, retry_after
         self.status = status
@@ -56,8 +55,13 @@ def went_back(epoch: int, list_rv: str, mark: int, report: listenerapi.EpochRepo
     if report.epoch is None:
         raise WentBack(epoch, list_rv, mark)
     if report.epoch == epoch:  # claimed, yet no new epoch
-        log.warning("listed at %s below records of epoch %d up to %d, and the "
-                    "listener started no new epoch", list_rv, epoch, mark)
+        log.warning(
+            "listed at %s below records of epoch %d up to %d, and the "
+            "listener started no new epoch",
+            list_rv,
+            epoch,
+            mark,
+        )
 
 
 class RunState:
@@ -80,8 +84,14 @@ Send = Callable[[list[changes.ChangeRecord], RunState], None]
 class Buffer:
     """Records waiting for a batch: at most ``batch_items`` and about ``batch_bytes``."""
 
-    def __init__(self, send: Send, batch_items: int, batch_bytes: int, state: RunState,
-                 keep_going: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        send: Send,
+        batch_items: int,
+        batch_bytes: int,
+        state: RunState,
+        keep_going: Callable[[], bool],
+    ) -> None:
         self._send = send
         self._items, self._max_bytes = batch_items, batch_bytes
         self._state = state
@@ -101,8 +111,9 @@ class Buffer:
         if not self._keep_going():
             raise Stop("aborted", "leadership lost")
         records, self._records, self._bytes = self._records, [], 0
-        for chunk in sender.split_batches(records, max_items=self._items,
-                                          max_bytes=self._max_bytes):
+        for chunk in sender.split_batches(
+            records, max_items=self._items, max_bytes=self._max_bytes
+        ):
             self._send(chunk, self._state)
 
 

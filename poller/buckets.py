@@ -53,8 +53,9 @@ class Client(Protocol):
 
 
 def supported(client: object, lister: object) -> bool:
-    return all(callable(getattr(client, m, None)) for m in ("state_summary", "state_bucket")) \
-        and callable(getattr(lister, "get", None))
+    return all(
+        callable(getattr(client, m, None)) for m in ("state_summary", "state_bucket")
+    ) and callable(getattr(lister, "get", None))
 
 
 class Outcome(NamedTuple):
@@ -75,12 +76,22 @@ class BucketRun:
     listener call made (``summary`` or ``bucket``), ``keep_going`` False stops (raises
     ``stop``)."""
 
-    def __init__(self, runtime_id: str, flt: filters.ConfigMapFilter, lister: Lister,
-                 client: Client, *, add: Callable[[changes.ChangeRecord], None],
-                 differ: Callable[[str], None], request: Callable[[str], None],
-                 keep_going: Callable[[], bool], stop: Callable[[], BaseException],
-                 problems: Counter[str] | None = None, max_buckets: int = MAX_BUCKETS,
-                 identity: str = "") -> None:
+    def __init__(
+        self,
+        runtime_id: str,
+        flt: filters.ConfigMapFilter,
+        lister: Lister,
+        client: Client,
+        *,
+        add: Callable[[changes.ChangeRecord], None],
+        differ: Callable[[str], None],
+        request: Callable[[str], None],
+        keep_going: Callable[[], bool],
+        stop: Callable[[], BaseException],
+        problems: Counter[str] | None = None,
+        max_buckets: int = MAX_BUCKETS,
+        identity: str = "",
+    ) -> None:
         self.max_buckets, self.identity = max_buckets, identity
         self.runtime_id, self.filter, self.lister, self.client = runtime_id, flt, lister, client
         self._add, self._differ, self._request = add, differ, request
@@ -123,8 +134,9 @@ class BucketRun:
             return FALLBACK
         return self._compare(set(differing), epoch, remote)
 
-    def _compare(self, differing: set[int], epoch: int,
-                 remote: statehash.Remote) -> Outcome | Literal["fallback"]:
+    def _compare(
+        self, differing: set[int], epoch: int, remote: statehash.Remote
+    ) -> Outcome | Literal["fallback"]:
         digest: diff.Digest = {}
         listed: dict[int, tuple[int, int]] = {}
         for b in sorted(differing):
@@ -162,18 +174,33 @@ class BucketRun:
                     continue  # deleted since the listing: the next run sends its tombstone
                 self._differ(kind)
                 sent_in.add(b)
-                self._add(changes.from_configmap(full, runtime_id=self.runtime_id,
-                                                 source="poller", observed_at=observed,
-                                                 epoch=epoch))
+                self._add(
+                    changes.from_configmap(
+                        full,
+                        runtime_id=self.runtime_id,
+                        source="poller",
+                        observed_at=observed,
+                        epoch=epoch,
+                    )
+                )
         for (ns, name), entry in digest.items():
             tomb_rv = diff.leftover(entry, list_rv, listed_at, epoch)
             if tomb_rv is None:
                 continue
             self._differ("deleted")
             sent_in.add(statehash.bucket_of(ns, name))
-            self._add(changes.tombstone(runtime_id=self.runtime_id, namespace=ns, name=name,
-                                        uid=entry.uid, resource_version=tomb_rv,
-                                        source="poller", observed_at=listed_at, epoch=epoch))
+            self._add(
+                changes.tombstone(
+                    runtime_id=self.runtime_id,
+                    namespace=ns,
+                    name=name,
+                    uid=entry.uid,
+                    resource_version=tomb_rv,
+                    source="poller",
+                    observed_at=listed_at,
+                    epoch=epoch,
+                )
+            )
         # a bucket that still differs with nothing to send: the listener holds what the
         # runtime does not show (newer records); the full digest's rules decide
         if any(tuple(now_local[b]) != listed[b] and b not in sent_in for b in differing):

@@ -46,15 +46,17 @@ class Entry(NamedTuple):
     epoch: int = 0
 
     def version(self) -> changes.Version:
-        return changes.Version(self.resource_version, self.observed_at, self.deleted,
-                               self.epoch)
+        return changes.Version(self.resource_version, self.observed_at, self.deleted, self.epoch)
 
 
 Digest = dict[Key, Entry]
 
 
-def load(items: Iterable[object], problems: collections.Counter[str] | None = None,
-         bad_keys: list[str] | None = None) -> Digest:
+def load(
+    items: Iterable[object],
+    problems: collections.Counter[str] | None = None,
+    bad_keys: list[str] | None = None,
+) -> Digest:
     """The digest as a dict; a later item for the same key wins (pages never repeat keys).
     Total: ``problems`` counts entries by what could not be interpreted (``key``,
     ``resourceVersion``, ``observedAt``); ``bad_keys`` receives a few of their keys."""
@@ -84,18 +86,23 @@ def _entry(it: object) -> tuple[str | None, str, tuple[Key, Entry] | None]:
     shown = f"{ns!r}/{name!r}"[:160]
     if not (changes.field_ok("namespace", ns) and changes.field_ok("name", name)):
         return "key", shown, None
-    entry = Entry(_text(it, "resourceVersion"), _text(it, "observedAt"),
-                  it.get("deleted") is True, _text(it, "uid"), changes.epoch_of(it.get("epoch")))
+    entry = Entry(
+        _text(it, "resourceVersion"),
+        _text(it, "observedAt"),
+        it.get("deleted") is True,
+        _text(it, "uid"),
+        changes.epoch_of(it.get("epoch")),
+    )
     return changes.uninterpretable(entry.version()), shown, ((ns, name), entry)
 
 
-def judge(entry: Entry | None, resource_version: str, observed_at: str,
-          epoch: int = 0) -> DiffType | None:
+def judge(
+    entry: Entry | None, resource_version: str, observed_at: str, epoch: int = 0
+) -> DiffType | None:
     """The difference a live object at ``resource_version`` (read in ``epoch``) makes, or
     None when the listener holds it already (duplicate) or holds something newer (stale)."""
     stored = None if entry is None else entry.version()
-    verdict = changes.compare(stored, changes.Version(resource_version, observed_at, False,
-                                                      epoch))
+    verdict = changes.compare(stored, changes.Version(resource_version, observed_at, False, epoch))
     if verdict != "newer":
         return None
     if entry is None or entry.deleted:
@@ -103,12 +110,13 @@ def judge(entry: Entry | None, resource_version: str, observed_at: str,
     return "changed"
 
 
-def resend(entry: Entry | None, resource_version: str, observed_at: str,
-           epoch: int = 0) -> bool:
+def resend(entry: Entry | None, resource_version: str, observed_at: str, epoch: int = 0) -> bool:
     """In a full resync: send unless the listener holds a newer record (equal ones too)."""
     stored = None if entry is None else entry.version()
-    return changes.compare(stored, changes.Version(resource_version, observed_at, False,
-                                                   epoch)) != "stale"
+    return (
+        changes.compare(stored, changes.Version(resource_version, observed_at, False, epoch))
+        != "stale"
+    )
 
 
 def high_water(digest: Digest, epoch: int) -> int | None:

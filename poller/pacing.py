@@ -51,8 +51,12 @@ class Backoff:
     def ready(self, now: float) -> bool:
         return now >= self.not_before
 
-    def failed(self, now: float, retry_after: float | None = None,
-               rand: Callable[[], float] = random.random) -> float:
+    def failed(
+        self,
+        now: float,
+        retry_after: float | None = None,
+        rand: Callable[[], float] = random.random,
+    ) -> float:
         """Record a failed run; returns the delay before the next run may start."""
         outcome = sender.Outcome("retryable", 0, "run", retry_after)
         delay = sender.retry_delay(outcome, self.failures, base=self.base, cap=self.cap, rand=rand)

@@ -89,24 +89,37 @@ class PageSource(Protocol):
 class Listener(Protocol):
     """``tether.sender.ListenerClient``."""
 
-    def state_page(self, limit: int = 500, token: str = "",
-                   report: listenerapi.EpochReport | None = None,
-                   watch: str = "") -> sender.StatePage: ...
+    def state_page(
+        self,
+        limit: int = 500,
+        token: str = "",
+        report: listenerapi.EpochReport | None = None,
+        watch: str = "",
+    ) -> sender.StatePage: ...
 
-    def send(self, records: Sequence[changes.ChangeRecord],
-             timeout: tuple[float, float] | None = None) -> sender.Outcome: ...
+    def send(
+        self, records: Sequence[changes.ChangeRecord], timeout: tuple[float, float] | None = None
+    ) -> sender.Outcome: ...
 
 
 Stop = batching.Stop
 
 
 class Runner:
-    def __init__(self, runtime_id: str, settings: RunSettings, flt: filters.ConfigMapFilter,
-                 lister: PageSource, client: Listener, m: metrics.Metrics, *,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep,
-                 identity: Callable[[], str] = lambda: "",
-                 watches: watchrun.Watching | None = None) -> None:
+    def __init__(
+        self,
+        runtime_id: str,
+        settings: RunSettings,
+        flt: filters.ConfigMapFilter,
+        lister: PageSource,
+        client: Listener,
+        m: metrics.Metrics,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        identity: Callable[[], str] = lambda: "",
+        watches: watchrun.Watching | None = None,
+    ) -> None:
         self.runtime_id = runtime_id
         self.watches = watches  # None: the environment's scope only (before Watches)
         self._identity = identity
@@ -123,7 +136,9 @@ class Runner:
     def run(self, *, full: bool = False, keep_going: Callable[[], bool] = lambda: True) -> Result:
         """One run; ``full`` sends every listed object the listener does not hold as newer
         (a resync that does not trust the digest's resourceVersions)."""
-        state = batching.RunState(pacing.Pacer(self.settings.rate, self.settings.burst, self._clock()))
+        state = batching.RunState(
+            pacing.Pacer(self.settings.rate, self.settings.burst, self._clock())
+        )
         report = listenerapi.EpochReport(self._identity())
         watching = self.watches
         in_force = None if watching is None else watching.source.current()
@@ -135,8 +150,9 @@ class Runner:
                 if watching is None or in_force is None:  # no Watch list: v1, env scope
                     self._once(state, full, keep_going, report)
                 else:
-                    watchrun.WatchRun(self, watching.lister, state, full,
-                                      keep_going).run(in_force, report)
+                    watchrun.WatchRun(self, watching.lister, state, full, keep_going).run(
+                        in_force, report
+                    )
                 return _result(state, "ok")
             except batching.Restart:
                 gone += 1
@@ -150,11 +166,20 @@ class Runner:
                 return _result(state, e.outcome, e.detail, e.retry_after)
         return _result(state, "gone", f"410 Gone {self.settings.max_restarts + 1} times")
 
-    def _once(self, state: batching.RunState, full: bool, keep_going: Callable[[], bool],
-              report: listenerapi.EpochReport) -> None:
+    def _once(
+        self,
+        state: batching.RunState,
+        full: bool,
+        keep_going: Callable[[], bool],
+        report: listenerapi.EpochReport,
+    ) -> None:
         # a claim of a new epoch goes with the full listing's first page (listener.fleet.epochs)
-        if (not full and report.epoch is None and self.settings.buckets
-                and self._by_buckets(state, keep_going, report.identity)):
+        if (
+            not full
+            and report.epoch is None
+            and self.settings.buckets
+            and self._by_buckets(state, keep_going, report.identity)
+        ):
             return
         digest, epoch = self.digest(state, report)  # epoch None: a listener before epochs
         mark = None if epoch is None else diff.high_water(digest, epoch)
@@ -180,14 +205,24 @@ class Runner:
                 continue
             state.count("deleted")
             self.metrics.differences.labels("deleted").inc()
-            buffer.add(changes.tombstone(runtime_id=self.runtime_id, namespace=ns, name=name,
-                                         uid=entry.uid, resource_version=tomb_rv, source="poller",
-                                         observed_at=listed_at, epoch=epoch))
+            buffer.add(
+                changes.tombstone(
+                    runtime_id=self.runtime_id,
+                    namespace=ns,
+                    name=name,
+                    uid=entry.uid,
+                    resource_version=tomb_rv,
+                    source="poller",
+                    observed_at=listed_at,
+                    epoch=epoch,
+                )
+            )
         buffer.flush()
         self.metrics.last_scanned.set(state.scanned)
 
-    def digest(self, state: batching.RunState, report: listenerapi.EpochReport,
-               watch: str = "") -> tuple[diff.Digest, int | None]:
+    def digest(
+        self, state: batching.RunState, report: listenerapi.EpochReport, watch: str = ""
+    ) -> tuple[diff.Digest, int | None]:
         """The listener's digest of the runtime's records, and the epoch it answered."""
         t0 = self._clock()
         problems: collections.Counter[str] = collections.Counter()
@@ -200,16 +235,26 @@ class Runner:
         if problems:
             for field, n in problems.items():
                 self.metrics.digest_uninterpretable.labels(field).inc(n)
-            log.warning("listener digest: %s uninterpretable entries (%s), e.g. %s; "
-                        "resent or dropped", sum(problems.values()),
-                        ", ".join(f"{f}: {n}" for f, n in sorted(problems.items())),
-                        ", ".join(bad_keys))
+            log.warning(
+                "listener digest: %s uninterpretable entries (%s), e.g. %s; resent or dropped",
+                sum(problems.values()),
+                ", ".join(f"{f}: {n}" for f, n in sorted(problems.items())),
+                ", ".join(bad_keys),
+            )
         state.digest_entries = len(digest)
         self.metrics.digest_entries.set(len(digest))
         return digest, state.epoch
 
-    def _compare(self, items: Sequence[Mapping[str, Any]], digest: diff.Digest, observed: str,
-                 full: bool, epoch: int | None, buffer: batching.Buffer, state: batching.RunState) -> int:
+    def _compare(
+        self,
+        items: Sequence[Mapping[str, Any]],
+        digest: diff.Digest,
+        observed: str,
+        full: bool,
+        epoch: int | None,
+        buffer: batching.Buffer,
+        state: batching.RunState,
+    ) -> int:
         """Judge one page of listed objects against the digest (taking them out of it),
         buffer the records to send; returns how many were scanned."""
         scanned = 0
@@ -227,13 +272,20 @@ class Runner:
                 self.metrics.differences.labels(kind).inc()
             elif not (full and diff.resend(entry, rv, observed, epoch or 0)):
                 continue
-            buffer.add(changes.from_configmap(obj, runtime_id=self.runtime_id,
-                                              source="poller", observed_at=observed,
-                                              epoch=epoch))
+            buffer.add(
+                changes.from_configmap(
+                    obj,
+                    runtime_id=self.runtime_id,
+                    source="poller",
+                    observed_at=observed,
+                    epoch=epoch,
+                )
+            )
         return scanned
 
-    def _by_buckets(self, state: batching.RunState, keep_going: Callable[[], bool],
-                    identity: str = "") -> bool:
+    def _by_buckets(
+        self, state: batching.RunState, keep_going: Callable[[], bool], identity: str = ""
+    ) -> bool:
         """The run by buckets (``poller.buckets``); False when the full digest must run."""
         if not buckets.supported(self.client, self.lister):
             return False
@@ -245,11 +297,18 @@ class Runner:
             self.metrics.differences.labels(kind).inc()
 
         br = buckets.BucketRun(
-            self.runtime_id, self.filter, self.lister, self.client,  # type: ignore[arg-type]
-            add=buffer.add, differ=differ, keep_going=keep_going,
+            self.runtime_id,
+            self.filter,
+            self.lister,  # type: ignore[arg-type]
+            self.client,  # type: ignore[arg-type]
+            add=buffer.add,
+            differ=differ,
+            keep_going=keep_going,
             request=lambda call: self.metrics.listener_requests.labels(call).inc(),
-            stop=lambda: Stop("aborted", "leadership lost"), max_buckets=self.settings.max_buckets,
-            identity=identity)
+            stop=lambda: Stop("aborted", "leadership lost"),
+            max_buckets=self.settings.max_buckets,
+            identity=identity,
+        )
         try:
             with batching.listing(buffer):
                 out = br.run()
@@ -267,14 +326,16 @@ class Runner:
         self.metrics.buckets_listed.inc(out.buckets_listed)
         return True
 
-    def _state_items(self, state: batching.RunState, report: listenerapi.EpochReport,
-                     watch: str = "") -> Iterator[changes.DigestItem]:
+    def _state_items(
+        self, state: batching.RunState, report: listenerapi.EpochReport, watch: str = ""
+    ) -> Iterator[changes.DigestItem]:
         token = ""
         while True:
             self.metrics.listener_requests.labels("state").inc()
             try:
-                page = self.client.state_page(self.settings.state_page_size, token,
-                                              None if token else report, watch)
+                page = self.client.state_page(
+                    self.settings.state_page_size, token, None if token else report, watch
+                )
             except sender.ListenerError as e:
                 raise batching.stop_for(e.outcome, "state") from None
             if not token:
@@ -287,8 +348,9 @@ class Runner:
     # -- sending ---------------------------------------------------------------------------
 
     def buffer(self, state: batching.RunState, keep_going: Callable[[], bool]) -> batching.Buffer:
-        return batching.Buffer(self.send, self.settings.batch_items, self.settings.batch_bytes,
-                               state, keep_going)
+        return batching.Buffer(
+            self.send, self.settings.batch_items, self.settings.batch_bytes, state, keep_going
+        )
 
     def send(self, records: list[changes.ChangeRecord], state: batching.RunState) -> None:
         """Send one batch (paced, retried); raises ``Stop`` when the listener fails."""
@@ -302,7 +364,9 @@ class Runner:
             if outcome.verdict == "ok":
                 for r in outcome.results:
                     got = str(r.get("outcome", "unknown"))
-                    self.metrics.sent.labels(got if got in metrics.SENT_OUTCOMES else "unknown").inc()
+                    self.metrics.sent.labels(
+                        got if got in metrics.SENT_OUTCOMES else "unknown"
+                    ).inc()
                 state.sent += len(records)
                 return
             if outcome.verdict == "permanent":
@@ -314,20 +378,37 @@ class Runner:
                 if refused:
                     rec = records[0]
                     self.metrics.sent.labels("refused").inc()
-                    log.error("listener refused %s/%s rv=%s: %s %s %s", rec["namespace"],
-                              rec["name"], rec["resourceVersion"], outcome.status,
-                              outcome.error, logs.bounded(outcome.details, 300))
+                    log.error(
+                        "listener refused %s/%s rv=%s: %s %s %s",
+                        rec["namespace"],
+                        rec["name"],
+                        rec["resourceVersion"],
+                        outcome.status,
+                        outcome.error,
+                        logs.bounded(outcome.details, 300),
+                    )
                     return
                 raise batching.stop_for(outcome, "changes")
             attempt += 1
-            delay = sender.retry_delay(outcome, attempt - 1, base=self.settings.retry_base,
-                                       cap=self.settings.retry_cap)
+            delay = sender.retry_delay(
+                outcome, attempt - 1, base=self.settings.retry_base, cap=self.settings.retry_cap
+            )
             if attempt >= self.settings.send_attempts or delay > self.settings.retry_cap:
                 raise batching.stop_for(outcome, "changes")
             self._sleep(delay)
 
 
-def _result(state: batching.RunState, outcome: str, detail: str = "",
-            retry_after: float | None = None) -> Result:
-    return Result(outcome, state.scanned, state.digest_entries, dict(state.differences),
-                  state.sent, retry_after, detail, state.digest_seconds, state.epoch)
+def _result(
+    state: batching.RunState, outcome: str, detail: str = "", retry_after: float | None = None
+) -> Result:
+    return Result(
+        outcome,
+        state.scanned,
+        state.digest_entries,
+        dict(state.differences),
+        state.sent,
+        retry_after,
+        detail,
+        state.digest_seconds,
+        state.epoch,
+    )

@@ -47,32 +47,51 @@ class Unserved(ListError):
         self.reason = reason
 
 
-def resource_pages(skr: gateway.Kube, res: gateway.Resource, namespace: str | None, *,
-                   field_selector: str, label_selector: str, page_size: int, timeout: float,
-                   on_request: Callable[[], None] = lambda: None) -> Iterator[Page]:
+def resource_pages(
+    skr: gateway.Kube,
+    res: gateway.Resource,
+    namespace: str | None,
+    *,
+    field_selector: str,
+    label_selector: str,
+    page_size: int,
+    timeout: float,
+    on_request: Callable[[], None] = lambda: None,
+) -> Iterator[Page]:
     """Every page of one listing of any resource (a Watch's; ``namespace`` None: across all
     namespaces); raises ``Gone``, ``Unserved`` or ``ListError``."""
     token = ""
     while True:
         on_request()
         try:
-            doc = skr.list(res, namespace, limit=page_size, continue_token=token or None,
-                           field_selector=field_selector or None,
-                           label_selector=label_selector or None, timeout=timeout)
+            doc = skr.list(
+                res,
+                namespace,
+                limit=page_size,
+                continue_token=token or None,
+                field_selector=field_selector or None,
+                label_selector=label_selector or None,
+                timeout=timeout,
+            )
         except gateway.Gone as e:
             raise Gone(f"list {res.plural}: 410 Gone (continue token expired)") from e
         except gateway.NotFound as e:
-            raise Unserved(f"list {res.api_version} {res.plural}: not served (404)",
-                           "unserved") from e
+            raise Unserved(
+                f"list {res.api_version} {res.plural}: not served (404)", "unserved"
+            ) from e
         except gateway.Forbidden as e:
-            raise Unserved(f"list {res.api_version} {res.plural}: forbidden ({e})",
-                           "forbidden") from e
+            raise Unserved(
+                f"list {res.api_version} {res.plural}: forbidden ({e})", "forbidden"
+            ) from e
         except gateway.GatewayError as e:
             raise ListError(str(e)) from e
         meta = doc.get("metadata") or {}
         # each item with its own kind (a built-in list names it once): checked per Watch
-        page = Page(watchkinds.stamp_items(doc), str(meta.get("continue") or ""),
-                    str(meta.get("resourceVersion") or ""))
+        page = Page(
+            watchkinds.stamp_items(doc),
+            str(meta.get("continue") or ""),
+            str(meta.get("resourceVersion") or ""),
+        )
         yield page
         if not page.continue_token:
             return
@@ -87,8 +106,15 @@ def field_selector(flt: filters.ConfigMapFilter) -> str:
 class Lister:
     """Pages of ConfigMaps as plain JSON dicts (camelCase, as served)."""
 
-    def __init__(self, skr: gateway.Kube, flt: filters.ConfigMapFilter, *, page_size: int,
-                 timeout: float, on_request: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        skr: gateway.Kube,
+        flt: filters.ConfigMapFilter,
+        *,
+        page_size: int,
+        timeout: float,
+        on_request: Callable[[], None] = lambda: None,
+    ) -> None:
         self._skr = skr
         self._filter = flt
         self._page_size = page_size
@@ -100,18 +126,26 @@ class Lister:
         """One page; ``metadata_only``: a ``PartialObjectMetadataList`` (no data)."""
         self._on_request()
         try:
-            doc = self._skr.list(gateway.CONFIGMAPS, None, limit=self._page_size,
-                                 continue_token=token or None,
-                                 field_selector=field_selector(self._filter) or None,
-                                 label_selector=self._filter.selector_text or None,
-                                 metadata_only=metadata_only, timeout=self._timeout)
+            doc = self._skr.list(
+                gateway.CONFIGMAPS,
+                None,
+                limit=self._page_size,
+                continue_token=token or None,
+                field_selector=field_selector(self._filter) or None,
+                label_selector=self._filter.selector_text or None,
+                metadata_only=metadata_only,
+                timeout=self._timeout,
+            )
         except gateway.Gone as e:
             raise Gone("list configmaps: 410 Gone (continue token expired)") from e
         except gateway.GatewayError as e:
             raise ListError(str(e)) from e
         meta = doc.get("metadata") or {}
-        return Page(list(doc.get("items") or []), str(meta.get("continue") or ""),
-                    str(meta.get("resourceVersion") or ""))
+        return Page(
+            list(doc.get("items") or []),
+            str(meta.get("continue") or ""),
+            str(meta.get("resourceVersion") or ""),
+        )
 
     def identity(self) -> str:
         """The runtime's identity (the ``kube-system`` Namespace's UID); "" when it cannot be
@@ -120,9 +154,13 @@ class Lister:
             ns = self._skr.get(gateway.NAMESPACES, None, IDENTITY_NAMESPACE, timeout=self._timeout)
         except gateway.GatewayError as e:
             if not self._identity_failed:
-                log.warning("cannot read the %s Namespace's uid (the runtime's identity for "
-                            "epochs; needs get on namespaces/%s): %s", IDENTITY_NAMESPACE,
-                            IDENTITY_NAMESPACE, e)
+                log.warning(
+                    "cannot read the %s Namespace's uid (the runtime's identity for "
+                    "epochs; needs get on namespaces/%s): %s",
+                    IDENTITY_NAMESPACE,
+                    IDENTITY_NAMESPACE,
+                    e,
+                )
             self._identity_failed = True
             return ""
         self._identity_failed = False
@@ -139,18 +177,30 @@ class Lister:
                 return
             token = page.continue_token
 
-    def watch_pages(self, res: gateway.Resource, namespace: str | None, *,
-                    field_selector: str, label_selector: str) -> Iterator[Page]:
+    def watch_pages(
+        self,
+        res: gateway.Resource,
+        namespace: str | None,
+        *,
+        field_selector: str,
+        label_selector: str,
+    ) -> Iterator[Page]:
         """Every page of one listing of a Watch's resource (``resource_pages``)."""
-        return resource_pages(self._skr, res, namespace, field_selector=field_selector,
-                              label_selector=label_selector, page_size=self._page_size,
-                              timeout=self._timeout, on_request=self._on_request)
+        return resource_pages(
+            self._skr,
+            res,
+            namespace,
+            field_selector=field_selector,
+            label_selector=label_selector,
+            page_size=self._page_size,
+            timeout=self._timeout,
+            on_request=self._on_request,
+        )
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One ConfigMap with its data (None: gone); raises ``ListError``."""
         self._on_request()
         try:
-            return self._skr.get_or_none(gateway.CONFIGMAPS, namespace, name,
-                                         timeout=self._timeout)
+            return self._skr.get_or_none(gateway.CONFIGMAPS, namespace, name, timeout=self._timeout)
         except gateway.GatewayError as e:
             raise ListError(str(e)) from e

@@ -29,8 +29,13 @@ BACKOFF_OUTCOMES = ("listener-failed", "listener-refused")
 
 
 class Service:
-    def __init__(self, settings: settings_mod.ScheduleSettings, runner: run.Runner,
-                 m: metrics.Metrics, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: settings_mod.ScheduleSettings,
+        runner: run.Runner,
+        m: metrics.Metrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.runner = runner
         self.metrics = m
@@ -38,15 +43,19 @@ class Service:
         self.backoff = pacing.Backoff(settings.backoff_base, settings.backoff_cap)
         self.leading = threading.Event()
         self._busy = threading.Lock()
-        self.scheduler = BackgroundScheduler(timezone=datetime.UTC, job_defaults={
-            "coalesce": True, "max_instances": 1, "misfire_grace_time": None})
+        self.scheduler = BackgroundScheduler(
+            timezone=datetime.UTC,
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+        )
         self.last_result: run.Result | None = None
 
     def _triggers(self) -> dict[str, IntervalTrigger | CronTrigger]:
         s = self.settings
         out: dict[str, IntervalTrigger | CronTrigger] = {
-            INTERVAL_JOB: IntervalTrigger(seconds=s.interval, jitter=s.jitter or None,
-                                          timezone=datetime.UTC)}
+            INTERVAL_JOB: IntervalTrigger(
+                seconds=s.interval, jitter=s.jitter or None, timezone=datetime.UTC
+            )
+        }
         if s.resync_cron:
             out[RESYNC_JOB] = CronTrigger.from_crontab(s.resync_cron, timezone="UTC")
         return out
@@ -72,8 +81,12 @@ class Service:
             if job_id == INTERVAL_JOB and self.settings.run_on_start:
                 self.scheduler.modify_job(job_id, next_run_time=now)
         self.scheduler.resume()
-        log.info("leading: poll runs every %.1fs (jitter %.1fs), full resync %s",
-                 self.settings.interval, self.settings.jitter, self.settings.resync_cron or "off")
+        log.info(
+            "leading: poll runs every %.1fs (jitter %.1fs), full resync %s",
+            self.settings.interval,
+            self.settings.jitter,
+            self.settings.resync_cron or "off",
+        )
 
     def on_stopped(self) -> None:
         self.leading.clear()
@@ -110,13 +123,24 @@ class Service:
         if result.outcome == "ok":
             self.backoff.succeeded()
             self.metrics.last_success.set(time.time())
-            log.info("%s run ok in %.2fs: %d scanned, %d digest entries, differences %s, %d sent",
-                     kind, elapsed, result.scanned, result.digest_entries, result.differences,
-                     result.sent)
+            log.info(
+                "%s run ok in %.2fs: %d scanned, %d digest entries, differences %s, %d sent",
+                kind,
+                elapsed,
+                result.scanned,
+                result.digest_entries,
+                result.differences,
+                result.sent,
+            )
         elif result.outcome in BACKOFF_OUTCOMES:
             delay = self.backoff.failed(self._clock(), result.retry_after)
-            log.warning("%s run stopped (%s: %s); next run in %.1fs at the earliest", kind,
-                        result.outcome, result.detail, delay)
+            log.warning(
+                "%s run stopped (%s: %s); next run in %.1fs at the earliest",
+                kind,
+                result.outcome,
+                result.detail,
+                delay,
+            )
         else:
             log.warning("%s run failed (%s: %s)", kind, result.outcome, result.detail)
         self.metrics.backoff_seconds.set(max(0.0, self.backoff.not_before - self._clock()))

@@ -53,8 +53,14 @@ class WatchSource(Protocol):
 class WatchLister(Protocol):
     """``poller.scan.Lister``."""
 
-    def watch_pages(self, res: apitypes.Resource, namespace: str | None, *,
-                    field_selector: str, label_selector: str) -> Iterator[scan.Page]: ...
+    def watch_pages(
+        self,
+        res: apitypes.Resource,
+        namespace: str | None,
+        *,
+        field_selector: str,
+        label_selector: str,
+    ) -> Iterator[scan.Page]: ...
 
 
 class Watching(NamedTuple):
@@ -70,14 +76,17 @@ class Host(Protocol):
     runtime_id: str
     metrics: metrics.Metrics
 
-    def digest(self, state: batching.RunState, report: listenerapi.EpochReport,
-               watch: str = "") -> tuple[diff.Digest, int | None]: ...
+    def digest(
+        self, state: batching.RunState, report: listenerapi.EpochReport, watch: str = ""
+    ) -> tuple[diff.Digest, int | None]: ...
 
-    def buffer(self, state: batching.RunState,
-               keep_going: Callable[[], bool]) -> batching.Buffer: ...
+    def buffer(
+        self, state: batching.RunState, keep_going: Callable[[], bool]
+    ) -> batching.Buffer: ...
 
 
 # -- the decisions (pure) ----------------------------------------------------------------------
+
 
 def resource_of(target: watches.Target) -> apitypes.Resource:
     return apitypes.watched(target.group, target.version, target.resource)
@@ -116,12 +125,19 @@ def tomb_rv(listed: Mapping[str | None, str], namespace: str) -> str:
 
 # -- the run -----------------------------------------------------------------------------------
 
+
 class WatchRun:
     """One run over ``in_force`` (``run``); raises ``batching.Stop``, ``Restart`` and
     ``WentBack`` as the environment's run does."""
 
-    def __init__(self, host: Host, lister: WatchLister, state: batching.RunState, full: bool,
-                 keep_going: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        host: Host,
+        lister: WatchLister,
+        state: batching.RunState,
+        full: bool,
+        keep_going: Callable[[], bool],
+    ) -> None:
         self.host, self.lister, self.state = host, lister, state
         self.full, self.keep_going = full, keep_going
         self.skipped: list[tuple[str, str]] = []  # (watch, reason)
@@ -145,8 +161,10 @@ class WatchRun:
         claim of a new epoch goes with the run's first state page only."""
         try:
             digest, epoch = self.host.digest(
-                self.state, report if first else report._replace(epoch=None, collection_rv=""),
-                w.name)
+                self.state,
+                report if first else report._replace(epoch=None, collection_rv=""),
+                w.name,
+            )
         except batching.Stop as e:
             if e.status != 404:
                 raise
@@ -162,13 +180,19 @@ class WatchRun:
             try:
                 for ns in listings(w):
                     for page in self.lister.watch_pages(
-                            res, ns, field_selector=field_selector(w) if ns is None else "",
-                            label_selector=w.selector_text):
+                        res,
+                        ns,
+                        field_selector=field_selector(w) if ns is None else "",
+                        label_selector=w.selector_text,
+                    ):
                         if not self.keep_going():
                             raise batching.Stop("aborted", "leadership lost")
                         listed[ns] = page.resource_version or listed.get(ns, "")
-                        if mark is not None and epoch is not None \
-                                and changes.went_back(listed[ns], mark):
+                        if (
+                            mark is not None
+                            and epoch is not None
+                            and changes.went_back(listed[ns], mark)
+                        ):
                             batching.went_back(epoch, listed[ns], mark, report)
                             mark = None
                         self._compare(w, page.items, digest, epoch, buffer)
@@ -181,15 +205,30 @@ class WatchRun:
             if rv is None:
                 continue
             self._differ("deleted")
-            buffer.add(changes.watch_tombstone(
-                watch=w, runtime_id=self.host.runtime_id, namespace=ns, name=name,
-                uid=entry.uid, resource_version=rv, source="poller", observed_at=listed_at,
-                epoch=epoch))
+            buffer.add(
+                changes.watch_tombstone(
+                    watch=w,
+                    runtime_id=self.host.runtime_id,
+                    namespace=ns,
+                    name=name,
+                    uid=entry.uid,
+                    resource_version=rv,
+                    source="poller",
+                    observed_at=listed_at,
+                    epoch=epoch,
+                )
+            )
         buffer.flush()
         return entries
 
-    def _compare(self, w: watches.Watch, items: Sequence[Mapping[str, Any]],
-                 digest: diff.Digest, epoch: int | None, buffer: batching.Buffer) -> None:
+    def _compare(
+        self,
+        w: watches.Watch,
+        items: Sequence[Mapping[str, Any]],
+        digest: diff.Digest,
+        epoch: int | None,
+        buffer: batching.Buffer,
+    ) -> None:
         """Judge one page against the Watch's digest (taking what it admits out of it)."""
         observed = changes.now()
         scanned = 0
@@ -208,8 +247,16 @@ class WatchRun:
                 self._differ(kind)
             elif not (self.full and diff.resend(entry, rv, observed, epoch or 0)):
                 continue
-            buffer.add(changes.from_object(obj, watch=w, runtime_id=self.host.runtime_id,
-                                           source="poller", observed_at=observed, epoch=epoch))
+            buffer.add(
+                changes.from_object(
+                    obj,
+                    watch=w,
+                    runtime_id=self.host.runtime_id,
+                    source="poller",
+                    observed_at=observed,
+                    epoch=epoch,
+                )
+            )
         self.host.metrics.scanned.inc(scanned)
         self.state.scanned += scanned
 
@@ -220,5 +267,6 @@ class WatchRun:
     def _skip(self, w: watches.Watch, reason: str, detail: str) -> None:
         self.skipped.append((w.name, reason))
         self.host.metrics.watches_skipped.labels(reason).inc()
-        log.warning("watch %s skipped: %s (its records are kept; the other watches run)",
-                    w.name, detail)
+        log.warning(
+            "watch %s skipped: %s (its records are kept; the other watches run)", w.name, detail
+        )

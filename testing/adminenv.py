@@ -27,7 +27,9 @@ from tether import apitypes, certs, delivery
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ADMIN_RBAC = REPO / "manifests" / "kcp" / "admin" / "rbac.yaml"
-ENROLLMENT_CRD = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
+ENROLLMENT_CRD = (
+    REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
+)
 MAPPING_CRD = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_compassmappings.yaml"
 ADMIN_USER = "tether-admin-test"
 AUDIENCE = "tether-admin"  # the admin part's default TETHER_ADMIN_TOKEN_AUDIENCE
@@ -44,16 +46,18 @@ def stamp(t: datetime.datetime) -> str:
 
 
 def install_crds(api: client.ApiClient) -> None:
-    controlplane.install_crds(api, controlplane.KYMA_CRD, *listenerenv.CRD_FILES,
-                              ENROLLMENT_CRD, MAPPING_CRD)
+    controlplane.install_crds(
+        api, controlplane.KYMA_CRD, *listenerenv.CRD_FILES, ENROLLMENT_CRD, MAPPING_CRD
+    )
 
 
 class Env:
     """Namespaces ``kcp_ns`` (fleet objects) and ``tether_ns`` (Deployments, leader Leases)
     in ``plane``; ``kubeconfig``: the admin part's identity with exactly the manifests' RBAC."""
 
-    def __init__(self, plane: controlplane.ControlPlane, api: client.ApiClient,
-                 d: pathlib.Path) -> None:
+    def __init__(
+        self, plane: controlplane.ControlPlane, api: client.ApiClient, d: pathlib.Path
+    ) -> None:
         self.plane, self.api, self.dir = plane, api, d
         suffix = uuid.uuid4().hex[:6]
         self.kcp_ns, self.tether_ns = f"ka-{suffix}", f"ta-{suffix}"
@@ -66,8 +70,9 @@ class Env:
         self.kubeconfig = plane.issue_client_cert(self.user, dest=d / f"kubeconfig-{self.user}")
         ca = certs.CertificateAuthority.create("tether-admin-serving-ca")
         ca.write(d / "admin-ca.crt", d / "admin-ca.key")
-        ca.issue("tether-admin", dns_names=["localhost"], ip_addresses=["127.0.0.1"],
-                 server=True).write(d / "admin-tls.crt", d / "admin-tls.key")
+        ca.issue(
+            "tether-admin", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True
+        ).write(d / "admin-tls.crt", d / "admin-tls.key")
         self.ca_file = d / "admin-ca.crt"
         self.cert_file, self.key_file = d / "admin-tls.crt", d / "admin-tls.key"
 
@@ -85,14 +90,19 @@ class Env:
                 continue
             # the heartbeat Leases (manifests: tether-heartbeats) are in kcp_ns here, where
             # the admin part looks for them by default
-            ns = {"kcp-system": self.kcp_ns, "tether-system": self.tether_ns,
-                  "tether-heartbeats": self.kcp_ns}.get(meta.get("namespace", ""))
+            ns = {
+                "kcp-system": self.kcp_ns,
+                "tether-system": self.tether_ns,
+                "tether-heartbeats": self.kcp_ns,
+            }.get(meta.get("namespace", ""))
             meta["name"] = f"tether-admin-{self.suffix}" + (
-                "-heartbeats" if meta.get("namespace") == "tether-heartbeats" else "")
+                "-heartbeats" if meta.get("namespace") == "tether-heartbeats" else ""
+            )
             if "roleRef" in doc:
                 doc["roleRef"]["name"] = meta["name"]
-                doc["subjects"] = [{"kind": "User", "name": self.user,
-                                    "apiGroup": "rbac.authorization.k8s.io"}]
+                doc["subjects"] = [
+                    {"kind": "User", "name": self.user, "apiGroup": "rbac.authorization.k8s.io"}
+                ]
             kind = doc["kind"]
             if kind == "ClusterRole":
                 rbac.create_cluster_role(doc)
@@ -105,45 +115,77 @@ class Env:
                 meta["namespace"] = ns
                 rbac.create_namespaced_role_binding(ns, doc)
 
-    def operator(self, name: str, pages: Sequence[str] | None = ("fleet", "runtime", "compass",
-                                                                  "parts")) -> str:
+    def operator(
+        self, name: str, pages: Sequence[str] | None = ("fleet", "runtime", "compass", "parts")
+    ) -> str:
         """A ServiceAccount in ``tether_ns`` allowed ``pages`` (``None``: all, through the
         manifests' viewer ClusterRole; ``()``: nothing); returns a bearer token for it made
         for the admin pages' audience (``kubectl create token NAME --audience tether-admin``)."""
         core: Any = client.CoreV1Api(self.api)
         rbac: Any = client.RbacAuthorizationV1Api(self.api)
-        core.create_namespaced_service_account(self.tether_ns, client.V1ServiceAccount(
-            metadata=client.V1ObjectMeta(name=name)))
+        core.create_namespaced_service_account(
+            self.tether_ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
+        )
         subject = [{"kind": "ServiceAccount", "name": name, "namespace": self.tether_ns}]
         binding = f"{name}-{self.suffix}"
         if pages is None:
-            rbac.create_cluster_role_binding({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": binding}, "subjects": subject,
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": self.viewer_role}})
+            rbac.create_cluster_role_binding(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": binding},
+                    "subjects": subject,
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": self.viewer_role,
+                    },
+                }
+            )
         elif pages:
-            rbac.create_cluster_role({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": binding},
-                "rules": [{"apiGroups": ["tether.kyma-project.io"], "resources": ["adminpages"],
-                           "resourceNames": list(pages), "verbs": ["get"]}]})
-            rbac.create_cluster_role_binding({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": binding}, "subjects": subject,
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": binding}})
+            rbac.create_cluster_role(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"name": binding},
+                    "rules": [
+                        {
+                            "apiGroups": ["tether.kyma-project.io"],
+                            "resources": ["adminpages"],
+                            "resourceNames": list(pages),
+                            "verbs": ["get"],
+                        }
+                    ],
+                }
+            )
+            rbac.create_cluster_role_binding(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": binding},
+                    "subjects": subject,
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": binding,
+                    },
+                }
+            )
         return self.token(name)
 
-    def token(self, name: str, audiences: Sequence[str] = (AUDIENCE,),
-              seconds: int = 3600) -> str:
+    def token(self, name: str, audiences: Sequence[str] = (AUDIENCE,), seconds: int = 3600) -> str:
         """A new token of the ServiceAccount ``name`` (TokenRequest) for ``audiences`` (empty:
         the API server's own, what ``kubectl create token NAME`` makes)."""
         core: Any = client.CoreV1Api(self.api)
         tr: Any = core.create_namespaced_service_account_token(
-            name, self.tether_ns, client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(audiences=list(audiences),
-                                               expiration_seconds=seconds)))
+            name,
+            self.tether_ns,
+            client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(
+                    audiences=list(audiences), expiration_seconds=seconds
+                )
+            ),
+        )
         return str(tr.status.token)
 
     # -- fleet objects, as the other parts write them -----------------------------------------
@@ -153,51 +195,108 @@ class Env:
 
     def kyma(self, name: str, runtime_id: str) -> None:
         self._objects().create_namespaced_custom_object(
-            "operator.kyma-project.io", "v1beta2", self.kcp_ns, "kymas", {
-                "apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma",
-                "metadata": {"name": name, "labels": {RUNTIME_LABEL: runtime_id},
-                             "annotations": {"skr-domain": f"{name}.kyma.example.com"}},
-                "spec": {"channel": "regular"}})
+            "operator.kyma-project.io",
+            "v1beta2",
+            self.kcp_ns,
+            "kymas",
+            {
+                "apiVersion": "operator.kyma-project.io/v1beta2",
+                "kind": "Kyma",
+                "metadata": {
+                    "name": name,
+                    "labels": {RUNTIME_LABEL: runtime_id},
+                    "annotations": {"skr-domain": f"{name}.kyma.example.com"},
+                },
+                "spec": {"channel": "regular"},
+            },
+        )
 
-    def enrollment(self, name: str, runtime_id: str, ready: bool, *, reason: str = "Ready",
-                   not_after: datetime.datetime | None = None) -> None:
-        body = {"apiVersion": "tether.kyma-project.io/v1alpha1", "kind": "RuntimeEnrollment",
-                "metadata": {"name": name, "namespace": self.kcp_ns,
-                             "labels": {RUNTIME_LABEL: runtime_id}},
-                "spec": {"kymaName": name, "runtimeId": runtime_id}}
+    def enrollment(
+        self,
+        name: str,
+        runtime_id: str,
+        ready: bool,
+        *,
+        reason: str = "Ready",
+        not_after: datetime.datetime | None = None,
+    ) -> None:
+        body = {
+            "apiVersion": "tether.kyma-project.io/v1alpha1",
+            "kind": "RuntimeEnrollment",
+            "metadata": {
+                "name": name,
+                "namespace": self.kcp_ns,
+                "labels": {RUNTIME_LABEL: runtime_id},
+            },
+            "spec": {"kymaName": name, "runtimeId": runtime_id},
+        }
         self._objects().create_namespaced_custom_object(
-            "tether.kyma-project.io", "v1alpha1", self.kcp_ns, "runtimeenrollments", body)
+            "tether.kyma-project.io", "v1alpha1", self.kcp_ns, "runtimeenrollments", body
+        )
         t = stamp(now())
-        cond = {"type": "Ready", "status": "True" if ready else "False",
-                "reason": reason if not ready else "Ready", "message": "set by the test",
-                "lastTransitionTime": t.split(".")[0] + "Z", "observedGeneration": 1}
-        status = {"observedGeneration": 1, "conditions": [cond],
-                  "certificate": {"notAfter": stamp(not_after or now() + datetime.timedelta(
-                      days=6))}}
+        cond = {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "reason": reason if not ready else "Ready",
+            "message": "set by the test",
+            "lastTransitionTime": t.split(".")[0] + "Z",
+            "observedGeneration": 1,
+        }
+        status = {
+            "observedGeneration": 1,
+            "conditions": [cond],
+            "certificate": {"notAfter": stamp(not_after or now() + datetime.timedelta(days=6))},
+        }
         self._objects().patch_namespaced_custom_object_status(
-            "tether.kyma-project.io", "v1alpha1", self.kcp_ns, "runtimeenrollments", name,
-            {"status": status})
+            "tether.kyma-project.io",
+            "v1alpha1",
+            self.kcp_ns,
+            "runtimeenrollments",
+            name,
+            {"status": status},
+        )
 
     def heartbeat(self, runtime_id: str, at: datetime.datetime) -> None:
         name = heartbeat.lease_name(runtime_id)  # as the listener names both
         coordination: Any = client.CoordinationV1Api(self.api)
-        coordination.create_namespaced_lease(self.kcp_ns, {
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "labels": {HEARTBEAT_LABEL: "true",
-                                                  RUNTIME_LABEL: runtime_id}},
-            "spec": {"holderIdentity": runtime_id, "renewTime": stamp(at)}})
+        coordination.create_namespaced_lease(
+            self.kcp_ns,
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": name,
+                    "labels": {HEARTBEAT_LABEL: "true", RUNTIME_LABEL: runtime_id},
+                },
+                "spec": {"holderIdentity": runtime_id, "renewTime": stamp(at)},
+            },
+        )
 
-    def delivery(self, runtime_id: str, *, webhook: int, poller: int, lag: float = 0.05,
-                 refused: Mapping[str, int] | None = None, throttled: int = 0,
-                 names: Sequence[str] = ("app",), minutes: int = 10) -> None:
+    def delivery(
+        self,
+        runtime_id: str,
+        *,
+        webhook: int,
+        poller: int,
+        lag: float = 0.05,
+        refused: Mapping[str, int] | None = None,
+        throttled: int = 0,
+        names: Sequence[str] = ("app",),
+        minutes: int = 10,
+    ) -> None:
         """A RuntimeDelivery as the listener merges it: records spread over ``minutes``."""
         at = now()
         d = delivery.Delta()
         for i in range(webhook + poller):
             when = at - datetime.timedelta(minutes=(i % minutes))
-            d.record(when, "poller" if i < poller else "webhook",
-                     when - datetime.timedelta(seconds=lag * (1 + i % 3)), "persisted",
-                     "team-a", names[i % len(names)])
+            d.record(
+                when,
+                "poller" if i < poller else "webhook",
+                when - datetime.timedelta(seconds=lag * (1 + i % 3)),
+                "persisted",
+                "team-a",
+                names[i % len(names)],
+            )
         for reason, n in (refused or {}).items():
             for _ in range(n):
                 d.refuse(at, reason, 413)
@@ -206,34 +305,78 @@ class Env:
         for i in range(minutes):  # a heartbeat and a state request a minute
             for _ in range(2):
                 d.seen(at - datetime.timedelta(minutes=i))
-        d.stored = {"records": webhook + poller, "bytes": 2048 * (webhook + poller),
-                    "recordLimit": 10_000, "byteLimit": 50 << 20}
+        d.stored = {
+            "records": webhook + poller,
+            "bytes": 2048 * (webhook + poller),
+            "recordLimit": 10_000,
+            "byteLimit": 50 << 20,
+        }
         name = heartbeat.lease_name(runtime_id)  # as the listener names both
         body = delivery.body(name, self.kcp_ns, runtime_id, {RUNTIME_LABEL: runtime_id})
         self._objects().create_namespaced_custom_object(
-            apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, self.kcp_ns, apitypes.RUNTIME_DELIVERIES.plural, body)
+            apitypes.RUNTIME_DELIVERIES.group,
+            apitypes.RUNTIME_DELIVERIES.version,
+            self.kcp_ns,
+            apitypes.RUNTIME_DELIVERIES.plural,
+            body,
+        )
         self._objects().patch_namespaced_custom_object_status(
-            apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, self.kcp_ns, apitypes.RUNTIME_DELIVERIES.plural, name,
-            {"status": delivery.merge(None, d, runtime_id, at)})
+            apitypes.RUNTIME_DELIVERIES.group,
+            apitypes.RUNTIME_DELIVERIES.version,
+            self.kcp_ns,
+            apitypes.RUNTIME_DELIVERIES.plural,
+            name,
+            {"status": delivery.merge(None, d, runtime_id, at)},
+        )
 
     def mapping(self, name: str, state: str, reason: str = "", message: str = "") -> None:
-        body = {"apiVersion": "tether.kyma-project.io/v1alpha1",
-                "kind": "CompassMapping",
-                "metadata": {"name": name, "namespace": self.kcp_ns,
-                             "labels": {"operator.kyma-project.io/kyma-name": name}},
-                "spec": {}}
+        body = {
+            "apiVersion": "tether.kyma-project.io/v1alpha1",
+            "kind": "CompassMapping",
+            "metadata": {
+                "name": name,
+                "namespace": self.kcp_ns,
+                "labels": {"operator.kyma-project.io/kyma-name": name},
+            },
+            "spec": {},
+        }
         self._objects().create_namespaced_custom_object(
-            "tether.kyma-project.io", "v1alpha1", self.kcp_ns, "compassmappings", body)
+            "tether.kyma-project.io", "v1alpha1", self.kcp_ns, "compassmappings", body
+        )
         t = stamp(now()).split(".")[0] + "Z"
-        cond = {"type": "Ready", "status": "True" if state == "Ready" else "False",
-                "reason": reason or state, "message": message, "lastTransitionTime": t}
+        cond = {
+            "type": "Ready",
+            "status": "True" if state == "Ready" else "False",
+            "reason": reason or state,
+            "message": message,
+            "lastTransitionTime": t,
+        }
         self._objects().patch_namespaced_custom_object_status(
-            "tether.kyma-project.io", "v1alpha1", self.kcp_ns, "compassmappings", name,
-            {"status": {"state": state, "registered": state == "Ready",
-                        "configured": state == "Ready", "conditions": [cond]}})
+            "tether.kyma-project.io",
+            "v1alpha1",
+            self.kcp_ns,
+            "compassmappings",
+            name,
+            {
+                "status": {
+                    "state": state,
+                    "registered": state == "Ready",
+                    "configured": state == "Ready",
+                    "conditions": [cond],
+                }
+            },
+        )
 
-    def runtime(self, name: str, *, ready: bool = True, beat_age: float = 5.0,
-                webhook: int = 20, poller: int = 0, **kw: Any) -> str:
+    def runtime(
+        self,
+        name: str,
+        *,
+        ready: bool = True,
+        beat_age: float = 5.0,
+        webhook: int = 20,
+        poller: int = 0,
+        **kw: Any,
+    ) -> str:
         """A whole runtime: Kyma CR, enrollment, heartbeat, delivery; its runtime ID."""
         rid = f"rt-{name}"
         self.kyma(name, rid)
@@ -243,32 +386,67 @@ class Env:
             self.delivery(rid, webhook=webhook, poller=poller, **kw)
         return rid
 
-    def deployment(self, name: str, ready: int, replicas: int = 1,
-                   image: str = "tether:0.1.0") -> None:
+    def deployment(
+        self, name: str, ready: int, replicas: int = 1, image: str = "tether:0.1.0"
+    ) -> None:
         """A Deployment object with a status, as a kubelet-backed cluster would report it."""
         apps: Any = client.AppsV1Api(self.api)
         labels = {"app.kubernetes.io/name": name}
-        apps.create_namespaced_deployment(self.tether_ns, {
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": {"containers": [
-                         {"name": "c", "image": image}]}}}})
+        apps.create_namespaced_deployment(
+            self.tether_ns,
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": "c", "image": image}]},
+                    },
+                },
+            },
+        )
         t = stamp(now()).split(".")[0] + "Z"
-        apps.patch_namespaced_deployment_status(name, self.tether_ns, {"status": {
-            "replicas": replicas, "readyReplicas": ready, "availableReplicas": ready,
-            "observedGeneration": 1,
-            "conditions": [{"type": "Available", "status": "True" if ready else "False",
-                            "reason": "Test", "message": "", "lastUpdateTime": t,
-                            "lastTransitionTime": t}]}})
+        apps.patch_namespaced_deployment_status(
+            name,
+            self.tether_ns,
+            {
+                "status": {
+                    "replicas": replicas,
+                    "readyReplicas": ready,
+                    "availableReplicas": ready,
+                    "observedGeneration": 1,
+                    "conditions": [
+                        {
+                            "type": "Available",
+                            "status": "True" if ready else "False",
+                            "reason": "Test",
+                            "message": "",
+                            "lastUpdateTime": t,
+                            "lastTransitionTime": t,
+                        }
+                    ],
+                }
+            },
+        )
 
     def leader_lease(self, name: str, holder: str, annotations: Mapping[str, str]) -> None:
         coordination: Any = client.CoordinationV1Api(self.api)
-        coordination.create_namespaced_lease(self.tether_ns, {
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "annotations": dict(annotations)},
-            "spec": {"holderIdentity": holder, "renewTime": stamp(now()),
-                     "leaseDurationSeconds": 15}})
+        coordination.create_namespaced_lease(
+            self.tether_ns,
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "annotations": dict(annotations)},
+                "spec": {
+                    "holderIdentity": holder,
+                    "renewTime": stamp(now()),
+                    "leaseDurationSeconds": 15,
+                },
+            },
+        )
 
     def cleanup(self) -> None:
         core: Any = client.CoreV1Api(self.api)
@@ -304,14 +482,20 @@ class AdminProcess:
             "TETHER_ADMIN_REVIEWS_PER_MINUTE": "6000",
         }
         vars_.update(overrides)
-        environ = {k: v for k, v in os.environ.items()
-                   if not k.startswith("TETHER_") and k != "KUBECONFIG"}
+        environ = {
+            k: v for k, v in os.environ.items() if not k.startswith("TETHER_") and k != "KUBECONFIG"
+        }
         environ.update(vars_)
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tether.cli", "admin"], cwd=REPO, env=environ,
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=controlplane.die_with_parent())
+            [sys.executable, "-m", "tether.cli", "admin"],
+            cwd=REPO,
+            env=environ,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=controlplane.die_with_parent(),
+        )
         try:
             self.wait_ready(ready_timeout)
         except BaseException:
@@ -335,14 +519,27 @@ class AdminProcess:
         headers = dict(kw.pop("headers", {}))
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        return requests.get(self.url + path, headers=headers, verify=str(self.env.ca_file),
-                            allow_redirects=False, timeout=kw.pop("timeout", 10), **kw)
+        return requests.get(
+            self.url + path,
+            headers=headers,
+            verify=str(self.env.ca_file),
+            allow_redirects=False,
+            timeout=kw.pop("timeout", 10),
+            **kw,
+        )
 
-    def post(self, path: str, data: Mapping[str, str] | None = None, **kw: Any
-             ) -> requests.Response:
-        return requests.post(self.url + path, data=dict(data or {}),
-                             headers=dict(kw.pop("headers", {})), verify=str(self.env.ca_file),
-                             allow_redirects=False, timeout=kw.pop("timeout", 10), **kw)
+    def post(
+        self, path: str, data: Mapping[str, str] | None = None, **kw: Any
+    ) -> requests.Response:
+        return requests.post(
+            self.url + path,
+            data=dict(data or {}),
+            headers=dict(kw.pop("headers", {})),
+            verify=str(self.env.ca_file),
+            allow_redirects=False,
+            timeout=kw.pop("timeout", 10),
+            **kw,
+        )
 
     def session(self) -> requests.Session:
         """A client of the pages that keeps cookies, as a browser does."""

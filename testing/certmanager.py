@@ -70,11 +70,14 @@ def installation() -> pathlib.Path:
         if explicit:
             path = pathlib.Path(explicit)
         else:
-            proc = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True,
-                                  check=False)
+            proc = subprocess.run(
+                ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False
+            )
             if proc.returncode != 0:
-                raise CertManagerError(f"building cert-manager failed (exit {proc.returncode}); "
-                                       f"run {BUILD_SCRIPT} to see why")
+                raise CertManagerError(
+                    f"building cert-manager failed (exit {proc.returncode}); "
+                    f"run {BUILD_SCRIPT} to see why"
+                )
             path = pathlib.Path(proc.stdout.strip().splitlines()[-1])
         for b in ("controller", "cainjector"):
             if not os.access(path / "bin" / b, os.X_OK):
@@ -104,13 +107,25 @@ class CertManager:
         finally:
             api.close()
         self.work.mkdir(parents=True, exist_ok=True)
-        for name, extra in (("controller", ["--cluster-resource-namespace", NAMESPACE]),
-                            ("cainjector", [])):
+        for name, extra in (
+            ("controller", ["--cluster-resource-namespace", NAMESPACE]),
+            ("cainjector", []),
+        ):
             log = open(self.work / f"cert-manager-{name}.log", "ab")  # noqa: SIM115 (closed in stop)
             popen = subprocess.Popen(
-                [str(folder / "bin" / name), "--kubeconfig", str(self.plane.kubeconfig), "-v=2", *extra],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=controlplane.die_with_parent())
+                [
+                    str(folder / "bin" / name),
+                    "--kubeconfig",
+                    str(self.plane.kubeconfig),
+                    "-v=2",
+                    *extra,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=controlplane.die_with_parent(),
+            )
             self.procs[name] = (popen, log)
         time.sleep(0.5)  # a bad flag or kubeconfig exits at once: seen here, not at a timeout
         try:
@@ -123,8 +138,9 @@ class CertManager:
     def check_alive(self) -> None:
         for name, (popen, _) in list(self.procs.items()):
             if popen.poll() is not None:
-                raise CertManagerError(f"cert-manager {name} exited ({popen.returncode}): "
-                                       f"{self.log(name)[-3000:]}")
+                raise CertManagerError(
+                    f"cert-manager {name} exited ({popen.returncode}): {self.log(name)[-3000:]}"
+                )
 
     def log(self, name: str) -> str:
         path = self.work / f"cert-manager-{name}.log"
@@ -146,8 +162,9 @@ class CertManager:
 def overlay_objects(overlay: pathlib.Path = OVERLAY) -> list[dict[str, Any]]:
     """Every object of ``kubectl kustomize overlay``."""
     kubectl = controlplane.binaries() / "kubectl"
-    done = subprocess.run([str(kubectl), "kustomize", str(overlay)], capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        [str(kubectl), "kustomize", str(overlay)], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise CertManagerError(f"kubectl kustomize {overlay}: {done.stderr.strip()}")
     return [d for d in yaml.safe_load_all(done.stdout) if d]
@@ -158,20 +175,24 @@ def issuer_objects(objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
     return [dict(o) for o in objects if str(o.get("apiVersion", "")).startswith(GROUP + "/")]
 
 
-def apply(plane: controlplane.ControlPlane, objects: Iterable[Mapping[str, Any]],
-          folder: pathlib.Path) -> str:
+def apply(
+    plane: controlplane.ControlPlane, objects: Iterable[Mapping[str, Any]], folder: pathlib.Path
+) -> str:
     """``kubectl apply --server-side`` of ``objects`` (written to ``folder``)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "objects.yaml"
     path.write_text(yaml.safe_dump_all(list(objects), sort_keys=False))
-    done = plane.kubectl("apply", "--server-side", "--field-manager", "tether-test", "-f", str(path))
+    done = plane.kubectl(
+        "apply", "--server-side", "--field-manager", "tether-test", "-f", str(path)
+    )
     if done.returncode != 0:
         raise CertManagerError(f"kubectl apply on {plane.name}: {done.stderr.strip()}")
     return done.stdout
 
 
-def wait_ready(api: client.ApiClient, namespace: str, plural: str, name: str,
-               timeout: float = 90.0) -> dict[str, Any]:
+def wait_ready(
+    api: client.ApiClient, namespace: str, plural: str, name: str, timeout: float = 90.0
+) -> dict[str, Any]:
     """The cert-manager object once its Ready condition is True."""
     custom: Any = client.CustomObjectsApi(api)
     deadline = time.monotonic() + timeout
@@ -186,11 +207,15 @@ def wait_ready(api: client.ApiClient, namespace: str, plural: str, name: str,
             if c.get("type") == "Ready" and c.get("status") == "True":
                 return obj
         time.sleep(0.3)
-    raise CertManagerError(f"{plural} {namespace}/{name} not Ready within {timeout:.0f}s: "
-                           f"{(obj.get('status') or {}).get('conditions')}")
+    raise CertManagerError(
+        f"{plural} {namespace}/{name} not Ready within {timeout:.0f}s: "
+        f"{(obj.get('status') or {}).get('conditions')}"
+    )
 
 
-def secret_data(api: client.ApiClient, namespace: str, name: str) -> tuple[str, dict[str, bytes]] | None:
+def secret_data(
+    api: client.ApiClient, namespace: str, name: str
+) -> tuple[str, dict[str, bytes]] | None:
     """The Secret's type and decoded data (None if it does not exist)."""
     try:
         s: Any = client.CoreV1Api(api).read_namespaced_secret(name, namespace)
@@ -213,18 +238,26 @@ def render_kcp(folder: pathlib.Path, i: overlays.KcpInputs) -> pathlib.Path:
     k = yaml.safe_load((out / "kustomization.yaml").read_text())
     k["resources"] = [os.path.relpath(OVERLAY, out)]
     k["secretGenerator"] = [g for g in k["secretGenerator"] if g["name"] != "tether-listener-tls"]
-    k["configMapGenerator"] = [g for g in k["configMapGenerator"] if g["name"] != "tether-listener-ca"]
-    k["patches"].append({"target": {"group": GROUP, "kind": "Certificate", "name": "tether-listener-serving"},
-                         "patch": yaml.safe_dump([{"op": "replace", "path": "/spec/dnsNames/0",
-                                                   "value": overlays.LISTENER_HOST}])})
+    k["configMapGenerator"] = [
+        g for g in k["configMapGenerator"] if g["name"] != "tether-listener-ca"
+    ]
+    k["patches"].append(
+        {
+            "target": {"group": GROUP, "kind": "Certificate", "name": "tether-listener-serving"},
+            "patch": yaml.safe_dump(
+                [{"op": "replace", "path": "/spec/dnsNames/0", "value": overlays.LISTENER_HOST}]
+            ),
+        }
+    )
     for name in ("listener.crt", "listener.key", "listener-ca.crt"):
         (out / name).unlink(missing_ok=True)
     (out / "kustomization.yaml").write_text(yaml.safe_dump(k, sort_keys=False))
     return out
 
 
-def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pathlib.Path,
-            **kw: Any) -> tuple[deployed.Fleet, CertManager]:
+def install(
+    skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pathlib.Path, **kw: Any
+) -> tuple[deployed.Fleet, CertManager]:
     """cert-manager started on ``kcp``, then ``deployed.install`` with the KCP overlay
     rendered by ``render_kcp`` (``overlays.render_kcp`` is swapped for the call). The caller
     stops both (``fleet.stop()``, ``cm.stop()``)."""

@@ -43,8 +43,17 @@ import yaml
 PARENT = "tether-podrunner"
 ENV = "TETHER_PODRUNNER_LIMITS"
 CFS_PERIOD_US = 100_000
-_MEMORY_SUFFIX = {"": 1, "k": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
-                  "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
+_MEMORY_SUFFIX = {
+    "": 1,
+    "k": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+}
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|[kMGT]i?|)$")
 
 
@@ -115,9 +124,11 @@ def v1_files(limits: Limits, memsw: bool) -> dict[tuple[str, str], str]:
 def v2_files(limits: Limits) -> dict[str, str]:
     """What a v2 group's files get."""
     quota = max(1000, limits.cpu * CFS_PERIOD_US // 1000) if limits.cpu is not None else "max"
-    return {"memory.max": str(limits.memory) if limits.memory is not None else "max",
-            "memory.swap.max": "0" if limits.memory is not None else "max",
-            "cpu.max": f"{quota} {CFS_PERIOD_US}"}
+    return {
+        "memory.max": str(limits.memory) if limits.memory is not None else "max",
+        "memory.swap.max": "0" if limits.memory is not None else "max",
+        "cpu.max": f"{quota} {CFS_PERIOD_US}",
+    }
 
 
 def count_oom_kills(text: str) -> int:
@@ -133,7 +144,9 @@ def count_oom_kills(text: str) -> int:
 class Support:
     version: int | None  # 1, 2, or None: limits are not enforced
     reason: str  # why not, when version is None
-    roots: Mapping[str, pathlib.Path] = dataclasses.field(default_factory=dict)  # controller -> parent
+    roots: Mapping[str, pathlib.Path] = dataclasses.field(
+        default_factory=dict
+    )  # controller -> parent
 
     @property
     def enforced(self) -> bool:
@@ -159,7 +172,13 @@ def detect() -> Support:
     if os.environ.get(ENV, "").lower() == "off":
         return Support(None, f"{ENV}=off")
     mounts = _mounts()
-    v1 = {c: pathlib.Path(p) for p, kind, opts in mounts if kind == "cgroup" for c in ("memory", "cpu") if c in opts}
+    v1 = {
+        c: pathlib.Path(p)
+        for p, kind, opts in mounts
+        if kind == "cgroup"
+        for c in ("memory", "cpu")
+        if c in opts
+    }
     try:
         if "memory" in v1 and "cpu" in v1:
             roots = {c: v1[c] / PARENT for c in ("memory", "cpu")}
@@ -169,7 +188,9 @@ def detect() -> Support:
             return Support(1, "", roots)
         for point, kind, _ in mounts:
             root = pathlib.Path(point)
-            if kind == "cgroup2" and {"memory", "cpu"} <= set((root / "cgroup.controllers").read_text().split()):
+            if kind == "cgroup2" and {"memory", "cpu"} <= set(
+                (root / "cgroup.controllers").read_text().split()
+            ):
                 (root / "cgroup.subtree_control").write_text("+memory +cpu")
                 parent = root / PARENT
                 _writable(parent)
@@ -178,7 +199,9 @@ def detect() -> Support:
                 return Support(2, "", {"unified": parent})
     except OSError as e:
         return Support(None, f"cgroups not writable: {e.strerror} ({e.filename})")
-    return Support(None, "no cgroup v1 memory and cpu hierarchies, no cgroup v2 with memory and cpu")
+    return Support(
+        None, "no cgroup v1 memory and cpu hierarchies, no cgroup v2 with memory and cpu"
+    )
 
 
 def _writable(parent: pathlib.Path) -> None:
@@ -226,8 +249,10 @@ class Group:
         """``argv`` started by a shell that first moves itself into the group (``echo 0``
         to cgroup.procs), then execs: nothing of the container runs outside its limits.
         Exit 125 when a group cannot be joined (its message in the container's log)."""
-        script = ('while [ "$1" != -- ]; do echo 0 > "$1" || { echo "cgroup: cannot join $1" >&2; exit 125; }; '
-                  'shift; done; shift; exec "$@"')
+        script = (
+            'while [ "$1" != -- ]; do echo 0 > "$1" || { echo "cgroup: cannot join $1" >&2; exit 125; }; '
+            'shift; done; shift; exec "$@"'
+        )
         procs = [str(d / "cgroup.procs") for d in self.dirs.values()]
         return ["/bin/sh", "-c", script, "sh", *procs, "--", *argv]
 
@@ -242,7 +267,11 @@ class Group:
     def peak_memory(self) -> int | None:
         """The most memory the group has held (v2 kernels before 5.19 do not say)."""
         try:
-            return int(self.read("memory.max_usage_in_bytes" if self.support.version == 1 else "memory.peak"))
+            return int(
+                self.read(
+                    "memory.max_usage_in_bytes" if self.support.version == 1 else "memory.peak"
+                )
+            )
         except FileNotFoundError:
             return None
 
@@ -291,7 +320,9 @@ class Usage:
 
     def text(self) -> str:
         peak = "unknown" if self.peak is None else f"{self.peak / 2**20:.0f} MiB"
-        limit = "no limit" if self.limits.memory is None else f"{self.limits.memory / 2**20:.0f} MiB"
+        limit = (
+            "no limit" if self.limits.memory is None else f"{self.limits.memory / 2**20:.0f} MiB"
+        )
         return f"memory peak {peak} of {limit} ({self.limits.text}), OOM kills {self.oom_kills}"
 
 

@@ -37,8 +37,10 @@ def library() -> pathlib.Path:
     """libfaketime's path; fails loudly when it is not installed."""
     found = sorted(glob.glob(LIBRARY_GLOB))
     if not found:
-        raise AssertionError(f"libfaketime is missing ({LIBRARY_GLOB}): run `make faketime` "
-                             "(the Debian package faketime); the clock-skew tests need it")
+        raise AssertionError(
+            f"libfaketime is missing ({LIBRARY_GLOB}): run `make faketime` "
+            "(the Debian package faketime); the clock-skew tests need it"
+        )
     return pathlib.Path(found[0])
 
 
@@ -61,18 +63,25 @@ class Skew:
         self.seconds = float(int(round(seconds)))
 
     def env(self) -> dict[str, str]:
-        return {"LD_PRELOAD": str(self.lib), "FAKETIME_TIMESTAMP_FILE": str(self.file),
-                "FAKETIME_CACHE_DURATION": str(REFRESH_SECONDS),
-                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-                "PYTHONPATH": f"{SHIM}{os.pathsep}{controlplane.REPO_ROOT}"}
+        return {
+            "LD_PRELOAD": str(self.lib),
+            "FAKETIME_TIMESTAMP_FILE": str(self.file),
+            "FAKETIME_CACHE_DURATION": str(REFRESH_SECONDS),
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "PYTHONPATH": f"{SHIM}{os.pathsep}{controlplane.REPO_ROOT}",
+        }
 
     def now(self) -> float:
         """The wall time a process on this clock reads (also the check that the
         preload works on this machine: it fails loudly, not as a silently unskewed test)."""
         done = subprocess.run(
             [sys.executable, "-c", "import time; time.sleep(0.01); print(time.time())"],
-            env={**os.environ, **self.env()}, capture_output=True, text=True, timeout=30,
-            check=False)
+            env={**os.environ, **self.env()},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         if done.returncode != 0:
             raise AssertionError(f"a process under libfaketime failed: {done.stderr[-1000:]}")
         return float(done.stdout.strip())

@@ -24,15 +24,34 @@ from tether import apitypes, consumer, gateway
 RCM = apitypes.RUNTIME_CONFIGMAPS
 
 
-def record(runtime: str, watch: str, ns: str, name: str, *, data: dict[str, str] | None = None,
-           deleted: bool = False, rv: str = "1") -> dict[str, Any]:
+def record(
+    runtime: str,
+    watch: str,
+    ns: str,
+    name: str,
+    *,
+    data: dict[str, str] | None = None,
+    deleted: bool = False,
+    rv: str = "1",
+) -> dict[str, Any]:
     """A record as the listener stores it (tether.changes' fields)."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"runtimeId": runtime, "watch": watch, "namespace": ns, "name": name,
-            "resource": {"group": "", "version": "v1", "kind": "ConfigMap"},
-            "uid": f"uid-{name}", "resourceVersion": rv, "observedAt": now, "deleted": deleted,
-            "source": "webhook", "epoch": 0, "labels": {}, "annotations": {},
-            "data": dict(data or {})}
+    return {
+        "runtimeId": runtime,
+        "watch": watch,
+        "namespace": ns,
+        "name": name,
+        "resource": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "uid": f"uid-{name}",
+        "resourceVersion": rv,
+        "observedAt": now,
+        "deleted": deleted,
+        "source": "webhook",
+        "epoch": 0,
+        "labels": {},
+        "annotations": {},
+        "data": dict(data or {}),
+    }
 
 
 class Store:
@@ -45,8 +64,17 @@ class Store:
     def name(self, runtime: str, ns: str, name: str) -> str:
         return records.object_name(records.Key(runtime, self.watch, ns, name))
 
-    def put(self, runtime: str, ns: str, name: str, *, data: dict[str, str] | None = None,
-            kyma: str = "", deleted: bool = False, pad: int = 0) -> int:
+    def put(
+        self,
+        runtime: str,
+        ns: str,
+        name: str,
+        *,
+        data: dict[str, str] | None = None,
+        kyma: str = "",
+        deleted: bool = False,
+        pad: int = 0,
+    ) -> int:
         """Create or update the key's object; its new resourceVersion."""
         rec = record(runtime, self.watch, ns, name, data=data, deleted=deleted)
         if pad:
@@ -105,8 +133,13 @@ def compact(plane: controlplane.ControlPlane) -> int:
 
 def _etcdctl(plane: controlplane.ControlPlane, *args: str) -> str:
     tool = controlplane.binaries() / "etcdctl"
-    proc = subprocess.run([str(tool), f"--endpoints=http://127.0.0.1:{plane.etcd_port}", *args],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [str(tool), f"--endpoints=http://127.0.0.1:{plane.etcd_port}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if proc.returncode != 0:
         raise controlplane.ControlPlaneError(f"etcdctl {args[0]} failed: {proc.stderr[-500:]}")
     return proc.stdout

@@ -127,7 +127,9 @@ def kube_apiserver_version() -> str:
     """What the built kube-apiserver says of its version (e.g. 'Kubernetes v1.37.2')."""
     out = subprocess.run(
         [str(binaries() / "kube-apiserver"), "--version"],
-        stdout=subprocess.PIPE, text=True, check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
     )
     return out.stdout.strip()
 
@@ -208,9 +210,14 @@ def _stop_all() -> None:
 class ControlPlane:
     """One independent etcd + kube-apiserver on loopback."""
 
-    def __init__(self, name: str, *, workdir: pathlib.Path | None = None,
-                 quota_backend_bytes: int | None = None,
-                 apiserver_flags: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        workdir: pathlib.Path | None = None,
+        quota_backend_bytes: int | None = None,
+        apiserver_flags: Sequence[str] = (),
+    ) -> None:
         self.name = name
         # etcd's space quota (``--quota-backend-bytes``; None: etcd's default), for NOSPACE tests
         self.quota_backend_bytes = quota_backend_bytes
@@ -305,10 +312,22 @@ class ControlPlane:
         operator takes of a running cluster)."""
         tool = _tool("etcdctl")
         proc = subprocess.run(
-            [str(tool), f"--endpoints=http://127.0.0.1:{self.etcd_port}", "snapshot", "save",
-             str(dest)], capture_output=True, text=True, timeout=120, check=False)
+            [
+                str(tool),
+                f"--endpoints=http://127.0.0.1:{self.etcd_port}",
+                "snapshot",
+                "save",
+                str(dest),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if proc.returncode != 0:
-            raise ControlPlaneError(f"{self.name}: etcdctl snapshot save failed: {proc.stderr[-2000:]}")
+            raise ControlPlaneError(
+                f"{self.name}: etcdctl snapshot save failed: {proc.stderr[-2000:]}"
+            )
         return dest
 
     def restore(self, snapshot: pathlib.Path) -> None:
@@ -324,12 +343,25 @@ class ControlPlane:
         shutil.rmtree(data, ignore_errors=True)
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
         proc = subprocess.run(
-            [str(tool), "snapshot", "restore", str(snapshot), f"--data-dir={data}",
-             "--name=default", f"--initial-cluster=default={peer}",
-             f"--initial-advertise-peer-urls={peer}"],
-            capture_output=True, text=True, timeout=120, check=False)
+            [
+                str(tool),
+                "snapshot",
+                "restore",
+                str(snapshot),
+                f"--data-dir={data}",
+                "--name=default",
+                f"--initial-cluster=default={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if proc.returncode != 0:
-            raise ControlPlaneError(f"{self.name}: etcdutl snapshot restore failed: {proc.stderr[-2000:]}")
+            raise ControlPlaneError(
+                f"{self.name}: etcdutl snapshot restore failed: {proc.stderr[-2000:]}"
+            )
         self._start_etcd(binaries())
         self.start_apiserver()
 
@@ -337,7 +369,11 @@ class ControlPlane:
         """Run etcdctl (beside the other binaries) against this plane's etcd."""
         return subprocess.run(
             [str(_tool("etcdctl")), f"--endpoints=http://127.0.0.1:{self.etcd_port}", *args],
-            capture_output=True, text=True, timeout=timeout, check=False)
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def stop_apiserver(self) -> None:
         """Stop only the kube-apiserver (etcd keeps the data); for outage tests."""
@@ -376,7 +412,11 @@ class ControlPlane:
         """Run the built kubectl against this plane as admin; the caller checks returncode."""
         return subprocess.run(
             [str(binaries() / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
-            capture_output=True, text=True, timeout=timeout, check=False)
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def issue_client_cert(
         self, user: str, groups: tuple[str, ...] = (), *, dest: pathlib.Path | None = None
@@ -426,14 +466,24 @@ class ControlPlane:
         cfg = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": self.name, "cluster": {
-                "server": self.url,
-                "certificate-authority-data": b64(self.ca_file.read_bytes()),
-            }}],
-            "users": [{"name": user, "user": {
-                "client-certificate-data": b64(pair.cert_pem),
-                "client-key-data": b64(pair.key_pem),
-            }}],
+            "clusters": [
+                {
+                    "name": self.name,
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority-data": b64(self.ca_file.read_bytes()),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate-data": b64(pair.cert_pem),
+                        "client-key-data": b64(pair.key_pem),
+                    },
+                }
+            ],
             "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": user}}],
             "current-context": self.name,
         }
@@ -476,7 +526,10 @@ class ControlPlane:
         logpath = self.dir / f"{name}.log"
         logfile = open(logpath, "ab")  # noqa: SIM115 - closed in _terminate
         popen = subprocess.Popen(
-            args, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            args,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
             # SIGKILL: kube-apiserver may hang in graceful shutdown when etcd dies with it
             preexec_fn=die_with_parent(signal.SIGKILL),
@@ -507,7 +560,9 @@ class ControlPlane:
             except (urllib.error.URLError, OSError) as e:
                 last = str(e)
             time.sleep(0.2)
-        raise ControlPlaneError(f"{self.name}: kube-apiserver not ready in {START_TIMEOUT}s ({last})")
+        raise ControlPlaneError(
+            f"{self.name}: kube-apiserver not ready in {START_TIMEOUT}s ({last})"
+        )
 
     @staticmethod
     def _terminate(proc: _Proc) -> None:
@@ -533,7 +588,9 @@ def retry_busy(call: Callable[[], T], timeout: float = 60.0) -> T:
             time.sleep(0.5)
 
 
-def install_crds(api: Any, *paths: pathlib.Path | dict[str, Any], timeout: float = 60.0) -> list[str]:
+def install_crds(
+    api: Any, *paths: pathlib.Path | dict[str, Any], timeout: float = 60.0
+) -> list[str]:
     """Create the CustomResourceDefinitions in ``paths`` (files, or bodies as dicts; an
     existing one is kept) and wait until each is Established. ``api`` is a
     ``kubernetes.client.ApiClient``. Returns the CRD names."""

@@ -17,8 +17,9 @@ from testing import controlplane
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="tether controlplane", description=__doc__)
     parser.add_argument("--names", default="skr,kcp", help="comma-separated plane names")
-    parser.add_argument("--once", action="store_true",
-                        help="start, print, stop (a smoke check) instead of waiting")
+    parser.add_argument(
+        "--once", action="store_true", help="start, print, stop (a smoke check) instead of waiting"
+    )
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.names.split(",") if n.strip()]
     stop = threading.Event()
@@ -26,8 +27,10 @@ def main(argv: list[str]) -> int:
     t0 = time.monotonic()
     try:
         with controlplane.planes(*names) as planes:
-            print(f"{controlplane.kube_apiserver_version()}: {len(planes)} planes ready "
-                  f"in {time.monotonic() - t0:.1f}s")
+            print(
+                f"{controlplane.kube_apiserver_version()}: {len(planes)} planes ready "
+                f"in {time.monotonic() - t0:.1f}s"
+            )
             for name, plane in planes.items():
                 print(f"  {name}: {plane.url}  KUBECONFIG={plane.kubeconfig}")
             sys.stdout.flush()

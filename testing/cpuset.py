@@ -126,8 +126,12 @@ class Placement:
         """What a bench's JSON records."""
         if self.part is None or self.generator is None:
             return {"kind": "none", "reason": self.reason}
-        return {"kind": "split", "part_cpus": format_cpus(self.part.cpus),
-                "generator_cpus": format_cpus(self.generator.cpus), "others": "unpinned (all cpus)"}
+        return {
+            "kind": "split",
+            "part_cpus": format_cpus(self.part.cpus),
+            "generator_cpus": format_cpus(self.generator.cpus),
+            "others": "unpinned (all cpus)",
+        }
 
     def text(self) -> str:
         d = self.describe()
@@ -160,9 +164,11 @@ def split(name: str = "") -> Placement:
     if root is None:
         return Placement("none", "no cgroup v1 cpuset hierarchy mounted")
     try:
-        cpus = parse_cpus((root / "cpuset.effective_cpus").read_text()
-                          if (root / "cpuset.effective_cpus").exists()
-                          else (root / "cpuset.cpus").read_text())
+        cpus = parse_cpus(
+            (root / "cpuset.effective_cpus").read_text()
+            if (root / "cpuset.effective_cpus").exists()
+            else (root / "cpuset.cpus").read_text()
+        )
         halves = split_cpus(cpus & os.sched_getaffinity(0))
         if halves is None:
             return Placement("none", f"one cpu only ({format_cpus(cpus)})")

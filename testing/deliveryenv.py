@@ -24,8 +24,12 @@ from tether import apitypes, certs, delivery
 def delivery_object(env: Env, runtime_id: str) -> dict[str, Any] | None:
     try:
         obj: Any = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-            apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, env.namespace, apitypes.RUNTIME_DELIVERIES.plural,
-            heartbeat.lease_name(runtime_id))
+            apitypes.RUNTIME_DELIVERIES.group,
+            apitypes.RUNTIME_DELIVERIES.version,
+            env.namespace,
+            apitypes.RUNTIME_DELIVERIES.plural,
+            heartbeat.lease_name(runtime_id),
+        )
         return dict(obj)
     except client.ApiException as e:
         if e.status == 404:
@@ -62,9 +66,13 @@ class Delayer:
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.calls += 1
                 time.sleep(owner.delay)
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                   "response": {"uid": review["request"]["uid"],
-                                                "allowed": True}}).encode()
+                body = json.dumps(
+                    {
+                        "apiVersion": "admission.k8s.io/v1",
+                        "kind": "AdmissionReview",
+                        "response": {"uid": review["request"]["uid"], "allowed": True},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -77,25 +85,37 @@ class Delayer:
         self.httpd.daemon_threads = True
         self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
+        threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
     def vwc(self, name: str, namespace: str) -> dict[str, Any]:
         return {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": name},
-            "webhooks": [{
-                "name": "delay.tests.tether.kyma-project.io",
-                "admissionReviewVersions": ["v1"],
-                "clientConfig": {"url": f"https://127.0.0.1:{self.port}/delay",
-                                 "caBundle": base64.b64encode(self.ca.cert_pem).decode()},
-                "rules": [{"apiGroups": [apitypes.RUNTIME_DELIVERIES.group], "apiVersions": [apitypes.RUNTIME_DELIVERIES.version],
-                           "operations": ["UPDATE"],
-                           "resources": [f"{apitypes.RUNTIME_DELIVERIES.plural}/status"]}],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "timeoutSeconds": 15,
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            }],
+            "webhooks": [
+                {
+                    "name": "delay.tests.tether.kyma-project.io",
+                    "admissionReviewVersions": ["v1"],
+                    "clientConfig": {
+                        "url": f"https://127.0.0.1:{self.port}/delay",
+                        "caBundle": base64.b64encode(self.ca.cert_pem).decode(),
+                    },
+                    "rules": [
+                        {
+                            "apiGroups": [apitypes.RUNTIME_DELIVERIES.group],
+                            "apiVersions": [apitypes.RUNTIME_DELIVERIES.version],
+                            "operations": ["UPDATE"],
+                            "resources": [f"{apitypes.RUNTIME_DELIVERIES.plural}/status"],
+                        }
+                    ],
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "timeoutSeconds": 15,
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                    },
+                }
+            ],
         }

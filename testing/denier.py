@@ -34,9 +34,17 @@ class Denier:
             def do_POST(self) -> None:  # noqa: N802
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.calls += 1
-                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                   "response": {"uid": review["request"]["uid"], "allowed": False,
-                                                "status": {"code": 403, "message": "denied by test"}}}).encode()
+                body = json.dumps(
+                    {
+                        "apiVersion": "admission.k8s.io/v1",
+                        "kind": "AdmissionReview",
+                        "response": {
+                            "uid": review["request"]["uid"],
+                            "allowed": False,
+                            "status": {"code": 403, "message": "denied by test"},
+                        },
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -50,7 +58,9 @@ class Denier:
         httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
         self.port = httpd.server_address[1]
         self._httpd = httpd
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def vwc(self, name: str, namespace: str) -> dict[str, Any]:
@@ -60,19 +70,31 @@ class Denier:
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": name},
-            "webhooks": [{
-                "name": "deny.tests.tether.kyma-project.io",
-                "admissionReviewVersions": ["v1"],
-                "clientConfig": {"url": f"https://127.0.0.1:{self.port}/deny",
-                                 "caBundle": base64.b64encode(self.ca.cert_pem).decode()},
-                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                           "resources": ["configmaps"]}],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "timeoutSeconds": 5,
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "objectSelector": {"matchLabels": {"deny": "true"}},
-            }],
+            "webhooks": [
+                {
+                    "name": "deny.tests.tether.kyma-project.io",
+                    "admissionReviewVersions": ["v1"],
+                    "clientConfig": {
+                        "url": f"https://127.0.0.1:{self.port}/deny",
+                        "caBundle": base64.b64encode(self.ca.cert_pem).decode(),
+                    },
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["configmaps"],
+                        }
+                    ],
+                    "failurePolicy": "Fail",
+                    "sideEffects": "None",
+                    "timeoutSeconds": 5,
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                    },
+                    "objectSelector": {"matchLabels": {"deny": "true"}},
+                }
+            ],
         }
 
     def stop(self) -> None:

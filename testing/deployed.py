@@ -36,7 +36,9 @@ KYMA = "kyma-local-1"
 WEBHOOK_DNS = "tether-webhook.tether-system.svc"
 ADMIN_HOST = "admin.kcp.local"  # the admin pages' name in the local overlay's certificate
 WATCHES_DIR = controlplane.REPO_ROOT / "manifests" / "kcp" / "watches"  # applied after the CRDs
-INJECTOR_DIR = controlplane.REPO_ROOT / "manifests" / "kcp" / "injector"  # optional, after WATCHES_DIR
+INJECTOR_DIR = (
+    controlplane.REPO_ROOT / "manifests" / "kcp" / "injector"
+)  # optional, after WATCHES_DIR
 
 
 @dataclasses.dataclass
@@ -55,8 +57,15 @@ class Fleet:
         self.kcp_pods.stop()
         controlplane.stop_group(self.director, timeout=10)
 
-    def wait_for(self, what: str, probe: Callable[[], Any], timeout: float = 60.0, *,
-                 logs_of: str = "", poll: float = 0.3) -> Any:
+    def wait_for(
+        self,
+        what: str,
+        probe: Callable[[], Any],
+        timeout: float = 60.0,
+        *,
+        logs_of: str = "",
+        poll: float = 0.3,
+    ) -> Any:
         """``probe()``'s first truthy answer within ``timeout`` seconds; else an
         AssertionError naming ``what``, the last answer, both planes' pods and the tail of
         the KCP Deployment ``logs_of``'s log (when given)."""
@@ -68,11 +77,15 @@ class Fleet:
                 return last
             time.sleep(poll)
         tail = f"\n{self.kcp_pods.logs(logs_of)[-3000:]}" if logs_of else ""
-        raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n"
-                             f"{self.kcp_pods.table()}\n{self.skr_pods.table()}{tail}")
+        raise AssertionError(
+            f"timed out waiting for {what} (last: {last!r})\n"
+            f"{self.kcp_pods.table()}\n{self.skr_pods.table()}{tail}"
+        )
 
 
-def kubectl(plane: controlplane.ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def kubectl(
+    plane: controlplane.ControlPlane, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     done = plane.kubectl(*args)
     if check and done.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)} on {plane.name}: {done.stderr.strip()}")
@@ -87,41 +100,84 @@ def prepare_kcp(kcp: controlplane.ControlPlane, skr: controlplane.ControlPlane) 
         core = client.CoreV1Api(api)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=KCP_NS)))
         client.CustomObjectsApi(api).create_namespaced_custom_object(
-            apitypes.KYMAS.group, apitypes.KYMAS.version, KCP_NS, apitypes.KYMAS.plural, {
-                "apiVersion": f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}", "kind": "Kyma",
-                "metadata": {"name": KYMA, "annotations": {"skr-domain": DOMAIN}, "labels": {
-                    "kyma-project.io/runtime-id": RUNTIME_ID, apitypes.GLOBAL_ACCOUNT_LABEL: "ga-local",
-                    apitypes.SUBACCOUNT_LABEL: "sa-local", apitypes.SHOOT_NAME_LABEL: "c-local1",
-                    apitypes.INSTANCE_ID_LABEL: "inst-local", apitypes.PLAN_ID_LABEL: "plan-local",
-                    apitypes.PLAN_NAME_LABEL: "azure"}},
-                "spec": {"channel": "regular", "modules": [{"name": "application-connector"}]}})
-        core.create_namespaced_secret(KCP_NS, client.V1Secret(
-            metadata=client.V1ObjectMeta(name=f"kubeconfig-{KYMA}", labels={apitypes.KYMA_NAME_LABEL: KYMA}),
-            data={"config": base64.b64encode(skr.kubeconfig.read_bytes()).decode()}))
+            apitypes.KYMAS.group,
+            apitypes.KYMAS.version,
+            KCP_NS,
+            apitypes.KYMAS.plural,
+            {
+                "apiVersion": f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}",
+                "kind": "Kyma",
+                "metadata": {
+                    "name": KYMA,
+                    "annotations": {"skr-domain": DOMAIN},
+                    "labels": {
+                        "kyma-project.io/runtime-id": RUNTIME_ID,
+                        apitypes.GLOBAL_ACCOUNT_LABEL: "ga-local",
+                        apitypes.SUBACCOUNT_LABEL: "sa-local",
+                        apitypes.SHOOT_NAME_LABEL: "c-local1",
+                        apitypes.INSTANCE_ID_LABEL: "inst-local",
+                        apitypes.PLAN_ID_LABEL: "plan-local",
+                        apitypes.PLAN_NAME_LABEL: "azure",
+                    },
+                },
+                "spec": {"channel": "regular", "modules": [{"name": "application-connector"}]},
+            },
+        )
+        core.create_namespaced_secret(
+            KCP_NS,
+            client.V1Secret(
+                metadata=client.V1ObjectMeta(
+                    name=f"kubeconfig-{KYMA}", labels={apitypes.KYMA_NAME_LABEL: KYMA}
+                ),
+                data={"config": base64.b64encode(skr.kubeconfig.read_bytes()).decode()},
+            ),
+        )
     finally:
         api.close()
     sapi = skr.api_client()
     try:
-        client.CoreV1Api(sapi).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="kyma-system")))
+        client.CoreV1Api(sapi).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name="kyma-system"))
+        )
     finally:
         sapi.close()
 
 
-def start_director(work: pathlib.Path, ca: certs.CertificateAuthority, secret: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_director(
+    work: pathlib.Path, ca: certs.CertificateAuthority, secret: str
+) -> tuple[subprocess.Popen[bytes], str]:
     ca.issue("director", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True).write(
-        work / "director.crt", work / "director.key")
+        work / "director.crt", work / "director.key"
+    )
     port = controlplane.free_port()
     with open(work / "director.log", "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "standins.director", "--port", str(port), "--cert", str(work / "director.crt"),
-             "--key", str(work / "director.key"), f"--client-secret={secret}"],
-            cwd=controlplane.REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=controlplane.die_with_parent())
+            [
+                sys.executable,
+                "-m",
+                "standins.director",
+                "--port",
+                str(port),
+                "--cert",
+                str(work / "director.crt"),
+                "--key",
+                str(work / "director.key"),
+                f"--client-secret={secret}",
+            ],
+            cwd=controlplane.REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=controlplane.die_with_parent(),
+        )
     url = f"https://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while not _port_open(port):
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"Director stand-in did not start: {(work / 'director.log').read_text()[-2000:]}")
+            raise RuntimeError(
+                f"Director stand-in did not start: {(work / 'director.log').read_text()[-2000:]}"
+            )
         time.sleep(0.1)
     return proc, url
 
@@ -149,14 +205,32 @@ def condition(obj: dict[str, Any] | None, kind: str) -> str | None:
 def render_injector(folder: pathlib.Path) -> pathlib.Path:
     """The optional injector overlay (``manifests/kcp/injector``, not in the KCP base) with
     the local overlays' one change: the injector binds its pod IP."""
-    bind = overlays._pod_ip_bind("kcp/injector", "tether-injector", {0: {"TETHER_INJECTOR_BIND": "9092"}})
-    return overlays._write(folder, {}, {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                                        "resources": [overlays._base(folder, "kcp/injector")], "patches": bind})
+    bind = overlays._pod_ip_bind(
+        "kcp/injector", "tether-injector", {0: {"TETHER_INJECTOR_BIND": "9092"}}
+    )
+    return overlays._write(
+        folder,
+        {},
+        {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": [overlays._base(folder, "kcp/injector")],
+            "patches": bind,
+        },
+    )
 
 
-def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work: pathlib.Path, *,
-            timeout: float = 180.0, say: Any = None, enroller_env: dict[str, str] | None = None,
-            injector: bool = False, **runner_kw: Any) -> Fleet:
+def install(
+    skr: controlplane.ControlPlane,
+    kcp: controlplane.ControlPlane,
+    work: pathlib.Path,
+    *,
+    timeout: float = 180.0,
+    say: Any = None,
+    enroller_env: dict[str, str] | None = None,
+    injector: bool = False,
+    **runner_kw: Any,
+) -> Fleet:
     """Prepare both planes, apply the KCP overlay, run its Deployments; the enroller then
     installs Tether into the runtime, whose Deployments the runner runs too. Returns when
     all are available and the runtime's RuntimeEnrollment is Ready (``TimeoutError`` with
@@ -174,20 +248,39 @@ def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work
     director, director_url = start_director(work, ca, oauth_secret)
     kcp_pods = skr_pods = None
     try:
-        bundle = kubectl(kcp, "kustomize", str(overlays.render_skr_bundle(work / "overlay-skr-bundle"))).stdout
+        bundle = kubectl(
+            kcp, "kustomize", str(overlays.render_skr_bundle(work / "overlay-skr-bundle"))
+        ).stdout
         # the listener Service's port as runtimes reach it (its ingress name resolves to it)
-        kdir = overlays.render_kcp(work / "overlay-kcp", overlays.KcpInputs(
-            listener_cert=listener.cert_pem, listener_key=listener.key_pem, listener_ca=ca.cert_pem,
-            listener_url=f"https://{overlays.LISTENER_HOST}:443", skr_bundle=bundle,
-            director_url=f"{director_url}/graphql", token_url=f"{director_url}/oauth2/token",
-            director_ca=ca.cert_pem, oauth_client_id="tether", oauth_client_secret=oauth_secret,
-            admin_cert=admin.cert_pem, admin_key=admin.key_pem,
-            enroller_env=dict(enroller_env or {})))
+        kdir = overlays.render_kcp(
+            work / "overlay-kcp",
+            overlays.KcpInputs(
+                listener_cert=listener.cert_pem,
+                listener_key=listener.key_pem,
+                listener_ca=ca.cert_pem,
+                listener_url=f"https://{overlays.LISTENER_HOST}:443",
+                skr_bundle=bundle,
+                director_url=f"{director_url}/graphql",
+                token_url=f"{director_url}/oauth2/token",
+                director_ca=ca.cert_pem,
+                oauth_client_id="tether",
+                oauth_client_secret=oauth_secret,
+                admin_cert=admin.cert_pem,
+                admin_key=admin.key_pem,
+                enroller_env=dict(enroller_env or {}),
+            ),
+        )
         applied = {"kcp": kubectl(kcp, "apply", "-k", str(kdir)).stdout}
         say(f"KCP: kubectl apply -k {kdir}")
         # the shipped Watch once its CRD is served (docs/operations.md, "Deploying")
-        kubectl(kcp, "wait", "--for", "condition=established", "--timeout=60s",
-                f"crd/{apitypes.WATCHES.plural}.{apitypes.WATCHES.group}")
+        kubectl(
+            kcp,
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=60s",
+            f"crd/{apitypes.WATCHES.plural}.{apitypes.WATCHES.group}",
+        )
         applied["kcp"] += kubectl(kcp, "apply", "-k", str(WATCHES_DIR)).stdout
         say(f"KCP: kubectl apply -k {WATCHES_DIR}")
         if injector:
@@ -200,18 +293,25 @@ def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work
         deadline = time.monotonic() + timeout
         while condition(enrollment(kcp), "Enrolled") != "True":
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the runtime was not enrolled within {timeout:.0f}s: "
-                                   f"{json.dumps((enrollment(kcp) or {}).get('status'))}\n"
-                                   f"{kcp_pods.logs('tether-enroller')[-3000:]}")
+                raise TimeoutError(
+                    f"the runtime was not enrolled within {timeout:.0f}s: "
+                    f"{json.dumps((enrollment(kcp) or {}).get('status'))}\n"
+                    f"{kcp_pods.logs('tether-enroller')[-3000:]}"
+                )
             time.sleep(0.5)
-        say(f"KCP: the enroller installed Tether into the runtime (RuntimeEnrollment {KCP_NS}/{KYMA})")
-        skr_pods = podrunner.PodRunner(skr, overlays.NAMESPACE, work,
-                                       hosts={overlays.LISTENER_HOST: listener_ip}, **runner_kw).start()
+        say(
+            f"KCP: the enroller installed Tether into the runtime (RuntimeEnrollment {KCP_NS}/{KYMA})"
+        )
+        skr_pods = podrunner.PodRunner(
+            skr, overlays.NAMESPACE, work, hosts={overlays.LISTENER_HOST: listener_ip}, **runner_kw
+        ).start()
         skr_pods.wait_available(timeout)
         while condition(enrollment(kcp), "Ready") != "True":
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the runtime's enrollment is not Ready: "
-                                   f"{json.dumps((enrollment(kcp) or {}).get('status'))}")
+                raise TimeoutError(
+                    f"the runtime's enrollment is not Ready: "
+                    f"{json.dumps((enrollment(kcp) or {}).get('status'))}"
+                )
             time.sleep(0.5)
         say(f"KCP: RuntimeEnrollment {KCP_NS}/{KYMA} Ready")
     except BaseException:
@@ -223,8 +323,9 @@ def install(skr: controlplane.ControlPlane, kcp: controlplane.ControlPlane, work
     return Fleet(skr, kcp, work, kcp_pods, skr_pods, director, director_url, applied)
 
 
-def operator_token(kcp: controlplane.ControlPlane, name: str = "tether-operator",
-                   seconds: int = 8 * 3600) -> str:
+def operator_token(
+    kcp: controlplane.ControlPlane, name: str = "tether-operator", seconds: int = 8 * 3600
+) -> str:
     """A ServiceAccount ``tether-system/<name>`` bound to the manifests' ClusterRole
     ``tether-admin-viewer`` (every admin page), and a bearer token for it (TokenRequest) made
     for the admin pages' audience: what an operator gets with
@@ -234,22 +335,36 @@ def operator_token(kcp: controlplane.ControlPlane, name: str = "tether-operator"
         core: Any = client.CoreV1Api(api)
         rbac: Any = client.RbacAuthorizationV1Api(api)
         try:
-            core.create_namespaced_service_account(overlays.NAMESPACE, client.V1ServiceAccount(
-                metadata=client.V1ObjectMeta(name=name)))
-            rbac.create_cluster_role_binding({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": f"{name}-admin-viewer"},
-                "subjects": [{"kind": "ServiceAccount", "name": name,
-                              "namespace": overlays.NAMESPACE}],
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": "tether-admin-viewer"}})
+            core.create_namespaced_service_account(
+                overlays.NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
+            )
+            rbac.create_cluster_role_binding(
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": f"{name}-admin-viewer"},
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": name, "namespace": overlays.NAMESPACE}
+                    ],
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": "tether-admin-viewer",
+                    },
+                }
+            )
         except client.ApiException as e:
             if e.status != 409:
                 raise
         tr: Any = core.create_namespaced_service_account_token(
-            name, overlays.NAMESPACE, client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(audiences=["tether-admin"],
-                                               expiration_seconds=seconds)))
+            name,
+            overlays.NAMESPACE,
+            client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(
+                    audiences=["tether-admin"], expiration_seconds=seconds
+                )
+            ),
+        )
         return str(tr.status.token)
     finally:
         api.close()

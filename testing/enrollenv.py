@@ -24,7 +24,13 @@ from enroller import settings as settings_mod
 from testing import compassenv, controlplane, localnet
 from tether import certs, gateway, skr_clients
 
-CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
+CRD = (
+    controlplane.REPO_ROOT
+    / "manifests"
+    / "kcp"
+    / "crds"
+    / "tether.kyma-project.io_runtimeenrollments.yaml"
+)
 
 
 class Env:
@@ -37,8 +43,14 @@ class Env:
         self.listener_ca = certs.CertificateAuthority.create("listener-ca")
 
     def settings(self, **over: Any) -> settings_mod.Settings:
-        base = dict(listener_url="https://listener.kcp.example.com", listener_ca=self.listener_ca.cert_pem,
-                    kcp_namespace=self.ns, namespace=self.ns, backoff_base=0.0, concurrency=4)
+        base = dict(
+            listener_url="https://listener.kcp.example.com",
+            listener_ca=self.listener_ca.cert_pem,
+            kcp_namespace=self.ns,
+            namespace=self.ns,
+            backoff_base=0.0,
+            concurrency=4,
+        )
         base.update(over)
         return settings_mod.Settings(**base)  # type: ignore[arg-type]
 
@@ -47,24 +59,48 @@ class Env:
         audit.setLevel(logging.INFO)
         audit.propagate = False
         handler = logging.StreamHandler(self.audit_text)
-        handler.setFormatter(logging.Formatter("%(message)s %(kind)s %(cause)s",
-                                               defaults={"kind": "-", "cause": "-"}))
+        handler.setFormatter(
+            logging.Formatter(
+                "%(message)s %(kind)s %(cause)s", defaults={"kind": "-", "cause": "-"}
+            )
+        )
         audit.addHandler(handler)
         s = self.settings(**over)
-        return reconcile.Enroller(s, self.gw, skr_clients.SkrClients(self.gw, self.ns, localnet.policy(timeout=s.skr_timeout)), metrics.Metrics(), audit,
-                                  now=lambda: datetime.datetime.now(datetime.UTC) + self.offset)
+        return reconcile.Enroller(
+            s,
+            self.gw,
+            skr_clients.SkrClients(self.gw, self.ns, localnet.policy(timeout=s.skr_timeout)),
+            metrics.Metrics(),
+            audit,
+            now=lambda: datetime.datetime.now(datetime.UTC) + self.offset,
+        )
 
-    def kyma(self, name: str, plane: controlplane.ControlPlane | None, *, domain: str | None = "auto",
-             runtime_id: str | None = None) -> str:
+    def kyma(
+        self,
+        name: str,
+        plane: controlplane.ControlPlane | None,
+        *,
+        domain: str | None = "auto",
+        runtime_id: str | None = None,
+    ) -> str:
         rid = runtime_id or f"rt-{name}"
         labels = compassenv.kyma_labels("ga", name, **{"kyma-project.io/runtime-id": rid})
-        body = {"apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma",
-                "metadata": {"name": name, "namespace": self.ns, "labels": labels,
-                             "annotations": {} if domain is None else
-                             {"skr-domain": f"{name}.kyma.example.com" if domain == "auto" else domain}},
-                "spec": {"channel": "regular"}}
+        body = {
+            "apiVersion": "operator.kyma-project.io/v1beta2",
+            "kind": "Kyma",
+            "metadata": {
+                "name": name,
+                "namespace": self.ns,
+                "labels": labels,
+                "annotations": {}
+                if domain is None
+                else {"skr-domain": f"{name}.kyma.example.com" if domain == "auto" else domain},
+            },
+            "spec": {"channel": "regular"},
+        }
         client.CustomObjectsApi(self.api).create_namespaced_custom_object(
-            "operator.kyma-project.io", "v1beta2", self.ns, "kymas", body)
+            "operator.kyma-project.io", "v1beta2", self.ns, "kymas", body
+        )
         if plane is not None:
             compassenv.create_kubeconfig_secret(self.api, self.ns, name, plane)
         return rid
@@ -72,7 +108,8 @@ class Env:
     def enrollment(self, name: str) -> dict[str, Any] | None:
         try:
             obj: Any = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
-                "tether.kyma-project.io", "v1alpha1", self.ns, "runtimeenrollments", name)
+                "tether.kyma-project.io", "v1alpha1", self.ns, "runtimeenrollments", name
+            )
             return dict(obj)
         except client.ApiException as e:
             if e.status == 404:
@@ -110,15 +147,19 @@ def runtime_objects(plane: controlplane.ControlPlane) -> dict[str, Any]:
                 if e.status != 404:
                     raise
         try:
-            out["vwc"] = client.AdmissionregistrationV1Api(api).read_validating_webhook_configuration(
-                render.WEBHOOK_CONFIG)
+            out["vwc"] = client.AdmissionregistrationV1Api(
+                api
+            ).read_validating_webhook_configuration(render.WEBHOOK_CONFIG)
         except client.ApiException as e:
             if e.status != 404:
                 raise
         deployments: Any = client.AppsV1Api(api).list_namespaced_deployment(render.NAMESPACE).items
         out["deployments"] = sorted(d.metadata.name for d in deployments)
-        roles: Any = client.RbacAuthorizationV1Api(api).list_cluster_role(
-            label_selector="app.kubernetes.io/managed-by=tether-enroller").items
+        roles: Any = (
+            client.RbacAuthorizationV1Api(api)
+            .list_cluster_role(label_selector="app.kubernetes.io/managed-by=tether-enroller")
+            .items
+        )
         out["clusterroles"] = sorted(r.metadata.name for r in roles)
         return out
     finally:
@@ -147,9 +188,17 @@ class EnrollerProcess:
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "tether.cli", "enroller"],
-                env={**{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}, **localnet.ENV, **env,
-                     "TETHER_ENROLLER_BIND": f"127.0.0.1:{self.port}"},
-                cwd=controlplane.REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                env={
+                    **{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")},
+                    **localnet.ENV,
+                    **env,
+                    "TETHER_ENROLLER_BIND": f"127.0.0.1:{self.port}",
+                },
+                cwd=controlplane.REPO_ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def leader(self) -> float | None:
         try:

@@ -125,9 +125,17 @@ def tail(path: pathlib.Path, n: int = 2500) -> str:
 class Stack:
     """One runtime's change-detection path on the fault suite's planes (see the module)."""
 
-    def __init__(self, skr: controlplane.ControlPlane, env: listenerenv.Env,
-                 workdir: pathlib.Path, *, pollers: int = 1, webhook: dict[str, str] | None = None,
-                 poller: dict[str, str] | None = None, listener: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        skr: controlplane.ControlPlane,
+        env: listenerenv.Env,
+        workdir: pathlib.Path,
+        *,
+        pollers: int = 1,
+        webhook: dict[str, str] | None = None,
+        poller: dict[str, str] | None = None,
+        listener: dict[str, str] | None = None,
+    ) -> None:
         self.skr, self.env, self.dir = skr, env, workdir
         self.api = skr.api_client()
         self.core = client.CoreV1Api(self.api)
@@ -140,11 +148,13 @@ class Stack:
         self.listener: FixedPortListener | None = None
         self._incarnation = 0
         self.webhook_env = {
-            "TETHER_RUNTIME_ID": self.runtime.id, "TETHER_LISTENER_URL": self.proxy.url,
+            "TETHER_RUNTIME_ID": self.runtime.id,
+            "TETHER_LISTENER_URL": self.proxy.url,
             "TETHER_LISTENER_CA_FILE": str(env.server_ca_file),
             "TETHER_CLIENT_CERT_FILE": str(self.runtime.cert_file),
             "TETHER_CLIENT_KEY_FILE": str(self.runtime.key_file),
-            "TETHER_KUBECONFIG": str(skr.kubeconfig), "TETHER_LABEL_SELECTOR": self.selector,
+            "TETHER_KUBECONFIG": str(skr.kubeconfig),
+            "TETHER_LABEL_SELECTOR": self.selector,
             "TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS": "1",
             "TETHER_LISTENER_TIMEOUT_SECONDS": "2",
             "TETHER_WEBHOOK_RETRY_BASE_SECONDS": "0.1",
@@ -166,10 +176,16 @@ class Stack:
             TETHER_POLLER_RETRY_CAP_SECONDS="1",
             TETHER_POLLER_LIST_TIMEOUT_SECONDS="5",
             TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS="1",
-            TETHER_LISTENER_TIMEOUT_SECONDS="3")
+            TETHER_LISTENER_TIMEOUT_SECONDS="3",
+        )
         self.poller_env = pollerenv.poller_env(
-            self.runtime, self.proxy.url, skr, self.selector, self.namespace,
-            **{**suite, **(poller or {})})
+            self.runtime,
+            self.proxy.url,
+            skr,
+            self.selector,
+            self.namespace,
+            **{**suite, **(poller or {})},
+        )
         self.poller_count = pollers
         self.pollers: list[pollerenv.PollerProcess] = []
 
@@ -177,19 +193,27 @@ class Stack:
 
     def start(self) -> Stack:
         try:
-            controlplane.retry_busy(lambda: self.core.create_namespace(client.V1Namespace(
-                metadata=client.V1ObjectMeta(name=self.namespace))))
+            controlplane.retry_busy(
+                lambda: self.core.create_namespace(
+                    client.V1Namespace(metadata=client.V1ObjectMeta(name=self.namespace))
+                )
+            )
             self.start_listener()
             self.webhook = webhookstack.WebhookProcess(self.dir, self.webhook_env).start()
-            body = webhookstack.vwc_body(self.vwc_name, self.webhook.url + "/validate",
-                                         self.webhook.ca.cert_pem, self.namespace)
+            body = webhookstack.vwc_body(
+                self.vwc_name,
+                self.webhook.url + "/validate",
+                self.webhook.ca.cert_pem,
+                self.namespace,
+            )
             hook = body["webhooks"][0]
             assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Ignore", 2), hook
             webhookstack.register(self.api, body)
             self._wait_webhook_called()
             for i in range(self.poller_count):
-                self.pollers.append(pollerenv.PollerProcess(
-                    self.dir, f"poller-{'ab'[i]}", self.poller_env).start())
+                self.pollers.append(
+                    pollerenv.PollerProcess(self.dir, f"poller-{'ab'[i]}", self.poller_env).start()
+                )
             pollerenv.wait_until(self.leader, 30, "a poller to hold the Lease")
         except BaseException:
             self.close()
@@ -201,27 +225,34 @@ class Stack:
         ConfigMap until the webhook is called for it."""
         assert self.webhook is not None
         wh = self.webhook
-        probe = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="tether-fault-probe"),
-                                   data={"n": "0"})
+        probe = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="tether-fault-probe"), data={"n": "0"}
+        )
         self.core.create_namespaced_config_map(self.namespace, probe)
         before = wh.metric("tether_webhook_admission_requests_total")
         n = [0]
 
         def called() -> bool:
             n[0] += 1
-            self.core.patch_namespaced_config_map("tether-fault-probe", self.namespace,
-                                                  {"data": {"n": str(n[0])}})
+            self.core.patch_namespaced_config_map(
+                "tether-fault-probe", self.namespace, {"data": {"n": str(n[0])}}
+            )
             return wh.metric("tether_webhook_admission_requests_total") > before
 
-        pollerenv.wait_until(called, 30, f"the apiserver to call the webhook:\n{wh.log()}",
-                             interval=0.2)
+        pollerenv.wait_until(
+            called, 30, f"the apiserver to call the webhook:\n{wh.log()}", interval=0.2
+        )
         self.core.delete_namespaced_config_map("tether-fault-probe", self.namespace)
 
     def start_listener(self) -> FixedPortListener:
         assert self.listener is None or self.listener.proc.poll() is not None
         self._incarnation += 1
-        self.listener = FixedPortListener(self.env, f"{self.namespace}-{self._incarnation}",
-                                          self.listener_port, **self.listener_overrides)
+        self.listener = FixedPortListener(
+            self.env,
+            f"{self.namespace}-{self._incarnation}",
+            self.listener_port,
+            **self.listener_overrides,
+        )
         return self.listener
 
     def kill_listener(self) -> None:
@@ -240,14 +271,21 @@ class Stack:
     def leader(self) -> pollerenv.PollerProcess | None:
         try:
             lease: Any = client.CoordinationV1Api(self.api).read_namespaced_lease(
-                self.poller_env["TETHER_POLLER_LEASE_NAME"], self.namespace)
+                self.poller_env["TETHER_POLLER_LEASE_NAME"], self.namespace
+            )
         except client.ApiException as e:
             if e.status == 404:
                 return None
             raise
         holder = lease.spec.holder_identity
-        return next((p for p in self.pollers if p.identity == holder and p.proc is not None
-                     and p.proc.poll() is None), None)
+        return next(
+            (
+                p
+                for p in self.pollers
+                if p.identity == holder and p.proc is not None and p.proc.poll() is None
+            ),
+            None,
+        )
 
     def close(self) -> None:
         for p in self.pollers:
@@ -283,15 +321,22 @@ class Stack:
             return f"cannot compare: {type(e).__name__}: {str(e)[:200]}"
         missing = sorted(k[1] for k in want.keys() - live.keys())
         extra = sorted(k[1] for k in live.keys() - want.keys())
-        stale = sorted(f"{k[1]} (rv {live[k]['resourceVersion']} != {want[k]['resourceVersion']})"
-                       for k in want.keys() & live.keys() if live[k] != want[k])
+        stale = sorted(
+            f"{k[1]} (rv {live[k]['resourceVersion']} != {want[k]['resourceVersion']})"
+            for k in want.keys() & live.keys()
+            if live[k] != want[k]
+        )
         if not (missing or extra or stale):
             return ""
-        return (f"{len(want)} ConfigMaps in the runtime, {len(live)} live and {len(dead)} "
-                f"tombstoned records in the KCP; missing: {missing[:10]}; live but deleted: "
-                f"{extra[:10]}; differing: {stale[:10]}")
+        return (
+            f"{len(want)} ConfigMaps in the runtime, {len(live)} live and {len(dead)} "
+            f"tombstoned records in the KCP; missing: {missing[:10]}; live but deleted: "
+            f"{extra[:10]}; differing: {stale[:10]}"
+        )
 
-    def wait_converged(self, since: float, timeout: float = 60.0, env: listenerenv.Env | None = None) -> float:
+    def wait_converged(
+        self, since: float, timeout: float = 60.0, env: listenerenv.Env | None = None
+    ) -> float:
         """Seconds from ``since`` (monotonic) until the KCP holds exactly the runtime's
         state; fails after ``timeout`` with the difference and the processes' logs."""
         deadline = time.monotonic() + timeout
@@ -300,8 +345,10 @@ class Stack:
             if not diff:
                 return time.monotonic() - since
             if time.monotonic() > deadline:
-                raise AssertionError(f"the KCP did not converge to the runtime's state within "
-                                     f"{timeout:.0f}s: {diff}\n{self.logs()}")
+                raise AssertionError(
+                    f"the KCP did not converge to the runtime's state within "
+                    f"{timeout:.0f}s: {diff}\n{self.logs()}"
+                )
             time.sleep(0.25)
 
 
@@ -338,9 +385,18 @@ class Workload:
     success. Any other answer (a 4xx) is a failure at once.
     """
 
-    def __init__(self, core: client.CoreV1Api, namespace: str, labels: dict[str, str], *,
-                 keys: int = 30, rate: float = 10.0, seed: int = 0,
-                 retry_seconds: float = 0.0, update_share: float = 0.75) -> None:
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        namespace: str,
+        labels: dict[str, str],
+        *,
+        keys: int = 30,
+        rate: float = 10.0,
+        seed: int = 0,
+        retry_seconds: float = 0.0,
+        update_share: float = 0.75,
+    ) -> None:
         self.core, self.namespace, self.labels = core, namespace, labels
         self.names = [f"cm-{i:03d}" for i in range(keys)]
         self.rate, self.retry_seconds, self.update_share = rate, retry_seconds, update_share
@@ -380,8 +436,9 @@ class Workload:
     def wait_writes(self, n: int, timeout: float = 30.0) -> None:
         """Until ``n`` more writes than now have ended."""
         target = len(self.writes) + n
-        pollerenv.wait_until(lambda: len(self.writes) >= target or self.crashed, timeout,
-                             f"{n} customer writes")
+        pollerenv.wait_until(
+            lambda: len(self.writes) >= target or self.crashed, timeout, f"{n} customer writes"
+        )
 
     def _run(self) -> None:
         try:
@@ -405,13 +462,18 @@ class Workload:
         w = Write(op, name, time.monotonic())
         call: Callable[[], Any] = {
             "create": lambda: self.core.create_namespaced_config_map(
-                self.namespace, client.V1ConfigMap(
-                    metadata=client.V1ObjectMeta(name=name, labels=self.labels), data=data),
-                _request_timeout=(5, 15)),
+                self.namespace,
+                client.V1ConfigMap(
+                    metadata=client.V1ObjectMeta(name=name, labels=self.labels), data=data
+                ),
+                _request_timeout=(5, 15),
+            ),
             "update": lambda: self.core.patch_namespaced_config_map(
-                name, self.namespace, {"data": data}, _request_timeout=(5, 15)),
+                name, self.namespace, {"data": data}, _request_timeout=(5, 15)
+            ),
             "delete": lambda: self.core.delete_namespaced_config_map(
-                name, self.namespace, _request_timeout=(5, 15)),
+                name, self.namespace, _request_timeout=(5, 15)
+            ),
         }[op]
         while True:
             w.attempts += 1
@@ -423,8 +485,11 @@ class Workload:
                 if w.attempts > 1 and self._earlier_attempt_succeeded(op, name, data, status):
                     break
                 retryable = status is None or status >= 500 or status == 429
-                if not (self.retry_seconds and retryable
-                        and time.monotonic() - w.started < self.retry_seconds):
+                if not (
+                    self.retry_seconds
+                    and retryable
+                    and time.monotonic() - w.started < self.retry_seconds
+                ):
                     w.error = f"{type(e).__name__}: {str(e)[:200]}"
                     break
                 time.sleep(0.2)
@@ -436,8 +501,9 @@ class Workload:
                 self.expected[name] = data
         return w
 
-    def _earlier_attempt_succeeded(self, op: Op, name: str, data: dict[str, str],
-                                   status: int | None) -> bool:
+    def _earlier_attempt_succeeded(
+        self, op: Op, name: str, data: dict[str, str], status: int | None
+    ) -> bool:
         if op == "delete":
             return status == 404
         if op == "create" and status == 409:
@@ -461,26 +527,41 @@ class Workload:
     def check_runtime(self) -> None:
         """The runtime holds exactly what the customer wrote (no write lost by the SKR)."""
         resp: Any = self.core.list_namespaced_config_map(
-            self.namespace, label_selector=",".join(f"{k}={v}" for k, v in self.labels.items()))
+            self.namespace, label_selector=",".join(f"{k}={v}" for k, v in self.labels.items())
+        )
         actual = {cm.metadata.name: dict(cm.data or {}) for cm in resp.items}
         assert actual == self.expected, (
             f"the runtime differs from the customer's writes: only in the runtime "
             f"{sorted(actual.keys() - self.expected.keys())}, missing "
             f"{sorted(self.expected.keys() - actual.keys())}, differing "
-            f"{sorted(k for k in actual.keys() & self.expected.keys() if actual[k] != self.expected[k])}")
+            f"{sorted(k for k in actual.keys() & self.expected.keys() if actual[k] != self.expected[k])}"
+        )
 
     def summary(self) -> str:
-        ops = {op: sum(1 for w in self.writes if w.op == op) for op in ("create", "update", "delete")}
-        return (f"{len(self.writes)} writes ({ops['create']} create, {ops['update']} update, "
-                f"{ops['delete']} delete), {len(self.failed())} failed, {len(self.retried())} "
-                f"retried, longest {self.max_seconds():.2f}s, {len(self.expected)} live at the end")
+        ops = {
+            op: sum(1 for w in self.writes if w.op == op) for op in ("create", "update", "delete")
+        }
+        return (
+            f"{len(self.writes)} writes ({ops['create']} create, {ops['update']} update, "
+            f"{ops['delete']} delete), {len(self.failed())} failed, {len(self.retried())} "
+            f"retried, longest {self.max_seconds():.2f}s, {len(self.expected)} live at the end"
+        )
 
 
 # -- the end of a fault ----------------------------------------------------------------
 
 
-def finish(s: Stack, w: Workload, report: Callable[..., None], *, fault: str, began: float,
-           healed: float, timeout: float = 60.0, **extra: Any) -> float:
+def finish(
+    s: Stack,
+    w: Workload,
+    report: Callable[..., None],
+    *,
+    fault: str,
+    began: float,
+    healed: float,
+    timeout: float = 60.0,
+    **extra: Any,
+) -> float:
     """Stop the customer, check its writes and the runtime, wait for the KCP; ``report`` the
     fault's numbers (the fault tests' report fixture). The seconds to converge."""
     last_write = w.stop()
@@ -489,12 +570,18 @@ def finish(s: Stack, w: Workload, report: Callable[..., None], *, fault: str, be
     w.check_runtime()
     since = max(healed, last_write)
     converged = s.wait_converged(since, timeout)
-    report(fault=fault, writes=len(w.writes), failed=len(failed), retried=len(w.retried()),
-           fault_seconds=round(healed - began, 1),
-           after_fault_seconds=round(converged + since - healed, 1),
-           converged_seconds=round(converged, 1), workload=w.summary(), **extra)
+    report(
+        fault=fault,
+        writes=len(w.writes),
+        failed=len(failed),
+        retried=len(w.retried()),
+        fault_seconds=round(healed - began, 1),
+        after_fault_seconds=round(converged + since - healed, 1),
+        converged_seconds=round(converged, 1),
+        workload=w.summary(),
+        **extra,
+    )
     return converged
-
 
 
 # -- compass -----------------------------------------------------------------------------
@@ -503,21 +590,37 @@ def finish(s: Stack, w: Workload, report: Callable[..., None], *, fault: str, be
 class CompassProcess:
     """``tether compass`` (python -m tether.cli compass) as a subprocess."""
 
-    def __init__(self, workdir: pathlib.Path, kubeconfig: pathlib.Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, workdir: pathlib.Path, kubeconfig: pathlib.Path, env: dict[str, str]
+    ) -> None:
         self.port = controlplane.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"compass-{self.port}.log"
-        base = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_") and k != "KUBECONFIG"}
-        self.env = {**base, **localnet.ENV, "KUBECONFIG": str(kubeconfig), "TETHER_COMPASS_BIND": f"127.0.0.1:{self.port}",
-                    "TETHER_LOG_FORMAT": "text", **env}
+        base = {
+            k: v for k, v in os.environ.items() if not k.startswith("TETHER_") and k != "KUBECONFIG"
+        }
+        self.env = {
+            **base,
+            **localnet.ENV,
+            "KUBECONFIG": str(kubeconfig),
+            "TETHER_COMPASS_BIND": f"127.0.0.1:{self.port}",
+            "TETHER_LOG_FORMAT": "text",
+            **env,
+        }
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> CompassProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tether.cli", "compass"], env=self.env, cwd=REPO,
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=controlplane.die_with_parent())
+                [sys.executable, "-m", "tether.cli", "compass"],
+                env=self.env,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=controlplane.die_with_parent(),
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -43,8 +43,10 @@ def versions(items: Iterable[Mapping[str, Any]], namespace: str) -> dict[Key, ch
     return out
 
 
-def regressions(seen: dict[Key, changes.Version], sample: Mapping[Key, changes.Version],
-                ) -> list[str]:
+def regressions(
+    seen: dict[Key, changes.Version],
+    sample: Mapping[Key, changes.Version],
+) -> list[str]:
     """The keys of ``sample`` older than the highest version ``seen`` of them (pure);
     ``seen`` is updated in place with every newer version."""
     out = []
@@ -66,8 +68,14 @@ def _show(v: changes.Version) -> str:
 class History:
     """Samples a runtime's records in the KCP in a thread (see the module)."""
 
-    def __init__(self, api: client.ApiClient, kcp_namespace: str, runtime_id: str,
-                 namespace: str, interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        kcp_namespace: str,
+        runtime_id: str,
+        namespace: str,
+        interval: float = 0.5,
+    ) -> None:
         config = copy.copy(api.configuration)
         config.retries = False  # a failed list is a missed sample, not three retries logged
         self.api, self.kcp_namespace = client.ApiClient(config), kcp_namespace
@@ -89,10 +97,13 @@ class History:
         """One sample: list, compare, remember (also callable without the thread)."""
         try:
             resp: Any = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
-                apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version,
-                self.kcp_namespace, apitypes.RUNTIME_CONFIGMAPS.plural,
+                apitypes.RUNTIME_CONFIGMAPS.group,
+                apitypes.RUNTIME_CONFIGMAPS.version,
+                self.kcp_namespace,
+                apitypes.RUNTIME_CONFIGMAPS.plural,
                 label_selector=f"{apitypes.RUNTIME_ID_LABEL}={self.runtime_id}",
-                _request_timeout=(2, 10))
+                _request_timeout=(2, 10),
+            )
         except Exception:  # noqa: BLE001 - the KCP apiserver down or restarting: no sample
             self.missed += 1
             return
@@ -120,13 +131,17 @@ class History:
             raise AssertionError("the history sampler crashed") from self.crashed
         self.sample()
         self.api.close()
-        assert not self.found, (f"{len(self.found)} records of the KCP went back to an older "
-                                f"state: {self.found[:10]}")
+        assert not self.found, (
+            f"{len(self.found)} records of the KCP went back to an older state: {self.found[:10]}"
+        )
         assert self.samples >= min_samples, (
-            f"the history check sampled the KCP {self.samples} times ({self.missed} failed)")
+            f"the history check sampled the KCP {self.samples} times ({self.missed} failed)"
+        )
         assert self.seen, "the history check never saw a record"
         return self.summary()
 
     def summary(self) -> str:
-        return (f"{self.samples} samples ({self.missed} missed), {len(self.seen)} keys, "
-                f"{len(self.found)} went back")
+        return (
+            f"{self.samples} samples ({self.missed} missed), {len(self.seen)} keys, "
+            f"{len(self.found)} went back"
+        )

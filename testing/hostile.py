@@ -31,18 +31,28 @@ import yaml
 
 from tether import certs
 
-STATUS_404 = (b'{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound",'
-              b'"code":404,"message":"not found"}')
+STATUS_404 = (
+    b'{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound",'
+    b'"code":404,"message":"not found"}'
+)
 
 
 class Hostile:
-    def __init__(self, mode: str, *, interval: float = 1.0, size: int = 200 * 1024 * 1024,
-                 chunked: bool = False, location: str = "") -> None:
+    def __init__(
+        self,
+        mode: str,
+        *,
+        interval: float = 1.0,
+        size: int = 200 * 1024 * 1024,
+        chunked: bool = False,
+        location: str = "",
+    ) -> None:
         self.mode, self.interval, self.size, self.chunked = mode, interval, size, chunked
         self.location = location
         self.ca = certs.CertificateAuthority.create("hostile-runtime-ca")
-        self.serving = self.ca.issue("hostile-runtime", ip_addresses=["127.0.0.1"],
-                                     dns_names=["localhost"], server=True)
+        self.serving = self.ca.issue(
+            "hostile-runtime", ip_addresses=["127.0.0.1"], dns_names=["localhost"], server=True
+        )
         self.requests: list[tuple[str, str, str]] = []
         self.sent = 0
         self.connections = 0
@@ -56,22 +66,41 @@ class Hostile:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    def kubeconfig(self, *, token: str | None = "hostile-test-token", server: str | None = None,
-                   client: certs.KeyPair | None = None) -> bytes:
+    def kubeconfig(
+        self,
+        *,
+        token: str | None = "hostile-test-token",
+        server: str | None = None,
+        client: certs.KeyPair | None = None,
+    ) -> bytes:
         user: dict[str, Any] = {}
         if token:
             user["token"] = token
         if client is not None:
             user["client-certificate-data"] = base64.b64encode(client.cert_pem).decode()
             user["client-key-data"] = base64.b64encode(client.key_pem).decode()
-        return yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "hostile",
-            "clusters": [{"name": "hostile", "cluster": {
-                "server": server or self.url,
-                "certificate-authority-data": base64.b64encode(self.ca.cert_pem).decode()}}],
-            "users": [{"name": "hostile", "user": user}],
-            "contexts": [{"name": "hostile", "context": {"cluster": "hostile", "user": "hostile"}}],
-        }).encode()
+        return yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "hostile",
+                "clusters": [
+                    {
+                        "name": "hostile",
+                        "cluster": {
+                            "server": server or self.url,
+                            "certificate-authority-data": base64.b64encode(
+                                self.ca.cert_pem
+                            ).decode(),
+                        },
+                    }
+                ],
+                "users": [{"name": "hostile", "user": user}],
+                "contexts": [
+                    {"name": "hostile", "context": {"cluster": "hostile", "user": "hostile"}}
+                ],
+            }
+        ).encode()
 
     # -- serving -------------------------------------------------------------------------------
 
@@ -89,8 +118,9 @@ class Hostile:
                 if length:
                     self.rfile.read(min(length, 1 << 20))
                 with owner._lock:
-                    owner.requests.append((self.command, self.path,
-                                           self.headers.get("Authorization") or ""))
+                    owner.requests.append(
+                        (self.command, self.path, self.headers.get("Authorization") or "")
+                    )
                 try:
                     owner._answer(self)
                 except (BrokenPipeError, ConnectionResetError, ssl.SSLError, OSError):
@@ -120,8 +150,12 @@ class Hostile:
         server.socket = ctx.wrap_socket(server.socket, server_side=True)
         self._server = server
         self.port = server.server_address[1]
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="hostile-apiserver", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="hostile-apiserver",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -142,43 +176,68 @@ class Hostile:
         for i in range(len(data)):
             if self._stop.wait(self.interval):
                 return
-            self._write(h, data[i:i + 1], body)
+            self._write(h, data[i : i + 1], body)
 
     def _answer(self, h: http.server.BaseHTTPRequestHandler) -> None:
         mode = self.mode
         if mode == "ok":
-            self._write(h, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                           b"Content-Length: 2\r\n\r\n{}")
+            self._write(
+                h,
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+            )
         elif mode == "not_found":
-            self._write(h, b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
-                        + f"Content-Length: {len(STATUS_404)}\r\n\r\n".encode() + STATUS_404)
+            self._write(
+                h,
+                b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(STATUS_404)}\r\n\r\n".encode()
+                + STATUS_404,
+            )
         elif mode == "redirect":
-            self._write(h, f"HTTP/1.1 302 Found\r\nLocation: {self.location}\r\n"
-                        "Content-Length: 0\r\n\r\n".encode())
+            self._write(
+                h,
+                f"HTTP/1.1 302 Found\r\nLocation: {self.location}\r\n"
+                "Content-Length: 0\r\n\r\n".encode(),
+            )
         elif mode == "trickle":
             body = b'{"kind":"Secret","apiVersion":"v1","metadata":{"name":"x"}}' * 1000
-            self._write(h, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                        + f"Content-Length: {len(body)}\r\n\r\n".encode(), body=False)
+            self._write(
+                h,
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode(),
+                body=False,
+            )
             self._trickle(h, body, True)
         elif mode == "trickle_head":
-            head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    + b"X-Padding: " + b"a" * 4000 + b"\r\nContent-Length: 2\r\n\r\n{}")
+            head = (
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                + b"X-Padding: "
+                + b"a" * 4000
+                + b"\r\nContent-Length: 2\r\n\r\n{}"
+            )
             self._trickle(h, head, False)
         elif mode == "hang":
-            self._write(h, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                           b"Content-Length: 1000\r\n\r\n", body=False)
+            self._write(
+                h,
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n",
+                body=False,
+            )
             self._stop.wait(3600)
         elif mode == "huge":
             head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-            head += (b"Transfer-Encoding: chunked\r\n\r\n" if self.chunked
-                     else f"Content-Length: {self.size}\r\n\r\n".encode())
+            head += (
+                b"Transfer-Encoding: chunked\r\n\r\n"
+                if self.chunked
+                else f"Content-Length: {self.size}\r\n\r\n".encode()
+            )
             self._write(h, head, body=False)
             block = b"[" + b"0," * (512 * 1024) + b"0]"
             left = self.size
             while left > 0 and not self._stop.is_set():
-                piece = block[:min(len(block), left)]
-                self._write(h, (f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-                            if self.chunked else piece)
+                piece = block[: min(len(block), left)]
+                self._write(
+                    h, (f"{len(piece):x}\r\n".encode() + piece + b"\r\n") if self.chunked else piece
+                )
                 left -= len(piece)
             if self.chunked:
                 self._write(h, b"0\r\n\r\n")

@@ -15,6 +15,9 @@ GROUP = "sample.injector.tether-test.example.com"
 
 def new_namespace(api: client.ApiClient, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    controlplane.retry_busy(lambda: client.CoreV1Api(api).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))))
+    controlplane.retry_busy(
+        lambda: client.CoreV1Api(api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+        )
+    )
     return name

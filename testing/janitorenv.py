@@ -30,24 +30,33 @@ class Janitor:
         self.log_file = env.dir / f"janitor-{self.port}.log"
         # the janitor's own user and Roles (manifests/kcp/janitor/rbac.yaml): the listener's
         # cannot delete
-        vars_ = {"TETHER_LISTENER_KUBECONFIG": str(env.janitor_kubeconfig),
-                 "TETHER_LISTENER_NAMESPACE": env.namespace,
-                 "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": str(RETENTION),
-                 "TETHER_LISTENER_ORPHAN_GRACE_SECONDS": str(GRACE),
-                 "TETHER_LISTENER_JANITOR_INTERVAL_SECONDS": "0.5",
-                 "TETHER_LISTENER_JANITOR_LEASE_SECONDS": "3",
-                 "TETHER_LISTENER_JANITOR_BIND": f"127.0.0.1:{self.port}",
-                 "TETHER_LISTENER_AUDIT_LOG": str(self.audit_file),
-                 "TETHER_LISTENER_LOG_FORMAT": "text", **overrides}
-        environ = {k: v for k, v in os.environ.items()
-                   if not k.startswith("TETHER_") and k != "KUBECONFIG"}
+        vars_ = {
+            "TETHER_LISTENER_KUBECONFIG": str(env.janitor_kubeconfig),
+            "TETHER_LISTENER_NAMESPACE": env.namespace,
+            "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": str(RETENTION),
+            "TETHER_LISTENER_ORPHAN_GRACE_SECONDS": str(GRACE),
+            "TETHER_LISTENER_JANITOR_INTERVAL_SECONDS": "0.5",
+            "TETHER_LISTENER_JANITOR_LEASE_SECONDS": "3",
+            "TETHER_LISTENER_JANITOR_BIND": f"127.0.0.1:{self.port}",
+            "TETHER_LISTENER_AUDIT_LOG": str(self.audit_file),
+            "TETHER_LISTENER_LOG_FORMAT": "text",
+            **overrides,
+        }
+        environ = {
+            k: v for k, v in os.environ.items() if not k.startswith("TETHER_") and k != "KUBECONFIG"
+        }
         environ.update(vars_)
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "tether.cli", "janitor"],
-                                     cwd=controlplane.REPO_ROOT, env=environ, stdout=self._log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True,
-                                     preexec_fn=controlplane.die_with_parent())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tether.cli", "janitor"],
+            cwd=controlplane.REPO_ROOT,
+            env=environ,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=controlplane.die_with_parent(),
+        )
         pollerenv.wait_until(self._ready, 60, "janitor ready")
 
     def _ready(self) -> bool:

@@ -15,8 +15,10 @@ from testing.listenerenv import Env, ListenerProcess, Runtime, add_runtime
 from tether import changes
 
 # delivery health and the heartbeat Lease written after every request, not on an interval
-IMMEDIATE = {"TETHER_LISTENER_DELIVERY_FLUSH_SECONDS": "0",
-             "TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS": "0"}
+IMMEDIATE = {
+    "TETHER_LISTENER_DELIVERY_FLUSH_SECONDS": "0",
+    "TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS": "0",
+}
 
 
 def running(env: Env, name: str, **overrides: str) -> Iterator[ListenerProcess]:
@@ -33,7 +35,9 @@ def new_runtime(env: Env) -> Runtime:
     return add_runtime(env, f"rt-{uuid.uuid4().hex[:12]}")
 
 
-def post(p: ListenerProcess, rt: Runtime, *recs: dict[str, Any], timeout: float = 60) -> requests.Response:
+def post(
+    p: ListenerProcess, rt: Runtime, *recs: dict[str, Any], timeout: float = 60
+) -> requests.Response:
     """One record as it is, several as a batch."""
     doc: Any = recs[0] if len(recs) == 1 else changes.batch(list(recs))  # type: ignore[arg-type]
     with rt.session() as s:

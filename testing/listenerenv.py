@@ -24,9 +24,17 @@ REPO = controlplane.REPO_ROOT
 
 
 CRD_FILE = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeconfigmaps.yaml"
-DELIVERY_CRD_FILE = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimedeliveries.yaml"
-SUMMARY_CRD_FILE = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimestatesummaries.yaml"
-CRD_FILES = (CRD_FILE, DELIVERY_CRD_FILE, SUMMARY_CRD_FILE)  # what the listener writes (manifests/kcp/crds)
+DELIVERY_CRD_FILE = (
+    REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimedeliveries.yaml"
+)
+SUMMARY_CRD_FILE = (
+    REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimestatesummaries.yaml"
+)
+CRD_FILES = (
+    CRD_FILE,
+    DELIVERY_CRD_FILE,
+    SUMMARY_CRD_FILE,
+)  # what the listener writes (manifests/kcp/crds)
 
 
 RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "rbac.yaml"
@@ -34,7 +42,9 @@ RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "rbac.yaml"
 HEARTBEATS_RBAC_FILE = REPO / "manifests" / "kcp" / "listener" / "heartbeats.yaml"
 JANITOR_RBAC_FILE = REPO / "manifests" / "kcp" / "janitor" / "rbac.yaml"
 # the listener container's limits in its Deployment (memory 768Mi), for abuse tests' listeners
-LISTENER_LIMITS = cgroups.manifest_limits(REPO / "manifests" / "kcp" / "listener" / "deployment.yaml", "listener")
+LISTENER_LIMITS = cgroups.manifest_limits(
+    REPO / "manifests" / "kcp" / "listener" / "deployment.yaml", "listener"
+)
 
 
 # every env's KCP namespace holds the Watch of every ConfigMap (watchenv.all_configmaps), the
@@ -61,18 +71,27 @@ class Env:
 
     def stored(self, runtime_id: str) -> list[dict[str, Any]]:
         resp: Any = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
-            apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, self.namespace, apitypes.RUNTIME_CONFIGMAPS.plural,
-            label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}")
+            apitypes.RUNTIME_CONFIGMAPS.group,
+            apitypes.RUNTIME_CONFIGMAPS.version,
+            self.namespace,
+            apitypes.RUNTIME_CONFIGMAPS.plural,
+            label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
+        )
         return list(resp["items"])
 
-    def stored_one(self, runtime_id: str, ns: str, name: str,
-                   watch: str = COMPAT_WATCH) -> dict[str, Any] | None:
+    def stored_one(
+        self, runtime_id: str, ns: str, name: str, watch: str = COMPAT_WATCH
+    ) -> dict[str, Any] | None:
         """The stored record of the key (a v1 record's Watch: the env's compat Watch)."""
         key = records.Key(runtime_id, watch, ns, name)
         try:
             obj: Any = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
-                apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, self.namespace, apitypes.RUNTIME_CONFIGMAPS.plural,
-                records.object_name(key))
+                apitypes.RUNTIME_CONFIGMAPS.group,
+                apitypes.RUNTIME_CONFIGMAPS.version,
+                self.namespace,
+                apitypes.RUNTIME_CONFIGMAPS.plural,
+                records.object_name(key),
+            )
             return dict(obj)
         except client.ApiException as e:
             if e.status == 404:
@@ -86,8 +105,9 @@ def install_crd(api: client.ApiClient) -> None:
     controlplane.install_crds(api, *CRD_FILES)
 
 
-def _bind(api: client.ApiClient, namespace: str, files: tuple[pathlib.Path, ...],
-          user: str) -> None:
+def _bind(
+    api: client.ApiClient, namespace: str, files: tuple[pathlib.Path, ...], user: str
+) -> None:
     """Every Role and RoleBinding of ``files``, all in ``namespace`` (whatever namespace the
     manifests give each: a test's one namespace stands for kcp-system, the heartbeat
     namespace and tether-system at once), bound to ``user``."""
@@ -101,8 +121,9 @@ def _bind(api: client.ApiClient, namespace: str, files: tuple[pathlib.Path, ...]
         if doc["kind"] == "Role":
             rbac.create_namespaced_role(namespace, doc)
         else:
-            doc["subjects"] = [{"kind": "User", "name": user,
-                                "apiGroup": "rbac.authorization.k8s.io"}]
+            doc["subjects"] = [
+                {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}
+            ]
             rbac.create_namespaced_role_binding(namespace, doc)
 
 
@@ -113,8 +134,9 @@ def _bind_cluster(rbac: client.RbacAuthorizationV1Api, doc: Any, user: str) -> N
         if doc["kind"] == "ClusterRole":
             rbac.create_cluster_role(doc)
         else:
-            doc["subjects"] = [{"kind": "User", "name": user,
-                                "apiGroup": "rbac.authorization.k8s.io"}]
+            doc["subjects"] = [
+                {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}
+            ]
             rbac.create_cluster_role_binding(doc)
     except client.ApiException as e:
         if e.status != 409:
@@ -129,14 +151,21 @@ def bind_listener_role(api: client.ApiClient, namespace: str) -> None:
     _bind(api, namespace, (JANITOR_RBAC_FILE,), JANITOR_USER)
 
 
-def make_env(kcp: controlplane.ControlPlane, api: client.ApiClient, d: pathlib.Path,
-             namespace: str, *, foreign: bool = False) -> Env:
+def make_env(
+    kcp: controlplane.ControlPlane,
+    api: client.ApiClient,
+    d: pathlib.Path,
+    namespace: str,
+    *,
+    foreign: bool = False,
+) -> Env:
     """A KCP namespace with the manifests' listener Role bound to the test user, the PKI
     (runtime client CA, listener serving certificate for localhost/127.0.0.1, a foreign CA
     when ``foreign``, else the runtime CA stands in) and the listener user's kubeconfig,
     files in ``d``. The CRDs are the caller's (``install_crd``)."""
     client.CoreV1Api(api).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace))
+    )
     bind_listener_role(api, namespace)
     watchenv.all_configmaps(api, namespace)
     runtime_ca = certs.CertificateAuthority.create("tether-runtime-ca")
@@ -144,13 +173,26 @@ def make_env(kcp: controlplane.ControlPlane, api: client.ApiClient, d: pathlib.P
     server_ca = certs.CertificateAuthority.create("tether-listener-serving-ca")
     runtime_ca.write(d / "client-ca.crt", d / "client-ca.key")
     server_ca.write(d / "server-ca.crt", d / "server-ca.key")
-    serving = server_ca.issue("tether-listener", dns_names=["localhost"],
-                              ip_addresses=["127.0.0.1"], server=True)
+    serving = server_ca.issue(
+        "tether-listener", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True
+    )
     serving.write(d / "tls.crt", d / "tls.key")
     kubeconfig = kcp.issue_client_cert(LISTENER_USER, dest=d / "kubeconfig-listener")
     janitor = kcp.issue_client_cert(JANITOR_USER, dest=d / "kubeconfig-janitor")
-    return Env(d, namespace, kcp, api, runtime_ca, foreign_ca, d / "client-ca.crt",
-               d / "server-ca.crt", d / "tls.crt", d / "tls.key", kubeconfig, janitor)
+    return Env(
+        d,
+        namespace,
+        kcp,
+        api,
+        runtime_ca,
+        foreign_ca,
+        d / "client-ca.crt",
+        d / "server-ca.crt",
+        d / "tls.crt",
+        d / "tls.key",
+        kubeconfig,
+        janitor,
+    )
 
 
 def own_namespace(env: Env, prefix: str) -> Env:
@@ -158,8 +200,9 @@ def own_namespace(env: Env, prefix: str) -> Env:
     (a module whose listeners must not see the session's records, e.g. its janitor)."""
     ns = f"{prefix}-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(env.api)
-    controlplane.retry_busy(lambda: core.create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))))
+    controlplane.retry_busy(
+        lambda: core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    )
     bind_listener_role(env.api, ns)
     watchenv.all_configmaps(env.api, ns)
     return dataclasses.replace(env, namespace=ns)
@@ -168,9 +211,19 @@ def own_namespace(env: Env, prefix: str) -> Env:
 def remove_namespace(env: Env) -> None:
     """What ``own_namespace`` made, and what the listener wrote in it."""
     objects = client.CustomObjectsApi(env.api)
-    for group, version, plural in ((apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, apitypes.RUNTIME_CONFIGMAPS.plural),
-                                   (apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version, apitypes.RUNTIME_DELIVERIES.plural),
-                                   (apitypes.KYMAS.group, apitypes.KYMAS.version, apitypes.KYMAS.plural)):
+    for group, version, plural in (
+        (
+            apitypes.RUNTIME_CONFIGMAPS.group,
+            apitypes.RUNTIME_CONFIGMAPS.version,
+            apitypes.RUNTIME_CONFIGMAPS.plural,
+        ),
+        (
+            apitypes.RUNTIME_DELIVERIES.group,
+            apitypes.RUNTIME_DELIVERIES.version,
+            apitypes.RUNTIME_DELIVERIES.plural,
+        ),
+        (apitypes.KYMAS.group, apitypes.KYMAS.version, apitypes.KYMAS.plural),
+    ):
         objects.delete_collection_namespaced_custom_object(group, version, env.namespace, plural)
     client.CoordinationV1Api(env.api).delete_collection_namespaced_lease(env.namespace)
     client.CoreV1Api(env.api).delete_namespace(env.namespace)
@@ -223,19 +276,29 @@ class ListenerProcess:
         vars_.update(overrides)
         self.scheme = "https" if vars_.get("TETHER_LISTENER_TLS_CERT_FILE") else "http"
         self.url = f"{self.scheme}://127.0.0.1:{self.port}"
-        environ = {k: v for k, v in os.environ.items()
-                   if not k.startswith("TETHER_LISTENER_") and k != "KUBECONFIG"}
+        environ = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("TETHER_LISTENER_") and k != "KUBECONFIG"
+        }
         environ.update({k: v for k, v in vars_.items() if v != ""})
         if self.code != REPO:
             environ["PYTHONPATH"] = str(self.code)
-        self.cgroup = cgroups.confine(f"listener-{name}-{self.port}", self.limits) if self.limits else None
+        self.cgroup = (
+            cgroups.confine(f"listener-{name}-{self.port}", self.limits) if self.limits else None
+        )
         self.usage: cgroups.Usage | None = None
         argv = [sys.executable, "-m", "listener.main"]
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            self.cgroup.wrap(argv) if self.cgroup else argv, cwd=self.code, env=environ,
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=controlplane.die_with_parent())
+            self.cgroup.wrap(argv) if self.cgroup else argv,
+            cwd=self.code,
+            env=environ,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=controlplane.die_with_parent(),
+        )
         try:
             self._wait()
         except BaseException:
@@ -320,15 +383,16 @@ def metric_value(text: str, name: str, **labels: str) -> float:
 def kcp_requests(api: client.ApiClient) -> dict[tuple[str, str], int]:
     """Requests the KCP apiserver served on Tether's resources so far, by (resource, verb):
     its own ``apiserver_request_total`` (admin client)."""
-    r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics",
-                                             timeout=30)
+    r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics", timeout=30)
     assert r.status == 200, r.data[:200]
     out: dict[tuple[str, str], int] = {}
     for line in r.data.decode().splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         series, value = line.rsplit(" ", 1)
-        lbl = dict(p.split("=", 1) for p in series[series.index("{") + 1:-1].split(",") if "=" in p)
+        lbl = dict(
+            p.split("=", 1) for p in series[series.index("{") + 1 : -1].split(",") if "=" in p
+        )
         if lbl.get("group", "").strip('"') != apitypes.RUNTIME_CONFIGMAPS.group:
             continue
         key = (lbl.get("resource", "").strip('"'), lbl.get("verb", "").strip('"'))
@@ -336,8 +400,10 @@ def kcp_requests(api: client.ApiClient) -> dict[tuple[str, str], int]:
     return out
 
 
-def kcp_requests_since(api: client.ApiClient, before: dict[tuple[str, str], int],
-                       ) -> dict[tuple[str, str], int]:
+def kcp_requests_since(
+    api: client.ApiClient,
+    before: dict[tuple[str, str], int],
+) -> dict[tuple[str, str], int]:
     """Requests on Tether's resources since ``before`` (``kcp_requests``). The apiserver
     counts a request just after answering it: read until two reads 0.3 s apart agree."""
     last = kcp_requests(api)
@@ -358,8 +424,9 @@ class Runtime:
     key_file: pathlib.Path
     env: Env
 
-    def session(self, cert: tuple[pathlib.Path, pathlib.Path] | None | bool = True
-                ) -> requests.Session:
+    def session(
+        self, cert: tuple[pathlib.Path, pathlib.Path] | None | bool = True
+    ) -> requests.Session:
         s = requests.Session()
         s.trust_env = False  # else REQUESTS_CA_BUNDLE in the environment overrides s.verify
         s.verify = str(self.env.server_ca_file)
@@ -369,26 +436,56 @@ class Runtime:
             s.cert = (str(cert[0]), str(cert[1]))
         return s
 
-    def record(self, name: str, rv: int | str, *, ns: str = "team-a", deleted: bool = False,
-               data: dict[str, str] | None = None, observed_at: str | None = None,
-               source: changes.Source = "webhook") -> dict[str, Any]:
+    def record(
+        self,
+        name: str,
+        rv: int | str,
+        *,
+        ns: str = "team-a",
+        deleted: bool = False,
+        data: dict[str, str] | None = None,
+        observed_at: str | None = None,
+        source: changes.Source = "webhook",
+    ) -> dict[str, Any]:
         if deleted:
-            rec = changes.tombstone(runtime_id=self.id, namespace=ns, name=name, uid="u-" + name,
-                                    resource_version=str(rv), source=source,
-                                    observed_at=observed_at)
+            rec = changes.tombstone(
+                runtime_id=self.id,
+                namespace=ns,
+                name=name,
+                uid="u-" + name,
+                resource_version=str(rv),
+                source=source,
+                observed_at=observed_at,
+            )
         else:
             rec = changes.from_configmap(
-                {"metadata": {"namespace": ns, "name": name, "uid": "u-" + name,
-                              "resourceVersion": str(rv)},
-                 "data": data if data is not None else {"v": str(rv)}},
-                runtime_id=self.id, source=source, observed_at=observed_at)
+                {
+                    "metadata": {
+                        "namespace": ns,
+                        "name": name,
+                        "uid": "u-" + name,
+                        "resourceVersion": str(rv),
+                    },
+                    "data": data if data is not None else {"v": str(rv)},
+                },
+                runtime_id=self.id,
+                source=source,
+                observed_at=observed_at,
+            )
         return dict(rec)
 
-    def issue(self, ca: certs.CertificateAuthority | None = None, *, cn: str | None = None,
-              dns: list[str] | None = None, **kw: Any) -> tuple[pathlib.Path, pathlib.Path]:
+    def issue(
+        self,
+        ca: certs.CertificateAuthority | None = None,
+        *,
+        cn: str | None = None,
+        dns: list[str] | None = None,
+        **kw: Any,
+    ) -> tuple[pathlib.Path, pathlib.Path]:
         """Another client certificate (files) for refusal tests."""
-        pair = (ca or self.env.runtime_ca).issue(cn or self.id, dns_names=dns or [self.domain],
-                                                 client=True, **kw)
+        pair = (ca or self.env.runtime_ca).issue(
+            cn or self.id, dns_names=dns or [self.domain], client=True, **kw
+        )
         tag = uuid.uuid4().hex[:8]
         c, k = self.env.dir / f"x-{tag}.crt", self.env.dir / f"x-{tag}.key"
         pair.write(c, k)
@@ -401,22 +498,35 @@ def as_stored(rec: dict[str, Any], watch: str = COMPAT_WATCH) -> dict[str, Any]:
     return {**rec, "watch": watch, "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}
 
 
-def create_kyma(api: client.ApiClient, namespace: str, runtime_id: str, domain: str | None,
-                *, finalizers: list[str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": f"kyma-{runtime_id.lower()}"[:60], "namespace": namespace,
-                            "labels": {apitypes.RUNTIME_ID_LABEL: runtime_id}}
+def create_kyma(
+    api: client.ApiClient,
+    namespace: str,
+    runtime_id: str,
+    domain: str | None,
+    *,
+    finalizers: list[str] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": f"kyma-{runtime_id.lower()}"[:60],
+        "namespace": namespace,
+        "labels": {apitypes.RUNTIME_ID_LABEL: runtime_id},
+    }
     if domain is not None:
         meta["annotations"] = {apitypes.SKR_DOMAIN_ANNOTATION: domain}
     if finalizers:
         meta["finalizers"] = finalizers
-    body = {"apiVersion": f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}", "kind": apitypes.KYMA_KIND, "metadata": meta,
-            "spec": {"channel": "regular"}}
+    body = {
+        "apiVersion": f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}",
+        "kind": apitypes.KYMA_KIND,
+        "metadata": meta,
+        "spec": {"channel": "regular"},
+    }
     obj: Any = client.CustomObjectsApi(api).create_namespaced_custom_object(
-        apitypes.KYMAS.group, apitypes.KYMAS.version, namespace, apitypes.KYMAS.plural, body)
+        apitypes.KYMAS.group, apitypes.KYMAS.version, namespace, apitypes.KYMAS.plural, body
+    )
     return dict(obj)
 
 
 def expired(days: int = 2) -> dict[str, Any]:
     start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=days)
     return {"not_before": start, "validity": datetime.timedelta(days=1)}
-

@@ -17,9 +17,12 @@ from tether.gateway import addresses
 
 _LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 DENIED: tuple[addresses.Network, ...] = tuple(
-    n for d in addresses.DEFAULT_DENIED
-    for n in (_LOOPBACK.address_exclude(ipaddress.IPv4Network("127.0.0.1/32")) if d == _LOOPBACK
-              else [d]))
+    n
+    for d in addresses.DEFAULT_DENIED
+    for n in (
+        _LOOPBACK.address_exclude(ipaddress.IPv4Network("127.0.0.1/32")) if d == _LOOPBACK else [d]
+    )
+)
 DENIED_TEXT = ",".join(str(n) for n in DENIED)
 ENV = {"TETHER_RUNTIME_DENIED_NETWORKS": DENIED_TEXT}
 

@@ -31,8 +31,9 @@ _MS_RDONLY, _MS_REMOUNT, _MS_BIND = 1, 32, 4096
 _libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
 
-def _sys_mount(source: str | None, target: str, fstype: str | None, flags: int,
-               data: str | None = None) -> None:
+def _sys_mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
     """mount(2) itself: a source under /proc/self/fd is resolved by the kernel, not
     canonicalized to a path a previous mount has hidden (as mount(8) would)."""
     enc = [None if s is None else s.encode() for s in (source, target, fstype, data)]
@@ -125,8 +126,9 @@ def main(path: str) -> None:
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as e:
-        raise SystemExit(f"podexec: exec {argv[0]!r}: {e.strerror} "
-                         f"(PATH={env.get('PATH', '')})") from None
+        raise SystemExit(
+            f"podexec: exec {argv[0]!r}: {e.strerror} (PATH={env.get('PATH', '')})"
+        ) from None
 
 
 if __name__ == "__main__":

@@ -168,14 +168,26 @@ class Pod:
 
 
 class PodRunner:
-    def __init__(self, plane: controlplane.ControlPlane, namespace: str, workdir: pathlib.Path, *,
-                 hosts: Mapping[str, str] | None = None, backoff_seconds: float = 10.0,
-                 sync_seconds: float = 0.5, refresh_seconds: float = 2.0,
-                 grace_cap_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        plane: controlplane.ControlPlane,
+        namespace: str,
+        workdir: pathlib.Path,
+        *,
+        hosts: Mapping[str, str] | None = None,
+        backoff_seconds: float = 10.0,
+        sync_seconds: float = 0.5,
+        refresh_seconds: float = 2.0,
+        grace_cap_seconds: float = 30.0,
+    ) -> None:
         self.plane, self.namespace = plane, namespace
         self.dir = workdir / f"pods-{plane.name}-{namespace}"
         self.hosts = dict(hosts or {})
-        self.backoff, self.sync_seconds, self.refresh_seconds = backoff_seconds, sync_seconds, refresh_seconds
+        self.backoff, self.sync_seconds, self.refresh_seconds = (
+            backoff_seconds,
+            sync_seconds,
+            refresh_seconds,
+        )
         self.grace_cap = grace_cap_seconds
         self.image = image_config()
         self.api = plane.api_client()
@@ -195,8 +207,12 @@ class PodRunner:
         self.ca_pem = plane.ca_file.read_bytes()
         self.limits = cgroups.detect()
         if not self.limits.enforced:
-            log.warning("pod runner %s/%s: resources NOT enforced: %s", plane.name, namespace,
-                        self.limits.reason)
+            log.warning(
+                "pod runner %s/%s: resources NOT enforced: %s",
+                plane.name,
+                namespace,
+                self.limits.reason,
+            )
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -210,12 +226,15 @@ class PodRunner:
             p.chmod(p.stat().st_mode | 0o711)  # the pods' users traverse to their volumes
         deployments = self.apps.list_namespaced_deployment(self.namespace).items
         if not deployments:
-            raise podspec.Invalid(f"no Deployment in namespace {self.namespace!r} of {self.plane.name}")
+            raise podspec.Invalid(
+                f"no Deployment in namespace {self.namespace!r} of {self.plane.name}"
+            )
         for d in deployments:
             self._check(self.api.sanitize_for_serialization(d))
         self._sync()
-        self._thread = threading.Thread(target=self._loop, name=f"podrunner-{self.plane.name}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name=f"podrunner-{self.plane.name}", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -245,7 +264,9 @@ class PodRunner:
         spec = d["spec"]["template"]["spec"]
         notes = podspec.check_pod(spec, f"deployment {name}")
         prefix = f"{name} container "
-        notes = [n for n in notes if not (n.startswith(f"deployment {prefix}") and ".resources: " in n)]
+        notes = [
+            n for n in notes if not (n.startswith(f"deployment {prefix}") and ".resources: " in n)
+        ]
         for c in spec["containers"]:
             try:
                 limits = cgroups.limits_of(c)
@@ -255,8 +276,10 @@ class PodRunner:
             # registry/tether:tag or registry/tether@sha256:... (kustomize images: a digest)
             repo = c["image"].split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
             if repo != "tether":
-                raise podspec.Unsupported(f"deployment {name} container {c['name']}: image "
-                                          f"{c['image']!r}: the runner runs only Tether's image")
+                raise podspec.Unsupported(
+                    f"deployment {name} container {c['name']}: image "
+                    f"{c['image']!r}: the runner runs only Tether's image"
+                )
         self.notes[name] = notes
 
     # -- what tests and the demo read ---------------------------------------------------
@@ -269,13 +292,18 @@ class PodRunner:
             with self._lock:
                 status = dict(self._status)
             want = names or list(status)
-            if want and all(status.get(n, {}).get("availableReplicas", 0) >= status.get(n, {}).get("replicas", 1)
-                            and status.get(n, {}).get("updatedReplicas", 0) >= status.get(n, {}).get("replicas", 1)
-                            for n in want):
+            if want and all(
+                status.get(n, {}).get("availableReplicas", 0)
+                >= status.get(n, {}).get("replicas", 1)
+                and status.get(n, {}).get("updatedReplicas", 0)
+                >= status.get(n, {}).get("replicas", 1)
+                for n in want
+            ):
                 return
             time.sleep(0.2)
-        raise TimeoutError(f"deployments not available within {timeout:.0f}s:\n{self.table()}\n"
-                           f"{self.tail_logs()}")
+        raise TimeoutError(
+            f"deployments not available within {timeout:.0f}s:\n{self.table()}\n{self.tail_logs()}"
+        )
 
     def wait_stopped(self, deployment: str, timeout: float = 60.0) -> None:
         """Until no container of the Deployment's pods runs any more (after a scale to zero:
@@ -283,8 +311,11 @@ class PodRunner:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                alive = [p.name for p in self.pods.values() if p.deployment == deployment
-                         and any(c.running for c in p.containers)]
+                alive = [
+                    p.name
+                    for p in self.pods.values()
+                    if p.deployment == deployment and any(c.running for c in p.containers)
+                ]
             if not alive:
                 return
             time.sleep(0.2)
@@ -300,14 +331,20 @@ class PodRunner:
         with self._lock:
             for name in sorted(self._status):
                 st = self._status[name]
-                lines.append(f"deployment/{name}: {st.get('readyReplicas', 0)}/{st.get('replicas', 0)} "
-                             f"ready, {st.get('availableReplicas', 0)} available")
-                for pod in sorted((p for p in self.pods.values() if p.deployment == name),
-                                  key=lambda p: p.name):
+                lines.append(
+                    f"deployment/{name}: {st.get('readyReplicas', 0)}/{st.get('replicas', 0)} "
+                    f"ready, {st.get('availableReplicas', 0)} available"
+                )
+                for pod in sorted(
+                    (p for p in self.pods.values() if p.deployment == name), key=lambda p: p.name
+                ):
                     cs = ", ".join(
                         f"{c.name} {'ready' if c.ready else 'running' if c.running else c.waiting}"
-                        f" (restarts {c.restarts}" + (f", last {c.last_reason}" if c.last_reason else "") + ")"
-                        for c in pod.containers)
+                        f" (restarts {c.restarts}"
+                        + (f", last {c.last_reason}" if c.last_reason else "")
+                        + ")"
+                        for c in pod.containers
+                    )
                     lines.append(f"  pod/{pod.name} {pod.ip}: {cs}")
                 if name in self.errors:
                     lines.append(f"  error: {self.errors[name]}")
@@ -316,8 +353,10 @@ class PodRunner:
 
     def pods_of(self, deployment: str) -> list[Pod]:
         with self._lock:
-            return sorted((p for p in self.pods.values() if p.deployment == deployment and not p.deleting),
-                          key=lambda p: p.name)
+            return sorted(
+                (p for p in self.pods.values() if p.deployment == deployment and not p.deleting),
+                key=lambda p: p.name,
+            )
 
     def logs(self, deployment: str, container: str | None = None) -> str:
         out = []
@@ -361,15 +400,21 @@ class PodRunner:
                 self._sync()
             except (client.ApiException, OSError, urllib3.exceptions.HTTPError) as e:
                 # the loop outlives a plane hiccup, as a kubelet does: one line, no trace
-                log.warning("pod runner %s/%s: sync failed: %s", self.plane.name, self.namespace,
-                            str(e).splitlines()[0][:300])
+                log.warning(
+                    "pod runner %s/%s: sync failed: %s",
+                    self.plane.name,
+                    self.namespace,
+                    str(e).splitlines()[0][:300],
+                )
             except Exception:
                 log.exception("pod runner %s/%s: sync failed", self.plane.name, self.namespace)
 
     def _sync(self) -> None:
         with self._lock:
-            deployments = [self.api.sanitize_for_serialization(d) for d in
-                           self.apps.list_namespaced_deployment(self.namespace).items]
+            deployments = [
+                self.api.sanitize_for_serialization(d)
+                for d in self.apps.list_namespaced_deployment(self.namespace).items
+            ]
             self._services = self.core.list_namespaced_service(self.namespace).items
             look = self._lookups()
             now = time.monotonic()
@@ -419,8 +464,10 @@ class PodRunner:
             if name not in cms:
                 try:
                     c: Any = self.core.read_namespaced_config_map(name, self.namespace)
-                    cms[name] = {**podspec.decode(c.data, binary=False),
-                                 **podspec.decode(c.binary_data, binary=True)}
+                    cms[name] = {
+                        **podspec.decode(c.data, binary=False),
+                        **podspec.decode(c.binary_data, binary=True),
+                    }
                 except client.ApiException as e:
                     if e.status != 404:
                         raise
@@ -460,16 +507,26 @@ class PodRunner:
                 ready -= p.ready
                 self._delete(p)
 
-    def _create(self, d: dict[str, Any], template: dict[str, Any], h: str, look: podspec.Lookups) -> Pod:
+    def _create(
+        self, d: dict[str, Any], template: dict[str, Any], h: str, look: podspec.Lookups
+    ) -> Pod:
         name = d["metadata"]["name"]
         pod_name = f"{name}-{h[:8]}-{uuid.uuid4().hex[:5]}"
         spec = template["spec"]
         ip = _pod_ip()
         facts = podspec.PodFacts(
-            name=pod_name, namespace=self.namespace, uid=str(uuid.uuid4()), node=NODE, pod_ip=ip,
-            host_ip="127.0.0.1", service_account=spec.get("serviceAccountName") or spec.get("serviceAccount") or "default",
+            name=pod_name,
+            namespace=self.namespace,
+            uid=str(uuid.uuid4()),
+            node=NODE,
+            pod_ip=ip,
+            host_ip="127.0.0.1",
+            service_account=spec.get("serviceAccountName")
+            or spec.get("serviceAccount")
+            or "default",
             labels=template["metadata"].get("labels") or {},
-            annotations=template["metadata"].get("annotations") or {})
+            annotations=template["metadata"].get("annotations") or {},
+        )
         pdir = self.dir / pod_name
         (pdir / "logs").mkdir(parents=True)
         pdir.chmod(0o755)
@@ -518,8 +575,10 @@ class PodRunner:
             if c.group is not None:
                 try:
                     peak = c.group.peak_memory()
-                    line = (f"[pod runner] {pod.name}/{c.name}: peak memory "
-                            f"{'unknown' if peak is None else f'{peak / 2**20:.0f} MiB'} ({c.group.limits.text})")
+                    line = (
+                        f"[pod runner] {pod.name}/{c.name}: peak memory "
+                        f"{'unknown' if peak is None else f'{peak / 2**20:.0f} MiB'} ({c.group.limits.text})"
+                    )
                     log.info("%s", line)
                     with open(c.log_path, "a") as f:
                         f.write(line + "\n")
@@ -545,7 +604,9 @@ class PodRunner:
             note = f"Pod objects not published: {reason}"
             if note not in self.notes[pod.deployment]:
                 self.notes[pod.deployment].append(note)
-            log.warning("pod runner: %s/%s: Pod object refused: %s", self.namespace, pod.name, reason)
+            log.warning(
+                "pod runner: %s/%s: Pod object refused: %s", self.namespace, pod.name, reason
+            )
 
     def _publish_status(self, pod: Pod) -> None:
         if not pod.published or pod.deleting:
@@ -560,7 +621,12 @@ class PodRunner:
             if e.status == 404:  # deleted by someone else: a kubelet would recreate it; so do we
                 pod.published = False
                 return
-            log.warning("pod runner: %s/%s: Pod status refused: %s", self.namespace, pod.name, _api_reason(e))
+            log.warning(
+                "pod runner: %s/%s: Pod status refused: %s",
+                self.namespace,
+                pod.name,
+                _api_reason(e),
+            )
 
     def _unpublish(self, pod: Pod) -> None:
         if not pod.published:
@@ -570,9 +636,16 @@ class PodRunner:
             self.core.delete_namespaced_pod(pod.name, self.namespace, grace_period_seconds=0)
         except client.ApiException as e:
             if e.status != 404:
-                log.warning("pod runner: %s/%s: Pod delete failed: %s", self.namespace, pod.name, _api_reason(e))
+                log.warning(
+                    "pod runner: %s/%s: Pod delete failed: %s",
+                    self.namespace,
+                    pod.name,
+                    _api_reason(e),
+                )
         except (OSError, urllib3.exceptions.HTTPError) as e:  # the plane is already gone
-            log.warning("pod runner: %s/%s: Pod delete failed: %s", self.namespace, pod.name, str(e)[:200])
+            log.warning(
+                "pod runner: %s/%s: Pod delete failed: %s", self.namespace, pod.name, str(e)[:200]
+            )
 
     # -- one container ------------------------------------------------------------------
 
@@ -597,8 +670,14 @@ class PodRunner:
             c.restarts += 1
             for p in c.probes.values():
                 p.passed, p.successes, p.failures = False, 0, 0
-            log.info("pod runner: %s/%s exited %s (%s), restart in %.0fs", pod.name, c.name, c.last_exit,
-                     c.last_reason, delay)
+            log.info(
+                "pod runner: %s/%s exited %s (%s), restart in %.0fs",
+                pod.name,
+                c.name,
+                c.last_exit,
+                c.last_reason,
+                delay,
+            )
         if c.popen is None:
             if now >= c.restart_at and not c.waiting.startswith("CreateContainerConfigError"):
                 self._run(pod, c, look)
@@ -622,12 +701,24 @@ class PodRunner:
         spec_file = pod.dir / f"{c.name}.exec.json"
         spec_file.write_text(json.dumps(spec))
         spec_file.chmod(0o600)
-        argv = ["unshare", "--mount", "--uts", "--propagation", "private", "--",
-                sys.executable, "-m", "testing.podexec", str(spec_file)]
+        argv = [
+            "unshare",
+            "--mount",
+            "--uts",
+            "--propagation",
+            "private",
+            "--",
+            sys.executable,
+            "-m",
+            "testing.podexec",
+            str(spec_file),
+        ]
         if self.limits.enforced:
             try:
                 if c.group is None:
-                    c.group = cgroups.Group(self.limits, f"{pod.name}_{c.name}", cgroups.limits_of(c.spec))
+                    c.group = cgroups.Group(
+                        self.limits, f"{pod.name}_{c.name}", cgroups.limits_of(c.spec)
+                    )
                 c.oom_at_start = c.group.oom_kills()
             except OSError as e:  # a kubelet reports a container it cannot create
                 c.waiting = f"CreateContainerError: cgroup: {e}"
@@ -638,10 +729,13 @@ class PodRunner:
         with open(c.log_path, "ab") as logf:
             c.popen = subprocess.Popen(
                 argv,
-                cwd=REPO, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                               "PYTHONPATH": str(REPO)},
-                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                cwd=REPO,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO)},
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         c.started_at = time.monotonic()
         c.waiting = ""
         for p in c.probes.values():
@@ -649,33 +743,61 @@ class PodRunner:
 
     def _exec_spec(self, pod: Pod, c: Container, look: podspec.Lookups) -> dict[str, Any]:
         base = dict(self.image.env)
-        base.update({
-            "PATH": ":".join((*self.image.path, "/usr/local/bin", "/usr/bin", "/bin")),
-            "HOSTNAME": pod.name, "HOME": "/",
-            "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.plane.port),
-        })
+        base.update(
+            {
+                "PATH": ":".join((*self.image.path, "/usr/local/bin", "/usr/bin", "/bin")),
+                "HOSTNAME": pod.name,
+                "HOME": "/",
+                "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                "KUBERNETES_SERVICE_PORT": str(self.plane.port),
+            }
+        )
         env = podspec.environment(c.spec, pod.facts, look, base)
         argv = podspec.command_line(c.spec, self.image, env)
         psc = pod.spec.get("securityContext") or {}
         csc = c.spec.get("securityContext") or {}
         uid = csc.get("runAsUser", psc.get("runAsUser", self.image.user))
-        gid = csc.get("runAsGroup", psc.get("runAsGroup", self.image.group if self.image.group is not None else uid))
+        gid = csc.get(
+            "runAsGroup",
+            psc.get("runAsGroup", self.image.group if self.image.group is not None else uid),
+        )
         if csc.get("runAsNonRoot", psc.get("runAsNonRoot")) and not uid:
-            raise podspec.Invalid(f"container {c.name!r} has runAsNonRoot and image will run as root")
-        groups = [g for g in [psc.get("fsGroup"), *(psc.get("supplementalGroups") or [])] if g is not None]
-        mounts = [{"source": str(pod.dir / "volumes" / m["name"] / m.get("subPath", "")),
-                   "target": m["mountPath"], "readOnly": bool(m.get("readOnly"))}
-                  for m in c.spec.get("volumeMounts") or []]
+            raise podspec.Invalid(
+                f"container {c.name!r} has runAsNonRoot and image will run as root"
+            )
+        groups = [
+            g for g in [psc.get("fsGroup"), *(psc.get("supplementalGroups") or [])] if g is not None
+        ]
+        mounts = [
+            {
+                "source": str(pod.dir / "volumes" / m["name"] / m.get("subPath", "")),
+                "target": m["mountPath"],
+                "readOnly": bool(m.get("readOnly")),
+            }
+            for m in c.spec.get("volumeMounts") or []
+        ]
         if self._automount(pod):
-            mounts.append({"source": str(pod.dir / "volumes" / "kube-api-access"),
-                           "target": podspec.SERVICE_ACCOUNT_DIR, "readOnly": True})
-        return {"argv": argv, "env": env, "mounts": mounts, "hostname": pod.name,
-                "hosts": str(pod.hosts_file) if pod.hosts_file else None,
-                "readOnlyRoot": bool(csc.get("readOnlyRootFilesystem")),
-                "uid": uid, "gid": gid, "groups": groups if uid is not None else None,
-                "noNewPrivs": csc.get("allowPrivilegeEscalation") is False,
-                "workdir": c.spec.get("workingDir") or self.image.workdir,
-                "expose": [sys.base_prefix, sys.prefix, str(REPO)]}
+            mounts.append(
+                {
+                    "source": str(pod.dir / "volumes" / "kube-api-access"),
+                    "target": podspec.SERVICE_ACCOUNT_DIR,
+                    "readOnly": True,
+                }
+            )
+        return {
+            "argv": argv,
+            "env": env,
+            "mounts": mounts,
+            "hostname": pod.name,
+            "hosts": str(pod.hosts_file) if pod.hosts_file else None,
+            "readOnlyRoot": bool(csc.get("readOnlyRootFilesystem")),
+            "uid": uid,
+            "gid": gid,
+            "groups": groups if uid is not None else None,
+            "noNewPrivs": csc.get("allowPrivilegeEscalation") is False,
+            "workdir": c.spec.get("workingDir") or self.image.workdir,
+            "expose": [sys.base_prefix, sys.prefix, str(REPO)],
+        }
 
     def _automount(self, pod: Pod) -> bool:
         """Whether the pod gets its ServiceAccount's token: read once per pod (the
@@ -685,10 +807,14 @@ class PodRunner:
                 pod.automount = bool(pod.spec["automountServiceAccountToken"])
             else:
                 try:
-                    sa = self.core.read_namespaced_service_account(pod.facts.service_account, self.namespace)
+                    sa = self.core.read_namespaced_service_account(
+                        pod.facts.service_account, self.namespace
+                    )
                 except client.ApiException as e:
                     if e.status == 404:
-                        raise podspec.Invalid(f"serviceaccount {pod.facts.service_account!r} not found") from None
+                        raise podspec.Invalid(
+                            f"serviceaccount {pod.facts.service_account!r} not found"
+                        ) from None
                     raise
                 pod.automount = sa.automount_service_account_token is not False
         return pod.automount
@@ -696,11 +822,13 @@ class PodRunner:
     # -- volumes ------------------------------------------------------------------------
 
     def _token(self, pod: Pod, audience: str, seconds: int) -> str:
-        spec = client.V1TokenRequestSpec(audiences=[audience] if audience else [],
-                                         expiration_seconds=max(600, seconds))
+        spec = client.V1TokenRequestSpec(
+            audiences=[audience] if audience else [], expiration_seconds=max(600, seconds)
+        )
         body = client.AuthenticationV1TokenRequest(spec=spec)
         tr: Any = self.core.create_namespaced_service_account_token(
-            pod.facts.service_account, self.namespace, body)
+            pod.facts.service_account, self.namespace, body
+        )
         return str(tr.status.token)
 
     def _refresh_volumes(self, pod: Pod, look: podspec.Lookups) -> None:
@@ -719,13 +847,19 @@ class PodRunner:
                 continue
             if "projected" in vol and not fresh_token and vdir.exists():
                 continue
-            files = podspec.volume_files(vol, pod.facts, look,
-                                         lambda aud, s: self._token(pod, aud, s), self.ca_pem)
+            files = podspec.volume_files(
+                vol, pod.facts, look, lambda aud, s: self._token(pod, aud, s), self.ca_pem
+            )
             assert files is not None
             volumes.atomic_write(vdir, files, fs_group)
         if self._automount(pod) and (fresh_token or not (root / "kube-api-access").exists()):
-            volumes.atomic_write(root / "kube-api-access", podspec.service_account_files(
-                self._token(pod, "", TOKEN_SECONDS), self.ca_pem, self.namespace), fs_group)
+            volumes.atomic_write(
+                root / "kube-api-access",
+                podspec.service_account_files(
+                    self._token(pod, "", TOKEN_SECONDS), self.ca_pem, self.namespace
+                ),
+                fs_group,
+            )
         if fresh_token:
             pod.token_at = now + 0.8 * 600
         self._write_hosts(pod)
@@ -751,7 +885,11 @@ class PodRunner:
     # -- probes -------------------------------------------------------------------------
 
     def _probe(self, pod: Pod, c: Container, now: float) -> None:
-        order = ["startup"] if "startup" in c.probes and not c.probes["startup"].passed else ["liveness", "readiness"]
+        order = (
+            ["startup"]
+            if "startup" in c.probes and not c.probes["startup"].passed
+            else ["liveness", "readiness"]
+        )
         for kind in order:
             p = c.probes.get(kind)
             if p is None:
@@ -786,10 +924,18 @@ class PodRunner:
         if p.kind == "readiness":
             p.passed = False
             return
-        log.info("pod runner: %s/%s %s probe failed %d times (%s): restarting", pod.name, c.name,
-                 p.kind, p.failures, p.last_error)
+        log.info(
+            "pod runner: %s/%s %s probe failed %d times (%s): restarting",
+            pod.name,
+            c.name,
+            p.kind,
+            p.failures,
+            p.last_error,
+        )
         with open(c.log_path, "a") as f:
-            f.write(f"[pod runner] {p.kind} probe failed {p.failures} times ({p.last_error}): restarting\n")
+            f.write(
+                f"[pod runner] {p.kind} probe failed {p.failures} times ({p.last_error}): restarting\n"
+            )
         if c.popen is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(c.popen.pid, signal.SIGKILL)
@@ -808,15 +954,28 @@ class PodRunner:
         available = ready >= replicas - unavailable
         status = {
             "observedGeneration": d["metadata"].get("generation", 1),
-            "replicas": len(pods), "updatedReplicas": updated, "readyReplicas": ready,
-            "availableReplicas": ready, "unavailableReplicas": max(0, replicas - ready),
+            "replicas": len(pods),
+            "updatedReplicas": updated,
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "unavailableReplicas": max(0, replicas - ready),
             "conditions": [
-                {"type": "Available", "status": "True" if available else "False",
-                 "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
-                 "message": f"{ready} of {replicas} replicas ready (pod runner)"},
-                {"type": "Progressing", "status": "True",
-                 "reason": "NewReplicaSetAvailable" if updated == replicas and ready == replicas else "ReplicaSetUpdated",
-                 "message": f"{updated} of {replicas} replicas updated (pod runner)"},
+                {
+                    "type": "Available",
+                    "status": "True" if available else "False",
+                    "reason": "MinimumReplicasAvailable"
+                    if available
+                    else "MinimumReplicasUnavailable",
+                    "message": f"{ready} of {replicas} replicas ready (pod runner)",
+                },
+                {
+                    "type": "Progressing",
+                    "status": "True",
+                    "reason": "NewReplicaSetAvailable"
+                    if updated == replicas and ready == replicas
+                    else "ReplicaSetUpdated",
+                    "message": f"{updated} of {replicas} replicas updated (pod runner)",
+                },
             ],
         }
         if self._status.get(name) == status:
@@ -839,7 +998,11 @@ class PodRunner:
             ready = []
             for pod in self.pods.values():
                 labels = pod.facts.labels
-                if pod.deleting or not pod.ready or any(labels.get(k) != v for k, v in selector.items()):
+                if (
+                    pod.deleting
+                    or not pod.ready
+                    or any(labels.get(k) != v for k, v in selector.items())
+                ):
                     continue
                 for sp in svc.spec.ports:
                     target = sp.target_port if sp.target_port is not None else sp.port
@@ -848,7 +1011,9 @@ class PodRunner:
                             num = podspec.port_number(c.spec, target)
                         except podspec.Invalid:
                             continue
-                        if isinstance(target, int) or any(p.get("name") == target for p in c.spec.get("ports") or []):
+                        if isinstance(target, int) or any(
+                            p.get("name") == target for p in c.spec.get("ports") or []
+                        ):
                             ready.append((pod.ip, sp.name, num, sp.port))
                             break
             key = sorted(ready)
@@ -866,7 +1031,9 @@ class PodRunner:
             return
         for sp in svc.spec.ports:
             if (ip, sp.port) not in self.proxies:
-                self.proxies[(ip, sp.port)] = serviceproxy.Proxy(svc.metadata.name, ip, int(sp.port))
+                self.proxies[(ip, sp.port)] = serviceproxy.Proxy(
+                    svc.metadata.name, ip, int(sp.port)
+                )
 
 
 def pod_object(pod: Pod, d: Mapping[str, Any]) -> dict[str, Any]:
@@ -874,13 +1041,27 @@ def pod_object(pod: Pod, d: Mapping[str, Any]) -> dict[str, Any]:
     template = d["spec"]["template"]
     meta = d["metadata"]
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {
-            "name": pod.name, "namespace": pod.facts.namespace,
-            "labels": {**(template["metadata"].get("labels") or {}), "pod-template-hash": pod.template_hash[:10]},
+            "name": pod.name,
+            "namespace": pod.facts.namespace,
+            "labels": {
+                **(template["metadata"].get("labels") or {}),
+                "pod-template-hash": pod.template_hash[:10],
+            },
             "annotations": dict(template["metadata"].get("annotations") or {}),
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": meta["name"],
-                                 "uid": meta["uid"], "controller": True}] if meta.get("uid") else [],
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                }
+            ]
+            if meta.get("uid")
+            else [],
         },
         "spec": {**pod.spec, "nodeName": NODE},
     }
@@ -893,21 +1074,40 @@ def pod_status(pod: Pod) -> dict[str, Any]:
     ready = pod.ready
     containers = []
     for c in pod.containers:
-        state: dict[str, Any] = ({"running": {}} if c.running else {"waiting": {"reason": c.waiting.split(":")[0].split(" ")[0]}})
-        cs = {"name": c.name, "image": c.spec.get("image", ""), "imageID": "",
-              "ready": c.ready, "started": c.started, "restartCount": c.restarts, "state": state}
+        state: dict[str, Any] = (
+            {"running": {}}
+            if c.running
+            else {"waiting": {"reason": c.waiting.split(":")[0].split(" ")[0]}}
+        )
+        cs = {
+            "name": c.name,
+            "image": c.spec.get("image", ""),
+            "imageID": "",
+            "ready": c.ready,
+            "started": c.started,
+            "restartCount": c.restarts,
+            "state": state,
+        }
         if c.last_reason is not None and c.last_exit is not None:
             code = 128 - c.last_exit if c.last_exit < 0 else c.last_exit  # killed by a signal
             cs["lastState"] = {"terminated": {"exitCode": code, "reason": c.last_reason}}
         containers.append(cs)
+
     def cond(kind: str, ok: bool) -> dict[str, str]:
         return {"type": kind, "status": "True" if ok else "False"}
+
     return {
         "phase": "Running" if running else "Pending",
-        "hostIP": pod.facts.host_ip, "hostIPs": [{"ip": pod.facts.host_ip}],
-        "podIP": pod.ip, "podIPs": [{"ip": pod.ip}],
-        "conditions": [cond("PodScheduled", True), cond("Initialized", True),
-                       cond("ContainersReady", ready), cond("Ready", ready)],
+        "hostIP": pod.facts.host_ip,
+        "hostIPs": [{"ip": pod.facts.host_ip}],
+        "podIP": pod.ip,
+        "podIPs": [{"ip": pod.ip}],
+        "conditions": [
+            cond("PodScheduled", True),
+            cond("Initialized", True),
+            cond("ContainersReady", ready),
+            cond("Ready", ready),
+        ],
         "containerStatuses": containers,
     }
 
@@ -938,7 +1138,9 @@ def _api_reason(e: client.ApiException) -> str:
 
 def _template_hash(d: Mapping[str, Any]) -> str:
     """Names a Deployment's pod template (pod-template-hash): pods of another are replaced."""
-    return hashlib.sha256(json.dumps(d["spec"]["template"], sort_keys=True).encode()).hexdigest()[:10]
+    return hashlib.sha256(json.dumps(d["spec"]["template"], sort_keys=True).encode()).hexdigest()[
+        :10
+    ]
 
 
 def _rolling(spec: Mapping[str, Any], replicas: int) -> tuple[int, int]:
@@ -954,12 +1156,14 @@ def _rolling(spec: Mapping[str, Any], replicas: int) -> tuple[int, int]:
             f = replicas * int(v[:-1]) / 100
             return int(-(-f // 1)) if up else int(f)
         return int(v)
+
     return count(ru.get("maxSurge", "25%"), True), count(ru.get("maxUnavailable", "25%"), False)
 
 
 @contextlib.contextmanager
-def running(plane: controlplane.ControlPlane, namespace: str, workdir: pathlib.Path,
-            **kw: Any) -> Iterator[PodRunner]:
+def running(
+    plane: controlplane.ControlPlane, namespace: str, workdir: pathlib.Path, **kw: Any
+) -> Iterator[PodRunner]:
     runner = PodRunner(plane, namespace, workdir, **kw).start()
     try:
         yield runner

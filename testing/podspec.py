@@ -33,11 +33,19 @@ class Invalid(ValueError):
 # -- what is honoured, what is accepted but not enforced on one machine ------------------
 
 POD_FIELDS = {
-    "containers", "serviceAccountName", "serviceAccount", "terminationGracePeriodSeconds",
-    "securityContext", "volumes", "automountServiceAccountToken", "restartPolicy",
-    "enableServiceLinks", "hostAliases",
+    "containers",
+    "serviceAccountName",
+    "serviceAccount",
+    "terminationGracePeriodSeconds",
+    "securityContext",
+    "volumes",
+    "automountServiceAccountToken",
+    "restartPolicy",
+    "enableServiceLinks",
+    "hostAliases",
     # API defaults of every pod: ClusterFirst names resolve through the pod's hosts file
-    "dnsPolicy", "schedulerName",
+    "dnsPolicy",
+    "schedulerName",
 }
 # scheduling and isolation that one machine cannot give; reported, never silently dropped
 POD_NOT_ENFORCED = {
@@ -50,19 +58,44 @@ POD_NOT_ENFORCED = {
 POD_SECURITY = {"runAsNonRoot", "runAsUser", "runAsGroup", "fsGroup", "supplementalGroups"}
 POD_SECURITY_NOT_ENFORCED = {"seccompProfile": "no seccomp filter is installed"}
 CONTAINER_FIELDS = {
-    "name", "image", "imagePullPolicy", "command", "args", "env", "envFrom", "ports",
-    "startupProbe", "livenessProbe", "readinessProbe", "securityContext", "volumeMounts",
-    "workingDir", "terminationMessagePath", "terminationMessagePolicy",
+    "name",
+    "image",
+    "imagePullPolicy",
+    "command",
+    "args",
+    "env",
+    "envFrom",
+    "ports",
+    "startupProbe",
+    "livenessProbe",
+    "readinessProbe",
+    "securityContext",
+    "volumeMounts",
+    "workingDir",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
 }
 CONTAINER_NOT_ENFORCED = {"resources": "no cgroup limits: requests and limits are not applied"}
 CONTAINER_SECURITY = {
-    "allowPrivilegeEscalation", "readOnlyRootFilesystem", "runAsNonRoot", "runAsUser",
-    "runAsGroup", "capabilities", "privileged",
+    "allowPrivilegeEscalation",
+    "readOnlyRootFilesystem",
+    "runAsNonRoot",
+    "runAsUser",
+    "runAsGroup",
+    "capabilities",
+    "privileged",
 }
 CONTAINER_SECURITY_NOT_ENFORCED = {"seccompProfile": "no seccomp filter is installed"}
-PROBE_FIELDS = {"httpGet", "tcpSocket", "initialDelaySeconds", "periodSeconds",
-                "timeoutSeconds", "successThreshold", "failureThreshold",
-                "terminationGracePeriodSeconds"}
+PROBE_FIELDS = {
+    "httpGet",
+    "tcpSocket",
+    "initialDelaySeconds",
+    "periodSeconds",
+    "timeoutSeconds",
+    "successThreshold",
+    "failureThreshold",
+    "terminationGracePeriodSeconds",
+}
 MOUNT_FIELDS = {"name", "mountPath", "readOnly", "subPath"}
 VOLUME_KINDS = {"secret", "configMap", "emptyDir", "projected"}
 
@@ -77,25 +110,33 @@ def check_pod(spec: Mapping[str, Any], where: str) -> list[str]:
         elif key not in POD_FIELDS:
             raise Unsupported(f"{where}.spec.{key} is not supported by the pod runner")
     if spec.get("dnsPolicy", "ClusterFirst") not in ("ClusterFirst", "Default"):
-        raise Unsupported(f"{where}.spec.dnsPolicy {spec['dnsPolicy']!r}: only ClusterFirst, Default")
+        raise Unsupported(
+            f"{where}.spec.dnsPolicy {spec['dnsPolicy']!r}: only ClusterFirst, Default"
+        )
     if spec.get("restartPolicy", "Always") != "Always":
         raise Unsupported(f"{where}.spec.restartPolicy {spec['restartPolicy']!r}: only Always")
     for key in spec.get("securityContext") or {}:
         if key in POD_SECURITY_NOT_ENFORCED:
-            notes.append(f"{where}.spec.securityContext.{key}: not enforced "
-                         f"({POD_SECURITY_NOT_ENFORCED[key]})")
+            notes.append(
+                f"{where}.spec.securityContext.{key}: not enforced "
+                f"({POD_SECURITY_NOT_ENFORCED[key]})"
+            )
         elif key not in POD_SECURITY:
             raise Unsupported(f"{where}.spec.securityContext.{key} is not supported")
     for vol in spec.get("volumes") or []:
         kinds = set(vol) - {"name"}
         if len(kinds) != 1 or not kinds <= VOLUME_KINDS:
-            raise Unsupported(f"{where} volume {vol.get('name')!r}: {sorted(kinds)} is not "
-                              f"supported (only {sorted(VOLUME_KINDS)})")
+            raise Unsupported(
+                f"{where} volume {vol.get('name')!r}: {sorted(kinds)} is not "
+                f"supported (only {sorted(VOLUME_KINDS)})"
+            )
         if "projected" in vol:
             for src in vol["projected"].get("sources") or []:
                 if set(src) - {"serviceAccountToken", "secret", "configMap", "downwardAPI"}:
-                    raise Unsupported(f"{where} volume {vol['name']!r}: projected source "
-                                      f"{sorted(src)} is not supported")
+                    raise Unsupported(
+                        f"{where} volume {vol['name']!r}: projected source "
+                        f"{sorted(src)} is not supported"
+                    )
     names = {v["name"] for v in spec.get("volumes") or []}
     for c in spec.get("containers") or []:
         cw = f"{where} container {c.get('name')!r}"
@@ -106,8 +147,10 @@ def check_pod(spec: Mapping[str, Any], where: str) -> list[str]:
                 raise Unsupported(f"{cw}.{key} is not supported by the pod runner")
         for key in c.get("securityContext") or {}:
             if key in CONTAINER_SECURITY_NOT_ENFORCED:
-                notes.append(f"{cw}.securityContext.{key}: not enforced "
-                             f"({CONTAINER_SECURITY_NOT_ENFORCED[key]})")
+                notes.append(
+                    f"{cw}.securityContext.{key}: not enforced "
+                    f"({CONTAINER_SECURITY_NOT_ENFORCED[key]})"
+                )
             elif key not in CONTAINER_SECURITY:
                 raise Unsupported(f"{cw}.securityContext.{key} is not supported")
         sc = c.get("securityContext") or {}
@@ -115,22 +158,27 @@ def check_pod(spec: Mapping[str, Any], where: str) -> list[str]:
             raise Unsupported(f"{cw}: privileged containers are not supported")
         caps = sc.get("capabilities") or {}
         if set(caps) - {"drop"} or (caps.get("drop") and caps["drop"] != ["ALL"]):
-            raise Unsupported(f"{cw}.securityContext.capabilities: only drop [ALL] "
-                              "(a non-root process holds none)")
+            raise Unsupported(
+                f"{cw}.securityContext.capabilities: only drop [ALL] "
+                "(a non-root process holds none)"
+            )
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             p = c.get(probe)
             if p is None:
                 continue
             extra = set(p) - PROBE_FIELDS
             if extra:
-                raise Unsupported(f"{cw}.{probe}: {sorted(extra)} is not supported "
-                                  "(httpGet and tcpSocket are)")
+                raise Unsupported(
+                    f"{cw}.{probe}: {sorted(extra)} is not supported (httpGet and tcpSocket are)"
+                )
             if ("httpGet" in p) == ("tcpSocket" in p):
                 raise Unsupported(f"{cw}.{probe}: needs exactly one of httpGet, tcpSocket")
         for m in c.get("volumeMounts") or []:
             if set(m) - MOUNT_FIELDS:
-                raise Unsupported(f"{cw} mount {m.get('name')!r}: {sorted(set(m) - MOUNT_FIELDS)} "
-                                  "is not supported")
+                raise Unsupported(
+                    f"{cw} mount {m.get('name')!r}: {sorted(set(m) - MOUNT_FIELDS)} "
+                    "is not supported"
+                )
             if m["name"] not in names:
                 raise Invalid(f"{cw} mounts volume {m['name']!r}, which the pod does not declare")
         for e in c.get("env") or []:
@@ -145,10 +193,12 @@ def check_pod(spec: Mapping[str, Any], where: str) -> list[str]:
 
 # -- the image ---------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Image:
     """What the runner needs of an image: its entrypoint, command, user, working folder and
     environment (from the Dockerfile's last stage) and where its executables are locally."""
+
     entrypoint: tuple[str, ...]
     cmd: tuple[str, ...]
     user: int | None
@@ -214,9 +264,11 @@ def command_line(container: Mapping[str, Any], image: Image, env: Mapping[str, s
 
 # -- environment -------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class PodFacts:
     """What fieldRef can name."""
+
     name: str
     namespace: str
     uid: str
@@ -228,11 +280,17 @@ class PodFacts:
     annotations: Mapping[str, str]
 
     def field(self, path: str) -> str:
-        simple = {"metadata.name": self.name, "metadata.namespace": self.namespace,
-                  "metadata.uid": self.uid, "spec.nodeName": self.node,
-                  "spec.serviceAccountName": self.service_account, "status.podIP": self.pod_ip,
-                  "status.podIPs": self.pod_ip, "status.hostIP": self.host_ip,
-                  "status.hostIPs": self.host_ip}
+        simple = {
+            "metadata.name": self.name,
+            "metadata.namespace": self.namespace,
+            "metadata.uid": self.uid,
+            "spec.nodeName": self.node,
+            "spec.serviceAccountName": self.service_account,
+            "status.podIP": self.pod_ip,
+            "status.podIPs": self.pod_ip,
+            "status.hostIP": self.host_ip,
+            "status.hostIPs": self.host_ip,
+        }
         if path in simple:
             return simple[path]
         m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
@@ -245,6 +303,7 @@ class PodFacts:
 class Lookups:
     """Reads of the pod's namespace: a Secret's or ConfigMap's data (decoded), None when
     it does not exist."""
+
     secret: Callable[[str], Mapping[str, bytes] | None]
     config_map: Callable[[str], Mapping[str, bytes] | None]
 
@@ -255,16 +314,19 @@ _REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 def expand(value: str, env: Mapping[str, str]) -> str:
     """``$(VAR)`` from ``env``; ``$$`` is a literal ``$``; an unknown reference stays as
     written (the Kubernetes rule)."""
+
     def sub(m: re.Match[str]) -> str:
         if m.group(0) == "$$":
             return "$"
         name = m.group(1)
         return env[name] if name in env else m.group(0)
+
     return _REF.sub(sub, value)
 
 
-def environment(container: Mapping[str, Any], pod: PodFacts, look: Lookups,
-                base: Mapping[str, str]) -> dict[str, str]:
+def environment(
+    container: Mapping[str, Any], pod: PodFacts, look: Lookups, base: Mapping[str, str]
+) -> dict[str, str]:
     """The container's environment: ``base`` (the image's ENV and what the kubelet adds),
     then ``envFrom`` in order, then ``env`` in order, each ``$(VAR)`` resolved against what
     is defined before it."""
@@ -272,8 +334,11 @@ def environment(container: Mapping[str, Any], pod: PodFacts, look: Lookups,
     cname = container.get("name")
     for src in container.get("envFrom") or []:
         prefix = src.get("prefix", "")
-        kind, ref = (("Secret", src["secretRef"]) if "secretRef" in src
-                     else ("ConfigMap", src["configMapRef"]))
+        kind, ref = (
+            ("Secret", src["secretRef"])
+            if "secretRef" in src
+            else ("ConfigMap", src["configMapRef"])
+        )
         data = (look.secret if kind == "Secret" else look.config_map)(ref["name"])
         if data is None:
             if ref.get("optional"):
@@ -290,8 +355,11 @@ def environment(container: Mapping[str, Any], pod: PodFacts, look: Lookups,
         if "fieldRef" in src:
             out[name] = pod.field(src["fieldRef"]["fieldPath"])
             continue
-        kind, ref = (("Secret", src["secretKeyRef"]) if "secretKeyRef" in src
-                     else ("ConfigMap", src["configMapKeyRef"]))
+        kind, ref = (
+            ("Secret", src["secretKeyRef"])
+            if "secretKeyRef" in src
+            else ("ConfigMap", src["configMapKeyRef"])
+        )
         data = (look.secret if kind == "Secret" else look.config_map)(ref["name"])
         if data is None or ref["key"] not in data:
             if ref.get("optional"):
@@ -304,9 +372,10 @@ def environment(container: Mapping[str, Any], pod: PodFacts, look: Lookups,
 
 # -- volumes -----------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class File:
-    path: str      # relative to the volume's root
+    path: str  # relative to the volume's root
     data: bytes
     mode: int
 
@@ -314,8 +383,9 @@ class File:
 TokenSource = Callable[[str, int], str]  # (audience, expirationSeconds) -> token
 
 
-def volume_files(volume: Mapping[str, Any], pod: PodFacts, look: Lookups,
-                 token: TokenSource, ca_pem: bytes) -> list[File] | None:
+def volume_files(
+    volume: Mapping[str, Any], pod: PodFacts, look: Lookups, token: TokenSource, ca_pem: bytes
+) -> list[File] | None:
     """The files of a Secret, ConfigMap or projected volume (None for an emptyDir).
     ``items`` select and rename keys; ``defaultMode``/``mode`` set permissions (0644 by
     default); ``optional`` allows a missing object."""
@@ -324,38 +394,62 @@ def volume_files(volume: Mapping[str, Any], pod: PodFacts, look: Lookups,
     name = volume["name"]
     if "secret" in volume:
         v = volume["secret"]
-        return _keyed(look.secret(v["secretName"]), v, f"volume {name!r}: secret {v['secretName']!r}",
-                      v.get("defaultMode", 0o644))
+        return _keyed(
+            look.secret(v["secretName"]),
+            v,
+            f"volume {name!r}: secret {v['secretName']!r}",
+            v.get("defaultMode", 0o644),
+        )
     if "configMap" in volume:
         v = volume["configMap"]
-        return _keyed(look.config_map(v["name"]), v, f"volume {name!r}: configmap {v['name']!r}",
-                      v.get("defaultMode", 0o644))
+        return _keyed(
+            look.config_map(v["name"]),
+            v,
+            f"volume {name!r}: configmap {v['name']!r}",
+            v.get("defaultMode", 0o644),
+        )
     proj = volume["projected"]
     mode = proj.get("defaultMode", 0o644)
     files: list[File] = []
     for src in proj.get("sources") or []:
         if "serviceAccountToken" in src:
             t = src["serviceAccountToken"]
-            files.append(File(t["path"], token(t.get("audience", ""),
-                                               int(t.get("expirationSeconds", 3600))).encode(), mode))
+            files.append(
+                File(
+                    t["path"],
+                    token(t.get("audience", ""), int(t.get("expirationSeconds", 3600))).encode(),
+                    mode,
+                )
+            )
         elif "secret" in src:
             s = src["secret"]
-            files += _keyed(look.secret(s["name"]), s, f"volume {name!r}: secret {s['name']!r}", mode)
+            files += _keyed(
+                look.secret(s["name"]), s, f"volume {name!r}: secret {s['name']!r}", mode
+            )
         elif "configMap" in src:
             s = src["configMap"]
-            files += _keyed(look.config_map(s["name"]), s, f"volume {name!r}: configmap {s['name']!r}",
-                            mode)
+            files += _keyed(
+                look.config_map(s["name"]), s, f"volume {name!r}: configmap {s['name']!r}", mode
+            )
         else:
             for item in src["downwardAPI"].get("items") or []:
                 if "fieldRef" not in item:
-                    raise Unsupported(f"volume {name!r}: downwardAPI {sorted(item)} is not supported")
-                files.append(File(item["path"], pod.field(item["fieldRef"]["fieldPath"]).encode(),
-                                  item.get("mode", mode)))
+                    raise Unsupported(
+                        f"volume {name!r}: downwardAPI {sorted(item)} is not supported"
+                    )
+                files.append(
+                    File(
+                        item["path"],
+                        pod.field(item["fieldRef"]["fieldPath"]).encode(),
+                        item.get("mode", mode),
+                    )
+                )
     return files
 
 
-def _keyed(data: Mapping[str, bytes] | None, ref: Mapping[str, Any], what: str,
-           mode: int) -> list[File]:
+def _keyed(
+    data: Mapping[str, bytes] | None, ref: Mapping[str, Any], what: str, mode: int
+) -> list[File]:
     if data is None:
         if ref.get("optional"):
             return []
@@ -376,8 +470,11 @@ def _keyed(data: Mapping[str, bytes] | None, ref: Mapping[str, Any], what: str,
 def service_account_files(token: str, ca_pem: bytes, namespace: str) -> list[File]:
     """What the ServiceAccount admission plugin and the kubelet mount at
     /var/run/secrets/kubernetes.io/serviceaccount (kube-api-access-*)."""
-    return [File("token", token.encode(), 0o644), File("ca.crt", ca_pem, 0o644),
-            File("namespace", namespace.encode(), 0o644)]
+    return [
+        File("token", token.encode(), 0o644),
+        File("ca.crt", ca_pem, 0o644),
+        File("namespace", namespace.encode(), 0o644),
+    ]
 
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

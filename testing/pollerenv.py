@@ -46,23 +46,47 @@ def unique_selector() -> tuple[dict[str, str], str]:
 
 
 def client_settings(rt: Runtime, url: str) -> sender.ClientSettings:
-    return sender.ClientSettings(base_url=url, runtime_id=rt.id, ca_file=str(rt.env.server_ca_file),
-                                 cert_file=str(rt.cert_file), key_file=str(rt.key_file),
-                                 read_timeout=30.0)
+    return sender.ClientSettings(
+        base_url=url,
+        runtime_id=rt.id,
+        ca_file=str(rt.env.server_ca_file),
+        cert_file=str(rt.cert_file),
+        key_file=str(rt.key_file),
+        read_timeout=30.0,
+    )
 
 
 class InProcess:
     """One poller ``Runner`` wired to the real planes (no scheduler)."""
 
-    def __init__(self, rt: Runtime, url: str, skr_api: client.ApiClient, selector: str,
-                 lister: Callable[[scan.Lister], run.PageSource] = lambda x: x, **run_kw: Any) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        url: str,
+        skr_api: client.ApiClient,
+        selector: str,
+        lister: Callable[[scan.Lister], run.PageSource] = lambda x: x,
+        **run_kw: Any,
+    ) -> None:
         self.metrics = metrics.Metrics()
         self.filter = filters.ConfigMapFilter.build(filters.DEFAULT_IGNORED_NAMESPACES, selector)
         self.client = sender.ListenerClient(client_settings(rt, url))
-        self.lister = scan.Lister(gateway.Kube(skr_api), self.filter, page_size=run_kw.pop("page_size", 500),
-                                  timeout=30, on_request=self.metrics.apiserver_requests.inc)
-        self.runner = run.Runner(rt.id, run.RunSettings(**run_kw), self.filter, lister(self.lister),
-                                 self.client, self.metrics, identity=self.lister.identity)
+        self.lister = scan.Lister(
+            gateway.Kube(skr_api),
+            self.filter,
+            page_size=run_kw.pop("page_size", 500),
+            timeout=30,
+            on_request=self.metrics.apiserver_requests.inc,
+        )
+        self.runner = run.Runner(
+            rt.id,
+            run.RunSettings(**run_kw),
+            self.filter,
+            lister(self.lister),
+            self.client,
+            self.metrics,
+            identity=self.lister.identity,
+        )
 
     def run(self, **kw: Any) -> run.Result:
         return self.runner.run(**kw)
@@ -78,17 +102,26 @@ class InProcess:
 class PollerProcess:
     """``.venv/bin/tether poller`` as a subprocess with its probes on a free port."""
 
-    def __init__(self, workdir: pathlib.Path, name: str, env: dict[str, str],
-                 code: pathlib.Path = REPO) -> None:
+    def __init__(
+        self, workdir: pathlib.Path, name: str, env: dict[str, str], code: pathlib.Path = REPO
+    ) -> None:
         """``code``: the source tree to run (another release's, for version-skew tests)."""
         self.code = code
         self.port = controlplane.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.identity = name
         self.log_path = workdir / f"poller-{name}.log"
-        base = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_") and k != "KUBECONFIG"}
-        self.env = {**base, "TETHER_POLLER_BIND": f"127.0.0.1:{self.port}", "TETHER_POLLER_IDENTITY": name,
-                    "TETHER_LOG_FORMAT": "text", "TETHER_POLLER_RESYNC_CRON": "off", **env}
+        base = {
+            k: v for k, v in os.environ.items() if not k.startswith("TETHER_") and k != "KUBECONFIG"
+        }
+        self.env = {
+            **base,
+            "TETHER_POLLER_BIND": f"127.0.0.1:{self.port}",
+            "TETHER_POLLER_IDENTITY": name,
+            "TETHER_LOG_FORMAT": "text",
+            "TETHER_POLLER_RESYNC_CRON": "off",
+            **env,
+        }
         self.command = [str(TETHER), "poller"]
         if code != REPO:
             self.env["PYTHONPATH"] = str(code)
@@ -98,10 +131,16 @@ class PollerProcess:
     def start(self, timeout: float = 30.0) -> PollerProcess:
         assert TETHER.exists(), f"{TETHER} missing: run make venv"
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command, env=self.env, cwd=self.code, stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True,
-                                         preexec_fn=controlplane.die_with_parent())
+            self.proc = subprocess.Popen(
+                self.command,
+                env=self.env,
+                cwd=self.code,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=controlplane.die_with_parent(),
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -133,30 +172,49 @@ class PollerProcess:
         return self.proc.returncode
 
 
-def poller_env(rt: Runtime, url: str, skr: controlplane.ControlPlane, selector: str,
-               lease_namespace: str, **extra: str) -> dict[str, str]:
-    return {"TETHER_RUNTIME_ID": rt.id, "TETHER_LISTENER_URL": url,
-            "TETHER_LISTENER_CA_FILE": str(rt.env.server_ca_file),
-            "TETHER_CLIENT_CERT_FILE": str(rt.cert_file), "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
-            "TETHER_KUBECONFIG": str(skr.kubeconfig), "TETHER_LABEL_SELECTOR": selector,
-            "TETHER_POLLER_LEASE_NAMESPACE": lease_namespace, "TETHER_POLLER_LEASE_NAME": "poller-" + rt.id,
-            **extra}
+def poller_env(
+    rt: Runtime,
+    url: str,
+    skr: controlplane.ControlPlane,
+    selector: str,
+    lease_namespace: str,
+    **extra: str,
+) -> dict[str, str]:
+    return {
+        "TETHER_RUNTIME_ID": rt.id,
+        "TETHER_LISTENER_URL": url,
+        "TETHER_LISTENER_CA_FILE": str(rt.env.server_ca_file),
+        "TETHER_CLIENT_CERT_FILE": str(rt.cert_file),
+        "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
+        "TETHER_KUBECONFIG": str(skr.kubeconfig),
+        "TETHER_LABEL_SELECTOR": selector,
+        "TETHER_POLLER_LEASE_NAMESPACE": lease_namespace,
+        "TETHER_POLLER_LEASE_NAME": "poller-" + rt.id,
+        **extra,
+    }
 
 
-def runtime_state(core: client.CoreV1Api, namespace: str, selector: str) -> dict[tuple[str, str], dict[str, Any]]:
+def runtime_state(
+    core: client.CoreV1Api, namespace: str, selector: str
+) -> dict[tuple[str, str], dict[str, Any]]:
     """The watched ConfigMaps of ``namespace`` as the records a sender would build."""
-    resp: Any = core.list_namespaced_config_map(namespace, label_selector=selector, _preload_content=False)
+    resp: Any = core.list_namespaced_config_map(
+        namespace, label_selector=selector, _preload_content=False
+    )
     doc = json.loads(resp.data)
     out = {}
     for obj in doc["items"]:
         rec = changes.from_configmap(obj, runtime_id="x", source="poller")
-        out[(rec["namespace"], rec["name"])] = {k: rec.get(k) for k in (
-            "uid", "resourceVersion", "labels", "annotations", "data", "binaryData")}
+        out[(rec["namespace"], rec["name"])] = {
+            k: rec.get(k)
+            for k in ("uid", "resourceVersion", "labels", "annotations", "data", "binaryData")
+        }
     return out
 
 
-def kcp_state(env: Env, runtime_id: str, namespace: str) -> tuple[dict[tuple[str, str], dict[str, Any]],
-                                                                   dict[tuple[str, str], dict[str, Any]]]:
+def kcp_state(
+    env: Env, runtime_id: str, namespace: str
+) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[tuple[str, str], dict[str, Any]]]:
     """(live records, tombstones) the KCP holds for ``runtime_id`` in ``namespace``."""
     live, dead = {}, {}
     for obj in env.stored(runtime_id):
@@ -167,8 +225,10 @@ def kcp_state(env: Env, runtime_id: str, namespace: str) -> tuple[dict[tuple[str
         if spec["deleted"]:
             dead[key] = spec
         else:
-            live[key] = {k: spec.get(k, {}) for k in (
-                "uid", "resourceVersion", "labels", "annotations", "data", "binaryData")}
+            live[key] = {
+                k: spec.get(k, {})
+                for k in ("uid", "resourceVersion", "labels", "annotations", "data", "binaryData")
+            }
     return live, dead
 
 
@@ -178,19 +238,28 @@ def summary_settled(env: Env, runtime_id: str) -> bool:
     s = apitypes.RUNTIME_STATE_SUMMARIES
     try:
         obj: Any = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-            s.group, s.version, env.namespace, s.plural, statesummary.name_of(runtime_id))
+            s.group, s.version, env.namespace, s.plural, statesummary.name_of(runtime_id)
+        )
     except client.ApiException as e:
         if e.status == 404:
             return False
         raise
     stored = statehash.stored_of(obj.get("status"))
-    items = [i for i in (records.digest_item(o["metadata"]) for o in env.stored(runtime_id))
-             if i is not None]
+    items = [
+        i
+        for i in (records.digest_item(o["metadata"]) for o in env.stored(runtime_id))
+        if i is not None
+    ]
     return stored is not None and stored.hashes == statehash.fold(items).hashes
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2,
-               on_wait: Callable[[], None] | None = None) -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float,
+    what: str,
+    interval: float = 0.2,
+    on_wait: Callable[[], None] | None = None,
+) -> Any:
     """``predicate()``'s first true value; ``on_wait`` between tries (e.g. write a probe)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -215,4 +284,3 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
         if all(f'{k}="{v}"' in head for k, v in labels.items()):
             total += float(value)
     return total
-

@@ -26,7 +26,6 @@ class ProbeState:
     last_error: str = ""
 
 
-
 def check(p: ProbeState, container: Mapping[str, Any], ip: str) -> bool:
     timeout = float(p.spec.get("timeoutSeconds", 1))
     try:
@@ -39,13 +38,20 @@ def check(p: ProbeState, container: Mapping[str, Any], ip: str) -> bool:
         host = get.get("host", ip)
         if get.get("scheme", "HTTP").upper() == "HTTPS":
             ctx = ssl.create_default_context()
-            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # the kubelet does not verify
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, port, timeout=timeout, context=ctx)
+            ctx.check_hostname, ctx.verify_mode = (
+                False,
+                ssl.CERT_NONE,
+            )  # the kubelet does not verify
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                host, port, timeout=timeout, context=ctx
+            )
         else:
             conn = http.client.HTTPConnection(host, port, timeout=timeout)
         try:
             headers = {h["name"]: h["value"] for h in get.get("httpHeaders") or []}
-            conn.request("GET", get.get("path", "/"), headers={"User-Agent": "kube-probe/local", **headers})
+            conn.request(
+                "GET", get.get("path", "/"), headers={"User-Agent": "kube-probe/local", **headers}
+            )
             status = conn.getresponse().status
         finally:
             conn.close()

@@ -38,8 +38,9 @@ def binary() -> pathlib.Path:
     return pathlib.Path(done.stdout.strip().splitlines()[-1])
 
 
-def scrape_jobs(kubeconfig: pathlib.Path, jobs: Iterable[str], interval: str = "1s"
-                ) -> list[dict[str, Any]]:
+def scrape_jobs(
+    kubeconfig: pathlib.Path, jobs: Iterable[str], interval: str = "1s"
+) -> list[dict[str, Any]]:
     """The shipped scrape configs of ``jobs``, discovering through ``kubeconfig``."""
     doc = yaml.safe_load(SCRAPE_CONFIG.read_text())
     wanted = set(jobs)
@@ -75,24 +76,37 @@ def rule_groups(path: pathlib.Path, for_seconds: int) -> dict[str, Any]:
 
 
 class Server:
-    def __init__(self, work: pathlib.Path, scrape: list[dict[str, Any]],
-                 rules: dict[str, Any]) -> None:
+    def __init__(
+        self, work: pathlib.Path, scrape: list[dict[str, Any]], rules: dict[str, Any]
+    ) -> None:
         work.mkdir(parents=True, exist_ok=True)
         self.port = controlplane.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         (work / "rules.yaml").write_text(yaml.safe_dump(rules))
-        (work / "prometheus.yaml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(work / "rules.yaml")],
-            "scrape_configs": scrape}))
+        (work / "prometheus.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "rule_files": [str(work / "rules.yaml")],
+                    "scrape_configs": scrape,
+                }
+            )
+        )
         self.log_file = work / "prometheus.log"
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [str(binary()), f"--config.file={work / 'prometheus.yaml'}",
-             f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--storage.tsdb.retention.time=1h"],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=controlplane.die_with_parent())
+            [
+                str(binary()),
+                f"--config.file={work / 'prometheus.yaml'}",
+                f"--storage.tsdb.path={work / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=controlplane.die_with_parent(),
+        )
         self.wait(lambda: self._get("/-/ready") is not None, "Prometheus ready", 60)
 
     def _get(self, path: str, **params: str) -> Any:
@@ -124,7 +138,8 @@ class Server:
     def firing(self, name: str, **labels: str) -> dict[str, Any] | None:
         for a in self.alerts():
             if a["labels"].get("alertname") == name and all(
-                    a["labels"].get(k) == v for k, v in labels.items()):
+                a["labels"].get(k) == v for k, v in labels.items()
+            ):
                 return a
         return None
 

@@ -24,13 +24,22 @@ class Api:
         self.port = plane.port
 
     def connect(self, timeout: float = 60.0) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.ctx, timeout=timeout)
+        return http.client.HTTPSConnection(
+            "127.0.0.1", self.port, context=self.ctx, timeout=timeout
+        )
 
-    def call(self, conn: http.client.HTTPSConnection, method: str, path: str, body: Any = None,
-             content_type: str = "application/json") -> tuple[int, dict[str, Any]]:
+    def call(
+        self,
+        conn: http.client.HTTPSConnection,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, dict[str, Any]]:
         raw = json.dumps(body).encode() if body is not None else None
-        conn.request(method, path, raw, {"Content-Type": content_type, "Accept": "application/json"})
+        conn.request(
+            method, path, raw, {"Content-Type": content_type, "Accept": "application/json"}
+        )
         resp = conn.getresponse()
         data = resp.read()
         return resp.status, json.loads(data) if data else {}
-

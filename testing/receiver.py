@@ -30,7 +30,9 @@ class Receiver:
         self.ca = certs.CertificateAuthority.create("receiver-serving-ca")
         self.ca_file = workdir / "receiver-ca.crt"
         self.ca_file.write_bytes(self.ca.cert_pem)
-        pair = self.ca.issue("localhost", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True)
+        pair = self.ca.issue(
+            "localhost", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True
+        )
         self._cert, self._key = workdir / "receiver.crt", workdir / "receiver.key"
         pair.write(self._cert, self._key)
         self._client_ca_file = workdir / "receiver-client-ca.crt"
@@ -59,8 +61,11 @@ class Receiver:
                 if r["answered"] != 200:
                     continue
                 body = r["body"]
-                out.extend(body["items"] if body.get("kind") in ("ConfigMapChangeList", "ObjectChangeList")
-                           else [body])
+                out.extend(
+                    body["items"]
+                    if body.get("kind") in ("ConfigMapChangeList", "ObjectChangeList")
+                    else [body]
+                )
         return out
 
     def wait_for(self, predicate: Any, timeout: float = 20.0) -> list[dict[str, Any]]:
@@ -70,7 +75,9 @@ class Receiver:
             if predicate(got):
                 return got
             time.sleep(0.05)
-        raise AssertionError(f"receiver did not get the expected records in {timeout}s: {self.records()}")
+        raise AssertionError(
+            f"receiver did not get the expected records in {timeout}s: {self.records()}"
+        )
 
     def start(self) -> Receiver:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -121,7 +128,7 @@ class Receiver:
                 start = 0
                 if "continue=" in self.path:
                     start = int(self.path.split("continue=")[1].split("&")[0])
-                page = owner.state_items[start:start + limit]
+                page = owner.state_items[start : start + limit]
                 nxt = str(start + limit) if start + limit < len(owner.state_items) else ""
                 self._answer(200, {"items": page, "continue": nxt})
 
@@ -136,7 +143,12 @@ class Receiver:
                     entry["body"] = {}
                 with owner.lock:
                     owner.requests.append(entry)
-                    mode, status, retry_after, delay = owner.mode, owner.status, owner.retry_after, owner.delay
+                    mode, status, retry_after, delay = (
+                        owner.mode,
+                        owner.status,
+                        owner.retry_after,
+                        owner.delay,
+                    )
                 if entry["cn"] != runtime:
                     entry["answered"] = 403
                     self._answer(403, {"error": "runtime mismatch", "details": "CN differs"})
@@ -145,22 +157,38 @@ class Receiver:
                     time.sleep(delay)
                 if mode == "error":
                     entry["answered"] = status
-                    self._answer(status, {"error": "injected", "details": f"status {status}"},
-                                 {"Retry-After": retry_after} if retry_after else None)
+                    self._answer(
+                        status,
+                        {"error": "injected", "details": f"status {status}"},
+                        {"Retry-After": retry_after} if retry_after else None,
+                    )
                     return
                 body = entry["body"]
                 items = body.get("items", [body]) if isinstance(body, dict) else []
                 entry["answered"] = 200
-                self._answer(200, {"results": [
-                    {"namespace": i.get("namespace"), "name": i.get("name"),
-                     "resourceVersion": i.get("resourceVersion"), "outcome": "persisted"} for i in items]})
+                self._answer(
+                    200,
+                    {
+                        "results": [
+                            {
+                                "namespace": i.get("namespace"),
+                                "name": i.get("name"),
+                                "resourceVersion": i.get("resourceVersion"),
+                                "outcome": "persisted",
+                            }
+                            for i in items
+                        ]
+                    },
+                )
 
         httpd = server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         httpd.daemon_threads = True
         httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
         self.port = httpd.server_address[1]
         self._httpd = httpd
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:
@@ -183,7 +211,9 @@ def main(argv: list[str]) -> int:
 
     workdir, ca_pem = pathlib.Path(argv[0]), pathlib.Path(argv[1]).read_bytes()
     ca = certs.CertificateAuthority.create("unused")
-    r = Receiver(workdir, dataclasses.replace(ca, cert=x509.load_pem_x509_certificate(ca_pem))).start()
+    r = Receiver(
+        workdir, dataclasses.replace(ca, cert=x509.load_pem_x509_certificate(ca_pem))
+    ).start()
     print(r.port, flush=True)
     sys.stdin.read()
     print(len(r.records()), flush=True)
@@ -203,6 +233,7 @@ RUNTIME_ID = "rt-4a1f"  # the webhook tests' runtime
 @dataclasses.dataclass
 class RuntimeCert:
     """A runtime's client certificate and the CA that issued it."""
+
     ca: certs.CertificateAuthority
     cert_file: pathlib.Path
     key_file: pathlib.Path

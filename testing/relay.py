@@ -29,7 +29,9 @@ def listen(ip: str, port: int, backlog: int) -> socket.socket:
     return sock
 
 
-def serve(sock: socket.socket, dispatch: Callable[[socket.socket], Handler | None], name: str) -> None:
+def serve(
+    sock: socket.socket, dispatch: Callable[[socket.socket], Handler | None], name: str
+) -> None:
     """Accepts on ``sock`` in a thread named ``name`` until it is closed. ``dispatch(conn)``,
     in that thread, returns the handler of the connection (run in a thread of its own) or
     None (it has closed ``conn`` itself)."""

@@ -28,18 +28,28 @@ from schemathesis.specs.openapi.checks import (
 from listener.edge import openapi
 from testing.listenerenv import ListenerProcess, Runtime
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 
 
-def state_machine(base_url: str, rt: Runtime, session: requests.Session,
-                  statuses: dict[str, int]) -> Any:
+def state_machine(
+    base_url: str, rt: Runtime, session: requests.Session, statuses: dict[str, int]
+) -> Any:
     """The stateful test of the runtime API as a hypothesis state machine class."""
     doc = json.loads(openapi.OPENAPI_FILE.read_text())
     schema = schemathesis.openapi.from_dict(doc).include(path_regex="^/v1/runtimes/")
-    schema.config.update(base_url=base_url, parameters={"runtimeId": rt.id},
-                         tls_verify=str(rt.env.server_ca_file), request_cert=str(rt.cert_file),
-                         request_cert_key=str(rt.key_file), request_timeout=60)
+    schema.config.update(
+        base_url=base_url,
+        parameters={"runtimeId": rt.id},
+        tls_verify=str(rt.env.server_ca_file),
+        request_cert=str(rt.cert_file),
+        request_cert_key=str(rt.key_file),
+        request_timeout=60,
+    )
 
     class Machine(schema.as_state_machine()):  # type: ignore[misc]
         def before_call(self, case: Any) -> None:
@@ -60,24 +70,37 @@ def state_machine(base_url: str, rt: Runtime, session: requests.Session,
             key = f"{case.method} {case.path} {response.status_code}"
             statuses[key] = statuses.get(key, 0) + 1
 
-        def validate_response(self, response: Any, case: Any, additional_checks: Any = None,
-                              **kwargs: Any) -> None:
+        def validate_response(
+            self, response: Any, case: Any, additional_checks: Any = None, **kwargs: Any
+        ) -> None:
             case.validate_response(response, checks=CHECKS)
 
     return Machine
 
 
-def run(listener: ListenerProcess, rt: Runtime, examples: int, steps: int,
-        statuses: dict[str, int] | None = None) -> dict[str, int]:
+def run(
+    listener: ListenerProcess,
+    rt: Runtime,
+    examples: int,
+    steps: int,
+    statuses: dict[str, int] | None = None,
+) -> dict[str, int]:
     """Run the state machine; ``statuses`` (given by the caller) keeps the counts made
     before a failure."""
     statuses = {} if statuses is None else statuses
     session = rt.session()
     try:
         machine = state_machine(listener.url, rt, session, statuses)
-        machine.run(settings=hypothesis.settings(
-            max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
-            suppress_health_check=list(hypothesis.HealthCheck), derandomize=True))
+        machine.run(
+            settings=hypothesis.settings(
+                max_examples=examples,
+                stateful_step_count=steps,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(hypothesis.HealthCheck),
+                derandomize=True,
+            )
+        )
     finally:
         session.close()
     return statuses

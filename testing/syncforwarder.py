@@ -78,15 +78,24 @@ def record_of(request: dict[str, Any], runtime_id: str, now: str) -> dict[str, A
     if not name or name.startswith(PROBE_PREFIX):
         return None
     rec: dict[str, Any] = {
-        "apiVersion": "tether.kyma-project.io/v1", "kind": "ConfigMapChange",
-        "runtimeId": runtime_id, "namespace": request.get("namespace") or meta.get("namespace"),
-        "name": name, "uid": meta.get("uid") or "",
+        "apiVersion": "tether.kyma-project.io/v1",
+        "kind": "ConfigMapChange",
+        "runtimeId": runtime_id,
+        "namespace": request.get("namespace") or meta.get("namespace"),
+        "name": name,
+        "uid": meta.get("uid") or "",
         "resourceVersion": f"admission-{request.get('uid', '')}"[:64],
-        "observedAt": now, "deleted": op == "DELETE", "source": "webhook",
+        "observedAt": now,
+        "deleted": op == "DELETE",
+        "source": "webhook",
     }
     if op != "DELETE":
-        rec.update(labels=meta.get("labels") or {}, annotations=meta.get("annotations") or {},
-                   data=obj.get("data") or {}, binaryData=obj.get("binaryData") or {})
+        rec.update(
+            labels=meta.get("labels") or {},
+            annotations=meta.get("annotations") or {},
+            data=obj.get("data") or {},
+            binaryData=obj.get("binaryData") or {},
+        )
     return rec
 
 
@@ -98,10 +107,14 @@ def retry_after(status: int | None, policy: Policy) -> bool:
     return status >= 500
 
 
-Post = Callable[[http.client.HTTPSConnection | None], tuple[int | None, str, http.client.HTTPSConnection | None]]
+Post = Callable[
+    [http.client.HTTPSConnection | None], tuple[int | None, str, http.client.HTTPSConnection | None]
+]
 
 
-def forward(post: Post, policy: Policy, sleep: Callable[[float], None] = time.sleep) -> tuple[str, int]:
+def forward(
+    post: Post, policy: Policy, sleep: Callable[[float], None] = time.sleep
+) -> tuple[str, int]:
     """Run the attempts; returns (outcome of the last attempt, attempts made)."""
     conn: http.client.HTTPSConnection | None = None
     outcome = "none"
@@ -119,9 +132,16 @@ def forward(post: Post, policy: Policy, sleep: Callable[[float], None] = time.sl
 
 
 class SyncForwarder:
-    def __init__(self, workdir: pathlib.Path, target: str, target_ca: pathlib.Path,
-                 client_cert: pathlib.Path, client_key: pathlib.Path, runtime_id: str,
-                 policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        workdir: pathlib.Path,
+        target: str,
+        target_ca: pathlib.Path,
+        client_cert: pathlib.Path,
+        client_key: pathlib.Path,
+        runtime_id: str,
+        policy: Policy | None = None,
+    ) -> None:
         self.ca = certs.CertificateAuthority.create("syncforwarder-serving-ca")
         pair = self.ca.issue("syncforwarder", ip_addresses=["127.0.0.1"], server=True)
         self.cert, self.key = workdir / "syncforwarder.crt", workdir / "syncforwarder.key"
@@ -141,11 +161,16 @@ class SyncForwarder:
         self._httpd: server.ThreadingHTTPServer | None = None
 
     def _post(self, body: bytes) -> Post:
-        def post(conn: http.client.HTTPSConnection | None
-                 ) -> tuple[int | None, str, http.client.HTTPSConnection | None]:
+        def post(
+            conn: http.client.HTTPSConnection | None,
+        ) -> tuple[int | None, str, http.client.HTTPSConnection | None]:
             if conn is None:
-                conn = http.client.HTTPSConnection(self.host, self.target_port, context=self.client_ctx,
-                                                   timeout=self.policy.timeout)
+                conn = http.client.HTTPSConnection(
+                    self.host,
+                    self.target_port,
+                    context=self.client_ctx,
+                    timeout=self.policy.timeout,
+                )
             with self.lock:
                 self.stats["attempts"] += 1
             try:
@@ -159,6 +184,7 @@ class SyncForwarder:
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 return None, "tls" if isinstance(e, ssl.SSLError) else "connection", None
+
         return post
 
     def handle(self, review: dict[str, Any]) -> dict[str, Any]:
@@ -174,9 +200,15 @@ class SyncForwarder:
                 self.stats["forwarded"] += 1
                 self.stats["outcomes"][outcome] = self.stats["outcomes"].get(outcome, 0) + 1
             message = f"kcp request: {outcome}"
-        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                "response": {"uid": request.get("uid", ""), "allowed": True,
-                             "status": {"message": message}}}
+        return {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {
+                "uid": request.get("uid", ""),
+                "allowed": True,
+                "status": {"message": message},
+            },
+        }
 
     def start(self) -> SyncForwarder:
         owner = self
@@ -211,7 +243,9 @@ class SyncForwarder:
         httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
         self.port = httpd.server_address[1]
         self._httpd = httpd
-        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         return self
 
     def stop(self) -> None:
@@ -224,8 +258,15 @@ class SyncForwarder:
 def main(argv: list[str]) -> int:
     workdir, target, target_ca, cert, key, runtime_id = argv[:6]
     retry_errors = "--no-retry-errors" not in argv[6:]
-    fwd = SyncForwarder(pathlib.Path(workdir), target, pathlib.Path(target_ca), pathlib.Path(cert),
-                        pathlib.Path(key), runtime_id, Policy(retry_errors=retry_errors)).start()
+    fwd = SyncForwarder(
+        pathlib.Path(workdir),
+        target,
+        pathlib.Path(target_ca),
+        pathlib.Path(cert),
+        pathlib.Path(key),
+        runtime_id,
+        Policy(retry_errors=retry_errors),
+    ).start()
     print(fwd.port, fwd.ca_file, flush=True)
     sys.stdin.read()
     with fwd.lock:

@@ -85,7 +85,8 @@ class Guard:
         raise TierViolation(
             f"{test} is in tier {tier!r} but starts a process ({what}): give it a fixture "
             f"that says so (testing.tiers.PROCESS_FIXTURES) or mark it "
-            f"`pytest.mark.processes` (its module: `pytestmark = pytest.mark.processes`)")
+            f"`pytest.mark.processes` (its module: `pytestmark = pytest.mark.processes`)"
+        )
 
     def install(self) -> None:
         guard = self
@@ -113,6 +114,7 @@ class Guard:
             subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
             os.fork = fork
             multiprocessing.process.BaseProcess.start = start  # type: ignore[method-assign]
+
         self._undo.append(undo)
 
     def uninstall(self) -> None:

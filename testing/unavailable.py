@@ -27,12 +27,21 @@ import threading
 from testing import controlplane, relay
 from tether import certs
 
-BODY = json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                   "message": "etcdserver: request timed out (fault injected)",
-                   "reason": "ServiceUnavailable", "code": 503}).encode()
-RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-            b"Content-Length: " + str(len(BODY)).encode() + b"\r\nConnection: close\r\n\r\n"
-            + BODY)
+BODY = json.dumps(
+    {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "etcdserver: request timed out (fault injected)",
+        "reason": "ServiceUnavailable",
+        "code": 503,
+    }
+).encode()
+RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Content-Length: " + str(len(BODY)).encode() + b"\r\nConnection: close\r\n\r\n" + BODY
+)
 
 
 class Unavailable:

@@ -22,8 +22,10 @@ def atomic_write(vdir: pathlib.Path, files: list[podspec.File], fs_group: int | 
     if data.exists():
         have = {str(p.relative_to(data)): p for p in data.rglob("*") if p.is_file()}
         if set(have) == set(want) and all(
-                have[k].read_bytes() == want[k].data and (have[k].stat().st_mode & 0o777) == want[k].mode
-                for k in want):
+            have[k].read_bytes() == want[k].data
+            and (have[k].stat().st_mode & 0o777) == want[k].mode
+            for k in want
+        ):
             return
     vdir.mkdir(parents=True, exist_ok=True)
     vdir.chmod(0o755)
@@ -48,8 +50,11 @@ def atomic_write(vdir: pathlib.Path, files: list[podspec.File], fs_group: int | 
         if not link.is_symlink():
             link.symlink_to(f"..data/{top}")
     for entry in vdir.iterdir():
-        if entry.is_symlink() and not entry.name.startswith("..") and entry.name not in \
-                {rel.split("/", 1)[0] for rel in want}:
+        if (
+            entry.is_symlink()
+            and not entry.name.startswith("..")
+            and entry.name not in {rel.split("/", 1)[0] for rel in want}
+        ):
             entry.unlink()
     if old:
         shutil.rmtree(vdir / old, ignore_errors=True)

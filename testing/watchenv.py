@@ -33,9 +33,12 @@ def load(path: pathlib.Path, namespace: str) -> dict[str, Any]:
 
 def watch(name: str, resource: dict[str, str], namespace: str, **spec: Any) -> dict[str, Any]:
     """A Watch body: ``resource`` (group, version, resource, kind) and any spec field."""
-    return {"apiVersion": f"{apitypes.WATCHES.group}/{apitypes.WATCHES.version}", "kind": "Watch",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"resource": dict(resource), **copy.deepcopy(spec)}}
+    return {
+        "apiVersion": f"{apitypes.WATCHES.group}/{apitypes.WATCHES.version}",
+        "kind": "Watch",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"resource": dict(resource), **copy.deepcopy(spec)},
+    }
 
 
 def apply(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
@@ -56,8 +59,13 @@ def apply(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
 def delete(api: client.ApiClient, namespace: str, name: str) -> None:
     co = client.CustomObjectsApi(api)
     try:
-        co.delete_namespaced_custom_object(apitypes.WATCHES.group, apitypes.WATCHES.version,
-                                           namespace, apitypes.WATCHES.plural, name)
+        co.delete_namespaced_custom_object(
+            apitypes.WATCHES.group,
+            apitypes.WATCHES.version,
+            namespace,
+            apitypes.WATCHES.plural,
+            name,
+        )
     except client.ApiException as e:
         if e.status != 404:
             raise
@@ -79,12 +87,31 @@ def widget_crd(group: str) -> dict[str, Any]:
     """A namespaced CRD of any shape, with a status subresource, for tests and benchmarks
     that watch a custom resource in a runtime (its own group per test: the shared planes)."""
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"widgets.{group}"},
-        "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
-                           "listKind": "WidgetList"},
-                 "versions": [{"name": "v1", "served": True, "storage": True,
-                               "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {
-                                   "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {
+                "plural": "widgets",
+                "singular": "widget",
+                "kind": "Widget",
+                "listKind": "WidgetList",
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }

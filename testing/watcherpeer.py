@@ -77,8 +77,9 @@ class Watcher:
 
 
 # lifecycle-manager's own Watcher (config/watcher/kyma_watcher.yaml, deployed in kcp-system)
-KLM_WATCHER = Watcher("kcp-system", "watcher", "lifecycle-manager", WATCHED_BY,
-                      OPERATOR_GROUP, "*", "kymas")
+KLM_WATCHER = Watcher(
+    "kcp-system", "watcher", "lifecycle-manager", WATCHED_BY, OPERATOR_GROUP, "*", "kymas"
+)
 
 
 def webhook_name(w: Watcher) -> str:
@@ -90,19 +91,37 @@ def vwc_body(ca_pem: bytes, watchers: list[Watcher], base_url: str) -> dict[str,
     hooks = []
     for w in watchers:
         resources = [f"{w.resource}/status"] if w.field == "status" else [w.resource]
-        hooks.append({
-            "name": webhook_name(w),
-            "objectSelector": {"matchLabels": dict(w.labels_to_watch)},
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": {"caBundle": base64.b64encode(ca_pem).decode(),
-                             "url": f"{base_url}/validate/{w.manager}"},
-            "rules": [{"apiGroups": [w.group], "apiVersions": [w.version], "resources": resources,
-                       "operations": ["CREATE", "UPDATE", "DELETE"]}],
-            "sideEffects": "NoneOnDryRun", "timeoutSeconds": TIMEOUT_SECONDS, "failurePolicy": "Ignore",
-        })
-    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": VWC_NAME, "labels": {f"{OPERATOR_GROUP}/managed-by": "lifecycle-manager"}},
-            "webhooks": hooks}
+        hooks.append(
+            {
+                "name": webhook_name(w),
+                "objectSelector": {"matchLabels": dict(w.labels_to_watch)},
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {
+                    "caBundle": base64.b64encode(ca_pem).decode(),
+                    "url": f"{base_url}/validate/{w.manager}",
+                },
+                "rules": [
+                    {
+                        "apiGroups": [w.group],
+                        "apiVersions": [w.version],
+                        "resources": resources,
+                        "operations": ["CREATE", "UPDATE", "DELETE"],
+                    }
+                ],
+                "sideEffects": "NoneOnDryRun",
+                "timeoutSeconds": TIMEOUT_SECONDS,
+                "failurePolicy": "Ignore",
+            }
+        )
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {
+            "name": VWC_NAME,
+            "labels": {f"{OPERATOR_GROUP}/managed-by": "lifecycle-manager"},
+        },
+        "webhooks": hooks,
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,11 +146,26 @@ class _Handler(BaseHTTPRequestHandler):
         req = review["request"]
         obj = req.get("object") or req.get("oldObject") or {}
         meta = obj.get("metadata", {})
-        self.server.record(Call(path.removeprefix("/validate/"), req["kind"]["kind"],
-                                req["operation"], meta.get("namespace", ""), meta.get("name", "")))
-        out = json.dumps({"apiVersion": review.get("apiVersion"), "kind": review.get("kind"),
-                          "response": {"uid": req["uid"], "allowed": True,
-                                       "status": {"status": "Success", "message": "request succeeded"}}})
+        self.server.record(
+            Call(
+                path.removeprefix("/validate/"),
+                req["kind"]["kind"],
+                req["operation"],
+                meta.get("namespace", ""),
+                meta.get("name", ""),
+            )
+        )
+        out = json.dumps(
+            {
+                "apiVersion": review.get("apiVersion"),
+                "kind": review.get("kind"),
+                "response": {
+                    "uid": req["uid"],
+                    "allowed": True,
+                    "status": {"status": "Success", "message": "request succeeded"},
+                },
+            }
+        )
         data = out.encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -162,15 +196,21 @@ class WatcherPeer:
 
     def __init__(self, workdir: pathlib.Path) -> None:
         self.ca = certs.CertificateAuthority.create("klm-watcher-ca")
-        pair = self.ca.issue("skr-webhook.kyma-system.svc", dns_names=["localhost"],
-                             ip_addresses=["127.0.0.1"], server=True)
+        pair = self.ca.issue(
+            "skr-webhook.kyma-system.svc",
+            dns_names=["localhost"],
+            ip_addresses=["127.0.0.1"],
+            server=True,
+        )
         cert, key = workdir / "skr-webhook-tls.crt", workdir / "skr-webhook-tls.key"
         pair.write(cert, key)
         self._server = _Server()
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(str(cert), str(key))
         self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="watcher-peer", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="watcher-peer", daemon=True
+        )
 
     @property
     def url(self) -> str:

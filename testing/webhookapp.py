@@ -12,22 +12,47 @@ from webhook import settings as settings_mod
 
 def app_settings(max_body: int = 64 * 1024) -> settings_mod.Settings:
     return settings_mod.Settings(
-        runtime_id="rt", listener=sender.ClientSettings("https://l", "rt", "ca", "c", "k"),
+        runtime_id="rt",
+        listener=sender.ClientSettings("https://l", "rt", "ca", "c", "k"),
         server=settings_mod.ServerSettings(max_body_bytes=max_body),
-        forwarder=settings_mod.ForwarderSettings(), filter=filters.ConfigMapFilter(), queue_size=2)
+        forwarder=settings_mod.ForwarderSettings(),
+        filter=filters.ConfigMapFilter(),
+        queue_size=2,
+    )
 
 
-def review(op: str = "UPDATE", *, ns: str = "team-a", name: str = "cfg", dry_run: bool = False,
-           old: dict[str, Any] | None = None, new: dict[str, Any] | None = None,
-           kind: str = "ConfigMap") -> dict[str, Any]:
+def review(
+    op: str = "UPDATE",
+    *,
+    ns: str = "team-a",
+    name: str = "cfg",
+    dry_run: bool = False,
+    old: dict[str, Any] | None = None,
+    new: dict[str, Any] | None = None,
+    kind: str = "ConfigMap",
+) -> dict[str, Any]:
     def obj(data: dict[str, str], rv: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-        return {"metadata": {"name": name, "namespace": ns, "uid": "u-1", "resourceVersion": rv,
-                             "labels": labels or {}}, "data": data}
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "uid": "u-1",
+                "resourceVersion": rv,
+                "labels": labels or {},
+            },
+            "data": data,
+        }
+
     return {
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
         "request": {
-            "uid": "req-1", "operation": op, "kind": {"group": "", "version": "v1", "kind": kind},
-            "namespace": ns, "name": name, "dryRun": dry_run,
+            "uid": "req-1",
+            "operation": op,
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "namespace": ns,
+            "name": name,
+            "dryRun": dry_run,
             "object": None if op == "DELETE" else (new or obj({"k": "2"}, "")),
             "oldObject": None if op == "CREATE" else (old or obj({"k": "1"}, "41")),
         },

@@ -35,12 +35,16 @@ VWC_FILE = REPO / "manifests" / "skr" / "webhook" / "validatingwebhookconfigurat
 
 
 class WebhookProcess:
-    def __init__(self, workdir: pathlib.Path, env: dict[str, str], code: pathlib.Path = REPO) -> None:
+    def __init__(
+        self, workdir: pathlib.Path, env: dict[str, str], code: pathlib.Path = REPO
+    ) -> None:
         """``code``: the source tree to run (another version's, for version-skew tests)."""
         self.dir = workdir
         self.code = code
         self.ca = certs.CertificateAuthority.create("webhook-serving-ca")
-        pair = self.ca.issue("tether-webhook", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True)
+        pair = self.ca.issue(
+            "tether-webhook", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True
+        )
         self.cert_file, self.key_file = workdir / "webhook.crt", workdir / "webhook.key"
         pair.write(self.cert_file, self.key_file)
         self.ca_file = workdir / "webhook-ca.crt"
@@ -73,9 +77,15 @@ class WebhookProcess:
     def start(self, timeout: float = 30.0) -> WebhookProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(
-            self.command, env=self.env, cwd=self.code,
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=controlplane.die_with_parent())
+            self.command,
+            env=self.env,
+            cwd=self.code,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=controlplane.die_with_parent(),
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -100,9 +110,12 @@ class WebhookProcess:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def post(self, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, bytes]:
-        req = urllib.request.Request(self.url + path, data=body, method="POST",
-                                     headers={"Content-Type": content_type})
+    def post(
+        self, path: str, body: bytes, content_type: str = "application/json"
+    ) -> tuple[int, bytes]:
+        req = urllib.request.Request(
+            self.url + path, data=body, method="POST", headers={"Content-Type": content_type}
+        )
         try:
             with urllib.request.urlopen(req, context=self.context(), timeout=10) as r:
                 return r.status, r.read()
@@ -129,15 +142,35 @@ class WebhookProcess:
 
 def review(namespace: str, name: str, operation: str = "DELETE") -> bytes:
     """An AdmissionReview as the API server sends it for a ConfigMap (here: forged)."""
-    old = {"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
-                        # a forger's choice: far above anything the runtime will write
-                        "resourceVersion": "999999999999"}}
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-        "resource": {"group": "", "version": "v1", "resource": "configmaps"},
-        "operation": operation, "namespace": namespace, "name": name, "dryRun": False,
-        "userInfo": {"username": "system:admin"}, "object": None, "oldObject": old}}).encode()
+    old = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": str(uuid.uuid4()),
+            # a forger's choice: far above anything the runtime will write
+            "resourceVersion": "999999999999",
+        },
+    }
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "operation": operation,
+                "namespace": namespace,
+                "name": name,
+                "dryRun": False,
+                "userInfo": {"username": "system:admin"},
+                "object": None,
+                "oldObject": old,
+            },
+        }
+    ).encode()
 
 
 def vwc_body(name: str, url: str, ca_pem: bytes, namespace: str) -> dict[str, Any]:

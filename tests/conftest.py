@@ -32,17 +32,32 @@ from tether import apitypes
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     try:
-        return [f"control plane: {controlplane.kube_apiserver_version()}, "
-                f"etcd {controlplane.pinned_versions()['ETCD_VERSION']}"]
+        return [
+            f"control plane: {controlplane.kube_apiserver_version()}, "
+            f"etcd {controlplane.pinned_versions()['ETCD_VERSION']}"
+        ]
     except controlplane.ControlPlaneError as e:
         return [f"control plane: NOT AVAILABLE ({e})"]
 
 
 # the directories whose modules take longest, handed to the workers first (the rest after)
-HEAVY_FIRST = ("deployed", "faults", "certmanager", "e2e_injector", "monitoring", "skew",
-               "release", "enroller", "compass", "foundation")
+HEAVY_FIRST = (
+    "deployed",
+    "faults",
+    "certmanager",
+    "e2e_injector",
+    "monitoring",
+    "skew",
+    "release",
+    "enroller",
+    "compass",
+    "foundation",
+)
 # modules that share something outside their planes go to one worker: buildah's storage
-SHARED_GROUPS = {"tests/foundation/test_image.py": "image", "tests/release/test_release.py": "image"}
+SHARED_GROUPS = {
+    "tests/foundation/test_image.py": "image",
+    "tests/release/test_release.py": "image",
+}
 
 _GUARD = tiers.Guard(os.environ.get("TETHER_TIER_SURVEY", ""))
 
@@ -117,7 +132,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for tier in (*tiers.TIERS, "?"):
             if tests.get(tier):
                 terminalreporter.write_line(
-                    f"{tier:6} {len(tests[tier]):5} tests {seconds[tier]:8.1f} s of test time")
+                    f"{tier:6} {len(tests[tier]):5} tests {seconds[tier]:8.1f} s of test time"
+                )
 
 
 @pytest.fixture(scope="session")
@@ -159,8 +175,11 @@ def _fresh_namespace(api: client.ApiClient, prefix: str) -> Iterator[str]:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(api)
     try:
-        controlplane.retry_busy(lambda: core.create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=name))))
+        controlplane.retry_busy(
+            lambda: core.create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=name))
+            )
+        )
     except client.ApiException as e:
         if e.status != 409:
             raise
@@ -192,9 +211,12 @@ def kyma_crd(kcp_api: client.ApiClient) -> str:
 
 # -- the listener ---------------------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def listener_env(
-    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient, kyma_crd: str,
+    kcp: controlplane.ControlPlane,
+    kcp_api: client.ApiClient,
+    kyma_crd: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Env]:
     d = tmp_path_factory.mktemp("listener")
@@ -203,20 +225,28 @@ def listener_env(
     ns = env.namespace
     yield env
     objects = client.CustomObjectsApi(kcp_api)
-    for plural, group, version in ((apitypes.RUNTIME_CONFIGMAPS.plural, apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version),
-                                   (apitypes.KYMAS.plural, apitypes.KYMAS.group, apitypes.KYMAS.version)):
+    for plural, group, version in (
+        (
+            apitypes.RUNTIME_CONFIGMAPS.plural,
+            apitypes.RUNTIME_CONFIGMAPS.group,
+            apitypes.RUNTIME_CONFIGMAPS.version,
+        ),
+        (apitypes.KYMAS.plural, apitypes.KYMAS.group, apitypes.KYMAS.version),
+    ):
         objects.delete_collection_namespaced_custom_object(group, version, ns, plural)
     client.CoreV1Api(kcp_api).delete_namespace(ns)
 
 
-
 @pytest.fixture(scope="session")
 def listener(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "main", TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0",
-                        TETHER_LISTENER_SILENT_CACHE_SECONDS="0")
+    p = ListenerProcess(
+        listener_env,
+        "main",
+        TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0",
+        TETHER_LISTENER_SILENT_CACHE_SECONDS="0",
+    )
     yield p
     p.stop()
-
 
 
 @pytest.fixture
@@ -230,8 +260,8 @@ def runtime(listener_env: Env) -> Callable[..., Runtime]:
         c, k = listener_env.dir / f"{rid}.crt", listener_env.dir / f"{rid}.key"
         pair.write(c, k)
         return Runtime(rid, dom, c, k, listener_env)
-    return make
 
+    return make
 
 
 @pytest.fixture

@@ -31,8 +31,9 @@ class Resource(NamedTuple):
         """``group/version`` (``version`` alone for the core API), as in an object's apiVersion."""
         return f"{self.group}/{self.version}" if self.group else self.version
 
-    def path(self, namespace: str | None = None, name: str | None = None,
-             subresource: str | None = None) -> str:
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
         """The URL path; ``namespace`` None for a cluster-scoped type or across all namespaces."""
         out = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if namespace is not None and self.namespaced:
@@ -56,8 +57,8 @@ def watched(group: str, version: str, plural: str) -> Resource:
 
 
 # Groups ---------------------------------------------------------------------------------
-KYMA_GROUP = "operator.kyma-project.io"   # lifecycle-manager's (and compass-manager's)
-TETHER_GROUP = "tether.kyma-project.io"   # Tether's own CRDs (manifests/kcp/crds/)
+KYMA_GROUP = "operator.kyma-project.io"  # lifecycle-manager's (and compass-manager's)
+TETHER_GROUP = "tether.kyma-project.io"  # Tether's own CRDs (manifests/kcp/crds/)
 
 # The Kyma CR (lifecycle-manager): one per runtime; Tether reads it, the enroller and compass
 # put their finalizers on it ----------------------------------------------------------------
@@ -96,23 +97,26 @@ DEPLOYMENTS = Resource("apps", "v1", "deployments")
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles")
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False)
-CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings",
-                                 namespaced=False)
+CLUSTER_ROLE_BINDINGS = Resource(
+    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False
+)
 POD_DISRUPTION_BUDGETS = Resource("policy", "v1", "poddisruptionbudgets")
 NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies")
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
-VALIDATING_WEBHOOK_CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1",
-                                             "validatingwebhookconfigurations", namespaced=False)
+VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", namespaced=False
+)
 TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", namespaced=False)
-SUBJECT_ACCESS_REVIEWS = Resource("authorization.k8s.io", "v1", "subjectaccessreviews",
-                                  namespaced=False)
+SUBJECT_ACCESS_REVIEWS = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False
+)
 
 # Label and annotation keys read or written by several parts -------------------------------
 # on the Kyma CR (lifecycle-manager's and the broker's)
 RUNTIME_ID_LABEL = "kyma-project.io/runtime-id"  # also on Tether's objects and runtime pods
 SKR_DOMAIN_ANNOTATION = "skr-domain"
 GLOBAL_ACCOUNT_LABEL = "kyma-project.io/global-account-id"  # also on the mapping
-SUBACCOUNT_LABEL = "kyma-project.io/subaccount-id"          # also on the mapping
+SUBACCOUNT_LABEL = "kyma-project.io/subaccount-id"  # also on the mapping
 SHOOT_NAME_LABEL = "kyma-project.io/shoot-name"
 INSTANCE_ID_LABEL = "kyma-project.io/instance-id"
 PLAN_ID_LABEL = "kyma-project.io/broker-plan-id"
@@ -123,14 +127,14 @@ COMPASS_RUNTIME_ID_LABEL = "kyma-project.io/compass-runtime-id"
 # Tether's own
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"  # the listener's per-runtime Leases
-EPOCH_ANNOTATION = "tether.kyma-project.io/epoch"     # on a heartbeat Lease and on records
+EPOCH_ANNOTATION = "tether.kyma-project.io/epoch"  # on a heartbeat Lease and on records
 # on a stored record (RuntimeConfigMap): the W3C traceparent of the listener's write of it
 # (tether.tracing; its trace is the change's, from the admission or the poller's POST)
 TRACEPARENT_ANNOTATION = "tether.kyma-project.io/traceparent"
 # on the Lease of every leader-elected part (tether.elected writes them after each run, the
 # admin pages read them)
-LAST_RUN_AT_ANNOTATION = "tether.kyma-project.io/last-run-at"            # RFC 3339, UTC, seconds
-LAST_RUN_RESULT_ANNOTATION = "tether.kyma-project.io/last-run-result"    # ok | failed
+LAST_RUN_AT_ANNOTATION = "tether.kyma-project.io/last-run-at"  # RFC 3339, UTC, seconds
+LAST_RUN_RESULT_ANNOTATION = "tether.kyma-project.io/last-run-result"  # ok | failed
 LAST_RUN_SECONDS_ANNOTATION = "tether.kyma-project.io/last-run-seconds"  # decimal, 3 places
 # on compass's Lease (compass.lease_notes writes them, the admin pages read them)
 BREAKER_ANNOTATION = "tether.kyma-project.io/breaker"

@@ -50,9 +50,13 @@ def lost_counter(name: str, registry: prom.CollectorRegistry) -> prom.Counter:
     reason, each reason's series present (at 0) before the first loss."""
     import prometheus_client as prom  # noqa: PLC0415 - see the import above
 
-    c = prom.Counter(name, "Audit lines not written, by reason (queue_full: the writer could "
-                     "not keep up or its output blocks; write_error: ENOSPC, EPIPE, ...)",
-                     ["reason"], registry=registry)
+    c = prom.Counter(
+        name,
+        "Audit lines not written, by reason (queue_full: the writer could "
+        "not keep up or its output blocks; write_error: ENOSPC, EPIPE, ...)",
+        ["reason"],
+        registry=registry,
+    )
     for reason in REASONS:
         c.labels(reason)
     return c
@@ -65,15 +69,28 @@ def counting(counter: prom.Counter) -> Callable[[str], None]:
 
 def queue_lines(name: str, **kw: object) -> config.Option:
     """The part's setting of its queue's size (``TETHER_<PART>_AUDIT_QUEUE_LINES``)."""
-    return config.integer(name, CAPACITY, "audit lines a process (each gunicorn worker) holds for "
-                          "its writer thread; when full (the output blocks) a line is dropped "
-                          "and counted, never waited for", minimum=1, maximum=1_000_000, **kw)
+    return config.integer(
+        name,
+        CAPACITY,
+        "audit lines a process (each gunicorn worker) holds for "
+        "its writer thread; when full (the output blocks) a line is dropped "
+        "and counted, never waited for",
+        minimum=1,
+        maximum=1_000_000,
+        **kw,
+    )
 
 
 class QueuedHandler(logging.Handler):
-    def __init__(self, destination: str = "stdout", *, capacity: int = CAPACITY,
-                 on_lost: Callable[[str], None] = _noop, complain_every: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        destination: str = "stdout",
+        *,
+        capacity: int = CAPACITY,
+        on_lost: Callable[[str], None] = _noop,
+        complain_every: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         self.destination = destination
         self._capacity, self._on_lost = capacity, on_lost
@@ -110,8 +127,9 @@ class QueuedHandler(logging.Handler):
             self._pid = os.getpid()  # a fresh queue and thread in a forked worker
             self._queue = queue.Queue(self._capacity)
             self._fd = None
-            self._thread = threading.Thread(target=self._run, args=(self._queue,),
-                                            name="audit-writer", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, args=(self._queue,), name="audit-writer", daemon=True
+            )
             self._thread.start()
 
     def _count(self, reason: str, error: str) -> None:
@@ -130,10 +148,13 @@ class QueuedHandler(logging.Handler):
             lost, self._lost = self._lost, {}
             last = self._last_error
         # stderr is the operational log; the lost line's content is never repeated
-        log.error("audit lines lost (destination %s): %s%s; the part keeps serving, "
-                  "see the runbook TetherAuditLost", self._where(),
-                  ", ".join(f"{n} {r}" for r, n in sorted(lost.items())),
-                  f" (last error: {last})" if last else "")
+        log.error(
+            "audit lines lost (destination %s): %s%s; the part keeps serving, "
+            "see the runbook TetherAuditLost",
+            self._where(),
+            ", ".join(f"{n} {r}" for r, n in sorted(lost.items())),
+            f" (last error: {last})" if last else "",
+        )
 
     def _where(self) -> str:
         return "stdout" if self.destination == "stdout" else "file"
@@ -170,8 +191,12 @@ class QueuedHandler(logging.Handler):
     def flush(self, timeout: float = 2.0) -> None:
         """Wait until the queue is empty (at most ``timeout`` seconds)."""
         deadline = time.monotonic() + timeout
-        while self._thread is not None and self._pid == os.getpid() \
-                and self._queue.unfinished_tasks and time.monotonic() < deadline:
+        while (
+            self._thread is not None
+            and self._pid == os.getpid()
+            and self._queue.unfinished_tasks
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
 
     def close(self) -> None:

@@ -67,7 +67,9 @@ class CertificateAuthority(KeyPair):
 
     @classmethod
     def create(
-        cls, common_name: str, validity: datetime.timedelta = DEFAULT_VALIDITY,
+        cls,
+        common_name: str,
+        validity: datetime.timedelta = DEFAULT_VALIDITY,
         now: datetime.datetime | None = None,
     ) -> CertificateAuthority:
         key = ec.generate_private_key(ec.SECP256R1())
@@ -84,10 +86,15 @@ class CertificateAuthority(KeyPair):
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, key_cert_sign=True, crl_sign=True,
-                    content_commitment=False, key_encipherment=False,
-                    data_encipherment=False, key_agreement=False,
-                    encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
@@ -145,9 +152,15 @@ class CertificateAuthority(KeyPair):
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, key_encipherment=False, key_cert_sign=False,
-                    crl_sign=False, content_commitment=False, data_encipherment=False,
-                    key_agreement=False, encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    key_encipherment=False,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    content_commitment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
@@ -213,6 +226,9 @@ def verify_failure(exc: BaseException) -> str:
             return str(e.verify_message or "certificate verify failed")
         if isinstance(e, ssl.SSLError) and "CERTIFICATE" in str(e.reason or ""):  # an alert
             return f"the peer refused our certificate ({str(e.reason).lower()})"
-        todo += [a for a in (*e.args, getattr(e, "reason", None), e.__cause__, e.__context__)
-                 if isinstance(a, BaseException)]
+        todo += [
+            a
+            for a in (*e.args, getattr(e, "reason", None), e.__cause__, e.__context__)
+            if isinstance(a, BaseException)
+        ]
     return ""

@@ -130,15 +130,25 @@ def _validators(version: str = "v1") -> _Validators:
         ]
     )
     items = batch["properties"]["items"]
-    envelope = {**batch, "properties": {**batch["properties"], "items": {
-        k: v for k, v in items.items() if k != "items"}}}
-    fields = {name: schemacheck.string_check(record["properties"][name], parse_time)
-              for name in ("namespace", "name", "uid", "resourceVersion", "observedAt")}
-    return _Validators(schemacheck.make(record, registry, parse_time),
-                       schemacheck.make(envelope, registry, parse_time),
-                       int(items["maxItems"]), fields,
-                       schemaaccept.acceptor(record, parse_time),
-                       schemaaccept.acceptor(envelope, parse_time))
+    envelope = {
+        **batch,
+        "properties": {
+            **batch["properties"],
+            "items": {k: v for k, v in items.items() if k != "items"},
+        },
+    }
+    fields = {
+        name: schemacheck.string_check(record["properties"][name], parse_time)
+        for name in ("namespace", "name", "uid", "resourceVersion", "observedAt")
+    }
+    return _Validators(
+        schemacheck.make(record, registry, parse_time),
+        schemacheck.make(envelope, registry, parse_time),
+        int(items["maxItems"]),
+        fields,
+        schemaaccept.acceptor(record, parse_time),
+        schemaaccept.acceptor(envelope, parse_time),
+    )
 
 
 def validate_record(doc: object) -> list[SchemaViolation]:
@@ -167,8 +177,9 @@ def validate_batch(doc: object) -> list[SchemaViolation]:
             break
         if v.record_ok(item):
             continue
-        out += schemacheck.violations(v.record, item, min(left, MAX_ITEM_VIOLATIONS),
-                                      prefix=f"$.items[{i}]")
+        out += schemacheck.violations(
+            v.record, item, min(left, MAX_ITEM_VIOLATIONS), prefix=f"$.items[{i}]"
+        )
     return out
 
 
@@ -205,12 +216,18 @@ def version_of(record: Mapping[str, Any]) -> Version:
     is missing or not of its type becomes ``""`` / False (``uninterpretable`` says so), an
     epoch that is missing or not an integer 0 (``epoch_of``)."""
     rv, ts = record.get("resourceVersion"), record.get("observedAt")
-    return Version(rv if isinstance(rv, str) else "", ts if isinstance(ts, str) else "",
-                   record.get("deleted") is True, epoch_of(record.get("epoch")))
+    return Version(
+        rv if isinstance(rv, str) else "",
+        ts if isinstance(ts, str) else "",
+        record.get("deleted") is True,
+        epoch_of(record.get("epoch")),
+    )
 
 
-_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
-                   r"(?:\.([0-9]{1,9}))?Z")
+_TIME = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
+    r"(?:\.([0-9]{1,9}))?Z"
+)
 
 
 def parse_time(ts: object) -> datetime.datetime | None:
@@ -223,8 +240,16 @@ def parse_time(ts: object) -> datetime.datetime | None:
         return None
     y, mo, d, h, mi, s, frac = m.groups()
     try:
-        return datetime.datetime(int(y), int(mo), int(d), int(h), int(mi), int(s),
-                                 int((frac or "0")[:6].ljust(6, "0")), tzinfo=datetime.UTC)
+        return datetime.datetime(
+            int(y),
+            int(mo),
+            int(d),
+            int(h),
+            int(mi),
+            int(s),
+            int((frac or "0")[:6].ljust(6, "0")),
+            tzinfo=datetime.UTC,
+        )
     except ValueError:
         return None
 
@@ -297,7 +322,11 @@ def now() -> str:
 
 
 def from_configmap(
-    obj: Mapping[str, Any], *, runtime_id: str, source: Source, observed_at: str | None = None,
+    obj: Mapping[str, Any],
+    *,
+    runtime_id: str,
+    source: Source,
+    observed_at: str | None = None,
     epoch: int | None = None,
 ) -> ChangeRecord:
     """A live record from a ConfigMap as served by the API (a plain dict, camelCase keys,
@@ -327,8 +356,15 @@ def from_configmap(
 
 
 def tombstone(
-    *, runtime_id: str, namespace: str, name: str, uid: str, resource_version: str,
-    source: Source, observed_at: str | None = None, epoch: int | None = None,
+    *,
+    runtime_id: str,
+    namespace: str,
+    name: str,
+    uid: str,
+    resource_version: str,
+    source: Source,
+    observed_at: str | None = None,
+    epoch: int | None = None,
 ) -> ChangeRecord:
     """A record for an object that is gone. ``resource_version`` should be a collection
     resourceVersion read after the deletion (see the module docstring)."""
@@ -357,8 +393,13 @@ def batch(records: list[ChangeRecord]) -> dict[str, Any]:
 
 
 def from_object(
-    obj: Mapping[str, Any], *, watch: watches.Watch, runtime_id: str, source: Source,
-    observed_at: str | None = None, epoch: int | None = None,
+    obj: Mapping[str, Any],
+    *,
+    watch: watches.Watch,
+    runtime_id: str,
+    source: Source,
+    observed_at: str | None = None,
+    epoch: int | None = None,
 ) -> ChangeRecord:
     """A live v2 record of ``obj`` (as served by the runtime's API, a plain dict) for
     ``watch``: only what the Watch sends (``watches.reduce``) is in it."""
@@ -387,14 +428,35 @@ def from_object(
 
 
 def watch_tombstone(
-    *, watch: watches.Watch, runtime_id: str, namespace: str, name: str, uid: str,
-    resource_version: str, source: Source, observed_at: str | None = None,
+    *,
+    watch: watches.Watch,
+    runtime_id: str,
+    namespace: str,
+    name: str,
+    uid: str,
+    resource_version: str,
+    source: Source,
+    observed_at: str | None = None,
     epoch: int | None = None,
 ) -> ChangeRecord:
     """A v2 tombstone: the object is gone, or no longer covered by ``watch`` (its labels
     left the Watch's selector)."""
-    rec = tombstone(runtime_id=runtime_id, namespace=namespace, name=name, uid=uid, source=source,
-                    resource_version=resource_version, observed_at=observed_at, epoch=epoch)
-    rec.update({"apiVersion": API_VERSION_V2, "kind": KIND_V2, "watch": watch.name,
-                "resource": watch.target.gvk()})
+    rec = tombstone(
+        runtime_id=runtime_id,
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        source=source,
+        resource_version=resource_version,
+        observed_at=observed_at,
+        epoch=epoch,
+    )
+    rec.update(
+        {
+            "apiVersion": API_VERSION_V2,
+            "kind": KIND_V2,
+            "watch": watch.name,
+            "resource": watch.target.gvk(),
+        }
+    )
     return rec

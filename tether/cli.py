@@ -41,61 +41,73 @@ Main = Callable[[list[str]], int]
 # name, so the import contracts (setup.cfg) see every edge from the CLI to a part.
 def _webhook() -> Main:
     from webhook import main
+
     return main.main
 
 
 def _listener() -> Main:
     from listener import main
+
     return main.main
 
 
 def _poller() -> Main:
     from poller import main
+
     return main.main
 
 
 def _compass() -> Main:
     from compass import main
+
     return main.main
 
 
 def _janitor() -> Main:
     from listener.janitor import main as janitor_main
+
     return janitor_main.main
 
 
 def _enroller() -> Main:
     from enroller import main
+
     return main.main
 
 
 def _injector() -> Main:
     from injector import main
+
     return main.main
 
 
 def _certs() -> Main:
     from enroller import certs_cli
+
     return certs_cli.main
 
 
 def _admin() -> Main:
     from admin import main
+
     return main.main
 
 
 def _status() -> Main:
     from admin import status_cli
+
     return status_cli.main
 
 
 def _records() -> Main:
     from admin import records_cli
+
     return records_cli.main
 
 
 def _controlplane() -> Main:
     from testing import controlplane_cli  # a checkout's harness (_add_checkout)
+
     return controlplane_cli.main
 
 
@@ -117,7 +129,9 @@ DEVELOPER = {"controlplane"}  # in a checkout only: testing/ is not in the image
 
 
 def usage() -> str:
-    return "usage: tether {" + ",".join(PARTS) + "} [options]  (tether PART --help; tether --version)"
+    return (
+        "usage: tether {" + ",".join(PARTS) + "} [options]  (tether PART --help; tether --version)"
+    )
 
 
 def version() -> str:
@@ -165,8 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as e:
         if part not in DEVELOPER or not (e.name or "").startswith("testing"):
             raise
-        print(f"tether: {part} is a developer command and needs a checkout of Tether "
-              "(its testing/ package is not installed here)", file=sys.stderr)
+        print(
+            f"tether: {part} is a developer command and needs a checkout of Tether "
+            "(its testing/ package is not installed here)",
+            file=sys.stderr,
+        )
         return 2
     return entry(rest)
 

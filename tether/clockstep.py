@@ -29,8 +29,9 @@ PERIOD = 2.0  # seconds between looks
 TOLERANCE = 5.0  # seconds of backward step ignored (NTP slews far less; a step is a step)
 
 
-def offset(wall: Callable[[], float] = time.time,
-           mono: Callable[[], float] = time.monotonic) -> float:
+def offset(
+    wall: Callable[[], float] = time.time, mono: Callable[[], float] = time.monotonic
+) -> float:
     """The wall clock minus the monotonic clock: constant while neither is stepped."""
     return wall() - mono()
 
@@ -59,8 +60,13 @@ def job_period(trigger: object, default: float) -> float:
 class Guard:
     """One thread per process that pulls jobs forward after a backward clock step."""
 
-    def __init__(self, schedulers: Sequence[BaseScheduler], *, period: float = PERIOD,
-                 tolerance: float = TOLERANCE) -> None:
+    def __init__(
+        self,
+        schedulers: Sequence[BaseScheduler],
+        *,
+        period: float = PERIOD,
+        tolerance: float = TOLERANCE,
+    ) -> None:
         self._schedulers = list(schedulers)
         self._period, self._tolerance = period, tolerance
         self._stop = threading.Event()
@@ -81,8 +87,12 @@ class Guard:
             last = now
             if back:
                 moved = self.pull_forward()
-                log.warning("the wall clock was stepped back by %.0f s: %d scheduled job(s) "
-                            "moved to run now instead of waiting for it", back, moved)
+                log.warning(
+                    "the wall clock was stepped back by %.0f s: %d scheduled job(s) "
+                    "moved to run now instead of waiting for it",
+                    back,
+                    moved,
+                )
 
     def pull_forward(self) -> int:
         """Every interval job whose next run lies further ahead than its period runs now."""

@@ -90,31 +90,66 @@ class Option:
         return str(self.default) or "(empty)"
 
 
-def integer(name: str, default: Any, meaning: str, *, minimum: int | None = None,
-            maximum: int | None = None, **kw: Any) -> Option:
-    return Option(name, meaning, lambda n, r: parsers.integer(n, r, minimum, maximum), default,
-                  bounds=parsers.span(minimum, maximum), **kw)
+def integer(
+    name: str,
+    default: Any,
+    meaning: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    **kw: Any,
+) -> Option:
+    return Option(
+        name,
+        meaning,
+        lambda n, r: parsers.integer(n, r, minimum, maximum),
+        default,
+        bounds=parsers.span(minimum, maximum),
+        **kw,
+    )
 
 
-def number(name: str, default: Any, meaning: str, *, minimum: float | None = None,
-           maximum: float | None = None, **kw: Any) -> Option:
-    return Option(name, meaning, lambda n, r: parsers.number(n, r, minimum, maximum), default,
-                  bounds=parsers.span(minimum, maximum), **kw)
+def number(
+    name: str,
+    default: Any,
+    meaning: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    **kw: Any,
+) -> Option:
+    return Option(
+        name,
+        meaning,
+        lambda n, r: parsers.number(n, r, minimum, maximum),
+        default,
+        bounds=parsers.span(minimum, maximum),
+        **kw,
+    )
 
 
-def seconds(name: str, default: Any, meaning: str, *, minimum: float | None = None,
-            maximum: float | None = None, **kw: Any) -> Option:
+def seconds(
+    name: str,
+    default: Any,
+    meaning: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    **kw: Any,
+) -> Option:
     """A duration in seconds (the variable ends in ``_SECONDS``)."""
-    return dataclasses.replace(number(name, default, meaning, minimum=minimum, maximum=maximum,
-                                      **kw), duration=True)
+    return dataclasses.replace(
+        number(name, default, meaning, minimum=minimum, maximum=maximum, **kw), duration=True
+    )
 
 
 def text(name: str, default: Any, meaning: str, **kw: Any) -> Option:
     return Option(name, meaning, lambda n, r: r, default, **kw)
 
 
-def custom(name: str, default: Any, meaning: str, parse: Callable[[str, str], Any],
-           **kw: Any) -> Option:
+def custom(
+    name: str, default: Any, meaning: str, parse: Callable[[str, str], Any], **kw: Any
+) -> Option:
     return Option(name, meaning, parse, default, **kw)
 
 
@@ -133,13 +168,15 @@ def https_url(name: str, default: Any, meaning: str, **kw: Any) -> Option:
 
 
 def choice(name: str, default: str, meaning: str, choices: Sequence[str], **kw: Any) -> Option:
-    return Option(name, meaning, parsers.choice(tuple(choices)), default,
-                  bounds="|".join(choices), **kw)
+    return Option(
+        name, meaning, parsers.choice(tuple(choices)), default, bounds="|".join(choices), **kw
+    )
 
 
 def log_level(name: str = "TETHER_LOG_LEVEL", **kw: Any) -> Option:
-    return Option(name, "log level", parsers.log_level, "INFO",
-                  bounds="|".join(parsers.LOG_LEVELS), **kw)
+    return Option(
+        name, "log level", parsers.log_level, "INFO", bounds="|".join(parsers.LOG_LEVELS), **kw
+    )
 
 
 def log_format(name: str = "TETHER_LOG_FORMAT", **kw: Any) -> Option:
@@ -148,8 +185,9 @@ def log_format(name: str = "TETHER_LOG_FORMAT", **kw: Any) -> Option:
 
 def runtime_id(name: str = "TETHER_RUNTIME_ID", **kw: Any) -> Option:
     """A runtime ID as the change record schema and Kubernetes label values admit it."""
-    return Option(name, "this runtime's ID (the CN of its client certificate)", parsers.runtime_id,
-                  **kw)
+    return Option(
+        name, "this runtime's ID (the CN of its client certificate)", parsers.runtime_id, **kw
+    )
 
 
 def object_name(name: str, default: Any, meaning: str, **kw: Any) -> Option:
@@ -168,21 +206,38 @@ def file(name: str, default: Any, meaning: str, kind: FileKind = "file", **kw: A
     return Option(name, meaning, parsers.existing_file, default, file=kind, **kw)
 
 
-def kubeconfig(name: str, meaning: str = "kubeconfig file (unset: $KUBECONFIG, else the "
-               "in-cluster service account)", **kw: Any) -> Option:
-    return file(name, None, meaning, "kubeconfig", fallback="KUBECONFIG",
-                shown="in-cluster service account", **kw)
+def kubeconfig(
+    name: str,
+    meaning: str = "kubeconfig file (unset: $KUBECONFIG, else the in-cluster service account)",
+    **kw: Any,
+) -> Option:
+    return file(
+        name,
+        None,
+        meaning,
+        "kubeconfig",
+        fallback="KUBECONFIG",
+        shown="in-cluster service account",
+        **kw,
+    )
 
 
 def kcp_kubeconfig(name: str, **kw: Any) -> Option:
-    return kubeconfig(name, "kubeconfig of the KCP (unset: $KUBECONFIG, else the in-cluster "
-                      "service account)", **kw)
+    return kubeconfig(
+        name,
+        "kubeconfig of the KCP (unset: $KUBECONFIG, else the in-cluster service account)",
+        **kw,
+    )
 
 
-def heartbeat_namespace(name: str = "TETHER_HEARTBEAT_NAMESPACE",
-                        meaning: str = "KCP namespace of the listener's heartbeat Leases (the "
-                        "manifests: tether-heartbeats)", *, shown: str = "TETHER_KCP_NAMESPACE",
-                        **kw: Any) -> Option:
+def heartbeat_namespace(
+    name: str = "TETHER_HEARTBEAT_NAMESPACE",
+    meaning: str = "KCP namespace of the listener's heartbeat Leases (the "
+    "manifests: tether-heartbeats)",
+    *,
+    shown: str = "TETHER_KCP_NAMESPACE",
+    **kw: Any,
+) -> Option:
     """Where the heartbeat Leases are; unset, the part's KCP namespace (``otherwise``)."""
     return object_name(name, None, meaning, shown=shown, **kw)
 
@@ -193,10 +248,22 @@ def audit_log(name: str = "TETHER_AUDIT_LOG", **kw: Any) -> Option:
 
 def backoff(prefix: str, base: float, cap: float) -> tuple[Option, Option]:
     """The per-runtime backoff of a KCP part that calls into runtimes: first and longest."""
-    return (seconds(prefix + "BACKOFF_BASE_SECONDS", base, "first per-runtime backoff",
-                    minimum=0, maximum=86_400),
-            seconds(prefix + "BACKOFF_CAP_SECONDS", cap, "longest per-runtime backoff",
-                    minimum=0, maximum=86_400))
+    return (
+        seconds(
+            prefix + "BACKOFF_BASE_SECONDS",
+            base,
+            "first per-runtime backoff",
+            minimum=0,
+            maximum=86_400,
+        ),
+        seconds(
+            prefix + "BACKOFF_CAP_SECONDS",
+            cap,
+            "longest per-runtime backoff",
+            minimum=0,
+            maximum=86_400,
+        ),
+    )
 
 
 # -- settings dataclasses: a field declared by its option ------------------------------------
@@ -204,8 +271,14 @@ def backoff(prefix: str, base: float, cap: float) -> tuple[Option, Option]:
 _UNGIVEN: Any = object()
 
 
-def setting(option: Option, *, derived: Any = _UNGIVEN, otherwise: Option | None = None,
-            convert: Callable[[Any], Any] | None = None, **field: Any) -> Any:
+def setting(
+    option: Option,
+    *,
+    derived: Any = _UNGIVEN,
+    otherwise: Option | None = None,
+    convert: Callable[[Any], Any] | None = None,
+    **field: Any,
+) -> Any:
     """A settings dataclass field declared by its option: the field's default is the option's
     (``REQUIRED``: none), through ``convert`` (seconds -> timedelta) when given.
     ``otherwise``: unset, the field takes that option's value (a namespace: the KCP's).
@@ -213,14 +286,20 @@ def setting(option: Option, *, derived: Any = _UNGIVEN, otherwise: Option | None
     None, its ``shown`` says how); this is the field's default when built directly."""
     if (derived is not _UNGIVEN or otherwise is not None) and option.default is not None:
         raise ValueError(f"{option.name}: a derived setting's option has no default")
-    meta = {"option": option, "otherwise": otherwise, "convert": convert,
-            "derived": derived is not _UNGIVEN}
-    default = (derived if derived is not _UNGIVEN else otherwise.default if otherwise
-               else option.default)
+    meta = {
+        "option": option,
+        "otherwise": otherwise,
+        "convert": convert,
+        "derived": derived is not _UNGIVEN,
+    }
+    default = (
+        derived if derived is not _UNGIVEN else otherwise.default if otherwise else option.default
+    )
     if default is REQUIRED:
         return dataclasses.field(metadata=meta, **field)
-    return dataclasses.field(default=convert(default) if convert else default, metadata=meta,
-                             **field)
+    return dataclasses.field(
+        default=convert(default) if convert else default, metadata=meta, **field
+    )
 
 
 def inputs(*options: Option, **field: Any) -> Any:
@@ -289,9 +368,15 @@ class Spec:
             raise ValueError(f"{self.part}: options declared twice: {sorted(dupes)}")
 
     @classmethod
-    def of(cls, settings: type, *, part: str, summary: str,
-           renamed: Mapping[str, str] | None = None,
-           pairs: tuple[tuple[str, str], ...] = ()) -> Spec:
+    def of(
+        cls,
+        settings: type,
+        *,
+        part: str,
+        summary: str,
+        renamed: Mapping[str, str] | None = None,
+        pairs: tuple[tuple[str, str], ...] = (),
+    ) -> Spec:
         """The spec of a settings dataclass: the options its fields declare (``declared``)."""
         return cls(part, summary, declared(settings), dict(renamed or {}), pairs)
 
@@ -326,11 +411,15 @@ class Spec:
                 head += f" ({o.flag})"
             extra = f", {o.bounds}" if o.bounds else ""
             extra += ", seconds" if o.duration else ""
-            lines.append(f"{head}  default: {o.default_text()}" + (f"  [{extra[2:]}]" if extra else ""))
+            lines.append(
+                f"{head}  default: {o.default_text()}" + (f"  [{extra[2:]}]" if extra else "")
+            )
             lines.append(f"      {o.meaning}")
         if self.renamed:
-            lines.append("renamed (refused): " + ", ".join(
-                f"{old} -> {new}" for old, new in self.renamed.items()))
+            lines.append(
+                "renamed (refused): "
+                + ", ".join(f"{old} -> {new}" for old, new in self.renamed.items())
+            )
         return "\n".join(lines)
 
     def markdown(self) -> str:
@@ -348,17 +437,24 @@ class Spec:
 
     def parser(self) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(
-            prog=f"tether {self.part}", description=self.summary, epilog=self.help_text(),
-            formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.add_argument("--check", action="store_true",
-                            help="check the settings, certificates and kubeconfig, then exit")
+            prog=f"tether {self.part}",
+            description=self.summary,
+            epilog=self.help_text(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="check the settings, certificates and kubeconfig, then exit",
+        )
         for o in self.options:
             if o.flag:
                 parser.add_argument(o.flag, dest=o.name, metavar="VALUE", help=f"sets {o.name}")
         return parser
 
-    def env_with_flags(self, args: argparse.Namespace,
-                       env: Mapping[str, str] | None = None) -> dict[str, str]:
+    def env_with_flags(
+        self, args: argparse.Namespace, env: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
         """The environment with the given flags overriding their variables."""
         merged = dict(os.environ if env is None else env)
         for o in self.options:
@@ -377,9 +473,14 @@ def fail(part: str, problem: object) -> NoReturn:
     raise SystemExit(2)
 
 
-def load(spec: Spec, argv: Sequence[str], build: Callable[[Values], T], *,
-         options: Callable[[argparse.ArgumentParser], object] | None = None,
-         env: Mapping[str, str] | None = None) -> tuple[T, argparse.Namespace]:
+def load(
+    spec: Spec,
+    argv: Sequence[str],
+    build: Callable[[Values], T],
+    *,
+    options: Callable[[argparse.ArgumentParser], object] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[T, argparse.Namespace]:
     """Flags, settings and file checks of a part, before it starts anything. ``options``
     adds flags that are not settings (``--once``). ``--check`` exits 0 when all is well.
     Any problem exits 2 with one line (``fail``)."""

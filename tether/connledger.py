@@ -43,8 +43,10 @@ class Ledger(Generic[T]):
 
     def reserve(self, length: int) -> bool:
         """Whether a body of ``length`` bytes may be read ahead (then it is counted)."""
-        if (0 < length <= self.limits.prebuffer_bytes
-                and self.prebuffered + length <= self.limits.prebuffer_budget):
+        if (
+            0 < length <= self.limits.prebuffer_bytes
+            and self.prebuffered + length <= self.limits.prebuffer_budget
+        ):
             self.prebuffered += length
             return True
         return False

@@ -46,18 +46,18 @@ BACKOFF_CAP = 15.0
 QUICK_END = 1.0  # a watch the server ends sooner than this is followed by the backoff
 
 ConsumerError = consumerstate.ConsumerError  # a bound was exceeded: retrying would fail again
-TooManyKeys = consumerstate.TooManyKeys      # more keys than max_keys
+TooManyKeys = consumerstate.TooManyKeys  # more keys than max_keys
 
 
 class Change(NamedTuple):
     runtime_id: str
     watch: str
     namespace: str
-    name: str                          # the key: namespace/name of the runtime object
-    kyma: str                          # Kyma CR name (label operator.kyma-project.io/kyma-name)
-    record: Mapping[str, Any] | None   # the stored object's spec; None: the object is gone
-    revision: int                      # KCP resourceVersion (of its deletion when removed)
-    resync: bool                       # True: delivered by a (re)list, not by a watch event
+    name: str  # the key: namespace/name of the runtime object
+    kyma: str  # Kyma CR name (label operator.kyma-project.io/kyma-name)
+    record: Mapping[str, Any] | None  # the stored object's spec; None: the object is gone
+    revision: int  # KCP resourceVersion (of its deletion when removed)
+    resync: bool  # True: delivered by a (re)list, not by a watch event
 
     @property
     def live(self) -> bool:
@@ -66,8 +66,8 @@ class Change(NamedTuple):
 
 
 class Synced(NamedTuple):
-    revision: int   # the list's resourceVersion
-    relist: bool    # False: the first list; True: after a 410 (or a resume that had expired)
+    revision: int  # the list's resourceVersion
+    relist: bool  # False: the first list; True: after a 410 (or a resume that had expired)
 
 
 Event = Change | Synced
@@ -78,8 +78,8 @@ class Touched(NamedTuple):
     (``resync``: the runtime holds records at a (re)list)."""
 
     runtime_id: str
-    kyma: str        # the Kyma CR name label of the record ("" when it has none)
-    revision: int    # the KCP resourceVersion of the record (of its deletion when removed)
+    kyma: str  # the Kyma CR name label of the record ("" when it has none)
+    revision: int  # the KCP resourceVersion of the record (of its deletion when removed)
     resync: bool
 
 
@@ -94,11 +94,20 @@ def selector(watch: str, runtime: str | None) -> str:
 class Consumer:
     """The changes of one Watch's records (of one runtime when ``runtime`` is given)."""
 
-    def __init__(self, kcp: gateway.Kube, *, namespace: str, watch: str,
-                 runtime: str | None = None, since: int = 0, max_keys: int = 100_000,
-                 timeout: float = 10.0, watch_seconds: int = 300,
-                 stop: threading.Event | None = None,
-                 max_event_bytes: int = 8 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        *,
+        namespace: str,
+        watch: str,
+        runtime: str | None = None,
+        since: int = 0,
+        max_keys: int = 100_000,
+        timeout: float = 10.0,
+        watch_seconds: int = 300,
+        stop: threading.Event | None = None,
+        max_event_bytes: int = 8 * 1024 * 1024,
+    ) -> None:
         if not namespace or not watch:
             raise ValueError("a Consumer needs the Watch's storage namespace and name")
         self.kcp = kcp
@@ -112,8 +121,8 @@ class Consumer:
         self._known = consumerstate.Known(max_keys, self.scope)
         self._selector = selector(watch, runtime)
         self._synced = self.position > 0  # a resume: its first list is a relist
-        self.lists = 0     # lists completed (for tests and metrics)
-        self.watches = 0   # watch requests opened
+        self.lists = 0  # lists completed (for tests and metrics)
+        self.watches = 0  # watch requests opened
         self.failures = 0  # failed requests (each followed by the backoff)
 
     @property
@@ -156,17 +165,30 @@ class Consumer:
 
     def _change(self, item: consumerstate.Item, resync: bool, *, gone: bool = False) -> Change:
         rt, ns, name = item.key
-        return Change(rt, item.watch, ns, name, item.kyma, None if gone else item.record,
-                      item.revision, resync)
+        return Change(
+            rt,
+            item.watch,
+            ns,
+            name,
+            item.kyma,
+            None if gone else item.record,
+            item.revision,
+            resync,
+        )
 
     def _list(self) -> Iterator[Event]:
         """One full list: every object, the known keys it lacks, then Synced."""
         listed: set[consumerstate.Key] = set()
         token, revision = "", 0
         while True:
-            page = self.kcp.list(apitypes.RUNTIME_CONFIGMAPS, self.namespace,
-                                 label_selector=self._selector, limit=PAGE,
-                                 continue_token=token, timeout=self.timeout)
+            page = self.kcp.list(
+                apitypes.RUNTIME_CONFIGMAPS,
+                self.namespace,
+                label_selector=self._selector,
+                limit=PAGE,
+                continue_token=token,
+                timeout=self.timeout,
+            )
             meta = page.get("metadata") or {}
             revision = revision or consumerstate.revision_of(meta) or 0
             for obj in page.get("items") or []:
@@ -174,8 +196,10 @@ class Consumer:
                 if item is None:
                     continue
                 if len(listed) >= self._known.max_keys and item.key not in listed:
-                    raise TooManyKeys(f"{self.scope}: more than {self._known.max_keys} keys "
-                                      "(max_keys); narrow the consumer or raise the bound")
+                    raise TooManyKeys(
+                        f"{self.scope}: more than {self._known.max_keys} keys "
+                        "(max_keys); narrow the consumer or raise the bound"
+                    )
                 listed.add(item.key)
                 if self._known.listed(item):
                     yield self._change(item, True)
@@ -197,10 +221,15 @@ class Consumer:
         """One watch request from ``position``, until the server ends it."""
         self.watches += 1
         stream = self.kcp.watch(
-            apitypes.RUNTIME_CONFIGMAPS, self.namespace, label_selector=self._selector,
-            resource_version=str(self.position), timeout_seconds=self.watch_seconds,
-            max_event_bytes=self.max_event_bytes, stop=self.stop,
-            metadata_only=self.metadata_only)
+            apitypes.RUNTIME_CONFIGMAPS,
+            self.namespace,
+            label_selector=self._selector,
+            resource_version=str(self.position),
+            timeout_seconds=self.watch_seconds,
+            max_event_bytes=self.max_event_bytes,
+            stop=self.stop,
+            metadata_only=self.metadata_only,
+        )
         try:
             for event in stream:
                 change = self._event(event)
@@ -250,8 +279,15 @@ class Runtimes(Consumer):
 
     metadata_only = True
 
-    def __init__(self, kcp: gateway.Kube, *, namespace: str, watch: str,
-                 max_runtimes: int = 100_000, **options: Any) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        *,
+        namespace: str,
+        watch: str,
+        max_runtimes: int = 100_000,
+        **options: Any,
+    ) -> None:
         super().__init__(kcp, namespace=namespace, watch=watch, max_keys=1, **options)
         self.max_runtimes = max_runtimes
 
@@ -277,9 +313,15 @@ class Runtimes(Consumer):
         seen: set[str] = set()
         token, revision = "", 0
         while True:
-            page = self.kcp.list(apitypes.RUNTIME_CONFIGMAPS, self.namespace,
-                                 label_selector=self._selector, limit=PAGE,
-                                 continue_token=token, metadata_only=True, timeout=self.timeout)
+            page = self.kcp.list(
+                apitypes.RUNTIME_CONFIGMAPS,
+                self.namespace,
+                label_selector=self._selector,
+                limit=PAGE,
+                continue_token=token,
+                metadata_only=True,
+                timeout=self.timeout,
+            )
             meta = page.get("metadata") or {}
             revision = revision or consumerstate.revision_of(meta) or 0
             for obj in page.get("items") or []:
@@ -309,14 +351,32 @@ class Runtimes(Consumer):
         return self._touched(obj, False)
 
 
-def consume(kcp: gateway.Kube, *, namespace: str, watch: str, runtime: str | None = None,
-            since: int = 0, stop: threading.Event | None = None, **options: Any) -> Iterator[Event]:
+def consume(
+    kcp: gateway.Kube,
+    *,
+    namespace: str,
+    watch: str,
+    runtime: str | None = None,
+    since: int = 0,
+    stop: threading.Event | None = None,
+    **options: Any,
+) -> Iterator[Event]:
     """``iter(Consumer(...))``: the changes of one Watch's records (see ``Consumer``)."""
-    return iter(Consumer(kcp, namespace=namespace, watch=watch, runtime=runtime, since=since,
-                         stop=stop, **options))
+    return iter(
+        Consumer(
+            kcp,
+            namespace=namespace,
+            watch=watch,
+            runtime=runtime,
+            since=since,
+            stop=stop,
+            **options,
+        )
+    )
 
 
 # -- the nudge form -------------------------------------------------------------------------
+
 
 class Nudger:
     """``handler(kyma_name)`` at most once per ``interval`` per Kyma CR: the first change of a
@@ -327,8 +387,13 @@ class Nudger:
     reads ``changes`` (blocking) and offers them. A handler's exception is logged (its type,
     no values) and does not stop the other calls."""
 
-    def __init__(self, handler: Callable[[str], None], interval: float, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        handler: Callable[[str], None],
+        interval: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.handler = handler
         self.clock = clock
         self.schedule = consumerstate.Schedule(interval)

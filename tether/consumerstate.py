@@ -56,9 +56,13 @@ def parse(obj: Any, watch: str) -> Item | None:
     kyma = labels.get(apitypes.KYMA_NAME_LABEL)
     stored_watch = spec.get("watch") or labels.get(watches.WATCH_LABEL) or watch
     # a runtime's keys share its ID, namespaces and Kyma CR name: one copy each in memory
-    return Item((sys.intern(str(parts[0])), sys.intern(str(parts[1])), str(parts[2])),
-                str(stored_watch), sys.intern(kyma) if isinstance(kyma, str) else "", spec,
-                revision)
+    return Item(
+        (sys.intern(str(parts[0])), sys.intern(str(parts[1])), str(parts[2])),
+        str(stored_watch),
+        sys.intern(kyma) if isinstance(kyma, str) else "",
+        spec,
+        revision,
+    )
 
 
 class Known:
@@ -82,8 +86,10 @@ class Known:
 
     def _room(self, key: Key) -> None:
         if key not in self._keys and len(self._keys) >= self.max_keys:
-            raise TooManyKeys(f"{self.scope}: more than {self.max_keys} keys (max_keys); "
-                              "narrow the consumer (runtime=...) or raise the bound")
+            raise TooManyKeys(
+                f"{self.scope}: more than {self.max_keys} keys (max_keys); "
+                "narrow the consumer (runtime=...) or raise the bound"
+            )
 
     def event(self, item: Item) -> bool:
         """A watch event's object: True (remembered) when it is newer than what was
@@ -139,16 +145,20 @@ class Schedule:
         if kyma in self._pending:
             return
         last = self._last.get(kyma)
-        self._pending[kyma] = now if last is None or now - last >= self.interval \
-            else last + self.interval
+        self._pending[kyma] = (
+            now if last is None or now - last >= self.interval else last + self.interval
+        )
 
     def due(self, now: float) -> list[str]:
         out = sorted((at, k) for k, at in self._pending.items() if at <= now)
         for _, k in out:
             del self._pending[k]
             self._last[k] = now
-        for k in [k for k, at in self._last.items()
-                  if now - at >= self.interval and k not in self._pending]:
+        for k in [
+            k
+            for k, at in self._last.items()
+            if now - at >= self.interval and k not in self._pending
+        ]:
             del self._last[k]
         return [k for _, k in out]
 

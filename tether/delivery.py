@@ -122,8 +122,16 @@ class Delta:
                 del self.minutes[min(self.minutes)]
         return bucket
 
-    def record(self, now: datetime.datetime, source: str, observed_at: datetime.datetime | None,
-               outcome: Outcome, namespace: str, name: str, trace_id: str = "") -> float | None:
+    def record(
+        self,
+        now: datetime.datetime,
+        source: str,
+        observed_at: datetime.datetime | None,
+        outcome: Outcome,
+        namespace: str,
+        name: str,
+        trace_id: str = "",
+    ) -> float | None:
         """One record handled; returns its lag in seconds (None without a usable
         ``observedAt``). Only persisted records count towards lag and source shares."""
         lag = None if observed_at is None else max(0.0, (now - observed_at).total_seconds())
@@ -137,23 +145,34 @@ class Delta:
                 bucket.lag[lag_bucket(lag)] += 1
             if self.last_change is None or now > self.last_change:
                 self.last_change = now
-        self.recent.append(_traced({"at": fmt(now), "namespace": _cut(namespace), "name": _cut(name),
-                                    "source": "poller" if source == "poller" else "webhook",
-                                    "lagSeconds": None if lag is None else round(lag, 6),
-                                    "outcome": outcome}, trace_id))
+        self.recent.append(
+            _traced(
+                {
+                    "at": fmt(now),
+                    "namespace": _cut(namespace),
+                    "name": _cut(name),
+                    "source": "poller" if source == "poller" else "webhook",
+                    "lagSeconds": None if lag is None else round(lag, 6),
+                    "outcome": outcome,
+                },
+                trace_id,
+            )
+        )
         del self.recent[:-RECENT]
         return lag
 
-    def refuse(self, now: datetime.datetime, reason: str, status: int, namespace: str = "",
-               name: str = "") -> None:
+    def refuse(
+        self, now: datetime.datetime, reason: str, status: int, namespace: str = "", name: str = ""
+    ) -> None:
         """A refusal (429: throttled); else also its reason's last (``tether.lastrefused``)."""
         bucket = self._minute(now)
         if status == 429:
             bucket.throttled += 1
         else:
             bucket.refuse(reason)
-            lastrefused.note(self.last_refused, reason,
-                             lastrefused.entry(fmt(now), status, namespace, name))
+            lastrefused.note(
+                self.last_refused, reason, lastrefused.entry(fmt(now), status, namespace, name)
+            )
 
     def seen(self, now: datetime.datetime, n: int = 1) -> None:
         """``n`` authenticated requests of the runtime in ``now``'s minute (its heartbeat
@@ -189,9 +208,13 @@ def _minute_from(raw: Mapping[str, Any]) -> Minute:
     lag = raw.get("lag")
     lags = [_int(x) for x in lag[:N_LAG]] if isinstance(lag, list) else []
     refused = raw.get("refused")
-    m = Minute(webhook=_int(raw.get("webhook")), poller=_int(raw.get("poller")),
-               lag=lags + [0] * (N_LAG - len(lags)), throttled=_int(raw.get("throttled")),
-               beats=_int(raw.get("beats")))
+    m = Minute(
+        webhook=_int(raw.get("webhook")),
+        poller=_int(raw.get("poller")),
+        lag=lags + [0] * (N_LAG - len(lags)),
+        throttled=_int(raw.get("throttled")),
+        beats=_int(raw.get("beats")),
+    )
     if isinstance(refused, Mapping):
         for reason, n in itertools.islice(refused.items(), _SCAN):
             _fold(m.refused, _cut(reason, 40), _int(n))
@@ -230,12 +253,19 @@ def _recent_from(raw: object) -> list[dict[str, Any]]:
         if not isinstance(lag, int | float) or isinstance(lag, bool) or not 0 <= lag < 1e12:
             lag = None  # also NaN
         outcome = r.get("outcome")
-        out.append(_traced({"at": fmt(at), "namespace": _cut(r.get("namespace", "")),
-                            "name": _cut(r.get("name", "")),
-                            "source": "poller" if r.get("source") == "poller" else "webhook",
-                            "lagSeconds": None if lag is None else round(float(lag), 6),
-                            "outcome": outcome if outcome in _OUTCOMES else "refused"},
-                           r.get("traceId")))
+        out.append(
+            _traced(
+                {
+                    "at": fmt(at),
+                    "namespace": _cut(r.get("namespace", "")),
+                    "name": _cut(r.get("name", "")),
+                    "source": "poller" if r.get("source") == "poller" else "webhook",
+                    "lagSeconds": None if lag is None else round(float(lag), 6),
+                    "outcome": outcome if outcome in _OUTCOMES else "refused",
+                },
+                r.get("traceId"),
+            )
+        )
     return out[-RECENT:]
 
 
@@ -250,9 +280,15 @@ def _mapping(status: object) -> Mapping[str, Any]:
 
 
 def _minute_to(start: datetime.datetime, m: Minute) -> dict[str, Any]:
-    return {"start": start.strftime("%Y-%m-%dT%H:%M:%SZ"), "webhook": m.webhook,
-            "poller": m.poller, "lag": list(m.lag), "refused": dict(m.refused),
-            "throttled": m.throttled, "beats": m.beats}
+    return {
+        "start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "webhook": m.webhook,
+        "poller": m.poller,
+        "lag": list(m.lag),
+        "refused": dict(m.refused),
+        "throttled": m.throttled,
+        "beats": m.beats,
+    }
 
 
 def minutes_of(status: Mapping[str, Any] | None) -> dict[datetime.datetime, Minute]:
@@ -264,8 +300,9 @@ def minutes_of(status: Mapping[str, Any] | None) -> dict[datetime.datetime, Minu
     return out
 
 
-def merge(status: Mapping[str, Any] | None, delta: Delta, runtime_id: str,
-          now: datetime.datetime) -> dict[str, Any]:
+def merge(
+    status: Mapping[str, Any] | None, delta: Delta, runtime_id: str, now: datetime.datetime
+) -> dict[str, Any]:
     """The new status: ``status`` (what the KCP holds, maybe written by an older version or by
     hand: anything unusable is dropped) plus ``delta``, minutes outside the window dropped."""
     old = _mapping(status)
@@ -280,8 +317,11 @@ def merge(status: Mapping[str, Any] | None, delta: Delta, runtime_id: str,
     if delta.last_change is not None and (last is None or delta.last_change > last):
         last = delta.last_change
     out: dict[str, Any] = {
-        "runtimeId": runtime_id, "updatedAt": fmt(now),
-        "minutes": [_minute_to(s, m) for s, m in kept], "recent": recent[-RECENT:]}
+        "runtimeId": runtime_id,
+        "updatedAt": fmt(now),
+        "minutes": [_minute_to(s, m) for s, m in kept],
+        "recent": recent[-RECENT:],
+    }
     if last is not None:
         out["lastChangeAt"] = fmt(last)
     stored = _stored_from(delta.stored if delta.stored is not None else old.get("stored"))
@@ -353,8 +393,9 @@ def summarize(status: Mapping[str, Any] | None, now: datetime.datetime) -> Summa
     """The last hour of a runtime's delivery, from its object's status (never raises)."""
     status = _mapping(status)
     horizon = minute_of(now) - datetime.timedelta(minutes=WINDOW_MINUTES - 1)
-    minutes = sorted(((s, m) for s, m in minutes_of(status).items() if s >= horizon),
-                     key=lambda sm: sm[0])
+    minutes = sorted(
+        ((s, m) for s, m in minutes_of(status).items() if s >= horizon), key=lambda sm: sm[0]
+    )
     lag = [0] * N_LAG
     refused: dict[str, int] = {}
     series: list[Point] = []
@@ -362,24 +403,43 @@ def summarize(status: Mapping[str, Any] | None, now: datetime.datetime) -> Summa
         lag = [_add(a, b) for a, b in zip(lag, m.lag, strict=True)]
         for reason, n in m.refused.items():
             _fold(refused, reason, n)
-        series.append(Point(start, m.webhook + m.poller, quantile(m.lag, 0.5),
-                            quantile(m.lag, 0.99), m.webhook, m.poller, m.beats))
+        series.append(
+            Point(
+                start,
+                m.webhook + m.poller,
+                quantile(m.lag, 0.5),
+                quantile(m.lag, 0.99),
+                m.webhook,
+                m.poller,
+                m.beats,
+            )
+        )
     recent = _recent_from(status.get("recent"))
     stored = _stored_from(status.get("stored")) or {}
     return Summary(
-        webhook=sum(m.webhook for _, m in minutes), poller=sum(m.poller for _, m in minutes),
-        lag_p50=quantile(lag, 0.5), lag_p99=quantile(lag, 0.99), refused=refused,
+        webhook=sum(m.webhook for _, m in minutes),
+        poller=sum(m.poller for _, m in minutes),
+        lag_p50=quantile(lag, 0.5),
+        lag_p99=quantile(lag, 0.99),
+        refused=refused,
         throttled=sum(m.throttled for _, m in minutes),
-        last_change=parse(status.get("lastChangeAt")), stored=stored,
-        recent=list(reversed(recent)), series=series,
-        updated=parse(status.get("updatedAt")), last_refused=lastrefused.from_status(status))
+        last_change=parse(status.get("lastChangeAt")),
+        stored=stored,
+        recent=list(reversed(recent)),
+        series=series,
+        updated=parse(status.get("updatedAt")),
+        last_refused=lastrefused.from_status(status),
+    )
 
 
 def body(name: str, namespace: str, runtime_id: str, labels: Mapping[str, str]) -> dict[str, Any]:
     """A new, empty ``RuntimeDelivery`` object (its status is written with ``merge``)."""
-    return {"apiVersion": apitypes.RUNTIME_DELIVERIES.api_version, "kind": apitypes.RUNTIME_DELIVERY_KIND,
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
-            "spec": {"runtimeId": runtime_id}}
+    return {
+        "apiVersion": apitypes.RUNTIME_DELIVERIES.api_version,
+        "kind": apitypes.RUNTIME_DELIVERY_KIND,
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": {"runtimeId": runtime_id},
+    }
 
 
 def totals(summaries: Iterable[Summary]) -> tuple[int, int]:

@@ -72,15 +72,21 @@ def outcome(returned: object, raised: BaseException | None) -> Result | None:
 
 def last_run(ended: datetime.datetime, result: Result, seconds: float) -> dict[str, str]:
     """The Lease annotations of one run."""
-    return {apitypes.LAST_RUN_AT_ANNOTATION:
-            ended.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            apitypes.LAST_RUN_RESULT_ANNOTATION: result,
-            apitypes.LAST_RUN_SECONDS_ANNOTATION: f"{max(0.0, seconds):.3f}"}
+    return {
+        apitypes.LAST_RUN_AT_ANNOTATION: ended.astimezone(datetime.UTC).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        ),
+        apitypes.LAST_RUN_RESULT_ANNOTATION: result,
+        apitypes.LAST_RUN_SECONDS_ANNOTATION: f"{max(0.0, seconds):.3f}",
+    }
 
 
-def recorded(fn: Callable[..., Any], publish: Callable[[dict[str, str]], None]) -> Callable[..., Any]:
+def recorded(
+    fn: Callable[..., Any], publish: Callable[[dict[str, str]], None]
+) -> Callable[..., Any]:
     """``fn`` that hands its run's annotations to ``publish`` (which must not raise far:
     a failure to publish is logged, the job's own result and exception are kept)."""
+
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         t0 = time.monotonic()
@@ -96,10 +102,12 @@ def recorded(fn: Callable[..., Any], publish: Callable[[dict[str, str]], None]) 
             result = outcome(returned, raised)
             if result is not None:
                 try:
-                    publish(last_run(datetime.datetime.now(datetime.UTC), result,
-                                     time.monotonic() - t0))
+                    publish(
+                        last_run(datetime.datetime.now(datetime.UTC), result, time.monotonic() - t0)
+                    )
                 except Exception as e:  # noqa: BLE001 - publishing never stops a run
                     log.warning("last run not published: %s", logs.bounded(e, 200))
+
     return run
 
 
@@ -111,13 +119,14 @@ class NotStarted(NamedTuple):
 
 def fenced(fn: Callable[..., Any], fresh: Callable[[], bool]) -> Callable[..., Any]:
     """``fn`` that starts only while ``fresh()`` (this process's leadership is fresh)."""
+
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         if not fresh():
-            log.info("run of %s not started: leadership not fresh",
-                     getattr(fn, "__name__", "job"))
+            log.info("run of %s not started: leadership not fresh", getattr(fn, "__name__", "job"))
             return NotStarted()
         return fn(*args, **kwargs)
+
     return run
 
 
@@ -128,11 +137,17 @@ def record_runs(sched: BackgroundScheduler, elected: leader.LeaderElector) -> No
         job.modify(func=fenced(recorded(job.func, elected.annotate), elected.fresh))
 
 
-def start(spec: config.Spec, argv: Sequence[str], build: Callable[[config.Values], S], *,
-          kubeconfig_variable: str, once: str | None = None,
-          ) -> tuple[S, argparse.Namespace, gateway.Kube]:
+def start(
+    spec: config.Spec,
+    argv: Sequence[str],
+    build: Callable[[config.Values], S],
+    *,
+    kubeconfig_variable: str,
+    once: str | None = None,
+) -> tuple[S, argparse.Namespace, gateway.Kube]:
     """Settings, flags and the KCP gateway; logs configured. ``once``: the help of the
     part's ``--once`` flag (``None``: the part has none)."""
+
     def options(parser: argparse.ArgumentParser) -> None:
         if once is not None:
             parser.add_argument("--once", action="store_true", help=once)
@@ -161,8 +176,10 @@ class Job:
 
 def scheduler(jobs: Sequence[Job]) -> BackgroundScheduler:
     """A started, paused scheduler with ``jobs`` (UTC; late runs coalesced, one at a time)."""
-    sched = BackgroundScheduler(timezone=datetime.UTC, job_defaults={
-        "coalesce": True, "max_instances": 1, "misfire_grace_time": None})
+    sched = BackgroundScheduler(
+        timezone=datetime.UTC,
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+    )
     for job in jobs:
         first = {"next_run_time": datetime.datetime.now(datetime.UTC)} if job.at_once else {}
         sched.add_job(job.func, job.trigger, kwargs=dict(job.kwargs), id=job.id, **first)
@@ -179,6 +196,7 @@ class Leadership(NamedTuple):
 
 def resuming(sched: BackgroundScheduler, gauge: prom.Gauge) -> Leadership:
     """``sched`` runs, and ``gauge`` is 1, only while this process leads."""
+
     def started() -> None:
         gauge.set(1)
         sched.resume()
@@ -190,8 +208,9 @@ def resuming(sched: BackgroundScheduler, gauge: prom.Gauge) -> Leadership:
     return Leadership(started, stopped)
 
 
-def elector(api: gateway.Kube, lease: leader.LeaseSettings, sched: BackgroundScheduler,
-            gauge: prom.Gauge) -> leader.LeaderElector:
+def elector(
+    api: gateway.Kube, lease: leader.LeaseSettings, sched: BackgroundScheduler, gauge: prom.Gauge
+) -> leader.LeaderElector:
     """An elector that runs ``sched`` (started paused, its jobs added) only while leading,
     and publishes each run of its jobs on the Lease (``record_runs``)."""
     lead = resuming(sched, gauge)
@@ -221,16 +240,16 @@ def _nothing(_: Runtime) -> None:
 class ElectedPart:
     """One leader-elected part, as ``run_elected`` runs it."""
 
-    name: str                         # as in ``tether <name>``
-    log: logging.Logger               # its start and stop lines
-    api: gateway.Kube                 # where its Lease is
+    name: str  # as in ``tether <name>``
+    log: logging.Logger  # its start and stop lines
+    api: gateway.Kube  # where its Lease is
     lease: leader.LeaseSettings
-    scheduler: BackgroundScheduler    # started paused, its jobs added (``scheduler``)
-    leadership: Leadership            # ``resuming(scheduler, gauge)`` unless it brings its own
-    bind: str                         # host:port of the operations surface
+    scheduler: BackgroundScheduler  # started paused, its jobs added (``scheduler``)
+    leadership: Leadership  # ``resuming(scheduler, gauge)`` unless it brings its own
+    bind: str  # host:port of the operations surface
     app: Callable[[Runtime], flask.Flask]  # that surface (its probes look at the runtime)
-    announce: Callable[[], None]      # the start line, once the elector runs
-    guarded: Sequence[Guarded] = ()   # their ``active`` follows the Lease
+    announce: Callable[[], None]  # the start line, once the elector runs
+    guarded: Sequence[Guarded] = ()  # their ``active`` follows the Lease
     attach: Callable[[Runtime], None] = _nothing  # anything else that needs the elector
     close: Sequence[Callable[[], None]] = ()  # in order, after the scheduler and the surface
     bind_variable: str | None = None  # a bind that fails: one line naming it, exit 2
@@ -241,8 +260,9 @@ def run_elected(part: ElectedPart) -> int:
     """The operations surface and the elector (each run of the scheduler's jobs recorded on
     the Lease) until SIGTERM or SIGINT; then the Lease released, the scheduler shut down (a
     run in progress finishes), the surface stopped and ``close`` called. Returns 0."""
-    elected = leader.LeaderElector(part.api, part.lease, on_started=part.leadership.started,
-                                   on_stopped=part.leadership.stopped)
+    elected = leader.LeaderElector(
+        part.api, part.lease, on_started=part.leadership.started, on_stopped=part.leadership.stopped
+    )
     record_runs(part.scheduler, elected)
     rt = Runtime(part.scheduler, elected)
     for job in part.guarded:
@@ -253,8 +273,9 @@ def run_elected(part: ElectedPart) -> int:
     except OSError as e:
         if part.bind_variable is None:
             raise
-        config.fail(part.name, f"{part.bind_variable}: cannot listen on {part.bind}: "
-                               f"{e.strerror or e}")
+        config.fail(
+            part.name, f"{part.bind_variable}: cannot listen on {part.bind}: {e.strerror or e}"
+        )
     done = threading.Event()
     received: list[int] = []
 
@@ -278,4 +299,3 @@ def run_elected(part: ElectedPart) -> int:
     for close in part.close:
         close()
     return 0
-

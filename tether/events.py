@@ -42,25 +42,42 @@ def _stamp(now: datetime.datetime) -> str:
     return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def body(ref: Ref, reason: str, message: str, *, warning: bool, component: str, instance: str,
-         now: datetime.datetime) -> dict[str, Any]:
+def body(
+    ref: Ref,
+    reason: str,
+    message: str,
+    *,
+    warning: bool,
+    component: str,
+    instance: str,
+    now: datetime.datetime,
+) -> dict[str, Any]:
     """One Event: ``reason`` CamelCase (checked), ``message`` bounded."""
     if not _REASON.match(reason) or len(reason) > REASON_LIMIT:
         raise ValueError(f"event reason must be CamelCase: {reason!r}")
     stamp = _stamp(now)
-    involved: dict[str, Any] = {"apiVersion": ref.api_version, "kind": ref.kind,
-                                "name": ref.name, "namespace": ref.namespace}
+    involved: dict[str, Any] = {
+        "apiVersion": ref.api_version,
+        "kind": ref.kind,
+        "name": ref.name,
+        "namespace": ref.namespace,
+    }
     if ref.uid:
         involved["uid"] = ref.uid
     return {
-        "apiVersion": "v1", "kind": "Event",
+        "apiVersion": "v1",
+        "kind": "Event",
         "metadata": {"generateName": f"{ref.name[:200]}.", "namespace": ref.namespace},
         "involvedObject": involved,
-        "reason": reason, "message": logs.bounded(message, MESSAGE_LIMIT),
+        "reason": reason,
+        "message": logs.bounded(message, MESSAGE_LIMIT),
         "type": "Warning" if warning else "Normal",
-        "source": {"component": component}, "reportingComponent": component,
+        "source": {"component": component},
+        "reportingComponent": component,
         "reportingInstance": instance[:128],
-        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
     }
 
 
@@ -71,15 +88,34 @@ def _utcnow() -> datetime.datetime:
 class Recorder:
     """Sends Events as ``component`` (e.g. ``tether-compass``) from ``instance`` (the pod)."""
 
-    def __init__(self, kube: gateway.Kube, component: str, instance: str, *,
-                 now: Callable[[], datetime.datetime] = _utcnow) -> None:
+    def __init__(
+        self,
+        kube: gateway.Kube,
+        component: str,
+        instance: str,
+        *,
+        now: Callable[[], datetime.datetime] = _utcnow,
+    ) -> None:
         self._kube, self.component, self.instance, self._now = kube, component, instance, now
 
     def emit(self, ref: Ref, reason: str, message: str, *, warning: bool = False) -> None:
-        doc = body(ref, reason, message, warning=warning, component=self.component,
-                   instance=self.instance, now=self._now())
+        doc = body(
+            ref,
+            reason,
+            message,
+            warning=warning,
+            component=self.component,
+            instance=self.instance,
+            now=self._now(),
+        )
         try:
             self._kube.create(apitypes.EVENTS, ref.namespace, doc)
         except gateway.GatewayError as e:
-            log.warning("event %s on %s %s/%s not written: %s", reason, ref.kind, ref.namespace,
-                        ref.name, logs.bounded(e, 200))
+            log.warning(
+                "event %s on %s %s/%s not written: %s",
+                reason,
+                ref.kind,
+                ref.namespace,
+                ref.name,
+                logs.bounded(e, 200),
+            )

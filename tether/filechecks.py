@@ -39,8 +39,9 @@ def _private_key(name: str, path: str) -> PrivateKeyTypes:
     try:
         return serialization.load_pem_private_key(_read(name, path), password=None)
     except (ValueError, TypeError) as e:
-        raise SettingError(f"{name}: {path} is not an unencrypted PEM private key "
-                           f"({type(e).__name__})") from None
+        raise SettingError(
+            f"{name}: {path} is not an unencrypted PEM private key ({type(e).__name__})"
+        ) from None
 
 
 def check_pair(cert_name: str, cert_path: str, key_name: str, key_path: str) -> None:

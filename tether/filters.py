@@ -134,12 +134,19 @@ class ConfigMapFilter:
     selector: tuple[Requirement, ...] = ()
 
     @classmethod
-    def build(cls, ignored_namespaces: tuple[str, ...] | frozenset[str] = DEFAULT_IGNORED_NAMESPACES,
-              selector_text: str = "") -> ConfigMapFilter:
-        return cls(frozenset(ignored_namespaces), selector_text.strip(), parse_selector(selector_text))
+    def build(
+        cls,
+        ignored_namespaces: tuple[str, ...] | frozenset[str] = DEFAULT_IGNORED_NAMESPACES,
+        selector_text: str = "",
+    ) -> ConfigMapFilter:
+        return cls(
+            frozenset(ignored_namespaces), selector_text.strip(), parse_selector(selector_text)
+        )
 
 
-def rejection(flt: ConfigMapFilter, namespace: str, *labels: Mapping[str, str] | None) -> Reason | None:
+def rejection(
+    flt: ConfigMapFilter, namespace: str, *labels: Mapping[str, str] | None
+) -> Reason | None:
     """Why a ConfigMap is not watched, or None when it is.
 
     Several label sets (e.g. the old and new object of an UPDATE) admit the object when
@@ -168,12 +175,20 @@ def _selector(name: str, raw: str) -> str:
 
 
 OPTIONS = (
-    config.custom(ENV_IGNORED_NAMESPACES, DEFAULT_IGNORED_NAMESPACES,
-                  "namespaces whose ConfigMaps are never watched, comma-separated ('-': none)",
-                  _namespaces, flag="--ignored-namespaces"),
-    config.custom(ENV_LABEL_SELECTOR, "",
-                  "label selector a watched ConfigMap matches (Kubernetes syntax; empty: all)",
-                  _selector, flag="--label-selector"),
+    config.custom(
+        ENV_IGNORED_NAMESPACES,
+        DEFAULT_IGNORED_NAMESPACES,
+        "namespaces whose ConfigMaps are never watched, comma-separated ('-': none)",
+        _namespaces,
+        flag="--ignored-namespaces",
+    ),
+    config.custom(
+        ENV_LABEL_SELECTOR,
+        "",
+        "label selector a watched ConfigMap matches (Kubernetes syntax; empty: all)",
+        _selector,
+        flag="--label-selector",
+    ),
 )
 
 

@@ -21,12 +21,19 @@ from typing import Any
 from gunicorn import sock as gsock
 from gunicorn.workers import gthread
 
-REASONS = ("connection_cap", "peer_connection_cap", "handshake_timeout", "head_timeout",
-           "head_too_large", "tls_refused")
+REASONS = (
+    "connection_cap",
+    "peer_connection_cap",
+    "handshake_timeout",
+    "head_timeout",
+    "head_too_large",
+    "tls_refused",
+)
 HANDSHAKE, HEAD, READY, BUSY, KEEPALIVE, LINGER, CLOSED = range(7)
 _HEAD_END = b"\r\n\r\n"
-_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,12})[ \t]*\r\n",
-                             re.IGNORECASE)
+_CONTENT_LENGTH = re.compile(
+    rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,12})[ \t]*\r\n", re.IGNORECASE
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,8 +174,13 @@ def whole_request(conn: Conn) -> bool:
 
 def answer_bytes(head: bytes, body: bytes, keep_alive: bool) -> bytes:
     """An HTTP/1.1 answer: ``head`` is the status line and headers (each ending in CRLF)."""
-    return (head + b"Content-Length: %d\r\n" % len(body)
-            + (b"" if keep_alive else b"Connection: close\r\n") + b"\r\n" + body)
+    return (
+        head
+        + b"Content-Length: %d\r\n" % len(body)
+        + (b"" if keep_alive else b"Connection: close\r\n")
+        + b"\r\n"
+        + body
+    )
 
 
 def send_now(conn: Conn, data: bytes) -> bool:
@@ -226,8 +238,9 @@ def tls_conn(cfg: Any, client: socket.socket, addr: Any, server: Any) -> Conn:
     """A connection whose TLS handshake is still to be done (``handshake``), non-blocking."""
     ctx = gsock.ssl_context(cfg)
     ctx.sslsocket_class = BoundedSSLSocket
-    wrapped: Any = ctx.wrap_socket(client, server_side=True, do_handshake_on_connect=False,
-                                   suppress_ragged_eofs=True)
+    wrapped: Any = ctx.wrap_socket(
+        client, server_side=True, do_handshake_on_connect=False, suppress_ragged_eofs=True
+    )
     return Conn(cfg, wrapped, addr, server)
 
 

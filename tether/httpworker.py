@@ -56,7 +56,9 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         self.worker_connections = sys.maxsize  # accept always: refusals are ours, and cheap
         self._waiting: collections.OrderedDict[httpconn.Conn, None] = collections.OrderedDict()
         self._ledger: connledger.Ledger[httpconn.Conn] = connledger.Ledger(self.limits)
-        self._fair: fairqueue.FairQueue[httpconn.Conn] = fairqueue.FairQueue(self.limits.max_busy_per_peer)
+        self._fair: fairqueue.FairQueue[httpconn.Conn] = fairqueue.FairQueue(
+            self.limits.max_busy_per_peer
+        )
         self._tls_index = 0 if self.cfg.is_ssl else -1
 
     def on_refused(self, reason: str, peer: str, exc: BaseException | None = None) -> None:
@@ -86,7 +88,9 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 conn = httpconn.tls_conn(self.cfg, client, addr, listener.getsockname())
                 phase, seconds = HANDSHAKE, self.limits.handshake_seconds
             else:
-                conn = httpconn.Conn(self.cfg, httpconn.BoundedSocket.adopt(client), addr, listener.getsockname())
+                conn = httpconn.Conn(
+                    self.cfg, httpconn.BoundedSocket.adopt(client), addr, listener.getsockname()
+                )
                 phase, seconds = HEAD, self.limits.head_seconds
         except (OSError, ValueError):
             self.nr_conns -= 1
@@ -133,7 +137,9 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
             self._drop(conn)
             return
         cn = httpconn.certificate_cn(conn.sock)
-        if not self._admit(conn, f"cn:{cn}" if cn is not None else f"ip:{httpconn.peer_address(conn.client)}"):
+        if not self._admit(
+            conn, f"cn:{cn}" if cn is not None else f"ip:{httpconn.peer_address(conn.client)}"
+        ):
             return
         if cn is not None:
             conn.anonymous = False
@@ -166,7 +172,10 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
                 if got is False:
                     self._drop(conn)
                 return
-            if len(conn.buf) > self.limits.max_head_bytes and httpconn.head_length(conn.buf) is None:
+            if (
+                len(conn.buf) > self.limits.max_head_bytes
+                and httpconn.head_length(conn.buf) is None
+            ):
                 self.on_refused("head_too_large", httpconn.peer_address(conn.client))
                 self._answer_and_drop(conn, 431, "Request Header Fields Too Large")
                 return
@@ -201,9 +210,12 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
         else:
             self._release_prebuffer(conn)
             assert conn.want is not None
-            conn.buf, conn.want = conn.buf[conn.want:], None
-            self._await(conn, HEAD if conn.buf else KEEPALIVE,
-                        self.limits.head_seconds if conn.buf else self.cfg.keepalive)
+            conn.buf, conn.want = conn.buf[conn.want :], None
+            self._await(
+                conn,
+                HEAD if conn.buf else KEEPALIVE,
+                self.limits.head_seconds if conn.buf else self.cfg.keepalive,
+            )
             if conn.buf:  # pipelined: the next request is already here
                 self._read_head(conn)
         return True
@@ -235,8 +247,10 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
 
     def _answer_and_drop(self, conn: httpconn.Conn, status: int, text: str) -> None:
         try:
-            conn.sock.send(f"HTTP/1.1 {status} {text}\r\nConnection: close\r\n"
-                           "Content-Length: 0\r\n\r\n".encode())
+            conn.sock.send(
+                f"HTTP/1.1 {status} {text}\r\nConnection: close\r\n"
+                "Content-Length: 0\r\n\r\n".encode()
+            )
         except (OSError, ValueError):
             pass
         self._drop(conn)
@@ -252,8 +266,7 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
             conn.sock.idle = self.limits.idle_seconds
             conn.sock.deadline = time.monotonic() + self.limits.body_seconds
             fut = self.tpool.submit(self.handle, conn)
-            fut.add_done_callback(
-                lambda f, c=conn: self.method_queue.defer(self._finished, c, f))
+            fut.add_done_callback(lambda f, c=conn: self.method_queue.defer(self._finished, c, f))
 
     def handle_request(self, req: Any, conn: Any) -> bool:
         try:
@@ -342,8 +355,9 @@ class BoundedWorker(gthread.ThreadWorker):  # type: ignore[misc]
             self._drop(conn)
 
     def run(self) -> None:
-        self.poller.register(self.method_queue.fileno(), selectors.EVENT_READ,
-                             self.method_queue.run_callbacks)
+        self.poller.register(
+            self.method_queue.fileno(), selectors.EVENT_READ, self.method_queue.run_callbacks
+        )
         self.set_accept_enabled(True)
         while self.alive:
             self.notify()
@@ -383,6 +397,7 @@ def closing(wsgi_app: Any) -> Any:
     sends its next request on a connection the server is discarding (lingering) and sees it
     break. So the header, when the application sets it, makes gunicorn's response close
     (``force_close`` of the object behind ``start_response``) before the head is written."""
+
     def app(environ: Any, start_response: Any) -> Any:
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             if any(k.lower() == "connection" and v.lower() == "close" for k, v in headers):
@@ -390,5 +405,7 @@ def closing(wsgi_app: Any) -> Any:
                 if callable(close):
                     close()
             return start_response(status, headers, exc_info)
+
         return wsgi_app(environ, start)
+
     return app

@@ -22,8 +22,10 @@ COMMANDS = ("status", "records", "certs")
 
 
 def usage() -> str:
-    return ("usage: kubectl tether {" + ",".join(COMMANDS) + "} [options]  "
-            "(kubectl tether COMMAND --help; kubectl tether --version)")
+    return (
+        "usage: kubectl tether {" + ",".join(COMMANDS) + "} [options]  "
+        "(kubectl tether COMMAND --help; kubectl tether --version)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,8 +58,11 @@ def view(obj: Mapping[str, Any]) -> KymaView:
         domain=domain.strip() if isinstance(domain, str) and domain.strip() else None,
         deleting=bool(meta.get("deletionTimestamp")),
         labels=labels,
-        modules=frozenset(str(m["name"]) for m in (obj.get("spec") or {}).get("modules") or []
-                          if isinstance(m, Mapping) and isinstance(m.get("name"), str)),
+        modules=frozenset(
+            str(m["name"])
+            for m in (obj.get("spec") or {}).get("modules") or []
+            if isinstance(m, Mapping) and isinstance(m.get("name"), str)
+        ),
     )
 
 
@@ -72,6 +75,10 @@ def list_by_runtime_id(
     ``gateway.GatewayError`` when the API fails."""
     if not valid_runtime_id(runtime_id):
         raise ValueError("runtime ID is not a valid label value")
-    resp = kcp.list(apitypes.KYMAS, namespace, label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
-                    timeout=timeout)
+    resp = kcp.list(
+        apitypes.KYMAS,
+        namespace,
+        label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
+        timeout=timeout,
+    )
     return [view(item) for item in resp.get("items") or []]

@@ -75,6 +75,9 @@ def from_status(status: object) -> dict[str, Entry]:
     for reason, r in itertools.islice(raw.items() if isinstance(raw, Mapping) else (), _SCAN):
         at = r.get("at") if isinstance(r, Mapping) else None
         if isinstance(at, str) and _AT.fullmatch(at):
-            note(out, str(reason), entry(at, r.get("status"), r.get("namespace", ""),
-                                         r.get("name", "")))
+            note(
+                out,
+                str(reason),
+                entry(at, r.get("status"), r.get("namespace", ""), r.get("name", "")),
+            )
     return out

@@ -92,8 +92,13 @@ def observe(prev: Observed | None, lease: LeaseView | None, now: float) -> Obser
     return Observed(record, now)
 
 
-def decide(lease: LeaseView | None, identity: str, seen: Observed | None, now: float,
-           default_duration: float) -> Action:
+def decide(
+    lease: LeaseView | None,
+    identity: str,
+    seen: Observed | None,
+    now: float,
+    default_duration: float,
+) -> Action:
     """Acquire a missing or released Lease, or one whose record has not changed for its
     duration (``default_duration`` if it names none) since ``seen.since``; renew our own;
     else wait. ``now`` and ``seen.since``: this process's monotonic clock."""
@@ -143,7 +148,7 @@ class LeaderElector:
         self._renewed_at: float = 0.0  # monotonic start of the last successful write
         self._notes_lock = threading.Lock()
         self._pending: dict[str, str] = {}  # to write with the next write of the Lease
-        self._kept: dict[str, str] = {}     # written again at every acquisition
+        self._kept: dict[str, str] = {}  # written again at every acquisition
 
     @property
     def is_leader(self) -> bool:
@@ -220,8 +225,12 @@ class LeaderElector:
                 if not self._leading:
                     self._set_leading(True)
             elif self._leading and not self.fresh():
-                log.warning("lease %s/%s: not renewed within %.0fs, stepping down",
-                            s.namespace, s.name, s.renew_deadline)
+                log.warning(
+                    "lease %s/%s: not renewed within %.0fs, stepping down",
+                    s.namespace,
+                    s.name,
+                    s.renew_deadline,
+                )
                 self._set_leading(False)
             self._stop.wait(s.retry_period)
 
@@ -247,9 +256,12 @@ class LeaderElector:
             notes = self._notes(acquiring=True)
             meta: dict[str, Any] = {"name": s.name, "namespace": s.namespace}
             self._with_notes(meta, notes)
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
-                    "spec": self._spec(now, acquire_time=changes.format_time(now),
-                                       transitions=0)}
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": meta,
+                "spec": self._spec(now, acquire_time=changes.format_time(now), transitions=0),
+            }
             try:
                 self._kube.create(gateway.LEASES, s.namespace, body)
             except gateway.Conflict:
@@ -259,9 +271,12 @@ class LeaderElector:
         spec = lease.get("spec") or {}
         duration = spec.get("leaseDurationSeconds")
         renew = spec.get("renewTime")
-        view = LeaseView(spec.get("holderIdentity"), renew if isinstance(renew, str) else None,
-                         duration if isinstance(duration, int) else None,
-                         (lease.get("metadata") or {}).get("resourceVersion"))
+        view = LeaseView(
+            spec.get("holderIdentity"),
+            renew if isinstance(renew, str) else None,
+            duration if isinstance(duration, int) else None,
+            (lease.get("metadata") or {}).get("resourceVersion"),
+        )
         mono = self._mono()
         self._seen = observe(self._seen, view, mono)
         action = decide(view, s.identity, self._seen, mono, s.lease_duration)
@@ -271,11 +286,13 @@ class LeaderElector:
         notes = self._notes(acquiring=action == "acquire" or not self._leading)
         self._with_notes(lease.setdefault("metadata", {}), notes)
         if action == "acquire":
-            lease["spec"] = self._spec(now, acquire_time=changes.format_time(now),
-                                       transitions=transitions + 1)
+            lease["spec"] = self._spec(
+                now, acquire_time=changes.format_time(now), transitions=transitions + 1
+            )
         else:
-            lease["spec"] = self._spec(now, acquire_time=spec.get("acquireTime"),
-                                       transitions=transitions)
+            lease["spec"] = self._spec(
+                now, acquire_time=spec.get("acquireTime"), transitions=transitions
+            )
         try:  # with the read resourceVersion: of two writers, one gets 409
             self._kube.replace(gateway.LEASES, s.namespace, s.name, lease)
         except gateway.Conflict:  # someone else wrote first
@@ -283,8 +300,9 @@ class LeaderElector:
         self._written(notes)
         return True
 
-    def _spec(self, now: datetime.datetime, *, acquire_time: str | None,
-              transitions: int) -> dict[str, Any]:
+    def _spec(
+        self, now: datetime.datetime, *, acquire_time: str | None, transitions: int
+    ) -> dict[str, Any]:
         spec: dict[str, Any] = {
             "holderIdentity": self.settings.identity,
             "leaseDurationSeconds": lease_seconds(self.settings.lease_duration),
@@ -308,5 +326,9 @@ class LeaderElector:
             self._with_notes(lease.setdefault("metadata", {}), notes)
             self._kube.replace(gateway.LEASES, s.namespace, s.name, lease)
         except Exception as e:  # noqa: BLE001 - best effort; the Lease expires anyway
-            log.info("lease %s/%s: release failed (%s); it will expire", s.namespace, s.name,
-                     type(e).__name__)
+            log.info(
+                "lease %s/%s: release failed (%s); it will expire",
+                s.namespace,
+                s.name,
+                type(e).__name__,
+            )

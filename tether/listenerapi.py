@@ -48,8 +48,9 @@ def epoch_in(value: object) -> int | None:
     return None
 
 
-def state_path(runtime_id: str, limit: int, token: str,
-               report: EpochReport | None = None, watch: str = "") -> str:
+def state_path(
+    runtime_id: str, limit: int, token: str, report: EpochReport | None = None, watch: str = ""
+) -> str:
     """The state listing's path; the report goes with the first page only; ``watch``:
     only that Watch's records (``?watch=NAME``, on every page)."""
     params: dict[str, str | int] = {"limit": limit}

@@ -57,8 +57,9 @@ def configure(level: str = "INFO", fmt: str = "json") -> None:
     root.setLevel(level.upper())
 
 
-def audit_logger(destination: str, *, on_lost: Callable[[str], None],
-                 queue_lines: int = auditwriter.CAPACITY) -> logging.Logger:
+def audit_logger(
+    destination: str, *, on_lost: Callable[[str], None], queue_lines: int = auditwriter.CAPACITY
+) -> logging.Logger:
     """The audit logger: JSON lines on stdout or appended to a file, never propagated to
     the operational log. Configure once per process. The lines go through a bounded queue
     and a writer thread (``tether.auditwriter``), the only path: the caller never blocks, a
@@ -81,7 +82,9 @@ def audit(logger: logging.Logger, event: str, **fields: Any) -> None:
 class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
     """Puts an object reference (e.g. namespace/name, runtime) on every record."""
 
-    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
         extra: Mapping[str, Any] = self.extra or {}
         kwargs["extra"] = {**extra, **kwargs.get("extra", {})}
         return msg, kwargs
@@ -97,8 +100,9 @@ class Aggregated:
     Keys must come from a bounded set (reason codes), never from client input.
     """
 
-    def __init__(self, logger: logging.Logger, event: str, interval: float = 60.0,
-                 clock: Any = None) -> None:
+    def __init__(
+        self, logger: logging.Logger, event: str, interval: float = 60.0, clock: Any = None
+    ) -> None:
         self._logger = logger
         self._event = event
         self._interval = interval

@@ -73,8 +73,9 @@ def multiprocess(environ: Mapping[str, str] = os.environ) -> bool:
     return bool(environ.get(MULTIPROC_ENV))
 
 
-def error(status: int, text: str, details: Any = None, *,
-          retry_after: int | None = None) -> flask.Response:
+def error(
+    status: int, text: str, details: Any = None, *, retry_after: int | None = None
+) -> flask.Response:
     """The JSON error answer of every part: ``{"error": text, "details": details}``."""
     resp = flask.jsonify({"error": text, "details": details})
     resp.status_code = status
@@ -92,8 +93,13 @@ def ok(body: Any) -> flask.Response:
 class Probes:
     """Named liveness and readiness checks; readiness results cached (failures too)."""
 
-    def __init__(self, *, cache_seconds: float = READY_CACHE_SECONDS,
-                 retry_after: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        cache_seconds: float = READY_CACHE_SECONDS,
+        retry_after: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.retry_after = retry_after
         self._cache_seconds = cache_seconds
         self._clock = clock
@@ -144,8 +150,13 @@ class Exposition:
     multiprocess mode the aggregate of the workers' value files instead of ``registry``
     (metrics are then built unregistered, ``registry`` None)."""
 
-    def __init__(self, registry: CollectorRegistry | None, extra: Sequence[Collector] = (), *,
-                 multiprocess_mode: bool | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None,
+        extra: Sequence[Collector] = (),
+        *,
+        multiprocess_mode: bool | None = None,
+    ) -> None:
         if multiprocess() if multiprocess_mode is None else multiprocess_mode:
             self.registry = CollectorRegistry()
             prom_multiprocess.MultiProcessCollector(self.registry)  # type: ignore[no-untyped-call]
@@ -196,8 +207,9 @@ def _log_request(resp: flask.Response) -> flask.Response:
     if request_log.isEnabledFor(level):
         started = flask.g.get("ops_started")
         ms = (time.perf_counter() - started) * 1000 if started is not None else -1.0
-        request_log.log(level, "%s %s %d %.1fms", flask.request.method, flask.request.path,
-                        resp.status_code, ms)
+        request_log.log(
+            level, "%s %s %d %.1fms", flask.request.method, flask.request.path, resp.status_code, ms
+        )
     return resp
 
 
@@ -220,8 +232,13 @@ def route(req: flask.Request) -> str:
     return str(req.url_rule) if req.url_rule is not None else UNMATCHED
 
 
-def request_metrics(app: flask.Flask, part: str, registry: CollectorRegistry | None, *,
-                    buckets: Sequence[float] = REQUEST_BUCKETS) -> PrometheusMetrics:
+def request_metrics(
+    app: flask.Flask,
+    part: str,
+    registry: CollectorRegistry | None,
+    *,
+    buckets: Sequence[float] = REQUEST_BUCKETS,
+) -> PrometheusMetrics:
     """prometheus-flask-exporter's request metrics for ``app``, named ``tether_<part>_http_*``
     and registered in ``registry`` (None, in multiprocess mode: a throwaway registry; the
     values go to the workers' files either way, which ``Exposition`` aggregates). Bind it
@@ -236,9 +253,14 @@ def request_metrics(app: flask.Flask, part: str, registry: CollectorRegistry | N
 
     # PrometheusMetrics, not the exporter's multiprocess classes: those add a metrics server of
     # their own (and a registry reading the files) where ops.Exposition already serves them
-    return PrometheusMetrics(app, path=None, registry=registry or CollectorRegistry(),
-                             defaults_prefix=f"tether_{part}", group_by=route,
-                             buckets=tuple(buckets))
+    return PrometheusMetrics(
+        app,
+        path=None,
+        registry=registry or CollectorRegistry(),
+        defaults_prefix=f"tether_{part}",
+        group_by=route,
+        buckets=tuple(buckets),
+    )
 
 
 def json_errors(app: flask.Flask) -> None:
@@ -250,8 +272,9 @@ def json_errors(app: flask.Flask) -> None:
 
     @app.errorhandler(Exception)
     def unexpected(e: Exception) -> flask.Response:
-        log.error("unexpected error in %s %s", flask.request.method, flask.request.url_rule,
-                  exc_info=e)
+        log.error(
+            "unexpected error in %s %s", flask.request.method, flask.request.url_rule, exc_info=e
+        )
         return error(500, "internal error", f"see the {app.name}'s log")
 
 

@@ -64,8 +64,15 @@ def _bounds(name: str, value: float, minimum: float | None, maximum: float | Non
         raise SettingError(f"{name}: {fmt(value)} is above the maximum {fmt(maximum)}")
 
 
-def _numeric(name: str, raw: str, pattern: re.Pattern[str], kind: str,
-             convert: Callable[[str], N], minimum: float | None, maximum: float | None) -> N:
+def _numeric(
+    name: str,
+    raw: str,
+    pattern: re.Pattern[str],
+    kind: str,
+    convert: Callable[[str], N],
+    minimum: float | None,
+    maximum: float | None,
+) -> N:
     if pattern.fullmatch(raw) is None:  # int()/float() would take '٣', 'inf' and '1_000'
         raise SettingError(f"{name}: {raw!r} is not {kind}")
     value = convert(raw)
@@ -117,13 +124,16 @@ def choice(choices: Sequence[str]) -> Callable[[str, str], str]:
         if raw.lower() not in choices:
             raise SettingError(f"{name}: {raw!r} is not {' or '.join(choices)}")
         return raw.lower()
+
     return parse
 
 
 def runtime_id(name: str, raw: str) -> str:
     if len(raw) > 63 or not _RUNTIME_ID.fullmatch(raw):
-        raise SettingError(f"{name}: {raw!r} is not a valid runtime ID "
-                           "(1-63 of [A-Za-z0-9-_.], alphanumeric at both ends)")
+        raise SettingError(
+            f"{name}: {raw!r} is not a valid runtime ID "
+            "(1-63 of [A-Za-z0-9-_.], alphanumeric at both ends)"
+        )
     return raw
 
 

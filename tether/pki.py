@@ -51,8 +51,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tether import certs, parsers
 
-Reason = Literal["missing", "unreadable", "foreign_issuer", "subject_changed", "expired",
-                 "expiring"]
+Reason = Literal[
+    "missing", "unreadable", "foreign_issuer", "subject_changed", "expired", "expiring"
+]
 
 RENEW_FRACTION = 2 / 3  # of a certificate's validity, counted from its start
 BACKDATE = datetime.timedelta(minutes=5)  # not_before = now - BACKDATE (clock skew)
@@ -62,8 +63,10 @@ DEFAULT_SERVING_LIFETIME = datetime.timedelta(days=7)
 
 SECRET_CERT, SECRET_KEY, SECRET_PREVIOUS = "tls.crt", "tls.key", "previous.crt"
 
-_EKU_NAMES = {ExtendedKeyUsageOID.CLIENT_AUTH: "clientAuth",
-              ExtendedKeyUsageOID.SERVER_AUTH: "serverAuth"}
+_EKU_NAMES = {
+    ExtendedKeyUsageOID.CLIENT_AUTH: "clientAuth",
+    ExtendedKeyUsageOID.SERVER_AUTH: "serverAuth",
+}
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DER_SPKI = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
 
@@ -75,8 +78,13 @@ class PKIError(ValueError):
 # -- issuing ------------------------------------------------------------------------------
 
 
-def client_certificate(ca: certs.CertificateAuthority, runtime_id: str, domain: str,
-                       lifetime: datetime.timedelta, now: datetime.datetime) -> certs.KeyPair:
+def client_certificate(
+    ca: certs.CertificateAuthority,
+    runtime_id: str,
+    domain: str,
+    lifetime: datetime.timedelta,
+    now: datetime.datetime,
+) -> certs.KeyPair:
     """A runtime's client certificate: CN = ``runtime_id``, one DNS SAN = ``domain``
     (the Kyma CR's ``skr-domain``), clientAuth only."""
     try:
@@ -85,19 +93,21 @@ def client_certificate(ca: certs.CertificateAuthority, runtime_id: str, domain: 
         raise PKIError(str(e)) from None
     name = dns_name("domain", domain)
     start, validity = _span(ca, lifetime, now)
-    return ca.issue(runtime_id, dns_names=[name], client=True, validity=validity,
-                    not_before=start)
+    return ca.issue(runtime_id, dns_names=[name], client=True, validity=validity, not_before=start)
 
 
-def serving_certificate(ca: certs.CertificateAuthority, dns_names: Sequence[str],
-                        lifetime: datetime.timedelta, now: datetime.datetime) -> certs.KeyPair:
+def serving_certificate(
+    ca: certs.CertificateAuthority,
+    dns_names: Sequence[str],
+    lifetime: datetime.timedelta,
+    now: datetime.datetime,
+) -> certs.KeyPair:
     """A serving certificate for ``dns_names`` (CN = the first), serverAuth only."""
     if isinstance(dns_names, str) or not dns_names:
         raise PKIError("a serving certificate needs at least one DNS name")
     names = [dns_name("DNS name", n) for n in dns_names]
     start, validity = _span(ca, lifetime, now)
-    return ca.issue(names[0], dns_names=names, server=True, validity=validity,
-                    not_before=start)
+    return ca.issue(names[0], dns_names=names, server=True, validity=validity, not_before=start)
 
 
 def dns_name(what: str, raw: str) -> str:
@@ -109,8 +119,9 @@ def dns_name(what: str, raw: str) -> str:
     return name
 
 
-def _span(ca: certs.CertificateAuthority, lifetime: datetime.timedelta,
-          now: datetime.datetime) -> tuple[datetime.datetime, datetime.timedelta]:
+def _span(
+    ca: certs.CertificateAuthority, lifetime: datetime.timedelta, now: datetime.datetime
+) -> tuple[datetime.datetime, datetime.timedelta]:
     """(not_before, validity) of a leaf: from ``now - min(BACKDATE, lifetime/10)`` to ``now + lifetime``,
     cut at the CA's own end; a CA that has expired issues nothing."""
     _aware(now)
@@ -139,10 +150,14 @@ def renew_at(cert: x509.Certificate) -> datetime.datetime:
     return start + (cert.not_valid_after_utc - start) * RENEW_FRACTION
 
 
-def needs_renewal(cert_pem: bytes | None,
-                  ca: certs.CertificateAuthority | x509.Certificate | Sequence[x509.Certificate],
-                  now: datetime.datetime, *, runtime_id: str | None = None,
-                  domain: str | None = None) -> Reason | None:
+def needs_renewal(
+    cert_pem: bytes | None,
+    ca: certs.CertificateAuthority | x509.Certificate | Sequence[x509.Certificate],
+    now: datetime.datetime,
+    *,
+    runtime_id: str | None = None,
+    domain: str | None = None,
+) -> Reason | None:
     """None when the certificate (the first in ``cert_pem``) may stay, else why not,
     checked in this order:
 
@@ -185,8 +200,9 @@ def issued_by(cert: x509.Certificate, cas: Sequence[x509.Certificate]) -> bool:
     return False
 
 
-def _trusted(ca: certs.CertificateAuthority | x509.Certificate | Sequence[x509.Certificate]
-             ) -> list[x509.Certificate]:
+def _trusted(
+    ca: certs.CertificateAuthority | x509.Certificate | Sequence[x509.Certificate],
+) -> list[x509.Certificate]:
     if isinstance(ca, certs.CertificateAuthority):
         return [ca.cert]
     if isinstance(ca, x509.Certificate):
@@ -210,8 +226,9 @@ def _sans(cert: x509.Certificate) -> list[str]:
 # -- CA rollover --------------------------------------------------------------------------
 
 
-def ca_needs_rollover(ca_cert: x509.Certificate, now: datetime.datetime,
-                      fraction: float = RENEW_FRACTION) -> bool:
+def ca_needs_rollover(
+    ca_cert: x509.Certificate, now: datetime.datetime, fraction: float = RENEW_FRACTION
+) -> bool:
     """Whether the CA has used up ``fraction`` of its validity (time to start a rollover)."""
     _aware(now)
     if not 0 < fraction <= 1:
@@ -229,8 +246,9 @@ def trust_bundle(current: x509.Certificate, previous: x509.Certificate | None) -
     return pem
 
 
-def rollover_complete(holders: Mapping[str, bytes | None],
-                      current_ca: certs.CertificateAuthority | x509.Certificate) -> bool:
+def rollover_complete(
+    holders: Mapping[str, bytes | None], current_ca: certs.CertificateAuthority | x509.Certificate
+) -> bool:
     """Whether the previous CA may be dropped: every runtime's client certificate
     (``holders``: runtime ID -> its PEM) is from the current CA. A runtime without one,
     or with an unreadable one, does not block: no CA would accept it anyway."""
@@ -262,8 +280,10 @@ def describe(cert: bytes | x509.Certificate, now: datetime.datetime) -> dict[str
     except x509.ExtensionNotFound:
         ips = []
     try:
-        ekus = [_EKU_NAMES.get(o, o.dotted_string)
-                for o in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value]
+        ekus = [
+            _EKU_NAMES.get(o, o.dotted_string)
+            for o in cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        ]
     except x509.ExtensionNotFound:
         ekus = []
     try:
@@ -303,21 +323,25 @@ def load_certificates(pem: bytes, what: str = "data") -> list[x509.Certificate]:
         raise PKIError(f"{what} holds no PEM certificate") from None
 
 
-def load_ca(cert_pem: bytes, key_pem: bytes, cert_what: str = "tls.crt",
-            key_what: str = "tls.key") -> certs.CertificateAuthority:
+def load_ca(
+    cert_pem: bytes, key_pem: bytes, cert_what: str = "tls.crt", key_what: str = "tls.key"
+) -> certs.CertificateAuthority:
     """A CA from its certificate (exactly one, a CA) and its matching EC key."""
     found = load_certificates(cert_pem, cert_what)
     if len(found) != 1:
         raise PKIError(f"{cert_what} holds {len(found)} certificates, not one")
     _is_ca(found[0], cert_what)
     try:
-        ca = certs.CertificateAuthority.load(found[0].public_bytes(serialization.Encoding.PEM),
-                                             key_pem)
+        ca = certs.CertificateAuthority.load(
+            found[0].public_bytes(serialization.Encoding.PEM), key_pem
+        )
     except (ValueError, TypeError, crypto_exceptions.UnsupportedAlgorithm) as e:
-        raise PKIError(f"{key_what} is not an unencrypted PEM EC private key "
-                       f"({type(e).__name__})") from None
+        raise PKIError(
+            f"{key_what} is not an unencrypted PEM EC private key ({type(e).__name__})"
+        ) from None
     if ca.key.public_key().public_bytes(*_DER_SPKI) != ca.cert.public_key().public_bytes(
-            *_DER_SPKI):
+        *_DER_SPKI
+    ):
         raise PKIError(f"{key_what} does not match the certificate in {cert_what}")
     return ca
 
@@ -331,15 +355,17 @@ def _is_ca(cert: x509.Certificate, what: str) -> None:
     raise PKIError(f"{what} is not a CA certificate (basicConstraints CA:TRUE)")
 
 
-def load_ca_secret(data: Mapping[str, bytes]
-                   ) -> tuple[certs.CertificateAuthority, x509.Certificate | None]:
+def load_ca_secret(
+    data: Mapping[str, bytes],
+) -> tuple[certs.CertificateAuthority, x509.Certificate | None]:
     """The current CA and the previous CA certificate (None outside a rollover) from the
     CA Secret's decoded ``data`` (layout: the module docstring)."""
     for key in (SECRET_CERT, SECRET_KEY):
         if not data.get(key):
             raise PKIError(f"CA Secret: {key} is missing or empty")
-    current = load_ca(data[SECRET_CERT], data[SECRET_KEY], f"CA Secret: {SECRET_CERT}",
-                      f"CA Secret: {SECRET_KEY}")
+    current = load_ca(
+        data[SECRET_CERT], data[SECRET_KEY], f"CA Secret: {SECRET_CERT}", f"CA Secret: {SECRET_KEY}"
+    )
     raw = data.get(SECRET_PREVIOUS)
     if not raw:
         return current, None
@@ -351,12 +377,12 @@ def load_ca_secret(data: Mapping[str, bytes]
     return current, (None if found[0] == current.cert else found[0])
 
 
-def ca_secret_data(current: certs.CertificateAuthority,
-                   previous_cert: x509.Certificate | None) -> dict[str, bytes]:
+def ca_secret_data(
+    current: certs.CertificateAuthority, previous_cert: x509.Certificate | None
+) -> dict[str, bytes]:
     """The CA Secret's ``data`` (decoded) for this CA and, during a rollover, the
     previous CA certificate."""
     data = {SECRET_CERT: current.cert_pem, SECRET_KEY: current.key_pem}
     if previous_cert is not None and previous_cert != current.cert:
         data[SECRET_PREVIOUS] = previous_cert.public_bytes(serialization.Encoding.PEM)
     return data
-

@@ -13,8 +13,9 @@ RUN_SECONDS_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900)
 
 def runtimes(name: str, state: str, registry: prom.CollectorRegistry) -> prom.Gauge:
     """Kyma CRs by ``state`` (what the part tracks of each: its mapping, its enrollment)."""
-    return prom.Gauge(name, f"Kyma CRs by {state} state at the end of the last run", ["state"],
-                      registry=registry)
+    return prom.Gauge(
+        name, f"Kyma CRs by {state} state at the end of the last run", ["state"], registry=registry
+    )
 
 
 def leader(name: str, registry: prom.CollectorRegistry) -> prom.Gauge:

@@ -14,12 +14,36 @@ from typing import Any
 
 from tether.schemacheck import check_patterns, ecma_regex
 
-_ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "$comment", "title", "description",
-                          "examples", "default"})
-_COMPILED = frozenset({"type", "const", "enum", "minLength", "maxLength", "pattern", "format",
-                       "minimum", "maximum", "required", "properties", "additionalProperties",
-                       "propertyNames", "maxProperties", "minItems", "maxItems", "items",
-                       "$ref", "if", "then"}) | _ANNOTATIONS
+_ANNOTATIONS = frozenset(
+    {"$schema", "$id", "$defs", "$comment", "title", "description", "examples", "default"}
+)
+_COMPILED = (
+    frozenset(
+        {
+            "type",
+            "const",
+            "enum",
+            "minLength",
+            "maxLength",
+            "pattern",
+            "format",
+            "minimum",
+            "maximum",
+            "required",
+            "properties",
+            "additionalProperties",
+            "propertyNames",
+            "maxProperties",
+            "minItems",
+            "maxItems",
+            "items",
+            "$ref",
+            "if",
+            "then",
+        }
+    )
+    | _ANNOTATIONS
+)
 Check = Callable[[Any], bool]
 
 
@@ -72,9 +96,9 @@ def acceptor(schema: Mapping[str, Any], date_time: Callable[[str], object]) -> C
     cache: dict[str, Check] = {}
 
     def resolve(ref: str) -> Check:
-        if not ref.startswith("#/$defs/") or "/" in ref[len("#/$defs/"):]:
+        if not ref.startswith("#/$defs/") or "/" in ref[len("#/$defs/") :]:
             raise ValueError(f"$ref {ref!r} is not compiled")
-        name = ref[len("#/$defs/"):]
+        name = ref[len("#/$defs/") :]
         if name not in cache:
             cache[name] = build(root["$defs"][name])
         return cache[name]
@@ -106,8 +130,9 @@ def acceptor(schema: Mapping[str, Any], date_time: Callable[[str], object]) -> C
         checks.extend(_object_checks(node, build))
         checks.extend(_array_checks(node, build))
         if "if" in node:
-            checks.append(functools.partial(_implies, _exact_condition(node["if"]),
-                                            build(node["then"])))
+            checks.append(
+                functools.partial(_implies, _exact_condition(node["if"]), build(node["then"]))
+            )
         return lambda v: all(c(v) for c in checks)
 
     return build(schema)
@@ -134,6 +159,7 @@ def _number_checks(node: Mapping[str, Any]) -> list[Check]:
 
     def numeric(v: object) -> bool:
         return isinstance(v, int | float) and not isinstance(v, bool)
+
     if "minimum" in node:
         low = node["minimum"]
         out.append(lambda v: not numeric(v) or v >= low)
@@ -143,8 +169,9 @@ def _number_checks(node: Mapping[str, Any]) -> list[Check]:
     return out
 
 
-def _object_checks(node: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Check]
-                   ) -> list[Check]:
+def _object_checks(
+    node: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Check]
+) -> list[Check]:
     out: list[Check] = []
     if "required" in node:
         required = list(node["required"])
@@ -154,8 +181,9 @@ def _object_checks(node: Mapping[str, Any], build: Callable[[Mapping[str, Any]],
         out.append(lambda v: not isinstance(v, dict) or len(v) <= most)
     props = {k: build(s) for k, s in (node.get("properties") or {}).items()}
     if props:
-        out.append(lambda v: not isinstance(v, dict) or all(
-            c(v[k]) for k, c in props.items() if k in v))
+        out.append(
+            lambda v: not isinstance(v, dict) or all(c(v[k]) for k, c in props.items() if k in v)
+        )
     if "propertyNames" in node:
         name_ok = build(node["propertyNames"])
         out.append(lambda v: not isinstance(v, dict) or all(name_ok(k) for k in v))
@@ -165,15 +193,20 @@ def _object_checks(node: Mapping[str, Any], build: Callable[[Mapping[str, Any]],
             out.append(lambda v: not isinstance(v, dict) or all(k in props for k in v))
         elif isinstance(extra, dict):
             extra_ok = build(extra)
-            out.append(lambda v: not isinstance(v, dict) or all(
-                extra_ok(x) for k, x in v.items() if k not in props))
+            out.append(
+                lambda v: (
+                    not isinstance(v, dict)
+                    or all(extra_ok(x) for k, x in v.items() if k not in props)
+                )
+            )
         elif extra is not True:
             raise ValueError("additionalProperties must be a schema or a boolean")
     return out
 
 
-def _array_checks(node: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Check]
-                  ) -> list[Check]:
+def _array_checks(
+    node: Mapping[str, Any], build: Callable[[Mapping[str, Any]], Check]
+) -> list[Check]:
     out: list[Check] = []
     if "minItems" in node or "maxItems" in node:
         lo, hi = int(node.get("minItems", 0)), int(node.get("maxItems", 1 << 62))
@@ -190,10 +223,16 @@ def _exact_condition(node: Mapping[str, Any]) -> Check:
     """An ``if`` schema, compiled exactly (a condition judged too strictly would skip its
     ``then``): only ``properties`` whose schemas are a scalar ``const``."""
     props = node.get("properties")
-    if set(node) != {"properties"} or not isinstance(props, dict) or not all(
+    if (
+        set(node) != {"properties"}
+        or not isinstance(props, dict)
+        or not all(
             isinstance(s, dict) and set(s) == {"const"} and not isinstance(s["const"], dict | list)
-            for s in props.values()):
+            for s in props.values()
+        )
+    ):
         raise ValueError("only an 'if' of properties with a const each is compiled")
     wanted = {k: s["const"] for k, s in props.items()}
-    return lambda v: not isinstance(v, dict) or all(
-        _same(v[k], c) for k, c in wanted.items() if k in v)
+    return lambda v: (
+        not isinstance(v, dict) or all(_same(v[k], c) for k, c in wanted.items() if k in v)
+    )

@@ -59,8 +59,10 @@ def _compiled(pattern: str) -> re.Pattern[str]:
     for ch in pattern:
         if escaped:
             if ch in _DIFFERENT:
-                raise ValueError(f"pattern {pattern!r}: \\{ch} differs between ECMA-262 and "
-                                 "Python; spell the set out")
+                raise ValueError(
+                    f"pattern {pattern!r}: \\{ch} differs between ECMA-262 and "
+                    "Python; spell the set out"
+                )
             out.append("\\" + ch)
             escaped = False
         elif ch == "\\":
@@ -74,13 +76,17 @@ def _compiled(pattern: str) -> re.Pattern[str]:
         elif ch == "$":
             out.append(r"\Z")
         elif ch == ".":
-            raise ValueError(f"pattern {pattern!r}: '.' differs between ECMA-262 and Python "
-                             "(line terminators); spell the set out")
+            raise ValueError(
+                f"pattern {pattern!r}: '.' differs between ECMA-262 and Python "
+                "(line terminators); spell the set out"
+            )
         else:
             out.append(ch)
     if "(?<" in pattern or "[]" in pattern or "[^]" in pattern:
-        raise ValueError(f"pattern {pattern!r}: named groups, lookbehind and empty classes "
-                         "differ between ECMA-262 and Python")
+        raise ValueError(
+            f"pattern {pattern!r}: named groups, lookbehind and empty classes "
+            "differ between ECMA-262 and Python"
+        )
     return re.compile("".join(out))
 
 
@@ -99,44 +105,54 @@ def brief(instance: object) -> str:
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # -- keywords: the standard ones, bounded --------------------------------------------------
 
 
-def _pattern(v: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
-             ) -> Iterator[ValidationError]:
+def _pattern(
+    v: Any, pattern: str, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
     if not isinstance(instance, str) or len(instance) > schema.get("maxLength", len(instance)):
         return  # too long: maxLength says so, the regex is not run on it
     if ecma_regex(pattern).search(instance) is None:
         yield ValidationError(f"{brief(instance)} does not match {pattern!r}")
 
 
-def _max_length(v: Any, limit: int, instance: Any, schema: Mapping[str, Any]
-                ) -> Iterator[ValidationError]:
+def _max_length(
+    v: Any, limit: int, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
     if isinstance(instance, str) and len(instance) > limit:
         yield ValidationError(f"{brief(instance)} is longer than {limit} characters")
 
 
-def _type(v: Any, types: Any, instance: Any, schema: Mapping[str, Any]
-          ) -> Iterator[ValidationError]:
+def _type(
+    v: Any, types: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
     names = [types] if isinstance(types, str) else list(types)
     if not any(v.is_type(instance, t) for t in names):
         yield ValidationError(f"{brief(instance)} is not of type {', '.join(map(repr, names))}")
 
 
-def _enum(v: Any, enums: list[Any], instance: Any, schema: Mapping[str, Any]
-          ) -> Iterator[ValidationError]:
+def _enum(
+    v: Any, enums: list[Any], instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
     if not any(type(instance) is type(e) and instance == e for e in enums):
         yield ValidationError(f"{brief(instance)} is not one of {enums!r}")
 
 
-def _max_count(kind: type[Sized]) -> Callable[[Any, int, Any, Mapping[str, Any]], Iterator[ValidationError]]:
+def _max_count(
+    kind: type[Sized],
+) -> Callable[[Any, int, Any, Mapping[str, Any]], Iterator[ValidationError]]:
     """``maxItems`` (kind list) and ``maxProperties`` (kind dict)."""
-    def check(v: Any, limit: int, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+
+    def check(
+        v: Any, limit: int, instance: Any, schema: Mapping[str, Any]
+    ) -> Iterator[ValidationError]:
         if isinstance(instance, kind) and len(instance) > limit:
             yield ValidationError(f"{brief(instance)}: at most {limit} are allowed")
+
     return check
 
 
@@ -148,17 +164,21 @@ def _oversized(instance: Any, schema: Mapping[str, Any]) -> bool:
     return False
 
 
-def _unless_oversized(keyword: Callable[..., Iterator[ValidationError]]
-                      ) -> Callable[..., Iterator[ValidationError]]:
-    def check(v: Any, value: Any, instance: Any, schema: Mapping[str, Any]
-              ) -> Iterator[ValidationError]:
+def _unless_oversized(
+    keyword: Callable[..., Iterator[ValidationError]],
+) -> Callable[..., Iterator[ValidationError]]:
+    def check(
+        v: Any, value: Any, instance: Any, schema: Mapping[str, Any]
+    ) -> Iterator[ValidationError]:
         if not _oversized(instance, schema):
             yield from keyword(v, value, instance, schema)
+
     return check
 
 
-def _additional(v: Any, additional: Any, instance: Any, schema: Mapping[str, Any]
-                ) -> Iterator[ValidationError]:
+def _additional(
+    v: Any, additional: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
     if not isinstance(instance, dict) or _oversized(instance, schema):
         return
     known = schema.get("properties", {})
@@ -177,13 +197,15 @@ def _additional(v: Any, additional: Any, instance: Any, schema: Mapping[str, Any
 
 def _format_checker(date_time: Callable[[str], object]) -> jsonschema.FormatChecker:
     checker = jsonschema.FormatChecker(formats=())
-    checker.checks("date-time")(lambda value: not isinstance(value, str)
-                                or date_time(value) is not None)
+    checker.checks("date-time")(
+        lambda value: not isinstance(value, str) or date_time(value) is not None
+    )
     return checker
 
 
-def _format(v: Any, fmt: str, instance: Any, schema: Mapping[str, Any]
-            ) -> Iterator[ValidationError]:
+def _format(
+    v: Any, fmt: str, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
     if not isinstance(instance, str) or len(instance) > schema.get("maxLength", len(instance)):
         return
     if "pattern" in schema and ecma_regex(schema["pattern"]).search(instance) is None:
@@ -207,7 +229,8 @@ _KEYWORDS: dict[str, Callable[..., Iterator[ValidationError]]] = {
 }
 
 BoundedValidator = validators.extend(  # type: ignore[no-untyped-call]
-    Draft202012Validator, _KEYWORDS)
+    Draft202012Validator, _KEYWORDS
+)
 
 
 def check_patterns(schema: object) -> None:
@@ -223,47 +246,56 @@ def check_patterns(schema: object) -> None:
             stack.extend(node)
 
 
-def make(schema: Mapping[str, Any], registry: Any, date_time: Callable[[str], object]
-         ) -> Validator:
+def make(schema: Mapping[str, Any], registry: Any, date_time: Callable[[str], object]) -> Validator:
     """A validator with ECMA-262 patterns, bounded keywords and ``date-time`` checked by
     ``date_time`` (None for a text that is not one)."""
     check_patterns(schema)
-    validator: Validator = BoundedValidator(schema, registry=registry,
-                                            format_checker=_format_checker(date_time))
+    validator: Validator = BoundedValidator(
+        schema, registry=registry, format_checker=_format_checker(date_time)
+    )
     return validator
 
 
-def string_check(schema: Mapping[str, Any], date_time: Callable[[str], object]
-                 ) -> Callable[[object], bool]:
+def string_check(
+    schema: Mapping[str, Any], date_time: Callable[[str], object]
+) -> Callable[[object], bool]:
     """A fast predicate equal to validating a string against ``schema`` (only ``type:
     string``, ``minLength``, ``maxLength``, ``pattern`` and ``format: date-time``; anything
     else is refused here): for checks on every comparison, where a full validator costs
     tens of microseconds."""
     known = {"type", "minLength", "maxLength", "pattern", "format", "description"}
-    if schema.get("type") != "string" or set(schema) - known or schema.get(
-            "format", "date-time") != "date-time":
+    if (
+        schema.get("type") != "string"
+        or set(schema) - known
+        or schema.get("format", "date-time") != "date-time"
+    ):
         raise ValueError(f"not a plain string schema: {sorted(schema)}")
     low, high = int(schema.get("minLength", 0)), int(schema.get("maxLength", 1 << 62))
     regex = ecma_regex(schema["pattern"]) if "pattern" in schema else None
     timed = "format" in schema
 
     def check(value: object) -> bool:
-        return (isinstance(value, str) and low <= len(value) <= high
-                and (regex is None or regex.search(value) is not None)
-                and (not timed or date_time(value) is not None))
+        return (
+            isinstance(value, str)
+            and low <= len(value) <= high
+            and (regex is None or regex.search(value) is not None)
+            and (not timed or date_time(value) is not None)
+        )
+
     return check
 
 
-def violations(validator: Validator, doc: object, limit: int = 20,
-               prefix: str = "$") -> list[Violation]:
+def violations(
+    validator: Validator, doc: object, limit: int = 20, prefix: str = "$"
+) -> list[Violation]:
     """The first ``limit`` violations of ``doc``, ordered by path; paths start with
     ``prefix`` (e.g. ``$.items[3]`` for one item of a batch)."""
     instance: Any = doc
     errors = list(itertools.islice(validator.iter_errors(instance), limit))
-    errors.sort(key=lambda e: [str(p) if isinstance(p, str) else f"{p:09d}"
-                               for p in e.absolute_path])
-    return [Violation(_path(prefix, e.absolute_path), _cut(e.message, MAX_MESSAGE))
-            for e in errors]
+    errors.sort(
+        key=lambda e: [str(p) if isinstance(p, str) else f"{p:09d}" for p in e.absolute_path]
+    )
+    return [Violation(_path(prefix, e.absolute_path), _cut(e.message, MAX_MESSAGE)) for e in errors]
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+")

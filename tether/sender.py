@@ -108,10 +108,16 @@ def classify(status: int, headers: Mapping[str, str], body: bytes) -> Outcome:
         except ValueError:
             return Outcome("ok", status, "bad-response")
         results = doc.get("results") if isinstance(doc, dict) else None
-        items = tuple(r for r in results if isinstance(r, dict)) if isinstance(results, list) else ()
-        return Outcome("ok", status, "ok", results=items,
-                       epoch=listenerapi.epoch_in(doc.get("epoch") if isinstance(doc, dict)
-                                                  else None))
+        items = (
+            tuple(r for r in results if isinstance(r, dict)) if isinstance(results, list) else ()
+        )
+        return Outcome(
+            "ok",
+            status,
+            "ok",
+            results=items,
+            epoch=listenerapi.epoch_in(doc.get("epoch") if isinstance(doc, dict) else None),
+        )
     error, details = _error_of(body)
     reason = f"http-{status}"
     if status in RETRYABLE_STATUS or status >= 500:
@@ -124,8 +130,14 @@ def transport_failure(exc: BaseException) -> Outcome:
     """Classify an exception raised before any response arrived (always retryable)."""
     if isinstance(exc, requests.exceptions.SSLError):  # the log names the failed check
         check = certs.verify_failure(exc)
-        return Outcome("retryable", 0, "tls", None,
-                       f"{type(exc).__name__}: {check}" if check else type(exc).__name__, "")
+        return Outcome(
+            "retryable",
+            0,
+            "tls",
+            None,
+            f"{type(exc).__name__}: {check}" if check else type(exc).__name__,
+            "",
+        )
     if isinstance(exc, requests.exceptions.Timeout):
         reason = "timeout"
     else:
@@ -133,15 +145,22 @@ def transport_failure(exc: BaseException) -> Outcome:
     return Outcome("retryable", 0, reason, None, type(exc).__name__, "")
 
 
-def backoff(attempt: int, *, base: float = 0.2, cap: float = 30.0,
-            rand: Callable[[], float] = random.random) -> float:
+def backoff(
+    attempt: int, *, base: float = 0.2, cap: float = 30.0, rand: Callable[[], float] = random.random
+) -> float:
     """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2**attempt)]."""
     ceiling = min(cap, base * (2 ** min(max(attempt, 0), 32)))
     return float(ceiling * rand())
 
 
-def retry_delay(outcome: Outcome, attempt: int, *, base: float = 0.2, cap: float = 30.0,
-                rand: Callable[[], float] = random.random) -> float:
+def retry_delay(
+    outcome: Outcome,
+    attempt: int,
+    *,
+    base: float = 0.2,
+    cap: float = 30.0,
+    rand: Callable[[], float] = random.random,
+) -> float:
     """How long to wait before the next attempt: the listener's ``Retry-After`` when it gave
     one (never less), else the jittered backoff."""
     delay = backoff(attempt, base=base, cap=cap, rand=rand)
@@ -154,8 +173,12 @@ def record_size(record: changes.ChangeRecord) -> int:
     return len(json.dumps(record, separators=(",", ":")).encode())
 
 
-def split_batches(records: Sequence[changes.ChangeRecord], *, max_items: int = MAX_BATCH_ITEMS,
-                  max_bytes: int = DEFAULT_MAX_BATCH_BYTES) -> list[list[changes.ChangeRecord]]:
+def split_batches(
+    records: Sequence[changes.ChangeRecord],
+    *,
+    max_items: int = MAX_BATCH_ITEMS,
+    max_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+) -> list[list[changes.ChangeRecord]]:
     """Group records in order into batches of at most ``max_items`` and about ``max_bytes``
     of JSON (a single record larger than ``max_bytes`` travels alone)."""
     out: list[list[changes.ChangeRecord]] = []
@@ -193,30 +216,63 @@ def client_options(read_timeout: float) -> tuple[config.Option, ...]:
     """The listener client's options, shared by the webhook and the poller (one Secret and
     ConfigMap configure both); ``read_timeout`` is the part's default."""
     return (
-        config.https_url("TETHER_LISTENER_URL", config.REQUIRED,
-                         "the listener's base URL (https://HOST[:PORT])", flag="--listener-url"),
-        config.file("TETHER_LISTENER_CA_FILE", config.REQUIRED,
-                    "CA bundle that signs the listener's serving certificate (PEM)",
-                    "certificate", flag="--listener-ca-file"),
-        config.file("TETHER_CLIENT_CERT_FILE", config.REQUIRED,
-                    "this runtime's client certificate (PEM; CN = runtime ID)", "certificate",
-                    flag="--client-cert-file"),
-        config.file("TETHER_CLIENT_KEY_FILE", config.REQUIRED,
-                    "the client certificate's private key (PEM)", "key", flag="--client-key-file"),
-        config.seconds("TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS", 3.0,
-                       "connect timeout of a request to the listener", minimum=0.1, maximum=60),
-        config.seconds("TETHER_LISTENER_TIMEOUT_SECONDS", read_timeout,
-                       "read timeout of a request to the listener", minimum=0.1, maximum=300,
-                       flag="--listener-timeout"),
-        config.seconds("TETHER_CERT_RELOAD_SECONDS", 5.0,
-                       "how often the client certificate files are checked for a change "
-                       "(0: every request)", minimum=0, maximum=3600),
+        config.https_url(
+            "TETHER_LISTENER_URL",
+            config.REQUIRED,
+            "the listener's base URL (https://HOST[:PORT])",
+            flag="--listener-url",
+        ),
+        config.file(
+            "TETHER_LISTENER_CA_FILE",
+            config.REQUIRED,
+            "CA bundle that signs the listener's serving certificate (PEM)",
+            "certificate",
+            flag="--listener-ca-file",
+        ),
+        config.file(
+            "TETHER_CLIENT_CERT_FILE",
+            config.REQUIRED,
+            "this runtime's client certificate (PEM; CN = runtime ID)",
+            "certificate",
+            flag="--client-cert-file",
+        ),
+        config.file(
+            "TETHER_CLIENT_KEY_FILE",
+            config.REQUIRED,
+            "the client certificate's private key (PEM)",
+            "key",
+            flag="--client-key-file",
+        ),
+        config.seconds(
+            "TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS",
+            3.0,
+            "connect timeout of a request to the listener",
+            minimum=0.1,
+            maximum=60,
+        ),
+        config.seconds(
+            "TETHER_LISTENER_TIMEOUT_SECONDS",
+            read_timeout,
+            "read timeout of a request to the listener",
+            minimum=0.1,
+            maximum=300,
+            flag="--listener-timeout",
+        ),
+        config.seconds(
+            "TETHER_CERT_RELOAD_SECONDS",
+            5.0,
+            "how often the client certificate files are checked for a change (0: every request)",
+            minimum=0,
+            maximum=3600,
+        ),
     )
 
 
 CLIENT_PAIRS = (("TETHER_CLIENT_CERT_FILE", "TETHER_CLIENT_KEY_FILE"),)
-CLIENT_RENAMED = {"TETHER_LISTENER_TIMEOUT": "TETHER_LISTENER_TIMEOUT_SECONDS",
-                  "TETHER_LISTENER_CONNECT_TIMEOUT": "TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS"}
+CLIENT_RENAMED = {
+    "TETHER_LISTENER_TIMEOUT": "TETHER_LISTENER_TIMEOUT_SECONDS",
+    "TETHER_LISTENER_CONNECT_TIMEOUT": "TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS",
+}
 
 
 def client_settings(v: Mapping[str, Any], runtime_id: str, *, pool_size: int = 4) -> ClientSettings:
@@ -262,7 +318,8 @@ class ListenerClient:
         self._session: requests.Session | None = None
         self._files = tlsreload.Watched(
             (settings.ca_file, settings.cert_file, settings.key_file),
-            self._load, check_interval=settings.reload_check_seconds,
+            self._load,
+            check_interval=settings.reload_check_seconds,
         )
 
     def _load(self) -> requests.Session:
@@ -288,9 +345,14 @@ class ListenerClient:
     def certs_loaded(self) -> bool:
         return self._files.loaded()
 
-    def _call(self, method: str, path: str, body: bytes | None = None,
-              timeout: tuple[float, float] | None = None,
-              extra: Mapping[str, str] | None = None) -> tuple[Outcome, bytes]:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        timeout: tuple[float, float] | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> tuple[Outcome, bytes]:
         try:
             session = self.session()
         except tlsreload.LoadError as e:
@@ -300,7 +362,10 @@ class ListenerClient:
             headers["Content-Type"] = "application/json"
         try:
             resp = session.request(
-                method, self._base + path, data=body, headers=headers,
+                method,
+                self._base + path,
+                data=body,
+                headers=headers,
                 timeout=timeout or (self.settings.connect_timeout, self.settings.read_timeout),
                 allow_redirects=False,
             )
@@ -309,26 +374,42 @@ class ListenerClient:
             return transport_failure(e), b""
         return classify(resp.status_code, resp.headers, content), content
 
-    def send(self, records: Sequence[changes.ChangeRecord],
-             timeout: tuple[float, float] | None = None, *,
-             parent: tracing.TraceParent | None = None,
-             links: Sequence[tracing.TraceParent] = ()) -> Outcome:
+    def send(
+        self,
+        records: Sequence[changes.ChangeRecord],
+        timeout: tuple[float, float] | None = None,
+        *,
+        parent: tracing.TraceParent | None = None,
+        links: Sequence[tracing.TraceParent] = (),
+    ) -> Outcome:
         """POST one record or a batch (callers split with ``split_batches``), as a span
         that is a child of ``parent`` (the first record's admission; None: a new trace,
         e.g. the poller's) linked to ``links`` (the other records' admissions)."""
         body = listenerapi.changes_body(records)
         path = listenerapi.changes_path(self.settings.runtime_id)
-        span = self.tracer.start(FORWARD_SPAN, parent=parent, links=links, kind="client",
-                                 attributes={"tether.records": len(records)}
-                                 if self.tracer.enabled else None)
-        outcome, _ = self._call("POST", path, body, timeout,
-                                {tracing.HEADER: span.context.header()})
-        span.end({"http.response.status_code": outcome.status, "tether.outcome": outcome.reason},
-                 error=outcome.verdict != "ok")
+        span = self.tracer.start(
+            FORWARD_SPAN,
+            parent=parent,
+            links=links,
+            kind="client",
+            attributes={"tether.records": len(records)} if self.tracer.enabled else None,
+        )
+        outcome, _ = self._call(
+            "POST", path, body, timeout, {tracing.HEADER: span.context.header()}
+        )
+        span.end(
+            {"http.response.status_code": outcome.status, "tether.outcome": outcome.reason},
+            error=outcome.verdict != "ok",
+        )
         return outcome
 
-    def state_page(self, limit: int = 500, token: str = "",
-                   report: listenerapi.EpochReport | None = None, watch: str = "") -> StatePage:
+    def state_page(
+        self,
+        limit: int = 500,
+        token: str = "",
+        report: listenerapi.EpochReport | None = None,
+        watch: str = "",
+    ) -> StatePage:
         """One page of the runtime's state digest; ``watch``: of that Watch's records."""
         path = listenerapi.state_path(self.settings.runtime_id, limit, token, report, watch)
         outcome, content = self._call("GET", path)
@@ -341,7 +422,9 @@ class ListenerClient:
             if not isinstance(items, list) or not isinstance(token_out, str):
                 raise TypeError("items/continue")
         except (ValueError, KeyError, TypeError):
-            raise ListenerError(outcome._replace(verdict="retryable", reason="bad-response")) from None
+            raise ListenerError(
+                outcome._replace(verdict="retryable", reason="bad-response")
+            ) from None
         return StatePage(items, token_out, listenerapi.epoch_in(doc.get("epoch")))
 
     def _get_json(self, path: str) -> dict[str, Any]:

@@ -49,9 +49,9 @@ class KubeconfigRefused(SkrClientError):
 class Policy:
     """Where runtimes' kubeconfigs are and how calls into runtimes are bounded."""
 
-    namespace: str | None = None                 # None: the Kyma CRs' namespace
+    namespace: str | None = None  # None: the Kyma CRs' namespace
     secret_name: str = "kubeconfig-{kyma}"
-    timeout: float = 10.0                        # wall clock per call
+    timeout: float = 10.0  # wall clock per call
     max_bytes: int = 16 * 1024 * 1024
     max_connections: int = 2
     denied: tuple[addresses.Network, ...] = addresses.DEFAULT_DENIED
@@ -77,32 +77,59 @@ def _template(name: str, raw: str) -> str:
 
 # The settings every part that calls into runtimes reads (compass, the enroller).
 OPTIONS = (
-    config.object_name("TETHER_KUBECONFIG_NAMESPACE", None,
-                       "KCP namespace of the runtimes' kubeconfig Secrets (unset: the Kyma CRs')"),
-    config.custom("TETHER_KUBECONFIG_SECRET_NAME", "kubeconfig-{kyma}",
-                  "name of a runtime's kubeconfig Secret ({kyma}: the Kyma CR's name)", _template),
-    config.custom("TETHER_RUNTIME_DENIED_NETWORKS", addresses.DEFAULT_DENIED,
-                  "CIDRs a runtime's API server may not resolve to (comma-separated; empty: none)",
-                  _networks, shown="loopback,link-local,metadata,private,CGNAT,multicast"),
-    config.integer("TETHER_RUNTIME_MAX_RESPONSE_BYTES", 16 * 1024 * 1024,
-                   "largest answer read from a runtime's API server", minimum=64 * 1024,
-                   maximum=512 * 1024 * 1024),
-    config.integer("TETHER_RUNTIME_MAX_CONNECTIONS", 2, "connections open to one runtime at once",
-                   minimum=1, maximum=16),
-    config.seconds("TETHER_KUBECONFIG_MAX_AGE_SECONDS", 300.0,
-                   "a runtime's kubeconfig Secret is read again when its client is older",
-                   minimum=0, maximum=86_400),
+    config.object_name(
+        "TETHER_KUBECONFIG_NAMESPACE",
+        None,
+        "KCP namespace of the runtimes' kubeconfig Secrets (unset: the Kyma CRs')",
+    ),
+    config.custom(
+        "TETHER_KUBECONFIG_SECRET_NAME",
+        "kubeconfig-{kyma}",
+        "name of a runtime's kubeconfig Secret ({kyma}: the Kyma CR's name)",
+        _template,
+    ),
+    config.custom(
+        "TETHER_RUNTIME_DENIED_NETWORKS",
+        addresses.DEFAULT_DENIED,
+        "CIDRs a runtime's API server may not resolve to (comma-separated; empty: none)",
+        _networks,
+        shown="loopback,link-local,metadata,private,CGNAT,multicast",
+    ),
+    config.integer(
+        "TETHER_RUNTIME_MAX_RESPONSE_BYTES",
+        16 * 1024 * 1024,
+        "largest answer read from a runtime's API server",
+        minimum=64 * 1024,
+        maximum=512 * 1024 * 1024,
+    ),
+    config.integer(
+        "TETHER_RUNTIME_MAX_CONNECTIONS",
+        2,
+        "connections open to one runtime at once",
+        minimum=1,
+        maximum=16,
+    ),
+    config.seconds(
+        "TETHER_KUBECONFIG_MAX_AGE_SECONDS",
+        300.0,
+        "a runtime's kubeconfig Secret is read again when its client is older",
+        minimum=0,
+        maximum=86_400,
+    ),
 )
 
 
 def policy(v: config.Values, timeout: float) -> Policy:
     """The policy of the ``OPTIONS``' values; ``timeout``: the part's per-call deadline."""
-    return Policy(namespace=v["TETHER_KUBECONFIG_NAMESPACE"],
-                  secret_name=v["TETHER_KUBECONFIG_SECRET_NAME"], timeout=timeout,
-                  max_bytes=v["TETHER_RUNTIME_MAX_RESPONSE_BYTES"],
-                  max_connections=v["TETHER_RUNTIME_MAX_CONNECTIONS"],
-                  denied=tuple(v["TETHER_RUNTIME_DENIED_NETWORKS"]),
-                  max_age=v["TETHER_KUBECONFIG_MAX_AGE_SECONDS"])
+    return Policy(
+        namespace=v["TETHER_KUBECONFIG_NAMESPACE"],
+        secret_name=v["TETHER_KUBECONFIG_SECRET_NAME"],
+        timeout=timeout,
+        max_bytes=v["TETHER_RUNTIME_MAX_RESPONSE_BYTES"],
+        max_connections=v["TETHER_RUNTIME_MAX_CONNECTIONS"],
+        denied=tuple(v["TETHER_RUNTIME_DENIED_NETWORKS"]),
+        max_age=v["TETHER_KUBECONFIG_MAX_AGE_SECONDS"],
+    )
 
 
 class _Entry(NamedTuple):
@@ -115,8 +142,14 @@ class _Entry(NamedTuple):
 class SkrClients:
     """Thread-safe cache: kyma name -> (Secret resourceVersion, gateway or refusal)."""
 
-    def __init__(self, kcp: gateway.Kube, namespace: str, policy: Policy | None = None, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        policy: Policy | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._kcp = kcp
         self.policy = policy or Policy()
         self.namespace = self.policy.namespace or namespace
@@ -124,7 +157,7 @@ class SkrClients:
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self.builds = 0  # gateways built (for tests of the cache)
-        self.reads = 0   # Secrets read (for tests of the cache)
+        self.reads = 0  # Secrets read (for tests of the cache)
 
     def secret_name(self, kyma: str) -> str:
         return self.policy.secret_name.format(kyma=kyma)
@@ -145,15 +178,17 @@ class SkrClients:
         except ValueError:
             content = b""
         if not content:
-            raise SkrClientError(f"kubeconfig Secret {self.namespace}/{name} has no key "
-                                 f"{KUBECONFIG_KEY!r}")
+            raise SkrClientError(
+                f"kubeconfig Secret {self.namespace}/{name} has no key {KUBECONFIG_KEY!r}"
+            )
         return rv, content
 
     def _build(self, kyma: str, content: bytes) -> gateway.Kube:
         name = self.secret_name(kyma)
         try:
-            api = gateway.from_runtime_kubeconfig(content, self.policy.limits,
-                                                  timeout=self.policy.timeout)
+            api = gateway.from_runtime_kubeconfig(
+                content, self.policy.limits, timeout=self.policy.timeout
+            )
         except gateway.KubeconfigRefused as e:
             raise KubeconfigRefused(f"kubeconfig Secret {name}: {e}", e.field) from None
         except gateway.KubeConfigError as e:

@@ -73,8 +73,10 @@ def live_item(item: Mapping[str, Any]) -> Item | None:
     if not isinstance(ns, str) or not isinstance(name, str) or item.get("deleted") is True:
         return None
     rv = item.get("resourceVersion")
-    return Item(bucket_of(ns, name),
-                item_hash(ns, name, rv if isinstance(rv, str) else "", item.get("epoch", 0)))
+    return Item(
+        bucket_of(ns, name),
+        item_hash(ns, name, rv if isinstance(rv, str) else "", item.get("epoch", 0)),
+    )
 
 
 class Buckets:
@@ -97,8 +99,11 @@ class Buckets:
         return b
 
     def wire(self) -> dict[str, Any]:
-        return {"bucketCount": BUCKETS, "hashes": [hex16(h) for h in self.hashes],
-                "counts": list(self.counts)}
+        return {
+            "bucketCount": BUCKETS,
+            "hashes": [hex16(h) for h in self.hashes],
+            "counts": list(self.counts),
+        }
 
 
 def fold(items: Iterable[Mapping[str, Any]]) -> Buckets:
@@ -148,8 +153,11 @@ def parse_summary(doc: object) -> Remote | None:
 
 def mismatching(local: Buckets, remote: Remote) -> list[int]:
     """The buckets whose hash or count differ (an ``UNKNOWN`` count always differs)."""
-    return [b for b in range(BUCKETS)
-            if local.hashes[b] != remote.hashes[b] or local.counts[b] != remote.counts[b]]
+    return [
+        b
+        for b in range(BUCKETS)
+        if local.hashes[b] != remote.hashes[b] or local.counts[b] != remote.counts[b]
+    ]
 
 
 # -- changes of the stored summary (the listener) ---------------------------------------------
@@ -169,16 +177,24 @@ class Change(NamedTuple):
     bytes: int = 0
 
 
-def change_of(old: Mapping[str, Any] | None, new: Mapping[str, Any],
-              revision: int | None, old_size: int = 0, new_size: int = 0) -> Change | None:
+def change_of(
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any],
+    revision: int | None,
+    old_size: int = 0,
+    new_size: int = 0,
+) -> Change | None:
     """The change a write from digest item ``old`` (None: no record) to ``new`` makes
     (``old_size``/``new_size``: the objects' size annotations); None when it changes
     nothing of its bucket."""
     o = None if old is None else live_item(old)
     n = live_item(new)
     ns, name = new.get("namespace"), new.get("name")
-    bucket = n.bucket if n is not None else (o.bucket if o is not None else
-                                             bucket_of(str(ns), str(name)))
+    bucket = (
+        n.bucket
+        if n is not None
+        else (o.bucket if o is not None else bucket_of(str(ns), str(name)))
+    )
     h = (0 if o is None else o.hash) ^ (0 if n is None else n.hash)
     count = (n is not None) - (o is not None)
     records = 1 if old is None else 0
@@ -193,8 +209,14 @@ def removal_of(item: Mapping[str, Any], size: int) -> Change:
     an unknown revision: its bucket is listed again before it is trusted."""
     ns, name = str(item.get("namespace")), str(item.get("name"))
     live = live_item(item)
-    return Change(bucket_of(ns, name), 0 if live is None else live.hash,
-                  0 if live is None else -1, None, -1, -size)
+    return Change(
+        bucket_of(ns, name),
+        0 if live is None else live.hash,
+        0 if live is None else -1,
+        None,
+        -1,
+        -size,
+    )
 
 
 class Pending:
@@ -258,14 +280,14 @@ class Stored(NamedTuple):
 
     @staticmethod
     def empty() -> Stored:
-        return Stored([0] * BUCKETS, [0] * BUCKETS, [0] * BUCKETS, [0] * BUCKETS,
-                      [0] * BUCKETS)
+        return Stored([0] * BUCKETS, [0] * BUCKETS, [0] * BUCKETS, [0] * BUCKETS, [0] * BUCKETS)
 
     @staticmethod
     def listed(b: Buckets, revision: int, footprint: Footprint | None = None) -> Stored:
         f = footprint or Footprint()
-        return Stored(list(b.hashes), list(b.counts), [revision] * BUCKETS, list(f.records),
-                      list(f.bytes))
+        return Stored(
+            list(b.hashes), list(b.counts), [revision] * BUCKETS, list(f.records), list(f.bytes)
+        )
 
 
 def _int(v: object, default: int) -> int:
@@ -297,15 +319,22 @@ def stored_of(status: object) -> Stored | None:
     for i, b in enumerate(raw_b):
         if _int(b, UNKNOWN) == UNKNOWN or size[i] < 0:
             records[i] = UNKNOWN
-    revs = [_int(r, 0) if not isinstance(r, str) else (int(r) if r.isdigit() and r.isascii()
-                                                       else 0) for r in raw_r]
+    revs = [
+        _int(r, 0) if not isinstance(r, str) else (int(r) if r.isdigit() and r.isascii() else 0)
+        for r in raw_r
+    ]
     return Stored([0 if h is None else h for h in hashes], counts, revs, records, size)
 
 
 def status_of(s: Stored) -> dict[str, Any]:
-    return {"bucketCount": BUCKETS, "hashes": [hex16(h) for h in s.hashes],
-            "counts": list(s.counts), "revisions": [str(r) for r in s.revisions],
-            "records": list(s.records), "bytes": list(s.bytes)}
+    return {
+        "bucketCount": BUCKETS,
+        "hashes": [hex16(h) for h in s.hashes],
+        "counts": list(s.counts),
+        "revisions": [str(r) for r in s.revisions],
+        "records": list(s.records),
+        "bytes": list(s.bytes),
+    }
 
 
 def footprint_of(s: Stored) -> tuple[int, int] | None:
@@ -341,15 +370,20 @@ def merge(s: Stored, pending: Mapping[int, Pending]) -> Stored:
     return Stored(hashes, counts, revs, records, size)
 
 
-def corrected(s: Stored, bucket: int, hash_: int, count: int, revision: int,
-              records: int = 0, size: int = 0) -> Stored | None:
+def corrected(
+    s: Stored, bucket: int, hash_: int, count: int, revision: int, records: int = 0, size: int = 0
+) -> Stored | None:
     """``s`` with one bucket set from a listing at ``revision`` (its hash, live count,
     objects and bytes); None when nothing changes (it agrees, or a newer listing set it
     already)."""
     if s.revisions[bucket] > revision:
         return None
     if (s.hashes[bucket], s.counts[bucket], s.records[bucket], s.bytes[bucket]) == (
-            hash_, count, records, size):
+        hash_,
+        count,
+        records,
+        size,
+    ):
         return None  # agrees: no write just to move the revision
     hashes, counts, revs = list(s.hashes), list(s.counts), list(s.revisions)
     recs, sizes = list(s.records), list(s.bytes)
@@ -360,8 +394,11 @@ def corrected(s: Stored, bucket: int, hash_: int, count: int, revision: int,
 
 def wire_of(s: Stored) -> dict[str, Any]:
     """The summary answer of ``GET .../state/summary``."""
-    return {"bucketCount": BUCKETS, "hashes": [hex16(h) for h in s.hashes],
-            "counts": list(s.counts)}
+    return {
+        "bucketCount": BUCKETS,
+        "hashes": [hex16(h) for h in s.hashes],
+        "counts": list(s.counts),
+    }
 
 
 def spread(keys: Sequence[tuple[str, str]]) -> list[int]:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
-ETCD_QUOTA_BYTES = 8 * GIB      # etcd's recommended maximum --quota-backend-bytes
-RECORDS_SHARE = 0.5             # of it for Tether's records
-RUNTIMES = 5_000                # runtimes one KCP carries (lifecycle-manager's target)
-ETCD_BYTES_PER_RECORD = 4_200   # bench/etcd_size.py: 4,112-4,119 B for full, digest, metadata
-RECORD_BYTES_FLOOR = 2 * MIB    # one maximal ConfigMap's record must fit
+ETCD_QUOTA_BYTES = 8 * GIB  # etcd's recommended maximum --quota-backend-bytes
+RECORDS_SHARE = 0.5  # of it for Tether's records
+RUNTIMES = 5_000  # runtimes one KCP carries (lifecycle-manager's target)
+ETCD_BYTES_PER_RECORD = 4_200  # bench/etcd_size.py: 4,112-4,119 B for full, digest, metadata
+RECORD_BYTES_FLOOR = 2 * MIB  # one maximal ConfigMap's record must fit
 
 
 def records_bytes() -> int:

@@ -37,8 +37,14 @@ def signature(paths: Sequence[str]) -> Signature:
 
 
 class Watched(Generic[T]):
-    def __init__(self, paths: Sequence[str], loader: Callable[[], T], *,
-                 check_interval: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str],
+        loader: Callable[[], T],
+        *,
+        check_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.paths = tuple(paths)
         self._loader = loader
         self._interval = check_interval
@@ -86,7 +92,9 @@ class Watched(Generic[T]):
             self._sig = None
 
 
-def server_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
+def server_context(
+    cert_file: str, key_file: str, client_ca_file: str | None = None
+) -> ssl.SSLContext:
     """A TLS 1.2+ server context; requires client certificates when ``client_ca_file``."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2

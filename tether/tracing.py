@@ -113,8 +113,9 @@ def linked(remote: TraceParent | None) -> tuple[TraceParent, ...]:
     return () if remote is None else (remote,)
 
 
-def remote_attributes(remote: TraceParent | None,
-                      attributes: Attributes) -> dict[str, str | int | float | bool]:
+def remote_attributes(
+    remote: TraceParent | None, attributes: Attributes
+) -> dict[str, str | int | float | bool]:
     """``attributes`` with the caller's context re-rendered (version 00, 55 characters:
     nothing of what it sent beyond the parsed IDs and flag) under ``REMOTE_ATTRIBUTE``."""
     found = dict(attributes)
@@ -156,6 +157,7 @@ class _Recorded:
 
     def end(self, attributes: Attributes | None = None, error: bool = False) -> None:
         from opentelemetry.trace import Status, StatusCode
+
         if attributes:
             self._span.set_attributes(attributes)
         if error:
@@ -165,8 +167,13 @@ class _Recorded:
 
 def _span_context(tp: TraceParent) -> Any:
     from opentelemetry.trace import SpanContext, TraceFlags
-    return SpanContext(tp.trace_id, tp.span_id, is_remote=True,
-                       trace_flags=TraceFlags(TraceFlags.SAMPLED if tp.sampled else 0))
+
+    return SpanContext(
+        tp.trace_id,
+        tp.span_id,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED if tp.sampled else 0),
+    )
 
 
 class Tracer:
@@ -181,20 +188,35 @@ class Tracer:
     def enabled(self) -> bool:
         return self._tracer is not None
 
-    def start(self, name: str, *, parent: TraceParent | None = None,
-              links: Sequence[TraceParent] = (), kind: Kind = "internal",
-              attributes: Attributes | None = None, start_ns: int | None = None) -> Span:
+    def start(
+        self,
+        name: str,
+        *,
+        parent: TraceParent | None = None,
+        links: Sequence[TraceParent] = (),
+        kind: Kind = "internal",
+        attributes: Attributes | None = None,
+        start_ns: int | None = None,
+    ) -> Span:
         """A span named ``name``, child of ``parent`` (None: a new trace), linked to
         ``links`` (at most ``MAX_LINKS``)."""
         if self._tracer is None:
             return _Plain(new(parent))
         from opentelemetry import trace
-        ctx = None if parent is None else trace.set_span_in_context(
-            trace.NonRecordingSpan(_span_context(parent)))
+
+        ctx = (
+            None
+            if parent is None
+            else trace.set_span_in_context(trace.NonRecordingSpan(_span_context(parent)))
+        )
         span = self._tracer.start_span(
-            name, context=ctx, kind=getattr(trace.SpanKind, kind.upper()),
-            attributes=attributes, links=[trace.Link(_span_context(t)) for t in links[:MAX_LINKS]],
-            start_time=start_ns)
+            name,
+            context=ctx,
+            kind=getattr(trace.SpanKind, kind.upper()),
+            attributes=attributes,
+            links=[trace.Link(_span_context(t)) for t in links[:MAX_LINKS]],
+            start_time=start_ns,
+        )
         return _Recorded(span)
 
     def shutdown(self) -> None:

@@ -85,8 +85,12 @@ class Target:
         return f"{self.group}/{self.version}" if self.group else self.version
 
     def wire(self) -> dict[str, str]:
-        return {"group": self.group, "version": self.version, "resource": self.resource,
-                "kind": self.kind}
+        return {
+            "group": self.group,
+            "version": self.version,
+            "resource": self.resource,
+            "kind": self.kind,
+        }
 
     def gvk(self) -> dict[str, str]:
         """As a record carries it (``resource`` of a v2 record)."""
@@ -124,6 +128,7 @@ class Watch:
 
 
 # --- the Watch custom resource -> Watch -----------------------------------------------------
+
 
 def selector_text(sel: object, field: str) -> str:
     """A Kubernetes ``LabelSelector`` (matchLabels, matchExpressions) as selector text."""
@@ -186,7 +191,9 @@ def _target(spec: Mapping[str, Any]) -> Target:
     if not isinstance(version, str) or not _VERSION.match(version):
         raise WatchError("spec.resource.version: must be an API version such as v1 or v1beta2")
     if not isinstance(plural, str) or not _DNS_LABEL.match(plural):
-        raise WatchError("spec.resource.resource: must be the resource's plural name, e.g. configmaps")
+        raise WatchError(
+            "spec.resource.resource: must be the resource's plural name, e.g. configmaps"
+        )
     if not isinstance(kind, str) or not _KIND.match(kind):
         raise WatchError("spec.resource.kind: must be the kind, e.g. ConfigMap")
     target = Target(group, version, plural, kind)
@@ -221,8 +228,9 @@ def parse(obj: Mapping[str, Any]) -> Watch:
     if mode not in MODES:
         raise WatchError(f"spec.send.mode: must be one of {', '.join(MODES)}")
     if secret and mode not in SECRET_MODES:
-        raise WatchError("spec.send.mode: a Secret's values never leave the runtime: "
-                         "use metadata or digest")
+        raise WatchError(
+            "spec.send.mode: a Secret's values never leave the runtime: use metadata or digest"
+        )
     keys = _names(send.get("keys"), "spec.send.keys", MAX_KEYS, _VALUE_KEY)
     if mode in ("keys", "exclude") and not keys:
         raise WatchError(f"spec.send.keys: mode {mode} needs at least one key")
@@ -235,24 +243,35 @@ def parse(obj: Mapping[str, Any]) -> Watch:
     except watchuse.UseError as e:
         raise WatchError(str(e)) from None
     return Watch(
-        name=name, target=target,
+        name=name,
+        target=target,
         namespaces=_names(spec.get("namespaces"), "spec.namespaces", MAX_NAMESPACES, _DNS_LABEL),
-        ignored_namespaces=_names(spec.get("ignoredNamespaces"), "spec.ignoredNamespaces",
-                                  MAX_NAMESPACES, _DNS_LABEL),
+        ignored_namespaces=_names(
+            spec.get("ignoredNamespaces"), "spec.ignoredNamespaces", MAX_NAMESPACES, _DNS_LABEL
+        ),
         selector_text=selector_text(spec.get("selector"), "spec.selector"),
         runtime_selector_text=selector_text(runtimes.get("selector"), "spec.runtimes.selector"),
-        module=module, mode=mode, keys=keys, storage_namespace=storage, inject=inject,
-        generation=generation if isinstance(generation, int) else 0)
+        module=module,
+        mode=mode,
+        keys=keys,
+        storage_namespace=storage,
+        inject=inject,
+        generation=generation if isinstance(generation, int) else 0,
+    )
 
 
 # --- which runtimes, which objects ----------------------------------------------------------
+
 
 def modules_of(kyma: Mapping[str, Any]) -> frozenset[str]:
     """The modules enabled in a Kyma CR (``spec.modules[].name``)."""
     spec = kyma.get("spec") or {}
     mods = spec.get("modules") if isinstance(spec, Mapping) else None
-    return frozenset(str(m["name"]) for m in mods or []
-                     if isinstance(m, Mapping) and isinstance(m.get("name"), str))
+    return frozenset(
+        str(m["name"])
+        for m in mods or []
+        if isinstance(m, Mapping) and isinstance(m.get("name"), str)
+    )
 
 
 def applies(w: Watch, kyma_labels: Mapping[str, str] | None, modules: Iterable[str]) -> bool:
@@ -295,6 +314,7 @@ def covering(watches: Iterable[Watch], target: Target) -> tuple[Watch, ...]:
 
 # --- what is sent ---------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Content:
     """What of an object a record carries."""
@@ -311,8 +331,11 @@ def _values(target: Target, obj: Mapping[str, Any]) -> tuple[dict[str, str], dic
         return dict(obj.get("data") or {}), dict(obj.get("binaryData") or {})
     if target.group == "" and target.kind == "Secret":
         return {}, dict(obj.get("data") or {})
-    text = {k: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-            for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+    text = {
+        k: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        for k, v in obj.items()
+        if k not in ("apiVersion", "kind", "metadata")
+    }
     return text, {}
 
 
@@ -344,8 +367,10 @@ def reduce(w: Watch, obj: Mapping[str, Any]) -> Content:
         binary = {k: v for k, v in binary.items() if k not in w.keys}
     elif w.mode == "digest":
         key = w.digest_key
-        text = {**{k: digests.of(v.encode(), key) for k, v in text.items()},
-                **{k: digests.of(_b64(v), key) for k, v in binary.items()}}
+        text = {
+            **{k: digests.of(v.encode(), key) for k, v in text.items()},
+            **{k: digests.of(_b64(v), key) for k, v in binary.items()},
+        }
         binary = {}
     return Content(dict(meta.get("labels") or {}), annotations, text, binary)
 
@@ -366,8 +391,10 @@ def violation(w: Watch, record: Mapping[str, Any]) -> str | None:
     runtime sent. A tombstone is checked by its kind and namespace (it has no labels)."""
     group, version, kind = gvk_of(record)
     if (group, version, kind) != (w.target.group, w.target.version, w.target.kind):
-        return (f"the watch {w.name} covers {w.target.kind} {w.target.api_version}, "
-                f"not {kind} {group + '/' if group else ''}{version}")
+        return (
+            f"the watch {w.name} covers {w.target.kind} {w.target.api_version}, "
+            f"not {kind} {group + '/' if group else ''}{version}"
+        )
     target = w.target
     ns, name = str(record.get("namespace")), str(record.get("name"))
     if not namespace_admitted(w, ns):
@@ -390,10 +417,12 @@ def violation(w: Watch, record: Mapping[str, Any]) -> str | None:
     if w.mode == "exclude" and keys & set(w.keys):
         return f"the watch {w.name} leaves out the keys {', '.join(sorted(keys & set(w.keys)))}"
     if w.mode == "digest" and (binary or not digests.only(data)):
-        return (f"the watch {w.name} sends digests only (hmac-sha256: or sha256: and 64 hex "
-                "digits per value)")
-    if (watchkinds.is_secret(w.target) or watchkinds.is_secret_kind(group, kind)) \
-            and (binary or not digests.only(data)):  # whatever the Watch's mode and kind
+        return (
+            f"the watch {w.name} sends digests only (hmac-sha256: or sha256: and 64 hex "
+            "digits per value)"
+        )
+    if (watchkinds.is_secret(w.target) or watchkinds.is_secret_kind(group, kind)) and (
+        binary or not digests.only(data)
+    ):  # whatever the Watch's mode and kind
         return "a Secret's values never leave its runtime (only digests, or no value)"
     return None
-

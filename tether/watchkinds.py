@@ -37,14 +37,27 @@ from tether import apitypes
 # Cluster-scoped resources (namespaces, nodes, ...) are not here: a Watch covers namespaced
 # kinds only. (The plurals tether.apitypes declares are written by their names.)
 BUILTIN: Mapping[str, Mapping[str, str]] = {
-    "": {"configmaps": "ConfigMap", "secrets": "Secret", "services": "Service",
-         "serviceaccounts": "ServiceAccount", "pods": "Pod", "endpoints": "Endpoints",
-         apitypes.EVENTS.plural: "Event", "limitranges": "LimitRange", "resourcequotas": "ResourceQuota",
-         "persistentvolumeclaims": "PersistentVolumeClaim", "podtemplates": "PodTemplate",
-         "replicationcontrollers": "ReplicationController"},
-    "apps": {apitypes.DEPLOYMENTS.plural: "Deployment", "statefulsets": "StatefulSet",
-             "daemonsets": "DaemonSet", "replicasets": "ReplicaSet",
-             "controllerrevisions": "ControllerRevision"},
+    "": {
+        "configmaps": "ConfigMap",
+        "secrets": "Secret",
+        "services": "Service",
+        "serviceaccounts": "ServiceAccount",
+        "pods": "Pod",
+        "endpoints": "Endpoints",
+        apitypes.EVENTS.plural: "Event",
+        "limitranges": "LimitRange",
+        "resourcequotas": "ResourceQuota",
+        "persistentvolumeclaims": "PersistentVolumeClaim",
+        "podtemplates": "PodTemplate",
+        "replicationcontrollers": "ReplicationController",
+    },
+    "apps": {
+        apitypes.DEPLOYMENTS.plural: "Deployment",
+        "statefulsets": "StatefulSet",
+        "daemonsets": "DaemonSet",
+        "replicasets": "ReplicaSet",
+        "controllerrevisions": "ControllerRevision",
+    },
     "batch": {"jobs": "Job", "cronjobs": "CronJob"},
     "autoscaling": {"horizontalpodautoscalers": "HorizontalPodAutoscaler"},
     "policy": {"poddisruptionbudgets": "PodDisruptionBudget"},
@@ -58,12 +71,18 @@ SECRETS = ("", "secrets", "Secret")  # (group, plural, kind)
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # a copy of the whole object
 # the annotations a value-hiding mode (every mode but full) keeps: who manages the object and
 # which certificate or account it belongs to, never a copy of its values
-KEPT_ANNOTATIONS = frozenset({
-    "meta.helm.sh/release-name", "meta.helm.sh/release-namespace",
-    "kubernetes.io/service-account.name", "kubernetes.io/service-account.uid",
-    "cert-manager.io/certificate-name", "cert-manager.io/issuer-name",
-    "cert-manager.io/issuer-kind", "cert-manager.io/issuer-group",
-})
+KEPT_ANNOTATIONS = frozenset(
+    {
+        "meta.helm.sh/release-name",
+        "meta.helm.sh/release-namespace",
+        "kubernetes.io/service-account.name",
+        "kubernetes.io/service-account.uid",
+        "cert-manager.io/certificate-name",
+        "cert-manager.io/issuer-name",
+        "cert-manager.io/issuer-kind",
+        "cert-manager.io/issuer-group",
+    }
+)
 
 
 class Target(Protocol):
@@ -84,7 +103,9 @@ class Target(Protocol):
 
 def is_secret(target: Target) -> bool:
     """Whether the target is the core group's Secrets, by its resource or by its kind."""
-    return target.group == SECRETS[0] and (target.resource == SECRETS[1] or target.kind == SECRETS[2])
+    return target.group == SECRETS[0] and (
+        target.resource == SECRETS[1] or target.kind == SECRETS[2]
+    )
 
 
 def is_secret_kind(group: str, kind: str) -> bool:
@@ -101,11 +122,14 @@ def builtin_problem(target: Target) -> str | None:
     where = f"the group {target.group!r}" if target.group else "the core group"
     kind = table.get(target.resource)
     if kind is None:
-        return (f"spec.resource.resource: {target.resource!r} is not a namespaced resource of "
-                f"{where}")
+        return (
+            f"spec.resource.resource: {target.resource!r} is not a namespaced resource of {where}"
+        )
     if kind != target.kind:
-        return (f"spec.resource.kind: the resource {target.resource} of {where} is of the kind "
-                f"{kind}, not {target.kind}")
+        return (
+            f"spec.resource.kind: the resource {target.resource} of {where} is of the kind "
+            f"{kind}, not {target.kind}"
+        )
     return None
 
 
@@ -117,9 +141,11 @@ def discovered_problem(target: Target, resources: Mapping[str, Any]) -> str | No
         if not isinstance(r, Mapping) or r.get("name") != target.resource:
             continue
         if r.get("kind") != target.kind:
-            return (f"spec.resource.kind: this runtime serves {target.resource} of "
-                    f"{_api_version(target)} as the kind {str(r.get('kind'))[:63]}, "
-                    f"not {target.kind}")
+            return (
+                f"spec.resource.kind: this runtime serves {target.resource} of "
+                f"{_api_version(target)} as the kind {str(r.get('kind'))[:63]}, "
+                f"not {target.kind}"
+            )
         if r.get("namespaced") is not True:
             return f"spec.resource: this runtime serves {target.resource} cluster-scoped"
         return None
@@ -132,8 +158,10 @@ def object_problem(target: Target, obj: Mapping[str, Any]) -> str | None:
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     if api_version == _api_version(target) and kind == target.kind:
         return None
-    return (f"the object is a {str(kind)[:63]} {str(api_version)[:127]}, the watch covers "
-            f"{target.kind} {_api_version(target)}")
+    return (
+        f"the object is a {str(kind)[:63]} {str(api_version)[:127]}, the watch covers "
+        f"{target.kind} {_api_version(target)}"
+    )
 
 
 def stamp_items(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -154,8 +182,11 @@ def kept_annotations(mode: str, annotations: object) -> dict[str, Any]:
     """The annotations a Watch in ``mode`` sends: all in ``full``, else ``KEPT_ANNOTATIONS``."""
     if not isinstance(annotations, Mapping):
         return {}
-    return {str(k): v for k, v in annotations.items()
-            if mode == "full" or (k in KEPT_ANNOTATIONS and k != LAST_APPLIED)}
+    return {
+        str(k): v
+        for k, v in annotations.items()
+        if mode == "full" or (k in KEPT_ANNOTATIONS and k != LAST_APPLIED)
+    }
 
 
 def annotation_left_out(mode: str, annotations: object) -> str | None:
@@ -172,9 +203,13 @@ def cel_rule() -> str:
     this text): in a built-in group, ``group/resource=kind`` must be one of the table's."""
     group = "(has(self.group) ? self.group : '')"
     groups = ", ".join(f"'{g}'" for g in sorted(BUILTIN))
-    pairs = ", ".join(f"'{g}/{p}={k}'" for g, t in sorted(BUILTIN.items()) for p, k in sorted(t.items()))
-    return (f"!({group} in [{groups}]) || "
-            f"({group} + '/' + self.resource + '=' + self.kind) in [{pairs}]")
+    pairs = ", ".join(
+        f"'{g}/{p}={k}'" for g, t in sorted(BUILTIN.items()) for p, k in sorted(t.items())
+    )
+    return (
+        f"!({group} in [{groups}]) || "
+        f"({group} + '/' + self.resource + '=' + self.kind) in [{pairs}]"
+    )
 
 
 def _api_version(target: Target) -> str:

@@ -48,16 +48,23 @@ def configmap_ref(name: str, raw: str) -> tuple[str, str]:
 
 
 # the setting of the senders (webhook, poller) that read the runtime's Watches
-OPTION = config.custom(ENV_CONFIGMAP, configmap_ref(ENV_CONFIGMAP, DEFAULT_CONFIGMAP),
-                       "NAMESPACE/NAME of the ConfigMap of the runtime's Watches (absent: the "
-                       "environment's scope, v1 records)", configmap_ref,
-                       shown=DEFAULT_CONFIGMAP)
+OPTION = config.custom(
+    ENV_CONFIGMAP,
+    configmap_ref(ENV_CONFIGMAP, DEFAULT_CONFIGMAP),
+    "NAMESPACE/NAME of the ConfigMap of the runtime's Watches (absent: the "
+    "environment's scope, v1 records)",
+    configmap_ref,
+    shown=DEFAULT_CONFIGMAP,
+)
 
 
 ENV_DIGEST_KEY = "TETHER_DIGEST_KEY_FILE"
 KEY_OPTION = config.text(
-    ENV_DIGEST_KEY, None, "file of the runtime's digest key (the digest-key of its client "
-    "Secret); absent or unset: digest Watches send unkeyed sha256 digests")
+    ENV_DIGEST_KEY,
+    None,
+    "file of the runtime's digest key (the digest-key of its client "
+    "Secret); absent or unset: digest Watches send unkeyed sha256 digests",
+)
 
 
 def read_digest_key(path: str | None) -> bytes | None:
@@ -70,20 +77,35 @@ def read_digest_key(path: str | None) -> bytes | None:
         with open(path, "rb") as f:
             key = f.read(4096)
     except OSError as e:
-        log.warning("no digest key (%s: %s): digest Watches send unkeyed sha256 digests",
-                    path, e.strerror or type(e).__name__)
+        log.warning(
+            "no digest key (%s: %s): digest Watches send unkeyed sha256 digests",
+            path,
+            e.strerror or type(e).__name__,
+        )
         return None
     if len(key) < digests.MIN_KEY_BYTES:
-        log.warning("the digest key in %s is shorter than %d bytes: digest Watches send unkeyed "
-                    "sha256 digests", path, digests.MIN_KEY_BYTES)
+        log.warning(
+            "the digest key in %s is shorter than %d bytes: digest Watches send unkeyed "
+            "sha256 digests",
+            path,
+            digests.MIN_KEY_BYTES,
+        )
         return None
     return key
 
 
 class WatchSet:
-    def __init__(self, skr: gateway.Kube, namespace: str = NAMESPACE, ttl: float = DEFAULT_TTL,
-                 timeout: float = 5.0, clock: Callable[[], float] = time.monotonic, *,
-                 name: str = watchwire.WIRE_CONFIGMAP, digest_key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        skr: gateway.Kube,
+        namespace: str = NAMESPACE,
+        ttl: float = DEFAULT_TTL,
+        timeout: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        name: str = watchwire.WIRE_CONFIGMAP,
+        digest_key: bytes | None = None,
+    ) -> None:
         self._skr, self._namespace, self._ttl, self._timeout = skr, namespace, ttl, timeout
         self._name = name
         self._digest_key = digest_key
@@ -117,8 +139,9 @@ class WatchSet:
 
     def _refresh(self) -> None:
         try:
-            cm = self._skr.get_or_none(apitypes.CONFIGMAPS, self._namespace, self._name,
-                                       timeout=self._timeout)
+            cm = self._skr.get_or_none(
+                apitypes.CONFIGMAPS, self._namespace, self._name, timeout=self._timeout
+            )
         except gateway.GatewayError as e:
             self._warn(f"cannot read {self._namespace}/{self._name}: {e}")
             return
@@ -132,8 +155,9 @@ class WatchSet:
             self._value = tuple(dataclasses.replace(w, digest_key=self._digest_key) for w in read)
             self._warned = None
         except watches.WatchError as e:
-            self._warn(f"{self._namespace}/{self._name} cannot be used, keeping "
-                       f"the last Watches: {e}")
+            self._warn(
+                f"{self._namespace}/{self._name} cannot be used, keeping the last Watches: {e}"
+            )
             if self._value is None:
                 self._value = ()
 

@@ -73,8 +73,10 @@ def inject_of(spec: Mapping[str, Any], *, configmaps: bool, mode: str) -> Inject
     if not isinstance(raw, Mapping):
         raise UseError("spec.inject: must be an object (resource, namespace, field)")
     if not configmaps or mode not in VALUE_MODES:
-        raise UseError("spec.inject: only for a Watch of ConfigMaps whose records hold values "
-                       f"(send.mode {', '.join(VALUE_MODES)})")
+        raise UseError(
+            "spec.inject: only for a Watch of ConfigMaps whose records hold values "
+            f"(send.mode {', '.join(VALUE_MODES)})"
+        )
     res = raw.get("resource")
     if not isinstance(res, Mapping):
         raise UseError("spec.inject.resource: required (group, version, resource)")
@@ -90,8 +92,13 @@ def inject_of(spec: Mapping[str, Any], *, configmaps: bool, mode: str) -> Inject
         raise UseError("spec.inject.namespace: must be the KCP namespace of the component CRs")
     path = raw.get("field")
     parts = tuple(path.split(".")) if isinstance(path, str) else ()
-    if (not 2 <= len(parts) <= MAX_FIELD_DEPTH or parts[0] != "spec"
-            or not all(_FIELD_SEGMENT.match(p) for p in parts)):
-        raise UseError("spec.inject.field: must be a path below spec, such as spec.configuration "
-                       f"(at most {MAX_FIELD_DEPTH} names)")
+    if (
+        not 2 <= len(parts) <= MAX_FIELD_DEPTH
+        or parts[0] != "spec"
+        or not all(_FIELD_SEGMENT.match(p) for p in parts)
+    ):
+        raise UseError(
+            "spec.inject.field: must be a path below spec, such as spec.configuration "
+            f"(at most {MAX_FIELD_DEPTH} names)"
+        )
     return Inject(apitypes.watched(group, version, plural), ns, parts)

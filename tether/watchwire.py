@@ -32,11 +32,25 @@ DATA_ONLY_CONDITIONS = ("content-changed",)
 def to_wire(watches: Sequence[Watch]) -> str:
     """The Watches in force in a runtime, as the ``tether-watches`` ConfigMap carries them
     (deterministic: equal sets give equal text, so an unchanged set is not re-applied)."""
-    return json.dumps({"version": WIRE_VERSION, "watches": [
-        {"name": w.name, "generation": w.generation, "resource": w.target.wire(),
-         "namespaces": list(w.namespaces), "ignoredNamespaces": list(w.ignored_namespaces),
-         "selector": w.selector_text, "mode": w.mode, "keys": list(w.keys)}
-        for w in sorted(watches, key=lambda w: w.name)]}, sort_keys=True)
+    return json.dumps(
+        {
+            "version": WIRE_VERSION,
+            "watches": [
+                {
+                    "name": w.name,
+                    "generation": w.generation,
+                    "resource": w.target.wire(),
+                    "namespaces": list(w.namespaces),
+                    "ignoredNamespaces": list(w.ignored_namespaces),
+                    "selector": w.selector_text,
+                    "mode": w.mode,
+                    "keys": list(w.keys),
+                }
+                for w in sorted(watches, key=lambda w: w.name)
+            ],
+        },
+        sort_keys=True,
+    )
 
 
 def from_wire(text: str) -> tuple[Watch, ...]:
@@ -45,8 +59,11 @@ def from_wire(text: str) -> tuple[Watch, ...]:
         doc = json.loads(text)
     except ValueError:
         raise WatchError(f"{WIRE_KEY}: not JSON") from None
-    if not isinstance(doc, Mapping) or doc.get("version") != WIRE_VERSION \
-            or not isinstance(doc.get("watches"), list):
+    if (
+        not isinstance(doc, Mapping)
+        or doc.get("version") != WIRE_VERSION
+        or not isinstance(doc.get("watches"), list)
+    ):
         raise WatchError(f"{WIRE_KEY}: not version {WIRE_VERSION} of the watch list")
     if len(doc["watches"]) > MAX_WATCHES:
         raise WatchError(f"{WIRE_KEY}: more than {MAX_WATCHES} watches")
@@ -59,10 +76,17 @@ def from_wire(text: str) -> tuple[Watch, ...]:
             filters.parse_selector(sel)
         except filters.SelectorError as e:
             raise WatchError(f"{WIRE_KEY}: watches[{i}].selector: {e}") from None
-        w = parse({"metadata": {"name": d.get("name"), "generation": d.get("generation")},
-                   "spec": {"resource": d.get("resource"), "namespaces": d.get("namespaces"),
-                            "ignoredNamespaces": d.get("ignoredNamespaces"),
-                            "send": {"mode": d.get("mode"), "keys": d.get("keys") or None}}})
+        w = parse(
+            {
+                "metadata": {"name": d.get("name"), "generation": d.get("generation")},
+                "spec": {
+                    "resource": d.get("resource"),
+                    "namespaces": d.get("namespaces"),
+                    "ignoredNamespaces": d.get("ignoredNamespaces"),
+                    "send": {"mode": d.get("mode"), "keys": d.get("keys") or None},
+                },
+            }
+        )
         out.append(dataclasses.replace(w, selector_text=sel))
     return tuple(out)
 
@@ -77,7 +101,9 @@ def label_selector(text: str) -> dict[str, Any]:
             op = "In" if r.operator == "in" else "NotIn"
             exprs.append({"key": r.key, "operator": op, "values": sorted(r.values)})
         else:
-            exprs.append({"key": r.key, "operator": "Exists" if r.operator == "exists" else "DoesNotExist"})
+            exprs.append(
+                {"key": r.key, "operator": "Exists" if r.operator == "exists" else "DoesNotExist"}
+            )
     return {"matchExpressions": exprs} if exprs else {}
 
 
@@ -90,7 +116,11 @@ def _holds_data(w: Watch) -> bool:
 def _resources(w: Watch) -> list[str]:
     """The rule's resources: a custom resource's ``status`` subresource too (a controller
     writes its status there, and a status Watch must see it); ConfigMaps and Secrets have none."""
-    return [w.target.resource] if _holds_data(w) else [w.target.resource, f"{w.target.resource}/status"]
+    return (
+        [w.target.resource]
+        if _holds_data(w)
+        else [w.target.resource, f"{w.target.resource}/status"]
+    )
 
 
 def webhook_name(w: Watch) -> str:
@@ -110,22 +140,42 @@ def webhook_entries(watches: Sequence[Watch], template: Mapping[str, Any]) -> li
         hook = json.loads(json.dumps(template))
         ignored = sorted({*ALWAYS_IGNORED_NAMESPACES, *w.ignored_namespaces})
         ns_exprs: list[dict[str, Any]] = [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ignored}]
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ignored}
+        ]
         if w.namespaces:
-            ns_exprs.append({"key": "kubernetes.io/metadata.name", "operator": "In",
-                             "values": sorted(w.namespaces)})
-        conditions = [c for c in template.get("matchConditions") or ()
-                      if c.get("name") not in DATA_ONLY_CONDITIONS or _holds_data(w)]
-        conditions += [{"name": f"not-{name.replace('.', '-')}", "expression": f"request.name != '{name}'"}
-                       for g, k, name in NEVER_SENT if (g, k) == (w.target.group, w.target.kind)]
-        hook.update({
-            "name": webhook_name(w),
-            "rules": [{"apiGroups": [w.target.group], "apiVersions": [w.target.version],
-                       "resources": _resources(w), "operations": list(OPERATIONS),
-                       "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": ns_exprs},
-            "objectSelector": label_selector(w.selector_text),
-        })
+            ns_exprs.append(
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "In",
+                    "values": sorted(w.namespaces),
+                }
+            )
+        conditions = [
+            c
+            for c in template.get("matchConditions") or ()
+            if c.get("name") not in DATA_ONLY_CONDITIONS or _holds_data(w)
+        ]
+        conditions += [
+            {"name": f"not-{name.replace('.', '-')}", "expression": f"request.name != '{name}'"}
+            for g, k, name in NEVER_SENT
+            if (g, k) == (w.target.group, w.target.kind)
+        ]
+        hook.update(
+            {
+                "name": webhook_name(w),
+                "rules": [
+                    {
+                        "apiGroups": [w.target.group],
+                        "apiVersions": [w.target.version],
+                        "resources": _resources(w),
+                        "operations": list(OPERATIONS),
+                        "scope": "Namespaced",
+                    }
+                ],
+                "namespaceSelector": {"matchExpressions": ns_exprs},
+                "objectSelector": label_selector(w.selector_text),
+            }
+        )
         if conditions:
             hook["matchConditions"] = conditions
         else:

@@ -19,8 +19,17 @@ from webhook import keyqueue
 API_VERSION = "admission.k8s.io/v1"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 
-Skip = Literal["dry-run", "no-change", "ignored-namespace", "label-selector", "other-kind",
-               "other-operation", "unnamed", "not-watched", "watches-unknown"]
+Skip = Literal[
+    "dry-run",
+    "no-change",
+    "ignored-namespace",
+    "label-selector",
+    "other-kind",
+    "other-operation",
+    "unnamed",
+    "not-watched",
+    "watches-unknown",
+]
 
 
 class ReviewError(ValueError):
@@ -93,11 +102,20 @@ def parse(doc: Any) -> Request:
     if problems:
         raise ReviewError(problems)
     name = req.get("name") or _meta(obj).get("name") or _meta(old).get("name") or ""
-    namespace = req.get("namespace") or _meta(obj).get("namespace") or _meta(old).get("namespace") or ""
+    namespace = (
+        req.get("namespace") or _meta(obj).get("namespace") or _meta(old).get("namespace") or ""
+    )
     return Request(
-        uid=str(uid), operation=str(op), kind=str(kind.get("kind")), group=str(kind.get("group") or ""),
-        namespace=str(namespace), name=str(name), dry_run=bool(req.get("dryRun", False)),
-        obj=obj, old=old, version=str(kind.get("version") or ""),
+        uid=str(uid),
+        operation=str(op),
+        kind=str(kind.get("kind")),
+        group=str(kind.get("group") or ""),
+        namespace=str(namespace),
+        name=str(name),
+        dry_run=bool(req.get("dryRun", False)),
+        obj=obj,
+        old=old,
+        version=str(kind.get("version") or ""),
         resource=str(resource.get("resource") or ""),
     )
 
@@ -126,8 +144,9 @@ def decide(req: Request, flt: filters.ConfigMapFilter) -> Skip | None:
         return "dry-run"
     if not req.name or not req.namespace:
         return "unnamed"  # generateName not resolved yet: left to the poller
-    reason = filters.rejection(flt, req.namespace, _meta(req.obj).get("labels"),
-                               _meta(req.old).get("labels"))
+    reason = filters.rejection(
+        flt, req.namespace, _meta(req.obj).get("labels"), _meta(req.old).get("labels")
+    )
     if reason is not None:
         return reason
     if req.operation == "UPDATE" and not content_changed(req.old, req.obj):
@@ -135,22 +154,34 @@ def decide(req: Request, flt: filters.ConfigMapFilter) -> Skip | None:
     return None
 
 
-def item_of(req: Request, observed_at: float, trace: tracing.TraceParent | None = None,
-            watch: watches.Watch | None = None) -> keyqueue.Item:
+def item_of(
+    req: Request,
+    observed_at: float,
+    trace: tracing.TraceParent | None = None,
+    watch: watches.Watch | None = None,
+) -> keyqueue.Item:
     """The queue entry of a forwarded request (``trace``: its admission span's context;
     ``watch``: the Watch it is forwarded for, None without Watches)."""
     old_rv = "" if req.operation == "CREATE" else str(_meta(req.old).get("resourceVersion") or "")
     uid = str(_meta(req.obj).get("uid") or _meta(req.old).get("uid") or "")
     return keyqueue.Item(
-        namespace=req.namespace, name=req.name, uid=uid,
+        namespace=req.namespace,
+        name=req.name,
+        uid=uid,
         operation=req.operation,  # type: ignore[arg-type]  # checked in decide
-        old_resource_version=old_rv, observed_at=observed_at, trace=trace, watch=watch,
+        old_resource_version=old_rv,
+        observed_at=observed_at,
+        trace=trace,
+        watch=watch,
     )
 
 
 def response(uid: str) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": "AdmissionReview",
-            "response": {"uid": uid, "allowed": True}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "AdmissionReview",
+        "response": {"uid": uid, "allowed": True},
+    }
 
 
 _HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'

@@ -37,8 +37,9 @@ def _forwarder_problem(svc: services_mod.Services) -> str | None:
     return None
 
 
-def create_app(settings: settings_mod.Settings | None = None,
-               svc: services_mod.Services | None = None) -> flask.Flask:
+def create_app(
+    settings: settings_mod.Settings | None = None, svc: services_mod.Services | None = None
+) -> flask.Flask:
     """``settings``: default from the TETHER_WEBHOOK_* variables; ``svc``: default built
     from them (``services.build``)."""
     s = settings or settings_mod.from_env()
@@ -46,9 +47,11 @@ def create_app(settings: settings_mod.Settings | None = None,
     app = flask.Flask("webhook")
     app.config["MAX_CONTENT_LENGTH"] = s.server.max_body_bytes
     app.extensions[services_mod.KEY] = svc
-    probes = (ops.Probes()
-              .ready("serving-certificate", lambda: _serving_problem(svc))
-              .ready("forwarder", lambda: _forwarder_problem(svc)))
+    probes = (
+        ops.Probes()
+        .ready("serving-certificate", lambda: _serving_problem(svc))
+        .ready("forwarder", lambda: _forwarder_problem(svc))
+    )
     # per route (tether_webhook_http_*); /validate keeps its handler histogram beside them
     exporter = ops.request_metrics(app, "webhook", svc.registry)
     ops.init_app(app, probes, ops.Exposition(svc.registry).render)
@@ -57,8 +60,10 @@ def create_app(settings: settings_mod.Settings | None = None,
     app.wsgi_app = validate.FastPath(app.wsgi_app, svc, _route_metrics(exporter.registry))  # type: ignore[method-assign]
     if s.server.client_ca_file:  # only the API server's certificate may call /validate
         app.wsgi_app = caller.Check(  # type: ignore[method-assign]
-            app.wsgi_app, s.server.client_names,
-            lambda reason: svc.metrics.callers_refused.labels(reason).inc())
+            app.wsgi_app,
+            s.server.client_names,
+            lambda reason: svc.metrics.callers_refused.labels(reason).inc(),
+        )
     return app
 
 
@@ -67,16 +72,22 @@ def _route_metrics(registry: Any) -> Callable[[str, float, bool], None]:
     prometheus-flask-exporter keeps for the route (``tether.ops.request_metrics``)."""
     names = getattr(registry, "_names_to_collectors", {})
     duration = names[f"{PREFIX}_http_request_duration_seconds"]
-    total, raised = names[f"{PREFIX}_http_request_total"], names[f"{PREFIX}_http_request_exceptions_total"]
+    total, raised = (
+        names[f"{PREFIX}_http_request_total"],
+        names[f"{PREFIX}_http_request_exceptions_total"],
+    )
     children: dict[str, tuple[Any, Any]] = {}
 
     def observe(status: str, seconds: float, exception: bool) -> None:
         pair = children.get(status)
         if pair is None:
-            pair = children[status] = (duration.labels(method="POST", route="/validate", status=status),
-                                       total.labels(method="POST", status=status))
+            pair = children[status] = (
+                duration.labels(method="POST", route="/validate", status=status),
+                total.labels(method="POST", status=status),
+            )
         pair[0].observe(seconds)
         pair[1].inc()
         if exception:
             raised.labels(method="POST", status=status).inc()
+
     return observe

@@ -44,11 +44,17 @@ def refusal(der: bytes | None, names: Sequence[str]) -> Refusal | None:
     """Why a caller with the verified certificate ``der`` (None: it presented none) may not
     call ``/validate``; None when it may (``names`` empty: any certificate of the CA)."""
     if der is None:
-        return Refusal(401, "no-certificate", "the admission endpoint requires the API "
-                       "server's client certificate")
+        return Refusal(
+            401,
+            "no-certificate",
+            "the admission endpoint requires the API server's client certificate",
+        )
     if names and common_name(der) not in names:
-        return Refusal(403, "name", "the client certificate's common name is not one of "
-                       "TETHER_WEBHOOK_CLIENT_NAMES")
+        return Refusal(
+            403,
+            "name",
+            "the client certificate's common name is not one of TETHER_WEBHOOK_CLIENT_NAMES",
+        )
     return None
 
 
@@ -68,20 +74,35 @@ WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 class Check:
     """WSGI middleware: requests for ``/validate`` only from an authenticated caller."""
 
-    def __init__(self, app: WSGIApp, names: Sequence[str],
-                 on_refused: Callable[[str], None] = lambda reason: None) -> None:
+    def __init__(
+        self,
+        app: WSGIApp,
+        names: Sequence[str],
+        on_refused: Callable[[str], None] = lambda reason: None,
+    ) -> None:
         self.app, self.names, self.on_refused = app, tuple(names), on_refused
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
         if environ.get("PATH_INFO") != PATH:
             return self.app(environ, start_response)
         why = refusal(peer_der(environ), self.names)
         if why is None:
             return self.app(environ, start_response)
         self.on_refused(why.reason)
-        body = orjson.dumps({"error": "unauthenticated" if why.status == 401 else "forbidden",
-                             "details": why.message})
-        start_response(f"{why.status} {'UNAUTHORIZED' if why.status == 401 else 'FORBIDDEN'}",
-                       [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                        ("Connection", "close")])
+        body = orjson.dumps(
+            {
+                "error": "unauthenticated" if why.status == 401 else "forbidden",
+                "details": why.message,
+            }
+        )
+        start_response(
+            f"{why.status} {'UNAUTHORIZED' if why.status == 401 else 'FORBIDDEN'}",
+            [
+                ("Content-Type", "application/json"),
+                ("Content-Length", str(len(body))),
+                ("Connection", "close"),
+            ],
+        )
         return [body]

@@ -67,7 +67,8 @@ def per_record(outcome: sender.Outcome) -> bool:
     a whole request for one record that is invalid, too large, or that no Watch in force
     admits (its Watches changed before this runtime's list did)."""
     return outcome.status in _PER_RECORD or (
-        outcome.status == 403 and outcome.error == listenerapi.WATCH_REFUSAL)
+        outcome.status == 403 and outcome.error == listenerapi.WATCH_REFUSAL
+    )
 
 
 def reread_delay(first: float, cap: float, rereads: int) -> float:
@@ -77,9 +78,16 @@ def reread_delay(first: float, cap: float, rereads: int) -> float:
 
 
 class Forwarder:
-    def __init__(self, settings: settings_mod.ForwarderSettings, runtime_id: str, queue: keyqueue.KeyQueue,
-                 reader: readback.Reader, client: sender.ListenerClient, m: metrics.Metrics,
-                 in_force: Callable[[], tuple[watches.Watch, ...] | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        settings: settings_mod.ForwarderSettings,
+        runtime_id: str,
+        queue: keyqueue.KeyQueue,
+        reader: readback.Reader,
+        client: sender.ListenerClient,
+        m: metrics.Metrics,
+        in_force: Callable[[], tuple[watches.Watch, ...] | None] = lambda: None,
+    ) -> None:
         self.settings, self.runtime_id = settings, runtime_id
         self._in_force = in_force  # the runtime's Watches now (None: no Watch list)
         self.queue, self.reader, self.client, self.metrics = queue, reader, client, m
@@ -105,7 +113,9 @@ class Forwarder:
     def stop(self, grace: float | None = None) -> None:
         """Drain within ``grace`` seconds (default ``drain_seconds``), then close."""
         grace = self.settings.drain_seconds if grace is None else grace
-        log.info("forwarder stopping: %d keys queued, draining for up to %.1fs", len(self.queue), grace)
+        log.info(
+            "forwarder stopping: %d keys queued, draining for up to %.1fs", len(self.queue), grace
+        )
         self._deadline = time.monotonic() + grace
         self._stop.set()
         self.queue.close()
@@ -114,8 +124,11 @@ class Forwarder:
         left = len(self.queue)
         alive = sum(t.is_alive() for t in self._threads)
         if left or alive:
-            log.warning("forwarder stopped with %d keys unsent (left to the poller), %d threads "
-                        "still busy", left, alive)
+            log.warning(
+                "forwarder stopped with %d keys unsent (left to the poller), %d threads still busy",
+                left,
+                alive,
+            )
         else:
             log.info("forwarder stopped, queue drained")
         if self._lanes is not None:
@@ -149,8 +162,10 @@ class Forwarder:
         """One round: take, read back, send. False when stopped and drained."""
         if self._stop.is_set() and self._time_left() <= 0:
             if pending:
-                log.warning("shutdown: %d keys still being read back, not sent (left to the poller)",
-                            len(pending))
+                log.warning(
+                    "shutdown: %d keys still being read back, not sent (left to the poller)",
+                    len(pending),
+                )
             return False
         room = self.settings.max_batch - len(pending)
         wait = 0.5  # nothing pending: wake up now and then (shutdown)
@@ -181,16 +196,23 @@ class Forwarder:
                 pending.append(rec)
             else:
                 records.append(rec)
-                admitted[p.item.key] = min(p.item.admitted, admitted.get(p.item.key, p.item.admitted))
+                admitted[p.item.key] = min(
+                    p.item.admitted, admitted.get(p.item.key, p.item.admitted)
+                )
                 entries.setdefault(p.item.key, p.item)
         if dropped:
             self._finish(dropped, taken)
-        for chunk in [c for group in records_mod.by_version(records)
-                      for c in sender.split_batches(group, max_items=self.settings.max_batch)]:
+        for chunk in [
+            c
+            for group in records_mod.by_version(records)
+            for c in sender.split_batches(group, max_items=self.settings.max_batch)
+        ]:
             keys = [records_mod.key_of(r) for r in chunk]
             started = time.monotonic()
             for key in keys:
-                self.metrics.dispatch_seconds.observe(max(0.0, started - admitted.get(key, started)))
+                self.metrics.dispatch_seconds.observe(
+                    max(0.0, started - admitted.get(key, started))
+                )
             try:
                 self._deliver(chunk, admitted, entries=entries)
             finally:
@@ -206,7 +228,8 @@ class Forwarder:
         with self._lanes_lock:
             if self._lanes is None:
                 self._lanes = concurrent.futures.ThreadPoolExecutor(
-                    self.settings.readback_lanes, thread_name_prefix="readback")
+                    self.settings.readback_lanes, thread_name_prefix="readback"
+                )
             lanes = self._lanes
         return list(lanes.map(self._resolve, due))
 
@@ -214,7 +237,8 @@ class Forwarder:
         item = p.item
         now = time.monotonic()
         expired = now - item.admitted >= self.settings.readback_seconds or (
-            self._stop.is_set() and self._time_left() <= 0)
+            self._stop.is_set() and self._time_left() <= 0
+        )
         epoch = self._epoch  # learned before the read: a read of a lost history loses
         now_item = records_mod.current(item, self._in_force())
         if now_item is None:  # its Watch is gone, or the runtime changed mode: the poller's
@@ -233,8 +257,12 @@ class Forwarder:
                 else:
                     self.metrics.readbacks.labels("tombstone").inc()
                     return records_mod.gone(
-                        item, records_mod.tombstone_version(rv, item.old_resource_version),
-                        runtime_id=self.runtime_id, observed_at=observed, epoch=epoch)
+                        item,
+                        records_mod.tombstone_version(rv, item.old_resource_version),
+                        runtime_id=self.runtime_id,
+                        observed_at=observed,
+                        epoch=epoch,
+                    )
         except readback.ReadError as e:
             if isinstance(e, readback.Forbidden) and item.watch is not None:
                 self._forbidden(item.watch, e)
@@ -244,14 +272,19 @@ class Forwarder:
             first = p.first_error or now
             if now - first >= self.settings.read_error_seconds or self._time_left() <= 0:
                 self.metrics.readbacks.labels("read-error").inc()
-                log.warning("dropping %s/%s after runtime API errors (left to the poller): %s",
-                            item.namespace, item.name, e)
+                log.warning(
+                    "dropping %s/%s after runtime API errors (left to the poller): %s",
+                    item.namespace,
+                    item.name,
+                    e,
+                )
                 return None
             return _Pending(item, now + readback.error_delay(p.errors), first, errors=p.errors + 1)
         if verdict.result == "live":
             assert verdict.obj is not None
-            rec = records_mod.live(item, verdict.obj, runtime_id=self.runtime_id,
-                                   observed_at=observed, epoch=epoch)  # None: not its Watch's kind
+            rec = records_mod.live(
+                item, verdict.obj, runtime_id=self.runtime_id, observed_at=observed, epoch=epoch
+            )  # None: not its Watch's kind
             self.metrics.readbacks.labels("live" if rec is not None else "foreign-kind").inc()
             return rec
         if verdict.result == "wait":
@@ -268,13 +301,21 @@ class Forwarder:
         key = (w.name, w.target.resource)
         if key not in self._forbidden_logged:
             self._forbidden_logged.add(key)
-            log.warning("the watch %s covers %s, which this ServiceAccount may not read (grant "
-                        "get and list, docs/webhook.md); its changes are not sent: %s",
-                        w.name, w.target.resource, e)
+            log.warning(
+                "the watch %s covers %s, which this ServiceAccount may not read (grant "
+                "get and list, docs/webhook.md); its changes are not sent: %s",
+                w.name,
+                w.target.resource,
+                e,
+            )
 
-    def _deliver(self, records: Sequence[changes.ChangeRecord],
-                 admitted: Mapping[keyqueue.Key, float], again: bool = True,
-                 entries: Mapping[keyqueue.Key, keyqueue.Item] = _NO_ENTRIES) -> None:
+    def _deliver(
+        self,
+        records: Sequence[changes.ChangeRecord],
+        admitted: Mapping[keyqueue.Key, float],
+        again: bool = True,
+        entries: Mapping[keyqueue.Key, keyqueue.Item] = _NO_ENTRIES,
+    ) -> None:
         """Send until acknowledged, refused or shut down (``admitted``: each key's first
         admission, for ``tether_webhook_delivery_seconds``; ``entries``: their queue entries,
         whose traces the POST continues); records stale by a new epoch once more (``again``)."""
@@ -299,7 +340,9 @@ class Forwarder:
                     got = r.get("outcome")
                     label = got if got in _OUTCOMES else "other"
                     self.metrics.forwarded_records.labels(label).inc()
-                    since = admitted.get(records_mod.result_key(r, records[i] if i < len(records) else None))
+                    since = admitted.get(
+                        records_mod.result_key(r, records[i] if i < len(records) else None)
+                    )
                     if since is not None:
                         self.metrics.delivery_seconds.labels(label).observe(max(0.0, acked - since))
                 if outcome.epoch is not None:
@@ -314,16 +357,29 @@ class Forwarder:
                         self._deliver([rec], admitted, again, entries)
                     return
                 rec = records[0]
-                log.error("listener refused %d record(s) (first %s/%s rv=%s): %s %s %s", len(records),
-                          rec["namespace"], rec["name"], rec["resourceVersion"], outcome.status,
-                          outcome.error, logs.bounded(outcome.details, 300))
+                log.error(
+                    "listener refused %d record(s) (first %s/%s rv=%s): %s %s %s",
+                    len(records),
+                    rec["namespace"],
+                    rec["name"],
+                    rec["resourceVersion"],
+                    outcome.status,
+                    outcome.error,
+                    logs.bounded(outcome.details, 300),
+                )
                 return
-            delay = sender.retry_delay(outcome, attempt, base=self.settings.retry_base,
-                                       cap=self.settings.retry_cap)
+            delay = sender.retry_delay(
+                outcome, attempt, base=self.settings.retry_base, cap=self.settings.retry_cap
+            )
             attempt += 1
             if attempt == 1 or attempt % 10 == 0:
-                log.warning("listener call failed (%s %s), attempt %d, retrying in %.2fs",
-                            outcome.reason, outcome.error, attempt, delay)
+                log.warning(
+                    "listener call failed (%s %s), attempt %d, retrying in %.2fs",
+                    outcome.reason,
+                    outcome.error,
+                    attempt,
+                    delay,
+                )
             if self._stop.is_set():
                 if delay >= self._time_left():
                     self.metrics.forwards.labels("abandoned", "shutdown").inc()
@@ -333,9 +389,12 @@ class Forwarder:
             else:
                 self._stop.wait(delay)
 
-    def _send_again(self, stale: Sequence[changes.ChangeRecord],
-                    admitted: Mapping[keyqueue.Key, float],
-                    entries: Mapping[keyqueue.Key, keyqueue.Item]) -> None:
+    def _send_again(
+        self,
+        stale: Sequence[changes.ChangeRecord],
+        admitted: Mapping[keyqueue.Key, float],
+        entries: Mapping[keyqueue.Key, keyqueue.Item],
+    ) -> None:
         """Read ``stale`` records' objects again (now: after the new epoch started, so of
         the runtime's current history) and send them once with the epoch just learned; a
         read error leaves the key to the poller."""
@@ -352,24 +411,43 @@ class Forwarder:
                 if found is None:
                     rv, found = self.reader.absent_at(ns, name, target)
                 if found is None:
-                    fresh.append(records_mod.gone(item, rv or "0", runtime_id=self.runtime_id,
-                                                  observed_at=observed, epoch=epoch,
-                                                  uid=rec["uid"]))
-                elif (again := records_mod.live(item, found, runtime_id=self.runtime_id,
-                                                observed_at=observed, epoch=epoch)) is not None:
+                    fresh.append(
+                        records_mod.gone(
+                            item,
+                            rv or "0",
+                            runtime_id=self.runtime_id,
+                            observed_at=observed,
+                            epoch=epoch,
+                            uid=rec["uid"],
+                        )
+                    )
+                elif (
+                    again := records_mod.live(
+                        item, found, runtime_id=self.runtime_id, observed_at=observed, epoch=epoch
+                    )
+                ) is not None:
                     fresh.append(again)
             except readback.ReadError as e:
-                log.info("re-reading %s/%s for epoch %s failed (left to the poller): %s", ns,
-                         name, epoch, e)
+                log.info(
+                    "re-reading %s/%s for epoch %s failed (left to the poller): %s",
+                    ns,
+                    name,
+                    epoch,
+                    e,
+                )
         self.metrics.readbacks.labels("epoch").inc(len(stale))
-        log.info("%d record(s) of an older epoch refused as stale; sent again in epoch %s",
-                 len(stale), epoch)
+        log.info(
+            "%d record(s) of an older epoch refused as stale; sent again in epoch %s",
+            len(stale),
+            epoch,
+        )
         if fresh:
             self._deliver(fresh, admitted, again=False, entries=entries)
 
 
-def trace_of(records: Sequence[changes.ChangeRecord], entries: Mapping[keyqueue.Key, keyqueue.Item]
-             ) -> tuple[tracing.TraceParent | None, list[tracing.TraceParent]]:
+def trace_of(
+    records: Sequence[changes.ChangeRecord], entries: Mapping[keyqueue.Key, keyqueue.Item]
+) -> tuple[tracing.TraceParent | None, list[tracing.TraceParent]]:
     """The trace a POST of ``records`` continues (the first record's entry's: its first
     admission) and the traces it links (the entries' coalesced admissions and the other
     records' traces, at most ``tracing.MAX_LINKS``); (None, []) for records without an

@@ -69,10 +69,14 @@ def merge(waiting: Item, new: Item) -> Item:
     """The entry standing for both (pure)."""
     links = waiting.links
     if new.trace is not None and len(links) < tracing.MAX_LINKS:
-        links = (*links, new.trace, *new.links)[:tracing.MAX_LINKS]
+        links = (*links, new.trace, *new.links)[: tracing.MAX_LINKS]
     return dataclasses.replace(
-        waiting, uid=new.uid or waiting.uid, operation=new.operation,
-        merged=waiting.merged + new.merged, links=links, watch=new.watch or waiting.watch,
+        waiting,
+        uid=new.uid or waiting.uid,
+        operation=new.operation,
+        merged=waiting.merged + new.merged,
+        links=links,
+        watch=new.watch or waiting.watch,
     )
 
 
@@ -83,8 +87,14 @@ class KeyQueue:
     ``min_interval`` that would be ready within that time join it (fewer, larger batches;
     never before ``settle``, never while in flight)."""
 
-    def __init__(self, maxsize: int, settle: float = 0.0, min_interval: float = 0.0,
-                 lookahead: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        maxsize: int,
+        settle: float = 0.0,
+        min_interval: float = 0.0,
+        lookahead: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.maxsize = maxsize
         self.lookahead = lookahead
         self.settle = settle
@@ -100,8 +110,9 @@ class KeyQueue:
         self._closed = False
 
     def _ready_at(self, item: Item) -> float:
-        return max(item.admitted + self.settle,
-                   self._last.get(item.key, float("-inf")) + self.min_interval)
+        return max(
+            item.admitted + self.settle, self._last.get(item.key, float("-inf")) + self.min_interval
+        )
 
     def _push(self, item: Item) -> None:
         self._seq += 1

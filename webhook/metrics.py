@@ -41,40 +41,90 @@ def build(registry: CollectorRegistry | None) -> Metrics:
     """``registry`` None: not registered (multiprocess mode reads the value files)."""
     r = registry
     return Metrics(
-        admissions=Counter(f"{PREFIX}_admission_requests", "AdmissionReviews answered, by operation and outcome",
-                           ["operation", "outcome"], registry=r),
-        handler_seconds=Histogram(f"{PREFIX}_admission_handler_seconds",
-                                  "Time spent in the /validate handler", buckets=HANDLER_BUCKETS, registry=r),
-        queue_depth=Gauge(f"{PREFIX}_queue_depth", "Object keys waiting for the forwarder",
-                          multiprocess_mode="livesum", registry=r),
-        coalesced=Counter(f"{PREFIX}_queue_coalesced", "Admissions merged into a waiting entry", registry=r),
-        overflowed=Counter(f"{PREFIX}_queue_overflowed",
-                           "Admissions refused by a full queue (left to the poller)", registry=r),
-        readbacks=Counter(f"{PREFIX}_readbacks", "Objects read back from the runtime API, by result",
-                          ["result"], registry=r),
-        forwards=Counter(f"{PREFIX}_forwards", "POSTs to the listener, by result and reason",
-                         ["result", "reason"], registry=r),
-        forwarded_records=Counter(f"{PREFIX}_forwarded_records",
-                                  "Records acknowledged by the listener, by its outcome", ["outcome"], registry=r),
-        forward_seconds=Histogram(f"{PREFIX}_forward_seconds", "Duration of one POST to the listener",
-                                  buckets=FORWARD_BUCKETS, registry=r),
+        admissions=Counter(
+            f"{PREFIX}_admission_requests",
+            "AdmissionReviews answered, by operation and outcome",
+            ["operation", "outcome"],
+            registry=r,
+        ),
+        handler_seconds=Histogram(
+            f"{PREFIX}_admission_handler_seconds",
+            "Time spent in the /validate handler",
+            buckets=HANDLER_BUCKETS,
+            registry=r,
+        ),
+        queue_depth=Gauge(
+            f"{PREFIX}_queue_depth",
+            "Object keys waiting for the forwarder",
+            multiprocess_mode="livesum",
+            registry=r,
+        ),
+        coalesced=Counter(
+            f"{PREFIX}_queue_coalesced", "Admissions merged into a waiting entry", registry=r
+        ),
+        overflowed=Counter(
+            f"{PREFIX}_queue_overflowed",
+            "Admissions refused by a full queue (left to the poller)",
+            registry=r,
+        ),
+        readbacks=Counter(
+            f"{PREFIX}_readbacks",
+            "Objects read back from the runtime API, by result",
+            ["result"],
+            registry=r,
+        ),
+        forwards=Counter(
+            f"{PREFIX}_forwards",
+            "POSTs to the listener, by result and reason",
+            ["result", "reason"],
+            registry=r,
+        ),
+        forwarded_records=Counter(
+            f"{PREFIX}_forwarded_records",
+            "Records acknowledged by the listener, by its outcome",
+            ["outcome"],
+            registry=r,
+        ),
+        forward_seconds=Histogram(
+            f"{PREFIX}_forward_seconds",
+            "Duration of one POST to the listener",
+            buckets=FORWARD_BUCKETS,
+            registry=r,
+        ),
         dispatch_seconds=Histogram(
-            f"{PREFIX}_dispatch_seconds", "From the admission that first enqueued a key to the "
+            f"{PREFIX}_dispatch_seconds",
+            "From the admission that first enqueued a key to the "
             "start of the first POST carrying its record (queueing and read-back)",
-            buckets=FORWARD_BUCKETS, registry=r),
+            buckets=FORWARD_BUCKETS,
+            registry=r,
+        ),
         delivery_seconds=Histogram(
-            f"{PREFIX}_delivery_seconds", "From the admission that first enqueued a key to the "
+            f"{PREFIX}_delivery_seconds",
+            "From the admission that first enqueued a key to the "
             "listener's acknowledgement (2xx) of its record, by the listener's outcome",
-            ["outcome"], buckets=delivery.LAG_BOUNDS, registry=r),
-        last_success=Gauge(f"{PREFIX}_last_forward_success_timestamp_seconds",
-                           "Unix time of the last successful POST to the listener",
-                           multiprocess_mode="livemax", registry=r),
+            ["outcome"],
+            buckets=delivery.LAG_BOUNDS,
+            registry=r,
+        ),
+        last_success=Gauge(
+            f"{PREFIX}_last_forward_success_timestamp_seconds",
+            "Unix time of the last successful POST to the listener",
+            multiprocess_mode="livemax",
+            registry=r,
+        ),
         connection_refusals=Counter(
             f"{PREFIX}_connection_refusals",
             "Connections closed by a limit before a request was served (stalled handshake or "
-            "head, connection caps, refused TLS), by reason", ["reason"], registry=r),
+            "head, connection caps, refused TLS), by reason",
+            ["reason"],
+            registry=r,
+        ),
         callers_refused=Counter(
-            f"{PREFIX}_callers_refused", "Requests for /validate refused because the caller "
+            f"{PREFIX}_callers_refused",
+            "Requests for /validate refused because the caller "
             "presented no client certificate of TETHER_WEBHOOK_CLIENT_CA_FILE (no-certificate) "
-            "or one of another name (name)", ["reason"], registry=r),
+            "or one of another name (name)",
+            ["reason"],
+            registry=r,
+        ),
     )

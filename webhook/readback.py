@@ -69,8 +69,9 @@ class Reader:
         self._skr = skr
         self._timeout = timeout
 
-    def get(self, namespace: str, name: str,
-            target: watches.Target | None = None) -> dict[str, Any] | None:
+    def get(
+        self, namespace: str, name: str, target: watches.Target | None = None
+    ) -> dict[str, Any] | None:
         res = resource_of(target)
         try:
             return self._skr.get_or_none(res, namespace, name, timeout=self._timeout)
@@ -78,13 +79,15 @@ class Reader:
             kind = Forbidden if isinstance(e, gateway.Forbidden) else ReadError
             raise kind(f"GET {res.plural} {namespace}/{name}: {_why(e)}") from e
 
-    def absent_at(self, namespace: str, name: str, target: watches.Target | None = None
-                  ) -> tuple[str, dict[str, Any] | None]:
+    def absent_at(
+        self, namespace: str, name: str, target: watches.Target | None = None
+    ) -> tuple[str, dict[str, Any] | None]:
         """A collection resourceVersion read now, and the object if it exists after all."""
         res = resource_of(target)
         try:
-            doc = self._skr.list(res, namespace, field_selector=f"metadata.name={name}",
-                                 timeout=self._timeout)
+            doc = self._skr.list(
+                res, namespace, field_selector=f"metadata.name={name}", timeout=self._timeout
+            )
         except gateway.GatewayError as e:
             kind = Forbidden if isinstance(e, gateway.Forbidden) else ReadError
             raise kind(f"LIST {res.plural} {namespace} name={name}: {_why(e)}") from e

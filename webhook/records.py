@@ -33,47 +33,88 @@ def current(item: keyqueue.Item, in_force: Sequence[watches.Watch] | None) -> ke
     return item if now == item.watch else dataclasses.replace(item, watch=now)
 
 
-def live(item: keyqueue.Item, obj: Mapping[str, Any], *, runtime_id: str, observed_at: str,
-         epoch: int | None) -> changes.ChangeRecord | None:
+def live(
+    item: keyqueue.Item,
+    obj: Mapping[str, Any],
+    *,
+    runtime_id: str,
+    observed_at: str,
+    epoch: int | None,
+) -> changes.ChangeRecord | None:
     """The record of an object that exists (as served by the runtime's API); None when the
     object is not of its Watch's kind (``watches.foreign``: its own apiVersion and kind),
     which is never reduced nor sent."""
     w = item.watch
     if w is None:
-        return changes.from_configmap(obj, runtime_id=runtime_id, source="webhook",
-                                      observed_at=observed_at, epoch=epoch)
+        return changes.from_configmap(
+            obj, runtime_id=runtime_id, source="webhook", observed_at=observed_at, epoch=epoch
+        )
     if watches.foreign(w, obj) is not None:
         return None
     meta = obj.get("metadata") or {}
     if watches.admits(w, item.namespace, item.name, meta.get("labels") or {}):
-        return changes.from_object(obj, watch=w, runtime_id=runtime_id, source="webhook",
-                                   observed_at=observed_at, epoch=epoch)
+        return changes.from_object(
+            obj,
+            watch=w,
+            runtime_id=runtime_id,
+            source="webhook",
+            observed_at=observed_at,
+            epoch=epoch,
+        )
     return changes.watch_tombstone(
-        watch=w, runtime_id=runtime_id, namespace=item.namespace, name=item.name,
-        uid=str(meta.get("uid") or item.uid), resource_version=str(meta.get("resourceVersion")),
-        source="webhook", observed_at=observed_at, epoch=epoch)
+        watch=w,
+        runtime_id=runtime_id,
+        namespace=item.namespace,
+        name=item.name,
+        uid=str(meta.get("uid") or item.uid),
+        resource_version=str(meta.get("resourceVersion")),
+        source="webhook",
+        observed_at=observed_at,
+        epoch=epoch,
+    )
 
 
-def gone(item: keyqueue.Item, resource_version: str, *, runtime_id: str, observed_at: str,
-         epoch: int | None, uid: str | None = None) -> changes.ChangeRecord:
+def gone(
+    item: keyqueue.Item,
+    resource_version: str,
+    *,
+    runtime_id: str,
+    observed_at: str,
+    epoch: int | None,
+    uid: str | None = None,
+) -> changes.ChangeRecord:
     """The tombstone of an object that is gone (``resource_version``: a collection
     resourceVersion read after the deletion)."""
     if item.watch is None:
         return changes.tombstone(
-            runtime_id=runtime_id, namespace=item.namespace, name=item.name,
-            uid=item.uid if uid is None else uid, resource_version=resource_version,
-            source="webhook", observed_at=observed_at, epoch=epoch)
+            runtime_id=runtime_id,
+            namespace=item.namespace,
+            name=item.name,
+            uid=item.uid if uid is None else uid,
+            resource_version=resource_version,
+            source="webhook",
+            observed_at=observed_at,
+            epoch=epoch,
+        )
     return changes.watch_tombstone(
-        watch=item.watch, runtime_id=runtime_id, namespace=item.namespace, name=item.name,
-        uid=item.uid if uid is None else uid, resource_version=resource_version,
-        source="webhook", observed_at=observed_at, epoch=epoch)
+        watch=item.watch,
+        runtime_id=runtime_id,
+        namespace=item.namespace,
+        name=item.name,
+        uid=item.uid if uid is None else uid,
+        resource_version=resource_version,
+        source="webhook",
+        observed_at=observed_at,
+        epoch=epoch,
+    )
 
 
 def key_of(record: Mapping[str, Any]) -> keyqueue.Key:
     """The queue key a record was sent for (its Watch's, in Watch mode)."""
     watch = record.get("watch")
-    return keyqueue.key_of(str(record["namespace"]), str(record["name"]),
-                           watch if isinstance(watch, str) else None)
+    return keyqueue.key_of(
+        str(record["namespace"]), str(record["name"]), watch if isinstance(watch, str) else None
+    )
 
 
 def by_version(records: Sequence[changes.ChangeRecord]) -> list[list[changes.ChangeRecord]]:
@@ -85,12 +126,16 @@ def by_version(records: Sequence[changes.ChangeRecord]) -> list[list[changes.Cha
     return list(groups.values())
 
 
-def stale_by_epoch(records: Sequence[changes.ChangeRecord],
-                   results: Sequence[Mapping[str, object]], epoch: int) -> list[changes.ChangeRecord]:
+def stale_by_epoch(
+    records: Sequence[changes.ChangeRecord], results: Sequence[Mapping[str, object]], epoch: int
+) -> list[changes.ChangeRecord]:
     """The records the listener found stale that were of an older epoch than ``epoch``
     (results are in the order of the records)."""
-    return [rec for rec, r in zip(records, results, strict=False)
-            if r.get("outcome") == "stale" and rec.get("epoch", epoch) < epoch]
+    return [
+        rec
+        for rec, r in zip(records, results, strict=False)
+        if r.get("outcome") == "stale" and rec.get("epoch", epoch) < epoch
+    ]
 
 
 def result_key(result: Mapping[str, object], rec: changes.ChangeRecord | None) -> keyqueue.Key:

@@ -38,16 +38,20 @@ def object_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None)
     """Whether an UPDATE changes an object's values (every top-level field but apiVersion,
     kind and metadata: a ConfigMap's data, a CR's spec and status), labels or annotations."""
     o, n = old or {}, new or {}
-    if {k: v for k, v in o.items() if k not in _NOT_VALUES} != \
-            {k: v for k, v in n.items() if k not in _NOT_VALUES}:
+    if {k: v for k, v in o.items() if k not in _NOT_VALUES} != {
+        k: v for k, v in n.items() if k not in _NOT_VALUES
+    }:
         return True
     om, nm = admission.meta(o), admission.meta(n)
-    return bool((om.get("labels") or {}) != (nm.get("labels") or {})
-                or (om.get("annotations") or {}) != (nm.get("annotations") or {}))
+    return bool(
+        (om.get("labels") or {}) != (nm.get("labels") or {})
+        or (om.get("annotations") or {}) != (nm.get("annotations") or {})
+    )
 
 
-def decide(req: admission.Request, in_force: Sequence[watches.Watch]
-           ) -> tuple[admission.Skip | None, tuple[watches.Watch, ...]]:
+def decide(
+    req: admission.Request, in_force: Sequence[watches.Watch]
+) -> tuple[admission.Skip | None, tuple[watches.Watch, ...]]:
     """(None, the Watches to forward the object for), or (why not, ())."""
     if req.operation not in admission.OPERATIONS:
         return "other-operation", ()
@@ -60,8 +64,9 @@ def decide(req: admission.Request, in_force: Sequence[watches.Watch]
         return "other-kind", ()
     new_labels = admission.meta(req.obj).get("labels")
     old_labels = admission.meta(req.old).get("labels")
-    chosen = tuple(w for w in covering
-                   if watches.admits(w, req.namespace, req.name, new_labels, old_labels))
+    chosen = tuple(
+        w for w in covering if watches.admits(w, req.namespace, req.name, new_labels, old_labels)
+    )
     if not chosen:
         return "not-watched", ()
     if req.operation == "UPDATE" and not object_changed(req.old, req.obj):

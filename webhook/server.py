@@ -30,14 +30,19 @@ log = logging.getLogger(__name__)
 def gunicorn_options(s: settings_mod.Settings) -> dict[str, Any]:
     sv = s.server
     limits = httpconn.Limits(
-        handshake_seconds=sv.handshake_timeout, head_seconds=sv.head_timeout,
-        body_seconds=sv.body_timeout, idle_seconds=sv.idle_timeout,
-        max_connections=sv.max_connections, max_connections_per_peer=sv.max_connections_per_peer,
+        handshake_seconds=sv.handshake_timeout,
+        head_seconds=sv.head_timeout,
+        body_seconds=sv.body_timeout,
+        idle_seconds=sv.idle_timeout,
+        max_connections=sv.max_connections,
+        max_connections_per_peer=sv.max_connections_per_peer,
         # peers are client addresses: the API server (one per replica) and any pod; each may
         # hold half the threads (a review takes microseconds), the rest is served round-robin.
         # Reviews up to 1 MiB are read whole before a thread takes them
         max_busy_per_peer=max(1, sv.threads // 2),
-        prebuffer_bytes=1024 * 1024, prebuffer_budget=32 * 1024 * 1024)
+        prebuffer_bytes=1024 * 1024,
+        prebuffer_budget=32 * 1024 * 1024,
+    )
     return {
         "bind": [sv.bind],
         "workers": sv.workers,
@@ -89,8 +94,11 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
     def __init__(self, s: settings_mod.Settings) -> None:
         self.settings = s
         self.serving = tlsreload.Watched(
-            (s.server.cert_file, s.server.key_file,
-             *((s.server.client_ca_file,) if s.server.client_ca_file else ())),
+            (
+                s.server.cert_file,
+                s.server.key_file,
+                *((s.server.client_ca_file,) if s.server.client_ca_file else ()),
+            ),
             lambda: _serving_context(s.server),
             check_interval=s.listener.reload_check_seconds,
         )

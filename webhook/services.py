@@ -40,22 +40,27 @@ class Services:
         """The Watches in force here (no I/O), None without the runtime's Watch list."""
         return None if self.watch_scope is None else self.watch_scope.current()
 
-    def admit_all(self, req: admission.Request, chosen: tuple[watches.Watch, ...]
-                  ) -> keyqueue.PutResult:
+    def admit_all(
+        self, req: admission.Request, chosen: tuple[watches.Watch, ...]
+    ) -> keyqueue.PutResult:
         """Queue one entry per Watch (Watch mode); the outcome is the best of them."""
         outcomes = {self.admit(req, w) for w in chosen}
         best: tuple[keyqueue.PutResult, ...] = ("enqueued", "coalesced")
         return next((b for b in best if b in outcomes), "overflowed")
 
-    def admit(self, req: admission.Request, watch: watches.Watch | None = None
-              ) -> keyqueue.PutResult:
+    def admit(
+        self, req: admission.Request, watch: watches.Watch | None = None
+    ) -> keyqueue.PutResult:
         """Queue a forwarded admission's key. With spans recorded (``tether.tracing``) the
         admission is a span, the first of a new trace that the entry keeps; tracing off
         costs nothing here (the trace then starts at the forwarder's POST)."""
         if not self.tracer.enabled:
             return self.queue.put(admission.item_of(req, time.time(), watch=watch))
-        attributes = {"tether.namespace": req.namespace, "tether.name": req.name,
-                      "tether.operation": req.operation}
+        attributes = {
+            "tether.namespace": req.namespace,
+            "tether.name": req.name,
+            "tether.operation": req.operation,
+        }
         if watch is not None:
             attributes["tether.watch"] = watch.name
         span = self.tracer.start(ADMISSION_SPAN, kind="server", attributes=attributes)
@@ -67,7 +72,9 @@ class Services:
         """admission_requests_total{operation, outcome} += 1 (label children cached)."""
         child = self._children.get((operation, outcome))
         if child is None:
-            child = self._children[(operation, outcome)] = self.metrics.admissions.labels(operation, outcome)
+            child = self._children[(operation, outcome)] = self.metrics.admissions.labels(
+                operation, outcome
+            )
         child.inc()
 
 
@@ -91,22 +98,39 @@ class OverflowLog:
             return count
 
 
-def build(s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] | None = None) -> Services:
+def build(
+    s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] | None = None
+) -> Services:
     """Queue, metrics, runtime API reader, listener client and forwarder (not started);
     the tracer (``tether.tracing``: off unless an OTLP endpoint is configured)."""
     registry = None if ops.multiprocess() else CollectorRegistry()
     m = metrics.build(registry)
-    queue = keyqueue.KeyQueue(s.queue_size, s.forwarder.coalesce_seconds, s.forwarder.hot_key_seconds,
-                              s.forwarder.hot_key_seconds / 4)
+    queue = keyqueue.KeyQueue(
+        s.queue_size,
+        s.forwarder.coalesce_seconds,
+        s.forwarder.hot_key_seconds,
+        s.forwarder.hot_key_seconds / 4,
+    )
     kube = gateway.from_kubeconfig(s.kubeconfig)
     reader = readback.Reader(kube)
     ns, name = s.watches_configmap
     key = watchset.read_digest_key(s.digest_key_file)  # never logged
-    sc = scope.Scope(watchset.WatchSet(kube, ns, s.watches_ttl, name=name, digest_key=key),
-                     s.watches_ttl)
+    sc = scope.Scope(
+        watchset.WatchSet(kube, ns, s.watches_ttl, name=name, digest_key=key), s.watches_ttl
+    )
     tracer = tracing.from_environment("tether-webhook")
     client = sender.ListenerClient(s.listener, tracer)
-    fwd = forwarder.Forwarder(s.forwarder, s.runtime_id, queue, reader, client, m,
-                              in_force=sc.current)
-    return Services(s, queue, m, registry, fwd, serving, OverflowLog(s.overflow_log_seconds),
-                    tracer=tracer, watch_scope=sc)
+    fwd = forwarder.Forwarder(
+        s.forwarder, s.runtime_id, queue, reader, client, m, in_force=sc.current
+    )
+    return Services(
+        s,
+        queue,
+        m,
+        registry,
+        fwd,
+        serving,
+        OverflowLog(s.overflow_log_seconds),
+        tracer=tracer,
+        watch_scope=sc,
+    )

@@ -43,8 +43,9 @@ def _error(status: int, error: str, details: Any = None) -> flask.Response:
 
 
 def _too_large(limit: int) -> flask.Response:
-    return _error(413, "request too large",
-                  f"the body exceeds {limit} bytes (TETHER_WEBHOOK_MAX_BODY_BYTES)")
+    return _error(
+        413, "request too large", f"the body exceeds {limit} bytes (TETHER_WEBHOOK_MAX_BODY_BYTES)"
+    )
 
 
 def _discard(length: int, limit: int) -> None:
@@ -104,8 +105,11 @@ def _handle_validate(svc: services_mod.Services) -> flask.Response:
         try:
             # a known length within the cap: read it directly (the hot path); else
             # werkzeug's stream enforces the cap (chunked bodies)
-            raw = (environ["wsgi.input"].read(length) if length is not None
-                   else flask.request.get_data(cache=False))
+            raw = (
+                environ["wsgi.input"].read(length)
+                if length is not None
+                else flask.request.get_data(cache=False)
+            )
             doc = orjson.loads(raw)  # ~11 us for a 2.8 KB review, json.loads ~36 us
         except (ValueError, UnicodeDecodeError):
             svc.count(operation, "invalid")
@@ -131,8 +135,12 @@ def answer(svc: services_mod.Services, req: admission.Request) -> bytes:
         m.overflowed.inc()
         count = svc.overflow_log.hit()
         if count is not None:
-            log.warning("queue full (%d keys): %d admissions not queued since the last "
-                        "report; the poller will pick them up", svc.queue.maxsize, count)
+            log.warning(
+                "queue full (%d keys): %d admissions not queued since the last "
+                "report; the poller will pick them up",
+                svc.queue.maxsize,
+                count,
+            )
     svc.count(operation, outcome)
     return admission.response_bytes(req.uid)
 
@@ -151,11 +159,14 @@ class FastPath:
     ``observe(status, seconds, raised)`` records the route's request metrics (what
     prometheus-flask-exporter records for a request through Flask)."""
 
-    def __init__(self, app: WSGIApp, svc: services_mod.Services,
-                 observe: Callable[[str, float, bool], None]) -> None:
+    def __init__(
+        self, app: WSGIApp, svc: services_mod.Services, observe: Callable[[str, float, bool], None]
+    ) -> None:
         self.app, self.svc, self.observe = app, svc, observe
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
         length = self._length(environ)
         if length is None:
             return self.app(environ, start_response)

@@ -47,9 +47,14 @@ CHANGES_SPAN = "tether.listener.changes"
 def post_changes(svc: services.Services, runtime_id: str) -> Response:
     # the runtime's trace is linked, never continued: the KCP's own trace ID and sampling
     remote = tracing.parse(request.headers.get(tracing.HEADER))  # malformed: None, ignored
-    span = svc.tracer.start(CHANGES_SPAN, links=tracing.linked(remote), kind="server",
-                            attributes=tracing.remote_attributes(remote, {
-                                "tether.runtime_id": runtime_id}) if svc.tracer.enabled else None)
+    span = svc.tracer.start(
+        CHANGES_SPAN,
+        links=tracing.linked(remote),
+        kind="server",
+        attributes=tracing.remote_attributes(remote, {"tether.runtime_id": runtime_id})
+        if svc.tracer.enabled
+        else None,
+    )
     request.environ[steps.TRACE], request.environ[steps.REMOTE] = span.context, remote
     status = 500
     try:
@@ -62,8 +67,13 @@ def post_changes(svc: services.Services, runtime_id: str) -> Response:
 
 def _post_changes(svc: services.Services, runtime_id: str) -> Response:
     if not validation.media_type_ok(request.headers.get("Content-Type")):
-        return steps.invalid(svc, runtime_id, validation.Problem(
-            415, "unsupported media type", "Content-Type must be application/json", "media_type"))
+        return steps.invalid(
+            svc,
+            runtime_id,
+            validation.Problem(
+                415, "unsupported media type", "Content-Type must be application/json", "media_type"
+            ),
+        )
     limited = steps.rate_before_body(svc, runtime_id)
     if limited is not None:
         return limited
@@ -110,8 +120,12 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
             current = recs[done.failed.position]
             raise done.failed.error
     except gateway.Rejected as e:
-        return steps.invalid(svc, runtime_id, validation.Problem(
-            400, "rejected by the KCP API", str(e), "kcp_rejected"), current)
+        return steps.invalid(
+            svc,
+            runtime_id,
+            validation.Problem(400, "rejected by the KCP API", str(e), "kcp_rejected"),
+            current,
+        )
     except gateway.GatewayError as e:  # Unavailable, Forbidden, or unexpected: retry later
         return steps.unavailable(svc, "persist", e, runtime_id)
     except quota.Exceeded as e:
@@ -119,8 +133,13 @@ def _post_parsed(svc: services.Services, runtime_id: str, raw: bytes) -> Respons
     return responses.ok({"results": results, "epoch": epoch})
 
 
-def _unwatched(svc: services.Services, runtime_id: str, recs: list[changes.ChangeRecord],
-               refused: list[watchcheck.Refused], batch: bool) -> Response:
+def _unwatched(
+    svc: services.Services,
+    runtime_id: str,
+    recs: list[changes.ChangeRecord],
+    refused: list[watchcheck.Refused],
+    batch: bool,
+) -> Response:
     """403 for a request with records no Watch admits: nothing of it is stored (like the
     other checks of a body's records); each refused record is counted and is its reason's
     last refused object, the request is one audit line with the count per reason."""
@@ -130,17 +149,32 @@ def _unwatched(svc: services.Services, runtime_id: str, recs: list[changes.Chang
         svc.metrics.watch_refusals.labels(r.reason).inc()
         svc.deliveries.record(runtime_id, recs[r.position], "refused", r.reason, 403, trace_id)
         counts[r.reason] = counts.get(r.reason, 0) + 1
-    svc.audit_event("refused", runtime=runtime_id, reason="watch", status=403, reasons=counts,
-                    records=len(refused), route=request.method + " " + str(request.url_rule),
-                    **({"trace_id": trace_id} if trace_id else {}), **steps.runtime_trace())
+    svc.audit_event(
+        "refused",
+        runtime=runtime_id,
+        reason="watch",
+        status=403,
+        reasons=counts,
+        records=len(refused),
+        route=request.method + " " + str(request.url_rule),
+        **({"trace_id": trace_id} if trace_id else {}),
+        **steps.runtime_trace(),
+    )
     first = refused[0]
-    return responses.error(403, listenerapi.WATCH_REFUSAL, {
-        "reason": first.reason, "message": first.message,
-        "records": watchcheck.details(refused, batch)})
+    return responses.error(
+        403,
+        listenerapi.WATCH_REFUSAL,
+        {
+            "reason": first.reason,
+            "message": first.message,
+            "records": watchcheck.details(refused, batch),
+        },
+    )
 
 
-def _tag_epochs(svc: services.Services, recs: list[changes.ChangeRecord]
-                ) -> int | validation.Problem:
+def _tag_epochs(
+    svc: services.Services, recs: list[changes.ChangeRecord]
+) -> int | validation.Problem:
     """The runtime's current epoch, given to every record that carries none (one Lease
     read per worker and ``heartbeat.EPOCH_TTL`` at most); a ``Problem`` (409) when a
     record names an epoch the KCP has not started (only the KCP starts epochs)."""
@@ -148,35 +182,63 @@ def _tag_epochs(svc: services.Services, recs: list[changes.ChangeRecord]
     ahead = max((changes.epoch_of(r.get("epoch")) for r in recs if "epoch" in r), default=0)
     epoch = svc.epochs.current(runtime_id, at_least=ahead)
     if ahead > epoch:
-        return validation.Problem(409, "epoch not started", {
-            "reason": "future_epoch", "epoch": epoch,
-            "message": f"a record names epoch {ahead}; the runtime's current epoch is {epoch} "
-                       "(only the listener starts epochs: take it from its answers)"},
-            "future_epoch")
+        return validation.Problem(
+            409,
+            "epoch not started",
+            {
+                "reason": "future_epoch",
+                "epoch": epoch,
+                "message": f"a record names epoch {ahead}; the runtime's current epoch is {epoch} "
+                "(only the listener starts epochs: take it from its answers)",
+            },
+            "future_epoch",
+        )
     for r in recs:
         r.setdefault("epoch", epoch)
     return epoch
 
 
-def _over_quota(svc: services.Services, runtime_id: str, e: quota.Exceeded,
-                rec: changes.ChangeRecord | None) -> Response:
+def _over_quota(
+    svc: services.Services, runtime_id: str, e: quota.Exceeded, rec: changes.ChangeRecord | None
+) -> Response:
     """413 for a record that does not fit the runtime's storage quota: the senders drop it
     with an error (a batch is re-sent record by record first) and the poller offers it again
     at its next run, so it is stored once there is room (docs/listener.md, Storage quota)."""
     r = e.refusal
     svc.metrics.quota_refusals.labels(r.limit).inc()
     if rec is not None:
-        svc.deliveries.record(runtime_id, rec, "refused", "quota_" + r.limit, 413, steps.span_trace_id())
-    svc.audit_event("refused", runtime=runtime_id, reason="quota_" + r.limit, status=413,
-                    object=e.object, records=r.used.records, bytes=r.used.bytes,
-                    route=request.method + " " + str(request.url_rule))
-    return responses.error(413, "exceeded quota", {
-        "reason": "quota_" + r.limit, "message": r.message(), "object": e.object,
-        "used": r.used._asdict(), "limits": r.limits._asdict()})
+        svc.deliveries.record(
+            runtime_id, rec, "refused", "quota_" + r.limit, 413, steps.span_trace_id()
+        )
+    svc.audit_event(
+        "refused",
+        runtime=runtime_id,
+        reason="quota_" + r.limit,
+        status=413,
+        object=e.object,
+        records=r.used.records,
+        bytes=r.used.bytes,
+        route=request.method + " " + str(request.url_rule),
+    )
+    return responses.error(
+        413,
+        "exceeded quota",
+        {
+            "reason": "quota_" + r.limit,
+            "message": r.message(),
+            "object": e.object,
+            "used": r.used._asdict(),
+            "limits": r.limits._asdict(),
+        },
+    )
 
 
-def _account(svc: services.Services, recs: list[changes.ChangeRecord],
-             done: batch.Done[store.Outcome], trace_id: str) -> list[dict[str, Any]]:
+def _account(
+    svc: services.Services,
+    recs: list[changes.ChangeRecord],
+    done: batch.Done[store.Outcome],
+    trace_id: str,
+) -> list[dict[str, Any]]:
     """Metrics, delivery counts and audit of each record that was tried, in batch order (on
     the request thread; ``trace_id``: the batch's, "" without one); the answer's results."""
     results: list[dict[str, Any]] = []
@@ -186,12 +248,26 @@ def _account(svc: services.Services, recs: list[changes.ChangeRecord],
         svc.metrics.persist_seconds.labels(fin.outcome).observe(fin.seconds)
         svc.metrics.records.labels(fin.outcome).inc()
         svc.deliveries.record(rec["runtimeId"], rec, fin.outcome, trace_id=trace_id)
-        svc.audit_event("change", runtime=rec["runtimeId"], watch=rec.get("watch", ""),
-                        object=f"{rec['namespace']}/{rec['name']}", resourceVersion=rec[
-                            "resourceVersion"], deleted=rec["deleted"], source=rec["source"],
-                        outcome=fin.outcome, trace_id=trace_id, **steps.runtime_trace())
-        results.append({"namespace": rec["namespace"], "name": rec["name"],
-                        "resourceVersion": rec["resourceVersion"], "outcome": fin.outcome})
+        svc.audit_event(
+            "change",
+            runtime=rec["runtimeId"],
+            watch=rec.get("watch", ""),
+            object=f"{rec['namespace']}/{rec['name']}",
+            resourceVersion=rec["resourceVersion"],
+            deleted=rec["deleted"],
+            source=rec["source"],
+            outcome=fin.outcome,
+            trace_id=trace_id,
+            **steps.runtime_trace(),
+        )
+        results.append(
+            {
+                "namespace": rec["namespace"],
+                "name": rec["name"],
+                "resourceVersion": rec["resourceVersion"],
+                "outcome": fin.outcome,
+            }
+        )
     for f in (f for f in done.failures if isinstance(f.error, gateway.GatewayError)):
         svc.metrics.persist_seconds.labels("error").observe(f.seconds)
         svc.metrics.records.labels("error").inc()
@@ -210,17 +286,35 @@ def _query_limit(raw: str | None) -> int | None:
 def get_state(svc: services.Services, runtime_id: str) -> Response:
     limit = _query_limit(request.args.get("limit"))
     if limit is None:
-        return steps.invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
-            {"path": "limit", "message": f"must be an integer from 1 to {MAX_LIMIT}"}], "query"))
+        return steps.invalid(
+            svc,
+            runtime_id,
+            validation.Problem(
+                400,
+                "invalid query",
+                [{"path": "limit", "message": f"must be an integer from 1 to {MAX_LIMIT}"}],
+                "query",
+            ),
+        )
     try:
         after = records.decode_continue(request.args.get("continue", ""))
     except ValueError as e:
-        return steps.invalid(svc, runtime_id, validation.Problem(
-            400, "invalid query", [{"path": "continue", "message": str(e)}], "query"))
+        return steps.invalid(
+            svc,
+            runtime_id,
+            validation.Problem(
+                400, "invalid query", [{"path": "continue", "message": str(e)}], "query"
+            ),
+        )
     report = epochs.report_of(request.args)
     if isinstance(report, str):
-        return steps.invalid(svc, runtime_id, validation.Problem(
-            400, "invalid query", [{"path": report.split(":")[0], "message": report}], "query"))
+        return steps.invalid(
+            svc,
+            runtime_id,
+            validation.Problem(
+                400, "invalid query", [{"path": report.split(":")[0], "message": report}], "query"
+            ),
+        )
     limited = steps.rate(svc, runtime_id, 1)
     if limited is not None:
         return limited
@@ -238,22 +332,26 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
         loaded.append(items)
         surveys.append(survey)
         return items
+
     try:
         svc.deliveries.seen(runtime_id)
         chunk, position = svc.digests.page(f"{runtime_id}/{watch}", after, limit, load)
         if after is None and loaded:  # a listing's first page: the poller's report
-            epoch = svc.epochs.settle(runtime_id, report,
-                                      lambda e: epochs.high_water(loaded[-1], e))
+            epoch = svc.epochs.settle(
+                runtime_id, report, lambda e: epochs.high_water(loaded[-1], e)
+            )
         else:
             epoch = svc.epochs.current(runtime_id)
     except gateway.GatewayError as e:
         return steps.unavailable(svc, "state", e, runtime_id)
     svc.beats.seen_after_read(runtime_id)  # a read answers even when the KCP refuses writes
-    resp = responses.ok({"items": chunk, "continue": records.encode_continue(position),
-                         "epoch": epoch})
+    resp = responses.ok(
+        {"items": chunk, "continue": records.encode_continue(position), "epoch": epoch}
+    )
     summaries = svc.summaries
     if surveys and summaries is not None:  # the listing sets the summary's buckets it contradicts
         got = surveys[-1]
-        resp.call_on_close(lambda: summaries.listed_all(runtime_id, got.folded, got.held,
-                                                        got.revision))
+        resp.call_on_close(
+            lambda: summaries.listed_all(runtime_id, got.folded, got.held, got.revision)
+        )
     return resp

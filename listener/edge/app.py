@@ -43,8 +43,11 @@ edge = Blueprint("edge", __name__)
 
 
 def create_app(
-    settings: settings_mod.Settings | None = None, *, kcp: gateway.Kube | None = None,
-    serving: tlsreload.Watched[Any] | None = None, view_socket: str | None = None,
+    settings: settings_mod.Settings | None = None,
+    *,
+    kcp: gateway.Kube | None = None,
+    serving: tlsreload.Watched[Any] | None = None,
+    view_socket: str | None = None,
 ) -> Flask:
     """``settings``: default from the TETHER_LISTENER_* variables; ``serving``: the TLS
     context the server hands to gunicorn (``listener.edge.server``), so that a failed reload of
@@ -66,9 +69,14 @@ def create_app(
     app.register_blueprint(stateapi.bp)
     # /healthz on both ports; /readyz and /metrics only on the operations port (ops_bind),
     # never on the data port the internet reaches; the runtime API only on the data port
-    ops.init_app(app, _probes(svc, serving),
-                 ops.Exposition(svc.metrics.registry, [svc.silent] + (
-                     [] if svc.view is None else [view_client.Collector(svc.view)])).render)
+    ops.init_app(
+        app,
+        _probes(svc, serving),
+        ops.Exposition(
+            svc.metrics.registry,
+            [svc.silent] + ([] if svc.view is None else [view_client.Collector(svc.view)]),
+        ).render,
+    )
     app.register_blueprint(edge)
     app.wsgi_app = httpworker.closing(app.wsgi_app)  # type: ignore[method-assign]
     return app
@@ -122,8 +130,9 @@ def start_timer() -> None:
 def count(resp: Response) -> Response:
     svc = services.of()
     route = str(request.url_rule) if request.url_rule is not None else "unmatched"
-    svc.metrics.requests.labels(route, request.method if route != "unmatched" else "other",
-                                str(resp.status_code)).inc()
+    svc.metrics.requests.labels(
+        route, request.method if route != "unmatched" else "other", str(resp.status_code)
+    ).inc()
     started = g.get("started")
     if started is not None:
         svc.metrics.request_seconds.labels(route).observe(time.perf_counter() - started)

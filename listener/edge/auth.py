@@ -17,10 +17,18 @@ from tether import kyma
 
 REASONS = (
     # 401, no usable certificate (see peer.NoCertificate)
-    "no_certificate", "xfcc_untrusted_peer", "xfcc_malformed", "xfcc_chain_invalid",
+    "no_certificate",
+    "xfcc_untrusted_peer",
+    "xfcc_malformed",
+    "xfcc_chain_invalid",
     # 403
-    "cn_mismatch", "unknown_runtime", "ambiguous_runtime", "runtime_deleting",
-    "domain_missing", "san_mismatch", "runtime_id_mismatch",
+    "cn_mismatch",
+    "unknown_runtime",
+    "ambiguous_runtime",
+    "runtime_deleting",
+    "domain_missing",
+    "san_mismatch",
+    "runtime_id_mismatch",
 )
 
 

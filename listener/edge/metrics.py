@@ -42,44 +42,80 @@ class Metrics:
 
     def _requests(self, r: CollectorRegistry) -> None:
         """Requests, and callers refused by who they are or by their bodies."""
-        self.requests = Counter(f"{NS}_requests", "HTTP requests by route, method and status code",
-                                ["route", "method", "code"], registry=r)
-        self.request_seconds = Histogram(f"{NS}_request_seconds", "HTTP request duration by route",
-                                         ["route"], buckets=LATENCY_BUCKETS, registry=r)
-        self.auth_refusals = Counter(f"{NS}_auth_refusals", "Refused callers by reason",
-                                     ["reason"], registry=r)
-        self.tls_refusals = Counter(f"{NS}_tls_handshake_refusals",
-                                    "TLS handshakes refused (invalid client certificate) by reason",
-                                    ["reason"], registry=r)
-        self.validation_failures = Counter(f"{NS}_validation_failures",
-                                           "Refused request bodies by reason", ["reason"], registry=r)
-        self.watch_refusals = Counter(f"{NS}_watch_refusals",
-                                      "Records refused by the Watches (403) by reason",
-                                      ["reason"], registry=r)
-        self.rate_limited = Counter(f"{NS}_rate_limited", "Requests answered 429 by limit",
-                                    ["limit"], registry=r)
+        self.requests = Counter(
+            f"{NS}_requests",
+            "HTTP requests by route, method and status code",
+            ["route", "method", "code"],
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            f"{NS}_request_seconds",
+            "HTTP request duration by route",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.auth_refusals = Counter(
+            f"{NS}_auth_refusals", "Refused callers by reason", ["reason"], registry=r
+        )
+        self.tls_refusals = Counter(
+            f"{NS}_tls_handshake_refusals",
+            "TLS handshakes refused (invalid client certificate) by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.validation_failures = Counter(
+            f"{NS}_validation_failures", "Refused request bodies by reason", ["reason"], registry=r
+        )
+        self.watch_refusals = Counter(
+            f"{NS}_watch_refusals",
+            "Records refused by the Watches (403) by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.rate_limited = Counter(
+            f"{NS}_rate_limited", "Requests answered 429 by limit", ["limit"], registry=r
+        )
 
     def _storage(self, r: CollectorRegistry) -> None:
         """Records persisted, and the state summaries beside them."""
-        self.records = Counter(f"{NS}_records", "Change records by outcome", ["outcome"], registry=r)
-        self.persist_seconds = Histogram(f"{NS}_persist_seconds",
-                                         "Time to persist one record in the KCP (read, compare, write)",
-                                         ["outcome"], buckets=LATENCY_BUCKETS, registry=r)
-        self.write_conflicts = Counter(f"{NS}_write_conflicts",
-                                       "Writes refused by optimistic concurrency (409) or on a "
-                                       "vanished object (404), then retried after a fresh read; "
-                                       "path create: a create without a read found the key "
-                                       "stored", ["path"], registry=r)
+        self.records = Counter(
+            f"{NS}_records", "Change records by outcome", ["outcome"], registry=r
+        )
+        self.persist_seconds = Histogram(
+            f"{NS}_persist_seconds",
+            "Time to persist one record in the KCP (read, compare, write)",
+            ["outcome"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.write_conflicts = Counter(
+            f"{NS}_write_conflicts",
+            "Writes refused by optimistic concurrency (409) or on a "
+            "vanished object (404), then retried after a fresh read; "
+            "path create: a create without a read found the key "
+            "stored",
+            ["path"],
+            registry=r,
+        )
         self.summary_corrections = Counter(
-            f"{NS}_state_summary_corrections", "Buckets of a RuntimeStateSummary corrected "
+            f"{NS}_state_summary_corrections",
+            "Buckets of a RuntimeStateSummary corrected "
             "from a listing of their records (a merge was lost, or raced the listing)",
-            registry=r)
+            registry=r,
+        )
         self.summary_flush_errors = Counter(
-            f"{NS}_state_summary_flush_errors", "Merges into a RuntimeStateSummary that "
-            "failed (kept for the next merge unless rejected)", registry=r)
+            f"{NS}_state_summary_flush_errors",
+            "Merges into a RuntimeStateSummary that "
+            "failed (kept for the next merge unless rejected)",
+            registry=r,
+        )
         self.summary_dropped = Counter(
-            f"{NS}_state_summary_dropped", "Bucket changes not kept: the worker holds "
-            "its maximum of pending changes (the buckets heal when listed)", registry=r)
+            f"{NS}_state_summary_dropped",
+            "Bucket changes not kept: the worker holds "
+            "its maximum of pending changes (the buckets heal when listed)",
+            registry=r,
+        )
 
     def _limits(self, r: CollectorRegistry) -> None:
         """What a limit refused: connections, parse memory, the storage quota, the KCP."""
@@ -87,62 +123,109 @@ class Metrics:
             f"{NS}_connection_refusals",
             "Connections closed by a limit before a request was served, by reason "
             "(connection_cap, peer_connection_cap, handshake_timeout, head_timeout, "
-            "head_too_large, tls_refused, certificate_expired: after the handshake)", ["reason"], registry=r)
-        self.limits = Gauge(f"{NS}_limit",
-                            "Effective limits of one worker process (see docs/listener.md for how "
-                            "they add up across workers and replicas)", ["name"],
-                            multiprocess_mode="max", registry=r)
+            "head_too_large, tls_refused, certificate_expired: after the handshake)",
+            ["reason"],
+            registry=r,
+        )
+        self.limits = Gauge(
+            f"{NS}_limit",
+            "Effective limits of one worker process (see docs/listener.md for how "
+            "they add up across workers and replicas)",
+            ["name"],
+            multiprocess_mode="max",
+            registry=r,
+        )
         self.parse_wait_seconds = Histogram(
             f"{NS}_parse_budget_wait_seconds",
-            "Time a body waited for the parse memory budget", buckets=LATENCY_BUCKETS, registry=r)
-        self.quota_refusals = Counter(f"{NS}_quota_refusals",
-                                      "Records refused (413) because the runtime's storage quota "
-                                      "is reached, by limit (records, bytes)", ["limit"],
-                                      registry=r)
+            "Time a body waited for the parse memory budget",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.quota_refusals = Counter(
+            f"{NS}_quota_refusals",
+            "Records refused (413) because the runtime's storage quota "
+            "is reached, by limit (records, bytes)",
+            ["limit"],
+            registry=r,
+        )
         self.quota_counts = Counter(
-            f"{NS}_quota_counts", "Times a worker counted a runtime's stored records and bytes "
+            f"{NS}_quota_counts",
+            "Times a worker counted a runtime's stored records and bytes "
             "for the quota, by source: summary (its RuntimeStateSummary, one read) or listing "
-            "(a metadata list of all its records: no usable summary)", ["source"],
-            registry=r)
-        self.kcp_unavailable = Counter(f"{NS}_kcp_unavailable",
-                                       "Requests answered 503 because the KCP API failed",
-                                       ["operation"], registry=r)
+            "(a metadata list of all its records: no usable summary)",
+            ["source"],
+            registry=r,
+        )
+        self.kcp_unavailable = Counter(
+            f"{NS}_kcp_unavailable",
+            "Requests answered 503 because the KCP API failed",
+            ["operation"],
+            registry=r,
+        )
         self.outage_answers = Counter(
-            f"{NS}_outage_answers", "Answers given from what was last read while the KCP API "
+            f"{NS}_outage_answers",
+            "Answers given from what was last read while the KCP API "
             "was unreachable, by what: identity (a Kyma CR), summary (a heartbeat answered)",
-            ["what"], registry=r)
+            ["what"],
+            registry=r,
+        )
         self.storage_namespace_missing = Counter(
-            f"{NS}_storage_namespace_missing", "Records answered 503 because their Watch's "
-            "storage namespace (spec.storage.namespace) does not exist", registry=r)
+            f"{NS}_storage_namespace_missing",
+            "Records answered 503 because their Watch's "
+            "storage namespace (spec.storage.namespace) does not exist",
+            registry=r,
+        )
         self.storage_namespace_refused = Counter(
-            f"{NS}_storage_namespace_refused", "Records answered 503 because their Watch's "
+            f"{NS}_storage_namespace_refused",
+            "Records answered 503 because their Watch's "
             "storage namespace is not one of STORAGE_NAMESPACES or the KCP refused the write there "
-            "(a Namespace not labelled tether.kyma-project.io/record-storage=true)", registry=r)
+            "(a Namespace not labelled tether.kyma-project.io/record-storage=true)",
+            registry=r,
+        )
         self.unbacked_evicted = Counter(
-            f"{NS}_unbacked_tombstones_evicted", "Tombstones of keys never stored deleted, "
+            f"{NS}_unbacked_tombstones_evicted",
+            "Tombstones of keys never stored deleted, "
             "oldest first, because their runtime kept more than UNBACKED_TOMBSTONES",
-            registry=r)
+            registry=r,
+        )
         self.audit_lost = auditwriter.lost_counter(f"{NS}_audit_lost", r)
 
     def _deliveries(self, r: CollectorRegistry) -> None:
         """Delivery health (``listener.fleet.deliveries``): bounded labels, never a runtime."""
         self.records_by_source = Counter(
-            f"{NS}_records_by_source", "Change records handled, by the sender (webhook, poller) "
-            "and outcome (persisted, duplicate, stale, refused)", ["source", "outcome"],
-            registry=r)
+            f"{NS}_records_by_source",
+            "Change records handled, by the sender (webhook, poller) "
+            "and outcome (persisted, duplicate, stale, refused)",
+            ["source", "outcome"],
+            registry=r,
+        )
         self.delivery_lag = Histogram(
-            f"{NS}_delivery_lag_seconds", "Persist time minus the record's observedAt, by the "
-            "sender (clock skew below 0 counts as 0)", ["source"],
-            buckets=delivery.LAG_BOUNDS, registry=r)
+            f"{NS}_delivery_lag_seconds",
+            "Persist time minus the record's observedAt, by the "
+            "sender (clock skew below 0 counts as 0)",
+            ["source"],
+            buckets=delivery.LAG_BOUNDS,
+            registry=r,
+        )
         self.delivery_flushes = Counter(
-            f"{NS}_delivery_flushes", "Merges of a runtime's delivery counts into its "
-            "RuntimeDelivery object that the KCP accepted", registry=r)
+            f"{NS}_delivery_flushes",
+            "Merges of a runtime's delivery counts into its "
+            "RuntimeDelivery object that the KCP accepted",
+            registry=r,
+        )
         self.delivery_flush_errors = Counter(
-            f"{NS}_delivery_flush_errors", "Merges into a RuntimeDelivery that failed (the "
-            "counts are kept for the next one), by reason", ["reason"], registry=r)
+            f"{NS}_delivery_flush_errors",
+            "Merges into a RuntimeDelivery that failed (the "
+            "counts are kept for the next one), by reason",
+            ["reason"],
+            registry=r,
+        )
         self.delivery_dropped = Counter(
-            f"{NS}_delivery_dropped", "Delivery events not counted because the worker already "
-            "holds the counts of its maximum of runtimes", registry=r)
+            f"{NS}_delivery_dropped",
+            "Delivery events not counted because the worker already "
+            "holds the counts of its maximum of runtimes",
+            registry=r,
+        )
 
     def export_limits(self, values: dict[str, float]) -> None:
         for name, value in values.items():
@@ -154,8 +237,13 @@ class SilentRuntimes(Collector):
     ``tether_listener_runtimes_seen`` from the heartbeat Leases, cached ``ttl`` seconds, and
     ``tether_listener_heartbeats_listed`` (0 while they cannot be listed)."""
 
-    def __init__(self, beats: heartbeat.Heartbeats, thresholds: Sequence[int], ttl: float = 15.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        beats: heartbeat.Heartbeats,
+        thresholds: Sequence[int],
+        ttl: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._beats = beats
         self._thresholds = tuple(thresholds)
         self._ttl = ttl
@@ -180,22 +268,28 @@ class SilentRuntimes(Collector):
     def collect(self) -> Iterator[Metric]:
         times = self._times()
         listed = GaugeMetricFamily(
-            f"{NS}_heartbeats_listed", "1 when this replica could list the heartbeat Leases "
+            f"{NS}_heartbeats_listed",
+            "1 when this replica could list the heartbeat Leases "
             "at this scrape, 0 when the KCP API failed (the silence alerts hold off after a "
-            "KCP outage: docs/operations.md)")
+            "KCP outage: docs/operations.md)",
+        )
         listed.add_metric([], 0 if times is None else 1)
         yield listed
         if times is None:
             return
-        counts = heartbeat.silent_counts(times, datetime.datetime.now(datetime.UTC),
-                                         self._thresholds)
-        seen = GaugeMetricFamily(f"{NS}_runtimes_seen",
-                                 "Runtimes that have ever been seen (have a heartbeat Lease)")
+        counts = heartbeat.silent_counts(
+            times, datetime.datetime.now(datetime.UTC), self._thresholds
+        )
+        seen = GaugeMetricFamily(
+            f"{NS}_runtimes_seen", "Runtimes that have ever been seen (have a heartbeat Lease)"
+        )
         seen.add_metric([], len(times))
         yield seen
-        silent = GaugeMetricFamily(f"{NS}_runtimes_silent",
-                                   "Runtimes not seen for longer than threshold_seconds",
-                                   labels=["threshold_seconds"])
+        silent = GaugeMetricFamily(
+            f"{NS}_runtimes_silent",
+            "Runtimes not seen for longer than threshold_seconds",
+            labels=["threshold_seconds"],
+        )
         for th, n in counts.items():
             silent.add_metric([str(th)], n)
         yield silent
@@ -210,31 +304,55 @@ class JanitorMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.leader = Gauge(f"{NS}_janitor_leader", "1 while this process holds the janitor Lease",
-                            registry=r)
-        self.runs = Counter(f"{NS}_janitor_runs", "Janitor runs by outcome (ok, failed)", ["outcome"],
-                            registry=r)
-        self.run_seconds = Histogram(f"{NS}_janitor_run_seconds", "Duration of a janitor run",
-                                     buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 1800), registry=r)
-        self.last_success = Gauge(f"{NS}_janitor_last_success_timestamp_seconds",
-                                  "When the last janitor run completed (Unix time)", registry=r)
-        self.tombstones_deleted = Counter(f"{NS}_janitor_tombstones_deleted",
-                                          "Tombstones deleted after the retention", registry=r)
-        self.legacy_records_deleted = Counter(f"{NS}_janitor_legacy_records_deleted",
-                                              "Records stored before Watches deleted once their "
-                                              "runtime holds records under Watches", registry=r)
-        self.orphan_records_deleted = Counter(f"{NS}_janitor_orphan_records_deleted",
-                                              "Records deleted of runtimes whose Kyma CR is gone",
-                                              registry=r)
-        self.orphan_leases_deleted = Counter(f"{NS}_janitor_orphan_leases_deleted",
-                                             "Heartbeat Leases deleted of runtimes whose Kyma CR "
-                                             "is gone", registry=r)
+        self.leader = Gauge(
+            f"{NS}_janitor_leader", "1 while this process holds the janitor Lease", registry=r
+        )
+        self.runs = Counter(
+            f"{NS}_janitor_runs", "Janitor runs by outcome (ok, failed)", ["outcome"], registry=r
+        )
+        self.run_seconds = Histogram(
+            f"{NS}_janitor_run_seconds",
+            "Duration of a janitor run",
+            buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 1800),
+            registry=r,
+        )
+        self.last_success = Gauge(
+            f"{NS}_janitor_last_success_timestamp_seconds",
+            "When the last janitor run completed (Unix time)",
+            registry=r,
+        )
+        self.tombstones_deleted = Counter(
+            f"{NS}_janitor_tombstones_deleted", "Tombstones deleted after the retention", registry=r
+        )
+        self.legacy_records_deleted = Counter(
+            f"{NS}_janitor_legacy_records_deleted",
+            "Records stored before Watches deleted once their runtime holds records under Watches",
+            registry=r,
+        )
+        self.orphan_records_deleted = Counter(
+            f"{NS}_janitor_orphan_records_deleted",
+            "Records deleted of runtimes whose Kyma CR is gone",
+            registry=r,
+        )
+        self.orphan_leases_deleted = Counter(
+            f"{NS}_janitor_orphan_leases_deleted",
+            "Heartbeat Leases deleted of runtimes whose Kyma CR is gone",
+            registry=r,
+        )
         self.orphan_deliveries_deleted = Counter(
-            f"{NS}_janitor_orphan_deliveries_deleted", "RuntimeDelivery objects deleted of "
-            "runtimes whose Kyma CR is gone", registry=r)
+            f"{NS}_janitor_orphan_deliveries_deleted",
+            "RuntimeDelivery objects deleted of runtimes whose Kyma CR is gone",
+            registry=r,
+        )
         self.audit_lost = auditwriter.lost_counter(f"{NS}_janitor_audit_lost", r)
-        self.orphans = Gauge(f"{NS}_janitor_orphaned_runtimes",
-                             "Runtimes without a Kyma CR whose records wait for the grace period",
-                             registry=r)
-        self.errors = Counter(f"{NS}_janitor_errors", "KCP API calls of the janitor that failed, by step",
-                              ["step"], registry=r)
+        self.orphans = Gauge(
+            f"{NS}_janitor_orphaned_runtimes",
+            "Runtimes without a Kyma CR whose records wait for the grace period",
+            registry=r,
+        )
+        self.errors = Counter(
+            f"{NS}_janitor_errors",
+            "KCP API calls of the janitor that failed, by step",
+            ["step"],
+            registry=r,
+        )

@@ -122,8 +122,10 @@ def xfcc_certificates(fields: Mapping[str, str]) -> tuple[x509.Certificate, list
 
 
 def verify_chain(
-    leaf: x509.Certificate, intermediates: Sequence[x509.Certificate],
-    cas: Sequence[x509.Certificate], now: datetime.datetime,
+    leaf: x509.Certificate,
+    intermediates: Sequence[x509.Certificate],
+    cas: Sequence[x509.Certificate],
+    now: datetime.datetime,
 ) -> None:
     """Verify a client certificate chain (signatures, validity at ``now``, clientAuth
     usage) against ``cas``; raises ``verification.VerificationError``."""
@@ -153,8 +155,11 @@ def _tls_peer(environ: Mapping[str, Any]) -> x509.Certificate | None:
 
 
 def from_environ(
-    environ: Mapping[str, Any], *, trusted_proxies: Sequence[str],
-    cas: Sequence[x509.Certificate], now: datetime.datetime,
+    environ: Mapping[str, Any],
+    *,
+    trusted_proxies: Sequence[str],
+    cas: Sequence[x509.Certificate],
+    now: datetime.datetime,
 ) -> Peer:
     """The caller's verified certificate, else ``NoCertificate`` with the reason."""
     cert = _tls_peer(environ)
@@ -163,8 +168,9 @@ def from_environ(
     header = environ.get(XFCC_ENVIRON)
     if header is None:
         raise NoCertificate("no_certificate")
-    if not trusted_proxies or not trusted_proxy(str(environ.get("REMOTE_ADDR", "")),
-                                                trusted_proxies):
+    if not trusted_proxies or not trusted_proxy(
+        str(environ.get("REMOTE_ADDR", "")), trusted_proxies
+    ):
         raise NoCertificate("xfcc_untrusted_peer")
     try:
         leaf, chain = xfcc_certificates(parse_xfcc(str(header)))

@@ -77,8 +77,9 @@ class Window:
     counts: dict[tuple[str, str], Count] = dataclasses.field(default_factory=dict)
     overflow: dict[str, Count] = dataclasses.field(default_factory=dict)
 
-    def add(self, reason: str, source: str, status: int, claimed: str | None,
-            cn: str | None = None) -> None:
+    def add(
+        self, reason: str, source: str, status: int, claimed: str | None, cn: str | None = None
+    ) -> None:
         key = (reason, source)
         if key in self.counts or len(self.counts) < self.max_keys:
             c = self.counts.setdefault(key, Count(status=status))
@@ -96,15 +97,20 @@ class Window:
     def lines(self, start: float, seconds: float) -> list[dict[str, Any]]:
         """The audit fields of each key's line (without the event name); ``start``: the
         window's start (seconds since the epoch)."""
-        minute = datetime.datetime.fromtimestamp(start, datetime.UTC).isoformat(
-            timespec="seconds")
+        minute = datetime.datetime.fromtimestamp(start, datetime.UTC).isoformat(timespec="seconds")
         keyed = [(reason, source, c, False) for (reason, source), c in sorted(self.counts.items())]
         keyed += [(reason, OTHER, c, True) for reason, c in sorted(self.overflow.items())]
         out: list[dict[str, Any]] = []
         for reason, source, c, overflow in keyed:
             fields: dict[str, Any] = {
-                "reason": reason, "source": source, "minute": minute, "seconds": seconds,
-                "count": c.count, "status": c.status, "claimed_runtimes": sorted(c.claimed)}
+                "reason": reason,
+                "source": source,
+                "minute": minute,
+                "seconds": seconds,
+                "count": c.count,
+                "status": c.status,
+                "claimed_runtimes": sorted(c.claimed),
+            }
             if c.claimed_truncated:
                 fields["claimed_runtimes_truncated"] = True
             if c.cns:
@@ -113,8 +119,10 @@ class Window:
                 fields["certificate_cns_truncated"] = True
             if overflow:
                 fields["overflow"] = True
-                fields["note"] = (f"more than {self.max_keys} (reason, source) keys in this "
-                                  "window: the refusals of further sources are counted here")
+                fields["note"] = (
+                    f"more than {self.max_keys} (reason, source) keys in this "
+                    "window: the refusals of further sources are counted here"
+                )
             out.append(fields)
         return out
 
@@ -123,9 +131,15 @@ class RefusalSummary:
     """Counts unauthenticated refusals (``record``) and writes one audit line per key and
     window. Thread-safe; one per worker process."""
 
-    def __init__(self, logger: logging.Logger, interval: float = 60.0, *,
-                 clock: Callable[[], float] = time.time, max_keys: int = MAX_KEYS,
-                 max_claimed: int = MAX_CLAIMED) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval: float = 60.0,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_keys: int = MAX_KEYS,
+        max_claimed: int = MAX_CLAIMED,
+    ) -> None:
         self._logger = logger
         self._interval = interval
         self._clock = clock
@@ -138,8 +152,14 @@ class RefusalSummary:
     def _index(self, now: float) -> int:
         return int(now // self._interval)
 
-    def record(self, reason: str, source: str | None, status: int, claimed: str | None,
-               cn: str | None = None) -> None:
+    def record(
+        self,
+        reason: str,
+        source: str | None,
+        status: int,
+        claimed: str | None,
+        cn: str | None = None,
+    ) -> None:
         """Count one refusal; writes the previous window's lines when this one starts a
         new window."""
         if self._interval <= 0:  # a line per refusal
@@ -151,8 +171,7 @@ class RefusalSummary:
         ended: Window | None = None
         with self._lock:
             if self._window is None or self._window.index != index:
-                ended, self._window = self._window, Window(index, self._max_keys,
-                                                           self._max_claimed)
+                ended, self._window = self._window, Window(index, self._max_keys, self._max_claimed)
             self._window.add(reason, source or "unknown", status, claimed, cn)
         if ended is not None:
             self._write_window(ended)
@@ -183,9 +202,11 @@ class RefusalSummary:
         """A daemon thread of the worker writing each window's lines just after it ends,
         so a flood that stops is still written without waiting for the next refusal;
         ``stop`` ends it."""
+
         def loop() -> None:
             while not self._stopped.wait(self.seconds_left()):
                 self.flush_due()
+
         t = threading.Thread(target=loop, name="refusal-summary-flush", daemon=True)
         t.start()
         return t

@@ -52,20 +52,26 @@ def serving(s: settings.Settings) -> tlsreload.Watched[ssl.SSLContext] | None:
     return tlsreload.Watched((cert, key, ca), lambda: server_context(cert, key, ca))
 
 
-def gunicorn_options(s: settings.Settings,
-                     watched: tlsreload.Watched[ssl.SSLContext] | None = None) -> dict[str, Any]:
+def gunicorn_options(
+    s: settings.Settings, watched: tlsreload.Watched[ssl.SSLContext] | None = None
+) -> dict[str, Any]:
     # with mTLS the worker's peer is the runtime (its certificate's CN); behind a proxy
     # (XFCC mode) every runtime arrives from the proxy's address, so the per-peer caps are
     # left to the application's per-runtime in-flight cap (429) instead
     per_peer = s.tls
     limits = httpconn.Limits(
-        handshake_seconds=s.handshake_timeout, head_seconds=s.head_timeout,
-        body_seconds=s.body_timeout, idle_seconds=s.idle_timeout,
+        handshake_seconds=s.handshake_timeout,
+        head_seconds=s.head_timeout,
+        body_seconds=s.body_timeout,
+        idle_seconds=s.idle_timeout,
         max_connections=s.max_connections,
         max_connections_per_peer=s.max_connections_per_runtime if per_peer else s.max_connections,
         max_busy_per_peer=s.max_in_flight_per_runtime if per_peer else s.threads,
-        max_head_bytes=_MAX_HEAD, linger_bytes=s.max_body_bytes + _MAX_HEAD,
-        prebuffer_bytes=64 * 1024, prebuffer_budget=16 * 1024 * 1024)
+        max_head_bytes=_MAX_HEAD,
+        linger_bytes=s.max_body_bytes + _MAX_HEAD,
+        prebuffer_bytes=64 * 1024,
+        prebuffer_budget=16 * 1024 * 1024,
+    )
     opts: dict[str, Any] = {
         "bind": [s.bind, s.ops_bind],  # the first is the data port (TLS), then operations
         "workers": s.workers,
@@ -84,10 +90,15 @@ def gunicorn_options(s: settings.Settings,
     if s.tls:
         ctx = watched or serving(s)
         assert ctx is not None
-        opts.update({
-            "certfile": s.tls_cert_file, "keyfile": s.tls_key_file, "ca_certs": s.client_ca_file,
-            "cert_reqs": ssl.CERT_OPTIONAL, "ssl_context": lambda conf, default: ctx.get(),
-        })
+        opts.update(
+            {
+                "certfile": s.tls_cert_file,
+                "keyfile": s.tls_key_file,
+                "ca_certs": s.client_ca_file,
+                "cert_reqs": ssl.CERT_OPTIONAL,
+                "ssl_context": lambda conf, default: ctx.get(),
+            }
+        )
     return opts
 
 

@@ -40,10 +40,20 @@ def get_summary(svc: services.Services, runtime_id: str) -> Response:
         return responses.error(404, "not found", "no state summaries in this listener")
     report = epochs.report_of(request.args)
     if isinstance(report, str) or report.epoch is not None:
-        problem = report if isinstance(report, str) else (
-            "epoch: a claim goes with the full state listing (GET .../state), not the summary")
-        return steps.invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
-            {"path": problem.split(":")[0], "message": problem}], "query"))
+        problem = (
+            report
+            if isinstance(report, str)
+            else (
+                "epoch: a claim goes with the full state listing (GET .../state), not the summary"
+            )
+        )
+        return steps.invalid(
+            svc,
+            runtime_id,
+            validation.Problem(
+                400, "invalid query", [{"path": problem.split(":")[0], "message": problem}], "query"
+            ),
+        )
     try:
         # the runtime's identity first: a rebuilt cluster starts a new epoch, and the hashes
         # are then compared in it (every object differs: the full digest resends them)
@@ -63,8 +73,9 @@ def get_summary(svc: services.Services, runtime_id: str) -> Response:
     return resp
 
 
-def _last_known(svc: services.Services, runtime_id: str, identity: str,
-                e: gateway.GatewayError) -> Response | None:
+def _last_known(
+    svc: services.Services, runtime_id: str, identity: str, e: gateway.GatewayError
+) -> Response | None:
     """The summary last read, while the KCP is unreachable (``listener.fleet.outage``: why
     that answer is safe); None when there is none to give."""
     if not isinstance(e, gateway.Unavailable) or isinstance(e, gateway.Forbidden):
@@ -80,6 +91,7 @@ def _last_known(svc: services.Services, runtime_id: str, identity: str,
 def get_bucket(runtime_id: str, bucket: str) -> Response:
     def handler(svc: services.Services, rid: str) -> Response:
         return _bucket(svc, rid, bucket)
+
     handler.__name__ = "get_bucket"
     result: Response = steps.guarded(handler)(runtime_id)
     return result
@@ -88,9 +100,21 @@ def get_bucket(runtime_id: str, bucket: str) -> Response:
 def _bucket(svc: services.Services, runtime_id: str, bucket: str) -> Response:
     n = numbers.ascii_int(bucket, 5)
     if n is None or n >= statehash.BUCKETS:
-        return steps.invalid(svc, runtime_id, validation.Problem(400, "invalid query", [
-            {"path": "bucket", "message": f"must be an integer from 0 to {statehash.BUCKETS - 1}"}],
-            "query"))
+        return steps.invalid(
+            svc,
+            runtime_id,
+            validation.Problem(
+                400,
+                "invalid query",
+                [
+                    {
+                        "path": "bucket",
+                        "message": f"must be an integer from 0 to {statehash.BUCKETS - 1}",
+                    }
+                ],
+                "query",
+            ),
+        )
     limited = steps.rate(svc, runtime_id, 1)
     if limited is not None:
         return limited
@@ -101,7 +125,13 @@ def _bucket(svc: services.Services, runtime_id: str, bucket: str) -> Response:
     except gateway.GatewayError as e:
         return steps.unavailable(svc, "state", e, runtime_id)
     svc.beats.seen_after_read(runtime_id)  # best-effort, as for the summary
-    resp = responses.ok({"bucket": n, "hash": statehash.hex16(listed.hash), "count": listed.live,
-                         "items": listed.items})
+    resp = responses.ok(
+        {
+            "bucket": n,
+            "hash": statehash.hex16(listed.hash),
+            "count": listed.live,
+            "items": listed.items,
+        }
+    )
     _label_after(resp, svc, unlabelled)
     return resp

@@ -39,16 +39,30 @@ def runtime_trace() -> dict[str, str]:
     return {"runtime_trace_id": ctx.trace_hex} if isinstance(ctx, tracing.TraceParent) else {}
 
 
-def refuse(svc: services.Services, runtime_id: str, status: int, reason: str, message: str,
-            cert: Any = None) -> Response:
+def refuse(
+    svc: services.Services,
+    runtime_id: str,
+    status: int,
+    reason: str,
+    message: str,
+    cert: Any = None,
+) -> Response:
     """A refusal before the caller was authenticated: counted, and audited in aggregate
     per reason, source and minute (``listener.edge.refusalsummary``), the path's runtime ID
     only as claimed."""
     svc.metrics.auth_refusals.labels(reason).inc()
-    svc.refusals.record(reason, request.remote_addr, status, runtime_id,
-                        None if cert is None else certs.common_name(cert) or "")
-    return responses.error(status, "unauthorized" if status == 401 else "forbidden",
-                           {"reason": reason, "message": message})
+    svc.refusals.record(
+        reason,
+        request.remote_addr,
+        status,
+        runtime_id,
+        None if cert is None else certs.common_name(cert) or "",
+    )
+    return responses.error(
+        status,
+        "unauthorized" if status == 401 else "forbidden",
+        {"reason": reason, "message": message},
+    )
 
 
 _log = logging.getLogger("tether.listener")
@@ -56,8 +70,9 @@ _last_logged: dict[tuple[str, str], float] = {}
 _LOG_EVERY = 30.0  # seconds: one line per operation and kind, however many requests fail
 
 
-def unavailable(svc: services.Services, operation: str, e: Exception,
-                 runtime_id: str | None = None) -> Response:
+def unavailable(
+    svc: services.Services, operation: str, e: Exception, runtime_id: str | None = None
+) -> Response:
     svc.metrics.kcp_unavailable.labels(operation).inc()
     if runtime_id is not None:  # an authenticated runtime's request
         svc.deliveries.refuse(runtime_id, "kcp_unavailable", 503)
@@ -69,18 +84,32 @@ def unavailable(svc: services.Services, operation: str, e: Exception,
     if now - _last_logged.get((operation, kind), -_LOG_EVERY) >= _LOG_EVERY:
         _last_logged[(operation, kind)] = now
         (_log.error if kind == "forbidden" else _log.warning)(
-            "KCP API %s during %s (answered 503, the runtime retries): %s%s", kind, operation,
-            logs.bounded(e, 300), "; check the listener's Role and ClusterRoles, and the KCP's "
-            "admission policy tether-listener-records" if kind == "forbidden" else "")
-    return responses.error(503, "KCP API unavailable", logs.bounded(e, 200),
-                           retry_after=outage.retry_after(svc.settings.retry_after))
+            "KCP API %s during %s (answered 503, the runtime retries): %s%s",
+            kind,
+            operation,
+            logs.bounded(e, 300),
+            "; check the listener's Role and ClusterRoles, and the KCP's "
+            "admission policy tether-listener-records"
+            if kind == "forbidden"
+            else "",
+        )
+    return responses.error(
+        503,
+        "KCP API unavailable",
+        logs.bounded(e, 200),
+        retry_after=outage.retry_after(svc.settings.retry_after),
+    )
 
 
 def authenticate(svc: services.Services, runtime_id: str) -> Response | None:
     """None when the caller may act for ``runtime_id``, else the refusal."""
     try:
-        p = peer.from_environ(request.environ, trusted_proxies=svc.settings.xfcc_trusted_proxies,
-                              cas=svc.cas.get(), now=datetime.datetime.now(datetime.UTC))
+        p = peer.from_environ(
+            request.environ,
+            trusted_proxies=svc.settings.xfcc_trusted_proxies,
+            cas=svc.cas.get(),
+            now=datetime.datetime.now(datetime.UTC),
+        )
     except peer.NoCertificate as e:
         return refuse(svc, runtime_id, 401, e.reason, "a valid client certificate is required")
     cn = certs.common_name(p.cert)
@@ -106,23 +135,34 @@ def rate(svc: services.Services, runtime_id: str, cost: int) -> Response | None:
     svc.metrics.rate_limited.labels("runtime").inc()
     svc.deliveries.refuse(runtime_id, "rate", 429)
     svc.audit_event("rate_limited", runtime=runtime_id, limit="runtime", cost=cost)
-    return responses.error(429, "rate limited", "per-runtime rate exceeded",
-                           retry_after=ratelimit.retry_after(wait))
+    return responses.error(
+        429, "rate limited", "per-runtime rate exceeded", retry_after=ratelimit.retry_after(wait)
+    )
 
 
-def invalid(svc: services.Services, runtime_id: str, problem: validation.Problem,
-             rec: changes.ChangeRecord | None = None) -> Response:
+def invalid(
+    svc: services.Services,
+    runtime_id: str,
+    problem: validation.Problem,
+    rec: changes.ChangeRecord | None = None,
+) -> Response:
     """A refused request (``rec``: the one record it refuses)."""
     svc.metrics.validation_failures.labels(problem.reason).inc()
     trace_id = span_trace_id()
     if rec is None:
         svc.deliveries.refuse(runtime_id, problem.reason, problem.status)
     else:
-        svc.deliveries.record(runtime_id, rec, "refused", problem.reason, problem.status,
-                              trace_id)
-    svc.audit_event("refused", runtime=runtime_id, reason=problem.reason, status=problem.status,
-                    remote=request.remote_addr, route=request.method + " " + str(request.url_rule),
-                    **({"trace_id": trace_id} if trace_id else {}), **runtime_trace())
+        svc.deliveries.record(runtime_id, rec, "refused", problem.reason, problem.status, trace_id)
+    svc.audit_event(
+        "refused",
+        runtime=runtime_id,
+        reason=problem.reason,
+        status=problem.status,
+        remote=request.remote_addr,
+        route=request.method + " " + str(request.url_rule),
+        **({"trace_id": trace_id} if trace_id else {}),
+        **runtime_trace(),
+    )
     retry = svc.settings.retry_after if problem.status == 503 else None
     return responses.error(problem.status, problem.error, problem.details, retry_after=retry)
 
@@ -133,6 +173,7 @@ def guarded(handler: Any) -> Any:
     Authentication first: the cap is per runtime, and an unauthenticated caller must not
     be able to spend another runtime's share by naming it in the URL. Both run before the
     body is read (tether.httpworker gives a thread only to a complete request head)."""
+
     def wrapper(runtime_id: str) -> Response:
         svc = services.of()
         refused = authenticate(svc, runtime_id)
@@ -146,6 +187,7 @@ def guarded(handler: Any) -> Any:
         if summaries is not None:  # what its writes changed in the state summary
             result.call_on_close(lambda: summaries.flush_if_due(runtime_id))
         return result
+
     wrapper.__name__ = handler.__name__
     return wrapper
 
@@ -155,9 +197,12 @@ def in_flight(svc: services.Services, runtime_id: str, handler: Any) -> Response
         svc.metrics.rate_limited.labels("in_flight").inc()
         svc.deliveries.refuse(runtime_id, "in_flight", 429)
         svc.audit_event("rate_limited", runtime=runtime_id, limit="in_flight")
-        return responses.error(429, "too many requests in flight",
-                               f"at most {svc.in_flight.limit} requests of one runtime "
-                               "are served at once", retry_after=1)
+        return responses.error(
+            429,
+            "too many requests in flight",
+            f"at most {svc.in_flight.limit} requests of one runtime are served at once",
+            retry_after=1,
+        )
     try:
         result: Response = handler(svc, runtime_id)
         return result
@@ -173,5 +218,6 @@ def rate_before_body(svc: services.Services, runtime_id: str) -> Response | None
     svc.metrics.rate_limited.labels("runtime").inc()
     svc.deliveries.refuse(runtime_id, "rate", 429)
     svc.audit_event("rate_limited", runtime=runtime_id, limit="runtime", cost=1)
-    return responses.error(429, "rate limited", "per-runtime rate exceeded",
-                           retry_after=ratelimit.retry_after(wait))
+    return responses.error(
+        429, "rate limited", "per-runtime rate exceeded", retry_after=ratelimit.retry_after(wait)
+    )

@@ -37,7 +37,9 @@ def media_type_ok(content_type: str | None) -> bool:
     if not content_type:
         return False
     main, *params = (p.strip().lower() for p in content_type.split(";"))
-    if main != "application/json" and not (main.startswith("application/") and main.endswith("+json")):
+    if main != "application/json" and not (
+        main.startswith("application/") and main.endswith("+json")
+    ):
         return False
     for p in params:
         k, _, v = p.partition("=")
@@ -101,6 +103,7 @@ def _counting_pairs_hook(limit: int) -> Any:
         if count[0] > limit or len(pairs) > MAX_KEYS:
             raise _TooManyObjects
         return dict(pairs)
+
     return hook
 
 
@@ -109,30 +112,54 @@ def parse_json(raw: bytes) -> Any | Problem:
     ``settings.PARSE_AMPLIFICATION`` first (``listener.edge.budget``); objects are counted while
     parsing (``MAX_OBJECTS``) and nesting is bounded (``MAX_DEPTH``)."""
     if not _arrays_within(raw, MAX_ARRAYS):
-        return Problem(400, "schema violation", [
-            {"path": "$", "message": f"more than {MAX_ARRAYS} JSON arrays (only a batch's "
-                                     "items is an array)"}], "schema")
+        return Problem(
+            400,
+            "schema violation",
+            [
+                {
+                    "path": "$",
+                    "message": f"more than {MAX_ARRAYS} JSON arrays (only a batch's "
+                    "items is an array)",
+                }
+            ],
+            "schema",
+        )
     try:
         text = raw.decode("utf-8")
-        doc = json.loads(text, parse_constant=_reject_constant,
-                         object_pairs_hook=_counting_pairs_hook(MAX_OBJECTS))
+        doc = json.loads(
+            text,
+            parse_constant=_reject_constant,
+            object_pairs_hook=_counting_pairs_hook(MAX_OBJECTS),
+        )
     except _TooManyObjects:
-        return Problem(400, "schema violation", [
-            {"path": "$", "message": f"more than {MAX_OBJECTS} JSON objects (a batch holds at "
-                                     f"most {MAX_BATCH_ITEMS} records) or more than "
-                                     f"{MAX_KEYS} keys in one"}], "schema")
+        return Problem(
+            400,
+            "schema violation",
+            [
+                {
+                    "path": "$",
+                    "message": f"more than {MAX_OBJECTS} JSON objects (a batch holds at "
+                    f"most {MAX_BATCH_ITEMS} records) or more than "
+                    f"{MAX_KEYS} keys in one",
+                }
+            ],
+            "schema",
+        )
     except UnicodeDecodeError:
-        return Problem(400, "invalid JSON", [{"path": "$", "message": "body is not UTF-8"}],
-                       "invalid_json")
+        return Problem(
+            400, "invalid JSON", [{"path": "$", "message": "body is not UTF-8"}], "invalid_json"
+        )
     except RecursionError:
-        return Problem(400, "invalid JSON", [{"path": "$", "message": "nested too deeply"}],
-                       "invalid_json")
+        return Problem(
+            400, "invalid JSON", [{"path": "$", "message": "nested too deeply"}], "invalid_json"
+        )
     except ValueError as e:
         msg = str(e) if isinstance(e, json.JSONDecodeError) else "invalid constant"
         return Problem(400, "invalid JSON", [{"path": "$", "message": msg[:200]}], "invalid_json")
     if not _depth(doc, MAX_DEPTH):
-        return Problem(400, "invalid JSON", [{"path": "$", "message": "nested too deeply"}],
-                       "invalid_json")
+        return Problem(
+            400, "invalid JSON", [{"path": "$", "message": "nested too deeply"}], "invalid_json"
+        )
     return doc
 
 
@@ -153,24 +180,39 @@ def content_bytes(record: Mapping[str, Any]) -> int:
 def records(doc: Any, runtime_id: str) -> list[changes.ChangeRecord] | Problem:
     """The records of a parsed body, or the first problem found."""
     if not isinstance(doc, dict):
-        return Problem(400, "schema violation",
-                       [{"path": "$", "message": "body must be a JSON object"}], "schema")
+        return Problem(
+            400,
+            "schema violation",
+            [{"path": "$", "message": "body must be a JSON object"}],
+            "schema",
+        )
     is_batch = doc.get("kind") in changes.LIST_KINDS  # v1 or v2 (changes.schema_version)
     violations = changes.validate_batch(doc) if is_batch else changes.validate_record(doc)
     if violations:
-        return Problem(400, "schema violation",
-                       [{"path": v.path, "message": v.message} for v in violations], "schema")
+        return Problem(
+            400,
+            "schema violation",
+            [{"path": v.path, "message": v.message} for v in violations],
+            "schema",
+        )
     recs = list(changes.records_of(doc))
     prefix = "$.items[{}]" if is_batch else "$"
-    wrong = [prefix.format(i) + ".runtimeId" for i, r in enumerate(recs)
-             if r["runtimeId"] != runtime_id]
+    wrong = [
+        prefix.format(i) + ".runtimeId" for i, r in enumerate(recs) if r["runtimeId"] != runtime_id
+    ]
     if wrong:
-        return Problem(403, "runtimeId mismatch",
-                       [{"path": p, "message": "must equal the runtime ID of the URL"}
-                        for p in wrong[:20]], "runtime_id_mismatch")
+        return Problem(
+            403,
+            "runtimeId mismatch",
+            [{"path": p, "message": "must equal the runtime ID of the URL"} for p in wrong[:20]],
+            "runtime_id_mismatch",
+        )
     big = [prefix.format(i) for i, r in enumerate(recs) if content_bytes(r) > MAX_CONFIGMAP_BYTES]
     if big:
-        return Problem(413, "record too large",
-                       [{"path": p, "message": "data and binaryData exceed 1 MiB"}
-                        for p in big[:20]], "record_too_large")
+        return Problem(
+            413,
+            "record too large",
+            [{"path": p, "message": "data and binaryData exceed 1 MiB"} for p in big[:20]],
+            "record_too_large",
+        )
     return recs

@@ -27,26 +27,35 @@ class Refused(NamedTuple):
     message: str
 
 
-def in_force(all_watches: Iterable[watches.Watch], labels: Mapping[str, str],
-             modules: Iterable[str]) -> tuple[watches.Watch, ...]:
+def in_force(
+    all_watches: Iterable[watches.Watch], labels: Mapping[str, str], modules: Iterable[str]
+) -> tuple[watches.Watch, ...]:
     """The Watches in force for a runtime whose Kyma CR has these labels and modules."""
     mods = frozenset(modules)
-    return tuple(sorted((w for w in all_watches if watches.applies(w, labels, mods)),
-                        key=lambda w: w.name))
+    return tuple(
+        sorted((w for w in all_watches if watches.applies(w, labels, mods)), key=lambda w: w.name)
+    )
 
 
 def compat(ws: Iterable[watches.Watch]) -> watches.Watch | None:
     """The compat Watch among the Watches in force (by name): v1 records go through it."""
-    return next((w for w in sorted(ws, key=lambda w: w.name)
-                 if w.target == watches.CONFIGMAP and w.mode == "full"), None)
+    return next(
+        (
+            w
+            for w in sorted(ws, key=lambda w: w.name)
+            if w.target == watches.CONFIGMAP and w.mode == "full"
+        ),
+        None,
+    )
 
 
 def is_v2(record: Mapping[str, Any]) -> bool:
     return record.get("apiVersion") == changes.API_VERSION_V2 or "watch" in record
 
 
-def watch_for(record: Mapping[str, Any], ws: Sequence[watches.Watch]
-              ) -> watches.Watch | tuple[str, str]:
+def watch_for(
+    record: Mapping[str, Any], ws: Sequence[watches.Watch]
+) -> watches.Watch | tuple[str, str]:
     """The Watch ``record`` is checked against, or (reason, message) when there is none."""
     if is_v2(record):
         name = str(record.get("watch", ""))
@@ -56,8 +65,10 @@ def watch_for(record: Mapping[str, Any], ws: Sequence[watches.Watch]
         return w
     w = compat(ws)
     if w is None:
-        return NO_COMPAT, ("a v1 record needs a watch in force for this runtime that covers "
-                           "ConfigMap v1 in mode full; there is none")
+        return NO_COMPAT, (
+            "a v1 record needs a watch in force for this runtime that covers "
+            "ConfigMap v1 in mode full; there is none"
+        )
     return w
 
 
@@ -87,5 +98,7 @@ def assign(records: Iterable[changes.ChangeRecord], ws: Sequence[watches.Watch])
 def details(refused: Sequence[Refused], batch: bool) -> list[dict[str, str]]:
     """The answer's list of refused records (at most ``MAX_LISTED``)."""
     prefix = "$.items[{}]" if batch else "$"
-    return [{"path": prefix.format(r.position), "reason": r.reason, "message": r.message}
-            for r in refused[:MAX_LISTED]]
+    return [
+        {"path": prefix.format(r.position), "reason": r.reason, "message": r.message}
+        for r in refused[:MAX_LISTED]
+    ]

@@ -53,18 +53,28 @@ def tls_reason(exc: BaseException) -> str:
     return "handshake_failed"
 
 
-_RUNTIME_REQUEST = re.compile(rb"(POST|GET) /v1/runtimes/([A-Za-z0-9_.-]{1,63})/(changes|state)[ ?]")
-_RATE_LIMITED_HEAD = (b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
-                      b"Cache-Control: no-store\r\nRetry-After: %d\r\n")
+_RUNTIME_REQUEST = re.compile(
+    rb"(POST|GET) /v1/runtimes/([A-Za-z0-9_.-]{1,63})/(changes|state)[ ?]"
+)
+_RATE_LIMITED_HEAD = (
+    b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+    b"Cache-Control: no-store\r\nRetry-After: %d\r\n"
+)
 _RATE_LIMITED_BODY = b'{"details":"per-runtime rate exceeded","error":"rate limited"}\n'
 # a verified client certificate that expired after its connection's handshake: the request
 # is refused and the connection closed, so that the sender connects again (its handshake is
 # then refused as certificate_expired, or succeeds with the renewed certificate)
-_EXPIRED_HEAD = (b"HTTP/1.1 421 Misdirected Request\r\nContent-Type: application/json\r\n"
-                 b"Cache-Control: no-store\r\nConnection: close\r\n")
-_EXPIRED_BODY = (b'{"details":"the client certificate of this connection expired after its handshake; '
-                 b'connect again","error":"certificate expired"}\n')
-EXIT_FLUSH_SECONDS = 5.0  # delivery counts still in memory at worker exit (listener.fleet.deliveries)
+_EXPIRED_HEAD = (
+    b"HTTP/1.1 421 Misdirected Request\r\nContent-Type: application/json\r\n"
+    b"Cache-Control: no-store\r\nConnection: close\r\n"
+)
+_EXPIRED_BODY = (
+    b'{"details":"the client certificate of this connection expired after its handshake; '
+    b'connect again","error":"certificate expired"}\n'
+)
+EXIT_FLUSH_SECONDS = (
+    5.0  # delivery counts still in memory at worker exit (listener.fleet.deliveries)
+)
 
 
 def expired(not_after: str | None, now: float) -> bool:
@@ -145,12 +155,14 @@ class ListenerWorker(httpworker.BoundedWorker):
         method = m.group(1).decode()
         svc.metrics.rate_limited.labels("runtime").inc()
         svc.deliveries.refuse(runtime_id, "rate", 429)  # in memory; flushed at a later request
-        svc.metrics.requests.labels(f"/v1/runtimes/<runtime_id>/{m.group(3).decode()}",
-                                    method, "429").inc()
+        svc.metrics.requests.labels(
+            f"/v1/runtimes/<runtime_id>/{m.group(3).decode()}", method, "429"
+        ).inc()
         # keyed by runtime (a verified CN whose bucket it drained: bounded by the fleet), so
         # each runtime's first refusal in an interval is written at once
-        self._audit("rate_limited", runtime_id, runtime=runtime_id, limit="runtime",
-                    route=method + " early")
+        self._audit(
+            "rate_limited", runtime_id, runtime=runtime_id, limit="runtime", route=method + " early"
+        )
         return _RATE_LIMITED_HEAD % ratelimit.retry_after(wait), _RATE_LIMITED_BODY
 
     def _audit(self, event: str, key: str, **fields: Any) -> None:
@@ -161,8 +173,9 @@ class ListenerWorker(httpworker.BoundedWorker):
         if self._aggregated is None:
             self._aggregated = {}
         if event not in self._aggregated:
-            self._aggregated[event] = logs.Aggregated(svc.audit, event,
-                                                      svc.settings.refusal_audit_interval)
+            self._aggregated[event] = logs.Aggregated(
+                svc.audit, event, svc.settings.refusal_audit_interval
+            )
         self._aggregated[event].record(key, **fields)
 
     def on_refused(self, reason: str, peer: str, exc: BaseException | None = None) -> None:

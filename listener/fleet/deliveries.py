@@ -66,22 +66,35 @@ def _error_reason(e: BaseException) -> str:
     return "other"
 
 
-def combined(older: delivery.Delta, newer: delivery.Delta, runtime_id: str,
-             now: datetime.datetime) -> delivery.Delta:
+def combined(
+    older: delivery.Delta, newer: delivery.Delta, runtime_id: str, now: datetime.datetime
+) -> delivery.Delta:
     """One delta holding both (pure; bounded like any delta): the counts of a failed flush
     and those recorded meanwhile, built with ``delivery.merge`` so the bounds are its own."""
     status = delivery.merge(delivery.merge(None, older, runtime_id, now), newer, runtime_id, now)
-    return delivery.Delta(minutes=delivery.minutes_of(status), recent=list(status["recent"]),
-                          last_change=delivery.parse(status.get("lastChangeAt")),
-                          stored=newer.stored if newer.stored is not None else older.stored,
-                          last_refused=lastrefused.from_status(status))
+    return delivery.Delta(
+        minutes=delivery.minutes_of(status),
+        recent=list(status["recent"]),
+        last_change=delivery.parse(status.get("lastChangeAt")),
+        stored=newer.stored if newer.stored is not None else older.stored,
+        last_refused=lastrefused.from_status(status),
+    )
 
 
 class Deliveries:
-    def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float, interval: float,
-                 meters: listener_metrics.Metrics, usage: quota.Usage | None = None, *,
-                 max_runtimes: int = MAX_RUNTIMES, clock: Callable[[], float] = time.monotonic,
-                 now: Callable[[], datetime.datetime] = _utcnow) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        timeout: float,
+        interval: float,
+        meters: listener_metrics.Metrics,
+        usage: quota.Usage | None = None,
+        *,
+        max_runtimes: int = MAX_RUNTIMES,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime.datetime] = _utcnow,
+    ) -> None:
         self._kcp, self._namespace, self._timeout = kcp, namespace, timeout
         self._interval, self._metrics, self._usage = interval, meters, usage
         self._max, self._clock, self._now = max_runtimes, clock, now
@@ -103,8 +116,15 @@ class Deliveries:
             d = self._pending[runtime_id] = delivery.Delta()
         return d
 
-    def record(self, runtime_id: str, rec: Mapping[str, Any], outcome: delivery.Outcome,
-               reason: str = "", status: int = 0, trace_id: str = "") -> float | None:
+    def record(
+        self,
+        runtime_id: str,
+        rec: Mapping[str, Any],
+        outcome: delivery.Outcome,
+        reason: str = "",
+        status: int = 0,
+        trace_id: str = "",
+    ) -> float | None:
         """One record handled (``outcome`` ``refused`` with the refusal's ``reason`` and
         ``status``; ``trace_id``: its request's trace, shown with the recent records); its
         lag in seconds (persist time minus ``observedAt``, at least 0)."""
@@ -114,11 +134,19 @@ class Deliveries:
         with self._lock:
             d = self._delta(runtime_id)
             if d is not None:
-                d.record(now, source, observed, outcome, str(rec.get("namespace", "")),
-                         str(rec.get("name", "")), trace_id)
+                d.record(
+                    now,
+                    source,
+                    observed,
+                    outcome,
+                    str(rec.get("namespace", "")),
+                    str(rec.get("name", "")),
+                    trace_id,
+                )
                 if outcome == "refused":  # the record is its reason's last refused object
-                    d.refuse(now, reason, status, str(rec.get("namespace", "")),
-                             str(rec.get("name", "")))
+                    d.refuse(
+                        now, reason, status, str(rec.get("namespace", "")), str(rec.get("name", ""))
+                    )
         self._metrics.records_by_source.labels(source, outcome).inc()
         lag = None if observed is None else max(0.0, (now - observed).total_seconds())
         if outcome == "persisted" and lag is not None:
@@ -231,12 +259,14 @@ class Deliveries:
             waiting = self._waiting()
         for runtime_id in waiting:
             if self._clock() >= deadline:
-                log.info("worker exit: %d runtimes' delivery counts not flushed (out of time)",
-                         len(self))
+                log.info(
+                    "worker exit: %d runtimes' delivery counts not flushed (out of time)", len(self)
+                )
                 break
             with self._lock:
-                if runtime_id in self._busy or (runtime_id not in self._pending
-                                                and runtime_id not in self._beats):
+                if runtime_id in self._busy or (
+                    runtime_id not in self._pending and runtime_id not in self._beats
+                ):
                     continue
                 delta = self._take(runtime_id, self._clock())
             written += self._flush(runtime_id, delta)
@@ -247,8 +277,12 @@ class Deliveries:
         try:
             if self._usage is not None and (used := self._usage.known(runtime_id)) is not None:
                 limits = self._usage.limits
-                delta.stored = {"records": used.records, "bytes": used.bytes,
-                                "recordLimit": limits.records, "byteLimit": limits.bytes}
+                delta.stored = {
+                    "records": used.records,
+                    "bytes": used.bytes,
+                    "recordLimit": limits.records,
+                    "byteLimit": limits.bytes,
+                }
             self._write(runtime_id, delta)
             ok = True
             self._metrics.delivery_flushes.inc()
@@ -283,29 +317,46 @@ class Deliveries:
             if now - self._last_log < LOG_EVERY:
                 return
             self._last_log = now
-        log.warning("cannot write a RuntimeDelivery (%s): %s; %s", reason, logs.bounded(e, 300),
-                    "its counts are kept for the next flush" if kept else "its counts are dropped")
+        log.warning(
+            "cannot write a RuntimeDelivery (%s): %s; %s",
+            reason,
+            logs.bounded(e, 300),
+            "its counts are kept for the next flush" if kept else "its counts are dropped",
+        )
 
     def _write(self, runtime_id: str, delta: delivery.Delta) -> None:
         ns, name = self._namespace, heartbeat.lease_name(runtime_id)
         for attempt in range(MAX_ATTEMPTS):
-            obj = self._kcp.get_or_none(apitypes.RUNTIME_DELIVERIES, ns, name, timeout=self._timeout)
+            obj = self._kcp.get_or_none(
+                apitypes.RUNTIME_DELIVERIES, ns, name, timeout=self._timeout
+            )
             if obj is None:
-                body = delivery.body(name, ns, runtime_id,
-                                     {apitypes.RUNTIME_ID_LABEL: runtime_id, **LABELS})
+                body = delivery.body(
+                    name, ns, runtime_id, {apitypes.RUNTIME_ID_LABEL: runtime_id, **LABELS}
+                )
                 try:
-                    obj = self._kcp.create(apitypes.RUNTIME_DELIVERIES, ns, body, timeout=self._timeout)
+                    obj = self._kcp.create(
+                        apitypes.RUNTIME_DELIVERIES, ns, body, timeout=self._timeout
+                    )
                 except gateway.Conflict:  # another worker created it just now: read it
                     continue
             if (obj.get("spec") or {}).get("runtimeId") != runtime_id:
-                raise gateway.Rejected(f"{apitypes.RUNTIME_DELIVERIES.plural}/{name} belongs to another runtime")
+                raise gateway.Rejected(
+                    f"{apitypes.RUNTIME_DELIVERIES.plural}/{name} belongs to another runtime"
+                )
             obj["status"] = delivery.merge(obj.get("status"), delta, runtime_id, self._now())
             try:
-                self._kcp.request("PUT", apitypes.RUNTIME_DELIVERIES.path(ns, name, "status"), body=obj,
-                                  timeout=self._timeout,
-                                  what=f"update {apitypes.RUNTIME_DELIVERIES.plural}/status")
+                self._kcp.request(
+                    "PUT",
+                    apitypes.RUNTIME_DELIVERIES.path(ns, name, "status"),
+                    body=obj,
+                    timeout=self._timeout,
+                    what=f"update {apitypes.RUNTIME_DELIVERIES.plural}/status",
+                )
                 return
             except gateway.Conflict:  # another worker or replica merged in between
                 self._metrics.write_conflicts.labels("delivery").inc()
                 time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
-        raise gateway.Unavailable(f"{apitypes.RUNTIME_DELIVERIES.plural}: {MAX_ATTEMPTS} conflicts in a row")
+        raise gateway.Unavailable(
+            f"{apitypes.RUNTIME_DELIVERIES.plural}: {MAX_ATTEMPTS} conflicts in a row"
+        )

@@ -95,8 +95,9 @@ def report_of(args: Mapping[str, str]) -> Report | str:
 
 def high_water(items: Iterable[changes.DigestItem], epoch: int) -> int | None:
     """The highest resourceVersion (as an integer) of the stored records of ``epoch``."""
-    return changes.high_water(((i.get("resourceVersion"), changes.epoch_of(i.get("epoch")))
-                               for i in items), epoch)
+    return changes.high_water(
+        ((i.get("resourceVersion"), changes.epoch_of(i.get("epoch"))) for i in items), epoch
+    )
 
 
 def decide(state: State, report: Report, mark: int | None) -> Decision | None:
@@ -106,8 +107,11 @@ def decide(state: State, report: Report, mark: int | None) -> Decision | None:
     identity = report.identity or state.identity
     if report.identity and state.identity and report.identity != state.identity:
         return Decision(state.epoch + 1, report.identity, "identity-changed")
-    if (report.epoch == state.epoch and report.collection_rv is not None
-            and changes.went_back(str(report.collection_rv), mark)):
+    if (
+        report.epoch == state.epoch
+        and report.collection_rv is not None
+        and changes.went_back(str(report.collection_rv), mark)
+    ):
         return Decision(state.epoch + 1, identity, "history-went-back")
     if report.identity and not state.identity:
         return Decision(state.epoch, report.identity, "identity-recorded")

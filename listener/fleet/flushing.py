@@ -11,10 +11,12 @@ from collections.abc import Callable
 def every(interval: float, flush: Callable[[], object], name: str) -> threading.Thread:
     """A started daemon thread calling ``flush`` every ``interval`` seconds (at least every
     second)."""
+
     def loop() -> None:
         while True:
             time.sleep(max(1.0, interval))
             flush()
+
     t = threading.Thread(target=loop, name=name, daemon=True)
     t.start()
     return t

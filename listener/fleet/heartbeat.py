@@ -73,15 +73,22 @@ def state_of(lease: dict[str, Any]) -> epochs.State:
     meta = lease.get("metadata") or {}
     ann = meta.get("annotations") or {}
     identity = ann.get(ANN_IDENTITY)
-    return epochs.State(changes.epoch_of(ann.get(apitypes.EPOCH_ANNOTATION)),
-                        identity if isinstance(identity, str) else "",
-                        str(meta.get("resourceVersion") or ""))
+    return epochs.State(
+        changes.epoch_of(ann.get(apitypes.EPOCH_ANNOTATION)),
+        identity if isinstance(identity, str) else "",
+        str(meta.get("resourceVersion") or ""),
+    )
 
 
 class Heartbeats:
     def __init__(
-        self, kcp: gateway.Kube, namespace: str, interval: float, timeout: float,
-        clock: Callable[[], float] = time.monotonic, view: view_client.ViewClient | None = None,
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        interval: float,
+        timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+        view: view_client.ViewClient | None = None,
     ) -> None:
         self._kcp, self._namespace, self._clock = kcp, namespace, clock
         self._view = view  # the pod's view: it decides and writes (listener.view.beats)
@@ -118,13 +125,22 @@ class Heartbeats:
         name = lease_name(runtime_id)
         written: dict[str, Any] | None = None
         try:
-            written = self._kcp.patch(gateway.LEASES, self._namespace, name,
-                                      {"spec": _spec(runtime_id)}, strategic=True,
-                                      timeout=self._timeout)
+            written = self._kcp.patch(
+                gateway.LEASES,
+                self._namespace,
+                name,
+                {"spec": _spec(runtime_id)},
+                strategic=True,
+                timeout=self._timeout,
+            )
         except gateway.NotFound:
             try:
-                written = self._kcp.create(gateway.LEASES, self._namespace,
-                                           self.new_lease(runtime_id, {}), timeout=self._timeout)
+                written = self._kcp.create(
+                    gateway.LEASES,
+                    self._namespace,
+                    self.new_lease(runtime_id, {}),
+                    timeout=self._timeout,
+                )
             except gateway.Conflict:  # another replica created it just now: fine
                 pass
         self._remember(runtime_id, mono)
@@ -146,18 +162,30 @@ class Heartbeats:
                 if due:
                     self._complained = now
             if due:
-                log.warning("heartbeat Lease not written (answered from the read all the same; "
-                            "retried on the next call): %s", logs.bounded(e))
+                log.warning(
+                    "heartbeat Lease not written (answered from the read all the same; "
+                    "retried on the next call): %s",
+                    logs.bounded(e),
+                )
             return False
 
     def new_lease(self, runtime_id: str, annotations: dict[str, str]) -> dict[str, Any]:
         """A new heartbeat Lease of the runtime (renewTime now), with ``annotations``."""
-        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": lease_name(runtime_id), "namespace": self._namespace,
-                             "labels": {apitypes.HEARTBEAT_LABEL: "true", apitypes.RUNTIME_ID_LABEL: runtime_id,
-                                        apitypes.MANAGED_BY_LABEL: records.MANAGED_BY},
-                             "annotations": annotations},
-                "spec": _spec(runtime_id)}
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": lease_name(runtime_id),
+                "namespace": self._namespace,
+                "labels": {
+                    apitypes.HEARTBEAT_LABEL: "true",
+                    apitypes.RUNTIME_ID_LABEL: runtime_id,
+                    apitypes.MANAGED_BY_LABEL: records.MANAGED_BY,
+                },
+                "annotations": annotations,
+            },
+            "spec": _spec(runtime_id),
+        }
 
     # -- epochs ----------------------------------------------------------------------------
 
@@ -170,12 +198,21 @@ class Heartbeats:
                 held = told.get("lease")
                 if not isinstance(held, dict):
                     return epochs.State(0, "")
-                return epochs.State(int(held.get("epoch") or 0), str(held.get("identity") or ""),
-                                    str(held.get("rv") or ""))
+                return epochs.State(
+                    int(held.get("epoch") or 0),
+                    str(held.get("identity") or ""),
+                    str(held.get("rv") or ""),
+                )
         # a list by name, not a get: the listener's Role lists Leases (silent runtimes)
-        found = self._kcp.list(gateway.LEASES, self._namespace,
-                               field_selector=f"metadata.name={lease_name(runtime_id)}",
-                               timeout=self._timeout).get("items") or []
+        found = (
+            self._kcp.list(
+                gateway.LEASES,
+                self._namespace,
+                field_selector=f"metadata.name={lease_name(runtime_id)}",
+                timeout=self._timeout,
+            ).get("items")
+            or []
+        )
         return state_of(found[0]) if found else epochs.State(0, "")
 
     def write_epoch(self, runtime_id: str, state: epochs.State, decision: epochs.Decision) -> None:
@@ -183,13 +220,21 @@ class Heartbeats:
         Lease changed since (or was created meanwhile)."""
         ann = {apitypes.EPOCH_ANNOTATION: str(decision.epoch), ANN_IDENTITY: decision.identity}
         if not state.lease_version:
-            self._kcp.create(gateway.LEASES, self._namespace, self.new_lease(runtime_id, ann),
-                             timeout=self._timeout)
+            self._kcp.create(
+                gateway.LEASES,
+                self._namespace,
+                self.new_lease(runtime_id, ann),
+                timeout=self._timeout,
+            )
             return
         try:
-            self._kcp.patch(gateway.LEASES, self._namespace, lease_name(runtime_id),
-                            {"metadata": {"resourceVersion": state.lease_version,
-                                          "annotations": ann}}, timeout=self._timeout)
+            self._kcp.patch(
+                gateway.LEASES,
+                self._namespace,
+                lease_name(runtime_id),
+                {"metadata": {"resourceVersion": state.lease_version, "annotations": ann}},
+                timeout=self._timeout,
+            )
         except gateway.NotFound:  # deleted since it was read: as if changed
             raise gateway.Conflict("heartbeat Lease deleted meanwhile") from None
 
@@ -198,11 +243,14 @@ class Heartbeats:
         runtimes whose Kyma CR is gone (the janitor marked their Lease ``orphaned-since``):
         a deprovisioned runtime is not a silent one."""
         out: list[datetime.datetime] = []
-        for lease in self._kcp.list_items(gateway.LEASES, self._namespace,
-                                          label_selector=f"{apitypes.HEARTBEAT_LABEL}=true", page_size=500,
-                                          timeout=self._timeout):
-            if rules.ORPHANED_SINCE in ((lease.get("metadata") or {}).get("annotations")
-                                            or {}):
+        for lease in self._kcp.list_items(
+            gateway.LEASES,
+            self._namespace,
+            label_selector=f"{apitypes.HEARTBEAT_LABEL}=true",
+            page_size=500,
+            timeout=self._timeout,
+        ):
+            if rules.ORPHANED_SINCE in ((lease.get("metadata") or {}).get("annotations") or {}):
                 continue
             t = changes.parse_time((lease.get("spec") or {}).get("renewTime"))
             if t is not None:
@@ -214,9 +262,13 @@ class Epochs:
     """Each runtime's current epoch for this worker: cached ``EPOCH_TTL`` seconds, bounded;
     decisions (``listener.fleet.epochs.decide``) written with optimistic concurrency."""
 
-    def __init__(self, beats: Heartbeats, ttl: float = EPOCH_TTL,
-                 clock: Callable[[], float] = time.monotonic,
-                 on_new_epoch: Callable[[str, int, str], None] = lambda rt, e, why: None) -> None:
+    def __init__(
+        self,
+        beats: Heartbeats,
+        ttl: float = EPOCH_TTL,
+        clock: Callable[[], float] = time.monotonic,
+        on_new_epoch: Callable[[str, int, str], None] = lambda rt, e, why: None,
+    ) -> None:
         self._beats, self._ttl, self._clock = beats, ttl, clock
         self._on_new_epoch = on_new_epoch
         self._lock = threading.Lock()
@@ -249,8 +301,11 @@ class Epochs:
                 hit = self._cache.get(runtime_id)
             if hit is not None and self._clock() - hit[0] < self._ttl:
                 return hit[1]
-        state = (self._beats.epoch_state(runtime_id, fresh=True) if fresh
-                 else self._beats.epoch_state(runtime_id))
+        state = (
+            self._beats.epoch_state(runtime_id, fresh=True)
+            if fresh
+            else self._beats.epoch_state(runtime_id)
+        )
         self._keep(runtime_id, state)
         return state
 
@@ -262,8 +317,9 @@ class Epochs:
             epoch = self.state(runtime_id, fresh=True).epoch
         return epoch
 
-    def settle(self, runtime_id: str, report: epochs.Report,
-               mark: Callable[[int], int | None]) -> int:
+    def settle(
+        self, runtime_id: str, report: epochs.Report, mark: Callable[[int], int | None]
+    ) -> int:
         """Apply a poller's report (``listener.fleet.epochs``); the current epoch after it.
         ``mark(epoch)``: the highest resourceVersion of the stored records of ``epoch``."""
         if report.empty:
@@ -280,8 +336,12 @@ class Epochs:
                 continue
             self._keep(runtime_id, epochs.State(decision.epoch, decision.identity, ""))
             if decision.epoch != state.epoch:
-                log.warning("runtime %s: epoch %d started (%s)", logs.bounded(runtime_id, 80),
-                            decision.epoch, decision.reason)
+                log.warning(
+                    "runtime %s: epoch %d started (%s)",
+                    logs.bounded(runtime_id, 80),
+                    decision.epoch,
+                    decision.reason,
+                )
                 self._on_new_epoch(runtime_id, decision.epoch, decision.reason)
             return decision.epoch
         raise gateway.Unavailable("epoch: too many concurrent writers of the heartbeat Lease")

@@ -37,9 +37,15 @@ class KymaLRU:
     KCP is unreachable), least recently used evicted beyond ``MAX_ENTRIES``."""
 
     def __init__(
-        self, kcp: gateway.Kube, namespace: str, ttl: float, timeout: float,
-        clock: Callable[[], float] = time.monotonic, stale: float = 0.0,
-        on_stale: Callable[[], None] | None = None, view: view_client.ViewClient | None = None,
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        ttl: float,
+        timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+        stale: float = 0.0,
+        on_stale: Callable[[], None] | None = None,
+        view: view_client.ViewClient | None = None,
     ) -> None:
         self._view = view
         self._kcp, self._namespace, self._clock = kcp, namespace, clock
@@ -65,8 +71,9 @@ class KymaLRU:
                 self._entries.move_to_end(runtime_id)
                 return hit[1]
         try:
-            views = kyma.list_by_runtime_id(self._kcp, self._namespace, runtime_id,
-                                            timeout=self._timeout)
+            views = kyma.list_by_runtime_id(
+                self._kcp, self._namespace, runtime_id, timeout=self._timeout
+            )
         except gateway.Unavailable as e:
             if isinstance(e, gateway.Forbidden) or hit is None or now - hit[0] > self._stale:
                 raise

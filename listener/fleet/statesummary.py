@@ -64,11 +64,18 @@ DISTRUST_SECONDS = 900.0  # after lost changes: the quota counts from listings t
 
 
 class Summaries(summaryobject.SummaryObjects):
-    def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float, *,
-                 interval: float = FLUSH_SECONDS, hooks: Hooks | None = None,
-                 max_pending: int = MAX_PENDING,
-                 clock: Callable[[], float] = time.monotonic,
-                 view: view_client.ViewClient | None = None) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        timeout: float,
+        *,
+        interval: float = FLUSH_SECONDS,
+        hooks: Hooks | None = None,
+        max_pending: int = MAX_PENDING,
+        clock: Callable[[], float] = time.monotonic,
+        view: view_client.ViewClient | None = None,
+    ) -> None:
         super().__init__(kcp, namespace, timeout, hooks or Hooks(), clock)
         self._view = view  # the pod's view: the summary as the watch last brought it
         self._interval, self._max = interval, max_pending
@@ -84,8 +91,13 @@ class Summaries(summaryobject.SummaryObjects):
 
     # -- recording (the store's hook; cheap) ----------------------------------------------------
 
-    def written(self, runtime_id: str, old: Mapping[str, Any] | None,
-                new: Mapping[str, Any] | None, record: Mapping[str, Any]) -> None:
+    def written(
+        self,
+        runtime_id: str,
+        old: Mapping[str, Any] | None,
+        new: Mapping[str, Any] | None,
+        record: Mapping[str, Any],
+    ) -> None:
         """A record was persisted: ``old`` the metadata of the object it replaced (None: a
         new key), ``new`` the written object's metadata (None when unknown)."""
         old_item = None if old is None else records.digest_item(old)
@@ -93,9 +105,12 @@ class Summaries(summaryobject.SummaryObjects):
         if new_item is None:
             new_item = record
         change = statehash.change_of(
-            old_item, new_item, summaryobject.revision_of(new),
+            old_item,
+            new_item,
+            summaryobject.revision_of(new),
             0 if old is None else rules.stored_size(old),
-            0 if new is None else rules.stored_size(new))
+            0 if new is None else rules.stored_size(new),
+        )
         if change is not None:
             self._add(runtime_id, change)
 
@@ -116,8 +131,9 @@ class Summaries(summaryobject.SummaryObjects):
                     self._distrust(runtime_id)
                     return
                 self._size += 1
-            p = self._pending.setdefault(runtime_id, {}).setdefault(change.bucket,
-                                                                    statehash.Pending())
+            p = self._pending.setdefault(runtime_id, {}).setdefault(
+                change.bucket, statehash.Pending()
+            )
             p.add(change)
 
     def _distrust(self, runtime_id: str) -> None:
@@ -134,8 +150,9 @@ class Summaries(summaryobject.SummaryObjects):
 
     # -- merging -----------------------------------------------------------------------------
 
-    def _take(self, runtime_id: str, due_only: bool,
-              wait: float = 0.0) -> dict[int, statehash.Pending] | None:
+    def _take(
+        self, runtime_id: str, due_only: bool, wait: float = 0.0
+    ) -> dict[int, statehash.Pending] | None:
         """The runtime's pending changes to merge (marked busy); None when there are none,
         the merge is not due, or another thread is merging them (after waiting up to
         ``wait`` seconds for it to end)."""
@@ -205,8 +222,7 @@ class Summaries(summaryobject.SummaryObjects):
             done += self._flush(runtime_id, due_only=False) is not None
         return done
 
-    def _flush(self, runtime_id: str, due_only: bool,
-               wait: float = 0.0) -> dict[str, Any] | None:
+    def _flush(self, runtime_id: str, due_only: bool, wait: float = 0.0) -> dict[str, Any] | None:
         taken = self._take(runtime_id, due_only, wait)
         if taken is None:
             return None
@@ -236,7 +252,9 @@ class Summaries(summaryobject.SummaryObjects):
                 self._idle.notify_all()
         return None
 
-    def _merge(self, runtime_id: str, taken: Mapping[int, statehash.Pending]) -> dict[str, Any] | None:
+    def _merge(
+        self, runtime_id: str, taken: Mapping[int, statehash.Pending]
+    ) -> dict[str, Any] | None:
         for attempt in range(summaryobject.MAX_ATTEMPTS):
             # the first attempt starts from the pod's view when it holds this worker's last
             # write (no KCP read; another writer's newer version: a Conflict, then a GET)
@@ -248,7 +266,9 @@ class Summaries(summaryobject.SummaryObjects):
                 return self._put(runtime_id, obj, statehash.merge(stored, taken))
             except gateway.Conflict:
                 self._conflicted(attempt)
-        raise gateway.Unavailable(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: {summaryobject.MAX_ATTEMPTS} conflicts in a row")
+        raise gateway.Unavailable(
+            f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: {summaryobject.MAX_ATTEMPTS} conflicts in a row"
+        )
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -268,14 +288,20 @@ class Summaries(summaryobject.SummaryObjects):
         no view, not held, or older than this worker's last write)."""
         told = None if self._view is None else self._view.ask("summary", runtime_id)
         obj = None if told is None else told.get("summary")
-        if not isinstance(obj, dict) or (obj.get("metadata") or {}).get("name") != name_of(runtime_id) \
-                or statehash.stored_of(obj.get("status")) is None \
-                or not self.newer_than_wrote(runtime_id, obj):
+        if (
+            not isinstance(obj, dict)
+            or (obj.get("metadata") or {}).get("name") != name_of(runtime_id)
+            or statehash.stored_of(obj.get("status")) is None
+            or not self.newer_than_wrote(runtime_id, obj)
+        ):
             return None
         res = apitypes.RUNTIME_STATE_SUMMARIES
-        return {**obj, "apiVersion": f"{res.group}/{res.version}",
-                "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
-                "metadata": {**obj["metadata"], "namespace": self._namespace}}
+        return {
+            **obj,
+            "apiVersion": f"{res.group}/{res.version}",
+            "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
+            "metadata": {**obj["metadata"], "namespace": self._namespace},
+        }
 
     def _viewed(self, runtime_id: str) -> dict[str, Any] | None:
         """The summary from the pod's view (a watch's latency behind the KCP: the poller's

@@ -63,8 +63,14 @@ class Hooks(NamedTuple):
 class SummaryObjects:
     """A runtime's ``RuntimeStateSummary`` in the KCP, and the listings that set it."""
 
-    def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float, hooks: Hooks,
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        timeout: float,
+        hooks: Hooks,
+        clock: Callable[[], float],
+    ) -> None:
         self._kcp, self._namespace, self._timeout = kcp, namespace, timeout
         self._hooks, self._clock = hooks, clock
         self._lock = threading.Lock()
@@ -88,25 +94,39 @@ class SummaryObjects:
             if now - self._last_log < LOG_EVERY:
                 return
             self._last_log = now
-        log.warning("cannot merge into a RuntimeStateSummary: %s; %s", logs.bounded(e, 300),
-                    "kept for the next merge" if kept else "dropped (the summary heals when "
-                    "the bucket is listed)")
+        log.warning(
+            "cannot merge into a RuntimeStateSummary: %s; %s",
+            logs.bounded(e, 300),
+            "kept for the next merge"
+            if kept
+            else "dropped (the summary heals when the bucket is listed)",
+        )
 
     # -- the object --------------------------------------------------------------------------
 
     def _get(self, runtime_id: str) -> dict[str, Any] | None:
-        obj = self._kcp.get_or_none(apitypes.RUNTIME_STATE_SUMMARIES, self._namespace, name_of(runtime_id),
-                                    timeout=self._timeout)
+        obj = self._kcp.get_or_none(
+            apitypes.RUNTIME_STATE_SUMMARIES,
+            self._namespace,
+            name_of(runtime_id),
+            timeout=self._timeout,
+        )
         if obj is not None and (obj.get("spec") or {}).get("runtimeId") != runtime_id:
-            raise gateway.Rejected(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}/{name_of(runtime_id)} belongs to another runtime")
+            raise gateway.Rejected(
+                f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}/{name_of(runtime_id)} belongs to another runtime"
+            )
         return obj
 
     def _put(self, runtime_id: str, obj: dict[str, Any], s: statehash.Stored) -> dict[str, Any]:
         obj = dict(obj)
         obj["status"] = {"runtimeId": runtime_id, "updatedAt": _now(), **statehash.status_of(s)}
-        written = self._kcp.request("PUT", apitypes.RUNTIME_STATE_SUMMARIES.path(self._namespace, name_of(runtime_id),
-                                                         "status"),
-                                    body=obj, timeout=self._timeout, what=f"update {apitypes.RUNTIME_STATE_SUMMARIES.plural}/status")
+        written = self._kcp.request(
+            "PUT",
+            apitypes.RUNTIME_STATE_SUMMARIES.path(self._namespace, name_of(runtime_id), "status"),
+            body=obj,
+            timeout=self._timeout,
+            what=f"update {apitypes.RUNTIME_STATE_SUMMARIES.plural}/status",
+        )
         rv = revision_of(written.get("metadata"))
         if rv is not None:
             with self._lock:
@@ -128,23 +148,38 @@ class SummaryObjects:
         return rv is not None and rv >= wrote
 
     def _create(self, runtime_id: str) -> dict[str, Any]:
-        body = {"apiVersion": f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/{apitypes.RUNTIME_STATE_SUMMARIES.version}", "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
-                "metadata": {"name": name_of(runtime_id), "namespace": self._namespace,
-                             "labels": {apitypes.RUNTIME_ID_LABEL: runtime_id,
-                                        apitypes.MANAGED_BY_LABEL: records.MANAGED_BY}},
-                "spec": {"runtimeId": runtime_id}}
+        body = {
+            "apiVersion": f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/{apitypes.RUNTIME_STATE_SUMMARIES.version}",
+            "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
+            "metadata": {
+                "name": name_of(runtime_id),
+                "namespace": self._namespace,
+                "labels": {
+                    apitypes.RUNTIME_ID_LABEL: runtime_id,
+                    apitypes.MANAGED_BY_LABEL: records.MANAGED_BY,
+                },
+            },
+            "spec": {"runtimeId": runtime_id},
+        }
         try:
-            return self._kcp.create(apitypes.RUNTIME_STATE_SUMMARIES, self._namespace, body, timeout=self._timeout)
+            return self._kcp.create(
+                apitypes.RUNTIME_STATE_SUMMARIES, self._namespace, body, timeout=self._timeout
+            )
         except gateway.Conflict:  # another worker created it just now
             obj = self._get(runtime_id)
             if obj is None:
-                raise gateway.Unavailable(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: created and gone") from None
+                raise gateway.Unavailable(
+                    f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: created and gone"
+                ) from None
             return obj
 
     # -- listings ----------------------------------------------------------------------------
 
-    def _bootstrap(self, runtime_id: str, obj: dict[str, Any] | None,
-                   ) -> tuple[statehash.Stored, list[tuple[str, int]]]:
+    def _bootstrap(
+        self,
+        runtime_id: str,
+        obj: dict[str, Any] | None,
+    ) -> tuple[statehash.Stored, list[tuple[str, int]]]:
         survey = listing.Surveying()
         unlabelled: list[tuple[str, int]] = []
         for metas, rev in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}"):
@@ -162,16 +197,22 @@ class SummaryObjects:
                 return current, unlabelled  # another worker built it meanwhile
             try:
                 self._put(runtime_id, obj, built)
-                log.info("built the state summary of runtime %s from %d records",
-                         logs.bounded(runtime_id, 80), sum(built.counts))
+                log.info(
+                    "built the state summary of runtime %s from %d records",
+                    logs.bounded(runtime_id, 80),
+                    sum(built.counts),
+                )
                 return built, unlabelled
             except gateway.Conflict:
                 self._conflicted(attempt)
                 obj = self._get(runtime_id)
-        raise gateway.Unavailable(f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: {MAX_ATTEMPTS} conflicts in a row")
+        raise gateway.Unavailable(
+            f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: {MAX_ATTEMPTS} conflicts in a row"
+        )
 
-    def listed_all(self, runtime_id: str, folded: statehash.Buckets,
-                   held: statehash.Footprint, revision: int) -> int:
+    def listed_all(
+        self, runtime_id: str, folded: statehash.Buckets, held: statehash.Footprint, revision: int
+    ) -> int:
         """A full listing of the runtime's records at ``revision`` was made anyway (the
         full digest): set every bucket of its summary that disagrees from it (a summary
         damaged in more buckets than a run lists one by one heals here); how many buckets
@@ -189,22 +230,37 @@ class SummaryObjects:
                 else:
                     new, fixed = stored, 0
                     for b in range(statehash.BUCKETS):
-                        c = statehash.corrected(new, b, folded.hashes[b], folded.counts[b],
-                                                revision, held.records[b], held.bytes[b])
+                        c = statehash.corrected(
+                            new,
+                            b,
+                            folded.hashes[b],
+                            folded.counts[b],
+                            revision,
+                            held.records[b],
+                            held.bytes[b],
+                        )
                         if c is not None:
                             new, fixed = c, fixed + 1
                     if not fixed:
                         return 0  # agrees
-                if self._put_corrected(runtime_id, obj, new, fixed, attempt,
-                                       "%d buckets set from a full listing"):
+                if self._put_corrected(
+                    runtime_id, obj, new, fixed, attempt, "%d buckets set from a full listing"
+                ):
                     return fixed
                 obj = self._get(runtime_id)
         except Exception as e:  # noqa: BLE001 - after the answer: the next listing retries
             self._failed(e, False)
         return 0
 
-    def _put_corrected(self, runtime_id: str, obj: dict[str, Any], new: statehash.Stored,
-                       count: int, attempt: int, what: str) -> bool:
+    def _put_corrected(
+        self,
+        runtime_id: str,
+        obj: dict[str, Any],
+        new: statehash.Stored,
+        count: int,
+        attempt: int,
+        what: str,
+    ) -> bool:
         """Write ``new``, a summary set from a listing (``count`` for the metric hook and
         ``what``'s one number in the log line); False when another writer won (backed off:
         read and compare again)."""
@@ -236,18 +292,28 @@ class SummaryObjects:
             return 0
 
     @staticmethod
-    def _note_unlabelled(meta: Mapping[str, Any], item: Mapping[str, Any],
-                         out: list[tuple[str, int]]) -> None:
+    def _note_unlabelled(
+        meta: Mapping[str, Any], item: Mapping[str, Any], out: list[tuple[str, int]]
+    ) -> None:
         labels = meta.get("labels")
         if isinstance(labels, dict) and records.BUCKET_LABEL in labels:
             return
         if len(out) < MAX_UNLABELLED:
-            out.append((str(meta.get("name", "")),
-                        statehash.bucket_of(str(item["namespace"]), str(item["name"]))))
+            out.append(
+                (
+                    str(meta.get("name", "")),
+                    statehash.bucket_of(str(item["namespace"]), str(item["name"])),
+                )
+            )
 
     def _pages(self, selector: str) -> Iterator[tuple[list[dict[str, Any]], int]]:
-        return listing.metadata_pages(self._kcp, self._namespace, selector, self._timeout,
-                                      None if self.homes is None else self.homes())
+        return listing.metadata_pages(
+            self._kcp,
+            self._namespace,
+            selector,
+            self._timeout,
+            None if self.homes is None else self.homes(),
+        )
 
     def bucket(self, runtime_id: str, n: int) -> tuple[Bucket, list[tuple[str, int]]]:
         """The digest items of bucket ``n`` (metadata lists of the KCP: the runtime's records
@@ -258,8 +324,9 @@ class SummaryObjects:
         sizes: dict[str, int] = {}
         unlabelled: list[tuple[str, int]] = []
         # unlabelled first: a record labelled in between shows up in the second list
-        for metas, _ in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},"
-                                    f"!{records.BUCKET_LABEL}"):
+        for metas, _ in self._pages(
+            f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},!{records.BUCKET_LABEL}"
+        ):
             for meta in metas:
                 item = records.digest_item(meta)
                 if item is None:
@@ -269,23 +336,34 @@ class SummaryObjects:
                     found[str(meta.get("name", ""))] = item
                     sizes[str(meta.get("name", ""))] = rules.stored_size(meta)
         revision = 0
-        for metas, rev in self._pages(f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},"
-                                      f"{records.BUCKET_LABEL}={n}"):
+        for metas, rev in self._pages(
+            f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{records.BUCKET_LABEL}={n}"
+        ):
             revision = max(revision, rev)  # set by an empty listing too
             for meta in metas:
                 item = records.digest_item(meta)
-                if item is not None and statehash.bucket_of(item["namespace"],
-                                                            item["name"]) == n:
+                if item is not None and statehash.bucket_of(item["namespace"], item["name"]) == n:
                     found[str(meta.get("name", ""))] = item
                     sizes[str(meta.get("name", ""))] = rules.stored_size(meta)
         items = sorted(found.values(), key=lambda i: (i["namespace"], i["name"]))
         h, count = statehash.bucket_hash(items)
-        fixed = obj is not None and revision > 0 and self._correct(
-            runtime_id, obj, n, (h, count, len(found), sum(sizes.values())), revision)
+        fixed = (
+            obj is not None
+            and revision > 0
+            and self._correct(
+                runtime_id, obj, n, (h, count, len(found), sum(sizes.values())), revision
+            )
+        )
         return Bucket(items, h, count, revision, fixed), unlabelled
 
-    def _correct(self, runtime_id: str, obj: dict[str, Any] | None, n: int,
-                 listed: tuple[int, int, int, int], revision: int) -> bool:
+    def _correct(
+        self,
+        runtime_id: str,
+        obj: dict[str, Any] | None,
+        n: int,
+        listed: tuple[int, int, int, int],
+        revision: int,
+    ) -> bool:
         """Set bucket ``n`` to what its listing at ``revision`` found: (hash, live count,
         objects, bytes)."""
         h, count, objects, size = listed
@@ -298,8 +376,9 @@ class SummaryObjects:
             new = statehash.corrected(stored, n, h, count, revision, objects, size)
             if new is None:
                 return False
-            if self._put_corrected(runtime_id, obj, new, n, attempt,
-                                   "bucket %d corrected from its records"):
+            if self._put_corrected(
+                runtime_id, obj, new, n, attempt, "bucket %d corrected from its records"
+            ):
                 return True
             obj = self._get(runtime_id)
         return False
@@ -315,9 +394,13 @@ class SummaryObjects:
             if self._clock() >= deadline:
                 break
             try:
-                self._kcp.patch(apitypes.RUNTIME_CONFIGMAPS, self._namespace, name,
-                                {"metadata": {"labels": {records.BUCKET_LABEL: str(b)}}},
-                                timeout=self._timeout)
+                self._kcp.patch(
+                    apitypes.RUNTIME_CONFIGMAPS,
+                    self._namespace,
+                    name,
+                    {"metadata": {"labels": {records.BUCKET_LABEL: str(b)}}},
+                    timeout=self._timeout,
+                )
                 done += 1
             except gateway.NotFound:
                 continue

@@ -38,8 +38,14 @@ REFRESH_FLOOR = 1.0  # seconds between reads forced by an unknown Watch name
 
 
 class WatchList:
-    def __init__(self, kcp: gateway.Kube, namespace: str, ttl: float, timeout: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        ttl: float,
+        timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._kcp, self._namespace, self._ttl, self._timeout = kcp, namespace, ttl, timeout
         self._clock = clock
         self._lock = threading.Lock()
@@ -57,7 +63,9 @@ class WatchList:
         with self._lock:
             if self._read_at is not None and now - self._read_at < self._ttl:
                 known = {w.name for w in self._watches}
-                if all(n in known for n in wanted) or now - self._read_at < min(self._ttl, REFRESH_FLOOR):
+                if all(n in known for n in wanted) or now - self._read_at < min(
+                    self._ttl, REFRESH_FLOOR
+                ):
                     return self._watches
             if self._reading:  # another thread reads: its list is newer than this call
                 self._read.wait_for(lambda: not self._reading)
@@ -74,8 +82,9 @@ class WatchList:
 
     def _read_now(self, now: float) -> tuple[watches.Watch, ...]:
         try:
-            items = list(self._kcp.list_items(apitypes.WATCHES, self._namespace,
-                                              timeout=self._timeout))
+            items = list(
+                self._kcp.list_items(apitypes.WATCHES, self._namespace, timeout=self._timeout)
+            )
         except gateway.GatewayError:
             with self._lock:
                 if self._read_at is None:
@@ -102,7 +111,8 @@ class WatchList:
                 skipped[name] = str(e)
         for name, why in skipped.items():
             if self._skipped.get(name) != why:
-                log.warning("Watch %s is not used: %s", logs.bounded(name, 80),
-                            logs.bounded(why, 200))
+                log.warning(
+                    "Watch %s is not used: %s", logs.bounded(name, 80), logs.bounded(why, 200)
+                )
         self._skipped = skipped
         return tuple(sorted(found, key=lambda w: w.name))

@@ -19,24 +19,38 @@ class LeaseFacts(NamedTuple):
     runtime_id: str
     orphaned_since: str | None
 
+
 class Kcp:
     """The janitor's calls to the KCP API (what its Roles and ClusterRole allow:
     manifests/kcp/janitor/rbac.yaml): records in every namespace, summaries and Kyma CRs in
     ``namespace``, the heartbeat Leases in ``heartbeat_namespace`` (by default the same)."""
 
-    def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float,
-                 heartbeat_namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        timeout: float,
+        heartbeat_namespace: str | None = None,
+    ) -> None:
         self._kcp = kcp
         self.namespace = namespace
         self.heartbeat_namespace = heartbeat_namespace or namespace
         self._timeout = timeout
 
-    def _metadata_list(self, res: gateway.Resource, selector: str, everywhere: bool = False,
-                       ) -> Iterator[dict[str, Any]]:
-        for obj in self._kcp.list_items(res, None if everywhere else self.namespace,
-                                        label_selector=selector,
-                                        page_size=PAGE, metadata_only=True,
-                                        timeout=self._timeout):
+    def _metadata_list(
+        self,
+        res: gateway.Resource,
+        selector: str,
+        everywhere: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        for obj in self._kcp.list_items(
+            res,
+            None if everywhere else self.namespace,
+            label_selector=selector,
+            page_size=PAGE,
+            metadata_only=True,
+            timeout=self._timeout,
+        ):
             yield obj.get("metadata") or {}
 
     def record_metadata(self) -> Iterator[dict[str, Any]]:
@@ -53,16 +67,18 @@ class Kcp:
         return out
 
     def has_kyma(self, runtime_id: str) -> bool:
-        return bool(kyma.list_by_runtime_id(self._kcp, self.namespace, runtime_id,
-                                            timeout=self._timeout))
+        return bool(
+            kyma.list_by_runtime_id(self._kcp, self.namespace, runtime_id, timeout=self._timeout)
+        )
 
     def watch_homes(self) -> dict[str, str] | None:
         """The Watches' names and where each stores its records (``spec.storage.namespace``,
         else ``namespace``); None without the Watch CRD (no Watch was deleted)."""
         out: dict[str, str] = {}
         try:
-            for obj in self._kcp.list_items(apitypes.WATCHES, self.namespace, page_size=PAGE,
-                                            timeout=self._timeout):
+            for obj in self._kcp.list_items(
+                apitypes.WATCHES, self.namespace, page_size=PAGE, timeout=self._timeout
+            ):
                 name = str((obj.get("metadata") or {}).get("name") or "")
                 try:
                     out[name] = watchuse.storage_namespace(obj.get("spec") or {}) or self.namespace
@@ -74,23 +90,36 @@ class Kcp:
 
     def heartbeat_leases(self) -> dict[str, LeaseFacts]:
         out: dict[str, LeaseFacts] = {}
-        for lease in self._kcp.list_items(gateway.LEASES, self.heartbeat_namespace,
-                                          label_selector=f"{apitypes.HEARTBEAT_LABEL}=true",
-                                          page_size=PAGE, timeout=self._timeout):
+        for lease in self._kcp.list_items(
+            gateway.LEASES,
+            self.heartbeat_namespace,
+            label_selector=f"{apitypes.HEARTBEAT_LABEL}=true",
+            page_size=PAGE,
+            timeout=self._timeout,
+        ):
             meta = lease.get("metadata") or {}
             rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL) or (
-                (lease.get("spec") or {}).get("holderIdentity"))
+                (lease.get("spec") or {}).get("holderIdentity")
+            )
             if rid:
-                out[rid] = LeaseFacts(str(meta.get("name") or ""), rid, (
-                    meta.get("annotations") or {}).get(rules.ORPHANED_SINCE))
+                out[rid] = LeaseFacts(
+                    str(meta.get("name") or ""),
+                    rid,
+                    (meta.get("annotations") or {}).get(rules.ORPHANED_SINCE),
+                )
         return out
 
     def delete_tombstone(self, t: rules.Tombstone) -> bool:
         """Delete one tombstone if it is unchanged since listed; False when it changed or
         is gone already."""
         try:
-            self._kcp.delete(apitypes.RUNTIME_CONFIGMAPS, t.namespace or self.namespace, t.name, preconditions={
-                "resourceVersion": t.resource_version, "uid": t.uid}, timeout=self._timeout)
+            self._kcp.delete(
+                apitypes.RUNTIME_CONFIGMAPS,
+                t.namespace or self.namespace,
+                t.name,
+                preconditions={"resourceVersion": t.resource_version, "uid": t.uid},
+                timeout=self._timeout,
+            )
         except (gateway.NotFound, gateway.Conflict):
             return False
         return True
@@ -101,9 +130,11 @@ class Kcp:
         total: int | None = 0
         for ns in sorted(namespaces or {self.namespace}):
             resp = self._kcp.delete_collection(
-                apitypes.RUNTIME_CONFIGMAPS, ns,
+                apitypes.RUNTIME_CONFIGMAPS,
+                ns,
                 label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{OWN_RECORDS}",
-                timeout=self._timeout)
+                timeout=self._timeout,
+            )
             items = resp.get("items")
             total = total + len(items) if isinstance(items, list) and total is not None else None
         return total
@@ -127,20 +158,27 @@ class Kcp:
 
     def delete_delivery(self, runtime_id: str) -> bool:
         """Delete the runtime's ``RuntimeDelivery``; False when there is none."""
-        return self._delete(apitypes.RUNTIME_DELIVERIES, self.namespace,
-                            heartbeat.lease_name(runtime_id))
+        return self._delete(
+            apitypes.RUNTIME_DELIVERIES, self.namespace, heartbeat.lease_name(runtime_id)
+        )
 
     def delete_summary(self, runtime_id: str) -> bool:
         """Delete the runtime's ``RuntimeStateSummary``; False when there is none."""
-        return self._delete(apitypes.RUNTIME_STATE_SUMMARIES, self.namespace,
-                            statesummary.name_of(runtime_id))
+        return self._delete(
+            apitypes.RUNTIME_STATE_SUMMARIES, self.namespace, statesummary.name_of(runtime_id)
+        )
 
     def has_records(self, runtime_id: str, namespaces: set[str]) -> bool:
         """Whether the runtime still has records in one of ``namespaces``."""
         for ns in sorted(namespaces or {self.namespace}):
-            doc = self._kcp.list(apitypes.RUNTIME_CONFIGMAPS, ns, limit=1, metadata_only=True,
-                                 label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{OWN_RECORDS}",
-                                 timeout=self._timeout)
+            doc = self._kcp.list(
+                apitypes.RUNTIME_CONFIGMAPS,
+                ns,
+                limit=1,
+                metadata_only=True,
+                label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{OWN_RECORDS}",
+                timeout=self._timeout,
+            )
             if doc.get("items"):
                 return True
         return False
@@ -148,31 +186,47 @@ class Kcp:
     def mark(self, runtime_id: str, lease: LeaseFacts | None, since: datetime.datetime) -> None:
         value = changes.format_time(since)
         if lease is not None:
-            self._kcp.patch(gateway.LEASES, self.heartbeat_namespace, lease.name,
-                            {"metadata": {"annotations": {rules.ORPHANED_SINCE: value}}},
-                            strategic=True, timeout=self._timeout)
+            self._kcp.patch(
+                gateway.LEASES,
+                self.heartbeat_namespace,
+                lease.name,
+                {"metadata": {"annotations": {rules.ORPHANED_SINCE: value}}},
+                strategic=True,
+                timeout=self._timeout,
+            )
             return
         body = {  # records without a Lease: the mark needs a durable home
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
             "metadata": {
                 "name": heartbeat.lease_name(runtime_id),
                 "namespace": self.heartbeat_namespace,
-                "labels": {apitypes.HEARTBEAT_LABEL: "true", apitypes.RUNTIME_ID_LABEL: runtime_id,
-                           apitypes.MANAGED_BY_LABEL: records.MANAGED_BY},
-                "annotations": {rules.ORPHANED_SINCE: value}},
-            "spec": {"holderIdentity": runtime_id}}
+                "labels": {
+                    apitypes.HEARTBEAT_LABEL: "true",
+                    apitypes.RUNTIME_ID_LABEL: runtime_id,
+                    apitypes.MANAGED_BY_LABEL: records.MANAGED_BY,
+                },
+                "annotations": {rules.ORPHANED_SINCE: value},
+            },
+            "spec": {"holderIdentity": runtime_id},
+        }
         try:
-            self._kcp.create(gateway.LEASES, self.heartbeat_namespace, body,
-                             timeout=self._timeout)
+            self._kcp.create(gateway.LEASES, self.heartbeat_namespace, body, timeout=self._timeout)
         except gateway.Conflict:  # the listener created it just now: marked next run
             pass
 
     def unmark(self, lease: LeaseFacts) -> None:
-        self._kcp.patch(gateway.LEASES, self.heartbeat_namespace, lease.name,
-                        {"metadata": {"annotations": {rules.ORPHANED_SINCE: None}}},
-                        strategic=True, timeout=self._timeout)
+        self._kcp.patch(
+            gateway.LEASES,
+            self.heartbeat_namespace,
+            lease.name,
+            {"metadata": {"annotations": {rules.ORPHANED_SINCE: None}}},
+            strategic=True,
+            timeout=self._timeout,
+        )
 
     def delete_lease(self, runtime_id: str) -> bool:
         """Delete the runtime's heartbeat Lease; False when there is none."""
-        return self._delete(gateway.LEASES, self.heartbeat_namespace,
-                            heartbeat.lease_name(runtime_id))
+        return self._delete(
+            gateway.LEASES, self.heartbeat_namespace, heartbeat.lease_name(runtime_id)
+        )

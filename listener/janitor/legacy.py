@@ -51,12 +51,15 @@ class Legacy:
 
     def due(self) -> list[tuple[rules.Tombstone, Mapping[str, Any]]]:
         """The legacy records of runtimes that hold records under Watches, by runtime."""
-        return [held for rid in sorted(self._watched & set(self._held))
-                for held in self._held[rid]]
+        return [held for rid in sorted(self._watched & set(self._held)) for held in self._held[rid]]
 
 
-def of_gone_watch(meta: Mapping[str, Any], existing: frozenset[str] | None,
-                  now: datetime.datetime, retention: float) -> rules.Tombstone | None:
+def of_gone_watch(
+    meta: Mapping[str, Any],
+    existing: frozenset[str] | None,
+    now: datetime.datetime,
+    retention: float,
+) -> rules.Tombstone | None:
     """The record to delete when ``meta`` is of a Watch that no longer exists (``existing``:
     the names of the Watches in the namespace; None when unknown: nothing is deleted) and
     its ``observedAt`` is older than the tombstone retention plus the allowance: a deleted

@@ -29,49 +29,84 @@ from tether import auditwriter, elected, leader, logs, ops
 log = logging.getLogger("janitor")
 
 
-def create_app(meters: listener_metrics.JanitorMetrics, ready: Callable[[], bool], *,
-               cache_seconds: float = ops.READY_CACHE_SECONDS) -> flask.Flask:
+def create_app(
+    meters: listener_metrics.JanitorMetrics,
+    ready: Callable[[], bool],
+    *,
+    cache_seconds: float = ops.READY_CACHE_SECONDS,
+) -> flask.Flask:
     """The operations surface (``tether.ops``): /healthz, /readyz (leading or standing by:
     the elector and the scheduler run), /metrics."""
     probes = ops.Probes(cache_seconds=cache_seconds).ready(
-        "scheduler", lambda: None if ready() else "elector or scheduler not running")
+        "scheduler", lambda: None if ready() else "elector or scheduler not running"
+    )
     return ops.create_app("janitor", probes, ops.Exposition(meters.registry).render)
 
 
 def lease(s: settings_mod.JanitorSettings) -> leader.LeaseSettings:
     """The janitor's Lease: its duration set, renewed within two thirds of it."""
-    return leader.LeaseSettings(namespace=s.lease_namespace, name=s.lease_name,
-                                lease_duration=s.lease_duration,
-                                renew_deadline=s.lease_duration * 2 / 3,
-                                retry_period=max(0.5, s.lease_duration / 7))
+    return leader.LeaseSettings(
+        namespace=s.lease_namespace,
+        name=s.lease_name,
+        lease_duration=s.lease_duration,
+        renew_deadline=s.lease_duration * 2 / 3,
+        retry_period=max(0.5, s.lease_duration / 7),
+    )
 
 
 def main(argv: list[str]) -> int:
-    s, args, api = elected.start(settings_mod.SPEC, argv, settings_mod.build,
-                                 kubeconfig_variable="TETHER_LISTENER_KUBECONFIG",
-                                 once="one run, no election, then exit")
+    s, args, api = elected.start(
+        settings_mod.SPEC,
+        argv,
+        settings_mod.build,
+        kubeconfig_variable="TETHER_LISTENER_KUBECONFIG",
+        once="one run, no election, then exit",
+    )
     meters = listener_metrics.JanitorMetrics()
-    job = janitor.Janitor(janitor.Kcp(api, s.namespace, s.kcp_timeout, s.heartbeat_namespace),
-                          s, meters,
-                          logs.audit_logger(s.audit_log, on_lost=auditwriter.counting(meters.audit_lost),
-                                            queue_lines=s.audit_queue_lines),
-                          summaries=statesummary.Summaries(api, s.namespace, s.kcp_timeout))
+    job = janitor.Janitor(
+        janitor.Kcp(api, s.namespace, s.kcp_timeout, s.heartbeat_namespace),
+        s,
+        meters,
+        logs.audit_logger(
+            s.audit_log,
+            on_lost=auditwriter.counting(meters.audit_lost),
+            queue_lines=s.audit_queue_lines,
+        ),
+        summaries=statesummary.Summaries(api, s.namespace, s.kcp_timeout),
+    )
     if args.once:
         summary = job.run()
         print(summary)
         return 0 if summary.ok else 1
-    sched = elected.scheduler([elected.Job("janitor", job.run, IntervalTrigger(seconds=s.interval),
-                                           at_once=True)])
-    return elected.run_elected(elected.ElectedPart(
-        "janitor", log, api, lease(s), sched, elected.resuming(sched, meters.leader),
-        f"{s.http_host}:{s.http_port}",
-        app=lambda rt: create_app(meters, ready=lambda: rt.elector.alive() and rt.scheduler.running),
-        guarded=[job],
-        announce=lambda: log.info(
-            "janitor started: namespace %s, heartbeats in %s, Lease %s/%s, interval %.0fs, "
-            "tombstone retention %.0fs, orphan grace %.0fs", s.namespace, s.heartbeat_namespace,
-            s.lease_namespace, s.lease_name, s.interval, s.storage.tombstone_retention,
-            s.orphan_grace)))
+    sched = elected.scheduler(
+        [elected.Job("janitor", job.run, IntervalTrigger(seconds=s.interval), at_once=True)]
+    )
+    return elected.run_elected(
+        elected.ElectedPart(
+            "janitor",
+            log,
+            api,
+            lease(s),
+            sched,
+            elected.resuming(sched, meters.leader),
+            f"{s.http_host}:{s.http_port}",
+            app=lambda rt: create_app(
+                meters, ready=lambda: rt.elector.alive() and rt.scheduler.running
+            ),
+            guarded=[job],
+            announce=lambda: log.info(
+                "janitor started: namespace %s, heartbeats in %s, Lease %s/%s, interval %.0fs, "
+                "tombstone retention %.0fs, orphan grace %.0fs",
+                s.namespace,
+                s.heartbeat_namespace,
+                s.lease_namespace,
+                s.lease_name,
+                s.interval,
+                s.storage.tombstone_retention,
+                s.orphan_grace,
+            ),
+        )
+    )
 
 
 if __name__ == "__main__":

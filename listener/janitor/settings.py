@@ -20,8 +20,9 @@ def _host_port(bind: str) -> tuple[str, int]:
     return host, int(port)
 
 
-BIND = config.host_port(P + "JANITOR_BIND", "0.0.0.0:9091",
-                                "host:port of /healthz, /readyz, /metrics")
+BIND = config.host_port(
+    P + "JANITOR_BIND", "0.0.0.0:9091", "host:port of /healthz, /readyz, /metrics"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,26 +31,56 @@ class JanitorSettings:
 
     kubeconfig: str | None = setting(listener_settings.KUBECONFIG)
     namespace: str = setting(listener_settings.NAMESPACE)
-    heartbeat_namespace: str = setting(listener_settings.HEARTBEAT_NAMESPACE, otherwise=listener_settings.NAMESPACE)
-    kcp_timeout: float = setting(config.seconds(
-        P + "KCP_TIMEOUT_SECONDS", 30.0, "timeout of each KCP API call", minimum=0.5,
-        maximum=300))
+    heartbeat_namespace: str = setting(
+        listener_settings.HEARTBEAT_NAMESPACE, otherwise=listener_settings.NAMESPACE
+    )
+    kcp_timeout: float = setting(
+        config.seconds(
+            P + "KCP_TIMEOUT_SECONDS",
+            30.0,
+            "timeout of each KCP API call",
+            minimum=0.5,
+            maximum=300,
+        )
+    )
     storage: listener_settings.Storage = config.group(
-        listener_settings.Storage, default_factory=listener_settings.Storage)
-    orphan_grace: float = setting(config.seconds(
-        P + "ORPHAN_GRACE_SECONDS", 86400.0, "how long after a runtime's Kyma CR is gone its "
-        "records and Lease are removed", minimum=1, maximum=365 * 86400))
-    interval: float = setting(config.seconds(
-        P + "JANITOR_INTERVAL_SECONDS", 600.0, "time between runs", minimum=0.1, maximum=86400))
-    lease_name: str = setting(config.object_name(P + "JANITOR_LEASE", "tether-janitor",
-                                                 "the election Lease's name"))
-    lease_namespace: str = setting(config.object_name(  # the election Lease
-        P + "JANITOR_LEASE_NAMESPACE", None,
-        "namespace of the election Lease (the manifests: tether-system)", shown=P + "NAMESPACE"),
-        otherwise=listener_settings.NAMESPACE)
-    lease_duration: float = setting(config.seconds(
-        P + "JANITOR_LEASE_SECONDS", 15.0, "the election Lease's duration", minimum=2,
-        maximum=600))
+        listener_settings.Storage, default_factory=listener_settings.Storage
+    )
+    orphan_grace: float = setting(
+        config.seconds(
+            P + "ORPHAN_GRACE_SECONDS",
+            86400.0,
+            "how long after a runtime's Kyma CR is gone its records and Lease are removed",
+            minimum=1,
+            maximum=365 * 86400,
+        )
+    )
+    interval: float = setting(
+        config.seconds(
+            P + "JANITOR_INTERVAL_SECONDS", 600.0, "time between runs", minimum=0.1, maximum=86400
+        )
+    )
+    lease_name: str = setting(
+        config.object_name(P + "JANITOR_LEASE", "tether-janitor", "the election Lease's name")
+    )
+    lease_namespace: str = setting(
+        config.object_name(  # the election Lease
+            P + "JANITOR_LEASE_NAMESPACE",
+            None,
+            "namespace of the election Lease (the manifests: tether-system)",
+            shown=P + "NAMESPACE",
+        ),
+        otherwise=listener_settings.NAMESPACE,
+    )
+    lease_duration: float = setting(
+        config.seconds(
+            P + "JANITOR_LEASE_SECONDS",
+            15.0,
+            "the election Lease's duration",
+            minimum=2,
+            maximum=600,
+        )
+    )
     http_host: str = config.inputs(BIND, default=_host_port(BIND.default)[0])
     http_port: int = _host_port(BIND.default)[1]
     audit_log: str = setting(listener_settings.AUDIT_LOG)
@@ -59,8 +90,10 @@ class JanitorSettings:
 
 
 SPEC = config.Spec.of(
-    JanitorSettings, part="janitor",
-    summary="The listener's storage janitor (KCP): prunes tombstones and orphaned runtimes.")
+    JanitorSettings,
+    part="janitor",
+    summary="The listener's storage janitor (KCP): prunes tombstones and orphaned runtimes.",
+)
 
 
 def build(v: config.Values) -> JanitorSettings:

@@ -65,11 +65,17 @@ def _now() -> datetime.datetime:
 
 
 class Janitor:
-    def __init__(self, kcp: Kcp, settings: settings_mod.JanitorSettings,
-                 meters: listener_metrics.JanitorMetrics, audit: logging.Logger, *,
-                 active: Callable[[], bool] = lambda: True,
-                 now: Callable[[], datetime.datetime] = _now,
-                 summaries: statesummary.Summaries | None = None) -> None:
+    def __init__(
+        self,
+        kcp: Kcp,
+        settings: settings_mod.JanitorSettings,
+        meters: listener_metrics.JanitorMetrics,
+        audit: logging.Logger,
+        *,
+        active: Callable[[], bool] = lambda: True,
+        now: Callable[[], datetime.datetime] = _now,
+        summaries: statesummary.Summaries | None = None,
+    ) -> None:
         self.kcp = kcp
         # the state summaries' footprints (the quota's count) lose what is pruned
         self.summaries = summaries
@@ -100,9 +106,11 @@ class Janitor:
             self.metrics.last_success.set(time.time())
         return summary
 
-    def _listing(self, now: datetime.datetime, homes: dict[str, str] | None
-                 ) -> tuple[collections.Counter[str], list[rules.Tombstone],
-                            dict[str, dict[str, Any]], legacy.Legacy]:
+    def _listing(
+        self, now: datetime.datetime, homes: dict[str, str] | None
+    ) -> tuple[
+        collections.Counter[str], list[rules.Tombstone], dict[str, dict[str, Any]], legacy.Legacy
+    ]:
         """One listing of every record in every namespace: the count per runtime (and in
         ``_where`` its namespaces), what is due (tombstones past the retention, then records
         of deleted Watches past it) and the legacy records. Only records where their Watch
@@ -129,9 +137,9 @@ class Janitor:
                 counts[rid] += 1
                 self._where.setdefault(rid, set()).add(str(meta.get("namespace")))
             if len(due) < MAX_TOMBSTONES:
-                t = (rules.tombstone_due(meta, now, retention, records.ANN_DELETED,
-                                         records.ANN_OBSERVED)
-                     or legacy.of_gone_watch(meta, watch_names, now, retention))
+                t = rules.tombstone_due(
+                    meta, now, retention, records.ANN_DELETED, records.ANN_OBSERVED
+                ) or legacy.of_gone_watch(meta, watch_names, now, retention)
                 if t is not None:
                     due.append(t)
                     metas[t.name] = meta
@@ -162,7 +170,11 @@ class Janitor:
             return Summary(False, pruned)
         steps = rules.orphan_actions(
             set(counts) | set(leases) | with_delivery,
-            {r: lf.orphaned_since for r, lf in leases.items()}, with_kyma, now, s.orphan_grace)
+            {r: lf.orphaned_since for r, lf in leases.items()},
+            with_kyma,
+            now,
+            s.orphan_grace,
+        )
         ok, records_deleted, leases_deleted, waiting = True, 0, 0, 0
         for step in steps:
             if not self.active():
@@ -172,10 +184,19 @@ class Janitor:
                 if step.step == "mark":
                     self.kcp.mark(step.runtime_id, leases.get(step.runtime_id), now)
                     waiting += 1
-                    logs.audit(self.audit, "orphan_marked", runtime=step.runtime_id,
-                               since=changes.format_time(now), records=counts[step.runtime_id])
-                    log.info("runtime %s has no Kyma CR; its %d records are removed after %.0fs",
-                             step.runtime_id, counts[step.runtime_id], s.orphan_grace)
+                    logs.audit(
+                        self.audit,
+                        "orphan_marked",
+                        runtime=step.runtime_id,
+                        since=changes.format_time(now),
+                        records=counts[step.runtime_id],
+                    )
+                    log.info(
+                        "runtime %s has no Kyma CR; its %d records are removed after %.0fs",
+                        step.runtime_id,
+                        counts[step.runtime_id],
+                        s.orphan_grace,
+                    )
                 elif step.step == "unmark":
                     self.kcp.unmark(leases[step.runtime_id])
                     logs.audit(self.audit, "orphan_unmarked", runtime=step.runtime_id)
@@ -193,11 +214,16 @@ class Janitor:
 
     def _prune_legacy(self, old: legacy.Legacy) -> int:
         due = old.due()
-        return self._prune([t for t, _ in due], {t.name: dict(m) for t, m in due},
-                           "legacy_records_deleted")
+        return self._prune(
+            [t for t, _ in due], {t.name: dict(m) for t, m in due}, "legacy_records_deleted"
+        )
 
-    def _prune(self, due: list[rules.Tombstone], metas: dict[str, dict[str, Any]],
-               what: str = "tombstones_pruned") -> int:
+    def _prune(
+        self,
+        due: list[rules.Tombstone],
+        metas: dict[str, dict[str, Any]],
+        what: str = "tombstones_pruned",
+    ) -> int:
         """Delete ``due`` (tombstones, or legacy records: ``what`` names the audit event)."""
         deleted = 0
         for t in due:
@@ -206,8 +232,11 @@ class Janitor:
             try:
                 if self.kcp.delete_tombstone(t):
                     deleted += 1
-                    (self.metrics.tombstones_deleted if what == "tombstones_pruned"
-                     else self.metrics.legacy_records_deleted).inc()
+                    (
+                        self.metrics.tombstones_deleted
+                        if what == "tombstones_pruned"
+                        else self.metrics.legacy_records_deleted
+                    ).inc()
                     self._removed(metas.get(t.name) or {})
             except API_ERRORS as e:
                 self._failed("delete_tombstone", e)
@@ -222,9 +251,16 @@ class Janitor:
                 self.summaries.heal(rid, buckets)
         self._pruned.clear()
         if deleted:
-            logs.audit(self.audit, what, count=deleted, **(
-                {"retention_seconds": self.settings.storage.tombstone_retention}
-                if what == "tombstones_pruned" else {}))
+            logs.audit(
+                self.audit,
+                what,
+                count=deleted,
+                **(
+                    {"retention_seconds": self.settings.storage.tombstone_retention}
+                    if what == "tombstones_pruned"
+                    else {}
+                ),
+            )
             log.info("%s: %d records deleted", what, deleted)
         return deleted
 
@@ -234,10 +270,12 @@ class Janitor:
         if self.summaries is not None and isinstance(rid, str) and item is not None:
             self.summaries.removed(rid, meta)
             self._pruned.setdefault(rid, set()).add(
-                statehash.bucket_of(item["namespace"], item["name"]))
+                statehash.bucket_of(item["namespace"], item["name"])
+            )
 
-    def _remove(self, step: rules.Orphan, listed: int,
-                leases: dict[str, LeaseFacts]) -> tuple[int, int]:
+    def _remove(
+        self, step: rules.Orphan, listed: int, leases: dict[str, LeaseFacts]
+    ) -> tuple[int, int]:
         """Delete an orphan's records, then its Lease; (records, leases) deleted."""
         rid = step.runtime_id
         if self.kcp.has_kyma(rid):  # back since the list: keep everything
@@ -258,16 +296,30 @@ class Janitor:
         gone = 1 if self.kcp.delete_lease(rid) else 0
         self.metrics.orphan_leases_deleted.inc(gone)
         since = changes.format_time(step.since) if step.since else ""
-        logs.audit(self.audit, "orphan_removed", runtime=rid, records=n, lease=bool(gone),
-                   summary=summary, orphaned_since=since)
-        log.info("runtime %s: no Kyma CR since %s; deleted %d records, its RuntimeStateSummary, "
-                 "its RuntimeDelivery and its heartbeat Lease",
-                 rid, since, n)
+        logs.audit(
+            self.audit,
+            "orphan_removed",
+            runtime=rid,
+            records=n,
+            lease=bool(gone),
+            summary=summary,
+            orphaned_since=since,
+        )
+        log.info(
+            "runtime %s: no Kyma CR since %s; deleted %d records, its RuntimeStateSummary, "
+            "its RuntimeDelivery and its heartbeat Lease",
+            rid,
+            since,
+            n,
+        )
         return n, gone
 
     def _failed(self, step: str, e: BaseException) -> Summary:
         self.metrics.errors.labels(step).inc()
-        reason = (f"HTTP {e.status}" if isinstance(e, gateway.GatewayError) and e.status
-                  else type(e).__name__)
+        reason = (
+            f"HTTP {e.status}"
+            if isinstance(e, gateway.GatewayError) and e.status
+            else type(e).__name__
+        )
         log.warning("janitor %s failed: %s", step, reason)
         return Summary(False)

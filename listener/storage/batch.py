@@ -66,8 +66,7 @@ def groups(keys: Sequence[Hashable]) -> list[list[int]]:
 class _Run(Generic[T, R]):
     """One request's groups, taken by its lanes."""
 
-    def __init__(self, items: Sequence[T], keys: Sequence[Hashable],
-                 fn: Callable[[T], R]) -> None:
+    def __init__(self, items: Sequence[T], keys: Sequence[Hashable], fn: Callable[[T], R]) -> None:
         self._items, self._fn = items, fn
         self._todo = groups(keys)
         self._todo.reverse()  # pop() takes the earliest group first
@@ -115,11 +114,16 @@ class Pool:
         with self._lock:  # created at the first batch: after gunicorn forked the worker
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
-                    self.concurrency, thread_name_prefix="persist")
+                    self.concurrency, thread_name_prefix="persist"
+                )
             return self._executor
 
-    def run(self, recs: Sequence[Mapping[str, Any]], fn: Callable[[Mapping[str, Any]], R],
-            keys: Sequence[Hashable] | None = None) -> Done[R]:
+    def run(
+        self,
+        recs: Sequence[Mapping[str, Any]],
+        fn: Callable[[Mapping[str, Any]], R],
+        keys: Sequence[Hashable] | None = None,
+    ) -> Done[R]:
         """``fn`` of every record, concurrently across keys (``keys[i]``: record i's key;
         default: the KCP object it writes)."""
         if keys is None:

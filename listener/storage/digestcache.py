@@ -34,16 +34,24 @@ class _Snapshot:
 
 
 class DigestSnapshots:
-    def __init__(self, ttl: float = DEFAULT_TTL, max_runtimes: int = DEFAULT_MAX_RUNTIMES,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl: float = DEFAULT_TTL,
+        max_runtimes: int = DEFAULT_MAX_RUNTIMES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.ttl, self.max_runtimes, self._clock = ttl, max_runtimes, clock
         self._lock = threading.Lock()
         self._snaps: collections.OrderedDict[str, _Snapshot] = collections.OrderedDict()
         self.loads = 0
 
-    def page(self, runtime_id: str, after: tuple[str, str] | None, limit: int,
-             load: Callable[[], list[changes.DigestItem]],
-             ) -> tuple[list[changes.DigestItem], tuple[str, str] | None]:
+    def page(
+        self,
+        runtime_id: str,
+        after: tuple[str, str] | None,
+        limit: int,
+        load: Callable[[], list[changes.DigestItem]],
+    ) -> tuple[list[changes.DigestItem], tuple[str, str] | None]:
         """One page ordered by (namespace, name) after ``after``, and the position to
         continue from (None at the end); same contract as ``records.page``."""
         snap = None if after is None else self._fresh(runtime_id)
@@ -56,7 +64,7 @@ class DigestSnapshots:
                 while len(self._snaps) > self.max_runtimes:
                     self._snaps.popitem(last=False)
         start = 0 if after is None else bisect.bisect_right(snap.keys, after)
-        chunk = snap.items[start:start + limit]
+        chunk = snap.items[start : start + limit]
         more = start + limit < len(snap.items)
         return chunk, ((chunk[-1]["namespace"], chunk[-1]["name"]) if more and chunk else None)
 

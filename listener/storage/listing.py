@@ -47,30 +47,41 @@ class Surveying:
         live = statehash.live_item(item)
         if live is not None:
             self.folded.add(live)
-        self.held.add(statehash.bucket_of(item["namespace"], item["name"]),
-                      rules.stored_size(meta))
+        self.held.add(statehash.bucket_of(item["namespace"], item["name"]), rules.stored_size(meta))
         return item
 
     def result(self) -> Survey:
         return Survey(self.folded, self.held, self.revision)
 
 
-def metadata_pages(kcp: gateway.Kube, namespace: str, selector: str, timeout: float,
-                   homes: Mapping[str, str] | None = None,
-                   ) -> Iterator[tuple[list[dict[str, Any]], int]]:
+def metadata_pages(
+    kcp: gateway.Kube,
+    namespace: str,
+    selector: str,
+    timeout: float,
+    homes: Mapping[str, str] | None = None,
+) -> Iterator[tuple[list[dict[str, Any]], int]]:
     """Pages of metadata of the records ``selector`` picks, each with the listing's KCP
     revision (also a page without items: an empty listing has a revision too). Without
     ``homes``: in ``namespace``; with: across namespaces, only objects where their Watch
     stores (``records.placed``; a legacy record in ``namespace``)."""
     token = ""
     while True:
-        page = kcp.list(apitypes.RUNTIME_CONFIGMAPS, namespace if homes is None else None,
-                        label_selector=selector, limit=LIST_PAGE,
-                        continue_token=token or None, metadata_only=True, timeout=timeout)
+        page = kcp.list(
+            apitypes.RUNTIME_CONFIGMAPS,
+            namespace if homes is None else None,
+            label_selector=selector,
+            limit=LIST_PAGE,
+            continue_token=token or None,
+            metadata_only=True,
+            timeout=timeout,
+        )
         pmeta = page.get("metadata") or {}
         metas = [obj.get("metadata") or {} for obj in page.get("items") or []]
-        yield ([m for m in metas if homes is None or records.placed(m, homes, namespace)],
-               numbers.ascii_int(pmeta.get("resourceVersion"), 32) or 0)
+        yield (
+            [m for m in metas if homes is None or records.placed(m, homes, namespace)],
+            numbers.ascii_int(pmeta.get("resourceVersion"), 32) or 0,
+        )
         token = pmeta.get("continue") or ""
         if not token:
             return

@@ -32,7 +32,9 @@ from tether import gateway, logs
 log = logging.getLogger(__name__)
 STORAGE_LABEL = "tether.kyma-project.io/record-storage"  # on a Namespace: records may be stored
 MISSING_LOG_EVERY = 60.0  # seconds between log lines of one Watch's missing namespace
-Homes = Callable[[], Mapping[str, str]]  # Watch name -> storage namespace (listener.fleet.watchlist)
+Homes = Callable[
+    [], Mapping[str, str]
+]  # Watch name -> storage namespace (listener.fleet.watchlist)
 
 
 class MissingNamespace(gateway.Unavailable):
@@ -47,10 +49,14 @@ class Namespaces:
     """Where one listener's store writes each Watch's records (``homes`` None: every record
     in ``namespace``, for tests that build a store by hand)."""
 
-    def __init__(self, namespace: str, homes: Homes | None,
-                 allowed: tuple[str, ...] | None,
-                 on_missing: Callable[[], None] = lambda: None,
-                 on_refused: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        homes: Homes | None,
+        allowed: tuple[str, ...] | None,
+        on_missing: Callable[[], None] = lambda: None,
+        on_refused: Callable[[], None] = lambda: None,
+    ) -> None:
         self.namespace = namespace
         self._homes = homes
         # None: wherever a Watch stores; else only these and ``namespace``
@@ -78,14 +84,21 @@ class Namespaces:
     def _refused(self, watch: str, namespace: str) -> RefusedNamespace:
         self._on_refused()
         if self._due("\x00" + watch):
-            log.error("the Watch %s stores in %s, which is not one of the listener's storage "
-                      "namespaces (TETHER_LISTENER_STORAGE_NAMESPACES): its records are answered "
-                      "503", logs.bounded(watch, 63), logs.bounded(namespace, 63))
-        return RefusedNamespace(f"the storage namespace {namespace[:63]} of the Watch "
-                                f"{watch[:63]} is not one the listener writes in")
+            log.error(
+                "the Watch %s stores in %s, which is not one of the listener's storage "
+                "namespaces (TETHER_LISTENER_STORAGE_NAMESPACES): its records are answered "
+                "503",
+                logs.bounded(watch, 63),
+                logs.bounded(namespace, 63),
+            )
+        return RefusedNamespace(
+            f"the storage namespace {namespace[:63]} of the Watch "
+            f"{watch[:63]} is not one the listener writes in"
+        )
 
-    def refused_by_kcp(self, key: records.Key, namespace: str,
-                       e: gateway.Forbidden) -> gateway.Forbidden | RefusedNamespace:
+    def refused_by_kcp(
+        self, key: records.Key, namespace: str, e: gateway.Forbidden
+    ) -> gateway.Forbidden | RefusedNamespace:
         """The error for a write in ``namespace`` the KCP refused (401/403): the KCP's
         admission refusing a namespace other than the listener's (not labelled
         ``STORAGE_LABEL=true``: counted, logged as the admins' call, not the listener's
@@ -94,22 +107,34 @@ class Namespaces:
             return e
         self._on_refused()
         if self._due("\x01" + key.watch):
-            log.error("the KCP refuses the listener's writes in %s, the storage namespace of the "
-                      "Watch %s: its records are answered 503 until the KCP's admins label the "
-                      "Namespace %s=true (%s)", logs.bounded(namespace, 63),
-                      logs.bounded(key.watch, 63), STORAGE_LABEL, logs.bounded(e, 200))
-        return RefusedNamespace(f"the storage namespace {namespace[:63]} of the Watch "
-                                f"{key.watch[:63]} is not one the KCP lets the listener write "
-                                f"in (label {STORAGE_LABEL}=true)")
+            log.error(
+                "the KCP refuses the listener's writes in %s, the storage namespace of the "
+                "Watch %s: its records are answered 503 until the KCP's admins label the "
+                "Namespace %s=true (%s)",
+                logs.bounded(namespace, 63),
+                logs.bounded(key.watch, 63),
+                STORAGE_LABEL,
+                logs.bounded(e, 200),
+            )
+        return RefusedNamespace(
+            f"the storage namespace {namespace[:63]} of the Watch "
+            f"{key.watch[:63]} is not one the KCP lets the listener write "
+            f"in (label {STORAGE_LABEL}=true)"
+        )
 
     def missing(self, key: records.Key, namespace: str) -> MissingNamespace:
         """The error (counted, logged) for a create in ``namespace`` that answered 404."""
         self._on_missing()
         if self._due(key.watch):
-            log.error("the storage namespace %s of the Watch %s does not exist: its records are "
-                      "answered 503 (the runtimes retry) until it is created", namespace, key.watch)
-        return MissingNamespace(f"the storage namespace {namespace} of the Watch {key.watch[:63]} "
-                                "does not exist")
+            log.error(
+                "the storage namespace %s of the Watch %s does not exist: its records are "
+                "answered 503 (the runtimes retry) until it is created",
+                namespace,
+                key.watch,
+            )
+        return MissingNamespace(
+            f"the storage namespace {namespace} of the Watch {key.watch[:63]} does not exist"
+        )
 
     def _due(self, what: str) -> bool:
         """Whether a log line of ``what`` is due (one per ``MISSING_LOG_EVERY``; bounded)."""

@@ -74,16 +74,22 @@ class _View:
     def used(self) -> rules.Used:
         # writes acknowledged after the list began may also be in it: counted twice until
         # the next list (never less than the truth as far as this worker knows)
-        return rules.add(rules.add(self.base, rules.add(self.written, self.base_written, -1)),
-                         self.pending)
+        return rules.add(
+            rules.add(self.base, rules.add(self.written, self.base_written, -1)), self.pending
+        )
 
 
 class Reservation:
     """An admitted write: ``commit`` once the API acknowledged it, else ``cancel``
     (either releases ``serial``, the runtime's stripe held by a counted write)."""
 
-    def __init__(self, usage: Usage, runtime_id: str, change: rules.Used,
-                 serial: threading.Lock | None = None) -> None:
+    def __init__(
+        self,
+        usage: Usage,
+        runtime_id: str,
+        change: rules.Used,
+        serial: threading.Lock | None = None,
+    ) -> None:
         self._usage = usage
         self._runtime_id = runtime_id
         self._change = change
@@ -107,9 +113,15 @@ class Reservation:
 
 
 class Usage:
-    def __init__(self, limits: rules.Limits, ttl: float, load: Callable[[str], rules.Used],
-                 clock: Callable[[], float] = time.monotonic,
-                 max_runtimes: int = MAX_RUNTIMES, writers: int = 1) -> None:
+    def __init__(
+        self,
+        limits: rules.Limits,
+        ttl: float,
+        load: Callable[[str], rules.Used],
+        clock: Callable[[], float] = time.monotonic,
+        max_runtimes: int = MAX_RUNTIMES,
+        writers: int = 1,
+    ) -> None:
         self.limits = limits
         self._ttl, self._load, self._clock, self._max = ttl, load, clock, max_runtimes
         self.writers = writers
@@ -167,8 +179,14 @@ class Usage:
             self._refresh(runtime_id)
         return self._admit(runtime_id, old_size, new_size, change)
 
-    def _admit(self, runtime_id: str, old_size: int | None, new_size: int, change: rules.Used,
-               serial: threading.Lock | None = None) -> Reservation:
+    def _admit(
+        self,
+        runtime_id: str,
+        old_size: int | None,
+        new_size: int,
+        change: rules.Used,
+        serial: threading.Lock | None = None,
+    ) -> Reservation:
         with self._lock:
             view = self._view(runtime_id)
             refusal = rules.admit(view.used(), self.limits, old_size, new_size)
@@ -177,8 +195,9 @@ class Usage:
             view.pending = rules.add(view.pending, change)
         return Reservation(self, runtime_id, change, serial)
 
-    def _reserve_counted(self, runtime_id: str, old_size: int | None, new_size: int,
-                         change: rules.Used) -> Reservation:
+    def _reserve_counted(
+        self, runtime_id: str, old_size: int | None, new_size: int, change: rules.Used
+    ) -> Reservation:
         """A growing write with other writers about: counted afresh, one at a time (the
         module's docstring); the stripe is held until the reservation ends."""
         serial = self._serial[hash(runtime_id) % SERIAL_STRIPES]

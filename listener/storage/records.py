@@ -62,8 +62,23 @@ A = "tether.kyma-project.io/"
 ANN_NAMESPACE, ANN_NAME, ANN_UID = A + "namespace", A + "name", A + "uid"
 ANN_RV, ANN_OBSERVED, ANN_DELETED = A + "resource-version", A + "observed-at", A + "deleted"
 
-_SPEC_FIELDS = ("runtimeId", "watch", "resource", "namespace", "name", "uid", "resourceVersion", "observedAt",
-                "deleted", "source", "epoch", "labels", "annotations", "data", "binaryData")
+_SPEC_FIELDS = (
+    "runtimeId",
+    "watch",
+    "resource",
+    "namespace",
+    "name",
+    "uid",
+    "resourceVersion",
+    "observedAt",
+    "deleted",
+    "source",
+    "epoch",
+    "labels",
+    "annotations",
+    "data",
+    "binaryData",
+)
 
 
 log = logging.getLogger(__name__)
@@ -77,8 +92,13 @@ class Owner(NamedTuple):
     uid: str
 
     def reference(self) -> dict[str, Any]:
-        return {"apiVersion": apitypes.KYMAS.api_version, "kind": apitypes.KYMA_KIND,
-                "name": self.name, "uid": self.uid, "controller": False}
+        return {
+            "apiVersion": apitypes.KYMAS.api_version,
+            "kind": apitypes.KYMA_KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": False,
+        }
 
 
 def _owned(meta: dict[str, Any], owner: Owner | None) -> None:
@@ -87,9 +107,15 @@ def _owned(meta: dict[str, Any], owner: Owner | None) -> None:
     if owner is None:
         return
     meta["labels"][apitypes.KYMA_NAME_LABEL] = owner.name
-    refs = [r for r in meta.get("ownerReferences") or []
-            if not (isinstance(r, dict) and r.get("kind") == apitypes.KYMA_KIND
-                    and str(r.get("apiVersion", "")).startswith(apitypes.KYMAS.group + "/"))]
+    refs = [
+        r
+        for r in meta.get("ownerReferences") or []
+        if not (
+            isinstance(r, dict)
+            and r.get("kind") == apitypes.KYMA_KIND
+            and str(r.get("apiVersion", "")).startswith(apitypes.KYMAS.group + "/")
+        )
+    ]
     if owner.namespace == meta.get("namespace") and owner.uid:
         refs.append(owner.reference())
     if refs:
@@ -114,8 +140,12 @@ class Key(NamedTuple):
 
 def key_of(record: Mapping[str, Any]) -> Key:
     """The key of a record; its ``watch`` is set (a v1 record's by the listener)."""
-    return Key(str(record["runtimeId"]), str(record.get("watch", "")), str(record["namespace"]),
-               str(record["name"]))
+    return Key(
+        str(record["runtimeId"]),
+        str(record.get("watch", "")),
+        str(record["namespace"]),
+        str(record["name"]),
+    )
 
 
 def object_name(key: Key) -> str:
@@ -125,19 +155,29 @@ def object_name(key: Key) -> str:
     return f"rcm-{digest[:40]}"
 
 
-def body(record: Mapping[str, Any], namespace: str, trace: str = "",
-         owner: Owner | None = None, unbacked: bool = False) -> dict[str, Any]:
+def body(
+    record: Mapping[str, Any],
+    namespace: str,
+    trace: str = "",
+    owner: Owner | None = None,
+    unbacked: bool = False,
+) -> dict[str, Any]:
     """A new custom resource holding ``record`` (``trace``: the write's ``traceparent``;
     ``owner``: the runtime's Kyma CR; ``unbacked``: a tombstone of a key never stored)."""
     key = key_of(record)
     meta: dict[str, Any] = {
         "name": object_name(key),
         "namespace": namespace,
-        "labels": {apitypes.RUNTIME_ID_LABEL: key.runtime_id, NAMESPACE_LABEL: key.namespace,
-                   apitypes.MANAGED_BY_LABEL: MANAGED_BY, watches.WATCH_LABEL: key.watch,
-                   BUCKET_LABEL: str(statehash.bucket_of(key.namespace, key.name))},
+        "labels": {
+            apitypes.RUNTIME_ID_LABEL: key.runtime_id,
+            NAMESPACE_LABEL: key.namespace,
+            apitypes.MANAGED_BY_LABEL: MANAGED_BY,
+            watches.WATCH_LABEL: key.watch,
+            BUCKET_LABEL: str(statehash.bucket_of(key.namespace, key.name)),
+        },
         "annotations": {
-            ANN_NAMESPACE: key.namespace, ANN_NAME: key.name,
+            ANN_NAMESPACE: key.namespace,
+            ANN_NAME: key.name,
             ANN_UID: str(record.get("uid", "")),
             ANN_RV: str(record["resourceVersion"]),
             ANN_OBSERVED: str(record["observedAt"]),
@@ -151,24 +191,40 @@ def body(record: Mapping[str, Any], namespace: str, trace: str = "",
         meta["labels"][UNBACKED_LABEL] = "true"
     _owned(meta, owner)
     spec = {f: record[f] for f in _SPEC_FIELDS if f in record}
-    return {"apiVersion": apitypes.RUNTIME_CONFIGMAPS.api_version, "kind": apitypes.RUNTIME_CONFIGMAP_KIND, "metadata": meta, "spec": spec}
+    return {
+        "apiVersion": apitypes.RUNTIME_CONFIGMAPS.api_version,
+        "kind": apitypes.RUNTIME_CONFIGMAP_KIND,
+        "metadata": meta,
+        "spec": spec,
+    }
 
 
-def updated(stored: Mapping[str, Any], record: Mapping[str, Any], trace: str = "",
-            owner: Owner | None = None, unbacked: bool = False) -> dict[str, Any]:
+def updated(
+    stored: Mapping[str, Any],
+    record: Mapping[str, Any],
+    trace: str = "",
+    owner: Owner | None = None,
+    unbacked: bool = False,
+) -> dict[str, Any]:
     """The stored object with ``record`` in place of its spec. Its metadata is kept
     (resourceVersion for optimistic concurrency, finalizers, owner references, labels and
     annotations of others); our labels, annotations and Kyma CR reference are set over it
     (the unbacked label only when ``unbacked``)."""
-    new = body(record, str((stored.get("metadata") or {}).get("namespace", "")), trace,
-               unbacked=unbacked)
+    new = body(
+        record, str((stored.get("metadata") or {}).get("namespace", "")), trace, unbacked=unbacked
+    )
     meta = dict(stored.get("metadata") or {})
     meta.pop("managedFields", None)
-    meta["labels"] = {k: v for k, v in {**(meta.get("labels") or {}),
-                                         **new["metadata"]["labels"]}.items()
-                      if k != UNBACKED_LABEL or unbacked}
-    kept = {k: v for k, v in (meta.get("annotations") or {}).items()
-            if k != apitypes.TRACEPARENT_ANNOTATION}  # an earlier write's trace
+    meta["labels"] = {
+        k: v
+        for k, v in {**(meta.get("labels") or {}), **new["metadata"]["labels"]}.items()
+        if k != UNBACKED_LABEL or unbacked
+    }
+    kept = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k != apitypes.TRACEPARENT_ANNOTATION
+    }  # an earlier write's trace
     meta["annotations"] = {**kept, **new["metadata"]["annotations"]}
     _owned(meta, owner)
     return {**new, "metadata": meta}
@@ -177,8 +233,12 @@ def updated(stored: Mapping[str, Any], record: Mapping[str, Any], trace: str = "
 def matches(obj: Mapping[str, Any], key: Key) -> bool:
     """Whether a stored object holds ``key`` (guards against a hash collision)."""
     spec = obj.get("spec") or {}
-    return (spec.get("runtimeId"), spec.get("watch", ""), spec.get("namespace"),
-            spec.get("name")) == tuple(key)
+    return (
+        spec.get("runtimeId"),
+        spec.get("watch", ""),
+        spec.get("namespace"),
+        spec.get("name"),
+    ) == tuple(key)
 
 
 def watch_of(meta: Mapping[str, Any]) -> str | None:
@@ -198,9 +258,13 @@ def stored_version(obj: Mapping[str, Any]) -> changes.Version:
     if field is not None:
         meta = obj.get("metadata")
         name = meta.get("name") if isinstance(meta, dict) else None
-        log.warning("stored record %s has an uninterpretable %s (%s); the next valid record "
-                    "for its key replaces it", logs.bounded(name, 80), field,
-                    logs.bounded(repr(getattr(version, _ATTR[field])), 80))
+        log.warning(
+            "stored record %s has an uninterpretable %s (%s); the next valid record "
+            "for its key replaces it",
+            logs.bounded(name, 80),
+            field,
+            logs.bounded(repr(getattr(version, _ATTR[field])), 80),
+        )
     return version
 
 
@@ -221,14 +285,21 @@ def digest_item(meta: Mapping[str, Any]) -> changes.DigestItem | None:
     def text(key: str) -> str:
         value = ann.get(key, "")
         return value if isinstance(value, str) else ""
-    return changes.DigestItem(namespace=text(ANN_NAMESPACE), name=text(ANN_NAME), uid=text(ANN_UID),
-                      resourceVersion=text(ANN_RV), observedAt=text(ANN_OBSERVED),
-                      deleted=ann.get(ANN_DELETED) == "true",
-                      epoch=changes.epoch_of(ann.get(apitypes.EPOCH_ANNOTATION)))
+
+    return changes.DigestItem(
+        namespace=text(ANN_NAMESPACE),
+        name=text(ANN_NAME),
+        uid=text(ANN_UID),
+        resourceVersion=text(ANN_RV),
+        observedAt=text(ANN_OBSERVED),
+        deleted=ann.get(ANN_DELETED) == "true",
+        epoch=changes.epoch_of(ann.get(apitypes.EPOCH_ANNOTATION)),
+    )
 
 
-def page(items: list[changes.DigestItem], after: tuple[str, str] | None,
-         limit: int) -> tuple[list[changes.DigestItem], tuple[str, str] | None]:
+def page(
+    items: list[changes.DigestItem], after: tuple[str, str] | None, limit: int
+) -> tuple[list[changes.DigestItem], tuple[str, str] | None]:
     """One page of the digest ordered by (namespace, name), starting after ``after``;
     returns the page and the position to continue from (None at the end)."""
     ordered = sorted(items, key=lambda i: (i["namespace"], i["name"]))
@@ -257,7 +328,6 @@ def decode_continue(token: str) -> tuple[str, str] | None:
         value = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise ValueError("continue token is malformed") from None
-    if (not isinstance(value, list) or len(value) != 2
-            or not all(isinstance(v, str) for v in value)):
+    if not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, str) for v in value):
         raise ValueError("continue token is malformed")
     return value[0], value[1]

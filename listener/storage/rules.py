@@ -67,8 +67,12 @@ OrphanStep = Literal["mark", "unmark", "wait", "delete"]
 # -- ordering ----------------------------------------------------------------------------
 
 
-def verdict(stored: changes.Version | None, incoming: changes.Version,
-            now: datetime.datetime, retention: float) -> changes.Verdict:
+def verdict(
+    stored: changes.Version | None,
+    incoming: changes.Version,
+    now: datetime.datetime,
+    retention: float,
+) -> changes.Verdict:
     """Whether ``incoming`` is written over the stored object's version (None: the key is
     not stored): ``newer`` is written; ``duplicate`` and ``stale`` are not (a record for a
     key that is not stored is ``stale`` when it is too old for the retention)."""
@@ -77,8 +81,7 @@ def verdict(stored: changes.Version | None, incoming: changes.Version,
     return changes.compare(stored, incoming)
 
 
-def may_create_unread(incoming: changes.Version, now: datetime.datetime,
-                      retention: float) -> bool:
+def may_create_unread(incoming: changes.Version, now: datetime.datetime, retention: float) -> bool:
     """Whether a record for a key this worker does not know may be created without a read
     first: it would be accepted if the key were new (else the stored object decides)."""
     return verdict(None, incoming, now, retention) == "newer"
@@ -111,11 +114,15 @@ class Refusal(NamedTuple):
 
     def message(self) -> str:
         if self.limit == "records":
-            return (f"exceeded quota: the runtime stores {self.used.records} records, "
-                    f"the limit is {self.limits.records}; new ConfigMaps are not stored until "
-                    "records are deleted or pruned (updates of stored ones still are)")
-        return (f"exceeded quota: the runtime stores {self.used.bytes} bytes, the limit is "
-                f"{self.limits.bytes}; this record ({self.size} bytes) does not fit")
+            return (
+                f"exceeded quota: the runtime stores {self.used.records} records, "
+                f"the limit is {self.limits.records}; new ConfigMaps are not stored until "
+                "records are deleted or pruned (updates of stored ones still are)"
+            )
+        return (
+            f"exceeded quota: the runtime stores {self.used.bytes} bytes, the limit is "
+            f"{self.limits.bytes}; this record ({self.size} bytes) does not fit"
+        )
 
 
 def size_of(obj: Mapping[str, Any]) -> int:
@@ -124,10 +131,12 @@ def size_of(obj: Mapping[str, Any]) -> int:
     meta = dict(obj.get("metadata") or {})
     meta.pop("managedFields", None)
     meta.pop("resourceVersion", None)
-    meta["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items()
-                           if k != SIZE_ANNOTATION}
-    return len(json.dumps({**obj, "metadata": meta}, separators=(",", ":"),
-                          ensure_ascii=False).encode())
+    meta["annotations"] = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if k != SIZE_ANNOTATION
+    }
+    return len(
+        json.dumps({**obj, "metadata": meta}, separators=(",", ":"), ensure_ascii=False).encode()
+    )
 
 
 def annotate(obj: dict[str, Any]) -> int:
@@ -189,8 +198,11 @@ def quota_size(stored: Mapping[str, Any] | None) -> int | None:
     return stored_size(stored)
 
 
-def evictions(metas: Iterable[Mapping[str, Any]], cap: int, observed_key: str,
-              ) -> list[Tombstone]:
+def evictions(
+    metas: Iterable[Mapping[str, Any]],
+    cap: int,
+    observed_key: str,
+) -> list[Tombstone]:
     """The unbacked tombstones of one runtime to delete so that ``cap`` remain: the oldest by
     ``observedAt`` (annotation ``observed_key``) first (one that cannot be read counts as the
     oldest), then by name."""
@@ -202,7 +214,7 @@ def evictions(metas: Iterable[Mapping[str, Any]], cap: int, observed_key: str,
         ts = parse_time((meta.get("annotations") or {}).get(observed_key))
         found.append((ts or datetime.datetime.min.replace(tzinfo=datetime.UTC), t.name, t))
     found.sort(key=lambda f: (f[0], f[1]))
-    return [t for _, _, t in found[:max(0, len(found) - cap)]]
+    return [t for _, _, t in found[: max(0, len(found) - cap)]]
 
 
 def delta(old_size: int | None, new_size: int) -> Used:
@@ -269,8 +281,13 @@ def tombstone_of(meta: Mapping[str, Any]) -> Tombstone | None:
     return Tombstone(name, rv, uid, str(meta.get("namespace") or ""))
 
 
-def tombstone_due(meta: Mapping[str, Any], now: datetime.datetime, retention: float,
-                  deleted_key: str, observed_key: str) -> Tombstone | None:
+def tombstone_due(
+    meta: Mapping[str, Any],
+    now: datetime.datetime,
+    retention: float,
+    deleted_key: str,
+    observed_key: str,
+) -> Tombstone | None:
     """The object to delete when ``meta`` (a stored object's metadata) is a tombstone older
     than the retention plus the allowance; else None (also when a field cannot be read)."""
     ann = meta.get("annotations") or {}
@@ -290,9 +307,13 @@ class Orphan(NamedTuple):
     since: datetime.datetime | None  # first seen orphaned (None: not orphaned)
 
 
-def orphan_actions(runtimes: Iterable[str], marks: Mapping[str, str | None],
-                   with_kyma: set[str], now: datetime.datetime,
-                   grace: float) -> list[Orphan]:
+def orphan_actions(
+    runtimes: Iterable[str],
+    marks: Mapping[str, str | None],
+    with_kyma: set[str],
+    now: datetime.datetime,
+    grace: float,
+) -> list[Orphan]:
     """What to do for each runtime that has records or a heartbeat Lease (``runtimes``).
 
     ``marks``: runtime ID -> the ``ORPHANED_SINCE`` annotation of its heartbeat Lease (None

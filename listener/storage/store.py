@@ -71,25 +71,33 @@ log = logging.getLogger(__name__)
 
 
 class Store:
-    def __init__(self, kcp: gateway.Kube, namespace: str, timeout: float,
-                 cache_entries: int = 10_000,
-                 on_conflict: Callable[[str], None] = lambda path: None, *,
-                 limits: rules.Limits = NO_QUOTA, quota_ttl: float = 10.0,
-                 quota_writers: int = 1,
-                 tombstone_retention: float = 7 * 86400.0,
-                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(
-                     datetime.UTC),
-                 on_written: Callable[[str, Mapping[str, Any] | None, Mapping[str, Any] | None,
-                                       Mapping[str, Any]], None] | None = None,
-                 footprint: Callable[[str], rules.Used | None] | None = None,
-                 on_count: Callable[[str], None] = lambda source: None,
-                 homes: namespaces.Homes | None = None,
-                 owner_of: Callable[[str], records.Owner | None] = lambda runtime_id: None,
-                 on_missing: Callable[[], None] = lambda: None,
-                 storage_namespaces: tuple[str, ...] | None = None,
-                 on_refused_namespace: Callable[[], None] = lambda: None,
-                 unbacked_cap: int = 20,
-                 on_evicted: Callable[[int], None] = lambda n: None) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        timeout: float,
+        cache_entries: int = 10_000,
+        on_conflict: Callable[[str], None] = lambda path: None,
+        *,
+        limits: rules.Limits = NO_QUOTA,
+        quota_ttl: float = 10.0,
+        quota_writers: int = 1,
+        tombstone_retention: float = 7 * 86400.0,
+        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        on_written: Callable[
+            [str, Mapping[str, Any] | None, Mapping[str, Any] | None, Mapping[str, Any]], None
+        ]
+        | None = None,
+        footprint: Callable[[str], rules.Used | None] | None = None,
+        on_count: Callable[[str], None] = lambda source: None,
+        homes: namespaces.Homes | None = None,
+        owner_of: Callable[[str], records.Owner | None] = lambda runtime_id: None,
+        on_missing: Callable[[], None] = lambda: None,
+        storage_namespaces: tuple[str, ...] | None = None,
+        on_refused_namespace: Callable[[], None] = lambda: None,
+        unbacked_cap: int = 20,
+        on_evicted: Callable[[int], None] = lambda n: None,
+    ) -> None:
         self._kcp = kcp
         self.namespace = namespace
         self._timeout = timeout
@@ -106,8 +114,9 @@ class Store:
         # from it, or no source: counted from a listing of the runtime's records
         self._footprint = footprint
         self._on_count = on_count  # metric hook: "summary" or "listing"
-        self._where = namespaces.Namespaces(namespace, homes, storage_namespaces, on_missing,
-                                            on_refused_namespace)
+        self._where = namespaces.Namespaces(
+            namespace, homes, storage_namespaces, on_missing, on_refused_namespace
+        )
         self._owner_of = owner_of  # the runtime's Kyma CR (cached by listener.fleet.runtimes)
         self._unbacked = unbacked.Tally(unbacked_cap)  # unbacked tombstones one runtime keeps
         self._on_evicted = on_evicted  # metric hook: unbacked tombstones evicted
@@ -115,7 +124,9 @@ class Store:
     # -- records -----------------------------------------------------------------------------
 
     def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._kcp.get_or_none(apitypes.RUNTIME_CONFIGMAPS, namespace, name, timeout=self._timeout)
+        return self._kcp.get_or_none(
+            apitypes.RUNTIME_CONFIGMAPS, namespace, name, timeout=self._timeout
+        )
 
     def persist(self, record: Mapping[str, Any], trace: str = "") -> Outcome:
         """Store ``record`` if it is newer than the stored one; the outcome (``trace``: the
@@ -144,8 +155,14 @@ class Store:
             time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
         raise gateway.Unavailable("persist: too many concurrent writers on one object")
 
-    def _read_then_write(self, key: records.Key, name: str, record: Mapping[str, Any],
-                         incoming: changes.Version, trace: str = "") -> Outcome | None:
+    def _read_then_write(
+        self,
+        key: records.Key,
+        name: str,
+        record: Mapping[str, Any],
+        incoming: changes.Version,
+        trace: str = "",
+    ) -> Outcome | None:
         """One attempt of the read path: read the stored object, decide (``rules.verdict``),
         write with its resourceVersion; None when another writer won (409, or 404 on an
         update: the object was deleted since it was read, a pruned tombstone, an orphan's
@@ -156,8 +173,12 @@ class Store:
             raise gateway.Rejected("object name collision; refusing to overwrite another key")
         if stored is not None:
             self._cache.remember(stored)
-        verdict = rules.verdict(None if stored is None else records.stored_version(stored),
-                                incoming, self._now(), self._retention)
+        verdict = rules.verdict(
+            None if stored is None else records.stored_version(stored),
+            incoming,
+            self._now(),
+            self._retention,
+        )
         if verdict != "newer":
             return verdict  # stale also when maybe older than a pruned tombstone (rules)
         old = None if stored is None else stored.get("metadata") or {}
@@ -183,8 +204,9 @@ class Store:
             self._evict(key.runtime_id)
         return "persisted"
 
-    def _reserve(self, key: records.Key, free: bool, old_size: int | None,
-                 size: int) -> quota.Reservation:
+    def _reserve(
+        self, key: records.Key, free: bool, old_size: int | None, size: int
+    ) -> quota.Reservation:
         """The quota's reservation of a write (``free``: an unbacked tombstone, which
         reserves nothing)."""
         if free:
@@ -201,18 +223,28 @@ class Store:
         if token is None:
             return
         try:
-            metas = [m for page, _ in listing.metadata_pages(
-                self._kcp, self.namespace, f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},"
-                f"{records.UNBACKED_LABEL}=true", self._timeout, self._where.now())
-                for m in page]
+            metas = [
+                m
+                for page, _ in listing.metadata_pages(
+                    self._kcp,
+                    self.namespace,
+                    f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{records.UNBACKED_LABEL}=true",
+                    self._timeout,
+                    self._where.now(),
+                )
+                for m in page
+            ]
             evicted = 0
             keep = self._unbacked.target(len(metas))
             for t in rules.evictions(metas, keep, records.ANN_OBSERVED):
                 try:
-                    self._kcp.delete(apitypes.RUNTIME_CONFIGMAPS, t.namespace or self.namespace,
-                                     t.name, preconditions={"uid": t.uid,
-                                                            "resourceVersion": t.resource_version},
-                                     timeout=self._timeout)
+                    self._kcp.delete(
+                        apitypes.RUNTIME_CONFIGMAPS,
+                        t.namespace or self.namespace,
+                        t.name,
+                        preconditions={"uid": t.uid, "resourceVersion": t.resource_version},
+                        timeout=self._timeout,
+                    )
                     evicted += 1
                 except (gateway.NotFound, gateway.Conflict):
                     pass  # gone, or written since it was listed: kept
@@ -221,12 +253,22 @@ class Store:
             if evicted:
                 self._on_evicted(evicted)
         except gateway.GatewayError as e:
-            log.warning("evicting unbacked tombstones of runtime %s failed: %s",
-                        logs.bounded(runtime_id, 80), logs.bounded(str(e), 200))
+            log.warning(
+                "evicting unbacked tombstones of runtime %s failed: %s",
+                logs.bounded(runtime_id, 80),
+                logs.bounded(str(e), 200),
+            )
 
-    def _write(self, key: records.Key, name: str, new: dict[str, Any], create: bool,
-               old: Mapping[str, Any] | None, record: Mapping[str, Any],
-               admitted: quota.Reservation) -> None:
+    def _write(
+        self,
+        key: records.Key,
+        name: str,
+        new: dict[str, Any],
+        create: bool,
+        old: Mapping[str, Any] | None,
+        record: Mapping[str, Any],
+        admitted: quota.Reservation,
+    ) -> None:
         """The one write of every path: create ``new``, or replace the object with it (with
         the resourceVersion ``new`` carries), then remember it and tell ``on_written``
         (``old``: the replaced object's metadata) and commit the quota reservation; a write
@@ -234,11 +276,13 @@ class Store:
         where = str(new["metadata"]["namespace"])
         try:
             if create:
-                written = self._kcp.create(apitypes.RUNTIME_CONFIGMAPS, where, new,
-                                           timeout=self._timeout)
+                written = self._kcp.create(
+                    apitypes.RUNTIME_CONFIGMAPS, where, new, timeout=self._timeout
+                )
             else:
-                written = self._kcp.replace(apitypes.RUNTIME_CONFIGMAPS, where, name,
-                                            new, timeout=self._timeout)
+                written = self._kcp.replace(
+                    apitypes.RUNTIME_CONFIGMAPS, where, name, new, timeout=self._timeout
+                )
             self._cache.remember(written)
         except gateway.NotFound:
             admitted.cancel()
@@ -256,8 +300,13 @@ class Store:
         finally:
             admitted.commit()
 
-    def _tell(self, key: records.Key, old: Mapping[str, Any] | None,
-              new: Mapping[str, Any] | None, record: Mapping[str, Any]) -> None:
+    def _tell(
+        self,
+        key: records.Key,
+        old: Mapping[str, Any] | None,
+        new: Mapping[str, Any] | None,
+        record: Mapping[str, Any],
+    ) -> None:
         """Tell ``on_written`` of a write (the written metadata from the write cache when the
         path did not keep it), before its quota reservation is committed: a footprint read
         (``listener.fleet.statesummary``) that counts the commit then also counts the change.
@@ -273,8 +322,14 @@ class Store:
                 new = None if cached is None else cached.metadata
             self._on_written(key.runtime_id, old, new, record)
 
-    def _create_first(self, key: records.Key, name: str, record: Mapping[str, Any],
-                      incoming: changes.Version, trace: str = "") -> bool:
+    def _create_first(
+        self,
+        key: records.Key,
+        name: str,
+        record: Mapping[str, Any],
+        incoming: changes.Version,
+        trace: str = "",
+    ) -> bool:
         """Create the object without reading first, for a key this worker does not know;
         False when the read path must decide: the record would not be accepted as a new key
         (``rules.may_create_unread``: too old for the retention rule, not newer than
@@ -283,8 +338,9 @@ class Store:
         if not rules.may_create_unread(incoming, self._now(), self._retention):
             return False  # stale only if the key is not stored: the read path decides
         tombstone_unbacked = rules.unbacked(None, bool(record["deleted"]))  # if the create succeeds
-        new = records.body(record, self._where.home(key.watch), trace, self._owner(key),
-                           tombstone_unbacked)
+        new = records.body(
+            record, self._where.home(key.watch), trace, self._owner(key), tombstone_unbacked
+        )
         size = rules.annotate(new)
         try:
             admitted = self._reserve(key, tombstone_unbacked, None, size)
@@ -299,9 +355,15 @@ class Store:
             self._evict(key.runtime_id)
         return True
 
-    def _write_from_cache(self, key: records.Key, name: str, entry: writecache.Entry,
-                          record: Mapping[str, Any], incoming: changes.Version,
-                          trace: str = "") -> bool:
+    def _write_from_cache(
+        self,
+        key: records.Key,
+        name: str,
+        entry: writecache.Entry,
+        record: Mapping[str, Any],
+        incoming: changes.Version,
+        trace: str = "",
+    ) -> bool:
         """Write without reading first when the remembered version is older (see
         ``listener.storage.writecache``); False when the read path must run."""
         if rules.verdict(entry.version, incoming, self._now(), self._retention) != "newer":
@@ -310,12 +372,14 @@ class Store:
             self._cache.drop(name)  # the Watch stores elsewhere now: the read path decides
             return False
         tombstone_unbacked = rules.unbacked(entry.metadata, bool(record["deleted"]))
-        new = records.updated({"metadata": entry.metadata}, record, trace, self._owner(key),
-                              tombstone_unbacked)
+        new = records.updated(
+            {"metadata": entry.metadata}, record, trace, self._owner(key), tombstone_unbacked
+        )
         size = rules.annotate(new)
         try:
-            admitted = self._reserve(key, tombstone_unbacked, rules.quota_size(entry.metadata),
-                                     size)
+            admitted = self._reserve(
+                key, tombstone_unbacked, rules.quota_size(entry.metadata), size
+            )
         except quota.Exceeded:
             return False  # the remembered size may be outdated: decide on a fresh read
         try:
@@ -331,8 +395,11 @@ class Store:
         refreshes this worker's view of the runtime's quota usage."""
         return self.survey(runtime_id)[0]
 
-    def survey(self, runtime_id: str, watch: str | None = None,
-               ) -> tuple[list[changes.DigestItem], listing.Survey]:
+    def survey(
+        self,
+        runtime_id: str,
+        watch: str | None = None,
+    ) -> tuple[list[changes.DigestItem], listing.Survey]:
         """``digest`` (of the records of ``watch`` only, when given), and what its listing
         of all of the runtime's records says of the state summary's buckets (for
         ``listener.fleet.statesummary.Summaries.listed_all``) and of its quota usage."""
@@ -340,9 +407,13 @@ class Store:
         snap = self.usage.begin(runtime_id)
         survey = listing.Surveying()
         count = size = 0
-        for metas, revision in listing.metadata_pages(self._kcp, self.namespace,
-                                                      f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
-                                                      self._timeout, self._where.now()):
+        for metas, revision in listing.metadata_pages(
+            self._kcp,
+            self.namespace,
+            f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
+            self._timeout,
+            self._where.now(),
+        ):
             survey.page(revision)
             for meta in metas:
                 item = survey.add(meta)
@@ -368,9 +439,13 @@ class Store:
 
     def _metadata(self, runtime_id: str) -> Iterator[dict[str, Any]]:
         """The metadata of every stored object of the runtime (paginated, label-selected)."""
-        for metas, _ in listing.metadata_pages(self._kcp, self.namespace,
-                                               f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
-                                               self._timeout, self._where.now()):
+        for metas, _ in listing.metadata_pages(
+            self._kcp,
+            self.namespace,
+            f"{apitypes.RUNTIME_ID_LABEL}={runtime_id}",
+            self._timeout,
+            self._where.now(),
+        ):
             yield from metas
 
     def _owner(self, key: records.Key) -> records.Owner | None:
@@ -378,5 +453,10 @@ class Store:
 
     def ping(self) -> None:
         """One cheap authorized call (for /readyz); raises a ``gateway.GatewayError``."""
-        self._kcp.list(apitypes.RUNTIME_CONFIGMAPS, self.namespace, limit=1, metadata_only=True,
-                       timeout=self._timeout)
+        self._kcp.list(
+            apitypes.RUNTIME_CONFIGMAPS,
+            self.namespace,
+            limit=1,
+            metadata_only=True,
+            timeout=self._timeout,
+        )

@@ -30,10 +30,17 @@ WRITERS = 16  # a PATCH at ~65 ms under load: ~250 writes/s per pod
 
 
 class Beats:
-    def __init__(self, kcp: gateway.Kube, namespace: str, interval: float, timeout: float,
-                 leases: store.Kind, *, counted: Callable[[str], None] = lambda outcome: None,
-                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
-                 ) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        namespace: str,
+        interval: float,
+        timeout: float,
+        leases: store.Kind,
+        *,
+        counted: Callable[[str], None] = lambda outcome: None,
+        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ) -> None:
         self._kcp, self._namespace, self._timeout = kcp, namespace, timeout
         self._interval, self._leases, self._counted, self._now = interval, leases, counted, now
         self._shape = heartbeat.Heartbeats(kcp, namespace, interval, timeout)
@@ -82,13 +89,19 @@ class Beats:
             if held:
                 spec = self._shape.new_lease(runtime_id, {})["spec"]
                 written = self._kcp.patch(
-                    gateway.LEASES, self._namespace, name,
+                    gateway.LEASES,
+                    self._namespace,
+                    name,
                     {"metadata": {"resourceVersion": held[0]["rv"]}, "spec": spec},
-                    timeout=self._timeout)
+                    timeout=self._timeout,
+                )
             else:
-                written = self._kcp.create(gateway.LEASES, self._namespace,
-                                           self._shape.new_lease(runtime_id, {}),
-                                           timeout=self._timeout)
+                written = self._kcp.create(
+                    gateway.LEASES,
+                    self._namespace,
+                    self._shape.new_lease(runtime_id, {}),
+                    timeout=self._timeout,
+                )
         except (gateway.Conflict, gateway.NotFound):
             return "conflict"  # another writer won (the watch brings its Lease)
         self._leases.remember(written)
@@ -101,8 +114,10 @@ class Beats:
                 outcome = self.write(runtime_id)
             except gateway.GatewayError as e:
                 outcome = "error"
-                log.warning("heartbeat Lease not written (the runtime's next call retries): %s",
-                            logs.bounded(e, 300))
+                log.warning(
+                    "heartbeat Lease not written (the runtime's next call retries): %s",
+                    logs.bounded(e, 300),
+                )
             except Exception as e:  # noqa: BLE001 - a writer thread never dies
                 outcome = "error"
                 log.warning("heartbeat Lease write failed: %s", logs.bounded(e, 300))

@@ -29,9 +29,14 @@ MAX_ANSWER = 8 * 1024 * 1024
 
 NS = "tether_listener_view"  # the prefix of the view's metrics (``Collector``)
 
+
 class ViewClient:
-    def __init__(self, path: str, timeout: float,
-                 on_fallback: Callable[[str, str], None] = lambda what, reason: None) -> None:
+    def __init__(
+        self,
+        path: str,
+        timeout: float,
+        on_fallback: Callable[[str, str], None] = lambda what, reason: None,
+    ) -> None:
         self.path, self._timeout, self._on_fallback = path, timeout, on_fallback
         self._local = threading.local()
         self._down_until = 0.0
@@ -116,21 +121,31 @@ class Collector(PromCollector):
 
     def collect(self) -> Iterator[Metric]:
         doc = self._view.ask("ping", "") or {}
-        synced = GaugeMetricFamily(f"{NS}_synced", "1 while the pod's view of a resource is "
-                                   "listed and watched within its bounds", labels=["resource"])
-        objects = GaugeMetricFamily(f"{NS}_objects", "Objects the pod's view holds",
-                                    labels=["resource"])
-        size = GaugeMetricFamily(f"{NS}_bytes", "Bytes (kept fields' JSON) the pod's view holds",
-                                 labels=["resource"])
+        synced = GaugeMetricFamily(
+            f"{NS}_synced",
+            "1 while the pod's view of a resource is listed and watched within its bounds",
+            labels=["resource"],
+        )
+        objects = GaugeMetricFamily(
+            f"{NS}_objects", "Objects the pod's view holds", labels=["resource"]
+        )
+        size = GaugeMetricFamily(
+            f"{NS}_bytes", "Bytes (kept fields' JSON) the pod's view holds", labels=["resource"]
+        )
         for k in self.KINDS:
             synced.add_metric([k], 1.0 if (doc.get("synced") or {}).get(k) else 0.0)
             objects.add_metric([k], float((doc.get("objects") or {}).get(k) or 0))
             size.add_metric([k], float((doc.get("bytes") or {}).get(k) or 0))
-        restarts = CounterMetricFamily(f"{NS}_watch_restarts", "Relists of the pod's view by "
-                                       "resource and reason (gone: 410; error)",
-                                       labels=["resource", "reason"])
-        writes = CounterMetricFamily(f"{NS}_heartbeat_writes", "Heartbeat Lease writes of the "
-                                     "pod's view by outcome", labels=["outcome"])
+        restarts = CounterMetricFamily(
+            f"{NS}_watch_restarts",
+            "Relists of the pod's view by resource and reason (gone: 410; error)",
+            labels=["resource", "reason"],
+        )
+        writes = CounterMetricFamily(
+            f"{NS}_heartbeat_writes",
+            "Heartbeat Lease writes of the pod's view by outcome",
+            labels=["outcome"],
+        )
         for key, n in sorted((doc.get("counts") or {}).items()):
             parts = str(key).split("/")
             if parts[0] == "restart" and len(parts) == 3:

@@ -46,8 +46,11 @@ class Supervisor:
         self.starts = 0
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-m", "listener.view.process", self.socket_path],
-                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        return subprocess.Popen(
+            [sys.executable, "-m", "listener.view.process", self.socket_path],
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
 
     def _loop(self) -> None:
         delay = 1.0
@@ -60,8 +63,12 @@ class Supervisor:
             if self._stop.is_set():
                 return
             delay = 1.0 if time.monotonic() - began > 60 else min(30.0, delay * 2)
-            log.warning("the listener's view process exited (%s); restarted in %.0f s "
-                        "(workers read the KCP directly meanwhile)", code, delay / 2)
+            log.warning(
+                "the listener's view process exited (%s); restarted in %.0f s "
+                "(workers read the KCP directly meanwhile)",
+                code,
+                delay / 2,
+            )
             self._stop.wait(delay / 2)
 
     def start(self) -> None:
@@ -95,17 +102,33 @@ def build(s: settings.Settings, kcp: gateway.Kube) -> tuple[serve.Views, list[wa
     leases = store.Kind(apitypes.LEASES.plural, store.lease_entry, objects, each)
     summaries = store.Kind("summaries", store.summary_entry, objects, 2 * each)
     hooks = watcher.Hooks(restarted=lambda kind, why: count(f"restart/{kind}/{why}"))
-    sources = ((kymas, watcher.Source(apitypes.KYMAS, s.namespace)),
-               (leases, watcher.Source(gateway.LEASES, s.heartbeat_namespace,
-                                       f"{apitypes.HEARTBEAT_LABEL}=true")),
-               (summaries, watcher.Source(apitypes.RUNTIME_STATE_SUMMARIES, s.namespace)))
-    watchers = [watcher.Watcher(kcp, src, kind, timeout=s.kcp_timeout,
-                                max_event_bytes=4 * 1024 * 1024, hooks=hooks)
-                for kind, src in sources]
-    writer = beats.Beats(kcp, s.heartbeat_namespace, s.heartbeat_interval, s.kcp_timeout, leases,
-                         counted=lambda outcome: count(f"write/{outcome}"))
-    views = serve.Views(kymas, leases, summaries, writer,
-                        seen_wait=min(serve.SEEN_WAIT, 0.6 * s.view_timeout))
+    sources = (
+        (kymas, watcher.Source(apitypes.KYMAS, s.namespace)),
+        (
+            leases,
+            watcher.Source(
+                gateway.LEASES, s.heartbeat_namespace, f"{apitypes.HEARTBEAT_LABEL}=true"
+            ),
+        ),
+        (summaries, watcher.Source(apitypes.RUNTIME_STATE_SUMMARIES, s.namespace)),
+    )
+    watchers = [
+        watcher.Watcher(
+            kcp, src, kind, timeout=s.kcp_timeout, max_event_bytes=4 * 1024 * 1024, hooks=hooks
+        )
+        for kind, src in sources
+    ]
+    writer = beats.Beats(
+        kcp,
+        s.heartbeat_namespace,
+        s.heartbeat_interval,
+        s.kcp_timeout,
+        leases,
+        counted=lambda outcome: count(f"write/{outcome}"),
+    )
+    views = serve.Views(
+        kymas, leases, summaries, writer, seen_wait=min(serve.SEEN_WAIT, 0.6 * s.view_timeout)
+    )
 
     def snapshot() -> dict[str, int]:
         with lock:
@@ -131,7 +154,6 @@ def main(argv: list[str]) -> int:
     with serve.Server(argv[0], views) as srv:
         srv.serve_forever(poll_interval=0.5)
     return 0
-
 
 
 if __name__ == "__main__":

@@ -34,8 +34,14 @@ SEEN_WAIT = 0.3  # seconds a "seen" waits for its write (below the workers' time
 class Views:
     """The kinds the view holds and the heartbeat writer: the answers (no I/O)."""
 
-    def __init__(self, kymas: store.Kind, leases: store.Kind, summaries: store.Kind,
-                 writer: beats.Beats, seen_wait: float = SEEN_WAIT) -> None:
+    def __init__(
+        self,
+        kymas: store.Kind,
+        leases: store.Kind,
+        summaries: store.Kind,
+        writer: beats.Beats,
+        seen_wait: float = SEEN_WAIT,
+    ) -> None:
         self.kymas, self.leases, self.summaries, self.writer = kymas, leases, summaries, writer
         self.seen_wait = seen_wait
         # relists ("restart/<kind>/<reason>") and heartbeat writes ("write/<outcome>") so far
@@ -51,9 +57,14 @@ class Views:
         op, rid = req.get("op"), req.get("id")
         if op == "ping":
             kinds = (self.kymas, self.leases, self.summaries)
-            return _dump({"synced": {k.name: k.synced and not k.full for k in kinds},
-                          "objects": {k.name: k.sizes()[0] for k in kinds},
-                          "bytes": {k.name: k.sizes()[1] for k in kinds}, "counts": self.counts()})
+            return _dump(
+                {
+                    "synced": {k.name: k.synced and not k.full for k in kinds},
+                    "objects": {k.name: k.sizes()[0] for k in kinds},
+                    "bytes": {k.name: k.sizes()[1] for k in kinds},
+                    "counts": self.counts(),
+                }
+            )
         if not isinstance(rid, str) or not kyma.valid_runtime_id(rid):
             return b'{"error":"id: a runtime ID"}'
         if op == "kyma":

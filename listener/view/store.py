@@ -38,10 +38,12 @@ def lease_entry(obj: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     ann = meta.get("annotations") or {}
     identity = ann.get(ANN_IDENTITY)
     renew = (obj.get("spec") or {}).get("renewTime")
-    return rid, {"epoch": changes.epoch_of(ann.get(apitypes.EPOCH_ANNOTATION)),
-                 "identity": identity if isinstance(identity, str) else "",
-                 "rv": str(meta.get("resourceVersion") or ""),
-                 "renew": renew if isinstance(renew, str) else ""}
+    return rid, {
+        "epoch": changes.epoch_of(ann.get(apitypes.EPOCH_ANNOTATION)),
+        "identity": identity if isinstance(identity, str) else "",
+        "rv": str(meta.get("resourceVersion") or ""),
+        "renew": renew if isinstance(renew, str) else "",
+    }
 
 
 def summary_entry(obj: Mapping[str, Any]) -> tuple[str, bytes] | None:
@@ -50,8 +52,11 @@ def summary_entry(obj: Mapping[str, Any]) -> tuple[str, bytes] | None:
     if not isinstance(rid, str) or not rid:
         return None
     meta = obj.get("metadata") or {}
-    kept = {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")},
-            "spec": {"runtimeId": rid}, "status": obj.get("status")}
+    kept = {
+        "metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion")},
+        "spec": {"runtimeId": rid},
+        "status": obj.get("status"),
+    }
     return rid, json.dumps(kept, separators=(",", ":")).encode()
 
 
@@ -61,8 +66,13 @@ def _size(value: object) -> int:
     return len(json.dumps(value, separators=(",", ":"))) + 64
 
 
-def _hold(by_name: dict[str, tuple[str, Any, int]], by_rid: dict[str, dict[str, Any]],
-          name: str, rid: str, value: Any) -> int:
+def _hold(
+    by_name: dict[str, tuple[str, Any, int]],
+    by_rid: dict[str, dict[str, Any]],
+    name: str,
+    rid: str,
+    value: Any,
+) -> int:
     """Keep ``value`` under ``name`` and its runtime ID; the bytes it counts."""
     size = _size(value) + len(name)
     by_name[name] = (rid, value, size)
@@ -73,8 +83,13 @@ def _hold(by_name: dict[str, tuple[str, Any, int]], by_rid: dict[str, dict[str, 
 class Kind:
     """One resource's objects by name, indexed by runtime ID; thread-safe."""
 
-    def __init__(self, name: str, entry: Callable[[Mapping[str, Any]], tuple[str, Any] | None],
-                 max_objects: int, max_bytes: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        entry: Callable[[Mapping[str, Any]], tuple[str, Any] | None],
+        max_objects: int,
+        max_bytes: int,
+    ) -> None:
         self.name, self._entry = name, entry
         self._max_objects, self._max_bytes = max_objects, max_bytes
         self._lock = threading.Lock()
@@ -189,5 +204,9 @@ class Listing:
     def done(self) -> None:
         k = self._kind
         with k._lock:
-            k._by_name, k._by_rid, k._bytes, k.full = \
-                self._by_name, self._by_rid, self._bytes, self._full
+            k._by_name, k._by_rid, k._bytes, k.full = (
+                self._by_name,
+                self._by_rid,
+                self._bytes,
+                self._full,
+            )

@@ -48,9 +48,17 @@ class Hooks(NamedTuple):
 
 
 class Watcher:
-    def __init__(self, kcp: gateway.Kube, source: Source, kind: store.Kind, *,
-                 timeout: float, max_event_bytes: int, hooks: Hooks | None = None,
-                 watch_seconds: int = WATCH_SECONDS) -> None:
+    def __init__(
+        self,
+        kcp: gateway.Kube,
+        source: Source,
+        kind: store.Kind,
+        *,
+        timeout: float,
+        max_event_bytes: int,
+        hooks: Hooks | None = None,
+        watch_seconds: int = WATCH_SECONDS,
+    ) -> None:
         self._kcp, self._source, self._kind = kcp, source, kind
         self._timeout, self._max_event = timeout, max_event_bytes
         self._hooks, self._watch_seconds = hooks or Hooks(), watch_seconds
@@ -67,8 +75,14 @@ class Watcher:
         src, token, rv = self._source, "", ""
         listing = store.Listing(self._kind)  # entries made page by page: one page parsed at most
         while True:
-            page = self._kcp.list(src.resource, src.namespace, label_selector=src.label_selector,
-                                  limit=PAGE, continue_token=token or None, timeout=self._timeout)
+            page = self._kcp.list(
+                src.resource,
+                src.namespace,
+                label_selector=src.label_selector,
+                limit=PAGE,
+                continue_token=token or None,
+                timeout=self._timeout,
+            )
             listing.add(page.get("items") or [])
             meta = page.get("metadata") or {}
             rv = str(meta.get("resourceVersion") or rv)
@@ -83,11 +97,16 @@ class Watcher:
         """One watch from ``rv`` until the server ends it; the last resourceVersion seen.
         Raises ``gateway.Gone`` (relist) or another ``gateway.GatewayError``."""
         src = self._source
-        for event in self._kcp.watch(src.resource, src.namespace, resource_version=rv,
-                                     timeout_seconds=self._watch_seconds,
-                                     label_selector=src.label_selector,
-                                     max_event_bytes=self._max_event,
-                                     read_timeout=self._watch_seconds + SILENCE, stop=self.stop):
+        for event in self._kcp.watch(
+            src.resource,
+            src.namespace,
+            resource_version=rv,
+            timeout_seconds=self._watch_seconds,
+            label_selector=src.label_selector,
+            max_event_bytes=self._max_event,
+            read_timeout=self._watch_seconds + SILENCE,
+            stop=self.stop,
+        ):
             obj: dict[str, Any] = event["object"]
             version = (obj.get("metadata") or {}).get("resourceVersion")
             if event["type"] != "BOOKMARK":
@@ -112,8 +131,11 @@ class Watcher:
             except gateway.Gone:
                 reason = "gone"
             except gateway.GatewayError as e:
-                log.warning("view of %s: %s; read directly until relisted", self._kind.name,
-                            logs.bounded(e, 300))
+                log.warning(
+                    "view of %s: %s; read directly until relisted",
+                    self._kind.name,
+                    logs.bounded(e, 300),
+                )
             except Exception as e:  # noqa: BLE001 - the view never dies of one bad event
                 log.warning("view of %s failed: %s", self._kind.name, logs.bounded(e, 300))
             if self.stop.is_set():

@@ -37,19 +37,30 @@ def main(argv: list[str]) -> int:
     if args.cert:
         cert, key = pathlib.Path(args.cert), pathlib.Path(args.key)
     else:
-        ca_file, cert, key = server_mod.self_signed(pathlib.Path(tempfile.mkdtemp(prefix="director-")))
-    store = store_mod.Store(client_id=args.client_id, client_secret=args.client_secret,
-                            one_time_token_ttl=args.token_ttl)
+        ca_file, cert, key = server_mod.self_signed(
+            pathlib.Path(tempfile.mkdtemp(prefix="director-"))
+        )
+    store = store_mod.Store(
+        client_id=args.client_id,
+        client_secret=args.client_secret,
+        one_time_token_ttl=args.token_ttl,
+    )
     srv = server_mod.DirectorServer(store, cert, key, host=args.host, port=args.port).start()
     store.connector_url = f"{srv.url}/connector/graphql"
-    print(json.dumps({
-        "graphql_url": f"{srv.url}/graphql",
-        "token_url": f"{srv.url}/oauth2/token",
-        "client_id": store.client_id,
-        "client_secret": store.client_secret,
-        "ca_file": str(ca_file) if ca_file else None,
-        "faults_url": f"{srv.url}/admin/faults",
-    }, indent=1), flush=True)
+    print(
+        json.dumps(
+            {
+                "graphql_url": f"{srv.url}/graphql",
+                "token_url": f"{srv.url}/oauth2/token",
+                "client_id": store.client_id,
+                "client_secret": store.client_secret,
+                "ca_file": str(ca_file) if ca_file else None,
+                "faults_url": f"{srv.url}/admin/faults",
+            },
+            indent=1,
+        ),
+        flush=True,
+    )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:

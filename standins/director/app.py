@@ -65,8 +65,13 @@ class Root:
         except store_mod.DirectorError as e:
             raise _error(e.kind, str(e)) from None
 
-    def runtimes(self, info: Any, filter: list[dict[str, Any]] | None = None,
-                 first: int = 200, after: str | None = None) -> dict[str, Any]:
+    def runtimes(
+        self,
+        info: Any,
+        filter: list[dict[str, Any]] | None = None,
+        first: int = 200,
+        after: str | None = None,
+    ) -> dict[str, Any]:
         page, total, end, more = self._call(self._store.find, self._tenant, filter, first, after)
         return {
             "data": [RuntimeView(r) for r in page],
@@ -84,18 +89,33 @@ class Root:
     def unregisterRuntime(self, info: Any, id: str) -> RuntimeView:  # noqa: N802
         return RuntimeView(self._call(self._store.unregister, self._tenant, id))
 
-    def setRuntimeLabel(self, info: Any, runtimeID: str, key: str,  # noqa: N802, N803
-                        value: Any) -> dict[str, Any]:
+    def setRuntimeLabel(
+        self,
+        info: Any,
+        runtimeID: str,
+        key: str,  # noqa: N802, N803
+        value: Any,
+    ) -> dict[str, Any]:
         self._call(self._store.set_label, self._tenant, runtimeID, key, value)
         return {"key": key, "value": value}
 
-    def requestOneTimeTokenForRuntime(self, info: Any, id: str,  # noqa: N802
-                                      systemAuthID: str | None = None) -> dict[str, Any]:  # noqa: N803
+    def requestOneTimeTokenForRuntime(
+        self,
+        info: Any,
+        id: str,  # noqa: N802
+        systemAuthID: str | None = None,
+    ) -> dict[str, Any]:  # noqa: N803
         ott = self._call(self._store.request_token, self._tenant, id)
         return {
-            "token": ott.token, "connectorURL": self._store.connector_url, "used": ott.used,
-            "expiresAt": store_mod.iso(ott.expires), "createdAt": store_mod.iso(ott.created),
-            "usedAt": None, "raw": None, "rawEncoded": None, "type": "Runtime",
+            "token": ott.token,
+            "connectorURL": self._store.connector_url,
+            "used": ott.used,
+            "expiresAt": store_mod.iso(ott.expires),
+            "createdAt": store_mod.iso(ott.created),
+            "usedAt": None,
+            "raw": None,
+            "rawEncoded": None,
+            "type": "Runtime",
         }
 
 
@@ -119,14 +139,16 @@ def _prepare(query: str) -> tuple[graphql.DocumentNode | None, tuple[graphql.Gra
     return doc, tuple(graphql.validate(schema(), doc))
 
 
-def _execute(query: str, root: Root, variables: dict[str, Any] | None,
-             operation: str | None) -> graphql.ExecutionResult:
+def _execute(
+    query: str, root: Root, variables: dict[str, Any] | None, operation: str | None
+) -> graphql.ExecutionResult:
     """What ``graphql.graphql_sync`` answers, from the prepared document."""
     doc, errors = prepared(query)
     if doc is None or errors:
         return graphql.ExecutionResult(data=None, errors=list(errors))
-    result = graphql.execute(schema(), doc, root_value=root, variable_values=variables,
-                             operation_name=operation)
+    result = graphql.execute(
+        schema(), doc, root_value=root, variable_values=variables, operation_name=operation
+    )
     assert isinstance(result, graphql.ExecutionResult), "the resolvers are synchronous"
     return result
 
@@ -163,8 +185,14 @@ def create_app(store: store_mod.Store) -> flask.Flask:
         issued = store.issue_access_token(cid, secret)
         if issued is None:
             return bad(401, "invalid_client")
-        return flask.jsonify({"access_token": issued, "token_type": "bearer",
-                              "expires_in": store.access_token_ttl, "scope": "runtime:read runtime:write"})
+        return flask.jsonify(
+            {
+                "access_token": issued,
+                "token_type": "bearer",
+                "expires_in": store.access_token_ttl,
+                "scope": "runtime:read runtime:write",
+            }
+        )
 
     @app.post("/graphql")
     def graphql_endpoint() -> flask.Response:
@@ -190,13 +218,16 @@ def create_app(store: store_mod.Store) -> flask.Flask:
             return bad(401, "unauthorized", "a valid bearer token is required")
         if fault is not None and fault.graphql_error:
             store.record(op, tenant, f"error:{fault.graphql_error}")
-            text = (fault.message or f"injected {fault.graphql_error}").replace("{bearer}", authz[7:])
+            text = (fault.message or f"injected {fault.graphql_error}").replace(
+                "{bearer}", authz[7:]
+            )
             err = _error(fault.graphql_error, text)
             return flask.jsonify({"data": None, "errors": [err.formatted]})
         if not tenant:
             store.record(op, tenant, "error:TenantRequired")
-            return flask.jsonify({"data": None,
-                                  "errors": [_error("TenantRequired", "Tenant is required").formatted]})
+            return flask.jsonify(
+                {"data": None, "errors": [_error("TenantRequired", "Tenant is required").formatted]}
+            )
         variables = body.get("variables")
         if variables is not None and not isinstance(variables, dict):
             return bad(400, "invalid request", "variables must be an object")
@@ -229,7 +260,11 @@ def create_app(store: store_mod.Store) -> flask.Flask:
         except TypeError as e:
             return bad(400, "invalid faults", str(e))
         if f.graphql_error is not None and f.graphql_error not in store_mod.ERROR_CODES:
-            return bad(400, "invalid faults", f"graphql_error must be one of {sorted(store_mod.ERROR_CODES)}")
+            return bad(
+                400,
+                "invalid faults",
+                f"graphql_error must be one of {sorted(store_mod.ERROR_CODES)}",
+            )
         store.set_faults(f)
         return flask.jsonify(dataclasses.asdict(f))
 
@@ -239,12 +274,27 @@ def create_app(store: store_mod.Store) -> flask.Flask:
         for r in list(store.requests):
             key = f"{r.operation}:{r.outcome}"
             counts[key] = counts.get(key, 0) + 1
-        return flask.jsonify({"total": len(store.requests), "by_operation": counts,
-                              "runtimes": len(store.all_runtimes())})
+        return flask.jsonify(
+            {
+                "total": len(store.requests),
+                "by_operation": counts,
+                "runtimes": len(store.all_runtimes()),
+            }
+        )
 
     @app.get("/admin/runtimes")
     def list_runtimes() -> flask.Response:
-        return flask.jsonify([{"id": r.id, "tenant": r.tenant, "name": r.name, "labels": r.labels,
-                               "condition": r.condition} for r in store.all_runtimes()])
+        return flask.jsonify(
+            [
+                {
+                    "id": r.id,
+                    "tenant": r.tenant,
+                    "name": r.name,
+                    "labels": r.labels,
+                    "condition": r.condition,
+                }
+                for r in store.all_runtimes()
+            ]
+        )
 
     return app

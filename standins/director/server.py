@@ -39,8 +39,14 @@ class _Server(http_server.ThreadingHTTPServer):
     block_on_close = False
     request_queue_size = 128
 
-    def __init__(self, addr: tuple[str, int], handler: type[_Handler], app: Callable[..., Any],
-                 ctx: ssl.SSLContext, idle_seconds: float) -> None:
+    def __init__(
+        self,
+        addr: tuple[str, int],
+        handler: type[_Handler],
+        app: Callable[..., Any],
+        ctx: ssl.SSLContext,
+        idle_seconds: float,
+    ) -> None:
         super().__init__(addr, handler)
         self.app, self.ctx, self.idle_seconds = app, ctx, idle_seconds
         self.lock = threading.Lock()
@@ -168,13 +174,22 @@ class _Handler(http_server.BaseHTTPRequestHandler):
     def _call(self, body: bytes) -> tuple[str, list[tuple[str, str]], Iterable[bytes]]:
         path, _, query = self.path.partition("?")
         environ: dict[str, Any] = {
-            "REQUEST_METHOD": self.command, "SCRIPT_NAME": "", "PATH_INFO": path,
-            "QUERY_STRING": query, "SERVER_NAME": self.server.server_address[0],
-            "SERVER_PORT": str(self.server.server_address[1]), "SERVER_PROTOCOL": self.request_version,
-            "REMOTE_ADDR": self.client_address[0], "CONTENT_LENGTH": str(len(body)),
+            "REQUEST_METHOD": self.command,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "SERVER_NAME": self.server.server_address[0],
+            "SERVER_PORT": str(self.server.server_address[1]),
+            "SERVER_PROTOCOL": self.request_version,
+            "REMOTE_ADDR": self.client_address[0],
+            "CONTENT_LENGTH": str(len(body)),
             "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-            "wsgi.version": (1, 0), "wsgi.url_scheme": "https", "wsgi.input": io.BytesIO(body),
-            "wsgi.errors": sys.stderr, "wsgi.multithread": True, "wsgi.multiprocess": False,
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "https",
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
             "wsgi.run_once": False,
         }
         for k, v in self.headers.items():
@@ -183,7 +198,9 @@ class _Handler(http_server.BaseHTTPRequestHandler):
                 environ[key] = f"{environ[key]},{v}" if key in environ else v
         answer: list[Any] = []
 
-        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        def start_response(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
             answer[:] = [status, headers]
             return lambda data: None  # the app returns its body (Flask does)
 
@@ -204,9 +221,16 @@ class DirectorServer:
     ``stop()`` closes the socket and every kept-alive connection (the Director is down:
     connections are refused); ``start()`` again serves on the same port."""
 
-    def __init__(self, store: store_mod.Store, cert_file: str | pathlib.Path,
-                 key_file: str | pathlib.Path, *, host: str = "127.0.0.1", port: int = 0,
-                 idle_seconds: float = IDLE_SECONDS) -> None:
+    def __init__(
+        self,
+        store: store_mod.Store,
+        cert_file: str | pathlib.Path,
+        key_file: str | pathlib.Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        idle_seconds: float = IDLE_SECONDS,
+    ) -> None:
         self.store = store
         self.idle_seconds = idle_seconds
         self.host = host
@@ -231,11 +255,16 @@ class DirectorServer:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.load_cert_chain(self._cert, self._key)
-        self._server = _Server((self.host, self.port), _Handler,
-                               app_mod.create_app(self.store), ctx, self.idle_seconds)
+        self._server = _Server(
+            (self.host, self.port), _Handler, app_mod.create_app(self.store), ctx, self.idle_seconds
+        )
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="director",
-                                        kwargs={"poll_interval": 0.1}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            name="director",
+            kwargs={"poll_interval": 0.1},
+            daemon=True,
+        )
         self._thread.start()
         return self
 

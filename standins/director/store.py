@@ -80,9 +80,9 @@ class OneTimeToken:
 class Faults:
     """What the stand-in does wrong, on demand. ``remaining`` None: until cleared."""
 
-    latency: float = 0.0          # seconds added to every GraphQL request
+    latency: float = 0.0  # seconds added to every GraphQL request
     http_status: int | None = None  # answer GraphQL requests with this status (e.g. 503)
-    hang: float = 0.0             # sleep this long before answering (client timeouts)
+    hang: float = 0.0  # sleep this long before answering (client timeouts)
     graphql_error: str | None = None  # an ERROR_CODES key, answered as a GraphQL error
     # the GraphQL error's message (default "injected <kind>"); "{bearer}" is replaced by the
     # request's bearer token, as a careless server might echo a credential
@@ -129,8 +129,10 @@ class Store:
     # -- OAuth ----------------------------------------------------------------------------
 
     def issue_access_token(self, client_id: str, client_secret: str) -> str | None:
-        if not (secrets.compare_digest(client_id, self.client_id)
-                and secrets.compare_digest(client_secret, self.client_secret)):
+        if not (
+            secrets.compare_digest(client_id, self.client_id)
+            and secrets.compare_digest(client_secret, self.client_secret)
+        ):
             return None
         token = secrets.token_urlsafe(32)
         with self._lock:
@@ -168,25 +170,39 @@ class Store:
 
     def request_count(self, operation: str | None = None, since: float = 0.0) -> int:
         with self._lock:
-            return sum(1 for r in self.requests
-                       if r.at >= since and (operation is None or r.operation == operation))
+            return sum(
+                1
+                for r in self.requests
+                if r.at >= since and (operation is None or r.operation == operation)
+            )
 
     # -- runtimes -------------------------------------------------------------------------
 
     def register(self, tenant: str, data: dict[str, Any]) -> Runtime:
         name = data.get("name") or ""
         if not NAME_RE.match(name):
-            raise DirectorError("InvalidData", "Invalid data RuntimeRegisterInput [name=must be "
-                                "up to 36 lower case letters, digits, '-' or '.', not starting with a digit]")
+            raise DirectorError(
+                "InvalidData",
+                "Invalid data RuntimeRegisterInput [name=must be "
+                "up to 36 lower case letters, digits, '-' or '.', not starting with a digit]",
+            )
         labels = dict(data.get("labels") or {})
         for key in labels:
             if not LABEL_KEY_RE.match(str(key)):
-                raise DirectorError("InvalidData", f"Invalid data RuntimeRegisterInput [labels={key}: key must be alphanumeric with underscore]")
+                raise DirectorError(
+                    "InvalidData",
+                    f"Invalid data RuntimeRegisterInput [labels={key}: key must be alphanumeric with underscore]",
+                )
         now = _now()
         rt = Runtime(
-            id=str(uuid.uuid4()), tenant=tenant, name=name, description=data.get("description"),
-            labels=labels, condition=data.get("statusCondition") or "INITIAL",
-            condition_time=now, created=now,
+            id=str(uuid.uuid4()),
+            tenant=tenant,
+            name=name,
+            description=data.get("description"),
+            labels=labels,
+            condition=data.get("statusCondition") or "INITIAL",
+            condition_time=now,
+            created=now,
         )
         with self._lock:
             self._runtimes[rt.id] = rt
@@ -207,8 +223,9 @@ class Store:
                 del self._tokens[t]
         return rt
 
-    def find(self, tenant: str, filters: list[dict[str, Any]] | None, first: int,
-             after: str | None) -> tuple[list[Runtime], int, str, bool]:
+    def find(
+        self, tenant: str, filters: list[dict[str, Any]] | None, first: int, after: str | None
+    ) -> tuple[list[Runtime], int, str, bool]:
         if first < 1 or first > 200:
             raise DirectorError("InvalidData", "first must be between 1 and 200")
         offset = 0
@@ -219,10 +236,13 @@ class Store:
                 raise DirectorError("InvalidData", "invalid cursor") from None
         matchers = [_matcher(f) for f in filters or []]
         with self._lock:
-            found = [r for r in self._runtimes.values()
-                     if r.tenant == tenant and all(m(r.labels) for m in matchers)]
+            found = [
+                r
+                for r in self._runtimes.values()
+                if r.tenant == tenant and all(m(r.labels) for m in matchers)
+            ]
         found.sort(key=lambda r: (r.created, r.id))
-        page = found[offset:offset + first]
+        page = found[offset : offset + first]
         end = offset + len(page)
         return page, len(found), base64.b64encode(str(end).encode()).decode(), end < len(found)
 
@@ -232,35 +252,53 @@ class Store:
 
     def set_label(self, tenant: str, runtime_id: str, key: str, value: Any) -> None:
         if not LABEL_KEY_RE.match(key):
-            raise DirectorError("InvalidData", f"Invalid data [key={key}: must be alphanumeric "
-                                "with underscore]")
+            raise DirectorError(
+                "InvalidData", f"Invalid data [key={key}: must be alphanumeric with underscore]"
+            )
         with self._lock:
             rt = self._runtimes.get(runtime_id)
             if rt is None or rt.tenant != tenant:
                 raise DirectorError("NotFound", "Object not found [object=runtime]")
             rt.labels[key] = value
 
-    def seed_provisioned(self, tenant: str, shoot: str, *, name: str | None = None,
-                         subaccount: str = "", instance: str = "", managed_by: str = "",
-                         condition: str = "CONNECTED") -> Runtime:
+    def seed_provisioned(
+        self,
+        tenant: str,
+        shoot: str,
+        *,
+        name: str | None = None,
+        subaccount: str = "",
+        instance: str = "",
+        managed_by: str = "",
+        condition: str = "CONNECTED",
+    ) -> Runtime:
         """A runtime as the Provisioner registered it (KEB's name and labels, the shoot's
         ``gardenerClusterName`` and ``gardenerClusterDomain``), or with ``managed_by``
         ("compass-manager") as compass-manager does (``<shoot>-<random>``)."""
-        labels: dict[str, Any] = {"gardenerClusterName": shoot,
-                                  "gardenerClusterDomain": f"{shoot}.kyma.example.com"}
+        labels: dict[str, Any] = {
+            "gardenerClusterName": shoot,
+            "gardenerClusterDomain": f"{shoot}.kyma.example.com",
+        }
         if subaccount:
             labels["global_subaccount_id"] = subaccount
         if instance:
             labels["broker_instance_id"] = instance
         if managed_by:
             labels["director_connection_managed_by"] = managed_by
-        rt = self.register(tenant, {"name": name or f"{shoot}-{secrets.token_hex(3)}",
-                                    "description": "registered by the Provisioner",
-                                    "labels": labels, "statusCondition": condition})
+        rt = self.register(
+            tenant,
+            {
+                "name": name or f"{shoot}-{secrets.token_hex(3)}",
+                "description": "registered by the Provisioner",
+                "labels": labels,
+                "statusCondition": condition,
+            },
+        )
         return rt
 
-    def token_for_seed(self, tenant: str, runtime_id: str, *, used: bool = False,
-                       age: float = 0.0) -> OneTimeToken:
+    def token_for_seed(
+        self, tenant: str, runtime_id: str, *, used: bool = False, age: float = 0.0
+    ) -> OneTimeToken:
         """A one-time token as the Provisioner had issued it ``age`` seconds ago; ``used``:
         the agent exchanged it already."""
         ott = self.request_token(tenant, runtime_id)
@@ -282,7 +320,10 @@ class Store:
             raise DirectorError("NotFound", "Object not found [object=runtime]")
         now = _now()
         ott = OneTimeToken(
-            token=secrets.token_urlsafe(32), runtime_id=runtime_id, tenant=tenant, created=now,
+            token=secrets.token_urlsafe(32),
+            runtime_id=runtime_id,
+            tenant=tenant,
+            created=now,
             expires=now + datetime.timedelta(seconds=self.one_time_token_ttl),
         )
         with self._lock:
@@ -321,7 +362,9 @@ def _matcher(f: dict[str, Any]) -> Any:
         return lambda labels: key in labels
     m = FILTER_QUERY_RE.match(query)
     if m is None:
-        raise DirectorError("InvalidData", 'unsupported label filter query; use $[*] ? (@ == "value")')
+        raise DirectorError(
+            "InvalidData", 'unsupported label filter query; use $[*] ? (@ == "value")'
+        )
     wanted = m.group(1)
 
     def match(labels: dict[str, Any]) -> bool:

@@ -13,8 +13,11 @@ from testing import adminenv, controlplane
 
 
 @pytest.fixture(scope="module")
-def admin_env(kcp: controlplane.ControlPlane, kcp_api: client.ApiClient,
-              tmp_path_factory: pytest.TempPathFactory) -> Iterator[adminenv.Env]:
+def admin_env(
+    kcp: controlplane.ControlPlane,
+    kcp_api: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[adminenv.Env]:
     adminenv.install_crds(kcp_api)
     env = adminenv.Env(kcp, kcp_api, tmp_path_factory.mktemp("admin"))
     yield env

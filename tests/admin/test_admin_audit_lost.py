@@ -25,20 +25,22 @@ pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers
 LOST = "tether_admin_audit_lost_total"
 
 
-
 def sign_in_and_out(p: adminenv.AdminProcess, token: str, times: int) -> None:
     """Each sign-in and sign-out is an audit line; every one must be answered."""
     s = p.session()
     for _ in range(times):
-        r = s.post(p.url + "/login", data={"token": token, "next": "/parts"},
-                   allow_redirects=False, timeout=30)
+        r = s.post(
+            p.url + "/login",
+            data={"token": token, "next": "/parts"},
+            allow_redirects=False,
+            timeout=30,
+        )
         assert r.status_code == 303, r.text[:500]
         assert s.get(p.url + "/parts", allow_redirects=False, timeout=30).status_code == 200
         assert s.post(p.url + "/logout", allow_redirects=False, timeout=30).status_code == 303
 
 
-def test_the_admin_with_its_audit_on_a_full_disk_keeps_answering(
-        admin_env: adminenv.Env) -> None:
+def test_the_admin_with_its_audit_on_a_full_disk_keeps_answering(admin_env: adminenv.Env) -> None:
     if not os.path.exists("/dev/full"):
         pytest.fail("/dev/full is missing: the full-disk case cannot be shown on this machine")
     token = admin_env.operator("audit-lost-operator", None)
@@ -49,8 +51,10 @@ def test_the_admin_with_its_audit_on_a_full_disk_keeps_answering(
             assert f'{LOST}{{reason="{reason}"}} 0.0' in before, before[-3000:]
         sign_in_and_out(p, token, 3)
         deadline = time.monotonic() + 30
-        while metric_value(p.metrics(), LOST, reason="write_error") < 6 \
-                and time.monotonic() < deadline:
+        while (
+            metric_value(p.metrics(), LOST, reason="write_error") < 6
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.2)
         assert metric_value(p.metrics(), LOST, reason="write_error") >= 6
         assert p.get("/parts", token).status_code == 200  # still answering
@@ -62,10 +66,12 @@ def test_the_admin_with_its_audit_on_a_full_disk_keeps_answering(
 
 
 def test_the_admin_with_an_unread_audit_pipe_keeps_answering(
-        admin_env: adminenv.Env, unread_fifo: pathlib.Path) -> None:
+    admin_env: adminenv.Env, unread_fifo: pathlib.Path
+) -> None:
     token = admin_env.operator("audit-pipe-operator", None)
-    p = adminenv.AdminProcess(admin_env, TETHER_AUDIT_LOG=str(unread_fifo),
-                              TETHER_ADMIN_AUDIT_QUEUE_LINES="2")
+    p = adminenv.AdminProcess(
+        admin_env, TETHER_AUDIT_LOG=str(unread_fifo), TETHER_ADMIN_AUDIT_QUEUE_LINES="2"
+    )
     try:
         t0 = time.monotonic()
         # 40 lines of ~250 bytes: more than one page of pipe and the 2 queued lines

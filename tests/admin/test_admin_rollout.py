@@ -40,19 +40,34 @@ def test_the_rollout_page(admin_env: adminenv.Env, admin: adminenv.AdminProcess)
     assert none.status_code == 200 and 'id="none"' in none.text
 
     ids = [f"rt-{i:02d}" for i in range(12)]
-    s = rollout.begin(rollout.begin(None, "aaa", ids, (10, 50, 100), T0), "bbb", ids, (10, 50, 100), T0)
+    s = rollout.begin(
+        rollout.begin(None, "aaa", ids, (10, 50, 100), T0), "bbb", ids, (10, 50, 100), T0
+    )
     s = rollout.advance(s, rollout.Verdict("pass", "", ()), T0)
-    s = rollout.advance(s, rollout.Verdict("fail", "1 of 5 runtime(s) unhealthy: <b>x</b>",
-                                           ((s.waves[1][0], "webhook not serving"),)), T0)
+    s = rollout.advance(
+        s,
+        rollout.Verdict(
+            "fail",
+            "1 of 5 runtime(s) unhealthy: <b>x</b>",
+            ((s.waves[1][0], "webhook not serving"),),
+        ),
+        T0,
+    )
     put(admin_env, {"state.json": json.dumps(s.to_json())})
     page = admin.get("/rollout", operator)
     assert page.status_code == 200
     html = page.text
     assert 'id="phase" class="bad">Halted<' in html
-    assert "wave 2 failed its gate" in html and "&lt;b&gt;x&lt;/b&gt;" in html and "<b>x</b>" not in html
+    assert (
+        "wave 2 failed its gate" in html
+        and "&lt;b&gt;x&lt;/b&gt;" in html
+        and "<b>x</b>" not in html
+    )
     waves = {n: html.split(f'data-wave="{n}"', 1)[1].split("</tr>", 1)[0] for n in (1, 2, 3)}
     assert "passed" in waves[1] and "failed" in waves[2] and "pending" in waves[3]
-    assert all(f'href="/runtimes/{rid}"' in waves[i + 1] for i, w in enumerate(s.waves) for rid in w)
+    assert all(
+        f'href="/runtimes/{rid}"' in waves[i + 1] for i, w in enumerate(s.waves) for rid in w
+    )
     assert f'<td><a href="/runtimes/{s.waves[1][0]}">' in html.split('id="unhealthy"', 1)[1]
     assert "operations.md#tetherbundlerollouthalted" in html
 

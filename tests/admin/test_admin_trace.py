@@ -21,23 +21,28 @@ TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 def test_the_runtime_page_shows_the_recent_records_trace_ids(
-        admin_env: adminenv.Env, admin: adminenv.AdminProcess) -> None:
+    admin_env: adminenv.Env, admin: adminenv.AdminProcess
+) -> None:
     rid = admin_env.runtime("traced", webhook=1)
     token = admin_env.operator("trace-reader", None)
     objects: Any = client.CustomObjectsApi(admin_env.api)
     res, name = apitypes.RUNTIME_DELIVERIES, heartbeat.lease_name(rid)
-    obj = objects.get_namespaced_custom_object(res.group, res.version, admin_env.kcp_ns,
-                                               res.plural, name)
+    obj = objects.get_namespaced_custom_object(
+        res.group, res.version, admin_env.kcp_ns, res.plural, name
+    )
     d = delivery.Delta()
     now = adminenv.now()
     d.record(now, "webhook", now, "persisted", "team-a", "traced-cm", TRACE)
     obj["status"] = delivery.merge(obj.get("status"), d, rid, now)
-    objects.replace_namespaced_custom_object_status(res.group, res.version, admin_env.kcp_ns,
-                                                    res.plural, name, obj)
-    stored = objects.get_namespaced_custom_object(res.group, res.version, admin_env.kcp_ns,
-                                                  res.plural, name)
-    assert [r.get("traceId") for r in stored["status"]["recent"]
-            if r["name"] == "traced-cm"] == [TRACE]  # not pruned by the CRD's schema
+    objects.replace_namespaced_custom_object_status(
+        res.group, res.version, admin_env.kcp_ns, res.plural, name, obj
+    )
+    stored = objects.get_namespaced_custom_object(
+        res.group, res.version, admin_env.kcp_ns, res.plural, name
+    )
+    assert [r.get("traceId") for r in stored["status"]["recent"] if r["name"] == "traced-cm"] == [
+        TRACE
+    ]  # not pruned by the CRD's schema
     deadline = time.monotonic() + 30  # the snapshot refreshes every second here
     while True:
         html = admin.get(f"/runtimes/{rid}", token).text

@@ -62,11 +62,11 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 WINDOW = (1366, 900)
 IMAGES = adminenv.REPO / "docs" / "images"
 XSS = "<img src=x onerror=alert(1)>"
-HEALTHY = 6          # with the three below: 9 runtimes, two fleet pages of 5
+HEALTHY = 6  # with the three below: 9 runtimes, two fleet pages of 5
 
 
 class Docs(NamedTuple):
-    base: str            # the runbook base the admin is given (TETHER_ADMIN_RUNBOOK_BASE)
+    base: str  # the runbook base the admin is given (TETHER_ADMIN_RUNBOOK_BASE)
 
 
 def rendered_operations() -> bytes:
@@ -78,9 +78,11 @@ def rendered_operations() -> bytes:
     for line in OPERATIONS.read_text().splitlines():
         fenced = fenced != line.startswith("```")
         level = len(line) - len(line.lstrip("#"))
-        if not fenced and 1 <= level <= 6 and line[level:level + 1] == " ":
-            body.append(f'<h{level} id="{html.escape(next(anchors))}">'
-                        f"{html.escape(line[level + 1:])}</h{level}>")
+        if not fenced and 1 <= level <= 6 and line[level : level + 1] == " ":
+            body.append(
+                f'<h{level} id="{html.escape(next(anchors))}">'
+                f"{html.escape(line[level + 1 :])}</h{level}>"
+            )
         else:
             body.append(f"<p>{html.escape(line)}</p>")
     return ("<!doctype html><title>operations</title>" + "\n".join(body)).encode()
@@ -118,10 +120,10 @@ def docs(admin_env: adminenv.Env) -> Iterator[Docs]:
 class Scenario(NamedTuple):
     env: adminenv.Env
     admin: adminenv.AdminProcess
-    all_pages: str       # tokens
+    all_pages: str  # tokens
     fleet_only: str
     nothing: str
-    failing: str        # runtime IDs
+    failing: str  # runtime IDs
     unenrolled: str
     xss: str
     healthy: tuple[str, ...]
@@ -138,43 +140,85 @@ def scenario(admin_env: adminenv.Env, docs: Docs) -> Iterator[Scenario]:
     xss = env.runtime("xss", webhook=6, names=[XSS])
     env.mapping("healthy-00", "Ready")
     env.mapping("healthy-01", "Ready")
-    env.mapping("failing", "Failed", reason="RegistrationFailed",
-                message="Director answered 500 three times")
+    env.mapping(
+        "failing",
+        "Failed",
+        reason="RegistrationFailed",
+        message="Director answered 500 three times",
+    )
     core: Any = client.CoreV1Api(env.api)
-    core.create_namespaced_event(env.kcp_ns, {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"failing.{env.suffix}"},
-        "involvedObject": {"kind": "CompassMapping", "name": "failing",
-                           "namespace": env.kcp_ns},
-        "type": "Warning", "reason": "RegistrationFailed",
-        "message": "registerRuntime: Director answered 500", "count": 3,
-        "firstTimestamp": adminenv.stamp(adminenv.now()).split(".")[0] + "Z",
-        "lastTimestamp": adminenv.stamp(adminenv.now()).split(".")[0] + "Z",
-        "source": {"component": "tether-compass"}})
+    core.create_namespaced_event(
+        env.kcp_ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"failing.{env.suffix}"},
+            "involvedObject": {
+                "kind": "CompassMapping",
+                "name": "failing",
+                "namespace": env.kcp_ns,
+            },
+            "type": "Warning",
+            "reason": "RegistrationFailed",
+            "message": "registerRuntime: Director answered 500",
+            "count": 3,
+            "firstTimestamp": adminenv.stamp(adminenv.now()).split(".")[0] + "Z",
+            "lastTimestamp": adminenv.stamp(adminenv.now()).split(".")[0] + "Z",
+            "source": {"component": "tether-compass"},
+        },
+    )
     env.deployment("tether-listener", ready=2, replicas=2)
     env.deployment("tether-compass", ready=1)
     env.deployment("tether-enroller", ready=0)
     env.deployment("tether-admin", ready=1)
     ran = adminenv.stamp(adminenv.now())
-    env.leader_lease("tether-compass", "tether-compass-7d9f-abcde", {
-        "tether.kyma-project.io/breaker": "open",
-        "tether.kyma-project.io/director-errors": json.dumps([
-            {"at": ran, "operation": "registerRuntime",
-             "message": "Director answered 500 three times"}]),
-        "tether.kyma-project.io/last-run-at": ran,
-        "tether.kyma-project.io/last-run-result": "failed",
-        "tether.kyma-project.io/last-run-seconds": "2.4"})
-    env.leader_lease("tether-enroller", "tether-enroller-5c6b-fghij", {
-        "tether.kyma-project.io/last-run-at": ran,
-        "tether.kyma-project.io/last-run-result": "ok",
-        "tether.kyma-project.io/last-run-seconds": "0.8"})
-    tokens = (env.operator("browser-all"), env.operator("browser-fleet", ["fleet"]),
-              env.operator("browser-none", ()))
-    admin = adminenv.AdminProcess(env, TETHER_ADMIN_PAGE_SIZE="5",
-                                  TETHER_ADMIN_RUNBOOK_BASE=docs.base)
+    env.leader_lease(
+        "tether-compass",
+        "tether-compass-7d9f-abcde",
+        {
+            "tether.kyma-project.io/breaker": "open",
+            "tether.kyma-project.io/director-errors": json.dumps(
+                [
+                    {
+                        "at": ran,
+                        "operation": "registerRuntime",
+                        "message": "Director answered 500 three times",
+                    }
+                ]
+            ),
+            "tether.kyma-project.io/last-run-at": ran,
+            "tether.kyma-project.io/last-run-result": "failed",
+            "tether.kyma-project.io/last-run-seconds": "2.4",
+        },
+    )
+    env.leader_lease(
+        "tether-enroller",
+        "tether-enroller-5c6b-fghij",
+        {
+            "tether.kyma-project.io/last-run-at": ran,
+            "tether.kyma-project.io/last-run-result": "ok",
+            "tether.kyma-project.io/last-run-seconds": "0.8",
+        },
+    )
+    tokens = (
+        env.operator("browser-all"),
+        env.operator("browser-fleet", ["fleet"]),
+        env.operator("browser-none", ()),
+    )
+    admin = adminenv.AdminProcess(
+        env, TETHER_ADMIN_PAGE_SIZE="5", TETHER_ADMIN_RUNBOOK_BASE=docs.base
+    )
     try:
-        yield Scenario(env, admin, *tokens, failing=failing, unenrolled=unenrolled, xss=xss,
-                       healthy=healthy, docs=docs)
+        yield Scenario(
+            env,
+            admin,
+            *tokens,
+            failing=failing,
+            unenrolled=unenrolled,
+            xss=xss,
+            healthy=healthy,
+            docs=docs,
+        )
     finally:
         admin.stop()
 
@@ -183,16 +227,30 @@ def _trusting_home(d: pathlib.Path, ca_file: pathlib.Path) -> pathlib.Path:
     """A HOME whose NSS database trusts ``ca_file`` as an issuer of server certificates."""
     nss = d / ".pki" / "nssdb"
     nss.mkdir(parents=True)
-    subprocess.run(["certutil", "-N", "-d", f"sql:{nss}", "--empty-password"], check=True,
-                   capture_output=True)
-    subprocess.run(["certutil", "-A", "-d", f"sql:{nss}", "-n", "tether-admin-test-ca",
-                    "-t", "C,,", "-i", str(ca_file)], check=True, capture_output=True)
+    subprocess.run(
+        ["certutil", "-N", "-d", f"sql:{nss}", "--empty-password"], check=True, capture_output=True
+    )
+    subprocess.run(
+        [
+            "certutil",
+            "-A",
+            "-d",
+            f"sql:{nss}",
+            "-n",
+            "tether-admin-test-ca",
+            "-t",
+            "C,,",
+            "-i",
+            str(ca_file),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return d
 
 
 @pytest.fixture(scope="module")
-def browser(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[WebDriver]:
+def browser(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
     for tool in (CHROMIUM, CHROMEDRIVER, shutil.which("certutil") or "certutil"):
         if not os.access(tool, os.X_OK):
             pytest.fail(f"{tool} is missing: run `make browser` (hack/install-browser.sh)")
@@ -205,14 +263,22 @@ def browser(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
         opts.add_argument("--no-sandbox")  # Chromium refuses to start as root with it
     opts.add_argument(f"--window-size={WINDOW[0]},{WINDOW[1]}")
     opts.add_argument(f"--user-data-dir={d / 'profile'}")
-    for flag in ("--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-default-apps", "--hide-scrollbars",
-                 "--force-device-scale-factor=1"):
+    for flag in (
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-default-apps",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+    ):
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(CHROMEDRIVER, log_output=str(d / "chromedriver.log"),
-                      env={**os.environ, "HOME": str(home)})
+    service = Service(
+        CHROMEDRIVER, log_output=str(d / "chromedriver.log"), env={**os.environ, "HOME": str(home)}
+    )
     old = os.environ.get("SE_OFFLINE")
     os.environ["SE_OFFLINE"] = "true"
     try:
@@ -231,6 +297,7 @@ def browser(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory
 
 # -- helpers -----------------------------------------------------------------------------------
 
+
 def console(driver: WebDriver) -> list[dict[str, Any]]:
     """The browser console since the last call (SEVERE and WARNING entries)."""
     return [e for e in driver.get_log("browser") if e.get("level") in ("SEVERE", "WARNING")]
@@ -242,8 +309,11 @@ def assert_clean_console(driver: WebDriver, *, expected_status: int | None = Non
     entries = [e for e in console(driver) if e["level"] == "SEVERE"]
     if expected_status is not None:
         marker = f"status of {expected_status}"
-        entries = [e for e in entries if not (e.get("source") == "network"
-                                              and marker in e.get("message", ""))]
+        entries = [
+            e
+            for e in entries
+            if not (e.get("source") == "network" and marker in e.get("message", ""))
+        ]
     assert entries == [], f"console errors on {driver.current_url}: {entries}"
 
 
@@ -266,7 +336,8 @@ def sign_in(driver: WebDriver, s: Scenario, token: str, then: str = "/fleet") ->
     box.send_keys(token)
     driver.find_element(By.CSS_SELECTOR, "form.login button[type=submit]").click()
     WebDriverWait(driver, 10).until(
-        lambda d: urllib.parse.urlsplit(d.current_url).path == urllib.parse.urlsplit(then).path)
+        lambda d: urllib.parse.urlsplit(d.current_url).path == urllib.parse.urlsplit(then).path
+    )
 
 
 def shoot(driver: WebDriver, page: str) -> None:
@@ -276,8 +347,10 @@ def shoot(driver: WebDriver, page: str) -> None:
 
 
 def fleet_ids(driver: WebDriver) -> list[str]:
-    return [str(r.get_attribute("data-runtime")) for r in
-            driver.find_elements(By.CSS_SELECTOR, "#fleet tbody tr[data-runtime]")]
+    return [
+        str(r.get_attribute("data-runtime"))
+        for r in driver.find_elements(By.CSS_SELECTOR, "#fleet tbody tr[data-runtime]")
+    ]
 
 
 def assert_styled(driver: WebDriver) -> None:
@@ -287,6 +360,7 @@ def assert_styled(driver: WebDriver) -> None:
 
 
 # -- tests -------------------------------------------------------------------------------------
+
 
 def test_login_page_form_and_sign_in(browser: WebDriver, scenario: Scenario) -> None:
     visit(browser, scenario, "/fleet?problem=webhook_path_failing")
@@ -300,15 +374,18 @@ def test_login_page_form_and_sign_in(browser: WebDriver, scenario: Scenario) -> 
     browser.execute_script(
         "const i = document.createElement('img');"
         "i.src = 'data:image/gif;base64,R0lGODlhAQABAAAAACw=';"
-        "document.body.appendChild(i);")
-    WebDriverWait(browser, 5).until(lambda d: any(
-        "Content Security Policy" in e["message"] for e in console(d)))
+        "document.body.appendChild(i);"
+    )
+    WebDriverWait(browser, 5).until(
+        lambda d: any("Content Security Policy" in e["message"] for e in console(d))
+    )
     browser.refresh()
     assert_clean_console(browser)
     browser.find_element(By.ID, "token").send_keys("not-a-token")
     browser.find_element(By.CSS_SELECTOR, "form.login button[type=submit]").click()
     WebDriverWait(browser, 10).until(
-        expected_conditions.presence_of_element_located((By.ID, "message")))
+        expected_conditions.presence_of_element_located((By.ID, "message"))
+    )
     assert "did not accept" in browser.find_element(By.ID, "message").text
     assert_clean_console(browser, expected_status=401)
     sign_in(browser, scenario, scenario.all_pages, "/fleet?problem=webhook_path_failing")
@@ -346,8 +423,12 @@ def test_fleet_worst_first_search_and_pages(browser: WebDriver, scenario: Scenar
     WebDriverWait(browser, 10).until(expected_conditions.url_contains("page=2"))
     second = fleet_ids(browser)
     assert len(second) == 4 and not set(first) & set(second)
-    assert set(first + second) == {scenario.failing, scenario.unenrolled, scenario.xss,
-                                   *scenario.healthy}
+    assert set(first + second) == {
+        scenario.failing,
+        scenario.unenrolled,
+        scenario.xss,
+        *scenario.healthy,
+    }
     assert "Page 2 of 2" in browser.find_element(By.CSS_SELECTOR, "p.pages").text
     assert browser.find_elements(By.CSS_SELECTOR, "p.pages a[rel=next]") == []
     browser.find_element(By.CSS_SELECTOR, "p.pages a[rel=prev]").click()
@@ -440,8 +521,7 @@ def test_parts_page(browser: WebDriver, scenario: Scenario) -> None:
     rows = browser.find_elements(By.CSS_SELECTOR, "#parts tr[data-part]")
     names = [r.get_attribute("data-part") for r in rows]
     assert names[0] == "tether-enroller"  # not Available: first
-    assert set(names) == {"tether-listener", "tether-compass", "tether-enroller",
-                          "tether-admin"}
+    assert set(names) == {"tether-listener", "tether-compass", "tether-enroller", "tether-admin"}
     enroller = browser.find_element(By.CSS_SELECTOR, 'tr[data-part="tether-enroller"]')
     assert "bad" in str(enroller.get_attribute("class"))
     assert "0/1 (not Available)" in enroller.text and "tether-enroller-5c6b-fghij" in enroller.text
@@ -459,8 +539,11 @@ def test_forbidden_pages(browser: WebDriver, scenario: Scenario) -> None:
     sign_in(browser, scenario, scenario.fleet_only)
     assert fleet_ids(browser)[:2] == [scenario.unenrolled, scenario.failing]
     assert_clean_console(browser)
-    for path, page in (("/compass", "compass"), ("/parts", "parts"),
-                       (f"/runtimes/{scenario.failing}", "runtime")):
+    for path, page in (
+        ("/compass", "compass"),
+        ("/parts", "parts"),
+        (f"/runtimes/{scenario.failing}", "runtime"),
+    ):
         visit(browser, scenario, path)
         assert browser.title == "403 forbidden · Tether admin", path
         assert heading(browser) == "403 · forbidden"
@@ -497,8 +580,16 @@ def test_sign_out_clears_the_cookie(browser: WebDriver, scenario: Scenario) -> N
     assert urllib.parse.urlsplit(browser.current_url).path == "/login"
     assert browser.find_element(By.NAME, "next").get_attribute("value") == "/compass"
     # the session ended on the server: the old cookie, put back, is worth nothing
-    browser.add_cookie({"name": admin_guard.COOKIE, "value": kept["value"], "path": "/",
-                        "secure": True, "httpOnly": True, "sameSite": "Strict"})
+    browser.add_cookie(
+        {
+            "name": admin_guard.COOKIE,
+            "value": kept["value"],
+            "path": "/",
+            "secure": True,
+            "httpOnly": True,
+            "sameSite": "Strict",
+        }
+    )
     visit(browser, scenario, "/compass")
     assert urllib.parse.urlsplit(browser.current_url).path == "/login"
     assert_clean_console(browser)
@@ -528,18 +619,24 @@ def test_a_refusal_leads_to_its_runbook(browser: WebDriver, scenario: Scenario) 
     section = browser.execute_script(
         "let t = [], e = arguments[0].nextElementSibling;"
         "while (e && e.tagName === 'P') { t.push(e.textContent); e = e.nextElementSibling; }"
-        "return t.join('\\n');", target)
+        "return t.join('\\n');",
+        target,
+    )
     assert "**Do:**" in section and "**Check:**" in section
     # the docs stand-in serves no favicon: its 404 is not the admin's, drop it from the log
     assert all("favicon.ico" in e["message"] for e in console(browser) if e["level"] == "SEVERE")
     browser.back()
     WebDriverWait(browser, 10).until(expected_conditions.url_contains("/runtimes/"))
     problem = browser.find_element(By.CSS_SELECTOR, "#problems a.runbook")
-    assert str(problem.get_attribute("href")) == \
-        f"{scenario.docs.base}/docs/operations.md#problem-webhook_path_failing"
+    assert (
+        str(problem.get_attribute("href"))
+        == f"{scenario.docs.base}/docs/operations.md#problem-webhook_path_failing"
+    )
 
 
-def test_a_changes_trace_id_is_shown_beside_its_record(browser: WebDriver, scenario: Scenario) -> None:
+def test_a_changes_trace_id_is_shown_beside_its_record(
+    browser: WebDriver, scenario: Scenario
+) -> None:
     """The runtime page shows the trace ID the listener wrote with a recent record into the
     RuntimeDelivery (tests/webhook/test_trace_e2e.py shows that it is the one the listener
     logged and stored on the record), so an operator can search the logs and spans for it."""
@@ -552,14 +649,18 @@ def test_a_changes_trace_id_is_shown_beside_its_record(browser: WebDriver, scena
     at = adminenv.now()
     d.record(at, "webhook", at, "persisted", "team-a", "traced-cm", trace)
     obj["status"] = delivery.merge(obj.get("status"), d, scenario.xss, at)
-    objects.replace_namespaced_custom_object_status(res.group, res.version, env.kcp_ns,
-                                                    res.plural, name, obj)
+    objects.replace_namespaced_custom_object_status(
+        res.group, res.version, env.kcp_ns, res.plural, name, obj
+    )
     sign_in(browser, scenario, scenario.all_pages, f"/runtimes/{scenario.xss}")
 
     def traced_row(driver: WebDriver) -> Any:
         driver.refresh()  # the admin lists the KCP in the background, about every second
-        rows = [r for r in driver.find_elements(By.CSS_SELECTOR, "#recent tr")
-                if "team-a/traced-cm" in r.text]
+        rows = [
+            r
+            for r in driver.find_elements(By.CSS_SELECTOR, "#recent tr")
+            if "team-a/traced-cm" in r.text
+        ]
         return rows[0] if rows else False
 
     row = WebDriverWait(browser, 30, poll_frequency=1).until(traced_row)

@@ -17,19 +17,33 @@ def ts(seconds_ago: float) -> str:
 
 def kyma(name: str, rid: str | None, **meta: object) -> dict[str, object]:
     labels = {"kyma-project.io/runtime-id": rid} if rid else {}
-    return {"metadata": {"name": name, "namespace": "kcp", "labels": labels,
-                         "creationTimestamp": ts(86_400), **meta}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "kcp",
+            "labels": labels,
+            "creationTimestamp": ts(86_400),
+            **meta,
+        }
+    }
 
 
 def enrollment(name: str, ready: str = "True", not_after: float = 5 * 86_400) -> dict[str, object]:
-    return {"metadata": {"name": name}, "spec": {"kymaName": name},
-            "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "Why"}],
-                       "certificate": {"notAfter": ts(-not_after)}}}
+    return {
+        "metadata": {"name": name},
+        "spec": {"kymaName": name},
+        "status": {
+            "conditions": [{"type": "Ready", "status": ready, "reason": "Why"}],
+            "certificate": {"notAfter": ts(-not_after)},
+        },
+    }
 
 
 def lease(rid: str, age: float) -> dict[str, object]:
-    return {"metadata": {"labels": {"kyma-project.io/runtime-id": rid}},
-            "spec": {"renewTime": ts(age)}}
+    return {
+        "metadata": {"labels": {"kyma-project.io/runtime-id": rid}},
+        "spec": {"renewTime": ts(age)},
+    }
 
 
 def deliveries(rid: str, webhook: int, poller: int, refused: int = 0) -> dict[str, object]:
@@ -38,8 +52,10 @@ def deliveries(rid: str, webhook: int, poller: int, refused: int = 0) -> dict[st
         d.record(NOW, "poller" if i < poller else "webhook", NOW, "persisted", "ns", "n")
     for _ in range(refused):
         d.refuse(NOW, "schema", 400)
-    return {"metadata": {"labels": {"kyma-project.io/runtime-id": rid}},
-            "status": delivery.merge(None, d, rid, NOW)}
+    return {
+        "metadata": {"labels": {"kyma-project.io/runtime-id": rid}},
+        "status": delivery.merge(None, d, rid, NOW),
+    }
 
 
 def build(**kw: object) -> list[fleet.Row]:
@@ -47,23 +63,40 @@ def build(**kw: object) -> list[fleet.Row]:
 
 
 def test_a_runtime_is_a_kyma_cr_with_a_runtime_id() -> None:
-    rows = build(kymas=[kyma("a", "rt-a"), kyma("no-id", None)],
-                 heartbeats=[lease("rt-gone", 1)], deliveries=[deliveries("rt-gone", 1, 0)])
+    rows = build(
+        kymas=[kyma("a", "rt-a"), kyma("no-id", None)],
+        heartbeats=[lease("rt-gone", 1)],
+        deliveries=[deliveries("rt-gone", 1, 0)],
+    )
     assert [r.runtime_id for r in rows] == ["rt-a"]
 
 
 def test_problems_follow_the_thresholds() -> None:
-    rows = {r.runtime_id: r for r in build(
-        kymas=[kyma(n, f"rt-{n}") for n in ("ok", "unenrolled", "silent", "poller", "expiring",
-                                            "refusing", "few")]
-        + [kyma("gone", "rt-gone", deletionTimestamp=ts(5))],
-        enrollments=[enrollment(n) for n in ("ok", "silent", "poller", "refusing", "few", "gone")]
-        + [enrollment("unenrolled", "False"), enrollment("expiring", not_after=3600)],
-        heartbeats=[lease(f"rt-{n}", 10) for n in ("ok", "unenrolled", "poller", "expiring",
-                                                   "refusing", "few", "gone")]
-        + [lease("rt-silent", 301)],
-        deliveries=[deliveries("rt-ok", 10, 4), deliveries("rt-poller", 5, 5),
-                    deliveries("rt-refusing", 1, 0, refused=5), deliveries("rt-few", 0, 4)])}
+    rows = {
+        r.runtime_id: r
+        for r in build(
+            kymas=[
+                kyma(n, f"rt-{n}")
+                for n in ("ok", "unenrolled", "silent", "poller", "expiring", "refusing", "few")
+            ]
+            + [kyma("gone", "rt-gone", deletionTimestamp=ts(5))],
+            enrollments=[
+                enrollment(n) for n in ("ok", "silent", "poller", "refusing", "few", "gone")
+            ]
+            + [enrollment("unenrolled", "False"), enrollment("expiring", not_after=3600)],
+            heartbeats=[
+                lease(f"rt-{n}", 10)
+                for n in ("ok", "unenrolled", "poller", "expiring", "refusing", "few", "gone")
+            ]
+            + [lease("rt-silent", 301)],
+            deliveries=[
+                deliveries("rt-ok", 10, 4),
+                deliveries("rt-poller", 5, 5),
+                deliveries("rt-refusing", 1, 0, refused=5),
+                deliveries("rt-few", 0, 4),
+            ],
+        )
+    }
     assert rows["rt-ok"].problems == ()  # 4 of 14 by the poller: below half
     assert rows["rt-unenrolled"].problems == ("not_enrolled",)
     assert rows["rt-silent"].problems == ("silent",)
@@ -76,28 +109,46 @@ def test_problems_follow_the_thresholds() -> None:
 
 
 def test_no_enrollment_and_no_heartbeat_since_creation_is_the_worst() -> None:
-    rows = build(kymas=[kyma("b", "rt-b"), kyma("a", "rt-a")],
-                 enrollments=[enrollment("b")], heartbeats=[lease("rt-b", 1)])
+    rows = build(
+        kymas=[kyma("b", "rt-b"), kyma("a", "rt-a")],
+        enrollments=[enrollment("b")],
+        heartbeats=[lease("rt-b", 1)],
+    )
     assert [r.runtime_id for r in rows] == ["rt-a", "rt-b"]
     assert rows[0].problems == ("not_enrolled", "silent") and rows[0].enrolled == "Unknown"
 
 
 def test_garbage_objects_never_raise() -> None:
-    rows = build(kymas=[kyma("a", "rt-a"), {"metadata": "x"}, {}],
-                 enrollments=[{"spec": None, "status": {"conditions": "no"}}, {}],
-                 heartbeats=[{"metadata": {"labels": {"kyma-project.io/runtime-id": "rt-a"}},
-                              "spec": {"renewTime": "2026-13-45"}}],
-                 deliveries=[{"metadata": {"labels": {"kyma-project.io/runtime-id": "rt-a"}},
-                              "status": {"minutes": [{"start": "x", "lag": "y"}, 5],
-                                         "recent": "z", "stored": [1]}}],
-                 mappings=[{"metadata": {"labels": {}}}])
+    rows = build(
+        kymas=[kyma("a", "rt-a"), {"metadata": "x"}, {}],
+        enrollments=[{"spec": None, "status": {"conditions": "no"}}, {}],
+        heartbeats=[
+            {
+                "metadata": {"labels": {"kyma-project.io/runtime-id": "rt-a"}},
+                "spec": {"renewTime": "2026-13-45"},
+            }
+        ],
+        deliveries=[
+            {
+                "metadata": {"labels": {"kyma-project.io/runtime-id": "rt-a"}},
+                "status": {
+                    "minutes": [{"start": "x", "lag": "y"}, 5],
+                    "recent": "z",
+                    "stored": [1],
+                },
+            }
+        ],
+        mappings=[{"metadata": {"labels": {}}}],
+    )
     assert rows[0].runtime_id == "rt-a" and rows[0].heartbeat is None
 
 
 def test_select_searches_filters_and_pages() -> None:
-    rows = build(kymas=[kyma(f"k{i}", f"rt-{i:02d}") for i in range(23)],
-                 enrollments=[enrollment(f"k{i}") for i in range(23) if i != 7],
-                 heartbeats=[lease(f"rt-{i:02d}", 1) for i in range(23)])
+    rows = build(
+        kymas=[kyma(f"k{i}", f"rt-{i:02d}") for i in range(23)],
+        enrollments=[enrollment(f"k{i}") for i in range(23) if i != 7],
+        heartbeats=[lease(f"rt-{i:02d}", 1) for i in range(23)],
+    )
     page = fleet.select(rows, page=3, size=10)
     assert (page.number, page.pages, page.total, len(page.rows)) == (3, 3, 23, 3)
     assert fleet.select(rows, page=99, size=10).number == 3
@@ -114,17 +165,44 @@ def test_the_problem_series_are_capped_worst_first() -> None:
 
 
 def test_review_bodies_carry_the_identity_and_the_page() -> None:
-    who = auth.identity_of({"status": {"authenticated": True, "audiences": ["tether-admin"], "user": {
-        "username": "alice", "uid": "u1", "groups": ["ops"], "extra": {"scope": ["a"]}}}}, "tether-admin")
+    who = auth.identity_of(
+        {
+            "status": {
+                "authenticated": True,
+                "audiences": ["tether-admin"],
+                "user": {
+                    "username": "alice",
+                    "uid": "u1",
+                    "groups": ["ops"],
+                    "extra": {"scope": ["a"]},
+                },
+            }
+        },
+        "tether-admin",
+    )
     assert who == auth.Identity("alice", "u1", ("ops",), (("scope", ("a",)),))
     body = auth.access_body(who, "compass")
     assert body["spec"]["resourceAttributes"] == {
-        "group": "tether.kyma-project.io", "resource": "adminpages", "name": "compass",
-        "verb": "get"}
+        "group": "tether.kyma-project.io",
+        "resource": "adminpages",
+        "name": "compass",
+        "verb": "get",
+    }
     assert body["spec"]["extra"] == {"scope": ["a"]} and body["spec"]["groups"] == ["ops"]
     assert auth.identity_of({"status": {"authenticated": False}}, "tether-admin") is None
-    assert auth.identity_of({"status": {"authenticated": True, "audiences": ["https://kcp"], "user": {
-        "username": "alice"}}}, "tether-admin") is None  # a token for another audience
+    assert (
+        auth.identity_of(
+            {
+                "status": {
+                    "authenticated": True,
+                    "audiences": ["https://kcp"],
+                    "user": {"username": "alice"},
+                }
+            },
+            "tether-admin",
+        )
+        is None
+    )  # a token for another audience
     assert auth.token_key("t") != "t" and len(auth.token_key("t")) == 64
 
 
@@ -132,6 +210,7 @@ def test_the_authorizer_refuses_unusable_tokens_without_asking() -> None:
     class NoKcp:
         def create(self, *a: object, **k: object) -> dict[str, object]:
             raise AssertionError("the KCP must not be asked")
+
     a = auth.Authorizer(NoKcp(), 30, 1, "tether-admin", throttle.Buckets(10, 10))  # type: ignore[arg-type]
     for token in ("", "x" * (auth.MAX_TOKEN + 1), "tab\there", "é-token"):
         assert a.identify(token, "10.0.0.1") is None
@@ -146,8 +225,15 @@ def test_charts_hold_numbers_only_and_break_on_gaps() -> None:
 
 def test_formatting() -> None:
     assert views.ago(NOW - datetime.timedelta(seconds=90), NOW) == "90s ago"
-    assert views.ago(None, NOW) == "never" and views.until(NOW - datetime.timedelta(days=3), NOW) == "expired 3d ago"
-    assert views.seconds(0.0421) == "42ms" and views.seconds(2.5) == "2.5s" and views.seconds(None) == "—"
+    assert (
+        views.ago(None, NOW) == "never"
+        and views.until(NOW - datetime.timedelta(days=3), NOW) == "expired 3d ago"
+    )
+    assert (
+        views.seconds(0.0421) == "42ms"
+        and views.seconds(2.5) == "2.5s"
+        and views.seconds(None) == "—"
+    )
     # long lags are human durations, not raw seconds
     assert views.seconds(101279.3) == "28h" and views.seconds(600.0) == "10m"
     assert views.seconds(59.94) == "59.9s" and views.seconds(3 * 86_400.0) == "3d"
@@ -155,22 +241,50 @@ def test_formatting() -> None:
 
 
 def test_parts_leaders_and_compass_from_leases() -> None:
-    deps = [{"metadata": {"name": "tether-compass"},
-             "spec": {"replicas": 2, "template": {"spec": {"containers": [
-                 {"image": "registry:5000/tether:0.1.0"}]}}},
-             "status": {"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}}]
-    leases = [{"metadata": {"name": "tether-compass-1", "annotations": {
-        apitypes.LAST_RUN_RESULT_ANNOTATION: "ok", apitypes.BREAKER_ANNOTATION: "half-open",
-        apitypes.DIRECTOR_ERRORS_ANNOTATION: '[{"at": "t", "operation": "op", "message": "' + "m" * 500 + '"}]'}},
-        "spec": {"holderIdentity": "pod_1"}}, {"metadata": {"name": "unrelated"}, "spec": {}}]
+    deps = [
+        {
+            "metadata": {"name": "tether-compass"},
+            "spec": {
+                "replicas": 2,
+                "template": {"spec": {"containers": [{"image": "registry:5000/tether:0.1.0"}]}},
+            },
+            "status": {"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]},
+        }
+    ]
+    leases = [
+        {
+            "metadata": {
+                "name": "tether-compass-1",
+                "annotations": {
+                    apitypes.LAST_RUN_RESULT_ANNOTATION: "ok",
+                    apitypes.BREAKER_ANNOTATION: "half-open",
+                    apitypes.DIRECTOR_ERRORS_ANNOTATION: '[{"at": "t", "operation": "op", "message": "'
+                    + "m" * 500
+                    + '"}]',
+                },
+            },
+            "spec": {"holderIdentity": "pod_1"},
+        },
+        {"metadata": {"name": "unrelated"}, "spec": {}},
+    ]
     (p,) = parts.parts_of(deps, leases)
     assert (p.version, p.ready, p.desired) == ("0.1.0", 1, 2)
-    assert [(x.lease, x.holder, x.last_result) for x in p.leaders] == [("tether-compass-1", "pod_1", "ok")]
+    assert [(x.lease, x.holder, x.last_result) for x in p.leaders] == [
+        ("tether-compass-1", "pod_1", "ok")
+    ]
     c = parts.compass_of(leases)
     assert c.breaker == "half-open" and len(c.errors[0]["message"]) == 200
     assert parts.compass_of([]).breaker == "unknown"
-    bad = parts.compass_of([{"metadata": {"name": "tether-compass", "annotations": {
-        apitypes.DIRECTOR_ERRORS_ANNOTATION: "{not json"}}}])
+    bad = parts.compass_of(
+        [
+            {
+                "metadata": {
+                    "name": "tether-compass",
+                    "annotations": {apitypes.DIRECTOR_ERRORS_ANNOTATION: "{not json"},
+                }
+            }
+        ]
+    )
     assert bad.errors == ()
 
 

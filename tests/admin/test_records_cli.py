@@ -18,30 +18,79 @@ NOW = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.UTC)
 SECRET = "s3cr3t-value-never-shown"
 
 
-def stored(name: str = "app", *, ns: str = "team-a", watch: str = "configuration",
-           deleted: bool = False, epoch: int = 2, source: str = "webhook",
-           kcp_ns: str = "kcp-system", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "tether.kyma-project.io/v1", "kind": "RuntimeConfigMap",
-            "metadata": {"name": f"rcm-{name}", "namespace": kcp_ns, "resourceVersion": "981",
-                         "creationTimestamp": "2026-12-02T12:00:00Z",
-                         "labels": {apitypes.RUNTIME_ID_LABEL: "rt-1", watches.WATCH_LABEL: watch,
-                                    apitypes.KYMA_NAME_LABEL: "kyma-1"},
-                         "ownerReferences": [{"kind": "Kyma", "name": "kyma-1"}]},
-            "spec": {"runtimeId": "rt-1", "watch": watch, "namespace": ns, "name": name,
-                     "uid": "u-1", "resourceVersion": "77", "observedAt": "2026-12-04T11:57:00Z",
-                     "deleted": deleted, "source": source, "epoch": epoch,
-                     "labels": {"app": "x"}, "annotations": {}, "data": {}, **spec}}
+def stored(
+    name: str = "app",
+    *,
+    ns: str = "team-a",
+    watch: str = "configuration",
+    deleted: bool = False,
+    epoch: int = 2,
+    source: str = "webhook",
+    kcp_ns: str = "kcp-system",
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "tether.kyma-project.io/v1",
+        "kind": "RuntimeConfigMap",
+        "metadata": {
+            "name": f"rcm-{name}",
+            "namespace": kcp_ns,
+            "resourceVersion": "981",
+            "creationTimestamp": "2026-12-02T12:00:00Z",
+            "labels": {
+                apitypes.RUNTIME_ID_LABEL: "rt-1",
+                watches.WATCH_LABEL: watch,
+                apitypes.KYMA_NAME_LABEL: "kyma-1",
+            },
+            "ownerReferences": [{"kind": "Kyma", "name": "kyma-1"}],
+        },
+        "spec": {
+            "runtimeId": "rt-1",
+            "watch": watch,
+            "namespace": ns,
+            "name": name,
+            "uid": "u-1",
+            "resourceVersion": "77",
+            "observedAt": "2026-12-04T11:57:00Z",
+            "deleted": deleted,
+            "source": source,
+            "epoch": epoch,
+            "labels": {"app": "x"},
+            "annotations": {},
+            "data": {},
+            **spec,
+        },
+    }
 
 
 def test_rows_and_the_table_show_watch_key_state_epoch_source_and_ages() -> None:
-    rows = [view.row_of(stored()), view.row_of(stored("gone", deleted=True, source="poller",
-                                                   kcp_ns="cfg-store", data={}))]
-    assert rows[0] == view.Row("configuration", "team-a", "app", False, 2, "webhook",
-                             "2026-12-04T11:57:00Z", "kcp-system", "2026-12-02T12:00:00Z",
-                             "kyma-1")
+    rows = [
+        view.row_of(stored()),
+        view.row_of(stored("gone", deleted=True, source="poller", kcp_ns="cfg-store", data={})),
+    ]
+    assert rows[0] == view.Row(
+        "configuration",
+        "team-a",
+        "app",
+        False,
+        2,
+        "webhook",
+        "2026-12-04T11:57:00Z",
+        "kcp-system",
+        "2026-12-02T12:00:00Z",
+        "kyma-1",
+    )
     cells = view.table(rows, NOW)
-    assert cells[0] == ["configuration", "team-a/app", "live", "2", "webhook", "3m ago",
-                        "kcp-system", "2d"]
+    assert cells[0] == [
+        "configuration",
+        "team-a/app",
+        "live",
+        "2",
+        "webhook",
+        "3m ago",
+        "kcp-system",
+        "2d",
+    ]
     assert cells[1][2:4] == ["tombstone", "2"] and cells[1][4] == "poller"
     assert cells[1][6] == "cfg-store"
 
@@ -59,9 +108,11 @@ def test_a_hand_written_or_hostile_object_never_raises_and_prints_on_one_line() 
 
 def test_the_detail_shows_keys_and_sizes_never_values_unless_asked() -> None:
     blob = base64.b64encode(b"\x00" * 1000).decode()
-    obj = stored(data={"config.yaml": SECRET, "b": "xy"}, binaryData={"blob": blob},
-                 annotations={watches.LAST_APPLIED: '{"data":{"k":"' + SECRET + '"}}',
-                              "team": "a"})
+    obj = stored(
+        data={"config.yaml": SECRET, "b": "xy"},
+        binaryData={"blob": blob},
+        annotations={watches.LAST_APPLIED: '{"data":{"k":"' + SECRET + '"}}', "team": "a"},
+    )
     text = "\n".join(view.detail_lines(obj, NOW, show_values=False))
     assert SECRET not in text
     assert "Values: 3 keys" in text and "--show-values" in text
@@ -88,20 +139,29 @@ def test_value_sizes() -> None:
     assert view.value_size("binaryData", base64.b64encode(b"abcd").decode()) == 4
     assert view.value_size("binaryData", base64.b64encode(b"abcde").decode()) == 5
     assert view.keys_of({"data": {"b": "1", "a": "22"}, "binaryData": None}) == [
-        ("data", "a", 2), ("data", "b", 1)]
+        ("data", "a", 2),
+        ("data", "b", 1),
+    ]
 
 
 def _args(*argv: str) -> argparse.Namespace:
     return rc.parser().parse_args(list(argv))
 
 
-@pytest.mark.parametrize(("argv", "named"), [
-    (("rt 1",), "RUNTIME"), (("rt-",), "RUNTIME"), (("rt-1", "noslash"), "NAMESPACE/NAME"),
-    (("rt-1", "Team_A!/x"), "NAMESPACE/NAME"), (("rt-1", "a/b\nc"), "NAMESPACE/NAME"),
-    (("rt-1", "--watch", "a,b=c"), "--watch"), (("rt-1", "--limit", "0"), "--limit"),
-    (("rt-1", "--limit", "10001"), "--limit")])
-def test_bad_arguments_are_named_before_the_kcp_is_asked(argv: tuple[str, ...],
-                                                         named: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (("rt 1",), "RUNTIME"),
+        (("rt-",), "RUNTIME"),
+        (("rt-1", "noslash"), "NAMESPACE/NAME"),
+        (("rt-1", "Team_A!/x"), "NAMESPACE/NAME"),
+        (("rt-1", "a/b\nc"), "NAMESPACE/NAME"),
+        (("rt-1", "--watch", "a,b=c"), "--watch"),
+        (("rt-1", "--limit", "0"), "--limit"),
+        (("rt-1", "--limit", "10001"), "--limit"),
+    ],
+)
+def test_bad_arguments_are_named_before_the_kcp_is_asked(argv: tuple[str, ...], named: str) -> None:
     with pytest.raises(config.SettingError, match=f"^{named}"):
         rc.check_args(_args(*argv))
 
@@ -112,11 +172,13 @@ def test_good_arguments_and_the_selector() -> None:
     assert rc.selector("rt-1", None, None) == "kyma-project.io/runtime-id=rt-1"
     assert rc.selector("rt-1", "w", "team-a") == (
         "kyma-project.io/runtime-id=rt-1,tether.kyma-project.io/watch=w,"
-        "tether.kyma-project.io/namespace=team-a")
+        "tether.kyma-project.io/namespace=team-a"
+    )
 
 
 def test_main_answers_a_usage_error_with_exit_2_and_one_line(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert rc.main(["rt 1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("tether records: RUNTIME:") and err.count("\n") == 1
@@ -142,5 +204,7 @@ def test_a_record_outside_its_watchs_storage_namespace_is_stray() -> None:
     assert not rc.stray(row._replace(watch="unknown"), homes, "kcp-system")  # deleted Watch
     assert not rc.stray(row._replace(kcp_namespace="x"), None, "kcp-system")  # not read
     marked = view.table([row._replace(stray=True)], NOW)[0]
-    assert marked[6] == "tether-configuration (stray)" and view.row_json(
-        row._replace(stray=True))["stray"] is True
+    assert (
+        marked[6] == "tether-configuration (stray)"
+        and view.row_json(row._replace(stray=True))["stray"] is True
+    )

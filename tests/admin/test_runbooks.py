@@ -46,8 +46,11 @@ def runtime_reasons() -> set[str]:
             on_deliveries = isinstance(owner, ast.Attribute) and owner.attr == "deliveries"
             arg = None
             if name == "Problem":
-                arg = node.args[3] if len(node.args) > 3 else next(
-                    (k.value for k in node.keywords if k.arg == "reason"), None)
+                arg = (
+                    node.args[3]
+                    if len(node.args) > 3
+                    else next((k.value for k in node.keywords if k.arg == "reason"), None)
+                )
             elif on_deliveries and name == "refuse":
                 arg = node.args[1]
             elif on_deliveries and name == "record" and len(node.args) > 3:
@@ -67,15 +70,33 @@ def runtime_reasons() -> set[str]:
 
 def shown_reasons() -> set[str]:
     # the Watches' refusals are recorded per record (``r.reason``): their set is watchcheck's
-    return (set(auth.REASONS) | set(httpconn.REASONS) | set(watchcheck.REASONS) | runtime_reasons()
-            | {runbooks.OTHER})
+    return (
+        set(auth.REASONS)
+        | set(httpconn.REASONS)
+        | set(watchcheck.REASONS)
+        | runtime_reasons()
+        | {runbooks.OTHER}
+    )
 
 
 def test_the_scan_finds_the_listeners_runtime_reasons() -> None:
     found = runtime_reasons()
-    assert {"invalid_json", "body_timeout", "schema", "media_type", "too_large", "rate",
-            "in_flight", "kcp_unavailable", "kcp_rejected", "quota_records", "quota_bytes",
-            "future_epoch", "parse_budget", "query"} <= found, found
+    assert {
+        "invalid_json",
+        "body_timeout",
+        "schema",
+        "media_type",
+        "too_large",
+        "rate",
+        "in_flight",
+        "kcp_unavailable",
+        "kcp_rejected",
+        "quota_records",
+        "quota_bytes",
+        "future_epoch",
+        "parse_budget",
+        "query",
+    } <= found, found
 
 
 @pytest.mark.parametrize("reason", sorted(shown_reasons()))
@@ -112,19 +133,28 @@ def test_links_use_the_configured_base_like_the_alerts(tmp_path: pathlib.Path) -
     base = yaml.safe_load((ROOT / "manifests/monitoring/runbooks/runbook-base.yaml").read_text())
     assert runbooks.DEFAULT_BASE == base["data"]["base"]
     (tmp_path / "f").write_text("x")
-    files = {"TETHER_ADMIN_TLS_CERT_FILE": str(tmp_path / "f"),
-             "TETHER_ADMIN_TLS_KEY_FILE": str(tmp_path / "f")}
+    files = {
+        "TETHER_ADMIN_TLS_CERT_FILE": str(tmp_path / "f"),
+        "TETHER_ADMIN_TLS_KEY_FILE": str(tmp_path / "f"),
+    }
     s = settings_mod.build(settings_mod.SPEC.read(files))
     assert s.runbook_base == runbooks.DEFAULT_BASE
     with pytest.raises(config.SettingError, match="https://"):
         settings_mod.SPEC.read({**files, "TETHER_ADMIN_RUNBOOK_BASE": "javascript:alert(1)"})
-    s = settings_mod.build(settings_mod.SPEC.read(
-        {**files, "TETHER_ADMIN_RUNBOOK_BASE": "https://docs.example.internal/tether/"}))
+    s = settings_mod.build(
+        settings_mod.SPEC.read(
+            {**files, "TETHER_ADMIN_RUNBOOK_BASE": "https://docs.example.internal/tether/"}
+        )
+    )
     links = runbooks.Links(s.runbook_base)
-    assert links.refusal("invalid_json") == \
-        "https://docs.example.internal/tether/docs/operations.md#refusal-invalid_json"
-    assert links.problem("silent") == \
-        "https://docs.example.internal/tether/docs/operations.md#problem-silent"
+    assert (
+        links.refusal("invalid_json")
+        == "https://docs.example.internal/tether/docs/operations.md#refusal-invalid_json"
+    )
+    assert (
+        links.problem("silent")
+        == "https://docs.example.internal/tether/docs/operations.md#problem-silent"
+    )
     # a reason that is no plain code (written by hand, a future version) leads to "other"
     assert links.refusal('x"><script>').endswith("#refusal-other")
     assert links.refusal("Quota").endswith("#refusal-other")
@@ -141,7 +171,8 @@ def test_the_runtime_refusals_name_the_last_object_and_when() -> None:
     rows = runbooks.refusals(summary, runbooks.Links())
     assert [(r.reason, r.refused, r.object, r.status) for r in rows] == [
         ("quota_records", 2, "team-a/app-2", 413),
-        ("invalid_json", 1, runbooks.NO_OBJECT, 400)]
+        ("invalid_json", 1, runbooks.NO_OBJECT, 400),
+    ]
     assert rows[0].at == now - datetime.timedelta(minutes=2)
     assert rows[0].runbook.endswith("/docs/operations.md#refusal-quota_records")
     # an object written before lastRefused existed still renders

@@ -20,22 +20,37 @@ from testing.listenerenv import metric_value
 pytestmark = pytest.mark.processes
 
 COOKIE = admin_guard.COOKIE
-EVIL = ["/%09/evil.example", "/\t/evil.example", "//evil.example", "/\\evil.example",
-        "https://evil.example", "%2F%2Fevil.example", "/%2F%2Fevil.example",
-        "/%5Cevil.example", "///evil.example", "/fleet/../../evil.example",
-        "javascript:alert(1)", "/login", "/metrics", "/nope"]
+EVIL = [
+    "/%09/evil.example",
+    "/\t/evil.example",
+    "//evil.example",
+    "/\\evil.example",
+    "https://evil.example",
+    "%2F%2Fevil.example",
+    "/%2F%2Fevil.example",
+    "/%5Cevil.example",
+    "///evil.example",
+    "/fleet/../../evil.example",
+    "javascript:alert(1)",
+    "/login",
+    "/metrics",
+    "/nope",
+]
 
 
 @pytest.fixture(scope="module")
 def tokens(admin_env: adminenv.Env) -> dict[str, str]:
-    return {"operator": admin_env.operator("signin-operator", None),
-            "other": admin_env.operator("signin-other", None),
-            "nobody": admin_env.operator("signin-nobody", ()),
-            "compass-only": admin_env.operator("signin-compass", ("compass",))}
+    return {
+        "operator": admin_env.operator("signin-operator", None),
+        "other": admin_env.operator("signin-other", None),
+        "nobody": admin_env.operator("signin-nobody", ()),
+        "compass-only": admin_env.operator("signin-compass", ("compass",)),
+    }
 
 
-def sign_in(admin: adminenv.AdminProcess, token: str, nxt: str = "/fleet",
-            **headers: str) -> requests.Response:
+def sign_in(
+    admin: adminenv.AdminProcess, token: str, nxt: str = "/fleet", **headers: str
+) -> requests.Response:
     return admin.post("/login", {"token": token, "next": nxt}, headers=headers)
 
 
@@ -51,9 +66,11 @@ def as_cookie(sid: str) -> dict[str, str]:
 
 # -- next ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("raw", EVIL)
-def test_next_never_leads_off_the_pages(admin: adminenv.AdminProcess, tokens: dict[str, str],
-                                        raw: str) -> None:
+def test_next_never_leads_off_the_pages(
+    admin: adminenv.AdminProcess, tokens: dict[str, str], raw: str
+) -> None:
     r = sign_in(admin, tokens["operator"], raw)
     assert r.status_code == 303 and r.headers["Location"] == "/fleet", r.headers
     form = admin.get("/login", params={"next": raw})
@@ -61,22 +78,33 @@ def test_next_never_leads_off_the_pages(admin: adminenv.AdminProcess, tokens: di
     assert "--audience tether-admin" in form.text
 
 
-@pytest.mark.parametrize(("raw", "kept"), [
-    ("/fleet?x=1", "/fleet?x=1"), ("/compass", "/compass"),
-    ("/runtimes/rt-a?x=1", "/runtimes/rt-a?x=1"), ("/fleet?q=a%26b", "/fleet?q=a%26b")])
-def test_next_leads_to_a_page(admin: adminenv.AdminProcess, tokens: dict[str, str], raw: str,
-                              kept: str) -> None:
+@pytest.mark.parametrize(
+    ("raw", "kept"),
+    [
+        ("/fleet?x=1", "/fleet?x=1"),
+        ("/compass", "/compass"),
+        ("/runtimes/rt-a?x=1", "/runtimes/rt-a?x=1"),
+        ("/fleet?q=a%26b", "/fleet?q=a%26b"),
+    ],
+)
+def test_next_leads_to_a_page(
+    admin: adminenv.AdminProcess, tokens: dict[str, str], raw: str, kept: str
+) -> None:
     r = sign_in(admin, tokens["operator"], raw)
     assert r.status_code == 303 and r.headers["Location"] == kept
     assert f'name="next" value="{kept}"' in admin.get("/login", params={"next": raw}).text.replace(
-        "&amp;", "&")
+        "&amp;", "&"
+    )
 
 
 def test_a_page_without_a_session_sends_the_browser_to_sign_in_and_back(
-        admin: adminenv.AdminProcess) -> None:
+    admin: adminenv.AdminProcess,
+) -> None:
     r = admin.get("/runtimes/rt-x?problem=silent")
-    assert r.status_code == 303 and r.headers["Location"] == \
-        "/login?next=/runtimes/rt-x?problem=silent"
+    assert (
+        r.status_code == 303
+        and r.headers["Location"] == "/login?next=/runtimes/rt-x?problem=silent"
+    )
     form = admin.get(r.headers["Location"])
     assert 'name="next" value="/runtimes/rt-x?problem=silent"' in form.text
     r = admin.get("/fleet?q=fail&problem=silent")  # the whole query comes back
@@ -87,13 +115,19 @@ def test_a_page_without_a_session_sends_the_browser_to_sign_in_and_back(
 
 # -- audience --------------------------------------------------------------------------------
 
+
 def test_only_a_token_for_the_admin_audience_is_accepted(
-        admin: adminenv.AdminProcess, admin_env: adminenv.Env, tokens: dict[str, str]) -> None:
+    admin: adminenv.AdminProcess, admin_env: adminenv.Env, tokens: dict[str, str]
+) -> None:
     plain = admin_env.token("signin-operator", audiences=())  # kubectl create token NAME
     plane = admin_env.plane
     # the same ServiceAccount's token for the API server's audience is a KCP credential ...
-    api = requests.get(plane.url + "/api", headers={"Authorization": f"Bearer {plain}"},
-                       verify=str(plane.ca_file), timeout=10)
+    api = requests.get(
+        plane.url + "/api",
+        headers={"Authorization": f"Bearer {plain}"},
+        verify=str(plane.ca_file),
+        timeout=10,
+    )
     assert api.status_code == 200
     # ... and refused by the pages, both signing in and as a bearer token
     r = sign_in(admin, plain)
@@ -107,15 +141,21 @@ def test_only_a_token_for_the_admin_audience_is_accepted(
     good = tokens["operator"]
     assert sign_in(admin, good).status_code == 303
     assert admin.get("/fleet", good).status_code == 200
-    api = requests.get(plane.url + "/api", headers={"Authorization": f"Bearer {good}"},
-                       verify=str(plane.ca_file), timeout=10)
+    api = requests.get(
+        plane.url + "/api",
+        headers={"Authorization": f"Bearer {good}"},
+        verify=str(plane.ca_file),
+        timeout=10,
+    )
     assert api.status_code == 401
 
 
 # -- the session -----------------------------------------------------------------------------
 
+
 def test_the_cookie_holds_a_session_id_never_the_token(
-        admin: adminenv.AdminProcess, tokens: dict[str, str]) -> None:
+    admin: adminenv.AdminProcess, tokens: dict[str, str]
+) -> None:
     token = tokens["operator"]
     r = sign_in(admin, token, "/compass")
     assert r.status_code == 303 and r.headers["Location"] == "/compass"
@@ -140,19 +180,27 @@ def test_the_cookie_holds_a_session_id_never_the_token(
     # a browser-like client: signs in, sees pages, signs out, is sent to sign in again
     signed_out = sum(e.get("event") == "admin_sign_out" for e in admin.audit())
     s = admin.session()
-    assert s.post(admin.url + "/login", data={"token": token}, allow_redirects=False,
-                  timeout=10).status_code == 303
+    assert (
+        s.post(
+            admin.url + "/login", data={"token": token}, allow_redirects=False, timeout=10
+        ).status_code
+        == 303
+    )
     assert s.get(admin.url + "/parts", allow_redirects=False, timeout=10).status_code == 200
     assert s.post(admin.url + "/logout", allow_redirects=False, timeout=10).status_code == 303
     assert s.get(admin.url + "/parts", allow_redirects=False, timeout=10).status_code == 303
-    pollerenv.wait_until(lambda: sum(e.get("event") == "admin_sign_out" for e in admin.audit())
-                         > signed_out, 10, "the sign-out's audit event")
+    pollerenv.wait_until(
+        lambda: sum(e.get("event") == "admin_sign_out" for e in admin.audit()) > signed_out,
+        10,
+        "the sign-out's audit event",
+    )
     logged = admin.log() + admin.audit_text()
     assert token not in logged and sid not in logged and sid[:16] not in logged
 
 
-def test_a_session_ends_with_its_token(admin: adminenv.AdminProcess,
-                                       admin_env: adminenv.Env) -> None:
+def test_a_session_ends_with_its_token(
+    admin: adminenv.AdminProcess, admin_env: adminenv.Env
+) -> None:
     short = admin_env.token("signin-other", seconds=600)  # the shortest TokenRequest
     r = sign_in(admin, short)
     assert r.status_code == 303
@@ -161,12 +209,14 @@ def test_a_session_ends_with_its_token(admin: adminenv.AdminProcess,
 
 
 def test_one_operator_signing_in_again_and_again_signs_nobody_else_out(
-        admin_env: adminenv.Env, tokens: dict[str, str]) -> None:
+    admin_env: adminenv.Env, tokens: dict[str, str]
+) -> None:
     """The attack: a valid token (here an operator's own) posted to /login over and over,
     meant to push every other operator's session out of the store (MAX_SESSIONS). Each user
     keeps at most SESSIONS_PER_USER; the flood ends only its own older sessions."""
-    p = adminenv.AdminProcess(admin_env, TETHER_ADMIN_MAX_SESSIONS="10",
-                              TETHER_ADMIN_SESSIONS_PER_USER="2")
+    p = adminenv.AdminProcess(
+        admin_env, TETHER_ADMIN_MAX_SESSIONS="10", TETHER_ADMIN_SESSIONS_PER_USER="2"
+    )
     try:
         victim = cookie_of(sign_in(p, tokens["other"]))
         narrow = cookie_of(sign_in(p, tokens["compass-only"], "/compass"))
@@ -183,16 +233,23 @@ def test_one_operator_signing_in_again_and_again_signs_nobody_else_out(
 
 # -- the page right --------------------------------------------------------------------------
 
+
 def test_a_token_without_a_page_right_makes_no_session(
-        admin: adminenv.AdminProcess, tokens: dict[str, str]) -> None:
+    admin: adminenv.AdminProcess, tokens: dict[str, str]
+) -> None:
     """The attack: a token the KCP authenticates for the pages' audience but RBAC lets see
     no page (any ServiceAccount someone may mint a token for) signing in, to hold sessions
     and evict the operators'. The sign-in asks SubjectAccessReview first: 403, no cookie,
     no session; an operator's session is untouched."""
     operator = cookie_of(sign_in(admin, tokens["operator"]))
     held = metric_value(admin.metrics(), "tether_admin_sessions")
-    for nxt, page in (("/fleet", "fleet"), ("/compass", "compass"), ("/parts", "parts"),
-                      ("/rollout", "rollout"), ("/runtimes/rt-a", "runtime")):
+    for nxt, page in (
+        ("/fleet", "fleet"),
+        ("/compass", "compass"),
+        ("/parts", "parts"),
+        ("/rollout", "rollout"),
+        ("/runtimes/rt-a", "runtime"),
+    ):
         r = sign_in(admin, tokens["nobody"], nxt)
         assert r.status_code == 403 and "Set-Cookie" not in r.headers, (nxt, r.text)
         assert f"may not get adminpages/{page}" in r.text and "no session was made" in r.text
@@ -208,12 +265,14 @@ def test_a_token_without_a_page_right_makes_no_session(
 
     def denied() -> set[object]:
         return {e.get("page") for e in admin.audit() if e.get("event") == "admin_sign_in_denied"}
+
     pollerenv.wait_until(lambda: denied() >= pages, 10, f"sign-ins denied on {pages} audited")
     assert denied() >= pages
     assert tokens["nobody"] not in admin.audit_text() + admin.log()
 
 
 # -- the TokenReview budget ------------------------------------------------------------------
+
 
 @pytest.fixture
 def budgeted(admin_env: adminenv.Env) -> Iterator[adminenv.AdminProcess]:
@@ -222,8 +281,9 @@ def budgeted(admin_env: adminenv.Env) -> Iterator[adminenv.AdminProcess]:
     p.stop()
 
 
-def test_token_reviews_are_budgeted_per_source(budgeted: adminenv.AdminProcess,
-                                               tokens: dict[str, str]) -> None:
+def test_token_reviews_are_budgeted_per_source(
+    budgeted: adminenv.AdminProcess, tokens: dict[str, str]
+) -> None:
     p = budgeted
     sid = cookie_of(sign_in(p, tokens["operator"]))  # one review of five
     assert p.get("/fleet", tokens["operator"]).status_code == 200  # cached: no review
@@ -252,17 +312,23 @@ def test_token_reviews_are_budgeted_per_source(budgeted: adminenv.AdminProcess,
     assert metric_value(p.metrics(), "tether_admin_reviews_total", kind="token") == 6
 
 
-
 # -- same origin -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("headers", [
-    {"Origin": "https://evil.example"}, {"Origin": "null"},
-    {"Origin": "https://127.0.0.1"},  # another port is another origin
-    {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
-    {"Sec-Fetch-Site": "cross-site", "Origin": "OWN"},
-])
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},
+        {"Origin": "https://127.0.0.1"},  # another port is another origin
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Sec-Fetch-Site": "cross-site", "Origin": "OWN"},
+    ],
+)
 def test_sign_in_and_out_from_another_origin_are_refused(
-        admin: adminenv.AdminProcess, tokens: dict[str, str], headers: dict[str, str]) -> None:
+    admin: adminenv.AdminProcess, tokens: dict[str, str], headers: dict[str, str]
+) -> None:
     headers = {k: admin.url if v == "OWN" else v for k, v in headers.items()}
     before = metric_value(admin.metrics(), "tether_admin_reviews_total", kind="token")
     r = sign_in(admin, tokens["other"], **headers)
@@ -277,8 +343,9 @@ def test_sign_in_and_out_from_another_origin_are_refused(
     assert admin.get("/fleet", headers=as_cookie(sid)).status_code == 200  # not signed out
 
 
-def test_sign_in_and_out_from_the_pages_themselves(admin: adminenv.AdminProcess,
-                                                   tokens: dict[str, str]) -> None:
+def test_sign_in_and_out_from_the_pages_themselves(
+    admin: adminenv.AdminProcess, tokens: dict[str, str]
+) -> None:
     own = {"Origin": admin.url, "Sec-Fetch-Site": "same-origin"}
     r = sign_in(admin, tokens["operator"], "/parts", **own)
     assert r.status_code == 303 and r.headers["Location"] == "/parts"

@@ -16,33 +16,67 @@ PAGES = ("/fleet", "/compass", "/parts")
 
 
 def is_page(path: str) -> bool:
-    return path in PAGES or (path.startswith("/runtimes/") and path.count("/") == 2
-                             and len(path) > len("/runtimes/"))
+    return path in PAGES or (
+        path.startswith("/runtimes/") and path.count("/") == 2 and len(path) > len("/runtimes/")
+    )
 
 
-@pytest.mark.parametrize("raw", [
-    "/%09/evil.example", "/\t/evil.example", "//evil.example", "///evil.example",
-    "/\\evil.example", "/%5Cevil.example", "https://evil.example", "https://evil.example/fleet",
-    "%2F%2Fevil.example", "%2f%2fevil.example", "/%2F%2Fevil.example", "/%252F%252Fevil.example",
-    "/%25252525252F", "http:/fleet", "javascript:alert(1)", "//evil.example/fleet",
-    "/fleet/../../evil", "/runtimes/..", "/runtimes/%2E%2E", "/login", "/logout", "/metrics",
-    "/static/admin.css", "/", "", "fleet", "/nope", "/runtimes/a%2Fb", "/fleet\n", " /fleet",
-    "/fleet%00", "/fleet%0d%0aSet-Cookie:x=1", "/r\u00e9", "/fleet" + "?q=a" * 1000,
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "/%09/evil.example",
+        "/\t/evil.example",
+        "//evil.example",
+        "///evil.example",
+        "/\\evil.example",
+        "/%5Cevil.example",
+        "https://evil.example",
+        "https://evil.example/fleet",
+        "%2F%2Fevil.example",
+        "%2f%2fevil.example",
+        "/%2F%2Fevil.example",
+        "/%252F%252Fevil.example",
+        "/%25252525252F",
+        "http:/fleet",
+        "javascript:alert(1)",
+        "//evil.example/fleet",
+        "/fleet/../../evil",
+        "/runtimes/..",
+        "/runtimes/%2E%2E",
+        "/login",
+        "/logout",
+        "/metrics",
+        "/static/admin.css",
+        "/",
+        "",
+        "fleet",
+        "/nope",
+        "/runtimes/a%2Fb",
+        "/fleet\n",
+        " /fleet",
+        "/fleet%00",
+        "/fleet%0d%0aSet-Cookie:x=1",
+        "/r\u00e9",
+        "/fleet" + "?q=a" * 1000,
+    ],
+)
 def test_next_refuses_anything_but_a_page(raw: str) -> None:
     assert signin.safe_next(raw, is_page) == "/fleet"
 
 
-@pytest.mark.parametrize(("raw", "kept"), [
-    ("/fleet", "/fleet"),
-    ("/fleet?x=1", "/fleet?x=1"),
-    ("/fleet?q=a%26b&problem=silent", "/fleet?q=a%26b&problem=silent"),
-    ("/fleet?q=a+b", "/fleet?q=a+b"),
-    ("/fleet?q=%3Cscript%3E#frag", "/fleet?q=%3Cscript%3E"),
-    ("/runtimes/rt-failing?x=1", "/runtimes/rt-failing?x=1"),
-    ("/compass", "/compass"),
-    ("%2Fparts", "/parts"),  # encoded, but a page once decoded
-])
+@pytest.mark.parametrize(
+    ("raw", "kept"),
+    [
+        ("/fleet", "/fleet"),
+        ("/fleet?x=1", "/fleet?x=1"),
+        ("/fleet?q=a%26b&problem=silent", "/fleet?q=a%26b&problem=silent"),
+        ("/fleet?q=a+b", "/fleet?q=a+b"),
+        ("/fleet?q=%3Cscript%3E#frag", "/fleet?q=%3Cscript%3E"),
+        ("/runtimes/rt-failing?x=1", "/runtimes/rt-failing?x=1"),
+        ("/compass", "/compass"),
+        ("%2Fparts", "/parts"),  # encoded, but a page once decoded
+    ],
+)
 def test_next_keeps_a_page_rebuilt(raw: str, kept: str) -> None:
     assert signin.safe_next(raw, is_page) == kept
 
@@ -50,21 +84,38 @@ def test_next_keeps_a_page_rebuilt(raw: str, kept: str) -> None:
 OWN = "https://admin.example:8443"
 
 
-@pytest.mark.parametrize(("origin", "site"), [
-    (None, None), (OWN, None), (None, "same-origin"), (OWN, "same-origin"),
-    ("HTTPS://Admin.Example:8443", "Same-Origin"), (OWN + "/", None),
-])
+@pytest.mark.parametrize(
+    ("origin", "site"),
+    [
+        (None, None),
+        (OWN, None),
+        (None, "same-origin"),
+        (OWN, "same-origin"),
+        ("HTTPS://Admin.Example:8443", "Same-Origin"),
+        (OWN + "/", None),
+    ],
+)
 def test_same_origin_is_accepted(origin: str | None, site: str | None) -> None:
     assert signin.cross_site(origin, site, OWN) is None
 
 
-@pytest.mark.parametrize(("origin", "site"), [
-    ("https://evil.example", None), ("null", None), ("", None),
-    ("http://admin.example:8443", None), ("https://admin.example", None),
-    ("https://admin.example:8443.evil.example", None), ("https://x@admin.example:8443", None),
-    (None, "cross-site"), (None, "same-site"), (None, "none"), (OWN, "cross-site"),
-    ("https://admin.example:99999", None),
-])
+@pytest.mark.parametrize(
+    ("origin", "site"),
+    [
+        ("https://evil.example", None),
+        ("null", None),
+        ("", None),
+        ("http://admin.example:8443", None),
+        ("https://admin.example", None),
+        ("https://admin.example:8443.evil.example", None),
+        ("https://x@admin.example:8443", None),
+        (None, "cross-site"),
+        (None, "same-site"),
+        (None, "none"),
+        (OWN, "cross-site"),
+        ("https://admin.example:99999", None),
+    ],
+)
 def test_another_origin_is_refused(origin: str | None, site: str | None) -> None:
     why = signin.cross_site(origin, site, OWN)
     assert why is not None and "another" in why
@@ -76,18 +127,24 @@ def test_default_ports_are_the_same_origin() -> None:
 
 
 def review(authenticated: bool, audiences: list[str]) -> dict[str, object]:
-    return {"status": {"authenticated": authenticated, "audiences": audiences,
-                       "user": {"username": "u", "uid": "1", "groups": ["g"],
-                                "extra": {"k": ["v"]}}}}
+    return {
+        "status": {
+            "authenticated": authenticated,
+            "audiences": audiences,
+            "user": {"username": "u", "uid": "1", "groups": ["g"], "extra": {"k": ["v"]}},
+        }
+    }
 
 
 def test_a_review_counts_only_for_the_admin_audience() -> None:
     body = auth.review_body("t", "tether-admin")
     assert body["spec"] == {"token": "t", "audiences": ["tether-admin"]}
     assert auth.identity_of(review(True, ["tether-admin"]), "tether-admin") == auth.Identity(
-        "u", "1", ("g",), (("k", ("v",)),))
-    assert auth.identity_of(review(True, ["https://kubernetes.default.svc"]),
-                            "tether-admin") is None
+        "u", "1", ("g",), (("k", ("v",)),)
+    )
+    assert (
+        auth.identity_of(review(True, ["https://kubernetes.default.svc"]), "tether-admin") is None
+    )
     assert auth.identity_of(review(True, []), "tether-admin") is None
     assert auth.identity_of(review(False, ["tether-admin"]), "tether-admin") is None
 
@@ -96,6 +153,7 @@ def test_the_expiry_of_a_jwt() -> None:
     def jwt(claims: object) -> str:
         part = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
         return f"h.{part}.s"
+
     assert auth.expiry_of(jwt({"exp": 1700000000})) == 1700000000.0
     assert auth.expiry_of(jwt({"exp": True})) is None
     assert auth.expiry_of(jwt([1])) is None

@@ -19,19 +19,30 @@ def ago(**kw: float) -> datetime.datetime:
 def row() -> fleet.Row:
     d = delivery.Delta()
     for i in range(4):
-        d.record(ago(minutes=i), "poller", ago(minutes=i, seconds=90), "persisted", "team-a",
-                 f"app-{i}")
+        d.record(
+            ago(minutes=i), "poller", ago(minutes=i, seconds=90), "persisted", "team-a", f"app-{i}"
+        )
     for _ in range(6):
         d.record(ago(minutes=3), "webhook", None, "refused", "team-a", "big\nFAKE LINE")
         d.refuse(ago(minutes=3), "quota_bytes", 413, "team-a", "big\nFAKE LINE")
     d.refuse(ago(minutes=1), "invalid_json", 400)
     d.refuse(ago(seconds=5), "rate", 429)
     summary = delivery.summarize(delivery.merge(None, d, "rt-1", NOW), NOW)
-    r = fleet.Row(runtime_id="rt-1", kyma="kcp-system/kyma-1", created=ago(days=3),
-                  deleting=False, enrolled="True", enrollment_reason="Ready",
-                  enrollment_message="", certificate_not_after=NOW + datetime.timedelta(days=5),
-                  heartbeat=ago(hours=28), compass_state="Failed",
-                  compass_reason="RegistrationFailed", delivery=summary, problems=())
+    r = fleet.Row(
+        runtime_id="rt-1",
+        kyma="kcp-system/kyma-1",
+        created=ago(days=3),
+        deleting=False,
+        enrolled="True",
+        enrollment_reason="Ready",
+        enrollment_message="",
+        certificate_not_after=NOW + datetime.timedelta(days=5),
+        heartbeat=ago(hours=28),
+        compass_state="Failed",
+        compass_reason="RegistrationFailed",
+        delivery=summary,
+        problems=(),
+    )
     return r._replace(problems=fleet.problems_of(r, fleet.Thresholds(), NOW))
 
 
@@ -56,8 +67,9 @@ def test_the_detail_view() -> None:
     assert not any(ln.startswith("FAKE LINE") for ln in lines)
     invalid = next(ln for ln in lines if ln.lstrip().startswith("invalid_json"))
     assert runbooks.NO_OBJECT in invalid and "60s ago" in invalid
-    assert "(1 answered 429: https://docs.example.internal/t/docs/operations.md#refusal-rate)" \
-        in text
+    assert (
+        "(1 answered 429: https://docs.example.internal/t/docs/operations.md#refusal-rate)" in text
+    )
     assert "team-a/app-0" in text  # the newest records
 
 

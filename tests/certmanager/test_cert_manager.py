@@ -40,17 +40,25 @@ from tether import certs, gateway, pki
 pytestmark = pytest.mark.processes
 
 NS = certmanager.NAMESPACE
-VWC = controlplane.REPO_ROOT / "manifests" / "skr" / "webhook" / "validatingwebhookconfiguration.yaml"
+VWC = (
+    controlplane.REPO_ROOT / "manifests" / "skr" / "webhook" / "validatingwebhookconfiguration.yaml"
+)
 
 
 class Setup:
-    def __init__(self, plane: controlplane.ControlPlane, cm: certmanager.CertManager,
-                 objects: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        plane: controlplane.ControlPlane,
+        cm: certmanager.CertManager,
+        objects: list[dict[str, Any]],
+    ) -> None:
         self.plane, self.cm, self.objects = plane, cm, objects
         self.api = plane.api_client()
 
     def certificate(self, name: str) -> dict[str, Any]:
-        return next(o for o in self.objects if o["kind"] == "Certificate" and o["metadata"]["name"] == name)
+        return next(
+            o for o in self.objects if o["kind"] == "Certificate" and o["metadata"]["name"] == name
+        )
 
     def secret(self, name: str) -> tuple[str, dict[str, bytes]]:
         found = certmanager.secret_data(self.api, NS, name)
@@ -67,11 +75,15 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         try:
             objects = certmanager.issuer_objects(certmanager.overlay_objects())
             s = Setup(plane, cm, objects)
-            client.CoreV1Api(s.api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+            client.CoreV1Api(s.api).create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=NS))
+            )
             certmanager.apply(plane, objects, work / "applied")
             for o in objects:
                 if o["kind"] == "Certificate":
-                    certmanager.wait_ready(s.api, NS, "certificates", o["metadata"]["name"], timeout=120)
+                    certmanager.wait_ready(
+                        s.api, NS, "certificates", o["metadata"]["name"], timeout=120
+                    )
             yield s
             cm.check_alive()
             s.api.close()
@@ -82,32 +94,54 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 def test_the_overlay_holds_a_self_signed_issuer_two_ca_certificates_and_a_ca_issuer() -> None:
     objects = certmanager.issuer_objects(certmanager.overlay_objects())
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
-    assert kinds == [("Certificate", "tether-listener-ca"), ("Certificate", "tether-listener-serving"),
-                     ("Certificate", "tether-watcher-ca"), ("Issuer", "tether-listener-ca"),
-                     ("Issuer", "tether-selfsigned")]
+    assert kinds == [
+        ("Certificate", "tether-listener-ca"),
+        ("Certificate", "tether-listener-serving"),
+        ("Certificate", "tether-watcher-ca"),
+        ("Issuer", "tether-listener-ca"),
+        ("Issuer", "tether-selfsigned"),
+    ]
     by_name = {(o["kind"], o["metadata"]["name"]): o["spec"] for o in objects}
-    assert by_name[("Certificate", "tether-watcher-ca")]["secretName"] == "tether-enroller-ca"  # the enroller's default
-    assert by_name[("Certificate", "tether-listener-serving")]["secretName"] == "tether-listener-tls"
+    assert (
+        by_name[("Certificate", "tether-watcher-ca")]["secretName"] == "tether-enroller-ca"
+    )  # the enroller's default
+    assert (
+        by_name[("Certificate", "tether-listener-serving")]["secretName"] == "tether-listener-tls"
+    )
     for ca in ("tether-watcher-ca", "tether-listener-ca"):
         assert by_name[("Certificate", ca)]["privateKey"]["rotationPolicy"] == "Never"
 
 
 def test_the_overlay_feeds_the_enroller_the_listener_ca_from_the_serving_secret() -> None:
     every = certmanager.overlay_objects()
-    enroller = next(o for o in every if o["kind"] == "Deployment" and o["metadata"]["name"] == "tether-enroller")
+    enroller = next(
+        o for o in every if o["kind"] == "Deployment" and o["metadata"]["name"] == "tether-enroller"
+    )
     volumes = {v["name"]: v for v in enroller["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["listener-ca"] == {"name": "listener-ca", "secret": {
-        "secretName": "tether-listener-tls", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
-    assert volumes["watcher-ca"]["secret"]["items"] == [{"key": "tls.crt", "path": "tls.crt"}]  # never the key
+    assert volumes["listener-ca"] == {
+        "name": "listener-ca",
+        "secret": {
+            "secretName": "tether-listener-tls",
+            "items": [{"key": "ca.crt", "path": "ca.crt"}],
+        },
+    }
+    assert volumes["watcher-ca"]["secret"]["items"] == [
+        {"key": "tls.crt", "path": "tls.crt"}
+    ]  # never the key
     # the base is unchanged: no cert-manager object, the listener CA from its ConfigMap
     base = certmanager.overlay_objects(controlplane.REPO_ROOT / "manifests" / "kcp")
     assert certmanager.issuer_objects(base) == []
-    base_enroller = next(o for o in base if o["kind"] == "Deployment" and o["metadata"]["name"] == "tether-enroller")
-    assert {"name": "listener-ca", "configMap": {"name": "tether-listener-ca"}} in \
-        base_enroller["spec"]["template"]["spec"]["volumes"]
+    base_enroller = next(
+        o for o in base if o["kind"] == "Deployment" and o["metadata"]["name"] == "tether-enroller"
+    )
+    assert {"name": "listener-ca", "configMap": {"name": "tether-listener-ca"}} in base_enroller[
+        "spec"
+    ]["template"]["spec"]["volumes"]
 
 
-def test_the_listener_serving_secret_is_issued_for_the_listeners_names(setup: Setup, tmp_path: pathlib.Path) -> None:
+def test_the_listener_serving_secret_is_issued_for_the_listeners_names(
+    setup: Setup, tmp_path: pathlib.Path
+) -> None:
     kind, data = setup.secret("tether-listener-tls")
     assert kind == "kubernetes.io/tls"
     cert = x509.load_pem_x509_certificate(data["tls.crt"])
@@ -150,8 +184,10 @@ def _handshake(folder: pathlib.Path, data: dict[str, bytes], name: str) -> str:
 
         t = threading.Thread(target=serve, daemon=True)
         t.start()
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
-                client_ctx.wrap_socket(raw, server_hostname=name) as tls:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            client_ctx.wrap_socket(raw, server_hostname=name) as tls,
+        ):
             seen = tls.getpeercert(binary_form=True)
             tls.sendall(b"x")
         t.join(10)
@@ -181,17 +217,23 @@ def test_cainjector_fills_the_webhook_caBundle_with_the_watcher_ca(setup: Setup)
     body = yaml.safe_load(VWC.read_text())
     body["metadata"]["name"] = "tether-configmaps-cainjector"
     body["metadata"]["annotations"] = {"cert-manager.io/inject-ca-from": f"{NS}/tether-watcher-ca"}
-    body["webhooks"][0]["namespaceSelector"] = {"matchLabels": {"tether-test": "none"}}  # intercepts nothing
+    body["webhooks"][0]["namespaceSelector"] = {
+        "matchLabels": {"tether-test": "none"}
+    }  # intercepts nothing
     adm: Any = client.AdmissionregistrationV1Api(setup.api)
     adm.create_validating_webhook_configuration(body)
     try:
+
         def injected() -> bytes:
             got = adm.read_validating_webhook_configuration(body["metadata"]["name"])
             raw = got.webhooks[0].client_config.ca_bundle
             return base64.b64decode(raw) if raw else b""
+
         bundle = _eventually(injected, 60, setup)
         _, data = setup.secret("tether-enroller-ca")
-        assert x509.load_pem_x509_certificates(bundle) == [x509.load_pem_x509_certificate(data["tls.crt"])]
+        assert x509.load_pem_x509_certificates(bundle) == [
+            x509.load_pem_x509_certificate(data["tls.crt"])
+        ]
         # what the enroller writes into each runtime's webhook configuration
         assert bundle == pki.trust_bundle(x509.load_pem_x509_certificate(data["tls.crt"]), None)
     finally:
@@ -199,7 +241,8 @@ def test_cainjector_fills_the_webhook_caBundle_with_the_watcher_ca(setup: Setup)
 
 
 def test_the_enrollers_ca_store_takes_cert_managers_ca_and_its_runtime_certificates_verify(
-        setup: Setup) -> None:
+    setup: Setup,
+) -> None:
     gw = gateway.from_kubeconfig(str(setup.plane.kubeconfig))
     audit = logging.getLogger("test.certmanager.audit")
     core: Any = client.CoreV1Api(setup.api)
@@ -207,9 +250,18 @@ def test_the_enrollers_ca_store_takes_cert_managers_ca_and_its_runtime_certifica
     _, data = setup.secret("tether-enroller-ca")
     ca_cert = x509.load_pem_x509_certificate(data["tls.crt"])
     try:
+
         def store(now: datetime.datetime) -> castore.CAStore:
-            return castore.CAStore(gw, NS, "tether-enroller-ca", "tether-runtime-ca",
-                                   datetime.timedelta(days=365), audit, lambda: now)
+            return castore.CAStore(
+                gw,
+                NS,
+                "tether-enroller-ca",
+                "tether-runtime-ca",
+                datetime.timedelta(days=365),
+                audit,
+                lambda: now,
+            )
+
         now = datetime.datetime.now(datetime.UTC)
         ca = store(now).ensure()
         assert ca.current.cert == ca_cert and ca.previous is None
@@ -218,18 +270,30 @@ def test_the_enrollers_ca_store_takes_cert_managers_ca_and_its_runtime_certifica
         assert x509.load_pem_x509_certificates(published) == [ca_cert]
         # past two thirds of the CA's life the enroller would roll its own CA over; cert-manager's
         # it leaves to cert-manager (which renews it at half its life, keeping the key)
-        late = ca_cert.not_valid_before_utc + (ca_cert.not_valid_after_utc - ca_cert.not_valid_before_utc) * 0.9
+        late = (
+            ca_cert.not_valid_before_utc
+            + (ca_cert.not_valid_after_utc - ca_cert.not_valid_before_utc) * 0.9
+        )
         assert pki.ca_needs_rollover(ca_cert, late)
         assert store(late).ensure().current.cert == ca_cert
         after = core.read_namespaced_secret("tether-enroller-ca", NS)
         assert after.metadata.resource_version == before.metadata.resource_version
         assert after.type == "kubernetes.io/tls"
         # a runtime certificate as the enroller issues it, verified as the listener verifies it
-        pair = pki.client_certificate(ca.current, "rt-cm-1", "c-cm1.kyma.example.com",
-                                      datetime.timedelta(days=7), now)
+        pair = pki.client_certificate(
+            ca.current, "rt-cm-1", "c-cm1.kyma.example.com", datetime.timedelta(days=7), now
+        )
         peer.verify_chain(pair.cert, [], x509.load_pem_x509_certificates(published), now)
-        assert pki.needs_renewal(pair.cert_pem, ca.current, now, runtime_id="rt-cm-1",
-                                 domain="c-cm1.kyma.example.com") is None
+        assert (
+            pki.needs_renewal(
+                pair.cert_pem,
+                ca.current,
+                now,
+                runtime_id="rt-cm-1",
+                domain="c-cm1.kyma.example.com",
+            )
+            is None
+        )
         assert pki.issued_by(pair.cert, [ca_cert])
     finally:
         gw.close()
@@ -245,11 +309,14 @@ def _eventually(probe: Any, timeout: float, setup: Setup) -> Any:
             return got
         setup.cm.check_alive()
         time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f}s; cainjector log: {setup.cm.log('cainjector')[-3000:]}")
+    raise AssertionError(
+        f"timed out after {timeout:.0f}s; cainjector log: {setup.cm.log('cainjector')[-3000:]}"
+    )
 
 
 def test_a_runtime_certificate_from_cert_managers_ca_passes_the_listeners_tls_check(
-        setup: Setup, tmp_path: pathlib.Path) -> None:
+    setup: Setup, tmp_path: pathlib.Path
+) -> None:
     """Mutual TLS as the listener (OpenSSL, through Python's ssl) and a runtime do it: the
     listener serving cert-manager's certificate and trusting the bundle the enroller
     publishes; the runtime holding a certificate the enroller issued from cert-manager's CA
@@ -257,15 +324,27 @@ def test_a_runtime_certificate_from_cert_managers_ca_passes_the_listeners_tls_ch
     gw = gateway.from_kubeconfig(str(setup.plane.kubeconfig))
     try:
         now = datetime.datetime.now(datetime.UTC)
-        ca = castore.CAStore(gw, NS, "tether-enroller-ca", "tether-runtime-ca", datetime.timedelta(days=365),
-                             logging.getLogger("test.certmanager.audit"), lambda: now).ensure()
+        ca = castore.CAStore(
+            gw,
+            NS,
+            "tether-enroller-ca",
+            "tether-runtime-ca",
+            datetime.timedelta(days=365),
+            logging.getLogger("test.certmanager.audit"),
+            lambda: now,
+        ).ensure()
     finally:
         gw.close()
     _, serving = setup.secret("tether-listener-tls")
-    runtime = pki.client_certificate(ca.current, "rt-cm-2", "c-cm2.kyma.example.com",
-                                     datetime.timedelta(days=7), now)
-    for name, data in (("serving.crt", serving["tls.crt"]), ("serving.key", serving["tls.key"]),
-                       ("runtime.crt", runtime.cert_pem), ("runtime.key", runtime.key_pem)):
+    runtime = pki.client_certificate(
+        ca.current, "rt-cm-2", "c-cm2.kyma.example.com", datetime.timedelta(days=7), now
+    )
+    for name, data in (
+        ("serving.crt", serving["tls.crt"]),
+        ("serving.key", serving["tls.key"]),
+        ("runtime.crt", runtime.cert_pem),
+        ("runtime.key", runtime.key_pem),
+    ):
         (tmp_path / name).write_bytes(data)
     server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_ctx.load_cert_chain(tmp_path / "serving.crt", tmp_path / "serving.key")
@@ -282,15 +361,19 @@ def test_a_runtime_certificate_from_cert_managers_ca_passes_the_listeners_tls_ch
             try:
                 with server_ctx.wrap_socket(conn, server_side=True) as tls:
                     der = tls.getpeercert(binary_form=True)
-                    seen.append(str(certs.common_name(x509.load_der_x509_certificate(der))) if der else "")
+                    seen.append(
+                        str(certs.common_name(x509.load_der_x509_certificate(der))) if der else ""
+                    )
                     tls.sendall(b"ok")
             except (ssl.SSLError, OSError) as e:
                 seen.append(f"refused: {e}")
 
         t = threading.Thread(target=serve, daemon=True)
         t.start()
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
-                client_ctx.wrap_socket(raw, server_hostname="tether-listener.tether-system.svc") as tls:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+            client_ctx.wrap_socket(raw, server_hostname="tether-listener.tether-system.svc") as tls,
+        ):
             with contextlib.suppress(ssl.SSLError, OSError):
                 tls.recv(2)
         t.join(10)

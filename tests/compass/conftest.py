@@ -25,7 +25,6 @@ def mapping_crd(kcp_api: client.ApiClient, kyma_crd: str) -> str:
     return controlplane.install_crds(kcp_api, CRD_FILE)[0]
 
 
-
 @pytest.fixture(scope="session")
 def director(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Director]:
     ca, cert, key = server_mod.self_signed(tmp_path_factory.mktemp("director-tls"))
@@ -36,7 +35,6 @@ def director(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Director]:
     srv.stop()
 
 
-
 @pytest.fixture
 def clean_director(director: Director) -> Director:
     """The stand-in with no faults injected (state of earlier tests stays; tests use
@@ -44,7 +42,6 @@ def clean_director(director: Director) -> Director:
     director.store.set_faults(store_mod.Faults())
     director.store.one_time_token_ttl = 600
     return director
-
 
 
 @pytest.fixture(scope="module")
@@ -65,4 +62,3 @@ def runtime_planes(skr: controlplane.ControlPlane) -> Iterator[list[controlplane
     finally:
         for p in started:
             p.stop()
-

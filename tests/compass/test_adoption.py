@@ -26,25 +26,32 @@ from tether import apitypes
 
 
 def director_state(store: store_mod.Store, tenant: str) -> list[tuple[Any, ...]]:
-    return sorted((r.id, r.name, sorted(r.labels.items()), r.condition)
-                  for r in store.all_runtimes() if r.tenant == tenant)
+    return sorted(
+        (r.id, r.name, sorted(r.labels.items()), r.condition)
+        for r in store.all_runtimes()
+        if r.tenant == tenant
+    )
 
 
 def test_provisioner_runtimes_dry_run_then_registration_off_then_adopted(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, skr: controlplane.ControlPlane, caplog: pytest.LogCaptureFixture,
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    skr: controlplane.ControlPlane,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     d, ns = clean_director, kcp_namespace
     caplog.set_level(logging.INFO, logger="compass.job")
     ls = Landscape(d, kcp_api, ns, skr)
-    connected = ls.provisioned("p-conn", used=True)              # the agent connected
-    pending = ls.provisioned("p-pend", condition="INITIAL")      # token not used yet
-    cm = ls.provisioned("p-cm", managed_by="compass-manager")    # compass-manager's
+    connected = ls.provisioned("p-conn", used=True)  # the agent connected
+    pending = ls.provisioned("p-pend", condition="INITIAL")  # token not used yet
+    cm = ls.provisioned("p-cm", managed_by="compass-manager")  # compass-manager's
     missing = ls.provisioned("p-miss", condition="INITIAL", secret=False)
-    d.store.seed_provisioned(ls.tenant, "p-amb-shoot")           # two registrations of
-    d.store.seed_provisioned(ls.tenant, "p-amb-shoot")           # one shoot: ambiguous
+    d.store.seed_provisioned(ls.tenant, "p-amb-shoot")  # two registrations of
+    d.store.seed_provisioned(ls.tenant, "p-amb-shoot")  # one shoot: ambiguous
     ls.kyma("p-amb")
-    ls.kyma("p-new")                                             # nothing registered yet
+    ls.kyma("p-new")  # nothing registered yet
     working = ("p-conn", "p-pend", "p-cm")
     before = director_state(d.store, ls.tenant)
 
@@ -54,18 +61,25 @@ def test_provisioner_runtimes_dry_run_then_registration_off_then_adopted(
     try:
         plan = {(e.kyma, e.action, e.reason, e.runtime_id) for e in svc.job.run().plan}
         plan |= {(e.kyma, e.action, e.reason, e.runtime_id) for e in svc.job.run().plan}
-        planned = svc.metrics.registry.get_sample_value("tether_compass_planned_actions",
-                                                        {"action": "adopt"})
+        planned = svc.metrics.registry.get_sample_value(
+            "tether_compass_planned_actions", {"action": "adopt"}
+        )
     finally:
         svc.close()
     assert planned == 4
-    assert any("dry-run interval run: nothing changed; would do" in r.getMessage()
-               for r in caplog.records)
-    assert {("p-conn", "adopt", "", connected), ("p-conn", "mark_connected", "", connected),
-            ("p-pend", "adopt", "", pending), ("p-pend", "keep_secret", "SecretKept", pending),
-            ("p-cm", "adopt", "", cm), ("p-miss", "adopt", "", missing),
-            ("p-miss", "issue_token", "SecretMissing", missing),
-            ("p-new", "register", "", None)} <= plan, plan
+    assert any(
+        "dry-run interval run: nothing changed; would do" in r.getMessage() for r in caplog.records
+    )
+    assert {
+        ("p-conn", "adopt", "", connected),
+        ("p-conn", "mark_connected", "", connected),
+        ("p-pend", "adopt", "", pending),
+        ("p-pend", "keep_secret", "SecretKept", pending),
+        ("p-cm", "adopt", "", cm),
+        ("p-miss", "adopt", "", missing),
+        ("p-miss", "issue_token", "SecretMissing", missing),
+        ("p-new", "register", "", None),
+    } <= plan, plan
     assert any(e[:3] == ("p-amb", "report_invalid", "AmbiguousRegistration") for e in plan), plan
     assert director_state(d.store, ls.tenant) == before
     assert writes_since(d.store, mark) == []
@@ -78,13 +92,19 @@ def test_provisioner_runtimes_dry_run_then_registration_off_then_adopted(
     # 2. registration-off: every registration adopted, none registered
     svc, _ = h.make_service(kcp_api, ls.settings(mode="registration-off"))
     try:
-        h.run_until(svc, lambda: "RegistrationOff" in reasons(ls.status("p-new"))
-                    and all(ls.status(n).get("state") == "Ready" for n in (*working, "p-miss")))
+        h.run_until(
+            svc,
+            lambda: (
+                "RegistrationOff" in reasons(ls.status("p-new"))
+                and all(ls.status(n).get("state") == "Ready" for n in (*working, "p-miss"))
+            ),
+        )
     finally:
         svc.close()
     assert "registerRuntime" not in writes_since(d.store, mark)
-    assert not any(r.labels.get("gardenerClusterName") == "p-new-shoot"
-                   for r in d.store.all_runtimes())
+    assert not any(
+        r.labels.get("gardenerClusterName") == "p-new-shoot" for r in d.store.all_runtimes()
+    )
 
     # 3. normal: the new one registered; the adopted ones untouched; the ambiguous one reported
     svc, _ = h.make_service(kcp_api, ls.settings())
@@ -116,12 +136,16 @@ def test_provisioner_runtimes_dry_run_then_registration_off_then_adopted(
     seen = {e.reason for e in client.CoreV1Api(kcp_api).list_namespaced_event(ns).items}
     assert {"Registered", "SecretKept", "AmbiguousRegistration", "RegistrationOff"} <= seen, seen
     assert apitypes.COMPASS_RUNTIME_ID_LABEL not in (
-        (h.get_mapping(kcp_api, ns, "p-amb") or {})["metadata"].get("labels") or {})
+        (h.get_mapping(kcp_api, ns, "p-amb") or {})["metadata"].get("labels") or {}
+    )
 
 
 def test_used_and_expired_tokens_of_adopted_runtimes_are_reissued(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, skr: controlplane.ControlPlane,
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    skr: controlplane.ControlPlane,
 ) -> None:
     d, ns = clean_director, kcp_namespace
     ls = Landscape(d, kcp_api, ns, skr)
@@ -153,8 +177,11 @@ def test_used_and_expired_tokens_of_adopted_runtimes_are_reissued(
 
 
 def test_a_runtime_id_from_another_source_settles_an_ambiguous_lookup(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, skr: controlplane.ControlPlane,
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    skr: controlplane.ControlPlane,
 ) -> None:
     """``Reconciler.known_runtime_id`` (compass-manager's mappings, ``compass.legacy``):
     checked in the Director like the agent Secret's RUNTIME_ID, so two labelled runtimes are

@@ -15,11 +15,20 @@ from tether import config
 NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
 
 
-@pytest.mark.parametrize("code,cls", [
-    (20, errors.NotFound), (22, errors.InvalidInput), (21, errors.InvalidInput),
-    (26, errors.Unauthorized), (23, errors.Unauthorized), (10, errors.Unavailable),
-    (28, errors.Unavailable), (24, errors.InvalidInput), (999, errors.InvalidInput),
-])
+@pytest.mark.parametrize(
+    "code,cls",
+    [
+        (20, errors.NotFound),
+        (22, errors.InvalidInput),
+        (21, errors.InvalidInput),
+        (26, errors.Unauthorized),
+        (23, errors.Unauthorized),
+        (10, errors.Unavailable),
+        (28, errors.Unavailable),
+        (24, errors.InvalidInput),
+        (999, errors.InvalidInput),
+    ],
+)
 def test_graphql_error_codes_map_to_types(code: int, cls: type[errors.DirectorError]) -> None:
     doc = {"data": None, "errors": [{"message": "m", "extensions": {"error_code": code}}]}
     with pytest.raises(cls):
@@ -31,11 +40,18 @@ def test_validation_error_without_code_is_invalid_input() -> None:
         queries.result_of({"errors": [{"message": "Cannot query field 'x' on type 'Runtime'."}]})
 
 
-@pytest.mark.parametrize("status_code,cls", [
-    (401, errors.Unauthorized), (403, errors.Unauthorized), (429, errors.Unavailable),
-    (500, errors.Unavailable), (503, errors.Unavailable), (400, errors.InvalidInput),
-    (404, errors.Unavailable),
-])
+@pytest.mark.parametrize(
+    "status_code,cls",
+    [
+        (401, errors.Unauthorized),
+        (403, errors.Unauthorized),
+        (429, errors.Unavailable),
+        (500, errors.Unavailable),
+        (503, errors.Unavailable),
+        (400, errors.InvalidInput),
+        (404, errors.Unavailable),
+    ],
+)
 def test_http_status_maps_to_types(status_code: int, cls: type[errors.DirectorError]) -> None:
     assert isinstance(errors.from_http_status(status_code, "x"), cls)
 
@@ -53,8 +69,9 @@ def test_result_and_runtime_parsing() -> None:
         queries.result_of({"data": {}})
     with pytest.raises(errors.Unavailable):
         queries.runtime_of({"name": "no id"})
-    tok = queries.token_of({"token": "secret-value-0123456789", "connectorURL": "https://c",
-                            "expiresAt": "t"})
+    tok = queries.token_of(
+        {"token": "secret-value-0123456789", "connectorURL": "https://c", "expiresAt": "t"}
+    )
     assert "secret-value" not in repr(tok)
 
 
@@ -121,18 +138,33 @@ def test_token_renewal_before_expiry() -> None:
 def test_status_transitions() -> None:
     st = status.registered({}, NOW, "r1", adopted=False)
     assert (st["registered"], st["configured"], st["state"]) == (True, False, "Processing")
-    st = status.configured(st, NOW, token_expires_at="2026-11-30T12:10:00Z", secret_digest="d",
-                           reason="SecretMissing")
+    st = status.configured(
+        st, NOW, token_expires_at="2026-11-30T12:10:00Z", secret_digest="d", reason="SecretMissing"
+    )
     assert st["state"] == "Ready" and st["secretDigest"] == "d"
-    failed = status.failure(st, NOW, ctype=status.CONFIGURED, reason="DirectorUnavailable",
-                            message="x", permanent=False, delay=7)
+    failed = status.failure(
+        st,
+        NOW,
+        ctype=status.CONFIGURED,
+        reason="DirectorUnavailable",
+        message="x",
+        permanent=False,
+        delay=7,
+    )
     assert failed["failures"] == 1 and failed["nextAttemptAt"] == "2026-11-30T12:00:07Z"
     assert failed["state"] == "Processing"
     conds = {c["type"]: c for c in failed["conditions"]}
     assert conds["Configured"]["reason"] == "DirectorUnavailable"
     assert conds["Registered"]["status"] == "True"
-    again = status.failure(failed, NOW, ctype=status.REGISTERED, reason="DirectorInvalidInput",
-                           message="y", permanent=True, delay=1)
+    again = status.failure(
+        failed,
+        NOW,
+        ctype=status.REGISTERED,
+        reason="DirectorInvalidInput",
+        message="y",
+        permanent=True,
+        delay=1,
+    )
     assert again["failures"] == 2 and again["state"] == "Failed"
     assert status.connected(again, NOW)["state"] == "Ready"
 
@@ -143,8 +175,12 @@ def test_digest_depends_on_every_value() -> None:
     assert a != status.digest({"TOKEN": "b", "RUNTIME_ID": "r"})
 
 
-ENV = {"TETHER_COMPASS_DIRECTOR_URL": "https://d/graphql", "TETHER_COMPASS_OAUTH_TOKEN_URL": "https://d/token",
-       "TETHER_COMPASS_OAUTH_CLIENT_ID": "id", "TETHER_COMPASS_OAUTH_CLIENT_SECRET": "very-secret-value"}
+ENV = {
+    "TETHER_COMPASS_DIRECTOR_URL": "https://d/graphql",
+    "TETHER_COMPASS_OAUTH_TOKEN_URL": "https://d/token",
+    "TETHER_COMPASS_OAUTH_CLIENT_ID": "id",
+    "TETHER_COMPASS_OAUTH_CLIENT_SECRET": "very-secret-value",
+}
 
 
 def test_settings_from_env_and_clear_errors() -> None:
@@ -156,7 +192,9 @@ def test_settings_from_env_and_clear_errors() -> None:
     with pytest.raises(config.SettingError, match="TETHER_COMPASS_RESYNC_CRON"):
         settings_mod.from_env({**ENV, "TETHER_COMPASS_RESYNC_CRON": "every hour"})
     with pytest.raises(config.SettingError, match="TETHER_COMPASS_OAUTH_CLIENT_SECRET"):
-        settings_mod.from_env({k: v for k, v in ENV.items() if k != "TETHER_COMPASS_OAUTH_CLIENT_SECRET"})
+        settings_mod.from_env(
+            {k: v for k, v in ENV.items() if k != "TETHER_COMPASS_OAUTH_CLIENT_SECRET"}
+        )
     with pytest.raises(config.SettingError, match="TETHER_COMPASS_CONCURRENCY"):
         settings_mod.from_env({**ENV, "TETHER_COMPASS_CONCURRENCY": "0"})
 
@@ -176,10 +214,14 @@ def test_sharding_simulation_every_kyma_in_exactly_one_shard_and_balanced() -> N
 
 
 def test_shard_settings() -> None:
-    s = settings_mod.from_env({**ENV, "TETHER_COMPASS_SHARD_COUNT": "3", "TETHER_COMPASS_SHARD_INDEX": "2"})
+    s = settings_mod.from_env(
+        {**ENV, "TETHER_COMPASS_SHARD_COUNT": "3", "TETHER_COMPASS_SHARD_INDEX": "2"}
+    )
     assert (s.shard_index, s.shard_count, s.lease_name) == (2, 3, "tether-compass-2")
     with pytest.raises(config.SettingError, match="TETHER_COMPASS_SHARD_INDEX: 3 must be below"):
-        settings_mod.from_env({**ENV, "TETHER_COMPASS_SHARD_COUNT": "3", "TETHER_COMPASS_SHARD_INDEX": "3"})
+        settings_mod.from_env(
+            {**ENV, "TETHER_COMPASS_SHARD_COUNT": "3", "TETHER_COMPASS_SHARD_INDEX": "3"}
+        )
 
 
 def test_circuit_open_is_not_written_again_once_the_outage_is_reported() -> None:

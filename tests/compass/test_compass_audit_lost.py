@@ -29,8 +29,12 @@ LOST = "tether_compass_audit_lost_total"
 
 
 def test_compass_with_its_audit_on_a_full_disk_still_registers(
-    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient, kcp_namespace: str,
-    mapping_crd: str, clean_director: h.Director, skr: controlplane.ControlPlane,
+    kcp: controlplane.ControlPlane,
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    skr: controlplane.ControlPlane,
     tmp_path: pathlib.Path,
 ) -> None:
     if not os.path.exists("/dev/full"):
@@ -41,19 +45,32 @@ def test_compass_with_its_audit_on_a_full_disk_still_registers(
     secret_file = tmp_path / "client_secret"
     secret_file.write_text(d.store.client_secret)
     port = controlplane.free_port()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}, **localnet.ENV,
-           "KUBECONFIG": str(kcp.kubeconfig), "TETHER_KCP_NAMESPACE": ns,
-           "TETHER_COMPASS_DIRECTOR_URL": d.graphql_url, "TETHER_COMPASS_OAUTH_TOKEN_URL": d.token_url,
-           "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
-           "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
-           "TETHER_COMPASS_DIRECTOR_CA_FILE": str(d.ca_file), "TETHER_COMPASS_INTERVAL_SECONDS": "1",
-           "TETHER_COMPASS_LEASE_NAMESPACE": ns, "TETHER_COMPASS_BIND": f"127.0.0.1:{port}",
-           "TETHER_AUDIT_LOG": "/dev/full"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")},
+        **localnet.ENV,
+        "KUBECONFIG": str(kcp.kubeconfig),
+        "TETHER_KCP_NAMESPACE": ns,
+        "TETHER_COMPASS_DIRECTOR_URL": d.graphql_url,
+        "TETHER_COMPASS_OAUTH_TOKEN_URL": d.token_url,
+        "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
+        "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
+        "TETHER_COMPASS_DIRECTOR_CA_FILE": str(d.ca_file),
+        "TETHER_COMPASS_INTERVAL_SECONDS": "1",
+        "TETHER_COMPASS_LEASE_NAMESPACE": ns,
+        "TETHER_COMPASS_BIND": f"127.0.0.1:{port}",
+        "TETHER_AUDIT_LOG": "/dev/full",
+    }
     log_file = tmp_path / "compass.log"
     with open(log_file, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tether.cli", "compass"], env=env,
-                                cwd=controlplane.REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=controlplane.die_with_parent())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tether.cli", "compass"],
+            env=env,
+            cwd=controlplane.REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=controlplane.die_with_parent(),
+        )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -16,18 +16,26 @@ from testing import compassenv as h
 
 @pytest.fixture
 def svc(clean_director: h.Director) -> service.Service:
-    s = h.make_settings(clean_director, "unused", director_timeout=0.5, breaker_threshold=3,
-                        breaker_open_seconds=30)
+    s = h.make_settings(
+        clean_director, "unused", director_timeout=0.5, breaker_threshold=3, breaker_open_seconds=30
+    )
     return service.build(s, None, metrics.Metrics(), logging.getLogger("tether.audit.unit"))  # type: ignore[arg-type]
 
 
 def reg_input(name: str = "c-1", **labels: str) -> dict[str, object]:
-    return {"name": name, "labels": {"director_connection_managed_by": "tether",
-                                     "tether_kyma": f"ns.{uuid.uuid4().hex[:6]}", **labels}}
+    return {
+        "name": name,
+        "labels": {
+            "director_connection_managed_by": "tether",
+            "tether_kyma": f"ns.{uuid.uuid4().hex[:6]}",
+            **labels,
+        },
+    }
 
 
-def test_register_find_token_unregister_with_one_oauth_token(svc: service.Service,
-                                                             clean_director: h.Director) -> None:
+def test_register_find_token_unregister_with_one_oauth_token(
+    svc: service.Service, clean_director: h.Director
+) -> None:
     d, tenant = svc.director, f"ga-{uuid.uuid4().hex[:6]}"
     inp = reg_input()
     rt = d.register(tenant, inp)
@@ -45,7 +53,9 @@ def test_register_find_token_unregister_with_one_oauth_token(svc: service.Servic
     assert svc.tokens.fetches == 1
 
 
-def test_expired_access_token_is_renewed_once(svc: service.Service, clean_director: h.Director) -> None:
+def test_expired_access_token_is_renewed_once(
+    svc: service.Service, clean_director: h.Director
+) -> None:
     svc.director.register("ga-renew", reg_input())
     clean_director.store.expire_access_tokens()
     svc.director.register("ga-renew", reg_input())
@@ -76,8 +86,9 @@ def test_errors_are_typed(svc: service.Service, clean_director: h.Director) -> N
     assert svc.director.breaker.state == "closed"  # one failure is below the threshold
 
 
-def test_circuit_breaker_stops_requests_during_an_outage(svc: service.Service,
-                                                         clean_director: h.Director) -> None:
+def test_circuit_breaker_stops_requests_during_an_outage(
+    svc: service.Service, clean_director: h.Director
+) -> None:
     store = clean_director.store
     store.set_faults(store_mod.Faults(http_status=503))
     mark = len(store.requests)
@@ -97,9 +108,13 @@ def test_standin_enforces_bearer_and_tenant_and_validates(clean_director: h.Dire
     q = {"query": "query($id: ID!) { runtime(id: $id) { id } }", "variables": {"id": "x"}}
     r = requests.post(url, json=q, verify=ca, timeout=5)
     assert r.status_code == 401 and r.json()["error"] == "unauthorized"
-    tok = requests.post(clean_director.token_url, data={"grant_type": "client_credentials"},
-                        auth=(clean_director.store.client_id, clean_director.store.client_secret),
-                        verify=ca, timeout=5).json()["access_token"]
+    tok = requests.post(
+        clean_director.token_url,
+        data={"grant_type": "client_credentials"},
+        auth=(clean_director.store.client_id, clean_director.store.client_secret),
+        verify=ca,
+        timeout=5,
+    ).json()["access_token"]
     auth = {"Authorization": f"Bearer {tok}"}
     r = requests.post(url, json=q, headers=auth, verify=ca, timeout=5)
     assert r.json()["errors"][0]["extensions"]["error"] == "TenantRequired"
@@ -108,6 +123,10 @@ def test_standin_enforces_bearer_and_tenant_and_validates(clean_director: h.Dire
     assert "Cannot query field 'nope'" in r.json()["errors"][0]["message"]
     r = requests.post(url, data="not json", headers={**auth, "Tenant": "t"}, verify=ca, timeout=5)
     assert r.status_code == 400 and r.json()["error"] == "invalid request"
-    r = requests.put(f"{clean_director.server.url}/admin/faults", json={"graphql_error": "Nope"},
-                     verify=ca, timeout=5)
+    r = requests.put(
+        f"{clean_director.server.url}/admin/faults",
+        json={"graphql_error": "Nope"},
+        verify=ca,
+        timeout=5,
+    )
     assert r.status_code == 400

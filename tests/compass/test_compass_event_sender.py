@@ -11,7 +11,9 @@ from tether import events, gateway
 
 
 def _stored(api: client.ApiClient, ns: str, name: str) -> list[str]:
-    evs = client.CoreV1Api(api).list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
+    evs = client.CoreV1Api(api).list_namespaced_event(
+        ns, field_selector=f"involvedObject.name={name}"
+    )
     return sorted(str(e.reason) for e in evs.items)
 
 
@@ -28,7 +30,9 @@ def test_drain_waits_for_every_queued_event(kcp_api: client.ApiClient, kcp_names
         sender.close()
 
 
-def test_at_the_limit_the_caller_sends_its_own(kcp_api: client.ApiClient, kcp_namespace: str) -> None:
+def test_at_the_limit_the_caller_sends_its_own(
+    kcp_api: client.ApiClient, kcp_namespace: str
+) -> None:
     sender = event_sender.Background(gateway.Kube(kcp_api), "tether-compass", "test", limit=0)
     try:
         ref = events.Ref("v1", "ConfigMap", kcp_namespace, "rt-2", "")

@@ -32,8 +32,13 @@ def runtimes_of(store: store_mod.Store, namespace: str, kyma: str) -> list[store
     return [r for r in store.all_runtimes() if r.labels.get(model.KYMA_REF) == ref]
 
 
-def setup_kymas(kcp_api: client.ApiClient, ns: str, planes: list[controlplane.ControlPlane],
-                tenant: str, prefix: str) -> list[str]:
+def setup_kymas(
+    kcp_api: client.ApiClient,
+    ns: str,
+    planes: list[controlplane.ControlPlane],
+    tenant: str,
+    prefix: str,
+) -> list[str]:
     names = []
     for i, plane in enumerate(planes):
         name = f"{prefix}-{i:02d}"
@@ -64,8 +69,14 @@ def all_ready(kcp_api: client.ApiClient, ns: str, names: list[str]) -> bool:
     return True
 
 
-def assert_delivered(director: h.Director, kcp_api: client.ApiClient, ns: str, name: str,
-                     plane: controlplane.ControlPlane, tenant: str) -> dict[str, str]:
+def assert_delivered(
+    director: h.Director,
+    kcp_api: client.ApiClient,
+    ns: str,
+    name: str,
+    plane: controlplane.ControlPlane,
+    tenant: str,
+) -> dict[str, str]:
     rts = runtimes_of(director.store, ns, name)
     assert len(rts) == 1, f"{name}: {len(rts)} runtimes in the Director"
     rt = rts[0]
@@ -90,8 +101,11 @@ def assert_delivered(director: h.Director, kcp_api: client.ApiClient, ns: str, n
 
 
 def test_twenty_kyma_crs_each_registered_once_with_a_valid_token_in_its_runtime(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, runtime_planes: list[controlplane.ControlPlane],
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    runtime_planes: list[controlplane.ControlPlane],
 ) -> None:
     d, ns, tenant = clean_director, kcp_namespace, "ga-twenty"
     for plane in runtime_planes:
@@ -104,8 +118,12 @@ def test_twenty_kyma_crs_each_registered_once_with_a_valid_token_in_its_runtime(
         for name, plane in zip(names, runtime_planes, strict=True):
             sec = assert_delivered(d, kcp_api, ns, name, plane, tenant)
             # the token is one the stand-in's Connector accepts (the agent's first call)
-            r = requests.post(sec["CONNECTOR_URL"], headers={"Connector-Token": sec["TOKEN"]},
-                              verify=str(d.ca_file), timeout=5)
+            r = requests.post(
+                sec["CONNECTOR_URL"],
+                headers={"Connector-Token": sec["TOKEN"]},
+                verify=str(d.ca_file),
+                timeout=5,
+            )
             assert r.status_code == 200
         ops = [r.operation for r in d.store.requests[before:]]
         assert ops.count("registerRuntime") == 20
@@ -140,8 +158,11 @@ def test_twenty_kyma_crs_each_registered_once_with_a_valid_token_in_its_runtime(
 
 
 def test_director_outage_then_recovery_converges_without_duplicates(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, runtime_planes: list[controlplane.ControlPlane],
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    runtime_planes: list[controlplane.ControlPlane],
 ) -> None:
     d, ns, tenant = clean_director, kcp_namespace, "ga-outage"
     planes = runtime_planes[:6]
@@ -186,8 +207,12 @@ def test_director_outage_then_recovery_converges_without_duplicates(
         assert st["state"] == "Processing" and not st["registered"]
         # recovery
         live = names[1:]
-        h.run_until(svc, lambda: all_ready(kcp_api, ns, live)
-                    and h.get_mapping(kcp_api, ns, names[0]) is None, runs=20, pause=0.5)
+        h.run_until(
+            svc,
+            lambda: all_ready(kcp_api, ns, live) and h.get_mapping(kcp_api, ns, names[0]) is None,
+            runs=20,
+            pause=0.5,
+        )
         assert runtimes_of(d.store, ns, names[0]) == []
         for name, plane in zip(live, planes[1:], strict=True):
             assert_delivered(d, kcp_api, ns, name, plane, tenant)
@@ -197,18 +222,21 @@ def test_director_outage_then_recovery_converges_without_duplicates(
 
 
 def test_timeouts_and_graphql_errors_are_retried_and_reported(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, runtime_planes: list[controlplane.ControlPlane],
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    runtime_planes: list[controlplane.ControlPlane],
 ) -> None:
     d, ns, tenant = clean_director, kcp_namespace, "ga-errors"
     planes = runtime_planes[6:8]
     names = setup_kymas(kcp_api, ns, planes[:1], tenant, "err")
-    svc, _ = h.make_service(kcp_api, h.make_settings(d, ns, director_timeout=0.5,
-                                                        breaker_threshold=50))
+    svc, _ = h.make_service(
+        kcp_api, h.make_settings(d, ns, director_timeout=0.5, breaker_threshold=50)
+    )
     try:
         # the register call times out on our side, but the Director did register it
-        d.store.set_faults(store_mod.Faults(hang=1.0, remaining=1,
-                                            operations=("registerRuntime",)))
+        d.store.set_faults(store_mod.Faults(hang=1.0, remaining=1, operations=("registerRuntime",)))
         svc.job.run()
         st = (h.get_mapping(kcp_api, ns, names[0]) or {})["status"]
         assert st["state"] == "Processing" and st["failures"] == 1
@@ -225,19 +253,23 @@ def test_timeouts_and_graphql_errors_are_retried_and_reported(
         h.create_kubeconfig_secret(kcp_api, ns, "err-01", planes[1])
         h.create_kyma(kcp_api, ns, "err-01", h.kyma_labels(tenant, "err-shoot-1"))
         names.append("err-01")
-        d.store.set_faults(store_mod.Faults(graphql_error="InvalidData",
-                                            operations=("registerRuntime",)))
+        d.store.set_faults(
+            store_mod.Faults(graphql_error="InvalidData", operations=("registerRuntime",))
+        )
         svc.job.run()
         st = (h.get_mapping(kcp_api, ns, "err-01") or {})["status"]
         reg = next(c for c in st["conditions"] if c["type"] == "Registered")
         assert st["state"] == "Failed"
         assert reg["reason"] == "DirectorInvalidInput" and "InvalidData" in reg["message"]
-        d.store.set_faults(store_mod.Faults(graphql_error="InternalError",
-                                            operations=("registerRuntime",)))
+        d.store.set_faults(
+            store_mod.Faults(graphql_error="InternalError", operations=("registerRuntime",))
+        )
+
         def due() -> bool:  # past its backoff: the next run tries it again
             st = (h.get_mapping(kcp_api, ns, "err-01") or {})["status"]
             nxt = model.parse_time(st.get("nextAttemptAt"))
             return nxt is None or datetime.datetime.now(datetime.UTC) >= nxt
+
         pollerenv.wait_until(due, 10, "err-01's nextAttemptAt", interval=0.05)
         svc.job.run()
         st = (h.get_mapping(kcp_api, ns, "err-01") or {})["status"]
@@ -252,8 +284,11 @@ def test_timeouts_and_graphql_errors_are_retried_and_reported(
 
 
 def test_crash_between_register_and_mapping_write_makes_no_duplicate(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, runtime_planes: list[controlplane.ControlPlane],
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    runtime_planes: list[controlplane.ControlPlane],
 ) -> None:
     d, ns, tenant = clean_director, kcp_namespace, "ga-crash"
     planes = runtime_planes[8:11]
@@ -287,8 +322,11 @@ def test_crash_between_register_and_mapping_write_makes_no_duplicate(
 
 
 def test_kyma_deleted_unregisters_and_removes_mapping_also_when_director_lost_it(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, runtime_planes: list[controlplane.ControlPlane],
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    runtime_planes: list[controlplane.ControlPlane],
 ) -> None:
     d, ns, tenant = clean_director, kcp_namespace, "ga-delete"
     names = setup_kymas(kcp_api, ns, runtime_planes[11:13], tenant, "del")
@@ -301,16 +339,22 @@ def test_kyma_deleted_unregisters_and_removes_mapping_also_when_director_lost_it
             h.delete_kyma(kcp_api, ns, n)
         h.run_until(svc, lambda: all(h.get_mapping(kcp_api, ns, n) is None for n in names), runs=5)
         assert runtimes_of(d.store, ns, names[0]) == []
-        unreg = {e["kyma"]: e["directorKnewIt"] for e in audit.events
-                 if e["event"] == "compass.runtime_unregistered"}
+        unreg = {
+            e["kyma"]: e["directorKnewIt"]
+            for e in audit.events
+            if e["event"] == "compass.runtime_unregistered"
+        }
         assert unreg == {f"{ns}/{names[0]}": True, f"{ns}/{names[1]}": False}
     finally:
         svc.close()
 
 
 def test_secret_deleted_in_runtime_is_recreated_with_a_fresh_token(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, runtime_planes: list[controlplane.ControlPlane],
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    runtime_planes: list[controlplane.ControlPlane],
 ) -> None:
     d, ns, tenant = clean_director, kcp_namespace, "ga-secret"
     plane = runtime_planes[13]
@@ -329,7 +373,9 @@ def test_secret_deleted_in_runtime_is_recreated_with_a_fresh_token(
         assert d.store.token_state(second["TOKEN"]) == "valid"
         # an altered Secret is replaced too
         body: dict[str, Any] = {"data": {"TOKEN": "dGFtcGVyZWQ="}}
-        client.CoreV1Api(api).patch_namespaced_secret("compass-agent-configuration", "kyma-system", body)
+        client.CoreV1Api(api).patch_namespaced_secret(
+            "compass-agent-configuration", "kyma-system", body
+        )
         svc.job.run()
         third = h.agent_secret(plane)
         assert third is not None and third["TOKEN"] not in ("tampered", second["TOKEN"])
@@ -341,8 +387,11 @@ def test_secret_deleted_in_runtime_is_recreated_with_a_fresh_token(
 
 
 def test_expired_unused_token_is_replaced_until_the_runtime_connects(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, runtime_planes: list[controlplane.ControlPlane],
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    runtime_planes: list[controlplane.ControlPlane],
 ) -> None:
     d, ns, tenant = clean_director, kcp_namespace, "ga-expiry"
     plane = runtime_planes[14]
@@ -353,8 +402,12 @@ def test_expired_unused_token_is_replaced_until_the_runtime_connects(
         h.run_until(svc, lambda: all_ready(kcp_api, ns, names), runs=5)
         first = h.agent_secret(plane)
         assert first is not None
-        pollerenv.wait_until(lambda: d.store.token_state(first["TOKEN"]) == "expired", 10,
-                             "the first one-time token to expire (1 s)", interval=0.05)
+        pollerenv.wait_until(
+            lambda: d.store.token_state(first["TOKEN"]) == "expired",
+            10,
+            "the first one-time token to expire (1 s)",
+            interval=0.05,
+        )
         d.store.one_time_token_ttl = 600
         svc.job.run()
         second = h.agent_secret(plane)
@@ -366,7 +419,8 @@ def test_expired_unused_token_is_replaced_until_the_runtime_connects(
         m = h.get_mapping(kcp_api, ns, names[0]) or {}
         assert m["status"]["runtimeConnected"] is True and m["status"]["state"] == "Ready"
         client.CoreV1Api(plane.api_client()).delete_namespaced_secret(
-            "compass-agent-configuration", "kyma-system")
+            "compass-agent-configuration", "kyma-system"
+        )
         svc.job.run()
         assert [r.operation for r in d.store.requests[mark:]] == ["runtime"]
         assert h.agent_secret(plane) is None
@@ -376,8 +430,11 @@ def test_expired_unused_token_is_replaced_until_the_runtime_connects(
 
 
 def test_missing_label_is_reported_and_module_setting_filters(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, runtime_planes: list[controlplane.ControlPlane],
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    runtime_planes: list[controlplane.ControlPlane],
 ) -> None:
     d, ns, tenant = clean_director, kcp_namespace, "ga-labels"
     labels = h.kyma_labels(tenant, "lab-shoot-0")
@@ -387,8 +444,13 @@ def test_missing_label_is_reported_and_module_setting_filters(
     h.create_kubeconfig_secret(kcp_api, ns, "lab-01", runtime_planes[16])
     h.create_kyma(kcp_api, ns, "lab-01", h.kyma_labels(tenant, "lab-shoot-1"))
     h.create_kubeconfig_secret(kcp_api, ns, "lab-02", runtime_planes[17])
-    h.create_kyma(kcp_api, ns, "lab-02", h.kyma_labels(tenant, "lab-shoot-2"),
-                  modules=("application-connector",))
+    h.create_kyma(
+        kcp_api,
+        ns,
+        "lab-02",
+        h.kyma_labels(tenant, "lab-shoot-2"),
+        modules=("application-connector",),
+    )
     svc, _ = h.make_service(kcp_api, h.make_settings(d, ns, only_app_connector=True))
     mark = len(d.store.requests)
     try:
@@ -402,8 +464,13 @@ def test_missing_label_is_reported_and_module_setting_filters(
         assert runtimes_of(d.store, ns, "lab-01") == [] and runtimes_of(d.store, ns, "lab-00") == []
         # the label is fixed: registered at the next run
         client.CustomObjectsApi(kcp_api).patch_namespaced_custom_object(
-            apitypes.KYMAS.group, apitypes.KYMAS.version, ns, apitypes.KYMAS.plural, "lab-00",
-            {"metadata": {"labels": {apitypes.GLOBAL_ACCOUNT_LABEL: tenant}}})
+            apitypes.KYMAS.group,
+            apitypes.KYMAS.version,
+            ns,
+            apitypes.KYMAS.plural,
+            "lab-00",
+            {"metadata": {"labels": {apitypes.GLOBAL_ACCOUNT_LABEL: tenant}}},
+        )
         h.run_until(svc, lambda: all_ready(kcp_api, ns, ["lab-00"]), runs=5)
         assert_delivered(d, kcp_api, ns, "lab-00", runtime_planes[15], tenant)
     finally:
@@ -411,8 +478,11 @@ def test_missing_label_is_reported_and_module_setting_filters(
 
 
 def test_two_shards_share_the_kyma_crs_without_overlap(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, runtime_planes: list[controlplane.ControlPlane],
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    runtime_planes: list[controlplane.ControlPlane],
 ) -> None:
     from compass import job
 
@@ -423,8 +493,10 @@ def test_two_shards_share_the_kyma_crs_without_overlap(
     for name, plane in zip(names, runtime_planes[18:20], strict=True):
         h.create_kubeconfig_secret(kcp_api, ns, name, plane)
         h.create_kyma(kcp_api, ns, name, h.kyma_labels(tenant, f"{name}-shoot"))
-    svcs = [h.make_service(kcp_api, h.make_settings(d, ns, shard_index=i, shard_count=2))
-            for i in (0, 1)]
+    svcs = [
+        h.make_service(kcp_api, h.make_settings(d, ns, shard_index=i, shard_count=2))
+        for i in (0, 1)
+    ]
     try:
         for _ in range(5):
             for svc, _a in svcs:

@@ -24,8 +24,11 @@ pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers
 
 
 def test_scheduler_runs_only_in_the_lease_holder(
-    kcp_api: client.ApiClient, kcp_namespace: str, mapping_crd: str,
-    clean_director: h.Director, skr: controlplane.ControlPlane,
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    skr: controlplane.ControlPlane,
 ) -> None:
     ns = kcp_namespace
     h.create_kubeconfig_secret(kcp_api, ns, "sched-00", skr)
@@ -37,9 +40,18 @@ def test_scheduler_runs_only_in_the_lease_holder(
             svc, _ = h.make_service(kcp_api, s)
             sched = service.scheduler(svc)
             el = leader.LeaderElector(
-                gateway.Kube(kcp_api), leader.LeaseSettings(namespace=ns, name=s.lease_name, identity=ident,
-                                              lease_duration=3, renew_deadline=2, retry_period=0.3),
-                on_started=sched.resume, on_stopped=sched.pause)
+                gateway.Kube(kcp_api),
+                leader.LeaseSettings(
+                    namespace=ns,
+                    name=s.lease_name,
+                    identity=ident,
+                    lease_duration=3,
+                    renew_deadline=2,
+                    retry_period=0.3,
+                ),
+                on_started=sched.resume,
+                on_stopped=sched.pause,
+            )
             svcs.append(svc)
             scheds.append(sched)
             electors.append(el)
@@ -64,7 +76,10 @@ def test_scheduler_runs_only_in_the_lease_holder(
             time.sleep(0.1)
         assert electors[1].is_leader
         deadline = time.monotonic() + 10
-        while svcs[1].metrics.run_seconds.labels("interval")._sum.get() == 0 and time.monotonic() < deadline:
+        while (
+            svcs[1].metrics.run_seconds.labels("interval")._sum.get() == 0
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         assert svcs[1].metrics.run_seconds.labels("interval")._sum.get() > 0
     finally:
@@ -93,8 +108,12 @@ def test_http_surface() -> None:
 
 
 def test_tether_compass_process_end_to_end(
-    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient, kcp_namespace: str,
-    mapping_crd: str, clean_director: h.Director, skr: controlplane.ControlPlane,
+    kcp: controlplane.ControlPlane,
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    mapping_crd: str,
+    clean_director: h.Director,
+    skr: controlplane.ControlPlane,
     tmp_path: pathlib.Path,
 ) -> None:
     """The real entry point as a process: settings from the environment, Lease, scheduler,
@@ -105,16 +124,29 @@ def test_tether_compass_process_end_to_end(
     secret_file = tmp_path / "client_secret"
     secret_file.write_text(d.store.client_secret)
     port = controlplane.free_port()
-    env = {**os.environ, **localnet.ENV, "KUBECONFIG": str(kcp.kubeconfig), "TETHER_KCP_NAMESPACE": ns,
-           "TETHER_COMPASS_DIRECTOR_URL": d.graphql_url, "TETHER_COMPASS_OAUTH_TOKEN_URL": d.token_url,
-           "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
-           "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
-           "TETHER_COMPASS_DIRECTOR_CA_FILE": str(d.ca_file), "TETHER_COMPASS_INTERVAL_SECONDS": "1",
-           "TETHER_COMPASS_LEASE_NAMESPACE": ns, "TETHER_COMPASS_BIND": f"127.0.0.1:{port}"}
-    proc = subprocess.Popen([sys.executable, "-m", "tether.cli", "compass"], env=env,
-                            cwd=controlplane.REPO_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=controlplane.die_with_parent())
+    env = {
+        **os.environ,
+        **localnet.ENV,
+        "KUBECONFIG": str(kcp.kubeconfig),
+        "TETHER_KCP_NAMESPACE": ns,
+        "TETHER_COMPASS_DIRECTOR_URL": d.graphql_url,
+        "TETHER_COMPASS_OAUTH_TOKEN_URL": d.token_url,
+        "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
+        "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
+        "TETHER_COMPASS_DIRECTOR_CA_FILE": str(d.ca_file),
+        "TETHER_COMPASS_INTERVAL_SECONDS": "1",
+        "TETHER_COMPASS_LEASE_NAMESPACE": ns,
+        "TETHER_COMPASS_BIND": f"127.0.0.1:{port}",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether.cli", "compass"],
+        env=env,
+        cwd=controlplane.REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=controlplane.die_with_parent(),
+    )
     try:
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
@@ -137,6 +169,8 @@ def test_tether_compass_process_end_to_end(
     token = (h.agent_secret(skr) or {}).get("TOKEN")
     assert token and token not in out and token not in err
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    assert {"compass.runtime_registered", "compass.token_issued"} <= {e.get("event") for e in events}
+    assert {"compass.runtime_registered", "compass.token_issued"} <= {
+        e.get("event") for e in events
+    }
     lease = client.CoordinationV1Api(kcp_api).read_namespaced_lease("tether-compass", ns)
     assert not lease.spec.holder_identity  # released on SIGTERM

@@ -29,7 +29,13 @@ from tether import apitypes, gateway
 pytestmark = [pytest.mark.plane, pytest.mark.processes]  # a plane of its own
 
 REPO = controlplane.REPO_ROOT
-CM_CRD_FILE = REPO / "hack" / "crds" / "compass-manager" / "operator.kyma-project.io_compassmanagermappings.yaml"
+CM_CRD_FILE = (
+    REPO
+    / "hack"
+    / "crds"
+    / "compass-manager"
+    / "operator.kyma-project.io_compassmanagermappings.yaml"
+)
 KCP_DIR = REPO / "manifests" / "kcp"
 COMPAT_DIR = KCP_DIR / "compass" / "compat-compass-manager"
 OLD_CRD_FILE = REPO / "hack" / "crds" / "tether-0.1.0_compassmanagermappings.yaml"
@@ -41,8 +47,11 @@ CM = apitypes.COMPASS_MANAGER_LEGACY_MAPPINGS
 CM_CRD = f"{CM.plural}.{CM.group}"
 OURS = f"{apitypes.COMPASS_MAPPINGS.plural}.{apitypes.COMPASS_MAPPINGS.group}"
 # (name, runtime ID label, dry run) as compass-manager's UpsertCompassMapping/CreateCompassMapping write them
-CM_OBJECTS = [("kyma-a", "4a1f0000-0000-4000-8000-00000000000a", False),
-              ("kyma-b", "", False), ("kyma-c", "dry-run-id", True)]
+CM_OBJECTS = [
+    ("kyma-a", "4a1f0000-0000-4000-8000-00000000000a", False),
+    ("kyma-b", "", False),
+    ("kyma-c", "dry-run-id", True),
+]
 
 
 class Landscape:
@@ -66,14 +75,25 @@ class Landscape:
 
 
 def _cm_object(name: str, rid: str, dry: bool) -> dict[str, Any]:
-    labels = {legacy.KYMA_NAME_LABEL: name, legacy.RUNTIME_ID_LABEL: rid,
-              "kyma-project.io/global-account-id": "ga-cm", "kyma-project.io/subaccount-id": "sa-cm",
-              "operator.kyma-project.io/managed-by": "compass-manager"}
+    labels = {
+        legacy.KYMA_NAME_LABEL: name,
+        legacy.RUNTIME_ID_LABEL: rid,
+        "kyma-project.io/global-account-id": "ga-cm",
+        "kyma-project.io/subaccount-id": "sa-cm",
+        "operator.kyma-project.io/managed-by": "compass-manager",
+    }
     if dry:
         labels[legacy.DRY_RUN_LABEL] = "Yes"
-    return {"apiVersion": CM.api_version, "kind": "CompassManagerMapping",
-            "metadata": {"name": name, "namespace": NS, "labels": labels,
-                         "finalizers": ["kyma-project.io/cm-protection"]}}
+    return {
+        "apiVersion": CM.api_version,
+        "kind": "CompassManagerMapping",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": labels,
+            "finalizers": ["kyma-project.io/cm-protection"],
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +110,19 @@ def landscape() -> Iterator[Landscape]:
             _install(plane, CM_CRD_FILE)
             for name, rid, dry in CM_OBJECTS:
                 kube.create(CM, NS, _cm_object(name, rid, dry))
-                kube.patch(CM, NS, name, {"status": {"registered": bool(rid), "configured": bool(rid),
-                                                     "state": "Ready" if rid else "Processing"}},
-                           subresource="status")
+                kube.patch(
+                    CM,
+                    NS,
+                    name,
+                    {
+                        "status": {
+                            "registered": bool(rid),
+                            "configured": bool(rid),
+                            "state": "Ready" if rid else "Processing",
+                        }
+                    },
+                    subresource="status",
+                )
             land.crd_before, land.objects_before = land.crd(), land.objects()
             # as an operator would, on a KCP where compass-manager runs
             land.applied = land.kubectl("apply", "-k", str(KCP_DIR))
@@ -116,8 +146,9 @@ def _stable(obj: dict[str, Any]) -> dict[str, Any]:
     out.pop("status", None)
     meta = out["metadata"]
     meta.pop("resourceVersion", None)
-    meta["managedFields"] = [f for f in meta.get("managedFields") or []
-                             if f.get("subresource") != "status"]
+    meta["managedFields"] = [
+        f for f in meta.get("managedFields") or [] if f.get("subresource") != "status"
+    ]
     return out
 
 
@@ -125,8 +156,11 @@ def test_compass_managers_crd_is_left_byte_for_byte(landscape: Landscape) -> Non
     after = landscape.crd()
     assert _stable(after) == _stable(landscape.crd_before)
     assert after["metadata"]["generation"] == landscape.crd_before["metadata"]["generation"] == 1
-    assert not [f["manager"] for f in after["metadata"].get("managedFields") or []
-                if f["manager"].startswith("kubectl")]  # the apply never wrote it
+    assert not [
+        f["manager"]
+        for f in after["metadata"].get("managedFields") or []
+        if f["manager"].startswith("kubectl")
+    ]  # the apply never wrote it
     shipped = yaml.safe_load(CM_CRD_FILE.read_text())
     # compass-manager's spec as its repository has it; the server only adds defaults
     assert {k: after["spec"][k] for k in shipped["spec"]} == shipped["spec"]
@@ -147,15 +181,18 @@ def test_tethers_own_mapping_crd_is_served_beside_it(landscape: Landscape) -> No
     ours = landscape.kube.get(CRDS, None, OURS)
     assert ours["spec"]["group"] == "tether.kyma-project.io"
     assert ours["spec"]["names"]["kind"] == apitypes.COMPASS_MAPPING_KIND
-    assert any(c["type"] == "Established" and c["status"] == "True"
-               for c in (ours.get("status") or {}).get("conditions") or [])
+    assert any(
+        c["type"] == "Established" and c["status"] == "True"
+        for c in (ours.get("status") or {}).get("conditions") or []
+    )
     assert f"customresourcedefinition.apiextensions.k8s.io/{OURS} created" in landscape.applied
     assert list(landscape.kube.list_items(apitypes.COMPASS_MAPPINGS, NS)) == []
     names = landscape.kubectl("get", "compassmanagermappings", "-n", NS, "-o", "name")
     assert names.split() == [f"compassmanagermapping.{CM.group}/{n}" for n, _, _ in CM_OBJECTS]
     rendered = yaml.safe_load_all(landscape.kubectl("kustomize", str(KCP_DIR)))
-    assert {d["spec"]["group"] for d in rendered if d and d["kind"] == "CustomResourceDefinition"} \
-        == {apitypes.TETHER_GROUP}  # no CRD of compass-manager's (or lifecycle-manager's) group
+    assert {
+        d["spec"]["group"] for d in rendered if d and d["kind"] == "CustomResourceDefinition"
+    } == {apitypes.TETHER_GROUP}  # no CRD of compass-manager's (or lifecycle-manager's) group
 
 
 def _can(landscape: Landscape, verb: str, *extra: str) -> bool:
@@ -167,18 +204,26 @@ def _can(landscape: Landscape, verb: str, *extra: str) -> bool:
 def _overlay(tmp: pathlib.Path) -> pathlib.Path:
     """The landscape's own kustomization: manifests/kcp plus the Component (kustomize takes
     relative paths only)."""
-    (tmp / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(KCP_DIR, tmp)],
-        "components": [os.path.relpath(COMPAT_DIR, tmp)]}))
+    (tmp / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(KCP_DIR, tmp)],
+                "components": [os.path.relpath(COMPAT_DIR, tmp)],
+            }
+        )
+    )
     return tmp
 
 
 def test_the_compat_overlay_lets_compass_read_compass_managers_mappings_never_write(
-        landscape: Landscape, tmp_path: pathlib.Path) -> None:
+    landscape: Landscape, tmp_path: pathlib.Path
+) -> None:
     assert "is not served" in landscape.not_served  # before compass-manager's CRD
-    sa = gateway.from_kubeconfig(str(landscape.plane.issue_client_cert(
-        SA_USER, ("system:serviceaccounts",))))
+    sa = gateway.from_kubeconfig(
+        str(landscape.plane.issue_client_cert(SA_USER, ("system:serviceaccounts",)))
+    )
     try:
         assert not _can(landscape, "list")  # manifests/kcp alone: not even a read
         with pytest.raises(legacy.Unavailable, match="forbidden"):
@@ -195,7 +240,10 @@ def test_the_compat_overlay_lets_compass_read_compass_managers_mappings_never_wr
         assert regs.skipped == 2 and regs.ambiguous == frozenset()
         assert legacy.Source(sa, NS)("kyma-a") == CM_OBJECTS[0][1]  # what compass plugs in
         dep = landscape.kube.get(apitypes.DEPLOYMENTS, "tether-system", "tether-compass")
-        env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+        env = {
+            e["name"]: e.get("value")
+            for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
         assert env["TETHER_COMPASS_READ_COMPASS_MANAGER_MAPPINGS"] == "true"
         assert landscape.objects() == landscape.objects_before
         assert _stable(landscape.crd()) == _stable(landscape.crd_before)
@@ -205,31 +253,61 @@ def test_the_compat_overlay_lets_compass_read_compass_managers_mappings_never_wr
 
 def _old_mapping(name: str, rid: str) -> dict[str, Any]:
     """A mapping as Tether 0.1.0's compass wrote it (compass/mappings.py at v0.1.0)."""
-    labels = {legacy.KYMA_NAME_LABEL: name, legacy.RUNTIME_ID_LABEL: rid,
-              "kyma-project.io/global-account-id": "ga-old"}
-    return {"apiVersion": CM.api_version, "kind": "CompassManagerMapping",
-            "metadata": {"name": name, "namespace": NS, "labels": labels,
-                         "finalizers": [OLD_FINALIZER]}, "spec": {}}
+    labels = {
+        legacy.KYMA_NAME_LABEL: name,
+        legacy.RUNTIME_ID_LABEL: rid,
+        "kyma-project.io/global-account-id": "ga-old",
+    }
+    return {
+        "apiVersion": CM.api_version,
+        "kind": "CompassManagerMapping",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": labels,
+            "finalizers": [OLD_FINALIZER],
+        },
+        "spec": {},
+    }
 
 
 def test_upgrading_from_0_1_0_leaves_its_mappings_until_the_operator_deletes_them() -> None:
     """docs/compass.md, "Upgrading from 0.1.0": the new manifests leave 0.1.0's CRD and
     objects alone, compass.legacy reads their runtime IDs (the Component's path), and the
     documented clean-up (Tether's finalizer removed, objects and CRD deleted) works."""
-    ids = {"old-a": "4a1f0000-0000-4000-8000-0000000000a1", "old-b": "4a1f0000-0000-4000-8000-0000000000b2"}
+    ids = {
+        "old-a": "4a1f0000-0000-4000-8000-0000000000a1",
+        "old-b": "4a1f0000-0000-4000-8000-0000000000b2",
+    }
     with controlplane.ControlPlane("upgrade-kcp") as plane:
         kube = gateway.from_kubeconfig(str(plane.kubeconfig))
         land = Landscape(plane, kube)
         try:
             kube.create(gateway.NAMESPACES, None, {"metadata": {"name": NS}})
             _install(plane, OLD_CRD_FILE)
-            cond = {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
-                    "lastTransitionTime": "2026-12-01T00:00:00Z"}
+            cond = {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Ready",
+                "message": "",
+                "lastTransitionTime": "2026-12-01T00:00:00Z",
+            }
             for name, rid in ids.items():
                 kube.create(CM, NS, _old_mapping(name, rid))
-                kube.patch(CM, NS, name, {"status": {"registered": True, "configured": True,
-                                                     "state": "Ready", "conditions": [cond]}},
-                           subresource="status")
+                kube.patch(
+                    CM,
+                    NS,
+                    name,
+                    {
+                        "status": {
+                            "registered": True,
+                            "configured": True,
+                            "state": "Ready",
+                            "conditions": [cond],
+                        }
+                    },
+                    subresource="status",
+                )
             crd_before, before = land.crd(), land.objects()
             land.kubectl("apply", "-k", str(KCP_DIR))
             assert land.objects() == before
@@ -238,11 +316,23 @@ def test_upgrading_from_0_1_0_leaves_its_mappings_until_the_operator_deletes_the
             cached = legacy.Source(kube, NS, max_age=3600)
             assert cached("old-a") == ids["old-a"]
             # step 4: the objects with Tether's finalizer, then step 5: the CRD
-            ours = [o["metadata"]["name"] for o in before if OLD_FINALIZER in o["metadata"]["finalizers"]]
+            ours = [
+                o["metadata"]["name"]
+                for o in before
+                if OLD_FINALIZER in o["metadata"]["finalizers"]
+            ]
             assert ours == sorted(ids)
             for name in ours:
-                land.kubectl("-n", NS, "patch", "compassmanagermapping", name, "--type=merge",
-                             "-p", '{"metadata":{"finalizers":null}}')
+                land.kubectl(
+                    "-n",
+                    NS,
+                    "patch",
+                    "compassmanagermapping",
+                    name,
+                    "--type=merge",
+                    "-p",
+                    '{"metadata":{"finalizers":null}}',
+                )
                 land.kubectl("-n", NS, "delete", "compassmanagermapping", name, "--timeout=60s")
             assert land.objects() == []
             land.kubectl("delete", "crd", CM_CRD, "--timeout=120s")

@@ -13,8 +13,14 @@ from testing.compassfacts import LABELS, NOW, kyma, mapping
 from tether import apitypes
 
 POLICY = decide.Policy()
-READY = dict(state="Ready", registered=True, configured=True, secretDigest="d",
-             tokenExpiresAt="2026-11-30T13:00:00Z", failures=0)
+READY = dict(
+    state="Ready",
+    registered=True,
+    configured=True,
+    secretDigest="d",
+    tokenExpiresAt="2026-11-30T13:00:00Z",
+    failures=0,
+)
 
 
 def d(**kw: Any) -> decide.Action:
@@ -49,7 +55,9 @@ def test_mapping_without_registering_mark_gets_it_before_any_register() -> None:
     assert d(kyma=kyma(), mapping=mapping(registering=False)).kind == "mark_registering"
 
 
-@pytest.mark.parametrize("missing", [apitypes.GLOBAL_ACCOUNT_LABEL, apitypes.SUBACCOUNT_LABEL, apitypes.SHOOT_NAME_LABEL])
+@pytest.mark.parametrize(
+    "missing", [apitypes.GLOBAL_ACCOUNT_LABEL, apitypes.SUBACCOUNT_LABEL, apitypes.SHOOT_NAME_LABEL]
+)
 def test_missing_required_label_is_reported_not_skipped(missing: str) -> None:
     labels = {k: v for k, v in LABELS.items() if k != missing}
     a = d(kyma=kyma(labels), mapping=None)
@@ -58,7 +66,9 @@ def test_missing_required_label_is_reported_not_skipped(missing: str) -> None:
     assert a.kind == "report_invalid" and a.reason == "MissingLabel"
     # once reported with the same reason and message: nothing more to do
     cond = {"type": "Registered", "status": "False", "reason": a.reason, "message": a.message}
-    done = d(kyma=kyma(labels), mapping=mapping(registering=False, state="Failed", conditions=[cond]))
+    done = d(
+        kyma=kyma(labels), mapping=mapping(registering=False, state="Failed", conditions=[cond])
+    )
     assert done.kind == "done"
 
 
@@ -73,7 +83,9 @@ def test_ready_and_secret_intact_is_done_without_director() -> None:
     assert d(kyma=kyma(), mapping=m, secret="matches").kind == "done"
 
 
-@pytest.mark.parametrize("secret,reason", [("missing", "SecretMissing"), ("differs", "SecretAltered")])
+@pytest.mark.parametrize(
+    "secret,reason", [("missing", "SecretMissing"), ("differs", "SecretAltered")]
+)
 def test_missing_or_altered_secret_asks_director_then_new_token(secret: str, reason: str) -> None:
     m = mapping(rid="r1", **READY)
     assert d(kyma=kyma(), mapping=m, secret=secret).kind == "fetch_runtime"
@@ -95,7 +107,10 @@ def test_connected_runtime_needs_no_secret_check_and_only_full_resync_asks_direc
     m = mapping(rid="r1", runtimeConnected=True, **READY)
     assert d(kyma=kyma(), mapping=m).kind == "done"
     assert d(kyma=kyma(), mapping=m, full=True).kind == "fetch_runtime"
-    assert d(kyma=kyma(), mapping=m, full=True, fetched=True, runtime_condition="CONNECTED").kind == "done"
+    assert (
+        d(kyma=kyma(), mapping=m, full=True, fetched=True, runtime_condition="CONNECTED").kind
+        == "done"
+    )
 
 
 def test_runtime_lost_in_director_is_registered_again() -> None:
@@ -126,21 +141,41 @@ def test_teardown_unregisters_then_deletes_then_releases() -> None:
     assert d(kyma=None, mapping=m, unregistered=True).kind == "delete_mapping"
     gone = mapping(rid="r1", deleting=True)
     assert d(kyma=None, mapping=gone, unregistered=True).kind == "remove_finalizer"
-    assert d(kyma=None, mapping=mapping(rid="r1", deleting=True, finalizers=()),
-             unregistered=True).kind == "done"
-    assert d(kyma=kyma(deleting=True), mapping=m, fetched=True, runtime_condition="INITIAL",
-             runtime_labels=OURS).kind == "unregister"
+    assert (
+        d(
+            kyma=None, mapping=mapping(rid="r1", deleting=True, finalizers=()), unregistered=True
+        ).kind
+        == "done"
+    )
+    assert (
+        d(
+            kyma=kyma(deleting=True),
+            mapping=m,
+            fetched=True,
+            runtime_condition="INITIAL",
+            runtime_labels=OURS,
+        ).kind
+        == "unregister"
+    )
     assert d(kyma=None, mapping=None).kind == "done"
 
 
 def test_teardown_releases_a_runtime_whose_labels_name_another_kyma_cr() -> None:
     m = mapping(rid="victim", **READY)
     for labels in ({**OURS, model.KYMA_REF: "kcp-system.k2"}, {model.SHOOT_LABEL: "c-4a1f"}):
-        a = d(kyma=None, mapping=m, fetched=True, runtime_condition="CONNECTED", runtime_labels=labels)
+        a = d(
+            kyma=None, mapping=m, fetched=True, runtime_condition="CONNECTED", runtime_labels=labels
+        )
         assert (a.kind, a.reason, a.runtime_id) == ("release", decide.FOREIGN, "victim")
         assert "not unregistered" in a.message
-    released = d(kyma=None, mapping=m, fetched=True, runtime_condition="CONNECTED",
-                 runtime_labels={}, unregistered=True)
+    released = d(
+        kyma=None,
+        mapping=m,
+        fetched=True,
+        runtime_condition="CONNECTED",
+        runtime_labels={},
+        unregistered=True,
+    )
     assert released.kind == "delete_mapping"
 
 
@@ -149,25 +184,50 @@ def test_a_registered_runtime_the_director_shows_as_another_kyma_crs_is_forgotte
     fetch drops it from the mapping instead of issuing a token; its own is kept."""
     m = mapping(rid="victim", registered=True)
     theirs = {**OURS, model.KYMA_REF: "kcp-system.k2"}
-    a = d(kyma=kyma(), mapping=m, fetched=True, runtime_condition="INITIAL", runtime_labels=theirs,
-          secret="missing")
+    a = d(
+        kyma=kyma(),
+        mapping=m,
+        fetched=True,
+        runtime_condition="INITIAL",
+        runtime_labels=theirs,
+        secret="missing",
+    )
     assert (a.kind, a.reason, a.runtime_id) == ("forget_runtime", decide.FOREIGN, "victim")
-    ok = d(kyma=kyma(), mapping=m, fetched=True, runtime_condition="INITIAL", runtime_labels=OURS,
-           secret="missing")
+    ok = d(
+        kyma=kyma(),
+        mapping=m,
+        fetched=True,
+        runtime_condition="INITIAL",
+        runtime_labels=OURS,
+        secret="missing",
+    )
     assert (ok.kind, ok.reason) == ("issue_token", "SecretMissing")
-    full = d(kyma=kyma(), mapping=mapping(rid="victim", runtimeConnected=True, **READY), full=True,
-             fetched=True, runtime_condition="CONNECTED", runtime_labels=theirs)
+    full = d(
+        kyma=kyma(),
+        mapping=mapping(rid="victim", runtimeConnected=True, **READY),
+        full=True,
+        fetched=True,
+        runtime_condition="CONNECTED",
+        runtime_labels=theirs,
+    )
     assert full.kind == "forget_runtime"
 
 
 def test_a_refused_lookup_is_reported_once_and_nothing_is_adopted_or_registered() -> None:
-    f = decide.Facts(kyma=kyma(), mapping=mapping(), now=NOW, looked_up=True,
-                     refusal=("held_elsewhere", "the runtime's agent Secret names r9 ..."))
+    f = decide.Facts(
+        kyma=kyma(),
+        mapping=mapping(),
+        now=NOW,
+        looked_up=True,
+        refusal=("held_elsewhere", "the runtime's agent Secret names r9 ..."),
+    )
     a = decide.decide(f, POLICY)
     assert (a.kind, a.reason) == ("report_invalid", decide.FOREIGN)
     cond = {"type": "Registered", "reason": a.reason, "message": a.message}
-    assert decide.decide(f._replace(mapping=mapping(state="Failed", conditions=[cond])),
-                         POLICY).kind == "done"
+    assert (
+        decide.decide(f._replace(mapping=mapping(state="Failed", conditions=[cond])), POLICY).kind
+        == "done"
+    )
     # even with a candidate found: never adopted past a refusal
     assert decide.decide(f._replace(found_runtime_id="r9"), POLICY).kind == "report_invalid"
 
@@ -195,9 +255,13 @@ def test_register_input_carries_the_director_labels() -> None:
     inp = decide.register_input(kyma(), decide.Policy(managed_by="kcp-eu1"))
     assert inp["name"] == "c-4a1f"
     assert inp["labels"] == {
-        "director_connection_managed_by": "kcp-eu1", "tether_kyma": "kcp-system.k1",
-        "gardenerClusterName": "c-4a1f", "global_subaccount_id": "sa-1",
-        "global_account_id": "ga-1", "broker_instance_id": "inst-1", "broker_plan_id": "p-1",
+        "director_connection_managed_by": "kcp-eu1",
+        "tether_kyma": "kcp-system.k1",
+        "gardenerClusterName": "c-4a1f",
+        "global_subaccount_id": "sa-1",
+        "global_account_id": "ga-1",
+        "broker_instance_id": "inst-1",
+        "broker_plan_id": "p-1",
         "broker_plan_name": "azure",
     }
     # optional labels are left out when the Kyma CR lacks them (e.g. bring-your-own clusters)
@@ -219,9 +283,14 @@ def test_every_path_converges_within_the_step_budget() -> None:
         elif a.kind == "lookup":
             f = f._replace(looked_up=True)
         elif a.kind == "register":
-            f = f._replace(mapping=mapping(rid="r1", registered=True), registered_now=True,
-                           fetched=True, runtime_condition="INITIAL")
+            f = f._replace(
+                mapping=mapping(rid="r1", registered=True),
+                registered_now=True,
+                fetched=True,
+                runtime_condition="INITIAL",
+            )
         elif a.kind == "issue_token":
-            f = f._replace(mapping=mapping(rid="r1", **READY), secret="matches",
-                           registered_now=False)
+            f = f._replace(
+                mapping=mapping(rid="r1", **READY), secret="matches", registered_now=False
+            )
     assert kinds == ["create_mapping", "lookup", "register", "issue_token", "done"]

@@ -23,18 +23,26 @@ SECRET = "s3cr3t-of-the-server-tests"
 @pytest.fixture
 def standin(tmp_path: pathlib.Path) -> Iterator[tuple[server_mod.DirectorServer, str]]:
     ca, cert, key = server_mod.self_signed(tmp_path / "tls")
-    srv = server_mod.DirectorServer(store_mod.Store(client_secret=SECRET), cert, key,
-                                    idle_seconds=1.0).start()
+    srv = server_mod.DirectorServer(
+        store_mod.Store(client_secret=SECRET), cert, key, idle_seconds=1.0
+    ).start()
     yield srv, str(ca)
     srv.stop()
 
 
 def token(session: requests.Session, srv: server_mod.DirectorServer, ca: str) -> requests.Response:
-    return session.post(f"{srv.url}/oauth2/token", data={"grant_type": "client_credentials"},
-                        auth=(srv.store.client_id, SECRET), verify=ca, timeout=10)
+    return session.post(
+        f"{srv.url}/oauth2/token",
+        data={"grant_type": "client_credentials"},
+        auth=(srv.store.client_id, SECRET),
+        verify=ca,
+        timeout=10,
+    )
 
 
-def test_one_connection_serves_many_requests(standin: tuple[server_mod.DirectorServer, str]) -> None:
+def test_one_connection_serves_many_requests(
+    standin: tuple[server_mod.DirectorServer, str],
+) -> None:
     srv, ca = standin
     with requests.Session() as s:
         for _ in range(5):
@@ -43,8 +51,13 @@ def test_one_connection_serves_many_requests(standin: tuple[server_mod.DirectorS
             assert "close" not in r.headers.get("Connection", "").lower()
         assert srv.connections == 1
         tok = r.json()["access_token"]
-        r = s.post(f"{srv.url}/graphql", json={"query": "{ runtimes { totalCount } }"},
-                   headers={"Authorization": f"Bearer {tok}", "Tenant": "t"}, verify=ca, timeout=10)
+        r = s.post(
+            f"{srv.url}/graphql",
+            json={"query": "{ runtimes { totalCount } }"},
+            headers={"Authorization": f"Bearer {tok}", "Tenant": "t"},
+            verify=ca,
+            timeout=10,
+        )
         assert r.json() == {"data": {"runtimes": {"totalCount": 0}}}
         assert srv.connections == 1
     # the idle timeout (1 s here) closes a connection its client left open
@@ -58,7 +71,8 @@ def test_one_connection_serves_many_requests(standin: tuple[server_mod.DirectorS
 
 
 def test_stop_closes_kept_alive_connections_and_start_serves_again(
-        standin: tuple[server_mod.DirectorServer, str]) -> None:
+    standin: tuple[server_mod.DirectorServer, str],
+) -> None:
     srv, ca = standin
     with requests.Session() as s:
         assert token(s, srv, ca).status_code == 200
@@ -71,17 +85,23 @@ def test_stop_closes_kept_alive_connections_and_start_serves_again(
 
 
 def test_bad_bodies_are_answered_with_a_status_and_json(
-        standin: tuple[server_mod.DirectorServer, str]) -> None:
+    standin: tuple[server_mod.DirectorServer, str],
+) -> None:
     srv, ca = standin
     big = b"x" * (server_mod.MAX_BODY + 1)
     r = requests.put(f"{srv.url}/admin/faults", data=big, verify=ca, timeout=30)
     assert r.status_code == 413 and "larger than" in r.json()["error"]
-    r = requests.put(f"{srv.url}/admin/faults", data=iter([b'{"latency"', b": 0.001}"]),
-                     headers={"Content-Type": "application/json"}, verify=ca,
-                     timeout=10)  # chunked: no Content-Length
+    r = requests.put(
+        f"{srv.url}/admin/faults",
+        data=iter([b'{"latency"', b": 0.001}"]),
+        headers={"Content-Type": "application/json"},
+        verify=ca,
+        timeout=10,
+    )  # chunked: no Content-Length
     assert r.status_code == 200 and r.json()["latency"] == 0.001
-    r = requests.put(f"{srv.url}/admin/faults", data=iter([big[:600_000], big[600_000:]]),
-                     verify=ca, timeout=30)
+    r = requests.put(
+        f"{srv.url}/admin/faults", data=iter([big[:600_000], big[600_000:]]), verify=ca, timeout=30
+    )
     assert r.status_code == 413 and "larger than" in r.json()["error"]
     r = requests.put(f"{srv.url}/admin/faults", json={"latency": 0}, verify=ca, timeout=10)
     assert r.status_code == 200 and r.json()["latency"] == 0

@@ -26,7 +26,8 @@ def ops_since(d: h.Director, mark: int) -> list[str]:
 
 
 def test_label_exists_filter_lists_every_labelled_runtime_page_by_page(
-        svc: service.Service, clean_director: h.Director) -> None:
+    svc: service.Service, clean_director: h.Director
+) -> None:
     d, tenant = clean_director, f"ga-{uuid.uuid4().hex[:6]}"
     seeded = [d.store.seed_provisioned(tenant, f"shoot-{i}") for i in range(5)]
     d.store.register(tenant, {"name": "unlabelled", "labels": {"other": "x"}})
@@ -43,7 +44,8 @@ def test_label_exists_filter_lists_every_labelled_runtime_page_by_page(
 
 
 def test_one_list_per_tenant_and_run_then_per_runtime_queries_outside_a_run(
-        svc: service.Service, clean_director: h.Director) -> None:
+    svc: service.Service, clean_director: h.Director
+) -> None:
     d, tenant = clean_director, f"ga-{uuid.uuid4().hex[:6]}"
     a = d.store.seed_provisioned(tenant, "shoot-a")
     b = d.store.seed_provisioned(tenant, "shoot-b")
@@ -55,8 +57,16 @@ def test_one_list_per_tenant_and_run_then_per_runtime_queries_outside_a_run(
     assert index.find(tenant, "shoot-new") == []
     assert ops_since(d, mark) == ["runtimes"]  # one list for the three lookups
     # what Tether registers during the run is seen by a later lookup of the run
-    mine = svc.director.register(tenant, {"name": "shoot-new", "labels": {
-        "gardenerClusterName": "shoot-new", "director_connection_managed_by": "tether"}})
+    mine = svc.director.register(
+        tenant,
+        {
+            "name": "shoot-new",
+            "labels": {
+                "gardenerClusterName": "shoot-new",
+                "director_connection_managed_by": "tether",
+            },
+        },
+    )
     index.note(tenant, mine)
     assert [r.id for r in index.find(tenant, "shoot-new")] == [mine.id]
     index.end()
@@ -74,7 +84,8 @@ def test_one_list_per_tenant_and_run_then_per_runtime_queries_outside_a_run(
 
 
 def test_past_the_bound_a_tenant_is_looked_up_per_runtime_and_said_so(
-        svc: service.Service, clean_director: h.Director, caplog: pytest.LogCaptureFixture) -> None:
+    svc: service.Service, clean_director: h.Director, caplog: pytest.LogCaptureFixture
+) -> None:
     d, tenant = clean_director, f"ga-{uuid.uuid4().hex[:6]}"
     a = d.store.seed_provisioned(tenant, "shoot-a")
     d.store.seed_provisioned(tenant, "shoot-b")
@@ -92,7 +103,8 @@ def test_past_the_bound_a_tenant_is_looked_up_per_runtime_and_said_so(
 
 
 def test_a_failed_list_leaves_the_tenant_to_per_runtime_queries_for_the_run(
-        svc: service.Service, clean_director: h.Director) -> None:
+    svc: service.Service, clean_director: h.Director
+) -> None:
     d, tenant = clean_director, f"ga-{uuid.uuid4().hex[:6]}"
     a = d.store.seed_provisioned(tenant, "shoot-a")
     b = d.store.seed_provisioned(tenant, "shoot-b")
@@ -108,7 +120,8 @@ def test_a_failed_list_leaves_the_tenant_to_per_runtime_queries_for_the_run(
 
 
 def test_a_runs_first_lookups_of_a_tenant_are_single_queries_then_one_list(
-        svc: service.Service, clean_director: h.Director) -> None:
+    svc: service.Service, clean_director: h.Director
+) -> None:
     """One new Kyma CR in a big tenant costs one query, not the tenant's whole list."""
     d, tenant = clean_director, f"ga-{uuid.uuid4().hex[:6]}"
     a = d.store.seed_provisioned(tenant, "shoot-a")

@@ -56,10 +56,17 @@ ENROLLER = "tether-enroller"
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
     with controlplane.planes("expired-skr", "expired-kcp") as planes:
-        f = deployed.install(planes["expired-skr"], planes["expired-kcp"], tmp_path_factory.mktemp("expired"),
-                             timeout=180, backoff_seconds=1.0,
-                             enroller_env={"TETHER_ENROLLER_CERT_LIFETIME_SECONDS": str(LIFETIME),
-                                           "TETHER_ENROLLER_INTERVAL_SECONDS": "5"})
+        f = deployed.install(
+            planes["expired-skr"],
+            planes["expired-kcp"],
+            tmp_path_factory.mktemp("expired"),
+            timeout=180,
+            backoff_seconds=1.0,
+            enroller_env={
+                "TETHER_ENROLLER_CERT_LIFETIME_SECONDS": str(LIFETIME),
+                "TETHER_ENROLLER_INTERVAL_SECONDS": "5",
+            },
+        )
         try:
             deployed.kubectl(f.skr, "create", "namespace", CUSTOMER_NS)
             yield f
@@ -67,11 +74,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
             f.stop()
 
 
-
 def not_after(fleet: deployed.Fleet, name: str = "tether-runtime-client") -> datetime.datetime:
     """A certificate's notAfter, as its Secret in the runtime holds it (default: the client's)."""
-    secret = json.loads(deployed.kubectl(fleet.skr, "get", "secret", name, "-n",
-                                         overlays.NAMESPACE, "-o", "json").stdout)
+    secret = json.loads(
+        deployed.kubectl(
+            fleet.skr, "get", "secret", name, "-n", overlays.NAMESPACE, "-o", "json"
+        ).stdout
+    )
     pem = base64.b64decode(secret["data"]["tls.crt"])
     return x509.load_pem_x509_certificate(pem).not_valid_after_utc
 
@@ -84,8 +93,10 @@ def refusals(fleet: deployed.Fleet, metric: str = "tls_handshake_refusals") -> f
         with urllib.request.urlopen(f"http://{pod.ip}:9090/metrics", timeout=10) as r:
             text = r.read().decode()
         for line in text.splitlines():
-            if line.startswith(f"tether_listener_{metric}_total{{") and \
-                    'reason="certificate_expired"' in line:
+            if (
+                line.startswith(f"tether_listener_{metric}_total{{")
+                and 'reason="certificate_expired"' in line
+            ):
                 total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -100,9 +111,16 @@ class Customer:
         self.state: dict[str, dict[str, str] | None] = {}
 
     def write(self, name: str, **data: str) -> None:
-        body = {"apiVersion": "v1", "kind": "ConfigMap", "data": data,
-                "metadata": {"name": name, "namespace": CUSTOMER_NS,
-                             "labels": {watchenv.OPT_IN_LABEL: "true"}}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "data": data,
+            "metadata": {
+                "name": name,
+                "namespace": CUSTOMER_NS,
+                "labels": {watchenv.OPT_IN_LABEL: "true"},
+            },
+        }
         if name in self.state and self.state[name] is not None:
             self.core.replace_namespaced_config_map(name, CUSTOMER_NS, body)
         else:
@@ -120,19 +138,34 @@ class Customer:
 def kcp_view(fleet: deployed.Fleet, names: list[str]) -> dict[str, dict[str, str] | None]:
     """Each name as the KCP's records hold it (``None``: a tombstone or no record)."""
     out: dict[str, dict[str, str] | None] = {}
-    done = deployed.kubectl(fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-n", STORAGE_NS,
-                            "-o", "json")
+    done = deployed.kubectl(
+        fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-n", STORAGE_NS, "-o", "json"
+    )
     by_name = {i["metadata"]["name"]: i for i in json.loads(done.stdout)["items"]}
     for n in names:
-        rec = by_name.get(records.object_name(records.Key(deployed.RUNTIME_ID, WATCH, CUSTOMER_NS, n)))
-        out[n] = None if rec is None or rec["spec"].get("deleted") else dict(rec["spec"].get("data") or {})
+        rec = by_name.get(
+            records.object_name(records.Key(deployed.RUNTIME_ID, WATCH, CUSTOMER_NS, n))
+        )
+        out[n] = (
+            None
+            if rec is None or rec["spec"].get("deleted")
+            else dict(rec["spec"].get("data") or {})
+        )
     return out
 
 
 def record(fleet: deployed.Fleet, name: str) -> dict[str, Any] | None:
-    done = deployed.kubectl(fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-n", STORAGE_NS, "-o", "json",
-                            records.object_name(records.Key(deployed.RUNTIME_ID, WATCH, CUSTOMER_NS, name)),
-                            check=False)
+    done = deployed.kubectl(
+        fleet.kcp,
+        "get",
+        apitypes.RUNTIME_CONFIGMAPS.plural,
+        "-n",
+        STORAGE_NS,
+        "-o",
+        "json",
+        records.object_name(records.Key(deployed.RUNTIME_ID, WATCH, CUSTOMER_NS, name)),
+        check=False,
+    )
     return json.loads(done.stdout) if done.returncode == 0 else None
 
 
@@ -142,25 +175,48 @@ def poll_runs(fleet: deployed.Fleet) -> int:
 
 
 def last_run(fleet: deployed.Fleet) -> str:
-    lines = [ln for ln in fleet.skr_pods.logs("tether-poller").splitlines() if '"interval run ' in ln]
+    lines = [
+        ln for ln in fleet.skr_pods.logs("tether-poller").splitlines() if '"interval run ' in ln
+    ]
     return json.loads(lines[-1])["message"][:200] if lines else "none"
 
 
 def restarts(fleet: deployed.Fleet) -> dict[str, int]:
-    return {f"{p.name}/{c.name}": c.restarts for d in ("tether-webhook", "tether-poller")
-            for p in fleet.skr_pods.pods_of(d) for c in p.containers}
+    return {
+        f"{p.name}/{c.name}": c.restarts
+        for d in ("tether-webhook", "tether-poller")
+        for p in fleet.skr_pods.pods_of(d)
+        for c in p.containers
+    }
 
 
 def scale(fleet: deployed.Fleet, replicas: int) -> None:
-    deployed.kubectl(fleet.kcp, "scale", "deployment", ENROLLER, "-n", overlays.NAMESPACE,
-                     f"--replicas={replicas}")
+    deployed.kubectl(
+        fleet.kcp,
+        "scale",
+        "deployment",
+        ENROLLER,
+        "-n",
+        overlays.NAMESPACE,
+        f"--replicas={replicas}",
+    )
 
 
 def handshake_with_the_expired_certificate(fleet: deployed.Fleet) -> str:
     """A new connection to the listener's Service with the runtime's (expired) certificate
     from its Secret, as a restarted sender would open one: what the client saw."""
-    secret = json.loads(deployed.kubectl(fleet.skr, "get", "secret", "tether-runtime-client", "-n",
-                                         overlays.NAMESPACE, "-o", "json").stdout)
+    secret = json.loads(
+        deployed.kubectl(
+            fleet.skr,
+            "get",
+            "secret",
+            "tether-runtime-client",
+            "-n",
+            overlays.NAMESPACE,
+            "-o",
+            "json",
+        ).stdout
+    )
     cert, key = fleet.work / "expired.crt", fleet.work / "expired.key"
     cert.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
     key.write_bytes(base64.b64decode(secret["data"]["tls.key"]))
@@ -168,16 +224,25 @@ def handshake_with_the_expired_certificate(fleet: deployed.Fleet) -> str:
     ctx = ssl.create_default_context(cafile=str(fleet.work / "kcp-ca.crt"))
     ctx.load_cert_chain(cert, key)
     try:
-        with socket.create_connection((ip, port), timeout=10) as raw, \
-                ctx.wrap_socket(raw, server_hostname=overlays.LISTENER_HOST) as s:
-            s.sendall(b"GET /v1/runtimes/" + deployed.RUNTIME_ID.encode() + b"/state HTTP/1.1\r\nHost: "
-                      + overlays.LISTENER_HOST.encode() + b"\r\nConnection: close\r\n\r\n")
+        with (
+            socket.create_connection((ip, port), timeout=10) as raw,
+            ctx.wrap_socket(raw, server_hostname=overlays.LISTENER_HOST) as s,
+        ):
+            s.sendall(
+                b"GET /v1/runtimes/"
+                + deployed.RUNTIME_ID.encode()
+                + b"/state HTTP/1.1\r\nHost: "
+                + overlays.LISTENER_HOST.encode()
+                + b"\r\nConnection: close\r\n\r\n"
+            )
             return f"answered: {s.recv(64)!r}"
     except (ssl.SSLError, OSError) as e:  # TLS 1.3: the alert arrives with the first read
         return f"refused: {e}"
 
 
-def test_certificates_expired_while_the_enroller_was_stopped_then_it_restarted(fleet: deployed.Fleet) -> None:
+def test_certificates_expired_while_the_enroller_was_stopped_then_it_restarted(
+    fleet: deployed.Fleet,
+) -> None:
     cust = Customer(fleet)
     try:
         run(fleet, cust)
@@ -186,11 +251,19 @@ def test_certificates_expired_while_the_enroller_was_stopped_then_it_restarted(f
 
 
 def run(fleet: deployed.Fleet, cust: Customer) -> None:
-    replicas = json.loads(deployed.kubectl(fleet.kcp, "get", "deployment", ENROLLER, "-n", overlays.NAMESPACE,
-                                           "-o", "json").stdout)["spec"]["replicas"]
+    replicas = json.loads(
+        deployed.kubectl(
+            fleet.kcp, "get", "deployment", ENROLLER, "-n", overlays.NAMESPACE, "-o", "json"
+        ).stdout
+    )["spec"]["replicas"]
     cust.write("before", phase="installed")
-    fleet.wait_for("the first write in the KCP", lambda: kcp_view(fleet, ["before"])["before"] == {
-        "phase": "installed"}, timeout=60, logs_of=ENROLLER, poll=0.5)
+    fleet.wait_for(
+        "the first write in the KCP",
+        lambda: kcp_view(fleet, ["before"])["before"] == {"phase": "installed"},
+        timeout=60,
+        logs_of=ENROLLER,
+        poll=0.5,
+    )
     scale(fleet, 0)
     fleet.kcp_pods.wait_stopped(ENROLLER, timeout=60)
     stopped = time.monotonic()
@@ -208,36 +281,70 @@ def run(fleet: deployed.Fleet, cust: Customer) -> None:
     cust.delete("during-1")
     seen = handshake_with_the_expired_certificate(fleet)
     assert not seen.startswith("answered: b'HTTP"), seen
-    fleet.wait_for("the listener's certificate_expired refusal", lambda: refusals(fleet) > 0, timeout=30, logs_of=ENROLLER, poll=0.5)
+    fleet.wait_for(
+        "the listener's certificate_expired refusal",
+        lambda: refusals(fleet) > 0,
+        timeout=30,
+        logs_of=ENROLLER,
+        poll=0.5,
+    )
     runs = poll_runs(fleet)  # the poller's next run, still in the window: what it can deliver
-    fleet.wait_for("the poller's next run", lambda: poll_runs(fleet) > runs, timeout=90, logs_of=ENROLLER, poll=0.5)
+    fleet.wait_for(
+        "the poller's next run",
+        lambda: poll_runs(fleet) > runs,
+        timeout=90,
+        logs_of=ENROLLER,
+        poll=0.5,
+    )
     names = sorted(cust.state)
     arrived = kcp_view(fleet, names)
     # no sender delivers with the expired certificate, not even on a connection opened before
-    assert [k for k in names if arrived[k] != cust.state[k]], "the KCP converged with an expired certificate"
-    print(f"window: enroller stopped {window - stopped:.0f} s before; {len(names)} ConfigMaps written in "
-          f"{time.monotonic() - window:.0f} s, {sum(arrived[k] == cust.state[k] for k in names)} of them "
-          f"in the KCP; a new handshake with the expired certificate {seen[:120]}; "
-          f"{refusals(fleet):.0f} handshakes and {refusals(fleet, 'connection_refusals'):.0f} requests on "
-          f"older connections refused; the poller's run in the window: {last_run(fleet)}")
+    assert [k for k in names if arrived[k] != cust.state[k]], (
+        "the KCP converged with an expired certificate"
+    )
+    print(
+        f"window: enroller stopped {window - stopped:.0f} s before; {len(names)} ConfigMaps written in "
+        f"{time.monotonic() - window:.0f} s, {sum(arrived[k] == cust.state[k] for k in names)} of them "
+        f"in the KCP; a new handshake with the expired certificate {seen[:120]}; "
+        f"{refusals(fleet):.0f} handshakes and {refusals(fleet, 'connection_refusals'):.0f} requests on "
+        f"older connections refused; the poller's run in the window: {last_run(fleet)}"
+    )
 
     restarted = time.monotonic()
     scale(fleet, replicas)
-    renewed = fleet.wait_for("the re-issued certificate in the runtime's Secret",
-                       lambda: (na := not_after(fleet)) > expires and na, timeout=120, logs_of=ENROLLER, poll=0.5)
+    renewed = fleet.wait_for(
+        "the re-issued certificate in the runtime's Secret",
+        lambda: (na := not_after(fleet)) > expires and na,
+        timeout=120,
+        logs_of=ENROLLER,
+        poll=0.5,
+    )
     issued_s = time.monotonic() - restarted
     assert renewed > datetime.datetime.now(datetime.UTC)
-    fleet.wait_for("the KCP to hold exactly the runtime's state",
-             lambda: kcp_view(fleet, names) == cust.state, timeout=150, logs_of=ENROLLER, poll=0.5)
+    fleet.wait_for(
+        "the KCP to hold exactly the runtime's state",
+        lambda: kcp_view(fleet, names) == cust.state,
+        timeout=150,
+        logs_of=ENROLLER,
+        poll=0.5,
+    )
     converged_s = time.monotonic() - restarted
     t0 = time.monotonic()  # the webhook path works again with the new certificates, unrestarted
     cust.write("after", phase="renewed")
-    rec = fleet.wait_for("a write after the renewal in the KCP", lambda: record(fleet, "after"), timeout=90, logs_of=ENROLLER, poll=0.5)
+    rec = fleet.wait_for(
+        "a write after the renewal in the KCP",
+        lambda: record(fleet, "after"),
+        timeout=90,
+        logs_of=ENROLLER,
+        poll=0.5,
+    )
     after_s = time.monotonic() - t0
     assert rec["spec"]["data"] == {"phase": "renewed"}, rec
     assert restarts(fleet) == before, "a sender was restarted; it should reload the files"
     logs = fleet.skr_pods.logs("tether-webhook") + fleet.skr_pods.logs("tether-poller")
     assert "window-" not in logs and "-----BEGIN" not in logs  # no values, no key material in logs
-    print(f"enroller restarted: certificate re-issued in the runtime's Secret after {issued_s:.1f} s, "
-          f"the KCP held the runtime's exact state {converged_s:.1f} s after the restart; a new write "
-          f"arrived in {after_s:.1f} s (source {rec['spec']['source']})")
+    print(
+        f"enroller restarted: certificate re-issued in the runtime's Secret after {issued_s:.1f} s, "
+        f"the KCP held the runtime's exact state {converged_s:.1f} s after the restart; a new write "
+        f"arrived in {after_s:.1f} s (source {rec['spec']['source']})"
+    )

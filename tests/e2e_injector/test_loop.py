@@ -49,35 +49,50 @@ class Loop:
         return loop.configuration(self.env.api, self.target_ns, self.rt.id)
 
     def converges(self, want: dict[str, str] | None, what: str) -> None:
-        loop.wait_until(lambda: self.configuration() == want, WAIT,
-                        f"{what}: {want}, got {self.configuration()}\n{self.injector.log()}")
+        loop.wait_until(
+            lambda: self.configuration() == want,
+            WAIT,
+            f"{what}: {want}, got {self.configuration()}\n{self.injector.log()}",
+        )
 
 
 def injector_env(env: Env) -> dict[str, str]:
-    return {"TETHER_KCP_NAMESPACE": env.namespace, "TETHER_INJECTOR_KUBECONFIG": str(env.kcp.kubeconfig),
-            "TETHER_INJECTOR_WATCH_LIST_SECONDS": "1", "TETHER_INJECTOR_LEASE_NAMESPACE": env.namespace,
-            "TETHER_INJECTOR_RESYNC_SECONDS": "5", "TETHER_INJECTOR_LEASE_SECONDS": "4"}
+    return {
+        "TETHER_KCP_NAMESPACE": env.namespace,
+        "TETHER_INJECTOR_KUBECONFIG": str(env.kcp.kubeconfig),
+        "TETHER_INJECTOR_WATCH_LIST_SECONDS": "1",
+        "TETHER_INJECTOR_LEASE_NAMESPACE": env.namespace,
+        "TETHER_INJECTOR_RESYNC_SECONDS": "5",
+        "TETHER_INJECTOR_LEASE_SECONDS": "4",
+    }
 
 
 def new_namespace(api: client.ApiClient, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(api)
-    controlplane.retry_busy(lambda: core.create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name))))
+    controlplane.retry_busy(
+        lambda: core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    )
     return name
 
 
 def in_force(env: Env, skr_ns: str, rt: Runtime, target_ns: str, **spec: Any) -> watches.Watch:
     controlplane.install_crds(env.api, loop.sample_crd())
     loop.create_sample(env.api, target_ns, rt.id)
-    body = loop.inject_watch(f"loop-{uuid.uuid4().hex[:8]}", env.namespace, skr_ns, rt.id, target_ns,
-                             **spec)
+    body = loop.inject_watch(
+        f"loop-{uuid.uuid4().hex[:8]}", env.namespace, skr_ns, rt.id, target_ns, **spec
+    )
     return watches.parse(watchenv.apply(env.api, body))
 
 
 @pytest.fixture(scope="module")
-def lp(skr: controlplane.ControlPlane, skr_api: client.ApiClient, listener_env: Env,
-       listener: ListenerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loop]:
+def lp(
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    listener_env: Env,
+    listener: ListenerProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Loop]:
     work = tmp_path_factory.mktemp("loop")
     env = dataclasses.replace(listener_env, dir=work)
     rt = add_runtime(env, f"rt-loop-{uuid.uuid4().hex[:8]}")
@@ -86,8 +101,16 @@ def lp(skr: controlplane.ControlPlane, skr_api: client.ApiClient, listener_env: 
     w = in_force(env, skr_ns, rt, target_ns, storage={"namespace": records.namespace})
     core = client.CoreV1Api(skr_api)
     proc, vwc = loop.start_webhook(skr, skr_api, work, rt, listener.url, [w], skr_ns)
-    lp = Loop(env, records, rt, core, skr_ns, target_ns, w,
-              loop.InjectorProcess(work, "a", injector_env(env)).start())
+    lp = Loop(
+        env,
+        records,
+        rt,
+        core,
+        skr_ns,
+        target_ns,
+        w,
+        loop.InjectorProcess(work, "a", injector_env(env)).start(),
+    )
     try:
         loop.wait_registered(records, core, rt, skr_ns, w.name)
         core.delete_namespaced_config_map("loop-probe", skr_ns)
@@ -127,18 +150,26 @@ def test_the_injector_killed_mid_stream_and_restarted_loses_no_change(lp: Loop) 
     loop.put(lp.core, lp.skr_ns, "kill-b", {"m": "down"})
     loop.put(lp.core, lp.skr_ns, "kill-c", {"gone": "soon"})
     lp.core.delete_namespaced_config_map("kill-c", lp.skr_ns)
-    loop.wait_until(lambda: {o["spec"]["name"]: o["spec"]["deleted"] for o in lp.records.stored(lp.rt.id)}
-                    .get("kill-c"), WAIT, "kill-c's tombstone stored")
+    loop.wait_until(
+        lambda: {o["spec"]["name"]: o["spec"]["deleted"] for o in lp.records.stored(lp.rt.id)}.get(
+            "kill-c"
+        ),
+        WAIT,
+        "kill-c's tombstone stored",
+    )
     assert lp.configuration() != {"n": "down", "m": "down"}  # nobody applied it yet
-    lp.injector = loop.InjectorProcess(lp.injector.log_path.parent, "b", injector_env(lp.env)).start()
+    lp.injector = loop.InjectorProcess(
+        lp.injector.log_path.parent, "b", injector_env(lp.env)
+    ).start()
     lp.converges({"n": "down", "m": "down"}, "the state written while the injector was down")
     for name in ("kill-a", "kill-b"):
         lp.core.delete_namespaced_config_map(name, lp.skr_ns)
     lp.converges(None, "the field removed after the restart")
 
 
-def poller_runner(rt: Runtime, url: str, api: client.ApiClient, skr_ns: str
-                  ) -> tuple[run.Runner, sender.ListenerClient]:
+def poller_runner(
+    rt: Runtime, url: str, api: client.ApiClient, skr_ns: str
+) -> tuple[run.Runner, sender.ListenerClient]:
     """One poller run in Watch mode (the runtime's Watch list in ``skr_ns``)."""
     m = metrics.Metrics()
     lc = sender.ListenerClient(client_settings(rt, url))
@@ -146,8 +177,16 @@ def poller_runner(rt: Runtime, url: str, api: client.ApiClient, skr_ns: str
     flt = filters.ConfigMapFilter.build(filters.DEFAULT_IGNORED_NAMESPACES, f"{loop.LABEL}=yes")
     lister = scan.Lister(kube, flt, page_size=50, timeout=30, on_request=m.apiserver_requests.inc)
     source = watchset.WatchSet(kube, skr_ns, ttl=0)
-    return run.Runner(rt.id, run.RunSettings(), flt, lister, lc, m, identity=lister.identity,
-                      watches=watchrun.Watching(source, lister)), lc
+    return run.Runner(
+        rt.id,
+        run.RunSettings(),
+        flt,
+        lister,
+        lc,
+        m,
+        identity=lister.identity,
+        watches=watchrun.Watching(source, lister),
+    ), lc
 
 
 def poll(rt: Runtime, url: str, plane: controlplane.ControlPlane, skr_ns: str) -> Any:
@@ -159,7 +198,8 @@ def poll(rt: Runtime, url: str, plane: controlplane.ControlPlane, skr_ns: str) -
 
 
 def test_a_runtime_restored_from_a_snapshot_converges_the_component_cr(
-        lp: Loop, listener: ListenerProcess, tmp_path: pathlib.Path) -> None:
+    lp: Loop, listener: ListenerProcess, tmp_path: pathlib.Path
+) -> None:
     """Its own SKR plane (the session's must not go back) and runtime; the poller carries
     the changes (its run after the restore starts a new epoch)."""
     plane = controlplane.ControlPlane("skr-loop-epochs").start()
@@ -169,19 +209,32 @@ def test_a_runtime_restored_from_a_snapshot_converges_the_component_cr(
         api = plane.api_client()
         core = client.CoreV1Api(api)
         skr_ns = "team-a"
-        controlplane.retry_busy(lambda: core.create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=skr_ns))))
+        controlplane.retry_busy(
+            lambda: core.create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=skr_ns))
+            )
+        )
         w = in_force(env, skr_ns, rt, lp.target_ns)  # no webhook: the poller moves the changes
-        core.create_namespaced_config_map(skr_ns, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=watchwire.WIRE_CONFIGMAP),
-            data={watchwire.WIRE_KEY: watchwire.to_wire((w,))}))
+        core.create_namespaced_config_map(
+            skr_ns,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=watchwire.WIRE_CONFIGMAP),
+                data={watchwire.WIRE_KEY: watchwire.to_wire((w,))},
+            ),
+        )
 
         def want() -> dict[str, str] | None:
             return loop.configuration(env.api, lp.target_ns, rt.id)
 
         loop.put(core, skr_ns, "a", {"k1": "before", "k2": "before"})
-        loop.wait_until(lambda: poll(rt, listener.url, plane, skr_ns).outcome == "ok"
-                        and want() == {"k1": "before", "k2": "before"}, WAIT, "the first state")
+        loop.wait_until(
+            lambda: (
+                poll(rt, listener.url, plane, skr_ns).outcome == "ok"
+                and want() == {"k1": "before", "k2": "before"}
+            ),
+            WAIT,
+            "the first state",
+        )
         snap = plane.snapshot(tmp_path / "skr.db")
         loop.put(core, skr_ns, "b", {"k3": "lost"})
         for n in range(20):  # history the restore takes back: well beyond what follows it
@@ -189,8 +242,11 @@ def test_a_runtime_restored_from_a_snapshot_converges_the_component_cr(
         loop.put(core, skr_ns, "a", {"k1": "lost"})
         assert poll(rt, listener.url, plane, skr_ns).outcome == "ok"
         high = max(int(o["spec"]["resourceVersion"]) for o in env.stored(rt.id))
-        loop.wait_until(lambda: want() == {"k1": "lost", "k2": "before", "k3": "lost"}, WAIT,
-                        "the changes after the snapshot")
+        loop.wait_until(
+            lambda: want() == {"k1": "lost", "k2": "before", "k3": "lost"},
+            WAIT,
+            "the changes after the snapshot",
+        )
 
         plane.restore(snap)
         core = client.CoreV1Api(plane.api_client())
@@ -200,8 +256,11 @@ def test_a_runtime_restored_from_a_snapshot_converges_the_component_cr(
         assert listed < high, "the restored history must be behind the stored records"
         res = poll(rt, listener.url, plane, skr_ns)
         assert res.outcome == "ok" and res.epoch == 1, res
-        loop.wait_until(lambda: want() == {"k1": "before", "k2": "before", "k4": "after"}, WAIT,
-                        f"the restored runtime's state, got {want()}\n{lp.injector.log()}")
+        loop.wait_until(
+            lambda: want() == {"k1": "before", "k2": "before", "k4": "after"},
+            WAIT,
+            f"the restored runtime's state, got {want()}\n{lp.injector.log()}",
+        )
         stored = [o for o in env.stored(rt.id) if not o["spec"]["deleted"]]
         assert {o["spec"]["name"] for o in stored} == {"a", "c"}
         assert all(o["spec"]["epoch"] == 1 for o in stored)
@@ -210,7 +269,9 @@ def test_a_runtime_restored_from_a_snapshot_converges_the_component_cr(
         plane.stop()
 
 
-def test_a_kcp_apiserver_restart_mid_stream_loses_no_change(lp: Loop, kcp: controlplane.ControlPlane) -> None:
+def test_a_kcp_apiserver_restart_mid_stream_loses_no_change(
+    lp: Loop, kcp: controlplane.ControlPlane
+) -> None:
     """The KCP apiserver stopped while a change is on its way (the webhook retries the
     listener's refusals, the injector's watch breaks) and started again: the change and one
     made after arrive."""
@@ -238,7 +299,8 @@ def test_deleting_the_kyma_cr_removes_its_records_and_the_injected_values(lp: Lo
     assert stored and all(o["metadata"]["labels"][apitypes.KYMA_NAME_LABEL] == kyma for o in stored)
     assert lp.env.stored(lp.rt.id) == []  # all in the Watch's storage namespace
     client.CustomObjectsApi(lp.env.api).delete_namespaced_custom_object(
-        apitypes.KYMAS.group, apitypes.KYMAS.version, lp.env.namespace, apitypes.KYMAS.plural, kyma)
+        apitypes.KYMAS.group, apitypes.KYMAS.version, lp.env.namespace, apitypes.KYMAS.plural, kyma
+    )
     grace = {"TETHER_LISTENER_ORPHAN_GRACE_SECONDS": "1"}  # the least grace there is
     for _ in range(3):  # the first run marks the orphan, a run after the grace deletes
         loop.janitor_once(lp.env, **grace)

@@ -25,8 +25,13 @@ def enrollment_crd(kcp_api: client.ApiClient) -> None:
 
 
 @pytest.fixture
-def env(kcp: controlplane.ControlPlane, kcp_namespace: str, kyma_crd: str, enrollment_crd: None,
-        tmp_path: pathlib.Path) -> Iterator[Env]:
+def env(
+    kcp: controlplane.ControlPlane,
+    kcp_namespace: str,
+    kyma_crd: str,
+    enrollment_crd: None,
+    tmp_path: pathlib.Path,
+) -> Iterator[Env]:
     e = Env(kcp, kcp_namespace, tmp_path)
     # the shared KCP may hold the Watch CRD (other tests install it): the Watch of every
     # ConfigMap keeps the runtime's webhook what these tests expect, in any order
@@ -34,8 +39,16 @@ def env(kcp: controlplane.ControlPlane, kcp_namespace: str, kyma_crd: str, enrol
     yield e
     # release finalizers so the namespace's Kyma CRs can go
     custom = client.CustomObjectsApi(e.api)
-    for k in custom.list_namespaced_custom_object("operator.kyma-project.io", "v1beta2", e.ns, "kymas")["items"]:
-        custom.patch_namespaced_custom_object("operator.kyma-project.io", "v1beta2", e.ns, "kymas",
-                                              k["metadata"]["name"], {"metadata": {"finalizers": None}})
+    for k in custom.list_namespaced_custom_object(
+        "operator.kyma-project.io", "v1beta2", e.ns, "kymas"
+    )["items"]:
+        custom.patch_namespaced_custom_object(
+            "operator.kyma-project.io",
+            "v1beta2",
+            e.ns,
+            "kymas",
+            k["metadata"]["name"],
+            {"metadata": {"finalizers": None}},
+        )
     e.gw.close()
     e.api.close()

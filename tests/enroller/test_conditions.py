@@ -15,8 +15,16 @@ TYPES = ["Ready", "Enrolled", "CertificateValid", "WebhookServing", "Heartbeat",
 
 def conds(**kw: Any) -> dict[str, dict[str, Any]]:
     """A runtime enrolled in this pass, serving, heard from a minute ago, with ``kw`` changed."""
-    facts: dict[str, Any] = dict(now=T0, previous={}, generation=3, failure=None, not_after=T0 + DAY,
-                                 webhook_serving=True, beat=T0 - datetime.timedelta(minutes=1), quarantined=False)
+    facts: dict[str, Any] = dict(
+        now=T0,
+        previous={},
+        generation=3,
+        failure=None,
+        not_after=T0 + DAY,
+        webhook_serving=True,
+        beat=T0 - datetime.timedelta(minutes=1),
+        quarantined=False,
+    )
     facts.update(kw)
     out = conditions.conditions(conditions.StatusFacts(**facts))
     assert [c["type"] for c in out] == TYPES
@@ -26,8 +34,13 @@ def conds(**kw: Any) -> dict[str, dict[str, Any]]:
 def test_a_connected_runtime_is_ready() -> None:
     c = conds()
     assert {k: v["status"] for k, v in c.items()} == {
-        "Ready": "True", "Enrolled": "True", "CertificateValid": "True", "WebhookServing": "True",
-        "Heartbeat": "True", "Quarantined": "False"}
+        "Ready": "True",
+        "Enrolled": "True",
+        "CertificateValid": "True",
+        "WebhookServing": "True",
+        "Heartbeat": "True",
+        "Quarantined": "False",
+    }
     assert all(v["observedGeneration"] == 3 for v in c.values())
 
 
@@ -43,8 +56,13 @@ def test_ready_names_the_first_condition_that_is_not_true() -> None:
 
 def test_a_failed_pass_keeps_what_it_could_not_evaluate() -> None:
     before = conds()
-    c = conds(previous=before, failure=("Unreachable", "no route"), not_after=None, webhook_serving=None,
-              now=T0 + DAY)
+    c = conds(
+        previous=before,
+        failure=("Unreachable", "no route"),
+        not_after=None,
+        webhook_serving=None,
+        now=T0 + DAY,
+    )
     assert c["Enrolled"]["status"] == "False"
     assert c["Ready"]["reason"] == "Unreachable"
     assert c["Ready"]["message"] == "no route"
@@ -58,7 +76,9 @@ def test_quarantine_makes_ready_false_with_its_reason() -> None:
     c = conds(quarantined=True, failure=("Unreachable", "no route"), not_after=None)
     assert c["Quarantined"]["status"] == "True"
     assert c["Ready"]["reason"] == conditions.QUARANTINED
-    assert c["Ready"]["message"].startswith("quarantined: ") and c["Ready"]["message"].endswith("; no route")
+    assert c["Ready"]["message"].startswith("quarantined: ") and c["Ready"]["message"].endswith(
+        "; no route"
+    )
 
 
 def test_the_transition_time_is_kept_while_the_status_holds() -> None:
@@ -71,8 +91,11 @@ def test_the_transition_time_is_kept_while_the_status_holds() -> None:
 
 
 def test_the_certificate_is_this_passs_else_the_one_remembered_else_the_recorded() -> None:
-    mine, remembered, recorded = {"notAfter": "a"}, {"certificate": {"notAfter": "b"}}, \
-        {"status": {"certificate": {"notAfter": "c"}}}
+    mine, remembered, recorded = (
+        {"notAfter": "a"},
+        {"certificate": {"notAfter": "b"}},
+        {"status": {"certificate": {"notAfter": "c"}}},
+    )
     assert conditions.certificate(mine, remembered, recorded) == {"notAfter": "a"}
     assert conditions.certificate(None, remembered, recorded) == {"notAfter": "b"}
     assert conditions.certificate(None, {}, recorded) == {"notAfter": "c"}

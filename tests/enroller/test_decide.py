@@ -18,7 +18,9 @@ MIN = datetime.timedelta(minutes=1)
 
 
 def dispatch(**kw: Any) -> decide.DispatchKind:
-    facts: dict[str, Any] = dict(running="no", in_flight=0, concurrency=2, workers_busy=0, workers=8, waited=False)
+    facts: dict[str, Any] = dict(
+        running="no", in_flight=0, concurrency=2, workers_busy=0, workers=8, waited=False
+    )
     facts.update(kw)
     return decide.dispatch(**facts)
 
@@ -41,17 +43,31 @@ def test_work_another_run_started_in_time_is_joined_not_doubled() -> None:
 
 def test_with_every_worker_held_the_run_waits_once_then_gives_up() -> None:
     assert dispatch(workers_busy=8) == "wait"
-    assert dispatch(workers_busy=8, in_flight=1, waited=True) == "wait"  # its own work will free one
+    assert (
+        dispatch(workers_busy=8, in_flight=1, waited=True) == "wait"
+    )  # its own work will free one
     assert dispatch(workers_busy=8, waited=True) == "no_worker"
     assert dispatch(workers_busy=7, waited=True) == "dispatch"
 
 
 def test_backoff_doubles_to_its_cap() -> None:
-    assert [decide.backoff(n, 10, 600) for n in range(0, 9)] == [0, 10, 20, 40, 80, 160, 320, 600, 600]
+    assert [decide.backoff(n, 10, 600) for n in range(0, 9)] == [
+        0,
+        10,
+        20,
+        40,
+        80,
+        160,
+        320,
+        600,
+        600,
+    ]
     assert decide.backoff(10_000, 10, 600) == 600  # no overflow
 
 
-def cert(due: str | None = "expiring", pending: bool = False, recent: int = 0, limit: int = 6) -> str:
+def cert(
+    due: str | None = "expiring", pending: bool = False, recent: int = 0, limit: int = 6
+) -> str:
     return decide.certificate(decide.CertificateFacts(due, pending, recent, limit))
 
 
@@ -78,8 +94,16 @@ def test_recent_issuances_are_those_of_the_last_hour() -> None:
 
 
 def roll(**kw: Any) -> decide.Rollover:
-    facts: dict[str, Any] = dict(current="new", previous="old", started=T0, now=T0 + 10 * MIN,
-                                 propagation=3 * MIN, deadline=60 * MIN, held={}, failing=frozenset())
+    facts: dict[str, Any] = dict(
+        current="new",
+        previous="old",
+        started=T0,
+        now=T0 + 10 * MIN,
+        propagation=3 * MIN,
+        deadline=60 * MIN,
+        held={},
+        failing=frozenset(),
+    )
     facts.update(kw)
     return decide.rollover(decide.RolloverFacts(**facts))
 
@@ -90,13 +114,17 @@ def test_no_rollover_nothing_to_decide() -> None:
 
 def test_never_before_the_propagation_time() -> None:
     assert roll(now=T0 + 2 * MIN).kind == "wait"
-    assert roll(now=T0 + 2 * MIN, deadline=MIN).kind == "wait"  # a deadline shorter than it waits too
+    assert (
+        roll(now=T0 + 2 * MIN, deadline=MIN).kind == "wait"
+    )  # a deadline shorter than it waits too
     assert roll(now=T0 + 3 * MIN, deadline=MIN) == decide.Rollover("finish", "complete")
     assert roll(started=None).kind == "wait"
 
 
 def test_every_runtime_renewed_ends_it_early() -> None:
-    assert roll(held={"a": "new", "b": "new", "c": "", "d": None}) == decide.Rollover("finish", "complete")
+    assert roll(held={"a": "new", "b": "new", "c": "", "d": None}) == decide.Rollover(
+        "finish", "complete"
+    )
 
 
 def test_a_runtime_on_the_old_ca_or_a_failing_one_holds_it_until_the_deadline() -> None:
@@ -106,23 +134,38 @@ def test_a_runtime_on_the_old_ca_or_a_failing_one_holds_it_until_the_deadline() 
 
 
 def test_at_the_deadline_it_ends_whatever_and_names_who_is_quarantined() -> None:
-    r = roll(held={"a": "new", "c": "old", "b": "old", "d": None}, failing=frozenset({"b", "d"}),
-             now=T0 + 60 * MIN)
+    r = roll(
+        held={"a": "new", "c": "old", "b": "old", "d": None},
+        failing=frozenset({"b", "d"}),
+        now=T0 + 60 * MIN,
+    )
     assert r == decide.Rollover("finish", "deadline", ("b", "c"))  # unknown (d) is not named
-    assert roll(failing=frozenset({"x"}), now=T0 + 61 * MIN) == decide.Rollover("finish", "deadline", ())
+    assert roll(failing=frozenset({"x"}), now=T0 + 61 * MIN) == decide.Rollover(
+        "finish", "deadline", ()
+    )
 
 
-@pytest.mark.parametrize(("held", "previous", "expected"), [
-    ("new", None, False), ("new", "old", False), ("old", "old", False),  # trusted
-    ("old", None, True), ("foreign", None, True), ("older", "old", True),  # not any more
-    (None, None, False), ("", None, False),  # unknown, or none held
-])
+@pytest.mark.parametrize(
+    ("held", "previous", "expected"),
+    [
+        ("new", None, False),
+        ("new", "old", False),
+        ("old", "old", False),  # trusted
+        ("old", None, True),
+        ("foreign", None, True),
+        ("older", "old", True),  # not any more
+        (None, None, False),
+        ("", None, False),  # unknown, or none held
+    ],
+)
 def test_quarantine_is_derived_from_the_issuer_of_the_certificate_held(
-        held: str | None, previous: str | None, expected: bool) -> None:
+    held: str | None, previous: str | None, expected: bool
+) -> None:
     assert decide.quarantined(held, "new", previous) is expected
 
 
 # -- one runtime: enroll, wait or remove ----------------------------------------------------------
+
 
 def test_a_kyma_cr_being_deleted_is_removed_even_while_backing_off() -> None:
     assert decide.step(deleting=True, backing_off=True) == "remove"
@@ -133,11 +176,20 @@ def test_a_kyma_cr_being_deleted_is_removed_even_while_backing_off() -> None:
 
 # -- renewal -----------------------------------------------------------------------------------------
 
+
 def renewal(**kw: Any) -> decide.Renewal:
     """A runtime in the steady state (nothing due), with ``kw`` changed."""
-    facts: dict[str, Any] = dict(now=T0, current="new", previous=None, settled=True, client_due=None,
-                                 client_previous_ok=False, client_key_matches=True, serving_ca="new",
-                                 serving_renew_at=T0 + 60 * MIN)
+    facts: dict[str, Any] = dict(
+        now=T0,
+        current="new",
+        previous=None,
+        settled=True,
+        client_due=None,
+        client_previous_ok=False,
+        client_key_matches=True,
+        serving_ca="new",
+        serving_renew_at=T0 + 60 * MIN,
+    )
     facts.update(kw)
     return decide.renewal(decide.CertFacts(**facts))
 
@@ -146,14 +198,18 @@ def test_nothing_is_renewed_in_the_steady_state() -> None:
     assert renewal() == decide.Renewal(None, None)
 
 
-@pytest.mark.parametrize("due", ["missing", "unreadable", "foreign_issuer", "subject_changed", "expired", "expiring"])
+@pytest.mark.parametrize(
+    "due", ["missing", "unreadable", "foreign_issuer", "subject_changed", "expired", "expiring"]
+)
 def test_a_due_client_certificate_is_renewed_for_its_reason(due: str) -> None:
     assert renewal(client_due=due) == decide.Renewal(due, None)
 
 
 def test_a_client_secret_whose_key_is_not_the_certificates_is_reissued() -> None:
     assert renewal(client_key_matches=False) == decide.Renewal("key_mismatch", None)
-    assert renewal(client_key_matches=False, client_due="expired").client == "expired"  # the first reason
+    assert (
+        renewal(client_key_matches=False, client_due="expired").client == "expired"
+    )  # the first reason
 
 
 def test_the_serving_certificate_is_renewed_at_its_time_or_when_its_ca_is_not_current() -> None:
@@ -166,27 +222,40 @@ def test_the_serving_certificate_is_renewed_at_its_time_or_when_its_ca_is_not_cu
 
 def test_during_the_propagation_time_the_previous_cas_certificates_stay() -> None:
     rolling = dict(previous="old", settled=False)
-    assert renewal(**rolling, client_due="foreign_issuer", client_previous_ok=True,
-                   serving_ca="old") == decide.Renewal(None, None)
+    assert renewal(
+        **rolling, client_due="foreign_issuer", client_previous_ok=True, serving_ca="old"
+    ) == decide.Renewal(None, None)
     # not a good certificate of the previous CA either (another CA, or expiring): renewed
-    assert renewal(**rolling, client_due="foreign_issuer", client_previous_ok=False).client == "foreign_issuer"
+    assert (
+        renewal(**rolling, client_due="foreign_issuer", client_previous_ok=False).client
+        == "foreign_issuer"
+    )
     assert renewal(**rolling, client_due="expiring", client_previous_ok=True).client == "expiring"
     assert renewal(**rolling, serving_ca="older").serving == "ca_changed"
 
 
 def test_once_the_new_ca_is_trusted_everywhere_the_previous_cas_certificates_are_reissued() -> None:
     settled = dict(previous="old", settled=True)
-    assert renewal(**settled, client_due="foreign_issuer", client_previous_ok=True,
-                   serving_ca="old") == decide.Renewal("foreign_issuer", "ca_changed")
+    assert renewal(
+        **settled, client_due="foreign_issuer", client_previous_ok=True, serving_ca="old"
+    ) == decide.Renewal("foreign_issuer", "ca_changed")
 
 
 # -- apply -------------------------------------------------------------------------------------------
 
+
 def apply(**kw: Any) -> decide.Apply:
     """A runtime enrolled before and in its steady state, with ``kw`` changed."""
-    facts: dict[str, Any] = dict(client_secret=True, webhook_config=True, applied_before=True, renewed=False,
-                                 serving_renewed=False, installed_current=True, resync_due=False,
-                                 webhook_serving=True)
+    facts: dict[str, Any] = dict(
+        client_secret=True,
+        webhook_config=True,
+        applied_before=True,
+        renewed=False,
+        serving_renewed=False,
+        installed_current=True,
+        resync_due=False,
+        webhook_serving=True,
+    )
     facts.update(kw)
     return decide.apply(decide.ApplyFacts(**facts))
 
@@ -196,21 +265,32 @@ def test_the_steady_state_writes_nothing_and_reads_nothing_more() -> None:
 
 
 def test_a_webhook_not_serving_yet_is_looked_at_without_an_apply() -> None:
-    assert apply(webhook_serving=False) == decide.Apply(None, read_serving=False, check_webhook=True)
+    assert apply(webhook_serving=False) == decide.Apply(
+        None, read_serving=False, check_webhook=True
+    )
     assert apply(webhook_serving=None) == decide.Apply(None, read_serving=False, check_webhook=True)
 
 
-@pytest.mark.parametrize(("facts", "cause"), [
-    (dict(client_secret=False, webhook_config=False, applied_before=False), "installed"),
-    (dict(client_secret=False, webhook_config=False, applied_before=True), "repaired"),  # deleted since
-    (dict(client_secret=False, renewed=True), "repaired"),
-    (dict(webhook_config=False, installed_current=False), "repaired"),
-    (dict(renewed=True, installed_current=False, resync_due=True), "renewed"),
-    (dict(installed_current=False, resync_due=True), "updated"),
-    (dict(installed_current=False, watches_current=False), "updated"),  # the whole bundle covers them
-    (dict(renewed=True, watches_current=False), "renewed"),
-    (dict(resync_due=True), "resync"),
-])
+@pytest.mark.parametrize(
+    ("facts", "cause"),
+    [
+        (dict(client_secret=False, webhook_config=False, applied_before=False), "installed"),
+        (
+            dict(client_secret=False, webhook_config=False, applied_before=True),
+            "repaired",
+        ),  # deleted since
+        (dict(client_secret=False, renewed=True), "repaired"),
+        (dict(webhook_config=False, installed_current=False), "repaired"),
+        (dict(renewed=True, installed_current=False, resync_due=True), "renewed"),
+        (dict(installed_current=False, resync_due=True), "updated"),
+        (
+            dict(installed_current=False, watches_current=False),
+            "updated",
+        ),  # the whole bundle covers them
+        (dict(renewed=True, watches_current=False), "renewed"),
+        (dict(resync_due=True), "resync"),
+    ],
+)
 def test_the_apply_cause_is_the_first_that_holds(facts: dict[str, Any], cause: str) -> None:
     verdict = apply(**facts)
     assert verdict.cause == cause
@@ -219,13 +299,16 @@ def test_the_apply_cause_is_the_first_that_holds(facts: dict[str, Any], cause: s
 
 
 def test_only_the_watches_changed_applies_them_without_reading_the_serving_certificate() -> None:
-    assert apply(watches_current=False) == decide.Apply("watches", read_serving=False, check_webhook=True)
+    assert apply(watches_current=False) == decide.Apply(
+        "watches", read_serving=False, check_webhook=True
+    )
     assert apply(watches_current=False, resync_due=True).cause == "watches"  # the resync comes next
 
 
 def test_a_renewed_serving_certificate_needs_no_read_of_its_secret() -> None:
-    assert apply(renewed=True, serving_renewed=True) == decide.Apply("renewed", read_serving=False,
-                                                                     check_webhook=True)
+    assert apply(renewed=True, serving_renewed=True) == decide.Apply(
+        "renewed", read_serving=False, check_webhook=True
+    )
 
 
 def test_a_kept_serving_certificate_whose_secret_lost_its_pair_is_replaced() -> None:
@@ -235,8 +318,11 @@ def test_a_kept_serving_certificate_whose_secret_lost_its_pair_is_replaced() -> 
 
 # -- removal -----------------------------------------------------------------------------------------
 
+
 def removal(**kw: Any) -> decide.Removal:
-    facts: dict[str, Any] = dict(finalizer=True, attempted=True, problem=None, waited=MIN, timeout=5 * MIN)
+    facts: dict[str, Any] = dict(
+        finalizer=True, attempted=True, problem=None, waited=MIN, timeout=5 * MIN
+    )
     facts.update(kw)
     return decide.removal(decide.RemovalFacts(**facts))
 
@@ -253,10 +339,16 @@ def test_removal_deletes_the_objects_then_releases_the_finalizer() -> None:
 
 def test_an_unreachable_runtime_is_retried_until_the_removal_timeout() -> None:
     assert removal(problem="unreachable").kind == "retry"
-    assert removal(problem="unreachable", waited=5 * MIN - datetime.timedelta(seconds=1)).kind == "retry"
-    assert removal(problem="unreachable", waited=5 * MIN) == decide.Removal("release", "removal_timed_out")
-    assert removal(problem="unreachable", timeout=datetime.timedelta(0), waited=datetime.timedelta(0)) == \
-        decide.Removal("release", "removal_timed_out")
+    assert (
+        removal(problem="unreachable", waited=5 * MIN - datetime.timedelta(seconds=1)).kind
+        == "retry"
+    )
+    assert removal(problem="unreachable", waited=5 * MIN) == decide.Removal(
+        "release", "removal_timed_out"
+    )
+    assert removal(
+        problem="unreachable", timeout=datetime.timedelta(0), waited=datetime.timedelta(0)
+    ) == decide.Removal("release", "removal_timed_out")
 
 
 # -- ownership (sharding across KCPs) --------------------------------------------------------
@@ -264,26 +356,40 @@ def test_an_unreachable_runtime_is_retried_until_the_removal_timeout() -> None:
 A, B = "https://listener.kcp-a.example.com", "https://listener.kcp-b.example.com"
 
 
-@pytest.mark.parametrize(("installed", "take_over_from", "verdict"), [
-    (None, None, "ours"),                 # nothing installed: a first install
-    (B, None, "ours"),                    # installed by this KCP
-    (B + "/", None, "ours"),              # a trailing slash is the same listener
-    ("HTTPS://Listener.KCP-B.example.com:443", None, "ours"),  # case of scheme and host, the default port
-    (B + ":8443", None, "foreign"),       # another port is another listener
-    ("https://listener.kcp-b.example.com:99999", None, "foreign"),  # unparsable: not ours
-    (A, None, "foreign"),                 # another KCP's: refused, nothing written
-    (A, A, "take_over"),                  # the move asked for, from exactly that listener
-    (A, A + "/", "take_over"),
-    (A, "https://listener.kcp-c.example.com", "foreign"),  # a move from another KCP than the owner
-    (A, "", "foreign"),
-    (B, A, "ours"),                       # taken over: the annotation left behind changes nothing
-])
+@pytest.mark.parametrize(
+    ("installed", "take_over_from", "verdict"),
+    [
+        (None, None, "ours"),  # nothing installed: a first install
+        (B, None, "ours"),  # installed by this KCP
+        (B + "/", None, "ours"),  # a trailing slash is the same listener
+        (
+            "HTTPS://Listener.KCP-B.example.com:443",
+            None,
+            "ours",
+        ),  # case of scheme and host, the default port
+        (B + ":8443", None, "foreign"),  # another port is another listener
+        ("https://listener.kcp-b.example.com:99999", None, "foreign"),  # unparsable: not ours
+        (A, None, "foreign"),  # another KCP's: refused, nothing written
+        (A, A, "take_over"),  # the move asked for, from exactly that listener
+        (A, A + "/", "take_over"),
+        (
+            A,
+            "https://listener.kcp-c.example.com",
+            "foreign",
+        ),  # a move from another KCP than the owner
+        (A, "", "foreign"),
+        (B, A, "ours"),  # taken over: the annotation left behind changes nothing
+    ],
+)
 def test_a_runtime_is_written_only_by_the_kcp_it_is_installed_for(
-        installed: str | None, take_over_from: str | None, verdict: str) -> None:
+    installed: str | None, take_over_from: str | None, verdict: str
+) -> None:
     assert decide.ownership(installed=installed, own=B, take_over_from=take_over_from) == verdict
 
 
-def test_a_runtime_whose_certificate_this_kcps_ca_issued_stays_ours_when_the_listener_url_changed() -> None:
+def test_a_runtime_whose_certificate_this_kcps_ca_issued_stays_ours_when_the_listener_url_changed() -> (
+    None
+):
     """An operator who moves the listener to a new ingress name changes the enroller's URL:
     its runtimes still name the old one, and must be re-rendered, not refused."""
     assert decide.ownership(installed=A, own=B, take_over_from=None, issued_here=True) == "ours"
@@ -295,4 +401,6 @@ def test_the_installed_listener_is_read_from_the_client_secrets_data() -> None:
     assert decide.installed_listener({}) is None
     assert decide.installed_listener({"listener-url": ""}) is None
     assert decide.installed_listener({"listener-url": "not base64!"}) is None
-    assert decide.installed_listener({"listener-url": base64.b64encode(b"\xff\xfe").decode()}) is None
+    assert (
+        decide.installed_listener({"listener-url": base64.b64encode(b"\xff\xfe").decode()}) is None
+    )

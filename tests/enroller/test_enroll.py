@@ -22,7 +22,8 @@ pytestmark = pytest.mark.processes
 
 
 def test_a_kyma_cr_gets_its_runtime_enrolled_and_nothing_is_written_when_nothing_changed(
-        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     rid = env.kyma("alpha", runtimes[0])
     e = env.enroller()
     assert e.run() == {"Ready": 1}
@@ -30,33 +31,51 @@ def test_a_kyma_cr_gets_its_runtime_enrolled_and_nothing_is_written_when_nothing
     assert got["deployments"] == ["tether-poller", "tether-webhook"]
     assert got["clusterroles"] == ["tether-poller", "tether-webhook"]
     client_cert = x509.load_pem_x509_certificate(secret_pem(got[render.CLIENT_SECRET], "tls.crt"))
-    assert certs.common_name(client_cert) == rid and certs.dns_sans(client_cert) == ["alpha.kyma.example.com"]
-    assert base64.b64decode(got[render.CLIENT_SECRET].data["listener-url"]) == b"https://listener.kcp.example.com"
+    assert certs.common_name(client_cert) == rid and certs.dns_sans(client_cert) == [
+        "alpha.kyma.example.com"
+    ]
+    assert (
+        base64.b64decode(got[render.CLIENT_SECRET].data["listener-url"])
+        == b"https://listener.kcp.example.com"
+    )
     # the webhook configuration's caBundle verifies the serving certificate
     bundle = pki.load_certificates(base64.b64decode(got["vwc"].webhooks[0].client_config.ca_bundle))
     serving = x509.load_pem_x509_certificate(secret_pem(got[render.SERVING_SECRET], "tls.crt"))
     assert pki.issued_by(serving, bundle) and pki.issued_by(client_cert, bundle)
     assert "tether-webhook.tether-system.svc" in certs.dns_sans(serving)
     # the listener's trust bundle is published next to the CA
-    trust = client.CoreV1Api(env.api).read_namespaced_config_map("tether-runtime-ca", env.ns).data["ca.crt"]
+    trust = (
+        client.CoreV1Api(env.api)
+        .read_namespaced_config_map("tether-runtime-ca", env.ns)
+        .data["ca.crt"]
+    )
     assert pki.issued_by(client_cert, pki.load_certificates(trust.encode()))
     kyma = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-        "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "alpha")
+        "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "alpha"
+    )
     assert reconcile.FINALIZER in kyma["metadata"]["finalizers"]
     assert env.condition("alpha", "Enrolled")["status"] == "True"
     assert env.condition("alpha", "CertificateValid")["status"] == "True"
     ready = env.condition("alpha", "Ready")
-    assert (ready["status"], ready["reason"]) == ("False", "NoAvailableReplicas")  # no pods run here
+    assert (ready["status"], ready["reason"]) == (
+        "False",
+        "NoAvailableReplicas",
+    )  # no pods run here
     assert "Enrolled" in env.events("alpha")
     # the Version column: the image the runtime is given (the bundle's, none set here)
     assert env.enrollment("alpha")["status"]["version"] == "tether:0.1.0"  # type: ignore[index]
-    assert "certificate_issued" in env.audit_text.getvalue() and "PRIVATE" not in env.audit_text.getvalue()
+    assert (
+        "certificate_issued" in env.audit_text.getvalue()
+        and "PRIVATE" not in env.audit_text.getvalue()
+    )
 
     before_w, before_r = writes(e), reads(e)
     rv = env.enrollment("alpha")["metadata"]["resourceVersion"]  # type: ignore[index]
     assert e.run() == {"Ready": 1}
     assert writes(e) == before_w  # nothing changed: nothing written in the runtime
-    assert reads(e) - before_r == 3  # client Secret, webhook configuration, webhook Deployment (not serving)
+    assert (
+        reads(e) - before_r == 3
+    )  # client Secret, webhook configuration, webhook Deployment (not serving)
     assert env.enrollment("alpha")["metadata"]["resourceVersion"] == rv  # nor in the KCP
 
 
@@ -67,20 +86,35 @@ def test_the_runtime_enrollment_is_owned_by_its_kyma_cr(env: Env) -> None:
     e = env.enroller()
     e.run()
     custom = client.CustomObjectsApi(env.api)
-    uid = custom.get_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas",
-                                              "iota")["metadata"]["uid"]
-    want = [{"apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma", "name": "iota", "uid": uid,
-             "controller": False}]
+    uid = custom.get_namespaced_custom_object(
+        "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "iota"
+    )["metadata"]["uid"]
+    want = [
+        {
+            "apiVersion": "operator.kyma-project.io/v1beta2",
+            "kind": "Kyma",
+            "name": "iota",
+            "uid": uid,
+            "controller": False,
+        }
+    ]
     assert env.enrollment("iota")["metadata"]["ownerReferences"] == want  # type: ignore[index]
-    custom.patch_namespaced_custom_object("tether.kyma-project.io", "v1alpha1", env.ns, "runtimeenrollments",
-                                          "iota", {"metadata": {"ownerReferences": None}})
+    custom.patch_namespaced_custom_object(
+        "tether.kyma-project.io",
+        "v1alpha1",
+        env.ns,
+        "runtimeenrollments",
+        "iota",
+        {"metadata": {"ownerReferences": None}},
+    )
     assert "ownerReferences" not in env.enrollment("iota")["metadata"]  # type: ignore[index]
     e.run()
     assert env.enrollment("iota")["metadata"]["ownerReferences"] == want  # type: ignore[index]
 
 
 def test_kubectl_wait_works_for_every_status_object(
-        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     """The documented ``kubectl wait`` forms (docs/operations.md, "Waiting with kubectl";
     issue 28, item 2), run with the control plane's kubectl against the KCP: conditions for
     the RuntimeEnrollment and the CompassMapping, a status field for the
@@ -94,41 +128,91 @@ def test_kubectl_wait_works_for_every_status_object(
         return r.returncode
 
     assert wait("--for=condition=Enrolled", "runtimeenrollment/kappa") == 0
-    assert wait("--for=condition=Ready", "runtimeenrollment/kappa", timeout="1s") != 0  # no pods run here
+    assert (
+        wait("--for=condition=Ready", "runtimeenrollment/kappa", timeout="1s") != 0
+    )  # no pods run here
     custom = client.CustomObjectsApi(env.api)
     now = "2026-12-01T10:00:00Z"
-    for plural, status in (("runtimedeliveries", {"updatedAt": now, "lastChangeAt": now}),
-                           ("runtimestatesummaries", {"updatedAt": now})):
-        custom.create_namespaced_custom_object("tether.kyma-project.io", "v1alpha1", env.ns, plural, {
-            "apiVersion": "tether.kyma-project.io/v1alpha1", "kind": "X", "metadata": {"name": "tether-rt-w"},
-            "spec": {"runtimeId": "rt-w"}} | {"kind": {"runtimedeliveries": "RuntimeDelivery",
-                                                       "runtimestatesummaries": "RuntimeStateSummary"}[plural]})
-        assert wait("--for=jsonpath={.status.updatedAt}", f"{plural}/tether-rt-w", timeout="1s") != 0
-        custom.patch_namespaced_custom_object_status("tether.kyma-project.io", "v1alpha1", env.ns, plural,
-                                                     "tether-rt-w", {"status": status})
+    for plural, status in (
+        ("runtimedeliveries", {"updatedAt": now, "lastChangeAt": now}),
+        ("runtimestatesummaries", {"updatedAt": now}),
+    ):
+        custom.create_namespaced_custom_object(
+            "tether.kyma-project.io",
+            "v1alpha1",
+            env.ns,
+            plural,
+            {
+                "apiVersion": "tether.kyma-project.io/v1alpha1",
+                "kind": "X",
+                "metadata": {"name": "tether-rt-w"},
+                "spec": {"runtimeId": "rt-w"},
+            }
+            | {
+                "kind": {
+                    "runtimedeliveries": "RuntimeDelivery",
+                    "runtimestatesummaries": "RuntimeStateSummary",
+                }[plural]
+            },
+        )
+        assert (
+            wait("--for=jsonpath={.status.updatedAt}", f"{plural}/tether-rt-w", timeout="1s") != 0
+        )
+        custom.patch_namespaced_custom_object_status(
+            "tether.kyma-project.io", "v1alpha1", env.ns, plural, "tether-rt-w", {"status": status}
+        )
         assert wait("--for=jsonpath={.status.updatedAt}", f"{plural}/tether-rt-w") == 0
     assert wait("--for=jsonpath={.status.lastChangeAt}", "runtimedelivery/tether-rt-w") == 0
-    custom.create_namespaced_custom_object("tether.kyma-project.io", "v1alpha1", env.ns, "compassmappings", {
-        "apiVersion": "tether.kyma-project.io/v1alpha1", "kind": "CompassMapping",
-        "metadata": {"name": "kappa"}, "spec": {}})
+    custom.create_namespaced_custom_object(
+        "tether.kyma-project.io",
+        "v1alpha1",
+        env.ns,
+        "compassmappings",
+        {
+            "apiVersion": "tether.kyma-project.io/v1alpha1",
+            "kind": "CompassMapping",
+            "metadata": {"name": "kappa"},
+            "spec": {},
+        },
+    )
     custom.patch_namespaced_custom_object_status(
-        "tether.kyma-project.io", "v1alpha1", env.ns, "compassmappings", "kappa", {"status": {
-            "state": "Ready", "conditions": [{"type": "Ready", "status": "True", "reason": "Ready",
-                                              "message": "registered and configured",
-                                              "lastTransitionTime": now}]}})
+        "tether.kyma-project.io",
+        "v1alpha1",
+        env.ns,
+        "compassmappings",
+        "kappa",
+        {
+            "status": {
+                "state": "Ready",
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "Ready",
+                        "message": "registered and configured",
+                        "lastTransitionTime": now,
+                    }
+                ],
+            }
+        },
+    )
     assert wait("--for=condition=Ready", "compassmapping/kappa") == 0
     assert wait("--for=jsonpath={.status.state}=Ready", "compassmapping/kappa") == 0
 
 
 def test_deleted_objects_in_the_runtime_are_restored_in_one_run(
-        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     env.kyma("beta", runtimes[1])
     e = env.enroller()
     e.run()
     serial = x509.load_pem_x509_certificate(
-        secret_pem(runtime_objects(runtimes[1])[render.CLIENT_SECRET], "tls.crt")).serial_number
+        secret_pem(runtime_objects(runtimes[1])[render.CLIENT_SECRET], "tls.crt")
+    ).serial_number
     api = runtimes[1].api_client()
-    client.AdmissionregistrationV1Api(api).delete_validating_webhook_configuration(render.WEBHOOK_CONFIG)
+    client.AdmissionregistrationV1Api(api).delete_validating_webhook_configuration(
+        render.WEBHOOK_CONFIG
+    )
     client.CoreV1Api(api).delete_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE)
     api.close()
     assert e.run() == {"Ready": 1}
@@ -136,13 +220,21 @@ def test_deleted_objects_in_the_runtime_are_restored_in_one_run(
     assert "vwc" in got and render.CLIENT_SECRET in got
     assert e.stats.applies.labels("repaired")._value.get() == 1
     # a lost client Secret means a new certificate (its key is gone with it)
-    assert x509.load_pem_x509_certificate(secret_pem(got[render.CLIENT_SECRET], "tls.crt")).serial_number != serial
+    assert (
+        x509.load_pem_x509_certificate(
+            secret_pem(got[render.CLIENT_SECRET], "tls.crt")
+        ).serial_number
+        != serial
+    )
     assert "Renewed" in env.events("beta")
     # a client Secret whose key is not its certificate's (edited by hand) is reissued
     api = runtimes[1].api_client()
     other = certs.CertificateAuthority.create("x").issue("x", client=True)
-    client.CoreV1Api(api).patch_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE, {
-        "data": {"tls.key": base64.b64encode(other.key_pem).decode()}})
+    client.CoreV1Api(api).patch_namespaced_secret(
+        render.CLIENT_SECRET,
+        render.NAMESPACE,
+        {"data": {"tls.key": base64.b64encode(other.key_pem).decode()}},
+    )
     api.close()
     e.run()
     fixed = runtime_objects(runtimes[1])[render.CLIENT_SECRET]
@@ -150,14 +242,19 @@ def test_deleted_objects_in_the_runtime_are_restored_in_one_run(
     assert "certificate_issued client key_mismatch" in env.audit_text.getvalue()
 
 
-def test_a_new_image_is_rolled_out_to_every_runtime(env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+def test_a_new_image_is_rolled_out_to_every_runtime(
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     env.kyma("eta", runtimes[0], runtime_id="rt-eta")
     env.enroller().run()
     e = env.enroller(image="registry.example.com/tether:0.2.0")  # a new release, a new enroller
     assert e.run() == {"Ready": 1}
     api = runtimes[0].api_client()
-    images = {c.image for d in client.AppsV1Api(api).list_namespaced_deployment(render.NAMESPACE).items
-              for c in d.spec.template.spec.containers}
+    images = {
+        c.image
+        for d in client.AppsV1Api(api).list_namespaced_deployment(render.NAMESPACE).items
+        for c in d.spec.template.spec.containers
+    }
     api.close()
     assert images == {"registry.example.com/tether:0.2.0"}
     assert e.stats.applies.labels("updated")._value.get() == 1
@@ -165,7 +262,8 @@ def test_a_new_image_is_rolled_out_to_every_runtime(env: Env, runtimes: list[con
 
 
 def test_a_new_listener_url_re_renders_the_runtimes_this_kcps_ca_enrolled(
-        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     """The listener moved to a new ingress name: the runtimes still name the old URL, but
     their certificates are of this KCP's CA, so they are ours (not another KCP's) and get
     the new URL."""
@@ -175,7 +273,9 @@ def test_a_new_listener_url_re_renders_the_runtimes_this_kcps_ca_enrolled(
     try:
         assert env.enroller(listener_url=moved).run() == {"Ready": 1}
         api = runtimes[0].api_client()
-        secret = client.CoreV1Api(api).read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE)
+        secret = client.CoreV1Api(api).read_namespaced_secret(
+            render.CLIENT_SECRET, render.NAMESPACE
+        )
         api.close()
         assert base64.b64decode(secret.data["listener-url"]).decode() == moved
     finally:  # the shared runtime plane back on the URL the other tests' enrollers have
@@ -183,7 +283,8 @@ def test_a_new_listener_url_re_renders_the_runtimes_this_kcps_ca_enrolled(
 
 
 def test_an_image_pull_secret_is_copied_into_the_runtime_and_pulled_with(
-        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     """TETHER_ENROLLER_IMAGE_PULL_SECRET_FILE (issue 28, item 3): the runtime gets the
     Secret tether-image-pull (kubernetes.io/dockerconfigjson) and every Tether pod spec
     names it; a changed credential is applied again (removal takes it away: the next test)."""
@@ -197,19 +298,25 @@ def test_an_image_pull_secret_is_copied_into_the_runtime_and_pulled_with(
         assert secret_pem(secret, ".dockerconfigjson") == config
         deployments = client.AppsV1Api(api).list_namespaced_deployment(render.NAMESPACE).items
         assert {d.metadata.name for d in deployments} == {"tether-webhook", "tether-poller"}
-        assert all([r.name for r in d.spec.template.spec.image_pull_secrets or []] == [render.PULL_SECRET]
-                   for d in deployments)
+        assert all(
+            [r.name for r in d.spec.template.spec.image_pull_secrets or []] == [render.PULL_SECRET]
+            for d in deployments
+        )
         rotated = b'{"auths": {"registry.example.com": {"auth": "dXNlcjpuZXc="}}}'
         e = env.enroller(image_pull_secret=rotated)
         e.run()
         assert e.stats.applies.labels("updated")._value.get() == 1
-        assert secret_pem(runtime_objects(runtimes[1])[render.PULL_SECRET], ".dockerconfigjson") == rotated
+        assert (
+            secret_pem(runtime_objects(runtimes[1])[render.PULL_SECRET], ".dockerconfigjson")
+            == rotated
+        )
     finally:
         api.close()
 
 
 def test_certificates_are_renewed_at_two_thirds_of_their_lifetime(
-        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     env.kyma("gamma", runtimes[0], runtime_id="rt-gamma")
     e = env.enroller(cert_lifetime=datetime.timedelta(seconds=90))
     e.run()
@@ -217,15 +324,26 @@ def test_certificates_are_renewed_at_two_thirds_of_their_lifetime(
     c1 = x509.load_pem_x509_certificate(secret_pem(first[render.CLIENT_SECRET], "tls.crt"))
     env.offset = datetime.timedelta(seconds=10)
     e.run()
-    assert x509.load_pem_x509_certificate(
-        secret_pem(runtime_objects(runtimes[0])[render.CLIENT_SECRET], "tls.crt")).serial_number == c1.serial_number
-    env.offset = pki.renew_at(c1) - datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)
+    assert (
+        x509.load_pem_x509_certificate(
+            secret_pem(runtime_objects(runtimes[0])[render.CLIENT_SECRET], "tls.crt")
+        ).serial_number
+        == c1.serial_number
+    )
+    env.offset = (
+        pki.renew_at(c1) - datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1)
+    )
     e.run()
     second = runtime_objects(runtimes[0])
     c2 = x509.load_pem_x509_certificate(secret_pem(second[render.CLIENT_SECRET], "tls.crt"))
     s2 = x509.load_pem_x509_certificate(secret_pem(second[render.SERVING_SECRET], "tls.crt"))
     assert c2.serial_number != c1.serial_number and certs.common_name(c2) == "rt-gamma"
-    assert s2.serial_number != x509.load_pem_x509_certificate(secret_pem(first[render.SERVING_SECRET], "tls.crt")).serial_number
+    assert (
+        s2.serial_number
+        != x509.load_pem_x509_certificate(
+            secret_pem(first[render.SERVING_SECRET], "tls.crt")
+        ).serial_number
+    )
     assert "Renewed" in env.events("gamma")
     assert "certificate_issued client expiring" in env.audit_text.getvalue()
     # the runtime's digest key (docs/watches.md): written once, kept by the renewal's re-apply
@@ -236,7 +354,8 @@ def test_certificates_are_renewed_at_two_thirds_of_their_lifetime(
 
 
 def test_a_client_secret_without_its_digest_key_gets_one_and_keeps_it(
-        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     """A Secret an older enroller wrote (or edited by hand) carries no key: the next run
     applies one, whatever the installed digest says; later runs keep it."""
     env.kyma("delta", runtimes[1], runtime_id="rt-delta")
@@ -245,38 +364,61 @@ def test_a_client_secret_without_its_digest_key_gets_one_and_keeps_it(
     api = runtimes[1].api_client()
     try:
         core = client.CoreV1Api(api)
-        core.patch_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE, [
-            {"op": "remove", "path": f"/data/{digests.KEY}"}])
-        assert digests.KEY not in core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE).data
+        core.patch_namespaced_secret(
+            render.CLIENT_SECRET,
+            render.NAMESPACE,
+            [{"op": "remove", "path": f"/data/{digests.KEY}"}],
+        )
+        assert (
+            digests.KEY
+            not in core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE).data
+        )
         before = writes(e)
         e.run()
         assert writes(e) > before  # applied although nothing else changed
-        key = secret_pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), digests.KEY)
+        key = secret_pem(
+            core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), digests.KEY
+        )
         assert len(key) == digests.MIN_KEY_BYTES
         before = writes(e)
         e.run()
         assert writes(e) == before  # the key there: nothing written
-        assert secret_pem(core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), digests.KEY) == key
+        assert (
+            secret_pem(
+                core.read_namespaced_secret(render.CLIENT_SECRET, render.NAMESPACE), digests.KEY
+            )
+            == key
+        )
     finally:
         api.close()
 
 
 def test_a_ca_rollover_reissues_every_runtime_and_then_drops_the_old_ca(
-        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     env.kyma("delta", runtimes[1], runtime_id="rt-delta")
     # a CA of 6000 s rolls over at two thirds of its life (~3900 s in); certificates of 600 s
-    e = env.enroller(ca_lifetime=datetime.timedelta(seconds=6000), cert_lifetime=datetime.timedelta(seconds=600),
-                     rollover_propagation=datetime.timedelta(seconds=60))
+    e = env.enroller(
+        ca_lifetime=datetime.timedelta(seconds=6000),
+        cert_lifetime=datetime.timedelta(seconds=600),
+        rollover_propagation=datetime.timedelta(seconds=60),
+    )
     e.run()
     old_ca = e.cas.ensure().current.cert
     env.offset = datetime.timedelta(seconds=3800)  # renewed (expired), still from the old CA
     e.run()
 
     def client_cert() -> x509.Certificate:
-        return x509.load_pem_x509_certificate(secret_pem(runtime_objects(runtimes[1])[render.CLIENT_SECRET], "tls.crt"))
+        return x509.load_pem_x509_certificate(
+            secret_pem(runtime_objects(runtimes[1])[render.CLIENT_SECRET], "tls.crt")
+        )
 
     def trusted() -> list[x509.Certificate]:
-        pem = client.CoreV1Api(env.api).read_namespaced_config_map("tether-runtime-ca", env.ns).data["ca.crt"]
+        pem = (
+            client.CoreV1Api(env.api)
+            .read_namespaced_config_map("tether-runtime-ca", env.ns)
+            .data["ca.crt"]
+        )
         return pki.load_certificates(pem.encode())
 
     env.offset = datetime.timedelta(seconds=3950)  # past two thirds of the CA's life
@@ -290,8 +432,12 @@ def test_a_ca_rollover_reissues_every_runtime_and_then_drops_the_old_ca(
     assert e.run() == {"Ready": 1}
     ca = e.cas.ensure()
     assert ca.previous is None  # every runtime reissued: the old CA is dropped
-    assert pki.issued_by(client_cert(), [ca.current.cert]) and not pki.issued_by(client_cert(), [old_ca])
-    serving = x509.load_pem_x509_certificate(secret_pem(runtime_objects(runtimes[1])[render.SERVING_SECRET], "tls.crt"))
+    assert pki.issued_by(client_cert(), [ca.current.cert]) and not pki.issued_by(
+        client_cert(), [old_ca]
+    )
+    serving = x509.load_pem_x509_certificate(
+        secret_pem(runtime_objects(runtimes[1])[render.SERVING_SECRET], "tls.crt")
+    )
     assert pki.issued_by(serving, [ca.current.cert])
     assert trusted() == [ca.current.cert]
     audit = env.audit_text.getvalue()
@@ -300,7 +446,8 @@ def test_a_ca_rollover_reissues_every_runtime_and_then_drops_the_old_ca(
 
 
 def test_a_broken_runtime_is_reported_and_the_others_are_enrolled(
-        env: Env, runtimes: list[controlplane.ControlPlane], tmp_path: pathlib.Path) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane], tmp_path: pathlib.Path
+) -> None:
     env.kyma("good", runtimes[0], runtime_id="rt-good")
     env.kyma("nokubeconfig", None)
     env.kyma("nodomain", runtimes[0], domain=None)
@@ -312,33 +459,48 @@ def test_a_broken_runtime_is_reported_and_the_others_are_enrolled(
         assert e.run() == {"Ready": 1, "Failed": 3}
     finally:
         dead.stop()
-    reasons = {n: env.condition(n, "Ready")["reason"] for n in ("nokubeconfig", "nodomain", "unreachable")}
-    assert reasons == {"nokubeconfig": "KubeconfigMissing", "nodomain": "DomainMissing",
-                       "unreachable": "Unreachable"}
+    reasons = {
+        n: env.condition(n, "Ready")["reason"] for n in ("nokubeconfig", "nodomain", "unreachable")
+    }
+    assert reasons == {
+        "nokubeconfig": "KubeconfigMissing",
+        "nodomain": "DomainMissing",
+        "unreachable": "Unreachable",
+    }
     assert env.condition("good", "Enrolled")["status"] == "True"
     assert e.stats.failures.labels("Unreachable")._value.get() == 1
     assert "Failed" in env.events("nodomain")
-    assert not any("PRIVATE" in c["message"] or "client-key-data" in c["message"]
-                   for n in reasons for c in env.enrollment(n)["status"]["conditions"])  # type: ignore[index]
+    assert not any(
+        "PRIVATE" in c["message"] or "client-key-data" in c["message"]
+        for n in reasons
+        for c in env.enrollment(n)["status"]["conditions"]
+    )  # type: ignore[index]
 
 
-def test_a_deleted_kyma_cr_leaves_a_clean_runtime(env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+def test_a_deleted_kyma_cr_leaves_a_clean_runtime(
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     env.kyma("epsilon", runtimes[1], runtime_id="rt-epsilon")
     e = env.enroller(image_pull_secret=b'{"auths": {}}')  # removed with the rest
     e.run()
     assert runtime_objects(runtimes[1])["deployments"]
     assert render.PULL_SECRET in runtime_objects(runtimes[1])
     custom = client.CustomObjectsApi(env.api)
-    custom.delete_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas", "epsilon")
+    custom.delete_namespaced_custom_object(
+        "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "epsilon"
+    )
     # the finalizer holds it until Tether is gone from the runtime
-    assert custom.get_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas",
-                                               "epsilon")["metadata"]["deletionTimestamp"]
+    assert custom.get_namespaced_custom_object(
+        "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "epsilon"
+    )["metadata"]["deletionTimestamp"]
     e.react()
     got = runtime_objects(runtimes[1])
     assert got["deployments"] == [] and got["clusterroles"] == [] and "vwc" not in got
     assert render.CLIENT_SECRET not in got and render.PULL_SECRET not in got
     with pytest.raises(client.ApiException) as gone:
-        custom.get_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas", "epsilon")
+        custom.get_namespaced_custom_object(
+            "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "epsilon"
+        )
     assert gone.value.status == 404
     assert env.enrollment("epsilon") is None
     assert "runtime_removed" in env.audit_text.getvalue()
@@ -352,12 +514,14 @@ def test_an_unreachable_runtime_does_not_block_the_deletion_past_the_timeout(env
         e = env.enroller(removal_timeout=0.0)
         e.run()
         client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
-            "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "zeta")
+            "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "zeta"
+        )
         e.run()
     finally:
         dead.stop()
     with pytest.raises(client.ApiException) as gone:
         client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-            "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "zeta")
+            "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "zeta"
+        )
     assert gone.value.status == 404
     assert "RemovalTimedOut" in env.events("zeta")

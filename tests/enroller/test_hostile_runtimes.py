@@ -33,8 +33,14 @@ from tether import pki
 pytestmark = pytest.mark.processes
 
 
-def point_kubeconfig(e: Env, kyma: str, like: controlplane.ControlPlane, *, server: str | None = None,
-                     ca_pem: bytes | None = None) -> None:
+def point_kubeconfig(
+    e: Env,
+    kyma: str,
+    like: controlplane.ControlPlane,
+    *,
+    server: str | None = None,
+    ca_pem: bytes | None = None,
+) -> None:
     """The Kyma CR's kubeconfig Secret: ``like``'s kubeconfig (valid certificate data), its
     server and CA replaced when given. Created, or replaced (a rotated kubeconfig)."""
     cfg = json.loads(like.kubeconfig.read_text())
@@ -44,9 +50,13 @@ def point_kubeconfig(e: Env, kyma: str, like: controlplane.ControlPlane, *, serv
     if ca_pem is not None:
         cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     body = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=f"kubeconfig-{kyma}", namespace=e.ns,
-                                     labels={"operator.kyma-project.io/kyma-name": kyma}),
-        data={"config": base64.b64encode(json.dumps(cfg).encode()).decode()})
+        metadata=client.V1ObjectMeta(
+            name=f"kubeconfig-{kyma}",
+            namespace=e.ns,
+            labels={"operator.kyma-project.io/kyma-name": kyma},
+        ),
+        data={"config": base64.b64encode(json.dumps(cfg).encode()).decode()},
+    )
     core = client.CoreV1Api(e.api)
     try:
         core.create_namespaced_secret(e.ns, body)
@@ -57,7 +67,14 @@ def point_kubeconfig(e: Env, kyma: str, like: controlplane.ControlPlane, *, serv
 
 
 def issued(e: Any) -> float:
-    return float(sum(s.value for m in e.stats.issued.collect() for s in m.samples if s.name.endswith("_total")))
+    return float(
+        sum(
+            s.value
+            for m in e.stats.issued.collect()
+            for s in m.samples
+            if s.name.endswith("_total")
+        )
+    )
 
 
 def wait_idle(e: Any, within: float = 30.0) -> None:
@@ -67,7 +84,8 @@ def wait_idle(e: Any, within: float = 30.0) -> None:
 
 
 def test_a_hanging_runtime_does_not_hold_the_run_and_is_not_started_again_while_it_hangs(
-        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     hole = blackhole.BlackHole().start()
     env.kyma("good", runtimes[0], runtime_id="rt-good")
     env.kyma("hang", None, runtime_id="rt-hang")
@@ -79,7 +97,9 @@ def test_a_hanging_runtime_does_not_hold_the_run_and_is_not_started_again_while_
         t0 = time.monotonic()
         assert e.run() == {"Ready": 1, "Failed": 1}
         took = time.monotonic() - t0
-        assert took < deadline + 10, took  # (2 runtimes / 2 at once) x the deadline, and the KCP's writes
+        assert took < deadline + 10, (
+            took
+        )  # (2 runtimes / 2 at once) x the deadline, and the KCP's writes
         assert hole.accepted >= 1
         assert env.condition("good", "Enrolled")["status"] == "True"
         assert runtime_objects(runtimes[0])["deployments"] == ["tether-poller", "tether-webhook"]
@@ -102,7 +122,8 @@ def test_a_hanging_runtime_does_not_hold_the_run_and_is_not_started_again_while_
 
 
 def test_an_api_server_that_answers_404_gets_its_certificates_once(
-        env: Env, runtimes: list[controlplane.ControlPlane], tmp_path: pathlib.Path) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane], tmp_path: pathlib.Path
+) -> None:
     env.kyma("ok", runtimes[1], runtime_id="rt-ok")
     env.kyma("nf", None, runtime_id="rt-nf")
     with hostile.Hostile("not_found") as api:
@@ -120,7 +141,8 @@ def test_an_api_server_that_answers_404_gets_its_certificates_once(
 
 
 def test_issuance_per_runtime_is_limited_per_hour(
-        env: Env, runtimes: list[controlplane.ControlPlane], tmp_path: pathlib.Path) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane], tmp_path: pathlib.Path
+) -> None:
     env.kyma("ok2", runtimes[1], runtime_id="rt-ok2")
     env.kyma("nf2", None, runtime_id="rt-nf2")
     custom = client.CustomObjectsApi(env.api)
@@ -129,8 +151,14 @@ def test_issuance_per_runtime_is_limited_per_hour(
         e = env.enroller(issuance_limit=4)
         for n in range(10):
             # its domain changes every time: the certificate issued before no longer fits
-            custom.patch_namespaced_custom_object("operator.kyma-project.io", "v1beta2", env.ns, "kymas", "nf2",
-                                                  {"metadata": {"annotations": {"skr-domain": f"d{n}.example.com"}}})
+            custom.patch_namespaced_custom_object(
+                "operator.kyma-project.io",
+                "v1beta2",
+                env.ns,
+                "kymas",
+                "nf2",
+                {"metadata": {"annotations": {"skr-domain": f"d{n}.example.com"}}},
+            )
             assert e.run() == {"Ready": 1, "Failed": 1}
     # the limit beyond the scheduled renewals (two kinds at two thirds of 7 days: 2 an hour)
     assert e.s.issuance_budget == 4 + 2
@@ -143,26 +171,38 @@ def test_issuance_per_runtime_is_limited_per_hour(
 
 
 def test_a_ca_rollover_ends_at_its_deadline_and_quarantines_the_runtime_it_could_not_reach(
-        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     env.kyma("stay", runtimes[0], runtime_id="rt-stay")
     env.kyma("away", runtimes[1], runtime_id="rt-away")
-    e = env.enroller(ca_lifetime=datetime.timedelta(seconds=6000), cert_lifetime=datetime.timedelta(seconds=600),
-                     rollover_propagation=datetime.timedelta(seconds=60),
-                     rollover_deadline=datetime.timedelta(seconds=300))
+    e = env.enroller(
+        ca_lifetime=datetime.timedelta(seconds=6000),
+        cert_lifetime=datetime.timedelta(seconds=600),
+        rollover_propagation=datetime.timedelta(seconds=60),
+        rollover_deadline=datetime.timedelta(seconds=300),
+    )
     assert e.run() == {"Ready": 2}
     old_ca = e.cas.ensure().current.cert
     env.offset = datetime.timedelta(seconds=3800)
     assert e.run() == {"Ready": 2}  # renewed, still from the old CA
 
     def client_cert(plane: controlplane.ControlPlane) -> x509.Certificate:
-        return x509.load_pem_x509_certificate(secret_pem(runtime_objects(plane)[render.CLIENT_SECRET], "tls.crt"))
+        return x509.load_pem_x509_certificate(
+            secret_pem(runtime_objects(plane)[render.CLIENT_SECRET], "tls.crt")
+        )
 
     def trusted() -> list[x509.Certificate]:
-        pem = client.CoreV1Api(env.api).read_namespaced_config_map("tether-runtime-ca", env.ns).data["ca.crt"]
+        pem = (
+            client.CoreV1Api(env.api)
+            .read_namespaced_config_map("tether-runtime-ca", env.ns)
+            .data["ca.crt"]
+        )
         return pki.load_certificates(pem.encode())
 
     # "away" can no longer be reached (its API's port refuses connections)
-    point_kubeconfig(env, "away", runtimes[1], server=f"https://127.0.0.1:{blackhole.refused_port()}")
+    point_kubeconfig(
+        env, "away", runtimes[1], server=f"https://127.0.0.1:{blackhole.refused_port()}"
+    )
     e.skrs.forget("away")
     env.offset = datetime.timedelta(seconds=3950)  # the rollover starts
     assert e.run() == {"Ready": 1, "Failed": 1}
@@ -206,16 +246,19 @@ def test_a_ca_rollover_ends_at_its_deadline_and_quarantines_the_runtime_it_could
 
 
 def test_hostile_api_servers_cost_one_call_deadline_and_are_reported_with_the_bound(
-        env: Env, runtimes: list[controlplane.ControlPlane]) -> None:
+    env: Env, runtimes: list[controlplane.ControlPlane]
+) -> None:
     """A runtime whose API server trickles, answers 300 MiB, redirects into the KCP or hangs
     after its headers, and one whose kubeconfig would run a command: the good runtime beside
     them is enrolled, the run ends within the calls' deadlines, memory stays bounded (the
     enroller's limit is 512 Mi), each is reported with the bound it broke."""
     env.kyma("good", runtimes[0], runtime_id="rt-good")
-    with hostile.serving("trickle", interval=0.3) as trickle, \
-            hostile.serving("huge", size=300 * 1024 * 1024, chunked=True) as huge, \
-            hostile.serving("redirect", location=env.kcp.url + "/api/v1/secrets") as redirect, \
-            hostile.serving("hang") as hang:
+    with (
+        hostile.serving("trickle", interval=0.3) as trickle,
+        hostile.serving("huge", size=300 * 1024 * 1024, chunked=True) as huge,
+        hostile.serving("redirect", location=env.kcp.url + "/api/v1/secrets") as redirect,
+        hostile.serving("hang") as hang,
+    ):
         servers = {"trickle": trickle, "huge": huge, "redirect": redirect, "hang": hang}
         for name, h in servers.items():
             env.kyma(name, None, runtime_id=f"rt-{name}")
@@ -224,8 +267,9 @@ def test_hostile_api_servers_cost_one_call_deadline_and_are_reported_with_the_bo
         point_kubeconfig(env, "exec", runtimes[0])
         secret = client.CoreV1Api(env.api).read_namespaced_secret("kubeconfig-exec", env.ns)
         cfg = json.loads(base64.b64decode(secret.data["config"]))
-        cfg["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
-                                            "command": "/bin/false"}}
+        cfg["users"][0]["user"] = {
+            "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/false"}
+        }
         secret.data["config"] = base64.b64encode(json.dumps(cfg).encode()).decode()
         client.CoreV1Api(env.api).replace_namespaced_secret("kubeconfig-exec", env.ns, secret)
         e = env.enroller(skr_timeout=2.0, concurrency=3)
@@ -241,8 +285,13 @@ def test_hostile_api_servers_cost_one_call_deadline_and_are_reported_with_the_bo
     assert took < 2 * 3 * (2.0 + 1) + 15, took  # two rounds of three, each a few calls' deadlines
     assert peak < 64 * 1024 * 1024, peak
     assert env.condition("good", "Enrolled")["status"] == "True"
-    want = {"trickle": "DeadlineExceeded", "huge": "ResponseTooLarge", "redirect": "RedirectRefused",
-            "hang": "DeadlineExceeded", "exec": "KubeconfigRefused"}
+    want = {
+        "trickle": "DeadlineExceeded",
+        "huge": "ResponseTooLarge",
+        "redirect": "RedirectRefused",
+        "hang": "DeadlineExceeded",
+        "exec": "KubeconfigRefused",
+    }
     for name, reason in want.items():
         enrolled = env.condition(name, "Enrolled")
         assert (enrolled["status"], enrolled["reason"]) == ("False", reason), (name, enrolled)

@@ -30,7 +30,11 @@ from testing.enrollenv import Env
 from tether import gateway
 
 pytestmark = pytest.mark.processes
-GOOD, NEXT, BROKEN = "example.com/tether:1.0.0", "example.com/tether:2.0.0", "example.com/tether:3.0.0-broken"
+GOOD, NEXT, BROKEN = (
+    "example.com/tether:1.0.0",
+    "example.com/tether:2.0.0",
+    "example.com/tether:3.0.0-broken",
+)
 GATE = 600.0
 NAMES = ("ro-a", "ro-b", "ro-c")
 
@@ -42,14 +46,27 @@ def fleet() -> Iterator[dict[str, controlplane.ControlPlane]]:
 
 
 @pytest.fixture
-def env(kcp: controlplane.ControlPlane, kcp_namespace: str, kyma_crd: str, enrollment_crd: None,
-        tmp_path: Any) -> Iterator[Env]:
+def env(
+    kcp: controlplane.ControlPlane,
+    kcp_namespace: str,
+    kyma_crd: str,
+    enrollment_crd: None,
+    tmp_path: Any,
+) -> Iterator[Env]:
     e = Env(kcp, kcp_namespace, tmp_path)
     yield e
     custom: Any = client.CustomObjectsApi(e.api)
-    for k in custom.list_namespaced_custom_object("operator.kyma-project.io", "v1beta2", e.ns, "kymas")["items"]:
-        custom.patch_namespaced_custom_object("operator.kyma-project.io", "v1beta2", e.ns, "kymas",
-                                              k["metadata"]["name"], {"metadata": {"finalizers": None}})
+    for k in custom.list_namespaced_custom_object(
+        "operator.kyma-project.io", "v1beta2", e.ns, "kymas"
+    )["items"]:
+        custom.patch_namespaced_custom_object(
+            "operator.kyma-project.io",
+            "v1beta2",
+            e.ns,
+            "kymas",
+            k["metadata"]["name"],
+            {"metadata": {"finalizers": None}},
+        )
     e.gw.close()
     e.api.close()
 
@@ -65,11 +82,27 @@ def kubelet(fleet: dict[str, controlplane.ControlPlane]) -> None:
             dep = apps.read_namespaced_deployment("tether-webhook", render.NAMESPACE)
             want, gen = dep.spec.replicas or 1, dep.metadata.generation if dep.metadata else 0
             broken = image(plane) == BROKEN
-            status = ({"observedGeneration": gen, "replicas": want + 1, "updatedReplicas": 1,
-                       "readyReplicas": want, "availableReplicas": want, "unavailableReplicas": 1} if broken else
-                      {"observedGeneration": gen, "replicas": want, "updatedReplicas": want,
-                       "readyReplicas": want, "availableReplicas": want})
-            apps.patch_namespaced_deployment_status("tether-webhook", render.NAMESPACE, {"status": status})
+            status = (
+                {
+                    "observedGeneration": gen,
+                    "replicas": want + 1,
+                    "updatedReplicas": 1,
+                    "readyReplicas": want,
+                    "availableReplicas": want,
+                    "unavailableReplicas": 1,
+                }
+                if broken
+                else {
+                    "observedGeneration": gen,
+                    "replicas": want,
+                    "updatedReplicas": want,
+                    "readyReplicas": want,
+                    "availableReplicas": want,
+                }
+            )
+            apps.patch_namespaced_deployment_status(
+                "tether-webhook", render.NAMESPACE, {"status": status}
+            )
 
 
 def beat(env: Env, e: reconcile.Enroller, fleet: dict[str, controlplane.ControlPlane]) -> None:
@@ -79,10 +112,18 @@ def beat(env: Env, e: reconcile.Enroller, fleet: dict[str, controlplane.ControlP
         if image(plane) == BROKEN:
             continue
         rid = f"rt-{name}"
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": f"hb-{rid}", "labels": {"tether.kyma-project.io/heartbeat": "true",
-                                                             "kyma-project.io/runtime-id": rid}},
-                "spec": {"holderIdentity": rid, "renewTime": at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": f"hb-{rid}",
+                "labels": {
+                    "tether.kyma-project.io/heartbeat": "true",
+                    "kyma-project.io/runtime-id": rid,
+                },
+            },
+            "spec": {"holderIdentity": rid, "renewTime": at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+        }
         try:
             coordination.patch_namespaced_lease(f"hb-{rid}", env.ns, {"spec": body["spec"]})
         except client.ApiException as ex:
@@ -97,7 +138,9 @@ def record(env: Env, e: reconcile.Enroller) -> dict[str, Any]:
     return state
 
 
-def cycle(env: Env, e: reconcile.Enroller, fleet: dict[str, controlplane.ControlPlane]) -> dict[str, Any]:
+def cycle(
+    env: Env, e: reconcile.Enroller, fleet: dict[str, controlplane.ControlPlane]
+) -> dict[str, Any]:
     """One full run, then the fleet's nodes and listener catch up."""
     counts = e.run()
     assert counts == {"Ready": 3}, counts
@@ -111,11 +154,15 @@ def images(fleet: dict[str, controlplane.ControlPlane]) -> dict[str, str]:
 
 
 def test_a_good_bundle_goes_wave_by_wave_and_a_broken_one_halts_and_rolls_back(
-        env: Env, fleet: dict[str, controlplane.ControlPlane]) -> None:
+    env: Env, fleet: dict[str, controlplane.ControlPlane]
+) -> None:
     for name, plane in fleet.items():
         env.kyma(name, plane)
-    over: dict[str, Any] = dict(rollout_gate_timeout=datetime.timedelta(seconds=GATE), rollout_max_refusals=5,
-                                heartbeat_namespace=env.ns)
+    over: dict[str, Any] = dict(
+        rollout_gate_timeout=datetime.timedelta(seconds=GATE),
+        rollout_max_refusals=5,
+        heartbeat_namespace=env.ns,
+    )
     first = env.enroller(image=GOOD, **over)
     assert cycle(env, first, fleet)["phase"] == "Complete"  # nothing recorded: taken as good
     assert set(images(fleet).values()) == {GOOD}
@@ -127,7 +174,7 @@ def test_a_good_bundle_goes_wave_by_wave_and_a_broken_one_halts_and_rolls_back(
     assert (state["phase"], state["wave"], len(order)) == ("Progressing", 0, 3)
     for i, rid in enumerate(order):
         held = images(fleet)
-        assert held[rid] == NEXT and all(held[r] == GOOD for r in order[i + 1:]), (i, held)
+        assert held[rid] == NEXT and all(held[r] == GOOD for r in order[i + 1 :]), (i, held)
         state = cycle(env, e, fleet)  # the gate passes: the next wave begins in this run's end
         if i + 1 < len(order):
             assert (state["phase"], state["wave"]) == ("Progressing", i + 1), state["unhealthy"]
@@ -141,7 +188,9 @@ def test_a_good_bundle_goes_wave_by_wave_and_a_broken_one_halts_and_rolls_back(
     canary = state["waves"][0][0]
     assert state["phase"] == "Progressing" and images(fleet)[canary] == BROKEN
     state = cycle(env, bad, fleet)
-    assert state["phase"] == "Progressing" and "webhook not serving" in json.dumps(state["unhealthy"])
+    assert state["phase"] == "Progressing" and "webhook not serving" in json.dumps(
+        state["unhealthy"]
+    )
     env.offset += datetime.timedelta(seconds=GATE + 1)
     state = cycle(env, bad, fleet)
     assert state["phase"] == "Halted" and "wave 1 failed its gate" in state["reason"], state
@@ -161,13 +210,15 @@ def test_a_good_bundle_goes_wave_by_wave_and_a_broken_one_halts_and_rolls_back(
 
 def reconcile_rolled_out(plane: controlplane.ControlPlane) -> bool:
     from enroller import rollouts
+
     return rollouts.rolled_out(webhook_dict(plane))
 
 
 def webhook_dict(plane: controlplane.ControlPlane) -> dict[str, Any]:
     with plane.api_client() as api:
         raw: dict[str, Any] = client.ApiClient().sanitize_for_serialization(
-            client.AppsV1Api(api).read_namespaced_deployment("tether-webhook", render.NAMESPACE))
+            client.AppsV1Api(api).read_namespaced_deployment("tether-webhook", render.NAMESPACE)
+        )
         return raw
 
 

@@ -43,14 +43,24 @@ def env(planes: dict[str, controlplane.ControlPlane], tmp_path: pathlib.Path) ->
     kcp = planes["wkcp"]
     ns = f"w-{uuid.uuid4().hex[:8]}"
     api = kcp.api_client()
-    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    client.CoreV1Api(api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))
+    )
     api.close()
     e = Env(kcp, ns, tmp_path)
     yield e
     custom = client.CustomObjectsApi(e.api)
-    for k in custom.list_namespaced_custom_object("operator.kyma-project.io", "v1beta2", ns, "kymas")["items"]:
-        custom.patch_namespaced_custom_object("operator.kyma-project.io", "v1beta2", ns, "kymas",
-                                              k["metadata"]["name"], {"metadata": {"finalizers": None}})
+    for k in custom.list_namespaced_custom_object(
+        "operator.kyma-project.io", "v1beta2", ns, "kymas"
+    )["items"]:
+        custom.patch_namespaced_custom_object(
+            "operator.kyma-project.io",
+            "v1beta2",
+            ns,
+            "kymas",
+            k["metadata"]["name"],
+            {"metadata": {"finalizers": None}},
+        )
     e.gw.close()
     e.api.close()
 
@@ -58,7 +68,9 @@ def env(planes: dict[str, controlplane.ControlPlane], tmp_path: pathlib.Path) ->
 def vwc_hooks(plane: controlplane.ControlPlane) -> list[dict[str, Any]]:
     api = plane.api_client()
     try:
-        obj = client.AdmissionregistrationV1Api(api).read_validating_webhook_configuration(render.WEBHOOK_CONFIG)
+        obj = client.AdmissionregistrationV1Api(api).read_validating_webhook_configuration(
+            render.WEBHOOK_CONFIG
+        )
         return [api.sanitize_for_serialization(h) for h in obj.webhooks or []]
     finally:
         api.close()
@@ -68,7 +80,9 @@ def wire(plane: controlplane.ControlPlane) -> dict[str, Any] | None:
     """The runtime's Watch list (None: no tether-watches ConfigMap)."""
     api = plane.api_client()
     try:
-        cm = client.CoreV1Api(api).read_namespaced_config_map(watchwire.WIRE_CONFIGMAP, render.NAMESPACE)
+        cm = client.CoreV1Api(api).read_namespaced_config_map(
+            watchwire.WIRE_CONFIGMAP, render.NAMESPACE
+        )
         doc: dict[str, Any] = json.loads(cm.data[watchwire.WIRE_KEY])
         return doc
     except client.ApiException as e:
@@ -88,7 +102,8 @@ def names(plane: controlplane.ControlPlane) -> tuple[list[str], list[str] | None
 
 def watch_obj(env: Env, name: str) -> dict[str, Any]:
     obj: dict[str, Any] = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-        apitypes.WATCHES.group, apitypes.WATCHES.version, env.ns, apitypes.WATCHES.plural, name)
+        apitypes.WATCHES.group, apitypes.WATCHES.version, env.ns, apitypes.WATCHES.plural, name
+    )
     return obj
 
 
@@ -98,11 +113,18 @@ def cond(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def relabel(env: Env, name: str, labels: dict[str, str | None]) -> None:
     client.CustomObjectsApi(env.api).patch_namespaced_custom_object(
-        "operator.kyma-project.io", "v1beta2", env.ns, "kymas", name, {"metadata": {"labels": labels}})
+        "operator.kyma-project.io",
+        "v1beta2",
+        env.ns,
+        "kymas",
+        name,
+        {"metadata": {"labels": labels}},
+    )
 
 
 def test_without_the_watch_crd_the_runtime_is_rendered_as_before(
-        env: Env, planes: dict[str, controlplane.ControlPlane]) -> None:
+    env: Env, planes: dict[str, controlplane.ControlPlane]
+) -> None:
     """Runs first in this module: the KCP has no Watch CRD yet (a list answers 404)."""
     env.kyma("legacy", planes["w-a"])
     e = env.enroller()
@@ -113,7 +135,9 @@ def test_without_the_watch_crd_the_runtime_is_rendered_as_before(
     assert e.run() == {"Ready": 1}
     assert writes(e) == before  # the steady state writes nothing, as before Watches
     # a list that fails later renders as the previous run did: before Watches
-    nobody = gateway.from_kubeconfig(str(planes["wkcp"].issue_client_cert(f"nobody-{uuid.uuid4().hex[:6]}")))
+    nobody = gateway.from_kubeconfig(
+        str(planes["wkcp"].issue_client_cert(f"nobody-{uuid.uuid4().hex[:6]}"))
+    )
     try:
         e.watching.kcp = nobody
         assert e.run() == {"Ready": 1}
@@ -123,15 +147,20 @@ def test_without_the_watch_crd_the_runtime_is_rendered_as_before(
 
 
 def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
-        env: Env, planes: dict[str, controlplane.ControlPlane]) -> None:
+    env: Env, planes: dict[str, controlplane.ControlPlane]
+) -> None:
     watchenv.install_crd(env.api)
     a, b = planes["w-a"], planes["w-b"]
     env.kyma("alpha", a)
     env.kyma("beta", b)
     env.kyma("gamma", None)  # no kubeconfig: selected, never in force
     relabel(env, "alpha", {OPT_IN: "yes"})
-    watchenv.apply(env.api, watchenv.watch("cms", CONFIGMAPS, env.ns,
-                                           runtimes={"selector": {"matchLabels": {OPT_IN: "yes"}}}))
+    watchenv.apply(
+        env.api,
+        watchenv.watch(
+            "cms", CONFIGMAPS, env.ns, runtimes={"selector": {"matchLabels": {OPT_IN: "yes"}}}
+        ),
+    )
     watchenv.apply(env.api, watchenv.watch("widgets", WIDGETS, env.ns, send={"mode": "metadata"}))
     # a Secret Watch with a value mode, or a kind that is not its resource's: the CRD refuses it
     for resource, mode in ((SECRETS, "full"), ({**SECRETS, "kind": "ConfigMap"}, "full")):
@@ -145,11 +174,20 @@ def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
     assert names(a) == (["cms", "widgets"], ["cms", "widgets"])
     assert names(b) == (["widgets"], ["widgets"])
     hook = next(h for h in vwc_hooks(a) if h["name"].startswith("widgets."))
-    assert hook["rules"][0]["apiGroups"] == ["example.com"] and hook["rules"][0]["resources"] == ["widgets", "widgets/status"]
-    assert hook["clientConfig"]["service"]["name"] == "tether-webhook" and hook["clientConfig"]["caBundle"]
+    assert hook["rules"][0]["apiGroups"] == ["example.com"] and hook["rules"][0]["resources"] == [
+        "widgets",
+        "widgets/status",
+    ]
+    assert (
+        hook["clientConfig"]["service"]["name"] == "tether-webhook"
+        and hook["clientConfig"]["caBundle"]
+    )
 
     widgets = watch_obj(env, "widgets")
-    assert widgets["status"]["runtimes"]["selected"] == 3 and widgets["status"]["runtimes"]["inForce"] == 2
+    assert (
+        widgets["status"]["runtimes"]["selected"] == 3
+        and widgets["status"]["runtimes"]["inForce"] == 2
+    )
     [missing] = widgets["status"]["runtimes"]["notInForce"]
     assert missing["runtimeId"] == "rt-gamma" and missing["reason"].startswith("KubeconfigMissing")
     assert (cond(widgets, "Ready")["status"], cond(widgets, "Valid")["status"]) == ("False", "True")
@@ -159,8 +197,10 @@ def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
     bad = watch_obj(env, "bad")
     assert (cond(bad, "Valid")["status"], cond(bad, "Valid")["reason"]) == ("False", "Invalid")
     assert "spec.send.keys" in cond(bad, "Valid")["message"]
-    assert {state: e.stats.watches.labels(state)._value.get() for state in ("Ready", "Pending", "Invalid")} \
-        == {"Ready": 1, "Pending": 1, "Invalid": 1}
+    assert {
+        state: e.stats.watches.labels(state)._value.get()
+        for state in ("Ready", "Pending", "Invalid")
+    } == {"Ready": 1, "Pending": 1, "Invalid": 1}
 
     # nothing changed: nothing written in the runtimes, no Watch status written
     before, rv = writes(e), cms["metadata"]["resourceVersion"]
@@ -171,14 +211,17 @@ def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
     # only what the Watches make (the Watch list and the webhook configuration)
     before = writes(e)
     relabel(env, "beta", {OPT_IN: "yes"})
-    watchenv.apply(env.api, watchenv.watch("widgets", WIDGETS, env.ns, send={"mode": "metadata"},
-                                           namespaces=["shop"]))
+    watchenv.apply(
+        env.api,
+        watchenv.watch("widgets", WIDGETS, env.ns, send={"mode": "metadata"}, namespaces=["shop"]),
+    )
     e.react()
     assert names(b) == (["cms", "widgets"], ["cms", "widgets"])
     e.run()
     hook = next(h for h in vwc_hooks(a) if h["name"].startswith("widgets."))
-    assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["shop"]} \
-        in hook["namespaceSelector"]["matchExpressions"]
+    assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["shop"]} in hook[
+        "namespaceSelector"
+    ]["matchExpressions"]
     assert next(w for w in wire(a)["watches"] if w["name"] == "widgets")["generation"] == 2  # type: ignore[index]
     assert watch_obj(env, "widgets")["status"]["observedGeneration"] == 2
     assert watch_obj(env, "cms")["status"]["runtimes"]["inForce"] == 2
@@ -199,14 +242,17 @@ def test_watches_are_rendered_where_they_apply_follow_changes_and_report_status(
 
 
 def test_watches_not_readable_leave_the_runtimes_as_they_are(
-        env: Env, planes: dict[str, controlplane.ControlPlane]) -> None:
+    env: Env, planes: dict[str, controlplane.ControlPlane]
+) -> None:
     """A list of the Watches that fails (here: an identity without RBAC on them) never turns
     a runtime's Watches into the old scope: the previous run's are kept; with none known the
     run changes no runtime and says why."""
     watchenv.install_crd(env.api)
     env.kyma("eps", planes["w-a"])
     watchenv.apply(env.api, watchenv.watch("cms", CONFIGMAPS, env.ns))
-    nobody = gateway.from_kubeconfig(str(planes["wkcp"].issue_client_cert(f"nobody-{uuid.uuid4().hex[:6]}")))
+    nobody = gateway.from_kubeconfig(
+        str(planes["wkcp"].issue_client_cert(f"nobody-{uuid.uuid4().hex[:6]}"))
+    )
     try:
         e = env.enroller()
         assert e.run() == {"Ready": 1}
@@ -228,7 +274,8 @@ def test_watches_not_readable_leave_the_runtimes_as_they_are(
 
 
 def test_when_the_watch_crd_goes_the_runtime_is_rendered_as_before_again(
-        env: Env, planes: dict[str, controlplane.ControlPlane]) -> None:
+    env: Env, planes: dict[str, controlplane.ControlPlane]
+) -> None:
     watchenv.install_crd(env.api)
     env.kyma("delta", planes["w-b"])
     watchenv.apply(env.api, watchenv.watch("cms", CONFIGMAPS, env.ns))
@@ -241,7 +288,8 @@ def test_when_the_watch_crd_goes_the_runtime_is_rendered_as_before_again(
     while True:
         try:
             client.CustomObjectsApi(env.api).list_namespaced_custom_object(
-                apitypes.WATCHES.group, apitypes.WATCHES.version, env.ns, apitypes.WATCHES.plural)
+                apitypes.WATCHES.group, apitypes.WATCHES.version, env.ns, apitypes.WATCHES.plural
+            )
         except client.ApiException as err:
             if err.status == 404:
                 break
@@ -252,7 +300,8 @@ def test_when_the_watch_crd_goes_the_runtime_is_rendered_as_before_again(
 
 
 def test_a_custom_watch_whose_kind_the_runtime_contradicts_is_not_rendered_there(
-        env: Env, planes: dict[str, controlplane.ControlPlane]) -> None:
+    env: Env, planes: dict[str, controlplane.ControlPlane]
+) -> None:
     """A Watch of a custom resource passes the CRD (its group is not one Kubernetes serves);
     the runtime's discovery says widgets are Widgets: a Watch calling them Gadgets is not
     rendered there (its status says why), the true one is, and a runtime that does not

@@ -12,10 +12,19 @@ from enroller import render, watching, watchstatus
 from tether import watches, watchwire
 
 BUNDLE = render.load_bundle(render.BUNDLE_FILE.read_text())
-INPUTS = render.Inputs(runtime_id="rt-1", listener_url="https://l.example.com", listener_ca=b"LCA",
-                       client_cert=b"CERT", client_key=b"KEY", client_serial="a1",
-                       serving_cert=b"SCERT", serving_key=b"SKEY", serving_serial="b2",
-                       serving_not_after="2027-01-01T00:00:00Z", ca_bundle=b"CA")
+INPUTS = render.Inputs(
+    runtime_id="rt-1",
+    listener_url="https://l.example.com",
+    listener_ca=b"LCA",
+    client_cert=b"CERT",
+    client_key=b"KEY",
+    client_serial="a1",
+    serving_cert=b"SCERT",
+    serving_key=b"SKEY",
+    serving_serial="b2",
+    serving_not_after="2027-01-01T00:00:00Z",
+    ca_bundle=b"CA",
+)
 NOW = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.UTC)
 
 
@@ -23,9 +32,16 @@ def watch(name: str, kind: str = "ConfigMap", generation: int = 1, **spec: objec
     plural = kind.lower() + "s"
     group = "" if kind in ("ConfigMap", "Secret") else "example.com"
     mode = "metadata" if kind == "Secret" else "full"
-    return watches.parse({"metadata": {"name": name, "generation": generation},
-                          "spec": {"resource": {"group": group, "version": "v1", "resource": plural, "kind": kind},
-                                   "send": {"mode": mode}, **spec}})
+    return watches.parse(
+        {
+            "metadata": {"name": name, "generation": generation},
+            "spec": {
+                "resource": {"group": group, "version": "v1", "resource": plural, "kind": kind},
+                "send": {"mode": mode},
+                **spec,
+            },
+        }
+    )
 
 
 def hooks(objs: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -39,7 +55,9 @@ def test_before_watches_the_bundle_registration_is_kept_and_no_watch_list() -> N
     assert not any(o["metadata"]["name"] == watchwire.WIRE_CONFIGMAP for o in objs)
 
 
-def test_one_webhook_per_watch_from_the_bundle_webhook_and_the_list_before_the_deployments() -> None:
+def test_one_webhook_per_watch_from_the_bundle_webhook_and_the_list_before_the_deployments() -> (
+    None
+):
     ws = (watch("a"), watch("b", "Widget", selector={"matchLabels": {"x": "y"}}))
     objs = render.render(BUNDLE, dataclasses.replace(INPUTS, watches=ws))
     got = hooks(objs)
@@ -51,7 +69,9 @@ def test_one_webhook_per_watch_from_the_bundle_webhook_and_the_list_before_the_d
         assert h["failurePolicy"] == template["failurePolicy"]
     assert got[1]["rules"][0]["apiGroups"] == ["example.com"]  # type: ignore[index]
     kinds = [o["kind"] for o in objs]
-    listed = next(i for i, o in enumerate(objs) if o["metadata"]["name"] == watchwire.WIRE_CONFIGMAP)
+    listed = next(
+        i for i, o in enumerate(objs) if o["metadata"]["name"] == watchwire.WIRE_CONFIGMAP
+    )
     assert listed < kinds.index("Deployment")
     text = objs[listed]["data"][watchwire.WIRE_KEY]
     assert [w.name for w in watchwire.from_wire(text)] == ["a", "b"]
@@ -65,16 +85,25 @@ def test_no_watch_in_force_is_no_webhook_and_an_empty_list() -> None:
     assert json.loads(listed["data"][watchwire.WIRE_KEY])["watches"] == []
 
 
-def test_the_watch_set_has_a_digest_of_its_own_and_only_watches_on_or_off_changes_the_bundle() -> None:
+def test_the_watch_set_has_a_digest_of_its_own_and_only_watches_on_or_off_changes_the_bundle() -> (
+    None
+):
     def notes(ws: tuple[watches.Watch, ...] | None) -> tuple[str, str | None]:
         objs = render.render(BUNDLE, dataclasses.replace(INPUTS, watches=ws))
-        hook = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"]["annotations"]
-        secret = next(o for o in objs if o["metadata"]["name"] == render.CLIENT_SECRET)["metadata"]["annotations"]
+        hook = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"][
+            "annotations"
+        ]
+        secret = next(o for o in objs if o["metadata"]["name"] == render.CLIENT_SECRET)["metadata"][
+            "annotations"
+        ]
         assert secret[render.DIGEST] == hook[render.DIGEST] and render.WATCHES_DIGEST not in secret
         return hook[render.DIGEST], hook.get(render.WATCHES_DIGEST)
 
     bundle, base = notes((watch("a"),))
-    assert notes((watch("a"),)) == (bundle, base)  # deterministic: an unchanged set is not re-applied
+    assert notes((watch("a"),)) == (
+        bundle,
+        base,
+    )  # deterministic: an unchanged set is not re-applied
     for other in ((watch("a", generation=2),), (watch("a"), watch("b")), ()):
         assert notes(other)[0] == bundle  # the bundle is as it was: only the Watches are applied
         assert notes(other)[1] not in (None, base)
@@ -83,15 +112,25 @@ def test_the_watch_set_has_a_digest_of_its_own_and_only_watches_on_or_off_change
     assert render.render(BUNDLE, INPUTS)[-1]["metadata"]["annotations"][render.DIGEST] == legacy[0]
 
 
-def test_a_change_of_the_watches_alone_applies_the_watch_list_then_the_webhook_configuration() -> None:
+def test_a_change_of_the_watches_alone_applies_the_watch_list_then_the_webhook_configuration() -> (
+    None
+):
     objs = render.render(BUNDLE, dataclasses.replace(INPUTS, watches=(watch("a"),)))
     assert [(o["kind"], o["metadata"]["name"]) for o in render.watch_objects(objs)] == [
-        ("ConfigMap", watchwire.WIRE_CONFIGMAP), ("ValidatingWebhookConfiguration", render.WEBHOOK_CONFIG)]
+        ("ConfigMap", watchwire.WIRE_CONFIGMAP),
+        ("ValidatingWebhookConfiguration", render.WEBHOOK_CONFIG),
+    ]
 
 
-def facts(*runtimes: watchstatus.RuntimeFacts, error: str | None = None, previous: dict[str, object] | None = None,
-          now: datetime.datetime = NOW) -> watchstatus.WatchFacts:
-    return watchstatus.WatchFacts(now=now, generation=3, previous=previous, error=error, runtimes=runtimes)
+def facts(
+    *runtimes: watchstatus.RuntimeFacts,
+    error: str | None = None,
+    previous: dict[str, object] | None = None,
+    now: datetime.datetime = NOW,
+) -> watchstatus.WatchFacts:
+    return watchstatus.WatchFacts(
+        now=now, generation=3, previous=previous, error=error, runtimes=runtimes
+    )
 
 
 def cond(status: dict[str, object], kind: str) -> dict[str, object]:
@@ -99,14 +138,19 @@ def cond(status: dict[str, object], kind: str) -> dict[str, object]:
 
 
 def test_counts_and_the_runtimes_not_in_force_with_why() -> None:
-    s = watchstatus.status(facts(watchstatus.RuntimeFacts("rt-b", True),
-                                 watchstatus.RuntimeFacts("rt-c", False, "Unreachable: the runtime's API: timeout"),
-                                 watchstatus.RuntimeFacts("rt-a", False)))
+    s = watchstatus.status(
+        facts(
+            watchstatus.RuntimeFacts("rt-b", True),
+            watchstatus.RuntimeFacts("rt-c", False, "Unreachable: the runtime's API: timeout"),
+            watchstatus.RuntimeFacts("rt-a", False),
+        )
+    )
     assert s["observedGeneration"] == 3
     assert s["runtimes"]["selected"] == 3 and s["runtimes"]["inForce"] == 1
     assert s["runtimes"]["notInForce"] == [
         {"runtimeId": "rt-a", "reason": "not rendered into the runtime yet"},
-        {"runtimeId": "rt-c", "reason": "Unreachable: the runtime's API: timeout"}]
+        {"runtimeId": "rt-c", "reason": "Unreachable: the runtime's API: timeout"},
+    ]
     assert cond(s, "Valid")["status"] == "True"
     ready = cond(s, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "Pending")
@@ -115,7 +159,9 @@ def test_counts_and_the_runtimes_not_in_force_with_why() -> None:
 
 
 def test_not_in_force_is_bounded() -> None:
-    s = watchstatus.status(facts(*(watchstatus.RuntimeFacts(f"rt-{i:03}", False, "x" * 5000) for i in range(50))))
+    s = watchstatus.status(
+        facts(*(watchstatus.RuntimeFacts(f"rt-{i:03}", False, "x" * 5000) for i in range(50)))
+    )
     listed = s["runtimes"]["notInForce"]
     assert len(listed) == watchstatus.NOT_IN_FORCE_LISTED and listed[0]["runtimeId"] == "rt-000"
     assert all(len(r["reason"]) <= watchstatus.REASON_MAX for r in listed)
@@ -141,12 +187,19 @@ def test_a_bad_watch_is_not_valid_with_the_field_named() -> None:
 
 
 def test_an_unchanged_outcome_is_an_equal_status_and_not_written_again() -> None:
-    runtimes = (watchstatus.RuntimeFacts("rt-a", True), watchstatus.RuntimeFacts("rt-b", False, "Forbidden"))
+    runtimes = (
+        watchstatus.RuntimeFacts("rt-a", True),
+        watchstatus.RuntimeFacts("rt-b", False, "Forbidden"),
+    )
     first = watchstatus.status(facts(*runtimes))
-    later = watchstatus.status(facts(*runtimes, previous=first, now=NOW + datetime.timedelta(hours=1)))
+    later = watchstatus.status(
+        facts(*runtimes, previous=first, now=NOW + datetime.timedelta(hours=1))
+    )
     assert later == first and not watchstatus.changed(first, later)
     # a transition: the time moves for the condition that changed only
-    fixed = watchstatus.status(facts(runtimes[0], previous=first, now=NOW + datetime.timedelta(hours=2)))
+    fixed = watchstatus.status(
+        facts(runtimes[0], previous=first, now=NOW + datetime.timedelta(hours=2))
+    )
     assert watchstatus.changed(first, fixed)
     assert cond(fixed, "Valid")["lastTransitionTime"] == cond(first, "Valid")["lastTransitionTime"]
     assert cond(fixed, "Ready")["lastTransitionTime"] != cond(first, "Ready")["lastTransitionTime"]
@@ -158,14 +211,24 @@ def kyma_cr(**labels: str) -> dict[str, object]:
 
 
 def watch_cr(name: str, **spec: object) -> dict[str, object]:
-    return {"metadata": {"name": name, "generation": 2},
-            "spec": {"resource": {"version": "v1", "resource": "configmaps", "kind": "ConfigMap"}, **spec}}
+    return {
+        "metadata": {"name": name, "generation": 2},
+        "spec": {
+            "resource": {"version": "v1", "resource": "configmaps", "kind": "ConfigMap"},
+            **spec,
+        },
+    }
 
 
 def test_a_run_parses_every_watch_and_keeps_why_the_bad_ones_are_skipped() -> None:
-    listed = watching.parse_all([watch_cr("good"), watch_cr("bad", send={"mode": "keys"}),
-                                 watch_cr("mod", runtimes={"module": "keda"}),
-                                 watch_cr("sel", runtimes={"selector": {"matchLabels": {"tier": "gold"}}})])
+    listed = watching.parse_all(
+        [
+            watch_cr("good"),
+            watch_cr("bad", send={"mode": "keys"}),
+            watch_cr("mod", runtimes={"module": "keda"}),
+            watch_cr("sel", runtimes={"selector": {"matchLabels": {"tier": "gold"}}}),
+        ]
+    )
     assert [w.name for w in listed.valid] == ["good", "mod", "sel"]
     assert list(listed.errors) == ["bad"] and "spec.send.keys" in listed.errors["bad"]
     ws, left_out = listed.for_runtime(kyma_cr(tier="silver"))
@@ -178,7 +241,9 @@ def test_at_most_max_watches_are_rendered_into_one_runtime_the_rest_says_why() -
     ws, left_out = listed.for_runtime(kyma_cr())
     assert len(ws) == watches.MAX_WATCHES and ws[0].name == "w000"
     assert left_out == ("w064", "w065", "w066")
-    known = watching.Installed("rt-1", frozenset((w.name, w.generation) for w in ws), left_out, None)
+    known = watching.Installed(
+        "rt-1", frozenset((w.name, w.generation) for w in ws), left_out, None
+    )
     assert watching._fact("w000", 2, known).in_force
     assert not watching._fact("w000", 3, known).in_force  # an older generation is not in force
     over = watching._fact("w065", 2, known)

@@ -21,10 +21,15 @@ from kubernetes import client
 from testing import controlplane, faultstack, listenerenv
 
 RESULTS = pytest.StashKey[list[dict[str, Any]]]()
-COLUMNS = (("fault", "fault", 44), ("writes", "writes", 6), ("failed", "failed", 6),
-           ("retried", "retried", 7), ("fault_seconds", "fault (s)", 9),
-           ("after_fault_seconds", "converged after the fault (s)", 29),
-           ("converged_seconds", "after the last write (s)", 24))
+COLUMNS = (
+    ("fault", "fault", 44),
+    ("writes", "writes", 6),
+    ("failed", "failed", 6),
+    ("retried", "retried", 7),
+    ("fault_seconds", "fault (s)", 9),
+    ("after_fault_seconds", "converged after the fault (s)", 29),
+    ("converged_seconds", "after the last write (s)", 24),
+)
 
 
 @pytest.fixture(scope="package")
@@ -51,19 +56,26 @@ def fkcp_api(fkcp: controlplane.ControlPlane) -> Iterator[client.ApiClient]:
 
 
 @pytest.fixture(scope="package")
-def fault_env(fkcp: controlplane.ControlPlane, fkcp_api: client.ApiClient,
-              tmp_path_factory: pytest.TempPathFactory) -> listenerenv.Env:
+def fault_env(
+    fkcp: controlplane.ControlPlane,
+    fkcp_api: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> listenerenv.Env:
     """The listener's environment (CRDs, namespace, RBAC, PKI) on the fault KCP."""
     listenerenv.install_crd(fkcp_api)
     controlplane.install_crds(fkcp_api, controlplane.KYMA_CRD)
-    return listenerenv.make_env(fkcp, fkcp_api, tmp_path_factory.mktemp("fault-listener"),
-                                f"kf-{uuid.uuid4().hex[:8]}")
+    return listenerenv.make_env(
+        fkcp, fkcp_api, tmp_path_factory.mktemp("fault-listener"), f"kf-{uuid.uuid4().hex[:8]}"
+    )
 
 
 @pytest.fixture
-def stack(fskr: controlplane.ControlPlane, fkcp: controlplane.ControlPlane,
-          fault_env: listenerenv.Env, tmp_path: pathlib.Path,
-          ) -> Iterator[Callable[..., faultstack.Stack]]:
+def stack(
+    fskr: controlplane.ControlPlane,
+    fkcp: controlplane.ControlPlane,
+    fault_env: listenerenv.Env,
+    tmp_path: pathlib.Path,
+) -> Iterator[Callable[..., faultstack.Stack]]:
     """``stack(pollers=1, webhook={...}, poller={...}, listener={...})``: a started
     ``faultstack.Stack`` (settings override the suite's); closed after the test. Both
     apiservers are running again after every test, whatever it did."""
@@ -94,9 +106,11 @@ def report(request: pytest.FixtureRequest) -> Callable[..., None]:
         rows.append(row)
         # what record_property does, without its warning under junit_family xunit2
         request.node.user_properties.extend(row.items())
-        print(f"\n{row['fault']}: converged {row['after_fault_seconds']:.1f} s after the fault "
-              f"ended, {row['converged_seconds']:.1f} s after the last write; "
-              + ", ".join(f"{k}={v}" for k, v in row.items() if k not in ("fault", "test")))
+        print(
+            f"\n{row['fault']}: converged {row['after_fault_seconds']:.1f} s after the fault "
+            f"ended, {row['converged_seconds']:.1f} s after the last write; "
+            + ", ".join(f"{k}={v}" for k, v in row.items() if k not in ("fault", "test"))
+        )
 
     return add
 
@@ -114,7 +128,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             v = row.get(key, "")
             cells.append((f"{v:.1f}" if isinstance(v, float) else str(v)).ljust(width))
         tr.write_line("  ".join(cells))
-    tr.write_line("converged: the KCP holds exactly the runtime's ConfigMaps (the Director exactly "
-                  "the Kyma CRs, each with a valid token); writes: the customer's (Kyma CRs: "
-                  "provisioning's), none may fail")
-
+    tr.write_line(
+        "converged: the KCP holds exactly the runtime's ConfigMaps (the Director exactly "
+        "the Kyma CRs, each with a valid token); writes: the customer's (Kyma CRs: "
+        "provisioning's), none may fail"
+    )

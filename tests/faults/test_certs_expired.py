@@ -38,13 +38,19 @@ LIFETIME = datetime.timedelta(seconds=60)  # the enroller's minimum
 ISSUED_AGO = datetime.timedelta(seconds=45)
 
 
-def write_cert(s: Stack, d: pathlib.Path, issued: datetime.datetime,
-               lifetime: datetime.timedelta) -> None:
+def write_cert(
+    s: Stack, d: pathlib.Path, issued: datetime.datetime, lifetime: datetime.timedelta
+) -> None:
     """A client certificate of the runtime as the enroller issues it at ``issued``
     (backdated by a tenth of the lifetime, at most 5 minutes), written over the files."""
     start = issued - min(datetime.timedelta(minutes=5), lifetime / 10)
-    pair = s.env.runtime_ca.issue(s.runtime.id, dns_names=[s.runtime.domain], client=True,
-                                  not_before=start, validity=issued + lifetime - start)
+    pair = s.env.runtime_ca.issue(
+        s.runtime.id,
+        dns_names=[s.runtime.domain],
+        client=True,
+        not_before=start,
+        validity=issued + lifetime - start,
+    )
     tmp_c, tmp_k = d / "client.crt.new", d / "client.key.new"
     pair.write(tmp_c, tmp_k)
     tmp_k.replace(d / "client.key")  # the kubelet swaps a Secret's files at once
@@ -53,15 +59,23 @@ def write_cert(s: Stack, d: pathlib.Path, issued: datetime.datetime,
 
 def refusals(s: Stack) -> float:
     assert s.listener is not None
-    return metric_value(s.listener.metrics(), "tether_listener_tls_handshake_refusals_total",
-                        reason="certificate_expired")
+    return metric_value(
+        s.listener.metrics(),
+        "tether_listener_tls_handshake_refusals_total",
+        reason="certificate_expired",
+    )
 
 
 def test_client_certificate_expired_while_the_enroller_was_stopped(
-        fskr: controlplane.ControlPlane, fault_env: listenerenv.Env, report: Report,
-        tmp_path: pathlib.Path) -> None:
-    files = {"TETHER_CLIENT_CERT_FILE": str(tmp_path / "client.crt"),
-             "TETHER_CLIENT_KEY_FILE": str(tmp_path / "client.key")}
+    fskr: controlplane.ControlPlane,
+    fault_env: listenerenv.Env,
+    report: Report,
+    tmp_path: pathlib.Path,
+) -> None:
+    files = {
+        "TETHER_CLIENT_CERT_FILE": str(tmp_path / "client.crt"),
+        "TETHER_CLIENT_KEY_FILE": str(tmp_path / "client.key"),
+    }
     s = Stack(fskr, fault_env, tmp_path, webhook=files, poller=files)
     try:
         issued = datetime.datetime.now(datetime.UTC) - ISSUED_AGO
@@ -83,8 +97,10 @@ def run(s: Stack, report: Report, d: pathlib.Path, expires: datetime.datetime) -
     began = time.monotonic()
     w.wait_writes(10)
     deadline = time.monotonic() + 60
-    while refusals(s) == 0 or s.webhook.metric(
-            "tether_webhook_forwards_total", result="retryable", reason="tls") == 0:
+    while (
+        refusals(s) == 0
+        or s.webhook.metric("tether_webhook_forwards_total", result="retryable", reason="tls") == 0
+    ):
         assert time.monotonic() < deadline, f"the expired certificate was not refused\n{s.logs()}"
         time.sleep(0.25)
     w.wait_writes(25)  # the window: the enroller still stopped
@@ -97,11 +113,17 @@ def run(s: Stack, report: Report, d: pathlib.Path, expires: datetime.datetime) -
     since = max(healed, last)
     converged = s.wait_converged(since, timeout=90)
     history = hist.stop()
-    report(fault="client cert expired, enroller stopped",
-           writes=len(w.writes), failed=len(w.failed()), retried=len(w.retried()),
-           fault_seconds=round(healed - began, 1),
-           after_fault_seconds=round(converged + since - healed, 1),
-           converged_seconds=round(converged, 1), history=history,
-           listener_expired_refusals=refusals(s),
-           webhook_tls_failures=s.webhook.metric("tether_webhook_forwards_total",
-                                                 result="retryable", reason="tls"))
+    report(
+        fault="client cert expired, enroller stopped",
+        writes=len(w.writes),
+        failed=len(w.failed()),
+        retried=len(w.retried()),
+        fault_seconds=round(healed - began, 1),
+        after_fault_seconds=round(converged + since - healed, 1),
+        converged_seconds=round(converged, 1),
+        history=history,
+        listener_expired_refusals=refusals(s),
+        webhook_tls_failures=s.webhook.metric(
+            "tether_webhook_forwards_total", result="retryable", reason="tls"
+        ),
+    )

@@ -35,8 +35,15 @@ def test_listener_killed_and_restarted_mid_burst(stack: MakeStack, report: Repor
     s.start_listener()
     healed = time.monotonic()
     w.wait_writes(10)
-    finish(s, w, report, fault="listener SIGKILLed, restarted mid-burst", began=began,
-           healed=healed, history=hist.summary())
+    finish(
+        s,
+        w,
+        report,
+        fault="listener SIGKILLed, restarted mid-burst",
+        began=began,
+        healed=healed,
+        history=hist.summary(),
+    )
     hist.stop()  # no record went back to an older state meanwhile
 
 
@@ -45,13 +52,21 @@ def test_webhook_killed_with_a_full_queue(stack: MakeStack, report: Report) -> N
     admissions beyond counted as overflow) is SIGKILLed: the queued keys existed only in
     its memory. While it is down the apiserver fails open; after the restart (same port
     and registration) its queue is empty: the pollers deliver what was lost."""
-    s = stack(webhook={"TETHER_WEBHOOK_QUEUE_SIZE": "8", "TETHER_WEBHOOK_COALESCE_SECONDS": "10",
-                       "TETHER_WEBHOOK_READBACK_SECONDS": "12"})
+    s = stack(
+        webhook={
+            "TETHER_WEBHOOK_QUEUE_SIZE": "8",
+            "TETHER_WEBHOOK_COALESCE_SECONDS": "10",
+            "TETHER_WEBHOOK_READBACK_SECONDS": "12",
+        }
+    )
     assert s.webhook is not None
     wh = s.webhook
     w = Workload(s.core, s.namespace, s.labels, keys=40, rate=15).start()
-    wait_until(lambda: wh.metric("tether_webhook_queue_overflowed_total") > 0, 30,
-               "the webhook's queue to be full (an overflow)")
+    wait_until(
+        lambda: wh.metric("tether_webhook_queue_overflowed_total") > 0,
+        30,
+        "the webhook's queue to be full (an overflow)",
+    )
     queued = wh.metric("tether_webhook_queue_depth")
     overflowed = wh.metric("tether_webhook_queue_overflowed_total")
     began = time.monotonic()
@@ -60,12 +75,21 @@ def test_webhook_killed_with_a_full_queue(stack: MakeStack, report: Report) -> N
     s.restart_webhook()
     healed = time.monotonic()
     w.wait_writes(10)
-    finish(s, w, report, fault="webhook SIGKILLed with a full queue", began=began,
-           healed=healed, queued_at_kill=queued, overflowed_at_kill=overflowed)
+    finish(
+        s,
+        w,
+        report,
+        fault="webhook SIGKILLed with a full queue",
+        began=began,
+        healed=healed,
+        queued_at_kill=queued,
+        overflowed_at_kill=overflowed,
+    )
 
 
-def test_kcp_apiserver_restarted_mid_burst(stack: MakeStack, report: Report,
-                                           fkcp: controlplane.ControlPlane) -> None:
+def test_kcp_apiserver_restarted_mid_burst(
+    stack: MakeStack, report: Report, fkcp: controlplane.ControlPlane
+) -> None:
     """The KCP's kube-apiserver stopped and started again (etcd keeps the data, same port
     and certificates): the listener answers 503 with Retry-After meanwhile and acknowledges
     nothing it did not persist; the webhook and the pollers retry. The KCP's records are
@@ -83,15 +107,25 @@ def test_kcp_apiserver_restarted_mid_burst(stack: MakeStack, report: Report,
         fkcp.start_apiserver()
     healed = time.monotonic()
     w.wait_writes(10)
-    finish(s, w, report, fault="KCP apiserver restarted mid-burst", began=began,
-           healed=healed, timeout=90, history=hist.summary())
+    finish(
+        s,
+        w,
+        report,
+        fault="KCP apiserver restarted mid-burst",
+        began=began,
+        healed=healed,
+        timeout=90,
+        history=hist.summary(),
+    )
     hist.stop()  # no record went back to an older state meanwhile
-    assert s.webhook.metric("tether_webhook_forwards_total", result="retryable",
-                            reason="http-503") > 0, "the fault never reached the webhook"
+    assert (
+        s.webhook.metric("tether_webhook_forwards_total", result="retryable", reason="http-503") > 0
+    ), "the fault never reached the webhook"
 
 
-def test_skr_apiserver_restarted(stack: MakeStack, report: Report,
-                                 fskr: controlplane.ControlPlane) -> None:
+def test_skr_apiserver_restarted(
+    stack: MakeStack, report: Report, fskr: controlplane.ControlPlane
+) -> None:
     """The runtime's own kube-apiserver stopped and started again. Customer writes cannot
     succeed while it is down: the customer retries each until it succeeds after the
     restart (``Workload(retry_seconds=...)``); none may fail for good. The webhook's
@@ -108,8 +142,7 @@ def test_skr_apiserver_restarted(stack: MakeStack, report: Report,
         fskr.start_apiserver()
     healed = time.monotonic()
     w.wait_writes(10, timeout=60)
-    finish(s, w, report, fault="SKR apiserver restarted", began=began, healed=healed,
-           timeout=90)
+    finish(s, w, report, fault="SKR apiserver restarted", began=began, healed=healed, timeout=90)
     assert w.retried(), "no customer write met the outage"
 
 
@@ -117,25 +150,43 @@ def test_poller_leader_killed_mid_run(stack: MakeStack, report: Report) -> None:
     """Two poller processes share the Lease; the webhook is down, so the pollers alone
     deliver, slowly (10 records/s): the leader is SIGKILLed while a run is sending. The
     other takes the Lease when it expires and its run delivers the rest."""
-    s = stack(pollers=2, poller={"TETHER_POLLER_RATE": "10", "TETHER_POLLER_BURST": "5",
-                                 "TETHER_POLLER_BATCH_ITEMS": "5"})
+    s = stack(
+        pollers=2,
+        poller={
+            "TETHER_POLLER_RATE": "10",
+            "TETHER_POLLER_BURST": "5",
+            "TETHER_POLLER_BATCH_ITEMS": "5",
+        },
+    )
     s.kill_webhook()
     lead = s.leader()
     assert lead is not None
     other = next(p for p in s.pollers if p is not lead)
     sent = lead.metric("tether_poller_records_sent_total")
     w = Workload(s.core, s.namespace, s.labels, keys=60, rate=20).start()
-    wait_until(lambda: lead.metric("tether_poller_records_sent_total") >= sent + 10, 30,
-               "the leader's run to send the burst")
+    wait_until(
+        lambda: lead.metric("tether_poller_records_sent_total") >= sent + 10,
+        30,
+        "the leader's run to send the burst",
+    )
     assert s.difference(), "the run was over before the kill"
     hist = History(s.env.api, s.env.namespace, s.runtime.id, s.namespace).start()
     began = time.monotonic()
     lead.kill()
-    wait_until(lambda: s.leader() is other, 30, f"the other poller to take the Lease:\n{other.log()}")
+    wait_until(
+        lambda: s.leader() is other, 30, f"the other poller to take the Lease:\n{other.log()}"
+    )
     healed = time.monotonic()
     w.wait_writes(10)
-    finish(s, w, report, fault="poller leader SIGKILLed mid-run", began=began, healed=healed,
-           history=hist.summary())
+    finish(
+        s,
+        w,
+        report,
+        fault="poller leader SIGKILLed mid-run",
+        began=began,
+        healed=healed,
+        history=hist.summary(),
+    )
     hist.stop()  # the two pollers' runs never wrote a key back
 
 
@@ -158,17 +209,29 @@ def test_listener_black_holed_longer_than_every_timeout(stack: MakeStack, report
     began = time.monotonic()
     s.proxy.hole()
     try:
-        wait_until(lambda: wh.metric("tether_webhook_forwards_total", result="retryable") > forwards
-                   and lead.metric("tether_poller_runs_total", outcome="listener-failed") > runs,
-                   30, "the webhook's and the poller's timeouts to fire")
+        wait_until(
+            lambda: (
+                wh.metric("tether_webhook_forwards_total", result="retryable") > forwards
+                and lead.metric("tether_poller_runs_total", outcome="listener-failed") > runs
+            ),
+            30,
+            "the webhook's and the poller's timeouts to fire",
+        )
         time.sleep(max(0.0, began + 8 - time.monotonic()))
     finally:
         s.proxy.heal()
     healed = time.monotonic()
     w.wait_writes(10)
     longest = w.max_seconds(began, healed)
-    finish(s, w, report, fault="listener black-holed beyond every timeout", began=began,
-           healed=healed, longest_write_seconds=round(longest, 2),
-           held_connections=s.proxy.held_connections)
+    finish(
+        s,
+        w,
+        report,
+        fault="listener black-holed beyond every timeout",
+        began=began,
+        healed=healed,
+        longest_write_seconds=round(longest, 2),
+        held_connections=s.proxy.held_connections,
+    )
     assert longest < 2.0, f"a customer write took {longest:.2f}s while the listener was black-holed"
     assert s.proxy.held_connections > 0

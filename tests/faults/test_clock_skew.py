@@ -62,8 +62,11 @@ def skewed(stack: MakeStack, skew: clockskew.Skew) -> Stack:
 
 def newest_observed_at(s: Stack) -> float:
     """The latest ``observedAt`` among the runtime's records in the KCP (epoch seconds)."""
-    times = [changes.parse_time(o["spec"]["observedAt"]) for o in s.env.stored(s.runtime.id)
-             if o["spec"]["namespace"] == s.namespace]
+    times = [
+        changes.parse_time(o["spec"]["observedAt"])
+        for o in s.env.stored(s.runtime.id)
+        if o["spec"]["namespace"] == s.namespace
+    ]
     assert times, "the KCP holds no record of the runtime"
     return max(t.timestamp() for t in times if t is not None)
 
@@ -71,7 +74,8 @@ def newest_observed_at(s: Stack) -> float:
 def heartbeat_age(s: Stack) -> float:
     """Seconds since the listener last renewed the runtime's heartbeat Lease (real time)."""
     lease: Any = client.CoordinationV1Api(s.env.api).read_namespaced_lease(
-        heartbeat.lease_name(s.runtime.id), s.env.namespace)
+        heartbeat.lease_name(s.runtime.id), s.env.namespace
+    )
     return time.time() - float(lease.spec.renew_time.timestamp())
 
 
@@ -84,7 +88,8 @@ def run_workload(s: Stack, seconds: float) -> tuple[Workload, History, float]:
 
 
 def test_runtime_clock_ahead_by_twice_the_backdate(
-        stack: MakeStack, report: Report, tmp_path: Any) -> None:
+    stack: MakeStack, report: Report, tmp_path: Any
+) -> None:
     skew = clockskew.Skew(tmp_path, AHEAD)
     offset = skew.now() - time.time()
     assert abs(offset - AHEAD) < 30, f"the skew is not in effect: {offset:.0f} s"
@@ -101,35 +106,50 @@ def test_runtime_clock_ahead_by_twice_the_backdate(
     assert s.webhook.metric("tether_webhook_forwards_total", result="ok") > 0
     age = heartbeat_age(s)
     assert age < 60, f"the runtime's heartbeat is {age:.0f} s old (KCP time): it looks silent"
-    report(fault=f"SKR clock {AHEAD / 60:+.0f} min (backdate {BACKDATE / 60:.0f} min)",
-           writes=len(w.writes), failed=len(w.failed()), retried=len(w.retried()),
-           fault_seconds=round(last - began, 1), after_fault_seconds=round(converged, 1),
-           converged_seconds=round(converged, 1), history=history,
-           observed_at_ahead_seconds=round(ahead), heartbeat_age_seconds=round(age, 1))
+    report(
+        fault=f"SKR clock {AHEAD / 60:+.0f} min (backdate {BACKDATE / 60:.0f} min)",
+        writes=len(w.writes),
+        failed=len(w.failed()),
+        retried=len(w.retried()),
+        fault_seconds=round(last - began, 1),
+        after_fault_seconds=round(converged, 1),
+        converged_seconds=round(converged, 1),
+        history=history,
+        observed_at_ahead_seconds=round(ahead),
+        heartbeat_age_seconds=round(age, 1),
+    )
 
 
 def chain_start(*pem_files: pathlib.Path) -> datetime.datetime:
     """When the last certificate of the files became valid."""
-    return max(c.not_valid_before_utc for f in pem_files
-               for c in x509.load_pem_x509_certificates(f.read_bytes()))
+    return max(
+        c.not_valid_before_utc
+        for f in pem_files
+        for c in x509.load_pem_x509_certificates(f.read_bytes())
+    )
 
 
 def fresh_serving_pki(d: pathlib.Path) -> tuple[dict[str, str], dict[str, str]]:
     """A listener serving certificate issued now (a rotation that just happened), from a
     new CA: (the listener's settings, the senders')."""
     ca = certs.CertificateAuthority.create("tether-listener-serving-ca-rotated")
-    pair = ca.issue("tether-listener", dns_names=["localhost"], ip_addresses=["127.0.0.1"],
-                    server=True)
+    pair = ca.issue(
+        "tether-listener", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True
+    )
     pair.write(d / "serving.crt", d / "serving.key")
     (d / "serving-ca.crt").write_bytes(ca.cert_pem)
-    return ({"TETHER_LISTENER_TLS_CERT_FILE": str(d / "serving.crt"),
-             "TETHER_LISTENER_TLS_KEY_FILE": str(d / "serving.key")},
-            {"TETHER_LISTENER_CA_FILE": str(d / "serving-ca.crt")})
+    return (
+        {
+            "TETHER_LISTENER_TLS_CERT_FILE": str(d / "serving.crt"),
+            "TETHER_LISTENER_TLS_KEY_FILE": str(d / "serving.key"),
+        },
+        {"TETHER_LISTENER_CA_FILE": str(d / "serving-ca.crt")},
+    )
 
 
 def test_runtime_clock_behind_a_fresh_serving_certificate_fails_tls_then_converges(
-        stack: MakeStack, report: Report, tmp_path: pathlib.Path,
-        fskr: controlplane.ControlPlane) -> None:
+    stack: MakeStack, report: Report, tmp_path: pathlib.Path, fskr: controlplane.ControlPlane
+) -> None:
     """The runtime's clock BEHIND + 30 s behind, the listener's serving certificate issued
     now (backdated by BEHIND): the runtime's senders find it not yet valid. The SKR
     apiserver is not skewed here, but its certificate (issued on the real clock at the
@@ -141,20 +161,28 @@ def test_runtime_clock_behind_a_fresh_serving_certificate_fails_tls_then_converg
     time.sleep(max(0.0, wait))
     skew = clockskew.Skew(tmp_path, -behind)  # skewed from the start (no clock step)
     listener, senders = fresh_serving_pki(tmp_path)
-    s = stack(listener=listener, webhook={**skew.env(), **senders},
-              poller={**skew.env(), **senders})
+    s = stack(
+        listener=listener, webhook={**skew.env(), **senders}, poller={**skew.env(), **senders}
+    )
     assert s.webhook is not None
     began = time.monotonic()
     hist = History(s.env.api, s.env.namespace, s.runtime.id, s.namespace).start()
     w = Workload(s.core, s.namespace, s.labels, rate=5).start()
     w.wait_writes(40, timeout=60)  # changes made while every call fails
-    _wait(lambda: s.webhook is not None and s.webhook.metric(
-        "tether_webhook_forwards_total", result="retryable", reason="tls") > 0,
-        60, f"the webhook to fail TLS with the clock {behind:.0f} s behind\n{s.logs()}")
+    _wait(
+        lambda: (
+            s.webhook is not None
+            and s.webhook.metric("tether_webhook_forwards_total", result="retryable", reason="tls")
+            > 0
+        ),
+        60,
+        f"the webhook to fail TLS with the clock {behind:.0f} s behind\n{s.logs()}",
+    )
     assert s.webhook.metric("tether_webhook_forwards_total", result="ok") == 0
     assert s.difference(), "the KCP converged although the runtime refuses the listener"
     assert "SSLError: certificate is not yet valid" in s.logs(), (
-        f"no log line names the cause:\n{s.logs()}")
+        f"no log line names the cause:\n{s.logs()}"
+    )
     skew.set(0)  # the node's clock is corrected
     healed = time.monotonic()
     w.wait_writes(10)
@@ -162,13 +190,19 @@ def test_runtime_clock_behind_a_fresh_serving_certificate_fails_tls_then_converg
     since = max(healed, last)
     converged = s.wait_converged(since, timeout=90)
     history = hist.stop()
-    report(fault=f"SKR clock -{behind / 60:.1f} min, serving cert fresh",
-           writes=len(w.writes), failed=len(w.failed()), retried=len(w.retried()),
-           fault_seconds=round(healed - began, 1),
-           after_fault_seconds=round(converged + since - healed, 1),
-           converged_seconds=round(converged, 1), history=history,
-           webhook_tls_failures=s.webhook.metric("tether_webhook_forwards_total",
-                                                 result="retryable", reason="tls"))
+    report(
+        fault=f"SKR clock -{behind / 60:.1f} min, serving cert fresh",
+        writes=len(w.writes),
+        failed=len(w.failed()),
+        retried=len(w.retried()),
+        fault_seconds=round(healed - began, 1),
+        after_fault_seconds=round(converged + since - healed, 1),
+        converged_seconds=round(converged, 1),
+        history=history,
+        webhook_tls_failures=s.webhook.metric(
+            "tether_webhook_forwards_total", result="retryable", reason="tls"
+        ),
+    )
 
 
 def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
@@ -180,7 +214,8 @@ def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def test_runtime_clock_stepped_back_does_not_pause_the_poller(
-        stack: MakeStack, report: Report, tmp_path: Any) -> None:
+    stack: MakeStack, report: Report, tmp_path: Any
+) -> None:
     """A node's clock 10 minutes ahead stepped back to the right time while the pollers run
     (NTP correcting it): APScheduler's next run is a wall-clock time, so without
     ``tether.clockstep`` the poll job would wait the 10 minutes; with it, runs go on within
@@ -195,21 +230,33 @@ def test_runtime_clock_stepped_back_does_not_pause_the_poller(
     w = Workload(s.core, s.namespace, s.labels, rate=5).start()
     began = time.monotonic()
     skew.set(0)
-    _wait(lambda: "stepped back" in leader.log(), 60,  # it read the new offset
-          f"the poller to see its clock stepped back {AHEAD / 60:.0f} min:\n{s.logs()}")
+    _wait(
+        lambda: "stepped back" in leader.log(),
+        60,  # it read the new offset
+        f"the poller to see its clock stepped back {AHEAD / 60:.0f} min:\n{s.logs()}",
+    )
     before = leader.metric("tether_poller_runs_total", **ok)
-    _wait(lambda: leader.metric("tether_poller_runs_total", **ok) >= before + 2, 60,
-          f"two poll runs after the clock was stepped back {AHEAD / 60:.0f} min:\n{s.logs()}")
+    _wait(
+        lambda: leader.metric("tether_poller_runs_total", **ok) >= before + 2,
+        60,
+        f"two poll runs after the clock was stepped back {AHEAD / 60:.0f} min:\n{s.logs()}",
+    )
     resumed = time.monotonic() - began
     assert "stepped back" in leader.log(), "the poller did not say its clock was stepped back"
     last = w.finish()
     converged = s.wait_converged(last, timeout=60)
     history = hist.stop()
-    report(fault=f"SKR clock {AHEAD / 60:.0f} min ahead stepped back to the KCP's while polling",
-           writes=len(w.writes), failed=len(w.failed()), retried=len(w.retried()),
-           fault_seconds=round(last - began, 1), after_fault_seconds=round(converged, 1),
-           converged_seconds=round(converged, 1), history=history,
-           poll_runs_resumed_seconds=round(resumed, 1))
+    report(
+        fault=f"SKR clock {AHEAD / 60:.0f} min ahead stepped back to the KCP's while polling",
+        writes=len(w.writes),
+        failed=len(w.failed()),
+        retried=len(w.retried()),
+        fault_seconds=round(last - began, 1),
+        after_fault_seconds=round(converged, 1),
+        converged_seconds=round(converged, 1),
+        history=history,
+        poll_runs_resumed_seconds=round(resumed, 1),
+    )
 
 
 def _leader(s: Stack) -> Any:
@@ -220,4 +267,3 @@ def _leader(s: Stack) -> Any:
             return found
         time.sleep(0.5)
     raise AssertionError(f"no poller leads after 60 s:\n{s.logs()}")
-

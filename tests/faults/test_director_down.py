@@ -46,8 +46,15 @@ class Fleet:
     """Kyma CRs of one KCP namespace pointing at one runtime plane, and what compass made
     of them (mappings, the Director's runtimes, the token Secrets)."""
 
-    def __init__(self, kcp_api: client.ApiClient, ns: str, skr: controlplane.ControlPlane,
-                 secret_ns: str, director: compassenv.Director, tenant: str) -> None:
+    def __init__(
+        self,
+        kcp_api: client.ApiClient,
+        ns: str,
+        skr: controlplane.ControlPlane,
+        secret_ns: str,
+        director: compassenv.Director,
+        tenant: str,
+    ) -> None:
         self.kcp_api, self.ns, self.skr, self.secret_ns = kcp_api, ns, skr, secret_ns
         self.director, self.tenant = director, tenant
         self.skr_api = skr.api_client()
@@ -60,8 +67,9 @@ class Fleet:
     def create(self, name: str) -> None:
         """What provisioning does: the kubeconfig Secret and the Kyma CR (must succeed)."""
         compassenv.create_kubeconfig_secret(self.kcp_api, self.ns, name, self.skr)
-        compassenv.create_kyma(self.kcp_api, self.ns, name,
-                               compassenv.kyma_labels(self.tenant, f"{name}-{self.tag}"))
+        compassenv.create_kyma(
+            self.kcp_api, self.ns, name, compassenv.kyma_labels(self.tenant, f"{name}-{self.tag}")
+        )
         self.writes += 2
         self.live.append(name)
 
@@ -79,8 +87,9 @@ class Fleet:
 
     def registered(self, name: str) -> list[store_mod.Runtime]:
         ref = f"{self.ns}.{name}"
-        return [r for r in self.director.store.all_runtimes()
-                if r.labels.get(model.KYMA_REF) == ref]
+        return [
+            r for r in self.director.store.all_runtimes() if r.labels.get(model.KYMA_REF) == ref
+        ]
 
     def token(self, name: str) -> dict[str, str] | None:
         try:
@@ -99,8 +108,11 @@ class Fleet:
                 regs, sec, state = self.registered(n), self.token(n), self.state(n)
                 if state != "Ready" or len(regs) != 1:
                     problems.append(f"{n}: {state or 'no mapping'}, {len(regs)} registrations")
-                elif sec is None or sec.get("RUNTIME_ID") != regs[0].id or \
-                        self.director.store.token_state(sec.get("TOKEN", "")) != "valid":
+                elif (
+                    sec is None
+                    or sec.get("RUNTIME_ID") != regs[0].id
+                    or self.director.store.token_state(sec.get("TOKEN", "")) != "valid"
+                ):
                     problems.append(f"{n}: no valid token in its runtime")
             for n in self.deleted:
                 if self.registered(n) or self.mapping(n) is not None:
@@ -117,32 +129,46 @@ class Fleet:
 
 
 def test_director_down_for_several_intervals_while_kyma_crs_come_and_go(
-    fkcp: controlplane.ControlPlane, fkcp_api: client.ApiClient, fskr: controlplane.ControlPlane,
-    fault_env: listenerenv.Env, director: compassenv.Director, tmp_path: pathlib.Path,
+    fkcp: controlplane.ControlPlane,
+    fkcp_api: client.ApiClient,
+    fskr: controlplane.ControlPlane,
+    fault_env: listenerenv.Env,
+    director: compassenv.Director,
+    tmp_path: pathlib.Path,
     report: Callable[..., None],
 ) -> None:
     controlplane.install_crds(fkcp_api, compassenv.CRD_FILE)  # the Kyma CRD: fault_env's
     ns, secret_ns = f"kc-{uuid.uuid4().hex[:8]}", f"ks-{uuid.uuid4().hex[:8]}"
     client.CoreV1Api(fkcp_api).create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))
+    )
     d = director
     secret_file = tmp_path / "client_secret"
     secret_file.write_text(d.store.client_secret)
     fleet = Fleet(fkcp_api, ns, fskr, secret_ns, d, "ga-faults")
-    compass = CompassProcess(tmp_path, fkcp.kubeconfig, {
-        "TETHER_KCP_NAMESPACE": ns, "TETHER_COMPASS_LEASE_NAMESPACE": ns,
-        "TETHER_COMPASS_DIRECTOR_URL": d.graphql_url, "TETHER_COMPASS_OAUTH_TOKEN_URL": d.token_url,
-        "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
-        "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
-        "TETHER_COMPASS_DIRECTOR_CA_FILE": str(d.ca_file),
-        "TETHER_COMPASS_INTERVAL_SECONDS": str(INTERVAL),
-        "TETHER_COMPASS_AGENT_SECRET_NAMESPACE": secret_ns,
-        "TETHER_COMPASS_AGENT_SECRET_NAME": "compass-agent-{kyma}",
-        "TETHER_COMPASS_DIRECTOR_TIMEOUT_SECONDS": "2", "TETHER_COMPASS_SKR_TIMEOUT_SECONDS": "5",
-        "TETHER_COMPASS_BACKOFF_BASE_SECONDS": "0.5", "TETHER_COMPASS_BACKOFF_CAP_SECONDS": "2",
-        "TETHER_COMPASS_BREAKER_THRESHOLD": "3", "TETHER_COMPASS_BREAKER_OPEN_SECONDS": "1",
-        "TETHER_COMPASS_BREAKER_MAX_OPEN_SECONDS": "2",
-    }).start()
+    compass = CompassProcess(
+        tmp_path,
+        fkcp.kubeconfig,
+        {
+            "TETHER_KCP_NAMESPACE": ns,
+            "TETHER_COMPASS_LEASE_NAMESPACE": ns,
+            "TETHER_COMPASS_DIRECTOR_URL": d.graphql_url,
+            "TETHER_COMPASS_OAUTH_TOKEN_URL": d.token_url,
+            "TETHER_COMPASS_OAUTH_CLIENT_ID": d.store.client_id,
+            "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": str(secret_file),
+            "TETHER_COMPASS_DIRECTOR_CA_FILE": str(d.ca_file),
+            "TETHER_COMPASS_INTERVAL_SECONDS": str(INTERVAL),
+            "TETHER_COMPASS_AGENT_SECRET_NAMESPACE": secret_ns,
+            "TETHER_COMPASS_AGENT_SECRET_NAME": "compass-agent-{kyma}",
+            "TETHER_COMPASS_DIRECTOR_TIMEOUT_SECONDS": "2",
+            "TETHER_COMPASS_SKR_TIMEOUT_SECONDS": "5",
+            "TETHER_COMPASS_BACKOFF_BASE_SECONDS": "0.5",
+            "TETHER_COMPASS_BACKOFF_CAP_SECONDS": "2",
+            "TETHER_COMPASS_BREAKER_THRESHOLD": "3",
+            "TETHER_COMPASS_BREAKER_OPEN_SECONDS": "1",
+            "TETHER_COMPASS_BREAKER_MAX_OPEN_SECONDS": "2",
+        },
+    ).start()
     down = False
     try:
         for i in range(3):
@@ -174,15 +200,23 @@ def test_director_down_for_several_intervals_while_kyma_crs_come_and_go(
 
         deadline = healed + 60
         while diff := fleet.difference():
-            assert time.monotonic() < deadline, f"compass did not converge in 60s: {diff}\n{compass.log()}"
+            assert time.monotonic() < deadline, (
+                f"compass did not converge in 60s: {diff}\n{compass.log()}"
+            )
             assert not fleet.failed(), f"Failed after the Director came back: {fleet.failed()}"
             time.sleep(0.25)
         converged = time.monotonic() - healed
-        report(fault="Director down for several compass intervals", writes=fleet.writes,
-               failed=0, retried=0, fault_seconds=round(healed - began, 1),
-               after_fault_seconds=round(converged, 1), converged_seconds=round(converged, 1),
-               intervals_down=int((healed - began) / INTERVAL),
-               reasons_seen=",".join(sorted(unavailable)))
+        report(
+            fault="Director down for several compass intervals",
+            writes=fleet.writes,
+            failed=0,
+            retried=0,
+            fault_seconds=round(healed - began, 1),
+            after_fault_seconds=round(converged, 1),
+            converged_seconds=round(converged, 1),
+            intervals_down=int((healed - began) / INTERVAL),
+            reasons_seen=",".join(sorted(unavailable)),
+        )
         assert sorted(fleet.live) == ["k-01", "k-02", "k-03", "k-05"]
     finally:
         d.store.set_faults(store_mod.Faults())
@@ -205,8 +239,11 @@ def _wait_unavailable(fleet: Fleet, names: list[str]) -> set[str]:
             st = (fleet.mapping(n) or {}).get("status") or {}
             reasons = {c.get("reason", "") for c in st.get("conditions", [])}
             seen.update(reasons & {"DirectorUnavailable", "DirectorCircuitOpen"})
-            ok = ok and st.get("state") == "Processing" and bool(
-                reasons & {"DirectorUnavailable", "DirectorCircuitOpen"})
+            ok = (
+                ok
+                and st.get("state") == "Processing"
+                and bool(reasons & {"DirectorUnavailable", "DirectorCircuitOpen"})
+            )
         return ok
 
     wait_until(reported, 30, f"the mappings of {names} to report the Director unavailable")

@@ -47,13 +47,15 @@ def full_kcp() -> Iterator[controlplane.ControlPlane]:
 
 
 @pytest.fixture(scope="module")
-def full_env(full_kcp: controlplane.ControlPlane,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[listenerenv.Env]:
+def full_env(
+    full_kcp: controlplane.ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[listenerenv.Env]:
     api = full_kcp.api_client()
     listenerenv.install_crd(api)
     controlplane.install_crds(api, controlplane.KYMA_CRD)
-    yield listenerenv.make_env(full_kcp, api, tmp_path_factory.mktemp("etcd-full"),
-                               f"kq-{uuid.uuid4().hex[:8]}")
+    yield listenerenv.make_env(
+        full_kcp, api, tmp_path_factory.mktemp("etcd-full"), f"kq-{uuid.uuid4().hex[:8]}"
+    )
     api.close()
 
 
@@ -62,14 +64,19 @@ def fill(core: client.CoreV1Api, namespace: str, limit: int = 200) -> int:
     blob = "x" * FILLER_BYTES
     for i in range(limit):
         try:
-            core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-                metadata=client.V1ObjectMeta(name=f"filler-{i}"), data={"blob": blob}))
+            core.create_namespaced_config_map(
+                namespace,
+                client.V1ConfigMap(
+                    metadata=client.V1ObjectMeta(name=f"filler-{i}"), data={"blob": blob}
+                ),
+            )
         except client.ApiException as e:
             if SPACE_EXCEEDED in str(e.body):
                 return i
             raise
-    raise AssertionError(f"{limit} ConfigMaps of {FILLER_BYTES} bytes did not fill a quota of "
-                         f"{QUOTA} bytes")
+    raise AssertionError(
+        f"{limit} ConfigMaps of {FILLER_BYTES} bytes did not fill a quota of {QUOTA} bytes"
+    )
 
 
 def alarms(plane: controlplane.ControlPlane) -> str:
@@ -90,14 +97,19 @@ def recover(plane: controlplane.ControlPlane, namespace: str) -> None:
 
 
 def test_kcp_etcd_over_its_quota_then_cleared(
-        fskr: controlplane.ControlPlane, full_kcp: controlplane.ControlPlane,
-        full_env: listenerenv.Env, tmp_path: pathlib.Path, report: Callable[..., None]) -> None:
+    fskr: controlplane.ControlPlane,
+    full_kcp: controlplane.ControlPlane,
+    full_env: listenerenv.Env,
+    tmp_path: pathlib.Path,
+    report: Callable[..., None],
+) -> None:
     kcp_core = client.CoreV1Api(full_env.api)
     filler_ns = f"filler-{uuid.uuid4().hex[:6]}"
     kcp_core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=filler_ns)))
     # a heartbeat write on every call: the summary GET during the fault meets a refused write
-    s = Stack(fskr, full_env, tmp_path,
-              listener={"TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS": "0"}).start()
+    s = Stack(
+        fskr, full_env, tmp_path, listener={"TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS": "0"}
+    ).start()
     try:
         _run(s, full_kcp, kcp_core, filler_ns, report)
         assert "heartbeat Lease not written" in s.listener.log_file.read_text()  # type: ignore[union-attr]
@@ -105,8 +117,13 @@ def test_kcp_etcd_over_its_quota_then_cleared(
         s.close()
 
 
-def _run(s: Stack, plane: controlplane.ControlPlane, kcp_core: client.CoreV1Api,
-         filler_ns: str, report: Callable[..., None]) -> None:
+def _run(
+    s: Stack,
+    plane: controlplane.ControlPlane,
+    kcp_core: client.CoreV1Api,
+    filler_ns: str,
+    report: Callable[..., None],
+) -> None:
     assert s.listener is not None
     listener = s.listener
     hist = History(s.env.api, s.env.namespace, s.runtime.id, s.namespace).start()
@@ -118,17 +135,23 @@ def _run(s: Stack, plane: controlplane.ControlPlane, kcp_core: client.CoreV1Api,
     assert "NOSPACE" in alarms(plane), alarms(plane)
     # the in-sync poll: a read, answered although every write is refused
     session = s.runtime.session()
-    summary = session.get(f"{listener.url}/v1/runtimes/{s.runtime.id}/state/summary",
-                          timeout=30)
+    summary = session.get(f"{listener.url}/v1/runtimes/{s.runtime.id}/state/summary", timeout=30)
     assert summary.status_code == 200, summary.text[:300]
-    before = metric_value(listener.metrics(), "tether_listener_kcp_unavailable_total",
-                          operation="persist")
+    before = metric_value(
+        listener.metrics(), "tether_listener_kcp_unavailable_total", operation="persist"
+    )
     w.wait_writes(10)  # changes keep coming: answered 503, kept by the senders
-    wait_until(lambda: metric_value(listener.metrics(), "tether_listener_kcp_unavailable_total",
-                                    operation="persist") > before, 30,
-               "the listener to answer 503 to a change while etcd is full")
-    summary = session.get(f"{listener.url}/v1/runtimes/{s.runtime.id}/state/summary",
-                          timeout=30)
+    wait_until(
+        lambda: (
+            metric_value(
+                listener.metrics(), "tether_listener_kcp_unavailable_total", operation="persist"
+            )
+            > before
+        ),
+        30,
+        "the listener to answer 503 to a change while etcd is full",
+    )
+    summary = session.get(f"{listener.url}/v1/runtimes/{s.runtime.id}/state/summary", timeout=30)
     assert summary.status_code == 200, summary.text[:300]
     # the fault lasts two poll intervals at least: the pollers' runs meet it too
     time.sleep(max(0.0, began + 2 * POLL_INTERVAL + 2 - time.monotonic()))
@@ -140,9 +163,20 @@ def _run(s: Stack, plane: controlplane.ControlPlane, kcp_core: client.CoreV1Api,
     healed = time.monotonic()
     assert alarms(plane) == ""
     w.wait_writes(5)
-    converged = finish(s, w, report, fault="KCP etcd over its quota (NOSPACE), then cleared",
-                       began=began, healed=healed, timeout=60, fillers=fillers,
-                       recover_seconds=round(healed - t_recover, 1), history=hist.summary())
+    converged = finish(
+        s,
+        w,
+        report,
+        fault="KCP etcd over its quota (NOSPACE), then cleared",
+        began=began,
+        healed=healed,
+        timeout=60,
+        fillers=fillers,
+        recover_seconds=round(healed - t_recover, 1),
+        history=hist.summary(),
+    )
     hist.stop()  # no record went back to an older state meanwhile
-    print(f"\netcd full: {fillers} fillers of {FILLER_BYTES} B filled {QUOTA} B; "
-          f"recovery {healed - t_recover:.1f}s; converged {converged:.1f}s after it")
+    print(
+        f"\netcd full: {fillers} fillers of {FILLER_BYTES} B filled {QUOTA} B; "
+        f"recovery {healed - t_recover:.1f}s; converged {converged:.1f}s after it"
+    )

@@ -55,35 +55,68 @@ def test_a_key_that_vanished_may_not_come_back_older() -> None:
 
 
 def test_versions_reads_the_spec_of_one_namespace() -> None:
-    items = [{"spec": {"namespace": "ns", "name": "a", "resourceVersion": "7",
-                       "observedAt": T1, "deleted": False, "epoch": 1}},
-             {"spec": {"namespace": "other", "name": "b", "resourceVersion": "8",
-                       "observedAt": T1, "deleted": False}}]
+    items = [
+        {
+            "spec": {
+                "namespace": "ns",
+                "name": "a",
+                "resourceVersion": "7",
+                "observedAt": T1,
+                "deleted": False,
+                "epoch": 1,
+            }
+        },
+        {
+            "spec": {
+                "namespace": "other",
+                "name": "b",
+                "resourceVersion": "8",
+                "observedAt": T1,
+                "deleted": False,
+            }
+        },
+    ]
     assert versions(items, "ns") == {K: Version("7", T1, False, 1)}
 
 
 def test_the_sampler_catches_a_record_written_back_on_a_real_kcp(
-        fault_env: listenerenv.Env) -> None:
+    fault_env: listenerenv.Env,
+) -> None:
     """A record stored in the KCP, then overwritten with an older resourceVersion (what a
     listener without the ordering rule would do): the next sample fails the check."""
     rid, ns = f"rt-hist-{uuid.uuid4().hex[:8]}", f"h-{uuid.uuid4().hex[:6]}"
-    record = {"runtimeId": rid, "watch": listenerenv.COMPAT_WATCH, "namespace": ns,
-              "name": "a", "uid": "u-1", "resourceVersion": "12", "observedAt": T2,
-              "deleted": False, "source": "poller", "data": {"k": "v"}}
+    record = {
+        "runtimeId": rid,
+        "watch": listenerenv.COMPAT_WATCH,
+        "namespace": ns,
+        "name": "a",
+        "uid": "u-1",
+        "resourceVersion": "12",
+        "observedAt": T2,
+        "deleted": False,
+        "source": "poller",
+        "data": {"k": "v"},
+    }
     res, api = apitypes.RUNTIME_CONFIGMAPS, client.CustomObjectsApi(fault_env.api)
     obj: Any = api.create_namespaced_custom_object(
-        res.group, res.version, fault_env.namespace, res.plural,
-        records.body(record, fault_env.namespace))
+        res.group,
+        res.version,
+        fault_env.namespace,
+        res.plural,
+        records.body(record, fault_env.namespace),
+    )
     hist = History(fault_env.api, fault_env.namespace, rid, ns)
     try:
         hist.sample()
         assert hist.found == [] and hist.seen == {(ns, "a"): Version("12", T2, False)}
         older = records.updated(obj, {**record, "resourceVersion": "10", "observedAt": T1})
-        api.replace_namespaced_custom_object(res.group, res.version, fault_env.namespace,
-                                             res.plural, obj["metadata"]["name"], older)
+        api.replace_namespaced_custom_object(
+            res.group, res.version, fault_env.namespace, res.plural, obj["metadata"]["name"], older
+        )
         with pytest.raises(AssertionError, match="went back to an older state"):
             hist.stop()
         assert len(hist.found) == 1 and "rv 12" in hist.found[0], hist.found
     finally:
-        api.delete_namespaced_custom_object(res.group, res.version, fault_env.namespace,
-                                            res.plural, obj["metadata"]["name"])
+        api.delete_namespaced_custom_object(
+            res.group, res.version, fault_env.namespace, res.plural, obj["metadata"]["name"]
+        )

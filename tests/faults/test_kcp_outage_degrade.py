@@ -54,13 +54,15 @@ def probe_change(s: Stack) -> tuple[int, str, float]:
     assert s.listener is not None
     rec = s.runtime.record("outage-probe", 1, ns=s.namespace)  # refused: never stored
     t0 = time.monotonic()
-    r = s.runtime.session().post(f"{s.listener.url}/v1/runtimes/{s.runtime.id}/changes",
-                                 json=rec, timeout=30)
+    r = s.runtime.session().post(
+        f"{s.listener.url}/v1/runtimes/{s.runtime.id}/changes", json=rec, timeout=30
+    )
     return r.status_code, r.headers.get("Retry-After", ""), time.monotonic() - t0
 
 
 def test_kcp_outage_heartbeats_answered_changes_refused(
-        stack: MakeStack, report: Report, fkcp: controlplane.ControlPlane) -> None:
+    stack: MakeStack, report: Report, fkcp: controlplane.ControlPlane
+) -> None:
     s = stack(listener={"TETHER_LISTENER_RETRY_AFTER_SECONDS": str(RETRY_AFTER)})
     assert s.webhook is not None and s.listener is not None
     session = s.runtime.session()
@@ -92,7 +94,9 @@ def test_kcp_outage_heartbeats_answered_changes_refused(
     last_write = w.stop()
     failed = w.failed()
     assert not failed, f"{len(failed)} customer writes failed, e.g. {failed[:3]}; {w.summary()}"
-    assert during >= 5 * OUTAGE * 0.5, f"the customer wrote too little during the outage: {w.summary()}"
+    assert during >= 5 * OUTAGE * 0.5, (
+        f"the customer wrote too little during the outage: {w.summary()}"
+    )
     w.check_runtime()
     converged = s.wait_converged(max(healed, last_write), timeout=120)
     history = hist.stop()
@@ -102,18 +106,29 @@ def test_kcp_outage_heartbeats_answered_changes_refused(
     assert probe.json() == known.json()
     assert answered.get("200", 0) >= 2, (
         f"the poller's heartbeats in the outage's last {OUTAGE - KYMA_TTL - 2:.0f} s, by code: "
-        f"{answered}\n{s.logs()}")
+        f"{answered}\n{s.logs()}"
+    )
     # a change: refused at once, the senders told when to come back (jittered)
     status, retry_after, seconds = change
-    assert status == 503 and retry_after in {str(n) for n in range(RETRY_AFTER, 2 * RETRY_AFTER)}, \
-        (status, retry_after)
+    assert status == 503 and retry_after in {str(n) for n in range(RETRY_AFTER, 2 * RETRY_AFTER)}, (
+        status,
+        retry_after,
+    )
     assert seconds < 5, f"a change was held {seconds:.1f} s before its 503"
-    assert s.webhook.metric("tether_webhook_forwards_total", result="retryable",
-                            reason="http-503") > 0, "the fault never reached the webhook"
-    report(fault=f"KCP apiserver down {OUTAGE:.0f} s: heartbeats from the cache",
-           writes=len(w.writes), failed=len(failed), retried=len(w.retried()),
-           fault_seconds=round(healed - began, 1),
-           after_fault_seconds=round(converged + max(healed, last_write) - healed, 1),
-           converged_seconds=round(converged, 1), workload=w.summary(), history=history,
-           heartbeats_during_by_code=answered, change_503_seconds=round(seconds, 2),
-           change_retry_after=retry_after)
+    assert (
+        s.webhook.metric("tether_webhook_forwards_total", result="retryable", reason="http-503") > 0
+    ), "the fault never reached the webhook"
+    report(
+        fault=f"KCP apiserver down {OUTAGE:.0f} s: heartbeats from the cache",
+        writes=len(w.writes),
+        failed=len(failed),
+        retried=len(w.retried()),
+        fault_seconds=round(healed - began, 1),
+        after_fault_seconds=round(converged + max(healed, last_write) - healed, 1),
+        converged_seconds=round(converged, 1),
+        workload=w.summary(),
+        history=history,
+        heartbeats_during_by_code=answered,
+        change_503_seconds=round(seconds, 2),
+        change_retry_after=retry_after,
+    )

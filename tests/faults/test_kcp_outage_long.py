@@ -67,10 +67,12 @@ def kubectl_writes(skr: controlplane.ControlPlane, s: Stack) -> int:
     commands = []
     for i in range(2):
         name = f"kubectl-{i}"
-        commands += [["create", "configmap", name, "--from-literal=k=1"],
-                     ["label", "configmap", name, *labels],
-                     ["patch", "configmap", name, "-p", '{"data":{"k":"2"}}'],
-                     ["delete", "configmap", name]]
+        commands += [
+            ["create", "configmap", name, "--from-literal=k=1"],
+            ["label", "configmap", name, *labels],
+            ["patch", "configmap", name, "-p", '{"data":{"k":"2"}}'],
+            ["delete", "configmap", name],
+        ]
     for args in commands:
         done = skr.kubectl("-n", s.namespace, *args, "--request-timeout=15s", timeout=60)
         assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr[-500:]}"
@@ -95,8 +97,12 @@ class Curve(threading.Thread):
 
 
 def test_kcp_apiserver_down_for_ten_scaled_minutes(
-        stack: MakeStack, report: Report, fkcp: controlplane.ControlPlane,
-        fskr: controlplane.ControlPlane, fkcp_api: client.ApiClient) -> None:
+    stack: MakeStack,
+    report: Report,
+    fkcp: controlplane.ControlPlane,
+    fskr: controlplane.ControlPlane,
+    fkcp_api: client.ApiClient,
+) -> None:
     s = stack()
     assert s.webhook is not None
     hist = History(s.env.api, s.env.namespace, s.runtime.id, s.namespace).start()
@@ -108,7 +114,9 @@ def test_kcp_apiserver_down_for_ten_scaled_minutes(
     try:
         time.sleep(OUTAGE / 2)
         kubectl = kubectl_writes(fskr, s)
-        assert s.listener is not None  # its readiness (reported: no Endpoints change without the apiserver)
+        assert (
+            s.listener is not None
+        )  # its readiness (reported: no Endpoints change without the apiserver)
         readyz = requests.get(s.listener.ops_url + "/readyz", timeout=10).status_code
         time.sleep(max(0.0, began + OUTAGE - time.monotonic()))
         during = len(w.writes)
@@ -121,7 +129,9 @@ def test_kcp_apiserver_down_for_ten_scaled_minutes(
     last_write = w.stop()
     failed = w.failed()
     assert not failed, f"{len(failed)} customer writes failed, e.g. {failed[:3]}; {w.summary()}"
-    assert during >= 5 * OUTAGE * 0.5, f"the customer wrote too little during the outage: {w.summary()}"
+    assert during >= 5 * OUTAGE * 0.5, (
+        f"the customer wrote too little during the outage: {w.summary()}"
+    )
     w.check_runtime()
     since = max(healed, last_write)
     converged = s.wait_converged(since, timeout=120)
@@ -130,18 +140,28 @@ def test_kcp_apiserver_down_for_ten_scaled_minutes(
     kcp_seconds = time.monotonic() - kcp_since
     history = hist.stop()
     assert hist.missed > 0, "the history check never met the outage"
-    assert s.webhook.metric("tether_webhook_forwards_total", result="retryable",
-                            reason="http-503") > 0, "the fault never reached the webhook"
+    assert (
+        s.webhook.metric("tether_webhook_forwards_total", result="retryable", reason="http-503") > 0
+    ), "the fault never reached the webhook"
     kcp_writes = sum(v for (_, verb), v in kcp.items() if verb != "LIST")
-    report(fault=f"KCP apiserver down {OUTAGE:.0f} s (10 min / {SCALE:.0f})",
-           writes=len(w.writes), failed=len(failed), retried=len(w.retried()),
-           fault_seconds=round(healed - began, 1),
-           after_fault_seconds=round(converged + since - healed, 1),
-           converged_seconds=round(converged, 1), workload=w.summary(), history=history,
-           kubectl_writes=kubectl, listener_readyz_during=readyz, longest_write_seconds=round(w.max_seconds(began, healed), 2),
-           listener_rps_before=round(sum(steady) / len(steady), 1),
-           listener_rps_after_first_3s=round(sum(after[:3]) / 3, 1),
-           listener_rps_after_window=round(sum(after) / len(after), 1),
-           listener_per_second_after=after, kcp_record_requests_after=kcp,
-           kcp_seconds=round(kcp_seconds, 1),
-           kcp_record_writes_per_second=round(kcp_writes / kcp_seconds, 1))
+    report(
+        fault=f"KCP apiserver down {OUTAGE:.0f} s (10 min / {SCALE:.0f})",
+        writes=len(w.writes),
+        failed=len(failed),
+        retried=len(w.retried()),
+        fault_seconds=round(healed - began, 1),
+        after_fault_seconds=round(converged + since - healed, 1),
+        converged_seconds=round(converged, 1),
+        workload=w.summary(),
+        history=history,
+        kubectl_writes=kubectl,
+        listener_readyz_during=readyz,
+        longest_write_seconds=round(w.max_seconds(began, healed), 2),
+        listener_rps_before=round(sum(steady) / len(steady), 1),
+        listener_rps_after_first_3s=round(sum(after[:3]) / 3, 1),
+        listener_rps_after_window=round(sum(after) / len(after), 1),
+        listener_per_second_after=after,
+        kcp_record_requests_after=kcp,
+        kcp_seconds=round(kcp_seconds, 1),
+        kcp_record_writes_per_second=round(kcp_writes / kcp_seconds, 1),
+    )

@@ -47,8 +47,11 @@ def readiness_probe() -> dict[str, int]:
     """The listener container's readinessProbe in the shipped Deployment."""
     docs = [d for d in yaml.safe_load_all(DEPLOYMENT.read_text()) if d]
     deployment = next(d for d in docs if d.get("kind") == "Deployment")
-    container = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
-                     if c["readinessProbe"]["httpGet"]["path"] == "/readyz")
+    container = next(
+        c
+        for c in deployment["spec"]["template"]["spec"]["containers"]
+        if c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    )
     probe: dict[str, int] = container["readinessProbe"]
     return probe
 
@@ -57,8 +60,12 @@ class Readiness(threading.Thread):
     """The kubelet's readiness probe of each replica and the EndpointSlice controller: the
     proxy's endpoints are the replicas that are ready."""
 
-    def __init__(self, proxy: serviceproxy.Proxy,
-                 replicas: dict[str, listenerenv.ListenerProcess], held: set[str]) -> None:
+    def __init__(
+        self,
+        proxy: serviceproxy.Proxy,
+        replicas: dict[str, listenerenv.ListenerProcess],
+        held: set[str],
+    ) -> None:
         super().__init__(name="readiness", daemon=True)
         probe = readiness_probe()
         self.period, self.timeout = float(probe["periodSeconds"]), float(probe["timeoutSeconds"])
@@ -74,8 +81,11 @@ class Readiness(threading.Thread):
         self.start()
 
     def _publish(self) -> None:
-        self.proxy.backends = [("127.0.0.1", p.port) for n, p in self.replicas.items()
-                               if self.ready[n] and n not in self.held]
+        self.proxy.backends = [
+            ("127.0.0.1", p.port)
+            for n, p in self.replicas.items()
+            if self.ready[n] and n not in self.held
+        ]
 
     def release(self, name: str) -> None:
         self.held.discard(name)
@@ -107,7 +117,9 @@ class Readiness(threading.Thread):
         self.join(30)
 
 
-def cut_kubeconfig(env: listenerenv.Env, cut: partition.Partition, dest: pathlib.Path) -> pathlib.Path:
+def cut_kubeconfig(
+    env: listenerenv.Env, cut: partition.Partition, dest: pathlib.Path
+) -> pathlib.Path:
     """The listener's kubeconfig with the apiserver reached through ``cut``."""
     cfg = json.loads(env.kubeconfig.read_text())
     for cluster in cfg["clusters"]:
@@ -125,8 +137,12 @@ def answered(p: listenerenv.ListenerProcess) -> float:
 
 
 def test_one_listener_replica_partitioned_from_the_kcp(
-        stack: MakeStack, report: Report, fkcp: controlplane.ControlPlane,
-        fault_env: listenerenv.Env, tmp_path: pathlib.Path) -> None:
+    stack: MakeStack,
+    report: Report,
+    fkcp: controlplane.ControlPlane,
+    fault_env: listenerenv.Env,
+    tmp_path: pathlib.Path,
+) -> None:
     s = stack()
     assert s.webhook is not None and s.listener is not None
     s.listener.stop()  # its port becomes the Service proxy of the two replicas
@@ -136,8 +152,13 @@ def test_one_listener_replica_partitioned_from_the_kcp(
     ready: Readiness | None = None
     w: Workload | None = None
     try:
-        replicas["a"] = listenerenv.ListenerProcess(fault_env, f"{s.namespace}-a", TETHER_LISTENER_KUBECONFIG=str(
-            cut_kubeconfig(fault_env, cut, tmp_path / "kubeconfig-a")))
+        replicas["a"] = listenerenv.ListenerProcess(
+            fault_env,
+            f"{s.namespace}-a",
+            TETHER_LISTENER_KUBECONFIG=str(
+                cut_kubeconfig(fault_env, cut, tmp_path / "kubeconfig-a")
+            ),
+        )
         replicas["b"] = listenerenv.ListenerProcess(fault_env, f"{s.namespace}-b")
         service = serviceproxy.Proxy("listener", "127.0.0.1", s.listener_port)
         # A alone first: the senders' kept-alive connections (kube-proxy balances
@@ -158,13 +179,17 @@ def test_one_listener_replica_partitioned_from_the_kcp(
             time.sleep(PARTITION)
             last_write = w.stop()
             failed = w.failed()
-            assert not failed, f"{len(failed)} customer writes failed, e.g. {failed[:3]}; {w.summary()}"
+            assert not failed, (
+                f"{len(failed)} customer writes failed, e.g. {failed[:3]}; {w.summary()}"
+            )
             w.check_runtime()
             # B alone: the KCP holds exactly the runtime's state while A is still cut off
             converged = s.wait_converged(last_write, timeout=90)
             b_during = answered(replicas["b"]) - b_before
-            webhook_retried = s.webhook.metric("tether_webhook_forwards_total",
-                                               result="retryable") - retried_before
+            webhook_retried = (
+                s.webhook.metric("tether_webhook_forwards_total", result="retryable")
+                - retried_before
+            )
             a_left = ready.left.get("a")
             a_first = ready.first_failure.get("a")
         finally:
@@ -172,10 +197,13 @@ def test_one_listener_replica_partitioned_from_the_kcp(
         healed = time.monotonic()
         history = hist.stop()
         a_during = answered(replicas["a"]) - before["a"]  # its /metrics lists Leases: after
-        assert a_first is not None and a_left is not None, \
+        assert a_first is not None and a_left is not None, (
             f"A never failed its readiness: {ready.failures}, {ready.ready}"
+        )
         bound = ready.threshold * (ready.period + ready.timeout) + ready.period + 5
-        assert a_left - began <= bound, f"A left the rotation {a_left - began:.1f} s after the cut (bound {bound:.0f} s)"
+        assert a_left - began <= bound, (
+            f"A left the rotation {a_left - began:.1f} s after the cut (bound {bound:.0f} s)"
+        )
         assert ready.ready["b"] and not ready.left.get("b"), "B left the rotation"
         assert b_during > 0, "B answered nothing during the partition"
         deadline = time.monotonic() + 60  # A healed: back in the rotation
@@ -183,17 +211,25 @@ def test_one_listener_replica_partitioned_from_the_kcp(
             assert time.monotonic() < deadline, "A did not become ready again after the heal"
             time.sleep(0.5)
         assert s.difference() == "", s.difference()
-        report(fault="one of two listener replicas cut off from the KCP",
-               writes=len(w.writes), failed=len(failed), retried=len(w.retried()),
-               fault_seconds=round(healed - began, 1),
-               after_fault_seconds=0.0,  # converged during the partition, A still cut off
-               converged_seconds=round(converged, 1), workload=w.summary(), history=history,
-               a_first_failed_probe_seconds=round(a_first - began, 1),
-               a_out_of_rotation_seconds=round(a_left - began, 1),
-               probe=f"period {ready.period:.0f} s, timeout {ready.timeout:.0f} s, threshold {ready.threshold}",
-               a_requests_during=int(a_during), b_requests_during=int(b_during), webhook_retried_posts=int(webhook_retried),
-               held_kcp_connections=cut.held_connections,
-               longest_write_seconds=round(w.max_seconds(began, healed), 2))
+        report(
+            fault="one of two listener replicas cut off from the KCP",
+            writes=len(w.writes),
+            failed=len(failed),
+            retried=len(w.retried()),
+            fault_seconds=round(healed - began, 1),
+            after_fault_seconds=0.0,  # converged during the partition, A still cut off
+            converged_seconds=round(converged, 1),
+            workload=w.summary(),
+            history=history,
+            a_first_failed_probe_seconds=round(a_first - began, 1),
+            a_out_of_rotation_seconds=round(a_left - began, 1),
+            probe=f"period {ready.period:.0f} s, timeout {ready.timeout:.0f} s, threshold {ready.threshold}",
+            a_requests_during=int(a_during),
+            b_requests_during=int(b_during),
+            webhook_retried_posts=int(webhook_retried),
+            held_kcp_connections=cut.held_connections,
+            longest_write_seconds=round(w.max_seconds(began, healed), 2),
+        )
     finally:
         if w is not None:
             with contextlib.suppress(AssertionError):

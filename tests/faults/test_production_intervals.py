@@ -33,8 +33,17 @@ MakeStack = Callable[..., Stack]
 Report = Callable[..., None]
 POLLER_MANIFEST = controlplane.REPO_ROOT / "manifests" / "skr" / "poller" / "deployment.yaml"
 # the suite's shorter settings (testing.faultstack.Stack) that production leaves at default
-SUITE_POLLER = ("LEASE_DURATION", "RENEW_DEADLINE", "RETRY_PERIOD", "BACKOFF_BASE",
-                "BACKOFF_CAP", "SEND_ATTEMPTS", "RETRY_BASE", "RETRY_CAP", "LIST_TIMEOUT")
+SUITE_POLLER = (
+    "LEASE_DURATION",
+    "RENEW_DEADLINE",
+    "RETRY_PERIOD",
+    "BACKOFF_BASE",
+    "BACKOFF_CAP",
+    "SEND_ATTEMPTS",
+    "RETRY_BASE",
+    "RETRY_CAP",
+    "LIST_TIMEOUT",
+)
 SENDER = ("TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS", "TETHER_LISTENER_TIMEOUT_SECONDS")
 OUTAGE = 600.0  # the issue's 10 minutes, not scaled
 
@@ -52,22 +61,42 @@ def shipped_env(manifest: pathlib.Path, names: tuple[str, ...]) -> dict[str, str
 def production(stack: MakeStack) -> Stack:
     """A stack at production's settings: the manifest's poll interval, every other
     setting blank (blank is unset: the part's default)."""
-    poller = {f"TETHER_POLLER_{n}_SECONDS" if n != "SEND_ATTEMPTS" else "TETHER_POLLER_SEND_ATTEMPTS": ""
-              for n in SUITE_POLLER}
+    poller = {
+        f"TETHER_POLLER_{n}_SECONDS" if n != "SEND_ATTEMPTS" else "TETHER_POLLER_SEND_ATTEMPTS": ""
+        for n in SUITE_POLLER
+    }
     poller.update({n: "" for n in SENDER})
-    poller.update(shipped_env(POLLER_MANIFEST, ("TETHER_POLLER_INTERVAL_SECONDS",
-                                                "TETHER_POLLER_JITTER_SECONDS")))
-    webhook = {n: "" for n in (*SENDER, "TETHER_WEBHOOK_RETRY_BASE_SECONDS",
-                               "TETHER_WEBHOOK_RETRY_CAP_SECONDS")}
-    listener = {"TETHER_LISTENER_RETRY_AFTER_SECONDS": "", "TETHER_LISTENER_KCP_TIMEOUT_SECONDS": ""}
+    poller.update(
+        shipped_env(
+            POLLER_MANIFEST, ("TETHER_POLLER_INTERVAL_SECONDS", "TETHER_POLLER_JITTER_SECONDS")
+        )
+    )
+    webhook = {
+        n: ""
+        for n in (*SENDER, "TETHER_WEBHOOK_RETRY_BASE_SECONDS", "TETHER_WEBHOOK_RETRY_CAP_SECONDS")
+    }
+    listener = {
+        "TETHER_LISTENER_RETRY_AFTER_SECONDS": "",
+        "TETHER_LISTENER_KCP_TIMEOUT_SECONDS": "",
+    }
     s = stack(webhook=webhook, poller=poller, listener=listener)
     every = float(poller["TETHER_POLLER_INTERVAL_SECONDS"])
     assert f"poll runs every {every:.1f}s" in s.pollers[0].log(), s.pollers[0].log()
     return s
 
 
-def finish(s: Stack, w: Workload, hist: History, report: Report, *, fault: str, began: float,
-           healed: float, timeout: float, **extra: Any) -> None:
+def finish(
+    s: Stack,
+    w: Workload,
+    hist: History,
+    report: Report,
+    *,
+    fault: str,
+    began: float,
+    healed: float,
+    timeout: float,
+    **extra: Any,
+) -> None:
     last_write = w.stop()
     failed = w.failed()
     assert not failed, f"{len(failed)} customer writes failed, e.g. {failed[:3]}; {w.summary()}"
@@ -75,11 +104,18 @@ def finish(s: Stack, w: Workload, hist: History, report: Report, *, fault: str, 
     since = max(healed, last_write)
     converged = s.wait_converged(since, timeout)
     history = hist.stop()
-    report(fault=fault, writes=len(w.writes), failed=len(failed), retried=len(w.retried()),
-           fault_seconds=round(healed - began, 1),
-           after_fault_seconds=round(converged + since - healed, 1),
-           converged_seconds=round(converged, 1), workload=w.summary(), history=history,
-           **extra)
+    report(
+        fault=fault,
+        writes=len(w.writes),
+        failed=len(failed),
+        retried=len(w.retried()),
+        fault_seconds=round(healed - began, 1),
+        after_fault_seconds=round(converged + since - healed, 1),
+        converged_seconds=round(converged, 1),
+        workload=w.summary(),
+        history=history,
+        **extra,
+    )
 
 
 def start(s: Stack, rate: float) -> tuple[Workload, History]:
@@ -90,7 +126,8 @@ def start(s: Stack, rate: float) -> tuple[Workload, History]:
 
 
 def test_listener_killed_mid_burst_at_production_intervals(
-        stack: MakeStack, report: Report) -> None:
+    stack: MakeStack, report: Report
+) -> None:
     s = production(stack)
     w, hist = start(s, 10)
     began = time.monotonic()
@@ -99,12 +136,21 @@ def test_listener_killed_mid_burst_at_production_intervals(
     s.start_listener()
     healed = time.monotonic()
     w.wait_writes(10)
-    finish(s, w, hist, report, fault="listener SIGKILLed mid-burst, production",
-           began=began, healed=healed, timeout=300)
+    finish(
+        s,
+        w,
+        hist,
+        report,
+        fault="listener SIGKILLed mid-burst, production",
+        began=began,
+        healed=healed,
+        timeout=300,
+    )
 
 
 def test_kcp_apiserver_restarted_mid_burst_at_production_intervals(
-        stack: MakeStack, report: Report, fkcp: controlplane.ControlPlane) -> None:
+    stack: MakeStack, report: Report, fkcp: controlplane.ControlPlane
+) -> None:
     s = production(stack)
     w, hist = start(s, 10)
     began = time.monotonic()
@@ -115,13 +161,22 @@ def test_kcp_apiserver_restarted_mid_burst_at_production_intervals(
         fkcp.start_apiserver()
     healed = time.monotonic()
     w.wait_writes(10)
-    finish(s, w, hist, report, fault="KCP apiserver restarted, production",
-           began=began, healed=healed, timeout=300)
+    finish(
+        s,
+        w,
+        hist,
+        report,
+        fault="KCP apiserver restarted, production",
+        began=began,
+        healed=healed,
+        timeout=300,
+    )
 
 
 @pytest.mark.timeout(OUTAGE + 1200)
 def test_kcp_apiserver_down_ten_minutes_at_production_intervals(
-        stack: MakeStack, report: Report, fkcp: controlplane.ControlPlane) -> None:
+    stack: MakeStack, report: Report, fkcp: controlplane.ControlPlane
+) -> None:
     s = production(stack)
     w, hist = start(s, 5)
     began = time.monotonic()
@@ -133,5 +188,13 @@ def test_kcp_apiserver_down_ten_minutes_at_production_intervals(
     healed = time.monotonic()
     w.wait_writes(10)
     assert hist.missed > 0, "the history check never met the outage"
-    finish(s, w, hist, report, fault="KCP apiserver down 10 min, production",
-           began=began, healed=healed, timeout=900)
+    finish(
+        s,
+        w,
+        hist,
+        report,
+        fault="KCP apiserver down 10 min, production",
+        began=began,
+        healed=healed,
+        timeout=900,
+    )

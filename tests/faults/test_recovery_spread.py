@@ -26,8 +26,9 @@ def webhook_return(rng: random.Random, retry_after: float | None) -> float:
     t, attempt = 0.0, 0
     outcome = sender.Outcome("retryable", 503, "http-503", retry_after)
     while t < OUTAGE:
-        t += sender.retry_delay(outcome, attempt, base=WEBHOOK_BASE, cap=WEBHOOK_CAP,
-                                rand=rng.random)
+        t += sender.retry_delay(
+            outcome, attempt, base=WEBHOOK_BASE, cap=WEBHOOK_CAP, rand=rng.random
+        )
         attempt += 1
     return t - OUTAGE
 
@@ -53,9 +54,11 @@ def test_webhooks_failing_together_come_back_spread_over_the_backoff_cap() -> No
     for retry_after in (5.0, None):  # the listener's 503; a gateway's without the header
         back = sorted(webhook_return(rng, retry_after) for _ in range(N))
         seconds = per_second(back, 30)
-        print(f"webhooks, Retry-After {retry_after}: median {back[N // 2]:.1f} s, p90 "
-              f"{back[int(N * 0.9)]:.1f} s, last {back[-1]:.1f} s; busiest second "
-              f"{max(seconds)} of {N}; first 5 s {sum(seconds[:5])}")
+        print(
+            f"webhooks, Retry-After {retry_after}: median {back[N // 2]:.1f} s, p90 "
+            f"{back[int(N * 0.9)]:.1f} s, last {back[-1]:.1f} s; busiest second "
+            f"{max(seconds)} of {N}; first 5 s {sum(seconds[:5])}"
+        )
         assert back[-1] <= WEBHOOK_CAP  # every one within one backoff cap of the recovery
         assert max(seconds) <= N // 10, f"a herd: {seconds}"
         assert back[N // 2] >= 3.0, f"half came back within 3 s: {back[:10]}"
@@ -65,8 +68,10 @@ def test_pollers_come_back_spread_over_minutes() -> None:
     rng = random.Random(29)
     back = sorted(poller_return(rng, 5.0) for _ in range(N))
     first_minute = sum(1 for x in back if x < 60)
-    print(f"pollers: median {back[N // 2]:.0f} s, p90 {back[int(N * 0.9)]:.0f} s, last "
-          f"{back[-1]:.0f} s; {first_minute} of {N} in the first minute")
+    print(
+        f"pollers: median {back[N // 2]:.0f} s, p90 {back[int(N * 0.9)]:.0f} s, last "
+        f"{back[-1]:.0f} s; {first_minute} of {N} in the first minute"
+    )
     assert max(per_second(back, 60)) <= N // 20
     assert first_minute <= N // 2
     assert back[-1] <= POLLER_CAP + INTERVAL + JITTER

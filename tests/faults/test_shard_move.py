@@ -34,7 +34,13 @@ from enroller import settings as settings_mod
 from testing import compassenv, controlplane, faultstack, listenerenv, localnet, pollerenv
 from tether import apitypes, gateway, skr_clients
 
-ENROLLMENT_CRD = controlplane.REPO_ROOT / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
+ENROLLMENT_CRD = (
+    controlplane.REPO_ROOT
+    / "manifests"
+    / "kcp"
+    / "crds"
+    / "tether.kyma-project.io_runtimeenrollments.yaml"
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +61,20 @@ class Shard:
         audit.setLevel(logging.INFO)
         audit.propagate = False
         audit.addHandler(logging.StreamHandler(self.audit_text))
-        s = settings_mod.Settings(listener_url=listener_url, listener_ca=env.server_ca_file.read_bytes(),
-                                  kcp_namespace=env.namespace, namespace=env.namespace, backoff_base=0.0)
-        self.enroller = reconcile.Enroller(s, self.gw, skr_clients.SkrClients(
-            self.gw, env.namespace, localnet.policy(timeout=s.skr_timeout)), metrics.Metrics(), audit)
+        s = settings_mod.Settings(
+            listener_url=listener_url,
+            listener_ca=env.server_ca_file.read_bytes(),
+            kcp_namespace=env.namespace,
+            namespace=env.namespace,
+            backoff_base=0.0,
+        )
+        self.enroller = reconcile.Enroller(
+            s,
+            self.gw,
+            skr_clients.SkrClients(self.gw, env.namespace, localnet.policy(timeout=s.skr_timeout)),
+            metrics.Metrics(),
+            audit,
+        )
 
     def run(self) -> dict[str, int]:
         return self.enroller.run({self.kyma})
@@ -70,14 +86,23 @@ class Shard:
     def enrolled(self) -> dict[str, Any]:
         """The Kyma CR's ``Enrolled`` condition in this KCP."""
         e: Any = client.CustomObjectsApi(self.env.api).get_namespaced_custom_object(
-            apitypes.RUNTIME_ENROLLMENTS.group, apitypes.RUNTIME_ENROLLMENTS.version, self.env.namespace,
-            apitypes.RUNTIME_ENROLLMENTS.plural, self.kyma)
+            apitypes.RUNTIME_ENROLLMENTS.group,
+            apitypes.RUNTIME_ENROLLMENTS.version,
+            self.env.namespace,
+            apitypes.RUNTIME_ENROLLMENTS.plural,
+            self.kyma,
+        )
         return dict(next(c for c in e["status"]["conditions"] if c["type"] == "Enrolled"))
 
     def annotate(self, notes: dict[str, str | None]) -> None:
         client.CustomObjectsApi(self.env.api).patch_namespaced_custom_object(
-            apitypes.KYMAS.group, apitypes.KYMAS.version, self.env.namespace, apitypes.KYMAS.plural,
-            self.kyma, {"metadata": {"annotations": notes}})
+            apitypes.KYMAS.group,
+            apitypes.KYMAS.version,
+            self.env.namespace,
+            apitypes.KYMAS.plural,
+            self.kyma,
+            {"metadata": {"annotations": notes}},
+        )
 
     def kyma_exists(self) -> bool:
         return self.gw.get_or_none(apitypes.KYMAS, self.env.namespace, self.kyma) is not None
@@ -85,7 +110,9 @@ class Shard:
     def close(self) -> None:
         """The finalizer released (a test that failed half way), the client closed."""
         if self.kyma_exists():
-            self.gw.patch(apitypes.KYMAS, self.env.namespace, self.kyma, {"metadata": {"finalizers": None}})
+            self.gw.patch(
+                apitypes.KYMAS, self.env.namespace, self.kyma, {"metadata": {"finalizers": None}}
+            )
         self.gw.close()
 
 
@@ -98,7 +125,10 @@ def held(core: client.CoreV1Api) -> tuple[str, dict[str, bytes]]:
 def pods_send_to(stack: faultstack.Stack) -> set[str | None]:
     """The listener URLs the runtime's Deployments' pod templates name (a change restarts the pods)."""
     deps: Any = client.AppsV1Api(stack.api).list_namespaced_deployment(render.NAMESPACE)
-    return {(d.spec.template.metadata.annotations or {}).get(render.LISTENER_ANNOTATION) for d in deps.items}
+    return {
+        (d.spec.template.metadata.annotations or {}).get(render.LISTENER_ANNOTATION)
+        for d in deps.items
+    }
 
 
 def restart_senders(stack: faultstack.Stack, data: dict[str, bytes], d: pathlib.Path) -> None:
@@ -106,20 +136,30 @@ def restart_senders(stack: faultstack.Stack, data: dict[str, bytes], d: pathlib.
     started again with its listener URL, CA and client certificate."""
     for key in ("ca.crt", "tls.crt", "tls.key"):
         (d / f"moved-{key}").write_bytes(data[key])
-    moved = {"TETHER_LISTENER_URL": data["listener-url"].decode(), "TETHER_LISTENER_CA_FILE": str(d / "moved-ca.crt"),
-             "TETHER_CLIENT_CERT_FILE": str(d / "moved-tls.crt"), "TETHER_CLIENT_KEY_FILE": str(d / "moved-tls.key")}
+    moved = {
+        "TETHER_LISTENER_URL": data["listener-url"].decode(),
+        "TETHER_LISTENER_CA_FILE": str(d / "moved-ca.crt"),
+        "TETHER_CLIENT_CERT_FILE": str(d / "moved-tls.crt"),
+        "TETHER_CLIENT_KEY_FILE": str(d / "moved-tls.key"),
+    }
     assert stack.webhook is not None
     stack.webhook.stop()
     stack.webhook.env.update(moved)
     stack.webhook.start()  # same port and serving certificate: its registration holds
     for p in stack.pollers:
         p.stop()
-    stack.pollers.append(pollerenv.PollerProcess(d, "poller-moved", {**stack.poller_env, **moved}).start())
+    stack.pollers.append(
+        pollerenv.PollerProcess(d, "poller-moved", {**stack.poller_env, **moved}).start()
+    )
 
 
 def test_a_runtime_moves_to_another_kcp_without_losing_a_change(
-        fskr: controlplane.ControlPlane, fault_env: listenerenv.Env, kcp_b: controlplane.ControlPlane,
-        tmp_path: pathlib.Path, report: Callable[..., None]) -> None:
+    fskr: controlplane.ControlPlane,
+    fault_env: listenerenv.Env,
+    kcp_b: controlplane.ControlPlane,
+    tmp_path: pathlib.Path,
+    report: Callable[..., None],
+) -> None:
     env_a = listenerenv.own_namespace(fault_env, "sha")
     api_b = kcp_b.api_client()
     listenerenv.install_crd(api_b)
@@ -135,12 +175,20 @@ def test_a_runtime_moves_to_another_kcp_without_losing_a_change(
     customer: faultstack.Workload | None = None
     try:
         (tmp_path / "b-client-ca.crt").write_bytes(b.client_ca())
-        listener_b = faultstack.FixedPortListener(env_b, "shard-b", port_b,
-                                                  TETHER_LISTENER_CLIENT_CA_FILE=str(tmp_path / "b-client-ca.crt"))
-        customer = faultstack.Workload(stack.core, stack.namespace, stack.labels, rate=5.0, seed=26).start()
+        listener_b = faultstack.FixedPortListener(
+            env_b,
+            "shard-b",
+            port_b,
+            TETHER_LISTENER_CLIENT_CA_FILE=str(tmp_path / "b-client-ca.crt"),
+        )
+        customer = faultstack.Workload(
+            stack.core, stack.namespace, stack.labels, rate=5.0, seed=26
+        ).start()
         _move(stack, a, b, tmp_path, customer, report, listener_b)
     finally:
-        if customer is not None:  # stopped by finish(); else (a failure half way) stopped here first
+        if (
+            customer is not None
+        ):  # stopped by finish(); else (a failure half way) stopped here first
             with contextlib.suppress(AssertionError):
                 customer.stop()
         for shard in (b, a):  # the bundle out of the shared SKR plane: its owner removes it
@@ -153,10 +201,19 @@ def test_a_runtime_moves_to_another_kcp_without_losing_a_change(
         api_b.close()
 
 
-def _move(stack: faultstack.Stack, a: Shard, b: Shard, d: pathlib.Path, customer: faultstack.Workload,
-          report: Callable[..., None], listener_b: faultstack.FixedPortListener) -> None:
+def _move(
+    stack: faultstack.Stack,
+    a: Shard,
+    b: Shard,
+    d: pathlib.Path,
+    customer: faultstack.Workload,
+    report: Callable[..., None],
+    listener_b: faultstack.FixedPortListener,
+) -> None:
     rt = stack.runtime
-    assert a.run() == {"Ready": 1}, a.enrolled()  # A installs the runtime: its Secret names A's listener
+    assert a.run() == {"Ready": 1}, (
+        a.enrolled()
+    )  # A installs the runtime: its Secret names A's listener
     assert held(stack.core)[1]["listener-url"].decode() == a.url and pods_send_to(stack) == {a.url}
     customer.wait_writes(15)
     # B's Kyma CR without the move asked for: refused, nothing written into the runtime
@@ -165,7 +222,10 @@ def _move(stack: faultstack.Stack, a: Shard, b: Shard, d: pathlib.Path, customer
     rv = held(stack.core)[0]
     assert b.run() == {"Failed": 1}
     refused = b.enrolled()
-    assert refused["reason"] == "OwnedByAnotherKcp" and decide.TAKE_OVER_ANNOTATION in refused["message"], refused
+    assert (
+        refused["reason"] == "OwnedByAnotherKcp"
+        and decide.TAKE_OVER_ANNOTATION in refused["message"]
+    ), refused
     assert held(stack.core)[0] == rv, "B wrote into a runtime it does not own"
 
     start = time.monotonic()  # the move: asked for in B, from exactly A's listener
@@ -173,14 +233,19 @@ def _move(stack: faultstack.Stack, a: Shard, b: Shard, d: pathlib.Path, customer
     assert b.run() == {"Ready": 1}, b.enrolled()
     assert "runtime_taken_over" in b.audit_text.getvalue()
     rv, data = held(stack.core)
-    assert data["listener-url"].decode() == b.url and pods_send_to(stack) == {b.url}  # the pods restart
-    assert a.run() == {"Failed": 1} and a.enrolled()["reason"] == "OwnedByAnotherKcp"  # A stops; no fight
+    assert data["listener-url"].decode() == b.url and pods_send_to(stack) == {
+        b.url
+    }  # the pods restart
+    assert (
+        a.run() == {"Failed": 1} and a.enrolled()["reason"] == "OwnedByAnotherKcp"
+    )  # A stops; no fight
     assert held(stack.core)[0] == rv, "A wrote into a runtime B took over"
     restart_senders(stack, data, d)
     customer.wait_writes(15)
     # A's Kyma CR deleted: its enroller removes nothing from the runtime B owns now
     client.CustomObjectsApi(a.env.api).delete_namespaced_custom_object(
-        apitypes.KYMAS.group, apitypes.KYMAS.version, a.env.namespace, apitypes.KYMAS.plural, a.kyma)
+        apitypes.KYMAS.group, apitypes.KYMAS.version, a.env.namespace, apitypes.KYMAS.plural, a.kyma
+    )
     a.run()
     assert not a.kyma_exists(), "A's Kyma CR kept its finalizer"
     assert held(stack.core)[0] == rv, "A's removal touched the runtime B owns"
@@ -190,13 +255,23 @@ def _move(stack: faultstack.Stack, a: Shard, b: Shard, d: pathlib.Path, customer
     try:
         to_b = stack.wait_converged(start, timeout=120, env=b.env)
     except AssertionError as e:
-        raise AssertionError(f"{e}\n--- listener B\n{faultstack.tail(listener_b.log_file)}") from None
+        raise AssertionError(
+            f"{e}\n--- listener B\n{faultstack.tail(listener_b.log_file)}"
+        ) from None
     after_last = time.monotonic() - last
     assert b.run() == {"Ready": 1}  # B keeps it, writing nothing new
     assert held(stack.core)[0] == rv
-    print(f"moved {rt.id} from A to B: B exact {to_b:.1f}s after the move's start, "
-          f"{after_last:.1f}s after the last write; {customer.summary()}")
-    report(fault="runtime moved to another KCP (shard)", writes=len(customer.writes),
-           failed=len(customer.failed()), retried=len(customer.retried()),
-           fault_seconds=round(moved - start, 1), after_fault_seconds=round(start + to_b - moved, 1),
-           converged_seconds=round(after_last, 1), move_to_b_exact_seconds=round(to_b, 1))
+    print(
+        f"moved {rt.id} from A to B: B exact {to_b:.1f}s after the move's start, "
+        f"{after_last:.1f}s after the last write; {customer.summary()}"
+    )
+    report(
+        fault="runtime moved to another KCP (shard)",
+        writes=len(customer.writes),
+        failed=len(customer.failed()),
+        retried=len(customer.retried()),
+        fault_seconds=round(moved - start, 1),
+        after_fault_seconds=round(start + to_b - moved, 1),
+        converged_seconds=round(after_last, 1),
+        move_to_b_exact_seconds=round(to_b, 1),
+    )

@@ -34,13 +34,14 @@ Report = Callable[..., None]
 
 
 def test_skr_apiserver_answers_503_for_a_scaled_minute(
-        stack: MakeStack, report: Report, fskr: controlplane.ControlPlane,
-        tmp_path: pathlib.Path) -> None:
+    stack: MakeStack, report: Report, fskr: controlplane.ControlPlane, tmp_path: pathlib.Path
+) -> None:
     proxy = Unavailable(fskr)
     try:
         kubeconfig = str(proxy.kubeconfig(tmp_path / "skr-via-proxy.kubeconfig"))
-        s = stack(webhook={"TETHER_KUBECONFIG": kubeconfig},
-                  poller={"TETHER_KUBECONFIG": kubeconfig})
+        s = stack(
+            webhook={"TETHER_KUBECONFIG": kubeconfig}, poller={"TETHER_KUBECONFIG": kubeconfig}
+        )
         assert s.webhook is not None and s.pollers
         wh, poller = s.webhook, s.pollers[0]
         hist = History(s.env.api, s.env.namespace, s.runtime.id, s.namespace).start()
@@ -51,9 +52,11 @@ def test_skr_apiserver_answers_503_for_a_scaled_minute(
         began = time.monotonic()
         proxy.fail()
         try:
-            wait_until(lambda: {"tether-webhook", "tether-poller"} <= proxy.by_agent.keys(),
-                       30, f"the webhook and the poller to meet the 503s ({proxy.by_agent}):"
-                       f"\n{s.logs()}")
+            wait_until(
+                lambda: {"tether-webhook", "tether-poller"} <= proxy.by_agent.keys(),
+                30,
+                f"the webhook and the poller to meet the 503s ({proxy.by_agent}):\n{s.logs()}",
+            )
             time.sleep(max(0.0, began + WINDOW - time.monotonic()))
             in_window = [x for x in w.writes if x.started >= began]
         finally:
@@ -74,18 +77,27 @@ def test_skr_apiserver_answers_503_for_a_scaled_minute(
         # keys); before, every 0.2 s (902 answered 503 for 28 keys)
         reads = proxy.by_agent.get("tether-webhook", 0)
         assert reads <= len(touched) * 2 * WINDOW, (
-            f"the webhook read {len(touched)} keys back {reads} times in {WINDOW:.0f} s of 503s")
-        poller_failed = poller.metric("tether_poller_runs_total",
-                                      outcome="apiserver-failed") - failed_runs
-        report(fault=f"SKR apiserver 503 to the parts {WINDOW:.0f} s",
-               writes=len(w.writes), failed=len(failed), retried=len(w.retried()),
-               fault_seconds=round(healed - began, 1),
-               after_fault_seconds=round(converged + since - healed, 1),
-               converged_seconds=round(converged, 1), workload=w.summary(), history=history,
-               answered_503=proxy.answered_503, changes_in_window=len(in_window), keys_in_window=len(touched),
-               answered_503_by_agent=dict(proxy.by_agent),
-               webhook_read_errors=wh.metric("tether_webhook_readbacks_total",
-                                             result="read-error"),
-               poller_runs_apiserver_failed=poller_failed)
+            f"the webhook read {len(touched)} keys back {reads} times in {WINDOW:.0f} s of 503s"
+        )
+        poller_failed = (
+            poller.metric("tether_poller_runs_total", outcome="apiserver-failed") - failed_runs
+        )
+        report(
+            fault=f"SKR apiserver 503 to the parts {WINDOW:.0f} s",
+            writes=len(w.writes),
+            failed=len(failed),
+            retried=len(w.retried()),
+            fault_seconds=round(healed - began, 1),
+            after_fault_seconds=round(converged + since - healed, 1),
+            converged_seconds=round(converged, 1),
+            workload=w.summary(),
+            history=history,
+            answered_503=proxy.answered_503,
+            changes_in_window=len(in_window),
+            keys_in_window=len(touched),
+            answered_503_by_agent=dict(proxy.by_agent),
+            webhook_read_errors=wh.metric("tether_webhook_readbacks_total", result="read-error"),
+            poller_runs_apiserver_failed=poller_failed,
+        )
     finally:
         proxy.close()

@@ -24,8 +24,10 @@ LEAKY = controlplane.REPO_ROOT / "standins" / "leaky.py"
 def test_the_listener_limits_are_its_manifests() -> None:
     assert LISTENER_LIMITS == cgroups.Limits(768 << 20, None, "memory 768Mi")
     with pytest.raises(cgroups.Invalid):
-        cgroups.manifest_limits(controlplane.REPO_ROOT / "manifests" / "kcp" / "listener" / "deployment.yaml",
-                                "no-such-container")
+        cgroups.manifest_limits(
+            controlplane.REPO_ROOT / "manifests" / "kcp" / "listener" / "deployment.yaml",
+            "no-such-container",
+        )
 
 
 def _run(name: str, limits: cgroups.Limits, argv: list[str]) -> tuple[int, cgroups.Usage]:

@@ -33,8 +33,10 @@ def test_server_version_endpoint(skr_api: client.ApiClient) -> None:
 
 def test_configmap_create_update_delete(skr_api: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(skr_api)
-    created = core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="app-config"), data={"k": "v1"}))
+    created = core.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(metadata=client.V1ObjectMeta(name="app-config"), data={"k": "v1"}),
+    )
     updated = core.patch_namespaced_config_map("app-config", namespace, {"data": {"k": "v2"}})
     assert int(updated.metadata.resource_version) > int(created.metadata.resource_version)
     assert core.read_namespaced_config_map("app-config", namespace).data == {"k": "v2"}
@@ -47,8 +49,12 @@ def test_configmap_create_update_delete(skr_api: client.ApiClient, namespace: st
 def test_paginated_list(skr_api: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(skr_api)
     for i in range(25):
-        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=f"cm-{i:02d}"), data={"i": str(i)}))
+        core.create_namespaced_config_map(
+            namespace,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=f"cm-{i:02d}"), data={"i": str(i)}
+            ),
+        )
     names, pages, token = [], 0, None
     while True:
         page = core.list_namespaced_config_map(namespace, limit=10, _continue=token)
@@ -63,14 +69,22 @@ def test_paginated_list(skr_api: client.ApiClient, namespace: str) -> None:
 
 def test_crd_is_served(kcp_api: client.ApiClient, kyma_crd: str, kcp_namespace: str) -> None:
     custom = client.CustomObjectsApi(kcp_api)
-    body = {"apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma",
-            "metadata": {"name": "kyma-1", "labels": {"kyma-project.io/runtime-id": "rt-1"}},
-            "spec": {"channel": "regular"}}
-    custom.create_namespaced_custom_object("operator.kyma-project.io", "v1beta2",
-                                           kcp_namespace, "kymas", body)
+    body = {
+        "apiVersion": "operator.kyma-project.io/v1beta2",
+        "kind": "Kyma",
+        "metadata": {"name": "kyma-1", "labels": {"kyma-project.io/runtime-id": "rt-1"}},
+        "spec": {"channel": "regular"},
+    }
+    custom.create_namespaced_custom_object(
+        "operator.kyma-project.io", "v1beta2", kcp_namespace, "kymas", body
+    )
     found = custom.list_namespaced_custom_object(
-        "operator.kyma-project.io", "v1beta2", kcp_namespace, "kymas",
-        label_selector="kyma-project.io/runtime-id=rt-1")
+        "operator.kyma-project.io",
+        "v1beta2",
+        kcp_namespace,
+        "kymas",
+        label_selector="kyma-project.io/runtime-id=rt-1",
+    )
     assert [k["metadata"]["name"] for k in found["items"]] == ["kyma-1"]
 
 
@@ -80,19 +94,30 @@ def test_validating_webhook_configuration(skr_api: client.ApiClient) -> None:
     name = "tether-foundation-test"
     body = client.V1ValidatingWebhookConfiguration(
         metadata=client.V1ObjectMeta(name=name),
-        webhooks=[client.V1ValidatingWebhook(
-            name="configmaps.tether.kyma-project.io",
-            admission_review_versions=["v1"], side_effects="NoneOnDryRun",
-            failure_policy="Ignore", timeout_seconds=2,
-            client_config=client.AdmissionregistrationV1WebhookClientConfig(
-                url="https://127.0.0.1:1/validate",
-                ca_bundle=base64.b64encode(ca.cert_pem).decode()),
-            namespace_selector=client.V1LabelSelector(
-                match_labels={"tether-test": "never-matches"}),
-            rules=[client.V1RuleWithOperations(
-                api_groups=[""], api_versions=["v1"], resources=["configmaps"],
-                operations=["CREATE", "UPDATE", "DELETE"])],
-        )],
+        webhooks=[
+            client.V1ValidatingWebhook(
+                name="configmaps.tether.kyma-project.io",
+                admission_review_versions=["v1"],
+                side_effects="NoneOnDryRun",
+                failure_policy="Ignore",
+                timeout_seconds=2,
+                client_config=client.AdmissionregistrationV1WebhookClientConfig(
+                    url="https://127.0.0.1:1/validate",
+                    ca_bundle=base64.b64encode(ca.cert_pem).decode(),
+                ),
+                namespace_selector=client.V1LabelSelector(
+                    match_labels={"tether-test": "never-matches"}
+                ),
+                rules=[
+                    client.V1RuleWithOperations(
+                        api_groups=[""],
+                        api_versions=["v1"],
+                        resources=["configmaps"],
+                        operations=["CREATE", "UPDATE", "DELETE"],
+                    )
+                ],
+            )
+        ],
     )
     adm.create_validating_webhook_configuration(body)
     try:
@@ -103,9 +128,12 @@ def test_validating_webhook_configuration(skr_api: client.ApiClient) -> None:
         adm.delete_validating_webhook_configuration(name)
 
 
-def test_planes_are_independent(skr_api: client.ApiClient, kcp_api: client.ApiClient,
-                                skr: controlplane.ControlPlane,
-                                kcp: controlplane.ControlPlane) -> None:
+def test_planes_are_independent(
+    skr_api: client.ApiClient,
+    kcp_api: client.ApiClient,
+    skr: controlplane.ControlPlane,
+    kcp: controlplane.ControlPlane,
+) -> None:
     assert skr.port != kcp.port and skr.etcd_port != kcp.etcd_port
     skr_core, kcp_core = client.CoreV1Api(skr_api), client.CoreV1Api(kcp_api)
     skr_core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="only-in-skr")))
@@ -139,8 +167,9 @@ def test_rbac_is_enforced(skr: controlplane.ControlPlane, namespace: str) -> Non
 
 
 def test_kubectl_uses_the_kubeconfig(skr: controlplane.ControlPlane, namespace: str) -> None:
-    out = skr.kubectl("-n", namespace, "create", "configmap", "from-kubectl",
-                      "--from-literal=a=b", "-o", "json")
+    out = skr.kubectl(
+        "-n", namespace, "create", "configmap", "from-kubectl", "--from-literal=a=b", "-o", "json"
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["data"] == {"a": "b"}
 
@@ -189,11 +218,13 @@ def test_start_retries_when_a_port_is_taken() -> None:
 
 def test_processes_die_with_a_killed_parent() -> None:
     """Interrupted hard (SIGKILL, no atexit), the plane's processes still go away."""
-    script = (f"import sys; sys.path.insert(0, {str(controlplane.REPO_ROOT)!r})\n"
-              "from testing import controlplane\n"
-              "p = controlplane.ControlPlane('orphan').start()\n"
-              "print(p._etcd.popen.pid, p._apiserver.popen.pid, flush=True)\n"
-              "import time; time.sleep(600)\n")
+    script = (
+        f"import sys; sys.path.insert(0, {str(controlplane.REPO_ROOT)!r})\n"
+        "from testing import controlplane\n"
+        "p = controlplane.ControlPlane('orphan').start()\n"
+        "print(p._etcd.popen.pid, p._apiserver.popen.pid, flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
     import signal
     import sys
     import time

@@ -24,6 +24,7 @@ SPIN = "import os, sys, time\nif sys.argv[1] == 'fork':\n    sys.stdin.readline(
 
 # -- the decisions, on plain data -------------------------------------------------------
 
+
 def test_cpu_lists_as_the_kernel_writes_them() -> None:
     assert cpuset.parse_cpus("0-1\n") == {0, 1}
     assert cpuset.parse_cpus("0,2-4,7") == {0, 2, 3, 4, 7}
@@ -42,6 +43,7 @@ def test_none_says_why() -> None:
 
 
 # -- on this machine ----------------------------------------------------------------------
+
 
 def _allowed(pid: int) -> str:
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -71,7 +73,7 @@ def test_a_placed_process_runs_only_on_its_core() -> None:
         pytest.fail(f"no cpuset placement on this machine: {placement.reason}")
     assert placement.part is not None and placement.generator is not None
     everything = os.sched_getaffinity(0)
-    part_cpu, = placement.part.cpus
+    (part_cpu,) = placement.part.cpus
     procs: list[subprocess.Popen[bytes]] = []
     try:
         spinner = subprocess.Popen([sys.executable, "-c", SPIN, "plain"])

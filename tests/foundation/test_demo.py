@@ -16,8 +16,13 @@ pytestmark = pytest.mark.processes
 
 
 def test_demo_once() -> None:
-    out = subprocess.run([sys.executable, str(controlplane.REPO_ROOT / "hack" / "demo.py"), "--once"],
-                         capture_output=True, text=True, timeout=400, cwd=controlplane.REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, str(controlplane.REPO_ROOT / "hack" / "demo.py"), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=controlplane.REPO_ROOT,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     text = out.stdout
     assert "kubectl apply -k" in text

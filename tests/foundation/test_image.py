@@ -52,8 +52,18 @@ PULL_REFUSED = re.compile(r"pinging container registry (\S+): .*lookup \1 .*: no
 # explicit limits (podman's default RLIMIT_NOFILE for root is above the hard limit here and
 # raising it needs CAP_SYS_RESOURCE, not granted); docs/development.md "The image"
 PODMAN_RUN = [
-    "podman", "run", "--rm", "--pull=never", "--runtime", "runc", "--network", "none",
-    "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+    "podman",
+    "run",
+    "--rm",
+    "--pull=never",
+    "--runtime",
+    "runc",
+    "--network",
+    "none",
+    "--ulimit",
+    "nofile=1024:1024",
+    "--ulimit",
+    "nproc=1024:1024",
 ]
 
 
@@ -84,18 +94,27 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Build:
     report = tmp_path_factory.mktemp("image") / "report"
     env = dict(os.environ, TETHER_IMAGE_REPORT=str(report))
     started = time.monotonic()
-    done = subprocess.run(["bash", "hack/build-image.sh"], cwd=ROOT, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1400)
+    done = subprocess.run(
+        ["bash", "hack/build-image.sh"],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=1400,
+    )
     seconds = time.monotonic() - started
     assert done.returncode == 0, f"hack/build-image.sh failed:\n{done.stdout[-6000:]}"
     facts = dict(line.split("=", 1) for line in report.read_text().splitlines())
-    return Build(facts["image"], facts["base"], facts["default_base"],
-                 facts["base_pull_error"], seconds)
+    return Build(
+        facts["image"], facts["base"], facts["default_base"], facts["base_pull_error"], seconds
+    )
 
 
 def inspect(name: str) -> dict[str, Any]:
-    out = subprocess.run(["buildah", "inspect", "--type", "image", name], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["buildah", "inspect", "--type", "image", name], check=True, capture_output=True, text=True
+    ).stdout
     oci: dict[str, Any] = json.loads(out)["OCIv1"]
     return oci
 
@@ -103,8 +122,11 @@ def inspect(name: str) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def layers(build: Build, tmp_path_factory: pytest.TempPathFactory) -> Layers:
     layout = tmp_path_factory.mktemp("oci") / "layout"
-    subprocess.run(["buildah", "push", "-q", build.tag, f"oci:{layout}:tether"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["buildah", "push", "-q", build.tag, f"oci:{layout}:tether"],
+        check=True,
+        capture_output=True,
+    )
     blobs = layout / "blobs" / "sha256"
 
     def blob(digest: str) -> Path:
@@ -147,12 +169,15 @@ def test_base_image(build: Build, capsys: pytest.CaptureFixture[str]) -> None:
         return
     assert PULL_REFUSED.search(build.pull_error), (
         f"{build.default_base} could not be pulled, for a reason docs/development.md does "
-        f"not record: {build.pull_error!r}")
-    loud(capsys,
-         f"NOT CHECKED ON THIS MACHINE: the image on its real base {build.default_base}.",
-         f"It cannot be pulled here: {build.pull_error.strip()}",
-         f"Built and checked on the stand-in base {build.base} (Debian bookworm + python3.11)",
-         "instead; see docs/development.md 'The image'.")
+        f"not record: {build.pull_error!r}"
+    )
+    loud(
+        capsys,
+        f"NOT CHECKED ON THIS MACHINE: the image on its real base {build.default_base}.",
+        f"It cannot be pulled here: {build.pull_error.strip()}",
+        f"Built and checked on the stand-in base {build.base} (Debian bookworm + python3.11)",
+        "instead; see docs/development.md 'The image'.",
+    )
 
 
 def test_config_user_entrypoint_cmd(layers: Layers) -> None:
@@ -193,19 +218,26 @@ def test_no_harness_package(layers: Layers) -> None:
     assert places, f"nothing in {SITE}"
     found = sorted({top_level(p) for p in places} & set(NOT_IN_IMAGE))
     assert found == [], f"in site-packages: {found}"
-    under_venv = {p.removeprefix(VENV + "/").split("/")[0]
-                  for p in layers.ours if p.startswith(VENV + "/")}
+    under_venv = {
+        p.removeprefix(VENV + "/").split("/")[0] for p in layers.ours if p.startswith(VENV + "/")
+    }
     assert not under_venv & set(NOT_IN_IMAGE)
     record = dist_file(layers, "RECORD")
-    packages = {line.split("/")[0] for line in layers.contents[record].decode().splitlines()
-                if "/" in line and not line.startswith(("tether-", "../"))}
+    packages = {
+        line.split("/")[0]
+        for line in layers.contents[record].decode().splitlines()
+        if "/" in line and not line.startswith(("tether-", "../"))
+    }
     assert packages == PRODUCT
 
 
 def dist_file(layers: Layers, name: str) -> str:
     """The path of one file in tether's own .dist-info folder."""
-    (path,) = [p for p in layers.contents
-               if re.fullmatch(rf"{SITE}/tether-[^/]+\.dist-info/{re.escape(name)}", p)]
+    (path,) = [
+        p
+        for p in layers.contents
+        if re.fullmatch(rf"{SITE}/tether-[^/]+\.dist-info/{re.escape(name)}", p)
+    ]
     return path
 
 
@@ -222,8 +254,9 @@ def test_no_checkout_harness_file_in_image(layers: Layers) -> None:
     ours = {digest: path for path, digest in layers.digests.items()}
     harness = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in checkout_harness_files()}
     assert len(harness) > 50, "expected the checkout's harness folders to be there"
-    copied = sorted(f"{harness[h].relative_to(ROOT)} as /{ours[h]}"
-                    for h in harness.keys() & ours.keys())
+    copied = sorted(
+        f"{harness[h].relative_to(ROOT)} as /{ours[h]}" for h in harness.keys() & ours.keys()
+    )
     assert copied == []
 
 
@@ -267,7 +300,8 @@ def test_no_dev_dependencies(layers: Layers) -> None:
         for line in dists[name].get_all("Requires-Dist") or []:
             req = Requirement(line)
             if req.marker is None or any(
-                    req.marker.evaluate({"extra": extra}) for extra in extras or {""}):
+                req.marker.evaluate({"extra": extra}) for extra in extras or {""}
+            ):
                 dep = canonicalize_name(req.name)
                 if dep not in needed:
                     todo.append((dep, frozenset(req.extras)))
@@ -303,10 +337,15 @@ def tether_containers() -> list[PodContainer]:
                 if not str(c.get("image", "")).startswith("tether:"):
                     continue
                 sc = c.get("securityContext") or {}
-                found.append(PodContainer(
-                    f"{path.relative_to(ROOT)}:{c['name']}", c.get("command"), c.get("args"),
-                    sc.get("runAsUser", pod_sc.get("runAsUser")),
-                    bool(sc.get("readOnlyRootFilesystem"))))
+                found.append(
+                    PodContainer(
+                        f"{path.relative_to(ROOT)}:{c['name']}",
+                        c.get("command"),
+                        c.get("args"),
+                        sc.get("runAsUser", pod_sc.get("runAsUser")),
+                        bool(sc.get("readOnlyRootFilesystem")),
+                    )
+                )
     return found
 
 
@@ -320,8 +359,7 @@ def pod_argv(c: PodContainer, entrypoint: list[str] | None, cmd: list[str] | Non
 def test_manifests_match_the_image(layers: Layers) -> None:
     config = layers.config["config"]
     containers = tether_containers()
-    argvs = {c.where: pod_argv(c, config.get("Entrypoint"), config.get("Cmd"))
-             for c in containers}
+    argvs = {c.where: pod_argv(c, config.get("Entrypoint"), config.get("Cmd")) for c in containers}
     for c in containers:
         assert argvs[c.where][:1] == ["tether"], (c.where, argvs[c.where])
         assert c.run_as_user in (None, UID), c.where
@@ -358,8 +396,10 @@ def test_runs_each_manifest_container(build: Build) -> None:
 
 def test_in_the_container(build: Build) -> None:
     """Runs as 65532 and cannot import the harness packages."""
-    probe = ("import importlib.util, os; print(os.getuid(), os.getgid(), "
-             f"[m for m in {NOT_IN_IMAGE!r} if importlib.util.find_spec(m)])")
+    probe = (
+        "import importlib.util, os; print(os.getuid(), os.getgid(), "
+        f"[m for m in {NOT_IN_IMAGE!r} if importlib.util.find_spec(m)])"
+    )
     done = podman("--read-only", build.tag, "python3", "-c", probe)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{UID} {UID} []"

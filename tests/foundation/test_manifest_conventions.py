@@ -20,14 +20,23 @@ pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers
 # CompassMapping, compass-manager's CRD is not shipped)
 NOT_OURS: set[tuple[str, str]] = set()
 # "date" columns print an age: only for times in the past (a future time prints <invalid>)
-PAST_TIMES = {".metadata.creationTimestamp", ".spec.observedAt", ".status.lastChangeAt",
-              ".status.updatedAt"}
+PAST_TIMES = {
+    ".metadata.creationTimestamp",
+    ".spec.observedAt",
+    ".status.lastChangeAt",
+    ".status.updatedAt",
+}
 
 
 def _render(base: str) -> list[dict[str, Any]]:
     kubectl = controlplane.binaries() / "kubectl"
-    out = subprocess.run([str(kubectl), "kustomize", str(controlplane.REPO_ROOT / base)],
-                         capture_output=True, text=True, timeout=60, check=False)
+    out = subprocess.run(
+        [str(kubectl), "kustomize", str(controlplane.REPO_ROOT / base)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
@@ -42,29 +51,44 @@ def _key(d: dict[str, Any]) -> tuple[str, str]:
 
 
 def test_every_object_is_labelled_part_of_tether(objects: list[dict[str, Any]]) -> None:
-    unlabelled = [_key(d) for d in objects if _key(d) not in NOT_OURS
-                  and (d["metadata"].get("labels") or {}).get("app.kubernetes.io/part-of")
-                  != "tether"]
+    unlabelled = [
+        _key(d)
+        for d in objects
+        if _key(d) not in NOT_OURS
+        and (d["metadata"].get("labels") or {}).get("app.kubernetes.io/part-of") != "tether"
+    ]
     assert unlabelled == []
 
 
 def test_every_workload_carries_the_recommended_labels_and_is_hardened_and_probed(
-        objects: list[dict[str, Any]]) -> None:
+    objects: list[dict[str, Any]],
+) -> None:
     deployments = [d for d in objects if d["kind"] == "Deployment"]
     assert {d["metadata"]["name"] for d in deployments} == {
-        "tether-admin", "tether-compass", "tether-enroller", "tether-janitor", "tether-listener",
-        "tether-poller", "tether-webhook"}
+        "tether-admin",
+        "tether-compass",
+        "tether-enroller",
+        "tether-janitor",
+        "tether-listener",
+        "tether-poller",
+        "tether-webhook",
+    }
     for d in deployments:
         name = d["metadata"]["name"]
         pod = d["spec"]["template"]
         labels = pod["metadata"]["labels"]
         assert labels["app.kubernetes.io/name"] == name
         assert labels["app.kubernetes.io/component"] == name.removeprefix("tether-")
-        assert labels["app.kubernetes.io/part-of"] == labels["app.kubernetes.io/instance"] == "tether"
+        assert (
+            labels["app.kubernetes.io/part-of"] == labels["app.kubernetes.io/instance"] == "tether"
+        )
         # the version: the release the image is tagged with, on the Deployment and its pods
         tags = {c["image"].rpartition(":")[2] for c in pod["spec"]["containers"]}
         assert {labels.get("app.kubernetes.io/version")} == tags, name
-        assert d["metadata"]["labels"]["app.kubernetes.io/version"] == labels["app.kubernetes.io/version"]
+        assert (
+            d["metadata"]["labels"]["app.kubernetes.io/version"]
+            == labels["app.kubernetes.io/version"]
+        )
         assert {k: v for k, v in d["metadata"]["labels"].items()} == labels, name
         assert d["spec"].get("revisionHistoryLimit") is not None, name
         ctx = pod["spec"]["securityContext"]
@@ -81,9 +105,14 @@ def test_every_workload_carries_the_recommended_labels_and_is_hardened_and_probe
 
 
 def test_tether_crds_are_in_the_tether_category_and_their_columns_print_values(
-        objects: list[dict[str, Any]]) -> None:
-    crds = [d for d in objects if d["kind"] == "CustomResourceDefinition"
-            and d["spec"]["group"] == "tether.kyma-project.io"]
+    objects: list[dict[str, Any]],
+) -> None:
+    crds = [
+        d
+        for d in objects
+        if d["kind"] == "CustomResourceDefinition"
+        and d["spec"]["group"] == "tether.kyma-project.io"
+    ]
     assert len(crds) == 6  # records, deliveries, summaries, enrollments, watches, compass mappings
     for crd in crds:
         assert "tether" in crd["spec"]["names"].get("categories", ()), crd["metadata"]["name"]

@@ -71,8 +71,12 @@ def test_both_sockets_are_set_nodelay_and_chunks_pass_whole() -> None:
     seen: list[tuple[int, int]] = []
 
     def passing() -> bool:
-        seen.append((a2.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY),
-                     b1.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)))
+        seen.append(
+            (
+                a2.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY),
+                b1.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY),
+            )
+        )
         return True
 
     t = threading.Thread(target=relay.relay, args=(a2, b1, passing), daemon=True)

@@ -96,8 +96,9 @@ def test_a_redirect_is_never_followed() -> None:
 def test_a_name_resolving_into_a_denied_network_opens_no_connection() -> None:
     with hostile.serving("ok") as h:
         # "localhost" resolves to loopback, which the default deny-list holds
-        api = gateway.from_runtime_kubeconfig(h.kubeconfig(server=f"https://localhost:{h.port}"),
-                                              gateway.Limits(), timeout=TIMEOUT)
+        api = gateway.from_runtime_kubeconfig(
+            h.kubeconfig(server=f"https://localhost:{h.port}"), gateway.Limits(), timeout=TIMEOUT
+        )
         error, _ = timed(lambda: api.get(gateway.SECRETS, "kyma-system", "x"))
         api.close()
         assert isinstance(error, gateway.AddressRefused), error
@@ -107,8 +108,9 @@ def test_a_name_resolving_into_a_denied_network_opens_no_connection() -> None:
 def test_a_literal_denied_address_is_refused_when_parsed() -> None:
     with hostile.serving("ok") as h:
         with pytest.raises(gateway.KubeconfigRefused) as e:
-            gateway.from_runtime_kubeconfig(h.kubeconfig(server=f"https://127.0.0.2:{h.port}"),
-                                            LIMITS)
+            gateway.from_runtime_kubeconfig(
+                h.kubeconfig(server=f"https://127.0.0.2:{h.port}"), LIMITS
+            )
         assert e.value.field == "clusters[0].cluster.server"
         assert h.connections == 0
 
@@ -120,14 +122,18 @@ def test_connections_per_runtime_are_capped() -> None:
             holder = ex.submit(lambda: timed(lambda: api.get(gateway.SECRETS, "a", "b"))[0])
             assert hostile.wait_for(lambda: len(h.requests) == 1)
             # while the one connection hangs, three more calls wait for it, until their deadline
-            waiting = list(ex.map(
-                lambda _: timed(lambda: api.get(gateway.SECRETS, "a", "b", timeout=0.5)),
-                range(3)))
+            waiting = list(
+                ex.map(
+                    lambda _: timed(lambda: api.get(gateway.SECRETS, "a", "b", timeout=0.5)),
+                    range(3),
+                )
+            )
             assert h.connections == 1
             assert holder.result() is not None
         api.close()
-        assert all(isinstance(e, gateway.DeadlineExceeded) and took < 1.5 for e, took in waiting), \
+        assert all(isinstance(e, gateway.DeadlineExceeded) and took < 1.5 for e, took in waiting), (
             waiting
+        )
 
 
 def test_an_error_answer_is_bounded_and_classified() -> None:
@@ -148,42 +154,90 @@ def _with_user(h: hostile.Hostile, **user: object) -> bytes:
 
 
 def test_refused_kubeconfig_fields_run_nothing_read_nothing_send_nothing(
-    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient, kcp_namespace: str,
-    skr: controlplane.ControlPlane, tmp_path: pathlib.Path,
+    kcp: controlplane.ControlPlane,
+    kcp_api: client.ApiClient,
+    kcp_namespace: str,
+    skr: controlplane.ControlPlane,
+    tmp_path: pathlib.Path,
 ) -> None:
     marker = tmp_path / "ran"
     token_file = tmp_path / "kcp-token"
     token_file.write_text("KCP-SERVICE-ACCOUNT-TOKEN")
     script = tmp_path / "cred.sh"
-    script.write_text(f"#!/bin/sh\ntouch {marker}\necho '{{\"apiVersion\":"
-                      "\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
-                      "\"status\":{\"token\":\"x\"}}'\n")
+    script.write_text(
+        f'#!/bin/sh\ntouch {marker}\necho \'{{"apiVersion":'
+        '"client.authentication.k8s.io/v1","kind":"ExecCredential",'
+        '"status":{"token":"x"}}\'\n'
+    )
     script.chmod(0o755)
     with hostile.serving("ok") as h:
         plain = yaml.safe_load(h.kubeconfig())
         cases = {
-            "exec": (_with_user(h, exec={"apiVersion": "client.authentication.k8s.io/v1",
-                                         "command": str(script)}), "users[0].user.exec"),
-            "authprov": (_with_user(h, **{"auth-provider": {"name": "oidc", "config": {
-                "cmd-path": str(script), "id-token": "x"}}}), "users[0].user.auth-provider"),
+            "exec": (
+                _with_user(
+                    h,
+                    exec={"apiVersion": "client.authentication.k8s.io/v1", "command": str(script)},
+                ),
+                "users[0].user.exec",
+            ),
+            "authprov": (
+                _with_user(
+                    h,
+                    **{
+                        "auth-provider": {
+                            "name": "oidc",
+                            "config": {"cmd-path": str(script), "id-token": "x"},
+                        }
+                    },
+                ),
+                "users[0].user.auth-provider",
+            ),
             "tokenfile": (_with_user(h, tokenFile=str(token_file)), "users[0].user.tokenFile"),
-            "certpath": (_with_user(h, **{"client-certificate": str(token_file),
-                                          "client-key": str(token_file)}),
-                         "users[0].user.client-certificate"),
-            "plainhttp": (yaml.safe_dump({**plain, "clusters": [{"name": "hostile", "cluster": {
-                "server": f"http://127.0.0.1:{h.port}"}}]}).encode(),
-                "clusters[0].cluster.server"),
-            "loopback": (h.kubeconfig(server=f"https://127.0.0.2:{h.port}"),
-                         "clusters[0].cluster.server"),
-            "proxy": (yaml.safe_dump({**plain, "clusters": [{"name": "hostile", "cluster": {
-                **plain["clusters"][0]["cluster"], "proxy-url": f"http://127.0.0.1:{h.port}"}}]}
-            ).encode(), "clusters[0].cluster.proxy-url"),
+            "certpath": (
+                _with_user(
+                    h, **{"client-certificate": str(token_file), "client-key": str(token_file)}
+                ),
+                "users[0].user.client-certificate",
+            ),
+            "plainhttp": (
+                yaml.safe_dump(
+                    {
+                        **plain,
+                        "clusters": [
+                            {"name": "hostile", "cluster": {"server": f"http://127.0.0.1:{h.port}"}}
+                        ],
+                    }
+                ).encode(),
+                "clusters[0].cluster.server",
+            ),
+            "loopback": (
+                h.kubeconfig(server=f"https://127.0.0.2:{h.port}"),
+                "clusters[0].cluster.server",
+            ),
+            "proxy": (
+                yaml.safe_dump(
+                    {
+                        **plain,
+                        "clusters": [
+                            {
+                                "name": "hostile",
+                                "cluster": {
+                                    **plain["clusters"][0]["cluster"],
+                                    "proxy-url": f"http://127.0.0.1:{h.port}",
+                                },
+                            }
+                        ],
+                    }
+                ).encode(),
+                "clusters[0].cluster.proxy-url",
+            ),
         }
         for kyma, (content, _) in cases.items():
             compassenv.create_kubeconfig_secret(kcp_api, kcp_namespace, kyma, content)
         compassenv.create_kubeconfig_secret(kcp_api, kcp_namespace, "good", skr)
-        clients = skr_clients.SkrClients(gateway.from_kubeconfig(str(kcp.kubeconfig)),
-                                         kcp_namespace, localnet.policy())
+        clients = skr_clients.SkrClients(
+            gateway.from_kubeconfig(str(kcp.kubeconfig)), kcp_namespace, localnet.policy()
+        )
         try:
             for kyma, (_, field) in cases.items():
                 with pytest.raises(skr_clients.KubeconfigRefused) as e:
@@ -213,13 +267,26 @@ def _b64(data: bytes) -> str:
 
 
 def _with_client_pair(cert_pem: bytes, key_pem: bytes) -> bytes:
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "rt",
-        "clusters": [{"name": "c", "cluster": {"server": "https://api.rt.example.invalid:6443"}}],
-        "users": [{"name": "u", "user": {"client-certificate-data": _b64(cert_pem),
-                                         "client-key-data": _b64(key_pem)}}],
-        "contexts": [{"name": "rt", "context": {"cluster": "c", "user": "u"}}],
-    }).encode()
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "rt",
+            "clusters": [
+                {"name": "c", "cluster": {"server": "https://api.rt.example.invalid:6443"}}
+            ],
+            "users": [
+                {
+                    "name": "u",
+                    "user": {
+                        "client-certificate-data": _b64(cert_pem),
+                        "client-key-data": _b64(key_pem),
+                    },
+                }
+            ],
+            "contexts": [{"name": "rt", "context": {"cluster": "c", "user": "u"}}],
+        }
+    ).encode()
 
 
 def _kc_files() -> list[str]:
@@ -234,7 +301,8 @@ def _kc_files() -> list[str]:
 
 
 def test_a_client_certificate_is_loaded_without_a_file_and_a_bad_key_is_refused(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
     """Building a runtime's client writes its key to no directory (anonymous memory, closed
     at once); a key that does not fit the certificate, or an encrypted one, is refused."""
     made: list[object] = []
@@ -253,15 +321,19 @@ def test_a_client_certificate_is_loaded_without_a_file_and_a_bad_key_is_refused(
     assert made == [] and list(tmp_path.iterdir()) == [] and _kc_files() == []
     with pytest.raises(gateway.KubeConfigError, match="certificates do not load"):
         gateway.from_runtime_kubeconfig(_with_client_pair(pair.cert_pem, other.key_pem), LIMITS)
-    encrypted = pair.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.BestAvailableEncryption(b"pw"))
+    encrypted = pair.key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"pw"),
+    )
     with pytest.raises(gateway.KubeConfigError, match="certificates do not load"):
         gateway.from_runtime_kubeconfig(_with_client_pair(pair.cert_pem, encrypted), LIMITS)
     assert made == [] and list(tmp_path.iterdir()) == [] and _kc_files() == []
 
 
 def test_without_memfd_the_client_certificate_goes_through_a_private_directory_removed_at_once(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
     monkeypatch.delattr(os, "memfd_create")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ca = certs.CertificateAuthority.create("bounds-client-ca")

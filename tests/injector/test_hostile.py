@@ -50,8 +50,9 @@ KEYS = 10_000  # per offender record: the listener's cap of a map, ten times the
 class ConfinedInjector(loop.InjectorProcess):
     """``tether injector`` in a cgroup with the Deployment's limits."""
 
-    def __init__(self, workdir: pathlib.Path, name: str, env: dict[str, str],
-                 group: cgroups.Group | None) -> None:
+    def __init__(
+        self, workdir: pathlib.Path, name: str, env: dict[str, str], group: cgroups.Group | None
+    ) -> None:
         super().__init__(workdir, name, env)
         self.group = group
 
@@ -59,21 +60,38 @@ class ConfinedInjector(loop.InjectorProcess):
         argv = [sys.executable, "-m", "tether.cli", "injector"]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                self.group.wrap(argv) if self.group else argv, env=self.env,
-                cwd=controlplane.REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=controlplane.die_with_parent())
-        loop.wait_until(self._healthy, timeout, f"the injector healthy:\n{self.log()}",
-                        interval=0.2)
+                self.group.wrap(argv) if self.group else argv,
+                env=self.env,
+                cwd=controlplane.REPO_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=controlplane.die_with_parent(),
+            )
+        loop.wait_until(
+            self._healthy, timeout, f"the injector healthy:\n{self.log()}", interval=0.2
+        )
         return self
 
 
 def record_body(rt: str, watch: str, ns: str, name: str, data: dict[str, str]) -> dict[str, Any]:
-    rec = {"runtimeId": rt, "watch": watch, "resource": {"group": "", "version": "v1",
-                                                         "kind": "ConfigMap"},
-           "namespace": "app", "name": name, "uid": f"uid-{name}", "resourceVersion": "7",
-           "observedAt": "2026-12-04T21:00:00Z", "deleted": False, "source": "webhook",
-           "epoch": 0, "labels": {}, "annotations": {}, "data": data}
+    rec = {
+        "runtimeId": rt,
+        "watch": watch,
+        "resource": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "namespace": "app",
+        "name": name,
+        "uid": f"uid-{name}",
+        "resourceVersion": "7",
+        "observedAt": "2026-12-04T21:00:00Z",
+        "deleted": False,
+        "source": "webhook",
+        "epoch": 0,
+        "labels": {},
+        "annotations": {},
+        "data": data,
+    }
     body = records.body(rec, ns)
     rules.annotate(body)  # the size the listener counts against the quota
     return body
@@ -94,40 +112,71 @@ def offender_records(rt: str, watch: str, ns: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def planes_ready(kcp: controlplane.ControlPlane, kcp_api: client.ApiClient) -> Iterator[
-        tuple[controlplane.ControlPlane, client.ApiClient]]:
+def planes_ready(
+    kcp: controlplane.ControlPlane, kcp_api: client.ApiClient
+) -> Iterator[tuple[controlplane.ControlPlane, client.ApiClient]]:
     watchenv.install_crd(kcp_api)
     controlplane.install_crds(kcp_api, listenerenv.CRD_FILE, loop.sample_crd(GROUP))
     yield kcp, kcp_api
 
 
 def test_offenders_at_their_quota_are_refused_alone_and_honest_runtimes_flow(
-        planes_ready: tuple[controlplane.ControlPlane, client.ApiClient],
-        tmp_path: pathlib.Path) -> None:
+    planes_ready: tuple[controlplane.ControlPlane, client.ApiClient], tmp_path: pathlib.Path
+) -> None:
     kcp, api = planes_ready
     ns, records_ns, target_ns = (new_namespace(api, p) for p in ("injh", "injhrec", "injhmod"))
     watch = f"injh-{uuid.uuid4().hex[:6]}"
-    watchenv.apply(api, watchenv.watch(
-        watch, loop.CM, ns, storage={"namespace": records_ns},
-        inject={"resource": {"group": GROUP, "version": "v1", "resource": loop.SAMPLES},
-                "namespace": target_ns, "field": "spec.configuration"}))
+    watchenv.apply(
+        api,
+        watchenv.watch(
+            watch,
+            loop.CM,
+            ns,
+            storage={"namespace": records_ns},
+            inject={
+                "resource": {"group": GROUP, "version": "v1", "resource": loop.SAMPLES},
+                "namespace": target_ns,
+                "field": "spec.configuration",
+            },
+        ),
+    )
     co = client.CustomObjectsApi(api)
     offenders = [f"rt-off-{i:02d}-{uuid.uuid4().hex[:4]}" for i in range(OFFENDERS)]
     honest = [f"rt-ok-{i}-{uuid.uuid4().hex[:4]}" for i in range(HONEST)]
     for rt in offenders + honest:
-        co.create_namespaced_custom_object(GROUP, "v1", target_ns, loop.SAMPLES, {
-            "apiVersion": f"{GROUP}/v1", "kind": "Sample",
-            "metadata": {"name": loop.sample_name(rt), "namespace": target_ns,
-                         "labels": {apitypes.RUNTIME_ID_LABEL: rt}},
-            "spec": {"replicas": 1}})
+        co.create_namespaced_custom_object(
+            GROUP,
+            "v1",
+            target_ns,
+            loop.SAMPLES,
+            {
+                "apiVersion": f"{GROUP}/v1",
+                "kind": "Sample",
+                "metadata": {
+                    "name": loop.sample_name(rt),
+                    "namespace": target_ns,
+                    "labels": {apitypes.RUNTIME_ID_LABEL: rt},
+                },
+                "spec": {"replicas": 1},
+            },
+        )
 
-    group = cgroups.confine(f"injector-hostile-{uuid.uuid4().hex[:6]}",
-                            cgroups.manifest_limits(DEPLOYMENT, "injector"))
-    inj = ConfinedInjector(tmp_path, "hostile", {
-        "TETHER_KCP_NAMESPACE": ns, "TETHER_INJECTOR_KUBECONFIG": str(kcp.kubeconfig),
-        "TETHER_INJECTOR_LEASE_NAMESPACE": ns, "TETHER_INJECTOR_LEASE_SECONDS": "3",
-        "TETHER_INJECTOR_WATCH_LIST_SECONDS": "1", "TETHER_INJECTOR_RESYNC_SECONDS": "30"},
-        group)
+    group = cgroups.confine(
+        f"injector-hostile-{uuid.uuid4().hex[:6]}", cgroups.manifest_limits(DEPLOYMENT, "injector")
+    )
+    inj = ConfinedInjector(
+        tmp_path,
+        "hostile",
+        {
+            "TETHER_KCP_NAMESPACE": ns,
+            "TETHER_INJECTOR_KUBECONFIG": str(kcp.kubeconfig),
+            "TETHER_INJECTOR_LEASE_NAMESPACE": ns,
+            "TETHER_INJECTOR_LEASE_SECONDS": "3",
+            "TETHER_INJECTOR_WATCH_LIST_SECONDS": "1",
+            "TETHER_INJECTOR_RESYNC_SECONDS": "30",
+        },
+        group,
+    )
     r = apitypes.RUNTIME_CONFIGMAPS
     t0 = time.monotonic()
     try:
@@ -136,7 +185,8 @@ def test_offenders_at_their_quota_are_refused_alone_and_honest_runtimes_flow(
         def put(body: dict[str, Any]) -> int:
             with kcp.api_client() as own:
                 client.CustomObjectsApi(own).create_namespaced_custom_object(
-                    r.group, r.version, records_ns, r.plural, body)
+                    r.group, r.version, records_ns, r.plural, body
+                )
             return rules.stored_size(body["metadata"])
 
         flood = [b for rt in offenders for b in offender_records(rt, watch, records_ns)]
@@ -145,26 +195,48 @@ def test_offenders_at_their_quota_are_refused_alone_and_honest_runtimes_flow(
         t_flood = time.monotonic() - t0
         want: dict[str, dict[str, str]] = {}
         for i, rt in enumerate(honest):
-            for name, data in (("a", {"color": f"blue-{i}", "shared": "a"}),
-                               ("b", {"shared": "b", "size": "xl"})):
+            for name, data in (
+                ("a", {"color": f"blue-{i}", "shared": "a"}),
+                ("b", {"shared": "b", "size": "xl"}),
+            ):
                 put(record_body(rt, watch, records_ns, name, data))
             want[rt] = {"color": f"blue-{i}", "shared": "b", "size": "xl"}
 
         def configuration(rt: str) -> Any:
             return loop.configuration(api, target_ns, rt, GROUP)
-        loop.wait_until(lambda: all(configuration(rt) == v for rt, v in want.items()), 60,
-                        f"the honest runtimes' values in their CRs\n{inj.log()}", interval=0.5)
+
+        loop.wait_until(
+            lambda: all(configuration(rt) == v for rt, v in want.items()),
+            60,
+            f"the honest runtimes' values in their CRs\n{inj.log()}",
+            interval=0.5,
+        )
         t_honest = time.monotonic() - t0
 
         def refused(rt: str) -> dict[str, Any] | None:
             obj = loop.sample(api, target_ns, rt, GROUP)
-            return next((c for c in (obj.get("status") or {}).get("conditions") or []
-                         if c["type"] == merge.CONDITION and c["reason"] == "OverBounds"), None)
-        loop.wait_until(lambda: all(refused(rt) for rt in offenders), 60,
-                        f"every offender's condition\n{inj.log()}", interval=0.5)
-        loop.wait_until(lambda: inj.metric("tether_injector_runtimes_refused",
-                                           bound="keys_per_record") == OFFENDERS, 30,
-                        "the refused runtimes counted")
+            return next(
+                (
+                    c
+                    for c in (obj.get("status") or {}).get("conditions") or []
+                    if c["type"] == merge.CONDITION and c["reason"] == "OverBounds"
+                ),
+                None,
+            )
+
+        loop.wait_until(
+            lambda: all(refused(rt) for rt in offenders),
+            60,
+            f"every offender's condition\n{inj.log()}",
+            interval=0.5,
+        )
+        loop.wait_until(
+            lambda: (
+                inj.metric("tether_injector_runtimes_refused", bound="keys_per_record") == OFFENDERS
+            ),
+            30,
+            "the refused runtimes counted",
+        )
         cond = refused(offenders[0])
         assert cond is not None and cond["status"] == "False"
         assert "10000 keys in one record" in cond["message"]
@@ -176,11 +248,14 @@ def test_offenders_at_their_quota_are_refused_alone_and_honest_runtimes_flow(
         put_edit = record_body(honest[0], watch, records_ns, "c", {"late": "yes"})
         put(put_edit)
         want[honest[0]] = {**want[honest[0]], "late": "yes"}
-        loop.wait_until(lambda: configuration(honest[0]) == want[honest[0]], 30,
-                        f"an honest edit after the flood\n{inj.log()}", interval=0.2)
+        loop.wait_until(
+            lambda: configuration(honest[0]) == want[honest[0]],
+            30,
+            f"an honest edit after the flood\n{inj.log()}",
+            interval=0.2,
+        )
         assert inj.get("/healthz")[0] == 200
-        samples = json.dumps(co.list_namespaced_custom_object(GROUP, "v1", target_ns,
-                                                               loop.SAMPLES))
+        samples = json.dumps(co.list_namespaced_custom_object(GROUP, "v1", target_ns, loop.SAMPLES))
         assert '"k0000"' not in samples  # no offender key in any target
     finally:
         inj.stop()
@@ -189,8 +264,10 @@ def test_offenders_at_their_quota_are_refused_alone_and_honest_runtimes_flow(
         if group:
             group.remove()
     line = cgroups.held(usage, "the injector under the flood")
-    print(f"{OFFENDERS} offenders: {len(flood)} records, {written / 2**20:.0f} MiB written in "
-          f"{t_flood:.1f} s; honest values in {t_honest:.1f} s; {line}")
+    print(
+        f"{OFFENDERS} offenders: {len(flood)} records, {written / 2**20:.0f} MiB written in "
+        f"{t_flood:.1f} s; honest values in {t_honest:.1f} s; {line}"
+    )
     if usage is not None:
         assert usage.limits.memory is not None and usage.peak is not None
         # flat: what the offenders store is never held (12 x 39 MB when it was)

@@ -36,40 +36,54 @@ WAIT = 30.0
 class Env:
     kcp: controlplane.ControlPlane
     api: client.ApiClient
-    ns: str          # the Watches, the Lease
+    ns: str  # the Watches, the Lease
     records_ns: str  # the Watch's storage namespace
     target_ns: str
     watch: str
     work: pathlib.Path
     injector: loop.InjectorProcess
-    rv: int = 100    # the records' runtime resourceVersions
+    rv: int = 100  # the records' runtime resourceVersions
     stored: int = 0  # the KCP resourceVersion of the last record written
 
-    def record(self, rt: str, name: str, data: dict[str, str] | None, *, epoch: int = 0,
-               cm_ns: str = "app") -> None:
+    def record(
+        self, rt: str, name: str, data: dict[str, str] | None, *, epoch: int = 0, cm_ns: str = "app"
+    ) -> None:
         """Store (create or replace) the record of ConfigMap ``cm_ns/name``; ``data`` None:
         a tombstone."""
         self.rv += 1
-        rec = {"runtimeId": rt, "watch": self.watch, "resource": {"group": "", "version": "v1",
-                                                                  "kind": "ConfigMap"},
-               "namespace": cm_ns, "name": name, "uid": f"uid-{name}",
-               "resourceVersion": str(self.rv), "observedAt": "2026-12-04T21:00:00Z",
-               "deleted": data is None, "source": "webhook", "epoch": epoch, "labels": {},
-               "annotations": {}, "data": data or {}}
+        rec = {
+            "runtimeId": rt,
+            "watch": self.watch,
+            "resource": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "namespace": cm_ns,
+            "name": name,
+            "uid": f"uid-{name}",
+            "resourceVersion": str(self.rv),
+            "observedAt": "2026-12-04T21:00:00Z",
+            "deleted": data is None,
+            "source": "webhook",
+            "epoch": epoch,
+            "labels": {},
+            "annotations": {},
+            "data": data or {},
+        }
         body = records.body(rec, self.records_ns)
         co = client.CustomObjectsApi(self.api)
         r = apitypes.RUNTIME_CONFIGMAPS
         try:
-            made = co.create_namespaced_custom_object(r.group, r.version, self.records_ns,
-                                                      r.plural, body)
+            made = co.create_namespaced_custom_object(
+                r.group, r.version, self.records_ns, r.plural, body
+            )
         except client.ApiException as e:
             if e.status != 409:
                 raise
-            cur: Any = co.get_namespaced_custom_object(r.group, r.version, self.records_ns, r.plural,
-                                                  body["metadata"]["name"])
+            cur: Any = co.get_namespaced_custom_object(
+                r.group, r.version, self.records_ns, r.plural, body["metadata"]["name"]
+            )
             body["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
-            made = co.replace_namespaced_custom_object(r.group, r.version, self.records_ns,
-                                                       r.plural, body["metadata"]["name"], body)
+            made = co.replace_namespaced_custom_object(
+                r.group, r.version, self.records_ns, r.plural, body["metadata"]["name"], body
+            )
         self.stored = int(cast(dict[str, Any], made)["metadata"]["resourceVersion"])
 
     def remove(self, rt: str, name: str, cm_ns: str = "app") -> None:
@@ -77,7 +91,8 @@ class Env:
         r = apitypes.RUNTIME_CONFIGMAPS
         key = records.Key(rt, self.watch, cm_ns, name)
         client.CustomObjectsApi(self.api).delete_namespaced_custom_object(
-            r.group, r.version, self.records_ns, r.plural, records.object_name(key))
+            r.group, r.version, self.records_ns, r.plural, records.object_name(key)
+        )
 
     def target(self, rt: str) -> dict[str, Any]:
         return loop.sample(self.api, self.target_ns, rt, GROUP)
@@ -85,49 +100,86 @@ class Env:
     def configuration(self, rt: str) -> dict[str, str] | None:
         return loop.configuration(self.api, self.target_ns, rt, GROUP)
 
-    def converges(self, rt: str, want: dict[str, str] | None, what: str,
-                  timeout: float = WAIT) -> None:
-        loop.wait_until(lambda: self.configuration(rt) == want, timeout,
-                        f"{what}: {want}, got {self.configuration(rt)}\n{self.injector.log()}",
-                        interval=0.1)
+    def converges(
+        self, rt: str, want: dict[str, str] | None, what: str, timeout: float = WAIT
+    ) -> None:
+        loop.wait_until(
+            lambda: self.configuration(rt) == want,
+            timeout,
+            f"{what}: {want}, got {self.configuration(rt)}\n{self.injector.log()}",
+            interval=0.1,
+        )
 
     def runtime(self, *, samples: int = 1) -> str:
         rt = f"rt-{uuid.uuid4().hex[:8]}"
         for i in range(samples):
-            body = {"apiVersion": f"{GROUP}/v1", "kind": "Sample",
-                    "metadata": {"name": f"{loop.sample_name(rt)}{'-' + str(i) if i else ''}",
-                                 "namespace": self.target_ns,
-                                 "labels": {apitypes.RUNTIME_ID_LABEL: rt}},
-                    "spec": {"replicas": 1}}
+            body = {
+                "apiVersion": f"{GROUP}/v1",
+                "kind": "Sample",
+                "metadata": {
+                    "name": f"{loop.sample_name(rt)}{'-' + str(i) if i else ''}",
+                    "namespace": self.target_ns,
+                    "labels": {apitypes.RUNTIME_ID_LABEL: rt},
+                },
+                "spec": {"replicas": 1},
+            }
             client.CustomObjectsApi(self.api).create_namespaced_custom_object(
-                GROUP, "v1", self.target_ns, loop.SAMPLES, body)
+                GROUP, "v1", self.target_ns, loop.SAMPLES, body
+            )
         return rt
 
     def start_injector(self, name: str, **extra: str) -> loop.InjectorProcess:
-        self.injector = loop.InjectorProcess(self.work, name, {
-            "TETHER_KCP_NAMESPACE": self.ns,
-            "TETHER_INJECTOR_KUBECONFIG": str(self.kcp.kubeconfig),
-            "TETHER_INJECTOR_LEASE_NAMESPACE": self.ns,
-            "TETHER_INJECTOR_LEASE_SECONDS": "3",
-            "TETHER_INJECTOR_WATCH_LIST_SECONDS": "1",
-            "TETHER_INJECTOR_RESYNC_SECONDS": "5", **extra}).start()
+        self.injector = loop.InjectorProcess(
+            self.work,
+            name,
+            {
+                "TETHER_KCP_NAMESPACE": self.ns,
+                "TETHER_INJECTOR_KUBECONFIG": str(self.kcp.kubeconfig),
+                "TETHER_INJECTOR_LEASE_NAMESPACE": self.ns,
+                "TETHER_INJECTOR_LEASE_SECONDS": "3",
+                "TETHER_INJECTOR_WATCH_LIST_SECONDS": "1",
+                "TETHER_INJECTOR_RESYNC_SECONDS": "5",
+                **extra,
+            },
+        ).start()
         return self.injector
 
 
 @pytest.fixture(scope="module")
-def env(kcp: controlplane.ControlPlane, kcp_api: client.ApiClient,
-        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(
+    kcp: controlplane.ControlPlane,
+    kcp_api: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Env]:
     watchenv.install_crd(kcp_api)
     controlplane.install_crds(kcp_api, listenerenv.CRD_FILE, loop.sample_crd(GROUP))
     ns = new_namespace(kcp_api, "inj")
     records_ns, target_ns = new_namespace(kcp_api, "injrec"), new_namespace(kcp_api, "injmod")
     watch = f"inj-{uuid.uuid4().hex[:6]}"
-    watchenv.apply(kcp_api, watchenv.watch(
-        watch, loop.CM, ns, storage={"namespace": records_ns},
-        inject={"resource": {"group": GROUP, "version": "v1", "resource": loop.SAMPLES},
-                "namespace": target_ns, "field": "spec.configuration"}))
-    e = Env(kcp, kcp_api, ns, records_ns, target_ns, watch, tmp_path_factory.mktemp("injector"),
-            cast(loop.InjectorProcess, None))
+    watchenv.apply(
+        kcp_api,
+        watchenv.watch(
+            watch,
+            loop.CM,
+            ns,
+            storage={"namespace": records_ns},
+            inject={
+                "resource": {"group": GROUP, "version": "v1", "resource": loop.SAMPLES},
+                "namespace": target_ns,
+                "field": "spec.configuration",
+            },
+        ),
+    )
+    e = Env(
+        kcp,
+        kcp_api,
+        ns,
+        records_ns,
+        target_ns,
+        watch,
+        tmp_path_factory.mktemp("injector"),
+        cast(loop.InjectorProcess, None),
+    )
     e.start_injector("first")
     try:
         yield e
@@ -136,8 +188,11 @@ def env(kcp: controlplane.ControlPlane, kcp_api: client.ApiClient,
 
 
 def events_on(e: Env, name: str) -> list[str]:
-    items = client.CoreV1Api(e.api).list_namespaced_event(
-        e.target_ns, field_selector=f"involvedObject.name={name}").items
+    items = (
+        client.CoreV1Api(e.api)
+        .list_namespaced_event(e.target_ns, field_selector=f"involvedObject.name={name}")
+        .items
+    )
     return [str(ev.reason) for ev in items]
 
 
@@ -150,15 +205,25 @@ def test_records_reach_the_target_and_removing_them_removes_the_values(env: Env)
     ann = obj["metadata"]["annotations"]
     assert ann[merge.DIGEST_ANNOTATION] == merge.digest({"k1": "v1", "shared": "from-b"})
     assert ann[merge.FROM_ANNOTATION] == f"{env.watch}:{env.stored}"  # the KCP revision
-    loop.wait_until(lambda: merge.condition_current(env.target(rt), merge.Intent(
-        {"k1": "v1", "shared": "from-b"}, ann[merge.DIGEST_ANNOTATION],
-        ann[merge.FROM_ANNOTATION], 2)), WAIT, "the condition at the target's generation")
-    cond = next(c for c in env.target(rt)["status"]["conditions"]
-                if c["type"] == merge.CONDITION)
+    loop.wait_until(
+        lambda: merge.condition_current(
+            env.target(rt),
+            merge.Intent(
+                {"k1": "v1", "shared": "from-b"},
+                ann[merge.DIGEST_ANNOTATION],
+                ann[merge.FROM_ANNOTATION],
+                2,
+            ),
+        ),
+        WAIT,
+        "the condition at the target's generation",
+    )
+    cond = next(c for c in env.target(rt)["status"]["conditions"] if c["type"] == merge.CONDITION)
     assert cond["observedGeneration"] == env.target(rt)["metadata"]["generation"]
     assert "v1" not in cond["message"] and "from-b" not in cond["message"]
-    loop.wait_until(lambda: "Injected" in events_on(env, obj["metadata"]["name"]), WAIT,
-                    "an Injected Event")
+    loop.wait_until(
+        lambda: "Injected" in events_on(env, obj["metadata"]["name"]), WAIT, "an Injected Event"
+    )
 
     env.record(rt, "a", {"k1": "v2", "shared": "from-a"})
     env.converges(rt, {"k1": "v2", "shared": "from-b"}, "an update")
@@ -167,8 +232,13 @@ def test_records_reach_the_target_and_removing_them_removes_the_values(env: Env)
     env.remove(rt, "b")
     env.remove(rt, "a")  # the janitor removes a deleted Kyma CR's records
     env.converges(rt, None, "no record left: the field goes")
-    loop.wait_until(lambda: merge.DIGEST_ANNOTATION not in (
-        env.target(rt)["metadata"].get("annotations") or {}), WAIT, "the annotations gone")
+    loop.wait_until(
+        lambda: (
+            merge.DIGEST_ANNOTATION not in (env.target(rt)["metadata"].get("annotations") or {})
+        ),
+        WAIT,
+        "the annotations gone",
+    )
     assert env.target(rt)["spec"]["replicas"] == 1  # the module's own field is kept
     full_log = env.injector.log_path.read_text(errors="replace")
     assert "from-a" not in full_log and "from-b" not in full_log  # values never logged
@@ -179,8 +249,13 @@ def test_an_edited_target_is_repaired_by_the_periodic_pass(env: Env) -> None:
     env.record(rt, "cfg", {"mode": "fast"})
     env.converges(rt, {"mode": "fast"}, "the first apply")
     client.CustomObjectsApi(env.api).patch_namespaced_custom_object(
-        GROUP, "v1", env.target_ns, loop.SAMPLES, loop.sample_name(rt),
-        {"spec": {"configuration": {"mode": "edited"}}})
+        GROUP,
+        "v1",
+        env.target_ns,
+        loop.SAMPLES,
+        loop.sample_name(rt),
+        {"spec": {"configuration": {"mode": "edited"}}},
+    )
     assert env.configuration(rt) == {"mode": "edited"}
     env.converges(rt, {"mode": "fast"}, "the periodic pass (5 s) repairs the edit", timeout=20)
 
@@ -198,15 +273,27 @@ def test_an_epoch_change_converges(env: Env) -> None:
 
 
 def test_no_target_is_skipped_and_two_targets_are_refused(env: Env) -> None:
-    before = (env.injector.metric("tether_injector_applies_total", result="no_target"),
-              env.injector.metric("tether_injector_applies_total", result="ambiguous"))
+    before = (
+        env.injector.metric("tether_injector_applies_total", result="no_target"),
+        env.injector.metric("tether_injector_applies_total", result="ambiguous"),
+    )
     lonely, doubled = f"rt-none-{uuid.uuid4().hex[:6]}", env.runtime(samples=2)
     env.record(lonely, "a", {"k": "v"})
     env.record(doubled, "a", {"k": "v"})
-    loop.wait_until(lambda: env.injector.metric("tether_injector_applies_total",
-                                                result="no_target") > before[0], WAIT, "no_target")
-    loop.wait_until(lambda: env.injector.metric("tether_injector_applies_total",
-                                                result="ambiguous") > before[1], WAIT, "ambiguous")
+    loop.wait_until(
+        lambda: (
+            env.injector.metric("tether_injector_applies_total", result="no_target") > before[0]
+        ),
+        WAIT,
+        "no_target",
+    )
+    loop.wait_until(
+        lambda: (
+            env.injector.metric("tether_injector_applies_total", result="ambiguous") > before[1]
+        ),
+        WAIT,
+        "ambiguous",
+    )
     assert env.configuration(doubled) is None
 
 
@@ -224,8 +311,10 @@ def test_killed_mid_stream_and_restarted_loses_no_value(env: Env) -> None:
     del want["k3"]
     env.start_injector("second")  # takes the Lease once the killed one's expires (3 s)
     env.converges(rt, want, "every value written before, during and after the kill")
-    assert env.target(rt)["metadata"]["annotations"][merge.FROM_ANNOTATION] == \
-        f"{env.watch}:{env.stored}"
+    assert (
+        env.target(rt)["metadata"]["annotations"][merge.FROM_ANNOTATION]
+        == f"{env.watch}:{env.stored}"
+    )
 
 
 def test_kcp_apiserver_restart_converges(env: Env) -> None:
@@ -235,25 +324,45 @@ def test_kcp_apiserver_restart_converges(env: Env) -> None:
     env.kcp.stop_apiserver()
     env.kcp.start_apiserver()
     env.record(rt, "a", {"before": "1", "after": "2"})
-    env.converges(rt, {"before": "1", "after": "2"}, "after the KCP apiserver restarted",
-                  timeout=60)
+    env.converges(
+        rt, {"before": "1", "after": "2"}, "after the KCP apiserver restarted", timeout=60
+    )
     assert env.injector.get("/healthz")[0] == 200
 
 
 def test_watches_over_the_bound_are_not_followed(env: Env) -> None:
     ns = new_namespace(env.api, "injw")
     for name in ("w-a", "w-b"):
-        watchenv.apply(env.api, watchenv.watch(
-            name, loop.CM, ns, inject={"resource": {"group": GROUP, "version": "v1",
-                                               "resource": loop.SAMPLES},
-                                  "namespace": ns, "field": "spec.configuration"}))
-    other = loop.InjectorProcess(env.work, "bounded", {
-        "TETHER_KCP_NAMESPACE": ns, "TETHER_INJECTOR_KUBECONFIG": str(env.kcp.kubeconfig),
-        "TETHER_INJECTOR_LEASE_NAMESPACE": ns, "TETHER_INJECTOR_WATCH_LIST_SECONDS": "1",
-        "TETHER_INJECTOR_MAX_WATCHES": "1"}).start()
+        watchenv.apply(
+            env.api,
+            watchenv.watch(
+                name,
+                loop.CM,
+                ns,
+                inject={
+                    "resource": {"group": GROUP, "version": "v1", "resource": loop.SAMPLES},
+                    "namespace": ns,
+                    "field": "spec.configuration",
+                },
+            ),
+        )
+    other = loop.InjectorProcess(
+        env.work,
+        "bounded",
+        {
+            "TETHER_KCP_NAMESPACE": ns,
+            "TETHER_INJECTOR_KUBECONFIG": str(env.kcp.kubeconfig),
+            "TETHER_INJECTOR_LEASE_NAMESPACE": ns,
+            "TETHER_INJECTOR_WATCH_LIST_SECONDS": "1",
+            "TETHER_INJECTOR_MAX_WATCHES": "1",
+        },
+    ).start()
     try:
-        loop.wait_until(lambda: other.metric("tether_injector_watches_skipped") == 1, WAIT,
-                        f"one Watch skipped\n{other.log()}")
+        loop.wait_until(
+            lambda: other.metric("tether_injector_watches_skipped") == 1,
+            WAIT,
+            f"one Watch skipped\n{other.log()}",
+        )
         assert other.metric("tether_injector_watches") == 1
         assert "over TETHER_INJECTOR_MAX_WATCHES (1) not followed: w-b" in other.log()
     finally:
@@ -282,8 +391,11 @@ def test_an_expired_watch_relists_and_converges(env: Env) -> None:
     finally:
         os.killpg(proc.proc.pid, signal.SIGCONT)
     env.converges(rt, {"a": "1", "c": "3"}, "after the relist", timeout=60)
-    loop.wait_until(lambda: "relist complete" in proc.log_path.read_text(), WAIT,
-                    f"the relist logged\n{proc.log()}")
+    loop.wait_until(
+        lambda: "relist complete" in proc.log_path.read_text(),
+        WAIT,
+        f"the relist logged\n{proc.log()}",
+    )
 
 
 def test_a_record_over_the_keys_cap_refuses_its_runtime_alone_until_it_fits(env: Env) -> None:
@@ -300,10 +412,15 @@ def test_a_record_over_the_keys_cap_refuses_its_runtime_alone_until_it_fits(env:
 
     def reason() -> str:
         conds = (env.target(bad).get("status") or {}).get("conditions") or []
-        return next((f"{c['reason']}: {c['message']}" for c in conds
-                     if c["type"] == merge.CONDITION), "")
-    loop.wait_until(lambda: reason().startswith("OverBounds"), WAIT,
-                    f"the refusal on the target\n{env.injector.log()}")
+        return next(
+            (f"{c['reason']}: {c['message']}" for c in conds if c["type"] == merge.CONDITION), ""
+        )
+
+    loop.wait_until(
+        lambda: reason().startswith("OverBounds"),
+        WAIT,
+        f"the refusal on the target\n{env.injector.log()}",
+    )
     assert "1001 keys in one record" in reason() and "k0" not in reason()
     assert env.configuration(bad) is None
     assert env.injector.metric("tether_injector_applies_total", result="refused") > before

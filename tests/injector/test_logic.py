@@ -12,8 +12,11 @@ from injector.store import Store
 from tether import storagebudget
 
 FIELD = ("spec", "configuration")
-TARGET: dict[str, Any] = {"apiVersion": "sample.kyma-project.io/v1", "kind": "Sample",
-          "metadata": {"name": "s1", "namespace": "kcp-system", "generation": 3}}
+TARGET: dict[str, Any] = {
+    "apiVersion": "sample.kyma-project.io/v1",
+    "kind": "Sample",
+    "metadata": {"name": "s1", "namespace": "kcp-system", "generation": 3},
+}
 
 
 def src(ns: str, name: str, data: dict[str, str], rev: int = 1) -> merge.Source:
@@ -21,8 +24,11 @@ def src(ns: str, name: str, data: dict[str, str], rev: int = 1) -> merge.Source:
 
 
 def test_merge_order_is_namespace_then_name_and_a_later_key_wins() -> None:
-    sources = [src("b", "a", {"k": "3"}), src("a", "z", {"k": "2", "y": "y"}),
-               src("a", "b", {"k": "1", "x": "x"})]
+    sources = [
+        src("b", "a", {"k": "3"}),
+        src("a", "z", {"k": "2", "y": "y"}),
+        src("a", "b", {"k": "1", "x": "x"}),
+    ]
     assert merge.merged(sources) == {"k": "3", "x": "x", "y": "y"}
     assert merge.merged(reversed(sources)) == merge.merged(sources)
 
@@ -34,8 +40,9 @@ def test_digest_is_canonical() -> None:
 
 
 def test_source_keeps_string_values_only() -> None:
-    s = merge.source_of({"namespace": "n", "name": "c", "data": {"a": "1", "b": 2},
-                         "binaryData": {"c": "AA=="}}, 7)
+    s = merge.source_of(
+        {"namespace": "n", "name": "c", "data": {"a": "1", "b": 2}, "binaryData": {"c": "AA=="}}, 7
+    )
     assert s == merge.Source("n", "c", {"a": "1"}, 7)
     assert merge.source_of({"namespace": "n", "name": "c"}, 1).data == {}
 
@@ -44,9 +51,14 @@ def test_apply_body_sets_the_field_and_annotations() -> None:
     want = merge.intent("w1", [src("a", "x", {"k": "v"}, 5), src("a", "y", {"j": "u"}, 9)])
     body = merge.apply_body(TARGET, FIELD, want)
     assert body["spec"] == {"configuration": {"k": "v", "j": "u"}}
-    assert body["metadata"] == {"name": "s1", "namespace": "kcp-system", "annotations": {
-        merge.DIGEST_ANNOTATION: merge.digest({"k": "v", "j": "u"}),
-        merge.FROM_ANNOTATION: "w1:9"}}
+    assert body["metadata"] == {
+        "name": "s1",
+        "namespace": "kcp-system",
+        "annotations": {
+            merge.DIGEST_ANNOTATION: merge.digest({"k": "v", "j": "u"}),
+            merge.FROM_ANNOTATION: "w1:9",
+        },
+    }
     assert (body["apiVersion"], body["kind"]) == ("sample.kyma-project.io/v1", "Sample")
     assert merge.intent("w1", [src("a", "x", {"k": "v"}, 5)], 12).origin == "w1:12"
     deep = merge.apply_body(TARGET, ("spec", "a", "b"), want)
@@ -61,8 +73,16 @@ def test_no_live_record_is_a_body_without_field_and_annotations() -> None:
 
 
 def applied(want: merge.Intent, values: Any = None) -> dict[str, Any]:
-    obj: dict[str, Any] = {**TARGET, "metadata": {**TARGET["metadata"], "annotations": {
-        merge.DIGEST_ANNOTATION: want.digest, merge.FROM_ANNOTATION: want.origin}}}
+    obj: dict[str, Any] = {
+        **TARGET,
+        "metadata": {
+            **TARGET["metadata"],
+            "annotations": {
+                merge.DIGEST_ANNOTATION: want.digest,
+                merge.FROM_ANNOTATION: want.origin,
+            },
+        },
+    }
     obj["spec"] = {"configuration": dict(want.values or {}) if values is None else values}
     return obj
 
@@ -85,7 +105,11 @@ def test_condition_holds_counts_never_values() -> None:
     want = merge.intent("w1", [src("a", "x", {"k": "secret-value"}, 4)])
     c = merge.condition(want, 3, "2026-01-01T00:00:00Z")
     assert (c["type"], c["status"], c["reason"], c["observedGeneration"]) == (
-        "ConfigurationInjected", "True", "Injected", 3)
+        "ConfigurationInjected",
+        "True",
+        "Injected",
+        3,
+    )
     assert "secret-value" not in str(c) and "1 keys from 1 ConfigMaps" in c["message"]
     failed = merge.condition(None, 3, "t", reason="ApplyFailed", message="forbidden")
     assert (failed["status"], failed["reason"]) == ("False", "ApplyFailed")
@@ -93,9 +117,15 @@ def test_condition_holds_counts_never_values() -> None:
 
 
 def test_conditions_with_replaces_by_type_and_keeps_the_transition_time() -> None:
-    old = [{"type": "Ready", "status": "True"},
-           {"type": "ConfigurationInjected", "status": "True", "reason": "Injected",
-            "lastTransitionTime": "old"}]
+    old = [
+        {"type": "Ready", "status": "True"},
+        {
+            "type": "ConfigurationInjected",
+            "status": "True",
+            "reason": "Injected",
+            "lastTransitionTime": "old",
+        },
+    ]
     new = merge.condition(merge.intent("w", [src("a", "x", {"k": "v"})]), 2, "now")
     out = merge.conditions_with(old, new)
     assert [c["type"] for c in out] == ["Ready", "ConfigurationInjected"]
@@ -124,12 +154,17 @@ def meta(rv: int, size: int | None = None) -> dict[str, Any]:
 def test_census_refuses_over_the_records_and_bytes_quota_before_any_value_is_read() -> None:
     c = bounds.Census.of([meta(5, 100), meta(9, 200), meta(7)])
     assert c == bounds.Census(3, 300, 9) and c.refusal(LIMITS) is None
-    assert bounds.Census.of([meta(i, 1) for i in range(4)]).refusal(LIMITS) == \
-        bounds.Refusal("records", 4, 3)
+    assert bounds.Census.of([meta(i, 1) for i in range(4)]).refusal(LIMITS) == bounds.Refusal(
+        "records", 4, 3
+    )
     assert bounds.Census.of([meta(1, 1001)]).refusal(LIMITS) == bounds.Refusal("bytes", 1001, 1000)
     # a hostile annotation is no number: 0, never an exception
-    assert bounds.Census.of([meta(1, None), {"metadata": {"annotations": {
-        bounds.SIZE_ANNOTATION: "9" * 40}}}, {}]).bytes == 0
+    assert (
+        bounds.Census.of(
+            [meta(1, None), {"metadata": {"annotations": {bounds.SIZE_ANNOTATION: "9" * 40}}}, {}]
+        ).bytes
+        == 0
+    )
     assert c.fingerprint() != bounds.Census.of([meta(5, 100), meta(9, 200)]).fingerprint()
 
 
@@ -186,6 +221,7 @@ def test_read_budget_holds_shares_and_waits_for_room() -> None:
             with b.hold(60, stop) as got:
                 waited.append(b.held if got else -1)
                 done.wait(5)
+
         t = threading.Thread(target=second)
         t.start()
         t.join(0.3)
@@ -241,9 +277,13 @@ def test_max_records_default_is_the_listeners_quota_default() -> None:
 
 
 def test_per_runtime_bounds_follow_the_listeners_quota_variables() -> None:
-    s = settings.from_env({"TETHER_LISTENER_QUOTA_RECORDS": "300",
-                           "TETHER_LISTENER_QUOTA_BYTES": str(4 << 20)})
+    s = settings.from_env(
+        {"TETHER_LISTENER_QUOTA_RECORDS": "300", "TETHER_LISTENER_QUOTA_BYTES": str(4 << 20)}
+    )
     assert (s.max_records, s.max_bytes, s.read_bytes) == (300, 4 << 20, 8 << 20)
     d = settings.from_env({})
-    assert d.max_bytes == storagebudget.RECORD_BYTES_FLOOR and d.max_runtimes == 2 * storagebudget.RUNTIMES
+    assert (
+        d.max_bytes == storagebudget.RECORD_BYTES_FLOOR
+        and d.max_runtimes == 2 * storagebudget.RUNTIMES
+    )
     assert d.max_keys_per_record < 10_000 <= d.max_keys

@@ -31,8 +31,13 @@ SA = ("tether-system", "tether-injector")
 
 
 def render(path: str) -> list[dict[str, Any]]:
-    done = subprocess.run([str(controlplane.binaries() / "kubectl"), "kustomize", str(KCP / path)],
-                          capture_output=True, text=True, check=False, timeout=120)
+    done = subprocess.run(
+        [str(controlplane.binaries() / "kubectl"), "kustomize", str(KCP / path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
@@ -62,12 +67,16 @@ def test_the_example_watch_names_the_example_crd() -> None:
     assert ns["metadata"]["name"] == role["metadata"]["namespace"] == w.storage_namespace
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "tether-records-reader"
     assert (w.inject.resource.group, w.inject.resource.plural) == (
-        crd["spec"]["group"], crd["spec"]["names"]["plural"])
+        crd["spec"]["group"],
+        crd["spec"]["names"]["plural"],
+    )
     assert w.inject.field == ("spec", "configuration")
     version = crd["spec"]["versions"][0]
     assert "status" in version["subresources"]
     props = version["schema"]["openAPIV3Schema"]["properties"]
-    assert props["spec"]["properties"]["configuration"]["additionalProperties"] == {"type": "string"}
+    assert props["spec"]["properties"]["configuration"]["additionalProperties"] == {
+        "type": "string"
+    }
 
 
 def _renamed(docs: list[dict[str, Any]], names: dict[str, str]) -> list[dict[str, Any]]:
@@ -84,19 +93,40 @@ def _apply(api: client.ApiClient, doc: dict[str, Any]) -> None:
     create: dict[str, Callable[[], object]] = {
         "ServiceAccount": lambda: core.create_namespaced_service_account(ns, body),
         "Role": lambda: rbac.create_namespaced_role(ns, body),
-        "RoleBinding": lambda: rbac.create_namespaced_role_binding(ns, body)}
+        "RoleBinding": lambda: rbac.create_namespaced_role_binding(ns, body),
+    }
     if doc["kind"] in create:
         controlplane.retry_busy(create[doc["kind"]])
 
 
-def _allowed(api: client.ApiClient, user: str, verb: str, ns: str, group: str, resource: str,
-             name: str = "", subresource: str = "") -> bool:
-    body = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
-        user=user, groups=["system:serviceaccounts", f"system:serviceaccounts:{user.split(':')[2]}",
-                           "system:authenticated"],
-        resource_attributes=client.V1ResourceAttributes(
-            verb=verb, namespace=ns, group=group, resource=resource, name=name or None,
-            subresource=subresource or None)))
+def _allowed(
+    api: client.ApiClient,
+    user: str,
+    verb: str,
+    ns: str,
+    group: str,
+    resource: str,
+    name: str = "",
+    subresource: str = "",
+) -> bool:
+    body = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=user,
+            groups=[
+                "system:serviceaccounts",
+                f"system:serviceaccounts:{user.split(':')[2]}",
+                "system:authenticated",
+            ],
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb,
+                namespace=ns,
+                group=group,
+                resource=resource,
+                name=name or None,
+                subresource=subresource or None,
+            ),
+        )
+    )
     got = client.AuthorizationV1Api(api).create_subject_access_review(body)
     return got.status is not None and bool(got.status.allowed)
 
@@ -114,24 +144,39 @@ def _eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
 @pytest.fixture(scope="module")
 def names(kcp_api: client.ApiClient) -> dict[str, str]:
     suffix = uuid.uuid4().hex[:6]
-    out = {ns: f"{ns}-{suffix}"[:63] for ns in ("kcp-system", "tether-system",
-                                                  "tether-configuration", "sample-configuration",
-                                                  "other")}
+    out = {
+        ns: f"{ns}-{suffix}"[:63]
+        for ns in (
+            "kcp-system",
+            "tether-system",
+            "tether-configuration",
+            "sample-configuration",
+            "other",
+        )
+    }
     core = client.CoreV1Api(kcp_api)
     for ns in out.values():
         body = client.V1Namespace(metadata=client.V1ObjectMeta(name=ns))
         controlplane.retry_busy(lambda body=body: core.create_namespace(body))  # type: ignore[misc]
-    reader = [d for d in yaml.safe_load_all((KCP / "watches" / "records.yaml").read_text())
-              if d and d["kind"] == "Role"]
+    reader = [
+        d
+        for d in yaml.safe_load_all((KCP / "watches" / "records.yaml").read_text())
+        if d and d["kind"] == "Role"
+    ]
     for doc in _renamed(render("injector") + reader, out):
         _apply(kcp_api, doc)
     return out
 
 
 def test_the_service_account_may_do_what_the_injector_calls_and_no_more(
-        kcp_api: client.ApiClient, names: dict[str, str]) -> None:
+    kcp_api: client.ApiClient, names: dict[str, str]
+) -> None:
     user = f"system:serviceaccount:{names['tether-system']}:tether-injector"
-    kcp, system, records = names["kcp-system"], names["tether-system"], names["sample-configuration"]
+    kcp, system, records = (
+        names["kcp-system"],
+        names["tether-system"],
+        names["sample-configuration"],
+    )
     tether, rcm = "tether.kyma-project.io", "runtimeconfigmaps"
 
     def may(verb: str, ns: str, group: str, resource: str, **kw: str) -> bool:
@@ -139,8 +184,11 @@ def test_the_service_account_may_do_what_the_injector_calls_and_no_more(
 
     assert may("list", kcp, tether, "watches")
     assert not may("list", records, tether, rcm)  # until the Watch's shipper binds it
-    example = [d for d in yaml.safe_load_all((EXAMPLES / "records.yaml").read_text())
-               if d["kind"] != "Namespace"]  # the fixture made the namespace, renamed
+    example = [
+        d
+        for d in yaml.safe_load_all((EXAMPLES / "records.yaml").read_text())
+        if d["kind"] != "Namespace"
+    ]  # the fixture made the namespace, renamed
     for doc in _renamed(example, names):
         if doc["kind"] == "RoleBinding":
             doc["subjects"] = [{**s, "namespace": system} for s in doc["subjects"]]

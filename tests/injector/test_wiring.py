@@ -30,8 +30,12 @@ class Stub:
 
 def test_leading_reads_the_watches_at_once_and_losing_stops_every_worker() -> None:
     meters, inj = Metrics(), Stub()
-    sched = elected.scheduler([elected.Job("watches", inj.refresh, IntervalTrigger(seconds=3600)),
-                               elected.Job("resync", lambda: None, IntervalTrigger(seconds=3600))])
+    sched = elected.scheduler(
+        [
+            elected.Job("watches", inj.refresh, IntervalTrigger(seconds=3600)),
+            elected.Job("resync", lambda: None, IntervalTrigger(seconds=3600)),
+        ]
+    )
     try:
         lead = main.leadership(sched, meters, cast(Any, inj))
         assert not inj.refreshed.wait(0.3)  # paused until leading
@@ -43,4 +47,3 @@ def test_leading_reads_the_watches_at_once_and_losing_stops_every_worker() -> No
         assert not inj.refreshed.wait(0.3)
     finally:
         sched.shutdown(wait=False)
-

@@ -34,13 +34,19 @@ PATH = "/v1/runtimes/rt-1/changes"
 def app(tmp_path: pathlib.Path) -> flask.Flask:
     ca = certs.CertificateAuthority.create("test ca")
     (tmp_path / "ca.pem").write_bytes(ca.cert_pem)
-    s = settings.Settings(client_ca_file=str(tmp_path / "ca.pem"), kcp_timeout=0.5,
-                          bind="127.0.0.1:8443", ops_bind="127.0.0.1:9090", audit_log="stdout")
+    s = settings.Settings(
+        client_ca_file=str(tmp_path / "ca.pem"),
+        kcp_timeout=0.5,
+        bind="127.0.0.1:8443",
+        ops_bind="127.0.0.1:9090",
+        audit_log="stdout",
+    )
     return app_mod.create_app(s, kcp=gateway.from_kubeconfig_bytes(KUBECONFIG, timeout=0.5))
 
 
-def get(app: flask.Flask, path: str, environ: dict[str, str], method: str = "GET",
-        **kw: Any) -> Any:
+def get(
+    app: flask.Flask, path: str, environ: dict[str, str], method: str = "GET", **kw: Any
+) -> Any:
     return app.test_client().open(path, method=method, environ_overrides=environ, **kw)
 
 
@@ -59,7 +65,9 @@ def test_unknown_paths_and_methods_are_json_on_both_ports(app: flask.Flask) -> N
     assert_json_error(get(app, "/v1/runtimes/rt-1/state", DATA, method="DELETE"), 405)
 
 
-def test_runtime_api_only_on_the_data_port_operations_only_on_the_ops_port(app: flask.Flask) -> None:
+def test_runtime_api_only_on_the_data_port_operations_only_on_the_ops_port(
+    app: flask.Flask,
+) -> None:
     for path in ("/readyz", "/metrics"):
         r = get(app, path, DATA)
         assert_json_error(r, 404)

@@ -27,16 +27,23 @@ _KEPT: list[object] = []  # pipes a blocked writer thread still holds
 
 
 def _record(name: str) -> logging.LogRecord:
-    return logging.makeLogRecord({"name": "tether.audit", "msg": "change", "levelno": logging.INFO,
-                                  "levelname": "INFO", "event": "change", "key": name,
-                                  "audit": True})
+    return logging.makeLogRecord(
+        {
+            "name": "tether.audit",
+            "msg": "change",
+            "levelno": logging.INFO,
+            "levelname": "INFO",
+            "event": "change",
+            "key": name,
+            "audit": True,
+        }
+    )
 
 
 def _handler(dest: str, lost: list[str], capacity: int = 5) -> auditwriter.QueuedHandler:
     h = auditwriter.QueuedHandler(dest, capacity=capacity, on_lost=lost.append)
     h.setFormatter(logs.JSONFormatter())
     return h
-
 
 
 def test_a_blocked_pipe_drops_lines_and_never_blocks_the_caller(unread_fifo: pathlib.Path) -> None:
@@ -51,8 +58,9 @@ def test_a_blocked_pipe_drops_lines_and_never_blocks_the_caller(unread_fifo: pat
     assert len(lost) >= 400  # one page (~14 lines) and 5 queued lines were all it could take
 
 
-def test_stdout_a_pipe_nobody_reads(unread_fifo: pathlib.Path,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stdout_a_pipe_nobody_reads(
+    unread_fifo: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The default destination: the process's stdout, here a pipe nobody reads."""
     # never closed here: its close would flush into the full pipe; the fixture's reader
     # closes at teardown, and the blocked writer thread then gets EPIPE
@@ -71,7 +79,8 @@ def test_stdout_a_pipe_nobody_reads(unread_fifo: pathlib.Path,
 
 
 def test_a_full_device_counts_write_errors_and_complains_once(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     if not os.path.exists("/dev/full"):
         pytest.fail("/dev/full is missing: the full-disk case cannot be shown on this machine")
     lost: list[str] = []
@@ -107,18 +116,29 @@ def _post_changes(listener: ListenerProcess, rt: Runtime, rounds: int, per: int)
     took = []
     for r in range(rounds):
         t0 = time.monotonic()
-        resp = s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes", json={
-            "apiVersion": "tether.kyma-project.io/v1", "kind": "ConfigMapChangeList",
-            "items": [rt.record(f"audit-{r}-{i}", 1) for i in range(per)]}, timeout=60)
+        resp = s.post(
+            f"{listener.url}/v1/runtimes/{rt.id}/changes",
+            json={
+                "apiVersion": "tether.kyma-project.io/v1",
+                "kind": "ConfigMapChangeList",
+                "items": [rt.record(f"audit-{r}-{i}", 1) for i in range(per)],
+            },
+            timeout=60,
+        )
         took.append(time.monotonic() - t0)
         assert resp.status_code == 200, resp.text[:500]
     return took
 
 
 def test_listener_with_an_unread_audit_pipe_keeps_answering(
-        listener_env: Env, runtime: Callable[..., Runtime], unread_fifo: pathlib.Path) -> None:
-    p = ListenerProcess(listener_env, "audit-pipe", TETHER_LISTENER_AUDIT_LOG=str(unread_fifo),
-                        TETHER_LISTENER_AUDIT_QUEUE_LINES="20")
+    listener_env: Env, runtime: Callable[..., Runtime], unread_fifo: pathlib.Path
+) -> None:
+    p = ListenerProcess(
+        listener_env,
+        "audit-pipe",
+        TETHER_LISTENER_AUDIT_LOG=str(unread_fifo),
+        TETHER_LISTENER_AUDIT_QUEUE_LINES="20",
+    )
     try:
         rt = runtime()
         # 6 x 20 change lines (+ the rest): more than one page of pipe and 20 queued lines
@@ -134,7 +154,8 @@ def test_listener_with_an_unread_audit_pipe_keeps_answering(
 
 
 def test_listener_with_its_audit_on_a_full_disk_keeps_answering(
-        listener_env: Env, runtime: Callable[..., Runtime]) -> None:
+    listener_env: Env, runtime: Callable[..., Runtime]
+) -> None:
     if not os.path.exists("/dev/full"):
         pytest.fail("/dev/full is missing: the full-disk case cannot be shown on this machine")
     p = ListenerProcess(listener_env, "audit-full", TETHER_LISTENER_AUDIT_LOG="/dev/full")
@@ -143,8 +164,9 @@ def test_listener_with_its_audit_on_a_full_disk_keeps_answering(
         _post_changes(p, rt, 2, 5)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            lost = metric_value(p.metrics(), "tether_listener_audit_lost_total",
-                                reason="write_error")
+            lost = metric_value(
+                p.metrics(), "tether_listener_audit_lost_total", reason="write_error"
+            )
             if lost >= 10:
                 break
             time.sleep(0.2)

@@ -18,39 +18,57 @@ def now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def view(runtime_id: str = "rt-1", domain: str | None = "c-1.kyma.example.com",
-         deleting: bool = False) -> kyma.KymaView:
+def view(
+    runtime_id: str = "rt-1", domain: str | None = "c-1.kyma.example.com", deleting: bool = False
+) -> kyma.KymaView:
     return kyma.KymaView("kcp-system", "k1", "uid", runtime_id, domain, deleting, {})
 
 
 def test_authorize_accepts_matching_cn_and_san() -> None:
-    assert auth.authorize("rt-1", ["other.example", "C-1.Kyma.Example.com."], "rt-1", [view()]) is None
+    assert (
+        auth.authorize("rt-1", ["other.example", "C-1.Kyma.Example.com."], "rt-1", [view()]) is None
+    )
 
 
-@pytest.mark.parametrize(("cn", "sans", "kymas", "reason"), [
-    ("rt-2", ["c-1.kyma.example.com"], [view()], "cn_mismatch"),
-    (None, ["c-1.kyma.example.com"], [view()], "cn_mismatch"),
-    ("rt-1", ["c-1.kyma.example.com"], [], "unknown_runtime"),
-    ("rt-1", ["c-1.kyma.example.com"], [view(), view()], "ambiguous_runtime"),
-    ("rt-1", ["c-1.kyma.example.com"], [view(deleting=True)], "runtime_deleting"),
-    ("rt-1", ["c-1.kyma.example.com"], [view(domain=None)], "domain_missing"),
-    ("rt-1", ["c-2.kyma.example.com"], [view()], "san_mismatch"),
-    ("rt-1", [], [view()], "san_mismatch"),
-])
-def test_authorize_refusals(cn: str | None, sans: list[str], kymas: list[kyma.KymaView],
-                            reason: str) -> None:
+@pytest.mark.parametrize(
+    ("cn", "sans", "kymas", "reason"),
+    [
+        ("rt-2", ["c-1.kyma.example.com"], [view()], "cn_mismatch"),
+        (None, ["c-1.kyma.example.com"], [view()], "cn_mismatch"),
+        ("rt-1", ["c-1.kyma.example.com"], [], "unknown_runtime"),
+        ("rt-1", ["c-1.kyma.example.com"], [view(), view()], "ambiguous_runtime"),
+        ("rt-1", ["c-1.kyma.example.com"], [view(deleting=True)], "runtime_deleting"),
+        ("rt-1", ["c-1.kyma.example.com"], [view(domain=None)], "domain_missing"),
+        ("rt-1", ["c-2.kyma.example.com"], [view()], "san_mismatch"),
+        ("rt-1", [], [view()], "san_mismatch"),
+    ],
+)
+def test_authorize_refusals(
+    cn: str | None, sans: list[str], kymas: list[kyma.KymaView], reason: str
+) -> None:
     refusal = auth.authorize(cn, sans, "rt-1", kymas)
     assert refusal is not None and refusal.status == 403 and refusal.reason == reason
     assert refusal.reason in auth.REASONS
 
 
 def test_kyma_view_and_runtime_id_check() -> None:
-    v = kyma.view({"metadata": {"name": "k", "namespace": "kcp-system", "uid": "u",
-                                "labels": {apitypes.RUNTIME_ID_LABEL: "rt-9"},
-                                "annotations": {apitypes.SKR_DOMAIN_ANNOTATION: " d.example.com "},
-                                "deletionTimestamp": "2026-11-30T10:00:00Z"}})
+    v = kyma.view(
+        {
+            "metadata": {
+                "name": "k",
+                "namespace": "kcp-system",
+                "uid": "u",
+                "labels": {apitypes.RUNTIME_ID_LABEL: "rt-9"},
+                "annotations": {apitypes.SKR_DOMAIN_ANNOTATION: " d.example.com "},
+                "deletionTimestamp": "2026-11-30T10:00:00Z",
+            }
+        }
+    )
     assert (v.runtime_id, v.domain, v.deleting) == ("rt-9", "d.example.com", True)
-    assert kyma.view({"metadata": {"annotations": {apitypes.SKR_DOMAIN_ANNOTATION: " "}}}).domain is None
+    assert (
+        kyma.view({"metadata": {"annotations": {apitypes.SKR_DOMAIN_ANNOTATION: " "}}}).domain
+        is None
+    )
     assert kyma.valid_runtime_id("4a1f-9C_x.y")
     for bad in ("", "a,b", "a=b", "-a", "a" * 64, "a b", "x!=y"):
         assert not kyma.valid_runtime_id(bad)
@@ -80,11 +98,16 @@ def test_xfcc_certificate_verification() -> None:
     assert leaf == good.cert and chain == []
     peer.verify_chain(leaf, chain, [ca.cert], now())
     with pytest.raises(verification.VerificationError):
-        peer.verify_chain(other.issue("rt-1", dns_names=["c-1.kyma.example.com"],
-                                      client=True).cert, [], [ca.cert], now())
+        peer.verify_chain(
+            other.issue("rt-1", dns_names=["c-1.kyma.example.com"], client=True).cert,
+            [],
+            [ca.cert],
+            now(),
+        )
     start = now() - datetime.timedelta(days=3)
-    old = ca.issue("rt-1", dns_names=["c"], client=True, not_before=start,
-                   validity=datetime.timedelta(days=1))
+    old = ca.issue(
+        "rt-1", dns_names=["c"], client=True, not_before=start, validity=datetime.timedelta(days=1)
+    )
     with pytest.raises(verification.VerificationError):
         peer.verify_chain(old.cert, [], [ca.cert], now())
     with pytest.raises(ValueError):
@@ -98,17 +121,29 @@ def test_from_environ_without_tls_peer() -> None:
 
     def source(environ: dict[str, object], proxies: tuple[str, ...]) -> str:
         try:
-            return peer.from_environ(environ, trusted_proxies=proxies, cas=[ca.cert], now=now()).source
+            return peer.from_environ(
+                environ, trusted_proxies=proxies, cas=[ca.cert], now=now()
+            ).source
         except peer.NoCertificate as e:
             return e.reason
 
     assert source({}, ("127.0.0.1/32",)) == "no_certificate"
-    assert source({peer.XFCC_ENVIRON: header, "REMOTE_ADDR": "127.0.0.1"}, ()) == "xfcc_untrusted_peer"
-    assert source({peer.XFCC_ENVIRON: header, "REMOTE_ADDR": "10.0.0.9"},
-                  ("127.0.0.1/32",)) == "xfcc_untrusted_peer"
-    assert source({peer.XFCC_ENVIRON: header, "REMOTE_ADDR": "127.0.0.6"}, ("127.0.0.0/8",)) == "xfcc"
-    assert source({peer.XFCC_ENVIRON: "By=x", "REMOTE_ADDR": "127.0.0.6"},
-                  ("127.0.0.0/8",)) == "xfcc_malformed"
+    assert (
+        source({peer.XFCC_ENVIRON: header, "REMOTE_ADDR": "127.0.0.1"}, ()) == "xfcc_untrusted_peer"
+    )
+    assert (
+        source({peer.XFCC_ENVIRON: header, "REMOTE_ADDR": "10.0.0.9"}, ("127.0.0.1/32",))
+        == "xfcc_untrusted_peer"
+    )
+    assert (
+        source({peer.XFCC_ENVIRON: header, "REMOTE_ADDR": "127.0.0.6"}, ("127.0.0.0/8",)) == "xfcc"
+    )
+    assert (
+        source({peer.XFCC_ENVIRON: "By=x", "REMOTE_ADDR": "127.0.0.6"}, ("127.0.0.0/8",))
+        == "xfcc_malformed"
+    )
     foreign = certs.CertificateAuthority.create("x").issue("rt-1", dns_names=["d"], client=True)
-    assert source({peer.XFCC_ENVIRON: _xfcc(foreign), "REMOTE_ADDR": "::1"},
-                  ("::1/128",)) == "xfcc_chain_invalid"
+    assert (
+        source({peer.XFCC_ENVIRON: _xfcc(foreign), "REMOTE_ADDR": "::1"}, ("::1/128",))
+        == "xfcc_chain_invalid"
+    )

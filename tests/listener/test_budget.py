@@ -19,7 +19,7 @@ def test_a_runtime_beyond_its_share_waits_while_others_still_fit() -> None:
     b = budget.MemoryBudget(100)  # share: 50
     assert b.acquire("noisy", 40, timeout=0) == 40
     assert b.acquire("noisy", 40, timeout=0) is None  # 80 > its share of 50
-    assert b.acquire("quiet", 10, timeout=0) == 10    # the others are not affected
+    assert b.acquire("quiet", 10, timeout=0) == 10  # the others are not affected
 
 
 def test_a_reservation_larger_than_the_budget_runs_alone() -> None:

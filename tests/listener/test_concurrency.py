@@ -27,7 +27,8 @@ def second_listener(listener_env: Env) -> Iterator[ListenerProcess]:
 
 
 def test_concurrent_out_of_order_senders_end_with_newest_state(
-    listener: ListenerProcess, second_listener: ListenerProcess,
+    listener: ListenerProcess,
+    second_listener: ListenerProcess,
     runtime: Callable[..., Runtime],
 ) -> None:
     rt = runtime()
@@ -67,7 +68,7 @@ def test_concurrent_out_of_order_senders_end_with_newest_state(
             pos = 0
             while pos < len(share):
                 n = rng.choice((1, 1, 3, 8))
-                chunk = share[pos:pos + n]
+                chunk = share[pos : pos + n]
                 body: Any = chunk[0] if len(chunk) == 1 else changes.batch(chunk)  # type: ignore[arg-type]
                 for _attempt in range(20):  # a real sender retries 503/429
                     r = s.post(f"{target.url}/v1/runtimes/{rt.id}/changes", json=body, timeout=60)
@@ -103,6 +104,9 @@ def test_concurrent_out_of_order_senders_end_with_newest_state(
         assert got["deleted"] == want["deleted"]
         assert got.get("data", {}) == want.get("data", {})
         assert got["observedAt"] == want["observedAt"]
-    conflicts = sum(metric_value(p.metrics(), "tether_listener_write_conflicts_total", path=path)
-                    for p in (listener, second_listener) for path in ("cached", "read"))
+    conflicts = sum(
+        metric_value(p.metrics(), "tether_listener_write_conflicts_total", path=path)
+        for p in (listener, second_listener)
+        for path in ("cached", "read")
+    )
     print(f"outcomes {dict(outcomes)}, statuses {dict(statuses)}, write conflicts {conflicts}")

@@ -40,9 +40,11 @@ from tether import apitypes, changes, gateway
 pytestmark = pytest.mark.processes
 RETENTION = 3600.0
 QUOTA_RECORDS = 6
-BASE = {"TETHER_LISTENER_QUOTA_CACHE_SECONDS": "600",  # only a state listing refreshes it
-        "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": str(RETENTION),
-        "TETHER_LISTENER_DELIVERY_FLUSH_SECONDS": "0"}
+BASE = {
+    "TETHER_LISTENER_QUOTA_CACHE_SECONDS": "600",  # only a state listing refreshes it
+    "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": str(RETENTION),
+    "TETHER_LISTENER_DELIVERY_FLUSH_SECONDS": "0",
+}
 CONFLICTS = "tether_listener_write_conflicts_total"
 
 
@@ -90,8 +92,9 @@ def list_state(p: ListenerProcess, rt: Runtime) -> None:
 
 
 def ago(seconds: float) -> str:
-    return changes.format_time(datetime.datetime.now(datetime.UTC)
-                               - datetime.timedelta(seconds=seconds))
+    return changes.format_time(
+        datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=seconds)
+    )
 
 
 def conflicts(p: ListenerProcess, path: str) -> float:
@@ -105,8 +108,7 @@ def kcp_requests(env: Env) -> collections.Counter[str]:
     """Requests the KCP apiserver served on RuntimeConfigMaps so far, by verb (its own
     ``apiserver_request_total``)."""
     api = env.api
-    r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics",
-                                             timeout=30)
+    r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics", timeout=30)
     assert r.status == 200, r.data[:200]
     counts: collections.Counter[str] = collections.Counter()
     for family in text_string_to_metric_families(r.data.decode()):
@@ -114,14 +116,18 @@ def kcp_requests(env: Env) -> collections.Counter[str]:
             continue
         for sample in family.samples:
             lbl = sample.labels
-            if (sample.name == "apiserver_request_total" and lbl.get("group") == apitypes.RUNTIME_CONFIGMAPS.group
-                    and lbl.get("resource") == apitypes.RUNTIME_CONFIGMAPS.plural):
+            if (
+                sample.name == "apiserver_request_total"
+                and lbl.get("group") == apitypes.RUNTIME_CONFIGMAPS.group
+                and lbl.get("resource") == apitypes.RUNTIME_CONFIGMAPS.plural
+            ):
                 counts[lbl["verb"]] += int(sample.value)
     return counts
 
 
-def requests_during(env: Env, p: ListenerProcess, rt: Runtime,
-                    *recs: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
+def requests_during(
+    env: Env, p: ListenerProcess, rt: Runtime, *recs: dict[str, Any]
+) -> tuple[list[str], dict[str, int]]:
     """The outcomes of posting ``recs`` (one request) and the requests on RuntimeConfigMaps
     the KCP served meanwhile, by verb."""
     got: list[str] = []
@@ -149,7 +155,12 @@ def direct_write(env: Env, rec: dict[str, Any]) -> dict[str, Any]:
     body = records.body(listenerenv.as_stored(rec), env.namespace)
     rules.annotate(body)
     obj: Any = client.CustomObjectsApi(env.api).create_namespaced_custom_object(
-        apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural, body)
+        apitypes.RUNTIME_CONFIGMAPS.group,
+        apitypes.RUNTIME_CONFIGMAPS.version,
+        env.namespace,
+        apitypes.RUNTIME_CONFIGMAPS.plural,
+        body,
+    )
     return dict(obj)
 
 
@@ -176,28 +187,33 @@ def test_a_new_key_costs_exactly_one_kcp_request(
     assert kcp_requests_during(env, creates) == {"POST": 8}
     assert len(env.stored(rt.id)) == 8
     # the next update of a key the worker created: one PUT (the write cache)
-    assert requests_during(env, listener_a, rt, rt.record("one-0", 30)) \
-        == (["persisted"], {"PUT": 1})
+    assert requests_during(env, listener_a, rt, rt.record("one-0", 30)) == (
+        ["persisted"],
+        {"PUT": 1},
+    )
     # a key someone else stored: the create is refused (409), then read, compare, PUT
     direct_write(env, rt.record("foreign", 5))
-    assert requests_during(env, listener_a, rt, rt.record("foreign", 6)) \
-        == (["persisted"], {"POST": 1, "GET": 1, "PUT": 1})
+    assert requests_during(env, listener_a, rt, rt.record("foreign", 6)) == (
+        ["persisted"],
+        {"POST": 1, "GET": 1, "PUT": 1},
+    )
     assert conflicts(listener_a, "create") == before + 1
     stored = env.stored_one(rt.id, "team-a", "foreign")
     assert stored is not None and stored["spec"]["resourceVersion"] == "6"
 
 
 def test_a_create_racing_a_newer_stored_object_keeps_the_newer_and_the_older_is_stale(
-    listener_a: ListenerProcess, listener_b: ListenerProcess,
-    make_runtime: Callable[[], Runtime], env: Env
+    listener_a: ListenerProcess,
+    listener_b: ListenerProcess,
+    make_runtime: Callable[[], Runtime],
+    env: Env,
 ) -> None:
     rt = make_runtime()
     # deterministic: a newer object is stored already (another replica wrote it)
     newer = direct_write(env, rt.record("k", 50, data={"v": "newer"}))
     before = conflicts(listener_a, "create")
     assert outcomes(post(listener_a, rt, rt.record("k", 40, data={"v": "older"}))) == ["stale"]
-    assert outcomes(post(listener_a, rt, rt.record("k", 50, data={"v": "newer"}))) \
-        == ["duplicate"]
+    assert outcomes(post(listener_a, rt, rt.record("k", 50, data={"v": "newer"}))) == ["duplicate"]
     kept = env.stored_one(rt.id, "team-a", "k")
     assert kept is not None and kept["spec"]["data"] == {"v": "newer"}
     assert kept["metadata"]["resourceVersion"] == newer["metadata"]["resourceVersion"]
@@ -220,8 +236,11 @@ def test_a_create_racing_a_newer_stored_object_keeps_the_newer_and_the_older_is_
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
         results = list(pool.map(lambda j: send(*j), jobs))
     for name, rv, outcome in results:  # the newer always wins; the older may come first
-        assert outcome in (("persisted",) if rv == 200 else ("persisted", "stale")), \
-            (name, rv, outcome)
+        assert outcome in (("persisted",) if rv == 200 else ("persisted", "stale")), (
+            name,
+            rv,
+            outcome,
+        )
     stored = {o["spec"]["name"]: o["spec"] for o in env.stored(rt.id)}
     for k in keys:
         assert stored[k]["resourceVersion"] == "200" and stored[k]["data"] == {"v": "200"}
@@ -240,8 +259,13 @@ def test_quota_usage_stays_exact_after_create_conflicts(
     RuntimeDelivery's ``stored`` is that view), and the record cap admits exactly."""
     # one record after another: at concurrency, a create's reservation still pending
     # makes another record of the batch skip its create (the read path, no conflict)
-    p = ListenerProcess(env, "create-quota", **BASE, TETHER_LISTENER_PERSIST_CONCURRENCY="1",
-                        TETHER_LISTENER_QUOTA_RECORDS=str(QUOTA_RECORDS))
+    p = ListenerProcess(
+        env,
+        "create-quota",
+        **BASE,
+        TETHER_LISTENER_PERSIST_CONCURRENCY="1",
+        TETHER_LISTENER_QUOTA_RECORDS=str(QUOTA_RECORDS),
+    )
     try:
         rt = make_runtime()
         k = QUOTA_RECORDS - 1
@@ -262,14 +286,21 @@ def test_quota_usage_stays_exact_after_create_conflicts(
 
         def view_is_real() -> bool:
             s = summary(env, rt.id)
-            if s is not None and s.refusals == 1 and s.stored is not None and \
-                    (s.stored["records"], s.stored["bytes"]) == tuple(real):
+            if (
+                s is not None
+                and s.refusals == 1
+                and s.stored is not None
+                and (s.stored["records"], s.stored["bytes"]) == tuple(real)
+            ):
                 return True
             # a flush still running keeps the next one for the next request: a duplicate
             # (no write, no change of the usage) brings it
             assert outcomes(post(p, rt, rt.record("fresh", 1))) == ["duplicate"]
             return False
-        wait_until(view_is_real, what=f"the worker's view {real} in the RuntimeDelivery", timeout=30)
+
+        wait_until(
+            view_is_real, what=f"the worker's view {real} in the RuntimeDelivery", timeout=30
+        )
 
         # at the cap, an update of a key this worker does not know: the create is not even
         # tried as a new record would not fit; the read path finds the key and updates it
@@ -287,8 +318,12 @@ def test_two_workers_racing_on_new_keys_account_exactly_the_real_objects(
     the listener's least-privilege kubeconfig create the same new keys at once. Each key is
     created once; between them they account exactly the real records and bytes."""
     rt = make_runtime()
-    stores = [store.Store(gateway.from_kubeconfig(str(env.kubeconfig)), env.namespace, 20.0,
-                          quota_ttl=600.0) for _ in range(2)]
+    stores = [
+        store.Store(
+            gateway.from_kubeconfig(str(env.kubeconfig)), env.namespace, 20.0, quota_ttl=600.0
+        )
+        for _ in range(2)
+    ]
     for s in stores:
         s.digest(rt.id)  # both views loaded (0 records) before the race
     keys = [f"n{i}" for i in range(16)]
@@ -310,7 +345,9 @@ def test_two_workers_racing_on_new_keys_account_exactly_the_real_objects(
     stored = {o["spec"]["name"]: o for o in env.stored(rt.id)}
     assert set(stored) == set(keys)
     for i, key in enumerate(keys):
-        assert stored[key]["spec"]["resourceVersion"] == str(100 + 10 * i + threads - 1)  # the newest
+        assert stored[key]["spec"]["resourceVersion"] == str(
+            100 + 10 * i + threads - 1
+        )  # the newest
     real = real_usage(env, rt.id)
     views = [s.usage.current(rt.id) for s in stores]
     assert (sum(v.records for v in views), sum(v.bytes for v in views)) == tuple(real)
@@ -323,13 +360,14 @@ def test_an_old_record_for_an_unknown_key_is_still_refused_by_the_retention_rule
     list_state(listener_a, rt)
     old = ago(RETENTION + 60)
     # not stored: too old to be a new key; no create is tried, the read path decides
-    assert requests_during(env, listener_a, rt, rt.record("gone", 10, observed_at=old)) \
-        == (["stale"], {"GET": 1})
+    assert requests_during(env, listener_a, rt, rt.record("gone", 10, observed_at=old)) == (
+        ["stale"],
+        {"GET": 1},
+    )
     assert env.stored_one(rt.id, "team-a", "gone") is None
     # stored (by another replica) and older than the record: the ordering rule decides
     direct_write(env, rt.record("kept", 5, observed_at=ago(RETENTION + 120)))
-    assert outcomes(post(listener_a, rt, rt.record("kept", 10, observed_at=old))) \
-        == ["persisted"]
+    assert outcomes(post(listener_a, rt, rt.record("kept", 10, observed_at=old))) == ["persisted"]
     stored = env.stored_one(rt.id, "team-a", "kept")
     assert stored is not None and stored["spec"]["resourceVersion"] == "10"
     # a recent record for a new key: created at once

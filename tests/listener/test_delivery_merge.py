@@ -20,10 +20,14 @@ def at(seconds: float) -> datetime.datetime:
     return T0 + datetime.timedelta(seconds=seconds)
 
 
-def persisted(d: delivery.Delta, now: datetime.datetime, lag: float, source: str = "webhook",
-              name: str = "app") -> float | None:
-    return d.record(now, source, now - datetime.timedelta(seconds=lag), "persisted", "team-a",
-                    name)
+def persisted(
+    d: delivery.Delta,
+    now: datetime.datetime,
+    lag: float,
+    source: str = "webhook",
+    name: str = "app",
+) -> float | None:
+    return d.record(now, source, now - datetime.timedelta(seconds=lag), "persisted", "team-a", name)
 
 
 def test_a_delta_counts_by_minute_source_and_lag_bucket() -> None:
@@ -101,18 +105,28 @@ def _random_delta(rng: random.Random, base: float) -> delivery.Delta:
         kind = rng.random()
         if kind < 0.6:
             outcome = rng.choice(["persisted", "persisted", "duplicate", "stale"])
-            d.record(now, rng.choice(delivery.SOURCES),
-                     now - datetime.timedelta(seconds=rng.uniform(-1, 400)), outcome,  # type: ignore[arg-type]
-                     "ns", f"n{rng.randrange(5)}")
+            d.record(
+                now,
+                rng.choice(delivery.SOURCES),
+                now - datetime.timedelta(seconds=rng.uniform(-1, 400)),
+                outcome,  # type: ignore[arg-type]
+                "ns",
+                f"n{rng.randrange(5)}",
+            )
         else:
-            d.refuse(now, rng.choice(["rate", "schema", "quota_records", "media_type"]),
-                     rng.choice([400, 413, 415, 429]))
+            d.refuse(
+                now,
+                rng.choice(["rate", "schema", "quota_records", "media_type"]),
+                rng.choice([400, 413, 415, 429]),
+            )
     return d
 
 
 def _counts(status: dict[str, Any]) -> Any:
-    return [(m["start"], m["webhook"], m["poller"], m["lag"], m["refused"], m["throttled"])
-            for m in status["minutes"]]
+    return [
+        (m["start"], m["webhook"], m["poller"], m["lag"], m["refused"], m["throttled"])
+        for m in status["minutes"]
+    ]
 
 
 def test_merge_is_commutative_in_its_counts() -> None:
@@ -185,23 +199,59 @@ def test_quantiles_interpolate_like_histogram_quantile() -> None:
     assert delivery.quantile(counts, 1.0) == pytest.approx(0.1)
     counts[-1] = 100  # above the last bound: answers it
     assert delivery.quantile(counts, 0.99) == delivery.LAG_BOUNDS[-1]
-    s = delivery.summarize({"minutes": [{"start": "2026-12-02T01:05:00Z", "webhook": 4,
-                                          "lag": [0, 0, 4]}]}, at(0))
+    s = delivery.summarize(
+        {"minutes": [{"start": "2026-12-02T01:05:00Z", "webhook": 4, "lag": [0, 0, 4]}]}, at(0)
+    )
     assert s.lag_p50 == pytest.approx(0.075) and s.records == 4 and s.poller_share == 0.0
     assert s.series[0].p50 == pytest.approx(0.075)
 
 
 GARBAGE: list[Any] = [
-    None, [], "status", 7, {"minutes": "x"}, {"minutes": [1, "a", None, {}]},
+    None,
+    [],
+    "status",
+    7,
+    {"minutes": "x"},
+    {"minutes": [1, "a", None, {}]},
     {"minutes": [{"start": "not a time"}, {"start": 12}, {"start": "2026-12-02T01:05:00"}]},
-    {"minutes": [{"start": "2026-12-02T01:05:00Z", "webhook": -3, "poller": True,
-                  "lag": "x", "refused": [1], "throttled": 1.5}]},
-    {"minutes": [{"start": "2026-12-02T01:05:00Z", "lag": [1] * 10_000,
-                  "refused": {f"k{i}" * 50: i for i in range(10_000)}}] * 500},
+    {
+        "minutes": [
+            {
+                "start": "2026-12-02T01:05:00Z",
+                "webhook": -3,
+                "poller": True,
+                "lag": "x",
+                "refused": [1],
+                "throttled": 1.5,
+            }
+        ]
+    },
+    {
+        "minutes": [
+            {
+                "start": "2026-12-02T01:05:00Z",
+                "lag": [1] * 10_000,
+                "refused": {f"k{i}" * 50: i for i in range(10_000)},
+            }
+        ]
+        * 500
+    },
     {"minutes": [{"start": "2026-12-02T01:05:00Z", "webhook": 10**30, "lag": [None, -1, 2**70]}]},
-    {"recent": [1, None, {"at": "x"}, {"at": "2026-12-02T01:05:00Z", "name": "n" * 100_000,
-                                       "lagSeconds": float("nan"), "outcome": "evil",
-                                       "extra": "z" * 100_000}] * 1000},
+    {
+        "recent": [
+            1,
+            None,
+            {"at": "x"},
+            {
+                "at": "2026-12-02T01:05:00Z",
+                "name": "n" * 100_000,
+                "lagSeconds": float("nan"),
+                "outcome": "evil",
+                "extra": "z" * 100_000,
+            },
+        ]
+        * 1000
+    },
     {"stored": ["a"], "lastChangeAt": 5, "updatedAt": "x" * 1000},
     {"stored": {"records": "many", "bytes": -1, "evil": 1}},
 ]
@@ -233,8 +283,11 @@ def test_hostile_stored_status_never_raises_and_stays_bounded(status: Any) -> No
 def test_body_is_a_new_object_named_for_the_runtime() -> None:
     b = delivery.body("tether-rt-abc", "kcp-system", "rt-1", {"kyma-project.io/runtime-id": "rt-1"})
     assert b["apiVersion"] == "tether.kyma-project.io/v1alpha1" and b["kind"] == "RuntimeDelivery"
-    assert b["metadata"] == {"name": "tether-rt-abc", "namespace": "kcp-system",
-                             "labels": {"kyma-project.io/runtime-id": "rt-1"}}
+    assert b["metadata"] == {
+        "name": "tether-rt-abc",
+        "namespace": "kcp-system",
+        "labels": {"kyma-project.io/runtime-id": "rt-1"},
+    }
     assert b["spec"] == {"runtimeId": "rt-1"} and "status" not in b
 
 

@@ -7,8 +7,14 @@ from tether import changes
 
 
 def item(ns: str, name: str, rv: str = "1") -> changes.DigestItem:
-    return {"namespace": ns, "name": name, "uid": "", "resourceVersion": rv,
-            "observedAt": "2026-11-30T10:00:00.000000Z", "deleted": False}
+    return {
+        "namespace": ns,
+        "name": name,
+        "uid": "",
+        "resourceVersion": rv,
+        "observedAt": "2026-11-30T10:00:00.000000Z",
+        "deleted": False,
+    }
 
 
 ITEMS = [item(f"ns-{i % 7}", f"cm-{i:04d}") for i in range(1000)]
@@ -22,8 +28,9 @@ class Clock:
         return self.now
 
 
-def walk(cache: digestcache.DigestSnapshots, rid: str, limit: int,
-         load: object) -> list[changes.DigestItem]:
+def walk(
+    cache: digestcache.DigestSnapshots, rid: str, limit: int, load: object
+) -> list[changes.DigestItem]:
     out, after = [], None
     while True:
         chunk, after = cache.page(rid, after, limit, load)  # type: ignore[arg-type]

@@ -38,5 +38,7 @@ def test_the_not_after_is_read_once_per_connection() -> None:
 
     conn = Conn()
     assert worker._expires_at(conn) is None and conn.client_not_after is None
-    conn.client_not_after = float(ssl.cert_time_to_seconds(NOT_AFTER))  # as read at the first request
+    conn.client_not_after = float(
+        ssl.cert_time_to_seconds(NOT_AFTER)
+    )  # as read at the first request
     assert worker._expires_at(conn) == ssl.cert_time_to_seconds(NOT_AFTER)

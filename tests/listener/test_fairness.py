@@ -33,9 +33,14 @@ BODY = 3 * MIB
 
 @pytest.fixture(scope="module")
 def shared(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ConfinedListenerProcess(listener_env, "fair", TETHER_LISTENER_THREADS="6",
-                        TETHER_LISTENER_RATE_PER_SECOND="5", TETHER_LISTENER_RATE_BURST="5",
-                        TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="2")
+    p = ConfinedListenerProcess(
+        listener_env,
+        "fair",
+        TETHER_LISTENER_THREADS="6",
+        TETHER_LISTENER_RATE_PER_SECOND="5",
+        TETHER_LISTENER_RATE_BURST="5",
+        TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="2",
+    )
     yield p
     p.stop()
     cgroups.held(p.usage, "fair listener")
@@ -58,8 +63,7 @@ def test_a_noisy_neighbour_never_gets_a_quiet_runtime_a_429(
             n += 1
             data = body if body is not None else json.dumps(noisy.record(f"n{n % 50}", n)).encode()
             try:
-                r = s.post(url, data=data, headers={"Content-Type": "application/json"},
-                           timeout=30)
+                r = s.post(url, data=data, headers={"Content-Type": "application/json"}, timeout=30)
                 code = r.status_code
             except requests.RequestException:
                 code = 0  # the connection was closed (a cap), counted apart
@@ -73,8 +77,11 @@ def test_a_noisy_neighbour_never_gets_a_quiet_runtime_a_429(
     try:
         s = quiet.session()
         for i in range(12):  # ~3 per second, below its own rate of 5/s
-            r = s.post(f"{shared.url}/v1/runtimes/{quiet.id}/changes",
-                       json=quiet.record(f"q{i}", 1), timeout=30)
+            r = s.post(
+                f"{shared.url}/v1/runtimes/{quiet.id}/changes",
+                json=quiet.record(f"q{i}", 1),
+                timeout=30,
+            )
             assert r.status_code == 200, (i, r.status_code, r.text)
             stop.wait(0.3)
     finally:
@@ -100,8 +107,11 @@ def worker_peaks(listener: ListenerProcess) -> list[int]:
 
 
 def _envelope(items: bytes) -> bytes:
-    return (b'{"apiVersion":"tether.kyma-project.io/v1","kind":"ConfigMapChangeList","items":['
-            + items + b"]}")
+    return (
+        b'{"apiVersion":"tether.kyma-project.io/v1","kind":"ConfigMapChangeList","items":['
+        + items
+        + b"]}"
+    )
 
 
 def worst_case_bodies(rt: Runtime) -> dict[str, bytes]:
@@ -110,22 +120,32 @@ def worst_case_bodies(rt: Runtime) -> dict[str, bytes]:
         "empty_objects": _envelope(b",".join([b"{}"] * (BODY // 3 - 40))),
         "empty_arrays": _envelope(b",".join([b"[]"] * (BODY // 3 - 40))),
         "two_char_strings": _envelope(b",".join(b'"%02d"' % (i % 100) for i in range(n - 30))),
-        "map_of_10000_keys": json.dumps(rt.record("m", 1, data={
-            f"k{i:05d}": "v" * 280 for i in range(10_000)})).encode(),
-        "full_valid_batch": json.dumps({
-            "apiVersion": "tether.kyma-project.io/v1", "kind": "ConfigMapChangeList",
-            "items": [rt.record(f"b{i}", 1, data={"k": "v" * 5800}) for i in range(500)]}).encode(),
-        "brackets_in_a_string": json.dumps(rt.record("s", 1, data={
-            "k": "[" * (BODY - 4096)})).encode(),
+        "map_of_10000_keys": json.dumps(
+            rt.record("m", 1, data={f"k{i:05d}": "v" * 280 for i in range(10_000)})
+        ).encode(),
+        "full_valid_batch": json.dumps(
+            {
+                "apiVersion": "tether.kyma-project.io/v1",
+                "kind": "ConfigMapChangeList",
+                "items": [rt.record(f"b{i}", 1, data={"k": "v" * 5800}) for i in range(500)],
+            }
+        ).encode(),
+        "brackets_in_a_string": json.dumps(
+            rt.record("s", 1, data={"k": "[" * (BODY - 4096)})
+        ).encode(),
     }
 
 
 @pytest.fixture(scope="module")
 def deployed_worker(listener_env: Env) -> Iterator[ListenerProcess]:
     """One worker with the deployed threads and limits (the Deployment runs 2 per pod)."""
-    p = ConfinedListenerProcess(listener_env, "memory", TETHER_LISTENER_THREADS="16",
-                        TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="4",
-                        TETHER_LISTENER_KCP_TIMEOUT_SECONDS="30")
+    p = ConfinedListenerProcess(
+        listener_env,
+        "memory",
+        TETHER_LISTENER_THREADS="16",
+        TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="4",
+        TETHER_LISTENER_KCP_TIMEOUT_SECONDS="30",
+    )
     yield p
     p.stop()
     cgroups.held(p.usage, "memory listener")
@@ -143,13 +163,22 @@ def test_every_thread_parsing_a_worst_case_body_stays_under_the_memory_limit(
 
         rounds = 1 if shape == "full_valid_batch" else 2  # 8,000 KCP writes per round
 
-        def post(rt: Runtime, body: bytes = body, codes: Counter[int] = codes,
-                 lock: threading.Lock = lock, rounds: int = rounds) -> None:
+        def post(
+            rt: Runtime,
+            body: bytes = body,
+            codes: Counter[int] = codes,
+            lock: threading.Lock = lock,
+            rounds: int = rounds,
+        ) -> None:
             s = rt.session()
             data = body.replace(senders[0].id.encode(), rt.id.encode())
             for _ in range(rounds):
-                r = s.post(f"{deployed_worker.url}/v1/runtimes/{rt.id}/changes", data=data,
-                           headers={"Content-Type": "application/json"}, timeout=120)
+                r = s.post(
+                    f"{deployed_worker.url}/v1/runtimes/{rt.id}/changes",
+                    data=data,
+                    headers={"Content-Type": "application/json"},
+                    timeout=120,
+                )
                 with lock:
                     codes[r.status_code] += 1
 
@@ -164,6 +193,7 @@ def test_every_thread_parsing_a_worst_case_body_stays_under_the_memory_limit(
         assert peak < POD_LIMIT // WORKERS_PER_POD, (shape, peak / MIB)
     # and a legitimate request is served right after
     rt = runtime()
-    r = rt.session().post(f"{deployed_worker.url}/v1/runtimes/{rt.id}/changes",
-                          json=rt.record("after", 1), timeout=30)
+    r = rt.session().post(
+        f"{deployed_worker.url}/v1/runtimes/{rt.id}/changes", json=rt.record("after", 1), timeout=30
+    )
     assert r.status_code == 200, r.text

@@ -34,16 +34,23 @@ def env(listener_env: Env) -> Iterator[Env]:
 
 def orphan_lease(env: Env, runtime_id: str) -> None:
     """A runtime's heartbeat Lease whose Kyma CR does not exist (deleted long ago)."""
-    client.CoordinationV1Api(env.api).create_namespaced_lease(env.namespace, client.V1Lease(
-        metadata=client.V1ObjectMeta(name=heartbeat.lease_name(runtime_id), labels={
-            apitypes.HEARTBEAT_LABEL: "true", apitypes.RUNTIME_ID_LABEL: runtime_id}),
-        spec=client.V1LeaseSpec(holder_identity=runtime_id)))
+    client.CoordinationV1Api(env.api).create_namespaced_lease(
+        env.namespace,
+        client.V1Lease(
+            metadata=client.V1ObjectMeta(
+                name=heartbeat.lease_name(runtime_id),
+                labels={apitypes.HEARTBEAT_LABEL: "true", apitypes.RUNTIME_ID_LABEL: runtime_id},
+            ),
+            spec=client.V1LeaseSpec(holder_identity=runtime_id),
+        ),
+    )
 
 
 def lease_gone(env: Env, runtime_id: str) -> bool:
     try:
         client.CoordinationV1Api(env.api).read_namespaced_lease(
-            heartbeat.lease_name(runtime_id), env.namespace)
+            heartbeat.lease_name(runtime_id), env.namespace
+        )
     except client.ApiException as e:
         if e.status == 404:
             return True
@@ -57,6 +64,7 @@ def test_the_janitor_with_its_audit_on_a_full_disk_still_removes_an_orphan(env: 
     rid = f"rt-{uuid.uuid4().hex[:12]}"
     j = Janitor(env, TETHER_LISTENER_AUDIT_LOG="/dev/full")
     try:
+
         def metrics() -> str:
             return requests.get(f"http://127.0.0.1:{j.port}/metrics", timeout=10).text
 
@@ -65,9 +73,14 @@ def test_the_janitor_with_its_audit_on_a_full_disk_still_removes_an_orphan(env: 
             assert f'{LOST}{{reason="{reason}"}} 0.0' in before, before[-3000:]
         orphan_lease(env, rid)
         # marked (an audit line), then after the grace removed (another): the run goes on
-        wait_until(lambda: lease_gone(env, rid), what="the orphan's Lease removed", timeout=GRACE * 20)
-        wait_until(lambda: metric_value(metrics(), LOST, reason="write_error") >= 2,
-                   what="both audit lines counted as lost", timeout=30)
+        wait_until(
+            lambda: lease_gone(env, rid), what="the orphan's Lease removed", timeout=GRACE * 20
+        )
+        wait_until(
+            lambda: metric_value(metrics(), LOST, reason="write_error") >= 2,
+            what="both audit lines counted as lost",
+            timeout=30,
+        )
         assert j.metric("tether_listener_janitor_orphan_leases_deleted_total") >= 1
         assert metric_value(metrics(), "tether_listener_janitor_runs_total", outcome="failed") == 0
     finally:

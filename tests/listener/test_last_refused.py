@@ -29,9 +29,14 @@ def test_a_refusal_keeps_its_object_and_time_beside_the_count() -> None:
     d.refuse(at(6), "rate", 429)  # throttled: no last refusal
     status = delivery.merge(None, d, "rt-1", at(10))
     assert status["lastRefused"] == {
-        "quota_records": {"at": delivery.fmt(at(0)), "status": 413, "namespace": "team-a",
-                          "name": "app"},
-        "invalid_json": {"at": delivery.fmt(at(5)), "status": 400}}
+        "quota_records": {
+            "at": delivery.fmt(at(0)),
+            "status": 413,
+            "namespace": "team-a",
+            "name": "app",
+        },
+        "invalid_json": {"at": delivery.fmt(at(5)), "status": 400},
+    }
     assert status["minutes"][0]["refused"] == {"quota_records": 1, "invalid_json": 1}
 
 
@@ -66,16 +71,22 @@ def test_old_and_hand_written_objects() -> None:
     status = delivery.merge({"runtimeId": "rt", "minutes": []}, d, "rt", at(1))
     assert "lastRefused" not in status
     assert delivery.summarize(status, at(1)).last_refused == {}
-    junk: dict[str, Any] = {"lastRefused": {
-        "ok": {"at": delivery.fmt(at(0)), "status": 400, "namespace": 5, "name": "app"},
-        "no_time": {"status": 400}, "bad_time": {"at": "yesterday"},
-        "not_a_map": [1, 2], "bool": {"at": delivery.fmt(at(0)), "status": True},
-        **{f"many_{i}": {"at": delivery.fmt(at(i))} for i in range(100)}}}
+    junk: dict[str, Any] = {
+        "lastRefused": {
+            "ok": {"at": delivery.fmt(at(0)), "status": 400, "namespace": 5, "name": "app"},
+            "no_time": {"status": 400},
+            "bad_time": {"at": "yesterday"},
+            "not_a_map": [1, 2],
+            "bool": {"at": delivery.fmt(at(0)), "status": True},
+            **{f"many_{i}": {"at": delivery.fmt(at(i))} for i in range(100)},
+        }
+    }
     kept = lastrefused.from_status(junk)
     assert len(kept) <= lastrefused.MAX_LAST
     assert "no_time" not in kept and "bad_time" not in kept and "not_a_map" not in kept
     assert lastrefused.from_status({"lastRefused": {"ok": junk["lastRefused"]["ok"]}}) == {
-        "ok": {"at": delivery.fmt(at(0)), "status": 400, "namespace": "", "name": "app"}}
+        "ok": {"at": delivery.fmt(at(0)), "status": 400, "namespace": "", "name": "app"}
+    }
     assert lastrefused.from_status({"lastRefused": "x"}) == {}
     assert lastrefused.from_status(None) == {}
 

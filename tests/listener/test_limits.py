@@ -20,8 +20,13 @@ pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers
 @pytest.fixture(scope="module")
 def limited(listener_env: Env) -> Iterator[ListenerProcess]:
     """Under the Deployment's memory limit: never OOM-killed (checked when it stops)."""
-    p = ConfinedListenerProcess(listener_env, "limited", TETHER_LISTENER_RATE_BURST="3",
-                        TETHER_LISTENER_RATE_PER_SECOND="0.05", TETHER_LISTENER_THREADS="4")
+    p = ConfinedListenerProcess(
+        listener_env,
+        "limited",
+        TETHER_LISTENER_RATE_BURST="3",
+        TETHER_LISTENER_RATE_PER_SECOND="0.05",
+        TETHER_LISTENER_THREADS="4",
+    )
     yield p
     p.stop()
     cgroups.held(p.usage, "limited listener")
@@ -31,8 +36,15 @@ def test_per_runtime_rate_limit(limited: ListenerProcess, runtime: Callable[...,
     rt, other = runtime(), runtime()
     s = rt.session()
     url = f"{limited.url}/v1/runtimes/{rt.id}/changes"
-    ok = s.post(url, json={"apiVersion": "tether.kyma-project.io/v1", "kind": "ConfigMapChangeList",
-                           "items": [rt.record(n, 1) for n in ("a", "b", "c")]}, timeout=10)
+    ok = s.post(
+        url,
+        json={
+            "apiVersion": "tether.kyma-project.io/v1",
+            "kind": "ConfigMapChangeList",
+            "items": [rt.record(n, 1) for n in ("a", "b", "c")],
+        },
+        timeout=10,
+    )
     assert ok.status_code == 200, ok.text
     refused = s.post(url, json=rt.record("d", 1), timeout=10)
     assert refused.status_code == 429
@@ -40,8 +52,9 @@ def test_per_runtime_rate_limit(limited: ListenerProcess, runtime: Callable[...,
     assert refused.json()["error"] == "rate limited"
     assert rt.env.stored_one(rt.id, "team-a", "d") is None
     # another runtime has its own bucket
-    r = other.session().post(f"{limited.url}/v1/runtimes/{other.id}/changes",
-                             json=other.record("a", 1), timeout=10)
+    r = other.session().post(
+        f"{limited.url}/v1/runtimes/{other.id}/changes", json=other.record("a", 1), timeout=10
+    )
     assert r.status_code == 200
     text = limited.metrics()
     assert metric_value(text, "tether_listener_rate_limited_total", limit="runtime") >= 1
@@ -49,8 +62,9 @@ def test_per_runtime_rate_limit(limited: ListenerProcess, runtime: Callable[...,
     assert any(e.get("event") == "rate_limited" and e["runtime"] == rt.id for e in limited.audit())
 
 
-def test_heartbeat_writes_are_throttled(limited: ListenerProcess,
-                                        runtime: Callable[..., Runtime]) -> None:
+def test_heartbeat_writes_are_throttled(
+    limited: ListenerProcess, runtime: Callable[..., Runtime]
+) -> None:
     """With the default interval (30 s) a second call soon after does not rewrite the Lease."""
     rt = runtime()
     s = rt.session()
@@ -73,11 +87,13 @@ def test_a_runtime_over_its_rate_is_refused_in_the_main_loop_on_a_kept_connectio
     rt = runtime()
     s = rt.session()
     url = f"{limited.url}/v1/runtimes/{rt.id}/changes"
-    batch = {"apiVersion": "tether.kyma-project.io/v1", "kind": "ConfigMapChangeList",
-             "items": [rt.record(n, 1) for n in ("a", "b", "c")]}
+    batch = {
+        "apiVersion": "tether.kyma-project.io/v1",
+        "kind": "ConfigMapChangeList",
+        "items": [rt.record(n, 1) for n in ("a", "b", "c")],
+    }
     assert s.post(url, json=batch, timeout=10).status_code == 200  # the whole burst (3)
-    before = metric_value(limited.metrics(), "tether_listener_rate_limited_total",
-                          limit="runtime")
+    before = metric_value(limited.metrics(), "tether_listener_rate_limited_total", limit="runtime")
     for i in range(20):  # one kept-alive connection (requests' pool), each answered 429
         r = s.post(url, json=rt.record(f"x{i}", 1), timeout=10)
         assert r.status_code == 429 and r.json()["error"] == "rate limited", r.text
@@ -86,10 +102,10 @@ def test_a_runtime_over_its_rate_is_refused_in_the_main_loop_on_a_kept_connectio
     other = runtime()
     r = s.get(f"{limited.url}/v1/runtimes/{other.id}/state", timeout=10)
     assert r.status_code == 403  # the early path answers only a runtime's own path
-    after = metric_value(limited.metrics(), "tether_listener_rate_limited_total",
-                         limit="runtime")
+    after = metric_value(limited.metrics(), "tether_listener_rate_limited_total", limit="runtime")
     assert after - before >= 21
-    lines = [e for e in limited.audit() if e.get("event") == "rate_limited"
-             and e.get("runtime") == rt.id]
+    lines = [
+        e for e in limited.audit() if e.get("event") == "rate_limited" and e.get("runtime") == rt.id
+    ]
     assert 1 <= len(lines) <= 2  # aggregated: not a line per refusal
     assert all(rt.env.stored_one(rt.id, "team-a", f"x{i}") is None for i in range(20))

@@ -26,8 +26,10 @@ def test_metrics_after_traffic(listener: ListenerProcess, runtime: Callable[...,
     assert s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", timeout=10).status_code == 200
     after = listener.metrics()
     name = "tether_listener_requests_total"
-    assert metric_value(after, name, route=route, method="POST", code="200") == \
-        metric_value(before, name, route=route, method="POST", code="200") + 1
+    assert (
+        metric_value(after, name, route=route, method="POST", code="200")
+        == metric_value(before, name, route=route, method="POST", code="200") + 1
+    )
     assert metric_value(after, "tether_listener_records_total", outcome="persisted") >= 1
     assert metric_value(after, "tether_listener_persist_seconds_count", outcome="persisted") >= 1
     # liveness from the heartbeat Leases, bounded: one series per threshold
@@ -37,8 +39,9 @@ def test_metrics_after_traffic(listener: ListenerProcess, runtime: Callable[...,
     assert rt.id not in after
 
 
-def test_request_metrics_of_the_exporter_by_route(listener: ListenerProcess,
-                                                 runtime: Callable[..., Runtime]) -> None:
+def test_request_metrics_of_the_exporter_by_route(
+    listener: ListenerProcess, runtime: Callable[..., Runtime]
+) -> None:
     """prometheus-flask-exporter's request metrics (issue 28, item 8) appear in the
     listener's own /metrics on the operations port, labelled by URL rule: neither the runtime
     ID of the path nor an unknown path becomes a label value."""
@@ -47,20 +50,27 @@ def test_request_metrics_of_the_exporter_by_route(listener: ListenerProcess,
     route = "/v1/runtimes/<runtime_id>/changes"
     name = "tether_listener_http_request_duration_seconds_count"
     before = listener.metrics()
-    assert s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes", json=rt.record("x", 1),
-                  timeout=10).status_code == 200
+    assert (
+        s.post(
+            f"{listener.url}/v1/runtimes/{rt.id}/changes", json=rt.record("x", 1), timeout=10
+        ).status_code
+        == 200
+    )
     for path in ("/no-such-path-1", f"/v1/runtimes/{rt.id}/nothing-here"):
         assert s.get(f"{listener.url}{path}", timeout=10).status_code == 404
     after = listener.metrics()
-    assert metric_value(after, name, method="POST", route=route, status="200") == \
-        metric_value(before, name, method="POST", route=route, status="200") + 1
-    assert metric_value(after, name, method="GET", route="unmatched", status="404") >= \
-        metric_value(before, name, method="GET", route="unmatched", status="404") + 2
+    assert (
+        metric_value(after, name, method="POST", route=route, status="200")
+        == metric_value(before, name, method="POST", route=route, status="200") + 1
+    )
+    assert (
+        metric_value(after, name, method="GET", route="unmatched", status="404")
+        >= metric_value(before, name, method="GET", route="unmatched", status="404") + 2
+    )
     assert "no-such-path" not in after and "nothing-here" not in after and rt.id not in after
     assert after.count("# TYPE tether_listener_http_request_duration_seconds histogram") == 1
     # the exporter serves no /metrics of its own on the data port
-    r = requests.get(f"{listener.url}/metrics", verify=str(listener.env.server_ca_file),
-                     timeout=10)
+    r = requests.get(f"{listener.url}/metrics", verify=str(listener.env.server_ca_file), timeout=10)
     assert r.status_code == 404
 
 
@@ -81,25 +91,41 @@ def test_health_readiness_and_openapi(listener: ListenerProcess) -> None:
 def test_two_workers_share_metrics_in_multiprocess_mode(
     listener_env: Any, runtime: Callable[..., Runtime], tmp_path: pathlib.Path
 ) -> None:
-    p = ListenerProcess(listener_env, "multi", TETHER_LISTENER_WORKERS="2",
-                        PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    p = ListenerProcess(
+        listener_env, "multi", TETHER_LISTENER_WORKERS="2", PROMETHEUS_MULTIPROC_DIR=str(tmp_path)
+    )
     try:
         rt = runtime()
         s = rt.session()
         for i in range(6):  # new connections: the kernel spreads them over both workers
             s.close()
-            r = s.post(f"{p.url}/v1/runtimes/{rt.id}/changes", json=rt.record(f"o{i}", 1),
-                       timeout=60)
+            r = s.post(
+                f"{p.url}/v1/runtimes/{rt.id}/changes", json=rt.record(f"o{i}", 1), timeout=60
+            )
             assert r.status_code == 200, r.text
         text = p.metrics()
         assert metric_value(text, "tether_listener_records_total", outcome="persisted") == 6
         # values live in per-worker files; whichever worker answers the scrape sums them all
         assert list(tmp_path.glob("counter_*.db"))
-        assert metric_value(text, "tether_listener_requests_total",
-                            route="/v1/runtimes/<runtime_id>/changes", method="POST",
-                            code="200") == 6
-        assert metric_value(text, "tether_listener_http_request_duration_seconds_count",
-                            route="/v1/runtimes/<runtime_id>/changes", method="POST",
-                            status="200") == 6
+        assert (
+            metric_value(
+                text,
+                "tether_listener_requests_total",
+                route="/v1/runtimes/<runtime_id>/changes",
+                method="POST",
+                code="200",
+            )
+            == 6
+        )
+        assert (
+            metric_value(
+                text,
+                "tether_listener_http_request_duration_seconds_count",
+                route="/v1/runtimes/<runtime_id>/changes",
+                method="POST",
+                status="200",
+            )
+            == 6
+        )
     finally:
         p.stop()

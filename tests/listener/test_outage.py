@@ -43,16 +43,24 @@ def outage(kcp: controlplane.ControlPlane) -> Iterator[Outage]:
 
 
 def test_kcp_down_gives_503_then_writes_succeed(
-    listener: ListenerProcess, runtime: Callable[..., Runtime], outage: Outage,
+    listener: ListenerProcess,
+    runtime: Callable[..., Runtime],
+    outage: Outage,
 ) -> None:
     seen, fresh = runtime(), runtime()
     url = f"{listener.url}/v1/runtimes/{seen.id}/changes"
     s = seen.session()
-    assert s.post(url, json=seen.record("a", 1), timeout=10).json()["results"][0]["outcome"] == \
-        "persisted"
+    assert (
+        s.post(url, json=seen.record("a", 1), timeout=10).json()["results"][0]["outcome"]
+        == "persisted"
+    )
     # a second listener: no Kyma cache, the outage cache's bound BOUND s (the revocation delay)
-    bounded = ListenerProcess(seen.env, "outage-bounded", TETHER_LISTENER_KYMA_CACHE_SECONDS="0",
-                              TETHER_LISTENER_OUTAGE_CACHE_SECONDS=str(BOUND))
+    bounded = ListenerProcess(
+        seen.env,
+        "outage-bounded",
+        TETHER_LISTENER_KYMA_CACHE_SECONDS="0",
+        TETHER_LISTENER_OUTAGE_CACHE_SECONDS=str(BOUND),
+    )
     try:
         pending = _kcp_down(listener, bounded, seen, fresh, outage)
     finally:
@@ -62,14 +70,20 @@ def test_kcp_down_gives_503_then_writes_succeed(
     assert s.post(url, json=pending, timeout=30).json()["results"][0]["outcome"] == "persisted"
     stored = seen.env.stored_one(seen.id, "team-a", "a")
     assert stored is not None and stored["spec"]["resourceVersion"] == "2"
-    r = fresh.session().post(f"{listener.url}/v1/runtimes/{fresh.id}/changes",
-                             json=fresh.record("b", 1), timeout=30)
+    r = fresh.session().post(
+        f"{listener.url}/v1/runtimes/{fresh.id}/changes", json=fresh.record("b", 1), timeout=30
+    )
     assert r.status_code == 200 and r.json()["results"][0]["outcome"] == "persisted"
     assert "tether_listener_kcp_unavailable_total" in listener.metrics()
 
 
-def _kcp_down(listener: ListenerProcess, bounded: ListenerProcess, seen: Runtime,
-              fresh: Runtime, outage: Outage) -> dict[str, Any]:
+def _kcp_down(
+    listener: ListenerProcess,
+    bounded: ListenerProcess,
+    seen: Runtime,
+    fresh: Runtime,
+    outage: Outage,
+) -> dict[str, Any]:
     """The outage's answers; returns the change refused meanwhile."""
     s = seen.session()
     url = f"{listener.url}/v1/runtimes/{seen.id}/changes"
@@ -89,11 +103,14 @@ def _kcp_down(listener: ListenerProcess, bounded: ListenerProcess, seen: Runtime
     assert 'tether_listener_outage_answers_total{what="identity"}' in bounded.metrics()
     pending = seen.record("a", 2)
     for resp in (
-        s.post(url, json=pending, timeout=30),                       # Kyma CR cached: write fails
+        s.post(url, json=pending, timeout=30),  # Kyma CR cached: write fails
         s.get(f"{listener.url}/v1/runtimes/{seen.id}/state", timeout=30),
         s.get(summary_url, params={"identity": "cluster-2"}, timeout=30),  # another identity
-        fresh.session().post(f"{listener.url}/v1/runtimes/{fresh.id}/changes",  # lookup fails
-                             json=fresh.record("b", 1), timeout=30),
+        fresh.session().post(
+            f"{listener.url}/v1/runtimes/{fresh.id}/changes",  # lookup fails
+            json=fresh.record("b", 1),
+            timeout=30,
+        ),
         requests.get(f"{listener.ops_url}/readyz", timeout=30),
     ):
         assert resp.status_code == 503, resp.text

@@ -56,9 +56,12 @@ def test_the_newest_read_wins_and_the_memory_is_bounded() -> None:
 
 
 def test_a_summary_is_kept_compressed_in_about_3_kb() -> None:
-    doc = {"bucketCount": 256, "hashes": [f"{(i * 0x9E3779B97F4A7C15) % 2**64:016x}"
-                                          for i in range(256)],
-           "counts": [i % 40 for i in range(256)], "epoch": 3}
+    doc = {
+        "bucketCount": 256,
+        "hashes": [f"{(i * 0x9E3779B97F4A7C15) % 2**64:016x}" for i in range(256)],
+        "counts": [i % 40 for i in range(256)],
+        "epoch": 3,
+    }
     last = outage.LastKnown(60, Clock())
     last.remember("rt-1", "cluster-a", doc)
     assert last.recall("rt-1", "cluster-a") == doc

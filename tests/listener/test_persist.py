@@ -59,16 +59,27 @@ def test_batch_results_in_order_and_audited(
     listener: ListenerProcess, runtime: Callable[..., Runtime]
 ) -> None:
     rt = runtime()
-    items = [rt.record("a", 10), rt.record("b", 11), rt.record("a", 9), rt.record("a", 10),
-             rt.record("c", 12, ns="team-b", deleted=True)]
+    items = [
+        rt.record("a", 10),
+        rt.record("b", 11),
+        rt.record("a", 9),
+        rt.record("a", 10),
+        rt.record("c", 12, ns="team-b", deleted=True),
+    ]
     resp = post(listener, rt, changes.batch(items))  # type: ignore[arg-type]
     assert outcomes(resp) == ["persisted", "persisted", "stale", "duplicate", "persisted"]
     assert [(r["namespace"], r["name"], r["resourceVersion"]) for r in resp.json()["results"]] == [
-        (i["namespace"], i["name"], i["resourceVersion"]) for i in items]
+        (i["namespace"], i["name"], i["resourceVersion"]) for i in items
+    ]
     assert len(rt.env.stored(rt.id)) == 3
     events = [e for e in listener.audit() if e.get("event") == "change" and e["runtime"] == rt.id]
-    assert [e["outcome"] for e in events] == ["persisted", "persisted", "stale", "duplicate",
-                                              "persisted"]
+    assert [e["outcome"] for e in events] == [
+        "persisted",
+        "persisted",
+        "stale",
+        "duplicate",
+        "persisted",
+    ]
     assert all("data" not in e for e in events)
 
 
@@ -78,7 +89,9 @@ def test_non_numeric_resource_versions_fall_back_to_observed_at(
     rt = runtime()
     # within the tombstone retention of now (a fixed date ages out of it: stale)
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-    t1 = changes.format_time(now - datetime.timedelta(minutes=1) + datetime.timedelta(microseconds=1))
+    t1 = changes.format_time(
+        now - datetime.timedelta(minutes=1) + datetime.timedelta(microseconds=1)
+    )
     t2 = changes.format_time(now - datetime.timedelta(seconds=59))
     assert outcomes(post(listener, rt, rt.record("x", "abc", observed_at=t2))) == ["persisted"]
     assert outcomes(post(listener, rt, rt.record("x", "abd", observed_at=t1))) == ["stale"]
@@ -114,8 +127,11 @@ def test_state_digest_is_ordered_paginated_and_a_heartbeat(
     token = ""
     pages = 0
     while True:
-        r = s.get(f"{listener.url}/v1/runtimes/{rt.id}/state",
-                  params={"limit": 4, "continue": token}, timeout=30)
+        r = s.get(
+            f"{listener.url}/v1/runtimes/{rt.id}/state",
+            params={"limit": 4, "continue": token},
+            timeout=30,
+        )
         assert r.status_code == 200, r.text
         body = r.json()
         assert len(body["items"]) <= 4
@@ -130,27 +146,42 @@ def test_state_digest_is_ordered_paginated_and_a_heartbeat(
     by_key = {(i["namespace"], i["name"]): i for i in got}
     assert by_key[("a-ns", "gone")]["deleted"] is True
     assert by_key[("b-ns", "cm-03")] == {
-        "namespace": "b-ns", "name": "cm-03", "uid": "u-cm-03", "resourceVersion": "103",
-        "observedAt": next(i["observedAt"] for i in items if i["name"] == "cm-03"
-                           and i["namespace"] == "b-ns"),
-        "deleted": False, "epoch": 0}
+        "namespace": "b-ns",
+        "name": "cm-03",
+        "uid": "u-cm-03",
+        "resourceVersion": "103",
+        "observedAt": next(
+            i["observedAt"] for i in items if i["name"] == "cm-03" and i["namespace"] == "b-ns"
+        ),
+        "deleted": False,
+        "epoch": 0,
+    }
 
     lease: Any = client.CoordinationV1Api(rt.env.api).read_namespaced_lease(
-        heartbeat.lease_name(rt.id), rt.env.namespace)
+        heartbeat.lease_name(rt.id), rt.env.namespace
+    )
     first = lease.spec.renew_time
     assert lease.spec.holder_identity == rt.id
     r = s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", timeout=30)
     assert r.status_code == 200
     lease = client.CoordinationV1Api(rt.env.api).read_namespaced_lease(
-        heartbeat.lease_name(rt.id), rt.env.namespace)
+        heartbeat.lease_name(rt.id), rt.env.namespace
+    )
     assert lease.spec.renew_time > first  # interval 0 in this listener: every call writes
 
 
-def test_state_rejects_bad_query(listener: ListenerProcess, runtime: Callable[..., Runtime]) -> None:
+def test_state_rejects_bad_query(
+    listener: ListenerProcess, runtime: Callable[..., Runtime]
+) -> None:
     rt = runtime()
     s = rt.session()
-    for params in ({"limit": "0"}, {"limit": "5001"}, {"limit": "x"}, {"continue": "%%%"},
-                   {"continue": "WyJhIl0"}):
+    for params in (
+        {"limit": "0"},
+        {"limit": "5001"},
+        {"limit": "x"},
+        {"continue": "%%%"},
+        {"continue": "WyJhIl0"},
+    ):
         r = s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", params=params, timeout=30)
         assert r.status_code == 400, (params, r.text)
         assert r.json()["error"] == "invalid query"
@@ -164,24 +195,41 @@ def test_updates_after_foreign_writes_and_deletion(
     rt = runtime()
     env = rt.env
     objects = client.CustomObjectsApi(env.api)
-    before = metric_value(listener.metrics(), "tether_listener_write_conflicts_total",
-                          path="cached")
+    before = metric_value(
+        listener.metrics(), "tether_listener_write_conflicts_total", path="cached"
+    )
     assert outcomes(post(listener, rt, rt.record("w", 10))) == ["persisted"]
     name = records.object_name(records.Key(rt.id, listenerenv.COMPAT_WATCH, "team-a", "w"))
     objects.patch_namespaced_custom_object(
-        apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural, name,
+        apitypes.RUNTIME_CONFIGMAPS.group,
+        apitypes.RUNTIME_CONFIGMAPS.version,
+        env.namespace,
+        apitypes.RUNTIME_CONFIGMAPS.plural,
+        name,
         {"metadata": {"labels": {"consumer": "seen"}, "finalizers": ["consumer.example/hold"]}},
-        _content_type="application/merge-patch+json")
+        _content_type="application/merge-patch+json",
+    )
     assert outcomes(post(listener, rt, rt.record("w", 11))) == ["persisted"]
     obj = env.stored_one(rt.id, "team-a", "w")
     assert obj is not None and obj["spec"]["resourceVersion"] == "11"
     assert obj["metadata"]["labels"]["consumer"] == "seen"
     assert obj["metadata"]["finalizers"] == ["consumer.example/hold"]
     objects.patch_namespaced_custom_object(
-        apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural, name,
-        {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json")
-    objects.delete_namespaced_custom_object(apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace,
-                                            apitypes.RUNTIME_CONFIGMAPS.plural, name)
+        apitypes.RUNTIME_CONFIGMAPS.group,
+        apitypes.RUNTIME_CONFIGMAPS.version,
+        env.namespace,
+        apitypes.RUNTIME_CONFIGMAPS.plural,
+        name,
+        {"metadata": {"finalizers": None}},
+        _content_type="application/merge-patch+json",
+    )
+    objects.delete_namespaced_custom_object(
+        apitypes.RUNTIME_CONFIGMAPS.group,
+        apitypes.RUNTIME_CONFIGMAPS.version,
+        env.namespace,
+        apitypes.RUNTIME_CONFIGMAPS.plural,
+        name,
+    )
     assert env.stored_one(rt.id, "team-a", "w") is None
     assert outcomes(post(listener, rt, rt.record("w", 12))) == ["persisted"]
     obj = env.stored_one(rt.id, "team-a", "w")
@@ -189,6 +237,5 @@ def test_updates_after_foreign_writes_and_deletion(
     # the same record again is a duplicate, decided by reading the stored object
     assert outcomes(post(listener, rt, rt.record("w", 12))) == ["duplicate"]
     # both foreign changes were noticed by the write without a read (409, then 404)
-    after = metric_value(listener.metrics(), "tether_listener_write_conflicts_total",
-                         path="cached")
+    after = metric_value(listener.metrics(), "tether_listener_write_conflicts_total", path="cached")
     assert after == before + 2

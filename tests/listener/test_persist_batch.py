@@ -27,9 +27,11 @@ from tether import apitypes, changes
 
 pytestmark = pytest.mark.processes
 QUOTA = 100
-COMMON = {"TETHER_LISTENER_QUOTA_RECORDS": str(QUOTA),
-          "TETHER_LISTENER_QUOTA_CACHE_SECONDS": "600",  # no recount in the middle of a batch
-          "TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS": "0"}
+COMMON = {
+    "TETHER_LISTENER_QUOTA_RECORDS": str(QUOTA),
+    "TETHER_LISTENER_QUOTA_CACHE_SECONDS": "600",  # no recount in the middle of a batch
+    "TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS": "0",
+}
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +68,21 @@ def post(p: ListenerProcess, rt: Runtime, recs: list[dict[str, Any]]) -> request
 
 def answered(r: requests.Response) -> list[tuple[str, str, str, str]]:
     assert r.status_code == 200, r.text[:500]
-    return [(i["namespace"], i["name"], i["resourceVersion"], i["outcome"])
-            for i in r.json()["results"]]
+    return [
+        (i["namespace"], i["name"], i["resourceVersion"], i["outcome"]) for i in r.json()["results"]
+    ]
 
 
 def state(env: Env, rt: Runtime) -> dict[tuple[str, str], tuple[str, bool, Any]]:
     """What the KCP holds for the runtime: key -> (resourceVersion, deleted, data)."""
-    return {(o["spec"]["namespace"], o["spec"]["name"]):
-            (o["spec"]["resourceVersion"], o["spec"]["deleted"], o["spec"].get("data"))
-            for o in env.stored(rt.id)}
+    return {
+        (o["spec"]["namespace"], o["spec"]["name"]): (
+            o["spec"]["resourceVersion"],
+            o["spec"]["deleted"],
+            o["spec"].get("data"),
+        )
+        for o in env.stored(rt.id)
+    }
 
 
 def plan(seed: int) -> list[list[tuple[str, str, int, bool]]]:
@@ -90,8 +98,13 @@ def plan(seed: int) -> list[list[tuple[str, str, int, bool]]]:
             items.append((ns, name, 100 * b + rng.randint(1, 60), rng.random() < 0.1))
         rng.shuffle(items)
         for ns, name in keys[:10]:  # a key's newest record again: a duplicate
-            items.append(max((x for x in items if x[:2] == (ns, name)),
-                             key=lambda x: x[2], default=(ns, name, 100 * b + 1, False)))
+            items.append(
+                max(
+                    (x for x in items if x[:2] == (ns, name)),
+                    key=lambda x: x[2],
+                    default=(ns, name, 100 * b + 1, False),
+                )
+            )
         batches.append(items)
     # "five"'s records keep batch order whatever the shuffle: rv 10..50 (110..150) ascending
     for items in batches:
@@ -103,9 +116,10 @@ def plan(seed: int) -> list[list[tuple[str, str, int, bool]]]:
 
 
 def records_of(rt: Runtime, items: list[tuple[str, str, int, bool]]) -> list[dict[str, Any]]:
-    return [rt.record(name, rv, ns=ns, deleted=deleted,
-                      data=None if deleted else {"v": f"{name}-{rv}"})
-            for ns, name, rv, deleted in items]
+    return [
+        rt.record(name, rv, ns=ns, deleted=deleted, data=None if deleted else {"v": f"{name}-{rv}"})
+        for ns, name, rv, deleted in items
+    ]
 
 
 def test_a_batch_persisted_at_once_gives_the_answers_and_state_of_one_after_another(
@@ -148,18 +162,42 @@ def admission_policy(env: Env) -> Iterator[str]:
     api = client.AdmissionregistrationV1Api(env.api)
     name = f"tether-test-{env.namespace}"
     policy: Any = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": name},
-        "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [{
-            "apiGroups": [apitypes.RUNTIME_CONFIGMAPS.group], "apiVersions": ["*"],
-            "operations": ["CREATE", "UPDATE"], "resources": [apitypes.RUNTIME_CONFIGMAPS.plural]}]},
-            "validations": [{"expression": "!object.spec.name.startsWith('refused-')",
-                             "reason": "Invalid", "message": "refused by the test's policy"}]}}
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [apitypes.RUNTIME_CONFIGMAPS.group],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": [apitypes.RUNTIME_CONFIGMAPS.plural],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": "!object.spec.name.startsWith('refused-')",
+                    "reason": "Invalid",
+                    "message": "refused by the test's policy",
+                }
+            ],
+        },
+    }
     binding: Any = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": name},
-        "spec": {"policyName": name, "validationActions": ["Deny"], "matchResources": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.namespace}}}}}
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": env.namespace}}
+            },
+        },
+    }
     api.create_validating_admission_policy(policy)
     api.create_validating_admission_policy_binding(binding)
     try:
@@ -189,5 +227,4 @@ def test_a_record_the_kcp_rejects_is_named_in_a_400_and_a_re_send_completes_the_
         got = post(concurrent, rt, [rec])
         assert got.status_code == (400 if rec["name"].startswith("refused-") else 200), got.text
     held = {k[1]: v[0] for k, v in state(env, rt).items() if k[1] != "refused-probe"}
-    assert held == {
-        **{n: "3" for n in names if not n.startswith("refused-")}, "ok-00": "4"}
+    assert held == {**{n: "3" for n in names if not n.startswith("refused-")}, "ok-00": "4"}

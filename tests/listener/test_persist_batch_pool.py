@@ -13,8 +13,10 @@ from listener.storage import batch
 
 
 def recs(names: list[str]) -> list[dict[str, Any]]:
-    return [{"runtimeId": "rt", "watch": "w", "namespace": "ns", "name": n, "resourceVersion": str(i)}
-            for i, n in enumerate(names)]
+    return [
+        {"runtimeId": "rt", "watch": "w", "namespace": "ns", "name": n, "resourceVersion": str(i)}
+        for i, n in enumerate(names)
+    ]
 
 
 class Meter:
@@ -52,7 +54,8 @@ def test_every_record_once_and_a_keys_records_in_batch_order() -> None:
     done = batch.Pool(4).run(recs(names), m)
     assert done.failures == [] and done.failed is None
     assert [f.outcome if f else None for f in done.outcomes] == [
-        f"persisted-{i}" for i in range(60)]
+        f"persisted-{i}" for i in range(60)
+    ]
     assert sorted(m.order) == list(range(60))
     for k in range(7):  # each key's records ran one after another, in batch order
         mine = [i for i in m.order if i % 7 == k]
@@ -77,6 +80,7 @@ def test_a_worker_holds_at_most_its_concurrency_in_extra_threads_whatever_the_re
         callers.add(threading.get_ident())
         done = pool.run(recs([f"r{r}-k{i}" for i in range(12)]), m)
         assert all(f is not None for f in done.outcomes)
+
     threads = [threading.Thread(target=request, args=(r,)) for r in range(6)]
     for t in threads:
         t.start()
@@ -95,8 +99,9 @@ def test_a_failure_stops_new_records_and_the_earliest_failing_is_named() -> None
     assert done.outcomes[5] is None
     tried = set(m.order)
     assert 5 in tried and len(tried) < 40  # records after the failure were not started
-    assert all((done.outcomes[i] is not None) == (i in tried and i not in (5, 30))
-               for i in range(40))
+    assert all(
+        (done.outcomes[i] is not None) == (i in tried and i not in (5, 30)) for i in range(40)
+    )
 
 
 def test_a_failed_records_later_records_of_its_key_are_not_tried() -> None:

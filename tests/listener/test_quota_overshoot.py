@@ -22,9 +22,11 @@ from testing.listenerenv import Env, ListenerProcess, add_runtime, own_namespace
 
 MIB = 1024 * 1024
 QUOTA_BYTES = 2 * MIB
-WRITERS = {"TETHER_LISTENER_QUOTA_BYTES": str(QUOTA_BYTES),
-           "TETHER_LISTENER_QUOTA_RECORDS": "1000",
-           "TETHER_LISTENER_QUOTA_WRITERS": "2"}
+WRITERS = {
+    "TETHER_LISTENER_QUOTA_BYTES": str(QUOTA_BYTES),
+    "TETHER_LISTENER_QUOTA_RECORDS": "1000",
+    "TETHER_LISTENER_QUOTA_WRITERS": "2",
+}
 RECORD = 80_000  # characters of data: 26 records fit
 
 
@@ -46,7 +48,8 @@ def listener_b(env: Env) -> Iterator[ListenerProcess]:
 
 
 def test_large_records_sent_to_two_workers_at_once_exceed_the_quota_by_one_record_at_most(
-        env: Env, listener_a: ListenerProcess, listener_b: ListenerProcess) -> None:
+    env: Env, listener_a: ListenerProcess, listener_b: ListenerProcess
+) -> None:
     rt = add_runtime(env, f"rt-{uuid.uuid4().hex[:10]}")
     keys = [f"big-{i}" for i in range(60)]
 

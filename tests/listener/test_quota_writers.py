@@ -55,6 +55,7 @@ def test_growing_writes_of_a_runtime_wait_for_the_one_in_flight() -> None:
             got.append("admitted")
         except quota.Exceeded:
             got.append("refused")
+
     t = threading.Thread(target=second)
     t.start()
     t.join(0.3)

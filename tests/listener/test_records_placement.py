@@ -8,19 +8,32 @@ from listener.storage import records
 from tether import apitypes, watches
 
 REC: dict[str, Any] = {
-    "runtimeId": "rt-1", "watch": "configuration", "namespace": "team-a", "name": "c1",
-    "uid": "u1", "resourceVersion": "5", "observedAt": "2026-01-01T00:00:00Z",
-    "deleted": False, "source": "webhook", "resource": {"group": "", "version": "v1",
-                                                        "kind": "ConfigMap"}}
+    "runtimeId": "rt-1",
+    "watch": "configuration",
+    "namespace": "team-a",
+    "name": "c1",
+    "uid": "u1",
+    "resourceVersion": "5",
+    "observedAt": "2026-01-01T00:00:00Z",
+    "deleted": False,
+    "source": "webhook",
+    "resource": {"group": "", "version": "v1", "kind": "ConfigMap"},
+}
 KYMA = records.Owner("kcp-system", "kyma-1", "uid-kyma-1")
 
 
 def test_a_record_in_the_kyma_crs_namespace_is_owned_by_it_elsewhere_only_labelled() -> None:
     home = records.body(REC, "kcp-system", owner=KYMA)["metadata"]
     assert home["labels"][apitypes.KYMA_NAME_LABEL] == "kyma-1"
-    assert home["ownerReferences"] == [{
-        "apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma", "name": "kyma-1",
-        "uid": "uid-kyma-1", "controller": False}]  # no blockOwnerDeletion
+    assert home["ownerReferences"] == [
+        {
+            "apiVersion": "operator.kyma-project.io/v1beta2",
+            "kind": "Kyma",
+            "name": "kyma-1",
+            "uid": "uid-kyma-1",
+            "controller": False,
+        }
+    ]  # no blockOwnerDeletion
     away = records.body(REC, "tether-configuration", owner=KYMA)["metadata"]
     assert away["labels"][apitypes.KYMA_NAME_LABEL] == "kyma-1"
     assert "ownerReferences" not in away
@@ -30,8 +43,15 @@ def test_a_record_in_the_kyma_crs_namespace_is_owned_by_it_elsewhere_only_labell
 def test_an_update_keeps_others_owner_references_and_follows_a_recreated_kyma_cr() -> None:
     other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "ux"}
     old_kyma = {**KYMA.reference(), "uid": "uid-before"}
-    stored = {"metadata": {"name": "rcm-1", "namespace": "kcp-system", "resourceVersion": "9",
-                           "ownerReferences": [other, old_kyma], "labels": {"keep": "me"}}}
+    stored = {
+        "metadata": {
+            "name": "rcm-1",
+            "namespace": "kcp-system",
+            "resourceVersion": "9",
+            "ownerReferences": [other, old_kyma],
+            "labels": {"keep": "me"},
+        }
+    }
     meta = records.updated(stored, REC, owner=KYMA)["metadata"]
     assert meta["ownerReferences"] == [other, KYMA.reference()]
     assert meta["resourceVersion"] == "9" and meta["labels"]["keep"] == "me"
@@ -45,6 +65,7 @@ def test_only_an_object_in_its_watchs_storage_namespace_is_placed() -> None:
     def meta(ns: str, watch: str | None) -> dict[str, Any]:
         labels = {} if watch is None else {watches.WATCH_LABEL: watch}
         return {"namespace": ns, "labels": labels}
+
     assert records.placed(meta("tether-configuration", "configuration"), homes, "kcp-system")
     assert not records.placed(meta("kcp-system", "configuration"), homes, "kcp-system")
     assert not records.placed(meta("elsewhere", "configuration"), homes, "kcp-system")

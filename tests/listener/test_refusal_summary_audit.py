@@ -42,7 +42,11 @@ def test_a_flood_from_one_source_is_one_line_with_the_count() -> None:
     (line,) = _lines(out)
     assert line["event"] == "auth_refused_summary"
     assert (line["reason"], line["source"], line["count"], line["status"]) == (
-        "no_certificate", "203.0.113.7", 300, 401)
+        "no_certificate",
+        "203.0.113.7",
+        300,
+        401,
+    )
     assert line["minute"] == "2027-01-15T08:00:00+00:00" and line["seconds"] == 60
     assert len(line["claimed_runtimes"]) == refusalsummary.MAX_CLAIMED
     assert line["claimed_runtimes_truncated"] is True
@@ -62,15 +66,23 @@ def test_keys_are_reason_and_source_and_the_next_minute_writes_the_last() -> Non
     agg.record("san_mismatch", None, 403, "d", cn="rt-d")
     first = _lines(out)
     got = {(x["reason"], x["source"]): (x["count"], x["claimed_runtimes"]) for x in first}
-    assert got == {("no_certificate", "10.0.0.1"): (2, ["a"]),
-                   ("no_certificate", "10.0.0.2"): (1, ["b"]),
-                   ("cn_mismatch", "10.0.0.1"): (1, ["c"])}
-    assert [x.get("certificate_cns") for x in first if x["reason"] == "cn_mismatch"] == [["rt-real"]]
+    assert got == {
+        ("no_certificate", "10.0.0.1"): (2, ["a"]),
+        ("no_certificate", "10.0.0.2"): (1, ["b"]),
+        ("cn_mismatch", "10.0.0.1"): (1, ["c"]),
+    }
+    assert [x.get("certificate_cns") for x in first if x["reason"] == "cn_mismatch"] == [
+        ["rt-real"]
+    ]
     assert {x["minute"] for x in first} == {"1970-01-01T00:02:00+00:00"}
     assert agg.flush() == 1  # worker exit: the current minute, ended or not
     last = _lines(out)[-1]
     assert (last["reason"], last["source"], last["count"], last["minute"]) == (
-        "san_mismatch", "unknown", 1, "1970-01-01T00:03:00+00:00")
+        "san_mismatch",
+        "unknown",
+        1,
+        "1970-01-01T00:03:00+00:00",
+    )
 
 
 def test_keys_beyond_the_bound_are_counted_in_an_other_bucket_that_says_so() -> None:
@@ -86,7 +98,9 @@ def test_keys_beyond_the_bound_are_counted_in_an_other_bucket_that_says_so() -> 
     other = [x for x in lines if x.get("overflow")]
     assert len(kept) == 3 and sum(x["count"] for x in kept) == 4
     assert {(x["reason"], x["source"], x["count"]) for x in other} == {
-        ("no_certificate", "other", 97), ("cn_mismatch", "other", 1)}
+        ("no_certificate", "other", 97),
+        ("cn_mismatch", "other", 1),
+    }
     assert all("more than 3" in x["note"] for x in other)
     assert sum(x["count"] for x in lines) == 102
 
@@ -125,7 +139,9 @@ def test_interval_zero_writes_a_line_per_refusal() -> None:
     agg.record("no_certificate", "10.0.0.1", 401, "a")
     agg.record("no_certificate", "10.0.0.1", 401, "b")
     assert [(x["count"], x["claimed_runtimes"], x["seconds"]) for x in _lines(out)] == [
-        (1, ["a"], 0), (1, ["b"], 0)]
+        (1, ["a"], 0),
+        (1, ["b"], 0),
+    ]
     assert agg.flush_due() == 0 and agg.flush() == 0
 
 

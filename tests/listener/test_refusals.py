@@ -34,8 +34,9 @@ def changes_url(listener: ListenerProcess, runtime_id: str) -> str:
     return f"{listener.url}/v1/runtimes/{runtime_id}/changes"
 
 
-def assert_refused(resp: requests.Response, status: int, error: str,
-                   reason: str | None = None) -> dict[str, Any]:
+def assert_refused(
+    resp: requests.Response, status: int, error: str, reason: str | None = None
+) -> dict[str, Any]:
     assert resp.status_code == status, resp.text
     assert resp.headers["Content-Type"].startswith("application/json")
     body: dict[str, Any] = resp.json()
@@ -48,8 +49,11 @@ def assert_refused(resp: requests.Response, status: int, error: str,
 
 def refusals_for(listener: ListenerProcess, runtime_id: str) -> list[str]:
     """The per-event refusals of an authenticated runtime."""
-    return [e["reason"] for e in listener.audit()
-            if e.get("event") == "refused" and e.get("runtime") == runtime_id]
+    return [
+        e["reason"]
+        for e in listener.audit()
+        if e.get("event") == "refused" and e.get("runtime") == runtime_id
+    ]
 
 
 def auth_refusals(listener: ListenerProcess, reason: str) -> float:
@@ -60,10 +64,18 @@ def test_no_certificate_is_401(listener: ListenerProcess, runtime: Callable[...,
     rt = runtime()
     s = rt.session(cert=None)
     before = auth_refusals(listener, "no_certificate")
-    assert_refused(s.post(changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10),
-                   401, "unauthorized", "no_certificate")
-    assert_refused(s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", timeout=10),
-                   401, "unauthorized", "no_certificate")
+    assert_refused(
+        s.post(changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10),
+        401,
+        "unauthorized",
+        "no_certificate",
+    )
+    assert_refused(
+        s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", timeout=10),
+        401,
+        "unauthorized",
+        "no_certificate",
+    )
     assert rt.env.stored(rt.id) == []
     assert auth_refusals(listener, "no_certificate") == before + 2
     # an unauthenticated caller's runtime ID is never audited as the runtime
@@ -79,14 +91,16 @@ def test_invalid_chain_fails_the_handshake(
         files, reason = rt.issue(rt.env.foreign_ca), "unknown_ca"
     else:
         files, reason = rt.issue(**expired()), "certificate_expired"
-    before = metric_value(listener.metrics(), "tether_listener_tls_handshake_refusals_total",
-                          reason=reason)
+    before = metric_value(
+        listener.metrics(), "tether_listener_tls_handshake_refusals_total", reason=reason
+    )
     s = rt.session(cert=files)
     with pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
         s.post(changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10)
     assert rt.env.stored(rt.id) == []
-    after = metric_value(listener.metrics(), "tether_listener_tls_handshake_refusals_total",
-                         reason=reason)
+    after = metric_value(
+        listener.metrics(), "tether_listener_tls_handshake_refusals_total", reason=reason
+    )
     assert after == before + 1
     assert any(e.get("reason") == "tls_" + reason for e in listener.audit())
 
@@ -97,10 +111,18 @@ def test_certificate_of_another_runtime_is_403(
     rt, other = runtime(), runtime()
     # other's own valid certificate, used on rt's URL
     s = other.session()
-    assert_refused(s.post(changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10),
-                   403, "forbidden", "cn_mismatch")
-    assert_refused(s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", timeout=10),
-                   403, "forbidden", "cn_mismatch")
+    assert_refused(
+        s.post(changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10),
+        403,
+        "forbidden",
+        "cn_mismatch",
+    )
+    assert_refused(
+        s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", timeout=10),
+        403,
+        "forbidden",
+        "cn_mismatch",
+    )
     assert rt.env.stored(rt.id) == []
 
 
@@ -110,8 +132,12 @@ def test_san_not_matching_the_kyma_domain_is_403(
     rt = runtime()
     s = rt.session(cert=rt.issue(dns=["c-other.kyma.example.com"]))
     before = auth_refusals(listener, "san_mismatch")
-    assert_refused(s.post(changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10),
-                   403, "forbidden", "san_mismatch")
+    assert_refused(
+        s.post(changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10),
+        403,
+        "forbidden",
+        "san_mismatch",
+    )
     assert rt.env.stored(rt.id) == []
     assert auth_refusals(listener, "san_mismatch") == before + 1
     assert refusals_for(listener, rt.id) == []
@@ -119,8 +145,12 @@ def test_san_not_matching_the_kyma_domain_is_403(
 
 def test_unknown_runtime_is_403(listener: ListenerProcess, runtime: Callable[..., Runtime]) -> None:
     rt = runtime(kyma_cr=False)
-    assert_refused(rt.session().post(changes_url(listener, rt.id), json=rt.record("a", 1),
-                                     timeout=10), 403, "forbidden", "unknown_runtime")
+    assert_refused(
+        rt.session().post(changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10),
+        403,
+        "forbidden",
+        "unknown_runtime",
+    )
     assert rt.env.stored(rt.id) == []
 
 
@@ -129,25 +159,43 @@ def test_kyma_being_deleted_or_without_domain_is_403(
 ) -> None:
     deleting = runtime(kyma_cr=False)
     env = deleting.env
-    obj = create_kyma(env.api, env.namespace, deleting.id, deleting.domain,
-                      finalizers=["test.tether/hold"])
+    obj = create_kyma(
+        env.api, env.namespace, deleting.id, deleting.domain, finalizers=["test.tether/hold"]
+    )
     objects = client.CustomObjectsApi(env.api)
     name = obj["metadata"]["name"]
-    objects.delete_namespaced_custom_object(apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural,
-                                            name)
+    objects.delete_namespaced_custom_object(
+        apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, name
+    )
     try:
-        assert_refused(deleting.session().post(changes_url(listener, deleting.id),
-                                               json=deleting.record("a", 1), timeout=10),
-                       403, "forbidden", "runtime_deleting")
+        assert_refused(
+            deleting.session().post(
+                changes_url(listener, deleting.id), json=deleting.record("a", 1), timeout=10
+            ),
+            403,
+            "forbidden",
+            "runtime_deleting",
+        )
     finally:
-        objects.patch_namespaced_custom_object(apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace,
-                                               apitypes.KYMAS.plural, name, {"metadata": {"finalizers": None}},
-                                               _content_type="application/merge-patch+json")
+        objects.patch_namespaced_custom_object(
+            apitypes.KYMAS.group,
+            apitypes.KYMAS.version,
+            env.namespace,
+            apitypes.KYMAS.plural,
+            name,
+            {"metadata": {"finalizers": None}},
+            _content_type="application/merge-patch+json",
+        )
     no_domain = runtime(kyma_cr=False)
     create_kyma(env.api, env.namespace, no_domain.id, None)
-    assert_refused(no_domain.session().post(changes_url(listener, no_domain.id),
-                                            json=no_domain.record("a", 1), timeout=10),
-                   403, "forbidden", "domain_missing")
+    assert_refused(
+        no_domain.session().post(
+            changes_url(listener, no_domain.id), json=no_domain.record("a", 1), timeout=10
+        ),
+        403,
+        "forbidden",
+        "domain_missing",
+    )
     assert env.stored(deleting.id) == [] and env.stored(no_domain.id) == []
 
 
@@ -158,20 +206,36 @@ def test_payload_refusals(listener: ListenerProcess, runtime: Callable[..., Runt
     good = rt.record("a", 1)
     raw = json.dumps(good).encode()
 
-    assert_refused(s.post(url, data=raw, headers={"Content-Type": "text/plain"}, timeout=10),
-                   415, "unsupported media type")
+    assert_refused(
+        s.post(url, data=raw, headers={"Content-Type": "text/plain"}, timeout=10),
+        415,
+        "unsupported media type",
+    )
     assert_refused(s.post(url, data=raw, timeout=10), 415, "unsupported media type")
-    assert_refused(s.post(url, data=raw, headers={"Content-Type": "application/json; charset=latin-1"},
-                          timeout=10), 415, "unsupported media type")
+    assert_refused(
+        s.post(
+            url, data=raw, headers={"Content-Type": "application/json; charset=latin-1"}, timeout=10
+        ),
+        415,
+        "unsupported media type",
+    )
 
     js = {"Content-Type": "application/json"}
-    for bad in (b"{", b"[1,", b"\xff\xfe", b"NaN", b'{"a": Infinity}',
-                b'{"a":' * 100 + b"1" + b"}" * 100):
+    for bad in (
+        b"{",
+        b"[1,",
+        b"\xff\xfe",
+        b"NaN",
+        b'{"a": Infinity}',
+        b'{"a":' * 100 + b"1" + b"}" * 100,
+    ):
         body = assert_refused(s.post(url, data=bad, headers=js, timeout=10), 400, "invalid JSON")
         assert body["details"][0]["path"] == "$"
     # structure caps while parsing: arrays (only a batch's items is one), objects, keys
     for bad in (b"[" * 100 + b"]" * 100, b"[" + b"{}," * 3000 + b"{}]"):
-        body = assert_refused(s.post(url, data=bad, headers=js, timeout=10), 400, "schema violation")
+        body = assert_refused(
+            s.post(url, data=bad, headers=js, timeout=10), 400, "schema violation"
+        )
         assert body["details"][0]["path"] == "$"
 
     violations: list[tuple[dict[str, Any] | list[Any], str]] = [
@@ -192,10 +256,18 @@ def test_payload_refusals(listener: ListenerProcess, runtime: Callable[..., Runt
         assert all(set(d) == {"path", "message"} for d in body["details"])
 
     other = runtime()
-    body = assert_refused(s.post(url, json=changes.batch([good, other.record("b", 2)]),  # type: ignore[list-item]
-                                 timeout=10), 403, "runtimeId mismatch")
-    assert body["details"] == [{"path": "$.items[1].runtimeId",
-                                "message": "must equal the runtime ID of the URL"}]
+    body = assert_refused(
+        s.post(
+            url,
+            json=changes.batch([good, other.record("b", 2)]),  # type: ignore[list-item]
+            timeout=10,
+        ),
+        403,
+        "runtimeId mismatch",
+    )
+    assert body["details"] == [
+        {"path": "$.items[1].runtimeId", "message": "must equal the runtime ID of the URL"}
+    ]
 
     big = rt.record("big", 3, data={"k": "x" * (1024 * 1024 + 1)})
     body = assert_refused(s.post(url, json=big, timeout=10), 413, "record too large")
@@ -212,12 +284,19 @@ def test_payload_refusals(listener: ListenerProcess, runtime: Callable[..., Runt
     def chunks() -> Any:
         for _ in range(40):
             yield b" " * (100 * 1024)
+
     assert_refused(s.post(url, data=chunks(), headers=js, timeout=30), 413, "request too large")
 
     assert rt.env.stored(rt.id) == []
     reasons = refusals_for(listener, rt.id)
-    for reason in ("media_type", "invalid_json", "schema", "runtime_id_mismatch",
-                   "record_too_large", "too_large"):
+    for reason in (
+        "media_type",
+        "invalid_json",
+        "schema",
+        "runtime_id_mismatch",
+        "record_too_large",
+        "too_large",
+    ):
         assert reason in reasons
     audit_text = listener.audit_file.read_text()
     assert "x" * 100 not in audit_text and "BEGIN" not in audit_text
@@ -229,18 +308,26 @@ def test_refusals_are_counted_by_reason(
     rt = runtime()
     before = listener.metrics()
     rt.session(cert=rt.issue(dns=["elsewhere.example.com"])).post(
-        changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10)
-    rt.session().post(changes_url(listener, rt.id), data=b"{", timeout=10,
-                      headers={"Content-Type": "application/json"})
+        changes_url(listener, rt.id), json=rt.record("a", 1), timeout=10
+    )
+    rt.session().post(
+        changes_url(listener, rt.id),
+        data=b"{",
+        timeout=10,
+        headers={"Content-Type": "application/json"},
+    )
     after = listener.metrics()
-    for name, labels in (("tether_listener_auth_refusals_total", {"reason": "san_mismatch"}),
-                         ("tether_listener_validation_failures_total", {"reason": "invalid_json"})):
+    for name, labels in (
+        ("tether_listener_auth_refusals_total", {"reason": "san_mismatch"}),
+        ("tether_listener_validation_failures_total", {"reason": "invalid_json"}),
+    ):
         assert metric_value(after, name, **labels) == metric_value(before, name, **labels) + 1
     assert rt.id not in after  # no per-runtime series
 
 
-def test_unknown_routes_and_methods_are_json(listener: ListenerProcess,
-                                             runtime: Callable[..., Runtime]) -> None:
+def test_unknown_routes_and_methods_are_json(
+    listener: ListenerProcess, runtime: Callable[..., Runtime]
+) -> None:
     rt = runtime()
     s = rt.session()
     assert_refused(s.get(f"{listener.url}/v2/nothing", timeout=10), 404, "not found")
@@ -253,20 +340,41 @@ def test_refusals_of_large_bodies_reach_the_client(
     """A refused request whose body was never read is still answered (the listener reads
     the rest of the body first), so a sender sees 401/403/415, not a broken connection."""
     rt = runtime()
-    big: Any = changes.batch([rt.record(f"big{i}", 1, data={"k": "x" * (900 * 1024)})  # type: ignore[misc]
-                              for i in range(3)])  # 2.7 MiB: under the cap, over socket buffers
+    big: Any = changes.batch(
+        [
+            rt.record(f"big{i}", 1, data={"k": "x" * (900 * 1024)})  # type: ignore[misc]
+            for i in range(3)
+        ]
+    )  # 2.7 MiB: under the cap, over socket buffers
     for _ in range(3):
-        assert_refused(rt.session(cert=None).post(changes_url(listener, rt.id), json=big,
-                                                  timeout=30), 401, "unauthorized")
-        assert_refused(rt.session(cert=rt.issue(dns=["elsewhere.example.com"])).post(
-            changes_url(listener, rt.id), json=big, timeout=30), 403, "forbidden", "san_mismatch")
-        assert_refused(rt.session().post(changes_url(listener, rt.id), data=json.dumps(big),
-                                         headers={"Content-Type": "text/plain"}, timeout=30),
-                       415, "unsupported media type")
+        assert_refused(
+            rt.session(cert=None).post(changes_url(listener, rt.id), json=big, timeout=30),
+            401,
+            "unauthorized",
+        )
+        assert_refused(
+            rt.session(cert=rt.issue(dns=["elsewhere.example.com"])).post(
+                changes_url(listener, rt.id), json=big, timeout=30
+            ),
+            403,
+            "forbidden",
+            "san_mismatch",
+        )
+        assert_refused(
+            rt.session().post(
+                changes_url(listener, rt.id),
+                data=json.dumps(big),
+                headers={"Content-Type": "text/plain"},
+                timeout=30,
+            ),
+            415,
+            "unsupported media type",
+        )
     assert rt.env.stored(rt.id) == []
 
 
 # -- unauthenticated refusals, audited in aggregate ------------------------------------
+
 
 def summaries(listener: ListenerProcess) -> list[dict[str, Any]]:
     return [e for e in listener.audit() if e.get("event") == refusalsummary.EVENT]
@@ -285,29 +393,46 @@ def test_a_flood_of_unauthenticated_requests_is_a_few_audit_lines_with_counts(
     # several workers: /metrics is their aggregate only with a multiprocess folder, as the
     # manifests set it (without it, the answering worker's own counts: 0 or 150 by chance)
     metrics_dir = listener_env.dir / f"metrics-flood-{uuid.uuid4().hex[:8]}"
-    flooded = ListenerProcess(listener_env, "flood", TETHER_LISTENER_WORKERS=str(workers),
-                              PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
-                              TETHER_LISTENER_GRACEFUL_TIMEOUT_SECONDS="25")  # exit's flush budget
+    flooded = ListenerProcess(
+        listener_env,
+        "flood",
+        TETHER_LISTENER_WORKERS=str(workers),
+        PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
+        TETHER_LISTENER_GRACEFUL_TIMEOUT_SECONDS="25",
+    )  # exit's flush budget
     try:
         good, other = runtime(), runtime()
         anonymous, foreign = good.session(cert=None), other.session()
         claimed = [f"claimed-{i:03d}" for i in range(300)]
         for i, rid in enumerate(claimed):
             if i % 2 == 0:
-                assert_refused(anonymous.post(changes_url(flooded, rid), json=good.record("a", 1),
-                                              timeout=10), 401, "unauthorized", "no_certificate")
+                assert_refused(
+                    anonymous.post(changes_url(flooded, rid), json=good.record("a", 1), timeout=10),
+                    401,
+                    "unauthorized",
+                    "no_certificate",
+                )
             else:
-                assert_refused(foreign.get(f"{flooded.url}/v1/runtimes/{rid}/state", timeout=10),
-                               403, "forbidden", "cn_mismatch")
+                assert_refused(
+                    foreign.get(f"{flooded.url}/v1/runtimes/{rid}/state", timeout=10),
+                    403,
+                    "forbidden",
+                    "cn_mismatch",
+                )
             if i == 150:  # a well-behaved runtime in the middle of the flood
-                r = good.session().post(changes_url(flooded, good.id), json=good.record("a", 1),
-                                        timeout=10)
+                r = good.session().post(
+                    changes_url(flooded, good.id), json=good.record("a", 1), timeout=10
+                )
                 assert r.status_code == 200, r.text
         metrics = flooded.metrics()
-        assert metric_value(metrics, "tether_listener_auth_refusals_total",
-                            reason="no_certificate") == 150
-        assert metric_value(metrics, "tether_listener_auth_refusals_total",
-                            reason="cn_mismatch") == 150
+        assert (
+            metric_value(metrics, "tether_listener_auth_refusals_total", reason="no_certificate")
+            == 150
+        )
+        assert (
+            metric_value(metrics, "tether_listener_auth_refusals_total", reason="cn_mismatch")
+            == 150
+        )
     finally:
         flooded.stop()  # the workers write what they counted when they exit
     lines = summaries(flooded)
@@ -315,16 +440,21 @@ def test_a_flood_of_unauthenticated_requests_is_a_few_audit_lines_with_counts(
     # seconds may cross one minute's end)
     assert 2 <= len(lines) <= 2 * 2 * workers, lines
     assert sum(x["count"] for x in lines) == 300
-    by_reason = {r: sum(x["count"] for x in lines if x["reason"] == r)
-                 for r in ("no_certificate", "cn_mismatch")}
+    by_reason = {
+        r: sum(x["count"] for x in lines if x["reason"] == r)
+        for r in ("no_certificate", "cn_mismatch")
+    }
     assert by_reason == {"no_certificate": 150, "cn_mismatch": 150}
     for x in lines:
-        assert x["source"] == "127.0.0.1" and x["status"] == (401 if x["reason"] ==
-                                                              "no_certificate" else 403)
+        assert x["source"] == "127.0.0.1" and x["status"] == (
+            401 if x["reason"] == "no_certificate" else 403
+        )
         assert "runtime" not in x and "overflow" not in x
         assert 1 <= len(x["claimed_runtimes"]) <= refusalsummary.MAX_CLAIMED
         assert set(x["claimed_runtimes"]) <= set(claimed)
-        assert x.get("claimed_runtimes_truncated", False) is (x["count"] > len(x["claimed_runtimes"]))
+        assert x.get("claimed_runtimes_truncated", False) is (
+            x["count"] > len(x["claimed_runtimes"])
+        )
         if x["reason"] == "cn_mismatch":  # the certificate passed its chain: its CN is named
             assert x["certificate_cns"] == [other.id]
         assert x["minute"].endswith(":00+00:00") and x["seconds"] == 60
@@ -343,14 +473,19 @@ def test_refusal_summaries_are_written_when_their_window_ends(
 ) -> None:
     """The flush thread writes a window's lines once it ends, without another request
     and without the worker exiting (a 2 s window here)."""
-    short = ListenerProcess(listener_env, "window",
-                            TETHER_LISTENER_REFUSAL_AUDIT_INTERVAL_SECONDS="2")
+    short = ListenerProcess(
+        listener_env, "window", TETHER_LISTENER_REFUSAL_AUDIT_INTERVAL_SECONDS="2"
+    )
     try:
         rt = runtime()
         s = rt.session(cert=rt.issue(dns=["elsewhere.example.com"]))
         for _ in range(5):
-            assert_refused(s.post(changes_url(short, rt.id), json=rt.record("a", 1), timeout=10),
-                           403, "forbidden", "san_mismatch")
+            assert_refused(
+                s.post(changes_url(short, rt.id), json=rt.record("a", 1), timeout=10),
+                403,
+                "forbidden",
+                "san_mismatch",
+            )
         deadline = time.monotonic() + 15
         while sum(x["count"] for x in summaries(short)) < 5 and time.monotonic() < deadline:
             time.sleep(0.2)

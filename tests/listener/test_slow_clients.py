@@ -29,14 +29,18 @@ STALLED = 200
 
 @pytest.fixture(scope="module")
 def bounded(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ConfinedListenerProcess(listener_env, "bounded", TETHER_LISTENER_THREADS=str(THREADS),
-                        TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="2",
-                        TETHER_LISTENER_HANDSHAKE_TIMEOUT_SECONDS="2",
-                        TETHER_LISTENER_HEAD_TIMEOUT_SECONDS="2",
-                        TETHER_LISTENER_BODY_TIMEOUT_SECONDS="3",
-                        TETHER_LISTENER_IDLE_TIMEOUT_SECONDS="2",
-                        TETHER_LISTENER_MAX_CONNECTIONS_PER_RUNTIME="6",
-                        TETHER_LISTENER_REFUSAL_AUDIT_INTERVAL_SECONDS="3600")
+    p = ConfinedListenerProcess(
+        listener_env,
+        "bounded",
+        TETHER_LISTENER_THREADS=str(THREADS),
+        TETHER_LISTENER_MAX_IN_FLIGHT_PER_RUNTIME="2",
+        TETHER_LISTENER_HANDSHAKE_TIMEOUT_SECONDS="2",
+        TETHER_LISTENER_HEAD_TIMEOUT_SECONDS="2",
+        TETHER_LISTENER_BODY_TIMEOUT_SECONDS="3",
+        TETHER_LISTENER_IDLE_TIMEOUT_SECONDS="2",
+        TETHER_LISTENER_MAX_CONNECTIONS_PER_RUNTIME="6",
+        TETHER_LISTENER_REFUSAL_AUDIT_INTERVAL_SECONDS="3600",
+    )
     yield p
     p.stop()
     cgroups.held(p.usage, "bounded listener")
@@ -52,8 +56,7 @@ def tls_connect(listener: ListenerProcess, rt: Runtime | None) -> ssl.SSLSocket:
 
 def legit_post(listener: ListenerProcess, rt: Runtime, name: str, rv: int) -> None:
     s = rt.session()
-    r = s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes", json=rt.record(name, rv),
-               timeout=10)
+    r = s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes", json=rt.record(name, rv), timeout=10)
     assert r.status_code == 200, r.text
     assert r.json()["results"][0]["outcome"] == "persisted"
     assert rt.env.stored_one(rt.id, "team-a", name) is not None  # acknowledged = stored
@@ -74,8 +77,9 @@ def test_stalled_tls_handshakes_hold_no_thread(
     bounded: ListenerProcess, runtime: Callable[..., Runtime]
 ) -> None:
     """200 connections send the first bytes of a ClientHello (no certificate) and wait."""
-    before = metric_value(bounded.metrics(), "tether_listener_connection_refusals_total",
-                          reason="handshake_timeout")
+    before = metric_value(
+        bounded.metrics(), "tether_listener_connection_refusals_total", reason="handshake_timeout"
+    )
     stalled = []
     for _ in range(STALLED):
         s = socket.create_connection(("127.0.0.1", bounded.port), timeout=10)
@@ -91,8 +95,12 @@ def test_stalled_tls_handshakes_hold_no_thread(
     finally:
         for s in stalled:
             s.close()
-    after = wait_metric(bounded, "tether_listener_connection_refusals_total",
-                        before + STALLED, reason="handshake_timeout")
+    after = wait_metric(
+        bounded,
+        "tether_listener_connection_refusals_total",
+        before + STALLED,
+        reason="handshake_timeout",
+    )
     assert after >= before + STALLED
     # the audit log aggregates them: at most a few lines, not one per connection
     lines = [e for e in bounded.audit() if str(e.get("reason")) == "handshake_timeout"]
@@ -116,8 +124,10 @@ def test_half_sent_heads_with_valid_certificates(
     finally:
         for s in held:
             s.close()
-    assert wait_metric(bounded, "tether_listener_connection_refusals_total", 30,
-                       reason="head_timeout") >= 30
+    assert (
+        wait_metric(bounded, "tether_listener_connection_refusals_total", 30, reason="head_timeout")
+        >= 30
+    )
 
 
 def test_half_sent_bodies_hold_at_most_the_runtimes_share(
@@ -132,9 +142,11 @@ def test_half_sent_bodies_hold_at_most_the_runtimes_share(
     held = []
     for length in (1000, 1000, 2 * 1024 * 1024, 2 * 1024 * 1024, 2 * 1024 * 1024, 2 * 1024 * 1024):
         s = tls_connect(bounded, greedy)
-        s.sendall(f"POST /v1/runtimes/{greedy.id}/changes HTTP/1.1\r\nHost: x\r\n"
-                  f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
-                  "{\"a\"".encode())
+        s.sendall(
+            f"POST /v1/runtimes/{greedy.id}/changes HTTP/1.1\r\nHost: x\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+            '{"a"'.encode()
+        )
         held.append(s)
     try:
         for i in range(5):
@@ -161,16 +173,18 @@ def test_half_sent_bodies_hold_at_most_the_runtimes_share(
         for s in held:
             s.close()
     text = bounded.metrics()
-    assert metric_value(text, "tether_listener_validation_failures_total",
-                        reason="body_timeout") >= 1
+    assert (
+        metric_value(text, "tether_listener_validation_failures_total", reason="body_timeout") >= 1
+    )
 
 
 def test_connections_per_runtime_are_capped(
     bounded: ListenerProcess, runtime: Callable[..., Runtime]
 ) -> None:
     rt, other = runtime(), runtime()
-    before = metric_value(bounded.metrics(), "tether_listener_connection_refusals_total",
-                          reason="peer_connection_cap")
+    before = metric_value(
+        bounded.metrics(), "tether_listener_connection_refusals_total", reason="peer_connection_cap"
+    )
     conns = [tls_connect(bounded, rt) for _ in range(10)]  # the cap is 6
     try:
         answered = []
@@ -186,8 +200,15 @@ def test_connections_per_runtime_are_capped(
     finally:
         for s in conns:
             s.close()
-    assert wait_metric(bounded, "tether_listener_connection_refusals_total", before + 4,
-                       reason="peer_connection_cap") >= before + 4
+    assert (
+        wait_metric(
+            bounded,
+            "tether_listener_connection_refusals_total",
+            before + 4,
+            reason="peer_connection_cap",
+        )
+        >= before + 4
+    )
 
 
 def test_oversized_head_is_refused_431(
@@ -207,10 +228,14 @@ def test_oversized_head_is_refused_431(
 
 @pytest.fixture(scope="module")
 def capped(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ConfinedListenerProcess(listener_env, "capped", TETHER_LISTENER_THREADS=str(THREADS),
-                        TETHER_LISTENER_MAX_CONNECTIONS="20",
-                        TETHER_LISTENER_MAX_CONNECTIONS_PER_RUNTIME="20",
-                        TETHER_LISTENER_HANDSHAKE_TIMEOUT_SECONDS="60")
+    p = ConfinedListenerProcess(
+        listener_env,
+        "capped",
+        TETHER_LISTENER_THREADS=str(THREADS),
+        TETHER_LISTENER_MAX_CONNECTIONS="20",
+        TETHER_LISTENER_MAX_CONNECTIONS_PER_RUNTIME="20",
+        TETHER_LISTENER_HANDSHAKE_TIMEOUT_SECONDS="60",
+    )
     yield p
     p.stop()
     cgroups.held(p.usage, "capped listener")
@@ -229,8 +254,12 @@ def test_connection_cap_makes_room_by_closing_anonymous_connections(
     finally:
         for s in idle:
             s.close()
-    assert wait_metric(capped, "tether_listener_connection_refusals_total", 20,
-                       reason="connection_cap") >= 20
+    assert (
+        wait_metric(
+            capped, "tether_listener_connection_refusals_total", 20, reason="connection_cap"
+        )
+        >= 20
+    )
 
 
 def test_many_slow_attackers_at_once_leave_a_runtime_served(

@@ -61,9 +61,14 @@ class OneShotDelayer(Delayer):
 
     def vwc(self, name: str, namespace: str) -> dict[str, Any]:
         doc = super().vwc(name, namespace)
-        doc["webhooks"][0]["rules"] = [{
-            "apiGroups": [apitypes.RUNTIME_STATE_SUMMARIES.group], "apiVersions": [apitypes.RUNTIME_STATE_SUMMARIES.version],
-            "operations": ["UPDATE"], "resources": [f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}/status"]}]
+        doc["webhooks"][0]["rules"] = [
+            {
+                "apiGroups": [apitypes.RUNTIME_STATE_SUMMARIES.group],
+                "apiVersions": [apitypes.RUNTIME_STATE_SUMMARIES.version],
+                "operations": ["UPDATE"],
+                "resources": [f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}/status"],
+            }
+        ]
         return doc
 
 
@@ -96,18 +101,37 @@ def holder(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneSh
     adm.create_validating_webhook_configuration(d.vwc(name, env.namespace))  # type: ignore[arg-type]
     objects = client.CustomObjectsApi(env.api)
     objects.create_namespaced_custom_object(
-        apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
-        {"apiVersion": f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/{apitypes.RUNTIME_STATE_SUMMARIES.version}", "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
-         "metadata": {"name": "probe"}, "spec": {"runtimeId": "probe"}})
+        apitypes.RUNTIME_STATE_SUMMARIES.group,
+        apitypes.RUNTIME_STATE_SUMMARIES.version,
+        env.namespace,
+        apitypes.RUNTIME_STATE_SUMMARIES.plural,
+        {
+            "apiVersion": f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/{apitypes.RUNTIME_STATE_SUMMARIES.version}",
+            "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
+            "metadata": {"name": "probe"},
+            "spec": {"runtimeId": "probe"},
+        },
+    )
 
     def active() -> bool:  # until the apiserver calls the webhook
         obj: Any = objects.get_namespaced_custom_object(
-            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural, "probe")
+            apitypes.RUNTIME_STATE_SUMMARIES.group,
+            apitypes.RUNTIME_STATE_SUMMARIES.version,
+            env.namespace,
+            apitypes.RUNTIME_STATE_SUMMARIES.plural,
+            "probe",
+        )
         obj["status"] = {"runtimeId": "probe", "updatedAt": changes.now()}
         objects.replace_namespaced_custom_object_status(
-            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
-            "probe", obj)
+            apitypes.RUNTIME_STATE_SUMMARIES.group,
+            apitypes.RUNTIME_STATE_SUMMARIES.version,
+            env.namespace,
+            apitypes.RUNTIME_STATE_SUMMARIES.plural,
+            "probe",
+            obj,
+        )
         return d.calls > 0
+
     wait_until(active, what="the holding webhook is called", timeout=30)
     try:
         yield d
@@ -121,8 +145,12 @@ def holder(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneSh
 def summary_object(env: Env, runtime_id: str) -> dict[str, Any] | None:
     try:
         obj: Any = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
-            statesummary.name_of(runtime_id))
+            apitypes.RUNTIME_STATE_SUMMARIES.group,
+            apitypes.RUNTIME_STATE_SUMMARIES.version,
+            env.namespace,
+            apitypes.RUNTIME_STATE_SUMMARIES.plural,
+            statesummary.name_of(runtime_id),
+        )
         return dict(obj)
     except client.ApiException as e:
         if e.status == 404:
@@ -150,17 +178,32 @@ def post(p: ListenerProcess, rt: Runtime, rec: dict[str, Any]) -> requests.Respo
 
 
 def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_nothing(
-    env: Env, listener_a: ListenerProcess, listener_b: ListenerProcess, holder: OneShotDelayer,
-    skr_api: client.ApiClient, namespace: str,
+    env: Env,
+    listener_a: ListenerProcess,
+    listener_b: ListenerProcess,
+    holder: OneShotDelayer,
+    skr_api: client.ApiClient,
+    namespace: str,
 ) -> None:
     rt = new_runtime(env)
     core = client.CoreV1Api(skr_api)
     labels, selector = unique_selector()
     for i in range(200):
-        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=f"cm-{i:04d}", labels=labels), data={"v": "0"}))
-    poller = InProcess(rt, listener_b.url, skr_api, selector, buckets=True, batch_items=200,
-                       max_buckets=statehash.BUCKETS)
+        core.create_namespaced_config_map(
+            namespace,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=f"cm-{i:04d}", labels=labels), data={"v": "0"}
+            ),
+        )
+    poller = InProcess(
+        rt,
+        listener_b.url,
+        skr_api,
+        selector,
+        buckets=True,
+        batch_items=200,
+        max_buckets=statehash.BUCKETS,
+    )
     conflicts = "tether_listener_write_conflicts_total"
     try:
         assert poller.run().outcome == "ok"  # bootstrap through B, every record sent
@@ -171,9 +214,17 @@ def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_noth
         before_conflicts = metric_value(listener_a.metrics(), conflicts, path="summary")
         calls = holder.calls
         holder.delay = HOLD
-        assert post(listener_a, rt, dict(changes.from_configmap(
-            obj, runtime_id=rt.id, source="webhook"))).status_code == 200
-        wait_until(lambda: holder.calls > calls, what="A's merge is in the KCP's admission", timeout=10)
+        assert (
+            post(
+                listener_a,
+                rt,
+                dict(changes.from_configmap(obj, runtime_id=rt.id, source="webhook")),
+            ).status_code
+            == 200
+        )
+        wait_until(
+            lambda: holder.calls > calls, what="A's merge is in the KCP's admission", timeout=10
+        )
         # and a change the webhook missed altogether
         core.patch_namespaced_config_map("cm-0011", namespace, {"data": {"v": "2"}})
         # the poll run through B meanwhile: its summary lacks A's write
@@ -187,17 +238,26 @@ def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_noth
         assert held is not None
         # A's merge lands after B corrected the bucket: a conflict, read again, and the
         # change it holds is already in the corrected bucket (skipped, not counted twice)
-        wait_until(lambda: metric_value(listener_a.metrics(), conflicts, path="summary")
-                   > before_conflicts, what="A's held merge conflicted and merged again", timeout=HOLD + 30)
+        wait_until(
+            lambda: (
+                metric_value(listener_a.metrics(), conflicts, path="summary") > before_conflicts
+            ),
+            what="A's held merge conflicted and merged again",
+            timeout=HOLD + 30,
+        )
 
         def wrong() -> list[int]:
             obj = summary_object(env, rt.id)
             stored = None if obj is None else statehash.stored_of(obj.get("status"))
             assert stored is not None
             want = folded(env, rt.id)
-            return [b for b in range(statehash.BUCKETS)
-                    if (stored.hashes[b], stored.counts[b], stored.records[b], stored.bytes[b])
-                    != (want.hashes[b], want.counts[b], want.records[b], want.bytes[b])]
+            return [
+                b
+                for b in range(statehash.BUCKETS)
+                if (stored.hashes[b], stored.counts[b], stored.records[b], stored.bytes[b])
+                != (want.hashes[b], want.counts[b], want.records[b], want.bytes[b])
+            ]
+
         # A's held change is in the corrected bucket once, not twice
         held_bucket = statehash.bucket_of(namespace, "cm-0007")
         if held_bucket != statehash.bucket_of(namespace, "cm-0011"):
@@ -205,8 +265,10 @@ def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_noth
         # B merges what the run sent (cm-0011) at its next request of the runtime, as the
         # poller's next summary read does
         with rt.session() as s:
-            assert s.get(f"{listener_b.url}/v1/runtimes/{rt.id}/state/summary",
-                         timeout=60).status_code == 200
+            assert (
+                s.get(f"{listener_b.url}/v1/runtimes/{rt.id}/state/summary", timeout=60).status_code
+                == 200
+            )
         wait_until(lambda: not wrong(), what="the summary equals the records folded", timeout=30)
         # and a run through either listener now agrees without listing any bucket
         listed = poller.sample("tether_poller_buckets_listed_total")
@@ -225,7 +287,8 @@ def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_noth
 
 
 def test_the_janitor_removes_an_orphaned_runtimes_state_summary(
-    env: Env, listener_a: ListenerProcess,
+    env: Env,
+    listener_a: ListenerProcess,
 ) -> None:
     gone, kept = new_runtime(env), new_runtime(env)
     for rt in (gone, kept):
@@ -236,14 +299,28 @@ def test_the_janitor_removes_an_orphaned_runtimes_state_summary(
         assert sum(r.json()["counts"]) == 1
         assert summary_object(env, rt.id) is not None
     client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
-        apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, f"kyma-{gone.id.lower()}"[:60])
+        apitypes.KYMAS.group,
+        apitypes.KYMAS.version,
+        env.namespace,
+        apitypes.KYMAS.plural,
+        f"kyma-{gone.id.lower()}"[:60],
+    )
     janitor = Janitor(env)
     try:
-        wait_until(lambda: summary_object(env, gone.id) is None and not env.stored(gone.id),
-                   what="the orphan's RuntimeStateSummary and records removed", timeout=60)
-        removed = wait_until(lambda: [a for a in janitor.audit()
-                                      if a.get("event") == "orphan_removed"
-                                      and a.get("runtime") == gone.id], what="audited", timeout=30)
+        wait_until(
+            lambda: summary_object(env, gone.id) is None and not env.stored(gone.id),
+            what="the orphan's RuntimeStateSummary and records removed",
+            timeout=60,
+        )
+        removed = wait_until(
+            lambda: [
+                a
+                for a in janitor.audit()
+                if a.get("event") == "orphan_removed" and a.get("runtime") == gone.id
+            ],
+            what="audited",
+            timeout=30,
+        )
         assert removed[0]["summary"] is True
     finally:
         janitor.stop()
@@ -251,7 +328,8 @@ def test_the_janitor_removes_an_orphaned_runtimes_state_summary(
 
 
 def test_a_view_behind_the_workers_own_write_is_not_believed(
-    env: Env, tmp_path: pathlib.Path,
+    env: Env,
+    tmp_path: pathlib.Path,
 ) -> None:
     """A summary read after this worker merged a write must hold that write, though the
     pod's view (a watch's latency behind the KCP) still holds the summary before it: the
@@ -259,8 +337,12 @@ def test_a_view_behind_the_workers_own_write_is_not_believed(
     rt = new_runtime(env)
     frozen = store.Kind("summaries", store.summary_entry, 100, 1 << 20)
     k = store.Kind("kymas", store.kyma_entry, 1, 1 << 20)
-    views = serve.Views(k, store.Kind("leases", store.lease_entry, 1, 1 << 20), frozen,
-                        beats.Beats(None, "ns", 30.0, 1.0, k))  # type: ignore[arg-type]
+    views = serve.Views(
+        k,
+        store.Kind("leases", store.lease_entry, 1, 1 << 20),
+        frozen,
+        beats.Beats(None, "ns", 30.0, 1.0, k),
+    )  # type: ignore[arg-type]
     server = serve.Server(str(tmp_path / "view.sock"), views)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     kcp = gateway.from_kubeconfig(str(env.kubeconfig))

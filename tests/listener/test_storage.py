@@ -42,11 +42,13 @@ pytestmark = pytest.mark.processes
 MIB = 1024 * 1024
 QUOTA_RECORDS = 4
 QUOTA_BYTES = 2 * MIB + MIB // 2
-STORAGE = {"TETHER_LISTENER_QUOTA_RECORDS": str(QUOTA_RECORDS),
-           "TETHER_LISTENER_QUOTA_BYTES": str(QUOTA_BYTES),
-           "TETHER_LISTENER_QUOTA_CACHE_SECONDS": "600",  # only a state listing refreshes it
-           "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": str(RETENTION),
-           "TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS": "0"}
+STORAGE = {
+    "TETHER_LISTENER_QUOTA_RECORDS": str(QUOTA_RECORDS),
+    "TETHER_LISTENER_QUOTA_BYTES": str(QUOTA_BYTES),
+    "TETHER_LISTENER_QUOTA_CACHE_SECONDS": "600",  # only a state listing refreshes it
+    "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": str(RETENTION),
+    "TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS": "0",
+}
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +82,7 @@ def make_runtime(env: Env) -> Callable[[], Runtime]:
         c, k = env.dir / f"{rid}.crt", env.dir / f"{rid}.key"
         pair.write(c, k)
         return Runtime(rid, dom, c, k, env)
+
     return make
 
 
@@ -95,8 +98,9 @@ def outcomes(r: requests.Response) -> list[str]:
 
 
 def ago(seconds: float) -> str:
-    return changes.format_time(datetime.datetime.now(datetime.UTC)
-                               - datetime.timedelta(seconds=seconds))
+    return changes.format_time(
+        datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=seconds)
+    )
 
 
 # -- quota ---------------------------------------------------------------------------------
@@ -106,8 +110,9 @@ def test_a_runtime_at_its_record_quota_gets_413_for_a_new_key_and_may_still_upda
     listener_a: ListenerProcess, make_runtime: Callable[[], Runtime], env: Env
 ) -> None:
     rt, other = make_runtime(), make_runtime()
-    before = metric_value(listener_a.metrics(), "tether_listener_quota_refusals_total",
-                          limit="records")
+    before = metric_value(
+        listener_a.metrics(), "tether_listener_quota_refusals_total", limit="records"
+    )
     for i in range(QUOTA_RECORDS):
         assert outcomes(post(listener_a, rt, rt.record(f"k{i}", 10))) == ["persisted"]
     r = post(listener_a, rt, rt.record("one-too-many", 10))
@@ -130,11 +135,13 @@ def test_a_runtime_at_its_record_quota_gets_413_for_a_new_key_and_may_still_upda
     r = post(listener_a, rt, rt.record("k2", 13), rt.record("another-new", 13))
     assert r.status_code == 413 and r.json()["details"]["object"] == "team-a/another-new"
     assert outcomes(post(listener_a, rt, rt.record("k2", 13))) == ["duplicate"]
-    after = metric_value(listener_a.metrics(), "tether_listener_quota_refusals_total",
-                         limit="records")
+    after = metric_value(
+        listener_a.metrics(), "tether_listener_quota_refusals_total", limit="records"
+    )
     assert after == before + 2
-    refused = [a for a in listener_a.audit()
-               if a.get("event") == "refused" and a.get("runtime") == rt.id]
+    refused = [
+        a for a in listener_a.audit() if a.get("event") == "refused" and a.get("runtime") == rt.id
+    ]
     assert [a["reason"] for a in refused] == ["quota_records", "quota_records"]
     assert refused[0]["status"] == 413 and refused[0]["object"] == "team-a/one-too-many"
     # another runtime is not affected by the first one's quota
@@ -148,23 +155,29 @@ def test_the_byte_quota_refuses_what_does_not_fit_and_admits_what_does(
     big = "x" * 900_000
     for name in ("a", "b"):
         assert outcomes(post(listener_a, rt, rt.record(name, 1, data={"v": big}))) == ["persisted"]
-    assert outcomes(post(listener_a, rt, rt.record("c", 1, data={"v": "y" * 700_000}))) \
-        == ["persisted"]
+    assert outcomes(post(listener_a, rt, rt.record("c", 1, data={"v": "y" * 700_000}))) == [
+        "persisted"
+    ]
     sizes = [rules.stored_size(o["metadata"]) for o in env.stored(rt.id)]
     assert all(s > 700_000 for s in sizes) and sum(sizes) < QUOTA_BYTES
     r = post(listener_a, rt, rt.record("d", 1, data={"v": "z" * 200_000}))  # does not fit
     assert r.status_code == 413 and r.json()["details"]["reason"] == "quota_bytes", r.text
     r = post(listener_a, rt, rt.record("c", 2, data={"v": big}))  # an update growing too much
     assert r.status_code == 413 and r.json()["details"]["reason"] == "quota_bytes", r.text
-    assert outcomes(post(listener_a, rt, rt.record("c", 3, data={"v": "y" * 750_000}))) \
-        == ["persisted"]  # growing a little still fits
-    assert metric_value(listener_a.metrics(), "tether_listener_quota_refusals_total",
-                        limit="bytes") >= 2
+    assert outcomes(post(listener_a, rt, rt.record("c", 3, data={"v": "y" * 750_000}))) == [
+        "persisted"
+    ]  # growing a little still fits
+    assert (
+        metric_value(listener_a.metrics(), "tether_listener_quota_refusals_total", limit="bytes")
+        >= 2
+    )
 
 
 def test_across_two_listeners_the_quota_overshoots_by_at_most_the_others_admissions(
-    listener_a: ListenerProcess, listener_b: ListenerProcess,
-    make_runtime: Callable[[], Runtime], env: Env
+    listener_a: ListenerProcess,
+    listener_b: ListenerProcess,
+    make_runtime: Callable[[], Runtime],
+    env: Env,
 ) -> None:
     rt = make_runtime()
     assert outcomes(post(listener_a, rt, rt.record("a0", 1))) == ["persisted"]  # a: 1 of 4
@@ -176,12 +189,16 @@ def test_across_two_listeners_the_quota_overshoots_by_at_most_the_others_admissi
     def merged() -> bool:
         try:
             obj = summaries.get_namespaced_custom_object(
-                res.group, res.version, env.namespace, res.plural, summaryobject.name_of(rt.id))
+                res.group, res.version, env.namespace, res.plural, summaryobject.name_of(rt.id)
+            )
         except client.ApiException:
             return False
         held = statehash.stored_of(obj.get("status") if isinstance(obj, dict) else None)
-        return held is not None and statehash.footprint_of(held) == (1, rules.stored_size(
-            env.stored(rt.id)[0]["metadata"]))
+        return held is not None and statehash.footprint_of(held) == (
+            1,
+            rules.stored_size(env.stored(rt.id)[0]["metadata"]),
+        )
+
     deadline = time.monotonic() + 30
     while not merged():
         assert time.monotonic() < deadline, "listener a never merged its write into the summary"
@@ -217,14 +234,18 @@ def test_threads_of_one_listener_admit_exactly_the_quota(
 
     rt = make_runtime()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        codes = list(pool.map(lambda i: post(listener_a, rt, rt.record(f"n{i}", 1)).status_code,
-                              range(12)))
+        codes = list(
+            pool.map(lambda i: post(listener_a, rt, rt.record(f"n{i}", 1)).status_code, range(12))
+        )
     assert sorted(codes) == [200] * QUOTA_RECORDS + [413] * (12 - QUOTA_RECORDS)
     assert len(env.stored(rt.id)) == QUOTA_RECORDS
 
 
-COUNTED = {**STORAGE, "TETHER_LISTENER_QUOTA_RECORDS": "40",
-           "TETHER_LISTENER_QUOTA_CACHE_SECONDS": "0"}  # every admission counts afresh
+COUNTED = {
+    **STORAGE,
+    "TETHER_LISTENER_QUOTA_RECORDS": "40",
+    "TETHER_LISTENER_QUOTA_CACHE_SECONDS": "0",
+}  # every admission counts afresh
 
 
 @pytest.fixture(scope="module")
@@ -238,8 +259,12 @@ def counting(env: Env) -> Iterator[tuple[ListenerProcess, ListenerProcess]]:
 def summary_footprint(env: Env, runtime_id: str) -> tuple[int, int] | None:
     try:
         obj = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
-            statesummary.name_of(runtime_id))
+            apitypes.RUNTIME_STATE_SUMMARIES.group,
+            apitypes.RUNTIME_STATE_SUMMARIES.version,
+            env.namespace,
+            apitypes.RUNTIME_STATE_SUMMARIES.plural,
+            statesummary.name_of(runtime_id),
+        )
     except client.ApiException as e:
         if e.status == 404:
             return None
@@ -254,7 +279,8 @@ def stored_footprint(env: Env, runtime_id: str) -> tuple[int, int]:
 
 
 def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_records(
-    counting: tuple[ListenerProcess, ListenerProcess], make_runtime: Callable[[], Runtime],
+    counting: tuple[ListenerProcess, ListenerProcess],
+    make_runtime: Callable[[], Runtime],
     env: Env,
 ) -> None:
     """A quota count used to list every record of the runtime (cost growing with its
@@ -264,12 +290,17 @@ def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_record
     rt = make_runtime()
     # the first count builds the summary from one listing; then writes keep it
     for i in range(0, 30, 10):
-        assert outcomes(post(a, rt, *[rt.record(f"k{j}", 1) for j in range(i, i + 10)])) \
+        assert (
+            outcomes(post(a, rt, *[rt.record(f"k{j}", 1) for j in range(i, i + 10)]))
             == ["persisted"] * 10
+        )
     assert outcomes(post(a, rt, rt.record("k0", 2, data={"v": "x" * 5000}))) == ["persisted"]
     assert outcomes(post(a, rt, rt.record("k1", 3, deleted=True))) == ["persisted"]
-    wait_until(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
-               what="the summary's footprint equals the records' count and size annotations", timeout=30)
+    wait_until(
+        lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
+        what="the summary's footprint equals the records' count and size annotations",
+        timeout=30,
+    )
     before = kcp_requests(env.api)
     for i in range(30, 40):  # every admission counts from the summary, no listing
         assert outcomes(post(a, rt, rt.record(f"k{i}", 1))) == ["persisted"]
@@ -285,14 +316,20 @@ def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_record
     assert metric_value(a.metrics(), "tether_listener_quota_counts_total", source="listing") == 0
     assert metric_value(a.metrics(), "tether_listener_quota_counts_total", source="summary") >= 14
     assert len(env.stored(rt.id)) == 40
-    wait_until(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
-               what="the footprint follows the writes", timeout=30)
+    wait_until(
+        lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
+        what="the footprint follows the writes",
+        timeout=30,
+    )
     # another listener counts from the same summary: what a admitted is seen at once
     assert post(b, rt, rt.record("k-over-b", 1)).status_code == 413
     # an update that does not grow fits at the limit, one that grows is counted in bytes
     assert outcomes(post(b, rt, rt.record("k2", 4))) == ["persisted"]
-    wait_until(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
-               what="the footprint follows the other listener's writes", timeout=30)
+    wait_until(
+        lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id),
+        what="the footprint follows the other listener's writes",
+        timeout=30,
+    )
 
 
 # -- the janitor -----------------------------------------------------------------------------
@@ -308,7 +345,8 @@ def janitor(env: Env) -> Iterator[Janitor]:
 def lease(env: Env, runtime_id: str) -> Any:
     try:
         return client.CoordinationV1Api(env.api).read_namespaced_lease(
-            heartbeat.lease_name(runtime_id), env.namespace)
+            heartbeat.lease_name(runtime_id), env.namespace
+        )
     except client.ApiException as e:
         if e.status == 404:
             return None
@@ -316,56 +354,79 @@ def lease(env: Env, runtime_id: str) -> Any:
 
 
 def test_tombstones_are_pruned_after_the_retention_and_an_old_record_cannot_resurrect(
-    listener_a: ListenerProcess, make_runtime: Callable[[], Runtime], env: Env,
-    janitor: Janitor
+    listener_a: ListenerProcess, make_runtime: Callable[[], Runtime], env: Env, janitor: Janitor
 ) -> None:
     rt = make_runtime()
     read_before_delete = ago(0.5)
-    assert outcomes(post(listener_a, rt, rt.record("gone", 10),
-                         rt.record("kept", 10))) == ["persisted", "persisted"]
+    assert outcomes(post(listener_a, rt, rt.record("gone", 10), rt.record("kept", 10))) == [
+        "persisted",
+        "persisted",
+    ]
     assert outcomes(post(listener_a, rt, rt.record("gone", 20, deleted=True))) == ["persisted"]
-    wait_until(lambda: env.stored_one(rt.id, "team-a", "gone") is None, what="tombstone pruned",
-               timeout=RETENTION * 10)
+    wait_until(
+        lambda: env.stored_one(rt.id, "team-a", "gone") is None,
+        what="tombstone pruned",
+        timeout=RETENTION * 10,
+    )
     assert env.stored_one(rt.id, "team-a", "kept") is not None  # live records stay
     assert janitor.metric("tether_listener_janitor_tombstones_deleted_total") >= 1
     # the pruned tombstone left the runtime's footprint (the quota's count): the janitor
     # merged the removal and listed its bucket again
-    wait_until(lambda: summary_footprint(env, rt.id) == stored_footprint(env, rt.id) == (
-        1, rules.stored_size(env.stored_one(rt.id, "team-a", "kept")["metadata"])),
-        what="the summary's footprint without the pruned tombstone", timeout=30)
+    wait_until(
+        lambda: (
+            summary_footprint(env, rt.id)
+            == stored_footprint(env, rt.id)
+            == (1, rules.stored_size(env.stored_one(rt.id, "team-a", "kept")["metadata"]))
+        ),
+        what="the summary's footprint without the pruned tombstone",
+        timeout=30,
+    )
     assert any(a["event"] == "tombstones_pruned" for a in janitor.audit())
     # a late record read before the deletion (the forwarder retried for a long time): stale
-    assert outcomes(post(listener_a, rt, rt.record("gone", 15,
-                                                   observed_at=read_before_delete))) == ["stale"]
+    assert outcomes(
+        post(listener_a, rt, rt.record("gone", 15, observed_at=read_before_delete))
+    ) == ["stale"]
     assert env.stored_one(rt.id, "team-a", "gone") is None
     # the object re-created in the runtime, read afresh (the poller's next run): stored
-    assert outcomes(post(listener_a, rt, rt.record("gone", 30, source="poller"))) \
-        == ["persisted"]
+    assert outcomes(post(listener_a, rt, rt.record("gone", 30, source="poller"))) == ["persisted"]
     stored = env.stored_one(rt.id, "team-a", "gone")
     assert stored is not None and stored["spec"]["resourceVersion"] == "30"
 
 
 def test_an_orphaned_runtimes_records_and_lease_are_removed_after_the_grace(
-    listener_a: ListenerProcess, make_runtime: Callable[[], Runtime], env: Env,
-    janitor: Janitor
+    listener_a: ListenerProcess, make_runtime: Callable[[], Runtime], env: Env, janitor: Janitor
 ) -> None:
     gone, kept = make_runtime(), make_runtime()
     for rt in (gone, kept):
-        assert outcomes(post(listener_a, rt, rt.record("a", 1), rt.record("b", 1))) \
-            == ["persisted", "persisted"]
+        assert outcomes(post(listener_a, rt, rt.record("a", 1), rt.record("b", 1))) == [
+            "persisted",
+            "persisted",
+        ]
         assert lease(env, rt.id) is not None
     beats = heartbeat.Heartbeats(gateway.Kube(env.api), env.namespace, 30, 10)
     seen_before = len(beats.renew_times())
     client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
-        apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, f"kyma-{gone.id.lower()}"[:60])
-    marked = wait_until(lambda: (lambda le: le is not None and (le.metadata.annotations or {})
-                                 .get(rules.ORPHANED_SINCE))(lease(env, gone.id)),
-                        what="orphan marked on its Lease", timeout=30)
+        apitypes.KYMAS.group,
+        apitypes.KYMAS.version,
+        env.namespace,
+        apitypes.KYMAS.plural,
+        f"kyma-{gone.id.lower()}"[:60],
+    )
+    marked = wait_until(
+        lambda: (
+            lambda le: le is not None and (le.metadata.annotations or {}).get(rules.ORPHANED_SINCE)
+        )(lease(env, gone.id)),
+        what="orphan marked on its Lease",
+        timeout=30,
+    )
     assert rules.parse_time(marked) is not None
     # a deprovisioned runtime no longer counts among the silent ones (marked or removed)
     assert len(beats.renew_times()) == seen_before - 1
-    wait_until(lambda: not env.stored(gone.id) and lease(env, gone.id) is None,
-               what="orphan's records and Lease removed", timeout=60)
+    wait_until(
+        lambda: not env.stored(gone.id) and lease(env, gone.id) is None,
+        what="orphan's records and Lease removed",
+        timeout=60,
+    )
     assert len(env.stored(kept.id)) == 2  # a runtime with its Kyma CR is untouched
     kept_lease = lease(env, kept.id)
     assert kept_lease is not None
@@ -378,13 +439,25 @@ def test_an_orphaned_runtimes_records_and_lease_are_removed_after_the_grace(
 
 def test_the_janitor_refuses_a_bad_setting_with_one_line(env: Env) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    out = subprocess.run([sys.executable, "-m", "tether.cli", "janitor"], cwd=controlplane.REPO_ROOT,
-                         env={**base, "TETHER_LISTENER_ORPHAN_GRACE_SECONDS": "soon"},
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "tether.cli", "janitor"],
+        cwd=controlplane.REPO_ROOT,
+        env={**base, "TETHER_LISTENER_ORPHAN_GRACE_SECONDS": "soon"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tether janitor: TETHER_LISTENER_ORPHAN_GRACE_SECONDS: "), out.stderr
-    out = subprocess.run([sys.executable, "-m", "tether.cli", "janitor", "--check"],
-                         cwd=controlplane.REPO_ROOT, env=base, capture_output=True, text=True,
-                         timeout=60)
+    assert len(lines) == 1 and lines[0].startswith(
+        "tether janitor: TETHER_LISTENER_ORPHAN_GRACE_SECONDS: "
+    ), out.stderr
+    out = subprocess.run(
+        [sys.executable, "-m", "tether.cli", "janitor", "--check"],
+        cwd=controlplane.REPO_ROOT,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "tether janitor: settings ok"

@@ -17,8 +17,9 @@ KEY = records.Key("rt-1", "planted", "team-a", "cm")
 
 
 def where(allowed: tuple[str, ...] | None, counted: list[str]) -> namespaces.Namespaces:
-    return namespaces.Namespaces("kcp-system", lambda: HOMES, allowed,
-                                 on_refused=lambda: counted.append("refused"))
+    return namespaces.Namespaces(
+        "kcp-system", lambda: HOMES, allowed, on_refused=lambda: counted.append("refused")
+    )
 
 
 def test_without_the_setting_every_watch_has_its_home() -> None:
@@ -47,9 +48,14 @@ def admission(message: str) -> gateway.Forbidden:
 def test_a_kcp_refusal_outside_the_own_namespace_is_a_counted_refused_namespace() -> None:
     counted: list[str] = []
     w = where(None, counted)
-    e = w.refused_by_kcp(KEY, "team-b-records", admission(
-        "ValidatingAdmissionPolicy 'tether-listener-records' with binding "
-        "'tether-listener-records' denied request: not in team-b-records"))
+    e = w.refused_by_kcp(
+        KEY,
+        "team-b-records",
+        admission(
+            "ValidatingAdmissionPolicy 'tether-listener-records' with binding "
+            "'tether-listener-records' denied request: not in team-b-records"
+        ),
+    )
     assert isinstance(e, namespaces.RefusedNamespace)
     assert isinstance(e, gateway.Unavailable) and not isinstance(e, gateway.Forbidden)
     assert namespaces.STORAGE_LABEL in str(e) and "team-b-records" in str(e)
@@ -61,8 +67,10 @@ def test_rbac_refusals_and_refusals_in_the_own_namespace_stay_forbidden() -> Non
     logged as such by the edge (listener.edge.steps.unavailable), not the admins' label."""
     counted: list[str] = []
     w = where(None, counted)
-    rbac = admission("User system:serviceaccount:tether-system:tether-listener cannot create "
-                     "resource runtimeconfigmaps in the namespace team-b-records")
+    rbac = admission(
+        "User system:serviceaccount:tether-system:tether-listener cannot create "
+        "resource runtimeconfigmaps in the namespace team-b-records"
+    )
     assert not rbac.by_admission
     assert w.refused_by_kcp(KEY, "team-b-records", rbac) is rbac
     policy = admission("ValidatingAdmissionPolicy 'p' with binding 'p' denied request: no")

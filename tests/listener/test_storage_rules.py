@@ -28,8 +28,9 @@ def ts(seconds_before: float) -> str:
 
 
 def version(rv: str, seconds_before: float = 0.0, deleted: bool = False) -> changes.Version:
-    return changes.version_of({"resourceVersion": rv, "observedAt": ts(seconds_before),
-                               "deleted": deleted})
+    return changes.version_of(
+        {"resourceVersion": rv, "observedAt": ts(seconds_before), "deleted": deleted}
+    )
 
 
 def test_a_record_is_written_only_when_newer_than_the_stored_one() -> None:
@@ -65,10 +66,12 @@ def test_the_rules_module_imports_no_io() -> None:
     import ast
 
     tree = ast.parse(pathlib.Path(rules.__file__).read_text())
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
-                for a in n.names}
-    imported |= {str(n.module).split(".")[0] for n in ast.walk(tree)
-                 if isinstance(n, ast.ImportFrom)}
+    imported = {
+        a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    imported |= {
+        str(n.module).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+    }
     assert imported <= {"__future__", "datetime", "json", "collections", "typing", "tether"}
 
 
@@ -101,8 +104,15 @@ def test_an_update_of_a_stored_key_fits_when_it_does_not_grow_past_the_byte_cap(
 
 
 def test_size_annotation_is_the_json_size_and_tolerates_garbage() -> None:
-    obj = {"metadata": {"name": "x", "annotations": {"a": "b"}, "resourceVersion": "5",
-                        "managedFields": [{"big": "x" * 1000}]}, "spec": {"data": {"k": "v"}}}
+    obj = {
+        "metadata": {
+            "name": "x",
+            "annotations": {"a": "b"},
+            "resourceVersion": "5",
+            "managedFields": [{"big": "x" * 1000}],
+        },
+        "spec": {"data": {"k": "v"}},
+    }
     size = rules.annotate(obj)
     assert obj["metadata"]["annotations"][rules.SIZE_ANNOTATION] == str(size)
     assert 40 < size < 200  # managedFields and resourceVersion are not counted
@@ -222,8 +232,12 @@ def test_an_old_record_for_a_key_that_is_not_stored_is_stale() -> None:
 
 
 def tomb_meta(observed: str, deleted: str = "true", name: str = "rcm-1") -> dict[str, object]:
-    return {"name": name, "resourceVersion": "7", "uid": "u1",
-            "annotations": {records.ANN_DELETED: deleted, records.ANN_OBSERVED: observed}}
+    return {
+        "name": name,
+        "resourceVersion": "7",
+        "uid": "u1",
+        "annotations": {records.ANN_DELETED: deleted, records.ANN_OBSERVED: observed},
+    }
 
 
 def due(meta: dict[str, object], retain: float = DAY) -> rules.Tombstone | None:
@@ -238,8 +252,10 @@ def test_a_tombstone_is_due_after_the_retention_and_the_skew_allowance() -> None
     assert due(tomb_meta(ts(DAY + allowance - 1))) is None
     assert due(tomb_meta(ts(DAY * 30), deleted="false")) is None  # live records stay
     assert due(tomb_meta("garbage")) is None  # unreadable: kept
-    assert due({"annotations": {records.ANN_DELETED: "true",
-                                records.ANN_OBSERVED: ts(DAY * 30)}}) is None  # no name
+    assert (
+        due({"annotations": {records.ANN_DELETED: "true", records.ANN_OBSERVED: ts(DAY * 30)}})
+        is None
+    )  # no name
 
 
 @pytest.mark.parametrize("retain", [5.0, 3600.0, DAY, 7 * DAY])
@@ -258,9 +274,16 @@ def test_orphans_are_marked_then_removed_after_the_grace_and_unmarked_when_back(
     grace = 3600.0
     steps = rules.orphan_actions(
         runtimes=["new", "waiting", "due", "back", "fine", "badmark"],
-        marks={"waiting": ts(grace - 1), "due": ts(grace), "back": ts(10 * grace),
-               "badmark": "not a time"},
-        with_kyma={"back", "fine"}, now=T0, grace=grace)
+        marks={
+            "waiting": ts(grace - 1),
+            "due": ts(grace),
+            "back": ts(10 * grace),
+            "badmark": "not a time",
+        },
+        with_kyma={"back", "fine"},
+        now=T0,
+        grace=grace,
+    )
     by = {o.runtime_id: o for o in steps}
     assert by["new"] == rules.Orphan("new", "mark", T0)
     assert by["waiting"].step == "wait"
@@ -278,24 +301,32 @@ def test_storage_and_janitor_defaults() -> None:
     # the KCP budget's share: 4 GiB of etcd for 5,000 runtimes at ~4.1 KiB a record
     assert s.storage == settings.Storage(200, 2 * 1024 * 1024, 10.0, 7 * DAY)
     assert (s.orphan_grace, s.interval, s.lease_name, s.http_port) == (
-        DAY, 600.0, "tether-janitor", 9091)
+        DAY,
+        600.0,
+        "tether-janitor",
+        9091,
+    )
     assert s.heartbeat_namespace == s.lease_namespace == s.namespace == "kcp-system"
-    s = janitor_settings.from_env({"TETHER_HEARTBEAT_NAMESPACE": "hb",
-                                   "TETHER_LISTENER_JANITOR_LEASE_NAMESPACE": "ts"})
+    s = janitor_settings.from_env(
+        {"TETHER_HEARTBEAT_NAMESPACE": "hb", "TETHER_LISTENER_JANITOR_LEASE_NAMESPACE": "ts"}
+    )
     assert (s.namespace, s.heartbeat_namespace, s.lease_namespace) == ("kcp-system", "hb", "ts")
 
 
-@pytest.mark.parametrize(("name", "value"), [
-    ("TETHER_LISTENER_QUOTA_RECORDS", "0"),
-    ("TETHER_LISTENER_QUOTA_RECORDS", "many"),
-    ("TETHER_LISTENER_QUOTA_BYTES", "1024"),
-    ("TETHER_LISTENER_QUOTA_CACHE_SECONDS", "-1"),
-    ("TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS", "0"),
-    ("TETHER_LISTENER_ORPHAN_GRACE_SECONDS", "soon"),
-    ("TETHER_LISTENER_JANITOR_INTERVAL_SECONDS", "0"),
-    ("TETHER_LISTENER_JANITOR_LEASE", "Not_A_Name"),
-    ("TETHER_LISTENER_JANITOR_BIND", "9091"),
-])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("TETHER_LISTENER_QUOTA_RECORDS", "0"),
+        ("TETHER_LISTENER_QUOTA_RECORDS", "many"),
+        ("TETHER_LISTENER_QUOTA_BYTES", "1024"),
+        ("TETHER_LISTENER_QUOTA_CACHE_SECONDS", "-1"),
+        ("TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS", "0"),
+        ("TETHER_LISTENER_ORPHAN_GRACE_SECONDS", "soon"),
+        ("TETHER_LISTENER_JANITOR_INTERVAL_SECONDS", "0"),
+        ("TETHER_LISTENER_JANITOR_LEASE", "Not_A_Name"),
+        ("TETHER_LISTENER_JANITOR_BIND", "9091"),
+    ],
+)
 def test_a_bad_setting_is_one_line_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(config.SettingError) as e:
         janitor_settings.from_env({name: value})
@@ -305,11 +336,18 @@ def test_a_bad_setting_is_one_line_naming_the_variable(name: str, value: str) ->
 def test_the_listener_validates_the_same_storage_settings(tmp_path: pathlib.Path) -> None:
     for n in ("ca.crt", "tls.crt", "tls.key"):
         (tmp_path / n).write_text("x")
-    env = {"TETHER_LISTENER_CLIENT_CA_FILE": str(tmp_path / "ca.crt"),
-           "TETHER_LISTENER_TLS_CERT_FILE": str(tmp_path / "tls.crt"),
-           "TETHER_LISTENER_TLS_KEY_FILE": str(tmp_path / "tls.key")}
-    s = settings.from_env({**env, "TETHER_LISTENER_QUOTA_RECORDS": "7",
-                           "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": "60"})
+    env = {
+        "TETHER_LISTENER_CLIENT_CA_FILE": str(tmp_path / "ca.crt"),
+        "TETHER_LISTENER_TLS_CERT_FILE": str(tmp_path / "tls.crt"),
+        "TETHER_LISTENER_TLS_KEY_FILE": str(tmp_path / "tls.key"),
+    }
+    s = settings.from_env(
+        {
+            **env,
+            "TETHER_LISTENER_QUOTA_RECORDS": "7",
+            "TETHER_LISTENER_TOMBSTONE_RETENTION_SECONDS": "60",
+        }
+    )
     assert (s.storage.quota_records, s.storage.tombstone_retention) == (7, 60.0)
     assert settings.from_env(env).storage == settings.Storage()
     with pytest.raises(config.SettingError, match="TETHER_LISTENER_QUOTA_BYTES"):

@@ -14,17 +14,32 @@ from tether import changes, storagebudget
 RID = "rt-1"
 
 
-def tombstone(name: str, rv: str = "9", observed: str = "2026-11-30T10:00:00.000000Z",
-              ) -> dict[str, Any]:
-    rec = changes.tombstone(runtime_id=RID, namespace="team-a", name=name, uid="u",
-                            resource_version=rv, source="webhook", observed_at=observed)
+def tombstone(
+    name: str,
+    rv: str = "9",
+    observed: str = "2026-11-30T10:00:00.000000Z",
+) -> dict[str, Any]:
+    rec = changes.tombstone(
+        runtime_id=RID,
+        namespace="team-a",
+        name=name,
+        uid="u",
+        resource_version=rv,
+        source="webhook",
+        observed_at=observed,
+    )
     return {**rec, "watch": "w", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}
 
 
 def live(name: str, rv: str = "10") -> dict[str, Any]:
-    rec = changes.from_configmap({"metadata": {"namespace": "team-a", "name": name, "uid": "u",
-                                               "resourceVersion": rv}, "data": {"k": "v"}},
-                                 runtime_id=RID, source="webhook")
+    rec = changes.from_configmap(
+        {
+            "metadata": {"namespace": "team-a", "name": name, "uid": "u", "resourceVersion": rv},
+            "data": {"k": "v"},
+        },
+        runtime_id=RID,
+        source="webhook",
+    )
     return {**rec, "watch": "w", "resource": {"group": "", "version": "v1", "kind": "ConfigMap"}}
 
 
@@ -75,10 +90,19 @@ def test_an_unbacked_tombstone_is_in_no_digest_and_a_live_record_drops_its_label
 
 def test_evictions_take_the_oldest_observed_first_and_keep_the_cap() -> None:
     metas = []
-    for i, when in enumerate(["2026-11-30T10:00:03.000000Z", "2026-11-30T10:00:01.000000Z",
-                              "not a time", "2026-11-30T10:00:02.000000Z"]):
-        m = stored(records.body(tombstone(f"k{i}", observed=when), "ns", unbacked=True),
-                   rv=str(100 + i), uid=f"uid-{i}")
+    for i, when in enumerate(
+        [
+            "2026-11-30T10:00:03.000000Z",
+            "2026-11-30T10:00:01.000000Z",
+            "not a time",
+            "2026-11-30T10:00:02.000000Z",
+        ]
+    ):
+        m = stored(
+            records.body(tombstone(f"k{i}", observed=when), "ns", unbacked=True),
+            rv=str(100 + i),
+            uid=f"uid-{i}",
+        )
         metas.append(m)
     doomed = rules.evictions(metas, 2, records.ANN_OBSERVED)
     # the unreadable time counts as the oldest, then 10:00:01

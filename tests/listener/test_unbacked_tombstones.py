@@ -40,17 +40,25 @@ def env(listener_env: Env) -> Iterator[Env]:
 
 @pytest.fixture(scope="module")
 def listener(env: Env) -> Iterator[ListenerProcess]:
-    yield from running(env, "unbacked", TETHER_LISTENER_QUOTA_RECORDS=str(QUOTA_RECORDS),
-                       TETHER_LISTENER_UNBACKED_TOMBSTONES=str(UNBACKED))
+    yield from running(
+        env,
+        "unbacked",
+        TETHER_LISTENER_QUOTA_RECORDS=str(QUOTA_RECORDS),
+        TETHER_LISTENER_UNBACKED_TOMBSTONES=str(UNBACKED),
+    )
 
 
 def objects(env: Env, rid: str, unbacked: bool) -> dict[str, dict[str, Any]]:
     """The runtime's stored objects by the runtime-side name they hold."""
     sel = f"{apitypes.RUNTIME_ID_LABEL}={rid}"
     resp: Any = client.CustomObjectsApi(env.api).list_namespaced_custom_object(
-        RCM.group, RCM.version, env.namespace, RCM.plural, label_selector=sel)
-    return {o["spec"]["name"]: o for o in resp["items"]
-            if records.is_unbacked(o["metadata"]) == unbacked}
+        RCM.group, RCM.version, env.namespace, RCM.plural, label_selector=sel
+    )
+    return {
+        o["spec"]["name"]: o
+        for o in resp["items"]
+        if records.is_unbacked(o["metadata"]) == unbacked
+    }
 
 
 def outcome(r: Any) -> str:
@@ -59,7 +67,8 @@ def outcome(r: Any) -> str:
 
 
 def test_tombstones_of_keys_never_stored_do_not_displace_the_runtimes_records(
-        env: Env, listener: ListenerProcess) -> None:
+    env: Env, listener: ListenerProcess
+) -> None:
     rt = add_runtime(env, f"rt-{uuid.uuid4().hex[:10]}")
     # ten deletions of objects the runtime never had stored (a forger's, or races)
     for i in range(10):
@@ -68,8 +77,9 @@ def test_tombstones_of_keys_never_stored_do_not_displace_the_runtimes_records(
     # never more than the cap (3): one past it, the oldest went, down to half the cap (2)
     assert sorted(ghosts) == ["g8", "g9"]
     assert objects(env, rt.id, unbacked=False) == {}
-    assert metric_value(listener.metrics(),
-                        "tether_listener_unbacked_tombstones_evicted_total") == 8
+    assert (
+        metric_value(listener.metrics(), "tether_listener_unbacked_tombstones_evicted_total") == 8
+    )
     # the ordering rule still holds for a kept one: a late, older record is stale ...
     assert outcome(post(listener, rt, rt.record("g9", 50))) == "stale"
     # ... a newer one replaces it and is a record of the runtime's like any other
@@ -91,11 +101,12 @@ def test_tombstones_of_keys_never_stored_do_not_displace_the_runtimes_records(
 
 
 def test_a_flood_of_deletions_keeps_the_cap_and_the_quota(
-        env: Env, listener: ListenerProcess) -> None:
+    env: Env, listener: ListenerProcess
+) -> None:
     rt = add_runtime(env, f"rt-{uuid.uuid4().hex[:10]}")
     recs = [rt.record(f"flood-{i}", 100 + i, deleted=True) for i in range(60)]
     for start in range(0, len(recs), 20):  # batches, their records persisted concurrently
-        r = post(listener, rt, *recs[start:start + 20])
+        r = post(listener, rt, *recs[start : start + 20])
         assert r.status_code == 200, r.text
     assert len(objects(env, rt.id, unbacked=True)) <= UNBACKED
     for i in range(QUOTA_RECORDS):

@@ -14,39 +14,66 @@ from tether import apitypes, changes
 
 
 def rec(name: str = "a", rv: str = "1", **kw: object) -> dict[str, object]:
-    r = dict(changes.from_configmap(
-        {"metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": rv},
-         "data": {"k": "v"}}, runtime_id="rt-1", source="poller"))
+    r = dict(
+        changes.from_configmap(
+            {
+                "metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": rv},
+                "data": {"k": "v"},
+            },
+            runtime_id="rt-1",
+            source="poller",
+        )
+    )
     r.update(kw)
     return r
 
 
-@pytest.mark.parametrize(("ct", "ok"), [
-    ("application/json", True), ("Application/JSON; charset=UTF-8", True),
-    ("application/merge-patch+json", True), ('application/json; charset="utf-8"', True),
-    ("application/json; charset=latin-1", False), ("text/json", False), ("", False), (None, False),
-    ("application/jsonx", False), ("multipart/form-data", False),
-])
+@pytest.mark.parametrize(
+    ("ct", "ok"),
+    [
+        ("application/json", True),
+        ("Application/JSON; charset=UTF-8", True),
+        ("application/merge-patch+json", True),
+        ('application/json; charset="utf-8"', True),
+        ("application/json; charset=latin-1", False),
+        ("text/json", False),
+        ("", False),
+        (None, False),
+        ("application/jsonx", False),
+        ("multipart/form-data", False),
+    ],
+)
 def test_media_type(ct: str | None, ok: bool) -> None:
     assert validation.media_type_ok(ct) is ok
 
 
 def test_parse_json() -> None:
     assert validation.parse_json(b'{"a": [1, 2]}') == {"a": [1, 2]}
-    for bad in (b"", b"{", b"\xff", b"NaN", b"[-Infinity]", b'{"a":' * 40 + b"1" + b"}" * 40,
-                b'{"a":' * 5000 + b"1" + b"}" * 5000):
+    for bad in (
+        b"",
+        b"{",
+        b"\xff",
+        b"NaN",
+        b"[-Infinity]",
+        b'{"a":' * 40 + b"1" + b"}" * 40,
+        b'{"a":' * 5000 + b"1" + b"}" * 5000,
+    ):
         p = validation.parse_json(bad)
         assert isinstance(p, validation.Problem) and p.status == 400 and p.reason == "invalid_json"
     # structure caps, checked before or while parsing (bounded memory whatever the shape)
-    for bad, needle in ((b"[" * 5000 + b"]" * 5000, "arrays"), (b"[" + b"[]," * 100 + b"[]]", "arrays"),
-                        (b"[" + b"{}," * 3000 + b"{}]", "objects"),
-                        (b"{" + b",".join(b'"k%d":""' % i for i in range(10_001)) + b"}", "keys")):
+    for bad, needle in (
+        (b"[" * 5000 + b"]" * 5000, "arrays"),
+        (b"[" + b"[]," * 100 + b"[]]", "arrays"),
+        (b"[" + b"{}," * 3000 + b"{}]", "objects"),
+        (b"{" + b",".join(b'"k%d":""' % i for i in range(10_001)) + b"}", "keys"),
+    ):
         p = validation.parse_json(bad)
         assert isinstance(p, validation.Problem) and (p.status, p.reason) == (400, "schema")
         assert needle in p.details[0]["message"]
     # brackets inside strings are not arrays
-    assert validation.parse_json(b'{"data": {"k": "' + b"[" * 100_000 + b'"}}') == \
-        {"data": {"k": "[" * 100_000}}
+    assert validation.parse_json(b'{"data": {"k": "' + b"[" * 100_000 + b'"}}') == {
+        "data": {"k": "[" * 100_000}
+    }
 
 
 def test_records_checks_in_order() -> None:
@@ -58,15 +85,19 @@ def test_records_checks_in_order() -> None:
     assert isinstance(p, validation.Problem) and p.details[0]["path"] == "$.resourceVersion"
     p = validation.records(changes.batch([rec(), rec(runtimeId="rt-2")]), "rt-1")  # type: ignore[list-item]
     assert isinstance(p, validation.Problem) and p.status == 403
-    assert p.details == [{"path": "$.items[1].runtimeId",
-                          "message": "must equal the runtime ID of the URL"}]
+    assert p.details == [
+        {"path": "$.items[1].runtimeId", "message": "must equal the runtime ID of the URL"}
+    ]
     p = validation.records(rec(data={"k": "x" * validation.MAX_CONFIGMAP_BYTES}), "rt-1")
     assert isinstance(p, validation.Problem) and p.status == 413
 
 
 def test_content_bytes_counts_decoded_binary() -> None:
     blob = base64.b64encode(b"\x00" * 300).decode()
-    assert validation.content_bytes({"data": {"ab": "é"}, "binaryData": {"b": blob}}) == 2 + 2 + 1 + 300
+    assert (
+        validation.content_bytes({"data": {"ab": "é"}, "binaryData": {"b": blob}})
+        == 2 + 2 + 1 + 300
+    )
 
 
 def test_object_name_and_body() -> None:
@@ -79,9 +110,15 @@ def test_object_name_and_body() -> None:
     assert b["metadata"]["labels"][apitypes.RUNTIME_ID_LABEL] == "rt-1"
     assert b["spec"]["data"] == {"k": "v"} and "apiVersion" not in b["spec"]
     item = records.digest_item(b["metadata"])
-    assert item == {"namespace": "ns", "name": "a", "uid": "u", "resourceVersion": "1",
-                    "observedAt": b["spec"]["observedAt"], "deleted": False,
-                    "epoch": 0}
+    assert item == {
+        "namespace": "ns",
+        "name": "a",
+        "uid": "u",
+        "resourceVersion": "1",
+        "observedAt": b["spec"]["observedAt"],
+        "deleted": False,
+        "epoch": 0,
+    }
     assert records.digest_item({"annotations": {}}) is None
 
 
@@ -100,9 +137,13 @@ def test_updated_keeps_foreign_metadata() -> None:
 
 
 def test_page_and_continue_tokens() -> None:
-    items = [changes.DigestItem(namespace=ns, name=n, uid="", resourceVersion="1",
-                                observedAt="t", deleted=False)
-             for ns in ("b", "a") for n in ("y", "x", "z")]
+    items = [
+        changes.DigestItem(
+            namespace=ns, name=n, uid="", resourceVersion="1", observedAt="t", deleted=False
+        )
+        for ns in ("b", "a")
+        for n in ("y", "x", "z")
+    ]
     seen, pos = [], None
     for _ in range(4):
         chunk, pos = records.page(items, pos, 4)

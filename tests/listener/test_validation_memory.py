@@ -26,16 +26,32 @@ T0 = "2026-11-30T10:00:00.123456Z"
 
 
 def record(**over: Any) -> dict[str, Any]:
-    rec: dict[str, Any] = dict(changes.from_configmap(
-        {"metadata": {"namespace": "team-a", "name": "c", "uid": "u", "resourceVersion": "1"},
-         "data": {"k": "v"}}, runtime_id=RID, source="poller", observed_at=T0))
+    rec: dict[str, Any] = dict(
+        changes.from_configmap(
+            {
+                "metadata": {
+                    "namespace": "team-a",
+                    "name": "c",
+                    "uid": "u",
+                    "resourceVersion": "1",
+                },
+                "data": {"k": "v"},
+            },
+            runtime_id=RID,
+            source="poller",
+            observed_at=T0,
+        )
+    )
     rec.update(over)
     return rec
 
 
 def envelope(items: str) -> bytes:
-    return ('{"apiVersion":"tether.kyma-project.io/v1","kind":"ConfigMapChangeList","items":'
-            + items + "}").encode()
+    return (
+        '{"apiVersion":"tether.kyma-project.io/v1","kind":"ConfigMapChangeList","items":'
+        + items
+        + "}"
+    ).encode()
 
 
 def empty_objects(n: int) -> bytes:
@@ -71,13 +87,15 @@ def deep_nesting() -> bytes:
 
 def long_strings() -> bytes:
     big = "é" * (BODY // 10)
-    return json.dumps(record(namespace=big, name=big, uid=big, resourceVersion=big),
-                      ensure_ascii=False).encode()
+    return json.dumps(
+        record(namespace=big, name=big, uid=big, resourceVersion=big), ensure_ascii=False
+    ).encode()
 
 
 def long_keys_in_error_paths() -> bytes:
-    return json.dumps(record(data={"ä" * (BODY // 5): 1, "ö" * (BODY // 5): 2}),
-                      ensure_ascii=False).encode()
+    return json.dumps(
+        record(data={"ä" * (BODY // 5): 1, "ö" * (BODY // 5): 2}), ensure_ascii=False
+    ).encode()
 
 
 def items_with_bad_maps() -> bytes:
@@ -110,8 +128,9 @@ def measure(doc: Any) -> tuple[Any, int]:
         tracemalloc.stop()
 
 
-@pytest.mark.parametrize(("shape", "status", "reason", "text"), SHAPES,
-                         ids=[s[0].__name__ for s in SHAPES])
+@pytest.mark.parametrize(
+    ("shape", "status", "reason", "text"), SHAPES, ids=[s[0].__name__ for s in SHAPES]
+)
 def test_hostile_shape(shape: Callable[[], bytes], status: int, reason: str, text: str) -> None:
     raw = shape()
     assert len(raw) <= BODY, len(raw)
@@ -120,8 +139,9 @@ def test_hostile_shape(shape: Callable[[], bytes], status: int, reason: str, tex
     # test_listener_validation.test_parse_json)
     doc = json.loads(raw)
     problem, peak = measure(doc)
-    print(f"{shape.__name__}: body {len(raw) / 2**20:.2f} MiB, validation peak "
-          f"{peak / 2**20:.3f} MiB")
+    print(
+        f"{shape.__name__}: body {len(raw) / 2**20:.2f} MiB, validation peak {peak / 2**20:.3f} MiB"
+    )
     assert isinstance(problem, validation.Problem)
     assert (problem.status, problem.reason) == (status, reason)
     assert 1 <= len(problem.details) <= changes.MAX_VIOLATIONS
@@ -131,15 +151,21 @@ def test_hostile_shape(shape: Callable[[], bytes], status: int, reason: str, tex
 
 
 def test_nesting_beyond_the_limit_is_refused_while_parsing() -> None:
-    for raw, reason in ((b"[" * 100_000 + b"]" * 100_000, "schema"),  # the array cap, unparsed
-                        (b'{"a":' * 40 + b"1" + b"}" * 40, "invalid_json")):
+    for raw, reason in (
+        (b"[" * 100_000 + b"]" * 100_000, "schema"),  # the array cap, unparsed
+        (b'{"a":' * 40 + b"1" + b"}" * 40, "invalid_json"),
+    ):
         p = validation.parse_json(raw)
         assert isinstance(p, validation.Problem) and (p.status, p.reason) == (400, reason)
 
 
 def test_a_valid_full_batch_stays_cheap() -> None:
-    doc = changes.batch([record(name=f"c{i}", data={"k": "v" * 4000})  # type: ignore[misc]
-                         for i in range(500)])
+    doc = changes.batch(
+        [
+            record(name=f"c{i}", data={"k": "v" * 4000})  # type: ignore[misc]
+            for i in range(500)
+        ]
+    )
     recs, peak = measure(json.loads(json.dumps(doc)))
     assert isinstance(recs, list) and len(recs) == 500
     assert peak < PEAK_LIMIT, peak

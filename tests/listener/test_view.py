@@ -50,10 +50,15 @@ def env(listener_env: Env) -> Iterator[Env]:
 
 def _listener(env: Env, name: str) -> ListenerProcess:
     metrics = env.dir / f"metrics-{name}-{uuid.uuid4().hex[:6]}"  # the workers' counts summed
-    return ListenerProcess(env, name, TETHER_LISTENER_WORKERS="2", TETHER_LISTENER_THREADS="4",
-                           PROMETHEUS_MULTIPROC_DIR=str(metrics),
-                           TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS=str(INTERVAL),
-                           TETHER_LISTENER_VIEW_TIMEOUT_SECONDS="2")
+    return ListenerProcess(
+        env,
+        name,
+        TETHER_LISTENER_WORKERS="2",
+        TETHER_LISTENER_THREADS="4",
+        PROMETHEUS_MULTIPROC_DIR=str(metrics),
+        TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS=str(INTERVAL),
+        TETHER_LISTENER_VIEW_TIMEOUT_SECONDS="2",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,29 +77,36 @@ def pair(env: Env) -> Iterator[list[ListenerProcess]]:
 
 def synced(p: ListenerProcess) -> bool:
     text = p.metrics()
-    return all(metric_value(text, "tether_listener_view_synced", resource=k) == 1
-               for k in ("kymas", "leases", "summaries"))
+    return all(
+        metric_value(text, "tether_listener_view_synced", resource=k) == 1
+        for k in ("kymas", "leases", "summaries")
+    )
 
 
 def kcp_counts(api: client.ApiClient) -> dict[tuple[str, str], int]:
     """apiserver_request_total of the resources the view watches, by (resource, verb)."""
-    r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics",
-                                             timeout=30)
+    r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics", timeout=30)
     assert r.status == 200
     out: dict[tuple[str, str], int] = {}
     for line in r.data.decode().splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         series, value = line.rsplit(" ", 1)
-        lbl = {k: v.strip('"') for k, v in (p.split("=", 1) for p in
-                                             series[series.index("{") + 1:-1].split(",") if "=" in p)}
+        lbl = {
+            k: v.strip('"')
+            for k, v in (
+                p.split("=", 1) for p in series[series.index("{") + 1 : -1].split(",") if "=" in p
+            )
+        }
         if lbl.get("resource") in WATCHED and not lbl.get("subresource"):
             key = (lbl["resource"], lbl.get("verb", ""))
             out[key] = out.get(key, 0) + int(float(value))
     return out
 
 
-def counted_during(api: client.ApiClient, action: Callable[[], object]) -> dict[tuple[str, str], int]:
+def counted_during(
+    api: client.ApiClient, action: Callable[[], object]
+) -> dict[tuple[str, str], int]:
     before = kcp_counts(api)
     action()
     last = kcp_counts(api)
@@ -109,8 +121,11 @@ def counted_during(api: client.ApiClient, action: Callable[[], object]) -> dict[
 
 def summary(p: ListenerProcess, rt: Runtime) -> requests.Response:
     with rt.session() as s:  # a new connection: any worker of the process
-        return s.get(f"{p.url}/v1/runtimes/{rt.id}/state/summary",
-                     params={"identity": "uid-" + rt.id}, timeout=30)
+        return s.get(
+            f"{p.url}/v1/runtimes/{rt.id}/state/summary",
+            params={"identity": "uid-" + rt.id},
+            timeout=30,
+        )
 
 
 def answers(p: ListenerProcess, rt: Runtime, status: int) -> bool:
@@ -127,7 +142,8 @@ def settled(env: Env, pair: list[ListenerProcess]) -> Runtime:
 
 
 def test_a_settled_heartbeat_reads_nothing_and_writes_once_per_interval(
-        env: Env, pair: list[ListenerProcess], settled: Runtime) -> None:
+    env: Env, pair: list[ListenerProcess], settled: Runtime
+) -> None:
     answers: list[int] = []
     started = time.monotonic()
 
@@ -141,11 +157,15 @@ def test_a_settled_heartbeat_reads_nothing_and_writes_once_per_interval(
     assert answers == [200] * 40
     reads = {k: v for k, v in used.items() if k[1] in READS}
     assert reads == {}, used  # no Kyma CR, Lease or summary read for a settled runtime
-    writes = sum(v for (res, verb), v in used.items()
-                 if res == "leases" and verb in ("PATCH", "CREATE", "UPDATE"))
+    writes = sum(
+        v
+        for (res, verb), v in used.items()
+        if res == "leases" and verb in ("PATCH", "CREATE", "UPDATE")
+    )
     assert 1 <= writes <= took / INTERVAL + 2, (writes, took, used)
     lease: Any = client.CoordinationV1Api(env.api).read_namespaced_lease(
-        heartbeat.lease_name(settled.id), env.namespace)
+        heartbeat.lease_name(settled.id), env.namespace
+    )
     assert time.time() - lease.spec.renew_time.timestamp() < INTERVAL + 5
 
 
@@ -159,22 +179,30 @@ def _refused_within(pair: list[ListenerProcess], rt: Runtime, bound: float) -> l
 
 
 def test_a_deleted_kyma_cr_is_refused_by_both_listeners_at_once(
-        env: Env, pair: list[ListenerProcess], settled: Runtime) -> None:
+    env: Env, pair: list[ListenerProcess], settled: Runtime
+) -> None:
     objects = client.CustomObjectsApi(env.api)
     name = f"kyma-{settled.id.lower()}"[:60]
-    objects.delete_namespaced_custom_object(apitypes.KYMAS.group, apitypes.KYMAS.version,
-                                            env.namespace, apitypes.KYMAS.plural, name)
+    objects.delete_namespaced_custom_object(
+        apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, name
+    )
     took = _refused_within(pair, settled, 5.0)
     assert max(took) < 5.0, took
 
 
 def test_a_changed_domain_is_refused_by_both_listeners_at_once(
-        env: Env, pair: list[ListenerProcess], settled: Runtime) -> None:
+    env: Env, pair: list[ListenerProcess], settled: Runtime
+) -> None:
     objects = client.CustomObjectsApi(env.api)
     name = f"kyma-{settled.id.lower()}"[:60]
     objects.patch_namespaced_custom_object(
-        apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural, name,
-        {"metadata": {"annotations": {apitypes.SKR_DOMAIN_ANNOTATION: "elsewhere.example.com"}}})
+        apitypes.KYMAS.group,
+        apitypes.KYMAS.version,
+        env.namespace,
+        apitypes.KYMAS.plural,
+        name,
+        {"metadata": {"annotations": {apitypes.SKR_DOMAIN_ANNOTATION: "elsewhere.example.com"}}},
+    )
     took = _refused_within(pair, settled, 5.0)
     assert max(took) < 5.0, took
 
@@ -197,18 +225,25 @@ def view_pid(p: ListenerProcess) -> int | None:
 
 
 def test_a_killed_view_falls_back_to_direct_reads_and_comes_back(
-        env: Env, pair: list[ListenerProcess], settled: Runtime) -> None:
+    env: Env, pair: list[ListenerProcess], settled: Runtime
+) -> None:
     p = pair[0]
     pid = view_pid(p)
     assert pid is not None, "no view process under the listener"
     os.kill(pid, signal.SIGKILL)
-    fallbacks = metric_value(p.metrics(), "tether_listener_view_fallbacks_total",
-                             what="kyma", reason="unreachable")
+    fallbacks = metric_value(
+        p.metrics(), "tether_listener_view_fallbacks_total", what="kyma", reason="unreachable"
+    )
     assert summary(p, settled).status_code == 200  # answered from direct reads meanwhile
-    assert metric_value(p.metrics(), "tether_listener_view_fallbacks_total", what="kyma",
-                        reason="unreachable") + metric_value(
-        p.metrics(), "tether_listener_view_fallbacks_total", what="kyma",
-        reason="unsynced") > fallbacks
+    assert (
+        metric_value(
+            p.metrics(), "tether_listener_view_fallbacks_total", what="kyma", reason="unreachable"
+        )
+        + metric_value(
+            p.metrics(), "tether_listener_view_fallbacks_total", what="kyma", reason="unsynced"
+        )
+        > fallbacks
+    )
     wait_until(lambda: view_pid(p) not in (None, pid), what="a new view process", timeout=30)
     wait_until(lambda: synced(p), what="the new view synced", timeout=60)
     time.sleep(1.5)  # the workers' clients retry the socket at most once a second
@@ -230,9 +265,14 @@ def test_a_watch_from_a_version_too_old_relists(env: Env) -> None:
             self.lists += 1
             return "1" if self.lists == 1 else rv  # the first watch: from a compacted version
 
-    w = Stale(kcp, watcher.Source(apitypes.KYMAS, env.namespace), kind, timeout=20,
-              max_event_bytes=1 << 20,
-              hooks=watcher.Hooks(restarted=lambda k, why: reasons.append(why)))
+    w = Stale(
+        kcp,
+        watcher.Source(apitypes.KYMAS, env.namespace),
+        kind,
+        timeout=20,
+        max_event_bytes=1 << 20,
+        hooks=watcher.Hooks(restarted=lambda k, why: reasons.append(why)),
+    )
     t = w.start()
     try:
         wait_until(lambda: w.lists >= 2 and kind.synced, what="relisted after the 410", timeout=30)

@@ -12,22 +12,38 @@ from listener.view import beats, serve, store
 from tether import apitypes
 
 
-def kyma(name: str, rid: str | None, domain: str = "d.example.com", rv: str = "1") -> dict[str, Any]:
+def kyma(
+    name: str, rid: str | None, domain: str = "d.example.com", rv: str = "1"
+) -> dict[str, Any]:
     labels = {} if rid is None else {apitypes.RUNTIME_ID_LABEL: rid}
-    return {"metadata": {"name": name, "namespace": "kcp", "uid": "u-" + name,
-                         "resourceVersion": rv, "labels": labels,
-                         "annotations": {apitypes.SKR_DOMAIN_ANNOTATION: domain}}}
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "kcp",
+            "uid": "u-" + name,
+            "resourceVersion": rv,
+            "labels": labels,
+            "annotations": {apitypes.SKR_DOMAIN_ANNOTATION: domain},
+        }
+    }
 
 
 def lease(rid: str, rv: str, renew: str) -> dict[str, Any]:
-    return {"metadata": {"name": "tether-rt-" + rid, "resourceVersion": rv,
-                         "labels": {apitypes.RUNTIME_ID_LABEL: rid},
-                         "annotations": {apitypes.EPOCH_ANNOTATION: "2"}},
-            "spec": {"renewTime": renew}}
+    return {
+        "metadata": {
+            "name": "tether-rt-" + rid,
+            "resourceVersion": rv,
+            "labels": {apitypes.RUNTIME_ID_LABEL: rid},
+            "annotations": {apitypes.EPOCH_ANNOTATION: "2"},
+        },
+        "spec": {"renewTime": renew},
+    }
 
 
 def kinds(**bounds: int) -> store.Kind:
-    k = store.Kind("kymas", store.kyma_entry, bounds.get("objects", 100), bounds.get("size", 1 << 20))
+    k = store.Kind(
+        "kymas", store.kyma_entry, bounds.get("objects", 100), bounds.get("size", 1 << 20)
+    )
     return k
 
 
@@ -37,7 +53,11 @@ def test_not_synced_answers_nothing_then_indexes_by_runtime_id() -> None:
     assert k.of("rt-1") is None  # listed but not marked synced by its watcher yet
     k.synced = True
     got = k.of("rt-1")
-    assert got is not None and [v["name"] for v in got] == ["a"] and got[0]["domain"] == "d.example.com"
+    assert (
+        got is not None
+        and [v["name"] for v in got] == ["a"]
+        and got[0]["domain"] == "d.example.com"
+    )
     assert k.of("rt-2") == []  # unknown: an answer (refused), not a fallback
 
 
@@ -95,11 +115,20 @@ def test_a_heartbeat_is_due_from_the_renew_time_held() -> None:
 
 def test_bad_requests_get_an_error_never_an_exception() -> None:
     k = kinds()
-    views = serve.Views(k, store.Kind("leases", store.lease_entry, 1, 1 << 20),
-                        store.Kind("summaries", store.summary_entry, 1, 1 << 20),
-                        beats.Beats(None, "ns", 30.0, 1.0, k))  # type: ignore[arg-type]
-    for line in (b"{", b"[]", b'{"op":"kyma"}', b'{"op":"kyma","id":"bad id!"}',
-                 b'{"op":"nope","id":"rt-1"}', b'{"op":"kyma","id":"' + b"a" * 64 + b'"}'):
+    views = serve.Views(
+        k,
+        store.Kind("leases", store.lease_entry, 1, 1 << 20),
+        store.Kind("summaries", store.summary_entry, 1, 1 << 20),
+        beats.Beats(None, "ns", 30.0, 1.0, k),
+    )  # type: ignore[arg-type]
+    for line in (
+        b"{",
+        b"[]",
+        b'{"op":"kyma"}',
+        b'{"op":"kyma","id":"bad id!"}',
+        b'{"op":"nope","id":"rt-1"}',
+        b'{"op":"kyma","id":"' + b"a" * 64 + b'"}',
+    ):
         assert "error" in json.loads(views.answer(line)), line
     assert json.loads(views.answer(b'{"op":"summary","id":"rt-1"}')) == {"synced": False}
     ping = json.loads(views.answer(b'{"op":"ping"}'))
@@ -108,12 +137,22 @@ def test_bad_requests_get_an_error_never_an_exception() -> None:
 
 def summary(rid: str) -> dict[str, Any]:
     """A state summary as the KCP lists it: five arrays of 256 values (~1,300 Python objects)."""
-    return {"metadata": {"name": "tether-rt-" + rid, "resourceVersion": "7",
-                         "managedFields": [{"manager": "listener", "fieldsV1": {"f:status": {}}}]},
-            "spec": {"runtimeId": rid},
-            "status": {"runtimeId": rid, "hashes": [f"{i:016x}" for i in range(256)],
-                       "counts": list(range(256)), "records": list(range(256)),
-                       "bytes": [i * 1000 for i in range(256)], "revisions": list(range(256))}}
+    return {
+        "metadata": {
+            "name": "tether-rt-" + rid,
+            "resourceVersion": "7",
+            "managedFields": [{"manager": "listener", "fieldsV1": {"f:status": {}}}],
+        },
+        "spec": {"runtimeId": rid},
+        "status": {
+            "runtimeId": rid,
+            "hashes": [f"{i:016x}" for i in range(256)],
+            "counts": list(range(256)),
+            "records": list(range(256)),
+            "bytes": [i * 1000 for i in range(256)],
+            "revisions": list(range(256)),
+        },
+    }
 
 
 def test_a_listing_holds_one_page_of_parsed_objects_not_the_whole_listing() -> None:
@@ -122,6 +161,7 @@ def test_a_listing_holds_one_page_of_parsed_objects_not_the_whole_listing() -> N
     made page by page, so the parsed objects of one page at most are alive at once."""
     import gc
     import tracemalloc
+
     pages, per_page = 20, 50
 
     def page(n: int) -> list[dict[str, Any]]:

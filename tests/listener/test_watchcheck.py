@@ -12,19 +12,34 @@ from tether import apitypes, changes, watches
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 
 
-def w(name: str, mode: str = "full", resource: dict[str, str] = CM, **runtimes: Any) -> watches.Watch:
-    return watches.parse({"metadata": {"name": name}, "spec": {
-        "resource": resource, "send": {"mode": mode}, "runtimes": runtimes}})
+def w(
+    name: str, mode: str = "full", resource: dict[str, str] = CM, **runtimes: Any
+) -> watches.Watch:
+    return watches.parse(
+        {
+            "metadata": {"name": name},
+            "spec": {"resource": resource, "send": {"mode": mode}, "runtimes": runtimes},
+        }
+    )
 
 
 def v1(name: str = "a", data: dict[str, str] | None = None) -> changes.ChangeRecord:
-    return changes.from_configmap({"metadata": {"namespace": "ns", "name": name, "uid": "u",
-                                                "resourceVersion": "1"}, "data": data or {}},
-                                  runtime_id="rt", source="webhook")
+    return changes.from_configmap(
+        {
+            "metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": "1"},
+            "data": data or {},
+        },
+        runtime_id="rt",
+        source="webhook",
+    )
 
 
 def test_in_force_by_labels_and_modules() -> None:
-    gold, mod, every = w("gold", selector={"matchLabels": {"tier": "gold"}}), w("mod", module="m"), w("e")
+    gold, mod, every = (
+        w("gold", selector={"matchLabels": {"tier": "gold"}}),
+        w("mod", module="m"),
+        w("e"),
+    )
     assert watchcheck.in_force([gold, mod, every], {"tier": "gold"}, ["m"]) == (every, gold, mod)
     assert watchcheck.in_force([gold, mod, every], {}, []) == (every,)
 
@@ -47,26 +62,46 @@ def test_v1_records_go_through_the_compat_watch_and_get_it() -> None:
 
 def test_v2_records_name_their_watch() -> None:
     meta = w("m", "metadata")
-    rec = changes.from_object({"metadata": {"namespace": "ns", "name": "a", "resourceVersion": "1"},
-                               "data": {"k": "secret"}}, watch=w("m"), runtime_id="rt",
-                              source="webhook")
+    rec = changes.from_object(
+        {
+            "metadata": {"namespace": "ns", "name": "a", "resourceVersion": "1"},
+            "data": {"k": "secret"},
+        },
+        watch=w("m"),
+        runtime_id="rt",
+        source="webhook",
+    )
     rec["watch"] = "m"
     refused = watchcheck.check([rec], (meta,))
-    assert refused == [watchcheck.Refused(0, watchcheck.VIOLATION,
-                                          "the watch m sends metadata only, the record carries values")]
+    assert refused == [
+        watchcheck.Refused(
+            0, watchcheck.VIOLATION, "the watch m sends metadata only, the record carries values"
+        )
+    ]
     assert "secret" not in str(watchcheck.details(refused, batch=False))
-    assert watchcheck.check([rec], ()) == [watchcheck.Refused(
-        0, watchcheck.NOT_IN_FORCE, "the watch m is not in force for this runtime")]
-    assert watchcheck.details(watchcheck.check([rec, rec], ()), batch=True)[1]["path"] == "$.items[1]"
+    assert watchcheck.check([rec], ()) == [
+        watchcheck.Refused(
+            0, watchcheck.NOT_IN_FORCE, "the watch m is not in force for this runtime"
+        )
+    ]
+    assert (
+        watchcheck.details(watchcheck.check([rec, rec], ()), batch=True)[1]["path"] == "$.items[1]"
+    )
 
 
 def test_legacy_records_are_due_only_where_records_under_watches_exist() -> None:
     def meta(rid: str, name: str, watch: str | None) -> dict[str, Any]:
         labels = {apitypes.RUNTIME_ID_LABEL: rid, **({watches.WATCH_LABEL: watch} if watch else {})}
         return {"name": name, "resourceVersion": "1", "uid": "u", "labels": labels}
+
     old = legacy.Legacy(limit=10)
-    for m in (meta("up", "l1", None), meta("up", "n1", "w"), meta("wait", "l2", None),
-              meta("up", "l3", None), {"name": "x"}):
+    for m in (
+        meta("up", "l1", None),
+        meta("up", "n1", "w"),
+        meta("wait", "l2", None),
+        meta("up", "l3", None),
+        {"name": "x"},
+    ):
         old.add(m)
     assert [t.name for t, _ in old.due()] == ["l1", "l3"]
     capped = legacy.Legacy(limit=1)
@@ -78,8 +113,12 @@ def test_legacy_records_are_due_only_where_records_under_watches_exist() -> None
 def test_the_kyma_view_carries_the_enabled_modules() -> None:
     from tether import kyma
 
-    v = kyma.view({"metadata": {"name": "k", "labels": {"tier": "gold"}},
-                   "spec": {"modules": [{"name": "widgets"}, {"channel": "x"}, "bad"]}})
+    v = kyma.view(
+        {
+            "metadata": {"name": "k", "labels": {"tier": "gold"}},
+            "spec": {"modules": [{"name": "widgets"}, {"channel": "x"}, "bad"]},
+        }
+    )
     assert v.modules == frozenset({"widgets"})
     assert watchcheck.in_force([w("m", module="widgets")], v.labels, v.modules) != ()
     assert kyma.view({"metadata": {}}).modules == frozenset()
@@ -92,9 +131,14 @@ def test_records_of_a_deleted_watch_are_due_after_the_retention() -> None:
 
     def meta(watch: str | None, minutes_ago: float) -> dict[str, Any]:
         at = changes.format_time(now - datetime.timedelta(minutes=minutes_ago))
-        return {"name": "rcm-x", "resourceVersion": "7", "uid": "u",
-                "labels": {watches.WATCH_LABEL: watch} if watch else {},
-                "annotations": {records.ANN_OBSERVED: at}}
+        return {
+            "name": "rcm-x",
+            "resourceVersion": "7",
+            "uid": "u",
+            "labels": {watches.WATCH_LABEL: watch} if watch else {},
+            "annotations": {records.ANN_OBSERVED: at},
+        }
+
     names = frozenset({"kept"})
     assert legacy.of_gone_watch(meta("gone", 10), names, now, 300) is not None
     assert legacy.of_gone_watch(meta("gone", 4), names, now, 300) is None  # within retention

@@ -74,29 +74,51 @@ def listener(env: Env) -> Iterator[ListenerProcess]:
     yield from running(env, "watches")
 
 
-def runtime(env: Env, *, labels: dict[str, str] | None = None,
-            modules: tuple[str, ...] = ()) -> Runtime:
+def runtime(
+    env: Env, *, labels: dict[str, str] | None = None, modules: tuple[str, ...] = ()
+) -> Runtime:
     rt = add_runtime(env, f"rt-{uuid.uuid4().hex[:12]}")
     if labels or modules:
         co = client.CustomObjectsApi(env.api)
         name = f"kyma-{rt.id.lower()}"[:60]
         co.patch_namespaced_custom_object(
-            apitypes.KYMAS.group, apitypes.KYMAS.version, env.namespace, apitypes.KYMAS.plural,
-            name, {"metadata": {"labels": labels or {}},
-                   "spec": {"modules": [{"name": m} for m in modules]}})
+            apitypes.KYMAS.group,
+            apitypes.KYMAS.version,
+            env.namespace,
+            apitypes.KYMAS.plural,
+            name,
+            {
+                "metadata": {"labels": labels or {}},
+                "spec": {"modules": [{"name": m} for m in modules]},
+            },
+        )
     return rt
 
 
 def watch(name: str, ns: str) -> watches.Watch:
     """The Watch as the listener parses it."""
-    return watches.parse(next(w for w in _watches(ns) + [watchenv.load(
-        watchenv.ALL_CONFIGMAPS, ns)] if w["metadata"]["name"] == name))
+    return watches.parse(
+        next(
+            w
+            for w in _watches(ns) + [watchenv.load(watchenv.ALL_CONFIGMAPS, ns)]
+            if w["metadata"]["name"] == name
+        )
+    )
 
 
 def obj(name: str, rv: int, kind: str = "ConfigMap", **fields: Any) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": kind, "metadata": {
-        "namespace": "team-a", "name": name, "uid": "u-" + name, "resourceVersion": str(rv),
-        "labels": {"app": "x"}}, **fields}
+    return {
+        "apiVersion": "v1",
+        "kind": kind,
+        "metadata": {
+            "namespace": "team-a",
+            "name": name,
+            "uid": "u-" + name,
+            "resourceVersion": str(rv),
+            "labels": {"app": "x"},
+        },
+        **fields,
+    }
 
 
 def v2(rt: Runtime, w: watches.Watch, o: dict[str, Any]) -> dict[str, Any]:
@@ -108,13 +130,18 @@ def refusals(p: ListenerProcess, reason: str) -> float:
 
 
 def test_a_v2_record_of_a_watch_in_force_is_stored_under_its_watch(
-        env: Env, listener: ListenerProcess) -> None:
+    env: Env, listener: ListenerProcess
+) -> None:
     rt = runtime(env, labels={"tier": "gold"}, modules=("widgets",))
     widget = obj("w1", 5, kind="Widget", spec={"size": 3}, status={"ready": True})
     widget["apiVersion"] = "example.com/v1"
     cm = obj("c1", 7, data={"k": "v"})
-    r = post(listener, rt, v2(rt, watch("widgets", env.namespace), widget),
-             v2(rt, watch("zz-gold", env.namespace), cm))
+    r = post(
+        listener,
+        rt,
+        v2(rt, watch("widgets", env.namespace), widget),
+        v2(rt, watch("zz-gold", env.namespace), cm),
+    )
     assert r.status_code == 200, r.text
     assert [i["outcome"] for i in r.json()["results"]] == ["persisted"] * 2
     assert post(listener, rt, rt.record("c1", 7)).status_code == 200  # v1
@@ -135,22 +162,30 @@ def test_a_v2_record_of_a_watch_in_force_is_stored_under_its_watch(
 
 
 def test_a_record_of_a_watch_not_in_force_is_refused_and_not_stored(
-        env: Env, listener: ListenerProcess) -> None:
+    env: Env, listener: ListenerProcess
+) -> None:
     rt = runtime(env)  # neither tier=gold nor the module widgets
     before = refusals(listener, "watch_not_in_force")
     widget = obj("w2", 5, kind="Widget", spec={"size": 1})
     for w in ("widgets", "zz-gold", "no-such-watch"):
-        rec = v2(rt, watch("widgets" if w == "no-such-watch" else w, env.namespace),
-                 widget if w != "zz-gold" else obj("c2", 5, data={"k": "v"}))
+        rec = v2(
+            rt,
+            watch("widgets" if w == "no-such-watch" else w, env.namespace),
+            widget if w != "zz-gold" else obj("c2", 5, data={"k": "v"}),
+        )
         rec["watch"] = w
         fine = v2(rt, watch(COMPAT_WATCH, env.namespace), obj("fine", 1, data={}))
         r = post(listener, rt, fine, rec)
         assert r.status_code == 403, r.text
         body = r.json()
         assert body["details"]["reason"] == "watch_not_in_force"
-        assert body["details"]["records"] == [{
-            "path": "$.items[1]", "reason": "watch_not_in_force",
-            "message": f"the watch {w} is not in force for this runtime"}]
+        assert body["details"]["records"] == [
+            {
+                "path": "$.items[1]",
+                "reason": "watch_not_in_force",
+                "message": f"the watch {w} is not in force for this runtime",
+            }
+        ]
     assert refusals(listener, "watch_not_in_force") == before + 3
     assert env.stored(rt.id) == []  # the batch's admitted record neither
     audit = [a for a in listener.audit() if a.get("runtime") == rt.id and a["event"] == "refused"]
@@ -161,8 +196,12 @@ def test_a_record_of_a_watch_not_in_force_is_refused_and_not_stored(
         assert state(listener, rt).status_code == 200  # a request: its counts are merged
         try:
             got = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-                apitypes.RUNTIME_DELIVERIES.group, apitypes.RUNTIME_DELIVERIES.version,
-                env.namespace, apitypes.RUNTIME_DELIVERIES.plural, heartbeat.lease_name(rt.id))
+                apitypes.RUNTIME_DELIVERIES.group,
+                apitypes.RUNTIME_DELIVERIES.version,
+                env.namespace,
+                apitypes.RUNTIME_DELIVERIES.plural,
+                heartbeat.lease_name(rt.id),
+            )
         except client.ApiException as e:
             assert e.status == 404
             got = {}
@@ -175,7 +214,8 @@ def test_a_record_of_a_watch_not_in_force_is_refused_and_not_stored(
 
 
 def test_a_metadata_watch_refuses_a_record_that_carries_values(
-        env: Env, listener: ListenerProcess) -> None:
+    env: Env, listener: ListenerProcess
+) -> None:
     rt = runtime(env)
     before = refusals(listener, "watch_violation")
     rec = v2(rt, watch(COMPAT_WATCH, env.namespace), obj("m1", 3, data={"token": "t0ps3cret"}))
@@ -194,7 +234,8 @@ def test_a_metadata_watch_refuses_a_record_that_carries_values(
 
 
 def test_a_digest_watch_refuses_a_value_that_is_not_a_digest(
-        env: Env, listener: ListenerProcess) -> None:
+    env: Env, listener: ListenerProcess
+) -> None:
     rt = runtime(env)
     secret = obj("s1", 4, kind="Secret", data={"password": SECRET_VALUE})
     rec = v2(rt, watch("digests", env.namespace), secret)
@@ -209,15 +250,19 @@ def test_a_digest_watch_refuses_a_value_that_is_not_a_digest(
     assert stored is not None and stored["spec"]["data"]["password"].startswith("sha256:")
     assert SECRET_VALUE not in str(stored)
     # this release takes the keyed shape too (a runtime with its digest key, docs/watches.md)
-    keyed = v2(rt, dataclasses.replace(watch("digests", env.namespace), digest_key=b"k" * 32),
-               obj("s2", 5, kind="Secret", data={"password": SECRET_VALUE}))
+    keyed = v2(
+        rt,
+        dataclasses.replace(watch("digests", env.namespace), digest_key=b"k" * 32),
+        obj("s2", 5, kind="Secret", data={"password": SECRET_VALUE}),
+    )
     assert post(listener, rt, keyed).status_code == 200
     stored = env.stored_one(rt.id, "team-a", "s2", watch="digests")
     assert stored is not None and stored["spec"]["data"]["password"].startswith("hmac-sha256:")
 
 
 def test_v1_records_are_stored_under_the_compat_watch_and_refused_without_one(
-        env: Env, listener: ListenerProcess) -> None:
+    env: Env, listener: ListenerProcess
+) -> None:
     rt = runtime(env)
     r = post(listener, rt, rt.record("v1-a", 2))
     assert r.status_code == 200, r.text
@@ -229,8 +274,9 @@ def test_v1_records_are_stored_under_the_compat_watch_and_refused_without_one(
     bare = own_namespace(env, "kwn")  # holds only the every-ConfigMap Watch: remove it
     try:
         watchenv.delete(bare.api, bare.namespace, COMPAT_WATCH)
-        watchenv.apply(bare.api, watchenv.watch("meta-only", CM, bare.namespace,
-                                                send={"mode": "metadata"}))
+        watchenv.apply(
+            bare.api, watchenv.watch("meta-only", CM, bare.namespace, send={"mode": "metadata"})
+        )
         p = ListenerProcess(bare, "no-compat", TETHER_LISTENER_HEARTBEAT_INTERVAL_SECONDS="0")
         try:
             rt2 = add_runtime(bare, f"rt-{uuid.uuid4().hex[:12]}")
@@ -251,8 +297,14 @@ def test_v1_records_are_stored_under_the_compat_watch_and_refused_without_one(
 def test_the_state_listing_is_per_watch(env: Env, listener: ListenerProcess) -> None:
     rt = runtime(env, labels={"tier": "gold"})
     assert post(listener, rt, rt.record("only-compat", 3)).status_code == 200
-    assert post(listener, rt, v2(rt, watch("zz-gold", env.namespace),
-                                 obj("only-gold", 4, data={"a": "b"}))).status_code == 200
+    assert (
+        post(
+            listener,
+            rt,
+            v2(rt, watch("zz-gold", env.namespace), obj("only-gold", 4, data={"a": "b"})),
+        ).status_code
+        == 200
+    )
     r = state(listener, rt)
     assert r.status_code == 200, r.text
     assert [i["name"] for i in r.json()["items"]] == ["only-compat"]
@@ -261,9 +313,10 @@ def test_the_state_listing_is_per_watch(env: Env, listener: ListenerProcess) -> 
     for name in ("widgets", "nope"):  # not in force for this runtime; no such Watch
         r = state(listener, rt, watch=name)
         assert r.status_code == 404, r.text
-        assert r.json()["details"] == {"reason": "watch_not_in_force",
-                                       "message": f"the watch {name} is not in force for "
-                                                  "this runtime"}
+        assert r.json()["details"] == {
+            "reason": "watch_not_in_force",
+            "message": f"the watch {name} is not in force for this runtime",
+        }
 
 
 def legacy_record(env: Env, rt: Runtime, name: str) -> str:
@@ -273,13 +326,18 @@ def legacy_record(env: Env, rt: Runtime, name: str) -> str:
     body["metadata"]["labels"].pop(watches.WATCH_LABEL)
     body["metadata"]["name"] = records.object_name(records.Key(rt.id, "", "team-a", name))
     client.CustomObjectsApi(env.api).create_namespaced_custom_object(
-        apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace,
-        apitypes.RUNTIME_CONFIGMAPS.plural, body)
+        apitypes.RUNTIME_CONFIGMAPS.group,
+        apitypes.RUNTIME_CONFIGMAPS.version,
+        env.namespace,
+        apitypes.RUNTIME_CONFIGMAPS.plural,
+        body,
+    )
     return str(body["metadata"]["name"])
 
 
 def test_the_janitor_deletes_legacy_records_once_records_under_watches_exist(
-        env: Env, listener: ListenerProcess) -> None:
+    env: Env, listener: ListenerProcess
+) -> None:
     upgraded, waiting = runtime(env), runtime(env)
     gone = legacy_record(env, upgraded, "old")
     kept = legacy_record(env, waiting, "old")
@@ -292,15 +350,27 @@ def test_the_janitor_deletes_legacy_records_once_records_under_watches_exist(
 
 
 def test_the_janitor_deletes_the_records_of_a_deleted_watch_after_the_retention(
-        env: Env, listener: ListenerProcess) -> None:
+    env: Env, listener: ListenerProcess
+) -> None:
     rt = runtime(env)
     temp = watchenv.watch("temp", CM, env.namespace)
     watchenv.apply(env.api, temp)
     w = watches.parse(temp)
-    old_at = changes.format_time(datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5))
-    recs = [dict(changes.from_object(obj("t-old", 3, data={"a": "b"}), watch=w, runtime_id=rt.id,
-                                     source="poller", observed_at=old_at)),
-            v2(rt, w, obj("t-new", 4, data={"a": "b"}))]
+    old_at = changes.format_time(
+        datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+    )
+    recs = [
+        dict(
+            changes.from_object(
+                obj("t-old", 3, data={"a": "b"}),
+                watch=w,
+                runtime_id=rt.id,
+                source="poller",
+                observed_at=old_at,
+            )
+        ),
+        v2(rt, w, obj("t-new", 4, data={"a": "b"})),
+    ]
     deadline = time.monotonic() + 30
     while (r := post(listener, rt, *recs)).status_code == 403:  # the listener's cache: 5 s
         assert time.monotonic() < deadline, r.text
@@ -314,8 +384,7 @@ def test_the_janitor_deletes_the_records_of_a_deleted_watch_after_the_retention(
     assert env.stored_one(rt.id, "team-a", "t-old") is not None  # its Watch exists
 
 
-def test_an_unreadable_watch_list_is_503_not_403(
-        env: Env, listener_env: Env) -> None:
+def test_an_unreadable_watch_list_is_503_not_403(env: Env, listener_env: Env) -> None:
     """A namespace where the listener may not list Watches (its Role without them): the
     record is not refused, the runtime retries."""
     e = own_namespace(listener_env, "kwr")
@@ -344,15 +413,17 @@ def test_the_watch_list_keeps_the_last_read_and_skips_bad_watches(listener_env: 
     try:
         bad = watchenv.watch("keys-without-keys", CM, e.namespace, send={"mode": "keys"})
         watchenv.apply(e.api, bad)
-        wl = watchlist.WatchList(gateway.from_kubeconfig(str(e.kubeconfig)), e.namespace,
-                                 ttl=0, timeout=20)
+        wl = watchlist.WatchList(
+            gateway.from_kubeconfig(str(e.kubeconfig)), e.namespace, ttl=0, timeout=20
+        )
         assert [w.name for w in wl.current()] == [COMPAT_WATCH]
         rbac = client.RbacAuthorizationV1Api(e.api)
         role = rbac.read_namespaced_role("tether-listener", e.namespace)
         role.rules = [r for r in role.rules or [] if "watches" not in (r.resources or [])]
         rbac.replace_namespaced_role("tether-listener", e.namespace, role)
-        fresh = watchlist.WatchList(gateway.from_kubeconfig(str(e.kubeconfig)), e.namespace,
-                                    ttl=0, timeout=20)
+        fresh = watchlist.WatchList(
+            gateway.from_kubeconfig(str(e.kubeconfig)), e.namespace, ttl=0, timeout=20
+        )
         deadline = time.monotonic() + 30
         while True:  # the authorizer's cache: until the new Role is in force
             try:
@@ -368,7 +439,8 @@ def test_the_watch_list_keeps_the_last_read_and_skips_bad_watches(listener_env: 
 
 @pytest.mark.parametrize("mutate", [lambda r: r.update(watch="widgets")])
 def test_a_v2_record_of_another_kind_than_its_watch_is_refused(
-        env: Env, listener: ListenerProcess, mutate: Callable[[dict[str, Any]], None]) -> None:
+    env: Env, listener: ListenerProcess, mutate: Callable[[dict[str, Any]], None]
+) -> None:
     rt = runtime(env, modules=("widgets",))
     rec = v2(rt, watch("zz-gold", env.namespace), obj("k1", 1, data={"a": "b"}))
     mutate(rec)  # a ConfigMap record named for the Widget Watch
@@ -378,15 +450,21 @@ def test_a_v2_record_of_another_kind_than_its_watch_is_refused(
 
 
 def test_a_watch_named_before_the_list_expires_is_read_at_once_at_most_each_second(
-        listener_env: Env) -> None:
+    listener_env: Env,
+) -> None:
     """A Watch created after the worker's last read (the runtime's list is ahead) is found
     by the request that names it, without waiting for the cache's ttl; made-up names force
     at most one read per REFRESH_FLOOR."""
     e = own_namespace(listener_env, "kwr")
     now = [100.0]
     try:
-        wl = watchlist.WatchList(gateway.from_kubeconfig(str(e.kubeconfig)), e.namespace,
-                                 ttl=60, timeout=20, clock=lambda: now[0])
+        wl = watchlist.WatchList(
+            gateway.from_kubeconfig(str(e.kubeconfig)),
+            e.namespace,
+            ttl=60,
+            timeout=20,
+            clock=lambda: now[0],
+        )
         assert [w.name for w in wl.current()] == [COMPAT_WATCH]
         watchenv.apply(e.api, watchenv.watch("fresh", CM, e.namespace))
         now[0] += 0.5  # within the floor: not read again, whatever is asked for
@@ -413,6 +491,7 @@ def test_threads_that_find_the_list_due_at_once_wait_for_one_read(listener_env: 
         reads.append(1)
         assert release.wait(30), "the test never released the read"
         return real(*args, **kwargs)
+
     try:
         kcp.list_items = held  # type: ignore[method-assign]  # the real call, held and counted
         wl = watchlist.WatchList(kcp, e.namespace, ttl=60, timeout=20)

@@ -57,12 +57,17 @@ def setup(listener_env: Env) -> Iterator[Setup]:
     marked = f"kwp-marked-{tag}"  # a consumer's storage namespace the admins labelled
     core = client.CoreV1Api(env.api)
     for ns, labels in ((elsewhere, None), (marked, {STORAGE_LABEL: "true"})):
-        controlplane.retry_busy(lambda ns=ns, labels=labels: core.create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=ns, labels=labels))))
-    watchenv.apply(env.api, watchenv.watch("planted", CM, env.namespace,
-                                           storage={"namespace": elsewhere}))
-    watchenv.apply(env.api, watchenv.watch("shipped", CM, env.namespace,
-                                           storage={"namespace": marked}))
+        controlplane.retry_busy(
+            lambda ns=ns, labels=labels: core.create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=ns, labels=labels))
+            )
+        )
+    watchenv.apply(
+        env.api, watchenv.watch("planted", CM, env.namespace, storage={"namespace": elsewhere})
+    )
+    watchenv.apply(
+        env.api, watchenv.watch("shipped", CM, env.namespace, storage={"namespace": marked})
+    )
     adm = client.AdmissionregistrationV1Api(env.api)
     name = ""
     for d in (d for d in yaml.safe_load_all(POLICY.read_text()) if d):
@@ -76,24 +81,40 @@ def setup(listener_env: Env) -> Iterator[Setup]:
             adm.create_validating_admission_policy(d)
         else:
             d["spec"]["policyName"] = name
-            d["spec"]["matchResources"] = {"namespaceSelector": {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name", "operator": "In",
-                "values": [env.namespace, elsewhere, marked]}]}}
+            d["spec"]["matchResources"] = {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "In",
+                            "values": [env.namespace, elsewhere, marked],
+                        }
+                    ]
+                }
+            }
             adm.create_validating_admission_policy_binding(d)
     # the policy takes effect a moment after it is created: a dry-run create as the listener
     # until it is refused (before that the listener's records could land anywhere)
-    cm = {"metadata": {"namespace": "team-a", "name": "probe", "uid": "u", "resourceVersion": "1"},
-          "data": {}}
-    probe = records.body({**changes.from_configmap(cm, runtime_id="probe", source="webhook"),
-                          "watch": "planted"}, elsewhere)
-    until_refused(lambda: as_listener(env).create_namespaced_custom_object(
-        RCM.group, RCM.version, elsewhere, RCM.plural, probe, dry_run="All"))
+    cm = {
+        "metadata": {"namespace": "team-a", "name": "probe", "uid": "u", "resourceVersion": "1"},
+        "data": {},
+    }
+    probe = records.body(
+        {**changes.from_configmap(cm, runtime_id="probe", source="webhook"), "watch": "planted"},
+        elsewhere,
+    )
+    until_refused(
+        lambda: as_listener(env).create_namespaced_custom_object(
+            RCM.group, RCM.version, elsewhere, RCM.plural, probe, dry_run="All"
+        )
+    )
     yield Setup(env, elsewhere, marked)
     adm.delete_validating_admission_policy_binding(name)
     adm.delete_validating_admission_policy(name)
     for ns in (elsewhere, marked):
         client.CustomObjectsApi(env.api).delete_collection_namespaced_custom_object(
-            RCM.group, RCM.version, ns, RCM.plural)
+            RCM.group, RCM.version, ns, RCM.plural
+        )
         core.delete_namespace(ns)
     remove_namespace(env)
 
@@ -105,19 +126,32 @@ def listener(setup: Setup) -> Iterator[ListenerProcess]:
 
 def objects(env: Env, namespace: str, rid: str) -> list[dict[str, Any]]:
     resp: Any = client.CustomObjectsApi(env.api).list_namespaced_custom_object(
-        RCM.group, RCM.version, namespace, RCM.plural,
-        label_selector=f"{apitypes.RUNTIME_ID_LABEL}={rid}")
+        RCM.group,
+        RCM.version,
+        namespace,
+        RCM.plural,
+        label_selector=f"{apitypes.RUNTIME_ID_LABEL}={rid}",
+    )
     return list(resp["items"])
 
 
 def planted_record(env: Env, rt: Runtime, watch: str, name: str) -> dict[str, Any]:
     body: Any = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
-        apitypes.WATCHES.group, apitypes.WATCHES.version, env.namespace, apitypes.WATCHES.plural,
-        watch)
-    o = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"},
-         "metadata": {"namespace": "team-a", "name": name, "uid": "u", "resourceVersion": "5"}}
-    return dict(changes.from_object(o, watch=watches.parse(body), runtime_id=rt.id,
-                                    source="webhook"))
+        apitypes.WATCHES.group,
+        apitypes.WATCHES.version,
+        env.namespace,
+        apitypes.WATCHES.plural,
+        watch,
+    )
+    o = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "data": {"k": "v"},
+        "metadata": {"namespace": "team-a", "name": name, "uid": "u", "resourceVersion": "5"},
+    }
+    return dict(
+        changes.from_object(o, watch=watches.parse(body), runtime_id=rt.id, source="webhook")
+    )
 
 
 def as_listener(env: Env) -> client.CustomObjectsApi:
@@ -139,7 +173,8 @@ def until_refused(attempt: Any) -> client.ApiException:
 
 
 def test_records_of_a_watch_storing_in_an_unmarked_namespace_land_nowhere(
-        setup: Setup, listener: ListenerProcess) -> None:
+    setup: Setup, listener: ListenerProcess
+) -> None:
     env = setup.env
     rt = add_runtime(env, f"rt-{uuid.uuid4().hex[:10]}")
     deadline = time.monotonic() + 30
@@ -163,26 +198,37 @@ def test_records_of_a_watch_storing_in_an_unmarked_namespace_land_nowhere(
 
 
 def test_the_listeners_credentials_cannot_write_outside_nor_delete_a_record(
-        setup: Setup, listener: ListenerProcess) -> None:
+    setup: Setup, listener: ListenerProcess
+) -> None:
     env, api = setup.env, as_listener(setup.env)
     rt = add_runtime(env, f"rt-{uuid.uuid4().hex[:10]}")
     body = records.body({**rt.record("forged", 5), "watch": "planted"}, setup.elsewhere)
-    e = until_refused(lambda: api.create_namespaced_custom_object(
-        RCM.group, RCM.version, setup.elsewhere, RCM.plural, body))
+    e = until_refused(
+        lambda: api.create_namespaced_custom_object(
+            RCM.group, RCM.version, setup.elsewhere, RCM.plural, body
+        )
+    )
     assert "record-storage=true, not in " + setup.elsewhere in str(e.body)
     assert objects(env, setup.elsewhere, rt.id) == []
     # a runtime's record: not deleted
     assert post(listener, rt, rt.record("real", 10)).status_code == 200
     (real,) = objects(env, env.namespace, rt.id)
-    e = until_refused(lambda: api.delete_namespaced_custom_object(
-        RCM.group, RCM.version, env.namespace, RCM.plural, real["metadata"]["name"]))
+    e = until_refused(
+        lambda: api.delete_namespaced_custom_object(
+            RCM.group, RCM.version, env.namespace, RCM.plural, real["metadata"]["name"]
+        )
+    )
     assert "unbacked" in str(e.body)
     assert len(objects(env, env.namespace, rt.id)) == 1
     # the listener's own evictions pass the policy: a cap of 1, two unbacked tombstones
     for name in ("gone-1", "gone-2"):
         assert post(listener, rt, rt.record(name, 10, deleted=True)).status_code == 200
-    ghosts = [o["spec"]["name"] for o in objects(env, env.namespace, rt.id)
-              if records.is_unbacked(o["metadata"])]
+    ghosts = [
+        o["spec"]["name"]
+        for o in objects(env, env.namespace, rt.id)
+        if records.is_unbacked(o["metadata"])
+    ]
     assert ghosts == ["gone-2"]
-    assert metric_value(listener.metrics(),
-                        "tether_listener_unbacked_tombstones_evicted_total") == 1
+    assert (
+        metric_value(listener.metrics(), "tether_listener_unbacked_tombstones_evicted_total") == 1
+    )

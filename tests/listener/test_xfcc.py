@@ -17,32 +17,43 @@ pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers
 
 def xfcc(cert_file: object) -> str:
     pem = pathlib.Path(str(cert_file)).read_text()
-    return ('By=spiffe://cluster.local/ns/tether-system/sa/tether-listener;Hash=0f;'
-            f'Cert="{urllib.parse.quote(pem)}";Subject="CN=x";URI=')
+    return (
+        "By=spiffe://cluster.local/ns/tether-system/sa/tether-listener;Hash=0f;"
+        f'Cert="{urllib.parse.quote(pem)}";Subject="CN=x";URI='
+    )
 
 
 @pytest.fixture(scope="module")
 def proxied(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "xfcc", TETHER_LISTENER_TLS_CERT_FILE="",
-                        TETHER_LISTENER_TLS_KEY_FILE="",
-                        TETHER_LISTENER_XFCC_TRUSTED_PROXIES="127.0.0.1/32")
+    p = ListenerProcess(
+        listener_env,
+        "xfcc",
+        TETHER_LISTENER_TLS_CERT_FILE="",
+        TETHER_LISTENER_TLS_KEY_FILE="",
+        TETHER_LISTENER_XFCC_TRUSTED_PROXIES="127.0.0.1/32",
+    )
     yield p
     p.stop()
 
 
 @pytest.fixture(scope="module")
 def untrusting(listener_env: Env) -> Iterator[ListenerProcess]:
-    p = ListenerProcess(listener_env, "xfcc-untrusting", TETHER_LISTENER_TLS_CERT_FILE="",
-                        TETHER_LISTENER_TLS_KEY_FILE="",
-                        TETHER_LISTENER_XFCC_TRUSTED_PROXIES="10.9.9.9/32")
+    p = ListenerProcess(
+        listener_env,
+        "xfcc-untrusting",
+        TETHER_LISTENER_TLS_CERT_FILE="",
+        TETHER_LISTENER_TLS_KEY_FILE="",
+        TETHER_LISTENER_XFCC_TRUSTED_PROXIES="10.9.9.9/32",
+    )
     yield p
     p.stop()
 
 
 def post(p: ListenerProcess, rt: Runtime, header: str | None) -> requests.Response:
     headers = {} if header is None else {"X-Forwarded-Client-Cert": header}
-    return requests.post(f"{p.url}/v1/runtimes/{rt.id}/changes", json=rt.record("a", 1),
-                         headers=headers, timeout=10)
+    return requests.post(
+        f"{p.url}/v1/runtimes/{rt.id}/changes", json=rt.record("a", 1), headers=headers, timeout=10
+    )
 
 
 def test_xfcc_from_trusted_proxy(proxied: ListenerProcess, runtime: Callable[..., Runtime]) -> None:
@@ -65,8 +76,9 @@ def test_xfcc_from_trusted_proxy(proxied: ListenerProcess, runtime: Callable[...
     assert len(rt.env.stored(rt.id)) == 1
 
 
-def test_xfcc_ignored_from_untrusted_peer(untrusting: ListenerProcess,
-                                         runtime: Callable[..., Runtime]) -> None:
+def test_xfcc_ignored_from_untrusted_peer(
+    untrusting: ListenerProcess, runtime: Callable[..., Runtime]
+) -> None:
     rt = runtime()
     r = post(untrusting, rt, xfcc(rt.cert_file))
     assert r.status_code == 401

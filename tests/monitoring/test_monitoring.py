@@ -28,12 +28,26 @@ SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 RULES = {"kcp": MON / "kcp" / "prometheusrule.yaml", "skr": MON / "skr" / "prometheusrule.yaml"}
 # Metrics fixed by contract (issue 13) for code other engineers are writing: the admin
 # part's fleet metrics and the delivery-lag histograms. Accepted until the code exports them.
-CONTRACT = {"tether_fleet_runtimes", "tether_fleet_runtime_problems", "tether_fleet_runtime_problem",
-            "tether_fleet_runtime_problems_omitted", "tether_fleet_snapshot_age_seconds",
-            "tether_listener_delivery_lag_seconds", "tether_webhook_delivery_seconds"}
+CONTRACT = {
+    "tether_fleet_runtimes",
+    "tether_fleet_runtime_problems",
+    "tether_fleet_runtime_problem",
+    "tether_fleet_runtime_problems_omitted",
+    "tether_fleet_snapshot_age_seconds",
+    "tether_listener_delivery_lag_seconds",
+    "tether_webhook_delivery_seconds",
+}
 # job label of every part: what the monitors give it and the rules select by
-JOBS = {"tether-listener", "tether-janitor", "tether-compass", "tether-enroller", "tether-admin",
-        "tether-webhook", "tether-poller", "tether-injector"}
+JOBS = {
+    "tether-listener",
+    "tether-janitor",
+    "tether-compass",
+    "tether-enroller",
+    "tether-admin",
+    "tether-webhook",
+    "tether-poller",
+    "tether-injector",
+}
 # parts whose rules select no job: the janitor's run is watched through the listener's
 # metrics; the injector is optional (an absent() alert would fire where it is not installed)
 NO_JOB_RULES = {"tether-janitor", "tether-injector"}
@@ -54,30 +68,44 @@ def kustomize(path: pathlib.Path) -> list[dict[str, Any]]:
 
 
 def alerting_rules() -> list[dict[str, Any]]:
-    return [r for p in RULES.values() for g in yaml.safe_load(p.read_text())["spec"]["groups"]
-            for r in g["rules"] if "alert" in r]
+    return [
+        r
+        for p in RULES.values()
+        for g in yaml.safe_load(p.read_text())["spec"]["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    ]
 
 
 @pytest.fixture
 def rules_dir(tmp_path: pathlib.Path) -> pathlib.Path:
     for plane, path in RULES.items():
         rule = yaml.safe_load(path.read_text())
-        (tmp_path / f"tether-{plane}.rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+        (tmp_path / f"tether-{plane}.rules.yaml").write_text(
+            yaml.safe_dump({"groups": rule["spec"]["groups"]})
+        )
     shutil.copy(MON / "tests" / "rules.test.yaml", tmp_path / "rules.test.yaml")
     return tmp_path
 
 
 @pytest.mark.parametrize("plane", sorted(RULES))
 def test_promtool_check_rules(rules_dir: pathlib.Path, plane: str) -> None:
-    out = subprocess.run([promtool(), "check", "rules", str(rules_dir / f"tether-{plane}.rules.yaml")],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [promtool(), "check", "rules", str(rules_dir / f"tether-{plane}.rules.yaml")],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
 
 
 def test_promtool_unit_tests(rules_dir: pathlib.Path) -> None:
-    out = subprocess.run([promtool(), "test", "rules", str(rules_dir / "rules.test.yaml")],
-                         capture_output=True, text=True, cwd=rules_dir)
+    out = subprocess.run(
+        [promtool(), "test", "rules", str(rules_dir / "rules.test.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=rules_dir,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -117,14 +145,18 @@ def test_rules_and_dashboards_name_real_metrics() -> None:
 
 
 def runbook_base(root: pathlib.Path = MON) -> str:
-    base: str = yaml.safe_load((root / "runbooks" / "runbook-base.yaml").read_text())["data"]["base"]
+    base: str = yaml.safe_load((root / "runbooks" / "runbook-base.yaml").read_text())["data"][
+        "base"
+    ]
     return base
 
 
 def operations_anchors() -> set[str]:
     ops = (REPO / "docs" / "operations.md").read_text()
-    return {re.sub(r"[^a-z0-9-]", "", h.strip().lower().replace(" ", "-"))
-            for h in re.findall(r"^#+ (.+)$", ops, re.M)}
+    return {
+        re.sub(r"[^a-z0-9-]", "", h.strip().lower().replace(" ", "-"))
+        for h in re.findall(r"^#+ (.+)$", ops, re.M)
+    }
 
 
 def test_every_alert_has_a_runbook_section() -> None:
@@ -133,8 +165,14 @@ def test_every_alert_has_a_runbook_section() -> None:
     base = runbook_base()
     assert re.fullmatch(r"https://[^\s#]+[^/]", base), base
     anchors = operations_anchors()
-    rendered = [r for d in kustomize(MON) + kustomize(MON / "skr") if d["kind"] == "PrometheusRule"
-                for g in d["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    rendered = [
+        r
+        for d in kustomize(MON) + kustomize(MON / "skr")
+        if d["kind"] == "PrometheusRule"
+        for g in d["spec"]["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    ]
     names = [r["alert"] for r in alerting_rules()]
     assert len(names) == len(set(names)), "an alert name is used twice"
     assert sorted(r["alert"] for r in rendered) == sorted(names)
@@ -150,13 +188,22 @@ def test_runbook_base_is_changed_in_one_place(tmp_path: pathlib.Path) -> None:
     shutil.copytree(MON, copy)
     f = copy / "runbooks" / "runbook-base.yaml"
     f.write_text(f.read_text().replace(runbook_base(), "https://docs.example.internal/tether"))
-    urls = [r["annotations"]["runbook_url"] for d in kustomize(copy) + kustomize(copy / "skr")
-            if d["kind"] == "PrometheusRule" for g in d["spec"]["groups"] for r in g["rules"]]
-    assert urls and all(u.startswith("https://docs.example.internal/tether/docs/operations.md#") for u in urls)
+    urls = [
+        r["annotations"]["runbook_url"]
+        for d in kustomize(copy) + kustomize(copy / "skr")
+        if d["kind"] == "PrometheusRule"
+        for g in d["spec"]["groups"]
+        for r in g["rules"]
+    ]
+    assert urls and all(
+        u.startswith("https://docs.example.internal/tether/docs/operations.md#") for u in urls
+    )
 
 
 def test_dashboards_are_generated_and_valid() -> None:
-    spec = importlib.util.spec_from_file_location("gen_dashboards", REPO / "hack" / "gen-dashboards.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_dashboards", REPO / "hack" / "gen-dashboards.py"
+    )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -175,8 +222,12 @@ def test_dashboards_are_generated_and_valid() -> None:
 
 
 def dashboard_exprs() -> list[str]:
-    return [t["expr"] for p in sorted((MON / "dashboards").glob("*.json"))
-            for panel in json.loads(p.read_text())["panels"] for t in panel.get("targets") or []]
+    return [
+        t["expr"]
+        for p in sorted((MON / "dashboards").glob("*.json"))
+        for panel in json.loads(p.read_text())["panels"]
+        for t in panel.get("targets") or []
+    ]
 
 
 def test_dashboard_queries_parse(tmp_path: pathlib.Path) -> None:
@@ -184,19 +235,29 @@ def test_dashboard_queries_parse(tmp_path: pathlib.Path) -> None:
     one filters by the cluster variable."""
     exprs = dashboard_exprs()
     assert exprs and all('cluster=~"$cluster"' in e for e in exprs)
-    rules = [{"record": f"dashboard:q{i}", "expr": e.replace("$cluster", ".*").replace("$runtime", ".*")}
-             for i, e in enumerate(exprs)]
+    rules = [
+        {"record": f"dashboard:q{i}", "expr": e.replace("$cluster", ".*").replace("$runtime", ".*")}
+        for i, e in enumerate(exprs)
+    ]
     (tmp_path / "q.yaml").write_text(yaml.safe_dump({"groups": [{"name": "q", "rules": rules}]}))
-    out = subprocess.run([promtool(), "check", "rules", str(tmp_path / "q.yaml")], capture_output=True, text=True)
+    out = subprocess.run(
+        [promtool(), "check", "rules", str(tmp_path / "q.yaml")], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_dashboards_show_the_apiservers_calls_of_tethers_webhook() -> None:
-    vwc = yaml.safe_load((REPO / "manifests" / "skr" / "webhook" / "validatingwebhookconfiguration.yaml").read_text())
+    vwc = yaml.safe_load(
+        (REPO / "manifests" / "skr" / "webhook" / "validatingwebhookconfiguration.yaml").read_text()
+    )
     [hook] = vwc["webhooks"]
     exprs = [e for e in dashboard_exprs() if "apiserver_admission_webhook_" in e]
-    for metric in ("apiserver_admission_webhook_admission_duration_seconds", "apiserver_admission_webhook_request_total",
-                   "apiserver_admission_webhook_rejection_count", "apiserver_admission_webhook_fail_open_count"):
+    for metric in (
+        "apiserver_admission_webhook_admission_duration_seconds",
+        "apiserver_admission_webhook_request_total",
+        "apiserver_admission_webhook_rejection_count",
+        "apiserver_admission_webhook_fail_open_count",
+    ):
         assert any(metric in e for e in exprs), metric
     assert all(f'name="{hook["name"]}"' in e and 'runtime_id=~"$runtime"' in e for e in exprs)
 
@@ -215,7 +276,11 @@ def monitor_job(pm: dict[str, Any], pod_labels: dict[str, str]) -> str:
     """The job label the Prometheus Operator gives a PodMonitor's targets: the value of the
     pod label `jobLabel` names, else `<namespace>/<name>`; then our relabelings."""
     spec = pm["spec"]
-    job = pod_labels[spec["jobLabel"]] if "jobLabel" in spec else f"{pm['metadata']['namespace']}/{pm['metadata']['name']}"
+    job = (
+        pod_labels[spec["jobLabel"]]
+        if "jobLabel" in spec
+        else f"{pm['metadata']['namespace']}/{pm['metadata']['name']}"
+    )
     for r in spec["podMetricsEndpoints"][0].get("relabelings") or []:
         if r.get("targetLabel") == "job" and not r.get("sourceLabels"):
             job = r["replacement"]
@@ -229,15 +294,20 @@ def deployments(*paths: pathlib.Path) -> list[dict[str, Any]]:
 def test_monitors_scrape_named_ports_with_the_rules_jobs() -> None:
     """Every PodMonitor selects a Deployment's pods and names one of their container ports;
     the jobs are the ones the rules select by; HTTPS only where the port serves TLS."""
-    kcp_parts = [REPO / "manifests" / "kcp" / p for p in ("listener", "janitor", "compass", "enroller", "admin", "injector")
-                 if (REPO / "manifests" / "kcp" / p).is_dir()]
+    kcp_parts = [
+        REPO / "manifests" / "kcp" / p
+        for p in ("listener", "janitor", "compass", "enroller", "admin", "injector")
+        if (REPO / "manifests" / "kcp" / p).is_dir()
+    ]
     deps = deployments(*kcp_parts, REPO / "manifests" / "skr")
     monitors = [d for d in kustomize(MON) + kustomize(MON / "skr") if d["kind"] == "PodMonitor"]
     jobs = set()
     for pm in monitors:
         sel = pm["spec"]["selector"]["matchLabels"]
         [ep] = pm["spec"]["podMetricsEndpoints"]
-        matching = [d for d in deps if sel.items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+        matching = [
+            d for d in deps if sel.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
         if not matching and sel == {"app.kubernetes.io/name": "tether-admin"}:
             jobs.add(monitor_job(pm, sel))  # manifests/kcp/admin not written yet: the contract
             continue
@@ -248,7 +318,9 @@ def test_monitors_scrape_named_ports_with_the_rules_jobs() -> None:
         container, _ = ports[ep["port"]]
         probe = (container.get("readinessProbe") or {}).get("httpGet") or {}
         if probe.get("port") == ep["port"]:
-            assert ep.get("scheme", "http") == probe.get("scheme", "HTTP").lower(), pm["metadata"]["name"]
+            assert ep.get("scheme", "http") == probe.get("scheme", "HTTP").lower(), pm["metadata"][
+                "name"
+            ]
         if ep.get("scheme") == "https":
             assert ep["tlsConfig"]["serverName"] and ep["tlsConfig"]["ca"]["secret"]["name"]
         jobs.add(monitor_job(pm, pod["metadata"]["labels"]))
@@ -260,15 +332,26 @@ def test_rules_select_the_monitors_jobs() -> None:
     for path in RULES.values():
         used |= set(re.findall(r'job="([^"]+)"', path.read_text()))
     assert used == JOBS - NO_JOB_RULES and used <= JOBS
-    assert {m for r in alerting_rules() for m in re.findall(r'absent\(up\{job="([^"]+)"\} == 1\)', r["expr"])} \
-        == JOBS - NO_JOB_RULES
+    assert {
+        m
+        for r in alerting_rules()
+        for m in re.findall(r'absent\(up\{job="([^"]+)"\} == 1\)', r["expr"])
+    } == JOBS - NO_JOB_RULES
 
 
 def test_skr_monitors_are_not_in_the_enrollers_bundle() -> None:
     """A runtime without the Prometheus Operator's CRDs must still install Tether."""
-    bundle = [d for d in yaml.safe_load_all((REPO / "enroller" / "skr-bundle.yaml").read_text()) if d]
-    assert bundle and not [d for d in bundle if d["apiVersion"].startswith("monitoring.coreos.com/")]
-    assert not [d for d in kustomize(REPO / "manifests" / "skr") if d["apiVersion"].startswith("monitoring.coreos.com/")]
+    bundle = [
+        d for d in yaml.safe_load_all((REPO / "enroller" / "skr-bundle.yaml").read_text()) if d
+    ]
+    assert bundle and not [
+        d for d in bundle if d["apiVersion"].startswith("monitoring.coreos.com/")
+    ]
+    assert not [
+        d
+        for d in kustomize(REPO / "manifests" / "skr")
+        if d["apiVersion"].startswith("monitoring.coreos.com/")
+    ]
 
 
 def test_every_alert_has_a_firing_promtool_test() -> None:
@@ -291,18 +374,29 @@ def test_plain_scrape_config_matches_the_monitors(tmp_path: pathlib.Path) -> Non
         job = jobs[monitor_job(pm, sel)]
         [sd] = job["kubernetes_sd_configs"]
         assert sd["role"] == "pod" and sd["namespaces"]["names"] == [pm["metadata"]["namespace"]]
-        assert sd["selectors"] == [{"role": "pod", "label": ",".join(f"{k}={v}" for k, v in sel.items())}]
-        assert {"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"],
-                "regex": ep["port"]} in job["relabel_configs"]
+        assert sd["selectors"] == [
+            {"role": "pod", "label": ",".join(f"{k}={v}" for k, v in sel.items())}
+        ]
+        assert {
+            "action": "keep",
+            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+            "regex": ep["port"],
+        } in job["relabel_configs"]
         assert (job["scheme"], job["metrics_path"]) == (ep["scheme"], ep["path"])
         if ep["scheme"] == "https":
             assert job["tls_config"]["server_name"] == ep["tlsConfig"]["serverName"]
-            assert job["tls_config"]["ca_file"].endswith("/{name}/{key}".format(**ep["tlsConfig"]["ca"]["secret"]))
+            assert job["tls_config"]["ca_file"].endswith(
+                "/{name}/{key}".format(**ep["tlsConfig"]["ca"]["secret"])
+            )
         runtime = [r for r in job["relabel_configs"] if r.get("target_label") == "runtime_id"]
-        assert len(runtime) == len([r for r in ep.get("relabelings") or [] if r.get("targetLabel") == "runtime_id"])
+        assert len(runtime) == len(
+            [r for r in ep.get("relabelings") or [] if r.get("targetLabel") == "runtime_id"]
+        )
     for j in config["scrape_configs"]:
         j.pop("kubernetes_sd_configs")
         j["static_configs"] = [{"targets": ["127.0.0.1:9"]}]
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(config))
-    out = subprocess.run([promtool(), "check", "config", str(tmp_path / "p.yaml")], capture_output=True, text=True)
+    out = subprocess.run(
+        [promtool(), "check", "config", str(tmp_path / "p.yaml")], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr

@@ -25,27 +25,48 @@ from testing.pollerenv import (
 from tether import apitypes, statehash
 
 
-def make(core: client.CoreV1Api, ns: str, n: int, labels: dict[str, str], prefix: str = "cm") -> None:
+def make(
+    core: client.CoreV1Api, ns: str, n: int, labels: dict[str, str], prefix: str = "cm"
+) -> None:
     for i in range(n):
-        core.create_namespaced_config_map(ns, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=f"{prefix}-{i:04d}", labels=labels), data={"v": "0"}))
+        core.create_namespaced_config_map(
+            ns,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=f"{prefix}-{i:04d}", labels=labels),
+                data={"v": "0"},
+            ),
+        )
 
 
 @pytest.mark.parametrize("objects", [100, 2000])
 def test_an_in_sync_run_costs_the_kcp_the_same_whatever_the_records(
-    objects: int, listener_env: Env, listener: Any, runtime: Callable[..., Runtime],
-    skr_api: client.ApiClient, kcp_api: client.ApiClient, namespace: str,
+    objects: int,
+    listener_env: Env,
+    listener: Any,
+    runtime: Callable[..., Runtime],
+    skr_api: client.ApiClient,
+    kcp_api: client.ApiClient,
+    namespace: str,
 ) -> None:
     rt = runtime()
     core = client.CoreV1Api(skr_api)
     labels, selector = unique_selector()
     make(core, namespace, objects, labels)
-    poller = InProcess(rt, listener.url, skr_api, selector, buckets=True, batch_items=200,
-                      max_buckets=statehash.BUCKETS)
+    poller = InProcess(
+        rt,
+        listener.url,
+        skr_api,
+        selector,
+        buckets=True,
+        batch_items=200,
+        max_buckets=statehash.BUCKETS,
+    )
     try:
         first = poller.run()  # bootstrap (full listing once) and every record sent
         assert first.outcome == "ok", first
-        assert kcp_state(listener_env, rt.id, namespace)[0] == runtime_state(core, namespace, selector)
+        assert kcp_state(listener_env, rt.id, namespace)[0] == runtime_state(
+            core, namespace, selector
+        )
         poller.run()  # the summary settles (merges after the answers)
         before, started = kcp_requests(kcp_api), time.monotonic()
         runs = [poller.run() for _ in range(3)]
@@ -63,8 +84,7 @@ def test_an_in_sync_run_costs_the_kcp_the_same_whatever_the_records(
         # minute whatever the runs do: at most one per kind in this window, not a read
         streams = {k: v for k, v in used.items() if k[1] == "WATCH"}
         assert all(v <= 1 for v in streams.values()), used
-        others = {k: v for k, v in used.items()
-                  if k[0] != "runtimedeliveries" and k[1] != "WATCH"}
+        others = {k: v for k, v in used.items() if k[0] != "runtimedeliveries" and k[1] != "WATCH"}
         assert set(others) <= {("runtimestatesummaries", "GET")}, used
         assert others.get(("runtimestatesummaries", "GET"), 0) <= 3, used
         assert poller.sample("tether_poller_listener_requests_total", call="summary") >= 5
@@ -73,15 +93,26 @@ def test_an_in_sync_run_costs_the_kcp_the_same_whatever_the_records(
 
 
 def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
-    listener_env: Env, listener: Any, runtime: Callable[..., Runtime],
-    skr_api: client.ApiClient, kcp_api: client.ApiClient, namespace: str,
+    listener_env: Env,
+    listener: Any,
+    runtime: Callable[..., Runtime],
+    skr_api: client.ApiClient,
+    kcp_api: client.ApiClient,
+    namespace: str,
 ) -> None:
     rt = runtime()
     core = client.CoreV1Api(skr_api)
     labels, selector = unique_selector()
     make(core, namespace, 300, labels)
-    poller = InProcess(rt, listener.url, skr_api, selector, buckets=True, batch_items=200,
-                      max_buckets=statehash.BUCKETS)
+    poller = InProcess(
+        rt,
+        listener.url,
+        skr_api,
+        selector,
+        buckets=True,
+        batch_items=200,
+        max_buckets=statehash.BUCKETS,
+    )
     objects = client.CustomObjectsApi(kcp_api)
     try:
         assert poller.run().outcome == "ok"
@@ -92,15 +123,24 @@ def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
         res = poller.run()
         assert res.outcome == "ok" and res.differences["changed"] == 1 and res.sent == 1, res
         assert poller.sample("tether_poller_buckets_listed_total") - listed == 1
-        assert kcp_state(listener_env, rt.id, namespace)[0] == runtime_state(core, namespace, selector)
+        assert kcp_state(listener_env, rt.id, namespace)[0] == runtime_state(
+            core, namespace, selector
+        )
         # damage the summary by hand: three buckets wrong, one of them a bucket without
         # any record (its listing is empty: it must be corrected too; it once was not, and
         # was listed again on every later run), after the listener's merge of the record
         # just sent (at most a second after its answer) has landed
-        wait_until(lambda: summary_settled(listener_env, rt.id), 30, "the merge of cm-0007 in the summary")
+        wait_until(
+            lambda: summary_settled(listener_env, rt.id), 30, "the merge of cm-0007 in the summary"
+        )
         name = statesummary.name_of(rt.id)
-        obj = objects.get_namespaced_custom_object(apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version,
-                                                   listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural, name)
+        obj = objects.get_namespaced_custom_object(
+            apitypes.RUNTIME_STATE_SUMMARIES.group,
+            apitypes.RUNTIME_STATE_SUMMARIES.version,
+            listener_env.namespace,
+            apitypes.RUNTIME_STATE_SUMMARIES.plural,
+            name,
+        )
         spread = statehash.spread([(namespace, f"cm-{i:04d}") for i in range(300)])
         empty = [b for b in range(statehash.BUCKETS) if spread[b] == 0]
         full = [b for b in range(statehash.BUCKETS) if spread[b] > 0]
@@ -109,8 +149,13 @@ def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
         for b in wrong:
             obj["status"]["hashes"][b] = "0123456789abcdef"
         objects.replace_namespaced_custom_object_status(
-            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
-            name, obj)
+            apitypes.RUNTIME_STATE_SUMMARIES.group,
+            apitypes.RUNTIME_STATE_SUMMARIES.version,
+            listener_env.namespace,
+            apitypes.RUNTIME_STATE_SUMMARIES.plural,
+            name,
+            obj,
+        )
         listed = poller.sample("tether_poller_buckets_listed_total")
         healed = poller.run()
         assert healed.outcome == "ok" and healed.sent == 0, healed
@@ -120,8 +165,13 @@ def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
         again = poller.run()
         assert again.outcome == "ok" and again.sent == 0, again
         assert poller.sample("tether_poller_buckets_listed_total") == listed
-        fixed = objects.get_namespaced_custom_object(apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version,
-                                                     listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural, name)
+        fixed = objects.get_namespaced_custom_object(
+            apitypes.RUNTIME_STATE_SUMMARIES.group,
+            apitypes.RUNTIME_STATE_SUMMARIES.version,
+            listener_env.namespace,
+            apitypes.RUNTIME_STATE_SUMMARIES.plural,
+            name,
+        )
         stored = statehash.stored_of(fixed["status"])
         assert stored is not None and all(stored.hashes[b] != 0x0123456789ABCDEF for b in wrong)
         assert stored.hashes[empty[0]] == 0 and stored.counts[empty[0]] == 0
@@ -137,8 +187,12 @@ def test_a_change_is_found_by_listing_its_bucket_and_a_damaged_summary_heals(
 
 
 def test_a_summary_damaged_in_more_buckets_than_a_run_lists_heals_at_the_full_digest(
-    listener_env: Env, listener: Any, runtime: Callable[..., Runtime],
-    skr_api: client.ApiClient, kcp_api: client.ApiClient, namespace: str,
+    listener_env: Env,
+    listener: Any,
+    runtime: Callable[..., Runtime],
+    skr_api: client.ApiClient,
+    kcp_api: client.ApiClient,
+    namespace: str,
 ) -> None:
     """More than MAX_BUCKETS differing buckets send a run to the full digest; that listing
     of every record sets the summary's buckets, so the next run is by buckets again and
@@ -152,18 +206,31 @@ def test_a_summary_damaged_in_more_buckets_than_a_run_lists_heals_at_the_full_di
     try:
         assert poller.run().outcome == "ok"
         assert poller.run().sent == 0
-        wait_until(lambda: summary_settled(listener_env, rt.id), 30,
-                   "the merges of the first run's records in the summary")
+        wait_until(
+            lambda: summary_settled(listener_env, rt.id),
+            30,
+            "the merges of the first run's records in the summary",
+        )
         name = statesummary.name_of(rt.id)
-        obj = objects.get_namespaced_custom_object(apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version,
-                                                   listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural, name)
+        obj = objects.get_namespaced_custom_object(
+            apitypes.RUNTIME_STATE_SUMMARIES.group,
+            apitypes.RUNTIME_STATE_SUMMARIES.version,
+            listener_env.namespace,
+            apitypes.RUNTIME_STATE_SUMMARIES.plural,
+            name,
+        )
         wrong = list(range(0, statehash.BUCKETS, 2))  # 128 buckets: over MAX_BUCKETS (64)
         for b in wrong:
             obj["status"]["hashes"][b] = "0123456789abcdef"
             obj["status"]["records"][b] = 999
         objects.replace_namespaced_custom_object_status(
-            apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, listener_env.namespace, apitypes.RUNTIME_STATE_SUMMARIES.plural,
-            name, obj)
+            apitypes.RUNTIME_STATE_SUMMARIES.group,
+            apitypes.RUNTIME_STATE_SUMMARIES.version,
+            listener_env.namespace,
+            apitypes.RUNTIME_STATE_SUMMARIES.plural,
+            name,
+            obj,
+        )
         state_calls = poller.sample("tether_poller_listener_requests_total", call="state")
         full = poller.run()
         assert full.outcome == "ok" and full.sent == 0, full
@@ -171,11 +238,17 @@ def test_a_summary_damaged_in_more_buckets_than_a_run_lists_heals_at_the_full_di
 
         def healed() -> bool:
             got = objects.get_namespaced_custom_object(
-                apitypes.RUNTIME_STATE_SUMMARIES.group, apitypes.RUNTIME_STATE_SUMMARIES.version, listener_env.namespace,
-                apitypes.RUNTIME_STATE_SUMMARIES.plural, name)
+                apitypes.RUNTIME_STATE_SUMMARIES.group,
+                apitypes.RUNTIME_STATE_SUMMARIES.version,
+                listener_env.namespace,
+                apitypes.RUNTIME_STATE_SUMMARIES.plural,
+                name,
+            )
             stored = statehash.stored_of(got["status"])
             return stored is not None and all(
-                stored.hashes[b] != 0x0123456789ABCDEF and stored.records[b] != 999 for b in wrong)
+                stored.hashes[b] != 0x0123456789ABCDEF and stored.records[b] != 999 for b in wrong
+            )
+
         deadline = time.monotonic() + 30
         while not healed():
             assert time.monotonic() < deadline, "the full digest's listing set the buckets"

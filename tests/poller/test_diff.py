@@ -5,7 +5,11 @@ from __future__ import annotations
 from poller import diff, scan
 from tether import changes, filters
 
-T0, T1, T2 = "2026-11-30T10:00:00.000000Z", "2026-11-30T10:00:01.000000Z", "2026-11-30T10:00:02.000000Z"
+T0, T1, T2 = (
+    "2026-11-30T10:00:00.000000Z",
+    "2026-11-30T10:00:01.000000Z",
+    "2026-11-30T10:00:02.000000Z",
+)
 
 
 def entry(rv: str, deleted: bool = False, at: str = T1) -> diff.Entry:
@@ -14,11 +18,28 @@ def entry(rv: str, deleted: bool = False, at: str = T1) -> diff.Entry:
 
 def test_load_builds_a_dict_of_small_entries() -> None:
     items: list[changes.DigestItem] = [
-        {"namespace": "a", "name": "x", "uid": "u1", "resourceVersion": "5", "observedAt": T0, "deleted": False},
-        {"namespace": "b", "name": "x", "uid": "u2", "resourceVersion": "7", "observedAt": T1, "deleted": True},
+        {
+            "namespace": "a",
+            "name": "x",
+            "uid": "u1",
+            "resourceVersion": "5",
+            "observedAt": T0,
+            "deleted": False,
+        },
+        {
+            "namespace": "b",
+            "name": "x",
+            "uid": "u2",
+            "resourceVersion": "7",
+            "observedAt": T1,
+            "deleted": True,
+        },
     ]
     got = diff.load(items)
-    assert got == {("a", "x"): diff.Entry("5", T0, False, "u1"), ("b", "x"): diff.Entry("7", T1, True, "u2")}
+    assert got == {
+        ("a", "x"): diff.Entry("5", T0, False, "u1"),
+        ("b", "x"): diff.Entry("7", T1, True, "u2"),
+    }
 
 
 def test_missing_changed_and_equal() -> None:
@@ -70,5 +91,8 @@ def test_keys_and_versions_of_served_objects() -> None:
 
 def test_field_selector_excludes_ignored_namespaces() -> None:
     flt = filters.ConfigMapFilter.build(("kube-system", "tether-system"), "")
-    assert scan.field_selector(flt) == "metadata.namespace!=kube-system,metadata.namespace!=tether-system"
+    assert (
+        scan.field_selector(flt)
+        == "metadata.namespace!=kube-system,metadata.namespace!=tether-system"
+    )
     assert scan.field_selector(filters.ConfigMapFilter.build((), "")) == ""

@@ -47,8 +47,10 @@ def core_of(plane: controlplane.ControlPlane) -> client.CoreV1Api:
 
 def put(core: client.CoreV1Api, name: str, data: dict[str, str], labels: dict[str, str]) -> None:
     try:
-        core.create_namespaced_config_map(NS, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=name, labels=labels), data=data))
+        core.create_namespaced_config_map(
+            NS,
+            client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, labels=labels), data=data),
+        )
     except client.ApiException as e:
         if e.status != 409:
             raise
@@ -57,13 +59,15 @@ def put(core: client.CoreV1Api, name: str, data: dict[str, str], labels: dict[st
 
 def lease_epoch(env: Env, rt: Runtime) -> tuple[int, str]:
     lease: Any = client.CoordinationV1Api(env.api).read_namespaced_lease(
-        heartbeat.lease_name(rt.id), env.namespace)
+        heartbeat.lease_name(rt.id), env.namespace
+    )
     ann = lease.metadata.annotations or {}
     return int(ann.get(apitypes.EPOCH_ANNOTATION, "0")), ann.get(heartbeat.ANN_IDENTITY, "")
 
 
-def assert_kcp_holds_the_runtime(env: Env, rt: Runtime, core: client.CoreV1Api, selector: str,
-                                 epoch: int) -> dict[tuple[str, str], dict[str, Any]]:
+def assert_kcp_holds_the_runtime(
+    env: Env, rt: Runtime, core: client.CoreV1Api, selector: str, epoch: int
+) -> dict[tuple[str, str], dict[str, Any]]:
     live, dead = kcp_state(env, rt.id, NS)
     assert live == runtime_state(core, NS, selector)
     for obj in env.stored(rt.id):
@@ -82,8 +86,11 @@ def run_timed(poller: InProcess) -> tuple[Any, float]:
 
 
 def test_an_etcd_restored_from_an_earlier_snapshot_converges_in_one_run(
-    listener_env: Env, listener: ListenerProcess, runtime: Callable[..., Runtime],
-    own_skr: controlplane.ControlPlane, tmp_path: pathlib.Path,
+    listener_env: Env,
+    listener: ListenerProcess,
+    runtime: Callable[..., Runtime],
+    own_skr: controlplane.ControlPlane,
+    tmp_path: pathlib.Path,
 ) -> None:
     rt = runtime()
     core = core_of(own_skr)
@@ -91,7 +98,9 @@ def test_an_etcd_restored_from_an_earlier_snapshot_converges_in_one_run(
     labels, selector = unique_selector()
     for i in range(6):
         put(core, f"a-{i}", {"v": "before"}, labels)
-    poller = InProcess(rt, listener.url, own_skr.api_client(), selector, page_size=4, buckets=BUCKETS)
+    poller = InProcess(
+        rt, listener.url, own_skr.api_client(), selector, page_size=4, buckets=BUCKETS
+    )
     try:
         res = poller.run()
         assert res.outcome == "ok" and res.epoch == 0, res
@@ -108,11 +117,16 @@ def test_an_etcd_restored_from_an_earlier_snapshot_converges_in_one_run(
     for i in (0, 1):
         put(core, f"a-{i}", {"v": "lost"}, labels)
     core.delete_namespaced_config_map("a-2", NS)
-    poller = InProcess(rt, listener.url, own_skr.api_client(), selector, page_size=4, buckets=BUCKETS)
+    poller = InProcess(
+        rt, listener.url, own_skr.api_client(), selector, page_size=4, buckets=BUCKETS
+    )
     try:
         res = poller.run()
-        assert res.outcome == "ok" and res.differences == {"missing": 4, "changed": 2,
-                                                           "deleted": 1}, res
+        assert res.outcome == "ok" and res.differences == {
+            "missing": 4,
+            "changed": 2,
+            "deleted": 1,
+        }, res
     finally:
         poller.close()
     high = max(int(o["spec"]["resourceVersion"]) for o in listener_env.stored(rt.id))
@@ -126,7 +140,9 @@ def test_an_etcd_restored_from_an_earlier_snapshot_converges_in_one_run(
     listed = int(core.list_namespaced_config_map(NS, limit=1).metadata.resource_version)
     assert listed < high, "the restored history must be behind the stored records"
 
-    poller = InProcess(rt, listener.url, own_skr.api_client(), selector, page_size=4, buckets=BUCKETS)
+    poller = InProcess(
+        rt, listener.url, own_skr.api_client(), selector, page_size=4, buckets=BUCKETS
+    )
     try:
         res, seconds = run_timed(poller)
         assert res.outcome == "ok" and res.epoch == 1, res
@@ -161,7 +177,9 @@ def test_an_etcd_restored_from_an_earlier_snapshot_converges_in_one_run(
 
 
 def test_a_cluster_rebuilt_empty_under_the_same_runtime_id_converges_in_one_run(
-    listener_env: Env, listener: ListenerProcess, runtime: Callable[..., Runtime],
+    listener_env: Env,
+    listener: ListenerProcess,
+    runtime: Callable[..., Runtime],
 ) -> None:
     rt = runtime()
     labels, selector = unique_selector()
@@ -204,7 +222,9 @@ def test_a_cluster_rebuilt_empty_under_the_same_runtime_id_converges_in_one_run(
 
 
 def test_within_an_epoch_an_older_record_racing_a_newer_one_loses(
-    listener_env: Env, listener: ListenerProcess, runtime: Callable[..., Runtime],
+    listener_env: Env,
+    listener: ListenerProcess,
+    runtime: Callable[..., Runtime],
 ) -> None:
     rt = runtime()
     session = rt.session()

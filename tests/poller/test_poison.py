@@ -37,7 +37,12 @@ def store_poison(env: Env, rt: Runtime, ns: str, name: str, **spec: str) -> dict
     ann[records.ANN_RV] = body["spec"]["resourceVersion"]
     ann[records.ANN_OBSERVED] = body["spec"]["observedAt"]
     obj: Any = client.CustomObjectsApi(env.api).create_namespaced_custom_object(
-        apitypes.RUNTIME_CONFIGMAPS.group, apitypes.RUNTIME_CONFIGMAPS.version, env.namespace, apitypes.RUNTIME_CONFIGMAPS.plural, body)
+        apitypes.RUNTIME_CONFIGMAPS.group,
+        apitypes.RUNTIME_CONFIGMAPS.version,
+        env.namespace,
+        apitypes.RUNTIME_CONFIGMAPS.plural,
+        body,
+    )
     return dict(obj)
 
 
@@ -49,7 +54,8 @@ def state(session: requests.Session, lp: ListenerProcess, rt: Runtime) -> list[d
 
 
 def test_poison_records_are_replaced_by_the_next_valid_post(
-        listener: ListenerProcess, runtime: Callable[..., Runtime]) -> None:
+    listener: ListenerProcess, runtime: Callable[..., Runtime]
+) -> None:
     rt = runtime()
     env = rt.env
     for name, spec in POISON.items():
@@ -62,8 +68,11 @@ def test_poison_records_are_replaced_by_the_next_valid_post(
         assert held["superscript"]["resourceVersion"] == "²"  # reported as stored
 
         recs = [rt.record(name, 3, ns="team-a") for name in POISON]
-        r = s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes", json=changes.batch(recs),  # type: ignore[arg-type]
-                   timeout=60)
+        r = s.post(
+            f"{listener.url}/v1/runtimes/{rt.id}/changes",
+            json=changes.batch(recs),  # type: ignore[arg-type]
+            timeout=60,
+        )
         assert r.status_code == 200, r.text
         assert [x["outcome"] for x in r.json()["results"]] == ["persisted"] * len(POISON)
         for name in POISON:
@@ -72,20 +81,30 @@ def test_poison_records_are_replaced_by_the_next_valid_post(
             assert obj["metadata"]["annotations"][records.ANN_RV] == "3"
             assert changes.uninterpretable(records.stored_version(obj)) is None
         # converged: the same records again are duplicates, an older one is stale
-        r = s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes", json=changes.batch(recs),  # type: ignore[arg-type]
-                   timeout=60)
+        r = s.post(
+            f"{listener.url}/v1/runtimes/{rt.id}/changes",
+            json=changes.batch(recs),  # type: ignore[arg-type]
+            timeout=60,
+        )
         assert [x["outcome"] for x in r.json()["results"]] == ["duplicate"] * len(POISON)
-        r = s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes",
-                   json=rt.record("superscript", 2, ns="team-a"), timeout=60)
+        r = s.post(
+            f"{listener.url}/v1/runtimes/{rt.id}/changes",
+            json=rt.record("superscript", 2, ns="team-a"),
+            timeout=60,
+        )
         assert r.status_code == 200 and r.json()["results"][0]["outcome"] == "stale"
 
         # a name ending in a newline is no name: refused, never stored as a new key
-        r = s.post(f"{listener.url}/v1/runtimes/{rt.id}/changes",
-                   json=rt.record(NEWLINE_NAME, 9, ns="team-a"), timeout=60)
+        r = s.post(
+            f"{listener.url}/v1/runtimes/{rt.id}/changes",
+            json=rt.record(NEWLINE_NAME, 9, ns="team-a"),
+            timeout=60,
+        )
         assert r.status_code == 400 and r.json()["details"][0]["path"] == "$.name", r.text
         for bad in ("٣", "²", "３"):
-            r = s.get(f"{listener.url}/v1/runtimes/{rt.id}/state", params={"limit": bad},
-                      timeout=60)
+            r = s.get(
+                f"{listener.url}/v1/runtimes/{rt.id}/state", params={"limit": bad}, timeout=60
+            )
             assert r.status_code == 400, (bad, r.status_code, r.text)
         assert len(state(s, listener, rt)) == len(POISON) + 1
     finally:
@@ -96,15 +115,22 @@ def test_poison_records_are_replaced_by_the_next_valid_post(
 
 
 def test_a_poller_run_repairs_poison_digest_entries(
-        listener: ListenerProcess, runtime: Callable[..., Runtime], skr_api: client.ApiClient,
-        namespace: str) -> None:
+    listener: ListenerProcess,
+    runtime: Callable[..., Runtime],
+    skr_api: client.ApiClient,
+    namespace: str,
+) -> None:
     rt = runtime()
     labels, selector = unique_selector()
     core = client.CoreV1Api(skr_api)
     live = {}
     for name in ("superscript", "no-month-13", "space-rv"):
-        cm = core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=name, labels=labels), data={"k": name}))
+        cm = core.create_namespaced_config_map(
+            namespace,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=name, labels=labels), data={"k": name}
+            ),
+        )
         live[name] = cm.metadata.resource_version
     for name, spec in POISON.items():  # "arabic-digit" and "not-a-time" exist only in the KCP
         store_poison(rt.env, rt, namespace, name, **spec)
@@ -115,10 +141,11 @@ def test_a_poller_run_repairs_poison_digest_entries(
         result = poller.run()
         assert result.outcome == "ok", result
         assert result.differences["changed"] == 3 and result.differences["deleted"] == 2, result
-        assert poller.sample("tether_poller_digest_uninterpretable_total",
-                             field="resourceVersion") == 3
-        assert poller.sample("tether_poller_digest_uninterpretable_total",
-                             field="observedAt") == 2
+        assert (
+            poller.sample("tether_poller_digest_uninterpretable_total", field="resourceVersion")
+            == 3
+        )
+        assert poller.sample("tether_poller_digest_uninterpretable_total", field="observedAt") == 2
         assert poller.sample("tether_poller_digest_uninterpretable_total", field="key") == 1
         for name, rv in live.items():
             obj = rt.env.stored_one(rt.id, namespace, name)

@@ -57,24 +57,37 @@ def runs(p: PollerProcess, outcome: str | None = None) -> float:
 
 
 def test_only_the_lease_holder_runs_jobs_and_the_other_takes_over_when_it_dies(
-    listener: ListenerProcess, runtime: Callable[..., Runtime], skr: controlplane.ControlPlane,
-    skr_api: client.ApiClient, least_privilege: pathlib.Path, pollers: Pollers,
+    listener: ListenerProcess,
+    runtime: Callable[..., Runtime],
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    least_privilege: pathlib.Path,
+    pollers: Pollers,
 ) -> None:
     """With only the RBAC of manifests/skr (as the tether ServiceAccount), Lease in tether-system."""
     rt = runtime()
     _, selector = unique_selector()
     namespace = "tether-system"
-    env = poller_env(rt, listener.url, skr, selector, namespace,
-                     TETHER_KUBECONFIG=str(least_privilege),
-                     TETHER_POLLER_INTERVAL_SECONDS="0.5", TETHER_POLLER_JITTER_SECONDS="0",
-                     TETHER_POLLER_LEASE_DURATION_SECONDS="3",
-                     TETHER_POLLER_RENEW_DEADLINE_SECONDS="2",
-                     TETHER_POLLER_RETRY_PERIOD_SECONDS="0.5")
+    env = poller_env(
+        rt,
+        listener.url,
+        skr,
+        selector,
+        namespace,
+        TETHER_KUBECONFIG=str(least_privilege),
+        TETHER_POLLER_INTERVAL_SECONDS="0.5",
+        TETHER_POLLER_JITTER_SECONDS="0",
+        TETHER_POLLER_LEASE_DURATION_SECONDS="3",
+        TETHER_POLLER_RENEW_DEADLINE_SECONDS="2",
+        TETHER_POLLER_RETRY_PERIOD_SECONDS="0.5",
+    )
     a = pollers("poller-a", env)
     b = pollers("poller-b", env)
     by_name = {"poller-a": a, "poller-b": b}
     lease_name = env["TETHER_POLLER_LEASE_NAME"]
-    holder = wait_until(lambda: lease_holder(skr_api, namespace, lease_name)[0], 30, "a Lease holder")
+    holder = wait_until(
+        lambda: lease_holder(skr_api, namespace, lease_name)[0], 30, "a Lease holder"
+    )
     lead = by_name[holder]
     other = b if lead is a else a
     wait_until(lambda: runs(lead, "ok") >= 3, 30, "three runs of the leader")
@@ -86,8 +99,11 @@ def test_only_the_lease_holder_runs_jobs_and_the_other_takes_over_when_it_dies(
     _, transitions = lease_holder(skr_api, namespace, lease_name)
 
     lead.kill()  # no chance to release the Lease: the other waits for it to expire
-    wait_until(lambda: lease_holder(skr_api, namespace, lease_name)[0] == other.identity, 30,
-               "the other poller to take the Lease")
+    wait_until(
+        lambda: lease_holder(skr_api, namespace, lease_name)[0] == other.identity,
+        30,
+        "the other poller to take the Lease",
+    )
     wait_until(lambda: runs(other, "ok") >= 2, 30, "runs of the new leader")
     assert other.metric("tether_poller_leader") == 1
     assert lease_holder(skr_api, namespace, lease_name)[1] == transitions + 1
@@ -95,27 +111,42 @@ def test_only_the_lease_holder_runs_jobs_and_the_other_takes_over_when_it_dies(
 
 
 def test_with_the_webhook_configuration_deleted_the_poller_alone_propagates_changes(
-    listener: ListenerProcess, listener_env: Env, runtime: Callable[..., Runtime],
-    skr: controlplane.ControlPlane, skr_api: client.ApiClient, namespace: str, pollers: Pollers,
+    listener: ListenerProcess,
+    listener_env: Env,
+    runtime: Callable[..., Runtime],
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    namespace: str,
+    pollers: Pollers,
     tmp_path: pathlib.Path,
 ) -> None:
     rt = runtime()
     core = client.CoreV1Api(skr_api)
     labels, selector = unique_selector()
-    wh = stack.WebhookProcess(tmp_path, {
-        "TETHER_RUNTIME_ID": rt.id, "TETHER_LISTENER_URL": listener.url,
-        "TETHER_LISTENER_CA_FILE": str(listener_env.server_ca_file),
-        "TETHER_CLIENT_CERT_FILE": str(rt.cert_file), "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
-        "TETHER_KUBECONFIG": str(skr.kubeconfig), "TETHER_LABEL_SELECTOR": selector,
-        "TETHER_WEBHOOK_READBACK_SECONDS": "2",
-    }).start()
-    vwc = stack.vwc_body(f"tether-poller-only-{namespace}", wh.url + "/validate", wh.ca.cert_pem, namespace)
+    wh = stack.WebhookProcess(
+        tmp_path,
+        {
+            "TETHER_RUNTIME_ID": rt.id,
+            "TETHER_LISTENER_URL": listener.url,
+            "TETHER_LISTENER_CA_FILE": str(listener_env.server_ca_file),
+            "TETHER_CLIENT_CERT_FILE": str(rt.cert_file),
+            "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
+            "TETHER_KUBECONFIG": str(skr.kubeconfig),
+            "TETHER_LABEL_SELECTOR": selector,
+            "TETHER_WEBHOOK_READBACK_SECONDS": "2",
+        },
+    ).start()
+    vwc = stack.vwc_body(
+        f"tether-poller-only-{namespace}", wh.url + "/validate", wh.ca.cert_pem, namespace
+    )
     stack.register(skr_api, vwc)
     registered = True
 
     def cm(name: str, data: dict[str, str]) -> None:
-        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=name, labels=labels), data=data))
+        core.create_namespaced_config_map(
+            namespace,
+            client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, labels=labels), data=data),
+        )
 
     def admitted() -> float:
         return wh.metric("tether_webhook_admission_requests_total")
@@ -132,10 +163,19 @@ def test_with_the_webhook_configuration_deleted_the_poller_alone_propagates_chan
             return rec is not None and rec["spec"]["source"] == "webhook"
 
         wait_until(delivered_by_webhook, 30, "the webhook path to deliver", interval=0.3)
-        p = pollers("poller-only", poller_env(rt, listener.url, skr, selector, namespace,
-                                              TETHER_POLLER_INTERVAL_SECONDS="2",
-                                              TETHER_POLLER_JITTER_SECONDS="0.2",
-                                              TETHER_POLLER_LEASE_DURATION_SECONDS="3"))
+        p = pollers(
+            "poller-only",
+            poller_env(
+                rt,
+                listener.url,
+                skr,
+                selector,
+                namespace,
+                TETHER_POLLER_INTERVAL_SECONDS="2",
+                TETHER_POLLER_JITTER_SECONDS="0.2",
+                TETHER_POLLER_LEASE_DURATION_SECONDS="3",
+            ),
+        )
         wait_until(lambda: runs(p, "ok") >= 1, 30, "a first poll run")
 
         stack.unregister(skr_api, vwc["metadata"]["name"])
@@ -174,34 +214,66 @@ def test_with_the_webhook_configuration_deleted_the_poller_alone_propagates_chan
 
 
 def test_the_poller_process_rides_out_a_listener_outage_and_then_restores_the_state(
-    listener_env: Env, runtime: Callable[..., Runtime], skr: controlplane.ControlPlane,
-    skr_api: client.ApiClient, namespace: str, pollers: Pollers,
+    listener_env: Env,
+    runtime: Callable[..., Runtime],
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    namespace: str,
+    pollers: Pollers,
 ) -> None:
     rt = runtime()
     core = client.CoreV1Api(skr_api)
     labels, selector = unique_selector()
     for i in range(10):
-        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=f"o-{i}", labels=labels), data={"v": "0"}))
+        core.create_namespaced_config_map(
+            namespace,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=f"o-{i}", labels=labels), data={"v": "0"}
+            ),
+        )
     lp = ListenerProcess(listener_env, "poller-proc-outage")
     restarted: ListenerProcess | None = None
     try:
-        p = pollers("poller-outage", poller_env(
-            rt, lp.url, skr, selector, namespace, TETHER_POLLER_INTERVAL_SECONDS="0.5",
-            TETHER_POLLER_JITTER_SECONDS="0", TETHER_POLLER_LEASE_DURATION_SECONDS="3",
-            TETHER_POLLER_BACKOFF_BASE_SECONDS="1", TETHER_POLLER_BACKOFF_CAP_SECONDS="2",
-            TETHER_POLLER_SEND_ATTEMPTS="1", TETHER_LISTENER_TIMEOUT_SECONDS="2"))
-        wait_until(lambda: kcp_state(listener_env, rt.id, namespace)[0]
-                   == runtime_state(core, namespace, selector), 30, "the first runs to deliver")
+        p = pollers(
+            "poller-outage",
+            poller_env(
+                rt,
+                lp.url,
+                skr,
+                selector,
+                namespace,
+                TETHER_POLLER_INTERVAL_SECONDS="0.5",
+                TETHER_POLLER_JITTER_SECONDS="0",
+                TETHER_POLLER_LEASE_DURATION_SECONDS="3",
+                TETHER_POLLER_BACKOFF_BASE_SECONDS="1",
+                TETHER_POLLER_BACKOFF_CAP_SECONDS="2",
+                TETHER_POLLER_SEND_ATTEMPTS="1",
+                TETHER_LISTENER_TIMEOUT_SECONDS="2",
+            ),
+        )
+        wait_until(
+            lambda: (
+                kcp_state(listener_env, rt.id, namespace)[0]
+                == runtime_state(core, namespace, selector)
+            ),
+            30,
+            "the first runs to deliver",
+        )
         lp.stop()
         for i in range(10, 15):
-            core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-                metadata=client.V1ObjectMeta(name=f"o-{i}", labels=labels), data={"v": "1"}))
+            core.create_namespaced_config_map(
+                namespace,
+                client.V1ConfigMap(
+                    metadata=client.V1ObjectMeta(name=f"o-{i}", labels=labels), data={"v": "1"}
+                ),
+            )
         for i in range(0, 5):
             core.patch_namespaced_config_map(f"o-{i}", namespace, {"data": {"v": "2"}})
         for i in range(5, 8):
             core.delete_namespaced_config_map(f"o-{i}", namespace)
-        wait_until(lambda: runs(p, "listener-failed") >= 2, 30, "runs failing while the listener is down")
+        wait_until(
+            lambda: runs(p, "listener-failed") >= 2, 30, "runs failing while the listener is down"
+        )
         assert p.proc is not None and p.proc.poll() is None  # still running
         assert requests_ok(p)
         restarted = _SamePortListener(listener_env, "poller-proc-outage-2", lp.port)
@@ -209,7 +281,8 @@ def test_the_poller_process_rides_out_a_listener_outage_and_then_restores_the_st
         def restored() -> bool:
             live, dead = kcp_state(listener_env, rt.id, namespace)
             return live == runtime_state(core, namespace, selector) and sorted(dead) == [
-                (namespace, f"o-{i}") for i in range(5, 8)]
+                (namespace, f"o-{i}") for i in range(5, 8)
+            ]
 
         wait_until(restored, 60, "the exact runtime state, tombstones included, after the outage")
         assert p.metric("tether_poller_differences_total", type="changed") >= 5
@@ -222,4 +295,6 @@ def test_the_poller_process_rides_out_a_listener_outage_and_then_restores_the_st
 
 def requests_ok(p: PollerProcess) -> bool:
     """Probes stay up while runs fail: the process is alive, only its peer is not."""
-    return all(requests.get(p.url + path, timeout=5).status_code == 200 for path in ("/healthz", "/readyz"))
+    return all(
+        requests.get(p.url + path, timeout=5).status_code == 200 for path in ("/healthz", "/readyz")
+    )

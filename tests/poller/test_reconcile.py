@@ -26,14 +26,19 @@ from testing.pollerenv import (
 pytestmark = pytest.mark.processes
 
 
-def make_cm(core: client.CoreV1Api, ns: str, name: str, data: dict[str, str],
-            labels: dict[str, str]) -> client.V1ConfigMap:
-    return core.create_namespaced_config_map(ns, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name=name, labels=labels), data=data))
+def make_cm(
+    core: client.CoreV1Api, ns: str, name: str, data: dict[str, str], labels: dict[str, str]
+) -> client.V1ConfigMap:
+    return core.create_namespaced_config_map(
+        ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, labels=labels), data=data)
+    )
 
 
 def test_after_a_listener_outage_one_run_restores_exactly_the_runtime_state(
-    listener_env: Env, runtime: Callable[..., Runtime], skr_api: client.ApiClient, namespace: str,
+    listener_env: Env,
+    runtime: Callable[..., Runtime],
+    skr_api: client.ApiClient,
+    namespace: str,
 ) -> None:
     rt = runtime()
     core = client.CoreV1Api(skr_api)
@@ -46,7 +51,9 @@ def test_after_a_listener_outage_one_run_restores_exactly_the_runtime_state(
         res = first.run()
         assert res.outcome == "ok", res
         assert res.differences == {"missing": 30, "changed": 0, "deleted": 0}
-        assert kcp_state(listener_env, rt.id, namespace)[0] == runtime_state(core, namespace, selector)
+        assert kcp_state(listener_env, rt.id, namespace)[0] == runtime_state(
+            core, namespace, selector
+        )
     finally:
         lp.stop()
 
@@ -54,7 +61,9 @@ def test_after_a_listener_outage_one_run_restores_exactly_the_runtime_state(
     for i in range(30, 50):
         make_cm(core, namespace, f"cm-{i:02d}", {"v": "new"}, labels)
     for i in range(0, 20):
-        core.patch_namespaced_config_map(f"cm-{i:02d}", namespace, {"data": {"v": "1", "w": str(i)}})
+        core.patch_namespaced_config_map(
+            f"cm-{i:02d}", namespace, {"data": {"v": "1", "w": str(i)}}
+        )
     for i in range(20, 30):
         core.delete_namespaced_config_map(f"cm-{i:02d}", namespace)
     down = first.run()
@@ -105,22 +114,35 @@ class _RacingLister:
 
 
 def test_a_poller_record_never_overwrites_a_newer_webhook_record_that_raced_it(
-    listener: ListenerProcess, listener_env: Env, runtime: Callable[..., Runtime],
-    skr: controlplane.ControlPlane, skr_api: client.ApiClient, namespace: str, tmp_path: pathlib.Path,
+    listener: ListenerProcess,
+    listener_env: Env,
+    runtime: Callable[..., Runtime],
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    namespace: str,
+    tmp_path: pathlib.Path,
 ) -> None:
     rt = runtime()
     core = client.CoreV1Api(skr_api)
     labels, selector = unique_selector()
     # created while no webhook watches: unknown to the KCP, so the poller will send it
     v1 = make_cm(core, namespace, "raced", {"v": "1"}, labels)
-    wh = stack.WebhookProcess(tmp_path, {
-        "TETHER_RUNTIME_ID": rt.id, "TETHER_LISTENER_URL": listener.url,
-        "TETHER_LISTENER_CA_FILE": str(listener_env.server_ca_file),
-        "TETHER_CLIENT_CERT_FILE": str(rt.cert_file), "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
-        "TETHER_KUBECONFIG": str(skr.kubeconfig), "TETHER_WEBHOOK_READBACK_SECONDS": "2",
-        "TETHER_LABEL_SELECTOR": selector,  # the same filter as the poller's
-    }).start()
-    vwc = stack.vwc_body(f"tether-poller-race-{namespace}", wh.url + "/validate", wh.ca.cert_pem, namespace)
+    wh = stack.WebhookProcess(
+        tmp_path,
+        {
+            "TETHER_RUNTIME_ID": rt.id,
+            "TETHER_LISTENER_URL": listener.url,
+            "TETHER_LISTENER_CA_FILE": str(listener_env.server_ca_file),
+            "TETHER_CLIENT_CERT_FILE": str(rt.cert_file),
+            "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
+            "TETHER_KUBECONFIG": str(skr.kubeconfig),
+            "TETHER_WEBHOOK_READBACK_SECONDS": "2",
+            "TETHER_LABEL_SELECTOR": selector,  # the same filter as the poller's
+        },
+    ).start()
+    vwc = stack.vwc_body(
+        f"tether-poller-race-{namespace}", wh.url + "/validate", wh.ca.cert_pem, namespace
+    )
     stack.register(skr_api, vwc)
     try:
         make_cm(core, namespace, "probe", {"n": "0"}, labels)
@@ -133,18 +155,35 @@ def test_a_poller_record_never_overwrites_a_newer_webhook_record_that_raced_it(
 
         wait_until(webhook_delivered_probe, 30, "the webhook to be called", interval=0.3)
         last = core.read_namespaced_config_map("probe", namespace).metadata.resource_version
-        wait_until(lambda: (listener_env.stored_one(rt.id, namespace, "probe") or {}).get(
-            "spec", {}).get("resourceVersion") == last, 30, "the probe's last version")
+        wait_until(
+            lambda: (
+                (listener_env.stored_one(rt.id, namespace, "probe") or {})
+                .get("spec", {})
+                .get("resourceVersion")
+                == last
+            ),
+            30,
+            "the probe's last version",
+        )
         newer: list[str] = []
 
         def race() -> None:
             cm = core.patch_namespaced_config_map("raced", namespace, {"data": {"v": "2"}})
             newer.append(cm.metadata.resource_version)
-            wait_until(lambda: (listener_env.stored_one(rt.id, namespace, "raced") or {}).get(
-                "spec", {}).get("resourceVersion") == newer[0], 30, "the webhook's record")
+            wait_until(
+                lambda: (
+                    (listener_env.stored_one(rt.id, namespace, "raced") or {})
+                    .get("spec", {})
+                    .get("resourceVersion")
+                    == newer[0]
+                ),
+                30,
+                "the webhook's record",
+            )
 
-        poller = InProcess(rt, listener.url, skr_api, selector,
-                           lister=lambda inner: _RacingLister(inner, race))
+        poller = InProcess(
+            rt, listener.url, skr_api, selector, lister=lambda inner: _RacingLister(inner, race)
+        )
         try:
             res = poller.run()
         finally:
@@ -155,7 +194,11 @@ def test_a_poller_record_never_overwrites_a_newer_webhook_record_that_raced_it(
         stored = listener_env.stored_one(rt.id, namespace, "raced")
         assert stored is not None
         spec = stored["spec"]
-        assert (spec["resourceVersion"], spec["data"], spec["source"]) == (newer[0], {"v": "2"}, "webhook")
+        assert (spec["resourceVersion"], spec["data"], spec["source"]) == (
+            newer[0],
+            {"v": "2"},
+            "webhook",
+        )
         assert int(newer[0]) > int(v1.metadata.resource_version)
         # the next run sees the listener's record is current: nothing is resent
         plain = InProcess(rt, listener.url, skr_api, selector)

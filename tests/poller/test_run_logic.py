@@ -14,21 +14,37 @@ RID = "rt-unit"
 
 
 def cm(ns: str, name: str, rv: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"metadata": {"namespace": ns, "name": name, "uid": f"u-{name}", "resourceVersion": str(rv),
-                         "labels": labels or {}}, "data": {"v": str(rv)}}
+    return {
+        "metadata": {
+            "namespace": ns,
+            "name": name,
+            "uid": f"u-{name}",
+            "resourceVersion": str(rv),
+            "labels": labels or {},
+        },
+        "data": {"v": str(rv)},
+    }
 
 
 class Pages:
     """Served pages; ``gone_at`` raises 410 Gone before that page index (once)."""
 
-    def __init__(self, objects: list[dict[str, Any]], list_rv: int, size: int = 2,
-                 gone_at: int | None = None, error: bool = False) -> None:
+    def __init__(
+        self,
+        objects: list[dict[str, Any]],
+        list_rv: int,
+        size: int = 2,
+        gone_at: int | None = None,
+        error: bool = False,
+    ) -> None:
         self.objects, self.list_rv, self.size = objects, list_rv, size
         self.gone_at, self.error = gone_at, error
         self.requests = 0
 
     def pages(self) -> Iterator[scan.Page]:
-        chunks = [self.objects[i:i + self.size] for i in range(0, len(self.objects), self.size)] or [[]]
+        chunks = [
+            self.objects[i : i + self.size] for i in range(0, len(self.objects), self.size)
+        ] or [[]]
         for i, chunk in enumerate(chunks):
             self.requests += 1
             if self.error:
@@ -47,25 +63,37 @@ class Listener:
         self.fail: sender.Outcome | None = None
         self.refuse_names: set[str] = set()
 
-    def state_page(self, limit: int = 500, token: str = "",
-                   report: listenerapi.EpochReport | None = None, watch: str = "") -> sender.StatePage:
+    def state_page(
+        self,
+        limit: int = 500,
+        token: str = "",
+        report: listenerapi.EpochReport | None = None,
+        watch: str = "",
+    ) -> sender.StatePage:
         assert not watch, "no Watch list: the environment's run asks for every record"
         self.state_calls += 1
         if self.fail is not None:
             raise sender.ListenerError(self.fail)
         keys = sorted(self.stored)
         start = int(token or 0)
-        chunk = keys[start:start + limit]
-        items: list[changes.DigestItem] = [{
-            "namespace": k[0], "name": k[1], "uid": self.stored[k]["uid"],
-            "resourceVersion": self.stored[k]["resourceVersion"],
-            "observedAt": self.stored[k]["observedAt"], "deleted": self.stored[k]["deleted"]}
-            for k in chunk]
+        chunk = keys[start : start + limit]
+        items: list[changes.DigestItem] = [
+            {
+                "namespace": k[0],
+                "name": k[1],
+                "uid": self.stored[k]["uid"],
+                "resourceVersion": self.stored[k]["resourceVersion"],
+                "observedAt": self.stored[k]["observedAt"],
+                "deleted": self.stored[k]["deleted"],
+            }
+            for k in chunk
+        ]
         nxt = str(start + limit) if start + limit < len(keys) else ""
         return sender.StatePage(items, nxt)
 
-    def send(self, records: Sequence[changes.ChangeRecord],
-             timeout: tuple[float, float] | None = None) -> sender.Outcome:
+    def send(
+        self, records: Sequence[changes.ChangeRecord], timeout: tuple[float, float] | None = None
+    ) -> sender.Outcome:
         self.posts.append(list(records))
         if self.fail is not None:
             return self.fail
@@ -76,7 +104,9 @@ class Listener:
             assert not changes.validate_record(r), changes.validate_record(r)
             key = (r["namespace"], r["name"])
             old = self.stored.get(key)
-            verdict = changes.compare(None if old is None else changes.version_of(old), changes.version_of(r))
+            verdict = changes.compare(
+                None if old is None else changes.version_of(old), changes.version_of(r)
+            )
             if verdict == "newer":
                 self.stored[key] = r
             results.append({"outcome": {"newer": "persisted"}.get(verdict, verdict)})
@@ -84,13 +114,24 @@ class Listener:
 
     def put(self, ns: str, name: str, rv: int, deleted: bool = False) -> None:
         obj = cm(ns, name, rv)
-        rec = (changes.tombstone(runtime_id=RID, namespace=ns, name=name, uid=f"u-{name}",
-                                 resource_version=str(rv), source="webhook") if deleted else
-               changes.from_configmap(obj, runtime_id=RID, source="webhook"))
+        rec = (
+            changes.tombstone(
+                runtime_id=RID,
+                namespace=ns,
+                name=name,
+                uid=f"u-{name}",
+                resource_version=str(rv),
+                source="webhook",
+            )
+            if deleted
+            else changes.from_configmap(obj, runtime_id=RID, source="webhook")
+        )
         self.stored[(ns, name)] = rec
 
 
-def runner(pages: Pages, listener: Listener, **kw: Any) -> tuple[run.Runner, metrics.Metrics, list[float]]:
+def runner(
+    pages: Pages, listener: Listener, **kw: Any
+) -> tuple[run.Runner, metrics.Metrics, list[float]]:
     m = metrics.Metrics()
     slept: list[float] = []
     clock = [0.0]
@@ -100,8 +141,16 @@ def runner(pages: Pages, listener: Listener, **kw: Any) -> tuple[run.Runner, met
         clock[0] += seconds
 
     settings = run.RunSettings(**{"batch_items": 2, "rate": 1000.0, "burst": 1000, **kw})
-    r = run.Runner(RID, settings, filters.ConfigMapFilter.build(("kube-system",), ""), pages, listener, m,
-                   clock=lambda: clock[0], sleep=sleep)
+    r = run.Runner(
+        RID,
+        settings,
+        filters.ConfigMapFilter.build(("kube-system",), ""),
+        pages,
+        listener,
+        m,
+        clock=lambda: clock[0],
+        sleep=sleep,
+    )
     return r, m, slept
 
 
@@ -123,10 +172,17 @@ def test_differences_are_sent_equal_objects_cost_nothing_and_gone_ones_get_tombs
     assert res.outcome == "ok"
     assert res.differences == {"missing": 2, "changed": 1, "deleted": 1}
     assert (res.scanned, res.digest_entries, res.sent) == (4, 5, 4)
-    sent = [(x["namespace"], x["name"], x["resourceVersion"], x["deleted"], x["source"])
-            for batch in lst.posts for x in batch]
-    assert sorted(sent) == [("a", "gone", "50", True, "poller"), ("a", "new", "21", False, "poller"),
-                            ("a", "old", "20", False, "poller"), ("b", "x", "22", False, "poller")]
+    sent = [
+        (x["namespace"], x["name"], x["resourceVersion"], x["deleted"], x["source"])
+        for batch in lst.posts
+        for x in batch
+    ]
+    assert sorted(sent) == [
+        ("a", "gone", "50", True, "poller"),
+        ("a", "new", "21", False, "poller"),
+        ("a", "old", "20", False, "poller"),
+        ("b", "x", "22", False, "poller"),
+    ]
     assert all(len(b) <= 2 for b in lst.posts) and len(lst.posts) == 2
     assert lst.stored[("a", "gone")]["uid"] == "u-gone"
     assert lst.stored[("a", "newer-in-kcp")]["resourceVersion"] == "99"
@@ -136,7 +192,11 @@ def test_differences_are_sent_equal_objects_cost_nothing_and_gone_ones_get_tombs
     # a second run finds nothing: one state request, the list pages, no POST
     before = len(lst.posts)
     res2 = r.run()
-    assert (res2.outcome, res2.differences, res2.sent) == ("ok", {"missing": 0, "changed": 0, "deleted": 0}, 0)
+    assert (res2.outcome, res2.differences, res2.sent) == (
+        "ok",
+        {"missing": 0, "changed": 0, "deleted": 0},
+        0,
+    )
     assert len(lst.posts) == before
 
 
@@ -192,8 +252,11 @@ def test_listener_failure_stops_the_run_early_with_its_retry_after() -> None:
     lst.stored.clear()
 
     class FailingSend(Listener):
-        def send(self, records: Sequence[changes.ChangeRecord],
-                 timeout: tuple[float, float] | None = None) -> sender.Outcome:
+        def send(
+            self,
+            records: Sequence[changes.ChangeRecord],
+            timeout: tuple[float, float] | None = None,
+        ) -> sender.Outcome:
             self.posts.append(list(records))
             return sender.Outcome("retryable", 429, "http-429", 1.0, "rate limited")
 
@@ -249,8 +312,9 @@ def test_service_backs_off_after_listener_failure_and_skips_when_not_leading() -
     lst = Listener()
     now = [1000.0]
     r, m, _ = runner(Pages([cm("a", "x", 1)], 5), lst)
-    sched = settings_mod.ScheduleSettings(interval=1, jitter=0, resync_cron="", backoff_base=10,
-                                          backoff_cap=10)
+    sched = settings_mod.ScheduleSettings(
+        interval=1, jitter=0, resync_cron="", backoff_base=10, backoff_cap=10
+    )
     svc = service.Service(sched, r, m, clock=lambda: now[0])
     assert svc.tick().outcome == "aborted"  # not leading
     svc.leading.set()
@@ -273,7 +337,10 @@ def test_scheduler_runs_only_while_leading_with_both_jobs() -> None:
     svc = service.Service(sched, r, m)
     svc.start()
     try:
-        assert {j.id for j in svc.scheduler.get_jobs()} == {service.INTERVAL_JOB, service.RESYNC_JOB}
+        assert {j.id for j in svc.scheduler.get_jobs()} == {
+            service.INTERVAL_JOB,
+            service.RESYNC_JOB,
+        }
         time.sleep(0.3)
         assert lst.state_calls == 0  # started paused: a follower runs nothing
         svc.on_started()

@@ -18,19 +18,33 @@ META = watches.Watch("meta", watches.CONFIGMAP, namespaces=("a",), mode="metadat
 WIDGETS = watches.Watch("widgets", WIDGET)
 
 
-def obj(ns: str, name: str, rv: int, labels: dict[str, str] | None = None,
-        kind: str = "ConfigMap") -> dict[str, Any]:
-    meta = {"namespace": ns, "name": name, "uid": f"u-{name}", "resourceVersion": str(rv),
-            "labels": labels or {}}
+def obj(
+    ns: str, name: str, rv: int, labels: dict[str, str] | None = None, kind: str = "ConfigMap"
+) -> dict[str, Any]:
+    meta = {
+        "namespace": ns,
+        "name": name,
+        "uid": f"u-{name}",
+        "resourceVersion": str(rv),
+        "labels": labels or {},
+    }
     if kind == "ConfigMap":
         return {"metadata": meta, "data": {"secretish": f"value-{rv}"}}
-    return {"apiVersion": "example.com/v1", "kind": kind, "metadata": meta,
-            "spec": {"size": rv}, "status": {"ready": True}}
+    return {
+        "apiVersion": "example.com/v1",
+        "kind": kind,
+        "metadata": meta,
+        "spec": {"size": rv},
+        "status": {"ready": True},
+    }
 
 
 # a built-in list names its items' kind once; a custom resource's items name their own
-LIST_KINDS = {"configmaps": ("v1", "ConfigMapList"), "secrets": ("v1", "SecretList"),
-              "widgets": ("example.com/v1", "WidgetList")}
+LIST_KINDS = {
+    "configmaps": ("v1", "ConfigMapList"),
+    "secrets": ("v1", "SecretList"),
+    "widgets": ("example.com/v1", "WidgetList"),
+}
 
 
 class Served:
@@ -40,22 +54,34 @@ class Served:
         self.objects, self.list_rv = objects, list_rv
         self.calls: list[tuple[str, str | None, str, str]] = []
 
-    def watch_pages(self, res: apitypes.Resource, namespace: str | None, *,
-                    field_selector: str, label_selector: str) -> Iterator[scan.Page]:
+    def watch_pages(
+        self,
+        res: apitypes.Resource,
+        namespace: str | None,
+        *,
+        field_selector: str,
+        label_selector: str,
+    ) -> Iterator[scan.Page]:
         self.calls.append((res.plural, namespace, field_selector, label_selector))
         if res.plural not in self.objects:
             raise scan.Unserved(f"list {res.plural}: not served (404)", "unserved")
         sel = filters.parse_selector(label_selector)
         excluded = {t.split("!=")[1] for t in field_selector.split(",") if t}
-        items = [o for o in self.objects[res.plural]
-                 if (namespace is None or o["metadata"]["namespace"] == namespace)
-                 and o["metadata"]["namespace"] not in excluded
-                 and filters.selector_matches(sel, o["metadata"]["labels"])]
+        items = [
+            o
+            for o in self.objects[res.plural]
+            if (namespace is None or o["metadata"]["namespace"] == namespace)
+            and o["metadata"]["namespace"] not in excluded
+            and filters.selector_matches(sel, o["metadata"]["labels"])
+        ]
         api_version, list_kind = LIST_KINDS.get(res.plural, (res.api_version, "ThingList"))
         for i in range(0, max(len(items), 1), 2):  # pages of two, as the API serves them
             more = i + 2 < len(items)
-            doc = {"apiVersion": api_version, "kind": list_kind,
-                   "items": [dict(o) for o in items[i:i + 2]]}
+            doc = {
+                "apiVersion": api_version,
+                "kind": list_kind,
+                "items": [dict(o) for o in items[i : i + 2]],
+            }
             yield scan.Page(watchkinds.stamp_items(doc), "more" if more else "", str(self.list_rv))
 
 
@@ -82,21 +108,37 @@ class Listener:
         self.unknown: set[str] = set()  # Watches the KCP holds in force no more (404)
         self.refuse: set[str] = set()  # object names the KCP's check refuses (403)
 
-    def state_page(self, limit: int = 500, token: str = "",
-                   report: listenerapi.EpochReport | None = None, watch: str = "") -> sender.StatePage:
+    def state_page(
+        self,
+        limit: int = 500,
+        token: str = "",
+        report: listenerapi.EpochReport | None = None,
+        watch: str = "",
+    ) -> sender.StatePage:
         self.digests.append(watch)
         if not token:
             self.reports.append(report)
         if watch in self.unknown:
-            raise sender.ListenerError(sender.Outcome("permanent", 404, "http-404", None, "unknown watch"))
-        items: list[changes.DigestItem] = [{
-            "namespace": k[1], "name": k[2], "uid": r["uid"], "resourceVersion": r["resourceVersion"],
-            "observedAt": r["observedAt"], "deleted": r["deleted"]}
-            for k, r in sorted(self.stored.items()) if k[0] == watch]
+            raise sender.ListenerError(
+                sender.Outcome("permanent", 404, "http-404", None, "unknown watch")
+            )
+        items: list[changes.DigestItem] = [
+            {
+                "namespace": k[1],
+                "name": k[2],
+                "uid": r["uid"],
+                "resourceVersion": r["resourceVersion"],
+                "observedAt": r["observedAt"],
+                "deleted": r["deleted"],
+            }
+            for k, r in sorted(self.stored.items())
+            if k[0] == watch
+        ]
         return sender.StatePage(items, "", 0)
 
-    def send(self, records: Sequence[changes.ChangeRecord],
-             timeout: tuple[float, float] | None = None) -> sender.Outcome:
+    def send(
+        self, records: Sequence[changes.ChangeRecord], timeout: tuple[float, float] | None = None
+    ) -> sender.Outcome:
         self.posts.append(list(records))
         if any(r["name"] in self.refuse for r in records):
             return sender.Outcome("permanent", 403, "http-403", None, "refused by the watches")
@@ -108,8 +150,9 @@ class Listener:
                 assert watches.violation(self.in_force[name], r) is None, r
             key = (name, r["namespace"], r["name"])
             old = self.stored.get(key)
-            verdict = changes.compare(None if old is None else changes.version_of(old),
-                                      changes.version_of(r))
+            verdict = changes.compare(
+                None if old is None else changes.version_of(old), changes.version_of(r)
+            )
             if verdict == "newer":
                 self.stored[key] = r
             results.append({"outcome": {"newer": "persisted"}.get(verdict, verdict)})
@@ -129,13 +172,25 @@ class EnvPages:
         yield scan.Page(self.objects, "", "100")
 
 
-def runner(served: Served, lst: Listener, in_force: tuple[watches.Watch, ...] | None,
-           env: list[dict[str, Any]] | None = None, **kw: Any) -> tuple[run.Runner, metrics.Metrics]:
+def runner(
+    served: Served,
+    lst: Listener,
+    in_force: tuple[watches.Watch, ...] | None,
+    env: list[dict[str, Any]] | None = None,
+    **kw: Any,
+) -> tuple[run.Runner, metrics.Metrics]:
     m = metrics.Metrics()
     settings = run.RunSettings(**{"batch_items": 3, "rate": 1000.0, "burst": 1000, **kw})
-    r = run.Runner(RID, settings, filters.ConfigMapFilter.build(("kube-system",), ""),
-                   EnvPages(env or []), lst, m, sleep=lambda s: None,
-                   watches=watchrun.Watching(Source(in_force), served))
+    r = run.Runner(
+        RID,
+        settings,
+        filters.ConfigMapFilter.build(("kube-system",), ""),
+        EnvPages(env or []),
+        lst,
+        m,
+        sleep=lambda s: None,
+        watches=watchrun.Watching(Source(in_force), served),
+    )
     return r, m
 
 
@@ -146,9 +201,11 @@ def sample(m: metrics.Metrics, name: str, **labels: str) -> float:
 
 # -- the decisions -----------------------------------------------------------------------------
 
+
 def test_a_watch_naming_namespaces_lists_each_admitted_one_else_all_but_the_ignored() -> None:
-    w = watches.Watch("w", watches.CONFIGMAP, namespaces=("a", "kube-system", "b"),
-                      ignored_namespaces=("b",))
+    w = watches.Watch(
+        "w", watches.CONFIGMAP, namespaces=("a", "kube-system", "b"), ignored_namespaces=("b",)
+    )
     assert watchrun.listings(w) == ("a",)
     everywhere = watches.Watch("e", watches.CONFIGMAP, ignored_namespaces=("zz",))
     assert watchrun.listings(everywhere) == (None,)
@@ -166,14 +223,20 @@ def test_a_tombstone_is_judged_at_its_namespaces_listing_else_the_latest() -> No
 
 # -- runs --------------------------------------------------------------------------------------
 
+
 def world() -> Served:
-    return Served({
-        "configmaps": [obj("a", "c1", 10, {"conf": "true"}), obj("a", "plain", 11),
-                       obj("b", "c2", 12, {"conf": "true"}),
-                       obj("a", "kube-root-ca.crt", 13, {"conf": "true"}),
-                       obj("tether-system", "c3", 14, {"conf": "true"})],
-        "widgets": [obj("a", "w1", 20, kind="Widget"), obj("c", "w2", 21, kind="Widget")],
-    })
+    return Served(
+        {
+            "configmaps": [
+                obj("a", "c1", 10, {"conf": "true"}),
+                obj("a", "plain", 11),
+                obj("b", "c2", 12, {"conf": "true"}),
+                obj("a", "kube-root-ca.crt", 13, {"conf": "true"}),
+                obj("tether-system", "c3", 14, {"conf": "true"}),
+            ],
+            "widgets": [obj("a", "w1", 20, kind="Widget"), obj("c", "w2", 21, kind="Widget")],
+        }
+    )
 
 
 def test_each_watch_delivers_only_what_it_covers_as_v2_reduced_in_the_runtime() -> None:
@@ -184,13 +247,24 @@ def test_each_watch_delivers_only_what_it_covers_as_v2_reduced_in_the_runtime() 
     assert result.outcome == "ok", result
     assert lst.digests == ["conf", "meta", "widgets"]  # one digest per Watch, by name
     got = {(x["watch"], x["namespace"], x["name"]) for x in lst.sent()}
-    assert got == {("conf", "a", "c1"), ("conf", "b", "c2"),  # its selector, never kube-root-ca.crt
-                   ("meta", "a", "c1"), ("meta", "a", "plain"),  # its namespace only
-                   ("widgets", "a", "w1"), ("widgets", "c", "w2")}
+    assert got == {
+        ("conf", "a", "c1"),
+        ("conf", "b", "c2"),  # its selector, never kube-root-ca.crt
+        ("meta", "a", "c1"),
+        ("meta", "a", "plain"),  # its namespace only
+        ("widgets", "a", "w1"),
+        ("widgets", "c", "w2"),
+    }
     assert all(x["apiVersion"] == changes.API_VERSION_V2 for x in lst.sent())
     by = {(x["watch"], x["name"]): x for x in lst.sent()}
-    assert by[("meta", "plain")]["data"] == {} and by[("conf", "c1")]["data"] == {"secretish": "value-10"}
-    assert by[("widgets", "w1")]["resource"] == {"group": "example.com", "version": "v1", "kind": "Widget"}
+    assert by[("meta", "plain")]["data"] == {} and by[("conf", "c1")]["data"] == {
+        "secretish": "value-10"
+    }
+    assert by[("widgets", "w1")]["resource"] == {
+        "group": "example.com",
+        "version": "v1",
+        "kind": "Widget",
+    }
     assert by[("widgets", "w1")]["data"]["spec"] == '{"size":20}'
     assert result.scanned == 6 and result.differences["missing"] == 6
     assert sample(m, "tether_poller_watches") == 3
@@ -212,8 +286,10 @@ def test_an_in_sync_run_sends_nothing_and_gone_or_unselected_objects_get_v2_tomb
     assert third.outcome == "ok" and third.differences["deleted"] == 2
     tombs = {(x["watch"], x["name"]): x for x in lst.sent()}
     assert set(tombs) == {("conf", "c1"), ("widgets", "w2")}
-    assert all(t["deleted"] and t["apiVersion"] == changes.API_VERSION_V2 and t["resourceVersion"] == "120"
-               for t in tombs.values())
+    assert all(
+        t["deleted"] and t["apiVersion"] == changes.API_VERSION_V2 and t["resourceVersion"] == "120"
+        for t in tombs.values()
+    )
     assert tombs[("widgets", "w2")]["resource"]["kind"] == "Widget"
 
 
@@ -222,8 +298,14 @@ def test_a_watch_of_a_kind_not_served_is_skipped_and_the_others_still_run() -> N
     in_force = (gadgets, CONF)
     lst = Listener(in_force)
     lst.stored[("a-gadgets", "a", "g1")] = changes.watch_tombstone(  # a record it holds already
-        watch=gadgets, runtime_id=RID, namespace="a", name="g1", uid="u", resource_version="5",
-        source="webhook")
+        watch=gadgets,
+        runtime_id=RID,
+        namespace="a",
+        name="g1",
+        uid="u",
+        resource_version="5",
+        source="webhook",
+    )
     lst.stored[("a-gadgets", "a", "g1")].update(deleted=False)
     r, m = runner(world(), lst, in_force)
     result = r.run()
@@ -261,15 +343,25 @@ def test_the_watches_share_the_runs_pacer() -> None:
         slept.append(s)
         clock[0] += s
 
-    r = run.Runner(RID, run.RunSettings(batch_items=2, rate=2.0, burst=2), filters.ConfigMapFilter.build((), ""),
-                   EnvPages([]), lst, m, clock=lambda: clock[0], sleep=sleep,
-                   watches=watchrun.Watching(Source(in_force), world()))
+    r = run.Runner(
+        RID,
+        run.RunSettings(batch_items=2, rate=2.0, burst=2),
+        filters.ConfigMapFilter.build((), ""),
+        EnvPages([]),
+        lst,
+        m,
+        clock=lambda: clock[0],
+        sleep=sleep,
+        watches=watchrun.Watching(Source(in_force), world()),
+    )
     assert r.run().sent == 6
     # 6 records at 2 per second with a burst of 2: the later batches waited 2 s in all
     assert abs(sum(slept) - 2.0) < 1e-6
 
 
-def test_a_watch_the_kcp_no_longer_holds_is_skipped_and_a_refused_record_does_not_stop_the_run() -> None:
+def test_a_watch_the_kcp_no_longer_holds_is_skipped_and_a_refused_record_does_not_stop_the_run() -> (
+    None
+):
     in_force = (CONF, META, WIDGETS)
     lst = Listener(in_force)
     lst.unknown.add("meta")
@@ -287,7 +379,8 @@ def test_any_other_refusal_stops_the_run() -> None:
     lst = Listener((CONF,))
     r, _ = runner(world(), lst, (CONF,))
     lst.send = lambda records, timeout=None: sender.Outcome(  # type: ignore[method-assign]
-        "permanent", 403, "http-403", None, "runtime refused")
+        "permanent", 403, "http-403", None, "runtime refused"
+    )
     result = r.run()
     assert result.outcome == "listener-refused"
 
@@ -295,20 +388,29 @@ def test_any_other_refusal_stops_the_run() -> None:
 def test_while_the_watch_list_cannot_be_read_nothing_runs_not_even_the_environments_run() -> None:
     lst = Listener(())
     m = metrics.Metrics()
-    r = run.Runner(RID, run.RunSettings(), filters.ConfigMapFilter.build((), ""),
-                   EnvPages([obj("a", "c1", 10)]), lst, m,
-                   watches=watchrun.Watching(Source(None, settled=False), world()))
+    r = run.Runner(
+        RID,
+        run.RunSettings(),
+        filters.ConfigMapFilter.build((), ""),
+        EnvPages([obj("a", "c1", 10)]),
+        lst,
+        m,
+        watches=watchrun.Watching(Source(None, settled=False), world()),
+    )
     result = r.run()
     assert result.outcome == "apiserver-failed" and "Watch list" in result.detail
     assert lst.posts == [] and lst.digests == []
 
 
-def test_a_listing_below_a_watchs_records_claims_a_new_epoch_once_with_the_runs_first_page() -> None:
+def test_a_listing_below_a_watchs_records_claims_a_new_epoch_once_with_the_runs_first_page() -> (
+    None
+):
     in_force = (CONF, WIDGETS)
     lst = Listener(in_force)
     r, m = runner(world(), lst, in_force)  # the runtime lists at resourceVersion 100
-    rec = changes.from_object(obj("a", "w-old", 500, kind="Widget"), watch=WIDGETS, runtime_id=RID,
-                              source="webhook")
+    rec = changes.from_object(
+        obj("a", "w-old", 500, kind="Widget"), watch=WIDGETS, runtime_id=RID, source="webhook"
+    )
     lst.stored[("widgets", "a", "w-old")] = rec  # written before the runtime's history went back
     result = r.run()
     assert result.outcome == "ok", result
@@ -325,9 +427,17 @@ def test_an_item_of_another_kind_than_its_watch_is_never_reduced_nor_sent() -> N
     Secrets by their own kind, so the pass is skipped before anything is reduced, nothing of
     the Secret is sent, no record is tombstoned, and the other Watches run."""
     disguised = watches.Watch("a-disguised", watches.Target("", "v1", "secrets", "ConfigMap"))
-    secret = {"metadata": {"namespace": "a", "name": "db", "uid": "u-db", "resourceVersion": "30",
-                           "labels": {}},
-              "type": "Opaque", "data": {"password": "aHVudGVyMg=="}}  # hunter2
+    secret = {
+        "metadata": {
+            "namespace": "a",
+            "name": "db",
+            "uid": "u-db",
+            "resourceVersion": "30",
+            "labels": {},
+        },
+        "type": "Opaque",
+        "data": {"password": "aHVudGVyMg=="},
+    }  # hunter2
     served = world()
     served.objects["secrets"] = [secret]
     in_force = (disguised, CONF)

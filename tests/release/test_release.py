@@ -39,10 +39,18 @@ ROOT = controlplane.REPO_ROOT
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(1500)]
 
 REGISTRY = "registry.example.com:5000/team/tether"  # a registry with a port and a path
-MODULE_CRD = ROOT / "hack" / "crds" / "lifecycle-manager" / "operator.kyma-project.io_moduletemplates.yaml"
-RENDERED = ("tether-kcp.yaml", "tether-kcp-watches.yaml", "tether-kcp-injector.yaml",
-            "tether-kcp-cert-manager.yaml", "tether-skr.yaml", "tether-monitoring.yaml",
-            "tether-module.yaml")
+MODULE_CRD = (
+    ROOT / "hack" / "crds" / "lifecycle-manager" / "operator.kyma-project.io_moduletemplates.yaml"
+)
+RENDERED = (
+    "tether-kcp.yaml",
+    "tether-kcp-watches.yaml",
+    "tether-kcp-injector.yaml",
+    "tether-kcp-cert-manager.yaml",
+    "tether-skr.yaml",
+    "tether-monitoring.yaml",
+    "tether-module.yaml",
+)
 CUSTOMER_NS = "shop"
 
 
@@ -65,9 +73,17 @@ class Release:
 def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
     out = tmp_path_factory.mktemp("release") / "out"
     env = dict(os.environ, TETHER_RELEASE_SNAPSHOT="1", TETHER_RELEASE_REGISTRY=REGISTRY)
-    done = subprocess.run([sys.executable, "hack/release.py", "--out", str(out)], cwd=ROOT, env=env,
-                          text=True, capture_output=True, timeout=1400)
-    assert done.returncode == 0, f"hack/release.py failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    done = subprocess.run(
+        [sys.executable, "hack/release.py", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=1400,
+    )
+    assert done.returncode == 0, (
+        f"hack/release.py failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    )
     return Release(out, json.loads((out / "release.json").read_text()), done.stderr[-300:])
 
 
@@ -84,8 +100,12 @@ def test_release_facts(release: Release) -> None:
     assert (release.out / "image-ref").read_text().strip() == release.ref
     # this checkout's commit (HEAD, or an ancestor of it when a commit landed meanwhile)
     assert re.fullmatch(r"[0-9a-f]{40}", release.facts["commit"])
-    assert subprocess.run(["git", "merge-base", "--is-ancestor", release.facts["commit"], "HEAD"],
-                          cwd=ROOT).returncode == 0
+    assert (
+        subprocess.run(
+            ["git", "merge-base", "--is-ancestor", release.facts["commit"], "HEAD"], cwd=ROOT
+        ).returncode
+        == 0
+    )
 
 
 def test_checksums_cover_and_verify_every_file(release: Release) -> None:
@@ -93,12 +113,24 @@ def test_checksums_cover_and_verify_every_file(release: Release) -> None:
     for line in (release.out / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split("  ", 1)
         listed[name] = digest
-    files = {p.relative_to(release.out).as_posix() for p in release.out.rglob("*")
-             if p.is_file() and p.name != "SHA256SUMS"}
+    files = {
+        p.relative_to(release.out).as_posix()
+        for p in release.out.rglob("*")
+        if p.is_file() and p.name != "SHA256SUMS"
+    }
     assert set(listed) == files
-    assert {*RENDERED, "moduletemplate.yaml", "sbom.cdx.json", f"tether-{release.version}.oci.tar"} <= files
-    done = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=release.out,
-                          capture_output=True, text=True)
+    assert {
+        *RENDERED,
+        "moduletemplate.yaml",
+        "sbom.cdx.json",
+        f"tether-{release.version}.oci.tar",
+    } <= files
+    done = subprocess.run(
+        ["sha256sum", "--strict", "-c", "SHA256SUMS"],
+        cwd=release.out,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
     # and the check can fail: one changed byte is found
     for name in ("release.json", "moduletemplate.yaml"):
@@ -109,6 +141,7 @@ def test_checksums_cover_and_verify_every_file(release: Release) -> None:
 
 def test_the_archive_holds_the_image_of_that_digest(release: Release) -> None:
     with tarfile.open(release.out / f"tether-{release.version}.oci.tar") as tar:
+
         def read(name: str) -> bytes:
             f = tar.extractfile(name)
             assert f is not None, name
@@ -119,14 +152,27 @@ def test_the_archive_holds_the_image_of_that_digest(release: Release) -> None:
         assert entry["digest"] == release.facts["digest"]
         manifest = read("blobs/sha256/" + entry["digest"].removeprefix("sha256:"))
         assert "sha256:" + hashlib.sha256(manifest).hexdigest() == entry["digest"]
-        config = json.loads(read("blobs/sha256/" + json.loads(manifest)["config"]["digest"].removeprefix("sha256:")))
+        config = json.loads(
+            read("blobs/sha256/" + json.loads(manifest)["config"]["digest"].removeprefix("sha256:"))
+        )
         assert config["config"]["User"] == "65532:65532"
         assert config["config"]["Cmd"] == ["tether", "--help"]
 
 
 PODMAN_RUN = [  # as tests/foundation/test_image.py runs the image on these machines
-    "podman", "run", "--rm", "--pull=never", "--runtime", "runc", "--network", "none",
-    "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--read-only",
+    "podman",
+    "run",
+    "--rm",
+    "--pull=never",
+    "--runtime",
+    "runc",
+    "--network",
+    "none",
+    "--ulimit",
+    "nofile=1024:1024",
+    "--ulimit",
+    "nproc=1024:1024",
+    "--read-only",
 ]
 
 
@@ -138,13 +184,35 @@ def test_the_archived_image_runs(release: Release) -> None:
         f = tar.extractfile("blobs/sha256/" + release.facts["digest"].removeprefix("sha256:"))
         assert f is not None
         image_id = json.loads(f.read())["config"]["digest"].removeprefix("sha256:")
-    done = subprocess.run([*PODMAN_RUN, f"oci-archive:{archive}"], capture_output=True, text=True, timeout=300)
-    built = subprocess.run(["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}",
-                            f"tether:{release.version}"], capture_output=True, text=True).stdout.strip()
+    done = subprocess.run(
+        [*PODMAN_RUN, f"oci-archive:{archive}"], capture_output=True, text=True, timeout=300
+    )
+    built = subprocess.run(
+        [
+            "buildah",
+            "inspect",
+            "--type",
+            "image",
+            "--format",
+            "{{.FromImageID}}",
+            f"tether:{release.version}",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if built != image_id:  # the archive's image, imported by podman, is no other name's: removed
         subprocess.run(["podman", "rmi", image_id], capture_output=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    for part in ("webhook", "listener", "poller", "compass", "janitor", "enroller", "admin", "injector"):
+    for part in (
+        "webhook",
+        "listener",
+        "poller",
+        "compass",
+        "janitor",
+        "enroller",
+        "admin",
+        "injector",
+    ):
         assert f"tether {part}" in done.stdout
 
 
@@ -170,8 +238,15 @@ def test_every_image_is_pinned_by_digest(release: Release) -> None:
         assert not re.search(r"(?<![\w.-])tether:\d", text), name
     assert len(images) >= 9 and set(images) == {release.ref}, sorted(set(images))
     kcp = list(yaml.safe_load_all((release.out / "tether-kcp.yaml").read_text()))
-    enroller = next(d for d in kcp if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "tether-enroller")
-    env = {e["name"]: e.get("value") for e in enroller["spec"]["template"]["spec"]["containers"][0]["env"]}
+    enroller = next(
+        d
+        for d in kcp
+        if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "tether-enroller"
+    )
+    env = {
+        e["name"]: e.get("value")
+        for e in enroller["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["TETHER_ENROLLER_IMAGE"] == release.ref  # the runtimes' image
     template = yaml.safe_load((release.out / "moduletemplate.yaml").read_text())
     (resource,) = template["spec"]["descriptor"]["component"]["resources"]
@@ -182,8 +257,12 @@ def test_the_renders_are_the_pinned_manifests(release: Release) -> None:
     """tether-kcp.yaml is kubectl kustomize of the release's own manifests/kcp (the base
     the install test applies), not of the checkout's."""
     kubectl = str(controlplane.binaries() / "kubectl")
-    done = subprocess.run([kubectl, "kustomize", str(release.out / "manifests" / "kcp")],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [kubectl, "kustomize", str(release.out / "manifests" / "kcp")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rendered = (release.out / "tether-kcp.yaml").read_text()
     assert rendered.split("\n", 1)[1] == done.stdout
 
@@ -202,12 +281,17 @@ def test_the_sbom_lists_every_locked_package(release: Release) -> None:
     bom = json.loads((release.out / "sbom.cdx.json").read_text())
     assert (bom["bomFormat"], bom["specVersion"]) == ("CycloneDX", "1.5")
     assert bom["metadata"]["component"]["hashes"] == [
-        {"alg": "SHA-256", "content": release.facts["digest"].removeprefix("sha256:")}]
+        {"alg": "SHA-256", "content": release.facts["digest"].removeprefix("sha256:")}
+    ]
     found: dict[str, str] = {canonicalize_name(c["name"]): c["version"] for c in bom["components"]}
     for c in bom["components"]:
         assert c["purl"] == f"pkg:pypi/{canonicalize_name(c['name'])}@{c['version']}"
     pins = lock_pins()
-    wrong = {name: (version, found.get(name)) for name, version in pins.items() if found.get(name) != version}
+    wrong = {
+        name: (version, found.get(name))
+        for name, version in pins.items()
+        if found.get(name) != version
+    }
     assert wrong == {}
     # nothing else but tether itself (the build tools are removed from the image)
     assert found.keys() - pins.keys() == {"tether"} and found["tether"] == release.version
@@ -218,12 +302,20 @@ def fleet(release: Release, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """The release's manifests installed the way tests/deployed installs the checkout's:
     testing.deployed with its local overlays on top of the release's manifests/ copy."""
     tree = release.out / "manifests"
-    with controlplane.planes("release-skr", "release-kcp") as planes, pytest.MonkeyPatch.context() as mp:
+    with (
+        controlplane.planes("release-skr", "release-kcp") as planes,
+        pytest.MonkeyPatch.context() as mp,
+    ):
         mp.setattr(overlays, "MANIFESTS", tree)
         mp.setattr(deployed, "WATCHES_DIR", tree / "kcp" / "watches")
-        f = deployed.install(planes["release-skr"], planes["release-kcp"], tmp_path_factory.mktemp("fleet"),
-                             timeout=240, backoff_seconds=1.0,
-                             enroller_env={"TETHER_ENROLLER_INTERVAL_SECONDS": "5"})
+        f = deployed.install(
+            planes["release-skr"],
+            planes["release-kcp"],
+            tmp_path_factory.mktemp("fleet"),
+            timeout=240,
+            backoff_seconds=1.0,
+            enroller_env={"TETHER_ENROLLER_INTERVAL_SECONDS": "5"},
+        )
         mp.undo()
         try:
             yield f
@@ -232,11 +324,15 @@ def fleet(release: Release, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def deployment_images(plane: controlplane.ControlPlane) -> dict[str, set[str]]:
-    out = deployed.kubectl(plane, "get", "deployments", "-n", overlays.NAMESPACE, "-o", "json").stdout
+    out = deployed.kubectl(
+        plane, "get", "deployments", "-n", overlays.NAMESPACE, "-o", "json"
+    ).stdout
     return {d["metadata"]["name"]: set(image_fields(d["spec"])) for d in json.loads(out)["items"]}
 
 
-def test_the_release_installs_and_runs_on_fresh_planes(release: Release, fleet: deployed.Fleet) -> None:
+def test_the_release_installs_and_runs_on_fresh_planes(
+    release: Release, fleet: deployed.Fleet
+) -> None:
     kcp, skr = deployment_images(fleet.kcp), deployment_images(fleet.skr)
     assert {"tether-listener", "tether-enroller", "tether-compass", "tether-admin"} <= kcp.keys()
     assert {"tether-webhook", "tether-poller"} <= skr.keys()  # installed by the enroller
@@ -249,31 +345,64 @@ def test_the_release_installs_and_runs_on_fresh_planes(release: Release, fleet: 
     # a customer's ConfigMap, marked as configuration, reaches the KCP through the parts
     deployed.kubectl(fleet.skr, "create", "namespace", CUSTOMER_NS)
     manifest = fleet.work / "configmap.json"
-    manifest.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "checkout", "namespace": CUSTOMER_NS, "labels": {watchenv.OPT_IN_LABEL: "true"}},
-        "data": {"currency": "EUR"}}))
+    manifest.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": "checkout",
+                    "namespace": CUSTOMER_NS,
+                    "labels": {watchenv.OPT_IN_LABEL: "true"},
+                },
+                "data": {"currency": "EUR"},
+            }
+        )
+    )
     deployed.kubectl(fleet.skr, "create", "-f", str(manifest))
 
     def arrived() -> bool:
-        done = deployed.kubectl(fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-A", "-o", "json")
-        return any(r["spec"].get("data") == {"currency": "EUR"} for r in json.loads(done.stdout)["items"])
+        done = deployed.kubectl(
+            fleet.kcp, "get", apitypes.RUNTIME_CONFIGMAPS.plural, "-A", "-o", "json"
+        )
+        return any(
+            r["spec"].get("data") == {"currency": "EUR"} for r in json.loads(done.stdout)["items"]
+        )
 
-    fleet.wait_for("the customer's ConfigMap in the KCP", arrived, timeout=120, logs_of="tether-listener")
+    fleet.wait_for(
+        "the customer's ConfigMap in the KCP", arrived, timeout=120, logs_of="tether-listener"
+    )
 
 
-def test_the_moduletemplate_is_accepted_by_lifecycle_managers_crd(release: Release, fleet: deployed.Fleet) -> None:
+def test_the_moduletemplate_is_accepted_by_lifecycle_managers_crd(
+    release: Release, fleet: deployed.Fleet
+) -> None:
     api = fleet.kcp.api_client()
     try:
-        assert controlplane.install_crds(api, MODULE_CRD) == ["moduletemplates.operator.kyma-project.io"]
+        assert controlplane.install_crds(api, MODULE_CRD) == [
+            "moduletemplates.operator.kyma-project.io"
+        ]
     finally:
         api.close()
     path = release.out / "moduletemplate.yaml"
     deployed.kubectl(fleet.kcp, "apply", "--server-side", "-f", str(path))
-    got = json.loads(deployed.kubectl(fleet.kcp, "get", "moduletemplates.operator.kyma-project.io",
-                                      f"tether-{release.version}", "-n", deployed.KCP_NS, "-o", "json").stdout)
+    got = json.loads(
+        deployed.kubectl(
+            fleet.kcp,
+            "get",
+            "moduletemplates.operator.kyma-project.io",
+            f"tether-{release.version}",
+            "-n",
+            deployed.KCP_NS,
+            "-o",
+            "json",
+        ).stdout
+    )
     assert got["spec"]["version"] == release.version and got["spec"]["moduleName"] == "tether"
-    assert got["spec"]["descriptor"]["component"]["resources"][0]["access"]["imageReference"] == release.ref
+    assert (
+        got["spec"]["descriptor"]["component"]["resources"][0]["access"]["imageReference"]
+        == release.ref
+    )
     # the server validates: a template with a version that is no semantic version is refused
     wrong = yaml.safe_load(path.read_text())
     wrong["metadata"]["name"] = "tether-wrong"
@@ -287,18 +416,44 @@ def test_the_moduletemplate_is_accepted_by_lifecycle_managers_crd(release: Relea
 def test_a_wrong_registry_or_checkout_is_refused() -> None:
     """A registry with a tag (the manifests pin a digest to it) is refused before anything is
     built; so is a checkout that is not the clean tag v<version> without the snapshot flag."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TETHER_RELEASE_SNAPSHOT", "TETHER_RELEASE_REGISTRY")}
-    done = subprocess.run([sys.executable, "hack/release.py", "--registry", "ghcr.io/kyma-project/tether:1.0"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TETHER_RELEASE_SNAPSHOT", "TETHER_RELEASE_REGISTRY")
+    }
+    done = subprocess.run(
+        [sys.executable, "hack/release.py", "--registry", "ghcr.io/kyma-project/tether:1.0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0 and "without tag or digest" in done.stderr, done.stderr
     ver = setup_cfg_version()
-    tagged = subprocess.run(["git", "rev-parse", "-q", "--verify", f"v{ver}^{{commit}}"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
+    tagged = subprocess.run(
+        ["git", "rev-parse", "-q", "--verify", f"v{ver}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if tagged == head and not dirty:  # CI on the release's own tag: a release is allowed
         return
-    done = subprocess.run([sys.executable, "hack/release.py", "--out", "/nonexistent/never-written"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "hack/release.py", "--out", "/nonexistent/never-written"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0 and f"is not the tag v{ver}" in done.stderr, done.stderr

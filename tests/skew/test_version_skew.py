@@ -54,14 +54,20 @@ def _watches(env: Env, ns: str) -> tuple[watches.Watch, ...]:
     # its records in this test's namespace: the shipped storage namespace (tether-configuration)
     # is one per KCP, and this plane is shared by every test
     shipped["spec"].pop("storage", None)
-    stored = [watchenv.apply(env.api, shipped),
-              watchenv.apply(env.api, watchenv.watch("widgets", WIDGET, env.namespace, namespaces=[ns]))]
+    stored = [
+        watchenv.apply(env.api, shipped),
+        watchenv.apply(env.api, watchenv.watch("widgets", WIDGET, env.namespace, namespaces=[ns])),
+    ]
     return tuple(watches.parse(w) for w in stored)
 
 
 def test_a_runtime_of_the_previous_release_keeps_delivering_and_after_its_upgrade_sends_new_kinds(
-        skr: controlplane.ControlPlane, skr_api: client.ApiClient, kcp_env: Env,
-        previous_tree: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    kcp_env: Env,
+    previous_tree: pathlib.Path,
+    tmp_path: pathlib.Path,
+) -> None:
     core, custom = client.CoreV1Api(skr_api), client.CustomObjectsApi(skr_api)
     controlplane.install_crds(skr_api, CRD)
     ns, wire_ns = skewenv.namespace(core, "skew"), skewenv.namespace(core, "skeww")
@@ -71,8 +77,19 @@ def test_a_runtime_of_the_previous_release_keeps_delivering_and_after_its_upgrad
     label = {watchenv.OPT_IN_LABEL: "true"}
 
     def stored(name: str, watch: str, pred: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-        return dict(skewenv.until(lambda: (o := kcp_env.stored_one(rt.id, ns, name, watch=watch)) and pred(o["spec"]) and o["spec"],
-                           30, lambda: f"{name} not stored under {watch}: {kcp_env.stored_one(rt.id, ns, name, watch=watch)}"))
+        return dict(
+            skewenv.until(
+                lambda: (
+                    (o := kcp_env.stored_one(rt.id, ns, name, watch=watch))
+                    and pred(o["spec"])
+                    and o["spec"]
+                ),
+                30,
+                lambda: (
+                    f"{name} not stored under {watch}: {kcp_env.stored_one(rt.id, ns, name, watch=watch)}"
+                ),
+            )
+        )
 
     old = skewenv.webhook(skr, kcp_env, listener.url, rt, tmp_path / "old", previous_tree)
     old_vwc = stack.vwc_body(f"tether-skew-old-{ns}", old.url + "/validate", old.ca.cert_pem, ns)
@@ -80,21 +97,42 @@ def test_a_runtime_of_the_previous_release_keeps_delivering_and_after_its_upgrad
     try:
         # the previous webhook sends every ConfigMap as v1; the listener takes the labelled one
         # through the runtime's compat Watch (the shipped one) and refuses the other
-        core.create_namespaced_config_map(ns, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name="settings", labels=label), data={"k": "v1"}))
+        core.create_namespaced_config_map(
+            ns,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name="settings", labels=label), data={"k": "v1"}
+            ),
+        )
         n = 0
-        while kcp_env.stored_one(rt.id, ns, "settings", watch="configuration") is None:  # VWC pickup
+        while (
+            kcp_env.stored_one(rt.id, ns, "settings", watch="configuration") is None
+        ):  # VWC pickup
             n += 1
-            core.patch_namespaced_config_map("settings", ns, {"metadata": {"annotations": {"n": str(n)}}})
+            core.patch_namespaced_config_map(
+                "settings", ns, {"metadata": {"annotations": {"n": str(n)}}}
+            )
             time.sleep(0.3)
             assert n < 100, old.log()
         before = stored("settings", "configuration", lambda s: s["data"] == {"k": "v1"})
         assert before["watch"] == "configuration" and before["source"] == "webhook"
-        core.create_namespaced_config_map(ns, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name="private"), data={"password": "not-for-the-kcp"}))
-        skewenv.until(lambda: listenerenv.metric_value(listener.metrics(), "tether_listener_watch_refusals_total",
-                                                reason="watch_violation") >= 1,
-               30, lambda: old.log() + listener.log_file.read_text()[-3000:])
+        core.create_namespaced_config_map(
+            ns,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name="private"), data={"password": "not-for-the-kcp"}
+            ),
+        )
+        skewenv.until(
+            lambda: (
+                listenerenv.metric_value(
+                    listener.metrics(),
+                    "tether_listener_watch_refusals_total",
+                    reason="watch_violation",
+                )
+                >= 1
+            ),
+            30,
+            lambda: old.log() + listener.log_file.read_text()[-3000:],
+        )
         assert kcp_env.stored_one(rt.id, ns, "private", watch="configuration") is None
         assert not [o for o in kcp_env.stored(rt.id) if "not-for-the-kcp" in str(o)]
     finally:
@@ -102,30 +140,56 @@ def test_a_runtime_of_the_previous_release_keeps_delivering_and_after_its_upgrad
         assert old.stop() == 0, old.log()
 
     # the upgrade: the runtime's Watch list and one webhook per Watch, as the enroller renders
-    core.create_namespaced_config_map(wire_ns, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name=watchwire.WIRE_CONFIGMAP),
-        data={watchwire.WIRE_KEY: watchwire.to_wire(in_force)}))
-    new = skewenv.webhook(skr, kcp_env, listener.url, rt, tmp_path / "new", controlplane.REPO_ROOT,
-                   TETHER_WATCHES_CONFIGMAP=f"{wire_ns}/{watchwire.WIRE_CONFIGMAP}")
+    core.create_namespaced_config_map(
+        wire_ns,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=watchwire.WIRE_CONFIGMAP),
+            data={watchwire.WIRE_KEY: watchwire.to_wire(in_force)},
+        ),
+    )
+    new = skewenv.webhook(
+        skr,
+        kcp_env,
+        listener.url,
+        rt,
+        tmp_path / "new",
+        controlplane.REPO_ROOT,
+        TETHER_WATCHES_CONFIGMAP=f"{wire_ns}/{watchwire.WIRE_CONFIGMAP}",
+    )
     template = stack.vwc_body("x", new.url + "/validate", new.ca.cert_pem, ns)["webhooks"][0]
-    new_vwc = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-               "metadata": {"name": f"tether-skew-new-{ns}"},
-               "webhooks": watchwire.webhook_entries(in_force, template)}
+    new_vwc = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": f"tether-skew-new-{ns}"},
+        "webhooks": watchwire.webhook_entries(in_force, template),
+    }
     stack.register(skr_api, new_vwc)
     try:
         n = 0
-        while kcp_env.stored_one(rt.id, ns, "settings", watch="configuration")["spec"]["data"] != {"k": "v2"}:
+        while kcp_env.stored_one(rt.id, ns, "settings", watch="configuration")["spec"]["data"] != {
+            "k": "v2"
+        }:
             n += 1
-            core.patch_namespaced_config_map("settings", ns, {"data": {"k": "v2"},
-                                                              "metadata": {"annotations": {"m": str(n)}}})
+            core.patch_namespaced_config_map(
+                "settings", ns, {"data": {"k": "v2"}, "metadata": {"annotations": {"m": str(n)}}}
+            )
             time.sleep(0.3)
             assert n < 100, new.log()
         after = stored("settings", "configuration", lambda s: s["data"] == {"k": "v2"})
         assert after["resource"] == {"group": "", "version": "v1", "kind": "ConfigMap"}
         assert int(after["resourceVersion"]) > int(before["resourceVersion"])  # the same key, newer
-        custom.create_namespaced_custom_object(GROUP, "v1", ns, "widgets", {
-            "apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "w1"},
-            "spec": {"size": 3}})
+        custom.create_namespaced_custom_object(
+            GROUP,
+            "v1",
+            ns,
+            "widgets",
+            {
+                "apiVersion": f"{GROUP}/v1",
+                "kind": "Widget",
+                "metadata": {"name": "w1"},
+                "spec": {"size": 3},
+            },
+        )
         widget = stored("w1", "widgets", lambda s: True)
         assert widget["resource"] == {"group": GROUP, "version": "v1", "kind": "Widget"}
         assert widget["source"] == "webhook"

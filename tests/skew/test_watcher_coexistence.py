@@ -76,9 +76,17 @@ def test_tether_and_lifecycle_managers_watcher_share_no_name_namespace_or_webhoo
     assert hooks and watcherpeer.webhook_name(watcherpeer.KLM_WATCHER) not in hooks
     assert all(not h.endswith("." + watcherpeer.OPERATOR_GROUP) for h in hooks)
     # lifecycle-manager's own Watcher never matches a ConfigMap, Tether's webhook never a Kyma
-    klm_rules = watcherpeer.vwc_body(b"ca", [watcherpeer.KLM_WATCHER], "https://x")["webhooks"][0]["rules"]
-    assert klm_rules == [{"apiGroups": ["operator.kyma-project.io"], "apiVersions": ["*"], "resources": ["kymas"],
-                          "operations": ["CREATE", "UPDATE", "DELETE"]}]
+    klm_rules = watcherpeer.vwc_body(b"ca", [watcherpeer.KLM_WATCHER], "https://x")["webhooks"][0][
+        "rules"
+    ]
+    assert klm_rules == [
+        {
+            "apiGroups": ["operator.kyma-project.io"],
+            "apiVersions": ["*"],
+            "resources": ["kymas"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+        }
+    ]
     tether_rules = yaml.safe_load(stack.VWC_FILE.read_text())["webhooks"][0]["rules"]
     assert [r["resources"] for r in tether_rules] == [["configmaps"]]
 
@@ -91,7 +99,8 @@ def env(listener_env: Env) -> Iterator[Env]:
 
 
 def test_a_customer_write_passes_both_webhooks_and_reaches_the_kcp_through_tether(
-        skr: controlplane.ControlPlane, skr_api: client.ApiClient, env: Env, tmp_path: pathlib.Path) -> None:
+    skr: controlplane.ControlPlane, skr_api: client.ApiClient, env: Env, tmp_path: pathlib.Path
+) -> None:
     core, custom = client.CoreV1Api(skr_api), client.CustomObjectsApi(skr_api)
     controlplane.install_crds(skr_api, controlplane.KYMA_CRD)
     ns = skewenv.namespace(core, "coexist")
@@ -100,21 +109,41 @@ def test_a_customer_write_passes_both_webhooks_and_reaches_the_kcp_through_tethe
     wh = skewenv.webhook(skr, env, listener.url, rt, tmp_path / "tether")
     peer = watcherpeer.WatcherPeer(tmp_path).start()
     module_label = {"example.kyma-project.io/watched-by": f"module-{ns}"}
-    module = watcherpeer.Watcher("kcp-system", "configmaps", "example-module", module_label, "", "v1", "configmaps")
+    module = watcherpeer.Watcher(
+        "kcp-system", "configmaps", "example-module", module_label, "", "v1", "configmaps"
+    )
     klm_vwc = watcherpeer.vwc_body(peer.ca.cert_pem, [watcherpeer.KLM_WATCHER, module], peer.url)
     tether_vwc = stack.vwc_body(f"tether-configmaps-{ns}", wh.url + "/validate", wh.ca.cert_pem, ns)
-    assert klm_vwc["webhooks"][0]["clientConfig"]["caBundle"] != tether_vwc["webhooks"][0]["clientConfig"]["caBundle"]
+    assert (
+        klm_vwc["webhooks"][0]["clientConfig"]["caBundle"]
+        != tether_vwc["webhooks"][0]["clientConfig"]["caBundle"]
+    )
     stack.register(skr_api, tether_vwc)
     stack.register(skr_api, klm_vwc)
     try:
         _customer_write(core, env, rt, ns, module_label, peer, wh)
         before = wh.metric("tether_webhook_admission_requests_total")
         labels = {**watcherpeer.WATCHED_BY, "operator.kyma-project.io/kyma-name": "default"}
-        custom.create_namespaced_custom_object("operator.kyma-project.io", "v1beta2", ns, "kymas", {
-            "apiVersion": "operator.kyma-project.io/v1beta2", "kind": "Kyma",
-            "metadata": {"name": "default", "labels": labels}, "spec": {"channel": "regular"}})
-        skewenv.until(lambda: watcherpeer.Call("lifecycle-manager", "Kyma", "CREATE", ns, "default") in peer.calls(),
-                      30, lambda: f"the watcher never saw the Kyma CR: {peer.calls()}")
+        custom.create_namespaced_custom_object(
+            "operator.kyma-project.io",
+            "v1beta2",
+            ns,
+            "kymas",
+            {
+                "apiVersion": "operator.kyma-project.io/v1beta2",
+                "kind": "Kyma",
+                "metadata": {"name": "default", "labels": labels},
+                "spec": {"channel": "regular"},
+            },
+        )
+        skewenv.until(
+            lambda: (
+                watcherpeer.Call("lifecycle-manager", "Kyma", "CREATE", ns, "default")
+                in peer.calls()
+            ),
+            30,
+            lambda: f"the watcher never saw the Kyma CR: {peer.calls()}",
+        )
         assert wh.metric("tether_webhook_admission_requests_total") == before
     finally:
         stack.unregister(skr_api, klm_vwc["metadata"]["name"])
@@ -126,19 +155,38 @@ def test_a_customer_write_passes_both_webhooks_and_reaches_the_kcp_through_tethe
     assert rc == 0, wh.log()
 
 
-def _customer_write(core: client.CoreV1Api, env: Env, rt: listenerenv.Runtime, ns: str, labels: dict[str, str],
-                    peer: watcherpeer.WatcherPeer, wh: stack.WebhookProcess) -> None:
+def _customer_write(
+    core: client.CoreV1Api,
+    env: Env,
+    rt: listenerenv.Runtime,
+    ns: str,
+    labels: dict[str, str],
+    peer: watcherpeer.WatcherPeer,
+    wh: stack.WebhookProcess,
+) -> None:
     """A labelled customer ConfigMap: written (patched until the apiserver calls both new
     configurations), then one more write seen by both webhooks and stored in the KCP."""
-    core.create_namespaced_config_map(ns, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="customer", labels=labels), data={"k": "0"}))
+    core.create_namespaced_config_map(
+        ns,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="customer", labels=labels), data={"k": "0"}
+        ),
+    )
 
     def seen_by_both(data: str | None = None) -> bool:
         rec = env.stored_one(rt.id, ns, "customer")
-        ours = [c for c in peer.calls() if (c.manager, c.kind, c.namespace, c.name)
-                == ("example-module", "ConfigMap", ns, "customer")]
-        return bool(ours) and rec is not None and rec["spec"]["source"] == "webhook" and (
-            data is None or rec["spec"]["data"] == {"k": data})
+        ours = [
+            c
+            for c in peer.calls()
+            if (c.manager, c.kind, c.namespace, c.name)
+            == ("example-module", "ConfigMap", ns, "customer")
+        ]
+        return (
+            bool(ours)
+            and rec is not None
+            and rec["spec"]["source"] == "webhook"
+            and (data is None or rec["spec"]["data"] == {"k": data})
+        )
 
     n = [0]
 
@@ -147,11 +195,23 @@ def _customer_write(core: client.CoreV1Api, env: Env, rt: listenerenv.Runtime, n
         core.patch_namespaced_config_map("customer", ns, {"data": {"k": str(n[0])}})
         return seen_by_both()
 
-    skewenv.until(picked_up, 60, lambda: f"not seen by both: {len(peer.calls())} watcher calls, "
-                                         f"last {peer.calls()[-2:]}\n{wh.log()}")
+    skewenv.until(
+        picked_up,
+        60,
+        lambda: (
+            f"not seen by both: {len(peer.calls())} watcher calls, "
+            f"last {peer.calls()[-2:]}\n{wh.log()}"
+        ),
+    )
     calls = len(peer.calls())
-    core.patch_namespaced_config_map("customer", ns, {"data": {"k": "final"}})  # admitted: no exception
-    skewenv.until(lambda: seen_by_both("final"), 30, lambda: f"the last write not stored: {wh.log()}")
-    assert peer.calls()[calls:] == [watcherpeer.Call("example-module", "ConfigMap", "UPDATE", ns, "customer")]
+    core.patch_namespaced_config_map(
+        "customer", ns, {"data": {"k": "final"}}
+    )  # admitted: no exception
+    skewenv.until(
+        lambda: seen_by_both("final"), 30, lambda: f"the last write not stored: {wh.log()}"
+    )
+    assert peer.calls()[calls:] == [
+        watcherpeer.Call("example-module", "ConfigMap", "UPDATE", ns, "customer")
+    ]
     stored = env.stored_one(rt.id, ns, "customer")
     assert stored is not None and stored["spec"]["source"] == "webhook"

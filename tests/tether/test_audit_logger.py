@@ -23,16 +23,19 @@ def test_the_audit_logger_queues_and_counts_what_it_cannot_write(tmp_path: pathl
     lost = auditwriter.lost_counter("tether_test_audit_lost", registry)
     for reason in auditwriter.REASONS:
         assert registry.get_sample_value("tether_test_audit_lost_total", {"reason": reason}) == 0
-    logger = logs.audit_logger(str(tmp_path / "audit.jsonl"), on_lost=auditwriter.counting(lost),
-                               queue_lines=50)
+    logger = logs.audit_logger(
+        str(tmp_path / "audit.jsonl"), on_lost=auditwriter.counting(lost), queue_lines=50
+    )
     try:
         handler = logger.handlers[0]
         assert isinstance(handler, auditwriter.QueuedHandler) and len(logger.handlers) == 1
         logs.audit(logger, "written", key="k")
         handler.flush()
         assert '"event":"written"' in (tmp_path / "audit.jsonl").read_text()
-        assert registry.get_sample_value("tether_test_audit_lost_total",
-                                         {"reason": "write_error"}) == 0
+        assert (
+            registry.get_sample_value("tether_test_audit_lost_total", {"reason": "write_error"})
+            == 0
+        )
         handler.close()
         if not pathlib.Path("/dev/full").exists():
             pytest.fail("/dev/full is missing: the full-disk case cannot be shown here")
@@ -41,8 +44,10 @@ def test_the_audit_logger_queues_and_counts_what_it_cannot_write(tmp_path: pathl
         for _ in range(3):
             logs.audit(logger, "lost", key="k")
         handler.flush()
-        assert registry.get_sample_value("tether_test_audit_lost_total",
-                                         {"reason": "write_error"}) == 3
+        assert (
+            registry.get_sample_value("tether_test_audit_lost_total", {"reason": "write_error"})
+            == 3
+        )
     finally:
         for h in logger.handlers:
             h.close()

@@ -66,11 +66,21 @@ class Clock:
         return self.t
 
 
-def listener_deliveries(clock: Clock, max_runtimes: int = deliveries.MAX_RUNTIMES,
-                        ) -> deliveries.Deliveries:
+def listener_deliveries(
+    clock: Clock,
+    max_runtimes: int = deliveries.MAX_RUNTIMES,
+) -> deliveries.Deliveries:
     kcp: Any = None  # seen, due and take never call the KCP
-    return deliveries.Deliveries(kcp, "kcp", 1.0, 15.0, metrics.Metrics(), clock=clock,
-                                 now=lambda: T0, max_runtimes=max_runtimes)
+    return deliveries.Deliveries(
+        kcp,
+        "kcp",
+        1.0,
+        15.0,
+        metrics.Metrics(),
+        clock=clock,
+        now=lambda: T0,
+        max_runtimes=max_runtimes,
+    )
 
 
 def test_requests_alone_wait_for_the_beats_interval_and_fold_into_the_next_merge() -> None:

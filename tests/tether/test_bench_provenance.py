@@ -23,12 +23,16 @@ DOCS = REPO / "docs" / "performance.md"
 # commit, load average and command; a new one without them fails the first test.
 NOT_RECORDED: dict[str, str] = {}
 
-FOOTER = re.compile(r"^(commit \S+, load average \[.*\], command: .*|provenance: not recorded \(run .*\))$")
+FOOTER = re.compile(
+    r"^(commit \S+, load average \[.*\], command: .*|provenance: not recorded \(run .*\))$"
+)
 CITED = re.compile(r"bench/results/([A-Za-z0-9_]+)\.json")
 
 
 def provenance() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_provenance", REPO / "bench" / "provenance.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_provenance", REPO / "bench" / "provenance.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -53,31 +57,46 @@ def footers(text: str) -> list[tuple[str | None, int, str]]:
 
 
 def test_footers_are_found_and_name_their_json() -> None:
-    text = "Results (`bench/results/a.json`):\n\n    x 1\n    commit abc, load average [1.0, 2.0], command: bench/a.py\n" \
-           "see bench/results/b.json\nprovenance: not recorded (run 2026-12-01)\n"
-    assert footers(text) == [("a", 4, "commit abc, load average [1.0, 2.0], command: bench/a.py"),
-                             ("b", 6, "provenance: not recorded (run 2026-12-01)")]
+    text = (
+        "Results (`bench/results/a.json`):\n\n    x 1\n    commit abc, load average [1.0, 2.0], command: bench/a.py\n"
+        "see bench/results/b.json\nprovenance: not recorded (run 2026-12-01)\n"
+    )
+    assert footers(text) == [
+        ("a", 4, "commit abc, load average [1.0, 2.0], command: bench/a.py"),
+        ("b", 6, "provenance: not recorded (run 2026-12-01)"),
+    ]
 
 
 def test_the_command_is_recorded_shell_quoted() -> None:
-    assert provenance().command(["/x/bench/listener_abuse.py", "--shapes", "", "--out", "a b.json"]) == \
-        "bench/listener_abuse.py --shapes '' --out 'a b.json'"
+    assert (
+        provenance().command(["/x/bench/listener_abuse.py", "--shapes", "", "--out", "a b.json"])
+        == "bench/listener_abuse.py --shapes '' --out 'a b.json'"
+    )
 
 
 def test_a_result_without_provenance_says_so_with_its_date() -> None:
     footer = provenance().footer
-    assert footer({"when": "2026-12-02T02:12:28+00:00"}) == "provenance: not recorded (run 2026-12-02)"
-    assert footer({"date": "2026-11-30T11:45:03+00:00", "command": "x"}) == "provenance: not recorded (run 2026-11-30)"
+    assert (
+        footer({"when": "2026-12-02T02:12:28+00:00"}) == "provenance: not recorded (run 2026-12-02)"
+    )
+    assert (
+        footer({"date": "2026-11-30T11:45:03+00:00", "command": "x"})
+        == "provenance: not recorded (run 2026-11-30)"
+    )
     assert footer({}) == "provenance: not recorded (run before 2026-12-04)"
 
 
 def test_every_result_records_its_run_or_is_allowed_with_a_reason() -> None:
     recorded = provenance().recorded
     docs = results()
-    missing = sorted(name for name, doc in docs.items() if not recorded(doc) and name not in NOT_RECORDED)
+    missing = sorted(
+        name for name, doc in docs.items() if not recorded(doc) and name not in NOT_RECORDED
+    )
     assert not missing, f"bench/results JSONs without commit/load_average_1m/command: {missing}"
     stale = sorted(name for name in NOT_RECORDED if name not in docs or recorded(docs[name]))
-    assert not stale, f"allowed without provenance but gone or now recorded (remove from NOT_RECORDED): {stale}"
+    assert not stale, (
+        f"allowed without provenance but gone or now recorded (remove from NOT_RECORDED): {stale}"
+    )
 
 
 def test_every_footer_in_the_docs_is_the_footer_of_the_json_it_cites() -> None:
@@ -88,7 +107,9 @@ def test_every_footer_in_the_docs_is_the_footer_of_the_json_it_cites() -> None:
         if cited is None or cited not in docs:
             wrong.append(f"line {number}: no bench/results JSON named above it ({cited})")
         elif footer(docs[cited]) != line:
-            wrong.append(f"line {number}: {line!r} but bench/results/{cited}.json holds {footer(docs[cited])!r}")
+            wrong.append(
+                f"line {number}: {line!r} but bench/results/{cited}.json holds {footer(docs[cited])!r}"
+            )
     assert not wrong, "\n".join(wrong)
 
 
@@ -96,4 +117,6 @@ def test_every_recorded_json_has_its_footer_in_the_docs() -> None:
     recorded = provenance().recorded
     shown = {cited for cited, _, _ in footers(DOCS.read_text())}
     absent = sorted(name for name, doc in results().items() if recorded(doc) and name not in shown)
-    assert not absent, f"JSONs whose run no table in docs/performance.md cites with its footer: {absent}"
+    assert not absent, (
+        f"JSONs whose run no table in docs/performance.md cites with its footer: {absent}"
+    )

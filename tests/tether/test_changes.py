@@ -14,11 +14,20 @@ V = changes.Version
 
 def record(**over: Any) -> dict[str, Any]:
     rec: dict[str, Any] = {
-        "apiVersion": "tether.kyma-project.io/v1", "kind": "ConfigMapChange",
-        "runtimeId": "rt-1", "namespace": "team-a", "name": "app-config", "uid": "9c2e",
-        "resourceVersion": "48213", "observedAt": "2026-11-30T10:00:00.123456Z",
-        "deleted": False, "source": "webhook", "labels": {}, "annotations": {},
-        "data": {"k": "v"}, "binaryData": {},
+        "apiVersion": "tether.kyma-project.io/v1",
+        "kind": "ConfigMapChange",
+        "runtimeId": "rt-1",
+        "namespace": "team-a",
+        "name": "app-config",
+        "uid": "9c2e",
+        "resourceVersion": "48213",
+        "observedAt": "2026-11-30T10:00:00.123456Z",
+        "deleted": False,
+        "source": "webhook",
+        "labels": {},
+        "annotations": {},
+        "data": {"k": "v"},
+        "binaryData": {},
     }
     rec.update(over)
     return rec
@@ -47,8 +56,12 @@ class TestCompare:
         assert changes.compare(live._replace(deleted=True), live) == "stale"
 
     def test_older_tombstone_is_stale(self) -> None:
-        assert changes.compare(V("8", "2026-01-01T00:00:00Z", False),
-                               V("7", "2026-01-02T00:00:00Z", True)) == "stale"
+        assert (
+            changes.compare(
+                V("8", "2026-01-01T00:00:00Z", False), V("7", "2026-01-02T00:00:00Z", True)
+            )
+            == "stale"
+        )
 
     def test_unparsable_versions_fall_back_to_observed_at(self) -> None:
         a = V("abc", "2026-01-01T00:00:00.000001Z", False)
@@ -68,8 +81,14 @@ class TestSchema:
         assert changes.validate_record(record()) == []
 
     def test_valid_tombstone_from_builder(self) -> None:
-        t = changes.tombstone(runtime_id="rt-1", namespace="a", name="b", uid="",
-                              resource_version="12", source="poller")
+        t = changes.tombstone(
+            runtime_id="rt-1",
+            namespace="a",
+            name="b",
+            uid="",
+            resource_version="12",
+            source="poller",
+        )
         assert changes.validate_record(t) == []
         assert t["deleted"] is True and "data" not in t
 
@@ -77,15 +96,18 @@ class TestSchema:
         errs = changes.validate_record(record(deleted=True))
         assert errs and any("data" in e.path for e in errs)
 
-    @pytest.mark.parametrize("field,value,where", [
-        ("namespace", "Team_A", "$.namespace"),
-        ("resourceVersion", "", "$.resourceVersion"),
-        ("observedAt", "yesterday", "$.observedAt"),
-        ("source", "someone", "$.source"),
-        ("data", {"k": 1}, "$.data.k"),
-        ("binaryData", {"k": "not base64!"}, "$.binaryData.k"),
-        ("apiVersion", "v2", "$.apiVersion"),
-    ])
+    @pytest.mark.parametrize(
+        "field,value,where",
+        [
+            ("namespace", "Team_A", "$.namespace"),
+            ("resourceVersion", "", "$.resourceVersion"),
+            ("observedAt", "yesterday", "$.observedAt"),
+            ("source", "someone", "$.source"),
+            ("data", {"k": 1}, "$.data.k"),
+            ("binaryData", {"k": "not base64!"}, "$.binaryData.k"),
+            ("apiVersion", "v2", "$.apiVersion"),
+        ],
+    )
     def test_violations_name_the_path(self, field: str, value: object, where: str) -> None:
         errs = changes.validate_record(record(**{field: value}))
         assert [e.path for e in errs] == [where]
@@ -110,8 +132,16 @@ class TestSchema:
         assert errs and all(len(e.message) <= 200 for e in errs)
 
     def test_from_configmap(self) -> None:
-        cm = {"metadata": {"namespace": "a", "name": "b", "uid": "u", "resourceVersion": "3",
-                           "labels": {"l": "1"}}, "data": {"x": "y"}}
+        cm = {
+            "metadata": {
+                "namespace": "a",
+                "name": "b",
+                "uid": "u",
+                "resourceVersion": "3",
+                "labels": {"l": "1"},
+            },
+            "data": {"x": "y"},
+        }
         rec = changes.from_configmap(cm, runtime_id="rt", source="poller")
         assert changes.validate_record(rec) == []
         assert rec["labels"] == {"l": "1"} and rec["data"] == {"x": "y"}

@@ -31,29 +31,53 @@ SPECS = {
     "injector": injector_settings.SPEC,
 }
 # the prefix of each part's own variables (the janitor is the listener's)
-PREFIX = {"webhook": "TETHER_WEBHOOK_", "listener": "TETHER_LISTENER_",
-          "janitor": "TETHER_LISTENER_", "poller": "TETHER_POLLER_", "compass": "TETHER_COMPASS_",
-          "enroller": "TETHER_ENROLLER_", "admin": "TETHER_ADMIN_",
-          "injector": "TETHER_INJECTOR_"}
+PREFIX = {
+    "webhook": "TETHER_WEBHOOK_",
+    "listener": "TETHER_LISTENER_",
+    "janitor": "TETHER_LISTENER_",
+    "poller": "TETHER_POLLER_",
+    "compass": "TETHER_COMPASS_",
+    "enroller": "TETHER_ENROLLER_",
+    "admin": "TETHER_ADMIN_",
+    "injector": "TETHER_INJECTOR_",
+}
 # read by two or more parts, so without a part prefix (the listener client's are named for
 # what they point to: the listener, whose own settings do not include them)
-SHARED = {"TETHER_RUNTIME_ID", "TETHER_LISTENER_URL", "TETHER_LISTENER_CA_FILE",
-          "TETHER_CLIENT_CERT_FILE", "TETHER_CLIENT_KEY_FILE",
-          "TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS", "TETHER_LISTENER_TIMEOUT_SECONDS",
-          "TETHER_CERT_RELOAD_SECONDS", "TETHER_IGNORED_NAMESPACES", "TETHER_LABEL_SELECTOR",
-          "TETHER_KUBECONFIG", "TETHER_LOG_LEVEL", "TETHER_LOG_FORMAT", "TETHER_AUDIT_LOG",
-          "TETHER_KCP_NAMESPACE", "TETHER_HEARTBEAT_NAMESPACE",
-          "TETHER_WATCHES_CONFIGMAP",  # webhook and poller (tether.watchset.OPTION)
-          "TETHER_DIGEST_KEY_FILE",  # webhook and poller (tether.watchset.KEY_OPTION)
-          # compass and the enroller, calling into runtimes (tether.skr_clients.OPTIONS)
-          "TETHER_KUBECONFIG_NAMESPACE", "TETHER_KUBECONFIG_SECRET_NAME",
-          "TETHER_KUBECONFIG_MAX_AGE_SECONDS", "TETHER_RUNTIME_DENIED_NETWORKS",
-          "TETHER_RUNTIME_MAX_RESPONSE_BYTES", "TETHER_RUNTIME_MAX_CONNECTIONS",
-          # the listener's quota, the injector's per-runtime bounds (tether.storagebudget)
-          "TETHER_LISTENER_QUOTA_RECORDS", "TETHER_LISTENER_QUOTA_BYTES"}
+SHARED = {
+    "TETHER_RUNTIME_ID",
+    "TETHER_LISTENER_URL",
+    "TETHER_LISTENER_CA_FILE",
+    "TETHER_CLIENT_CERT_FILE",
+    "TETHER_CLIENT_KEY_FILE",
+    "TETHER_LISTENER_CONNECT_TIMEOUT_SECONDS",
+    "TETHER_LISTENER_TIMEOUT_SECONDS",
+    "TETHER_CERT_RELOAD_SECONDS",
+    "TETHER_IGNORED_NAMESPACES",
+    "TETHER_LABEL_SELECTOR",
+    "TETHER_KUBECONFIG",
+    "TETHER_LOG_LEVEL",
+    "TETHER_LOG_FORMAT",
+    "TETHER_AUDIT_LOG",
+    "TETHER_KCP_NAMESPACE",
+    "TETHER_HEARTBEAT_NAMESPACE",
+    "TETHER_WATCHES_CONFIGMAP",  # webhook and poller (tether.watchset.OPTION)
+    "TETHER_DIGEST_KEY_FILE",  # webhook and poller (tether.watchset.KEY_OPTION)
+    # compass and the enroller, calling into runtimes (tether.skr_clients.OPTIONS)
+    "TETHER_KUBECONFIG_NAMESPACE",
+    "TETHER_KUBECONFIG_SECRET_NAME",
+    "TETHER_KUBECONFIG_MAX_AGE_SECONDS",
+    "TETHER_RUNTIME_DENIED_NETWORKS",
+    "TETHER_RUNTIME_MAX_RESPONSE_BYTES",
+    "TETHER_RUNTIME_MAX_CONNECTIONS",
+    # the listener's quota, the injector's per-runtime bounds (tether.storagebudget)
+    "TETHER_LISTENER_QUOTA_RECORDS",
+    "TETHER_LISTENER_QUOTA_BYTES",
+}
 FOREIGN = {"KUBECONFIG", "PROMETHEUS_MULTIPROC_DIR"}  # standard names other tools read
-DURATION_WORDS = re.compile(r"TIMEOUT|INTERVAL|GRACE|KEEPALIVE|RETENTION|PERIOD|DEADLINE|"
-                            r"BACKOFF|DRAIN|WAIT|READBACK|COALESCE|CACHE_|_AFTER|THRESHOLDS")
+DURATION_WORDS = re.compile(
+    r"TIMEOUT|INTERVAL|GRACE|KEEPALIVE|RETENTION|PERIOD|DEADLINE|"
+    r"BACKOFF|DRAIN|WAIT|READBACK|COALESCE|CACHE_|_AFTER|THRESHOLDS"
+)
 
 
 def _all() -> list[tuple[str, config.Option]]:
@@ -98,58 +122,84 @@ def test_renamed_variables_point_at_declared_ones() -> None:
 def test_help_lists_every_option_with_its_default(part: str) -> None:
     text = SPECS[part].parser().format_help()
     for o in SPECS[part].options:
-        line = next((li for li in text.splitlines() if li.startswith(f"  {o.name} ")
-                     or li == f"  {o.name}"), None)
+        line = next(
+            (
+                li
+                for li in text.splitlines()
+                if li.startswith(f"  {o.name} ") or li == f"  {o.name}"
+            ),
+            None,
+        )
         assert line is not None, f"{o.name} missing from --help"
         assert f"default: {o.default_text()}" in line
         assert o.meaning.split()[0] in text
 
 
 def test_renamed_is_refused_with_the_new_name(tmp_path: pathlib.Path) -> None:
-    with pytest.raises(config.SettingError, match="^TETHER_LISTENER_TIMEOUT: renamed "
-                                                  "TETHER_LISTENER_TIMEOUT_SECONDS"):
+    with pytest.raises(
+        config.SettingError,
+        match="^TETHER_LISTENER_TIMEOUT: renamed TETHER_LISTENER_TIMEOUT_SECONDS",
+    ):
         poller_settings.SPEC.read({"TETHER_LISTENER_TIMEOUT": "5"})
     with pytest.raises(config.SettingError, match="renamed TETHER_COMPASS_LEASE_NAMESPACE"):
         compass_settings.SPEC.read({"TETHER_LEASE_NAMESPACE": "x"})
 
 
-SPEC = config.Spec("demo", "a demo part", (
-    config.integer("TETHER_DEMO_N", 5, "n", minimum=1, maximum=10, flag="--n"),
-    config.seconds("TETHER_DEMO_WAIT_SECONDS", 0.5, "wait", minimum=0),
-    config.boolean("TETHER_DEMO_ON", False, "on"),
-    config.names("TETHER_DEMO_LIST", ("a",), "list"),
-    config.https_url("TETHER_DEMO_URL", config.REQUIRED, "url"),
-    config.log_level("TETHER_DEMO_LOG_LEVEL", fallback="TETHER_LOG_LEVEL"),
-    config.runtime_id(),
-    config.file("TETHER_DEMO_FILE", None, "file"),
-))
+SPEC = config.Spec(
+    "demo",
+    "a demo part",
+    (
+        config.integer("TETHER_DEMO_N", 5, "n", minimum=1, maximum=10, flag="--n"),
+        config.seconds("TETHER_DEMO_WAIT_SECONDS", 0.5, "wait", minimum=0),
+        config.boolean("TETHER_DEMO_ON", False, "on"),
+        config.names("TETHER_DEMO_LIST", ("a",), "list"),
+        config.https_url("TETHER_DEMO_URL", config.REQUIRED, "url"),
+        config.log_level("TETHER_DEMO_LOG_LEVEL", fallback="TETHER_LOG_LEVEL"),
+        config.runtime_id(),
+        config.file("TETHER_DEMO_FILE", None, "file"),
+    ),
+)
 BASE = {"TETHER_DEMO_URL": "https://h.example:8443/", "TETHER_RUNTIME_ID": "rt-1"}
 
 
 def test_values_and_defaults() -> None:
-    v = SPEC.read({**BASE, "TETHER_DEMO_N": "7", "TETHER_DEMO_ON": "Yes",
-                   "TETHER_DEMO_LIST": "a, b,,c", "TETHER_LOG_LEVEL": "debug"})
-    assert (v["TETHER_DEMO_N"], v["TETHER_DEMO_WAIT_SECONDS"], v["TETHER_DEMO_ON"]) == (7, 0.5, True)
+    v = SPEC.read(
+        {
+            **BASE,
+            "TETHER_DEMO_N": "7",
+            "TETHER_DEMO_ON": "Yes",
+            "TETHER_DEMO_LIST": "a, b,,c",
+            "TETHER_LOG_LEVEL": "debug",
+        }
+    )
+    assert (v["TETHER_DEMO_N"], v["TETHER_DEMO_WAIT_SECONDS"], v["TETHER_DEMO_ON"]) == (
+        7,
+        0.5,
+        True,
+    )
     assert v["TETHER_DEMO_LIST"] == ("a", "b", "c") and v["TETHER_DEMO_FILE"] is None
     assert v["TETHER_DEMO_URL"] == "https://h.example:8443"
     assert v["TETHER_DEMO_LOG_LEVEL"] == "DEBUG"
     assert SPEC.read({**BASE, "TETHER_DEMO_N": "  "})["TETHER_DEMO_N"] == 5  # blank is unset
 
 
-@pytest.mark.parametrize(("name", "raw", "problem"), [
-    ("TETHER_DEMO_N", "ten", "'ten' is not an integer"),
-    ("TETHER_DEMO_N", "0", "0 is below the minimum 1"),
-    ("TETHER_DEMO_N", "99", "99 is above the maximum 10"),
-    ("TETHER_DEMO_ON", "maybe", "'maybe' is not a boolean"),
-    ("TETHER_DEMO_URL", "http://x", "must be an https:// URL with a host"),
-    ("TETHER_DEMO_URL", "https://", "must be an https:// URL with a host"),
-    ("TETHER_DEMO_URL", "https://h:x", "has a bad port"),
-    ("TETHER_DEMO_LOG_LEVEL", "loud", "'loud' is not DEBUG, INFO, WARNING or ERROR"),
-    ("TETHER_LOG_LEVEL", "verbose", "'verbose' is not DEBUG"),  # the fallback is named
-    ("TETHER_RUNTIME_ID", "rt/1", "is not a valid runtime ID"),
-    ("TETHER_RUNTIME_ID", "-rt", "is not a valid runtime ID"),
-    ("TETHER_DEMO_FILE", "/nonexistent", "does not exist or is not a file"),
-])
+@pytest.mark.parametrize(
+    ("name", "raw", "problem"),
+    [
+        ("TETHER_DEMO_N", "ten", "'ten' is not an integer"),
+        ("TETHER_DEMO_N", "0", "0 is below the minimum 1"),
+        ("TETHER_DEMO_N", "99", "99 is above the maximum 10"),
+        ("TETHER_DEMO_ON", "maybe", "'maybe' is not a boolean"),
+        ("TETHER_DEMO_URL", "http://x", "must be an https:// URL with a host"),
+        ("TETHER_DEMO_URL", "https://", "must be an https:// URL with a host"),
+        ("TETHER_DEMO_URL", "https://h:x", "has a bad port"),
+        ("TETHER_DEMO_LOG_LEVEL", "loud", "'loud' is not DEBUG, INFO, WARNING or ERROR"),
+        ("TETHER_LOG_LEVEL", "verbose", "'verbose' is not DEBUG"),  # the fallback is named
+        ("TETHER_RUNTIME_ID", "rt/1", "is not a valid runtime ID"),
+        ("TETHER_RUNTIME_ID", "-rt", "is not a valid runtime ID"),
+        ("TETHER_DEMO_FILE", "/nonexistent", "does not exist or is not a file"),
+    ],
+)
 def test_bad_values_name_the_variable(name: str, raw: str, problem: str) -> None:
     with pytest.raises(config.SettingError) as e:
         SPEC.read({**BASE, name: raw})
@@ -177,13 +227,17 @@ def test_plain_numbers_still_parse() -> None:
 def test_flags_override_variables() -> None:
     args = SPEC.parser().parse_args(["--n", "7"])
     assert SPEC.env_with_flags(args, {"TETHER_DEMO_N": "2", "X": "keep"}) == {
-        "TETHER_DEMO_N": "7", "X": "keep"}
+        "TETHER_DEMO_N": "7",
+        "X": "keep",
+    }
     assert isinstance(args, argparse.Namespace) and not args.check
 
 
 def test_shared_option_groups() -> None:
-    assert {o.name for o in filters.OPTIONS} == {"TETHER_IGNORED_NAMESPACES",
-                                                 "TETHER_LABEL_SELECTOR"}
+    assert {o.name for o in filters.OPTIONS} == {
+        "TETHER_IGNORED_NAMESPACES",
+        "TETHER_LABEL_SELECTOR",
+    }
     assert "TETHER_LISTENER_TIMEOUT_SECONDS" in {o.name for o in sender.client_options(3.0)}
 
 
@@ -201,15 +255,23 @@ def test_file_checks(tmp_path: pathlib.Path) -> None:
         filechecks.check_key("K", str(tmp_path / "a.crt"))
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    ("a: [", "is not YAML"),
-    ("just text", "no clusters"),
-    ("clusters: [{name: c, cluster: {server: 'https://x'}}]\nusers: [{name: u, user: {}}]\n"
-     "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: y\n",
-     "no current context"),
-    ("clusters: [{name: c, cluster: {}}]\nusers: [{name: u, user: {}}]\n"
-     "contexts: [{name: x, context: {cluster: c, user: u}}]\n", "no cluster with a server"),
-])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("a: [", "is not YAML"),
+        ("just text", "no clusters"),
+        (
+            "clusters: [{name: c, cluster: {server: 'https://x'}}]\nusers: [{name: u, user: {}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: y\n",
+            "no current context",
+        ),
+        (
+            "clusters: [{name: c, cluster: {}}]\nusers: [{name: u, user: {}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: u}}]\n",
+            "no cluster with a server",
+        ),
+    ],
+)
 def test_kubeconfig_check(tmp_path: pathlib.Path, content: str, problem: str) -> None:
     path = tmp_path / "kc"
     path.write_text(content)
@@ -219,20 +281,31 @@ def test_kubeconfig_check(tmp_path: pathlib.Path, content: str, problem: str) ->
 
 def test_kubeconfig_check_accepts_a_kubeconfig(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "kc"
-    path.write_text("clusters: [{name: c, cluster: {server: 'https://x'}}]\n"
-                    "users: [{name: u, user: {token: t}}]\n"
-                    "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n")
+    path.write_text(
+        "clusters: [{name: c, cluster: {server: 'https://x'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
     filechecks.check_kubeconfig("KC", str(path))
 
 
-@pytest.mark.parametrize(("part", "doc"), [("webhook", "webhook"), ("listener", "listener"),
-                                           ("janitor", "listener"), ("poller", "poller"),
-                                           ("compass", "compass"), ("enroller", "enroller"),
-                                           ("admin", "admin"), ("injector", "configuration")])
+@pytest.mark.parametrize(
+    ("part", "doc"),
+    [
+        ("webhook", "webhook"),
+        ("listener", "listener"),
+        ("janitor", "listener"),
+        ("poller", "poller"),
+        ("compass", "compass"),
+        ("enroller", "enroller"),
+        ("admin", "admin"),
+        ("injector", "configuration"),
+    ],
+)
 def test_docs_settings_tables_equal_the_declarations(part: str, doc: str) -> None:
     text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / f"{doc}.md").read_text()
     start = text.index(f"<!-- settings:{part} ")
-    body = text[text.index("\n", start) + 1:text.index(f"<!-- /settings:{part} -->")]
+    body = text[text.index("\n", start) + 1 : text.index(f"<!-- /settings:{part} -->")]
     assert body.strip() == SPECS[part].markdown(), f"regenerate the table in docs/{doc}.md"
 
 
@@ -282,7 +355,8 @@ def test_a_field_default_is_its_options_default(part: str) -> None:
             continue
         expected = m["convert"](o.default) if m["convert"] else o.default
         assert f.default == expected and type(f.default) is type(expected), (
-            f"{f.name}: default {f.default!r}, its option {o.name}'s {o.default!r}")
+            f"{f.name}: default {f.default!r}, its option {o.name}'s {o.default!r}"
+        )
 
 
 def test_a_second_default_is_refused() -> None:
@@ -301,7 +375,10 @@ def test_fill_builds_from_the_values_and_wants_the_derived_fields() -> None:
         later: str = config.inputs(SPEC.option("TETHER_RUNTIME_ID"), default="")
 
     assert [o.name for o in config.declared(Demo)] == [
-        "TETHER_DEMO_URL", "TETHER_DEMO_N", "TETHER_RUNTIME_ID"]
+        "TETHER_DEMO_URL",
+        "TETHER_DEMO_N",
+        "TETHER_RUNTIME_ID",
+    ]
     v = SPEC.read({**BASE, "TETHER_DEMO_N": "7"})
     assert config.fill(Demo, v, later="x") == Demo("https://h.example:8443", 7, "x")
     assert Demo("u").n == 5

@@ -17,7 +17,8 @@ def test_a_peer_at_its_cap_is_not_counted_and_leaving_makes_room() -> None:
 
 def test_read_ahead_is_bounded_per_body_and_in_all() -> None:
     ledger: connledger.Ledger[str] = connledger.Ledger(
-        httpconn.Limits(prebuffer_bytes=10, prebuffer_budget=15))
+        httpconn.Limits(prebuffer_bytes=10, prebuffer_budget=15)
+    )
     assert not ledger.reserve(0) and not ledger.reserve(11)
     assert ledger.reserve(10) and not ledger.reserve(6)
     assert ledger.reserve(5) and ledger.prebuffered == 15

@@ -67,8 +67,10 @@ def test_list_then_watch_in_order(kcp: gateway.Kube, ns: str) -> None:
         c.wait(lambda evs: any(True for _ in synced(evs)))
         first = c.events()
         assert sorted(keyed(first[:2])) == [("a", r_a, True), ("b", r_b, True)]  # type: ignore[arg-type]
-        assert all(isinstance(e, consumer.Change) and e.resync and e.kyma == "kyma-1"
-                   and e.watch == WATCH for e in first[:2])
+        assert all(
+            isinstance(e, consumer.Change) and e.resync and e.kyma == "kyma-1" and e.watch == WATCH
+            for e in first[:2]
+        )
         assert first[2] == consumer.Synced(first[2].revision, False) and len(first) == 3
         assert first[0].record and first[0].record["data"] in ({"k": "1"}, {"k": "2"})  # type: ignore[union-attr]
 
@@ -78,10 +80,18 @@ def test_list_then_watch_in_order(kcp: gateway.Kube, ns: str) -> None:
         r_a3 = store.put("rt-1", "team", "a", data={"k": "4"}, kyma="kyma-1", deleted=True)
         c.wait(lambda evs: len(evs) >= 7)
         watched = c.changes()[2:]
-        assert [(x.name, x.resync) for x in watched] == [("a", False), ("c", False), ("b", False),
-                                                         ("a", False)]
+        assert [(x.name, x.resync) for x in watched] == [
+            ("a", False),
+            ("c", False),
+            ("b", False),
+            ("a", False),
+        ]
         assert watched[0].revision == r_a2 and watched[0].record["data"] == {"k": "3"}  # type: ignore[index]
-        assert watched[1].revision == r_c and watched[1].runtime_id == "rt-2" and watched[1].kyma == "kyma-2"
+        assert (
+            watched[1].revision == r_c
+            and watched[1].runtime_id == "rt-2"
+            and watched[1].kyma == "kyma-2"
+        )
         assert watched[2].record is None and not watched[2].live and watched[2].revision > r_c
         assert watched[3].revision == r_a3 and watched[3].record is not None and not watched[3].live
         assert c.source.position >= r_a3
@@ -101,7 +111,10 @@ def test_one_runtime_only(kcp: gateway.Kube, ns: str) -> None:
         store.put("rt-2", "team", "last")  # written last: what came before arrives before it
         c.wait(lambda evs: any(getattr(e, "name", None) == "last" for e in evs))
         assert [(x.runtime_id, x.name) for x in c.changes()] == [
-            ("rt-2", "b"), ("rt-2", "b2"), ("rt-2", "last")]
+            ("rt-2", "b"),
+            ("rt-2", "b2"),
+            ("rt-2", "last"),
+        ]
     finally:
         c.stop()
 
@@ -132,8 +145,12 @@ def test_resume_from_position_gets_exactly_what_followed(kcp: gateway.Kube, ns: 
         evs = c.events()
         assert not list(synced(evs))  # no relist: the history still holds the position
         assert [(e.name, e.live, e.resync) for e in evs] == [  # type: ignore[union-attr]
-            ("k2", True, False), ("k3", True, False), ("k0", True, False), ("k1", False, False),
-            ("last", True, False)]
+            ("k2", True, False),
+            ("k3", True, False),
+            ("k0", True, False),
+            ("k1", False, False),
+            ("last", True, False),
+        ]
         assert [e.revision for e in evs[1:3]] == later
         assert_in_order(c.changes())
     finally:
@@ -141,7 +158,8 @@ def test_resume_from_position_gets_exactly_what_followed(kcp: gateway.Kube, ns: 
 
 
 def test_expired_history_relists_and_reports_what_is_gone(
-        kcp: gateway.Kube, ns: str, plane: controlplane.ControlPlane) -> None:
+    kcp: gateway.Kube, ns: str, plane: controlplane.ControlPlane
+) -> None:
     store = Store(kcp, ns, WATCH)
     store.put("rt-1", "team", "a", kyma="kyma-1")
     store.put("rt-1", "team", "b", kyma="kyma-1")
@@ -164,13 +182,16 @@ def test_expired_history_relists_and_reports_what_is_gone(
         assert got == {("a", True), ("c", True), ("b", False)}
         gone = [e for e in evs if isinstance(e, consumer.Change) and e.name == "b"][0]
         assert gone.resync and gone.kyma == "kyma-1" and gone.record is None
-        assert [e.revision for e in evs if isinstance(e, consumer.Change) and e.name == "c"] == [r_c]
+        assert [e.revision for e in evs if isinstance(e, consumer.Change) and e.name == "c"] == [
+            r_c
+        ]
     finally:
         c2.stop()
 
 
 def test_a_resume_from_a_compacted_revision_gets_the_whole_state(
-        kcp: gateway.Kube, ns: str, plane: controlplane.ControlPlane) -> None:
+    kcp: gateway.Kube, ns: str, plane: controlplane.ControlPlane
+) -> None:
     store = Store(kcp, ns, WATCH)
     store.put("rt-1", "team", "a")
     store.put("rt-1", "team", "b")
@@ -186,7 +207,8 @@ def test_a_resume_from_a_compacted_revision_gets_the_whole_state(
 
 
 def test_api_server_restart_mid_stream_loses_nothing(
-        kcp: gateway.Kube, ns: str, plane: controlplane.ControlPlane) -> None:
+    kcp: gateway.Kube, ns: str, plane: controlplane.ControlPlane
+) -> None:
     store = Store(kcp, ns, WATCH)
     final: dict[str, int] = {}
     for i in range(5):
@@ -198,7 +220,8 @@ def test_api_server_restart_mid_stream_loses_nothing(
         plane.stop_apiserver()
         plane.start_apiserver()
         final["k1"] = controlplane.retry_busy(
-            lambda: store.put("rt-1", "team", "k1", data={"v": "2"}))
+            lambda: store.put("rt-1", "team", "k1", data={"v": "2"})
+        )
         store.remove("rt-1", "team", "k2")
         final.pop("k2")
         final["k5"] = store.put("rt-1", "team", "k5")
@@ -292,6 +315,7 @@ def test_nudger_coalesces_per_kyma_cr(kcp: gateway.Kube, ns: str) -> None:
             if isinstance(ev, consumer.Synced):
                 listed.set()
             yield ev
+
     t = threading.Thread(target=nudger.run, args=(changes(), stop), daemon=True)
     t.start()
     try:

@@ -12,14 +12,23 @@ import pytest
 from tether import apitypes, consumer, consumerstate, watches
 
 
-def obj(name: str, rv: str, *, runtime: str = "rt-1", kyma: str | None = "kyma-1",
-        **spec: Any) -> dict[str, Any]:
+def obj(
+    name: str, rv: str, *, runtime: str = "rt-1", kyma: str | None = "kyma-1", **spec: Any
+) -> dict[str, Any]:
     labels = {watches.WATCH_LABEL: "w"}
     if kyma is not None:
         labels[apitypes.KYMA_NAME_LABEL] = kyma
-    return {"metadata": {"name": f"rcm-{name}", "resourceVersion": rv, "labels": labels},
-            "spec": {"runtimeId": runtime, "watch": "w", "namespace": "team", "name": name,
-                     "deleted": False, **spec}}
+    return {
+        "metadata": {"name": f"rcm-{name}", "resourceVersion": rv, "labels": labels},
+        "spec": {
+            "runtimeId": runtime,
+            "watch": "w",
+            "namespace": "team",
+            "name": name,
+            "deleted": False,
+            **spec,
+        },
+    }
 
 
 def item(name: str, rv: int) -> consumerstate.Item:
@@ -30,19 +39,31 @@ def item(name: str, rv: int) -> consumerstate.Item:
 
 def test_parse_takes_the_key_kyma_and_revision() -> None:
     got = consumerstate.parse(obj("a", "17", data={"k": "v"}), "w")
-    assert got == consumerstate.Item(("rt-1", "team", "a"), "w", "kyma-1",
-                                     obj("a", "17", data={"k": "v"})["spec"], 17)
+    assert got == consumerstate.Item(
+        ("rt-1", "team", "a"), "w", "kyma-1", obj("a", "17", data={"k": "v"})["spec"], 17
+    )
     assert consumerstate.parse(obj("a", "17", kyma=None), "w").kyma == ""  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("bad", [
-    None, [], {"metadata": {"resourceVersion": "1"}},              # no spec
-    {"metadata": {"resourceVersion": "1"}, "spec": {"runtimeId": "r", "namespace": "n"}},
-    {"metadata": {"resourceVersion": "1"}, "spec": {"runtimeId": 3, "namespace": "n", "name": "x"}},
-    {"metadata": {"resourceVersion": "x1"}, "spec": {"runtimeId": "r", "namespace": "n", "name": "x"}},
-    {"metadata": {}, "spec": {"runtimeId": "r", "namespace": "n", "name": "x"}},
-    {"spec": {"runtimeId": "r", "namespace": "n", "name": "x"}},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        None,
+        [],
+        {"metadata": {"resourceVersion": "1"}},  # no spec
+        {"metadata": {"resourceVersion": "1"}, "spec": {"runtimeId": "r", "namespace": "n"}},
+        {
+            "metadata": {"resourceVersion": "1"},
+            "spec": {"runtimeId": 3, "namespace": "n", "name": "x"},
+        },
+        {
+            "metadata": {"resourceVersion": "x1"},
+            "spec": {"runtimeId": "r", "namespace": "n", "name": "x"},
+        },
+        {"metadata": {}, "spec": {"runtimeId": "r", "namespace": "n", "name": "x"}},
+        {"spec": {"runtimeId": "r", "namespace": "n", "name": "x"}},
+    ],
+)
 def test_an_object_that_is_not_a_record_is_ignored(bad: Any) -> None:
     assert consumerstate.parse(bad, "w") is None
 
@@ -50,21 +71,23 @@ def test_an_object_that_is_not_a_record_is_ignored(bad: Any) -> None:
 def test_an_event_at_or_below_the_known_revision_is_dropped() -> None:
     known = consumerstate.Known(10, "scope")
     assert known.listed(item("a", 5))
-    assert known.listed(item("a", 5))          # a relist repeats the same revision: delivered
-    assert not known.listed(item("a", 4))      # never an older one
-    assert not known.event(item("a", 5))       # a watch event at the known revision: dropped
+    assert known.listed(item("a", 5))  # a relist repeats the same revision: delivered
+    assert not known.listed(item("a", 4))  # never an older one
+    assert not known.event(item("a", 5))  # a watch event at the known revision: dropped
     assert known.event(item("a", 6)) and known.revision(("rt-1", "team", "a")) == 6
-    assert not known.deleted(item("a", 3))     # an older deletion
+    assert not known.deleted(item("a", 3))  # an older deletion
     assert known.deleted(item("a", 7)) and len(known) == 0
-    assert known.event(item("a", 8))           # created again
+    assert known.event(item("a", 8))  # created again
 
 
 def test_a_relist_reports_the_known_keys_it_lacks_once() -> None:
     known = consumerstate.Known(10, "scope")
     for n in ("a", "b", "c"):
         known.listed(item(n, 1))
-    assert known.missing([("rt-1", "team", "b")]) == [(("rt-1", "team", "a"), "kyma-1"),
-                                                      (("rt-1", "team", "c"), "kyma-1")]
+    assert known.missing([("rt-1", "team", "b")]) == [
+        (("rt-1", "team", "a"), "kyma-1"),
+        (("rt-1", "team", "c"), "kyma-1"),
+    ]
     assert known.missing([("rt-1", "team", "b")]) == []
     assert len(known) == 1
 
@@ -88,7 +111,7 @@ def test_schedule_first_at_once_then_one_call_at_the_interval_end() -> None:
     assert s.next_at() == 110.0 and s.pending() == 1
     assert s.due(109.9) == []
     assert s.due(110.0) == ["k"]
-    s.offer("k", 125.0)                       # an interval after the last call: at once
+    s.offer("k", 125.0)  # an interval after the last call: at once
     assert s.due(125.0) == ["k"]
 
 
@@ -126,7 +149,7 @@ def test_nudger_coalesces_and_survives_a_failing_handler() -> None:
     n = consumer.Nudger(handler, 2.0, clock=clock)
     n.offer(change("bad"))
     n.offer(change("good"))
-    n.offer(change(""))                  # no Kyma CR name: not nudged
+    n.offer(change(""))  # no Kyma CR name: not nudged
     assert n.fire() is None
     assert calls == [("bad", 0.0), ("good", 0.0)] and n.failures == 1
     clock.now = 0.5
@@ -157,9 +180,17 @@ def test_memory_per_key_is_bounded() -> None:
     import tracemalloc
 
     def stored(i: int) -> Any:
-        return json.loads(json.dumps(obj(f"app-config-{i}", str(1000 + i),
-                                         runtime=f"{i % 50:036d}", kyma=f"kyma-{i % 50:036d}",
-                                         data={"value": "v" * 1000})))
+        return json.loads(
+            json.dumps(
+                obj(
+                    f"app-config-{i}",
+                    str(1000 + i),
+                    runtime=f"{i % 50:036d}",
+                    kyma=f"kyma-{i % 50:036d}",
+                    data={"value": "v" * 1000},
+                )
+            )
+        )
 
     known = consumerstate.Known(20_000, "scope")
     tracemalloc.start()
@@ -184,12 +215,24 @@ def test_an_unreachable_kcp_is_retried_with_a_growing_backoff_and_stop_ends_it()
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    kubeconfig = json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}",
-                                              "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]})
+    kubeconfig = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "c",
+            "clusters": [
+                {
+                    "name": "c",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{port}",
+                        "insecure-skip-tls-verify": True,
+                    },
+                }
+            ],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        }
+    )
     kcp = gateway.from_kubeconfig_bytes(kubeconfig, timeout=1.0)
     stop = threading.Event()
     c = consumer.Consumer(kcp, namespace="ns", watch="w", stop=stop)

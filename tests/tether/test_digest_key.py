@@ -25,20 +25,28 @@ PORT = b"5432"  # a low-entropy value: a guesser tries every port
 
 
 def digest_watch(key: bytes | None) -> watches.Watch:
-    w = watches.parse({"metadata": {"name": "creds", "generation": 1},
-                       "spec": {"resource": SECRET, "send": {"mode": "digest"}}})
+    w = watches.parse(
+        {
+            "metadata": {"name": "creds", "generation": 1},
+            "spec": {"resource": SECRET, "send": {"mode": "digest"}},
+        }
+    )
     return dataclasses.replace(w, digest_key=key)
 
 
 def secret(value: bytes) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"namespace": "app", "name": "db", "uid": "u", "resourceVersion": "3"},
-            "data": {"port": base64.b64encode(value).decode()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"namespace": "app", "name": "db", "uid": "u", "resourceVersion": "3"},
+        "data": {"port": base64.b64encode(value).decode()},
+    }
 
 
 def sent(key: bytes | None, value: bytes = PORT) -> changes.ChangeRecord:
-    return changes.from_object(secret(value), watch=digest_watch(key), runtime_id="rt-1",
-                               source="webhook")
+    return changes.from_object(
+        secret(value), watch=digest_watch(key), runtime_id="rt-1", source="webhook"
+    )
 
 
 def test_a_keyed_digest_is_the_hmac_of_the_value_under_the_runtimes_key() -> None:
@@ -73,9 +81,17 @@ def test_the_kcp_accepts_both_shapes_for_one_release(key: bytes | None) -> None:
     assert watches.violation(w, sent(key)) is None
 
 
-@pytest.mark.parametrize("value", ["hmac-sha256:" + "0" * 63, "hmac-sha256:" + "A" * 64,
-                                   "hmac-md5:" + "0" * 64, "hmac-sha256:" + "0" * 64 + "\n",
-                                   base64.b64encode(PORT).decode(), PORT.decode()])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "hmac-sha256:" + "0" * 63,
+        "hmac-sha256:" + "A" * 64,
+        "hmac-md5:" + "0" * 64,
+        "hmac-sha256:" + "0" * 64 + "\n",
+        base64.b64encode(PORT).decode(),
+        PORT.decode(),
+    ],
+)
 def test_anything_else_is_refused_as_a_digest(value: str) -> None:
     rec = sent(KEY_A)
     rec["data"] = {"port": value}
@@ -88,7 +104,8 @@ def test_the_key_never_shows_in_a_watchs_repr_nor_changes_its_equality() -> None
 
 
 def test_the_key_file_is_read_and_a_missing_or_short_one_means_unkeyed(
-        tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
     good, short = tmp_path / "digest-key", tmp_path / "short"
     good.write_bytes(KEY_A)
     short.write_bytes(b"s3cr3t-short")

@@ -24,9 +24,14 @@ def noop(**_: Any) -> None:
 
 def test_scheduler_is_paused_with_its_jobs_and_the_at_once_job_due_now() -> None:
     before = datetime.datetime.now(datetime.UTC)
-    sched = elected.scheduler([
-        elected.Job("a", noop, IntervalTrigger(seconds=3600), kwargs={"full": False}, at_once=True),
-        elected.Job("b", noop, IntervalTrigger(seconds=3600))])
+    sched = elected.scheduler(
+        [
+            elected.Job(
+                "a", noop, IntervalTrigger(seconds=3600), kwargs={"full": False}, at_once=True
+            ),
+            elected.Job("b", noop, IntervalTrigger(seconds=3600)),
+        ]
+    )
     try:
         assert sched.state == STATE_PAUSED
         a, b = sched.get_job("a"), sched.get_job("b")
@@ -41,8 +46,9 @@ def test_scheduler_is_paused_with_its_jobs_and_the_at_once_job_due_now() -> None
 
 def test_resuming_runs_the_scheduler_and_sets_the_gauge_only_while_leading() -> None:
     calls: list[object] = []
-    sched = SimpleNamespace(resume=lambda: calls.append("resume"),
-                            pause=lambda: calls.append("pause"))
+    sched = SimpleNamespace(
+        resume=lambda: calls.append("resume"), pause=lambda: calls.append("pause")
+    )
     gauge = SimpleNamespace(set=calls.append)
     lead = elected.resuming(sched, gauge)  # type: ignore[arg-type]
     lead.started()
@@ -51,10 +57,16 @@ def test_resuming_runs_the_scheduler_and_sets_the_gauge_only_while_leading() -> 
 
 
 def test_compass_runs_at_once_then_on_its_interval_and_resyncs_on_its_cron() -> None:
-    svc = SimpleNamespace(settings=SimpleNamespace(interval=30.0, resync_cron="0 3 * * *"),
-                          job=SimpleNamespace(run=noop))
+    svc = SimpleNamespace(
+        settings=SimpleNamespace(interval=30.0, resync_cron="0 3 * * *"),
+        job=SimpleNamespace(run=noop),
+    )
     interval, resync = compass_service.jobs(svc)  # type: ignore[arg-type]
-    assert (interval.id, dict(interval.kwargs), interval.at_once) == ("interval", {"full": False}, True)
+    assert (interval.id, dict(interval.kwargs), interval.at_once) == (
+        "interval",
+        {"full": False},
+        True,
+    )
     assert isinstance(interval.trigger, IntervalTrigger)
     assert interval.trigger.interval == datetime.timedelta(seconds=30)
     assert (resync.id, dict(resync.kwargs), resync.at_once) == ("resync", {"full": True}, False)
@@ -74,4 +86,6 @@ def test_the_janitors_lease_renews_within_two_thirds_of_its_duration() -> None:
     lease = janitor_main.lease(s)
     assert (lease.namespace, lease.name, lease.lease_duration) == ("ns", "j", 21.0)
     assert (lease.renew_deadline, lease.retry_period) == (14.0, 3.0)
-    assert janitor_main.lease(janitor_settings.JanitorSettings(lease_duration=2.0)).retry_period == 0.5
+    assert (
+        janitor_main.lease(janitor_settings.JanitorSettings(lease_duration=2.0)).retry_period == 0.5
+    )

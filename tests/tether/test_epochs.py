@@ -20,21 +20,25 @@ def v(rv: str, epoch: int = 0, ts: str = T0, deleted: bool = False) -> changes.V
     return changes.Version(rv, ts, deleted, epoch)
 
 
-@pytest.mark.parametrize(("stored", "incoming", "verdict"), [
-    (v("900", 0), v("5", 1), "newer"),          # a new epoch wins whatever the resourceVersions
-    (v("5", 1), v("900", 0), "stale"),          # an older epoch loses
-    (v("5", 1), v("5", 1), "duplicate"),
-    (v("5", 1), v("6", 1), "newer"),            # same epoch: today's rule
-    (v("6", 1), v("5", 1, T1), "stale"),        # an older read never overwrites a newer one
-    (v("5", 1), v("5", 1, deleted=True), "newer"),
-    (v("5", 1, deleted=True), v("5", 1), "stale"),
-    (v("²", 0), v("1", 0), "newer"),            # uninterpretable stored: replaced in its epoch
-    (v("²", 2), v("1", 1), "stale"),            # ... but a higher stored epoch still wins
-    (v("1", 0), v("²", 5), "stale"),            # uninterpretable incoming never wins
-    (v("a", 3), v("b", 3, T1), "newer"),        # same epoch, not integers: observedAt
-])
+@pytest.mark.parametrize(
+    ("stored", "incoming", "verdict"),
+    [
+        (v("900", 0), v("5", 1), "newer"),  # a new epoch wins whatever the resourceVersions
+        (v("5", 1), v("900", 0), "stale"),  # an older epoch loses
+        (v("5", 1), v("5", 1), "duplicate"),
+        (v("5", 1), v("6", 1), "newer"),  # same epoch: today's rule
+        (v("6", 1), v("5", 1, T1), "stale"),  # an older read never overwrites a newer one
+        (v("5", 1), v("5", 1, deleted=True), "newer"),
+        (v("5", 1, deleted=True), v("5", 1), "stale"),
+        (v("²", 0), v("1", 0), "newer"),  # uninterpretable stored: replaced in its epoch
+        (v("²", 2), v("1", 1), "stale"),  # ... but a higher stored epoch still wins
+        (v("1", 0), v("²", 5), "stale"),  # uninterpretable incoming never wins
+        (v("a", 3), v("b", 3, T1), "newer"),  # same epoch, not integers: observedAt
+    ],
+)
 def test_compare_orders_by_epoch_then_resource_version(
-        stored: changes.Version, incoming: changes.Version, verdict: str) -> None:
+    stored: changes.Version, incoming: changes.Version, verdict: str
+) -> None:
     assert changes.compare(stored, incoming) == verdict
 
 
@@ -44,18 +48,34 @@ def test_a_record_without_an_epoch_is_of_epoch_0() -> None:
     assert changes.version_of({**rec, "epoch": 3}).epoch == 3
 
 
-@pytest.mark.parametrize(("value", "epoch"), [
-    (None, 0), (2, 2), ("2", 2), (2.0, 2), (True, 0), (-1, 0), ("-1", 0), ("٣", 0),
-    (2**53, 0), ("9" * 17, 0), (2.5, 0), ({}, 0),
-])
+@pytest.mark.parametrize(
+    ("value", "epoch"),
+    [
+        (None, 0),
+        (2, 2),
+        ("2", 2),
+        (2.0, 2),
+        (True, 0),
+        (-1, 0),
+        ("-1", 0),
+        ("٣", 0),
+        (2**53, 0),
+        ("9" * 17, 0),
+        (2.5, 0),
+        ({}, 0),
+    ],
+)
 def test_epoch_of_is_total(value: object, epoch: int) -> None:
     assert changes.epoch_of(value) == epoch
 
 
 def test_the_schema_takes_an_optional_epoch() -> None:
-    rec = changes.from_configmap({"metadata": {"namespace": "a", "name": "b", "uid": "u",
-                                               "resourceVersion": "1"}},
-                                 runtime_id="rt", source="poller", observed_at=T0)
+    rec = changes.from_configmap(
+        {"metadata": {"namespace": "a", "name": "b", "uid": "u", "resourceVersion": "1"}},
+        runtime_id="rt",
+        source="poller",
+        observed_at=T0,
+    )
     assert "epoch" not in rec and changes.validate_record(rec) == []
     assert changes.validate_record({**rec, "epoch": 4}) == []
     for bad in (-1, "1", 1.5, True, 2**53):
@@ -65,42 +85,66 @@ def test_the_schema_takes_an_optional_epoch() -> None:
 S = epochs.State(epoch=2, identity="uid-a", lease_version="77")
 
 
-@pytest.mark.parametrize(("state", "report", "mark", "decision"), [
-    (S, epochs.Report(), 100, None),
-    (S, epochs.Report("uid-a"), 100, None),
-    (S, epochs.Report("uid-b"), 100, epochs.Decision(3, "uid-b", "identity-changed")),
-    (epochs.State(0, ""), epochs.Report("uid-a"), None,
-     epochs.Decision(0, "uid-a", "identity-recorded")),
-    # the claim: a listing after this epoch's digest came below its records
-    (S, epochs.Report("uid-a", 2, 40), 100, epochs.Decision(3, "uid-a", "history-went-back")),
-    (S, epochs.Report("", 2, 40), 100, epochs.Decision(3, "uid-a", "history-went-back")),
-    (S, epochs.Report("uid-a", 2, 100), 100, None),     # not below: nothing went back
-    (S, epochs.Report("uid-a", 2, 140), 100, None),
-    (S, epochs.Report("uid-a", 1, 40), 100, None),      # about an older epoch: answered already
-    (S, epochs.Report("uid-a", 2, 40), None, None),     # no records of the epoch: nothing to lose
-    (epochs.State(0, ""), epochs.Report("uid-a", 0, 4), 9,
-     epochs.Decision(1, "uid-a", "history-went-back")),
-])
-def test_decide(state: epochs.State, report: epochs.Report, mark: int | None,
-                decision: epochs.Decision | None) -> None:
+@pytest.mark.parametrize(
+    ("state", "report", "mark", "decision"),
+    [
+        (S, epochs.Report(), 100, None),
+        (S, epochs.Report("uid-a"), 100, None),
+        (S, epochs.Report("uid-b"), 100, epochs.Decision(3, "uid-b", "identity-changed")),
+        (
+            epochs.State(0, ""),
+            epochs.Report("uid-a"),
+            None,
+            epochs.Decision(0, "uid-a", "identity-recorded"),
+        ),
+        # the claim: a listing after this epoch's digest came below its records
+        (S, epochs.Report("uid-a", 2, 40), 100, epochs.Decision(3, "uid-a", "history-went-back")),
+        (S, epochs.Report("", 2, 40), 100, epochs.Decision(3, "uid-a", "history-went-back")),
+        (S, epochs.Report("uid-a", 2, 100), 100, None),  # not below: nothing went back
+        (S, epochs.Report("uid-a", 2, 140), 100, None),
+        (S, epochs.Report("uid-a", 1, 40), 100, None),  # about an older epoch: answered already
+        (S, epochs.Report("uid-a", 2, 40), None, None),  # no records of the epoch: nothing to lose
+        (
+            epochs.State(0, ""),
+            epochs.Report("uid-a", 0, 4),
+            9,
+            epochs.Decision(1, "uid-a", "history-went-back"),
+        ),
+    ],
+)
+def test_decide(
+    state: epochs.State, report: epochs.Report, mark: int | None, decision: epochs.Decision | None
+) -> None:
     assert epochs.decide(state, report, mark) == decision
 
 
 def test_report_of_the_query() -> None:
     assert epochs.report_of({}) == epochs.Report()
     assert epochs.report_of({"identity": "u-1"}) == epochs.Report("u-1")
-    assert epochs.report_of({"epoch": "3", "collectionResourceVersion": "120"}) == \
-        epochs.Report("", 3, 120)
-    for bad in ({"identity": "a b"}, {"identity": "x" * 129}, {"epoch": "1"},
-                {"collectionResourceVersion": "1"}, {"epoch": "x", "collectionResourceVersion": "1"},
-                {"epoch": "1", "collectionResourceVersion": "²"},
-                {"epoch": str(2**53), "collectionResourceVersion": "1"}):
+    assert epochs.report_of({"epoch": "3", "collectionResourceVersion": "120"}) == epochs.Report(
+        "", 3, 120
+    )
+    for bad in (
+        {"identity": "a b"},
+        {"identity": "x" * 129},
+        {"epoch": "1"},
+        {"collectionResourceVersion": "1"},
+        {"epoch": "x", "collectionResourceVersion": "1"},
+        {"epoch": "1", "collectionResourceVersion": "²"},
+        {"epoch": str(2**53), "collectionResourceVersion": "1"},
+    ):
         assert isinstance(epochs.report_of(bad), str), bad
 
 
 def item(name: str, rv: str, epoch: int | None, deleted: bool = False) -> changes.DigestItem:
-    it: changes.DigestItem = {"namespace": "ns", "name": name, "uid": "u-" + name,
-                              "resourceVersion": rv, "observedAt": T0, "deleted": deleted}
+    it: changes.DigestItem = {
+        "namespace": "ns",
+        "name": name,
+        "uid": "u-" + name,
+        "resourceVersion": rv,
+        "observedAt": T0,
+        "deleted": deleted,
+    }
     if epoch is not None:
         it["epoch"] = epoch
     return it
@@ -133,8 +177,12 @@ def test_after_a_new_epoch_the_diff_resends_everything_and_tombstones_the_rest()
 def test_the_report_goes_with_the_first_page_only() -> None:
     report = listenerapi.EpochReport("uid-1", 2, "120")
     first = urllib.parse.parse_qs(listenerapi.state_path("rt", 10, "", report).split("?")[1])
-    assert first == {"limit": ["10"], "identity": ["uid-1"], "epoch": ["2"],
-                     "collectionResourceVersion": ["120"]}
+    assert first == {
+        "limit": ["10"],
+        "identity": ["uid-1"],
+        "epoch": ["2"],
+        "collectionResourceVersion": ["120"],
+    }
     later = urllib.parse.parse_qs(listenerapi.state_path("rt", 10, "tok", report).split("?")[1])
     assert later == {"limit": ["10"], "continue": ["tok"]}
     only_id = listenerapi.state_path("rt", 10, "", listenerapi.EpochReport("uid-1"))
@@ -150,14 +198,26 @@ def test_answers_carry_the_epoch() -> None:
 
 def test_the_webhook_sends_again_only_what_an_older_epoch_made_stale() -> None:
     def rec(name: str, epoch: int | None) -> changes.ChangeRecord:
-        r = changes.tombstone(runtime_id="rt", namespace="ns", name=name, uid="u",
-                              resource_version="1", source="webhook", observed_at=T0)
+        r = changes.tombstone(
+            runtime_id="rt",
+            namespace="ns",
+            name=name,
+            uid="u",
+            resource_version="1",
+            source="webhook",
+            observed_at=T0,
+        )
         if epoch is not None:
             r["epoch"] = epoch
         return r
+
     recs = [rec("a", 1), rec("b", 2), rec("c", None), rec("d", 1)]
-    results = [{"outcome": "stale"}, {"outcome": "stale"}, {"outcome": "stale"},
-               {"outcome": "persisted"}]
+    results = [
+        {"outcome": "stale"},
+        {"outcome": "stale"},
+        {"outcome": "stale"},
+        {"outcome": "persisted"},
+    ]
     assert [r["name"] for r in forwarder._stale_by_epoch(recs, results, 2)] == ["a"]
 
 
@@ -178,8 +238,15 @@ class LeaseReads:
 
 
 def lease(epoch: int, identity: str = "uid-1", rv: str = "7") -> dict[str, Any]:
-    return {"metadata": {"resourceVersion": rv, "annotations": {
-        apitypes.EPOCH_ANNOTATION: str(epoch), heartbeat.ANN_IDENTITY: identity}}}
+    return {
+        "metadata": {
+            "resourceVersion": rv,
+            "annotations": {
+                apitypes.EPOCH_ANNOTATION: str(epoch),
+                heartbeat.ANN_IDENTITY: identity,
+            },
+        }
+    }
 
 
 def test_a_heartbeat_write_feeds_the_epoch_cache_so_no_read_follows() -> None:

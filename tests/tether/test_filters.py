@@ -14,30 +14,35 @@ def test_defaults_ignore_kube_system_and_tether_namespace() -> None:
     assert filters.rejection(flt, "team-a", {}) is None
 
 
-@pytest.mark.parametrize(("selector", "labels", "expected"), [
-    ("watch=true", {"watch": "true"}, True),
-    ("watch=true", {"watch": "false"}, False),
-    ("watch=true", {}, False),
-    ("watch==true", {"watch": "true"}, True),
-    ("ignore!=true", {}, True),
-    ("ignore!=true", {"ignore": "true"}, False),
-    ("ignore!=true", {"ignore": "no"}, True),
-    ("tier in (a, b)", {"tier": "b"}, True),
-    ("tier in (a,b)", {"tier": "c"}, False),
-    ("tier notin (a,b)", {}, True),
-    ("tier notin (a,b)", {"tier": "a"}, False),
-    ("example.com/watch", {"example.com/watch": ""}, True),
-    ("!example.com/skip", {"example.com/skip": "x"}, False),
-    ("!example.com/skip", {}, True),
-    ("a=1,tier in (x,y),!z", {"a": "1", "tier": "y"}, True),
-    ("a=1,tier in (x,y),!z", {"a": "1", "tier": "y", "z": ""}, False),
-    ("", {"anything": "x"}, True),
-])
+@pytest.mark.parametrize(
+    ("selector", "labels", "expected"),
+    [
+        ("watch=true", {"watch": "true"}, True),
+        ("watch=true", {"watch": "false"}, False),
+        ("watch=true", {}, False),
+        ("watch==true", {"watch": "true"}, True),
+        ("ignore!=true", {}, True),
+        ("ignore!=true", {"ignore": "true"}, False),
+        ("ignore!=true", {"ignore": "no"}, True),
+        ("tier in (a, b)", {"tier": "b"}, True),
+        ("tier in (a,b)", {"tier": "c"}, False),
+        ("tier notin (a,b)", {}, True),
+        ("tier notin (a,b)", {"tier": "a"}, False),
+        ("example.com/watch", {"example.com/watch": ""}, True),
+        ("!example.com/skip", {"example.com/skip": "x"}, False),
+        ("!example.com/skip", {}, True),
+        ("a=1,tier in (x,y),!z", {"a": "1", "tier": "y"}, True),
+        ("a=1,tier in (x,y),!z", {"a": "1", "tier": "y", "z": ""}, False),
+        ("", {"anything": "x"}, True),
+    ],
+)
 def test_selector(selector: str, labels: dict[str, str], expected: bool) -> None:
     assert filters.selector_matches(filters.parse_selector(selector), labels) is expected
 
 
-@pytest.mark.parametrize("bad", ["a=b=c", "in (x)", "tier in (a", "a,,b", "bad key!", "a=b c", "x)"])
+@pytest.mark.parametrize(
+    "bad", ["a=b=c", "in (x)", "tier in (a", "a,,b", "bad key!", "a=b c", "x)"]
+)
 def test_bad_selectors_raise(bad: str) -> None:
     with pytest.raises(filters.SelectorError):
         filters.parse_selector(bad)

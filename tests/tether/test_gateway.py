@@ -15,13 +15,25 @@ from tether import gateway
 from tether.gateway import errors
 
 
-@pytest.mark.parametrize(("status", "kind"), [
-    (400, gateway.Rejected), (413, gateway.Rejected), (422, gateway.Rejected),
-    (401, gateway.Forbidden), (403, gateway.Forbidden), (404, gateway.NotFound),
-    (409, gateway.Conflict), (410, gateway.Gone), (429, gateway.Unavailable),
-    (500, gateway.Unavailable), (503, gateway.Unavailable), (504, gateway.Unavailable),
-    (405, gateway.GatewayError), (418, gateway.GatewayError),
-])
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (400, gateway.Rejected),
+        (413, gateway.Rejected),
+        (422, gateway.Rejected),
+        (401, gateway.Forbidden),
+        (403, gateway.Forbidden),
+        (404, gateway.NotFound),
+        (409, gateway.Conflict),
+        (410, gateway.Gone),
+        (429, gateway.Unavailable),
+        (500, gateway.Unavailable),
+        (503, gateway.Unavailable),
+        (504, gateway.Unavailable),
+        (405, gateway.GatewayError),
+        (418, gateway.GatewayError),
+    ],
+)
 def test_status_maps_to_its_error(status: int, kind: type[gateway.GatewayError]) -> None:
     e = errors.translate(exceptions.ApiException(status=status), "get leases")
     assert type(e) is kind
@@ -43,21 +55,27 @@ def test_rejected_carries_the_api_reason_bounded_and_nothing_else_does() -> None
     assert len(str(e)) <= 300
     secret = json.dumps({"message": "token=s3cr3t"})
     for status in (403, 409, 500):
-        assert "s3cr3t" not in str(errors.translate(
-            exceptions.ApiException(status=status, body=secret), "op"))
-    assert str(errors.translate(exceptions.ApiException(status=422, body="<html>"), "op")) \
+        assert "s3cr3t" not in str(
+            errors.translate(exceptions.ApiException(status=status, body=secret), "op")
+        )
+    assert (
+        str(errors.translate(exceptions.ApiException(status=422, body="<html>"), "op"))
         == "op: HTTP 422"
+    )
 
 
-@pytest.mark.parametrize("exc", [
-    urllib3.exceptions.NewConnectionError(None, "refused"),  # type: ignore[arg-type]
-    urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"),  # type: ignore[arg-type]
-    urllib3.exceptions.ProtocolError("connection aborted"),
-    urllib3.exceptions.SSLError("bad handshake"),
-    ConnectionResetError(104, "reset"),
-    TimeoutError("timed out"),
-    exceptions.ApiException(status=None, reason="no answer"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        urllib3.exceptions.NewConnectionError(None, "refused"),  # type: ignore[arg-type]
+        urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"),  # type: ignore[arg-type]
+        urllib3.exceptions.ProtocolError("connection aborted"),
+        urllib3.exceptions.SSLError("bad handshake"),
+        ConnectionResetError(104, "reset"),
+        TimeoutError("timed out"),
+        exceptions.ApiException(status=None, reason="no answer"),
+    ],
+)
 def test_transport_failures_are_unavailable(exc: BaseException) -> None:
     e = errors.translate(exc, "list configmaps")
     assert type(e) is gateway.Unavailable and e.status is None
@@ -95,12 +113,17 @@ current-context: x
 
 def test_resource_paths() -> None:
     rec = gateway.Resource("tether.kyma-project.io", "v1", "runtimeconfigmaps")
-    assert rec.path("ns", "a/b", "status") == \
-        "/apis/tether.kyma-project.io/v1/namespaces/ns/runtimeconfigmaps/a%2Fb/status"
+    assert (
+        rec.path("ns", "a/b", "status")
+        == "/apis/tether.kyma-project.io/v1/namespaces/ns/runtimeconfigmaps/a%2Fb/status"
+    )
     assert gateway.CONFIGMAPS.path() == "/api/v1/configmaps"
     assert gateway.NAMESPACES.path("ignored", "team-a") == "/api/v1/namespaces/team-a"
     assert gateway.kube.list_query(label_selector="a=b", limit=5, continue_token="t") == [
-        ("labelSelector", "a=b"), ("limit", "5"), ("continue", "t")]
+        ("labelSelector", "a=b"),
+        ("limit", "5"),
+        ("continue", "t"),
+    ]
 
 
 @pytest.mark.parametrize("content", ["- a\n- b\n", "just text\n", "{}\n", "clusters: 5\n"])

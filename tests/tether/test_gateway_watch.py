@@ -23,15 +23,18 @@ RCM = apitypes.RUNTIME_CONFIGMAPS
 
 
 def test_lines_are_split_across_pieces_and_a_broken_last_line_is_dropped() -> None:
-    pieces = iter([b'{"a"', b':1}\n{"b":2}\n\n{"c"', b":3}\n{\"d\""])
+    pieces = iter([b'{"a"', b':1}\n{"b":2}\n\n{"c"', b':3}\n{"d"'])
     assert list(stream.lines(pieces, 100, "w")) == [b'{"a":1}', b'{"b":2}', b'{"c":3}']
 
 
-@pytest.mark.parametrize("pieces", [
-    [b"x" * 40],                    # one piece over the bound, no newline yet
-    [b"x" * 20, b"x" * 20, b"\n"],  # grown over the bound across pieces
-    [b"x" * 33 + b"\n"],            # a complete line over the bound
-])
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [b"x" * 40],  # one piece over the bound, no newline yet
+        [b"x" * 20, b"x" * 20, b"\n"],  # grown over the bound across pieces
+        [b"x" * 33 + b"\n"],  # a complete line over the bound
+    ],
+)
 def test_a_line_over_the_bound_is_too_large(pieces: list[bytes]) -> None:
     with pytest.raises(gateway.TooLarge, match="larger than the 32 bytes allowed"):
         list(stream.lines(iter(pieces), 32, "watch x"))
@@ -59,13 +62,19 @@ def test_error_events_are_gateway_errors_with_the_status_message() -> None:
 
 def test_watch_query() -> None:
     assert stream.query(resource_version="7", timeout_seconds=30, bookmarks=True) == [
-        ("watch", "true"), ("timeoutSeconds", "30"), ("resourceVersion", "7"),
-        ("allowWatchBookmarks", "true")]
+        ("watch", "true"),
+        ("timeoutSeconds", "30"),
+        ("resourceVersion", "7"),
+        ("allowWatchBookmarks", "true"),
+    ]
     assert stream.query(resource_version="", timeout_seconds=5, bookmarks=False) == [
-        ("watch", "true"), ("timeoutSeconds", "5")]
+        ("watch", "true"),
+        ("timeoutSeconds", "5"),
+    ]
 
 
 # -- on a real plane -------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def own() -> Iterator[tuple[controlplane.ControlPlane, gateway.Kube]]:
@@ -128,7 +137,8 @@ def test_an_http_error_is_raised_at_the_first_next(kcp: gateway.Kube) -> None:
 
 
 def test_a_closed_watch_releases_its_connection_and_stop_ends_a_blocked_one(
-        kcp: gateway.Kube) -> None:
+    kcp: gateway.Kube,
+) -> None:
     ns = consumerenv.fresh_namespace(kcp)
     store = consumerenv.Store(kcp, ns, "w")
     store.put("rt-1", "team", "a")

@@ -24,8 +24,11 @@ def _modules() -> list[pathlib.Path]:
 
 
 def test_no_product_module_is_over_600_lines() -> None:
-    long = {str(p.relative_to(ROOT)): n for p in _modules()
-            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in _modules()
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
     assert long == {}
 
 
@@ -65,6 +68,9 @@ def _imports_of_tests(tree: ast.AST) -> list[str]:
 def test_no_test_module_imports_another() -> None:
     files = [p for p in sorted((ROOT / "tests").rglob("*.py")) if p.name != "conftest.py"]
     assert len(files) > 100  # the walk found the tests
-    imports = {str(p.relative_to(ROOT)): found for p in files
-               if (found := _imports_of_tests(ast.parse(p.read_text())))}
+    imports = {
+        str(p.relative_to(ROOT)): found
+        for p in files
+        if (found := _imports_of_tests(ast.parse(p.read_text())))
+    }
     assert imports == {}, "move what is shared to testing/ (helpers) or conftest.py (fixtures)"

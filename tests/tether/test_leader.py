@@ -16,8 +16,12 @@ def stamp(at: datetime.datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def view(holder: str | None, renew: str | None = "2026-11-30T10:00:00.000000Z",
-         duration: int | None = 15, rv: str | None = "1") -> leader.LeaseView:
+def view(
+    holder: str | None,
+    renew: str | None = "2026-11-30T10:00:00.000000Z",
+    duration: int | None = 15,
+    rv: str | None = "1",
+) -> leader.LeaseView:
     return leader.LeaseView(holder, renew, duration, rv)
 
 
@@ -36,7 +40,7 @@ def test_own_lease_is_renewed() -> None:
 def test_a_foreign_lease_is_taken_only_after_its_duration_unchanged_on_our_clock() -> None:
     v = view("other")
     seen = leader.observe(None, v, 100.0)
-    assert leader.decide(v, "me", seen, 100.0, 15) == "wait"   # first sight: wait
+    assert leader.decide(v, "me", seen, 100.0, 15) == "wait"  # first sight: wait
     assert leader.decide(v, "me", seen, 114.9, 15) == "wait"
     assert leader.decide(v, "me", seen, 115.0, 15) == "acquire"
     # a Lease that names no duration: ours
@@ -50,8 +54,11 @@ def test_any_change_of_the_record_restarts_the_wait(field: str) -> None:
     v = view("other")
     seen = leader.observe(None, v, 0.0)
     assert seen is not None and leader.observe(seen, v, 14.0) is seen  # unchanged: kept
-    changed = {"holder": view("third"), "renew": view("other", renew="x"),
-               "rv": view("other", rv="2")}[field]
+    changed = {
+        "holder": view("third"),
+        "renew": view("other", renew="x"),
+        "rv": view("other", rv="2"),
+    }[field]
     later = leader.observe(seen, changed, 14.0)
     assert later is not None and later.since == 14.0
     assert leader.decide(changed, "me", later, 20.0, 15) == "wait"
@@ -63,6 +70,7 @@ def test_any_change_of_the_record_restarts_the_wait(field: str) -> None:
 def test_skewed_clocks_change_nothing(skew_s: int) -> None:
     """A holder that renews every 2 s with its wall clock ``skew_s`` off ours: a follower
     never takes the live Lease, and takes it 15 s (its own) after the last renewal."""
+
     def decisions(skew: int) -> list[str]:
         seen: leader.Observed | None = None
         out: list[str] = []

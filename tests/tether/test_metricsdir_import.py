@@ -18,6 +18,7 @@ pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers
 def test_webhook_entry_point_imports_no_prometheus_client_before_the_folder() -> None:
     entry = "webhook.main"
     code = f"import sys, {entry}; print('prometheus_client' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert done.stdout.strip() == "False", f"{entry} imports prometheus_client at import time"

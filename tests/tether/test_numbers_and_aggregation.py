@@ -11,11 +11,27 @@ import pytest
 from tether import logs, numbers
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("0", 0), ("12", 12), ("00042", 42), ("9" * 20, int("9" * 20)),
-    ("²", None), ("١٢٣", None), ("１２", None), ("12\n", None), (" 1", None), ("+1", None),
-    ("-1", None), ("1_0", None), ("", None), ("9" * 21, None), (5, None), (None, None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("0", 0),
+        ("12", 12),
+        ("00042", 42),
+        ("9" * 20, int("9" * 20)),
+        ("²", None),
+        ("١٢٣", None),
+        ("１２", None),
+        ("12\n", None),
+        (" 1", None),
+        ("+1", None),
+        ("-1", None),
+        ("1_0", None),
+        ("", None),
+        ("9" * 21, None),
+        (5, None),
+        (None, None),
+    ],
+)
 def test_ascii_int_accepts_only_ascii_digits(text: object, expected: int | None) -> None:
     assert numbers.ascii_int(text) == expected
 
@@ -48,7 +64,10 @@ def test_aggregated_writes_first_event_then_one_summary_per_interval() -> None:
     agg.record("no_certificate", status=401)
     lines = [json.loads(x) for x in out.getvalue().splitlines()]
     assert [(x["event"], x["count"]) for x in lines] == [
-        ("refused", 1), ("refused_aggregated", 999), ("refused", 1)]
+        ("refused", 1),
+        ("refused_aggregated", 999),
+        ("refused", 1),
+    ]
 
 
 def test_aggregated_flush_writes_pending_counts_per_key() -> None:
@@ -69,6 +88,7 @@ def test_a_resource_version_is_read_one_way_everywhere() -> None:
     and a 5,000-digit string raised ValueError from int())."""
     from listener.fleet import summaryobject
     from tether import consumerstate
+
     for read in (numbers.revision_of, summaryobject.revision_of, consumerstate.revision_of):
         assert read({"resourceVersion": "123"}) == 123
         assert read({"resourceVersion": "١٢٣"}) is None

@@ -17,12 +17,16 @@ def test_readiness_is_cached_failures_too_and_names_the_check() -> None:
         calls.append(1)
         return state["ca"]
 
-    probes = ops.Probes(cache_seconds=2.0, retry_after=5, clock=lambda: now[0]).ready("client-ca", ca)
+    probes = ops.Probes(cache_seconds=2.0, retry_after=5, clock=lambda: now[0]).ready(
+        "client-ca", ca
+    )
     c = ops.create_app("t", probes, lambda: b"").test_client()
     r = c.get("/readyz")
     assert r.status_code == 503 and r.headers["Retry-After"] == "5"
-    assert r.json == {"error": "not ready",
-                      "details": [{"check": "client-ca", "message": "cannot load ca.pem: ValueError"}]}
+    assert r.json == {
+        "error": "not ready",
+        "details": [{"check": "client-ca", "message": "cannot load ca.pem: ValueError"}],
+    }
     state["ca"] = None
     assert c.get("/readyz").status_code == 503 and len(calls) == 1  # the failure is cached
     now[0] = 2.5
@@ -33,15 +37,20 @@ def test_liveness_fails_healthz_and_readyz_a_raising_check_is_a_problem() -> Non
     def boom() -> str | None:
         raise RuntimeError("secret detail")
 
-    probes = ops.Probes(cache_seconds=0).live("scheduler", lambda: "scheduler not running") \
+    probes = (
+        ops.Probes(cache_seconds=0)
+        .live("scheduler", lambda: "scheduler not running")
         .ready("kcp", boom)
+    )
     c = ops.create_app("t", probes, lambda: b"").test_client()
     r = c.get("/healthz")
     assert r.status_code == 503 and r.json["details"] == [
-        {"check": "scheduler", "message": "scheduler not running"}]
+        {"check": "scheduler", "message": "scheduler not running"}
+    ]
     assert c.get("/readyz").json["details"] == [
         {"check": "scheduler", "message": "scheduler not running"},
-        {"check": "kcp", "message": "check failed: RuntimeError"}]
+        {"check": "kcp", "message": "check failed: RuntimeError"},
+    ]
 
 
 def test_errors_are_json_never_html_nor_a_traceback() -> None:
@@ -52,7 +61,11 @@ def test_errors_are_json_never_html_nor_a_traceback() -> None:
         raise RuntimeError("a detail for the log only")
 
     c = app.test_client()
-    for path, method, status in (("/nope", "GET", 404), ("/healthz", "POST", 405), ("/boom", "GET", 500)):
+    for path, method, status in (
+        ("/nope", "GET", 404),
+        ("/healthz", "POST", 405),
+        ("/boom", "GET", 500),
+    ):
         r = c.open(path, method=method)
         assert r.status_code == status and r.mimetype == "application/json", path
         assert set(r.json) == {"error", "details"}

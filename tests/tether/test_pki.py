@@ -59,18 +59,26 @@ def test_client_certificate_domain_is_normalized(ca: certs.CertificateAuthority)
     assert certs.dns_sans(pair.cert) == ["c-1.kyma.example.com"]
 
 
-@pytest.mark.parametrize("runtime_id, domain, lifetime, now, problem", [
-    ("", "a.example.com", LIFETIME, NOW, "runtime ID"),
-    ("rt/1", "a.example.com", LIFETIME, NOW, "runtime ID"),
-    ("rt-1", "", LIFETIME, NOW, "not a DNS name"),
-    ("rt-1", "a..example.com", LIFETIME, NOW, "not a DNS name"),
-    ("rt-1", "*.example.com", LIFETIME, NOW, "not a DNS name"),
-    ("rt-1", "a.example.com", datetime.timedelta(0), NOW, "lifetime must be positive"),
-    ("rt-1", "a.example.com", LIFETIME, NOW.replace(tzinfo=None), "timezone-aware"),
-])
-def test_client_certificate_refuses(ca: certs.CertificateAuthority, runtime_id: str, domain: str,
-                                    lifetime: datetime.timedelta, now: datetime.datetime,
-                                    problem: str) -> None:
+@pytest.mark.parametrize(
+    "runtime_id, domain, lifetime, now, problem",
+    [
+        ("", "a.example.com", LIFETIME, NOW, "runtime ID"),
+        ("rt/1", "a.example.com", LIFETIME, NOW, "runtime ID"),
+        ("rt-1", "", LIFETIME, NOW, "not a DNS name"),
+        ("rt-1", "a..example.com", LIFETIME, NOW, "not a DNS name"),
+        ("rt-1", "*.example.com", LIFETIME, NOW, "not a DNS name"),
+        ("rt-1", "a.example.com", datetime.timedelta(0), NOW, "lifetime must be positive"),
+        ("rt-1", "a.example.com", LIFETIME, NOW.replace(tzinfo=None), "timezone-aware"),
+    ],
+)
+def test_client_certificate_refuses(
+    ca: certs.CertificateAuthority,
+    runtime_id: str,
+    domain: str,
+    lifetime: datetime.timedelta,
+    now: datetime.datetime,
+    problem: str,
+) -> None:
     with pytest.raises(pki.PKIError, match=problem):
         pki.client_certificate(ca, runtime_id, domain, lifetime, now)
 
@@ -81,8 +89,9 @@ def test_leaf_never_outlives_its_ca() -> None:
     pair = pki.client_certificate(short, "rt-1", "a.example.com", LIFETIME, now)
     assert pair.cert.not_valid_after_utc == short.cert.not_valid_after_utc
     with pytest.raises(pki.PKIError, match="expired"):
-        pki.client_certificate(short, "rt-1", "a.example.com", LIFETIME,
-                               short.cert.not_valid_after_utc)
+        pki.client_certificate(
+            short, "rt-1", "a.example.com", LIFETIME, short.cert.not_valid_after_utc
+        )
 
 
 def test_serving_certificate(ca: certs.CertificateAuthority) -> None:
@@ -121,24 +130,28 @@ def test_renewal_boundaries(ca: certs.CertificateAuthority, client: certs.KeyPai
     assert pki.needs_renewal(pem, ca, end + DAY) == "expired"
 
 
-@pytest.mark.parametrize("pem, reason", [
-    (None, "missing"),
-    (b"", "missing"),
-    (b"not a certificate", "unreadable"),
-    (b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "unreadable"),
-])
-def test_missing_and_unreadable(ca: certs.CertificateAuthority, pem: bytes | None,
-                                reason: str) -> None:
+@pytest.mark.parametrize(
+    "pem, reason",
+    [
+        (None, "missing"),
+        (b"", "missing"),
+        (b"not a certificate", "unreadable"),
+        (b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "unreadable"),
+    ],
+)
+def test_missing_and_unreadable(
+    ca: certs.CertificateAuthority, pem: bytes | None, reason: str
+) -> None:
     assert pki.needs_renewal(pem, ca, NOW) == reason
 
 
-def test_a_key_is_not_a_certificate(ca: certs.CertificateAuthority,
-                                    client: certs.KeyPair) -> None:
+def test_a_key_is_not_a_certificate(ca: certs.CertificateAuthority, client: certs.KeyPair) -> None:
     assert pki.needs_renewal(client.key_pem, ca, NOW) == "unreadable"
 
 
-def test_foreign_issuer(ca: certs.CertificateAuthority, other_ca: certs.CertificateAuthority,
-                        client: certs.KeyPair) -> None:
+def test_foreign_issuer(
+    ca: certs.CertificateAuthority, other_ca: certs.CertificateAuthority, client: certs.KeyPair
+) -> None:
     assert pki.needs_renewal(client.cert_pem, other_ca, NOW) == "foreign_issuer"
     assert pki.needs_renewal(client.cert_pem, other_ca.cert, NOW) == "foreign_issuer"
     assert pki.needs_renewal(client.cert_pem, [], NOW) == "foreign_issuer"
@@ -147,8 +160,9 @@ def test_foreign_issuer(ca: certs.CertificateAuthority, other_ca: certs.Certific
     assert pki.needs_renewal(client.cert_pem, ca.cert, NOW) is None
 
 
-def test_same_name_other_key_is_foreign(ca: certs.CertificateAuthority,
-                                        client: certs.KeyPair) -> None:
+def test_same_name_other_key_is_foreign(
+    ca: certs.CertificateAuthority, client: certs.KeyPair
+) -> None:
     """The signature decides, not the issuer's name."""
     impostor = certs.CertificateAuthority.create("watcher-ca", CA_LIFETIME)
     assert impostor.cert.subject == ca.cert.subject
@@ -159,18 +173,33 @@ def test_subject_changed(ca: certs.CertificateAuthority, client: certs.KeyPair) 
     pem = client.cert_pem
     kw = {"runtime_id": "rt-1", "domain": "c-1.kyma.example.com"}
     assert pki.needs_renewal(pem, ca, NOW, **kw) is None
-    assert pki.needs_renewal(pem, ca, NOW, runtime_id="rt-1", domain="C-1.KYMA.example.com.") is None
+    assert (
+        pki.needs_renewal(pem, ca, NOW, runtime_id="rt-1", domain="C-1.KYMA.example.com.") is None
+    )
     assert pki.needs_renewal(pem, ca, NOW, runtime_id="rt-2") == "subject_changed"
     assert pki.needs_renewal(pem, ca, NOW, domain="c-2.kyma.example.com") == "subject_changed"
 
 
 def test_extra_san_is_a_changed_subject(ca: certs.CertificateAuthority) -> None:
-    two = ca.issue("rt-1", dns_names=["a.example.com", "b.example.com"], client=True,
-                   not_before=NOW, validity=LIFETIME)
-    ip = ca.issue("rt-1", dns_names=["a.example.com"], ip_addresses=["10.0.0.1"], client=True,
-                  not_before=NOW, validity=LIFETIME)
+    two = ca.issue(
+        "rt-1",
+        dns_names=["a.example.com", "b.example.com"],
+        client=True,
+        not_before=NOW,
+        validity=LIFETIME,
+    )
+    ip = ca.issue(
+        "rt-1",
+        dns_names=["a.example.com"],
+        ip_addresses=["10.0.0.1"],
+        client=True,
+        not_before=NOW,
+        validity=LIFETIME,
+    )
     for pair in (two, ip):
-        assert pki.needs_renewal(pair.cert_pem, ca, NOW, domain="a.example.com") == "subject_changed"
+        assert (
+            pki.needs_renewal(pair.cert_pem, ca, NOW, domain="a.example.com") == "subject_changed"
+        )
         assert pki.needs_renewal(pair.cert_pem, ca, NOW) is None
 
 
@@ -185,9 +214,9 @@ def test_subject_before_time(ca: certs.CertificateAuthority, client: certs.KeyPa
     assert pki.needs_renewal(client.cert_pem, ca, late, runtime_id="x") == "subject_changed"
 
 
-def test_first_certificate_of_a_chain_counts(ca: certs.CertificateAuthority,
-                                             other_ca: certs.CertificateAuthority,
-                                             client: certs.KeyPair) -> None:
+def test_first_certificate_of_a_chain_counts(
+    ca: certs.CertificateAuthority, other_ca: certs.CertificateAuthority, client: certs.KeyPair
+) -> None:
     assert pki.needs_renewal(client.cert_pem + ca.cert_pem, ca, NOW) is None
     foreign = pki.client_certificate(other_ca, "rt-1", "c-1.kyma.example.com", LIFETIME, NOW)
     assert pki.needs_renewal(foreign.cert_pem + client.cert_pem, ca, NOW) == "foreign_issuer"
@@ -209,22 +238,23 @@ def test_ca_needs_rollover(ca: certs.CertificateAuthority) -> None:
 
 
 @pytest.mark.parametrize("fraction", [0, -0.5, 1.5])
-def test_ca_needs_rollover_fraction_bounds(ca: certs.CertificateAuthority,
-                                           fraction: float) -> None:
+def test_ca_needs_rollover_fraction_bounds(ca: certs.CertificateAuthority, fraction: float) -> None:
     with pytest.raises(pki.PKIError, match="fraction"):
         pki.ca_needs_rollover(ca.cert, NOW, fraction)
 
 
-def test_trust_bundle_current_first(ca: certs.CertificateAuthority,
-                                    other_ca: certs.CertificateAuthority) -> None:
+def test_trust_bundle_current_first(
+    ca: certs.CertificateAuthority, other_ca: certs.CertificateAuthority
+) -> None:
     bundle = x509.load_pem_x509_certificates(pki.trust_bundle(ca.cert, other_ca.cert))
     assert bundle == [ca.cert, other_ca.cert]
     assert pki.trust_bundle(ca.cert, None) == ca.cert_pem
     assert pki.trust_bundle(ca.cert, ca.cert) == ca.cert_pem
 
 
-def test_rollover_complete(ca: certs.CertificateAuthority, other_ca: certs.CertificateAuthority,
-                           client: certs.KeyPair) -> None:
+def test_rollover_complete(
+    ca: certs.CertificateAuthority, other_ca: certs.CertificateAuthority, client: certs.KeyPair
+) -> None:
     old = pki.client_certificate(other_ca, "rt-2", "c-2.kyma.example.com", LIFETIME, NOW)
     new = pki.client_certificate(ca, "rt-2", "c-2.kyma.example.com", LIFETIME, NOW)
     assert pki.rollover_complete({}, ca)
@@ -232,8 +262,9 @@ def test_rollover_complete(ca: certs.CertificateAuthority, other_ca: certs.Certi
     assert pki.rollover_complete({"rt-1": client.cert_pem, "rt-2": new.cert_pem}, ca.cert)
     assert not pki.rollover_complete({"rt-1": client.cert_pem, "rt-2": old.cert_pem}, ca)
     # a runtime without a certificate (or with one no CA accepts) does not block
-    assert pki.rollover_complete({"rt-1": client.cert_pem, "rt-2": None, "rt-3": b"",
-                                  "rt-4": b"garbage"}, ca)
+    assert pki.rollover_complete(
+        {"rt-1": client.cert_pem, "rt-2": None, "rt-3": b"", "rt-4": b"garbage"}, ca
+    )
     assert not pki.rollover_complete({"rt-2": None, "rt-3": old.cert_pem}, ca)
 
 
@@ -262,8 +293,15 @@ def test_describe_client(ca: certs.CertificateAuthority, client: certs.KeyPair) 
 def test_describe_ca_server_and_ips(ca: certs.CertificateAuthority) -> None:
     assert pki.describe(ca.cert, NOW)["is_ca"] is True
     assert pki.describe(ca.cert, NOW)["extended_key_usages"] == []
-    both = ca.issue("svc", dns_names=["svc.example.com"], ip_addresses=["127.0.0.1", "::1"],
-                    server=True, client=True, not_before=NOW, validity=DAY)
+    both = ca.issue(
+        "svc",
+        dns_names=["svc.example.com"],
+        ip_addresses=["127.0.0.1", "::1"],
+        server=True,
+        client=True,
+        not_before=NOW,
+        validity=DAY,
+    )
     d = pki.describe(both.cert, NOW + 2 * DAY)
     assert d["ip_addresses"] == ["127.0.0.1", "::1"]
     assert d["extended_key_usages"] == ["serverAuth", "clientAuth"]
@@ -295,11 +333,15 @@ def test_secret_round_trip(ca: certs.CertificateAuthority) -> None:
     assert pki.ca_secret_data(current, previous) == data
 
 
-def test_secret_round_trip_in_rollover(ca: certs.CertificateAuthority,
-                                       other_ca: certs.CertificateAuthority) -> None:
+def test_secret_round_trip_in_rollover(
+    ca: certs.CertificateAuthority, other_ca: certs.CertificateAuthority
+) -> None:
     data = pki.ca_secret_data(ca, other_ca.cert)
-    assert data == {"tls.crt": ca.cert_pem, "tls.key": ca.key_pem,
-                    "previous.crt": other_ca.cert_pem}
+    assert data == {
+        "tls.crt": ca.cert_pem,
+        "tls.key": ca.key_pem,
+        "previous.crt": other_ca.cert_pem,
+    }
     current, previous = pki.load_ca_secret(data)
     assert current.cert == ca.cert and previous == other_ca.cert
     assert pki.ca_secret_data(current, previous) == data
@@ -312,12 +354,16 @@ def test_secret_round_trip_in_rollover(ca: certs.CertificateAuthority,
 
 
 def _encrypted(ca: certs.CertificateAuthority) -> bytes:
-    return ca.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.BestAvailableEncryption(b"secret"))
+    return ca.key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret"),
+    )
 
 
-def _bad_secrets(ca: certs.CertificateAuthority, other: certs.CertificateAuthority
-                 ) -> list[tuple[str, dict[str, bytes], str]]:
+def _bad_secrets(
+    ca: certs.CertificateAuthority, other: certs.CertificateAuthority
+) -> list[tuple[str, dict[str, bytes], str]]:
     good = {"tls.crt": ca.cert_pem, "tls.key": ca.key_pem}
     leaf = ca.issue("leaf", client=True)
     return [
@@ -336,8 +382,9 @@ def _bad_secrets(ca: certs.CertificateAuthority, other: certs.CertificateAuthori
     ]
 
 
-def test_secret_errors(ca: certs.CertificateAuthority,
-                       other_ca: certs.CertificateAuthority) -> None:
+def test_secret_errors(
+    ca: certs.CertificateAuthority, other_ca: certs.CertificateAuthority
+) -> None:
     for case, data, problem in _bad_secrets(ca, other_ca):
         with pytest.raises(pki.PKIError) as raised:
             pki.load_ca_secret(data)
@@ -348,9 +395,11 @@ def test_secret_errors(ca: certs.CertificateAuthority,
         assert isinstance(raised.value, ValueError)
 
 
-def test_load_ca_names_its_sources(ca: certs.CertificateAuthority,
-                                   other_ca: certs.CertificateAuthority) -> None:
-    with pytest.raises(pki.PKIError, match="^/ca/ca.key does not match the certificate in "
-                       "/ca/ca.crt$"):
+def test_load_ca_names_its_sources(
+    ca: certs.CertificateAuthority, other_ca: certs.CertificateAuthority
+) -> None:
+    with pytest.raises(
+        pki.PKIError, match="^/ca/ca.key does not match the certificate in /ca/ca.crt$"
+    ):
         pki.load_ca(ca.cert_pem, other_ca.key_pem, "/ca/ca.crt", "/ca/ca.key")
     assert pki.load_ca(ca.cert_pem, ca.key_pem).cert == ca.cert

@@ -29,7 +29,9 @@ def locked(path: Path) -> dict[str, tuple[str, list[str]]]:
         (pin,) = req.specifier
         assert pin.operator == "==", raw
         hashes = [o for o in options if o.startswith("--hash=")]
-        assert hashes and all(HASH.fullmatch(h) for h in hashes), f"{path.name}: {spec} has no sha256"
+        assert hashes and all(HASH.fullmatch(h) for h in hashes), (
+            f"{path.name}: {spec} has no sha256"
+        )
         assert len(hashes) == len(options), raw
         pins[canonicalize_name(req.name)] = (pin.version, hashes)
     return pins
@@ -68,14 +70,18 @@ def test_build_lock_pins_what_requirements_build_names() -> None:
 def test_no_machine_specific_source_in_the_locks() -> None:
     for name in ("requirements.lock", "requirements-build.lock"):
         text = (ROOT / name).read_text()
-        assert not re.search(r"^\s*--(index-url|extra-index-url|find-links|trusted-host)",
-                             text, re.M), name
+        assert not re.search(
+            r"^\s*--(index-url|extra-index-url|find-links|trusted-host)", text, re.M
+        ), name
         assert "/opt/" not in text and "/home/" not in text, name
 
 
 def test_the_image_installs_only_hashed_packages() -> None:
-    steps = [s for s in re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text()).splitlines()
-             if s.startswith("RUN ") and "pip install" in s]
+    steps = [
+        s
+        for s in re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text()).splitlines()
+        if s.startswith("RUN ") and "pip install" in s
+    ]
     hashed, local = steps
     assert "--require-hashes" in hashed and "--no-deps" in hashed
     assert "-r requirements.lock" in hashed and "-r requirements-build.lock" in hashed

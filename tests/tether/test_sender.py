@@ -13,9 +13,14 @@ from tether import changes, listenerapi, sender
 
 def _rec(name: str, data: str = "v") -> changes.ChangeRecord:
     return changes.from_configmap(
-        {"metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": "7"},
-         "data": {"k": data}},
-        runtime_id="rt", source="webhook", observed_at="2026-11-30T10:00:00.000000Z")
+        {
+            "metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": "7"},
+            "data": {"k": data},
+        },
+        runtime_id="rt",
+        source="webhook",
+        observed_at="2026-11-30T10:00:00.000000Z",
+    )
 
 
 def test_ok_carries_results() -> None:
@@ -103,7 +108,9 @@ def test_changes_body_single_or_batch() -> None:
 def test_paths_quote_the_runtime_id() -> None:
     assert listenerapi.changes_path("rt-1") == "/v1/runtimes/rt-1/changes"
     assert listenerapi.state_path("rt-1", 10, "") == "/v1/runtimes/rt-1/state?limit=10"
-    assert listenerapi.state_path("rt-1", 10, "a b") == "/v1/runtimes/rt-1/state?limit=10&continue=a+b"
+    assert (
+        listenerapi.state_path("rt-1", 10, "a b") == "/v1/runtimes/rt-1/state?limit=10&continue=a+b"
+    )
 
 
 def test_a_failed_certificate_check_is_named() -> None:
@@ -128,4 +135,6 @@ def test_a_refused_client_certificate_is_named() -> None:
     alert = ssl.SSLError(1, "[SSL: TLSV1_ALERT_CERTIFICATE_EXPIRED] alert")
     alert.reason = "TLSV1_ALERT_CERTIFICATE_EXPIRED"
     out = sender.transport_failure(requests.exceptions.SSLError(alert))
-    assert out.error == "SSLError: the peer refused our certificate (tlsv1_alert_certificate_expired)"
+    assert (
+        out.error == "SSLError: the peer refused our certificate (tlsv1_alert_certificate_expired)"
+    )

@@ -52,39 +52,68 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def valid_env(part: str, f: dict[str, str]) -> dict[str, str]:
     port = str(_free_port())
     if part in ("webhook", "poller"):
-        env = {"TETHER_RUNTIME_ID": "rt-1", "TETHER_LISTENER_URL": "https://127.0.0.1:1",
-               "TETHER_LISTENER_CA_FILE": f["ca.crt"], "TETHER_CLIENT_CERT_FILE": f["client.crt"],
-               "TETHER_CLIENT_KEY_FILE": f["client.key"], "TETHER_KUBECONFIG": f["kubeconfig"]}
+        env = {
+            "TETHER_RUNTIME_ID": "rt-1",
+            "TETHER_LISTENER_URL": "https://127.0.0.1:1",
+            "TETHER_LISTENER_CA_FILE": f["ca.crt"],
+            "TETHER_CLIENT_CERT_FILE": f["client.crt"],
+            "TETHER_CLIENT_KEY_FILE": f["client.key"],
+            "TETHER_KUBECONFIG": f["kubeconfig"],
+        }
         if part == "webhook":
-            env |= {"TETHER_WEBHOOK_CERT_FILE": f["tls.crt"], "TETHER_WEBHOOK_KEY_FILE": f["tls.key"],
-                    "TETHER_WEBHOOK_BIND": f"127.0.0.1:{port}"}
+            env |= {
+                "TETHER_WEBHOOK_CERT_FILE": f["tls.crt"],
+                "TETHER_WEBHOOK_KEY_FILE": f["tls.key"],
+                "TETHER_WEBHOOK_BIND": f"127.0.0.1:{port}",
+            }
         else:
             env |= {"TETHER_POLLER_BIND": f"127.0.0.1:{port}"}
         return env
     if part == "listener":
-        return {"TETHER_LISTENER_TLS_CERT_FILE": f["tls.crt"], "TETHER_LISTENER_TLS_KEY_FILE": f["tls.key"],
-                "TETHER_LISTENER_CLIENT_CA_FILE": f["ca.crt"], "TETHER_LISTENER_KUBECONFIG": f["kubeconfig"],
-                "TETHER_LISTENER_BIND": f"127.0.0.1:{port}",
-                "TETHER_LISTENER_OPS_BIND": f"127.0.0.1:{_free_port()}"}
+        return {
+            "TETHER_LISTENER_TLS_CERT_FILE": f["tls.crt"],
+            "TETHER_LISTENER_TLS_KEY_FILE": f["tls.key"],
+            "TETHER_LISTENER_CLIENT_CA_FILE": f["ca.crt"],
+            "TETHER_LISTENER_KUBECONFIG": f["kubeconfig"],
+            "TETHER_LISTENER_BIND": f"127.0.0.1:{port}",
+            "TETHER_LISTENER_OPS_BIND": f"127.0.0.1:{_free_port()}",
+        }
     if part == "janitor":
-        return {"TETHER_LISTENER_KUBECONFIG": f["kubeconfig"],
-                "TETHER_LISTENER_JANITOR_BIND": f"127.0.0.1:{port}"}
+        return {
+            "TETHER_LISTENER_KUBECONFIG": f["kubeconfig"],
+            "TETHER_LISTENER_JANITOR_BIND": f"127.0.0.1:{port}",
+        }
     if part == "injector":
-        return {"TETHER_INJECTOR_KUBECONFIG": f["kubeconfig"],
-                "TETHER_INJECTOR_BIND": f"127.0.0.1:{port}"}
+        return {
+            "TETHER_INJECTOR_KUBECONFIG": f["kubeconfig"],
+            "TETHER_INJECTOR_BIND": f"127.0.0.1:{port}",
+        }
     assert part == "compass"
-    return {"TETHER_COMPASS_DIRECTOR_URL": "https://127.0.0.1:1/graphql",
-            "TETHER_COMPASS_OAUTH_TOKEN_URL": "https://127.0.0.1:1/token",
-            "TETHER_COMPASS_OAUTH_CLIENT_ID": "id", "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": f["secret"],
-            "TETHER_COMPASS_DIRECTOR_CA_FILE": f["ca.crt"], "TETHER_COMPASS_KUBECONFIG": f["kubeconfig"],
-            "TETHER_COMPASS_BIND": f"127.0.0.1:{port}"}
+    return {
+        "TETHER_COMPASS_DIRECTOR_URL": "https://127.0.0.1:1/graphql",
+        "TETHER_COMPASS_OAUTH_TOKEN_URL": "https://127.0.0.1:1/token",
+        "TETHER_COMPASS_OAUTH_CLIENT_ID": "id",
+        "TETHER_COMPASS_OAUTH_CLIENT_SECRET_FILE": f["secret"],
+        "TETHER_COMPASS_DIRECTOR_CA_FILE": f["ca.crt"],
+        "TETHER_COMPASS_KUBECONFIG": f["kubeconfig"],
+        "TETHER_COMPASS_BIND": f"127.0.0.1:{port}",
+    }
 
 
 def run(part: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    keep = {k: v for k, v in os.environ.items()
-            if not k.startswith("TETHER_") and k not in ("KUBECONFIG", "PROMETHEUS_MULTIPROC_DIR")}
-    return subprocess.run([sys.executable, "-m", "tether.cli", part, *args], cwd=ROOT,
-                          env={**keep, **env}, capture_output=True, text=True, timeout=60)
+    keep = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("TETHER_") and k not in ("KUBECONFIG", "PROMETHEUS_MULTIPROC_DIR")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "tether.cli", part, *args],
+        cwd=ROOT,
+        env={**keep, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 # (part, kind, variable, value: a literal, or "@name" for one of the files)
@@ -136,6 +165,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def outcomes(files: dict[str, str]) -> dict[tuple[str, str], subprocess.CompletedProcess[str]]:
     """Every case's process, run side by side (each is a fresh interpreter: ~1 s)."""
+
     def one(case: tuple[str, str, str, str]) -> subprocess.CompletedProcess[str]:
         part, _, variable, value = case
         env = valid_env(part, files)
@@ -146,11 +176,16 @@ def outcomes(files: dict[str, str]) -> dict[tuple[str, str], subprocess.Complete
         return dict(zip([(c[0], c[1]) for c in CASES], pool.map(one, CASES), strict=True))
 
 
-@pytest.mark.parametrize(("part", "kind", "variable", "value"), CASES,
-                         ids=[f"{c[0]}-{c[1]}" for c in CASES])
+@pytest.mark.parametrize(
+    ("part", "kind", "variable", "value"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES]
+)
 def test_a_bad_value_stops_the_part_with_one_line(
-        outcomes: dict[tuple[str, str], subprocess.CompletedProcess[str]], part: str, kind: str,
-        variable: str, value: str) -> None:
+    outcomes: dict[tuple[str, str], subprocess.CompletedProcess[str]],
+    part: str,
+    kind: str,
+    variable: str,
+    value: str,
+) -> None:
     done = outcomes[part, kind]
     lines = done.stderr.splitlines()
     assert done.returncode == 2, done.stderr
@@ -158,7 +193,9 @@ def test_a_bad_value_stops_the_part_with_one_line(
     assert "Traceback" not in done.stderr and done.stdout == ""
 
 
-@pytest.mark.parametrize("part", ["webhook", "listener", "janitor", "poller", "compass", "injector"])
+@pytest.mark.parametrize(
+    "part", ["webhook", "listener", "janitor", "poller", "compass", "injector"]
+)
 def test_a_valid_environment_passes_the_checks(files: dict[str, str], part: str) -> None:
     done = run(part, valid_env(part, files), "--check")
     assert (done.returncode, done.stdout, done.stderr) == (0, f"tether {part}: settings ok\n", "")
@@ -169,7 +206,9 @@ def test_the_compass_kubeconfig_flag_still_works(files: dict[str, str]) -> None:
     env = valid_env("compass", files)
     del env["TETHER_COMPASS_KUBECONFIG"]
     done = run("compass", env, "--kubeconfig", files["ca.crt"], "--check")
-    assert done.returncode == 2 and done.stderr.startswith("tether compass: TETHER_COMPASS_KUBECONFIG: ")
+    assert done.returncode == 2 and done.stderr.startswith(
+        "tether compass: TETHER_COMPASS_KUBECONFIG: "
+    )
 
 
 @pytest.mark.processes
@@ -182,4 +221,8 @@ def test_help_shows_every_option_and_version() -> None:
         head = f"  {o.name}" + (f" ({o.flag})" if o.flag else "")
         assert f"{head}  default: {o.default_text()}" in done.stdout
     done = run("--version", {})
-    assert done.returncode == 0 and done.stdout.startswith("tether ") and done.stdout.strip() != "tether"
+    assert (
+        done.returncode == 0
+        and done.stdout.startswith("tether ")
+        and done.stdout.strip() != "tether"
+    )

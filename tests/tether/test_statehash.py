@@ -9,8 +9,14 @@ from tether import statehash
 
 
 def item(ns: str, name: str, rv: str, deleted: bool = False, epoch: int | None = None) -> dict:
-    out: dict = {"namespace": ns, "name": name, "uid": "u", "resourceVersion": rv,
-                 "observedAt": "2026-01-01T00:00:00Z", "deleted": deleted}
+    out: dict = {
+        "namespace": ns,
+        "name": name,
+        "uid": "u",
+        "resourceVersion": rv,
+        "observedAt": "2026-01-01T00:00:00Z",
+        "deleted": deleted,
+    }
     if epoch is not None:
         out["epoch"] = epoch
     return out
@@ -21,8 +27,9 @@ def test_buckets_spread_keys_evenly() -> None:
     spread = statehash.spread(keys)
     mean = len(keys) / statehash.BUCKETS
     assert min(spread) > 0.8 * mean and max(spread) < 1.2 * mean
-    assert statehash.bucket_of("a", "bc") != statehash.bucket_of("ab", "c") or \
-        statehash.item_hash("a", "bc", "1") != statehash.item_hash("ab", "c", "1")
+    assert statehash.bucket_of("a", "bc") != statehash.bucket_of("ab", "c") or statehash.item_hash(
+        "a", "bc", "1"
+    ) != statehash.item_hash("ab", "c", "1")
 
 
 def test_fold_is_order_independent_and_tombstones_are_absence() -> None:
@@ -42,17 +49,26 @@ def test_fold_is_order_independent_and_tombstones_are_absence() -> None:
 
 
 def test_epoch_zero_agrees_with_no_epoch_and_others_differ() -> None:
-    assert statehash.live_item(item("n", "c", "5")) == statehash.live_item(item("n", "c", "5", epoch=0))
-    assert statehash.live_item(item("n", "c", "5")) != statehash.live_item(item("n", "c", "5", epoch=1))
+    assert statehash.live_item(item("n", "c", "5")) == statehash.live_item(
+        item("n", "c", "5", epoch=0)
+    )
+    assert statehash.live_item(item("n", "c", "5")) != statehash.live_item(
+        item("n", "c", "5", epoch=1)
+    )
 
 
 def test_changes_commute_and_merge_to_the_listing() -> None:
     """Writes applied as changes in any order give the summary a listing gives."""
     start = [item("ns", f"cm-{i}", "1") for i in range(40)]
-    writes = [(item("ns", f"cm-{i}", "1"), item("ns", f"cm-{i}", str(10 + i))) for i in range(0, 40, 3)]
+    writes = [
+        (item("ns", f"cm-{i}", "1"), item("ns", f"cm-{i}", str(10 + i))) for i in range(0, 40, 3)
+    ]
     writes += [(None, item("ns", f"new-{i}", "50")) for i in range(5)]
-    writes += [(item("ns", f"cm-{i}", "1"), item("ns", f"cm-{i}", "60", deleted=True))
-               for i in range(1, 40, 7) if i % 3]
+    writes += [
+        (item("ns", f"cm-{i}", "1"), item("ns", f"cm-{i}", "60", deleted=True))
+        for i in range(1, 40, 7)
+        if i % 3
+    ]
     final = {(i["namespace"], i["name"]): i for i in start}
     for _, new in writes:
         final[(new["namespace"], new["name"])] = new
@@ -129,10 +145,13 @@ def test_footprint_changes_commute_and_merge_to_the_listings_footprint() -> None
     merged in any order, give the footprint a listing of the final objects gives."""
     start = [(item("ns", f"cm-{i}", "1"), 100 + i) for i in range(30)]
     writes: list[tuple[dict | None, int, dict, int]] = []
-    writes += [(start[i][0], start[i][1], item("ns", f"cm-{i}", "20"), 500) for i in range(0, 30, 4)]
+    writes += [
+        (start[i][0], start[i][1], item("ns", f"cm-{i}", "20"), 500) for i in range(0, 30, 4)
+    ]
     writes += [(None, 0, item("ns", f"new-{i}", "30"), 70) for i in range(6)]
-    writes += [(start[i][0], start[i][1], item("ns", f"cm-{i}", "40", deleted=True), 60)
-               for i in (1, 5, 9)]
+    writes += [
+        (start[i][0], start[i][1], item("ns", f"cm-{i}", "40", deleted=True), 60) for i in (1, 5, 9)
+    ]
     final = {(i["namespace"], i["name"]): (i, size) for i, size in start}
     for _, _, new, size in writes:
         final[(new["namespace"], new["name"])] = (new, size)
@@ -141,8 +160,9 @@ def test_footprint_changes_commute_and_merge_to_the_listings_footprint() -> None
     for seed in range(4):
         order = list(range(len(writes)))
         random.Random(seed).shuffle(order)
-        s = statehash.Stored.listed(statehash.fold(i for i, _ in start), 100,
-                                    footprint_of_items(start))
+        s = statehash.Stored.listed(
+            statehash.fold(i for i, _ in start), 100, footprint_of_items(start)
+        )
         pending: dict[int, statehash.Pending] = {}
         for rev, k in enumerate(order):
             old, old_size, new, size = writes[k]
@@ -159,17 +179,23 @@ def test_footprint_changes_commute_and_merge_to_the_listings_footprint() -> None
         # at an unknown revision: its bucket's footprint is unknown until listed
         assert after.records[gone.bucket] == statehash.UNKNOWN
         assert statehash.footprint_of(after) is None
-        listed = [(i, sz) for i, sz in final.values()
-                  if statehash.bucket_of(i["namespace"], i["name"]) == gone.bucket]
+        listed = [
+            (i, sz)
+            for i, sz in final.values()
+            if statehash.bucket_of(i["namespace"], i["name"]) == gone.bucket
+        ]
         h, n = statehash.bucket_hash(i for i, _ in listed)
-        fixed = statehash.corrected(after, gone.bucket, h, n, 10_000, len(listed),
-                                    sum(sz for _, sz in listed))
+        fixed = statehash.corrected(
+            after, gone.bucket, h, n, 10_000, len(listed), sum(sz for _, sz in listed)
+        )
         assert fixed is not None
         assert fixed.records == want.records and fixed.bytes == want.bytes
         assert statehash.footprint_of(fixed) == (len(final), sum(sz for _, sz in final.values()))
 
 
-def test_a_write_that_changes_only_the_size_is_a_change_and_one_that_changes_nothing_is_not() -> None:
+def test_a_write_that_changes_only_the_size_is_a_change_and_one_that_changes_nothing_is_not() -> (
+    None
+):
     tomb_a, tomb_b = item("ns", "t", "5", deleted=True), item("ns", "t", "6", deleted=True)
     c = statehash.change_of(tomb_a, tomb_b, 10, 300, 320)  # a tombstone rewritten, larger
     assert c is not None and (c.hash, c.live, c.records, c.bytes) == (0, 0, 0, 20)
@@ -178,11 +204,12 @@ def test_a_write_that_changes_only_the_size_is_a_change_and_one_that_changes_not
     assert created is not None and (created.live, created.records, created.bytes) == (0, 1, 300)
 
 
-def test_a_straddling_change_makes_the_footprint_unknown_and_summaries_without_one_are_rebuilt() -> None:
+def test_a_straddling_change_makes_the_footprint_unknown_and_summaries_without_one_are_rebuilt() -> (
+    None
+):
     old, new = item("ns", "a", "1"), item("ns", "a", "2")
     b = statehash.bucket_of("ns", "a")
-    listed = statehash.Stored.listed(statehash.fold([new]), 500,
-                                     footprint_of_items([(new, 10)]))
+    listed = statehash.Stored.listed(statehash.fold([new]), 500, footprint_of_items([(new, 10)]))
     assert statehash.footprint_of(listed) == (1, 10)
     p = statehash.Pending()
     c = statehash.change_of(old, new, 400, 10, 10)

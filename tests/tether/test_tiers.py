@@ -9,17 +9,21 @@ import pytest
 from testing import tiers, workers
 
 
-@pytest.mark.parametrize(("fixtures", "marks", "tier"), [
-    ((), (), "unit"),
-    (("tmp_path", "capsys"), ("parametrize",), "unit"),
-    (("planes", "kcp_api"), (), "check"),
-    (("planes", "listener"), (), "full"),
-    (("part",), (), "full"),
-    (("tmp_path",), ("processes",), "full"),
-    (("planes",), ("processes",), "full"),
-])
-def test_a_tier_follows_from_fixtures_and_marks(fixtures: tuple[str, ...], marks: tuple[str, ...],
-                                                tier: str) -> None:
+@pytest.mark.parametrize(
+    ("fixtures", "marks", "tier"),
+    [
+        ((), (), "unit"),
+        (("tmp_path", "capsys"), ("parametrize",), "unit"),
+        (("planes", "kcp_api"), (), "check"),
+        (("planes", "listener"), (), "full"),
+        (("part",), (), "full"),
+        (("tmp_path",), ("processes",), "full"),
+        (("planes",), ("processes",), "full"),
+    ],
+)
+def test_a_tier_follows_from_fixtures_and_marks(
+    fixtures: tuple[str, ...], marks: tuple[str, ...], tier: str
+) -> None:
     assert tiers.decide(fixtures, marks) == tier
 
 
@@ -28,7 +32,9 @@ def test_the_guard_fails_a_unit_or_check_test_that_starts_a_process() -> None:
     guard.check("outside any test")  # collection, the report header: not checked
     for tier in ("unit", "check"):
         guard.current = (f"tests/x.py::t_{tier}", tier)
-        with pytest.raises(tiers.TierViolation, match=f"tests/x.py::t_{tier} is in tier '{tier}'.*git"):
+        with pytest.raises(
+            tiers.TierViolation, match=f"tests/x.py::t_{tier} is in tier '{tier}'.*git"
+        ):
             guard.check("subprocess ['git', 'log']")
         with guard.allowed():  # the session's planes
             guard.check("subprocess ['etcd']")
@@ -44,7 +50,9 @@ def test_a_survey_notes_every_start_instead_of_failing(tmp_path: pathlib.Path) -
     assert path.read_text() == "tests/x.py::t\tunit\tos.fork\n"
 
 
-def test_each_worker_has_its_own_ports_below_the_ephemeral_range(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_worker_has_its_own_ports_below_the_ephemeral_range(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     shares = []
     for n in range(workers.BLOCKS):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{n}")

@@ -27,18 +27,36 @@ T1 = "2026-11-30T10:00:01.000000Z"
 # comparison. Kubernetes writes none of them.
 TRAILING_NEWLINE = "app-config\n"
 NON_ASCII_DIGITS = ["٣", "²", "４２", "1٣", "⁵"]
-BAD_TIMES = ["2026-13-45T10:00:00Z", "2026-02-30T00:00:00Z", "2026-11-30T24:00:00Z",
-             "2026-11-30T10:00:60Z", "0000-01-01T00:00:00Z", "2026-11-30T10:00:00Z\n",
-             "٢٠٢٦-11-30T10:00:00Z", "2026-11-30t10:00:00z", "2026-11-30T10:00:00+01:00", ""]
+BAD_TIMES = [
+    "2026-13-45T10:00:00Z",
+    "2026-02-30T00:00:00Z",
+    "2026-11-30T24:00:00Z",
+    "2026-11-30T10:00:60Z",
+    "0000-01-01T00:00:00Z",
+    "2026-11-30T10:00:00Z\n",
+    "٢٠٢٦-11-30T10:00:00Z",
+    "2026-11-30t10:00:00z",
+    "2026-11-30T10:00:00+01:00",
+    "",
+]
 
 
 def record(**over: Any) -> dict[str, Any]:
     rec: dict[str, Any] = {
-        "apiVersion": "tether.kyma-project.io/v1", "kind": "ConfigMapChange",
-        "runtimeId": "rt-1", "namespace": "team-a", "name": "app-config", "uid": "9c2e",
-        "resourceVersion": "48213", "observedAt": T0, "deleted": False, "source": "webhook",
-        "labels": {"app.kubernetes.io/name": "x"}, "annotations": {"a": "b"},
-        "data": {"k": "v"}, "binaryData": {},
+        "apiVersion": "tether.kyma-project.io/v1",
+        "kind": "ConfigMapChange",
+        "runtimeId": "rt-1",
+        "namespace": "team-a",
+        "name": "app-config",
+        "uid": "9c2e",
+        "resourceVersion": "48213",
+        "observedAt": T0,
+        "deleted": False,
+        "source": "webhook",
+        "labels": {"app.kubernetes.io/name": "x"},
+        "annotations": {"a": "b"},
+        "data": {"k": "v"},
+        "binaryData": {},
     }
     rec.update(over)
     return rec
@@ -49,8 +67,9 @@ def paths(doc: dict[str, Any]) -> list[str]:
 
 
 class TestWholeStringPatterns:
-    @pytest.mark.parametrize("field", ["namespace", "name", "runtimeId", "resourceVersion",
-                                       "observedAt", "uid"])
+    @pytest.mark.parametrize(
+        "field", ["namespace", "name", "runtimeId", "resourceVersion", "observedAt", "uid"]
+    )
     def test_a_trailing_newline_never_matches(self, field: str) -> None:
         value = record()[field] + "\n"
         assert paths(record(**{field: value})) == [f"$.{field}"]
@@ -99,7 +118,8 @@ class TestAsciiWhereKubernetesIsAscii:
     def test_observed_at_parses_leap_days_and_nanoseconds(self) -> None:
         assert changes.validate_record(record(observedAt="2028-02-29T23:59:59.123456789Z")) == []
         assert changes.parse_time("2028-02-29T23:59:59.123456789Z") == datetime.datetime(
-            2028, 2, 29, 23, 59, 59, 123456, tzinfo=datetime.UTC)
+            2028, 2, 29, 23, 59, 59, 123456, tzinfo=datetime.UTC
+        )
         assert changes.parse_time("2027-02-29T00:00:00Z") is None
 
     @pytest.mark.parametrize("name", ["Team-A", "team_a", "tëam", "team-a-", "٣"])
@@ -119,17 +139,41 @@ class TestAsciiWhereKubernetesIsAscii:
 
 # An independent implementation whose regexes anchor like ECMA-262 (Rust's regex crate: '$'
 # is the end of the text) and that checks date-time formats: ours must agree with it.
-_ORACLE = jsonschema_rs.Draft202012Validator(changes.load_schema("change-record.v1.json"),
-                                             validate_formats=True)
-_TRICKY = st.sampled_from(["\n", "٣", "²", " ", "\u00a0", "é", "A", "_", ".", "-", "/", "0",
-                           "1", "9", "a", "z", "T", "Z", ":", "="])
+_ORACLE = jsonschema_rs.Draft202012Validator(
+    changes.load_schema("change-record.v1.json"), validate_formats=True
+)
+_TRICKY = st.sampled_from(
+    [
+        "\n",
+        "٣",
+        "²",
+        " ",
+        "\u00a0",
+        "é",
+        "A",
+        "_",
+        ".",
+        "-",
+        "/",
+        "0",
+        "1",
+        "9",
+        "a",
+        "z",
+        "T",
+        "Z",
+        ":",
+        "=",
+    ]
+)
 
 
 @st.composite
 def near_valid(draw: st.DrawFn) -> dict[str, Any]:
     rec = record()
-    field = draw(st.sampled_from(["namespace", "name", "runtimeId", "resourceVersion",
-                                  "observedAt", "uid"]))
+    field = draw(
+        st.sampled_from(["namespace", "name", "runtimeId", "resourceVersion", "observedAt", "uid"])
+    )
     value = list(rec[field])
     for _ in range(draw(st.integers(1, 3))):
         op = draw(st.sampled_from(["insert", "replace", "append"]))
@@ -154,8 +198,12 @@ def test_validation_agrees_with_an_ecma_262_implementation(rec: dict[str, Any]) 
 
 
 class TestTotalComparison:
-    @pytest.mark.parametrize("poison", [V(rv, T0, False) for rv in NON_ASCII_DIGITS + ["", " "]]
-                             + [V("5", ts, False) for ts in BAD_TIMES] + [V("٣", "x", True)])
+    @pytest.mark.parametrize(
+        "poison",
+        [V(rv, T0, False) for rv in NON_ASCII_DIGITS + ["", " "]]
+        + [V("5", ts, False) for ts in BAD_TIMES]
+        + [V("٣", "x", True)],
+    )
     def test_a_poison_stored_version_is_replaced_by_any_valid_record(self, poison: V) -> None:
         assert changes.uninterpretable(poison) in ("resourceVersion", "observedAt")
         for incoming in (V("1", T0, False), V("99999", T1, True), V("abc", T0, False)):
@@ -172,8 +220,9 @@ class TestTotalComparison:
         assert changes.compare(V("9" * 63, T1, False), V("1" + "0" * 63, T0, False)) == "newer"
 
     @hypothesis.settings(max_examples=500, deadline=None, database=None)
-    @hypothesis.given(rv=st.text(max_size=70), ts=st.text(max_size=45), deleted=st.booleans(),
-                      good=st.booleans())
+    @hypothesis.given(
+        rv=st.text(max_size=70), ts=st.text(max_size=45), deleted=st.booleans(), good=st.booleans()
+    )
     def test_compare_never_raises(self, rv: str, ts: str, deleted: bool, good: bool) -> None:
         odd = V(rv, ts, deleted)
         valid = V("12", T0, False)
@@ -195,11 +244,18 @@ class TestStoredObjects:
                 obj["metadata"]["annotations"][records.ANN_OBSERVED] = v
         return obj
 
-    @pytest.mark.parametrize("spec", [{"resourceVersion": "²"}, {"resourceVersion": "٣"},
-                                      {"observedAt": "2026-13-45T10:00:00Z"},
-                                      {"observedAt": "not a time"}])
+    @pytest.mark.parametrize(
+        "spec",
+        [
+            {"resourceVersion": "²"},
+            {"resourceVersion": "٣"},
+            {"observedAt": "2026-13-45T10:00:00Z"},
+            {"observedAt": "not a time"},
+        ],
+    )
     def test_stored_version_and_digest_item_never_raise(
-            self, spec: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+        self, spec: dict[str, Any], caplog: pytest.LogCaptureFixture
+    ) -> None:
         obj = self.poison(**spec)
         with caplog.at_level("WARNING", logger="listener.storage.records"):
             v = records.stored_version(obj)
@@ -212,26 +268,60 @@ class TestStoredObjects:
         for spec in ({}, {"resourceVersion": 5, "observedAt": None, "deleted": "yes"}, None, []):
             v = records.stored_version({"metadata": {"name": "rcm-x"}, "spec": spec})
             assert changes.uninterpretable(v) is not None
-        assert records.digest_item({"annotations": {records.ANN_NAMESPACE: "a",
-                                                    records.ANN_NAME: "b"}}) == {
-            "namespace": "a", "name": "b", "uid": "", "resourceVersion": "", "observedAt": "",
-            "deleted": False, "epoch": 0}
+        assert records.digest_item(
+            {"annotations": {records.ANN_NAMESPACE: "a", records.ANN_NAME: "b"}}
+        ) == {
+            "namespace": "a",
+            "name": "b",
+            "uid": "",
+            "resourceVersion": "",
+            "observedAt": "",
+            "deleted": False,
+            "epoch": 0,
+        }
         assert records.digest_item({"annotations": "x"}) is None
 
 
 class TestPollerDigest:
     def test_poison_entries_are_differences_to_repair(self) -> None:
         items: list[object] = [
-            {"namespace": "a", "name": "two", "uid": "u", "resourceVersion": "²",
-             "observedAt": T0, "deleted": False},
-            {"namespace": "a", "name": "date", "uid": "u", "resourceVersion": "5",
-             "observedAt": "2026-13-45T00:00:00Z", "deleted": False},
-            {"namespace": "a", "name": "gone", "uid": "u", "resourceVersion": "٣",
-             "observedAt": T0, "deleted": False},
-            {"namespace": "a", "name": "ok", "uid": "u", "resourceVersion": "5",
-             "observedAt": T0, "deleted": False},
+            {
+                "namespace": "a",
+                "name": "two",
+                "uid": "u",
+                "resourceVersion": "²",
+                "observedAt": T0,
+                "deleted": False,
+            },
+            {
+                "namespace": "a",
+                "name": "date",
+                "uid": "u",
+                "resourceVersion": "5",
+                "observedAt": "2026-13-45T00:00:00Z",
+                "deleted": False,
+            },
+            {
+                "namespace": "a",
+                "name": "gone",
+                "uid": "u",
+                "resourceVersion": "٣",
+                "observedAt": T0,
+                "deleted": False,
+            },
+            {
+                "namespace": "a",
+                "name": "ok",
+                "uid": "u",
+                "resourceVersion": "5",
+                "observedAt": T0,
+                "deleted": False,
+            },
             {"namespace": "a", "name": TRAILING_NEWLINE, "resourceVersion": "5"},
-            {"name": "no-namespace"}, "not an object", None, {"namespace": 1, "name": []},
+            {"name": "no-namespace"},
+            "not an object",
+            None,
+            {"namespace": 1, "name": []},
         ]
         problems: collections.Counter[str] = collections.Counter()
         bad: list[str] = []

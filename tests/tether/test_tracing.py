@@ -32,18 +32,29 @@ def test_a_valid_traceparent_reads_and_writes_back() -> None:
     assert small is not None and small.header() == f"00-{'0' * 31}1-{'0' * 15}1-01"
 
 
-@pytest.mark.parametrize("value", [
-    None, 7, b"00-" + TRACE.encode() + b"-" + SPAN.encode() + b"-01", "", "garbage",
-    HEADER.upper(),  # hex is lowercase
-    f"ff-{TRACE}-{SPAN}-01",  # version ff is invalid
-    f"00-{TRACE}-{SPAN}-01-extra",  # version 00 is exactly 55 characters
-    f"01-{TRACE}-{SPAN}-01extra",  # a later version's extra fields follow a dash
-    f"00-{'0' * 32}-{SPAN}-01", f"00-{TRACE}-{'0' * 16}-01",  # all-zero IDs
-    f"00-{TRACE[:-1]}-{SPAN}-01", f"00-{TRACE}-{SPAN}0-01", f"00-{TRACE}-{SPAN}-1",
-    f"00_{TRACE}_{SPAN}_01", f"00-{TRACE}-{SPAN}-0g",
-    f"00-{TRACE[:-1]}٣-{SPAN}-01",  # a non-ASCII digit
-    f"01-{TRACE}-{SPAN}-01-" + "x" * tracing.MAX_HEADER,  # too long to read
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        7,
+        b"00-" + TRACE.encode() + b"-" + SPAN.encode() + b"-01",
+        "",
+        "garbage",
+        HEADER.upper(),  # hex is lowercase
+        f"ff-{TRACE}-{SPAN}-01",  # version ff is invalid
+        f"00-{TRACE}-{SPAN}-01-extra",  # version 00 is exactly 55 characters
+        f"01-{TRACE}-{SPAN}-01extra",  # a later version's extra fields follow a dash
+        f"00-{'0' * 32}-{SPAN}-01",
+        f"00-{TRACE}-{'0' * 16}-01",  # all-zero IDs
+        f"00-{TRACE[:-1]}-{SPAN}-01",
+        f"00-{TRACE}-{SPAN}0-01",
+        f"00-{TRACE}-{SPAN}-1",
+        f"00_{TRACE}_{SPAN}_01",
+        f"00-{TRACE}-{SPAN}-0g",
+        f"00-{TRACE[:-1]}٣-{SPAN}-01",  # a non-ASCII digit
+        f"01-{TRACE}-{SPAN}-01-" + "x" * tracing.MAX_HEADER,  # too long to read
+    ],
+)
 def test_a_malformed_traceparent_is_ignored(value: object) -> None:
     assert tracing.parse(value) is None
 
@@ -59,10 +70,16 @@ def test_new_contexts_start_a_trace_or_continue_one() -> None:
 
 def test_tracing_off_makes_plain_spans_and_no_provider() -> None:
     assert tracing.from_environment("t", {}) is tracing.OFF
-    assert tracing.from_environment("t", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318",
-                                          "OTEL_SDK_DISABLED": "true"}) is tracing.OFF
-    assert tracing.endpoint_of({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": " http://t:4318/v1/traces "}
-                               ) == "http://t:4318/v1/traces"
+    assert (
+        tracing.from_environment(
+            "t", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318", "OTEL_SDK_DISABLED": "true"}
+        )
+        is tracing.OFF
+    )
+    assert (
+        tracing.endpoint_of({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": " http://t:4318/v1/traces "})
+        == "http://t:4318/v1/traces"
+    )
     assert tracing.endpoint_of({"OTEL_EXPORTER_OTLP_ENDPOINT": ""}) is None
     parent = tracing.new()
     span = tracing.OFF.start("x", parent=parent, links=[tracing.new()], kind="client")
@@ -73,12 +90,19 @@ def test_tracing_off_makes_plain_spans_and_no_provider() -> None:
 @pytest.mark.processes
 def test_the_webhook_and_the_listener_import_no_sdk_while_tracing_is_off() -> None:
     """Tracing off costs the admission path no SDK object: the SDK is not even imported."""
-    code = ("import sys; import webhook.services, webhook.validate, listener.edge.api; "
-            "from tether import tracing; s = tracing.from_environment('x', {}); "
-            "s.start('a').end(); "
-            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys; import webhook.services, webhook.validate, listener.edge.api; "
+        "from tether import tracing; s = tracing.from_environment('x', {}); "
+        "s.start('a').end(); "
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.strip() == "[]", out.stdout
 
 
@@ -101,9 +125,15 @@ def test_a_coalesced_entry_keeps_the_first_admissions_trace_and_links_the_others
 
 
 def _rec(name: str) -> changes.ChangeRecord:
-    return changes.tombstone(runtime_id="rt", namespace="ns", name=name, uid="u",
-                             resource_version="2", source="webhook",
-                             observed_at="2026-12-02T10:00:00.000000Z")
+    return changes.tombstone(
+        runtime_id="rt",
+        namespace="ns",
+        name=name,
+        uid="u",
+        resource_version="2",
+        source="webhook",
+        observed_at="2026-12-02T10:00:00.000000Z",
+    )
 
 
 def test_a_batch_continues_its_first_records_trace_and_links_the_others() -> None:
@@ -124,14 +154,22 @@ def test_the_stored_record_carries_the_writes_traceparent_and_an_update_replaces
     assert new["metadata"]["annotations"][apitypes.TRACEPARENT_ANNOTATION] == HEADER
     assert "traceparent" not in new["spec"]  # the record itself is unchanged
     other = f"00-{'a' * 32}-{SPAN}-01"
-    assert records.updated(new, rec, other)["metadata"]["annotations"][
-        apitypes.TRACEPARENT_ANNOTATION] == other
+    assert (
+        records.updated(new, rec, other)["metadata"]["annotations"][apitypes.TRACEPARENT_ANNOTATION]
+        == other
+    )
     # a write without a trace (an older caller) leaves no trace of an earlier write
-    assert apitypes.TRACEPARENT_ANNOTATION not in records.updated(new, rec)["metadata"]["annotations"]
-    assert apitypes.TRACEPARENT_ANNOTATION not in records.body(rec, "kcp")["metadata"]["annotations"]
+    assert (
+        apitypes.TRACEPARENT_ANNOTATION not in records.updated(new, rec)["metadata"]["annotations"]
+    )
+    assert (
+        apitypes.TRACEPARENT_ANNOTATION not in records.body(rec, "kcp")["metadata"]["annotations"]
+    )
 
 
-def test_with_an_endpoint_spans_are_exported_over_otlp_http(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_an_endpoint_spans_are_exported_over_otlp_http(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     got: list[tuple[str, str, bytes]] = []
 
     class Collector(http.server.BaseHTTPRequestHandler):

@@ -18,8 +18,13 @@ def test_the_recent_records_carry_their_trace_id_through_a_merge() -> None:
     d.record(now, "poller", now, "refused", "ns", "c")
     status = delivery.merge(None, d, "rt", now)
     assert [r.get("traceId") for r in status["recent"]] == [TRACE, None, None]
-    hostile = {**status, "recent": [{**status["recent"][0], "traceId": "x" * 10_000},
-                                    {**status["recent"][0], "traceId": TRACE.upper()},
-                                    {**status["recent"][0]}]}
+    hostile = {
+        **status,
+        "recent": [
+            {**status["recent"][0], "traceId": "x" * 10_000},
+            {**status["recent"][0], "traceId": TRACE.upper()},
+            {**status["recent"][0]},
+        ],
+    }
     summary = delivery.summarize(hostile, now)
     assert [r.get("traceId") for r in summary.recent] == [TRACE, None, None]

@@ -9,9 +9,11 @@ import pytest
 from tether import watches
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
-INJECT = {"resource": {"group": "example.kyma-project.io", "version": "v1alpha1",
-                       "resource": "samples"}, "namespace": "kcp-system",
-          "field": "spec.configuration"}
+INJECT = {
+    "resource": {"group": "example.kyma-project.io", "version": "v1alpha1", "resource": "samples"},
+    "namespace": "kcp-system",
+    "field": "spec.configuration",
+}
 
 
 def _watch(**spec: Any) -> dict[str, Any]:
@@ -28,19 +30,23 @@ def test_storage_namespace_and_target_are_read() -> None:
     assert w.storage_namespace == "tether-configuration"
     assert w.inject is not None and w.inject.field == ("spec", "configuration")
     assert w.inject.resource.path("kcp-system") == (
-        "/apis/example.kyma-project.io/v1alpha1/namespaces/kcp-system/samples")
+        "/apis/example.kyma-project.io/v1alpha1/namespaces/kcp-system/samples"
+    )
 
 
-@pytest.mark.parametrize(("spec", "field"), [
-    ({"storage": {"namespace": "Not_A_Name"}}, "spec.storage.namespace"),
-    ({"storage": "x"}, "spec.storage"),
-    ({"inject": {**INJECT, "field": "status.x"}}, "spec.inject.field"),
-    ({"inject": {**INJECT, "field": "spec"}}, "spec.inject.field"),
-    ({"inject": {**INJECT, "field": "spec.a.b.c.d"}}, "spec.inject.field"),
-    ({"inject": {**INJECT, "namespace": ""}}, "spec.inject.namespace"),
-    ({"inject": {**INJECT, "resource": {"version": "v1"}}}, "spec.inject.resource.resource"),
-    ({"inject": INJECT, "send": {"mode": "digest"}}, "spec.inject"),
-])
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"storage": {"namespace": "Not_A_Name"}}, "spec.storage.namespace"),
+        ({"storage": "x"}, "spec.storage"),
+        ({"inject": {**INJECT, "field": "status.x"}}, "spec.inject.field"),
+        ({"inject": {**INJECT, "field": "spec"}}, "spec.inject.field"),
+        ({"inject": {**INJECT, "field": "spec.a.b.c.d"}}, "spec.inject.field"),
+        ({"inject": {**INJECT, "namespace": ""}}, "spec.inject.namespace"),
+        ({"inject": {**INJECT, "resource": {"version": "v1"}}}, "spec.inject.resource.resource"),
+        ({"inject": INJECT, "send": {"mode": "digest"}}, "spec.inject"),
+    ],
+)
 def test_unusable_fields_are_named(spec: dict[str, Any], field: str) -> None:
     with pytest.raises(watches.WatchError, match=field.replace(".", r"\.")):
         watches.parse(_watch(**spec))
@@ -49,5 +55,9 @@ def test_unusable_fields_are_named(spec: dict[str, Any], field: str) -> None:
 def test_a_target_needs_configmaps() -> None:
     secret = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
     with pytest.raises(watches.WatchError, match="only for a Watch of ConfigMaps"):
-        watches.parse({"metadata": {"name": "w"},
-                       "spec": {"resource": secret, "send": {"mode": "metadata"}, "inject": INJECT}})
+        watches.parse(
+            {
+                "metadata": {"name": "w"},
+                "spec": {"resource": secret, "send": {"mode": "metadata"}, "inject": INJECT},
+            }
+        )

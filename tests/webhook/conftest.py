@@ -21,10 +21,8 @@ def runtime_cert(tmp_path: pathlib.Path) -> RuntimeCert:
     return RuntimeCert(ca, cert, key)
 
 
-
 @pytest.fixture
 def receiver(tmp_path: pathlib.Path, runtime_cert: RuntimeCert) -> Iterator[receiver_mod.Receiver]:
     r = receiver_mod.Receiver(tmp_path, runtime_cert.ca).start()
     yield r
     r.stop()
-

@@ -20,29 +20,45 @@ def test_forward_update_create_delete() -> None:
 
 def test_queue_item_carries_the_old_resource_version() -> None:
     item = admission.item_of(admission.parse(review("UPDATE")), 1.5)
-    assert (item.namespace, item.name, item.uid, item.operation) == ("team-a", "cfg", "u-1", "UPDATE")
+    assert (item.namespace, item.name, item.uid, item.operation) == (
+        "team-a",
+        "cfg",
+        "u-1",
+        "UPDATE",
+    )
     assert item.old_resource_version == "41"
     assert admission.item_of(admission.parse(review("CREATE")), 0.0).old_resource_version == ""
     assert admission.item_of(admission.parse(review("DELETE")), 0.0).old_resource_version == "41"
 
 
-@pytest.mark.parametrize(("doc", "reason"), [
-    (review(dry_run=True), "dry-run"),
-    (review(ns="kube-system"), "ignored-namespace"),
-    (review(ns="tether-system"), "ignored-namespace"),
-    (review(kind="Secret"), "other-kind"),
-    (review("CONNECT"), "other-operation"),
-    (review(name=""), "unnamed"),
-])
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        (review(dry_run=True), "dry-run"),
+        (review(ns="kube-system"), "ignored-namespace"),
+        (review(ns="tether-system"), "ignored-namespace"),
+        (review(kind="Secret"), "other-kind"),
+        (review("CONNECT"), "other-operation"),
+        (review(name=""), "unnamed"),
+    ],
+)
 def test_skips(doc: dict[str, Any], reason: str) -> None:
     assert admission.decide(admission.parse(doc), FLT) == reason
 
 
-def _cm(data: dict[str, str] | None = None, labels: dict[str, str] | None = None,
-        annotations: dict[str, str] | None = None, binary: dict[str, str] | None = None,
-        rv: str = "1") -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "cfg", "namespace": "team-a", "resourceVersion": rv,
-                            "managedFields": [{"time": rv}]}
+def _cm(
+    data: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    binary: dict[str, str] | None = None,
+    rv: str = "1",
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": "cfg",
+        "namespace": "team-a",
+        "resourceVersion": rv,
+        "managedFields": [{"time": rv}],
+    }
     if labels is not None:
         meta["labels"] = labels
     if annotations is not None:
@@ -74,18 +90,47 @@ def test_label_selector_uses_old_or_new_labels() -> None:
     assert admission.decide(admission.parse(never), flt) == "label-selector"
 
 
-@pytest.mark.parametrize(("doc", "needle"), [
-    ([], "JSON object"),
-    ({"apiVersion": "v1", "kind": "AdmissionReview", "request": {}}, "apiVersion must be"),
-    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}, "request must be an object"),
-    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 5}}, "request.uid"),
-    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-      "request": {"uid": "x", "operation": "CREATE", "kind": {"kind": "ConfigMap"}, "object": "str"}},
-     "request.object"),
-    ({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-      "request": {"uid": "x", "operation": "CREATE", "kind": {"kind": "ConfigMap"}, "dryRun": "yes"}},
-     "request.dryRun"),
-])
+@pytest.mark.parametrize(
+    ("doc", "needle"),
+    [
+        ([], "JSON object"),
+        ({"apiVersion": "v1", "kind": "AdmissionReview", "request": {}}, "apiVersion must be"),
+        (
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"},
+            "request must be an object",
+        ),
+        (
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 5}},
+            "request.uid",
+        ),
+        (
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": "x",
+                    "operation": "CREATE",
+                    "kind": {"kind": "ConfigMap"},
+                    "object": "str",
+                },
+            },
+            "request.object",
+        ),
+        (
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "request": {
+                    "uid": "x",
+                    "operation": "CREATE",
+                    "kind": {"kind": "ConfigMap"},
+                    "dryRun": "yes",
+                },
+            },
+            "request.dryRun",
+        ),
+    ],
+)
 def test_malformed_reviews_name_the_problem(doc: Any, needle: str) -> None:
     with pytest.raises(admission.ReviewError) as err:
         admission.parse(doc)
@@ -93,8 +138,11 @@ def test_malformed_reviews_name_the_problem(doc: Any, needle: str) -> None:
 
 
 def test_response_allows_with_the_uid() -> None:
-    assert admission.response("abc") == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                         "response": {"uid": "abc", "allowed": True}}
+    assert admission.response("abc") == {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "abc", "allowed": True},
+    }
 
 
 def test_response_bytes_is_the_serialized_response() -> None:

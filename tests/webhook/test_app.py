@@ -20,7 +20,9 @@ from webhook import settings as settings_mod
 def _app() -> tuple[Any, services_mod.Services]:
     s = app_settings()
     registry = CollectorRegistry()
-    svc = services_mod.Services(s, keyqueue.KeyQueue(s.queue_size), metrics.build(registry), registry)
+    svc = services_mod.Services(
+        s, keyqueue.KeyQueue(s.queue_size), metrics.build(registry), registry
+    )
     return app.create_app(s, svc).test_client(), svc
 
 
@@ -32,8 +34,11 @@ def test_allows_and_enqueues() -> None:
     c, svc = _app()
     r = _post(c, review("UPDATE"))
     assert r.status_code == 200
-    assert r.get_json() == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                            "response": {"uid": "req-1", "allowed": True}}
+    assert r.get_json() == {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "req-1", "allowed": True},
+    }
     assert len(svc.queue) == 1
     _post(c, review("UPDATE"))
     assert len(svc.queue) == 1
@@ -46,7 +51,9 @@ def test_skipped_requests_are_still_allowed_and_counted() -> None:
         assert _post(c, doc).get_json()["response"]["allowed"] is True
     assert len(svc.queue) == 0
     text = c.get("/metrics").get_data(as_text=True)
-    assert 'tether_webhook_admission_requests_total{operation="UPDATE",outcome="dry-run"} 1.0' in text
+    assert (
+        'tether_webhook_admission_requests_total{operation="UPDATE",outcome="dry-run"} 1.0' in text
+    )
     assert 'outcome="ignored-namespace"} 1.0' in text
 
 
@@ -58,13 +65,16 @@ def test_overflow_is_counted_and_still_allowed() -> None:
     assert svc.metrics.overflowed._value.get() == 2
 
 
-@pytest.mark.parametrize(("body", "ctype", "status", "error"), [
-    (b"{oops", "application/json", 400, "invalid JSON"),
-    (b"\xff\xfe", "application/json", 400, "invalid JSON"),
-    (b'{"kind": "AdmissionReview"}', "application/json", 400, "invalid AdmissionReview"),
-    (b"{}", "text/plain", 415, "unsupported media type"),
-    (b"x" * (65 * 1024), "application/json", 413, "request too large"),
-])
+@pytest.mark.parametrize(
+    ("body", "ctype", "status", "error"),
+    [
+        (b"{oops", "application/json", 400, "invalid JSON"),
+        (b"\xff\xfe", "application/json", 400, "invalid JSON"),
+        (b'{"kind": "AdmissionReview"}', "application/json", 400, "invalid AdmissionReview"),
+        (b"{}", "text/plain", 415, "unsupported media type"),
+        (b"x" * (65 * 1024), "application/json", 413, "request too large"),
+    ],
+)
 def test_bad_requests(body: bytes, ctype: str, status: int, error: str) -> None:
     c, _ = _app()
     r = c.post("/validate", data=body, content_type=ctype)
@@ -84,11 +94,16 @@ def test_the_api_servers_call_skips_flask_and_refusals_reach_the_route() -> None
     assert seen == [] and len(svc.queue) == 1
     r = c.post("/validate", data=b'{"kind": "AdmissionReview"}', content_type="application/json")
     assert r.status_code == 400
-    assert r.get_json()["details"] == ["apiVersion must be admission.k8s.io/v1", "request must be an object"]
+    assert r.get_json()["details"] == [
+        "apiVersion must be admission.k8s.io/v1",
+        "request must be an object",
+    ]
     assert seen == ["/validate"]
 
 
-def test_an_unexpected_error_on_the_fast_path_is_a_json_500(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unexpected_error_on_the_fast_path_is_a_json_500(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     c, svc = _app()
 
     def broken(*_: Any) -> None:
@@ -100,8 +115,10 @@ def test_an_unexpected_error_on_the_fast_path_is_a_json_500(monkeypatch: pytest.
     assert r.get_json() == {"error": "internal error", "details": "see the webhook's log"}
     text = c.get("/metrics").get_data(as_text=True)
     assert 'tether_webhook_http_request_exceptions_total{method="POST",status="500"} 1.0' in text
-    assert ('tether_webhook_http_request_duration_seconds_count'
-            '{method="POST",route="/validate",status="500"} 1.0') in text
+    assert (
+        "tether_webhook_http_request_duration_seconds_count"
+        '{method="POST",route="/validate",status="500"} 1.0'
+    ) in text
 
 
 def test_unknown_path_and_method_are_json() -> None:
@@ -131,32 +148,42 @@ def test_overflow_log_is_rate_limited() -> None:
 def _env(tmp_path: pathlib.Path, **extra: str) -> dict[str, str]:
     for f in ("ca", "crt", "key", "scrt", "skey"):
         (tmp_path / f).write_text("x")
-    env = {"TETHER_RUNTIME_ID": "rt-1", "TETHER_LISTENER_URL": "https://listener:8443/",
-           "TETHER_LISTENER_CA_FILE": str(tmp_path / "ca"), "TETHER_CLIENT_CERT_FILE": str(tmp_path / "crt"),
-           "TETHER_CLIENT_KEY_FILE": str(tmp_path / "key"), "TETHER_WEBHOOK_CERT_FILE": str(tmp_path / "scrt"),
-           "TETHER_WEBHOOK_KEY_FILE": str(tmp_path / "skey")}
+    env = {
+        "TETHER_RUNTIME_ID": "rt-1",
+        "TETHER_LISTENER_URL": "https://listener:8443/",
+        "TETHER_LISTENER_CA_FILE": str(tmp_path / "ca"),
+        "TETHER_CLIENT_CERT_FILE": str(tmp_path / "crt"),
+        "TETHER_CLIENT_KEY_FILE": str(tmp_path / "key"),
+        "TETHER_WEBHOOK_CERT_FILE": str(tmp_path / "scrt"),
+        "TETHER_WEBHOOK_KEY_FILE": str(tmp_path / "skey"),
+    }
     env.update(extra)
     return env
 
 
 def test_settings_from_env(tmp_path: pathlib.Path) -> None:
-    s = settings_mod.from_env(_env(tmp_path, TETHER_WEBHOOK_QUEUE_SIZE="5", TETHER_LABEL_SELECTOR="w=1"))
+    s = settings_mod.from_env(
+        _env(tmp_path, TETHER_WEBHOOK_QUEUE_SIZE="5", TETHER_LABEL_SELECTOR="w=1")
+    )
     assert s.listener.base_url == "https://listener:8443"
     assert s.queue_size == 5 and s.filter.selector_text == "w=1"
     assert s.server.workers == 2 and s.forwarder.threads == 2
 
 
-@pytest.mark.parametrize(("var", "value"), [
-    ("TETHER_RUNTIME_ID", "bad id!"),
-    ("TETHER_LISTENER_URL", "http://plain"),
-    ("TETHER_CLIENT_CERT_FILE", "/nonexistent"),
-    ("TETHER_WEBHOOK_QUEUE_SIZE", "0"),
-    ("TETHER_LABEL_SELECTOR", "a in (b"),
-    ("TETHER_LOG_LEVEL", "loud"),
-    ("TETHER_WEBHOOK_DRAIN_SECONDS", "30"),
-    ("TETHER_WEBHOOK_COALESCE_SECONDS", "9"),
-    ("TETHER_QUEUE_SIZE", "5"),  # renamed: refused with the new name
-])
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("TETHER_RUNTIME_ID", "bad id!"),
+        ("TETHER_LISTENER_URL", "http://plain"),
+        ("TETHER_CLIENT_CERT_FILE", "/nonexistent"),
+        ("TETHER_WEBHOOK_QUEUE_SIZE", "0"),
+        ("TETHER_LABEL_SELECTOR", "a in (b"),
+        ("TETHER_LOG_LEVEL", "loud"),
+        ("TETHER_WEBHOOK_DRAIN_SECONDS", "30"),
+        ("TETHER_WEBHOOK_COALESCE_SECONDS", "9"),
+        ("TETHER_QUEUE_SIZE", "5"),  # renamed: refused with the new name
+    ],
+)
 def test_bad_settings_name_the_variable(tmp_path: pathlib.Path, var: str, value: str) -> None:
     with pytest.raises(config.SettingError, match=var):
         settings_mod.from_env(_env(tmp_path, **{var: value}))
@@ -177,17 +204,20 @@ def _exit_code(argv: list[str]) -> object:
     return e.value.code
 
 
-def test_main_stops_with_a_clear_error(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_stops_with_a_clear_error(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for k, v in _env(tmp_path).items():
         monkeypatch.setenv(k, v)
     assert _exit_code(["--listener-url", "ftp://x"]) == 2
-    assert capsys.readouterr().err == ("tether webhook: TETHER_LISTENER_URL: 'ftp://x' must be an "
-                                       "https:// URL with a host\n")
+    assert capsys.readouterr().err == (
+        "tether webhook: TETHER_LISTENER_URL: 'ftp://x' must be an https:// URL with a host\n"
+    )
 
 
-def test_main_refuses_certificates_that_do_not_load(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_main_refuses_certificates_that_do_not_load(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tether import certs
 
     for k, v in _env(tmp_path).items():  # the files exist but hold no PEM
@@ -197,10 +227,14 @@ def test_main_refuses_certificates_that_do_not_load(tmp_path: pathlib.Path, caps
     ca = certs.CertificateAuthority.create("t")
     ca.issue("s", server=True).write(tmp_path / "scrt", tmp_path / "skey")
     ca.issue("other", client=True).write(tmp_path / "crt", tmp_path / "other.key")
-    ca.issue("c", client=True).write(tmp_path / "unused.crt", tmp_path / "key")  # key of another cert
+    ca.issue("c", client=True).write(
+        tmp_path / "unused.crt", tmp_path / "key"
+    )  # key of another cert
     (tmp_path / "ca").write_bytes(ca.cert_pem)
     assert _exit_code([]) == 2
-    assert "TETHER_CLIENT_KEY_FILE: " in (err := capsys.readouterr().err) and "does not match" in err
+    assert (
+        "TETHER_CLIENT_KEY_FILE: " in (err := capsys.readouterr().err) and "does not match" in err
+    )
     ca.issue("c", client=True).write(tmp_path / "crt", tmp_path / "key")
     monkeypatch.setenv("TETHER_KUBECONFIG", str(tmp_path / "ca"))  # not a kubeconfig
     assert _exit_code([]) == 2
@@ -217,10 +251,14 @@ def test_request_metrics_by_route_in_the_one_exposition() -> None:
         assert c.get(path).status_code == 404
     assert c.open("/nope-3", method="BREW").status_code in (404, 405)
     text = c.get("/metrics").get_data(as_text=True)
-    assert ('tether_webhook_http_request_duration_seconds_count'
-            '{method="POST",route="/validate",status="200"} 1.0') in text
-    assert ('tether_webhook_http_request_duration_seconds_count'
-            '{method="GET",route="unmatched",status="404"} 3.0') in text
+    assert (
+        "tether_webhook_http_request_duration_seconds_count"
+        '{method="POST",route="/validate",status="200"} 1.0'
+    ) in text
+    assert (
+        "tether_webhook_http_request_duration_seconds_count"
+        '{method="GET",route="unmatched",status="404"} 3.0'
+    ) in text
     assert 'tether_webhook_http_request_total{method="POST",status="200"} 1.0' in text
     assert "nope" not in text and "secret-name" not in text and "BREW" not in text
     assert "tether_webhook_exporter_info" in text

@@ -24,14 +24,25 @@ SUM = "tether_webhook_delivery_seconds_sum"
 
 
 @contextlib.contextmanager
-def _webhook(tmp_path: pathlib.Path, skr: controlplane.ControlPlane, env: dict[str, str],
-             api: client.ApiClient, namespace: str) -> Iterator[stack.WebhookProcess]:
-    proc = stack.WebhookProcess(tmp_path, {"TETHER_KUBECONFIG": str(skr.kubeconfig),
-                                           "TETHER_WEBHOOK_RETRY_BASE_SECONDS": "0.05",
-                                           "TETHER_WEBHOOK_RETRY_CAP_SECONDS": "0.5",
-                                           **env}).start()
-    vwc = stack.vwc_body(f"tether-test-ds-{namespace}", proc.url + "/validate", proc.ca.cert_pem,
-                         namespace)
+def _webhook(
+    tmp_path: pathlib.Path,
+    skr: controlplane.ControlPlane,
+    env: dict[str, str],
+    api: client.ApiClient,
+    namespace: str,
+) -> Iterator[stack.WebhookProcess]:
+    proc = stack.WebhookProcess(
+        tmp_path,
+        {
+            "TETHER_KUBECONFIG": str(skr.kubeconfig),
+            "TETHER_WEBHOOK_RETRY_BASE_SECONDS": "0.05",
+            "TETHER_WEBHOOK_RETRY_CAP_SECONDS": "0.5",
+            **env,
+        },
+    ).start()
+    vwc = stack.vwc_body(
+        f"tether-test-ds-{namespace}", proc.url + "/validate", proc.ca.cert_pem, namespace
+    )
     stack.register(api, vwc)
     try:
         yield proc
@@ -41,13 +52,15 @@ def _webhook(tmp_path: pathlib.Path, skr: controlplane.ControlPlane, env: dict[s
         assert rc == 0, proc.log()
 
 
-def _until_called(core: client.CoreV1Api, namespace: str, done: Callable[[], bool],
-                  what: str, timeout: float = 30) -> None:
+def _until_called(
+    core: client.CoreV1Api, namespace: str, done: Callable[[], bool], what: str, timeout: float = 30
+) -> None:
     """Write the ConfigMap ``app`` until ``done``: the apiserver picks the webhook
     configuration up asynchronously."""
     deadline = time.monotonic() + timeout
-    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="app"), data={"k": "0"}))
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="app"), data={"k": "0"})
+    )
     n = 0
     while not done():
         assert time.monotonic() < deadline, what
@@ -57,20 +70,36 @@ def _until_called(core: client.CoreV1Api, namespace: str, done: Callable[[], boo
 
 
 def test_the_histogram_counts_a_delivery_through_the_real_listener(
-    skr: controlplane.ControlPlane, skr_api: client.ApiClient, namespace: str,
-    listener_env: Env, listener: ListenerProcess, runtime: Callable[..., Runtime],
-    tmp_path: pathlib.Path
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    namespace: str,
+    listener_env: Env,
+    listener: ListenerProcess,
+    runtime: Callable[..., Runtime],
+    tmp_path: pathlib.Path,
 ) -> None:
     rt = runtime()
     core = client.CoreV1Api(skr_api)
-    with _webhook(tmp_path, skr, {
-        "TETHER_RUNTIME_ID": rt.id, "TETHER_LISTENER_URL": listener.url,
-        "TETHER_LISTENER_CA_FILE": str(listener_env.server_ca_file),
-        "TETHER_CLIENT_CERT_FILE": str(rt.cert_file), "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
-    }, skr_api, namespace) as proc:
+    with _webhook(
+        tmp_path,
+        skr,
+        {
+            "TETHER_RUNTIME_ID": rt.id,
+            "TETHER_LISTENER_URL": listener.url,
+            "TETHER_LISTENER_CA_FILE": str(listener_env.server_ca_file),
+            "TETHER_CLIENT_CERT_FILE": str(rt.cert_file),
+            "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
+        },
+        skr_api,
+        namespace,
+    ) as proc:
         assert proc.metric(COUNT) == 0
-        _until_called(core, namespace, lambda: listener_env.stored_one(rt.id, namespace, "app")
-                      is not None, "the record never reached the KCP")
+        _until_called(
+            core,
+            namespace,
+            lambda: listener_env.stored_one(rt.id, namespace, "app") is not None,
+            "the record never reached the KCP",
+        )
         deadline = time.monotonic() + 10
         while proc.metric(COUNT, outcome="persisted") < 1:
             assert time.monotonic() < deadline, proc.log()
@@ -86,8 +115,10 @@ def test_the_histogram_counts_a_delivery_through_the_real_listener(
 
 
 def test_retries_during_a_listener_outage_are_part_of_the_delivery_time(
-    skr: controlplane.ControlPlane, skr_api: client.ApiClient, namespace: str,
-    tmp_path: pathlib.Path
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    namespace: str,
+    tmp_path: pathlib.Path,
 ) -> None:
     ca = certs.CertificateAuthority.create("kcp-runtime-ca")
     pair = ca.issue(receiver_mod.RUNTIME_ID, dns_names=["c-4a1f.kyma.example.com"], client=True)
@@ -95,15 +126,23 @@ def test_retries_during_a_listener_outage_are_part_of_the_delivery_time(
     receiver = receiver_mod.Receiver(tmp_path, ca).start()
     core = client.CoreV1Api(skr_api)
     try:
-        with _webhook(tmp_path, skr, {
-            "TETHER_RUNTIME_ID": receiver_mod.RUNTIME_ID, "TETHER_LISTENER_URL": receiver.url,
-            "TETHER_LISTENER_CA_FILE": str(receiver.ca_file),
-            "TETHER_CLIENT_CERT_FILE": str(tmp_path / "runtime.crt"),
-            "TETHER_CLIENT_KEY_FILE": str(tmp_path / "runtime.key"),
-        }, skr_api, namespace) as proc:
+        with _webhook(
+            tmp_path,
+            skr,
+            {
+                "TETHER_RUNTIME_ID": receiver_mod.RUNTIME_ID,
+                "TETHER_LISTENER_URL": receiver.url,
+                "TETHER_LISTENER_CA_FILE": str(receiver.ca_file),
+                "TETHER_CLIENT_CERT_FILE": str(tmp_path / "runtime.crt"),
+                "TETHER_CLIENT_KEY_FILE": str(tmp_path / "runtime.key"),
+            },
+            skr_api,
+            namespace,
+        ) as proc:
             receiver.mode, receiver.status, receiver.retry_after = "error", 503, "1"
-            _until_called(core, namespace, lambda: bool(receiver.requests),
-                          "the listener never called")
+            _until_called(
+                core, namespace, lambda: bool(receiver.requests), "the listener never called"
+            )
             failed_at = time.monotonic()
             assert proc.metric(COUNT) == 0  # a refused delivery is not a delivery
             time.sleep(2.5)  # the outage: the delivery's time must include it

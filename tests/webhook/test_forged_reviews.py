@@ -51,8 +51,12 @@ def send(url: str, ctx: ssl.SSLContext, body: bytes) -> tuple[int, bytes]:
 
 def stored(env: Env, rid: str) -> list[dict[str, Any]]:
     resp: Any = client.CustomObjectsApi(env.api).list_namespaced_custom_object(
-        RCM.group, RCM.version, env.namespace, RCM.plural,
-        label_selector=f"{apitypes.RUNTIME_ID_LABEL}={rid}")
+        RCM.group,
+        RCM.version,
+        env.namespace,
+        RCM.plural,
+        label_selector=f"{apitypes.RUNTIME_ID_LABEL}={rid}",
+    )
     return list(resp["items"])
 
 
@@ -70,42 +74,78 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 120.0) -> A
 def small_listener(listener_env: Env) -> Iterator[ListenerProcess]:
     """A listener with a small records quota, so that forged tombstones counted against it
     would fill it many times over."""
-    p = ListenerProcess(listener_env, "forged", TETHER_LISTENER_QUOTA_RECORDS=str(QUOTA_RECORDS),
-                        TETHER_LISTENER_UNBACKED_TOMBSTONES=str(UNBACKED))
+    p = ListenerProcess(
+        listener_env,
+        "forged",
+        TETHER_LISTENER_QUOTA_RECORDS=str(QUOTA_RECORDS),
+        TETHER_LISTENER_UNBACKED_TOMBSTONES=str(UNBACKED),
+    )
     yield p
     p.stop()
 
 
-def webhook(tmp: pathlib.Path, rt: Runtime, listener: ListenerProcess, env: Env,
-            skr: controlplane.ControlPlane, **extra: str) -> stack.WebhookProcess:
-    return stack.WebhookProcess(tmp, {
-        "TETHER_RUNTIME_ID": rt.id, "TETHER_LISTENER_URL": listener.url,
-        "TETHER_LISTENER_CA_FILE": str(env.server_ca_file),
-        "TETHER_CLIENT_CERT_FILE": str(rt.cert_file), "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
-        "TETHER_KUBECONFIG": str(skr.kubeconfig), **extra}).start()
+def webhook(
+    tmp: pathlib.Path,
+    rt: Runtime,
+    listener: ListenerProcess,
+    env: Env,
+    skr: controlplane.ControlPlane,
+    **extra: str,
+) -> stack.WebhookProcess:
+    return stack.WebhookProcess(
+        tmp,
+        {
+            "TETHER_RUNTIME_ID": rt.id,
+            "TETHER_LISTENER_URL": listener.url,
+            "TETHER_LISTENER_CA_FILE": str(env.server_ca_file),
+            "TETHER_CLIENT_CERT_FILE": str(rt.cert_file),
+            "TETHER_CLIENT_KEY_FILE": str(rt.key_file),
+            "TETHER_KUBECONFIG": str(skr.kubeconfig),
+            **extra,
+        },
+    ).start()
 
 
 def test_forged_deletions_from_a_pod_leave_the_runtimes_quota_to_its_real_objects(
-        skr: controlplane.ControlPlane, skr_api: client.ApiClient, namespace: str,
-        listener_env: Env, small_listener: ListenerProcess, tmp_path: pathlib.Path) -> None:
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    namespace: str,
+    listener_env: Env,
+    small_listener: ListenerProcess,
+    tmp_path: pathlib.Path,
+) -> None:
     rt = add_runtime(listener_env, f"rt-{uuid.uuid4().hex[:10]}")
     proc = webhook(tmp_path, rt, small_listener, listener_env, skr)
-    vwc = stack.vwc_body(f"tether-forged-{namespace}", proc.url + "/validate", proc.ca.cert_pem,
-                         namespace)
+    vwc = stack.vwc_body(
+        f"tether-forged-{namespace}", proc.url + "/validate", proc.ca.cert_pem, namespace
+    )
     stack.register(skr_api, vwc)
     try:
         # the attack: a caller without the API server's identity (no client certificate)
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(lambda i: send(proc.url, proc.context(),
-                                                   stack.review(namespace, f"ghost-{i}"))[0],
-                                    range(FORGED)))
+            answers = list(
+                pool.map(
+                    lambda i: send(proc.url, proc.context(), stack.review(namespace, f"ghost-{i}"))[
+                        0
+                    ],
+                    range(FORGED),
+                )
+            )
         assert answers == [200] * FORGED  # an open webhook (the default) admits them all
         # every one read back as gone and acknowledged (a batch re-sent after a timeout
         # comes back duplicate)
-        eventually(lambda: proc.metric("tether_webhook_readbacks_total", result="tombstone")
-                   >= FORGED and sum(proc.metric("tether_webhook_forwarded_records_total",
-                                                 outcome=o) for o in ("persisted", "duplicate"))
-                   >= FORGED, f"{FORGED} forged tombstones sent: {proc.log()}", timeout=300)
+        eventually(
+            lambda: (
+                proc.metric("tether_webhook_readbacks_total", result="tombstone") >= FORGED
+                and sum(
+                    proc.metric("tether_webhook_forwarded_records_total", outcome=o)
+                    for o in ("persisted", "duplicate")
+                )
+                >= FORGED
+            ),
+            f"{FORGED} forged tombstones sent: {proc.log()}",
+            timeout=300,
+        )
         ghosts = [o for o in stored(listener_env, rt.id) if records.is_unbacked(o["metadata"])]
         assert 0 < len(ghosts) <= UNBACKED
         assert small_listener.metrics().count("unbacked_tombstones_evicted_total") >= 1
@@ -114,12 +154,18 @@ def test_forged_deletions_from_a_pod_leave_the_runtimes_quota_to_its_real_object
         core = client.CoreV1Api(skr_api)
         names = [f"real-{i}" for i in range(QUOTA_RECORDS - 1)]
         for name in names:
-            core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-                metadata=client.V1ObjectMeta(name=name), data={"k": name}))
+            core.create_namespaced_config_map(
+                namespace,
+                client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={"k": name}),
+            )
 
         def real() -> set[str]:
-            return {o["spec"]["name"] for o in stored(listener_env, rt.id)
-                    if not records.is_unbacked(o["metadata"]) and not o["spec"]["deleted"]}
+            return {
+                o["spec"]["name"]
+                for o in stored(listener_env, rt.id)
+                if not records.is_unbacked(o["metadata"]) and not o["spec"]["deleted"]
+            }
+
         eventually(lambda: real() >= set(names), f"every real ConfigMap stored: {real()}")
         # a forged DELETE (at a forged, huge resourceVersion) of a name the runtime then
         # really uses cannot hide the object: the tombstone's resourceVersion is the API
@@ -127,32 +173,52 @@ def test_forged_deletions_from_a_pod_leave_the_runtimes_quota_to_its_real_object
         assert send(proc.url, proc.context(), stack.review(namespace, "victim"))[0] == 200
 
         def victim() -> dict[str, Any] | None:
-            return next((o for o in stored(listener_env, rt.id)
-                         if o["spec"]["name"] == "victim"), None)
+            return next(
+                (o for o in stored(listener_env, rt.id) if o["spec"]["name"] == "victim"), None
+            )
+
         forged = eventually(victim, "the forged tombstone of victim")
         assert forged["spec"]["deleted"] and records.is_unbacked(forged["metadata"])
         assert int(forged["spec"]["resourceVersion"]) < 999999999999
-        created = core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name="victim"), data={"k": "real"}))
-        eventually(lambda: (v := victim()) is not None and not v["spec"]["deleted"]
-                   and v["spec"]["resourceVersion"] == created.metadata.resource_version,
-                   f"the real victim stored over the forged tombstone: {victim()}")
+        created = core.create_namespaced_config_map(
+            namespace,
+            client.V1ConfigMap(metadata=client.V1ObjectMeta(name="victim"), data={"k": "real"}),
+        )
+        eventually(
+            lambda: (
+                (v := victim()) is not None
+                and not v["spec"]["deleted"]
+                and v["spec"]["resourceVersion"] == created.metadata.resource_version
+            ),
+            f"the real victim stored over the forged tombstone: {victim()}",
+        )
     finally:
         stack.unregister(skr_api, vwc["metadata"]["name"])
         proc.stop()
 
 
 def test_with_a_client_ca_only_the_api_servers_certificate_may_call(
-        skr: controlplane.ControlPlane, listener_env: Env, small_listener: ListenerProcess,
-        namespace: str, tmp_path: pathlib.Path) -> None:
+    skr: controlplane.ControlPlane,
+    listener_env: Env,
+    small_listener: ListenerProcess,
+    namespace: str,
+    tmp_path: pathlib.Path,
+) -> None:
     rt = add_runtime(listener_env, f"rt-{uuid.uuid4().hex[:10]}")
     apiserver_ca = certs.CertificateAuthority.create("skr-webhook-client-ca")
     ca_file = tmp_path / "webhook-client-ca.crt"
     ca_file.write_bytes(apiserver_ca.cert_pem)
-    proc = webhook(tmp_path, rt, small_listener, listener_env, skr,
-                   TETHER_WEBHOOK_CLIENT_CA_FILE=str(ca_file),
-                   TETHER_WEBHOOK_CLIENT_NAMES="kube-apiserver-webhook-client")
+    proc = webhook(
+        tmp_path,
+        rt,
+        small_listener,
+        listener_env,
+        skr,
+        TETHER_WEBHOOK_CLIENT_CA_FILE=str(ca_file),
+        TETHER_WEBHOOK_CLIENT_NAMES="kube-apiserver-webhook-client",
+    )
     try:
+
         def with_cert(ca: certs.CertificateAuthority, cn: str) -> ssl.SSLContext:
             tag = uuid.uuid4().hex[:6]
             c, k = tmp_path / f"{tag}.crt", tmp_path / f"{tag}.key"
@@ -169,18 +235,27 @@ def test_with_a_client_ca_only_the_api_servers_certificate_may_call(
         # a certificate of another CA (the runtime's own client certificate, say): refused
         # in the handshake
         with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
-            send(proc.url, with_cert(certs.CertificateAuthority.create("other"),
-                                     "kube-apiserver-webhook-client"), stack.review(namespace, "x"))
+            send(
+                proc.url,
+                with_cert(
+                    certs.CertificateAuthority.create("other"), "kube-apiserver-webhook-client"
+                ),
+                stack.review(namespace, "x"),
+            )
         # the right CA, another name: 403
-        status, body = send(proc.url, with_cert(apiserver_ca, "some-pod"),
-                            stack.review(namespace, "forged"))
+        status, body = send(
+            proc.url, with_cert(apiserver_ca, "some-pod"), stack.review(namespace, "forged")
+        )
         assert status == 403 and json.loads(body)["error"] == "forbidden"
         assert proc.metric("tether_webhook_admission_requests_total") == before
         assert proc.metric("tether_webhook_callers_refused_total", reason="no-certificate") == 1
         assert proc.metric("tether_webhook_callers_refused_total", reason="name") == 1
         # the API server's certificate: admitted as ever
-        status, body = send(proc.url, with_cert(apiserver_ca, "kube-apiserver-webhook-client"),
-                            stack.review(namespace, "really-deleted"))
+        status, body = send(
+            proc.url,
+            with_cert(apiserver_ca, "kube-apiserver-webhook-client"),
+            stack.review(namespace, "really-deleted"),
+        )
         assert status == 200 and json.loads(body)["response"]["allowed"] is True
         assert proc.metric("tether_webhook_admission_requests_total") == before + 1
     finally:

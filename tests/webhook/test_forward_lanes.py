@@ -31,8 +31,9 @@ class CountingReader(readback.Reader):
         self.lock = threading.Condition()
         self.now = self.most = self.calls = 0
 
-    def get(self, namespace: str, name: str,
-            target: watches.Target | None = None) -> dict[str, Any] | None:
+    def get(
+        self, namespace: str, name: str, target: watches.Target | None = None
+    ) -> dict[str, Any] | None:
         with self.lock:
             self.now += 1
             self.calls += 1
@@ -46,25 +47,41 @@ class CountingReader(readback.Reader):
                 self.now -= 1
 
 
-def _forwarder(skr: controlplane.ControlPlane, receiver: Receiver, cert: RuntimeCert,
-               lanes: int) -> tuple[forwarder.Forwarder, keyqueue.KeyQueue, CountingReader]:
+def _forwarder(
+    skr: controlplane.ControlPlane, receiver: Receiver, cert: RuntimeCert, lanes: int
+) -> tuple[forwarder.Forwarder, keyqueue.KeyQueue, CountingReader]:
     fs = dataclasses.replace(settings_mod.ForwarderSettings(), readback_lanes=lanes)
     queue = keyqueue.KeyQueue(100)
-    reader = CountingReader(gateway.from_kubeconfig(str(skr.kubeconfig)), 2.0 if lanes > 1 else 0.05)
-    client_ = sender.ListenerClient(sender.ClientSettings(
-        receiver.url, RUNTIME_ID, str(receiver.ca_file), str(cert.cert_file), str(cert.key_file)))
-    return (forwarder.Forwarder(fs, RUNTIME_ID, queue, reader, client_,
-                                metrics.build(CollectorRegistry())), queue, reader)
+    reader = CountingReader(
+        gateway.from_kubeconfig(str(skr.kubeconfig)), 2.0 if lanes > 1 else 0.05
+    )
+    client_ = sender.ListenerClient(
+        sender.ClientSettings(
+            receiver.url, RUNTIME_ID, str(receiver.ca_file), str(cert.cert_file), str(cert.key_file)
+        )
+    )
+    return (
+        forwarder.Forwarder(
+            fs, RUNTIME_ID, queue, reader, client_, metrics.build(CollectorRegistry())
+        ),
+        queue,
+        reader,
+    )
 
 
 def test_a_round_reads_its_objects_back_at_once_and_sends_them_in_order(
-        skr: controlplane.ControlPlane, skr_api: client.ApiClient, namespace: str,
-        receiver: Receiver, runtime_cert: RuntimeCert) -> None:
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    namespace: str,
+    receiver: Receiver,
+    runtime_cert: RuntimeCert,
+) -> None:
     core = client.CoreV1Api(skr_api)
     names = [f"cm-{i:02d}" for i in range(KEYS)]
     for n in names:
-        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=n), data={"k": n}))
+        core.create_namespaced_config_map(
+            namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=n), data={"k": n})
+        )
     fwd, queue, reader = _forwarder(skr, receiver, runtime_cert, lanes=4)
     for n in reversed(names):  # taken in arrival order, sent in it
         assert queue.put(keyqueue.Item(namespace, n, "", "CREATE", "", time.time())) == "enqueued"
@@ -84,12 +101,17 @@ def test_a_round_reads_its_objects_back_at_once_and_sends_them_in_order(
 
 
 def test_one_lane_reads_one_after_another(
-        skr: controlplane.ControlPlane, skr_api: client.ApiClient, namespace: str,
-        receiver: Receiver, runtime_cert: RuntimeCert) -> None:
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    namespace: str,
+    receiver: Receiver,
+    runtime_cert: RuntimeCert,
+) -> None:
     core = client.CoreV1Api(skr_api)
     for n in ("a", "b"):
-        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=n), data={"k": n}))
+        core.create_namespaced_config_map(
+            namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=n), data={"k": n})
+        )
     fwd, queue, reader = _forwarder(skr, receiver, runtime_cert, lanes=1)
     for n in ("a", "b"):
         queue.put(keyqueue.Item(namespace, n, "", "CREATE", "", time.time()))

@@ -25,8 +25,13 @@ class Clock:
         self.now += seconds
 
 
-def item(name: str, op: keyqueue.Operation = "UPDATE", rv: str = "1", uid: str = "u",
-         admitted: float = 0.0) -> keyqueue.Item:
+def item(
+    name: str,
+    op: keyqueue.Operation = "UPDATE",
+    rv: str = "1",
+    uid: str = "u",
+    admitted: float = 0.0,
+) -> keyqueue.Item:
     return keyqueue.Item("ns", name, uid, op, rv, 0.0, admitted=admitted)
 
 
@@ -86,7 +91,7 @@ def test_hot_keys_wait_for_the_min_interval_others_do_not() -> None:
     q = keyqueue.KeyQueue(10, settle=0.0, min_interval=3600)
     q.put(keyqueue.Item("ns", "hot", "u", "UPDATE", "1", 0.0))
     assert [i.name for i in q.take(10, 0)] == ["hot"]
-    q.put(keyqueue.Item("ns", "hot", "u", "UPDATE", "2", 0.0))   # just handed out: held back
+    q.put(keyqueue.Item("ns", "hot", "u", "UPDATE", "2", 0.0))  # just handed out: held back
     q.put(keyqueue.Item("ns", "cold", "u", "UPDATE", "1", 0.0))
     assert [i.name for i in q.take(10, 0.01)] == ["cold"]
     assert q.take(10, 0.01) == []
@@ -115,8 +120,9 @@ def test_lookahead_batches_hot_keys_but_never_before_settle() -> None:
 # -- leading edge, in flight, hot keys (fake clock) ----------------------------------------
 
 
-def queue(clock: Clock, maxsize: int = 100, settle: float = 0.0,
-          min_interval: float = 0.5) -> keyqueue.KeyQueue:
+def queue(
+    clock: Clock, maxsize: int = 100, settle: float = 0.0, min_interval: float = 0.5
+) -> keyqueue.KeyQueue:
     return keyqueue.KeyQueue(maxsize, settle, min_interval, min_interval / 4, clock=clock)
 
 
@@ -258,13 +264,24 @@ def test_read_error_delay_doubles_to_two_seconds_with_jitter() -> None:
     assert readback.error_delay(10_000) <= 2.0
 
 
-@pytest.mark.parametrize(("status", "error", "split"), [
-    (400, "schema", True), (413, "record too large", True), (422, "invalid", True),
-    (403, listenerapi.WATCH_REFUSAL, True),  # one record its Watch (as the KCP holds it) refuses
-    (403, "forbidden", False),  # the runtime itself is refused: every record would be
-    (401, "unauthorized", False), (409, "epoch", False),
-])
+@pytest.mark.parametrize(
+    ("status", "error", "split"),
+    [
+        (400, "schema", True),
+        (413, "record too large", True),
+        (422, "invalid", True),
+        (
+            403,
+            listenerapi.WATCH_REFUSAL,
+            True,
+        ),  # one record its Watch (as the KCP holds it) refuses
+        (403, "forbidden", False),  # the runtime itself is refused: every record would be
+        (401, "unauthorized", False),
+        (409, "epoch", False),
+    ],
+)
 def test_a_refused_batch_is_resent_record_by_record_when_the_refusal_may_concern_one(
-        status: int, error: str, split: bool) -> None:
+    status: int, error: str, split: bool
+) -> None:
     outcome = sender.Outcome("permanent", status, f"http-{status}", error=error)
     assert forwarder.per_record(outcome) is split

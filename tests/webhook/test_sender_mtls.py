@@ -15,19 +15,37 @@ from tether import certs, changes, sender
 
 def _rec(name: str) -> changes.ChangeRecord:
     return changes.from_configmap(
-        {"metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": "7"},
-         "data": {"k": "v"}}, runtime_id=receiver_mod.RUNTIME_ID, source="poller")
+        {
+            "metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": "7"},
+            "data": {"k": "v"},
+        },
+        runtime_id=receiver_mod.RUNTIME_ID,
+        source="poller",
+    )
 
 
-def _client(receiver: Receiver, rc: receiver_mod.RuntimeCert, runtime_id: str = receiver_mod.RUNTIME_ID,
-            reload_check: float = 0.0) -> sender.ListenerClient:
-    return sender.ListenerClient(sender.ClientSettings(
-        base_url=receiver.url, runtime_id=runtime_id, ca_file=str(receiver.ca_file),
-        cert_file=str(rc.cert_file), key_file=str(rc.key_file), read_timeout=2.0,
-        reload_check_seconds=reload_check))
+def _client(
+    receiver: Receiver,
+    rc: receiver_mod.RuntimeCert,
+    runtime_id: str = receiver_mod.RUNTIME_ID,
+    reload_check: float = 0.0,
+) -> sender.ListenerClient:
+    return sender.ListenerClient(
+        sender.ClientSettings(
+            base_url=receiver.url,
+            runtime_id=runtime_id,
+            ca_file=str(receiver.ca_file),
+            cert_file=str(rc.cert_file),
+            key_file=str(rc.key_file),
+            read_timeout=2.0,
+            reload_check_seconds=reload_check,
+        )
+    )
 
 
-def test_send_single_and_batch_over_one_connection(receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert) -> None:
+def test_send_single_and_batch_over_one_connection(
+    receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert
+) -> None:
     client = _client(receiver, runtime_cert)
     try:
         out = client.send([_rec("a")])
@@ -63,13 +81,20 @@ def test_errors_are_classified(receiver: Receiver, runtime_cert: receiver_mod.Ru
         client.close()
 
 
-def test_untrusted_server_is_a_tls_failure(receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert,
-                                           tmp_path: pathlib.Path) -> None:
+def test_untrusted_server_is_a_tls_failure(
+    receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert, tmp_path: pathlib.Path
+) -> None:
     other = tmp_path / "other-ca.crt"
     other.write_bytes(certs.CertificateAuthority.create("other").cert_pem)
-    client = sender.ListenerClient(sender.ClientSettings(
-        base_url=receiver.url, runtime_id=receiver_mod.RUNTIME_ID, ca_file=str(other),
-        cert_file=str(runtime_cert.cert_file), key_file=str(runtime_cert.key_file)))
+    client = sender.ListenerClient(
+        sender.ClientSettings(
+            base_url=receiver.url,
+            runtime_id=receiver_mod.RUNTIME_ID,
+            ca_file=str(other),
+            cert_file=str(runtime_cert.cert_file),
+            key_file=str(runtime_cert.key_file),
+        )
+    )
     try:
         assert client.send([_rec("a")]).reason == "tls"
     finally:
@@ -79,8 +104,16 @@ def test_untrusted_server_is_a_tls_failure(receiver: Receiver, runtime_cert: rec
 
 def test_state_pages(receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert) -> None:
     receiver.state_items = [
-        {"namespace": "ns", "name": f"n{i}", "uid": "u", "resourceVersion": str(i),
-         "observedAt": "2026-11-30T10:00:00.000000Z", "deleted": False} for i in range(5)]
+        {
+            "namespace": "ns",
+            "name": f"n{i}",
+            "uid": "u",
+            "resourceVersion": str(i),
+            "observedAt": "2026-11-30T10:00:00.000000Z",
+            "deleted": False,
+        }
+        for i in range(5)
+    ]
     client = _client(receiver, runtime_cert)
     try:
         assert [i["name"] for i in client.iter_state(limit=2)] == [f"n{i}" for i in range(5)]
@@ -88,7 +121,9 @@ def test_state_pages(receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert)
         client.close()
 
 
-def test_certificate_rotation_is_picked_up(receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert) -> None:
+def test_certificate_rotation_is_picked_up(
+    receiver: Receiver, runtime_cert: receiver_mod.RuntimeCert
+) -> None:
     client = _client(receiver, runtime_cert)
     try:
         assert client.send([_rec("a")]).verdict == "ok"
@@ -109,9 +144,15 @@ def test_certificate_rotation_is_picked_up(receiver: Receiver, runtime_cert: rec
 
 
 def test_missing_files_are_reported(receiver: Receiver, tmp_path: pathlib.Path) -> None:
-    client = sender.ListenerClient(sender.ClientSettings(
-        base_url=receiver.url, runtime_id="rt", ca_file=str(tmp_path / "nope"),
-        cert_file=str(tmp_path / "nope.crt"), key_file=str(tmp_path / "nope.key")))
+    client = sender.ListenerClient(
+        sender.ClientSettings(
+            base_url=receiver.url,
+            runtime_id="rt",
+            ca_file=str(tmp_path / "nope"),
+            cert_file=str(tmp_path / "nope.crt"),
+            key_file=str(tmp_path / "nope.key"),
+        )
+    )
     assert not client.certs_loaded()
     out = client.send([_rec("a")])
     assert (out.verdict, out.reason) == ("retryable", "tls")

@@ -22,23 +22,52 @@ def watch(name: str, resource: dict[str, str] = CM, **spec: Any) -> watches.Watc
     return watches.parse({"metadata": {"name": name}, "spec": {"resource": resource, **spec}})
 
 
-def obj(labels: dict[str, str] | None = None, rv: str = "5", resource: dict[str, str] = CM,
-        **values: Any) -> dict[str, Any]:
+def obj(
+    labels: dict[str, str] | None = None,
+    rv: str = "5",
+    resource: dict[str, str] = CM,
+    **values: Any,
+) -> dict[str, Any]:
     api = f"{resource['group']}/{resource['version']}" if resource["group"] else resource["version"]
-    return {"apiVersion": api, "kind": resource["kind"],
-            "metadata": {"namespace": "app", "name": "o", "uid": "u1", "resourceVersion": rv,
-                         "labels": labels or {}}, **values}
+    return {
+        "apiVersion": api,
+        "kind": resource["kind"],
+        "metadata": {
+            "namespace": "app",
+            "name": "o",
+            "uid": "u1",
+            "resourceVersion": rv,
+            "labels": labels or {},
+        },
+        **values,
+    }
 
 
-def review(op: str = "UPDATE", new: dict[str, Any] | None = None, old: dict[str, Any] | None = None,
-           resource: dict[str, str] = CM, ns: str = "app", dry_run: bool = False) -> admission.Request:
-    return admission.parse({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": "r1", "operation": op, "namespace": ns, "name": "o", "dryRun": dry_run,
-                    "kind": {k: resource[k] for k in ("group", "version", "kind")},
-                    "resource": {k: resource[k] for k in ("group", "version", "resource")},
-                    "object": None if op == "DELETE" else new,
-                    "oldObject": None if op == "CREATE" else old}})
+def review(
+    op: str = "UPDATE",
+    new: dict[str, Any] | None = None,
+    old: dict[str, Any] | None = None,
+    resource: dict[str, str] = CM,
+    ns: str = "app",
+    dry_run: bool = False,
+) -> admission.Request:
+    return admission.parse(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "r1",
+                "operation": op,
+                "namespace": ns,
+                "name": "o",
+                "dryRun": dry_run,
+                "kind": {k: resource[k] for k in ("group", "version", "kind")},
+                "resource": {k: resource[k] for k in ("group", "version", "resource")},
+                "object": None if op == "DELETE" else new,
+                "oldObject": None if op == "CREATE" else old,
+            },
+        }
+    )
 
 
 CONF_W = watch("conf", selector=CONF)
@@ -69,16 +98,34 @@ def test_an_object_leaving_the_selector_is_forwarded_once_more() -> None:
     assert scope.decide(review("DELETE", old=new), (CONF_W,)) == ("not-watched", ())
 
 
-@pytest.mark.parametrize(("req", "reason"), [
-    (review("CREATE", obj(resource=WIDGET), resource={**WIDGET, "version": "v2"}), "other-kind"),
-    (review("CREATE", obj(resource={**WIDGET, "kind": "Gadget"}),
-            resource={**WIDGET, "resource": "gadgets", "kind": "Gadget"}), "other-kind"),
-    (review("CREATE", obj({"conf": "yes"}), ns="kube-system"), "not-watched"),
-    (review("CREATE", obj({"conf": "yes"}), dry_run=True), "dry-run"),
-    (review("CONNECT", obj()), "other-operation"),
-    (review("UPDATE", obj({"conf": "yes"}, "6", data={"a": "1"}),
-            obj({"conf": "yes"}, "5", data={"a": "1"})), "no-change"),
-])
+@pytest.mark.parametrize(
+    ("req", "reason"),
+    [
+        (
+            review("CREATE", obj(resource=WIDGET), resource={**WIDGET, "version": "v2"}),
+            "other-kind",
+        ),
+        (
+            review(
+                "CREATE",
+                obj(resource={**WIDGET, "kind": "Gadget"}),
+                resource={**WIDGET, "resource": "gadgets", "kind": "Gadget"},
+            ),
+            "other-kind",
+        ),
+        (review("CREATE", obj({"conf": "yes"}), ns="kube-system"), "not-watched"),
+        (review("CREATE", obj({"conf": "yes"}), dry_run=True), "dry-run"),
+        (review("CONNECT", obj()), "other-operation"),
+        (
+            review(
+                "UPDATE",
+                obj({"conf": "yes"}, "6", data={"a": "1"}),
+                obj({"conf": "yes"}, "5", data={"a": "1"}),
+            ),
+            "no-change",
+        ),
+    ],
+)
 def test_skips(req: admission.Request, reason: str) -> None:
     assert scope.decide(req, (CONF_W, WIDGET_W)) == (reason, ())
 
@@ -91,7 +138,9 @@ def test_any_value_change_counts() -> None:
     a = obj(resource=WIDGET, spec={"x": 1}, status={"ok": True})
     assert not scope.object_changed(a, {**a, "metadata": {**a["metadata"], "resourceVersion": "9"}})
     assert scope.object_changed(a, {**a, "status": {"ok": False}})
-    assert scope.object_changed(a, obj({"l": "1"}, resource=WIDGET, spec={"x": 1}, status={"ok": True}))
+    assert scope.object_changed(
+        a, obj({"l": "1"}, resource=WIDGET, spec={"x": 1}, status={"ok": True})
+    )
 
 
 def item(w: watches.Watch | None, op: keyqueue.Operation = "UPDATE") -> keyqueue.Item:
@@ -102,7 +151,11 @@ def test_keys_per_watch_and_the_old_key_without() -> None:
     assert item(None).key == ("app", "o")
     assert item(CONF_W).key == ("app", "o", "conf") != item(META_W).key
     q = keyqueue.KeyQueue(10)
-    assert [q.put(item(w)) for w in (CONF_W, META_W, CONF_W)] == ["enqueued", "enqueued", "coalesced"]
+    assert [q.put(item(w)) for w in (CONF_W, META_W, CONF_W)] == [
+        "enqueued",
+        "enqueued",
+        "coalesced",
+    ]
     got = q.take(10, 0)
     assert sorted(i.key for i in got) == [("app", "o", "conf"), ("app", "o", "meta")]
     assert all(i.watch is not None and i.key[2] == i.watch.name for i in got)
@@ -120,20 +173,40 @@ def test_an_object_read_back_of_another_kind_than_its_watch_is_not_sent() -> Non
     resource that serves another kind): nothing is sent, not even a tombstone."""
     disguised = watches.Watch("disguised", watches.Target("", "v1", "secrets", "ConfigMap"))
     secret = obj(resource=SECRET, data={"pw": base64.b64encode(b"hunter2").decode()})
-    assert records.live(item(disguised), secret, runtime_id="rt-1", observed_at=changes.now(),
-                        epoch=None) is None
-    assert records.live(item(CONF_W), {**obj({"conf": "yes"}, data={"a": "1"}), "kind": "Secret"},
-                        runtime_id="rt-1", observed_at=changes.now(), epoch=None) is None
+    assert (
+        records.live(
+            item(disguised), secret, runtime_id="rt-1", observed_at=changes.now(), epoch=None
+        )
+        is None
+    )
+    assert (
+        records.live(
+            item(CONF_W),
+            {**obj({"conf": "yes"}, data={"a": "1"}), "kind": "Secret"},
+            runtime_id="rt-1",
+            observed_at=changes.now(),
+            epoch=None,
+        )
+        is None
+    )
     kindless = {k: v for k, v in obj({"conf": "yes"}, data={"a": "1"}).items() if k != "kind"}
-    assert records.live(item(CONF_W), kindless, runtime_id="rt-1", observed_at=changes.now(),
-                        epoch=None) is None  # a kind unknown is not the Watch's
+    assert (
+        records.live(
+            item(CONF_W), kindless, runtime_id="rt-1", observed_at=changes.now(), epoch=None
+        )
+        is None
+    )  # a kind unknown is not the Watch's
 
 
 def test_live_records_are_reduced_per_watch() -> None:
     o = obj({"conf": "yes"}, data={"a": "1"})
     full, meta = rec(CONF_W, o), rec(META_W, o)
     assert full["apiVersion"] == changes.API_VERSION_V2 and full["watch"] == "conf"
-    assert full["data"] == {"a": "1"} and full["resource"] == {"group": "", "version": "v1", "kind": "ConfigMap"}
+    assert full["data"] == {"a": "1"} and full["resource"] == {
+        "group": "",
+        "version": "v1",
+        "kind": "ConfigMap",
+    }
     assert meta["data"] == {} and meta["labels"] == {"conf": "yes"}
     for r in (full, meta):
         assert not changes.validate_record(r)
@@ -161,8 +234,9 @@ def test_labels_left_the_selector_make_a_tombstone_at_the_objects_version() -> N
 
 
 def test_gone_and_v1_without_watch() -> None:
-    g = records.gone(item(CONF_W, "DELETE"), "11", runtime_id="rt-1", observed_at=changes.now(),
-                     epoch=2)
+    g = records.gone(
+        item(CONF_W, "DELETE"), "11", runtime_id="rt-1", observed_at=changes.now(), epoch=2
+    )
     assert (g["deleted"], g["watch"], g["resourceVersion"], g["epoch"]) == (True, "conf", "11", 2)
     v1 = rec(None, obj({"conf": "yes"}, data={"a": "1"}))
     assert v1["apiVersion"] == changes.API_VERSION and "watch" not in v1
@@ -186,14 +260,18 @@ def test_an_entry_is_sent_with_the_current_version_of_its_watch() -> None:
     assert records.current(same, (CONF_W,)) is same
 
 
-@pytest.mark.parametrize(("entry", "in_force"), [
-    (item(CONF_W), (META_W,)),  # its Watch was deleted
-    (item(CONF_W), (watch("conf", WIDGET),)),  # its Watch now covers another kind
-    (item(CONF_W), None),  # the runtime's Watch list is gone
-    (item(None), (CONF_W,)),  # a v1 entry of before the runtime turned to Watch mode
-])
-def test_an_entry_no_longer_to_be_sent_is_dropped(entry: keyqueue.Item,
-                                                  in_force: tuple[watches.Watch, ...] | None) -> None:
+@pytest.mark.parametrize(
+    ("entry", "in_force"),
+    [
+        (item(CONF_W), (META_W,)),  # its Watch was deleted
+        (item(CONF_W), (watch("conf", WIDGET),)),  # its Watch now covers another kind
+        (item(CONF_W), None),  # the runtime's Watch list is gone
+        (item(None), (CONF_W,)),  # a v1 entry of before the runtime turned to Watch mode
+    ],
+)
+def test_an_entry_no_longer_to_be_sent_is_dropped(
+    entry: keyqueue.Item, in_force: tuple[watches.Watch, ...] | None
+) -> None:
     assert records.current(entry, in_force) is None
 
 
@@ -205,9 +283,19 @@ def test_without_watches_an_entry_is_sent_as_before() -> None:
 def test_a_status_subresource_update_is_the_objects() -> None:
     old = obj(resource=WIDGET, spec={"x": 1}, status={"ok": False})
     new = obj(resource=WIDGET, rv="6", spec={"x": 1}, status={"ok": True})
-    doc = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "r1", "operation": "UPDATE", "namespace": "app", "name": "o", "subResource": "status",
-        "kind": {k: WIDGET[k] for k in ("group", "version", "kind")},
-        "resource": {k: WIDGET[k] for k in ("group", "version", "resource")},
-        "object": new, "oldObject": old}}
+    doc = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "r1",
+            "operation": "UPDATE",
+            "namespace": "app",
+            "name": "o",
+            "subResource": "status",
+            "kind": {k: WIDGET[k] for k in ("group", "version", "kind")},
+            "resource": {k: WIDGET[k] for k in ("group", "version", "resource")},
+            "object": new,
+            "oldObject": old,
+        },
+    }
     assert scope.decide(admission.parse(doc), ALL) == (None, (WIDGET_W,))

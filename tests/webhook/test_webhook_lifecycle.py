@@ -29,10 +29,21 @@ def _review(ns: str, cm: client.V1ConfigMap, old_rv: str) -> bytes:
     old = json.loads(json.dumps(obj))
     old["metadata"]["resourceVersion"] = old_rv
     old["data"] = {"k": "before"}
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "u-" + cm.metadata.name, "operation": "UPDATE",
-        "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-        "namespace": ns, "name": cm.metadata.name, "object": obj, "oldObject": old}}).encode()
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-" + cm.metadata.name,
+                "operation": "UPDATE",
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "namespace": ns,
+                "name": cm.metadata.name,
+                "object": obj,
+                "oldObject": old,
+            },
+        }
+    ).encode()
 
 
 def _children(pid: int) -> list[int]:
@@ -52,40 +63,61 @@ def _serving_cert_issuer(port: int, ca_file: pathlib.Path) -> str | None:
     """CN of the serving certificate's issuer when it verifies against ``ca_file``."""
     ctx = ssl.create_default_context(cafile=str(ca_file))
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
-                ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
             cert = tls.getpeercert()
     except ssl.SSLError:
         return None
     return dict(x[0] for x in cert["issuer"])["commonName"]
 
 
-def test_two_workers_reload_and_drain(skr: controlplane.ControlPlane, skr_api: client.ApiClient,
-                                      namespace: str, receiver: Receiver,
-                                      runtime_cert: receiver_mod.RuntimeCert, tmp_path: pathlib.Path) -> None:
+def test_two_workers_reload_and_drain(
+    skr: controlplane.ControlPlane,
+    skr_api: client.ApiClient,
+    namespace: str,
+    receiver: Receiver,
+    runtime_cert: receiver_mod.RuntimeCert,
+    tmp_path: pathlib.Path,
+) -> None:
     core = client.CoreV1Api(skr_api)
-    proc = stack.WebhookProcess(tmp_path, {
-        "TETHER_RUNTIME_ID": receiver_mod.RUNTIME_ID,
-        "TETHER_LISTENER_URL": receiver.url,
-        "TETHER_LISTENER_CA_FILE": str(receiver.ca_file),
-        "TETHER_CLIENT_CERT_FILE": str(runtime_cert.cert_file),
-        "TETHER_CLIENT_KEY_FILE": str(runtime_cert.key_file),
-        "TETHER_KUBECONFIG": str(skr.kubeconfig),
-        "TETHER_WEBHOOK_WORKERS": "2",
-        "TETHER_CERT_RELOAD_SECONDS": "0.2",
-        "TETHER_WEBHOOK_COALESCE_SECONDS": "10",  # keys wait in the queue until the drain takes them
-        "TETHER_WEBHOOK_READBACK_SECONDS": "15",
-        "TETHER_LOG_FORMAT": "json",  # as deployed: every line, gunicorn's included, is JSON
-    }).start()
+    proc = stack.WebhookProcess(
+        tmp_path,
+        {
+            "TETHER_RUNTIME_ID": receiver_mod.RUNTIME_ID,
+            "TETHER_LISTENER_URL": receiver.url,
+            "TETHER_LISTENER_CA_FILE": str(receiver.ca_file),
+            "TETHER_CLIENT_CERT_FILE": str(runtime_cert.cert_file),
+            "TETHER_CLIENT_KEY_FILE": str(runtime_cert.key_file),
+            "TETHER_KUBECONFIG": str(skr.kubeconfig),
+            "TETHER_WEBHOOK_WORKERS": "2",
+            "TETHER_CERT_RELOAD_SECONDS": "0.2",
+            "TETHER_WEBHOOK_COALESCE_SECONDS": "10",  # keys wait in the queue until the drain takes them
+            "TETHER_WEBHOOK_READBACK_SECONDS": "15",
+            "TETHER_LOG_FORMAT": "json",  # as deployed: every line, gunicorn's included, is JSON
+        },
+    ).start()
     try:
-        cms = [core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=f"drain-{i}"), data={"k": f"v{i}"})) for i in range(6)]
+        cms = [
+            core.create_namespaced_config_map(
+                namespace,
+                client.V1ConfigMap(
+                    metadata=client.V1ObjectMeta(name=f"drain-{i}"), data={"k": f"v{i}"}
+                ),
+            )
+            for i in range(6)
+        ]
         for cm in cms:
             status, body = proc.post("/validate", _review(namespace, cm, "1"))
             assert status == 200 and json.loads(body)["response"]["allowed"] is True
         # both workers' counters are aggregated on /metrics, whichever worker answers
-        assert proc.metric("tether_webhook_admission_requests_total", operation="UPDATE",
-                           outcome="enqueued") == 6
+        assert (
+            proc.metric(
+                "tether_webhook_admission_requests_total", operation="UPDATE", outcome="enqueued"
+            )
+            == 6
+        )
         # a worker that exits (here: TERM, as at max-requests or a crash) is replaced; the
         # metric files survive it (counted values of exited workers stay in the totals)
         assert proc.proc is not None
@@ -95,7 +127,11 @@ def test_two_workers_reload_and_drain(skr: controlplane.ControlPlane, skr_api: c
         deadline = time.monotonic() + 30
         while True:
             now_workers = _children(proc.proc.pid)
-            if len(now_workers) == 2 and workers[0] not in now_workers and proc.get("/readyz")[0] == 200:
+            if (
+                len(now_workers) == 2
+                and workers[0] not in now_workers
+                and proc.get("/readyz")[0] == 200
+            ):
                 break
             assert time.monotonic() < deadline, proc.log()
             time.sleep(0.1)
@@ -116,7 +152,9 @@ def test_two_workers_reload_and_drain(skr: controlplane.ControlPlane, skr_api: c
         issuers: set[str | None] = set()
         while len(issuers) < 1 or None in issuers or issuers != {"rotated-serving-ca"}:
             assert time.monotonic() < deadline, issuers
-            issuers = {_serving_cert_issuer(proc.port, new_ca_file) for _ in range(6)}  # both workers
+            issuers = {
+                _serving_cert_issuer(proc.port, new_ca_file) for _ in range(6)
+            }  # both workers
             time.sleep(0.1)
     finally:
         rc = proc.stop()
@@ -125,8 +163,12 @@ def test_two_workers_reload_and_drain(skr: controlplane.ControlPlane, skr_api: c
     # its exit, the others' at shutdown)
     recs = receiver.records()
     assert sorted({r["name"] for r in recs}) == [f"drain-{i}" for i in range(6)], (
-        [(r["answered"], r["body"].get("name"), len(r["body"].get("items", []))) for r in receiver.requests],
-        proc.log())
+        [
+            (r["answered"], r["body"].get("name"), len(r["body"].get("items", [])))
+            for r in receiver.requests
+        ],
+        proc.log(),
+    )
     by_name = {r["name"]: r for r in recs}
     for i, cm in enumerate(cms):
         assert by_name[f"drain-{i}"]["resourceVersion"] == cm.metadata.resource_version

@@ -25,13 +25,20 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 DEFAULT_DENIED_TEXT = (
-    "127.0.0.0/8", "::1/128",                      # loopback
-    "0.0.0.0/8", "::/128",                         # unspecified ("this host")
-    "169.254.0.0/16", "fe80::/10",                 # link-local, metadata 169.254.169.254
-    "fd00:ec2::254/128",                           # AWS metadata over IPv6
-    "100.64.0.0/10",                               # carrier-grade NAT: Gardener Pod/Service ranges
-    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7",  # private ranges
-    "224.0.0.0/4", "ff00::/8",                     # multicast
+    "127.0.0.0/8",
+    "::1/128",  # loopback
+    "0.0.0.0/8",
+    "::/128",  # unspecified ("this host")
+    "169.254.0.0/16",
+    "fe80::/10",  # link-local, metadata 169.254.169.254
+    "fd00:ec2::254/128",  # AWS metadata over IPv6
+    "100.64.0.0/10",  # carrier-grade NAT: Gardener Pod/Service ranges
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "fc00::/7",  # private ranges
+    "224.0.0.0/4",
+    "ff00::/8",  # multicast
 )
 
 

@@ -48,8 +48,8 @@ CHUNK = 64 * 1024
 class Limits(NamedTuple):
     """The bounds of every call into one runtime's API server."""
 
-    max_bytes: int = 16 * 1024 * 1024            # an answer larger than this is refused
-    max_connections: int = 2                     # open to one runtime at once
+    max_bytes: int = 16 * 1024 * 1024  # an answer larger than this is refused
+    max_connections: int = 2  # open to one runtime at once
     denied: Sequence[addresses.Network] = addresses.DEFAULT_DENIED
 
 
@@ -122,13 +122,18 @@ class _Connection(HTTPSConnection):
         try:
             infos = socket.getaddrinfo(self._dns_host, self.port, type=socket.SOCK_STREAM)
         except OSError as e:
-            raise NewConnectionError(self, f"cannot resolve the host ({type(e).__name__})") from None
+            raise NewConnectionError(
+                self, f"cannot resolve the host ({type(e).__name__})"
+            ) from None
         if not infos:
             raise NewConnectionError(self, "the host resolves to no address")
         for *_, addr in infos:
             if addresses.denied(str(addr[0]).split("%", 1)[0], self.denied):
-                raise errors.AddressRefusedError(self, f"the server resolves to {addr[0]}, in a denied "
-                                          "network (TETHER_RUNTIME_DENIED_NETWORKS)")
+                raise errors.AddressRefusedError(
+                    self,
+                    f"the server resolves to {addr[0]}, in a denied "
+                    "network (TETHER_RUNTIME_DENIED_NETWORKS)",
+                )
         family, kind, proto, _, addr = infos[0]
         sock = socket.socket(family, kind, proto)
         try:
@@ -142,8 +147,9 @@ class _Connection(HTTPSConnection):
 
 
 def _context(conn: kubeconfig.Connection) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cadata=conn.ca_pem.decode("ascii", "replace")
-                                     if conn.ca_pem else None)  # None: the system's store
+    ctx = ssl.create_default_context(
+        cadata=conn.ca_pem.decode("ascii", "replace") if conn.ca_pem else None
+    )  # None: the system's store
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if conn.cert_pem is not None and conn.key_pem is not None:
         _load_client_cert(ctx, conn.cert_pem, conn.key_pem)
@@ -163,9 +169,10 @@ def _load_client_cert(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> N
             for fd, data in zip(fds, (cert_pem, key_pem), strict=True):
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
-            ctx.load_cert_chain(f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}",
-                                password=lambda: b"")
+                    view = view[os.write(fd, view) :]
+            ctx.load_cert_chain(
+                f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}", password=lambda: b""
+            )
         finally:
             for fd in fds:
                 os.close(fd)
@@ -192,8 +199,11 @@ def pool(conn: kubeconfig.Connection, limits: Limits) -> urllib3.PoolManager:
     class Pool(HTTPSConnectionPool):
         ConnectionCls = Connection
 
-    kw: dict[str, Any] = {"ssl_context": _context(conn), "maxsize": limits.max_connections,
-                          "block": True}
+    kw: dict[str, Any] = {
+        "ssl_context": _context(conn),
+        "maxsize": limits.max_connections,
+        "block": True,
+    }
     if conn.tls_server_name:
         kw["server_hostname"] = conn.tls_server_name
     manager = urllib3.PoolManager(num_pools=2, **kw)
@@ -207,8 +217,10 @@ def read_bounded(resp: Any, max_bytes: int | None, what: str) -> bytes:
     if max_bytes is not None:
         length = resp.headers.get("Content-Length")
         if length is not None and length.strip().isdigit() and int(length) > max_bytes:
-            raise errors.TooLarge(f"{what}: the answer announces {int(length)} bytes, more than "
-                                  f"the {max_bytes} allowed")
+            raise errors.TooLarge(
+                f"{what}: the answer announces {int(length)} bytes, more than "
+                f"the {max_bytes} allowed"
+            )
         encoding = (resp.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding != "identity":
             raise errors.TooLarge(f"{what}: a compressed answer ({encoding[:20]}) is refused")
@@ -220,8 +232,9 @@ def read_bounded(resp: Any, max_bytes: int | None, what: str) -> bytes:
             break
         size += len(chunk)
         if max_bytes is not None and size > max_bytes:
-            raise errors.TooLarge(f"{what}: the answer is larger than the {max_bytes} bytes "
-                                  "allowed")
+            raise errors.TooLarge(
+                f"{what}: the answer is larger than the {max_bytes} bytes allowed"
+            )
         parts.append(chunk)
     return b"".join(parts)
 

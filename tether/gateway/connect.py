@@ -27,9 +27,13 @@ def _gateway(cfg: client.Configuration, pool_size: int | None, timeout: float) -
     return kube.Kube(client.ApiClient(configuration=cfg), timeout=timeout)
 
 
-def from_kubeconfig(kubeconfig: str | None = None, *, context: str | None = None,
-                    pool_size: int | None = None, timeout: float = kube.DEFAULT_TIMEOUT,
-                    ) -> kube.Kube:
+def from_kubeconfig(
+    kubeconfig: str | None = None,
+    *,
+    context: str | None = None,
+    pool_size: int | None = None,
+    timeout: float = kube.DEFAULT_TIMEOUT,
+) -> kube.Kube:
     """A gateway from a kubeconfig file, else from the in-cluster service account.
 
     ``kubeconfig`` None means: $KUBECONFIG if set, else in-cluster. ``pool_size``: the most
@@ -39,8 +43,7 @@ def from_kubeconfig(kubeconfig: str | None = None, *, context: str | None = None
     try:
         if path:
             with _LOAD_LOCK:
-                config.load_kube_config(config_file=path, context=context,
-                                        client_configuration=cfg)
+                config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
         else:
             config.load_incluster_config(client_configuration=cfg)
     except config.ConfigException as e:
@@ -49,12 +52,17 @@ def from_kubeconfig(kubeconfig: str | None = None, *, context: str | None = None
     except (TypeError, KeyError, AttributeError) as e:  # valid YAML, not a kubeconfig
         raise KubeConfigError(
             f"cannot load Kubernetes configuration from {path}: not a kubeconfig "
-            f"({type(e).__name__})") from None
+            f"({type(e).__name__})"
+        ) from None
     return _gateway(cfg, pool_size, timeout)
 
 
-def from_runtime_kubeconfig(data: bytes | str, limits: bounded.Limits | None = None, *,
-                            timeout: float = kube.DEFAULT_TIMEOUT) -> kube.Kube:
+def from_runtime_kubeconfig(
+    data: bytes | str,
+    limits: bounded.Limits | None = None,
+    *,
+    timeout: float = kube.DEFAULT_TIMEOUT,
+) -> kube.Kube:
     """A gateway to a runtime's API server from its kubeconfig (tenant input): parsed by the
     allow-list of ``kubeconfig.parse`` (``kubeconfig.Refused`` names a refused field), every
     call bounded by ``limits`` and ``timeout`` (wall clock, per call)."""
@@ -64,12 +72,14 @@ def from_runtime_kubeconfig(data: bytes | str, limits: bounded.Limits | None = N
         pool = bounded.pool(conn, limits)
     except (ssl.SSLError, ValueError) as e:
         raise KubeConfigError(f"kubeconfig certificates do not load ({type(e).__name__})") from None
-    return kube.Kube(timeout=timeout,
-                     runtime=kube.RuntimeTransport(pool, conn.server, conn.token, limits))
+    return kube.Kube(
+        timeout=timeout, runtime=kube.RuntimeTransport(pool, conn.server, conn.token, limits)
+    )
 
 
-def from_kubeconfig_bytes(data: bytes | str, *, pool_size: int | None = None,
-                          timeout: float = kube.DEFAULT_TIMEOUT) -> kube.Kube:
+def from_kubeconfig_bytes(
+    data: bytes | str, *, pool_size: int | None = None, timeout: float = kube.DEFAULT_TIMEOUT
+) -> kube.Kube:
     """A gateway from kubeconfig content the operator wrote (never a runtime's: that is
     ``from_runtime_kubeconfig``)."""
     loaded = kubeconfig.load(data)

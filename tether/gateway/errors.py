@@ -104,8 +104,15 @@ TRANSPORT: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSEr
 
 
 _BY_STATUS: dict[int, type[GatewayError]] = {
-    400: Rejected, 401: Forbidden, 403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone,
-    413: Rejected, 422: Rejected, 429: Unavailable,
+    400: Rejected,
+    401: Forbidden,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    413: Rejected,
+    422: Rejected,
+    429: Unavailable,
 }
 
 

@@ -72,9 +72,13 @@ class RuntimeTransport(NamedTuple):
     limits: bounded.Limits
 
 
-def list_query(*, label_selector: str | None = None, field_selector: str | None = None,
-               limit: int | None = None, continue_token: str | None = None,
-               ) -> list[tuple[str, str]]:
+def list_query(
+    *,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    limit: int | None = None,
+    continue_token: str | None = None,
+) -> list[tuple[str, str]]:
     """The query of a list call (pure)."""
     query: list[tuple[str, str]] = []
     if label_selector:
@@ -91,8 +95,13 @@ def list_query(*, label_selector: str | None = None, field_selector: str | None 
 class Kube:
     """Calls to one API server; thread-safe (the connection pool is)."""
 
-    def __init__(self, api: client.ApiClient | None = None, *, timeout: float = DEFAULT_TIMEOUT,
-                 runtime: RuntimeTransport | None = None) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        runtime: RuntimeTransport | None = None,
+    ) -> None:
         """A gateway over the ``kubernetes`` client's configuration (``api``: the KCP, a
         kubeconfig the operator wrote), or over a runtime's bounded transport (``runtime``:
         built from a parsed runtime kubeconfig, ``connect.from_runtime_kubeconfig``)."""
@@ -109,8 +118,10 @@ class Kube:
         elif api is not None:
             self._pool = api.rest_client.pool_manager
             self._host = str(api.configuration.host).rstrip("/")
-            self._headers = {**{k: str(v) for k, v in api.default_headers.items()},
-                             "User-Agent": user_agent()}  # not OpenAPI-Generator's
+            self._headers = {
+                **{k: str(v) for k, v in api.default_headers.items()},
+                "User-Agent": user_agent(),
+            }  # not OpenAPI-Generator's
             # urllib3's default retries, as the typed client has them (a connection that the
             # server closed while pooled, e.g. after its restart, is retried), never a redirect
             self._retries = urllib3.Retry(total=3, redirect=False)
@@ -141,9 +152,18 @@ class Kube:
                 out[str(auth["key"])] = str(auth["value"])
         return out
 
-    def request(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = (),
-                body: Any = None, content_type: str = JSON, accept: str = JSON,
-                timeout: float | None = None, what: str = "") -> dict[str, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = JSON,
+        accept: str = JSON,
+        timeout: float | None = None,
+        what: str = "",
+    ) -> dict[str, Any]:
         """One request; the answer's JSON object. Raises a ``errors.GatewayError``.
 
         A runtime's gateway bounds the whole call by ``timeout`` (wall clock: connect, TLS,
@@ -165,14 +185,21 @@ class Kube:
         with scope as end:
             try:
                 resp = self._pool.request(
-                    method, url, body=data, headers=headers, retries=self._retries,
+                    method,
+                    url,
+                    body=data,
+                    headers=headers,
+                    retries=self._retries,
                     timeout=urllib3.Timeout(connect=seconds, read=seconds),
-                    preload_content=False, decode_content=runtime is None,
-                    pool_timeout=seconds)
+                    preload_content=False,
+                    decode_content=runtime is None,
+                    pool_timeout=seconds,
+                )
                 try:
                     if 300 <= resp.status <= 399:
-                        raise errors.Redirected(f"{what}: HTTP {resp.status}: redirects are not "
-                                                "followed")
+                        raise errors.Redirected(
+                            f"{what}: HTTP {resp.status}: redirects are not followed"
+                        )
                     limit = runtime.limits.max_bytes if runtime is not None else None
                     if not 200 <= resp.status <= 299:
                         raw = bounded.read_bounded(resp, min(limit or ERROR_BODY, ERROR_BODY), what)
@@ -188,17 +215,27 @@ class Kube:
             except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
                 if runtime is not None and time.monotonic() >= end:
                     raise errors.DeadlineExceeded(
-                        f"{what}: no complete answer within {seconds:g}s") from e
+                        f"{what}: no complete answer within {seconds:g}s"
+                    ) from e
                 raise errors.translate(e, what) from e
         if not isinstance(doc, dict):
             raise errors.Unavailable(f"{what}: the answer is not a JSON object")
         return doc
 
-    def watch(self, res: Resource, namespace: str | None, *, resource_version: str,
-              timeout_seconds: int, label_selector: str | None = None, bookmarks: bool = True,
-              max_event_bytes: int = stream.MAX_EVENT_BYTES, read_timeout: float | None = None,
-              stop: threading.Event | None = None,
-              metadata_only: bool = False) -> Generator[dict[str, Any], None, None]:
+    def watch(
+        self,
+        res: Resource,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        label_selector: str | None = None,
+        bookmarks: bool = True,
+        max_event_bytes: int = stream.MAX_EVENT_BYTES,
+        read_timeout: float | None = None,
+        stop: threading.Event | None = None,
+        metadata_only: bool = False,
+    ) -> Generator[dict[str, Any], None, None]:
         """The events of a watch from ``resource_version`` (``namespace`` None: across all
         namespaces), as served, while the server holds it open (``timeout_seconds``); see
         ``stream`` for its bounds and errors (``errors.Gone``: the version is too old).
@@ -206,17 +243,25 @@ class Kube:
         objects are ``PartialObjectMetadata`` (their ``metadata`` only)."""
         what = f"watch {res.plural}"
         query = list_query(label_selector=label_selector) + stream.query(
-            resource_version=resource_version, timeout_seconds=timeout_seconds,
-            bookmarks=bookmarks)
-        headers = {**self._headers, "Accept": METADATA if metadata_only else JSON,
-                   **self._auth_headers()}
+            resource_version=resource_version, timeout_seconds=timeout_seconds, bookmarks=bookmarks
+        )
+        headers = {
+            **self._headers,
+            "Accept": METADATA if metadata_only else JSON,
+            **self._auth_headers(),
+        }
         read = read_timeout if read_timeout is not None else timeout_seconds + 30.0
         try:
             resp = self._pool.request(
-                "GET", f"{self._host}{res.path(namespace)}?{urllib.parse.urlencode(query)}",
-                headers=headers, retries=self._retries, preload_content=False,
+                "GET",
+                f"{self._host}{res.path(namespace)}?{urllib.parse.urlencode(query)}",
+                headers=headers,
+                retries=self._retries,
+                preload_content=False,
                 timeout=urllib3.Timeout(connect=self.timeout, read=read),
-                decode_content=self._runtime is None, pool_timeout=self.timeout)
+                decode_content=self._runtime is None,
+                pool_timeout=self.timeout,
+            )
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise errors.translate(e, what) from e
         if not 200 <= resp.status <= 299:
@@ -235,91 +280,197 @@ class Kube:
 
     # -- typed calls -----------------------------------------------------------------------
 
-    def get(self, res: Resource, namespace: str | None, name: str, *,
-            timeout: float | None = None) -> dict[str, Any]:
+    def get(
+        self, res: Resource, namespace: str | None, name: str, *, timeout: float | None = None
+    ) -> dict[str, Any]:
         """The object; ``errors.NotFound`` when it does not exist."""
-        return self.request("GET", res.path(namespace, name), timeout=timeout,
-                            what=f"get {res.plural}")
+        return self.request(
+            "GET", res.path(namespace, name), timeout=timeout, what=f"get {res.plural}"
+        )
 
-    def get_or_none(self, res: Resource, namespace: str | None, name: str, *,
-                    timeout: float | None = None) -> dict[str, Any] | None:
+    def get_or_none(
+        self, res: Resource, namespace: str | None, name: str, *, timeout: float | None = None
+    ) -> dict[str, Any] | None:
         try:
             return self.get(res, namespace, name, timeout=timeout)
         except errors.NotFound:
             return None
 
-    def list(self, res: Resource, namespace: str | None = None, *,
-             label_selector: str | None = None, field_selector: str | None = None,
-             limit: int | None = None, continue_token: str | None = None,
-             metadata_only: bool = False, timeout: float | None = None) -> dict[str, Any]:
+    def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        metadata_only: bool = False,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         """One page of a list (``namespace`` None: across all namespaces), as served:
         ``items`` and ``metadata.continue``/``resourceVersion``. ``metadata_only`` asks for a
         ``PartialObjectMetadataList`` (items carry only their ``metadata``)."""
-        query = list_query(label_selector=label_selector, field_selector=field_selector,
-                           limit=limit, continue_token=continue_token)
-        return self.request("GET", res.path(namespace), query=query, timeout=timeout,
-                            accept=METADATA_LIST if metadata_only else JSON,
-                            what=f"list {res.plural}")
+        query = list_query(
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+            continue_token=continue_token,
+        )
+        return self.request(
+            "GET",
+            res.path(namespace),
+            query=query,
+            timeout=timeout,
+            accept=METADATA_LIST if metadata_only else JSON,
+            what=f"list {res.plural}",
+        )
 
-    def list_items(self, res: Resource, namespace: str | None = None, *,
-                   label_selector: str | None = None, field_selector: str | None = None,
-                   page_size: int = 500, metadata_only: bool = False,
-                   timeout: float | None = None) -> Iterator[dict[str, Any]]:
+    def list_items(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        metadata_only: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[dict[str, Any]]:
         """Every item of a list, page by page (one page in memory at a time)."""
         token = ""
         while True:
-            page = self.list(res, namespace, label_selector=label_selector,
-                             field_selector=field_selector, limit=page_size,
-                             continue_token=token, metadata_only=metadata_only, timeout=timeout)
+            page = self.list(
+                res,
+                namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=page_size,
+                continue_token=token,
+                metadata_only=metadata_only,
+                timeout=timeout,
+            )
             yield from page.get("items") or []
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
                 return
 
-    def create(self, res: Resource, namespace: str | None, body: Mapping[str, Any], *,
-               timeout: float | None = None) -> dict[str, Any]:
+    def create(
+        self,
+        res: Resource,
+        namespace: str | None,
+        body: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         """The created object; ``errors.Conflict`` when it exists already."""
-        return self.request("POST", res.path(namespace), body=body, timeout=timeout,
-                            what=f"create {res.plural}")
+        return self.request(
+            "POST", res.path(namespace), body=body, timeout=timeout, what=f"create {res.plural}"
+        )
 
-    def replace(self, res: Resource, namespace: str | None, name: str,
-                body: Mapping[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+    def replace(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         """The replaced object; ``errors.Conflict`` when the body's resourceVersion is stale."""
-        return self.request("PUT", res.path(namespace, name), body=body, timeout=timeout,
-                            what=f"replace {res.plural}")
+        return self.request(
+            "PUT",
+            res.path(namespace, name),
+            body=body,
+            timeout=timeout,
+            what=f"replace {res.plural}",
+        )
 
-    def patch(self, res: Resource, namespace: str | None, name: str,
-              patch: Mapping[str, Any], *, subresource: str | None = None,
-              strategic: bool = False, timeout: float | None = None) -> dict[str, Any]:
+    def patch(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+        strategic: bool = False,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         """A JSON merge patch (``strategic``: a strategic merge patch, built-in types only);
         ``None`` values remove keys."""
-        return self.request("PATCH", res.path(namespace, name, subresource), body=patch,
-                            content_type=STRATEGIC_PATCH if strategic else MERGE_PATCH,
-                            timeout=timeout, what=f"patch {res.plural}")
+        return self.request(
+            "PATCH",
+            res.path(namespace, name, subresource),
+            body=patch,
+            content_type=STRATEGIC_PATCH if strategic else MERGE_PATCH,
+            timeout=timeout,
+            what=f"patch {res.plural}",
+        )
 
-    def apply(self, res: Resource, namespace: str | None, name: str, body: Mapping[str, Any], *,
-              field_manager: str, force: bool = True, timeout: float | None = None) -> dict[str, Any]:
+    def apply(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: Mapping[str, Any],
+        *,
+        field_manager: str,
+        force: bool = True,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         """Server-side apply of ``body`` (the whole intent of ``field_manager``); ``force``
         takes over fields another manager set (an operator's ``kubectl edit``)."""
         query = [("fieldManager", field_manager)] + ([("force", "true")] if force else [])
-        return self.request("PATCH", res.path(namespace, name), query=query, body=body,
-                            content_type=APPLY_PATCH, timeout=timeout, what=f"apply {res.plural}")
+        return self.request(
+            "PATCH",
+            res.path(namespace, name),
+            query=query,
+            body=body,
+            content_type=APPLY_PATCH,
+            timeout=timeout,
+            what=f"apply {res.plural}",
+        )
 
-    def delete(self, res: Resource, namespace: str | None, name: str, *,
-               preconditions: Mapping[str, str] | None = None,
-               timeout: float | None = None) -> dict[str, Any]:
+    def delete(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        *,
+        preconditions: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         """Delete; with ``preconditions`` (``resourceVersion``, ``uid``) only if unchanged
         (else ``errors.Conflict``)."""
         body = None
         if preconditions:
-            body = {"apiVersion": "v1", "kind": "DeleteOptions",
-                    "preconditions": dict(preconditions)}
-        return self.request("DELETE", res.path(namespace, name), body=body, timeout=timeout,
-                            what=f"delete {res.plural}")
+            body = {
+                "apiVersion": "v1",
+                "kind": "DeleteOptions",
+                "preconditions": dict(preconditions),
+            }
+        return self.request(
+            "DELETE",
+            res.path(namespace, name),
+            body=body,
+            timeout=timeout,
+            what=f"delete {res.plural}",
+        )
 
-    def delete_collection(self, res: Resource, namespace: str | None, *, label_selector: str,
-                          timeout: float | None = None) -> dict[str, Any]:
+    def delete_collection(
+        self,
+        res: Resource,
+        namespace: str | None,
+        *,
+        label_selector: str,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         """Delete every object the selector matches; the API's answer (a list)."""
-        return self.request("DELETE", res.path(namespace),
-                            query=list_query(label_selector=label_selector), timeout=timeout,
-                            what=f"delete collection {res.plural}")
+        return self.request(
+            "DELETE",
+            res.path(namespace),
+            query=list_query(label_selector=label_selector),
+            timeout=timeout,
+            what=f"delete collection {res.plural}",
+        )

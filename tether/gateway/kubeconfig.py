@@ -39,8 +39,16 @@ _IGNORED = {"extensions", "disable-compression"}
 _CLUSTER_FIELDS = {"server", "certificate-authority-data", "tls-server-name", *_IGNORED}
 _USER_FIELDS = {"client-certificate-data", "client-key-data", "token", *_IGNORED}
 _CONTEXT_FIELDS = {"cluster", "user", "namespace", *_IGNORED}
-_TOP_FIELDS = {"apiVersion", "kind", "clusters", "users", "contexts", "current-context",
-               "preferences", *_IGNORED}
+_TOP_FIELDS = {
+    "apiVersion",
+    "kind",
+    "clusters",
+    "users",
+    "contexts",
+    "current-context",
+    "preferences",
+    *_IGNORED,
+}
 # why a known field is refused (others: "not allowed")
 _WHY = {
     "exec": "runs a command",
@@ -77,10 +85,10 @@ class Connection(NamedTuple):
     """What a gateway needs to reach one API server; the PEMs and the token are secrets
     (never in a log line or ``repr`` of an error)."""
 
-    server: str                  # https://host[:port][/path], no trailing slash
-    host: str                    # as in the URL (an IP literal without brackets)
+    server: str  # https://host[:port][/path], no trailing slash
+    host: str  # as in the URL (an IP literal without brackets)
     port: int
-    ca_pem: bytes | None         # None: the system's trust store
+    ca_pem: bytes | None  # None: the system's trust store
     cert_pem: bytes | None
     key_pem: bytes | None
     token: str | None
@@ -105,16 +113,22 @@ def load(data: bytes | str) -> dict[str, Any]:
     return doc
 
 
-def parse(data: bytes | str, *, denied: Sequence[addresses.Network] = addresses.DEFAULT_DENIED
-          ) -> Connection:
+def parse(
+    data: bytes | str, *, denied: Sequence[addresses.Network] = addresses.DEFAULT_DENIED
+) -> Connection:
     """The connection a kubeconfig describes, or ``Refused``/``KubeConfigError``."""
     doc = load(data)
     _only(doc, _TOP_FIELDS, "")
     context_name, context = _context(doc)
-    cluster_at, cluster = _named(doc, "clusters", "cluster", _str(context.get("cluster"),
-                                 f"contexts[{context_name}].context.cluster"))
-    user_at, user = _named(doc, "users", "user", _str(context.get("user"),
-                           f"contexts[{context_name}].context.user"))
+    cluster_at, cluster = _named(
+        doc,
+        "clusters",
+        "cluster",
+        _str(context.get("cluster"), f"contexts[{context_name}].context.cluster"),
+    )
+    user_at, user = _named(
+        doc, "users", "user", _str(context.get("user"), f"contexts[{context_name}].context.user")
+    )
     _only(cluster, _CLUSTER_FIELDS, f"{cluster_at}.cluster.")
     _only(user, _USER_FIELDS, f"{user_at}.user.")
     server, host, port = _server(cluster.get("server"), f"{cluster_at}.cluster.server", denied)
@@ -123,15 +137,20 @@ def parse(data: bytes | str, *, denied: Sequence[addresses.Network] = addresses.
     key = _pem_data(user, "client-key-data", f"{user_at}.user.")
     if (cert is None) != (key is None):
         missing = "client-key-data" if key is None else "client-certificate-data"
-        raise Refused(f"{user_at}.user.{missing}", "a client certificate needs its key and "
-                      "the other way round")
+        raise Refused(
+            f"{user_at}.user.{missing}",
+            "a client certificate needs its key and the other way round",
+        )
     token = user.get("token")
-    if token is not None and (not isinstance(token, str) or not token.strip()
-                              or any(c in token for c in "\r\n")):
+    if token is not None and (
+        not isinstance(token, str) or not token.strip() or any(c in token for c in "\r\n")
+    ):
         raise Refused(f"{user_at}.user.token", "not a single-line string")
     if cert is None and token is None:
-        raise Refused(f"{user_at}.user", "no credential (client-certificate-data with "
-                      "client-key-data, or token)")
+        raise Refused(
+            f"{user_at}.user",
+            "no credential (client-certificate-data with client-key-data, or token)",
+        )
     sni = cluster.get("tls-server-name")
     if sni is not None and (not isinstance(sni, str) or not sni):
         raise Refused(f"{cluster_at}.cluster.tls-server-name", "not a host name")
@@ -164,8 +183,10 @@ def _context(doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     current = doc.get("current-context") or ""
     if not current:
         if len(contexts) != 1:
-            raise Refused("current-context", f"unset, and there are {len(contexts)} contexts "
-                          "(exactly one context is used)")
+            raise Refused(
+                "current-context",
+                f"unset, and there are {len(contexts)} contexts (exactly one context is used)",
+            )
         current = (contexts[0] or {}).get("name") if isinstance(contexts[0], dict) else ""
     found = [c for c in contexts if isinstance(c, dict) and c.get("name") == current]
     if len(found) != 1:
@@ -213,8 +234,9 @@ def _server(value: Any, field: str, denied: Sequence[addresses.Network]) -> tupl
     except ValueError:
         ip = None
     if ip is not None and addresses.denied(ip, denied):
-        raise Refused(field, f"the address {ip} is in a denied network "
-                      "(TETHER_RUNTIME_DENIED_NETWORKS)")
+        raise Refused(
+            field, f"the address {ip} is in a denied network (TETHER_RUNTIME_DENIED_NETWORKS)"
+        )
     netloc = f"[{host}]" if ip is not None and ip.version == 6 else host
     return f"https://{netloc}:{port}{url.path.rstrip('/')}", host, port
 

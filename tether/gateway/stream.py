@@ -69,13 +69,15 @@ def lines(chunks: Iterator[bytes], max_bytes: int, what: str) -> Iterator[bytes]
             if end < 0:
                 buf += chunk[start:]
                 if len(buf) > max_bytes:
-                    raise errors.TooLarge(f"{what}: an event is larger than the {max_bytes} "
-                                          "bytes allowed")
+                    raise errors.TooLarge(
+                        f"{what}: an event is larger than the {max_bytes} bytes allowed"
+                    )
                 break
             buf += chunk[start:end]
             if len(buf) > max_bytes:
-                raise errors.TooLarge(f"{what}: an event is larger than the {max_bytes} bytes "
-                                      "allowed")
+                raise errors.TooLarge(
+                    f"{what}: an event is larger than the {max_bytes} bytes allowed"
+                )
             if buf.strip():
                 yield bytes(buf)
             buf.clear()
@@ -88,8 +90,11 @@ def event_of(line: bytes, what: str) -> dict[str, Any]:
         event = json.loads(line)
     except ValueError:
         raise errors.Unavailable(f"{what}: an event is not JSON") from None
-    if not isinstance(event, dict) or not isinstance(event.get("type"), str) \
-            or not isinstance(event.get("object"), dict):
+    if (
+        not isinstance(event, dict)
+        or not isinstance(event.get("type"), str)
+        or not isinstance(event.get("object"), dict)
+    ):
         raise errors.Unavailable(f"{what}: an event is not a watch event")
     if event["type"] == "ERROR":
         status = event["object"]
@@ -137,8 +142,9 @@ def shutdown(resp: Any) -> None:
             sock.shutdown(2)  # socket.SHUT_RDWR
 
 
-def events(resp: Any, *, max_event_bytes: int, what: str,
-           stop: threading.Event | None = None) -> Iterator[dict[str, Any]]:
+def events(
+    resp: Any, *, max_event_bytes: int, what: str, stop: threading.Event | None = None
+) -> Iterator[dict[str, Any]]:
     """The events of an open watch answer ``resp`` (2xx, ``preload_content=False``); the
     connection is closed when the generator ends, fails or is closed."""
     try:
