@@ -7,8 +7,8 @@ pages' audience (``TETHER_ADMIN_TOKEN_AUDIENCE``, ``tether-admin``), says who it
 answer counts only if its ``status.audiences`` holds that audience. So a token made for the
 KCP's API (``kubectl create token`` without ``--audience``, a pod's ServiceAccount token) is
 refused, and a token made for the pages (``--audience tether-admin``) is no credential for
-the KCP's API (unless its ``--api-audiences`` lists that audience). ``Authorizer.allowed`` asks SubjectAccessReview whether that user may ``get`` the
-page, a resource attribute::
+the KCP's API (unless its ``--api-audiences`` lists that audience). ``Authorizer.allowed`` asks
+SubjectAccessReview whether that user may ``get`` the page, a resource attribute::
 
     group: tether.kyma-project.io   resource: adminpages   name: fleet|runtime|compass|parts|rollout
 

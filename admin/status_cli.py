@@ -9,9 +9,9 @@ It lists the same objects as the admin pages (``admin.snapshot.load``) with the 
 own kubeconfig (``--kubeconfig``, else ``$KUBECONFIG``, else in-cluster), so it shows what
 RBAC lets them read; one runtime's RuntimeDelivery is read whole, as its page does
 (``snapshot.delivery_of``). Problems and refusal reasons link their runbooks under
-``--runbook-base`` (``$TETHER_ADMIN_RUNBOOK_BASE``, else the alerts' default). Exit status: 0; 1 when a runtime was asked for and not found or
-(``--fail-on-problems``) any shown runtime has a problem; 2 for a usage error or when the KCP
-cannot be read.
+``--runbook-base`` (``$TETHER_ADMIN_RUNBOOK_BASE``, else the alerts' default). Exit status: 0; 1
+when a runtime was asked for and not found or (``--fail-on-problems``) any shown runtime has a
+problem; 2 for a usage error or when the KCP cannot be read.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 A token bucket per source address: ``per_minute`` takes a minute, bursts of up to
 ``per_minute``. Every sign-in attempt takes one (a valid token reused, whose review the
-cache answers, included), and so does a page's bearer token the cache cannot answer. An IPv4 address is one source, an IPv6 address counts by its /64 (one host
-holds a whole /64). At most ``max_sources`` buckets are kept, the least recently used
-dropped first (a dropped source starts again with a full bucket, so memory stays bounded
-whatever the number of addresses). Pure but for the lock; the clock is injected.
+cache answers, included), and so does a page's bearer token the cache cannot answer. An IPv4 address
+is one source, an IPv6 address counts by its /64 (one host holds a whole /64). At most
+``max_sources`` buckets are kept, the least recently used dropped first (a dropped source starts
+again with a full bucket, so memory stays bounded whatever the number of addresses). Pure but for
+the lock; the clock is injected.
 """
 
 from __future__ import annotations

@@ -136,10 +136,12 @@ LABELS = {
 
 
 def table(doc: dict[str, Any]) -> str:
-    """docs/performance.md's table: p50 per page for both fleets, the large fleet's p99, the goal."""
+    """docs/performance.md's table: p50 per page for both fleets, the large fleet's p99, the
+    goal."""
     goal = doc["goal_ms"]
     lines = [
-        f"| page | p50, {doc['small']:,} runtimes | p50, {doc['runtimes']:,} | p99, {doc['runtimes']:,} | "
+        f"| page | p50, {doc['small']:,} runtimes | p50, {doc['runtimes']:,} | "
+        f"p99, {doc['runtimes']:,} | "
         f"ratio p50 | goal (p99 ≤ {goal:g} ms) |",
         "|---|---:|---:|---:|---:|---|",
     ]

@@ -152,7 +152,8 @@ def main(argv: list[str]) -> int:
         d.stop()
     base = out["naive"]["requests_per_second"]
     print(
-        f"{'config':<14} {'req during outage':>18} {'req/s':>8} {'vs naive':>9} {'s to Ready after':>17}"
+        f"{'config':<14} {'req during outage':>18} {'req/s':>8} {'vs naive':>9} "
+        f"{'s to Ready after':>17}"
     )
     for label, r in out.items():
         ratio = r["requests_per_second"] / base if base else float("nan")

@@ -191,7 +191,8 @@ def measure(
 def table(doc: dict[str, Any]) -> str:
     """docs/performance.md's table: the measured run and the single-worker baseline."""
     lines = [
-        "| run | Kyma CRs | concurrency | s to all Ready | ms per runtime | Director requests | per runtime |",
+        "| run | Kyma CRs | concurrency | s to all Ready | ms per runtime | Director requests "
+        "| per runtime |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for label in ("measured", "baseline"):
@@ -253,7 +254,8 @@ def main(argv: list[str]) -> int:
     for label, r in (("measured", main_run), ("baseline", base_run)):
         print(
             f"{label:<10} {r['kymas']:>6} {r['concurrency']:>5} {r['seconds_to_ready']:>11} "
-            f"{r['ms_per_runtime']:>11} {r['director_requests']:>13} {r['requests_per_runtime']:>12} "
+            f"{r['ms_per_runtime']:>11} {r['director_requests']:>13} "
+            f"{r['requests_per_runtime']:>12} "
             f"{r['compass_cpu_ms_per_runtime']:>15}"
         )
     print(

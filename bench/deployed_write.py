@@ -22,7 +22,8 @@ a webhook pod and through the Service, alternating: the Service proxy's share of
 bench/service_proxy.py loads it), to measure the deployed form before a proxy change.
 
     .venv/bin/python bench/deployed_write.py                    # --writes 100 --rounds 6 --gap 0.05
-    .venv/bin/python bench/deployed_write.py --before f75c2c0   # writes bench/results/deployed_write_before.json
+    .venv/bin/python bench/deployed_write.py --before f75c2c0
+        # writes bench/results/deployed_write_before.json
     .venv/bin/python bench/deployed_write.py --report [--before f75c2c0]
 """
 
@@ -237,7 +238,8 @@ def report(doc: dict[str, Any]) -> None:
     )
     for k, d in (doc.get("round_trips") or {}).items():
         print(
-            f"review round trip from this process, {k:7s}: p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms (n {d['n']})"
+            f"review round trip from this process, {k:7s}: p50 {d['p50_ms']:.2f} ms, "
+            f"p99 {d['p99_ms']:.2f} ms (n {d['n']})"
         )
     print(provenance.footer(doc))
 

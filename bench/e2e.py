@@ -716,7 +716,10 @@ class Bench:
             line += f"  admission call mean {res['admission_mean_ms']:.1f} ms"
         if "propagation" in res:
             p = res["propagation"]
-            line += f"  propagation p50 {p['p50_ms']:.1f} p99 {p['p99_ms']:.1f} ms (missing {p['missing']})"
+            line += (
+                f"  propagation p50 {p['p50_ms']:.1f} p99 {p['p99_ms']:.1f} ms "
+                f"(missing {p['missing']})"
+            )
         if "propagation_by_second" in res:
             line += "\n     by second [s, writes, p50, max ms]: " + " ".join(
                 f"{s}:{n}/{p50}/{mx}" for s, n, p50, mx in res["propagation_by_second"]
@@ -771,7 +774,8 @@ def configuration_table(doc: dict[str, Any]) -> str:
         ratio = f"**{ratio}**" if x["kind"] == "tether" else ratio
         adm = x.get("admission_mean_ms")
         lines.append(
-            f"| {x['kind']} | {listener} | {rate} | {x['p50_ms']:,.1f} | {x['p99_ms']:,.1f} | {ratio} | "
+            f"| {x['kind']} | {listener} | {rate} | {x['p50_ms']:,.1f} | "
+            f"{x['p99_ms']:,.1f} | {ratio} | "
             f"{'—' if adm is None else f'{adm:,.0f} ms'} |"
         )
     return "\n".join(lines)
@@ -784,7 +788,8 @@ def propagation_table(doc: dict[str, Any]) -> str:
         return f"{v:,.0f}".replace("-", "−")
 
     lines = [
-        "| propagation, listener healthy | writes | versions persisted | p50 ms | p99 ms | max ms | missing |",
+        "| propagation, listener healthy | writes | versions persisted | p50 ms | p99 ms "
+        "| max ms | missing |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for x in doc["summary"]:
@@ -936,7 +941,8 @@ def main() -> int:
     for s in summary:
         adm = s.get("admission_mean_ms")
         print(
-            f"{s['kind']:14s} {s['condition']:10s} {s['writes_per_second']:9.1f} {s['p50_ms']:8.1f} "
+            f"{s['kind']:14s} {s['condition']:10s} {s['writes_per_second']:9.1f} "
+            f"{s['p50_ms']:8.1f} "
             f"{s['p99_ms']:9.1f} {s['ratio']:6.2f} {adm if adm is None else round(adm, 1)!s:>18s}"
         )
     rates = ", ".join(f"{w['writes_per_second']:.1f}" for w in baselines)
@@ -975,7 +981,8 @@ def main() -> int:
     goal = None if args.rate else all(s["ratio"] >= 0.9 for s in summary if s["kind"] == "tether")
     if goal is not None:
         print(
-            f"\ngoal (tether >= 0.9 of no-webhook writes/s in every condition): {'met' if goal else 'missed'}"
+            "\ngoal (tether >= 0.9 of no-webhook writes/s in every condition): "
+            f"{'met' if goal else 'missed'}"
         )
     prop = next(
         (s["propagation"] for s in summary if s["kind"] == "tether" and "propagation" in s), None

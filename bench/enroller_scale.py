@@ -188,7 +188,8 @@ def main(argv: list[str]) -> int:
     )
     print(
         f"{'first':<8} {args.runtimes:>8} {args.concurrency:>5} {first_s:>8.2f} "
-        f"{result['first_run_reads_per_runtime']:>9.1f} {result['first_run_writes_per_runtime']:>10.1f}"
+        f"{result['first_run_reads_per_runtime']:>9.1f} "
+        f"{result['first_run_writes_per_runtime']:>10.1f}"
     )
     for i, x in enumerate(steady, 1):
         print(
@@ -196,10 +197,12 @@ def main(argv: list[str]) -> int:
             f"{x['reads_per_runtime']:>9.1f} {x['writes_per_runtime']:>10.1f}"
         )
     print(
-        f"steady/first time ratio {result['steady_over_first_ratio']}; KCP status writes after the first "
-        f"steady run {result['kcp_status_writes_after_the_first_steady_run']}; 1,000 runtimes extrapolated: "
-        f"{result['extrapolated_seconds_for_1000']} s ({math.ceil(1000 / args.concurrency)} waves of "
-        f"{per_wave:.2f} s)"
+        f"steady/first time ratio {result['steady_over_first_ratio']}; "
+        "KCP status writes after the first steady run "
+        f"{result['kcp_status_writes_after_the_first_steady_run']}; "
+        "1,000 runtimes extrapolated: "
+        f"{result['extrapolated_seconds_for_1000']} s "
+        f"({math.ceil(1000 / args.concurrency)} waves of {per_wave:.2f} s)"
     )
     result = skeleton.write(args.out, "enroller_scale", began, result, indent=1)
     report(result)

@@ -150,7 +150,8 @@ def _fleet(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _print(doc: dict[str, Any]) -> None:
     print(
-        f"{'variant':<10} {'records':>8} {'JSON B/rec':>11} {'etcd B/rec':>11} {'ratio':>6} {'create s':>9}"
+        f"{'variant':<10} {'records':>8} {'JSON B/rec':>11} {'etcd B/rec':>11} {'ratio':>6} "
+        f"{'create s':>9}"
     )
     for r in doc["rows"]:
         print(
@@ -161,7 +162,8 @@ def _print(doc: dict[str, Any]) -> None:
     gib = 1024**3
     print(
         f"\nfleet: {f['runtimes']} runtimes x {f['quota_records_per_runtime']} records (the quota "
-        f"default) at the largest cost measured = {f['etcd_bytes_fleet_at_quota'] / gib:.2f} GiB of etcd; "
+        "default) at the largest cost measured = "
+        f"{f['etcd_bytes_fleet_at_quota'] / gib:.2f} GiB of etcd; "
         f"budget {f['kcp_budget_bytes'] / gib:.2f} GiB (listener/storage/storagebudget.py assumes "
         f"{f['etcd_bytes_per_record_assumed']} B per record)"
     )

@@ -766,7 +766,8 @@ def tables(result: dict[str, Any]) -> str:
         out.append(
             f"| {r['replicas']} | {r['runtimes']:,} x {r['factor']:g}, noisy {r['noisy_rate']:g}/s "
             f"| {r['load_runtimes']:,} | {o['heartbeat']:g} + {o['change']:g} "
-            f"| {ok / r['seconds']:.1f} | {lat(r, 'heartbeat')} | {lat(r, 'change')} | {lat(r, 'tls connect')} "
+            f"| {ok / r['seconds']:.1f} | {lat(r, 'heartbeat')} | {lat(r, 'change')} "
+            f"| {lat(r, 'tls connect')} "
             f"| {r['quiet_errors']} of {r['quiet_requests']:,} ({r['quiet_error_pct']} %) "
             f"| {noisy['n']:,} ({noisy['status'].get('429', 0)}) {lat(r, 'noisy change')} "
             f"| {r['kcp_requests_per_s']:.0f} | {per_beat(r)} "

@@ -26,10 +26,13 @@ one reached the Sample CR (or after ``--timeout``: counted missing). Two watches
 Then ``--stream-edits`` more at ``--rate`` per second over ``--stream-configmaps`` other
 ConfigMaps, not waiting for arrivals (an open loop: edits of the runtime closer than the
 injector's coalescing interval, 100 ms, share one apply; each ConfigMap is written every
-second, above the webhook's hot-key interval, 0.25 s), timed the same way. The first ``--warmup`` edits are not counted. Goal (issue 25, idle machine): injected p50
-<= 100 ms and p99 <= 500 ms.
+second, above the webhook's hot-key interval, 0.25 s), timed the same way. The first
+``--warmup`` edits are not counted. Goal (issue 25, idle machine): injected p50 <= 100 ms
+and p99 <= 500 ms.
 
-    .venv/bin/python bench/injector_latency.py          # --edits 200 --configmaps 4 --gap 0.1 --stream-edits 200 --rate 20 --stream-configmaps 20
+    .venv/bin/python bench/injector_latency.py          # --edits 200 --configmaps 4 --gap 0.1
+                                                        # --stream-edits 200 --rate 20
+                                                        # --stream-configmaps 20
     .venv/bin/python bench/injector_latency.py --report  # the table again, from the JSON
 """
 
@@ -341,7 +344,8 @@ def measure(edits: list[dict[str, Any]], stamps: Stamps) -> dict[str, Any]:
 def report(doc: dict[str, Any]) -> None:
     s = doc["summary"]
     print(
-        f"{'path':34s} {'n':>5s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'missing':>8s}"
+        f"{'path':34s} {'n':>5s} {'p50 ms':>8s} {'p90 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} "
+        f"{'missing':>8s}"
     )
     for name, label in (
         ("record", "record stored (baseline)"),
@@ -364,7 +368,8 @@ def report(doc: dict[str, Any]) -> None:
     st = doc.get("stream")
     if st:
         print(
-            f"\nstream: {doc['settings']['stream_edits']} edits at {doc['settings']['rate']:g}/s over "
+            f"\nstream: {doc['settings']['stream_edits']} edits at "
+            f"{doc['settings']['rate']:g}/s over "
             f"{doc['settings']['stream_configmaps']} ConfigMaps, not waiting for arrivals"
         )
         for name, label in (
@@ -378,7 +383,8 @@ def report(doc: dict[str, Any]) -> None:
             )
         print(f"injector applies during the run: {doc['injector_applies']}")
     print(
-        f"\ngoal (value in the Sample CR: p50 <= {GOAL['p50_ms']:.0f} ms, p99 <= {GOAL['p99_ms']:.0f} ms): "
+        f"\ngoal (value in the Sample CR: p50 <= {GOAL['p50_ms']:.0f} ms, "
+        f"p99 <= {GOAL['p99_ms']:.0f} ms): "
         f"{'met' if s['goal_met'] else 'missed'}"
     )
     print(provenance.footer(doc))
@@ -463,7 +469,8 @@ def main() -> int:
     if args.baseline_only:
         d = doc["summary"]["record"]
         print(
-            f"records only: n {d['n']} p50 {d['p50_ms']:.1f} p99 {d['p99_ms']:.1f} ms, missing {d['missing']}"
+            f"records only: n {d['n']} p50 {d['p50_ms']:.1f} p99 {d['p99_ms']:.1f} ms, "
+            f"missing {d['missing']}"
         )
         return 0
     doc = skeleton.write(args.out, "injector_latency", began, doc)

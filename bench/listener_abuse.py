@@ -37,7 +37,8 @@ placement, commit, load average and command (bench/provenance.py); ``--report`` 
 tables of a result again.
 
     .venv/bin/python bench/listener_abuse.py [--short] [--workers 2] [--threads 16]
-    .venv/bin/python bench/listener_abuse.py --shapes "" --out bench/results/listener_abuse_noisy.json
+    .venv/bin/python bench/listener_abuse.py --shapes ""
+        --out bench/results/listener_abuse_noisy.json
     .venv/bin/python bench/listener_abuse.py --report --out bench/results/listener_abuse_noisy.json
 """
 

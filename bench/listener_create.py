@@ -191,8 +191,9 @@ def is_other(verb: str) -> bool:
 def stored_form(template: Mapping[str, Any]) -> Callable[[Mapping[str, Any], str], dict[str, Any]]:
     """The body the listener stores for a record, from one object it stored (``template``):
     the record's Watch, kind and epoch as the listener gives them, the owner reference to
-    the Kyma CR and its label, the size annotation, and a ``traceparent`` of the same form (a new one per write),
-    so that the direct writer stores objects of the listener's content and size."""
+    the Kyma CR and its label, the size annotation, and a ``traceparent`` of the same form (a
+    new one per write), so that the direct writer stores objects of the listener's content and
+    size."""
     spec, meta = template["spec"], template["metadata"]
     ref = next(r for r in meta.get("ownerReferences") or [] if r.get("kind") == apitypes.KYMA_KIND)
     owner = records.Owner(meta["namespace"], ref["name"], ref["uid"])
@@ -317,7 +318,8 @@ def table(doc: dict[str, Any]) -> str:
             f"{v} {c:.2f}" for v, c in r.get("kcp_other_requests_per_batch", {}).items()
         )
         lines.append(
-            f"| {r['variant']} | {num(r['listener_batch'], 'd')} | {num(r.get('persist_concurrency'), 'd')} | "
+            f"| {r['variant']} | {num(r['listener_batch'], 'd')} | "
+            f"{num(r.get('persist_concurrency'), 'd')} | "
             f"{r['per_s']:.0f} | {num(r['ratio'], '.2f')} | {num(r.get('cpu_ratio'), '.2f')} | "
             f"{cpu or '—'} | {reqs} | {other or '—'} |"
         )

@@ -19,8 +19,8 @@ typed client spent ~1.25 ms CPU per record, which flattered the ratio), as the l
 own user bound to its Role, into the listener's namespace (``--direct-as admin``: the
 cluster admin into a namespace of its own); its objects are the same records under another
 runtime ID, in the listener's stored form (its Watch, kind and epoch, the Kyma CR's owner
-reference and label, the size annotation, a traceparent; taken from one record sent through the listener
-before the measured slices; ``--direct-body record``: the record's bare body, ~20 %
+reference and label, the size annotation, a traceparent; taken from one record sent through the
+listener before the measured slices; ``--direct-body record``: the record's bare body, ~20 %
 smaller). An update's baseline does what the listener does at best: a PUT with the
 resourceVersion of the writer's own last write, no read first (the listener's worker
 remembers what it wrote: ``listener.storage.writecache``). What the listener actually
@@ -39,7 +39,8 @@ table and writes bench/results/listener_throughput.json.
 
     .venv/bin/python bench/listener_throughput.py [--objects 400] [--threads 8] [--batch 25]
         [--direct-as listener] [--direct-body listener]
-    .venv/bin/python bench/listener_throughput.py --report [--out FILE]   # docs/performance.md's table
+    .venv/bin/python bench/listener_throughput.py --report [--out FILE]
+        # docs/performance.md's table
 
 The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
 """

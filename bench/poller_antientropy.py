@@ -26,7 +26,8 @@ The full-digest path is forced by the poller's own run setting (``RunSettings.bu
 False: what a poller does against a listener without summaries); nothing new was added.
 
     .venv/bin/python bench/poller_antientropy.py [--sizes 1000,10000,100000] [--threads 12]
-    .venv/bin/python bench/poller_antientropy.py --report [--out FILE]   # docs/performance.md's table
+    .venv/bin/python bench/poller_antientropy.py --report [--out FILE]
+        # docs/performance.md's table
 
 The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
 """
@@ -270,7 +271,10 @@ class Fleet:
         parallel(create, range(self.n, n), self.threads)
         cms = time.monotonic() - t
         t = time.monotonic()
-        path = f"/apis/{GROUP}/{apitypes.RUNTIME_CONFIGMAPS.version}/namespaces/{self.env.namespace}/{apitypes.RUNTIME_CONFIGMAPS.plural}"
+        path = (
+            f"/apis/{GROUP}/{apitypes.RUNTIME_CONFIGMAPS.version}"
+            f"/namespaces/{self.env.namespace}/{apitypes.RUNTIME_CONFIGMAPS.plural}"
+        )
 
         def seed(i: int) -> None:  # the stored form, as the listener writes a new key
             meta = created[i]
@@ -342,7 +346,8 @@ def table(doc: dict[str, Any]) -> str:
                 else f"{r['kcp_objects_read']:,}"
             )
             lines.append(
-                f"| {row['objects']:,} | {label} | {r['kcp_requests']} | {read} | {r['skr_requests']} | "
+                f"| {row['objects']:,} | {label} | {r['kcp_requests']} | {read} | "
+                f"{r['skr_requests']} | "
                 f"{sum(r['listener_requests'].values())} | {r['seconds']:.2f} | "
                 f"{r['peak_rss_bytes'] / 2**20:.1f} MiB |"
             )

@@ -249,16 +249,19 @@ def tables(doc: dict[str, Any]) -> str:
         "| run | seconds | × list | of which digest | apiserver requests | listener GET state | "
         "listener POST | records sent |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
-        f"| baseline: paginated list | {base['seconds']:.2f} | 1.0 | – | {base['requests']} | – | – | – |",
+        f"| baseline: paginated list | {base['seconds']:.2f} | 1.0 | – | "
+        f"{base['requests']} | – | – | – |",
         f"| digest only ({doc['run_0_differences']['listener_state_requests']} state GETs) | "
-        f"{digest['seconds']:.2f} | {digest['seconds'] / base['seconds']:.1f} | {digest['seconds']:.2f} | – | "
+        f"{digest['seconds']:.2f} | {digest['seconds'] / base['seconds']:.1f} | "
+        f"{digest['seconds']:.2f} | – | "
         f"{doc['run_0_differences']['listener_state_requests']} | – | – |",
     ]
     for label, key in RUNS:
         r = doc[key]
         lines.append(
             f"| {label} | {r['seconds']:.2f} | {r['seconds'] / base['seconds']:.1f} | "
-            f"{r['digest_seconds']:.2f} | {r['apiserver_requests']} | {r['listener_state_requests']} | "
+            f"{r['digest_seconds']:.2f} | {r['apiserver_requests']} | "
+            f"{r['listener_state_requests']} | "
             f"{r['listener_post_requests']} | {r['sent']} |"
         )
     m = doc["memory"]
@@ -269,7 +272,8 @@ def tables(doc: dict[str, Any]) -> str:
         f"| poll run, 0 % differences | {m['run_0_differences_peak_heap'] / mib:.1f} |",
         f"| poll run, 1 % differences | {m['run_1pct_differences_peak_heap'] / mib:.1f} |",
         f"| paginated list alone (one page held) | {m['paginated_list_peak_heap'] / mib:.1f} |",
-        f"| one unpaginated list (every object held; JSON {m['listed_json_bytes'] / mib:.1f} MiB) | "
+        "| one unpaginated list (every object held; "
+        f"JSON {m['listed_json_bytes'] / mib:.1f} MiB) | "
         f"{m['unpaginated_list_peak_heap'] / mib:.1f} |",
     ]
     return "\n".join(lines)
@@ -320,7 +324,10 @@ def main(argv: list[str]) -> int:
         phases["create_configmaps"] = time.monotonic() - t
         t = time.monotonic()
         observed = changes.now()
-        path = f"/apis/{apitypes.RUNTIME_CONFIGMAPS.group}/{apitypes.RUNTIME_CONFIGMAPS.version}/namespaces/{env.namespace}/{apitypes.RUNTIME_CONFIGMAPS.plural}"
+        path = (
+            f"/apis/{apitypes.RUNTIME_CONFIGMAPS.group}/{apitypes.RUNTIME_CONFIGMAPS.version}"
+            f"/namespaces/{env.namespace}/{apitypes.RUNTIME_CONFIGMAPS.plural}"
+        )
 
         def seed(i: int) -> None:  # the record straight into the KCP, without data
             obj = {
@@ -397,18 +404,22 @@ def main(argv: list[str]) -> int:
     result = skeleton.write(args.out, "poller_run", began, result)
     mib = 1024 * 1024
     print(
-        f"poller run over {n} ConfigMaps ({result['settings']['configmap_json_bytes']} B each as JSON), "
+        f"poller run over {n} ConfigMaps "
+        f"({result['settings']['configmap_json_bytes']} B each as JSON), "
         f"page {args.page_size}; setup {phases}"
     )
     print(
-        f"{'run':<26}{'seconds':>9}{'x list':>8}{'digest s':>9}{'apiserver':>10}{'state':>7}{'POST':>6}{'sent':>6}"
+        f"{'run':<26}{'seconds':>9}{'x list':>8}{'digest s':>9}{'apiserver':>10}"
+        f"{'state':>7}{'POST':>6}{'sent':>6}"
     )
     print(
-        f"{'baseline: paginated list':<26}{base['seconds']:>9.2f}{1.0:>8.2f}{'-':>9}{base['requests']:>10}"
+        f"{'baseline: paginated list':<26}{base['seconds']:>9.2f}{1.0:>8.2f}{'-':>9}"
+        f"{base['requests']:>10}"
         f"{'-':>7}{'-':>6}{'-':>6}"
     )
     print(
-        f"{'digest only (state GETs)':<26}{digest['seconds']:>9.2f}{digest['seconds'] / base['seconds']:>8.2f}"
+        f"{'digest only (state GETs)':<26}{digest['seconds']:>9.2f}"
+        f"{digest['seconds'] / base['seconds']:>8.2f}"
         f"{digest['seconds']:>9.2f}{'-':>10}{'-':>7}{'-':>6}{'-':>6}"
     )
     for label, r in (
@@ -418,14 +429,16 @@ def main(argv: list[str]) -> int:
         ("0 differences (again)", zero_after),
     ):
         print(
-            f"{label:<26}{r['seconds']:>9.2f}{r['seconds'] / base['seconds']:>8.2f}{r['digest_seconds']:>9.2f}"
+            f"{label:<26}{r['seconds']:>9.2f}{r['seconds'] / base['seconds']:>8.2f}"
+            f"{r['digest_seconds']:>9.2f}"
             f"{r['apiserver_requests']:>10}"
             f"{r['listener_state_requests']:>7}{r['listener_post_requests']:>6}{r['sent']:>6}"
         )
     m = result["memory"]
     print(
         f"peak heap: run 0% {m['run_0_differences_peak_heap'] / mib:.1f} MiB, run 1% "
-        f"{m['run_1pct_differences_peak_heap'] / mib:.1f} MiB, paginated list {m['paginated_list_peak_heap'] / mib:.1f} MiB, "
+        f"{m['run_1pct_differences_peak_heap'] / mib:.1f} MiB, "
+        f"paginated list {m['paginated_list_peak_heap'] / mib:.1f} MiB, "
         f"unpaginated list {m['unpaginated_list_peak_heap'] / mib:.1f} MiB "
         f"(listed JSON {m['listed_json_bytes'] / mib:.1f} MiB)"
     )

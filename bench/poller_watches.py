@@ -191,7 +191,8 @@ class Side:
 
 def _print(doc: dict[str, Any]) -> None:
     print(
-        f"{'side':10s} {'objects':>8s} {'watches':>8s} {'in-sync s':>10s} {'list s':>8s} {'run/list':>9s}"
+        f"{'side':10s} {'objects':>8s} {'watches':>8s} {'in-sync s':>10s} {'list s':>8s} "
+        f"{'run/list':>9s}"
     )
     for name, s in doc["summary"].items():
         print(

@@ -60,7 +60,10 @@ def recorded(doc: dict[str, Any]) -> bool:
 def footer(doc: dict[str, Any]) -> str:
     """The line under a table printed from `doc`."""
     if recorded(doc):
-        return f"commit {doc['commit']}, load average {doc['load_average_1m']}, command: {doc['command']}"
+        return (
+            f"commit {doc['commit']}, load average {doc['load_average_1m']}, "
+            f"command: {doc['command']}"
+        )
     return f"provenance: not recorded (run {run_date(doc)})"
 
 

@@ -38,7 +38,8 @@ from tether import certs
 
 
 def old_proxy(rev: str, work: pathlib.Path) -> Any:
-    """The ``Proxy`` class of testing/serviceproxy.py at ``rev`` (stdlib only, loaded from a file)."""
+    """The ``Proxy`` class of testing/serviceproxy.py at ``rev`` (stdlib only, loaded from a
+    file)."""
     src = subprocess.run(
         ["git", "show", f"{rev}:testing/serviceproxy.py"],
         cwd=skeleton.REPO,
@@ -75,7 +76,8 @@ def server(work: pathlib.Path) -> stack.WebhookProcess:
 
 
 def window(port: int, ctx: ssl.SSLContext, bodies: list[bytes], n: int) -> list[float]:
-    """``n`` sequential POSTs on one keep-alive connection (a warm-up request first); seconds each."""
+    """``n`` sequential POSTs on one keep-alive connection (a warm-up request first); seconds
+    each."""
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=30)
     out: list[float] = []
     try:

@@ -173,12 +173,14 @@ def report(doc: dict[str, Any]) -> None:
     for c in CONFIGS:
         r = doc["results"][c]
         print(
-            f"| {c} | {r['n']} | {r['median_ms']:.1f} ms | {r['p90_ms']:.1f} ms | {r['p99_ms']:.1f} ms "
+            f"| {c} | {r['n']} | {r['median_ms']:.1f} ms | {r['p90_ms']:.1f} ms "
+            f"| {r['p99_ms']:.1f} ms "
             f"| {r['added_median_ms']:+.1f} ms |"
         )
     t, w, b = (doc["results"][c]["added_median_ms"] for c in ("tether", "watcher", "both"))
     print(
-        f"\nboth adds {b:.1f} ms; the sum of the two alone {t + w:.1f} ms, the slower {max(t, w):.1f} ms"
+        f"\nboth adds {b:.1f} ms; the sum of the two alone {t + w:.1f} ms, "
+        f"the slower {max(t, w):.1f} ms"
     )
     print(provenance.footer(doc))
 

@@ -14,9 +14,10 @@ All get the same ConfigMap UPDATE reviews (bench/webhook_admission.py's, ~1 KiB 
 KEYS ConfigMaps), covered by one Watch in both lists; watches-3 also gets a mixed stream
 (a third each of ConfigMaps, Secrets and Widgets: each review is reduced for its own Watch,
 a Secret's values hashed) as a row of its own, on a fourth server with the three Watches (so
-its forwarding backlog never lands in another row's window). ratio = watches-3 / watches-1 (throughput and
-requests per server CPU-second, which other load on the machine disturbs far less). Prints
-a table and writes bench/results/watches_cost.json (commit, load average, command).
+its forwarding backlog never lands in another row's window). ratio = watches-3 / watches-1
+(throughput and requests per server CPU-second, which other load on the machine disturbs far
+less). Prints a table and writes bench/results/watches_cost.json (commit, load average,
+command).
 
     .venv/bin/python bench/watches_cost.py [--keys 50] [--seconds 3] [--rounds 6]
     .venv/bin/python bench/watches_cost.py --report
@@ -166,7 +167,8 @@ def _measure(
             res["requests_per_cpu_second"] = res["requests"] / max(res["server_cpu_seconds"], 1e-6)
             results[target].append(res)
             print(
-                f"round {r + 1} {target:16s} {res['throughput']:7.0f} req/s  p50 {res['p50_ms']:6.2f} ms  "
+                f"round {r + 1} {target:16s} {res['throughput']:7.0f} req/s  "
+                f"p50 {res['p50_ms']:6.2f} ms  "
                 f"{res['requests_per_cpu_second']:6.0f} req/cpu-s  errors {res['errors']}",
                 flush=True,
             )
@@ -188,7 +190,8 @@ def _summary(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, fl
 
 def _print(doc: dict[str, Any]) -> None:
     print(
-        f"{'server':16s} {'req/s':>8s} {'p50 ms':>7s} {'p99 ms':>7s} {'req/cpu-s':>10s} {'errors':>7s}"
+        f"{'server':16s} {'req/s':>8s} {'p50 ms':>7s} {'p99 ms':>7s} {'req/cpu-s':>10s} "
+        f"{'errors':>7s}"
     )
     for t in SERVERS:
         s = doc["summary"][t]

@@ -220,7 +220,8 @@ def tables(doc: dict[str, Any]) -> str:
     ):
         x = s[target]
         lines.append(
-            f"| {scenario} | {label} | {x['throughput']:,.0f} | {x['p50_ms']:.2f} | {x['p99_ms']:.1f} | "
+            f"| {scenario} | {label} | {x['throughput']:,.0f} | {x['p50_ms']:.2f} | "
+            f"{x['p99_ms']:.1f} | "
             f"{x['requests_per_cpu_second']:,.0f} | {forwarded} |"
         )
     lines += [
@@ -343,7 +344,8 @@ def main() -> int:
         )
         print()
         print(
-            f"{'':10s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/cpu-s':>10s} {'errors':>7s}"
+            f"{'':10s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/cpu-s':>10s} "
+            f"{'errors':>7s}"
         )
         for target in ("baseline", "webhook"):
             s = summary[target]
@@ -365,7 +367,8 @@ def main() -> int:
         wsgi_extra = wsgi["webhook"] - wsgi["baseline"]
         print(
             f"in-process WSGI cost per request (no TLS, no gunicorn, no forwarder): webhook "
-            f"{wsgi['webhook']:.0f} us, no-op {wsgi['baseline']:.0f} us: the handler adds {wsgi_extra:.0f} us"
+            f"{wsgi['webhook']:.0f} us, no-op {wsgi['baseline']:.0f} us: "
+            f"the handler adds {wsgi_extra:.0f} us"
         )
         doc = {
             "machine": skeleton.machine(),

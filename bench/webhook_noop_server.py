@@ -18,7 +18,10 @@ from gunicorn.app.base import BaseApplication
 from webhook import server
 from webhook import settings as settings_mod
 
-ANSWER = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"x","allowed":true}}'
+ANSWER = (
+    b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",'
+    b'"response":{"uid":"x","allowed":true}}'
+)
 
 
 class Noop:

@@ -28,8 +28,10 @@ alternating between the configurations so that drifting load hits all alike:
 
 Prints a table and writes bench/results/webhook_propagation.json.
 
-    .venv/bin/python bench/webhook_propagation.py [--isolated 200] [--rate 50] [--keys 20] [--seconds 20]
-    .venv/bin/python bench/webhook_propagation.py --report [--out FILE]   # docs/performance.md's table
+    .venv/bin/python bench/webhook_propagation.py [--isolated 200] [--rate 50] [--keys 20]
+        [--seconds 20]
+    .venv/bin/python bench/webhook_propagation.py --report [--out FILE]
+        # docs/performance.md's table
 
 The JSON (``--out``) records the commit, load average and command (bench/provenance.py).
 """
@@ -395,7 +397,8 @@ def main() -> int:
                     "p99": r["p99_ms"] / b["p99_ms"],
                 }
                 print(
-                    f"{phase:10s} {name:16s} {r['writes']:6d} {r['p50_ms']:8.1f} {r['p90_ms']:8.1f} "
+                    f"{phase:10s} {name:16s} {r['writes']:6d} {r['p50_ms']:8.1f} "
+                    f"{r['p90_ms']:8.1f} "
                     f"{r['p99_ms']:8.1f} {r['max_ms']:8.1f} {ratios[phase][name]['p50']:9.2f} "
                     f"{ratios[phase][name]['p99']:9.2f}"
                     + (f"  missing {r['missing']}" if r["missing"] else "")
@@ -406,7 +409,8 @@ def main() -> int:
                 f"load {name}: {r['writes_per_second']} writes/s achieved (min of halves), "
                 f"{r['records']} records received; webhook called for "
                 f"{r['admissions_all_phases']:.0f} of {r['writes_all_phases']} measured writes "
-                f"(plus the probes and re-admissions); {r['not_forwarded']} read-backs not forwarded"
+                "(plus the probes and re-admissions); "
+                f"{r['not_forwarded']} read-backs not forwarded"
             )
         print(
             f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 shared CPUs)"

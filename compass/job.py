@@ -2,7 +2,8 @@
 
 ``Job.run(full=False)`` is what the scheduler calls: the interval run (cheap: a Kyma CR
 that is Ready and connected costs no request outside the KCP) and, with ``full=True``,
-the cron full resync (asks the Director about every runtime). Runs never overlap: a run that finds one in progress returns at once.
+the cron full resync (asks the Director about every runtime). Runs never overlap: a run that finds
+one in progress returns at once.
 """
 
 from __future__ import annotations

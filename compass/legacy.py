@@ -1,9 +1,9 @@
 """compass-manager's CompassManagerMappings as a source of existing registrations (opt-in).
 
-compass-manager (github.com/kyma-project/compass-manager, ``controllers/compassmanager_controller.go``)
-records each runtime it registered in a ``CompassManagerMapping``
-(``operator.kyma-project.io/v1beta1``) in the KCP namespace, found by the label
-``operator.kyma-project.io/kyma-name`` (the Kyma CR's name) and holding the Director's runtime
+compass-manager (github.com/kyma-project/compass-manager,
+``controllers/compassmanager_controller.go``) records each runtime it registered in a
+``CompassManagerMapping`` (``operator.kyma-project.io/v1beta1``) in the KCP namespace, found by the
+label ``operator.kyma-project.io/kyma-name`` (the Kyma CR's name) and holding the Director's runtime
 ID in the label ``kyma-project.io/compass-runtime-id`` ("" until registered); a dry run's
 (fake) ID carries ``kyma-project.io/cm-dry-run``.
 

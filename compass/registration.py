@@ -164,8 +164,8 @@ class RegistrationSteps(abc.ABC):
                 refusal=(
                     claims.HELD_ELSEWHERE,
                     (
-                        f"Director runtime {rid} was taken by another Kyma CR's mapping during this "
-                        "run: not adopted, none registered"
+                        f"Director runtime {rid} was taken by another Kyma CR's mapping "
+                        "during this run: not adopted, none registered"
                     ),
                 ),
             )

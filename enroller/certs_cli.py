@@ -386,8 +386,10 @@ def _render(args: argparse.Namespace) -> int:
     )
     sys.stdout.write(yaml.safe_dump_all(objs, sort_keys=False))
     print(
-        f"tether certs: rendered {len(objs)} objects for {args.runtime_id} (client certificate valid "
-        f"until {changes.format_time(certs.not_after(client.cert))}); the output holds private keys",
+        f"tether certs: rendered {len(objs)} objects for {args.runtime_id} "
+        "(client certificate valid "
+        f"until {changes.format_time(certs.not_after(client.cert))}); "
+        "the output holds private keys",
         file=sys.stderr,
     )
     return 0

@@ -12,9 +12,9 @@ CRD comes, and then every object's own kind is checked before it is sent
 (``watches.foreign``), and the next discovery read here checks the Watch again.
 
 Cost: one GET per group version a runtime's Watches name, kept per runtime
-(``Discoveries``, the enroller's, dropped with the runtime) for ``max_age`` seconds (the enroller's resync interval). A read that
-fails keeps the last answer; with none, the Watch is left out of that runtime until one
-answers (never rendered unchecked).
+(``Discoveries``, the enroller's, dropped with the runtime) for ``max_age`` seconds (the enroller's
+resync interval). A read that fails keeps the last answer; with none, the Watch is left out of that
+runtime until one answers (never rendered unchecked).
 """
 
 from __future__ import annotations

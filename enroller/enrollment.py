@@ -173,7 +173,9 @@ class Enrollments:
         """The runtime's RuntimeEnrollment (its status is written apart); False: it failed."""
         rid = view.runtime_id
         body = {
-            "apiVersion": f"{apitypes.RUNTIME_ENROLLMENTS.group}/{apitypes.RUNTIME_ENROLLMENTS.version}",
+            "apiVersion": (
+                f"{apitypes.RUNTIME_ENROLLMENTS.group}/{apitypes.RUNTIME_ENROLLMENTS.version}"
+            ),
             "kind": "RuntimeEnrollment",
             "metadata": {
                 "name": view.name,
@@ -268,7 +270,9 @@ class Enrollments:
         message: str,
         *,
         warning: bool = False,
-        api_version: str = f"{apitypes.RUNTIME_ENROLLMENTS.group}/{apitypes.RUNTIME_ENROLLMENTS.version}",
+        api_version: str = (
+            f"{apitypes.RUNTIME_ENROLLMENTS.group}/{apitypes.RUNTIME_ENROLLMENTS.version}"
+        ),
     ) -> None:
         meta = obj["metadata"]
         self.events.emit(

@@ -428,7 +428,8 @@ class Installer:
             raise Failure(
                 "IssuanceRateLimited",
                 f"{len(mem.issued)} certificates were issued for this runtime "
-                f"in the last hour (the limit is {self.s.issuance_budget}); no new {kind} certificate "
+                f"in the last hour (the limit is {self.s.issuance_budget}); "
+                f"no new {kind} certificate "
                 f"before {changes.format_time(at)}",
             )
         pair = make()

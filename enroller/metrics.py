@@ -78,7 +78,8 @@ class Metrics:
         self.quarantined = prom.Gauge(
             "tether_enroller_quarantined_runtimes",
             "Runtimes holding a client certificate of a "
-            "CA no longer trusted (they missed a CA rollover's deadline), at the end of the last run",
+            "CA no longer trusted (they missed a CA rollover's deadline), "
+            "at the end of the last run",
             registry=r,
         )
         self.rate_limited = prom.Counter(

@@ -112,7 +112,8 @@ class Settings:
             E + "ROLLOVER_DEADLINE_SECONDS",
             3600.0,
             "a CA rollover ends this long after it started "
-            "at the latest, whatever any runtime does; runtimes not renewed by then are quarantined "
+            "at the latest, whatever any runtime does; "
+            "runtimes not renewed by then are quarantined "
             "(at least the propagation time)",
             minimum=60,
             maximum=30 * 86_400,

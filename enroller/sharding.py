@@ -3,8 +3,8 @@ one whose listener its client Secret names (docs/architecture.md, "Sharding"). T
 ``decide.ownership`` (pure); this module reads the fact from the runtime and acts on it:
 
 - ``check``: before anything is issued or written into a runtime, one installed for another
-  KCP's listener is refused (the failure ``OwnedByAnotherKcp``) unless its Kyma CR here asks for the move
-  from exactly that listener (``decide.TAKE_OVER_ANNOTATION``); a takeover is audited;
+  KCP's listener is refused (the failure ``OwnedByAnotherKcp``) unless its Kyma CR here asks for the
+  move from exactly that listener (``decide.TAKE_OVER_ANNOTATION``); a takeover is audited;
 - ``moved_away``: a Kyma CR deleted in the KCP the runtime moved away from removes nothing
   from the runtime (its new KCP owns every object there now).
 """

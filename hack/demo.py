@@ -79,7 +79,8 @@ def main(argv: list[str]) -> int:
         with controlplane.planes("skr", "kcp") as planes:
             skr, kcp = planes["skr"], planes["kcp"]
             say(
-                f"{controlplane.kube_apiserver_version()}: planes ready in {time.monotonic() - t0:.1f}s"
+                f"{controlplane.kube_apiserver_version()}: planes ready in "
+                f"{time.monotonic() - t0:.1f}s"
             )
             fleet = deployed.install(
                 skr,
@@ -146,7 +147,8 @@ def scenario(fleet: deployed.Fleet) -> None:
     )
     say(
         f"SKR ConfigMap demo/app-config created (rv {rv}) -> stored in the KCP as "
-        f"{apitypes.RUNTIME_CONFIGMAP_KIND} in {time.monotonic() - t:.2f}s (through the installed webhook)"
+        f"{apitypes.RUNTIME_CONFIGMAP_KIND} in {time.monotonic() - t:.2f}s "
+        "(through the installed webhook)"
     )
     t = time.monotonic()
     cm = score.patch_namespaced_config_map("app-config", "demo", {"data": {"greeting": "hi"}})
@@ -155,7 +157,8 @@ def scenario(fleet: deployed.Fleet) -> None:
         "the update in the KCP", lambda: (s := stored()) and s["spec"]["resourceVersion"] == rv
     )
     say(
-        f"updated (rv {rv}) -> KCP holds data {stored()['spec']['data']} after {time.monotonic() - t:.2f}s"
+        f"updated (rv {rv}) -> KCP holds data {stored()['spec']['data']} after "
+        f"{time.monotonic() - t:.2f}s"
     )  # type: ignore[index]
     score.delete_namespaced_config_map("app-config", "demo")
     wait_for("the tombstone in the KCP", lambda: (s := stored()) and s["spec"]["deleted"])
@@ -289,7 +292,8 @@ def injection(
 def wait(fleet: deployed.Fleet) -> None:
     kubectl = str(controlplane.binaries() / "kubectl")
     say(
-        f"try:  {kubectl} --kubeconfig {fleet.skr.kubeconfig} -n demo create configmap x --from-literal=a=b"
+        f"try:  {kubectl} --kubeconfig {fleet.skr.kubeconfig} "
+        "-n demo create configmap x --from-literal=a=b"
     )
     say(
         f"      {kubectl} --kubeconfig {fleet.skr.kubeconfig} -n demo label configmap x "
@@ -300,7 +304,8 @@ def wait(fleet: deployed.Fleet) -> None:
     )
     say(f"      tether records {RUNTIME_ID} --kubeconfig {fleet.kcp.kubeconfig}")
     say(
-        f"      {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n {KCP_NS} get samples {SAMPLE} -o yaml"
+        f"      {kubectl} --kubeconfig {fleet.kcp.kubeconfig} "
+        f"-n {KCP_NS} get samples {SAMPLE} -o yaml"
     )
     say(f"pods: {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n tether-system get deployments")
     say("Ctrl-C stops everything")

@@ -117,7 +117,8 @@ def change_detection() -> dict[str, Any]:
             "Admissions by outcome",
             [
                 (
-                    f"sum by (outcome) (rate(tether_webhook_admission_requests_total{{{SKR}}}[5m]))",
+                    "sum by (outcome) "
+                    f"(rate(tether_webhook_admission_requests_total{{{SKR}}}[5m]))",
                     "{{outcome}}",
                 )
             ],
@@ -130,11 +131,13 @@ def change_detection() -> dict[str, Any]:
             "Admission handler latency p50/p99",
             [
                 (
-                    f"histogram_quantile(0.5, sum by (le) (rate(tether_webhook_admission_handler_seconds_bucket{{{SKR}}}[5m])))",
+                    "histogram_quantile(0.5, sum by (le) "
+                    f"(rate(tether_webhook_admission_handler_seconds_bucket{{{SKR}}}[5m])))",
                     "p50",
                 ),
                 (
-                    f"histogram_quantile(0.99, sum by (le) (rate(tether_webhook_admission_handler_seconds_bucket{{{SKR}}}[5m])))",
+                    "histogram_quantile(0.99, sum by (le) "
+                    f"(rate(tether_webhook_admission_handler_seconds_bucket{{{SKR}}}[5m])))",
                     "p99",
                 ),
             ],
@@ -160,7 +163,8 @@ def change_detection() -> dict[str, Any]:
             "Forward failure ratio",
             [
                 (
-                    f'sum(rate(tether_webhook_forwards_total{{{SKR}, result!="ok"}}[5m])) / sum(rate(tether_webhook_forwards_total{{{SKR}}}[5m]))',
+                    f'sum(rate(tether_webhook_forwards_total{{{SKR}, result!="ok"}}[5m])) / '
+                    f"sum(rate(tether_webhook_forwards_total{{{SKR}}}[5m]))",
                     "failing",
                 )
             ],
@@ -198,7 +202,8 @@ def change_detection() -> dict[str, Any]:
             "Forward latency p99",
             [
                 (
-                    f"histogram_quantile(0.99, sum by (le) (rate(tether_webhook_forward_seconds_bucket{{{SKR}}}[5m])))",
+                    "histogram_quantile(0.99, sum by (le) "
+                    f"(rate(tether_webhook_forward_seconds_bucket{{{SKR}}}[5m])))",
                     "p99",
                 )
             ],
@@ -264,7 +269,8 @@ def change_detection() -> dict[str, Any]:
             "Persist latency p99",
             [
                 (
-                    f"histogram_quantile(0.99, sum by (le) (rate(tether_listener_persist_seconds_bucket{{{KCP}}}[5m])))",
+                    "histogram_quantile(0.99, sum by (le) "
+                    f"(rate(tether_listener_persist_seconds_bucket{{{KCP}}}[5m])))",
                     "p99",
                 )
             ],
@@ -277,7 +283,8 @@ def change_detection() -> dict[str, Any]:
             "Validation failures, rate limited, KCP unavailable",
             [
                 (
-                    f"sum by (reason) (rate(tether_listener_validation_failures_total{{{KCP}}}[5m]))",
+                    "sum by (reason) "
+                    f"(rate(tether_listener_validation_failures_total{{{KCP}}}[5m]))",
                     "invalid {{reason}}",
                 ),
                 (
@@ -332,7 +339,8 @@ def change_detection() -> dict[str, Any]:
             "Run duration p99",
             [
                 (
-                    f"histogram_quantile(0.99, sum by (le) (rate(tether_poller_run_duration_seconds_bucket{{{SKR}}}[1h])))",
+                    "histogram_quantile(0.99, sum by (le) "
+                    f"(rate(tether_poller_run_duration_seconds_bucket{{{SKR}}}[1h])))",
                     "p99",
                 )
             ],
@@ -357,7 +365,8 @@ def change_detection() -> dict[str, Any]:
             "Webhook calls by code (apiserver_admission_webhook_request_total)",
             [
                 (
-                    f"sum by (code, operation) (rate(apiserver_admission_webhook_request_total{{{APISERVER}}}[5m]))",
+                    "sum by (code, operation) "
+                    f"(rate(apiserver_admission_webhook_request_total{{{APISERVER}}}[5m]))",
                     "{{code}} {{operation}}",
                 )
             ],
@@ -370,11 +379,15 @@ def change_detection() -> dict[str, Any]:
             "Call latency p50/p99 (apiserver_admission_webhook_admission_duration_seconds)",
             [
                 (
-                    f"histogram_quantile(0.5, sum by (le) (rate(apiserver_admission_webhook_admission_duration_seconds_bucket{{{APISERVER}}}[5m])))",
+                    "histogram_quantile(0.5, sum by (le) "
+                    "(rate(apiserver_admission_webhook_admission_duration_seconds_bucket"
+                    f"{{{APISERVER}}}[5m])))",
                     "p50",
                 ),
                 (
-                    f"histogram_quantile(0.99, sum by (le) (rate(apiserver_admission_webhook_admission_duration_seconds_bucket{{{APISERVER}}}[5m])))",
+                    "histogram_quantile(0.99, sum by (le) "
+                    "(rate(apiserver_admission_webhook_admission_duration_seconds_bucket"
+                    f"{{{APISERVER}}}[5m])))",
                     "p99",
                 ),
             ],
@@ -387,7 +400,8 @@ def change_detection() -> dict[str, Any]:
             "Failed open (apiserver_admission_webhook_fail_open_count): changes left to the poller",
             [
                 (
-                    f"sum by (type) (rate(apiserver_admission_webhook_fail_open_count{{{APISERVER}}}[5m]))",
+                    "sum by (type) "
+                    f"(rate(apiserver_admission_webhook_fail_open_count{{{APISERVER}}}[5m]))",
                     "{{type}}",
                 )
             ],
@@ -400,7 +414,8 @@ def change_detection() -> dict[str, Any]:
             "Rejections by error type (apiserver_admission_webhook_rejection_count)",
             [
                 (
-                    f"sum by (error_type, rejection_code) (rate(apiserver_admission_webhook_rejection_count{{{APISERVER}}}[5m]))",
+                    "sum by (error_type, rejection_code) "
+                    f"(rate(apiserver_admission_webhook_rejection_count{{{APISERVER}}}[5m]))",
                     "{{error_type}} {{rejection_code}}",
                 )
             ],
@@ -439,7 +454,8 @@ def compass() -> dict[str, Any]:
             "Director latency p99 by operation",
             [
                 (
-                    f"histogram_quantile(0.99, sum by (le, operation) (rate(tether_compass_director_request_seconds_bucket{{{KCP}}}[5m])))",
+                    "histogram_quantile(0.99, sum by (le, operation) "
+                    f"(rate(tether_compass_director_request_seconds_bucket{{{KCP}}}[5m])))",
                     "{{operation}}",
                 )
             ],
@@ -562,11 +578,13 @@ def fleet() -> dict[str, Any]:
             "Delivery lag p50/p99 by source (listener: observedAt to persisted)",
             [
                 (
-                    f"histogram_quantile(0.5, sum by (le, source) (rate(tether_listener_delivery_lag_seconds_bucket{{{KCP}}}[5m])))",
+                    "histogram_quantile(0.5, sum by (le, source) "
+                    f"(rate(tether_listener_delivery_lag_seconds_bucket{{{KCP}}}[5m])))",
                     "p50 {{source}}",
                 ),
                 (
-                    f"histogram_quantile(0.99, sum by (le, source) (rate(tether_listener_delivery_lag_seconds_bucket{{{KCP}}}[5m])))",
+                    "histogram_quantile(0.99, sum by (le, source) "
+                    f"(rate(tether_listener_delivery_lag_seconds_bucket{{{KCP}}}[5m])))",
                     "p99 {{source}}",
                 ),
             ],
@@ -579,7 +597,8 @@ def fleet() -> dict[str, Any]:
             "Records persisted by source",
             [
                 (
-                    f"sum by (source) (rate(tether_listener_delivery_lag_seconds_count{{{KCP}}}[5m]))",
+                    "sum by (source) "
+                    f"(rate(tether_listener_delivery_lag_seconds_count{{{KCP}}}[5m]))",
                     "{{source}}",
                 )
             ],
@@ -592,11 +611,13 @@ def fleet() -> dict[str, Any]:
             "Webhook delivery p50/p99 (runtime: admission to acknowledged)",
             [
                 (
-                    f"histogram_quantile(0.5, sum by (le, runtime_id) (rate(tether_webhook_delivery_seconds_bucket{{{SKR}}}[5m])))",
+                    "histogram_quantile(0.5, sum by (le, runtime_id) "
+                    f"(rate(tether_webhook_delivery_seconds_bucket{{{SKR}}}[5m])))",
                     "p50 {{runtime_id}}",
                 ),
                 (
-                    f"histogram_quantile(0.99, sum by (le, runtime_id) (rate(tether_webhook_delivery_seconds_bucket{{{SKR}}}[5m])))",
+                    "histogram_quantile(0.99, sum by (le, runtime_id) "
+                    f"(rate(tether_webhook_delivery_seconds_bucket{{{SKR}}}[5m])))",
                     "p99 {{runtime_id}}",
                 ),
             ],
@@ -609,7 +630,8 @@ def fleet() -> dict[str, Any]:
             "Webhook calls failed open by runtime (apiserver)",
             [
                 (
-                    f"sum by (runtime_id) (rate(apiserver_admission_webhook_fail_open_count{{{APISERVER}}}[5m]))",
+                    "sum by (runtime_id) "
+                    f"(rate(apiserver_admission_webhook_fail_open_count{{{APISERVER}}}[5m]))",
                     "{{runtime_id}}",
                 )
             ],

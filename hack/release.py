@@ -219,7 +219,8 @@ def moduletemplate(out: Path, ver: str, ref: str, url: str) -> None:
     doc = yaml.safe_load(text.replace("RELEASE_URL", url).replace("VERSION", ver))
     doc["spec"]["descriptor"]["component"]["resources"][0]["access"]["imageReference"] = ref
     (out / "moduletemplate.yaml").write_text(
-        f"# Tether {ver}: the Kyma ModuleTemplate (manifests/module/moduletemplate.yaml, hack/release.py)\n"
+        f"# Tether {ver}: the Kyma ModuleTemplate "
+        "(manifests/module/moduletemplate.yaml, hack/release.py)\n"
         + yaml.safe_dump(doc, sort_keys=False)
     )
 

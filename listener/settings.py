@@ -121,7 +121,8 @@ class Storage:
             P + "QUOTA_WRITERS",
             1,
             "listener worker processes that may write one runtime's records "
-            "(replicas x workers); above 1 every write that grows a runtime's usage counts it afresh "
+            "(replicas x workers); above 1 every write that grows a runtime's usage "
+            "counts it afresh "
             "first, so the quota is exceeded by at most one write per other worker",
             minimum=1,
             maximum=10_000,

@@ -250,7 +250,8 @@ class Group:
         to cgroup.procs), then execs: nothing of the container runs outside its limits.
         Exit 125 when a group cannot be joined (its message in the container's log)."""
         script = (
-            'while [ "$1" != -- ]; do echo 0 > "$1" || { echo "cgroup: cannot join $1" >&2; exit 125; }; '
+            'while [ "$1" != -- ]; do echo 0 > "$1" || '
+            '{ echo "cgroup: cannot join $1" >&2; exit 125; }; '
             'shift; done; shift; exec "$@"'
         )
         procs = [str(d / "cgroup.procs") for d in self.dirs.values()]

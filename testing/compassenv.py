@@ -1,4 +1,6 @@
-"""The compass scheduler's test environment: the Director stand-in as a process, Kyma CRs and their kubeconfig Secrets, mappings, settings and services wired to a plane; the Provisioner's runtimes to adopt (``Landscape``)."""
+"""The compass scheduler's test environment: the Director stand-in as a process, Kyma CRs and their
+kubeconfig Secrets, mappings, settings and services wired to a plane; the Provisioner's runtimes to
+adopt (``Landscape``)."""
 
 from __future__ import annotations
 

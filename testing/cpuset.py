@@ -2,7 +2,8 @@
 cores, with cgroup v1 cpusets (``/sys/fs/cgroup/cpuset``), so that a generator's CPU is not
 the part's latency.
 
-    placement = cpuset.split()               # "split": part on the last core, generator on the others
+    placement = cpuset.split()               # "split": part on the last core,
+                                             # generator on the others
     try:
         placement.generator.add(os.getpid()) # this process and what it starts from now on
         placement.part.add_tree(listener_pid)   # a running process and all its descendants
@@ -137,7 +138,10 @@ class Placement:
         d = self.describe()
         if d["kind"] == "none":
             return f"placement: none ({d['reason']})"
-        return f"placement: split (part on cpu {d['part_cpus']}, generator on cpu {d['generator_cpus']})"
+        return (
+            f"placement: split (part on cpu {d['part_cpus']}, "
+            f"generator on cpu {d['generator_cpus']})"
+        )
 
     def to_part(self, pid: int) -> None:
         if self.part is not None:

@@ -300,7 +300,8 @@ def install(
                 )
             time.sleep(0.5)
         say(
-            f"KCP: the enroller installed Tether into the runtime (RuntimeEnrollment {KCP_NS}/{KYMA})"
+            "KCP: the enroller installed Tether into the runtime "
+            f"(RuntimeEnrollment {KCP_NS}/{KYMA})"
         )
         skr_pods = podrunner.PodRunner(
             skr, overlays.NAMESPACE, work, hosts={overlays.LISTENER_HOST: listener_ip}, **runner_kw

@@ -534,7 +534,7 @@ class Workload:
             f"the runtime differs from the customer's writes: only in the runtime "
             f"{sorted(actual.keys() - self.expected.keys())}, missing "
             f"{sorted(self.expected.keys() - actual.keys())}, differing "
-            f"{sorted(k for k in actual.keys() & self.expected.keys() if actual[k] != self.expected[k])}"
+            f"{sorted(k for k in actual.keys() & self.expected.keys() if actual[k] != self.expected[k])}"  # noqa: E501
         )
 
     def summary(self) -> str:

@@ -1,4 +1,7 @@
-"""The listener's test environment: PKI, the RuntimeConfigMap and RuntimeDelivery CRDs, a KCP namespace with Kyma CRs, a least-privilege kubeconfig, the listener under gunicorn as a subprocess, and runtimes with client certificates. Used by the listener, poller and webhook tests and by the benchmarks."""
+"""The listener's test environment: PKI, the RuntimeConfigMap and RuntimeDelivery CRDs, a KCP
+namespace with Kyma CRs, a least-privilege kubeconfig, the listener under gunicorn as a subprocess,
+and runtimes with client certificates. Used by the listener, poller and webhook tests and by the
+benchmarks."""
 
 from __future__ import annotations
 

@@ -577,7 +577,8 @@ class PodRunner:
                     peak = c.group.peak_memory()
                     line = (
                         f"[pod runner] {pod.name}/{c.name}: peak memory "
-                        f"{'unknown' if peak is None else f'{peak / 2**20:.0f} MiB'} ({c.group.limits.text})"
+                        f"{'unknown' if peak is None else f'{peak / 2**20:.0f} MiB'} "
+                        f"({c.group.limits.text})"
                     )
                     log.info("%s", line)
                     with open(c.log_path, "a") as f:
@@ -934,7 +935,8 @@ class PodRunner:
         )
         with open(c.log_path, "a") as f:
             f.write(
-                f"[pod runner] {p.kind} probe failed {p.failures} times ({p.last_error}): restarting\n"
+                f"[pod runner] {p.kind} probe failed {p.failures} times "
+                f"({p.last_error}): restarting\n"
             )
         if c.popen is not None:
             with contextlib.suppress(ProcessLookupError):

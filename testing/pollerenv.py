@@ -1,4 +1,5 @@
-"""The poller's test helpers: the poller in-process (one Runner) or as `tether poller` subprocesses, and the state of a runtime and of the KCP to compare."""
+"""The poller's test helpers: the poller in-process (one Runner) or as `tether poller` subprocesses,
+and the state of a runtime and of the KCP to compare."""
 
 from __future__ import annotations
 

@@ -50,7 +50,8 @@ def serve(
 
 
 def dial(backend: tuple[str, int], timeout: float = 5.0) -> socket.socket | None:
-    """A connection to ``backend`` (blocking once connected), or None when it refuses or times out."""
+    """A connection to ``backend`` (blocking once connected), or None when it refuses or
+    times out."""
     try:
         upstream = socket.create_connection(backend, timeout=timeout)
     except OSError:

@@ -6,13 +6,15 @@ namespace ``kyma-system`` a Deployment, Services ``skr-webhook`` and ``skr-webho
 PriorityClass ``skr-webhook-priority``, four NetworkPolicies ``kyma-project.io--*``, the
 Secret ``skr-webhook-tls`` (its own CA's ``ca.crt``, ``tls.crt``, ``tls.key``) and one
 ValidatingWebhookConfiguration ``skr-webhook`` with one webhook per Watcher CR of the KCP
-(``BuildValidatingWebhookConfigFromWatchers``): name ``<namespace>.<name>.operator.kyma-project.io``,
+(``BuildValidatingWebhookConfigFromWatchers``): name
+``<namespace>.<name>.operator.kyma-project.io``,
 objectSelector the Watcher's ``labelsToWatch`` (no namespaceSelector), one rule of the
 Watcher's group/version/resource (``<resource>/status`` for ``field: status``) on CREATE,
 UPDATE and DELETE, failurePolicy Ignore, timeoutSeconds 15, sideEffects NoneOnDryRun,
 admissionReviewVersions v1, caBundle the Secret's CA, service ``skr-webhook`` path
 ``/validate/<manager>``. lifecycle-manager's own Watcher (config/watcher/kyma_watcher.yaml)
-watches ``kymas`` of ``operator.kyma-project.io`` labelled ``operator.kyma-project.io/watched-by: kyma``.
+watches ``kymas`` of ``operator.kyma-project.io`` labelled
+``operator.kyma-project.io/watched-by: kyma``.
 
 ``WatcherPeer`` is a stand-in for the runtime-watcher server (kyma-project/runtime-watcher@f92889f,
 ``runtime-watcher/``), not the real binary: its Go module

@@ -1,4 +1,5 @@
-"""The entry point of a leader-elected part (the poller, compass, the enroller, the janitor), written once.
+"""The entry point of a leader-elected part (the poller, compass, the enroller, the janitor),
+written once.
 
 ``start``: settings (with ``--once`` where the part has it), the KCP gateway from the
 kubeconfig and the log configuration, before anything starts; a kubeconfig that does not

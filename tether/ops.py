@@ -1,7 +1,7 @@
 """The operations surface every part serves: probes, metrics, JSON errors, request logging.
 
-One blueprint and one set of hooks, bound with ``init_app(app, probes, metrics)`` (``metrics``: a callable
-rendering the exposition, usually ``Exposition(registry, extra).render``):
+One blueprint and one set of hooks, bound with ``init_app(app, probes, metrics)`` (``metrics``: a
+callable rendering the exposition, usually ``Exposition(registry, extra).render``):
 
 * ``/healthz``: 200 ``{"status": "ok"}`` while the process serves and its own threads run
   (the *liveness* checks: what only a restart mends, e.g. a dead scheduler thread); else 503.

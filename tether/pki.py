@@ -122,8 +122,8 @@ def dns_name(what: str, raw: str) -> str:
 def _span(
     ca: certs.CertificateAuthority, lifetime: datetime.timedelta, now: datetime.datetime
 ) -> tuple[datetime.datetime, datetime.timedelta]:
-    """(not_before, validity) of a leaf: from ``now - min(BACKDATE, lifetime/10)`` to ``now + lifetime``,
-    cut at the CA's own end; a CA that has expired issues nothing."""
+    """(not_before, validity) of a leaf: from ``now - min(BACKDATE, lifetime/10)`` to
+    ``now + lifetime``, cut at the CA's own end; a CA that has expired issues nothing."""
     _aware(now)
     if lifetime <= datetime.timedelta(0):
         raise PKIError(f"lifetime must be positive, not {lifetime}")

@@ -5,7 +5,9 @@ it lists, the listener from the records it stores, and compare per bucket; only 
 buckets whose hashes differ are listed and compared key by key (docs/architecture.md,
 "Anti-entropy by buckets")::
 
-    bucket(namespace, name) = first 4 bytes of SHA-256(namespace "\\0" name), big-endian, mod BUCKETS
+    bucket(namespace, name)
+                            = first 4 bytes of SHA-256(namespace "\\0" name), big-endian,
+                              mod BUCKETS
     item(namespace, name, resourceVersion, epoch)
                             = first 8 bytes of SHA-256(namespace "\\0" name "\\0" rv "\\0" epoch)
     bucket hash             = XOR of the items of the bucket's live objects; count = how many

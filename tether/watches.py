@@ -20,14 +20,14 @@ API), a Secret's ``data``, and for every other kind its top-level fields other t
 ``apiVersion``, ``kind`` and ``metadata`` (``spec``, ``status``, ...), each as canonical JSON
 text. A Watch's kind must be its resource's and an object's its Watch's; Secrets (by resource
 or kind) only in ``metadata`` or ``digest`` mode, never a value stored; every mode but
-``full`` keeps only ``KEPT_ANNOTATIONS`` (all in ``tether.watchkinds``). The namespaces ``kube-system``, ``kube-public``,
-``kube-node-lease`` and ``tether-system`` and the ConfigMap ``kube-root-ca.crt`` (in every
-namespace) are never watched, whatever a Watch says.
+``full`` keeps only ``KEPT_ANNOTATIONS`` (all in ``tether.watchkinds``). The namespaces
+``kube-system``, ``kube-public``, ``kube-node-lease`` and ``tether-system`` and the ConfigMap
+``kube-root-ca.crt`` (in every namespace) are never watched, whatever a Watch says.
 
 This module is the one place these rules live: the enroller (``applies``; the runtime's
 copy and webhooks in ``tether.watchwire``), the webhook and the poller (``admits``,
-``foreign``, ``reduce``) and the listener (``violation``) call it. Nothing here does I/O; ``WatchError`` messages
-name the field, for the Watch's status.
+``foreign``, ``reduce``) and the listener (``violation``) call it. Nothing here does I/O;
+``WatchError`` messages name the field, for the Watch's status.
 """
 
 from __future__ import annotations

@@ -61,9 +61,10 @@ def resource_of(target: watches.Target | None) -> apitypes.Resource:
 
 
 class Reader:
-    """GETs objects (ConfigMaps without Watches, a Watch's target in Watch mode) as plain JSON dicts (camelCase, as served), through the gateway: the
-    read-back runs in the webhook's worker processes, next to the admission handler, so its
-    CPU cost per object matters (the gateway's raw calls cost about half a typed one)."""
+    """GETs objects (ConfigMaps without Watches, a Watch's target in Watch mode) as plain JSON dicts
+    (camelCase, as served), through the gateway: the read-back runs in the webhook's worker
+    processes, next to the admission handler, so its CPU cost per object matters (the gateway's raw
+    calls cost about half a typed one)."""
 
     def __init__(self, skr: gateway.Kube, timeout: float = 5.0) -> None:
         self._skr = skr

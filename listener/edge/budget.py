@@ -7,8 +7,8 @@ they are persisted, so the reservation covers that too); when the budget is spen
 (at most ``parse_wait``) and is then answered 503 with ``Retry-After``. One runtime may
 hold at most half of the budget beyond its first reservation, so a runtime sending
 maximum-size bodies on every connection leaves the rest to everyone else: a small body (a
-few KiB, the common case) does not wait behind it. A reservation larger than the budget is cut to it (it then
-runs alone), so every body within the size cap can be parsed.
+few KiB, the common case) does not wait behind it. A reservation larger than the budget is cut to it
+(it then runs alone), so every body within the size cap can be parsed.
 """
 
 from __future__ import annotations

@@ -502,8 +502,8 @@ def document() -> dict[str, Any]:
             "securitySchemes": {
                 "runtimeCertificate": {
                     "type": "mutualTLS",
-                    "description": "A client certificate issued by the KCP runtime CA: CN = runtime "
-                    "ID, a DNS SAN = the skr-domain annotation of the Kyma CR",
+                    "description": "A client certificate issued by the KCP runtime CA: "
+                    "CN = runtime ID, a DNS SAN = the skr-domain annotation of the Kyma CR",
                 }
             },
             "schemas": schemas,

@@ -1,8 +1,8 @@
 """Rate limiting: a token bucket per runtime and a cap on requests in flight.
 
-Both are kept per runtime and live in the memory of one worker process (no shared state, nothing needed across
-restarts): with R replicas of W workers a runtime may reach R*W times the configured rate,
-which is what the settings are sized for (see docs/listener.md). A POST costs one token
+Both are kept per runtime and live in the memory of one worker process (no shared state, nothing
+needed across restarts): with R replicas of W workers a runtime may reach R*W times the configured
+rate, which is what the settings are sized for (see docs/listener.md). A POST costs one token
 per record, a GET of the state one token; a batch larger than the bucket's capacity
 (burst) costs the whole bucket, so it is never refused forever. The bucket map is bounded
 (least recently used dropped, i.e. refilled).

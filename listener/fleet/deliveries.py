@@ -4,8 +4,8 @@ Every record a runtime's POST hands to the store (its source, ``observedAt``, ou
 every refusal of an authenticated runtime's request (reason, status; 429 counts as
 throttled; per reason the last refused object, when the refusal has one, and its time: see
 ``tether.lastrefused``) go into a ``tether.delivery.Delta`` per runtime in this worker's
-memory: a bounded map of at most ``max_runtimes`` runtimes (events of further runtimes are counted in
-``tether_listener_delivery_dropped_total`` and otherwise lost), each delta bounded by
+memory: a bounded map of at most ``max_runtimes`` runtimes (events of further runtimes are counted
+in ``tether_listener_delivery_dropped_total`` and otherwise lost), each delta bounded by
 ``tether.delivery`` (a bucket per minute, the last 20 records, one last refusal per
 reason).
 

@@ -267,7 +267,8 @@ class Summaries(summaryobject.SummaryObjects):
             except gateway.Conflict:
                 self._conflicted(attempt)
         raise gateway.Unavailable(
-            f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: {summaryobject.MAX_ATTEMPTS} conflicts in a row"
+            f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}: "
+            f"{summaryobject.MAX_ATTEMPTS} conflicts in a row"
         )
 
     # -- reading -----------------------------------------------------------------------------

@@ -113,7 +113,8 @@ class SummaryObjects:
         )
         if obj is not None and (obj.get("spec") or {}).get("runtimeId") != runtime_id:
             raise gateway.Rejected(
-                f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}/{name_of(runtime_id)} belongs to another runtime"
+                f"{apitypes.RUNTIME_STATE_SUMMARIES.plural}/{name_of(runtime_id)} "
+                "belongs to another runtime"
             )
         return obj
 
@@ -149,7 +150,10 @@ class SummaryObjects:
 
     def _create(self, runtime_id: str) -> dict[str, Any]:
         body = {
-            "apiVersion": f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/{apitypes.RUNTIME_STATE_SUMMARIES.version}",
+            "apiVersion": (
+                f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/"
+                f"{apitypes.RUNTIME_STATE_SUMMARIES.version}"
+            ),
             "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
             "metadata": {
                 "name": name_of(runtime_id),

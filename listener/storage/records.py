@@ -6,8 +6,8 @@ runtime ID, Watch (``watches.WATCH_LABEL``) and namespace; ``spec.watch`` and
 ``spec.resource`` (group, version, kind) say which Watch admitted it and of what kind the
 object is. A v1 record is stored under the runtime's compat Watch (``listener.edge.watchcheck``)
 as a ConfigMap. Objects written before Watches have no Watch label (legacy records: the
-janitor deletes them, ``listener.janitor.sweep``). ``spec`` holds the latest record; annotations repeat the few
-fields of the state digest so ``GET .../state`` can list metadata only
+janitor deletes them, ``listener.janitor.sweep``). ``spec`` holds the latest record; annotations
+repeat the few fields of the state digest so ``GET .../state`` can list metadata only
 (``PartialObjectMetadataList``) instead of every object's data. The record's epoch
 (``tether.changes``, ``listener.fleet.epochs``) is ``spec.epoch`` and the annotation
 ``tether.kyma-project.io/epoch``; an object without them (written before epochs) is of

@@ -16,8 +16,8 @@ and the API itself checks what they assume:
   read path.
 
 Every path writes through ``_write``. The read path: read the stored object, compare,
-write with its resourceVersion, up to ``MAX_ATTEMPTS`` times. A call returns only after the API server has acknowledged the
-write (stored in etcd), so "persisted" means durable.
+write with its resourceVersion, up to ``MAX_ATTEMPTS`` times. A call returns only after the API
+server has acknowledged the write (stored in etcd), so "persisted" means durable.
 
 Storage limits (``rules``; ``listener.storage.quota`` keeps the usage): a write that does
 not fit the runtime's quota raises ``quota.Exceeded`` (the client gets 413); a record for
@@ -41,8 +41,9 @@ meanwhile is never deleted).
 Where (``listener.storage.namespaces``): each record is written in its Watch's storage
 namespace, labelled with its Kyma CR's name and, in the Kyma CR's namespace, owned by it
 (``owner_of``); a namespace that does not exist or that the listener may not write in (its
-setting, or the KCP's admission: an unlabelled Namespace) is an error (503). Every listing of a runtime's records is one label-selected list
-(``listener.storage.listing``) that keeps only objects where their Watch stores.
+setting, or the KCP's admission: an unlabelled Namespace) is an error (503). Every listing of a
+runtime's records is one label-selected list (``listener.storage.listing``) that keeps only objects
+where their Watch stores.
 
 Errors are the gateway's (``tether.gateway``): ``gateway.Rejected`` when the API refuses the
 object itself (the client gets 400), any other ``gateway.GatewayError`` when the KCP API

@@ -1,9 +1,12 @@
 """The view's Unix socket: one JSON request per line, one JSON answer per line.
 
     {"op": "kyma", "id": "<runtime ID>"}     -> {"synced": true, "views": [KymaView fields]}
-    {"op": "lease", "id": ...}               -> {"synced": true, "lease": {epoch, identity, rv, renew} | null}
+    {"op": "lease", "id": ...}               -> {"synced": true,
+                                                 "lease": {epoch, identity, rv, renew} | null}
     {"op": "summary", "id": ...}             -> {"synced": true, "summary": object | null}
-    {"op": "seen", "id": ...}                -> {"synced": true, "outcome": "written" | "queued" | "fresh" | "dropped"}
+    {"op": "seen", "id": ...}                -> {"synced": true,
+                                                 "outcome": "written" | "queued" | "fresh"
+                                                            | "dropped"}
     {"op": "ping"}                           -> {"synced": {kind: bool}}
 
 ``synced`` false: the view cannot answer that (not listed yet, a watch down, over its

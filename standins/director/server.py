@@ -4,9 +4,9 @@ Connections are kept alive (HTTP/1.1, as a real Director behind its ingress keep
 client pays one TLS handshake per connection, not one per request. werkzeug's development
 server closes every connection, hence this small WSGI server of its own (``http.server``,
 one thread per connection). What it holds is bounded: a TLS handshake and a request must
-arrive within ``idle_seconds`` (default ``IDLE_SECONDS``; a kept-alive connection idle that long is closed), a request
-body (``Content-Length`` or chunked) is at most ``MAX_BODY`` bytes (a larger one is
-answered 413 and the connection closed), at most
+arrive within ``idle_seconds`` (default ``IDLE_SECONDS``; a kept-alive connection idle that
+long is closed), a request body (``Content-Length`` or chunked) is at most ``MAX_BODY`` bytes
+(a larger one is answered 413 and the connection closed), at most
 ``MAX_CONNECTIONS`` connections are served at once (more are closed at once), and ``stop()``
 closes every open connection.
 """

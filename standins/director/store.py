@@ -191,7 +191,8 @@ class Store:
             if not LABEL_KEY_RE.match(str(key)):
                 raise DirectorError(
                     "InvalidData",
-                    f"Invalid data RuntimeRegisterInput [labels={key}: key must be alphanumeric with underscore]",
+                    f"Invalid data RuntimeRegisterInput [labels={key}: "
+                    "key must be alphanumeric with underscore]",
                 )
         now = _now()
         rt = Runtime(

@@ -2,12 +2,12 @@
 Debian's chromedriver (``make browser``, hack/install-browser.sh), against ``tether admin``
 on the session's KCP plane with a fleet this module builds.
 
-One browser for the module. Each test signs in through the login form (typing the token
-into the textarea and submitting, as an operator does; the browser's own ``Origin`` and
-``Sec-Fetch-Site`` pass the same-origin check, and it then holds a session cookie) and reads the pages as a user sees
-them: titles and headings, the scenario's facts, search and pagination, the 403 page, and
-the browser console after every page (no SEVERE entry: scripts errors, resources that did
-not load and Content-Security-Policy violations all land there).
+One browser for the module. Each test signs in through the login form (typing the token into
+the textarea and submitting, as an operator does; the browser's own ``Origin`` and
+``Sec-Fetch-Site`` pass the same-origin check, and it then holds a session cookie) and reads
+the pages as a user sees them: titles and headings, the scenario's facts, search and
+pagination, the 403 page, and the browser console after every page (no SEVERE entry: scripts
+errors, resources that did not load and Content-Security-Policy violations all land there).
 
 **TLS.** The admin serves a certificate of the test's own CA. Chromium on Linux trusts the
 CAs of the NSS database in ``$HOME/.pki/nssdb``; the fixture gives chromedriver (and so

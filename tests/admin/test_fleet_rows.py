@@ -258,9 +258,9 @@ def test_parts_leaders_and_compass_from_leases() -> None:
                 "annotations": {
                     apitypes.LAST_RUN_RESULT_ANNOTATION: "ok",
                     apitypes.BREAKER_ANNOTATION: "half-open",
-                    apitypes.DIRECTOR_ERRORS_ANNOTATION: '[{"at": "t", "operation": "op", "message": "'
-                    + "m" * 500
-                    + '"}]',
+                    apitypes.DIRECTOR_ERRORS_ANNOTATION: (
+                        '[{"at": "t", "operation": "op", "message": "' + "m" * 500 + '"}]'
+                    ),
                 },
             },
             "spec": {"holderIdentity": "pod_1"},

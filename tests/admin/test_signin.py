@@ -3,7 +3,8 @@ TokenReview and SubjectAccessReview): ``next`` leads only to a page, a token mus
 the pages' audience, the cookie holds a session ID (never the token) that is worthless after
 sign-out, a sign-in needs the right to the page it leads to (SubjectAccessReview), every
 sign-in and every uncached TokenReview are budgeted per source, one user holds at most a few
-sessions, and sign-in and sign-out are refused from another origin. Each attack stands next to the well-behaved operator who still gets in."""
+sessions, and sign-in and sign-out are refused from another origin. Each attack stands next to
+the well-behaved operator who still gets in."""
 
 from __future__ import annotations
 

@@ -249,7 +249,8 @@ def test_timeouts_and_graphql_errors_are_retried_and_reported(
         # the next run finds it (label filter) instead of registering a second one
         h.run_until(svc, lambda: all_ready(kcp_api, ns, names), runs=10, pause=0.5)
         assert_delivered(d, kcp_api, ns, names[0], planes[0], tenant)
-        # GraphQL errors: invalid input -> Failed with the Director's message; internal -> Processing
+        # GraphQL errors: invalid input -> Failed with the Director's message; internal ->
+        # Processing
         h.create_kubeconfig_secret(kcp_api, ns, "err-01", planes[1])
         h.create_kyma(kcp_api, ns, "err-01", h.kyma_labels(tenant, "err-shoot-1"))
         names.append("err-01")

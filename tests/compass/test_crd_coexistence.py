@@ -46,7 +46,8 @@ CRDS = gateway.Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions
 CM = apitypes.COMPASS_MANAGER_LEGACY_MAPPINGS
 CM_CRD = f"{CM.plural}.{CM.group}"
 OURS = f"{apitypes.COMPASS_MAPPINGS.plural}.{apitypes.COMPASS_MAPPINGS.group}"
-# (name, runtime ID label, dry run) as compass-manager's UpsertCompassMapping/CreateCompassMapping write them
+# (name, runtime ID label, dry run) as compass-manager's
+# UpsertCompassMapping/CreateCompassMapping write them
 CM_OBJECTS = [
     ("kyma-a", "4a1f0000-0000-4000-8000-00000000000a", False),
     ("kyma-b", "", False),

@@ -303,10 +303,13 @@ def run(fleet: deployed.Fleet, cust: Customer) -> None:
         "the KCP converged with an expired certificate"
     )
     print(
-        f"window: enroller stopped {window - stopped:.0f} s before; {len(names)} ConfigMaps written in "
-        f"{time.monotonic() - window:.0f} s, {sum(arrived[k] == cust.state[k] for k in names)} of them "
+        f"window: enroller stopped {window - stopped:.0f} s before; "
+        f"{len(names)} ConfigMaps written in "
+        f"{time.monotonic() - window:.0f} s, "
+        f"{sum(arrived[k] == cust.state[k] for k in names)} of them "
         f"in the KCP; a new handshake with the expired certificate {seen[:120]}; "
-        f"{refusals(fleet):.0f} handshakes and {refusals(fleet, 'connection_refusals'):.0f} requests on "
+        f"{refusals(fleet):.0f} handshakes and "
+        f"{refusals(fleet, 'connection_refusals'):.0f} requests on "
         f"older connections refused; the poller's run in the window: {last_run(fleet)}"
     )
 
@@ -344,7 +347,8 @@ def run(fleet: deployed.Fleet, cust: Customer) -> None:
     logs = fleet.skr_pods.logs("tether-webhook") + fleet.skr_pods.logs("tether-poller")
     assert "window-" not in logs and "-----BEGIN" not in logs  # no values, no key material in logs
     print(
-        f"enroller restarted: certificate re-issued in the runtime's Secret after {issued_s:.1f} s, "
-        f"the KCP held the runtime's exact state {converged_s:.1f} s after the restart; a new write "
-        f"arrived in {after_s:.1f} s (source {rec['spec']['source']})"
+        "enroller restarted: certificate re-issued in the runtime's Secret after "
+        f"{issued_s:.1f} s, the KCP held the runtime's exact state {converged_s:.1f} s "
+        f"after the restart; a new write arrived in {after_s:.1f} s "
+        f"(source {rec['spec']['source']})"
     )

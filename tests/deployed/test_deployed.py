@@ -300,7 +300,8 @@ def test_watches_decide_what_leaves_the_runtime_of_any_kind(fleet: deployed.Flee
         timeout=90,
     )
     print(
-        f"Watches in force in the runtime after {time.monotonic() - t0:.1f} s (enroller interval 5 s)"
+        f"Watches in force in the runtime after {time.monotonic() - t0:.1f} s "
+        "(enroller interval 5 s)"
     )
     assert "elsewhere.watches.tether.kyma-project.io" not in registered_hooks(fleet)
 

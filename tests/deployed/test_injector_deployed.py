@@ -165,7 +165,8 @@ def test_a_configmap_made_with_kubectl_reaches_the_modules_cr_through_the_deploy
         "the value in the Sample CR", arrived, timeout=120, logs_of="tether-injector", poll=0.5
     ) == {"color": value, "size": "xl"}
     print(
-        f"the first value in the Sample CR {time.monotonic() - t0:.1f} s after the ConfigMap's creation"
+        f"the first value in the Sample CR {time.monotonic() - t0:.1f} s "
+        "after the ConfigMap's creation"
     )
 
     obj = sample(fleet)
@@ -206,7 +207,8 @@ def test_a_configmap_made_with_kubectl_reaches_the_modules_cr_through_the_deploy
         poll=0.5,
     )
     print(
-        f"an edit reached the Sample CR in {time.monotonic() - t0:.2f} s (kubectl round trips included)"
+        f"an edit reached the Sample CR in {time.monotonic() - t0:.2f} s "
+        "(kubectl round trips included)"
     )
     deployed.kubectl(fleet.skr, "delete", "configmap", "sample-settings", "-n", MODULE_NS)
     fleet.wait_for(

@@ -8,8 +8,8 @@ Shown: an edit reaches the CR; a second ConfigMap merges in; deleting a ConfigMa
 values, deleting the last removes the field (the injector's rule); the injector SIGKILLed while
 edits flow and restarted loses no change, and so does a KCP apiserver restart; a runtime
 restored from an etcd snapshot (a new epoch, the poller's run) makes the CR converge to the
-runtime's actual state; deleting the Kyma CR removes its records (the janitor's rule, ``--once`` runs) and the
-injector's output."""
+runtime's actual state; deleting the Kyma CR removes its records (the janitor's rule,
+``--once`` runs) and the injector's output."""
 
 from __future__ import annotations
 

@@ -174,7 +174,7 @@ def test_a_kyma_cr_being_deleted_is_removed_even_while_backing_off() -> None:
     assert decide.step(deleting=False, backing_off=False) == "enroll"
 
 
-# -- renewal -----------------------------------------------------------------------------------------
+# -- renewal ---------------------------------------------------------------------------------------
 
 
 def renewal(**kw: Any) -> decide.Renewal:
@@ -241,7 +241,7 @@ def test_once_the_new_ca_is_trusted_everywhere_the_previous_cas_certificates_are
     ) == decide.Renewal("foreign_issuer", "ca_changed")
 
 
-# -- apply -------------------------------------------------------------------------------------------
+# -- apply -----------------------------------------------------------------------------------------
 
 
 def apply(**kw: Any) -> decide.Apply:
@@ -316,7 +316,7 @@ def test_a_kept_serving_certificate_whose_secret_lost_its_pair_is_replaced() -> 
     assert decide.kept_serving(False) == "missing"
 
 
-# -- removal -----------------------------------------------------------------------------------------
+# -- removal ---------------------------------------------------------------------------------------
 
 
 def removal(**kw: Any) -> decide.Removal:
@@ -387,7 +387,7 @@ def test_a_runtime_is_written_only_by_the_kcp_it_is_installed_for(
     assert decide.ownership(installed=installed, own=B, take_over_from=take_over_from) == verdict
 
 
-def test_a_runtime_whose_certificate_this_kcps_ca_issued_stays_ours_when_the_listener_url_changed() -> (
+def test_a_runtime_whose_certificate_this_kcps_ca_issued_stays_ours_when_the_listener_url_changed() -> (  # noqa: E501
     None
 ):
     """An operator who moves the listener to a new ingress name changes the enroller's URL:

@@ -83,8 +83,8 @@ def test_rendered_objects_are_accepted_by_kubectl_apply(
     )
     assert applied.returncode == 0, applied.stderr
     assert (
-        "validatingwebhookconfiguration.admissionregistration.k8s.io/tether-configmaps created (server dry run)"
-        in applied.stdout
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/tether-configmaps"
+        " created (server dry run)" in applied.stdout
     )
 
     bad = subprocess.run(

@@ -8,8 +8,9 @@ here is 10 minutes / 20 = 30 s, 10 poll intervals, still far beyond every retry 
 the stack (webhook 2 s, poller 3 s) and the Kyma cache.
 
 What must hold: no customer write fails (the webhook allows every admission, KCP or
-not: the workload's API writes and a kubectl session's, each answered OK); after the apiserver is back the KCP ends holding exactly the runtime's state; no
-record ever went back to an older state (``testing.history``). Measured and reported:
+not: the workload's API writes and a kubectl session's, each answered OK); after the apiserver
+is back the KCP ends holding exactly the runtime's state; no record ever went back to an older
+state (``testing.history``). Measured and reported:
 the time to converge, and the request rate after recovery, as the listener received it
 (``tether_listener_requests_total``) and as the KCP apiserver served it on Tether's
 records (its ``apiserver_request_total``, which starts at 0 with the restarted process),

@@ -223,7 +223,10 @@ def test_one_listener_replica_partitioned_from_the_kcp(
             history=history,
             a_first_failed_probe_seconds=round(a_first - began, 1),
             a_out_of_rotation_seconds=round(a_left - began, 1),
-            probe=f"period {ready.period:.0f} s, timeout {ready.timeout:.0f} s, threshold {ready.threshold}",
+            probe=(
+                f"period {ready.period:.0f} s, timeout {ready.timeout:.0f} s, "
+                f"threshold {ready.threshold}"
+            ),
             a_requests_during=int(a_during),
             b_requests_during=int(b_during),
             webhook_retried_posts=int(webhook_retried),

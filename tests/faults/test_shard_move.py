@@ -123,7 +123,8 @@ def held(core: client.CoreV1Api) -> tuple[str, dict[str, bytes]]:
 
 
 def pods_send_to(stack: faultstack.Stack) -> set[str | None]:
-    """The listener URLs the runtime's Deployments' pod templates name (a change restarts the pods)."""
+    """The listener URLs the runtime's Deployments' pod templates name (a change restarts the
+    pods)."""
     deps: Any = client.AppsV1Api(stack.api).list_namespaced_deployment(render.NAMESPACE)
     return {
         (d.spec.template.metadata.annotations or {}).get(render.LISTENER_ANNOTATION)

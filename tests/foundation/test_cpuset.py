@@ -19,7 +19,15 @@ from testing import cpuset
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
-SPIN = "import os, sys, time\nif sys.argv[1] == 'fork':\n    sys.stdin.readline()\n    os.fork()\nend = time.time() + 60\nwhile time.time() < end:\n    pass\n"
+SPIN = (
+    "import os, sys, time\n"
+    "if sys.argv[1] == 'fork':\n"
+    "    sys.stdin.readline()\n"
+    "    os.fork()\n"
+    "end = time.time() + 60\n"
+    "while time.time() < end:\n"
+    "    pass\n"
+)
 
 
 # -- the decisions, on plain data -------------------------------------------------------

@@ -2,9 +2,10 @@
 run as a process under its Deployment's container limit (``manifests/kcp/injector``:
 memory 512Mi, a cgroup as the pod runner makes one, ``testing.cgroups``).
 
-OFFENDERS runtimes (12; why not 50: below) fill their whole storage quota (the listener's 2 MiB) with records of
-10,000 tiny keys under a Watch with inject: the shape that cost the injector ~39 MB of RSS
-per runtime when it held the values (about 12 of them OOM-killed it at 512Mi). Beside them
+OFFENDERS runtimes (12; why not 50: below) fill their whole storage quota (the listener's
+2 MiB) with records of 10,000 tiny keys under a Watch with inject: the shape that cost the
+injector ~39 MB of RSS per runtime when it held the values (about 12 of them OOM-killed it at
+512Mi). Beside them
 HONEST runtimes store a few small ConfigMaps, written after the offenders so they queue
 behind them. Shown: every honest runtime's values reach its Sample CR (and a later edit
 too), every offender is refused alone and named (its target's ConfigurationInjected

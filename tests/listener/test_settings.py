@@ -122,7 +122,8 @@ def test_tls_reasons() -> None:
 
 def test_openapi_file_is_generated_from_the_shared_schemas() -> None:
     assert openapi.OPENAPI_FILE.read_text() == openapi.render(), (
-        "listener/openapi.json is stale: .venv/bin/python -m listener.edge.openapi > listener/openapi.json"
+        "listener/openapi.json is stale: "
+        ".venv/bin/python -m listener.edge.openapi > listener/openapi.json"
     )
     doc = json.loads(openapi.render())
     comp = doc["components"]["schemas"]

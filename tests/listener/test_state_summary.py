@@ -106,7 +106,10 @@ def holder(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneSh
         env.namespace,
         apitypes.RUNTIME_STATE_SUMMARIES.plural,
         {
-            "apiVersion": f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/{apitypes.RUNTIME_STATE_SUMMARIES.version}",
+            "apiVersion": (
+                f"{apitypes.RUNTIME_STATE_SUMMARIES.group}/"
+                f"{apitypes.RUNTIME_STATE_SUMMARIES.version}"
+            ),
             "kind": apitypes.RUNTIME_STATE_SUMMARY_KIND,
             "metadata": {"name": "probe"},
             "spec": {"runtimeId": "probe"},

@@ -235,7 +235,8 @@ def test_no_secret_value_reaches_the_kcp_by_any_watch(
         apitypes.RUNTIME_CONFIGMAPS.plural,
     )["items"]
     text = json.dumps(every)
-    # every record anywhere on the KCP, not only this runtime's (other tests' records may carry no labels)
+    # every record anywhere on the KCP, not only this runtime's (other tests' records may carry
+    # no labels)
     assert any(
         (o["metadata"].get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL) == rt.id for o in every
     )

@@ -26,7 +26,8 @@ from testing.pollerenv import Env, InProcess, kcp_state, runtime_state, unique_s
 from tether import apitypes, changes
 
 NS = "team-a"
-BUCKETS = True  # the poller as deployed (poller.settings): the bucketed run first, its fallback the full digest
+# the poller as deployed (poller.settings): the bucketed run first, its fallback the full digest
+BUCKETS = True
 
 
 @pytest.fixture

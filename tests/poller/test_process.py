@@ -64,7 +64,8 @@ def test_only_the_lease_holder_runs_jobs_and_the_other_takes_over_when_it_dies(
     least_privilege: pathlib.Path,
     pollers: Pollers,
 ) -> None:
-    """With only the RBAC of manifests/skr (as the tether ServiceAccount), Lease in tether-system."""
+    """With only the RBAC of manifests/skr (as the tether ServiceAccount), Lease in
+    tether-system."""
     rt = runtime()
     _, selector = unique_selector()
     namespace = "tether-system"

@@ -359,7 +359,7 @@ def test_the_watches_share_the_runs_pacer() -> None:
     assert abs(sum(slept) - 2.0) < 1e-6
 
 
-def test_a_watch_the_kcp_no_longer_holds_is_skipped_and_a_refused_record_does_not_stop_the_run() -> (
+def test_a_watch_the_kcp_no_longer_holds_is_skipped_and_a_refused_record_does_not_stop_the_run() -> (  # noqa: E501
     None
 ):
     in_force = (CONF, META, WIDGETS)

@@ -104,7 +104,10 @@ def test_refusals_reads_every_refusal_and_no_success_of_a_listeners_metrics() ->
     text = "\n".join(
         [
             "# HELP tether_listener_requests_total HTTP requests by route, method and status code",
-            'tether_listener_requests_total{route="/v1/runtimes/<runtime_id>/changes",method="POST",code="200"} 12.0',
+            (
+                'tether_listener_requests_total{route="/v1/runtimes/<runtime_id>/changes",'
+                'method="POST",code="200"} 12.0'
+            ),
             'tether_listener_requests_total{route="unmatched",method="other",code="404"} 2.0',
             'tether_listener_requests_total{route="/v1/x",method="POST",code="409"} 0.0',
             'tether_listener_watch_refusals_total{reason="watch_violation"} 1.0',

@@ -5,9 +5,9 @@ rendered, one webhook per Watch) it delivers the new kinds, and the key a record
 before the upgrade is the key it has after.
 
 The previous release is a ``git archive`` of ``PREVIOUS`` (the last commit before Watches)
-run by ``testing.skewenv.webhook`` (``testing.webhookstack.WebhookProcess(code=...)``); the listener is this checkout's,
-against a real KCP, with mTLS and the runtime's certificate; the SKR apiserver calls both
-webhooks for real."""
+run by ``testing.skewenv.webhook`` (``testing.webhookstack.WebhookProcess(code=...)``); the
+listener is this checkout's, against a real KCP, with mTLS and the runtime's certificate; the SKR
+apiserver calls both webhooks for real."""
 
 from __future__ import annotations
 
@@ -86,7 +86,8 @@ def test_a_runtime_of_the_previous_release_keeps_delivering_and_after_its_upgrad
                 ),
                 30,
                 lambda: (
-                    f"{name} not stored under {watch}: {kcp_env.stored_one(rt.id, ns, name, watch=watch)}"
+                    f"{name} not stored under {watch}: "
+                    f"{kcp_env.stored_one(rt.id, ns, name, watch=watch)}"
                 ),
             )
         )

@@ -58,7 +58,8 @@ def footers(text: str) -> list[tuple[str | None, int, str]]:
 
 def test_footers_are_found_and_name_their_json() -> None:
     text = (
-        "Results (`bench/results/a.json`):\n\n    x 1\n    commit abc, load average [1.0, 2.0], command: bench/a.py\n"
+        "Results (`bench/results/a.json`):\n\n    x 1\n"
+        "    commit abc, load average [1.0, 2.0], command: bench/a.py\n"
         "see bench/results/b.json\nprovenance: not recorded (run 2026-12-01)\n"
     )
     assert footers(text) == [
@@ -108,7 +109,8 @@ def test_every_footer_in_the_docs_is_the_footer_of_the_json_it_cites() -> None:
             wrong.append(f"line {number}: no bench/results JSON named above it ({cited})")
         elif footer(docs[cited]) != line:
             wrong.append(
-                f"line {number}: {line!r} but bench/results/{cited}.json holds {footer(docs[cited])!r}"
+                f"line {number}: {line!r} but bench/results/{cited}.json holds "
+                f"{footer(docs[cited])!r}"
             )
     assert not wrong, "\n".join(wrong)
 

@@ -221,7 +221,7 @@ def test_the_webhook_sends_again_only_what_an_older_epoch_made_stale() -> None:
     assert [r["name"] for r in forwarder._stale_by_epoch(recs, results, 2)] == ["a"]
 
 
-# -- the per-worker cache of epochs (listener.fleet.heartbeat.Epochs), fed by heartbeat writes ------
+# -- the per-worker cache of epochs (listener.fleet.heartbeat.Epochs), fed by heartbeat writes --
 
 
 class LeaseReads:

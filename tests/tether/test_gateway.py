@@ -100,7 +100,7 @@ clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:{port}", insecure-sk
 users: [{{name: u, user: {{token: not-a-real-token}}}}]
 contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
 current-context: x
-"""
+"""  # noqa: E501
     kube = gateway.from_kubeconfig_bytes(kubeconfig, timeout=2)
     try:
         with pytest.raises(gateway.Unavailable) as e:

@@ -204,7 +204,7 @@ def test_a_write_that_changes_only_the_size_is_a_change_and_one_that_changes_not
     assert created is not None and (created.live, created.records, created.bytes) == (0, 1, 300)
 
 
-def test_a_straddling_change_makes_the_footprint_unknown_and_summaries_without_one_are_rebuilt() -> (
+def test_a_straddling_change_makes_the_footprint_unknown_and_summaries_without_one_are_rebuilt() -> (  # noqa: E501
     None
 ):
     old, new = item("ns", "a", "1"), item("ns", "a", "2")

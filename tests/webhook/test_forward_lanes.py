@@ -1,5 +1,6 @@
-"""A forwarder round reads its objects back several at once (``TETHER_WEBHOOK_FORWARDER_READ_LANES``)
-from the real SKR apiserver, and sends them in one POST in the order they were taken."""
+"""A forwarder round reads its objects back several at once
+(``TETHER_WEBHOOK_FORWARDER_READ_LANES``) from the real SKR apiserver, and sends them in one
+POST in the order they were taken."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The webhook process itself: two workers with aggregated metrics, a worker
-replaced, serving certificate reload, and the drain on shutdown (no apiserver registration: reviews are POSTed directly,
-the objects live in the real SKR plane)."""
+replaced, serving certificate reload, and the drain on shutdown (no apiserver registration:
+reviews are POSTed directly, the objects live in the real SKR plane)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,8 @@ def test_two_workers_reload_and_drain(
             "TETHER_KUBECONFIG": str(skr.kubeconfig),
             "TETHER_WEBHOOK_WORKERS": "2",
             "TETHER_CERT_RELOAD_SECONDS": "0.2",
-            "TETHER_WEBHOOK_COALESCE_SECONDS": "10",  # keys wait in the queue until the drain takes them
+            # keys wait in the queue until the drain takes them
+            "TETHER_WEBHOOK_COALESCE_SECONDS": "10",
             "TETHER_WEBHOOK_READBACK_SECONDS": "15",
             "TETHER_LOG_FORMAT": "json",  # as deployed: every line, gunicorn's included, is JSON
         },
