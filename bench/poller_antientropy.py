@@ -55,7 +55,7 @@ from listener.storage import records
 from poller import metrics, run, scan
 from testing import controlplane
 from testing import listenerenv as lc
-from tether import apitypes, changes, filters, gateway, sender
+from tether import apitypes, changes, filters, gateway, sender, times
 
 NS = "bench-ae"
 LABELS = {"tether-bench": "antientropy"}
@@ -250,7 +250,7 @@ class Fleet:
         self.skr_api, self.kcp_api, self.env, self.rt_id = skr_api, kcp_api, env, rt_id
         self.threads = threads
         self.n = 0
-        self.observed = changes.now()
+        self.observed = times.now()
 
     def grow(self, n: int) -> dict[str, float]:
         created: dict[int, dict[str, Any]] = {}

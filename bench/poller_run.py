@@ -39,7 +39,7 @@ from listener.storage import records
 from poller import metrics, run, scan
 from testing import controlplane
 from testing import listenerenv as lc
-from tether import apitypes, changes, filters, gateway, sender
+from tether import apitypes, changes, filters, gateway, sender, times
 
 NS = "bench-poller"
 LABELS = {"tether-bench": "poller"}
@@ -323,7 +323,7 @@ def main(argv: list[str]) -> int:
         parallel(create, range(n), args.threads)
         phases["create_configmaps"] = time.monotonic() - t
         t = time.monotonic()
-        observed = changes.now()
+        observed = times.now()
         path = (
             f"/apis/{apitypes.RUNTIME_CONFIGMAPS.group}/{apitypes.RUNTIME_CONFIGMAPS.version}"
             f"/namespaces/{env.namespace}/{apitypes.RUNTIME_CONFIGMAPS.plural}"

@@ -28,7 +28,7 @@ from typing import Any
 
 from cryptography import x509
 
-from tether import apitypes, certs, changes, gateway, logs, pki
+from tether import apitypes, certs, gateway, logs, pki, times
 
 ROLLOVER_STARTED = "tether.kyma-project.io/rollover-started"
 CERT_MANAGER_CERTIFICATE = "cert-manager.io/certificate-name"
@@ -88,7 +88,7 @@ class CAStore:
                 current, previous = pki.load_ca_secret(_decoded(doc))[0], None
             elif doc is not None:
                 current, previous = pki.load_ca_secret(_decoded(doc))
-                started = changes.parse_time(
+                started = times.parse_time(
                     ((doc.get("metadata") or {}).get("annotations") or {}).get(ROLLOVER_STARTED, "")
                 )
                 if previous is not None and started is None:  # e.g. a hand-made previous.crt
@@ -150,7 +150,7 @@ class CAStore:
                 "app.kubernetes.io/part-of": "tether",
                 apitypes.MANAGED_BY_LABEL: "tether-enroller",
             },
-            "annotations": {ROLLOVER_STARTED: changes.format_time(started)} if started else {},
+            "annotations": {ROLLOVER_STARTED: times.format_time(started)} if started else {},
         }
         body = {
             "apiVersion": "v1",
@@ -193,7 +193,7 @@ class CAStore:
             self.audit,
             event,
             serial=format(ca.cert.serial_number, "x"),
-            not_after=changes.format_time(certs.not_after(ca.cert)),
+            not_after=times.format_time(certs.not_after(ca.cert)),
             **extra,
         )
 

@@ -351,7 +351,7 @@ def _render(args: argparse.Namespace) -> int:
     import yaml
 
     from enroller import render
-    from tether import changes
+    from tether import times
 
     if not args.listener_url.startswith("https://"):
         raise Problem(f"--listener-url: {args.listener_url!r} is not an https:// URL")
@@ -377,8 +377,8 @@ def _render(args: argparse.Namespace) -> int:
             serving_cert=serving.cert_pem,
             serving_key=serving.key_pem,
             serving_serial=format(serving.cert.serial_number, "x"),
-            serving_not_after=changes.format_time(certs.not_after(serving.cert)),
-            serving_renew_at=changes.format_time(pki.renew_at(serving.cert)),
+            serving_not_after=times.format_time(certs.not_after(serving.cert)),
+            serving_renew_at=times.format_time(pki.renew_at(serving.cert)),
             ca_bundle=ca.cert_pem,
             image=args.image,
             digest_key=render.new_digest_key(),
@@ -388,7 +388,7 @@ def _render(args: argparse.Namespace) -> int:
     print(
         f"tether certs: rendered {len(objs)} objects for {args.runtime_id} "
         "(client certificate valid "
-        f"until {changes.format_time(certs.not_after(client.cert))}); "
+        f"until {times.format_time(certs.not_after(client.cert))}); "
         "the output holds private keys",
         file=sys.stderr,
     )

@@ -12,7 +12,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from tether import changes
+from tether import times
 
 QUARANTINED = "MissedCARollover"  # the Quarantined condition's reason (and Ready's, while it lasts)
 HEARTBEAT_STALE = datetime.timedelta(minutes=10)
@@ -54,7 +54,7 @@ def conditions(f: StatusFacts) -> list[dict[str, Any]]:
             "CertificateValid",
             valid,
             "Valid" if valid else "Expired",
-            f"client certificate valid until {changes.format_time(f.not_after)}",
+            f"client certificate valid until {times.format_time(f.not_after)}",
         )
         hook = cond(
             "WebhookServing",
@@ -69,7 +69,7 @@ def conditions(f: StatusFacts) -> list[dict[str, Any]]:
         "Heartbeat",
         fresh if f.beat is not None else None,
         "Recent" if fresh else "Stale" if f.beat is not None else "None",
-        f"last delivery {changes.format_time(f.beat)}"
+        f"last delivery {times.format_time(f.beat)}"
         if f.beat is not None
         else "no delivery seen yet",
     )
@@ -127,7 +127,7 @@ def _condition(
     since = (
         old["lastTransitionTime"]
         if old and old.get("status") == status
-        else changes.format_time(f.now)
+        else times.format_time(f.now)
     )
     return {
         "type": kind,
@@ -149,7 +149,7 @@ def _kept(f: StatusFacts, kind: str) -> dict[str, Any]:
         "observedGeneration": f.generation,
         "reason": "Unknown",
         "message": "",
-        "lastTransitionTime": changes.format_time(f.now),
+        "lastTransitionTime": times.format_time(f.now),
         **old,
     }
 

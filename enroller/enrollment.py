@@ -20,7 +20,7 @@ from typing import Any
 from enroller import conditions, render
 from enroller import settings as settings_mod
 from enroller.install import Failure, Memory, Result
-from tether import apitypes, changes, events, gateway, kyma, logs
+from tether import apitypes, events, gateway, kyma, logs, times
 
 log = logging.getLogger("tether.enroller")
 
@@ -124,7 +124,7 @@ class Enrollments:
         )
         status: dict[str, Any] = {"observedGeneration": gen, "conditions": conds}
         cert = conditions.certificate(
-            {"notAfter": changes.format_time(result.not_after), "caSerial": result.ca_serial}
+            {"notAfter": times.format_time(result.not_after), "caSerial": result.ca_serial}
             if result
             else None,
             mem.status,

@@ -17,7 +17,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from enroller import castore, render
-from tether import certs, changes, pki
+from tether import certs, pki, times
 
 CA_SERIAL = "tether.kyma-project.io/ca-serial"
 
@@ -63,8 +63,8 @@ class Serving:
             b"",
             b"",
             notes.get(render.SERVING_SERIAL, ""),
-            changes.parse_time(notes.get(render.SERVING_NOT_AFTER, "")),
-            changes.parse_time(notes.get(render.SERVING_RENEW_AT, "")),
+            times.parse_time(notes.get(render.SERVING_NOT_AFTER, "")),
+            times.parse_time(notes.get(render.SERVING_RENEW_AT, "")),
             notes.get(CA_SERIAL, ""),
         )
 

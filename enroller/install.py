@@ -19,7 +19,7 @@ from cryptography import x509
 from enroller import castore, decide, metrics, render, sharding
 from enroller import held as held_mod
 from enroller import settings as settings_mod
-from tether import apitypes, certs, changes, gateway, kyma, logs, pki, skr_clients, watchwire
+from tether import apitypes, certs, gateway, kyma, logs, pki, skr_clients, times, watchwire
 from tether import watches as watch_api
 
 log = logging.getLogger("tether.enroller")
@@ -239,7 +239,7 @@ class Installer:
             client_key_matches=pem is not None
             and held_mod.key_matches(pem, held.data.get("tls.key")),
             serving_ca=held.notes.get(held_mod.CA_SERIAL, ""),
-            serving_renew_at=changes.parse_time(held.notes.get(render.SERVING_RENEW_AT, "")),
+            serving_renew_at=times.parse_time(held.notes.get(render.SERVING_RENEW_AT, "")),
         )
 
     def _client_pair(
@@ -356,8 +356,8 @@ class Installer:
             serving_cert=serving.cert,
             serving_key=serving.key,
             serving_serial=serving.serial,
-            serving_not_after=changes.format_time(serving.not_after) if serving.not_after else "",
-            serving_renew_at=changes.format_time(serving.renew_at) if serving.renew_at else "",
+            serving_not_after=times.format_time(serving.not_after) if serving.not_after else "",
+            serving_renew_at=times.format_time(serving.renew_at) if serving.renew_at else "",
             ca_bundle=ca.bundle,
             image=image,
             image_pull_secret=self.s.image_pull_secret,
@@ -430,7 +430,7 @@ class Installer:
                 f"{len(mem.issued)} certificates were issued for this runtime "
                 f"in the last hour (the limit is {self.s.issuance_budget}); "
                 f"no new {kind} certificate "
-                f"before {changes.format_time(at)}",
+                f"before {times.format_time(at)}",
             )
         pair = make()
         self._issued(kind, view, pair, cause)
@@ -447,7 +447,7 @@ class Installer:
             runtime=view.runtime_id,
             kyma=view.name,
             serial=format(pair.cert.serial_number, "x"),
-            not_after=changes.format_time(certs.not_after(pair.cert)),
+            not_after=times.format_time(certs.not_after(pair.cert)),
             cause=cause,
         )
 

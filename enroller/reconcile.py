@@ -57,7 +57,7 @@ from enroller.enrollment import Enrollments, logged
 from enroller.held import CA_SERIAL, serial_hex
 from enroller.held import key_matches as _key_matches
 from enroller.install import Failure, Installer, Memory, Result
-from tether import apitypes, certs, changes, events, gateway, kyma, logs, skr_clients, watches
+from tether import apitypes, certs, events, gateway, kyma, logs, skr_clients, times, watches
 
 __all__ = ["CA_SERIAL", "FINALIZER", "Enroller", "Failure", "Memory", "Result", "_key_matches"]
 
@@ -348,7 +348,7 @@ class Enroller:
                 label_selector=f"{apitypes.HEARTBEAT_LABEL}=true",
             ):
                 rid = (lease["metadata"].get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
-                t = changes.parse_time((lease.get("spec") or {}).get("renewTime"))
+                t = times.parse_time((lease.get("spec") or {}).get("renewTime"))
                 if rid and t is not None:
                     out[rid] = t
         except gateway.GatewayError as e:
@@ -531,7 +531,7 @@ class Enroller:
         if decide.removal(facts).kind == "forget":
             self.enrollments.delete(name)
             return "Removing"
-        since = changes.parse_time(meta.get("deletionTimestamp", "")) or self.now()
+        since = times.parse_time(meta.get("deletionTimestamp", "")) or self.now()
         waited = (
             self.now() - since
         )  # before the attempt: a slow runtime does not shorten the timeout

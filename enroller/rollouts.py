@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from enroller import metrics, render, rollout
 from enroller import settings as settings_mod
-from tether import apitypes, changes, events, gateway, logs, skr_clients
+from tether import apitypes, events, gateway, logs, skr_clients, times
 
 log = logging.getLogger("tether.enroller")
 
@@ -361,7 +361,7 @@ def refusals(deliveries: Iterable[Mapping[str, Any]], since: datetime.datetime) 
     for d in deliveries:
         rid = str(((d.get("spec") or {}).get("runtimeId")) or "")
         for m in ((d.get("status") or {}).get("minutes")) or []:
-            start = changes.parse_time(m.get("start"))
+            start = times.parse_time(m.get("start"))
             if rid and start is not None and start >= floor:
                 out[rid] = out.get(rid, 0) + sum(int(v) for v in (m.get("refused") or {}).values())
     return out

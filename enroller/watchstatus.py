@@ -26,7 +26,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from tether import changes
+from tether import times
 
 NOT_IN_FORCE_LISTED = 20  # the CRD's maxItems
 REASON_MAX = 1024  # the CRD's maxLength of a notInForce reason
@@ -127,7 +127,7 @@ def _condition(
     old = previous.get(kind)
     since = (
         old.get("lastTransitionTime") if old and old.get("status") == state else None
-    ) or changes.format_time(f.now)
+    ) or times.format_time(f.now)
     return {
         "type": kind,
         "status": state,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple, Protocol
 
 from poller import diff
-from tether import changes, filters, statehash
+from tether import changes, filters, statehash, times
 
 MAX_BUCKETS = statehash.BUCKETS // 4
 FALLBACK: Literal["fallback"] = "fallback"
@@ -147,11 +147,11 @@ class BucketRun:
         entries = len(digest)
         now_local = {b: [0, 0] for b in differing}
         sent_in: set[int] = set()
-        listed_at = changes.now()
+        listed_at = times.now()
         list_rv = ""
         scanned = 0
         for page in self._pages():
-            observed = changes.now()
+            observed = times.now()
             list_rv = page.resource_version or list_rv
             for obj in page.items:
                 key = self._watched(obj)

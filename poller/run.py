@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from poller import batching, buckets, diff, metrics, pacing, scan, watchrun
-from tether import changes, filters, listenerapi, logs, sender
+from tether import changes, filters, listenerapi, logs, sender, times
 
 log = logging.getLogger(__name__)
 
@@ -184,14 +184,14 @@ class Runner:
         digest, epoch = self.digest(state, report)  # epoch None: a listener before epochs
         mark = None if epoch is None else diff.high_water(digest, epoch)
         buffer = self.buffer(state, keep_going)
-        listed_at = changes.now()
+        listed_at = times.now()
         list_rv = ""
         state.scanned = 0
         with batching.listing(buffer):
             for page in self.lister.pages():
                 if not keep_going():
                     raise Stop("aborted", "leadership lost")
-                observed = changes.now()
+                observed = times.now()
                 list_rv = page.resource_version or list_rv
                 if epoch is not None and mark is not None and changes.went_back(list_rv, mark):
                     batching.went_back(epoch, list_rv, mark, report)

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from poller import batching, diff, metrics, scan
-from tether import apitypes, changes, listenerapi, numbers, watches
+from tether import apitypes, changes, listenerapi, numbers, times, watches
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class WatchRun:
         entries = len(digest)
         mark = None if epoch is None else diff.high_water(digest, epoch)
         buffer = self.host.buffer(self.state, self.keep_going)
-        listed_at = changes.now()
+        listed_at = times.now()
         listed: dict[str | None, str] = {}
         res = resource_of(w.target)
         with batching.listing(buffer):
@@ -230,7 +230,7 @@ class WatchRun:
         buffer: batching.Buffer,
     ) -> None:
         """Judge one page against the Watch's digest (taking what it admits out of it)."""
-        observed = changes.now()
+        observed = times.now()
         scanned = 0
         for obj in items:
             foreign = watches.foreign(w, obj)

@@ -24,18 +24,16 @@ KCP converges. ``uninterpretable`` names the field, for the caller to report.
 
 from __future__ import annotations
 
-import datetime
 import functools
 import json
 import pathlib
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 from jsonschema.protocols import Validator
 from referencing import Registry, Resource
 
-from tether import numbers, schemaaccept, schemacheck, watches
+from tether import numbers, schemaaccept, schemacheck, times, watches
 
 API_VERSION = "tether.kyma-project.io/v1"
 KIND = "ConfigMapChange"
@@ -138,16 +136,16 @@ def _validators(version: str = "v1") -> _Validators:
         },
     }
     fields = {
-        name: schemacheck.string_check(record["properties"][name], parse_time)
+        name: schemacheck.string_check(record["properties"][name], times.parse_time)
         for name in ("namespace", "name", "uid", "resourceVersion", "observedAt")
     }
     return _Validators(
-        schemacheck.make(record, registry, parse_time),
-        schemacheck.make(envelope, registry, parse_time),
+        schemacheck.make(record, registry, times.parse_time),
+        schemacheck.make(envelope, registry, times.parse_time),
         int(items["maxItems"]),
         fields,
-        schemaaccept.acceptor(record, parse_time),
-        schemaaccept.acceptor(envelope, parse_time),
+        schemaaccept.acceptor(record, times.parse_time),
+        schemaaccept.acceptor(envelope, times.parse_time),
     )
 
 
@@ -224,36 +222,6 @@ def version_of(record: Mapping[str, Any]) -> Version:
     )
 
 
-_TIME = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})"
-    r"(?:\.([0-9]{1,9}))?Z"
-)
-
-
-def parse_time(ts: object) -> datetime.datetime | None:
-    """An observedAt as a UTC datetime (nanoseconds cut to microseconds); None when it is
-    not one or not a real date and time (``2026-13-45T...``, ``2026-02-30T...``)."""
-    if not isinstance(ts, str) or len(ts) > 40:
-        return None
-    m = _TIME.fullmatch(ts)
-    if m is None:
-        return None
-    y, mo, d, h, mi, s, frac = m.groups()
-    try:
-        return datetime.datetime(
-            int(y),
-            int(mo),
-            int(d),
-            int(h),
-            int(mi),
-            int(s),
-            int((frac or "0")[:6].ljust(6, "0")),
-            tzinfo=datetime.UTC,
-        )
-    except ValueError:
-        return None
-
-
 def uninterpretable(v: Version) -> str | None:
     """The field of ``v`` that the ordering rule cannot use (``resourceVersion`` or
     ``observedAt``), or None when both are valid by the schema."""
@@ -286,7 +254,7 @@ def compare(stored: Version | None, incoming: Version) -> Verdict:
     b = numbers.ascii_int(stored.resource_version, _RV_DIGITS)
     if a is not None and b is not None:
         return "newer" if a > b else "stale"
-    ta, tb = parse_time(incoming.observed_at), parse_time(stored.observed_at)
+    ta, tb = times.parse_time(incoming.observed_at), times.parse_time(stored.observed_at)
     if ta is None or tb is None or ta == tb:  # None: not reached (both interpretable)
         return "duplicate"
     return "newer" if ta > tb else "stale"
@@ -312,15 +280,6 @@ def went_back(collection_rv: object, mark: int | None) -> bool:
     return rv is not None and mark is not None and rv < mark
 
 
-def format_time(ts: datetime.datetime) -> str:
-    """observedAt format: UTC, microseconds, 'Z'."""
-    return ts.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def now() -> str:
-    return format_time(datetime.datetime.now(datetime.UTC))
-
-
 def from_configmap(
     obj: Mapping[str, Any],
     *,
@@ -342,7 +301,7 @@ def from_configmap(
         "name": meta["name"],
         "uid": meta.get("uid") or "",
         "resourceVersion": meta["resourceVersion"],
-        "observedAt": observed_at or now(),
+        "observedAt": observed_at or times.now(),
         "deleted": False,
         "source": source,
         "labels": dict(meta.get("labels") or {}),
@@ -376,7 +335,7 @@ def tombstone(
         "name": name,
         "uid": uid,
         "resourceVersion": resource_version,
-        "observedAt": observed_at or now(),
+        "observedAt": observed_at or times.now(),
         "deleted": True,
         "source": source,
     }
@@ -414,7 +373,7 @@ def from_object(
         "name": meta["name"],
         "uid": meta.get("uid") or "",
         "resourceVersion": meta["resourceVersion"],
-        "observedAt": observed_at or now(),
+        "observedAt": observed_at or times.now(),
         "deleted": False,
         "source": source,
         "labels": content.labels,

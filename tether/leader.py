@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
-from tether import changes, gateway
+from tether import gateway, times
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ class LeaderElector:
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
                 "metadata": meta,
-                "spec": self._spec(now, acquire_time=changes.format_time(now), transitions=0),
+                "spec": self._spec(now, acquire_time=times.format_time(now), transitions=0),
             }
             try:
                 self._kube.create(gateway.LEASES, s.namespace, body)
@@ -287,7 +287,7 @@ class LeaderElector:
         self._with_notes(lease.setdefault("metadata", {}), notes)
         if action == "acquire":
             lease["spec"] = self._spec(
-                now, acquire_time=changes.format_time(now), transitions=transitions + 1
+                now, acquire_time=times.format_time(now), transitions=transitions + 1
             )
         else:
             lease["spec"] = self._spec(
@@ -306,7 +306,7 @@ class LeaderElector:
         spec: dict[str, Any] = {
             "holderIdentity": self.settings.identity,
             "leaseDurationSeconds": lease_seconds(self.settings.lease_duration),
-            "renewTime": changes.format_time(now),
+            "renewTime": times.format_time(now),
             "leaseTransitions": transitions,
         }
         if acquire_time:

@@ -39,7 +39,7 @@ import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 
-from tether import changes, listenerapi, logs, sender, tracing, watches
+from tether import changes, listenerapi, logs, sender, times, tracing, watches
 from webhook import keyqueue, metrics, readback
 from webhook import records as records_mod
 from webhook import settings as settings_mod
@@ -249,7 +249,7 @@ class Forwarder:
         try:
             found = self.reader.get(item.namespace, item.name, target)
             verdict = readback.judge(item, found, expired)
-            observed = changes.now()
+            observed = times.now()
             if verdict.result == "tombstone":
                 rv, again = self.reader.absent_at(item.namespace, item.name, target)
                 if again is not None:
@@ -407,7 +407,7 @@ class Forwarder:
             target = item.watch.target if item.watch else None
             try:
                 found = self.reader.get(ns, name, target)
-                observed = changes.now()
+                observed = times.now()
                 if found is None:
                     rv, found = self.reader.absent_at(ns, name, target)
                 if found is None:

@@ -41,7 +41,7 @@ from typing import Any
 from listener.fleet import epochs
 from listener.storage import records, rules
 from listener.view import client as view_client
-from tether import apitypes, changes, gateway, logs
+from tether import apitypes, changes, gateway, logs, times
 
 ANN_IDENTITY = "tether.kyma-project.io/runtime-identity"
 MAX_REMEMBERED = 50_000
@@ -57,7 +57,7 @@ def lease_name(runtime_id: str) -> str:
 
 def _spec(runtime_id: str) -> dict[str, str]:
     now = datetime.datetime.now(datetime.UTC)
-    return {"holderIdentity": runtime_id, "renewTime": changes.format_time(now)}
+    return {"holderIdentity": runtime_id, "renewTime": times.format_time(now)}
 
 
 def silent_counts(
@@ -252,7 +252,7 @@ class Heartbeats:
         ):
             if rules.ORPHANED_SINCE in ((lease.get("metadata") or {}).get("annotations") or {}):
                 continue
-            t = changes.parse_time((lease.get("spec") or {}).get("renewTime"))
+            t = times.parse_time((lease.get("spec") or {}).get("renewTime"))
             if t is not None:
                 out.append(t)
         return out

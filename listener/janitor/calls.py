@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from listener.fleet import heartbeat, statesummary
 from listener.storage import records, rules
-from tether import apitypes, changes, gateway, kyma, watchuse
+from tether import apitypes, gateway, kyma, times, watchuse
 
 PAGE = 500
 OWN_RECORDS = f"{apitypes.MANAGED_BY_LABEL}={records.MANAGED_BY}"
@@ -184,7 +184,7 @@ class Kcp:
         return False
 
     def mark(self, runtime_id: str, lease: LeaseFacts | None, since: datetime.datetime) -> None:
-        value = changes.format_time(since)
+        value = times.format_time(since)
         if lease is not None:
             self._kcp.patch(
                 gateway.LEASES,

@@ -43,7 +43,7 @@ from listener.janitor.calls import PAGE as PAGE
 from listener.janitor.calls import Kcp as Kcp
 from listener.janitor.calls import LeaseFacts as LeaseFacts
 from listener.storage import records, rules
-from tether import apitypes, changes, gateway, logs, statehash
+from tether import apitypes, gateway, logs, statehash, times
 
 log = logging.getLogger(__name__)
 MAX_TOMBSTONES = 5000  # deletions per run; the rest waits for the next run
@@ -188,7 +188,7 @@ class Janitor:
                         self.audit,
                         "orphan_marked",
                         runtime=step.runtime_id,
-                        since=changes.format_time(now),
+                        since=times.format_time(now),
                         records=counts[step.runtime_id],
                     )
                     log.info(
@@ -295,7 +295,7 @@ class Janitor:
             self.metrics.orphan_deliveries_deleted.inc()
         gone = 1 if self.kcp.delete_lease(rid) else 0
         self.metrics.orphan_leases_deleted.inc(gone)
-        since = changes.format_time(step.since) if step.since else ""
+        since = times.format_time(step.since) if step.since else ""
         logs.audit(
             self.audit,
             "orphan_removed",

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from listener.fleet import heartbeat
 from listener.view import store
-from tether import changes, gateway, logs
+from tether import gateway, logs, times
 
 log = logging.getLogger(__name__)
 MAX_QUEUED = 20_000
@@ -52,7 +52,7 @@ class Beats:
     def due(self, renew: str) -> bool:
         if self._interval <= 0:
             return True
-        t = changes.parse_time(renew) if renew else None
+        t = times.parse_time(renew) if renew else None
         return t is None or (self._now() - t).total_seconds() >= self._interval
 
     def seen(self, runtime_id: str, wait: float = 0.0) -> str | None:

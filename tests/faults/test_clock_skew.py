@@ -48,7 +48,7 @@ from listener.fleet import heartbeat
 from testing import clockskew, controlplane
 from testing.faultstack import Stack, Workload
 from testing.history import History
-from tether import certs, changes, pki
+from tether import certs, pki, times
 
 MakeStack = Callable[..., Stack]
 Report = Callable[..., None]
@@ -62,13 +62,13 @@ def skewed(stack: MakeStack, skew: clockskew.Skew) -> Stack:
 
 def newest_observed_at(s: Stack) -> float:
     """The latest ``observedAt`` among the runtime's records in the KCP (epoch seconds)."""
-    times = [
-        changes.parse_time(o["spec"]["observedAt"])
+    observed = [
+        times.parse_time(o["spec"]["observedAt"])
         for o in s.env.stored(s.runtime.id)
         if o["spec"]["namespace"] == s.namespace
     ]
-    assert times, "the KCP holds no record of the runtime"
-    return max(t.timestamp() for t in times if t is not None)
+    assert observed, "the KCP holds no record of the runtime"
+    return max(t.timestamp() for t in observed if t is not None)
 
 
 def heartbeat_age(s: Stack) -> float:

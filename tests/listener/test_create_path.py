@@ -35,7 +35,7 @@ from testing.listenerenv import (
     remove_namespace,
 )
 from testing.pollerenv import wait_until
-from tether import apitypes, changes, gateway
+from tether import apitypes, changes, gateway, times
 
 pytestmark = pytest.mark.processes
 RETENTION = 3600.0
@@ -92,7 +92,7 @@ def list_state(p: ListenerProcess, rt: Runtime) -> None:
 
 
 def ago(seconds: float) -> str:
-    return changes.format_time(
+    return times.format_time(
         datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=seconds)
     )
 

@@ -37,7 +37,7 @@ from testing.listenerenv import (
     remove_namespace,
 )
 from testing.pollerenv import wait_until
-from tether import apitypes, changes, delivery
+from tether import apitypes, changes, delivery, times
 
 pytestmark = pytest.mark.processes
 FAST = IMMEDIATE  # flush after every request
@@ -79,7 +79,7 @@ def state(p: ListenerProcess, rt: Runtime) -> requests.Response:
 
 
 def ago(seconds: float) -> str:
-    return changes.format_time(
+    return times.format_time(
         datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=seconds)
     )
 

@@ -14,7 +14,7 @@ from listener.fleet import heartbeat
 from listener.storage import records
 from testing import listenerenv
 from testing.listenerenv import ListenerProcess, Runtime, metric_value
-from tether import apitypes, changes
+from tether import apitypes, changes, times
 
 
 def post(listener: ListenerProcess, rt: Runtime, body: Any) -> Any:
@@ -89,10 +89,8 @@ def test_non_numeric_resource_versions_fall_back_to_observed_at(
     rt = runtime()
     # within the tombstone retention of now (a fixed date ages out of it: stale)
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-    t1 = changes.format_time(
-        now - datetime.timedelta(minutes=1) + datetime.timedelta(microseconds=1)
-    )
-    t2 = changes.format_time(now - datetime.timedelta(seconds=59))
+    t1 = times.format_time(now - datetime.timedelta(minutes=1) + datetime.timedelta(microseconds=1))
+    t2 = times.format_time(now - datetime.timedelta(seconds=59))
     assert outcomes(post(listener, rt, rt.record("x", "abc", observed_at=t2))) == ["persisted"]
     assert outcomes(post(listener, rt, rt.record("x", "abd", observed_at=t1))) == ["stale"]
 

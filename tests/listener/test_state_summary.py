@@ -35,7 +35,7 @@ from testing.listenerenv import (
     remove_namespace,
 )
 from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector, wait_until
-from tether import apitypes, changes, gateway, statehash
+from tether import apitypes, changes, gateway, statehash, times
 
 HOLD = 8.0  # seconds the held merge waits in the KCP's admission
 
@@ -124,7 +124,7 @@ def holder(env: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneSh
             apitypes.RUNTIME_STATE_SUMMARIES.plural,
             "probe",
         )
-        obj["status"] = {"runtimeId": "probe", "updatedAt": changes.now()}
+        obj["status"] = {"runtimeId": "probe", "updatedAt": times.now()}
         objects.replace_namespaced_custom_object_status(
             apitypes.RUNTIME_STATE_SUMMARIES.group,
             apitypes.RUNTIME_STATE_SUMMARIES.version,

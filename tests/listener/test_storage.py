@@ -36,7 +36,7 @@ from testing.listenerenv import (
     remove_namespace,
 )
 from testing.pollerenv import wait_until
-from tether import apitypes, changes, gateway, statehash
+from tether import apitypes, changes, gateway, statehash, times
 
 pytestmark = pytest.mark.processes
 MIB = 1024 * 1024
@@ -98,7 +98,7 @@ def outcomes(r: requests.Response) -> list[str]:
 
 
 def ago(seconds: float) -> str:
-    return changes.format_time(
+    return times.format_time(
         datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=seconds)
     )
 

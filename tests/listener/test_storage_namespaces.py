@@ -36,7 +36,7 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from tether import apitypes, changes, gateway, statehash, watches
+from tether import apitypes, changes, gateway, statehash, times, watches
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 RCM = apitypes.RUNTIME_CONFIGMAPS
@@ -408,9 +408,7 @@ def test_the_janitor_prunes_tombstones_and_a_deleted_watchs_records_where_they_a
 ) -> None:
     env = spaces.env
     rt = add_runtime(env, f"rt-{uuid.uuid4().hex[:12]}")
-    old_at = changes.format_time(
-        datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
-    )
+    old_at = times.format_time(datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5))
     a = watch_of(spaces, "store-a")
     gone = {
         k: v

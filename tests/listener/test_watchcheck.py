@@ -7,7 +7,7 @@ from typing import Any
 from listener.edge import watchcheck
 from listener.janitor import legacy
 from listener.storage import records
-from tether import apitypes, changes, watches
+from tether import apitypes, changes, times, watches
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 
@@ -130,7 +130,7 @@ def test_records_of_a_deleted_watch_are_due_after_the_retention() -> None:
     now = datetime.datetime(2026, 12, 4, 12, tzinfo=datetime.UTC)
 
     def meta(watch: str | None, minutes_ago: float) -> dict[str, Any]:
-        at = changes.format_time(now - datetime.timedelta(minutes=minutes_ago))
+        at = times.format_time(now - datetime.timedelta(minutes=minutes_ago))
         return {
             "name": "rcm-x",
             "resourceVersion": "7",

@@ -42,7 +42,7 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from tether import apitypes, changes, gateway, watches
+from tether import apitypes, changes, gateway, times, watches
 
 pytestmark = pytest.mark.processes
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
@@ -356,9 +356,7 @@ def test_the_janitor_deletes_the_records_of_a_deleted_watch_after_the_retention(
     temp = watchenv.watch("temp", CM, env.namespace)
     watchenv.apply(env.api, temp)
     w = watches.parse(temp)
-    old_at = changes.format_time(
-        datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
-    )
+    old_at = times.format_time(datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5))
     recs = [
         dict(
             changes.from_object(

@@ -27,7 +27,7 @@ from listener.edge import services as listener_services
 from listener.storage import batch
 from testing import watchenv
 from testing.webhookapp import app_settings, review
-from tether import apitypes, changes, sender, tracing, watches
+from tether import apitypes, sender, times, tracing, watches
 from webhook import app as webhook_app
 from webhook import forwarder, keyqueue, metrics
 from webhook import services as services_mod
@@ -175,7 +175,7 @@ RECORD = {
     "name": "a",
     "uid": "u",
     "resourceVersion": "5",
-    "observedAt": changes.now(),
+    "observedAt": times.now(),
     "deleted": False,
     "source": "poller",
     "data": {"k": "v"},

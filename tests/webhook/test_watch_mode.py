@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tether import changes, digests, watches
+from tether import changes, digests, times, watches
 from webhook import admission, keyqueue, records, scope
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
@@ -162,7 +162,7 @@ def test_keys_per_watch_and_the_old_key_without() -> None:
 
 
 def rec(w: watches.Watch | None, o: dict[str, Any]) -> changes.ChangeRecord:
-    r = records.live(item(w), o, runtime_id="rt-1", observed_at=changes.now(), epoch=None)
+    r = records.live(item(w), o, runtime_id="rt-1", observed_at=times.now(), epoch=None)
     assert r is not None
     return r
 
@@ -175,7 +175,7 @@ def test_an_object_read_back_of_another_kind_than_its_watch_is_not_sent() -> Non
     secret = obj(resource=SECRET, data={"pw": base64.b64encode(b"hunter2").decode()})
     assert (
         records.live(
-            item(disguised), secret, runtime_id="rt-1", observed_at=changes.now(), epoch=None
+            item(disguised), secret, runtime_id="rt-1", observed_at=times.now(), epoch=None
         )
         is None
     )
@@ -184,16 +184,14 @@ def test_an_object_read_back_of_another_kind_than_its_watch_is_not_sent() -> Non
             item(CONF_W),
             {**obj({"conf": "yes"}, data={"a": "1"}), "kind": "Secret"},
             runtime_id="rt-1",
-            observed_at=changes.now(),
+            observed_at=times.now(),
             epoch=None,
         )
         is None
     )
     kindless = {k: v for k, v in obj({"conf": "yes"}, data={"a": "1"}).items() if k != "kind"}
     assert (
-        records.live(
-            item(CONF_W), kindless, runtime_id="rt-1", observed_at=changes.now(), epoch=None
-        )
+        records.live(item(CONF_W), kindless, runtime_id="rt-1", observed_at=times.now(), epoch=None)
         is None
     )  # a kind unknown is not the Watch's
 
@@ -235,7 +233,7 @@ def test_labels_left_the_selector_make_a_tombstone_at_the_objects_version() -> N
 
 def test_gone_and_v1_without_watch() -> None:
     g = records.gone(
-        item(CONF_W, "DELETE"), "11", runtime_id="rt-1", observed_at=changes.now(), epoch=2
+        item(CONF_W, "DELETE"), "11", runtime_id="rt-1", observed_at=times.now(), epoch=2
     )
     assert (g["deleted"], g["watch"], g["resourceVersion"], g["epoch"]) == (True, "conf", "11", 2)
     v1 = rec(None, obj({"conf": "yes"}, data={"a": "1"}))
