@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, TextIO
 
 from admin import detail, views
-from tether import apitypes, logs, watches
+from tether import apitypes, logs, watches, watchkinds
 
 COLUMNS = (
     "WATCH",
@@ -152,7 +152,7 @@ def _pairs(values: object, show_values: bool, indent: str = "  ") -> list[str]:
     out = []
     for k, v in sorted(values.items(), key=lambda kv: str(kv[0])):
         text = _str(v)
-        if k == watches.LAST_APPLIED and not show_values:
+        if k == watchkinds.LAST_APPLIED and not show_values:
             text = (
                 f"(a copy of the object, values included, {views.size(len(text.encode()))}:"
                 " --show-values)"
@@ -238,8 +238,8 @@ def detail_json(obj: Mapping[str, Any], show_values: bool) -> dict[str, Any]:
         spec.pop("data", None)
         spec.pop("binaryData", None)
         ann = spec.get("annotations")
-        if isinstance(ann, dict) and watches.LAST_APPLIED in ann:
-            spec["annotations"] = {k: v for k, v in ann.items() if k != watches.LAST_APPLIED}
+        if isinstance(ann, dict) and watchkinds.LAST_APPLIED in ann:
+            spec["annotations"] = {k: v for k, v in ann.items() if k != watchkinds.LAST_APPLIED}
     return {
         **row_json(row_of(obj)),
         "kcpName": _str(meta.get("name")),

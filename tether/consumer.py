@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, cast
 
-from tether import apitypes, consumerstate, gateway, watches
+from tether import apitypes, consumerstate, gateway, numbers, watches
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class Consumer:
                 timeout=self.timeout,
             )
             meta = page.get("metadata") or {}
-            revision = revision or consumerstate.revision_of(meta) or 0
+            revision = revision or numbers.revision_of(meta) or 0
             for obj in page.get("items") or []:
                 item = consumerstate.parse(obj, self.watch)
                 if item is None:
@@ -243,13 +243,13 @@ class Consumer:
     def _event(self, event: Mapping[str, Any]) -> Any:
         kind, obj = event.get("type"), event.get("object")
         if kind == "BOOKMARK":
-            rv = consumerstate.revision_of(obj.get("metadata") if isinstance(obj, dict) else None)
+            rv = numbers.revision_of(obj.get("metadata") if isinstance(obj, dict) else None)
             if rv is not None and rv > self.position:
                 self.position = rv
             return None
         item = consumerstate.parse(obj, self.watch)
         if item is None:
-            rv = consumerstate.revision_of(obj.get("metadata") if isinstance(obj, dict) else None)
+            rv = numbers.revision_of(obj.get("metadata") if isinstance(obj, dict) else None)
             if rv is not None and rv > self.position:
                 self.position = rv
             return None
@@ -304,7 +304,7 @@ class Runtimes(Consumer):
         labels = meta.get("labels")
         labels = labels if isinstance(labels, Mapping) else {}
         runtime, kyma = labels.get(apitypes.RUNTIME_ID_LABEL), labels.get(apitypes.KYMA_NAME_LABEL)
-        revision = consumerstate.revision_of(meta)
+        revision = numbers.revision_of(meta)
         if not isinstance(runtime, str) or not runtime or revision is None:
             return None
         return Touched(runtime, kyma if isinstance(kyma, str) else "", revision, resync)
@@ -323,7 +323,7 @@ class Runtimes(Consumer):
                 timeout=self.timeout,
             )
             meta = page.get("metadata") or {}
-            revision = revision or consumerstate.revision_of(meta) or 0
+            revision = revision or numbers.revision_of(meta) or 0
             for obj in page.get("items") or []:
                 touched = self._touched(obj, True)
                 if touched is None or touched.runtime_id in seen:
@@ -343,7 +343,7 @@ class Runtimes(Consumer):
 
     def _event(self, event: Mapping[str, Any]) -> Touched | None:
         kind, obj = event.get("type"), event.get("object")
-        rv = consumerstate.revision_of(obj.get("metadata") if isinstance(obj, dict) else None)
+        rv = numbers.revision_of(obj.get("metadata") if isinstance(obj, dict) else None)
         if rv is not None and rv > self.position:
             self.position = rv
         if kind not in ("ADDED", "MODIFIED", "DELETED"):

@@ -36,9 +36,6 @@ class Item(NamedTuple):
     revision: int
 
 
-revision_of = numbers.revision_of  # kept for callers of this module
-
-
 def parse(obj: Any, watch: str) -> Item | None:
     """The record a stored object holds; None when it is not one (no spec with runtimeId,
     namespace and name as strings, or no numeric resourceVersion)."""
@@ -48,7 +45,7 @@ def parse(obj: Any, watch: str) -> Item | None:
     if not isinstance(spec, Mapping) or not isinstance(meta, Mapping):
         return None
     parts = (spec.get("runtimeId"), spec.get("namespace"), spec.get("name"))
-    revision = revision_of(meta)
+    revision = numbers.revision_of(meta)
     if revision is None or not all(isinstance(p, str) and p for p in parts):
         return None
     labels = meta.get("labels")

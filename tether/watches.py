@@ -51,7 +51,6 @@ MODES: tuple[Mode, ...] = ("full", "metadata", "keys", "exclude", "digest")
 SECRET_MODES: tuple[Mode, ...] = ("metadata", "digest")
 ALWAYS_IGNORED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "tether-system")
 NEVER_SENT = (("", "ConfigMap", "kube-root-ca.crt"),)  # (group, kind, name) in every namespace
-LAST_APPLIED = watchkinds.LAST_APPLIED
 KEPT_ANNOTATIONS = watchkinds.KEPT_ANNOTATIONS  # all a value-hiding mode keeps
 OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 MAX_KEYS = 256

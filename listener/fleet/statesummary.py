@@ -55,7 +55,7 @@ from listener.fleet.summaryobject import Hooks as Hooks
 from listener.fleet.summaryobject import name_of as name_of
 from listener.storage import records, rules
 from listener.view import client as view_client
-from tether import apitypes, gateway, statehash
+from tether import apitypes, gateway, numbers, statehash
 
 FLUSH_SECONDS = 1.0
 MAX_PENDING = 100_000  # pending bucket changes per worker, over all runtimes
@@ -107,7 +107,7 @@ class Summaries(summaryobject.SummaryObjects):
         change = statehash.change_of(
             old_item,
             new_item,
-            summaryobject.revision_of(new),
+            numbers.revision_of(new),
             0 if old is None else rules.stored_size(old),
             0 if new is None else rules.stored_size(new),
         )

@@ -34,9 +34,6 @@ def name_of(runtime_id: str) -> str:
     return heartbeat.lease_name(runtime_id)
 
 
-revision_of = numbers.revision_of
-
-
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -128,7 +125,7 @@ class SummaryObjects:
             timeout=self._timeout,
             what=f"update {apitypes.RUNTIME_STATE_SUMMARIES.plural}/status",
         )
-        rv = revision_of(written.get("metadata"))
+        rv = numbers.revision_of(written.get("metadata"))
         if rv is not None:
             with self._lock:
                 self._wrote.pop(runtime_id, None)
@@ -145,7 +142,7 @@ class SummaryObjects:
             wrote = self._wrote.get(runtime_id)
         if wrote is None:
             return True
-        rv = revision_of(obj.get("metadata"))
+        rv = numbers.revision_of(obj.get("metadata"))
         return rv is not None and rv >= wrote
 
     def _create(self, runtime_id: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from listener import settings as listener_settings
 from tether import config
 
-P = listener_settings.P
 setting = config.setting
 
 
@@ -21,7 +20,7 @@ def _host_port(bind: str) -> tuple[str, int]:
 
 
 BIND = config.host_port(
-    P + "JANITOR_BIND", "0.0.0.0:9091", "host:port of /healthz, /readyz, /metrics"
+    listener_settings.P + "JANITOR_BIND", "0.0.0.0:9091", "host:port of /healthz, /readyz, /metrics"
 )
 
 
@@ -36,7 +35,7 @@ class JanitorSettings:
     )
     kcp_timeout: float = setting(
         config.seconds(
-            P + "KCP_TIMEOUT_SECONDS",
+            listener_settings.P + "KCP_TIMEOUT_SECONDS",
             30.0,
             "timeout of each KCP API call",
             minimum=0.5,
@@ -48,7 +47,7 @@ class JanitorSettings:
     )
     orphan_grace: float = setting(
         config.seconds(
-            P + "ORPHAN_GRACE_SECONDS",
+            listener_settings.P + "ORPHAN_GRACE_SECONDS",
             86400.0,
             "how long after a runtime's Kyma CR is gone its records and Lease are removed",
             minimum=1,
@@ -57,24 +56,30 @@ class JanitorSettings:
     )
     interval: float = setting(
         config.seconds(
-            P + "JANITOR_INTERVAL_SECONDS", 600.0, "time between runs", minimum=0.1, maximum=86400
+            listener_settings.P + "JANITOR_INTERVAL_SECONDS",
+            600.0,
+            "time between runs",
+            minimum=0.1,
+            maximum=86400,
         )
     )
     lease_name: str = setting(
-        config.object_name(P + "JANITOR_LEASE", "tether-janitor", "the election Lease's name")
+        config.object_name(
+            listener_settings.P + "JANITOR_LEASE", "tether-janitor", "the election Lease's name"
+        )
     )
     lease_namespace: str = setting(
         config.object_name(  # the election Lease
-            P + "JANITOR_LEASE_NAMESPACE",
+            listener_settings.P + "JANITOR_LEASE_NAMESPACE",
             None,
             "namespace of the election Lease (the manifests: tether-system)",
-            shown=P + "NAMESPACE",
+            shown=listener_settings.P + "NAMESPACE",
         ),
         otherwise=listener_settings.NAMESPACE,
     )
     lease_duration: float = setting(
         config.seconds(
-            P + "JANITOR_LEASE_SECONDS",
+            listener_settings.P + "JANITOR_LEASE_SECONDS",
             15.0,
             "the election Lease's duration",
             minimum=2,
@@ -97,7 +102,7 @@ SPEC = config.Spec.of(
 
 
 def build(v: config.Values) -> JanitorSettings:
-    host, port = _host_port(v[P + "JANITOR_BIND"])
+    host, port = _host_port(v[listener_settings.P + "JANITOR_BIND"])
     return config.fill(JanitorSettings, v, http_host=host, http_port=port)
 
 

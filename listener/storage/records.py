@@ -56,7 +56,6 @@ NAMESPACE_LABEL = "tether.kyma-project.io/namespace"
 BUCKET_LABEL = "tether.kyma-project.io/bucket"
 MANAGED_BY = "tether-listener"
 # a tombstone for a key that was never stored (docstring, "Unbacked tombstones")
-UNBACKED_LABEL = rules.UNBACKED_LABEL
 is_unbacked = rules.is_unbacked
 A = "tether.kyma-project.io/"
 ANN_NAMESPACE, ANN_NAME, ANN_UID = A + "namespace", A + "name", A + "uid"
@@ -188,7 +187,7 @@ def body(
     if trace:
         meta["annotations"][apitypes.TRACEPARENT_ANNOTATION] = trace
     if unbacked:
-        meta["labels"][UNBACKED_LABEL] = "true"
+        meta["labels"][rules.UNBACKED_LABEL] = "true"
     _owned(meta, owner)
     spec = {f: record[f] for f in _SPEC_FIELDS if f in record}
     return {
@@ -218,7 +217,7 @@ def updated(
     meta["labels"] = {
         k: v
         for k, v in {**(meta.get("labels") or {}), **new["metadata"]["labels"]}.items()
-        if k != UNBACKED_LABEL or unbacked
+        if k != rules.UNBACKED_LABEL or unbacked
     }
     kept = {
         k: v

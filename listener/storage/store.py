@@ -30,7 +30,7 @@ on 409 the reservation is cancelled and the read path reserves the update's grow
 instead. Every written object carries its size annotation.
 
 Unbacked tombstones (``rules``, "Unbacked tombstones"): a tombstone for a key that is not
-stored (or only as an unbacked tombstone) is written with ``records.UNBACKED_LABEL``, reserves
+stored (or only as an unbacked tombstone) is written with ``rules.UNBACKED_LABEL``, reserves
 nothing in the quota and is not told to ``on_written`` (it is in no state summary); a live
 record that replaces one is a new record to the quota and the summary. After each unbacked
 tombstone it creates that may pass ``unbacked_cap`` (``listener.storage.unbacked``), the store
@@ -229,7 +229,7 @@ class Store:
                 for page, _ in listing.metadata_pages(
                     self._kcp,
                     self.namespace,
-                    f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{records.UNBACKED_LABEL}=true",
+                    f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{rules.UNBACKED_LABEL}=true",
                     self._timeout,
                     self._where.now(),
                 )

@@ -12,7 +12,7 @@ import pytest
 
 from admin import records_cli as rc
 from admin import recordsview as view
-from tether import apitypes, config, watches
+from tether import apitypes, config, watches, watchkinds
 
 NOW = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.UTC)
 SECRET = "s3cr3t-value-never-shown"
@@ -111,7 +111,7 @@ def test_the_detail_shows_keys_and_sizes_never_values_unless_asked() -> None:
     obj = stored(
         data={"config.yaml": SECRET, "b": "xy"},
         binaryData={"blob": blob},
-        annotations={watches.LAST_APPLIED: '{"data":{"k":"' + SECRET + '"}}', "team": "a"},
+        annotations={watchkinds.LAST_APPLIED: '{"data":{"k":"' + SECRET + '"}}', "team": "a"},
     )
     text = "\n".join(view.detail_lines(obj, NOW, show_values=False))
     assert SECRET not in text
@@ -125,7 +125,7 @@ def test_the_detail_shows_keys_and_sizes_never_values_unless_asked() -> None:
 
 
 def test_the_detail_as_json_leaves_out_values_unless_asked() -> None:
-    obj = stored(data={"k": SECRET}, annotations={watches.LAST_APPLIED: SECRET})
+    obj = stored(data={"k": SECRET}, annotations={watchkinds.LAST_APPLIED: SECRET})
     doc = view.detail_json(obj, show_values=False)
     assert SECRET not in repr(doc)
     assert doc["keys"] == [{"field": "data", "key": "k", "size": len(SECRET)}]

@@ -152,7 +152,7 @@ def test_no_secret_value_reaches_the_kcp_by_any_watch(
                 annotations={
                     "example.com/copy": password,
                     "meta.helm.sh/release-name": "db",
-                    watches.LAST_APPLIED: json.dumps({"stringData": {"pw": password}}),
+                    watchkinds.LAST_APPLIED: json.dumps({"stringData": {"pw": password}}),
                 },
             ),
             string_data={"pw": password},

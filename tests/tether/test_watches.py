@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tether import changes, watches, watchwire
+from tether import changes, watches, watchkinds, watchwire
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
@@ -136,7 +136,7 @@ def test_each_mode_keeps_only_what_it_says() -> None:
         {"a": "1", "b": "secret-b"},
         {"l": "v"},
         annotations={
-            watches.LAST_APPLIED: '{"data":{"b":"secret-b"}}',
+            watchkinds.LAST_APPLIED: '{"data":{"b":"secret-b"}}',
             "n": "m",
             "meta.helm.sh/release-name": "r",
         },
@@ -148,7 +148,7 @@ def test_each_mode_keeps_only_what_it_says() -> None:
 
     full = sent(mode="full")
     assert full.data == {"a": "1", "b": "secret-b"} and full.binary_data == obj["binaryData"]
-    assert watches.LAST_APPLIED in full.annotations
+    assert watchkinds.LAST_APPLIED in full.annotations
     meta = sent(mode="metadata")
     assert (meta.data, meta.binary_data, meta.labels, meta.annotations) == (
         {},
@@ -228,8 +228,8 @@ def test_violation_checks_kind_namespace_labels_and_last_applied() -> None:
     assert "Secret" in str(
         watches.violation(w, {**good, "resource": {"group": "", "version": "v1", "kind": "Secret"}})
     )
-    assert watches.LAST_APPLIED in str(
-        watches.violation(w, {**good, "annotations": {watches.LAST_APPLIED: "{}"}})
+    assert watchkinds.LAST_APPLIED in str(
+        watches.violation(w, {**good, "annotations": {watchkinds.LAST_APPLIED: "{}"}})
     )
     tomb = changes.watch_tombstone(
         watch=w,

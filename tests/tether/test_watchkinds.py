@@ -201,7 +201,7 @@ def test_value_hiding_modes_keep_only_the_allow_listed_annotations() -> None:
     notes = {
         "meta.helm.sh/release-name": "db",
         "example.com/password-copy": "hunter2",
-        watches.LAST_APPLIED: '{"data":{"pw":"hunter2"}}',
+        watchkinds.LAST_APPLIED: '{"data":{"pw":"hunter2"}}',
     }
     obj = {
         "apiVersion": "v1",
@@ -217,7 +217,7 @@ def test_value_hiding_modes_keep_only_the_allow_listed_annotations() -> None:
             )
             is None
         )
-        for extra in ("example.com/password-copy", watches.LAST_APPLIED):
+        for extra in ("example.com/password-copy", watchkinds.LAST_APPLIED):
             why = watches.violation(w, record(w, "Secret", annotations={extra: "hunter2"}))
             assert why is not None and extra in why and "hunter2" not in why
     cms = watches.parse(cr(CM, send={"mode": "keys", "keys": ["a"]}))
