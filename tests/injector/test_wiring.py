@@ -14,7 +14,7 @@ from tether import elected
 
 
 class Stub:
-    """Stands for ``main.Injector`` (its workers need a KCP): records the calls."""
+    """Stands for ``injector.injector.Injector`` (its workers need a KCP): records the calls."""
 
     def __init__(self) -> None:
         self.refreshed = threading.Event()
