@@ -236,7 +236,7 @@ class Forwarder:
     def _resolve(self, p: _Pending) -> changes.ChangeRecord | _Pending | None:
         item = p.item
         now = time.monotonic()
-        expired = now - item.admitted >= self.settings.readback_seconds or (
+        expired = now - item.last_admitted >= self.settings.readback_seconds or (
             self._stop.is_set() and self._time_left() <= 0
         )
         epoch = self._epoch  # learned before the read: a read of a lost history loses

@@ -9,7 +9,9 @@ refused, dropped or abandoned). The decisions, per key:
   default: the forwarder's read-back retries briefly until the write is visible);
 * **waiting**: a further admission merges into the entry (a burst on one ConfigMap becomes
   one entry): it keeps the earliest old resourceVersion and admission time (the forwarder
-  waits until the persisted version differs from it) and the latest operation and uid;
+  waits until the persisted version differs from it), the newest admission's old
+  resourceVersion (the forwarder also waits while the object is still at it: the newest
+  write is admitted but not yet persisted) and the latest operation and uid;
   its trace is the first admission's (``tether.tracing``), the others' are its links
   (at most ``tracing.MAX_LINKS``; ``merged`` counts them all);
 * **in flight** (taken, not done): a further admission becomes one held entry (merging all
@@ -53,6 +55,15 @@ class Item:
     trace: tracing.TraceParent | None = None  # the first admission's span (tether.tracing)
     links: tuple[tracing.TraceParent, ...] = ()  # the traces of the admissions merged into it
     watch: watches.Watch | None = None  # Watch mode: the Watch the object is sent for
+    # the newest merged admission's old resourceVersion and time (None: one admission)
+    newest_old_resource_version: str | None = None
+    newest_admitted: float | None = None
+
+    @property
+    def last_admitted(self) -> float:
+        """When the newest admission this entry stands for was made (the read-back's
+        deadline counts from it: the newest write may still be on its way)."""
+        return self.admitted if self.newest_admitted is None else self.newest_admitted
 
     @property
     def key(self) -> Key:
@@ -74,6 +85,12 @@ def merge(waiting: Item, new: Item) -> Item:
         waiting,
         uid=new.uid or waiting.uid,
         operation=new.operation,
+        newest_old_resource_version=(
+            new.old_resource_version
+            if new.newest_old_resource_version is None
+            else new.newest_old_resource_version
+        ),
+        newest_admitted=new.last_admitted,
         merged=waiting.merged + new.merged,
         links=links,
         watch=new.watch or waiting.watch,

@@ -42,9 +42,18 @@ def error_delay(errors: int, rand: Callable[[], float] = random.random) -> float
 
 
 def judge(item: keyqueue.Item, found: Mapping[str, Any] | None, expired: bool) -> Judgement:
-    """What to do with ``item`` given the object read back (None: absent)."""
+    """What to do with ``item`` given the object read back (None: absent).
+
+    An entry of several admissions waits while the object is still at the newest one's old
+    version: that write is admitted but not yet persisted, and the version read is one the
+    burst already passed (sent, the newest write would reach the KCP only by the poller).
+    At the deadline what was read is sent: the newest write was refused after this webhook
+    (by another webhook, say), and the object did change since the first admission."""
     if found is not None:
         rv = str((found.get("metadata") or {}).get("resourceVersion") or "")
+        newest = item.newest_old_resource_version
+        if newest is not None and rv == newest and newest != item.old_resource_version:
+            return Judgement("live", found) if expired else Judgement("wait")
         if rv != item.old_resource_version:
             return Judgement("live", found)
         return Judgement("unchanged" if expired else "wait")

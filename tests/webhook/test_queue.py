@@ -87,6 +87,36 @@ def test_readback_judgement() -> None:
     assert readback.judge(item("a", "DELETE", rv="5"), cm, True).result == "unchanged"
 
 
+def test_a_burst_waits_for_its_newest_write_not_only_for_a_change() -> None:
+    """Writes 2 and 3 of a burst merged into one entry (old versions 1 and 2) while write 2
+    is persisted (version 2) and write 3 is admitted, not yet persisted: sending version 2
+    would leave write 3 to the poller (a skew test's last write was lost so). The entry
+    waits until the object has passed version 2, and at the deadline sends what it read."""
+    q = keyqueue.KeyQueue(10)
+    q.put(item("a", rv="1"))
+    q.put(item("a", rv="2", uid="u3"))
+    (burst,) = q.take(10, 0)
+    assert (burst.old_resource_version, burst.newest_old_resource_version) == ("1", "2")
+    at = lambda rv: {"metadata": {"resourceVersion": rv}}  # noqa: E731
+    assert readback.judge(burst, at("2"), False).result == "wait"  # write 3 not visible
+    assert readback.judge(burst, at("3"), False).result == "live"
+    assert readback.judge(burst, at("1"), False).result == "wait"
+    assert readback.judge(burst, at("2"), True) == readback.Judgement("live", at("2"))
+    assert readback.judge(burst, at("1"), True).result == "unchanged"
+    assert readback.judge(burst, None, False).result == "tombstone"
+    # three merged: the newest admission's old version is the one waited for
+    three = keyqueue.merge(burst, item("a", rv="3"))
+    assert (three.old_resource_version, three.newest_old_resource_version) == ("1", "3")
+    assert readback.judge(three, at("3"), False).result == "wait"
+    # the read-back's deadline counts from the newest admission
+    assert (burst.admitted, burst.last_admitted) == (0.0, 0.0)
+    later = keyqueue.merge(burst, item("a", rv="3", admitted=7.0))
+    assert (later.admitted, later.last_admitted) == (0.0, 7.0)
+    # one admission: as before (the newest is its own old version)
+    assert item("a", rv="1").newest_old_resource_version is None
+    assert readback.judge(item("a", rv="1"), at("2"), False).result == "live"
+
+
 def test_hot_keys_wait_for_the_min_interval_others_do_not() -> None:
     q = keyqueue.KeyQueue(10, settle=0.0, min_interval=3600)
     q.put(keyqueue.Item("ns", "hot", "u", "UPDATE", "1", 0.0))
