@@ -33,6 +33,7 @@ RUN /opt/tether/bin/pip install --no-cache-dir -q --require-hashes --no-deps \
 # the product packages only (setup.cfg [options.packages.find]); .dockerignore keeps the
 # test harness (testing/), tests/, bench/, hack/ and standins/ out of the context anyway
 COPY setup.cfg pyproject.toml README.md ./
+COPY command command
 COPY tether tether
 COPY webhook webhook
 COPY listener listener

@@ -104,7 +104,7 @@ demo: $(STAMP) controlplane ## run the whole system locally (two planes, all par
 	$(PY) hack/demo.py
 
 planes: $(STAMP) controlplane ## only start local SKR and KCP planes and print their kubeconfigs
-	$(VENV)/bin/tether controlplane
+	$(PY) -m testing.controlplane_cli
 
 clean: ## remove the venv and caches (not the control plane cache)
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info

@@ -4,7 +4,7 @@
     create_app(settings, kcp=..., refresher=...)  # tests
 
 Blueprints: the pages (``admin.pages``), sign-in and sign-out (``admin.login``), the
-operations surface (``tether.ops``); the app's services on ``app.extensions``
+operations surface (``tether.base.ops``); the app's services on ``app.extensions``
 (``admin.services``).
 
 Pages (HTML, server-rendered from ``admin/templates``, no script, one stylesheet):
@@ -21,7 +21,7 @@ source has no TokenReview left (``admin.throttle``, with ``Retry-After``), 503 w
 cannot answer. A client asking for JSON (``Accept: application/json``) gets the errors as
 JSON.
 
-The operations surface (``tether.ops``: ``/readyz``: serving certificate loaded and a fleet
+The operations surface (``tether.base.ops``: ``/readyz``: serving certificate loaded and a fleet
 snapshot younger than three refresh intervals; ``/metrics``: request and sign-in counters
 and the fleet gauges of ``admin.metrics``, prometheus-flask-exporter's ``tether_admin_http_*``
 by route) is on the operations port only; ``/healthz`` on
@@ -40,7 +40,8 @@ from flask import Flask, Response, request
 from admin import auth, login, metrics, pages, sessions, snapshot, throttle
 from admin import services as services_mod
 from admin import settings as settings_mod
-from tether import auditwriter, gateway, logs, ops, tlsreload
+from tether.base import auditwriter, logs, ops, tlsreload
+from tether.kube import gateway
 
 MAX_FORM = 32 * 1024
 CSP = (

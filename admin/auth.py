@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from admin import throttle
-from tether import apitypes, gateway
+from tether.kube import apitypes, gateway
 
 PAGES = ("fleet", "runtime", "compass", "parts", "rollout")
 MAX_TOKEN = 16 * 1024

@@ -16,7 +16,8 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from tether import apitypes, delivery
+from tether.kube import apitypes
+from tether.wire import delivery
 
 # Problems, most severe first (their weight orders the fleet page).
 PROBLEMS: tuple[str, ...] = (

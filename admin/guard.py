@@ -15,7 +15,8 @@ from werkzeug.wrappers import Response as Answer
 
 from admin import respond, throttle
 from admin import services as services_mod
-from tether import apitypes, gateway, logs, ops
+from tether.base import logs, ops
+from tether.kube import apitypes, gateway
 
 log = logging.getLogger("admin.app")  # the name its lines have always had
 COOKIE = "__Host-tether_admin_session"  # __Host-: Secure, Path=/, no Domain, by the browser

@@ -24,7 +24,8 @@ from werkzeug.wrappers import Response as Answer
 
 from admin import auth, guard, pages, respond, signin, throttle
 from admin import services as services_mod
-from tether import apitypes, gateway, logs
+from tether.base import logs
+from tether.kube import apitypes, gateway
 
 log = logging.getLogger("admin.app")  # the name its lines have always had
 bp = flask.Blueprint("signin", __name__)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from admin import server
 from admin import settings as settings_mod
-from tether import config, gateway, logs
+from tether.base import config, logs
+from tether.kube import gateway
 
 
 def main(argv: list[str]) -> int:

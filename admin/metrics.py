@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from admin import fleet, snapshot
 from admin import settings as settings_mod
-from tether import auditwriter
+from tether.base import auditwriter
 
 
 class Metrics(Collector):

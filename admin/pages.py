@@ -15,7 +15,8 @@ from werkzeug.wrappers import Response as Answer
 
 from admin import fleet, guard, parts, respond, rolloutview, runbooks, snapshot, views
 from admin import services as services_mod
-from tether import gateway, logs
+from tether.base import logs
+from tether.kube import gateway
 
 bp = flask.Blueprint("pages", __name__)
 # the endpoints a sign-in may lead back to (admin.login)

@@ -16,7 +16,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from tether import apitypes, delivery
+from tether.kube import apitypes
+from tether.wire import delivery
 
 # leader Lease name prefix -> the Deployment it belongs to
 LEASE_OWNERS = (

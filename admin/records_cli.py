@@ -27,7 +27,9 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from admin import recordsview as view
-from tether import apitypes, config, gateway, logs, parsers, watches, watchuse
+from tether.base import config, logs, parsers
+from tether.kube import apitypes, gateway
+from tether.wire import watches, watchuse
 
 NAMESPACE_LABEL = "tether.kyma-project.io/namespace"  # listener.storage.records.NAMESPACE_LABEL
 PAGE = 50  # objects per list page (whole records: up to ~1.4 MiB each)

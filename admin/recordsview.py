@@ -10,7 +10,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, TextIO
 
 from admin import detail, views
-from tether import apitypes, logs, watches, watchkinds
+from tether.base import logs
+from tether.kube import apitypes
+from tether.wire import watches, watchkinds
 
 COLUMNS = (
     "WATCH",

@@ -11,7 +11,7 @@ from flask import Response, request
 
 from admin import fleet, runbooks, snapshot, views
 from admin import services as services_mod
-from tether import ops
+from tether.base import ops
 
 
 def wants_json() -> bool:

@@ -9,7 +9,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from tether import apitypes, gateway, logs
+from tether.base import logs
+from tether.kube import apitypes, gateway
 
 PHASES = ("Progressing", "Halted", "RolledBack", "Complete")
 MAX_SHOWN = 200  # runtime IDs shown per wave; the rest counted

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from tether import delivery
+from tether.wire import delivery
 
 DOC = "docs/operations.md"
 DEFAULT_BASE = "https://github.com/kyma-project/tether/blob/main"

@@ -1,4 +1,4 @@
-"""gunicorn with TLS for the admin pages (the bounded gthread worker, ``tether.httpworker``).
+"""gunicorn with TLS for the admin pages (the bounded gthread worker, ``tether.http.httpworker``).
 
 One worker (the fleet snapshot and the sign-in sessions, ``admin.sessions``, live in the
 process, so every request finds them; more capacity comes from ``TETHER_ADMIN_THREADS`` or
@@ -18,7 +18,8 @@ from gunicorn.app.base import BaseApplication
 
 from admin import app as app_mod
 from admin import settings as settings_mod
-from tether import gunicornlog, httpconn, httpworker, logs, tlsreload
+from tether.base import logs, tlsreload
+from tether.http import gunicornlog, httpconn, httpworker
 
 
 def gunicorn_options(

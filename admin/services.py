@@ -10,7 +10,7 @@ import flask
 
 from admin import auth, metrics, sessions, snapshot
 from admin import settings as settings_mod
-from tether import gateway
+from tether.kube import gateway
 
 KEY = "tether.admin"
 

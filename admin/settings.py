@@ -1,5 +1,5 @@
 """Admin settings: one dataclass, built once in the entry point. Every setting is declared
-once, as a field with its option (``tether.config.setting``); ``SPEC`` collects them
+once, as a field with its option (``tether.base.config.setting``); ``SPEC`` collects them
 (``tether admin --help``, docs/admin.md). A bad value stops the process with one line."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from admin import fleet, runbooks
-from tether import auditwriter, config
+from tether.base import auditwriter, config
 
 A = "TETHER_ADMIN_"
 setting = config.setting

@@ -27,7 +27,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from admin import fleet, parts, settings
-from tether import apitypes, delivery, gateway, logs
+from tether.base import logs
+from tether.kube import apitypes, gateway
+from tether.wire import delivery
 
 log = logging.getLogger(__name__)
 

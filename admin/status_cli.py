@@ -26,7 +26,8 @@ from typing import TextIO
 
 from admin import detail, fleet, runbooks, snapshot, views
 from admin import settings as settings_mod
-from tether import config, gateway, logs, parsers
+from tether.base import config, logs, parsers
+from tether.kube import gateway
 
 COLUMNS = (
     "RUNTIME",

@@ -6,7 +6,7 @@ import datetime
 from collections.abc import Sequence
 
 from admin import charts
-from tether import delivery
+from tether.wire import delivery
 
 
 def ago(t: datetime.datetime | None, now: datetime.datetime) -> str:

@@ -34,7 +34,7 @@ from compass import metrics, service
 from compass import settings as settings_mod
 from testing import controlplane, localnet
 from testing.compassenv import CRD_FILE
-from tether import gateway
+from tether.kube import gateway
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "tether": dict(

@@ -39,7 +39,7 @@ from compass import metrics, service
 from compass import settings as settings_mod
 from testing import controlplane, localnet
 from testing.compassenv import CRD_FILE, kyma_labels
-from tether import apitypes, gateway
+from tether.kube import apitypes, gateway
 
 
 def parallel(fn: Callable[[Any], Any], items: Iterable[Any], threads: int = 8) -> None:

@@ -35,7 +35,8 @@ from kubernetes import client
 from enroller import metrics, reconcile
 from enroller import settings as settings_mod
 from testing import compassenv, controlplane, localnet
-from tether import certs, gateway, skr_clients
+from tether.base import certs
+from tether.kube import gateway, skr_clients
 
 CRD = (
     skeleton.REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"

@@ -44,11 +44,8 @@ from listener import settings as listener_settings
 from listener.storage import records
 from testing import controlplane
 from testing import listenerenv as lt
-from tether import (
-    apitypes,
-    changes,
-    storagebudget,
-)
+from tether.kube import apitypes
+from tether.wire import changes, storagebudget
 
 VARIANTS = ("full", "digest", "metadata", "tombstone")
 

@@ -75,7 +75,9 @@ from typing import Any
 import provenance
 import skeleton
 
-from tether import apitypes, certs, changes
+from tether.base import certs
+from tether.kube import apitypes
+from tether.wire import changes
 
 TICK = os.sysconf("SC_CLK_TCK")
 IDLE_SECONDS = 10.0  # the listener's IDLE_TIMEOUT_SECONDS: what the real senders see

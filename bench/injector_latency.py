@@ -57,7 +57,8 @@ from testing import controlplane, watchenv
 from testing import listenerenv as lt
 from testing import loopenv as loop
 from testing import webhookstack as stack
-from tether import apitypes, watches
+from tether.kube import apitypes
+from tether.wire import watches
 
 RUNTIME_ID = "rt-inject"
 KCP_NAMESPACE = "tether-inject"

@@ -70,7 +70,7 @@ import skeleton
 
 from testing import controlplane, cpuset
 from testing import listenerenv as lt
-from tether import changes
+from tether.wire import changes
 
 MIB = 1024 * 1024
 LIMIT_MIB = 768  # the Deployment's memory limit of the listener container (2 workers)

@@ -9,7 +9,7 @@ installed), so that uncommitted work in the checkout is not measured: one at
 TETHER_LISTENER_PERSIST_CONCURRENCY=--concurrency (default 8, the setting's default), one at
 1. Then, with THREADS concurrent senders, N new objects per variant:
 
-  direct      one POST per object through the listener's own raw client (tether.gateway:
+  direct      one POST per object through the listener's own raw client (tether.kube.gateway:
               the same client and JSON path the listener writes with; the kubernetes typed
               client spent ~1.25 ms CPU per record, which flattered the ratio) as the
               listener's own user and Role into the listener's namespace, so both paths are
@@ -74,7 +74,8 @@ from listener.fleet import summaryobject
 from listener.storage import records, rules
 from testing import controlplane, cpuset
 from testing import listenerenv as lt
-from tether import apitypes, changes, gateway
+from tether.kube import apitypes, gateway
+from tether.wire import changes
 
 ROUNDS = 4
 
@@ -433,7 +434,7 @@ def main() -> int:
 
             return send
 
-        # the listener's own raw client (tether.gateway), as its user bound to its Role, or
+        # the listener's own raw client (tether.kube.gateway), as its user bound to its Role, or
         # as the cluster admin (system:masters: RBAC is not evaluated)
         who, direct_ns = (
             (env.kubeconfig, env.namespace)
@@ -591,7 +592,7 @@ def main() -> int:
             "direct_body": args.direct_body,
             "new": {"ref": args.new_ref, "commit": new_commit},
             "persist_concurrency": [args.concurrency, 1],
-            "direct_client": "tether.gateway (the listener's raw client)",
+            "direct_client": "tether.kube.gateway (the listener's raw client)",
             "data": "16 keys, ~1 KiB per ConfigMap",
             "placement": {
                 "asked": args.placement,

@@ -14,7 +14,7 @@ least-privilege Role). Then, with THREADS concurrent senders each:
   resend    N same records  listener, batches (duplicates: read + compare, no write)
 
 The direct writer is the baseline a plain client does best: the listener's own raw client
-(``tether.gateway``: the same client and JSON path the listener writes with; the kubernetes
+(``tether.kube.gateway``: the same client and JSON path the listener writes with; the kubernetes
 typed client spent ~1.25 ms CPU per record, which flattered the ratio), as the listener's
 own user bound to its Role, into the listener's namespace (``--direct-as admin``: the
 cluster admin into a namespace of its own); its objects are the same records under another
@@ -64,7 +64,8 @@ from listener_create import is_other, kcp_requests, stored_form, warm_up
 from listener.storage import records
 from testing import controlplane
 from testing import listenerenv as lt
-from tether import apitypes, changes, gateway
+from tether.kube import apitypes, gateway
+from tether.wire import changes
 
 ROUNDS = 4
 
@@ -205,7 +206,7 @@ def main() -> int:
             assert r.status_code == 200, r.text
             outcomes.update(i["outcome"] for i in r.json()["results"])
 
-        # the listener's own raw client (tether.gateway), as its user bound to its Role, or
+        # the listener's own raw client (tether.kube.gateway), as its user bound to its Role, or
         # as the cluster admin (system:masters: RBAC is not evaluated)
         who, direct_ns = (
             (env.kubeconfig, env.namespace)
@@ -308,7 +309,7 @@ def main() -> int:
             "workers": args.workers,
             "direct_as": args.direct_as,
             "direct_body": args.direct_body,
-            "direct_client": "tether.gateway (the listener's raw client)",
+            "direct_client": "tether.kube.gateway (the listener's raw client)",
             "data": "16 keys, ~1 KiB per ConfigMap",
         },
         "rows": rows,

@@ -39,7 +39,10 @@ from listener.storage import records
 from poller import metrics, run, scan
 from testing import controlplane
 from testing import listenerenv as lc
-from tether import apitypes, changes, filters, gateway, sender, times
+from tether.base import times
+from tether.kube import apitypes, gateway
+from tether.runtime import sender
+from tether.wire import changes, filters
 
 NS = "bench-poller"
 LABELS = {"tether-bench": "poller"}

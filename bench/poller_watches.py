@@ -44,7 +44,9 @@ from testing import (
     watchenv,
 )
 from testing import listenerenv as lc
-from tether import apitypes, filters, gateway, sender, watches, watchset, watchwire
+from tether.kube import apitypes, gateway
+from tether.runtime import sender
+from tether.wire import filters, watches, watchset, watchwire
 
 GROUP = "bench-watches.example.com"
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}

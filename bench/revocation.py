@@ -32,7 +32,7 @@ from kubernetes import client
 
 from testing import controlplane
 from testing import listenerenv as lt
-from tether import apitypes
+from tether.kube import apitypes
 
 BOUND = 30.0  # seconds a try waits for a refusal before it counts as not refused
 

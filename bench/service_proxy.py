@@ -34,7 +34,7 @@ from webhook_admission import review
 
 from testing import controlplane, serviceproxy
 from testing import webhookstack as stack
-from tether import certs
+from tether.base import certs
 
 
 def old_proxy(rev: str, work: pathlib.Path) -> Any:

@@ -34,7 +34,7 @@ from kubernetes import client
 
 from testing import controlplane, watcherpeer
 from testing import webhookstack as stack
-from tether import certs
+from tether.base import certs
 
 CONFIGS = ("none", "tether", "watcher", "both")
 MODULE_LABEL = {"example.kyma-project.io/watched-by": "bench"}

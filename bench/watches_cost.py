@@ -43,7 +43,8 @@ from kubernetes import client
 
 from testing import controlplane, watchenv
 from testing import webhookstack as stack
-from tether import certs, watches, watchwire
+from tether.base import certs
+from tether.wire import watches, watchwire
 
 NS = wa.NAMESPACE
 GROUP = "bench.example.com"

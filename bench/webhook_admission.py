@@ -40,7 +40,7 @@ from kubernetes import client
 
 from testing import controlplane
 from testing import webhookstack as stack
-from tether import certs
+from tether.base import certs
 
 NAMESPACE = "bench"
 
@@ -109,7 +109,8 @@ def wsgi_costs(bodies: list[bytes], metrics_dir: pathlib.Path) -> dict[str, floa
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)  # as in gunicorn; before the import
     from werkzeug.test import EnvironBuilder
 
-    from tether import filters, sender
+    from tether.runtime import sender
+    from tether.wire import filters
     from webhook import app as app_mod
     from webhook import keyqueue, metrics
     from webhook import services as services_mod

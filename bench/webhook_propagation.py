@@ -57,7 +57,7 @@ from kubernetes import client
 
 from testing import controlplane, receiver
 from testing import webhookstack as stack
-from tether import certs
+from tether.base import certs
 
 CONFIGS: dict[str, dict[str, str]] = {
     "trailing": {"TETHER_WEBHOOK_COALESCE_SECONDS": "0.1", "TETHER_WEBHOOK_HOT_KEY_SECONDS": "0.5"},

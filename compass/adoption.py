@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from compass import agent_secret, claims, decide, errors, model, queries, regindex, status
 from compass import director as director_mod
-from tether import apitypes, gateway, skr_clients
+from tether.kube import apitypes, gateway, skr_clients
 
 log = logging.getLogger(__name__)
 READS = frozenset({"lookup", "read_secret", "fetch_runtime"})

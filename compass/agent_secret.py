@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from compass import decide, errors, model, queries, status
-from tether import apitypes, gateway
+from tether.kube import apitypes, gateway
 
 MANAGED_LABELS = {apitypes.MANAGED_BY_LABEL: "tether-compass"}
 

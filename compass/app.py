@@ -1,8 +1,8 @@
-"""The compass process's operations surface (``tether.ops``): ``/healthz``, ``/readyz``,
+"""The compass process's operations surface (``tether.base.ops``): ``/healthz``, ``/readyz``,
 ``/metrics``.
 
 Compass serves no API; this app only lets the kubelet and Prometheus look in. It runs in
-one thread of the leader-elected process (werkzeug, ``tether.ops.Server``), not under
+one thread of the leader-elected process (werkzeug, ``tether.base.ops.Server``), not under
 gunicorn: schedulers must not be forked into workers.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 import flask
 
 from compass import metrics
-from tether import ops
+from tether.base import ops
 
 
 def create_app(

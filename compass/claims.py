@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from compass import model
-from tether import apitypes
+from tether.kube import apitypes
 
 SUBACCOUNT_KEYS = ("global_subaccount_id", "subaccount_id")
 INSTANCE_KEY = "broker_instance_id"

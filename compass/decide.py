@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
 from compass import claims, model
-from tether import apitypes
+from tether.kube import apitypes
 
 SecretState = Literal["unknown", "missing", "matches", "differs"]
 ActionKind = Literal[

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from tether import logs
+from tether.base import logs
 
 REDACTED = "[redacted]"
 _PATTERNS = (
@@ -82,7 +82,7 @@ class InvalidAnswer(Unavailable, kind="invalid_answer"):
 
 class NotLeading(Exception):
     """A Director write refused before it was sent: this process's leadership is not fresh
-    (``tether.leader.LeaderElector.fresh``). Not a Director answer: no metric of the
+    (``tether.runtime.leader.LeaderElector.fresh``). Not a Director answer: no metric of the
     Director's, no backoff, nothing written; the Lease holder does the work."""
 
 

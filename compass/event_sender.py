@@ -11,7 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 
-from tether import events, gateway
+from tether.kube import events, gateway
 
 
 class Background(events.Recorder):

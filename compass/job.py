@@ -21,7 +21,7 @@ from typing import NamedTuple
 from compass import adoption, decide, metrics, model
 from compass import mappings as mappings_mod
 from compass import reconcile as reconcile_mod
-from tether import gateway, skr_clients
+from tether.kube import gateway, skr_clients
 
 log = logging.getLogger(__name__)
 STATES = ("Ready", "Processing", "Failed", "Deleting", "None")

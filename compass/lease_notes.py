@@ -1,7 +1,7 @@
 """What compass publishes on its Lease for the admin pages' Compass page, and the Events of
 its circuit breaker.
 
-Annotations of the Lease (written by the elector with its next renewal, ``tether.leader``):
+Annotations of the Lease (written by the elector with its next renewal, ``tether.runtime.leader``):
 
 - ``tether.kyma-project.io/breaker``: ``closed``, ``open`` or ``half-open``;
 - ``tether.kyma-project.io/director-errors``: JSON list, newest first, of at most
@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 from compass import breaker as breaker_mod
 from compass import errors
-from tether import apitypes, events, logs
+from tether.base import logs
+from tether.kube import apitypes, events
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tether import apitypes, gateway
+from tether.kube import apitypes, gateway
 
 log = logging.getLogger(__name__)
 

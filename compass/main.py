@@ -2,7 +2,7 @@
 
 Builds settings (environment, ``tether compass --help``, docs/compass.md; a bad one, or a
 kubeconfig that does not load, stops it with one line before anything starts), the KCP
-client and the service; then ``tether.elected.run_elected``: the interval run and the cron
+client and the service; then ``tether.runtime.elected.run_elected``: the interval run and the cron
 resync in the Lease holder, /healthz, /readyz and /metrics, a clean stop on SIGTERM
 (releasing the Lease). ``--once``: one full run, no election, the states printed.
 """
@@ -14,7 +14,8 @@ import logging
 from compass import app as app_mod
 from compass import metrics, service
 from compass import settings as settings_mod
-from tether import auditwriter, elected, leader, logs
+from tether.base import auditwriter, logs
+from tether.runtime import elected, leader
 
 log = logging.getLogger("compass")
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from compass import decide, model
-from tether import apitypes, gateway
+from tether.kube import apitypes, gateway
 
 
 class Kcp:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import prometheus_client as prom
 
-from tether import auditwriter, runmetrics
+from tether.base import auditwriter
+from tether.runtime import runmetrics
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 

@@ -10,7 +10,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from tether import apitypes
+from tether.kube import apitypes
 
 # Kyma CR (lifecycle-manager) ---------------------------------------------------------------
 REQUIRED_LABELS = (

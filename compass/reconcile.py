@@ -5,7 +5,7 @@ A failed step is written to the mapping (condition reason and message, failures,
 ``nextAttemptAt`` from the per-runtime backoff) and ends the pass; the next run retries
 when the backoff is due.
 
-Events on the mapping for what an operator wants to see (``tether.events``): ``Registered``,
+Events on the mapping for what an operator wants to see (``tether.kube.events``): ``Registered``,
 ``Unregistered``, ``TokenDelivered``, ``TokenRefreshed``, and a Warning ``Failing`` once a
 runtime's step has failed ``FAILING_AFTER`` times in a row (retried with backoff in between);
 Warnings ``ForeignRuntime`` (a lookup refused a runtime another Kyma CR holds, or whose labels
@@ -40,7 +40,8 @@ from compass import (
 )
 from compass import director as director_mod
 from compass import mappings as mappings_mod
-from tether import apitypes, events, gateway, logs, skr_clients
+from tether.base import logs
+from tether.kube import apitypes, events, gateway, skr_clients
 
 log = logging.getLogger(__name__)
 MAX_STEPS = 16

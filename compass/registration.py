@@ -38,7 +38,7 @@ from compass import adoption, claims, decide, errors, model, regindex, status
 from compass import director as director_mod
 from compass import mappings as mappings_mod
 from compass import metrics as metrics_mod
-from tether import apitypes, skr_clients
+from tether.kube import apitypes, skr_clients
 
 if TYPE_CHECKING:
     from compass import reconcile

@@ -21,7 +21,8 @@ from compass import mappings as mappings_mod
 from compass import oauth as oauth_mod
 from compass import reconcile as reconcile_mod
 from compass import settings as settings_mod
-from tether import elected, events, gateway, skr_clients
+from tether.kube import events, gateway, skr_clients
+from tether.runtime import elected
 
 
 @dataclasses.dataclass

@@ -1,5 +1,5 @@
 """Compass settings: one dataclass, built once in the entry point. Every setting is declared
-once, as a field with its option (``tether.config.setting``: variable, default, bounds,
+once, as a field with its option (``tether.base.config.setting``: variable, default, bounds,
 meaning); ``SPEC`` collects them, ``tether compass --help`` and docs/compass.md list them. A
 bad value stops the process with one line naming it."""
 
@@ -11,7 +11,8 @@ from collections.abc import Mapping
 
 from apscheduler.triggers.cron import CronTrigger
 
-from tether import auditwriter, config, skr_clients
+from tether.base import auditwriter, config
+from tether.kube import skr_clients
 
 C = "TETHER_COMPASS_"
 setting = config.setting

@@ -1,4 +1,4 @@
-"""The watcher CA, kept in a KCP Secret (layout: ``tether.pki``), and the trust bundle the
+"""The watcher CA, kept in a KCP Secret (layout: ``enroller.pki``), and the trust bundle the
 listener mounts (a ConfigMap, key ``ca.crt``).
 
 ``ensure`` creates the CA on first use, starts a rollover when the CA has used two thirds
@@ -28,7 +28,9 @@ from typing import Any
 
 from cryptography import x509
 
-from tether import apitypes, certs, gateway, logs, pki, times
+from enroller import pki
+from tether.base import certs, logs, times
+from tether.kube import apitypes, gateway
 
 ROLLOVER_STARTED = "tether.kyma-project.io/rollover-started"
 CERT_MANAGER_CERTIFICATE = "cert-manager.io/certificate-name"

@@ -9,7 +9,7 @@
 ``create-ca`` writes ``ca.crt`` and ``ca.key``; ``issue`` (a runtime's client certificate)
 and ``serving`` (the webhook's serving certificate) read them from ``--ca-dir`` and write
 ``tls.crt`` and ``tls.key``. Keys are written with mode 0600 and never printed; existing
-files are kept unless ``--force``. The decisions are ``tether.pki``'s, the same the enroller
+files are kept unless ``--force``. The decisions are ``enroller.pki``'s, the same the enroller
 makes (docs/enroller.md, "Certificates").
 
 Exit codes: 0 done (``check``: the certificate may stay), 1 (``check`` only) it needs
@@ -32,7 +32,8 @@ from typing import Any, NoReturn, TypeAlias
 
 from cryptography import x509
 
-from tether import certs, pki
+from enroller import pki
+from tether.base import certs
 
 PROG = "tether certs"
 Commands: TypeAlias = "argparse._SubParsersAction[_Parser]"  # the commands of tether certs
@@ -351,7 +352,7 @@ def _render(args: argparse.Namespace) -> int:
     import yaml
 
     from enroller import render
-    from tether import times
+    from tether.base import times
 
     if not args.listener_url.startswith("https://"):
         raise Problem(f"--listener-url: {args.listener_url!r} is not an https:// URL")

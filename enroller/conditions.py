@@ -12,7 +12,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from tether import times
+from tether.base import times
 
 QUARANTINED = "MissedCARollover"  # the Quarantined condition's reason (and Ready's, while it lasts)
 HEARTBEAT_STALE = datetime.timedelta(minutes=10)

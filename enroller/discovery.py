@@ -1,7 +1,7 @@
 """A Watch of a custom resource checked against the runtime's discovery before it is
 rendered there (issue 38: a Watch's kind must be its resource's).
 
-The groups Kubernetes serves are checked by ``tether.watchkinds``'s table when a Watch is
+The groups Kubernetes serves are checked by ``tether.wire.watchkinds``'s table when a Watch is
 parsed (and by the CRD). For any other group the answer is the runtime's own: ``GET
 /apis/GROUP/VERSION`` (an ``APIResourceList``, through the runtime's bounded gateway: a
 deadline and a size cap) must serve the Watch's resource with the Watch's kind, namespaced
@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-from tether import gateway, logs, watches, watchkinds
+from tether.base import logs
+from tether.kube import gateway
+from tether.wire import watches, watchkinds
 
 NOT_SERVED: Mapping[str, Any] = {"resources": []}
 MAX_RESOURCES = 256  # of one group version, kept per runtime

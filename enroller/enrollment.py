@@ -20,7 +20,8 @@ from typing import Any
 from enroller import conditions, render
 from enroller import settings as settings_mod
 from enroller.install import Failure, Memory, Result
-from tether import apitypes, events, gateway, kyma, logs, times
+from tether.base import logs, times
+from tether.kube import apitypes, events, gateway, kyma
 
 log = logging.getLogger("tether.enroller")
 

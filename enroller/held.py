@@ -16,8 +16,8 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from enroller import castore, render
-from tether import certs, pki, times
+from enroller import castore, pki, render
+from tether.base import certs, times
 
 CA_SERIAL = "tether.kyma-project.io/ca-serial"
 

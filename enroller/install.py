@@ -16,11 +16,13 @@ from typing import Any
 
 from cryptography import x509
 
-from enroller import castore, decide, metrics, render, sharding
+from enroller import castore, decide, metrics, pki, render, sharding
 from enroller import held as held_mod
 from enroller import settings as settings_mod
-from tether import apitypes, certs, gateway, kyma, logs, pki, skr_clients, times, watchwire
-from tether import watches as watch_api
+from tether.base import certs, logs, times
+from tether.kube import apitypes, gateway, kyma, skr_clients
+from tether.wire import watches as watch_api
+from tether.wire import watchwire
 
 log = logging.getLogger("tether.enroller")
 

@@ -1,7 +1,7 @@
 """``tether enroller``: certificates and Tether's installation in every runtime (KCP).
 
 Builds settings (``tether enroller --help``, docs/enroller.md; a bad one stops it with one
-line), the KCP client and the enroller; then ``tether.elected.run_elected``: in the Lease
+line), the KCP client and the enroller; then ``tether.runtime.elected.run_elected``: in the Lease
 holder the interval run over every Kyma CR and a light list every ``REACT_SECONDS`` that
 runs the Kyma CRs that changed; /healthz, /readyz and /metrics; a clean stop on SIGTERM
 (releasing the Lease). ``--once``: one run, no election, the states printed.
@@ -16,7 +16,9 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from enroller import metrics, reconcile
 from enroller import settings as settings_mod
-from tether import auditwriter, elected, leader, logs, ops, skr_clients
+from tether.base import auditwriter, logs, ops
+from tether.kube import skr_clients
+from tether.runtime import elected, leader
 
 log = logging.getLogger("enroller")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import prometheus_client as prom
 
-from tether import auditwriter, runmetrics
+from tether.base import auditwriter
+from tether.runtime import runmetrics
 
 STATES = ("Ready", "Failed", "Removing")
 EXPIRY_BANDS = ("expired", "lt1d", "lt7d", "lt30d", "ge30d")

@@ -57,7 +57,9 @@ from enroller.enrollment import Enrollments, logged
 from enroller.held import CA_SERIAL, serial_hex
 from enroller.held import key_matches as _key_matches
 from enroller.install import Failure, Installer, Memory, Result
-from tether import apitypes, certs, events, gateway, kyma, logs, skr_clients, times, watches
+from tether.base import certs, logs, times
+from tether.kube import apitypes, events, gateway, kyma, skr_clients
+from tether.wire import watches
 
 __all__ = ["CA_SERIAL", "FINALIZER", "Enroller", "Failure", "Memory", "Result", "_key_matches"]
 

@@ -5,7 +5,7 @@ what belongs to that runtime filled in:
 * the ``tether-runtime-client`` Secret: runtime ID, listener URL and CA, client certificate,
   and the runtime's digest key (``digest-key``, 32 random bytes; ``kept_digest_key``: once
   there it stays, across re-applies and renewals), with which the webhook and the poller
-  key a ``digest`` Watch's values (``tether.digests.of``); the KCP never holds it;
+  key a ``digest`` Watch's values (``tether.wire.digests.of``); the KCP never holds it;
 * the ``tether-webhook-serving`` Secret: the webhook's serving certificate;
 * the webhook configuration's ``caBundle`` (the watcher CA, old and new during a rollover);
 * the image of every Tether container (``TETHER_ENROLLER_IMAGE``), for rollouts, and its tag
@@ -42,8 +42,9 @@ from typing import Any
 
 import yaml
 
-from tether import apitypes, digests, gateway, watchwire
-from tether import watches as watch_api
+from tether.kube import apitypes, gateway
+from tether.wire import digests, watchwire
+from tether.wire import watches as watch_api
 
 BUNDLE_FILE = pathlib.Path(__file__).with_name("skr-bundle.yaml")
 NAMESPACE = "tether-system"

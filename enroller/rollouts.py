@@ -25,7 +25,8 @@ from typing import Any, NamedTuple
 
 from enroller import metrics, render, rollout
 from enroller import settings as settings_mod
-from tether import apitypes, events, gateway, logs, skr_clients, times
+from tether.base import logs, times
+from tether.kube import apitypes, events, gateway, skr_clients
 
 log = logging.getLogger("tether.enroller")
 

@@ -1,5 +1,5 @@
 """Enroller settings: one dataclass, built once in the entry point. Every setting is declared
-once, as a field with its option (``tether.config.setting``); ``SPEC`` collects them
+once, as a field with its option (``tether.base.config.setting``); ``SPEC`` collects them
 (``tether enroller --help``, docs/enroller.md). A bad value stops the process with one line
 naming it."""
 
@@ -13,7 +13,8 @@ import pathlib
 from typing import Any
 
 from enroller import render, rollout
-from tether import apitypes, auditwriter, config, skr_clients
+from tether.base import auditwriter, config
+from tether.kube import apitypes, skr_clients
 
 E = "TETHER_ENROLLER_"
 setting = config.setting

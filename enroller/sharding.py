@@ -15,7 +15,8 @@ import logging
 from collections.abc import Mapping
 
 from enroller import decide, render
-from tether import gateway, kyma, logs
+from tether.base import logs
+from tether.kube import gateway, kyma
 
 log = logging.getLogger("tether.enroller")
 

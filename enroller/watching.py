@@ -22,7 +22,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from enroller import watchstatus
-from tether import apitypes, gateway, kyma, logs, watches
+from tether.base import logs
+from tether.kube import apitypes, gateway, kyma
+from tether.wire import watches
 
 log = logging.getLogger("tether.enroller")
 

@@ -26,7 +26,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from tether import times
+from tether.base import times
 
 NOT_IN_FORCE_LISTED = 20  # the CRD's maxItems
 REASON_MAX = 1024  # the CRD's maxLength of a notInForce reason

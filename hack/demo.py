@@ -33,7 +33,7 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from tether import apitypes
+from tether.kube import apitypes
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

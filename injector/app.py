@@ -7,7 +7,7 @@ from collections.abc import Callable
 import flask
 
 from injector.metrics import Metrics
-from tether import ops
+from tether.base import ops
 
 
 def create_app(

@@ -12,7 +12,9 @@ from injector import settings as settings_mod
 from injector.metrics import Metrics
 from injector.readbudget import ReadBudget
 from injector.worker import Worker
-from tether import apitypes, events, gateway, logs, watches
+from tether.base import logs
+from tether.kube import apitypes, events, gateway
+from tether.wire import watches
 
 log = logging.getLogger("injector")
 

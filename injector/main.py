@@ -2,7 +2,7 @@
 
 Settings come from ``TETHER_INJECTOR_*`` environment variables (``tether injector --help``);
 a bad one, or a kubeconfig that does not load, stops the process with one line before
-anything starts (``--check`` only checks). Then ``tether.elected.run_elected``: while this
+anything starts (``--check`` only checks). Then ``tether.runtime.elected.run_elected``: while this
 process holds the Lease, the Watch list is read every ``TETHER_INJECTOR_WATCH_LIST_SECONDS``
 and every Watch with ``inject`` gets a ``worker.Worker`` (its consumer and applier threads;
 the records read into memory at once, all Watches together, within one ``ReadBudget``);
@@ -23,7 +23,8 @@ from injector import settings as settings_mod
 from injector.app import create_app
 from injector.injector import Injector
 from injector.metrics import Metrics
-from tether import elected, events, leader
+from tether.kube import events
+from tether.runtime import elected, leader
 
 log = logging.getLogger("injector")
 

@@ -1,5 +1,5 @@
 """The configuration injector's settings: one frozen dataclass, built once in the entry
-point. Every setting is declared once, as a field with its option (``tether.config.setting``);
+point. Every setting is declared once, as a field with its option (``tether.base.config.setting``);
 ``SPEC`` collects them (``tether injector --help``, docs/configuration.md, "Injector"). A bad
 value stops the process with one line naming it."""
 
@@ -10,7 +10,8 @@ import os
 import socket
 from collections.abc import Mapping
 
-from tether import config, storagebudget
+from tether.base import config
+from tether.wire import storagebudget
 
 J = "TETHER_INJECTOR_"
 L = "TETHER_LISTENER_"  # the listener's quota variables: what a runtime may store

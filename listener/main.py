@@ -14,7 +14,9 @@ import tempfile
 from listener import settings
 from listener.edge import server
 from listener.view import process
-from tether import config, gateway, logs, metricsdir
+from tether.base import config, logs
+from tether.http import metricsdir
+from tether.kube import gateway
 
 
 def main(argv: list[str]) -> int:

@@ -2,9 +2,10 @@
 
 Every setting is declared once, as a field of ``Settings`` (the janitor's in
 ``listener.janitor.settings``; both hold the storage options of ``Storage``) with its option
-(``tether.config.setting``): environment variable (``TETHER_LISTENER_*``), default, bounds and
+(``tether.base.config.setting``): environment variable (``TETHER_LISTENER_*``), default, bounds and
 meaning. ``SPEC`` collects them; ``tether listener --help`` and docs/listener.md list them. A
-bad value stops the process at start with one line naming the variable (``tether.config.load``).
+bad value stops the process at start with one line naming the variable
+(``tether.base.config.load``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import dataclasses
 import ipaddress
 from collections.abc import Mapping
 
-from tether import auditwriter, config, numbers, storagebudget
+from tether.base import auditwriter, config, numbers
+from tether.wire import storagebudget
 
 P = "TETHER_LISTENER_"
 MIB = 1024 * 1024
@@ -384,7 +386,7 @@ class Settings:
             maximum=120,
         )
     )
-    # connections (per worker; tether.httpworker)
+    # connections (per worker; tether.http.httpworker)
     handshake_timeout: float = setting(
         config.seconds(
             P + "HANDSHAKE_TIMEOUT_SECONDS",

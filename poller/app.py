@@ -1,4 +1,4 @@
-"""The poller's operations surface (``tether.ops``) over plain HTTP, in a thread.
+"""The poller's operations surface (``tether.base.ops``) over plain HTTP, in a thread.
 
 ``create_app(settings, status)`` binds ``/healthz`` (the scheduler and the leader election
 thread run), ``/readyz`` (also: the runtime client certificate loads) and ``/metrics``
@@ -14,7 +14,8 @@ from flask import Flask
 
 from poller import metrics, service
 from poller import settings as settings_mod
-from tether import leader, ops, sender
+from tether.base import ops
+from tether.runtime import leader, sender
 
 Server = ops.Server
 

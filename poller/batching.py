@@ -13,7 +13,8 @@ import logging
 from collections.abc import Callable, Iterator
 
 from poller import metrics, pacing, scan
-from tether import changes, listenerapi, sender
+from tether.runtime import sender
+from tether.wire import changes, listenerapi
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple, Protocol
 
 from poller import diff
-from tether import changes, filters, statehash, times
+from tether.base import times
+from tether.wire import changes, filters, statehash
 
 MAX_BUCKETS = statehash.BUCKETS // 4
 FALLBACK: Literal["fallback"] = "fallback"

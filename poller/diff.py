@@ -7,14 +7,14 @@ entry of an object the runtime no longer shows (deleted, or no longer selected b
 filter) becomes a tombstone whose resourceVersion is the list's collection
 resourceVersion (the snapshot's, which is above the object's own).
 
-Both use ``tether.changes.compare`` (epochs first, then resourceVersions as integers where
+Both use ``tether.wire.changes.compare`` (epochs first, then resourceVersions as integers where
 both parse, else ``observedAt``), so a record the listener already holds as newer (e.g. one
 the webhook sent while the poller was scanning) is never resent. The poller's records are
 of the epoch the listener answered (``epoch``); after a new epoch started every entry of
 an older one is older than anything the poller sends: every listed object is resent and
 every live entry it did not list gets a tombstone, so the KCP holds the runtime's state
 after that one run. ``high_water`` and ``went_back`` tell that the runtime's history went
-back (``tether.changes.went_back``, ``listener.fleet.epochs``).
+back (``tether.wire.changes.went_back``, ``listener.fleet.epochs``).
 
 The digest is foreign input (records stored by older listeners may hold anything): ``load``
 never raises. An entry whose resourceVersion or observedAt cannot be interpreted is kept and
@@ -30,7 +30,7 @@ import collections
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
-from tether import changes
+from tether.wire import changes
 
 DiffType = Literal["missing", "changed", "deleted"]
 Key = tuple[str, str]  # (namespace, name)

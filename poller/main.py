@@ -2,7 +2,7 @@
 
 Wiring only: the decisions live in ``poller.diff``/``poller.pacing``, one run in
 ``poller.run``, scheduling and leadership in ``poller.service``, the HTTP endpoints in
-``poller.app``, the election and the stop in ``tether.elected.run_elected``. SIGTERM/SIGINT:
+``poller.app``, the election and the stop in ``tether.runtime.elected.run_elected``. SIGTERM/SIGINT:
 stop the elector (releasing the Lease so the other replica takes over at once), let a run
 in progress stop at its next page, exit 0.
 """
@@ -14,7 +14,9 @@ import sys
 
 from poller import app, metrics, run, scan, service, watchrun
 from poller import settings as settings_mod
-from tether import elected, sender, tracing, watchset
+from tether.base import tracing
+from tether.runtime import elected, sender
+from tether.wire import watchset
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,8 @@ def main(argv: list[str]) -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     m = metrics.Metrics()
-    # each POST of a run starts a change's trace (tether.tracing; spans only with an OTLP endpoint)
+    # each POST of a run starts a change's trace (tether.base.tracing; spans only with an OTLP
+    # endpoint)
     client = sender.ListenerClient(s.listener, tracing.from_environment("tether-poller"))
     lister = scan.Lister(
         api,

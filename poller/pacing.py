@@ -15,7 +15,7 @@ import dataclasses
 import random
 from collections.abc import Callable
 
-from tether import sender
+from tether.runtime import sender
 
 
 class Pacer:

@@ -16,12 +16,12 @@ already sent are in it by then, so they are not sent again), at most ``max_resta
 Epochs (``listener.fleet.epochs``): the first state page reports the runtime's identity and
 answers the current epoch, which every record of the run carries. When the listing's first
 page comes below the highest resourceVersion of the digest's records of that epoch
-(``tether.changes.went_back``: the runtime's history went back), the run restarts once before
+(``tether.wire.changes.went_back``: the runtime's history went back), the run restarts once before
 sending anything, and its first state page claims it; the listener starts the next epoch,
 and the restarted run, comparing by epoch first, resends every listed object and
 tombstones every other live key: the KCP holds the runtime's state after this one run.
 
-Watch mode: when the runtime holds a Watch list (``tether.watchset``, read at the start of
+Watch mode: when the runtime holds a Watch list (``tether.wire.watchset``, read at the start of
 each run), the run is one pass per Watch (``poller.watchrun``: v2 records of each Watch's
 resource, its own digest ``?watch=NAME``) sharing this run's pacer, batches, restarts and
 epoch; without the list, the run above, unchanged. Both share ``poller.batching``.
@@ -37,7 +37,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from poller import batching, buckets, diff, metrics, pacing, scan, watchrun
-from tether import changes, filters, listenerapi, logs, sender, times
+from tether.base import logs, times
+from tether.runtime import sender
+from tether.wire import changes, filters, listenerapi
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ class Result(NamedTuple):
 
     @property
     def ok(self) -> bool:
-        """For the last-run annotations of the Lease (``tether.elected.record_runs``)."""
+        """For the last-run annotations of the Lease (``tether.runtime.elected.record_runs``)."""
         return self.outcome == "ok"
 
     @property
@@ -87,7 +89,7 @@ class PageSource(Protocol):
 
 
 class Listener(Protocol):
-    """``tether.sender.ListenerClient``."""
+    """``tether.runtime.sender.ListenerClient``."""
 
     def state_page(
         self,

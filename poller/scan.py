@@ -17,7 +17,8 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from tether import filters, gateway, watchkinds
+from tether.kube import gateway
+from tether.wire import filters, watchkinds
 
 log = logging.getLogger(__name__)
 IDENTITY_NAMESPACE = "kube-system"

@@ -1,6 +1,6 @@
 """The poller's settings: one dataclass, built once in the entry point.
 
-Every setting is declared once, as a field with its option (``tether.config.setting``):
+Every setting is declared once, as a field with its option (``tether.base.config.setting``):
 variable, default, bounds, meaning; some have a flag of ``tether poller`` that overrides the
 variable (``--help``). The listener client and the ConfigMap filter use the same variables as the
 webhook (``TETHER_LISTENER_*``, ``TETHER_CLIENT_*``, ``TETHER_IGNORED_NAMESPACES``,
@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from apscheduler.triggers.cron import CronTrigger
 
 from poller import run
-from tether import config, filters, leader, numbers, sender, watchset
+from tether.base import config, numbers
+from tether.runtime import leader, sender
+from tether.wire import filters, watchset
 
 DEFAULT_RESYNC_CRON = "17 3 * * *"  # daily, off the hour
 OFF = ("", "-", "off", "none")

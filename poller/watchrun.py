@@ -1,5 +1,5 @@
 """One anti-entropy run in Watch mode: a pass per Watch in force in the runtime (its
-``tether-watches`` ConfigMap, ``tether.watchset``), each like the environment's run
+``tether-watches`` ConfigMap, ``tether.wire.watchset``), each like the environment's run
 (``poller.run``) but of the Watch's resource and records::
 
     per Watch, by name:
@@ -7,11 +7,11 @@
       LIST its resource page by page   -> in each namespace it names, or across all namespaces
                                           but the ignored ones (a field selector); its label
                                           selector goes to the apiserver; what the Watch does
-                                          not admit (tether.watches.admits) is not compared
+                                          not admit (tether.wire.watches.admits) is not compared
       differences                      -> v2 records, reduced here (changes.from_object)
       live entries left over           -> v2 tombstones (changes.watch_tombstone): the object
                                           is gone or no longer covered
-    an item of another kind            -> (its own apiVersion and kind, tether.watches.foreign)
+    an item of another kind            -> (its own apiVersion and kind, tether.wire.watches.foreign)
                                           never reduced nor sent: the Watch is skipped
     404 / 403 on its list              -> the Watch is skipped (warning, counted by reason);
                                           nothing is tombstoned for it, the others run; so is
@@ -36,13 +36,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from poller import batching, diff, metrics, scan
-from tether import apitypes, changes, listenerapi, numbers, times, watches
+from tether.base import numbers, times
+from tether.kube import apitypes
+from tether.wire import changes, listenerapi, watches
 
 log = logging.getLogger(__name__)
 
 
 class WatchSource(Protocol):
-    """``tether.watchset.WatchSet``: None when the runtime has no Watch list, or while no
+    """``tether.wire.watchset.WatchSet``: None when the runtime has no Watch list, or while no
     read of it has answered (``settled`` False: then no run, never the environment's)."""
 
     def current(self) -> tuple[watches.Watch, ...] | None: ...

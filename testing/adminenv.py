@@ -23,7 +23,9 @@ from kubernetes import client
 
 from listener.fleet import heartbeat
 from testing import controlplane, listenerenv
-from tether import apitypes, certs, delivery
+from tether.base import certs
+from tether.kube import apitypes
+from tether.wire import delivery
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ADMIN_RBAC = REPO / "manifests" / "kcp" / "admin" / "rbac.yaml"
@@ -488,7 +490,7 @@ class AdminProcess:
         environ.update(vars_)
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tether.cli", "admin"],
+            [sys.executable, "-m", "command.cli", "admin"],
             cwd=REPO,
             env=environ,
             stdout=self._log,
@@ -553,7 +555,7 @@ class AdminProcess:
 
     def audit_text(self) -> str:
         """The audit output so far. The admin writes it from a thread of its own (a request
-        never waits on it, ``tether.auditwriter``), so this waits until the file stops
+        never waits on it, ``tether.base.auditwriter``), so this waits until the file stops
         growing (0.2 s, at most 5 s) before reading."""
         size, deadline = -1, time.monotonic() + 5
         while time.monotonic() < deadline:

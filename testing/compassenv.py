@@ -18,7 +18,7 @@ from compass import settings as settings_mod
 from standins.director import server as server_mod
 from standins.director import store as store_mod
 from testing import controlplane, localnet
-from tether import apitypes, gateway
+from tether.kube import apitypes, gateway
 
 CRD_FILE = (
     controlplane.REPO_ROOT

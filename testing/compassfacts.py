@@ -8,7 +8,7 @@ import datetime
 from typing import Any
 
 from compass import model
-from tether import apitypes
+from tether.kube import apitypes
 
 NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
 LABELS = {

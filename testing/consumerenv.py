@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from injector import consumer
 from listener.storage import records
 from testing import controlplane, listenerenv
-from tether import apitypes, consumer, gateway
+from tether.kube import apitypes, gateway
 
 RCM = apitypes.RUNTIME_CONFIGMAPS
 
@@ -34,7 +35,7 @@ def record(
     deleted: bool = False,
     rv: str = "1",
 ) -> dict[str, Any]:
-    """A record as the listener stores it (tether.changes' fields)."""
+    """A record as the listener stores it (tether.wire.changes' fields)."""
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "runtimeId": runtime,

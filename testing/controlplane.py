@@ -53,7 +53,7 @@ from typing import IO, Any, TypeVar
 from cryptography.hazmat.primitives import serialization
 
 from testing import workers
-from tether import certs
+from tether.base import certs
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +404,7 @@ class ControlPlane:
 
     def api_client(self) -> Any:
         """A new ``kubernetes.client.ApiClient`` for the admin user (system:masters)."""
-        from tether import gateway
+        from tether.kube import gateway
 
         return gateway.from_kubeconfig(str(self.kubeconfig)).api_client
 

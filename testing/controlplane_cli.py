@@ -1,4 +1,5 @@
-"""``tether controlplane``: start local SKR and KCP planes, print their kubeconfigs, wait.
+"""``python -m testing.controlplane_cli`` (``make planes``): start local SKR and KCP planes,
+print their kubeconfigs, wait.
 
 Ctrl-C (or SIGTERM) stops both planes and removes their folders.
 """
@@ -15,7 +16,7 @@ from testing import controlplane
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="tether controlplane", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m testing.controlplane_cli", description=__doc__)
     parser.add_argument("--names", default="skr,kcp", help="comma-separated plane names")
     parser.add_argument(
         "--once", action="store_true", help="start, print, stop (a smoke check) instead of waiting"
@@ -42,6 +43,10 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         pass
     except controlplane.ControlPlaneError as e:
-        print(f"tether controlplane: {e}", file=sys.stderr)
+        print(f"controlplane: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

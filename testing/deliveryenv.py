@@ -18,7 +18,9 @@ from kubernetes import client
 
 from listener.fleet import heartbeat
 from testing.listenerenv import Env
-from tether import apitypes, certs, delivery
+from tether.base import certs
+from tether.kube import apitypes
+from tether.wire import delivery
 
 
 def delivery_object(env: Env, runtime_id: str) -> dict[str, Any] | None:

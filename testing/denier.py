@@ -9,7 +9,7 @@ import threading
 from http import server
 from typing import Any
 
-from tether import certs
+from tether.base import certs
 
 
 class Denier:

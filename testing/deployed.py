@@ -27,7 +27,8 @@ from typing import Any
 from kubernetes import client
 
 from testing import controlplane, overlays, podrunner
-from tether import apitypes, certs
+from tether.base import certs
+from tether.kube import apitypes
 
 KCP_NS = "kcp-system"
 RUNTIME_ID = "rt-local-1"

@@ -28,7 +28,7 @@ from kubernetes import client
 
 from listener.storage import records
 from testing import cgroups, deployed, overlays, podrunner, podspec, prometheus, watchenv
-from tether import apitypes
+from tether.kube import apitypes
 
 CUSTOMER_NS = "shop"
 DEFAULT_WATCH = "configuration"  # manifests/kcp/watches: ConfigMaps labelled as configuration

@@ -22,7 +22,8 @@ from kubernetes import client
 from enroller import metrics, reconcile, render
 from enroller import settings as settings_mod
 from testing import compassenv, controlplane, localnet
-from tether import certs, gateway, skr_clients
+from tether.base import certs
+from tether.kube import gateway, skr_clients
 
 CRD = (
     controlplane.REPO_ROOT
@@ -187,7 +188,7 @@ class EnrollerProcess:
         self.log = work / f"{name}.log"
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "tether.cli", "enroller"],
+                [sys.executable, "-m", "command.cli", "enroller"],
                 env={
                     **{k: v for k, v in os.environ.items() if not k.startswith("TETHER_")},
                     **localnet.ENV,

@@ -588,7 +588,7 @@ def finish(
 
 
 class CompassProcess:
-    """``tether compass`` (python -m tether.cli compass) as a subprocess."""
+    """``tether compass`` (python -m command.cli compass) as a subprocess."""
 
     def __init__(
         self, workdir: pathlib.Path, kubeconfig: pathlib.Path, env: dict[str, str]
@@ -612,7 +612,7 @@ class CompassProcess:
     def start(self, timeout: float = 30.0) -> CompassProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tether.cli", "compass"],
+                [sys.executable, "-m", "command.cli", "compass"],
                 env=self.env,
                 cwd=REPO,
                 stdout=log,

@@ -2,9 +2,9 @@
 
 ``History`` lists the KCP's records of one runtime (one SKR namespace) every ``interval``
 seconds in a thread while a fault test runs, and keeps, per key, the highest version it
-has seen (``tether.changes.Version``: epoch, resourceVersion, observedAt, deleted). Every
+has seen (``tether.wire.changes.Version``: epoch, resourceVersion, observedAt, deleted). Every
 later sample of the key is compared with it by the listener's own ordering rule
-(``tether.changes.compare``): a sample that rule calls ``stale`` (an older
+(``tether.wire.changes.compare``): a sample that rule calls ``stale`` (an older
 resourceVersion or epoch, a tombstone back to the live object it deleted) is a
 regression. A key that vanishes (a pruned tombstone) is no regression, but its highest
 version is kept: it may not come back older.
@@ -27,7 +27,8 @@ from typing import Any
 
 from kubernetes import client
 
-from tether import apitypes, changes
+from tether.kube import apitypes
+from tether.wire import changes
 
 Key = tuple[str, str]  # (namespace, name) in the runtime
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from tether import certs
+from tether.base import certs
 
 STATUS_404 = (
     b'{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound",'

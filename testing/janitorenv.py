@@ -48,7 +48,7 @@ class Janitor:
         environ.update(vars_)
         self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tether.cli", "janitor"],
+            [sys.executable, "-m", "command.cli", "janitor"],
             cwd=controlplane.REPO_ROOT,
             env=environ,
             stdout=self._log,

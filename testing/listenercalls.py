@@ -12,7 +12,7 @@ from typing import Any
 import requests
 
 from testing.listenerenv import Env, ListenerProcess, Runtime, add_runtime
-from tether import changes
+from tether.wire import changes
 
 # delivery health and the heartbeat Lease written after every request, not on an interval
 IMMEDIATE = {

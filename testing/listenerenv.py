@@ -21,7 +21,9 @@ from kubernetes import client
 
 from listener.storage import records
 from testing import cgroups, controlplane, watchenv
-from tether import apitypes, certs, changes
+from tether.base import certs
+from tether.kube import apitypes
+from tether.wire import changes
 
 REPO = controlplane.REPO_ROOT
 

@@ -1,5 +1,5 @@
 """The runtime address policy of local planes: every test and demo plane listens on
-127.0.0.1, which the product's default deny-list refuses (``tether.gateway.addresses``).
+127.0.0.1, which the product's default deny-list refuses (``tether.kube.gateway.addresses``).
 
 ``DENIED`` is the default list with only 127.0.0.1 taken out of loopback (127.0.0.2 and
 the rest of 127.0.0.0/8 stay denied, so a test can still point a kubeconfig at a denied
@@ -12,8 +12,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from tether import skr_clients
-from tether.gateway import addresses
+from tether.kube import skr_clients
+from tether.kube.gateway import addresses
 
 _LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 DENIED: tuple[addresses.Network, ...] = tuple(

@@ -34,7 +34,8 @@ from kubernetes import client
 from testing import controlplane, pollerenv, rawapi, watchenv
 from testing import listenerenv as lt
 from testing import webhookstack as stack
-from tether import apitypes, watches, watchwire
+from tether.kube import apitypes
+from tether.wire import watches, watchwire
 
 REPO = controlplane.REPO_ROOT
 SAMPLE_GROUP = "sample.loop.tether-test.example.com"
@@ -298,7 +299,7 @@ def wait_registered(
 
 
 class InjectorProcess:
-    """``python -m tether.cli injector`` as a subprocess (its settings from ``env``), with its
+    """``python -m command.cli injector`` as a subprocess (its settings from ``env``), with its
     probes on a free port; ``kill`` is SIGKILL (mid-stream), ``stop`` SIGTERM."""
 
     def __init__(self, workdir: pathlib.Path, name: str, env: dict[str, str]) -> None:
@@ -320,7 +321,7 @@ class InjectorProcess:
     def start(self, timeout: float = 60.0) -> InjectorProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tether.cli", "injector"],
+                [sys.executable, "-m", "command.cli", "injector"],
                 env=self.env,
                 cwd=REPO,
                 stdout=log,
@@ -382,7 +383,7 @@ def janitor_once(env: lt.Env, **overrides: str) -> str:
         }
     )
     out = subprocess.run(
-        [sys.executable, "-m", "tether.cli", "janitor", "--once"],
+        [sys.executable, "-m", "command.cli", "janitor", "--once"],
         cwd=REPO,
         env=environ,
         capture_output=True,

@@ -22,7 +22,9 @@ from listener.storage import records
 from poller import metrics, run, scan
 from testing import controlplane
 from testing.listenerenv import Env, Runtime
-from tether import apitypes, changes, filters, gateway, sender, statehash
+from tether.kube import apitypes, gateway
+from tether.runtime import sender
+from tether.wire import changes, filters, statehash
 
 REPO = controlplane.REPO_ROOT
 
@@ -126,7 +128,7 @@ class PollerProcess:
         self.command = [str(TETHER), "poller"]
         if code != REPO:
             self.env["PYTHONPATH"] = str(code)
-            self.command = [sys.executable, "-m", "tether.cli", "poller"]
+            self.command = [sys.executable, "-m", "command.cli", "poller"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> PollerProcess:

@@ -22,7 +22,7 @@ from typing import Any
 
 from cryptography import x509
 
-from tether import certs
+from tether.base import certs
 
 
 class Receiver:

@@ -52,7 +52,7 @@ from collections.abc import Callable
 from http import server
 from typing import Any
 
-from tether import certs
+from tether.base import certs
 
 BACKOFF_SECONDS = (2.0, 4.0)  # after attempt 1 and 2
 HTTP_TIMEOUT_SECONDS = 180.0  # runtime-watcher's HTTPTimeout (3 minutes)

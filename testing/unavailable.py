@@ -25,7 +25,7 @@ import tempfile
 import threading
 
 from testing import controlplane, relay
-from tether import certs
+from tether.base import certs
 
 BODY = json.dumps(
     {

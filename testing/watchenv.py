@@ -11,7 +11,7 @@ import yaml
 from kubernetes import client
 
 from testing import controlplane
-from tether import apitypes
+from tether.kube import apitypes
 
 REPO = controlplane.REPO_ROOT
 CRD_FILE = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_watches.yaml"

@@ -41,7 +41,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tether import certs
+from tether.base import certs
 
 REMOTE_NAMESPACE = "kyma-system"
 VWC_NAME = "skr-webhook"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether import filters, sender
+from tether.runtime import sender
+from tether.wire import filters
 from webhook import settings as settings_mod
 
 

@@ -28,7 +28,7 @@ import yaml
 from kubernetes import client
 
 from testing import controlplane
-from tether import certs
+from tether.base import certs
 
 REPO = controlplane.REPO_ROOT
 VWC_FILE = REPO / "manifests" / "skr" / "webhook" / "validatingwebhookconfiguration.yaml"
@@ -63,7 +63,7 @@ class WebhookProcess:
         if code != REPO:
             self.env["PYTHONPATH"] = str(code)
         self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        self.command = [sys.executable, "-m", "tether.cli", "webhook"]
+        self.command = [sys.executable, "-m", "command.cli", "webhook"]
         self.log_path = workdir / "webhook.log"
         self.proc: subprocess.Popen[bytes] | None = None
 

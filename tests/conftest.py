@@ -27,7 +27,7 @@ from kubernetes import client
 
 from testing import controlplane, tiers
 from testing.listenerenv import Env, ListenerProcess, Runtime, create_kyma, install_crd, make_env
-from tether import apitypes
+from tether.kube import apitypes
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -13,7 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from tether import filters, tracing, watches
+from tether.base import tracing
+from tether.wire import filters, watches
 from webhook import keyqueue
 
 API_VERSION = "admission.k8s.io/v1"

@@ -1,6 +1,6 @@
 """The webhook's Flask application factory: ``POST /validate`` (``webhook.validate``; only
 from the API server's client certificate when one is configured, ``webhook.caller``) and
-the operations surface (``tether.ops``: ``/healthz``, ``/readyz``, ``/metrics``, JSON errors,
+the operations surface (``tether.base.ops``: ``/healthz``, ``/readyz``, ``/metrics``, JSON errors,
 request log, the request metrics ``tether_webhook_http_*`` of prometheus-flask-exporter) on
 the same TLS port.
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import flask
 
-from tether import ops
+from tether.base import ops
 from webhook import caller, validate
 from webhook import services as services_mod
 from webhook import settings as settings_mod
@@ -69,7 +69,7 @@ def create_app(
 
 def _route_metrics(registry: Any) -> Callable[[str, float, bool], None]:
     """Records a ``POST /validate`` answered outside Flask in the request metrics
-    prometheus-flask-exporter keeps for the route (``tether.ops.request_metrics``)."""
+    prometheus-flask-exporter keeps for the route (``tether.base.ops.request_metrics``)."""
     names = getattr(registry, "_names_to_collectors", {})
     duration = names[f"{PREFIX}_http_request_duration_seconds"]
     total, raised = (

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import orjson
 from cryptography import x509
 
-from tether import certs
+from tether.base import certs
 
 PATH = "/validate"
 

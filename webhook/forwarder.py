@@ -18,7 +18,7 @@ listener's error and dropped (a rejected batch is retried record by record so on
 record does not sink the others). ``stop`` drains what can be sent within the grace
 period, then closes connections.
 
-Tracing (``tether.tracing``): each POST is a span of the first record's admission trace
+Tracing (``tether.base.tracing``): each POST is a span of the first record's admission trace
 (the ``traceparent`` header names it), linked to the other records' admission traces and
 to the admissions coalesced into each entry; a record sent again alone (a refused batch)
 carries its own entry's trace.
@@ -39,7 +39,9 @@ import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 
-from tether import changes, listenerapi, logs, sender, times, tracing, watches
+from tether.base import logs, times, tracing
+from tether.runtime import sender
+from tether.wire import changes, listenerapi, watches
 from webhook import keyqueue, metrics, readback
 from webhook import records as records_mod
 from webhook import settings as settings_mod

@@ -12,7 +12,7 @@ refused, dropped or abandoned). The decisions, per key:
   waits until the persisted version differs from it), the newest admission's old
   resourceVersion (the forwarder also waits while the object is still at it: the newest
   write is admitted but not yet persisted) and the latest operation and uid;
-  its trace is the first admission's (``tether.tracing``), the others' are its links
+  its trace is the first admission's (``tether.base.tracing``), the others' are its links
   (at most ``tracing.MAX_LINKS``; ``merged`` counts them all);
 * **in flight** (taken, not done): a further admission becomes one held entry (merging all
   that follow) that is ready when the send is done, not before the interval below;
@@ -35,7 +35,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Literal
 
-from tether import tracing, watches
+from tether.base import tracing
+from tether.wire import watches
 
 Operation = Literal["CREATE", "UPDATE", "DELETE"]
 PutResult = Literal["enqueued", "coalesced", "overflowed"]
@@ -52,7 +53,7 @@ class Item:
     observed_at: float  # admission time, Unix seconds (formatted only when needed)
     admitted: float = dataclasses.field(default_factory=time.monotonic)
     merged: int = 1  # how many admissions this entry stands for
-    trace: tracing.TraceParent | None = None  # the first admission's span (tether.tracing)
+    trace: tracing.TraceParent | None = None  # the first admission's span (tether.base.tracing)
     links: tuple[tracing.TraceParent, ...] = ()  # the traces of the admissions merged into it
     watch: watches.Watch | None = None  # Watch mode: the Watch the object is sent for
     # the newest merged admission's old resourceVersion and time (None: one admission)

@@ -1,12 +1,14 @@
 """``tether webhook``: the validating admission webhook for ConfigMaps and its forwarder (SKR).
 
-Checks every setting, certificate and the kubeconfig (``tether.config.load``), prepares the
+Checks every setting, certificate and the kubeconfig (``tether.base.config.load``), prepares the
 metrics folder and runs gunicorn; a bad setting stops it with one line before any worker.
 """
 
 from __future__ import annotations
 
-from tether import config, gateway, logs, metricsdir
+from tether.base import config, logs
+from tether.http import metricsdir
+from tether.kube import gateway
 from webhook import settings as settings_mod
 
 

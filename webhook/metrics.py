@@ -12,7 +12,7 @@ import dataclasses
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from tether import delivery
+from tether.wire import delivery
 
 PREFIX = "tether_webhook"
 HANDLER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -33,7 +33,7 @@ class Metrics:
     dispatch_seconds: Histogram
     delivery_seconds: Histogram  # outcome (listener's per-item outcome)
     last_success: Gauge
-    connection_refusals: Counter  # reason (tether.httpconn.REASONS)
+    connection_refusals: Counter  # reason (tether.http.httpconn.REASONS)
     callers_refused: Counter  # reason (webhook.caller: no-certificate, name)
 
 

@@ -13,7 +13,8 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
-from tether import apitypes, gateway, watches, watchkinds
+from tether.kube import apitypes, gateway
+from tether.wire import watches, watchkinds
 from webhook import keyqueue
 
 Result = Literal["live", "tombstone", "wait", "rejected", "unchanged"]

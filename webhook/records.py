@@ -2,7 +2,7 @@
 
 Without Watches (an entry without a Watch) a v1 record of a ConfigMap, as always. In
 Watch mode a v2 record for the entry's Watch, reduced in the runtime to what the Watch
-sends (``tether.changes.from_object``: a metadata Watch sends no value, a digest Watch a
+sends (``tether.wire.changes.from_object``: a metadata Watch sends no value, a digest Watch a
 hash per value), once the object is known to be of the Watch's kind (its own apiVersion
 and kind; an object of another kind is not sent at all); when the object read back is no
 longer admitted by the Watch (its labels left the selector) a v2 tombstone of that Watch
@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether import changes, watches
+from tether.wire import changes, watches
 from webhook import keyqueue
 
 

@@ -3,7 +3,7 @@ in force here, kept fresh off the request path (``Scope``; I/O in its own thread
 
 A runtime whose ``tether-watches`` ConfigMap (``TETHER_WATCHES_CONFIGMAP``) exists is in
 *Watch mode*: an admission is forwarded once per Watch covering its resource (group,
-version, plural and kind) that admits the object (``tether.watches.admits``: namespace,
+version, plural and kind) that admits the object (``tether.wire.watches.admits``: namespace,
 name, labels of the new *or* the old object, so an object whose labels leave a Watch's
 selector is forwarded once more and the forwarder sends that Watch a tombstone). Without
 the ConfigMap (``Scope.current()`` None) the environment's scope and v1 records apply
@@ -18,7 +18,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether import watches, watchset
+from tether.wire import watches, watchset
 from webhook import admission
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def decide(
 
 
 class Scope:
-    """The Watches in force here (``tether.watchset.WatchSet``), read once at start and then
+    """The Watches in force here (``tether.wire.watchset.WatchSet``), read once at start and then
     every ``ttl`` seconds by a daemon thread, so that an admission never waits on the
     runtime's API (``current`` only reads a field)."""
 

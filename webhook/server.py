@@ -1,6 +1,6 @@
 """Running the webhook app under gunicorn: gthread workers over TLS with keep-alive.
 
-The worker is ``tether.httpworker.BoundedWorker``: handshakes, request heads and bodies have
+The worker is ``tether.http.httpworker.BoundedWorker``: handshakes, request heads and bodies have
 deadlines (``TETHER_WEBHOOK_*_TIMEOUT_SECONDS``) and connections are capped per worker and
 per client address, so no pod of the runtime can hold the threads the API server needs.
 
@@ -19,7 +19,8 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from tether import gunicornlog, httpconn, httpworker, logs, ops, tlsreload
+from tether.base import logs, ops, tlsreload
+from tether.http import gunicornlog, httpconn, httpworker
 from webhook import app as app_mod
 from webhook import services as services_mod
 from webhook import settings as settings_mod

@@ -13,7 +13,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from tether import gateway, ops, sender, tlsreload, tracing, watches, watchset
+from tether.base import ops, tlsreload, tracing
+from tether.kube import gateway
+from tether.runtime import sender
+from tether.wire import watches, watchset
 from webhook import admission, forwarder, keyqueue, metrics, readback, scope
 from webhook import settings as settings_mod
 
@@ -51,7 +54,7 @@ class Services:
     def admit(
         self, req: admission.Request, watch: watches.Watch | None = None
     ) -> keyqueue.PutResult:
-        """Queue a forwarded admission's key. With spans recorded (``tether.tracing``) the
+        """Queue a forwarded admission's key. With spans recorded (``tether.base.tracing``) the
         admission is a span, the first of a new trace that the entry keeps; tracing off
         costs nothing here (the trace then starts at the forwarder's POST)."""
         if not self.tracer.enabled:
@@ -102,7 +105,7 @@ def build(
     s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] | None = None
 ) -> Services:
     """Queue, metrics, runtime API reader, listener client and forwarder (not started);
-    the tracer (``tether.tracing``: off unless an OTLP endpoint is configured)."""
+    the tracer (``tether.base.tracing``: off unless an OTLP endpoint is configured)."""
     registry = None if ops.multiprocess() else CollectorRegistry()
     m = metrics.build(registry)
     queue = keyqueue.KeyQueue(

@@ -1,6 +1,6 @@
 """The webhook's settings: one dataclass, built once in the entry point.
 
-Every setting is declared once, as a field with its option (``tether.config.setting``): its
+Every setting is declared once, as a field with its option (``tether.base.config.setting``): its
 environment variable, default, bounds and meaning; some have a flag of ``tether webhook``
 that overrides the variable. ``SPEC`` collects them; ``tether webhook --help`` and
 docs/webhook.md list them.
@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from tether import config, filters, sender, watchset
+from tether.base import config
+from tether.runtime import sender
+from tether.wire import filters, watchset
 
 MIB = 1024 * 1024
 setting = config.setting
@@ -187,7 +189,7 @@ class ServerSettings:
             maximum=64 * MIB,
         )
     )
-    # connections (per worker; tether.httpworker): every pod of the runtime can reach the
+    # connections (per worker; tether.http.httpworker): every pod of the runtime can reach the
     # server, so handshakes, heads and bodies have deadlines and connections are capped
     handshake_timeout: float = setting(
         config.seconds(

@@ -22,7 +22,7 @@ from typing import Any
 import flask
 import orjson
 
-from tether import ops
+from tether.base import ops
 from webhook import admission, scope
 from webhook import services as services_mod
 

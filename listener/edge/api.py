@@ -15,7 +15,7 @@ Epochs (``listener.fleet.epochs``): a record without one is given the runtime's 
 the answers carry it (``epoch``), so senders learn it; a poller's report on the first page
 of a state listing may start the next one.
 
-Tracing (``tether.tracing``): a POST of changes is a span of the KCP's own trace (its own
+Tracing (``tether.base.tracing``): a POST of changes is a span of the KCP's own trace (its own
 trace ID and sampling decision); the ``traceparent`` the runtime sent is only linked (and,
 well-formed, its trace ID is ``runtime_trace_id`` on the audit lines; malformed: ignored,
 never a refusal); each record's audit line and recent entry carry the KCP's trace ID, each
@@ -35,7 +35,9 @@ from flask import Blueprint, Response, request
 from listener.edge import intake, responses, services, steps, validation, watchcheck
 from listener.fleet import epochs
 from listener.storage import batch, listing, quota, records, store
-from tether import changes, gateway, listenerapi, numbers, tracing
+from tether.base import numbers, tracing
+from tether.kube import gateway
+from tether.wire import changes, listenerapi
 
 bp = Blueprint("runtimes", __name__, url_prefix="/v1/runtimes")
 DEFAULT_LIMIT, MAX_LIMIT = 500, 5000

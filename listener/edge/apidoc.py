@@ -135,7 +135,7 @@ def render() -> str:
         "## Schemas",
         "",
         "`ConfigMapChange`, `ConfigMapChangeList` and their parts come from the shared JSON "
-        "Schemas in `tether/schemas/` (the single source for the webhook, the poller and "
+        "Schemas in `tether/wire/schemas/` (the single source for the webhook, the poller and "
         "the listener).",
         "",
     ]

@@ -5,7 +5,7 @@
 
 Blueprints: the runtime API (``listener.edge.api``, ``listener.edge.stateapi``) and ``edge``
 (``/openapi.json``, and the hooks every request goes through: ports, request metrics, drain)
-on the data port; the operations surface (``tether.ops``) with ``/readyz`` (serving
+on the data port; the operations surface (``tether.base.ops``) with ``/readyz`` (serving
 certificate and client CA loaded, their last reload good, and the KCP API answering an
 authorized list; cached 2 s whatever the result) and ``/metrics`` on the operations port
 only; ``/healthz`` on both.
@@ -13,8 +13,8 @@ Every error answer is JSON; an unexpected exception is logged and answered 500 w
 details (no client input is meant to reach that).
 
 Request metrics: prometheus-flask-exporter's (``tether_listener_http_request_duration_seconds
-{method,route,status}`` and the rest, ``tether.ops.request_metrics``), in the listener's
-registry and served by ``tether.ops``'s ``/metrics`` on the operations port (the exporter's
+{method,route,status}`` and the rest, ``tether.base.ops.request_metrics``), in the listener's
+registry and served by ``tether.base.ops``'s ``/metrics`` on the operations port (the exporter's
 own multiprocess ``/metrics`` would build a registry of the value files only and drop the
 scrape-time collector of silent runtimes, so it serves none); and, counted here because
 the alerts and dashboards select them, ``tether_listener_requests_total{route,method,code}``
@@ -32,7 +32,9 @@ from flask import Blueprint, Flask, Response, current_app, g, request
 from listener import settings as settings_mod
 from listener.edge import api, metrics, openapi, responses, services, stateapi
 from listener.view import client as view_client
-from tether import gateway, httpworker, ops, tlsreload
+from tether.base import ops, tlsreload
+from tether.http import httpworker
+from tether.kube import gateway
 
 log = logging.getLogger(__name__)
 DRAIN_BYTES = 64 * 1024  # a refused body longer than this is not read: the connection closes

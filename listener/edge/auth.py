@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from tether import kyma
+from tether.kube import kyma
 
 REASONS = (
     # 401, no usable certificate (see peer.NoCertificate)

@@ -11,7 +11,7 @@ from flask import request
 
 from listener import settings as listener_settings
 from listener.edge import services, validation, watchcheck
-from tether import changes
+from tether.wire import changes
 
 
 def read_body(svc: services.Services) -> bytes | validation.Problem:
@@ -23,7 +23,7 @@ def read_body(svc: services.Services) -> bytes | validation.Problem:
     try:
         # gunicorn's wsgi.input ends at Content-Length or the last chunk; read one byte
         # over the cap to tell a body of exactly the cap from a longer one. Every read is
-        # bounded by the worker's idle timeout and body deadline (tether.httpworker).
+        # bounded by the worker's idle timeout and body deadline (tether.http.httpworker).
         raw: bytes = request.environ["wsgi.input"].read(cap + 1)
     except TimeoutError:
         return validation.Problem(

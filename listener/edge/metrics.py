@@ -8,7 +8,7 @@ cluster-wide numbers: alert on ``max`` over replicas.
 
 With several gunicorn workers, set ``PROMETHEUS_MULTIPROC_DIR`` (an empty folder per pod):
 counters and histograms are then shared through files and ``/metrics`` aggregates them
-(``tether.ops.Exposition``, which also adds ``SilentRuntimes`` at scrape time).
+(``tether.base.ops.Exposition``, which also adds ``SilentRuntimes`` at scrape time).
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from listener.fleet import heartbeat
-from tether import auditwriter, delivery, gateway
+from tether.base import auditwriter
+from tether.kube import gateway
+from tether.wire import delivery
 
 log = logging.getLogger(__name__)
 NS = "tether_listener"

@@ -1,9 +1,9 @@
 """docs/api.md, "Reading the records": the read contract of the stored records, the static
 part of the generated reference (``listener.edge.apidoc`` appends it). Written from the code
-that makes it true: ``listener.storage.records`` (the stored form), ``tether.changes.compare``
+that makes it true: ``listener.storage.records`` (the stored form), ``tether.wire.changes.compare``
 and ``listener.storage.rules`` (ordering, retention), ``listener.fleet.epochs`` (epochs),
 ``listener.janitor`` (what removes objects); the library that implements the consumer's side
-is ``tether.consumer``."""
+is ``injector.consumer``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ The listener's output is what it stores in the KCP: one `RuntimeConfigMap` objec
 runtime object. Whoever acts on a runtime's configuration (Kyma's operators; Tether's own
 configuration injector, `tether injector`) reads them with the Kubernetes API, a list then a
 watch, and nothing else. This section is what a consumer may rely on. The Python library
-`tether.consumer` keeps every rule below for you (relist, removed keys, resuming, bounded
+`injector.consumer` keeps every rule below for you (relist, removed keys, resuming, bounded
 memory, the nudge form): [consumers.md](consumers.md). An operator sees what is stored with
 `tether records RUNTIME` ([operations.md](operations.md#tether-records-what-the-kcp-holds-for-a-runtime)).
 
@@ -73,7 +73,7 @@ the janitor's deletions (below) until whoever set it removes it: do not add one.
 ### In which order
 
 * **Per key, only forward.** The listener replaces a stored record only by a newer one
-  (`tether.changes.compare`: the higher epoch wins; within an epoch the runtime's
+  (`tether.wire.changes.compare`: the higher epoch wins; within an epoch the runtime's
   resourceVersions compare as integers, else `observedAt`; a tombstone of the stored
   version is newer than it). An older record that arrives late is refused as `stale` and
   an equal one is not written (`duplicate`), so neither makes a watch event. The events of
@@ -140,7 +140,7 @@ treat **every key it held that the relist does not contain as removed** (it was 
 while the consumer was not watching: a pruned tombstone, a removed runtime), then watch from
 the list's resourceVersion. Ask for bookmarks (`allowWatchBookmarks=true`) and save the
 bookmark's resourceVersion too: a Watch whose storage namespace changes rarely otherwise
-keeps an old position that expires. `tether.consumer` does all of it (`Synced(relist=True)`
+keeps an old position that expires. `injector.consumer` does all of it (`Synced(relist=True)`
 after the relist, removed keys as changes with `record: None`).
 
 ### Idempotent, level-based consumers

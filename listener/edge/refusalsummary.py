@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tether import logs
+from tether.base import logs
 
 EVENT = "auth_refused_summary"
 MAX_KEYS = 256  # (reason, source) keys per window before the "other" bucket

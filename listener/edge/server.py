@@ -1,4 +1,4 @@
-"""gunicorn with TLS for the listener (a bounded gthread worker, ``tether.httpworker``).
+"""gunicorn with TLS for the listener (a bounded gthread worker, ``tether.http.httpworker``).
 
 The TLS context asks for a client certificate but does not require one
 (``ssl.CERT_OPTIONAL`` with the client CA bundle loaded): OpenSSL verifies any presented
@@ -6,10 +6,10 @@ certificate during the handshake (chain to the bundle, validity period, clientAu
 purpose) and aborts the handshake when it is invalid, so a forged, foreign or expired
 certificate never reaches the application; a connection without a certificate is served
 and the runtime API answers it 401 with a JSON body. Handshakes, request heads and bodies
-run under the deadlines and connection caps of ``tether.httpworker`` (settings
+run under the deadlines and connection caps of ``tether.http.httpworker`` (settings
 ``TETHER_LISTENER_*_TIMEOUT_SECONDS``, ``MAX_CONNECTIONS*``); refusals are counted and
 audited by ``listener.edge.worker``. The operations port (``OPS_BIND``: health, readiness,
-metrics) is plain HTTP. The context is a ``tether.tlsreload.Watched`` like the webhook's:
+metrics) is plain HTTP. The context is a ``tether.base.tlsreload.Watched`` like the webhook's:
 rebuilt when the certificate, key or CA files change (rotation without restart), the
 previous one kept when a rebuild fails, which ``/readyz`` then reports; TLS 1.2 is the
 minimum.
@@ -25,7 +25,8 @@ from gunicorn.app.base import BaseApplication
 
 from listener import settings
 from listener.edge import app, worker
-from tether import gunicornlog, httpconn, httpworker, tlsreload
+from tether.base import tlsreload
+from tether.http import gunicornlog, httpconn, httpworker
 
 # one XFCC header (32 KiB) fits; 1,000 connections' heads stay within 64 MiB
 _FIELD_SIZE, _HEAD_FIELDS, _MAX_HEAD = 32768, 32, 64 * 1024

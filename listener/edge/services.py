@@ -4,7 +4,7 @@ Kept on ``app.extensions[KEY]`` (no module globals): the KCP client and store, t
 lookup cache, heartbeats, rate limits, metrics, the per-runtime delivery counts
 (``listener.fleet.deliveries``), the audit logger, the unauthenticated refusals' counts
 (``listener.edge.refusalsummary``) and the client CA bundle
-(``tether.tlsreload``: reloaded when its file changes, for the X-Forwarded-Client-Cert mode
+(``tether.base.tlsreload``: reloaded when its file changes, for the X-Forwarded-Client-Cert mode
 and /readyz).
 """
 
@@ -23,13 +23,14 @@ from listener.edge import metrics as listener_metrics
 from listener.fleet import deliveries, heartbeat, outage, runtimes, statesummary, watchlist
 from listener.storage import batch, digestcache, records, rules, store
 from listener.view import client as view_client
-from tether import auditwriter, gateway, kyma, logs, tlsreload, tracing
+from tether.base import auditwriter, logs, tlsreload, tracing
+from tether.kube import gateway, kyma
 
 KEY = "tether.listener"
 
 
 def ca_bundle(path: str, check_interval: float = 1.0) -> tlsreload.Watched[list[x509.Certificate]]:
-    """The client CA certificates, re-read when the file changes (``tether.tlsreload``: a
+    """The client CA certificates, re-read when the file changes (``tether.base.tlsreload``: a
     bad new file keeps the previous certificates and shows in ``last_error``)."""
     return tlsreload.Watched(
         (path,), lambda: peer.load_ca_bundle(path), check_interval=check_interval

@@ -3,7 +3,7 @@
     GET /v1/runtimes/{id}/state/summary        -> {bucketCount, hashes[B], counts[B]}
     GET /v1/runtimes/{id}/state/buckets/{n}    -> {bucket, hash, count, items[DigestItem]}
 
-The poller compares its own bucket hashes (``tether.statehash``) with the summary and asks
+The poller compares its own bucket hashes (``tether.wire.statehash``) with the summary and asks
 only for the buckets that differ; a runtime in sync costs one summary GET, which is one
 KCP read (``listener.fleet.statesummary``). Both count as the runtime's heartbeat, cost one token
 of its rate, and go through the same authentication and in-flight cap as the other runtime
@@ -19,7 +19,9 @@ from flask import Blueprint, Response, request
 
 from listener.edge import responses, services, steps, validation
 from listener.fleet import epochs
-from tether import gateway, numbers, statehash
+from tether.base import numbers
+from tether.kube import gateway
+from tether.wire import statehash
 
 bp = Blueprint("state_summary", __name__, url_prefix="/v1/runtimes")
 

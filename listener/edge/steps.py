@@ -21,7 +21,9 @@ from flask import Response, request
 
 from listener.edge import auth, peer, ratelimit, responses, services, validation
 from listener.fleet import outage
-from tether import certs, changes, gateway, logs, tracing
+from tether.base import certs, logs, tracing
+from tether.kube import gateway
+from tether.wire import changes
 
 TRACE = "tether.trace"  # request.environ[TRACE]: the POST's span context (tracing.TraceParent)
 REMOTE = "tether.remote_trace"  # request.environ[REMOTE]: the runtime's, a link (or None)
@@ -172,7 +174,7 @@ def guarded(handler: Any) -> Any:
 
     Authentication first: the cap is per runtime, and an unauthenticated caller must not
     be able to spend another runtime's share by naming it in the URL. Both run before the
-    body is read (tether.httpworker gives a thread only to a complete request head)."""
+    body is read (tether.http.httpworker gives a thread only to a complete request head)."""
 
     def wrapper(runtime_id: str) -> Response:
         svc = services.of()

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from tether import changes
+from tether.wire import changes
 
 # A ConfigMap's data + binaryData may hold at most 1 MiB (the API server's limit).
 MAX_CONFIGMAP_BYTES = 1024 * 1024

@@ -1,10 +1,10 @@
 """Which Watch admits each record of a request, or why none does (pure).
 
 The KCP's own check of what a runtime sends (docs/watches.md, "The records"): a v2 record
-names its Watch, which must be in force for the runtime (``tether.watches.in_force``); a
+names its Watch, which must be in force for the runtime (``tether.wire.watches.in_force``); a
 v1 record (a sender of the previous version) is taken through the runtime's *compat
 Watch*: the first Watch by name in force for it that covers ConfigMaps (v1) and sends
-``full``. Either way the record must then pass ``tether.watches.violation``. A refusal has
+``full``. Either way the record must then pass ``tether.wire.watches.violation``. A refusal has
 a reason code (``REASONS``: the metric label, bounded) and a message naming the Watch and
 what is wrong, never a value of the record.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from tether import changes, watches
+from tether.wire import changes, watches
 
 NOT_IN_FORCE, NO_COMPAT, VIOLATION = "watch_not_in_force", "no_compat_watch", "watch_violation"
 REASONS = (NOT_IN_FORCE, NO_COMPAT, VIOLATION)

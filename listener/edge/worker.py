@@ -1,4 +1,4 @@
-"""The gunicorn worker of the listener: ``tether.httpworker.BoundedWorker``, plus accounting.
+"""The gunicorn worker of the listener: ``tether.http.httpworker.BoundedWorker``, plus accounting.
 
 Every connection a limit closes (stalled handshake or head, too many connections, an
 invalid client certificate) is counted in ``tether_listener_connection_refusals_total
@@ -26,7 +26,8 @@ from gunicorn import util
 from gunicorn.http import errors as http_errors
 
 from listener.edge import ratelimit, services
-from tether import httpconn, httpworker, logs
+from tether.base import logs
+from tether.http import httpconn, httpworker
 
 # OpenSSL verify/alert texts -> bounded reason codes
 _REASONS = (

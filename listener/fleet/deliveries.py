@@ -3,10 +3,10 @@
 Every record a runtime's POST hands to the store (its source, ``observedAt``, outcome) and
 every refusal of an authenticated runtime's request (reason, status; 429 counts as
 throttled; per reason the last refused object, when the refusal has one, and its time: see
-``tether.lastrefused``) go into a ``tether.delivery.Delta`` per runtime in this worker's
+``tether.wire.lastrefused``) go into a ``tether.wire.delivery.Delta`` per runtime in this worker's
 memory: a bounded map of at most ``max_runtimes`` runtimes (events of further runtimes are counted
 in ``tether_listener_delivery_dropped_total`` and otherwise lost), each delta bounded by
-``tether.delivery`` (a bucket per minute, the last 20 records, one last refusal per
+``tether.wire.delivery`` (a bucket per minute, the last 20 records, one last refusal per
 reason).
 
 ``flush_if_due`` runs after the response was sent (``listener.edge.api`` registers it with
@@ -18,7 +18,7 @@ kept and new counts are merged into one delta) and logs one line per ``LOG_EVERY
 runtime that stops sending is flushed at its next request (its poller's heartbeat and state
 GET come every poll interval), and every runtime at worker exit (``flush_all``).
 
-The decisions live in ``tether.delivery`` (pure); this module keeps the map and does the I/O.
+The decisions live in ``tether.wire.delivery`` (pure); this module keeps the map and does the I/O.
 """
 
 from __future__ import annotations
@@ -33,16 +33,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from listener.edge import metrics as listener_metrics
-from listener.fleet import flushing, heartbeat
+from listener.fleet import beatcounts, flushing, heartbeat
 from listener.storage import quota, records
-from tether import apitypes, beatcounts, delivery, gateway, lastrefused, logs
+from tether.base import logs
+from tether.kube import apitypes, gateway
+from tether.wire import delivery, lastrefused
 
 log = logging.getLogger(__name__)
 MAX_RUNTIMES = 10_000  # runtimes with unsent counts per worker
 MAX_REMEMBERED = 50_000  # last flush times kept (forgetting one only flushes it earlier)
 # requests seen only (a runtime that just polls) wait this long to be merged: within the
 # WINDOW_MINUTES the object keeps, so nothing is lost, and a quiet runtime costs the KCP one
-# read and one write per worker in that time (tether.beatcounts holds them meanwhile)
+# read and one write per worker in that time (listener.fleet.beatcounts holds them meanwhile)
 BEATS_FLUSH_SECONDS = 3000.0
 MAX_ATTEMPTS = 4
 LOG_EVERY = 30.0

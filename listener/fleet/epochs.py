@@ -4,7 +4,7 @@ resourceVersions order one runtime's changes only while its history goes forward
 restored from a backup, or a cluster rebuilt under the same runtime ID, writes
 resourceVersions again that the KCP holds already for other (lost) changes; compared as
 integers, every later change would be refused as stale. So records carry an epoch
-(``tether.changes.compare``: the higher epoch wins, resourceVersions are compared only
+(``tether.wire.changes.compare``: the higher epoch wins, resourceVersions are compared only
 within one), and the KCP, never the runtime, starts a new one: a restored runtime's own
 state went back too, and it could not remember a counter of its own.
 
@@ -39,7 +39,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal, NamedTuple
 
-from tether import changes, numbers
+from tether.base import numbers
+from tether.wire import changes
 
 IDENTITY_MAX = 128  # a UID (36 characters); room for other identities
 Reason = Literal["identity-recorded", "identity-changed", "history-went-back"]

@@ -41,7 +41,9 @@ from typing import Any
 from listener.fleet import epochs
 from listener.storage import records, rules
 from listener.view import client as view_client
-from tether import apitypes, changes, gateway, logs, times
+from tether.base import logs, times
+from tether.kube import apitypes, gateway
+from tether.wire import changes
 
 ANN_IDENTITY = "tether.kyma-project.io/runtime-identity"
 MAX_REMEMBERED = 50_000

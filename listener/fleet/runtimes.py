@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from listener.view import client as view_client
-from tether import gateway, kyma
+from tether.kube import gateway, kyma
 
 MAX_ENTRIES = 20_000
 

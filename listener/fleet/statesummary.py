@@ -1,6 +1,6 @@
 """Each runtime's state summary in the KCP: the ``RuntimeStateSummary`` object (the I/O).
 
-The summary folds a runtime's stored records into ``tether.statehash.BUCKETS`` buckets (a
+The summary folds a runtime's stored records into ``tether.wire.statehash.BUCKETS`` buckets (a
 64-bit XOR and a count of live records each), so that a poll run of a runtime in sync
 costs the KCP one read (``read``) instead of a listing of all of its records, and a
 difference costs a listing of its bucket only (``bucket``). Each bucket also holds its
@@ -55,7 +55,9 @@ from listener.fleet.summaryobject import Hooks as Hooks
 from listener.fleet.summaryobject import name_of as name_of
 from listener.storage import records, rules
 from listener.view import client as view_client
-from tether import apitypes, gateway, numbers, statehash
+from tether.base import numbers
+from tether.kube import apitypes, gateway
+from tether.wire import statehash
 
 FLUSH_SECONDS = 1.0
 MAX_PENDING = 100_000  # pending bucket changes per worker, over all runtimes

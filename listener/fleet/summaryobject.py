@@ -18,7 +18,9 @@ from typing import Any, NamedTuple
 
 from listener.fleet import heartbeat
 from listener.storage import listing, namespaces, records, rules
-from tether import apitypes, changes, gateway, logs, numbers, statehash
+from tether.base import logs, numbers
+from tether.kube import apitypes, gateway
+from tether.wire import changes, statehash
 
 log = logging.getLogger("listener.fleet.statesummary")  # one logger for the state summary
 MAX_ATTEMPTS = 6

@@ -4,7 +4,7 @@ Every record is checked against the Watches in force for its runtime
 (``listener.edge.watchcheck``); one list call per worker and ``ttl`` (the setting
 ``TETHER_LISTENER_WATCH_CACHE_SECONDS``) serves every request meanwhile, so a new, changed
 or deleted Watch takes effect at the listener within that time. A Watch that cannot be
-parsed (``tether.watches.parse``) is skipped: it is in force nowhere (its status says why,
+parsed (``tether.wire.watches.parse``) is skipped: it is in force nowhere (its status says why,
 written by the enroller). When the list fails (the KCP down, the Watch CRD missing) the last
 list read is used, however old; with none, the error propagates (the client gets 503 and
 retries), never a refusal.
@@ -31,7 +31,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from tether import apitypes, gateway, logs, watches
+from tether.base import logs
+from tether.kube import apitypes, gateway
+from tether.wire import watches
 
 log = logging.getLogger(__name__)
 REFRESH_FLOOR = 1.0  # seconds between reads forced by an unknown Watch name

@@ -8,7 +8,9 @@ from typing import Any, NamedTuple
 
 from listener.fleet import heartbeat, statesummary
 from listener.storage import records, rules
-from tether import apitypes, gateway, kyma, times, watchuse
+from tether.base import times
+from tether.kube import apitypes, gateway, kyma
+from tether.wire import watchuse
 
 PAGE = 500
 OWN_RECORDS = f"{apitypes.MANAGED_BY_LABEL}={records.MANAGED_BY}"

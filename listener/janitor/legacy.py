@@ -1,7 +1,7 @@
 """Records stored before Watches (legacy records), picked for deletion (pure).
 
 A record written by a listener of the version before Watches has no Watch label
-(``tether.watches.WATCH_LABEL``; ``listener.storage.records.watch_of``). Since Watches, every
+(``tether.wire.watches.WATCH_LABEL``; ``listener.storage.records.watch_of``). Since Watches, every
 record is stored under its Watch, a v1 record under the runtime's compat Watch, so such a
 record is never written again, and the runtime's poller does not see it (its state listing
 is of one Watch's records). The janitor deletes a runtime's legacy records once it holds
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from listener.storage import records, rules
-from tether import apitypes
+from tether.kube import apitypes
 
 
 class Legacy:

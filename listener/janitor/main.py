@@ -3,7 +3,7 @@
 Settings come from ``TETHER_LISTENER_*`` environment variables (``tether janitor --help``,
 docs/listener.md); a bad one, or a kubeconfig that does not load, stops the process with one
 line before anything starts (``--check`` only checks).
-Builds the KCP client and the janitor; then ``tether.elected.run_elected``: its interval
+Builds the KCP client and the janitor; then ``tether.runtime.elected.run_elected``: its interval
 run in the Lease holder, /healthz, /readyz and /metrics on ``JANITOR_BIND``, a clean stop on
 SIGTERM (releasing the Lease). ``--once``: one run, no election, exit 1 if it failed.
 
@@ -24,7 +24,8 @@ from listener.edge import metrics as listener_metrics
 from listener.fleet import statesummary
 from listener.janitor import settings as settings_mod
 from listener.janitor import sweep as janitor
-from tether import auditwriter, elected, leader, logs, ops
+from tether.base import auditwriter, logs, ops
+from tether.runtime import elected, leader
 
 log = logging.getLogger("janitor")
 
@@ -35,7 +36,7 @@ def create_app(
     *,
     cache_seconds: float = ops.READY_CACHE_SECONDS,
 ) -> flask.Flask:
-    """The operations surface (``tether.ops``): /healthz, /readyz (leading or standing by:
+    """The operations surface (``tether.base.ops``): /healthz, /readyz (leading or standing by:
     the elector and the scheduler run), /metrics."""
     probes = ops.Probes(cache_seconds=cache_seconds).ready(
         "scheduler", lambda: None if ready() else "elector or scheduler not running"

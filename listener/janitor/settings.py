@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from listener import settings as listener_settings
-from tether import config
+from tether.base import config
 
 setting = config.setting
 

@@ -43,7 +43,9 @@ from listener.janitor.calls import PAGE as PAGE
 from listener.janitor.calls import Kcp as Kcp
 from listener.janitor.calls import LeaseFacts as LeaseFacts
 from listener.storage import records, rules
-from tether import apitypes, gateway, logs, statehash, times
+from tether.base import logs, times
+from tether.kube import apitypes, gateway
+from tether.wire import statehash
 
 log = logging.getLogger(__name__)
 MAX_TOMBSTONES = 5000  # deletions per run; the rest waits for the next run

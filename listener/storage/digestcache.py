@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tether import changes
+from tether.wire import changes
 
 DEFAULT_TTL = 60.0
 DEFAULT_MAX_RUNTIMES = 64

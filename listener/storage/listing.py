@@ -17,7 +17,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from listener.storage import records, rules
-from tether import apitypes, changes, gateway, numbers, statehash
+from tether.base import numbers
+from tether.kube import apitypes, gateway
+from tether.wire import changes, statehash
 
 LIST_PAGE = 500
 

@@ -27,7 +27,8 @@ import time
 from collections.abc import Callable, Mapping
 
 from listener.storage import records
-from tether import gateway, logs
+from tether.base import logs
+from tether.kube import gateway
 
 log = logging.getLogger(__name__)
 STORAGE_LABEL = "tether.kyma-project.io/record-storage"  # on a Namespace: records may be stored

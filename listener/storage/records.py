@@ -9,10 +9,10 @@ as a ConfigMap. Objects written before Watches have no Watch label (legacy recor
 janitor deletes them, ``listener.janitor.sweep``). ``spec`` holds the latest record; annotations
 repeat the few fields of the state digest so ``GET .../state`` can list metadata only
 (``PartialObjectMetadataList``) instead of every object's data. The record's epoch
-(``tether.changes``, ``listener.fleet.epochs``) is ``spec.epoch`` and the annotation
+(``tether.wire.changes``, ``listener.fleet.epochs``) is ``spec.epoch`` and the annotation
 ``tether.kyma-project.io/epoch``; an object without them (written before epochs) is of
 epoch 0. The annotation ``tether.kyma-project.io/traceparent`` names the trace of the write
-(``tether.tracing``: the W3C ``traceparent`` of the listener's span, in the change's trace);
+(``tether.base.tracing``: the W3C ``traceparent`` of the listener's span, in the change's trace);
 a write without one removes an older one.
 
 Where (docs/watches.md, "Where records are stored and who can read them"): a record lives in
@@ -34,7 +34,7 @@ CRD: ``manifests/kcp/crds/tether.kyma-project.io_runtimeconfigmaps.yaml``.
 Stored objects are read as they are: an object written by an older version (a looser
 schema) or by hand may hold values the ordering rule cannot use. ``stored_version`` and
 ``digest_item`` never raise on them; such a version is replaced by the next valid record
-for the key (``tether.changes.compare``), and ``stored_version`` reports it with one
+for the key (``tether.wire.changes.compare``), and ``stored_version`` reports it with one
 warning naming the object and field (the one side effect here).
 """
 
@@ -48,10 +48,12 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from listener.storage import rules
-from tether import apitypes, changes, logs, statehash, watches
+from tether.base import logs
+from tether.kube import apitypes
+from tether.wire import changes, statehash, watches
 
 NAMESPACE_LABEL = "tether.kyma-project.io/namespace"
-# the key's bucket of the state summary (tether.statehash), so one bucket is one label-selected
+# the key's bucket of the state summary (tether.wire.statehash), so one bucket is one label-selected
 # list (listener.fleet.statesummary); objects written before it have none until their next write
 BUCKET_LABEL = "tether.kyma-project.io/bucket"
 MANAGED_BY = "tether-listener"

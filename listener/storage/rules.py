@@ -3,7 +3,7 @@ the listener writes, which it refuses, which the janitor prunes. ``listener.stor
 and ``listener.storage.quota`` apply them to the KCP, ``listener.janitor.sweep`` too.
 
 **Ordering** (``verdict``): a record is written only if it is newer than the stored object
-(``tether.changes.compare``: equal resourceVersion is a ``duplicate``, an older one
+(``tether.wire.changes.compare``: equal resourceVersion is a ``duplicate``, an older one
 ``stale``), and a record for a key that is not stored is ``stale`` when it is too old for the
 tombstone retention (below). ``may_create_unread``: whether a record may be created without
 reading first (it would be accepted for a new key; the API's create proves the key new).
@@ -56,7 +56,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
-from tether import changes, numbers
+from tether.base import numbers
+from tether.wire import changes
 
 ORPHANED_SINCE = "tether.kyma-project.io/orphaned-since"
 MAX_ALLOWANCE = 600.0

@@ -1,7 +1,7 @@
 """Persistence in the KCP: change records as ``RuntimeConfigMap`` objects (the I/O).
 
 ``persist`` applies the storage rule's decisions (``listener.storage.rules``: the ordering
-rule ``tether.changes.compare``, the retention, the quota) against the stored object and
+rule ``tether.wire.changes.compare``, the retention, the quota) against the stored object and
 writes only a newer record, with the stored object's resourceVersion
 (optimistic concurrency): when another replica wrote in between, the API answers 409 and
 the record is compared again with the fresh object. Two writes go without a read first,
@@ -45,7 +45,7 @@ setting, or the KCP's admission: an unlabelled Namespace) is an error (503). Eve
 runtime's records is one label-selected list (``listener.storage.listing``) that keeps only objects
 where their Watch stores.
 
-Errors are the gateway's (``tether.gateway``): ``gateway.Rejected`` when the API refuses the
+Errors are the gateway's (``tether.kube.gateway``): ``gateway.Rejected`` when the API refuses the
 object itself (the client gets 400), any other ``gateway.GatewayError`` when the KCP API
 cannot be used (down, timing out, 5xx, 429, or refusing this listener: ``Forbidden``; the
 client gets 503 and retries).
@@ -61,7 +61,9 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from listener.storage import listing, namespaces, quota, records, rules, unbacked, writecache
-from tether import apitypes, changes, gateway, logs
+from tether.base import logs
+from tether.kube import apitypes, gateway
+from tether.wire import changes
 
 Outcome = Literal["persisted", "duplicate", "stale"]
 MAX_ATTEMPTS = 12

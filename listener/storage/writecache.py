@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from tether import changes
+from tether.wire import changes
 
 
 class Entry(NamedTuple):

@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 from listener.fleet import heartbeat
 from listener.view import store
-from tether import gateway, logs, times
+from tether.base import logs, times
+from tether.kube import gateway
 
 log = logging.getLogger(__name__)
 MAX_QUEUED = 20_000

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector as PromCollector
 
-from tether import apitypes, kyma
+from tether.kube import apitypes, kyma
 
 RETRY_SECONDS = 1.0
 MAX_ANSWER = 8 * 1024 * 1024

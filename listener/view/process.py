@@ -23,7 +23,8 @@ from collections import Counter
 
 from listener import settings
 from listener.view import beats, serve, store, watcher
-from tether import apitypes, config, gateway, logs
+from tether.base import config, logs
+from tether.kube import apitypes, gateway
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from listener.view import beats, store
-from tether import kyma
+from tether.kube import kyma
 
 MAX_REQUEST = 1024
 MAX_CONNECTIONS = 512

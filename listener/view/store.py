@@ -14,7 +14,9 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tether import apitypes, changes, kyma, numbers
+from tether.base import numbers
+from tether.kube import apitypes, kyma
+from tether.wire import changes
 
 ANN_IDENTITY = "tether.kyma-project.io/runtime-identity"  # as listener.fleet.heartbeat
 

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from listener.view import store
-from tether import gateway, logs
+from tether.base import logs
+from tether.kube import gateway
 
 log = logging.getLogger(__name__)
 # the server ends each watch after this (the next one continues from its version); a

@@ -27,7 +27,7 @@ from typing import Any
 
 from standins.director import app as app_mod
 from standins.director import store as store_mod
-from tether import certs
+from tether.base import certs
 
 IDLE_SECONDS = 30.0
 MAX_BODY = 1024 * 1024

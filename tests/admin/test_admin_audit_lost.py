@@ -1,4 +1,4 @@
-"""The admin's audit never holds up a page (``tether.auditwriter``): a real ``tether admin``
+"""The admin's audit never holds up a page (``tether.base.auditwriter``): a real ``tether admin``
 with its audit file on a full file system (``/dev/full``: every write fails with ENOSPC)
 still signs operators in and out and answers its pages; every audit line it could not write
 is counted in ``tether_admin_audit_lost_total{reason="write_error"}`` (both reasons exported
@@ -18,7 +18,7 @@ import pytest
 
 from testing import adminenv
 from testing.listenerenv import metric_value
-from tether import auditwriter
+from tether.base import auditwriter
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 

@@ -23,7 +23,8 @@ from kubernetes import client
 from listener.fleet import heartbeat
 from testing import adminenv, controlplane, pollerenv
 from testing.listenerenv import metric_value
-from tether import apitypes, delivery
+from tether.kube import apitypes
+from tether.wire import delivery
 
 pytestmark = pytest.mark.processes
 
@@ -358,7 +359,7 @@ def test_tether_status_prints_the_same_facts(
             [
                 sys.executable,
                 "-m",
-                "tether.cli",
+                "command.cli",
                 "status",
                 "--kubeconfig",
                 str(admin_env.kubeconfig),
@@ -483,7 +484,7 @@ def test_tether_status_of_one_runtime_is_a_detail_view(
         [
             sys.executable,
             "-m",
-            "tether.cli",
+            "command.cli",
             "status",
             last_refused,
             "--tether-namespace",
@@ -519,7 +520,7 @@ def test_tether_status_of_one_runtime_is_a_detail_view(
             [
                 sys.executable,
                 "-m",
-                "tether.cli",
+                "command.cli",
                 "status",
                 last_refused,
                 "-o",

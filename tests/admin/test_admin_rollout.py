@@ -14,7 +14,7 @@ from kubernetes import client
 
 from enroller import rollout
 from testing import adminenv
-from tether import apitypes
+from tether.kube import apitypes
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 

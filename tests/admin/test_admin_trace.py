@@ -1,4 +1,4 @@
-"""The admin runtime page shows each recent record's trace ID (``tether.tracing``) beside it,
+"""The admin runtime page shows each recent record's trace ID (``tether.base.tracing``) beside it,
 from the RuntimeDelivery a listener writes (through the real API server: the CRD keeps
 ``traceId``), so an operator can follow one change from the page to the listener's audit
 line, the stored record's annotation and the spans."""
@@ -13,7 +13,8 @@ from kubernetes import client
 
 from listener.fleet import heartbeat
 from testing import adminenv
-from tether import apitypes, delivery
+from tether.kube import apitypes
+from tether.wire import delivery
 
 pytestmark = pytest.mark.processes
 

@@ -54,7 +54,8 @@ from admin import guard as admin_guard
 from listener.fleet import heartbeat
 from testing import adminenv, controlplane
 from testing.docanchors import OPERATIONS, github_anchors
-from tether import apitypes, delivery
+from tether.kube import apitypes
+from tether.wire import delivery
 
 pytestmark = pytest.mark.processes
 

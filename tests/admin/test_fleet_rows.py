@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime
 
 from admin import auth, charts, fleet, parts, throttle, views
-from tether import apitypes, delivery
+from tether.kube import apitypes
+from tether.wire import delivery
 
 NOW = datetime.datetime(2026, 12, 2, 12, 0, tzinfo=datetime.UTC)
 

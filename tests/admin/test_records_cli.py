@@ -12,7 +12,9 @@ import pytest
 
 from admin import records_cli as rc
 from admin import recordsview as view
-from tether import apitypes, config, watches, watchkinds
+from tether.base import config
+from tether.kube import apitypes
+from tether.wire import watches, watchkinds
 
 NOW = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.UTC)
 SECRET = "s3cr3t-value-never-shown"

@@ -19,7 +19,8 @@ from kubernetes import client
 
 from testing import controlplane, watchenv
 from testing.listenerenv import install_crd
-from tether import apitypes, watches
+from tether.kube import apitypes
+from tether.wire import watches
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
@@ -117,7 +118,7 @@ def scene(kcp: controlplane.ControlPlane, kcp_api: client.ApiClient) -> Iterator
 
 def records(kubeconfig: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tether.cli", "records", "--kubeconfig", str(kubeconfig), *args],
+        [sys.executable, "-m", "command.cli", "records", "--kubeconfig", str(kubeconfig), *args],
         capture_output=True,
         text=True,
         timeout=60,

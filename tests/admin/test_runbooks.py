@@ -20,7 +20,9 @@ from admin import settings as settings_mod
 from listener.edge import auth, watchcheck
 from listener.storage import rules
 from testing.docanchors import OPERATIONS, github_anchors
-from tether import config, delivery, httpconn
+from tether.base import config
+from tether.http import httpconn
+from tether.wire import delivery
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EDGE = ROOT / "listener" / "edge"

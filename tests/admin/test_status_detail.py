@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 
 from admin import detail, fleet, parts, runbooks
-from tether import delivery
+from tether.wire import delivery
 
 NOW = datetime.datetime(2026, 12, 2, 12, 0, tzinfo=datetime.UTC)
 

@@ -32,10 +32,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from kubernetes import client
 
-from enroller import castore
+from enroller import castore, pki
 from listener.edge import peer
 from testing import certmanager, controlplane
-from tether import certs, gateway, pki
+from tether.base import certs
+from tether.kube import gateway
 
 pytestmark = pytest.mark.processes
 

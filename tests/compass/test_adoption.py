@@ -22,7 +22,7 @@ from standins.director import store as store_mod
 from testing import compassenv as h
 from testing import controlplane
 from testing.compassenv import Landscape, reasons, writes_since
-from tether import apitypes
+from tether.kube import apitypes
 
 
 def director_state(store: store_mod.Store, tenant: str) -> list[tuple[Any, ...]]:

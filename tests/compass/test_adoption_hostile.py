@@ -22,7 +22,7 @@ from compass import model
 from testing import compassenv as h
 from testing import controlplane
 from testing.compassenv import Landscape, reasons, writes_since
-from tether import apitypes
+from tether.kube import apitypes
 
 
 def condition(st: dict[str, Any], reason: str) -> dict[str, Any]:

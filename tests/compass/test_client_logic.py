@@ -10,7 +10,7 @@ import pytest
 
 from compass import breaker, errors, oauth, queries, status
 from compass import settings as settings_mod
-from tether import config
+from tether.base import config
 
 NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
 

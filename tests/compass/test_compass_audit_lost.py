@@ -1,4 +1,4 @@
-"""Compass's audit never holds up its run (``tether.auditwriter``): a real ``tether compass``
+"""Compass's audit never holds up its run (``tether.base.auditwriter``): a real ``tether compass``
 with its audit file on a full file system (``/dev/full``: every write fails with ENOSPC)
 still registers a runtime and delivers its token; the lines it could not write
 (``compass.runtime_registered``, ``compass.token_issued``) are counted in
@@ -21,7 +21,7 @@ from kubernetes import client
 from testing import compassenv as h
 from testing import controlplane, localnet
 from testing.listenerenv import metric_value
-from tether import auditwriter
+from tether.base import auditwriter
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
@@ -63,7 +63,7 @@ def test_compass_with_its_audit_on_a_full_disk_still_registers(
     log_file = tmp_path / "compass.log"
     with open(log_file, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tether.cli", "compass"],
+            [sys.executable, "-m", "command.cli", "compass"],
             env=env,
             cwd=controlplane.REPO_ROOT,
             stdout=out,

@@ -19,7 +19,8 @@ from compass import service
 from standins.director import store as store_mod
 from testing import compassenv as h
 from testing import controlplane
-from tether import apitypes, elected, gateway, leader
+from tether.kube import apitypes, gateway
+from tether.runtime import elected, leader
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 RCM_CRD = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from compass import event_sender
-from tether import events, gateway
+from tether.kube import events, gateway
 
 
 def _stored(api: client.ApiClient, ns: str, name: str) -> list[str]:

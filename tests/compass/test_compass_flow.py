@@ -18,7 +18,7 @@ from compass import model
 from standins.director import store as store_mod
 from testing import compassenv as h
 from testing import controlplane, pollerenv
-from tether import apitypes
+from tether.kube import apitypes
 
 pytestmark = pytest.mark.processes
 

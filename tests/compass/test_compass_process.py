@@ -18,7 +18,8 @@ from compass import app as app_mod
 from compass import metrics, service
 from testing import compassenv as h
 from testing import controlplane, localnet
-from tether import gateway, leader
+from tether.kube import gateway
+from tether.runtime import leader
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
@@ -139,7 +140,7 @@ def test_tether_compass_process_end_to_end(
         "TETHER_COMPASS_BIND": f"127.0.0.1:{port}",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tether.cli", "compass"],
+        [sys.executable, "-m", "command.cli", "compass"],
         env=env,
         cwd=controlplane.REPO_ROOT,
         stdout=subprocess.PIPE,

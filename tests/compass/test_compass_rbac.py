@@ -13,7 +13,8 @@ from kubernetes import client, utils
 from compass import service
 from testing import compassenv as h
 from testing import controlplane
-from tether import gateway, leader
+from tether.kube import gateway
+from tether.runtime import leader
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 

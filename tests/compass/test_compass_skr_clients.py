@@ -1,4 +1,4 @@
-"""tether.skr_clients against the real KCP and SKR planes: kubeconfig Secrets read by name,
+"""tether.kube.skr_clients against the real KCP and SKR planes: kubeconfig Secrets read by name,
 cached per resourceVersion, read again after their age or ``forget``."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from kubernetes import client
 
 from testing import compassenv as h
 from testing import controlplane, localnet
-from tether import apitypes, gateway, skr_clients
+from tether.kube import apitypes, gateway, skr_clients
 
 
 class Clock:

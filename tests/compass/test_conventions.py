@@ -10,13 +10,14 @@ from typing import Any, NamedTuple
 import pytest
 
 from compass import errors, lease_notes, status
-from tether import apitypes, elected, events
+from tether.kube import apitypes, events
+from tether.runtime import elected
 
 NOW = datetime.datetime(2026, 11, 30, 10, 0, 0, 123456, tzinfo=datetime.UTC)
 REF = events.Ref("tether.kyma-project.io/v1alpha1", "CompassMapping", "kcp-system", "k1", "u-1")
 
 
-# -- tether.events ---------------------------------------------------------------------------
+# -- tether.kube.events ---------------------------------------------------------------------------
 
 
 def test_event_body_is_bounded_and_names_its_object() -> None:
@@ -53,7 +54,7 @@ def test_event_reason_must_be_camel_case(reason: str) -> None:
         events.body(REF, reason, "m", warning=False, component="c", instance="i", now=NOW)
 
 
-# -- tether.elected: the last run -----------------------------------------------------------
+# -- tether.runtime.elected: the last run ---------------------------------------------------
 
 
 class Summary(NamedTuple):

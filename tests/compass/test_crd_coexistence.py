@@ -24,7 +24,7 @@ import yaml
 
 from compass import legacy
 from testing import controlplane
-from tether import apitypes, gateway
+from tether.kube import apitypes, gateway
 
 pytestmark = [pytest.mark.plane, pytest.mark.processes]  # a plane of its own
 

@@ -10,7 +10,7 @@ import pytest
 
 from compass import decide, model
 from testing.compassfacts import LABELS, NOW, kyma, mapping
-from tether import apitypes
+from tether.kube import apitypes
 
 POLICY = decide.Policy()
 READY = dict(

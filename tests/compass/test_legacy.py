@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client
 
 from compass import legacy, metrics, service, settings
-from tether import gateway
+from tether.kube import gateway
 
 
 def cm_mapping(

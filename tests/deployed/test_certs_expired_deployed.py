@@ -17,7 +17,7 @@ every 60 s, the listener's keep-alive is 75 s) delivers nothing, so the KCP does
 window's changes. Before this check the poller delivered the whole window with the expired
 certificate. The enroller scaled back up re-issues (the Secret's
 notAfter moves forward), the pod runner rewrites the mounted Secrets as the kubelet does, the
-webhook and the poller reload them without a restart (``tether.tlsreload``; their restart
+webhook and the poller reload them without a restart (``tether.base.tlsreload``; their restart
 counts are unchanged), the KCP ends with exactly the runtime's state, and a new write arrives
 again; the times from the enroller's restart are printed.
 
@@ -42,7 +42,7 @@ from kubernetes import client
 
 from listener.storage import records
 from testing import controlplane, deployed, overlays, watchenv
-from tether import apitypes
+from tether.kube import apitypes
 
 pytestmark = pytest.mark.processes
 

@@ -22,10 +22,12 @@ from typing import Any
 import pytest
 from cryptography import x509
 
+from enroller import pki
 from testing import controlplane, deployed, overlays, watchenv
 from testing import deployedscenarios as scenarios
 from testing.deployedscenarios import CERT_SECONDS, CUSTOMER_NS, flow, stored
-from tether import apitypes, digests, pki, watches, watchwire
+from tether.kube import apitypes
+from tether.wire import digests, watches, watchwire
 
 pytestmark = pytest.mark.processes
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from testing import controlplane, deployed, overlays
-from tether import apitypes
+from tether.kube import apitypes
 
 pytestmark = pytest.mark.processes
 

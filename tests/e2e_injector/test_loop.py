@@ -29,7 +29,9 @@ from testing import loopenv as loop
 from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess, Runtime, add_runtime
 from testing.pollerenv import client_settings
-from tether import apitypes, filters, gateway, sender, watches, watchset, watchwire
+from tether.kube import apitypes, gateway
+from tether.runtime import sender
+from tether.wire import filters, watches, watchset, watchwire
 
 WAIT = 30.0
 

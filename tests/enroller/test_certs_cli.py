@@ -15,8 +15,8 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from enroller import certs_cli
-from tether import certs, pki
+from enroller import certs_cli, pki
+from tether.base import certs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 UTC = datetime.UTC

@@ -13,10 +13,11 @@ import pytest
 from cryptography import x509
 from kubernetes import client
 
-from enroller import reconcile, render
+from enroller import pki, reconcile, render
 from testing import adminenv, controlplane, listenerenv
 from testing.enrollenv import Env, reads, runtime_objects, secret_pem, writes
-from tether import certs, digests, pki
+from tether.base import certs
+from tether.wire import digests
 
 pytestmark = pytest.mark.processes
 

@@ -1,4 +1,4 @@
-"""The enroller's audit never holds up its run (``tether.auditwriter``): a real ``tether
+"""The enroller's audit never holds up its run (``tether.base.auditwriter``): a real ``tether
 enroller`` with its audit file on a full file system (``/dev/full``: every write fails with
 ENOSPC) still creates its watcher CA (an audit line: ``ca_created``) and completes its runs;
 the line it could not write is counted in ``tether_enroller_audit_lost_total{reason=
@@ -19,7 +19,7 @@ from testing import controlplane
 from testing.enrollenv import CRD, EnrollerProcess
 from testing.listenerenv import metric_value
 from testing.pollerenv import wait_until
-from tether import auditwriter, certs
+from tether.base import auditwriter, certs
 
 pytestmark = pytest.mark.processes
 LOST = "tether_enroller_audit_lost_total"

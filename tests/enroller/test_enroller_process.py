@@ -16,7 +16,7 @@ from enroller import render
 from testing import compassenv, controlplane
 from testing.enrollenv import CRD, EnrollerProcess
 from testing.pollerenv import wait_until
-from tether import certs
+from tether.base import certs
 
 pytestmark = pytest.mark.processes
 

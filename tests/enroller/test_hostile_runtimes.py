@@ -25,10 +25,9 @@ import pytest
 from cryptography import x509
 from kubernetes import client
 
-from enroller import render
+from enroller import pki, render
 from testing import blackhole, controlplane, hostile
 from testing.enrollenv import Env, runtime_objects, secret_pem
-from tether import pki
 
 pytestmark = pytest.mark.processes
 

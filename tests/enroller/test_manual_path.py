@@ -14,9 +14,9 @@ import yaml
 from cryptography import x509
 from kubernetes import client
 
-from enroller import render
+from enroller import pki, render
 from testing import controlplane
-from tether import certs, pki
+from tether.base import certs
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
@@ -32,7 +32,7 @@ def test_rendered_objects_are_accepted_by_kubectl_apply(
         [
             sys.executable,
             "-m",
-            "tether.cli",
+            "command.cli",
             "certs",
             "render",
             "rt-manual",
@@ -91,7 +91,7 @@ def test_rendered_objects_are_accepted_by_kubectl_apply(
         [
             sys.executable,
             "-m",
-            "tether.cli",
+            "command.cli",
             "certs",
             "render",
             "rt-manual",

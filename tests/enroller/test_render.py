@@ -10,7 +10,7 @@ import pytest
 
 from enroller import render
 from enroller import settings as settings_mod
-from tether import config
+from tether.base import config
 
 BUNDLE = render.load_bundle(render.BUNDLE_FILE.read_text())
 INPUTS = render.Inputs(

@@ -27,7 +27,7 @@ from kubernetes import client
 from enroller import reconcile, render
 from testing import controlplane
 from testing.enrollenv import Env
-from tether import gateway
+from tether.kube import gateway
 
 pytestmark = pytest.mark.processes
 GOOD, NEXT, BROKEN = (

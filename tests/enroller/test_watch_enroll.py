@@ -18,7 +18,8 @@ from enroller import render
 from testing import controlplane, watchenv
 from testing.enrollenv import CRD as ENROLLMENT_CRD
 from testing.enrollenv import Env, writes
-from tether import apitypes, gateway, watchwire
+from tether.kube import apitypes, gateway
+from tether.wire import watchwire
 
 pytestmark = pytest.mark.processes
 WIDGETS = {"group": "example.com", "version": "v1", "resource": "widgets", "kind": "Widget"}

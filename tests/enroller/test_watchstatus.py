@@ -9,7 +9,7 @@ import datetime
 import json
 
 from enroller import render, watching, watchstatus
-from tether import watches, watchwire
+from tether.wire import watches, watchwire
 
 BUNDLE = render.load_bundle(render.BUNDLE_FILE.read_text())
 INPUTS = render.Inputs(

@@ -8,7 +8,7 @@ runtime is written by the test: a new certificate from the same CA in the files 
 webhook and the poller read (in a cluster: the enroller server-side applies the Secret and
 the kubelet updates the mounted files; tests/enroller covers the re-issue of an expired
 certificate). The senders are not restarted: they reload the files
-(``tether.tlsreload``).
+(``tether.base.tlsreload``).
 
 During the window the listener refuses every new handshake
 (``tether_listener_tls_handshake_refusals_total{reason="certificate_expired"}``); an

@@ -20,7 +20,7 @@ Where a runtime's parts use the wall clock, and what decides with it:
   the clock is corrected (asserted). A connection opened before the rotation keeps working
   (the check is made at the handshake).
 * The pollers' schedule (APScheduler) runs on the wall clock: a clock *stepped* back by N
-  paused the poll job for N (seen while writing these tests); ``tether.clockstep`` now
+  paused the poll job for N (seen while writing these tests); ``tether.runtime.clockstep`` now
   runs the pushed jobs at once (the last test; it fails without the guard).
 * Heartbeats and silence: the listener writes the runtime's heartbeat Lease with its own
   clock when the runtime authenticates, so skew alone never makes a runtime silent
@@ -44,11 +44,12 @@ from typing import Any
 from cryptography import x509
 from kubernetes import client
 
+from enroller import pki
 from listener.fleet import heartbeat
 from testing import clockskew, controlplane
 from testing.faultstack import Stack, Workload
 from testing.history import History
-from tether import certs, pki, times
+from tether.base import certs, times
 
 MakeStack = Callable[..., Stack]
 Report = Callable[..., None]
@@ -218,7 +219,7 @@ def test_runtime_clock_stepped_back_does_not_pause_the_poller(
 ) -> None:
     """A node's clock 10 minutes ahead stepped back to the right time while the pollers run
     (NTP correcting it): APScheduler's next run is a wall-clock time, so without
-    ``tether.clockstep`` the poll job would wait the 10 minutes; with it, runs go on within
+    ``tether.runtime.clockstep`` the poll job would wait the 10 minutes; with it, runs go on within
     a few intervals. (Stepped back *behind* the KCP by more than the backdate, every call
     would fail TLS instead: the test above.)"""
     skew = clockskew.Skew(tmp_path, AHEAD)

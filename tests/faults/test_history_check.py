@@ -12,8 +12,8 @@ from kubernetes import client
 from listener.storage import records
 from testing import listenerenv
 from testing.history import History, regressions, versions
-from tether import apitypes
-from tether.changes import Version
+from tether.kube import apitypes
+from tether.wire.changes import Version
 
 T1, T2 = "2026-01-01T00:00:01.000000Z", "2026-01-01T00:00:02.000000Z"
 K = ("ns", "a")

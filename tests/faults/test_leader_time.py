@@ -1,4 +1,4 @@
-"""Leader election under time faults, on the fault KCP (``tether.leader``).
+"""Leader election under time faults, on the fault KCP (``tether.runtime.leader``).
 
 (a) Two electors on one Lease, one with its wall clock skewed by +15 s or -15 s: never
 both leading, never both fresh, at any sampled instant; a hand-over still happens. The
@@ -39,7 +39,8 @@ from standins.director import store as store_mod
 from testing import compassenv, controlplane, listenerenv
 from testing.faultstack import CompassProcess
 from testing.pollerenv import wait_until
-from tether import gateway, leader
+from tether.kube import gateway
+from tether.runtime import leader
 
 
 def _skewed(seconds: float) -> Callable[[], datetime.datetime]:

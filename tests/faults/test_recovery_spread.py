@@ -3,7 +3,7 @@
 
 The worst case for a herd: every runtime's webhook has a batch in flight when the KCP goes
 down, so all fail at the same instant and, without jitter, would retry in lockstep
-(0.2, 0.4, ... 30 s) and all return in the same second. ``tether.sender.retry_delay``
+(0.2, 0.4, ... 30 s) and all return in the same second. ``tether.runtime.sender.retry_delay``
 (full jitter, at least ``Retry-After``) must spread them; ``poller.pacing.Backoff`` (the
 pollers' skipped runs, capped at 600 s) spreads the pollers over minutes. The numbers are
 printed (docs/operations.md, "What each failure costs").
@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 
 from poller.pacing import Backoff
-from tether import sender
+from tether.runtime import sender
 
 N, OUTAGE = 1000, 600.0  # runtimes; seconds
 WEBHOOK_BASE, WEBHOOK_CAP = 0.2, 30.0  # TETHER_WEBHOOK_RETRY_{BASE,CAP}_SECONDS defaults

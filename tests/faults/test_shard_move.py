@@ -32,7 +32,7 @@ from kubernetes import client
 from enroller import decide, metrics, reconcile, render
 from enroller import settings as settings_mod
 from testing import compassenv, controlplane, faultstack, listenerenv, localnet, pollerenv
-from tether import apitypes, gateway, skr_clients
+from tether.kube import apitypes, gateway, skr_clients
 
 ENROLLMENT_CRD = (
     controlplane.REPO_ROOT

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from testing import controlplane
-from tether import certs
+from tether.base import certs
 
 pytestmark = pytest.mark.processes
 
@@ -157,7 +157,7 @@ def test_planes_are_independent(
 
 def test_rbac_is_enforced(skr: controlplane.ControlPlane, namespace: str) -> None:
     kubeconfig = skr.issue_client_cert("jane")
-    from tether import gateway
+    from tether.kube import gateway
 
     api = gateway.from_kubeconfig(str(kubeconfig)).api_client
     with pytest.raises(client.ApiException) as e:

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 
 from testing import controlplane
-from tether import apitypes, gateway
+from tether.kube import apitypes, gateway
 
 KYMAS = apitypes.KYMAS
 
@@ -182,7 +182,7 @@ def test_each_part_writes_under_its_own_field_manager(
 ) -> None:
     """``gateway.identify(part)``: the API server records ``tether-<part>`` as the manager of
     every create and patch (not the client library's ``OpenAPI-Generator``)."""
-    from tether.gateway import kube  # the process-wide name, restored after the test
+    from tether.kube.gateway import kube  # the process-wide name, restored after the test
 
     monkeypatch.setitem(kube._AGENT, "name", kube._AGENT["name"])
     gateway.identify("tester")

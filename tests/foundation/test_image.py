@@ -36,7 +36,17 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(1500)]
 
-PRODUCT = {"tether", "webhook", "listener", "poller", "compass", "enroller", "admin", "injector"}
+PRODUCT = {
+    "command",
+    "tether",
+    "webhook",
+    "listener",
+    "poller",
+    "compass",
+    "enroller",
+    "admin",
+    "injector",
+}
 PARTS = ("webhook", "listener", "poller", "compass", "janitor", "enroller", "admin", "injector")
 # top-level folders of the checkout that must never be in the image
 NOT_IN_IMAGE = ("testing", "tests", "bench", "hack", "standins")
@@ -313,7 +323,7 @@ def test_console_script(layers: Layers) -> None:
     assert script is not None and script.isfile() and script.mode & 0o111
     assert layers.contents[f"{VENV}/bin/tether"].startswith(f"#!/{VENV}/bin/python".encode())
     entry_points = layers.contents[dist_file(layers, "entry_points.txt")].decode()
-    assert "tether = tether.cli:main" in entry_points
+    assert "tether = command.cli:main" in entry_points
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The last run of every leader-elected part, on its Lease (``tether.elected.record_runs``,
-``tether.leader.LeaderElector.annotate``), against a real KCP; and the printer columns of
+"""The last run of every leader-elected part, on its Lease (``tether.runtime.elected.record_runs``,
+``tether.runtime.leader.LeaderElector.annotate``), against a real KCP; and the printer columns of
 the RuntimeConfigMap CRD as the Table API and kubectl show them."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 from kubernetes import client
 
 from testing import controlplane
-from tether import apitypes, elected, gateway, leader
+from tether.kube import apitypes, gateway
+from tether.runtime import elected, leader
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
@@ -61,7 +62,7 @@ def wait(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") ->
 def part(
     api: client.ApiClient, ns: str, job: Callable[[], Any], *, identity: str, name: str
 ) -> tuple[BackgroundScheduler, leader.LeaderElector]:
-    """A part as ``tether.elected`` wires compass, the janitor and the enroller."""
+    """A part as ``tether.runtime.elected`` wires compass, the janitor and the enroller."""
     sched = BackgroundScheduler(
         timezone=datetime.UTC,
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},

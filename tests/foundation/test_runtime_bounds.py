@@ -1,7 +1,7 @@
 """Every call into a runtime is bounded, each bound shown by the attack it stops
 (``testing.hostile``: a tenant's API server over real TLS), next to a real runtime plane that
 still gets through; and a runtime's kubeconfig is parsed, never loaded: a refused field runs
-nothing, reads no file and sends no request (``tether.skr_clients`` on the real KCP)."""
+nothing, reads no file and sends no request (``tether.kube.skr_clients`` on the real KCP)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 
 from testing import compassenv, controlplane, hostile, localnet
-from tether import certs, gateway, skr_clients
-from tether.gateway import bounded
+from tether.base import certs
+from tether.kube import gateway, skr_clients
+from tether.kube.gateway import bounded
 
 TIMEOUT = 2.0
 LIMITS = gateway.Limits(max_bytes=1024 * 1024, max_connections=2, denied=localnet.DENIED)

@@ -35,7 +35,8 @@ from listener.storage import records, rules
 from testing import cgroups, controlplane, listenerenv, watchenv
 from testing import loopenv as loop
 from testing.injectorenv import GROUP, new_namespace
-from tether import apitypes, storagebudget
+from tether.kube import apitypes
+from tether.wire import storagebudget
 
 pytestmark = pytest.mark.processes
 DEPLOYMENT = controlplane.REPO_ROOT / "manifests" / "kcp" / "injector" / "deployment.yaml"
@@ -58,7 +59,7 @@ class ConfinedInjector(loop.InjectorProcess):
         self.group = group
 
     def start(self, timeout: float = 60.0) -> ConfinedInjector:
-        argv = [sys.executable, "-m", "tether.cli", "injector"]
+        argv = [sys.executable, "-m", "command.cli", "injector"]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.group.wrap(argv) if self.group else argv,

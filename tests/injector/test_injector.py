@@ -26,7 +26,7 @@ from listener.storage import records
 from testing import consumerenv, controlplane, listenerenv, watchenv
 from testing import loopenv as loop
 from testing.injectorenv import GROUP, new_namespace
-from tether import apitypes
+from tether.kube import apitypes
 
 pytestmark = pytest.mark.processes
 WAIT = 30.0

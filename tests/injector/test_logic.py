@@ -9,7 +9,7 @@ from typing import Any
 
 from injector import bounds, merge, pacing, readbudget, settings
 from injector.store import Store
-from tether import storagebudget
+from tether.wire import storagebudget
 
 FIELD = ("spec", "configuration")
 TARGET: dict[str, Any] = {

@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client
 
 from testing import controlplane
-from tether import watches
+from tether.wire import watches
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 

@@ -10,7 +10,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from injector import main
 from injector.metrics import Metrics
-from tether import elected
+from tether.runtime import elected
 
 
 class Stub:

@@ -16,7 +16,8 @@ import pytest
 
 from listener import settings
 from listener.edge import app as app_mod
-from tether import certs, gateway
+from tether.base import certs
+from tether.kube import gateway
 
 KUBECONFIG = """apiVersion: v1
 kind: Config

@@ -1,4 +1,4 @@
-"""Audit lines never block a request (tether.auditwriter): a bounded queue and a writer thread.
+"""Audit lines never block a request (tether.base.auditwriter): a bounded queue and a writer thread.
 
 Plain-data tests of the handler (a pipe nobody reads, a full device, an ordinary file), then a
 real listener process whose audit output is (a) a pipe nobody reads (a FIFO with a reader that
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import pytest
 
 from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
-from tether import auditwriter, logs
+from tether.base import auditwriter, logs
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 
@@ -85,12 +85,12 @@ def test_a_full_device_counts_write_errors_and_complains_once(
         pytest.fail("/dev/full is missing: the full-disk case cannot be shown on this machine")
     lost: list[str] = []
     h = _handler("/dev/full", lost, capacity=100)
-    with caplog.at_level(logging.ERROR, logger="tether.auditwriter"):
+    with caplog.at_level(logging.ERROR, logger="tether.base.auditwriter"):
         for i in range(20):
             h.emit(_record(f"k{i}"))
         h.flush()
     assert lost == ["write_error"] * 20
-    complaints = [r.getMessage() for r in caplog.records if r.name == "tether.auditwriter"]
+    complaints = [r.getMessage() for r in caplog.records if r.name == "tether.base.auditwriter"]
     assert len(complaints) == 1, complaints  # once a minute, not once a line
     assert "write_error" in complaints[0] and os.strerror(errno.ENOSPC) in complaints[0]
     assert "k1" not in complaints[0]  # the line's content is never repeated

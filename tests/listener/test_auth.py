@@ -9,7 +9,8 @@ import pytest
 from cryptography.x509 import verification
 
 from listener.edge import auth, peer
-from tether import apitypes, certs, kyma
+from tether.base import certs
+from tether.kube import apitypes, kyma
 
 
 def now() -> datetime.datetime:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from testing.listenerenv import Env, ListenerProcess, Runtime, metric_value
-from tether import changes
+from tether.wire import changes
 
 OBJECTS = 6
 VERSIONS = 30

@@ -35,7 +35,9 @@ from testing.listenerenv import (
     remove_namespace,
 )
 from testing.pollerenv import wait_until
-from tether import apitypes, changes, gateway, times
+from tether.base import times
+from tether.kube import apitypes, gateway
+from tether.wire import changes
 
 pytestmark = pytest.mark.processes
 RETENTION = 3600.0

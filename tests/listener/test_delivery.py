@@ -37,7 +37,9 @@ from testing.listenerenv import (
     remove_namespace,
 )
 from testing.pollerenv import wait_until
-from tether import apitypes, changes, delivery, times
+from tether.base import times
+from tether.kube import apitypes
+from tether.wire import changes, delivery
 
 pytestmark = pytest.mark.processes
 FAST = IMMEDIATE  # flush after every request
@@ -546,7 +548,8 @@ def test_requests_alone_are_heartbeats_that_cost_no_write_of_their_own(
 ) -> None:
     """Each authenticated request counts in the minute's ``beats`` (the admin pages'
     heartbeat chart); a delta of requests only is merged with the runtime's next counts or
-    after 50 minutes (tether.beatcounts), never once per heartbeat (FLUSH_SECONDS is 0 here)."""
+    after 50 minutes (listener.fleet.beatcounts), never once per heartbeat (FLUSH_SECONDS is 0
+    here)."""
     rt = make_runtime()
     for _ in range(3):
         assert state(listener_a, rt).status_code == 200

@@ -1,4 +1,4 @@
-"""tether.delivery (pure): the per-runtime delivery summary, with plain data only."""
+"""tether.wire.delivery (pure): the per-runtime delivery summary, with plain data only."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from listener.fleet import deliveries
-from tether import delivery
+from tether.wire import delivery
 
 T0 = datetime.datetime(2026, 12, 2, 1, 5, 7, 250000, tzinfo=datetime.UTC)
 

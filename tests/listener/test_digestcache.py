@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from listener.storage import digestcache, records
-from tether import changes
+from tether.wire import changes
 
 
 def item(ns: str, name: str, rv: str = "1") -> changes.DigestItem:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ssl
 
 from listener.edge import worker
-from tether import sender
+from tether.runtime import sender
 
 NOT_AFTER = "Dec  5 01:30:00 2026 GMT"  # getpeercert()'s format
 

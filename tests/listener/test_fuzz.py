@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from listener.storage import records
 from testing.listenerenv import Env, ListenerProcess, Runtime, create_kyma
-from tether import changes
+from tether.wire import changes
 
 EXAMPLES = 2000
 

@@ -1,4 +1,4 @@
-"""The janitor's audit never holds up its run (``tether.auditwriter``): with its audit file on
+"""The janitor's audit never holds up its run (``tether.base.auditwriter``): with its audit file on
 a full file system (``/dev/full``: every write fails with ENOSPC) a real ``tether janitor``
 still marks and removes an orphaned runtime, and every audit line it could not write is
 counted in ``tether_listener_janitor_audit_lost_total{reason="write_error"}`` (both reasons
@@ -19,7 +19,8 @@ from listener.fleet import heartbeat
 from testing.janitorenv import GRACE, Janitor
 from testing.listenerenv import Env, metric_value, own_namespace, remove_namespace
 from testing.pollerenv import wait_until
-from tether import apitypes, auditwriter
+from tether.base import auditwriter
+from tether.kube import apitypes
 
 pytestmark = pytest.mark.processes
 LOST = "tether_listener_janitor_audit_lost_total"

@@ -1,5 +1,5 @@
-"""The last refusal per reason in a RuntimeDelivery (``tether.lastrefused`` through
-``tether.delivery`` and the listener's ``Deliveries``): kept beside the counts, bounded,
+"""The last refusal per reason in a RuntimeDelivery (``tether.wire.lastrefused`` through
+``tether.wire.delivery`` and the listener's ``Deliveries``): kept beside the counts, bounded,
 merged by time, tolerant of old and hand-written objects, and valid for the CRD."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tether import delivery, lastrefused
+from tether.wire import delivery, lastrefused
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CRD = ROOT / "manifests/kcp/crds/tether.kyma-project.io_runtimedeliveries.yaml"

@@ -81,7 +81,7 @@ def test_a_runtime_over_its_rate_is_refused_in_the_main_loop_on_a_kept_connectio
     limited: ListenerProcess, runtime: Callable[..., Runtime]
 ) -> None:
     """Once its bucket is empty, a runtime's requests are answered 429 by the worker before
-    any thread or parse (tether.httpworker early answer): the connection stays usable, the
+    any thread or parse (tether.http.httpworker early answer): the connection stays usable, the
     429s are counted, audited in aggregate, and another runtime's path is still refused 403
     by the application."""
     rt = runtime()

@@ -14,7 +14,9 @@ from listener.fleet import heartbeat
 from listener.storage import records
 from testing import listenerenv
 from testing.listenerenv import ListenerProcess, Runtime, metric_value
-from tether import apitypes, changes, times
+from tether.base import times
+from tether.kube import apitypes
+from tether.wire import changes
 
 
 def post(listener: ListenerProcess, rt: Runtime, body: Any) -> Any:

@@ -23,7 +23,8 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from tether import apitypes, changes
+from tether.kube import apitypes
+from tether.wire import changes
 
 pytestmark = pytest.mark.processes
 QUOTA = 100

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from listener.storage import records
-from tether import apitypes, watches
+from tether.kube import apitypes
+from tether.wire import watches
 
 REC: dict[str, Any] = {
     "runtimeId": "rt-1",

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from listener.edge import refusalsummary
-from tether import logs
+from tether.base import logs
 
 
 def _logger() -> tuple[logging.Logger, io.StringIO]:

@@ -25,7 +25,8 @@ from testing.listenerenv import (
     expired,
     metric_value,
 )
-from tether import apitypes, changes
+from tether.kube import apitypes
+from tether.wire import changes
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 

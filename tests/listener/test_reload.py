@@ -1,4 +1,4 @@
-"""Certificate reloads of a real listener process (``tether.tlsreload``, item 4 of issue 10).
+"""Certificate reloads of a real listener process (``tether.base.tlsreload``, item 4 of issue 10).
 
 A client CA file that turns unreadable keeps the previous CAs in use and shows in /readyz on
 the operations port (client CA and serving context, which trusts the same file); restoring

@@ -11,7 +11,8 @@ import pytest
 
 from listener import settings
 from listener.edge import openapi, worker
-from tether import changes, config, watches
+from tether.base import config
+from tether.wire import changes, watches
 
 
 @pytest.fixture

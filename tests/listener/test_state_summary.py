@@ -35,7 +35,9 @@ from testing.listenerenv import (
     remove_namespace,
 )
 from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector, wait_until
-from tether import apitypes, changes, gateway, statehash, times
+from tether.base import times
+from tether.kube import apitypes, gateway
+from tether.wire import changes, statehash
 
 HOLD = 8.0  # seconds the held merge waits in the KCP's admission
 

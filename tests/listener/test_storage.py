@@ -36,7 +36,9 @@ from testing.listenerenv import (
     remove_namespace,
 )
 from testing.pollerenv import wait_until
-from tether import apitypes, changes, gateway, statehash, times
+from tether.base import times
+from tether.kube import apitypes, gateway
+from tether.wire import changes, statehash
 
 pytestmark = pytest.mark.processes
 MIB = 1024 * 1024
@@ -440,7 +442,7 @@ def test_an_orphaned_runtimes_records_and_lease_are_removed_after_the_grace(
 def test_the_janitor_refuses_a_bad_setting_with_one_line(env: Env) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     out = subprocess.run(
-        [sys.executable, "-m", "tether.cli", "janitor"],
+        [sys.executable, "-m", "command.cli", "janitor"],
         cwd=controlplane.REPO_ROOT,
         env={**base, "TETHER_LISTENER_ORPHAN_GRACE_SECONDS": "soon"},
         capture_output=True,
@@ -453,7 +455,7 @@ def test_the_janitor_refuses_a_bad_setting_with_one_line(env: Env) -> None:
         "tether janitor: TETHER_LISTENER_ORPHAN_GRACE_SECONDS: "
     ), out.stderr
     out = subprocess.run(
-        [sys.executable, "-m", "tether.cli", "janitor", "--check"],
+        [sys.executable, "-m", "command.cli", "janitor", "--check"],
         cwd=controlplane.REPO_ROOT,
         env=base,
         capture_output=True,

@@ -36,7 +36,9 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from tether import apitypes, changes, gateway, statehash, times, watches
+from tether.base import times
+from tether.kube import apitypes, gateway
+from tether.wire import changes, statehash, watches
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 RCM = apitypes.RUNTIME_CONFIGMAPS

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from listener.storage import namespaces, records
-from tether import gateway
+from tether.kube import gateway
 
 HOMES = {"own": "kcp-system", "shared": "tether-configuration", "planted": "team-b-records"}
 KEY = records.Key("rt-1", "planted", "team-a", "cm")

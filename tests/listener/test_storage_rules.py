@@ -13,7 +13,8 @@ import pytest
 from listener import settings
 from listener.janitor import settings as janitor_settings
 from listener.storage import quota, records, rules
-from tether import changes, config, storagebudget
+from tether.base import config
+from tether.wire import changes, storagebudget
 
 T0 = datetime.datetime(2026, 11, 30, 10, 0, 0, tzinfo=datetime.UTC)
 DAY = 86400.0

@@ -9,7 +9,7 @@ from typing import Any
 from listener import settings
 from listener.janitor import settings as janitor_settings
 from listener.storage import records, rules, unbacked
-from tether import changes, storagebudget
+from tether.wire import changes, storagebudget
 
 RID = "rt-1"
 

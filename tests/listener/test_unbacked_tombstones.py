@@ -24,7 +24,7 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from tether import apitypes
+from tether.kube import apitypes
 
 QUOTA_RECORDS = 4
 UNBACKED = 3

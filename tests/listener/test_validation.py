@@ -10,7 +10,8 @@ import pytest
 from listener.edge import ratelimit, validation
 from listener.fleet import heartbeat
 from listener.storage import records
-from tether import apitypes, changes
+from tether.kube import apitypes
+from tether.wire import changes
 
 
 def rec(name: str = "a", rv: str = "1", **kw: object) -> dict[str, object]:

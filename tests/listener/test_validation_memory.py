@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from listener.edge import validation
-from tether import changes
+from tether.wire import changes
 
 RID = "rt-1"
 BODY = 3 * 1024 * 1024

@@ -33,7 +33,7 @@ from testing.listenerenv import (
     remove_namespace,
 )
 from testing.pollerenv import wait_until
-from tether import apitypes, gateway
+from tether.kube import apitypes, gateway
 
 pytestmark = pytest.mark.processes
 INTERVAL = 4.0  # the heartbeat interval of these listeners (seconds)

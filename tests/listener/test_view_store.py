@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from listener.view import beats, serve, store
-from tether import apitypes
+from tether.kube import apitypes
 
 
 def kyma(

@@ -24,18 +24,9 @@ from testing import watchenv
 from testing.listenercalls import post
 from testing.listenerenv import Env, ListenerProcess, Runtime
 from testing.pollerenv import client_settings, wait_until
-from tether import (
-    apitypes,
-    changes,
-    digests,
-    filters,
-    gateway,
-    sender,
-    watches,
-    watchkinds,
-    watchset,
-    watchwire,
-)
+from tether.kube import apitypes, gateway
+from tether.runtime import sender
+from tether.wire import changes, digests, filters, watches, watchkinds, watchset, watchwire
 
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
 DIGEST_KEY = secrets.token_bytes(32)  # the runtime's, as its client Secret would mount it

@@ -7,7 +7,9 @@ from typing import Any
 from listener.edge import watchcheck
 from listener.janitor import legacy
 from listener.storage import records
-from tether import apitypes, changes, times, watches
+from tether.base import times
+from tether.kube import apitypes
+from tether.wire import changes, watches
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 
@@ -111,7 +113,7 @@ def test_legacy_records_are_due_only_where_records_under_watches_exist() -> None
 
 
 def test_the_kyma_view_carries_the_enabled_modules() -> None:
-    from tether import kyma
+    from tether.kube import kyma
 
     v = kyma.view(
         {

@@ -42,7 +42,9 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from tether import apitypes, changes, gateway, times, watches
+from tether.base import times
+from tether.kube import apitypes, gateway
+from tether.wire import changes, watches
 
 pytestmark = pytest.mark.processes
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}

@@ -35,7 +35,8 @@ from testing.listenerenv import (
     own_namespace,
     remove_namespace,
 )
-from tether import apitypes, changes, watches
+from tether.kube import apitypes
+from tether.wire import changes, watches
 
 RCM = apitypes.RUNTIME_CONFIGMAPS
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}

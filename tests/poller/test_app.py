@@ -5,7 +5,8 @@ from __future__ import annotations
 import pathlib
 
 from poller import app, metrics, run, settings
-from tether import filters, leader, sender
+from tether.runtime import leader, sender
+from tether.wire import filters
 
 
 class Status:

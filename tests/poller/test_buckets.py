@@ -22,7 +22,8 @@ from testing.pollerenv import (
     unique_selector,
     wait_until,
 )
-from tether import apitypes, statehash
+from tether.kube import apitypes
+from tether.wire import statehash
 
 
 def make(

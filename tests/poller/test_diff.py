@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from poller import diff, scan
-from tether import changes, filters
+from tether.wire import changes, filters
 
 T0, T1, T2 = (
     "2026-11-30T10:00:00.000000Z",

@@ -23,7 +23,8 @@ from listener.fleet import heartbeat
 from testing import controlplane
 from testing.listenerenv import ListenerProcess, Runtime
 from testing.pollerenv import Env, InProcess, kcp_state, runtime_state, unique_selector
-from tether import apitypes, changes
+from tether.kube import apitypes
+from tether.wire import changes
 
 NS = "team-a"
 # the poller as deployed (poller.settings): the bucketed run first, its fallback the full digest

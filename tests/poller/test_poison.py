@@ -16,7 +16,8 @@ from listener.storage import records
 from testing import listenerenv
 from testing.listenerenv import Env, ListenerProcess, Runtime
 from testing.pollerenv import InProcess, unique_selector
-from tether import apitypes, changes
+from tether.kube import apitypes
+from tether.wire import changes
 
 # field overrides of a stored record, each accepted by the old schema or the old code path
 POISON: dict[str, dict[str, str]] = {

@@ -8,7 +8,8 @@ from typing import Any
 
 from poller import metrics, run, scan, service
 from poller import settings as settings_mod
-from tether import changes, filters, listenerapi, sender
+from tether.runtime import sender
+from tether.wire import changes, filters, listenerapi
 
 RID = "rt-unit"
 

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from poller import settings
-from tether import config
+from tether.base import config
 
 
 @pytest.fixture

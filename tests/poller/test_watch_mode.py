@@ -25,7 +25,9 @@ from testing.pollerenv import (
     unique_selector,
     wait_until,
 )
-from tether import apitypes, filters, gateway, sender, watches, watchset, watchwire
+from tether.kube import apitypes, gateway
+from tether.runtime import sender
+from tether.wire import filters, watches, watchset, watchwire
 
 GROUP = "poller-watch.tether-test.example.com"
 WIDGETS = watchenv.widgets(GROUP)

@@ -1,6 +1,6 @@
 """Watch mode of a run (poller.watchrun) with plain-data stand-ins: the runtime's objects of
 several resources (``Served``), a listener that keeps records per Watch, checks each with
-the KCP's own rule (``tether.watches.violation``) and applies the real ordering rule."""
+the KCP's own rule (``tether.wire.watches.violation``) and applies the real ordering rule."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from poller import metrics, run, scan, watchrun
-from tether import apitypes, changes, filters, listenerapi, sender, watches, watchkinds
+from tether.kube import apitypes
+from tether.runtime import sender
+from tether.wire import changes, filters, listenerapi, watches, watchkinds
 
 RID = "rt-watch"
 WIDGET = watches.Target("example.com", "v1", "widgets", "Widget")

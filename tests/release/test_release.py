@@ -33,7 +33,7 @@ import yaml
 from packaging.utils import canonicalize_name
 
 from testing import controlplane, deployed, overlays, watchenv
-from tether import apitypes
+from tether.kube import apitypes
 
 ROOT = controlplane.REPO_ROOT
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(1500)]

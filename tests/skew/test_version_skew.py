@@ -23,7 +23,7 @@ from kubernetes import client
 from testing import controlplane, listenerenv, skewenv, watchenv
 from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess
-from tether import watches, watchwire
+from tether.wire import watches, watchwire
 
 pytestmark = pytest.mark.processes
 

@@ -1,15 +1,15 @@
-"""The API types are declared once (tether.apitypes): no other product module writes them."""
+"""The API types are declared once (tether.kube.apitypes): no other product module writes them."""
 
 from __future__ import annotations
 
 import pathlib
 import re
 
-from tether import apitypes, gateway
+from tether.kube import apitypes, gateway
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PRODUCT = ("tether", "listener", "compass", "enroller", "admin", "webhook", "poller", "injector")
-HOME = ROOT / "tether" / "apitypes.py"
+PRODUCT = ("command", "tether", "listener", "compass", "enroller", "admin", "webhook", "poller", "injector")
+HOME = ROOT / "tether" / "kube" / "apitypes.py"
 
 # a quoted group or plural of a type Tether declares, or a Resource built in place
 DECLARED = [
@@ -48,13 +48,13 @@ def test_no_product_module_declares_an_api_type_itself() -> None:
         for n, line in enumerate(path.read_text().splitlines(), 1):
             code = line.split("#", 1)[0]
             found += [f"{path.relative_to(ROOT)}:{n}: {word}" for word in DECLARED if word in code]
-    assert not found, "declare API types in tether/apitypes.py:\n" + "\n".join(found)
+    assert not found, "declare API types in tether/kube/apitypes.py:\n" + "\n".join(found)
 
 
 def test_the_scan_sees_the_product() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in product_sources()}
     assert {
-        "tether/kyma.py",
+        "tether/kube/kyma.py",
         "compass/model.py",
         "enroller/reconcile.py",
         "admin/snapshot.py",

@@ -1,6 +1,6 @@
-"""``tether.logs.audit_logger`` has one path, the queued writer (``tether.auditwriter``): it
-cannot be built without counting what it loses, and each part's lost counter exports every
-reason from the start. Plain data, no processes."""
+"""``tether.base.logs.audit_logger`` has one path, the queued writer
+(``tether.base.auditwriter``): it cannot be built without counting what it loses, and each
+part's lost counter exports every reason from the start. Plain data, no processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pathlib
 import prometheus_client as prom
 import pytest
 
-from tether import auditwriter, logs
+from tether.base import auditwriter, logs
 
 
 def test_an_audit_logger_without_on_lost_cannot_be_built() -> None:

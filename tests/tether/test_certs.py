@@ -11,7 +11,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tether import certs
+from tether.base import certs
 
 
 def test_issue_client_and_server() -> None:

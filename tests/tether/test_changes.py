@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tether import changes
+from tether.wire import changes
 
 V = changes.Version
 

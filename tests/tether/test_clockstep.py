@@ -1,4 +1,4 @@
-"""A wall clock stepped back must not pause scheduled runs (tether.clockstep): the decision
+"""A wall clock stepped back must not pause scheduled runs (tether.runtime.clockstep): the decision
 on plain numbers, and ``Guard.pull_forward`` on a real APScheduler scheduler whose job was
 pushed ahead as a backward step pushes it."""
 
@@ -11,7 +11,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from tether import clockstep
+from tether.runtime import clockstep
 
 UTC = datetime.UTC
 

@@ -17,7 +17,9 @@ from injector import settings as injector_settings
 from listener import settings as listener_settings
 from listener.janitor import settings as janitor_settings
 from poller import settings as poller_settings
-from tether import certs, config, filechecks, filters, sender
+from tether.base import certs, config, filechecks
+from tether.runtime import sender
+from tether.wire import filters
 from webhook import settings as webhook_settings
 
 SPECS = {
@@ -60,16 +62,16 @@ SHARED = {
     "TETHER_AUDIT_LOG",
     "TETHER_KCP_NAMESPACE",
     "TETHER_HEARTBEAT_NAMESPACE",
-    "TETHER_WATCHES_CONFIGMAP",  # webhook and poller (tether.watchset.OPTION)
-    "TETHER_DIGEST_KEY_FILE",  # webhook and poller (tether.watchset.KEY_OPTION)
-    # compass and the enroller, calling into runtimes (tether.skr_clients.OPTIONS)
+    "TETHER_WATCHES_CONFIGMAP",  # webhook and poller (tether.wire.watchset.OPTION)
+    "TETHER_DIGEST_KEY_FILE",  # webhook and poller (tether.wire.watchset.KEY_OPTION)
+    # compass and the enroller, calling into runtimes (tether.kube.skr_clients.OPTIONS)
     "TETHER_KUBECONFIG_NAMESPACE",
     "TETHER_KUBECONFIG_SECRET_NAME",
     "TETHER_KUBECONFIG_MAX_AGE_SECONDS",
     "TETHER_RUNTIME_DENIED_NETWORKS",
     "TETHER_RUNTIME_MAX_RESPONSE_BYTES",
     "TETHER_RUNTIME_MAX_CONNECTIONS",
-    # the listener's quota, the injector's per-runtime bounds (tether.storagebudget)
+    # the listener's quota, the injector's per-runtime bounds (tether.wire.storagebudget)
     "TETHER_LISTENER_QUOTA_RECORDS",
     "TETHER_LISTENER_QUOTA_BYTES",
 }

@@ -1,9 +1,9 @@
-"""The bookkeeping of the bounded worker's connections (tether.connledger): per-peer caps,
+"""The bookkeeping of the bounded worker's connections (tether.http.connledger): per-peer caps,
 the read-ahead budget, deadlines soonest first."""
 
 from __future__ import annotations
 
-from tether import connledger, httpconn
+from tether.http import connledger, httpconn
 
 
 def test_a_peer_at_its_cap_is_not_counted_and_leaving_makes_room() -> None:

@@ -1,6 +1,6 @@
 """Keyed digests (issue 38): a ``digest`` Watch's values are HMAC-SHA256 under the runtime's
-own key (``tether.digests.of``), the key read from the runtime's client Secret mount
-(``tether.watchset.read_digest_key``); without a key the unkeyed digest of earlier releases,
+own key (``tether.wire.digests.of``), the key read from the runtime's client Secret mount
+(``tether.wire.watchset.read_digest_key``); without a key the unkeyed digest of earlier releases,
 never a value; the KCP's check (``watches.violation``) takes both shapes for one release
 (plain data)."""
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tether import changes, digests, watches, watchset
+from tether.wire import changes, digests, watches, watchset
 
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
 KEY_A, KEY_B = b"a" * 32, b"b" * 32

@@ -1,4 +1,4 @@
-"""The leader-elected parts' wiring as plain data (``tether.elected``): which jobs each part
+"""The leader-elected parts' wiring as plain data (``tether.runtime.elected``): which jobs each part
 schedules and how, what leading and losing the Lease do, the janitor's Lease timings."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from compass import service as compass_service
 from enroller import main as enroller_main
 from listener.janitor import main as janitor_main
 from listener.janitor import settings as janitor_settings
-from tether import elected
+from tether.runtime import elected
 
 
 def noop(**_: Any) -> None:

@@ -10,7 +10,9 @@ import pytest
 
 from listener.fleet import epochs, heartbeat
 from poller import diff
-from tether import apitypes, changes, listenerapi, sender
+from tether.kube import apitypes
+from tether.runtime import sender
+from tether.wire import changes, listenerapi
 from webhook import forwarder
 
 T0, T1 = "2026-11-30T10:00:00.000000Z", "2026-11-30T10:00:01.000000Z"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tether import config, filters
+from tether.base import config
+from tether.wire import filters
 
 
 def test_defaults_ignore_kube_system_and_tether_namespace() -> None:

@@ -11,8 +11,8 @@ import pytest
 import urllib3
 from kubernetes.client import exceptions
 
-from tether import gateway
-from tether.gateway import errors
+from tether.kube import gateway
+from tether.kube.gateway import errors
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Streaming watches (``Kube.watch``, ``tether.gateway.stream``): the line splitting and its
+"""Streaming watches (``Kube.watch``, ``tether.kube.gateway.stream``): the line splitting and its
 bound and the ERROR events as plain data; on a real KCP plane: events as served, a bookmark,
 410 for a version the server no longer holds, an HTTP error, and closing a watch early
 releasing its connection."""
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from testing import consumerenv, controlplane, localnet
-from tether import apitypes, gateway
-from tether.gateway import stream
+from tether.kube import apitypes, gateway
+from tether.kube.gateway import stream
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 

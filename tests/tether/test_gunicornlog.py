@@ -1,8 +1,8 @@
-"""gunicorn's "Listening at" addresses with their real schemes (``tether.gunicornlog``)."""
+"""gunicorn's "Listening at" addresses with their real schemes (``tether.http.gunicornlog``)."""
 
 from __future__ import annotations
 
-from tether import gunicornlog
+from tether.http import gunicornlog
 
 
 def test_only_the_first_bind_keeps_https_the_operations_port_is_plain() -> None:

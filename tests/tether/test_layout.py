@@ -12,7 +12,17 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PRODUCT = ("tether", "webhook", "listener", "poller", "compass", "enroller", "admin", "injector")
+PRODUCT = (
+    "command",
+    "tether",
+    "webhook",
+    "listener",
+    "poller",
+    "compass",
+    "enroller",
+    "admin",
+    "injector",
+)
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_STATEMENTS = 50
 

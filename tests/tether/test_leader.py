@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 
-from tether import leader
+from tether.runtime import leader
 
 NOW = datetime.datetime(2026, 11, 30, 10, 0, tzinfo=datetime.UTC)
 

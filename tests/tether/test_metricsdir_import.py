@@ -1,9 +1,9 @@
-"""The webhook sets ``PROMETHEUS_MULTIPROC_DIR`` (``tether.metricsdir.prepare``, a temporary
+"""The webhook sets ``PROMETHEUS_MULTIPROC_DIR`` (``tether.http.metricsdir.prepare``, a temporary
 folder) in its entry point, before prometheus_client is imported (the listener's folder is
 set in its environment before it starts): imported earlier, prometheus_client
 keeps every worker's values in memory and ``/metrics`` of the master's aggregate is empty
-(a module-level import in ``tether.auditwriter``, reached through ``tether.logs``, did that:
-the webhook served no metrics at all)."""
+(a module-level import in ``tether.base.auditwriter``, reached through ``tether.base.logs``, did
+that: the webhook served no metrics at all)."""
 
 from __future__ import annotations
 

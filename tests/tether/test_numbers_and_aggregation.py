@@ -1,4 +1,4 @@
-"""tether.numbers.ascii_int and tether.logs.Aggregated (plain data)."""
+"""tether.base.numbers.ascii_int and tether.base.logs.Aggregated (plain data)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from tether import logs, numbers
+from tether.base import logs, numbers
 
 
 @pytest.mark.parametrize(
@@ -84,11 +84,11 @@ def test_aggregated_flush_writes_pending_counts_per_key() -> None:
 
 
 def test_a_resource_version_is_read_one_way_everywhere() -> None:
-    """listener.fleet.summaryobject and tether.consumerstate read resourceVersions through
+    """listener.fleet.summaryobject and injector.consumerstate read resourceVersions through
     numbers.revision_of: before, consumerstate took any str.isdigit() text ('١٢٣' as 123,
     and a 5,000-digit string raised ValueError from int())."""
+    from injector import consumerstate
     from listener.fleet import summaryobject
-    from tether import consumerstate
 
     assert numbers.revision_of({"resourceVersion": "123"}) == 123
     assert numbers.revision_of({"resourceVersion": "١٢٣"}) is None

@@ -1,11 +1,11 @@
-"""The operations surface shared by every part (``tether.ops``), from its app factory."""
+"""The operations surface shared by every part (``tether.base.ops``), from its app factory."""
 
 from __future__ import annotations
 
 import flask
 from prometheus_client import CollectorRegistry, Counter
 
-from tether import ops
+from tether.base import ops
 
 
 def test_readiness_is_cached_failures_too_and_names_the_check() -> None:

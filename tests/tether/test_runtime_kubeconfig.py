@@ -1,5 +1,5 @@
-"""A runtime's kubeconfig parsed by the allow-list (``tether.gateway.kubeconfig``) and the
-denied networks (``tether.gateway.addresses``): plain data, no file read, nothing run."""
+"""A runtime's kubeconfig parsed by the allow-list (``tether.kube.gateway.kubeconfig``) and the
+denied networks (``tether.kube.gateway.addresses``): plain data, no file read, nothing run."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tether.gateway import addresses, kubeconfig
+from tether.kube.gateway import addresses, kubeconfig
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 KEY = b"-----BEGIN EC PRIVATE KEY-----\nMHc\n-----END EC PRIVATE KEY-----\n"

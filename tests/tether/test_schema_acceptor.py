@@ -1,4 +1,4 @@
-"""The compiled acceptance check of the record and batch schemas (tether.schemaaccept.acceptor)
+"""The compiled acceptance check of the record and batch schemas (tether.wire.schemaaccept.acceptor)
 against the validators it shortcuts: it must never accept what they refuse, and it must
 accept the records senders really send (or the shortcut would never be taken)."""
 
@@ -11,7 +11,7 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from tether import changes, schemaaccept, schemacheck
+from tether.wire import changes, schemaaccept, schemacheck
 
 V = changes._validators()  # noqa: SLF001 - the pair under test: acceptor and validator
 

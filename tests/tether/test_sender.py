@@ -8,7 +8,8 @@ import json
 import pytest
 import requests
 
-from tether import changes, listenerapi, sender
+from tether.runtime import sender
+from tether.wire import changes, listenerapi
 
 
 def _rec(name: str, data: str = "v") -> changes.ChangeRecord:

@@ -1,6 +1,6 @@
 """Every part checks its settings, certificates and kubeconfig before it starts anything.
 
-Each case runs the real entry point (``python -m tether.cli PART``) with a minimal valid
+Each case runs the real entry point (``python -m command.cli PART``) with a minimal valid
 environment plus one bad value, and expects exit code 2, exactly one line on stderr naming
 the variable (``tether PART: VARIABLE: problem``), no traceback and nothing started (no
 gunicorn or server log line, nothing on stdout). No planes: the failures come first.
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tether import certs
+from tether.base import certs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 KUBECONFIG = """apiVersion: v1
@@ -107,7 +107,7 @@ def run(part: str, env: dict[str, str], *args: str) -> subprocess.CompletedProce
         if not k.startswith("TETHER_") and k not in ("KUBECONFIG", "PROMETHEUS_MULTIPROC_DIR")
     }
     return subprocess.run(
-        [sys.executable, "-m", "tether.cli", part, *args],
+        [sys.executable, "-m", "command.cli", part, *args],
         cwd=ROOT,
         env={**keep, **env},
         capture_output=True,

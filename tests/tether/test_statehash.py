@@ -1,11 +1,11 @@
-"""tether.statehash with plain data: buckets, XOR commutativity, tombstones, merges."""
+"""tether.wire.statehash with plain data: buckets, XOR commutativity, tombstones, merges."""
 
 from __future__ import annotations
 
 import itertools
 import random
 
-from tether import statehash
+from tether.wire import statehash
 
 
 def item(ns: str, name: str, rv: str, deleted: bool = False, epoch: int | None = None) -> dict:

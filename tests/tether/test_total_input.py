@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from listener.storage import records
 from poller import diff
-from tether import changes, numbers, schemacheck, times
+from tether.base import numbers, times
+from tether.wire import changes, schemacheck
 
 V = changes.Version
 T0 = "2026-11-30T10:00:00.123456Z"
@@ -360,7 +361,7 @@ def test_batches_are_checked_item_by_item() -> None:
 
 def test_tombstone_version_and_poller_port_read_ascii_digits_only() -> None:
     from poller import settings as poller_settings
-    from tether import config
+    from tether.base import config
     from webhook import forwarder
 
     assert forwarder._not_below("12", "9") == "12" and forwarder._not_below("9", "12") == "9"

@@ -1,4 +1,4 @@
-"""One trace per change (``tether.tracing``), with plain data: the W3C ``traceparent`` read and
+"""One trace per change (``tether.base.tracing``), with plain data: the W3C ``traceparent`` read and
 written, the queue keeping the first admission's trace, the forwarder naming a batch's trace,
 a stored record's annotation; tracing off costs no SDK, an endpoint exports over OTLP."""
 
@@ -12,7 +12,9 @@ import threading
 import pytest
 
 from listener.storage import records
-from tether import apitypes, changes, tracing
+from tether.base import tracing
+from tether.kube import apitypes
+from tether.wire import changes
 from webhook import forwarder, keyqueue
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

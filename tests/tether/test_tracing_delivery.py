@@ -1,11 +1,11 @@
 """The recent records of a runtime's RuntimeDelivery carry their request's trace ID
-(``tether.tracing``), kept through a merge; a stored value that is no trace ID is dropped."""
+(``tether.base.tracing``), kept through a merge; a stored value that is no trace ID is dropped."""
 
 from __future__ import annotations
 
 import datetime
 
-from tether import delivery
+from tether.wire import delivery
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 

@@ -1,4 +1,4 @@
-"""tether.watches: the Watch CR, which runtimes and objects it covers, what each send mode
+"""tether.wire.watches: the Watch CR, which runtimes and objects it covers, what each send mode
 keeps, the KCP's own check of a record, the list carried to a runtime and the webhook
 entries (plain data)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tether import changes, watches, watchkinds, watchwire
+from tether.wire import changes, watches, watchkinds, watchwire
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}

@@ -1,4 +1,4 @@
-"""A Watch says what it means (tether.watchkinds, plain data): its kind against its resource
+"""A Watch says what it means (tether.wire.watchkinds, plain data): its kind against its resource
 (the table of the groups Kubernetes serves, the runtime's discovery for the others), an
 object's own kind against its Watch's, Secrets known by resource or kind, and the
 annotations a value-hiding mode keeps; the listener's check (``watches.violation``) refuses
@@ -16,7 +16,7 @@ import yaml
 
 from enroller import watching, watchstatus
 from testing import watchenv
-from tether import changes, digests, watches, watchkinds, watchwire
+from tether.wire import changes, digests, watches, watchkinds, watchwire
 
 SECRETS_AS_CM = {"group": "", "version": "v1", "resource": "secrets", "kind": "ConfigMap"}
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}

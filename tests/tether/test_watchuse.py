@@ -1,4 +1,4 @@
-"""A Watch's storage namespace and injector target (tether.watchuse, through watches.parse)."""
+"""A Watch's storage namespace and injector target (tether.wire.watchuse, through watches.parse)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tether import watches
+from tether.wire import watches
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 INJECT = {

@@ -9,7 +9,7 @@ import pytest
 
 from testing import receiver as receiver_mod
 from testing.receiver import RUNTIME_ID, RuntimeCert
-from tether import certs
+from tether.base import certs
 
 
 @pytest.fixture

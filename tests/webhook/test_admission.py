@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from testing.webhookapp import review
-from tether import filters
+from tether.wire import filters
 from webhook import admission
 
 FLT = filters.ConfigMapFilter()

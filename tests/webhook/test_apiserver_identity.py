@@ -22,7 +22,7 @@ from kubernetes import client
 from testing import controlplane
 from testing import webhookstack as stack
 from testing.receiver import RUNTIME_ID, Receiver, RuntimeCert
-from tether import certs
+from tether.base import certs
 
 pytestmark = pytest.mark.processes
 CLIENT_NAME = "kube-apiserver-webhook-client"

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from testing.webhookapp import app_settings, review
-from tether import config
+from tether.base import config
 from webhook import app, keyqueue, metrics
 from webhook import services as services_mod
 from webhook import settings as settings_mod
@@ -218,7 +218,7 @@ def test_main_stops_with_a_clear_error(
 def test_main_refuses_certificates_that_do_not_load(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tether import certs
+    from tether.base import certs
 
     for k, v in _env(tmp_path).items():  # the files exist but hold no PEM
         monkeypatch.setenv(k, v)

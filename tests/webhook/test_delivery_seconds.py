@@ -16,7 +16,7 @@ from testing import controlplane
 from testing import receiver as receiver_mod
 from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess, Runtime
-from tether import certs
+from tether.base import certs
 
 pytestmark = pytest.mark.processes
 COUNT = "tether_webhook_delivery_seconds_count"

@@ -29,7 +29,8 @@ from listener.storage import records
 from testing import controlplane
 from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess, Runtime, add_runtime
-from tether import apitypes, certs
+from tether.base import certs
+from tether.kube import apitypes
 
 pytestmark = pytest.mark.processes
 QUOTA_RECORDS = 12

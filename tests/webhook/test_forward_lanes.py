@@ -14,7 +14,9 @@ from prometheus_client import CollectorRegistry
 
 from testing import controlplane
 from testing.receiver import RUNTIME_ID, Receiver, RuntimeCert
-from tether import gateway, sender, watches
+from tether.kube import gateway
+from tether.runtime import sender
+from tether.wire import watches
 from webhook import forwarder, keyqueue, metrics, readback
 from webhook import settings as settings_mod
 

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from tether import listenerapi, sender
+from tether.runtime import sender
+from tether.wire import listenerapi
 from webhook import forwarder, keyqueue, readback
 
 

@@ -10,7 +10,9 @@ import pytest
 
 from testing import receiver as receiver_mod
 from testing.receiver import Receiver
-from tether import certs, changes, sender
+from tether.base import certs
+from tether.runtime import sender
+from tether.wire import changes
 
 
 def _rec(name: str) -> changes.ChangeRecord:

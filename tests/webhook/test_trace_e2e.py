@@ -18,7 +18,8 @@ from listener.fleet import heartbeat
 from testing import controlplane
 from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess, Runtime
-from tether import apitypes, tracing
+from tether.base import tracing
+from tether.kube import apitypes
 
 
 def test_the_stored_records_trace_is_the_one_the_listener_logged(

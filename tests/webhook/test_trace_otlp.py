@@ -20,7 +20,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from testing import controlplane
 from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess, Runtime
-from tether import apitypes, sender, tracing
+from tether.base import tracing
+from tether.kube import apitypes
+from tether.runtime import sender
 from webhook import services as webhook_services
 
 pytestmark = pytest.mark.processes

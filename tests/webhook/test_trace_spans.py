@@ -27,7 +27,10 @@ from listener.edge import services as listener_services
 from listener.storage import batch
 from testing import watchenv
 from testing.webhookapp import app_settings, review
-from tether import apitypes, sender, times, tracing, watches
+from tether.base import times, tracing
+from tether.kube import apitypes
+from tether.runtime import sender
+from tether.wire import watches
 from webhook import app as webhook_app
 from webhook import forwarder, keyqueue, metrics
 from webhook import services as services_mod

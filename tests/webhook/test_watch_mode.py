@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tether import changes, digests, times, watches
+from tether.base import times
+from tether.wire import changes, digests, watches
 from webhook import admission, keyqueue, records, scope
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}

@@ -1,5 +1,5 @@
 """The admission path in Watch mode through the Flask app, its Watch list read from a real
-SKR apiserver (webhook.scope.Scope over tether.watchset): entries per Watch, the skips, the
+SKR apiserver (webhook.scope.Scope over tether.wire.watchset): entries per Watch, the skips, the
 environment's scope when the list is absent, nothing forwarded while the list could never
 be read (RBAC refuses it), and a changed list taking effect at the next read."""
 
@@ -17,7 +17,9 @@ from prometheus_client import CollectorRegistry
 
 from testing import controlplane
 from testing.webhookapp import app_settings
-from tether import gateway, sender, watches, watchset, watchwire
+from tether.kube import gateway
+from tether.runtime import sender
+from tether.wire import watches, watchset, watchwire
 from webhook import app, forwarder, keyqueue, metrics, readback, scope
 from webhook import services as services_mod
 

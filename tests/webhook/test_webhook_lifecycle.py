@@ -19,7 +19,7 @@ from testing import controlplane
 from testing import receiver as receiver_mod
 from testing import webhookstack as stack
 from testing.receiver import Receiver
-from tether import certs
+from tether.base import certs
 
 pytestmark = pytest.mark.processes
 

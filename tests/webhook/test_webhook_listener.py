@@ -18,7 +18,8 @@ from listener.fleet import watchlist
 from testing import controlplane, watchenv
 from testing import webhookstack as stack
 from testing.listenerenv import COMPAT_WATCH, Env, ListenerProcess, Runtime
-from tether import apitypes, digests, watches, watchwire
+from tether.kube import apitypes
+from tether.wire import digests, watches, watchwire
 
 
 def _stored(

@@ -23,7 +23,8 @@ from testing import controlplane, watchenv
 from testing import receiver as receiver_mod
 from testing import webhookstack as stack
 from testing.receiver import Receiver
-from tether import certs, changes, digests, watches, watchwire
+from tether.base import certs
+from tether.wire import changes, digests, watches, watchwire
 
 pytestmark = pytest.mark.processes
 

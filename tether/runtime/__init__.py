@@ -1,0 +1,3 @@
+"""The elected runtime and the clients above it: leader election, the scheduler of a
+leader-elected part, its run metrics, the sender to the listener. Imports the floors below; not
+``tether.http``."""

@@ -1,0 +1,79 @@
+"""The listener's HTTP API as its clients write it (pure): the paths of its routes, the body
+of a POST of changes, the epoch report of a state listing, the epoch in its answers.
+
+``tether.runtime.sender.ListenerClient`` calls these routes; the listener serves them
+(docs/api.md).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from tether.wire import changes
+
+# the error of the listener's 403 for records no Watch in force admits (the whole request is
+# refused: a sender re-sends a batch's records one by one to keep the admitted ones)
+WATCH_REFUSAL = "refused by the watches"
+
+
+class EpochReport(NamedTuple):
+    """What the poller reports with the first page of a state listing (``listener.fleet.epochs``):
+    its cluster's identity, and, when it found its history went back, the epoch whose
+    digest it read and the collection resourceVersion it listed at afterwards."""
+
+    identity: str = ""
+    epoch: int | None = None
+    collection_rv: str = ""
+
+
+def changes_body(records: Sequence[changes.ChangeRecord]) -> bytes:
+    """One record alone, several as a ``ConfigMapChangeList``."""
+    if not records:
+        raise ValueError("no records to send")
+    doc: Any = records[0] if len(records) == 1 else changes.batch(list(records))
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def changes_path(runtime_id: str) -> str:
+    return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/changes"
+
+
+def epoch_in(value: object) -> int | None:
+    """An epoch in a listener's answer; None when absent or not one."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= changes.MAX_EPOCH:
+        return value
+    return None
+
+
+def state_path(
+    runtime_id: str, limit: int, token: str, report: EpochReport | None = None, watch: str = ""
+) -> str:
+    """The state listing's path; the report goes with the first page only; ``watch``:
+    only that Watch's records (``?watch=NAME``, on every page)."""
+    params: dict[str, str | int] = {"limit": limit}
+    if watch:
+        params["watch"] = watch
+    if token:
+        params["continue"] = token
+    elif report is not None:
+        if report.identity:
+            params["identity"] = report.identity
+        if report.epoch is not None and report.collection_rv:
+            params["epoch"] = report.epoch
+            params["collectionResourceVersion"] = report.collection_rv
+    query = urllib.parse.urlencode(params)
+    return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state?{query}"
+
+
+def summary_path(runtime_id: str, identity: str = "") -> str:
+    """The state summary's path; the runtime's identity goes with it (``listener.fleet.epochs``:
+    a rebuilt cluster starts a new epoch before its hashes are compared)."""
+    path = f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state/summary"
+    return path + "?" + urllib.parse.urlencode({"identity": identity}) if identity else path
+
+
+def bucket_path(runtime_id: str, bucket: int) -> str:
+    return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state/buckets/{bucket}"
