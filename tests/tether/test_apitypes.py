@@ -8,7 +8,17 @@ import re
 from tether.kube import apitypes, gateway
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PRODUCT = ("command", "tether", "listener", "compass", "enroller", "admin", "webhook", "poller", "injector")
+PRODUCT = (
+    "command",
+    "tether",
+    "listener",
+    "compass",
+    "enroller",
+    "admin",
+    "webhook",
+    "poller",
+    "injector",
+)
 HOME = ROOT / "tether" / "kube" / "apitypes.py"
 
 # a quoted group or plural of a type Tether declares, or a Resource built in place
