@@ -37,7 +37,7 @@ from typing import Any
 import flask
 from flask import Flask, Response, request
 
-from admin import auth, login, metrics, pages, sessions, snapshot, throttle
+from admin import auth, fleetgauges, login, metrics, pages, sessions, snapshot, throttle
 from admin import services as services_mod
 from admin import settings as settings_mod
 from tether.base import auditwriter, logs, ops, tlsreload
@@ -69,7 +69,12 @@ def create_app(
     app.extensions[services_mod.KEY] = svc
     ops.request_metrics(app, "admin", svc.metrics.registry)  # tether_admin_http_*, by route
     ops.init_app(
-        app, _probes(svc, serving), ops.Exposition(svc.metrics.registry, [svc.metrics]).render
+        app,
+        _probes(svc, serving),
+        ops.Exposition(
+            svc.metrics.registry,
+            [fleetgauges.FleetGauges(svc.refresher, svc.settings.problem_series)],
+        ).render,
     )
     app.before_request(_ports)
     app.after_request(_headers)
@@ -90,7 +95,7 @@ def _services(
         refresher = snapshot.Refresher(lambda: snapshot.load(api, s), s.refresh)
     if start:
         refresher.start()
-    m = metrics.Metrics(refresher, s)
+    m = metrics.Metrics()
     authorizer = auth.Authorizer(
         kcp,
         s.auth_cache,

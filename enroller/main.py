@@ -14,9 +14,10 @@ import logging
 
 from apscheduler.triggers.interval import IntervalTrigger
 
+from enroller import app as app_mod
 from enroller import metrics, reconcile
 from enroller import settings as settings_mod
-from tether.base import auditwriter, logs, ops
+from tether.base import auditwriter, logs
 from tether.kube import skr_clients
 from tether.runtime import elected, leader
 
@@ -63,13 +64,7 @@ def main(argv: list[str]) -> int:
             sched,
             elected.resuming(sched, stats.leader),
             s.bind,
-            app=lambda rt: ops.create_app(
-                "enroller",
-                ops.Probes().ready(
-                    "scheduler", lambda: None if rt.scheduler.running else "scheduler not started"
-                ),
-                ops.Exposition(stats.registry).render,
-            ),
+            app=lambda rt: app_mod.create_app(stats, ready=lambda: rt.scheduler.running),
             guarded=[e],
             close=[skrs.close],
             announce=lambda: log.info(

@@ -11,8 +11,7 @@ import os
 import sys
 import tempfile
 
-from listener import settings
-from listener.edge import server
+from listener import server, settings
 from listener.view import process
 from tether.base import config, logs
 from tether.http import metricsdir

@@ -17,12 +17,12 @@ from cryptography import x509
 from flask import Flask, current_app
 from prometheus_client import Counter
 
+from listener import metrics as listener_metrics
 from listener import settings
 from listener.edge import budget, peer, ratelimit, refusalsummary
-from listener.edge import metrics as listener_metrics
-from listener.fleet import deliveries, heartbeat, outage, runtimes, statesummary, watchlist
+from listener.fleet import deliveries, heartbeat, outage, runtimes, silent, statesummary, watchlist
+from listener.fleet import viewclient as view_client
 from listener.storage import batch, digestcache, records, rules, store
-from listener.view import client as view_client
 from tether.base import auditwriter, logs, tlsreload, tracing
 from tether.kube import gateway, kyma
 
@@ -49,7 +49,7 @@ class Services:
     in_flight: ratelimit.InFlight
     budget: budget.MemoryBudget
     metrics: listener_metrics.Metrics
-    silent: listener_metrics.SilentRuntimes
+    silent: silent.SilentRuntimes
     audit: logging.Logger
     cas: tlsreload.Watched[list[x509.Certificate]]
     deliveries: deliveries.Deliveries
@@ -155,7 +155,7 @@ def build(s: settings.Settings, api: gateway.Kube, view_socket: str | None = Non
         in_flight=ratelimit.InFlight(s.max_in_flight_per_runtime),
         budget=budget.MemoryBudget(s.parse_budget_bytes),
         metrics=meters,
-        silent=listener_metrics.SilentRuntimes(beats, s.silent_thresholds, s.silent_cache_seconds),
+        silent=silent.SilentRuntimes(beats, s.silent_thresholds, s.silent_cache_seconds),
         audit=audit,
         cas=ca_bundle(s.client_ca_file),
         deliveries=deliveries.Deliveries(

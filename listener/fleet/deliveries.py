@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from listener.edge import metrics as listener_metrics
+from listener import metrics as listener_metrics
 from listener.fleet import beatcounts, flushing, heartbeat
 from listener.storage import quota, records
 from tether.base import logs

@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from listener.fleet import epochs
+from listener.fleet import viewclient as view_client
 from listener.storage import records, rules
-from listener.view import client as view_client
 from tether.base import logs, times
 from tether.kube import apitypes, gateway
 from tether.wire import changes

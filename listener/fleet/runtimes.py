@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from listener.view import client as view_client
+from listener.fleet import viewclient as view_client
 from tether.kube import gateway, kyma
 
 MAX_ENTRIES = 20_000

@@ -50,11 +50,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from listener.fleet import flushing, summaryobject
+from listener.fleet import viewclient as view_client
 from listener.fleet.summaryobject import Bucket as Bucket
 from listener.fleet.summaryobject import Hooks as Hooks
 from listener.fleet.summaryobject import name_of as name_of
 from listener.storage import records, rules
-from listener.view import client as view_client
 from tether.base import numbers
 from tether.kube import apitypes, gateway
 from tether.wire import statehash

@@ -51,7 +51,7 @@ class Bucket(NamedTuple):
 
 
 class Hooks(NamedTuple):
-    """Metric hooks (``listener.edge.metrics``)."""
+    """Metric hooks (``listener.metrics``)."""
 
     conflict: Callable[[], None] = lambda: None
     corrected: Callable[[int], None] = lambda n: None

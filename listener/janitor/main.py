@@ -15,33 +15,18 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
 
-import flask
 from apscheduler.triggers.interval import IntervalTrigger
 
-from listener.edge import metrics as listener_metrics
 from listener.fleet import statesummary
+from listener.janitor import app as app_mod
+from listener.janitor import metrics as janitor_metrics
 from listener.janitor import settings as settings_mod
 from listener.janitor import sweep as janitor
-from tether.base import auditwriter, logs, ops
+from tether.base import auditwriter, logs
 from tether.runtime import elected, leader
 
 log = logging.getLogger("janitor")
-
-
-def create_app(
-    meters: listener_metrics.JanitorMetrics,
-    ready: Callable[[], bool],
-    *,
-    cache_seconds: float = ops.READY_CACHE_SECONDS,
-) -> flask.Flask:
-    """The operations surface (``tether.base.ops``): /healthz, /readyz (leading or standing by:
-    the elector and the scheduler run), /metrics."""
-    probes = ops.Probes(cache_seconds=cache_seconds).ready(
-        "scheduler", lambda: None if ready() else "elector or scheduler not running"
-    )
-    return ops.create_app("janitor", probes, ops.Exposition(meters.registry).render)
 
 
 def lease(s: settings_mod.JanitorSettings) -> leader.LeaseSettings:
@@ -63,7 +48,7 @@ def main(argv: list[str]) -> int:
         kubeconfig_variable="TETHER_LISTENER_KUBECONFIG",
         once="one run, no election, then exit",
     )
-    meters = listener_metrics.JanitorMetrics()
+    meters = janitor_metrics.JanitorMetrics()
     job = janitor.Janitor(
         janitor.Kcp(api, s.namespace, s.kcp_timeout, s.heartbeat_namespace),
         s,
@@ -91,7 +76,7 @@ def main(argv: list[str]) -> int:
             sched,
             elected.resuming(sched, meters.leader),
             f"{s.http_host}:{s.http_port}",
-            app=lambda rt: create_app(
+            app=lambda rt: app_mod.create_app(
                 meters, ready=lambda: rt.elector.alive() and rt.scheduler.running
             ),
             guarded=[job],

@@ -34,9 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from listener.edge import metrics as listener_metrics
 from listener.fleet import statesummary
 from listener.janitor import legacy
+from listener.janitor import metrics as janitor_metrics
 from listener.janitor import settings as settings_mod
 from listener.janitor.calls import OWN_RECORDS as OWN_RECORDS
 from listener.janitor.calls import PAGE as PAGE
@@ -71,7 +71,7 @@ class Janitor:
         self,
         kcp: Kcp,
         settings: settings_mod.JanitorSettings,
-        meters: listener_metrics.JanitorMetrics,
+        meters: janitor_metrics.JanitorMetrics,
         audit: logging.Logger,
         *,
         active: Callable[[], bool] = lambda: True,

@@ -1,11 +1,11 @@
 """The view process (``python -m listener.view.process SOCKET``) and its supervision.
 
 The gunicorn master starts it before its workers (``Supervisor.start``, from
-``listener.edge.server``) with the listener's environment; a thread of the master restarts
+``listener.server``) with the listener's environment; a thread of the master restarts
 it when it exits (1 s later, doubling to 30 s while it keeps dying) and stops it with the
 master. The process dies with the master too (``PR_SET_PDEATHSIG``), so it never outlives
 the pod's listener. Its counts (relists, heartbeat writes) are answered to a worker's
-``ping`` and exposed by the workers at scrape time (``listener.view.client.Collector``).
+``ping`` and exposed by the workers at scrape time (``listener.fleet.viewclient.Collector``).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from typing import Any
 import flask
 import pytest
 
+from listener import app as app_mod
 from listener import settings
-from listener.edge import app as app_mod
 from tether.base import certs
 from tether.kube import gateway
 

@@ -8,7 +8,7 @@ import datetime
 import tracemalloc
 from typing import Any
 
-from listener.edge import metrics
+from listener import metrics
 from listener.fleet import beatcounts, deliveries
 from tether.wire import delivery
 

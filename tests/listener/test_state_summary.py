@@ -20,9 +20,9 @@ import requests
 from kubernetes import client
 
 from listener.fleet import statesummary
+from listener.fleet import viewclient as view_client
 from listener.storage import records, rules
 from listener.view import beats, serve, store
-from listener.view import client as view_client
 from testing.deliveryenv import Delayer
 from testing.janitorenv import Janitor
 from testing.listenercalls import new_runtime

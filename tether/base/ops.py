@@ -33,7 +33,7 @@ callable rendering the exposition, usually ``Exposition(registry, extra).render`
 The poller, compass and the janitor serve the same app in a thread of their own process
 (``Server``: werkzeug, threaded): they are single leader-elected processes whose schedulers
 must not be forked into gunicorn workers. The webhook and the listener bind it in their
-gunicorn app (the listener on its operations port only, see ``listener.edge.app``).
+gunicorn app (the listener on its operations port only, see ``listener.app``).
 """
 
 from __future__ import annotations

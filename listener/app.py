@@ -1,7 +1,7 @@
 """The Flask application factory of the listener.
 
-    gunicorn 'listener.edge.app:create_app()'        # settings from TETHER_LISTENER_* variables
-    tether listener                             # the same, with TLS set up (listener.edge.server)
+    gunicorn 'listener.app:create_app()'        # settings from TETHER_LISTENER_* variables
+    tether listener                             # the same, with TLS set up (listener.server)
 
 Blueprints: the runtime API (``listener.edge.api``, ``listener.edge.stateapi``) and ``edge``
 (``/openapi.json``, and the hooks every request goes through: ports, request metrics, drain)
@@ -29,9 +29,10 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, request
 
+from listener import metrics
 from listener import settings as settings_mod
-from listener.edge import api, metrics, openapi, responses, services, stateapi
-from listener.view import client as view_client
+from listener.edge import api, openapi, responses, services, stateapi
+from listener.fleet import viewclient as view_client
 from tether.base import ops, tlsreload
 from tether.http import httpworker
 from tether.kube import gateway
@@ -52,7 +53,7 @@ def create_app(
     view_socket: str | None = None,
 ) -> Flask:
     """``settings``: default from the TETHER_LISTENER_* variables; ``serving``: the TLS
-    context the server hands to gunicorn (``listener.edge.server``), so that a failed reload of
+    context the server hands to gunicorn (``listener.server``), so that a failed reload of
     it shows in readiness; ``view_socket``: the pod's view (``listener.view``), None: none."""
     s = settings or settings_mod.from_env()
     kcp = kcp or gateway.from_kubeconfig(s.kubeconfig, pool_size=max(4, s.threads))

@@ -23,8 +23,8 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from listener import settings
-from listener.edge import app, worker
+from listener import app, settings
+from listener.edge import worker
 from tether.base import tlsreload
 from tether.http import gunicornlog, httpconn, httpworker
 

@@ -8,25 +8,17 @@ cluster-wide numbers: alert on ``max`` over replicas.
 
 With several gunicorn workers, set ``PROMETHEUS_MULTIPROC_DIR`` (an empty folder per pod):
 counters and histograms are then shared through files and ``/metrics`` aggregates them
-(``tether.base.ops.Exposition``, which also adds ``SilentRuntimes`` at scrape time).
+(``tether.base.ops.Exposition``, which also adds ``listener.fleet.silent`` at scrape time).
+The janitor's metrics: ``listener.janitor.metrics``.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
-from listener.fleet import heartbeat
 from tether.base import auditwriter
-from tether.kube import gateway
 from tether.wire import delivery
 
 log = logging.getLogger(__name__)
@@ -232,129 +224,3 @@ class Metrics:
     def export_limits(self, values: dict[str, float]) -> None:
         for name, value in values.items():
             self.limits.labels(name).set(value)
-
-
-class SilentRuntimes(Collector):
-    """``tether_listener_runtimes_silent{threshold_seconds}`` and
-    ``tether_listener_runtimes_seen`` from the heartbeat Leases, cached ``ttl`` seconds, and
-    ``tether_listener_heartbeats_listed`` (0 while they cannot be listed)."""
-
-    def __init__(
-        self,
-        beats: heartbeat.Heartbeats,
-        thresholds: Sequence[int],
-        ttl: float = 15.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._beats = beats
-        self._thresholds = tuple(thresholds)
-        self._ttl = ttl
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._cached: tuple[float, list[datetime.datetime]] | None = None
-
-    def _times(self) -> list[datetime.datetime] | None:
-        now = self._clock()
-        with self._lock:
-            if self._cached is not None and now - self._cached[0] < self._ttl:
-                return self._cached[1]
-        try:
-            times = self._beats.renew_times()
-        except gateway.GatewayError as e:
-            log.warning("cannot list heartbeats for metrics: %s", e)
-            return None
-        with self._lock:
-            self._cached = (now, times)
-        return times
-
-    def collect(self) -> Iterator[Metric]:
-        times = self._times()
-        listed = GaugeMetricFamily(
-            f"{NS}_heartbeats_listed",
-            "1 when this replica could list the heartbeat Leases "
-            "at this scrape, 0 when the KCP API failed (the silence alerts hold off after a "
-            "KCP outage: docs/operations.md)",
-        )
-        listed.add_metric([], 0 if times is None else 1)
-        yield listed
-        if times is None:
-            return
-        counts = heartbeat.silent_counts(
-            times, datetime.datetime.now(datetime.UTC), self._thresholds
-        )
-        seen = GaugeMetricFamily(
-            f"{NS}_runtimes_seen", "Runtimes that have ever been seen (have a heartbeat Lease)"
-        )
-        seen.add_metric([], len(times))
-        yield seen
-        silent = GaugeMetricFamily(
-            f"{NS}_runtimes_silent",
-            "Runtimes not seen for longer than threshold_seconds",
-            labels=["threshold_seconds"],
-        )
-        for th, n in counts.items():
-            silent.add_metric([str(th)], n)
-        yield silent
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())
-
-
-class JanitorMetrics:
-    """Metrics of ``tether janitor`` (one process, its own registry; docs/listener.md)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.leader = Gauge(
-            f"{NS}_janitor_leader", "1 while this process holds the janitor Lease", registry=r
-        )
-        self.runs = Counter(
-            f"{NS}_janitor_runs", "Janitor runs by outcome (ok, failed)", ["outcome"], registry=r
-        )
-        self.run_seconds = Histogram(
-            f"{NS}_janitor_run_seconds",
-            "Duration of a janitor run",
-            buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 1800),
-            registry=r,
-        )
-        self.last_success = Gauge(
-            f"{NS}_janitor_last_success_timestamp_seconds",
-            "When the last janitor run completed (Unix time)",
-            registry=r,
-        )
-        self.tombstones_deleted = Counter(
-            f"{NS}_janitor_tombstones_deleted", "Tombstones deleted after the retention", registry=r
-        )
-        self.legacy_records_deleted = Counter(
-            f"{NS}_janitor_legacy_records_deleted",
-            "Records stored before Watches deleted once their runtime holds records under Watches",
-            registry=r,
-        )
-        self.orphan_records_deleted = Counter(
-            f"{NS}_janitor_orphan_records_deleted",
-            "Records deleted of runtimes whose Kyma CR is gone",
-            registry=r,
-        )
-        self.orphan_leases_deleted = Counter(
-            f"{NS}_janitor_orphan_leases_deleted",
-            "Heartbeat Leases deleted of runtimes whose Kyma CR is gone",
-            registry=r,
-        )
-        self.orphan_deliveries_deleted = Counter(
-            f"{NS}_janitor_orphan_deliveries_deleted",
-            "RuntimeDelivery objects deleted of runtimes whose Kyma CR is gone",
-            registry=r,
-        )
-        self.audit_lost = auditwriter.lost_counter(f"{NS}_janitor_audit_lost", r)
-        self.orphans = Gauge(
-            f"{NS}_janitor_orphaned_runtimes",
-            "Runtimes without a Kyma CR whose records wait for the grace period",
-            registry=r,
-        )
-        self.errors = Counter(
-            f"{NS}_janitor_errors",
-            "KCP API calls of the janitor that failed, by step",
-            ["step"],
-            registry=r,
-        )

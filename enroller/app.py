@@ -1,0 +1,28 @@
+"""The enroller's operations surface (``tether.base.ops``): ``/healthz``, ``/readyz``,
+``/metrics``.
+
+The enroller serves no API; this app only lets the kubelet and Prometheus look in. It runs in
+one thread of the leader-elected process (werkzeug, ``tether.base.ops.Server``), not under
+gunicorn: schedulers must not be forked into workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import flask
+
+from enroller import metrics
+from tether.base import ops
+
+
+def create_app(
+    stats: metrics.Metrics,
+    ready: Callable[[], bool],
+    *,
+    cache_seconds: float = ops.READY_CACHE_SECONDS,
+) -> flask.Flask:
+    probes = ops.Probes(cache_seconds=cache_seconds).ready(
+        "scheduler", lambda: None if ready() else "scheduler not started"
+    )
+    return ops.create_app("enroller", probes, ops.Exposition(stats.registry).render)
