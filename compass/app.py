@@ -22,7 +22,6 @@ def create_app(
     *,
     cache_seconds: float = ops.READY_CACHE_SECONDS,
 ) -> flask.Flask:
-    probes = ops.Probes(cache_seconds=cache_seconds).ready(
-        "scheduler", lambda: None if ready() else "scheduler not started"
+    return ops.scheduler_app(
+        "compass", stats.registry, ready, "scheduler not started", cache_seconds=cache_seconds
     )
-    return ops.create_app("compass", probes, ops.Exposition(stats.registry).render)

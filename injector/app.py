@@ -15,7 +15,10 @@ def create_app(
 ) -> flask.Flask:
     """/healthz, /readyz (leading or standing by: the elector and the scheduler run),
     /metrics."""
-    probes = ops.Probes(cache_seconds=cache_seconds).ready(
-        "scheduler", lambda: None if ready() else "elector or scheduler not running"
+    return ops.scheduler_app(
+        "injector",
+        meters.registry,
+        ready,
+        "elector or scheduler not running",
+        cache_seconds=cache_seconds,
     )
-    return ops.create_app("injector", probes, ops.Exposition(meters.registry).render)

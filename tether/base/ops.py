@@ -299,3 +299,20 @@ class Server:
 def create_app(name: str, probes: Probes, metrics: Callable[[], bytes]) -> flask.Flask:
     """An app with only the operations surface (poller, compass, janitor)."""
     return init_app(flask.Flask(name), probes, metrics)
+
+
+def scheduler_app(
+    name: str,
+    registry: CollectorRegistry,
+    running: Callable[[], bool],
+    not_running: str,
+    *,
+    cache_seconds: float = READY_CACHE_SECONDS,
+) -> flask.Flask:
+    """The operations app of a leader-elected part (compass, the enroller, the janitor, the
+    injector): ready while ``running()`` (its scheduler, and its elector where it says so),
+    else not ready with ``not_running``; ``/metrics`` from ``registry``."""
+    probes = Probes(cache_seconds=cache_seconds).ready(
+        "scheduler", lambda: None if running() else not_running
+    )
+    return create_app(name, probes, Exposition(registry).render)
