@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from admin import fleet, parts, runbooks, views
@@ -85,6 +86,7 @@ def lines(
     links: runbooks.Links,
     now: datetime.datetime,
     note: str = "",
+    events: Sequence[parts.Event] = (),
 ) -> list[str]:
     """The detail view of one runtime, line by line."""
     out = [f"Runtime {clean(row.runtime_id)}", ""]
@@ -130,6 +132,21 @@ def lines(
                     clean(r.get("outcome", "")),
                 ]
                 for r in recent
+            ],
+        )
+    out += ["", "Events:" if events else "Events: none"]
+    if events:
+        out += _table(
+            ("LAST SEEN", "TYPE", "OBJECT", "REASON", "MESSAGE"),
+            [
+                [
+                    views.ago(e.at, now) if e.at else "-",
+                    clean(e.type),
+                    clean(e.kind),
+                    clean(e.reason),
+                    clean(e.message) + (f" (x{e.times})" if e.times > 1 else ""),
+                ]
+                for e in events
             ],
         )
     if note:

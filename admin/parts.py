@@ -196,6 +196,18 @@ def compass_of(leases: Iterable[Mapping[str, Any]]) -> Compass:
     return Compass(breaker="unknown", errors=(), leader=None)
 
 
+def event_json(e: Event) -> dict[str, object]:
+    """An Event as ``tether status -o json`` shows it."""
+    return {
+        "lastSeen": e.at.strftime("%Y-%m-%dT%H:%M:%SZ") if e.at else None,
+        "type": e.type,
+        "object": e.kind,
+        "reason": e.reason,
+        "message": e.message,
+        "count": e.times,
+    }
+
+
 def events_of(items: Iterable[Mapping[str, Any]]) -> list[Event]:
     out: list[Event] = []
     for e in items:

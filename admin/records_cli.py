@@ -6,11 +6,12 @@
 
 It lists the runtime's ``RuntimeConfigMap`` objects by the label ``kyma-project.io/runtime-id``
 across every namespace (a Watch stores its records in its storage namespace), with the
-operator's own kubeconfig (``--kubeconfig``, else ``$KUBECONFIG``, else in-cluster). When RBAC
-forbids the cluster-wide list it lists ``--namespace`` (the listener's namespace) only, and
-says so. A record outside its Watch's storage namespace (the Watches in ``--namespace``
-say where each stores) is marked stray: the listener and the janitor ignore it. Values are
-never printed unless ``--show-values`` (the keys and their sizes are).
+operator's own kubeconfig, chosen as kubectl chooses it (``--kubeconfig``, ``--context``,
+``-n``: ``admin.kubeargs``). When RBAC forbids the cluster-wide list it lists ``--namespace``
+(the listener's namespace) only, and says so. A record outside its Watch's storage namespace
+(the Watches in ``--namespace`` say where each stores) is marked stray: the listener and the
+janitor ignore it. Values are never printed unless ``--show-values`` (the keys and their sizes
+are).
 Exit status: 0; 1 when nothing is stored for the runtime (or the record); 2 for a usage
 error or when the KCP cannot be read. Format and API: docs/api.md "Reading the records".
 """
@@ -20,12 +21,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import re
 import sys
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from admin import kubeargs
 from admin import recordsview as view
 from tether.base import config, logs, parsers
 from tether.kube import apitypes, gateway
@@ -74,15 +75,7 @@ def parser() -> argparse.ArgumentParser:
         default=DEFAULT_LIMIT,
         help=f"records shown at most (default {DEFAULT_LIMIT}, at most {MAX_LIMIT})",
     )
-    p.add_argument(
-        "--kubeconfig", help="kubeconfig of the KCP (default: $KUBECONFIG, else in-cluster)"
-    )
-    p.add_argument(
-        "--namespace",
-        default=os.environ.get("TETHER_KCP_NAMESPACE", "kcp-system"),
-        help="the listener's KCP namespace, listed alone when the cluster-wide list "
-        "is forbidden (default kcp-system, or $TETHER_KCP_NAMESPACE)",
-    )
+    kubeargs.add(p)
     return p
 
 
@@ -195,10 +188,9 @@ def load(kcp: gateway.Kube, args: argparse.Namespace, key: tuple[str, str] | Non
 
 
 def _fetch(args: argparse.Namespace, key: tuple[str, str] | None) -> Listing | str:
-    try:
-        kcp = gateway.from_kubeconfig(args.kubeconfig)
-    except gateway.KubeConfigError as e:
-        return f"--kubeconfig: {e}"
+    kcp = kubeargs.connect(args)
+    if isinstance(kcp, str):
+        return kcp
     try:
         return load(kcp, args, key)
     except gateway.GatewayError as e:

@@ -6,9 +6,10 @@
     tether status --problem silent     # only runtimes with that problem
 
 It lists the same objects as the admin pages (``admin.snapshot.load``) with the operator's
-own kubeconfig (``--kubeconfig``, else ``$KUBECONFIG``, else in-cluster), so it shows what
-RBAC lets them read; one runtime's RuntimeDelivery is read whole, as its page does
-(``snapshot.delivery_of``). Problems and refusal reasons link their runbooks under
+own kubeconfig, chosen as kubectl chooses it (``--kubeconfig``, ``--context``, ``-n``:
+``admin.kubeargs``), so it shows what RBAC lets them read; one runtime's RuntimeDelivery is
+read whole and its Events listed, as its page does (``snapshot.delivery_of``,
+``snapshot.events``). Problems and refusal reasons link their runbooks under
 ``--runbook-base`` (``$TETHER_ADMIN_RUNBOOK_BASE``, else the alerts' default). Exit status: 0; 1
 when a runtime was asked for and not found or (``--fail-on-problems``) any shown runtime has a
 problem; 2 for a usage error or when the KCP cannot be read.
@@ -22,9 +23,9 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
-from admin import detail, fleet, runbooks, snapshot, views
+from admin import detail, fleet, kubeargs, parts, runbooks, snapshot, views
 from admin import settings as settings_mod
 from tether.base import config, logs, parsers
 from tether.kube import gateway
@@ -55,27 +56,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("runtime", nargs="?", help="one runtime ID (default: every runtime)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.add_argument("--problem", choices=fleet.PROBLEMS, help="only runtimes with this problem")
-    p.add_argument(
-        "--kubeconfig", help="kubeconfig of the KCP (default: $KUBECONFIG, else in-cluster)"
-    )
-    p.add_argument(
-        "--namespace",
-        default=os.environ.get("TETHER_KCP_NAMESPACE", "kcp-system"),
-        help="KCP namespace of the Kyma CRs and Tether's records (default "
-        "kcp-system, or $TETHER_KCP_NAMESPACE)",
-    )
-    p.add_argument(
-        "--heartbeat-namespace",
-        default=os.environ.get("TETHER_HEARTBEAT_NAMESPACE"),
-        help="namespace of the listener's heartbeat Leases (default "
-        "$TETHER_HEARTBEAT_NAMESPACE, else --namespace; the manifests: "
-        "tether-heartbeats)",
-    )
-    p.add_argument(
-        "--tether-namespace",
-        default="tether-system",
-        help="namespace of Tether's Deployments and Leases",
-    )
+    kubeargs.add(p, heartbeats=True, tether=True)
     p.add_argument(
         "--fail-on-problems",
         action="store_true",
@@ -121,40 +102,54 @@ def render_table(rows: Sequence[fleet.Row], now: datetime.datetime, out: TextIO)
         out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
 
 
-def one_json(row: fleet.Row, links: runbooks.Links) -> dict[str, object]:
-    """One runtime as JSON: its row, each problem's runbook, its refusals in detail."""
+def one_json(
+    row: fleet.Row, links: runbooks.Links, events: Sequence[parts.Event] = ()
+) -> dict[str, object]:
+    """One runtime as JSON: its row, each problem's runbook, its refusals in detail, its
+    newest Events."""
     return {
         **fleet.as_json(row),
         "problemRunbooks": {p: links.problem(p) for p in row.problems},
         "refused": [runbooks.as_json(r) for r in runbooks.refusals(row.delivery, links)],
+        "events": [parts.event_json(e) for e in events],
     }
 
 
-def _load(
-    args: argparse.Namespace, s: settings_mod.Settings
-) -> tuple[snapshot.Snapshot, fleet.Row | None, str] | str:
-    """The snapshot, the asked runtime's row with its RuntimeDelivery read whole, and what
-    could not be read; or the one line of a failure."""
-    try:
-        kcp = gateway.from_kubeconfig(args.kubeconfig)
-    except gateway.KubeConfigError as e:
-        return f"--kubeconfig: {e}"
+class Loaded(NamedTuple):
+    snap: snapshot.Snapshot
+    row: fleet.Row | None  # the asked runtime's, its RuntimeDelivery read whole
+    events: list[parts.Event]  # the newest Events about its Kyma CR and its objects
+    note: str  # what could not be read
+
+
+def _load(args: argparse.Namespace, s: settings_mod.Settings) -> Loaded | str:
+    """The snapshot and the asked runtime's row and Events, as its page reads them; or the
+    one line of a failure."""
+    kcp = kubeargs.connect(args)
+    if isinstance(kcp, str):
+        return kcp
+    notes: list[str] = []
+    found: list[parts.Event] = []
     try:
         snap = snapshot.load(kcp, s)
-        row, note = (snap.by_id.get(args.runtime) if args.runtime else None), ""
+        row = snap.by_id.get(args.runtime) if args.runtime else None
         if row is not None:
             try:
                 row = row._replace(delivery=snapshot.delivery_of(kcp, s, row, snap.taken))
             except gateway.GatewayError as e:
-                note = (
+                notes.append(
                     "its RuntimeDelivery could not be read (the listing's totals shown): "
                     + logs.bounded(e, 160)
                 )
+            try:
+                found = snapshot.events(kcp, s, row.kyma.partition("/")[2])
+            except gateway.GatewayError as e:
+                notes.append("its Events could not be read: " + logs.bounded(e, 160))
     except gateway.GatewayError as e:
         return f"cannot read the KCP: {logs.bounded(e, 300)}"
     finally:
         kcp.close()
-    return snap, row, note
+    return Loaded(snap, row, found, "; ".join(notes))
 
 
 def main(argv: list[str]) -> int:
@@ -168,7 +163,7 @@ def main(argv: list[str]) -> int:
         tls_cert_file="",
         tls_key_file="",
         kcp_namespace=args.namespace,
-        heartbeat_namespace=args.heartbeat_namespace or args.namespace,
+        heartbeat_namespace=args.heartbeat_namespace,
         namespace=args.tether_namespace,
         kubeconfig=args.kubeconfig,
     )
@@ -176,7 +171,7 @@ def main(argv: list[str]) -> int:
     if isinstance(loaded, str):
         print(f"tether status: {loaded}", file=sys.stderr)
         return 2
-    snap, row, note = loaded
+    snap, row, found, note = loaded
     if args.runtime is not None:
         if row is None:
             print(
@@ -186,11 +181,12 @@ def main(argv: list[str]) -> int:
             )
             return 1
         if args.output == "json":
-            json.dump(one_json(row, links), sys.stdout, indent=2)
+            json.dump(one_json(row, links, found), sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:
             mapping = snap.mapping_by_kyma.get(row.kyma.partition("/")[2])
-            sys.stdout.write("\n".join(detail.lines(row, mapping, links, snap.taken, note)) + "\n")
+            lines = detail.lines(row, mapping, links, snap.taken, note, found)
+            sys.stdout.write("\n".join(lines) + "\n")
         return 1 if args.fail_on_problems and row.problems else 0
     rows = [r for r in snap.rows if not args.problem or args.problem in r.problems]
     if args.output == "json":

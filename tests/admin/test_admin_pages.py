@@ -365,6 +365,8 @@ def test_tether_status_prints_the_same_facts(
                 str(admin_env.kubeconfig),
                 "--namespace",
                 admin_env.kcp_ns,
+                "--heartbeat-namespace",  # this env keeps them in its KCP namespace
+                admin_env.kcp_ns,
                 "--tether-namespace",
                 admin_env.tether_ns,
                 *args,
@@ -473,6 +475,7 @@ def _status_env(admin_env: adminenv.Env, **extra: str) -> dict[str, str]:
         **env,
         "KUBECONFIG": str(admin_env.kubeconfig),
         "TETHER_KCP_NAMESPACE": admin_env.kcp_ns,
+        "TETHER_HEARTBEAT_NAMESPACE": admin_env.kcp_ns,  # where this env keeps them
         **extra,
     }
 

@@ -78,3 +78,43 @@ def test_a_quiet_runtime() -> None:
     text = "\n".join(detail.lines(r, None, runbooks.Links(), NOW, note="could not read"))
     assert "Problems: none" in text and "Refusals, last hour: none" in text
     assert "Compass:     no mapping" in text and "Note: could not read" in text
+    assert "Events: none" in text
+
+
+def test_the_events_of_the_page_are_in_the_detail_view() -> None:
+    """The same Events the runtime page lists (``admin.parts.events_of``), newest first; a
+    message a tenant influenced cannot add lines."""
+    items = [
+        {
+            "type": "Warning",
+            "reason": "EnrollFailed",
+            "message": "the runtime's API answered 403\nFAKE LINE",
+            "count": 4,
+            "lastTimestamp": "2026-12-02T11:58:00Z",
+            "involvedObject": {"kind": "Kyma", "name": "kyma-1"},
+        },
+        {
+            "type": "Normal",
+            "reason": "Enrolled",
+            "message": "Tether installed",
+            "lastTimestamp": "2026-12-02T11:00:00Z",
+            "involvedObject": {"kind": "RuntimeEnrollment", "name": "kyma-1"},
+        },
+    ]
+    events = parts.events_of(items)
+    lines = detail.lines(row(), None, runbooks.Links(), NOW, events=events)
+    start = lines.index("Events:")
+    head, first, second = lines[start + 1 : start + 4]
+    assert head.split() == ["LAST", "SEEN", "TYPE", "OBJECT", "REASON", "MESSAGE"]
+    assert first.split()[:5] == ["2m", "ago", "Warning", "Kyma", "EnrollFailed"]
+    assert first.endswith("the runtime's API answered 403?FAKE LINE (x4)")
+    assert second.split()[:5] == ["60m", "ago", "Normal", "RuntimeEnrollment", "Enrolled"]
+    assert not any(ln.startswith("FAKE LINE") for ln in lines)
+    assert parts.event_json(events[0]) == {
+        "lastSeen": "2026-12-02T11:58:00Z",
+        "type": "Warning",
+        "object": "Kyma",
+        "reason": "EnrollFailed",
+        "message": "the runtime's API answered 403\nFAKE LINE",
+        "count": 4,
+    }
