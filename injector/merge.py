@@ -1,6 +1,6 @@
 """What the configuration injector writes into a runtime's component CR (pure).
 
-From the live records of one runtime and one Watch (``injector.consumer.Change.live``):
+From the live records of one runtime and one Watch (``tether.runtime.consumer.Change.live``):
 
 * ``merged``: the values, the records' ``data`` merged over the objects in (namespace, name)
   order, a later key winning (``binaryData`` is not injected: the target field is a map of

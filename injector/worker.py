@@ -1,6 +1,6 @@
 """One Watch with ``inject``: its records followed, each changed runtime's target reconciled.
 
-Two threads per Watch: the consumer (``injector.consumer.Runtimes`` on the Watch's storage
+Two threads per Watch: the consumer (``tether.runtime.consumer.Runtimes`` on the Watch's storage
 namespace: which runtime's records changed, from their metadata) remembers the runtimes in
 a bounded ``store.Store`` (a resourceVersion each, no value) and offers every changed
 runtime to the ``pacing.Pacer``; the applier takes the due runtimes and reconciles each
@@ -27,12 +27,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from injector import bounds, consumer, consumerstate, merge, pacing, store
+from injector import bounds, merge, pacing, store
 from injector.metrics import Metrics
 from injector.readbudget import ReadBudget
 from injector.settings import Settings
 from tether.base import logs
 from tether.kube import apitypes, events, gateway
+from tether.runtime import consumer, consumerstate
 from tether.wire import watches
 
 log = logging.getLogger("injector")

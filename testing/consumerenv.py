@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from injector import consumer
 from listener.storage import records
 from testing import controlplane, listenerenv
 from tether.kube import apitypes, gateway
+from tether.runtime import consumer
 
 RCM = apitypes.RUNTIME_CONFIGMAPS
 

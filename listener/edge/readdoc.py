@@ -3,7 +3,7 @@ part of the generated reference (``listener.edge.apidoc`` appends it). Written f
 that makes it true: ``listener.storage.records`` (the stored form), ``tether.wire.changes.compare``
 and ``listener.storage.rules`` (ordering, retention), ``listener.fleet.epochs`` (epochs),
 ``listener.janitor`` (what removes objects); the library that implements the consumer's side
-is ``injector.consumer``."""
+is ``tether.runtime.consumer``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ The listener's output is what it stores in the KCP: one `RuntimeConfigMap` objec
 runtime object. Whoever acts on a runtime's configuration (Kyma's operators; Tether's own
 configuration injector, `tether injector`) reads them with the Kubernetes API, a list then a
 watch, and nothing else. This section is what a consumer may rely on. The Python library
-`injector.consumer` keeps every rule below for you (relist, removed keys, resuming, bounded
+`tether.runtime.consumer` keeps every rule below for you (relist, removed keys, resuming, bounded
 memory, the nudge form): [consumers.md](consumers.md). An operator sees what is stored with
 `tether records RUNTIME` ([operations.md](operations.md#tether-records-what-the-kcp-holds-for-a-runtime)).
 
@@ -140,7 +140,7 @@ treat **every key it held that the relist does not contain as removed** (it was 
 while the consumer was not watching: a pruned tombstone, a removed runtime), then watch from
 the list's resourceVersion. Ask for bookmarks (`allowWatchBookmarks=true`) and save the
 bookmark's resourceVersion too: a Watch whose storage namespace changes rarely otherwise
-keeps an old position that expires. `injector.consumer` does all of it (`Synced(relist=True)`
+keeps an old position that expires. `tether.runtime.consumer` does all of it (`Synced(relist=True)`
 after the relist, removed keys as changes with `record: None`).
 
 ### Idempotent, level-based consumers

@@ -84,11 +84,11 @@ def test_aggregated_flush_writes_pending_counts_per_key() -> None:
 
 
 def test_a_resource_version_is_read_one_way_everywhere() -> None:
-    """listener.fleet.summaryobject and injector.consumerstate read resourceVersions through
+    """listener.fleet.summaryobject and tether.runtime.consumerstate read resourceVersions through
     numbers.revision_of: before, consumerstate took any str.isdigit() text ('١٢٣' as 123,
     and a 5,000-digit string raised ValueError from int())."""
-    from injector import consumerstate
     from listener.fleet import summaryobject
+    from tether.runtime import consumerstate
 
     assert numbers.revision_of({"resourceVersion": "123"}) == 123
     assert numbers.revision_of({"resourceVersion": "١٢٣"}) is None

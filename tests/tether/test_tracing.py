@@ -94,7 +94,7 @@ def test_the_webhook_and_the_listener_import_no_sdk_while_tracing_is_off() -> No
     """Tracing off costs the admission path no SDK object: the SDK is not even imported."""
     code = (
         "import sys; import webhook.services, webhook.validate, listener.edge.api; "
-        "from tether import tracing; s = tracing.from_environment('x', {}); "
+        "from tether.base import tracing; s = tracing.from_environment('x', {}); "
         "s.start('a').end(); "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from injector import consumer
 from testing import consumerenv, controlplane
 from testing.consumerenv import Collector, Store, compact, synced
 from tether.kube import gateway
+from tether.runtime import consumer
 
 pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers.py)
 

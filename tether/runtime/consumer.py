@@ -1,6 +1,6 @@
 """The consumer library: the records of one Watch, as a stream of changes in KCP order.
 
-    from injector import consumer
+    from tether.runtime import consumer
     from tether.kube import gateway
     kcp = gateway.from_kubeconfig()
     for ev in consumer.consume(kcp, namespace="kcp-system", watch="configuration", stop=stop):
@@ -37,9 +37,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, cast
 
-from injector import consumerstate
 from tether.base import numbers
 from tether.kube import apitypes, gateway
+from tether.runtime import consumerstate
 from tether.wire import watches
 
 log = logging.getLogger(__name__)

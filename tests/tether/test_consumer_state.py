@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from injector import consumer, consumerstate
 from tether.kube import apitypes
+from tether.runtime import consumer, consumerstate
 from tether.wire import watches
 
 

@@ -1,4 +1,4 @@
-"""The consumer library's decisions, as plain data (``injector.consumer`` does the I/O).
+"""The consumer library's decisions, as plain data (``tether.runtime.consumer`` does the I/O).
 
 * ``parse``: a stored ``RuntimeConfigMap`` object → ``Item`` (its key, Kyma CR name, record,
   revision), or None for an object that is not a record;
