@@ -111,7 +111,7 @@ def one_json(
         **fleet.as_json(row),
         "problemRunbooks": {p: links.problem(p) for p in row.problems},
         "refused": [runbooks.as_json(r) for r in runbooks.refusals(row.delivery, links)],
-        "events": [parts.event_json(e) for e in events],
+        "recentEvents": [parts.event_json(e) for e in events],
     }
 
 

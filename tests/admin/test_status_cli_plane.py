@@ -102,4 +102,4 @@ def test_context_and_n_choose_the_kcp_as_kubectl_does(
     assert events.endswith("the runtime's API answered 403 (x2)")
     assert "silent" not in out.stdout  # its heartbeat was found where -n and the flags say
     doc = json.loads(_status(admin_env, runtime, *where, "--context", good, "-o", "json").stdout)
-    assert [(e["reason"], e["count"]) for e in doc["events"]] == [("EnrollFailed", 2)]
+    assert [(e["reason"], e["count"]) for e in doc["recentEvents"]] == [("EnrollFailed", 2)]
