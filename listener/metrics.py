@@ -52,6 +52,13 @@ class Metrics:
         self.auth_refusals = Counter(
             f"{NS}_auth_refusals", "Refused callers by reason", ["reason"], registry=r
         )
+        self.auth_refusals_attributed = Counter(
+            f"{NS}_auth_refusals_attributed",
+            "Refusals of a verified certificate counted against the runtime its CN names "
+            "(its RuntimeDelivery), by reason",
+            ["reason"],
+            registry=r,
+        )
         self.tls_refusals = Counter(
             f"{NS}_tls_handshake_refusals",
             "TLS handshakes refused (invalid client certificate) by reason",

@@ -32,6 +32,19 @@ REASONS = (
 )
 
 
+# Refusals of a certificate whose chain verified: the CA issued it to the runtime its CN
+# names, so the refusal is counted against that runtime (its page, ``tether status``, the
+# alert TetherRuntimeRefused) when a Kyma CR carries that runtime ID. ``unknown_runtime`` is
+# not: no runtime to count it against (a deleted runtime's certificate that still verifies).
+ATTRIBUTED = (
+    "cn_mismatch",
+    "ambiguous_runtime",
+    "runtime_deleting",
+    "domain_missing",
+    "san_mismatch",
+)
+
+
 class Refusal(NamedTuple):
     status: int
     reason: str
@@ -68,3 +81,13 @@ def authorize(
     if _dns(k.domain) not in {_dns(s) for s in dns_sans}:
         return Refusal(403, "san_mismatch", "no certificate DNS SAN matches the runtime's domain")
     return None
+
+
+def attributed(reason: str, cn: str | None, known: bool) -> str | None:
+    """The runtime a refusal of a verified certificate counts against: the one its CN names,
+    when ``known`` (a Kyma CR carries it) and the reason is one of ``ATTRIBUTED``; else None
+    (no certificate, or nothing to count it against). The path's runtime ID, which the
+    caller chose, never decides: a runtime can only add to its own count."""
+    if reason not in ATTRIBUTED or not cn or not known:
+        return None
+    return cn

@@ -51,20 +51,36 @@ def refuse(
 ) -> Response:
     """A refusal before the caller was authenticated: counted, and audited in aggregate
     per reason, source and minute (``listener.edge.refusalsummary``), the path's runtime ID
-    only as claimed."""
+    only as claimed. A refusal of a certificate whose chain verified also counts against the
+    runtime its CN names (``auth.attributed``)."""
     svc.metrics.auth_refusals.labels(reason).inc()
-    svc.refusals.record(
-        reason,
-        request.remote_addr,
-        status,
-        runtime_id,
-        None if cert is None else certs.common_name(cert) or "",
-    )
-    return responses.error(
+    cn = None if cert is None else certs.common_name(cert) or ""
+    svc.refusals.record(reason, request.remote_addr, status, runtime_id, cn)
+    answer = responses.error(
         status,
         "unauthorized" if status == 401 else "forbidden",
         {"reason": reason, "message": message},
     )
+    owner = auth.attributed(reason, cn, _known(svc, cn, runtime_id, reason))
+    if owner is not None:  # its page and ``tether status`` show it, after the answer is sent
+        svc.metrics.auth_refusals_attributed.labels(reason).inc()
+        svc.deliveries.refuse(owner, reason, status)
+        answer.call_on_close(lambda: svc.deliveries.flush_if_due(owner))
+    return answer
+
+
+def _known(svc: services.Services, cn: str | None, runtime_id: str, reason: str) -> bool:
+    """Whether a Kyma CR carries the runtime ID the verified certificate's CN names: known
+    already for the refusals after the lookup of the path's runtime (the CN equals it);
+    looked up (the pod's view, else the lookup cache) for ``cn_mismatch``."""
+    if not cn or reason not in auth.ATTRIBUTED:
+        return False
+    if reason != "cn_mismatch":
+        return cn == runtime_id
+    try:
+        return bool(svc.kymas.lookup(cn))
+    except (ValueError, gateway.GatewayError):  # not a runtime ID, or the KCP unreachable
+        return False
 
 
 _log = logging.getLogger("tether.listener")

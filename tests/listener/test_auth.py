@@ -148,3 +148,29 @@ def test_from_environ_without_tls_peer() -> None:
         source({peer.XFCC_ENVIRON: _xfcc(foreign), "REMOTE_ADDR": "::1"}, ("::1/128",))
         == "xfcc_chain_invalid"
     )
+
+
+@pytest.mark.parametrize(
+    ("reason", "cn", "known", "owner"),
+    [
+        ("san_mismatch", "rt-a", True, "rt-a"),
+        ("domain_missing", "rt-a", True, "rt-a"),
+        ("runtime_deleting", "rt-a", True, "rt-a"),
+        ("ambiguous_runtime", "rt-a", True, "rt-a"),
+        ("cn_mismatch", "rt-a", True, "rt-a"),  # the sender, not the path's runtime
+        ("cn_mismatch", "rt-gone", False, None),  # no Kyma CR carries the CN's runtime
+        ("unknown_runtime", "rt-a", True, None),
+        ("no_certificate", None, False, None),
+        ("xfcc_chain_invalid", None, False, None),
+        ("san_mismatch", "", True, None),  # a certificate without a CN names nobody
+    ],
+)
+def test_a_refusal_counts_against_the_runtime_its_verified_cn_names(
+    reason: str, cn: str | None, known: bool, owner: str | None
+) -> None:
+    assert auth.attributed(reason, cn, known) == owner
+
+
+def test_every_attributed_reason_is_a_refusal_reason() -> None:
+    assert set(auth.ATTRIBUTED) <= set(auth.REASONS)
+    assert "unknown_runtime" not in auth.ATTRIBUTED and "no_certificate" not in auth.ATTRIBUTED
