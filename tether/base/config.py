@@ -91,6 +91,25 @@ class Option:
         return str(self.default) or "(empty)"
 
 
+def _bounded(
+    parse: Callable[[str, str, Any, Any], Any],
+    name: str,
+    default: Any,
+    meaning: str,
+    minimum: float | None,
+    maximum: float | None,
+    **kw: Any,
+) -> Option:
+    return Option(
+        name,
+        meaning,
+        lambda n, r: parse(n, r, minimum, maximum),
+        default,
+        bounds=parsers.span(minimum, maximum),
+        **kw,
+    )
+
+
 def integer(
     name: str,
     default: Any,
@@ -100,14 +119,7 @@ def integer(
     maximum: int | None = None,
     **kw: Any,
 ) -> Option:
-    return Option(
-        name,
-        meaning,
-        lambda n, r: parsers.integer(n, r, minimum, maximum),
-        default,
-        bounds=parsers.span(minimum, maximum),
-        **kw,
-    )
+    return _bounded(parsers.integer, name, default, meaning, minimum, maximum, **kw)
 
 
 def number(
@@ -119,14 +131,7 @@ def number(
     maximum: float | None = None,
     **kw: Any,
 ) -> Option:
-    return Option(
-        name,
-        meaning,
-        lambda n, r: parsers.number(n, r, minimum, maximum),
-        default,
-        bounds=parsers.span(minimum, maximum),
-        **kw,
-    )
+    return _bounded(parsers.number, name, default, meaning, minimum, maximum, **kw)
 
 
 def seconds(
