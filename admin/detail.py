@@ -60,6 +60,7 @@ def _facts(
         compass = row.compass_state or "no mapping"
     return [
         ("Kyma CR", row.kyma + (" (being deleted)" if row.deleting else "")),
+        *([("Muted", f"yes: {row.muted} (tether unmute {row.runtime_id})")] if row.muted else []),
         ("Enrollment", enrolled),
         (
             "Certificate",

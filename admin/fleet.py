@@ -16,7 +16,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from tether.kube import apitypes
+from tether.kube import apitypes, kyma
 from tether.wire import delivery
 
 # Problems, most severe first (their weight orders the fleet page).
@@ -72,6 +72,7 @@ class Row(NamedTuple):
     delivery: delivery.Summary
     problems: tuple[str, ...]
     delivery_object: str = ""  # name of its RuntimeDelivery ("" without one)
+    muted: str | None = None  # why an operator muted it (``tether mute``), None: not muted
 
     @property
     def score(self) -> int:
@@ -96,6 +97,11 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return lab if isinstance(lab, Mapping) else {}
 
 
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    ann = _meta(obj).get("annotations")
+    return ann if isinstance(ann, Mapping) else {}
+
+
 def _status(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
     s = (obj or {}).get("status")
     return s if isinstance(s, Mapping) else {}
@@ -117,7 +123,8 @@ def problems_of(row: Row, t: Thresholds, now: datetime.datetime) -> tuple[str, .
     if row.enrolled != "True":
         found.append("not_enrolled")
     since = row.heartbeat or row.created
-    if since is not None and (now - since).total_seconds() > t.silent_seconds:
+    # a muted runtime is refused on purpose (``tether mute``): its silence is no problem
+    if row.muted is None and since is not None and (now - since).total_seconds() > t.silent_seconds:
         found.append("silent")
     d = row.delivery
     if d.records >= t.poller_min_records and (d.poller_share or 0.0) >= t.poller_share:
@@ -219,6 +226,7 @@ class Index:
             delivery=summary,
             problems=(),
             delivery_object=object_name,
+            muted=kyma.muted_reason(_annotations(k).get(apitypes.MUTED_ANNOTATION)),
         )
         return row._replace(problems=problems_of(row, t, self.now))
 
@@ -297,6 +305,7 @@ def as_json(row: Row) -> dict[str, Any]:
         "runtimeId": row.runtime_id,
         "kyma": row.kyma,
         "deleting": row.deleting,
+        "muted": row.muted,
         "problems": list(row.problems),
         "enrollment": {
             "ready": row.enrolled,

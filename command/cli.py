@@ -15,7 +15,9 @@
                             command, with the operator's kubeconfig)
     tether records RUNTIME [NAMESPACE/NAME]   what the KCP stores for a runtime: its
                             records, by Watch, source and epoch (an operator command)
-    kubectl tether status|records|certs   the same operator commands as a kubectl plugin
+    tether mute|unmute RUNTIME   the listener answers a runtime 429 on every replica, or
+                            not any more; audited (an operator command)
+    kubectl tether status|records|certs|mute|unmute   the operator commands as a kubectl plugin
                             (the kubectl-tether script, command/kubectl.py)
 
 Each part's entry point is ``<part>.main:main(argv) -> int``; it builds its settings
@@ -101,6 +103,18 @@ def _records() -> Main:
     return records_cli.main
 
 
+def _mute() -> Main:
+    from admin import mute_cli
+
+    return mute_cli.mute
+
+
+def _unmute() -> Main:
+    from admin import mute_cli
+
+    return mute_cli.unmute
+
+
 PARTS: dict[str, Callable[[], Main]] = {
     "webhook": _webhook,
     "listener": _listener,
@@ -113,6 +127,8 @@ PARTS: dict[str, Callable[[], Main]] = {
     "admin": _admin,
     "status": _status,
     "records": _records,
+    "mute": _mute,
+    "unmute": _unmute,
 }
 
 

@@ -143,7 +143,28 @@ def authenticate(svc: services.Services, runtime_id: str) -> Response | None:
     refusal = auth.authorize(cn, certs.dns_sans(p.cert), runtime_id, kymas)
     if refusal is not None:
         return refuse(svc, runtime_id, refusal.status, refusal.reason, refusal.message, p.cert)
+    if kymas[0].muted is not None:
+        return muted(svc, runtime_id)
     return None
+
+
+MUTED_RETRY_AFTER = 600  # seconds: a muted runtime's senders wait this long between offers
+
+
+def muted(svc: services.Services, runtime_id: str) -> Response:
+    """An authenticated runtime an operator muted (``tether mute``: the annotation
+    ``tether.kyma-project.io/muted`` on its Kyma CR, seen by every replica): 429 with a long
+    Retry-After, counted on its delivery (the operator's reason stays in the KCP)."""
+    svc.metrics.rate_limited.labels("muted").inc()
+    svc.deliveries.refuse(runtime_id, "muted", 429)
+    answer = responses.error(
+        429,
+        "muted",
+        {"reason": "muted", "message": "an operator of the KCP muted this runtime"},
+        retry_after=MUTED_RETRY_AFTER,
+    )
+    answer.call_on_close(lambda: svc.deliveries.flush_if_due(runtime_id))
+    return answer
 
 
 def rate(svc: services.Services, runtime_id: str, cost: int) -> Response | None:

@@ -303,3 +303,22 @@ def test_the_beats_chart_leaves_out_minutes_not_merged_yet() -> None:
     assert len(points) == 30  # 11:01..11:30 drawn (20 of them with requests), 11:31..12:00 not
     fresh = delivery.summarize(delivery.merge(None, d, "rt", NOW), NOW)
     assert "merged up to" not in views.beats_chart(fresh, NOW)
+
+
+def test_a_muted_runtime_says_so_and_is_not_silent() -> None:
+    """``tether mute`` silences a runtime on purpose: the row carries the reason, and its
+    missing heartbeat is no problem; the same runtime unmuted and quiet is ``silent``."""
+    muted = kyma("m", "rt-m", annotations={apitypes.MUTED_ANNOTATION: "flooding\tOPS-1"})
+    rows = {
+        r.runtime_id: r
+        for r in build(
+            kymas=[muted, kyma("q", "rt-q")],
+            enrollments=[enrollment("m"), enrollment("q")],
+            heartbeats=[lease("rt-m", 3600), lease("rt-q", 3600)],
+        )
+    }
+    assert rows["rt-m"].muted == "flooding OPS-1" and "silent" not in rows["rt-m"].problems
+    assert rows["rt-q"].muted is None and "silent" in rows["rt-q"].problems
+    assert fleet.as_json(rows["rt-m"])["muted"] == "flooding OPS-1"
+    empty = kyma("e", "rt-e", annotations={apitypes.MUTED_ANNOTATION: ""})
+    assert build(kymas=[empty])[0].muted == "muted"  # present but empty still mutes

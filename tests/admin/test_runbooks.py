@@ -34,9 +34,10 @@ def _literal(node: ast.AST | None) -> str | None:
 
 
 def runtime_reasons() -> set[str]:
-    """Every reason the listener's edge counts for an authenticated runtime: the reason of
-    each ``Problem(...)`` it builds and of each ``deliveries.refuse``/``record`` call; a
-    ``"quota_" + limit`` expands to the storage rule's limits."""
+    """Every reason the listener's edge counts for a runtime: the reason of each
+    ``Problem(...)`` it builds and of each ``deliveries.refuse``/``record`` call; a
+    ``"quota_" + limit`` expands to the storage rule's limits, the refusals of a verified
+    certificate (``steps.refuse``) to ``auth.ATTRIBUTED``."""
     found: set[str] = set()
     for path in EDGE.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -65,6 +66,8 @@ def runtime_reasons() -> set[str]:
                 found |= {prefix + limit for limit in typing.get_args(rules.Limit)}
             elif isinstance(arg, ast.Attribute) and arg.attr == "reason":
                 continue  # a Problem's own reason, found where the Problem is built
+            elif isinstance(arg, ast.Name) and arg.id == "reason" and path.name == "steps.py":
+                found |= set(auth.ATTRIBUTED)  # a verified certificate's refusal, on its runtime
             else:
                 raise AssertionError(f"{path.name}:{node.lineno}: a reason that is no literal")
     return found
@@ -98,6 +101,9 @@ def test_the_scan_finds_the_listeners_runtime_reasons() -> None:
         "future_epoch",
         "parse_budget",
         "query",
+        "muted",
+        "san_mismatch",
+        "cn_mismatch",
     } <= found, found
 
 

@@ -79,6 +79,9 @@ def test_a_quiet_runtime() -> None:
     assert "Problems: none" in text and "Refusals, last hour: none" in text
     assert "Compass:     no mapping" in text and "Note: could not read" in text
     assert "Events: none" in text
+    assert "Muted:" not in text
+    muted = "\n".join(detail.lines(r._replace(muted="flooding OPS-1"), None, runbooks.Links(), NOW))
+    assert "Muted:       yes: flooding OPS-1 (tether unmute rt-1)" in muted
 
 
 def test_the_events_of_the_page_are_in_the_detail_view() -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -205,6 +207,50 @@ def test_a_changed_domain_is_refused_by_both_listeners_at_once(
     )
     took = _refused_within(pair, settled, 5.0)
     assert max(took) < 5.0, took
+
+
+def _mute(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
+    """``tether mute|unmute ...`` as an operator runs it, with the KCP admin's kubeconfig."""
+    return subprocess.run(
+        [sys.executable, "-m", "command.cli", *args, "-n", env.namespace],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "KUBECONFIG": str(env.kcp.kubeconfig)},
+    )
+
+
+def test_a_muted_runtime_is_answered_429_by_both_listeners_until_unmuted(
+    env: Env, pair: list[ListenerProcess], settled: Runtime
+) -> None:
+    out = _mute(env, "mute", settled.id, "--reason", "flooding\nOPS-1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith(": flooding OPS-1")  # one line, whatever was typed
+    for p in pair:
+        wait_until(functools.partial(answers, p, settled, 429), what=f"{p.url} mutes", timeout=5)
+    r = summary(pair[0], settled)
+    assert r.headers["Retry-After"] == "600" and r.json()["details"]["reason"] == "muted"
+    assert "OPS-1" not in r.text  # the operator's reason stays in the KCP
+    kyma: Any = client.CustomObjectsApi(env.api).get_namespaced_custom_object(
+        apitypes.KYMAS.group,
+        apitypes.KYMAS.version,
+        env.namespace,
+        apitypes.KYMAS.plural,
+        f"kyma-{settled.id.lower()}"[:60],
+    )
+    assert kyma["metadata"]["annotations"][apitypes.MUTED_ANNOTATION] == "flooding OPS-1"
+    again = _mute(env, "mute", settled.id, "--reason", "flooding OPS-1")
+    assert again.returncode == 0 and "already muted" in again.stdout
+    assert _mute(env, "unmute", settled.id).returncode == 0
+    for p in pair:
+        wait_until(functools.partial(answers, p, settled, 200), what=f"{p.url} unmutes", timeout=5)
+    events: Any = client.CoreV1Api(env.api).list_namespaced_event(
+        env.namespace, field_selector=f"involvedObject.name={kyma['metadata']['name']}"
+    )
+    assert {e.reason for e in events.items} >= {"TetherMuted", "TetherUnmuted"}
+    unknown = _mute(env, "mute", "rt-nobody")
+    assert unknown.returncode == 1 and "no Kyma CR" in unknown.stderr
 
 
 def view_pid(p: ListenerProcess) -> int | None:

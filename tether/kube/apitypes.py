@@ -116,6 +116,9 @@ SUBJECT_ACCESS_REVIEWS = Resource(
 # on the Kyma CR (lifecycle-manager's and the broker's)
 RUNTIME_ID_LABEL = "kyma-project.io/runtime-id"  # also on Tether's objects and runtime pods
 SKR_DOMAIN_ANNOTATION = "skr-domain"
+# on a Kyma CR, set by an operator (``tether mute``): the listener answers the runtime 429
+MUTED_ANNOTATION = "tether.kyma-project.io/muted"
+MUTED_MAX = 200  # characters of its reason kept
 GLOBAL_ACCOUNT_LABEL = "kyma-project.io/global-account-id"  # also on the mapping
 SUBACCOUNT_LABEL = "kyma-project.io/subaccount-id"  # also on the mapping
 SHOOT_NAME_LABEL = "kyma-project.io/shoot-name"

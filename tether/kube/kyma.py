@@ -1,10 +1,11 @@
 """Views of the Kyma custom resource (lifecycle-manager's; its type is ``apitypes.KYMAS``).
 
-One Kyma CR in the KCP represents one runtime (SKR). Tether reads it and writes only its
+One Kyma CR in the KCP represents one runtime (SKR). Tether's parts read it and write only its
 ``metadata.finalizers``: the listener matches a runtime's client certificate against it,
 compass registers it; the enroller adds its finalizer (``tether.kyma-project.io/enroller``)
 so that the CR's deletion waits for the runtime's clean-up, and removes it after. Its
-spec, labels and annotations are never written.
+spec, labels and annotations are never written by a part; an operator mutes a runtime with
+the annotation ``tether.kyma-project.io/muted`` (``tether mute``), which the listener reads.
 
     views = kyma.list_by_runtime_id(kcp, "kcp-system", "4a1f...")   # label-selected list
     v = views[0]; v.domain, v.deleting
@@ -37,6 +38,7 @@ class KymaView(NamedTuple):
     deleting: bool
     labels: dict[str, str]
     modules: frozenset[str] = frozenset()  # enabled in spec.modules (``watches.modules_of``)
+    muted: str | None = None  # the reason an operator muted it (``apitypes.MUTED_ANNOTATION``)
 
 
 def valid_runtime_id(runtime_id: str) -> bool:
@@ -50,6 +52,7 @@ def view(obj: Mapping[str, Any]) -> KymaView:
     labels = dict(meta.get("labels") or {})
     annotations = meta.get("annotations") or {}
     domain = annotations.get(apitypes.SKR_DOMAIN_ANNOTATION)
+    muted = annotations.get(apitypes.MUTED_ANNOTATION)
     return KymaView(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
@@ -63,7 +66,17 @@ def view(obj: Mapping[str, Any]) -> KymaView:
             for m in (obj.get("spec") or {}).get("modules") or []
             if isinstance(m, Mapping) and isinstance(m.get("name"), str)
         ),
+        muted=muted_reason(muted),
     )
+
+
+def muted_reason(value: object) -> str | None:
+    """The reason of a muted runtime (its annotation's value, one line, cut), or None when
+    the annotation is absent; a present but empty annotation mutes too ("muted")."""
+    if not isinstance(value, str):
+        return None
+    line = " ".join(value.split())[: apitypes.MUTED_MAX]
+    return line or "muted"
 
 
 def list_by_runtime_id(
