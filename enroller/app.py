@@ -1,10 +1,5 @@
-"""The enroller's operations surface (``tether.base.ops``): ``/healthz``, ``/readyz``,
-``/metrics``.
-
-The enroller serves no API; this app only lets the kubelet and Prometheus look in. It runs in
-one thread of the leader-elected process (werkzeug, ``tether.base.ops.Server``), not under
-gunicorn: schedulers must not be forked into workers.
-"""
+"""The enroller's operations surface: /healthz, /readyz (its scheduler runs), /metrics
+(``tether.base.ops.scheduler_app``, in a thread of the leader-elected process)."""
 
 from __future__ import annotations
 
