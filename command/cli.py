@@ -17,7 +17,10 @@
                             records, by Watch, source and epoch (an operator command)
     tether mute|unmute RUNTIME   the listener answers a runtime 429 on every replica, or
                             not any more; audited (an operator command)
-    kubectl tether status|records|certs|mute|unmute   the operator commands as a kubectl plugin
+    tether resync RUNTIME   its state summary rebuilt from the stored records, so its next
+                            poll sends what the KCP lacks; audited (an operator command)
+    kubectl tether status|records|certs|mute|unmute|resync   the operator commands as a
+                            kubectl plugin
                             (the kubectl-tether script, command/kubectl.py)
 
 Each part's entry point is ``<part>.main:main(argv) -> int``; it builds its settings
@@ -104,15 +107,21 @@ def _records() -> Main:
 
 
 def _mute() -> Main:
-    from admin import mute_cli
+    from admin import levers
 
-    return mute_cli.mute
+    return levers.mute
 
 
 def _unmute() -> Main:
-    from admin import mute_cli
+    from admin import levers
 
-    return mute_cli.unmute
+    return levers.unmute
+
+
+def _resync() -> Main:
+    from admin import levers
+
+    return levers.resync
 
 
 PARTS: dict[str, Callable[[], Main]] = {
@@ -129,6 +138,7 @@ PARTS: dict[str, Callable[[], Main]] = {
     "records": _records,
     "mute": _mute,
     "unmute": _unmute,
+    "resync": _resync,
 }
 
 

@@ -1,8 +1,8 @@
-"""``tether mute RUNTIME`` and ``tether unmute RUNTIME``: the operator's switch for a
-misbehaving runtime, across every listener replica.
+"""The operator's levers on one runtime: ``tether mute``, ``tether unmute``, ``tether resync``.
 
     tether mute rt-4a1f --reason "flooding: ticket OPS-123"
     tether unmute rt-4a1f
+    tether resync rt-4a1f
 
 ``mute`` sets the annotation ``tether.kyma-project.io/muted`` (the reason) on the runtime's
 Kyma CR; every listener replica sees it (the pod's view watches the Kyma CRs, else its lookup
@@ -15,6 +15,13 @@ status RUNTIME`` list; the page and the detail view say the runtime is muted, an
 reported ``silent`` meanwhile. Connection options as kubectl's (``admin.kubeargs``). Exit
 status: 0; 1 when no Kyma CR (or more than one) carries the runtime ID; 2 for a usage error
 or when the KCP cannot be read or written.
+
+``resync`` removes the runtime's ``RuntimeStateSummary`` (found by its runtime-ID label in
+``--namespace``, the listener's namespace): the listener rebuilds it from a listing of the
+stored records at the runtime's next poll, so records deleted or edited in the KCP by hand,
+which the summary still counted, differ again, and that poll run lists their buckets and
+sends them (a runtime that polls by buckets; one in Watch mode compares every stored record
+at every run already). An Event ``TetherResync`` on the Kyma CR records it.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 from admin import kubeargs
 from tether.base import logs
@@ -59,21 +67,26 @@ def _one(kcp: gateway.Kube, namespace: str, runtime: str) -> kyma.KymaView | str
     return views[0]
 
 
-def run(command: str, argv: list[str]) -> int:
-    args = parser(command).parse_args(argv)
-    value = (kyma.muted_reason(args.reason) or "muted") if command == "mute" else None
+def _with_kcp(command: str, args: argparse.Namespace, act: Callable[[gateway.Kube], int]) -> int:
+    """``act`` on a gateway built from the connection options; a failure is one line."""
     kcp = kubeargs.connect(args)
     if isinstance(kcp, str):
         print(f"tether {command}: {kcp}", file=sys.stderr)
         return 2
     try:
-        return _switch(kcp, args, command, value)
+        return act(kcp)
     except gateway.GatewayError as e:
-        problem = f"cannot read or change the Kyma CR: {logs.bounded(e, 300)}"
+        problem = f"cannot read or change the KCP: {logs.bounded(e, 300)}"
         print(f"tether {command}: {problem}", file=sys.stderr)
         return 2
     finally:
         kcp.close()
+
+
+def run(command: str, argv: list[str]) -> int:
+    args = parser(command).parse_args(argv)
+    value = (kyma.muted_reason(args.reason) or "muted") if command == "mute" else None
+    return _with_kcp(command, args, lambda kcp: _switch(kcp, args, command, value))
 
 
 def _switch(kcp: gateway.Kube, args: argparse.Namespace, command: str, value: str | None) -> int:
@@ -91,14 +104,7 @@ def _switch(kcp: gateway.Kube, args: argparse.Namespace, command: str, value: st
         found.name,
         {"metadata": {"annotations": {apitypes.MUTED_ANNOTATION: value}}},
     )
-    ref = events.Ref(
-        f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}",
-        "Kyma",
-        found.namespace,
-        found.name,
-        found.uid,
-    )
-    recorder = events.Recorder(kcp, COMPONENT, os.uname().nodename)
+    recorder, ref = _recorder(kcp, found)
     if value is not None:
         message = f"muted with tether mute: the listener answers it 429 ({value})"
         recorder.emit(ref, "TetherMuted", message, warning=True)
@@ -108,6 +114,51 @@ def _switch(kcp: gateway.Kube, args: argparse.Namespace, command: str, value: st
         recorder.emit(ref, "TetherUnmuted", message)
         print(f"runtime {found.runtime_id} unmuted ({where})")
     return 0
+
+
+def _recorder(kcp: gateway.Kube, found: kyma.KymaView) -> tuple[events.Recorder, events.Ref]:
+    ref = events.Ref(
+        f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}",
+        "Kyma",
+        found.namespace,
+        found.name,
+        found.uid,
+    )
+    return events.Recorder(kcp, COMPONENT, os.uname().nodename), ref
+
+
+def _resync(kcp: gateway.Kube, args: argparse.Namespace) -> int:
+    found = _one(kcp, args.namespace, args.runtime)
+    if isinstance(found, str):
+        print(f"tether resync: {found}", file=sys.stderr)
+        return 1
+    res = apitypes.RUNTIME_STATE_SUMMARIES
+    rid = found.runtime_id or args.runtime
+    page = kcp.list(res, args.namespace, label_selector=f"{apitypes.RUNTIME_ID_LABEL}={rid}")
+    names = [str((o.get("metadata") or {}).get("name")) for o in page.get("items") or []]
+    for name in names:
+        try:
+            kcp.delete(res, args.namespace, name)
+        except gateway.NotFound:  # the janitor or another operator was first
+            pass
+    recorder, ref = _recorder(kcp, found)
+    recorder.emit(
+        ref,
+        "TetherResync",
+        "resync with tether resync: its state summary is rebuilt from the stored records "
+        "at its next poll",
+    )
+    what = "its state summary removed" if names else "it had no state summary"
+    print(
+        f"runtime {rid}: {what}; the listener rebuilds it from the stored records at the "
+        "runtime's next poll, whose run sends what the KCP lacks"
+    )
+    return 0
+
+
+def resync(argv: list[str]) -> int:
+    args = parser("resync").parse_args(argv)
+    return _with_kcp("resync", args, lambda kcp: _resync(kcp, args))
 
 
 def mute(argv: list[str]) -> int:
