@@ -17,10 +17,12 @@
                             records, by Watch, source and epoch (an operator command)
     tether mute|unmute RUNTIME   the listener answers a runtime 429 on every replica, or
                             not any more; audited (an operator command)
+    tether explain RUNTIME NAMESPACE/NAME   why an object was or was not sent: the Watches
+                            in force and why each takes it or not, quota, deliveries
     tether resync RUNTIME   its state summary rebuilt from the stored records, so its next
                             poll sends what the KCP lacks; audited (an operator command)
-    kubectl tether status|records|certs|mute|unmute|resync   the operator commands as a
-                            kubectl plugin
+    kubectl tether status|records|explain|certs|mute|unmute|resync   the operator
+                            commands as a kubectl plugin
                             (the kubectl-tether script, command/kubectl.py)
 
 Each part's entry point is ``<part>.main:main(argv) -> int``; it builds its settings
@@ -106,6 +108,12 @@ def _records() -> Main:
     return records_cli.main
 
 
+def _explain() -> Main:
+    from admin import explain_cli
+
+    return explain_cli.main
+
+
 def _mute() -> Main:
     from admin import levers
 
@@ -136,6 +144,7 @@ PARTS: dict[str, Callable[[], Main]] = {
     "admin": _admin,
     "status": _status,
     "records": _records,
+    "explain": _explain,
     "mute": _mute,
     "unmute": _unmute,
     "resync": _resync,

@@ -7,6 +7,7 @@ the commands an operator runs from a workstation, as ``tether`` does:
 
     kubectl tether status [RUNTIME]     the fleet, or one runtime in detail (admin.status_cli)
     kubectl tether records RUNTIME      what the KCP stores for a runtime (admin.records_cli)
+    kubectl tether explain RUNTIME NS/NAME  why an object was or was not sent (admin.explain_cli)
     kubectl tether certs ...            the watcher CA and its certificates (enroller.certs_cli)
     kubectl tether mute|unmute RUNTIME  the listener answers a runtime 429, or not (admin.levers)
     kubectl tether resync RUNTIME       its state summary rebuilt at its next poll (admin.levers)
@@ -20,7 +21,7 @@ import sys
 
 from command import cli
 
-COMMANDS = ("status", "records", "certs", "mute", "unmute", "resync")
+COMMANDS = ("status", "records", "explain", "certs", "mute", "unmute", "resync")
 
 
 def usage() -> str:

@@ -285,6 +285,7 @@ class Env:
         throttled: int = 0,
         names: Sequence[str] = ("app",),
         minutes: int = 10,
+        record_limit: int = 10_000,
     ) -> None:
         """A RuntimeDelivery as the listener merges it: records spread over ``minutes``."""
         at = now()
@@ -310,7 +311,7 @@ class Env:
         d.stored = {
             "records": webhook + poller,
             "bytes": 2048 * (webhook + poller),
-            "recordLimit": 10_000,
+            "recordLimit": record_limit,
             "byteLimit": 50 << 20,
         }
         name = heartbeat.lease_name(runtime_id)  # as the listener names both
