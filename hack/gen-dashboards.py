@@ -639,6 +639,33 @@ def fleet() -> dict[str, Any]:
             34,
             "reqps",
         ),
+        # the delivery SLO (docs/operations.md, "Service level"): the recording rules of the
+        # group tether-slo, over every KCP the Prometheus scrapes
+        row(14, "Delivery SLO: 99 % of stored changes within 30 s, over 28 days", 42),
+        panel(
+            15,
+            "Late share of stored changes (over 30 s), by window; the budget is 1 %",
+            [
+                (f"tether:delivery_slo_errors:ratio_rate{w}{{{KCP}}}", f"{w} {{{{cluster}}}}")
+                for w in ("5m", "1h", "6h", "1d", "3d")
+            ],
+            0,
+            43,
+            "percentunit",
+        ),
+        panel(
+            16,
+            "Error budget burn rate (1: spent in exactly 28 days; alerts at 14.4, 6, 3, 1)",
+            [
+                (
+                    f"tether:delivery_slo_errors:ratio_rate{w}{{{KCP}}} / 0.01",
+                    f"{w} {{{{cluster}}}}",
+                )
+                for w in ("1h", "6h", "3d")
+            ],
+            12,
+            43,
+        ),
     ]
     return dashboard("tether-fleet", "Tether: fleet", p, runtimes="tether_fleet_runtime_problem")
 
