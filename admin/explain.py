@@ -110,18 +110,11 @@ def explain(
     labels: Mapping[str, str] | None,
     summary: delivery.Summary | None,
 ) -> Explanation:
-    valid: list[watches.Watch] = []
-    invalid: dict[str, str] = {}
-    for o in watch_objects:
-        try:
-            valid.append(watches.parse(o))
-        except watches.WatchError as e:
-            invalid[str((o.get("metadata") or {}).get("name", ""))] = str(e)
-    ws = watches.in_force(valid, kyma)
-    kept, over = ws[: watches.MAX_WATCHES], ws[watches.MAX_WATCHES :]
+    valid, invalid = watches.parse_all(watch_objects)
+    kept, over = watches.in_force_capped(valid, kyma)
     kyma_labels = (kyma.get("metadata") or {}).get("labels") or {}
     mods = watches.modules_of(kyma)
-    names = {w.name for w in ws}
+    names = {w.name for w in kept} | set(over)
     return Explanation(
         verdicts=[judge(w, target, namespace, name, labels) for w in kept],
         not_in_force=sorted(
@@ -130,7 +123,7 @@ def explain(
             if w.name not in names
         ),
         invalid=invalid,
-        left_out=[w.name for w in over],
+        left_out=list(over),
         quota="" if summary is None else _quota(summary),
         deliveries=_of_object(summary.recent if summary else [], namespace, name),
         refused=sorted(

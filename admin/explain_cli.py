@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from admin import detail, explain, kubeargs, records_cli
 from admin import recordsview as view
-from tether.base import config, logs
+from tether.base import config
 from tether.kube import apitypes, gateway
 from tether.wire import delivery
 
@@ -58,10 +58,9 @@ class Read(NamedTuple):
 def _read(kcp: gateway.Kube, args: argparse.Namespace, key: tuple[str, str]) -> Read | str:
     rid = args.runtime
     label = f"{apitypes.RUNTIME_ID_LABEL}={rid}"
-    kymas = kcp.list(apitypes.KYMAS, args.namespace, label_selector=label).get("items") or []
-    if len(kymas) != 1:
-        what = "no Kyma CR" if not kymas else f"{len(kymas)} Kyma CRs"
-        return f"{what} in {args.namespace} carry runtime ID {rid}"
+    found_kyma = kubeargs.kyma_of(kcp, args.namespace, rid)
+    if isinstance(found_kyma, str):
+        return found_kyma
     found = kcp.list_items(apitypes.WATCHES, args.namespace, page_size=records_cli.PAGE)
     deliveries = kcp.list(apitypes.RUNTIME_DELIVERIES, args.namespace, label_selector=label)
     objs = deliveries.get("items") or []
@@ -77,7 +76,7 @@ def _read(kcp: gateway.Kube, args: argparse.Namespace, key: tuple[str, str]) -> 
         listed = records_cli.Listing(
             [], [], 0, args.namespace, "your identity may not list the records (RBAC)"
         )
-    return Read(kymas[0], list(found), summary, listed)
+    return Read(found_kyma, list(found), summary, listed)
 
 
 def _text(e: explain.Explanation, args: argparse.Namespace, listed: records_cli.Listing) -> str:
@@ -145,17 +144,16 @@ def main(argv: list[str]) -> int:
     except (config.SettingError, ValueError) as e:
         print(f"tether explain: {e}", file=sys.stderr)
         return 2
-    kcp = kubeargs.connect(args)
-    if isinstance(kcp, str):
-        print(f"tether explain: {kcp}", file=sys.stderr)
-        return 2
-    try:
-        got = _read(kcp, args, key)
-    except gateway.GatewayError as e:
-        print(f"tether explain: cannot read the KCP: {logs.bounded(e, 300)}", file=sys.stderr)
-        return 2
-    finally:
-        kcp.close()
+    return kubeargs.run("explain", args, lambda kcp: _explain(kcp, args, key, labels))
+
+
+def _explain(
+    kcp: gateway.Kube,
+    args: argparse.Namespace,
+    key: tuple[str, str],
+    labels: dict[str, str] | None,
+) -> int:
+    got = _read(kcp, args, key)
     if isinstance(got, str):
         print(f"tether explain: {got}", file=sys.stderr)
         return 1

@@ -1,5 +1,7 @@
-"""The KCP connection options of the operator commands (``tether status``, ``tether records``
-and ``kubectl tether ...``), as kubectl has them, with defaults that match the manifests.
+"""The KCP connection of the operator commands (``tether status``, ``records``, ``explain``,
+``mute``, ``resync`` and ``kubectl tether ...``): the options as kubectl has them, with
+defaults that match the manifests; ``run`` a command on the connection (a failure is one line);
+``kyma_of`` the runtime's one Kyma CR.
 
 kubectl does not pass its own flags to a plugin: ``kubectl tether status -n NS --context C``
 hands ``-n NS --context C`` to this command, which reads them itself:
@@ -19,8 +21,12 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import sys
+from collections.abc import Callable
+from typing import Any
 
-from tether.kube import gateway
+from tether.base import logs
+from tether.kube import apitypes, gateway, kyma
 
 KCP_NAMESPACE = "kcp-system"
 HEARTBEAT_NAMESPACE = "tether-heartbeats"  # manifests/kcp/listener/heartbeats.yaml
@@ -78,3 +84,36 @@ def connect(args: argparse.Namespace) -> gateway.Kube | str:
         return gateway.from_kubeconfig(path, context=args.context)
     except gateway.KubeConfigError as e:
         return f"--kubeconfig: {e}"
+
+
+def run(
+    command: str,
+    args: argparse.Namespace,
+    act: Callable[[gateway.Kube], int],
+    doing: str = "read",
+) -> int:
+    """``act`` on a gateway built from the connection options, closed after; a connection or
+    KCP failure is one line on stderr (``tether COMMAND: ...``) and exit status 2."""
+    kcp = connect(args)
+    if isinstance(kcp, str):
+        print(f"tether {command}: {kcp}", file=sys.stderr)
+        return 2
+    try:
+        return act(kcp)
+    except gateway.GatewayError as e:
+        print(f"tether {command}: cannot {doing} the KCP: {logs.bounded(e, 300)}", file=sys.stderr)
+        return 2
+    finally:
+        kcp.close()
+
+
+def kyma_of(kcp: gateway.Kube, namespace: str, runtime: str) -> dict[str, Any] | str:
+    """The one Kyma CR in ``namespace`` that carries the runtime ID, as served; or why not."""
+    if not kyma.valid_runtime_id(runtime):
+        return f"{logs.bounded(runtime, 80)!r} is not a runtime ID"
+    label = f"{apitypes.RUNTIME_ID_LABEL}={runtime}"
+    found = kcp.list(apitypes.KYMAS, namespace, label_selector=label).get("items") or []
+    if len(found) != 1:
+        what = "no Kyma CR" if not found else f"{len(found)} Kyma CRs"
+        return f"{what} in {namespace} carry runtime ID {runtime}"
+    return dict(found[0])

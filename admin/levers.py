@@ -27,12 +27,11 @@ at every run already). An Event ``TetherResync`` on the Kyma CR records it.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
-from collections.abc import Callable
 
 from admin import kubeargs
-from tether.base import logs
 from tether.kube import apitypes, events, gateway, kyma
 
 COMPONENT = "tether-cli"
@@ -56,44 +55,19 @@ def parser(command: str) -> argparse.ArgumentParser:
     return p
 
 
-def _one(kcp: gateway.Kube, namespace: str, runtime: str) -> kyma.KymaView | str:
-    try:
-        views = kyma.list_by_runtime_id(kcp, namespace, runtime)
-    except ValueError:
-        return f"{logs.bounded(runtime, 80)!r} is not a runtime ID"
-    if len(views) != 1:
-        what = "no Kyma CR" if not views else f"{len(views)} Kyma CRs"
-        return f"{what} in {namespace} carry runtime ID {logs.bounded(runtime, 80)}"
-    return views[0]
-
-
-def _with_kcp(command: str, args: argparse.Namespace, act: Callable[[gateway.Kube], int]) -> int:
-    """``act`` on a gateway built from the connection options; a failure is one line."""
-    kcp = kubeargs.connect(args)
-    if isinstance(kcp, str):
-        print(f"tether {command}: {kcp}", file=sys.stderr)
-        return 2
-    try:
-        return act(kcp)
-    except gateway.GatewayError as e:
-        problem = f"cannot read or change the KCP: {logs.bounded(e, 300)}"
-        print(f"tether {command}: {problem}", file=sys.stderr)
-        return 2
-    finally:
-        kcp.close()
-
-
 def run(command: str, argv: list[str]) -> int:
     args = parser(command).parse_args(argv)
     value = (kyma.muted_reason(args.reason) or "muted") if command == "mute" else None
-    return _with_kcp(command, args, lambda kcp: _switch(kcp, args, command, value))
+    act = functools.partial(_switch, args=args, command=command, value=value)
+    return kubeargs.run(command, args, act, "read or change")
 
 
 def _switch(kcp: gateway.Kube, args: argparse.Namespace, command: str, value: str | None) -> int:
-    found = _one(kcp, args.namespace, args.runtime)
-    if isinstance(found, str):
-        print(f"tether {command}: {found}", file=sys.stderr)
+    obj = kubeargs.kyma_of(kcp, args.namespace, args.runtime)
+    if isinstance(obj, str):
+        print(f"tether {command}: {obj}", file=sys.stderr)
         return 1
+    found = kyma.view(obj)
     where = f"Kyma CR {found.namespace}/{found.name}"
     if found.muted == value:
         print(f"runtime {found.runtime_id}: already {command}d ({where})")
@@ -128,10 +102,11 @@ def _recorder(kcp: gateway.Kube, found: kyma.KymaView) -> tuple[events.Recorder,
 
 
 def _resync(kcp: gateway.Kube, args: argparse.Namespace) -> int:
-    found = _one(kcp, args.namespace, args.runtime)
-    if isinstance(found, str):
-        print(f"tether resync: {found}", file=sys.stderr)
+    obj = kubeargs.kyma_of(kcp, args.namespace, args.runtime)
+    if isinstance(obj, str):
+        print(f"tether resync: {obj}", file=sys.stderr)
         return 1
+    found = kyma.view(obj)
     res = apitypes.RUNTIME_STATE_SUMMARIES
     rid = found.runtime_id or args.runtime
     page = kcp.list(res, args.namespace, label_selector=f"{apitypes.RUNTIME_ID_LABEL}={rid}")
@@ -158,7 +133,7 @@ def _resync(kcp: gateway.Kube, args: argparse.Namespace) -> int:
 
 def resync(argv: list[str]) -> int:
     args = parser("resync").parse_args(argv)
-    return _with_kcp("resync", args, lambda kcp: _resync(kcp, args))
+    return kubeargs.run("resync", args, lambda kcp: _resync(kcp, args), "read or change")
 
 
 def mute(argv: list[str]) -> int:

@@ -51,20 +51,13 @@ class Listed:
     ) -> tuple[tuple[watches.Watch, ...], tuple[str, ...]]:
         """The Watches in force in the runtime of Kyma CR ``obj`` (at most
         ``watches.MAX_WATCHES``, by name) and the names of those left out over that bound."""
-        ws = watches.in_force(self.valid, obj)
-        return ws[: watches.MAX_WATCHES], tuple(w.name for w in ws[watches.MAX_WATCHES :])
+        return watches.in_force_capped(self.valid, obj)
 
 
 def parse_all(objects: Iterable[Mapping[str, Any]]) -> Listed:
     objs = tuple(objects)
-    valid, errors = [], {}
-    for o in objs:
-        name = str((o.get("metadata") or {}).get("name", ""))
-        try:
-            valid.append(watches.parse(o))
-        except watches.WatchError as e:
-            errors[name] = str(e)
-    return Listed(objs, tuple(valid), errors)
+    valid, errors = watches.parse_all(objs)
+    return Listed(objs, valid, errors)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -102,15 +102,7 @@ class WatchList:
         return {w.name: w.storage_namespace or self._namespace for w in self.current()}
 
     def _parse(self, items: list[dict[str, object]]) -> tuple[watches.Watch, ...]:
-        found: list[watches.Watch] = []
-        skipped: dict[str, str] = {}
-        for obj in items:
-            try:
-                found.append(watches.parse(obj))
-            except watches.WatchError as e:
-                meta = obj.get("metadata")
-                name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
-                skipped[name] = str(e)
+        found, skipped = watches.parse_all(items)
         for name, why in skipped.items():
             if self._skipped.get(name) != why:
                 log.warning(

@@ -130,6 +130,20 @@ class Watch:
 # --- the Watch custom resource -> Watch -----------------------------------------------------
 
 
+def parse_all(objects: Iterable[Mapping[str, Any]]) -> tuple[tuple[Watch, ...], dict[str, str]]:
+    """The Watch custom resources that can be used, in order, and why each other cannot
+    (its name -> ``WatchError``'s message)."""
+    valid: list[Watch] = []
+    errors: dict[str, str] = {}
+    for obj in objects:
+        try:
+            valid.append(parse(obj))
+        except WatchError as e:
+            meta = obj.get("metadata")
+            errors[str(meta.get("name", "")) if isinstance(meta, Mapping) else ""] = str(e)
+    return tuple(valid), errors
+
+
 def selector_text(sel: object, field: str) -> str:
     """A Kubernetes ``LabelSelector`` (matchLabels, matchExpressions) as selector text."""
     if sel is None:
@@ -286,6 +300,15 @@ def in_force(watches: Iterable[Watch], kyma: Mapping[str, Any]) -> tuple[Watch, 
     labels = (kyma.get("metadata") or {}).get("labels") or {}
     mods = modules_of(kyma)
     return tuple(sorted((w for w in watches if applies(w, labels, mods)), key=lambda w: w.name))
+
+
+def in_force_capped(
+    watches: Iterable[Watch], kyma: Mapping[str, Any]
+) -> tuple[tuple[Watch, ...], tuple[str, ...]]:
+    """``in_force``, at most ``MAX_WATCHES`` of them (by name), and the names of those left out
+    over that bound (they are not installed in the runtime)."""
+    ws = in_force(watches, kyma)
+    return ws[:MAX_WATCHES], tuple(w.name for w in ws[MAX_WATCHES:])
 
 
 def namespace_admitted(w: Watch, namespace: str) -> bool:
