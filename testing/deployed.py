@@ -93,6 +93,15 @@ def kubectl(
     return done
 
 
+def runtime_secret(fleet: Fleet, name: str = "tether-runtime-client") -> dict[str, Any]:
+    """A Secret in Tether's namespace of the runtime, as served (default: its client
+    certificate's, which the enroller writes)."""
+    doc: dict[str, Any] = json.loads(
+        kubectl(fleet.skr, "get", "secret", name, "-n", overlays.NAMESPACE, "-o", "json").stdout
+    )
+    return doc
+
+
 def prepare_kcp(kcp: controlplane.ControlPlane, skr: controlplane.ControlPlane) -> None:
     """What lifecycle-manager keeps in the KCP for one runtime."""
     api = kcp.api_client()

@@ -533,18 +533,7 @@ def changes_keep_arriving_while_the_certificates_are_renewed(fleet: deployed.Fle
     each arrives in the KCP, none later than one retry."""
 
     def serial() -> str:
-        s = json.loads(
-            deployed.kubectl(
-                fleet.skr,
-                "get",
-                "secret",
-                "tether-runtime-client",
-                "-n",
-                overlays.NAMESPACE,
-                "-o",
-                "json",
-            ).stdout
-        )
+        s = deployed.runtime_secret(fleet)
         return str(s["metadata"]["annotations"]["tether.kyma-project.io/client-serial"])
 
     first = serial()
@@ -563,18 +552,7 @@ def a_deleted_kyma_cr_leaves_a_clean_runtime_whose_certificate_the_listener_refu
     fleet: deployed.Fleet, tmp_path: pathlib.Path
 ) -> None:
     """Last in this module: the runtime is unenrolled."""
-    secret = json.loads(
-        deployed.kubectl(
-            fleet.skr,
-            "get",
-            "secret",
-            "tether-runtime-client",
-            "-n",
-            overlays.NAMESPACE,
-            "-o",
-            "json",
-        ).stdout
-    )
+    secret = deployed.runtime_secret(fleet)
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
     key.write_bytes(base64.b64decode(secret["data"]["tls.key"]))

@@ -73,11 +73,7 @@ def _secret(fleet: deployed.Fleet, name: str) -> dict[str, bytes]:
 
 
 def _runtime_client_cert(fleet: deployed.Fleet) -> x509.Certificate:
-    doc = json.loads(
-        deployed.kubectl(
-            fleet.skr, "get", "secret", "tether-runtime-client", "-n", NS, "-o", "json"
-        ).stdout
-    )
+    doc = deployed.runtime_secret(fleet)
     return x509.load_pem_x509_certificate(base64.b64decode(doc["data"]["tls.crt"]))
 
 
@@ -154,11 +150,7 @@ def test_the_listener_serves_cert_managers_certificate_and_the_runtime_holds_one
     )["data"]["ca.crt"]
     assert x509.load_pem_x509_certificates(trusted.encode()) == [ca]
     # the runtime is given the listener CA from cert-manager's Secret
-    client_secret = json.loads(
-        deployed.kubectl(
-            fleet.skr, "get", "secret", "tether-runtime-client", "-n", NS, "-o", "json"
-        ).stdout
-    )
+    client_secret = deployed.runtime_secret(fleet)
     given = base64.b64decode(client_secret["data"]["ca.crt"])
     assert x509.load_pem_x509_certificate(serving["ca.crt"]) in x509.load_pem_x509_certificates(
         given

@@ -76,11 +76,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
 
 def not_after(fleet: deployed.Fleet, name: str = "tether-runtime-client") -> datetime.datetime:
     """A certificate's notAfter, as its Secret in the runtime holds it (default: the client's)."""
-    secret = json.loads(
-        deployed.kubectl(
-            fleet.skr, "get", "secret", name, "-n", overlays.NAMESPACE, "-o", "json"
-        ).stdout
-    )
+    secret = deployed.runtime_secret(fleet, name)
     pem = base64.b64decode(secret["data"]["tls.crt"])
     return x509.load_pem_x509_certificate(pem).not_valid_after_utc
 
@@ -205,18 +201,7 @@ def scale(fleet: deployed.Fleet, replicas: int) -> None:
 def handshake_with_the_expired_certificate(fleet: deployed.Fleet) -> str:
     """A new connection to the listener's Service with the runtime's (expired) certificate
     from its Secret, as a restarted sender would open one: what the client saw."""
-    secret = json.loads(
-        deployed.kubectl(
-            fleet.skr,
-            "get",
-            "secret",
-            "tether-runtime-client",
-            "-n",
-            overlays.NAMESPACE,
-            "-o",
-            "json",
-        ).stdout
-    )
+    secret = deployed.runtime_secret(fleet)
     cert, key = fleet.work / "expired.crt", fleet.work / "expired.key"
     cert.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
     key.write_bytes(base64.b64decode(secret["data"]["tls.key"]))

@@ -141,18 +141,7 @@ def test_changes_keep_arriving_through_a_ca_rollover(fleet: deployed.Fleet) -> N
     )
     assert saw_both, "the old and the new CA were never trusted together"
     new_ca = x509.load_pem_x509_certificate(base64.b64decode(doc["data"]["tls.crt"]))
-    client_secret = json.loads(
-        deployed.kubectl(
-            fleet.skr,
-            "get",
-            "secret",
-            "tether-runtime-client",
-            "-n",
-            overlays.NAMESPACE,
-            "-o",
-            "json",
-        ).stdout
-    )
+    client_secret = deployed.runtime_secret(fleet)
     cert = x509.load_pem_x509_certificate(base64.b64decode(client_secret["data"]["tls.crt"]))
     assert pki.issued_by(cert, [new_ca])
     assert max(lags) < 15, lags
@@ -331,18 +320,7 @@ def test_watches_decide_what_leaves_the_runtime_of_any_kind(fleet: deployed.Flee
     )
     first = rec["spec"]["data"]["password"]
     # keyed by the runtime's digest key, which the enroller wrote into its client Secret
-    client_secret = json.loads(
-        deployed.kubectl(
-            fleet.skr,
-            "get",
-            "secret",
-            "tether-runtime-client",
-            "-n",
-            overlays.NAMESPACE,
-            "-o",
-            "json",
-        ).stdout
-    )
+    client_secret = deployed.runtime_secret(fleet)
     key = base64.b64decode(client_secret["data"][digests.KEY])
     assert first == digests.of(value.encode(), key) != digests.of(value.encode())
     apply_json(
