@@ -58,14 +58,14 @@ def main(argv: list[str]) -> int:
         watches=watchrun.Watching(source, lister),
     )
     svc = service.Service(s.schedule, runner, m)
-    svc.start()  # paused; its leadership reschedules the runs from the moment it leads
+    sched = svc.start()  # paused; its leadership reschedules the runs from the moment it leads
     return elected.run_elected(
         elected.ElectedPart(
             "poller",
             log,
             api,
             s.lease,
-            svc.scheduler,
+            sched,
             elected.Leadership(svc.on_started, svc.on_stopped),
             s.bind,
             app=lambda rt: app.create_app(s, app.Running(svc, rt.elector, client, m)),

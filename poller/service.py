@@ -1,11 +1,11 @@
 """The scheduler: an interval job and a cron full resync, run only in the Lease holder.
 
-APScheduler's ``BackgroundScheduler`` starts paused; ``on_started``/``on_stopped`` (the
-``LeaderElector`` callbacks) resume and pause it, and a run in progress checks
-``leading`` between pages and batches, so a replica that lost the Lease stops within a
-page. Both jobs share one lock: a resync never overlaps an interval run (``skipped-busy``).
-After a run the listener failed, runs are skipped until the backoff has passed
-(``skipped-backoff``); a successful run resets it.
+The scheduler (``tether.runtime.elected.scheduler``, made by ``start``) starts paused;
+``on_started``/``on_stopped`` (the ``LeaderElector`` callbacks) resume and pause it, and a
+run in progress checks ``leading`` between pages and batches, so a replica that lost the
+Lease stops within a page. Both jobs share one lock: a resync never overlaps an interval
+run (``skipped-busy``). After a run the listener failed, runs are skipped until the backoff
+has passed (``skipped-backoff``); a successful run resets it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from poller import metrics, pacing, run
 from poller import settings as settings_mod
+from tether.runtime import elected
 
 log = logging.getLogger(__name__)
 INTERVAL_JOB, RESYNC_JOB = "poll", "resync"
+_KINDS = {INTERVAL_JOB: "interval", RESYNC_JOB: "resync"}
 BACKOFF_OUTCOMES = ("listener-failed", "listener-refused")
 
 
@@ -43,10 +45,7 @@ class Service:
         self.backoff = pacing.Backoff(settings.backoff_base, settings.backoff_cap)
         self.leading = threading.Event()
         self._busy = threading.Lock()
-        self.scheduler = BackgroundScheduler(
-            timezone=datetime.UTC,
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-        )
+        self.scheduler: BackgroundScheduler | None = None  # ``start``
         self.last_result: run.Result | None = None
 
     def _triggers(self) -> dict[str, IntervalTrigger | CronTrigger]:
@@ -60,19 +59,24 @@ class Service:
             out[RESYNC_JOB] = CronTrigger.from_crontab(s.resync_cron, timezone="UTC")
         return out
 
-    def start(self) -> None:
-        for job_id, trigger in self._triggers().items():
-            kind = "resync" if job_id == RESYNC_JOB else "interval"
-            self.scheduler.add_job(self.tick, trigger, args=[kind], id=job_id, name=job_id)
-        self.scheduler.start(paused=True)
+    def start(self) -> BackgroundScheduler:
+        """The scheduler with both jobs, started paused: its leadership resumes it."""
+        self.scheduler = elected.scheduler(
+            [
+                elected.Job(job_id, self.tick, trigger, kwargs={"kind": _KINDS[job_id]})
+                for job_id, trigger in self._triggers().items()
+            ]
+        )
+        return self.scheduler
 
     def running(self) -> bool:
-        return bool(self.scheduler.running)
+        return self.scheduler is not None and bool(self.scheduler.running)
 
     # -- leadership ------------------------------------------------------------------------
 
     def on_started(self) -> None:
         """Holding the Lease: schedule from now (a run at once if configured) and resume."""
+        assert self.scheduler is not None, "start() first"
         self.leading.set()
         self.metrics.leader.set(1)
         now = datetime.datetime.now(datetime.UTC)
@@ -91,14 +95,15 @@ class Service:
     def on_stopped(self) -> None:
         self.leading.clear()
         self.metrics.leader.set(0)
-        if self.scheduler.running:
+        if self.running():
+            assert self.scheduler is not None
             self.scheduler.pause()
         log.info("not leading: poll runs paused")
 
     def shutdown(self) -> None:
         if self.leading.is_set():
             self.on_stopped()
-        if self.scheduler.running:
+        if self.scheduler is not None and self.scheduler.running:
             self.scheduler.shutdown(wait=True)
 
     # -- one tick --------------------------------------------------------------------------

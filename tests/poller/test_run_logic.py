@@ -336,9 +336,9 @@ def test_scheduler_runs_only_while_leading_with_both_jobs() -> None:
     r, m, _ = runner(Pages([cm("a", "x", 1)], 5), lst)
     sched = settings_mod.ScheduleSettings(interval=3600, jitter=0, resync_cron="*/5 * * * *")
     svc = service.Service(sched, r, m)
-    svc.start()
+    scheduler = svc.start()
     try:
-        assert {j.id for j in svc.scheduler.get_jobs()} == {
+        assert {j.id for j in scheduler.get_jobs()} == {
             service.INTERVAL_JOB,
             service.RESYNC_JOB,
         }
@@ -350,7 +350,7 @@ def test_scheduler_runs_only_while_leading_with_both_jobs() -> None:
             assert time.monotonic() < deadline, "no run after becoming leader"
             time.sleep(0.05)
         assert sample(m, "tether_poller_leader") == 1
-        resync = svc.scheduler.get_job(service.RESYNC_JOB)
+        resync = scheduler.get_job(service.RESYNC_JOB)
         assert resync.next_run_time is not None and resync.next_run_time.minute % 5 == 0
         svc.on_stopped()
         assert sample(m, "tether_poller_leader") == 0 and not svc.leading.is_set()
