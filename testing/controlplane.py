@@ -4,8 +4,8 @@ Started the way controller-runtime's envtest starts them: binaries built once fr
 modules (``hack/build-controlplane.sh``, cached outside the checkout), free loopback ports,
 a temporary folder holding the data, serving certificates, a client CA, an admin client
 certificate in ``system:masters`` and a kubeconfig. RBAC authorization is on. There is no
-controller-manager and no scheduler: objects are stored and served, nothing reconciles
-them (a deleted namespace stays Terminating).
+scheduler, and no controller-manager unless a test starts one: objects are stored and
+served, nothing reconciles them (a deleted namespace stays Terminating).
 
 Used by the tests (one SKR plane, one KCP plane) and the local demo.
 
@@ -21,9 +21,15 @@ from a backup (the same PKI, ports and kubeconfig, so clients keep working):
     snap = plane.snapshot(path)     # etcdctl snapshot save
     plane.restore(snap)             # stop, etcdutl snapshot restore, start again
 
+A test that needs what kube-controller-manager does in every real cluster runs only the
+controllers it needs against its own plane, stopped with the plane:
+
+    plane.start_controller_manager(["clusterrole-aggregation-controller"])  # view, edit, admin
+
 Environment:
     TETHER_CONTROLPLANE_BIN    folder holding etcd, kube-apiserver, kubectl (skips the build;
-                               etcdctl and etcdutl too for snapshot and restore)
+                               etcdctl and etcdutl too for snapshot and restore,
+                               kube-controller-manager for start_controller_manager)
     TETHER_CONTROLPLANE_CACHE  cache root of the build script
 """
 
@@ -116,7 +122,8 @@ def binaries() -> pathlib.Path:
 
 
 def _tool(name: str) -> pathlib.Path:
-    """One of etcd's snapshot tools (etcdctl, etcdutl) beside the other binaries."""
+    """A binary beside the three every plane runs: etcd's snapshot tools (etcdctl, etcdutl)
+    and kube-controller-manager."""
     path = binaries() / name
     if not os.access(path, os.X_OK):
         raise ControlPlaneError(f"{path} is missing: run {BUILD_SCRIPT} (it adds it to the cache)")
@@ -208,7 +215,8 @@ def _stop_all() -> None:
 
 
 class ControlPlane:
-    """One independent etcd + kube-apiserver on loopback."""
+    """One independent etcd + kube-apiserver on loopback (and, for a test that asks,
+    kube-controller-manager: ``start_controller_manager``)."""
 
     def __init__(
         self,
@@ -232,6 +240,7 @@ class ControlPlane:
         self.service_cidr = _service_cidr()
         self._etcd: _Proc | None = None
         self._apiserver: _Proc | None = None
+        self._controller_manager: _Proc | None = None
         self._pki = self.dir / "pki"
         self.kubeconfig = self.dir / "kubeconfig"
         self.ca_file = self._pki / "serving-ca.crt"
@@ -375,6 +384,55 @@ class ControlPlane:
             check=False,
         )
 
+    def start_controller_manager(
+        self,
+        controllers: Sequence[str] = ("clusterrole-aggregation-controller",),
+        attempts: int = 3,
+    ) -> None:
+        """Run kube-controller-manager against this plane with only ``controllers`` (by
+        default the one that fills the aggregated ClusterRoles ``view``, ``edit`` and
+        ``admin`` from the roles labelled ``rbac.authorization.k8s.io/aggregate-to-*``, which
+        a plane without it leaves empty). It authenticates as the plane's admin, elects no
+        leader, has no cloud provider, and serves its health on a free loopback port with the
+        plane's serving certificate; it is stopped with the plane (``stop``). Raises
+        ``ControlPlaneError`` with its log tail if it exits or is not healthy in time."""
+        if self._controller_manager is not None:
+            raise ControlPlaneError(f"{self.name}: kube-controller-manager already running")
+        binary = _tool("kube-controller-manager")
+        for attempt in range(1, attempts + 1):
+            port = free_port()
+            proc = self._spawn(
+                "kube-controller-manager",
+                [
+                    str(binary),
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--controllers={','.join(controllers)}",
+                    "--leader-elect=false",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={port}",
+                    f"--cert-dir={self.dir / 'controller-manager-certs'}",
+                    f"--tls-cert-file={self._pki / 'serving.crt'}",
+                    f"--tls-private-key-file={self._pki / 'serving.key'}",
+                    "--v=1",
+                ],
+            )
+            self._controller_manager = proc
+            try:
+                self._wait_healthy(proc, f"https://127.0.0.1:{port}/healthz")
+                return
+            except ControlPlaneError as e:
+                self.stop_controller_manager()
+                if "address already in use" not in str(e) or attempt == attempts:
+                    raise
+                proc.logpath.unlink(missing_ok=True)
+                log.info("%s: kube-controller-manager's port taken, retrying", self.name)
+
+    def stop_controller_manager(self) -> None:
+        """Stop kube-controller-manager if it runs (``stop`` does it too)."""
+        if self._controller_manager is not None:
+            self._terminate(self._controller_manager)
+            self._controller_manager = None
+
     def stop_apiserver(self) -> None:
         """Stop only the kube-apiserver (etcd keeps the data); for outage tests."""
         if self._apiserver is not None:
@@ -389,6 +447,7 @@ class ControlPlane:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def _stop_processes(self) -> None:
+        self.stop_controller_manager()
         self.stop_apiserver()
         if self._etcd is not None:
             self._terminate(self._etcd)
@@ -562,6 +621,28 @@ class ControlPlane:
             time.sleep(0.2)
         raise ControlPlaneError(
             f"{self.name}: kube-apiserver not ready in {START_TIMEOUT}s ({last})"
+        )
+
+    def _wait_healthy(self, proc: _Proc, url: str) -> None:
+        """Until ``url`` (a /healthz served with the plane's serving certificate) answers 200;
+        ``proc`` must stay alive meanwhile."""
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        deadline = time.monotonic() + START_TIMEOUT
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive(proc)
+            try:
+                with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except urllib.error.HTTPError as e:
+                last = f"HTTP {e.code}"
+            except (urllib.error.URLError, OSError) as e:
+                last = str(e)
+            time.sleep(0.2)
+        tail = proc.logpath.read_text(errors="replace")[-3000:]
+        raise ControlPlaneError(
+            f"{self.name}: {proc.name} not healthy in {START_TIMEOUT}s ({last}); log tail:\n{tail}"
         )
 
     @staticmethod
