@@ -1,9 +1,13 @@
-"""docs/performance.md's tables cite the runs they were printed from (issue 26, item 6).
+"""docs/performance.md's tables cite the runs they were printed from (issue 26, item 6), and
+the run history beside the benches names the JSON of every run it keeps (issue 43, item 5).
 
 Every bench/results/*.json records its commit, load average and command (bench/provenance.py)
 or is allowed below, with the reason; every footer under a table in docs/performance.md is
 the footer of the JSON named nearest above it, so a table never cites a JSON that holds
-another run; and every JSON that records its run has its footer in the docs."""
+another run; and every JSON that records its run has its footer in docs/performance.md (its
+current figure). bench/HISTORY.md keeps earlier runs, whose JSONs later runs replaced: each
+of its footers names, nearest above it, a JSON of the bench its command ran (the one its
+``--out`` wrote, when it says)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 DOCS = REPO / "docs" / "performance.md"
+HISTORY = REPO / "bench" / "HISTORY.md"
 
 # JSONs written before the benches recorded provenance (2026-12-04), allowed with a reason
 # until their bench is re-run. Empty since 2026-12-05: every bench/results JSON records its
@@ -27,6 +32,8 @@ FOOTER = re.compile(
     r"^(commit \S+, load average \[.*\], command: .*|provenance: not recorded \(run .*\))$"
 )
 CITED = re.compile(r"bench/results/([A-Za-z0-9_]+)\.json")
+RAN = re.compile(r"command: bench/([A-Za-z0-9_]+)\.py")
+OUT = re.compile(r"--out bench/results/([A-Za-z0-9_]+)\.json")
 
 
 def provenance() -> ModuleType:
@@ -122,3 +129,44 @@ def test_every_recorded_json_has_its_footer_in_the_docs() -> None:
     assert not absent, (
         f"JSONs whose run no table in docs/performance.md cites with its footer: {absent}"
     )
+
+
+def misnamed(found: list[tuple[str | None, int, str]]) -> list[str]:
+    """The footers of `found` that name no JSON above them, or one their command did not
+    write: another bench's (a JSON is named for its bench, ``fleet_sim_settled`` for
+    ``bench/fleet_sim.py``), or not the file its ``--out`` names."""
+    wrong = []
+    for cited, number, line in found:
+        ran, out = RAN.search(line), OUT.search(line)
+        if cited is None:
+            wrong.append(f"line {number}: no bench/results JSON named above it")
+        elif ran is not None and not cited.startswith(ran.group(1)):
+            wrong.append(f"line {number}: bench/{ran.group(1)}.py's run under {cited}.json")
+        elif out is not None and out.group(1) != cited:
+            wrong.append(f"line {number}: written to {out.group(1)}.json, under {cited}.json")
+    return wrong
+
+
+def test_a_history_footer_must_name_the_json_its_run_wrote() -> None:
+    run = "commit a, load average [1.0, 2.0], command: bench/"
+    text = (
+        "`bench/results/e2e_rate50.json`:\n"
+        f"{run}e2e.py --out bench/results/e2e_rate50.json\n"
+        f"{run}e2e.py --out bench/results/e2e.json\n"
+        "`bench/results/e2e.json`:\n"
+        f"{run}soak.py\n"
+    )
+    assert misnamed(footers(text)) == [
+        "line 3: written to e2e.json, under e2e_rate50.json",
+        "line 5: bench/soak.py's run under e2e.json",
+    ]
+    assert misnamed(footers("provenance: not recorded (run 2026-12-01)\n")) == [
+        "line 1: no bench/results JSON named above it"
+    ]
+
+
+def test_every_footer_in_the_history_names_the_json_of_its_run() -> None:
+    found = footers(HISTORY.read_text())
+    assert found, "bench/HISTORY.md holds no footer: the run history moved or its format changed"
+    wrong = misnamed(found)
+    assert not wrong, "bench/HISTORY.md:\n" + "\n".join(wrong)
