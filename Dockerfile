@@ -1,7 +1,7 @@
 # The tether image used by manifests/skr and manifests/kcp (image: tether:0.1.0):
 #   make image          (hack/build-image.sh: buildah, no Docker engine needed)
 #   docker build -t tether:0.1.0 .
-# One image, one command per part: `tether webhook|listener|janitor|poller|compass|enroller|admin|injector`. The
+# One image, one command per part: `tether webhook|listener|janitor|poller|compass|enroller|admin|injector|canary`. The
 # ENTRYPOINT is empty, so a Pod's `command: ["tether", "webhook"]` or
 # `args: ["tether", "compass"]` is the whole command line. tests/foundation/test_image.py
 # builds it and checks its config and layers (docs/development.md "The image").
@@ -42,6 +42,7 @@ COPY compass compass
 COPY enroller enroller
 COPY admin admin
 COPY injector injector
+COPY canary canary
 # built with the hashed setuptools above (no build isolation: nothing unhashed is fetched),
 # then the build tools and the virtualenv's own installer go: the image installs nothing
 # at run time

@@ -8,6 +8,8 @@
     tether enroller ...     certificates and Tether's installation in every runtime (KCP)
     tether injector ...     the configuration injector: a Watch's records into its target
                             CR (KCP, optional)
+    tether canary ...       the delivery canary: a probe ConfigMap in one runtime, timed to
+                            its record and its injected value in the KCP (KCP, optional)
     tether certs ...        the watcher CA and its certificates, by hand: create-ca, issue,
                             serving, inspect, check (an operator command)
     tether admin ...        the admin pages: fleet, runtime, Compass, parts (KCP)
@@ -84,6 +86,12 @@ def _injector() -> Main:
     return main.main
 
 
+def _canary() -> Main:
+    from canary import main
+
+    return main.main
+
+
 def _certs() -> Main:
     from enroller import certs_cli
 
@@ -140,6 +148,7 @@ PARTS: dict[str, Callable[[], Main]] = {
     "janitor": _janitor,
     "enroller": _enroller,
     "injector": _injector,
+    "canary": _canary,
     "certs": _certs,
     "admin": _admin,
     "status": _status,

@@ -46,8 +46,19 @@ PRODUCT = {
     "enroller",
     "admin",
     "injector",
+    "canary",
 }
-PARTS = ("webhook", "listener", "poller", "compass", "janitor", "enroller", "admin", "injector")
+PARTS = (
+    "webhook",
+    "listener",
+    "poller",
+    "compass",
+    "janitor",
+    "enroller",
+    "admin",
+    "injector",
+    "canary",
+)
 # top-level folders of the checkout that must never be in the image
 NOT_IN_IMAGE = ("testing", "tests", "bench", "hack", "standins")
 VENV = "opt/tether"

@@ -18,6 +18,7 @@ PRODUCT = (
     "webhook",
     "poller",
     "injector",
+    "canary",
 )
 HOME = ROOT / "tether" / "kube" / "apitypes.py"
 

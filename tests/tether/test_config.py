@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from admin import settings as admin_settings
+from canary import settings as canary_settings
 from compass import settings as compass_settings
 from enroller import settings as enroller_settings
 from injector import settings as injector_settings
@@ -31,6 +32,7 @@ SPECS = {
     "enroller": enroller_settings.SPEC,
     "admin": admin_settings.SPEC,
     "injector": injector_settings.SPEC,
+    "canary": canary_settings.SPEC,
 }
 # the prefix of each part's own variables (the janitor is the listener's)
 PREFIX = {
@@ -42,6 +44,7 @@ PREFIX = {
     "enroller": "TETHER_ENROLLER_",
     "admin": "TETHER_ADMIN_",
     "injector": "TETHER_INJECTOR_",
+    "canary": "TETHER_CANARY_",
 }
 # read by two or more parts, so without a part prefix (the listener client's are named for
 # what they point to: the listener, whose own settings do not include them)
@@ -64,7 +67,7 @@ SHARED = {
     "TETHER_HEARTBEAT_NAMESPACE",
     "TETHER_WATCHES_CONFIGMAP",  # webhook and poller (tether.wire.watchset.OPTION)
     "TETHER_DIGEST_KEY_FILE",  # webhook and poller (tether.wire.watchset.KEY_OPTION)
-    # compass and the enroller, calling into runtimes (tether.kube.skr_clients.OPTIONS)
+    # compass, the enroller and the canary, calling into runtimes (tether.kube.skr_clients.OPTIONS)
     "TETHER_KUBECONFIG_NAMESPACE",
     "TETHER_KUBECONFIG_SECRET_NAME",
     "TETHER_KUBECONFIG_MAX_AGE_SECONDS",
@@ -302,6 +305,7 @@ def test_kubeconfig_check_accepts_a_kubeconfig(tmp_path: pathlib.Path) -> None:
         ("enroller", "enroller"),
         ("admin", "admin"),
         ("injector", "configuration"),
+        ("canary", "canary"),
     ],
 )
 def test_docs_settings_tables_equal_the_declarations(part: str, doc: str) -> None:
@@ -321,6 +325,7 @@ SETTINGS = {
     "enroller": enroller_settings.Settings,
     "admin": admin_settings.Settings,
     "injector": injector_settings.Settings,
+    "canary": canary_settings.Settings,
 }
 
 

@@ -22,6 +22,7 @@ PRODUCT = (
     "enroller",
     "admin",
     "injector",
+    "canary",
 )
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_STATEMENTS = 50

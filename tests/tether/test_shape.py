@@ -27,6 +27,7 @@ PARTS = {
     "enroller": "enroller",
     "admin": "admin",
     "injector": "injector",
+    "canary": "canary",
 }
 SHAPE = ("main.py", "app.py", "settings.py", "metrics.py")
 
