@@ -305,6 +305,16 @@ class Worker:
         for bound, n in self.store.refused_by().items():
             self.meters.refused.labels(self.watch.name, bound).set(n)
 
+    def _targets(self, runtime: str) -> list[Any]:
+        """The component CRs labelled with ``runtime`` in the Watch's target namespace."""
+        found = self.kcp.list(
+            self.inject.resource,
+            self.inject.namespace,
+            timeout=self.s.kcp_timeout,
+            label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime}",
+        )
+        return list(found.get("items") or [])
+
     def _refuse(self, runtime: str, refusal: bounds.Refusal, census: bounds.Census) -> str:
         """The runtime refused alone: remembered with its records' fingerprint (refused again
         without reading them until they change), the condition on its target, an Event."""
@@ -313,13 +323,7 @@ class Worker:
             self.store.refuse(runtime, refusal, census.fingerprint())
             self._refused_metric()
         self._once(runtime, "refused", "watch %s, runtime %s: %s", w, runtime, refusal.message())
-        found = self.kcp.list(
-            self.inject.resource,
-            self.inject.namespace,
-            timeout=self.s.kcp_timeout,
-            label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime}",
-        )
-        items = found.get("items") or []
+        items = self._targets(runtime)
         if len(items) == 1:
             target = items[0]
             cond = merge.condition(
@@ -346,13 +350,7 @@ class Worker:
         """Find the runtime's target and apply ``want`` when it differs."""
         w = self.watch.name
         t0 = time.monotonic()
-        found = self.kcp.list(
-            self.inject.resource,
-            self.inject.namespace,
-            timeout=self.s.kcp_timeout,
-            label_selector=f"{apitypes.RUNTIME_ID_LABEL}={runtime}",
-        )
-        items = found.get("items") or []
+        items = self._targets(runtime)
         if not items:
             self._once(
                 runtime,

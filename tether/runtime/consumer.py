@@ -77,6 +77,14 @@ class Synced(NamedTuple):
 Event = Change | Synced
 
 
+class Page(NamedTuple):
+    """One page of a full list."""
+
+    revision: int  # the list's resourceVersion (of its first page)
+    items: list[Any]
+    last: bool  # no page follows: the list is complete
+
+
 class Touched(NamedTuple):
     """The runtime form's event: a record of ``runtime_id`` was stored, changed or removed
     (``resync``: the runtime holds records at a (re)list)."""
@@ -124,7 +132,7 @@ class Consumer:
         self.scope = f"watch {watch} in {namespace}" + (f" runtime {runtime}" if runtime else "")
         self._known = consumerstate.Known(max_keys, self.scope)
         self._selector = selector(watch, runtime)
-        self._synced = self.position > 0  # a resume: its first list is a relist
+        self._was_synced = self.position > 0  # a resume: its first list is a relist
         self.lists = 0  # lists completed (for tests and metrics)
         self.watches = 0  # watch requests opened
         self.failures = 0  # failed requests (each followed by the backoff)
@@ -180,9 +188,9 @@ class Consumer:
             resync,
         )
 
-    def _list(self) -> Iterator[Event]:
-        """One full list: every object, the known keys it lacks, then Synced."""
-        listed: set[consumerstate.Key] = set()
+    def _pages(self) -> Iterator[Page]:
+        """The pages of one full list (``metadata_only`` as this form reads), each with the
+        list's revision; a ``stop`` between pages ends it before its last page."""
         token, revision = "", 0
         while True:
             page = self.kcp.list(
@@ -191,11 +199,29 @@ class Consumer:
                 label_selector=self._selector,
                 limit=PAGE,
                 continue_token=token,
+                metadata_only=self.metadata_only,
                 timeout=self.timeout,
             )
             meta = page.get("metadata") or {}
             revision = revision or numbers.revision_of(meta) or 0
-            for obj in page.get("items") or []:
+            token = str(meta.get("continue") or "")
+            yield Page(revision, page.get("items") or [], last=not token)
+            if not token or self.stop.is_set():
+                return
+
+    def _synced(self, revision: int) -> Synced:
+        """A full list ended at ``revision``: the watch goes on from there."""
+        relist, self._was_synced = self._was_synced, True
+        self.position = revision
+        self.lists += 1
+        return Synced(revision, relist)
+
+    def _list(self) -> Iterator[Event]:
+        """One full list: every object, the known keys it lacks, then Synced."""
+        listed: set[consumerstate.Key] = set()
+        page = Page(0, [], last=False)
+        for page in self._pages():
+            for obj in page.items:
                 item = consumerstate.parse(obj, self.watch)
                 if item is None:
                     continue
@@ -207,17 +233,11 @@ class Consumer:
                 listed.add(item.key)
                 if self._known.listed(item):
                     yield self._change(item, True)
-            token = str(meta.get("continue") or "")
-            if not token:
-                break
-            if self.stop.is_set():
-                return  # no Synced: position stays where it was
+        if not page.last:
+            return  # stopped: no Synced, position stays where it was
         for (rt, ns, name), kyma in self._known.missing(listed):
-            yield Change(rt, self.watch, ns, name, kyma, None, revision, True)
-        relist, self._synced = self._synced, True
-        self.position = revision
-        self.lists += 1
-        yield Synced(revision, relist)
+            yield Change(rt, self.watch, ns, name, kyma, None, page.revision, True)
+        yield self._synced(page.revision)
 
     metadata_only = False  # the watch's events carry the objects' metadata only
 
@@ -315,35 +335,17 @@ class Runtimes(Consumer):
 
     def _list(self) -> Iterator[Any]:
         seen: set[str] = set()
-        token, revision = "", 0
-        while True:
-            page = self.kcp.list(
-                apitypes.RUNTIME_CONFIGMAPS,
-                self.namespace,
-                label_selector=self._selector,
-                limit=PAGE,
-                continue_token=token,
-                metadata_only=True,
-                timeout=self.timeout,
-            )
-            meta = page.get("metadata") or {}
-            revision = revision or numbers.revision_of(meta) or 0
-            for obj in page.get("items") or []:
+        page = Page(0, [], last=False)
+        for page in self._pages():
+            for obj in page.items:
                 touched = self._touched(obj, True)
                 if touched is None or touched.runtime_id in seen:
                     continue
                 if len(seen) < self.max_runtimes:
                     seen.add(touched.runtime_id)
                 yield touched
-            token = str(meta.get("continue") or "")
-            if not token:
-                break
-            if self.stop.is_set():
-                return
-        relist, self._synced = self._synced, True
-        self.position = revision
-        self.lists += 1
-        yield Synced(revision, relist)
+        if page.last:
+            yield self._synced(page.revision)
 
     def _event(self, event: Mapping[str, Any]) -> Touched | None:
         kind, obj = event.get("type"), event.get("object")
