@@ -141,31 +141,40 @@ def configured(
     secret_digest: str,
     reason: str,
 ) -> dict[str, Any]:
-    st = _base(prev)
-    st.update(
-        configured=True,
-        tokenExpiresAt=token_expires_at,
-        secretDigest=secret_digest,
-        failures=0,
-        nextAttemptAt=None,
-    )
     why = f" ({reason})" if reason and reason != "NotConfigured" else ""
-    st["conditions"] = _set_condition(
-        st["conditions"],
-        CONFIGURED,
-        True,
+    return _token_held(
+        prev,
+        now,
+        token_expires_at,
+        secret_digest,
         "TokenDelivered",
         f"one-time token delivered to the runtime{why}",
-        now,
     )
-    st["state"] = _overall(st)
-    return st
 
 
 def kept(
     prev: Mapping[str, Any], now: datetime.datetime, token_expires_at: str, secret_digest: str
 ) -> dict[str, Any]:
     """An adopted runtime's working agent Secret, kept as it is (not written by Tether)."""
+    return _token_held(
+        prev,
+        now,
+        token_expires_at,
+        secret_digest,
+        "SecretKept",
+        "the runtime's agent Secret works; kept as it is",
+    )
+
+
+def _token_held(
+    prev: Mapping[str, Any],
+    now: datetime.datetime,
+    token_expires_at: str,
+    secret_digest: str,
+    reason: str,
+    message: str,
+) -> dict[str, Any]:
+    """The runtime holds a working token (``reason``: how it came to)."""
     st = _base(prev)
     st.update(
         configured=True,
@@ -174,14 +183,7 @@ def kept(
         failures=0,
         nextAttemptAt=None,
     )
-    st["conditions"] = _set_condition(
-        st["conditions"],
-        CONFIGURED,
-        True,
-        "SecretKept",
-        "the runtime's agent Secret works; kept as it is",
-        now,
-    )
+    st["conditions"] = _set_condition(st["conditions"], CONFIGURED, True, reason, message, now)
     st["state"] = _overall(st)
     return st
 
