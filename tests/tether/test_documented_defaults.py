@@ -10,8 +10,9 @@ these checks are for what is written elsewhere, in prose:
   environment fallbacks of ``admin/kubeargs.py``;
 * the pure-decisions contract's exceptions in docs/architecture.md are the ones setup.cfg
   names;
-* a repository path written in backticks in docs/ and README.md exists, and a link to a
-  heading of a docs page lands on one (as GitHub renders its anchors).
+* a repository path written in backticks in docs/ and README.md exists, a `make TARGET` is
+  one of the Makefile's, a `tether COMMAND` one of command/cli.py's, and a link to a heading
+  of a docs page lands on one (as GitHub renders its anchors).
 
 Plain files and imports only: no plane, no process."""
 
@@ -26,6 +27,7 @@ import re
 import pytest
 
 from admin import kubeargs
+from command import cli
 from testing import docanchors
 from tether.base import config
 
@@ -64,6 +66,8 @@ PATH = re.compile(
     r"`((?:bench|docs|tether|webhook|listener|poller|compass|enroller|admin|injector|canary|"
     r"testing|tests|manifests|hack|standins|command)/[\w./-]*\.(?:py|md|yaml|yml|json|sh|png))`"
 )
+MAKE = re.compile(r"`make ([a-z][\w-]*)")
+COMMAND = re.compile(r"`(?:kubectl )?tether ([a-z][\w-]*)")
 LINK = re.compile(r"\]\((?P<file>[^)#\s]*\.md)?#(?P<anchor>[^)\s]+)\)")
 
 
@@ -253,3 +257,15 @@ def test_every_link_to_a_heading_lands_on_one() -> None:
             ):
                 broken.append(f"{doc.relative_to(REPO)}: {m.group(0)}")
     assert not broken, "links to headings that do not exist:\n" + "\n".join(broken)
+
+
+def test_every_make_target_and_command_the_docs_name_exists() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    targets = set(re.findall(r"^([A-Za-z][\w-]*):", makefile, re.MULTILINE))
+    missing = sorted(
+        f"{doc.relative_to(REPO)}: {what}"
+        for doc in DOCS
+        for what in {f"make {t}" for t in MAKE.findall(doc.read_text()) if t not in targets}
+        | {f"tether {c}" for c in COMMAND.findall(doc.read_text()) if c not in cli.PARTS}
+    )
+    assert not missing, "commands the docs name that do not exist:\n" + "\n".join(missing)
