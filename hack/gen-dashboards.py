@@ -666,6 +666,40 @@ def fleet() -> dict[str, Any]:
             12,
             43,
         ),
+        # the delivery canary (docs/canary.md, optional): one probe runtime, measured end to end
+        row(17, "Delivery canary: a probe ConfigMap timed to the KCP (optional part)", 51),
+        panel(
+            18,
+            "Canary: write to seen p50/p99 by stage (stored: record; injected: component CR)",
+            [
+                (
+                    f"histogram_quantile({q}, sum by (le, stage) "
+                    f"(rate(tether_canary_seconds_bucket{{{KCP}}}[15m])))",
+                    f"p{label} {{{{stage}}}}",
+                )
+                for q, label in (("0.5", "50"), ("0.99", "99"))
+            ],
+            0,
+            52,
+            "s",
+        ),
+        panel(
+            19,
+            "Canary: probes by stage and outcome; seconds since the last success",
+            [
+                (
+                    f"sum by (stage, outcome) (increase(tether_canary_probes_total{{{KCP}}}[15m]))",
+                    "{{stage}} {{outcome}}",
+                ),
+                (
+                    "time() - max by (stage) "
+                    f"(tether_canary_last_success_timestamp_seconds{{{KCP}}})",
+                    "since success {{stage}}",
+                ),
+            ],
+            12,
+            52,
+        ),
     ]
     return dashboard("tether-fleet", "Tether: fleet", p, runtimes="tether_fleet_runtime_problem")
 

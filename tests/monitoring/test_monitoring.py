@@ -23,7 +23,7 @@ pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers
 
 REPO = controlplane.REPO_ROOT
 MON = REPO / "manifests" / "monitoring"
-PARTS = ("webhook", "listener", "poller", "compass", "enroller", "admin", "injector")
+PARTS = ("webhook", "listener", "poller", "compass", "enroller", "admin", "injector", "canary")
 SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 RULES = {"kcp": MON / "kcp" / "prometheusrule.yaml", "skr": MON / "skr" / "prometheusrule.yaml"}
 # Metrics fixed by contract (issue 13) for code other engineers are writing: the admin
@@ -47,10 +47,12 @@ JOBS = {
     "tether-webhook",
     "tether-poller",
     "tether-injector",
+    "tether-canary",
 }
 # parts whose rules select no job: the janitor's run is watched through the listener's
-# metrics; the injector is optional (an absent() alert would fire where it is not installed)
-NO_JOB_RULES = {"tether-janitor", "tether-injector"}
+# metrics; the injector and the canary are optional (an absent() alert would fire where they
+# are not installed)
+NO_JOB_RULES = {"tether-janitor", "tether-injector", "tether-canary"}
 
 
 def promtool() -> str:
@@ -272,7 +274,7 @@ def test_dashboards_show_the_apiservers_calls_of_tethers_webhook() -> None:
 def test_kustomize_renders() -> None:
     """manifests/monitoring: the KCP monitors, rules and dashboards; skr/: the runtime's."""
     kcp = kustomize(MON)
-    assert sorted(d["kind"] for d in kcp) == ["ConfigMap"] + ["PodMonitor"] * 6 + ["PrometheusRule"]
+    assert sorted(d["kind"] for d in kcp) == ["ConfigMap"] + ["PodMonitor"] * 7 + ["PrometheusRule"]
     assert kustomize(MON / "kcp") == [d for d in kcp if d["kind"] != "ConfigMap"]
     skr = kustomize(MON / "skr")
     assert sorted(d["kind"] for d in skr) == ["PodMonitor"] * 2 + ["PrometheusRule"]
@@ -303,7 +305,7 @@ def test_monitors_scrape_named_ports_with_the_rules_jobs() -> None:
     the jobs are the ones the rules select by; HTTPS only where the port serves TLS."""
     kcp_parts = [
         REPO / "manifests" / "kcp" / p
-        for p in ("listener", "janitor", "compass", "enroller", "admin", "injector")
+        for p in ("listener", "janitor", "compass", "enroller", "admin", "injector", "canary")
         if (REPO / "manifests" / "kcp" / p).is_dir()
     ]
     deps = deployments(*kcp_parts, REPO / "manifests" / "skr")
