@@ -12,7 +12,8 @@ these checks are for what is written elsewhere, in prose:
   names;
 * a repository path written in backticks in docs/ and README.md exists, a `make TARGET` is
   one of the Makefile's, a `tether COMMAND` one of command/cli.py's, and a link to a heading
-  of a docs page lands on one (as GitHub renders its anchors).
+  of a docs page lands on one (as GitHub renders its anchors), and a section cited by its
+  name (`docs/webhook.md, "Forwarder"`) is still in that file.
 
 Plain files and imports only: no plane, no process."""
 
@@ -68,6 +69,9 @@ PATH = re.compile(
 )
 MAKE = re.compile(r"`make ([a-z][\w-]*)")
 COMMAND = re.compile(r"`(?:kubectl )?tether ([a-z][\w-]*)")
+CITED = re.compile(
+    r'(?<![\w/])(?P<file>(?:docs/)?[a-z]+\.md|bench/HISTORY\.md),? (?:sections? )?"(?P<name>[^"]+)"'
+)
 LINK = re.compile(r"\]\((?P<file>[^)#\s]*\.md)?#(?P<anchor>[^)\s]+)\)")
 
 
@@ -269,3 +273,18 @@ def test_every_make_target_and_command_the_docs_name_exists() -> None:
         | {f"tether {c}" for c in COMMAND.findall(doc.read_text()) if c not in cli.PARTS}
     )
     assert not missing, "commands the docs name that do not exist:\n" + "\n".join(missing)
+
+
+def plain(text: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"[*`_]", "", text)).lower()
+
+
+def test_every_section_cited_by_name_is_in_its_file() -> None:
+    gone = []
+    for doc in [*DOCS, REPO / "bench" / "HISTORY.md"]:
+        for m in CITED.finditer(doc.read_text()):
+            name = m["file"]
+            target = REPO / name if "/" in name else REPO / "docs" / name
+            if not target.is_file() or plain(m["name"]) not in plain(target.read_text()):
+                gone.append(f'{doc.relative_to(REPO)}: {name}, "{m["name"]}"')
+    assert not gone, "sections cited by name that their file no longer holds:\n" + "\n".join(gone)
