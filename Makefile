@@ -34,7 +34,7 @@ lock: $(STAMP) ## rewrite requirements.lock (runtime set, at constraints.txt's v
 	$(PIP_COMPILE) -c constraints.txt -o requirements.lock requirements.txt
 	$(PIP_COMPILE) --allow-unsafe -o requirements-build.lock requirements-build.txt
 
-controlplane: ## build (or reuse the cached) etcd, kube-apiserver and kubectl from Go modules
+controlplane: ## build (or reuse the cached) etcd, kube-apiserver, kubectl and kube-controller-manager from Go modules
 	bash hack/build-controlplane.sh
 
 promtool: ## install promtool (Debian's prometheus package) if missing; checks the alert rules

@@ -161,7 +161,7 @@ def _print(doc: dict[str, Any]) -> None:
         f"\nfleet: {f['runtimes']} runtimes x {f['quota_records_per_runtime']} records (the quota "
         "default) at the largest cost measured = "
         f"{f['etcd_bytes_fleet_at_quota'] / gib:.2f} GiB of etcd; "
-        f"budget {f['kcp_budget_bytes'] / gib:.2f} GiB (listener/storage/storagebudget.py assumes "
+        f"budget {f['kcp_budget_bytes'] / gib:.2f} GiB (tether/wire/storagebudget.py assumes "
         f"{f['etcd_bytes_per_record_assumed']} B per record)"
     )
     print(provenance.footer(doc))

@@ -41,7 +41,7 @@ def test_kustomize_renders_the_expected_objects(skr: controlplane.ControlPlane) 
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert dep["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     # a key goes to the forwarder after the API server's call, not within it, and soon
-    # (docs/performance.md, "Where the webhook's 3.5 ms went")
+    # (bench/HISTORY.md, "Where the webhook's 3.5 ms went")
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert 0 < float(env["TETHER_WEBHOOK_COALESCE_SECONDS"]) <= 0.05
     hook = by_kind["ValidatingWebhookConfiguration"]["webhooks"][0]
