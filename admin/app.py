@@ -31,13 +31,28 @@ both.
 from __future__ import annotations
 
 import datetime
+import logging
+import os
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import flask
 from flask import Flask, Response, request
 
-from admin import auth, fleetgauges, login, metrics, pages, sessions, snapshot, throttle
+from admin import (
+    auth,
+    fleetgauges,
+    login,
+    metrics,
+    pages,
+    proxyauth,
+    sessioncookie,
+    sessions,
+    signouts,
+    snapshot,
+    throttle,
+)
 from admin import services as services_mod
 from admin import settings as settings_mod
 from tether.base import auditwriter, logs, ops, tlsreload
@@ -104,16 +119,46 @@ def _services(
         throttle.Buckets(s.reviews_per_minute, s.review_sources),
         on_review=lambda kind: m.reviews.labels(kind).inc(),
     )
-    store = sessions.Store(s.max_sessions, s.sessions_per_user)
-    m.sessions.set_function(lambda: len(store))
+    ledger = signouts.Ledger(
+        kcp,
+        s.namespace,
+        s.signout_cache,
+        s.request_timeout,
+        signouts.Bounds(s.signouts_per_user, s.max_signouts, s.session_seconds),
+    )
+    m.signouts.set_function(lambda: len(ledger))
+    store = sessions.Sessions(_keys(s), ledger)
+    proxy = (
+        None
+        if s.proxy_ca_file is None
+        else proxyauth.Trust(
+            frozenset(s.proxy_allowed_names), s.proxy_user_headers, s.proxy_group_headers
+        )
+    )
     audit = logs.audit_logger(
         s.audit_destination,
         on_lost=auditwriter.counting(m.audit_lost),
         queue_lines=s.audit_queue_lines,
     )
     return services_mod.Services(
-        s, kcp, refresher, authorizer, m, audit, snapshot.Events(kcp, s), store
+        s, kcp, refresher, authorizer, m, audit, snapshot.Events(kcp, s), store, proxy
     )
+
+
+def _keys(s: settings_mod.Settings) -> Callable[[], Sequence[bytes]]:
+    """The session keys: the key file, re-read when it changes (a rotated Secret), else a
+    key of this process alone."""
+    path = s.session_key_file
+    if path is None or not os.path.exists(path):
+        if path is not None:  # the Deployment mounts the Secret optional
+            logging.getLogger("admin.app").warning(
+                "%s does not exist: sessions are sealed with a key of this process alone and "
+                "end when it restarts; other replicas do not accept them (docs/admin.md)",
+                path,
+            )
+        keys = sessioncookie.ephemeral()
+        return lambda: keys
+    return tlsreload.Watched((path,), lambda: sessioncookie.read_keys(path)).get
 
 
 def _port(bind: str) -> str:

@@ -1,8 +1,12 @@
-"""Who may see a page: a session cookie or a bearer token (TokenReview for the pages'
-audience, ``admin.auth``), then a SubjectAccessReview for ``get`` on ``adminpages/<page>``.
-401 without (a browser is sent to ``/login``), 403 when RBAC does not allow it, 429 when the
-caller's source has no TokenReview left (``admin.throttle``), 503 when the KCP cannot answer;
-each outcome counted and the refusals audited."""
+"""Who may see a page: an authenticating proxy's identity headers (``admin.proxyauth``, only
+with the proxy's verified client certificate), a bearer token (TokenReview for the pages'
+audience, ``admin.auth``) or a session cookie (``admin.sessions``), then a
+SubjectAccessReview for ``get`` on ``adminpages/<page>``. In that order: a request carrying
+identity headers is judged by them alone (refused 401 when not from the proxy, whatever
+token or cookie it also has). 401 without (a browser is sent to ``/login``), 403 when RBAC
+does not allow it, 429 when the caller's source has no TokenReview left
+(``admin.throttle``), 503 when the KCP cannot answer; each outcome counted and the refusals
+audited."""
 
 from __future__ import annotations
 
@@ -13,9 +17,10 @@ import flask
 from flask import Response, request
 from werkzeug.wrappers import Response as Answer
 
-from admin import respond, throttle
+from admin import auth, proxyauth, respond, throttle
 from admin import services as services_mod
 from tether.base import logs, ops
+from tether.http import httpconn
 from tether.kube import apitypes, gateway
 
 log = logging.getLogger("admin.app")  # the name its lines have always had
@@ -59,16 +64,49 @@ def _to_sign_in() -> Answer:
     return flask.redirect("/login?next=" + nxt, 303)
 
 
+def peer_cn() -> str | None:
+    """The common name of the client certificate the TLS handshake verified, else None."""
+    return httpconn.certificate_cn(request.environ.get("gunicorn.socket"))
+
+
+def proxied() -> auth.Identity | Response | None:
+    """The authenticating proxy's identity, the refusal of identity headers that did not come
+    from it (401, or 400 out of bounds), or None when the request carries none (or no proxy
+    is trusted)."""
+    svc = services_mod.current()
+    if svc.proxy is None:
+        return None
+    found = proxyauth.decide(dict(request.headers), peer_cn(), svc.proxy)
+    if found is None or isinstance(found, auth.Identity):
+        return found
+    svc.metrics.auth.labels("proxy_refused").inc()
+    logs.audit(
+        svc.audit,
+        "admin_proxy_refused",
+        reason=found.reason,
+        certificate=(peer_cn() or "")[:64],
+        address=request.remote_addr or "",
+    )
+    return respond.error(
+        found.status, "unauthorized" if found.status == 401 else "bad request", found.message
+    )
+
+
 def guard(page: str) -> Answer | None:
-    """None when the caller may see ``page``; else the answer (401/403/429/503)."""
+    """None when the caller may see ``page``; else the answer (400/401/403/429/503)."""
     flask.g.page = page
     svc = services_mod.current()
+    from_proxy = proxied()
+    if isinstance(from_proxy, Response):
+        return from_proxy
     token, sid = bearer(), request.cookies.get(COOKIE, "")
-    if not token and not sid:
+    if from_proxy is None and not token and not sid:
         svc.metrics.auth.labels("no_token").inc()
         return _to_sign_in()
     try:
-        if token:
+        if from_proxy is not None:
+            who: auth.Identity | None = from_proxy
+        elif token:
             who = svc.authorizer.identify(token, request.remote_addr or "")
         else:
             who = svc.sessions.get(sid)

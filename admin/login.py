@@ -1,15 +1,17 @@
 """Sign-in and sign-out (blueprint ``signin``): ``GET /login`` (the form), ``POST /login``
 (a bearer token for the pages' audience in, a session cookie out: HttpOnly, Secure,
-SameSite=Strict, ``__Host-``, holding a random session ID, never the token;
-``admin.sessions``), ``POST /logout`` (ends the session server-side). Both POSTs must come
-from the admin's own origin (``admin.signin.cross_site``: else 403), and ``next`` is followed
-only to one of the pages (``admin.signin.safe_next``).
+SameSite=Strict, ``__Host-``, holding the sealed session, never the token;
+``admin.sessions``), ``POST /logout`` (ends the session on every replica: the sign-out
+ledger, ``admin.signouts``). Both POSTs must come from the admin's own origin
+(``admin.signin.cross_site``: else 403), and ``next`` is followed only to one of the pages
+(``admin.signin.safe_next``).
 
 A sign-in, in order: same origin (403) -> the source's budget, one per attempt whatever the
 token (429, ``admin.throttle``) -> TokenReview for the pages' audience (401) -> the page
 right: SubjectAccessReview ``get adminpages/<the page next leads to>``, the check every page
-makes (403) -> a session (at most ``sessions_per_user`` per user, ``admin.sessions``). So a
-credential without a page right makes no session and evicts none."""
+makes (403) -> a session (a sealed cookie: no KCP write, nothing kept in the process). So a
+credential without a page right makes no session. Behind an authenticating proxy
+(``admin.proxyauth``) no sign-in is needed: the proxy's identity is checked per request."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from flask import Response, request
 from werkzeug import exceptions
 from werkzeug.wrappers import Response as Answer
 
-from admin import auth, guard, pages, respond, signin, throttle
+from admin import auth, guard, pages, respond, sessioncookie, signin, signouts, throttle
 from admin import services as services_mod
 from tether.base import logs
 from tether.kube import apitypes, gateway
@@ -140,16 +142,19 @@ def login() -> Answer:
 
 
 def _signed_in(svc: services_mod.Services, who: auth.Identity, token: str, nxt: str) -> Answer:
-    """A new session for ``who`` (a previous one of this browser ended), its cookie, and the
-    way on to ``nxt``."""
-    svc.sessions.delete(request.cookies.get(guard.COOKIE, ""))  # a session signed in again
+    """A new session for ``who`` (its cookie replaces the browser's previous one, which stays
+    valid until it expires or is signed out), and the way on to ``nxt``."""
     seconds = _lifetime(token, svc.settings.session_seconds)
-    sid = svc.sessions.create(who, seconds)
+    try:
+        value = svc.sessions.create(who, seconds)
+    except sessioncookie.TooLarge as e:
+        return _form(nxt, f"{e}: use the token as a bearer token instead of signing in", 400)
+    svc.metrics.sign_ins.inc()
     logs.audit(svc.audit, "admin_sign_in", user=who.user, address=request.remote_addr or "")
     done = flask.redirect(nxt, 303)
     done.set_cookie(
         guard.COOKIE,
-        sid,
+        value,
         max_age=int(seconds),
         secure=True,
         httponly=True,
@@ -164,8 +169,16 @@ def logout() -> Answer:
     if (foreign := _foreign("logout")) is not None:
         return foreign
     svc = services_mod.current()
-    sid = request.cookies.get(guard.COOKIE, "")
-    who = svc.sessions.get(sid)
-    if svc.sessions.delete(sid) and who is not None:
+    try:
+        who = svc.sessions.end(request.cookies.get(guard.COOKIE, ""))
+    except (gateway.GatewayError, signouts.Full, signouts.Missing) as e:
+        log.warning("sign-out not recorded: %s", logs.bounded(e, 200))
+        return respond.error(
+            503,
+            "unavailable",
+            "the sign-out could not be recorded for every replica "
+            f"(ConfigMap {signouts.NAME}); retry shortly",
+        )
+    if who is not None:
         logs.audit(svc.audit, "admin_sign_out", user=who.user, address=request.remote_addr or "")
     return guard.forget(flask.redirect("/login", 303))

@@ -1,4 +1,4 @@
-"""The admin part's metrics: its requests, sign-ins, sessions and throttled reviews. The fleet
+"""The admin part's metrics: its requests, sign-ins, sign-outs and throttled reviews. The fleet
 gauges, computed at scrape time from the last snapshot, are ``admin.fleetgauges``."""
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ class Metrics:
         self.auth = prom.Counter(
             "tether_admin_auth_total",
             "Authentication and authorization "
-            "outcomes (no_token, no_session, unauthenticated, cross_site, denied, "
-            "allowed, error)",
+            "outcomes (no_token, no_session, unauthenticated, proxy_refused, cross_site, "
+            "denied, allowed, error)",
             ["outcome"],
             registry=self.registry,
         )
@@ -43,7 +43,14 @@ class Metrics:
             "Requests answered 429 because their source had no TokenReview left",
             registry=self.registry,
         )
-        self.sessions = prom.Gauge(
-            "tether_admin_sessions", "Sign-in sessions held", registry=self.registry
+        self.sign_ins = prom.Counter(
+            "tether_admin_sign_ins_total",
+            "Sessions issued (a sealed cookie each; the server keeps nothing per session)",
+            registry=self.registry,
+        )
+        self.signouts = prom.Gauge(
+            "tether_admin_signouts",
+            "Entries of the sign-out ConfigMap as this replica last read or wrote it",
+            registry=self.registry,
         )
         self.audit_lost = auditwriter.lost_counter("tether_admin_audit_lost", self.registry)

@@ -3,8 +3,11 @@ reason they show points at its section of docs/operations.md, and the refusals o
 as shown, each with its last refused object and when.
 
 A link is ``<base>/docs/operations.md#<anchor>``, ``base`` the admin setting
-``TETHER_ADMIN_RUNBOOK_BASE`` (default as the alerts' ``runbook_url`` base,
-manifests/monitoring/runbooks/runbook-base.yaml). The sections are headed
+``TETHER_ADMIN_RUNBOOK_BASE``, by default the docs of the running version (``DEFAULT_BASE``:
+the release's tag ``v<version>``, ``running_version`` read from the installed package; a
+version that is no plain ``X.Y.Z``, a development build, or none at all links ``main``), as
+``make release`` pins the alerts' ``runbook_url`` base
+(manifests/monitoring/runbooks/runbook-base.yaml, hack/release.py). The sections are headed
 ``Refusal `<reason>``` and ``Problem `<problem>```; the anchor is the one GitHub renders for
 such a heading (``slug``): ``refusal-invalid_json``, ``problem-silent``. A reason that is no
 plain code (a status written by hand, a future version) links to ``Refusal `other```.
@@ -15,6 +18,7 @@ and every problem.
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -22,10 +26,34 @@ from typing import Any, NamedTuple
 from tether.wire import delivery
 
 DOC = "docs/operations.md"
-DEFAULT_BASE = "https://github.com/kyma-project/tether/blob/main"
+REPOSITORY = "https://github.com/kyma-project/tether"
+MAIN = "main"
+TAG_PREFIX = "v"  # a release is the tag v<version> (docs/releasing.md, hack/release.py)
+_RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
 OTHER = "other"
 NO_OBJECT = "(the runtime's request; no object read)"
 _CODE = re.compile(r"[a-z0-9_]{1,40}")
+
+
+def ref_of(version: str | None) -> str:
+    """The git ref of a version's docs: its tag for a release ``X.Y.Z``, else ``main``
+    (a development version such as ``0.2.0.dev3`` or ``0.1.0+g1a2b``, or none known)."""
+    return TAG_PREFIX + version if version and _RELEASE.fullmatch(version) else MAIN
+
+
+def base_of(version: str | None) -> str:
+    return f"{REPOSITORY}/blob/{ref_of(version)}"
+
+
+def running_version() -> str | None:
+    try:
+        return importlib.metadata.version("tether")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+DEFAULT_BASE = base_of(running_version())
+DEFAULT_TEXT = f"{REPOSITORY}/blob/{TAG_PREFIX}<version> (main for a development version)"
 
 
 def slug(heading: str) -> str:

@@ -1,11 +1,17 @@
 """gunicorn with TLS for the admin pages (the bounded gthread worker, ``tether.http.httpworker``).
 
-One worker (the fleet snapshot and the sign-in sessions, ``admin.sessions``, live in the
-process, so every request finds them; more capacity comes from ``TETHER_ADMIN_THREADS`` or
-more replicas, each with its own snapshot and sessions), the pages on the first bind
-(HTTPS, the serving certificate reloaded when its files change), the operations port in
+One worker (the fleet snapshot lives in the process; the sign-in sessions are sealed
+cookies any replica opens, ``admin.sessions``; more capacity comes from
+``TETHER_ADMIN_THREADS`` or more replicas, each with its own snapshot), the pages on the first
+bind (HTTPS, the serving certificate reloaded when its files change), the operations port in
 plain HTTP. Handshakes and heads run under deadlines and connection caps, so a
 stalled client holds no thread.
+
+With ``TETHER_ADMIN_PROXY_CA_FILE`` the pages' TLS asks for a client certificate and
+verifies one that is sent against that CA alone (``CERT_OPTIONAL``, no system CAs; OpenSSL
+checks the chain, the validity and the clientAuth purpose during the handshake, a bad one
+fails it): the authenticating proxy's (``admin.proxyauth``). Browsers that send none are
+served as before.
 """
 
 from __future__ import annotations
@@ -56,13 +62,30 @@ def gunicorn_options(
     }
 
 
+def server_context(cert_file: str, key_file: str, proxy_ca_file: str | None) -> ssl.SSLContext:
+    """TLS 1.2+; with ``proxy_ca_file`` a client certificate is asked for and, when sent,
+    verified against that file alone."""
+    if proxy_ca_file is None:
+        return tlsreload.server_context(cert_file, key_file)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.load_verify_locations(cafile=proxy_ca_file)
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
+def serving(s: settings_mod.Settings) -> tlsreload.Watched[ssl.SSLContext]:
+    """The pages' TLS context, rebuilt when the certificate, key or proxy CA changes."""
+    cert, key, ca = s.tls_cert_file, s.tls_key_file, s.proxy_ca_file
+    paths = (cert, key) if ca is None else (cert, key, ca)
+    return tlsreload.Watched(paths, lambda: server_context(cert, key, ca))
+
+
 class Server(BaseApplication):  # type: ignore[misc]
     def __init__(self, s: settings_mod.Settings) -> None:
         self.settings = s
-        self.serving = tlsreload.Watched(
-            (s.tls_cert_file, s.tls_key_file),
-            lambda: tlsreload.server_context(s.tls_cert_file, s.tls_key_file),
-        )
+        self.serving = serving(s)
         super().__init__()
 
     def load_config(self) -> None:

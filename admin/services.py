@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import flask
 
-from admin import auth, metrics, sessions, snapshot
+from admin import auth, metrics, proxyauth, sessions, snapshot
 from admin import settings as settings_mod
 from tether.kube import gateway
 
@@ -23,7 +23,8 @@ class Services(NamedTuple):
     metrics: metrics.Metrics
     audit: logging.Logger
     events: snapshot.Events
-    sessions: sessions.Store
+    sessions: sessions.Sessions
+    proxy: proxyauth.Trust | None  # None: no proxy trusted (admin.proxyauth)
 
 
 def current() -> Services:

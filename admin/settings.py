@@ -5,8 +5,10 @@ once, as a field with its option (``tether.base.config.setting``); ``SPEC`` coll
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 
-from admin import fleet, runbooks
+from admin import fleet, runbooks, sessioncookie
 from tether.base import auditwriter, config
 
 A = "TETHER_ADMIN_"
@@ -25,6 +27,25 @@ def _audience(name: str, raw: str) -> str:
             "space or comma, at most 253 characters)"
         )
     return raw
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")
+
+
+def _headers(name: str, raw: str) -> tuple[str, ...]:
+    """HTTP header names, comma-separated, at least one."""
+    found = tuple(h.strip() for h in raw.split(",") if h.strip())
+    if not found or len(found) > 8 or not all(_TOKEN.fullmatch(h) for h in found):
+        raise config.SettingError(f"{name}: {raw[:100]!r} is not a list of 1 to 8 header names")
+    return found
+
+
+def _names(name: str, raw: str) -> tuple[str, ...]:
+    """Certificate common names, comma-separated."""
+    found = tuple(n.strip() for n in raw.split(",") if n.strip())
+    if len(found) > 32 or not all(len(n) <= 64 and n.isprintable() for n in found):
+        raise config.SettingError(f"{name}: at most 32 names of at most 64 characters")
+    return found
 
 
 # the inputs of ``fleet.Thresholds``
@@ -121,6 +142,7 @@ class Settings:
             runbooks.DEFAULT_BASE,
             "where the pages' runbook links point: "
             "BASE/docs/operations.md#ANCHOR (as the alerts' runbook_url base)",
+            shown=runbooks.DEFAULT_TEXT,
         )
     )
     thresholds: fleet.Thresholds = config.inputs(*THRESHOLDS, default=fleet.Thresholds())
@@ -151,22 +173,77 @@ class Settings:
             _audience,
         )
     )
-    max_sessions: int = setting(
-        config.integer(
-            A + "MAX_SESSIONS",
-            2000,
-            "sign-in sessions kept (then the oldest ends)",
-            minimum=10,
-            maximum=100_000,
+    session_key_file: str | None = setting(
+        config.custom(  # None or absent: a key of the process alone (sessions end with it)
+            A + "SESSION_KEY_FILE",
+            None,
+            "keys sealing the session cookies, one a line (openssl rand -base64 32), the "
+            "first seals, all open; the same file on every replica (unset or absent: a key "
+            "of this process alone, sessions end with it)",
+            lambda name, raw: raw or None,
         )
     )
-    sessions_per_user: int = setting(
+    signout_cache: float = setting(
+        config.seconds(
+            A + "SIGNOUT_CACHE_SECONDS",
+            5.0,
+            "how long a replica reuses its read of the sign-out ConfigMap: a sign-out ends "
+            "the session on the other replicas within this",
+            minimum=1,
+            maximum=60,
+        )
+    )
+    max_signouts: int = setting(
         config.integer(
-            A + "SESSIONS_PER_USER",
+            A + "MAX_SIGNOUTS",
+            2000,
+            "sign-outs the ConfigMap tether-admin-signouts holds (then a sign-out ends all "
+            "sessions of its user)",
+            minimum=10,
+            maximum=10_000,
+        )
+    )
+    signouts_per_user: int = setting(
+        config.integer(
+            A + "SIGNOUTS_PER_USER",
             5,
-            "sign-in sessions kept per user (then that user's oldest ends, nobody else's)",
+            "sign-outs of one user kept one by one (the next ends all sessions of that user)",
             minimum=1,
             maximum=1000,
+        )
+    )
+    proxy_ca_file: str | None = setting(
+        config.file(  # None: no proxy is trusted
+            A + "PROXY_CA_FILE",
+            None,
+            "CA of the authenticating proxy's client certificate: identity headers are "
+            "trusted only over TLS with a certificate it issued (unset: from nobody)",
+            "certificate",
+        )
+    )
+    proxy_allowed_names: tuple[str, ...] = setting(
+        config.custom(
+            A + "PROXY_ALLOWED_NAMES",
+            (),
+            "common names of the proxy's client certificate that are trusted (required "
+            "with PROXY_CA_FILE)",
+            _names,
+        )
+    )
+    proxy_user_headers: tuple[str, ...] = setting(
+        config.custom(
+            A + "PROXY_USER_HEADERS",
+            ("X-Remote-User",),
+            "headers naming the user, the first set counts (oauth2-proxy: X-Forwarded-User)",
+            _headers,
+        )
+    )
+    proxy_group_headers: tuple[str, ...] = setting(
+        config.custom(
+            A + "PROXY_GROUP_HEADERS",
+            ("X-Remote-Group",),
+            "headers naming the groups, comma-separated (oauth2-proxy: X-Forwarded-Groups)",
+            _headers,
         )
     )
     reviews_per_minute: float = setting(
@@ -206,10 +283,24 @@ SPEC = config.Spec.of(
     Settings,
     part="admin",
     summary="Admin pages (KCP): the fleet at a glance, for operators with Kubernetes credentials.",
+    renamed={
+        A + "MAX_SESSIONS": A + "MAX_SIGNOUTS",  # sessions are cookies now: no store to bound
+        A + "SESSIONS_PER_USER": A + "SIGNOUTS_PER_USER",
+    },
 )
 
 
 def build(v: config.Values) -> Settings:
+    if v[A + "PROXY_CA_FILE"] is not None and not v[A + "PROXY_ALLOWED_NAMES"]:
+        raise config.SettingError(
+            f"{A}PROXY_CA_FILE is set but {A}PROXY_ALLOWED_NAMES is empty: name the "
+            "proxy's client certificate (its CN), or any certificate of that CA would be trusted"
+        )
+    if v[A + "SESSION_KEY_FILE"] is not None and os.path.exists(v[A + "SESSION_KEY_FILE"]):
+        try:
+            sessioncookie.read_keys(v[A + "SESSION_KEY_FILE"])
+        except (OSError, ValueError) as e:
+            raise config.SettingError(f"{A}SESSION_KEY_FILE: {e}") from None
     return config.fill(
         Settings,
         v,

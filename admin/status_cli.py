@@ -10,9 +10,10 @@ own kubeconfig, chosen as kubectl chooses it (``--kubeconfig``, ``--context``, `
 ``admin.kubeargs``), so it shows what RBAC lets them read; one runtime's RuntimeDelivery is
 read whole and its Events listed, as its page does (``snapshot.delivery_of``,
 ``snapshot.events``). Problems and refusal reasons link their runbooks under
-``--runbook-base`` (``$TETHER_ADMIN_RUNBOOK_BASE``, else the alerts' default). Exit status: 0; 1
-when a runtime was asked for and not found or (``--fail-on-problems``) any shown runtime has a
-problem; 2 for a usage error or when the KCP cannot be read.
+``--runbook-base`` (``$TETHER_ADMIN_RUNBOOK_BASE``, else the running version's docs,
+``runbooks.DEFAULT_BASE``). Exit status: 0; 1 when a runtime was asked for and not found or
+(``--fail-on-problems``) any shown runtime has a problem; 2 for a usage error or when the KCP
+cannot be read.
 """
 
 from __future__ import annotations

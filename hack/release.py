@@ -5,8 +5,9 @@
   (``buildah push oci-archive``), its manifest digest in ``image-digest`` and the reference
   every manifest uses in ``image-ref`` (``REGISTRY@sha256:...``);
 * ``manifests/``: a copy of the repository's ``manifests/`` with both kustomizations'
-  ``images:`` pinned to that reference and the enroller told to give it to the runtimes
-  (``TETHER_ENROLLER_IMAGE``): the base a landscape's overlays build on;
+  ``images:`` pinned to that reference, the enroller told to give it to the runtimes
+  (``TETHER_ENROLLER_IMAGE``) and the alerts' runbook links pinned to the release's docs (the
+  tag ``v<version>``; a snapshot's commit): the base a landscape's overlays build on;
 * the rendered forms (``kubectl kustomize`` of that copy): ``tether-kcp.yaml``,
   ``tether-kcp-watches.yaml``, ``tether-kcp-injector.yaml``, ``tether-kcp-cert-manager.yaml``,
   ``tether-skr.yaml``, ``tether-monitoring.yaml``; the Kyma module: ``tether-module.yaml``
@@ -56,6 +57,8 @@ RENDERED = {
 }
 # a Tether container image that is not pinned by digest
 TAG_ONLY = re.compile(r"image: *[\"']?(?:\S*/)?tether(?::[^@\s\"']*)?[\"']?\s*$", re.M)
+# the alerts' runbook_url base (manifests/monitoring/runbooks), pinned to the release's docs
+RUNBOOK_BASE = Path("monitoring") / "runbooks" / "runbook-base.yaml"
 IMAGES_BLOCK = re.compile(r"^images:\n  - name: tether\n    newTag: \S+\n", re.M)
 
 
@@ -79,12 +82,18 @@ def version() -> str:
     return found.group(1)
 
 
+def tag_of(ver: str) -> str:
+    """The git tag of a release (docs/releasing.md); the admin pages link the docs under it
+    (admin/runbooks.py ``ref_of``)."""
+    return f"v{ver}"
+
+
 def check_tag(ver: str, snapshot: bool) -> tuple[str, bool]:
     """The commit; refuses a checkout that is not the tag v<version> (a release is cut from
     its tag, docs/releasing.md) unless ``snapshot``."""
     head = run("git", "rev-parse", "HEAD").strip()
     tagged = subprocess.run(
-        ["git", "rev-parse", "-q", "--verify", f"v{ver}^{{commit}}"],
+        ["git", "rev-parse", "-q", "--verify", f"{tag_of(ver)}^{{commit}}"],
         cwd=ROOT,
         text=True,
         capture_output=True,
@@ -191,6 +200,22 @@ def pin_manifests(out: Path, ref: str) -> Path:
             )
         )
     return tree
+
+
+def pin_runbooks(tree: Path, git_ref: str) -> bool:
+    """The alerts' runbook base in the manifests copy ``tree`` pinned to ``git_ref`` (the
+    release's tag, a snapshot's commit) when it points at the project's docs on GitHub (a
+    base changed to a mirror is left alone); whether it was pinned."""
+    f = tree / RUNBOOK_BASE
+    text, n = re.subn(
+        r"^(  base: https://github\.com/kyma-project/tether/blob/)\S+$",
+        lambda m: m.group(1) + git_ref,
+        f.read_text(),
+        flags=re.M,
+    )
+    if n:
+        f.write_text(text)
+    return bool(n)
 
 
 def kubectl() -> str:
@@ -364,7 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     ref = f"{a.registry}@{digest}"
     (out / "image-digest").write_text(digest + "\n")
     (out / "image-ref").write_text(ref + "\n")
-    render(out, pin_manifests(out, ref), ver)
+    tree = pin_manifests(out, ref)
+    if not pin_runbooks(tree, commit if snapshot else tag_of(ver)):
+        say(f"manifests/{RUNBOOK_BASE}: base not on github.com/kyma-project/tether, kept")
+    render(out, tree, ver)
     moduletemplate(out, ver, ref, url.rstrip("/"))
     say("writing sbom.cdx.json (the image's /opt/tether distributions)")
     (out / "sbom.cdx.json").write_text(

@@ -2,10 +2,14 @@
 Tether's), the manifests' admin RBAC bound to a test user, operators with real bearer tokens
 (ServiceAccounts + TokenRequest, checked by the plane's TokenReview), fleet objects made as
 the other parts would write them, and ``tether admin`` as a subprocess on free ports.
-Used by tests/admin, the browser tests and bench/admin_pages.py."""
+Also: the session key the replicas share, the sign-out ConfigMap, and an authenticating
+proxy's client certificates (``proxy_cert``; ``stranger_cert``, ``foreign_cert`` and
+``server_only_cert`` that must not be trusted). Used by tests/admin, the browser tests and
+bench/admin_pages.py."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import os
@@ -33,10 +37,24 @@ ENROLLMENT_CRD = (
     REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_runtimeenrollments.yaml"
 )
 MAPPING_CRD = REPO / "manifests" / "kcp" / "crds" / "tether.kyma-project.io_compassmappings.yaml"
+SIGNOUTS = REPO / "manifests" / "kcp" / "admin" / "signouts.yaml"
+PROXY_NAME = "tether-admin-proxy"  # the CN the tests' proxy certificate carries
 ADMIN_USER = "tether-admin-test"
 AUDIENCE = "tether-admin"  # the admin part's default TETHER_ADMIN_TOKEN_AUDIENCE
 HEARTBEAT_LABEL = "tether.kyma-project.io/heartbeat"
 RUNTIME_LABEL = "kyma-project.io/runtime-id"
+
+
+def _client(
+    ca: certs.CertificateAuthority, cn: str, stem: pathlib.Path, client: bool = True
+) -> tuple[str, str]:
+    """A certificate of ``ca`` for ``cn`` (clientAuth unless ``client`` is False, then
+    serverAuth only), written beside ``stem``; (certificate file, key file) as requests
+    takes them."""
+    pair = ca.issue(cn, client=client, server=not client)
+    crt, key = stem.with_suffix(".crt"), stem.with_suffix(".key")
+    pair.write(crt, key)
+    return str(crt), str(key)
 
 
 def now() -> datetime.datetime:
@@ -77,6 +95,41 @@ class Env:
         ).write(d / "admin-tls.crt", d / "admin-tls.key")
         self.ca_file = d / "admin-ca.crt"
         self.cert_file, self.key_file = d / "admin-tls.crt", d / "admin-tls.key"
+        # the key the replicas share (Secret tether-admin-session in the manifests)
+        self.session_key_file = d / "session-keys"
+        self.session_key_file.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+        self._signouts_configmap()
+        # an authenticating proxy's client certificates: its CA, the allowed name, a name
+        # of the same CA that is not allowed, and the allowed name from another CA
+        proxy_ca = certs.CertificateAuthority.create("tether-admin-proxy-ca")
+        proxy_ca.write(d / "proxy-ca.crt", d / "proxy-ca.key")
+        self.proxy_ca_file = d / "proxy-ca.crt"
+        self.proxy_cert = _client(proxy_ca, PROXY_NAME, d / "proxy")
+        self.stranger_cert = _client(proxy_ca, "someone-else", d / "stranger")
+        self.foreign_cert = _client(
+            certs.CertificateAuthority.create("not-the-proxy-ca"), PROXY_NAME, d / "foreign"
+        )
+        self.server_only_cert = _client(proxy_ca, PROXY_NAME, d / "server-only", client=False)
+
+    def _signouts_configmap(self) -> None:
+        """The sign-out ConfigMap as the manifests ship it (manifests/kcp/admin)."""
+        doc = yaml.safe_load(SIGNOUTS.read_text())
+        doc["metadata"]["namespace"] = self.tether_ns
+        client.CoreV1Api(self.api).create_namespaced_config_map(self.tether_ns, doc)
+
+    def signouts(self) -> dict[str, str]:
+        """The sign-out ConfigMap's entries as the KCP holds them."""
+        cm: Any = client.CoreV1Api(self.api).read_namespaced_config_map(
+            "tether-admin-signouts", self.tether_ns
+        )
+        return dict(cm.data or {})
+
+    def proxy_settings(self) -> dict[str, str]:
+        """``tether admin`` trusting the proxy's certificate (for ``AdminProcess``)."""
+        return {
+            "TETHER_ADMIN_PROXY_CA_FILE": str(self.proxy_ca_file),
+            "TETHER_ADMIN_PROXY_ALLOWED_NAMES": PROXY_NAME,
+        }
 
     # -- RBAC --------------------------------------------------------------------------------
 
@@ -475,6 +528,7 @@ class AdminProcess:
             "TETHER_ADMIN_OPS_BIND": f"127.0.0.1:{self.ops_port}",
             "TETHER_ADMIN_TLS_CERT_FILE": str(env.cert_file),
             "TETHER_ADMIN_TLS_KEY_FILE": str(env.key_file),
+            "TETHER_ADMIN_SESSION_KEY_FILE": str(env.session_key_file),
             "TETHER_ADMIN_KUBECONFIG": str(env.kubeconfig),
             "TETHER_KCP_NAMESPACE": env.kcp_ns,
             "TETHER_ADMIN_NAMESPACE": env.tether_ns,
@@ -489,11 +543,15 @@ class AdminProcess:
             k: v for k, v in os.environ.items() if not k.startswith("TETHER_") and k != "KUBECONFIG"
         }
         environ.update(vars_)
-        self._log = open(self.log_file, "wb")  # noqa: SIM115 - closed in stop()
+        self._environ = environ
+        self._start(ready_timeout)
+
+    def _start(self, ready_timeout: float) -> None:
+        self._log = open(self.log_file, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "command.cli", "admin"],
             cwd=REPO,
-            env=environ,
+            env=self._environ,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -504,6 +562,11 @@ class AdminProcess:
         except BaseException:
             self.stop()
             raise
+
+    def restart(self, ready_timeout: float = 60.0) -> None:
+        """Stops the process and starts it again, same settings, same ports."""
+        self.stop()
+        self._start(ready_timeout)
 
     def wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

@@ -20,11 +20,14 @@ import pytest
 import requests
 from kubernetes import client
 
+from admin import runbooks
 from listener.fleet import heartbeat
 from testing import adminenv, controlplane, pollerenv
 from testing.listenerenv import metric_value
 from tether.kube import apitypes
 from tether.wire import delivery
+
+BASE = runbooks.DEFAULT_BASE  # the running version's docs
 
 pytestmark = pytest.mark.processes
 
@@ -184,7 +187,7 @@ def test_the_runtime_page_shows_its_delivery_and_escapes_what_it_shows(
     assert "3 answered 429" in html
     refusal = html.split('<tr data-reason="quota_records">', 1)[1].split("</tr>", 1)[0]
     assert (
-        '<a class="runbook" href="https://github.com/kyma-project/tether/blob/main/docs/'
+        f'<a class="runbook" href="{BASE}/docs/'
         'operations.md#refusal-quota_records">quota_records</a></td><td>7</td>'
     ) in refusal
     chart = ready.get(f"/runtimes/{scene['failing']}", tokens["operator"]).text
@@ -436,21 +439,12 @@ def test_a_refusal_shows_its_last_object_when_and_runbook(
     assert len(quota) < 1500  # the name is cut (253 characters)
     invalid = html.split('<tr data-reason="invalid_json">', 1)[1].split("</tr>", 1)[0]
     assert "the runtime&#39;s request; no object read" in invalid and "2m ago" in invalid
-    assert (
-        'href="https://github.com/kyma-project/tether/blob/main/docs/operations.md'
-        '#refusal-invalid_json"' in invalid
-    )
+    assert f'href="{BASE}/docs/operations.md#refusal-invalid_json"' in invalid
     # every problem of a runtime links its runbook, on its page and in the fleet
     page = ready.get("/runtimes/rt-silent", tokens["operator"]).text
-    assert (
-        'href="https://github.com/kyma-project/tether/blob/main/docs/operations.md'
-        '#problem-silent">runbook</a>' in page
-    )
+    assert f'href="{BASE}/docs/operations.md#problem-silent">runbook</a>' in page
     fleet_html = ready.get("/fleet?problem=silent", tokens["operator"]).text
-    assert (
-        'class="badge" href="https://github.com/kyma-project/tether/blob/main/docs/'
-        'operations.md#problem-silent"' in fleet_html
-    )
+    assert f'class="badge" href="{BASE}/docs/operations.md#problem-silent"' in fleet_html
 
 
 def test_the_runbook_base_is_a_setting(

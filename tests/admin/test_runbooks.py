@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import ast
 import datetime
+import importlib.metadata
+import importlib.util
+import os
 import pathlib
 import re
 import typing
+from typing import Any
 
 import pytest
 import yaml
 
-from admin import fleet, runbooks
+from admin import fleet, runbooks, status_cli
 from admin import settings as settings_mod
 from listener.edge import auth, watchcheck
 from listener.storage import rules
@@ -137,9 +141,69 @@ def test_anchors_are_rendered_as_github_does() -> None:
         assert target in github_anchors(text), target
 
 
+def _release() -> Any:
+    spec = importlib.util.spec_from_file_location("release", ROOT / "hack" / "release.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("version", "ref"),
+    [
+        ("0.1.0", "v0.1.0"),
+        ("12.3.40", "v12.3.40"),
+        ("0.2.0.dev3", "main"),
+        ("0.1.0+g1a2b3c", "main"),
+        ("0.2.0rc1", "main"),
+        ("1.0", "main"),
+        (None, "main"),
+        ("", "main"),
+    ],
+)
+def test_links_point_at_the_docs_of_the_running_version(version: str | None, ref: str) -> None:
+    assert runbooks.ref_of(version) == ref
+    assert runbooks.base_of(version) == f"https://github.com/kyma-project/tether/blob/{ref}"
+
+
+def test_the_default_base_is_the_installed_version_s_tag_as_the_release_tags_it() -> None:
+    installed = importlib.metadata.version("tether")
+    assert runbooks.running_version() == installed
+    assert runbooks.DEFAULT_BASE == runbooks.base_of(installed)
+    # the tag is the one make release checks out and docs/releasing.md tells to push
+    release = _release()
+    assert release.tag_of("1.2.3") == runbooks.ref_of("1.2.3")
+    assert "git tag -a vX.Y.Z" in (ROOT / "docs" / "releasing.md").read_text()
+    # tether status defaults to the same base
+    assert status_cli.parser().get_default("runbook_base") in (
+        runbooks.DEFAULT_BASE,
+        os.environ.get("TETHER_ADMIN_RUNBOOK_BASE"),
+    )
+
+
+def test_make_release_pins_the_alerts_runbook_base(tmp_path: pathlib.Path) -> None:
+    """The repository's alerts link main (its docs move with it); the release's copy of the
+    manifests links its tag, a snapshot its commit, a mirror is left alone."""
+    release = _release()
+    source = ROOT / "manifests" / release.RUNBOOK_BASE
+    assert yaml.safe_load(source.read_text())["data"]["base"] == runbooks.base_of(None)
+    copy = tmp_path / "manifests"
+    (copy / release.RUNBOOK_BASE).parent.mkdir(parents=True)
+    (copy / release.RUNBOOK_BASE).write_text(source.read_text())
+    assert release.pin_runbooks(copy, release.tag_of("1.4.2"))
+    pinned = yaml.safe_load((copy / release.RUNBOOK_BASE).read_text())
+    assert pinned["data"]["base"] == runbooks.base_of("1.4.2")
+    assert (copy / release.RUNBOOK_BASE).read_text().count("\n") == source.read_text().count(
+        "\n"
+    )  # comments kept
+    mirror = source.read_text().replace(runbooks.base_of(None), "https://docs.example.internal/t")
+    (copy / release.RUNBOOK_BASE).write_text(mirror)
+    assert not release.pin_runbooks(copy, "v1.4.2")
+    assert (copy / release.RUNBOOK_BASE).read_text() == mirror
+
+
 def test_links_use_the_configured_base_like_the_alerts(tmp_path: pathlib.Path) -> None:
-    base = yaml.safe_load((ROOT / "manifests/monitoring/runbooks/runbook-base.yaml").read_text())
-    assert runbooks.DEFAULT_BASE == base["data"]["base"]
     (tmp_path / "f").write_text("x")
     files = {
         "TETHER_ADMIN_TLS_CERT_FILE": str(tmp_path / "f"),

@@ -2,9 +2,9 @@
 TokenReview and SubjectAccessReview): ``next`` leads only to a page, a token must be made for
 the pages' audience, the cookie holds a session ID (never the token) that is worthless after
 sign-out, a sign-in needs the right to the page it leads to (SubjectAccessReview), every
-sign-in and every uncached TokenReview are budgeted per source, one user holds at most a few
-sessions, and sign-in and sign-out are refused from another origin. Each attack stands next to
-the well-behaved operator who still gets in."""
+sign-in and every uncached TokenReview are budgeted per source, one user's sign-outs cost the
+shared ConfigMap a few entries, and sign-in and sign-out are refused from another origin.
+Each attack stands next to the well-behaved operator who still gets in."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from admin import guard as admin_guard
+from admin import signouts
 from testing import adminenv, pollerenv
 from testing.listenerenv import metric_value
 
@@ -209,27 +210,45 @@ def test_a_session_ends_with_its_token(
     assert 500 < max_age <= 600  # not the 8 h of TETHER_ADMIN_SESSION_SECONDS
 
 
-def test_one_operator_signing_in_again_and_again_signs_nobody_else_out(
+def test_one_operator_signing_in_and_out_again_and_again_signs_nobody_else_out(
     admin_env: adminenv.Env, tokens: dict[str, str]
 ) -> None:
-    """The attack: a valid token (here an operator's own) posted to /login over and over,
-    meant to push every other operator's session out of the store (MAX_SESSIONS). Each user
-    keeps at most SESSIONS_PER_USER; the flood ends only its own older sessions."""
+    """The attack: a valid token (here an operator's own) signing in and out over and over,
+    meant to fill what the server keeps and push the other operators out. A sign-in keeps
+    nothing (the session is the sealed cookie); the sign-outs of one user cost the shared
+    ConfigMap at most SIGNOUTS_PER_USER + 1 entries: past that they collapse into one cutoff
+    that ends that user's own sessions, nobody else's."""
     p = adminenv.AdminProcess(
-        admin_env, TETHER_ADMIN_MAX_SESSIONS="10", TETHER_ADMIN_SESSIONS_PER_USER="2"
+        admin_env, TETHER_ADMIN_MAX_SIGNOUTS="10", TETHER_ADMIN_SIGNOUTS_PER_USER="2"
     )
     try:
         victim = cookie_of(sign_in(p, tokens["other"]))
         narrow = cookie_of(sign_in(p, tokens["compass-only"], "/compass"))
-        flood = [sign_in(p, tokens["operator"]) for _ in range(40)]  # 4x the whole store
+        # (each a new connection: the worker's per-peer cap, 64, lingering ones included)
+        flood = [sign_in(p, tokens["operator"]) for _ in range(20)]
         assert {r.status_code for r in flood} == {303}
+        assert p.get("/fleet", headers=as_cookie(cookie_of(flood[0]))).status_code == 200
+        assert metric_value(p.metrics(), "tether_admin_sign_ins_total") == 22
+        outs = [p.post("/logout", headers=as_cookie(cookie_of(r))) for r in flood[:12]]
+        assert {r.status_code for r in outs} == {303}
         assert p.get("/fleet", headers=as_cookie(victim)).status_code == 200
         assert p.get("/compass", headers=as_cookie(narrow)).status_code == 200
-        assert metric_value(p.metrics(), "tether_admin_sessions") == 4  # 2 + 1 + 1
-        assert p.get("/fleet", headers=as_cookie(cookie_of(flood[0]))).status_code == 303
-        assert p.get("/fleet", headers=as_cookie(cookie_of(flood[-1]))).status_code == 200
+        # the flooding user's own sessions ended with its sign-outs, even those not signed out
+        assert p.get("/fleet", headers=as_cookie(cookie_of(flood[15]))).status_code == 303
+        data = admin_env.signouts()
+        assert len(data) <= 10
+        mine = signouts.user_key(sa_user(admin_env, "signin-operator"))
+        assert mine in data
+        assert metric_value(p.metrics(), "tether_admin_signouts") == len(data)
+        # a new sign-in of that user after the flood works
+        again = cookie_of(sign_in(p, tokens["operator"]))
+        assert p.get("/fleet", headers=as_cookie(again)).status_code == 200
     finally:
         p.stop()
+
+
+def sa_user(env: adminenv.Env, name: str) -> str:
+    return f"system:serviceaccount:{env.tether_ns}:{name}"
 
 
 # -- the page right --------------------------------------------------------------------------
@@ -243,7 +262,7 @@ def test_a_token_without_a_page_right_makes_no_session(
     and evict the operators'. The sign-in asks SubjectAccessReview first: 403, no cookie,
     no session; an operator's session is untouched."""
     operator = cookie_of(sign_in(admin, tokens["operator"]))
-    held = metric_value(admin.metrics(), "tether_admin_sessions")
+    held = metric_value(admin.metrics(), "tether_admin_sign_ins_total")
     for nxt, page in (
         ("/fleet", "fleet"),
         ("/compass", "compass"),
@@ -260,7 +279,7 @@ def test_a_token_without_a_page_right_makes_no_session(
     assert sign_in(admin, tokens["compass-only"], "/compass").status_code == 303
     refused = sign_in(admin, tokens["compass-only"], "/fleet")
     assert refused.status_code == 403 and "may not get adminpages/fleet" in refused.text
-    assert metric_value(admin.metrics(), "tether_admin_sessions") == held + 1
+    assert metric_value(admin.metrics(), "tether_admin_sign_ins_total") == held + 1
     assert admin.get("/fleet", headers=as_cookie(operator)).status_code == 200
     pages = {"fleet", "compass", "parts", "rollout", "runtime"}
 
@@ -303,7 +322,7 @@ def test_token_reviews_are_budgeted_per_source(
     text = p.metrics()
     assert metric_value(text, "tether_admin_reviews_total", kind="token") == 5
     assert metric_value(text, "tether_admin_throttled_total") == 32
-    assert metric_value(text, "tether_admin_sessions") == 1
+    assert metric_value(text, "tether_admin_sign_ins_total") == 1
     # who is signed in, or holds a checked token, is not held back
     assert p.get("/fleet", headers=as_cookie(sid)).status_code == 200
     assert p.get("/fleet", tokens["operator"]).status_code == 200

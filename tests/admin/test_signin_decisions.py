@@ -1,16 +1,19 @@
 """The sign-in decisions as plain data (no plane): where ``next`` may lead, which
 ``Origin``/``Sec-Fetch-Site`` are the admin's own, the TokenReview audience check, the
-per-source review budget and the session store's bounds. The same cases run over HTTPS
+per-source review budget, the sealed session cookie (keys, rotation, tampering) and the
+sign-out ledger's bounds. The same cases run over HTTPS
 against a real KCP in test_signin.py."""
 
 from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from admin import auth, sessions, signin, throttle
+from admin import auth, sessioncookie, signin, signouts, throttle
 
 PAGES = ("/fleet", "/compass", "/parts")
 
@@ -197,45 +200,131 @@ def test_sources_of_addresses() -> None:
 WHO = auth.Identity("alice", "", (), ())
 
 
-def test_sessions_end_are_deleted_and_are_bounded() -> None:
-    clock = Clock()
-    store = sessions.Store(3, per_user=3, clock=clock)
-    a = store.create(WHO, 60)
-    assert len(a) >= 43 and store.get(a) == WHO
-    assert store.get(a + "x") is None and store.get("") is None and store.get("a" * 500) is None
-    assert store.delete(a) and store.get(a) is None and not store.delete(a)
-    short, b, c = store.create(WHO, 5), store.create(WHO, 60), store.create(WHO, 60)
-    clock.t += 10
-    d = store.create(WHO, 60)  # full: the expired one goes first
-    assert store.get(short) is None and store.get(b) == WHO and len(store) == 3
-    store.create(WHO, 60)  # full again: the oldest goes
-    assert store.get(b) is None and store.get(c) == WHO and store.get(d) == WHO
-    clock.t += 60
-    assert store.get(c) is None  # expired
+KEY, OLD = bytes(range(32)), bytes(range(1, 33))
 
 
-def test_one_user_signing_in_again_and_again_ends_only_its_own_sessions() -> None:
-    clock = Clock()
-    store = sessions.Store(10, per_user=2, clock=clock)
-    alice = [store.create(WHO, 60) for _ in range(2)]
-    bob_who = auth.Identity("bob", "", (), ())
-    bob = store.create(bob_who, 60)
-    mallory_who = auth.Identity("mallory", "", (), ())
-    mallory = [store.create(mallory_who, 60) for _ in range(2000)]
-    assert [store.get(a) for a in alice] == [WHO, WHO] and store.get(bob) == bob_who
-    assert store.of("mallory") == 2 and len(store) == 5
-    assert store.get(mallory[-1]) == mallory_who and store.get(mallory[-2]) == mallory_who
-    assert store.get(mallory[0]) is None  # its own oldest went
-    # an ended session leaves the user's count with it
-    assert store.delete(mallory[-1]) and store.of("mallory") == 1
-    clock.t += 61
-    assert store.get(bob) is None and store.of("bob") == 0
+def claims(who: auth.Identity = WHO, issued: float = 1000.0, expires: float = 2000.0) -> Claims:
+    return sessioncookie.Claims("sid-1", who, issued, expires)
 
 
-def test_the_whole_store_is_bounded_across_users() -> None:
-    store = sessions.Store(10, per_user=2, clock=Clock())
-    made = [store.create(auth.Identity(f"user-{i}", "", (), ()), 60) for i in range(15)]
-    assert len(store) == 10
-    assert all(store.get(sid) is None for sid in made[:5])  # the oldest went
-    assert all(store.get(sid) is not None for sid in made[5:])
-    assert store.of("user-0") == 0 and store.of("user-14") == 1
+Claims = sessioncookie.Claims
+
+
+def test_a_sealed_session_opens_only_with_its_key_and_until_it_expires() -> None:
+    who = auth.Identity("alice", "u-1", ("g1", "system:authenticated"), (("k", ("v",)),))
+    value = sessioncookie.seal(KEY, claims(who))
+    assert value.startswith("v1." + sessioncookie.key_id(KEY) + ".")
+    assert sessioncookie.open_([KEY], value, 1500.0) == claims(who)
+    assert sessioncookie.open_([KEY], value, 2000.0) is None  # expired
+    assert sessioncookie.open_([OLD], value, 1500.0) is None  # another key
+    # nothing of the identity is readable, and two seals of the same differ (the nonce)
+    assert "alice" not in value and "g1" not in value
+    assert sessioncookie.seal(KEY, claims(who)) != value
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda v: v[:-2] + ("A" if v[-2] != "A" else "B") + v[-1],  # a bit of the ciphertext
+        lambda v: "v2" + v[2:],  # another format
+        lambda v: v.replace(v.split(".")[1], "00000000"),  # another key id
+        lambda v: v.split(".")[0] + "." + v.split(".")[1] + ".",  # no ciphertext
+        lambda v: v + "x" * sessioncookie.MAX_VALUE,  # too long: not even opened
+        lambda v: "",
+        lambda v: "v1..AAAA",
+        lambda v: "garbage",
+    ],
+)
+def test_an_altered_or_forged_cookie_is_no_session(mangle: Any) -> None:
+    value = sessioncookie.seal(KEY, claims())
+    assert sessioncookie.open_([KEY], mangle(value), 1500.0) is None
+
+
+def test_a_cookie_sealed_with_valid_json_of_the_wrong_shape_is_no_session() -> None:
+    kid = sessioncookie.key_id(KEY)
+    nonce = b"\0" * 12
+    for plain in (b"[]", b'{"s": 1}', b'{"s":"a","u":"b","i":"","g":[1],"x":{},"t":1,"e":9e9}'):
+        sealed = AESGCM(KEY).encrypt(nonce, plain, f"tether-admin-session/v1/{kid}".encode())
+        value = f"v1.{kid}." + base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")
+        assert sessioncookie.open_([KEY], value, 1500.0) is None
+
+
+def test_key_rotation_the_first_key_seals_every_listed_key_opens() -> None:
+    old = sessioncookie.seal(OLD, claims())
+    text = f"{base64.b64encode(KEY).decode()}\n{base64.b64encode(OLD).decode()}\n"
+    keys = sessioncookie.parse_keys(text, "keys")
+    assert keys == (KEY, OLD)
+    assert sessioncookie.open_(keys, old, 1500.0) == claims()
+    assert sessioncookie.open_(keys[:1], old, 1500.0) is None  # the old key dropped
+    for bad, why in (
+        ("", "no key"),
+        ("not base64!\n", "not base64"),
+        (base64.b64encode(b"short").decode(), "holds 5 bytes"),
+        ((base64.b64encode(KEY).decode() + "\n") * 5, "at most 4"),
+    ):
+        with pytest.raises(ValueError, match=why) as e:
+            sessioncookie.parse_keys(bad, "/etc/keys")
+        assert "/etc/keys" in str(e.value) and base64.b64encode(KEY).decode() not in str(e.value)
+
+
+def test_an_identity_too_large_for_a_cookie_is_refused() -> None:
+    many = auth.Identity("alice", "", tuple(f"group-{i:04d}-" + "x" * 40 for i in range(80)), ())
+    with pytest.raises(sessioncookie.TooLarge, match="80 groups"):
+        sessioncookie.seal(KEY, claims(many))
+
+
+BOUNDS = signouts.Bounds(per_user=2, max_entries=5, lifetime=100.0)
+
+
+def out(sid: str, user: str = "alice", expires: float = 500.0) -> signouts.Signout:
+    return signouts.Signout(sid, user, expires)
+
+
+def test_a_signed_out_session_ends_and_its_entry_goes_when_the_cookie_would_have() -> None:
+    data = signouts.record({}, out("a", expires=150.0), 100.0, BOUNDS)
+    assert signouts.ended(data, "a", "alice", 90.0)
+    assert not signouts.ended(data, "b", "alice", 90.0)  # another session of the same user
+    # the map names no one: hashes only
+    assert all("alice" not in k + v and "a" != k for k, v in data.items())
+    later = signouts.record(data, out("b"), 151.0, BOUNDS)  # a's cookie expired: its entry went
+    assert signouts.session_key("a") not in later and signouts.ended(later, "b", "alice", 0)
+
+
+def test_one_user_signing_out_again_and_again_costs_one_entry() -> None:
+    data: dict[str, str] = {}
+    data = signouts.record(data, out("x", user="bob"), 100.0, BOUNDS)
+    for i in range(50):
+        data = signouts.record(data, out(f"s{i}"), 100.0 + i, BOUNDS)
+    assert len(data) <= 1 + BOUNDS.per_user + 1  # bob's, alice's cutoff and her newest
+    assert signouts.user_key("alice") in data and signouts.ended(data, "x", "bob", 0)
+    # the cutoff ends every session of alice issued up to the last collapse, not later ones
+    cut = float(data[signouts.user_key("alice")].split()[0])
+    assert signouts.ended(data, "any", "alice", cut) and not signouts.ended(
+        data, "any", "alice", cut + 1
+    )
+    assert not signouts.ended(data, "any", "bob", 0)
+    # the cutoff is kept one session lifetime, then goes
+    assert signouts.user_key("alice") not in signouts.record(
+        data, out("y", user="carol"), cut + BOUNDS.lifetime + 1, BOUNDS
+    )
+
+
+def test_the_whole_map_is_bounded_across_users() -> None:
+    data: dict[str, str] = {}
+    for i in range(5):
+        data = signouts.record(data, out(f"s{i}", user=f"user-{i}"), 100.0, BOUNDS)
+    assert len(data) == 5
+    # full: the next sign-out becomes its user's cutoff, replacing that user's own entry
+    data = signouts.record(data, out("t0", user="user-0"), 101.0, BOUNDS)
+    assert len(data) == 5 and signouts.user_key("user-0") in data
+    assert signouts.ended(data, "s0", "user-0", 100.0) and signouts.ended(data, "t0", "user-0", 1)
+    # a sixth user would need a sixth entry: refused, nothing written
+    with pytest.raises(signouts.Full):
+        signouts.record(data, out("n", user="user-new"), 102.0, BOUNDS)
+
+
+def test_entries_edited_by_hand_end_what_they_name() -> None:
+    data = {signouts.user_key("alice"): "garbage", signouts.session_key("s"): "x y"}
+    assert signouts.ended(data, "any", "alice", 0) and signouts.ended(data, "s", "bob", 0)
+    kept = signouts.record({**data, "other": "z"}, out("n", user="bob"), 100.0, BOUNDS)
+    assert kept["other"] == "z" and signouts.ended(kept, "s", "bob", 0)
