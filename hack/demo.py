@@ -7,7 +7,9 @@ container a local process under its manifest's ServiceAccount token, security co
 mounted Secrets and probes), the optional configuration injector included. Then a ConfigMap
 change travels from the runtime into the KCP, the runtime gets its Compass registration and
 one-time token Secret, and the example module's configuration (manifests/examples/injector)
-reaches its CR in the KCP through the injector. The enroller runs every 10 s here (60 s by
+reaches its CR in the KCP through the injector. Then the optional delivery canary
+(manifests/kcp/canary, docs/canary.md) probes the demo runtime every 15 s (60 s by default)
+and its metrics show a successful probe. The enroller runs every 10 s here (60 s by
 default), so a new Watch reaches the runtime within seconds.
 
     .venv/bin/python hack/demo.py            # runs until Ctrl-C
@@ -39,7 +41,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from listener.storage import records  # noqa: E402
-from testing import controlplane, deployed  # noqa: E402
+from testing import canaryenv, controlplane, deployed  # noqa: E402
 
 KCP_NS = deployed.KCP_NS
 RUNTIME_ID = deployed.RUNTIME_ID
@@ -165,6 +167,7 @@ def scenario(fleet: deployed.Fleet) -> None:
     say("deleted -> the KCP holds a tombstone")
 
     injection(fleet, score, custom)
+    canary(fleet)
 
     def mapping_ready() -> bool:
         m = custom.get_namespaced_custom_object(
@@ -289,6 +292,49 @@ def injection(
     say(f"edited -> Sample CR holds color=green after {time.monotonic() - t:.2f}s")
 
 
+def canary(fleet: deployed.Fleet) -> None:
+    """The optional delivery canary, from manifests/kcp/canary with the overlay an operator
+    writes (the probe runtime named, its kubeconfig Secret in the canary's Role), run by the
+    pod runner under its ServiceAccount: its metrics show a probe whose nonce reached the
+    KCP (the shipped Watch `configuration`: stage stored)."""
+    cdir = canaryenv.render_overlay(
+        fleet.work / "overlay-kcp-canary",
+        RUNTIME_ID,
+        deployed.KYMA,
+        {"TETHER_CANARY_INTERVAL_SECONDS": "15", "TETHER_CANARY_TIMEOUT_SECONDS": "10"},
+    )
+    deployed.kubectl(fleet.kcp, "apply", "-k", str(cdir))
+    say(f"KCP: kubectl apply -k {cdir} (the optional delivery canary, probing {RUNTIME_ID})")
+    fleet.kcp_pods.wait_available(120, names=["tether-canary"])
+    for line in fleet.kcp_pods.table().splitlines():
+        if "tether-canary" in line:
+            print(f"    {line}", flush=True)
+    ip = fleet.kcp_pods.pods_of("tether-canary")[0].ip
+
+    def metric(name: str, **labels: str) -> float:
+        return canaryenv.pod_metric(ip, name, **labels)
+
+    wait_for(
+        "a successful canary probe",
+        lambda: metric("tether_canary_probes_total", stage="stored", outcome="ok") >= 1,
+        timeout=90,
+    )
+    ok = metric("tether_canary_probes_total", stage="stored", outcome="ok")
+    failed = sum(
+        metric("tether_canary_probes_total", stage="stored", outcome=o)
+        for o in ("timeout", "write_failed", "read_failed")
+    )
+    seconds = metric("tether_canary_seconds_sum", stage="stored") / max(
+        1.0, metric("tether_canary_seconds_count", stage="stored")
+    )
+    since = time.time() - metric("tether_canary_last_success_timestamp_seconds", stage="stored")
+    say(
+        f"canary metrics (http://{ip}:9093/metrics): tether_canary_probes_total"
+        f'{{stage="stored",outcome="ok"}} {ok:.0f}, failed {failed:.0f}; '
+        f"write to stored {seconds:.2f}s on average; last success {since:.0f}s ago"
+    )
+
+
 def wait(fleet: deployed.Fleet) -> None:
     kubectl = str(controlplane.binaries() / "kubectl")
     say(
@@ -308,6 +354,8 @@ def wait(fleet: deployed.Fleet) -> None:
         f"-n {KCP_NS} get samples {SAMPLE} -o yaml"
     )
     say(f"pods: {kubectl} --kubeconfig {fleet.kcp.kubeconfig} -n tether-system get deployments")
+    ip = fleet.kcp_pods.pods_of("tether-canary")[0].ip
+    say(f"canary: curl -s http://{ip}:9093/metrics | grep ^tether_canary")
     say("Ctrl-C stops everything")
     stop = False
 

@@ -35,4 +35,6 @@ def test_demo_once() -> None:
     assert "deployment/tether-injector: 1/1 ready" in text, text[-3000:]
     assert "the injector wrote {'color': 'blue'} into Sample" in text
     assert "Sample CR holds color=green" in text
+    assert "deployment/tether-canary: 1/1 ready" in text, text[-3000:]
+    assert 'tether_canary_probes_total{stage="stored",outcome="ok"}' in text
     assert "'TOKEN'" in text and "scenario done" in text
