@@ -4,7 +4,7 @@ as shown, each with its last refused object and when.
 
 A link is ``<base>/docs/operations.md#<anchor>``, ``base`` the admin setting
 ``TETHER_ADMIN_RUNBOOK_BASE``, by default the docs of the running version (``DEFAULT_BASE``:
-the release's tag ``v<version>``, ``running_version`` read from the installed package; a
+the release's tag ``<version>``, ``running_version`` read from the installed package; a
 version that is no plain ``X.Y.Z``, a development build, or none at all links ``main``), as
 ``make release`` pins the alerts' ``runbook_url`` base
 (manifests/monitoring/runbooks/runbook-base.yaml, hack/release.py). The sections are headed
@@ -28,7 +28,7 @@ from tether.wire import delivery
 DOC = "docs/operations.md"
 REPOSITORY = "https://github.com/kyma-project/tether"
 MAIN = "main"
-TAG_PREFIX = "v"  # a release is the tag v<version> (docs/releasing.md, hack/release.py)
+TAG_PREFIX = ""  # a release is the tag <version>, X.Y.Z (docs/releasing.md, hack/release.py)
 _RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
 OTHER = "other"
 NO_OBJECT = "(the runtime's request; no object read)"

@@ -131,7 +131,8 @@ class Settings:
             None,
             "a .dockerconfigjson (a mounted Secret of type "
             "kubernetes.io/dockerconfigjson), copied into every runtime as the Secret "
-            "tether-system/tether-image-pull that Tether's pods pull with (unset: none)",
+            "tether-system/tether-image-pull that Tether's pods pull with, readable by every "
+            "runtime's admins: a per-landscape, pull-only credential only (unset: none)",
         ),
         default=None,
         repr=False,

@@ -21,12 +21,13 @@ from typing import Any
 
 from kubernetes import client
 
-from testing import controlplane, pollerenv
+from testing import controlplane, pollerenv, releaserecord
 from testing import webhookstack as stack
 from testing.listenerenv import Env, ListenerProcess, Runtime
 
 REPO = controlplane.REPO_ROOT
-PREVIOUS_RELEASE = "7f735a4"  # v0.1.0 (the tag; the hash so that a tagless clone works)
+# the newest release in releases.json (its commit: a clone without tags finds it)
+PREVIOUS_RELEASE: str = releaserecord.previous()["commit"]
 
 
 def tree(commit: str, dest: pathlib.Path) -> pathlib.Path:

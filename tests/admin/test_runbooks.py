@@ -152,8 +152,8 @@ def _release() -> Any:
 @pytest.mark.parametrize(
     ("version", "ref"),
     [
-        ("0.1.0", "v0.1.0"),
-        ("12.3.40", "v12.3.40"),
+        ("0.1.0", "0.1.0"),
+        ("12.3.40", "12.3.40"),
         ("0.2.0.dev3", "main"),
         ("0.1.0+g1a2b3c", "main"),
         ("0.2.0rc1", "main"),
@@ -174,7 +174,7 @@ def test_the_default_base_is_the_installed_version_s_tag_as_the_release_tags_it(
     # the tag is the one make release checks out and docs/releasing.md tells to push
     release = _release()
     assert release.tag_of("1.2.3") == runbooks.ref_of("1.2.3")
-    assert "git tag -a vX.Y.Z" in (ROOT / "docs" / "releasing.md").read_text()
+    assert "git tag -a X.Y.Z" in (ROOT / "docs" / "releasing.md").read_text()
     # tether status defaults to the same base
     assert status_cli.parser().get_default("runbook_base") in (
         runbooks.DEFAULT_BASE,

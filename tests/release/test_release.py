@@ -16,6 +16,7 @@ checkout is usually not the tag ``v<version>``: the run is a snapshot
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -23,10 +24,12 @@ import re
 import subprocess
 import sys
 import tarfile
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import pytest
 import yaml
@@ -52,6 +55,8 @@ RENDERED = (
     "tether-module.yaml",
 )
 CUSTOMER_NS = "shop"
+# not in SHA256SUMS: itself and the two signatures (each verified on its own)
+SIGNED_APART = ("SHA256SUMS", "SHA256SUMS.sig", "provenance.intoto.json")
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,8 @@ class Release:
     out: Path
     facts: dict[str, Any]
     seconds: str
+    key: Path  # the throwaway private key it was signed with (outside out)
+    log: str  # what hack/release.py printed
 
     @property
     def ref(self) -> str:
@@ -72,7 +79,21 @@ class Release:
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
     out = tmp_path_factory.mktemp("release") / "out"
-    env = dict(os.environ, TETHER_RELEASE_SNAPSHOT="1", TETHER_RELEASE_REGISTRY=REGISTRY)
+    keys = tmp_path_factory.mktemp("keys")
+    cosign = cosign_binary()
+    subprocess.run(
+        [cosign, "generate-key-pair", "--output-key-prefix", str(keys / "release")],
+        env=dict(os.environ, COSIGN_PASSWORD=KEY_PASSWORD),
+        capture_output=True,
+        check=True,
+    )
+    env = dict(
+        os.environ,
+        TETHER_RELEASE_SNAPSHOT="1",
+        TETHER_RELEASE_REGISTRY=REGISTRY,
+        TETHER_RELEASE_KEY=str(keys / "release.key"),
+        COSIGN_PASSWORD=KEY_PASSWORD,
+    )
     done = subprocess.run(
         [sys.executable, "hack/release.py", "--out", str(out)],
         cwd=ROOT,
@@ -84,7 +105,24 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
     assert done.returncode == 0, (
         f"hack/release.py failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     )
-    return Release(out, json.loads((out / "release.json").read_text()), done.stderr[-300:])
+    return Release(
+        out,
+        json.loads((out / "release.json").read_text()),
+        done.stderr[-300:],
+        keys / "release.key",
+        done.stdout + done.stderr,
+    )
+
+
+KEY_PASSWORD = "throwaway-test-password"
+
+
+def cosign_binary() -> str:
+    done = subprocess.run(
+        ["bash", "hack/build-cosign.sh"], cwd=ROOT, capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
 
 
 def setup_cfg_version() -> str:
@@ -116,13 +154,14 @@ def test_checksums_cover_and_verify_every_file(release: Release) -> None:
     files = {
         p.relative_to(release.out).as_posix()
         for p in release.out.rglob("*")
-        if p.is_file() and p.name != "SHA256SUMS"
+        if p.is_file() and p.name not in SIGNED_APART
     }
     assert set(listed) == files
     assert {
         *RENDERED,
         "moduletemplate.yaml",
         "sbom.cdx.json",
+        "cosign.pub",
         f"tether-{release.version}.oci.tar",
     } <= files
     done = subprocess.run(
@@ -137,6 +176,125 @@ def test_checksums_cover_and_verify_every_file(release: Release) -> None:
         data = (release.out / name).read_bytes()
         assert hashlib.sha256(data + b" ").hexdigest() != listed[name]
         assert hashlib.sha256(data).hexdigest() == listed[name]
+
+
+def verify_release(release: Release, key: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``make verify-release`` of the release folder (as a landscape runs it)."""
+    return subprocess.run(
+        [
+            "make",
+            "-s",
+            "verify-release",
+            f"RELEASE_DIR={release.out}",
+            *([f"KEY={key}"] if key else []),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_verify_release_passes_on_the_fresh_release(release: Release) -> None:
+    done = verify_release(release)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "ok: SHA256SUMS is signed by the key" in done.stdout
+    assert f"its subject is tether-{release.version}.oci.tar" in done.stdout
+    assert f"ok: the image {release.facts['digest']}" in done.stdout
+    # the key it names is the one that signed: the public half of the throwaway key
+    pub = release.key.with_suffix(".pub").read_text()
+    assert (release.out / "cosign.pub").read_text() == pub
+    assert release.facts["signing_key"] == "TETHER_RELEASE_KEY"
+
+
+def test_the_private_key_is_nowhere_in_the_release_or_its_log(release: Release) -> None:
+    private = release.key.read_bytes()
+    body = b"".join(line for line in private.splitlines() if line and not line.startswith(b"-----"))
+    assert len(body) > 40
+    for path in release.out.rglob("*"):
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            data = path.read_bytes()
+            assert body[:40] not in data and KEY_PASSWORD.encode() not in data, path
+    assert body[:40].decode() not in release.log and KEY_PASSWORD not in release.log
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tether-{version}.oci.tar",  # the image archive
+        "tether-kcp.yaml",  # a render
+        "manifests/kcp/kustomization.yaml",  # the pinned manifests a landscape builds on
+        "provenance.intoto.json",  # the signed provenance itself
+        "SHA256SUMS",  # the signed list
+    ],
+)
+def test_one_changed_byte_fails_verification(release: Release, name: str) -> None:
+    path = release.out / name.format(version=release.version)
+    original = path.read_bytes()
+    at = len(original) // 2
+    changed = bytearray(original)
+    changed[at] = (changed[at] + 1) % 256
+    stat = path.stat()
+    try:
+        path.write_bytes(bytes(changed))
+        done = verify_release(release)
+    finally:
+        path.write_bytes(original)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert done.returncode != 0 and "FAIL:" in done.stderr, done.stdout + done.stderr
+    assert hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(original).digest()
+
+
+def test_another_key_or_an_added_file_fails_verification(release: Release, tmp_path: Path) -> None:
+    subprocess.run(
+        [cosign_binary(), "generate-key-pair", "--output-key-prefix", str(tmp_path / "other")],
+        env=dict(os.environ, COSIGN_PASSWORD=""),
+        capture_output=True,
+        check=True,
+    )
+    done = verify_release(release, tmp_path / "other.pub")
+    assert done.returncode != 0 and "FAIL: cosign verify-blob" in done.stderr, done.stderr
+    extra = release.out / "manifests" / "kcp" / "extra.yaml"
+    try:
+        extra.write_text("kind: Namespace\n")
+        done = verify_release(release)
+    finally:
+        extra.unlink()
+    assert done.returncode != 0 and "not in SHA256SUMS" in done.stderr, done.stderr
+
+
+def provenance(release: Release) -> dict[str, Any]:
+    envelope = json.loads((release.out / "provenance.intoto.json").read_text())
+    doc: dict[str, Any] = json.loads(base64.b64decode(envelope["payload"]))
+    return doc
+
+
+def test_the_provenance_names_the_archive_commit_locks_and_base(release: Release) -> None:
+    doc = provenance(release)
+    # cosign 2 writes in-toto Statement v0.1 (the fields of v1)
+    assert doc["_type"] in ("https://in-toto.io/Statement/v0.1", "https://in-toto.io/Statement/v1")
+    assert doc["predicateType"] == "https://slsa.dev/provenance/v1"
+    archive = release.out / f"tether-{release.version}.oci.tar"
+    assert [s["digest"]["sha256"] for s in doc["subject"]] == [
+        hashlib.sha256(archive.read_bytes()).hexdigest()
+    ]
+    build = doc["predicate"]["buildDefinition"]
+    assert build["externalParameters"]["command"].startswith("make release")
+    deps = {d["uri"]: d for d in build["resolvedDependencies"]}
+    commit = release.facts["commit"]
+    assert deps[f"git+https://github.com/kyma-project/tether@{commit}"]["digest"] == {
+        "gitCommit": commit
+    }
+    for name in ("Dockerfile", "requirements.lock", "requirements-build.lock"):
+        # the files the image was built from (the checkout's: a snapshot may have changes)
+        assert (
+            deps[name]["digest"]["sha256"] == hashlib.sha256((ROOT / name).read_bytes()).hexdigest()
+        )
+    # the base image by digest: the one the image's labels name (hack/build-image.sh)
+    (base,) = [d for d in deps.values() if d.get("annotations", {}).get("role") == "base image"]
+    assert release.facts["base_image"].endswith("@sha256:" + base["digest"]["sha256"])
+    (image,) = doc["predicate"]["runDetails"]["byproducts"]
+    assert "sha256:" + image["digest"]["sha256"] == release.facts["digest"]
 
 
 def test_the_archive_holds_the_image_of_that_digest(release: Release) -> None:
@@ -176,16 +334,19 @@ PODMAN_RUN = [  # as tests/foundation/test_image.py runs the image on these mach
 ]
 
 
-def test_the_archived_image_runs(release: Release) -> None:
-    """The archive itself (not the image in buildah's storage) runs: podman reads the
-    oci-archive, the image's own command lists every part."""
+def run_archive(release: Release, *command: str) -> subprocess.CompletedProcess[str]:
+    """podman runs the archive itself (not the image in buildah's storage); the image podman
+    imported from it is removed after, unless it is the build's own."""
     archive = release.out / f"tether-{release.version}.oci.tar"
     with tarfile.open(archive) as tar:
         f = tar.extractfile("blobs/sha256/" + release.facts["digest"].removeprefix("sha256:"))
         assert f is not None
         image_id = json.loads(f.read())["config"]["digest"].removeprefix("sha256:")
     done = subprocess.run(
-        [*PODMAN_RUN, f"oci-archive:{archive}"], capture_output=True, text=True, timeout=300
+        [*PODMAN_RUN, f"oci-archive:{archive}", *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     built = subprocess.run(
         [
@@ -202,6 +363,13 @@ def test_the_archived_image_runs(release: Release) -> None:
     ).stdout.strip()
     if built != image_id:  # the archive's image, imported by podman, is no other name's: removed
         subprocess.run(["podman", "rmi", image_id], capture_output=True)
+    return done
+
+
+def test_the_archived_image_runs(release: Release) -> None:
+    """The archive itself (not the image in buildah's storage) runs: podman reads the
+    oci-archive, the image's own command lists every part."""
+    done = run_archive(release)
     assert done.returncode == 0, done.stderr[-2000:]
     for part in (
         "webhook",
@@ -283,8 +451,9 @@ def test_the_sbom_lists_every_locked_package(release: Release) -> None:
     assert bom["metadata"]["component"]["hashes"] == [
         {"alg": "SHA-256", "content": release.facts["digest"].removeprefix("sha256:")}
     ]
-    found: dict[str, str] = {canonicalize_name(c["name"]): c["version"] for c in bom["components"]}
-    for c in bom["components"]:
+    python = [c for c in bom["components"] if c["purl"].startswith("pkg:pypi/")]
+    found: dict[str, str] = {canonicalize_name(c["name"]): c["version"] for c in python}
+    for c in python:
         assert c["purl"] == f"pkg:pypi/{canonicalize_name(c['name'])}@{c['version']}"
     pins = lock_pins()
     wrong = {
@@ -295,6 +464,30 @@ def test_the_sbom_lists_every_locked_package(release: Release) -> None:
     assert wrong == {}
     # nothing else but tether itself (the build tools are removed from the image)
     assert found.keys() - pins.keys() == {"tether"} and found["tether"] == release.version
+
+
+def test_the_sbom_lists_the_images_debian_packages(release: Release) -> None:
+    """Every Debian package dpkg says is installed in the archived image, at its version,
+    with a deb purl; nothing else."""
+    bom = json.loads((release.out / "sbom.cdx.json").read_text())
+    debs = {c["name"]: c for c in bom["components"] if c["purl"].startswith("pkg:deb/debian/")}
+    done = run_archive(
+        release, "dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\\n"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    installed = {
+        line.split()[0]: line.split()[1]
+        for line in done.stdout.splitlines()
+        if line.split()[2:] == ["ii"]
+    }
+    assert len(installed) > 50 and {"libc6", "dpkg", "base-files"} <= installed.keys()
+    assert {n: c["version"] for n, c in debs.items()} == installed
+    libc = debs["libc6"]
+    name_version, qualifiers = libc["purl"].split("?", 1)
+    assert name_version == f"pkg:deb/debian/libc6@{quote(libc['version'], safe='.-_~')}"
+    assert unquote(name_version.split("@", 1)[1]) == libc["version"]  # '+' is %2B
+    assert qualifiers.startswith("arch=")
+    assert "&distro=debian-12" in qualifiers
 
 
 @pytest.fixture(scope="module")
@@ -413,9 +606,96 @@ def test_the_moduletemplate_is_accepted_by_lifecycle_managers_crd(
     assert done.returncode != 0 and "spec.version" in done.stderr, done.stderr
 
 
+def pythons() -> list[str]:
+    """Every CPython 3.11+ interpreter on this machine (the one running the tests at least):
+    the plugin's file must run on each."""
+    found = {os.path.realpath(sys.executable): sys.executable}
+    for name in ("python3.11", "python3.12", "python3.13", "python3.14"):
+        for folder in [*os.environ.get("PATH", "").split(os.pathsep), *PYENV]:
+            candidate = Path(folder) / name
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                probe = subprocess.run(
+                    [str(candidate), "-I", "-c", "import sys; print(sys.version_info >= (3, 11))"],
+                    capture_output=True,
+                    text=True,
+                )
+                if probe.stdout.strip() == "True":
+                    found.setdefault(os.path.realpath(candidate), str(candidate))
+                    break
+    return sorted(found.values())
+
+
+PYENV = [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.*/bin"))]
+
+
+def test_the_plugin_file_and_its_krew_manifest(release: Release) -> None:
+    binary = release.out / "kubectl-tether"
+    archive = release.out / f"kubectl-tether-{release.version}.tar.gz"
+    manifest = yaml.safe_load((release.out / "plugins" / "tether.yaml").read_text())
+    assert manifest["kind"] == "Plugin" and manifest["metadata"]["name"] == "tether"
+    assert manifest["spec"]["version"] == f"v{release.version}"  # krew wants the v
+    (platform,) = manifest["spec"]["platforms"]
+    assert platform["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert platform["uri"].endswith(f"/{archive.name}") and platform["bin"] == "kubectl-tether"
+    with tarfile.open(archive) as tar:
+        (member,) = tar.getmembers()
+        f = tar.extractfile(member)
+        assert f is not None and f.read() == binary.read_bytes()
+    assert member.name == "kubectl-tether" and member.mode & 0o111
+    # the operator's packages and the client's libraries, none of the parts run in pods
+    with zipfile.ZipFile(binary) as z:
+        tops = {n.split("/")[1] for n in z.namelist() if n.startswith("site/") and "/" in n[5:]}
+        abis = {n.split("/")[1] for n in z.namelist() if n.startswith("abi/") and n != "abi/"}
+    assert {"command", "tether", "admin", "enroller", "kubernetes", "pydantic"} <= tops
+    assert not tops & {"listener", "webhook", "poller", "compass", "injector", "canary"}
+    assert not tops & {"flask", "gunicorn", "werkzeug", "aiohttp", "opentelemetry"}
+    assert abis == {"cp311", "cp312", "cp313", "cp314"}
+
+
+def test_the_plugin_file_runs_kubectl_tether_status_from_a_clean_environment(
+    release: Release, fleet: deployed.Fleet, tmp_path: Path
+) -> None:
+    """The release's kubectl-tether, unpacked from its tarball as krew would, in a folder on
+    PATH beside a fresh virtualenv without packages (not the project's): the plane's kubectl
+    finds it and ``kubectl tether status`` lists the release's enrolled runtime."""
+    plugins = tmp_path / "bin"
+    plugins.mkdir()
+    with tarfile.open(release.out / f"kubectl-tether-{release.version}.tar.gz") as tar:
+        tar.extractall(plugins, filter="data")
+    clean = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(clean)], check=True)
+    env = {
+        "PATH": os.pathsep.join([str(plugins), str(clean / "bin"), "/usr/bin", "/bin"]),
+        "HOME": str(tmp_path / "home"),
+        "KUBECONFIG": str(fleet.kcp.kubeconfig),
+        "LANG": "C.UTF-8",
+    }
+    done = subprocess.run(
+        [str(controlplane.binaries() / "kubectl"), "tether", "status", "-o", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert any(deployed.KYMA in json.dumps(r) for r in doc["runtimes"]), doc
+    # the same file on every other CPython 3.11+ here, isolated (-I: no site, no PYTHON*)
+    for python in pythons():
+        done = subprocess.run(
+            [python, "-I", str(plugins / "kubectl-tether"), "status", "-o", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, (python, done.stderr[-3000:])
+        assert json.loads(done.stdout)["runtimes"], python
+
+
 def test_a_wrong_registry_or_checkout_is_refused() -> None:
     """A registry with a tag (the manifests pin a digest to it) is refused before anything is
-    built; so is a checkout that is not the clean tag v<version> without the snapshot flag."""
+    built; so is a checkout that is not the clean tag <version> without the snapshot flag."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -432,7 +712,7 @@ def test_a_wrong_registry_or_checkout_is_refused() -> None:
     assert done.returncode != 0 and "without tag or digest" in done.stderr, done.stderr
     ver = setup_cfg_version()
     tagged = subprocess.run(
-        ["git", "rev-parse", "-q", "--verify", f"v{ver}^{{commit}}"],
+        ["git", "rev-parse", "-q", "--verify", f"{ver}^{{commit}}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -456,4 +736,4 @@ def test_a_wrong_registry_or_checkout_is_refused() -> None:
         text=True,
         timeout=60,
     )
-    assert done.returncode != 0 and f"is not the tag v{ver}" in done.stderr, done.stderr
+    assert done.returncode != 0 and f"is not the tag {ver}" in done.stderr, done.stderr

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.processes  # starts processes of its own (testing/tiers
 
 @pytest.fixture(scope="module")
 def release_tree(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    return skewenv.tree(skewenv.PREVIOUS_RELEASE, tmp_path_factory.mktemp("v0.1.0"))
+    return skewenv.tree(skewenv.PREVIOUS_RELEASE, tmp_path_factory.mktemp("previous"))
 
 
 @pytest.fixture

@@ -61,6 +61,31 @@ def test_every_runtime_pin_carries_hashes_and_constraints_versions() -> None:
     assert sorted(dev_only & lock.keys()) == []  # the runtime set only
 
 
+def test_the_dev_lock_is_the_runtime_lock_plus_the_tools_all_hashed() -> None:
+    """``make venv`` installs requirements-dev.lock alone with --require-hashes: it must hold
+    every runtime pin of requirements.lock (same version, same hashes), every dev tool at its
+    pinned version, and the setuptools the image builds with (tether is built without build
+    isolation from it)."""
+    dev = locked(ROOT / "requirements-dev.lock")
+    runtime = locked(ROOT / "requirements.lock")
+    assert {n: dev.get(n) for n in runtime} == runtime
+    tools = pinned(ROOT / "requirements-dev.txt")
+    assert {n: dev.get(n, ("missing",))[0] for n in tools} == tools
+    constraints = pinned(ROOT / "constraints.txt")
+    differ = {
+        n: (v, constraints[n])
+        for n, (v, _) in dev.items()
+        if n in constraints and constraints[n] != v
+    }
+    assert differ == {}, "requirements-dev.lock disagrees with constraints.txt: make lock"
+    build = locked(ROOT / "requirements-build.lock")
+    assert dev["setuptools"][0] == build["setuptools"][0]
+    make = (ROOT / "Makefile").read_text()
+    assert "pip install -q --require-hashes --no-deps -r requirements-dev.lock" in make
+    assert "--no-build-isolation -e ." in make
+    assert not re.search(r"pip install (?!.*--require-hashes)(?!.*-e \.).*-r ", make)
+
+
 def test_build_lock_pins_what_requirements_build_names() -> None:
     lock = locked(ROOT / "requirements-build.lock")
     assert {n: v for n, (v, _) in lock.items()} == pinned(ROOT / "requirements-build.txt")
@@ -68,7 +93,7 @@ def test_build_lock_pins_what_requirements_build_names() -> None:
 
 
 def test_no_machine_specific_source_in_the_locks() -> None:
-    for name in ("requirements.lock", "requirements-build.lock"):
+    for name in ("requirements.lock", "requirements-dev.lock", "requirements-build.lock"):
         text = (ROOT / name).read_text()
         assert not re.search(
             r"^\s*--(index-url|extra-index-url|find-links|trusted-host)", text, re.M
