@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether.wire import changes, watches
+from tether.wire import changes, conversion, watches
 from webhook import keyqueue
 
 
@@ -46,7 +46,7 @@ def live(
     which is never reduced nor sent."""
     w = item.watch
     if w is None:
-        return changes.from_configmap(
+        return conversion.from_configmap(
             obj, runtime_id=runtime_id, source="webhook", observed_at=observed_at, epoch=epoch
         )
     if watches.foreign(w, obj) is not None:
@@ -86,7 +86,7 @@ def gone(
     """The tombstone of an object that is gone (``resource_version``: a collection
     resourceVersion read after the deletion)."""
     if item.watch is None:
-        return changes.tombstone(
+        return conversion.tombstone(
             runtime_id=runtime_id,
             namespace=item.namespace,
             name=item.name,

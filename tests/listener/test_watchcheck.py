@@ -9,7 +9,7 @@ from listener.janitor import legacy
 from listener.storage import records
 from tether.base import times
 from tether.kube import apitypes
-from tether.wire import changes, watches
+from tether.wire import changes, conversion, watches
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 
@@ -26,7 +26,7 @@ def w(
 
 
 def v1(name: str = "a", data: dict[str, str] | None = None) -> changes.ChangeRecord:
-    return changes.from_configmap(
+    return conversion.from_configmap(
         {
             "metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": "1"},
             "data": data or {},

@@ -14,7 +14,7 @@ import pytest
 from listener.storage import records
 from tether.base import tracing
 from tether.kube import apitypes
-from tether.wire import changes
+from tether.wire import changes, conversion
 from webhook import forwarder, keyqueue
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -127,7 +127,7 @@ def test_a_coalesced_entry_keeps_the_first_admissions_trace_and_links_the_others
 
 
 def _rec(name: str) -> changes.ChangeRecord:
-    return changes.tombstone(
+    return conversion.tombstone(
         runtime_id="rt",
         namespace="ns",
         name=name,
