@@ -21,14 +21,42 @@ themselves (docs/watches.md, "The records").
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether.wire import changes, watches
+from tether.wire import changes, filters, watches
 
 BUILTIN_NAME = "tether:environment"  # not a valid object name: no Watch in the KCP has it
 BUILTIN = watches.Watch(BUILTIN_NAME, watches.CONFIGMAP, mode="full")
 _WATCH_FIELDS = ("watch", "resource")
+
+
+@functools.cache  # one per filter: its selector is parsed once
+def builtin(flt: filters.ConfigMapFilter) -> watches.Watch:
+    """The built-in Watch of the environment's scope (``TETHER_IGNORED_NAMESPACES``,
+    ``TETHER_LABEL_SELECTOR``): every ConfigMap it selects, in full. Like every Watch it never
+    covers what ``watches`` never sends (``ALWAYS_IGNORED_NAMESPACES``, ``NEVER_SENT``), even
+    where ``TETHER_IGNORED_NAMESPACES`` is ``-``."""
+    return dataclasses.replace(
+        BUILTIN,
+        ignored_namespaces=tuple(sorted(flt.ignored_namespaces)),
+        selector_text=flt.selector_text,
+    )
+
+
+def in_force(
+    listed: tuple[watches.Watch, ...] | None, flt: filters.ConfigMapFilter
+) -> tuple[watches.Watch, ...]:
+    """The Watches a runtime's senders work for: its Watch list (``tether-watches``), or,
+    where it has none (a runtime enrolled before Watches), the built-in Watch."""
+    return (builtin(flt),) if listed is None else listed
+
+
+def sent_as_v1(record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` leaves as a v1 record (``on_wire``): it is of the built-in Watch."""
+    return record.get("watch") == BUILTIN_NAME
 
 
 def is_v1(record: Mapping[str, Any]) -> bool:
@@ -54,7 +82,7 @@ def to_v1(record: Mapping[str, Any]) -> changes.ChangeRecord:
 def on_wire(records: Sequence[changes.ChangeRecord]) -> list[changes.ChangeRecord]:
     """The records as sent: those of the built-in Watch as v1 records, the others as they
     are."""
-    return [to_v1(r) if r.get("watch") == BUILTIN_NAME else r for r in records]
+    return [to_v1(r) if sent_as_v1(r) else r for r in records]
 
 
 def from_configmap(
