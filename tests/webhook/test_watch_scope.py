@@ -158,6 +158,9 @@ def test_without_the_list_the_environments_scope_applies(
     # the built-in Watch: ConfigMaps only (sent as v1 records)
     assert [i.key for i in svc.queue.take(100, 0)] == [("app", "any", conversion.BUILTIN_NAME)]
     assert _outcomes(c) == {"enqueued": 1, "other-kind": 1}
+    _post(c, review(CM, {}, name="elsewhere", ns="kube-system"))
+    assert _outcomes(c)["not-watched"] == 1
+    assert not sc._wake.is_set()  # the built-in Watch's skips ask for no read of the list
 
 
 def test_nothing_is_forwarded_while_the_list_could_never_be_read(
