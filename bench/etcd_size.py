@@ -45,7 +45,7 @@ from listener.storage import records
 from testing import controlplane
 from testing import listenerenv as lt
 from tether.kube import apitypes
-from tether.wire import changes, storagebudget
+from tether.wire import conversion, storagebudget
 
 VARIANTS = ("full", "digest", "metadata", "tombstone")
 
@@ -60,7 +60,7 @@ def _record(variant: str, i: int) -> dict[str, Any]:
     }
     if variant == "tombstone":
         return dict(
-            changes.tombstone(
+            conversion.tombstone(
                 runtime_id="rt-bench",
                 namespace=meta["namespace"],
                 name=meta["name"],
@@ -74,7 +74,7 @@ def _record(variant: str, i: int) -> dict[str, Any]:
         values = {k: "sha256:" + hashlib.sha256(v.encode()).hexdigest() for k, v in values.items()}
     data = {} if variant == "metadata" else values
     return dict(
-        changes.from_configmap(
+        conversion.from_configmap(
             {"metadata": meta, "data": data}, runtime_id="rt-bench", source="webhook"
         )
     )

@@ -77,7 +77,7 @@ import skeleton
 
 from tether.base import certs
 from tether.kube import apitypes
-from tether.wire import changes
+from tether.wire import conversion
 
 TICK = os.sysconf("SC_CLK_TCK")
 IDLE_SECONDS = 10.0  # the listener's IDLE_TIMEOUT_SECONDS: what the real senders see
@@ -399,7 +399,7 @@ class Runtime:
             conn.close()
 
     def record(self, name: str, rv: int) -> bytes:
-        rec = changes.from_configmap(
+        rec = conversion.from_configmap(
             {
                 "metadata": {
                     "namespace": "team-a",

@@ -70,7 +70,7 @@ import skeleton
 
 from testing import controlplane, cpuset
 from testing import listenerenv as lt
-from tether.wire import changes
+from tether.wire import changes, conversion
 
 MIB = 1024 * 1024
 LIMIT_MIB = 768  # the Deployment's memory limit of the listener container (2 workers)
@@ -94,7 +94,7 @@ SPAWN = multiprocessing.get_context("spawn")
 
 def _record(rid: str, name: str, rv: int, data: dict[str, str]) -> dict[str, Any]:
     return dict(
-        changes.from_configmap(
+        conversion.from_configmap(
             {
                 "metadata": {
                     "namespace": "team-a",

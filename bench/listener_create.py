@@ -75,7 +75,7 @@ from listener.storage import records, rules
 from testing import controlplane, cpuset
 from testing import listenerenv as lt
 from tether.kube import apitypes, gateway
-from tether.wire import changes
+from tether.wire import changes, conversion
 
 ROUNDS = 4
 
@@ -86,7 +86,7 @@ def make_records(rid: str, prefix: str, n: int) -> list[dict[str, Any]]:
         data = {f"key-{k}": f"value-{i}-{k}-" + "x" * 40 for k in range(16)}
         out.append(
             dict(
-                changes.from_configmap(
+                conversion.from_configmap(
                     {
                         "metadata": {
                             "namespace": "team-a",

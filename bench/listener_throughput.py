@@ -65,7 +65,7 @@ from listener.storage import records
 from testing import controlplane
 from testing import listenerenv as lt
 from tether.kube import apitypes, gateway
-from tether.wire import changes
+from tether.wire import changes, conversion
 
 ROUNDS = 4
 
@@ -76,7 +76,7 @@ def make_records(rid: str, n: int, rv: int) -> list[dict[str, Any]]:
         data = {f"key-{k}": f"value-{rv}-{k}-" + "x" * 40 for k in range(16)}
         out.append(
             dict(
-                changes.from_configmap(
+                conversion.from_configmap(
                     {
                         "metadata": {
                             "namespace": "team-a",

@@ -58,7 +58,7 @@ from testing import listenerenv as lc
 from tether.base import times
 from tether.kube import apitypes, gateway
 from tether.runtime import sender
-from tether.wire import changes, filters
+from tether.wire import conversion, filters
 
 NS = "bench-ae"
 LABELS = {"tether-bench": "antientropy"}
@@ -290,7 +290,7 @@ class Fleet:
                     "labels": LABELS,
                 }
             }
-            rec = changes.from_configmap(
+            rec = conversion.from_configmap(
                 obj, runtime_id=self.rt_id, source="webhook", observed_at=self.observed
             )
             raw(

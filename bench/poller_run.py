@@ -42,7 +42,7 @@ from testing import listenerenv as lc
 from tether.base import times
 from tether.kube import apitypes, gateway
 from tether.runtime import sender
-from tether.wire import changes, filters
+from tether.wire import conversion, filters
 
 NS = "bench-poller"
 LABELS = {"tether-bench": "poller"}
@@ -341,7 +341,7 @@ def main(argv: list[str]) -> int:
                     "resourceVersion": created[i],
                 }
             }
-            rec = changes.from_configmap(
+            rec = conversion.from_configmap(
                 obj, runtime_id=rt_id, source="webhook", observed_at=observed
             )
             raw_post(kcp_api, path, records.body(lc.as_stored(dict(rec)), env.namespace))

@@ -30,7 +30,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from poller import diff
 from tether.base import times
-from tether.wire import changes, filters, statehash
+from tether.wire import changes, conversion, filters, statehash
 
 MAX_BUCKETS = statehash.BUCKETS // 4
 FALLBACK: Literal["fallback"] = "fallback"
@@ -176,7 +176,7 @@ class BucketRun:
                 self._differ(kind)
                 sent_in.add(b)
                 self._add(
-                    changes.from_configmap(
+                    conversion.from_configmap(
                         full,
                         runtime_id=self.runtime_id,
                         source="poller",
@@ -191,7 +191,7 @@ class BucketRun:
             self._differ("deleted")
             sent_in.add(statehash.bucket_of(ns, name))
             self._add(
-                changes.tombstone(
+                conversion.tombstone(
                     runtime_id=self.runtime_id,
                     namespace=ns,
                     name=name,

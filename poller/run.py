@@ -39,7 +39,7 @@ from typing import Any, NamedTuple, Protocol
 from poller import batching, buckets, diff, metrics, pacing, scan, watchrun
 from tether.base import logs, times
 from tether.runtime import sender
-from tether.wire import changes, filters, listenerapi
+from tether.wire import changes, conversion, filters, listenerapi
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class Runner:
             state.count("deleted")
             self.metrics.differences.labels("deleted").inc()
             buffer.add(
-                changes.tombstone(
+                conversion.tombstone(
                     runtime_id=self.runtime_id,
                     namespace=ns,
                     name=name,
@@ -275,7 +275,7 @@ class Runner:
             elif not (full and diff.resend(entry, rv, observed, epoch or 0)):
                 continue
             buffer.add(
-                changes.from_configmap(
+                conversion.from_configmap(
                     obj,
                     runtime_id=self.runtime_id,
                     source="poller",

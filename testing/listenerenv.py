@@ -23,7 +23,7 @@ from listener.storage import records
 from testing import cgroups, controlplane, watchenv
 from tether.base import certs
 from tether.kube import apitypes
-from tether.wire import changes
+from tether.wire import changes, conversion
 
 REPO = controlplane.REPO_ROOT
 
@@ -453,7 +453,7 @@ class Runtime:
         source: changes.Source = "webhook",
     ) -> dict[str, Any]:
         if deleted:
-            rec = changes.tombstone(
+            rec = conversion.tombstone(
                 runtime_id=self.id,
                 namespace=ns,
                 name=name,
@@ -463,7 +463,7 @@ class Runtime:
                 observed_at=observed_at,
             )
         else:
-            rec = changes.from_configmap(
+            rec = conversion.from_configmap(
                 {
                     "metadata": {
                         "namespace": ns,

@@ -24,7 +24,7 @@ from testing import controlplane
 from testing.listenerenv import Env, Runtime
 from tether.kube import apitypes, gateway
 from tether.runtime import sender
-from tether.wire import changes, filters, statehash
+from tether.wire import conversion, filters, statehash
 
 REPO = controlplane.REPO_ROOT
 
@@ -207,7 +207,7 @@ def runtime_state(
     doc = json.loads(resp.data)
     out = {}
     for obj in doc["items"]:
-        rec = changes.from_configmap(obj, runtime_id="x", source="poller")
+        rec = conversion.from_configmap(obj, runtime_id="x", source="poller")
         out[(rec["namespace"], rec["name"])] = {
             k: rec.get(k)
             for k in ("uid", "resourceVersion", "labels", "annotations", "data", "binaryData")

@@ -51,6 +51,7 @@ def review(
             "uid": "req-1",
             "operation": op,
             "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
             "namespace": ns,
             "name": name,
             "dryRun": dry_run,

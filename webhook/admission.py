@@ -1,8 +1,8 @@
 """AdmissionReview (admission.k8s.io/v1) parsing and the forwarding decision (pure).
 
 ``parse`` turns a decoded JSON body into a ``Request`` or raises ``ReviewError`` with
-details fit for a 400 answer. ``decide`` says whether the change is handed to the
-forwarder or why not (a short constant, used as the metric's outcome label). ``response``
+details fit for a 400 answer; ``Skip`` is why a change is not handed to the forwarder (a
+short constant, the metric's outcome label; ``webhook.scope.decide`` decides). ``response``
 builds the answer: always allowed, with the request's uid.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from tether.base import tracing
-from tether.wire import filters, watches
+from tether.wire import conversion, watches
 from webhook import keyqueue
 
 API_VERSION = "admission.k8s.io/v1"
@@ -23,8 +23,6 @@ OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 Skip = Literal[
     "dry-run",
     "no-change",
-    "ignored-namespace",
-    "label-selector",
     "other-kind",
     "other-operation",
     "unnamed",
@@ -121,48 +119,14 @@ def parse(doc: Any) -> Request:
     )
 
 
-def content_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
-    """Whether an UPDATE changes data, binaryData, labels or annotations."""
-    o, n = old or {}, new or {}
-    if (o.get("data") or {}) != (n.get("data") or {}):
-        return True
-    if (o.get("binaryData") or {}) != (n.get("binaryData") or {}):
-        return True
-    om, nm = _meta(o), _meta(n)
-    return bool(
-        (om.get("labels") or {}) != (nm.get("labels") or {})
-        or (om.get("annotations") or {}) != (nm.get("annotations") or {})
-    )
-
-
-def decide(req: Request, flt: filters.ConfigMapFilter) -> Skip | None:
-    """None: forward; else why not."""
-    if req.kind != "ConfigMap" or req.group != "":
-        return "other-kind"
-    if req.operation not in OPERATIONS:
-        return "other-operation"
-    if req.dry_run:
-        return "dry-run"
-    if not req.name or not req.namespace:
-        return "unnamed"  # generateName not resolved yet: left to the poller
-    reason = filters.rejection(
-        flt, req.namespace, _meta(req.obj).get("labels"), _meta(req.old).get("labels")
-    )
-    if reason is not None:
-        return reason
-    if req.operation == "UPDATE" and not content_changed(req.old, req.obj):
-        return "no-change"
-    return None
-
-
 def item_of(
     req: Request,
     observed_at: float,
     trace: tracing.TraceParent | None = None,
-    watch: watches.Watch | None = None,
+    watch: watches.Watch = conversion.BUILTIN,
 ) -> keyqueue.Item:
     """The queue entry of a forwarded request (``trace``: its admission span's context;
-    ``watch``: the Watch it is forwarded for, None without Watches)."""
+    ``watch``: the Watch it is forwarded for)."""
     old_rv = "" if req.operation == "CREATE" else str(_meta(req.old).get("resourceVersion") or "")
     uid = str(_meta(req.obj).get("uid") or _meta(req.old).get("uid") or "")
     return keyqueue.Item(

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from tether.base import logs, times, tracing
 from tether.runtime import sender
-from tether.wire import changes, listenerapi, watches
+from tether.wire import changes, conversion, listenerapi, watches
 from webhook import keyqueue, metrics, readback
 from webhook import records as records_mod
 from webhook import settings as settings_mod
@@ -88,10 +88,10 @@ class Forwarder:
         reader: readback.Reader,
         client: sender.ListenerClient,
         m: metrics.Metrics,
-        in_force: Callable[[], tuple[watches.Watch, ...] | None] = lambda: None,
+        in_force: Callable[[], tuple[watches.Watch, ...]] = lambda: (conversion.BUILTIN,),
     ) -> None:
         self.settings, self.runtime_id = settings, runtime_id
-        self._in_force = in_force  # the runtime's Watches now (None: no Watch list)
+        self._in_force = in_force  # the Watches in force now (tether.wire.conversion.in_force)
         self.queue, self.reader, self.client, self.metrics = queue, reader, client, m
         self._stop = threading.Event()
         self._deadline = float("inf")
@@ -247,7 +247,7 @@ class Forwarder:
             self.metrics.readbacks.labels("out-of-scope").inc()
             return None
         item = now_item
-        target = item.watch.target if item.watch else None
+        target = item.watch.target
         try:
             found = self.reader.get(item.namespace, item.name, target)
             verdict = readback.judge(item, found, expired)
@@ -266,7 +266,7 @@ class Forwarder:
                         epoch=epoch,
                     )
         except readback.ReadError as e:
-            if isinstance(e, readback.Forbidden) and item.watch is not None:
+            if isinstance(e, readback.Forbidden):
                 self._forbidden(item.watch, e)
                 return None
             if p.first_error is None:
@@ -406,7 +406,7 @@ class Forwarder:
             item = entries.get(records_mod.key_of(rec))
             if item is None:  # not reached: every record sent has its entry
                 continue
-            target = item.watch.target if item.watch else None
+            target = item.watch.target
             try:
                 found = self.reader.get(ns, name, target)
                 observed = times.now()

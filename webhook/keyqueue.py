@@ -36,11 +36,11 @@ from collections.abc import Callable, Iterable
 from typing import Literal
 
 from tether.base import tracing
-from tether.wire import watches
+from tether.wire import conversion, watches
 
 Operation = Literal["CREATE", "UPDATE", "DELETE"]
 PutResult = Literal["enqueued", "coalesced", "overflowed"]
-Key = tuple[str, ...]  # (namespace, name); in Watch mode (namespace, name, watch)
+Key = tuple[str, str, str]  # (namespace, name, watch)
 
 
 @dataclasses.dataclass
@@ -55,7 +55,8 @@ class Item:
     merged: int = 1  # how many admissions this entry stands for
     trace: tracing.TraceParent | None = None  # the first admission's span (tether.base.tracing)
     links: tuple[tracing.TraceParent, ...] = ()  # the traces of the admissions merged into it
-    watch: watches.Watch | None = None  # Watch mode: the Watch the object is sent for
+    # the Watch the object is sent for (the built-in one, the environment's scope, by default)
+    watch: watches.Watch = conversion.BUILTIN
     # the newest merged admission's old resourceVersion and time (None: one admission)
     newest_old_resource_version: str | None = None
     newest_admitted: float | None = None
@@ -68,13 +69,13 @@ class Item:
 
     @property
     def key(self) -> Key:
-        return key_of(self.namespace, self.name, self.watch.name if self.watch else None)
+        return key_of(self.namespace, self.name, self.watch.name)
 
 
-def key_of(namespace: str, name: str, watch: str | None = None) -> Key:
-    """An object's key: per Watch in Watch mode (one object, several Watches: several
-    entries, each coalesced, ordered and bounded on its own)."""
-    return (namespace, name) if watch is None else (namespace, name, watch)
+def key_of(namespace: str, name: str, watch: str = conversion.BUILTIN_NAME) -> Key:
+    """An object's key: per Watch (one object, several Watches: several entries, each
+    coalesced, ordered and bounded on its own)."""
+    return (namespace, name, watch)
 
 
 def merge(waiting: Item, new: Item) -> Item:
@@ -94,7 +95,7 @@ def merge(waiting: Item, new: Item) -> Item:
         newest_admitted=new.last_admitted,
         merged=waiting.merged + new.merged,
         links=links,
-        watch=new.watch or waiting.watch,
+        watch=new.watch,
     )
 
 

@@ -1,14 +1,14 @@
 """The record the forwarder sends for a queue entry, from what it read back (pure).
 
-Without Watches (an entry without a Watch) a v1 record of a ConfigMap, as always. In
-Watch mode a v2 record for the entry's Watch, reduced in the runtime to what the Watch
-sends (``tether.wire.changes.from_object``: a metadata Watch sends no value, a digest Watch a
-hash per value), once the object is known to be of the Watch's kind (its own apiVersion
-and kind; an object of another kind is not sent at all); when the object read back is no
-longer admitted by the Watch (its labels left the selector) a v2 tombstone of that Watch
-(``changes.watch_tombstone``) at the object's own resourceVersion, so the KCP forgets it.
-An object is read back and reduced at once: a large object of any kind is never held in a
-queue, only its key.
+A record for the entry's Watch (the built-in one, the environment's scope, in a runtime
+without a Watch list: it leaves as a v1 record, ``tether.wire.conversion.on_wire``),
+reduced in the runtime to what the Watch sends (``tether.wire.changes.from_object``: a
+metadata Watch sends no value, a digest Watch a hash per value), once the object is known
+to be of the Watch's kind (its own apiVersion and kind; an object of another kind is not
+sent at all); when the object read back is no longer admitted by the Watch (its labels
+left the selector) a tombstone of that Watch (``changes.watch_tombstone``) at the object's
+own resourceVersion, so the KCP forgets it. An object is read back and reduced at once: a
+large object of any kind is never held in a queue, only its key.
 """
 
 from __future__ import annotations
@@ -17,17 +17,16 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tether.wire import changes, watches
+from tether.wire import changes, conversion, watches
 from webhook import keyqueue
 
 
-def current(item: keyqueue.Item, in_force: Sequence[watches.Watch] | None) -> keyqueue.Item | None:
+def current(item: keyqueue.Item, in_force: Sequence[watches.Watch]) -> keyqueue.Item | None:
     """The entry as it is sent now: with the current version of its Watch (its mode or
     selector may have changed since the admission); None when it is no longer to be sent
-    (its Watch is gone, or the runtime turned to or from Watch mode since)."""
-    if item.watch is None:
-        return item if in_force is None else None
-    now = next((w for w in in_force or () if w.name == item.watch.name), None)
+    (its Watch is gone; the built-in Watch too, when the runtime got its Watch list since,
+    or lost it)."""
+    now = next((w for w in in_force if w.name == item.watch.name), None)
     if now is None or now.target != item.watch.target:  # another kind: not this object
         return None
     return item if now == item.watch else dataclasses.replace(item, watch=now)
@@ -45,10 +44,6 @@ def live(
     object is not of its Watch's kind (``watches.foreign``: its own apiVersion and kind),
     which is never reduced nor sent."""
     w = item.watch
-    if w is None:
-        return changes.from_configmap(
-            obj, runtime_id=runtime_id, source="webhook", observed_at=observed_at, epoch=epoch
-        )
     if watches.foreign(w, obj) is not None:
         return None
     meta = obj.get("metadata") or {}
@@ -85,17 +80,6 @@ def gone(
 ) -> changes.ChangeRecord:
     """The tombstone of an object that is gone (``resource_version``: a collection
     resourceVersion read after the deletion)."""
-    if item.watch is None:
-        return changes.tombstone(
-            runtime_id=runtime_id,
-            namespace=item.namespace,
-            name=item.name,
-            uid=item.uid if uid is None else uid,
-            resource_version=resource_version,
-            source="webhook",
-            observed_at=observed_at,
-            epoch=epoch,
-        )
     return changes.watch_tombstone(
         watch=item.watch,
         runtime_id=runtime_id,
@@ -110,19 +94,16 @@ def gone(
 
 
 def key_of(record: Mapping[str, Any]) -> keyqueue.Key:
-    """The queue key a record was sent for (its Watch's, in Watch mode)."""
-    watch = record.get("watch")
-    return keyqueue.key_of(
-        str(record["namespace"]), str(record["name"]), watch if isinstance(watch, str) else None
-    )
+    """The queue key a record was sent for (its Watch's)."""
+    return keyqueue.key_of(str(record["namespace"]), str(record["name"]), str(record["watch"]))
 
 
 def by_version(records: Sequence[changes.ChangeRecord]) -> list[list[changes.ChangeRecord]]:
-    """The records grouped by apiVersion, in order (a batch is of one version; both occur
-    only while a runtime turns to Watch mode)."""
-    groups: dict[str, list[changes.ChangeRecord]] = {}
+    """The records grouped by the version they leave as (``conversion.sent_as_v1``), in
+    order: a batch is of one version; both occur only while a runtime gets its Watch list."""
+    groups: dict[bool, list[changes.ChangeRecord]] = {}
     for rec in records:
-        groups.setdefault(str(rec.get("apiVersion")), []).append(rec)
+        groups.setdefault(conversion.sent_as_v1(rec), []).append(rec)
     return list(groups.values())
 
 

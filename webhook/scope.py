@@ -1,13 +1,13 @@
-"""Watch mode: which of the runtime's Watches an admission concerns (pure), and the Watches
-in force here, kept fresh off the request path (``Scope``; I/O in its own thread).
+"""Which of the Watches in force an admission concerns (pure), and the runtime's Watch list,
+kept fresh off the request path (``Scope``; I/O in its own thread).
 
-A runtime whose ``tether-watches`` ConfigMap (``TETHER_WATCHES_CONFIGMAP``) exists is in
-*Watch mode*: an admission is forwarded once per Watch covering its resource (group,
-version, plural and kind) that admits the object (``tether.wire.watches.admits``: namespace,
-name, labels of the new *or* the old object, so an object whose labels leave a Watch's
-selector is forwarded once more and the forwarder sends that Watch a tombstone). Without
-the ConfigMap (``Scope.current()`` None) the environment's scope and v1 records apply
-(``webhook.admission.decide``), unchanged; before any read of it has answered
+An admission is forwarded once per Watch in force covering its resource (group, version,
+plural and kind) that admits the object (``tether.wire.watches.admits``: namespace, name,
+labels of the new *or* the old object, so an object whose labels leave a Watch's selector
+is forwarded once more and the forwarder sends that Watch a tombstone). The Watches in force
+are those of the runtime's ``tether-watches`` ConfigMap (``TETHER_WATCHES_CONFIGMAP``);
+without it (``Scope.current()`` None) the built-in Watch of the environment's scope
+(``tether.wire.conversion.in_force``); before any read of it has answered
 (``Scope.settled()`` False: the runtime's API refused or failed) nothing is forwarded.
 """
 
@@ -23,6 +23,7 @@ from webhook import admission
 
 log = logging.getLogger(__name__)
 _NOT_VALUES = ("apiVersion", "kind", "metadata")
+_EMPTY: tuple[object, ...] = (None, {}, [])
 NUDGE_FLOOR = 1.0  # seconds between reads of the Watch list, however often nudged
 # skips that, for a call the registration sent, mean this list is behind the KCP's Watches
 STALE_HINTS = ("other-kind", "not-watched")
@@ -36,10 +37,11 @@ def target_of(req: admission.Request) -> watches.Target:
 
 def object_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
     """Whether an UPDATE changes an object's values (every top-level field but apiVersion,
-    kind and metadata: a ConfigMap's data, a CR's spec and status), labels or annotations."""
+    kind and metadata: a ConfigMap's data, a CR's spec and status), labels or annotations;
+    an empty value is the same as none."""
     o, n = old or {}, new or {}
-    if {k: v for k, v in o.items() if k not in _NOT_VALUES} != {
-        k: v for k, v in n.items() if k not in _NOT_VALUES
+    if {k: v for k, v in o.items() if k not in _NOT_VALUES and v not in _EMPTY} != {
+        k: v for k, v in n.items() if k not in _NOT_VALUES and v not in _EMPTY
     }:
         return True
     om, nm = admission.meta(o), admission.meta(n)
@@ -92,7 +94,7 @@ class Scope:
 
     def settled(self) -> bool:
         """Whether a read ever answered: until then ``current()``'s None means "unknown",
-        not "no Watch list" (nothing is forwarded: the environment's scope could send what
+        not "the runtime has none" (nothing is forwarded: the built-in Watch could send what
         the runtime's Watches leave out)."""
         return self._settled
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from tether.base import ops, tlsreload, tracing
 from tether.kube import gateway
 from tether.runtime import sender
-from tether.wire import watches, watchset
+from tether.wire import conversion, watches, watchset
 from webhook import admission, forwarder, keyqueue, metrics, readback, scope
 from webhook import settings as settings_mod
 
@@ -37,23 +37,23 @@ class Services:
     overflow_log: OverflowLog = dataclasses.field(default_factory=lambda: OverflowLog(60.0))
     _children: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
     tracer: tracing.Tracer = tracing.OFF  # spans recorded only with an OTLP endpoint
-    watch_scope: scope.Scope | None = None  # the runtime's Watches (None: never Watch mode)
+    watch_scope: scope.Scope | None = None  # the runtime's Watch list (None: none read)
 
-    def in_force(self) -> tuple[watches.Watch, ...] | None:
-        """The Watches in force here (no I/O), None without the runtime's Watch list."""
-        return None if self.watch_scope is None else self.watch_scope.current()
+    def in_force(self) -> tuple[watches.Watch, ...]:
+        """The Watches in force here (no I/O): the runtime's Watch list, or the built-in
+        Watch of the environment's scope without one (``tether.wire.conversion.in_force``)."""
+        listed = None if self.watch_scope is None else self.watch_scope.current()
+        return conversion.in_force(listed, self.settings.filter)
 
     def admit_all(
         self, req: admission.Request, chosen: tuple[watches.Watch, ...]
     ) -> keyqueue.PutResult:
-        """Queue one entry per Watch (Watch mode); the outcome is the best of them."""
+        """Queue one entry per Watch; the outcome is the best of them."""
         outcomes = {self.admit(req, w) for w in chosen}
         best: tuple[keyqueue.PutResult, ...] = ("enqueued", "coalesced")
         return next((b for b in best if b in outcomes), "overflowed")
 
-    def admit(
-        self, req: admission.Request, watch: watches.Watch | None = None
-    ) -> keyqueue.PutResult:
+    def admit(self, req: admission.Request, watch: watches.Watch) -> keyqueue.PutResult:
         """Queue a forwarded admission's key. With spans recorded (``tether.base.tracing``) the
         admission is a span, the first of a new trace that the entry keeps; tracing off
         costs nothing here (the trace then starts at the forwarder's POST)."""
@@ -64,8 +64,7 @@ class Services:
             "tether.name": req.name,
             "tether.operation": req.operation,
         }
-        if watch is not None:
-            attributes["tether.watch"] = watch.name
+        attributes["tether.watch"] = watch.name
         span = self.tracer.start(ADMISSION_SPAN, kind="server", attributes=attributes)
         outcome = self.queue.put(admission.item_of(req, time.time(), span.context, watch))
         span.end({"tether.queue": outcome})
@@ -124,7 +123,13 @@ def build(
     tracer = tracing.from_environment("tether-webhook")
     client = sender.ListenerClient(s.listener, tracer)
     fwd = forwarder.Forwarder(
-        s.forwarder, s.runtime_id, queue, reader, client, m, in_force=sc.current
+        s.forwarder,
+        s.runtime_id,
+        queue,
+        reader,
+        client,
+        m,
+        in_force=lambda: conversion.in_force(sc.current(), s.filter),
     )
     return Services(
         s,

@@ -77,14 +77,12 @@ def _enqueue(svc: services_mod.Services, req: admission.Request) -> str:
     """Decide and queue: the outcome (enqueued, coalesced, overflowed or why not)."""
     if svc.watch_scope is not None and not svc.watch_scope.settled():
         return "watches-unknown"  # the Watch list was never read: left to the poller
-    in_force = svc.in_force()
-    if in_force is None:  # no Watch list in this runtime: the environment's scope, v1
-        skip = admission.decide(req, svc.settings.filter)
-        # queued (with a trace per admitted change when traced)
-        return skip if skip is not None else svc.admit(req)
-    skip, chosen = scope.decide(req, in_force)
-    if skip in scope.STALE_HINTS and svc.watch_scope is not None:
-        svc.watch_scope.nudge()  # registered for it, yet no Watch here takes it: list behind
+    skip, chosen = scope.decide(req, svc.in_force())
+    sc = svc.watch_scope
+    if skip in scope.STALE_HINTS and sc is not None and sc.current() is not None:
+        # registered for it from the runtime's Watches, yet none here takes it: list behind
+        # (without a list the built-in Watch's skips are no hint: no read is asked for)
+        sc.nudge()
     return skip if skip is not None else svc.admit_all(req, chosen)
 
 

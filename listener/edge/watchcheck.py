@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from tether.wire import changes, watches
+from tether.wire import changes, conversion, watches
 
 NOT_IN_FORCE, NO_COMPAT, VIOLATION = "watch_not_in_force", "no_compat_watch", "watch_violation"
 REASONS = (NOT_IN_FORCE, NO_COMPAT, VIOLATION)
@@ -49,15 +49,11 @@ def compat(ws: Iterable[watches.Watch]) -> watches.Watch | None:
     )
 
 
-def is_v2(record: Mapping[str, Any]) -> bool:
-    return record.get("apiVersion") == changes.API_VERSION_V2 or "watch" in record
-
-
 def watch_for(
     record: Mapping[str, Any], ws: Sequence[watches.Watch]
 ) -> watches.Watch | tuple[str, str]:
     """The Watch ``record`` is checked against, or (reason, message) when there is none."""
-    if is_v2(record):
+    if not conversion.is_v1(record):
         name = str(record.get("watch", ""))
         w = next((w for w in ws if w.name == name), None)
         if w is None:
@@ -87,12 +83,12 @@ def check(records: Sequence[Mapping[str, Any]], ws: Sequence[watches.Watch]) -> 
 
 
 def assign(records: Iterable[changes.ChangeRecord], ws: Sequence[watches.Watch]) -> None:
-    """Give each admitted v1 record its compat Watch and kind, as it is stored."""
+    """Give each admitted v1 record its compat Watch and kind, as it is stored: the listener's
+    intake of the previous version's records (``conversion.upgrade``)."""
     w = compat(ws)
     for rec in records:
-        if not is_v2(rec) and w is not None:
-            rec["watch"] = w.name
-            rec["resource"] = w.target.gvk()
+        if conversion.is_v1(rec) and w is not None:
+            conversion.upgrade(rec, w)
 
 
 def details(refused: Sequence[Refused], batch: bool) -> list[dict[str, str]]:

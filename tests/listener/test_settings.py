@@ -12,7 +12,7 @@ import pytest
 from listener import settings
 from listener.edge import openapi, worker
 from tether.base import config
-from tether.wire import changes, watches
+from tether.wire import changes, conversion, watches
 
 
 @pytest.fixture
@@ -140,7 +140,7 @@ def test_openapi_schemas_accept_and_reject_like_the_shared_ones() -> None:
     wrapper = {**doc["components"], "$ref": "#/schemas/ChangeRequest"}
     text = json.dumps(wrapper).replace("#/components/schemas/", "#/schemas/")
     validator = jsonschema.Draft202012Validator(json.loads(text))
-    good = changes.from_configmap(
+    good = conversion.from_configmap(
         {"metadata": {"namespace": "a", "name": "b", "resourceVersion": "1"}, "data": {"k": "v"}},
         runtime_id="rt",
         source="webhook",

@@ -37,7 +37,7 @@ from testing.listenerenv import (
 from testing.pollerenv import InProcess, kcp_state, runtime_state, unique_selector, wait_until
 from tether.base import times
 from tether.kube import apitypes, gateway
-from tether.wire import changes, statehash
+from tether.wire import conversion, statehash
 
 HOLD = 8.0  # seconds the held merge waits in the KCP's admission
 
@@ -223,7 +223,7 @@ def test_a_poll_run_through_another_listener_while_a_merge_is_pending_loses_noth
             post(
                 listener_a,
                 rt,
-                dict(changes.from_configmap(obj, runtime_id=rt.id, source="webhook")),
+                dict(conversion.from_configmap(obj, runtime_id=rt.id, source="webhook")),
             ).status_code
             == 200
         )

@@ -9,7 +9,7 @@ from typing import Any
 from listener import settings
 from listener.janitor import settings as janitor_settings
 from listener.storage import records, rules, unbacked
-from tether.wire import changes, storagebudget
+from tether.wire import conversion, storagebudget
 
 RID = "rt-1"
 
@@ -19,7 +19,7 @@ def tombstone(
     rv: str = "9",
     observed: str = "2026-11-30T10:00:00.000000Z",
 ) -> dict[str, Any]:
-    rec = changes.tombstone(
+    rec = conversion.tombstone(
         runtime_id=RID,
         namespace="team-a",
         name=name,
@@ -32,7 +32,7 @@ def tombstone(
 
 
 def live(name: str, rv: str = "10") -> dict[str, Any]:
-    rec = changes.from_configmap(
+    rec = conversion.from_configmap(
         {
             "metadata": {"namespace": "team-a", "name": name, "uid": "u", "resourceVersion": rv},
             "data": {"k": "v"},

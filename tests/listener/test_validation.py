@@ -11,12 +11,12 @@ from listener.edge import ratelimit, validation
 from listener.fleet import heartbeat
 from listener.storage import records
 from tether.kube import apitypes
-from tether.wire import changes
+from tether.wire import changes, conversion
 
 
 def rec(name: str = "a", rv: str = "1", **kw: object) -> dict[str, object]:
     r = dict(
-        changes.from_configmap(
+        conversion.from_configmap(
             {
                 "metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": rv},
                 "data": {"k": "v"},

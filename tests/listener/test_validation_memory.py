@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from listener.edge import validation
-from tether.wire import changes
+from tether.wire import changes, conversion
 
 RID = "rt-1"
 BODY = 3 * 1024 * 1024
@@ -27,7 +27,7 @@ T0 = "2026-11-30T10:00:00.123456Z"
 
 def record(**over: Any) -> dict[str, Any]:
     rec: dict[str, Any] = dict(
-        changes.from_configmap(
+        conversion.from_configmap(
             {
                 "metadata": {
                     "namespace": "team-a",

@@ -9,7 +9,7 @@ from listener.janitor import legacy
 from listener.storage import records
 from tether.base import times
 from tether.kube import apitypes
-from tether.wire import changes, watches
+from tether.wire import changes, conversion, watches
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 
@@ -26,7 +26,7 @@ def w(
 
 
 def v1(name: str = "a", data: dict[str, str] | None = None) -> changes.ChangeRecord:
-    return changes.from_configmap(
+    return conversion.from_configmap(
         {
             "metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": "1"},
             "data": data or {},
@@ -89,6 +89,22 @@ def test_v2_records_name_their_watch() -> None:
     assert (
         watchcheck.details(watchcheck.check([rec, rec], ()), batch=True)[1]["path"] == "$.items[1]"
     )
+
+
+def test_a_v2_record_naming_the_built_in_watch_is_refused() -> None:
+    """A hostile runtime names the runtime-only built-in Watch in a v2 record: no Watch of
+    the KCP can have its name, so it is never in force and nothing is stored under it."""
+    rec = changes.from_object(
+        {"metadata": {"namespace": "ns", "name": "a", "resourceVersion": "1"}, "data": {}},
+        watch=conversion.BUILTIN,
+        runtime_id="rt",
+        source="poller",
+    )
+    assert [v.path for v in changes.validate_record(rec)] == ["$.watch"]  # 400 first
+    (refused,) = watchcheck.check([rec], (w("b"),))
+    assert refused.reason == watchcheck.NOT_IN_FORCE
+    watchcheck.assign([rec], (w("b"),))
+    assert rec["watch"] == conversion.BUILTIN_NAME  # not given the compat Watch either
 
 
 def test_legacy_records_are_due_only_where_records_under_watches_exist() -> None:

@@ -36,7 +36,7 @@ from testing.listenerenv import (
     remove_namespace,
 )
 from tether.kube import apitypes
-from tether.wire import changes, watches
+from tether.wire import changes, conversion, watches
 
 RCM = apitypes.RUNTIME_CONFIGMAPS
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
@@ -101,7 +101,7 @@ def setup(listener_env: Env) -> Iterator[Setup]:
         "data": {},
     }
     probe = records.body(
-        {**changes.from_configmap(cm, runtime_id="probe", source="webhook"), "watch": "planted"},
+        {**conversion.from_configmap(cm, runtime_id="probe", source="webhook"), "watch": "planted"},
         elsewhere,
     )
     until_refused(

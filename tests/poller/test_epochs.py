@@ -24,7 +24,7 @@ from testing import controlplane
 from testing.listenerenv import ListenerProcess, Runtime
 from testing.pollerenv import Env, InProcess, kcp_state, runtime_state, unique_selector
 from tether.kube import apitypes
-from tether.wire import changes
+from tether.wire import conversion
 
 NS = "team-a"
 # the poller as deployed (poller.settings): the bucketed run first, its fallback the full digest
@@ -164,7 +164,7 @@ def test_an_etcd_restored_from_an_earlier_snapshot_converges_in_one_run(
         assert_kcp_holds_the_runtime(listener_env, rt, core, selector, 1)
         put(core, "a-1", {"v": "webhook"}, labels)
         raw: Any = core.read_namespaced_config_map("a-1", NS, _preload_content=False)
-        rec = changes.from_configmap(json.loads(raw.data), runtime_id=rt.id, source="webhook")
+        rec = conversion.from_configmap(json.loads(raw.data), runtime_id=rt.id, source="webhook")
         out = poller.client.send([rec])
         assert out.verdict == "ok" and out.epoch == 1
         assert out.results[0]["outcome"] == "persisted"

@@ -9,7 +9,7 @@ from typing import Any
 from poller import metrics, run, scan, service
 from poller import settings as settings_mod
 from tether.runtime import sender
-from tether.wire import changes, filters, listenerapi
+from tether.wire import changes, conversion, filters, listenerapi
 
 RID = "rt-unit"
 
@@ -116,7 +116,7 @@ class Listener:
     def put(self, ns: str, name: str, rv: int, deleted: bool = False) -> None:
         obj = cm(ns, name, rv)
         rec = (
-            changes.tombstone(
+            conversion.tombstone(
                 runtime_id=RID,
                 namespace=ns,
                 name=name,
@@ -125,7 +125,7 @@ class Listener:
                 source="webhook",
             )
             if deleted
-            else changes.from_configmap(obj, runtime_id=RID, source="webhook")
+            else conversion.from_configmap(obj, runtime_id=RID, source="webhook")
         )
         self.stored[(ns, name)] = rec
 

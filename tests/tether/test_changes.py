@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tether.wire import changes
+from tether.wire import changes, conversion
 
 V = changes.Version
 
@@ -81,7 +81,7 @@ class TestSchema:
         assert changes.validate_record(record()) == []
 
     def test_valid_tombstone_from_builder(self) -> None:
-        t = changes.tombstone(
+        t = conversion.tombstone(
             runtime_id="rt-1",
             namespace="a",
             name="b",
@@ -142,7 +142,7 @@ class TestSchema:
             },
             "data": {"x": "y"},
         }
-        rec = changes.from_configmap(cm, runtime_id="rt", source="poller")
+        rec = conversion.from_configmap(cm, runtime_id="rt", source="poller")
         assert changes.validate_record(rec) == []
         assert rec["labels"] == {"l": "1"} and rec["data"] == {"x": "y"}
         assert rec["resourceVersion"] == "3" and rec["observedAt"].endswith("Z")

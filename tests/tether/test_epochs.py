@@ -12,7 +12,7 @@ from listener.fleet import epochs, heartbeat
 from poller import diff
 from tether.kube import apitypes
 from tether.runtime import sender
-from tether.wire import changes, listenerapi
+from tether.wire import changes, conversion, listenerapi
 from webhook import forwarder
 
 T0, T1 = "2026-11-30T10:00:00.000000Z", "2026-11-30T10:00:01.000000Z"
@@ -72,7 +72,7 @@ def test_epoch_of_is_total(value: object, epoch: int) -> None:
 
 
 def test_the_schema_takes_an_optional_epoch() -> None:
-    rec = changes.from_configmap(
+    rec = conversion.from_configmap(
         {"metadata": {"namespace": "a", "name": "b", "uid": "u", "resourceVersion": "1"}},
         runtime_id="rt",
         source="poller",
@@ -200,7 +200,7 @@ def test_answers_carry_the_epoch() -> None:
 
 def test_the_webhook_sends_again_only_what_an_older_epoch_made_stale() -> None:
     def rec(name: str, epoch: int | None) -> changes.ChangeRecord:
-        r = changes.tombstone(
+        r = conversion.tombstone(
             runtime_id="rt",
             namespace="ns",
             name=name,

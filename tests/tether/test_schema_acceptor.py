@@ -11,7 +11,7 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from tether.wire import changes, schemaaccept, schemacheck
+from tether.wire import changes, conversion, schemaaccept, schemacheck
 
 V = changes._validators()  # noqa: SLF001 - the pair under test: acceptor and validator
 
@@ -52,7 +52,7 @@ times = st.one_of(
 
 def record(**over: Any) -> dict[str, Any]:
     base = dict(
-        changes.from_configmap(
+        conversion.from_configmap(
             {
                 "metadata": {
                     "namespace": "team-a",
@@ -163,7 +163,7 @@ def test_what_senders_send_takes_the_shortcut(
         "data": data,
     }
     rec: Any = dict(
-        changes.tombstone(
+        conversion.tombstone(
             runtime_id="rt-1",
             namespace=ns,
             name=name,
@@ -172,7 +172,7 @@ def test_what_senders_send_takes_the_shortcut(
             source="poller",
         )
         if deleted
-        else changes.from_configmap(obj, runtime_id="rt-1", source="webhook")
+        else conversion.from_configmap(obj, runtime_id="rt-1", source="webhook")
     )
     if epoch is not None:
         rec["epoch"] = epoch

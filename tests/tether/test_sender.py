@@ -9,11 +9,11 @@ import pytest
 import requests
 
 from tether.runtime import sender
-from tether.wire import changes, listenerapi
+from tether.wire import changes, conversion, listenerapi
 
 
 def _rec(name: str, data: str = "v") -> changes.ChangeRecord:
-    return changes.from_configmap(
+    return conversion.from_configmap(
         {
             "metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": "7"},
             "data": {"k": data},

@@ -14,7 +14,7 @@ import pytest
 from listener.storage import records
 from tether.base import tracing
 from tether.kube import apitypes
-from tether.wire import changes
+from tether.wire import changes, conversion
 from webhook import forwarder, keyqueue
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -127,7 +127,8 @@ def test_a_coalesced_entry_keeps_the_first_admissions_trace_and_links_the_others
 
 
 def _rec(name: str) -> changes.ChangeRecord:
-    return changes.tombstone(
+    return changes.watch_tombstone(
+        watch=conversion.BUILTIN,
         runtime_id="rt",
         namespace="ns",
         name=name,
@@ -141,13 +142,14 @@ def _rec(name: str) -> changes.ChangeRecord:
 def test_a_batch_continues_its_first_records_trace_and_links_the_others() -> None:
     t = [tracing.new() for _ in range(4)]
     a = keyqueue.merge(_item("a", t[0]), _item("a", t[1]))
-    entries = {("ns", "a"): a, ("ns", "b"): _item("b", t[2]), ("ns", "c"): _item("c", None)}
+    k = keyqueue.key_of
+    entries = {k("ns", "a"): a, k("ns", "b"): _item("b", t[2]), k("ns", "c"): _item("c", None)}
     assert forwarder.trace_of([_rec("a"), _rec("b"), _rec("c")], entries) == (t[0], [t[1], t[2]])
     assert forwarder.trace_of([_rec("b"), _rec("a")], entries) == (t[2], [t[0], t[1]])
     assert forwarder.trace_of([_rec("c")], entries) == (None, [])  # the POST starts a trace
-    big = {("ns", str(i)): _item(str(i), tracing.new()) for i in range(50)}
+    big = {k("ns", str(i)): _item(str(i), tracing.new()) for i in range(50)}
     parent, links = forwarder.trace_of([_rec(str(i)) for i in range(50)], big)
-    assert parent == big[("ns", "0")].trace and len(links) == tracing.MAX_LINKS
+    assert parent == big[k("ns", "0")].trace and len(links) == tracing.MAX_LINKS
 
 
 def test_the_stored_record_carries_the_writes_traceparent_and_an_update_replaces_it() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tether.wire import changes, watches, watchkinds, watchwire
+from tether.wire import changes, conversion, watches, watchkinds, watchwire
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
 SECRET = {"group": "", "version": "v1", "resource": "secrets", "kind": "Secret"}
@@ -244,7 +244,7 @@ def test_violation_checks_kind_namespace_labels_and_last_applied() -> None:
 
 
 def test_a_v1_record_is_of_a_configmap() -> None:
-    v1 = changes.from_configmap(cm({"a": "1"}), runtime_id="rt-1", source="poller")
+    v1 = conversion.from_configmap(cm({"a": "1"}), runtime_id="rt-1", source="poller")
     assert watches.gvk_of(v1) == ("", "v1", "ConfigMap")
     assert watches.violation(watches.parse(cr()), v1) is None
     assert watches.violation(watches.parse(cr(resource=WIDGET)), v1) is not None

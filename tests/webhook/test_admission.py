@@ -1,4 +1,5 @@
-"""AdmissionReview parsing and the forwarding decision (pure)."""
+"""AdmissionReview parsing, and the forwarding decision for the built-in Watch of the
+environment's scope (pure)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,22 @@ from typing import Any
 import pytest
 
 from testing.webhookapp import review
-from tether.wire import filters
-from webhook import admission
+from tether.wire import conversion, filters
+from webhook import admission, scope
 
 FLT = filters.ConfigMapFilter()
 
 
+def decide(doc: dict[str, Any], flt: filters.ConfigMapFilter = FLT) -> admission.Skip | None:
+    """The decision of a runtime without a Watch list: the built-in Watch alone in force."""
+    skip, chosen = scope.decide(admission.parse(doc), conversion.in_force(None, flt))
+    assert (skip is None) == (chosen == (conversion.builtin(flt),))
+    return skip
+
+
 def test_forward_update_create_delete() -> None:
     for op in ("CREATE", "UPDATE", "DELETE"):
-        assert admission.decide(admission.parse(review(op)), FLT) is None
+        assert decide(review(op)) is None
 
 
 def test_queue_item_carries_the_old_resource_version() -> None:
@@ -35,15 +43,15 @@ def test_queue_item_carries_the_old_resource_version() -> None:
     ("doc", "reason"),
     [
         (review(dry_run=True), "dry-run"),
-        (review(ns="kube-system"), "ignored-namespace"),
-        (review(ns="tether-system"), "ignored-namespace"),
+        (review(ns="kube-system"), "not-watched"),
+        (review(ns="tether-system"), "not-watched"),
         (review(kind="Secret"), "other-kind"),
         (review("CONNECT"), "other-operation"),
         (review(name=""), "unnamed"),
     ],
 )
 def test_skips(doc: dict[str, Any], reason: str) -> None:
-    assert admission.decide(admission.parse(doc), FLT) == reason
+    assert decide(doc) == reason
 
 
 def _cm(
@@ -73,21 +81,21 @@ def _cm(
 
 def test_no_op_updates_are_not_forwarded() -> None:
     same = review("UPDATE", old=_cm({"k": "v"}, rv="1"), new=_cm({"k": "v"}, rv="1"))
-    assert admission.decide(admission.parse(same), FLT) == "no-change"
+    assert decide(same) == "no-change"
     # absent and empty maps are the same content; other metadata does not count
-    assert not admission.content_changed(_cm(None, None), _cm({}, {}, {}, {}, rv="9"))
-    assert admission.content_changed(_cm({"k": "v"}), _cm({"k": "w"}))
-    assert admission.content_changed(_cm(binary={"b": "AA=="}), _cm(binary={"b": "AQ=="}))
-    assert admission.content_changed(_cm(labels={"a": "1"}), _cm(labels={"a": "2"}))
-    assert admission.content_changed(_cm(annotations={}), _cm(annotations={"x": "y"}))
+    assert not scope.object_changed(_cm(None, None), _cm({}, {}, {}, {}, rv="9"))
+    assert scope.object_changed(_cm({"k": "v"}), _cm({"k": "w"}))
+    assert scope.object_changed(_cm(binary={"b": "AA=="}), _cm(binary={"b": "AQ=="}))
+    assert scope.object_changed(_cm(labels={"a": "1"}), _cm(labels={"a": "2"}))
+    assert scope.object_changed(_cm(annotations={}), _cm(annotations={"x": "y"}))
 
 
 def test_label_selector_uses_old_or_new_labels() -> None:
     flt = filters.ConfigMapFilter.build(selector_text="watch=true")
     leaving = review("UPDATE", old=_cm({"k": "v"}, {"watch": "true"}), new=_cm({"k": "v"}, {}))
-    assert admission.decide(admission.parse(leaving), flt) is None
+    assert decide(leaving, flt) is None
     never = review("UPDATE", old=_cm({"k": "1"}, {}), new=_cm({"k": "2"}, {}))
-    assert admission.decide(admission.parse(never), flt) == "label-selector"
+    assert decide(never, flt) == "not-watched"
 
 
 @pytest.mark.parametrize(

@@ -136,7 +136,9 @@ def test_lookahead_batches_hot_keys_but_never_before_settle() -> None:
     for n in ("a", "b"):
         q.put(keyqueue.Item("ns", n, "u", "UPDATE", "1", 0.0))
     assert len(q.take(10, 0)) == 2
-    q.done([("ns", "a"), ("ns", "b")])  # sent (else they would be held as in flight)
+    q.done(
+        [keyqueue.key_of("ns", "a"), keyqueue.key_of("ns", "b")]
+    )  # sent (else they would be held as in flight)
     q.put(keyqueue.Item("ns", "a", "u", "UPDATE", "2", 0.0))  # held back by min_interval
     q.put(keyqueue.Item("ns", "b", "u", "UPDATE", "2", 0.0))
     q.put(keyqueue.Item("ns", "c", "u", "UPDATE", "1", 0.0))  # ready now
@@ -180,7 +182,7 @@ def test_an_admission_while_in_flight_coalesces_and_is_ready_after_the_finish() 
     assert q.put(at(c, "a", rv="3")) == "coalesced"  # ... standing for all that follow
     c.advance(10)
     assert q.take(10, 0) == []  # however long the send takes: not while it is in flight
-    q.done([("ns", "a")])
+    q.done([keyqueue.key_of("ns", "a")])
     got = q.take(10, 0)
     assert [(i.old_resource_version, i.merged) for i in got] == [("2", 2)]
 
@@ -193,7 +195,7 @@ def test_the_held_entry_waits_for_the_hot_key_interval_after_a_quick_send() -> N
     c.advance(0.01)
     q.put(at(c, "a", rv="2"))
     c.advance(0.02)
-    q.done([("ns", "a")])  # the send took 30 ms
+    q.done([keyqueue.key_of("ns", "a")])  # the send took 30 ms
     assert q.take(10, 0) == []  # handed out 30 ms ago: hot
     c.advance(0.5 - 0.03 - 0.001)
     assert q.take(10, 0) == []
@@ -232,14 +234,14 @@ def test_a_cold_key_is_not_delayed_by_a_hot_one() -> None:
     q = queue(c, min_interval=0.5)
     q.put(at(c, "hot"))
     q.take(10, 0)
-    q.done([("ns", "hot")])
+    q.done([keyqueue.key_of("ns", "hot")])
     c.advance(0.1)
     q.put(at(c, "hot", rv="2"))  # handed out 0.1 s ago: waits until 0.5
     q.put(at(c, "cold"))
     assert [i.name for i in q.take(10, 0)] == ["cold"]
     c.advance(0.4)
     assert [i.name for i in q.take(10, 0)] == ["hot"]
-    q.done([("ns", "hot"), ("ns", "cold")])
+    q.done([keyqueue.key_of("ns", "hot"), keyqueue.key_of("ns", "cold")])
     c.advance(0.6)  # quiet for longer than the interval: leading edge again
     q.put(at(c, "hot", rv="3"))
     assert [i.name for i in q.take(10, 0)] == ["hot"]

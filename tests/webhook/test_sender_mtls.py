@@ -12,11 +12,11 @@ from testing import receiver as receiver_mod
 from testing.receiver import Receiver
 from tether.base import certs
 from tether.runtime import sender
-from tether.wire import changes
+from tether.wire import changes, conversion
 
 
 def _rec(name: str) -> changes.ChangeRecord:
-    return changes.from_configmap(
+    return conversion.from_configmap(
         {
             "metadata": {"namespace": "ns", "name": name, "uid": "u", "resourceVersion": "7"},
             "data": {"k": "v"},

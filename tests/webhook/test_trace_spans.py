@@ -105,6 +105,8 @@ def _webhook(tracer: tracing.Tracer, listener: Listener) -> tuple[Any, services_
     client._call = listener.call  # type: ignore[method-assign]
     reader = mock.MagicMock()
     reader.get.side_effect = lambda ns, name, target=None: {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": ns, "uid": "u-1", "resourceVersion": "42"},
         "data": {"k": "2"},
     }

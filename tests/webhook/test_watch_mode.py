@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tether.base import times
-from tether.wire import changes, digests, watches
+from tether.wire import changes, conversion, digests, listenerapi, watches
 from webhook import admission, keyqueue, records, scope
 
 CM = {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap"}
@@ -144,12 +144,15 @@ def test_any_value_change_counts() -> None:
     )
 
 
-def item(w: watches.Watch | None, op: keyqueue.Operation = "UPDATE") -> keyqueue.Item:
+BUILTIN = conversion.BUILTIN
+
+
+def item(w: watches.Watch, op: keyqueue.Operation = "UPDATE") -> keyqueue.Item:
     return keyqueue.Item("app", "o", "u1", op, "4", 0.0, watch=w)
 
 
-def test_keys_per_watch_and_the_old_key_without() -> None:
-    assert item(None).key == ("app", "o")
+def test_keys_per_watch_the_built_in_one_too() -> None:
+    assert item(BUILTIN).key == ("app", "o", conversion.BUILTIN_NAME)
     assert item(CONF_W).key == ("app", "o", "conf") != item(META_W).key
     q = keyqueue.KeyQueue(10)
     assert [q.put(item(w)) for w in (CONF_W, META_W, CONF_W)] == [
@@ -162,7 +165,7 @@ def test_keys_per_watch_and_the_old_key_without() -> None:
     assert all(i.watch is not None and i.key[2] == i.watch.name for i in got)
 
 
-def rec(w: watches.Watch | None, o: dict[str, Any]) -> changes.ChangeRecord:
+def rec(w: watches.Watch, o: dict[str, Any]) -> changes.ChangeRecord:
     r = records.live(item(w), o, runtime_id="rt-1", observed_at=times.now(), epoch=None)
     assert r is not None
     return r
@@ -232,22 +235,28 @@ def test_labels_left_the_selector_make_a_tombstone_at_the_objects_version() -> N
     assert watches.violation(CONF_W, r) is None
 
 
-def test_gone_and_v1_without_watch() -> None:
+def test_gone_and_the_built_in_watch_leaving_as_v1() -> None:
     g = records.gone(
         item(CONF_W, "DELETE"), "11", runtime_id="rt-1", observed_at=times.now(), epoch=2
     )
     assert (g["deleted"], g["watch"], g["resourceVersion"], g["epoch"]) == (True, "conf", "11", 2)
-    v1 = rec(None, obj({"conf": "yes"}, data={"a": "1"}))
+    b = rec(BUILTIN, obj({"conf": "yes"}, data={"a": "1"}))
+    (v1,) = conversion.on_wire([b])
     assert v1["apiVersion"] == changes.API_VERSION and "watch" not in v1
-    assert records.key_of(v1) == ("app", "o") and records.key_of(g) == ("app", "o", "conf")
+    assert records.key_of(b) == ("app", "o", conversion.BUILTIN_NAME)
+    assert records.key_of(g) == ("app", "o", "conf")
 
 
 def test_a_batch_is_of_one_version() -> None:
-    v1, v2a = rec(None, obj(data={})), rec(META_W, obj(data={}))
+    v1, v2a = rec(BUILTIN, obj(data={})), rec(META_W, obj(data={}))
     v2b = rec(CONF_W, obj({"conf": "yes"}, data={}))
-    groups = records.by_version([v2a, v1, v2b])
-    assert [[r.get("watch") for r in g] for g in groups] == [["meta", "conf"], [None]]
+    groups = records.by_version([v2a, v1, v1, v2b])
+    assert [[r.get("watch") for r in g] for g in groups] == [
+        ["meta", "conf"],
+        [conversion.BUILTIN_NAME] * 2,
+    ]
     assert changes.batch(groups[0])["kind"] == changes.LIST_KIND_V2
+    assert b'"kind":"ConfigMapChangeList"' in listenerapi.changes_body(groups[1])
 
 
 def test_an_entry_is_sent_with_the_current_version_of_its_watch() -> None:
@@ -264,19 +273,19 @@ def test_an_entry_is_sent_with_the_current_version_of_its_watch() -> None:
     [
         (item(CONF_W), (META_W,)),  # its Watch was deleted
         (item(CONF_W), (watch("conf", WIDGET),)),  # its Watch now covers another kind
-        (item(CONF_W), None),  # the runtime's Watch list is gone
-        (item(None), (CONF_W,)),  # a v1 entry of before the runtime turned to Watch mode
+        (item(CONF_W), (BUILTIN,)),  # the runtime's Watch list is gone
+        (item(BUILTIN), (CONF_W,)),  # an entry of before the runtime got its Watch list
     ],
 )
 def test_an_entry_no_longer_to_be_sent_is_dropped(
-    entry: keyqueue.Item, in_force: tuple[watches.Watch, ...] | None
+    entry: keyqueue.Item, in_force: tuple[watches.Watch, ...]
 ) -> None:
     assert records.current(entry, in_force) is None
 
 
-def test_without_watches_an_entry_is_sent_as_before() -> None:
-    entry = item(None)
-    assert records.current(entry, None) is entry
+def test_without_a_watch_list_an_entry_of_the_built_in_watch_is_sent() -> None:
+    entry = item(BUILTIN)
+    assert records.current(entry, (BUILTIN,)) is entry
 
 
 def test_a_status_subresource_update_is_the_objects() -> None:

@@ -19,7 +19,7 @@ from testing import controlplane
 from testing.webhookapp import app_settings
 from tether.kube import gateway
 from tether.runtime import sender
-from tether.wire import watches, watchset, watchwire
+from tether.wire import conversion, watches, watchset, watchwire
 from webhook import app, forwarder, keyqueue, metrics, readback, scope
 from webhook import services as services_mod
 
@@ -155,8 +155,12 @@ def test_without_the_list_the_environments_scope_applies(
     assert sc.settled() and sc.current() is None
     _post(c, review(CM, {}, name="any"))
     _post(c, review(WIDGET, {}, name="w"))
-    assert [i.key for i in svc.queue.take(100, 0)] == [("app", "any")]  # v1: ConfigMaps only
+    # the built-in Watch: ConfigMaps only (sent as v1 records)
+    assert [i.key for i in svc.queue.take(100, 0)] == [("app", "any", conversion.BUILTIN_NAME)]
     assert _outcomes(c) == {"enqueued": 1, "other-kind": 1}
+    _post(c, review(CM, {}, name="elsewhere", ns="kube-system"))
+    assert _outcomes(c)["not-watched"] == 1
+    assert not sc._wake.is_set()  # the built-in Watch's skips ask for no read of the list
 
 
 def test_nothing_is_forwarded_while_the_list_could_never_be_read(
@@ -224,7 +228,7 @@ def test_a_kind_it_may_not_read_is_dropped_at_once(
             in_force=lambda: (CONF, secrets),
         )
 
-        def entry(w: watches.Watch | None) -> forwarder._Pending:
+        def entry(w: watches.Watch) -> forwarder._Pending:
             return forwarder._Pending(
                 keyqueue.Item(wire_ns, "o", "u", "UPDATE", "0", 0.0, watch=w), time.monotonic()
             )
@@ -233,15 +237,13 @@ def test_a_kind_it_may_not_read_is_dropped_at_once(
         assert m.readbacks.labels("forbidden")._value.get() == 1
         rec = fwd._resolve(entry(CONF))
         assert isinstance(rec, dict) and rec["watch"] == "conf" and rec["data"] == {"k": "v"}
-        fwd._in_force = lambda: None  # no Watch list: the refusal is retried as before
-        legacy = forwarder._Pending(
-            keyqueue.Item(wire_ns, "o", "u", "UPDATE", "0", 0.0), time.monotonic()
-        )
+        # no Watch list: the built-in Watch's ConfigMaps, refused, are dropped the same way
+        fwd._in_force = lambda: (conversion.BUILTIN,)
         fwd.reader = readback.Reader(
             gateway.from_kubeconfig(str(skr.issue_client_cert(f"{user}-x")))
         )
-        assert isinstance(fwd._resolve(legacy), forwarder._Pending)
-        assert m.readbacks.labels("forbidden")._value.get() == 1
+        assert fwd._resolve(entry(conversion.BUILTIN)) is None
+        assert m.readbacks.labels("forbidden")._value.get() == 2
     finally:
         rbac.delete_cluster_role_binding(user)
         rbac.delete_cluster_role(user)

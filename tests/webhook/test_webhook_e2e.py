@@ -210,7 +210,7 @@ def test_dry_run_ignored_namespace_and_no_op_update_give_no_record(wh: Stack) ->
     body = wh.core.read_namespaced_config_map("quiet", wh.ns)
     wh.core.replace_namespaced_config_map("quiet", wh.ns, body)  # same content: a no-op update
     ignored_before = wh.webhook.metric(
-        "tether_webhook_admission_requests_total", outcome="ignored-namespace"
+        "tether_webhook_admission_requests_total", outcome="not-watched"
     )
     wh.cm("elsewhere", {"k": "v"}, ns=wh.ignored_ns)
     wh.core.delete_namespaced_config_map("elsewhere", wh.ignored_ns)
@@ -220,9 +220,9 @@ def test_dry_run_ignored_namespace_and_no_op_update_give_no_record(wh: Stack) ->
     # dry-run and no-op writes never reached the handler: the manifest's matchConditions cut them
     for outcome in ("dry-run", "no-change"):
         assert wh.webhook.metric("tether_webhook_admission_requests_total", outcome=outcome) == 0
-    # the ignored namespace reached the webhook and was refused by its filter
+    # the ignored namespace reached the webhook and its built-in Watch did not take it
     assert (
-        wh.webhook.metric("tether_webhook_admission_requests_total", outcome="ignored-namespace")
+        wh.webhook.metric("tether_webhook_admission_requests_total", outcome="not-watched")
         == ignored_before + 2
     )
 

@@ -37,6 +37,7 @@ def _review(ns: str, cm: client.V1ConfigMap, old_rv: str) -> bytes:
                 "uid": "u-" + cm.metadata.name,
                 "operation": "UPDATE",
                 "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
                 "namespace": ns,
                 "name": cm.metadata.name,
                 "object": obj,

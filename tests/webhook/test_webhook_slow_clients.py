@@ -36,6 +36,7 @@ def _review(ns: str, cm: client.V1ConfigMap) -> bytes:
                 "uid": "u-" + cm.metadata.name,
                 "operation": "CREATE",
                 "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
                 "namespace": ns,
                 "name": cm.metadata.name,
                 "object": obj,

@@ -1,7 +1,9 @@
-"""The change record (v1): wire format, schema validation and the ordering rule.
+"""The change record: wire format, schema validation, the ordering rule and the one literal.
 
 The JSON Schemas in ``tether/wire/schemas/`` are the single source of the format; the webhook,
-the poller, the listener and the OpenAPI document all read them from here.
+the poller, the listener and the OpenAPI document all read them from here. A record is
+written in one place (``from_object`` and ``watch_tombstone``: a record of a Watch); the v1
+record of the previous version is converted to and from it in ``tether.wire.conversion`` only.
 
 Ordering (pure decision, see ``compare``): a record replaces the stored one only if it is
 newer. Epochs first: a runtime's history can go back (etcd restored from a backup, the
@@ -281,70 +283,6 @@ def went_back(collection_rv: object, mark: int | None) -> bool:
     return rv is not None and mark is not None and rv < mark
 
 
-def from_configmap(
-    obj: Mapping[str, Any],
-    *,
-    runtime_id: str,
-    source: Source,
-    observed_at: str | None = None,
-    epoch: int | None = None,
-) -> ChangeRecord:
-    """A live record from a ConfigMap as served by the API (a plain dict, camelCase keys,
-    e.g. ``ApiClient.sanitize_for_serialization(cm)`` or a raw JSON response); ``epoch``:
-    the runtime's epoch the sender learned from the listener before it read the object
-    (None: not sent, the listener's current epoch applies)."""
-    meta = obj.get("metadata") or {}
-    rec: ChangeRecord = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "runtimeId": runtime_id,
-        "namespace": meta["namespace"],
-        "name": meta["name"],
-        "uid": meta.get("uid") or "",
-        "resourceVersion": meta["resourceVersion"],
-        "observedAt": observed_at or times.now(),
-        "deleted": False,
-        "source": source,
-        "labels": dict(meta.get("labels") or {}),
-        "annotations": dict(meta.get("annotations") or {}),
-        "data": dict(obj.get("data") or {}),
-        "binaryData": dict(obj.get("binaryData") or {}),
-    }
-    if epoch is not None:
-        rec["epoch"] = epoch
-    return rec
-
-
-def tombstone(
-    *,
-    runtime_id: str,
-    namespace: str,
-    name: str,
-    uid: str,
-    resource_version: str,
-    source: Source,
-    observed_at: str | None = None,
-    epoch: int | None = None,
-) -> ChangeRecord:
-    """A record for an object that is gone. ``resource_version`` should be a collection
-    resourceVersion read after the deletion (see the module docstring)."""
-    rec: ChangeRecord = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "runtimeId": runtime_id,
-        "namespace": namespace,
-        "name": name,
-        "uid": uid,
-        "resourceVersion": resource_version,
-        "observedAt": observed_at or times.now(),
-        "deleted": True,
-        "source": source,
-    }
-    if epoch is not None:
-        rec["epoch"] = epoch
-    return rec
-
-
 def batch(records: list[ChangeRecord]) -> dict[str, Any]:
     """A batch of records of one version (v2 when the first record is)."""
     if records and records[0].get("apiVersion") == API_VERSION_V2:
@@ -361,30 +299,21 @@ def from_object(
     observed_at: str | None = None,
     epoch: int | None = None,
 ) -> ChangeRecord:
-    """A live v2 record of ``obj`` (as served by the runtime's API, a plain dict) for
+    """A live record of ``obj`` (as served by the runtime's API, a plain dict) for
     ``watch``: only what the Watch sends (``watches.reduce``) is in it."""
-    meta, content = obj.get("metadata") or {}, watches.reduce(watch, obj)
-    rec: ChangeRecord = {
-        "apiVersion": API_VERSION_V2,
-        "kind": KIND_V2,
-        "runtimeId": runtime_id,
-        "watch": watch.name,
-        "resource": watch.target.gvk(),
-        "namespace": meta["namespace"],
-        "name": meta["name"],
-        "uid": meta.get("uid") or "",
-        "resourceVersion": meta["resourceVersion"],
-        "observedAt": observed_at or times.now(),
-        "deleted": False,
-        "source": source,
-        "labels": content.labels,
-        "annotations": content.annotations,
-        "data": content.data,
-        "binaryData": content.binary_data,
-    }
-    if epoch is not None:
-        rec["epoch"] = epoch
-    return rec
+    meta = obj.get("metadata") or {}
+    return _record(
+        watch,
+        runtime_id=runtime_id,
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta.get("uid") or "",
+        resource_version=meta["resourceVersion"],
+        source=source,
+        observed_at=observed_at,
+        epoch=epoch,
+        content=watches.reduce(watch, obj),
+    )
 
 
 def watch_tombstone(
@@ -399,24 +328,57 @@ def watch_tombstone(
     observed_at: str | None = None,
     epoch: int | None = None,
 ) -> ChangeRecord:
-    """A v2 tombstone: the object is gone, or no longer covered by ``watch`` (its labels
-    left the Watch's selector)."""
-    rec = tombstone(
+    """A tombstone: the object is gone, or no longer covered by ``watch`` (its labels left
+    the Watch's selector). ``resource_version`` should be a collection resourceVersion read
+    after the deletion (see the module docstring)."""
+    return _record(
+        watch,
         runtime_id=runtime_id,
         namespace=namespace,
         name=name,
         uid=uid,
-        source=source,
         resource_version=resource_version,
+        source=source,
         observed_at=observed_at,
         epoch=epoch,
+        content=None,
     )
-    rec.update(
-        {
-            "apiVersion": API_VERSION_V2,
-            "kind": KIND_V2,
-            "watch": watch.name,
-            "resource": watch.target.gvk(),
-        }
-    )
+
+
+def _record(
+    watch: watches.Watch,
+    *,
+    runtime_id: str,
+    namespace: str,
+    name: str,
+    uid: str,
+    resource_version: str,
+    source: Source,
+    observed_at: str | None,
+    epoch: int | None,
+    content: watches.Content | None,
+) -> ChangeRecord:
+    """The record literal (the one place a record is written): a tombstone without
+    ``content``; ``epoch`` None: not sent, the listener's current epoch applies."""
+    rec: ChangeRecord = {
+        "apiVersion": API_VERSION_V2,
+        "kind": KIND_V2,
+        "runtimeId": runtime_id,
+        "watch": watch.name,
+        "resource": watch.target.gvk(),
+        "namespace": namespace,
+        "name": name,
+        "uid": uid,
+        "resourceVersion": resource_version,
+        "observedAt": observed_at or times.now(),
+        "deleted": content is None,
+        "source": source,
+    }
+    if content is not None:
+        rec["labels"] = content.labels
+        rec["annotations"] = content.annotations
+        rec["data"] = content.data
+        rec["binaryData"] = content.binary_data
+    if epoch is not None:
+        rec["epoch"] = epoch
     return rec

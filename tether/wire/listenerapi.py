@@ -12,7 +12,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from tether.wire import changes
+from tether.wire import changes, conversion
 
 # the error of the listener's 403 for records no Watch in force admits (the whole request is
 # refused: a sender re-sends a batch's records one by one to keep the admitted ones)
@@ -30,10 +30,13 @@ class EpochReport(NamedTuple):
 
 
 def changes_body(records: Sequence[changes.ChangeRecord]) -> bytes:
-    """One record alone, several as a ``ConfigMapChangeList``."""
+    """One record alone, several as a list of their version; the records of the built-in
+    Watch leave as v1 records (``conversion.on_wire``: the listener may be of the previous
+    version)."""
     if not records:
         raise ValueError("no records to send")
-    doc: Any = records[0] if len(records) == 1 else changes.batch(list(records))
+    sent = conversion.on_wire(records)
+    doc: Any = sent[0] if len(sent) == 1 else changes.batch(sent)
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
