@@ -45,6 +45,8 @@ NOT_SETTINGS = {
     "TETHER_CERT_MANAGER_DIR": "testing/certmanager.py",
     "TETHER_CONTROLPLANE_BIN": "testing/controlplane.py",
     "TETHER_CONTROLPLANE_CACHE": "testing/controlplane.py",
+    "TETHER_ISTIO_CACHE": "testing/istio.py",
+    "TETHER_ISTIO_CRDS": "testing/istio.py",
     "TETHER_PODRUNNER_LIMITS": "testing/podrunner.py",
     "TETHER_RELEASE_REGISTRY": "hack/release.py",
     "TETHER_RELEASE_SNAPSHOT": "hack/release.py",
