@@ -3,9 +3,8 @@
 For each Kyma CR in the KCP namespace (also a bring-your-own cluster: only its kubeconfig
 Secret is needed):
 
-1. its runtime ID (label) and ``skr-domain`` (annotation) are read; a finalizer
-   (``tether.kyma-project.io/enroller``) is put on it so that its deletion waits for
-   Tether's removal from the runtime (at most ``REMOVAL_TIMEOUT_SECONDS``);
+1. it is skipped unless it matches ``KYMA_SELECTOR`` (empty: every one) or carries the
+   enroller's finalizer; its runtime ID (label) and ``skr-domain`` (annotation) are read;
 2. through its kubeconfig Secret, **two reads**: the runtime's client Secret and the
    webhook configuration. Their annotations name the installed bundle's digest and the
    certificates' serials; when both match what would be installed now, the certificates
@@ -14,7 +13,11 @@ Secret is needed):
    With the Watch CRD installed, the Watches of the KCP namespace (listed once per run,
    ``enroller.watching``) that apply to the runtime are part of what would be installed:
    its webhooks and its ``tether-watches`` list; after a full run each Watch's status;
-3. otherwise every object of the rendered bundle (``enroller.render``) is server-side
+3. otherwise, once a finalizer (``tether.kyma-project.io/enroller``) is on the Kyma CR (put
+   there just before the first write into its runtime, or when the runtime already holds
+   Tether: its deletion then waits for Tether's removal, at most
+   ``REMOVAL_TIMEOUT_SECONDS``; a Kyma CR whose runtime was never written carries none),
+   every object of the rendered bundle (``enroller.render``) is server-side
    applied (field manager ``tether-enroller``, forced): a first install, a renewal (client
    certificate at two thirds of its lifetime, serving certificate likewise, both when the
    watcher CA changed), a repair (a deleted or edited object), a rollout (a new image or
@@ -66,6 +69,12 @@ __all__ = ["CA_SERIAL", "FINALIZER", "Enroller", "Failure", "Memory", "Result", 
 log = logging.getLogger("tether.enroller")
 
 FINALIZER = "tether.kyma-project.io/enroller"
+
+
+class _Planned(Exception):  # noqa: N818 - not an error: the dry run stops before a write
+    def __init__(self, cause: str | None) -> None:
+        super().__init__(cause)
+        self.cause = cause
 
 
 def _utcnow() -> datetime.datetime:
@@ -121,7 +130,7 @@ class Enroller:
         else:
             ca = self._ca
         if only is None:  # the fleet: one list each
-            kymas = list(self.kcp.list_items(apitypes.KYMAS, ns))
+            kymas = [k for k in self.kcp.list_items(apitypes.KYMAS, ns) if self.selected(k)]
             enrollments = {
                 e["metadata"]["name"]: e
                 for e in self.kcp.list_items(apitypes.RUNTIME_ENROLLMENTS, ns)
@@ -133,6 +142,7 @@ class Enroller:
                 k
                 for n in sorted(only)
                 if (k := self.kcp.get_or_none(apitypes.KYMAS, ns, n)) is not None
+                and self.selected(k)
             ]
             enrollments = {
                 n: e
@@ -185,6 +195,17 @@ class Enroller:
             self.stats.last_success.set(time.time())
             self.stats.run_seconds.observe(time.monotonic() - t0)
         return dict(counts)
+
+    def selected(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the enroller works on this Kyma CR: it matches ``KYMA_SELECTOR`` (empty:
+        every one), or it carries the enroller's finalizer (installed into before: kept up to
+        date and removed on deletion, whatever the selector says now)."""
+        meta = obj.get("metadata") or {}
+        return decide.selected(
+            self.s.kyma_selector,
+            meta.get("labels") or {},
+            FINALIZER in (meta.get("finalizers") or []),
+        )
 
     def _outcome(
         self,
@@ -392,7 +413,6 @@ class Enroller:
             if listed is not None:
                 ws, mem.watches_left_out = listed.for_runtime(obj)
                 ws = self._discovered(view, ws)
-            self._ensure_finalizer(obj)
             chosen = self.rollouts.choose(view.runtime_id or name)
             result = self.installer.enroll(
                 view,
@@ -401,6 +421,7 @@ class Enroller:
                 ws,
                 (chosen.objects, chosen.image),
                 (meta.get("annotations") or {}).get(decide.TAKE_OVER_ANNOTATION),
+                before_write=lambda _cause: self._ensure_finalizer(obj),
             )
             self.rollouts.enrolled(view.runtime_id or name, chosen.digest)
         except Failure as f:
@@ -529,6 +550,8 @@ class Enroller:
             problem=None,
             waited=datetime.timedelta(0),
             timeout=datetime.timedelta(seconds=self.s.removal_timeout),
+            installed=self._mem(name).held is not None
+            or bool(((enrollment or {}).get("status") or {}).get("certificate")),
         )
         if decide.removal(facts).kind == "forget":
             self.enrollments.delete(name)
@@ -552,12 +575,22 @@ class Enroller:
                 self.s.removal_timeout,
             )
             return "Removing"
-        if not logged(
-            f"Kyma {name}: releasing the finalizer failed",
+        if not self._release(obj):
+            return "Removing"
+        self._removed(obj, view, verdict.outcome, facts.problem)
+        return "Removing"
+
+    def _release(self, obj: Mapping[str, Any]) -> bool:
+        """The enroller's finalizer taken off the Kyma CR (if it has it); False: failed."""
+        meta = obj["metadata"]
+        if FINALIZER not in (meta.get("finalizers") or []):
+            return True
+        return logged(
+            f"Kyma {meta['name']}: releasing the finalizer failed",
             lambda: self.kcp.patch(
                 apitypes.KYMAS,
                 self.s.kcp_namespace,
-                name,
+                meta["name"],
                 {
                     "metadata": {
                         "finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
@@ -565,27 +598,143 @@ class Enroller:
                     }
                 },
             ),
-        ):
-            return "Removing"
-        problem = facts.problem
+        )
+
+    def _removed(
+        self, obj: Mapping[str, Any], view: kyma.KymaView, outcome: str, problem: str | None
+    ) -> None:
+        """After the runtime's objects and the finalizer went: audit, Event, the
+        RuntimeEnrollment deleted and what this process held of the runtime forgotten."""
+        name = view.name
         logs.audit(
             self.audit,
             "runtime_removed",
             runtime=view.runtime_id,
             kyma=name,
-            outcome=verdict.outcome,
+            outcome=outcome,
         )
+        if problem is None:
+            reason, message = "Removed", "Tether removed from the runtime"
+        elif outcome == "nothing_installed":
+            reason, message = "Released", f"nothing was installed in the runtime ({problem})"
+        else:
+            reason = "RemovalTimedOut"
+            message = f"the runtime was not reachable for {self.s.removal_timeout:.0f}s: {problem}"
         self.enrollments.event(
             obj,
             "Kyma",
-            "Removed" if problem is None else "RemovalTimedOut",
-            "Tether removed from the runtime"
-            if problem is None
-            else f"the runtime was not reachable for {self.s.removal_timeout:.0f}s: {problem}",
-            warning=problem is not None,
+            reason,
+            message,
+            warning=reason == "RemovalTimedOut",
             api_version=f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}",
         )
         self.enrollments.delete(name)
         self.skrs.forget(name)
         self.discoveries.forget(name)
-        return "Removing"
+
+    # -- dry run -------------------------------------------------------------------------
+
+    def dry_run(self) -> list[str]:
+        """``tether enroller --dry-run``: what one run (``--once``, a fresh process) would do
+        to each runtime the enroller works on, one line each; reads only: nothing is written
+        to the KCP or to any runtime (the CA is read, or made in memory when there is none;
+        certificates are issued in memory and dropped). The bundle is the enroller's own
+        (a rollout in progress is not consulted)."""
+        ns = self.s.kcp_namespace
+        ca, note = self.cas.peek()
+        everyone = list(self.kcp.list_items(apitypes.KYMAS, ns))
+        chosen = [k for k in everyone if self.selected(k)]
+        lines = [f"{len(chosen)} of {len(everyone)} Kyma CRs in {ns} selected"]
+        if note:
+            lines.append(f"KCP {ns}: {note}")
+        listed, unreadable = self._watches()
+        lines += [self._plan(obj, ca, listed, unreadable) for obj in chosen]
+        return lines
+
+    def _plan(
+        self,
+        obj: Mapping[str, Any],
+        ca: castore.CA,
+        listed: watching.Listed | None,
+        unreadable: Failure | None,
+    ) -> str:
+        meta = obj["metadata"]
+        view = kyma.view(obj)
+        who = f"Kyma {view.name} (runtime {view.runtime_id or '-'})"
+        held = FINALIZER in (meta.get("finalizers") or [])
+        if meta.get("deletionTimestamp"):
+            return f"{who}: being deleted: " + (
+                "would remove Tether from its runtime, then release the finalizer"
+                if held
+                else "nothing to remove (no finalizer)"
+            )
+
+        def stop(cause: str | None) -> None:
+            raise _Planned(cause)
+
+        try:
+            if unreadable is not None:
+                raise Failure(unreadable.reason, unreadable.message)
+            ws = None
+            if listed is not None:
+                ws = self._discovered(view, listed.for_runtime(obj)[0])
+            self.installer.enroll(
+                view,
+                ca,
+                Memory(),
+                ws,
+                None,
+                (meta.get("annotations") or {}).get(decide.TAKE_OVER_ANNOTATION),
+                before_write=stop,
+            )
+            cause: str | None = None
+        except _Planned as p:
+            cause = p.cause
+        except Failure as f:
+            return f"{who}: would fail: {f.reason}: {f.message}"
+        where = self.skrs.get(view.name).server
+        image = render.image(self.bundle, self.s.image)
+        if cause is None:
+            what = "nothing to change"
+        elif cause == "watches":
+            what = "would apply its Watch list and webhook configuration"
+        else:
+            what = f"would apply {len(self.bundle)} objects, image {image} ({cause})"
+        fin = "" if held or cause is None else "; would add the finalizer first"
+        return f"{who} at {where}: {what}{fin}"
+
+    # -- uninstall -------------------------------------------------------------------------
+
+    def uninstall(self) -> dict[str, int]:
+        """``tether enroller --uninstall``: Tether removed from every runtime the enroller
+        works on (``selected``: the selector's and every one carrying its finalizer), each
+        finalizer released and each RuntimeEnrollment deleted; a runtime that cannot be
+        reached keeps its finalizer (``Failed``, run it again) unless nothing was ever
+        installed there. The count of runtimes by outcome (``Uninstalled``, ``Failed``)."""
+        ns = self.s.kcp_namespace
+        kymas = [k for k in self.kcp.list_items(apitypes.KYMAS, ns) if self.selected(k)]
+        enrollments = {
+            e["metadata"]["name"]: e for e in self.kcp.list_items(apitypes.RUNTIME_ENROLLMENTS, ns)
+        }
+        out: Counter[str] = Counter()
+        for obj in kymas:
+            view = kyma.view(obj)
+            name = view.name
+            problem = self.installer.remove_objects(name, view.runtime_id or "")
+            enrollment = enrollments.get(name)
+            installed = self._mem(name).held is not None or bool(
+                ((enrollment or {}).get("status") or {}).get("certificate")
+            )
+            if problem is not None and installed:
+                log.warning("Kyma %s: Tether not removed from its runtime: %s", name, problem)
+                out["Failed"] += 1
+                continue
+            if not self._release(obj):
+                out["Failed"] += 1
+                continue
+            if enrollment is not None or FINALIZER in (obj["metadata"].get("finalizers") or []):
+                self._removed(
+                    obj, view, "uninstalled" if problem is None else "nothing_installed", problem
+                )
+            out["Uninstalled"] += 1
+        return dict(out)
