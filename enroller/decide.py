@@ -38,6 +38,9 @@ from typing import Literal, NamedTuple
 
 from tether.wire import filters
 
+FINALIZER = "tether.kyma-project.io/enroller"  # on a Kyma CR whose runtime the enroller wrote
+
+
 # -- which Kyma CRs (a pilot before the fleet) -------------------------------------------------
 
 

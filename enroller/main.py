@@ -5,8 +5,8 @@ line), the KCP client and the enroller; then ``tether.runtime.elected.run_electe
 holder the interval run over every Kyma CR and a light list every ``REACT_SECONDS`` that
 runs the Kyma CRs that changed; /healthz, /readyz and /metrics; a clean stop on SIGTERM
 (releasing the Lease). ``--once``: one run, no election, the states printed.
-``--uninstall``: Tether removed from every runtime it works on (``Enroller.uninstall``).
-``--dry-run``: what ``--once`` would do, per runtime, with reads only (``Enroller.dry_run``).
+``--uninstall``: Tether removed from every runtime it works on (``enroller.removal.uninstall``).
+``--dry-run``: what ``--once`` would do, per runtime, with reads only (``enroller.dryrun``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 from apscheduler.triggers.interval import IntervalTrigger
 
 from enroller import app as app_mod
-from enroller import metrics, reconcile
+from enroller import dryrun, metrics, reconcile, removal
 from enroller import settings as settings_mod
 from tether.base import auditwriter, logs
 from tether.kube import skr_clients
@@ -64,11 +64,11 @@ def main(argv: list[str]) -> int:
         audit.disabled = True
     e = reconcile.Enroller(s, kcp, skrs, stats, audit)
     if args.dry_run:
-        print("\n".join(e.dry_run()))
+        print("\n".join(dryrun.dry_run(e)))
         skrs.close()
         return 0
     if args.uninstall:
-        done = e.uninstall()
+        done = removal.uninstall(e)
         print(done)
         skrs.close()
         return 1 if done.get("Failed") else 0

@@ -54,9 +54,19 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from enroller import castore, decide, discovery, dispatch, metrics, render, rollouts, watching
+from enroller import (
+    castore,
+    decide,
+    discovery,
+    dispatch,
+    metrics,
+    removal,
+    render,
+    rollouts,
+    watching,
+)
 from enroller import settings as settings_mod
-from enroller.enrollment import Enrollments, logged
+from enroller.enrollment import Enrollments
 from enroller.held import CA_SERIAL, serial_hex
 from enroller.held import key_matches as _key_matches
 from enroller.install import Failure, Installer, Memory, Result
@@ -68,13 +78,7 @@ __all__ = ["CA_SERIAL", "FINALIZER", "Enroller", "Failure", "Memory", "Result", 
 
 log = logging.getLogger("tether.enroller")
 
-FINALIZER = "tether.kyma-project.io/enroller"
-
-
-class _Planned(Exception):  # noqa: N818 - not an error: the dry run stops before a write
-    def __init__(self, cause: str | None) -> None:
-        super().__init__(cause)
-        self.cause = cause
+FINALIZER = decide.FINALIZER
 
 
 def _utcnow() -> datetime.datetime:
@@ -400,7 +404,7 @@ class Enroller:
             deleting=deleting, backing_off=not deleting and self.clock() < mem.next_attempt
         )
         if step == "remove":
-            return self.remove(obj, enrollment)
+            return removal.remove(self, obj, enrollment)
         view = kyma.view(obj)
         if step == "wait":
             if mem.last_failure is not None:  # nothing asked of the runtime; its status kept true
@@ -536,205 +540,3 @@ class Enroller:
             raise Failure(
                 "KcpUnavailable", f"adding the finalizer: {logs.bounded(e, 200)}"
             ) from None
-
-    # -- removal -------------------------------------------------------------------------
-
-    def remove(self, obj: Mapping[str, Any], enrollment: Mapping[str, Any] | None) -> str:
-        """Tether removed from the runtime of a Kyma CR being deleted (``decide.removal``)."""
-        meta = obj["metadata"]
-        name = meta["name"]
-        view = kyma.view(obj)
-        facts = decide.RemovalFacts(
-            finalizer=FINALIZER in (meta.get("finalizers") or []),
-            attempted=False,
-            problem=None,
-            waited=datetime.timedelta(0),
-            timeout=datetime.timedelta(seconds=self.s.removal_timeout),
-            installed=self._mem(name).held is not None
-            or bool(((enrollment or {}).get("status") or {}).get("certificate")),
-        )
-        if decide.removal(facts).kind == "forget":
-            self.enrollments.delete(name)
-            return "Removing"
-        since = times.parse_time(meta.get("deletionTimestamp", "")) or self.now()
-        waited = (
-            self.now() - since
-        )  # before the attempt: a slow runtime does not shorten the timeout
-        facts = facts._replace(
-            attempted=True,
-            waited=waited,
-            problem=self.installer.remove_objects(name, view.runtime_id or ""),
-        )
-        verdict = decide.removal(facts)
-        if verdict.kind == "retry":
-            log.warning(
-                "Kyma %s deleted: removing Tether from its runtime failed (%s); retried until "
-                "the %ds timeout",
-                name,
-                facts.problem,
-                self.s.removal_timeout,
-            )
-            return "Removing"
-        if not self._release(obj):
-            return "Removing"
-        self._removed(obj, view, verdict.outcome, facts.problem)
-        return "Removing"
-
-    def _release(self, obj: Mapping[str, Any]) -> bool:
-        """The enroller's finalizer taken off the Kyma CR (if it has it); False: failed."""
-        meta = obj["metadata"]
-        if FINALIZER not in (meta.get("finalizers") or []):
-            return True
-        return logged(
-            f"Kyma {meta['name']}: releasing the finalizer failed",
-            lambda: self.kcp.patch(
-                apitypes.KYMAS,
-                self.s.kcp_namespace,
-                meta["name"],
-                {
-                    "metadata": {
-                        "finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
-                        "resourceVersion": meta["resourceVersion"],
-                    }
-                },
-            ),
-        )
-
-    def _removed(
-        self, obj: Mapping[str, Any], view: kyma.KymaView, outcome: str, problem: str | None
-    ) -> None:
-        """After the runtime's objects and the finalizer went: audit, Event, the
-        RuntimeEnrollment deleted and what this process held of the runtime forgotten."""
-        name = view.name
-        logs.audit(
-            self.audit,
-            "runtime_removed",
-            runtime=view.runtime_id,
-            kyma=name,
-            outcome=outcome,
-        )
-        if problem is None:
-            reason, message = "Removed", "Tether removed from the runtime"
-        elif outcome == "nothing_installed":
-            reason, message = "Released", f"nothing was installed in the runtime ({problem})"
-        else:
-            reason = "RemovalTimedOut"
-            message = f"the runtime was not reachable for {self.s.removal_timeout:.0f}s: {problem}"
-        self.enrollments.event(
-            obj,
-            "Kyma",
-            reason,
-            message,
-            warning=reason == "RemovalTimedOut",
-            api_version=f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}",
-        )
-        self.enrollments.delete(name)
-        self.skrs.forget(name)
-        self.discoveries.forget(name)
-
-    # -- dry run -------------------------------------------------------------------------
-
-    def dry_run(self) -> list[str]:
-        """``tether enroller --dry-run``: what one run (``--once``, a fresh process) would do
-        to each runtime the enroller works on, one line each; reads only: nothing is written
-        to the KCP or to any runtime (the CA is read, or made in memory when there is none;
-        certificates are issued in memory and dropped). The bundle is the enroller's own
-        (a rollout in progress is not consulted)."""
-        ns = self.s.kcp_namespace
-        ca, note = self.cas.peek()
-        everyone = list(self.kcp.list_items(apitypes.KYMAS, ns))
-        chosen = [k for k in everyone if self.selected(k)]
-        lines = [f"{len(chosen)} of {len(everyone)} Kyma CRs in {ns} selected"]
-        if note:
-            lines.append(f"KCP {ns}: {note}")
-        listed, unreadable = self._watches()
-        lines += [self._plan(obj, ca, listed, unreadable) for obj in chosen]
-        return lines
-
-    def _plan(
-        self,
-        obj: Mapping[str, Any],
-        ca: castore.CA,
-        listed: watching.Listed | None,
-        unreadable: Failure | None,
-    ) -> str:
-        meta = obj["metadata"]
-        view = kyma.view(obj)
-        who = f"Kyma {view.name} (runtime {view.runtime_id or '-'})"
-        held = FINALIZER in (meta.get("finalizers") or [])
-        if meta.get("deletionTimestamp"):
-            return f"{who}: being deleted: " + (
-                "would remove Tether from its runtime, then release the finalizer"
-                if held
-                else "nothing to remove (no finalizer)"
-            )
-
-        def stop(cause: str | None) -> None:
-            raise _Planned(cause)
-
-        try:
-            if unreadable is not None:
-                raise Failure(unreadable.reason, unreadable.message)
-            ws = None
-            if listed is not None:
-                ws = self._discovered(view, listed.for_runtime(obj)[0])
-            self.installer.enroll(
-                view,
-                ca,
-                Memory(),
-                ws,
-                None,
-                (meta.get("annotations") or {}).get(decide.TAKE_OVER_ANNOTATION),
-                before_write=stop,
-            )
-            cause: str | None = None
-        except _Planned as p:
-            cause = p.cause
-        except Failure as f:
-            return f"{who}: would fail: {f.reason}: {f.message}"
-        where = self.skrs.get(view.name).server
-        image = render.image(self.bundle, self.s.image)
-        if cause is None:
-            what = "nothing to change"
-        elif cause == "watches":
-            what = "would apply its Watch list and webhook configuration"
-        else:
-            what = f"would apply {len(self.bundle)} objects, image {image} ({cause})"
-        fin = "" if held or cause is None else "; would add the finalizer first"
-        return f"{who} at {where}: {what}{fin}"
-
-    # -- uninstall -------------------------------------------------------------------------
-
-    def uninstall(self) -> dict[str, int]:
-        """``tether enroller --uninstall``: Tether removed from every runtime the enroller
-        works on (``selected``: the selector's and every one carrying its finalizer), each
-        finalizer released and each RuntimeEnrollment deleted; a runtime that cannot be
-        reached keeps its finalizer (``Failed``, run it again) unless nothing was ever
-        installed there. The count of runtimes by outcome (``Uninstalled``, ``Failed``)."""
-        ns = self.s.kcp_namespace
-        kymas = [k for k in self.kcp.list_items(apitypes.KYMAS, ns) if self.selected(k)]
-        enrollments = {
-            e["metadata"]["name"]: e for e in self.kcp.list_items(apitypes.RUNTIME_ENROLLMENTS, ns)
-        }
-        out: Counter[str] = Counter()
-        for obj in kymas:
-            view = kyma.view(obj)
-            name = view.name
-            problem = self.installer.remove_objects(name, view.runtime_id or "")
-            enrollment = enrollments.get(name)
-            installed = self._mem(name).held is not None or bool(
-                ((enrollment or {}).get("status") or {}).get("certificate")
-            )
-            if problem is not None and installed:
-                log.warning("Kyma %s: Tether not removed from its runtime: %s", name, problem)
-                out["Failed"] += 1
-                continue
-            if not self._release(obj):
-                out["Failed"] += 1
-                continue
-            if enrollment is not None or FINALIZER in (obj["metadata"].get("finalizers") or []):
-                self._removed(
-                    obj, view, "uninstalled" if problem is None else "nothing_installed", problem
-                )
-            out["Uninstalled"] += 1
-        return dict(out)

@@ -3,7 +3,7 @@ KCP, three of them with runtime planes of their own and one whose kubeconfig is 
 ``TETHER_ENROLLER_KYMA_SELECTOR`` picks the pilot. Only the selected are touched (the
 others keep their resourceVersion: no finalizer, no RuntimeEnrollment, nothing in their
 runtime); the dry run writes nothing anywhere (every resourceVersion unchanged) and says per
-runtime what it would do; ``tether enroller --uninstall`` (``Enroller.uninstall``) leaves no
+runtime what it would do; ``tether enroller --uninstall`` (``enroller.removal.uninstall``) leaves no
 finalizer, no RuntimeEnrollment and no Tether object in any runtime."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from enroller import reconcile, render
+from enroller import dryrun, reconcile, removal, render
 from testing import controlplane
 from testing.enrollenv import Env, runtime_objects
 from tether.wire import filters
@@ -113,7 +113,7 @@ def test_only_the_pilot_is_enrolled_and_uninstall_leaves_nothing_behind(
     apis = [p.api_client() for p in fleet]
     try:
         before = [versions(env.api, env.ns), *(versions(api) for api in apis)]
-        plan = e.dry_run()
+        plan = dryrun.dry_run(e)
         assert [versions(env.api, env.ns), *(versions(api) for api in apis)] == before
     finally:
         for api in apis:
@@ -148,7 +148,7 @@ def test_only_the_pilot_is_enrolled_and_uninstall_leaves_nothing_behind(
     assert narrowed.run() == {"Ready": 2}
 
     # uninstall: every runtime of the pilot cleaned, every finalizer and enrollment gone
-    assert e.uninstall() == {"Uninstalled": 3}
+    assert removal.uninstall(e) == {"Uninstalled": 3}
     assert not installed(a) and not installed(b) and not installed(c)
     after = kymas(env)
     assert not any(
