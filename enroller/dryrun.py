@@ -80,8 +80,9 @@ def _plan(
             before_write=stop,
         )
         cause: str | None = None
+        stopped = False  # Tether is in the runtime already, or about to be
     except _Planned as p:
-        cause = p.cause
+        cause, stopped = p.cause, True
     except Failure as f:
         return f"{who}: would fail: {f.reason}: {f.message}"
     where = e.skrs.get(view.name).server
@@ -92,5 +93,5 @@ def _plan(
         what = "would apply its Watch list and webhook configuration"
     else:
         what = f"would apply {len(e.bundle)} objects, image {image} ({cause})"
-    fin = "" if held or cause is None else "; would add the finalizer first"
+    fin = "; would add the finalizer first" if stopped and not held else ""
     return f"{who} at {where}: {what}{fin}"
