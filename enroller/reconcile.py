@@ -355,6 +355,8 @@ class Enroller:
             return {}
         changed = set()
         for k in self.kcp.list_items(apitypes.KYMAS, self.s.kcp_namespace, metadata_only=True):
+            if not self.selected(k):  # outside the pilot: not even read again
+                continue
             meta = k["metadata"]
             mem = self._mem(meta["name"])
             # changed, or enrolled and waiting for its webhook to serve (Ready within seconds)

@@ -130,7 +130,7 @@ def test_only_the_pilot_is_enrolled_and_uninstall_leaves_nothing_behind(
     assert enrollments(env) == [] and not installed(a) and not installed(b)
 
     assert e.run() == {"Ready": 2, "Failed": 1}
-    # a reaction to changed Kyma CRs (all of them are new to it) runs the pilot's only
+    # a reaction to changed Kyma CRs runs the pilot's only
     reacted = e.react()
     assert set(reacted) <= {"Ready", "Failed"} and sum(reacted.values()) <= 3, reacted
     now = kymas(env)
