@@ -5,7 +5,8 @@ labelled runtimes are read once per tenant and run, ``regindex``):
 
 1. the tenant's Director runtimes labelled ``gardenerClusterName`` = the shoot's name (the
    Provisioner, compass-manager and Tether all write it); one this instance registered for
-   this Kyma CR (``director_connection_managed_by`` and ``tether_kyma``) is its own;
+   this Kyma CR (``director_connection_managed_by`` and ``tether_kyma``) is its own; a Kyma
+   CR without a shoot name (bring-your-own) is looked up by those two labels only;
 2. else a *hint*: the RUNTIME_ID of the runtime's ``compass-agent-configuration`` Secret
    (``kyma-system``, then where older runtimes keep it, ``compass-system``), or a runtime ID
    from compass-manager's mappings. A hint is never proof (the tenant writes that Secret):
@@ -142,7 +143,11 @@ def lookup(
     registration is found; ``held_by``: another mapping holding a runtime ID."""
     director = index.director
     who = claims.identity(kyma, ref)
-    found = index.find(tenant, who.shoot) if who.shoot else []
+    if who.shoot:
+        found = index.find(tenant, who.shoot)
+    else:  # a bring-your-own cluster: found again by its own labels, one query
+        mine = director.find_runtime(tenant, policy.managed_by, ref)
+        found = [mine] if mine is not None else []
     hint = Hint("", "")
     if not any(
         r.labels.get(model.MANAGED_BY) == policy.managed_by and r.labels.get(model.KYMA_REF) == ref

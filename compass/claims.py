@@ -22,6 +22,10 @@ Director label              written by                                      Kyma
 ``global_account_id``       compass-manager, Tether                         global-account-id
 =========================== =============================================== ================
 
+A Kyma CR without a shoot name (a bring-your-own cluster) matches only a runtime whose
+``tether_kyma`` names it and that has no ``gardenerClusterName`` (a shoot's registration is
+never a BYOC runtime's).
+
 The Director may hold a label value as a list (``global_subaccount_id`` often is): a value
 agrees when the list holds it.
 """
@@ -79,7 +83,12 @@ def mismatch(labels: Mapping[str, Any], who: Identity) -> str:
     owner = labels.get(model.KYMA_REF)
     if owner and owner != who.ref:
         return f"its label {model.KYMA_REF} names another Kyma CR"
-    if not who.shoot or who.shoot not in _values(labels.get(model.SHOOT_LABEL, "")):
+    if not who.shoot:  # a bring-your-own cluster: only a runtime registered for it
+        if owner != who.ref:
+            return f"its label {model.KYMA_REF} does not name this Kyma CR (no shoot name)"
+        if model.SHOOT_LABEL in labels:
+            return f"its label {model.SHOOT_LABEL} names a shoot, this Kyma CR has none"
+    elif who.shoot not in _values(labels.get(model.SHOOT_LABEL, "")):
         return f"its label {model.SHOOT_LABEL} does not name this Kyma CR's shoot"
     for key, wanted in [(k, who.subaccount) for k in SUBACCOUNT_KEYS] + [
         (INSTANCE_KEY, who.instance),

@@ -24,6 +24,7 @@ it only when its ``tether_kyma`` names this Kyma CR, else ``release``s it.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
@@ -121,8 +122,24 @@ def problems(kyma: model.Kyma) -> tuple[str, str] | None:
 
 
 def runtime_name(kyma: model.Kyma) -> str | None:
+    """The Director runtime name: the shoot's name, or for a Kyma CR without the
+    ``kyma-project.io/shoot-name`` label (a bring-your-own cluster) ``byoc_name``."""
+    if is_byoc(kyma):
+        return byoc_name(kyma_ref(kyma.namespace, kyma.name))
     name = kyma.labels.get(apitypes.SHOOT_NAME_LABEL, "").strip().lower()
     return name if NAME_RE.match(name) else None
+
+
+def is_byoc(kyma: model.Kyma) -> bool:
+    """No shoot name: a cluster Gardener did not make (found again by ``tether_kyma``)."""
+    return not kyma.labels.get(apitypes.SHOOT_NAME_LABEL, "").strip()
+
+
+def byoc_name(ref: str) -> str:
+    """Stable across restarts (a function of the Kyma CR's namespace and name only), one per
+    Kyma CR (96 bits of SHA-256), 29 characters, and never a Gardener shoot's name (those
+    have no '.')."""
+    return model.BYOC_PREFIX + hashlib.sha256(ref.encode()).hexdigest()[:24]
 
 
 def kyma_ref(kyma_namespace: str, kyma_name: str) -> str:
@@ -135,10 +152,11 @@ def register_input(kyma: model.Kyma, policy: Policy) -> dict[str, Any]:
     labels: dict[str, Any] = {
         model.MANAGED_BY: policy.managed_by,
         model.KYMA_REF: kyma_ref(kyma.namespace, kyma.name),
-        "gardenerClusterName": lab[apitypes.SHOOT_NAME_LABEL],
         "global_subaccount_id": lab[apitypes.SUBACCOUNT_LABEL],
         "global_account_id": lab[apitypes.GLOBAL_ACCOUNT_LABEL],
     }
+    if not is_byoc(kyma):  # a BYOC runtime carries no shoot label: none is its
+        labels[model.SHOOT_LABEL] = lab[apitypes.SHOOT_NAME_LABEL]
     for key, source in (
         ("broker_instance_id", apitypes.INSTANCE_ID_LABEL),
         ("broker_plan_id", apitypes.PLAN_ID_LABEL),

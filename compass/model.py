@@ -13,10 +13,11 @@ from typing import Any, NamedTuple
 from tether.kube import apitypes
 
 # Kyma CR (lifecycle-manager) ---------------------------------------------------------------
+# kyma-project.io/shoot-name is not required: a Kyma CR without it is a bring-your-own
+# cluster (BYOC), registered under a name derived from the Kyma CR (``decide.runtime_name``)
 REQUIRED_LABELS = (
     apitypes.GLOBAL_ACCOUNT_LABEL,
     apitypes.SUBACCOUNT_LABEL,
-    apitypes.SHOOT_NAME_LABEL,
 )
 APP_CONNECTOR_MODULE = "application-connector"
 
@@ -38,6 +39,10 @@ AGENT_CERT_SECRET = "cluster-client-certificates"
 
 # Registrations made by others (the Provisioner, compass-manager) ----------------------------
 SHOOT_LABEL = "gardenerClusterName"  # the Director label both write: the shoot's name
+# A bring-your-own runtime's Director name: this prefix and a digest of its Kyma CR's
+# "<namespace>.<name>". Gardener shoot names are DNS labels (no '.'), so no shoot's
+# registration is ever named like one.
+BYOC_PREFIX = "byoc."
 MODES = ("normal", "dry-run", "registration-off")
 
 

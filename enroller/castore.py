@@ -115,6 +115,31 @@ class CAStore:
             self._publish(ca.bundle)
             return ca
 
+    def peek(self) -> tuple[CA, str]:
+        """Read only (the enroller's dry run): the CA as it stands and "" or what ``ensure``
+        would change; with no CA Secret, one made in memory (never written)."""
+        doc = self.kcp.get_or_none(gateway.SECRETS, self.namespace, self.secret)
+        if doc is None:
+            current = certs.CertificateAuthority.create(
+                "tether-watcher-ca", self.lifetime, self.now()
+            )
+            return CA(current, None, pki.trust_bundle(current.cert, None), None), (
+                f"would create the watcher CA (Secret {self.namespace}/{self.secret})"
+            )
+        if issuer_managed(doc):
+            current, previous = pki.load_ca_secret(_decoded(doc))[0], None
+        else:
+            current, previous = pki.load_ca_secret(_decoded(doc))
+        note = ""
+        if previous is None and not issuer_managed(doc):
+            if pki.ca_needs_rollover(current.cert, self.now()):
+                note = "would start a CA rollover (every runtime renewed)"
+        started = times.parse_time(
+            ((doc.get("metadata") or {}).get("annotations") or {}).get(ROLLOVER_STARTED, "")
+        )
+        bundle = pki.trust_bundle(current.cert, previous)
+        return CA(current, previous, bundle, started if previous is not None else None), note
+
     def finish_rollover(self, ca: CA, cause: str, quarantined: int = 0) -> CA:
         """Drop the previous CA (the caller decided that the rollover ends: ``cause``
         ``complete`` or ``deadline``, with ``quarantined`` runtimes left behind)."""

@@ -13,6 +13,8 @@ the facts and perform; nothing here does I/O or reads a clock.
   passed) and which runtimes are then quarantined.
 - ``quarantined``: whether the certificate a runtime holds is from a CA no longer trusted.
 
+- ``selected``: whether a Kyma CR is the enroller's at all (``KYMA_SELECTOR``).
+
 And what one pass does with one runtime (``reconcile`` reads the runtime, asks, performs):
 
 - ``step``: remove Tether (its Kyma CR is being deleted), wait out its backoff, or enroll.
@@ -33,6 +35,23 @@ import datetime
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Literal, NamedTuple
+
+from tether.wire import filters
+
+FINALIZER = "tether.kyma-project.io/enroller"  # on a Kyma CR whose runtime the enroller wrote
+
+
+# -- which Kyma CRs (a pilot before the fleet) -------------------------------------------------
+
+
+def selected(
+    selector: tuple[filters.Requirement, ...], labels: Mapping[str, str], finalizer: bool
+) -> bool:
+    """Whether the enroller works on a Kyma CR: its labels match ``KYMA_SELECTOR`` (empty:
+    every one), or it carries the enroller's finalizer (``finalizer``: installed into
+    before, so kept up to date and removed on deletion whatever the selector says now)."""
+    return finalizer or filters.selector_matches(selector, labels)
+
 
 # -- dispatch ---------------------------------------------------------------------------------
 
@@ -301,21 +320,26 @@ class RemovalFacts(NamedTuple):
     problem: str | None  # why deleting them failed (None: done, or not attempted)
     waited: datetime.timedelta  # since the Kyma CR's deletion began
     timeout: datetime.timedelta  # REMOVAL_TIMEOUT_SECONDS
+    installed: bool = True  # something was ever installed (False: known never)
 
 
 class Removal(NamedTuple):
     kind: RemovalKind
-    outcome: Literal["", "removed", "removal_timed_out"] = ""
+    outcome: Literal["", "removed", "removal_timed_out", "nothing_installed"] = ""
 
 
 def removal(f: RemovalFacts) -> Removal:
     """A Kyma CR without the finalizer has only its RuntimeEnrollment to go (``forget``);
     else the runtime's objects are deleted, retried while that fails until the timeout, and
-    then (or once done) the finalizer is released: ``removed``, or ``removal_timed_out``."""
+    then (or once done) the finalizer is released: ``removed``, or ``removal_timed_out``; at
+    once (``nothing_installed``) when the runtime cannot be reached and nothing was ever
+    installed into it."""
     if not f.finalizer:
         return Removal("forget")
     if not f.attempted:
         return Removal("delete")
+    if f.problem is not None and not f.installed:  # nothing to wait for (issue 42)
+        return Removal("release", "nothing_installed")
     if f.problem is not None and f.waited < f.timeout:
         return Removal("retry")
     return Removal("release", "removed" if f.problem is None else "removal_timed_out")

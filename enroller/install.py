@@ -128,13 +128,18 @@ class Installer:
         ws: tuple[watch_api.Watch, ...] | None = None,
         bundle: tuple[list[dict[str, Any]], str | None] | None = None,
         take_over_from: str | None = None,
+        before_write: Callable[[str | None], None] | None = None,
     ) -> Result:
         """The runtime read (two reads), its renewals and apply decided (``decide.renewal``,
         ``decide.apply``), then performed. ``ws``: the Watches in force there (None: before
         Watches); a changed set changes the Watches' digest: the Watch list and the webhook
         configuration are applied. ``bundle``: the objects and image this runtime is given
         (``enroller.rollouts``; None: the enroller's own). A runtime another KCP installed is
-        left alone unless ``take_over_from`` names that KCP's listener (``decide.ownership``)."""
+        left alone unless ``take_over_from`` names that KCP's listener (``decide.ownership``).
+        ``before_write``: called with the apply's cause (None: nothing to write) before
+        anything is written into the runtime, and whenever the runtime already holds Tether
+        (the enroller's finalizer goes on the Kyma CR then, and only then; the dry run stops
+        there)."""
         objects, image = bundle or (self.bundle, self.s.image)
         skr = self._skr(view)
         now = self.now()
@@ -193,6 +198,10 @@ class Installer:
                 watches_current=have.get(render.WATCHES_DIGEST) == want.get(render.WATCHES_DIGEST),
             )
         )
+        if before_write is not None and (
+            act.cause is not None or held.secret is not None or hook is not None
+        ):
+            before_write(act.cause)
         if act.cause == "watches":
             self._apply_watches(skr, view, objs)
         elif act.cause is not None:

@@ -3,9 +3,8 @@
 For each Kyma CR in the KCP namespace (also a bring-your-own cluster: only its kubeconfig
 Secret is needed):
 
-1. its runtime ID (label) and ``skr-domain`` (annotation) are read; a finalizer
-   (``tether.kyma-project.io/enroller``) is put on it so that its deletion waits for
-   Tether's removal from the runtime (at most ``REMOVAL_TIMEOUT_SECONDS``);
+1. it is skipped unless it matches ``KYMA_SELECTOR`` (empty: every one) or carries the
+   enroller's finalizer; its runtime ID (label) and ``skr-domain`` (annotation) are read;
 2. through its kubeconfig Secret, **two reads**: the runtime's client Secret and the
    webhook configuration. Their annotations name the installed bundle's digest and the
    certificates' serials; when both match what would be installed now, the certificates
@@ -14,7 +13,11 @@ Secret is needed):
    With the Watch CRD installed, the Watches of the KCP namespace (listed once per run,
    ``enroller.watching``) that apply to the runtime are part of what would be installed:
    its webhooks and its ``tether-watches`` list; after a full run each Watch's status;
-3. otherwise every object of the rendered bundle (``enroller.render``) is server-side
+3. otherwise, once a finalizer (``tether.kyma-project.io/enroller``) is on the Kyma CR (put
+   there just before the first write into its runtime, or when the runtime already holds
+   Tether: its deletion then waits for Tether's removal, at most
+   ``REMOVAL_TIMEOUT_SECONDS``; a Kyma CR whose runtime was never written carries none),
+   every object of the rendered bundle (``enroller.render``) is server-side
    applied (field manager ``tether-enroller``, forced): a first install, a renewal (client
    certificate at two thirds of its lifetime, serving certificate likewise, both when the
    watcher CA changed), a repair (a deleted or edited object), a rollout (a new image or
@@ -51,9 +54,19 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from enroller import castore, decide, discovery, dispatch, metrics, render, rollouts, watching
+from enroller import (
+    castore,
+    decide,
+    discovery,
+    dispatch,
+    metrics,
+    removal,
+    render,
+    rollouts,
+    watching,
+)
 from enroller import settings as settings_mod
-from enroller.enrollment import Enrollments, logged
+from enroller.enrollment import Enrollments
 from enroller.held import CA_SERIAL, serial_hex
 from enroller.held import key_matches as _key_matches
 from enroller.install import Failure, Installer, Memory, Result
@@ -65,7 +78,7 @@ __all__ = ["CA_SERIAL", "FINALIZER", "Enroller", "Failure", "Memory", "Result", 
 
 log = logging.getLogger("tether.enroller")
 
-FINALIZER = "tether.kyma-project.io/enroller"
+FINALIZER = decide.FINALIZER
 
 
 def _utcnow() -> datetime.datetime:
@@ -121,7 +134,7 @@ class Enroller:
         else:
             ca = self._ca
         if only is None:  # the fleet: one list each
-            kymas = list(self.kcp.list_items(apitypes.KYMAS, ns))
+            kymas = [k for k in self.kcp.list_items(apitypes.KYMAS, ns) if self.selected(k)]
             enrollments = {
                 e["metadata"]["name"]: e
                 for e in self.kcp.list_items(apitypes.RUNTIME_ENROLLMENTS, ns)
@@ -133,6 +146,7 @@ class Enroller:
                 k
                 for n in sorted(only)
                 if (k := self.kcp.get_or_none(apitypes.KYMAS, ns, n)) is not None
+                and self.selected(k)
             ]
             enrollments = {
                 n: e
@@ -185,6 +199,17 @@ class Enroller:
             self.stats.last_success.set(time.time())
             self.stats.run_seconds.observe(time.monotonic() - t0)
         return dict(counts)
+
+    def selected(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the enroller works on this Kyma CR: it matches ``KYMA_SELECTOR`` (empty:
+        every one), or it carries the enroller's finalizer (installed into before: kept up to
+        date and removed on deletion, whatever the selector says now)."""
+        meta = obj.get("metadata") or {}
+        return decide.selected(
+            self.s.kyma_selector,
+            meta.get("labels") or {},
+            FINALIZER in (meta.get("finalizers") or []),
+        )
 
     def _outcome(
         self,
@@ -330,6 +355,8 @@ class Enroller:
             return {}
         changed = set()
         for k in self.kcp.list_items(apitypes.KYMAS, self.s.kcp_namespace, metadata_only=True):
+            if not self.selected(k):  # outside the pilot: not even read again
+                continue
             meta = k["metadata"]
             mem = self._mem(meta["name"])
             # changed, or enrolled and waiting for its webhook to serve (Ready within seconds)
@@ -379,7 +406,7 @@ class Enroller:
             deleting=deleting, backing_off=not deleting and self.clock() < mem.next_attempt
         )
         if step == "remove":
-            return self.remove(obj, enrollment)
+            return removal.remove(self, obj, enrollment)
         view = kyma.view(obj)
         if step == "wait":
             if mem.last_failure is not None:  # nothing asked of the runtime; its status kept true
@@ -392,7 +419,6 @@ class Enroller:
             if listed is not None:
                 ws, mem.watches_left_out = listed.for_runtime(obj)
                 ws = self._discovered(view, ws)
-            self._ensure_finalizer(obj)
             chosen = self.rollouts.choose(view.runtime_id or name)
             result = self.installer.enroll(
                 view,
@@ -401,6 +427,7 @@ class Enroller:
                 ws,
                 (chosen.objects, chosen.image),
                 (meta.get("annotations") or {}).get(decide.TAKE_OVER_ANNOTATION),
+                before_write=lambda _cause: self._ensure_finalizer(obj),
             )
             self.rollouts.enrolled(view.runtime_id or name, chosen.digest)
         except Failure as f:
@@ -515,77 +542,3 @@ class Enroller:
             raise Failure(
                 "KcpUnavailable", f"adding the finalizer: {logs.bounded(e, 200)}"
             ) from None
-
-    # -- removal -------------------------------------------------------------------------
-
-    def remove(self, obj: Mapping[str, Any], enrollment: Mapping[str, Any] | None) -> str:
-        """Tether removed from the runtime of a Kyma CR being deleted (``decide.removal``)."""
-        meta = obj["metadata"]
-        name = meta["name"]
-        view = kyma.view(obj)
-        facts = decide.RemovalFacts(
-            finalizer=FINALIZER in (meta.get("finalizers") or []),
-            attempted=False,
-            problem=None,
-            waited=datetime.timedelta(0),
-            timeout=datetime.timedelta(seconds=self.s.removal_timeout),
-        )
-        if decide.removal(facts).kind == "forget":
-            self.enrollments.delete(name)
-            return "Removing"
-        since = times.parse_time(meta.get("deletionTimestamp", "")) or self.now()
-        waited = (
-            self.now() - since
-        )  # before the attempt: a slow runtime does not shorten the timeout
-        facts = facts._replace(
-            attempted=True,
-            waited=waited,
-            problem=self.installer.remove_objects(name, view.runtime_id or ""),
-        )
-        verdict = decide.removal(facts)
-        if verdict.kind == "retry":
-            log.warning(
-                "Kyma %s deleted: removing Tether from its runtime failed (%s); retried until "
-                "the %ds timeout",
-                name,
-                facts.problem,
-                self.s.removal_timeout,
-            )
-            return "Removing"
-        if not logged(
-            f"Kyma {name}: releasing the finalizer failed",
-            lambda: self.kcp.patch(
-                apitypes.KYMAS,
-                self.s.kcp_namespace,
-                name,
-                {
-                    "metadata": {
-                        "finalizers": [f for f in meta.get("finalizers") or [] if f != FINALIZER],
-                        "resourceVersion": meta["resourceVersion"],
-                    }
-                },
-            ),
-        ):
-            return "Removing"
-        problem = facts.problem
-        logs.audit(
-            self.audit,
-            "runtime_removed",
-            runtime=view.runtime_id,
-            kyma=name,
-            outcome=verdict.outcome,
-        )
-        self.enrollments.event(
-            obj,
-            "Kyma",
-            "Removed" if problem is None else "RemovalTimedOut",
-            "Tether removed from the runtime"
-            if problem is None
-            else f"the runtime was not reachable for {self.s.removal_timeout:.0f}s: {problem}",
-            warning=problem is not None,
-            api_version=f"{apitypes.KYMAS.group}/{apitypes.KYMAS.version}",
-        )
-        self.enrollments.delete(name)
-        self.skrs.forget(name)
-        self.discoveries.forget(name)
-        return "Removing"

@@ -15,6 +15,7 @@ from typing import Any
 from enroller import render, rollout
 from tether.base import auditwriter, config
 from tether.kube import apitypes, skr_clients
+from tether.wire import filters
 
 E = "TETHER_ENROLLER_"
 setting = config.setting
@@ -33,6 +34,13 @@ def _duration(seconds: float) -> datetime.timedelta:
 def _lifetime(option: config.Option) -> Any:
     """A field of seconds given as a ``timedelta``."""
     return setting(option, convert=_duration)
+
+
+def _kyma_selector(name: str, raw: str) -> tuple[filters.Requirement, ...]:
+    try:
+        return filters.parse_selector(raw)
+    except filters.SelectorError as e:
+        raise config.SettingError(f"{name}: {e}") from None
 
 
 def _waves(name: str, raw: str) -> tuple[float, ...]:
@@ -203,6 +211,17 @@ class Settings:
     )
     backoff_base: float = setting(BACKOFF[0])
     backoff_cap: float = setting(BACKOFF[1])
+    kyma_selector: tuple[filters.Requirement, ...] = setting(
+        config.custom(
+            E + "KYMA_SELECTOR",
+            (),
+            "label selector over the Kyma CRs to enroll (a pilot before the fleet); "
+            "the others get no finalizer, no RuntimeEnrollment and no install, except one "
+            "installed into before (it keeps the enroller's finalizer); empty: every Kyma CR",
+            _kyma_selector,
+            shown="(empty: every Kyma CR)",
+        )
+    )
     removal_timeout: float = setting(
         config.seconds(
             E + "REMOVAL_TIMEOUT_SECONDS",

@@ -161,13 +161,7 @@ class CertManager:
 
 def overlay_objects(overlay: pathlib.Path = OVERLAY) -> list[dict[str, Any]]:
     """Every object of ``kubectl kustomize overlay``."""
-    kubectl = controlplane.binaries() / "kubectl"
-    done = subprocess.run(
-        [str(kubectl), "kustomize", str(overlay)], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise CertManagerError(f"kubectl kustomize {overlay}: {done.stderr.strip()}")
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return overlays.kustomize(overlay)
 
 
 def issuer_objects(objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -83,9 +83,13 @@ class Env:
         *,
         domain: str | None = "auto",
         runtime_id: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> str:
         rid = runtime_id or f"rt-{name}"
-        labels = compassenv.kyma_labels("ga", name, **{"kyma-project.io/runtime-id": rid})
+        labels = {
+            **compassenv.kyma_labels("ga", name, **{"kyma-project.io/runtime-id": rid}),
+            **(labels or {}),
+        }
         body = {
             "apiVersion": "operator.kyma-project.io/v1beta2",
             "kind": "Kyma",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import subprocess
 from typing import Any
 
 import yaml
@@ -48,6 +49,17 @@ class KcpInputs:
     admin_cert: bytes = b""  # the admin pages' serving certificate (Secret tether-admin-tls)
     admin_key: bytes = b""
     enroller_env: dict[str, str] = dataclasses.field(default_factory=dict)  # a test's knobs
+
+
+def kustomize(overlay: pathlib.Path) -> list[dict[str, Any]]:
+    """Every object of ``kubectl kustomize overlay`` (the plane's kubectl)."""
+    kubectl = controlplane.binaries() / "kubectl"
+    done = subprocess.run(
+        [str(kubectl), "kustomize", str(overlay)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise controlplane.ControlPlaneError(f"kubectl kustomize {overlay}: {done.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
 def _pod_ip_bind(

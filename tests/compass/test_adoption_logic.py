@@ -125,6 +125,27 @@ def test_labels_must_name_this_kyma_cr(labels: dict[str, Any], bad: str) -> None
     assert not claims.names(None, REF) and not claims.names({"tether_kyma": "x"}, REF)
 
 
+BYOC = WHO._replace(shoot="")  # a Kyma CR without kyma-project.io/shoot-name
+
+
+def test_a_byoc_kyma_cr_matches_only_a_runtime_registered_for_it_and_no_shoot() -> None:
+    mine = {"tether_kyma": REF, "global_account_id": "ga-1", "global_subaccount_id": "sa-1"}
+    assert claims.mismatch(mine, BYOC) == ""
+    # a Gardener shoot's registration is never a BYOC runtime's, even labelled for it
+    assert "gardenerClusterName" in claims.mismatch({**mine, "gardenerClusterName": "c"}, BYOC)
+    # unlabelled or another Kyma CR's: refused
+    assert "tether_kyma" in claims.mismatch({}, BYOC)
+    assert "tether_kyma" in claims.mismatch({**mine, "tether_kyma": "kcp-system.k2"}, BYOC)
+    assert "global_subaccount_id" in claims.mismatch({**mine, "global_subaccount_id": "x"}, BYOC)
+    # a hint (the runtime's agent Secret) naming a shoot's runtime is refused, not adopted
+    shoot_rt = rt("shoot-rt", global_account_id="ga-1")
+    got = adoption.classify([], BYOC, "tether", shoot_rt, {})
+    assert (got.runtime_id, got.refused) == (None, claims.LABELS_MISMATCH)
+    # its own registration is found again and adopted as its own
+    own = queries.Runtime("own", "byoc.x", {"director_connection_managed_by": "tether", **mine}, "")
+    assert adoption.classify([own], BYOC, "tether", None, {}).runtime_id == "own"
+
+
 def test_holders_claim_is_atomic_and_counts_duplicates() -> None:
     h = claims.Holders()
     h.begin(

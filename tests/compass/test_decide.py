@@ -55,9 +55,7 @@ def test_mapping_without_registering_mark_gets_it_before_any_register() -> None:
     assert d(kyma=kyma(), mapping=mapping(registering=False)).kind == "mark_registering"
 
 
-@pytest.mark.parametrize(
-    "missing", [apitypes.GLOBAL_ACCOUNT_LABEL, apitypes.SUBACCOUNT_LABEL, apitypes.SHOOT_NAME_LABEL]
-)
+@pytest.mark.parametrize("missing", [apitypes.GLOBAL_ACCOUNT_LABEL, apitypes.SUBACCOUNT_LABEL])
 def test_missing_required_label_is_reported_not_skipped(missing: str) -> None:
     labels = {k: v for k, v in LABELS.items() if k != missing}
     a = d(kyma=kyma(labels), mapping=None)
@@ -70,6 +68,32 @@ def test_missing_required_label_is_reported_not_skipped(missing: str) -> None:
         kyma=kyma(labels), mapping=mapping(registering=False, state="Failed", conditions=[cond])
     )
     assert done.kind == "done"
+
+
+@pytest.mark.parametrize("shoot", [None, "", "  "])
+def test_a_kyma_cr_without_a_shoot_name_is_registered_under_a_stable_byoc_name(
+    shoot: str | None,
+) -> None:
+    """Bring-your-own cluster (issue 42 item 5): no MissingLabel, a name from the Kyma CR."""
+    labels = {k: v for k, v in LABELS.items() if k != apitypes.SHOOT_NAME_LABEL}
+    if shoot is not None:
+        labels[apitypes.SHOOT_NAME_LABEL] = shoot
+    k = kyma(labels)
+    assert decide.problems(k) is None
+    assert d(kyma=k, mapping=mapping(), looked_up=True).kind == "register"
+    inp = decide.register_input(k, POLICY)
+    name = inp["name"]
+    assert name == decide.byoc_name("kcp-system.k1") == decide.runtime_name(k)
+    assert decide.NAME_RE.match(name) and name.startswith(model.BYOC_PREFIX)
+    assert model.SHOOT_LABEL not in inp["labels"]  # no shoot is claimed
+    assert inp["labels"][model.KYMA_REF] == "kcp-system.k1"
+    # stable: a function of namespace and name only (labels, restarts change nothing)
+    again = model.Kyma("kcp-system", "k1", {**labels, "x": "y"}, ("m",), False)
+    assert decide.runtime_name(again) == name
+    # one per Kyma CR, and never a Gardener shoot's name (DNS labels have no '.')
+    others = {decide.byoc_name(f"kcp-system.k{i}") for i in range(2000)}
+    assert len(others) == 2000 and all("." in n for n in others)
+    assert decide.byoc_name("ns-a.b") != decide.byoc_name("ns.a-b")
 
 
 def test_invalid_shoot_name_is_reported() -> None:

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from enroller import decide
+from enroller import settings as settings_mod
+from tether.base import config
 
 T0 = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.UTC)
 MIN = datetime.timedelta(minutes=1)
@@ -316,6 +318,21 @@ def test_a_kept_serving_certificate_whose_secret_lost_its_pair_is_replaced() -> 
     assert decide.kept_serving(False) == "missing"
 
 
+# -- which Kyma CRs (KYMA_SELECTOR) ---------------------------------------------------------------
+
+
+def test_the_kyma_selector_picks_the_pilot_and_keeps_what_was_installed() -> None:
+    option = settings_mod.SPEC.option("TETHER_ENROLLER_KYMA_SELECTOR")
+    parsed = option.read({"TETHER_ENROLLER_KYMA_SELECTOR": "tether-pilot=wave-0"})
+    assert decide.selected(parsed, {"tether-pilot": "wave-0", "x": "y"}, False)
+    assert not decide.selected(parsed, {"tether-pilot": "wave-1"}, False)
+    assert not decide.selected(parsed, {}, False)
+    assert decide.selected(parsed, {}, True)  # installed into before: still the enroller's
+    assert decide.selected((), {}, False)  # the default: every Kyma CR
+    with pytest.raises(config.SettingError, match="TETHER_ENROLLER_KYMA_SELECTOR"):
+        option.read({"TETHER_ENROLLER_KYMA_SELECTOR": "a in (b"})
+
+
 # -- removal ---------------------------------------------------------------------------------------
 
 
@@ -349,6 +366,15 @@ def test_an_unreachable_runtime_is_retried_until_the_removal_timeout() -> None:
     assert removal(
         problem="unreachable", timeout=datetime.timedelta(0), waited=datetime.timedelta(0)
     ) == decide.Removal("release", "removal_timed_out")
+
+
+def test_a_runtime_never_installed_into_is_released_at_once_when_unreachable() -> None:
+    """Issue 42: a Kyma CR whose kubeconfig went missing was held for the whole timeout."""
+    assert removal(problem="no kubeconfig", installed=False, waited=datetime.timedelta(0)) == (
+        decide.Removal("release", "nothing_installed")
+    )
+    assert removal(installed=False) == decide.Removal("release", "removed")  # reachable: as ever
+    assert removal(problem="unreachable", installed=True).kind == "retry"
 
 
 # -- ownership (sharding across KCPs) --------------------------------------------------------

@@ -14,7 +14,7 @@ from cryptography import x509
 from kubernetes import client
 
 from enroller import pki, reconcile, render
-from testing import adminenv, controlplane, listenerenv
+from testing import adminenv, compassenv, controlplane, listenerenv
 from testing.enrollenv import Env, reads, runtime_objects, secret_pem, writes
 from tether.base import certs
 from tether.wire import digests
@@ -508,12 +508,18 @@ def test_a_deleted_kyma_cr_leaves_a_clean_runtime(
 
 
 def test_an_unreachable_runtime_does_not_block_the_deletion_past_the_timeout(env: Env) -> None:
-    dead = controlplane.ControlPlane("dead2")
+    """Installed, then its runtime unreachable: the deletion waits at most the timeout.
+    A plane of its own (these planes run no namespace controller: a removal's Namespace
+    stays Terminating, and nothing can be installed there again)."""
+    with controlplane.planes("zeta-rt") as p:
+        env.kyma("zeta", p["zeta-rt"], runtime_id="rt-zeta")
+        assert env.enroller().run() == {"Ready": 1}, env.condition("zeta", "Ready")
+    dead = controlplane.ControlPlane("dead2")  # its kubeconfig now names no API server
     try:
         dead._write_pki()
-        env.kyma("zeta", dead)
-        e = env.enroller(removal_timeout=0.0)
-        e.run()
+        client.CoreV1Api(env.api).delete_namespaced_secret("kubeconfig-zeta", env.ns)
+        compassenv.create_kubeconfig_secret(env.api, env.ns, "zeta", dead)
+        e = env.enroller(removal_timeout=0.0)  # a fresh process: the runtime not reachable
         client.CustomObjectsApi(env.api).delete_namespaced_custom_object(
             "operator.kyma-project.io", "v1beta2", env.ns, "kymas", "zeta"
         )
@@ -526,3 +532,31 @@ def test_an_unreachable_runtime_does_not_block_the_deletion_past_the_timeout(env
         )
     assert gone.value.status == 404
     assert "RemovalTimedOut" in env.events("zeta")
+
+
+def test_a_runtime_never_written_to_gets_no_finalizer_and_goes_at_once(env: Env) -> None:
+    """Issue 42: a Kyma CR whose kubeconfig is missing (or whose runtime cannot be reached)
+    carried the finalizer and was held on deletion for the removal timeout (5 min 8 s)."""
+    dead = controlplane.ControlPlane("dead3")
+    try:
+        dead._write_pki()
+        env.kyma("eta", dead)
+        env.kyma("theta", None)  # no kubeconfig
+        e = env.enroller()
+        assert e.run() == {"Failed": 2}
+    finally:
+        dead.stop()
+    custom = client.CustomObjectsApi(env.api)
+    for name in ("eta", "theta"):
+        obj = custom.get_namespaced_custom_object(
+            "operator.kyma-project.io", "v1beta2", env.ns, "kymas", name
+        )
+        assert reconcile.FINALIZER not in (obj["metadata"].get("finalizers") or [])
+        custom.delete_namespaced_custom_object(
+            "operator.kyma-project.io", "v1beta2", env.ns, "kymas", name
+        )
+        with pytest.raises(client.ApiException) as gone:  # no run needed: nothing holds it
+            custom.get_namespaced_custom_object(
+                "operator.kyma-project.io", "v1beta2", env.ns, "kymas", name
+            )
+        assert gone.value.status == 404

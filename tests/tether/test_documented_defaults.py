@@ -46,6 +46,8 @@ NOT_SETTINGS = {
     "TETHER_CONTROLPLANE_BIN": "testing/controlplane.py",
     "TETHER_CONTROLPLANE_CACHE": "testing/controlplane.py",
     "TETHER_COSIGN_CACHE": "hack/build-cosign.sh",
+    "TETHER_ISTIO_CACHE": "testing/istio.py",
+    "TETHER_ISTIO_CRDS": "testing/istio.py",
     "TETHER_PODRUNNER_LIMITS": "testing/podrunner.py",
     "TETHER_RELEASE_KEY": "hack/release.py",
     "TETHER_RELEASE_REGISTRY": "hack/release.py",

@@ -147,13 +147,17 @@ def start(
     *,
     kubeconfig_variable: str,
     once: str | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> tuple[S, argparse.Namespace, gateway.Kube]:
     """Settings, flags and the KCP gateway; logs configured. ``once``: the help of the
-    part's ``--once`` flag (``None``: the part has none)."""
+    part's ``--once`` flag (``None``: the part has none); ``flags``: more boolean flags of
+    the part (``--name`` -> help)."""
 
     def options(parser: argparse.ArgumentParser) -> None:
         if once is not None:
             parser.add_argument("--once", action="store_true", help=once)
+        for flag, text in (flags or {}).items():
+            parser.add_argument(flag, action="store_true", help=text)
 
     s, args = config.load(spec, argv, build, options=options)
     gateway.identify(spec.part)

@@ -129,6 +129,11 @@ class Kube:
             raise ValueError("Kube needs an api client or a runtime transport")
 
     @property
+    def server(self) -> str:
+        """The API server's URL (no credentials): where this gateway sends its requests."""
+        return self._host
+
+    @property
     def api_client(self) -> client.ApiClient:
         """The ``kubernetes`` client underneath: for tests and the dev harness only."""
         if self._api is None:
