@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, Self, cast
 
 from kubernetes import client
 
@@ -298,30 +298,36 @@ def wait_registered(
 # -- the KCP side -------------------------------------------------------------------------
 
 
-class InjectorProcess:
-    """``python -m command.cli injector`` as a subprocess (its settings from ``env``), with its
-    probes on a free port; ``kill`` is SIGKILL (mid-stream), ``stop`` SIGTERM."""
+class PartProcess:
+    """``python -m command.cli <part>`` of a leader-elected KCP part as a subprocess (its
+    settings from ``env``, ``TETHER_<PART>_BIND``/``_IDENTITY`` set), with its probes on a
+    free port; ``kill`` is SIGKILL (mid-stream), ``stop`` SIGTERM."""
+
+    part = ""  # as in ``tether <part>``
+    defaults: dict[str, str] = {}  # before the caller's ``env``
 
     def __init__(self, workdir: pathlib.Path, name: str, env: dict[str, str]) -> None:
         self.port = controlplane.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = workdir / f"injector-{name}-{self.port}.log"
+        self.log_path = workdir / f"{self.part}-{name}-{self.port}.log"
         base = {
             k: v for k, v in os.environ.items() if not k.startswith("TETHER_") and k != "KUBECONFIG"
         }
+        prefix = f"TETHER_{self.part.upper()}_"
         self.env = {
             **base,
-            "TETHER_INJECTOR_BIND": f"127.0.0.1:{self.port}",
-            "TETHER_INJECTOR_IDENTITY": name,
+            **self.defaults,
+            prefix + "BIND": f"127.0.0.1:{self.port}",
+            prefix + "IDENTITY": name,
             "TETHER_LOG_FORMAT": "text",
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 60.0) -> InjectorProcess:
+    def start(self, timeout: float = 60.0) -> Self:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "command.cli", "injector"],
+                [sys.executable, "-m", "command.cli", self.part],
                 env=self.env,
                 cwd=REPO,
                 stdout=log,
@@ -330,13 +336,13 @@ class InjectorProcess:
                 start_new_session=True,
                 preexec_fn=controlplane.die_with_parent(),
             )
-        wait_until(self._healthy, timeout, f"the injector healthy:\n{self.log()}", interval=0.2)
+        wait_until(self._healthy, timeout, f"the {self.part} healthy:\n{self.log()}", interval=0.2)
         return self
 
     def _healthy(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise AssertionError(f"injector exited with {self.proc.returncode}:\n{self.log()}")
+            raise AssertionError(f"{self.part} exited with {self.proc.returncode}:\n{self.log()}")
         return self.get("/healthz")[0] == 200
 
     def get(self, path: str) -> tuple[int, str]:
@@ -366,6 +372,12 @@ class InjectorProcess:
             return 0 if self.proc is None else self.proc.returncode
         controlplane.stop_group(self.proc, timeout)
         return self.proc.returncode
+
+
+class InjectorProcess(PartProcess):
+    """``tether injector`` as a subprocess (``PartProcess``)."""
+
+    part = "injector"
 
 
 def janitor_once(env: lt.Env, **overrides: str) -> str:
