@@ -501,6 +501,11 @@ class Installer:
                 raise Failure(
                     "Rejected", f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}"
                 ) from None
+            except gateway.Conflict as e:  # not forced (module mode): another manager's field
+                raise Failure(
+                    "FieldConflict",
+                    f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}",
+                ) from None
             except gateway.GatewayError as e:
                 raise Failure(
                     _unreachable(e), f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}"

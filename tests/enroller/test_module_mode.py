@@ -89,6 +89,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[deployed.Fleet]:
             enroller_env={
                 "TETHER_ENROLLER_MODE": "module",
                 "TETHER_ENROLLER_INTERVAL_SECONDS": "5",
+                "TETHER_ENROLLER_RESYNC_SECONDS": "10",  # a full apply every 10 s
             },
         )
         try:
@@ -172,3 +173,48 @@ def test_a_second_module_version_applies_without_a_conflict(fleet: deployed.Flee
     assert all(w["clientConfig"].get("caBundle") for w in hook["webhooks"])  # still the enroller's
     assert deployed.runtime_secret(fleet)["metadata"]["resourceVersion"] == before
     send_configmap(fleet, "CHF")  # changes still flow
+
+
+def test_a_tenant_holding_the_ca_bundle_is_reported_not_overwritten(fleet: deployed.Fleet) -> None:
+    """Last: it leaves the runtime's webhook with the tenant's caBundle."""
+    hook = json.loads(
+        deployed.kubectl(
+            fleet.skr, "get", "validatingwebhookconfiguration", "tether-configmaps", "-o", "json"
+        ).stdout
+    )
+    theirs = base64.b64encode(fleet.skr.ca_file.read_bytes()).decode()  # some other CA
+    seized = fleet.work / "seized.json"
+    seized.write_text(
+        json.dumps(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": "tether-configmaps"},
+                "webhooks": [
+                    {"name": w["name"], "clientConfig": {"caBundle": theirs}}
+                    for w in hook["webhooks"]
+                ],
+            }
+        )
+    )
+    deployed.kubectl(
+        fleet.skr,
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=runtime-admin",
+        "-f",
+        str(seized),
+    )
+
+    def reported() -> bool:
+        status = (deployed.enrollment(fleet.kcp) or {}).get("status") or {}
+        return any(c.get("reason") == "FieldConflict" for c in status.get("conditions") or [])
+
+    fleet.wait_for("FieldConflict on the RuntimeEnrollment", reported, timeout=120)
+    now = json.loads(
+        deployed.kubectl(
+            fleet.skr, "get", "validatingwebhookconfiguration", "tether-configmaps", "-o", "json"
+        ).stdout
+    )
+    assert all(w["clientConfig"]["caBundle"] == theirs for w in now["webhooks"])
