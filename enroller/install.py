@@ -85,6 +85,12 @@ class Installer:
         self.s, self.skrs, self.stats, self.audit, self.bundle = s, skrs, stats, audit, bundle
         self.clock, self.now = clock, now
 
+    @property
+    def module(self) -> bool:
+        """Beside lifecycle-manager (``TETHER_ENROLLER_MODE=module``): only what is per
+        runtime is written, never forced (``render.module_objects``)."""
+        return self.s.mode == "module"
+
     def _read(
         self, skr: gateway.Kube, res: gateway.Resource, namespace: str | None, name: str
     ) -> dict[str, Any] | None:
@@ -157,6 +163,12 @@ class Installer:
         hook = self._read(
             skr, apitypes.VALIDATING_WEBHOOK_CONFIGURATIONS, None, render.WEBHOOK_CONFIG
         )
+        if self.module and hook is None:
+            raise Failure(
+                "ModuleNotInstalled",
+                f"the Kyma module's webhook configuration {render.WEBHOOK_CONFIG} is not in "
+                "the runtime (TETHER_ENROLLER_MODE=module: lifecycle-manager installs it)",
+            )
         mem.held = issuer  # what it holds, whatever happens next
         plan = decide.renewal(self._cert_facts(held, view, ca, now))
         client_cert, client_key = self._client_pair(plan.client, held, view, ca, mem, now)
@@ -176,7 +188,9 @@ class Installer:
         # the runtime's digest key: kept once there (a re-apply or renewal never changes it)
         kept_key = render.kept_digest_key(held.data)
         key = kept_key or render.new_digest_key()
-        objs = render.render(objects, self._inputs(view, ca, client, serving, ws, image, key))
+        objs = render.render(
+            objects, self._inputs(view, ca, client, serving, ws, image, key), module=self.module
+        )
         want = next(o for o in objs if o["kind"] == "ValidatingWebhookConfiguration")["metadata"][
             "annotations"
         ]
@@ -208,7 +222,9 @@ class Installer:
             if act.read_serving:  # kept: its Secret is needed for the apply
                 serving = self._kept_serving(skr, serving, view, ca, mem, now, renewed)
                 objs = render.render(
-                    objects, self._inputs(view, ca, client, serving, ws, image, key)
+                    objects,
+                    self._inputs(view, ca, client, serving, ws, image, key),
+                    module=self.module,
                 )
             self._apply_all(skr, view, mem, objs, act.cause, serving.ca, client_ca)
             if (
@@ -475,6 +491,7 @@ class Installer:
                     o,
                     field_manager=render.MANAGER,
                     timeout=self.s.skr_timeout,
+                    force=not self.module,  # beside the module: a conflict is reported
                 )
             except gateway.Forbidden as e:
                 raise Failure(
@@ -484,6 +501,11 @@ class Installer:
                 raise Failure(
                     "Rejected", f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}"
                 ) from None
+            except gateway.Conflict as e:  # not forced (module mode): another manager's field
+                raise Failure(
+                    "FieldConflict",
+                    f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}",
+                ) from None
             except gateway.GatewayError as e:
                 raise Failure(
                     _unreachable(e), f"applying {o['kind']} {meta['name']}: {logs.bounded(e, 200)}"
@@ -491,15 +513,20 @@ class Installer:
 
     def remove_objects(self, name: str, runtime_id: str) -> str | None:
         """Every object of the bundle deleted from the runtime (the webhook configuration
-        first); None when done, else why not."""
+        first); beside the module only the enroller's own (its Secrets, the Watch list).
+        None when done, else why not."""
         try:
             skr = self.skrs.get(name)
             if sharding.moved_away(skr, self.s.listener_url, name, self.s.skr_timeout):
                 return None
             inputs = dataclasses.replace(
-                _placeholder(runtime_id), image_pull_secret=self.s.image_pull_secret
+                _placeholder(runtime_id),
+                image_pull_secret=self.s.image_pull_secret,
+                watches=() if self.module else None,  # beside the module: its Watch list too
             )
-            for o in reversed(render.render(self.bundle, inputs)):
+            for o in reversed(render.render(self.bundle, inputs, module=self.module)):
+                if self.module and o["kind"] == "ValidatingWebhookConfiguration":
+                    continue  # the module's (lifecycle-manager removes it)
                 res = render.resource(o)
                 self.stats.requests.labels("write").inc()
                 try:

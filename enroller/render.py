@@ -24,6 +24,10 @@ what belongs to that runtime filled in:
   which let one read tell the enroller that nothing changed; on the webhook configuration
   the Watches' digest, which tells it that only the Watches changed.
 
+Beside lifecycle-manager (``module=True``, ``TETHER_ENROLLER_MODE=module``) only the
+per-runtime part of that: the Secrets, the Watch list, and the webhook configuration's
+``caBundle`` and notes as a partial object (``module_objects``).
+
 No I/O: ``render`` takes plain data and returns plain dicts in apply order.
 """
 
@@ -231,7 +235,14 @@ def digest(
     return h.hexdigest()[:32]
 
 
-def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
+def render(
+    bundle: list[dict[str, Any]], i: Inputs, *, module: bool = False
+) -> list[dict[str, Any]]:
+    """The runtime's objects in apply order. ``module`` (``TETHER_ENROLLER_MODE=module``):
+    only what is per runtime, beside the Kyma module that lifecycle-manager installs
+    (``module_objects``)."""
+    if module:
+        return module_objects(bundle, i)
     objs = copy.deepcopy(bundle)
     for o in objs:
         _customize(o, i)
@@ -255,6 +266,47 @@ def render(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
                 **(o["metadata"].get("annotations") or {}),
                 **hook_notes,
             }
+    objs.extend(_secrets(i, notes))
+    return sorted(objs, key=lambda o: ORDER.index(o["kind"]))
+
+
+def module_objects(bundle: list[dict[str, Any]], i: Inputs) -> list[dict[str, Any]]:
+    """What the enroller writes beside the Kyma module (the module's manifest is the bundle
+    without its per-runtime parts; lifecycle-manager applies it as its field manager): the
+    runtime's Secrets, the Watch list when Watches are in force, and of the module's webhook
+    configuration only each webhook's ``caBundle`` and the enroller's notes, as a partial
+    object (server-side apply merges it by webhook name, so neither field manager holds a
+    field of the other). No Namespace, Deployment, RBAC or image: those are the module's."""
+    hook = next(o for o in bundle if o["kind"] == "ValidatingWebhookConfiguration")
+    ca = base64.b64encode(i.ca_bundle).decode()
+    partial: dict[str, Any] = {
+        "apiVersion": hook["apiVersion"],
+        "kind": hook["kind"],
+        "metadata": {"name": hook["metadata"]["name"]},
+        "webhooks": [
+            {"name": w["name"], "clientConfig": {"caBundle": ca}}
+            for w in hook.get("webhooks") or []
+        ],
+    }
+    objs: list[dict[str, Any]] = [partial]
+    notes = {
+        DIGEST: digest(
+            objs,
+            i.client_serial,
+            i.serving_serial,
+            i.image_pull_secret,
+            watches=i.watches is not None,
+        ),
+        CLIENT_SERIAL: i.client_serial,
+        SERVING_SERIAL: i.serving_serial,
+        SERVING_NOT_AFTER: i.serving_not_after,
+        SERVING_RENEW_AT: i.serving_renew_at,
+    }
+    hook_notes = dict(notes)
+    if i.watches is not None:
+        hook_notes[WATCHES_DIGEST] = watches_digest(i.watches)
+        objs.append(watch_list(i.watches))
+    partial["metadata"]["annotations"] = hook_notes
     objs.extend(_secrets(i, notes))
     return sorted(objs, key=lambda o: ORDER.index(o["kind"]))
 

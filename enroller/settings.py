@@ -145,6 +145,17 @@ class Settings:
         default=None,
         repr=False,
     )
+    mode: str = setting(
+        config.choice(
+            E + "MODE",
+            "bundle",
+            "bundle: the enroller installs Tether's SKR bundle into every runtime; module: "
+            "lifecycle-manager installs the Kyma module and the enroller writes only what is "
+            "per runtime (the Secrets, the webhook's caBundle, the Watch list), never the "
+            'module\'s objects (docs/enroller.md, "Beside lifecycle-manager")',
+            ("bundle", "module"),
+        )
+    )
     bundle_file: str | None = setting(
         config.file(  # None: the packaged bundle (manifests/skr)
             E + "BUNDLE_FILE",

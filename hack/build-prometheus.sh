@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the Prometheus server from its Go module into a version-keyed cache folder outside
-# the checkout (tags remove_all_sd,enable_kubernetes_sd: Kubernetes service discovery only;
-# no web UI assets, the HTTP API is all the test uses). A second run is a no-op.
+# the checkout (hack/go-build-cached.sh; tags remove_all_sd,enable_kubernetes_sd: Kubernetes
+# service discovery only; no web UI assets, the HTTP API is all the test uses).
 #
 #   TETHER_PROMETHEUS_CACHE  cache root (default ~/.cache/tether/prometheus)
 #
@@ -11,33 +11,10 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=prometheus-version.env
 source "$here/prometheus-version.env"
+# shellcheck source=go-build-cached.sh
+source "$here/go-build-cached.sh"
+
 cache_root="${TETHER_PROMETHEUS_CACHE:-$HOME/.cache/tether/prometheus}"
-out="$cache_root/$PROMETHEUS_MODULE_VERSION"
-log() { printf '[build-prometheus] %s\n' "$*" >&2; }
-
-if [[ -x "$out/prometheus" ]]; then
-  log "cached: $out/prometheus (nothing to do)"
-  echo "$out/prometheus"
-  exit 0
-fi
-command -v go >/dev/null || { log "ERROR: the go command is missing; install Go >= 1.26"; exit 1; }
-log "building github.com/prometheus/prometheus@$PROMETHEUS_MODULE_VERSION (a few minutes the first time)"
-work="$(mktemp -d "${TMPDIR:-/tmp}/tether-prom-build.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-go mod init tether.local/prometheus >/dev/null 2>&1
-cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import _ "github.com/prometheus/prometheus/cmd/prometheus"
-GO
-export GOFLAGS="${GOFLAGS:-} -mod=mod" CGO_ENABLED=0
-go get "github.com/prometheus/prometheus@$PROMETHEUS_MODULE_VERSION" >/dev/null
-mkdir -p "$out"
-go build -tags remove_all_sd,enable_kubernetes_sd -o "$out/prometheus.new" \
-  github.com/prometheus/prometheus/cmd/prometheus
-mv "$out/prometheus.new" "$out/prometheus"
-"$out/prometheus" --version | head -1 >&2
-echo "$out/prometheus"
+go_build_cached prometheus "$cache_root" "$cache_root/$PROMETHEUS_MODULE_VERSION/prometheus" \
+  github.com/prometheus/prometheus "$PROMETHEUS_MODULE_VERSION" \
+  github.com/prometheus/prometheus/cmd/prometheus -tags remove_all_sd,enable_kubernetes_sd

@@ -10,8 +10,11 @@
   tag ``<version>``; a snapshot's commit): the base a landscape's overlays build on;
 * the rendered forms (``kubectl kustomize`` of that copy): ``tether-kcp.yaml``,
   ``tether-kcp-watches.yaml``, ``tether-kcp-injector.yaml``, ``tether-kcp-cert-manager.yaml``,
-  ``tether-skr.yaml``, ``tether-monitoring.yaml``; the Kyma module: ``tether-module.yaml``
-  (manifests/module) and ``moduletemplate.yaml`` (manifests/module/moduletemplate.yaml filled);
+  ``tether-skr.yaml``, ``tether-monitoring.yaml``; the Kyma module (hack/kyma_module.py, from
+  manifests/module/module-config.yaml): ``tether-module.yaml`` (manifests/module, the
+  runtime manifest), its OCM component ``module/`` (an OCI layout; ``make push-module``
+  pushes it) with ``component-descriptor.yaml``, ``moduletemplate.yaml`` and
+  ``modulereleasemeta.yaml``;
 * ``sbom.cdx.json``: CycloneDX 1.5, every Python distribution installed in the image (read
   from the archive's own layers: the ``.dist-info/METADATA`` files under /opt/tether) and
   every Debian package (the layers' ``var/lib/dpkg/status``);
@@ -279,15 +282,17 @@ def render(out: Path, tree: Path, ver: str) -> None:
         )
 
 
-def moduletemplate(out: Path, ver: str, ref: str, url: str) -> None:
-    text = (ROOT / "manifests" / "module" / "moduletemplate.yaml").read_text()
-    doc = yaml.safe_load(text.replace("RELEASE_URL", url).replace("VERSION", ver))
-    doc["spec"]["descriptor"]["component"]["resources"][0]["access"]["imageReference"] = ref
-    (out / "moduletemplate.yaml").write_text(
-        f"# Tether {ver}: the Kyma ModuleTemplate "
-        "(manifests/module/moduletemplate.yaml, hack/release.py)\n"
-        + yaml.safe_dump(doc, sort_keys=False)
-    )
+def kyma_module(out: Path, ver: str, ref: str, url: str) -> None:
+    """The Kyma module from manifests/module/module-config.yaml (hack/kyma_module.py): the
+    OCM component as an OCI layout (``module/``, its raw-manifest the bytes of
+    ``tether-module.yaml``), ``component-descriptor.yaml``, ``moduletemplate.yaml`` and
+    ``modulereleasemeta.yaml``."""
+    sys.path.insert(0, str(ROOT / "hack"))
+    import kyma_module as km
+
+    raw = (out / "tether-module.yaml").read_bytes()
+    module = km.build(km.load_config(), ver, ref, raw, f"{url}/tether-module.yaml")
+    km.write(out, module, f"# Tether {ver}: the Kyma module (hack/kyma_module.py)")
 
 
 def image_distributions(archive: Path) -> dict[str, dict[str, str]]:
@@ -678,7 +683,7 @@ def release(a: argparse.Namespace, ver: str, commit: str, snapshot: bool, scratc
     if not pin_runbooks(tree, commit if snapshot else tag_of(ver)):
         say(f"manifests/{RUNBOOK_BASE}: base not on github.com/kyma-project/tether, kept")
     render(out, tree, ver)
-    moduletemplate(out, ver, ref, url.rstrip("/"))
+    kyma_module(out, ver, ref, url.rstrip("/"))
     say("writing kubectl-tether (the plugin, hack/build_plugin.py) and its krew manifest")
     plugin(out, url)
     archive = out / f"tether-{ver}.oci.tar"

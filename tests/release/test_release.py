@@ -35,7 +35,7 @@ import pytest
 import yaml
 from packaging.utils import canonicalize_name
 
-from testing import controlplane, deployed, overlays, watchenv
+from testing import controlplane, deployed, modulelookup, ocidist, overlays, registry, watchenv
 from tether.kube import apitypes
 
 ROOT = controlplane.REPO_ROOT
@@ -160,6 +160,9 @@ def test_checksums_cover_and_verify_every_file(release: Release) -> None:
     assert {
         *RENDERED,
         "moduletemplate.yaml",
+        "modulereleasemeta.yaml",
+        "component-descriptor.yaml",
+        "module/index.json",
         "sbom.cdx.json",
         "cosign.pub",
         f"tether-{release.version}.oci.tar",
@@ -417,8 +420,9 @@ def test_every_image_is_pinned_by_digest(release: Release) -> None:
     }
     assert env["TETHER_ENROLLER_IMAGE"] == release.ref  # the runtimes' image
     template = yaml.safe_load((release.out / "moduletemplate.yaml").read_text())
-    (resource,) = template["spec"]["descriptor"]["component"]["resources"]
-    assert resource["access"]["imageReference"] == release.ref
+    image, raw = template["spec"]["descriptor"]["component"]["resources"]
+    assert image["type"] == "ociImage" and image["access"]["imageReference"] == release.ref
+    assert raw["name"] == "raw-manifest" and raw["access"]["type"] == "localBlob"
 
 
 def test_the_renders_are_the_pinned_manifests(release: Release) -> None:
@@ -604,6 +608,42 @@ def test_the_moduletemplate_is_accepted_by_lifecycle_managers_crd(
     bad.write_text(json.dumps(wrong))
     done = deployed.kubectl(fleet.kcp, "apply", "--server-side", "-f", str(bad), check=False)
     assert done.returncode != 0 and "spec.version" in done.stderr, done.stderr
+
+
+def test_make_push_module_pushes_the_release_and_it_reads_back(
+    release: Release, tmp_path: Path
+) -> None:
+    """The release's Kyma module pushed by ``make push-module`` to a registry on loopback
+    and read back as lifecycle-manager reads it (tests/release/test_module.py does the rest:
+    the CRDs, a fresh runtime): the channel's version in the ModuleReleaseMeta, the template
+    of that version, the component by ``ocmComponentName``, its raw-manifest blob."""
+    with registry.Registry(tmp_path / "registry").running() as reg:
+        done = subprocess.run(
+            [
+                "make",
+                "-s",
+                "push-module",
+                f"RELEASE_DIR={release.out}",
+                f"MODULE_REGISTRY={reg.url}",
+                f"MODULE_REGISTRY_CA={reg.ca_file}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        mrm = yaml.safe_load((release.out / "modulereleasemeta.yaml").read_text())
+        template = yaml.safe_load((release.out / "moduletemplate.yaml").read_text())
+        version = modulelookup.channel_version(mrm, modulelookup.DEFAULT_CHANNEL)
+        assert template["metadata"]["name"] == modulelookup.template_name("tether", version)
+        assert version == release.version == template["spec"]["version"]
+        client = ocidist.Client(reg.url, str(reg.ca_file))
+        descriptor = ocidist.read_component(client, mrm["spec"]["ocmComponentName"], version)
+        assert descriptor == yaml.safe_load((release.out / "component-descriptor.yaml").read_text())
+        assert descriptor["component"]["resources"][0]["access"]["imageReference"] == release.ref
+        raw = ocidist.raw_manifest(client, descriptor)
+        assert raw == (release.out / "tether-module.yaml").read_bytes()
 
 
 def pythons() -> list[str]:

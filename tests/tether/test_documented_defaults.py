@@ -49,6 +49,8 @@ NOT_SETTINGS = {
     "TETHER_ISTIO_CACHE": "testing/istio.py",
     "TETHER_ISTIO_CRDS": "testing/istio.py",
     "TETHER_PODRUNNER_LIMITS": "testing/podrunner.py",
+    "TETHER_REGISTRY_BIN": "testing/registry.py",
+    "TETHER_REGISTRY_CACHE": "hack/build-registry.sh",
     "TETHER_RELEASE_KEY": "hack/release.py",
     "TETHER_RELEASE_REGISTRY": "hack/release.py",
     "TETHER_RELEASE_SNAPSHOT": "hack/release.py",
