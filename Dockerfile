@@ -1,6 +1,6 @@
-# The tether image used by manifests/skr and manifests/kcp (image: tether:0.1.0):
+# The tether image used by manifests/skr and manifests/kcp (image: tether:0.2.0):
 #   make image          (hack/build-image.sh: buildah, no Docker engine needed)
-#   docker build -t tether:0.1.0 .
+#   docker build -t tether:0.2.0 .
 # One image, one command per part: `tether webhook|listener|janitor|poller|compass|enroller|admin|injector|canary`. The
 # ENTRYPOINT is empty, so a Pod's `command: ["tether", "webhook"]` or
 # `args: ["tether", "compass"]` is the whole command line. tests/foundation/test_image.py

@@ -30,8 +30,8 @@
 Settings (environment): ``TETHER_RELEASE_REGISTRY`` (the image's name without tag, default
 ``ghcr.io/kyma-project/tether``), ``TETHER_RELEASE_URL`` (where the files are published, for
 the ModuleTemplate's link), ``SOURCE_DATE_EPOCH`` (default: the commit's time),
-``TETHER_RELEASE_SNAPSHOT=1`` (allow a checkout that is not the clean tag ``<version>``, or
-a version releases.json does not allow from it), ``TETHER_RELEASE_KEY`` (the cosign private
+``TETHER_RELEASE_SNAPSHOT=1`` (a snapshot, from any checkout, also the clean tag
+``<version>``; releases.json is not written), ``TETHER_RELEASE_KEY`` (the cosign private
 key file that signs; its password in ``COSIGN_PASSWORD``; a snapshot without it signs with
 a throwaway key).
 docs/releasing.md has the policy and what is reproducible.
@@ -126,7 +126,7 @@ def releaserecord() -> Any:
 def check_tag(ver: str, snapshot: bool) -> tuple[str, bool]:
     """The commit; refuses a checkout that is not the clean tag <version> (a release is cut
     from its tag, docs/releasing.md), or a version releases.json does not allow from it,
-    unless ``snapshot``."""
+    unless ``snapshot``; a snapshot is a snapshot whatever the checkout."""
     head = run("git", "rev-parse", "HEAD").strip()
     tagged = subprocess.run(
         ["git", "rev-parse", "-q", "--verify", f"{tag_of(ver)}^{{commit}}"],
@@ -137,7 +137,7 @@ def check_tag(ver: str, snapshot: bool) -> tuple[str, bool]:
     dirty = bool(run("git", "status", "--porcelain", "--untracked-files=no").strip())
     record = releaserecord()
     refused = record.check(ver, head, record.load())
-    if tagged == head and not dirty and not refused:
+    if tagged == head and not dirty and not refused and not snapshot:
         return head, False
     if not snapshot:
         raise SystemExit(
@@ -148,8 +148,8 @@ def check_tag(ver: str, snapshot: bool) -> tuple[str, bool]:
             "setup.cfg and tag (docs/releasing.md), or TETHER_RELEASE_SNAPSHOT=1 for a snapshot"
         )
     say(
-        f"SNAPSHOT: HEAD {head[:12]} is not the release {tag_of(ver)}"
-        f"{f' ({refused})' if refused else ''}; the artefacts are not the release {ver}"
+        f"SNAPSHOT of HEAD {head[:12]} (TETHER_RELEASE_SNAPSHOT=1)"
+        f"{f' ({refused})' if refused else ''}: the artefacts are not the release {ver}"
     )
     return head, True
 

@@ -6,11 +6,14 @@ by default) against the real planes with mTLS and the runtime's certificate.
 ``deliver_then_poll`` is the round every skew test makes: labelled ConfigMaps delivered by
 the webhook, then the webhook's configuration removed and the poller alone reconciling a
 create, an update and a delete; it returns what the KCP holds. ``refused`` reads what a
-listener refused from its metrics.
+listener refused from its metrics. ``api``, ``routes`` and ``record_kinds`` read what a
+tree's listener serves from its OpenAPI document (``listener/openapi.json``), so a skew test
+derives what the previous release lacks instead of naming a release.
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import subprocess
@@ -37,6 +40,34 @@ def tree(commit: str, dest: pathlib.Path) -> pathlib.Path:
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest
+
+
+def api(code: pathlib.Path) -> dict[str, Any]:
+    """The OpenAPI document of the listener of ``code`` (a tree, or this checkout); a tree
+    without one fails: every release since 0.1.0 ships it."""
+    doc: dict[str, Any] = json.loads((code / "listener" / "openapi.json").read_text())
+    return doc
+
+
+def routes(doc: dict[str, Any]) -> set[tuple[str, str]]:
+    """(METHOD, path template) of every operation the document's listener serves."""
+    return {
+        (method.upper(), path)
+        for path, item in doc["paths"].items()
+        for method in item
+        if method in ("get", "put", "post", "delete", "patch", "head", "options")
+    }
+
+
+def record_kinds(doc: dict[str, Any]) -> set[tuple[str, str]]:
+    """(apiVersion, kind) of every record and list of records the listener takes: the
+    schemas whose ``apiVersion`` and ``kind`` are constants."""
+    out = set()
+    for schema in doc["components"]["schemas"].values():
+        props = schema.get("properties", {})
+        if "const" in props.get("apiVersion", {}) and "const" in props.get("kind", {}):
+            out.add((props["apiVersion"]["const"], props["kind"]["const"]))
+    return out
 
 
 def until(what: Callable[[], Any], timeout: float, why: Callable[[], str]) -> Any:

@@ -64,7 +64,14 @@ def test_a_kyma_cr_gets_its_runtime_enrolled_and_nothing_is_written_when_nothing
     )  # no pods run here
     assert "Enrolled" in env.events("alpha")
     # the Version column: the image the runtime is given (the bundle's, none set here)
-    assert env.enrollment("alpha")["status"]["version"] == "tether:0.1.0"  # type: ignore[index]
+    bundled = {
+        c["image"]
+        for o in render.load_bundle(render.BUNDLE_FILE.read_text())
+        if o["kind"] == "Deployment"
+        for c in o["spec"]["template"]["spec"]["containers"]
+    }
+    assert len(bundled) == 1  # tether:<setup.cfg's version> (make bundle)
+    assert env.enrollment("alpha")["status"]["version"] in bundled  # type: ignore[index]
     assert (
         "certificate_issued" in env.audit_text.getvalue()
         and "PRIVATE" not in env.audit_text.getvalue()
@@ -248,7 +255,7 @@ def test_a_new_image_is_rolled_out_to_every_runtime(
 ) -> None:
     env.kyma("eta", runtimes[0], runtime_id="rt-eta")
     env.enroller().run()
-    e = env.enroller(image="registry.example.com/tether:0.2.0")  # a new release, a new enroller
+    e = env.enroller(image="registry.example.com/tether:0.3.0")  # a new release, a new enroller
     assert e.run() == {"Ready": 1}
     api = runtimes[0].api_client()
     images = {
@@ -257,9 +264,9 @@ def test_a_new_image_is_rolled_out_to_every_runtime(
         for c in d.spec.template.spec.containers
     }
     api.close()
-    assert images == {"registry.example.com/tether:0.2.0"}
+    assert images == {"registry.example.com/tether:0.3.0"}
     assert e.stats.applies.labels("updated")._value.get() == 1
-    assert env.enrollment("eta")["status"]["version"] == "registry.example.com/tether:0.2.0"  # type: ignore[index]
+    assert env.enrollment("eta")["status"]["version"] == "registry.example.com/tether:0.3.0"  # type: ignore[index]
 
 
 def test_a_new_listener_url_re_renders_the_runtimes_this_kcps_ca_enrolled(

@@ -10,8 +10,8 @@ runtime enrolled and Ready, a customer's ConfigMap arriving in the KCP.
 
 The image build is ``hack/build-image.sh``, as in tests/foundation/test_image.py: in one
 session the second build is buildah's layer cache (seconds), not a second build. This
-checkout is usually not the tag ``v<version>``: the run is a snapshot
-(``TETHER_RELEASE_SNAPSHOT=1``), which the artefacts say (release.json).
+checkout is usually not the tag ``<version>``: the run is a snapshot
+(``TETHER_RELEASE_SNAPSHOT=1``, also on the tag), which the artefacts say (release.json).
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
         TETHER_RELEASE_KEY=str(keys / "release.key"),
         COSIGN_PASSWORD=KEY_PASSWORD,
     )
+    record = (ROOT / "releases.json").read_bytes()
     done = subprocess.run(
         [sys.executable, "hack/release.py", "--out", str(out)],
         cwd=ROOT,
@@ -105,6 +106,8 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
     assert done.returncode == 0, (
         f"hack/release.py failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     )
+    # a snapshot, also on the release's own clean tag: its throwaway key is never recorded
+    assert (ROOT / "releases.json").read_bytes() == record
     return Release(
         out,
         json.loads((out / "release.json").read_text()),
@@ -133,6 +136,7 @@ def setup_cfg_version() -> str:
 
 def test_release_facts(release: Release) -> None:
     assert release.version == setup_cfg_version()
+    assert release.facts["snapshot"] is True  # TETHER_RELEASE_SNAPSHOT=1, whatever the checkout
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", release.facts["digest"])
     assert release.ref == f"{REGISTRY}@{release.facts['digest']}"
     assert (release.out / "image-ref").read_text().strip() == release.ref

@@ -1,13 +1,18 @@
-"""Version skew (issue 24): a runtime still on the previous release's webhook keeps
-delivering the ConfigMaps a Watch asks for while the KCP runs this version's listener, and
-what no Watch asks for is refused; once the runtime runs this version (its Watch list
-rendered, one webhook per Watch) it delivers the new kinds, and the key a record had
-before the upgrade is the key it has after.
+"""Version skew (issue 24): a runtime whose webhook predates Watches keeps delivering the
+ConfigMaps a Watch asks for while the KCP runs this version's listener, and what no Watch
+asks for is refused; once the runtime runs this version (its Watch list rendered, one webhook
+per Watch) it delivers the new kinds, and the key a record had before the upgrade is the key
+it has after.
 
-The previous release is a ``git archive`` of ``PREVIOUS`` (the last commit before Watches)
-run by ``testing.skewenv.webhook`` (``testing.webhookstack.WebhookProcess(code=...)``); the
-listener is this checkout's, against a real KCP, with mTLS and the runtime's certificate; the SKR
-apiserver calls both webhooks for real."""
+The runtime before Watches is a ``git archive`` of ``PREVIOUS`` (d18055a: its webhook sends
+every ConfigMap as a v1 record), older than every release in releases.json and pinned on
+purpose: it is the runtime of the v1-only wire, which this listener still takes (every
+runtime without a Watch list still sends v1 records, ``tether.wire.conversion``), so this
+test does not follow releases.json; the rounds against the previous release of the record are
+tests/skew/test_release_skew.py. It runs via ``testing.skewenv.webhook``
+(``testing.webhookstack.WebhookProcess(code=...)``); the listener is this checkout's, against
+a real KCP, with mTLS and the runtime's certificate; the SKR apiserver calls both webhooks for
+real."""
 
 from __future__ import annotations
 
