@@ -3,6 +3,10 @@
 (``poller.run``) but of the Watch's resource and records::
 
     per Watch, by name:
+      GET watches/NAME/summary         -> its bucket hashes (the listener's view: no KCP read);
+      LIST its resource, hashed        -> equal to the runtime's objects it admits: the pass
+                                          ends (``in_sync``); else, a full resync, or a listener
+                                          without per-Watch summaries (404), as below
       GET state?watch=NAME pages       -> the digest of that Watch's records (poller.diff)
       LIST its resource page by page   -> in each namespace it names, or across all namespaces
                                           but the ignored ones (a field selector); its label
@@ -38,7 +42,8 @@ from typing import Any, NamedTuple, Protocol
 from poller import batching, diff, metrics, scan
 from tether.base import numbers, times
 from tether.kube import apitypes
-from tether.wire import changes, listenerapi, watches
+from tether.runtime import sender
+from tether.wire import changes, listenerapi, statehash, watches
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +77,22 @@ class Watching(NamedTuple):
     lister: WatchLister
 
 
+class Summaries(Protocol):
+    """``tether.runtime.sender.ListenerClient``: a Watch's summary (None: the listener has
+    none, 404)."""
+
+    def watch_summary(self, watch: str, identity: str = "") -> dict[str, Any] | None: ...
+
+
 class Host(Protocol):
     """``poller.run.Runner``: its digest of a Watch's records and its batch buffer."""
 
     runtime_id: str
     metrics: metrics.Metrics
+
+    @property
+    def client(self) -> object:  # a ``Summaries`` when the sender knows per-Watch summaries
+        ...
 
     def digest(
         self, state: batching.RunState, report: listenerapi.EpochReport, watch: str = ""
@@ -159,8 +175,24 @@ class WatchRun:
         m.last_scanned.set(self.state.scanned)
 
     def _pass(self, w: watches.Watch, report: listenerapi.EpochReport, first: bool) -> int:
-        """One Watch: its digest, its listings, its differences; the digest's size. The
-        claim of a new epoch goes with the run's first state page only."""
+        """One Watch: its summary first (in sync: done), else its digest, its listings, its
+        differences; the digest's size. The claim of a new epoch goes with the run's first
+        state page only (never with a summary: a run that claims compares by digests)."""
+        if not self.full and report.epoch is None:
+            try:
+                with batching.listing(self.host.buffer(self.state, self.keep_going)):
+                    try:
+                        held = self._in_sync(w, report.identity)
+                    except scan.Unserved:
+                        held = None  # the digest's pass skips it, naming why
+            except batching.Stop as e:
+                if e.status != 404:
+                    raise
+                held = None  # a Watch the listener does not hold: the digest's pass skips it
+            if held is not None:
+                self.host.metrics.watch_passes.labels("summary").inc()
+                return held
+        self.host.metrics.watch_passes.labels("digest").inc()
         try:
             digest, epoch = self.host.digest(
                 self.state,
@@ -222,6 +254,52 @@ class WatchRun:
             )
         buffer.flush()
         return entries
+
+    def _in_sync(self, w: watches.Watch, identity: str) -> int | None:
+        """The Watch's live records when its summary equals the hashes of the objects it
+        admits in the runtime (``tether.wire.statehash``, at the summary's epoch); None when
+        they differ or there is no summary to compare with. Nothing is sent here."""
+        client = self.host.client
+        ask = getattr(client, "watch_summary", None)
+        if not callable(ask):
+            return None
+        self.host.metrics.listener_requests.labels("summary").inc()
+        try:
+            doc = ask(w.name, identity)
+        except sender.ListenerError as e:
+            raise batching.stop_for(e.outcome, "state") from None
+        remote = None if doc is None else statehash.parse_summary(doc)
+        if doc is None or remote is None:
+            return None
+        epoch = listenerapi.epoch_in(doc.get("epoch")) or 0
+        local = statehash.Buckets()
+        scanned = 0
+        res = resource_of(w.target)
+        for ns in listings(w):
+            for page in self.lister.watch_pages(
+                res,
+                ns,
+                field_selector=field_selector(w) if ns is None else "",
+                label_selector=w.selector_text,
+            ):
+                if not self.keep_going():
+                    raise batching.Stop("aborted", "leadership lost")
+                for obj in page.items:
+                    foreign = watches.foreign(w, obj)
+                    if foreign is not None:
+                        raise scan.Unserved(f"{foreign}: nothing of it is sent", "foreign-kind")
+                    key = diff.key_of(obj)
+                    labels = (obj.get("metadata") or {}).get("labels")
+                    if watches.admits(w, key[0], key[1], labels):
+                        scanned += 1
+                        local.add_live(key[0], key[1], diff.resource_version_of(obj), epoch)
+        if statehash.mismatching(local, remote):
+            return None
+        self.state.epoch = epoch
+        self.host.metrics.epoch.set(epoch)
+        self.host.metrics.scanned.inc(scanned)
+        self.state.scanned += scanned
+        return sum(max(c, 0) for c in remote.counts)
 
     def _compare(
         self,

@@ -68,13 +68,13 @@ def summary_entry(obj: Mapping[str, Any]) -> tuple[str, bytes] | None:
 def record_entry(obj: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
     """("RUNTIME/WATCH", [storage namespace, namespace, name, uid, resourceVersion,
     observedAt, deleted, epoch]) of a stored record's metadata; None for a record of no
-    Watch (stored before Watches) and for an unbacked tombstone (no record of the
+    Watch (a legacy record: docs/listener.md) and for an unbacked tombstone (no record of the
     runtime's: ``records.digest_item``)."""
     meta = obj.get("metadata") or {}
     rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
     watch = records.watch_of(meta)
     item = records.digest_item(meta)
-    if not isinstance(rid, str) or not rid or watch is None or item is None:
+    if not isinstance(rid, str) or not rid or not watch or item is None:
         return None
     return f"{rid}/{watch}", [
         str(meta.get("namespace") or ""),
