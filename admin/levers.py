@@ -21,7 +21,8 @@ or when the KCP cannot be read or written.
 stored records at the runtime's next poll, so records deleted or edited in the KCP by hand,
 which the summary still counted, differ again, and that poll run lists their buckets and
 sends them (a runtime that polls by buckets; a Watch's summary is folded from the stored
-records at every request, so a runtime in Watch mode needs no resync). An Event ``TetherResync`` on the Kyma CR records it.
+records at every request, so a runtime in Watch mode needs no resync). An Event
+``TetherResync`` on the Kyma CR records it.
 """
 
 from __future__ import annotations
