@@ -328,6 +328,19 @@ class Runner:
         self.metrics.buckets_listed.inc(out.buckets_listed)
         return True
 
+    def watch_summary(self, watch: str, identity: str) -> dict[str, Any] | None:
+        """A Watch's summary (``poller.watchrun``); None when the listener client or the
+        listener has none (404). Raises ``Stop`` when the listener fails."""
+        ask = getattr(self.client, "watch_summary", None)
+        if not callable(ask):
+            return None
+        self.metrics.listener_requests.labels("summary").inc()
+        try:
+            doc: dict[str, Any] | None = ask(watch, identity)
+        except sender.ListenerError as e:
+            raise batching.stop_for(e.outcome, "state") from None
+        return doc
+
     def _state_items(
         self, state: batching.RunState, report: listenerapi.EpochReport, watch: str = ""
     ) -> Iterator[changes.DigestItem]:

@@ -42,7 +42,6 @@ from typing import Any, NamedTuple, Protocol
 from poller import batching, diff, metrics, scan
 from tether.base import numbers, times
 from tether.kube import apitypes
-from tether.runtime import sender
 from tether.wire import changes, listenerapi, statehash, watches
 
 log = logging.getLogger(__name__)
@@ -77,22 +76,13 @@ class Watching(NamedTuple):
     lister: WatchLister
 
 
-class Summaries(Protocol):
-    """``tether.runtime.sender.ListenerClient``: a Watch's summary (None: the listener has
-    none, 404)."""
-
-    def watch_summary(self, watch: str, identity: str = "") -> dict[str, Any] | None: ...
-
-
 class Host(Protocol):
     """``poller.run.Runner``: its digest of a Watch's records and its batch buffer."""
 
     runtime_id: str
     metrics: metrics.Metrics
 
-    @property
-    def client(self) -> object:  # a ``Summaries`` when the sender knows per-Watch summaries
-        ...
+    def watch_summary(self, watch: str, identity: str) -> dict[str, Any] | None: ...
 
     def digest(
         self, state: batching.RunState, report: listenerapi.EpochReport, watch: str = ""
@@ -259,15 +249,7 @@ class WatchRun:
         """The Watch's live records when its summary equals the hashes of the objects it
         admits in the runtime (``tether.wire.statehash``, at the summary's epoch); None when
         they differ or there is no summary to compare with. Nothing is sent here."""
-        client = self.host.client
-        ask = getattr(client, "watch_summary", None)
-        if not callable(ask):
-            return None
-        self.host.metrics.listener_requests.labels("summary").inc()
-        try:
-            doc = ask(w.name, identity)
-        except sender.ListenerError as e:
-            raise batching.stop_for(e.outcome, "state") from None
+        doc = self.host.watch_summary(w.name, identity)
         remote = None if doc is None else statehash.parse_summary(doc)
         if doc is None or remote is None:
             return None
