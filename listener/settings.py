@@ -319,7 +319,7 @@ class Settings:
     view_max_records: int = setting(
         config.integer(
             P + "VIEW_MAX_RECORDS",
-            300_000,
+            100_000,
             "records under Watches the view holds as digest items, over all runtimes (more: "
             "per-Watch summaries and digests are listed from the KCP)",
             minimum=1,
@@ -329,8 +329,9 @@ class Settings:
     view_max_record_bytes: int = setting(
         config.integer(
             P + "VIEW_MAX_RECORD_BYTES",
-            128 * MIB,
-            "bytes the view holds of records' digest items (their JSON size, ~350 a record)",
+            64 * MIB,
+            "bytes the view holds of records' digest items (their JSON size, ~260 a record; "
+            "its heap holds ~600)",
             minimum=MIB,
             maximum=16 * 1024 * MIB,
         )
