@@ -84,7 +84,7 @@ class Metrics:
         )
         self.watches = gauge(
             "tether_poller_watches",
-            "Watches in force in the last run in Watch mode (poller.watchrun)",
+            "Watches in force in the last run (poller.watchrun; the built-in Watch counts)",
         )
         self.watch_passes = counter(
             "tether_poller_watch_passes",
