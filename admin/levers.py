@@ -20,8 +20,9 @@ or when the KCP cannot be read or written.
 ``--namespace``, the listener's namespace): the listener rebuilds it from a listing of the
 stored records at the runtime's next poll, so records deleted or edited in the KCP by hand,
 which the summary still counted, differ again, and that poll run lists their buckets and
-sends them (a runtime that polls by buckets; one in Watch mode compares every stored record
-at every run already). An Event ``TetherResync`` on the Kyma CR records it.
+sends them (a runtime that polls by buckets; a Watch's summary is folded from the stored
+records at every request, so a runtime in Watch mode needs no resync). An Event
+``TetherResync`` on the Kyma CR records it.
 """
 
 from __future__ import annotations

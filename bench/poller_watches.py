@@ -9,10 +9,14 @@ same number of objects each (N, default 3,000; ~1 KiB of values each):
              a custom resource (full)
 
 Each runtime's Watches are in the KCP (for that runtime only) and in its Watch list, as
-the enroller renders them. A first run of each delivers everything; then ROUNDS in-sync runs
-alternate between the two (medians), each timed against a plain paginated list of the same
-objects (`baseline`: what any reconciler must at least do, same page size). ratio =
-watches-3 seconds / watches-1 seconds. Prints a table and writes
+the enroller renders them. A first run of each delivers everything; once every Watch's
+summary holds its records (the listener pod's view), ROUNDS in-sync runs alternate between
+the two (medians), each timed against a plain paginated list of the same objects
+(`baseline`: what any reconciler must at least do, same page size). ratio = watches-3
+seconds / watches-1 seconds. KCP reads of each in-sync run are counted from the KCP API
+server's own `apiserver_request_total` (GET and LIST, by resource; the listener is the only
+client of the KCP meanwhile), and how each Watch's pass ended
+(`tether_poller_watch_passes_total{way}`: summary or digest). Prints a table and writes
 bench/results/poller_watches.json (commit, load average, command).
 
     .venv/bin/python bench/poller_watches.py [--objects 3000] [--rounds 5] [--page-size 500]
@@ -161,7 +165,26 @@ class Side:
             watches=watchrun.Watching(watchset.WatchSet(kube, self.ns, ttl=0), lister),
         )
         self.watches = ws
+        self.per = per
         self.page_size = args.page_size
+        self.metrics = m
+
+    def summarised(self) -> bool:
+        """Every Watch's summary holds its objects (the listener pod's view caught up)."""
+        try:
+            docs = [self.client.watch_summary(w.name) or {} for w in self.watches]
+        except sender.ListenerError:
+            return False
+        return all(sum(d.get("counts") or []) == self.per for d in docs)
+
+    def passes(self) -> dict[str, float]:
+        return {
+            way: self.metrics.registry.get_sample_value(
+                "tether_poller_watch_passes_total", {"way": way}
+            )
+            or 0.0
+            for way in metrics.PASS_WAYS
+        }
 
     def ready(self) -> bool:
         try:
@@ -191,17 +214,51 @@ class Side:
         return time.perf_counter() - t
 
 
+def kcp_reads(api: client.ApiClient) -> dict[str, int]:
+    """GETs and LISTs the KCP API server served so far, by resource (its own metrics)."""
+    r = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics", timeout=30)
+    out: dict[str, int] = {}
+    for line in r.data.decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        lbl = dict(
+            (k, v.strip('"'))
+            for k, v in (p.split("=", 1) for p in series[series.index("{") + 1 : -1].split(","))
+        )
+        if lbl.get("verb") in ("GET", "LIST") and lbl.get("resource"):
+            out[lbl["resource"]] = out.get(lbl["resource"], 0) + int(float(value))
+    return out
+
+
+def reads_during(api: client.ApiClient, before: dict[str, int]) -> dict[str, int]:
+    """Reads since ``before``; the server counts just after answering: until two agree."""
+    last = kcp_reads(api)
+    for _ in range(20):
+        time.sleep(0.3)
+        now = kcp_reads(api)
+        if now == last:
+            break
+        last = now
+    return {k: v - before.get(k, 0) for k, v in last.items() if v != before.get(k, 0)}
+
+
 def _print(doc: dict[str, Any]) -> None:
     print(
         f"{'side':10s} {'objects':>8s} {'watches':>8s} {'in-sync s':>10s} {'list s':>8s} "
-        f"{'run/list':>9s}"
+        f"{'run/list':>9s} {'KCP reads':>10s} {'records':>8s} {'by summary':>11s}"
     )
     for name, s in doc["summary"].items():
         print(
             f"{name:10s} {s['objects']:8d} {s['watches']:8d} {s['in_sync_seconds']:10.2f} "
-            f"{s['baseline_seconds']:8.2f} {s['in_sync_seconds'] / s['baseline_seconds']:9.2f}"
+            f"{s['baseline_seconds']:8.2f} {s['in_sync_seconds'] / s['baseline_seconds']:9.2f} "
+            f"{s['kcp_reads']:10d} {s['kcp_record_reads']:8d} {s['passes_by_summary']:11s}"
         )
     print(f"\nwatches-3 / watches-1 in-sync run: {doc['ratio']:.2f} (same number of objects)")
+    print(
+        "KCP reads: GET and LIST per in-sync run (median), all resources / runtimeconfigmaps; "
+        "by summary: Watch passes of the in-sync runs that read no digest"
+    )
     print(provenance.footer(doc))
 
 
@@ -262,18 +319,27 @@ def main() -> int:
             for name, s in sides.items():
                 cold = s.run()
                 assert cold["outcome"] == "ok" and cold["sent"] == s.objects, (name, cold)
+            pollerenv.wait_until(
+                lambda: all(s.summarised() for s in sides.values()), 60, "summaries hold all"
+            )
+            settled = {n: s.passes() for n, s in sides.items()}
             rounds: dict[str, list[dict[str, Any]]] = {n: [] for n in sides}
             for r in range(args.rounds):
                 for name in sides if r % 2 == 0 else reversed(list(sides)):
+                    before = kcp_reads(kcp_api)
                     res = sides[name].run()
+                    res["kcp_reads"] = reads_during(kcp_api, before)
                     assert res["outcome"] == "ok" and res["sent"] == 0, (name, res)
                     res["baseline_seconds"] = sides[name].baseline()
                     rounds[name].append(res)
                     print(
                         f"round {r + 1} {name:10s} in-sync {res['seconds']:6.2f} s  "
-                        f"list {res['baseline_seconds']:6.2f} s",
+                        f"list {res['baseline_seconds']:6.2f} s  KCP reads {res['kcp_reads']}",
                         flush=True,
                     )
+            ways = {
+                n: {k: v - settled[n][k] for k, v in s.passes().items()} for n, s in sides.items()
+            }
         finally:
             listener.stop()
     summary = {
@@ -282,6 +348,11 @@ def main() -> int:
             "watches": len(sides[n].watches),
             "in_sync_seconds": statistics.median(x["seconds"] for x in rs),
             "baseline_seconds": statistics.median(x["baseline_seconds"] for x in rs),
+            "kcp_reads": int(statistics.median(sum(x["kcp_reads"].values()) for x in rs)),
+            "kcp_record_reads": int(
+                statistics.median(x["kcp_reads"].get("runtimeconfigmaps", 0) for x in rs)
+            ),
+            "passes_by_summary": f"{ways[n]['summary']:.0f}/{sum(ways[n].values()):.0f}",
         }
         for n, rs in rounds.items()
     }

@@ -3,7 +3,8 @@
     gunicorn 'listener.app:create_app()'        # settings from TETHER_LISTENER_* variables
     tether listener                             # the same, with TLS set up (listener.server)
 
-Blueprints: the runtime API (``listener.edge.api``, ``listener.edge.stateapi``) and ``edge``
+Blueprints: the runtime API (``listener.edge.api``, ``listener.edge.stateapi``,
+``listener.edge.watchstate``) and ``edge``
 (``/openapi.json``, and the hooks every request goes through: ports, request metrics, drain)
 on the data port; the operations surface (``tether.base.ops``) with ``/readyz`` (serving
 certificate and client CA loaded, their last reload good, and the KCP API answering an
@@ -31,7 +32,7 @@ from flask import Blueprint, Flask, Response, current_app, g, request
 
 from listener import metrics
 from listener import settings as settings_mod
-from listener.edge import api, openapi, responses, services, stateapi
+from listener.edge import api, openapi, responses, services, stateapi, watchstate
 from listener.fleet import viewclient as view_client
 from tether.base import ops, tlsreload
 from tether.http import httpworker
@@ -70,6 +71,7 @@ def create_app(
     ops.request_metrics(app, "listener", svc.metrics.registry, buckets=metrics.LATENCY_BUCKETS)
     app.register_blueprint(api.bp)
     app.register_blueprint(stateapi.bp)
+    app.register_blueprint(watchstate.bp)
     # /healthz on both ports; /readyz and /metrics only on the operations port (ops_bind),
     # never on the data port the internet reaches; the runtime API only on the data port
     ops.init_app(

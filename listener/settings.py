@@ -282,9 +282,10 @@ class Settings:
         config.boolean(
             P + "VIEW",
             True,
-            "one process per pod list+watches the Kyma CRs, heartbeat Leases and "
-            "state summaries and answers the workers over a Unix socket (a settled runtime's "
-            "heartbeat reads nothing from the KCP); off: every worker reads the KCP itself",
+            "one process per pod list+watches the Kyma CRs, heartbeat Leases, state "
+            "summaries and records (metadata) and answers the workers over a Unix socket (a "
+            "settled runtime's heartbeat reads nothing from the KCP); off: every worker reads "
+            "the KCP itself",
         )
     )
     view_timeout: float = setting(
@@ -311,6 +312,26 @@ class Settings:
             256 * MIB,
             "bytes the view holds in all (its kept fields' JSON "
             "size; a quarter each for Kyma CRs and Leases, half for state summaries)",
+            minimum=MIB,
+            maximum=16 * 1024 * MIB,
+        )
+    )
+    view_max_records: int = setting(
+        config.integer(
+            P + "VIEW_MAX_RECORDS",
+            100_000,
+            "records under Watches the view holds as digest items, over all runtimes (more: "
+            "per-Watch summaries and digests are listed from the KCP)",
+            minimum=1,
+            maximum=10_000_000,
+        )
+    )
+    view_max_record_bytes: int = setting(
+        config.integer(
+            P + "VIEW_MAX_RECORD_BYTES",
+            64 * MIB,
+            "bytes the view holds of records' digest items (their JSON size, ~260 a record; "
+            "its heap holds ~600)",
             minimum=MIB,
             maximum=16 * 1024 * MIB,
         )

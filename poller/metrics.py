@@ -20,8 +20,9 @@ OUTCOMES = (
 KINDS = ("interval", "resync")
 DIFF_TYPES = ("missing", "changed", "deleted")
 SENT_OUTCOMES = ("persisted", "duplicate", "stale", "refused", "unknown")
-CALLS = ("state", "changes")
+CALLS = ("state", "changes", "summary")
 # a Watch's pass skipped (poller.watchrun); foreign-kind: the list served another kind
+PASS_WAYS = ("summary", "digest")  # a Watch's pass: in sync by its summary, or by its digest
 SKIP_REASONS = ("unserved", "forbidden", "unknown", "foreign-kind")
 UNINTERPRETABLE = ("key", "resourceVersion", "observedAt")
 
@@ -83,7 +84,13 @@ class Metrics:
         )
         self.watches = gauge(
             "tether_poller_watches",
-            "Watches in force in the last run in Watch mode (poller.watchrun)",
+            "Watches in force in the last run (poller.watchrun; the built-in Watch counts)",
+        )
+        self.watch_passes = counter(
+            "tether_poller_watch_passes",
+            "Passes of a Watch by the way they ended: summary (its summary equalled the "
+            "listing: no digest read), digest (its digest read and compared)",
+            ["way"],
         )
         self.watches_skipped = counter(
             "tether_poller_watches_skipped",
@@ -111,6 +118,7 @@ class Metrics:
             (self.sent, SENT_OUTCOMES),
             (self.listener_requests, CALLS),
             (self.watches_skipped, SKIP_REASONS),
+            (self.watch_passes, PASS_WAYS),
             (self.digest_uninterpretable, UNINTERPRETABLE),
         ):
             for value in values:

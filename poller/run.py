@@ -21,10 +21,13 @@ sending anything, and its first state page claims it; the listener starts the ne
 and the restarted run, comparing by epoch first, resends every listed object and
 tombstones every other live key: the KCP holds the runtime's state after this one run.
 
-Watch mode: when the runtime holds a Watch list (``tether.wire.watchset``, read at the start of
-each run), the run is one pass per Watch (``poller.watchrun``: v2 records of each Watch's
-resource, its own digest ``?watch=NAME``) sharing this run's pacer, batches, restarts and
-epoch; without the list, the run above, unchanged. Both share ``poller.batching``.
+One loop (``poller.watchrun``): the run is one pass per Watch in force,
+``tether.wire.conversion.in_force``: the runtime's Watch list (``tether.wire.watchset``, read
+at the start of each run; v2 records of each Watch's resource, its summary, else its digest
+``?watch=NAME``), or, where the runtime holds none, the built-in Watch of the environment's
+scope, whose pass (``Runner.environment``) is the one above: ConfigMaps of the environment's
+filter, v1 records, the runtime's summary by buckets (``poller.buckets``), else its digest.
+The passes share this run's pacer, batches, restarts and epoch (``poller.batching``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from poller import batching, buckets, diff, metrics, pacing, scan, watchrun
-from tether.base import logs, times
+from tether.base import logs
 from tether.runtime import sender
 from tether.wire import changes, conversion, filters, listenerapi
 
@@ -123,7 +126,7 @@ class Runner:
         watches: watchrun.Watching | None = None,
     ) -> None:
         self.runtime_id = runtime_id
-        self.watches = watches  # None: the environment's scope only (before Watches)
+        self.watches = watches  # None: the built-in Watch's scope only (tether.wire.conversion)
         self._identity = identity
         self.settings = settings
         self.filter = flt
@@ -143,18 +146,16 @@ class Runner:
         )
         report = listenerapi.EpochReport(self._identity())
         watching = self.watches
-        in_force = None if watching is None else watching.source.current()
-        if watching is not None and in_force is None and not watching.source.settled():
+        listed = None if watching is None else watching.source.current()
+        if watching is not None and not watching.source.settled():
             return _result(state, "apiserver-failed", "the runtime's Watch list cannot be read")
+        # the runtime's Watch list, or the built-in Watch of the environment's scope
+        in_force = conversion.in_force(listed, self.filter)
+        lister = None if watching is None else watching.lister
         gone = 0
         while gone <= self.settings.max_restarts:
             try:
-                if watching is None or in_force is None:  # no Watch list: v1, env scope
-                    self._once(state, full, keep_going, report)
-                else:
-                    watchrun.WatchRun(self, watching.lister, state, full, keep_going).run(
-                        in_force, report
-                    )
+                watchrun.WatchRun(self, lister, state, full, keep_going).run(in_force, report)
                 return _result(state, "ok")
             except batching.Restart:
                 gone += 1
@@ -168,59 +169,51 @@ class Runner:
                 return _result(state, e.outcome, e.detail, e.retry_after)
         return _result(state, "gone", f"410 Gone {self.settings.max_restarts + 1} times")
 
-    def _once(
-        self,
-        state: batching.RunState,
-        full: bool,
-        keep_going: Callable[[], bool],
-        report: listenerapi.EpochReport,
-    ) -> None:
-        # a claim of a new epoch goes with the full listing's first page (listener.fleet.epochs)
-        if (
-            not full
-            and report.epoch is None
-            and self.settings.buckets
-            and self._by_buckets(state, keep_going, report.identity)
-        ):
-            return
-        digest, epoch = self.digest(state, report)  # epoch None: a listener before epochs
-        mark = None if epoch is None else diff.high_water(digest, epoch)
-        buffer = self.buffer(state, keep_going)
-        listed_at = times.now()
-        list_rv = ""
-        state.scanned = 0
-        with batching.listing(buffer):
+    def environment(
+        self, state: batching.RunState, keep_going: Callable[[], bool]
+    ) -> watchrun.Scope:
+        """The built-in Watch's pass (``poller.watchrun.Scope``): the ConfigMaps of the
+        environment's filter (``TETHER_IGNORED_NAMESPACES``, ``TETHER_LABEL_SELECTOR``) in one
+        listing, v1 records (``tether.wire.conversion``), the runtime's summary by buckets."""
+        rid, flt = self.runtime_id, self.filter
+
+        def pages() -> Iterator[tuple[str | None, scan.Page]]:
             for page in self.lister.pages():
-                if not keep_going():
-                    raise Stop("aborted", "leadership lost")
-                observed = times.now()
-                list_rv = page.resource_version or list_rv
-                if epoch is not None and mark is not None and changes.went_back(list_rv, mark):
-                    batching.went_back(epoch, list_rv, mark, report)
-                    mark = None
-                scanned = self._compare(page.items, digest, observed, full, epoch, buffer, state)
-                self.metrics.scanned.inc(scanned)
-                state.scanned += scanned
-        for (ns, name), entry in digest.items():
-            tomb_rv = diff.leftover(entry, list_rv, listed_at, epoch or 0)
-            if tomb_rv is None:
-                continue
-            state.count("deleted")
-            self.metrics.differences.labels("deleted").inc()
-            buffer.add(
-                conversion.tombstone(
-                    runtime_id=self.runtime_id,
-                    namespace=ns,
-                    name=name,
-                    uid=entry.uid,
-                    resource_version=tomb_rv,
-                    source="poller",
-                    observed_at=listed_at,
-                    epoch=epoch,
-                )
+                yield None, page
+
+        def admits(obj: Mapping[str, Any], key: tuple[str, str]) -> bool:
+            labels = (obj.get("metadata") or {}).get("labels")
+            return filters.rejection(flt, key[0], labels) is None  # the apiserver filtered too
+
+        def record(
+            obj: Mapping[str, Any], observed: str, epoch: int | None
+        ) -> changes.ChangeRecord:
+            return conversion.from_configmap(
+                obj, runtime_id=rid, source="poller", observed_at=observed, epoch=epoch
             )
-        buffer.flush()
-        self.metrics.last_scanned.set(state.scanned)
+
+        def tombstone(
+            ns: str, name: str, uid: str, rv: str, observed: str, epoch: int | None
+        ) -> changes.ChangeRecord:
+            return conversion.tombstone(
+                runtime_id=rid,
+                namespace=ns,
+                name=name,
+                uid=uid,
+                resource_version=rv,
+                source="poller",
+                observed_at=observed,
+                epoch=epoch,
+            )
+
+        def by_buckets() -> int | None:
+            if not self.settings.buckets or not self._by_buckets(
+                state, keep_going, self._identity()
+            ):
+                return None
+            return state.digest_entries
+
+        return watchrun.Scope("", pages, admits, record, tombstone, None, by_buckets, False)
 
     def digest(
         self, state: batching.RunState, report: listenerapi.EpochReport, watch: str = ""
@@ -246,44 +239,6 @@ class Runner:
         state.digest_entries = len(digest)
         self.metrics.digest_entries.set(len(digest))
         return digest, state.epoch
-
-    def _compare(
-        self,
-        items: Sequence[Mapping[str, Any]],
-        digest: diff.Digest,
-        observed: str,
-        full: bool,
-        epoch: int | None,
-        buffer: batching.Buffer,
-        state: batching.RunState,
-    ) -> int:
-        """Judge one page of listed objects against the digest (taking them out of it),
-        buffer the records to send; returns how many were scanned."""
-        scanned = 0
-        for obj in items:
-            key = diff.key_of(obj)
-            labels = (obj.get("metadata") or {}).get("labels")
-            if filters.rejection(self.filter, key[0], labels) is not None:
-                continue  # the apiserver filtered already; kept for safety
-            scanned += 1
-            entry = digest.pop(key, None)
-            rv = diff.resource_version_of(obj)
-            kind = diff.judge(entry, rv, observed, epoch or 0)
-            if kind is not None:
-                state.count(kind)
-                self.metrics.differences.labels(kind).inc()
-            elif not (full and diff.resend(entry, rv, observed, epoch or 0)):
-                continue
-            buffer.add(
-                conversion.from_configmap(
-                    obj,
-                    runtime_id=self.runtime_id,
-                    source="poller",
-                    observed_at=observed,
-                    epoch=epoch,
-                )
-            )
-        return scanned
 
     def _by_buckets(
         self, state: batching.RunState, keep_going: Callable[[], bool], identity: str = ""
@@ -327,6 +282,19 @@ class Runner:
         self.metrics.last_scanned.set(out.scanned)
         self.metrics.buckets_listed.inc(out.buckets_listed)
         return True
+
+    def watch_summary(self, watch: str, identity: str) -> dict[str, Any] | None:
+        """A Watch's summary (``poller.watchrun``); None when the listener client or the
+        listener has none (404). Raises ``Stop`` when the listener fails."""
+        ask = getattr(self.client, "watch_summary", None)
+        if not callable(ask):
+            return None
+        self.metrics.listener_requests.labels("summary").inc()
+        try:
+            doc: dict[str, Any] | None = ask(watch, identity)
+        except sender.ListenerError as e:
+            raise batching.stop_for(e.outcome, "state") from None
+        return doc
 
     def _state_items(
         self, state: batching.RunState, report: listenerapi.EpochReport, watch: str = ""

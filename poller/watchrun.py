@@ -3,6 +3,10 @@
 (``poller.run``) but of the Watch's resource and records::
 
     per Watch, by name:
+      GET watches/NAME/summary         -> its bucket hashes (the listener's view: no KCP read);
+      LIST its resource, hashed        -> equal to the runtime's objects it admits: the pass
+                                          ends (``in_sync``); else, a full resync, or a listener
+                                          without per-Watch summaries (404), as below
       GET state?watch=NAME pages       -> the digest of that Watch's records (poller.diff)
       LIST its resource page by page   -> in each namespace it names, or across all namespaces
                                           but the ignored ones (a field selector); its label
@@ -38,14 +42,15 @@ from typing import Any, NamedTuple, Protocol
 from poller import batching, diff, metrics, scan
 from tether.base import numbers, times
 from tether.kube import apitypes
-from tether.wire import changes, listenerapi, watches
+from tether.wire import changes, conversion, listenerapi, statehash, watches
 
 log = logging.getLogger(__name__)
 
 
 class WatchSource(Protocol):
-    """``tether.wire.watchset.WatchSet``: None when the runtime has no Watch list, or while no
-    read of it has answered (``settled`` False: then no run, never the environment's)."""
+    """``tether.wire.watchset.WatchSet``: None when the runtime holds none (its Watches are
+    then ``conversion.in_force``'s built-in one), or while no read of it has answered
+    (``settled`` False: then no run, never the environment's)."""
 
     def current(self) -> tuple[watches.Watch, ...] | None: ...
 
@@ -72,11 +77,28 @@ class Watching(NamedTuple):
     lister: WatchLister
 
 
+class Scope(NamedTuple):
+    """How one pass lists, admits and records: a Watch's own (``WatchRun._scope``) or the
+    built-in Watch's, the environment's ConfigMap scope (``poller.run``: v1 records, the
+    runtime's summary by buckets)."""
+
+    digest_watch: str  # the state listing's ?watch= ("": the runtime's compat Watch)
+    pages: Callable[[], Iterator[tuple[str | None, scan.Page]]]  # (its listing, a page)
+    admits: Callable[[Mapping[str, Any], tuple[str, str]], bool]  # may raise scan.Unserved
+    record: Callable[[Mapping[str, Any], str, int | None], changes.ChangeRecord]
+    tombstone: Callable[[str, str, str, str, str, int | None], changes.ChangeRecord]
+    summary: Callable[[str], dict[str, Any] | None] | None  # its summary, by identity
+    by_buckets: Callable[[], int | None] | None  # a pass by buckets: its entries, None: not
+    skips_unknown: bool  # 404 on its digest: the pass is skipped (else the run stops)
+
+
 class Host(Protocol):
     """``poller.run.Runner``: its digest of a Watch's records and its batch buffer."""
 
     runtime_id: str
     metrics: metrics.Metrics
+
+    def watch_summary(self, watch: str, identity: str) -> dict[str, Any] | None: ...
 
     def digest(
         self, state: batching.RunState, report: listenerapi.EpochReport, watch: str = ""
@@ -85,6 +107,8 @@ class Host(Protocol):
     def buffer(
         self, state: batching.RunState, keep_going: Callable[[], bool]
     ) -> batching.Buffer: ...
+
+    def environment(self, state: batching.RunState, keep_going: Callable[[], bool]) -> Scope: ...
 
 
 # -- the decisions (pure) ----------------------------------------------------------------------
@@ -135,7 +159,7 @@ class WatchRun:
     def __init__(
         self,
         host: Host,
-        lister: WatchLister,
+        lister: WatchLister | None,  # None: a runner of the environment's scope only
         state: batching.RunState,
         full: bool,
         keep_going: Callable[[], bool],
@@ -158,17 +182,76 @@ class WatchRun:
         m.digest_entries.set(entries)
         m.last_scanned.set(self.state.scanned)
 
+    def _scope(self, w: watches.Watch) -> Scope:
+        """How ``w``'s pass lists, admits and records (the built-in Watch's: the host's)."""
+        if conversion.is_builtin(w):
+            return self.host.environment(self.state, self.keep_going)
+        lister, res, rid = self.lister, resource_of(w.target), self.host.runtime_id
+        if lister is None:
+            raise batching.Stop("apiserver-failed", f"no lister of the kind of watch {w.name}")
+
+        def pages() -> Iterator[tuple[str | None, scan.Page]]:
+            for ns in listings(w):
+                for page in lister.watch_pages(
+                    res,
+                    ns,
+                    field_selector=field_selector(w) if ns is None else "",
+                    label_selector=w.selector_text,
+                ):
+                    yield ns, page
+
+        def admits(obj: Mapping[str, Any], key: tuple[str, str]) -> bool:
+            foreign = watches.foreign(w, obj)
+            if foreign is not None:  # never reduced nor sent; the Watch's pass ends here
+                raise scan.Unserved(f"{foreign}: nothing of it is sent", "foreign-kind")
+            return watches.admits(w, key[0], key[1], (obj.get("metadata") or {}).get("labels"))
+
+        def record(
+            obj: Mapping[str, Any], observed: str, epoch: int | None
+        ) -> changes.ChangeRecord:
+            return changes.from_object(
+                obj, watch=w, runtime_id=rid, source="poller", observed_at=observed, epoch=epoch
+            )
+
+        def tombstone(
+            ns: str, name: str, uid: str, rv: str, observed: str, epoch: int | None
+        ) -> changes.ChangeRecord:
+            return changes.watch_tombstone(
+                watch=w,
+                runtime_id=rid,
+                namespace=ns,
+                name=name,
+                uid=uid,
+                resource_version=rv,
+                source="poller",
+                observed_at=observed,
+                epoch=epoch,
+            )
+
+        def summary(identity: str) -> dict[str, Any] | None:
+            return self.host.watch_summary(w.name, identity)
+
+        return Scope(w.name, pages, admits, record, tombstone, summary, None, True)
+
     def _pass(self, w: watches.Watch, report: listenerapi.EpochReport, first: bool) -> int:
-        """One Watch: its digest, its listings, its differences; the digest's size. The
-        claim of a new epoch goes with the run's first state page only."""
+        """One Watch: its summary first (in sync: done), else its digest, its listings, its
+        differences; the digest's size. The claim of a new epoch goes with the run's first
+        state page only (never with a summary: a run that claims compares by digests)."""
+        scope = self._scope(w)
+        if not self.full and report.epoch is None:
+            held = self._settled(scope, report.identity)
+            if held is not None:
+                self.host.metrics.watch_passes.labels("summary").inc()
+                return held
+        self.host.metrics.watch_passes.labels("digest").inc()
         try:
             digest, epoch = self.host.digest(
                 self.state,
                 report if first else report._replace(epoch=None, collection_rv=""),
-                w.name,
+                scope.digest_watch,
             )
         except batching.Stop as e:
-            if e.status != 404:
+            if e.status != 404 or not scope.skips_unknown:
                 raise
             self._skip(w, "unknown", f"the listener has no such watch for this runtime: {e}")
             return 0
@@ -177,27 +260,20 @@ class WatchRun:
         buffer = self.host.buffer(self.state, self.keep_going)
         listed_at = times.now()
         listed: dict[str | None, str] = {}
-        res = resource_of(w.target)
         with batching.listing(buffer):
             try:
-                for ns in listings(w):
-                    for page in self.lister.watch_pages(
-                        res,
-                        ns,
-                        field_selector=field_selector(w) if ns is None else "",
-                        label_selector=w.selector_text,
+                for ns, page in scope.pages():
+                    if not self.keep_going():
+                        raise batching.Stop("aborted", "leadership lost")
+                    listed[ns] = page.resource_version or listed.get(ns, "")
+                    if (
+                        mark is not None
+                        and epoch is not None
+                        and changes.went_back(listed[ns], mark)
                     ):
-                        if not self.keep_going():
-                            raise batching.Stop("aborted", "leadership lost")
-                        listed[ns] = page.resource_version or listed.get(ns, "")
-                        if (
-                            mark is not None
-                            and epoch is not None
-                            and changes.went_back(listed[ns], mark)
-                        ):
-                            batching.went_back(epoch, listed[ns], mark, report)
-                            mark = None
-                        self._compare(w, page.items, digest, epoch, buffer)
+                        batching.went_back(epoch, listed[ns], mark, report)
+                        mark = None
+                    self._compare(scope, page.items, digest, epoch, buffer)
             except scan.Unserved as e:
                 buffer.flush()
                 self._skip(w, e.reason, str(e))
@@ -207,39 +283,69 @@ class WatchRun:
             if rv is None:
                 continue
             self._differ("deleted")
-            buffer.add(
-                changes.watch_tombstone(
-                    watch=w,
-                    runtime_id=self.host.runtime_id,
-                    namespace=ns,
-                    name=name,
-                    uid=entry.uid,
-                    resource_version=rv,
-                    source="poller",
-                    observed_at=listed_at,
-                    epoch=epoch,
-                )
-            )
+            buffer.add(scope.tombstone(ns, name, entry.uid, rv, listed_at, epoch))
         buffer.flush()
         return entries
 
+    def _settled(self, scope: Scope, identity: str) -> int | None:
+        """The pass by the scope's summary: its entries when in sync (then it ends), None
+        when the digest must be compared."""
+        if scope.by_buckets is not None:
+            return scope.by_buckets()
+        if scope.summary is None:
+            return None
+        try:
+            with batching.listing(self.host.buffer(self.state, self.keep_going)):
+                try:
+                    return self._in_sync(scope, identity)
+                except scan.Unserved:
+                    return None  # the digest's pass skips it, naming why
+        except batching.Stop as e:
+            if e.status != 404:
+                raise
+            return None  # a Watch the listener does not hold: the digest's pass skips it
+
+    def _in_sync(self, scope: Scope, identity: str) -> int | None:
+        """The Watch's live records when its summary equals the hashes of the objects it
+        admits in the runtime (``tether.wire.statehash``, at the summary's epoch); None when
+        they differ or there is no summary to compare with. Nothing is sent here."""
+        doc = None if scope.summary is None else scope.summary(identity)
+        remote = None if doc is None else statehash.parse_summary(doc)
+        if doc is None or remote is None:
+            return None
+        epoch = listenerapi.epoch_in(doc.get("epoch")) or 0
+        local = statehash.Buckets()
+        scanned = 0
+        for _, page in scope.pages():
+            if not self.keep_going():
+                raise batching.Stop("aborted", "leadership lost")
+            for obj in page.items:
+                key = diff.key_of(obj)
+                if scope.admits(obj, key):
+                    scanned += 1
+                    local.add_live(key[0], key[1], diff.resource_version_of(obj), epoch)
+        if statehash.mismatching(local, remote):
+            return None
+        self.state.epoch = epoch
+        self.host.metrics.epoch.set(epoch)
+        self.host.metrics.scanned.inc(scanned)
+        self.state.scanned += scanned
+        return sum(max(c, 0) for c in remote.counts)
+
     def _compare(
         self,
-        w: watches.Watch,
+        scope: Scope,
         items: Sequence[Mapping[str, Any]],
         digest: diff.Digest,
         epoch: int | None,
         buffer: batching.Buffer,
     ) -> None:
-        """Judge one page against the Watch's digest (taking what it admits out of it)."""
+        """Judge one page against the digest (taking what the scope admits out of it)."""
         observed = times.now()
         scanned = 0
         for obj in items:
-            foreign = watches.foreign(w, obj)
-            if foreign is not None:  # never reduced nor sent; the Watch's pass ends here
-                raise scan.Unserved(f"{foreign}: nothing of it is sent", "foreign-kind")
             key = diff.key_of(obj)
-            if not watches.admits(w, key[0], key[1], (obj.get("metadata") or {}).get("labels")):
+            if not scope.admits(obj, key):
                 continue  # left in the digest: a record of it is tombstoned
             scanned += 1
             entry = digest.pop(key, None)
@@ -249,16 +355,7 @@ class WatchRun:
                 self._differ(kind)
             elif not (self.full and diff.resend(entry, rv, observed, epoch or 0)):
                 continue
-            buffer.add(
-                changes.from_object(
-                    obj,
-                    watch=w,
-                    runtime_id=self.host.runtime_id,
-                    source="poller",
-                    observed_at=observed,
-                    epoch=epoch,
-                )
-            )
+            buffer.add(scope.record(obj, observed, epoch))
         self.host.metrics.scanned.inc(scanned)
         self.state.scanned += scanned
 

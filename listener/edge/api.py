@@ -32,7 +32,7 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
-from listener.edge import intake, responses, services, steps, validation, watchcheck
+from listener.edge import intake, responses, services, steps, validation, watchcheck, watchstate
 from listener.fleet import epochs
 from listener.storage import batch, listing, quota, records, store
 from tether.base import numbers, tracing
@@ -328,11 +328,16 @@ def get_state(svc: services.Services, runtime_id: str) -> Response:
         return steps.invalid(svc, runtime_id, watch)
     loaded: list[list[changes.DigestItem]] = []
     surveys: list[listing.Survey] = []
+    named = bool(request.args.get("watch"))
 
     def load() -> list[changes.DigestItem]:
-        items, survey = svc.store.survey(runtime_id, watch)
+        if named:  # one Watch's records: the pod's view, else its storage namespace only
+            items = watchstate.watch_items(svc, runtime_id, watch)
+        else:  # the compat Watch of a v1 poller: all of the runtime's records listed, so
+            # that the listing also corrects the runtime's state summary (listed_all)
+            items, survey = svc.store.survey(runtime_id, watch)
+            surveys.append(survey)
         loaded.append(items)
-        surveys.append(survey)
         return items
 
     try:

@@ -16,6 +16,7 @@ import pathlib
 import sys
 from typing import Any
 
+from listener.edge import watchstatedoc
 from tether.wire import changes
 
 OPENAPI_FILE = pathlib.Path(__file__).parent.parent / "openapi.json"
@@ -79,7 +80,7 @@ def _epoch(description: str) -> dict[str, Any]:
 
 
 def _own_schemas() -> dict[str, Any]:
-    return {**_record_schemas(), **_summary_schemas()}
+    return {**_record_schemas(), **_summary_schemas(), **watchstatedoc.schemas()}
 
 
 def _record_schemas() -> dict[str, Any]:
@@ -497,6 +498,7 @@ def document() -> dict[str, Any]:
             **_changes_path(),
             **_state_path(),
             **_summary_paths(),
+            **watchstatedoc.paths(_runtime_param, _refusals, _error),
             **_operations_paths(),
         },
         "components": {

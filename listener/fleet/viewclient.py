@@ -70,14 +70,15 @@ class ViewClient:
             conn[1].close()
             conn[0].close()
 
-    def ask(self, op: str, runtime_id: str) -> dict[str, Any] | None:
+    def ask(self, op: str, runtime_id: str, **more: str) -> dict[str, Any] | None:
         """The view's synced answer, or None (counted: the caller reads the KCP)."""
         conn = self._conn()
         if conn is None:
             self._on_fallback(op, "unreachable")
             return None
         try:
-            conn[0].sendall(json.dumps({"op": op, "id": runtime_id}).encode() + b"\n")
+            req = {"op": op, "id": runtime_id, **more}
+            conn[0].sendall(json.dumps(req).encode() + b"\n")
             line = conn[1].readline(MAX_ANSWER)
             doc = json.loads(line) if line.endswith(b"\n") else None
         except (OSError, ValueError):
@@ -104,6 +105,14 @@ class ViewClient:
             out.append(kyma.KymaView(**d))
         return out
 
+    def records(self, runtime_id: str, watch: str, namespace: str) -> list[list[Any]] | None:
+        """The runtime's records of ``watch`` stored in ``namespace`` as the view holds them
+        (``listener.view.serve``: [namespace, name, uid, resourceVersion, observedAt,
+        deleted, epoch] each); None when the view does not answer."""
+        doc = self.ask("records", runtime_id, watch=watch, ns=namespace)
+        items = None if doc is None else doc.get("items")
+        return items if isinstance(items, list) else None
+
 
 class Collector(PromCollector):
     """The view's state at scrape time (its ``ping``): ``tether_listener_view_synced{resource}``
@@ -114,7 +123,7 @@ class Collector(PromCollector):
     (not a counter of the workers: every worker of the pod exposes the same view, take
     ``max`` per pod)."""
 
-    KINDS = (apitypes.KYMAS.plural, apitypes.LEASES.plural, "summaries")
+    KINDS = (apitypes.KYMAS.plural, apitypes.LEASES.plural, "summaries", "records")
 
     def __init__(self, view: ViewClient) -> None:
         self._view = view

@@ -63,7 +63,7 @@ from typing import Any, Literal
 from listener.storage import listing, namespaces, quota, records, rules, unbacked, writecache
 from tether.base import logs
 from tether.kube import apitypes, gateway
-from tether.wire import changes
+from tether.wire import changes, watches
 
 Outcome = Literal["persisted", "duplicate", "stale"]
 MAX_ATTEMPTS = 12
@@ -428,6 +428,22 @@ class Store:
                     items.append(item)
         self.usage.observe(runtime_id, rules.Used(count, size), snap)
         return items, survey.result()
+
+    def home(self, watch: str) -> str:
+        """The namespace the records of ``watch`` are stored in (``namespaces.Namespaces.home``;
+        raises ``gateway.Unavailable`` for a Watch the listener's list does not hold)."""
+        return self._where.home(watch)
+
+    def watch_digest(self, runtime_id: str, watch: str) -> list[changes.DigestItem]:
+        """The digest of the runtime's records of ``watch``: one label-selected listing in
+        the Watch's storage namespace (never across namespaces), metadata only."""
+        selector = f"{apitypes.RUNTIME_ID_LABEL}={runtime_id},{watches.WATCH_LABEL}={watch}"
+        items: list[changes.DigestItem] = []
+        for metas, _ in listing.metadata_pages(
+            self._kcp, self.home(watch), selector, self._timeout
+        ):
+            items.extend(i for i in map(records.digest_item, metas) if i is not None)
+        return items
 
     def _usage(self, runtime_id: str) -> rules.Used:
         """Records and bytes the runtime keeps (for ``quota.Usage``): its state summary's

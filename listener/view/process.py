@@ -22,11 +22,13 @@ import time
 from collections import Counter
 
 from listener import settings
+from listener.storage import records
 from listener.view import beats, serve, store, watcher
 from tether.base import config, logs
 from tether.kube import apitypes, gateway
 
 log = logging.getLogger(__name__)
+RECORDS = "records"  # the kind of the records under Watches (serve.Views.records)
 
 
 def _die_with_parent() -> None:
@@ -102,6 +104,13 @@ def build(s: settings.Settings, kcp: gateway.Kube) -> tuple[serve.Views, list[wa
     kymas = store.Kind(apitypes.KYMAS.plural, store.kyma_entry, objects, each)
     leases = store.Kind(apitypes.LEASES.plural, store.lease_entry, objects, each)
     summaries = store.Kind("summaries", store.summary_entry, objects, 2 * each)
+    recs = store.Kind(
+        RECORDS,
+        store.record_entry,
+        s.view_max_records,
+        s.view_max_record_bytes,
+        key=store.namespaced,
+    )
     hooks = watcher.Hooks(restarted=lambda kind, why: count(f"restart/{kind}/{why}"))
     sources = (
         (kymas, watcher.Source(apitypes.KYMAS, s.namespace)),
@@ -112,6 +121,17 @@ def build(s: settings.Settings, kcp: gateway.Kube) -> tuple[serve.Views, list[wa
             ),
         ),
         (summaries, watcher.Source(apitypes.RUNTIME_STATE_SUMMARIES, s.namespace)),
+        # every Watch's records, wherever their Watch stores them: one watch per pod, never
+        # a request's listing (the per-Watch summaries and digests, listener.edge.watchstate)
+        (
+            recs,
+            watcher.Source(
+                apitypes.RUNTIME_CONFIGMAPS,
+                None,
+                f"{apitypes.MANAGED_BY_LABEL}={records.MANAGED_BY}",
+                metadata_only=True,
+            ),
+        ),
     )
     watchers = [
         watcher.Watcher(
@@ -128,7 +148,12 @@ def build(s: settings.Settings, kcp: gateway.Kube) -> tuple[serve.Views, list[wa
         counted=lambda outcome: count(f"write/{outcome}"),
     )
     views = serve.Views(
-        kymas, leases, summaries, writer, seen_wait=min(serve.SEEN_WAIT, 0.6 * s.view_timeout)
+        kymas,
+        leases,
+        summaries,
+        writer,
+        seen_wait=min(serve.SEEN_WAIT, 0.6 * s.view_timeout),
+        records=recs,
     )
 
     def snapshot() -> dict[str, int]:

@@ -4,6 +4,11 @@
     {"op": "lease", "id": ...}               -> {"synced": true,
                                                  "lease": {epoch, identity, rv, renew} | null}
     {"op": "summary", "id": ...}             -> {"synced": true, "summary": object | null}
+    {"op": "records", "id": ..., "watch": W, "ns": N}
+                                             -> {"synced": true, "items": [[namespace, name,
+                                                 uid, resourceVersion, observedAt, deleted,
+                                                 epoch], ...]}: the runtime's records of
+                                                 Watch W stored in namespace N (its storage)
     {"op": "seen", "id": ...}                -> {"synced": true,
                                                  "outcome": "written" | "queued" | "fresh"
                                                             | "dropped"}
@@ -44,8 +49,10 @@ class Views:
         summaries: store.Kind,
         writer: beats.Beats,
         seen_wait: float = SEEN_WAIT,
+        records: store.Kind | None = None,
     ) -> None:
         self.kymas, self.leases, self.summaries, self.writer = kymas, leases, summaries, writer
+        self.records = records
         self.seen_wait = seen_wait
         # relists ("restart/<kind>/<reason>") and heartbeat writes ("write/<outcome>") so far
         self.counts: Callable[[], dict[str, int]] = dict
@@ -59,7 +66,9 @@ class Views:
             return b'{"error":"not an object"}'
         op, rid = req.get("op"), req.get("id")
         if op == "ping":
-            kinds = (self.kymas, self.leases, self.summaries)
+            kinds = tuple(
+                k for k in (self.kymas, self.leases, self.summaries, self.records) if k is not None
+            )
             return _dump(
                 {
                     "synced": {k.name: k.synced and not k.full for k in kinds},
@@ -81,10 +90,23 @@ class Views:
             if found is None:
                 return b'{"synced":false}'
             return b'{"synced":true,"summary":' + (found[0] if found else b"null") + b"}"
+        if op == "records":
+            return self._records(rid, req.get("watch"), req.get("ns"))
         if op == "seen":
             outcome = self.writer.seen(rid, self.seen_wait)
             return _dump({"synced": outcome is not None, "outcome": outcome})
-        return b'{"error":"op: kyma, lease, summary, seen or ping"}'
+        return b'{"error":"op: kyma, lease, summary, records, seen or ping"}'
+
+    def _records(self, rid: str, watch: object, ns: object) -> bytes:
+        if not isinstance(watch, str) or not kyma.valid_runtime_id(watch) or not watch:
+            return b'{"error":"watch: a Watch name"}'
+        if not isinstance(ns, str) or not kyma.valid_runtime_id(ns) or not ns:
+            return b'{"error":"ns: a namespace"}'
+        got = None if self.records is None else self.records.of(f"{rid}/{watch}")
+        if got is None:
+            return b'{"synced":false}'
+        # only where the Watch stores: an object elsewhere is no record (records.placed)
+        return _dump({"synced": True, "items": [v[1:] for v in got if v[0] == ns]})
 
 
 def _dump(doc: dict[str, Any]) -> bytes:

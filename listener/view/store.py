@@ -1,6 +1,8 @@
 """What the view holds (plain data, bounded): the Kyma CRs by runtime ID, the heartbeat
-Leases' epoch, identity, renewTime and resourceVersion, and the state summaries as served
-(compact JSON bytes: the answer forwards them).
+Leases' epoch, identity, renewTime and resourceVersion, the state summaries as served
+(compact JSON bytes: the answer forwards them), and every record under a Watch as its
+digest item, by runtime and Watch (``record_entry``: the per-Watch summaries and digests
+are folded from them, ``listener.edge.watchstate``).
 
 One ``Kind`` per watched resource: ``replace`` (a listing) and ``apply`` (a watch event)
 keep it; over ``max_objects`` objects or ``max_bytes`` bytes (the kept fields' JSON size)
@@ -14,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from listener.storage import records
 from tether.base import numbers
 from tether.kube import apitypes, kyma
 from tether.wire import changes
@@ -62,6 +65,39 @@ def summary_entry(obj: Mapping[str, Any]) -> tuple[str, bytes] | None:
     return rid, json.dumps(kept, separators=(",", ":")).encode()
 
 
+def record_entry(obj: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
+    """("RUNTIME/WATCH", [storage namespace, namespace, name, uid, resourceVersion,
+    observedAt, deleted, epoch]) of a stored record's metadata; None for a record of no
+    Watch (a legacy record: docs/listener.md) and for an unbacked tombstone (no record of the
+    runtime's: ``records.digest_item``)."""
+    meta = obj.get("metadata") or {}
+    rid = (meta.get("labels") or {}).get(apitypes.RUNTIME_ID_LABEL)
+    watch = records.watch_of(meta)
+    item = records.digest_item(meta)
+    if not isinstance(rid, str) or not rid or not watch or item is None:
+        return None
+    return f"{rid}/{watch}", [
+        str(meta.get("namespace") or ""),
+        item["namespace"],
+        item["name"],
+        item["uid"],
+        item["resourceVersion"],
+        item["observedAt"],
+        item["deleted"],
+        item.get("epoch", 0),
+    ]
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def namespaced(obj: Mapping[str, Any]) -> str:
+    """The key of an object of a namespaced kind watched across namespaces."""
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
 def _size(value: object) -> int:
     if isinstance(value, bytes):
         return len(value) + 64
@@ -91,8 +127,9 @@ class Kind:
         entry: Callable[[Mapping[str, Any]], tuple[str, Any] | None],
         max_objects: int,
         max_bytes: int,
+        key: Callable[[Mapping[str, Any]], str] | None = None,
     ) -> None:
-        self.name, self._entry = name, entry
+        self.name, self._entry, self.key = name, entry, key or _name
         self._max_objects, self._max_bytes = max_objects, max_bytes
         self._lock = threading.Lock()
         self._by_name: dict[str, tuple[str, Any, int]] = {}  # name -> (runtime ID, value, size)
@@ -130,7 +167,7 @@ class Kind:
 
     def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
         """One watch event (ADDED, MODIFIED, DELETED; others ignored)."""
-        name = str((obj.get("metadata") or {}).get("name") or "")
+        name = self.key(obj)
         with self._lock:
             if self.full:
                 return
@@ -194,7 +231,7 @@ class Listing:
         for obj in items:
             if self._full:
                 return
-            name = str((obj.get("metadata") or {}).get("name") or "")
+            name = k.key(obj)
             got = k._entry(obj)
             if got is None or name in self._by_name:
                 continue

@@ -39,8 +39,9 @@ class Source(NamedTuple):
     """What one watcher lists and watches."""
 
     resource: gateway.Resource
-    namespace: str
+    namespace: str | None  # None: across all namespaces
     label_selector: str | None = None
+    metadata_only: bool = False  # PartialObjectMetadata: the objects' metadata only
 
 
 class Hooks(NamedTuple):
@@ -82,6 +83,7 @@ class Watcher:
                 label_selector=src.label_selector,
                 limit=PAGE,
                 continue_token=token or None,
+                metadata_only=src.metadata_only,
                 timeout=self._timeout,
             )
             listing.add(page.get("items") or [])
@@ -107,6 +109,7 @@ class Watcher:
             max_event_bytes=self._max_event,
             read_timeout=self._watch_seconds + SILENCE,
             stop=self.stop,
+            metadata_only=src.metadata_only,
         ):
             obj: dict[str, Any] = event["object"]
             version = (obj.get("metadata") or {}).get("resourceVersion")

@@ -195,7 +195,12 @@ def test_nothing_cluster_wide_but_the_admin_reviews_and_tethers_own_records(
         ("authorization.k8s.io", "subjectaccessreviews", ("create",)),
     }
     assert rules("tether-listener-records") == {  # delete: only unbacked tombstones (policy.yaml)
-        (TETHER, "runtimeconfigmaps", ("get", "list", "create", "update", "patch", "delete"))
+        # watch: the pod's view of the records (metadata only), for the per-Watch summaries
+        (
+            TETHER,
+            "runtimeconfigmaps",
+            ("get", "list", "watch", "create", "update", "patch", "delete"),
+        )
     }
     assert rules("tether-janitor-records") == {
         (TETHER, "runtimeconfigmaps", ("list", "patch", "delete", "deletecollection"))

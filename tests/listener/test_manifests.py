@@ -47,9 +47,9 @@ def test_listener_base_renders_the_expected_objects(kcp: controlplane.ControlPla
         (
             ["tether.kyma-project.io"],
             ["runtimeconfigmaps"],
-            {"get", "list", "create", "update", "patch", "delete"},
+            {"get", "list", "watch", "create", "update", "patch", "delete"},
         )
-    ]  # delete: policy.yaml narrows it
+    ]  # delete: policy.yaml narrows it; watch: the pod's view of the records
     role = by[("Role", "tether-listener")]
     assert role["metadata"]["namespace"] == "kcp-system"
     rules = {

@@ -8,8 +8,10 @@ import datetime
 import json
 from typing import Any
 
+from listener.storage import records
 from listener.view import beats, serve, store
 from tether.kube import apitypes
+from tether.wire import watches
 
 
 def kyma(
@@ -200,3 +202,55 @@ def test_a_listing_over_the_bound_keeps_the_kind_full_and_empty() -> None:
     assert k.full and k.sizes() == (0, 0) and k.of("rt-1") is None
     k.replace([summary("rt-1")])  # a listing that fits answers again
     assert not k.full and k.of("rt-1") is not None
+
+
+def stored(
+    ns: str, name: str, rid: str, watch: str | None, key: str, **more: str
+) -> dict[str, Any]:
+    """A stored record's metadata as the view's metadata-only watch brings it."""
+    labels = {apitypes.RUNTIME_ID_LABEL: rid, **more}
+    if watch is not None:
+        labels[watches.WATCH_LABEL] = watch
+    ann = {
+        records.ANN_NAMESPACE: "team-a",
+        records.ANN_NAME: key,
+        records.ANN_UID: "u-" + key,
+        records.ANN_RV: "12",
+        records.ANN_OBSERVED: "2026-12-01T00:00:00.000000Z",
+        records.ANN_DELETED: "false",
+    }
+    return {"metadata": {"namespace": ns, "name": name, "labels": labels, "annotations": ann}}
+
+
+def test_records_are_held_by_runtime_and_watch_and_answered_only_from_their_namespace() -> None:
+    recs = store.Kind("records", store.record_entry, 10, 1 << 20, key=store.namespaced)
+    k = kinds()
+    views = serve.Views(
+        k,
+        store.Kind("leases", store.lease_entry, 1, 1 << 20),
+        store.Kind("summaries", store.summary_entry, 1, 1 << 20),
+        beats.Beats(None, "ns", 30.0, 1.0, k),  # type: ignore[arg-type]
+        records=recs,
+    )
+    ask = b'{"op":"records","id":"rt-1","watch":"w","ns":"home"}'
+    assert json.loads(views.answer(ask)) == {"synced": False}
+    recs.replace(
+        [
+            stored("home", "same-name", "rt-1", "w", "a"),
+            stored("elsewhere", "same-name", "rt-1", "w", "b"),  # copied outside: not answered
+            stored("home", "x2", "rt-2", "w", "c"),  # another runtime
+            stored("home", "x3", "rt-1", "other", "d"),  # another Watch
+            stored("home", "x4", "rt-1", None, "e"),  # a legacy record: held nowhere
+        ]
+    )
+    recs.synced = True
+    got = json.loads(views.answer(ask))
+    assert got == {
+        "synced": True,
+        "items": [["team-a", "a", "u-a", "12", "2026-12-01T00:00:00.000000Z", False, 0]],
+    }
+    assert recs.sizes()[0] == 4
+    recs.apply("DELETED", stored("home", "same-name", "rt-1", "w", "a"))
+    assert json.loads(views.answer(ask))["items"] == []
+    for bad in (b'"watch":"bad watch!","ns":"home"', b'"watch":"w","ns":""', b'"watch":"w"'):
+        assert "error" in json.loads(views.answer(b'{"op":"records","id":"rt-1",' + bad + b"}"))

@@ -82,4 +82,4 @@ def test_metrics_expose_every_series_without_object_labels(tmp_path: pathlib.Pat
         if "{" in line and not line.startswith("#")
         for part in line[line.index("{") + 1 : line.index("}")].split(",")
     }
-    assert labels <= {"kind", "outcome", "type", "call", "le", "field", "reason"}
+    assert labels <= {"kind", "outcome", "type", "call", "le", "field", "reason", "way"}

@@ -23,9 +23,6 @@ MARKERS = re.compile(
 # the conversion itself, and the record's own version (its schema, its literal)
 EDGE = {"tether/wire/conversion.py", "tether/wire/changes.py"}
 PENDING = {
-    # two diff loops: the environment's scope (with bucket summaries) and one per Watch
-    "poller/run.py": "one loop over conversion.in_force, bucket summaries per Watch",
-    "poller/watchrun.py": "the same loop",
     # a KCP without the Watch CRD renders runtimes as before Watches (no tether-watches)
     "enroller/install.py": "the built-in Watch rendered instead of no list",
     "enroller/reconcile.py": "idem",

@@ -450,6 +450,18 @@ class ListenerClient:
                 return None
             raise
 
+    def watch_summary(self, watch: str, identity: str = "") -> dict[str, Any] | None:
+        """A Watch's state summary (``statehash.parse_summary`` reads it); None when the
+        listener answers 404 (older than per-Watch summaries, or the Watch not in force: the
+        Watch's digest then says which)."""
+        path = listenerapi.watch_summary_path(self.settings.runtime_id, watch, identity)
+        try:
+            return self._get_json(path)
+        except ListenerError as e:
+            if e.outcome.status == 404:
+                return None
+            raise
+
     def state_bucket(self, bucket: int) -> list[changes.DigestItem]:
         """The digest items of one bucket of the runtime's state summary."""
         doc = self._get_json(listenerapi.bucket_path(self.settings.runtime_id, bucket))

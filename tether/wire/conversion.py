@@ -54,6 +54,11 @@ def in_force(
     return (builtin(flt),) if listed is None else listed
 
 
+def is_builtin(w: watches.Watch) -> bool:
+    """Whether ``w`` is the built-in Watch (its records leave as v1 records)."""
+    return w.name == BUILTIN_NAME
+
+
 def sent_as_v1(record: Mapping[str, Any]) -> bool:
     """Whether ``record`` leaves as a v1 record (``on_wire``): it is of the built-in Watch."""
     return record.get("watch") == BUILTIN_NAME

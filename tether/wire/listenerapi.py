@@ -78,5 +78,13 @@ def summary_path(runtime_id: str, identity: str = "") -> str:
     return path + "?" + urllib.parse.urlencode({"identity": identity}) if identity else path
 
 
+def watch_summary_path(runtime_id: str, watch: str, identity: str = "") -> str:
+    """A Watch's state summary's path (``listener.edge.watchstate``); the identity as with
+    the runtime's summary."""
+    rid, name = urllib.parse.quote(runtime_id, safe=""), urllib.parse.quote(watch, safe="")
+    path = f"/v1/runtimes/{rid}/watches/{name}/summary"
+    return path + "?" + urllib.parse.urlencode({"identity": identity}) if identity else path
+
+
 def bucket_path(runtime_id: str, bucket: int) -> str:
     return f"/v1/runtimes/{urllib.parse.quote(runtime_id, safe='')}/state/buckets/{bucket}"
