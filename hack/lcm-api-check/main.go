@@ -10,7 +10,8 @@
 //   - the ModuleReleaseMeta is named after spec.moduleName (pkg/templatelookup
 //     GetModuleReleaseMeta), has exactly one of spec.channels and spec.mandatory (the type's
 //     XValidation rule), every channel once with a version (GetChannelVersionForModule), and
-//     spec.ocmComponentName (the component the descriptor is fetched by);
+//     spec.ocmComponentName: the descriptor is fetched from the registry by it and the
+//     template's spec.version (docs/contributor/14-creating-moduletemplate.md);
 //   - for every channel, a template named v1beta2.CreateModuleTemplateName(module, version)
 //     in the same namespace (moduletemplateinfolookup/common.go getTemplateByVersion), with
 //     that spec.moduleName and spec.version, not mandatory, not beta or internal
@@ -40,6 +41,9 @@ const maxFileBytes = 4 << 20 // a ModuleTemplate with an inline descriptor is a 
 var (
 	semver  = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[a-zA-Z-][0-9a-zA-Z-]*)?$`)
 	channel = regexp.MustCompile(`^[a-z]{3,32}$`) // ChannelVersionAssignment.Channel's markers
+	// ModuleReleaseMetaSpec.ModuleName's and .OcmComponentName's patterns, non-empty here
+	moduleName    = regexp.MustCompile(`^[a-z]{3,}(-[a-z]{3,})*$`)
+	componentName = regexp.MustCompile(`^[a-z][-a-z0-9]*([.][a-z][-a-z0-9]*)*[.][a-z]{2,}(/[a-z][-a-z0-9_]*([.][a-z][-a-z0-9_]*)*)+$`)
 )
 
 func main() {
@@ -137,8 +141,8 @@ func decodeStrict(path, kind string, out any) error {
 func checkReleaseMeta(m *v1beta2.ModuleReleaseMeta) []string {
 	var out []string
 	s := m.Spec
-	if s.ModuleName == "" {
-		out = append(out, "spec.moduleName is empty")
+	if !moduleName.MatchString(s.ModuleName) || len(s.ModuleName) > 64 {
+		out = append(out, fmt.Sprintf("spec.moduleName %q is not a module name", s.ModuleName))
 	} else if m.Name != s.ModuleName {
 		out = append(out, fmt.Sprintf("metadata.name %q is not spec.moduleName %q (lifecycle-manager gets it by the module's name)", m.Name, s.ModuleName))
 	}
@@ -147,6 +151,8 @@ func checkReleaseMeta(m *v1beta2.ModuleReleaseMeta) []string {
 	}
 	if s.OcmComponentName == "" {
 		out = append(out, "spec.ocmComponentName is empty (the descriptor is fetched by it)")
+	} else if !componentName.MatchString(s.OcmComponentName) || len(s.OcmComponentName) > 255 {
+		out = append(out, fmt.Sprintf("spec.ocmComponentName %q is not an OCM component name", s.OcmComponentName))
 	}
 	if (s.Mandatory == nil) == (len(s.Channels) == 0) {
 		out = append(out, "exactly one of spec.mandatory or spec.channels must be set")

@@ -217,6 +217,12 @@ def _mutated(env: Env, tmp_path: Path, name: str, change: Any) -> Path:
         ),
         pytest.param(
             "modulereleasemeta.yaml",
+            lambda d: d["spec"].update(ocmComponentName="Tether"),
+            'spec.ocmComponentName "Tether" is not an OCM component name',
+            id="bad-component-name",
+        ),
+        pytest.param(
+            "modulereleasemeta.yaml",
             lambda d: d["spec"]["channels"][0].update(version="0.2.0"),
             'channel "regular": no ModuleTemplate kcp-system/tether-0.2.0',
             id="channel-without-template",
