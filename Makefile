@@ -77,6 +77,9 @@ cosign: ## build (or reuse the cached) cosign from its Go module (hack/cosign-ve
 registry: ## build (or reuse the cached) the CNCF distribution OCI registry from its Go module (hack/registry-version.env; the module tests push to it)
 	bash hack/build-registry.sh >/dev/null
 
+lcm-api-check: ## build (or reuse the cached) the Kyma module's check against lifecycle-manager's published api module (hack/lcm-api-version.env; the module tests run it)
+	bash hack/build-lcm-api-check.sh >/dev/null
+
 # where push-module pushes the release's Kyma module (https://host[:port]) and the CA file
 # that signed that registry's certificate (empty: the system's trust store)
 MODULE_REGISTRY ?=
@@ -121,7 +124,7 @@ prometheus-server: ## build (or reuse the cached) upstream Prometheus server fro
 cert-manager: ## build (or reuse the cached) cert-manager controller and cainjector from its Go module, with its CRDs (the cert-manager overlay's test)
 	bash hack/build-cert-manager.sh >/dev/null
 
-test: $(STAMP) controlplane promtool faketime prometheus-server cert-manager registry image-tools browser lint ## everything CI runs: lint, type checks, all three tiers on real control planes
+test: $(STAMP) controlplane promtool faketime prometheus-server cert-manager registry lcm-api-check image-tools browser lint ## everything CI runs: lint, type checks, all three tiers on real control planes
 	$(VENV)/bin/pytest $(XDIST)
 
 demo: $(STAMP) controlplane ## run the whole system locally (two planes, all parts)
@@ -134,4 +137,4 @@ clean: ## remove the venv and caches (not the control plane cache)
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
 
 
-.PHONY: release verify-release cosign registry push-module bundle help venv constraints lock controlplane promtool prometheus-server cert-manager image-tools browser image lint format unit check test demo planes clean
+.PHONY: release verify-release cosign registry lcm-api-check push-module bundle help venv constraints lock controlplane promtool prometheus-server cert-manager image-tools browser image lint format unit check test demo planes clean

@@ -3,14 +3,16 @@ module: packaged from the checkout (hack/kyma_module.py, the code ``make release
 the runtime manifest rendered from manifests/module, pushed by ``hack/push_module.py`` (what
 ``make push-module`` runs) to a real OCI registry on loopback over TLS (testing/registry.py);
 lifecycle-manager's ModuleTemplate and ModuleReleaseMeta CRDs (hack/crds/lifecycle-manager)
-validate both objects server-side on a KCP plane; then, for a Kyma CR, the template is found
-through the ModuleReleaseMeta's channel (testing/modulelookup.py), the component descriptor
-fetched from the registry by the ModuleReleaseMeta's ``ocmComponentName`` and the template's
-version, its ``raw-manifest`` local blob pulled by digest and applied to a fresh runtime plane
-with lifecycle-manager's field manager (``declarative.kyma-project.io/applier``, forced).
+validate both objects server-side on a KCP plane, and lifecycle-manager's published Go types
+(its ``api`` module: hack/lcm-api-check, testing/lcmapi.py) decode them strictly, a mutated
+object refused; then, for a Kyma CR, the template is found through the ModuleReleaseMeta's
+channel (testing/modulelookup.py), the component descriptor fetched from the registry by the
+ModuleReleaseMeta's ``ocmComponentName`` and the template's version, its ``raw-manifest``
+local blob pulled by digest and applied to a fresh runtime plane with lifecycle-manager's
+field manager (``declarative.kyma-project.io/applier``, forced).
 
-Not shown: a running lifecycle-manager (its main module cannot be built here: its OCM
-dependency is refused by the module proxy); its reading code is followed, not run."""
+Not shown: a running lifecycle-manager (the module proxy refuses its main module and its OCM
+dependency: docs/releasing.md); its reading code is followed, not run."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testing import controlplane, modulelookup, ocidist, registry
+from testing import controlplane, lcmapi, modulelookup, ocidist, registry
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(600)]
 
@@ -164,6 +166,94 @@ def test_lifecycle_managers_crds_accept_the_template_and_the_release_meta(env: E
     bad.write_text(json.dumps(wrong))
     out = kubectl(env.kcp, "apply", "--server-side", "-f", str(bad), check=False)
     assert "exactly one of 'mandatory' or 'channels'" in out, out
+
+
+def test_lifecycle_managers_go_types_take_the_template_and_the_release_meta(env: Env) -> None:
+    done = lcmapi.check(env.out / "modulereleasemeta.yaml", env.out / "moduletemplate.yaml")
+    assert done.returncode == 0, done.stderr
+    assert "ModuleReleaseMeta kcp-system/tether and 1 ModuleTemplate(s)" in done.stdout
+
+
+def _mutated(env: Env, tmp_path: Path, name: str, change: Any) -> Path:
+    doc = yaml.safe_load((env.out / name).read_text())
+    change(doc)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "expected"),
+    [
+        pytest.param(
+            "moduletemplate.yaml",
+            lambda d: d["spec"].update(moduleNmae="tether"),
+            'unknown field "moduleNmae"',
+            id="unknown-field",
+        ),
+        pytest.param(
+            "moduletemplate.yaml",
+            lambda d: d["metadata"].update(labelz={}),
+            'unknown field "labelz"',
+            id="unknown-metadata-field",
+        ),
+        pytest.param(
+            "moduletemplate.yaml",
+            lambda d: d["spec"].update(mandatory="no"),
+            "cannot unmarshal string into Go struct field ModuleTemplateSpec.spec.mandatory",
+            id="wrong-type",
+        ),
+        pytest.param(
+            "moduletemplate.yaml",
+            lambda d: d["spec"].pop("manager"),
+            "spec.manager needs kind, version and name",
+            id="missing-manager",
+        ),
+        pytest.param(
+            "modulereleasemeta.yaml",
+            lambda d: d["spec"].pop("ocmComponentName"),
+            "spec.ocmComponentName is empty",
+            id="missing-component-name",
+        ),
+        pytest.param(
+            "modulereleasemeta.yaml",
+            lambda d: d["spec"].update(ocmComponentName="Tether"),
+            'spec.ocmComponentName "Tether" is not an OCM component name',
+            id="bad-component-name",
+        ),
+        pytest.param(
+            "modulereleasemeta.yaml",
+            lambda d: d["spec"]["channels"][0].update(version="0.2.0"),
+            'channel "regular": no ModuleTemplate kcp-system/tether-0.2.0',
+            id="channel-without-template",
+        ),
+        pytest.param(
+            "modulereleasemeta.yaml",
+            lambda d: d["spec"].update(mandatory={"version": VERSION}),
+            "exactly one of spec.mandatory or spec.channels",
+            id="mandatory-and-channels",
+        ),
+    ],
+)
+def test_lifecycle_managers_go_types_refuse_a_mutated_object(
+    env: Env, tmp_path: Path, name: str, change: Any, expected: str
+) -> None:
+    files = {n: env.out / n for n in ("modulereleasemeta.yaml", "moduletemplate.yaml")}
+    files[name] = _mutated(env, tmp_path, name, change)
+    done = lcmapi.check(files["modulereleasemeta.yaml"], files["moduletemplate.yaml"])
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert f"lcm-api-check: {files[name]}: " in done.stderr, done.stderr
+    assert expected in done.stderr, done.stderr
+
+
+def test_lifecycle_managers_go_types_refuse_a_duplicate_key(env: Env, tmp_path: Path) -> None:
+    text = (env.out / "moduletemplate.yaml").read_text()
+    assert "\nspec:\n" in text
+    path = tmp_path / "moduletemplate.yaml"
+    path.write_text(text.replace("\nspec:\n", "\nspec:\n  version: 9.9.9\n", 1))
+    done = lcmapi.check(env.out / "modulereleasemeta.yaml", path)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert 'key "version" already set in map' in done.stderr, done.stderr
 
 
 def test_the_module_read_back_through_the_release_meta_installs_on_a_fresh_runtime(

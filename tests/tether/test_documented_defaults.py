@@ -48,6 +48,7 @@ NOT_SETTINGS = {
     "TETHER_COSIGN_CACHE": "hack/build-cosign.sh",
     "TETHER_ISTIO_CACHE": "testing/istio.py",
     "TETHER_ISTIO_CRDS": "testing/istio.py",
+    "TETHER_LCM_API_CHECK_CACHE": "hack/build-lcm-api-check.sh",
     "TETHER_PODRUNNER_LIMITS": "testing/podrunner.py",
     "TETHER_REGISTRY_BIN": "testing/registry.py",
     "TETHER_REGISTRY_CACHE": "hack/build-registry.sh",
