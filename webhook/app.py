@@ -32,7 +32,7 @@ def _forwarder_problem(svc: services_mod.Services) -> str | None:
     fwd = svc.forwarder
     if fwd is None or not fwd.alive():
         return "forwarder not running"
-    if not fwd.client.certs_loaded():
+    if not fwd.certs_loaded():
         return "client certificate not loaded"
     return None
 

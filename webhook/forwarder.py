@@ -112,6 +112,9 @@ class Forwarder:
     def alive(self) -> bool:
         return bool(self._threads) and all(t.is_alive() for t in self._threads)
 
+    def certs_loaded(self) -> bool:
+        return self.client.certs_loaded()
+
     def stop(self, grace: float | None = None) -> None:
         """Drain within ``grace`` seconds (default ``drain_seconds``), then close."""
         grace = self.settings.drain_seconds if grace is None else grace

@@ -26,12 +26,14 @@ PREFIX = "tether_webhook"
 # the route's latency histogram (tether.base.ops.request_metrics); a review takes well under 1 ms
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 ADMISSIONS = f"{PREFIX}_admission_requests"
+CHANNEL_PUTS = f"{PREFIX}_channel_puts"  # the forwarder process's queue (webhook.forwardproc)
 FORWARD_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclasses.dataclass(frozen=True)
 class Metrics:
     admissions: Counter  # operation, outcome (queue outcomes derived: QueueOutcomes)
+    channel_puts: Counter  # outcome: keys the forwarder process took from the channel
     queue_depth: Gauge
     readbacks: Counter  # result
     forwards: Counter  # result, reason
@@ -52,6 +54,13 @@ def build(registry: CollectorRegistry | None) -> Metrics:
             ADMISSIONS,
             "AdmissionReviews answered, by operation and outcome",
             ["operation", "outcome"],
+            registry=r,
+        ),
+        channel_puts=Counter(
+            CHANNEL_PUTS,
+            "Keys the forwarder process took from the workers' channel, by its queue's "
+            "outcome (enqueued, coalesced, overflowed; invalid: not an entry)",
+            ["outcome"],
             registry=r,
         ),
         queue_depth=Gauge(
@@ -133,19 +142,20 @@ QUEUE_OUTCOMES = {
 
 
 class QueueOutcomes:
-    """Scrape-time: ``tether_webhook_queue_{coalesced,overflowed}_total``, the sums over
-    operations of ``admission_requests_total`` with that outcome (no write per review).
-    ``derive`` for ``tether.base.ops.Exposition``: the families scraped, then these."""
+    """Scrape-time: ``tether_webhook_queue_{coalesced,overflowed}_total``, the sums of
+    ``admission_requests_total`` with that outcome (the queue in the worker, or the channel
+    full) and of ``channel_puts_total`` with it (the forwarder process's queue): no write
+    per review. ``derive`` for ``tether.base.ops.Exposition``: the families, then these."""
 
     def derive(self, families: Iterable[Metric]) -> Iterator[Metric]:
         totals = dict.fromkeys(QUEUE_OUTCOMES, 0.0)
         for family in families:
             yield family
-            if family.name != ADMISSIONS:
+            if family.name not in (ADMISSIONS, CHANNEL_PUTS):
                 continue
             for sample in family.samples:
                 outcome = sample.labels.get("outcome", "")
-                if sample.name == f"{ADMISSIONS}_total" and outcome in totals:
+                if sample.name == f"{family.name}_total" and outcome in totals:
                     totals[outcome] += sample.value
         for outcome, (name, documentation) in QUEUE_OUTCOMES.items():
             yield CounterMetricFamily(name, documentation, value=totals[outcome])
