@@ -12,9 +12,11 @@ process's GIL, not the workers'.
 
 ``Handle`` is what the master and the workers hold: a heartbeat and the client
 certificate's state in a shared page (the workers' readiness: ``alive``,
-``certs_loaded``), and, in the master, ``stop``. On SIGTERM (or SIGINT, SIGQUIT, or its
-master gone) the process takes what the channel still holds, drains within
-``TETHER_WEBHOOK_DRAIN_SECONDS`` and exits; a process that does not end in time is killed.
+``certs_loaded``), and, in the master, ``stop``. It runs at ``NICE`` 5: when the workers
+and it contend for a core, the answers get the CPU first (the queue coalesces meanwhile).
+On SIGTERM (or SIGINT, SIGQUIT, or its master gone) the process takes what the channel
+still holds, drains within ``TETHER_WEBHOOK_DRAIN_SECONDS`` and exits; a process that does
+not end in time is killed.
 If it dies, the workers' ``/readyz`` fails ("forwarder not running") and the channel
 overflows to the poller.
 """
@@ -45,6 +47,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 COMM = "tether-forward"  # the process's name (/proc/PID/comm)
+# its scheduling priority below the workers' (a third of a worker's CPU share when they
+# contend; all of an idle core): forwarding waits for CPU, admission answers do not
+NICE = 5
 HEARTBEAT_SECONDS = 0.5
 STALE_SECONDS = 5.0  # a heartbeat older than this: the process is not running
 _STATE = struct.Struct("dd")  # (heartbeat: CLOCK_MONOTONIC, client certificate loaded: 0/1)
@@ -127,6 +132,8 @@ def spawn(
 def _main(s: settings_mod.Settings, recv: socket.socket, page: mmap.mmap, master: int) -> int:
     with contextlib.suppress(OSError):  # ps and /proc name it apart from the workers
         pathlib.Path("/proc/self/comm").write_text(COMM)
+    with contextlib.suppress(OSError):  # on a busy core the workers' answers come first
+        os.nice(NICE)
     stop = threading.Event()
     for sig in _DEFAULT_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)

@@ -62,6 +62,10 @@ def _comm(pid: int) -> str:
         return ""
 
 
+def _nice(pid: int) -> int:
+    return int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def _every_child(pid: int) -> list[int]:
     out = []
     for entry in pathlib.Path("/proc").iterdir():
@@ -140,6 +144,9 @@ def test_two_workers_reload_and_drain(
         assert proc.proc is not None
         workers = _children(proc.proc.pid)
         assert len(workers) == 2
+        # one forwarder process beside them, below their priority (answers come first)
+        forwarders = [p for p in _every_child(proc.proc.pid) if _comm(p) == forwardproc.COMM]
+        assert len(forwarders) == 1 and _nice(forwarders[0]) == forwardproc.NICE
         os.kill(workers[0], signal.SIGTERM)
         deadline = time.monotonic() + 30
         while True:
