@@ -15,7 +15,7 @@ configuration (the shipped Watch's label):
 
 The apiserver's own ``apiserver_admission_webhook_admission_duration_seconds`` (count and
 sum over the run) show that the calls were made and what each took as the apiserver saw it;
-the webhook pods' ``tether_webhook_admission_handler_seconds`` what their handler took of it.
+the webhook pods' review latency histogram what their handler took of it.
 Then ``--round-trips`` reviews (of kube-system: nothing forwarded) POSTed by this process to
 a webhook pod and through the Service, alternating: the Service proxy's share of a call.
 ``--before REV``: the pod runner's Service proxy is the one of commit REV (as
@@ -48,7 +48,7 @@ from testing import controlplane, deployed, rawapi, serviceproxy, watchenv
 
 PATHS = {"webhook": "shop", "no webhook": "kube-system"}
 HOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
-HANDLER_METRIC = "tether_webhook_admission_handler_seconds"
+HANDLER_METRIC = "tether_webhook_http_request_duration_seconds"  # route="/validate"
 
 
 def hook_calls(api: rawapi.Api) -> dict[str, float]:
@@ -68,7 +68,7 @@ def hook_calls(api: rawapi.Api) -> dict[str, float]:
 
 
 def handler_seconds(fleet: deployed.Fleet) -> dict[str, float]:
-    """The webhook pods' own ``tether_webhook_admission_handler_seconds`` (count and sum over
+    """The webhook pods' own review latency (``HANDLER_METRIC`` of /validate: count and sum over
     both replicas, read from each pod's /metrics): the handler's share of a call."""
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # a reading, no secret sent
@@ -81,7 +81,7 @@ def handler_seconds(fleet: deployed.Fleet) -> dict[str, float]:
         finally:
             conn.close()
         for line in text.splitlines():
-            m = re.match(rf"{HANDLER_METRIC}_(count|sum)(?:\{{.*\}})? (\S+)$", line)
+            m = re.match(rf'{HANDLER_METRIC}_(count|sum)\{{.*route="/validate".*\}} (\S+)$', line)
             if m:
                 out[m.group(1)] += float(m.group(2))
     return out

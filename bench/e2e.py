@@ -16,10 +16,11 @@ configuration meets a 429), and measures in one invocation, each in its own name
   attempts inside the admission call, 2 s and 4 s backoff, 5xx answers and transport
   failures retried, 180 s per attempt, a new TLS connection per call), registered like
   KLM's watcher: ``timeoutSeconds: 15``, ``failurePolicy: Ignore``, no matchConditions;
-* ``noop`` (a diagnostic, once per round): bench/webhook_noop_server.py under the webhook's
-  gunicorn settings, registered like Tether's: the cost of a webhook call alone. Its
-  constant answer's uid does not match the request's; the apiserver counts the call as
-  failed and, ``failurePolicy: Ignore``, admits the write, after the full round trip.
+* ``noop`` (once per round): bench/webhook_noop_server.py under the webhook's gunicorn
+  settings, registered like Tether's: the cost of a correct webhook call alone (it answers
+  with the request's uid); ``gonoop`` (once per round): the Go no-op (testing/gonoop), the
+  floor. The "against the no-ops" table sets Tether healthy beside each: writes/s and the
+  apiserver's mean admission call (while Tether forwards).
 
 Listener conditions for ``tether`` and ``sync``:
 
@@ -34,9 +35,9 @@ keep-alive HTTPS connection to the SKR apiserver (raw JSON, system:masters), on 
 of its own (16 data keys, ~1 KiB): every fifth write creates a new ConfigMap, the others
 merge-patch one of the writer's earlier ones (a new ``seq`` value and one changed key).
 Throughput counts acknowledged writes per second of the window; latency is per write.
-Windows run in the order none, noop, none, (tether, sync), none, (sync, tether), none, ... so that
-drifting load hits all alike; ratio = writes/s ÷ the mean of the two ``none`` windows
-around it.
+Windows run in the order none, noop, none, gonoop, none, (tether, sync), none, (sync,
+tether), none, ... so that drifting load hits all alike; ratio = writes/s ÷ the mean of the
+two ``none`` windows around it.
 
 Propagation (healthy): a watch on the KCP's RuntimeConfigMaps stamps each persisted
 version on arrival; per write, the time from its acknowledgement to the first persisted
@@ -89,12 +90,13 @@ import provenance
 import skeleton
 from kubernetes import client
 
-from testing import blackhole, controlplane, cpuset, rawapi, receiver
+from testing import blackhole, controlplane, cpuset, gonoop, rawapi, receiver
 from testing import listenerenv as lt
 from testing import webhookstack as stack
 
 CONDITIONS = ("healthy", "refused", "blackhole", "slow")
-KINDS = ("tether", "sync", "noop")
+KINDS = ("tether", "sync", "noop", "gonoop")
+NOOPS = ("noop", "gonoop")  # no-op webhooks: Python (bench/webhook_noop_server.py) and Go
 RUNTIME_ID = "rt-e2e"
 KCP_NAMESPACE = "tether-e2e"
 HOOKS = {
@@ -102,6 +104,7 @@ HOOKS = {
     "sync": "sync.e2e.bench.tether.kyma-project.io",
 }
 SLOW_SECONDS = 3.0
+REVIEW_SECONDS = "tether_webhook_http_request_duration_seconds"  # a review's one histogram
 
 
 # -- HTTPS to an apiserver ------------------------------------------------------------------
@@ -541,9 +544,9 @@ class Bench:
         vwc_name = ""
         try:
             if base != "none":
-                url, ca, stoppable = self.target(cond if base != "noop" else "healthy", d)
+                url, ca, stoppable = self.target(cond if base not in NOOPS else "healthy", d)
                 rt = self.runtime
-                if base in ("tether", "noop"):
+                if base in ("tether", *NOOPS):
                     proc = stack.WebhookProcess(
                         d,
                         {
@@ -566,6 +569,8 @@ class Bench:
                             sys.executable,
                             str(skeleton.REPO / "bench" / "webhook_noop_server.py"),
                         ]
+                    elif base == "gonoop":
+                        proc.command = [str(gonoop.binary())]
                     proc.start()
                     assert proc.proc is not None
                     roots["webhook"] = proc.proc.pid
@@ -627,7 +632,7 @@ class Bench:
                 self.wait_called(ns, called)
                 time.sleep(0.5)
             load = os.getloadavg()[0]
-            hook = HOOKS.get("tether" if base == "noop" else kind, "-")
+            hook = HOOKS.get("tether" if base in NOOPS else kind, "-")
             adm0 = admission_seconds(self.writer, hook)
             gets0 = configmap_gets(self.writer)
             cpu0 = cpu_snapshot(roots)
@@ -678,9 +683,9 @@ class Bench:
                 extra["forwarded_records"] = proc.metric("tether_webhook_forwarded_records_total")
                 extra["overflowed"] = proc.metric("tether_webhook_queue_overflowed_total")
                 extra["admissions"] = proc.metric("tether_webhook_admission_requests_total")
-                h = proc.metric("tether_webhook_admission_handler_seconds_count")
+                h = proc.metric(f"{REVIEW_SECONDS}_count", route="/validate")
                 extra["handler_mean_ms"] = (
-                    1000 * proc.metric("tether_webhook_admission_handler_seconds_sum") / h
+                    1000 * proc.metric(f"{REVIEW_SECONDS}_sum", route="/validate") / h
                     if h
                     else None
                 )
@@ -703,7 +708,7 @@ class Bench:
                 stoppable.stop()
         res.update(
             kind=kind,
-            condition=cond if base not in ("none", "noop") else "-",
+            condition=cond if base not in ("none", *NOOPS) else "-",
             namespace=ns,
             **extra,
         )
@@ -737,10 +742,10 @@ def plan(conditions: list[str], kinds: list[str], rounds: int) -> list[tuple[str
     round runs the conditions in reverse order."""
     out: list[tuple[str, str]] = [("none", "-")]
     i = 0
-    noop, kinds = "noop" in kinds, [k for k in kinds if k != "noop"]
+    noops, kinds = [k for k in kinds if k in NOOPS], [k for k in kinds if k not in NOOPS]
     for r in range(rounds):
-        if noop:
-            out.extend([("noop", "-"), ("none", "-")])
+        for k in noops if r % 2 == 0 else list(reversed(noops)):
+            out.extend([(k, "-"), ("none", "-")])
         for cond in conditions if r % 2 == 0 else list(reversed(conditions)):
             order = kinds if i % 2 == 0 else list(reversed(kinds))
             i += 1
@@ -802,8 +807,35 @@ def propagation_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def noop_table(doc: dict[str, Any]) -> str:
+    """Tether healthy against each no-op of the same run: its writes/s and its admission
+    call (the apiserver's mean, while it forwards) as ratios of the no-op's (goals: ≥ 0.9
+    and ≤ 1.2 against the Python no-op)."""
+    by = {(x["kind"], x["condition"]): x for x in doc["summary"]}
+    tether = by.get(("tether", "healthy"))
+    lines = [
+        "| against the no-op | no-op writes/s | Tether ÷ no-op writes/s | no-op admission call "
+        "| Tether ÷ no-op admission call |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for noop in NOOPS:
+        x = by.get((noop, "-"))
+        if x is None or tether is None:
+            continue
+        adm, tadm = x.get("admission_mean_ms"), tether.get("admission_mean_ms")
+        lines.append(
+            f"| {noop} | {x['writes_per_second']:,.1f} | "
+            f"{tether['writes_per_second'] / x['writes_per_second']:.2f} | "
+            f"{'—' if adm is None else f'{adm:,.1f} ms'} | "
+            f"{'—' if adm is None or tadm is None else f'{tadm / adm:.2f}'} |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def report(doc: dict[str, Any]) -> None:
-    skeleton.report(doc, configuration_table(doc), propagation_table(doc))
+    skeleton.report(
+        doc, configuration_table(doc), propagation_table(doc), *filter(None, [noop_table(doc)])
+    )
 
 
 def main() -> int:
@@ -920,9 +952,9 @@ def main() -> int:
         return out
 
     summary: list[dict[str, Any]] = [pooled(baselines, "none", "-")]
-    if "noop" in kinds:
-        summary.append(pooled([x for x in windows if x["kind"] == "noop"], "noop", "-"))
-    for kind in (k for k in kinds if k != "noop"):
+    for noop in (k for k in NOOPS if k in kinds):
+        summary.append(pooled([x for x in windows if x["kind"] == noop], noop, "-"))
+    for kind in (k for k in kinds if k not in NOOPS):
         for cond in conditions:
             summary.append(
                 pooled(

@@ -2,9 +2,10 @@
 settings (gthread workers, TLS, keep-alive), same run.
 
 Starts one real SKR control plane (the forwarder reads objects back), the recording mTLS
-receiver as the listener (its own process), the real webhook (`tether webhook`) and the
-no-op baseline (bench/webhook_noop_server.py) with identical settings, and drives them in
-alternating windows (medians over the windows are reported), each
+receiver as the listener (its own process), the real webhook (`tether webhook`), the
+no-op baseline (bench/webhook_noop_server.py: parses the review, answers its uid) with
+identical settings and the Go no-op (testing/gonoop: the floor), and drives them in
+rotating windows (medians over the windows are reported), each
 with CONNECTIONS keep-alive HTTPS connections POSTing realistic ConfigMap UPDATE reviews
 (about 1 KiB of data, object and oldObject) over KEYS ConfigMaps. Prints a table and writes
 bench/results/webhook_admission_keys<KEYS>.json.
@@ -38,11 +39,12 @@ import provenance
 import skeleton
 from kubernetes import client
 
-from testing import controlplane
+from testing import controlplane, gonoop
 from testing import webhookstack as stack
 from tether.base import certs
 
 NAMESPACE = "bench"
+TARGETS = ("webhook", "baseline", "go")  # the webhook, the Python no-op, the Go no-op
 
 
 def review(name: str, i: int) -> bytes:
@@ -216,21 +218,26 @@ def tables(doc: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for target, label, forwarded in (
+        ("go", "Go no-op", "—"),
         ("baseline", "no-op baseline", "—"),
         ("webhook", "webhook", f"{doc['records_forwarded']:,}"),
     ):
+        if target not in s:  # a run before the Go no-op
+            continue
         x = s[target]
         lines.append(
             f"| {scenario} | {label} | {x['throughput']:,.0f} | {x['p50_ms']:.2f} | "
             f"{x['p99_ms']:.1f} | "
             f"{x['requests_per_cpu_second']:,.0f} | {forwarded} |"
         )
+    go = doc.get("go_throughput_ratio")
     lines += [
         "",
-        "| scenario | throughput ratio | CPU-normalised ratio | handler adds (in-process) |",
-        "|---|---:|---:|---:|",
+        "| scenario | throughput ratio | CPU-normalised ratio | handler adds (in-process) "
+        "| ratio to the Go no-op |",
+        "|---|---:|---:|---:|---:|",
         f"| {scenario} | {doc['throughput_ratio']:.3f} | {doc['cpu_efficiency_ratio']:.3f} | "
-        f"{doc['wsgi_handler_extra_us']:.0f} µs |",
+        f"{doc['wsgi_handler_extra_us']:.0f} µs | {'—' if go is None else f'{go:.3f}'} |",
     ]
     return "\n".join(lines)
 
@@ -288,12 +295,12 @@ def main() -> int:
             "TETHER_LOG_LEVEL": "WARNING",
             "PYTHONPATH": str(skeleton.REPO),
         }
-        results: dict[str, list[dict[str, Any]]] = {"webhook": [], "baseline": []}
+        results: dict[str, list[dict[str, Any]]] = {t: [] for t in TARGETS}
         # Both servers run for the whole benchmark; short measurement windows alternate
         # between them so that drifting load from elsewhere on the machine hits both alike.
         procs: dict[str, stack.WebhookProcess] = {}
         try:
-            for target in ("webhook", "baseline"):
+            for target in TARGETS:
                 d = work / target
                 d.mkdir()
                 proc = stack.WebhookProcess(d, env)
@@ -302,10 +309,12 @@ def main() -> int:
                         sys.executable,
                         str(skeleton.REPO / "bench" / "webhook_noop_server.py"),
                     ]
+                elif target == "go":
+                    proc.command = [str(gonoop.binary())]
                 procs[target] = proc.start()
                 drive(proc.port, proc.ca_file, bodies, args.connections, 1.0)  # warm-up
             for r in range(args.rounds):
-                order = ("webhook", "baseline") if r % 2 == 0 else ("baseline", "webhook")
+                order = TARGETS[r % len(TARGETS) :] + TARGETS[: r % len(TARGETS)]
                 for target in order:
                     proc = procs[target]
                     assert proc.proc is not None
@@ -348,13 +357,15 @@ def main() -> int:
             f"{'':10s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/cpu-s':>10s} "
             f"{'errors':>7s}"
         )
-        for target in ("baseline", "webhook"):
+        for target in ("go", "baseline", "webhook"):
             s = summary[target]
             print(
                 f"{target:10s} {s['throughput']:9.0f} {s['p50_ms']:8.2f} {s['p99_ms']:8.2f} "
                 f"{s['requests_per_cpu_second']:10.0f} {s['errors']:7d}"
             )
+        go_ratio = summary["webhook"]["throughput"] / summary["go"]["throughput"]
         print(f"\nthroughput ratio webhook/baseline: {ratio:.3f} (goal >= 0.9)")
+        print(f"throughput ratio webhook/Go no-op: {go_ratio:.3f}")
         print(
             f"requests per server CPU-second ratio webhook/baseline: {cpu_ratio:.3f} "
             "(includes the forwarder's work; robust to other load on the machine)"
@@ -377,6 +388,7 @@ def main() -> int:
             "rounds": results,
             "summary": summary,
             "throughput_ratio": ratio,
+            "go_throughput_ratio": go_ratio,
             "cpu_efficiency_ratio": cpu_ratio,
             "goal": 0.9,
             "records_forwarded": forwarded,

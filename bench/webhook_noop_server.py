@@ -1,9 +1,12 @@
 """Baseline for bench/webhook_admission.py: a no-op ``POST /validate`` under the very same
-gunicorn settings as the webhook (gthread, TLS, keep-alive). Reads the body, answers a
-constant allowed AdmissionReview. The review is answered by a plain WSGI callable before
-Flask, as the webhook's own ``validate.FastPath`` answers it, so the baseline is the least a
-server can do, not Flask's routing (~20 us more per request). Anything else (``/readyz``) is
-Flask's. Run: python bench/webhook_noop_server.py (env as the webhook)."""
+gunicorn settings as the webhook (gthread, TLS, keep-alive). Reads the body, parses it
+(orjson, as the webhook) and answers allowed with the request's uid: the least a correct
+webhook does (an answer with another uid is a failed call to the API server). The review is
+answered by a plain WSGI callable before Flask, as the webhook's own ``validate.FastPath``
+answers it, so the baseline is the least a server can do, not Flask's routing (~20 us more
+per request). Anything else (``/readyz``) is Flask's. Run: python
+bench/webhook_noop_server.py (env as the webhook). bench/e2e.py and
+bench/webhook_admission.py also run a Go no-op beside it (testing/gonoop)."""
 
 from __future__ import annotations
 
@@ -13,15 +16,24 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import flask
+import orjson
 from gunicorn.app.base import BaseApplication
 
 from webhook import server
 from webhook import settings as settings_mod
 
-ANSWER = (
-    b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview",'
-    b'"response":{"uid":"x","allowed":true}}'
-)
+HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
+
+
+def answer(body: bytes) -> bytes:
+    """Allowed, with the review's uid ("" when the body is no review: the API server never
+    sends one)."""
+    try:
+        request = orjson.loads(body).get("request")
+        uid = request.get("uid") if isinstance(request, dict) else ""
+    except (ValueError, AttributeError):
+        uid = ""
+    return HEAD + orjson.dumps(uid if isinstance(uid, str) else "") + b',"allowed":true}}'
 
 
 class Noop:
@@ -40,11 +52,11 @@ class Noop:
             or not length
         ):
             return self.app(environ, start_response)
-        environ["wsgi.input"].read(int(length))
+        body = answer(environ["wsgi.input"].read(int(length)))
         start_response(
-            "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(ANSWER)))]
+            "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
         )
-        return [ANSWER]
+        return [body]
 
 
 def create_app() -> flask.Flask:
@@ -53,8 +65,9 @@ def create_app() -> flask.Flask:
 
     @app.post("/validate")
     def validate() -> flask.Response:
-        flask.request.get_data(cache=False)
-        return flask.Response(ANSWER, mimetype="application/json")
+        return flask.Response(
+            answer(flask.request.get_data(cache=False)), mimetype="application/json"
+        )
 
     @app.get("/readyz")
     def readyz() -> flask.Response:

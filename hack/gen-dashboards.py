@@ -24,6 +24,7 @@ SKR = 'cluster=~"$cluster", runtime_id=~"$runtime"'
 # runtime apiserver's admission metrics name it in their `name` label
 WEBHOOK = 'name="configmaps.tether.kyma-project.io"'
 APISERVER = f"{SKR}, {WEBHOOK}"
+REVIEW = "tether_webhook_http_request_duration_seconds"  # a review's one histogram
 
 
 def panel(
@@ -128,16 +129,16 @@ def change_detection() -> dict[str, Any]:
         ),
         panel(
             3,
-            "Admission handler latency p50/p99",
+            "Admission review latency p50/p99",
             [
                 (
-                    "histogram_quantile(0.5, sum by (le) "
-                    f"(rate(tether_webhook_admission_handler_seconds_bucket{{{SKR}}}[5m])))",
+                    "histogram_quantile(0.5, sum by (le) (rate("
+                    f'{REVIEW}_bucket{{{SKR}, route="/validate"}}[5m])))',
                     "p50",
                 ),
                 (
-                    "histogram_quantile(0.99, sum by (le) "
-                    f"(rate(tether_webhook_admission_handler_seconds_bucket{{{SKR}}}[5m])))",
+                    "histogram_quantile(0.99, sum by (le) (rate("
+                    f'{REVIEW}_bucket{{{SKR}, route="/validate"}}[5m])))',
                     "p99",
                 ),
             ],

@@ -15,7 +15,7 @@ from typing import Any
 import flask
 
 from tether.base import ops
-from webhook import caller, validate
+from webhook import caller, metrics, validate
 from webhook import services as services_mod
 from webhook import settings as settings_mod
 
@@ -32,7 +32,7 @@ def _forwarder_problem(svc: services_mod.Services) -> str | None:
     fwd = svc.forwarder
     if fwd is None or not fwd.alive():
         return "forwarder not running"
-    if not fwd.client.certs_loaded():
+    if not fwd.certs_loaded():
         return "client certificate not loaded"
     return None
 
@@ -52,9 +52,10 @@ def create_app(
         .ready("serving-certificate", lambda: _serving_problem(svc))
         .ready("forwarder", lambda: _forwarder_problem(svc))
     )
-    # per route (tether_webhook_http_*); /validate keeps its handler histogram beside them
-    exporter = ops.request_metrics(app, "webhook", svc.registry)
-    ops.init_app(app, probes, ops.Exposition(svc.registry).render)
+    # per route (tether_webhook_http_*): a review's one latency histogram
+    exporter = ops.request_metrics(app, "webhook", svc.registry, buckets=metrics.REQUEST_BUCKETS)
+    exposition = ops.Exposition(svc.registry, derive=metrics.QueueOutcomes().derive)
+    ops.init_app(app, probes, exposition.render)
     app.register_blueprint(validate.bp)
     # the API server's call in plain WSGI (webhook.validate.FastPath), the rest through Flask
     app.wsgi_app = validate.FastPath(app.wsgi_app, svc, _route_metrics(exporter.registry))  # type: ignore[method-assign]

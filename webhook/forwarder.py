@@ -112,6 +112,9 @@ class Forwarder:
     def alive(self) -> bool:
         return bool(self._threads) and all(t.is_alive() for t in self._threads)
 
+    def certs_loaded(self) -> bool:
+        return self.client.certs_loaded()
+
     def stop(self, grace: float | None = None) -> None:
         """Drain within ``grace`` seconds (default ``drain_seconds``), then close."""
         grace = self.settings.drain_seconds if grace is None else grace
@@ -204,11 +207,12 @@ class Forwarder:
                 entries.setdefault(p.item.key, p.item)
         if dropped:
             self._finish(dropped, taken)
-        for chunk in [
-            c
+        for batch in [
+            b
             for group in records_mod.by_version(records)
-            for c in sender.split_batches(group, max_items=self.settings.max_batch)
+            for b in sender.encoded_batches(group, max_items=self.settings.max_batch)
         ]:
+            chunk = batch.records
             keys = [records_mod.key_of(r) for r in chunk]
             started = time.monotonic()
             for key in keys:
@@ -216,7 +220,7 @@ class Forwarder:
                     max(0.0, started - admitted.get(key, started))
                 )
             try:
-                self._deliver(chunk, admitted, entries=entries)
+                self._deliver(chunk, admitted, entries=entries, body=batch.body)
             finally:
                 self._finish(keys, taken)
         return True
@@ -317,10 +321,12 @@ class Forwarder:
         admitted: Mapping[keyqueue.Key, float],
         again: bool = True,
         entries: Mapping[keyqueue.Key, keyqueue.Item] = _NO_ENTRIES,
+        body: bytes | None = None,
     ) -> None:
         """Send until acknowledged, refused or shut down (``admitted``: each key's first
         admission, for ``tether_webhook_delivery_seconds``; ``entries``: their queue entries,
-        whose traces the POST continues); records stale by a new epoch once more (``again``)."""
+        whose traces the POST continues; ``body``: the records encoded, sent as is on every
+        attempt); records stale by a new epoch once more (``again``)."""
         parent, links, attempt = *trace_of(records, entries), 0
         while True:
             timeout = None
@@ -332,7 +338,7 @@ class Forwarder:
                     return
                 timeout = (min(3.0, left), left)
             t0 = time.monotonic()
-            outcome = self.client.send(records, timeout, parent=parent, links=links)
+            outcome = self.client.send(records, timeout, parent=parent, links=links, body=body)
             self.metrics.forward_seconds.observe(time.monotonic() - t0)
             self.metrics.forwards.labels(outcome.verdict, outcome.reason).inc()
             if outcome.verdict == "ok":

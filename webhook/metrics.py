@@ -4,28 +4,37 @@ Built once per app with ``build(registry)``. In gunicorn every worker writes its
 ``PROMETHEUS_MULTIPROC_DIR`` and ``/metrics`` aggregates all workers (prometheus-flask-exporter
 multiprocess mode); gauges say how they aggregate (queue depth: sum over live workers,
 last success: max over live workers).
+
+A review costs at most four metric writes (``tests/webhook/test_metric_writes.py`` counts
+them in the value files): the route's latency histogram (a bucket and the sum), its request
+counter and ``admission_requests_total{operation, outcome}``. What can be derived from those
+is derived when ``/metrics`` is scraped (``QueueOutcomes``), not written per review.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from tether.wire import delivery
 
 PREFIX = "tether_webhook"
-HANDLER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+# the route's latency histogram (tether.base.ops.request_metrics); a review takes well under 1 ms
+REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+ADMISSIONS = f"{PREFIX}_admission_requests"
+CHANNEL_PUTS = f"{PREFIX}_channel_puts"  # the forwarder process's queue (webhook.forwardproc)
 FORWARD_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclasses.dataclass(frozen=True)
 class Metrics:
-    admissions: Counter  # operation, outcome
-    handler_seconds: Histogram
+    admissions: Counter  # operation, outcome (queue outcomes derived: QueueOutcomes)
+    channel_puts: Counter  # outcome: keys the forwarder process took from the channel
     queue_depth: Gauge
-    coalesced: Counter
-    overflowed: Counter
     readbacks: Counter  # result
     forwards: Counter  # result, reason
     forwarded_records: Counter  # outcome (listener's per-item outcome)
@@ -42,29 +51,22 @@ def build(registry: CollectorRegistry | None) -> Metrics:
     r = registry
     return Metrics(
         admissions=Counter(
-            f"{PREFIX}_admission_requests",
+            ADMISSIONS,
             "AdmissionReviews answered, by operation and outcome",
             ["operation", "outcome"],
             registry=r,
         ),
-        handler_seconds=Histogram(
-            f"{PREFIX}_admission_handler_seconds",
-            "Time spent in the /validate handler",
-            buckets=HANDLER_BUCKETS,
+        channel_puts=Counter(
+            CHANNEL_PUTS,
+            "Keys the forwarder process took from the workers' channel, by its queue's "
+            "outcome (enqueued, coalesced, overflowed; invalid: not an entry)",
+            ["outcome"],
             registry=r,
         ),
         queue_depth=Gauge(
             f"{PREFIX}_queue_depth",
             "Object keys waiting for the forwarder",
             multiprocess_mode="livesum",
-            registry=r,
-        ),
-        coalesced=Counter(
-            f"{PREFIX}_queue_coalesced", "Admissions merged into a waiting entry", registry=r
-        ),
-        overflowed=Counter(
-            f"{PREFIX}_queue_overflowed",
-            "Admissions refused by a full queue (left to the poller)",
             registry=r,
         ),
         readbacks=Counter(
@@ -128,3 +130,32 @@ def build(registry: CollectorRegistry | None) -> Metrics:
             registry=r,
         ),
     )
+
+
+QUEUE_OUTCOMES = {
+    "coalesced": (f"{PREFIX}_queue_coalesced", "Admissions merged into a waiting entry"),
+    "overflowed": (
+        f"{PREFIX}_queue_overflowed",
+        "Admissions refused by a full queue (left to the poller)",
+    ),
+}
+
+
+class QueueOutcomes:
+    """Scrape-time: ``tether_webhook_queue_{coalesced,overflowed}_total``, the sums of
+    ``admission_requests_total`` with that outcome (the queue in the worker, or the channel
+    full) and of ``channel_puts_total`` with it (the forwarder process's queue): no write
+    per review. ``derive`` for ``tether.base.ops.Exposition``: the families, then these."""
+
+    def derive(self, families: Iterable[Metric]) -> Iterator[Metric]:
+        totals = dict.fromkeys(QUEUE_OUTCOMES, 0.0)
+        for family in families:
+            yield family
+            if family.name not in (ADMISSIONS, CHANNEL_PUTS):
+                continue
+            for sample in family.samples:
+                outcome = sample.labels.get("outcome", "")
+                if sample.name == f"{family.name}_total" and outcome in totals:
+                    totals[outcome] += sample.value
+        for outcome, (name, documentation) in QUEUE_OUTCOMES.items():
+            yield CounterMetricFamily(name, documentation, value=totals[outcome])

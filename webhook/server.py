@@ -4,10 +4,13 @@ The worker is ``tether.http.httpworker.BoundedWorker``: handshakes, request head
 deadlines (``TETHER_WEBHOOK_*_TIMEOUT_SECONDS``) and connections are capped per worker and
 per client address, so no pod of the runtime can hold the threads the API server needs.
 
-Each worker builds its own app (queue, forwarder threads, clients) after the fork; the
-forwarder starts in ``post_worker_init`` and drains in ``worker_exit`` (within
-``TETHER_WEBHOOK_DRAIN_SECONDS``, below gunicorn's graceful timeout). The serving certificate is
-an ``ssl.SSLContext`` kept per worker and rebuilt when the files change.
+The master forks the forwarder process in ``when_ready``, before any worker
+(``webhook.forwardproc``: the one queue, the read-backs and the sends), with the local
+channel to it (``webhook.channel``); each worker builds its own app after the fork and hands
+forwarded keys over that channel. On shutdown the master stops the forwarder process in
+``on_exit``, after the workers: it drains within ``TETHER_WEBHOOK_DRAIN_SECONDS`` and is
+killed if it has not ended a few seconds later. The serving certificate is an
+``ssl.SSLContext`` kept per worker and rebuilt when the files change.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from gunicorn.app.base import BaseApplication
 from tether.base import logs, ops, tlsreload
 from tether.http import gunicornlog, httpconn, httpworker
 from webhook import app as app_mod
+from webhook import channel, forwarder, forwardproc
 from webhook import services as services_mod
 from webhook import settings as settings_mod
 
 log = logging.getLogger(__name__)
+STOP_MARGIN = 3.0  # seconds the forwarder process has past its drain before it is killed
 
 
 def gunicorn_options(s: settings_mod.Settings) -> dict[str, Any]:
@@ -103,6 +108,8 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
             lambda: _serving_context(s.server),
             check_interval=s.listener.reload_check_seconds,
         )
+        self.channel: channel.Sender | None = None
+        self.forwarder: forwardproc.Handle | None = None
         super().__init__()
 
     def load_config(self) -> None:
@@ -113,11 +120,16 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         self.cfg.set("post_worker_init", self._post_worker_init)
         self.cfg.set("worker_exit", self._worker_exit)
         self.cfg.set("child_exit", self._child_exit)
+        self.cfg.set("when_ready", self._when_ready)
+        self.cfg.set("on_exit", self._on_exit)
 
     def load(self) -> Any:
         logs.configure(self.settings.log_level, self.settings.log_format)
 
-        svc = services_mod.build(self.settings, self.serving)
+        handed = None
+        if self.channel is not None and self.forwarder is not None:
+            handed = (self.channel, self.forwarder)
+        svc = services_mod.build(self.settings, self.serving, handed)
         return app_mod.create_app(self.settings, svc)
 
     # -- hooks (run in the worker, except child_exit in the arbiter) -------------------------
@@ -139,15 +151,28 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         svc = self._services(worker)
         if svc is not None and svc.watch_scope is not None:
             svc.watch_scope.start()  # reads the runtime's Watches every watches_ttl
-        if svc is not None and svc.forwarder is not None:
-            svc.forwarder.start()
+        if svc is not None and isinstance(svc.forwarder, forwarder.Forwarder):
+            svc.forwarder.start()  # in this worker (a server without the forwarder process)
 
     def _worker_exit(self, server: Any, worker: Any) -> None:
         svc = self._services(worker)
         if svc is not None and svc.watch_scope is not None:
             svc.watch_scope.stop()
-        if svc is not None and svc.forwarder is not None:
+        if svc is not None and isinstance(svc.forwarder, forwarder.Forwarder):
             svc.forwarder.stop()
+
+    def _when_ready(self, server: Any) -> None:
+        send, recv = channel.pair()
+        self.channel = channel.Sender(send, self.settings.queue_size)
+        self.forwarder = forwardproc.spawn(
+            self.settings, recv, close=[send, *(lst.sock for lst in server.LISTENERS)]
+        )
+
+    def _on_exit(self, server: Any) -> None:
+        if self.forwarder is not None:
+            code = self.forwarder.stop(self.settings.forwarder.drain_seconds + STOP_MARGIN)
+            ops.mark_worker_dead(self.forwarder.pid)
+            log.info("forwarder process %d ended (%s)", self.forwarder.pid, code)
 
     @staticmethod
     def _child_exit(server: Any, worker: Any) -> None:

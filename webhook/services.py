@@ -1,6 +1,7 @@
 """The webhook's dependency bag (``Services``, as in ``listener.edge.services``): what the app
-uses in one gunicorn worker: queue, metrics, forwarder, serving certificate; built once per
-worker after the fork (``build``)."""
+uses in one gunicorn worker: queue (or the channel to the forwarder process), metrics,
+forwarder (or the forwarder process's handle), serving certificate; built once per worker
+after the fork (``build``), and once in the forwarder process (``webhook.forwardproc``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tether.base import ops, tlsreload, tracing
 from tether.kube import gateway
 from tether.runtime import sender
 from tether.wire import conversion, watches, watchset
-from webhook import admission, forwarder, keyqueue, metrics, readback, scope
+from webhook import admission, channel, forwarder, forwardproc, keyqueue, metrics, readback, scope
 from webhook import settings as settings_mod
 
 KEY = "tether.webhook"  # app.extensions[KEY]: the worker's Services (webhook.app)
@@ -29,10 +30,12 @@ class Services:
     """What the app uses; built by ``build`` in each gunicorn worker."""
 
     settings: settings_mod.Settings
-    queue: keyqueue.KeyQueue
+    # the queue in this process, or, in a gunicorn worker, the channel to the forwarder process
+    queue: keyqueue.KeyQueue | channel.Sender
     metrics: metrics.Metrics
     registry: CollectorRegistry | None
-    forwarder: forwarder.Forwarder | None = None
+    # the forwarder threads in this process, or the forwarder process (webhook.forwardproc)
+    forwarder: forwarder.Forwarder | forwardproc.Handle | None = None
     serving: tlsreload.Watched[ssl.SSLContext] | None = None
     overflow_log: OverflowLog = dataclasses.field(default_factory=lambda: OverflowLog(60.0))
     _children: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
@@ -101,26 +104,43 @@ class OverflowLog:
 
 
 def build(
-    s: settings_mod.Settings, serving: tlsreload.Watched[ssl.SSLContext] | None = None
+    s: settings_mod.Settings,
+    serving: tlsreload.Watched[ssl.SSLContext] | None = None,
+    handed: tuple[channel.Sender, forwardproc.Handle] | None = None,
 ) -> Services:
     """Queue, metrics, runtime API reader, listener client and forwarder (not started);
-    the tracer (``tether.base.tracing``: off unless an OTLP endpoint is configured)."""
+    the tracer (``tether.base.tracing``: off unless an OTLP endpoint is configured).
+    ``handed``: a gunicorn worker's channel to the forwarder process and its handle, which
+    then stand for the queue and the forwarder (the worker reads only the Watch list)."""
     registry = None if ops.multiprocess() else CollectorRegistry()
     m = metrics.build(registry)
-    queue = keyqueue.KeyQueue(
-        s.queue_size,
-        s.forwarder.coalesce_seconds,
-        s.forwarder.hot_key_seconds,
-        s.forwarder.hot_key_seconds / 4,
-    )
     kube = gateway.from_kubeconfig(s.kubeconfig)
-    reader = readback.Reader(kube)
     ns, name = s.watches_configmap
     key = watchset.read_digest_key(s.digest_key_file)  # never logged
     sc = scope.Scope(
         watchset.WatchSet(kube, ns, s.watches_ttl, name=name, digest_key=key), s.watches_ttl
     )
     tracer = tracing.from_environment("tether-webhook")
+    if handed is not None:
+        sender_end, handle = handed
+        return Services(
+            s,
+            sender_end,
+            m,
+            registry,
+            handle,
+            serving,
+            OverflowLog(s.overflow_log_seconds),
+            tracer=tracer,
+            watch_scope=sc,
+        )
+    queue = keyqueue.KeyQueue(
+        s.queue_size,
+        s.forwarder.coalesce_seconds,
+        s.forwarder.hot_key_seconds,
+        s.forwarder.hot_key_seconds / 4,
+    )
+    reader = readback.Reader(kube)
     client = sender.ListenerClient(s.listener, tracer)
     fwd = forwarder.Forwarder(
         s.forwarder,

@@ -34,7 +34,7 @@ class ForwarderSettings:
         config.integer(
             "TETHER_WEBHOOK_FORWARDER_THREADS",
             2,
-            "forwarder threads per worker",
+            "forwarder threads per worker (all run in the forwarder process)",
             minimum=1,
             maximum=64,
             flag="--forwarder-threads",

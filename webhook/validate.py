@@ -87,50 +87,43 @@ def _enqueue(svc: services_mod.Services, req: admission.Request) -> str:
 
 
 def _handle_validate(svc: services_mod.Services) -> flask.Response:
-    t0 = time.perf_counter()
-    m = svc.metrics
     operation = "unknown"
+    environ = flask.request.environ
+    if _media_type(environ) != JSON:
+        svc.count(operation, "invalid")
+        return _error(415, "unsupported media type", "Content-Type must be application/json")
+    length = flask.request.content_length
+    if length is not None and length > svc.settings.server.max_body_bytes:
+        svc.count(operation, "invalid")
+        _discard(length, svc.settings.server.max_body_bytes)
+        return _too_large(svc.settings.server.max_body_bytes)
     try:
-        environ = flask.request.environ
-        if _media_type(environ) != JSON:
-            svc.count(operation, "invalid")
-            return _error(415, "unsupported media type", "Content-Type must be application/json")
-        length = flask.request.content_length
-        if length is not None and length > svc.settings.server.max_body_bytes:
-            svc.count(operation, "invalid")
-            _discard(length, svc.settings.server.max_body_bytes)
-            return _too_large(svc.settings.server.max_body_bytes)
-        try:
-            # a known length within the cap: read it directly (the hot path); else
-            # werkzeug's stream enforces the cap (chunked bodies)
-            raw = (
-                environ["wsgi.input"].read(length)
-                if length is not None
-                else flask.request.get_data(cache=False)
-            )
-            doc = orjson.loads(raw)  # ~11 us for a 2.8 KB review, json.loads ~36 us
-        except (ValueError, UnicodeDecodeError):
-            svc.count(operation, "invalid")
-            return _error(400, "invalid JSON", "the body is not valid JSON")
-        try:
-            req = admission.parse(doc)
-        except admission.ReviewError as e:
-            svc.count(operation, "invalid")
-            return _error(400, "invalid AdmissionReview", e.details)
-        return flask.Response(answer(svc, req), mimetype=JSON)
-    finally:
-        m.handler_seconds.observe(time.perf_counter() - t0)
+        # a known length within the cap: read it directly (the hot path); else
+        # werkzeug's stream enforces the cap (chunked bodies)
+        raw = (
+            environ["wsgi.input"].read(length)
+            if length is not None
+            else flask.request.get_data(cache=False)
+        )
+        doc = orjson.loads(raw)  # ~11 us for a 2.8 KB review, json.loads ~36 us
+    except (ValueError, UnicodeDecodeError):
+        svc.count(operation, "invalid")
+        return _error(400, "invalid JSON", "the body is not valid JSON")
+    try:
+        req = admission.parse(doc)
+    except admission.ReviewError as e:
+        svc.count(operation, "invalid")
+        return _error(400, "invalid AdmissionReview", e.details)
+    return flask.Response(answer(svc, req), mimetype=JSON)
 
 
 def answer(svc: services_mod.Services, req: admission.Request) -> bytes:
-    """Decide, queue and count a parsed review: the answer's body."""
-    m = svc.metrics
+    """Decide, queue and count a parsed review: the answer's body. One metric write here
+    (``admission_requests_total``; the queue's outcomes are derived from it at scrape time,
+    ``webhook.metrics.QueueOutcomes``)."""
     operation = req.operation if req.operation in admission.OPERATIONS else "other"
     outcome = _enqueue(svc, req)
-    if outcome == "coalesced":
-        m.coalesced.inc()
-    elif outcome == "overflowed":
-        m.overflowed.inc()
+    if outcome == "overflowed":
         count = svc.overflow_log.hit()
         if count is not None:
             log.warning(
@@ -155,7 +148,8 @@ class FastPath:
     that parses as an AdmissionReview is answered here; anything else goes to ``app``.
 
     ``observe(status, seconds, raised)`` records the route's request metrics (what
-    prometheus-flask-exporter records for a request through Flask)."""
+    prometheus-flask-exporter records for a request through Flask): the one latency
+    histogram of a review."""
 
     def __init__(
         self, app: WSGIApp, svc: services_mod.Services, observe: Callable[[str, float, bool], None]
@@ -182,8 +176,6 @@ class FastPath:
             log.exception("unexpected error in POST /validate")
             status, raised = "500 INTERNAL SERVER ERROR", True
             body = orjson.dumps({"error": "internal error", "details": "see the webhook's log"})
-        finally:
-            self.svc.metrics.handler_seconds.observe(time.perf_counter() - t0)
         start_response(status, [("Content-Type", JSON), ("Content-Length", str(len(body)))])
         seconds = time.perf_counter() - t0
         self.observe(status[:3], seconds, raised)

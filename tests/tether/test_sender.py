@@ -97,6 +97,19 @@ def test_split_batches_by_count_and_bytes() -> None:
     assert sender.split_batches([]) == []
 
 
+def test_encoded_batches_encode_each_record_once_into_the_same_bodies() -> None:
+    recs = [_rec(f"n{i}", "ü" * i) for i in range(7)]
+    one = len(listenerapi.encoded(recs[:1])[0]) + 1
+    for limits in ({"max_items": 3}, {"max_bytes": one * 2}, {}):
+        batches = sender.encoded_batches(recs, **limits)  # type: ignore[arg-type]
+        assert [b.records for b in batches] == sender.split_batches(recs, **limits)  # type: ignore[arg-type]
+        for b in batches:  # the body as encoding the whole batch at once gives it
+            assert json.loads(b.body) == json.loads(listenerapi.changes_body(b.records))
+            assert b.body == listenerapi.changes_body(b.records)
+    assert json.loads(sender.encoded_batches(recs)[0].body)["kind"] == "ConfigMapChangeList"
+    assert sender.encoded_batches([]) == []
+
+
 def test_changes_body_single_or_batch() -> None:
     one = json.loads(listenerapi.changes_body([_rec("a")]))
     assert one["kind"] == "ConfigMapChange" and not changes.validate_record(one)

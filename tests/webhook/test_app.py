@@ -42,7 +42,9 @@ def test_allows_and_enqueues() -> None:
     assert len(svc.queue) == 1
     _post(c, review("UPDATE"))
     assert len(svc.queue) == 1
-    assert svc.metrics.coalesced._value.get() == 1
+    text = c.get("/metrics").get_data(as_text=True)  # derived at scrape time
+    assert "tether_webhook_queue_coalesced_total 1.0" in text
+    assert "tether_webhook_queue_overflowed_total 0.0" in text
 
 
 def test_skipped_requests_are_still_allowed_and_counted() -> None:
@@ -62,7 +64,8 @@ def test_overflow_is_counted_and_still_allowed() -> None:
     for name in ("a", "b", "c", "d"):
         assert _post(c, review(name=name)).status_code == 200
     assert len(svc.queue) == 2
-    assert svc.metrics.overflowed._value.get() == 2
+    text = c.get("/metrics").get_data(as_text=True)
+    assert "tether_webhook_queue_overflowed_total 2.0" in text
 
 
 @pytest.mark.parametrize(

@@ -368,7 +368,7 @@ def test_metrics_are_exposed_without_object_labels(wh: Stack) -> None:
     body = text.decode()
     for name in (
         "tether_webhook_admission_requests_total",
-        "tether_webhook_admission_handler_seconds_bucket",
+        "tether_webhook_http_request_duration_seconds_bucket",
         "tether_webhook_queue_depth",
         "tether_webhook_queue_coalesced_total",
         "tether_webhook_queue_overflowed_total",

@@ -20,6 +20,7 @@ from testing import receiver as receiver_mod
 from testing import webhookstack as stack
 from testing.receiver import Receiver
 from tether.base import certs
+from webhook import forwardproc
 
 pytestmark = pytest.mark.processes
 
@@ -48,6 +49,24 @@ def _review(ns: str, cm: client.V1ConfigMap, old_rv: str) -> bytes:
 
 
 def _children(pid: int) -> list[int]:
+    """The gunicorn workers of the master ``pid`` (not its forwarder process)."""
+    every = _every_child(pid)
+    assert [p for p in every if _comm(p) == forwardproc.COMM] != [], every
+    return [p for p in every if _comm(p) != forwardproc.COMM]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return pathlib.Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _nice(pid: int) -> int:
+    return int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def _every_child(pid: int) -> list[int]:
     out = []
     for entry in pathlib.Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -125,6 +144,9 @@ def test_two_workers_reload_and_drain(
         assert proc.proc is not None
         workers = _children(proc.proc.pid)
         assert len(workers) == 2
+        # one forwarder process beside them, below their priority (answers come first)
+        forwarders = [p for p in _every_child(proc.proc.pid) if _comm(p) == forwardproc.COMM]
+        assert len(forwarders) == 1 and _nice(forwarders[0]) == forwardproc.NICE
         os.kill(workers[0], signal.SIGTERM)
         deadline = time.monotonic() + 30
         while True:
@@ -161,8 +183,8 @@ def test_two_workers_reload_and_drain(
     finally:
         rc = proc.stop()
     assert rc == 0, proc.log()
-    # SIGTERM drained every queued key within the grace period (the replaced worker's at
-    # its exit, the others' at shutdown)
+    # SIGTERM drained every queued key within the grace period (the forwarder process's
+    # one queue holds them all, the replaced worker's too)
     recs = receiver.records()
     assert sorted({r["name"] for r in recs}) == [f"drain-{i}" for i in range(6)], (
         [

@@ -42,7 +42,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import flask
@@ -50,6 +50,7 @@ import werkzeug.exceptions
 import werkzeug.serving
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client import multiprocess as prom_multiprocess
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_flask_exporter import PrometheusMetrics
 
@@ -156,7 +157,9 @@ class Exposition:
         extra: Sequence[Collector] = (),
         *,
         multiprocess_mode: bool | None = None,
+        derive: Callable[[Iterable[Metric]], Iterable[Metric]] | None = None,
     ) -> None:
+        self._derive = derive
         if multiprocess() if multiprocess_mode is None else multiprocess_mode:
             self.registry = CollectorRegistry()
             prom_multiprocess.MultiProcessCollector(self.registry)  # type: ignore[no-untyped-call]
@@ -168,8 +171,14 @@ class Exposition:
             except ValueError:
                 pass  # already registered (a single-process registry reused by a second app)
 
+    def collect(self) -> Iterable[Metric]:
+        """The families exposed: the registry's, passed through ``derive`` when given
+        (metrics computed at scrape time from the others, instead of written per event)."""
+        families = self.registry.collect()
+        return families if self._derive is None else self._derive(families)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self if self._derive is not None else self.registry)
 
 
 def mark_worker_dead(pid: int) -> None:

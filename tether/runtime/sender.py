@@ -1,7 +1,8 @@
 """Sending change records to the listener: the client shared by the webhook and the poller.
 
 Pure parts decide (``classify``, ``parse_retry_after``, ``backoff``, ``retry_delay``,
-``split_batches``); the routes and request bodies are ``tether.wire.listenerapi``'s;
+``split_batches``, ``encoded_batches``: each record encoded once, orjson); the routes and
+request bodies are ``tether.wire.listenerapi``'s;
 ``ListenerClient`` does the I/O: HTTPS with the runtime's client certificate (mTLS),
 keep-alive through one ``requests.Session``, the certificate files re-read when they change
 (Secrets are updated in place).
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
+import orjson
 import requests
 import requests.adapters
 
@@ -105,7 +107,7 @@ def classify(status: int, headers: Mapping[str, str], body: bytes) -> Outcome:
     """Classify an HTTP response of the listener (pure)."""
     if 200 <= status < 300:
         try:
-            doc = json.loads(body) if body else {}
+            doc = orjson.loads(body) if body else {}
         except ValueError:
             return Outcome("ok", status, "bad-response")
         results = doc.get("results") if isinstance(doc, dict) else None
@@ -171,7 +173,30 @@ def retry_delay(
 
 
 def record_size(record: changes.ChangeRecord) -> int:
-    return len(json.dumps(record, separators=(",", ":")).encode())
+    return len(orjson.dumps(record))
+
+
+class Batch(NamedTuple):
+    """Records of one version to POST together, and their body (each record encoded once)."""
+
+    records: list[changes.ChangeRecord]
+    body: bytes
+
+
+def _bounds(sizes: Sequence[int], max_items: int, max_bytes: int) -> list[tuple[int, int]]:
+    """(start, end) of each batch: in order, at most ``max_items`` records and about
+    ``max_bytes`` of JSON each (a single record larger than ``max_bytes`` travels alone)."""
+    out: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, n in enumerate(sizes):
+        n += 1
+        if i > start and (i - start >= max_items or size + n > max_bytes):
+            out.append((start, i))
+            start, size = i, 0
+        size += n
+    if start < len(sizes):
+        out.append((start, len(sizes)))
+    return out
 
 
 def split_batches(
@@ -182,19 +207,23 @@ def split_batches(
 ) -> list[list[changes.ChangeRecord]]:
     """Group records in order into batches of at most ``max_items`` and about ``max_bytes``
     of JSON (a single record larger than ``max_bytes`` travels alone)."""
-    out: list[list[changes.ChangeRecord]] = []
-    cur: list[changes.ChangeRecord] = []
-    size = 0
-    for rec in records:
-        n = record_size(rec) + 1
-        if cur and (len(cur) >= max_items or size + n > max_bytes):
-            out.append(cur)
-            cur, size = [], 0
-        cur.append(rec)
-        size += n
-    if cur:
-        out.append(cur)
-    return out
+    bounds = _bounds([record_size(r) for r in records], max_items, max_bytes)
+    return [list(records[a:b]) for a, b in bounds]
+
+
+def encoded_batches(
+    records: Sequence[changes.ChangeRecord],
+    *,
+    max_items: int = MAX_BATCH_ITEMS,
+    max_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+) -> list[Batch]:
+    """``split_batches`` with each batch's body (records of one version): every record is
+    encoded once, measured by its bytes, and joined into its batch's body."""
+    parts = listenerapi.encoded(records)
+    bounds = _bounds([len(p) for p in parts], max_items, max_bytes)
+    return [
+        Batch(list(records[a:b]), listenerapi.joined(records[a:b], parts[a:b])) for a, b in bounds
+    ]
 
 
 # -- I/O -----------------------------------------------------------------------------------
@@ -382,11 +411,14 @@ class ListenerClient:
         *,
         parent: tracing.TraceParent | None = None,
         links: Sequence[tracing.TraceParent] = (),
+        body: bytes | None = None,
     ) -> Outcome:
-        """POST one record or a batch (callers split with ``split_batches``), as a span
-        that is a child of ``parent`` (the first record's admission; None: a new trace,
-        e.g. the poller's) linked to ``links`` (the other records' admissions)."""
-        body = listenerapi.changes_body(records)
+        """POST one record or a batch (callers split with ``split_batches``, or with
+        ``encoded_batches`` and pass its ``body``: the records are then not encoded again),
+        as a span that is a child of ``parent`` (the first record's admission; None: a new
+        trace, e.g. the poller's) linked to ``links`` (the other records' admissions)."""
+        if body is None:
+            body = listenerapi.changes_body(records)
         path = listenerapi.changes_path(self.settings.runtime_id)
         span = self.tracer.start(
             FORWARD_SPAN,
