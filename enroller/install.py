@@ -212,9 +212,7 @@ class Installer:
                 watches_current=have.get(render.WATCHES_DIGEST) == want.get(render.WATCHES_DIGEST),
             )
         )
-        if before_write is not None and (
-            act.cause is not None or held.secret is not None or hook is not None
-        ):
+        if before_write is not None:  # a write follows, or Tether is there (``decide.apply``)
             before_write(act.cause)
         if act.cause == "watches":
             self._apply_watches(skr, view, objs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import itertools
 from typing import Any
 
 import pytest
@@ -176,6 +177,42 @@ def test_a_kyma_cr_being_deleted_is_removed_even_while_backing_off() -> None:
     assert decide.step(deleting=False, backing_off=False) == "enroll"
 
 
+def plan(**kw: Any) -> decide.Plan:
+    """A runtime enrolled before, in its steady state, with ``kw`` changed."""
+    facts: dict[str, Any] = dict(
+        deleting=False, finalizer=True, backing_off=False, failed_before=False
+    )
+    facts.update(kw)
+    return decide.plan(decide.RuntimeFacts(**facts))
+
+
+UNREADABLE = ("WatchesUnreadable", "no Watch readable")
+
+
+def test_a_runtime_is_enrolled_unless_something_says_otherwise() -> None:
+    assert plan() == decide.Plan("enroll")
+    assert plan(finalizer=False) == decide.Plan("enroll")  # the first write puts it on
+
+
+def test_a_kyma_cr_being_deleted_is_removed_only_where_the_enroller_wrote() -> None:
+    assert plan(deleting=True) == decide.Plan("remove")
+    assert plan(deleting=True, backing_off=True, failed_before=True) == decide.Plan("remove")
+    assert plan(deleting=True, unreadable=UNREADABLE) == decide.Plan("remove")
+    # no finalizer: nothing was ever written into its runtime, only its status goes
+    assert plan(deleting=True, finalizer=False) == decide.Plan("forget")
+
+
+def test_a_runtime_backing_off_waits_with_its_last_failure_kept_in_its_status() -> None:
+    assert plan(backing_off=True, failed_before=True) == decide.Plan("wait", status=True)
+    assert plan(backing_off=True) == decide.Plan("wait", status=False)  # nothing to write
+    assert plan(backing_off=True, unreadable=UNREADABLE).kind == "wait"  # not asked anyway
+
+
+def test_with_the_runs_watches_unreadable_the_runtime_fails_untouched() -> None:
+    assert plan(unreadable=UNREADABLE) == decide.Plan("fail", failure=UNREADABLE)
+    assert plan(unreadable=UNREADABLE, finalizer=False) == decide.Plan("fail", failure=UNREADABLE)
+
+
 # -- renewal ---------------------------------------------------------------------------------------
 
 
@@ -311,6 +348,15 @@ def test_a_renewed_serving_certificate_needs_no_read_of_its_secret() -> None:
     assert apply(renewed=True, serving_renewed=True) == decide.Apply(
         "renewed", read_serving=False, check_webhook=True
     )
+
+
+def test_a_pass_that_writes_nothing_finds_tether_in_the_runtime() -> None:
+    """The installer puts the finalizer on before every apply it reaches: either it writes,
+    or the runtime holds both objects (its deletion must then remove them)."""
+    for bits in itertools.product((False, True), repeat=8):
+        facts = decide.ApplyFacts(*bits[:7], webhook_serving=True, watches_current=bits[7])
+        if decide.apply(facts).cause is None:
+            assert facts.client_secret and facts.webhook_config, facts
 
 
 def test_a_kept_serving_certificate_whose_secret_lost_its_pair_is_replaced() -> None:
