@@ -31,8 +31,9 @@ reported in its status, counted by reason, and retried with its own backoff; the
 on. Work runs ``CONCURRENCY`` runtimes at once, each with a wall-clock deadline
 (``RUNTIME_DEADLINE_SECONDS``, ``enroller.dispatch``): a run never waits on one runtime.
 
-This module runs the fleet and gathers each runtime's facts; ``enroller.install`` performs
-one runtime's reads, issuances and apply, ``enroller.enrollment`` writes its status. What is
+This module runs the fleet; per runtime it gathers the facts once (``Enroller.facts``), asks
+``decide.plan`` once and performs the plan: ``enroller.install`` the runtime's reads,
+issuances and apply, ``enroller.removal`` its removal, ``enroller.enrollment`` its status. What is
 done is decided in ``enroller.decide`` and ``enroller.conditions`` (pure, plain data): enroll,
 wait or remove; which certificates are renewed; whether and why the bundle is applied. What
 bounds one runtime's cost is decided there too: a certificate issued for a runtime is kept
