@@ -308,6 +308,7 @@ class ApplyFacts(NamedTuple):
     watches_current: bool = (
         True  # the webhook configuration names the digest of the Watches rendered now
     )
+    watch_list_stale: bool = False  # no Watches rendered now (no Watch CRD), some installed
 
 
 class Apply(NamedTuple):
@@ -315,6 +316,7 @@ class Apply(NamedTuple):
     # webhook configuration only); None: nothing is written
     read_serving: bool  # the serving certificate is kept: its Secret is read for the apply
     check_webhook: bool  # the webhook Deployment's status is read
+    delete_watch_list: bool = False  # after the full apply (the Watch CRD went)
 
 
 def apply(f: ApplyFacts) -> Apply:
@@ -322,7 +324,8 @@ def apply(f: ApplyFacts) -> Apply:
     digest current and the last full apply younger than RESYNC_SECONDS. Otherwise the cause,
     the first that holds: a first install, a repair (an object deleted), a renewal, an
     update (a new image or bundle, an edited webhook configuration), the Watches in force
-    changed (only what they make is applied), the periodic resync. So a pass that writes
+    changed (only what they make is applied), the periodic resync. A full apply without
+    Watches (the Watch CRD went) deletes a Watch list installed before. So a pass that writes
     nothing finds Tether in the runtime: every pass that gets this far puts the enroller's
     finalizer on the Kyma CR first (its deletion then waits for Tether's removal)."""
     cause: ApplyCause | None
@@ -342,7 +345,18 @@ def apply(f: ApplyFacts) -> Apply:
         cause,
         read_serving=cause not in (None, "watches") and not f.serving_renewed,
         check_webhook=cause is not None or f.webhook_serving is not True,
+        delete_watch_list=cause not in (None, "watches") and f.watch_list_stale,
     )
+
+
+def installed_current(
+    *, want: str, webhook: str | None, secret: str | None, digest_key: bool
+) -> bool:
+    """Whether the runtime holds what would be installed now (``ApplyFacts.installed_current``):
+    its webhook configuration and its client Secret both name ``want``, the digest of the
+    bundle rendered now, and the Secret holds its digest key (one written without it, by
+    hand, is applied whatever the digests say)."""
+    return webhook == want == secret and digest_key
 
 
 def kept_serving(has_pair: bool) -> str | None:

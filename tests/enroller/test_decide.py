@@ -359,6 +359,31 @@ def test_a_pass_that_writes_nothing_finds_tether_in_the_runtime() -> None:
             assert facts.client_secret and facts.webhook_config, facts
 
 
+def test_the_installed_state_is_current_only_as_rendered_now_with_its_key() -> None:
+    def current(**kw: Any) -> bool:
+        facts: dict[str, Any] = dict(want="d1", webhook="d1", secret="d1", digest_key=True)
+        facts.update(kw)
+        return decide.installed_current(**facts)
+
+    assert current()
+    assert not current(webhook="d0")  # an edited webhook configuration, or an older bundle
+    assert not current(secret="d0")
+    assert not current(webhook=None, secret=None)  # not annotated: not ours, or by hand
+    assert not current(want="d2")  # a new image, bundle or certificate serial
+    assert not current(digest_key=False)  # a Secret written without its digest key
+
+
+def test_a_full_apply_without_watches_deletes_the_watch_list_installed_before() -> None:
+    assert apply(watch_list_stale=True).delete_watch_list is False  # nothing is written
+    assert apply(watch_list_stale=True, resync_due=True).delete_watch_list
+    assert apply(watch_list_stale=True, renewed=True).delete_watch_list
+    assert apply(resync_due=True).delete_watch_list is False  # none installed, or Watches now
+    # only the Watches' digest differs: their objects are applied, the list not deleted
+    assert apply(watch_list_stale=True, watches_current=False) == decide.Apply(
+        "watches", read_serving=False, check_webhook=True
+    )
+
+
 def test_a_kept_serving_certificate_whose_secret_lost_its_pair_is_replaced() -> None:
     assert decide.kept_serving(True) is None
     assert decide.kept_serving(False) == "missing"
