@@ -15,9 +15,12 @@ the facts and perform; nothing here does I/O or reads a clock.
 
 - ``selected``: whether a Kyma CR is the enroller's at all (``KYMA_SELECTOR``).
 
-And what one pass does with one runtime (``reconcile`` reads the runtime, asks, performs):
+And what one pass does with one runtime (``reconcile`` gathers its facts once, asks
+``plan`` once and performs; ``install`` reads the runtime, asks ``renewal`` and ``apply``
+once each and performs; ``dryrun`` prints the same plans instead):
 
-- ``step``: remove Tether (its Kyma CR is being deleted), wait out its backoff, or enroll.
+- ``plan`` (of ``step``): remove Tether (its Kyma CR is being deleted) or only forget it
+  (no finalizer), wait out its backoff, fail (the run's Watches unreadable), or enroll.
 - ``renewal``: which certificates are replaced and why (client: ``pki.needs_renewal``, kept
   through a rollover's propagation time, reissued with a key that does not match; serving:
   its issuer and renewal time as the client Secret's annotations record them).
@@ -208,6 +211,43 @@ def step(*, deleting: bool, backing_off: bool) -> Step:
     return "wait" if backing_off else "enroll"
 
 
+PlanKind = Literal["forget", "remove", "wait", "fail", "enroll"]
+
+
+class RuntimeFacts(NamedTuple):
+    """What a run knows of one runtime before it asks the runtime anything (plain data,
+    gathered once by ``Enroller.facts``)."""
+
+    deleting: bool  # the Kyma CR has a deletionTimestamp
+    finalizer: bool  # it carries the enroller's finalizer
+    backing_off: bool  # it failed and its next attempt is not due yet
+    failed_before: bool  # the failure of an earlier pass is remembered
+    unreadable: tuple[str, str] | None = None  # the run's Watches unreadable: (reason, message)
+
+
+class Plan(NamedTuple):
+    kind: PlanKind
+    status: bool = False  # ``wait``: its remembered failure written to its status again
+    failure: tuple[str, str] | None = None  # ``fail``: why, without asking the runtime
+
+
+def plan(f: RuntimeFacts) -> Plan:
+    """The one plan of a pass over one runtime (``step``): a Kyma CR being deleted has Tether
+    removed from its runtime (``remove``), or, without the finalizer (nothing was written
+    there), only its RuntimeEnrollment deleted (``forget``); a failing runtime waits out its
+    backoff, its remembered failure kept true in its status; with the run's Watches
+    unreadable it fails and is left as it is (``fail``); any other is enrolled: its reads,
+    renewals and apply (``renewal``, ``apply``)."""
+    s = step(deleting=f.deleting, backing_off=f.backing_off)
+    if s == "remove":
+        return Plan("remove" if f.finalizer else "forget")
+    if s == "wait":
+        return Plan("wait", status=f.failed_before)
+    if f.unreadable is not None:
+        return Plan("fail", failure=f.unreadable)
+    return Plan("enroll")
+
+
 # -- one runtime: which certificates are renewed -------------------------------------------------
 
 
@@ -268,6 +308,7 @@ class ApplyFacts(NamedTuple):
     watches_current: bool = (
         True  # the webhook configuration names the digest of the Watches rendered now
     )
+    watch_list_stale: bool = False  # no Watches rendered now (no Watch CRD), some installed
 
 
 class Apply(NamedTuple):
@@ -275,6 +316,7 @@ class Apply(NamedTuple):
     # webhook configuration only); None: nothing is written
     read_serving: bool  # the serving certificate is kept: its Secret is read for the apply
     check_webhook: bool  # the webhook Deployment's status is read
+    delete_watch_list: bool = False  # after the full apply (the Watch CRD went)
 
 
 def apply(f: ApplyFacts) -> Apply:
@@ -282,7 +324,10 @@ def apply(f: ApplyFacts) -> Apply:
     digest current and the last full apply younger than RESYNC_SECONDS. Otherwise the cause,
     the first that holds: a first install, a repair (an object deleted), a renewal, an
     update (a new image or bundle, an edited webhook configuration), the Watches in force
-    changed (only what they make is applied), the periodic resync."""
+    changed (only what they make is applied), the periodic resync. A full apply without
+    Watches (the Watch CRD went) deletes a Watch list installed before. So a pass that writes
+    nothing finds Tether in the runtime: every pass that gets this far puts the enroller's
+    finalizer on the Kyma CR first (its deletion then waits for Tether's removal)."""
     cause: ApplyCause | None
     if not f.client_secret and not f.webhook_config and not f.applied_before:
         cause = "installed"
@@ -300,7 +345,18 @@ def apply(f: ApplyFacts) -> Apply:
         cause,
         read_serving=cause not in (None, "watches") and not f.serving_renewed,
         check_webhook=cause is not None or f.webhook_serving is not True,
+        delete_watch_list=cause not in (None, "watches") and f.watch_list_stale,
     )
+
+
+def installed_current(
+    *, want: str, webhook: str | None, secret: str | None, digest_key: bool
+) -> bool:
+    """Whether the runtime holds what would be installed now (``ApplyFacts.installed_current``):
+    its webhook configuration and its client Secret both name ``want``, the digest of the
+    bundle rendered now, and the Secret holds its digest key (one written without it, by
+    hand, is applied whatever the digests say)."""
+    return webhook == want == secret and digest_key
 
 
 def kept_serving(has_pair: bool) -> str | None:

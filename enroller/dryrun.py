@@ -1,7 +1,8 @@
 """``tether enroller --dry-run`` (issue 42 item 3, docs/enroller.md "Pilot, dry run and
 uninstall"): per runtime the enroller works on (``Enroller.selected``), what one run would
 install or change and where, with reads only. It runs the installer up to the point where
-it would first write (``Installer.enroll``'s ``before_write``) and stops there."""
+it would first write (``Installer.enroll``'s ``before_write``) and stops there: the plans
+of a run (``decide.plan``, ``decide.apply``) printed instead of performed."""
 
 from __future__ import annotations
 
@@ -53,20 +54,22 @@ def _plan(
     meta = obj["metadata"]
     view = kyma.view(obj)
     who = f"Kyma {view.name} (runtime {view.runtime_id or '-'})"
-    held = decide.FINALIZER in (meta.get("finalizers") or [])
-    if meta.get("deletionTimestamp"):
-        return f"{who}: being deleted: " + (
+    facts = e.facts(obj, Memory(), unreadable)  # a fresh process: nothing remembered
+    plan = decide.plan(facts)
+    if plan.kind == "remove":
+        return (
+            f"{who}: being deleted: "
             "would remove Tether from its runtime, then release the finalizer"
-            if held
-            else "nothing to remove (no finalizer)"
         )
+    if plan.kind == "forget":
+        return f"{who}: being deleted: nothing to remove (no finalizer)"
 
     def stop(cause: str | None) -> None:
         raise _Planned(cause)
 
     try:
-        if unreadable is not None:
-            raise Failure(unreadable.reason, unreadable.message)
+        if plan.failure is not None:
+            raise Failure(*plan.failure)
         ws = None
         if listed is not None:
             ws = e._discovered(view, listed.for_runtime(obj)[0])
@@ -93,5 +96,5 @@ def _plan(
         what = "would apply its Watch list and webhook configuration"
     else:
         what = f"would apply {len(e.bundle)} objects, image {image} ({cause})"
-    fin = "; would add the finalizer first" if stopped and not held else ""
+    fin = "; would add the finalizer first" if stopped and not facts.finalizer else ""
     return f"{who} at {where}: {what}{fin}"

@@ -202,19 +202,19 @@ class Installer:
                 applied_before=mem.last_full != -math.inf,
                 renewed=bool(renewed),
                 serving_renewed=plan.serving is not None,
-                installed_current=have.get(render.DIGEST)
-                == want[render.DIGEST]
-                == held.notes.get(render.DIGEST)
-                and kept_key
-                is not None,  # a Secret without its digest key (written by hand) is applied
+                installed_current=decide.installed_current(
+                    want=want[render.DIGEST],
+                    webhook=have.get(render.DIGEST),
+                    secret=held.notes.get(render.DIGEST),
+                    digest_key=kept_key is not None,
+                ),
                 resync_due=self.clock() - mem.last_full >= self.s.resync,
                 webhook_serving=mem.webhook_serving,
                 watches_current=have.get(render.WATCHES_DIGEST) == want.get(render.WATCHES_DIGEST),
+                watch_list_stale=ws is None and mem.watches_installed is not None,
             )
         )
-        if before_write is not None and (
-            act.cause is not None or held.secret is not None or hook is not None
-        ):
+        if before_write is not None:  # a write follows, or Tether is there (``decide.apply``)
             before_write(act.cause)
         if act.cause == "watches":
             self._apply_watches(skr, view, objs)
@@ -227,10 +227,8 @@ class Installer:
                     module=self.module,
                 )
             self._apply_all(skr, view, mem, objs, act.cause, serving.ca, client_ca)
-            if (
-                ws is None and mem.watches_installed is not None
-            ):  # the Watch CRD went: back to before
-                self._delete_watch_list(skr)
+        if act.delete_watch_list:  # the Watch CRD went: back to before
+            self._delete_watch_list(skr)
         mem.watches_installed = (
             None if ws is None else frozenset((w.name, w.generation) for w in ws)
         )

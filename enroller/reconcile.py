@@ -31,8 +31,9 @@ reported in its status, counted by reason, and retried with its own backoff; the
 on. Work runs ``CONCURRENCY`` runtimes at once, each with a wall-clock deadline
 (``RUNTIME_DEADLINE_SECONDS``, ``enroller.dispatch``): a run never waits on one runtime.
 
-This module runs the fleet and gathers each runtime's facts; ``enroller.install`` performs
-one runtime's reads, issuances and apply, ``enroller.enrollment`` writes its status. What is
+This module runs the fleet; per runtime it gathers the facts once (``Enroller.facts``), asks
+``decide.plan`` once and performs the plan: ``enroller.install`` the runtime's reads,
+issuances and apply, ``enroller.removal`` its removal, ``enroller.enrollment`` its status. What is
 done is decided in ``enroller.decide`` and ``enroller.conditions`` (pure, plain data): enroll,
 wait or remove; which certificates are renewed; whether and why the bundle is applied. What
 bounds one runtime's cost is decided there too: a certificate issued for a runtime is kept
@@ -386,6 +387,21 @@ class Enroller:
 
     # -- one runtime ---------------------------------------------------------------------
 
+    def facts(
+        self, obj: Mapping[str, Any], mem: Memory, unreadable: Failure | None = None
+    ) -> decide.RuntimeFacts:
+        """What this run knows of one runtime before asking it anything: its Kyma CR, what
+        this process remembers of it (``mem``), whether the run's Watches are readable."""
+        meta = obj["metadata"]
+        deleting = bool(meta.get("deletionTimestamp"))
+        return decide.RuntimeFacts(
+            deleting=deleting,
+            finalizer=FINALIZER in (meta.get("finalizers") or []),
+            backing_off=not deleting and self.clock() < mem.next_attempt,
+            failed_before=mem.last_failure is not None,
+            unreadable=None if unreadable is None else (unreadable.reason, unreadable.message),
+        )
+
     def one(
         self,
         obj: Mapping[str, Any],
@@ -396,40 +412,26 @@ class Enroller:
         unreadable: Failure | None = None,
     ) -> str:
         """One runtime enrolled (``listed``: the run's Watches, None before Watches), removed
-        or left waiting; its state in this run."""
+        or left waiting, as ``decide.plan`` says; its state in this run."""
         meta = obj["metadata"]
         name = meta["name"]
         mem = self._mem(name)
         mem.resource_version = str(meta.get("resourceVersion", ""))
-        deleting = bool(meta.get("deletionTimestamp"))
-        step = decide.step(
-            deleting=deleting, backing_off=not deleting and self.clock() < mem.next_attempt
-        )
-        if step == "remove":
+        plan = decide.plan(self.facts(obj, mem, unreadable))
+        if plan.kind == "forget":  # nothing was written into its runtime
+            self.enrollments.delete(name)
+            return "Removing"
+        if plan.kind == "remove":
             return removal.remove(self, obj, enrollment)
         view = kyma.view(obj)
-        if step == "wait":
-            if mem.last_failure is not None:  # nothing asked of the runtime; its status kept true
+        if plan.kind == "wait":
+            if plan.status and mem.last_failure is not None:  # nothing asked of the runtime
                 self._failure_status(obj, view, ca, enrollment, mem, mem.last_failure, beats)
             return "Failed"
         try:
-            if unreadable is not None:
-                raise Failure(unreadable.reason, unreadable.message)
-            ws = None
-            if listed is not None:
-                ws, mem.watches_left_out = listed.for_runtime(obj)
-                ws = self._discovered(view, ws)
-            chosen = self.rollouts.choose(view.runtime_id or name)
-            result = self.installer.enroll(
-                view,
-                ca,
-                mem,
-                ws,
-                (chosen.objects, chosen.image),
-                (meta.get("annotations") or {}).get(decide.TAKE_OVER_ANNOTATION),
-                before_write=lambda _cause: self._ensure_finalizer(obj),
-            )
-            self.rollouts.enrolled(view.runtime_id or name, chosen.digest)
+            if plan.failure is not None:
+                raise Failure(*plan.failure)
+            result = self._enroll(obj, view, ca, mem, listed)
         except Failure as f:
             self._failed(obj, view, ca, enrollment, mem, f, beats)
             return "Failed"
@@ -446,6 +448,34 @@ class Enroller:
             quarantined=False,
         )
         return "Ready"
+
+    def _enroll(
+        self,
+        obj: Mapping[str, Any],
+        view: kyma.KymaView,
+        ca: castore.CA,
+        mem: Memory,
+        listed: watching.Listed | None,
+    ) -> Result:
+        """The ``enroll`` plan performed: the Watches in force there and the rollout's bundle
+        looked up, then the installer's reads, renewals and apply (``Installer.enroll``)."""
+        rid = view.runtime_id or view.name
+        ws = None
+        if listed is not None:
+            ws, mem.watches_left_out = listed.for_runtime(obj)
+            ws = self._discovered(view, ws)
+        chosen = self.rollouts.choose(rid)
+        result = self.installer.enroll(
+            view,
+            ca,
+            mem,
+            ws,
+            (chosen.objects, chosen.image),
+            (obj["metadata"].get("annotations") or {}).get(decide.TAKE_OVER_ANNOTATION),
+            before_write=lambda _cause: self._ensure_finalizer(obj),
+        )
+        self.rollouts.enrolled(rid, chosen.digest)
+        return result
 
     def _discovered(
         self, view: kyma.KymaView, ws: tuple[watches.Watch, ...]

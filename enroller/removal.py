@@ -26,28 +26,21 @@ log = logging.getLogger("tether.enroller")
 def remove(
     e: reconcile.Enroller, obj: Mapping[str, Any], enrollment: Mapping[str, Any] | None
 ) -> str:
-    """Tether removed from the runtime of a Kyma CR being deleted (``decide.removal``)."""
+    """Tether removed from the runtime of a Kyma CR being deleted that carries the finalizer
+    (``decide.plan``'s ``remove``): its objects deleted, then ``decide.removal`` asked once
+    what comes next (retry, or release the finalizer)."""
     meta = obj["metadata"]
     name = meta["name"]
     view = kyma.view(obj)
-    facts = decide.RemovalFacts(
-        finalizer=decide.FINALIZER in (meta.get("finalizers") or []),
-        attempted=False,
-        problem=None,
-        waited=datetime.timedelta(0),
-        timeout=datetime.timedelta(seconds=e.s.removal_timeout),
-        installed=e._mem(name).held is not None
-        or bool(((enrollment or {}).get("status") or {}).get("certificate")),
-    )
-    if decide.removal(facts).kind == "forget":
-        e.enrollments.delete(name)
-        return "Removing"
     since = times.parse_time(meta.get("deletionTimestamp", "")) or e.now()
     waited = e.now() - since  # before the attempt: a slow runtime does not shorten the timeout
-    facts = facts._replace(
+    facts = decide.RemovalFacts(
+        finalizer=decide.FINALIZER in (meta.get("finalizers") or []),
         attempted=True,
-        waited=waited,
         problem=e.installer.remove_objects(name, view.runtime_id or ""),
+        waited=waited,
+        timeout=datetime.timedelta(seconds=e.s.removal_timeout),
+        installed=installed(e, name, enrollment),
     )
     verdict = decide.removal(facts)
     if verdict.kind == "retry":
@@ -63,6 +56,14 @@ def remove(
         return "Removing"
     removed(e, obj, view, verdict.outcome, facts.problem)
     return "Removing"
+
+
+def installed(e: reconcile.Enroller, name: str, enrollment: Mapping[str, Any] | None) -> bool:
+    """Whether Tether was ever installed into the runtime, as far as is known: this process
+    saw its client certificate, or its RuntimeEnrollment records one."""
+    return e._mem(name).held is not None or bool(
+        ((enrollment or {}).get("status") or {}).get("certificate")
+    )
 
 
 def release_finalizer(e: reconcile.Enroller, obj: Mapping[str, Any]) -> bool:
@@ -142,10 +143,7 @@ def uninstall(e: reconcile.Enroller) -> dict[str, int]:
         name = view.name
         problem = e.installer.remove_objects(name, view.runtime_id or "")
         enrollment = enrollments.get(name)
-        installed = e._mem(name).held is not None or bool(
-            ((enrollment or {}).get("status") or {}).get("certificate")
-        )
-        if problem is not None and installed:
+        if problem is not None and installed(e, name, enrollment):
             log.warning("Kyma %s: Tether not removed from its runtime: %s", name, problem)
             out["Failed"] += 1
             continue

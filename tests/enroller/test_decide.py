@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import itertools
 from typing import Any
 
 import pytest
@@ -176,6 +177,42 @@ def test_a_kyma_cr_being_deleted_is_removed_even_while_backing_off() -> None:
     assert decide.step(deleting=False, backing_off=False) == "enroll"
 
 
+def plan(**kw: Any) -> decide.Plan:
+    """A runtime enrolled before, in its steady state, with ``kw`` changed."""
+    facts: dict[str, Any] = dict(
+        deleting=False, finalizer=True, backing_off=False, failed_before=False
+    )
+    facts.update(kw)
+    return decide.plan(decide.RuntimeFacts(**facts))
+
+
+UNREADABLE = ("WatchesUnreadable", "no Watch readable")
+
+
+def test_a_runtime_is_enrolled_unless_something_says_otherwise() -> None:
+    assert plan() == decide.Plan("enroll")
+    assert plan(finalizer=False) == decide.Plan("enroll")  # the first write puts it on
+
+
+def test_a_kyma_cr_being_deleted_is_removed_only_where_the_enroller_wrote() -> None:
+    assert plan(deleting=True) == decide.Plan("remove")
+    assert plan(deleting=True, backing_off=True, failed_before=True) == decide.Plan("remove")
+    assert plan(deleting=True, unreadable=UNREADABLE) == decide.Plan("remove")
+    # no finalizer: nothing was ever written into its runtime, only its status goes
+    assert plan(deleting=True, finalizer=False) == decide.Plan("forget")
+
+
+def test_a_runtime_backing_off_waits_with_its_last_failure_kept_in_its_status() -> None:
+    assert plan(backing_off=True, failed_before=True) == decide.Plan("wait", status=True)
+    assert plan(backing_off=True) == decide.Plan("wait", status=False)  # nothing to write
+    assert plan(backing_off=True, unreadable=UNREADABLE).kind == "wait"  # not asked anyway
+
+
+def test_with_the_runs_watches_unreadable_the_runtime_fails_untouched() -> None:
+    assert plan(unreadable=UNREADABLE) == decide.Plan("fail", failure=UNREADABLE)
+    assert plan(unreadable=UNREADABLE, finalizer=False) == decide.Plan("fail", failure=UNREADABLE)
+
+
 # -- renewal ---------------------------------------------------------------------------------------
 
 
@@ -310,6 +347,40 @@ def test_only_the_watches_changed_applies_them_without_reading_the_serving_certi
 def test_a_renewed_serving_certificate_needs_no_read_of_its_secret() -> None:
     assert apply(renewed=True, serving_renewed=True) == decide.Apply(
         "renewed", read_serving=False, check_webhook=True
+    )
+
+
+def test_a_pass_that_writes_nothing_finds_tether_in_the_runtime() -> None:
+    """The installer puts the finalizer on before every apply it reaches: either it writes,
+    or the runtime holds both objects (its deletion must then remove them)."""
+    for bits in itertools.product((False, True), repeat=8):
+        facts = decide.ApplyFacts(*bits[:7], webhook_serving=True, watches_current=bits[7])
+        if decide.apply(facts).cause is None:
+            assert facts.client_secret and facts.webhook_config, facts
+
+
+def test_the_installed_state_is_current_only_as_rendered_now_with_its_key() -> None:
+    def current(**kw: Any) -> bool:
+        facts: dict[str, Any] = dict(want="d1", webhook="d1", secret="d1", digest_key=True)
+        facts.update(kw)
+        return decide.installed_current(**facts)
+
+    assert current()
+    assert not current(webhook="d0")  # an edited webhook configuration, or an older bundle
+    assert not current(secret="d0")
+    assert not current(webhook=None, secret=None)  # not annotated: not ours, or by hand
+    assert not current(want="d2")  # a new image, bundle or certificate serial
+    assert not current(digest_key=False)  # a Secret written without its digest key
+
+
+def test_a_full_apply_without_watches_deletes_the_watch_list_installed_before() -> None:
+    assert apply(watch_list_stale=True).delete_watch_list is False  # nothing is written
+    assert apply(watch_list_stale=True, resync_due=True).delete_watch_list
+    assert apply(watch_list_stale=True, renewed=True).delete_watch_list
+    assert apply(resync_due=True).delete_watch_list is False  # none installed, or Watches now
+    # only the Watches' digest differs: their objects are applied, the list not deleted
+    assert apply(watch_list_stale=True, watches_current=False) == decide.Apply(
+        "watches", read_serving=False, check_webhook=True
     )
 
 
