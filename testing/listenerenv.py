@@ -385,6 +385,18 @@ def metric_value(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
+def records_relisted(*ps: ListenerProcess) -> float:
+    """Relists of the records by the listeners' pod views so far (a broken watch, a 410): a
+    LIST of records that a test of "no KCP read" must allow when this count grew."""
+    return sum(
+        metric_value(
+            p.metrics(), "tether_listener_view_watch_restarts_total", resource="records", reason=r
+        )
+        for p in ps
+        for r in ("gone", "error")
+    )
+
+
 def kcp_requests(api: client.ApiClient) -> dict[tuple[str, str], int]:
     """Requests the KCP apiserver served on Tether's resources so far, by (resource, verb):
     its own ``apiserver_request_total`` (admin client)."""

@@ -139,17 +139,23 @@ def requests_during(
 
 def kcp_requests_during(env: Env, action: Callable[[], object]) -> dict[str, int]:
     """Requests on RuntimeConfigMaps during ``action``, by verb. The apiserver counts a
-    request just after answering it: read until two reads 0.3 s apart agree."""
-    before = kcp_requests(env)
+    request just after answering it: before and after, read until two reads 0.3 s apart
+    agree (a request answered just before ``action``, such as the pod view's first listing
+    of the records, is not counted in it)."""
+    before = settled_kcp_requests(env)
     action()
+    last = settled_kcp_requests(env)
+    return {verb: n - before[verb] for verb, n in last.items() if n != before[verb]}
+
+
+def settled_kcp_requests(env: Env) -> collections.Counter[str]:
     last = kcp_requests(env)
     while True:
         threading.Event().wait(0.3)
         now = kcp_requests(env)
         if now == last:
-            break
+            return now
         last = now
-    return {verb: n - before[verb] for verb, n in last.items() if n != before[verb]}
 
 
 def direct_write(env: Env, rec: dict[str, Any]) -> dict[str, Any]:
@@ -186,7 +192,12 @@ def test_a_new_key_costs_exactly_one_kcp_request(
         batch = [rt.record(f"batch-{i}", 20 + i) for i in range(4)]
         assert outcomes(post(listener_a, rt, *batch)) == ["persisted"] * 4
 
-    assert kcp_requests_during(env, creates) == {"POST": 8}
+    relisted = listenerenv.records_relisted(listener_a)
+    used = kcp_requests_during(env, creates)
+    # no LIST of records, but for the pod's view relisting them (its watch broke meanwhile)
+    if 0 < used.get("LIST", 0) <= listenerenv.records_relisted(listener_a) - relisted:
+        del used["LIST"]
+    assert used == {"POST": 8}
     assert len(env.stored(rt.id)) == 8
     # the next update of a key the worker created: one PUT (the write cache)
     assert requests_during(env, listener_a, rt, rt.record("one-0", 30)) == (

@@ -22,7 +22,7 @@ from kubernetes import client
 
 from listener.fleet import heartbeat, statesummary, summaryobject
 from listener.storage import rules
-from testing import controlplane
+from testing import controlplane, listenerenv
 from testing.janitorenv import RETENTION, Janitor
 from testing.listenerenv import (
     Env,
@@ -280,17 +280,6 @@ def stored_footprint(env: Env, runtime_id: str) -> tuple[int, int]:
     return len(metas), sum(rules.stored_size(m) for m in metas)
 
 
-def _records_relisted(*ps: ListenerProcess) -> float:
-    """Relists of the records by the listeners' pod views so far (a broken watch, 410)."""
-    return sum(
-        metric_value(
-            p.metrics(), "tether_listener_view_watch_restarts_total", resource="records", reason=r
-        )
-        for p in ps
-        for r in ("gone", "error")
-    )
-
-
 def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_records(
     counting: tuple[ListenerProcess, ListenerProcess],
     make_runtime: Callable[[], Runtime],
@@ -314,7 +303,7 @@ def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_record
         what="the summary's footprint equals the records' count and size annotations",
         timeout=30,
     )
-    relisted = _records_relisted(a, b)
+    relisted = listenerenv.records_relisted(a, b)
     before = kcp_requests(env.api)
     for i in range(30, 40):  # every admission counts from the summary, no listing
         assert outcomes(post(a, rt, rt.record(f"k{i}", 1))) == ["persisted"]
@@ -323,7 +312,7 @@ def test_the_quota_counts_from_the_state_summary_at_one_read_whatever_the_record
     used = kcp_requests_since(env.api, before)
     # no LIST of records, but for a pod's view relisting them (its watch broke meanwhile)
     lists = used.get((apitypes.RUNTIME_CONFIGMAPS.plural, "LIST"), 0)
-    assert lists == 0 or _records_relisted(a, b) > relisted, used
+    assert lists == 0 or listenerenv.records_relisted(a, b) > relisted, used
     # each count merges this worker's pending writes into the summary first (a status PUT,
     # from the pod's view's copy when that holds the worker's last write, else after a GET);
     # a count with nothing to merge reads the view's copy: at most one GET per count
