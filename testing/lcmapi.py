@@ -11,12 +11,10 @@ Environment:
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
-import threading
 
-from testing import controlplane
+from testing import controlplane, scriptbuilt
 
 BUILD_SCRIPT = controlplane.REPO_ROOT / "hack" / "build-lcm-api-check.sh"
 RUN_TIMEOUT = 60.0
@@ -26,29 +24,12 @@ class LcmApiError(RuntimeError):
     """The check could not be built."""
 
 
-_lock = threading.Lock()
-_binary: pathlib.Path | None = None
+_built = scriptbuilt.ScriptBuilt(BUILD_SCRIPT, LcmApiError)
 
 
 def binary() -> pathlib.Path:
-    """The check's binary; builds it (hack/build-lcm-api-check.sh) if it is not cached."""
-    global _binary
-    with _lock:
-        if _binary is not None:
-            return _binary
-        proc = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False
-        )
-        if proc.returncode != 0:
-            raise LcmApiError(
-                f"building lcm-api-check failed (exit {proc.returncode}); "
-                f"run {BUILD_SCRIPT} to see why"
-            )
-        path = pathlib.Path(proc.stdout.strip().splitlines()[-1])
-        if not os.access(path, os.X_OK):
-            raise LcmApiError(f"{path} is missing or not executable")
-        _binary = path
-        return path
+    """The check's binary; built by hack/build-lcm-api-check.sh if it is not cached."""
+    return _built.path()
 
 
 def check(release_meta: pathlib.Path, *templates: pathlib.Path) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,6 @@ import os
 import pathlib
 import ssl
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -30,7 +29,7 @@ from typing import IO, Any
 
 import yaml
 
-from testing import controlplane
+from testing import controlplane, scriptbuilt
 from tether.base import certs
 
 BUILD_SCRIPT = controlplane.REPO_ROOT / "hack" / "build-registry.sh"
@@ -41,33 +40,13 @@ class RegistryError(RuntimeError):
     """The registry could not be built or started."""
 
 
-_lock = threading.Lock()
-_binary: pathlib.Path | None = None
+_built = scriptbuilt.ScriptBuilt(BUILD_SCRIPT, RegistryError, "TETHER_REGISTRY_BIN")
 
 
 def binary() -> pathlib.Path:
-    """The registry binary; builds it (hack/build-registry.sh) if it is not cached."""
-    global _binary
-    with _lock:
-        if _binary is not None:
-            return _binary
-        explicit = os.environ.get("TETHER_REGISTRY_BIN")
-        if explicit:
-            path = pathlib.Path(explicit)
-        else:
-            proc = subprocess.run(
-                ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False
-            )
-            if proc.returncode != 0:
-                raise RegistryError(
-                    f"building the registry failed (exit {proc.returncode}); "
-                    f"run {BUILD_SCRIPT} to see why"
-                )
-            path = pathlib.Path(proc.stdout.strip().splitlines()[-1])
-        if not os.access(path, os.X_OK):
-            raise RegistryError(f"{path} is missing or not executable")
-        _binary = path
-        return path
+    """The registry binary; built by hack/build-registry.sh if it is not cached (or the one
+    ``TETHER_REGISTRY_BIN`` names)."""
+    return _built.path()
 
 
 def config(root: pathlib.Path, port: int, cert: pathlib.Path, key: pathlib.Path) -> dict[str, Any]:
