@@ -9,23 +9,10 @@ import base64
 import dataclasses
 
 from enroller import render
+from testing import renderinputs
 from tether.wire import watchwire
 
-BUNDLE = render.load_bundle(render.BUNDLE_FILE.read_text())
-INPUTS = render.Inputs(
-    runtime_id="rt-1",
-    listener_url="https://l.example.com",
-    listener_ca=b"LCA",
-    client_cert=b"CERT",
-    client_key=b"KEY-SECRET",
-    client_serial="a1",
-    serving_cert=b"SCERT",
-    serving_key=b"SKEY-SECRET",
-    serving_serial="b2",
-    serving_not_after="2027-01-01T00:00:00Z",
-    ca_bundle=b"CA",
-    image="reg.example.com/tether:9.9",
-)
+BUNDLE, INPUTS = renderinputs.BUNDLE, renderinputs.INPUTS
 
 
 def test_only_the_secrets_and_the_ca_bundle_are_written() -> None:
